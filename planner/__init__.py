@@ -1,0 +1,1 @@
+"""fitplan: placement planner for ggml engines."""

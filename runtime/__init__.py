@@ -1,0 +1,1 @@
+"""fitplan runtime: an embedded re-implementation of ggml's backend scheduler."""

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build the llama.cpp tools fitplan is checked against, once, into a cache.
+#
+# The source is the llama.cpp vendored in the llama-cpp-python sdist (DESIGN.md pins
+# llama-cpp-python==0.3.36, llama.cpp commit 0c1e570). CPU backend plus RPC, so that
+# ggml-rpc-server instances on 127.0.0.1 give llama.cpp real extra devices.
+#
+#   scripts/build_llama_cpp.sh            # build if the cache lacks a tool, else nothing
+#   FITPLAN_LLAMA_CPP_DIR=/path ...       # another cache directory
+#
+# Prints the bin directory on its last line.
+set -euo pipefail
+
+version="${FITPLAN_LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+cache="${FITPLAN_LLAMA_CPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fitplan/llama.cpp-$version}"
+tools=(llama-fit-params llama-cli llama-server llama-bench ggml-rpc-server)
+
+have_all() {
+  for t in "${tools[@]}"; do [ -x "$cache/bin/$t" ] || return 1; done
+}
+
+if have_all; then
+  echo "$cache/bin"
+  exit 0
+fi
+
+command -v cmake >/dev/null || { echo "build_llama_cpp: cmake is required (apt-get install cmake)" >&2; exit 2; }
+command -v c++ >/dev/null || { echo "build_llama_cpp: a C++ compiler is required (apt-get install g++)" >&2; exit 2; }
+
+work="$cache.work"
+rm -rf "$work"
+mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT
+
+( cd "$work" && python3 -m pip download --quiet --no-binary :all: --no-deps \
+    "llama-cpp-python==$version" -d . )
+tar -xzf "$work"/llama_cpp_python-"$version".tar.gz -C "$work"
+src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+# No network at build time: no prebuilt web UI, no TLS, no curl.
+cmake -S "$src" -B "$work/build" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DGGML_RPC=ON -DGGML_NATIVE=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
+  -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+  -DBUILD_SHARED_LIBS=OFF >"$work/configure.log" 2>&1 \
+  || { tail -30 "$work/configure.log" >&2; exit 1; }
+cmake --build "$work/build" -j "$(nproc)" --target "${tools[@]}" \
+  >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
+
+mkdir -p "$cache.new/bin"
+for t in "${tools[@]}"; do cp "$work/build/bin/$t" "$cache.new/bin/"; done
+echo "llama-cpp-python==$version" >"$cache.new/VERSION"
+rm -rf "$cache"
+mv "$cache.new" "$cache"
+echo "$cache/bin"
