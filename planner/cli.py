@@ -1,0 +1,56 @@
+"""The `fitplan` command line: thin commands, one library call each, one renderer.
+
+Each command module registers itself on `app`; FitplanError is caught once in `main`.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from planner.errors import FitplanError
+from planner.render import render
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Placement planner and auto-fit advisor for ggml engines.")
+
+
+
+@app.callback()
+def _root() -> None:
+    """Placement planner and auto-fit advisor for ggml engines."""
+
+
+Format = Annotated[str, typer.Option("--format", help="table | json | yaml")]
+
+
+@app.command("inspect")
+def inspect_cmd(
+    model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
+    fmt: Format = "table",
+    ctk: Annotated[str, typer.Option("-ctk", "--cache-type-k", help="K cache type")] = "f16",
+    ctv: Annotated[str, typer.Option("-ctv", "--cache-type-v", help="V cache type")] = "f16",
+) -> None:
+    """Per-layer weights, KV per 1k tokens and recurrent state of a model."""
+    from planner.inspect import inspect
+
+    typer.echo(render(inspect(model, ctk, ctv), fmt))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the CLI; click reports usage errors itself (exit 2), fitplan's errors are one line."""
+    logging.basicConfig(level=logging.WARNING, format="fitplan: %(message)s")
+    try:
+        app(args=argv, prog_name="fitplan")
+    except FitplanError as e:
+        typer.echo(f"fitplan: error: {e}", err=True)
+        return e.exit_code
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

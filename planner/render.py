@@ -1,0 +1,34 @@
+"""One renderer for every command: a result object to table, JSON or YAML text."""
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol, Sequence
+
+import yaml
+
+
+class Renderable(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def to_table(self) -> str: ...
+
+
+def render(result: Renderable, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(result.to_dict(), indent=2)
+    if fmt == "yaml":
+        return yaml.safe_dump(result.to_dict(), sort_keys=False)
+    return result.to_table()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    """Plain aligned text columns; `align` is one 'l'/'r' per column (default: first left, rest right)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or "l" + "r" * (len(headers) - 1)
+    out = []
+    for n, row in enumerate(cells):
+        out.append("  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
