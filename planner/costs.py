@@ -63,6 +63,7 @@ class LayerCost:
     state_bytes_per_seq: int
     window: int
     nextn: bool = False
+    elements: tuple[tuple[WeightGroup, int], ...] = ()  # parameter counts by group, for FLOPs
 
     @property
     def weight_bytes(self) -> int:
@@ -117,22 +118,25 @@ def cache_row_bytes(qtype: GGMLQuantizationType, n_elements: int, what: str) -> 
 def cost_table(model: ModelFile, facts: ModelFacts, type_k: str = "f16", type_v: str = "f16") -> CostTable:
     qk, qv = cache_type(type_k), cache_type(type_v)
     sums: list[dict[WeightGroup, int]] = [{g: 0 for g in WeightGroup} for _ in facts.layers]
+    counts: list[dict[WeightGroup, int]] = [{g: 0 for g in WeightGroup} for _ in facts.layers]
     non_repeating: list[TensorInfo] = []
     for t in model.tensors:
         m = _BLOCK.match(t.name)
         if m and int(m.group(1)) < len(sums):
-            sums[int(m.group(1))][tensor_group(m.group(2))] += t.n_bytes
+            group = tensor_group(m.group(2))
+            sums[int(m.group(1))][group] += t.n_bytes
+            counts[int(m.group(1))][group] += t.n_elements
         else:
             non_repeating.append(t)
     layers = []
-    for lf, groups in zip(facts.layers, sums):
+    for lf, groups, n_params in zip(facts.layers, sums, counts):
         k = cache_row_bytes(qk, lf.k_per_cell, f"layer {lf.index}'s K") if lf.k_per_cell else 0
         v = cache_row_bytes(qv, lf.v_per_cell, f"layer {lf.index}'s V") if lf.v_per_cell else 0
         layers.append(LayerCost(
             index=lf.index, kind=lf.kind, weights=tuple(groups.items()),
             k_bytes_per_cell=k, v_bytes_per_cell=v,
             state_bytes_per_seq=(lf.state_r + lf.state_s) * STATE_BYTES_PER_ELEMENT,
-            window=lf.window, nextn=lf.nextn,
+            window=lf.window, nextn=lf.nextn, elements=tuple(n_params.items()),
         ))
     tied = model.tensor("output.weight") is None and model.tensor("token_embd.weight") is not None
     return CostTable(arch=facts.arch, type_k=type_k.lower(), type_v=type_v.lower(), layers=tuple(layers),
