@@ -1,0 +1,180 @@
+"""sd-cli's `--backend` / `--params-backend` / `--max-vram` assignment strings.
+
+Rules follow seed 002 (stable-diffusion.cpp docs/backend.md) and the facts of its parser
+(src/core/ggml_extend_backend.cpp `sd_parse_backend_assignment` / `validate`, and
+src/core/ggml_graph_cut.cpp `MaxVramAssignment::parse`): comma-separated parts, empty parts
+skipped, a part without `=` sets the default, `all=`/`default=`/`*=` set the default, the last
+setting for a module wins, an empty key or value is refused, module names are matched
+case-insensitively with `-` and `_` ignored.
+
+Parsing is syntax only; `resolve_*` turn tokens into device names against an inventory.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from planner.errors import FlagError
+
+
+class Module(enum.Enum):
+    """sd-cli's backend modules (SDBackendModule), valued by their canonical key."""
+
+    DIFFUSION = "diffusion"
+    TE = "te"
+    CLIP_VISION = "clip_vision"
+    VAE = "vae"
+    CONTROLNET = "controlnet"
+    PHOTOMAKER = "photomaker"
+    UPSCALER = "upscaler"
+    DETECTOR = "detector"
+
+
+# Seed 002, "Modules" table: accepted names, compared after lower-casing and dropping - and _.
+MODULE_ALIASES: dict[Module, tuple[str, ...]] = {
+    Module.DIFFUSION: ("diffusion", "model", "unet", "dit"),
+    Module.TE: ("te", "clip", "text", "textencoder", "textencoders", "conditioner", "cond",
+                "llm", "t5", "t5xxl"),
+    Module.CLIP_VISION: ("clipvision", "vision"),
+    Module.VAE: ("vae", "firststage", "autoencoder", "tae"),
+    Module.CONTROLNET: ("controlnet", "control"),
+    Module.PHOTOMAKER: ("photomaker", "photomakerid", "pmid", "photo"),
+    Module.UPSCALER: ("upscaler", "esrgan", "hires"),
+    Module.DETECTOR: ("detector", "adetailer", "yolo"),
+}
+_ALIAS_TO_MODULE = {alias: module for module, aliases in MODULE_ALIASES.items() for alias in aliases}
+DEFAULT_KEYS = ("all", "default", "*")
+# Seed 002 "Backend names": these select the default backend (GPU, then iGPU, then CPU).
+DEFAULT_TOKENS = ("", "auto", "default")
+DISK = "disk"
+CPU = "CPU"
+
+
+class Role(enum.Enum):
+    """Which flag an assignment string came from; the rules differ (seed 002)."""
+
+    BACKEND = "--backend"
+    PARAMS = "--params-backend"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A parsed assignment: a default token and per-module tokens (raw, trimmed)."""
+
+    default: str = ""
+    modules: tuple[tuple[Module, str], ...] = ()
+
+    def get(self, module: Module) -> str:
+        for m, value in self.modules:
+            if m == module:
+                return value
+        return self.default
+
+    def explicit(self, module: Module) -> bool:
+        """True when the module has a non-default token (its own or the default's)."""
+        return not is_default_token(self.get(module))
+
+    @property
+    def empty(self) -> bool:
+        return not self.default and not self.modules
+
+
+def is_default_token(token: str) -> bool:
+    return token.strip().lower() in DEFAULT_TOKENS
+
+
+def parse_module(raw: str) -> Module | None:
+    key = raw.strip().lower().replace("-", "").replace("_", "")
+    return _ALIAS_TO_MODULE.get(key)
+
+
+def split_device_list(token: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in token.split("&") if t.strip())
+
+
+def _check_token(token: str, role: Role, flag: str) -> None:
+    """The per-token rules sd-cli's `validate` applies, short of looking devices up."""
+    lower = token.strip().lower()
+    if role is Role.PARAMS:
+        if "&" in token:
+            raise FlagError(f"{flag}: does not accept device lists ({token!r}); '&' is only for --backend")
+        return
+    if lower == DISK:
+        raise FlagError(f"{flag}: backend 'disk' is only accepted by --params-backend "
+                        "(it is a parameter residency mode, not a compute backend)")
+    if "&" in token:
+        names = split_device_list(token)
+        if not names:
+            raise FlagError(f"{flag}: invalid backend device list {token!r}")
+        for name in names:
+            if is_default_token(name):
+                raise FlagError(f"{flag}: default backend token {name!r} is not allowed in a device list {token!r}")
+            if name.lower() == DISK:
+                raise FlagError(f"{flag}: backend 'disk' is only accepted by --params-backend ({token!r})")
+
+
+def parse_assignment(text: str | None, role: Role) -> Assignment:
+    """Parse one `--backend` or `--params-backend` string; raise FlagError naming the token."""
+    flag = role.value
+    default = ""
+    modules: dict[Module, str] = {}
+    for raw_part in (text or "").strip().split(","):
+        part = raw_part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            _check_token(part, role, flag)
+            default = part
+            continue
+        key, value = (s.strip() for s in part.split("=", 1))
+        if not key or not value:
+            raise FlagError(f"{flag}: invalid backend assignment {part!r} (expected MODULE=BACKEND)")
+        _check_token(value, role, flag)
+        if key.lower() in DEFAULT_KEYS:
+            default = value
+            continue
+        module = parse_module(key)
+        if module is None:
+            raise FlagError(f"{flag}: unknown backend module {key!r} in {part!r}")
+        modules[module] = value
+    return Assignment(default=default, modules=tuple(modules.items()))
+
+
+@dataclass(frozen=True)
+class MaxVram:
+    """A parsed `--max-vram`: GiB values (0 = unset, <0 = free minus that many GiB)."""
+
+    default_gib: float = 0.0
+    devices: tuple[tuple[str, float], ...] = ()
+
+
+def _parse_gib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise FlagError(f"--max-vram: invalid value {text!r} (expected GiB, e.g. 6 or -2)")
+    return value
+
+
+def parse_max_vram(text: str | None) -> MaxVram:
+    """Parse `--max-vram` as sd-cli does (MaxVramAssignment::parse): GiB, bare or NAME=GiB."""
+    default = 0.0
+    devices: dict[str, float] = {}
+    for raw_part in (text or "").strip().split(","):
+        part = raw_part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            default = _parse_gib(part)
+            continue
+        key, value = (s.strip() for s in part.split("=", 1))
+        if not key or not value:
+            raise FlagError(f"--max-vram: invalid assignment {part!r} (expected DEVICE=GiB)")
+        if key.lower() in DEFAULT_KEYS:
+            default = _parse_gib(value)
+        else:
+            devices[key] = _parse_gib(value)
+    return MaxVram(default_gib=default, devices=tuple(devices.items()))

@@ -1,0 +1,178 @@
+"""Component sizes of a stable-diffusion.cpp model, from file headers only.
+
+A model is one or more files: a full checkpoint (`-m`, tensors classified by name) and/or one
+file per module (`--diffusion-model`, `--vae`, `--t5xxl`, ...). stable-diffusion.cpp's
+auto-fit sums, per component, every used tensor's loaded size plus 64 bytes, and keeps the
+largest such tensor as staging room (src/core/backend_fit.cpp, `estimate_components`).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planner.errors import BadInput
+from planner.gguf_file import read_model
+from planner.sd.assign import Module
+from planner.sd.safetensors_header import read_safetensors
+from planner.units import GiB
+
+# backend_fit.cpp adds this much to every tensor when estimating a component.
+TENSOR_OVERHEAD_BYTES = 64
+
+
+class Kind(enum.IntEnum):
+    """Auto-fit's components, valued in seed 002's priority order (diffusion, te, vae)."""
+
+    DIFFUSION = 0
+    TE = 1
+    VAE = 2
+
+
+KIND_MODULE: dict[Kind, Module] = {Kind.DIFFUSION: Module.DIFFUSION, Kind.TE: Module.TE, Kind.VAE: Module.VAE}
+KIND_LABEL: dict[Kind, str] = {Kind.DIFFUSION: "DiT", Kind.TE: "Conditioner", Kind.VAE: "VAE"}
+# Seed 002: "Initial compute reserves are estimates (2 GiB for diffusion and text encoders, 1 GiB for VAE)".
+COMPUTE_RESERVE: dict[Kind, int] = {Kind.DIFFUSION: 2 * GiB, Kind.TE: 2 * GiB, Kind.VAE: 1 * GiB}
+
+
+class Match(enum.Enum):
+    CONTAINS = "contains"
+    PREFIX = "prefix"
+
+
+# Tensor-name rules of backend_fit.cpp `classify_tensor`, tried in this order.
+CLASSIFY_RULES: tuple[tuple[Kind, Match, str], ...] = (
+    (Kind.DIFFUSION, Match.CONTAINS, "model.diffusion_model."),
+    (Kind.DIFFUSION, Match.CONTAINS, "unet."),
+    (Kind.VAE, Match.CONTAINS, "first_stage_model."),
+    (Kind.VAE, Match.PREFIX, "vae."),
+    (Kind.VAE, Match.PREFIX, "tae."),
+    (Kind.TE, Match.CONTAINS, "text_encoders"),
+    (Kind.TE, Match.CONTAINS, "cond_stage_model"),
+    (Kind.TE, Match.CONTAINS, "te.text_model."),
+    (Kind.TE, Match.CONTAINS, "conditioner"),
+    (Kind.TE, Match.PREFIX, "text_encoder."),
+    (Kind.TE, Match.PREFIX, "text_embedding_projection."),
+    (Kind.TE, Match.CONTAINS, ".aggregate_embed."),
+)
+
+# Tensors sd.cpp never loads (src/model_loader.cpp `unused_tensors`, a prefix list; the
+# training-only and scheduler buffers that appear in real checkpoints).
+UNUSED_PREFIXES: tuple[str, ...] = (
+    "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod",
+    "sqrt_one_minus_alphas_cumprod", "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod",
+    "sqrt_recipm1_alphas_cumprod", "posterior_variance", "posterior_log_variance_clipped",
+    "posterior_mean_coef1", "posterior_mean_coef2",
+    "cond_stage_model.transformer.text_model.embeddings.position_ids",
+    "cond_stage_model.1.model.text_model.embeddings.position_ids",
+    "cond_stage_model.transformer.vision_model.embeddings.position_ids",
+    "cond_stage_model.model.logit_scale",
+    "conditioner.embedders.0.transformer.text_model.embeddings.position_ids",
+    "conditioner.embedders.0.model.logit_scale", "conditioner.embedders.1.model.logit_scale",
+    "model.diffusion_model.time_embedding.cond_proj.weight", "unet.time_embedding.cond_proj.weight",
+    "model_ema.decay", "model_ema.num_updates", "model_ema.diffusion_model", "embedding_manager",
+    "denoiser.sigmas", "text_encoders.t5xxl.transformer.encoder.embed_tokens.weight", "ztsnr",
+    "edm_vpred.sigma_min", "text_encoders.llm.output.weight", "text_encoders.llm.lm_head.",
+)
+
+
+class FileRole(enum.Enum):
+    """sd-cli's model-file flags; each gives its file's tensors a name prefix and a component.
+
+    Prefixes from src/stable-diffusion.cpp (`init_from_file(path, prefix)` calls).
+    """
+
+    MODEL = ("-m", None, "")
+    DIFFUSION_MODEL = ("--diffusion-model", Kind.DIFFUSION, "model.diffusion_model.")
+    HIGH_NOISE_DIFFUSION_MODEL = ("--high-noise-diffusion-model", Kind.DIFFUSION, "model.high_noise_diffusion_model.")
+    CLIP_L = ("--clip_l", Kind.TE, "clip_l.")
+    CLIP_G = ("--clip_g", Kind.TE, "clip_g.")
+    T5XXL = ("--t5xxl", Kind.TE, "text_encoders.t5xxl.transformer.")
+    LLM = ("--llm", Kind.TE, "text_encoders.llm.")
+    LLM_VISION = ("--llm_vision", Kind.TE, "text_encoders.llm.visual.")
+    VAE = ("--vae", Kind.VAE, "vae.")
+    TAESD = ("--taesd", Kind.VAE, "tae.")
+
+    @property
+    def flag(self) -> str:
+        return self.value[0]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    path: str
+    role: FileRole = FileRole.MODEL
+
+
+@dataclass(frozen=True)
+class SdTensor:
+    name: str  # with the file role's prefix
+    n_bytes: int  # loaded size plus TENSOR_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True)
+class Component:
+    kind: Kind
+    params_bytes: int
+    largest_tensor_bytes: int
+    tensors: tuple[SdTensor, ...] = field(default=(), repr=False)
+
+    @property
+    def reserve_bytes(self) -> int:
+        return COMPUTE_RESERVE[self.kind]
+
+    @property
+    def module(self) -> Module:
+        return KIND_MODULE[self.kind]
+
+
+def classify(name: str) -> Kind | None:
+    """The component a checkpoint tensor belongs to, or None (sd.cpp's auto-fit ignores it)."""
+    for kind, match, pattern in CLASSIFY_RULES:
+        if (pattern in name) if match is Match.CONTAINS else name.startswith(pattern):
+            return kind
+    return None
+
+
+def is_unused(name: str) -> bool:
+    return name.startswith(UNUSED_PREFIXES)
+
+
+def _file_tensors(path: str) -> list[tuple[str, int]]:
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror or e}") from None
+    if magic == b"GGUF":
+        return [(t.name, t.n_bytes) for t in read_model(path).tensors]
+    return [(t.name, t.n_bytes) for t in read_safetensors(path)]
+
+
+def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:
+    _, role_kind, prefix = source.role.value
+    out = []
+    for raw_name, n_bytes in _file_tensors(source.path):
+        name = prefix + raw_name
+        kind = role_kind if role_kind is not None else classify(name)
+        if kind is None or is_unused(name):
+            continue
+        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES)))
+    return out
+
+
+def read_components(sources: list[ModelSource]) -> tuple[Component, ...]:
+    """Diffusion, TE and VAE components (in that order; absent ones have 0 bytes)."""
+    if not sources:
+        raise BadInput("no model file given")
+    by_kind: dict[Kind, list[SdTensor]] = {k: [] for k in Kind}
+    for source in sources:
+        if not Path(source.path).is_file():
+            raise BadInput(f"{source.path}: no such model file")
+        for kind, tensor in _source_tensors(source):
+            by_kind[kind].append(tensor)
+    if not any(by_kind.values()):
+        names = ", ".join(s.path for s in sources)
+        raise BadInput(f"{names}: no diffusion, text-encoder or VAE tensors found")
+    return tuple(Component(kind, sum(t.n_bytes for t in ts), max((t.n_bytes for t in ts), default=0), tuple(ts))
+                 for kind, ts in by_kind.items())

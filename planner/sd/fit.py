@@ -1,0 +1,83 @@
+"""sd-fit: flags + model files + inventory -> an SdPlan (the one library call of the command)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.devices import DeviceKind, Inventory
+from planner.errors import FlagError
+from planner.sd.assign import Assignment, Module, Role, parse_assignment, parse_max_vram
+from planner.sd.autofit import follow_assignments, greedy_fit
+from planner.sd.components import KIND_MODULE, Component, Kind, ModelSource, read_components
+from planner.sd.optimal import optimal_fit
+from planner.sd.placement import FitInput, GpuBudget, Placement, ram_budget
+from planner.sd.plan import Mode, SdPlan, specs
+from planner.sd.resolve import canonical_max_vram, resolve_compute, resolve_params
+from planner.sd.split import SPLITTABLE, split_ranges
+from planner.sd.traffic import DEFAULT_STEPS, traffic_bytes
+
+
+@dataclass(frozen=True)
+class SdFitRequest:
+    sources: tuple[ModelSource, ...]
+    backend: str | None = None
+    params_backend: str | None = None
+    max_vram: str | None = None
+    auto_fit: bool = True
+    optimal: bool = False
+    steps: int = DEFAULT_STEPS
+
+
+def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
+    """Every non-CPU device with its --max-vram budget (planner.budgets: seed 002's rules)."""
+    from planner.budgets import resolve_budgets
+
+    budgets = resolve_budgets(inventory, max_vram, None)
+    return tuple(GpuBudget(d.name, d.free_bytes, max(budgets.devices.get(d.name, 0), 0), d.description,
+                           discrete=d.kind in (DeviceKind.GPU, DeviceKind.RPC))
+                 for d in inventory.devices)
+
+
+def _fit_input(inventory: Inventory, components: tuple[Component, ...], backend: Assignment,
+               max_vram: str | None) -> FitInput:
+    ram_free = inventory.host.ram_available_bytes
+    ram_free = ram_free if ram_free is not None and ram_free >= 0 else None
+    compute = tuple((k, resolve_compute(inventory, backend, KIND_MODULE[k])) for k in Kind)
+    return FitInput(components, gpu_budgets(inventory, max_vram), ram_free, ram_budget(ram_free), compute)
+
+
+def _kept_modules(backend: Assignment) -> list[tuple[str, str]]:
+    """The user's --backend entries for modules auto-fit does not place (kept verbatim)."""
+    placed = set(KIND_MODULE.values())
+    return [(m.value, v) for m, v in backend.modules if m not in placed]
+
+
+def _splits(fit: FitInput, placements: tuple[Placement, ...]):
+    free = {g.name: g.free_bytes for g in fit.gpus}
+    comps = {c.kind: c for c in fit.components}
+    return tuple((p.kind, split_ranges(comps[p.kind], p.compute, free))
+                 for p in placements if len(p.compute) > 1 and p.kind in SPLITTABLE)
+
+
+def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
+    backend = parse_assignment(request.backend, Role.BACKEND)
+    params = parse_assignment(request.params_backend, Role.PARAMS)
+    max_vram = canonical_max_vram(inventory, parse_max_vram(request.max_vram))
+    # Seed 002: explicit --params-backend disables auto-fit regardless of order or --auto-fit on.
+    auto = request.auto_fit and params.empty
+    if request.optimal and not auto:
+        raise FlagError("--optimal plans parameter placement; it cannot be combined with "
+                        "--params-backend or --auto-fit off")
+    param_targets = {k: resolve_params(inventory, params, KIND_MODULE[k]) for k in Kind}
+    components = read_components(list(request.sources))
+    fit = _fit_input(inventory, components, backend, max_vram)
+    if request.optimal:
+        placements, mode = optimal_fit(fit, request.steps), Mode.OPTIMAL
+    elif auto:
+        placements, mode = greedy_fit(fit), Mode.AUTO_FIT
+    else:
+        chosen = {k: v for k, v in param_targets.items() if v is not None}
+        placements, mode = follow_assignments(fit, chosen), Mode.MANUAL
+    runtime_spec, params_spec = specs(placements, _kept_modules(backend))
+    return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
+                  _splits(fit, placements), runtime_spec, params_spec, max_vram,
+                  traffic_bytes(fit, placements, request.steps))

@@ -1,0 +1,109 @@
+"""An sd-fit result and its renderings: sd-cli's auto-fit report, flags, plain data."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from planner.sd.components import KIND_LABEL, Kind
+from planner.sd.placement import GpuBudget, Placement, Where
+from planner.sd.split import SplitRange
+from planner.units import MiB
+
+
+class Mode:
+    AUTO_FIT = "auto-fit"
+    OPTIMAL = "optimal"
+    MANUAL = "manual"  # auto-fit off, or disabled by --params-backend
+
+
+@dataclass(frozen=True)
+class SdPlan:
+    mode: str
+    gpus: tuple[GpuBudget, ...]
+    ram_free_bytes: int | None
+    ram_budget_bytes: int | None
+    placements: tuple[Placement, ...]
+    splits: tuple[tuple[Kind, tuple[SplitRange, ...]], ...]
+    backend_spec: str
+    params_spec: str
+    max_vram: str | None
+    traffic_bytes: int  # weight bytes moved per image (see planner.sd.optimal)
+
+    @property
+    def flags(self) -> str:
+        """sd-cli flags that reproduce this plan without re-planning."""
+        out = ["--backend", self.backend_spec or "auto"]
+        if self.params_spec:
+            out += ["--params-backend", self.params_spec]  # a params assignment disables auto-fit
+        else:
+            out += ["--auto-fit", "off"]
+        if self.max_vram:
+            out += ["--max-vram", self.max_vram]
+        return shlex.join(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "devices": [{"name": g.name, "free_bytes": g.free_bytes, "budget_bytes": g.budget_bytes}
+                        for g in self.gpus],
+            "ram": {"free_bytes": self.ram_free_bytes, "params_budget_bytes": self.ram_budget_bytes},
+            "components": [{
+                "module": p.kind.name.lower(), "params_bytes": p.params_bytes,
+                "compute_reserve_bytes": p.reserve_bytes, "compute": p.compute_name,
+                "params": p.params_name, "params_location": p.params.value,
+            } for p in self.placements],
+            "splits": {kind.name.lower(): [{"device": r.device, "first_block": r.first_block,
+                                            "end_block": r.end_block, "bytes": r.total_bytes} for r in ranges]
+                       for kind, ranges in self.splits},
+            "backend": self.backend_spec,
+            "params_backend": self.params_spec,
+            "traffic_bytes_per_image": self.traffic_bytes,
+            "flags": self.flags,
+        }
+
+    def _title(self) -> str:
+        computes = sorted({p.compute_name for p in self.placements if p.compute})
+        where = ", ".join(computes) or "cpu"
+        return {Mode.AUTO_FIT: f"auto-fit plan (compute on {where}):",
+                Mode.OPTIMAL: f"optimal plan (min weight traffic; compute on {where}):",
+                Mode.MANUAL: "placement (auto-fit off; as assigned):"}[self.mode]
+
+    def to_table(self) -> str:
+        lines = [self._title(), "  devices:"]
+        for g in self.gpus:
+            lines.append(f"    {g.name:<12} {g.description:<32} free {g.free_bytes // MiB:6d} MiB, "
+                         f"budget {g.budget_bytes // MiB:6d} MiB")
+        if self.ram_free_bytes is None:
+            lines.append("    RAM          available RAM unknown; CPU parameter residency skipped")
+        else:
+            lines.append(f"    RAM          free {self.ram_free_bytes // MiB:6d} MiB, "
+                         f"params budget {(self.ram_budget_bytes or 0) // MiB:6d} MiB")
+        lines.append("  components (params: compute GPU -> RAM -> other GPU -> disk):")
+        for p in self.placements:
+            lines.append(f"    {KIND_LABEL[p.kind]:<12} params {p.params_bytes // MiB:6d} MiB, "
+                         f"compute reserve {p.reserve_bytes // MiB:5d} MiB -> compute {p.compute_name}, "
+                         f"params {p.params_name}")
+        for kind, ranges in self.splits:
+            for r in ranges:
+                lines.append(f"    layer split {kind.name.lower()}: {r.device} <- blocks [{r.first_block}, "
+                             f"{r.end_block}) of {r.n_blocks_total}, {r.total_bytes // MiB} MiB")
+        lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
+        params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
+        lines.append(f'{self.mode}: --backend "{self.backend_spec or "(default)"}"{params}')
+        lines.append(f"sd-cli flags: {self.flags}")
+        return "\n".join(lines)
+
+
+def specs(placements: tuple[Placement, ...], keep: list[tuple[str, str]]) -> tuple[str, str]:
+    """--backend and --params-backend strings: one entry per component, parameters only where
+    they do not follow the runtime backend (backend_fit.cpp's derived specs), then the user's
+    assignments for other modules (`keep`), which auto-fit preserves (seed 002)."""
+    runtime, params = [], []
+    for p in placements:
+        key = p.kind.name.lower()
+        runtime.append(f"{key}={p.compute_name}")
+        if p.params is not Where.RESIDENT:
+            params.append(f"{key}={p.params_name}")
+    runtime += [f"{k}={v}" for k, v in keep]
+    return ",".join(runtime), ",".join(params)

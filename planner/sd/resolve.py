@@ -1,0 +1,90 @@
+"""Backend tokens -> device names, against an inventory (seed 002, "Backend names").
+
+`cpu` is the host; `auto`/`default`/empty select the default backend; a backend registry
+name (`cuda`, `vulkan`, `metal`) selects that registry's first device (stable-diffusion.cpp
+`resolve_first_device_by_registry_name`, which maps `metal` to `MTL`); anything else is a
+device name, exact or a unique prefix, case-insensitive, `gpu` being the first GPU — that
+part is planner.budgets.resolve_device, shared with the llama.cpp planner.
+"""
+from __future__ import annotations
+
+from planner.devices import NAME_PREFIX, Backend, Inventory
+from planner.errors import BadInput, FlagError
+from planner.sd.assign import CPU, DISK, Assignment, MaxVram, Module, Role, is_default_token, split_device_list
+from planner.sd.placement import Where
+
+_REGISTRY_ALIASES: dict[str, Backend] = {b.value.lower(): b for b in Backend if b is not Backend.CPU}
+_REGISTRY_ALIASES.update({NAME_PREFIX[b].lower(): b for b in NAME_PREFIX})
+
+
+def resolve_name(inventory: Inventory, token: str, flag: str) -> str:
+    """One backend token -> an inventory device name, or CPU."""
+    lower = token.strip().lower()
+    if lower == "cpu":
+        return CPU
+    backend = _REGISTRY_ALIASES.get(lower)
+    if backend is not None:
+        first = next((d for d in inventory.devices if d.backend is backend), None)
+        if first is not None:
+            return first.name
+    from planner.budgets import resolve_device
+
+    try:
+        found = resolve_device(inventory, token.strip())
+    except BadInput:
+        found = None
+    if found is None:
+        known = ", ".join([*inventory.names, CPU]) or CPU
+        raise FlagError(f"{flag}: backend {token.strip()!r} was not found (devices: {known})")
+    return getattr(found, "name", found)
+
+
+def default_device(inventory: Inventory) -> str:
+    """Seed 002: the default backend is the first GPU, then integrated GPU, then the CPU."""
+    for kind in ("gpu", "igpu"):
+        dev = next((d for d in inventory.devices if d.kind.value == kind), None)
+        if dev is not None:
+            return dev.name
+    return CPU
+
+
+def resolve_compute(inventory: Inventory, assignment: Assignment, module: Module) -> tuple[str, ...] | None:
+    """A module's --backend: None (unassigned: auto-fit or the default backend decides),
+    () for the CPU, or GPU names (several for a layer split)."""
+    token = assignment.get(module)
+    if is_default_token(token):
+        return None
+    names = tuple(resolve_name(inventory, t, Role.BACKEND.value) for t in split_device_list(token))
+    if len(names) > 1 and CPU in names:
+        raise FlagError(f"--backend: {token!r}: fitplan plans layer splits across GPUs only, not the CPU")
+    if len(set(names)) != len(names):
+        raise FlagError(f"--backend: {token!r} lists a device twice")
+    return () if names == (CPU,) else names
+
+
+def resolve_params(inventory: Inventory, assignment: Assignment, module: Module) -> tuple[Where, str | None] | None:
+    """A module's --params-backend: None when unset (parameters follow the runtime backend)."""
+    token = assignment.get(module)
+    if not token:
+        return None
+    if token.strip().lower() == DISK:
+        return Where.DISK, None
+    # A non-empty default token is not "unset": sd.cpp initialises the default backend for it
+    # (SDBackendManager::params_backend only follows the runtime for an empty name).
+    name = default_device(inventory) if is_default_token(token) else resolve_name(inventory, token, Role.PARAMS.value)
+    return (Where.CPU, None) if name == CPU else (Where.OTHER_GPU, name)
+
+
+def canonical_max_vram(inventory: Inventory, max_vram: MaxVram) -> str | None:
+    """--max-vram with every key resolved to its device name (sd-cli's
+    `canonicalize_backend_keys` refuses a key naming no device; a CPU key budgets nothing)."""
+    parts = [repr(max_vram.default_gib)] if max_vram.default_gib else []
+    for key, gib in max_vram.devices:
+        try:
+            name = resolve_name(inventory, key, "--max-vram")
+        except FlagError:
+            known = ", ".join(inventory.names) or "none"
+            raise FlagError(f"--max-vram: unknown backend {key!r} (devices: {known})") from None
+        if name != CPU:
+            parts.append(f"{name}={gib!r}")
+    return ",".join(parts) or None

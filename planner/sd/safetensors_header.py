@@ -1,0 +1,98 @@
+"""Safetensors header reading: the 8-byte length, the JSON index, nothing else.
+
+Format (huggingface/safetensors README): u64 little-endian header length N, then N bytes of
+JSON mapping tensor name -> {dtype, shape, data_offsets: [begin, end]} (offsets relative to the
+byte after the header), plus an optional "__metadata__" entry. Every length is checked against
+the file's size before anything is read, so a hostile header is refused, not obeyed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+
+from planner.errors import BadInput
+
+# dtype -> (bytes per element in the file, bytes per element once stable-diffusion.cpp loads
+# it). sd.cpp widens F8 to F16 and narrows F64/I64 to 32 bits at load time
+# (src/model_io/safetensors_io.cpp, safetensors_dtype_to_ggml_type); the loaded size is what
+# occupies a device.
+DTYPE_BYTES: dict[str, tuple[int, int]] = {
+    "F32": (4, 4), "F16": (2, 2), "BF16": (2, 2), "F64": (8, 4),
+    "F8_E4M3": (1, 2), "F8_E5M2": (1, 2),
+    "I32": (4, 4), "I64": (8, 4), "I8": (1, 1),
+}
+HEADER_LEN_BYTES = 8
+# The safetensors reference implementation refuses headers above 100 MB; so do we.
+MAX_HEADER_BYTES = 100 * 1000 * 1000
+
+
+def SafetensorsError(path: str, problem: str) -> BadInput:  # noqa: N802 - reads as a raise
+    """A file that is not a readable safetensors file, or whose header is hostile (exit 2)."""
+    return BadInput(f"{path}: {problem}")
+
+
+@dataclass(frozen=True)
+class StTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    n_bytes: int  # as loaded by stable-diffusion.cpp (see DTYPE_BYTES)
+
+
+def _read_json(path: str) -> dict:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(HEADER_LEN_BYTES)
+        if len(head) < HEADER_LEN_BYTES:
+            raise SafetensorsError(path, f"file is {size} bytes, too short for a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - HEADER_LEN_BYTES:
+            raise SafetensorsError(path, f"header length {n} is larger than the file ({size} bytes)")
+        if n > MAX_HEADER_BYTES:
+            raise SafetensorsError(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
+        raw = f.read(n)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SafetensorsError(path, f"header is not valid JSON ({e.__class__.__name__})") from None
+    if not isinstance(doc, dict):
+        raise SafetensorsError(path, "header is not a JSON object")
+    return {"size": size, "header_len": n, "entries": doc}
+
+
+def _tensor(path: str, name: str, entry: object, data_bytes: int) -> StTensor:
+    if not isinstance(entry, dict):
+        raise SafetensorsError(path, f"tensor {name!r}: entry is not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPE_BYTES:
+        raise SafetensorsError(path, f"tensor {name!r}: unsupported dtype {dtype!r}")
+    if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+            or not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) for o in offsets)):
+        raise SafetensorsError(path, f"tensor {name!r}: malformed shape or data_offsets")
+    begin, end = offsets
+    n_elements = 1
+    for d in shape:
+        n_elements *= d
+    file_size, loaded_size = DTYPE_BYTES[dtype]
+    if not 0 <= begin <= end <= data_bytes:
+        raise SafetensorsError(path, f"tensor {name!r}: data_offsets {offsets} outside the "
+                                     f"{data_bytes}-byte data section")
+    if end - begin != n_elements * file_size:
+        raise SafetensorsError(path, f"tensor {name!r}: {end - begin} data bytes for "
+                                     f"{n_elements} {dtype} values")
+    return StTensor(name, dtype, tuple(shape), n_elements * loaded_size)
+
+
+def read_safetensors(path: str | os.PathLike[str]) -> tuple[StTensor, ...]:
+    """The tensor index of a safetensors file; raises BadInput (exit 2) if unusable."""
+    path = str(path)
+    try:
+        doc = _read_json(path)
+    except OSError as e:
+        raise SafetensorsError(path, e.strerror or str(e)) from None
+    data_bytes = doc["size"] - HEADER_LEN_BYTES - doc["header_len"]
+    return tuple(_tensor(path, name, entry, data_bytes)
+                 for name, entry in doc["entries"].items() if name != "__metadata__")
