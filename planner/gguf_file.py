@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,10 +216,16 @@ def _read_shard(path: str, shard_no: int) -> _Shard:
     except OSError as e:
         raise GGUFError(path, f"cannot open: {e.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a directory or a device opens fine but cannot be mapped
+            raise GGUFError(path, "not a regular file")
+        if st.st_size == 0:
             raise GGUFError(path, "not a GGUF file (it is empty)")
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as buf:
+        try:
+            buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise GGUFError(path, f"cannot map: {e.strerror}") from None
+        with buf:
             return _parse(path, buf, shard_no)
     finally:
         os.close(fd)
