@@ -25,6 +25,9 @@ def _root() -> None:
 
 Format = Annotated[str, typer.Option("--format", help="table | json | yaml")]
 
+from planner.commands_devices import devices_cmd  # noqa: E402
+app.command("devices")(devices_cmd)
+
 
 @app.command("inspect")
 def inspect_cmd(
