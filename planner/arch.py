@@ -80,8 +80,9 @@ RECURRENT_RULES: dict[str, RecurrentRule] = {
 }
 
 # Architectures fitplan knows to be plain transformers: every block attends over a full cache.
-# Anything not here, in SWA_RULES or in RECURRENT_RULES still gets weights per layer; its KV
-# facts are reported as unknown unless the file carries per-layer arrays.
+# Anything not here, in SWA_RULES or in RECURRENT_RULES still gets weights per layer; its layers
+# are UNKNOWN with no KV figures, since guessing full attention would be wrong for SWA or
+# recurrent designs.
 KNOWN_DENSE = frozenset({
     "llama", "mistral3", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "qwen3vl", "qwen3vlmoe", "phi3",
     "deepseek2", "deepseek", "glm4", "glm4moe", "granite", "granitemoe", "olmo", "olmo2", "olmoe",
@@ -189,7 +190,7 @@ def _swa_flags(meta: _Meta, n: int) -> tuple[list[bool], int]:
     return [every == 0 or il % every < every - 1 for il in range(n)], window
 
 
-def _recurrent_flags(meta: _Meta, n: int, n_head_kv: list[int], n_ff: list[int]) -> list[bool]:
+def _recurrent_flags(meta: _Meta, n: int, n_layer: int, n_head_kv: list[int], n_ff: list[int]) -> list[bool]:
     rule = RECURRENT_RULES.get(meta.arch)
     if rule is None:
         return [False] * n
@@ -203,7 +204,8 @@ def _recurrent_flags(meta: _Meta, n: int, n_head_kv: list[int], n_ff: list[int])
     if isinstance(explicit, tuple):
         return [bool(x) for x in explicit[:n]]
     interval = int(meta.get("full_attention_interval", 4) or 4)
-    return [(il + 1) % interval != 0 for il in range(n)]
+    # MTP blocks past the trunk are plain attention (src/models/qwen3next.cpp, qwen35.cpp)
+    return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
 
 
 def _state_sizes(meta: _Meta, n_embd: int) -> tuple[int, int]:
@@ -243,7 +245,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     mla = bool(meta.get("attention.key_length_mla")) and bool(meta.get("attention.value_length_mla"))
 
     swa, window = _swa_flags(meta, n_trunk_all)
-    recurrent = _recurrent_flags(meta, n_trunk_all, n_head_kv, n_ff)
+    recurrent = _recurrent_flags(meta, n_trunk_all, n_layer, n_head_kv, n_ff)
     r, s = _state_sizes(meta, n_embd)
     kv_from_start = _kv_from_start(meta, arch, n_trunk_all)
     parallel = RECURRENT_RULES.get(arch) is RecurrentRule.PARALLEL
@@ -252,7 +254,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     layers = []
     for il in range(n_trunk_all):
         is_rec = recurrent[il]
-        attends = (not is_rec or parallel) and n_head_kv[il] > 0
+        attends = known and (not is_rec or parallel) and n_head_kv[il] > 0
         if attends:
             kind = AttnKind.SWA if swa[il] else AttnKind.FULL
         elif is_rec:
