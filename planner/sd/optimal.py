@@ -11,6 +11,7 @@ PuLP stays inside this module (STYLE.md §5).
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 
 import pulp
@@ -67,8 +68,9 @@ def optimal_fit(fit: FitInput, steps: int) -> tuple[Placement, ...]:
     main = main_gpu(fit)
     prob = pulp.LpProblem("sd_fit", pulp.LpMinimize)
     opts = {c.kind: _options(fit, c) for c in comps}
-    x = {(c.kind, i): pulp.LpVariable(f"x_{c.kind.name}_{i}", cat="Binary") for c in comps for i in range(len(opts[c.kind]))}
-    g = {k: pulp.LpVariable(f"g_{k[0].name}_{k[1]}", cat="Binary") for k in x}  # chosen and cached
+    x = {(c.kind, i): prob.add_variable(f"x_{c.kind.name}_{i}", 0, 1, cat="Binary")
+         for c in comps for i in range(len(opts[c.kind]))}
+    g = {k: prob.add_variable(f"g_{k[0].name}_{k[1]}", 0, 1, cat="Binary") for k in x}  # chosen and cached
     objective = []
     for c in comps:
         prob += pulp.lpSum(x[c.kind, i] for i in range(len(opts[c.kind]))) == 1
@@ -81,7 +83,10 @@ def optimal_fit(fit: FitInput, steps: int) -> tuple[Placement, ...]:
         prob += pulp.lpSum(c.params_bytes * x[c.kind, i] for c in comps
                            for i, o in enumerate(opts[c.kind]) if o.where is Where.CPU) <= fit.ram_budget_bytes
     _gpu_constraints(prob, fit, comps, opts, x, g)
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=False))
+    with warnings.catch_warnings():
+        # PuLP 3.3 deprecates the bundled-CBC class name; the bundled CBC is still what we want.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        status = prob.solve(pulp.PULP_CBC_CMD(msg=False))
     if pulp.LpStatus[status] != "Optimal":
         raise InfeasiblePlacement(f"--optimal: no placement satisfies the budgets (solver: {pulp.LpStatus[status]})")
     chosen = []
