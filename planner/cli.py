@@ -27,6 +27,8 @@ Format = Annotated[str, typer.Option("--format", help="table | json | yaml")]
 
 from planner.commands_devices import devices_cmd  # noqa: E402
 app.command("devices")(devices_cmd)
+from planner.sd.command import sd_fit_cmd  # noqa: E402
+app.command("sd-fit")(sd_fit_cmd)
 
 
 @app.command("inspect")

@@ -10,7 +10,6 @@ import enum
 from dataclasses import dataclass
 
 from planner.sd.components import Component, Kind
-from planner.units import GiB
 
 
 class Where(enum.Enum):
@@ -90,6 +89,6 @@ class Placement:
 
 def ram_budget(ram_free_bytes: int | None) -> int | None:
     """Seed 002: RAM residency reserves the larger of 2 GiB or 10% of available RAM."""
-    if ram_free_bytes is None:
-        return None
-    return max(ram_free_bytes - max(2 * GiB, ram_free_bytes // 10), 0)
+    from planner.budgets import host_budget
+
+    return None if ram_free_bytes is None else host_budget(ram_free_bytes, None)

@@ -13,6 +13,8 @@ from planner.errors import BadInput, FlagError
 from planner.sd.assign import CPU, DISK, Assignment, MaxVram, Module, Role, is_default_token, split_device_list
 from planner.sd.placement import Where
 
+# sd-cli treats a 0 GiB budget as unset: free minus 512 MiB.
+UNSET_GIB = -0.5
 _REGISTRY_ALIASES: dict[str, Backend] = {b.value.lower(): b for b in Backend if b is not Backend.CPU}
 _REGISTRY_ALIASES.update({NAME_PREFIX[b].lower(): b for b in NAME_PREFIX})
 
@@ -76,8 +78,13 @@ def resolve_params(inventory: Inventory, assignment: Assignment, module: Module)
 
 
 def canonical_max_vram(inventory: Inventory, max_vram: MaxVram) -> str | None:
-    """--max-vram with every key resolved to its device name (sd-cli's
-    `canonicalize_backend_keys` refuses a key naming no device; a CPU key budgets nothing)."""
+    """--max-vram in planner.budgets' syntax, every key resolved to its device name.
+
+    sd-cli's rules (backend_fit.cpp `enumerate_gpu_devices`): a device's own value replaces
+    the default; 0 means unset, i.e. free minus 512 MiB — written here as -0.5 so that a
+    device's explicit 0 still overrides a bare default. A key naming no device is refused
+    (`canonicalize_backend_keys`); a CPU key budgets nothing.
+    """
     parts = [repr(max_vram.default_gib)] if max_vram.default_gib else []
     for key, gib in max_vram.devices:
         try:
@@ -86,5 +93,5 @@ def canonical_max_vram(inventory: Inventory, max_vram: MaxVram) -> str | None:
             known = ", ".join(inventory.names) or "none"
             raise FlagError(f"--max-vram: unknown backend {key!r} (devices: {known})") from None
         if name != CPU:
-            parts.append(f"{name}={gib!r}")
+            parts.append(f"{name}={gib if gib else UNSET_GIB!r}")
     return ",".join(parts) or None
