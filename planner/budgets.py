@@ -112,7 +112,10 @@ def parse_max_vram(inventory: Inventory, max_vram: str | None) -> dict[str, int]
         name, value = (part.strip() for part in item.split("=", 1))
         if not name:
             raise InventoryError(f"{context}: missing device name before '='; expected NAME=SIZE such as CUDA0=6")
-        dev = resolve_device(inventory, name)
+        try:
+            dev = resolve_device(inventory, name)
+        except InventoryError as exc:
+            raise InventoryError(f"{context}: {exc}") from None
         if dev.name in per_device:
             raise InventoryError(f"{context}: {dev.name} is set twice; expected one item per device")
         per_device[dev.name] = _amount(value, context)

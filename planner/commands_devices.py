@@ -36,7 +36,7 @@ class DevicesReport:
 
     def to_table(self) -> str:
         def rate(n: int, unit: str, scale: float) -> str:
-            return f"{n / scale:.1f} {unit}" if n else "-"
+            return f"{n / scale:.4g} {unit}" if n else "-"
 
         rows = [[d.name, d.kind.value, d.backend.value, fmt_bytes(d.total_bytes), fmt_bytes(d.free_bytes),
                  fmt_bytes(self.budgets.devices[d.name]), rate(d.bandwidth_bytes_s, "GB/s", 1e9),

@@ -46,7 +46,8 @@ def read_yaml(path: str | Path) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise where.error(f"not valid YAML{line}: expected a YAML mapping") from None
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise where.error(f"not valid YAML{line} ({problem}); expected a YAML mapping") from None
 
 
 def mapping(value: Any, where: Where, allowed: dict[str, str], required: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -138,10 +138,10 @@ def _yaml_devices(entry: Any, where: ds.Where) -> list[DeviceSpec]:
     count = int(ds.number(entry.get("count", 1), where.key("count"), "a count"))
     if count < 1 or count != entry.get("count", 1):
         raise where.key("count").error(f"expected a whole number >= 1; got {entry.get('count')!r}")
-    if name and count > 1 and fields.get("kind") is not DeviceKind.RPC:
+    if name and count > 1:
         raise where.key("count").error("expected 1 when name is given (names are unique); omit name to number them")
     dev = _build(name, fields, where)
-    return [dev] * count if not name or dev.kind is DeviceKind.RPC else [dev]
+    return [dev] * count
 
 
 def _check_name(name: str, fields: dict[str, Any], where: ds.Where) -> str:
@@ -178,14 +178,15 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
 
 
 def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds.Where]], source: str) -> Inventory:
-    """Order as llama.cpp does, number RPC devices, and check names the user gave agree."""
-    ordered = number_devices(list(llama_order(devices)))
-    rpc_given = [(n, w) for n, w in given if n.startswith("RPC")]
-    rpc_named = [d.name for d in ordered if d.kind is DeviceKind.RPC]
-    for (name, where), expected in zip(rpc_given, rpc_named):
-        if name != expected:
-            raise where.error(f"expected {expected}: llama.cpp numbers RPC devices in --rpc order; got {name!r}")
-    return Inventory(tuple(ordered), host, source=source)
+    """Order as llama.cpp does, number RPC devices, and check RPC names the user gave agree."""
+    ordered = list(llama_order(devices))
+    numbered = number_devices(ordered)
+    where_of = dict(given)
+    for before, after in zip(ordered, numbered):
+        if before.kind is DeviceKind.RPC and before.name and before.name != after.name:
+            where = where_of.get(before.name, ds.Where(source))
+            raise where.error(f"expected {after.name}: llama.cpp numbers RPC devices in --rpc order; got {before.name!r}")
+    return Inventory(tuple(numbered), host, source=source)
 
 
 # ----------------------------------------------------------------------------- shorthands
