@@ -1,0 +1,54 @@
+"""`fitplan devices` against real llama.cpp tools and two rpc-servers on loopback."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+
+pytestmark = pytest.mark.peer
+
+MIB = 2**20
+MODEL = Path.home() / ".cache" / "fitplan" / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+
+def fitplan_devices(capsys, *args: str) -> dict:
+    code = main(["devices", "--format", "json", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_rpc_devices_are_named_as_llama_cpp_names_them(capsys, llama_tools, rpc_pair):
+    doc = fitplan_devices(capsys, "--rpc", ",".join(rpc_pair))
+    ours = [(d["name"], d["endpoint"], d["total_bytes"] // MIB) for d in doc["devices"] if d["kind"] == "rpc"]
+    listed = subprocess.run([str(llama_tools / "llama-cli"), "--rpc", ",".join(rpc_pair), "--list-devices"],
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    theirs = [(m[0], m[1], int(m[2])) for m in re.findall(r"^\s+(RPC\d+): (\S+) \((\d+) MiB", listed, re.MULTILINE)]
+    assert ours == theirs
+    assert [name for name, _, _ in ours] == ["RPC0", "RPC1"]
+    assert doc["llama_flags"].startswith(f"--rpc {','.join(rpc_pair)} ")
+
+
+@pytest.mark.skipif(not MODEL.exists(), reason="example model not cached")
+def test_device_order_matches_llama_cpp_model_devices(capsys, llama_tools, rpc_pair):
+    doc = fitplan_devices(capsys, "--rpc", ",".join(rpc_pair))
+    run = subprocess.run([str(llama_tools / "llama-fit-params"), "--rpc", ",".join(rpc_pair), "-v", "-m", str(MODEL)],
+                         capture_output=True, text=True, timeout=300, check=True)
+    # llama_prepare_model_devices logs "using device NAME (DESC) ..." once per device, in model order.
+    used = re.findall(r"using device (\S+) \(", run.stdout + run.stderr)
+    assert used == doc["device_order"]
+
+
+def test_fit_target_from_budgets_is_accepted_by_llama_cpp(capsys, llama_tools, rpc_pair):
+    doc = fitplan_devices(capsys, "--rpc", ",".join(rpc_pair), "--max-vram", "RPC0=-1,RPC1=-2")
+    flags = doc["llama_flags"].split()
+    assert flags[flags.index("--fit-target") + 1] == "1024,2048"
+    if MODEL.exists():
+        run = subprocess.run([str(llama_tools / "llama-fit-params"), *flags, "-m", str(MODEL)],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
