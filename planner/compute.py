@@ -1,0 +1,131 @@
+"""A first model of llama.cpp's compute buffers per device (the embedded runtime will replace it).
+
+What the pinned llama.cpp reserves (src/llama-context.cpp sched_reserve, ggml-backend.cpp, ggml-alloc.c):
+- the worst-case graph has T = min(n_ctx, n_ubatch) tokens and min(T, n_batch) outputs;
+- graph inputs (tokens, positions, KQ masks, cache row indices, output ids) live on the CPU
+  backend; each device copies in the inputs its layers read, plus the hidden state crossing from
+  the previous device (seed 000: "what an input means to a split");
+- with pipeline parallelism every graph input and every crossing copy exists n_copies = 4 times
+  and is never freed (seed 000 §"Four copies");
+- inside a device the allocator frees a tensor after its last use and runs norms, ropes, adds and
+  softmax in place, so a layer's peak is roughly the residual stream, one normed copy and the
+  FFN's up/gate/activation rows — or, without flash attention, the n_kv x T x n_head scores;
+- the output device also holds the logits, n_vocab x outputs f32.
+Terms are counted in bytes; a small per-device constant covers graph bookkeeping tensors.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from planner.arch import AttnKind
+from planner.flags import LlamaFlags
+from planner.kv import ContextParams, swa_cells
+from planner.placement import HOST, Placement
+
+if TYPE_CHECKING:
+    from planner.estimate import ModelContext
+
+N_COPIES_PIPELINE = 4   # GGML_SCHED_MAX_COPIES
+F32 = 4
+F16 = 2
+I32 = 4
+I64 = 8
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Per-token widths of the tensors a layer materialises, from the model's weights."""
+
+    n_embd: int
+    n_ff: int            # widest FFN row per token (dense n_ff, or n_expert_used x expert n_ff)
+    q_width: int         # n_head x head_dim_k
+    kv_width: int        # n_head_kv x head_dim
+    n_head: int
+    n_vocab: int
+
+
+def _shapes(ctx: ModelContext) -> Shapes:
+    f = ctx.facts
+    n_ff = 0
+    for s in ctx.slots:
+        if ".ffn_up" in s.name or ".ffn_gate" in s.name and "inp" not in s.name:
+            t = ctx.model.tensor(s.name)
+            if t is None or len(t.shape) < 2:
+                continue
+            width = t.shape[1] * (f.n_expert_used if len(t.shape) == 3 else 1)
+            n_ff = max(n_ff, width)
+    q = max((lf.n_head * lf.head_dim_k for lf in f.layers), default=f.n_embd)
+    kv = max((lf.n_head_kv * max(lf.head_dim_k, lf.head_dim_v) for lf in f.layers), default=0)
+    n_head = max((lf.n_head for lf in f.layers), default=1)
+    return Shapes(f.n_embd, n_ff, q, kv, n_head, f.n_vocab)
+
+
+def _layer_work(sh: Shapes, kind: AttnKind, n_kv: int, t: int, fa: bool, n_stream: int) -> int:
+    """Peak live bytes while one layer runs on a device."""
+    e = sh.n_embd * t * F32
+    ffn = 2 * e + 3 * sh.n_ff * t * F32
+    attn = 2 * e + (2 * sh.q_width + 2 * sh.kv_width) * t * F32
+    if kind in (AttnKind.FULL, AttnKind.SWA) and not fa:
+        scores = n_kv * (t // max(1, n_stream)) * n_stream * sh.n_head * F32
+        attn = e + sh.q_width * t * F32 + scores + sh.q_width * t * F32
+    return max(ffn, attn)
+
+
+def _mask_bytes(n_kv: int, t: int, fa: bool) -> int:
+    return n_kv * t * (F16 if fa else F32)
+
+
+def _kv_cells(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams) -> dict[AttnKind, int]:
+    trunk = [lf for lf in ctx.facts.layers if not lf.nextn]
+    cells = {AttnKind.FULL: cp.n_ctx_seq}
+    swa = [lf for lf in trunk if lf.kind is AttnKind.SWA]
+    if swa:
+        cells[AttnKind.SWA] = swa_cells(swa[0].window, cp, flags.swa_full)
+    return {k: v for k, v in cells.items() if any(lf.kind is k and lf.has_kv for lf in trunk)}
+
+
+def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement) -> dict[str, int]:
+    """Compute buffer bytes per buffer row (device names and Host).
+
+    Per row: what is never freed (pipeline copies; the unused embeddings input on the CPU) plus
+    the larger of the layer phase (inputs still read + the worst layer) and the output phase
+    (logits + the normed and last hidden rows), since the allocator frees the masks before the
+    output matmul runs.
+    """
+    sh = _shapes(ctx)
+    t = min(cp.n_ctx, cp.n_ubatch)
+    n_out = min(t, cp.n_batch)
+    copies = N_COPIES_PIPELINE if placement.pipeline_parallel else 1
+    cells = _kv_cells(ctx, flags, cp)
+    per_kind = {k: _mask_bytes(n, t, cp.flash_attn) + 2 * t * I64 for k, n in cells.items()}
+    e = sh.n_embd * t * F32
+    # llm_graph_input_embd: the token ids and an f32 embeddings input (unused for text, still allocated)
+    graph_inputs = e + 2 * t * I32 + n_out * I32 + sum(per_kind.values())
+    work: dict[str, int] = defaultdict(int)
+    kinds: dict[str, set[AttnKind]] = defaultdict(set)
+    for lf in ctx.facts.layers:
+        if lf.nextn:
+            continue
+        dev = placement.layer_device[lf.index]
+        row = HOST if dev == "CPU" else dev
+        work[row] = max(work[row], _layer_work(sh, lf.kind, cells.get(lf.kind, 0), t, cp.flash_attn, cp.n_stream))
+        if lf.kind in cells:
+            kinds[row].add(lf.kind)
+    out_dev = placement.layer_device[-1]
+    out_row = HOST if out_dev == "CPU" else out_dev
+    output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
+    rows: dict[str, int] = {}
+    for row in set(work) | {HOST, out_row}:
+        if row == HOST:
+            held = graph_inputs * copies if copies > 1 else e
+            live = 0 if copies > 1 else graph_inputs - e
+            live += e  # the token embeddings gathered on the CPU
+        else:
+            crossing = e + 2 * t * I32 + sum(per_kind[k] for k in kinds[row])
+            held = crossing * copies if copies > 1 else 0
+            live = 0 if copies > 1 else crossing
+        layers = live + work[row] if (row in work or row == HOST) else 0
+        rows[row] = held + max(layers, output_phase if row == out_row else 0)
+    return rows
