@@ -18,13 +18,15 @@ import pulp
 
 from planner.errors import InfeasiblePlacement
 from planner.sd.autofit import main_gpu
-from planner.sd.components import Component
+from planner.sd.components import Component, Kind
 from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.traffic import TRAFFIC_WEIGHT, uses_per_image
 from planner.units import MiB
 
 log = logging.getLogger(__name__)
-TIE_BREAK = 1e-3  # MiB-scale cost of computing away from the main GPU: only breaks ties
+# MiB-scale cost of computing away from the main GPU, larger for higher-priority components
+# (auto-fit's diffusion > te > vae): it only breaks ties between equal-traffic placements.
+TIE_BREAK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def _options(fit: FitInput, comp: Component) -> list[Option]:
 
 def _cost(comp: Component, option: Option, steps: int, main: str | None) -> tuple[float, float]:
     """(cost when copied every use, cost when cached once per image), in weighted MiB."""
-    tie = TIE_BREAK if option.compute and option.compute != (main,) else 0.0
+    tie = TIE_BREAK * (len(Kind) - comp.kind) if option.compute and option.compute != (main,) else 0.0
     if option.where is Where.RESIDENT or (option.where is Where.CPU and not option.compute):
         return tie, tie
     per_copy = comp.params_bytes / MiB * TRAFFIC_WEIGHT[option.where]
