@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import socket
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ APU_CARVEOUT_MAX = 4 * GiB
 # common_print_available_devices (common/arg.cpp): "  NAME: DESCRIPTION (TOTAL MiB, FREE MiB free)"
 _LIST_LINE = re.compile(r"^\s+(\S+): (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
 _TIMEOUT_S = 60
+_CONNECT_TIMEOUT_S = 5
 
 
 def parse_meminfo(text: str) -> tuple[int, int]:
@@ -191,9 +193,21 @@ def list_llama_devices(bin_dir: Path, rpc: list[str]) -> list[DeviceSpec]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InventoryError(f"llama-cli --list-devices failed: {exc}; expected it to list devices") from None
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        lines = done.stderr.strip().splitlines() or ["no output"]
+        # ggml aborts with "<source>:<line>: <message>" followed by a debugger backtrace.
+        last = next((ln.split(": ", 1)[-1] for ln in lines if re.search(r"error|failed", ln, re.IGNORECASE)), lines[-1])
         raise InventoryError(f"llama-cli --list-devices exited with {done.returncode} ({last}); expected a device list")
     return parse_list_devices(done.stdout)
+
+
+def _check_reachable(endpoint: str) -> None:
+    """Refuse an endpoint nothing listens on before llama-cli aborts on it."""
+    host, port = endpoint.rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_CONNECT_TIMEOUT_S):
+            return
+    except OSError as exc:
+        raise InventoryError(f"--rpc {endpoint}: cannot connect ({exc.strerror or exc}); expected a running rpc-server") from None
 
 
 def detect_inventory(rpc: list[str] | None = None, use_llama: bool = True) -> Inventory:
@@ -205,12 +219,21 @@ def detect_inventory(rpc: list[str] | None = None, use_llama: bool = True) -> In
     for ep in rpc:
         if check_endpoint(ep) is None:
             raise InventoryError(f"--rpc {ep!r}: expected host:port")
+        _check_reachable(ep)
     bin_dir = tools_dir() if use_llama else None
+    if rpc and not use_llama:
+        raise InventoryError("--rpc: expected llama-cli to list the RPC devices; drop --no-llama")
     if rpc and bin_dir is None:
         raise InventoryError("--rpc: the llama.cpp tools are not built; expected them from scripts/build_llama_cpp.sh")
+    devices = None
     if bin_dir is not None:
-        devices = list_llama_devices(bin_dir, rpc)
-    else:
+        try:
+            devices = list_llama_devices(bin_dir, rpc)
+        except InventoryError as exc:
+            if rpc:
+                raise
+            log.warning("%s; using the drivers' device lists instead", exc)
+    if devices is None:
         nvml = detect_nvidia_nvml()
         devices = (nvml if nvml is not None else detect_nvidia_smi()) + detect_amd()
     devices = [_catalog_facts(d) for d in devices]

@@ -89,3 +89,11 @@ def test_misspelled_yaml_key_exits_2(capsys, tmp_path):
 def test_rpc_with_a_yaml_inventory_is_refused(capsys):
     code, _, err = run(capsys, "--devices", str(ROOT / "configs/devices/cpu-only.yaml"), "--rpc", "127.0.0.1:1")
     assert code == 2 and "expected either --devices" in err
+
+
+def test_rpc_endpoint_without_a_server_exits_2(capsys):
+    from planner.llama_tools import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"       # nothing listens there
+    code, _, err = run(capsys, "--rpc", endpoint)
+    assert code == 2 and f"--rpc {endpoint}: cannot connect" in err and "expected a running rpc-server" in err
