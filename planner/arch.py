@@ -54,6 +54,8 @@ SWA_RULES: dict[str, SwaRule] = {
     "afmoe": SwaRule(4, needs_window_key=True),
     "smallthinker": SwaRule(4, dense_first=True, needs_window_key=True),
     "laguna": SwaRule(4, dense_first=True, needs_window_key=True),
+    # pattern 0: every attention layer slides once the file sets a window (src/models/lfm2.cpp)
+    "lfm2": SwaRule(0, needs_window_key=True),
 }
 
 

@@ -163,6 +163,19 @@ def test_lfm2_short_conv(tmp_path):
     assert facts.layers[1].k_per_cell == 2 * (128 // 4)
 
 
+def test_lfm2_with_a_window_slides_every_attention_layer(tmp_path):
+    # src/models/lfm2.cpp: with sliding_window > 0 every non-recurrent layer is SWA (LFM2.5 audio tokenizer)
+    spec = ModelSpec("lfm2", {
+        Keys.LLM.BLOCK_COUNT: 4, Keys.LLM.EMBEDDING_LENGTH: 128, Keys.LLM.CONTEXT_LENGTH: 4096,
+        Keys.Attention.HEAD_COUNT: 4, Keys.LLM.FEED_FORWARD_LENGTH: 256, Keys.ShortConv.L_CACHE: 3,
+        Keys.Attention.HEAD_COUNT_KV: Typed([0, 2, 2, 0], GGUFValueType.ARRAY, GGUFValueType.UINT32),
+        Keys.Attention.SLIDING_WINDOW: 30,
+    })
+    facts = _facts(spec, tmp_path)
+    assert [lf.kind for lf in facts.layers] == [REC, SWA, SWA, REC]
+    assert [lf.window for lf in facts.layers] == [0, 30, 30, 0]
+
+
 def test_unknown_architecture_keeps_weights_but_not_kv(tmp_path):
     facts = _facts(llama_spec(arch="zyxformer", n_layer=2), tmp_path)
     assert not facts.known
