@@ -52,3 +52,17 @@ def test_fit_target_from_budgets_is_accepted_by_llama_cpp(capsys, llama_tools, r
         run = subprocess.run([str(llama_tools / "llama-fit-params"), *flags, "-m", str(MODEL)],
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_rpc_servers_stop_when_the_body_raises(llama_tools):
+    import socket
+
+    from planner.llama_tools import rpc_servers
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with rpc_servers(2, llama_tools) as endpoints:
+            assert all(ep.startswith("127.0.0.1:") for ep in endpoints)
+            raise RuntimeError("boom")
+    for ep in endpoints:
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", int(ep.rsplit(":", 1)[1])), timeout=1).close()
