@@ -1,0 +1,87 @@
+"""Shape-faithful sparse models for the estimate peer tests.
+
+Each is a published model's dimensions laid out with tests/gguf_factory's builders (llama.cpp's
+real tensor names and shapes, as load_arch_tensors creates them) and a tokenizer block llama.cpp
+accepts; the tensor data is a sparse hole, so llama-fit-params (which never reads weights) loads
+them in a second and they cost a few MiB of disk.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from gguf import Keys
+
+from tests.gguf_factory import (ModelSpec, Q, add_tokenizer, deepseek2_spec, granitehybrid_spec, llama_spec,
+                                qwen3moe_spec)
+
+
+def _tokenized(spec: ModelSpec, n_vocab: int, n_ctx: int) -> ModelSpec:
+    add_tokenizer(spec, n_vocab, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    spec.metadata[Keys.LLM.CONTEXT_LENGTH] = n_ctx
+    spec.metadata[Keys.Rope.FREQ_BASE] = 500000.0
+    return spec
+
+
+def llama_8b() -> ModelSpec:
+    """Llama 3 8B class (Q4_K_M-like types): 32 layers, 4096 wide, GQA 32/8, n_ff 14336, 128k vocab."""
+    spec = llama_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=128256,
+                      attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
+                      out_type=Q.Q6_K)
+    return _tokenized(spec, 128256, 8192)
+
+
+def qwen3moe_30b() -> ModelSpec:
+    """Qwen3-30B-A3B class: 48 layers, 2048 wide, 128 experts (8 used) of width 768, 151k vocab."""
+    spec = qwen3moe_spec(n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_expert=128,
+                         n_expert_used=8, n_ff_exp=768, n_vocab=151936)
+    return _tokenized(spec, 151936, 40960)
+
+
+def deepseek2_mla() -> ModelSpec:
+    """DeepSeek-V2-Lite with MLA: 27 layers (1 dense), 2048 wide, kv_lora 512, 64 experts of 1408.
+
+    V2-Lite has no query LoRA (src/models/deepseek2.cpp: a 27-layer model is "lite" and reads a
+    plain attn_q), so the factory's q_a/q_b tensors are swapped for attn_q.
+    """
+    n_embd, n_head, qk = 2048, 16, 128 + 64
+    spec = deepseek2_spec(n_layer=27, n_dense_lead=1, n_embd=n_embd, n_head=n_head, q_lora_rank=1536,
+                          kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head_dim=128, n_ff=10944, n_expert=64,
+                          n_expert_used=6, n_expert_shared=2, n_ff_exp=1408, n_vocab=102400)
+    spec.metadata.pop(Keys.Attention.Q_LORA_RANK)
+    tensors = []
+    for name, qtype, shape in spec.tensors:
+        if ".attn_q_a" in name:
+            continue
+        if name.endswith(".attn_q_b.weight"):
+            name, shape = name.replace("attn_q_b", "attn_q"), (n_embd, n_head * qk)
+        tensors.append((name, qtype, shape))
+    spec.tensors = tensors
+    return _tokenized(spec, 102400, 163840)
+
+
+def granite_hybrid() -> ModelSpec:
+    """Granite-4.0-H class hybrid: Mamba-2 layers with one attention layer in every ten, 1536 wide."""
+    kv = tuple(4 if i % 10 == 5 else 0 for i in range(40))
+    spec = granitehybrid_spec(n_embd=1536, n_head=12, head_count_kv=kv, n_ff=4096, d_conv=4, d_state=128,
+                              n_group=1, n_ssm_head=48, n_vocab=100352)
+    return _tokenized(spec, 100352, 131072)
+
+
+SHAPES: dict[str, Callable[[], ModelSpec]] = {
+    "llama-8b": llama_8b,
+    "qwen3moe-30b-a3b": qwen3moe_30b,
+    "deepseek2-mla": deepseek2_mla,
+    "granite-hybrid": granite_hybrid,
+}
+
+
+def write_shape(name: str, directory: Path) -> Path:
+    """Write one shape's sparse GGUF into `directory` (once) and return its path."""
+    path = directory / f"{name}.gguf"
+    if not path.exists():
+        partial = directory / f"{name}.partial.gguf"
+        [written] = SHAPES[name]().write(partial)
+        written.rename(path)
+    return path
