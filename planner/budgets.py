@@ -138,8 +138,14 @@ def resolve_budgets(inventory: Inventory, max_vram: str | None = None, ram: str 
         if budget == 0:
             log.warning("device %s has a budget of 0 bytes: nothing will be placed on it", name)
     host = host_budget(inventory.host.ram_available_bytes, ram)
-    uma = any(d.uma for d in inventory.devices)
-    return Budgets(devices=devices, host_bytes=host, uma_pool_bytes=host if uma else None)
+    if not any(d.uma for d in inventory.devices):
+        return Budgets(devices=devices, host_bytes=host)
+    # A UMA device's memory is the host's RAM (seed 003 §7): no budget of it exceeds the
+    # host's, and Host plus UMA devices together share that one pool.
+    for dev in inventory.devices:
+        if dev.uma:
+            devices[dev.name] = min(devices[dev.name], host)
+    return Budgets(devices=devices, host_bytes=host, uma_pool_bytes=host)
 
 
 def fit_target_margins(inventory: Inventory, budgets: Budgets) -> list[int]:

@@ -50,6 +50,9 @@ class DevicesReport:
         lines = [table(["name", "kind", "backend", "total", "free", "budget", "bandwidth", "fp16", "link", "endpoint"],
                        rows, "lllrrrrrrl")]
         lines.append(f"CPU: {host.cpu_model or 'unknown'}")
+        if self.budgets.uma_pool_bytes is not None:
+            shared = ", ".join(["Host"] + [d.name for d in self.inventory.devices if d.uma])
+            lines.append(f"Unified memory: {shared} share one pool of {fmt_bytes(self.budgets.uma_pool_bytes)}")
         if not self.inventory.devices:
             lines.append("No GPU or RPC devices: llama.cpp would run on the CPU only.")
         else:

@@ -86,6 +86,14 @@ def test_uma_devices_share_the_host_pool(inv):
     assert resolve_budgets(Inventory((CUDA0,), HOST)).uma_pool_bytes is None
 
 
+def test_uma_device_budget_never_exceeds_the_host_pool():
+    apu = device("Vulkan0", 60, DeviceKind.IGPU, Backend.VULKAN, uma=True)
+    b = resolve_budgets(Inventory((apu,), HOST))
+    pool = 32 * GIB - int(3.2 * GIB)                 # available 32 GiB minus 10 %
+    assert b.devices["Vulkan0"] == pool              # not 60 GiB - 512 MiB
+    assert b.uma_pool_bytes == b.host_bytes == pool
+
+
 # ----------------------------------------------------------------------------- names
 
 def test_names_are_case_insensitive_exact(inv):
