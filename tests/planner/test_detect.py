@@ -74,3 +74,48 @@ def test_amd_sysfs_ignores_other_vendors(tmp_path):
     dev.mkdir(parents=True)
     (dev / "vendor").write_text("0x10de\n")
     assert detect_amd(tmp_path) == []
+
+
+def test_nvml_path_with_a_fake_module(monkeypatch):
+    import sys
+    import types
+
+    from planner.detect import detect_nvidia_nvml
+
+    calls = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA GeForce RTX 4090",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=24 * GIB, free=23 * GIB),
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 4,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    (d,) = detect_nvidia_nvml()
+    assert (d.name, d.description, d.total_bytes, d.free_bytes) == ("CUDA0", "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB)
+    assert d.link_bytes_s == int(16e9 * 128 / 130 / 8 * 16)
+    assert calls == ["init", "shutdown"]
+
+
+def test_without_nvml_the_probe_says_unavailable(monkeypatch):
+    import sys
+
+    from planner.detect import detect_nvidia_nvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)       # import fails
+    assert detect_nvidia_nvml() is None
+
+
+def test_detected_devices_get_catalog_figures_and_llama_order(monkeypatch, tmp_path):
+    from planner import detect
+
+    listed = ("  Vulkan0: AMD Radeon RX 7900 XTX (24560 MiB, 24000 MiB free)\n"
+              "  RPC0: 127.0.0.1:50052 (8000 MiB, 8000 MiB free)\n")
+    monkeypatch.setattr(detect, "list_llama_devices", lambda bin_dir, rpc: detect.parse_list_devices(listed))
+    monkeypatch.setattr("planner.llama_tools.tools_dir", lambda: tmp_path)
+    inv = detect.detect_inventory()
+    assert inv.names == ["RPC0", "Vulkan0"]                 # RPC first, as llama.cpp orders them
+    assert inv.devices[1].bandwidth_bytes_s == 960 * 10**9  # rx7900xtx in the catalog
