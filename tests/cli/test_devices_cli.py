@@ -97,3 +97,13 @@ def test_rpc_endpoint_without_a_server_exits_2(capsys):
     endpoint = f"127.0.0.1:{free_port()}"       # nothing listens there
     code, _, err = run(capsys, "--rpc", endpoint)
     assert code == 2 and f"--rpc {endpoint}: cannot connect" in err and "expected a running rpc-server" in err
+
+
+def test_bare_negative_max_vram_is_not_taken_for_an_option(capsys):
+    # workstation-2x3090.yaml: both cards have 23.5 GiB free; "-2" leaves 2 GiB free on each.
+    code, out, _ = run(capsys, "--devices", str(ROOT / "configs/devices/workstation-2x3090.yaml"),
+                       "--max-vram", "-2", "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [d["budget_bytes"] for d in doc["devices"]] == [int(21.5 * GIB)] * 2
+    assert doc["llama_flags"] == "--fit-target 2048,2048"
