@@ -27,13 +27,25 @@ def main_gpu(fit: FitInput) -> str | None:
     return best.name if best else None
 
 
-def compute_devices(fit: FitInput) -> dict[Kind, tuple[str, ...]]:
-    """Explicit --backend assignments are kept; the rest compute on the main GPU (or CPU)."""
+def auto_compute(fit: FitInput) -> tuple[str, ...]:
+    """Where auto-fit runs a module --backend left open: the main GPU; with no discrete GPU at
+    all, the default backend (an integrated GPU, else the CPU); with GPUs but no budget, the
+    CPU (backend_fit.cpp `derive_backend_specs`)."""
     main = main_gpu(fit)
+    if main is not None:
+        return (main,)
+    if any(g.discrete for g in fit.gpus):
+        return ()
+    return default_backend(fit)
+
+
+def compute_devices(fit: FitInput) -> dict[Kind, tuple[str, ...]]:
+    """Explicit --backend assignments are kept; the rest compute where auto-fit puts them."""
+    auto = auto_compute(fit)
     out = {}
     for comp in fit.present:
         explicit = fit.compute_of(comp.kind)
-        out[comp.kind] = explicit if explicit is not None else ((main,) if main else ())
+        out[comp.kind] = explicit if explicit is not None else auto
     return out
 
 
@@ -103,7 +115,7 @@ def follow_assignments(fit: FitInput, params: dict[Kind, tuple[Where, str | None
     """Auto-fit disabled: compute as assigned (default backend otherwise), parameters as
     --params-backend says or, unset, on the runtime backend (seed 002, "Outside --auto-fit,
     disk is never selected implicitly")."""
-    default = _default_backend(fit)
+    default = default_backend(fit)
     out = []
     for comp in fit.present:
         devices = fit.compute_of(comp.kind)
@@ -117,7 +129,7 @@ def follow_assignments(fit: FitInput, params: dict[Kind, tuple[Where, str | None
     return tuple(out)
 
 
-def _default_backend(fit: FitInput) -> tuple[str, ...]:
+def default_backend(fit: FitInput) -> tuple[str, ...]:
     """Seed 002: the default backend is the first GPU, then integrated GPU, then the CPU
     (`fit.gpus` is already in that order)."""
     ranked = sorted(fit.gpus, key=lambda g: not g.discrete)

@@ -5,13 +5,13 @@ from dataclasses import dataclass
 
 from planner.devices import DeviceKind, Inventory
 from planner.errors import FlagError
-from planner.sd.assign import Assignment, Module, Role, parse_assignment, parse_max_vram
+from planner.sd.assign import Assignment, Role, is_default_token, parse_assignment, parse_max_vram
 from planner.sd.autofit import follow_assignments, greedy_fit
 from planner.sd.components import KIND_MODULE, Component, Kind, ModelSource, read_components
 from planner.sd.optimal import optimal_fit
 from planner.sd.placement import FitInput, GpuBudget, Placement, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
-from planner.sd.resolve import canonical_max_vram, resolve_compute, resolve_params
+from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.split import SPLITTABLE, split_ranges
 from planner.sd.traffic import DEFAULT_STEPS, traffic_bytes
 
@@ -32,9 +32,13 @@ def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, 
     from planner.budgets import resolve_budgets
 
     budgets = resolve_budgets(inventory, max_vram, None)
+    # ggml's device order, not llama.cpp's: sd-cli registers RPC servers after the built-in
+    # backends (ggml_extend_backend.cpp `add_rpc_devices`), so they come last — which matters
+    # for auto-fit's first-on-a-tie rule.
+    ordered = sorted(inventory.devices, key=lambda d: d.kind is DeviceKind.RPC)
     return tuple(GpuBudget(d.name, d.free_bytes, max(budgets.devices.get(d.name, 0), 0), d.description,
                            discrete=d.kind in (DeviceKind.GPU, DeviceKind.RPC))
-                 for d in inventory.devices)
+                 for d in ordered)
 
 
 def _fit_input(inventory: Inventory, components: tuple[Component, ...], backend: Assignment,
@@ -45,10 +49,14 @@ def _fit_input(inventory: Inventory, components: tuple[Component, ...], backend:
     return FitInput(components, gpu_budgets(inventory, max_vram), ram_free, ram_budget(ram_free), compute)
 
 
-def _kept_modules(backend: Assignment) -> list[tuple[str, str]]:
-    """The user's --backend entries for modules auto-fit does not place (kept verbatim)."""
+def _kept(inventory: Inventory, assignment: Assignment, role: Role) -> list[tuple[str, str]]:
+    """The user's entries for modules sd-fit does not place: the default first (it still
+    applies to them), then each other module (seed 002: auto-fit preserves explicit --backend
+    assignments)."""
     placed = set(KIND_MODULE.values())
-    return [(m.value, v) for m, v in backend.modules if m not in placed]
+    entries = [("all", assignment.default)] if not is_default_token(assignment.default) else []
+    entries += [(m.value, v) for m, v in assignment.modules if m not in placed and not is_default_token(v)]
+    return [(key, canonical_token(inventory, value, role)) for key, value in entries]
 
 
 def _splits(fit: FitInput, placements: tuple[Placement, ...]):
@@ -77,7 +85,8 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     else:
         chosen = {k: v for k, v in param_targets.items() if v is not None}
         placements, mode = follow_assignments(fit, chosen), Mode.MANUAL
-    runtime_spec, params_spec = specs(placements, _kept_modules(backend))
+    runtime_spec, params_spec = specs(placements, _kept(inventory, backend, Role.BACKEND),
+                                       _kept(inventory, params, Role.PARAMS))
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
                   _splits(fit, placements), runtime_spec, params_spec, max_vram,
                   traffic_bytes(fit, placements, request.steps))

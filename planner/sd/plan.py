@@ -72,7 +72,8 @@ class SdPlan:
     def to_table(self) -> str:
         lines = [self._title(), "  devices:"]
         for g in self.gpus:
-            lines.append(f"    {g.name:<12} {g.description:<32} free {g.free_bytes // MiB:6d} MiB, "
+            desc = f"{g.description:<32} " if g.description else ""
+            lines.append(f"    {g.name:<12} {desc}free {g.free_bytes // MiB:6d} MiB, "
                          f"budget {g.budget_bytes // MiB:6d} MiB")
         if self.ram_free_bytes is None:
             lines.append("    RAM          available RAM unknown; CPU parameter residency skipped")
@@ -95,15 +96,16 @@ class SdPlan:
         return "\n".join(lines)
 
 
-def specs(placements: tuple[Placement, ...], keep: list[tuple[str, str]]) -> tuple[str, str]:
-    """--backend and --params-backend strings: one entry per component, parameters only where
-    they do not follow the runtime backend (backend_fit.cpp's derived specs), then the user's
-    assignments for other modules (`keep`), which auto-fit preserves (seed 002)."""
-    runtime, params = [], []
+def specs(placements: tuple[Placement, ...], keep_backend: list[tuple[str, str]],
+          keep_params: list[tuple[str, str]]) -> tuple[str, str]:
+    """--backend and --params-backend strings: the user's entries for modules sd-fit does not
+    place (`keep_*`, a default first), then one entry per component — parameters only where
+    they do not follow the runtime backend (backend_fit.cpp's derived specs)."""
+    runtime = [f"{k}={v}" for k, v in keep_backend]
+    params = [f"{k}={v}" for k, v in keep_params]
     for p in placements:
         key = p.kind.name.lower()
         runtime.append(f"{key}={p.compute_name}")
         if p.params is not Where.RESIDENT:
             params.append(f"{key}={p.params_name}")
-    runtime += [f"{k}={v}" for k, v in keep]
     return ",".join(runtime), ",".join(params)

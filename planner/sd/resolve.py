@@ -50,6 +50,15 @@ def default_device(inventory: Inventory) -> str:
     return CPU
 
 
+def canonical_token(inventory: Inventory, token: str, role: Role) -> str:
+    """A token with each device spelled as the inventory names it (sd-cli validates every
+    module's token, including modules sd-fit does not place)."""
+    if role is Role.PARAMS and token.strip().lower() == DISK:
+        return DISK
+    names = [resolve_name(inventory, t, role.value) for t in split_device_list(token)]
+    return "&".join("cpu" if n == CPU else n for n in names)
+
+
 def resolve_compute(inventory: Inventory, assignment: Assignment, module: Module) -> tuple[str, ...] | None:
     """A module's --backend: None (unassigned: auto-fit or the default backend decides),
     () for the CPU, or GPU names (several for a layer split)."""

@@ -120,14 +120,15 @@ def test_params_backend_te_vae_cpu_disables_auto_fit(capsys, model):
     p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "te=cpu,vae=cpu", "--device", "CUDA0=12GiB", *RAM)
     assert p["mode"] == "manual"
     assert placed(p) == {"diffusion": ("CUDA0", "CUDA0"), "te": ("CUDA0", "cpu"), "vae": ("CUDA0", "cpu")}
-    assert p["flags"] == "--backend diffusion=CUDA0,te=CUDA0,vae=CUDA0 --params-backend te=cpu,vae=cpu"
+    # the bare default is kept first: it still applies to modules sd-fit does not place
+    assert p["flags"] == "--backend all=CUDA0,diffusion=CUDA0,te=CUDA0,vae=CUDA0 --params-backend te=cpu,vae=cpu"
 
 
 def test_params_backend_disk(capsys, model):
     # sd-cli ... --backend cuda0 --params-backend disk
     p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "disk", "--device", "CUDA0=12GiB", *RAM)
     assert {params for _, params in placed(p).values()} == {"disk"}
-    assert p["params_backend"] == "diffusion=disk,te=disk,vae=disk"
+    assert p["params_backend"] == "all=disk,diffusion=disk,te=disk,vae=disk"
 
 
 def test_params_backend_cpu(capsys, model):
@@ -171,7 +172,16 @@ def test_backend_cuda0_with_auto_fit(capsys, model):
     # diffusion resident (D <= 7.5 - 2.125); te: T > 2.5 - 2 -> RAM; vae: 2 + T > 2.5 -> RAM
     p = plan(capsys, model, "--backend", "cuda0", "--device", "CUDA0=8GiB", "--device", "CUDA1=24GiB", *RAM)
     assert placed(p) == {"diffusion": ("CUDA0", "CUDA0"), "te": ("CUDA0", "cpu"), "vae": ("CUDA0", "cpu")}
-    assert p["flags"] == "--backend diffusion=CUDA0,te=CUDA0,vae=CUDA0 --params-backend te=cpu,vae=cpu"
+    assert p["flags"] == "--backend all=CUDA0,diffusion=CUDA0,te=CUDA0,vae=CUDA0 --params-backend te=cpu,vae=cpu"
+
+
+def test_other_modules_assignments_are_kept_and_validated(capsys, model):
+    # seed 002: auto-fit preserves explicit --backend assignments (controlnet, upscaler, ...)
+    base = [model, "--device", "CUDA0=12GiB", "--device", "CUDA1=12GiB", *RAM]
+    p = plan(capsys, *base, "--backend", "control=cuda1,ESRGAN=cpu")
+    assert p["backend"] == "controlnet=CUDA1,upscaler=cpu,diffusion=CUDA0,te=CUDA0,vae=CUDA0"
+    code, _, err = run(capsys, *base, "--backend", "controlnet=cuda9")
+    assert code == 2 and "'cuda9'" in err
 
 
 def test_mixed_backends_with_auto_fit(capsys, model):
@@ -322,3 +332,16 @@ def test_missing_model(capsys, tmp_path):
     assert code == 2 and "no such model file" in err
     code, _, err = run(capsys, "--device", "CUDA0=12GiB", *RAM)
     assert code == 2 and "no model" in err
+
+
+def test_rpc_devices_come_after_local_ones_on_a_tie(capsys, model, tmp_path):
+    # sd-cli registers RPC servers after its built-in backends, so on equal budgets a local GPU
+    # is auto-fit's main GPU, though llama.cpp lists RPC devices first.
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("host: {ram: 64GiB}\n"
+                   "devices:\n"
+                   "  - {name: CUDA0, kind: gpu, backend: CUDA, memory: 24GiB}\n"
+                   "  - {kind: rpc, backend: RPC, memory: 24GiB, endpoint: '10.0.0.2:50052'}\n")
+    p = plan(capsys, model, "--devices", str(inv))
+    assert [d["name"] for d in p["devices"]] == ["CUDA0", "RPC0"]
+    assert {c for c, _ in placed(p).values()} == {"CUDA0"}

@@ -163,3 +163,15 @@ def test_params_on_the_compute_gpu_is_resident():
     assert [(p.compute_name, p.params_name) for p in got] == [("CUDA0", "CUDA0"), ("cpu", "cpu"), ("cpu", "cpu")]
     assert got[0].params is Where.RESIDENT
     assert gib(3) == got[0].params_bytes
+
+
+def test_only_an_integrated_gpu_means_the_default_backend():
+    # backend_fit.cpp: no discrete GPU -> the default backend, which prefers an integrated GPU
+    fit = problem([comp(D, 4), comp(V, 0.1)], [gpu("Vulkan0", 60, discrete=False)], ram_budget_gib=64)
+    assert {p.compute for p in greedy_fit(fit)} == {("Vulkan0",)}
+    assert {p.params for p in greedy_fit(fit)} == {Where.RESIDENT}
+
+
+def test_no_gpus_at_all_means_cpu():
+    fit = problem([comp(D, 4)], [], ram_budget_gib=64)
+    assert where(greedy_fit(fit)) == {D: ((), Where.CPU, None)}

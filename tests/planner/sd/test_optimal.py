@@ -35,7 +35,7 @@ def test_greedy_offloads_while_optimal_keeps_everything_resident():
         assert stored + reserve <= gib(budget)
     assert traffic_bytes(fit, tuple(best.values())) == 0
     assert traffic_bytes(fit, tuple(greedy.values())) == gib(5) + gib(0.2)  # each copied once per image
-    runtime, params = specs(tuple(best.values()), [])
+    runtime, params = specs(tuple(best.values()), [], [])
     assert (runtime, params) == ("diffusion=CUDA0,te=CUDA1,vae=CUDA0", "")
 
 
