@@ -10,12 +10,13 @@ type's max size. Only afterwards are real buffers made at the sizes found (`rese
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
 from runtime.devices import Buffer, BufferType
 from runtime.errors import BufferAllocationError, SchedulerError
-from runtime.graph import INPLACE_OPS, BufferUsage, Op, Tensor, TensorFlag
+from runtime.graph import FLAG_INPUT, FLAG_OUTPUT, INPLACE_OPS, BufferUsage, Op, Tensor
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class GraphAllocator:
             shared = next((self.allocs[j] for j in range(i) if self.bufts[j] == buft), None)
             self.allocs.append(shared or DynAllocator(buft.alignment, buft.max_size))
         self.buffers: list[list[Buffer] | None] = [None] * len(self.bufts)
-        self._info: dict[Tensor, _Info] = {}
+        self._info: defaultdict[Tensor, _Info] = defaultdict(_Info)
         self._node_allocs: list[tuple[TensorAlloc | None, tuple[TensorAlloc | None, ...]]] = []
         self._leaf_allocs: list[TensorAlloc | None] = []
         self._stamped: list[Tensor] = []
@@ -157,14 +158,13 @@ class GraphAllocator:
 
     # --- the walk ----------------------------------------------------------------------------
     def _get(self, t: Tensor) -> _Info:
-        info = self._info.get(t)
-        if info is None:
-            info = self._info[t] = _Info()
-        return info
+        return self._info[t]
 
     def _allocate_node(self, node: Tensor, buffer_id: int) -> None:
-        hn = self._get(node)
-        if hn.allocated or node.buffer is not None or node.view_src is not None:
+        if node.buffer is not None or node.view_src is not None:
+            return  # pre-allocated (weights, caches) or a view: no arena space
+        hn = self._info[node]
+        if hn.allocated:
             return
         if buffer_id < 0:
             raise SchedulerError(f"tensor {node.name!r} needs memory but has no backend assigned")
@@ -179,8 +179,8 @@ class GraphAllocator:
         for parent in node.src:
             if parent is None or not self._get(parent).allocated:
                 continue  # external data (weights, caches) is never overwritten
-            if parent.flags & TensorFlag.OUTPUT or (
-                    parent.view_src is not None and parent.view_src.flags & TensorFlag.OUTPUT):
+            if parent.flags & FLAG_OUTPUT or (
+                    parent.view_src is not None and parent.view_src.flags & FLAG_OUTPUT):
                 continue
             if not node.same_layout(parent):
                 continue
@@ -209,40 +209,42 @@ class GraphAllocator:
             alloc.free((p_hn.addr[0], p_hn.addr[1] + node_size), parent_size - node_size)
 
     def _free_node(self, node: Tensor) -> None:
-        if node.flags & TensorFlag.OUTPUT:
+        if node.flags & FLAG_OUTPUT:
             return  # graph outputs are never freed
         hn = self._get(node)
         self.allocs[hn.buffer_id].free(hn.addr, self.bufts[hn.buffer_id].alloc_size(node))
         hn.allocated = False
 
     def _count_uses(self, graph: PlannedGraph) -> None:
-        for i, node in enumerate(graph.nodes):
+        info = self._info
+        for node, buffer_id in zip(graph.nodes, graph.node_ids):
             # an op-NONE node with a view source is the scheduler's dependency marker, not a view
             if node.view_src is not None and node.op is not Op.NONE:
-                self._get(node.view_src).n_views += 1
-            if node.flags & TensorFlag.INPUT:
-                self._allocate_node(node, graph.node_ids[i])
+                info[node.view_src].n_views += 1
+            if node.flags & FLAG_INPUT:
+                self._allocate_node(node, buffer_id)
             for src in node.src:
                 if src is None:
                     continue
-                self._get(src).n_children += 1
-                if src.flags & TensorFlag.INPUT:
-                    self._allocate_node(src, graph.node_ids[i])
+                info[src].n_children += 1
+                if src.flags & FLAG_INPUT:
+                    self._allocate_node(src, buffer_id)
 
     def _walk(self, graph: PlannedGraph) -> None:
-        self._info = {}
+        self._info = defaultdict(_Info)
         for a in self.allocs:
             a.reset()
         for leaf, leaf_id in zip(graph.leafs, graph.leaf_ids):
             self._allocate_node(leaf, leaf_id)
         self._count_uses(graph)
+        info = self._info
         for node, buffer_id in zip(graph.nodes, graph.node_ids):
             srcs = [s for s in node.src if s is not None]
             for parent in srcs:
                 self._allocate_node(parent, buffer_id)
             self._allocate_node(node, buffer_id)
             for parent in srcs:
-                p_hn = self._get(parent)
+                p_hn = info[parent]
                 p_hn.n_children -= 1
                 if p_hn.n_children != 0 or p_hn.n_views != 0:
                     continue
@@ -269,8 +271,15 @@ class GraphAllocator:
         Touches no device memory (ggml_gallocr_reserve_n_size)."""
         self.unstamp()
         self._walk(graph)
-        self._node_allocs = [(self._record(n), tuple(self._record(s) for s in n.src)) for n in graph.nodes]
-        self._leaf_allocs = [self._record(leaf) for leaf in graph.leafs]
+        memo: dict[Tensor | None, TensorAlloc | None] = {None: None}
+
+        def record(t: Tensor | None) -> TensorAlloc | None:
+            if t not in memo:
+                memo[t] = self._record(t)
+            return memo[t]
+
+        self._node_allocs = [(record(n), tuple(record(s) for s in n.src)) for n in graph.nodes]
+        self._leaf_allocs = [record(leaf) for leaf in graph.leafs]
         self.n_reserves += 1
         sizes = []
         for i, alloc in enumerate(self.allocs):

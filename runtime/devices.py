@@ -41,15 +41,16 @@ class MemoryInfo:
     total: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BufferType:
-    """A kind of memory. Equal buffer types are the same memory: no copy between their users."""
+    """A kind of memory. Compared by identity, as ggml compares buft pointers: backends that
+    share one BufferType object (CPU and an accelerator) pass tensors without a copy."""
 
     name: str
     alignment: int
     max_size: int
     is_host: bool
-    device: "Device" = field(compare=False, hash=False, repr=False)
+    device: "Device" = field(repr=False)
 
     def alloc_size(self, tensor: Tensor) -> int:
         return tensor.nbytes()

@@ -57,6 +57,9 @@ class Op(enum.Enum):
     IM2COL = "IM2COL"
     CONV_2D = "CONV_2D"
 
+    # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
+    __hash__ = object.__hash__
+
 
 # Metadata-only ops: no kernel, no memory of their own (ggml_is_view_op, ggml-backend.cpp).
 VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
@@ -75,6 +78,12 @@ class TensorFlag(enum.IntFlag):
     INPUT = 1
     OUTPUT = 2
     PARAM = 4
+
+
+# Plain-int copies for hot paths: IntFlag arithmetic costs a Python call per test.
+FLAG_INPUT = int(TensorFlag.INPUT)
+FLAG_OUTPUT = int(TensorFlag.OUTPUT)
+FLAG_PARAM = int(TensorFlag.PARAM)
 
 
 class BufferUsage(enum.Enum):
@@ -111,7 +120,7 @@ class Tensor:
     """A ggml tensor: shape, type, op and its params, sources, view source, flags, storage."""
 
     __slots__ = ("uid", "name", "type", "ne", "nb", "op", "op_params", "src", "view_src",
-                 "view_offs", "flags", "buffer", "offset")
+                 "view_offs", "flags", "buffer", "offset", "_nbytes")
 
     def __init__(self, ggml_type: GGMLType, ne: Sequence[int], name: str = "", op: Op = Op.NONE,
                  src: Iterable[Tensor | None] = (), op_params: dict[str, Any] | None = None,
@@ -134,9 +143,10 @@ class Tensor:
         self.src: list[Tensor | None] = list(src)
         self.view_src = view_src
         self.view_offs = view_offs
-        self.flags = TensorFlag(flags)
+        self.flags = int(flags)  # TensorFlag bits, kept as int (see FLAG_INPUT)
         self.buffer: Any = None  # a runtime.devices.Buffer once allocated (never set on views)
         self.offset = 0
+        self._nbytes = -1  # ne and nb never change after construction
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.op.value}, {self.type.name}, ne={self.ne})"
@@ -152,6 +162,11 @@ class Tensor:
 
     def nbytes(self) -> int:
         """Bytes spanned by the tensor, as ggml_nbytes (honours non-contiguous strides)."""
+        if self._nbytes < 0:
+            self._nbytes = self._span()
+        return self._nbytes
+
+    def _span(self) -> int:
         if any(d <= 0 for d in self.ne):
             return 0
         block, type_size = GGML_QUANT_SIZES[self.type]
@@ -251,7 +266,7 @@ class Graph:
             if t in self._seen:
                 continue
             self._seen.add(t)
-            if t.op is Op.NONE and not t.flags & TensorFlag.PARAM:
+            if t.op is Op.NONE and not t.flags & FLAG_PARAM:
                 self.leafs.append(t)
             else:
                 self.nodes.append(t)

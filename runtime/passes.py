@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from runtime.devices import Backend, BufferType
 from runtime.errors import SchedulerError
-from runtime.graph import VIEW_OPS, BufferUsage, Graph, Op, Tensor, TensorFlag
+from runtime.graph import FLAG_INPUT, VIEW_OPS, BufferUsage, Graph, Op, Tensor
 
 # Ops that abstain from the weight rule: their model tensor (rope frequencies, attention
 # sinks) is too small to decide where the op runs (ggml-backend.cpp, seed 000 "1.wgtN").
@@ -91,7 +91,7 @@ def _forced_backend(ctx: SchedContext, t: Tensor) -> tuple[int, str]:
     if buf is not None:  # pre-allocated: cannot move, nothing to negotiate (ggml aborts)
         raise SchedulerError(f"pre-allocated tensor ({t.name}) in a buffer ({buf.name}) that no "
                              f"backend can run the operation ({t.op.value}) on")
-    if t.flags & TensorFlag.INPUT:
+    if t.flags & FLAG_INPUT:
         return ctx.cpu, "1.inp"  # the caller writes inputs in host memory
     if t.op in WEIGHT_RULE_EXCLUDED:
         return -1, ""

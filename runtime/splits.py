@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from runtime.alloc import PlannedGraph
 from runtime.errors import SchedulerError
-from runtime.graph import VIEW_OPS, BufferUsage, Graph, Op, Tensor, TensorFlag
+from runtime.graph import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, BufferUsage, Graph, Op, Tensor
 from runtime.passes import Assignment, SchedContext, buffer_supported
 
 
@@ -80,7 +80,7 @@ def _copy_input(ctx: SchedContext, a: Assignment, plan: SplitPlan, src: Tensor, 
         copies = [dup_layout(src, f"{ctx.backends[cur].name}#{src.name}#{c}") for c in range(n_copies)]
         for t in copies:
             if n_copies > 1:  # the allocator must neither share nor overwrite pipeline copies
-                t.flags |= TensorFlag.INPUT | TensorFlag.OUTPUT
+                t.flags |= FLAG_INPUT | FLAG_OUTPUT
             a.set(t, cur, "4.cpy")
         plan.copies[key] = copies
     return plan.copies[key], made
@@ -132,7 +132,7 @@ def collect_graph_inputs(ctx: SchedContext, graph: Graph, a: Assignment, plan: S
     if n_copies == 1:
         return plan
     for leaf in graph.leafs:
-        if not leaf.flags & TensorFlag.INPUT:
+        if not leaf.flags & FLAG_INPUT:
             continue
         lb = a.get(leaf)
         if lb == -1:
@@ -141,7 +141,7 @@ def collect_graph_inputs(ctx: SchedContext, graph: Graph, a: Assignment, plan: S
             copies = [leaf if c == cur_copy else dup_layout(leaf, f"{ctx.backends[lb].name}#{leaf.name}#{c}")
                       for c in range(n_copies)]
             for t in copies:
-                t.flags |= TensorFlag.INPUT | TensorFlag.OUTPUT
+                t.flags |= FLAG_INPUT | FLAG_OUTPUT
                 a.ids.setdefault(t, lb)
             plan.copies[(leaf, lb)] = copies
         plan.graph_inputs.append(leaf)
