@@ -11,8 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.errors import BadInput
-from planner.gguf_file import read_model
+from planner.errors import BadInput, GGUFError
+from planner.gguf_file import TensorInfo, read_model
 from planner.sd.assign import Module
 from planner.sd.safetensors_header import read_safetensors
 from planner.units import GiB
@@ -145,8 +145,23 @@ def _file_tensors(path: str) -> list[tuple[str, int]]:
     except OSError as e:
         raise BadInput(f"{path}: {e.strerror or e}") from None
     if magic == b"GGUF":
-        return [(t.name, t.n_bytes) for t in read_model(path).tensors]
+        return [(t.name, t.n_bytes) for t in _gguf_tensors(path)]
     return [(t.name, t.n_bytes) for t in read_safetensors(path)]
+
+
+def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
+    """GGUF tensors. stable-diffusion.cpp's own converter writes no metadata at all
+    (src/model_io/gguf_io.cpp), so a missing general.architecture — which read_model requires
+    for llama.cpp models — is not an error here: the same bounds-checked reader is used on the
+    header alone."""
+    try:
+        return read_model(path).tensors
+    except GGUFError as e:
+        if "general.architecture" not in e.problem:
+            raise
+    from planner.gguf_file import _read_shard  # single-file header without the llama.cpp checks
+
+    return _read_shard(path, 0).tensors
 
 
 def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:

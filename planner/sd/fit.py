@@ -7,6 +7,7 @@ from planner.devices import DeviceKind, Inventory
 from planner.errors import FlagError
 from planner.sd.assign import Assignment, Role, is_default_token, parse_assignment, parse_max_vram
 from planner.sd.autofit import follow_assignments, greedy_fit
+from planner.sd.check import overcommit
 from planner.sd.components import KIND_MODULE, Component, Kind, ModelSource, read_components
 from planner.sd.optimal import optimal_fit
 from planner.sd.placement import FitInput, GpuBudget, Placement, ram_budget
@@ -61,8 +62,9 @@ def _kept(inventory: Inventory, assignment: Assignment, role: Role) -> list[tupl
 
 def _splits(fit: FitInput, placements: tuple[Placement, ...]):
     free = {g.name: g.free_bytes for g in fit.gpus}
+    limits = {g.name: g.budget_bytes for g in fit.gpus}
     comps = {c.kind: c for c in fit.components}
-    return tuple((p.kind, split_ranges(comps[p.kind], p.compute, free))
+    return tuple((p.kind, split_ranges(comps[p.kind], p.compute, free, limits))
                  for p in placements if len(p.compute) > 1 and p.kind in SPLITTABLE)
 
 
@@ -89,4 +91,4 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                                        _kept(inventory, params, Role.PARAMS))
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
                   _splits(fit, placements), runtime_spec, params_spec, max_vram,
-                  traffic_bytes(fit, placements, request.steps))
+                  traffic_bytes(fit, placements, request.steps), overcommit(fit, placements))

@@ -28,7 +28,8 @@ class SdPlan:
     backend_spec: str
     params_spec: str
     max_vram: str | None
-    traffic_bytes: int  # weight bytes moved per image (see planner.sd.optimal)
+    traffic_bytes: int  # weight bytes moved per image (see planner.sd.traffic)
+    warnings: tuple[str, ...] = ()  # budgets this placement exceeds (planner.sd.check)
 
     @property
     def flags(self) -> str:
@@ -59,6 +60,7 @@ class SdPlan:
             "backend": self.backend_spec,
             "params_backend": self.params_spec,
             "traffic_bytes_per_image": self.traffic_bytes,
+            "warnings": list(self.warnings),
             "flags": self.flags,
         }
 
@@ -80,7 +82,8 @@ class SdPlan:
         else:
             lines.append(f"    RAM          free {self.ram_free_bytes // MiB:6d} MiB, "
                          f"params budget {(self.ram_budget_bytes or 0) // MiB:6d} MiB")
-        lines.append("  components (params: compute GPU -> RAM -> other GPU -> disk):")
+        lines.append("  components:" if self.mode == Mode.MANUAL else
+                     "  components (params: compute GPU -> RAM -> other GPU -> disk):")
         for p in self.placements:
             lines.append(f"    {KIND_LABEL[p.kind]:<12} params {p.params_bytes // MiB:6d} MiB, "
                          f"compute reserve {p.reserve_bytes // MiB:5d} MiB -> compute {p.compute_name}, "
@@ -90,8 +93,10 @@ class SdPlan:
                 lines.append(f"    layer split {kind.name.lower()}: {r.device} <- blocks [{r.first_block}, "
                              f"{r.end_block}) of {r.n_blocks_total}, {r.total_bytes // MiB} MiB")
         lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
+        lines += [f"  warning: {w}" for w in self.warnings]
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
-        lines.append(f'{self.mode}: --backend "{self.backend_spec or "(default)"}"{params}')
+        label = "as assigned" if self.mode == Mode.MANUAL else self.mode
+        lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')
         lines.append(f"sd-cli flags: {self.flags}")
         return "\n".join(lines)
 

@@ -80,9 +80,12 @@ def _block_tensors(comp: Component) -> list[SdTensor]:
     return [t for t in comp.tensors if _te_group(t.name) == dominant]
 
 
-def split_ranges(comp: Component, devices: tuple[str, ...], free: dict[str, int]) -> tuple[SplitRange, ...]:
+def split_ranges(comp: Component, devices: tuple[str, ...], free: dict[str, int],
+                 limits: dict[str, int] | None = None) -> tuple[SplitRange, ...]:
     """Contiguous block ranges per device; block b goes to the first device whose cumulative
-    share exceeds b / n_blocks (llama.cpp's proportional layer-split rule)."""
+    share exceeds b / n_blocks (llama.cpp's proportional layer-split rule). A device's share is
+    its free memory minus the headroom, capped by its --max-vram budget (`limits`; seed 002:
+    "--max-vram can still provide the per-device limits used by layer split")."""
     blocks: dict[tuple[int, int], int] = {}
     candidates = {id(t) for t in _block_tensors(comp)} if comp.kind in SPLITTABLE else set()
     for t in comp.tensors:
@@ -94,7 +97,8 @@ def split_ranges(comp: Component, devices: tuple[str, ...], free: dict[str, int]
     n = len(order)
     if len(devices) < 2 or n == 0:
         return (SplitRange(devices[0], 0, n, n, sum(blocks.values()), other),)
-    weights = [max(free[d] - SPLIT_HEADROOM_BYTES, 0) for d in devices]
+    limits = limits or {}
+    weights = [max(min(free[d] - SPLIT_HEADROOM_BYTES, limits.get(d, free[d])), 0) for d in devices]
     total = sum(weights) or len(devices)
     weights = weights if sum(weights) else [1] * len(devices)
     cumulative, acc = [], 0

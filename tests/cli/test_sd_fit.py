@@ -72,7 +72,7 @@ def test_auto_fit_on_everything_resident(capsys, model):
     assert p["mode"] == "auto-fit"
     assert p["devices"] == [{"name": "CUDA0", "free_bytes": 12 * GiB, "budget_bytes": 12 * GiB - 512 * MiB}]
     assert placed(p) == {"diffusion": ("CUDA0", "CUDA0"), "te": ("CUDA0", "CUDA0"), "vae": ("CUDA0", "CUDA0")}
-    assert p["params_backend"] == "" and p["traffic_bytes_per_image"] == 0
+    assert p["params_backend"] == "" and p["traffic_bytes_per_image"] == 0 and p["warnings"] == []
     assert p["flags"] == "--backend diffusion=CUDA0,te=CUDA0,vae=CUDA0 --auto-fit off"
 
 
@@ -135,6 +135,7 @@ def test_params_backend_cpu(capsys, model):
     # sd-cli ... --backend cuda0 --params-backend cpu: runs on cuda0, parameters in RAM
     p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "cpu", "--device", "CUDA0=12GiB", *RAM)
     assert placed(p) == {k: ("CUDA0", "cpu") for k in ("diffusion", "te", "vae")}
+    assert p["warnings"] == []  # 7329 MiB in RAM, within its 28.8 GiB budget
     # cached once per image: CUDA0 budget 11.5 GiB holds each component's weights + reserve
     assert p["traffic_bytes_per_image"] == D + T + V
 
@@ -196,6 +197,8 @@ def test_auto_fit_off_uses_the_runtime_backend(capsys, model):
     p = plan(capsys, model, "--auto-fit", "off", "--device", "CUDA0=4GiB", "--device", "CUDA1=24GiB", *RAM)
     assert p["mode"] == "manual"
     assert placed(p) == {k: ("CUDA0", "CUDA0") for k in ("diffusion", "te", "vae")}
+    # ... and says it will not fit: weights 7328 MiB + 3648 B (rounded up), + 2 GiB compute
+    assert p["warnings"] == ["CUDA0 needs 9377 MiB (weights 7329 + compute 2048) but its budget is 3584 MiB"]
 
 
 def test_cpu_modules_with_matching_params(capsys, model):
@@ -345,3 +348,9 @@ def test_rpc_devices_come_after_local_ones_on_a_tie(capsys, model, tmp_path):
     p = plan(capsys, model, "--devices", str(inv))
     assert [d["name"] for d in p["devices"]] == ["CUDA0", "RPC0"]
     assert {c for c, _ in placed(p).values()} == {"CUDA0"}
+
+
+def test_ram_overcommit_is_reported(capsys, model):
+    # --ram 8GiB: params budget 8 - 2 = 6 GiB < D + T + V in RAM
+    p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "cpu", "--device", "CUDA0=12GiB", "--ram", "8GiB")
+    assert p["warnings"] == ["RAM holds 7329 MiB of weights but its params budget is 6144 MiB"]

@@ -103,3 +103,36 @@ def test_no_usable_tensors(st_file):
 def test_missing_file(tmp_path):
     with pytest.raises(BadInput, match="no such model file"):
         read_components([ModelSource(str(tmp_path / "nope.safetensors"))])
+
+
+def _bare_gguf(path, tensors):
+    """A GGUF v3 with no metadata, as stable-diffusion.cpp's converter writes: F16 tensors only."""
+    import struct
+
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 0)
+    infos, offset = b"", 0
+    for name, n in tensors:
+        raw = name.encode()
+        infos += struct.pack("<Q", len(raw)) + raw + struct.pack("<IQIQ", 1, n, 1, offset)  # 1 dim, F16
+        offset += -(-n * 2 // 32) * 32
+    body = head + infos
+    pad = -len(body) % 32
+    path.write_bytes(body + b"\0" * pad + b"\0" * offset)
+    return str(path)
+
+
+def test_gguf_without_metadata_from_sd_cpp_convert(tmp_path):
+    path = _bare_gguf(tmp_path / "sd-convert.gguf", [("model.diffusion_model.out.2.weight", 64),
+                                                      ("first_stage_model.decoder.conv_in.weight", 32)])
+    got = sizes(read_components([ModelSource(path)]))
+    assert got[Kind.DIFFUSION] == (64 * 2 + OVERHEAD,) * 2
+    assert got[Kind.VAE] == (32 * 2 + OVERHEAD,) * 2
+
+
+def test_hostile_gguf_is_still_refused(tmp_path):
+    import struct
+
+    path = tmp_path / "evil.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 0))
+    with pytest.raises(BadInput, match="hostile"):
+        read_components([ModelSource(str(path))])

@@ -76,3 +76,11 @@ def test_devices_below_the_headroom_share_equally():
     dit = component(Kind.DIFFUSION, [(f"model.diffusion_model.blocks.{i}.w", MiB) for i in range(4)])
     r0, r1 = split_ranges(dit, ("A", "B"), {"A": GiB, "B": GiB})
     assert (r0.end_block, r1.first_block) == (2, 2)
+
+
+def test_max_vram_caps_a_devices_share():
+    dit = component(Kind.DIFFUSION, [(f"model.diffusion_model.blocks.{i}.w", MiB) for i in range(10)])
+    free = {"A": 12 * GiB, "B": 12 * GiB}
+    # B capped at 2.5 GiB: weights 10 : 2.5 -> b/10 < 0.8 on A -> 8 blocks on A
+    r0, r1 = split_ranges(dit, ("A", "B"), free, {"A": 20 * GiB, "B": 2 * GiB + 512 * MiB})
+    assert (r0.end_block, r1.first_block, r1.end_block) == (8, 8, 10)
