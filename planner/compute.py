@@ -36,45 +36,100 @@ I64 = 8
 
 @dataclass(frozen=True)
 class Shapes:
-    """Per-token widths of the tensors a layer materialises, from the model's weights."""
+    """Per-token widths (elements) of the tensors a layer materialises, from the model's weights."""
 
     n_embd: int
-    n_ff: int            # widest FFN row per token (dense n_ff, or n_expert_used x expert n_ff)
+    n_ff: int            # dense FFN width
+    n_ff_moe: int        # n_expert_used x expert width (0 without routed experts)
+    shared_experts: bool
+    n_expert_used: int
     q_width: int         # n_head x head_dim_k
     kv_width: int        # n_head_kv x head_dim
     n_head: int
     n_vocab: int
+    ssm_in: int          # Mamba-2 in_proj output width (0 without SSM layers)
+    ssm_conv: int        # conv channels (d_inner + 2 n_group d_state)
+    ssm_inner: int
 
 
 def _shapes(ctx: ModelContext) -> Shapes:
-    f = ctx.facts
-    n_ff = 0
-    for s in ctx.slots:
-        if ".ffn_up" in s.name or ".ffn_gate" in s.name and "inp" not in s.name:
-            t = ctx.model.tensor(s.name)
-            if t is None or len(t.shape) < 2:
-                continue
-            width = t.shape[1] * (f.n_expert_used if len(t.shape) == 3 else 1)
-            n_ff = max(n_ff, width)
+    f, meta = ctx.facts, ctx.model.metadata
+    n_ff = n_ff_moe = 0
+    shared = False
+    for t in ctx.model.tensors:
+        if len(t.shape) < 2 or not (".ffn_up" in t.name or ".ffn_gate" in t.name) or "_inp" in t.name:
+            continue
+        if len(t.shape) == 3:
+            n_ff_moe = max(n_ff_moe, t.shape[1] * max(1, f.n_expert_used))
+        else:
+            n_ff = max(n_ff, t.shape[1])
+            shared = shared or "shexp" in t.name
     q = max((lf.n_head * lf.head_dim_k for lf in f.layers), default=f.n_embd)
     kv = max((lf.n_head_kv * max(lf.head_dim_k, lf.head_dim_v) for lf in f.layers), default=0)
     n_head = max((lf.n_head for lf in f.layers), default=1)
-    return Shapes(f.n_embd, n_ff, q, kv, n_head, f.n_vocab)
+    arch = f.arch
+    d_inner = int(meta.get(f"{arch}.ssm.inner_size", 0) or 0)
+    d_state = int(meta.get(f"{arch}.ssm.state_size", 0) or 0)
+    n_group = int(meta.get(f"{arch}.ssm.group_count", 0) or 0)
+    n_ssm_head = int(meta.get(f"{arch}.ssm.time_step_rank", 0) or 0)
+    conv = d_inner + 2 * n_group * d_state
+    return Shapes(f.n_embd, n_ff, n_ff_moe, shared, max(1, f.n_expert_used), q, kv, n_head, f.n_vocab,
+                  d_inner + conv + n_ssm_head if d_inner else 0, conv if d_inner else 0, d_inner)
+
+
+def _ffn_work(sh: Shapes, t: int) -> int:
+    """FFN peak, calibrated against llama-fit-params (bench/bench_estimate_accuracy.py).
+
+    Dense SwiGLU/GeGLU: the residual plus up, gate and activation rows. Routed experts also hold the
+    down projection's n_embd x n_expert_used rows (it does not fit the freed up/gate hole) — except
+    with shared experts, where the measured peak stays at the up/gate/activation level.
+    """
+    e = sh.n_embd * t * F32
+    dense = e + 3 * sh.n_ff * t * F32
+    if not sh.n_ff_moe:
+        return dense
+    f, d = sh.n_ff_moe * t * F32, sh.n_embd * sh.n_expert_used * t * F32
+    moe = 2 * e + 3 * f + (0 if sh.shared_experts else d)
+    return max(dense, moe)
 
 
 def _layer_work(sh: Shapes, kind: AttnKind, n_kv: int, t: int, fa: bool, n_stream: int) -> int:
     """Peak live bytes while one layer runs on a device."""
     e = sh.n_embd * t * F32
-    ffn = 2 * e + 3 * sh.n_ff * t * F32
-    attn = 2 * e + (2 * sh.q_width + 2 * sh.kv_width) * t * F32
+    ffn = _ffn_work(sh, t)
+    attn = 2 * e + (sh.q_width + 2 * sh.kv_width) * t * F32
     if kind in (AttnKind.FULL, AttnKind.SWA) and not fa:
         scores = n_kv * (t // max(1, n_stream)) * n_stream * sh.n_head * F32
         attn = e + sh.q_width * t * F32 + scores + sh.q_width * t * F32
+    if kind is AttnKind.RECURRENT and sh.ssm_in:
+        # Mamba-2 mixer: in_proj output, the padded conv input and output, the scan output
+        attn = 2 * e + (sh.ssm_in + 2 * sh.ssm_conv + sh.ssm_inner) * t * F32
     return max(ffn, attn)
 
 
 def _mask_bytes(n_kv: int, t: int, fa: bool) -> int:
     return n_kv * t * (F16 if fa else F32)
+
+
+def _boundary_crossings(ctx: ModelContext, sh: Shapes, placement: Placement, t: int) -> dict[str, int]:
+    """Extra tensors crossing where a recurrent layer ends a device's range.
+
+    Measured with GGML_SCHED_DEBUG: the scheduler runs part of that Mamba-2 mixer on the next
+    device, so its in_proj output crosses forward and the scan output crosses back.
+    """
+    out: dict[str, int] = defaultdict(int)
+    if not sh.ssm_in:
+        return out
+    devs = placement.layer_device
+    for lf in ctx.facts.layers:
+        il = lf.index
+        if lf.nextn or lf.kind is not AttnKind.RECURRENT or il + 1 >= len(devs) - 1:
+            continue
+        here, nxt = devs[il], devs[il + 1]
+        if here != nxt and "CPU" not in (here, nxt):
+            out[nxt] += sh.ssm_in * t * F32
+            out[here] += sh.ssm_inner * t * F32
+    return out
 
 
 def _kv_cells(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams) -> dict[AttnKind, int]:
@@ -115,7 +170,11 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
             kinds[row].add(lf.kind)
     out_dev = placement.layer_device[-1]
     out_row = HOST if out_dev == "CPU" else out_dev
+    extra = _boundary_crossings(ctx, sh, placement, t)
     output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
+    if sh.n_ff_moe and sh.shared_experts:
+        # measured: the last layer's expert rows stay below the logits in the arena
+        output_phase += sh.n_embd * ctx.facts.n_expert_used * n_out * F32
     rows: dict[str, int] = {}
     for row in set(work) | {HOST, out_row}:
         if row == HOST:
@@ -123,7 +182,7 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
             live = 0 if copies > 1 else graph_inputs - e
             live += e  # the token embeddings gathered on the CPU
         else:
-            crossing = e + 2 * t * I32 + sum(per_kind[k] for k in kinds[row])
+            crossing = e + 2 * t * I32 + sum(per_kind[k] for k in kinds[row]) + extra.get(row, 0)
             held = crossing * copies if copies > 1 else 0
             live = 0 if copies > 1 else crossing
         layers = live + work[row] if (row in work or row == HOST) else 0
