@@ -29,6 +29,8 @@ from planner.commands_devices import devices_cmd  # noqa: E402
 app.command("devices")(devices_cmd)
 from planner.sd.command import sd_fit_cmd  # noqa: E402
 app.command("sd-fit")(sd_fit_cmd)
+from planner.commands_estimate import ESTIMATE_CONTEXT, estimate_cmd  # noqa: E402
+app.command("estimate", context_settings=ESTIMATE_CONTEXT)(estimate_cmd)
 
 
 @app.command("inspect")
