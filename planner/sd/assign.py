@@ -56,6 +56,18 @@ class Role(enum.Enum):
 
     BACKEND = "--backend"
     PARAMS = "--params-backend"
+    SPLIT_MODE = "--split-mode"
+
+
+SPLIT_MODES = ("layer", "row")
+# sd-cli's compatibility flags and what each prepends to which assignment (seed 002,
+# "Compatibility flags"); prepended entries lose to later explicit ones.
+COMPAT_FLAGS: dict[str, tuple[Role, str]] = {
+    "--clip-on-cpu": (Role.BACKEND, "te=cpu"),
+    "--vae-on-cpu": (Role.BACKEND, "vae=cpu"),
+    "--control-net-cpu": (Role.BACKEND, "controlnet=cpu"),
+    "--offload-to-cpu": (Role.PARAMS, "*=cpu"),
+}
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,10 @@ def split_device_list(token: str) -> tuple[str, ...]:
 def _check_token(token: str, role: Role, flag: str) -> None:
     """The per-token rules sd-cli's `validate` applies, short of looking devices up."""
     lower = token.strip().lower()
+    if role is Role.SPLIT_MODE:
+        if lower not in SPLIT_MODES:
+            raise FlagError(f"{flag}: invalid split mode {token.strip()!r} (expected layer or row)")
+        return
     if role is Role.PARAMS:
         if "&" in token:
             raise FlagError(f"{flag}: does not accept device lists ({token!r}); '&' is only for --backend")
@@ -139,6 +155,15 @@ def parse_assignment(text: str | None, role: Role) -> Assignment:
             raise FlagError(f"{flag}: unknown backend module {key!r} in {part!r}")
         modules[module] = value
     return Assignment(default=default, modules=tuple(modules.items()))
+
+
+def with_compat(text: str | None, role: Role, flags: tuple[str, ...]) -> str | None:
+    """`text` with the compatibility flags' entries for `role` prepended, as sd-cli does."""
+    for flag in flags:
+        if flag not in COMPAT_FLAGS:
+            raise FlagError(f"{flag}: not an sd-cli compatibility flag ({', '.join(COMPAT_FLAGS)})")
+    prefix = [entry for flag, (r, entry) in COMPAT_FLAGS.items() if flag in flags and r is role]
+    return ",".join([*prefix, text]) if prefix and text else (",".join(prefix) or text)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,11 @@ def sd_fit_cmd(
     fmt: Annotated[str, typer.Option("--format", help="text | flags | yaml | json")] = "text",
     optimal: Annotated[bool, typer.Option("--optimal", help="minimise weight traffic per image (MILP)")] = False,
     steps: Annotated[int, typer.Option("--steps", help="sampling steps per image, for traffic")] = DEFAULT_STEPS,
+    split_mode: Annotated[Optional[str], typer.Option("--split-mode", help="layer | row | diffusion=row,te=layer")] = None,
+    clip_on_cpu: Annotated[bool, typer.Option("--clip-on-cpu", help="as sd-cli: prepend te=cpu to --backend")] = False,
+    vae_on_cpu: Annotated[bool, typer.Option("--vae-on-cpu", help="as sd-cli: prepend vae=cpu to --backend")] = False,
+    control_net_cpu: Annotated[bool, typer.Option("--control-net-cpu", help="as sd-cli: prepend controlnet=cpu")] = False,
+    offload_to_cpu: Annotated[bool, typer.Option("--offload-to-cpu", help="as sd-cli: prepend *=cpu to --params-backend")] = False,
     diffusion_model: Annotated[Optional[str], _file_option(FileRole.DIFFUSION_MODEL)] = None,
     high_noise: Annotated[Optional[str], _file_option(FileRole.HIGH_NOISE_DIFFUSION_MODEL)] = None,
     clip_l: Annotated[Optional[str], _file_option(FileRole.CLIP_L)] = None,
@@ -69,7 +74,10 @@ def sd_fit_cmd(
     files = {FileRole.DIFFUSION_MODEL: diffusion_model, FileRole.HIGH_NOISE_DIFFUSION_MODEL: high_noise,
              FileRole.CLIP_L: clip_l, FileRole.CLIP_G: clip_g, FileRole.T5XXL: t5xxl, FileRole.LLM: llm,
              FileRole.LLM_VISION: llm_vision, FileRole.VAE: vae, FileRole.TAESD: taesd}
+    compat = tuple(flag for flag, on in (("--clip-on-cpu", clip_on_cpu), ("--vae-on-cpu", vae_on_cpu),
+                                         ("--control-net-cpu", control_net_cpu),
+                                         ("--offload-to-cpu", offload_to_cpu)) if on)
     request = SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
-                           _AUTO_FIT[auto_fit.strip().lower()], optimal, steps)
+                           _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat)
     plan = sd_fit(request, _inventory(devices, device or [], ram))
     typer.echo({"text": plan.to_table, "flags": lambda: plan.flags}.get(fmt, lambda: render(plan, fmt))())

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from planner.devices import DeviceKind, Inventory
 from planner.errors import FlagError
-from planner.sd.assign import Assignment, Role, is_default_token, parse_assignment, parse_max_vram
+from planner.sd.assign import Assignment, Role, is_default_token, parse_assignment, parse_max_vram, with_compat
 from planner.sd.autofit import follow_assignments, greedy_fit
 from planner.sd.check import overcommit
 from planner.sd.components import KIND_MODULE, Component, Kind, ModelSource, read_components
@@ -13,7 +13,7 @@ from planner.sd.optimal import optimal_fit
 from planner.sd.placement import FitInput, GpuBudget, Placement, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
-from planner.sd.split import SPLITTABLE, split_ranges
+from planner.sd.split import SPLITTABLE, SplitMode, row_shares, split_ranges
 from planner.sd.traffic import DEFAULT_STEPS, traffic_bytes
 
 
@@ -26,6 +26,8 @@ class SdFitRequest:
     auto_fit: bool = True
     optimal: bool = False
     steps: int = DEFAULT_STEPS
+    split_mode: str | None = None
+    compat: tuple[str, ...] = ()  # sd-cli compatibility flags, e.g. "--offload-to-cpu"
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
@@ -38,7 +40,7 @@ def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, 
     # for auto-fit's first-on-a-tie rule.
     ordered = sorted(inventory.devices, key=lambda d: d.kind is DeviceKind.RPC)
     return tuple(GpuBudget(d.name, d.free_bytes, max(budgets.devices.get(d.name, 0), 0), d.description,
-                           discrete=d.kind in (DeviceKind.GPU, DeviceKind.RPC))
+                           discrete=d.kind in (DeviceKind.GPU, DeviceKind.RPC), backend=d.backend.value)
                  for d in ordered)
 
 
@@ -60,17 +62,33 @@ def _kept(inventory: Inventory, assignment: Assignment, role: Role) -> list[tupl
     return [(key, canonical_token(inventory, value, role)) for key, value in entries]
 
 
-def _splits(fit: FitInput, placements: tuple[Placement, ...]):
+def _splits(fit: FitInput, placements: tuple[Placement, ...], modes: Assignment):
+    """Layer or row split of each multi-device component (--split-mode, default layer)."""
     free = {g.name: g.free_bytes for g in fit.gpus}
     limits = {g.name: g.budget_bytes for g in fit.gpus}
+    backends = {g.name: g.backend for g in fit.gpus}
     comps = {c.kind: c for c in fit.components}
-    return tuple((p.kind, split_ranges(comps[p.kind], p.compute, free, limits))
-                 for p in placements if len(p.compute) > 1 and p.kind in SPLITTABLE)
+    out = []
+    for p in placements:
+        if len(p.compute) < 2 or p.kind not in SPLITTABLE:
+            continue
+        rows = None
+        if modes.get(KIND_MODULE[p.kind]).strip().lower() == SplitMode.ROW:
+            rows = row_shares(comps[p.kind], p.compute, free, backends)
+        out.append((p.kind, rows or split_ranges(comps[p.kind], p.compute, free, limits)))
+    return tuple(out)
+
+
+def _split_spec(modes: Assignment) -> str | None:
+    parts = [modes.default.strip().lower()] if modes.default else []
+    parts += [f"{m.value}={v.strip().lower()}" for m, v in modes.modules]
+    return ",".join(parts) or None
 
 
 def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
-    backend = parse_assignment(request.backend, Role.BACKEND)
-    params = parse_assignment(request.params_backend, Role.PARAMS)
+    backend = parse_assignment(with_compat(request.backend, Role.BACKEND, request.compat), Role.BACKEND)
+    params = parse_assignment(with_compat(request.params_backend, Role.PARAMS, request.compat), Role.PARAMS)
+    modes = parse_assignment(request.split_mode, Role.SPLIT_MODE)
     max_vram = canonical_max_vram(inventory, parse_max_vram(request.max_vram))
     # Seed 002: explicit --params-backend disables auto-fit regardless of order or --auto-fit on.
     auto = request.auto_fit and params.empty
@@ -90,5 +108,5 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     runtime_spec, params_spec = specs(placements, _kept(inventory, backend, Role.BACKEND),
                                        _kept(inventory, params, Role.PARAMS))
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
-                  _splits(fit, placements), runtime_spec, params_spec, max_vram,
+                  _splits(fit, placements, modes), runtime_spec, params_spec, max_vram, _split_spec(modes),
                   traffic_bytes(fit, placements, request.steps), overcommit(fit, placements))

@@ -28,6 +28,7 @@ class GpuBudget:
     budget_bytes: int
     description: str = ""
     discrete: bool = True  # auto-fit enumerates discrete GPUs only (backend_fit.cpp)
+    backend: str = ""  # the ggml backend registry (a row split needs one registry)
 
 
 @dataclass(frozen=True)

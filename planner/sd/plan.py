@@ -28,6 +28,7 @@ class SdPlan:
     backend_spec: str
     params_spec: str
     max_vram: str | None
+    split_mode: str | None
     traffic_bytes: int  # weight bytes moved per image (see planner.sd.traffic)
     warnings: tuple[str, ...] = ()  # budgets this placement exceeds (planner.sd.check)
 
@@ -41,6 +42,8 @@ class SdPlan:
             out += ["--auto-fit", "off"]
         if self.max_vram:
             out += ["--max-vram", self.max_vram]
+        if self.split_mode:
+            out += ["--split-mode", self.split_mode]
         return shlex.join(out)
 
     def to_dict(self) -> dict[str, Any]:
@@ -54,7 +57,7 @@ class SdPlan:
                 "compute_reserve_bytes": p.reserve_bytes, "compute": p.compute_name,
                 "params": p.params_name, "params_location": p.params.value,
             } for p in self.placements],
-            "splits": {kind.name.lower(): [{"device": r.device, "first_block": r.first_block,
+            "splits": {kind.name.lower(): [{"mode": r.mode, "device": r.device, "first_block": r.first_block,
                                             "end_block": r.end_block, "bytes": r.total_bytes} for r in ranges]
                        for kind, ranges in self.splits},
             "backend": self.backend_spec,
@@ -90,8 +93,9 @@ class SdPlan:
                          f"params {p.params_name}")
         for kind, ranges in self.splits:
             for r in ranges:
-                lines.append(f"    layer split {kind.name.lower()}: {r.device} <- blocks [{r.first_block}, "
-                             f"{r.end_block}) of {r.n_blocks_total}, {r.total_bytes // MiB} MiB")
+                what = (f"blocks [{r.first_block}, {r.end_block}) of {r.n_blocks_total}" if r.mode == "layer"
+                        else f"rows of {r.n_blocks_total} blocks")
+                lines.append(f"    {r.mode} split {kind.name.lower()}: {r.device} <- {what}, {r.total_bytes // MiB} MiB")
         lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
         lines += [f"  warning: {w}" for w in self.warnings]
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""

@@ -16,6 +16,9 @@ from planner.units import GiB
 # stable-diffusion.cpp keeps this much free per device for compute when splitting
 # (src/core/layer_split_partition.cpp, compute_headroom_bytes).
 SPLIT_HEADROOM_BYTES = 2 * GiB
+# A row split gives each device at least an eighth of its free memory (stable-diffusion.cpp,
+# tensor_split in the row-split setup of src/stable-diffusion.cpp).
+ROW_MIN_FRACTION = 8
 SPLITTABLE = (Kind.DIFFUSION, Kind.TE)
 # Path segments that mark UNet stages, which are not split, and the block keywords, in the
 # order sd.cpp's `layer_split_tensor_block_index` tries them. The keyword's rank orders block
@@ -25,14 +28,23 @@ BLOCK_KEYWORDS = ("transformer_blocks.", "joint_blocks.", "double_blocks.", "sin
                   "blocks.", "block.", "layers.")
 
 
+class SplitMode:
+    LAYER = "layer"
+    ROW = "row"
+
+
 @dataclass(frozen=True)
 class SplitRange:
+    """A device's part of a split module. Layer split: blocks [first_block, end_block).
+    Row split: a slice of every block's rows (first 0, end n), `block_bytes` its share."""
+
     device: str
     first_block: int  # index into the module's ordered block list; first == end: no blocks
     end_block: int
     n_blocks_total: int
     block_bytes: int
     other_bytes: int  # non-block tensors (first device only)
+    mode: str = SplitMode.LAYER
 
     @property
     def total_bytes(self) -> int:
@@ -80,18 +92,45 @@ def _block_tensors(comp: Component) -> list[SdTensor]:
     return [t for t in comp.tensors if _te_group(t.name) == dominant]
 
 
-def split_ranges(comp: Component, devices: tuple[str, ...], free: dict[str, int],
-                 limits: dict[str, int] | None = None) -> tuple[SplitRange, ...]:
-    """Contiguous block ranges per device; block b goes to the first device whose cumulative
-    share exceeds b / n_blocks (llama.cpp's proportional layer-split rule). A device's share is
-    its free memory minus the headroom, capped by its --max-vram budget (`limits`; seed 002:
-    "--max-vram can still provide the per-device limits used by layer split")."""
+def _blocks(comp: Component) -> dict[tuple[int, int], int]:
+    """Bytes per transformer block of the tensors a split may move off the first device."""
     blocks: dict[tuple[int, int], int] = {}
     candidates = {id(t) for t in _block_tensors(comp)} if comp.kind in SPLITTABLE else set()
     for t in comp.tensors:
         key = block_key(t.name) if id(t) in candidates else None
         if key is not None:
             blocks[key] = blocks.get(key, 0) + t.n_bytes
+    return blocks
+
+
+def row_shares(comp: Component, devices: tuple[str, ...], free: dict[str, int],
+               backends: dict[str, str]) -> tuple[SplitRange, ...] | None:
+    """Row split (seed 002, "Row split"): block weights sliced across the devices in proportion
+    to max(free - 2 GiB, free / 8) (stable-diffusion.cpp's tensor_split for the split buffer);
+    everything else stays on the main device. None when sd.cpp would fall back to a layer
+    split: devices from different backend registries, or no block weights. (sd.cpp also keeps
+    tensors whose shape the split buffer cannot take in regular buffers; headers alone do not
+    say which, so every block tensor is counted as split.)"""
+    blocks = _blocks(comp)
+    if len(devices) < 2 or not blocks or len({backends.get(d, "") for d in devices}) > 1:
+        return None
+    usable = [max(free[d] - SPLIT_HEADROOM_BYTES, free[d] // ROW_MIN_FRACTION) for d in devices]
+    usable = [u if u > 0 else 1 for u in usable]
+    block_total, n = sum(blocks.values()), len(blocks)
+    shares = [block_total * u // sum(usable) for u in usable]
+    shares[0] += block_total - sum(shares)  # rounding remainder: the main device
+    other = comp.params_bytes - block_total
+    return tuple(SplitRange(d, 0, n, n, share, other if i == 0 else 0, SplitMode.ROW)
+                 for i, (d, share) in enumerate(zip(devices, shares)))
+
+
+def split_ranges(comp: Component, devices: tuple[str, ...], free: dict[str, int],
+                 limits: dict[str, int] | None = None) -> tuple[SplitRange, ...]:
+    """Contiguous block ranges per device; block b goes to the first device whose cumulative
+    share exceeds b / n_blocks (llama.cpp's proportional layer-split rule). A device's share is
+    its free memory minus the headroom, capped by its --max-vram budget (`limits`; seed 002:
+    "--max-vram can still provide the per-device limits used by layer split")."""
+    blocks = _blocks(comp)
     order = sorted(blocks)
     other = comp.params_bytes - sum(blocks.values())
     n = len(order)

@@ -163,8 +163,8 @@ def test_layer_split_device_list(capsys, model):
     assert placed(p)["diffusion"] == ("CUDA0&CUDA1", "CUDA0&CUDA1")
     per_block = 128 * MiB + 64
     assert p["splits"]["diffusion"] == [
-        {"device": "CUDA0", "first_block": 0, "end_block": 25, "bytes": 25 * per_block},
-        {"device": "CUDA1", "first_block": 25, "end_block": 40, "bytes": 15 * per_block}]
+        {"mode": "layer", "device": "CUDA0", "first_block": 0, "end_block": 25, "bytes": 25 * per_block},
+        {"mode": "layer", "device": "CUDA1", "first_block": 25, "end_block": 40, "bytes": 15 * per_block}]
     assert p["backend"].startswith("diffusion=CUDA0&CUDA1,")
 
 
@@ -354,3 +354,52 @@ def test_ram_overcommit_is_reported(capsys, model):
     # --ram 8GiB: params budget 8 - 2 = 6 GiB < D + T + V in RAM
     p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "cpu", "--device", "CUDA0=12GiB", "--ram", "8GiB")
     assert p["warnings"] == ["RAM holds 7329 MiB of weights but its params budget is 6144 MiB"]
+
+
+def test_row_split(capsys, model):
+    # sd-cli ... --backend "diffusion=cuda0&cuda1" --split-mode row: every block's rows sliced in
+    # proportion to max(free - 2 GiB, free / 8): 10 : 6 GiB of the 40 blocks' bytes.
+    devs = ["--device", "CUDA0=12GiB", "--device", "CUDA1=8GiB", *RAM]
+    p = plan(capsys, model, "--backend", "diffusion=cuda0&cuda1", "--split-mode", "row", *devs)
+    blocks = 40 * (128 * MiB + 64)
+    rows = p["splits"]["diffusion"]
+    assert [(r["mode"], r["device"], r["first_block"], r["end_block"]) for r in rows] == [
+        ("row", "CUDA0", 0, 40), ("row", "CUDA1", 0, 40)]
+    assert rows[1]["bytes"] == blocks * 6 // 16 and rows[0]["bytes"] == blocks - blocks * 6 // 16
+    assert p["flags"].endswith("--split-mode row")
+
+
+def test_split_mode_per_module(capsys, model):
+    # sd-cli ... --backend "diffusion=cuda0&cuda1,te=cuda0&cuda1" --split-mode diffusion=row,te=layer
+    p = plan(capsys, model, "--backend", "diffusion=cuda0&cuda1,te=cuda0&cuda1", "--split-mode", "diffusion=row,te=layer",
+             "--device", "CUDA0=12GiB", "--device", "CUDA1=12GiB", *RAM)
+    assert p["splits"]["diffusion"][0]["mode"] == "row"
+    # te: 16 t5 blocks, equal shares -> [0, 8) and [8, 16)
+    assert [(r["mode"], r["first_block"], r["end_block"]) for r in p["splits"]["te"]] == [("layer", 0, 8), ("layer", 8, 16)]
+    assert p["flags"].endswith("--split-mode diffusion=row,te=layer")
+
+
+def test_row_split_across_backends_falls_back_to_layer(capsys, model):
+    # seed 002: devices of different backend registries -> layer split
+    p = plan(capsys, model, "--backend", "diffusion=cuda0&vulkan0", "--split-mode", "row",
+             "--device", "CUDA0=12GiB", "--device", "Vulkan0=12GiB", *RAM)
+    assert {r["mode"] for r in p["splits"]["diffusion"]} == {"layer"}
+
+
+def test_bad_split_mode(capsys, model):
+    code, _, err = run(capsys, model, "--device", "CUDA0=12GiB", *RAM, "--split-mode", "column")
+    assert code == 2 and "'column'" in err
+
+
+def test_compatibility_flags(capsys, model):
+    devs = ["--device", "CUDA0=12GiB", *RAM]
+    # --clip-on-cpu / --vae-on-cpu prepend te=cpu / vae=cpu to --backend
+    p = plan(capsys, model, "--clip-on-cpu", "--vae-on-cpu", "--backend", "cuda0", *devs)
+    assert {k: v[0] for k, v in placed(p).items()} == {"diffusion": "CUDA0", "te": "cpu", "vae": "cpu"}
+    # --control-net-cpu only touches the controlnet module
+    p = plan(capsys, model, "--control-net-cpu", *devs)
+    assert p["backend"].startswith("controlnet=cpu,")
+    # seed 002: --offload-to-cpu --params-backend te=disk keeps non-TE parameters on CPU, TE on disk
+    p = plan(capsys, model, "--offload-to-cpu", "--params-backend", "te=disk", *devs)
+    assert p["mode"] == "manual"
+    assert {k: v[1] for k, v in placed(p).items()} == {"diffusion": "cpu", "te": "disk", "vae": "cpu"}

@@ -173,3 +173,21 @@ def test_max_vram_malformed(text, token):
     with pytest.raises(FlagError, match="--max-vram") as e:
         parse_max_vram(text)
     assert repr(token) in str(e.value)
+
+
+def test_compat_flags_prepend_their_entries():
+    from planner.sd.assign import with_compat
+
+    assert with_compat("cuda0", Role.BACKEND, ("--clip-on-cpu", "--vae-on-cpu")) == "te=cpu,vae=cpu,cuda0"
+    assert with_compat(None, Role.BACKEND, ("--control-net-cpu",)) == "controlnet=cpu"
+    assert with_compat("te=disk", Role.PARAMS, ("--offload-to-cpu", "--clip-on-cpu")) == "*=cpu,te=disk"
+    assert with_compat("te=disk", Role.PARAMS, ()) == "te=disk"
+    with pytest.raises(FlagError):
+        with_compat("", Role.BACKEND, ("--gpu-on-fire",))
+
+
+def test_split_mode_syntax():
+    a = parse_assignment("layer,diffusion=ROW", Role.SPLIT_MODE)
+    assert (a.get(Module.TE), a.get(Module.DIFFUSION)) == ("layer", "ROW")
+    with pytest.raises(FlagError, match=r"invalid split mode 'column'"):
+        parse_assignment("te=column", Role.SPLIT_MODE)
