@@ -13,7 +13,8 @@ Usage::
 Departures from ggml, each for a Python caller that reuses one graph object instead of
 rebuilding it: `reset()` undoes the in-place source rewiring and forgets allocator
 addresses (ggml asks callers to discard the graph), and user pins survive `reset()` (ggml
-clears them, and llama.cpp pins again while rebuilding).
+clears them, and llama.cpp pins again while rebuilding). Until `reset()`, the graph's sources
+point at this scheduler's input copies: reset before handing the graph to another scheduler.
 """
 from __future__ import annotations
 
