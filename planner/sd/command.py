@@ -37,23 +37,30 @@ def _sources(models: list[str], files: dict[FileRole, Optional[str]]) -> tuple[M
     return tuple(out)
 
 
+Text = Optional[str]
+
+
+def _opt(name: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text)
+
+
 def sd_fit_cmd(
-    models: Annotated[Optional[list[str]], typer.Argument(help="checkpoint(s), as sd-cli -m (safetensors or GGUF)")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", help="compute: cuda0 | te=cpu,vae=cuda0 | diffusion=cuda0&cuda1")] = None,
-    params_backend: Annotated[Optional[str], typer.Option("--params-backend", help="parameters: cpu | disk | te=cpu,...")] = None,
-    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="GiB per GPU: 6 | cuda0=6,vulkan0=2 | -2")] = None,
-    auto_fit: Annotated[str, typer.Option("--auto-fit", help="on | off")] = "on",
-    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML (default: this machine)")] = None,
-    device: Annotated[Optional[list[str]], typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...")] = None,
-    ram: Annotated[Optional[str], typer.Option("--ram", help="host RAM, e.g. 64GiB")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text | flags | yaml | json")] = "text",
-    optimal: Annotated[bool, typer.Option("--optimal", help="minimise weight traffic per image (MILP)")] = False,
-    steps: Annotated[int, typer.Option("--steps", help="sampling steps per image, for traffic")] = DEFAULT_STEPS,
-    split_mode: Annotated[Optional[str], typer.Option("--split-mode", help="layer | row | diffusion=row,te=layer")] = None,
-    clip_on_cpu: Annotated[bool, typer.Option("--clip-on-cpu", help="as sd-cli: prepend te=cpu to --backend")] = False,
-    vae_on_cpu: Annotated[bool, typer.Option("--vae-on-cpu", help="as sd-cli: prepend vae=cpu to --backend")] = False,
-    control_net_cpu: Annotated[bool, typer.Option("--control-net-cpu", help="as sd-cli: prepend controlnet=cpu")] = False,
-    offload_to_cpu: Annotated[bool, typer.Option("--offload-to-cpu", help="as sd-cli: prepend *=cpu to --params-backend")] = False,
+    models: Annotated[Optional[list[str]], typer.Argument(help="checkpoint(s), as sd-cli -m")] = None,
+    backend: Annotated[Text, _opt("--backend", "compute: cuda0 | te=cpu,vae=cuda0 | diffusion=cuda0&cuda1")] = None,
+    params_backend: Annotated[Text, _opt("--params-backend", "parameters: cpu | disk | te=cpu,...")] = None,
+    max_vram: Annotated[Text, _opt("--max-vram", "GiB per GPU: 6 | cuda0=6,vulkan0=2 | -2")] = None,
+    auto_fit: Annotated[str, _opt("--auto-fit", "on | off")] = "on",
+    devices: Annotated[Text, _opt("--devices", "inventory YAML (default: this machine)")] = None,
+    device: Annotated[Optional[list[str]], _opt("--device", "CUDA0=24GiB, 2xrtx3090, ...")] = None,
+    ram: Annotated[Text, _opt("--ram", "host RAM, e.g. 64GiB")] = None,
+    fmt: Annotated[str, _opt("--format", "text | flags | yaml | json")] = "text",
+    optimal: Annotated[bool, _opt("--optimal", "minimise weight traffic per image (MILP)")] = False,
+    steps: Annotated[int, _opt("--steps", "sampling steps per image, for traffic")] = DEFAULT_STEPS,
+    split_mode: Annotated[Text, _opt("--split-mode", "layer | row | diffusion=row,te=layer")] = None,
+    clip_on_cpu: Annotated[bool, _opt("--clip-on-cpu", "as sd-cli: prepend te=cpu to --backend")] = False,
+    vae_on_cpu: Annotated[bool, _opt("--vae-on-cpu", "as sd-cli: prepend vae=cpu to --backend")] = False,
+    control_net_cpu: Annotated[bool, _opt("--control-net-cpu", "as sd-cli: prepend controlnet=cpu")] = False,
+    offload_to_cpu: Annotated[bool, _opt("--offload-to-cpu", "as sd-cli: prepend *=cpu to --params-backend")] = False,
     diffusion_model: Annotated[Optional[str], _file_option(FileRole.DIFFUSION_MODEL)] = None,
     high_noise: Annotated[Optional[str], _file_option(FileRole.HIGH_NOISE_DIFFUSION_MODEL)] = None,
     clip_l: Annotated[Optional[str], _file_option(FileRole.CLIP_L)] = None,

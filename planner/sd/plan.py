@@ -95,7 +95,8 @@ class SdPlan:
             for r in ranges:
                 what = (f"blocks [{r.first_block}, {r.end_block}) of {r.n_blocks_total}" if r.mode == "layer"
                         else f"rows of {r.n_blocks_total} blocks")
-                lines.append(f"    {r.mode} split {kind.name.lower()}: {r.device} <- {what}, {r.total_bytes // MiB} MiB")
+                lines.append(f"    {r.mode} split {kind.name.lower()}: {r.device} <- {what}, "
+                             f"{r.total_bytes // MiB} MiB")
         lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
         lines += [f"  warning: {w}" for w in self.warnings]
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""

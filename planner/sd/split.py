@@ -121,7 +121,7 @@ def row_shares(comp: Component, devices: tuple[str, ...], free: dict[str, int],
     shares[0] += block_total - sum(shares)  # rounding remainder: the main device
     other = comp.params_bytes - block_total
     return tuple(SplitRange(d, 0, n, n, share, other if i == 0 else 0, SplitMode.ROW)
-                 for i, (d, share) in enumerate(zip(devices, shares)))
+                 for i, (d, share) in enumerate(zip(devices, shares, strict=True)))
 
 
 def split_ranges(comp: Component, devices: tuple[str, ...], free: dict[str, int],
