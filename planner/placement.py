@@ -18,6 +18,7 @@ Rules, all from the llama.cpp vendored in llama-cpp-python 0.3.36:
 from __future__ import annotations
 
 import enum
+import logging
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +30,8 @@ from planner.devices import Backend, DeviceKind, DeviceSpec, Inventory, llama_or
 from planner.errors import FlagError
 from planner.flags import LlamaFlags
 from planner.gguf_file import ModelFile
+
+log = logging.getLogger(__name__)
 
 HOST = "Host"
 CPU_REPACK = "CPU_REPACK"
@@ -122,6 +125,11 @@ def _device_from_spec(spec: DeviceSpec) -> Device:
 def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Device, ...]:
     """llama.cpp's device list for a model, from the inventory plus `--rpc`, `-dev`, `-sm none`."""
     specs = list(inventory.devices) if inventory else []
+    # llama.cpp registers an rpc-server only when --rpc names it
+    dropped = [s.name for s in specs if s.kind is DeviceKind.RPC and s.endpoint and s.endpoint not in flags.rpc]
+    if dropped:
+        log.warning("inventory devices %s are not in --rpc: llama.cpp would not use them", ", ".join(dropped))
+    specs = [s for s in specs if s.name not in dropped]
     known = {s.endpoint for s in specs if s.kind is DeviceKind.RPC}
     rpc_new = [e for e in flags.rpc if e not in known]
     n_rpc = sum(1 for s in specs if s.kind is DeviceKind.RPC)
