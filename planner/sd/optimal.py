@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pulp
 
 from planner.errors import InfeasiblePlacement
-from planner.sd.autofit import main_gpu
+from planner.sd.autofit import auto_compute, main_gpu
 from planner.sd.components import Component, Kind
 from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.traffic import TRAFFIC_WEIGHT, uses_per_image
@@ -42,7 +42,9 @@ class Option:
 def _options(fit: FitInput, comp: Component) -> list[Option]:
     explicit = fit.compute_of(comp.kind)
     usable = [g.name for g in fit.gpus if g.discrete and g.budget_bytes > 0]
-    computes = [explicit] if explicit is not None else ([(g,) for g in usable] or [()])
+    # Left open, a module may compute on any GPU with a budget; without one, where auto-fit
+    # would put it (the default backend: an integrated GPU or the CPU).
+    computes = [explicit] if explicit is not None else ([(g,) for g in usable] or [auto_compute(fit)])
     ram = [Where.CPU] if fit.ram_budget_bytes is not None else []
     out = []
     for compute in computes:

@@ -67,3 +67,9 @@ def test_optimal_raises_when_nothing_fits_the_model():
     fit = problem([comp(D, 4)], [gpu("CUDA0", 1)], ram_budget_gib=32, compute={D: ("CUDA0",)})
     with pytest.raises(InfeasiblePlacement):
         optimal_fit(fit, 20)
+
+
+def test_optimal_uses_the_integrated_gpu_like_auto_fit():
+    fit = problem([comp(D, 4)], [gpu("Vulkan0", 60, discrete=False)], ram_budget_gib=64)
+    (p,) = optimal_fit(fit, 20)
+    assert (p.compute, p.params) == (("Vulkan0",), Where.RESIDENT)
