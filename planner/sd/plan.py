@@ -113,9 +113,14 @@ def specs(placements: tuple[Placement, ...], keep_backend: list[tuple[str, str]]
     they do not follow the runtime backend (backend_fit.cpp's derived specs)."""
     runtime = [f"{k}={v}" for k, v in keep_backend]
     params = [f"{k}={v}" for k, v in keep_params]
+    # Under a kept params default, a resident component must be named or it would inherit that
+    # default; --params-backend takes no device lists, so a split names its main device.
+    name_resident = any(k == "all" for k, _ in keep_params)
     for p in placements:
         key = p.kind.name.lower()
         runtime.append(f"{key}={p.compute_name}")
         if p.params is not Where.RESIDENT:
             params.append(f"{key}={p.params_name}")
+        elif name_resident:
+            params.append(f"{key}={p.compute[0] if p.compute else 'cpu'}")
     return ",".join(runtime), ",".join(params)

@@ -403,3 +403,11 @@ def test_compatibility_flags(capsys, model):
     p = plan(capsys, model, "--offload-to-cpu", "--params-backend", "te=disk", *devs)
     assert p["mode"] == "manual"
     assert {k: v[1] for k, v in placed(p).items()} == {"diffusion": "cpu", "te": "disk", "vae": "cpu"}
+
+
+def test_resident_component_is_named_under_a_params_default(capsys, model):
+    # --params-backend all=disk,te=cuda0 with --backend cuda0: te's parameters are on its runtime
+    # device; the reproduced flags must say so, or te would inherit all=disk.
+    p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "all=disk,te=cuda0", "--device", "CUDA0=12GiB", *RAM)
+    assert placed(p)["te"] == ("CUDA0", "CUDA0")
+    assert p["params_backend"] == "all=disk,diffusion=disk,te=CUDA0,vae=disk"
