@@ -72,6 +72,8 @@ class Scheduler:
         self.max_split_inputs = max_split_inputs
         env = os.environ.get("GGML_SCHED_DEBUG_REALLOC")
         self.debug_realloc = debug_realloc if debug_realloc is not None else int(env or 0)
+        # GGML_SCHED_DEBUG=2 logs debug_text() after every split (at DEBUG level: never printed)
+        self.debug = int(os.environ.get("GGML_SCHED_DEBUG") or 0)
         self.galloc = GraphAllocator(bufts)
         self.pins: dict[Tensor, int] = {}
         self.assignment = Assignment()
@@ -149,6 +151,8 @@ class Scheduler:
         self._prev_ids = self._ids
         self._ids = (self._planned.node_ids, self._planned.leaf_ids)
         log.debug("graph nodes = %d, graph splits = %d", len(graph.nodes), len(plan.splits))
+        if self.debug > 1:
+            log.debug("%s", self.debug_text())
         return plan.splits
 
     def _undo_rewires(self) -> None:

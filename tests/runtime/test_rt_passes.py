@@ -2,6 +2,7 @@
 derived by hand from the rules in seed 000, in the comments next to it."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from runtime import build as B
@@ -17,8 +18,8 @@ E, T, N_CTX = 8, 2, 16
 
 
 def _attention(gpu, cpu, weight):
-    """q/k/v/o weights on the GPU, KV cache in host memory (--no-kv-offload)."""
-    w = {n: weight(gpu, [E, E], n) for n in ("wq", "wk", "wv", "wo")}
+    """q/k/v/o weights on `gpu`, KV cache in host memory (--no-kv-offload)."""
+    w = {n: weight(gpu, [E, E], n, seed=i) for i, n in enumerate(("wq", "wk", "wv", "wo"))}
     k_cache = weight(cpu, [E, N_CTX], "k_cache", usage=BufferUsage.ANY)
     v_cache = weight(cpu, [E, N_CTX], "v_cache", usage=BufferUsage.ANY)
     x, idx = B.new_input(F32, [E, T], "x"), B.new_input(I64, [T], "kv_idx")
@@ -72,6 +73,23 @@ def test_without_the_pin_the_gpu_sweep_claims_attention_and_copies_the_cache(gpu
         ("GPU0", 7, 12, ("k_view", "vT")),  # the whole K and V cache is copied every token
     ]
     assert [t.nbytes() for t in s.splits[2].inputs] == [E * N_CTX * 4, E * N_CTX * 4]
+
+
+def test_pinned_unpinned_and_cpu_only_attention_compute_the_same(gpu, cpu, weight):
+    xv = np.random.default_rng(11).standard_normal((T, E)).astype(np.float32)
+    idx = np.array([3, 4], dtype=np.int64)
+    results = []
+    for pin, home in ((True, gpu), (False, gpu), (False, cpu)):
+        graph, cur = _attention(home, cpu, weight)
+        s = Scheduler([gpu, cpu] if home is gpu else [cpu])
+        if pin:
+            s.set_tensor_backend(cur, cpu)
+        leafs = {t.name: t for t in graph.leafs}
+        s.compute(graph, inputs={leafs["x"]: xv, leafs["kv_idx"]: idx})
+        results.append(graph.nodes[-1].get_data())
+    assert [len(r) for r in results] == [T, T, T]
+    np.testing.assert_allclose(results[0], results[2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[1], results[2], rtol=1e-5, atol=1e-6)
 
 
 def _offload_graph(gpu, cpu, weight, n_tok):
