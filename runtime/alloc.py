@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from runtime.devices import Buffer, BufferType
 from runtime.errors import BufferAllocationError, SchedulerError
@@ -130,7 +130,7 @@ class TensorAlloc:
 
 
 class _Info:
-    __slots__ = ("n_children", "n_views", "buffer_id", "addr", "allocated")
+    __slots__ = ("addr", "allocated", "buffer_id", "n_children", "n_views")
 
     def __init__(self) -> None:
         self.n_children = 0

@@ -7,7 +7,7 @@ CPY and SET_ROWS are views of their destination, so 1.dst pins KV-cache writes).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from runtime.graph import GGMLType, Op, Tensor, TensorFlag, contiguous_strides
 

@@ -7,8 +7,8 @@ synchronize is issued; the synchronize counts on the backends record it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -4,10 +4,9 @@ means"; ggml_backend_sched_print_assignments). Returned as text: the library nev
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from planner.units import KiB, MiB
-
 from runtime.devices import Backend
 from runtime.graph import VIEW_OPS, Graph, Op, Tensor
 from runtime.passes import Assignment

@@ -8,10 +8,11 @@ only in name, capacity, buffer type, declared op support and op-offload batch th
 """
 from __future__ import annotations
 
+import enum
 import logging
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -29,7 +30,9 @@ UNLIMITED = 1 << 62
 DEFAULT_OFFLOAD_MIN_BATCH = 32
 
 
-class DeviceType:
+class DeviceType(enum.Enum):
+    """ggml_backend_dev_type: the scheduler asserts its last backend is a CPU."""
+
     CPU = "CPU"
     GPU = "GPU"
     ACCEL = "ACCEL"
@@ -50,12 +53,12 @@ class BufferType:
     alignment: int
     max_size: int
     is_host: bool
-    device: "Device" = field(repr=False)
+    device: Device = field(repr=False)
 
     def alloc_size(self, tensor: Tensor) -> int:
         return tensor.nbytes()
 
-    def alloc_buffer(self, size: int, usage: BufferUsage = BufferUsage.ANY) -> "Buffer":
+    def alloc_buffer(self, size: int, usage: BufferUsage = BufferUsage.ANY) -> Buffer:
         return self.device.allocate(self, size, usage)
 
 
@@ -111,7 +114,7 @@ _BATCH_SIZE: dict[Op, Callable[[Tensor], int]] = {
 class Device:
     """Static facts about one device plus its memory accounting."""
 
-    def __init__(self, name: str, kind: str, capacity: int, *, buft_name: str | None = None,
+    def __init__(self, name: str, kind: DeviceType, capacity: int, *, buft_name: str | None = None,
                  alignment: int = GPU_ALIGNMENT, max_alloc: int = UNLIMITED, host_memory: bool = False,
                  ops: Iterable[Op] | None = None, supports: Callable[[Tensor], bool] | None = None,
                  offload_min_batch: int | None = None, shared_buft: BufferType | None = None) -> None:
@@ -184,7 +187,7 @@ class Backend:
 
     @property
     def is_cpu(self) -> bool:
-        return self.device.kind == DeviceType.CPU
+        return self.device.kind is DeviceType.CPU
 
     def supports_op(self, t: Tensor) -> bool:
         return self.device.supports_op(t)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import enum
 import itertools
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -119,8 +120,22 @@ _ids = itertools.count()
 class Tensor:
     """A ggml tensor: shape, type, op and its params, sources, view source, flags, storage."""
 
-    __slots__ = ("uid", "name", "type", "ne", "nb", "op", "op_params", "src", "view_src",
-                 "view_offs", "flags", "buffer", "offset", "_nbytes")
+    __slots__ = (
+        "_nbytes",
+        "buffer",
+        "flags",
+        "name",
+        "nb",
+        "ne",
+        "offset",
+        "op",
+        "op_params",
+        "src",
+        "type",
+        "uid",
+        "view_offs",
+        "view_src",
+    )
 
     def __init__(self, ggml_type: GGMLType, ne: Sequence[int], name: str = "", op: Op = Op.NONE,
                  src: Iterable[Tensor | None] = (), op_params: dict[str, Any] | None = None,

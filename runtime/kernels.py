@@ -8,7 +8,7 @@ allocator's in-place reuse (ggml_op_can_inplace) safe.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from gguf.quants import dequantize

@@ -37,7 +37,7 @@ class SchedContext:
 class Assignment:
     """Backend id per tensor (-1: undecided) and the cause code of each decision."""
 
-    __slots__ = ("ids", "causes", "pinned")
+    __slots__ = ("causes", "ids", "pinned")
 
     def __init__(self, pins: dict[Tensor, int] | None = None) -> None:
         self.ids: dict[Tensor, int] = dict(pins or {})

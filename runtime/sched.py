@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from runtime.alloc import GraphAllocator, PlannedGraph
 from runtime.compute import EvalCallback, Measurement, RunState, compute_splits
@@ -28,8 +29,17 @@ from runtime.debug import debug_text
 from runtime.devices import Backend, BufferType
 from runtime.errors import SchedulerError
 from runtime.graph import Graph, Tensor
-from runtime.passes import (Assignment, SchedContext, assign_forced, assign_sources, expand_gpu_down,
-                            expand_gpu_up, expand_rest_down, expand_rest_up, upgrade_and_guess)
+from runtime.passes import (
+    Assignment,
+    SchedContext,
+    assign_forced,
+    assign_sources,
+    expand_gpu_down,
+    expand_gpu_up,
+    expand_rest_down,
+    expand_rest_up,
+    upgrade_and_guess,
+)
 from runtime.splits import Split, SplitPlan, collect_graph_inputs, cut_splits, graph_size, planned_graph
 
 log = logging.getLogger(__name__)

@@ -54,13 +54,12 @@ def _needs_new_split(ctx: SchedContext, a: Assignment, plan: SplitPlan, node: Te
     for src in node.src:
         if src is None:
             continue
-        if src.buffer is not None and src.buffer.usage is BufferUsage.WEIGHTS:
-            if a.get(src) != cur and not buffer_supported(ctx, a, src, cur):
-                return True
+        foreign = a.get(src) != cur and not buffer_supported(ctx, a, src, cur)
+        if foreign and src.buffer is not None and src.buffer.usage is BufferUsage.WEIGHTS:
+            return True
         # The pinned llama.cpp grows the input array instead; seed 000's backstop is opt-in.
-        if max_inputs is not None and n_inputs >= max_inputs:
-            if a.get(src) != cur and (src, cur) not in plan.copies and not buffer_supported(ctx, a, src, cur):
-                return True
+        if foreign and max_inputs is not None and n_inputs >= max_inputs and (src, cur) not in plan.copies:
+            return True
     return False
 
 

@@ -1,7 +1,7 @@
 """Fixtures for the runtime tests: fresh devices per test (devices account their memory)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest

@@ -45,7 +45,7 @@ def test_freed_bytes_are_reused_and_inplace_ops_take_their_parent(cpu):
 
 
 def test_an_output_parent_is_not_overwritten_in_place(cpu):
-    graph, (x, a, b, c, d) = _chain(output_c=True)
+    graph, (_, _, _, c, d) = _chain(output_c=True)
     galloc = GraphAllocator([cpu.buffer_type])
     galloc.plan(_planned(graph))
     # c is an output: d cannot take it; after c, b was freed at [0,64) -> d best-fits there

@@ -132,7 +132,7 @@ def test_only_the_selected_experts_are_copied(cpu, weight, splits_of):
 
 def test_the_last_expert_run_is_not_padded(cpu, weight):
     gpu = make_virtual("GPU0", 1 << 30, offload_min_batch=2)
-    graph, x, ids, y = _moe(weight, gpu, cpu)
+    graph, x, ids, _ = _moe(weight, gpu, cpu)
     last = np.array([[6, 7], [7, 6], [6, 7], [7, 6]], dtype=np.int32)
     m = Scheduler([gpu, cpu]).compute(graph, inputs={x: np.ones((N_TOK, K), np.float32), ids: last})
     assert (m.copies[1].expert_runs, m.copies[1].n_bytes) == (((6, 7),), 2 * 512)

@@ -9,8 +9,7 @@ from runtime import build as B
 from runtime.devices import make_accel, make_virtual
 from runtime.errors import SchedulerError
 from runtime.graph import BufferUsage, GGMLType, Graph, Op, Tensor
-from runtime.passes import (Assignment, assign_forced, expand_gpu_down, expand_gpu_up, expand_rest_down,
-                            expand_rest_up)
+from runtime.passes import Assignment, assign_forced, expand_gpu_down, expand_gpu_up, expand_rest_down, expand_rest_up
 from runtime.sched import Scheduler
 
 F32, I32, I64 = GGMLType.F32, GGMLType.I32, GGMLType.I64
@@ -178,7 +177,7 @@ def test_cpu_never_spreads_into_a_region_a_gpu_sweep_reaches(gpu, cpu, weight, s
     graph = _spread_graph(gpu, cpu, weight)
     s = Scheduler([gpu, cpu], op_offload=False)
     ctx, a = s.ctx, Assignment()
-    names = lambda: {n.name: a.get(n) for n in graph.nodes}  # noqa: E731
+    names = lambda: {n.name: a.get(n) for n in graph.nodes}
     a = assign_forced(ctx, graph, a)
     assert names() == {"a": 1, "b": -1, "c": -1, "d": 0, "e": -1, "f": 1, "g": -1}
     a = expand_gpu_down(ctx, graph, a)  # d carries GPU0 to e; f (CPU) clears it: g untouched
