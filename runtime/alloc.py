@@ -58,7 +58,7 @@ class DynAllocator:
         size = _align(size, self.alignment)
         best_chunk, best_block = -1, -1
         for c, blocks in enumerate(self.blocks):  # best fit among the non-tail blocks
-            best_size = _HUGE * 4
+            best_size = _HUGE * 4  # reset per chunk as in ggml: a fit in a later chunk wins
             for i in range(len(blocks) - 1):
                 if size <= blocks[i][1] <= best_size:
                     best_chunk, best_block, best_size = c, i, blocks[i][1]
