@@ -16,13 +16,13 @@ Terms are counted in bytes; a small per-device constant covers graph bookkeeping
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from planner.arch import AttnKind
 from planner.flags import LlamaFlags
 from planner.kv import ContextParams, swa_cells
-from planner.placement import HOST, Placement
+from planner.placement import CPU_REPACK, HOST, Placement
 
 if TYPE_CHECKING:
     from planner.estimate import ModelContext
@@ -141,6 +141,33 @@ def _kv_cells(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams) -> dict[A
     return {k: v for k, v in cells.items() if any(lf.kind is k and lf.has_kv for lf in trunk)}
 
 
+def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, set[int]]:
+    """Work the CPU takes over when overrides keep an offloaded layer's FFN weights in host memory.
+
+    The scheduler runs a matmul where its weight lives, so the CPU computes those FFN parts
+    (routed experts: the whole expert block; dense: the moved projections) and the device gets
+    the expert rows back (measured: the weighting by router probabilities stays on the device).
+    Returns the CPU's work and the layers whose routed experts moved.
+    """
+    e, f_dense, f_moe = sh.n_embd * t * F32, sh.n_ff * t * F32, sh.n_ff_moe * t * F32
+    d = sh.n_embd * sh.n_expert_used * t * F32
+    experts: set[int] = set()
+    dense: dict[int, int] = defaultdict(int)
+    for name, row in placement.tensor_buft:
+        if row not in (HOST, CPU_REPACK) or not name.startswith("blk."):
+            continue
+        il = int(name.split(".")[1])
+        if placement.layer_device[il] == "CPU":
+            continue
+        if "_exps" in name:
+            experts.add(il)
+        elif ".ffn_up." in name or ".ffn_gate." in name or ".ffn_down." in name:
+            dense[il] += 1
+    host = max([2 * e + 3 * f_moe + (0 if sh.shared_experts else d)] if experts else [0])
+    host = max([host] + [e + k * f_dense for k in dense.values()])
+    return host, experts
+
+
 def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement) -> dict[str, int]:
     """Compute buffer bytes per buffer row (device names and Host).
 
@@ -152,39 +179,48 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
     sh = _shapes(ctx)
     t = min(cp.n_ctx, cp.n_ubatch)
     n_out = min(t, cp.n_batch)
-    copies = N_COPIES_PIPELINE if placement.pipeline_parallel else 1
+    pipeline = placement.pipeline_parallel
+    copies = N_COPIES_PIPELINE if pipeline else 1
     cells = _kv_cells(ctx, flags, cp)
     per_kind = {k: _mask_bytes(n, t, cp.flash_attn) + 2 * t * I64 for k, n in cells.items()}
     e = sh.n_embd * t * F32
     # llm_graph_input_embd: the token ids and an f32 embeddings input (unused for text, still allocated)
     graph_inputs = e + 2 * t * I32 + n_out * I32 + sum(per_kind.values())
+    host_moved, experts_moved = _moved_to_cpu_work(sh, placement, t)
     work: dict[str, int] = defaultdict(int)
     kinds: dict[str, set[AttnKind]] = defaultdict(set)
     for lf in ctx.facts.layers:
         if lf.nextn:
             continue
-        dev = placement.layer_device[lf.index]
-        row = HOST if dev == "CPU" else dev
-        work[row] = max(work[row], _layer_work(sh, lf.kind, cells.get(lf.kind, 0), t, cp.flash_attn, cp.n_stream))
+        row = HOST if placement.layer_device[lf.index] == "CPU" else placement.layer_device[lf.index]
+        on_device = sh if lf.index not in experts_moved else replace(sh, n_ff_moe=0)
+        layer = _layer_work(on_device, lf.kind, cells.get(lf.kind, 0), t, cp.flash_attn, cp.n_stream)
+        if lf.index in experts_moved:  # the expert rows come back for weighting and summing
+            layer = max(layer, 2 * e + sh.n_embd * sh.n_expert_used * t * F32)
+        work[row] = max(work[row], layer)
         if lf.kind in cells:
             kinds[row].add(lf.kind)
-    out_dev = placement.layer_device[-1]
-    out_row = HOST if out_dev == "CPU" else out_dev
+    work[HOST] = max(work[HOST], host_moved)
+    out_row = HOST if placement.layer_device[-1] == "CPU" else placement.layer_device[-1]
     extra = _boundary_crossings(ctx, sh, placement, t)
     output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
-    if sh.n_ff_moe and sh.shared_experts:
-        # measured: the last layer's expert rows stay below the logits in the arena
+    if sh.n_ff_moe and sh.shared_experts and cp.n_seq == 1:
+        # measured (deepseek2): with one sequence the last layer's expert rows stay below the
+        # logits in the arena; with two or more they do not
         output_phase += sh.n_embd * ctx.facts.n_expert_used * n_out * F32
     rows: dict[str, int] = {}
     for row in set(work) | {HOST, out_row}:
         if row == HOST:
-            held = graph_inputs * copies if copies > 1 else e
-            live = 0 if copies > 1 else graph_inputs - e
-            live += e  # the token embeddings gathered on the CPU
+            held = graph_inputs * copies if pipeline else e
+            live = (0 if pipeline else graph_inputs - e) + e  # + the token embeddings gathered on the CPU
+            out = output_phase
         else:
             crossing = e + 2 * t * I32 + sum(per_kind[k] for k in kinds[row]) + extra.get(row, 0)
-            held = crossing * copies if copies > 1 else 0
-            live = 0 if copies > 1 else crossing
+            held = crossing * copies if pipeline else 0
+            live = 0 if pipeline else crossing
+            # measured: behind the four held copies the arena fragments by about two more hidden rows
+            live += 2 * e if pipeline else 0
+            out = output_phase + (e if pipeline else 0)
         layers = live + work[row] if (row in work or row == HOST) else 0
-        rows[row] = held + max(layers, output_phase if row == out_row else 0)
+        rows[row] = held + max(layers, out if row == out_row else 0)
     return rows

@@ -7,6 +7,8 @@ them in a second and they cost a few MiB of disk.
 """
 from __future__ import annotations
 
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -85,3 +87,71 @@ def write_shape(name: str, directory: Path) -> Path:
         [written] = SHAPES[name]().write(partial)
         written.rename(path)
     return path
+
+
+# --- the estimate accuracy matrix (peer tests and bench/bench_estimate_accuracy.py) ---------------
+
+# "{rpc}" becomes --rpc with two loopback rpc-servers (llama.cpp names them RPC0, RPC1).
+COMMON_FLAGS: tuple[str, ...] = (
+    "-c 4096",
+    "-c 32768",
+    "{rpc} -c 4096 -ts 1,1",
+    "{rpc} -c 4096 -ts 3,1",
+    "{rpc} -c 32768 -ts 1,1",
+    "{rpc} -c 4096 -ts 1,1 -ngl {half}",
+    "-c 4096 -ctk q8_0 -ctv q8_0",
+    "{rpc} -c 4096 -ts 1,1 -ctk q8_0 -ctv q8_0",
+    "-c 4096 -np 4",
+    "{rpc} -c 4096 -ts 1,1 -np 4",
+    "-c 4096 -fa off",
+    "{rpc} -c 4096 -ts 3,1 -fa off",
+    "-c 4096 -ub 128",
+    "{rpc} -c 4096 -ts 1,1 -ub 128",
+)
+EXTRA_FLAGS: dict[str, tuple[str, ...]] = {
+    "gemma3-270m": ("-c 4096 --swa-full", "{rpc} -c 4096 -ts 1,1 --swa-full"),
+    "llama-8b": (r"{rpc} -c 4096 -ts 1,1 -ot blk\.1[0-9]\.ffn_down=CPU",),
+    "qwen3moe-30b-a3b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU",
+                         "-c 4096 -cmoe"),
+    "deepseek2-mla": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU"),
+}
+N_LAYER: dict[str, int] = {"gemma3-270m": 18, "llama-8b": 32, "qwen3moe-30b-a3b": 48, "deepseek2-mla": 27,
+                           "granite-hybrid": 40}
+MODELS: tuple[str, ...] = ("gemma3-270m",) + tuple(SHAPES)
+
+
+def matrix() -> list[tuple[str, str]]:
+    """(model name, flag template) rows of the accuracy matrix."""
+    return [(m, f) for m in MODELS for f in COMMON_FLAGS + EXTRA_FLAGS.get(m, ())]
+
+
+def model_path(name: str, directory: Path) -> Path:
+    if name == "gemma3-270m":
+        from planner.examples import resolve_model
+
+        return Path(resolve_model("example:gemma3-270m"))
+    return write_shape(name, directory)
+
+
+def expand(template: str, name: str, endpoints: list[str]) -> list[str]:
+    text = template.replace("{rpc}", "--rpc " + ",".join(endpoints)).replace("{half}", str(N_LAYER[name] // 2))
+    return shlex.split(text)
+
+
+def fit_print(bin_dir: Path, model: Path, argv: list[str]) -> dict[str, tuple[int, int, int]]:
+    """llama-fit-params --fit-print on: device -> (model, context, compute) MiB, as it prints them."""
+    done = subprocess.run([str(bin_dir / "llama-fit-params"), "-m", str(model), "--fit-print", "on", *argv],
+                          capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"llama-fit-params {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
+    rows = {}
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
+            rows[parts[0]] = (int(parts[1]), int(parts[2]), int(parts[3]))
+    return rows
+
+
+def compute_ok(mine_mib: float, theirs_mib: int) -> bool:
+    """The issue's tolerance for the compute column: within 10 % or 16 MiB."""
+    return abs(mine_mib - theirs_mib) <= max(16.0, 0.10 * theirs_mib)

@@ -1,0 +1,53 @@
+"""`fitplan estimate` against llama.cpp's own dry run (`llama-fit-params --fit-print on`).
+
+Every row of the matrix in tests/peer/shapes.py: the Gemma 3 270M file and shape-faithful sparse
+GGUFs (llama 8B, qwen3moe 30B-A3B, deepseek2 MLA, granite hybrid) under context sizes, partial and
+full offload over two loopback rpc-servers (RPC0, RPC1), -ts 1,1 and 3,1, quantized caches,
+parallel sequences, flash attention off, small ubatches, expert overrides and --swa-full.
+Model and context must equal llama.cpp's figures to the MiB (it prints floor(bytes / MiB)); the
+compute column is a model and must be within 10 % or 16 MiB.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.estimate import ModelContext, estimate, model_context
+from planner.placement import CPU_REPACK
+from tests.peer.shapes import MODELS, compute_ok, expand, fit_print, matrix, model_path
+
+pytestmark = pytest.mark.peer
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def rpc_endpoints(llama_tools: Path):
+    from planner.llama_tools import rpc_servers
+
+    with rpc_servers(2, llama_tools) as endpoints:
+        yield endpoints
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory) -> dict[str, tuple[Path, ModelContext]]:
+    directory = tmp_path_factory.mktemp("shapes")
+    out = {}
+    for name in MODELS:
+        path = model_path(name, directory)
+        out[name] = (path, model_context(str(path)))
+    return out
+
+
+@pytest.mark.parametrize("name, template", matrix(), ids=[f"{m}: {f}" for m, f in matrix()])
+def test_estimate_matches_fit_print(llama_tools, rpc_endpoints, contexts, name, template):
+    path, ctx = contexts[name]
+    argv = expand(template, name, rpc_endpoints)
+    theirs = fit_print(llama_tools, path, argv)
+    ours = {d.name: d for d in estimate(ctx, argv).devices if d.name != CPU_REPACK}
+    assert list(ours) == list(theirs)
+    for device, (model_mib, context_mib, compute_mib) in theirs.items():
+        mine = ours[device]
+        assert (mine.model_bytes // MIB, mine.context_bytes // MIB) == (model_mib, context_mib), device
+        assert compute_ok(mine.compute_bytes / MIB, compute_mib), (device, mine.compute_bytes / MIB, compute_mib)
