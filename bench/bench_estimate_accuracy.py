@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -70,7 +71,22 @@ def main() -> int:
     for line in compute_misses:
         print(f"  {line}")
     print(f"worst compute row: {worst[2]}: {worst[0]:+.1f} MiB ({worst[1]:.1%})")
+    _time_per_candidate(contexts, endpoints)
     return 0
+
+
+def _time_per_candidate(contexts: dict, endpoints: list[str]) -> None:
+    """The planner's path: a ModelContext built once, then one estimate per candidate flag set."""
+    from planner.flags import parse_llama_flags
+
+    flags = parse_llama_flags(["--rpc", ",".join(endpoints), "-ts", "1,1", "-c", "4096", "-ncmoe", "4"])
+    for name, (_, ctx) in contexts.items():
+        n = 100
+        start = time.perf_counter()
+        for _ in range(n):
+            estimate(ctx, flags)
+        ms = (time.perf_counter() - start) / n * 1e3
+        print(f"per-candidate estimate, {name} ({len(ctx.slots)} tensors): {ms:.2f} ms")
 
 
 if __name__ == "__main__":
