@@ -51,3 +51,21 @@ def test_estimate_matches_fit_print(llama_tools, rpc_endpoints, contexts, name, 
         mine = ours[device]
         assert (mine.model_bytes // MIB, mine.context_bytes // MIB) == (model_mib, context_mib), device
         assert compute_ok(mine.compute_bytes / MIB, compute_mib), (device, mine.compute_bytes / MIB, compute_mib)
+
+
+@pytest.mark.parametrize("template", ["{rpc} -c 4096 -ts 3,1", "{rpc} -c 4096 -ts 1,1 -ngl 7", "{rpc} -c 4096 -ts 0.7/0.3",
+                                      "{rpc} -c 4096 -sm none -mg 1", "{rpc} -c 4096 -dev RPC1,RPC0 -ts 1,2"])
+def test_layer_devices_match_llama_cpp_log(llama_tools, rpc_endpoints, contexts, template):
+    """llama.cpp logs 'load_tensors: layer N assigned to device X' for every layer and the output layer."""
+    import re
+    import subprocess
+
+    path, ctx = contexts["gemma3-270m"]
+    argv = expand(template, "gemma3-270m", rpc_endpoints)
+    run = subprocess.run([str(llama_tools / "llama-fit-params"), "-m", str(path), "--fit-print", "on", "-v", *argv],
+                         capture_output=True, text=True, timeout=300, check=True)
+    theirs = re.findall(r"layer\s+(\d+) assigned to device (\w+)", run.stderr)
+    assert len(theirs) == ctx.facts.n_layer_all + 1
+    est = estimate(ctx, argv)
+    ours = {il: dev for dev, layers in est.layers for il in layers}
+    assert [(int(il), dev) for il, dev in theirs] == sorted(ours.items())
