@@ -31,6 +31,10 @@ from planner.sd.command import sd_fit_cmd  # noqa: E402
 app.command("sd-fit")(sd_fit_cmd)
 from planner.commands_estimate import ESTIMATE_CONTEXT, estimate_cmd  # noqa: E402
 app.command("estimate", context_settings=ESTIMATE_CONTEXT)(estimate_cmd)
+from planner.commands_sweep import SWEEP_CONTEXT, sweep_cmd  # noqa: E402
+app.command("sweep", context_settings=SWEEP_CONTEXT)(sweep_cmd)
+from planner.commands_plan import plan_cmd  # noqa: E402
+app.command("plan")(plan_cmd)
 
 
 @app.command("inspect")
@@ -53,6 +57,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         app(args=argv, prog_name="fitplan")
     except FitplanError as e:
         typer.echo(f"fitplan: error: {e}", err=True)
+        if getattr(e, "suggestion", ""):
+            typer.echo(f"fitplan: what would fit: {e.suggestion}", err=True)
         return e.exit_code
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -74,6 +74,7 @@ class ModelFile:
     metadata: dict[str, Any] = field(repr=False)
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     shard_paths: tuple[str, ...] = ()
+    header_bytes: int = 0   # where the first shard's tensor data begins: the header a plan hashes
 
     @property
     def file_type(self) -> int | None:
@@ -206,6 +207,7 @@ class _Shard:
     version: int
     metadata: dict[str, Any]
     tensors: tuple[TensorInfo, ...]
+    header_bytes: int = 0
 
 
 def _read_shard(path: str, shard_no: int) -> _Shard:
@@ -282,7 +284,7 @@ def _parse(path: str, buf: mmap.mmap, shard_no: int) -> _Shard:
             raise GGUFError(path, f"truncated: tensor {name!r} ends at byte {data_start + offset + n_bytes}, "
                                   f"the file has {cur.size}")
         tensors.append(TensorInfo(name, qtype, shape, n_bytes, shard_no))
-    return _Shard(version, metadata, tuple(tensors))
+    return _Shard(version, metadata, tuple(tensors), data_start)
 
 
 def shard_paths(path: str) -> list[str]:
@@ -318,4 +320,5 @@ def read_model(path: str | os.PathLike[str]) -> ModelFile:
     if not isinstance(arch, str) or not arch:
         raise GGUFError(path, "missing required key general.architecture")
     return ModelFile(path=paths[0], version=first.version, architecture=arch,
-                     metadata=first.metadata, tensors=tuple(tensors), shard_paths=tuple(paths))
+                     metadata=first.metadata, tensors=tuple(tensors), shard_paths=tuple(paths),
+                     header_bytes=first.header_bytes)

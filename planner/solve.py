@@ -1,0 +1,282 @@
+"""The placement solver: which slot holds each layer, which layers keep their experts in host memory.
+
+Only plans llama.cpp can express (seed 003 §1, the expressibility law): layers sit in contiguous
+ranges in llama.cpp's device order — the first layers on the host (what `-ngl` leaves behind),
+then each device's range (integer `-ts` counts) — and `-ot` moves tensors to the CPU only. The
+output layer is the last "layer" of that order, as llama.cpp's split arithmetic counts it.
+
+Two solvers share one `Problem`:
+
+* `solve_dp` — exact dynamic programming over (slot, first layer): a slot's cost depends only on
+  its own contiguous range, so the best placement of layers i..L on slots s..S is
+  min_j cost(s, i, j) + best(s+1, j). Within a range, the experts that must leave a device go in
+  equal-sized units (MoE expert tensors are the same size in every MoE layer); the host budget,
+  which couples the slots through offloaded experts, is met with a Lagrange price on host bytes.
+  O(S·L²) with numpy over j: milliseconds for 128 layers on 8 devices.
+* `solve_milp` — the same model as a MILP in PuLP (CBC, bundled; HiGHS when `highspy` is
+  installed), exact for unequal expert sizes and the coupled host budget, but slow on large
+  symmetric instances. The planner uses it to polish small problems; the tests use it to check
+  the DP's optimum.
+
+PuLP stays inside this module.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+INF = float("inf")
+
+
+class Objective(str, enum.Enum):
+    THROUGHPUT = "throughput"   # fastest predicted decode at the requested context
+    CONTEXT = "context"         # the largest context, then the fastest
+    BALANCE = "balance"         # the smallest largest utilisation, then the fastest
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place layers can go, in llama.cpp order. Slot 0 is always the host (CPU)."""
+
+    name: str
+    budget: int            # bytes this slot may hold (the host's: after its fixed bytes)
+    bandwidth: float       # bytes/s its weights and KV are read at
+    fixed_bytes: int       # charged when the slot holds any layer (its compute buffer)
+    boundary_s: float      # cost of one split boundary into or out of this slot
+
+
+@dataclass(frozen=True)
+class LayerDemand:
+    """What one layer puts on its slot. The last entry of a problem is the output layer."""
+
+    device_bytes: int         # weights and KV on the layer's slot
+    expert_bytes: int         # routed experts that `-ot …exps=CPU` can move to host memory
+    read_bytes: float         # decode bytes per token read on the layer's slot, experts excluded
+    expert_read_bytes: float  # decode bytes per token of the experts one token touches
+
+
+@dataclass(frozen=True)
+class Problem:
+    layers: tuple[LayerDemand, ...]
+    slots: tuple[Slot, ...]
+    allow_expert_offload: bool = True
+
+
+@dataclass(frozen=True)
+class Assignment:
+    slot_of_layer: tuple[int, ...]      # slot index per layer (output layer last)
+    experts_on_host: frozenset[int]     # layer indices
+    seconds_per_token: float            # predicted decode time under the problem's figures
+
+    def counts(self, n_slots: int) -> tuple[int, ...]:
+        return tuple(self.slot_of_layer.count(s) for s in range(n_slots))
+
+
+class _Arrays:
+    """Prefix sums of the layer table, so a range's totals are two lookups."""
+
+    def __init__(self, problem: Problem) -> None:
+        layers = problem.layers
+        self.n = len(layers)
+        w = np.array([d.device_bytes for d in layers], dtype=np.float64)
+        e = np.array([d.expert_bytes if problem.allow_expert_offload else 0 for d in layers], dtype=np.float64)
+        r = np.array([d.read_bytes + d.expert_read_bytes for d in layers], dtype=np.float64)
+        er = np.array([d.expert_read_bytes for d in layers], dtype=np.float64)
+        self.pw, self.pr = _prefix(w), _prefix(r)
+        self.pm = _prefix((e > 0).astype(np.float64))
+        movable = e[e > 0]
+        # One unit of expert offload: the smallest expert layer (a conservative unit when sizes differ).
+        self.e_unit = float(movable.min()) if movable.size else 0.0
+        self.e_max = float(movable.max()) if movable.size else 0.0
+        self.er_unit = float(er[e > 0].mean()) if movable.size else 0.0
+        self.e = e
+
+
+def _prefix(a: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0.0], np.cumsum(a)])
+
+
+def _range_costs(arr: _Arrays, slot: Slot, host: Slot, i: int, price: float, budget_scale: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Cost of slot taking layers [i, j) for every j in i..n, and the expert units it offloads."""
+    wr = arr.pw[i:] - arr.pw[i]
+    rr = arr.pr[i:] - arr.pr[i]
+    mr = arr.pm[i:] - arr.pm[i]
+    need = wr + slot.fixed_bytes - slot.budget * budget_scale
+    if arr.e_unit > 0:
+        k = np.ceil(np.maximum(need, 0.0) / arr.e_unit)
+    else:
+        k = np.where(need > 0, np.inf, 0.0)
+    feasible = (need <= 0) | (k <= mr)
+    per_unit = arr.er_unit * (1.0 / host.bandwidth - 1.0 / slot.bandwidth) + 2 * max(slot.boundary_s, host.boundary_s)
+    cost = rr / slot.bandwidth + np.where(k > 0, k, 0.0) * (per_unit + price * arr.e_max) + slot.boundary_s
+    cost = np.where(feasible, cost, INF)
+    cost[0], k[0] = 0.0, 0.0  # an empty range: the slot is unused
+    return cost, np.where(feasible, k, 0.0)
+
+
+def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float
+        ) -> tuple[float, list[tuple[int, int, int]]] | None:
+    """Best (time, [(slot, start, end)]) for device slots given the host takes a prefix."""
+    slots, n = problem.slots, arr.n
+    host = slots[0]
+    n_s = len(slots)
+    best = np.full((n_s + 1, n + 1), INF)
+    choice = np.zeros((n_s + 1, n + 1), dtype=np.int64)
+    units = np.zeros((n_s + 1, n + 1), dtype=np.int64)
+    best[n_s, n] = 0.0
+    for s in range(n_s - 1, 0, -1):
+        for i in range(n + 1):
+            cost, k = _range_costs(arr, slots[s], host, i, price, budget_scale)
+            total = cost + best[s + 1, i:]
+            j = int(np.argmin(total))
+            best[s, i], choice[s, i], units[s, i] = total[j], i + j, int(k[j])
+    # The host takes [0, a): its bytes are priced, its budget checked by the caller.
+    host_cost = (arr.pr / host.bandwidth) + price * arr.pw
+    total = host_cost + best[1]
+    a = int(np.argmin(total))
+    if not math.isfinite(total[a]):
+        return None
+    ranges, i = [(0, 0, a)], a
+    for s in range(1, n_s):
+        j = int(choice[s, i])
+        ranges.append((s, i, j) if units[s, i] == 0 else (s, i, j, int(units[s, i])))  # type: ignore[arg-type]
+        i = j
+    return float(total[a] - price * _host_bytes(problem, arr, ranges)), ranges
+
+
+def _host_bytes(problem: Problem, arr: _Arrays, ranges: list) -> float:
+    host = arr.pw[ranges[0][2]]
+    for r in ranges[1:]:
+        host += (r[3] * arr.e_max) if len(r) == 4 else 0.0
+    return host
+
+
+def _expand(problem: Problem, arr: _Arrays, ranges: list) -> tuple[tuple[int, ...], frozenset[int]]:
+    slot_of = [0] * arr.n
+    on_host: set[int] = set()
+    for r in ranges:
+        s, i, j = r[0], r[1], r[2]
+        for l in range(i, j):
+            slot_of[l] = s
+        if len(r) == 4 and s > 0:
+            # the largest experts in the range leave first
+            movable = sorted((l for l in range(i, j) if arr.e[l] > 0), key=lambda l: (-arr.e[l], l))
+            on_host.update(movable[: r[3]])
+    return tuple(slot_of), frozenset(on_host)
+
+
+def solve_dp(problem: Problem, objective: Objective = Objective.THROUGHPUT) -> Assignment | None:
+    """The best assignment by dynamic programming, or None when nothing fits."""
+    arr = _Arrays(problem)
+    scale = 1.0
+    if objective is Objective.BALANCE:
+        scale = _min_max_utilisation(problem, arr)
+        if scale is None:
+            return None
+    host_budget = problem.slots[0].budget * scale
+    found = _dp(problem, arr, 0.0, scale)
+    if found is None:
+        return None
+    if _host_bytes(problem, arr, found[1]) > host_budget:
+        found = _priced(problem, arr, scale, host_budget)
+        if found is None:
+            return None
+    slot_of, on_host = _expand(problem, arr, found[1])
+    return Assignment(slot_of, on_host, found[0])
+
+
+def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float):
+    """Raise a price on host bytes until the host budget holds (bisection on the price)."""
+    lo, hi = 0.0, 1e-12
+    while True:
+        found = _dp(problem, arr, hi, scale)
+        if found is None:
+            return None
+        if _host_bytes(problem, arr, found[1]) <= host_budget:
+            break
+        hi *= 10
+        if hi > 1e6:
+            return None
+    best = found
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        found = _dp(problem, arr, mid, scale)
+        if found is not None and _host_bytes(problem, arr, found[1]) <= host_budget:
+            hi, best = mid, found
+        else:
+            lo = mid
+    return best
+
+
+def _min_max_utilisation(problem: Problem, arr: _Arrays) -> float | None:
+    """Smallest U such that every slot fits within U times its budget (bisection, no offload)."""
+    lo, hi = 0.0, 1.0
+    if _dp(problem, arr, 0.0, hi) is None:
+        return None
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        if _dp(problem, arr, 0.0, mid) is not None and _host_bytes(
+                problem, arr, _dp(problem, arr, 0.0, mid)[1]) <= problem.slots[0].budget * mid:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def solve_milp(problem: Problem, objective: Objective = Objective.THROUGHPUT,
+               time_limit_s: float | None = None) -> Assignment | None:
+    """The same model as an exact MILP (staircase formulation); None when nothing fits."""
+    import pulp  # kept local: PuLP is only needed when the MILP runs
+
+    layers, slots = problem.layers, problem.slots
+    n_l, n_s = len(layers), len(slots)
+    lp = pulp.LpProblem("placement", pulp.LpMinimize)
+    # y[s][l] = 1: layer l sits on a slot at or before s. Rows and columns are monotone (a staircase).
+    y = [[pulp.LpVariable(f"y_{s}_{l}", cat="Binary") for l in range(n_l)] for s in range(n_s)]
+    for l in range(n_l):
+        lp += y[n_s - 1][l] == 1
+    for s in range(n_s):
+        for l in range(n_l - 1):
+            lp += y[s][l] >= y[s][l + 1]
+        if s + 1 < n_s:
+            for l in range(n_l):
+                lp += y[s][l] <= y[s + 1][l]
+    x = [[y[s][l] - (y[s - 1][l] if s else 0) for l in range(n_l)] for s in range(n_s)]
+    used = [pulp.LpVariable(f"used_{s}", cat="Binary") for s in range(n_s)]
+    for s in range(n_s):
+        for l in range(n_l):
+            lp += used[s] >= x[s][l]
+    q = {(s, l): pulp.LpVariable(f"q_{s}_{l}", cat="Binary")
+         for s in range(1, n_s) for l in range(n_l) if layers[l].expert_bytes and problem.allow_expert_offload}
+    for (s, l), var in q.items():
+        lp += var <= x[s][l]
+    host = slots[0]
+    for s in range(n_s):
+        mem = (pulp.lpSum(layers[l].device_bytes * x[s][l] for l in range(n_l)) + slots[s].fixed_bytes * used[s]
+               - pulp.lpSum(layers[l].expert_bytes * var for (ss, l), var in q.items() if ss == s))
+        if s == 0:
+            mem += pulp.lpSum(layers[l].expert_bytes * var for (_, l), var in q.items())
+        lp += mem <= slots[s].budget
+    lp += (pulp.lpSum((d.read_bytes + d.expert_read_bytes) / slots[s].bandwidth * x[s][l]
+                      for l, d in enumerate(layers) for s in range(n_s))
+           + pulp.lpSum((layers[l].expert_read_bytes * (1 / host.bandwidth - 1 / slots[s].bandwidth)
+                         + 2 * max(slots[s].boundary_s, host.boundary_s)) * var for (s, l), var in q.items())
+           + pulp.lpSum(slots[s].boundary_s * used[s] for s in range(1, n_s)))
+    if objective is Objective.BALANCE:
+        log.info("solve_milp: the balance objective is solved by the DP; the MILP minimises time")
+    solver = (pulp.getSolver("HiGHS", msg=False, timeLimit=time_limit_s)
+              if "HiGHS" in pulp.listSolvers(onlyAvailable=True)
+              else pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
+    status = lp.solve(solver)
+    if pulp.LpStatus[status] != "Optimal" or lp.objective is None:
+        return None
+    slot_of = tuple(next(s for s in range(n_s) if (pulp.value(x[s][l]) or 0) > 0.5) for l in range(n_l))
+    on_host = frozenset(l for (s, l), var in q.items() if (var.value() or 0) > 0.5)
+    return Assignment(slot_of, on_host, float(pulp.value(lp.objective)))
