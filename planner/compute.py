@@ -168,6 +168,17 @@ def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, s
     return host, experts
 
 
+def _output_row(placement: Placement) -> str:
+    """Where the logits are computed: beside the output matrix (seed 000's 1.wgt rule), which an
+    -ot rule can keep in host memory while the output layer itself is offloaded."""
+    row = dict(placement.tensor_buft).get("output.weight")
+    if row is None and dict(placement.moved).get("output.weight") == "CPU":
+        row = HOST  # a tied duplicate sent to the CPU shares token_embd's host copy
+    if row is None:
+        row = HOST if placement.layer_device[-1] == "CPU" else placement.layer_device[-1]
+    return HOST if row in (HOST, CPU_REPACK) else row
+
+
 def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement) -> dict[str, int]:
     """Compute buffer bytes per buffer row (device names and Host).
 
@@ -201,7 +212,7 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
         if lf.kind in cells:
             kinds[row].add(lf.kind)
     work[HOST] = max(work[HOST], host_moved)
-    out_row = HOST if placement.layer_device[-1] == "CPU" else placement.layer_device[-1]
+    out_row = _output_row(placement)
     extra = _boundary_crossings(ctx, sh, placement, t)
     output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
     if sh.n_ff_moe and sh.shared_experts and cp.n_seq == 1:

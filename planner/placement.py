@@ -253,7 +253,9 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
     for slot in slots:
         row = None
         for regex, target, dev in rules:
-            if regex.search(slot.name):
+            # llama.cpp creates a tied output matrix under token_embd's name (TENSOR_DUPLICATED),
+            # so an -ot rule sees that name (checked against llama-fit-params)
+            if regex.search(slot.duplicate_of or slot.name):
                 row = dev if dev is not None else _cpu_buft(slot, devices, flags, repack)
                 moved.append((slot.name, target))
                 break
