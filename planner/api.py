@@ -1,0 +1,81 @@
+"""fitplan's public Python API: one call per command, plain inputs, a frozen dataclass out.
+
+Every result has `to_dict()` (the same data `--format json` prints) and `to_table()`.
+Inputs take the forms a notebook has at hand:
+  model    a GGUF path, `example:NAME`, or a `planner.estimate.ModelContext` read once
+  flags    llama.cpp flags as one string ("-c 8192 -ts 1,1"), a list of arguments, or LlamaFlags
+  devices  None (no GPU), an Inventory, a YAML inventory path, or `--device` shorthands
+           (["CUDA0=24GiB", "2xrtx3090"]; `ram` sets the host's RAM as `--ram` does)
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from planner.devices import Inventory
+    from planner.estimate import Estimate
+    from planner.flags import LlamaFlags
+    from planner.inspect import InspectResult
+    from planner.sweep import SweepResult
+
+Devices = Union["Inventory", str, os.PathLike, Sequence[str], None]
+Flags = Union[str, Sequence[str], "LlamaFlags"]
+
+
+def as_inventory(devices: Devices, ram: str | None = None) -> Inventory | None:
+    """An Inventory from any accepted `devices` form (None stays None unless `ram` is given)."""
+    from planner.devices import HostSpec, Inventory, inventory_from_cli, load_inventory
+
+    if isinstance(devices, Inventory):
+        return inventory_from_cli([], ram, devices) if ram else devices
+    if isinstance(devices, (str, os.PathLike)):
+        return inventory_from_cli([], ram, load_inventory(Path(devices))) if ram else load_inventory(Path(devices))
+    if devices is None and ram is None:
+        return None
+    # the host's RAM does not enter an estimate: an empty host stands in when none is given
+    empty = Inventory((), HostSpec(0, 0, 0, ""), source="--device")
+    return inventory_from_cli(list(devices or ()), ram, empty)
+
+
+def as_flags(flags: Flags) -> LlamaFlags:
+    from planner.flags import LlamaFlags, parse_llama_flags
+
+    if isinstance(flags, LlamaFlags):
+        return flags
+    return parse_llama_flags(shlex.split(flags) if isinstance(flags, str) else list(flags))
+
+
+def inspect(model: str, cache_type_k: str = "f16", cache_type_v: str = "f16") -> InspectResult:
+    """Per-layer weights, KV bytes per cell and recurrent state of a model (`fitplan inspect`)."""
+    from planner.inspect import inspect as run
+
+    return run(str(model), cache_type_k, cache_type_v)
+
+
+def estimate(model: Any, flags: Flags = (), devices: Devices = None, ram: str | None = None) -> Estimate:
+    """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`)."""
+    from planner.estimate import estimate as run
+
+    return run(model, as_flags(flags), as_inventory(devices, ram))
+
+
+def sweep(model: Any, vary: Mapping[str, str | Sequence[Any]], devices: Devices = None, flags: Flags = (),
+          ram: str | None = None, mode: str = "estimate",
+          progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Every combination of the `vary` axes (`{"ctx": "4096..65536", "cache": "f16,q8_0"}`; see
+    planner.sweep for the axes), evaluated by `mode` (`fitplan sweep`)."""
+    from planner.sweep import parse_axis, sweep as run
+
+    axes = [parse_axis(name, spec) for name, spec in vary.items()]
+    return run(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
+
+
+def plan(*args: Any, **kwargs: Any) -> Any:
+    """The placement for a model on devices under budgets (`fitplan plan`; planner/plan.py)."""
+    from planner.plan import plan as run
+
+    return run(*args, **kwargs)

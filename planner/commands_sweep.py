@@ -1,0 +1,105 @@
+"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from planner.errors import BadInput
+
+SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
+
+
+class _Progress:
+    """A progress bar on stderr, opened once the points so far predict a sweep longer than
+    PROGRESS_AFTER_S (short sweeps print nothing)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            return
+        predicted = (time.monotonic() - self.start) / done * total
+        if done < total and predicted > PROGRESS_AFTER_S:
+            self.bar = typer.progressbar(length=total, label="sweep", file=sys.stderr)
+            self.bar.__enter__()
+            self.bar.update(done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def write_atomic(path: str, write: Callable[[Path], None]) -> None:
+    """`write(tmp)` then rename over `path`: a failed write leaves nothing half-written."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise BadInput(f"{path}: no such directory {str(target.parent)!r}")
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}{target.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _inventory(devices: str | None, device: list[str], ram: str | None) -> Any:
+    from planner.devices import HostSpec, Inventory, inventory_from_cli, load_inventory
+
+    base = load_inventory(devices) if devices else None
+    if device or ram:
+        return inventory_from_cli(device, ram, base or Inventory((), HostSpec(0, 0, 0, ""), source="--device"))
+    return base
+
+
+def sweep_cmd(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
+    vary: Annotated[list[str], typer.Option("--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget")],
+    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML")] = None,
+    device: Annotated[Optional[list[str]], typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...")] = None,
+    ram: Annotated[Optional[str], typer.Option("--ram", help="the host's RAM, e.g. 64GiB")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="estimate (flags as given) | plan")] = "estimate",
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="write the CSV here")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="draw the sweep into this PNG")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv | table | json | yaml (without -o)")] = "csv",
+) -> None:
+    """Evaluate every combination of the --vary axes; CSV of per-device memory, optional plot."""
+    from planner.render import render
+    from planner.sweep import parse_vary, sweep
+
+    if plot:
+        from planner.plots import require_matplotlib
+
+        require_matplotlib()
+    axes = [parse_vary(v) for v in vary]
+    base = None
+    if ctx.args:
+        from planner.flags import parse_llama_flags
+
+        base = parse_llama_flags(list(ctx.args))
+    progress = _Progress()
+    try:
+        result = sweep(model, axes, _inventory(devices, device or [], ram), base, mode=mode, progress=progress)
+    finally:
+        progress.close()
+    if output:
+        write_atomic(output, lambda p: p.write_text(result.to_csv(), encoding="utf-8"))
+        typer.echo(f"{len(result.points)} points, {len(result.csv_rows())} rows written to {output}")
+    elif fmt == "csv":
+        typer.echo(result.to_csv(), nl=False)
+    else:
+        typer.echo(render(result, fmt))
+    if plot:
+        from planner.plots import plot_sweep, save_figure
+
+        write_atomic(plot, lambda p: save_figure(plot_sweep(result), p))
+        typer.echo(f"plot written to {plot}", err=not output)
