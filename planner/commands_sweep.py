@@ -101,5 +101,5 @@ def sweep_cmd(
     if plot:
         from planner.plots import plot_sweep, save_figure
 
-        write_atomic(plot, lambda p: save_figure(plot_sweep(result), p))
+        save_figure(plot_sweep(result), plot)
         typer.echo(f"plot written to {plot}", err=not output)

@@ -6,11 +6,13 @@ inline in a notebook (`display(fig)`). Every function returns the Figure it drew
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planner.errors import BadInput
+from planner.placement import CPU_REPACK, HOST
 from planner.units import GiB
 
 if TYPE_CHECKING:
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from planner.estimate import Estimate
+    from planner.plan import PlanResult
     from planner.sweep import Axis, SweepResult
 
 # One colour per memory kind, the same in every picture.
@@ -48,9 +51,17 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | Path) -> None:
-    """Save in the format the file name says (.png, .svg, .pdf)."""
-    suffix = Path(path).suffix.lstrip(".").lower() or "png"
-    fig.savefig(path, format=suffix, dpi=DPI)
+    """Save in the format the file name says (.png, .svg, .pdf), through a temporary file renamed
+    into place: a failed save leaves nothing half-written."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise BadInput(f"{path}: no such directory {str(target.parent)!r}")
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        fig.savefig(tmp, format=target.suffix.lstrip(".").lower() or "png", dpi=DPI)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def gib(n_bytes: float) -> float:
@@ -98,11 +109,16 @@ def _series(result: SweepResult, x: Axis) -> dict[str, list[Any]]:
     return groups
 
 
-def _budget_line(ax: Axes, points: Sequence[Any], name: str, xs: list[float]) -> None:
+def _budget_line(ax: Axes, points: Sequence[Any], name: str, xs: list[float], top: float) -> None:
+    """The device's budget as a dashed line; a budget far above the data (more than twice the
+    largest total) is written in a corner instead, so the lines keep the panel's height."""
     budgets = [p.device(name).budget_bytes if p.device(name) else None for p in points]
-    if any(b is None for b in budgets):
+    if not budgets or any(b is None for b in budgets):
         return
-    if len(set(budgets)) == 1:
+    if min(gib(b) for b in budgets) > 2 * top:
+        ax.text(0.98, 0.96, f"budget {gib(min(budgets)):.1f} GiB (off scale)", transform=ax.transAxes,
+                ha="right", va="top", fontsize="small", color="0.3")
+    elif len(set(budgets)) == 1:
         ax.axhline(gib(budgets[0]), color="0.3", linestyle="--", linewidth=1, label="budget")
     else:
         ax.plot(xs, [gib(b) for b in budgets], color="0.3", linestyle="--", linewidth=1, label="budget")
@@ -132,9 +148,10 @@ def plot_sweep(result: SweepResult, fig: Figure | None = None) -> Figure:
                        s=16, zorder=3)
             ax.scatter([a for a, f in zip(xs, fits) if not f], [b for b, f in zip(ys, fits) if not f],
                        facecolors="none", edgecolors=line.get_color(), s=28, zorder=3)
-            if n == 0:
-                _budget_line(ax, pts, name, xs)
-        ax.set_title(name if name != "Host" else "Host (RAM)")
+        top = max((gib(d.total_bytes) for p in result.points if (d := p.device(name))), default=0.0)
+        first = [p for p in next(iter(groups.values())) if p.device(name)]
+        _budget_line(ax, first, name, [pos[p.settings[xi]] for p in first], top)
+        ax.set_title(name if name != HOST else "Host (RAM)")
         ax.set_ylabel("memory (GiB)")
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
@@ -149,43 +166,77 @@ def plot_sweep(result: SweepResult, fig: Figure | None = None) -> Figure:
 
 # --------------------------------------------------------------------------- placements
 
-def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = None,
-                layers: Mapping[str, str] | None = None, title: str = "", ax: Axes | None = None) -> Figure:
-    """Per-device stacked bars (model, context, compute; GiB) against each device's budget,
-    the layer ranges each device holds written above its bar."""
-    fig = ax.figure if ax is not None else _figure(max(4.0, 1.3 * len(rows) + 2), 4.2)
-    ax = ax or fig.subplots()
-    budgets, layers = budgets or {}, layers or {}
+def _bars(ax: Axes, rows: Sequence[MemoryRow], budgets: Mapping[str, int], layers: Mapping[str, str]) -> None:
     xs = list(range(len(rows)))
     bottom = [0.0] * len(rows)
     for kind, colour in KIND_COLOURS.items():
         heights = [gib(getattr(r, f"{kind}_bytes")) for r in rows]
         ax.bar(xs, heights, bottom=bottom, color=colour, label=kind, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    labelled = False
     for x, r in zip(xs, rows):
         if r.name in budgets:
             ax.hlines(gib(budgets[r.name]), x - 0.4, x + 0.4, colors="k", linestyles="--", linewidth=1.2,
-                      label="budget" if x == next(i for i, q in enumerate(rows) if q.name in budgets) else None)
-        top = max(bottom[x], gib(budgets.get(r.name, 0)))
+                      label=None if labelled else "budget")
+            labelled = True
         if layers.get(r.name):
+            top = max(bottom[x], gib(budgets.get(r.name, 0)))
             ax.annotate(f"layers {layers[r.name]}", (x, top), xytext=(0, 4), textcoords="offset points",
                         ha="center", va="bottom", fontsize="small")
     ax.set_xticks(xs, [r.name for r in rows])
+    ax.set_xlim(-0.6, len(rows) - 0.4)
     ax.set_ylabel("memory (GiB)")
-    ax.set_xlabel("device")
     ax.margins(y=0.15)
-    ax.legend(fontsize="small", loc="upper left")
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = None,
+                layers: Mapping[str, str] | None = None, title: str = "", fig: Figure | None = None) -> Figure:
+    """Per-device stacked bars (model, context, compute; GiB) against each device's budget (dashed),
+    the layer ranges each device holds written above its bar. Host memory (Host, CPU_REPACK) gets
+    its own panel and scale: RAM budgets are often ten times a GPU's."""
+    budgets, layers = budgets or {}, layers or {}
+    groups = [g for g in ([r for r in rows if r.name not in (HOST, CPU_REPACK)],
+                          [r for r in rows if r.name in (HOST, CPU_REPACK)]) if g]
+    fig = fig or _figure(max(4.5, 1.4 * len(rows) + 2.5), 4.2)
+    axs = fig.subplots(1, len(groups), squeeze=False, width_ratios=[len(g) + 0.5 for g in groups])[0]
+    for ax, group, label in zip(axs, groups, ("device", "host memory")):
+        _bars(ax, group, budgets, layers)
+        ax.set_xlabel(label if len(groups) > 1 else "device")
+    handles, names = axs[0].get_legend_handles_labels()
+    for ax in axs[1:]:   # the budget entry may only exist in the host panel
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles, names = handles + [h], names + [n]
+    axs[0].legend(handles, names, fontsize="small", loc="upper left")
     if title:
-        ax.set_title(title, fontsize="medium")
+        fig.suptitle(title, fontsize="medium")
     return fig
 
 
-def plot_estimate(est: Estimate, budgets: Mapping[str, int] | None = None, ax: Axes | None = None) -> Figure:
+def plot_estimate(est: Estimate, budgets: Mapping[str, int] | None = None, fig: Figure | None = None) -> Figure:
     """An estimate's memory per device, with the layers each holds (the host's are the CPU's)."""
     from planner.sweep import layer_ranges
 
     by_dev = dict(est.layers)
-    layers = {d.name: layer_ranges(by_dev.get("CPU" if d.name == "Host" else d.name, ()), est.n_layer_all)
+    layers = {d.name: layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all)
               for d in est.devices}
     title = f"{Path(est.model_path).name}  n_ctx {est.cparams.n_ctx}"
-    return plot_memory(est.devices, budgets, layers, title, ax)
+    return plot_memory(est.devices, budgets, layers, title, fig)
+
+
+def plot_plan(result: PlanResult, path: str | Path | None = None) -> Figure:
+    """A plan's memory per device against its budgets, layer ranges labelled, predicted speed in
+    the title; saved to `path` when given (what `fitplan plan --plot` draws)."""
+    from planner.flags import flags_to_argv
+
+    est = result.estimate
+    # the host budget covers Host and CPU_REPACK together: drawn once, on Host
+    budgets = {d.name: result.budget_of(d.name) for d in est.devices if d.name != CPU_REPACK}
+    fig = plot_estimate(est, budgets)
+    speed = result.prediction.decode_tokens_s
+    fig.suptitle(f"{Path(est.model_path).name}  n_ctx {est.cparams.n_ctx}  decode ~{speed:.0f} tokens/s "
+                 f"(predicted)\n{' '.join(flags_to_argv(result.flags))}", fontsize="medium")
+    if path is not None:
+        save_figure(fig, path)
+    return fig

@@ -1,0 +1,117 @@
+"""`fitplan sweep` through the CLI: CSV to a file or stdout, the PNG, exit-2 errors, nothing half-written.
+
+Model and hand-derived figures as in tests/planner/test_sweep.py: llama_spec(n_layer=2, n_embd=256,
+n_head=8, n_head_kv=2, ...); KV per layer and cell 256 bytes in f16, 136 in q8_0.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+
+import pytest
+
+from planner.cli import main
+from tests.gguf_factory import llama_spec
+
+KV_F16_CELL, KV_Q8_CELL = 256, 136
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sweep_cli") / "m.gguf"
+    [written] = llama_spec(n_layer=2, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, n_vocab=1000).write(path)
+    return str(written)
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["sweep", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_csv_to_stdout(capsys, model):
+    code, out, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--vary", "ctx=1024..2048",
+                          "--vary", "cache=f16,q8_0")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    gpu = [r for r in rows if r["device"] == "CUDA0"]
+    assert [(r["ctx"], r["cache"]) for r in gpu] == [("1024", "f16"), ("1024", "q8_0"), ("2048", "f16"),
+                                                    ("2048", "q8_0")]
+    assert [int(r["context_bytes"]) for r in gpu] == [2 * 1024 * KV_F16_CELL, 2 * 1024 * KV_Q8_CELL,
+                                                     2 * 2048 * KV_F16_CELL, 2 * 2048 * KV_Q8_CELL]
+
+
+def test_csv_and_png_files(capsys, model, tmp_path):
+    pytest.importorskip("matplotlib")
+    out_csv, out_png = tmp_path / "s.csv", tmp_path / "s.png"
+    code, out, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--device", "CUDA1=1GiB",
+                          "--vary", "ts=steps", "-o", str(out_csv), "--plot", str(out_png), "--", "-c", "1024")
+    assert code == 0, err
+    assert "2 points, 6 rows written" in out   # ts 1/2 and 2/1, each CUDA0, CUDA1, Host
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["ts"] for r in rows if r["device"] == "CUDA0"] == ["1/2", "2/1"]
+    assert out_png.read_bytes()[:8] == PNG_MAGIC
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv", "s.png"]   # no partial files left
+
+
+def test_base_flags_after_double_dash(capsys, model):
+    code, out, err = _run(capsys, model, "--format", "json", "--device", "CUDA0=1GiB", "--vary", "np=1,2",
+                          "--", "-c", "2048", "-ctk", "q8_0", "-ctv", "q8_0")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [p["flags"] for p in doc["points"]] == ["-c 2048 -ctk q8_0 -ctv q8_0", "-c 2048 -np 2 -ctk q8_0 -ctv q8_0"]
+
+
+def test_table_format(capsys, model):
+    code, out, err = _run(capsys, model, "--format", "table", "--device", "CUDA0=1GiB", "--vary", "budget=1,1MiB",
+                          "--", "-c", "1024")
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    header = next(line for line in lines if line.startswith("budget"))
+    assert header.split() == ["budget", "CUDA0", "MiB", "Host", "MiB", "n_ctx", "fits"]
+    assert lines[-1].split()[0] == "1MiB" and lines[-1].split()[-1] == "no"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--vary", "ctx=abc"], "--vary ctx: expected a whole number"),
+    (["--vary", "frobs=1"], "unknown axis"),
+    (["--vary", "cache=f17"], "unsupported cache type"),
+    (["--vary", "ctx=1024", "--", "--nonsense"], "unknown llama.cpp flag"),
+    (["--vary", "ctx=max"], "--mode plan"),
+    (["--vary", "ts=steps", "--device", "CUDA0=1GiB"], "two devices"),
+    (["--vary", "ctx=1024", "-o", "/nonexistent-dir/x.csv"], "no such directory"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, model, argv, message):
+    code, out, err = _run(capsys, model, *argv)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_missing_model_is_exit_2(capsys, tmp_path):
+    code, _, err = _run(capsys, str(tmp_path / "absent.gguf"), "--vary", "ctx=1024")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_plot_without_matplotlib_is_exit_2_before_any_work(capsys, model, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` now raises ImportError
+    code, out, err = _run(capsys, model, "--vary", "ctx=1024", "-o", str(tmp_path / "s.csv"),
+                          "--plot", str(tmp_path / "s.png"))
+    assert code == 2 and "pip install 'fitplan[plots]'" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_mode_marks_infeasible_points(capsys, model):
+    # a 1 MiB device budget and 1 GiB of RAM (the host keeps 2 GiB for other work: budget 0) fit nothing
+    code, out, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--ram", "1GiB", "--mode", "plan",
+                          "--vary", "budget=1MiB", "--vary", "ctx=1024")
+    assert code == 0, err
+    [row] = list(csv.DictReader(io.StringIO(out)))
+    assert (row["feasible"], row["fits"], row["device"]) == ("0", "0", "")
+
+
+def test_plan_mode_needs_ram(capsys, model):
+    code, _, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--mode", "plan", "--vary", "ctx=1024")
+    assert code == 2 and "--ram" in err
