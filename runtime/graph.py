@@ -39,6 +39,7 @@ class Op(enum.Enum):
     MUL_MAT = "MUL_MAT"
     MUL_MAT_ID = "MUL_MAT_ID"
     SCALE = "SCALE"
+    CLAMP = "CLAMP"
     SET_ROWS = "SET_ROWS"
     CPY = "CPY"
     CONT = "CONT"

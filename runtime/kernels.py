@@ -8,12 +8,27 @@ allocator's in-place reuse (ggml_op_can_inplace) safe.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import numpy as np
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from runtime.graph import Op, Tensor, numpy_dtype
+from runtime.graph import BufferUsage, Op, Tensor, numpy_dtype
+
+# Dequantized weights, per weight buffer: a weight is dequantized once, on first use, and the
+# f32 copy lives as long as its buffer (bench/bench_runtime_speed.py: dequantizing the Gemma 3
+# 270M output matrix per token would cost more than the whole rest of a generation step).
+# Weights copied into a compute buffer for another device are dequantized per use.
+_F32_CACHE: weakref.WeakKeyDictionary[object, dict[tuple[int, object, tuple[int, ...]], np.ndarray]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _dequantize(t: Tensor) -> np.ndarray:
+    raw = t.raw_bytes().reshape(t.ne[3], t.ne[2], t.ne[1], t.nb[1])
+    with np.errstate(all="ignore"):  # staged expert copies hold garbage outside the used experts
+        return dequantize(raw, t.type).astype(np.float32, copy=False)
 
 
 def read_f32(t: Tensor) -> np.ndarray:
@@ -22,9 +37,14 @@ def read_f32(t: Tensor) -> np.ndarray:
         return t.numpy().astype(np.float32, copy=False)
     if not t.is_contiguous():
         raise ValueError(f"{t.name}: reading a non-contiguous {t.type.name} tensor is not supported")
-    raw = t.raw_bytes().reshape(t.ne[3], t.ne[2], t.ne[1], t.nb[1])
-    with np.errstate(all="ignore"):  # staged expert copies hold garbage outside the used experts
-        return dequantize(raw, t.type).astype(np.float32, copy=False)
+    buffer, offset = t.storage()
+    if buffer is None or buffer.usage is not BufferUsage.WEIGHTS:
+        return _dequantize(t)
+    per_buffer = _F32_CACHE.setdefault(buffer, {})
+    key = (offset, t.type, t.ne)
+    if key not in per_buffer:
+        per_buffer[key] = _dequantize(t)
+    return per_buffer[key]
 
 
 def _write(node: Tensor, values: np.ndarray) -> None:
@@ -65,22 +85,86 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "SILU": _silu,
     "GELU": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
     "RELU": lambda x: np.maximum(x, 0.0),
+    "TANH": np.tanh,
 }
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """ggml's tanh approximation of GELU (GELU_COEF_A = 0.044715, ggml-cpu/vec.h)."""
+    return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2.0 / np.pi)) * x * (1.0 + np.float32(0.044715) * x * x)))
 
 
 def _unary(node: Tensor) -> None:
     _write(node, _UNARY[node.op_params["unary"]](read_f32(node.src[0])))
 
 
+_GLU: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SWIGLU": _silu, "GEGLU": _gelu}
+
+
 def _glu(node: Tensor) -> None:
-    if node.op_params["glu"] != "SWIGLU":
+    """Split GLU: act(src0) * src1 (ggml_swiglu_split, ggml_geglu_split)."""
+    act = _GLU.get(node.op_params["glu"])
+    if act is None:
         raise ValueError(f"GLU {node.op_params['glu']} has no kernel")
-    _write(node, _silu(read_f32(node.src[0])) * read_f32(node.src[1]))
+    _write(node, act(read_f32(node.src[0])) * read_f32(node.src[1]))
+
+
+# ggml-cpu's type_traits_cpu[weight].vec_dot_type: the CPU quantizes a matmul's activations to
+# this type before the dot products (ggml-cpu.c). Rounding them the same way here keeps the
+# logits within llama.cpp's own rounding of the CPU result (tests/peer/test_validate_peer.py).
+_Q = GGMLQuantizationType
+VEC_DOT_TYPE: dict[GGMLQuantizationType, GGMLQuantizationType] = {
+    **{t: _Q.Q8_0 for t in (_Q.Q4_0, _Q.Q5_0, _Q.Q8_0, _Q.IQ4_NL, _Q.MXFP4)},
+    **{t: _Q.Q8_1 for t in (_Q.Q4_1, _Q.Q5_1)},
+    **{t: _Q.Q8_K for t in (_Q.Q2_K, _Q.Q3_K, _Q.Q4_K, _Q.Q5_K, _Q.Q6_K, _Q.IQ2_XXS, _Q.IQ2_XS, _Q.IQ2_S,
+                            _Q.IQ3_XXS, _Q.IQ3_S, _Q.IQ1_S, _Q.IQ1_M, _Q.IQ4_XS, _Q.TQ1_0, _Q.TQ2_0)},
+    _Q.F16: _Q.F16, _Q.BF16: _Q.BF16,
+}
+
+
+def _round_q8_0(x: np.ndarray) -> np.ndarray:
+    """quantize_row_q8_0 then dequantize: blocks of 32, scale amax/127 stored as f16."""
+    b = x.reshape(-1, 32)
+    d = np.abs(b).max(axis=1) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
+    q = np.rint(b * inv[:, None])
+    return (q * d.astype(np.float16).astype(np.float32)[:, None]).reshape(x.shape)
+
+
+def _round_q8_k(x: np.ndarray) -> np.ndarray:
+    """quantize_row_q8_K then dequantize: blocks of 256, scale -max/127 of the signed extreme, f32."""
+    b = x.reshape(-1, 256)
+    mx = b[np.arange(b.shape[0]), np.abs(b).argmax(axis=1)]
+    iscale = np.divide(np.float32(-127), mx, out=np.zeros_like(mx), where=mx != 0)
+    q = np.minimum(np.float32(127), np.rint(b * iscale[:, None]))
+    d = np.divide(np.float32(1), iscale, out=np.zeros_like(iscale), where=iscale != 0)
+    return (q * d[:, None]).reshape(x.shape)
+
+
+def as_vec_dot(b: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
+    """Activations rounded as the CPU backend rounds them for a weight of this type."""
+    target = VEC_DOT_TYPE.get(weight_type)
+    if target is None:
+        return b
+    if target is _Q.F16:
+        return b.astype(np.float16).astype(np.float32)
+    if target is _Q.BF16:
+        return (b.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    block = 256 if target is _Q.Q8_K else 32
+    if b.shape[-1] % block:
+        return b
+    return _round_q8_k(b) if target is _Q.Q8_K else _round_q8_0(b)
 
 
 def _mul_mat(node: Tensor) -> None:
-    a, b = read_f32(node.src[0]), read_f32(node.src[1])  # (a3, a2, M, K), (b3, b2, N, K)
-    a = np.repeat(np.repeat(a, b.shape[0] // a.shape[0], axis=0), b.shape[1] // a.shape[1], axis=1)
+    a, b = read_f32(node.src[0]), as_vec_dot(read_f32(node.src[1]), node.src[0].type)  # (a3, a2, M, K), (b3, b2, N, K)
+    if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
+        _write(node, b.reshape(-1, b.shape[-1]) @ a[0, 0].T)
+        return
+    if b.shape[0] != a.shape[0]:
+        a = np.repeat(a, b.shape[0] // a.shape[0], axis=0)
+    if b.shape[1] != a.shape[1]:
+        a = np.repeat(a, b.shape[1] // a.shape[1], axis=1)
     _write(node, b @ np.swapaxes(a, -1, -2))
 
 
@@ -88,7 +172,7 @@ def _mul_mat_id(node: Tensor) -> None:
     """Only the experts the router selected are read: a staged copy holds only those (seed 000)."""
     experts_t, b_t, ids_t = node.src[0], node.src[1], node.src[2]
     ids = ids_t.numpy()[0, 0]  # (n_tokens, n_used)
-    b = read_f32(b_t)[0]  # (n_tokens, n_used or 1, K)
+    b = as_vec_dot(read_f32(b_t), experts_t.type)[0]  # (n_tokens, n_used or 1, K)
     out = np.empty((ids.shape[0], ids.shape[1], experts_t.ne[1]), dtype=np.float32)
     for e in np.unique(ids):
         w = _expert_f32(experts_t, int(e))  # (M, K)
@@ -132,7 +216,7 @@ def _soft_max(node: Tensor) -> None:
 def _rope(node: Tensor) -> None:
     """Mode 0 rotates adjacent pairs, mode 2 (NEOX) rotates (i, i + n_dims/2), as ggml-cpu."""
     x = read_f32(node.src[0]).copy()  # (a3, n_tokens, n_head, head_dim)
-    pos = node.src[1].numpy()[0, 0, 0].astype(np.float64)
+    pos = node.src[1].numpy()[0, 0, 0].astype(np.float64) * node.op_params.get("freq_scale", 1.0)
     n_dims, mode = node.op_params["n_dims"], node.op_params["mode"]
     inv = node.op_params["freq_base"] ** (-np.arange(0, n_dims, 2) / n_dims)
     if node.src[2] is not None:
@@ -186,7 +270,31 @@ def _set_rows(node: Tensor) -> None:
             target[i3, i2, sel] = rows[i3, i2].astype(target.dtype)
 
 
+def _div(node: Tensor) -> None:
+    a, b = read_f32(node.src[0]), read_f32(node.src[1])
+    _write(node, a / _tile_to(b, a.shape))
+
+
+def _clamp(node: Tensor) -> None:
+    _write(node, np.clip(read_f32(node.src[0]), node.op_params["min"], node.op_params["max"]))
+
+
+def _sum_rows(node: Tensor) -> None:
+    _write(node, read_f32(node.src[0]).sum(axis=-1, keepdims=True))
+
+
+def _argsort(node: Tensor) -> None:
+    """Row-wise argsort; DESC as ggml_argsort_top_k asks (a stable sort keeps ties in index order)."""
+    x = read_f32(node.src[0])
+    key = -x if node.op_params.get("order", "ASC") == "DESC" else x
+    _write(node, np.argsort(key, axis=-1, kind="stable").astype(np.int32))
+
+
 KERNELS: dict[Op, Callable[[Tensor], None]] = {
+    Op.DIV: _div,
+    Op.CLAMP: _clamp,
+    Op.SUM_ROWS: _sum_rows,
+    Op.ARGSORT: _argsort,
     Op.ADD: _add,
     Op.MUL: _mul,
     Op.SCALE: _scale,
