@@ -61,7 +61,10 @@ def plan_cmd(
     if parallel < 1 or (ubatch is not None and ubatch < 1):
         raise BadInput("--parallel and --ubatch-size take positive numbers")
     inventory_path = None if devices in (None, "auto") else devices
-    report = devices_report(inventory_path, device or [], ram, None, max_vram, max_ram, use_llama=True)
+    # Devices named on the command line need no detection beyond the host's RAM; llama-cli is
+    # asked for its device list only when the plan is for this machine as it is.
+    detect_gpus = inventory_path is None and not device
+    report = devices_report(inventory_path, device or [], ram, None, max_vram, max_ram, use_llama=detect_gpus)
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload)

@@ -137,40 +137,43 @@ class _Setting:
     output_on_host: bool = False
 
 
-def _probe_compute(s: _Setting) -> tuple[dict[str, int], int]:
-    """Compute bytes of each device when it holds layers, and the extra the output device carries."""
-    if not s.devices:
-        return {}, 0
-    full = estimate(s.ctx, _with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)), s.inventory)
-    compute = {d.name: d.compute_bytes for d in full.devices}
-    out_dev = full.output_device
-    others = [compute[d.name] for d in s.devices if d.name != out_dev]
-    base = max(others) if others else 0
-    extra = max(0, compute.get(out_dev, 0) - base) if others else 0
-    per_device = {d.name: (base if others else compute.get(d.name, 0)) for d in s.devices}
-    return per_device, extra
+@dataclass(frozen=True)
+class _Probes:
+    """What the solver needs beyond the tensor list, measured once per setting with the estimate."""
+
+    weights: list[int]           # per layer 0..n_layer_all (output last)
+    experts: list[int]
+    kv: list[int]
+    device_compute: dict[str, int]
+    output_extra: int            # what the output device computes beyond the others (the logits)
+    host_fixed: int              # input tensors, the CPU compute buffer, KV kept on the host
 
 
-def _host_fixed(s: _Setting, kv: list[int]) -> int:
-    """Host bytes any plan pays: input tensors, the CPU compute buffer, and KV kept on the host."""
-    _, _, inputs = _layer_weights(s.ctx)
+def _probe(s: _Setting) -> _Probes:
+    weights, experts, inputs = _layer_weights(s.ctx)
+    kv = _layer_kv(s.ctx, s.flags, s.devices)
     probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory)]
+    per_device, extra = {}, 0
     if s.devices:
-        probes.append(estimate(s.ctx, _with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)),
-                               s.inventory))
+        full = estimate(s.ctx, _with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)),
+                        s.inventory)
+        probes.append(full)
+        compute = {d.name: d.compute_bytes for d in full.devices}
+        others = [compute[d.name] for d in s.devices if d.name != full.output_device]
+        base = max(others) if others else 0
+        extra = max(0, compute.get(full.output_device, 0) - base) if others else 0
+        per_device = {d.name: (base if others else compute.get(d.name, 0)) for d in s.devices}
     host_compute = max(d.compute_bytes for p in probes for d in p.devices if d.name == HOST)
-    kv_host = 0 if s.flags.kv_offload else sum(kv)
-    weights, _, _ = _layer_weights(s.ctx)
-    output_host = weights[-1] if s.output_on_host else 0
-    return inputs + host_compute + kv_host + output_host
+    host_fixed = (inputs + host_compute + (0 if s.flags.kv_offload else sum(kv))
+                  + (weights[-1] if s.output_on_host else 0))
+    return _Probes(weights, experts, kv, per_device, extra, host_fixed)
 
 
-def build_problem(s: _Setting, correction: dict[str, int]) -> Problem:
+def build_problem(s: _Setting, probes: _Probes, correction: dict[str, int]) -> Problem:
     """The solver's view: one demand per layer and one slot per place, corrected per slot."""
     facts = s.ctx.facts
-    weights, experts, _ = _layer_weights(s.ctx)
-    kv = _layer_kv(s.ctx, s.flags, s.devices)
-    compute, out_extra = _probe_compute(s)
+    weights, experts, kv = probes.weights, probes.experts, probes.kv
+    compute, out_extra = probes.device_compute, probes.output_extra
     frac = facts.n_expert_used / facts.n_expert if facts.n_expert else 0.0
     n_ctx = context_params(s.flags, facts.n_ctx_train).n_ctx_seq
     demands = []
@@ -187,7 +190,7 @@ def build_problem(s: _Setting, correction: dict[str, int]) -> Problem:
             device_bytes=on_device + dev_kv + (out_extra if il == facts.n_layer_all else 0),
             expert_bytes=experts[il], read_bytes=max(read, 0.0), expert_read_bytes=float(expert_read)))
     host_bw = s.inventory.host.bandwidth_bytes_s or FALLBACK_HOST_BANDWIDTH
-    host_budget = s.budgets.host_bytes - _host_fixed(s, kv) - correction.get(HOST, 0)
+    host_budget = s.budgets.host_bytes - probes.host_fixed - correction.get(HOST, 0)
     slots = [Slot(CPU, max(host_budget, -1), host_bw, 0, 0.0)]
     specs = {d.name: d for d in s.inventory.devices}
     for d in s.devices:
@@ -252,8 +255,9 @@ def overuse(s: _Setting, est: Estimate) -> dict[str, int]:
 def _solve_verified(s: _Setting) -> tuple[Assignment, LlamaFlags, Estimate, int] | None:
     """Solve, check with the estimate, correct the over-budget slots, repeat."""
     correction: dict[str, int] = {}
+    probes = _probe(s)
     for rounds in range(1, MAX_CORRECTIONS + 1):
-        a = solve_dp(build_problem(s, correction), s.request.objective)
+        a = solve_dp(build_problem(s, probes, correction), s.request.objective)
         if a is None:
             return None
         flags = flags_for(s, a)
@@ -267,6 +271,18 @@ def _solve_verified(s: _Setting) -> tuple[Assignment, LlamaFlags, Estimate, int]
     return None
 
 
+_COSTS: dict[tuple[int, str], CostTable] = {}
+
+
+def _costs(ctx: ModelContext, cache: str) -> CostTable:
+    """The cost table depends only on the model and the cache type: build it once per plan."""
+    key = (id(ctx), cache)
+    if key not in _COSTS:
+        _COSTS.clear()  # one model at a time; ids are only unique among live objects
+        _COSTS[key] = cost_table(ctx.model, ctx.facts, cache, cache)
+    return _COSTS[key]
+
+
 def _setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
              n_ctx: int, cache: str, n_ubatch: int = 512, output_on_host: bool = False) -> _Setting:
     rpc = tuple(d.endpoint for d in inventory.devices if d.endpoint)
@@ -275,7 +291,7 @@ def _setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Pla
                       cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc,
                       devices=tuple(inventory.names) if inventory.devices else None, ignored=("-fit", "off"))
     devices = resolve_devices(base, inventory)
-    costs = cost_table(ctx.model, ctx.facts, cache, cache)
+    costs = _costs(ctx, cache)
     return _Setting(ctx, costs, base, devices, inventory, budgets, req, output_on_host and bool(devices))
 
 
@@ -339,10 +355,21 @@ def _largest_context(ctx: ModelContext, inventory: Inventory, budgets: Budgets, 
     return best
 
 
+def _all_on_devices(c: _Candidate) -> bool:
+    """Every layer and every expert on a device, the output matrix included."""
+    return (c.flags.n_gpu_layers == c.setting.ctx.facts.n_layer_all + 1 and not c.assignment.experts_on_host
+            and not c.variant.output_on_host)
+
+
 def _best(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, cache: str) -> _Candidate | None:
     limit = req.n_ctx or ctx.facts.n_ctx_train
     best: _Candidate | None = None
+    last_score: dict[bool, tuple] = {}
     for v in _variants(req, cache, bool(inventory.devices)):
+        if best is not None and _all_on_devices(best) and v.n_ubatch < best.variant.n_ubatch:
+            break  # a smaller -ub only helps when something is still on the host
+        if last_score.get(v.output_on_host, ()) == ("stop",):
+            continue
         if req.max_ctx or req.objective is Objective.CONTEXT:
             floor = best.flags.n_ctx if best else 0
             found = _largest_context(ctx, inventory, budgets, req, v, limit, floor)
@@ -351,6 +378,13 @@ def _best(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRe
         else:
             found = _candidate(ctx, inventory, budgets, req, limit, v)
             better = found is not None and (best is None or found.score() > best.score())
+            # Halving -ub frees compute buffer for layers; once it stops paying, smaller ones will not.
+            previous = last_score.get(v.output_on_host)
+            score = found.score()[:1] if found is not None else None
+            if previous is not None and score is not None and score <= previous:
+                last_score[v.output_on_host] = ("stop",)
+            elif score is not None:
+                last_score[v.output_on_host] = score
         if better:
             best = found
     return best
@@ -360,6 +394,7 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
          ram: str | None = None, budgets: Budgets | None = None) -> PlanResult:
     """The best placement of `model` on `inventory`; raises InfeasiblePlacement when nothing fits."""
     ctx = model_context(model)
+    _COSTS.clear()
     budgets = budgets or resolve_budgets(inventory, max_vram, ram)
     if not ctx.facts.n_ctx_train and not request.n_ctx:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")

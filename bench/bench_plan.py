@@ -1,0 +1,174 @@
+"""Benchmarks for `fitplan plan` (issue 5).
+
+1. Speed: a 128-layer MoE header on 8 devices. fitplan's plan (in-process and as a whole CLI
+   process) beside llama-fit-params on the same case: 8 ggml-rpc-servers on 127.0.0.1, each
+   budget emulated with llama.cpp's --fit-target margin (reported free memory minus the budget).
+2. Heterogeneous devices: 24 GiB at 1 TB/s beside 8 GiB at 300 GB/s. The throughput-optimal
+   placement fitplan chooses, against llama.cpp's default proportional split (-ts unset: shares
+   proportional to free memory), both predicted by the same throughput model.
+
+    python bench/bench_plan.py [--skip-llama] [--runs N]
+
+Prints figures; asserts nothing. Model files are sparse GGUFs written to a temporary folder.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner.budgets import fit_target_flag, fit_target_margins, resolve_budgets  # noqa: E402
+from planner.devices import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory  # noqa: E402
+from planner.estimate import estimate, model_context  # noqa: E402
+from planner.flags import parse_llama_flags  # noqa: E402
+from planner.plan import PlanRequest, plan  # noqa: E402
+from planner.plan_report import llama_argv  # noqa: E402
+from planner.throughput import PlacementView, predict  # noqa: E402
+from planner.costs import cost_table  # noqa: E402
+from planner.units import GiB, MiB  # noqa: E402
+from tests.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec  # noqa: E402
+from tests.gguf_factory import Q  # noqa: E402
+
+N_DEVICES = 8
+DEVICE_BUDGET = 2 * GiB
+
+
+def write_moe_128(directory: Path) -> Path:
+    """A 128-layer MoE (qwen3moe layout): 2048 wide, 64 experts of width 768, 8 used; ~22 GB of weights."""
+    spec = qwen3moe_spec(n_layer=128, n_embd=2048, n_head=16, n_head_kv=4, head_dim=128, n_expert=64,
+                         n_expert_used=8, n_ff_exp=768, n_vocab=32000)
+    add_tokenizer(spec, 32000, n_merges=1)
+    spec.metadata["tokenizer.ggml.pre"] = "default"
+    spec.metadata["{arch}.context_length"] = 32768
+    spec.metadata["{arch}.rope.freq_base"] = 1000000.0
+    [path] = spec.write(directory / "moe-128.gguf")
+    return path
+
+
+def write_llama_8b(directory: Path) -> Path:
+    spec = llama_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=128256,
+                      attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
+                      out_type=Q.Q6_K)
+    add_tokenizer(spec, 128256, n_merges=1)
+    spec.metadata["tokenizer.ggml.pre"] = "default"
+    spec.metadata["{arch}.context_length"] = 8192
+    [path] = spec.write(directory / "llama-8b.gguf")
+    return path
+
+
+def rpc_inventory(endpoints: list[str], free: int) -> Inventory:
+    devices = tuple(DeviceSpec(f"RPC{i}", DeviceKind.RPC, Backend.RPC, free, free, 0, 0, 0, endpoint=e)
+                    for i, e in enumerate(endpoints))
+    return Inventory(devices, HostSpec(256 * GiB, 256 * GiB, 0, "bench host"))
+
+
+def speed(model: Path, runs: int, skip_llama: bool) -> None:
+    print(f"== plan speed: 128-layer MoE ({model.stat().st_size / GiB:.1f} GiB sparse), "
+          f"{N_DEVICES} devices at {DEVICE_BUDGET // MiB} MiB each")
+    fake = [f"127.0.0.1:{50100 + i}" for i in range(N_DEVICES)]
+    free = 24 * GiB
+    inv = rpc_inventory(fake, free)
+    max_vram = ",".join(f"RPC{i}={DEVICE_BUDGET // MiB}MiB" for i in range(N_DEVICES))
+    request = PlanRequest(n_ctx=8192)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        result = plan(str(model), inv, request, max_vram=max_vram)
+        times.append(time.perf_counter() - t)
+    print(f"fitplan plan (in-process, header read included): median {statistics.median(times) * 1e3:.0f} ms "
+          f"over {runs} runs (min {min(times) * 1e3:.0f}, max {max(times) * 1e3:.0f})")
+    print(f"  flags: {' '.join(llama_argv(result))}")
+    on_dev = sum(d.model_bytes for d in result.estimate.devices if d.name.startswith("RPC"))
+    print(f"  weights on devices: {on_dev / GiB:.2f} GiB; predicted decode {result.prediction.decode_tokens_s:.1f} t/s")
+    cli = [sys.executable, "-m", "planner.cli", "plan", str(model), "--ctx", "8192", "--ram", "256GiB",
+           "--max-vram", max_vram, "--format", "flags"]
+    for i, e in enumerate(fake):
+        cli += ["--device", f"RPC{i}={free // MiB}MiB@{e}"]
+    cli_times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cli, check=True, capture_output=True, cwd=ROOT)
+        cli_times.append(time.perf_counter() - t)
+    print(f"fitplan plan (whole CLI process): median {statistics.median(cli_times) * 1e3:.0f} ms")
+    if not skip_llama:
+        _llama_fit_speed(model, runs)
+
+
+def _llama_fit_speed(model: Path, runs: int) -> None:
+    from planner.llama_tools import ensure_tools, rpc_servers
+
+    bin_dir = ensure_tools()
+    with rpc_servers(N_DEVICES) as endpoints:
+        listed = subprocess.run([str(bin_dir / "llama-cli"), "--rpc", ",".join(endpoints), "--list-devices"],
+                                capture_output=True, text=True, timeout=60).stdout
+        free = _first_free_mib(listed) * MiB
+        inv = rpc_inventory(endpoints, free)
+        budgets = resolve_budgets(inv, ",".join(f"RPC{i}={DEVICE_BUDGET // MiB}MiB" for i in range(N_DEVICES)))
+        argv = [str(bin_dir / "llama-fit-params"), "-m", str(model), "--rpc", ",".join(endpoints), "-c", "8192",
+                *fit_target_flag(fit_target_margins(inv, budgets))]
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            times.append(time.perf_counter() - t)
+        print(f"llama-fit-params (same case, 8 rpc-servers): median {statistics.median(times) * 1e3:.0f} ms "
+              f"(exit {out.returncode})")
+        chosen = [line for line in out.stdout.splitlines() if line.strip()]
+        print(f"  its answer: {' '.join(chosen)[:300]}")
+
+
+def _first_free_mib(listed: str) -> int:
+    for line in listed.splitlines():
+        if "MiB free" in line:
+            return int(line.split(",")[-1].split("MiB")[0].strip())
+    raise SystemExit("llama-cli --list-devices listed no RPC device")
+
+
+def heterogeneous(model: Path) -> None:
+    print("\n== heterogeneous: CUDA0 24 GiB at 1000 GB/s + CUDA1 8 GiB at 300 GB/s, llama 8B class, ctx 8192")
+    cuda0 = DeviceSpec("CUDA0", DeviceKind.GPU, Backend.CUDA, 24 * GiB, 24 * GiB, int(1000e9), int(80e12), int(25e9))
+    cuda1 = DeviceSpec("CUDA1", DeviceKind.GPU, Backend.CUDA, 8 * GiB, 8 * GiB, int(300e9), int(20e12), int(25e9))
+    inv = Inventory((cuda0, cuda1), HostSpec(64 * GiB, 60 * GiB, int(60e9), "bench host", int(1e12)))
+    ctx = model_context(str(model))
+    best = plan(ctx, inv, PlanRequest(n_ctx=8192, n_ubatch=512))
+    proportional = parse_llama_flags(["-dev", "CUDA0,CUDA1", "-c", "8192", "-ngl", "all"])
+    est = estimate(ctx, proportional, inv)
+    layer_device = ["CPU"] * ctx.facts.n_layer_all
+    for dev, layers in est.layers:
+        for il in layers:
+            if il < ctx.facts.n_layer_all:
+                layer_device[il] = dev
+    view = PlacementView(tuple(layer_device), est.output_device, frozenset(), est.cparams.n_ctx_seq, 512, 1)
+    pred = predict(ctx.facts, cost_table(ctx.model, ctx.facts), view, inv)
+    budgets = resolve_budgets(inv)
+    fits = all(d.total_bytes <= budgets.devices[d.name] for d in est.devices if d.name in budgets.devices)
+    print(f"{'placement':<34} {'flags':<44} {'decode t/s':>10} {'prefill t/s':>11}")
+    print(f"{'llama.cpp default (proportional)':<34} {'-ngl all (-ts unset: 3:1 by free memory)':<44} "
+          f"{pred.decode_tokens_s:>10.1f} {pred.prefill_tokens_s:>11.0f}   fits: {fits}")
+    flags = " ".join(a for a in llama_argv(best) if a not in ("-dev", "CUDA0,CUDA1"))
+    print(f"{'fitplan (throughput objective)':<34} {flags[:44]:<44} {best.prediction.decode_tokens_s:>10.1f} "
+          f"{best.prediction.prefill_tokens_s:>11.0f}")
+    print(f"  layers: proportional {dict((d, len(l)) for d, l in est.layers)}; "
+          f"fitplan {dict((d, len(l)) for d, l in best.estimate.layers)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--skip-llama", action="store_true", help="do not run llama-fit-params")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        speed(write_moe_128(Path(tmp)), args.runs, args.skip_llama)
+        heterogeneous(write_llama_8b(Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
