@@ -89,8 +89,11 @@ class ModelRunner:
     """One model loaded under one placement; decode() runs token ids through it."""
 
     def __init__(self, ctx: ModelContext, flags: LlamaFlags, placement: Placement, cp: ContextParams,
-                 capacities: Mapping[str, int]) -> None:
+                 capacities: Mapping[str, int], n_outputs_max: int | None = None) -> None:
         self.ctx, self.flags, self.placement, self.cp = ctx, flags, placement, cp
+        # llama.cpp reserves min(n_ubatch, n_outputs_max) outputs; n_outputs_max is n_batch by
+        # default (common.h), llama-server and llama-cli set it to the number of sequences.
+        self.n_outputs_max = n_outputs_max or cp.n_batch
         self.hp: HParams = read_hparams(ctx.model)
         if cp.n_seq != 1:
             raise ValueError("the runtime runs one sequence (-np 1)")
@@ -113,12 +116,13 @@ class ModelRunner:
     # --- loading ----------------------------------------------------------------------------
     @classmethod
     def load(cls, model: str | ModelContext, flags: LlamaFlags, inventory: Inventory | None = None,
-             capacities: Mapping[str, int] | None = None, reserve: bool = True) -> ModelRunner:
+             capacities: Mapping[str, int] | None = None, reserve: bool = True,
+             n_outputs_max: int | None = None) -> ModelRunner:
         ctx = model_context(model)
         devices = resolve_devices(flags, inventory)
         placement = place(ctx.slots, ctx.facts.n_layer_all, flags, devices)
         cp = context_params(flags, ctx.facts.n_ctx_train)
-        runner = cls(ctx, flags, placement, cp, capacities or {})
+        runner = cls(ctx, flags, placement, cp, capacities or {}, n_outputs_max)
         runner.load_weights()
         runner.alloc_kv()
         if reserve:
@@ -190,7 +194,7 @@ class ModelRunner:
         assert self.kv is not None
         n_tokens = min(self.cp.n_ctx, self.cp.n_ubatch)
         full = tuple((k, self.kv.tables[k].size) for k in self.kv.kind_order())
-        pp = self._graph(BatchShape(n_tokens, min(n_tokens, self.cp.n_batch), full))
+        pp = self._graph(BatchShape(n_tokens, min(n_tokens, self.n_outputs_max), full))
         tg = self._graph(BatchShape(1, 1, full))
         self.sched.reserve(pp.graph)
         n_pp = self.sched.n_splits
