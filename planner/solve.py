@@ -114,16 +114,18 @@ def _range_costs(arr: _Arrays, slot: Slot, host: Slot, i: int, price: float, bud
     else:
         k = np.where(need > 0, np.inf, 0.0)
     feasible = (need <= 0) | (k <= mr)
+    k = np.where(feasible, k, 0.0)  # no inf·0 below; infeasible ranges are priced at INF anyway
     per_unit = arr.er_unit * (1.0 / host.bandwidth - 1.0 / slot.bandwidth) + 2 * max(slot.boundary_s, host.boundary_s)
     cost = rr / slot.bandwidth + np.where(k > 0, k, 0.0) * (per_unit + price * arr.e_max) + slot.boundary_s
     cost = np.where(feasible, cost, INF)
     cost[0], k[0] = 0.0, 0.0  # an empty range: the slot is unused
-    return cost, np.where(feasible, k, 0.0)
+    return cost, k
 
 
-def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float
+def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float, host_prefix: int | None = None
         ) -> tuple[float, list[tuple[int, int, int]]] | None:
-    """Best (time, [(slot, start, end)]) for device slots given the host takes a prefix."""
+    """Best (time, [(slot, start, end)]) for device slots given the host takes a prefix
+    (`host_prefix` fixes its length)."""
     slots, n = problem.slots, arr.n
     host = slots[0]
     n_s = len(slots)
@@ -135,11 +137,14 @@ def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float
         for i in range(n + 1):
             cost, k = _range_costs(arr, slots[s], host, i, price, budget_scale)
             total = cost + best[s + 1, i:]
-            j = int(np.argmin(total))
+            # on a tie the earlier slot takes more: llama.cpp's first device is its main device
+            j = len(total) - 1 - int(np.argmin(total[::-1]))
             best[s, i], choice[s, i], units[s, i] = total[j], i + j, int(k[j])
     # The host takes [0, a): its bytes are priced, its budget checked by the caller.
     host_cost = (arr.pr / host.bandwidth) + price * arr.pw
     total = host_cost + best[1]
+    if host_prefix is not None:
+        total = np.where(np.arange(n + 1) == host_prefix, total, INF)
     a = int(np.argmin(total))
     if not math.isfinite(total[a]):
         return None
@@ -175,21 +180,42 @@ def _expand(problem: Problem, arr: _Arrays, ranges: list) -> tuple[tuple[int, ..
 def solve_dp(problem: Problem, objective: Objective = Objective.THROUGHPUT) -> Assignment | None:
     """The best assignment by dynamic programming, or None when nothing fits."""
     arr = _Arrays(problem)
-    scale = 1.0
-    if objective is Objective.BALANCE:
-        scale = _min_max_utilisation(problem, arr)
-        if scale is None:
-            return None
-    host_budget = problem.slots[0].budget * scale
-    found = _dp(problem, arr, 0.0, scale)
+    host_budget = problem.slots[0].budget
+    found = _dp(problem, arr, 0.0, 1.0)
+    if found is not None and _host_bytes(problem, arr, found[1]) > host_budget:
+        found = _priced(problem, arr, 1.0, host_budget)
     if found is None:
         return None
-    if _host_bytes(problem, arr, found[1]) > host_budget:
-        found = _priced(problem, arr, scale, host_budget)
-        if found is None:
-            return None
+    if objective is Objective.BALANCE:
+        found = _balanced(problem, arr, found[1], host_budget) or found
     slot_of, on_host = _expand(problem, arr, found[1])
     return Assignment(slot_of, on_host, found[0])
+
+
+def _units(ranges: list) -> int:
+    return sum(r[3] for r in ranges if len(r) == 4)
+
+
+def _balanced(problem: Problem, arr: _Arrays, fastest: list, host_budget: float):
+    """Keep what the fastest plan leaves on the host (its layers and expert count); find the smallest
+    U such that every device fits in U times its budget (bisection), and the fastest plan there."""
+    host_prefix, units = fastest[0][2], _units(fastest)
+
+    def fits(scale: float):
+        found = _dp(problem, arr, 0.0, scale, host_prefix)
+        ok = (found is not None and _host_bytes(problem, arr, found[1]) <= host_budget
+              and _units(found[1]) <= units)
+        return found if ok else None
+
+    lo, hi, best = 0.0, 1.0, fits(1.0)
+    for _ in range(16):
+        mid = (lo + hi) / 2
+        found = fits(mid)
+        if found is not None:
+            hi, best = mid, found
+        else:
+            lo = mid
+    return best
 
 
 def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float):
@@ -213,21 +239,6 @@ def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float):
         else:
             lo = mid
     return best
-
-
-def _min_max_utilisation(problem: Problem, arr: _Arrays) -> float | None:
-    """Smallest U such that every slot fits within U times its budget (bisection, no offload)."""
-    lo, hi = 0.0, 1.0
-    if _dp(problem, arr, 0.0, hi) is None:
-        return None
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        if _dp(problem, arr, 0.0, mid) is not None and _host_bytes(
-                problem, arr, _dp(problem, arr, 0.0, mid)[1]) <= problem.slots[0].budget * mid:
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def solve_milp(problem: Problem, objective: Objective = Objective.THROUGHPUT,
