@@ -29,9 +29,8 @@ from planner.budgets import fit_target_flag, fit_target_margins, resolve_budgets
 from planner.devices import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory  # noqa: E402
 from planner.estimate import estimate, model_context  # noqa: E402
 from planner.flags import parse_llama_flags  # noqa: E402
-from planner.plan import PlanRequest, plan  # noqa: E402
+from planner.plan import PlanRequest, plan, predict_estimate  # noqa: E402
 from planner.plan_report import llama_argv  # noqa: E402
-from planner.throughput import PlacementView, predict  # noqa: E402
 from planner.costs import cost_table  # noqa: E402
 from planner.units import GiB, MiB  # noqa: E402
 from tests.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec  # noqa: E402
@@ -141,13 +140,7 @@ def heterogeneous(model: Path) -> None:
     best = plan(ctx, inv, PlanRequest(n_ctx=8192, n_ubatch=512))
     proportional = parse_llama_flags(["-dev", "CUDA0,CUDA1", "-c", "8192", "-ngl", "all"])
     est = estimate(ctx, proportional, inv)
-    layer_device = ["CPU"] * ctx.facts.n_layer_all
-    for dev, layers in est.layers:
-        for il in layers:
-            if il < ctx.facts.n_layer_all:
-                layer_device[il] = dev
-    view = PlacementView(tuple(layer_device), est.output_device, frozenset(), est.cparams.n_ctx_seq, 512, 1)
-    pred = predict(ctx.facts, cost_table(ctx.model, ctx.facts), view, inv)
+    pred = predict_estimate(ctx, cost_table(ctx.model, ctx.facts), est, inv)
     budgets = resolve_budgets(inv)
     fits = all(d.total_bytes <= budgets.devices[d.name] for d in est.devices if d.name in budgets.devices)
     print(f"{'placement':<34} {'flags':<44} {'decode t/s':>10} {'prefill t/s':>11}")

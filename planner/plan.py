@@ -411,17 +411,22 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
     raise _infeasible(ctx, inventory, budgets, request)
 
 
-def _predict(s: _Setting, a: Assignment, est: Estimate) -> Prediction:
-    placement = dict(est.layers)
-    n = s.ctx.facts.n_layer_all
+def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,
+                     experts_on_host: frozenset[int] = frozenset(), output_on_host: bool = False) -> Prediction:
+    """The throughput model's prediction for the placement an estimate describes."""
+    n = ctx.facts.n_layer_all
     layer_device = ["CPU"] * n
-    for dev, layers in placement.items():
+    for dev, layers in est.layers:
         for il in layers:
             if il < n:
                 layer_device[il] = dev
-    view = PlacementView(tuple(layer_device), est.output_device, a.experts_on_host, est.cparams.n_ctx_seq,
-                         est.cparams.n_ubatch, est.cparams.n_seq, s.output_on_host)
-    return predict(s.ctx.facts, s.costs, view, s.inventory)
+    view = PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
+                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host)
+    return predict(ctx.facts, costs, view, inventory)
+
+
+def _predict(s: _Setting, a: Assignment, est: Estimate) -> Prediction:
+    return predict_estimate(s.ctx, s.costs, est, s.inventory, a.experts_on_host, s.output_on_host)
 
 
 def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest) -> InfeasiblePlacement:

@@ -13,10 +13,9 @@ from planner.errors import InfeasiblePlacement
 from planner.estimate import estimate, model_context
 from planner.examples import resolve_model
 from planner.flags import parse_llama_flags
-from planner.plan import PlanRequest, plan
+from planner.plan import PlanRequest, plan, predict_estimate
 from planner.plan_report import llama_argv
 from planner.solve import Objective
-from planner.throughput import PlacementView, predict
 from planner.units import GiB, MiB
 from tests.gguf_factory import llama_spec, qwen3moe_spec
 
@@ -96,13 +95,7 @@ def test_heterogeneous_pair_beats_the_proportional_split(tmp_path):
     assert best.flags.tensor_split == (9.0, 0.0)
     proportional = estimate(ctx, parse_llama_flags(["-dev", "CUDA0,CUDA1", "-c", "4096", "-ngl", "all"]), inv)
     assert dict(proportional.layers)["CUDA1"]  # the default really splits
-    layer_device = ["CPU"] * ctx.facts.n_layer_all
-    for dev, layers in proportional.layers:
-        for il in layers:
-            if il < ctx.facts.n_layer_all:
-                layer_device[il] = dev
-    view = PlacementView(tuple(layer_device), proportional.output_device, frozenset(), 4096, 512, 1)
-    slower = predict(ctx.facts, cost_table(ctx.model, ctx.facts), view, inv)
+    slower = predict_estimate(ctx, cost_table(ctx.model, ctx.facts), proportional, inv)
     assert best.prediction.decode_tokens_s > slower.decode_tokens_s
 
 
