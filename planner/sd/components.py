@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from planner.errors import BadInput, GGUFError
-from planner.gguf_file import TensorInfo, read_model
 from planner.sd.assign import Module
 from planner.sd.safetensors_header import read_safetensors
 from planner.units import GiB
+
+if TYPE_CHECKING:
+    from planner.gguf_file import TensorInfo
 
 # backend_fit.cpp adds this much to every tensor when estimating a component.
 TENSOR_OVERHEAD_BYTES = 64
@@ -154,14 +157,14 @@ def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
     (src/model_io/gguf_io.cpp), so a missing general.architecture — which read_model requires
     for llama.cpp models — is not an error here: the same bounds-checked reader is used on the
     header alone."""
+    from planner.gguf_file import _read_shard, read_model  # numpy and gguf load only for GGUF files
+
     try:
         return read_model(path).tensors
     except GGUFError as e:
         if "general.architecture" not in e.problem:
             raise
-    from planner.gguf_file import _read_shard  # single-file header without the llama.cpp checks
-
-    return _read_shard(path, 0).tensors
+    return _read_shard(path, 0).tensors  # the header alone, without the llama.cpp checks
 
 
 def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:

@@ -9,7 +9,6 @@ from planner.sd.assign import Assignment, Role, is_default_token, parse_assignme
 from planner.sd.autofit import follow_assignments, greedy_fit
 from planner.sd.check import overcommit
 from planner.sd.components import KIND_MODULE, Component, Kind, ModelSource, read_components
-from planner.sd.optimal import optimal_fit
 from planner.sd.placement import FitInput, GpuBudget, Placement, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
@@ -99,6 +98,8 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     components = read_components(list(request.sources))
     fit = _fit_input(inventory, components, backend, max_vram)
     if request.optimal:
+        from planner.sd.optimal import optimal_fit  # PuLP is imported only when --optimal runs
+
         placements, mode = optimal_fit(fit, request.steps), Mode.OPTIMAL
     elif auto:
         placements, mode = greedy_fit(fit), Mode.AUTO_FIT
