@@ -89,9 +89,24 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
+def _gelu_exact(x: np.ndarray) -> np.ndarray:
     """ggml's tanh approximation of GELU (GELU_COEF_A = 0.044715, ggml-cpu/vec.h)."""
+    x = x.astype(np.float32)
     return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2.0 / np.pi)) * x * (1.0 + np.float32(0.044715) * x * x)))
+
+
+_GELU_F16_TABLE: list[np.ndarray] = []
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """GELU as ggml-cpu computes it (GGML_GELU_FP16, vec.h): 0 below -10, identity above 10,
+    otherwise a table indexed by the f16 input holding f16 results."""
+    if not _GELU_F16_TABLE:
+        all_f16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+        with np.errstate(all="ignore"):
+            _GELU_F16_TABLE.append(_gelu_exact(all_f16).astype(np.float16).astype(np.float32))
+    looked_up = _GELU_F16_TABLE[0][x.astype(np.float16).view(np.uint16)]
+    return np.where(x <= -10.0, np.float32(0), np.where(x >= 10.0, x, looked_up))
 
 
 def _unary(node: Tensor) -> None:
@@ -123,10 +138,12 @@ VEC_DOT_TYPE: dict[GGMLQuantizationType, GGMLQuantizationType] = {
 
 
 def _round_q8_0(x: np.ndarray) -> np.ndarray:
-    """quantize_row_q8_0 then dequantize: blocks of 32, scale amax/127 stored as f16."""
+    """quantize_row_q8_0 (x86 AVX path) then dequantize: blocks of 32, scale amax/127 stored
+    as f16, values multiplied by 127/amax and rounded to nearest even."""
     b = x.reshape(-1, 32)
-    d = np.abs(b).max(axis=1) / np.float32(127)
-    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
+    amax = np.abs(b).max(axis=1)
+    d = amax / np.float32(127)
+    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
     q = np.rint(b * inv[:, None])
     return (q * d.astype(np.float16).astype(np.float32)[:, None]).reshape(x.shape)
 
@@ -233,21 +250,68 @@ def _rope(node: Tensor) -> None:
     _write(node, x)
 
 
+# ggml-cpu's flash attention (ops.cpp): batches of at least GGML_FA_TILE_Q rows take the tiled
+# path (f32 Q, K, V and accumulators, which the plain f32 formula below matches); smaller ones,
+# generation included, convert Q to K's type and accumulate V in f16 with an online softmax,
+# cell by cell. The f16 accumulator moves Gemma 3's logprobs by ~0.1, so it is followed here.
+FA_TILE_Q = 64
+_F16 = GGMLQuantizationType.F16
+
+
+def _flash_attn_f32(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
+                    sinks: np.ndarray | None) -> np.ndarray:
+    s = (q @ np.swapaxes(k, -1, -2)) * np.float32(scale)  # (1, H, T, KV)
+    if mask is not None:
+        s = s + mask
+    m = s.max(axis=-1, keepdims=True)
+    if sinks is not None:  # attention sinks: one extra logit per head in the denominator
+        m = np.maximum(m, sinks.reshape(1, -1, 1, 1))
+    e = np.exp(s - m)
+    denom = e.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        denom = denom + np.exp(sinks.reshape(1, -1, 1, 1) - m)
+    return (e / denom) @ v  # (1, H, T, Dv)
+
+
+def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
+                         scale: float) -> np.ndarray:
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for f16 K/V: online softmax over the
+    cells, V accumulated in f16 (ggml_vec_scale_f16 / ggml_vec_mad_f16), masked cells skipped."""
+    q = q.astype(np.float16).astype(np.float32)
+    _, n_head, n_tok, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[-1]
+    m = np.full((n_head, n_tok, 1), -np.inf, dtype=np.float32)
+    total = np.zeros((n_head, n_tok, 1), dtype=np.float32)
+    acc = np.zeros((n_head, n_tok, dv), dtype=np.float16)
+    scores = (q[0] @ np.swapaxes(k[0], -1, -2)) * np.float32(scale)  # (H, T, KV)
+    if mask is not None:
+        scores = scores + mask[0]
+    live = np.flatnonzero(np.isfinite(scores).any(axis=(0, 1)))
+    for ic in live:
+        s = scores[:, :, ic:ic + 1]
+        ok = np.isfinite(s)
+        new_max = ok & (s > m)
+        ms = np.where(new_max, np.exp(np.where(new_max, m - s, 0)), np.float32(1))
+        vs = np.where(new_max, np.float32(1), np.exp(np.where(ok, s - m, -np.inf)))
+        vs = np.where(ok, vs, np.float32(0))
+        m = np.where(new_max, s, m)
+        acc = np.where(new_max, (acc.astype(np.float32) * ms).astype(np.float16), acc)
+        acc = np.where(ok, (acc.astype(np.float32) + v[0][:, ic:ic + 1, :] * vs).astype(np.float16), acc)
+        total = np.where(ok, total * ms + vs, total)
+    return (acc.astype(np.float32) / total)[None]
+
+
 def _flash_attn_ext(node: Tensor) -> None:
     q, k, v = (read_f32(node.src[i]) for i in range(3))  # (1, H, T, D), (1, Hkv, KV, D), (1, Hkv, KV, Dv)
     rep = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-    s = (q @ np.swapaxes(k, -1, -2)) * np.float32(node.op_params["scale"])  # (1, H, T, KV)
-    if node.src[3] is not None:
-        s = s + read_f32(node.src[3])[:, :, : s.shape[2], :]
-    m = s.max(axis=-1, keepdims=True)
-    if node.src[4] is not None:  # attention sinks: one extra logit per head in the denominator
-        m = np.maximum(m, read_f32(node.src[4]).reshape(1, -1, 1, 1))
-    e = np.exp(s - m)
-    denom = e.sum(axis=-1, keepdims=True)
-    if node.src[4] is not None:
-        denom = denom + np.exp(read_f32(node.src[4]).reshape(1, -1, 1, 1) - m)
-    out = (e / denom) @ v  # (1, H, T, Dv)
+    mask = read_f32(node.src[3])[:, :, : q.shape[2], :] if node.src[3] is not None else None
+    sinks = read_f32(node.src[4]) if node.src[4] is not None else None
+    scale = node.op_params["scale"]
+    small = q.shape[2] < FA_TILE_Q and node.src[1].type == _F16 and node.src[2].type == _F16
+    if small and sinks is None and q.shape[0] == 1:
+        out = _flash_attn_f16_rows(q, k, v, mask, scale)
+    else:
+        out = _flash_attn_f32(q, k, v, mask, scale, sinks)
     _write(node, np.swapaxes(out, 1, 2))
 
 
