@@ -217,9 +217,11 @@ def _expert_override(layers: frozenset[int]) -> OverrideArg | None:
 
 def _output_override(ctx: ModelContext) -> OverrideArg:
     """Keep the output matrix in host memory. A tied output is llama.cpp's duplicate of token_embd
-    and an -ot rule sees it under that name (checked against llama-fit-params)."""
+    and an -ot rule sees it under that name (checked against llama-fit-params). Anchored: llama.cpp
+    matches -ot with std::regex_search (llama-model-loader.cpp), so a bare `output\.weight` would
+    also move every blk.N.attn_output.weight."""
     tied = ctx.model.tensor("output.weight") is None
-    return OverrideArg("ot", r"token_embd\.weight=CPU" if tied else r"output\.weight=CPU")
+    return OverrideArg("ot", r"^token_embd\.weight=CPU" if tied else r"^output\.weight=CPU")
 
 
 def _with_output(s: _Setting, flags: LlamaFlags) -> LlamaFlags:
