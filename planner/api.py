@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from planner.estimate import Estimate
     from planner.flags import LlamaFlags
     from planner.inspect import InspectResult
+    from planner.plan import PlanRequest, PlanResult
     from planner.sweep import SweepResult
 
 Devices = Union["Inventory", str, os.PathLike, Sequence[str], None]
@@ -74,8 +76,15 @@ def sweep(model: Any, vary: Mapping[str, str | Sequence[Any]], devices: Devices 
     return run(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
 
 
-def plan(*args: Any, **kwargs: Any) -> Any:
-    """The placement for a model on devices under budgets (`fitplan plan`; planner/plan.py)."""
-    from planner.plan import plan as run
+def plan(model: Any, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
+         max_vram: str | None = None, max_ram: str | None = None, **fields: Any) -> PlanResult:
+    """The best placement of a model on devices under budgets (`fitplan plan`). `request` or its
+    fields as keywords (`n_ctx=32768, n_parallel=2`; planner.plan.PlanRequest); `ram` is the
+    host's RAM, `max_vram` / `max_ram` the budgets as the command line takes them."""
+    from planner.errors import BadInput
+    from planner.plan import PlanRequest, plan as run
 
-    return run(*args, **kwargs)
+    inventory = as_inventory(devices, ram)
+    if inventory is None or not inventory.host.ram_available_bytes:
+        raise BadInput("plan: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
+    return run(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram)

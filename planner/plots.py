@@ -208,7 +208,7 @@ def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = N
         for h, n in zip(*ax.get_legend_handles_labels()):
             if n not in names:
                 handles, names = handles + [h], names + [n]
-    axs[0].legend(handles, names, fontsize="small", loc="upper left")
+    fig.legend(handles, names, fontsize="small", loc="outside lower center", ncols=len(names))
     if title:
         fig.suptitle(title, fontsize="medium")
     return fig
