@@ -49,6 +49,7 @@ def plan_cmd(
     fmt: Annotated[str, typer.Option("--format", help="table | flags | yaml | json")] = "table",
     output: Annotated[Optional[str], typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="draw memory per device into this PNG")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
     from planner.commands_devices import devices_report
@@ -58,6 +59,10 @@ def plan_cmd(
     if fmt not in ("table", "flags", "yaml", "json"):
         raise BadInput(f"--format {fmt!r}: expected table, flags, yaml or json")
     n_ctx, max_ctx = _ctx(ctx)
+    if plot:
+        from planner.plots import require_matplotlib
+
+        require_matplotlib()   # before any work: exit 2 with the install hint
     if parallel < 1 or (ubatch is not None and ubatch < 1):
         raise BadInput("--parallel and --ubatch-size take positive numbers")
     inventory_path = None if devices in (None, "auto") else devices
@@ -69,6 +74,10 @@ def plan_cmd(
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload)
     result = plan(model, report.inventory, request, budgets=report.budgets)
+    if plot:
+        from planner.plots import plot_plan
+
+        plot_plan(result, plot)
     if output:
         doc = deployment(result)
         write_atomic(output, json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result))
