@@ -2,8 +2,8 @@
 
     python bench/make_readme_figures.py [OUT_DIR]
 
-Each picture is what the printed `fitplan` command draws; the script makes the same library
-calls so it also works where the console script is not on PATH.
+Each picture is drawn by the printed `fitplan` command, run in this process (planner.cli.main),
+so the script works where the console script is not on PATH.
 """
 from __future__ import annotations
 
@@ -30,14 +30,10 @@ def sweep_figure(out: Path) -> None:
 
 
 def plan_figure(out: Path) -> None:
-    """`fitplan plan ... --plot FILE` once the plan command has the option; the library call otherwise."""
-    from planner.api import as_inventory
-    from planner.plan import PlanRequest, plan
-    from planner.plots import plot_plan
-
-    print("fitplan " + " ".join(PLAN + ["--plot", str(out)]))
-    inventory = as_inventory(["CUDA0=1GiB", "CUDA1=1GiB"], ram="16GiB")
-    plot_plan(plan(MODEL, inventory, PlanRequest(n_ctx=131072)), out)
+    argv = PLAN + ["--plot", str(out)]
+    print("fitplan " + " ".join(argv))
+    if fitplan(argv) != 0:
+        raise SystemExit("the plan failed")
 
 
 def main() -> None:
