@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -70,7 +70,8 @@ def sweep(model: Any, vary: Mapping[str, str | Sequence[Any]], devices: Devices 
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Every combination of the `vary` axes (`{"ctx": "4096..65536", "cache": "f16,q8_0"}`; see
     planner.sweep for the axes), evaluated by `mode` (`fitplan sweep`)."""
-    from planner.sweep import parse_axis, sweep as run
+    from planner.sweep import parse_axis
+    from planner.sweep import sweep as run
 
     axes = [parse_axis(name, spec) for name, spec in vary.items()]
     return run(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
@@ -82,7 +83,8 @@ def plan(model: Any, devices: Devices = None, ram: str | None = None, request: P
     fields as keywords (`n_ctx=32768, n_parallel=2`; planner.plan.PlanRequest); `ram` is the
     host's RAM, `max_vram` / `max_ram` the budgets as the command line takes them."""
     from planner.errors import BadInput
-    from planner.plan import PlanRequest, plan as run
+    from planner.plan import PlanRequest
+    from planner.plan import plan as run
 
     inventory = as_inventory(devices, ram)
     if inventory is None or not inventory.host.ram_available_bytes:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -64,12 +65,12 @@ def sweep_cmd(
     ctx: typer.Context,
     model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
     vary: Annotated[list[str], typer.Option("--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget")],
-    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML")] = None,
-    device: Annotated[Optional[list[str]], typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...")] = None,
-    ram: Annotated[Optional[str], typer.Option("--ram", help="the host's RAM, e.g. 64GiB")] = None,
+    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...")] = None,
+    ram: Annotated[str | None, typer.Option("--ram", help="the host's RAM, e.g. 64GiB")] = None,
     mode: Annotated[str, typer.Option("--mode", help="estimate (flags as given) | plan")] = "estimate",
-    output: Annotated[Optional[str], typer.Option("-o", "--output", help="write the CSV here")] = None,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="draw the sweep into this PNG")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="write the CSV here")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="draw the sweep into this PNG")] = None,
     fmt: Annotated[str, typer.Option("--format", help="csv | table | json | yaml (without -o)")] = "csv",
 ) -> None:
     """Evaluate every combination of the --vary axes; CSV of per-device memory, optional plot."""

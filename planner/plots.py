@@ -6,6 +6,7 @@ inline in a notebook (`display(fig)`). Every function returns the Figure it drew
 """
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -92,7 +93,7 @@ def _dress_x(ax: Axes, axis: Axis, pos: dict[Any, float]) -> None:
         step = max(1, len(values) // 12)   # at most ~12 tick labels on a categorical axis
         ax.set_xticks(values[::step], [axis.text(v) for v in axis.values][::step], rotation=45, ha="right")
         return
-    ratios = {b / a for a, b in zip(values, values[1:]) if a > 0}
+    ratios = {b / a for a, b in itertools.pairwise(values) if a > 0}
     if axis.name == "ctx" and len(values) > 2 and ratios == {2.0}:
         ax.set_xscale("log", base=2)    # a doubling range: evenly spaced points
         ax.set_xticks(values, [f"{int(v) // 1024}k" if v >= 1024 else str(int(v)) for v in values])

@@ -85,7 +85,7 @@ def test_table_format(capsys, model):
     (["--vary", "ctx=1024", "-o", "/nonexistent-dir/x.csv"], "no such directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, model, argv, message):
-    code, out, err = _run(capsys, model, *argv)
+    code, _, err = _run(capsys, model, *argv)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
@@ -97,7 +97,7 @@ def test_missing_model_is_exit_2(capsys, tmp_path):
 
 def test_plot_without_matplotlib_is_exit_2_before_any_work(capsys, model, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` now raises ImportError
-    code, out, err = _run(capsys, model, "--vary", "ctx=1024", "-o", str(tmp_path / "s.csv"),
+    code, _, err = _run(capsys, model, "--vary", "ctx=1024", "-o", str(tmp_path / "s.csv"),
                           "--plot", str(tmp_path / "s.png"))
     assert code == 2 and "pip install 'fitplan[plots]'" in err
     assert list(tmp_path.iterdir()) == []

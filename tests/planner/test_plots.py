@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from planner.api import as_flags, as_inventory  # noqa: E402
-from planner.plots import plot_memory, plot_sweep, save_figure  # noqa: E402
-from planner.sweep import parse_axis, sweep  # noqa: E402
-from planner.units import GiB, MiB  # noqa: E402
-from tests.gguf_factory import llama_spec  # noqa: E402
+from planner.api import as_flags, as_inventory
+from planner.plots import plot_memory, plot_sweep, save_figure
+from planner.sweep import parse_axis, sweep
+from planner.units import GiB, MiB
+from tests.gguf_factory import llama_spec
 
 
 @dataclass(frozen=True)
