@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -125,42 +125,57 @@ def _budget_line(ax: Axes, points: Sequence[Any], name: str, xs: list[float], to
         ax.plot(xs, [gib(b) for b in budgets], color="0.3", linestyle="--", linewidth=1, label="budget")
 
 
+def _panels(result: SweepResult) -> list[tuple[str, str, Callable[[Any], float | None], str | None]]:
+    """(title, y label, value of a point or None, device name) for each panel: every device's
+    total memory; in plan mode also the predicted speed and, for ctx=max, the context found."""
+    def total(name: str) -> Callable[[Any], float | None]:
+        return lambda p: gib(p.device(name).total_bytes) if p.device(name) else None
+
+    panels = [(n if n != HOST else "Host (RAM)", "memory (GiB)", total(n), n) for n in result.device_names]
+    if result.mode == "plan":
+        panels.append(("plan: predicted decode", "decode (tokens/s)", lambda p: p.tokens_per_s, None))
+        if any(a.name == "ctx" and "max" in a.values for a in result.axes):
+            panels.append(("plan: largest context that fits", "context (k tokens)",
+                           lambda p: p.n_ctx / 1024 if p.feasible else None, None))
+    return panels
+
+
 def plot_sweep(result: SweepResult, fig: Figure | None = None) -> Figure:
     """One panel per device: its total memory (GiB) along the first varying axis, one line per
     combination of the other varying axes; hollow markers where the point does not fit."""
-    names = result.device_names
-    ncols = min(3, len(names))
-    nrows = -(-len(names) // ncols)
+    panels = _panels(result)
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
     fig = fig or _figure(4.2 * ncols, 3.4 * nrows)
-    axs = fig.subplots(nrows, ncols, squeeze=False)
+    axs = fig.subplots(nrows, ncols, squeeze=False).ravel()
     x = _x_axis(result)
     xi = result.axes.index(x)
     pos = _x_positions(x)
     groups = _series(result, x)
-    for k, name in enumerate(names):
-        ax = axs[k // ncols][k % ncols]
+    for k, (title, ylabel, value, name) in enumerate(panels):
+        ax = axs[k]
         for n, (label, points) in enumerate(groups.items()):
-            pts = [p for p in points if p.device(name)]
-            xs = [pos[p.settings[xi]] for p in pts]
-            ys = [gib(p.device(name).total_bytes) for p in pts]
-            line, = ax.plot(xs, ys, marker="", label=label or "total", color=f"C{n}")
-            fits = [p.device(name).fits and p.feasible for p in pts]
+            pts = [p for p in points if value(p) is not None]
+            xs, ys = [pos[p.settings[xi]] for p in pts], [value(p) for p in pts]
+            line, = ax.plot(xs, ys, label=label or "total", color=f"C{n}")
+            fits = [(p.device(name).fits if name else True) and p.feasible for p in pts]
             ax.scatter([a for a, f in zip(xs, fits) if f], [b for b, f in zip(ys, fits) if f], color=line.get_color(),
                        s=16, zorder=3)
             ax.scatter([a for a, f in zip(xs, fits) if not f], [b for b, f in zip(ys, fits) if not f],
                        facecolors="none", edgecolors=line.get_color(), s=28, zorder=3)
-        top = max((gib(d.total_bytes) for p in result.points if (d := p.device(name))), default=0.0)
-        first = [p for p in next(iter(groups.values())) if p.device(name)]
-        _budget_line(ax, first, name, [pos[p.settings[xi]] for p in first], top)
-        ax.set_title(name if name != HOST else "Host (RAM)")
-        ax.set_ylabel("memory (GiB)")
+        if name is not None:
+            first = [p for p in next(iter(groups.values())) if p.device(name)]
+            top = max((v for p in result.points if (v := value(p)) is not None), default=0.0)
+            _budget_line(ax, first, name, [pos[p.settings[xi]] for p in first], top)
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         _dress_x(ax, x, pos)
         if k == 0 and (len(groups) > 1 or ax.get_legend_handles_labels()[0]):
             ax.legend(fontsize="small")
-    for k in range(len(names), nrows * ncols):
-        axs[k // ncols][k % ncols].set_visible(False)
+    for ax in axs[len(panels):]:
+        ax.set_visible(False)
     fig.suptitle(f"{Path(result.model).name}: memory per device (hollow: over budget)", fontsize="medium")
     return fig
 

@@ -115,3 +115,46 @@ def test_plan_mode_marks_infeasible_points(capsys, model):
 def test_plan_mode_needs_ram(capsys, model):
     code, _, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--mode", "plan", "--vary", "ctx=1024")
     assert code == 2 and "--ram" in err
+
+
+class _FakeBar:
+    def __init__(self, length: int) -> None:
+        self.length, self.done = length, 0
+
+    def __enter__(self):  # the bar context, as click.progressbar returns it
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, n: int) -> None:
+        self.done += n
+
+
+@pytest.mark.parametrize("seconds_per_point, shown", [(1.0, True), (0.01, False)])
+def test_progress_bar_only_on_long_sweeps(monkeypatch, seconds_per_point, shown):
+    from planner import commands_sweep
+
+    clock = iter(i * seconds_per_point for i in range(100))
+    monkeypatch.setattr(commands_sweep.time, "monotonic", lambda: next(clock))
+    bars: list[_FakeBar] = []
+    monkeypatch.setattr(commands_sweep.typer, "progressbar", lambda length, **_: bars.append(_FakeBar(length))
+                        or bars[-1])
+    progress = commands_sweep._Progress()   # reads the clock once: t = 0
+    for done in range(1, 11):                # 10 points, one clock tick each
+        progress(done, 10)
+    progress.close()
+    # after the first point the prediction is 10 x seconds_per_point: 10 s opens a bar, 0.1 s does not
+    assert [(b.length, b.done) for b in bars] == ([(10, 10)] if shown else [])
+
+
+def test_plan_mode_plot_has_speed_and_context_panels(model):
+    pytest.importorskip("matplotlib")
+    from planner.api import as_inventory
+    from planner.plots import plot_sweep
+    from planner.sweep import parse_axis, sweep
+
+    r = sweep(model, [parse_axis("budget", "1,2"), parse_axis("ctx", "max")], as_inventory(["CUDA0=2GiB"], ram="16GiB"),
+              mode="plan")
+    titles = [ax.get_title() for ax in plot_sweep(r).axes if ax.get_visible()]
+    assert titles == ["CUDA0", "Host (RAM)", "plan: predicted decode", "plan: largest context that fits"]
