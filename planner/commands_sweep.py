@@ -13,6 +13,7 @@ import typer
 from planner.errors import BadInput
 
 SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+FORMATS = ("csv", "table", "json", "yaml")
 PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
 
 
@@ -73,7 +74,10 @@ def sweep_cmd(
     plot: Annotated[str | None, typer.Option("--plot", help="draw the sweep into this PNG")] = None,
     fmt: Annotated[str, typer.Option("--format", help="csv | table | json | yaml (without -o)")] = "csv",
 ) -> None:
-    """Evaluate every combination of the --vary axes; CSV of per-device memory, optional plot."""
+    """Evaluate every combination of the --vary axes on the base llama.cpp flags given after `--`:
+    per-device memory as CSV, optionally a plot."""
+    if fmt not in FORMATS:
+        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     from planner.render import render
     from planner.sweep import parse_vary, sweep
 

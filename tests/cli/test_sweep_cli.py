@@ -83,6 +83,7 @@ def test_table_format(capsys, model):
     (["--vary", "ctx=max"], "--mode plan"),
     (["--vary", "ts=steps", "--device", "CUDA0=1GiB"], "two devices"),
     (["--vary", "ctx=1024", "-o", "/nonexistent-dir/x.csv"], "no such directory"),
+    (["--vary", "ctx=1024", "--format", "xml"], "--format 'xml'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, model, argv, message):
     code, _, err = _run(capsys, model, *argv)
