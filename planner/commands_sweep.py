@@ -81,6 +81,9 @@ def sweep_cmd(
     from planner.render import render
     from planner.sweep import parse_vary, sweep
 
+    for path in (output, plot):   # refuse before any work, so no output is left without the other
+        if path and not Path(path).parent.is_dir():
+            raise BadInput(f"{path}: no such directory {str(Path(path).parent)!r}")
     if plot:
         from planner.plots import require_matplotlib
 

@@ -91,6 +91,13 @@ def test_bad_input_is_one_line_and_exit_2(capsys, model, argv, message):
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_bad_plot_path_writes_no_csv_either(capsys, model, tmp_path):
+    code, _, err = _run(capsys, model, "--vary", "ctx=1024", "-o", str(tmp_path / "s.csv"),
+                        "--plot", str(tmp_path / "absent" / "s.png"))
+    assert code == 2 and "no such directory" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_model_is_exit_2(capsys, tmp_path):
     code, _, err = _run(capsys, str(tmp_path / "absent.gguf"), "--vary", "ctx=1024")
     assert code == 2 and len(err.strip().splitlines()) == 1
