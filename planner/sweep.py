@@ -21,7 +21,7 @@ from typing import IO, Any
 from planner.budgets import Budgets, resolve_budgets
 from planner.devices import Inventory
 from planner.errors import BadInput, FlagError, InfeasiblePlacement
-from planner.flags import LlamaFlags, flags_to_argv
+from planner.flags import LlamaFlags, changed_fields, flags_to_argv
 from planner.placement import HOST
 from planner.render import table
 from planner.sweep_axes import (
@@ -75,7 +75,6 @@ class Point:
 
     def device(self, name: str) -> DeviceRow | None:
         return next((d for d in self.devices if d.name == name), None)
-
 
 
 @dataclass(frozen=True)
@@ -158,6 +157,9 @@ class SweepResult:
         align = "l" * len(self.axes) + "r" * (len(heads) - len(self.axes) - 1) + "l"
         return f"{self.model} ({self.mode})\n\n" + table(heads, rows, align=align) + "\n"
 
+
+# LlamaFlags fields a plan-mode base may set: the rest is placement, which the plan decides.
+PLAN_BASE_FIELDS = frozenset({"n_ctx", "n_parallel", "n_ubatch", "cache_type_k", "cache_type_v", "flash_attn"})
 
 # The CSV's columns after the axis columns (README "fitplan sweep" documents each).
 CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total_bytes", "budget_bytes",
@@ -275,6 +277,10 @@ def _plan_point(ctx: Any, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: 
         raise BadInput("sweep --mode plan: the host's RAM is needed (--ram 64GiB, or an inventory YAML)")
     if any(a.name == "ts" for a in axes):
         raise FlagError("--vary ts: a plan chooses -ts itself; vary ts with --mode estimate")
+    chosen_by_plan = set(changed_fields(base)) - PLAN_BASE_FIELDS
+    if chosen_by_plan:
+        raise FlagError(f"sweep --mode plan: the plan chooses placement itself; base flags may set only "
+                        f"-c, -np, -ub, -ctk/-ctv and -fa (got {', '.join(sorted(chosen_by_plan))})")
     want_max = any(a.name == "ctx" and v == CTX_MAX for a, v in settings)
     flags = apply_axes(base, [(a, v) for a, v in settings if a.spec.flags and v != CTX_MAX], where)
     if flags.cache_type_k != flags.cache_type_v:

@@ -120,6 +120,12 @@ def test_plan_mode_marks_infeasible_points(capsys, model):
     assert (row["feasible"], row["fits"], row["device"]) == ("0", "0", "")
 
 
+def test_plan_mode_refuses_placement_flags(capsys, model):
+    code, _, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--ram", "16GiB", "--mode", "plan",
+                        "--vary", "ctx=1024", "--", "-ngl", "1")
+    assert code == 2 and "n_gpu_layers" in err
+
+
 def test_plan_mode_needs_ram(capsys, model):
     code, _, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--mode", "plan", "--vary", "ctx=1024")
     assert code == 2 and "--ram" in err
