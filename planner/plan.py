@@ -392,6 +392,35 @@ def _best(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRe
     return best
 
 
+# What of a layer's routed experts may stay in host memory while the rest returns to its device, most
+# returned first: llama.cpp's own fit splits a layer's experts this way (common/fit.cpp, the
+# LAYER_FRACTION_GATE / _UP overflow patterns) to use the room a whole layer's experts would not fit.
+_PARTIAL_EXPERTS_ON_HOST = ("down", "(gate|down)")
+
+
+def _return_expert_tensors(best: _Candidate) -> _Candidate:
+    """The solver moves a layer's routed experts as one unit. A device left with less room than a
+    unit may still hold one or two of its expert tensors: per device, return them from one of its
+    offloaded layers, each try checked by the estimate. The throughput prediction keeps counting
+    that layer's experts as on the host (a conservative figure)."""
+    s, a = best.setting, best.assignment
+    on_device = {il: dev for dev, layers in best.estimate.layers for il in layers if dev != CPU}
+    partial: dict[int, str] = {}
+    flags, est = best.flags, best.estimate
+    for dev in [d.name for d in s.devices]:
+        mine = sorted(il for il in a.experts_on_host if on_device.get(il) == dev)
+        for keep in _PARTIAL_EXPERTS_ON_HOST if mine else ():
+            trial = {**partial, mine[-1]: keep}
+            rest = flags_for(s, replace(a, experts_on_host=a.experts_on_host - frozenset(trial)))
+            extra = tuple(OverrideArg("ot", rf"blk\.{il}\.ffn_{k}_(ch|)exps=CPU") for il, k in sorted(trial.items()))
+            t_flags = replace(rest, override_args=rest.override_args + extra)
+            t_est = estimate(s.ctx, t_flags, s.inventory)
+            if not overuse(s, t_est):
+                partial, flags, est = trial, t_flags, t_est
+                break
+    return replace(best, flags=flags, estimate=est) if partial else best
+
+
 def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_vram: str | None = None,
          ram: str | None = None, budgets: Budgets | None = None) -> PlanResult:
     """The best placement of `model` on `inventory`; raises InfeasiblePlacement when nothing fits."""
@@ -404,6 +433,7 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
         best = _best(ctx, inventory, budgets, request, cache)
         if best is None:
             continue
+        best = _return_expert_tensors(best)
         result = PlanResult(ctx.model.path, header_sha256(ctx.model.path, ctx.model.header_bytes), inventory,
                             budgets, request, best.flags, best.estimate, best.prediction,
                             best.assignment.experts_on_host, best.rounds)
