@@ -172,3 +172,27 @@ def test_plan_mode_plot_has_speed_and_context_panels(model):
               mode="plan")
     titles = [ax.get_title() for ax in plot_sweep(r).axes if ax.get_visible()]
     assert titles == ["CUDA0", "Host (RAM)", "plan: predicted decode", "plan: largest context that fits"]
+
+
+def test_example_model_csv_and_png(capsys, tmp_path):
+    """The issue's check: a sweep of the bundled example writes the CSV and a labelled PNG."""
+    pytest.importorskip("matplotlib")
+    out_csv, out_png = tmp_path / "s.csv", tmp_path / "s.png"
+    code, _, err = _run(capsys, "example:gemma3-270m", "--device", "CUDA0=1536MiB", "--vary", "ctx=4096..131072",
+                          "--vary", "cache=f16,q8_0", "-o", str(out_csv), "--plot", str(out_png))
+    assert code == 0, err
+    rows = list(csv.DictReader(out_csv.open()))
+    gpu = [r for r in rows if r["device"] == "CUDA0"]
+    assert [(r["ctx"], r["cache"]) for r in gpu] == [(str(c), k) for c in (4096, 8192, 16384, 32768, 65536, 131072)
+                                                    for k in ("f16", "q8_0")]
+    assert {r["layers"] for r in gpu} == {"0-17,output"}   # 18 layers and the output, all on the GPU
+    assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+    from planner.api import as_inventory
+    from planner.plots import plot_sweep
+    from planner.sweep import parse_axis, sweep
+
+    r = sweep("example:gemma3-270m", [parse_axis("ctx", "4096..131072"), parse_axis("cache", "f16,q8_0")],
+              as_inventory(["CUDA0=1536MiB"]))
+    ax = plot_sweep(r).axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("context size -c (tokens)", "memory (GiB)")
