@@ -35,6 +35,8 @@ from planner.commands_sweep import SWEEP_CONTEXT, sweep_cmd  # noqa: E402
 app.command("sweep", context_settings=SWEEP_CONTEXT)(sweep_cmd)
 from planner.commands_plan import plan_cmd  # noqa: E402
 app.command("plan")(plan_cmd)
+from planner.commands_validate import VALIDATE_CONTEXT, validate_cmd  # noqa: E402
+app.command("validate", context_settings=VALIDATE_CONTEXT)(validate_cmd)
 
 
 @app.command("inspect")

@@ -30,6 +30,7 @@ from planner.placement import CPU_REPACK, HOST, Placement, place, resolve_device
 from runtime.compute import Measurement
 from runtime.devices import UNLIMITED, Backend, Device, DeviceType, alloc_tensors, make_cpu
 from runtime.graph import BufferUsage, GGMLType, Tensor
+from runtime.kernels import read_f32
 from runtime.models.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.models.gguf_data import TensorData
 from runtime.models.hparams import HParams, read_hparams
@@ -107,6 +108,8 @@ class ModelRunner:
         order = [self.backends[d.name] for d in placement.devices] + [self.cpu]
         self.sched = Scheduler(order, parallel=placement.pipeline_parallel)
         self.weights: dict[str, Tensor] = {}
+        self.weight_bytes: dict[str, int] = {}   # device -> bytes of its weight buffers
+        self.kv_bytes: dict[str, int] = {}
         self.kv: KVCache | None = None
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
@@ -144,7 +147,8 @@ class ModelRunner:
             by_device.setdefault(_device_row(row), []).append(t)
             self.weights[name] = t
         for dev, tensors in by_device.items():
-            alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.WEIGHTS)
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.WEIGHTS)
+            self.weight_bytes[dev] = sum(b.size for b in buffers)
         for name, t in self.weights.items():
             t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
 
@@ -162,7 +166,8 @@ class ModelRunner:
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
             by_device.setdefault(dev, []).extend([self.kv.k[il], self.kv.v[il]])
         for dev, tensors in by_device.items():
-            alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
+            self.kv_bytes[dev] = sum(b.size for b in buffers)
 
     # --- graphs -------------------------------------------------------------------------------
     def _graph(self, shape: BatchShape) -> BuiltGraph:
@@ -201,8 +206,7 @@ class ModelRunner:
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
         self.sched.reserve(pp.graph)
-        sizes = {b.name: self.sched.buffer_size(b) for b in self.sched.backends}
-        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), sizes)
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes())
         return self.reserve_report
 
     # --- running ------------------------------------------------------------------------------
@@ -275,5 +279,12 @@ class ModelRunner:
         self.n_past = 0
         self.steps = []
 
-    def device_usage(self) -> dict[str, int]:
-        return {name: b.device.used for name, b in self.backends.items()}
+    def dequantize_weights(self) -> None:
+        """Fill the kernels' per-buffer f32 copies now rather than on first use."""
+        for t in self.weights.values():
+            if t.type not in (GGMLType.F32, GGMLType.F16):
+                read_f32(t)
+
+    def compute_bytes(self) -> dict[str, int]:
+        """Compute buffer per device now (buffers only grow: after a run, the peak)."""
+        return {b.name: self.sched.buffer_size(b) for b in self.sched.backends}

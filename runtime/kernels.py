@@ -286,6 +286,14 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
     if mask is not None:
         scores = scores + mask[0]
     live = np.flatnonzero(np.isfinite(scores).any(axis=(0, 1)))
+    with np.errstate(invalid="ignore"):  # -inf - -inf in the branch np.where discards
+        _online_softmax_f16(scores, v, live, m, total, acc)
+    return (acc.astype(np.float32) / total)[None]
+
+
+def _online_softmax_f16(scores: np.ndarray, v: np.ndarray, live: np.ndarray, m: np.ndarray, total: np.ndarray,
+                        acc: np.ndarray) -> None:
+    """One cell at a time, updating m, total and acc in place."""
     for ic in live:
         s = scores[:, :, ic:ic + 1]
         ok = np.isfinite(s)
@@ -293,11 +301,10 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
         ms = np.where(new_max, np.exp(np.where(new_max, m - s, 0)), np.float32(1))
         vs = np.where(new_max, np.float32(1), np.exp(np.where(ok, s - m, -np.inf)))
         vs = np.where(ok, vs, np.float32(0))
-        m = np.where(new_max, s, m)
-        acc = np.where(new_max, (acc.astype(np.float32) * ms).astype(np.float16), acc)
-        acc = np.where(ok, (acc.astype(np.float32) + v[0][:, ic:ic + 1, :] * vs).astype(np.float16), acc)
-        total = np.where(ok, total * ms + vs, total)
-    return (acc.astype(np.float32) / total)[None]
+        m[...] = np.where(new_max, s, m)
+        acc[...] = np.where(new_max, (acc.astype(np.float32) * ms).astype(np.float16), acc)
+        acc[...] = np.where(ok, (acc.astype(np.float32) + v[0][:, ic:ic + 1, :] * vs).astype(np.float16), acc)
+        total[...] = np.where(ok, total * ms + vs, total)
 
 
 def _flash_attn_ext(node: Tensor) -> None:

@@ -1,0 +1,102 @@
+"""Tiny GGUF models with real random weights, laid out as llama.cpp creates them
+(src/models/{llama,qwen3,qwen3moe,gemma3}.cpp at the pinned build), for runtime tests.
+
+Shapes are ggml order in the spec (ne0 first); gguf-py's writer takes numpy order. Weights are
+F32 or Q8_0 (gguf.quants quantizes Q8_0; k-quants have no quantizer in gguf-py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize
+
+Q = GGMLQuantizationType
+
+
+@dataclass(frozen=True)
+class Dims:
+    n_layer: int = 2
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 32
+    n_ff: int = 128
+    n_vocab: int = 256
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ff_exp: int = 64
+    window: int = 8
+
+
+def _tensors(arch: str, d: Dims) -> list[tuple[str, tuple[int, ...], Q]]:
+    """(name, ggml shape, type) in llama.cpp's order."""
+    out = [("token_embd.weight", (d.n_embd, d.n_vocab), Q.Q8_0), ("output_norm.weight", (d.n_embd,), Q.F32)]
+    if arch != "gemma3":
+        out.append(("output.weight", (d.n_embd, d.n_vocab), Q.Q8_0))
+    q, kv = d.head_dim * d.n_head, d.head_dim * d.n_head_kv
+    for i in range(d.n_layer):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", (d.n_embd,), Q.F32), (p + "attn_q.weight", (d.n_embd, q), Q.Q8_0),
+                (p + "attn_k.weight", (d.n_embd, kv), Q.Q8_0), (p + "attn_v.weight", (d.n_embd, kv), Q.F32),
+                (p + "attn_output.weight", (q, d.n_embd), Q.Q8_0), (p + "ffn_norm.weight", (d.n_embd,), Q.F32)]
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
+            out += [(p + "attn_q_norm.weight", (d.head_dim,), Q.F32), (p + "attn_k_norm.weight", (d.head_dim,), Q.F32)]
+        if arch == "gemma3":
+            out += [(p + "post_attention_norm.weight", (d.n_embd,), Q.F32),
+                    (p + "post_ffw_norm.weight", (d.n_embd,), Q.F32)]
+        if arch == "qwen3moe":
+            out += [(p + "ffn_gate_inp.weight", (d.n_embd, d.n_expert), Q.F32),
+                    (p + "ffn_gate_exps.weight", (d.n_embd, d.n_ff_exp, d.n_expert), Q.Q8_0),
+                    (p + "ffn_up_exps.weight", (d.n_embd, d.n_ff_exp, d.n_expert), Q.Q8_0),
+                    (p + "ffn_down_exps.weight", (d.n_ff_exp, d.n_embd, d.n_expert), Q.Q8_0)]
+        else:
+            out += [(p + "ffn_gate.weight", (d.n_embd, d.n_ff), Q.Q8_0), (p + "ffn_up.weight", (d.n_embd, d.n_ff), Q.Q8_0),
+                    (p + "ffn_down.weight", (d.n_ff, d.n_embd), Q.Q8_0)]
+    return out
+
+
+def tensor_layout(arch: str, d: Dims = Dims()) -> list[tuple[str, tuple[int, ...], Q]]:
+    return _tensors(arch, d)
+
+
+def write_tiny(path: Path, arch: str, d: Dims = Dims(), seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    w = GGUFWriter(path, arch)
+    a = arch
+    w.add_uint32(f"{a}.block_count", d.n_layer)
+    w.add_uint32(f"{a}.embedding_length", d.n_embd)
+    w.add_uint32(f"{a}.context_length", 4096)
+    w.add_uint32(f"{a}.vocab_size", d.n_vocab)
+    w.add_uint32(f"{a}.attention.head_count", d.n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", d.n_head_kv)
+    w.add_uint32(f"{a}.attention.key_length", d.head_dim)
+    w.add_uint32(f"{a}.attention.value_length", d.head_dim)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_uint32(f"{a}.feed_forward_length", d.n_ff)
+    w.add_float32(f"{a}.rope.freq_base", 10000.0)
+    if arch == "qwen3moe":
+        w.add_uint32(f"{a}.expert_count", d.n_expert)
+        w.add_uint32(f"{a}.expert_used_count", d.n_expert_used)
+        w.add_uint32(f"{a}.expert_feed_forward_length", d.n_ff_exp)
+    if arch == "gemma3":
+        w.add_uint32(f"{a}.attention.sliding_window", d.window)
+    # llama.cpp refuses a model without a vocabulary: a plain BPE token list (as gguf_factory's)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"tok{i:04d}" for i in range(d.n_vocab)])
+    w.add_token_types([1] * d.n_vocab)
+    w.add_token_merges(["t o"])
+    for name, shape, qtype in _tensors(arch, d):
+        values = rng.standard_normal(tuple(reversed(shape))).astype(np.float32)
+        values *= 1.0 if "norm" in name else 0.5 / np.sqrt(shape[0])
+        if "norm" in name:
+            values = 1.0 + 0.1 * values
+        data = values if qtype == Q.F32 else quantize(values, qtype)
+        w.add_tensor(name, data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
