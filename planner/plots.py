@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from planner.errors import BadInput
 from planner.placement import CPU_REPACK, HOST
+from planner.sweep_axes import AxisKind
 from planner.units import GiB
 
 if TYPE_CHECKING:
@@ -77,13 +78,14 @@ def _x_axis(result: SweepResult) -> Axis:
 
 
 def _numeric(axis: Axis) -> bool:
-    return axis.spec.kind.value in ("int", "size")
+    """Drawn to scale: numbers (a `ctx=max` among them makes the axis categorical)."""
+    return axis.spec.kind in (AxisKind.INT, AxisKind.SIZE) and all(isinstance(v, int) for v in axis.values)
 
 
 def _x_positions(axis: Axis) -> dict[Any, float]:
     if not _numeric(axis):
         return {v: float(i) for i, v in enumerate(axis.values)}
-    return {v: gib(v) if axis.spec.kind.value == "size" else float(v) for v in axis.values}
+    return {v: gib(v) if axis.spec.kind is AxisKind.SIZE else float(v) for v in axis.values}
 
 
 def _dress_x(ax: Axes, axis: Axis, pos: dict[Any, float]) -> None:
