@@ -62,7 +62,8 @@ def tensor_layout(arch: str, d: Dims = Dims()) -> list[tuple[str, tuple[int, ...
     return _tensors(arch, d)
 
 
-def write_tiny(path: Path, arch: str, d: Dims = Dims(), seed: int = 0) -> Path:
+def write_tiny(path: Path, arch: str, d: Dims = Dims(), seed: int = 0, all_f32: bool = False) -> Path:
+    """Write the model; all_f32 stores every weight as F32 (no activation rounding in matmuls)."""
     rng = np.random.default_rng(seed)
     w = GGUFWriter(path, arch)
     a = arch
@@ -93,6 +94,7 @@ def write_tiny(path: Path, arch: str, d: Dims = Dims(), seed: int = 0) -> Path:
         values *= 1.0 if "norm" in name else 0.5 / np.sqrt(shape[0])
         if "norm" in name:
             values = 1.0 + 0.1 * values
+        qtype = Q.F32 if all_f32 else qtype
         data = values if qtype == Q.F32 else quantize(values, qtype)
         w.add_tensor(name, data, raw_dtype=qtype)
     w.write_header_to_file()

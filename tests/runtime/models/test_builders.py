@@ -1,0 +1,159 @@
+"""Graph builders on tiny real-weight models: llama.cpp's node counts, the math against an
+independent float64 forward pass, and split runs equal to single-device runs.
+
+Node counts come from llama.cpp (llama-fit-params -v on these very files, `graph: nodes = N`;
+tests/peer/test_validate_peer.py re-checks them live). The reference forward is written here
+from the architectures' definitions (RMSNorm, RoPE, GQA attention, SwiGLU / GeGLU, top-k
+routing), not from the runtime.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from planner.flags import parse_llama_flags
+from runtime.execute import ModelRunner
+from tests.runtime.models.tiny_models import Dims, write_tiny
+
+ARCHS = ("llama", "qwen3", "qwen3moe", "gemma3")
+# llama-fit-params -v -c 256 [-fa off] on write_tiny(arch) files: "graph: nodes = N"
+LLAMA_CPP_NODES = {"llama": (68, 78), "qwen3": (76, 86), "qwen3moe": (108, 118), "gemma3": (87, 97)}
+TOKENS = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19, 23, 29]   # 12 tokens: past gemma3's window of 8
+RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]
+RPC3 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002,127.0.0.1:50003"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("tiny")
+    out = {a: write_tiny(d / f"{a}.gguf", a) for a in ARCHS}
+    out.update({f"{a}-f32": write_tiny(d / f"{a}-f32.gguf", a, all_f32=True) for a in ARCHS})
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_node_counts_equal_llama_cpp(arch: str, models: dict[str, Path]) -> None:
+    fa = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "256"])).reserve_report
+    no_fa = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "256", "-fa", "off"])).reserve_report
+    assert fa is not None and no_fa is not None
+    assert (fa.n_nodes_pp, fa.n_nodes_tg) == (LLAMA_CPP_NODES[arch][0],) * 2
+    assert (no_fa.n_nodes_pp, no_fa.n_nodes_tg) == (LLAMA_CPP_NODES[arch][1],) * 2
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("flags", [RPC2 + ["-ngl", "2", "-ts", "1,1"], RPC3 + ["-ts", "1,1,1"],
+                                   RPC2 + ["-nkvo", "-fa", "off"], RPC2 + ["-ot", r"blk\.0\.ffn_.*=CPU"]],
+                         ids=["ngl2-ts11", "three-devices", "nkvo-fa-off", "ot-ffn0-cpu"])
+def test_split_run_equals_single_device(arch: str, flags: list[str], models: dict[str, Path]) -> None:
+    fa_off = ["-fa", "off"] if "off" in flags else []
+    single = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "256", "-ngl", "0", *fa_off]))
+    split = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "256", *flags]))
+    ref = np.concatenate([single.decode(TOKENS, True), single.decode([42], True)])
+    got = np.concatenate([split.decode(TOKENS, True), split.decode([42], True)])
+    assert split.steps[0].measurement.n_splits > 1
+    assert np.array_equal(got, ref)
+
+
+# --- an independent float64 forward pass ------------------------------------------------------
+
+def _weights(path: Path) -> dict[str, np.ndarray]:
+    r = GGUFReader(str(path))
+    return {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(reversed(t.shape.tolist())))
+            for t in r.tensors}
+
+
+def _rms(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
+
+
+def _rope(x: np.ndarray, pos: np.ndarray, base: float, neox: bool) -> np.ndarray:
+    """x (T, H, D): rotate pairs (2i, 2i+1), or (i, i + D/2) for NEOX, by pos * base^(-2i/D)."""
+    d = x.shape[-1]
+    theta = pos[:, None, None] * base ** (-np.arange(0, d, 2) / d)[None, None, :]
+    a, b = (x[..., : d // 2], x[..., d // 2:]) if neox else (x[..., 0::2], x[..., 1::2])
+    ra, rb = a * np.cos(theta) - b * np.sin(theta), a * np.sin(theta) + b * np.cos(theta)
+    out = np.empty_like(x)
+    if neox:
+        out[..., : d // 2], out[..., d // 2:] = ra, rb
+    else:
+        out[..., 0::2], out[..., 1::2] = ra, rb
+    return out
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, window: int) -> np.ndarray:
+    t, h, hd = q.shape
+    k, v = np.repeat(k, h // k.shape[1], axis=1), np.repeat(v, h // v.shape[1], axis=1)
+    s = np.einsum("thd,shd->hts", q, k) * scale
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    visible = (j <= i) & ((i - j < window) if window else True)
+    s = np.where(visible[None], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("hts,shd->thd", p, v).reshape(t, h * hd)
+
+
+def _moe(x: np.ndarray, w: dict[str, np.ndarray], p: str, k: int) -> np.ndarray:
+    logits = x @ w[p + "ffn_gate_inp.weight"].T
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        top = np.argsort(-probs[t], kind="stable")[:k]
+        weights = probs[t, top] / probs[t, top].sum()
+        for e, g in zip(top, weights):
+            gate = w[p + "ffn_gate_exps.weight"][e] @ x[t]
+            up = w[p + "ffn_up_exps.weight"][e] @ x[t]
+            out[t] += g * (w[p + "ffn_down_exps.weight"][e] @ (gate / (1 + np.exp(-gate)) * up))
+    return out
+
+
+def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims = Dims()) -> np.ndarray:
+    w = _weights(path)
+    gemma, qk_norm = arch == "gemma3", arch in ("qwen3", "qwen3moe", "gemma3")
+    x = w["token_embd.weight"][tokens] * (np.sqrt(d.n_embd) if gemma else 1.0)
+    pos = np.arange(len(tokens), dtype=np.float64)
+    for il in range(d.n_layer):
+        p = f"blk.{il}."
+        swa = gemma and (il % 6 < 5)   # gemma3's default pattern: every sixth layer is global
+        h = _rms(x, w[p + "attn_norm.weight"])
+        q = (h @ w[p + "attn_q.weight"].T).reshape(len(tokens), d.n_head, d.head_dim)
+        k = (h @ w[p + "attn_k.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
+        v = (h @ w[p + "attn_v.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
+        if qk_norm:
+            q, k = _rms(q, w[p + "attn_q_norm.weight"]), _rms(k, w[p + "attn_k_norm.weight"])
+        q, k = (_rope(t, pos, 10000.0, neox=arch != "llama") for t in (q, k))
+        a = _attention(q, k, v, 1 / np.sqrt(d.head_dim), d.window if swa else 0) @ w[p + "attn_output.weight"].T
+        if gemma:
+            a = _rms(a, w[p + "post_attention_norm.weight"])
+        x = x + a
+        h = _rms(x, w[p + "ffn_norm.weight"])
+        if arch == "qwen3moe":
+            f = _moe(h, w, p, d.n_expert_used)
+        else:
+            gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+            act = _gelu(gate) if gemma else gate / (1 + np.exp(-gate))
+            f = (act * up) @ w[p + "ffn_down.weight"].T
+        if gemma:
+            f = _rms(f, w[p + "post_ffw_norm.weight"])
+        x = x + f
+    out = w.get("output.weight", w["token_embd.weight"])
+    return _rms(x, w["output_norm.weight"]) @ out.T
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fa", ["on", "off"])
+def test_logits_match_an_independent_forward_pass(arch: str, fa: str, models: dict[str, Path]) -> None:
+    """f32 weights; the only roundings left are the f16 KV cache and flash attention's f16 work."""
+    runner = ModelRunner.load(str(models[f"{arch}-f32"]), parse_llama_flags(["-c", "256", "-fa", fa]))
+    got = runner.decode(TOKENS, all_logits=True)
+    ref = reference_logits(arch, models[f"{arch}-f32"], TOKENS)
+    assert np.abs(got - ref).max() <= 2e-2 * np.abs(ref).max()
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
