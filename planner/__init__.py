@@ -6,7 +6,8 @@ The public Python API (planner/api.py; every call returns a frozen dataclass wit
     planner.inspect("example:gemma3-270m")                              # -> InspectResult
     planner.estimate("example:gemma3-270m", "-c 8192", ["CUDA0=8GiB"])  # -> Estimate
     planner.sweep("example:gemma3-270m", {"ctx": "4096..32768"}, ["CUDA0=8GiB"])  # -> SweepResult
-    planner.plan(...)                                                   # -> PlanResult
+    planner.plan("example:gemma3-270m", ["CUDA0=1GiB"], ram="16GiB", n_ctx=32768)  # -> PlanResult
+    planner.validate("example:gemma3-270m", "-c 512", ["CUDA0=2GiB"], ram="8GiB")  # -> ValidateReport
 
 `import planner` stays cheap: nothing below is imported until first used. The API's names
 are also the names of the modules that implement them (planner/inspect.py, ...), and Python
@@ -22,7 +23,7 @@ import sys
 import types
 from typing import Any
 
-API_NAMES = ("inspect", "estimate", "plan", "sweep")
+API_NAMES = ("inspect", "estimate", "plan", "sweep", "validate")
 
 
 class _ApiModule(types.ModuleType):

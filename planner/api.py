@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from planner.inspect import InspectResult
     from planner.plan import PlanRequest, PlanResult
     from planner.sweep import SweepResult
+    from planner.validate import ValidateReport
 
 Devices = Union["Inventory", str, os.PathLike, Sequence[str], None]
 Flags = Union[str, Sequence[str], "LlamaFlags"]
@@ -49,6 +50,14 @@ def as_flags(flags: Flags) -> LlamaFlags:
     if isinstance(flags, LlamaFlags):
         return flags
     return parse_llama_flags(shlex.split(flags) if isinstance(flags, str) else list(flags))
+
+
+def _argv(flags: Flags) -> list[str]:
+    from planner.flags import LlamaFlags, flags_to_argv
+
+    if isinstance(flags, LlamaFlags):
+        return flags_to_argv(flags)
+    return shlex.split(flags) if isinstance(flags, str) else list(flags)
 
 
 def inspect(model: str, cache_type_k: str = "f16", cache_type_v: str = "f16") -> InspectResult:
@@ -90,3 +99,31 @@ def plan(model: Any, devices: Devices = None, ram: str | None = None, request: P
     if inventory is None or not inventory.host.ram_available_bytes:
         raise BadInput("plan: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
     return run(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram)
+
+
+def validate(target: str, flags: Flags = (), devices: Devices = None, ram: str | None = None,
+             max_vram: str | None = None, engine: str = "embedded", n_prompt: int | None = None,
+             n_gen: int | None = None) -> ValidateReport:
+    """Run a model under llama.cpp flags (or a plan file from `fitplan plan -o`) in the embedded
+    runtime or llama.cpp and compare what it allocates with the estimate (`fitplan validate`)."""
+    from planner.budgets import resolve_budgets
+    from planner.placement import HOST
+    from planner.validate import (
+        DEFAULT_GEN_TOKENS,
+        DEFAULT_PROMPT_TOKENS,
+        ValidateRequest,
+        validate_request,
+    )
+    from planner.validate import validate as run
+
+    sizes = {"n_prompt": n_prompt or DEFAULT_PROMPT_TOKENS, "n_gen": n_gen or DEFAULT_GEN_TOKENS}
+    plan_file = str(target).endswith((".yaml", ".yml"))
+    if plan_file or (ram is None and (devices is None or isinstance(devices, (str, os.PathLike)))):
+        req = validate_request(str(target), [] if plan_file and not flags else _argv(flags),
+                               None if devices is None else str(devices), max_vram, **sizes)
+    else:
+        inventory = as_inventory(devices, ram)
+        b = resolve_budgets(inventory, max_vram)
+        budgets = {**b.devices, **({HOST: b.host_bytes} if inventory.host.ram_available_bytes else {})}
+        req = ValidateRequest(str(target), as_flags(flags), inventory, budgets, **sizes)
+    return run(req, engine)

@@ -96,3 +96,18 @@ def test_plan_needs_the_hosts_ram(model):
 def test_plan_takes_request_fields(model):
     r = planner.plan(model, ["CUDA0=1GiB"], ram="16GiB", n_ctx=1024)
     assert r.n_ctx == 1024 and "-c 1024" in r.to_dict()["flags"]
+
+
+def test_validate_runs_the_embedded_engine(tmp_path):
+    from tests.runtime.models.tiny_models import write_tiny
+
+    path = write_tiny(tmp_path / "t.gguf", "llama")
+    r = planner.validate(str(path), "-c 256", ["CUDA0=1GiB"], ram="8GiB", n_prompt=4, n_gen=2)
+    d = r.to_dict()
+    assert [x["name"] for x in d["devices"]] == ["CUDA0", "Host"]
+    # CUDA0 has 1 GiB free: the default budget keeps 512 MiB back (planner/budgets.py)
+    assert d["devices"][0]["budget_bytes"] == GiB // 2
+    assert d["fits"] is True
+    # without devices every layer runs on the CPU (the host's buffers only)
+    cpu_only = planner.validate(str(path), "-c 256", n_prompt=4, n_gen=2)
+    assert [x.name for x in cpu_only.devices] == ["Host"]
