@@ -97,7 +97,7 @@ class ValidateReport:
 
         rows = [[d.name, fmt_mib(d.weights_bytes), pred(d, 0), fmt_mib(d.kv_bytes), pred(d, 1),
                  fmt_mib(d.compute_bytes), pred(d, 2), "-" if d.budget_bytes is None else fmt_mib(d.budget_bytes),
-                 f"{d.seconds_per_token * 1e3:.1f}"] for d in self.devices]
+                 f"{d.seconds_per_token * 1e3:.1f}" if d.seconds_per_token else "-"] for d in self.devices]
         lines = [f"{self.model} [{self.engine}] {self.flags}"]
         if not self.devices:
             return "\n".join(lines + [f"note: {n}" for n in self.notes] + ["", f"verdict: {self.verdict}"]) + "\n"

@@ -48,14 +48,16 @@ class LlamaLog:
 
 
 def parse_log(text: str) -> LlamaLog:
-    """The last load in the text wins (llama-cli and llama-fit-params log a dry run first)."""
+    """The last load in the text wins (llama-cli, llama-server and llama-fit-params log a dry run
+    first: its buffers are the ones logged before the last graph line but one)."""
     graphs = _GRAPH.findall(text)
     if not graphs:
         raise ToolsError("llama.cpp logged no 'graph: nodes = ..., splits = ...' line (was -v given?)")
     nodes_pp, nodes_tg, splits_pp, splits_tg = graphs[-1]
     buffers: dict[tuple[str, str], int] = {}
-    for _stage, buft, kind, mib in _BUFFER.findall(text):
-        buffers[(buft, _KIND[kind])] = round(float(mib) * MiB)
+    for _stage, buft, kind, mib in _BUFFER.findall(_last_load(text)):
+        key = (buft, _KIND[kind])
+        buffers[key] = buffers.get(key, 0) + round(float(mib) * MiB)   # SWA and base caches: two KV lines
     return LlamaLog(buffers, int(nodes_pp), int(nodes_tg or nodes_pp), int(splits_pp), int(splits_tg or splits_pp))
 
 
@@ -127,3 +129,83 @@ def llama_server(bin_dir: Path, model: str, flags: list[str]) -> Iterator[Server
             yield ServerClient(port, log_path)
         finally:
             _stop(proc)
+
+
+# --- validate --engine llama.cpp ------------------------------------------------------------------
+
+_HOST_BUFTS = ("CPU", "CPU_Mapped", "CPU_REPACK")
+
+
+def _rpc_flags(flags, names: list[str], endpoints: list[str]):
+    """The same placement on loopback rpc-servers: device i becomes RPCi at endpoints[i];
+    -ot targets naming a device are renamed to its rpc buffer type (ggml-rpc: RPC0[host:port])."""
+    from dataclasses import replace
+
+    from planner.flags import OverrideArg
+
+    by_name = {n: f"RPC0[{ep}]" for n, ep in zip(names, endpoints)}
+    old_rpc = {f"RPC0[{ep}]": f"RPC0[{new}]" for ep, new in zip(flags.rpc, endpoints)}
+    args = []
+    for arg in flags.override_args:
+        if arg.kind != "ot":
+            args.append(arg)
+            continue
+        items = []
+        for item in arg.value.split(","):
+            pattern, _, target = item.partition("=")
+            items.append(f"{pattern}={by_name.get(target, old_rpc.get(target, target))}")
+        args.append(OverrideArg("ot", ",".join(items)))
+    return replace(flags, rpc=tuple(endpoints), devices=None, override_args=tuple(args))
+
+
+def _rows(buffers: dict[tuple[str, str], int], endpoint_of: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Bytes per device row (device name or Host) and kind, from llama.cpp's buffer type names."""
+    device_of = {f"RPC0[{ep}]": name for name, ep in endpoint_of.items()}
+    rows: dict[str, dict[str, int]] = {}
+    for (buft, kind), size in buffers.items():
+        row = "Host" if buft in _HOST_BUFTS or buft.endswith("_Host") else device_of.get(buft, buft)
+        rows.setdefault(row, {}).setdefault(kind, 0)
+        rows[row][kind] += size
+    return rows
+
+
+def _last_load(text: str) -> str:
+    """llama.cpp logs a dry run before the real load: keep what follows the last graph line but one."""
+    ends = [m.end() for m in _GRAPH.finditer(text)]
+    return text[ends[-2]:] if len(ends) > 1 else text
+
+
+def validate_llama(req, ctx, predicted: dict[str, tuple[int, int, int]]):
+    """Run llama-server with the request's placement (rpc-servers stand in for the devices)."""
+    from planner.flags import flags_to_argv
+    from planner.llama_tools import ensure_tools, rpc_servers
+    from planner.placement import resolve_devices
+    from planner.validate import DeviceReport, ValidateReport, _judge, prompt_ids
+
+    if req.flags.n_parallel != 1:
+        raise ToolsError("validate runs one sequence: drop -np")
+    bin_dir = ensure_tools()
+    names = [d.name for d in resolve_devices(req.flags, req.inventory)]
+    with rpc_servers(len(names), bin_dir) as endpoints:
+        flags = _rpc_flags(req.flags, names, endpoints)
+        argv = flags_to_argv(flags) + ["-fit", "off"]
+        with llama_server(bin_dir, ctx.model.path, argv) as server:
+            bos = ctx.model.metadata.get("tokenizer.ggml.bos_token_id")
+            prompt = prompt_ids(req.n_prompt, ctx.facts.n_vocab, bos)
+            doc = server.post("/completion", {"prompt": prompt, "n_predict": req.n_gen, "temperature": 0,
+                                              "cache_prompt": False, "ignore_eos": True})
+            text = server.log_text()
+    parsed = parse_log(text)
+    rows = _rows(parsed.buffers, dict(zip(names, endpoints)))
+    timings = doc.get("timings", {})
+    gen_s = float(timings.get("predicted_per_second") or 0.0)
+    devices = tuple(DeviceReport(row, rows.get(row, {}).get("model", 0), rows.get(row, {}).get("context", 0),
+                                 rows.get(row, {}).get("compute", 0), predicted.get(row), req.budgets.get(row), 0.0)
+                    for row in names + ["Host"])
+    verdict, fits, notes = _judge(devices)
+    notes += ("llama-server reserves one output row (n_outputs_max = 1); the estimate reserves n_batch rows",
+              "per-device time and copied bytes are not reported by llama.cpp")
+    per_split = (1.0 / gen_s / parsed.n_splits_tg) if gen_s and parsed.n_splits_tg else 0.0
+    return ValidateReport("llama.cpp", ctx.model.path, " ".join(flags_to_argv(req.flags)), devices,
+                          parsed.n_splits_pp, parsed.n_splits_tg, 0, per_split,
+                          float(timings.get("prompt_per_second") or 0.0), gen_s, verdict, fits, notes)
