@@ -186,7 +186,13 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
     the larger of the layer phase (inputs still read + the worst layer) and the output phase
     (logits + the normed and last hidden rows), since the allocator frees the masks before the
     output matmul runs.
+    Where the runtime has a graph builder, its allocator's reserve is the figure (runtime/reserve.py).
     """
+    from runtime.reserve import reserve_compute
+
+    measured = reserve_compute(ctx, flags, cp, placement)
+    if measured is not None:
+        return measured
     sh = _shapes(ctx)
     t = min(cp.n_ctx, cp.n_ubatch)
     n_out = min(t, cp.n_batch)

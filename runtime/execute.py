@@ -135,9 +135,9 @@ class ModelRunner:
     def backend_of(self, row: str) -> TimedBackend:
         return self.backends[_device_row(row)]
 
-    def load_weights(self) -> None:
-        """One weights buffer per device (ggml_backend_alloc_ctx_tensors_from_buft), filled from the file."""
-        data = TensorData(self.ctx.model.shard_paths or (self.ctx.model.path,))
+    def load_weights(self, copy_data: bool = True) -> None:
+        """One weights buffer per device (ggml_backend_alloc_ctx_tensors_from_buft), filled from the
+        file unless copy_data is False (sizing only: buffers stay untouched, so cost nothing)."""
         infos = {t.name: t for t in self.ctx.model.tensors}
         source = {s.name: (s.duplicate_of or s.name) for s in self.ctx.slots}
         by_device: dict[str, list[Tensor]] = {}
@@ -149,6 +149,9 @@ class ModelRunner:
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.WEIGHTS)
             self.weight_bytes[dev] = sum(b.size for b in buffers)
+        if not copy_data:
+            return
+        data = TensorData(self.ctx.model.shard_paths or (self.ctx.model.path,))
         for name, t in self.weights.items():
             t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
 
@@ -201,8 +204,14 @@ class ModelRunner:
         full = tuple((k, self.kv.tables[k].size) for k in self.kv.kind_order())
         pp = self._graph(BatchShape(n_tokens, min(n_tokens, self.n_outputs_max), full))
         tg = self._graph(BatchShape(1, 1, full))
+        # Measured (GGML_SCHED_DEBUG=2 on llama-fit-params, Gemma 3 over two rpc-servers): llama.cpp's
+        # first prompt reserve splits as if the layer-norm pins were absent (the norm opening a
+        # device's first layer stays on the previous device and crosses as an extra input), and its
+        # split count is the prompt figure llama.cpp logs; the buffers keep that reserve's size.
+        pinned = {t: self.sched.pins.pop(t) for t, _il in pp.norm_pins if t in self.sched.pins}
         self.sched.reserve(pp.graph)
         n_pp = self.sched.n_splits
+        self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
         self.sched.reserve(pp.graph)

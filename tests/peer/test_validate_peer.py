@@ -34,6 +34,7 @@ N_PREDICT = 16
 TIE = 0.05
 LOGPROB_TOLERANCE = 0.1
 LOGPROB_BOUND = 0.25
+MIB = 2**20
 SHARE_WITHIN_TOLERANCE = 0.9
 # "The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, in a small village,",
 # "1, 2, 3, 5, 8, 13," as llama-server's /tokenize gives them (BOS first)
@@ -134,3 +135,47 @@ def test_split_counts_equal_llama_cpp(flags: list[str], llama_tools: Path, rpc_e
     assert (ours.n_splits_pp, ours.n_splits_tg) == (theirs.n_splits_pp, theirs.n_splits_tg)
     assert (ours.n_nodes_pp, ours.n_nodes_tg) == (theirs.n_nodes_pp, theirs.n_nodes_tg)
     assert re.search(r"RPC0", done.stdout)  # the rpc devices really were used
+
+
+# --- estimate's compute column from the runtime's allocator, against llama-fit-params ---------------
+
+@pytest.fixture(scope="module")
+def shape_contexts(tmp_path_factory):
+    from planner.estimate import model_context
+    from tests.peer.shapes import model_path
+
+    directory = tmp_path_factory.mktemp("shapes")
+    out = {}
+    for name in ("gemma3-270m", "llama-8b", "qwen3moe-30b-a3b"):
+        path = model_path(name, directory)
+        out[name] = (path, model_context(str(path)))
+    return out
+
+
+def _builder_rows() -> list[tuple[str, str]]:
+    from tests.peer.shapes import matrix
+
+    return [(m, f) for m, f in matrix() if m in ("gemma3-270m", "llama-8b", "qwen3moe-30b-a3b")]
+
+
+@pytest.mark.parametrize("name, template", _builder_rows(), ids=[f"{m}: {f}" for m, f in _builder_rows()])
+def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, shape_contexts, llama_tools,
+                                                               rpc_endpoints) -> None:
+    from planner.estimate import estimate
+    from planner.kv import context_params
+    from planner.placement import place, resolve_devices
+    from runtime.reserve import supported
+    from tests.peer.shapes import expand, fit_print
+
+    path, ctx = shape_contexts[name]
+    argv = expand(template, name, rpc_endpoints)
+    flags = parse_llama_flags(argv)
+    placement = place(ctx.slots, ctx.facts.n_layer_all, flags, resolve_devices(flags, None))
+    if not supported(ctx, flags, context_params(flags, ctx.facts.n_ctx_train), placement):
+        pytest.skip("the runtime does not model this row (parallel sequences or quantized caches)")
+    theirs = fit_print(llama_tools, path, argv)
+    ours = {d.name: d.compute_bytes for d in estimate(ctx, flags).devices}
+    for device, (_model, _context, compute_mib) in theirs.items():
+        mine = ours.get(device, 0) / MIB
+        # fit-print floors to whole MiB: allow that MiB on top of 5 %
+        assert abs(mine - compute_mib) <= 0.05 * compute_mib + 1, f"{device}: {mine:.2f} vs {compute_mib} MiB"
