@@ -73,7 +73,7 @@ def plan_cmd(
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload)
-    result = plan(model, report.inventory, request, budgets=report.budgets)
+    result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain)
     if plot:
         from planner.plots import plot_plan
 

@@ -179,20 +179,23 @@ def _output_row(placement: Placement) -> str:
     return HOST if row in (HOST, CPU_REPACK) else row
 
 
-def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement) -> dict[str, int]:
+def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement,
+                  use_runtime: bool = True) -> dict[str, int]:
     """Compute buffer bytes per buffer row (device names and Host).
 
     Per row: what is never freed (pipeline copies; the unused embeddings input on the CPU) plus
     the larger of the layer phase (inputs still read + the worst layer) and the output phase
     (logits + the normed and last hidden rows), since the allocator frees the masks before the
     output matmul runs.
-    Where the runtime has a graph builder, its allocator's reserve is the figure (runtime/reserve.py).
+    Where the runtime has a graph builder, its allocator's reserve is the figure (runtime/reserve.py);
+    `use_runtime=False` asks for the analytic model alone (fast: the planner's search uses it).
     """
-    from runtime.reserve import reserve_compute
+    if use_runtime:
+        from runtime.reserve import reserve_compute
 
-    measured = reserve_compute(ctx, flags, cp, placement)
-    if measured is not None:
-        return measured
+        measured = reserve_compute(ctx, flags, cp, placement)
+        if measured is not None:
+            return measured
     sh = _shapes(ctx)
     t = min(cp.n_ctx, cp.n_ubatch)
     n_out = min(t, cp.n_batch)

@@ -129,7 +129,7 @@ def _model_bytes(ctx: ModelContext, placement: Placement, alignment: dict[str, i
 
 
 def estimate(model: str | os.PathLike[str] | ModelFile | ModelContext, flags: LlamaFlags | list[str],
-             inventory: Inventory | None = None) -> Estimate:
+             inventory: Inventory | None = None, exact_compute: bool = True) -> Estimate:
     """Per-device model, context and compute bytes llama.cpp would allocate for `flags`."""
     ctx = model_context(model)
     if not isinstance(flags, LlamaFlags):
@@ -141,7 +141,7 @@ def estimate(model: str | os.PathLike[str] | ModelFile | ModelContext, flags: Ll
     alignment = {d.name: d.alignment for d in devices}
     weights = _model_bytes(ctx, placement, alignment)
     kv = context_bytes(layer_caches(facts, flags, cp, placement, alignment))
-    compute = compute_bytes(ctx, flags, cp, placement)
+    compute = compute_bytes(ctx, flags, cp, placement, use_runtime=exact_compute)
     names = [d.name for d in devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     by_dev: dict[str, list[int]] = defaultdict(list)

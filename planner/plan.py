@@ -152,11 +152,11 @@ class _Probes:
 def _probe(s: _Setting) -> _Probes:
     weights, experts, inputs = _layer_weights(s.ctx)
     kv = _layer_kv(s.ctx, s.flags, s.devices)
-    probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory)]
+    probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False)]
     per_device, extra = {}, 0
     if s.devices:
         full = estimate(s.ctx, _with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)),
-                        s.inventory)
+                        s.inventory, exact_compute=False)
         probes.append(full)
         compute = {d.name: d.compute_bytes for d in full.devices}
         others = [compute[d.name] for d in s.devices if d.name != full.output_device]
@@ -254,23 +254,48 @@ def overuse(s: _Setting, est: Estimate) -> dict[str, int]:
     return over
 
 
-def _solve_verified(s: _Setting) -> tuple[Assignment, LlamaFlags, Estimate, int] | None:
-    """Solve, check with the estimate, correct the over-budget slots, repeat."""
+def _solve_verified(s: _Setting, exact: bool = False) -> tuple[Assignment, LlamaFlags, Estimate, int] | None:
+    """Solve, check with the estimate, correct the over-budget slots, repeat. The search checks with
+    the analytic compute model; `exact` checks with the estimate as `fitplan estimate` reports it
+    (the runtime's allocator where a graph builder exists), which is slower."""
     correction: dict[str, int] = {}
     probes = _probe(s)
     for rounds in range(1, MAX_CORRECTIONS + 1):
-        a = solve_dp(build_problem(s, probes, correction), s.request.objective)
+        problem = build_problem(s, probes, correction)
+        a = solve_dp(problem, s.request.objective)
         if a is None:
             return None
         flags = flags_for(s, a)
-        est = estimate(s.ctx, flags, s.inventory)
+        est = estimate(s.ctx, flags, s.inventory, exact_compute=exact)
         over = overuse(s, est)
         if not over:
             return a, flags, est, rounds
-        for name, n_bytes in over.items():
-            correction[name] = correction.get(name, 0) + n_bytes
+        # Every device the solver under-counted is corrected at once, by its own error, so that one
+        # more round usually settles it (each exact round is a fresh allocator reserve).
+        predicted = _device_use(problem, a)
+        for d in est.devices:
+            error = d.total_bytes - predicted.get(d.name, d.total_bytes)
+            if error > 0:
+                correction[d.name] = correction.get(d.name, 0) + error
+        if HOST in over:
+            correction[HOST] = correction.get(HOST, 0) + over[HOST]
         log.info("round %d over budget on %s; correcting", rounds, ", ".join(over))
     return None
+
+
+def _device_use(problem: Problem, a: Assignment) -> dict[str, int]:
+    """Bytes the solver's figures put on each used device slot."""
+    use: dict[str, int] = {}
+    for il, slot in enumerate(a.slot_of_layer):
+        if slot == 0:
+            continue
+        layer = problem.layers[il]
+        name = problem.slots[slot].name
+        use[name] = use.get(name, 0) + layer.device_bytes - (layer.expert_bytes if il in a.experts_on_host else 0)
+    for slot in problem.slots[1:]:
+        if slot.name in use:
+            use[slot.name] += slot.fixed_bytes
+    return use
 
 
 _COSTS: dict[tuple[int, str], CostTable] = {}
@@ -330,9 +355,9 @@ def _variants(req: PlanRequest, cache: str, has_devices: bool) -> list[_Variant]
 
 
 def _candidate(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, n_ctx: int,
-               v: _Variant) -> _Candidate | None:
+               v: _Variant, exact: bool = False) -> _Candidate | None:
     s = _setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host)
-    found = _solve_verified(s)
+    found = _solve_verified(s, exact)
     if found is None:
         return None
     a, flags, est, rounds = found
@@ -340,16 +365,16 @@ def _candidate(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: P
 
 
 def _largest_context(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, v: _Variant,
-                     limit: int, floor: int = 0) -> _Candidate | None:
+                     limit: int, floor: int = 0, exact: bool = False) -> _Candidate | None:
     """The candidate with the largest context (a multiple of 256·n_parallel, at most `limit`) above `floor`."""
     step = CTX_PAD * max(1, req.n_parallel)
     lo, hi = floor // step, max(limit // step, 1)
-    best = _candidate(ctx, inventory, budgets, req, lo * step, v) if lo else None
+    best = _candidate(ctx, inventory, budgets, req, lo * step, v, exact) if lo else None
     if lo and best is None:
         return None
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        found = _candidate(ctx, inventory, budgets, req, mid * step, v)
+        found = _candidate(ctx, inventory, budgets, req, mid * step, v, exact)
         if found is not None:
             lo, best = mid, found
         else:
@@ -414,15 +439,18 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
             rest = flags_for(s, replace(a, experts_on_host=a.experts_on_host - frozenset(trial)))
             extra = tuple(OverrideArg("ot", rf"blk\.{il}\.ffn_{k}_(ch|)exps=CPU") for il, k in sorted(trial.items()))
             t_flags = replace(rest, override_args=rest.override_args + extra)
-            t_est = estimate(s.ctx, t_flags, s.inventory)
+            t_est = estimate(s.ctx, t_flags, s.inventory, exact_compute=False)
             if not overuse(s, t_est):
                 partial, flags, est = trial, t_flags, t_est
                 break
-    return replace(best, flags=flags, estimate=est) if partial else best
+    if not partial:
+        return best
+    est = estimate(s.ctx, flags, s.inventory)  # the trials used the analytic model: judge exactly once
+    return best if overuse(s, est) else replace(best, flags=flags, estimate=est)
 
 
 def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_vram: str | None = None,
-         ram: str | None = None, budgets: Budgets | None = None) -> PlanResult:
+         ram: str | None = None, budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
     """The best placement of `model` on `inventory`; raises InfeasiblePlacement when nothing fits."""
     ctx = model_context(model)
     _COSTS.clear()
@@ -430,17 +458,31 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
     if not ctx.facts.n_ctx_train and not request.n_ctx:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")
     for cache in request.cache_types:
-        best = _best(ctx, inventory, budgets, request, cache)
+        best = _judged(ctx, inventory, budgets, request, _best(ctx, inventory, budgets, request, cache))
         if best is None:
             continue
         best = _return_expert_tensors(best)
         result = PlanResult(ctx.model.path, header_sha256(ctx.model.path, ctx.model.header_bytes), inventory,
                             budgets, request, best.flags, best.estimate, best.prediction,
                             best.assignment.experts_on_host, best.rounds)
+        if not with_explain:
+            return result
         from planner.explain import explain  # the explanation re-estimates neighbours of the plan
 
         return replace(result, explain=explain(ctx, result))
     raise _infeasible(ctx, inventory, budgets, request)
+
+
+def _judged(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+            best: _Candidate | None) -> _Candidate | None:
+    """The chosen candidate checked with the exact estimate (corrected and solved again if it is over
+    a budget there); at the largest context, the context is searched again if it no longer fits."""
+    if best is None:
+        return None
+    exact = _candidate(ctx, inventory, budgets, req, best.flags.n_ctx, best.variant, exact=True)
+    if exact is None and (req.max_ctx or req.objective is Objective.CONTEXT):
+        exact = _largest_context(ctx, inventory, budgets, req, best.variant, best.flags.n_ctx, exact=True)
+    return exact
 
 
 def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,

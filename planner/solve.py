@@ -102,23 +102,24 @@ def _prefix(a: np.ndarray) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(a)])
 
 
-def _range_costs(arr: _Arrays, slot: Slot, host: Slot, i: int, price: float, budget_scale: float
+def _range_costs(arr: _Arrays, slot: Slot, host: Slot, price: float, budget_scale: float
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Cost of slot taking layers [i, j) for every j in i..n, and the expert units it offloads."""
-    wr = arr.pw[i:] - arr.pw[i]
-    rr = arr.pr[i:] - arr.pr[i]
-    mr = arr.pm[i:] - arr.pm[i]
+    """Cost of the slot taking layers [i, j) for every i <= j (an (n+1) x (n+1) matrix, INF where
+    j < i or the range cannot fit), and the expert units each range sends to the host."""
+    wr = arr.pw[None, :] - arr.pw[:, None]
+    rr = arr.pr[None, :] - arr.pr[:, None]
+    mr = arr.pm[None, :] - arr.pm[:, None]
     need = wr + slot.fixed_bytes - slot.budget * budget_scale
     if arr.e_unit > 0:
         k = np.ceil(np.maximum(need, 0.0) / arr.e_unit)
     else:
         k = np.where(need > 0, np.inf, 0.0)
-    feasible = (need <= 0) | (k <= mr)
+    feasible = ((need <= 0) | (k <= mr)) & (wr >= 0) & np.triu(np.ones_like(wr, dtype=bool))
     k = np.where(feasible, k, 0.0)  # no inf·0 below; infeasible ranges are priced at INF anyway
     per_unit = arr.er_unit * (1.0 / host.bandwidth - 1.0 / slot.bandwidth) + 2 * max(slot.boundary_s, host.boundary_s)
-    cost = rr / slot.bandwidth + np.where(k > 0, k, 0.0) * (per_unit + price * arr.e_max) + slot.boundary_s
-    cost = np.where(feasible, cost, INF)
-    cost[0], k[0] = 0.0, 0.0  # an empty range: the slot is unused
+    cost = np.where(feasible, rr / slot.bandwidth + k * (per_unit + price * arr.e_max) + slot.boundary_s, INF)
+    diag = np.arange(arr.n + 1)
+    cost[diag, diag], k[diag, diag] = 0.0, 0.0  # an empty range: the slot is unused
     return cost, k
 
 
@@ -133,13 +134,13 @@ def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float, host_
     choice = np.zeros((n_s + 1, n + 1), dtype=np.int64)
     units = np.zeros((n_s + 1, n + 1), dtype=np.int64)
     best[n_s, n] = 0.0
+    rows = np.arange(n + 1)
     for s in range(n_s - 1, 0, -1):
-        for i in range(n + 1):
-            cost, k = _range_costs(arr, slots[s], host, i, price, budget_scale)
-            total = cost + best[s + 1, i:]
-            # on a tie the earlier slot takes more: llama.cpp's first device is its main device
-            j = len(total) - 1 - int(np.argmin(total[::-1]))
-            best[s, i], choice[s, i], units[s, i] = total[j], i + j, int(k[j])
+        cost, k = _range_costs(arr, slots[s], host, price, budget_scale)
+        total = cost + best[s + 1][None, :]
+        # on a tie the earlier slot takes more: llama.cpp's first device is its main device
+        j = n - np.argmin(total[:, ::-1], axis=1)
+        best[s], choice[s], units[s] = total[rows, j], j, k[rows, j].astype(np.int64)
     # The host takes [0, a): its bytes are priced, its budget checked by the caller.
     host_cost = (arr.pr / host.bandwidth) + price * arr.pw
     total = host_cost + best[1]
