@@ -176,7 +176,9 @@ def as_vec_dot(b: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
 def _mul_mat(node: Tensor) -> None:
     a, b = read_f32(node.src[0]), as_vec_dot(read_f32(node.src[1]), node.src[0].type)  # (a3, a2, M, K), (b3, b2, N, K)
     if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
-        _write(node, b.reshape(-1, b.shape[-1]) @ a[0, 0].T)
+        rows = b.reshape(-1, b.shape[-1])
+        # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm
+        _write(node, a[0, 0] @ rows[0] if rows.shape[0] == 1 else rows @ a[0, 0].T)
         return
     if b.shape[0] != a.shape[0]:
         a = np.repeat(a, b.shape[0] // a.shape[0], axis=0)
@@ -276,35 +278,38 @@ def _flash_attn_f32(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarra
 def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
                          scale: float) -> np.ndarray:
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for f16 K/V: online softmax over the
-    cells, V accumulated in f16 (ggml_vec_scale_f16 / ggml_vec_mad_f16), masked cells skipped."""
+    cells, V accumulated in f16 (ggml_vec_scale_f16 / ggml_vec_mad_f16), masked cells skipped.
+
+    The running maximum and the factors ms (rescale on a new maximum) and vs (this cell's
+    weight) follow from the scores alone, so they are computed for all cells at once; only the
+    f16 accumulator, whose rounding depends on its own history, is updated cell by cell. A
+    skipped cell has ms = 1 and vs = 0, which leaves an f16 accumulator exactly as it was.
+    """
     q = q.astype(np.float16).astype(np.float32)
-    _, n_head, n_tok, dv = q.shape[0], q.shape[1], q.shape[2], v.shape[-1]
-    m = np.full((n_head, n_tok, 1), -np.inf, dtype=np.float32)
-    total = np.zeros((n_head, n_tok, 1), dtype=np.float32)
-    acc = np.zeros((n_head, n_tok, dv), dtype=np.float16)
     scores = (q[0] @ np.swapaxes(k[0], -1, -2)) * np.float32(scale)  # (H, T, KV)
     if mask is not None:
         scores = scores + mask[0]
     live = np.flatnonzero(np.isfinite(scores).any(axis=(0, 1)))
-    with np.errstate(invalid="ignore"):  # -inf - -inf in the branch np.where discards
-        _online_softmax_f16(scores, v, live, m, total, acc)
-    return (acc.astype(np.float32) / total)[None]
-
-
-def _online_softmax_f16(scores: np.ndarray, v: np.ndarray, live: np.ndarray, m: np.ndarray, total: np.ndarray,
-                        acc: np.ndarray) -> None:
-    """One cell at a time, updating m, total and acc in place."""
-    for ic in live:
-        s = scores[:, :, ic:ic + 1]
-        ok = np.isfinite(s)
-        new_max = ok & (s > m)
-        ms = np.where(new_max, np.exp(np.where(new_max, m - s, 0)), np.float32(1))
-        vs = np.where(new_max, np.float32(1), np.exp(np.where(ok, s - m, -np.inf)))
-        vs = np.where(ok, vs, np.float32(0))
-        m[...] = np.where(new_max, s, m)
-        acc[...] = np.where(new_max, (acc.astype(np.float32) * ms).astype(np.float16), acc)
-        acc[...] = np.where(ok, (acc.astype(np.float32) + v[0][:, ic:ic + 1, :] * vs).astype(np.float16), acc)
-        total[...] = np.where(ok, total * ms + vs, total)
+    s = scores[:, :, live]
+    running = np.maximum.accumulate(s, axis=-1)
+    before = np.concatenate([np.full(s.shape[:-1] + (1,), -np.inf, dtype=np.float32), running[..., :-1]], axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        grew = running > before
+        ms = np.where(grew, np.exp(before - running), np.float32(1)).astype(np.float32)
+        vs = np.where(np.isfinite(s), np.exp(s - running), np.float32(0)).astype(np.float32)
+    total = (vs * np.flip(np.cumprod(np.flip(np.concatenate([ms[..., 1:], np.ones_like(ms[..., :1])], axis=-1),
+                                             axis=-1), axis=-1), axis=-1)).sum(axis=-1, keepdims=True)
+    acc = np.zeros(q.shape[1:3] + (v.shape[-1],), dtype=np.float16)   # (H, T, Dv)
+    rescale = grew.any(axis=(0, 1))
+    values = v[0][:, live, :]                                           # (H, cells, Dv)
+    for i in range(len(live)):
+        acc32 = acc.astype(np.float32)
+        if rescale[i]:
+            acc32 = (acc32 * ms[..., i:i + 1]).astype(np.float16).astype(np.float32)
+        acc32 += values[:, i:i + 1, :] * vs[..., i:i + 1]
+        acc = acc32.astype(np.float16)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (acc.astype(np.float32) / total)[None]
 
 
 def _flash_attn_ext(node: Tensor) -> None:
