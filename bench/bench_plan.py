@@ -96,7 +96,17 @@ def speed(model: Path, runs: int, skip_llama: bool) -> None:
         t = time.perf_counter()
         subprocess.run(cli, check=True, capture_output=True, cwd=ROOT)
         cli_times.append(time.perf_counter() - t)
-    print(f"fitplan plan (whole CLI process): median {statistics.median(cli_times) * 1e3:.0f} ms")
+    print(f"fitplan plan (whole CLI process): median {statistics.median(cli_times) * 1e3:.0f} ms "
+          "(RPC devices: the final check runs the runtime's allocator reserve)")
+    gpu_cli = [arg.split("@")[0].replace("RPC", "CUDA") if arg.startswith("RPC") else arg.replace("RPC", "CUDA")
+               for arg in cli]
+    cuda_times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(gpu_cli, check=True, capture_output=True, cwd=ROOT)
+        cuda_times.append(time.perf_counter() - t)
+    print(f"fitplan plan (whole CLI process, the same budgets on 8 CUDA devices): median "
+          f"{statistics.median(cuda_times) * 1e3:.0f} ms (analytic compute model for offloading GPUs)")
     if not skip_llama:
         _llama_fit_speed(model, runs)
 
