@@ -1,0 +1,78 @@
+"""Benchmark: the embedded runtime's prompt and generation speed beside llama-bench's, Gemma 3 270M.
+
+Both on this machine's CPU (llama-bench with its default threads), the same sizes: a prompt of
+P token ids and G generated tokens (llama-bench -p P -n G). The runtime is timed after its
+weights are dequantized (validate does that at load), prompt and generation separately, best of
+R runs. Prints tokens/s for both and the runtime/llama.cpp ratios; the aim is generation at no
+less than a quarter of llama.cpp's CPU speed.
+Run: python bench/bench_runtime_speed.py [-p 64] [-n 32] [-r 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from planner.examples import resolve_model  # noqa: E402
+from planner.flags import parse_llama_flags  # noqa: E402
+from planner.llama_tools import tools_dir  # noqa: E402
+from runtime.execute import ModelRunner  # noqa: E402
+
+AIM_GEN_RATIO = 0.25
+
+
+def runtime_speed(model: str, n_prompt: int, n_gen: int, reps: int) -> tuple[float, float]:
+    runner = ModelRunner.load(model, parse_llama_flags(["-c", str(max(1024, n_prompt + n_gen))]))
+    runner.dequantize_weights()
+    best_pp = best_tg = float("inf")
+    for r in range(reps):
+        runner.reset()
+        prompt = [2] + [(1000 + 7919 * i + r) % 262144 for i in range(n_prompt - 1)]
+        t0 = time.perf_counter()
+        logits = runner.decode(prompt, all_logits=False)
+        best_pp = min(best_pp, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(n_gen):
+            logits = runner.decode([int(logits[-1].argmax())], all_logits=False)
+        best_tg = min(best_tg, time.perf_counter() - t0)
+    return n_prompt / best_pp, n_gen / best_tg
+
+
+def llama_bench_speed(model: str, n_prompt: int, n_gen: int, reps: int) -> tuple[float, float] | None:
+    bin_dir = tools_dir()
+    if bin_dir is None:
+        return None
+    done = subprocess.run([str(bin_dir / "llama-bench"), "-m", model, "-p", str(n_prompt), "-n", str(n_gen),
+                           "-r", str(reps), "-o", "json"], capture_output=True, text=True, timeout=600, check=True)
+    rows = json.loads(done.stdout)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] and not r["n_gen"])
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] and not r["n_prompt"])
+    return float(pp), float(tg)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-p", type=int, default=64)
+    ap.add_argument("-n", type=int, default=32)
+    ap.add_argument("-r", type=int, default=3)
+    args = ap.parse_args()
+    model = resolve_model("example:gemma3-270m")
+    ours_pp, ours_tg = runtime_speed(model, args.p, args.n, args.r)
+    print(f"runtime      prompt {ours_pp:8.1f} tokens/s   generation {ours_tg:7.1f} tokens/s")
+    theirs = llama_bench_speed(model, args.p, args.n, args.r)
+    if theirs is None:
+        print("llama-bench not built (scripts/build_llama_cpp.sh): no ratio")
+        return
+    print(f"llama-bench  prompt {theirs[0]:8.1f} tokens/s   generation {theirs[1]:7.1f} tokens/s")
+    ratio_tg = ours_tg / theirs[1]
+    print(f"ratio        prompt {ours_pp / theirs[0]:8.3f}            generation {ratio_tg:7.3f}"
+          f"   (aim: generation >= {AIM_GEN_RATIO}: {'met' if ratio_tg >= AIM_GEN_RATIO else 'not met'})")
+
+
+if __name__ == "__main__":
+    main()
