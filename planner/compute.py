@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from planner.arch import AttnKind
 from planner.flags import LlamaFlags
-from planner.kv import ContextParams, swa_cells
+from planner.kv import ContextParams, pulled_attention, swa_cells
 from planner.placement import CPU_REPACK, HOST, Placement
 
 if TYPE_CHECKING:
@@ -101,6 +101,8 @@ def _layer_work(sh: Shapes, kind: AttnKind, n_kv: int, t: int, fa: bool, n_strea
     if kind in (AttnKind.FULL, AttnKind.SWA) and not fa:
         scores = n_kv * (t // max(1, n_stream)) * n_stream * sh.n_head * F32
         attn = e + sh.q_width * t * F32 + scores + sh.q_width * t * F32
+        # measured (granite hybrid, n_ctx 4096..131072): one more V-sized copy, its transposed view made contiguous
+        attn += n_kv * sh.kv_width * F16
     if kind is AttnKind.RECURRENT and sh.ssm_in:
         # Mamba-2 mixer: in_proj output, the padded conv input and output, the scan output
         attn = 2 * e + (sh.ssm_in + 2 * sh.ssm_conv + sh.ssm_inner) * t * F32
@@ -168,6 +170,24 @@ def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, s
     return host, experts
 
 
+def _pulled_cores(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement, sh: Shapes,
+                  cells: dict[AttnKind, int], t: int) -> dict[str, int]:
+    """The attention cores kv.pulled_attention moves onto a device, sized from llama-fit-params on a
+    Granite-4.0-H-class hybrid (n_ctx 4096..131072, -ub 32..512, within 1 %): the K and V views
+    and the mask copied in, plus the fused op's Q and output rows — or, without flash attention,
+    the scores and a second V copy (its transposed view made contiguous)."""
+    out: dict[str, int] = defaultdict(int)
+    for il, dev in pulled_attention(ctx.facts, flags, placement.layer_device).items():
+        n_kv = cells.get(ctx.facts.layers[il].kind, 0)
+        view = n_kv * sh.kv_width * F16
+        if cp.flash_attn:
+            core = 2 * view + n_kv * t * F16 + 2 * sh.q_width * t * F32
+        else:
+            core = 3 * view + n_kv * t * F32 + n_kv * t * sh.n_head * F32 + sh.q_width * t * F32
+        out[dev] = max(out[dev], core)
+    return out
+
+
 def _output_row(placement: Placement) -> str:
     """Where the logits are computed: beside the output matrix (seed 000's 1.wgt rule), which an
     -ot rule can keep in host memory while the output layer itself is offloaded."""
@@ -221,6 +241,8 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
         if lf.kind in cells:
             kinds[row].add(lf.kind)
     work[HOST] = max(work[HOST], host_moved)
+    for row, core in _pulled_cores(ctx, flags, cp, placement, sh, cells, t).items():
+        work[row] = max(work[row], core)
     out_row = _output_row(placement)
     extra = _boundary_crossings(ctx, sh, placement, t)
     output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32

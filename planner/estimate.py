@@ -20,7 +20,7 @@ from planner.compute import compute_bytes
 from planner.examples import resolve_model
 from planner.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.gguf_file import ModelFile, read_model
-from planner.kv import ContextParams, context_bytes, context_params, layer_caches, pad
+from planner.kv import ContextParams, context_bytes, context_params, layer_caches, pad, resolve_auto_fa
 from planner.placement import CPU_REPACK, HOST, Placement, TensorSlot, place, resolve_devices, tensor_slots
 from planner.devices import Inventory
 from planner.render import table
@@ -137,7 +137,7 @@ def estimate(model: str | os.PathLike[str] | ModelFile | ModelContext, flags: Ll
     facts = ctx.facts
     devices = resolve_devices(flags, inventory)
     placement = place(ctx.slots, facts.n_layer_all, flags, devices)
-    cp = context_params(flags, facts.n_ctx_train)
+    cp = resolve_auto_fa(facts, flags, context_params(flags, facts.n_ctx_train), placement.layer_device)
     alignment = {d.name: d.alignment for d in devices}
     weights = _model_bytes(ctx, placement, alignment)
     kv = context_bytes(layer_caches(facts, flags, cp, placement, alignment))

@@ -15,7 +15,7 @@ Every tensor is padded to its buffer's alignment (ggml_backend_alloc_ctx_tensors
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.arch import AttnKind, ModelFacts
 from planner.costs import STATE_BYTES_PER_ELEMENT, cache_row_bytes, cache_type
@@ -64,6 +64,35 @@ def context_params(flags: LlamaFlags, n_ctx_train: int) -> ContextParams:
         raise FlagError("quantized V cache was requested, but this requires Flash Attention (-fa on)")
     return ContextParams(n_ctx, n_ctx_seq, n_seq, 1 if flags.kv_unified else n_seq, n_batch, n_ubatch, fa,
                          flags.kv_unified)
+
+
+def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[str, ...]) -> dict[int, str]:
+    """Host attention layers whose attention core the scheduler runs on the next device.
+
+    Measured on a Granite-4.0-H-class hybrid (GGML_SCHED_DEBUG, llama-fit-params -v): when a host
+    attention layer is followed by a device's first layer and that layer is recurrent, the recurrent
+    state gathers sit next to the attention in graph order and ggml's expand passes give the
+    attention core (scores or the fused op) to that device; its K and V views and the mask are
+    copied there. With -nkvo llama.cpp pins attention to the CPU, so nothing moves.
+    """
+    if not flags.kv_offload:
+        return {}
+    trunk = [lf for lf in facts.layers if not lf.nextn]
+    return {lf.index: layer_device[nxt.index] for lf, nxt in zip(trunk, trunk[1:])
+            if layer_device[lf.index] == "CPU" and layer_device[nxt.index] != "CPU"
+            and lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT}
+
+
+def resolve_auto_fa(facts: ModelFacts, flags: LlamaFlags, cp: ContextParams,
+                    layer_device: tuple[str, ...]) -> ContextParams:
+    """-fa auto once layers are placed: llama.cpp turns flash attention off when a layer's fused op
+    is scheduled on another device than the layer (src/llama-context.cpp resolve_fused_ops), which
+    is what `pulled_attention` describes. A quantized V cache forces it on instead."""
+    if flags.flash_attn != "auto" or not cp.flash_attn:
+        return cp
+    if cache_type(flags.cache_type_v).name not in ("F16", "F32", "BF16"):
+        return cp
+    return replace(cp, flash_attn=False) if pulled_attention(facts, flags, layer_device) else cp
 
 
 def swa_cells(window: int, cp: ContextParams, swa_full: bool) -> int:
