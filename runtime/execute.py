@@ -49,6 +49,35 @@ GRAPH_CACHE = 4   # graphs kept for reuse (llama.cpp reuses a graph while its sh
 PIN_MAX_TOKENS = 32   # llama-context.cpp graph_get_cb pins "norm" below this batch size
 
 
+# numpy's OpenBLAS, by the symbol names the scipy-openblas wheels and plain OpenBLAS export.
+_BLAS_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def limit_blas_threads(n: int = 1) -> bool:
+    """Run numpy's BLAS on n threads; best effort (False when no OpenBLAS is found).
+
+    A decode step is hundreds of small matrix-vector products: with a second BLAS thread each
+    one waits for a core, and on a shared 2-core machine that made a Gemma 3 270M token 4x
+    slower (bench/bench_runtime_speed.py), for a gain only on the output matrix.
+    """
+    import ctypes
+    import re
+
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            libs = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
+    except OSError:
+        return False
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for name in _BLAS_SET_THREADS:
+            if hasattr(lib, name):
+                getattr(lib, name)(ctypes.c_int(n))
+                return True
+    return False
+
+
 class TimedBackend(Backend):
     """A backend that records how long each split took (validate's time per split)."""
 
@@ -96,6 +125,7 @@ class ModelRunner:
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
         self.hp: HParams = read_hparams(ctx.model)
+        limit_blas_threads(1)
         if cp.n_seq != 1:
             raise ValueError("the runtime runs one sequence (-np 1)")
         self.cpu = TimedBackend(make_cpu(capacities.get("CPU", capacities.get(HOST, UNLIMITED))).device)
