@@ -34,7 +34,7 @@ import pytest
 from planner.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
 from planner.devices import Inventory
 from planner.estimate import estimate, model_context
-from planner.placement import CPU_REPACK, HOST
+from planner.placement import CPU_REPACK
 from planner.plan import PlanRequest, PlanResult, plan
 from planner.plan_report import llama_argv
 from planner.solve import Objective
@@ -83,6 +83,7 @@ CASES: tuple[Case, ...] = (
     Case("deepseek2-mla", (2048, 2048)),
     Case("deepseek2-mla", (4096, 4096)),
     Case("deepseek2-mla", (1024, 512)),
+    Case("granite-hybrid", (100, 100)),
     Case("granite-hybrid", (512, 512)),
     Case("granite-hybrid", (1024, 256)),
     Case("granite-hybrid", (2048, 2048)),
@@ -134,7 +135,8 @@ def same_budgets_from_capped_inventory(endpoints: list[str], case: Case) -> Budg
     return resolve_budgets(inventory, ",".join(f"{d}={mib}MiB" for d, mib in zip(DEVICES, case.budgets_mib)))
 
 
-def llama_fit(bin_dir: Path, model: Path, endpoints: list[str], fit_target: list[str], case: Case) -> tuple[list[str], float]:
+def llama_fit(bin_dir: Path, model: Path, endpoints: list[str], fit_target: list[str],
+              case: Case) -> tuple[list[str], float]:
     """llama-fit-params' chosen flags (it prints them as one line on stdout) and its wall time."""
     argv = ["--rpc", ",".join(endpoints), *fit_target] + (["-c", str(case.n_ctx)] if case.n_ctx else [])
     start = time.perf_counter()
@@ -150,9 +152,10 @@ def llama_fit(bin_dir: Path, model: Path, endpoints: list[str], fit_target: list
 def _with_full_split(chosen: list[str], n_devices: int) -> list[str]:
     """llama-fit-params prints -ts without its trailing zero entries (tools/fit-params drops them),
     so a fit that put every layer on RPC0 prints no -ts at all and, run as printed, would split by
-    free memory instead. Put the zeros back; -ngl -1 means the fit changed nothing (default split)."""
+    free memory instead. Put the zeros back; -ngl -1 means the fit changed nothing (default split)
+    and -ngl 0 needs no split."""
     ngl = int(chosen[chosen.index("-ngl") + 1])
-    if ngl < 0 or n_devices < 2:
+    if ngl <= 0 or n_devices < 2:
         return chosen
     if "-ts" not in chosen:
         return chosen + ["-ts", ",".join([str(ngl)] + ["0"] * (n_devices - 1))]
