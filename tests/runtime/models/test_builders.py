@@ -157,3 +157,30 @@ def test_logits_match_an_independent_forward_pass(arch: str, fa: str, models: di
     ref = reference_logits(arch, models[f"{arch}-f32"], TOKENS)
     assert np.abs(got - ref).max() <= 2e-2 * np.abs(ref).max()
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+
+
+# --- devices that offload: host weights staged into a GPU's compute buffer ------------------------
+
+def _cuda_inventory(n: int):
+    from planner.devices import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+
+    gpus = tuple(DeviceSpec(f"CUDA{i}", DeviceKind.GPU, Backend.CUDA, 1 << 30, 1 << 30, 0, 0, 0) for i in range(n))
+    return Inventory(gpus, HostSpec(1 << 34, 1 << 34, 0, "test"))
+
+
+@pytest.mark.parametrize("arch, flags", [
+    ("llama", ["-ngl", "1"]),                               # layer 1 and output on CUDA0, layer 0 on the host
+    ("qwen3moe", ["-ot", r"blk\.0\.ffn_.*_exps=CPU"]),     # layer 0's experts in host memory
+])
+def test_op_offload_stages_host_weights_and_keeps_the_logits(arch: str, flags: list[str], models: dict[str, Path]) -> None:
+    """A 40-token batch is past CUDA's offload threshold (32): matmuls whose weight is in host
+    memory run on CUDA0 with the weight copied in (only the routed experts, for MUL_MAT_ID)."""
+    tokens = [(7 * i + 3) % 256 for i in range(40)]
+    single = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "256", "-ngl", "0"]))
+    split = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "256", *flags]), _cuda_inventory(2))
+    ref, got = single.decode(tokens, True), split.decode(tokens, True)
+    copies = split.steps[0].measurement.copies
+    assert any(c.dst_backend == "CUDA0" and c.name.startswith("blk.0.") for c in copies)
+    if arch == "qwen3moe":
+        assert any(c.expert_runs for c in copies)
+    assert np.array_equal(got, ref)
