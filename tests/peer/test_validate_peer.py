@@ -179,3 +179,26 @@ def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, s
         mine = ours.get(device, 0) / MIB
         # fit-print floors to whole MiB: allow that MiB on top of 5 %
         assert abs(mine - compute_mib) <= 0.05 * compute_mib + 1, f"{device}: {mine:.2f} vs {compute_mib} MiB"
+
+
+def test_validate_engine_llama_cpp_agrees_with_the_embedded_engine(capsys, llama_tools) -> None:
+    """`fitplan validate --engine llama.cpp` (rpc-servers standing in for RPC0/RPC1) reports the
+    split counts and device weights the embedded engine measures for the same flags."""
+    import json
+
+    from planner.cli import main
+
+    flags = ["--", "-c", "1024", "--rpc", "127.0.0.1:1,127.0.0.1:2", "-ngl", "10", "-ts", "1,3"]
+    docs = {}
+    for engine in ("embedded", "llama.cpp"):
+        code = main(["validate", str(MODEL), "--engine", engine, "--format", "json", "--gen-tokens", "4", *flags])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        docs[engine] = json.loads(out)
+    assert docs["llama.cpp"]["splits"] == docs["embedded"]["splits"]
+    for ours, theirs in zip(docs["embedded"]["devices"], docs["llama.cpp"]["devices"]):
+        assert ours["name"] == theirs["name"]
+        if ours["name"] != "Host":   # llama.cpp maps the host weights: its CPU_Mapped buffer spans file gaps
+            # llama.cpp prints MiB with two decimals: within 0.005 MiB
+            assert abs(ours["weights_bytes"] - theirs["weights_bytes"]) <= 0.005 * MIB
+            assert abs(ours["kv_bytes"] - theirs["kv_bytes"]) <= 0.01 * MIB
