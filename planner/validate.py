@@ -153,6 +153,9 @@ def validate(req: ValidateRequest, engine: str = "embedded") -> ValidateReport:
         raise BadInput(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     ctx = model_context(resolve_model(req.model))
     est = estimate(ctx, req.flags, req.inventory)
+    if req.n_prompt + req.n_gen > est.cparams.n_ctx:
+        raise BadInput(f"--prompt-tokens {req.n_prompt} + --gen-tokens {req.n_gen} do not fit the context "
+                       f"of {est.cparams.n_ctx} tokens")
     if engine == "llama.cpp":
         from planner.validate_llama import validate_llama
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.devices import Backend as DevBackend
+from planner.errors import BadInput
 from planner.devices import Inventory
 from planner.estimate import ModelContext, model_context
 from planner.flags import LlamaFlags
@@ -127,7 +128,7 @@ class ModelRunner:
         self.hp: HParams = read_hparams(ctx.model)
         limit_blas_threads(1)
         if cp.n_seq != 1:
-            raise ValueError("the runtime runs one sequence (-np 1)")
+            raise BadInput(f"-np {cp.n_seq}: the runtime runs one sequence (-np 1)")
         self.cpu = TimedBackend(make_cpu(capacities.get("CPU", capacities.get(HOST, UNLIMITED))).device)
         self.backends: dict[str, TimedBackend] = {}
         for dev in placement.devices:
@@ -191,7 +192,8 @@ class ModelRunner:
                  CacheKind.SWA: swa_cells(hp.n_swa, cp, self.flags.swa_full) if any(hp.swa) else 0}
         cache_type = {"f16": GGMLType.F16, "f32": GGMLType.F32}.get(self.flags.cache_type_k)
         if cache_type is None or self.flags.cache_type_v != self.flags.cache_type_k:
-            raise ValueError("the runtime implements f16 and f32 KV caches only")
+            raise BadInput(f"-ctk {self.flags.cache_type_k} -ctv {self.flags.cache_type_v}: the runtime "
+                           f"implements f16 and f32 KV caches only")
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
                           v_trans=not cp.flash_attn, cache_type=cache_type)
         by_device: dict[str, list[Tensor]] = {}

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from planner.errors import BadInput
 from runtime import build as B
 from runtime.graph import GGMLType, Graph, Op, Tensor
 from runtime.models.hparams import FfnKind, HParams
@@ -131,7 +132,7 @@ class DecoderBuilder:
             v2 = B.view(v, (width, n_tokens), (v.nb[0], v.nb[2]), 0)
             return store_k, B.set_rows(vc, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
         if width != vc.ne[0]:
-            raise ValueError("a transposed V cache with layers of different widths is not implemented")
+            raise BadInput("-fa off with layers of different V widths is not implemented in the runtime")
         v2 = B.reshape(B.reshape(v, (width, n_tokens)), (1, width * n_tokens))
         v_all = B.reshape(vc, (1, vc.n_elements))
         return store_k, B.set_rows(v_all, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")

@@ -97,11 +97,19 @@ def test_budget_too_small_is_a_verdict_not_a_traceback(capsys, model: str, tmp_p
     (["/nonexistent/plan.yaml"], "cannot read the plan"),
     (["PLAN", "--", "-c", "256"], "a plan file carries its own flags"),
     (["BADPLAN"], "not a fitplan plan file"),
+    (["WRONGHASH"], "is not the model the plan was made for"),
+    (["M", "--", "-c", "256", "-np", "2"], "the runtime runs one sequence"),
+    (["M", "--", "-c", "256", "-ctk", "q8_0", "-ctv", "q8_0"], "f16 and f32 KV caches only"),
+    (["M", "--prompt-tokens", "250", "--", "-c", "256"], "do not fit the context of 256 tokens"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, model: str, tmp_path: Path, argv: list[str], message: str) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: 3\n")
-    subst = {"M": model, "PLAN": _plan(tmp_path, model, 1 << 30), "BADPLAN": str(bad)}
+    wrong = tmp_path / "wrong.yaml"
+    doc = yaml.safe_load(Path(_plan(tmp_path, model, 1 << 30)).read_text())
+    doc["model"]["header_sha256"] = "0" * 64
+    wrong.write_text(yaml.safe_dump(doc))
+    subst = {"M": model, "PLAN": _plan(tmp_path, model, 1 << 30), "BADPLAN": str(bad), "WRONGHASH": str(wrong)}
     code, out, err = _run(capsys, *[subst.get(a, a) for a in argv])
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
