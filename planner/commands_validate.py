@@ -16,7 +16,7 @@ def validate_cmd(
     engine: Annotated[str, typer.Option("--engine", help="embedded | llama.cpp")] = "embedded",
     fmt: Annotated[str, typer.Option("--format", help="table | json | yaml")] = "table",
     devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML (MODEL form)")] = None,
-    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="budgets, as `fitplan plan` (MODEL form)")] = None,
+    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="budgets, as fitplan plan")] = None,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="prompt length in token ids")] = 32,
     gen_tokens: Annotated[int, typer.Option("--gen-tokens", min=1, help="generated tokens")] = 16,
 ) -> None:

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 300.0
 
-_BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB")
+_BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+) (model|KV|compute) buffer size"
+                     r" =\s+([\d.]+) MiB")
 _GRAPH = re.compile(r"graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)(?: / (\d+))?, splits = (\d+)(?: / (\d+))?")
 _KIND = {"model": "model", "KV": "context", "compute": "compute"}
 

@@ -22,14 +22,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.devices import Backend as DevBackend
-from planner.errors import BadInput
 from planner.devices import Inventory
+from planner.errors import BadInput
 from planner.estimate import ModelContext, model_context
 from planner.flags import LlamaFlags
 from planner.kv import ContextParams, context_params, swa_cells
 from planner.placement import CPU_REPACK, HOST, Placement, place, resolve_devices
 from runtime.compute import Measurement
-from runtime.devices import UNLIMITED, Backend, Device, DeviceType, alloc_tensors, make_cpu
+from runtime.devices import (
+    UNLIMITED,
+    Backend,
+    Device,
+    DeviceType,
+    alloc_tensors,
+    make_cpu,
+)
 from runtime.graph import BufferUsage, GGMLType, Tensor
 from runtime.kernels import read_f32
 from runtime.models.builder import BatchShape, BuiltGraph, DecoderBuilder

@@ -172,7 +172,8 @@ def _cuda_inventory(n: int):
     ("llama", ["-ngl", "1"]),                               # layer 1 and output on CUDA0, layer 0 on the host
     ("qwen3moe", ["-ot", r"blk\.0\.ffn_.*_exps=CPU"]),     # layer 0's experts in host memory
 ])
-def test_op_offload_stages_host_weights_and_keeps_the_logits(arch: str, flags: list[str], models: dict[str, Path]) -> None:
+def test_op_offload_stages_host_weights_and_keeps_the_logits(arch: str, flags: list[str],
+                                                             models: dict[str, Path]) -> None:
     """A 40-token batch is past CUDA's offload threshold (32): matmuls whose weight is in host
     memory run on CUDA0 with the weight copied in (only the routed experts, for MUL_MAT_ID)."""
     tokens = [(7 * i + 3) % 256 for i in range(40)]

@@ -53,7 +53,8 @@ def _tensors(arch: str, d: Dims) -> list[tuple[str, tuple[int, ...], Q]]:
                     (p + "ffn_up_exps.weight", (d.n_embd, d.n_ff_exp, d.n_expert), Q.Q8_0),
                     (p + "ffn_down_exps.weight", (d.n_ff_exp, d.n_embd, d.n_expert), Q.Q8_0)]
         else:
-            out += [(p + "ffn_gate.weight", (d.n_embd, d.n_ff), Q.Q8_0), (p + "ffn_up.weight", (d.n_embd, d.n_ff), Q.Q8_0),
+            out += [(p + "ffn_gate.weight", (d.n_embd, d.n_ff), Q.Q8_0),
+                    (p + "ffn_up.weight", (d.n_embd, d.n_ff), Q.Q8_0),
                     (p + "ffn_down.weight", (d.n_ff, d.n_embd), Q.Q8_0)]
     return out
 
