@@ -2,8 +2,8 @@
 
 planner.gguf_file reads the header but keeps no data offsets (the planner never touches
 tensor data). The runtime needs them, so this module walks the header once more — gguf-py's
-value-type enum is the table, long string arrays are skipped with numpy instead of a
-Python object per element — and memory-maps the file: a weight is read straight into its
+value-type enum is the table, arrays are skipped without building a Python object per
+element — and memory-maps the file: a weight is read straight into its
 device buffer, never through an intermediate copy of the whole file.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ class DataIndex:
 
 
 def _skip_strings(buf: mmap.mmap, pos: int, count: int) -> int:
-    """Skip `count` length-prefixed strings; vectorised in chunks (vocabularies hold 262k)."""
+    """Skip `count` length-prefixed strings (a 262k-token vocabulary takes ~0.1 s)."""
     for _ in range(count):
         (n,) = struct.unpack_from("<Q", buf, pos)
         pos += 8 + n

@@ -19,9 +19,11 @@ from planner.flags import parse_llama_flags
 from runtime.execute import ModelRunner
 from tests.runtime.models.tiny_models import Dims, write_tiny
 
-ARCHS = ("llama", "qwen3", "qwen3moe", "gemma3")
-# llama-fit-params -v -c 256 [-fa off] on write_tiny(arch) files: "graph: nodes = N"
-LLAMA_CPP_NODES = {"llama": (68, 78), "qwen3": (76, 86), "qwen3moe": (108, 118), "gemma3": (87, 97)}
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+# llama-fit-params -v -c 256 [-fa off] on write_tiny(arch, DIMS[arch]) files: "graph: nodes = N"
+LLAMA_CPP_NODES = {"llama": (68, 78), "qwen2": (74, 84), "qwen3": (76, 86), "qwen3moe": (108, 118), "gemma3": (87, 97)}
+# qwen2's Q projection is n_embd wide in llama.cpp (src/models/qwen2.cpp): 2 heads of 32
+DIMS = {"qwen2": Dims(n_head=2, n_head_kv=1)}
 TOKENS = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19, 23, 29]   # 12 tokens: past gemma3's window of 8
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]
 RPC3 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002,127.0.0.1:50003"]
@@ -30,8 +32,8 @@ RPC3 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002,127.0.0.1:50003"]
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("tiny")
-    out = {a: write_tiny(d / f"{a}.gguf", a) for a in ARCHS}
-    out.update({f"{a}-f32": write_tiny(d / f"{a}-f32.gguf", a, all_f32=True) for a in ARCHS})
+    out = {a: write_tiny(d / f"{a}.gguf", a, DIMS.get(a, Dims())) for a in ARCHS}
+    out.update({f"{a}-f32": write_tiny(d / f"{a}-f32.gguf", a, DIMS.get(a, Dims()), all_f32=True) for a in ARCHS})
     return out
 
 
@@ -115,7 +117,8 @@ def _moe(x: np.ndarray, w: dict[str, np.ndarray], p: str, k: int) -> np.ndarray:
     return out
 
 
-def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims = Dims()) -> np.ndarray:
+def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims | None = None) -> np.ndarray:
+    d = d or DIMS.get(arch, Dims())
     w = _weights(path)
     gemma, qk_norm = arch == "gemma3", arch in ("qwen3", "qwen3moe", "gemma3")
     x = w["token_embd.weight"][tokens] * (np.sqrt(d.n_embd) if gemma else 1.0)
@@ -127,6 +130,10 @@ def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims = Dims())
         q = (h @ w[p + "attn_q.weight"].T).reshape(len(tokens), d.n_head, d.head_dim)
         k = (h @ w[p + "attn_k.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
         v = (h @ w[p + "attn_v.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
+        if arch == "qwen2":
+            q = q + w[p + "attn_q.bias"].reshape(d.n_head, d.head_dim)
+            k = k + w[p + "attn_k.bias"].reshape(d.n_head_kv, d.head_dim)
+            v = v + w[p + "attn_v.bias"].reshape(d.n_head_kv, d.head_dim)
         if qk_norm:
             q, k = _rms(q, w[p + "attn_q_norm.weight"]), _rms(k, w[p + "attn_k_norm.weight"])
         q, k = (_rope(t, pos, 10000.0, neox=arch != "llama") for t in (q, k))
