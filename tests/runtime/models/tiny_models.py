@@ -43,7 +43,7 @@ def _tensors(arch: str, d: Dims) -> list[tuple[str, tuple[int, ...], Q]]:
                 (p + "attn_k.weight", (d.n_embd, kv), Q.Q8_0), (p + "attn_v.weight", (d.n_embd, kv), Q.F32),
                 (p + "attn_output.weight", (q, d.n_embd), Q.Q8_0), (p + "ffn_norm.weight", (d.n_embd,), Q.F32)]
         if arch == "qwen2":   # Q/K/V biases (src/models/qwen2.cpp)
-            out += [(p + "attn_q.bias", (q,), Q.F32), (p + "attn_k.bias", (kv,), Q.F32), (p + "attn_v.bias", (kv,), Q.F32)]
+            out += [(p + f"attn_{x}.bias", (n,), Q.F32) for x, n in (("q", q), ("k", kv), ("v", kv))]
         if arch in ("qwen3", "qwen3moe", "gemma3"):
             out += [(p + "attn_q_norm.weight", (d.head_dim,), Q.F32), (p + "attn_k_norm.weight", (d.head_dim,), Q.F32)]
         if arch == "gemma3":
