@@ -417,6 +417,34 @@ def _best(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRe
     return best
 
 
+def _one_more_layer(best: _Candidate) -> _Candidate:
+    """The solver sizes each device's compute buffer by a probe (every layer offloaded), which can
+    leave a device just short of one more layer. As llama.cpp's fit does last, move the host's last
+    layer onto the device range that follows it (its routed experts too, else kept on the host)
+    while the estimate finds it within budget and the prediction is no slower."""
+    s = best.setting
+    while s.devices and best.assignment.counts(len(s.devices) + 1)[0]:
+        a = best.assignment
+        il = a.counts(len(s.devices) + 1)[0] - 1
+        slot = next((x for x in a.slot_of_layer if x), 1)
+        slots = a.slot_of_layer[:il] + (slot,) + a.slot_of_layer[il + 1:]
+        moe = s.request.allow_expert_offload and _layer_weights(s.ctx)[1][il] > 0
+        for on_host in [a.experts_on_host] + ([a.experts_on_host | {il}] if moe else []):
+            trial = replace(a, slot_of_layer=slots, experts_on_host=frozenset(on_host))
+            flags = flags_for(s, trial)
+            est = estimate(s.ctx, flags, s.inventory, exact_compute=False)
+            cand = replace(best, assignment=trial, flags=flags, estimate=est, prediction=_predict(s, trial, est))
+            if not overuse(s, est) and cand.score()[0] >= best.score()[0]:
+                break
+        else:
+            break
+        exact = estimate(s.ctx, flags, s.inventory)  # the trial used the analytic model: judge exactly
+        if overuse(s, exact):
+            break
+        best = replace(cand, estimate=exact)
+    return best
+
+
 # What of a layer's routed experts may stay in host memory while the rest returns to its device, most
 # returned first: llama.cpp's own fit splits a layer's experts this way (common/fit.cpp, the
 # LAYER_FRACTION_GATE / _UP overflow patterns) to use the room a whole layer's experts would not fit.
@@ -461,7 +489,7 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
         best = _judged(ctx, inventory, budgets, request, _best(ctx, inventory, budgets, request, cache))
         if best is None:
             continue
-        best = _return_expert_tensors(best)
+        best = _return_expert_tensors(_one_more_layer(best))
         result = PlanResult(ctx.model.path, header_sha256(ctx.model.path, ctx.model.header_bytes), inventory,
                             budgets, request, best.flags, best.estimate, best.prediction,
                             best.assignment.experts_on_host, best.rounds)
