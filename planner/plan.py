@@ -426,6 +426,8 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
     while s.devices and best.assignment.counts(len(s.devices) + 1)[0]:
         a = best.assignment
         il = a.counts(len(s.devices) + 1)[0] - 1
+        if il == s.ctx.facts.n_layer_all and s.output_on_host:
+            break  # the output layer would bring only its norm: its matrix stays on the host
         slot = next((x for x in a.slot_of_layer if x), 1)
         slots = a.slot_of_layer[:il] + (slot,) + a.slot_of_layer[il + 1:]
         moe = s.request.allow_expert_offload and _layer_weights(s.ctx)[1][il] > 0
