@@ -67,7 +67,7 @@ class ValidateReport:
     devices: tuple[DeviceReport, ...]
     n_splits_prompt: int
     n_splits_gen: int
-    copied_bytes_per_token: int
+    copied_bytes_per_token: int | None      # None: the engine does not report it (llama.cpp)
     seconds_per_split: float
     prompt_tokens_s: float
     gen_tokens_s: float
@@ -98,13 +98,14 @@ class ValidateReport:
         rows = [[d.name, fmt_mib(d.weights_bytes), pred(d, 0), fmt_mib(d.kv_bytes), pred(d, 1),
                  fmt_mib(d.compute_bytes), pred(d, 2), "-" if d.budget_bytes is None else fmt_mib(d.budget_bytes),
                  f"{d.seconds_per_token * 1e3:.1f}" if d.seconds_per_token else "-"] for d in self.devices]
+        copied = "-" if self.copied_bytes_per_token is None else fmt_bytes(self.copied_bytes_per_token)
         lines = [f"{self.model} [{self.engine}] {self.flags}"]
         if not self.devices:
             return "\n".join(lines + [f"note: {n}" for n in self.notes] + ["", f"verdict: {self.verdict}"]) + "\n"
         lines += ["", table(["device", "weights MiB", "(pred)", "KV MiB", "(pred)", "compute MiB", "(pred)",
                         "budget MiB", "ms/token"], rows, align="lrrrrrrrr"), "",
                  f"splits: prompt {self.n_splits_prompt}, generation {self.n_splits_gen}; "
-                 f"copied per token {fmt_bytes(self.copied_bytes_per_token)}; "
+                 f"copied per token {copied}; "
                  f"{self.seconds_per_split * 1e3:.2f} ms per split",
                  f"speed: prompt {self.prompt_tokens_s:.1f} tokens/s, generation {self.gen_tokens_s:.1f} tokens/s"]
         lines += [f"note: {n}" for n in self.notes]
@@ -127,7 +128,26 @@ def _predicted(est: Estimate) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def _judge(devices: tuple[DeviceReport, ...]) -> tuple[str, bool, tuple[str, ...]]:
+def _server_predicted(ctx: Any, req: ValidateRequest, est: Estimate) -> dict[str, tuple[int, int, int]]:
+    """The estimate, with compute re-reserved for llama-server's single output row where the
+    runtime has a graph builder (the estimate, like llama-fit-params, reserves n_batch rows)."""
+    from runtime.execute import ModelRunner
+    from runtime.reserve import supported
+
+    predicted = _predicted(est)
+    try:
+        runner = ModelRunner.load(ctx, req.flags, req.inventory, reserve=False, weights=False, n_outputs_max=1)
+    except BadInput:   # settings the runtime does not run (quantized caches): the estimate as it is
+        return predicted
+    if not supported(ctx, req.flags, runner.cp, runner.placement):
+        return predicted
+    compute = {(HOST if k == "CPU" else k): v for k, v in runner.reserve().compute_bytes.items()}
+    return {row: (m, c, compute.get(row, k)) for row, (m, c, k) in predicted.items()}
+
+
+def _judge(devices: tuple[DeviceReport, ...], slack: int = 0) -> tuple[str, bool, tuple[str, ...]]:
+    """Verdict and notes; `slack` bytes absorb an engine's rounding of weights/KV (llama.cpp logs
+    MiB with two decimals)."""
     over = [(d.name, d.total_bytes - d.budget_bytes) for d in devices
             if d.budget_bytes is not None and d.total_bytes > d.budget_bytes]
     if over:
@@ -138,7 +158,7 @@ def _judge(devices: tuple[DeviceReport, ...]) -> tuple[str, bool, tuple[str, ...
         if d.predicted is None:
             continue
         pm, pc, pk = d.predicted
-        if (pm, pc) != (d.weights_bytes, d.kv_bytes):
+        if abs(pm - d.weights_bytes) > slack or abs(pc - d.kv_bytes) > slack:
             notes.append(f"{d.name}: weights/KV differ from the estimate "
                          f"({fmt_mib(d.weights_bytes)}/{fmt_mib(d.kv_bytes)} vs {fmt_mib(pm)}/{fmt_mib(pc)} MiB)")
         if abs(d.compute_bytes - pk) > COMPUTE_TOLERANCE * max(pk, d.compute_bytes, 1):
@@ -159,7 +179,7 @@ def validate(req: ValidateRequest, engine: str = "embedded") -> ValidateReport:
     if engine == "llama.cpp":
         from planner.validate_llama import validate_llama
 
-        return validate_llama(req, ctx, _predicted(est))
+        return validate_llama(req, ctx, _server_predicted(ctx, req, est))
     return _validate_embedded(req, ctx, _predicted(est))
 
 

@@ -28,6 +28,7 @@ from planner.units import MiB
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0
+LOG_ROUNDING = MiB // 200   # llama.cpp prints buffer sizes in MiB with two decimals
 REQUEST_TIMEOUT_S = 300.0
 
 _BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+) (model|KV|compute) buffer size"
@@ -203,10 +204,9 @@ def validate_llama(req, ctx, predicted: dict[str, tuple[int, int, int]]):
     devices = tuple(DeviceReport(row, rows.get(row, {}).get("model", 0), rows.get(row, {}).get("context", 0),
                                  rows.get(row, {}).get("compute", 0), predicted.get(row), req.budgets.get(row), 0.0)
                     for row in names + ["Host"])
-    verdict, fits, notes = _judge(devices)
-    notes += ("llama-server reserves one output row (n_outputs_max = 1); the estimate reserves n_batch rows",
-              "per-device time and copied bytes are not reported by llama.cpp")
+    verdict, fits, notes = _judge(devices, slack=LOG_ROUNDING * 2)
+    notes += ("llama.cpp reports no per-device time and no copied bytes",)
     per_split = (1.0 / gen_s / parsed.n_splits_tg) if gen_s and parsed.n_splits_tg else 0.0
     return ValidateReport("llama.cpp", ctx.model.path, " ".join(flags_to_argv(req.flags)), devices,
-                          parsed.n_splits_pp, parsed.n_splits_tg, 0, per_split,
+                          parsed.n_splits_pp, parsed.n_splits_tg, None, per_split,
                           float(timings.get("prompt_per_second") or 0.0), gen_s, verdict, fits, notes)

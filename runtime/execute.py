@@ -158,13 +158,15 @@ class ModelRunner:
     @classmethod
     def load(cls, model: str | ModelContext, flags: LlamaFlags, inventory: Inventory | None = None,
              capacities: Mapping[str, int] | None = None, reserve: bool = True,
-             n_outputs_max: int | None = None) -> ModelRunner:
+             n_outputs_max: int | None = None, weights: bool = True) -> ModelRunner:
+        """Place, load (weights=False: sizes only, no tensor data read), allocate the KV cache
+        and reserve the compute buffers."""
         ctx = model_context(model)
         devices = resolve_devices(flags, inventory)
         placement = place(ctx.slots, ctx.facts.n_layer_all, flags, devices)
         cp = context_params(flags, ctx.facts.n_ctx_train)
         runner = cls(ctx, flags, placement, cp, capacities or {}, n_outputs_max)
-        runner.load_weights()
+        runner.load_weights(copy_data=weights)
         runner.alloc_kv()
         if reserve:
             runner.reserve()
