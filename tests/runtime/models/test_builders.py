@@ -192,3 +192,14 @@ def test_op_offload_stages_host_weights_and_keeps_the_logits(arch: str, flags: l
     if arch == "qwen3moe":
         assert any(c.expert_runs for c in copies)
     assert np.array_equal(got, ref)
+
+
+def test_sliding_window_cache_wraps_around(models: dict[str, Path]) -> None:
+    """gemma3's SWA cache holds pad(window + n_ubatch, 256) = 256 cells here, against 300 tokens
+    decoded 16 at a time: past position 256 its cells are reused, and only the window is seen."""
+    tokens = [(11 * i + 5) % 256 for i in range(300)]
+    runner = ModelRunner.load(str(models["gemma3-f32"]), parse_llama_flags(["-c", "512", "-ub", "16"]))
+    assert runner.kv is not None and {t.size for t in runner.kv.tables.values()} == {256}
+    got = runner.decode(tokens, all_logits=True)
+    ref = reference_logits("gemma3", models["gemma3-f32"], tokens)
+    assert np.abs(got - ref).max() <= 2e-2 * np.abs(ref).max()
