@@ -180,13 +180,15 @@ def _last_load(text: str) -> str:
 def validate_llama(req, ctx, predicted: dict[str, tuple[int, int, int]]):
     """Run llama-server with the request's placement (rpc-servers stand in for the devices)."""
     from planner.flags import flags_to_argv
-    from planner.llama_tools import ensure_tools, rpc_servers
+    from planner.llama_tools import rpc_servers, tools_dir
     from planner.placement import resolve_devices
     from planner.validate import DeviceReport, ValidateReport, _judge, prompt_ids
 
     if req.flags.n_parallel != 1:
         raise ToolsError("validate runs one sequence: drop -np")
-    bin_dir = ensure_tools()
+    bin_dir = tools_dir()
+    if bin_dir is None:   # a CLI check does not start a 15-minute build: say how to get the tools
+        raise ToolsError("--engine llama.cpp needs the llama.cpp tools: build them with scripts/build_llama_cpp.sh")
     names = [d.name for d in resolve_devices(req.flags, req.inventory)]
     with rpc_servers(len(names), bin_dir) as endpoints:
         flags = _rpc_flags(req.flags, names, endpoints)
