@@ -78,6 +78,7 @@ CASES: tuple[Case, ...] = (
     Case("llama-8b", (512, 2048)),
     Case("qwen3moe-30b-a3b", (2048, 2048)),
     Case("qwen3moe-30b-a3b", (4096, 2048)),
+    Case("qwen3moe-30b-a3b", (1024, 1024)),
     Case("qwen3moe-30b-a3b", (1024, 512)),
     Case("qwen3moe-30b-a3b", (2048, 2048), n_ctx=16384),
     Case("deepseek2-mla", (2048, 2048)),
