@@ -83,11 +83,10 @@ class Device:
     endpoint: str | None = None
 
     def buft_names(self) -> tuple[str, ...]:
-        """Names an -ot rule may use for this device's buffer type (ggml-rpc names it RPCk[endpoint])."""
-        names = (self.name,)
-        if self.endpoint:
-            names += (f"RPC0[{self.endpoint}]",)
-        return names
+        """Names an -ot rule may use for this device's buffer type. ggml-rpc names every server's
+        buffer type `RPC0[host:port]` whatever the device's index, and llama.cpp refuses `RPC1`
+        ("unknown buffer type": checked with llama-fit-params)."""
+        return (f"RPC0[{self.endpoint}]",) if self.endpoint else (self.name,)
 
 
 @dataclass(frozen=True)

@@ -109,20 +109,28 @@ def test_cpu_weights_repack_by_type_and_op(tied_llama):
 
 
 def test_overrides_first_match_wins_and_cpu_keeps_repack(tied_llama):
-    flags = parse_llama_flags(["-ts", "1,1", "-ot", r"blk\.3\.ffn_up=CPU", "-ot", r"ffn_up=B,blk\.0\.=B"])
+    b = "RPC0[127.0.0.1:2]"  # ggml-rpc's buffer type name for device B, the only one llama.cpp accepts
+    flags = parse_llama_flags(["-ts", "1,1", "-ot", r"blk\.3\.ffn_up=CPU", "-ot", rf"ffn_up={b},blk\.0\.={b}"])
     p = place(tied_llama, 4, flags, (A, B), REPACK)
     rows = _rows(p)
     assert rows["blk.3.ffn_up.weight"] == CPU_REPACK      # first rule; Q4_K with 512 rows
     assert rows["blk.0.ffn_up.weight"] == "B"             # second rule before the third
     assert rows["blk.0.attn_q.weight"] == "B"             # third rule
     assert rows["blk.1.attn_q.weight"] == "A"             # no rule: its layer's device
-    assert ("blk.3.ffn_up.weight", "CPU") in p.moved and ("blk.1.ffn_up.weight", "B") in p.moved
+    assert ("blk.3.ffn_up.weight", "CPU") in p.moved and ("blk.1.ffn_up.weight", b) in p.moved
     assert not p.pipeline_parallel                         # any override turns pipelining off
 
 
 def test_unknown_override_target_is_refused(tied_llama):
     with pytest.raises(FlagError, match="unknown buffer type 'CUDA9'"):
         place(tied_llama, 4, parse_llama_flags(["-ot", "exps=CUDA9"]), (A, B), REPACK)
+
+
+def test_rpc_device_name_is_not_a_buffer_type(tied_llama):
+    # llama-fit-params with two rpc-servers: "-ot x=RPC1" -> 'unknown buffer type'; the buffer
+    # types it lists are CPU and RPC0[host:port] for every server
+    with pytest.raises(FlagError, match="unknown buffer type 'B'"):
+        place(tied_llama, 4, parse_llama_flags(["-ot", "ffn_up=B"]), (A, B), REPACK)
 
 
 def test_rpc_buffer_type_name_is_accepted(tied_llama):
