@@ -114,18 +114,19 @@ def _start_server(bin_dir: Path, log_dir: Path) -> tuple[subprocess.Popen, int]:
             if _accepts(port):
                 return proc, port
             time.sleep(0.05)
-        _stop(proc)
+        stop_process(proc)
     raise ToolsError(f"ggml-rpc-server did not accept connections on {LOOPBACK} (logs in {log_dir})")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a process this module (or a caller) started, by its own handle: terminate, then kill."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=5)
+            proc.wait(timeout=grace_s)
 
 
 @contextlib.contextmanager
@@ -146,4 +147,4 @@ def rpc_servers(n: int, bin_dir: Path | None = None) -> Iterator[list[str]]:
             yield endpoints
         finally:
             for proc in procs:
-                _stop(proc)
+                stop_process(proc)

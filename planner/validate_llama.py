@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from planner.llama_tools import LOOPBACK, ToolsError, free_port
+from planner.llama_tools import LOOPBACK, ToolsError, free_port, stop_process
 from planner.units import MiB
 
 log = logging.getLogger(__name__)
@@ -101,16 +101,6 @@ def _ready(port: int) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 @contextlib.contextmanager
 def llama_server(bin_dir: Path, model: str, flags: list[str]) -> Iterator[ServerClient]:
     """A llama-server on 127.0.0.1 with `flags` (one slot, verbose log); stopped on exit."""
@@ -130,7 +120,7 @@ def llama_server(bin_dir: Path, model: str, flags: list[str]) -> Iterator[Server
                 time.sleep(0.2)
             yield ServerClient(port, log_path)
         finally:
-            _stop(proc)
+            stop_process(proc)
 
 
 # --- validate --engine llama.cpp ------------------------------------------------------------------
