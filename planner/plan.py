@@ -1,35 +1,33 @@
 """`fitplan plan`: the best llama.cpp placement for a model on an inventory under budgets.
 
-Pipeline: the model read once → per-layer demands (weights from the tensor list, KV from the same
-`kv.layer_caches` estimate uses, compute buffers from an estimate probe) → `solve.solve_dp` →
-llama.cpp flags → `estimate` on exactly those flags. The estimate is the judge: if any device
-or the host comes out over budget, the solver's figure for that slot is corrected by the
-difference and the problem solved again, so a plan and its estimate can never disagree.
+Pipeline: the model read once → per-layer demands → `solve.solve_dp` → llama.cpp flags →
+`estimate` on exactly those flags, corrected until within budget (planner/plan_problem.py). This
+module searches what the solver does not decide — KV cache type, -ub, the output matrix on the
+host, the context — ranks the candidates, judges the best with the exact estimate, and refines it
+the way llama.cpp's own fit finishes (one more layer, single expert tensors back).
 """
 from __future__ import annotations
 
 import hashlib
 import logging
 import math
-import re
 from dataclasses import dataclass, field, replace
 
 from planner.budgets import Budgets, resolve_budgets
-from planner.costs import CostTable, cost_table
+from planner.costs import CostTable
 from planner.devices import Inventory
 from planner.errors import BadInput, InfeasiblePlacement, Shortfall
 from planner.estimate import Estimate, ModelContext, estimate, model_context
-from planner.flags import FFN_EXPS_REGEX, LlamaFlags, OverrideArg
-from planner.kv import CTX_PAD, context_params, layer_caches
-from planner.placement import CPU_REPACK, HOST, INPUT_LAYER, Device, Placement, resolve_devices
-from planner.solve import Assignment, LayerDemand, Objective, Problem, Slot, solve_dp
-from planner.throughput import (CPU, FALLBACK_DEVICE_BANDWIDTH, FALLBACK_HOST_BANDWIDTH, LOCAL_SPLIT_LATENCY_S,
-                                RPC_SPLIT_LATENCY_S, PlacementView, Prediction, layer_decode_bytes, predict)
+from planner.flags import LlamaFlags, OverrideArg
+from planner.kv import CTX_PAD
+from planner.placement import CPU_REPACK, HOST
+from planner.plan_problem import (COST_CACHE, Setting, flags_for, layer_weights, make_setting, overuse,
+                                  solve_verified)
+from planner.solve import Assignment, Objective
+from planner.throughput import CPU, PlacementView, Prediction, predict
 
 log = logging.getLogger(__name__)
 
-MAX_CORRECTIONS = 8
-_EXPS = re.compile(FFN_EXPS_REGEX)
 
 
 @dataclass(frozen=True)
@@ -96,232 +94,6 @@ def header_sha256(path: str, n_bytes: int) -> str:
 # demands: what each layer and each slot costs, from the estimate's own building blocks
 
 
-def _layer_weights(ctx: ModelContext) -> tuple[list[int], list[int], int]:
-    """Weight bytes per layer 0..n_layer_all (the last is the output layer), the routed-expert part
-    of each, and the input tensors that always stay in host memory."""
-    n = ctx.facts.n_layer_all
-    weights, experts, host = [0] * (n + 1), [0] * (n + 1), 0
-    for slot in ctx.slots:
-        if slot.layer == INPUT_LAYER:
-            host += slot.n_bytes
-            continue
-        weights[slot.layer] += slot.n_bytes
-        if slot.layer < n and _EXPS.search(slot.name):
-            experts[slot.layer] += slot.n_bytes
-    return weights, experts, host
-
-
-def _layer_kv(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]) -> list[int]:
-    """Context bytes of each layer, sized exactly as the estimate sizes them."""
-    n = ctx.facts.n_layer_all
-    name = devices[0].name if devices else CPU
-    fake = Placement(devices, tuple([name] * (n + 1)), (), (), 0, False)
-    cp = context_params(flags, ctx.facts.n_ctx_train)
-    out = [0] * (n + 1)
-    for cache in layer_caches(ctx.facts, flags, cp, fake, {d.name: d.alignment for d in devices}):
-        out[cache.layer] += cache.bytes
-    return out
-
-
-@dataclass(frozen=True)
-class _Setting:
-    """Everything fixed while the solver decides layers: flags without placement, devices, budgets."""
-
-    ctx: ModelContext
-    costs: CostTable
-    flags: LlamaFlags
-    devices: tuple[Device, ...]
-    inventory: Inventory
-    budgets: Budgets
-    request: PlanRequest
-    output_on_host: bool = False
-
-
-@dataclass(frozen=True)
-class _Probes:
-    """What the solver needs beyond the tensor list, measured once per setting with the estimate."""
-
-    weights: list[int]           # per layer 0..n_layer_all (output last)
-    experts: list[int]
-    kv: list[int]
-    device_compute: dict[str, int]
-    output_extra: int            # what the output device computes beyond the others (the logits)
-    host_fixed: int              # input tensors, the CPU compute buffer, KV kept on the host
-
-
-def _probe(s: _Setting) -> _Probes:
-    weights, experts, inputs = _layer_weights(s.ctx)
-    kv = _layer_kv(s.ctx, s.flags, s.devices)
-    probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False)]
-    per_device, extra = {}, 0
-    if s.devices:
-        full = estimate(s.ctx, _with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)),
-                        s.inventory, exact_compute=False)
-        probes.append(full)
-        compute = {d.name: d.compute_bytes for d in full.devices}
-        others = [compute[d.name] for d in s.devices if d.name != full.output_device]
-        base = max(others) if others else 0
-        extra = max(0, compute.get(full.output_device, 0) - base) if others else 0
-        per_device = {d.name: (base if others else compute.get(d.name, 0)) for d in s.devices}
-    host_compute = max(d.compute_bytes for p in probes for d in p.devices if d.name == HOST)
-    host_fixed = (inputs + host_compute + (0 if s.flags.kv_offload else sum(kv))
-                  + (weights[-1] if s.output_on_host else 0))
-    return _Probes(weights, experts, kv, per_device, extra, host_fixed)
-
-
-def build_problem(s: _Setting, probes: _Probes, correction: dict[str, int]) -> Problem:
-    """The solver's view: one demand per layer and one slot per place, corrected per slot."""
-    facts = s.ctx.facts
-    weights, experts, kv = probes.weights, probes.experts, probes.kv
-    compute, out_extra = probes.device_compute, probes.output_extra
-    frac = facts.n_expert_used / facts.n_expert if facts.n_expert else 0.0
-    n_ctx = context_params(s.flags, facts.n_ctx_train).n_ctx_seq
-    demands = []
-    for il in range(facts.n_layer_all + 1):
-        dev_kv = kv[il] if s.flags.kv_offload else 0
-        if il < facts.n_layer_all:
-            read, expert_read = layer_decode_bytes(s.costs.layers[il], n_ctx, frac, s.flags.n_parallel)
-        elif s.output_on_host:  # the output matrix and the logits stay in host memory
-            read, expert_read = 0.0, 0
-        else:
-            read, expert_read = float(weights[il]), 0
-        on_device = 0 if (il == facts.n_layer_all and s.output_on_host) else weights[il]
-        demands.append(LayerDemand(
-            device_bytes=on_device + dev_kv + (out_extra if il == facts.n_layer_all else 0),
-            expert_bytes=experts[il], read_bytes=max(read, 0.0), expert_read_bytes=float(expert_read)))
-    host_bw = s.inventory.host.bandwidth_bytes_s or FALLBACK_HOST_BANDWIDTH
-    host_budget = s.budgets.host_bytes - probes.host_fixed - correction.get(HOST, 0)
-    slots = [Slot(CPU, max(host_budget, -1), host_bw, 0, 0.0)]
-    specs = {d.name: d for d in s.inventory.devices}
-    for d in s.devices:
-        spec = specs.get(d.name)
-        bw = (spec.bandwidth_bytes_s if spec else 0) or FALLBACK_DEVICE_BANDWIDTH
-        latency = RPC_SPLIT_LATENCY_S if d.endpoint else LOCAL_SPLIT_LATENCY_S
-        slots.append(Slot(d.name, s.budgets.devices.get(d.name, 0), bw,
-                          compute.get(d.name, 0) + correction.get(d.name, 0), latency))
-    return Problem(tuple(demands), tuple(slots), s.request.allow_expert_offload)
-
-
-# ---------------------------------------------------------------------------------------------
-# from an assignment to llama.cpp flags, and back through the estimate
-
-
-def _expert_override(layers: frozenset[int]) -> OverrideArg | None:
-    if not layers:
-        return None
-    if layers == frozenset(range(len(layers))):
-        return OverrideArg("ncmoe", str(len(layers)))   # -ncmoe N: the first N layers' experts
-    ids = "|".join(str(i) for i in sorted(layers))
-    return OverrideArg("ot", rf"blk\.({ids}){FFN_EXPS_REGEX}=CPU")
-
-
-def _output_override(ctx: ModelContext) -> OverrideArg:
-    """Keep the output matrix in host memory. A tied output is llama.cpp's duplicate of token_embd
-    and an -ot rule sees it under that name (checked against llama-fit-params). Anchored: llama.cpp
-    matches -ot with std::regex_search (llama-model-loader.cpp), so a bare `output\.weight` would
-    also move every blk.N.attn_output.weight."""
-    tied = ctx.model.tensor("output.weight") is None
-    return OverrideArg("ot", r"^token_embd\.weight=CPU" if tied else r"^output\.weight=CPU")
-
-
-def _with_output(s: _Setting, flags: LlamaFlags) -> LlamaFlags:
-    if not s.output_on_host:
-        return flags
-    return replace(flags, override_args=flags.override_args + (_output_override(s.ctx),))
-
-
-def flags_for(s: _Setting, a: Assignment) -> LlamaFlags:
-    """llama.cpp flags that reproduce an assignment: -ngl, integer -ts counts, -ot for experts."""
-    n_slots = len(s.devices) + 1
-    counts = a.counts(n_slots)
-    ngl = len(a.slot_of_layer) - counts[0] if s.devices else 0
-    override = _expert_override(a.experts_on_host)
-    flags = replace(s.flags, n_gpu_layers=ngl,
-                    tensor_split=tuple(float(c) for c in counts[1:]) if len(s.devices) > 1 and ngl else (),
-                    override_args=(override,) if override else ())
-    return _with_output(s, flags) if ngl else flags
-
-
-def overuse(s: _Setting, est: Estimate) -> dict[str, int]:
-    """Bytes over budget per device (llama.cpp names) and on the host (Host + CPU_REPACK)."""
-    over: dict[str, int] = {}
-    host = sum(d.total_bytes for d in est.devices if d.name in (HOST, CPU_REPACK))
-    if host > s.budgets.host_bytes:
-        over[HOST] = host - s.budgets.host_bytes
-    for d in est.devices:
-        if d.name in s.budgets.devices and d.total_bytes > s.budgets.devices[d.name]:
-            over[d.name] = d.total_bytes - s.budgets.devices[d.name]
-    return over
-
-
-def _solve_verified(s: _Setting, exact: bool = False) -> tuple[Assignment, LlamaFlags, Estimate, int] | None:
-    """Solve, check with the estimate, correct the over-budget slots, repeat. The search checks with
-    the analytic compute model; `exact` checks with the estimate as `fitplan estimate` reports it
-    (the runtime's allocator where a graph builder exists), which is slower."""
-    correction: dict[str, int] = {}
-    probes = _probe(s)
-    for rounds in range(1, MAX_CORRECTIONS + 1):
-        problem = build_problem(s, probes, correction)
-        a = solve_dp(problem, s.request.objective)
-        if a is None:
-            return None
-        flags = flags_for(s, a)
-        est = estimate(s.ctx, flags, s.inventory, exact_compute=exact)
-        over = overuse(s, est)
-        if not over:
-            return a, flags, est, rounds
-        # Every device the solver under-counted is corrected at once, by its own error, so that one
-        # more round usually settles it (each exact round is a fresh allocator reserve).
-        predicted = _device_use(problem, a)
-        for d in est.devices:
-            error = d.total_bytes - predicted.get(d.name, d.total_bytes)
-            if error > 0:
-                correction[d.name] = correction.get(d.name, 0) + error
-        if HOST in over:
-            correction[HOST] = correction.get(HOST, 0) + over[HOST]
-        log.info("round %d over budget on %s; correcting", rounds, ", ".join(over))
-    return None
-
-
-def _device_use(problem: Problem, a: Assignment) -> dict[str, int]:
-    """Bytes the solver's figures put on each used device slot."""
-    use: dict[str, int] = {}
-    for il, slot in enumerate(a.slot_of_layer):
-        if slot == 0:
-            continue
-        layer = problem.layers[il]
-        name = problem.slots[slot].name
-        use[name] = use.get(name, 0) + layer.device_bytes - (layer.expert_bytes if il in a.experts_on_host else 0)
-    for slot in problem.slots[1:]:
-        if slot.name in use:
-            use[slot.name] += slot.fixed_bytes
-    return use
-
-
-_COSTS: dict[tuple[int, str], CostTable] = {}
-
-
-def _costs(ctx: ModelContext, cache: str) -> CostTable:
-    """The cost table depends only on the model and the cache type: build it once per plan."""
-    key = (id(ctx), cache)
-    if key not in _COSTS:
-        _COSTS.clear()  # one model at a time; ids are only unique among live objects
-        _COSTS[key] = cost_table(ctx.model, ctx.facts, cache, cache)
-    return _COSTS[key]
-
-
-def _setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
-             n_ctx: int, cache: str, n_ubatch: int = 512, output_on_host: bool = False) -> _Setting:
-    rpc = tuple(d.endpoint for d in inventory.devices if d.endpoint)
-
-    base = LlamaFlags(n_ctx=n_ctx, n_parallel=req.n_parallel, n_ubatch=n_ubatch, cache_type_k=cache,
-                      cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc,
-                      devices=tuple(inventory.names) if inventory.devices else None, ignored=("-fit", "off"))
-    devices = resolve_devices(base, inventory)
-    costs = _costs(ctx, cache)
-    return _Setting(ctx, costs, base, devices, inventory, budgets, req, output_on_host and bool(devices))
-
-
 @dataclass(frozen=True)
 class _Variant:
     """Choices made outside the solver: KV cache type, -ub, and where the output matrix lives."""
@@ -334,7 +106,7 @@ class _Variant:
 @dataclass(frozen=True)
 class _Candidate:
     variant: _Variant
-    setting: _Setting
+    setting: Setting
     assignment: Assignment
     flags: LlamaFlags
     estimate: Estimate
@@ -356,8 +128,8 @@ def _variants(req: PlanRequest, cache: str, has_devices: bool) -> list[_Variant]
 
 def _candidate(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, n_ctx: int,
                v: _Variant, exact: bool = False) -> _Candidate | None:
-    s = _setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host)
-    found = _solve_verified(s, exact)
+    s = make_setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host)
+    found = solve_verified(s, exact)
     if found is None:
         return None
     a, flags, est, rounds = found
@@ -388,23 +160,23 @@ def _all_on_devices(c: _Candidate) -> bool:
             and not c.variant.output_on_host)
 
 
-def _best(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, cache: str) -> _Candidate | None:
+def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+            cache: str) -> list[_Candidate]:
+    """Every variant's candidate (under the analytic compute model), best first."""
     limit = req.n_ctx or ctx.facts.n_ctx_train
-    best: _Candidate | None = None
+    by_context = req.max_ctx or req.objective is Objective.CONTEXT
+    found_all: list[_Candidate] = []
     last_score: dict[bool, tuple] = {}
     for v in _variants(req, cache, bool(inventory.devices)):
+        best = max(found_all, key=lambda c: _rank(c, by_context), default=None)
         if best is not None and _all_on_devices(best) and v.n_ubatch < best.variant.n_ubatch:
             break  # a smaller -ub only helps when something is still on the host
         if last_score.get(v.output_on_host, ()) == ("stop",):
             continue
-        if req.max_ctx or req.objective is Objective.CONTEXT:
-            floor = best.flags.n_ctx if best else 0
-            found = _largest_context(ctx, inventory, budgets, req, v, limit, floor)
-            better = found is not None and (best is None or (found.flags.n_ctx, found.score())
-                                            > (best.flags.n_ctx, best.score()))
+        if by_context:
+            found = _largest_context(ctx, inventory, budgets, req, v, limit, best.flags.n_ctx if best else 0)
         else:
             found = _candidate(ctx, inventory, budgets, req, limit, v)
-            better = found is not None and (best is None or found.score() > best.score())
             # Halving -ub frees compute buffer for layers; once it stops paying, smaller ones will not.
             previous = last_score.get(v.output_on_host)
             score = found.score()[:1] if found is not None else None
@@ -412,9 +184,13 @@ def _best(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRe
                 last_score[v.output_on_host] = ("stop",)
             elif score is not None:
                 last_score[v.output_on_host] = score
-        if better:
-            best = found
-    return best
+        if found is not None:
+            found_all.append(found)
+    return sorted(found_all, key=lambda c: _rank(c, by_context), reverse=True)
+
+
+def _rank(c: _Candidate, by_context: bool) -> tuple:
+    return (c.flags.n_ctx, c.score()) if by_context else c.score()
 
 
 def _one_more_layer(best: _Candidate) -> _Candidate:
@@ -430,7 +206,7 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
             break  # the output layer would bring only its norm: its matrix stays on the host
         slot = next((x for x in a.slot_of_layer if x), 1)
         slots = a.slot_of_layer[:il] + (slot,) + a.slot_of_layer[il + 1:]
-        moe = s.request.allow_expert_offload and _layer_weights(s.ctx)[1][il] > 0
+        moe = s.request.allow_expert_offload and layer_weights(s.ctx)[1][il] > 0
         for on_host in [a.experts_on_host] + ([a.experts_on_host | {il}] if moe else []):
             trial = replace(a, slot_of_layer=slots, experts_on_host=frozenset(on_host))
             flags = flags_for(s, trial)
@@ -483,12 +259,12 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
          ram: str | None = None, budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
     """The best placement of `model` on `inventory`; raises InfeasiblePlacement when nothing fits."""
     ctx = model_context(model)
-    _COSTS.clear()
+    COST_CACHE.clear()
     budgets = budgets or resolve_budgets(inventory, max_vram, ram)
     if not ctx.facts.n_ctx_train and not request.n_ctx:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")
     for cache in request.cache_types:
-        best = _judged(ctx, inventory, budgets, request, _best(ctx, inventory, budgets, request, cache))
+        best = _judged(ctx, inventory, budgets, request, _ranked(ctx, inventory, budgets, request, cache))
         if best is None:
             continue
         best = _return_expert_tensors(_one_more_layer(best))
@@ -504,15 +280,18 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
 
 
 def _judged(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
-            best: _Candidate | None) -> _Candidate | None:
-    """The chosen candidate checked with the exact estimate (corrected and solved again if it is over
-    a budget there); at the largest context, the context is searched again if it no longer fits."""
-    if best is None:
-        return None
-    exact = _candidate(ctx, inventory, budgets, req, best.flags.n_ctx, best.variant, exact=True)
-    if exact is None and (req.max_ctx or req.objective is Objective.CONTEXT):
-        exact = _largest_context(ctx, inventory, budgets, req, best.variant, best.flags.n_ctx, exact=True)
-    return exact
+            ranked: list[_Candidate], tries: int = 3) -> _Candidate | None:
+    """The best candidate that holds under the exact estimate (each corrected and solved again if it
+    is over a budget there), trying the next ones when it does not; at the largest context, the
+    context of the best variant is searched again."""
+    for c in ranked[:tries]:
+        exact = _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, c.variant, exact=True)
+        if exact is not None:
+            return exact
+    if ranked and (req.max_ctx or req.objective is Objective.CONTEXT):
+        top = ranked[0]
+        return _largest_context(ctx, inventory, budgets, req, top.variant, top.flags.n_ctx, exact=True)
+    return None
 
 
 def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,
@@ -529,7 +308,7 @@ def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, invento
     return predict(ctx.facts, costs, view, inventory)
 
 
-def _predict(s: _Setting, a: Assignment, est: Estimate) -> Prediction:
+def _predict(s: Setting, a: Assignment, est: Estimate) -> Prediction:
     return predict_estimate(s.ctx, s.costs, est, s.inventory, a.experts_on_host, s.output_on_host)
 
 
@@ -537,7 +316,7 @@ def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: 
     """What would not fit, and the nearest thing that would."""
     cache = req.cache_types[0]
     n_ctx = req.n_ctx or ctx.facts.n_ctx_train
-    s = _setting(ctx, inventory, budgets, req, n_ctx, cache)
+    s = make_setting(ctx, inventory, budgets, req, n_ctx, cache)
     all_host = estimate(ctx, replace(s.flags, n_gpu_layers=0), inventory)
     over = overuse(s, all_host)
     shortfalls = tuple(Shortfall(name, n + budgets.host_bytes if name == HOST else n + budgets.devices[name],
