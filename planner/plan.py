@@ -113,10 +113,12 @@ class _Candidate:
     rounds: int
     prediction: Prediction
 
-    def score(self) -> tuple[float, float, int]:
-        """Decode speed first (1 % steps, so noise does not decide), then prefill, then a larger -ub."""
+    def score(self) -> tuple[float, int, float, int]:
+        """Decode speed first (1 % steps, so model noise does not decide), then more weight bytes on
+        the devices, then prefill, then a larger -ub."""
         p = self.prediction
-        return (round(math.log(max(p.decode_tokens_s, 1e-9)) / math.log(1.01)), p.prefill_tokens_s,
+        on_devices = sum(d.model_bytes for d in self.estimate.devices if d.name not in (HOST, CPU_REPACK))
+        return (round(math.log(max(p.decode_tokens_s, 1e-9)) / math.log(1.01)), on_devices, p.prefill_tokens_s,
                 self.variant.n_ubatch)
 
 
@@ -179,7 +181,7 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
             found = _candidate(ctx, inventory, budgets, req, limit, v)
             # Halving -ub frees compute buffer for layers; once it stops paying, smaller ones will not.
             previous = last_score.get(v.output_on_host)
-            score = found.score()[:1] if found is not None else None
+            score = found.score()[:2] if found is not None else None
             if previous is not None and score is not None and score <= previous:
                 last_score[v.output_on_host] = ("stop",)
             elif score is not None:
