@@ -130,14 +130,14 @@ class TensorAlloc:
 
 
 class _Info:
-    __slots__ = ("addr", "allocated", "buffer_id", "n_children", "n_views")
+    """Per-tensor walk state. Defaults live on the class (no __init__): a walk makes one per
+    tensor it touches, tens of thousands for a 128-layer graph, and most keep the defaults."""
 
-    def __init__(self) -> None:
-        self.n_children = 0
-        self.n_views = 0
-        self.buffer_id = -1
-        self.addr = (0, 0)
-        self.allocated = False
+    n_children = 0
+    n_views = 0
+    buffer_id = -1
+    addr = (0, 0)
+    allocated = False
 
 
 class GraphAllocator:
@@ -217,18 +217,19 @@ class GraphAllocator:
 
     def _count_uses(self, graph: PlannedGraph) -> None:
         info = self._info
+        allocate = self._allocate_node
         for node, buffer_id in zip(graph.nodes, graph.node_ids):
             # an op-NONE node with a view source is the scheduler's dependency marker, not a view
             if node.view_src is not None and node.op is not Op.NONE:
                 info[node.view_src].n_views += 1
             if node.flags & FLAG_INPUT:
-                self._allocate_node(node, buffer_id)
+                allocate(node, buffer_id)
             for src in node.src:
                 if src is None:
                     continue
                 info[src].n_children += 1
                 if src.flags & FLAG_INPUT:
-                    self._allocate_node(src, buffer_id)
+                    allocate(src, buffer_id)
 
     def _walk(self, graph: PlannedGraph) -> None:
         self._info = defaultdict(_Info)
@@ -238,18 +239,21 @@ class GraphAllocator:
             self._allocate_node(leaf, leaf_id)
         self._count_uses(graph)
         info = self._info
+        allocate = self._allocate_node
         for node, buffer_id in zip(graph.nodes, graph.node_ids):
             srcs = [s for s in node.src if s is not None]
             for parent in srcs:
-                self._allocate_node(parent, buffer_id)
-            self._allocate_node(node, buffer_id)
+                # _allocate_node's own early exits, tested here to save a call per edge
+                if parent.buffer is None and parent.view_src is None:
+                    allocate(parent, buffer_id)
+            allocate(node, buffer_id)
             for parent in srcs:
                 p_hn = info[parent]
                 p_hn.n_children -= 1
                 if p_hn.n_children != 0 or p_hn.n_views != 0:
                     continue
                 if parent.view_src is not None:
-                    vs_hn = self._get(parent.view_src)
+                    vs_hn = info[parent.view_src]
                     vs_hn.n_views -= 1
                     if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
                         self._free_node(parent.view_src)
@@ -257,28 +261,21 @@ class GraphAllocator:
                     self._free_node(parent)
 
     # --- records, buffers, stamping ------------------------------------------------------------
-    def _record(self, t: Tensor | None) -> TensorAlloc | None:
-        if t is None or t.view_src is not None or t.buffer is not None:
-            return None  # views, pre-allocated and absent tensors take no arena space
-        hn = self._get(t)
-        if hn.buffer_id < 0:
-            return None
-        size = self.bufts[hn.buffer_id].alloc_size(t)
-        return TensorAlloc(hn.buffer_id, hn.addr[0], hn.addr[1], size)
+    def _records(self) -> dict[Tensor | None, TensorAlloc]:
+        """Every tensor the last walk gave arena space, with its address. Only tensors that are
+        neither views nor pre-allocated ever get a buffer id (_allocate_node), so this is exactly
+        the set the walk placed; views, pre-allocated and absent tensors take no arena space."""
+        bufts = self.bufts
+        return {t: TensorAlloc(hn.buffer_id, hn.addr[0], hn.addr[1], bufts[hn.buffer_id].alloc_size(t))
+                for t, hn in self._info.items() if hn.buffer_id >= 0}
 
     def plan(self, graph: PlannedGraph) -> list[int]:
         """Walk the graph and record every tensor's address; returns bytes per buffer id.
         Touches no device memory (ggml_gallocr_reserve_n_size)."""
         self.unstamp()
         self._walk(graph)
-        memo: dict[Tensor | None, TensorAlloc | None] = {None: None}
-
-        def record(t: Tensor | None) -> TensorAlloc | None:
-            if t not in memo:
-                memo[t] = self._record(t)
-            return memo[t]
-
-        self._node_allocs = [(record(n), tuple(record(s) for s in n.src)) for n in graph.nodes]
+        record = self._records().get
+        self._node_allocs = [(record(n), tuple(map(record, n.src))) for n in graph.nodes]
         self._leaf_allocs = [record(leaf) for leaf in graph.leafs]
         self.n_reserves += 1
         sizes = []

@@ -107,12 +107,26 @@ def numpy_dtype(ggml_type: GGMLType) -> Any:
     return _NUMPY_DTYPES.get(ggml_type)
 
 
+# Memo of contiguous strides by (type, ne): a graph build asks for the same few shapes
+# thousands of times (bench/bench_plan.py's 128-layer reserve builds ~20k tensors).
+_STRIDES: dict[tuple[GGMLType, tuple[int, ...]], tuple[int, ...]] = {}
+_STRIDES_MAX = 4096
+
+
 def contiguous_strides(ggml_type: GGMLType, ne: Sequence[int]) -> tuple[int, ...]:
+    key = (ggml_type, tuple(ne))
+    nb = _STRIDES.get(key)
+    if nb is not None:
+        return nb
     block, type_size = GGML_QUANT_SIZES[ggml_type]
-    nb = [type_size, type_size * (ne[0] // block)]
+    strides = [type_size, type_size * (ne[0] // block)]
     for i in range(2, MAX_DIMS):
-        nb.append(nb[i - 1] * ne[i - 1])
-    return tuple(nb)
+        strides.append(strides[i - 1] * ne[i - 1])
+    nb = tuple(strides)
+    if len(_STRIDES) >= _STRIDES_MAX:
+        _STRIDES.clear()
+    _STRIDES[key] = nb
+    return nb
 
 
 _ids = itertools.count()
@@ -142,8 +156,10 @@ class Tensor:
                  src: Iterable[Tensor | None] = (), op_params: dict[str, Any] | None = None,
                  view_src: Tensor | None = None, view_offs: int = 0,
                  nb: Sequence[int] | None = None, flags: TensorFlag = TensorFlag.NONE) -> None:
-        ne = tuple(int(d) for d in ne) + (1,) * (MAX_DIMS - len(ne))
-        if len(ne) != MAX_DIMS or any(d < 0 for d in ne):
+        ne = tuple(map(int, ne))
+        if len(ne) != MAX_DIMS:
+            ne += (1,) * (MAX_DIMS - len(ne))
+        if len(ne) != MAX_DIMS or min(ne) < 0:
             raise ValueError(f"tensor {name!r}: bad shape {ne}")
         if view_src is not None and view_src.view_src is not None:
             # ggml collapses view chains onto the root tensor (ggml_new_tensor_impl)
@@ -151,11 +167,12 @@ class Tensor:
             view_src = view_src.view_src
         self.uid = next(_ids)
         self.name = name
-        self.type = GGMLType(ggml_type)
+        # the enum call only when needed: it costs a Python call per tensor
+        self.type = ggml_type if type(ggml_type) is GGMLType else GGMLType(ggml_type)
         self.ne: tuple[int, ...] = ne
         self.nb: tuple[int, ...] = tuple(nb) if nb is not None else contiguous_strides(self.type, ne)
         self.op = op
-        self.op_params: dict[str, Any] = dict(op_params or {})
+        self.op_params: dict[str, Any] = dict(op_params) if op_params else {}
         self.src: list[Tensor | None] = list(src)
         self.view_src = view_src
         self.view_offs = view_offs
@@ -268,20 +285,25 @@ class Graph:
         return graph
 
     def expand(self, tensor: Tensor) -> None:
+        seen = self._seen
+        if tensor in seen:
+            return
         stack: list[tuple[Tensor, int]] = [(tensor, 0)]
         while stack:
             t, i = stack.pop()
-            if i == 0 and t in self._seen:
-                continue
-            while i < len(t.src) and (t.src[i] is None or t.src[i] in self._seen):
+            src = t.src
+            n = len(src)
+            while i < n:   # the first source not yet in the graph, if any
+                s = src[i]
+                if s is not None and s not in seen:
+                    break
                 i += 1
-            if i < len(t.src):
+            if i < n:
                 stack.append((t, i + 1))
-                stack.append((t.src[i], 0))  # type: ignore[arg-type]
+                stack.append((src[i], 0))  # type: ignore[arg-type]
                 continue
-            if t in self._seen:
-                continue
-            self._seen.add(t)
+            # a pushed source is unseen when pushed and the walk reaches it next (no cycles)
+            seen.add(t)
             if t.op is Op.NONE and not t.flags & FLAG_PARAM:
                 self.leafs.append(t)
             else:

@@ -7,7 +7,7 @@ context is its priority: 0 is the highest, the last is the CPU. Tensors pinned b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime.devices import Backend, BufferType
 from runtime.errors import SchedulerError
@@ -25,6 +25,9 @@ class SchedContext:
     backends: tuple[Backend, ...]
     bufts: tuple[BufferType, ...]
     op_offload: bool
+    # memo: buffer type -> ids of the backends that read it, in priority order (devices answer
+    # supports_buft from fixed facts; a 128-layer graph asks once per weight per split)
+    _readers: dict[BufferType, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def cpu(self) -> int:
@@ -32,6 +35,16 @@ class SchedContext:
 
     def supports_op(self, b: int, t: Tensor) -> bool:
         return self.backends[b].device.supports_op(t)
+
+    def readers(self, buft: BufferType) -> tuple[int, ...]:
+        ids = self._readers.get(buft)
+        if ids is None:
+            ids = tuple(b for b, backend in enumerate(self.backends) if backend.device.supports_buft(buft))
+            self._readers[buft] = ids
+        return ids
+
+    def reads(self, b: int, buft: BufferType) -> bool:
+        return b in self.readers(buft)
 
 
 class Assignment:
@@ -54,17 +67,21 @@ class Assignment:
 
 def buffer_supported(ctx: SchedContext, a: Assignment, t: Tensor, b: int) -> bool:
     """Can backend b read t where it is (its buffer, else the buffer type of its backend)?"""
-    buf = t.root_buffer()
+    vs = t.view_src
+    buf = t.buffer if vs is None else vs.buffer
     if buf is not None:
         buft = buf.buft
     else:
-        tb = a.get(t)
-        if tb == -1 and t.view_src is not None:
-            tb = a.get(t.view_src)
+        ids = a.ids
+        tb = ids.get(t, -1)
+        if tb == -1 and vs is not None:
+            tb = ids.get(vs, -1)
         if tb == -1:
             return False
         buft = ctx.bufts[tb]
-    return ctx.backends[b].device.supports_buft(buft)
+    if b < 0:  # a negative id indexes from the end, as the backends tuple would
+        b += len(ctx.backends)
+    return b in ctx.readers(buft)
 
 
 def _backend_from_buffer(ctx: SchedContext, t: Tensor, op_node: Tensor) -> int:
@@ -72,8 +89,9 @@ def _backend_from_buffer(ctx: SchedContext, t: Tensor, op_node: Tensor) -> int:
     buf = t.root_buffer()
     if buf is None:
         return -1
-    for b, backend in enumerate(ctx.backends):
-        if backend.device.supports_buft(buf.buft) and backend.device.supports_op(op_node):
+    backends = ctx.backends
+    for b in ctx.readers(buf.buft):
+        if backends[b].device.supports_op(op_node):
             return b
     return -1
 
@@ -109,8 +127,9 @@ def _forced_backend(ctx: SchedContext, t: Tensor) -> tuple[int, str]:
 
 def assign_forced(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignment:
     """Pass 1: leafs, then nodes, whose placement is forced (1.dst, 1.vsrc, 1.inp, 1.wgt, 1.off)."""
+    ids = a.ids
     for t in (*graph.leafs, *graph.nodes):
-        if a.get(t) == -1:
+        if ids.get(t, -1) == -1:
             b, cause = _forced_backend(ctx, t)
             if b != -1:
                 a.set(t, b, cause)
@@ -180,13 +199,14 @@ def _upgrade(ctx: SchedContext, a: Assignment, node: Tensor, cur: int) -> None:
 def upgrade_and_guess(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignment:
     """Pass 3. User pins are not upgraded: seed 000 promises they survive every pass (ggml
     itself would move a CPU pin onto a same-buffer-type accelerator here)."""
+    ids, pinned = a.ids, a.pinned
     for node in graph.nodes:
         if node.op in VIEW_OPS:
             continue
-        cur = a.get(node)
+        cur = ids.get(node, -1)
         if cur == -1:
             _guess(ctx, a, node)
-        elif node not in a.pinned:
+        elif cur > 0 and node not in pinned:  # backend 0 has nothing above it
             _upgrade(ctx, a, node, cur)
     return a
 
@@ -194,18 +214,20 @@ def upgrade_and_guess(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignm
 def assign_sources(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignment:
     """Pass 4: views follow their view source (4.vsrc), other sources their consumer (4.cur);
     a node still unplaced takes the first backend that runs it, or nothing can."""
+    ids = a.ids
     for node in graph.nodes:
-        cur = a.get(node)
+        cur = ids.get(node, -1)
         if node.view_src is not None and cur == -1:
-            cur = a.get(node.view_src)
+            cur = ids.get(node.view_src, -1)
             if cur != -1:
                 a.set(node, cur, "4.vsrc")
         for src in node.src:
-            if src is None or a.get(src) != -1:
+            if src is None or ids.get(src, -1) != -1:
                 continue
             if src.view_src is not None:
-                if a.get(src.view_src) != -1:
-                    a.set(src, a.get(src.view_src), "4.vsrc")
+                vb = ids.get(src.view_src, -1)
+                if vb != -1:
+                    a.set(src, vb, "4.vsrc")
             elif cur != -1:
                 a.set(src, cur, "4.cur")
         if cur == -1:

@@ -51,10 +51,11 @@ def _needs_new_split(ctx: SchedContext, a: Assignment, plan: SplitPlan, node: Te
     staged weights' lifetime so their bytes are reused), or the input list is full."""
     if n_inputs == 0:
         return False
+    ids = a.ids
     for src in node.src:
         if src is None:
             continue
-        foreign = a.get(src) != cur and not buffer_supported(ctx, a, src, cur)
+        foreign = ids.get(src, -1) != cur and not buffer_supported(ctx, a, src, cur)
         if foreign and src.buffer is not None and src.buffer.usage is BufferUsage.WEIGHTS:
             return True
         # The pinned llama.cpp grows the input array instead; seed 000's backstop is opt-in.
@@ -92,12 +93,13 @@ def cut_splits(ctx: SchedContext, graph: Graph, a: Assignment, n_copies: int = 1
     consuming node's src is rewired to the current copy, in place."""
     plan = SplitPlan()
     nodes = graph.nodes
+    ids = a.ids
     cur = _first_backend(a, nodes)
     i_start, inputs = 0, []
     for i, node in enumerate(nodes):
         if node.op in VIEW_OPS:
             continue
-        nb = a.get(node)
+        nb = ids.get(node, -1)
         if nb == -1:
             raise SchedulerError(f"node {node.name!r} ({node.op.value}) has no backend: "
                                  "all nodes should be assigned by now (no CPU fallback?)")
@@ -108,7 +110,7 @@ def cut_splits(ctx: SchedContext, graph: Graph, a: Assignment, n_copies: int = 1
         for j, src in enumerate(node.src):
             if src is None:
                 continue
-            sb = a.get(src)
+            sb = ids.get(src, -1)
             if sb == -1:
                 raise SchedulerError(f"source {src.name!r} of {node.name!r} has no backend")
             if sb == cur or buffer_supported(ctx, a, src, cur):
@@ -153,6 +155,7 @@ def planned_graph(graph: Graph, a: Assignment, plan: SplitPlan, n_copies: int, c
     start of the split). With pipeline copies, every copy is also a leaf, allocated first."""
     nodes: list[Tensor] = []
     node_ids: list[int] = []
+    ids = a.ids
     for split in plan.splits:
         for inp in split.inputs:
             dep = Tensor(inp.type, inp.ne, name=f"{inp.name} (dep)", op=Op.NONE, src=[inp],
@@ -161,9 +164,9 @@ def planned_graph(graph: Graph, a: Assignment, plan: SplitPlan, n_copies: int, c
             node_ids.append(a.get(inp))
             nodes.append(plan.copies[(inp, split.backend_id)][cur_copy])
             node_ids.append(split.backend_id)
-        for node in graph.nodes[split.i_start:split.i_end]:
-            nodes.append(node)
-            node_ids.append(a.get(node))
+        span = graph.nodes[split.i_start:split.i_end]
+        nodes.extend(span)
+        node_ids.extend([ids.get(node, -1) for node in span])
     leafs: list[Tensor] = []
     leaf_ids: list[int] = []
     if n_copies > 1:
@@ -173,9 +176,8 @@ def planned_graph(graph: Graph, a: Assignment, plan: SplitPlan, n_copies: int, c
             for t in plan.copies[(inp, b)]:
                 leafs.append(t)
                 leaf_ids.append(b)
-    for leaf in graph.leafs:
-        leafs.append(leaf)
-        leaf_ids.append(a.get(leaf))
+    leafs.extend(graph.leafs)
+    leaf_ids.extend([ids.get(leaf, -1) for leaf in graph.leafs])
     return PlannedGraph(nodes, node_ids, leafs, leaf_ids)
 
 
