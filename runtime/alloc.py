@@ -151,8 +151,9 @@ class GraphAllocator:
             self.allocs.append(shared or DynAllocator(buft.alignment, buft.max_size))
         self.buffers: list[list[Buffer] | None] = [None] * len(self.bufts)
         self._info: defaultdict[Tensor, _Info] = defaultdict(_Info)
-        self._node_allocs: list[tuple[TensorAlloc | None, tuple[TensorAlloc | None, ...]]] = []
-        self._leaf_allocs: list[TensorAlloc | None] = []
+        self._allocs: tuple[list[tuple[TensorAlloc | None, tuple[TensorAlloc | None, ...]]],
+                            list[TensorAlloc | None]] | None = ([], [])
+        self._pending: tuple[dict[Tensor, _Info], PlannedGraph, list[tuple[Tensor | None, ...]]] | None = None
         self._stamped: list[Tensor] = []
         self.n_reserves = 0
 
@@ -176,24 +177,27 @@ class GraphAllocator:
 
     def _reuse_parent(self, node: Tensor, hn: _Info) -> bool:
         """In place: take a parent's storage when this node is its only remaining child."""
+        info = self._info
         for parent in node.src:
-            if parent is None or not self._get(parent).allocated:
+            if parent is None:
+                continue
+            p_hn = info[parent]
+            if not p_hn.allocated:
                 continue  # external data (weights, caches) is never overwritten
-            if parent.flags & FLAG_OUTPUT or (
-                    parent.view_src is not None and parent.view_src.flags & FLAG_OUTPUT):
+            vs = parent.view_src
+            if parent.flags & FLAG_OUTPUT or (vs is not None and vs.flags & FLAG_OUTPUT):
                 continue
             if not node.same_layout(parent):
                 continue
-            p_hn = self._get(parent)
             if p_hn.n_children != 1 or p_hn.n_views != 0:
                 continue
             owner = parent
-            if parent.view_src is not None:
-                vs_hn = self._get(parent.view_src)
+            if vs is not None:
+                vs_hn = info[vs]
                 if not (vs_hn.n_views == 1 and vs_hn.n_children == 0 and parent.view_offs == 0):
                     continue
                 vs_hn.allocated = False
-                owner = parent.view_src
+                owner = vs
             hn.buffer_id, hn.addr = p_hn.buffer_id, p_hn.addr
             p_hn.allocated = False  # the node now owns these bytes
             self._free_extra_space(node, owner, hn)
@@ -201,7 +205,7 @@ class GraphAllocator:
         return False
 
     def _free_extra_space(self, node: Tensor, parent: Tensor, hn: _Info) -> None:
-        p_hn = self._get(parent)
+        p_hn = self._info[parent]
         alloc = self.allocs[p_hn.buffer_id]
         parent_size = _align(self.bufts[p_hn.buffer_id].alloc_size(parent), alloc.alignment)
         node_size = _align(self.bufts[hn.buffer_id].alloc_size(node), alloc.alignment)
@@ -211,7 +215,7 @@ class GraphAllocator:
     def _free_node(self, node: Tensor) -> None:
         if node.flags & FLAG_OUTPUT:
             return  # graph outputs are never freed
-        hn = self._get(node)
+        hn = self._info[node]
         self.allocs[hn.buffer_id].free(hn.addr, self.bufts[hn.buffer_id].alloc_size(node))
         hn.allocated = False
 
@@ -239,50 +243,63 @@ class GraphAllocator:
             self._allocate_node(leaf, leaf_id)
         self._count_uses(graph)
         info = self._info
-        allocate = self._allocate_node
+        allocate, free_node = self._allocate_node, self._free_node
         for node, buffer_id in zip(graph.nodes, graph.node_ids):
             srcs = [s for s in node.src if s is not None]
             for parent in srcs:
                 # _allocate_node's own early exits, tested here to save a call per edge
-                if parent.buffer is None and parent.view_src is None:
+                if parent.buffer is None and parent.view_src is None and not info[parent].allocated:
                     allocate(parent, buffer_id)
-            allocate(node, buffer_id)
+            if node.buffer is None and node.view_src is None and not info[node].allocated:
+                allocate(node, buffer_id)
             for parent in srcs:
                 p_hn = info[parent]
-                p_hn.n_children -= 1
-                if p_hn.n_children != 0 or p_hn.n_views != 0:
+                left = p_hn.n_children - 1
+                p_hn.n_children = left
+                if left != 0 or p_hn.n_views != 0:
                     continue
-                if parent.view_src is not None:
-                    vs_hn = info[parent.view_src]
+                vs = parent.view_src
+                if vs is not None:
+                    vs_hn = info[vs]
                     vs_hn.n_views -= 1
                     if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
-                        self._free_node(parent.view_src)
+                        free_node(vs)
                 elif p_hn.allocated:
-                    self._free_node(parent)
+                    free_node(parent)
 
     # --- records, buffers, stamping ------------------------------------------------------------
-    def _records(self) -> dict[Tensor | None, TensorAlloc]:
-        """Every tensor the last walk gave arena space, with its address. Only tensors that are
-        neither views nor pre-allocated ever get a buffer id (_allocate_node), so this is exactly
-        the set the walk placed; views, pre-allocated and absent tensors take no arena space."""
-        bufts = self.bufts
-        return {t: TensorAlloc(hn.buffer_id, hn.addr[0], hn.addr[1], bufts[hn.buffer_id].alloc_size(t))
-                for t, hn in self._info.items() if hn.buffer_id >= 0}
-
     def plan(self, graph: PlannedGraph) -> list[int]:
         """Walk the graph and record every tensor's address; returns bytes per buffer id.
         Touches no device memory (ggml_gallocr_reserve_n_size)."""
         self.unstamp()
         self._walk(graph)
-        record = self._records().get
-        self._node_allocs = [(record(n), tuple(map(record, n.src))) for n in graph.nodes]
-        self._leaf_allocs = [record(leaf) for leaf in graph.leafs]
+        # The per-node records are made when first needed (alloc_graph): a reserve that only
+        # sizes buffers never reads them. The walk's state and the sources as they are now
+        # (the scheduler rewires them) are kept for that.
+        self._pending = (self._info, graph, [tuple(n.src) for n in graph.nodes])
+        self._allocs = None
         self.n_reserves += 1
         sizes = []
         for i, alloc in enumerate(self.allocs):
             shared = any(self.allocs[j] is alloc for j in range(i))
             sizes.append(0 if shared else sum(alloc.chunk_sizes()))
         return sizes
+
+    def _recorded(self) -> tuple[list[tuple[TensorAlloc | None, tuple[TensorAlloc | None, ...]]],
+                                 list[TensorAlloc | None]]:
+        """(per node: its record and its sources'; per leaf: its record) from the last plan.
+        Only tensors that are neither views nor pre-allocated ever get a buffer id in the walk
+        (_allocate_node), so views, pre-allocated and absent tensors get no record."""
+        if self._allocs is None:
+            assert self._pending is not None
+            info, graph, srcs = self._pending
+            bufts = self.bufts
+            record = {t: TensorAlloc(hn.buffer_id, hn.addr[0], hn.addr[1], bufts[hn.buffer_id].alloc_size(t))
+                      for t, hn in info.items() if hn.buffer_id >= 0}.get
+            self._allocs = ([(record(n), tuple(map(record, ss))) for n, ss in zip(graph.nodes, srcs)],
+                            [record(leaf) for leaf in graph.leafs])
+            self._pending = None
+        return self._allocs
 
     def reserve(self, graph: PlannedGraph) -> list[int]:
         """Plan, then (re)allocate each buffer type's chunks where they grew (ggml_gallocr_reserve_n).
@@ -319,9 +336,10 @@ class GraphAllocator:
 
     def needs_realloc(self, graph: PlannedGraph) -> bool:
         """True when the recorded plan cannot hold this graph (ggml_gallocr_needs_realloc)."""
-        if len(graph.nodes) != len(self._node_allocs) or len(graph.leafs) != len(self._leaf_allocs):
+        node_allocs, leaf_allocs = self._recorded()
+        if len(graph.nodes) != len(node_allocs) or len(graph.leafs) != len(leaf_allocs):
             return True
-        for node, (dst, srcs) in zip(graph.nodes, self._node_allocs):
+        for node, (dst, srcs) in zip(graph.nodes, node_allocs):
             if not self._fits(node, dst):
                 return True
             for s, rec in zip(node.src, srcs):
@@ -344,9 +362,10 @@ class GraphAllocator:
             if len(self.bufts) != 1:
                 return False
             self.reserve(graph)
-        for leaf, rec in zip(graph.leafs, self._leaf_allocs):
+        node_allocs, leaf_allocs = self._recorded()
+        for leaf, rec in zip(graph.leafs, leaf_allocs):
             self._stamp(leaf, rec)
-        for node, (dst, srcs) in zip(graph.nodes, self._node_allocs):
+        for node, (dst, srcs) in zip(graph.nodes, node_allocs):
             for s, rec in zip(node.src, srcs):
                 if s is not None:
                     self._stamp(s, rec)

@@ -24,11 +24,6 @@ def new_input(ggml_type: GGMLType, ne: Sequence[int], name: str) -> Tensor:
     return Tensor(ggml_type, ne, name=name, flags=TensorFlag.INPUT)
 
 
-def _check(cond: bool, what: str) -> None:
-    if not cond:
-        raise ValueError(what)
-
-
 def _node(op: Op, ne: Sequence[int], src: Sequence[Tensor | None], name: str,
           ggml_type: GGMLType = F32, **params: object) -> Tensor:
     return Tensor(ggml_type, ne, name=name, op=op, src=src, op_params=params)
@@ -39,12 +34,14 @@ def _can_repeat(b: Tensor, a: Tensor) -> bool:
 
 
 def add(a: Tensor, b: Tensor, name: str = "") -> Tensor:
-    _check(_can_repeat(b, a), f"add: {b.ne} does not broadcast to {a.ne}")
+    if not _can_repeat(b, a):
+        raise ValueError(f"add: {b.ne} does not broadcast to {a.ne}")
     return _node(Op.ADD, a.ne, [a, b], name, a.type)
 
 
 def mul(a: Tensor, b: Tensor, name: str = "") -> Tensor:
-    _check(_can_repeat(b, a), f"mul: {b.ne} does not broadcast to {a.ne}")
+    if not _can_repeat(b, a):
+        raise ValueError(f"mul: {b.ne} does not broadcast to {a.ne}")
     return _node(Op.MUL, a.ne, [a, b], name, a.type)
 
 
@@ -66,27 +63,30 @@ def silu(a: Tensor, name: str = "") -> Tensor:
 
 def swiglu(a: Tensor, b: Tensor, name: str = "") -> Tensor:
     """ggml_swiglu_split: silu(a) * b."""
-    _check(a.ne == b.ne, f"swiglu: {a.ne} vs {b.ne}")
+    if a.ne != b.ne:
+        raise ValueError(f"swiglu: {a.ne} vs {b.ne}")
     return _node(Op.GLU, a.ne, [a, b], name, a.type, glu="SWIGLU")
 
 
 def mul_mat(a: Tensor, b: Tensor, name: str = "") -> Tensor:
     """ggml_mul_mat: a [K, M, a2, a3] x b [K, N, b2, b3] -> [M, N, b2, b3] (f32)."""
-    _check(a.ne[0] == b.ne[0] and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0,
-           f"mul_mat: {a.name} {a.ne} cannot multiply {b.name} {b.ne}")
+    if not (a.ne[0] == b.ne[0] and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0):
+        raise ValueError(f"mul_mat: {a.name} {a.ne} cannot multiply {b.name} {b.ne}")
     return _node(Op.MUL_MAT, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), [a, b], name)
 
 
 def mul_mat_id(experts: Tensor, b: Tensor, ids: Tensor, name: str = "") -> Tensor:
     """ggml_mul_mat_id: experts [K, M, n_expert], b [K, n_used or 1, n_tokens], ids [n_used, n_tokens]."""
-    _check(ids.type == GGMLType.I32 and ids.ne[1] == b.ne[2] and experts.ne[0] == b.ne[0],
-           f"mul_mat_id: bad operands {experts.ne} {b.ne} {ids.ne}")
-    _check(b.ne[1] in (1, ids.ne[0]), f"mul_mat_id: b.ne[1]={b.ne[1]} must be 1 or n_used={ids.ne[0]}")
+    if not (ids.type == GGMLType.I32 and ids.ne[1] == b.ne[2] and experts.ne[0] == b.ne[0]):
+        raise ValueError(f"mul_mat_id: bad operands {experts.ne} {b.ne} {ids.ne}")
+    if b.ne[1] not in (1, ids.ne[0]):
+        raise ValueError(f"mul_mat_id: b.ne[1]={b.ne[1]} must be 1 or n_used={ids.ne[0]}")
     return _node(Op.MUL_MAT_ID, (experts.ne[1], ids.ne[0], b.ne[2], 1), [experts, b, ids], name)
 
 
 def get_rows(a: Tensor, rows: Tensor, name: str = "") -> Tensor:
-    _check(rows.type == GGMLType.I32, "get_rows: row ids must be I32")
+    if rows.type != GGMLType.I32:
+        raise ValueError("get_rows: row ids must be I32")
     out_type = GGMLType.I32 if a.type == GGMLType.I32 else F32
     return _node(Op.GET_ROWS, (a.ne[0], rows.ne[0], rows.ne[1], rows.ne[2]), [a, rows], name, out_type)
 
@@ -99,7 +99,8 @@ def soft_max_ext(a: Tensor, mask: Tensor | None, scale_: float, max_bias: float 
 def rope(a: Tensor, pos: Tensor, n_dims: int, mode: int = 0, freq_base: float = 10000.0,
          freq_factors: Tensor | None = None, name: str = "") -> Tensor:
     """ggml_rope_ext: a [head_dim, n_head, n_tokens], pos [n_tokens] I32; mode 0 normal, 2 neox."""
-    _check(pos.type == GGMLType.I32 and pos.ne[0] == a.ne[2], f"rope: pos {pos.ne} vs {a.ne}")
+    if not (pos.type == GGMLType.I32 and pos.ne[0] == a.ne[2]):
+        raise ValueError(f"rope: pos {pos.ne} vs {a.ne}")
     return _node(Op.ROPE, a.ne, [a, pos, freq_factors], name, a.type,
                  n_dims=n_dims, mode=mode, freq_base=float(freq_base))
 
@@ -107,8 +108,8 @@ def rope(a: Tensor, pos: Tensor, n_dims: int, mode: int = 0, freq_base: float = 
 def flash_attn_ext(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale_: float,
                    sinks: Tensor | None = None, name: str = "") -> Tensor:
     """q [D, n_tokens, n_head], k/v [D, n_kv, n_head_kv] -> [Dv, n_head, n_tokens] (f32)."""
-    _check(q.ne[0] == k.ne[0] and k.ne[1] == v.ne[1] and q.ne[2] % k.ne[2] == 0,
-           f"flash_attn_ext: q {q.ne} k {k.ne} v {v.ne}")
+    if not (q.ne[0] == k.ne[0] and k.ne[1] == v.ne[1] and q.ne[2] % k.ne[2] == 0):
+        raise ValueError(f"flash_attn_ext: q {q.ne} k {k.ne} v {v.ne}")
     src: list[Tensor | None] = [q, k, v, mask, sinks]
     return _node(Op.FLASH_ATTN_EXT, (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), src, name, scale=float(scale_))
 
@@ -128,8 +129,12 @@ def view(a: Tensor, ne: Sequence[int], nb: Sequence[int] | None = None, offset: 
 
 def reshape(a: Tensor, ne: Sequence[int], name: str = "") -> Tensor:
     full_ne = tuple(ne) + (1,) * (4 - len(ne))
-    _check(a.is_contiguous(), f"reshape: {a.name} is not contiguous")
-    _check(Tensor(a.type, full_ne).n_elements == a.n_elements, f"reshape: {a.ne} -> {full_ne}")
+    if not a.is_contiguous():
+        raise ValueError(f"reshape: {a.name} is not contiguous")
+    if len(full_ne) != 4 or min(full_ne) < 0:
+        Tensor(a.type, full_ne)  # raises its bad-shape error
+    if int(full_ne[0]) * int(full_ne[1]) * int(full_ne[2]) * int(full_ne[3]) != a.n_elements:
+        raise ValueError(f"reshape: {a.ne} -> {full_ne}")
     return Tensor(a.type, full_ne, name=name or f"{a.name} (reshaped)", op=Op.RESHAPE, src=[a],
                   view_src=a)
 
@@ -137,7 +142,8 @@ def reshape(a: Tensor, ne: Sequence[int], name: str = "") -> Tensor:
 def permute(a: Tensor, axes: Sequence[int], name: str = "") -> Tensor:
     """ggml_permute: source dim i goes to position axes[i]."""
     axes = tuple(axes) + tuple(range(len(axes), 4))
-    _check(sorted(axes) == [0, 1, 2, 3], f"permute: bad axes {axes}")
+    if sorted(axes) != [0, 1, 2, 3]:
+        raise ValueError(f"permute: bad axes {axes}")
     ne, nb = [0] * 4, [0] * 4
     for i, ax in enumerate(axes):
         ne[ax], nb[ax] = a.ne[i], a.nb[i]
@@ -160,14 +166,17 @@ def cont(a: Tensor, ne: Sequence[int] | None = None, name: str = "") -> Tensor:
 
 def cpy(a: Tensor, b: Tensor, name: str = "") -> Tensor:
     """ggml_cpy: write a into b; the node is a view of b (so it lives where b lives)."""
-    _check(a.n_elements == b.n_elements, f"cpy: {a.ne} into {b.ne}")
+    if a.n_elements != b.n_elements:
+        raise ValueError(f"cpy: {a.ne} into {b.ne}")
     return Tensor(b.type, b.ne, name=name or f"{b.name} (copy of {a.name})", op=Op.CPY,
                   src=[a, b], view_src=b, nb=b.nb)
 
 
 def set_rows(dst: Tensor, rows: Tensor, idx: Tensor, name: str = "") -> Tensor:
     """ggml_set_rows: dst[idx[i]] = rows[i]; a view of dst, src order (rows, idx, dst) as ggml."""
-    _check(dst.ne[0] == rows.ne[0] and rows.ne[1] == idx.ne[0], f"set_rows: {dst.ne} {rows.ne} {idx.ne}")
-    _check(idx.type in (GGMLType.I32, GGMLType.I64), "set_rows: idx must be I32 or I64")
+    if not (dst.ne[0] == rows.ne[0] and rows.ne[1] == idx.ne[0]):
+        raise ValueError(f"set_rows: {dst.ne} {rows.ne} {idx.ne}")
+    if idx.type not in (GGMLType.I32, GGMLType.I64):
+        raise ValueError("set_rows: idx must be I32 or I64")
     return Tensor(dst.type, dst.ne, name=name or f"{dst.name} (set_rows)", op=Op.SET_ROWS,
                   src=[rows, idx, dst], view_src=dst, nb=dst.nb)

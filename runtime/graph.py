@@ -200,18 +200,14 @@ class Tensor:
         return self._nbytes
 
     def _span(self) -> int:
-        if any(d <= 0 for d in self.ne):
+        ne, nb = self.ne, self.nb
+        if ne[0] <= 0 or ne[1] <= 0 or ne[2] <= 0 or ne[3] <= 0:
             return 0
         block, type_size = GGML_QUANT_SIZES[self.type]
+        rest = (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (ne[3] - 1) * nb[3]
         if block == 1:
-            size = type_size
-            for i in range(MAX_DIMS):
-                size += (self.ne[i] - 1) * self.nb[i]
-            return size
-        size = self.ne[0] * self.nb[0] // block
-        for i in range(1, MAX_DIMS):
-            size += (self.ne[i] - 1) * self.nb[i]
-        return size
+            return type_size + (ne[0] - 1) * nb[0] + rest
+        return ne[0] * nb[0] // block + rest
 
     def is_contiguous(self) -> bool:
         return self.nb == contiguous_strides(self.type, self.ne)
@@ -288,6 +284,7 @@ class Graph:
         seen = self._seen
         if tensor in seen:
             return
+        nodes, leafs = self.nodes, self.leafs
         stack: list[tuple[Tensor, int]] = [(tensor, 0)]
         while stack:
             t, i = stack.pop()
@@ -305,9 +302,9 @@ class Graph:
             # a pushed source is unseen when pushed and the walk reaches it next (no cycles)
             seen.add(t)
             if t.op is Op.NONE and not t.flags & FLAG_PARAM:
-                self.leafs.append(t)
+                leafs.append(t)
             else:
-                self.nodes.append(t)
+                nodes.append(t)
 
     def use_counts(self) -> dict[Tensor, int]:
         """How many node sources reference each tensor (ggml's graph use_counts)."""

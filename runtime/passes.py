@@ -98,14 +98,18 @@ def _backend_from_buffer(ctx: SchedContext, t: Tensor, op_node: Tensor) -> int:
 
 def _forced_backend(ctx: SchedContext, t: Tensor) -> tuple[int, str]:
     """Pass 1's question for one tensor: is its placement already decided, and why."""
-    b = _backend_from_buffer(ctx, t, t)
-    if b != -1:
-        return b, "1.dst"
-    if t.view_src is not None:
-        b = _backend_from_buffer(ctx, t.view_src, t)
+    vs = t.view_src
+    buf = t.buffer if vs is None else vs.buffer   # t.root_buffer()
+    # without a root buffer both questions below answer -1 (a view source has no view source
+    # of its own: Tensor collapses view chains), so most compute nodes skip them
+    if buf is not None or (vs is not None and vs.view_src is not None):
+        b = _backend_from_buffer(ctx, t, t)
         if b != -1:
-            return b, "1.vsrc"
-    buf = t.root_buffer()
+            return b, "1.dst"
+        if vs is not None:
+            b = _backend_from_buffer(ctx, vs, t)
+            if b != -1:
+                return b, "1.vsrc"
     if buf is not None:  # pre-allocated: cannot move, nothing to negotiate (ggml aborts)
         raise SchedulerError(f"pre-allocated tensor ({t.name}) in a buffer ({buf.name}) that no "
                              f"backend can run the operation ({t.op.value}) on")
@@ -141,13 +145,15 @@ def _sweep(ctx: SchedContext, nodes: list[Tensor], a: Assignment, skip_cpu: bool
     skip_cpu a CPU node clears the carried id: the CPU never spreads in the GPU sweeps."""
     cur = -1
     ids = a.ids
+    cpu = ctx.cpu
+    supports = [backend.device.supports_op for backend in ctx.backends]
     for node in nodes:
         if node.op in VIEW_OPS:
             continue  # metadata: placed by pass 4
         b = ids.get(node, -1)
         if b != -1:
-            cur = -1 if skip_cpu and b == ctx.cpu else b
-        elif cur != -1 and ctx.supports_op(cur, node):
+            cur = -1 if skip_cpu and b == cpu else b
+        elif cur != -1 and supports[cur](node):
             a.set(node, cur, "2.sup")
     return a
 

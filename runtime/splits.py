@@ -52,11 +52,15 @@ def _needs_new_split(ctx: SchedContext, a: Assignment, plan: SplitPlan, node: Te
     if n_inputs == 0:
         return False
     ids = a.ids
+    inputs_full = max_inputs is not None and n_inputs >= max_inputs
     for src in node.src:
         if src is None:
             continue
+        weight = src.buffer is not None and src.buffer.usage is BufferUsage.WEIGHTS
+        if not weight and not inputs_full:
+            continue  # neither rule below can fire: spare the buffer question
         foreign = ids.get(src, -1) != cur and not buffer_supported(ctx, a, src, cur)
-        if foreign and src.buffer is not None and src.buffer.usage is BufferUsage.WEIGHTS:
+        if foreign and weight:
             return True
         # The pinned llama.cpp grows the input array instead; seed 000's backstop is opt-in.
         if foreign and max_inputs is not None and n_inputs >= max_inputs and (src, cur) not in plan.copies:
@@ -103,7 +107,7 @@ def cut_splits(ctx: SchedContext, graph: Graph, a: Assignment, n_copies: int = 1
         if nb == -1:
             raise SchedulerError(f"node {node.name!r} ({node.op.value}) has no backend: "
                                  "all nodes should be assigned by now (no CPU fallback?)")
-        if nb != cur or _needs_new_split(ctx, a, plan, node, cur, len(inputs), max_inputs):
+        if nb != cur or (inputs and _needs_new_split(ctx, a, plan, node, cur, len(inputs), max_inputs)):
             if i > i_start:
                 plan.splits.append(Split(cur, ctx.backends[cur].name, i_start, i, tuple(inputs)))
             i_start, inputs, cur = i, [], nb
