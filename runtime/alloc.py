@@ -245,14 +245,17 @@ class GraphAllocator:
         info = self._info
         allocate, free_node = self._allocate_node, self._free_node
         for node, buffer_id in zip(graph.nodes, graph.node_ids):
-            srcs = [s for s in node.src if s is not None]
+            srcs = node.src   # not changed by allocating
             for parent in srcs:
                 # _allocate_node's own early exits, tested here to save a call per edge
-                if parent.buffer is None and parent.view_src is None and not info[parent].allocated:
+                if parent is not None and parent.buffer is None and parent.view_src is None \
+                        and not info[parent].allocated:
                     allocate(parent, buffer_id)
             if node.buffer is None and node.view_src is None and not info[node].allocated:
                 allocate(node, buffer_id)
             for parent in srcs:
+                if parent is None:
+                    continue
                 p_hn = info[parent]
                 left = p_hn.n_children - 1
                 p_hn.n_children = left

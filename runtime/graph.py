@@ -155,11 +155,13 @@ class Tensor:
     def __init__(self, ggml_type: GGMLType, ne: Sequence[int], name: str = "", op: Op = Op.NONE,
                  src: Iterable[Tensor | None] = (), op_params: dict[str, Any] | None = None,
                  view_src: Tensor | None = None, view_offs: int = 0,
-                 nb: Sequence[int] | None = None, flags: TensorFlag = TensorFlag.NONE) -> None:
-        ne = tuple(map(int, ne))
-        if len(ne) != MAX_DIMS:
-            ne += (1,) * (MAX_DIMS - len(ne))
-        if len(ne) != MAX_DIMS or min(ne) < 0:
+                 nb: Sequence[int] | None = None, flags: TensorFlag | int = 0) -> None:
+        if not (type(ne) is tuple and len(ne) == MAX_DIMS and type(ne[0]) is int and type(ne[1]) is int
+                and type(ne[2]) is int and type(ne[3]) is int):  # else normalise (most are already)
+            ne = tuple(map(int, ne))
+            if len(ne) != MAX_DIMS:
+                ne += (1,) * (MAX_DIMS - len(ne))
+        if len(ne) != MAX_DIMS or ne[0] < 0 or ne[1] < 0 or ne[2] < 0 or ne[3] < 0:
             raise ValueError(f"tensor {name!r}: bad shape {ne}")
         if view_src is not None and view_src.view_src is not None:
             # ggml collapses view chains onto the root tensor (ggml_new_tensor_impl)
@@ -176,7 +178,7 @@ class Tensor:
         self.src: list[Tensor | None] = list(src)
         self.view_src = view_src
         self.view_offs = view_offs
-        self.flags = int(flags)  # TensorFlag bits, kept as int (see FLAG_INPUT)
+        self.flags = flags if type(flags) is int else int(flags)  # TensorFlag bits as int (see FLAG_INPUT)
         self.buffer: Any = None  # a runtime.devices.Buffer once allocated (never set on views)
         self.offset = 0
         self._nbytes = -1  # ne and nb never change after construction

@@ -11,6 +11,7 @@ when a batch has fewer than 32 tokens or every layer is offloaded (llama-context
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,7 +54,9 @@ class BuiltGraph:
     cpu_pins: list[Tensor] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=256)
 def _row(t: GGMLType, n: int) -> int:
+    """Bytes of n elements of type t (ggml_row_size); memoized: every layer asks the same few."""
     return B.Tensor(t, (n,)).nbytes()
 
 
