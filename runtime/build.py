@@ -30,7 +30,8 @@ def _node(op: Op, ne: Sequence[int], src: Sequence[Tensor | None], name: str,
 
 
 def _can_repeat(b: Tensor, a: Tensor) -> bool:
-    return all(a.ne[i] % b.ne[i] == 0 for i in range(4))
+    an, bn = a.ne, b.ne
+    return an[0] % bn[0] == 0 and an[1] % bn[1] == 0 and an[2] % bn[2] == 0 and an[3] % bn[3] == 0
 
 
 def add(a: Tensor, b: Tensor, name: str = "") -> Tensor:
