@@ -45,6 +45,7 @@ def plan_cmd(
     cache_type: Annotated[str, typer.Option("--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
     ubatch: Annotated[Optional[int], typer.Option("--ubatch-size", "-ub", help="llama.cpp -ub (default: 512, or smaller when that fits more)")] = None,
     flash_attn: Annotated[str, typer.Option("--flash-attn", "-fa", help="on | off | auto")] = "auto",
+    solver: Annotated[str, typer.Option("--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = "dp",
     no_expert_offload: Annotated[bool, typer.Option("--no-expert-offload", help="never keep MoE experts on the host")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table | flags | yaml | json")] = "table",
     output: Annotated[Optional[str], typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
@@ -56,6 +57,8 @@ def plan_cmd(
     from planner.plan import PlanRequest, plan
     from planner.plan_report import deployment, deployment_yaml, llama_argv, write_atomic
 
+    if solver not in ("dp", "milp"):
+        raise BadInput(f"--solver {solver!r}: expected dp or milp")
     if fmt not in ("table", "flags", "yaml", "json"):
         raise BadInput(f"--format {fmt!r}: expected table, flags, yaml or json")
     n_ctx, max_ctx = _ctx(ctx)
@@ -72,7 +75,8 @@ def plan_cmd(
     report = devices_report(inventory_path, device or [], ram, None, max_vram, max_ram, use_llama=detect_gpus)
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
-                          n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload)
+                          n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
+                          solver=solver)
     result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain)
     if plot:
         from planner.plots import plot_plan

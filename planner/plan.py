@@ -43,6 +43,7 @@ class PlanRequest:
     flash_attn: str = "auto"
     allow_expert_offload: bool = True
     allow_output_on_host: bool = True
+    solver: str = "dp"              # "dp" (exact over contiguous ranges, fast) or "milp" (PuLP)
 
 
 # -ub values tried when the user leaves it open: llama.cpp's default first, then halves down to

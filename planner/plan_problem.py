@@ -20,7 +20,7 @@ from planner.estimate import Estimate, ModelContext, estimate
 from planner.flags import FFN_EXPS_REGEX, LlamaFlags, OverrideArg
 from planner.kv import context_params, layer_caches
 from planner.placement import CPU_REPACK, HOST, INPUT_LAYER, Device, Placement, resolve_devices
-from planner.solve import Assignment, LayerDemand, Problem, Slot, solve_dp
+from planner.solve import Assignment, LayerDemand, Problem, Slot, solve_dp, solve_milp
 from planner.throughput import (CPU, FALLBACK_DEVICE_BANDWIDTH, FALLBACK_HOST_BANDWIDTH, LOCAL_SPLIT_LATENCY_S,
                                 RPC_SPLIT_LATENCY_S, layer_decode_bytes)
 
@@ -199,7 +199,7 @@ def solve_verified(s: Setting, exact: bool = False) -> tuple[Assignment, LlamaFl
     probes = probe(s)
     for rounds in range(1, MAX_CORRECTIONS + 1):
         problem = build_problem(s, probes, correction)
-        a = solve_dp(problem, s.request.objective)
+        a = (solve_milp if s.request.solver == "milp" else solve_dp)(problem, s.request.objective)
         if a is None:
             return None
         flags = flags_for(s, a)

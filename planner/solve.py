@@ -15,8 +15,8 @@ Two solvers share one `Problem`:
   O(S·L²) with numpy over j: milliseconds for 128 layers on 8 devices.
 * `solve_milp` — the same model as a MILP in PuLP (CBC, bundled; HiGHS when `highspy` is
   installed), exact for unequal expert sizes and the coupled host budget, but slow on large
-  symmetric instances. The planner uses it to polish small problems; the tests use it to check
-  the DP's optimum.
+  symmetric instances (20 s where the DP takes milliseconds). `fitplan plan --solver milp` uses it
+  instead of the DP; the tests use it to check the DP's optimum.
 
 PuLP stays inside this module.
 """

@@ -72,7 +72,7 @@ def test_infeasible_exits_1_with_what_would_fit(capsys):
 
 def test_bad_values_exit_2(capsys):
     for argv, word in ((["--ctx", "lots"], "--ctx"), (["--objective", "fastest"], "--objective"),
-                       (["--format", "xml"], "--format")):
+                       (["--format", "xml"], "--format"), (["--solver", "simplex"], "--solver")):
         code, _, err = run(capsys, "plan", "example:gemma3-270m", *TWO_RPC, *argv)
         assert code == 2, argv
         assert word in err and "Traceback" not in err

@@ -131,3 +131,12 @@ def test_header_hash_covers_the_header_only(gemma):
         header = f.read(gemma.model.header_bytes)
     assert result.header_sha256 == hashlib.sha256(header).hexdigest()
     assert gemma.model.header_bytes < 16 * MiB  # not the 235 MiB of weights
+
+
+def test_milp_solver_reaches_the_same_plan_as_the_dp(gemma):
+    # Same budgets as the 100 MiB pair above: both solvers must find the same placement.
+    inv = Inventory((rpc("RPC0", 100 * MiB, 50052), rpc("RPC1", 100 * MiB, 50053)), HOST)
+    dp = plan(gemma, inv, PlanRequest(n_ctx=8192, n_ubatch=64), max_vram="RPC0=100MiB,RPC1=100MiB")
+    milp = plan(gemma, inv, PlanRequest(n_ctx=8192, n_ubatch=64, solver="milp"), max_vram="RPC0=100MiB,RPC1=100MiB")
+    assert milp.flags == dp.flags
+    assert milp.prediction.decode_tokens_s == pytest.approx(dp.prediction.decode_tokens_s)
