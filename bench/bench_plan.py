@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +63,32 @@ def write_llama_8b(directory: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+
+
+def timed(run, runs: int) -> tuple[Timing, object]:
+    """Wall milliseconds of `run()` over `runs` calls, and its last result."""
+    times, result = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        result = run()
+        times.append((time.perf_counter() - t) * 1e3)
+    return Timing(statistics.median(times), min(times), max(times)), result
+
+
+def plan_cli(model: Path, backend: str, endpoints: list[str], free: int, max_vram: str) -> list[str]:
+    """`fitplan plan` on N devices named `<backend><i>`; RPC devices carry their endpoints."""
+    argv = [sys.executable, "-m", "planner.cli", "plan", str(model), "--ctx", "8192", "--ram", "256GiB",
+            "--max-vram", max_vram, "--format", "flags"]
+    for i, e in enumerate(endpoints):
+        argv += ["--device", f"{backend}{i}={free // MiB}MiB" + (f"@{e}" if backend == "RPC" else "")]
+    return argv
+
+
 def rpc_inventory(endpoints: list[str], free: int) -> Inventory:
     devices = tuple(DeviceSpec(f"RPC{i}", DeviceKind.RPC, Backend.RPC, free, free, 0, 0, 0, endpoint=e)
                     for i, e in enumerate(endpoints))
@@ -74,38 +101,20 @@ def speed(model: Path, runs: int, skip_llama: bool) -> None:
     fake = [f"127.0.0.1:{50100 + i}" for i in range(N_DEVICES)]
     free = 24 * GiB
     inv = rpc_inventory(fake, free)
-    max_vram = ",".join(f"RPC{i}={DEVICE_BUDGET // MiB}MiB" for i in range(N_DEVICES))
-    request = PlanRequest(n_ctx=8192)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        result = plan(str(model), inv, request, max_vram=max_vram)
-        times.append(time.perf_counter() - t)
-    print(f"fitplan plan (in-process, header read included): median {statistics.median(times) * 1e3:.0f} ms "
-          f"over {runs} runs (min {min(times) * 1e3:.0f}, max {max(times) * 1e3:.0f})")
+    budget = f"{DEVICE_BUDGET // MiB}MiB"
+    t, result = timed(lambda: plan(str(model), inv, PlanRequest(n_ctx=8192),
+                                   max_vram=",".join(f"RPC{i}={budget}" for i in range(N_DEVICES))), runs)
+    print(f"fitplan plan (in-process, header read included): median {t.median_ms:.0f} ms over {runs} runs "
+          f"(min {t.min_ms:.0f}, max {t.max_ms:.0f})")
     print(f"  flags: {' '.join(llama_argv(result))}")
     on_dev = sum(d.model_bytes for d in result.estimate.devices if d.name.startswith("RPC"))
     print(f"  weights on devices: {on_dev / GiB:.2f} GiB; predicted decode {result.prediction.decode_tokens_s:.1f} t/s")
-    cli = [sys.executable, "-m", "planner.cli", "plan", str(model), "--ctx", "8192", "--ram", "256GiB",
-           "--max-vram", max_vram, "--format", "flags"]
-    for i, e in enumerate(fake):
-        cli += ["--device", f"RPC{i}={free // MiB}MiB@{e}"]
-    cli_times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run(cli, check=True, capture_output=True, cwd=ROOT)
-        cli_times.append(time.perf_counter() - t)
-    print(f"fitplan plan (whole CLI process): median {statistics.median(cli_times) * 1e3:.0f} ms "
-          "(RPC devices: the final check runs the runtime's allocator reserve)")
-    gpu_cli = [arg.split("@")[0].replace("RPC", "CUDA") if arg.startswith("RPC") else arg.replace("RPC", "CUDA")
-               for arg in cli]
-    cuda_times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run(gpu_cli, check=True, capture_output=True, cwd=ROOT)
-        cuda_times.append(time.perf_counter() - t)
-    print(f"fitplan plan (whole CLI process, the same budgets on 8 CUDA devices): median "
-          f"{statistics.median(cuda_times) * 1e3:.0f} ms (analytic compute model for offloading GPUs)")
+    notes = {"RPC": "RPC devices: the final check runs the runtime's allocator reserve",
+             "CUDA": "8 CUDA-class devices: analytic compute model for offloading GPUs"}
+    for backend, note in notes.items():
+        argv = plan_cli(model, backend, fake, free, ",".join(f"{backend}{i}={budget}" for i in range(N_DEVICES)))
+        t, _ = timed(lambda: subprocess.run(argv, check=True, capture_output=True, cwd=ROOT), runs)
+        print(f"fitplan plan (whole CLI process, {note}): median {t.median_ms:.0f} ms")
     if not skip_llama:
         _llama_fit_speed(model, runs)
 
@@ -122,13 +131,8 @@ def _llama_fit_speed(model: Path, runs: int) -> None:
         budgets = resolve_budgets(inv, ",".join(f"RPC{i}={DEVICE_BUDGET // MiB}MiB" for i in range(N_DEVICES)))
         argv = [str(bin_dir / "llama-fit-params"), "-m", str(model), "--rpc", ",".join(endpoints), "-c", "8192",
                 *fit_target_flag(fit_target_margins(inv, budgets))]
-        times = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-            times.append(time.perf_counter() - t)
-        print(f"llama-fit-params (same case, 8 rpc-servers): median {statistics.median(times) * 1e3:.0f} ms "
-              f"(exit {out.returncode})")
+        t, out = timed(lambda: subprocess.run(argv, capture_output=True, text=True, timeout=600), runs)
+        print(f"llama-fit-params (same case, 8 rpc-servers): median {t.median_ms:.0f} ms (exit {out.returncode})")
         chosen = [line for line in out.stdout.splitlines() if line.strip()]
         print(f"  its answer: {' '.join(chosen)[:300]}")
 

@@ -89,7 +89,5 @@ def plan_cmd(
         typer.echo(" ".join(llama_argv(result)))
     elif fmt == "yaml":
         typer.echo(deployment_yaml(result), nl=False)
-    elif fmt == "table" and not explain:
-        typer.echo(render(result, fmt).split("\nwhy:")[0].rstrip("\n"))
     else:
         typer.echo(render(result, fmt))

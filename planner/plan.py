@@ -202,6 +202,7 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
     layer onto the device range that follows it (its routed experts too, else kept on the host)
     while the estimate finds it within budget and the prediction is no slower."""
     s = best.setting
+    experts = layer_weights(s.ctx)[1]
     while s.devices and best.assignment.counts(len(s.devices) + 1)[0]:
         a = best.assignment
         il = a.counts(len(s.devices) + 1)[0] - 1
@@ -209,7 +210,7 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
             break  # the output layer would bring only its norm: its matrix stays on the host
         slot = next((x for x in a.slot_of_layer if x), 1)
         slots = a.slot_of_layer[:il] + (slot,) + a.slot_of_layer[il + 1:]
-        moe = s.request.allow_expert_offload and layer_weights(s.ctx)[1][il] > 0
+        moe = s.request.allow_expert_offload and experts[il] > 0
         for on_host in [a.experts_on_host] + ([a.experts_on_host | {il}] if moe else []):
             trial = replace(a, slot_of_layer=slots, experts_on_host=frozenset(on_host))
             flags = flags_for(s, trial)
