@@ -1,8 +1,10 @@
 """The llama.cpp tools fitplan checks itself against: where they are, building them once, and
 running ggml rpc-servers on loopback for peer tests.
 
-The tools are built by scripts/build_llama_cpp.sh into ~/.cache/fitplan/llama.cpp-<version>/bin
-(or $FITPLAN_LLAMA_CPP_DIR/bin), from the llama.cpp pinned in DESIGN.md.
+The tools are built by scripts/build_llama_cpp.sh into ~/.cache/fitplan/llama.cpp-<version>-portable/bin
+(or $FITPLAN_LLAMA_CPP_DIR/bin), from the llama.cpp pinned in DESIGN.md. "portable" is the build:
+GGML_NATIVE=OFF, which on x86-64 means AVX2, FMA and F16C and nothing newer, so that every machine
+computes the same numbers and runtime/exact.py can reproduce them.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from planner.errors import FitplanError
 log = logging.getLogger(__name__)
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"   # DESIGN.md: the pin
-TOOLS = ("llama-fit-params", "llama-cli", "llama-server", "llama-bench", "ggml-rpc-server")
+BUILD_FLAVOR = "portable"             # scripts/build_llama_cpp.sh: GGML_NATIVE=OFF
+TOOLS = ("llama-fit-params", "llama-cli", "llama-server", "llama-bench", "ggml-rpc-server",
+         "fitplan-dump-nodes")   # the last is ours (scripts/dump_nodes.cpp), linked to the same build
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build_llama_cpp.sh"
 LOOPBACK = "127.0.0.1"
 _BUSY_BUILD_S = 300     # a build whose work dir changed this recently is still running
@@ -39,7 +43,7 @@ def cache_dir() -> Path:
     if env:
         return Path(env)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "fitplan" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
+    return base / "fitplan" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}-{BUILD_FLAVOR}"
 
 
 def tools_dir() -> Path | None:

@@ -4,6 +4,9 @@
 # The source is the llama.cpp vendored in the llama-cpp-python sdist (DESIGN.md pins
 # llama-cpp-python==0.3.36, llama.cpp commit 0c1e570). CPU backend plus RPC, so that
 # ggml-rpc-server instances on 127.0.0.1 give llama.cpp real extra devices.
+# GGML_NATIVE=OFF ("portable"): on x86-64 the CPU kernels are the AVX2/FMA/F16C ones on every
+# machine, so llama.cpp's numbers do not depend on the CPU that built it and the runtime's
+# bit-exact kernels (runtime/exact.py) have one target.
 #
 #   scripts/build_llama_cpp.sh            # build if the cache lacks a tool, else nothing
 #   FITPLAN_LLAMA_CPP_DIR=/path ...       # another cache directory
@@ -12,11 +15,12 @@
 set -euo pipefail
 
 version="${FITPLAN_LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
-cache="${FITPLAN_LLAMA_CPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fitplan/llama.cpp-$version}"
+cache="${FITPLAN_LLAMA_CPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fitplan/llama.cpp-$version-portable}"
 tools=(llama-fit-params llama-cli llama-server llama-bench ggml-rpc-server)
+here="$(cd "$(dirname "$0")" && pwd)"
 
 have_all() {
-  for t in "${tools[@]}"; do [ -x "$cache/bin/$t" ] || return 1; done
+  for t in "${tools[@]}" fitplan-dump-nodes; do [ -x "$cache/bin/$t" ] || return 1; done
 }
 
 if have_all; then
@@ -42,7 +46,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 # No network at build time: no prebuilt web UI, no TLS, no curl.
 cmake -S "$src" -B "$work/build" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release \
-  -DGGML_RPC=ON -DGGML_NATIVE=ON \
+  -DGGML_RPC=ON -DGGML_NATIVE=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
   -DBUILD_SHARED_LIBS=OFF >"$work/configure.log" 2>&1 \
@@ -52,6 +56,13 @@ cmake --build "$work/build" -j "$(nproc)" --target "${tools[@]}" \
 
 mkdir -p "$cache.new/bin"
 for t in "${tools[@]}"; do cp "$work/build/bin/$t" "$cache.new/bin/"; done
+# fitplan's node dump (tests compare the embedded runtime with llama.cpp node by node), linked
+# against the libraries just built
+lib="$work/build"
+c++ -O2 -std=c++17 -fopenmp "$here/dump_nodes.cpp" -I"$src/include" -I"$src/ggml/include" \
+  "$lib/src/libllama.a" "$lib/ggml/src/libggml.a" "$lib/ggml/src/libggml-cpu.a" \
+  "$lib/ggml/src/ggml-rpc/libggml-rpc.a" "$lib/ggml/src/libggml-base.a" -lpthread -ldl \
+  -o "$cache.new/bin/fitplan-dump-nodes" 2>"$work/dump.log" || { tail -20 "$work/dump.log" >&2; exit 1; }
 echo "llama-cpp-python==$version" >"$cache.new/VERSION"
 rm -rf "$cache"
 mv "$cache.new" "$cache"

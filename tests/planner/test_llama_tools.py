@@ -31,7 +31,7 @@ def test_a_missing_tool_means_not_built(tmp_path, monkeypatch):
 def test_default_cache_follows_the_pin(monkeypatch, tmp_path):
     monkeypatch.delenv("FITPLAN_LLAMA_CPP_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert llama_tools.cache_dir() == tmp_path / "fitplan" / "llama.cpp-0.3.36"
+    assert llama_tools.cache_dir() == tmp_path / "fitplan" / "llama.cpp-0.3.36-portable"
 
 
 def test_free_port_is_bindable_on_loopback():
