@@ -168,7 +168,9 @@ def _judge(devices: tuple[DeviceReport, ...], slack: int = 0) -> tuple[str, bool
     return verdict + ("; the estimate is off, see notes" if notes else "; matches the estimate"), True, tuple(notes)
 
 
-def validate(req: ValidateRequest, engine: str = "embedded") -> ValidateReport:
+def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "default") -> ValidateReport:
+    """kernels (embedded engine): "default" float32 kernels, or "ggml-avx2", which reproduce
+    llama.cpp's portable x86-64 CPU build bit for bit (runtime/exact.py), several times slower."""
     if engine not in ENGINES:
         raise BadInput(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     ctx = model_context(resolve_model(req.model))
@@ -180,17 +182,18 @@ def validate(req: ValidateRequest, engine: str = "embedded") -> ValidateReport:
         from planner.validate_llama import validate_llama
 
         return validate_llama(req, ctx, _server_predicted(ctx, req, est))
-    return _validate_embedded(req, ctx, _predicted(est))
+    return _validate_embedded(req, ctx, _predicted(est), kernels)
 
 
-def _validate_embedded(req: ValidateRequest, ctx: Any, predicted: dict[str, tuple[int, int, int]]) -> ValidateReport:
+def _validate_embedded(req: ValidateRequest, ctx: Any, predicted: dict[str, tuple[int, int, int]],
+                       kernels: str = "default") -> ValidateReport:
     from runtime.errors import BufferAllocationError
     from runtime.execute import ModelRunner
 
     capacities = {("CPU" if k == HOST else k): v for k, v in req.budgets.items()}
     flags_text = " ".join(flags_to_argv(req.flags))
     try:
-        runner = ModelRunner.load(ctx, req.flags, req.inventory, capacities)
+        runner = ModelRunner.load(ctx, req.flags, req.inventory, capacities, kernels=kernels)
         runner.dequantize_weights()  # so the prompt's time is compute, not first-use dequantization
         bos = ctx.model.metadata.get("tokenizer.ggml.bos_token_id")
         prompt = prompt_ids(req.n_prompt, runner.hp.n_vocab, bos)

@@ -93,6 +93,28 @@ class ServerClient:
         return self.log_path.read_text(errors="replace")
 
 
+# llama-server stops filling a prompt batch this many tokens before the prompt's end, so that it
+# can checkpoint the memory that cannot be rolled back (sliding-window caches, recurrent state):
+# server-context.cpp, checkpoint_offsets {4 + n_ubatch, 4} (llama.cpp PR 20288).
+CHECKPOINT_TAIL = 4
+
+
+def server_prompt_batches(n_tokens: int, checkpoints: bool, n_batch: int = 2048, n_ubatch: int = 512) -> list[int]:
+    """Sizes of the batches llama-server decodes a fresh n-token prompt in. With checkpoints (a
+    model with a sliding window or recurrent layers) the batch breaks when 4 + n_ubatch and when 4
+    tokens remain; every batch holds at most n_batch tokens."""
+    cuts = {n_tokens}
+    if checkpoints:
+        cuts |= {n_tokens - min(n_batch, off) for off in (CHECKPOINT_TAIL + n_ubatch, CHECKPOINT_TAIL)}
+    sizes, start = [], 0
+    for cut in sorted(c for c in cuts if 0 < c <= n_tokens):
+        while start < cut:
+            step = min(n_batch, cut - start)
+            sizes.append(step)
+            start += step
+    return sizes
+
+
 def _ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=2) as resp:

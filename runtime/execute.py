@@ -53,6 +53,27 @@ OFFLOAD_MIN_BATCH: dict[DevBackend, int | None] = {
     DevBackend.CUDA: 32, DevBackend.ROCM: 32, DevBackend.SYCL: 32, DevBackend.VULKAN: 32,
     DevBackend.METAL: None, DevBackend.RPC: None, DevBackend.CPU: None,
 }
+def _default_kernels():
+    from runtime.kernels import KERNELS
+
+    return KERNELS
+
+
+def _exact_kernels():
+    from runtime.exact import EXACT_KERNELS  # imported on request: only validation needs it
+
+    return EXACT_KERNELS
+
+
+def _exact_matmul():
+    import runtime.exact_matmul
+
+    return runtime.exact_matmul
+
+
+# Kernel tables by name: "default" computes in float32 with BLAS; "ggml-avx2" reproduces
+# ggml-cpu's x86-64-v3 build bit for bit (runtime/exact.py) at a fraction of the speed.
+KERNEL_SETS = {"default": _default_kernels, "ggml-avx2": _exact_kernels}
 GRAPH_CACHE = 4   # graphs kept for reuse (llama.cpp reuses a graph while its shape holds)
 PIN_MAX_TOKENS = 32   # llama-context.cpp graph_get_cb pins "norm" below this batch size
 
@@ -127,7 +148,7 @@ class ModelRunner:
     """One model loaded under one placement; decode() runs token ids through it."""
 
     def __init__(self, ctx: ModelContext, flags: LlamaFlags, placement: Placement, cp: ContextParams,
-                 capacities: Mapping[str, int], n_outputs_max: int | None = None) -> None:
+                 capacities: Mapping[str, int], n_outputs_max: int | None = None, kernels: str = "default") -> None:
         self.ctx, self.flags, self.placement, self.cp = ctx, flags, placement, cp
         # llama.cpp reserves min(n_ubatch, n_outputs_max) outputs; n_outputs_max is n_batch by
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
@@ -145,6 +166,11 @@ class ModelRunner:
         self.backends["CPU"] = self.cpu
         order = [self.backends[d.name] for d in placement.devices] + [self.cpu]
         self.sched = Scheduler(order, parallel=placement.pipeline_parallel)
+        if kernels not in KERNEL_SETS:
+            raise BadInput(f"kernels {kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
+        self.kernels = kernels
+        for b in self.backends.values():
+            b.kernels = KERNEL_SETS[kernels]()
         self.weights: dict[str, Tensor] = {}
         self.weight_bytes: dict[str, int] = {}   # device -> bytes of its weight buffers
         self.kv_bytes: dict[str, int] = {}
@@ -158,14 +184,14 @@ class ModelRunner:
     @classmethod
     def load(cls, model: str | ModelContext, flags: LlamaFlags, inventory: Inventory | None = None,
              capacities: Mapping[str, int] | None = None, reserve: bool = True,
-             n_outputs_max: int | None = None, weights: bool = True) -> ModelRunner:
+             n_outputs_max: int | None = None, weights: bool = True, kernels: str = "default") -> ModelRunner:
         """Place, load (weights=False: sizes only, no tensor data read), allocate the KV cache
         and reserve the compute buffers."""
         ctx = model_context(model)
         devices = resolve_devices(flags, inventory)
         placement = place(ctx.slots, ctx.facts.n_layer_all, flags, devices)
         cp = context_params(flags, ctx.facts.n_ctx_train)
-        runner = cls(ctx, flags, placement, cp, capacities or {}, n_outputs_max)
+        runner = cls(ctx, flags, placement, cp, capacities or {}, n_outputs_max, kernels)
         runner.load_weights(copy_data=weights)
         runner.alloc_kv()
         if reserve:
@@ -184,6 +210,8 @@ class ModelRunner:
         for name, row in self.placement.tensor_buft:
             info = infos[source[name]]
             t = Tensor(info.ggml_type, info.shape, name=name)
+            if row == CPU_REPACK and self.kernels == "ggml-avx2":
+                _exact_matmul().REPACKED.add(t)   # llama.cpp runs its interleaved kernels on these
             by_device.setdefault(_device_row(row), []).append(t)
             self.weights[name] = t
         for dev, tensors in by_device.items():

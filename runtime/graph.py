@@ -150,6 +150,7 @@ class Tensor:
         "uid",
         "view_offs",
         "view_src",
+        "__weakref__",   # per-weight caches (runtime/exact.py) hold tensors weakly
     )
 
     def __init__(self, ggml_type: GGMLType, ne: Sequence[int], name: str = "", op: Op = Op.NONE,

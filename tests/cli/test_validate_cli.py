@@ -67,6 +67,19 @@ def _plan(tmp_path: Path, model: str, rpc0_budget: int) -> str:
     return str(path)
 
 
+def test_bit_exact_kernels_run_the_same_placement(capsys, model: str) -> None:
+    """--kernels ggml-avx2 changes how the numbers are computed, not where anything lives."""
+    docs = []
+    for kernels in ("default", "ggml-avx2"):
+        code, out, err = _run(capsys, model, "--kernels", kernels, "--format", "json", "--prompt-tokens", "8",
+                              "--gen-tokens", "2", "--", "-c", "256", "-ngl", "0")
+        assert code == 0, err
+        docs.append(json.loads(out))
+    assert [d["weights_bytes"] for d in docs[0]["devices"]] == [d["weights_bytes"] for d in docs[1]["devices"]]
+    assert docs[1]["devices"][-1]["weights_bytes"] == HOST_WEIGHTS
+    assert docs[0]["splits"] == docs[1]["splits"]
+
+
 def test_plan_file_split_over_two_devices(capsys, model: str, tmp_path: Path) -> None:
     code, out, err = _run(capsys, _plan(tmp_path, model, 1 << 30), "--format", "json", "--gen-tokens", "2")
     assert code == 0, err
@@ -101,6 +114,7 @@ def test_budget_too_small_is_a_verdict_not_a_traceback(capsys, model: str, tmp_p
     (["M", "--", "-c", "256", "-np", "2"], "the runtime runs one sequence"),
     (["M", "--", "-c", "256", "-ctk", "q8_0", "-ctv", "q8_0"], "f16 and f32 KV caches only"),
     (["M", "--prompt-tokens", "250", "--", "-c", "256"], "do not fit the context of 256 tokens"),
+    (["M", "--kernels", "fast", "--", "-c", "256"], "kernels 'fast': expected one of default, ggml-avx2"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, model: str, tmp_path: Path, argv: list[str], message: str) -> None:
     bad = tmp_path / "bad.yaml"

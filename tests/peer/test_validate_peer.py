@@ -4,20 +4,20 @@
    fixed token-id prompts greedily for 16 tokens; the runtime is teacher-forced on that
    continuation the way llama.cpp produced it (the prompt as one batch, then one token at a
    time). At every position its top-1 token must be llama.cpp's, except where llama.cpp's top
-   two logprobs are within 0.05 (a tie either side may break).
-   Logprobs: the issue asks for 0.1 at every position. Measured, that is below the noise floor
-   of this model: the runtime's own batched and one-token teacher forcing differ by up to 0.2
-   (f16 rounding in flash attention's V accumulator and GELU's f16 table flips on 1e-7 input
-   differences, and Gemma 3's large activations amplify the flips), so no implementation that
-   is not bit-exact with ggml-cpu can hold 0.1 everywhere. (Measured on these 64 positions:
-   rounding RoPE angles or RMSNorm sums in ggml's order instead moves the worst gap between 0.15
-   and 0.36 and the top-1 misses between 0 and 3; the kernels as they are give 0.19 and 0.) Asserted: 0.1 at 90 % of positions
-   and 0.25 everywhere; `test_logprobs_within_0_1_everywhere` states the strict bound, xfail.
+   two logprobs are within 0.05 (a tie either side may break), and its logprob of llama.cpp's
+   token must be within 0.1.
+   The runtime runs its bit-exact kernels (runtime/exact.py, kernels="ggml-avx2"): the tools are
+   built portable (GGML_NATIVE=OFF), so on x86-64 llama.cpp runs the AVX2 kernels those
+   reproduce (measured: worst gap 0.0008, top-1 at all 64 positions). The default float32
+   kernels are held to a looser bound (0.1 at 85 % of positions, 0.25 everywhere): Gemma 3
+   amplifies 1-ulp differences through its many f16 and 8-bit roundings, so float32-faithful is
+   not logprob-faithful (measured: 58 of 64 within 0.1, worst 0.20, top-1 at 62 of 64).
 2. Splits: for placements over two loopback rpc-servers, the prompt and one-token graph split
    counts equal what llama.cpp logs (`graph: nodes = .., splits = ..`, llama-fit-params -v).
 """
 from __future__ import annotations
 
+import platform
 import re
 import subprocess
 from pathlib import Path
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from planner.flags import parse_llama_flags
-from planner.validate_llama import llama_server, parse_log
+from planner.validate_llama import llama_server, parse_log, server_prompt_batches
 from planner.examples import resolve_model
 from runtime.execute import ModelRunner
 
@@ -39,7 +39,7 @@ TIE = 0.05
 LOGPROB_TOLERANCE = 0.1
 LOGPROB_BOUND = 0.25
 MIB = 2**20
-SHARE_WITHIN_TOLERANCE = 0.9
+SHARE_WITHIN_TOLERANCE = 0.85   # default kernels only
 # "The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, in a small village,",
 # "1, 2, 3, 5, 8, 13," as llama-server's /tokenize gives them (BOS first)
 PROMPTS = [
@@ -70,9 +70,13 @@ def llama_continuations(llama_tools: Path) -> list[list]:
         return [server.greedy(p, N_PREDICT) for p in PROMPTS]
 
 
-@pytest.fixture(scope="module")
-def runner() -> ModelRunner:
-    return ModelRunner.load(str(MODEL), parse_llama_flags(["-c", "1024"]), n_outputs_max=1)
+EXACT_KERNELS = "ggml-avx2"
+on_x86_64 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                               reason="runtime/exact.py reproduces llama.cpp's x86-64 (AVX2) kernels only")
+
+
+def _runner(kernels: str) -> ModelRunner:
+    return ModelRunner.load(str(MODEL), parse_llama_flags(["-c", "1024"]), n_outputs_max=1, kernels=kernels)
 
 
 def _fit_params_log(bin_dir: Path, model: Path, argv: list[str], attempts: int = 10) -> str:
@@ -95,17 +99,21 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _forced_logprobs(runner: ModelRunner, prompt: list[int], steps: list) -> np.ndarray:
-    """Log-softmax at every continuation position: the prompt as one batch, then llama.cpp's
-    tokens one at a time (as llama-server evaluated them)."""
+    """Log-softmax at every continuation position, the tokens batched as llama-server batched
+    them: the prompt minus its last 4 tokens, those 4 (it checkpoints the sliding-window cache
+    there), then llama.cpp's tokens one at a time."""
     runner.reset()
-    rows = [_log_softmax(runner.decode(prompt, all_logits=False))[-1]]
+    start = 0
+    for size in server_prompt_batches(len(prompt), checkpoints=True, n_batch=1024):
+        logits = runner.decode(prompt[start:start + size], all_logits=False)
+        start += size
+    rows = [_log_softmax(logits)[-1]]
     for step in steps[:-1]:
         rows.append(_log_softmax(runner.decode([step.token], all_logits=False))[-1])
     return np.array(rows)
 
 
-@pytest.fixture(scope="module")
-def differences(llama_continuations, runner: ModelRunner) -> list[tuple[int, int, bool, int, float]]:
+def _differences(llama_continuations, runner: ModelRunner) -> list[tuple[int, int, bool, int, float]]:
     """(prompt, position, tie, runtime's top-1, runtime logprob - llama.cpp logprob) everywhere."""
     out = []
     for i, (prompt, steps) in enumerate(zip(PROMPTS, llama_continuations)):
@@ -117,20 +125,56 @@ def differences(llama_continuations, runner: ModelRunner) -> list[tuple[int, int
     return out
 
 
-def test_top1_agrees_with_llama_server_except_ties(differences, llama_continuations) -> None:
-    wrong = [(i, k) for i, k, tie, top, _ in differences if not tie and top != llama_continuations[i][k].token]
+@pytest.fixture(scope="module")
+def exact_differences(llama_continuations):
+    return _differences(llama_continuations, _runner(EXACT_KERNELS))
+
+
+@pytest.fixture(scope="module")
+def default_differences(llama_continuations):
+    return _differences(llama_continuations, _runner("default"))
+
+
+@on_x86_64
+def test_top1_agrees_with_llama_server_except_ties(exact_differences, llama_continuations) -> None:
+    wrong = [(i, k) for i, k, tie, top, _ in exact_differences if not tie and top != llama_continuations[i][k].token]
     assert wrong == []
 
 
-def test_logprobs_close_to_llama_server(differences) -> None:
-    gaps = np.array([abs(d) for *_, d in differences])
+@on_x86_64
+def test_logprobs_within_0_1_everywhere(exact_differences) -> None:
+    worst = max(exact_differences, key=lambda d: abs(d[-1]))
+    assert abs(worst[-1]) <= LOGPROB_TOLERANCE, f"prompt {worst[0]} position {worst[1]}: {worst[-1]:+.4f}"
+
+
+@on_x86_64
+@pytest.mark.parametrize("prompt", [PROMPTS[0], PROMPTS[3]], ids=["6 tokens", "19 tokens"])
+def test_exact_kernels_reproduce_every_node(prompt, llama_tools, tmp_path) -> None:
+    """Every node llama.cpp computes (its eval callback, fitplan-dump-nodes) equals the runtime's
+    bit for bit under the exact kernels, batched as llama-server batches: the prompt minus 4
+    tokens, the last 4, then two generated tokens one at a time. The logits are the exception by
+    design (exact.py leaves the output matrix to BLAS: nothing rounds them afterwards); they agree
+    to float32 rounding. The 19-token prompt reaches the tiled Q6_K kernel (8 rows and more)."""
+    from tests.peer.nodes import llama_nodes, runtime_nodes
+
+    tokens = prompt + [107, 236743]
+    batches = server_prompt_batches(len(prompt), checkpoints=True, n_batch=1024) + [1, 1]
+    theirs = llama_nodes(llama_tools, str(MODEL), 1024, batches, tokens, tmp_path)
+    ours = runtime_nodes(_runner(EXACT_KERNELS), batches, tokens)
+    for step, (t_nodes, o_nodes) in enumerate(zip(theirs, ours)):
+        assert [n.op for n in o_nodes] == [n.op.replace("GEGLU", "GLU") for n in t_nodes]
+        differ = [(k, t.name) for k, (t, o) in enumerate(zip(t_nodes[:-1], o_nodes[:-1]))
+                  if t.values.tobytes() != o.values.astype(t.values.dtype).tobytes()]
+        assert differ == [], f"batch {step}: {len(differ)} nodes differ, the first {differ[:3]}"
+        logits_t, logits_o = t_nodes[-1].values, o_nodes[-1].values
+        assert t_nodes[-1].name == o_nodes[-1].name == "result_output"
+        assert np.abs(logits_t - logits_o).max() <= 1e-5 * np.abs(logits_t).max()
+
+
+def test_default_kernels_close_to_llama_server(default_differences, llama_continuations) -> None:
+    gaps = np.array([abs(d) for *_, d in default_differences])
     assert gaps.max() <= LOGPROB_BOUND
     assert np.mean(gaps <= LOGPROB_TOLERANCE) >= SHARE_WITHIN_TOLERANCE
-
-
-@pytest.mark.xfail(reason="below the model's f16 noise floor (see the module docstring)", strict=False)
-def test_logprobs_within_0_1_everywhere(differences) -> None:
-    assert max(abs(d) for *_, d in differences) <= LOGPROB_TOLERANCE
 
 
 @pytest.fixture(scope="module")
