@@ -15,6 +15,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
+from runtime import threads
 from runtime.graph import BufferUsage, Op, Tensor, numpy_dtype
 
 # Dequantized weights, per weight buffer: a weight is dequantized once, on first use, and the
@@ -177,8 +178,9 @@ def _mul_mat(node: Tensor) -> None:
     a, b = read_f32(node.src[0]), as_vec_dot(read_f32(node.src[1]), node.src[0].type)  # (a3, a2, M, K), (b3, b2, N, K)
     if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
         rows = b.reshape(-1, b.shape[-1])
-        # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm
-        _write(node, a[0, 0] @ rows[0] if rows.shape[0] == 1 else rows @ a[0, 0].T)
+        # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm;
+        # a large weight's rows are shared between threads (threads.py: same per-row results)
+        _write(node, threads.matvec(a[0, 0], rows[0]) if rows.shape[0] == 1 else threads.matmat(rows, a[0, 0]))
         return
     if b.shape[0] != a.shape[0]:
         a = np.repeat(a, b.shape[0] // a.shape[0], axis=0)
@@ -299,17 +301,85 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
         vs = np.where(np.isfinite(s), np.exp(s - running), np.float32(0)).astype(np.float32)
     total = (vs * np.flip(np.cumprod(np.flip(np.concatenate([ms[..., 1:], np.ones_like(ms[..., :1])], axis=-1),
                                              axis=-1), axis=-1), axis=-1)).sum(axis=-1, keepdims=True)
-    acc = np.zeros(q.shape[1:3] + (v.shape[-1],), dtype=np.float16)   # (H, T, Dv)
     rescale = grew.any(axis=(0, 1))
     values = v[0][:, live, :]                                           # (H, cells, Dv)
-    for i in range(len(live)):
-        acc32 = acc.astype(np.float32)
-        if rescale[i]:
-            acc32 = (acc32 * ms[..., i:i + 1]).astype(np.float16).astype(np.float32)
-        acc32 += values[:, i:i + 1, :] * vs[..., i:i + 1]
-        acc = acc32.astype(np.float16)
+    acc = _f16_accumulate(values, ms, vs, rescale)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (acc.astype(np.float32) / total)[None]
+
+
+# f32 terms precomputed per batch of cells, at most this many elements at a time
+_FA_TERMS_ELEMENTS = 1 << 20
+# Rounding an f32 to the nearest f16 (ties to even) without a dtype conversion, which costs
+# ~2 ns an element in numpy: adding M = 1.5 * 2^(E + 13), E = max(exponent of x, -14), leaves
+# f32 steps of 2^(E - 10), f16's step at that exponent (2^-24 for its subnormals), and the
+# f32 addition rounds to nearest even; subtracting M again is exact. Checked against astype
+# for every f32 of magnitude <= 65504 (F16_MAX); larger values would need f16's overflow to inf.
+# (0-d arrays: a numpy scalar operand costs a conversion on every call)
+_F32_EXP_BITS = np.array(0x7F800000, dtype=np.uint32)
+_F16_MIN_NORMAL_BITS = np.array(0x38800000, dtype=np.uint32)    # 2^-14 as f32 bits
+_MAGIC_ADD_BITS = np.array((13 << 23) + (1 << 22), dtype=np.uint32)   # exponent + 13, mantissa 1.5
+F16_MAX = 65504.0
+
+
+class _F16Grid:
+    """Rounds one f32 array in place to the f32 values of its nearest f16s (sign of zero
+    included, by copysign), |values| <= F16_MAX; scratch and views made once per array."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x, self.x_bits = x, x.view(np.uint32)
+        self.m_bits = np.empty(x.shape, dtype=np.uint32)
+        self.m, self.tmp = self.m_bits.view(np.float32), np.empty_like(x)
+
+    def round(self) -> None:
+        x, m_bits, m, tmp = self.x, self.m_bits, self.m, self.tmp
+        np.bitwise_and(self.x_bits, _F32_EXP_BITS, m_bits)
+        np.maximum(m_bits, _F16_MIN_NORMAL_BITS, out=m_bits)
+        np.add(m_bits, _MAGIC_ADD_BITS, m_bits)
+        np.add(x, m, tmp)
+        np.subtract(tmp, m, tmp)
+        np.copysign(tmp, x, x)
+
+
+def _f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale: np.ndarray) -> np.ndarray:
+    """The f16 V accumulator after every cell: acc = f16(f16(acc * ms) + v * vs) on a rescale,
+    acc = f16(acc + v * vs) otherwise, each product and sum in f32 as ggml_vec_scale_f16 and
+    ggml_vec_mad_f16 compute them. Returned as f32 holding f16 values."""
+    h, t, n = ms.shape
+    acc = np.zeros((h, t, values.shape[-1]), dtype=np.float32)       # (H, T, Dv)
+    grid = _F16Grid(acc)
+    ms_cells = np.ascontiguousarray(np.moveaxis(ms, -1, 0))[..., None]  # (cells, H, T, 1)
+    step = max(1, _FA_TERMS_ELEMENTS // max(1, acc.size))
+    # |acc| <= the sum of the terms' magnitudes (a rescale only shrinks it), times 1 + 2^-11
+    # per rounding: below F16_MAX / 2 no step can overflow f16, otherwise convert for real
+    growth, bound = (1.0 + 2.0 ** -11) ** (2 * n), 0.0
+    for c0 in range(0, n, step):
+        c1 = min(n, c0 + step)
+        # terms[i] = v_i * vs_i for the cells of this batch, each a contiguous (H, T, Dv) block
+        terms = np.moveaxis(values[:, c0:c1, :], 1, 0)[:, :, None, :] * np.moveaxis(vs[..., c0:c1], -1, 0)[..., None]
+        bound += float(np.abs(terms).max(axis=(1, 2, 3)).sum()) if terms.size else 0.0
+        if not bound * growth < F16_MAX / 2:   # also catches inf and NaN
+            return _f16_accumulate_cast(values, ms, vs, rescale)
+        for i in range(c1 - c0):
+            if rescale[c0 + i]:
+                np.multiply(acc, ms_cells[c0 + i], acc)
+                grid.round()
+            np.add(acc, terms[i], acc)
+            grid.round()
+    return acc
+
+
+def _f16_accumulate_cast(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale: np.ndarray) -> np.ndarray:
+    """_f16_accumulate through real f16 conversions (overflow to inf, NaN): one ufunc per step
+    computes in f32 (dtype=float32) and rounds into the f16 output like astype."""
+    acc = np.zeros(ms.shape[:2] + (values.shape[-1],), dtype=np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(ms.shape[-1]):
+            if rescale[i]:
+                np.multiply(acc, ms[..., i:i + 1], out=acc, dtype=np.float32, casting="same_kind")
+            term = values[:, i:i + 1, :] * vs[..., i:i + 1]
+            np.add(acc, term, out=acc, dtype=np.float32, casting="same_kind")
+    return acc.astype(np.float32)
 
 
 def _flash_attn_ext(node: Tensor) -> None:

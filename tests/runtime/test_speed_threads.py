@@ -1,0 +1,59 @@
+"""Row-split matrix products: blocks on ROW_ALIGN boundaries, results bit-identical to one call."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime import build as B
+from runtime import threads
+from runtime.graph import GGMLType, Graph
+from runtime.sched import Scheduler
+
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Two threads and no size threshold, so even test-sized products are split."""
+    monkeypatch.setattr(threads, "MIN_SPLIT_ELEMENTS", 0)
+    before = threads.n_threads()
+    threads.set_threads(2)
+    yield
+    threads.set_threads(before)
+
+
+def test_row_blocks_start_on_aligned_rows():
+    assert threads.row_blocks(640, 2) == [(0, 320), (320, 640)]            # 10 units of 64: 5 + 5
+    assert threads.row_blocks(1000, 2) == [(0, 512), (512, 1000)]          # 16 units: 8 + 8, the last one short
+    assert threads.row_blocks(262144, 3) == [(0, 87360), (87360, 174720), (174720, 262144)]  # 4096 units
+    assert threads.row_blocks(100, 2) == [(0, 64), (64, 100)]
+    assert threads.row_blocks(64, 4) == [(0, 64)]                           # one unit: no split
+
+
+@pytest.mark.parametrize("m,k", [(262144 // 64, 640), (1000, 256), (640, 2048)])
+def test_split_matvec_and_matmat_equal_the_whole_product(split_everything, m, k):
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    x = rng.standard_normal(k).astype(np.float32)
+    rows = rng.standard_normal((5, k)).astype(np.float32)
+    np.testing.assert_array_equal(threads.matvec(a, x), a @ x)
+    np.testing.assert_array_equal(threads.matmat(rows, a), rows @ a.T)
+
+
+def test_mul_mat_kernel_splits_without_changing_a_bit(cpu, split_everything):
+    rng = np.random.default_rng(1)
+    w, x = B.new_input(GGMLType.F32, [96, 1000], "w"), B.new_input(GGMLType.F32, [96], "x")
+    wv, xv = rng.standard_normal((1000, 96)).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    out = B.mul_mat(w, x)
+    Scheduler([cpu]).compute(Graph.build(out), inputs={w: wv, x: xv})
+    np.testing.assert_array_equal(out.get_data().reshape(-1), wv @ xv)
+
+
+def test_one_thread_never_uses_the_pool(monkeypatch):
+    monkeypatch.setattr(threads, "MIN_SPLIT_ELEMENTS", 0)
+    before = threads.n_threads()
+    threads.set_threads(1)
+    try:
+        monkeypatch.setattr(threads, "_pool", lambda: pytest.fail("pool used with one thread"))
+        a = np.arange(256 * 8, dtype=np.float32).reshape(256, 8)
+        np.testing.assert_array_equal(threads.matvec(a, np.ones(8, np.float32)), a.sum(axis=1))
+    finally:
+        threads.set_threads(before)
