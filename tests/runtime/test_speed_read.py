@@ -1,0 +1,60 @@
+"""read_f32's fast paths: f16 by table, tall quantized matrices in column-major memory, and the
+f16 rounding flash attention does in f32 arithmetic."""
+from __future__ import annotations
+
+import numpy as np
+from gguf.quants import quantize
+
+from runtime.devices import alloc_tensors
+from runtime.graph import BufferUsage, GGMLType, Tensor
+from runtime.kernels import _F16Grid, read_f32
+
+
+def test_f16_read_equals_astype_for_every_bit_pattern(cpu):
+    t = Tensor(GGMLType.F16, [256, 256], name="all_f16")
+    alloc_tensors(cpu.buffer_type, [t])
+    patterns = np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)
+    t.numpy()[...] = patterns.view(np.float16)
+    got = read_f32(t)
+    assert got.dtype == np.float32 and got.shape == (1, 1, 256, 256)
+    want = patterns.view(np.float16).astype(np.float32)   # numpy's own conversion, NaN payloads included
+    np.testing.assert_array_equal(got[0, 0].view(np.uint32), want.view(np.uint32))
+
+
+def _q8_weight(cpu, rows, cols, seed):
+    values = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    t = Tensor(GGMLType.Q8_0, [cols, rows], name=f"w{rows}x{cols}")
+    alloc_tensors(cpu.buffer_type, [t], BufferUsage.WEIGHTS)
+    t.set_data(quantize(values, GGMLType.Q8_0))
+    # Q8_0 from its definition: per 32 values d = amax / 127 stored as f16, q = round(x / d)
+    blocks = values.reshape(rows, cols // 32, 32)
+    d = (np.abs(blocks).max(axis=-1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
+    return t, d
+
+
+def test_tall_quantized_matrix_reads_column_major_with_the_same_values(cpu):
+    t, d = _q8_weight(cpu, 1024, 64, seed=1)           # 1024 rows >= 16 x 64 columns
+    got = read_f32(t)
+    assert got.shape == (1, 1, 1024, 64) and got[0, 0].flags.f_contiguous
+    q = got[0, 0].reshape(1024, 2, 32) / d          # every value a whole multiple of its block scale
+    np.testing.assert_allclose(q, np.rint(q), atol=1e-3)
+    assert np.abs(q).max() <= 127.5
+
+
+def test_wide_quantized_matrix_stays_row_major(cpu):
+    t, _ = _q8_weight(cpu, 992, 64, seed=2)            # 992 rows < 16 x 64 columns
+    assert read_f32(t)[0, 0].flags.c_contiguous
+
+
+def test_f16_grid_rounds_like_a_conversion_to_f16():
+    """Every 1009th f32 bit pattern up to 65504 (F16_MAX) and all around f16's subnormal limit,
+    both signs: equal bits to astype(float16).astype(float32), signed zeros included."""
+    top = int(np.float32(65504).view(np.uint32))
+    u = np.concatenate([np.arange(0, top + 1, 1009, dtype=np.uint32),
+                        np.arange(0x38000000, 0x39000000, 61, dtype=np.uint32)])  # 2^-15 .. 2^-13
+    for sign in (0, 0x80000000):
+        x = (u | np.uint32(sign)).view(np.float32)
+        want = x.astype(np.float16).astype(np.float32)
+        got = x.copy()
+        _F16Grid(got).round()
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
