@@ -321,9 +321,12 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
     weight) follow from the scores alone, so they are computed for all cells at once; only the
     f16 accumulator, whose rounding depends on its own history, is updated cell by cell. A
     skipped cell has ms = 1 and vs = 0, which leaves an f16 accumulator exactly as it was.
+    K and V may have fewer heads than Q (GQA: each shared by H / Hkv query heads); they are
+    broadcast, each head's product the same BLAS call as on repeated heads.
     """
-    q = q.astype(np.float16).astype(np.float32)
-    scores = (q[0] @ np.swapaxes(k[0], -1, -2)) * np.float32(scale)  # (H, T, KV)
+    n_head, n_tok, n_head_kv = q.shape[1], q.shape[2], k.shape[1]
+    q = q.astype(np.float16).astype(np.float32)[0].reshape(n_head_kv, n_head // n_head_kv, n_tok, q.shape[-1])
+    scores = (q @ np.swapaxes(k[0], -1, -2)[:, None]).reshape(n_head, n_tok, -1) * np.float32(scale)  # (H, T, KV)
     if mask is not None:
         scores = scores + mask[0]
     live = np.flatnonzero(np.isfinite(scores).any(axis=(0, 1)))
@@ -337,7 +340,7 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
     total = (vs * np.flip(np.cumprod(np.flip(np.concatenate([ms[..., 1:], np.ones_like(ms[..., :1])], axis=-1),
                                              axis=-1), axis=-1), axis=-1)).sum(axis=-1, keepdims=True)
     rescale = grew.any(axis=(0, 1))
-    values = v[0][:, live, :]                                           # (H, cells, Dv)
+    values = v[0][:, live, :]                                           # (Hkv, cells, Dv)
     acc = _f16_accumulate(values, ms, vs, rescale)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (acc.astype(np.float32) / total)[None]
@@ -379,8 +382,10 @@ class _F16Grid:
 def _f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale: np.ndarray) -> np.ndarray:
     """The f16 V accumulator after every cell: acc = f16(f16(acc * ms) + v * vs) on a rescale,
     acc = f16(acc + v * vs) otherwise, each product and sum in f32 as ggml_vec_scale_f16 and
-    ggml_vec_mad_f16 compute them. Returned as f32 holding f16 values."""
+    ggml_vec_mad_f16 compute them. values (Hkv, cells, Dv) serve H / Hkv heads each. Returned
+    as f32 holding f16 values."""
     h, t, n = ms.shape
+    h_kv = values.shape[0]
     acc = np.zeros((h, t, values.shape[-1]), dtype=np.float32)       # (H, T, Dv)
     grid = _F16Grid(acc)
     ms_cells = np.ascontiguousarray(np.moveaxis(ms, -1, 0))[..., None]  # (cells, H, T, 1)
@@ -391,7 +396,9 @@ def _f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale:
     for c0 in range(0, n, step):
         c1 = min(n, c0 + step)
         # terms[i] = v_i * vs_i for the cells of this batch, each a contiguous (H, T, Dv) block
-        terms = np.moveaxis(values[:, c0:c1, :], 1, 0)[:, :, None, :] * np.moveaxis(vs[..., c0:c1], -1, 0)[..., None]
+        v_cells = np.moveaxis(values[:, c0:c1, :], 1, 0)[:, :, None, None, :]        # (c, Hkv, 1, 1, Dv)
+        vs_cells = np.moveaxis(vs[..., c0:c1], -1, 0).reshape(c1 - c0, h_kv, h // h_kv, t, 1)
+        terms = (v_cells * vs_cells).reshape(c1 - c0, h, t, -1)
         bound += float(np.abs(terms).max(axis=(1, 2, 3)).sum()) if terms.size else 0.0
         if not bound * growth < F16_MAX / 2:   # also catches inf and NaN
             return _f16_accumulate_cast(values, ms, vs, rescale)
@@ -407,6 +414,7 @@ def _f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale:
 def _f16_accumulate_cast(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale: np.ndarray) -> np.ndarray:
     """_f16_accumulate through real f16 conversions (overflow to inf, NaN): one ufunc per step
     computes in f32 (dtype=float32) and rounds into the f16 output like astype."""
+    values = np.repeat(values, ms.shape[0] // values.shape[0], axis=0)
     acc = np.zeros(ms.shape[:2] + (values.shape[-1],), dtype=np.float16)
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(ms.shape[-1]):
@@ -419,15 +427,15 @@ def _f16_accumulate_cast(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, res
 
 def _flash_attn_ext(node: Tensor) -> None:
     q, k, v = (read_f32(node.src[i]) for i in range(3))  # (1, H, T, D), (1, Hkv, KV, D), (1, Hkv, KV, Dv)
-    rep = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
     mask = read_f32(node.src[3])[:, :, : q.shape[2], :] if node.src[3] is not None else None
     sinks = read_f32(node.src[4]) if node.src[4] is not None else None
     scale = node.op_params["scale"]
     small = q.shape[2] < FA_TILE_Q and node.src[1].type == _F16 and node.src[2].type == _F16
     if small and sinks is None and q.shape[0] == 1:
-        out = _flash_attn_f16_rows(q, k, v, mask, scale)
+        out = _flash_attn_f16_rows(q, k, v, mask, scale)  # broadcasts K/V heads itself
     else:
+        rep = q.shape[1] // k.shape[1]
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         out = _flash_attn_f32(q, k, v, mask, scale, sinks)
     _write(node, np.swapaxes(out, 1, 2))
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from runtime.kernels import _flash_attn_f16_rows
 
@@ -99,9 +100,20 @@ def test_tiny_values_round_like_f16_subnormals():
 def test_values_near_f16_max_overflow_to_inf_like_f16():
     """Sums past 65504 become inf in an f16 accumulator; the kernel must keep that."""
     q, k, v, mask = _inputs(6)
-    v = np.full_like(v, 30000.0)
+    k, v = k[:, :1], np.full_like(v[:, :1], 30000.0)    # one KV head shared by the three
     got = _flash_attn_f16_rows(q, k, v, mask, 0.25)
     with np.errstate(over="ignore"):
-        want = _cell_by_cell(q, k, v, mask, 0.25)
+        want = _cell_by_cell(q, np.repeat(k, 3, axis=1), np.repeat(v, 3, axis=1), mask, 0.25)
     np.testing.assert_array_equal(got, want)
     assert np.isinf(want).any()
+
+
+@pytest.mark.parametrize("n_head,n_head_kv", [(4, 1), (4, 2), (6, 3)])
+def test_shared_kv_heads_equal_repeated_heads(n_head, n_head_kv):
+    """GQA: K and V heads shared by n_head / n_head_kv query heads each, as llama.cpp's graph
+    passes them; the reference gets them repeated head by head."""
+    q, k, v, mask = _inputs(21 + n_head_kv, n_head=n_head, n_tok=3, n_kv=50, d=16)
+    k, v = k[:, :n_head_kv], v[:, :n_head_kv]
+    rep = n_head // n_head_kv
+    want = _cell_by_cell(q, np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1), mask, 0.25)
+    np.testing.assert_array_equal(_flash_attn_f16_rows(q, k, v, mask, 0.25), want)
