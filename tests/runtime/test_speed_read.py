@@ -58,3 +58,34 @@ def test_f16_grid_rounds_like_a_conversion_to_f16():
         got = x.copy()
         _F16Grid(got).round()
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_cached_views_follow_a_tensor_into_a_new_buffer(cpu):
+    t = Tensor(GGMLType.F32, [4, 2], name="moved")
+    first = alloc_tensors(cpu.buffer_type, [t])[0]
+    t.set_data(np.arange(8, dtype=np.float32))
+    np.testing.assert_array_equal(read_f32(t).reshape(-1), np.arange(8))
+    alloc_tensors(cpu.buffer_type, [t])          # the allocator moves it (a new compute buffer)
+    t.set_data(np.full(8, 5, np.float32))
+    np.testing.assert_array_equal(read_f32(t).reshape(-1), np.full(8, 5))
+    first.free()
+    assert first.storage is not None             # a freed buffer's storage is made anew on touch:
+    u = Tensor(GGMLType.F32, [4, 2], name="in_first")
+    u.buffer, u.offset = first, 0
+    np.testing.assert_array_equal(read_f32(u).reshape(-1), np.zeros(8))   # not the old view's bytes
+
+
+def test_a_dropped_buffer_takes_its_views_along(cpu):
+    import gc
+
+    from runtime import kernels
+
+    t = Tensor(GGMLType.F32, [16], name="short_lived")
+    buffer = alloc_tensors(cpu.buffer_type, [t])[0]
+    read_f32(t)
+    assert id(buffer) in kernels._VIEWS
+    key = id(buffer)
+    t.buffer = None
+    del buffer
+    gc.collect()
+    assert key not in kernels._VIEWS
