@@ -381,8 +381,10 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
         return (acc.astype(np.float32) / total)[None]
 
 
-# f32 terms precomputed per batch of cells, at most this many elements at a time
+# Cells per batch: f32 terms are precomputed for a batch (at most _FA_TERMS_ELEMENTS values),
+# and whether f16 could overflow is checked once per batch.
 _FA_TERMS_ELEMENTS = 1 << 20
+_FA_BATCH_CELLS = 256
 # Rounding an f32 to the nearest f16 (ties to even) without a dtype conversion, which costs
 # ~2 ns an element in numpy: adding M = 1.5 * 2^(E + 13), E = max(exponent of x, -14), leaves
 # f32 steps of 2^(E - 10), f16's step at that exponent (2^-24 for its subnormals), and the
@@ -424,19 +426,21 @@ def _f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale:
     acc = np.zeros((h, t, values.shape[-1]), dtype=np.float32)       # (H, T, Dv)
     grid = _F16Grid(acc)
     ms_cells = np.ascontiguousarray(np.moveaxis(ms, -1, 0))[..., None]  # (cells, H, T, 1)
-    step = max(1, _FA_TERMS_ELEMENTS // max(1, acc.size))
-    # |acc| <= the sum of the terms' magnitudes (a rescale only shrinks it), times 1 + 2^-11
-    # per rounding: below F16_MAX / 2 no step can overflow f16, otherwise convert for real
-    growth, bound = (1.0 + 2.0 ** -11) ** (2 * n), 0.0
+    step = max(1, min(_FA_BATCH_CELLS, _FA_TERMS_ELEMENTS // max(1, acc.size)))
+    v_max = np.abs(values).max(axis=(0, 2), initial=0.0)               # per cell
+    vs_max = vs.max(axis=(0, 1), initial=0.0)
     for c0 in range(0, n, step):
         c1 = min(n, c0 + step)
         # terms[i] = v_i * vs_i for the cells of this batch, each a contiguous (H, T, Dv) block
         v_cells = np.moveaxis(values[:, c0:c1, :], 1, 0)[:, :, None, None, :]        # (c, Hkv, 1, 1, Dv)
         vs_cells = np.moveaxis(vs[..., c0:c1], -1, 0).reshape(c1 - c0, h_kv, h // h_kv, t, 1)
         terms = (v_cells * vs_cells).reshape(c1 - c0, h, t, -1)
-        bound += float(np.abs(terms).max(axis=(1, 2, 3)).sum()) if terms.size else 0.0
-        if not bound * growth < F16_MAX / 2:   # also catches inf and NaN
-            return _f16_accumulate_cast(values, ms, vs, rescale)
+        # |acc| cannot pass what it is now plus the terms' magnitudes (a rescale only shrinks
+        # it), times 1 + 2^-11 per rounding; past F16_MAX / 2 (or NaN, inf), convert for real
+        bound = float(np.abs(acc).max()) + float((v_max[c0:c1] * vs_max[c0:c1]).sum())
+        if not bound * (1.0 + 2.0 ** -11) ** (2 * (c1 - c0)) < F16_MAX / 2:
+            acc[...] = _f16_steps_cast(acc, terms, ms_cells[c0:c1], rescale[c0:c1])
+            continue
         for i in range(c1 - c0):
             if rescale[c0 + i]:
                 np.multiply(acc, ms_cells[c0 + i], acc)
@@ -446,18 +450,16 @@ def _f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale:
     return acc
 
 
-def _f16_accumulate_cast(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale: np.ndarray) -> np.ndarray:
-    """_f16_accumulate through real f16 conversions (overflow to inf, NaN): one ufunc per step
-    computes in f32 (dtype=float32) and rounds into the f16 output like astype."""
-    values = np.repeat(values, ms.shape[0] // values.shape[0], axis=0)
-    acc = np.zeros(ms.shape[:2] + (values.shape[-1],), dtype=np.float16)
+def _f16_steps_cast(acc: np.ndarray, terms: np.ndarray, ms_cells: np.ndarray, rescale: np.ndarray) -> np.ndarray:
+    """_f16_accumulate's steps through real f16 conversions (overflow to inf, NaN): one ufunc
+    per step computes in f32 (dtype=float32) and rounds into the f16 output like astype."""
+    acc16 = acc.astype(np.float16)
     with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(ms.shape[-1]):
+        for i in range(len(terms)):
             if rescale[i]:
-                np.multiply(acc, ms[..., i:i + 1], out=acc, dtype=np.float32, casting="same_kind")
-            term = values[:, i:i + 1, :] * vs[..., i:i + 1]
-            np.add(acc, term, out=acc, dtype=np.float32, casting="same_kind")
-    return acc.astype(np.float32)
+                np.multiply(acc16, ms_cells[i], out=acc16, dtype=np.float32, casting="same_kind")
+            np.add(acc16, terms[i], out=acc16, dtype=np.float32, casting="same_kind")
+    return acc16.astype(np.float32)
 
 
 def _flash_attn_ext(node: Tensor) -> None:

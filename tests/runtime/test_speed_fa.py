@@ -117,3 +117,24 @@ def test_shared_kv_heads_equal_repeated_heads(n_head, n_head_kv):
     rep = n_head // n_head_kv
     want = _cell_by_cell(q, np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1), mask, 0.25)
     np.testing.assert_array_equal(_flash_attn_f16_rows(q, k, v, mask, 0.25), want)
+
+
+def test_accumulator_reaching_f16_max_midway_still_matches(monkeypatch):
+    """Even attention over 1200 cells of V ~ 60: the f16 sum passes 65504 (inf) after ~1090
+    cells; the first batch of cells runs the fast rounding, the later ones the f16 one."""
+    from runtime import kernels
+
+    slow_batches = []
+    real = kernels._f16_steps_cast
+    monkeypatch.setattr(kernels, "_f16_steps_cast", lambda *a: slow_batches.append(1) or real(*a))
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 2, 1, 8)).astype(F32)
+    k = np.zeros((1, 2, 1200, 8), F32)                      # every score 0: no rescale after the first
+    v = (60 + rng.standard_normal((1, 2, 1200, 8))).astype(F16).astype(F32)
+    mask = np.zeros((1, 1, 1, 1200), F32)
+    got = _flash_attn_f16_rows(q, k, v, mask, 0.5)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = _cell_by_cell(q, k, v, mask, 0.5)
+    np.testing.assert_array_equal(got, want)
+    assert np.isinf(want).all()
+    assert 0 < len(slow_batches) < -(-1200 // kernels._FA_BATCH_CELLS)   # some batches fast, some not
