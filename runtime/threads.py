@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 ROW_ALIGN = 64
-# Weights below this many f32 elements are multiplied whole in the calling thread: handing a
-# block to a worker costs tens of microseconds, about the time such a product takes.
-MIN_SPLIT_ELEMENTS = 1 << 20
+# Products of at least MIN_SPLIT_MACS multiply-adds (weight elements x activation rows) are
+# always split: Gemma 3 270M's 262144 x 640 output matrix took 22 ms split against 34 ms whole
+# on an idle 2-core machine, and lost nothing with the other core busy. Products of fewer than
+# MIN_TRY_MACS stay whole: a hand-off to a worker and back costs 50-80 us. In between (a
+# decode step's FFN and attention matrices, 0.15-0.5 ms each) the gain depends on whether the
+# other core is free, which on a shared machine changes by the minute (measured: 2048 x 640
+# split 222 us against 414 us whole when idle, 386 us against 361 us when busy), so each
+# shape's two ways are timed as they run and the faster one is used (_Tuner); the results are
+# bit-identical either way.
+MIN_SPLIT_MACS = 1 << 22
+MIN_TRY_MACS = 1 << 19
 MAX_THREADS = 8   # memory-bound products stop gaining long before this
 
 _lock = threading.Lock()
@@ -75,32 +85,77 @@ def row_blocks(n_rows: int, n_parts: int, align: int = ROW_ALIGN) -> list[tuple[
     return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
-def _split_count(a: np.ndarray) -> int:
-    n = n_threads()
-    if n == 1 or a.size < MIN_SPLIT_ELEMENTS or a.shape[0] < 2 * ROW_ALIGN:
-        return 1
-    return n
+class _Tuner:
+    """Per product shape, the running mean time of computing it whole and split; picks the
+    faster, and every TRY_EVERY-th call the other, so a change in the machine's load is seen."""
+
+    TRY_EVERY = 16
+    WEIGHT = 0.25       # of the newest time in the running mean
+    MAX_SHAPES = 4096
+
+    def __init__(self) -> None:
+        self.stats: dict[tuple[int, ...], list[float]] = {}   # shape -> [whole s, split s, calls]
+
+    def pick(self, key: tuple[int, ...]) -> bool:
+        st = self.stats.get(key)
+        if st is None:
+            if len(self.stats) >= self.MAX_SHAPES:
+                self.stats.clear()
+            st = self.stats[key] = [-1.0, -1.0, 0.0]
+        st[2] += 1
+        if st[0] < 0 or st[1] < 0:
+            return st[0] >= 0           # time each way once: whole first
+        favour = st[1] < st[0]
+        return favour != (st[2] % self.TRY_EVERY == 0)
+
+    def record(self, key: tuple[int, ...], split: bool, seconds: float) -> None:
+        st = self.stats[key]
+        i = 1 if split else 0
+        st[i] = seconds if st[i] < 0 else st[i] + self.WEIGHT * (seconds - st[i])
+
+
+_tuner = _Tuner()
+
+
+def _product(a: np.ndarray, n_rows: int, whole: Callable[[], np.ndarray],
+             split: Callable[[int], np.ndarray]) -> np.ndarray:
+    n, macs = n_threads(), a.size * n_rows
+    if n == 1 or a.shape[0] < 2 * ROW_ALIGN:
+        return whole()
+    if macs >= MIN_SPLIT_MACS:
+        return split(n)
+    if macs < MIN_TRY_MACS:
+        return whole()
+    key = (*a.shape, n_rows)
+    use_split = _tuner.pick(key)
+    t0 = time.perf_counter()
+    out = split(n) if use_split else whole()
+    _tuner.record(key, use_split, time.perf_counter() - t0)
+    return out
 
 
 def matvec(a: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """a @ x for a (M, K) weight and a (K,) vector; rows split over threads when a is large."""
-    parts = _split_count(a)
-    if parts == 1:
-        return a @ x
-    out = np.empty(a.shape[0], dtype=np.result_type(a, x))
-    _run([(lambda lo=lo, hi=hi: np.matmul(a[lo:hi], x, out=out[lo:hi])) for lo, hi in row_blocks(a.shape[0], parts)])
-    return out
+    """a @ x for a (M, K) weight and a (K,) vector; rows split over threads when that pays."""
+
+    def split(parts: int) -> np.ndarray:
+        out = np.empty(a.shape[0], dtype=np.result_type(a, x))
+        _run([(lambda lo=lo, hi=hi: np.matmul(a[lo:hi], x, out=out[lo:hi]))
+              for lo, hi in row_blocks(a.shape[0], parts)])
+        return out
+
+    return _product(a, 1, lambda: a @ x, split)
 
 
 def matmat(rows: np.ndarray, a: np.ndarray) -> np.ndarray:
     """rows @ a.T for (N, K) activations and a (M, K) weight; a's rows split over threads."""
-    parts = _split_count(a)
-    if parts == 1:
-        return rows @ a.T
-    out = np.empty((rows.shape[0], a.shape[0]), dtype=np.result_type(a, rows))
-    _run([(lambda lo=lo, hi=hi: np.matmul(rows, a[lo:hi].T, out=out[:, lo:hi]))
-          for lo, hi in row_blocks(a.shape[0], parts)])
-    return out
+
+    def split(parts: int) -> np.ndarray:
+        out = np.empty((rows.shape[0], a.shape[0]), dtype=np.result_type(a, rows))
+        _run([(lambda lo=lo, hi=hi: np.matmul(rows, a[lo:hi].T, out=out[:, lo:hi]))
+              for lo, hi in row_blocks(a.shape[0], parts)])
+        return out
+
+    return _product(a, rows.shape[0], lambda: rows @ a.T, split)
 
 
 def _run(jobs: list) -> None:

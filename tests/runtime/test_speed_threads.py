@@ -13,7 +13,8 @@ from runtime.sched import Scheduler
 @pytest.fixture
 def split_everything(monkeypatch):
     """Two threads and no size threshold, so even test-sized products are split."""
-    monkeypatch.setattr(threads, "MIN_SPLIT_ELEMENTS", 0)
+    monkeypatch.setattr(threads, "MIN_SPLIT_MACS", 0)
+    monkeypatch.setattr(threads, "MIN_TRY_MACS", 0)
     before = threads.n_threads()
     threads.set_threads(2)
     yield
@@ -48,7 +49,8 @@ def test_mul_mat_kernel_splits_without_changing_a_bit(cpu, split_everything):
 
 
 def test_one_thread_never_uses_the_pool(monkeypatch):
-    monkeypatch.setattr(threads, "MIN_SPLIT_ELEMENTS", 0)
+    monkeypatch.setattr(threads, "MIN_SPLIT_MACS", 0)
+    monkeypatch.setattr(threads, "MIN_TRY_MACS", 0)
     before = threads.n_threads()
     threads.set_threads(1)
     try:
@@ -57,3 +59,38 @@ def test_one_thread_never_uses_the_pool(monkeypatch):
         np.testing.assert_array_equal(threads.matvec(a, np.ones(8, np.float32)), a.sum(axis=1))
     finally:
         threads.set_threads(before)
+
+
+def test_split_only_from_the_multiply_add_threshold(monkeypatch):
+    """256 x 4 weight: one row is 1024 multiply-adds, below a 1500 threshold (one call); four
+    rows are 4096, above a 2000 one (always two blocks: one on the pool)."""
+    monkeypatch.setattr(threads, "MIN_TRY_MACS", 1500)
+    monkeypatch.setattr(threads, "MIN_SPLIT_MACS", 2000)
+    before = threads.n_threads()
+    threads.set_threads(2)
+    try:
+        real_pool, used = threads._pool, []
+        monkeypatch.setattr(threads, "_pool", lambda: used.append(1) or real_pool())
+        a = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
+        np.testing.assert_array_equal(threads.matvec(a, np.ones(4, np.float32)), a.sum(axis=1))
+        assert used == []
+        rows = np.eye(4, dtype=np.float32)
+        np.testing.assert_array_equal(threads.matmat(rows, a), a.T)
+        assert used == [1]
+    finally:
+        threads.set_threads(before)
+
+
+def test_tuner_times_both_ways_then_keeps_the_faster_and_retries_the_other():
+    tuner, key = threads._Tuner(), (2048, 640, 1)
+    assert tuner.pick(key) is False            # call 1: nothing timed yet, whole first
+    tuner.record(key, False, 2.0)
+    assert tuner.pick(key) is True             # call 2: split not timed yet
+    tuner.record(key, True, 1.0)
+    picks = [tuner.pick(key) for _ in range(3, 33)]   # calls 3..32: split is faster
+    assert [i + 3 for i, p in enumerate(picks) if not p] == [16, 32]   # the other way every 16th call
+    for _ in range(8):                          # the machine gets busy: split now takes 3.0
+        tuner.record(key, True, 3.0)
+    # running mean of split: 1.0 moved a quarter of the way to 3.0 eight times = 3 - 2 * 0.75^8
+    assert tuner.stats[key][1] == pytest.approx(3 - 2 * 0.75 ** 8)
+    assert tuner.pick(key) is False            # call 33: whole (2.0) is now the faster
