@@ -249,8 +249,8 @@ def _mul_mat(node: Tensor) -> None:
     if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
         rows = b.reshape(-1, b.shape[-1])
         # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm;
-        # a large weight's rows are shared between threads (threads.py: same per-row results)
-        _write(node, threads.matvec(a[0, 0], rows[0]) if rows.shape[0] == 1 else threads.matmat(rows, a[0, 0]))
+        # a large weight's rows may be shared between threads (threads.py: same results)
+        _write(node, threads.matvec(a[0, 0], rows[0]) if rows.shape[0] == 1 else rows @ a[0, 0].T)
         return
     if b.shape[0] != a.shape[0]:
         a = np.repeat(a, b.shape[0] // a.shape[0], axis=0)

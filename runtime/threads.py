@@ -1,4 +1,4 @@
-"""Large matrix products split by weight rows over a persistent pool of Python threads.
+"""Large matrix-vector products split by weight rows over a persistent pool of Python threads.
 
 numpy's OpenBLAS stays on one thread (execute.limit_blas_threads: a second BLAS thread made
 every small product slower on a shared 2-core machine); instead a product whose weight is
@@ -6,11 +6,13 @@ large is cut into contiguous row blocks, one per thread, each a single-threaded 
 (numpy releases the GIL inside BLAS). Small products stay whole in the calling thread, where a
 hand-off would cost more than it saves (bench/bench_runtime_speed.py).
 
-Numerics: a row's result depends only on that row, the activations and the BLAS kernel the
-row goes through. OpenBLAS handles the rows of a product in groups, so blocks start on a
-multiple of ROW_ALIGN rows: measured with this numpy's OpenBLAS 0.3.31 (Haswell kernels), a
-split at a multiple of 16 rows gives bit-identical outputs and a split elsewhere does not
-(tests/runtime/test_speed_threads.py checks the split result against the whole product).
+Numerics: a row's result depends only on that row, the vector and the BLAS kernel the row
+goes through. OpenBLAS's sgemv handles rows in groups, so blocks start on a multiple of
+ROW_ALIGN rows: measured with this numpy's OpenBLAS 0.3.31 (Haswell kernels), a split at a
+multiple of 16 rows gives bit-identical outputs and a split elsewhere does not (for row-major
+weights; see _product for column-major ones; tests/runtime/test_speed_threads.py checks). Products with several
+activation rows (a prompt) are not split: OpenBLAS picks its sgemm kernels by size, and a
+split 256 x 640 weight times 9 rows, or 1024 x 640 times 2, came out different in the last bit.
 """
 from __future__ import annotations
 
@@ -23,17 +25,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 ROW_ALIGN = 64
-# Products of at least MIN_SPLIT_MACS multiply-adds (weight elements x activation rows) are
-# always split: Gemma 3 270M's 262144 x 640 output matrix took 22 ms split against 34 ms whole
-# on an idle 2-core machine, and lost nothing with the other core busy. Products of fewer than
-# MIN_TRY_MACS stay whole: a hand-off to a worker and back costs 50-80 us. In between (a
-# decode step's FFN and attention matrices, 0.15-0.5 ms each) the gain depends on whether the
-# other core is free, which on a shared machine changes by the minute (measured: 2048 x 640
-# split 222 us against 414 us whole when idle, 386 us against 361 us when busy), so each
-# shape's two ways are timed as they run and the faster one is used (_Tuner); the results are
-# bit-identical either way.
-MIN_SPLIT_MACS = 1 << 22
-MIN_TRY_MACS = 1 << 19
+# Weights of at least MIN_SPLIT_ELEMENTS are always split: Gemma 3 270M's 262144 x 640 output
+# matrix took 22 ms split against 34 ms whole on an idle 2-core machine, and lost nothing with
+# the other core busy. Weights under MIN_TRY_ELEMENTS stay whole: a hand-off to a worker and
+# back costs 50-80 us. In between (a decode step's FFN and attention matrices, 0.15-0.5 ms
+# each) the gain depends on whether the other core is free, which on a shared machine changes
+# by the minute (measured: 2048 x 640 split 222 us against 414 us whole when idle, 386 us
+# against 361 us when busy, and slower split between a decode step's other ops, where the
+# worker wakes from idle), so each shape's two ways are timed as they run and the faster one
+# is used (_Tuner); the results are bit-identical either way.
+MIN_SPLIT_ELEMENTS = 1 << 22
+MIN_TRY_ELEMENTS = 1 << 19
 MAX_THREADS = 8   # memory-bound products stop gaining long before this
 
 _lock = threading.Lock()
@@ -117,16 +119,18 @@ class _Tuner:
 _tuner = _Tuner()
 
 
-def _product(a: np.ndarray, n_rows: int, whole: Callable[[], np.ndarray],
-             split: Callable[[int], np.ndarray]) -> np.ndarray:
-    n, macs = n_threads(), a.size * n_rows
-    if n == 1 or a.shape[0] < 2 * ROW_ALIGN:
+def _product(a: np.ndarray, whole: Callable[[], np.ndarray], split: Callable[[int], np.ndarray]) -> np.ndarray:
+    n = n_threads()
+    if n == 1 or a.shape[0] < 2 * ROW_ALIGN or a.size < MIN_TRY_ELEMENTS:
         return whole()
-    if macs >= MIN_SPLIT_MACS:
+    if a.size >= MIN_SPLIT_ELEMENTS:
         return split(n)
-    if macs < MIN_TRY_MACS:
+    if not a.flags.c_contiguous:
+        # sgemv's N kernel (column-major weights) sums a small matrix's rows in an order that
+        # depends on the row count (1000 x 256 split in two differed), so only the size rule,
+        # which every run applies alike, decides for those
         return whole()
-    key = (*a.shape, n_rows)
+    key = a.shape
     use_split = _tuner.pick(key)
     t0 = time.perf_counter()
     out = split(n) if use_split else whole()
@@ -143,19 +147,7 @@ def matvec(a: np.ndarray, x: np.ndarray) -> np.ndarray:
               for lo, hi in row_blocks(a.shape[0], parts)])
         return out
 
-    return _product(a, 1, lambda: a @ x, split)
-
-
-def matmat(rows: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """rows @ a.T for (N, K) activations and a (M, K) weight; a's rows split over threads."""
-
-    def split(parts: int) -> np.ndarray:
-        out = np.empty((rows.shape[0], a.shape[0]), dtype=np.result_type(a, rows))
-        _run([(lambda lo=lo, hi=hi: np.matmul(rows, a[lo:hi].T, out=out[:, lo:hi]))
-              for lo, hi in row_blocks(a.shape[0], parts)])
-        return out
-
-    return _product(a, rows.shape[0], lambda: rows @ a.T, split)
+    return _product(a, lambda: a @ x, split)
 
 
 def _run(jobs: list) -> None:

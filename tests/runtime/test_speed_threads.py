@@ -1,4 +1,4 @@
-"""Row-split matrix products: blocks on ROW_ALIGN boundaries, results bit-identical to one call."""
+"""Row-split matrix-vector products: blocks on ROW_ALIGN boundaries, bit-identical to one call."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +13,8 @@ from runtime.sched import Scheduler
 @pytest.fixture
 def split_everything(monkeypatch):
     """Two threads and no size threshold, so even test-sized products are split."""
-    monkeypatch.setattr(threads, "MIN_SPLIT_MACS", 0)
-    monkeypatch.setattr(threads, "MIN_TRY_MACS", 0)
+    monkeypatch.setattr(threads, "MIN_SPLIT_ELEMENTS", 0)
+    monkeypatch.setattr(threads, "MIN_TRY_ELEMENTS", 0)
     before = threads.n_threads()
     threads.set_threads(2)
     yield
@@ -29,14 +29,21 @@ def test_row_blocks_start_on_aligned_rows():
     assert threads.row_blocks(64, 4) == [(0, 64)]                           # one unit: no split
 
 
-@pytest.mark.parametrize("m,k", [(262144 // 64, 640), (1000, 256), (640, 2048)])
-def test_split_matvec_and_matmat_equal_the_whole_product(split_everything, m, k):
+@pytest.mark.parametrize("m,k", [(262144 // 64, 640), (2048, 640), (1024, 640), (640, 2048), (640, 1024),
+                                 (1000, 256)])
+def test_split_matvec_equals_the_whole_product(split_everything, m, k):
     rng = np.random.default_rng(m)
     a = rng.standard_normal((m, k)).astype(np.float32)
     x = rng.standard_normal(k).astype(np.float32)
-    rows = rng.standard_normal((5, k)).astype(np.float32)
     np.testing.assert_array_equal(threads.matvec(a, x), a @ x)
-    np.testing.assert_array_equal(threads.matmat(rows, a), rows @ a.T)
+
+
+def test_split_column_major_matvec_equals_the_whole_product(split_everything):
+    """kernels.column_major's layout (sgemv's N kernel), at an output-matrix-like shape."""
+    rng = np.random.default_rng(5)
+    a = np.asfortranarray(rng.standard_normal((262144 // 16, 640)).astype(np.float32))
+    x = rng.standard_normal(640).astype(np.float32)
+    np.testing.assert_array_equal(threads.matvec(a, x), a @ x)
 
 
 def test_mul_mat_kernel_splits_without_changing_a_bit(cpu, split_everything):
@@ -49,8 +56,8 @@ def test_mul_mat_kernel_splits_without_changing_a_bit(cpu, split_everything):
 
 
 def test_one_thread_never_uses_the_pool(monkeypatch):
-    monkeypatch.setattr(threads, "MIN_SPLIT_MACS", 0)
-    monkeypatch.setattr(threads, "MIN_TRY_MACS", 0)
+    monkeypatch.setattr(threads, "MIN_SPLIT_ELEMENTS", 0)
+    monkeypatch.setattr(threads, "MIN_TRY_ELEMENTS", 0)
     before = threads.n_threads()
     threads.set_threads(1)
     try:
@@ -61,22 +68,34 @@ def test_one_thread_never_uses_the_pool(monkeypatch):
         threads.set_threads(before)
 
 
-def test_split_only_from_the_multiply_add_threshold(monkeypatch):
-    """256 x 4 weight: one row is 1024 multiply-adds, below a 1500 threshold (one call); four
-    rows are 4096, above a 2000 one (always two blocks: one on the pool)."""
-    monkeypatch.setattr(threads, "MIN_TRY_MACS", 1500)
-    monkeypatch.setattr(threads, "MIN_SPLIT_MACS", 2000)
+def test_thresholds_whole_tuned_always_split(monkeypatch):
+    """Weights under MIN_TRY_ELEMENTS: one call; from MIN_SPLIT_ELEMENTS: always two blocks
+    (one on the pool); in between: whole the first time, split the second (the tuner times
+    both ways before it chooses); a column-major weight in between: always whole."""
+    monkeypatch.setattr(threads, "MIN_TRY_ELEMENTS", 1000)
+    monkeypatch.setattr(threads, "MIN_SPLIT_ELEMENTS", 4000)
+    monkeypatch.setattr(threads, "_tuner", threads._Tuner())
     before = threads.n_threads()
     threads.set_threads(2)
     try:
         real_pool, used = threads._pool, []
         monkeypatch.setattr(threads, "_pool", lambda: used.append(1) or real_pool())
-        a = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
-        np.testing.assert_array_equal(threads.matvec(a, np.ones(4, np.float32)), a.sum(axis=1))
-        assert used == []
-        rows = np.eye(4, dtype=np.float32)
-        np.testing.assert_array_equal(threads.matmat(rows, a), a.T)
-        assert used == [1]
+        x = np.ones(3, np.float32)
+
+        def pool_calls(a: np.ndarray) -> int:
+            used.clear()
+            np.testing.assert_array_equal(threads.matvec(a, x), a.sum(axis=1))
+            return len(used)
+
+        def weight(rows: int, order: str = "C") -> np.ndarray:
+            return np.array(np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), order=order)
+
+        assert pool_calls(weight(256)) == 0            # 768 elements
+        assert pool_calls(weight(512)) == 0            # 1536: tuned, first call whole
+        assert pool_calls(weight(512)) == 1            # second call split
+        assert pool_calls(weight(512, "F")) == 0       # column-major: not tuned
+        assert pool_calls(weight(2048)) == 1           # 6144: always split
+        assert pool_calls(weight(2048, "F")) == 1
     finally:
         threads.set_threads(before)
 
