@@ -357,7 +357,7 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
     f16 accumulator, whose rounding depends on its own history, is updated cell by cell. A
     skipped cell has ms = 1 and vs = 0, which leaves an f16 accumulator exactly as it was.
     K and V may have fewer heads than Q (GQA: each shared by H / Hkv query heads); they are
-    broadcast, each head's product the same BLAS call as on repeated heads.
+    broadcast, each head's product the same BLAS call as on repeated heads. V may be f16.
     """
     n_head, n_tok, n_head_kv = q.shape[1], q.shape[2], k.shape[1]
     q = q.astype(np.float16).astype(np.float32)[0].reshape(n_head_kv, n_head // n_head_kv, n_tok, q.shape[-1])
@@ -376,6 +376,8 @@ def _flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.n
                                              axis=-1), axis=-1), axis=-1)).sum(axis=-1, keepdims=True)
     rescale = grew.any(axis=(0, 1))
     values = v[0][:, live, :]                                           # (Hkv, cells, Dv)
+    if values.dtype == np.float16:
+        values = _f16_to_f32(values)
     acc = _f16_accumulate(values, ms, vs, rescale)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (acc.astype(np.float32) / total)[None]
@@ -407,7 +409,13 @@ class _F16Grid:
         self.m, self.tmp = self.m_bits.view(np.float32), np.empty_like(x)
 
     def round(self) -> None:
+        self.add_and_round(None)
+
+    def add_and_round(self, term: np.ndarray | None) -> None:
+        """x = f16(x + term) (term None: x = f16(x)); one call per cell in the hot loop."""
         x, m_bits, m, tmp = self.x, self.m_bits, self.m, self.tmp
+        if term is not None:
+            np.add(x, term, x)
         np.bitwise_and(self.x_bits, _F32_EXP_BITS, m_bits)
         np.maximum(m_bits, _F16_MIN_NORMAL_BITS, out=m_bits)
         np.add(m_bits, _MAGIC_ADD_BITS, m_bits)
@@ -441,12 +449,12 @@ def _f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale:
         if not bound * (1.0 + 2.0 ** -11) ** (2 * (c1 - c0)) < F16_MAX / 2:
             acc[...] = _f16_steps_cast(acc, terms, ms_cells[c0:c1], rescale[c0:c1])
             continue
-        for i in range(c1 - c0):
-            if rescale[c0 + i]:
-                np.multiply(acc, ms_cells[c0 + i], acc)
-                grid.round()
-            np.add(acc, terms[i], acc)
-            grid.round()
+        add_and_round = grid.add_and_round
+        for term, ms_i, rescaled in zip(terms, ms_cells[c0:c1], rescale[c0:c1].tolist()):
+            if rescaled:
+                np.multiply(acc, ms_i, acc)
+                add_and_round(None)
+            add_and_round(term)
     return acc
 
 
@@ -463,14 +471,16 @@ def _f16_steps_cast(acc: np.ndarray, terms: np.ndarray, ms_cells: np.ndarray, re
 
 
 def _flash_attn_ext(node: Tensor) -> None:
-    q, k, v = (read_f32(node.src[i]) for i in range(3))  # (1, H, T, D), (1, Hkv, KV, D), (1, Hkv, KV, Dv)
+    q, k = read_f32(node.src[0]), read_f32(node.src[1])  # (1, H, T, D), (1, Hkv, KV, D); V: (1, Hkv, KV, Dv)
     mask = read_f32(node.src[3])[:, :, : q.shape[2], :] if node.src[3] is not None else None
     sinks = read_f32(node.src[4]) if node.src[4] is not None else None
     scale = node.op_params["scale"]
     small = q.shape[2] < FA_TILE_Q and node.src[1].type == _F16 and node.src[2].type == _F16
     if small and sinks is None and q.shape[0] == 1:
-        out = _flash_attn_f16_rows(q, k, v, mask, scale)  # broadcasts K/V heads itself
+        # K/V heads broadcast, V left f16 (converted only where the mask lets a cell through)
+        out = _flash_attn_f16_rows(q, k, _view(node.src[2]), mask, scale)
     else:
+        v = read_f32(node.src[2])
         rep = q.shape[1] // k.shape[1]
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         out = _flash_attn_f32(q, k, v, mask, scale, sinks)

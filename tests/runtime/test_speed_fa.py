@@ -138,3 +138,10 @@ def test_accumulator_reaching_f16_max_midway_still_matches(monkeypatch):
     np.testing.assert_array_equal(got, want)
     assert np.isinf(want).all()
     assert 0 < len(slow_batches) < -(-1200 // kernels._FA_BATCH_CELLS)   # some batches fast, some not
+
+
+def test_f16_v_gives_the_same_as_its_f32_values():
+    """The kernel takes V straight from an f16 cache and converts only the cells it reads."""
+    q, k, v, mask = _inputs(13)
+    np.testing.assert_array_equal(_flash_attn_f16_rows(q, k, v.astype(F16), mask, 0.25),
+                                  _cell_by_cell(q, k, v, mask, 0.25))
