@@ -9,10 +9,11 @@ hand-off would cost more than it saves (bench/bench_runtime_speed.py).
 Numerics: a row's result depends only on that row, the vector and the BLAS kernel the row
 goes through. OpenBLAS's sgemv handles rows in groups, so blocks start on a multiple of
 ROW_ALIGN rows: measured with this numpy's OpenBLAS 0.3.31 (Haswell kernels), a split at a
-multiple of 16 rows gives bit-identical outputs and a split elsewhere does not (for row-major
-weights; see _product for column-major ones; tests/runtime/test_speed_threads.py checks). Products with several
-activation rows (a prompt) are not split: OpenBLAS picks its sgemm kernels by size, and a
-split 256 x 640 weight times 9 rows, or 1024 x 640 times 2, came out different in the last bit.
+multiple of 16 rows gives bit-identical outputs and a split elsewhere does not (row-major
+weights; _product says why column-major ones split by size only; test_speed_threads.py
+checks). Products with several activation rows (a prompt) are not split: OpenBLAS picks its
+sgemm kernels by size, and a split 256 x 640 weight times 9 rows, or 1024 x 640 times 2, came
+out different in the last bit.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ MIN_TRY_ELEMENTS = 1 << 19
 MAX_THREADS = 8   # memory-bound products stop gaining long before this
 
 _lock = threading.Lock()
-_state: dict[str, object] = {"n": None, "pool": None}
+_state: dict[str, object] = {"n": None, "pool": None, "pid": None}
 
 
 def default_threads() -> int:
@@ -71,10 +72,10 @@ def n_threads() -> int:
 def _pool() -> ThreadPoolExecutor:
     with _lock:
         pool = _state["pool"]
-        if pool is None:
+        if pool is None or _state["pid"] != os.getpid():  # a forked child has no worker threads
             pool = ThreadPoolExecutor(max_workers=max(1, int(_state["n"]) - 1),  # type: ignore[call-overload]
                                       thread_name_prefix="fitplan-matmul")
-            _state["pool"] = pool
+            _state["pool"], _state["pid"] = pool, os.getpid()
         return pool  # type: ignore[return-value]
 
 
