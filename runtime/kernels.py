@@ -244,8 +244,29 @@ def as_vec_dot(b: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
     return _round_q8_k(b) if target is _Q.Q8_K else _round_q8_0(b)
 
 
+# The last activations rounded per vec_dot type, kept with a copy of what was rounded: a
+# layer's Q, K and V products share their activations, and so do its FFN gate and up, so the
+# next product reuses the rounding when its activations are the same bits (a memo of a pure
+# function: the results cannot change).
+_LAST_VEC_DOT: dict[object, tuple[tuple[object, ...], bytes, np.ndarray]] = {}
+
+
+def _as_vec_dot_memo(b: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
+    target = VEC_DOT_TYPE.get(weight_type)
+    if target is None:
+        return b
+    bits, form = b.tobytes(), (b.shape, b.dtype)
+    last = _LAST_VEC_DOT.get(target)
+    if last is not None and last[0] == form and last[1] == bits:
+        return last[2]
+    rounded = as_vec_dot(b, weight_type)
+    if rounded is not b:  # a rounded copy (unrounded b is a view of a buffer that gets reused)
+        _LAST_VEC_DOT[target] = (form, bits, rounded)
+    return rounded
+
+
 def _mul_mat(node: Tensor) -> None:
-    a, b = read_f32(node.src[0]), as_vec_dot(read_f32(node.src[1]), node.src[0].type)  # (a3, a2, M, K), (b3, b2, N, K)
+    a, b = read_f32(node.src[0]), _as_vec_dot_memo(read_f32(node.src[1]), node.src[0].type)  # (a3, a2, M, K), (b3, b2, N, K)
     if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
         rows = b.reshape(-1, b.shape[-1])
         # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm;

@@ -89,3 +89,23 @@ def test_a_dropped_buffer_takes_its_views_along(cpu):
     del buffer
     gc.collect()
     assert key not in kernels._VIEWS
+
+
+def test_vec_dot_memo_reuses_only_identical_activations():
+    """_mul_mat's memo of the activation rounding: same bits give the stored rounding, any
+    other bits (a sign of zero included) a fresh one; compared with as_vec_dot itself."""
+    from runtime.kernels import _as_vec_dot_memo, as_vec_dot
+
+    rng = np.random.default_rng(4)
+    b1 = rng.standard_normal((1, 1, 2, 64)).astype(np.float32)
+    b2 = b1.copy()
+    b2[0, 0, 1, 5] = np.nextafter(b2[0, 0, 1, 5], np.float32(9))      # one ulp apart
+    b3 = np.zeros_like(b1)
+    b4 = b3.copy()
+    b4[0, 0, 0, 0] = -0.0
+    for b in (b1, b1.copy(), b2, b1, b3, b4, b3):
+        for wt in (GGMLType.Q5_0, GGMLType.Q4_1, GGMLType.F16):
+            got = _as_vec_dot_memo(b, wt)
+            np.testing.assert_array_equal(got.view(np.uint32), as_vec_dot(b, wt).view(np.uint32))
+    b1[...] = 7.0                                   # the caller's array changes afterwards:
+    np.testing.assert_array_equal(_as_vec_dot_memo(b1, GGMLType.Q5_0), as_vec_dot(b1, GGMLType.Q5_0))
