@@ -4,8 +4,9 @@ Both on this machine's CPU (llama-bench with its default threads), the same size
 P token ids and G generated tokens (llama-bench -p P -n G). The runtime is timed after its
 weights are dequantized (validate does that at load), prompt and generation separately, best of
 R runs. Prints tokens/s for both and the runtime/llama.cpp ratios; the aim is generation at no
-less than a quarter of llama.cpp's CPU speed.
-Run: python bench/bench_runtime_speed.py [-p 64] [-n 32] [-r 3]
+less than a quarter of llama.cpp's CPU speed. -t sets the runtime's threads for large matrix
+products (runtime/threads.py; default: the cores this process may use).
+Run: python bench/bench_runtime_speed.py [-p 64] [-n 32] [-r 3] [-t N]
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner.examples import resolve_model  # noqa: E402
 from planner.flags import parse_llama_flags  # noqa: E402
 from planner.llama_tools import tools_dir  # noqa: E402
+from runtime import threads  # noqa: E402
 from runtime.execute import ModelRunner  # noqa: E402
 
 AIM_GEN_RATIO = 0.25
@@ -60,10 +62,13 @@ def main() -> None:
     ap.add_argument("-p", type=int, default=64)
     ap.add_argument("-n", type=int, default=32)
     ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("-t", type=int, default=None, help="runtime threads for large products")
     args = ap.parse_args()
     model = resolve_model("example:gemma3-270m")
+    threads.set_threads(args.t)
     ours_pp, ours_tg = runtime_speed(model, args.p, args.n, args.r)
-    print(f"runtime      prompt {ours_pp:8.1f} tokens/s   generation {ours_tg:7.1f} tokens/s")
+    print(f"runtime      prompt {ours_pp:8.1f} tokens/s   generation {ours_tg:7.1f} tokens/s"
+          f"   ({threads.n_threads()} threads, {time.strftime('%H:%M:%S', time.gmtime())} UTC)")
     theirs = llama_bench_speed(model, args.p, args.n, args.r)
     if theirs is None:
         print("llama-bench not built (scripts/build_llama_cpp.sh): no ratio")

@@ -88,7 +88,9 @@ def limit_blas_threads(n: int = 1) -> bool:
 
     A decode step is hundreds of small matrix-vector products: with a second BLAS thread each
     one waits for a core, and on a shared 2-core machine that made a Gemma 3 270M token 4x
-    slower (bench/bench_runtime_speed.py), for a gain only on the output matrix.
+    slower (bench/bench_runtime_speed.py), for a gain only on the output matrix. The large
+    products use the other cores through runtime/threads.py instead (row blocks, one
+    single-threaded BLAS call each).
     """
     import ctypes
     import re
