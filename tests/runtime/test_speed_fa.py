@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.kernels import _flash_attn_f16_rows
+from runtime.attention import flash_attn_f16_rows
 
 F16, F32 = np.float16, np.float32
 
@@ -54,7 +54,7 @@ def _inputs(seed, n_head=3, n_tok=4, n_kv=40, d=16):
 def test_f16_accumulator_is_bit_identical_to_the_cell_by_cell_reference():
     for seed in range(4):
         q, k, v, mask = _inputs(seed)
-        got = _flash_attn_f16_rows(q, k, v, mask, 0.25)
+        got = flash_attn_f16_rows(q, k, v, mask, 0.25)
         want = _cell_by_cell(q, k, v, mask, 0.25)
         assert got.dtype == F32 and got.shape == (1, 3, 4, 16)
         np.testing.assert_array_equal(got, want)
@@ -62,14 +62,14 @@ def test_f16_accumulator_is_bit_identical_to_the_cell_by_cell_reference():
 
 def test_one_token_many_cells_bit_identical():
     q, k, v, mask = _inputs(7, n_head=4, n_tok=1, n_kv=300, d=32)
-    np.testing.assert_array_equal(_flash_attn_f16_rows(q, k, v, mask, 0.0625),
+    np.testing.assert_array_equal(flash_attn_f16_rows(q, k, v, mask, 0.0625),
                                   _cell_by_cell(q, k, v, mask, 0.0625))
 
 
 def test_close_to_exact_softmax_attention():
     """Softmax in f64 from the definition: the f16 accumulator is the only difference."""
     q, k, v, mask = _inputs(11)
-    got = _flash_attn_f16_rows(q, k, v, mask, 0.25)[0]
+    got = flash_attn_f16_rows(q, k, v, mask, 0.25)[0]
     q16 = q[0].astype(F16).astype(np.float64)
     s = q16 @ np.swapaxes(k[0], -1, -2).astype(np.float64) * 0.25 + mask[0]
     p = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -92,7 +92,7 @@ def test_tiny_values_round_like_f16_subnormals():
     """V around 1e-6: the accumulator lives in f16's subnormal range (steps of 2^-24)."""
     q, k, v, mask = _inputs(5)
     v = (v * 2e-7).astype(F16).astype(F32)
-    got = _flash_attn_f16_rows(q, k, v, mask, 0.25)
+    got = flash_attn_f16_rows(q, k, v, mask, 0.25)
     np.testing.assert_array_equal(got, _cell_by_cell(q, k, v, mask, 0.25))
     assert np.count_nonzero(got) > got.size // 2
 
@@ -101,7 +101,7 @@ def test_values_near_f16_max_overflow_to_inf_like_f16():
     """Sums past 65504 become inf in an f16 accumulator; the kernel must keep that."""
     q, k, v, mask = _inputs(6)
     k, v = k[:, :1], np.full_like(v[:, :1], 30000.0)    # one KV head shared by the three
-    got = _flash_attn_f16_rows(q, k, v, mask, 0.25)
+    got = flash_attn_f16_rows(q, k, v, mask, 0.25)
     with np.errstate(over="ignore"):
         want = _cell_by_cell(q, np.repeat(k, 3, axis=1), np.repeat(v, 3, axis=1), mask, 0.25)
     np.testing.assert_array_equal(got, want)
@@ -116,32 +116,32 @@ def test_shared_kv_heads_equal_repeated_heads(n_head, n_head_kv):
     k, v = k[:, :n_head_kv], v[:, :n_head_kv]
     rep = n_head // n_head_kv
     want = _cell_by_cell(q, np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1), mask, 0.25)
-    np.testing.assert_array_equal(_flash_attn_f16_rows(q, k, v, mask, 0.25), want)
+    np.testing.assert_array_equal(flash_attn_f16_rows(q, k, v, mask, 0.25), want)
 
 
 def test_accumulator_reaching_f16_max_midway_still_matches(monkeypatch):
     """Even attention over 1200 cells of V ~ 60: the f16 sum passes 65504 (inf) after ~1090
     cells; the first batch of cells runs the fast rounding, the later ones the f16 one."""
-    from runtime import kernels
+    from runtime import attention as kernels
 
     slow_batches = []
-    real = kernels._f16_steps_cast
-    monkeypatch.setattr(kernels, "_f16_steps_cast", lambda *a: slow_batches.append(1) or real(*a))
+    real = kernels.f16_steps_cast
+    monkeypatch.setattr(kernels, "f16_steps_cast", lambda *a: slow_batches.append(1) or real(*a))
     rng = np.random.default_rng(9)
     q = rng.standard_normal((1, 2, 1, 8)).astype(F32)
     k = np.zeros((1, 2, 1200, 8), F32)                      # every score 0: no rescale after the first
     v = (60 + rng.standard_normal((1, 2, 1200, 8))).astype(F16).astype(F32)
     mask = np.zeros((1, 1, 1, 1200), F32)
-    got = _flash_attn_f16_rows(q, k, v, mask, 0.5)
+    got = flash_attn_f16_rows(q, k, v, mask, 0.5)
     with np.errstate(over="ignore", invalid="ignore"):
         want = _cell_by_cell(q, k, v, mask, 0.5)
     np.testing.assert_array_equal(got, want)
     assert np.isinf(want).all()
-    assert 0 < len(slow_batches) < -(-1200 // kernels._FA_BATCH_CELLS)   # some batches fast, some not
+    assert 0 < len(slow_batches) < -(-1200 // kernels.FA_BATCH_CELLS)   # some batches fast, some not
 
 
 def test_f16_v_gives_the_same_as_its_f32_values():
     """The kernel takes V straight from an f16 cache and converts only the cells it reads."""
     q, k, v, mask = _inputs(13)
-    np.testing.assert_array_equal(_flash_attn_f16_rows(q, k, v.astype(F16), mask, 0.25),
+    np.testing.assert_array_equal(flash_attn_f16_rows(q, k, v.astype(F16), mask, 0.25),
                                   _cell_by_cell(q, k, v, mask, 0.25))

@@ -7,7 +7,8 @@ from gguf.quants import quantize
 
 from runtime.devices import alloc_tensors
 from runtime.graph import BufferUsage, GGMLType, Tensor
-from runtime.kernels import _F16Grid, read_f32
+from runtime.f16 import F16Grid
+from runtime.kernels import read_f32
 
 
 def test_f16_read_equals_astype_for_every_bit_pattern(cpu):
@@ -56,7 +57,7 @@ def test_f16_grid_rounds_like_a_conversion_to_f16():
         x = (u | np.uint32(sign)).view(np.float32)
         want = x.astype(np.float16).astype(np.float32)
         got = x.copy()
-        _F16Grid(got).round()
+        F16Grid(got).round()
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
