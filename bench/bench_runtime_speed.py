@@ -5,8 +5,9 @@ P token ids and G generated tokens (llama-bench -p P -n G). The runtime is timed
 weights are dequantized (validate does that at load), prompt and generation separately, best of
 R runs. Prints tokens/s for both and the runtime/llama.cpp ratios; the aim is generation at no
 less than a quarter of llama.cpp's CPU speed. -t sets the runtime's threads for large matrix
-products (runtime/threads.py; default: the cores this process may use).
-Run: python bench/bench_runtime_speed.py [-p 64] [-n 32] [-r 3] [-t N]
+products (runtime/threads.py; default: the cores this process may use). --kernels ggml-avx2
+times the bit-exact kernels (runtime/exact.py) instead of the default ones.
+Run: python bench/bench_runtime_speed.py [-p 64] [-n 32] [-r 3] [-t N] [--kernels default|ggml-avx2]
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ from runtime.execute import ModelRunner  # noqa: E402
 AIM_GEN_RATIO = 0.25
 
 
-def runtime_speed(model: str, n_prompt: int, n_gen: int, reps: int) -> tuple[float, float]:
-    runner = ModelRunner.load(model, parse_llama_flags(["-c", str(max(1024, n_prompt + n_gen))]))
+def runtime_speed(model: str, n_prompt: int, n_gen: int, reps: int, kernels: str = "default") -> tuple[float, float]:
+    runner = ModelRunner.load(model, parse_llama_flags(["-c", str(max(1024, n_prompt + n_gen))]), kernels=kernels)
     runner.dequantize_weights()
     best_pp = best_tg = float("inf")
     for r in range(reps):
@@ -63,10 +64,12 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=32)
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-t", type=int, default=None, help="runtime threads for large products")
+    ap.add_argument("--kernels", default="default", help="default | ggml-avx2")
     args = ap.parse_args()
     model = resolve_model("example:gemma3-270m")
     threads.set_threads(args.t)
-    ours_pp, ours_tg = runtime_speed(model, args.p, args.n, args.r)
+    ours_pp, ours_tg = runtime_speed(model, args.p, args.n, args.r, args.kernels)
+    print(f"runtime ({args.kernels} kernels)")
     print(f"runtime      prompt {ours_pp:8.1f} tokens/s   generation {ours_tg:7.1f} tokens/s"
           f"   ({threads.n_threads()} threads, {time.strftime('%H:%M:%S', time.gmtime())} UTC)")
     theirs = llama_bench_speed(model, args.p, args.n, args.r)
