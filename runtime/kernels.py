@@ -17,6 +17,7 @@ from gguf.quants import dequantize
 
 from runtime import threads
 from runtime.attention import FA_TILE_Q, flash_attn_f16_rows, flash_attn_f32
+from runtime.exact_matmul import quantize_q8_0, quantize_q8_k
 from runtime.f16 import f16_to_f32
 from runtime.graph import BufferUsage, Op, Tensor, numpy_dtype
 
@@ -200,24 +201,15 @@ VEC_DOT_TYPE: dict[GGMLQuantizationType, GGMLQuantizationType] = {
 
 
 def _round_q8_0(x: np.ndarray) -> np.ndarray:
-    """quantize_row_q8_0 (x86 AVX path) then dequantize: blocks of 32, scale amax/127 stored
-    as f16, values multiplied by 127/amax and rounded to nearest even."""
-    b = x.reshape(-1, 32)
-    amax = np.abs(b).max(axis=1)
-    d = amax / np.float32(127)
-    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
-    q = np.rint(b * inv[:, None])
-    return (q * d.astype(np.float16).astype(np.float32)[:, None]).reshape(x.shape)
+    """quantize_row_q8_0 then dequantize (exact_matmul.quantize_q8_0: the codes times the f16 scale)."""
+    q, d = quantize_q8_0(x.reshape(-1, x.shape[-1]))
+    return (q.reshape(-1, 32) * d.reshape(-1, 1)).reshape(x.shape)
 
 
 def _round_q8_k(x: np.ndarray) -> np.ndarray:
-    """quantize_row_q8_K then dequantize: blocks of 256, scale -max/127 of the signed extreme, f32."""
-    b = x.reshape(-1, 256)
-    mx = b[np.arange(b.shape[0]), np.abs(b).argmax(axis=1)]
-    iscale = np.divide(np.float32(-127), mx, out=np.zeros_like(mx), where=mx != 0)
-    q = np.minimum(np.float32(127), np.rint(b * iscale[:, None]))
-    d = np.divide(np.float32(1), iscale, out=np.zeros_like(iscale), where=iscale != 0)
-    return (q * d[:, None]).reshape(x.shape)
+    """quantize_row_q8_K then dequantize (exact_matmul.quantize_q8_k: the codes times 1/iscale)."""
+    q, d = quantize_q8_k(x.reshape(-1, x.shape[-1]))
+    return (q.reshape(-1, 256) * d.reshape(-1, 1)).reshape(x.shape)
 
 
 def as_vec_dot(b: np.ndarray, weight_type: GGMLQuantizationType) -> np.ndarray:
