@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ class TensorInfo:
     shape: tuple[int, ...]  # ggml order: shape[0] is the row length (ne0)
     n_bytes: int
     shard: int = 0
+    data_offset: int = 0    # where its bytes start in its shard's file
 
     @property
     def n_elements(self) -> int:
@@ -283,7 +284,7 @@ def _parse(path: str, buf: mmap.mmap, shard_no: int) -> _Shard:
         if data_start + offset + n_bytes > cur.size:
             raise GGUFError(path, f"truncated: tensor {name!r} ends at byte {data_start + offset + n_bytes}, "
                                   f"the file has {cur.size}")
-        tensors.append(TensorInfo(name, qtype, shape, n_bytes, shard_no))
+        tensors.append(TensorInfo(name, qtype, shape, n_bytes, shard_no, data_start + offset))
     return _Shard(version, metadata, tuple(tensors), data_start)
 
 
@@ -299,7 +300,7 @@ def shard_paths(path: str) -> list[str]:
 def read_model(path: str | os.PathLike[str]) -> ModelFile:
     """Read a GGUF model's header (and every shard's tensor index for a split model)."""
     path = str(path)
-    first = _read_shard(path, 0)
+    first = read_first = _read_shard(path, 0)
     paths = [path]
     tensors = list(first.tensors)
     split_count = int(first.metadata.get("split.count", 1) or 1)
@@ -308,14 +309,17 @@ def read_model(path: str | os.PathLike[str]) -> ModelFile:
         if len(paths) != split_count:
             raise GGUFError(path, f"split.count is {split_count} but the file name does not follow "
                                   f"the NAME-00001-of-{split_count:05d}.gguf pattern")
-        if paths[0] != path:
+        given = paths.index(path) if path in paths else -1
+        if given != 0:
             first = _read_shard(paths[0], 0)
             tensors = list(first.tensors)
         for i, shard in enumerate(paths[1:], start=1):
             if not Path(shard).exists():
                 raise GGUFError(path, f"missing shard {i + 1} of {split_count}: {shard}")
-            tensors.extend(TensorInfo(t.name, t.ggml_type, t.shape, t.n_bytes, i)
-                           for t in _read_shard(shard, i).tensors)
+            if i == given:   # the file named on the command line is parsed already
+                tensors.extend(replace(t, shard=i) for t in read_first.tensors)
+            else:
+                tensors.extend(_read_shard(shard, i).tensors)
     arch = first.metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(path, "missing required key general.architecture")

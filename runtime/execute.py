@@ -221,7 +221,7 @@ class ModelRunner:
             self.weight_bytes[dev] = sum(b.size for b in buffers)
         if not copy_data:
             return
-        data = TensorData(self.ctx.model.shard_paths or (self.ctx.model.path,))
+        data = TensorData(self.ctx.model)
         for name, t in self.weights.items():
             t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
 
