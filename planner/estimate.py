@@ -20,11 +20,11 @@ from planner.compute import compute_bytes
 from planner.examples import resolve_model
 from planner.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.gguf_file import ModelFile, read_model
-from planner.kv import ContextParams, context_bytes, context_params, layer_caches, pad, resolve_auto_fa
+from planner.kv import ContextParams, context_bytes, context_params, layer_caches, resolve_auto_fa
 from planner.placement import CPU_REPACK, HOST, Placement, TensorSlot, place, resolve_devices, tensor_slots
 from planner.devices import Inventory
 from planner.render import table
-from planner.units import fmt_mib
+from planner.units import fmt_mib, pad
 
 HOST_ALIGNMENT = 32
 

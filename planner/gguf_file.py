@@ -20,6 +20,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from planner.errors import GGUFError
+from planner.units import pad
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -272,7 +273,7 @@ def _parse(path: str, buf: mmap.mmap, shard_no: int) -> _Shard:
     alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
     if alignment <= 0 or alignment & (alignment - 1):
         raise GGUFError(path, f"general.alignment {alignment} is not a power of two")
-    data_start = -(-cur.pos // alignment) * alignment
+    data_start = pad(cur.pos, alignment)
 
     tensors = []
     for name, qtype, shape, offset in infos:

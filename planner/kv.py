@@ -20,14 +20,11 @@ from dataclasses import dataclass, replace
 from planner.arch import AttnKind, ModelFacts
 from planner.costs import STATE_BYTES_PER_ELEMENT, cache_row_bytes, cache_type
 from planner.errors import FlagError
+from planner.units import pad
 from planner.flags import LlamaFlags
 from planner.placement import HOST, Placement
 
 CTX_PAD = 256
-
-
-def pad(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ _UNITS = {"": None, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB
 _SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
+def pad(n: int, multiple: int) -> int:
+    """n rounded up to a multiple (GGML_PAD; buffer and tensor alignment)."""
+    return -(-n // multiple) * multiple
+
+
 def parse_size(text: str, default_unit: int = GiB) -> int:
     """Parse '24GiB', '512MiB', '1.5g', or a bare number in `default_unit`.
 

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from planner.units import pad
 from runtime.devices import Buffer, BufferType
 from runtime.errors import BufferAllocationError, SchedulerError
 from runtime.graph import FLAG_INPUT, FLAG_OUTPUT, INPLACE_OPS, BufferUsage, Op, Tensor
@@ -23,10 +24,6 @@ log = logging.getLogger(__name__)
 MAX_CHUNKS = 16  # GGML_VBUFFER_MAX_CHUNKS
 MAX_FREE_BLOCKS = 256
 _HUGE = 1 << 62  # the last chunk is unbounded, as ggml's SIZE_MAX/2
-
-
-def _align(size: int, alignment: int) -> int:
-    return -(-size // alignment) * alignment
 
 
 class DynAllocator:
@@ -55,7 +52,7 @@ class DynAllocator:
         return len(self.blocks) - 1
 
     def alloc(self, size: int) -> tuple[int, int]:
-        size = _align(size, self.alignment)
+        size = pad(size, self.alignment)
         best_chunk, best_block = -1, -1
         for c, blocks in enumerate(self.blocks):  # best fit among the non-tail blocks
             best_size = _HUGE * 4  # reset per chunk as in ggml: a fit in a later chunk wins
@@ -86,7 +83,7 @@ class DynAllocator:
         return best_chunk, offset
 
     def free(self, addr: tuple[int, int], size: int) -> None:
-        size = _align(size, self.alignment)
+        size = pad(size, self.alignment)
         chunk, offset = addr
         blocks = self.blocks[chunk]
         for i, block in enumerate(blocks):
@@ -207,8 +204,8 @@ class GraphAllocator:
     def _free_extra_space(self, node: Tensor, parent: Tensor, hn: _Info) -> None:
         p_hn = self._info[parent]
         alloc = self.allocs[p_hn.buffer_id]
-        parent_size = _align(self.bufts[p_hn.buffer_id].alloc_size(parent), alloc.alignment)
-        node_size = _align(self.bufts[hn.buffer_id].alloc_size(node), alloc.alignment)
+        parent_size = pad(self.bufts[p_hn.buffer_id].alloc_size(parent), alloc.alignment)
+        node_size = pad(self.bufts[hn.buffer_id].alloc_size(node), alloc.alignment)
         if parent_size > node_size:
             alloc.free((p_hn.addr[0], p_hn.addr[1] + node_size), parent_size - node_size)
 

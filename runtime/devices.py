@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.units import pad
 from runtime.errors import BufferAllocationError
 from runtime.graph import VIEW_OPS, BufferUsage, Op, Tensor
 from runtime.kernels import KERNELS
@@ -273,7 +274,7 @@ def alloc_tensors(buft: BufferType, tensors: Sequence[Tensor],
     groups: list[list[tuple[Tensor, int]]] = [[]]
     sizes = [0]
     for t in tensors:
-        size = -(-buft.alloc_size(t) // buft.alignment) * buft.alignment
+        size = pad(buft.alloc_size(t), buft.alignment)
         if groups[-1] and sizes[-1] + size > buft.max_size:
             groups.append([])
             sizes.append(0)

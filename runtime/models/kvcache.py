@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.units import pad
 from runtime.graph import GGMLType, Tensor
 
 N_KV_PAD = 256
@@ -27,10 +28,6 @@ N_KV_PAD = 256
 class CacheKind(enum.Enum):
     BASE = "base"
     SWA = "swa"
-
-
-def pad(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 @dataclass
