@@ -17,12 +17,26 @@ from typing import Any
 
 from planner.arch import ModelFacts, model_facts
 from planner.compute import compute_bytes
+from planner.devices import Inventory
 from planner.examples import resolve_model
 from planner.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.gguf_file import ModelFile, read_model
-from planner.kv import ContextParams, context_bytes, context_params, layer_caches, resolve_auto_fa
-from planner.placement import CPU_REPACK, HOST, Placement, TensorSlot, place, resolve_devices, tensor_slots
-from planner.devices import Inventory
+from planner.kv import (
+    ContextParams,
+    context_bytes,
+    context_params,
+    layer_caches,
+    resolve_auto_fa,
+)
+from planner.placement import (
+    CPU_REPACK,
+    HOST,
+    Placement,
+    TensorSlot,
+    place,
+    resolve_devices,
+    tensor_slots,
+)
 from planner.render import table
 from planner.units import fmt_mib, pad
 
