@@ -37,7 +37,7 @@ from planner.placement import (
     resolve_devices,
     tensor_slots,
 )
-from planner.render import table
+from planner.render import layer_ranges, table
 from planner.units import fmt_mib, pad
 
 HOST_ALIGNMENT = 32
@@ -104,7 +104,7 @@ class Estimate:
 
     def to_table(self) -> str:
         rows = [[d.name, fmt_mib(d.model_bytes), fmt_mib(d.context_bytes), fmt_mib(d.compute_bytes),
-                 fmt_mib(d.total_bytes), _ranges(dict(self.layers).get("CPU" if d.name == HOST else d.name, ()),
+                 fmt_mib(d.total_bytes), layer_ranges(dict(self.layers).get("CPU" if d.name == HOST else d.name, ()),
                                                  self.n_layer_all)] for d in self.devices]
         out = [f"{self.model_path}", f"n_ctx {self.cparams.n_ctx} ({self.cparams.n_stream} stream(s) of "
                f"{self.cparams.n_ctx_seq}), n_ubatch {self.cparams.n_ubatch}, flash attention "
@@ -117,21 +117,6 @@ class Estimate:
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + " ".join(self.flags.ignored)]
         return "\n".join(out) + "\n"
-
-
-def _ranges(layers: tuple[int, ...], n_layer_all: int) -> str:
-    parts, start, prev = [], None, None
-    trunk = [i for i in layers if i < n_layer_all]
-    for i in trunk + [None]:
-        if start is not None and (i is None or i != prev + 1):
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = None
-        if i is not None and start is None:
-            start = i
-        prev = i
-    if n_layer_all in layers:
-        parts.append("output")
-    return ",".join(parts)
 
 
 def _model_bytes(ctx: ModelContext, placement: Placement, alignment: dict[str, int]) -> dict[str, int]:

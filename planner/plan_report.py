@@ -11,7 +11,7 @@ import yaml
 from planner.devices import inventory_to_dict
 from planner.flags import flags_to_argv
 from planner.placement import CPU_REPACK, HOST
-from planner.render import table
+from planner.render import layer_ranges, table
 from planner.units import fmt_mib
 
 if TYPE_CHECKING:
@@ -89,17 +89,6 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
     }
 
 
-def _ranges(layers: list[int], output: bool) -> str:
-    parts, i = [], 0
-    while i < len(layers):
-        j = i
-        while j + 1 < len(layers) and layers[j + 1] == layers[j] + 1:
-            j += 1
-        parts.append(f"{layers[i]}" if i == j else f"{layers[i]}-{layers[j]}")
-        i = j + 1
-    return ",".join(parts + (["output"] if output else [])) or "-"
-
-
 def plan_table(result: PlanResult) -> str:
     rows = []
     for r in _rows(result):
@@ -107,7 +96,7 @@ def plan_table(result: PlanResult) -> str:
         rows.append([r["name"], fmt_mib(r["model_bytes"]), fmt_mib(r["context_bytes"]), fmt_mib(r["compute_bytes"]),
                      fmt_mib(r["total_bytes"]), "-" if budget is None else fmt_mib(budget),
                      "-" if budget is None else fmt_mib(budget - r["total_bytes"]) if budget >= r["total_bytes"]
-                     else "-" + fmt_mib(r["total_bytes"] - budget), _ranges(r["layers"], r["output_layer"])])
+                     else "-" + fmt_mib(r["total_bytes"] - budget), layer_ranges(r["layers"], output=r["output_layer"]) or "-"])
     p = result.prediction
     lines = [
         f"{result.model_path}: context {result.n_ctx}, {result.flags.n_parallel} slot(s), "

@@ -234,7 +234,7 @@ def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = N
 
 def plot_estimate(est: Estimate, budgets: Mapping[str, int] | None = None, fig: Figure | None = None) -> Figure:
     """An estimate's memory per device, with the layers each holds (the host's are the CPU's)."""
-    from planner.sweep import layer_ranges
+    from planner.render import layer_ranges
 
     by_dev = dict(est.layers)
     layers = {d.name: layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all)

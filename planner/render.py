@@ -1,6 +1,7 @@
 """One renderer for every command: a result object to table, JSON or YAML text."""
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any, Protocol, Sequence
 
@@ -11,6 +12,17 @@ class Renderable(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
     def to_table(self) -> str: ...
+
+
+def layer_ranges(layers: Sequence[int], n_layer_all: int | None = None, output: bool = False) -> str:
+    """'0-9,12,output': contiguous runs of layer ids; 'output' when asked or when the ids hold
+    layer n_layer_all (the output layer's index)."""
+    trunk = sorted(i for i in layers if n_layer_all is None or i < n_layer_all)
+    parts = []
+    for _, run in itertools.groupby(enumerate(trunk), lambda p: p[1] - p[0]):
+        ids = [i for _, i in run]
+        parts.append(str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}")
+    return ",".join(parts + (["output"] if output or n_layer_all in layers else []))
 
 
 def render(result: Renderable, fmt: str) -> str:

@@ -23,7 +23,7 @@ from planner.devices import Inventory
 from planner.errors import BadInput, FlagError, InfeasiblePlacement
 from planner.flags import LlamaFlags, changed_fields, flags_to_argv
 from planner.placement import HOST
-from planner.render import table
+from planner.render import layer_ranges, table
 from planner.sweep_axes import (
     AXES,
     CTX_MAX,
@@ -164,16 +164,6 @@ PLAN_BASE_FIELDS = frozenset({"n_ctx", "n_parallel", "n_ubatch", "cache_type_k",
 # The CSV's columns after the axis columns (README "fitplan sweep" documents each).
 CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total_bytes", "budget_bytes",
                "device_fits", "fits", "layers", "n_ctx", "flags")
-
-
-def layer_ranges(layers: Sequence[int], n_layer_all: int) -> str:
-    """'0-9,output': contiguous layer ranges; layer n_layer_all is the output layer."""
-    trunk = sorted(i for i in layers if i < n_layer_all)
-    parts = []
-    for _, run in itertools.groupby(enumerate(trunk), lambda p: p[1] - p[0]):
-        ids = [i for _, i in run]
-        parts.append(str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}")
-    return ",".join(parts + (["output"] if n_layer_all in layers else []))
 
 
 def _one_layer_steps(axis: Axis, ctx: Any, flags: LlamaFlags, inventory: Inventory | None) -> Axis:
