@@ -21,7 +21,7 @@ from planner.estimate import Estimate, ModelContext, estimate, model_context
 from planner.flags import LlamaFlags, OverrideArg
 from planner.kv import CTX_PAD
 from planner.placement import CPU_REPACK, HOST
-from planner.plan_problem import (COST_CACHE, Setting, flags_for, layer_weights, make_setting, overuse,
+from planner.plan_problem import (Setting, flags_for, layer_weights, make_setting, overuse,
                                   solve_verified)
 from planner.solve import Assignment, Objective
 from planner.throughput import CPU, PlacementView, Prediction, predict
@@ -263,7 +263,6 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
          ram: str | None = None, budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
     """The best placement of `model` on `inventory`; raises InfeasiblePlacement when nothing fits."""
     ctx = model_context(model)
-    COST_CACHE.clear()
     budgets = budgets or resolve_budgets(inventory, max_vram, ram)
     if not ctx.facts.n_ctx_train and not request.n_ctx:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")

@@ -235,16 +235,20 @@ def device_use(problem: Problem, a: Assignment) -> dict[str, int]:
     return use
 
 
-COST_CACHE: dict[tuple[int, str], CostTable] = {}
+# (context, cache type) -> cost table, for one model context at a time; the context is kept in
+# the entry, so a new context that reuses a freed one's id() can never match
+COST_CACHE: dict[tuple[int, str], tuple[ModelContext, CostTable]] = {}
 
 
 def costs_for(ctx: ModelContext, cache: str) -> CostTable:
-    """The cost table depends only on the model and the cache type: build it once per plan."""
-    key = (id(ctx), cache)
-    if key not in COST_CACHE:
-        COST_CACHE.clear()  # one model at a time; ids are only unique among live objects
-        COST_CACHE[key] = cost_table(ctx.model, ctx.facts, cache, cache)
-    return COST_CACHE[key]
+    """The cost table depends only on the model and the cache type: built once per model (a
+    sweep's plans at every point share it)."""
+    entry = COST_CACHE.get((id(ctx), cache))
+    if entry is None or entry[0] is not ctx:
+        if any(c is not ctx for c, _ in COST_CACHE.values()):
+            COST_CACHE.clear()
+        entry = COST_CACHE[(id(ctx), cache)] = (ctx, cost_table(ctx.model, ctx.facts, cache, cache))
+    return entry[1]
 
 
 def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
