@@ -298,8 +298,10 @@ def shard_paths(path: str) -> list[str]:
     return [f"{m.group('prefix')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 
-def read_model(path: str | os.PathLike[str]) -> ModelFile:
-    """Read a GGUF model's header (and every shard's tensor index for a split model)."""
+def read_model(path: str | os.PathLike[str], require_architecture: bool = True) -> ModelFile:
+    """Read a GGUF model's header (and every shard's tensor index for a split model).
+    require_architecture=False accepts files without general.architecture (stable-diffusion.cpp's
+    converter writes no metadata); their architecture is then ''."""
     path = str(path)
     first = read_first = _read_shard(path, 0)
     paths = [path]
@@ -323,7 +325,9 @@ def read_model(path: str | os.PathLike[str]) -> ModelFile:
                 tensors.extend(_read_shard(shard, i).tensors)
     arch = first.metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
-        raise GGUFError(path, "missing required key general.architecture")
+        if require_architecture:
+            raise GGUFError(path, "missing required key general.architecture")
+        arch = ""
     return ModelFile(path=paths[0], version=first.version, architecture=arch,
                      metadata=first.metadata, tensors=tuple(tensors), shard_paths=tuple(paths),
                      header_bytes=first.header_bytes)

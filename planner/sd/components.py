@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from pathlib import Path
 
-from planner.errors import BadInput, GGUFError
+from planner.errors import BadInput
 from planner.sd.assign import Module
 from planner.sd.safetensors_header import read_safetensors
 from planner.units import GiB
@@ -155,16 +155,10 @@ def _file_tensors(path: str) -> list[tuple[str, int]]:
 def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
     """GGUF tensors. stable-diffusion.cpp's own converter writes no metadata at all
     (src/model_io/gguf_io.cpp), so a missing general.architecture — which read_model requires
-    for llama.cpp models — is not an error here: the same bounds-checked reader is used on the
-    header alone."""
-    from planner.gguf_file import _read_shard, read_model  # numpy and gguf load only for GGUF files
+    for llama.cpp models — is not an error here."""
+    from planner.gguf_file import read_model  # numpy and gguf load only for GGUF files
 
-    try:
-        return read_model(path).tensors
-    except GGUFError as e:
-        if "general.architecture" not in e.problem:
-            raise
-    return _read_shard(path, 0).tensors  # the header alone, without the llama.cpp checks
+    return read_model(path, require_architecture=False).tensors
 
 
 def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:
