@@ -37,6 +37,7 @@ from collections.abc import Callable
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from runtime.attention import FA_TILE_Q
 from runtime.exact_matmul import mm_rows
 from runtime.ggml_float import F16, F32, F64, expf, fma32, libm_f32, reduce_f32x8
 from runtime.graph import Op, Tensor
@@ -123,7 +124,7 @@ def _flash_attn_ext(node: Tensor) -> None:
     """ggml-cpu's flash attention for f16 K/V below GGML_FA_TILE_Q (64) query rows, where it runs
     ggml_compute_forward_flash_attn_ext_f16_one_chunk row by row; other shapes: default kernel."""
     qt, kt, vt, mt = node.src[0], node.src[1], node.src[2], node.src[3]
-    if (kt.type is not _Q.F16 or vt.type is not _Q.F16 or node.src[4] is not None or qt.ne[1] >= 64
+    if (kt.type is not _Q.F16 or vt.type is not _Q.F16 or node.src[4] is not None or qt.ne[1] >= FA_TILE_Q
             or qt.ne[3] != 1):
         KERNELS[Op.FLASH_ATTN_EXT](node)
         return

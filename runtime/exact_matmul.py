@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from runtime.f16 import f16_to_f32
 from runtime.ggml_float import F16, F32, F64, fma32, hsum8
 from runtime.graph import Tensor
 
@@ -43,7 +44,8 @@ class Codes:
 
 
 def _f16(raw: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(raw).view(F16)[..., 0].astype(F32)
+    """Little-endian f16 fields [..., 2 bytes] as float32."""
+    return f16_to_f32(np.ascontiguousarray(raw).view(np.uint16)[..., 0])
 
 
 def _codes_q8_0(b: np.ndarray) -> Codes:   # b: [R, nb, 34]
@@ -91,7 +93,6 @@ def _codes_q6_k(b: np.ndarray) -> Codes:   # [R, nb, 210]: ql[128], qh[64], scal
 _DECODE: dict[GGMLQuantizationType, Callable[[np.ndarray], Codes]] = {
     _Q.Q8_0: _codes_q8_0, _Q.Q5_0: _codes_q5_0, _Q.Q4_K: _codes_q4_k, _Q.Q6_K: _codes_q6_k,
 }
-_BLOCK_BYTES = {_Q.Q8_0: 34, _Q.Q5_0: 22, _Q.Q4_K: 144, _Q.Q6_K: 210}
 _CODES: weakref.WeakKeyDictionary[Tensor, Codes] = weakref.WeakKeyDictionary()
 
 # Weights llama.cpp keeps in its CPU_REPACK buffer (repack.cpp: Q4_K with rows % 8 == 0 on
@@ -102,7 +103,7 @@ REPACKED: weakref.WeakSet[Tensor] = weakref.WeakSet()
 def codes(t: Tensor) -> Codes:
     got = _CODES.get(t)
     if got is None:
-        raw = t.raw_bytes().reshape(t.ne[1], -1, _BLOCK_BYTES[t.type])
+        raw = t.raw_bytes().reshape(t.ne[1], -1, GGML_QUANT_SIZES[t.type][1])
         got = _CODES[t] = _DECODE[t.type](raw)
     return got
 

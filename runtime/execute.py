@@ -38,7 +38,8 @@ from runtime.devices import (
     make_cpu,
 )
 from runtime.graph import BufferUsage, GGMLType, Tensor
-from runtime.kernels import read_f32
+from runtime.exact_matmul import REPACKED
+from runtime.kernels import KERNELS, read_f32
 from runtime.models.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.models.gguf_data import TensorData
 from runtime.models.hparams import HParams, read_hparams
@@ -53,10 +54,6 @@ OFFLOAD_MIN_BATCH: dict[DevBackend, int | None] = {
     DevBackend.CUDA: 32, DevBackend.ROCM: 32, DevBackend.SYCL: 32, DevBackend.VULKAN: 32,
     DevBackend.METAL: None, DevBackend.RPC: None, DevBackend.CPU: None,
 }
-def _default_kernels():
-    from runtime.kernels import KERNELS
-
-    return KERNELS
 
 
 def _exact_kernels():
@@ -65,15 +62,9 @@ def _exact_kernels():
     return EXACT_KERNELS
 
 
-def _exact_matmul():
-    import runtime.exact_matmul
-
-    return runtime.exact_matmul
-
-
 # Kernel tables by name: "default" computes in float32 with BLAS; "ggml-avx2" reproduces
 # ggml-cpu's x86-64-v3 build bit for bit (runtime/exact.py) at a fraction of the speed.
-KERNEL_SETS = {"default": _default_kernels, "ggml-avx2": _exact_kernels}
+KERNEL_SETS = {"default": lambda: KERNELS, "ggml-avx2": _exact_kernels}
 GRAPH_CACHE = 4   # graphs kept for reuse (llama.cpp reuses a graph while its shape holds)
 PIN_MAX_TOKENS = 32   # llama-context.cpp graph_get_cb pins "norm" below this batch size
 
@@ -200,9 +191,6 @@ class ModelRunner:
             runner.reserve()
         return runner
 
-    def backend_of(self, row: str) -> TimedBackend:
-        return self.backends[_device_row(row)]
-
     def load_weights(self, copy_data: bool = True) -> None:
         """One weights buffer per device (ggml_backend_alloc_ctx_tensors_from_buft), filled from the
         file unless copy_data is False (sizing only: buffers stay untouched, so cost nothing)."""
@@ -213,7 +201,7 @@ class ModelRunner:
             info = infos[source[name]]
             t = Tensor(info.ggml_type, info.shape, name=name)
             if row == CPU_REPACK and self.kernels == "ggml-avx2":
-                _exact_matmul().REPACKED.add(t)   # llama.cpp runs its interleaved kernels on these
+                REPACKED.add(t)   # llama.cpp runs its interleaved kernels on these
             by_device.setdefault(_device_row(row), []).append(t)
             self.weights[name] = t
         for dev, tensors in by_device.items():

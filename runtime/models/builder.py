@@ -11,12 +11,12 @@ when a batch has fewer than 32 tokens or every layer is offloaded (llama-context
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from planner.errors import BadInput
+from planner.gguf_file import row_size
 from runtime import build as B
 from runtime.graph import GGMLType, Graph, Op, Tensor
 from runtime.models.hparams import FfnKind, HParams
@@ -52,12 +52,6 @@ class BuiltGraph:
     logits: Tensor
     norm_pins: list[tuple[Tensor, int]] = field(default_factory=list)   # (tensor, layer)
     cpu_pins: list[Tensor] = field(default_factory=list)
-
-
-@functools.lru_cache(maxsize=256)
-def _row(t: GGMLType, n: int) -> int:
-    """Bytes of n elements of type t (ggml_row_size); memoized: every layer asks the same few."""
-    return B.Tensor(t, (n,)).nbytes()
 
 
 class DecoderBuilder:
@@ -143,14 +137,14 @@ class DecoderBuilder:
     def _cache_views(self, il: int, n_kv: int) -> tuple[Tensor, Tensor]:
         hp, kc, vc = self.hp, self.kv.k[il], self.kv.v[il]
         hd, hkv, size = hp.head_dim, hp.n_head_kv[il], kc.ne[1]
-        k = B.view(kc, (hd, hkv, n_kv, 1), (kc.nb[0], _row(kc.type, hd), _row(kc.type, kc.ne[0]),
-                                             _row(kc.type, kc.ne[0] * size)), 0, name=f"k-{il}")
+        k = B.view(kc, (hd, hkv, n_kv, 1), (kc.nb[0], row_size(kc.type, hd), row_size(kc.type, kc.ne[0]),
+                                             row_size(kc.type, kc.ne[0] * size)), 0, name=f"k-{il}")
         if not self.kv.v_trans:
-            v = B.view(vc, (hd, hkv, n_kv, 1), (vc.nb[0], _row(vc.type, hd), _row(vc.type, vc.ne[0]),
-                                                _row(vc.type, vc.ne[0] * size)), 0, name=f"v-{il}")
+            v = B.view(vc, (hd, hkv, n_kv, 1), (vc.nb[0], row_size(vc.type, hd), row_size(vc.type, vc.ne[0]),
+                                                row_size(vc.type, vc.ne[0] * size)), 0, name=f"v-{il}")
         else:
-            v = B.view(vc, (n_kv, hkv, hd, 1), (vc.nb[0], _row(vc.type, size * hd), _row(vc.type, size),
-                                                _row(vc.type, size * vc.ne[0])), 0, name=f"v-{il}")
+            v = B.view(vc, (n_kv, hkv, hd, 1), (vc.nb[0], row_size(vc.type, size * hd), row_size(vc.type, size),
+                                                row_size(vc.type, size * vc.ne[0])), 0, name=f"v-{il}")
         return k, v
 
     def attention(self, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -18,26 +18,21 @@ if TYPE_CHECKING:
 WEIGHT_SUM_MIN = 6.103515625e-5
 
 
-def _node(op: Op, ne: tuple[int, ...], src: list[Tensor], name: str, ggml_type: GGMLType = GGMLType.F32,
-          **params: object) -> Tensor:
-    return Tensor(ggml_type, ne, name=name, op=op, src=src, op_params=params)
-
-
 def build_moe_ffn(b: DecoderBuilder, cur: Tensor, il: int) -> Tensor:
     hp, p = b.hp, f"blk.{il}."
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     k, n_expert = hp.n_expert_used, hp.n_expert
     logits = B.mul_mat(b._need(p + "ffn_gate_inp.weight"), cur, name=f"ffn_moe_logits-{il}")
     probs = B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
-    order = _node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
+    order = B._node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
     selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
                       name=f"ffn_moe_topk-{il}")
     weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
     weights = B.reshape(weights, (k, n_tokens))
-    total = _node(Op.SUM_ROWS, (1, n_tokens), [weights], f"ffn_moe_weights_sum-{il}")
-    total = _node(Op.CLAMP, total.ne, [total], f"ffn_moe_weights_sum_clamped-{il}",
+    total = B._node(Op.SUM_ROWS, (1, n_tokens), [weights], f"ffn_moe_weights_sum-{il}")
+    total = B._node(Op.CLAMP, total.ne, [total], f"ffn_moe_weights_sum_clamped-{il}",
                   min=WEIGHT_SUM_MIN, max=float("inf"))
-    weights = _node(Op.DIV, weights.ne, [weights, total], f"ffn_moe_weights_norm-{il}")
+    weights = B._node(Op.DIV, weights.ne, [weights, total], f"ffn_moe_weights_norm-{il}")
     weights = B.reshape(weights, (1, k, n_tokens))
     b.out.graph.expand(weights)
     x = B.reshape(cur, (n_embd, 1, n_tokens))
