@@ -112,9 +112,6 @@ class Placement:
     i_gpu_start: int
     pipeline_parallel: bool
 
-    def layers_on(self, name: str) -> list[int]:
-        return [il for il, d in enumerate(self.layer_device) if d == name]
-
 
 def _device_from_spec(spec: DeviceSpec) -> Device:
     return Device(spec.name, spec.backend, ALIGNMENT.get(spec.backend, 32), spec.free_bytes,

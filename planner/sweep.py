@@ -89,12 +89,6 @@ class SweepResult:
         """Every device row name, in the order the points list them."""
         return list(dict.fromkeys(d.name for p in self.points for d in p.devices))
 
-    def axis(self, name: str) -> Axis | None:
-        return next((a for a in self.axes if a.name == name), None)
-
-    def value(self, point: Point, name: str) -> Any:
-        return next(v for a, v in zip(self.axes, point.settings) if a.name == name)
-
     def csv_columns(self) -> list[str]:
         extra = ["feasible", "tokens_per_s"] if self.mode == "plan" else []
         return [a.name for a in self.axes] + list(CSV_COLUMNS) + extra

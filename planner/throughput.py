@@ -77,16 +77,6 @@ class Prediction:
     n_boundaries: int
     assumed_rates: bool   # some device had no bandwidth/FLOPs figure; fallbacks were used
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "decode_tokens_s": round(self.decode_tokens_s, 2),
-            "prefill_tokens_s": round(self.prefill_tokens_s, 2),
-            "boundaries_per_token": self.n_boundaries,
-            "stages": [{"device": s.device, "bytes_per_token": s.bytes_per_token,
-                        "seconds_per_token": s.seconds_per_token} for s in self.stages],
-            "assumed_rates": self.assumed_rates,
-        }
-
 
 def _expert_fraction(n_expert: int, n_used: int) -> float:
     return n_used / n_expert if n_expert else 0.0

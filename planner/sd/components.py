@@ -124,10 +124,6 @@ class Component:
     def reserve_bytes(self) -> int:
         return COMPUTE_RESERVE[self.kind]
 
-    @property
-    def module(self) -> Module:
-        return KIND_MODULE[self.kind]
-
 
 def classify(name: str) -> Kind | None:
     """The component a checkpoint tensor belongs to, or None (sd.cpp's auto-fit ignores it)."""

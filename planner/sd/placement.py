@@ -49,9 +49,6 @@ class FitInput:
     def compute_of(self, kind: Kind) -> tuple[str, ...] | None:
         return dict(self.compute).get(kind)
 
-    def gpu(self, name: str) -> GpuBudget:
-        return next(g for g in self.gpus if g.name == name)
-
     @property
     def present(self) -> tuple[Component, ...]:
         """Components with weights, in priority order (diffusion, te, vae)."""
