@@ -31,17 +31,13 @@ Flags = Union[str, Sequence[str], "LlamaFlags"]
 
 def as_inventory(devices: Devices, ram: str | None = None) -> Inventory | None:
     """An Inventory from any accepted `devices` form (None stays None unless `ram` is given)."""
-    from planner.devices import HostSpec, Inventory, inventory_from_cli, load_inventory
+    from planner.devices import Inventory, inventory_from_cli, inventory_from_options
 
     if isinstance(devices, Inventory):
         return inventory_from_cli([], ram, devices) if ram else devices
     if isinstance(devices, (str, os.PathLike)):
-        return inventory_from_cli([], ram, load_inventory(Path(devices))) if ram else load_inventory(Path(devices))
-    if devices is None and ram is None:
-        return None
-    # the host's RAM does not enter an estimate: an empty host stands in when none is given
-    empty = Inventory((), HostSpec(0, 0, 0, ""), source="--device")
-    return inventory_from_cli(list(devices or ()), ram, empty)
+        return inventory_from_options(Path(devices), [], ram)
+    return inventory_from_options(None, list(devices or ()), ram)
 
 
 def as_flags(flags: Flags) -> LlamaFlags:

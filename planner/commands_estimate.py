@@ -5,20 +5,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from planner.devices import HostSpec, Inventory
+from planner.devices import inventory_from_options
 from planner.render import render
 
 ESTIMATE_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def _inventory(devices: str | None, device: list[str]) -> Inventory | None:
-    from planner.devices import inventory_from_cli, load_inventory
-
-    base = load_inventory(devices) if devices else None
-    if device:
-        # the host's RAM does not enter an estimate: an empty host stands in when none was loaded
-        return inventory_from_cli(device, None, base or Inventory((), HostSpec(0, 0, 0, ""), source="--device"))
-    return base
 
 
 def estimate_cmd(
@@ -31,4 +21,4 @@ def estimate_cmd(
     """Per-device model, context and compute memory llama.cpp would allocate for the flags after `--`."""
     from planner.estimate import estimate
 
-    typer.echo(render(estimate(model, list(ctx.args), _inventory(devices, device or [])), fmt))
+    typer.echo(render(estimate(model, list(ctx.args), inventory_from_options(devices, device or [], None)), fmt))

@@ -53,15 +53,6 @@ def write_atomic(path: str, write: Callable[[Path], None]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _inventory(devices: str | None, device: list[str], ram: str | None) -> Any:
-    from planner.devices import HostSpec, Inventory, inventory_from_cli, load_inventory
-
-    base = load_inventory(devices) if devices else None
-    if device or ram:
-        return inventory_from_cli(device, ram, base or Inventory((), HostSpec(0, 0, 0, ""), source="--device"))
-    return base
-
-
 def sweep_cmd(
     ctx: typer.Context,
     model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
@@ -94,9 +85,11 @@ def sweep_cmd(
         from planner.flags import parse_llama_flags
 
         base = parse_llama_flags(list(ctx.args))
+    from planner.devices import inventory_from_options
+
     progress = _Progress()
     try:
-        result = sweep(model, axes, _inventory(devices, device or [], ram), base, mode=mode, progress=progress)
+        result = sweep(model, axes, inventory_from_options(devices, device or [], ram), base, mode=mode, progress=progress)
     finally:
         progress.close()
     if output:

@@ -220,3 +220,13 @@ def inventory_from_cli(devices: list[str], ram: str | None, base: Inventory | No
     from planner.inventory_io import apply_shorthands
 
     return apply_shorthands(devices, ram, base)
+
+
+def inventory_from_options(path: str | Path | None, devices: list[str], ram: str | None) -> Inventory | None:
+    """An inventory from an optional YAML file plus `--device`/`--ram`, where the host's RAM is
+    optional (estimate, sweep, the Python API): shorthands without a file start from an empty
+    host; None when nothing is given."""
+    base = load_inventory(path) if path else None
+    if not devices and not ram:
+        return base
+    return inventory_from_cli(devices, ram, base or Inventory((), HostSpec(0, 0, 0, ""), source="--device"))
