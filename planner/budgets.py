@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from dataclasses import dataclass
 
 from planner.devices import DeviceKind, DeviceSpec, Inventory
 from planner.errors import BadInput, InventoryError
-from planner.units import GiB, MiB, parse_size
+from planner.units import SIZE_TEXT, GiB, MiB, parse_size
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +26,6 @@ HOST_RESERVE_MIN = 2 * GiB          # seed 002: "the larger of 2 GiB or 10% of a
 HOST_RESERVE_FRACTION = 0.10
 GPU_ALIAS = "gpu"                   # names the first local GPU in llama.cpp order
 
-_NUMBER = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*[A-Za-z]*\s*$")
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ def _choices(inventory: Inventory, alias: bool = True) -> str:
 
 def _amount(text: str, context: str) -> int:
     """A signed budget amount: bare numbers are GiB, units allowed."""
-    if not _NUMBER.match(text):
+    if not SIZE_TEXT.match(text):
         raise InventoryError(f"{context}: expected a number of GiB (6, -2) or a size with a unit (512MiB, 1.5GiB); got {text!r}")
     try:
         return parse_size(text)

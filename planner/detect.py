@@ -16,7 +16,7 @@ from pathlib import Path
 
 from planner import catalog
 from planner.devices import (
-    NAME_PREFIX, Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, check_endpoint, llama_order,
+    Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, backend_of_name, check_endpoint, llama_order,
     pcie_link_bytes_s,
 )
 from planner.errors import InventoryError
@@ -173,8 +173,9 @@ def parse_list_devices(text: str) -> list[DeviceSpec]:
         if not m:
             continue
         name, desc, total, free = m.group(1), m.group(2).strip(), int(m.group(3)) * MiB, int(m.group(4)) * MiB
-        backend = next((b for b in Backend if b is not Backend.CPU and name.startswith(NAME_PREFIX[b])), None)
-        if backend is None:
+        parsed = backend_of_name(name)
+        backend = parsed[0] if parsed else None
+        if backend is None or backend is Backend.CPU:
             log.debug("llama-cli lists %s (%s) of an unknown backend; skipped", name, desc)
             continue
         if backend is Backend.RPC:

@@ -12,7 +12,7 @@ GiB = 1024 * MiB
 TiB = 1024 * GiB
 
 _UNITS = {"": None, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB, "t": TiB, "tib": TiB}
-_SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+SIZE_TEXT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def pad(n: int, multiple: int) -> int:
@@ -26,7 +26,7 @@ def parse_size(text: str, default_unit: int = GiB) -> int:
     Binary units only (DESIGN.md: a bare `6` means 6 GiB, as sd-cli's --max-vram). Decimal
     'GB' is refused rather than guessed.
     """
-    m = _SIZE.match(str(text))
+    m = SIZE_TEXT.match(str(text))
     if not m:
         raise BadInput(f"bad size {text!r}: expected a number with an optional binary unit, e.g. 24GiB, 512MiB, 6")
     number, unit = m.group(1), m.group(2).lower()
