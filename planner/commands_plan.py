@@ -82,12 +82,12 @@ def plan_cmd(
         from planner.plots import plot_plan
 
         plot_plan(result, plot)
+    doc = deployment(result) if output or fmt == "yaml" else None
     if output:
-        doc = deployment(result)
-        write_atomic(output, json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result))
+        write_atomic(output, json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc))
     if fmt == "flags":
         typer.echo(" ".join(llama_argv(result)))
     elif fmt == "yaml":
-        typer.echo(deployment_yaml(result), nl=False)
+        typer.echo(deployment_yaml(result, doc), nl=False)
     else:
         typer.echo(render(result, fmt))

@@ -70,8 +70,13 @@ def _rows(result: PlanResult) -> list[dict[str, Any]]:
     return rows
 
 
-def plan_dict(result: PlanResult) -> dict[str, Any]:
+def _predicted(result: PlanResult) -> dict[str, Any]:
     p = result.prediction
+    return {"decode_tokens_s": round(p.decode_tokens_s, 2), "prefill_tokens_s": round(p.prefill_tokens_s, 2),
+            "assumed_rates": p.assumed_rates, "boundaries_per_token": p.n_boundaries}
+
+
+def plan_dict(result: PlanResult) -> dict[str, Any]:
     return {
         "model": result.model_path,
         "header_sha256": result.header_sha256,
@@ -83,8 +88,7 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "objective": result.request.objective.value,
         "devices": _rows(result),
         "experts_on_host": sorted(result.experts_on_host),
-        "predicted": {"decode_tokens_s": round(p.decode_tokens_s, 2), "prefill_tokens_s": round(p.prefill_tokens_s, 2),
-                      "assumed_rates": p.assumed_rates, "boundaries_per_token": p.n_boundaries},
+        "predicted": _predicted(result),
         "explain": list(result.explain),
     }
 
@@ -128,7 +132,7 @@ def deployment(result: PlanResult) -> dict[str, Any]:
         "llama_bench_flags": " ".join(llama_bench_argv(result)),
         "ctx": result.n_ctx,
         "devices": _rows(result),
-        "predicted": plan_dict(result)["predicted"],
+        "predicted": _predicted(result),
     }
 
 
@@ -146,5 +150,6 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
-def deployment_yaml(result: PlanResult) -> str:
-    return yaml.safe_dump(deployment(result), sort_keys=False)
+def deployment_yaml(result: PlanResult, doc: dict[str, Any] | None = None) -> str:
+    """The deployment document as YAML (`doc`: one deployment(result) already built)."""
+    return yaml.safe_dump(doc if doc is not None else deployment(result), sort_keys=False)
