@@ -21,8 +21,7 @@ from planner.flags import FFN_EXPS_REGEX, LlamaFlags, OverrideArg
 from planner.kv import context_params, layer_caches
 from planner.placement import CPU_REPACK, HOST, INPUT_LAYER, Device, Placement, resolve_devices
 from planner.solve import Assignment, LayerDemand, Problem, Slot, solve_dp, solve_milp
-from planner.throughput import (CPU, FALLBACK_DEVICE_BANDWIDTH, FALLBACK_HOST_BANDWIDTH, LOCAL_SPLIT_LATENCY_S,
-                                RPC_SPLIT_LATENCY_S, layer_decode_bytes)
+from planner.throughput import CPU, Rates, expert_fraction, layer_decode_bytes
 
 if TYPE_CHECKING:
     from planner.plan import PlanRequest
@@ -111,7 +110,7 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
     facts = s.ctx.facts
     weights, experts, kv = probes.weights, probes.experts, probes.kv
     compute, out_extra = probes.device_compute, probes.output_extra
-    frac = facts.n_expert_used / facts.n_expert if facts.n_expert else 0.0
+    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     n_ctx = context_params(s.flags, facts.n_ctx_train).n_ctx_seq
     demands = []
     for il in range(facts.n_layer_all + 1):
@@ -126,16 +125,12 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
         demands.append(LayerDemand(
             device_bytes=on_device + dev_kv + (out_extra if il == facts.n_layer_all else 0),
             expert_bytes=experts[il], read_bytes=max(read, 0.0), expert_read_bytes=float(expert_read)))
-    host_bw = s.inventory.host.bandwidth_bytes_s or FALLBACK_HOST_BANDWIDTH
+    rates = Rates(s.inventory)   # the throughput model's figures and fallbacks
     host_budget = s.budgets.host_bytes - probes.host_fixed - correction.get(HOST, 0)
-    slots = [Slot(CPU, max(host_budget, -1), host_bw, 0, 0.0)]
-    specs = {d.name: d for d in s.inventory.devices}
+    slots = [Slot(CPU, max(host_budget, -1), rates.bandwidth(CPU), 0, 0.0)]
     for d in s.devices:
-        spec = specs.get(d.name)
-        bw = (spec.bandwidth_bytes_s if spec else 0) or FALLBACK_DEVICE_BANDWIDTH
-        latency = RPC_SPLIT_LATENCY_S if d.endpoint else LOCAL_SPLIT_LATENCY_S
-        slots.append(Slot(d.name, s.budgets.devices.get(d.name, 0), bw,
-                          compute.get(d.name, 0) + correction.get(d.name, 0), latency))
+        slots.append(Slot(d.name, s.budgets.devices.get(d.name, 0), rates.bandwidth(d.name),
+                          compute.get(d.name, 0) + correction.get(d.name, 0), rates.latency(d.name)))
     return Problem(tuple(demands), tuple(slots), s.request.allow_expert_offload)
 
 

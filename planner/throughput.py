@@ -78,7 +78,7 @@ class Prediction:
     assumed_rates: bool   # some device had no bandwidth/FLOPs figure; fallbacks were used
 
 
-def _expert_fraction(n_expert: int, n_used: int) -> float:
+def expert_fraction(n_expert: int, n_used: int) -> float:
     return n_used / n_expert if n_expert else 0.0
 
 
@@ -90,7 +90,7 @@ def layer_decode_bytes(layer: LayerCost, n_ctx: int, expert_fraction: float, n_s
     return dense, int(experts * expert_fraction)
 
 
-class _Rates:
+class Rates:
     """Bandwidth, FLOPs and link of each device by name; the host is `CPU`."""
 
     def __init__(self, inventory: Inventory) -> None:
@@ -124,14 +124,14 @@ class _Rates:
         return value
 
 
-def _boundary_seconds(rates: _Rates, a: str, b: str, act_bytes: int) -> float:
+def _boundary_seconds(rates: Rates, a: str, b: str, act_bytes: int) -> float:
     link = min(rates.link(a), rates.link(b))
     return act_bytes / link + max(rates.latency(a), rates.latency(b))
 
 
 def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory: Inventory) -> Prediction:
-    rates = _Rates(inventory)
-    frac = _expert_fraction(facts.n_expert, facts.n_expert_used)
+    rates = Rates(inventory)
+    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
     per_device: dict[str, int] = {}
     seconds: dict[str, float] = {}
@@ -171,10 +171,10 @@ def _output_bytes(costs: CostTable) -> int:
     return sum(t.n_bytes for t in costs.non_repeating if t.name in names)
 
 
-def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: _Rates) -> float:
+def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates) -> float:
     batch = view.n_ubatch
     offload_to = rates.first_device if batch >= OP_OFFLOAD_MIN_BATCH else None
-    frac = _expert_fraction(facts.n_expert, facts.n_expert_used)
+    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     selected = 1.0 - (1.0 - frac) ** batch if facts.n_expert else 0.0
     t = 0.0
     for layer in costs.layers:
