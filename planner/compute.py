@@ -52,7 +52,7 @@ class Shapes:
     ssm_inner: int
 
 
-def _shapes(ctx: ModelContext) -> Shapes:
+def model_shapes(ctx: ModelContext) -> Shapes:
     f, meta = ctx.facts, ctx.model.metadata
     n_ff = n_ff_moe = 0
     shared = False
@@ -216,7 +216,7 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
         measured = reserve_compute(ctx, flags, cp, placement)
         if measured is not None:
             return measured
-    sh = _shapes(ctx)
+    sh = ctx.compute_shapes
     t = min(cp.n_ctx, cp.n_ubatch)
     n_out = min(t, cp.n_batch)
     pipeline = placement.pipeline_parallel

@@ -10,6 +10,7 @@ For a planner calling this many times: build a `ModelContext` once (`model_conte
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections import defaultdict
 from dataclasses import dataclass
@@ -50,6 +51,18 @@ class ModelContext:
     model: ModelFile
     facts: ModelFacts
     slots: tuple[TensorSlot, ...]
+
+    @functools.cached_property
+    def slot_bytes(self) -> dict[str, int]:
+        """Bytes of each weight llama.cpp creates, by name."""
+        return {s.name: s.n_bytes for s in self.slots}
+
+    @functools.cached_property
+    def compute_shapes(self) -> Any:
+        """The widths the compute model needs (compute.Shapes), worked out once per model."""
+        from planner.compute import model_shapes
+
+        return model_shapes(self)
 
 
 def model_context(model: str | os.PathLike[str] | ModelFile | ModelContext) -> ModelContext:
@@ -120,7 +133,7 @@ class Estimate:
 
 
 def _model_bytes(ctx: ModelContext, placement: Placement, alignment: dict[str, int]) -> dict[str, int]:
-    size = {s.name: s.n_bytes for s in ctx.slots}
+    size = ctx.slot_bytes
     out: dict[str, int] = defaultdict(int)
     for name, row in placement.tensor_buft:
         out[row] += pad(size[name], alignment.get(row, HOST_ALIGNMENT))
