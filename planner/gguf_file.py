@@ -8,6 +8,8 @@ hostile header is refused instead of exhausting memory.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import mmap
 import os
 import re
@@ -90,6 +92,13 @@ class ModelFile:
     @property
     def total_tensor_bytes(self) -> int:
         return sum(t.n_bytes for t in self.tensors)
+
+    @functools.cached_property
+    def header_sha256(self) -> str:
+        """sha256 of the first shard's header (metadata and tensor index, not the weights): what
+        a plan file records to recognise its model."""
+        with open(self.path, "rb") as f:
+            return hashlib.sha256(f.read(self.header_bytes)).hexdigest()
 
     def tensor(self, name: str) -> TensorInfo | None:
         for t in self.tensors:

@@ -8,7 +8,6 @@ the way llama.cpp's own fit finishes (one more layer, single expert tensors back
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from dataclasses import dataclass, field, replace
@@ -81,14 +80,6 @@ class PlanResult:
         from planner.plan_report import plan_table
 
         return plan_table(self)
-
-
-def header_sha256(path: str, n_bytes: int) -> str:
-    """sha256 of the GGUF header (metadata and tensor index, not the weights)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(n_bytes))
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +262,7 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
         if best is None:
             continue
         best = _return_expert_tensors(_one_more_layer(best))
-        result = PlanResult(ctx.model.path, header_sha256(ctx.model.path, ctx.model.header_bytes), inventory,
+        result = PlanResult(ctx.model.path, ctx.model.header_sha256, inventory,
                             budgets, request, best.flags, best.estimate, best.prediction,
                             best.assignment.experts_on_host, best.rounds)
         if not with_explain:

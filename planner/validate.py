@@ -42,6 +42,7 @@ class ValidateRequest:
     budgets: dict[str, int] = field(default_factory=dict)   # device name or Host -> bytes
     n_prompt: int = DEFAULT_PROMPT_TOKENS
     n_gen: int = DEFAULT_GEN_TOKENS
+    model_file: Any = field(default=None, repr=False, compare=False)   # the header, when already read
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
     llama.cpp's portable x86-64 CPU build bit for bit (runtime/exact.py), several times slower."""
     if engine not in ENGINES:
         raise BadInput(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
-    ctx = model_context(resolve_model(req.model))
+    ctx = model_context(req.model_file or resolve_model(req.model))
     est = estimate(ctx, req.flags, req.inventory)
     if req.n_prompt + req.n_gen > est.cparams.n_ctx:
         raise BadInput(f"--prompt-tokens {req.n_prompt} + --gen-tokens {req.n_gen} do not fit the context "
@@ -251,8 +252,8 @@ def load_plan(path: str, n_prompt: int = DEFAULT_PROMPT_TOKENS, n_gen: int = DEF
         raise BadInput(f"{path}: cannot read the plan: {e.strerror}") from None
     except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise BadInput(f"{path}: not a fitplan plan file ({type(e).__name__}: {e})") from None
-    _check_header(path, doc, model)
-    return ValidateRequest(model, flags, inventory, budgets, n_prompt, n_gen)
+    mf = _check_header(path, doc, model)
+    return ValidateRequest(model, flags, inventory, budgets, n_prompt, n_gen, mf)
 
 
 def validate_request(target: str, flags: list[str], devices: str | None = None, max_vram: str | None = None,
@@ -276,13 +277,13 @@ def validate_request(target: str, flags: list[str], devices: str | None = None, 
     return ValidateRequest(target, parse_llama_flags(flags), inventory, budgets, n_prompt, n_gen)
 
 
-def _check_header(path: str, doc: dict[str, Any], model: str) -> None:
+def _check_header(path: str, doc: dict[str, Any], model: str) -> Any:
+    """The plan's model, read once (validate reuses it), checked against the recorded hash."""
     from planner.gguf_file import read_model
-    from planner.plan import header_sha256
 
     want = doc["model"].get("header_sha256")
     mf = read_model(model)
-    header_bytes = getattr(mf, "header_bytes", None)
-    if want and header_bytes and header_sha256(mf.path, header_bytes) != want:
+    if want and mf.header_bytes and mf.header_sha256 != want:
         raise BadInput(f"{path}: {model} is not the model the plan was made for (header sha256 differs)")
+    return mf
 
