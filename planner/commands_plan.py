@@ -55,7 +55,8 @@ def plan_cmd(
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
     from planner.commands_devices import devices_report
     from planner.plan import PlanRequest, plan
-    from planner.plan_report import deployment, deployment_yaml, llama_argv, write_atomic
+    from planner.files import write_atomic
+    from planner.plan_report import deployment, deployment_yaml, llama_argv
 
     if solver not in ("dp", "milp"):
         raise BadInput(f"--solver {solver!r}: expected dp or milp")
@@ -84,7 +85,8 @@ def plan_cmd(
         plot_plan(result, plot)
     doc = deployment(result) if output or fmt == "yaml" else None
     if output:
-        write_atomic(output, json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc))
+        text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc)
+        write_atomic(output, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     if fmt == "flags":
         typer.echo(" ".join(llama_argv(result)))
     elif fmt == "yaml":

@@ -1,16 +1,15 @@
 """`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`."""
 from __future__ import annotations
 
-import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from planner.errors import BadInput
+from planner.files import write_atomic
 
 SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 FORMATS = ("csv", "table", "json", "yaml")
@@ -38,19 +37,6 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
-
-
-def write_atomic(path: str, write: Callable[[Path], None]) -> None:
-    """`write(tmp)` then rename over `path`: a failed write leaves nothing half-written."""
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise BadInput(f"{path}: no such directory {str(target.parent)!r}")
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}{target.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def sweep_cmd(

@@ -2,8 +2,6 @@
 YAML deployment file that `fitplan validate` and a server launcher consume."""
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -134,20 +132,6 @@ def deployment(result: PlanResult) -> dict[str, Any]:
         "devices": _rows(result),
         "predicted": _predicted(result),
     }
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write a file so that a reader sees the old content or the whole new one, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".fitplan-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def deployment_yaml(result: PlanResult, doc: dict[str, Any] | None = None) -> str:

@@ -7,12 +7,12 @@ inline in a notebook (`display(fig)`). Every function returns the Figure it drew
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planner.errors import BadInput
+from planner.files import write_atomic
 from planner.placement import CPU_REPACK, HOST
 from planner.sweep_axes import AxisKind
 from planner.units import GiB
@@ -55,15 +55,8 @@ def _figure(width: float, height: float) -> Figure:
 def save_figure(fig: Figure, path: str | Path) -> None:
     """Save in the format the file name says (.png, .svg, .pdf), through a temporary file renamed
     into place: a failed save leaves nothing half-written."""
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise BadInput(f"{path}: no such directory {str(target.parent)!r}")
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    try:
-        fig.savefig(tmp, format=target.suffix.lstrip(".").lower() or "png", dpi=DPI)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=DPI))
 
 
 def gib(n_bytes: float) -> float:
