@@ -146,7 +146,7 @@ class ModelRunner:
         # llama.cpp reserves min(n_ubatch, n_outputs_max) outputs; n_outputs_max is n_batch by
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
-        self.hp: HParams = read_hparams(ctx.model)
+        self.hp: HParams = read_hparams(ctx.model, ctx.facts)
         limit_blas_threads(1)
         if cp.n_seq != 1:
             raise BadInput(f"-np {cp.n_seq}: the runtime runs one sequence (-np 1)")

@@ -11,7 +11,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from planner.arch import AttnKind, model_facts
+from planner.arch import AttnKind, ModelFacts, model_facts
 from planner.errors import GGUFError
 from planner.gguf_file import ModelFile
 
@@ -85,14 +85,15 @@ def _get(model: ModelFile, key: str, default: object = None) -> object:
     return model.metadata.get(f"{model.architecture}.{key}", default)
 
 
-def read_hparams(model: ModelFile) -> HParams:
-    """HParams for an architecture with a graph builder; GGUFError for any other."""
+def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
+    """HParams for an architecture with a graph builder; GGUFError for any other. `facts`: the
+    model's facts when the caller has them already (a ModelContext does)."""
     arch = model.architecture
     spec = ARCHS.get(arch)
     if spec is None:
         raise GGUFError(model.path, f"the runtime has no graph builder for architecture {arch!r} "
                                     f"(it has: {', '.join(ARCHS)})")
-    facts = model_facts(model)
+    facts = facts or model_facts(model)
     trunk = [lf for lf in facts.layers if not lf.nextn]
     head_dim = trunk[0].head_dim_k
     if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in trunk):
