@@ -149,32 +149,29 @@ def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float, host_
     a = int(np.argmin(total))
     if not math.isfinite(total[a]):
         return None
-    ranges, i = [(0, 0, a)], a
+    # ranges (slot, first layer, end layer, expert units moved to the host); the host's first
+    ranges, i = [(0, 0, a, 0)], a
     for s in range(1, n_s):
         j = int(choice[s, i])
-        ranges.append((s, i, j) if units[s, i] == 0 else (s, i, j, int(units[s, i])))  # type: ignore[arg-type]
+        ranges.append((s, i, j, int(units[s, i])))
         i = j
-    return float(total[a] - price * _host_bytes(problem, arr, ranges)), ranges
+    return float(total[a] - price * _host_bytes(arr, ranges)), ranges
 
 
-def _host_bytes(problem: Problem, arr: _Arrays, ranges: list) -> float:
-    host = arr.pw[ranges[0][2]]
-    for r in ranges[1:]:
-        host += (r[3] * arr.e_max) if len(r) == 4 else 0.0
-    return host
+def _host_bytes(arr: _Arrays, ranges: list) -> float:
+    return arr.pw[ranges[0][2]] + sum(k * arr.e_max for _s, _i, _j, k in ranges[1:])
 
 
-def _expand(problem: Problem, arr: _Arrays, ranges: list) -> tuple[tuple[int, ...], frozenset[int]]:
+def _expand(arr: _Arrays, ranges: list) -> tuple[tuple[int, ...], frozenset[int]]:
     slot_of = [0] * arr.n
     on_host: set[int] = set()
-    for r in ranges:
-        s, i, j = r[0], r[1], r[2]
+    for s, i, j, k in ranges:
         for l in range(i, j):
             slot_of[l] = s
-        if len(r) == 4 and s > 0:
+        if k and s > 0:
             # the largest experts in the range leave first
             movable = sorted((l for l in range(i, j) if arr.e[l] > 0), key=lambda l: (-arr.e[l], l))
-            on_host.update(movable[: r[3]])
+            on_host.update(movable[:k])
     return tuple(slot_of), frozenset(on_host)
 
 
@@ -183,18 +180,18 @@ def solve_dp(problem: Problem, objective: Objective = Objective.THROUGHPUT) -> A
     arr = _Arrays(problem)
     host_budget = problem.slots[0].budget
     found = _dp(problem, arr, 0.0, 1.0)
-    if found is not None and _host_bytes(problem, arr, found[1]) > host_budget:
+    if found is not None and _host_bytes(arr, found[1]) > host_budget:
         found = _priced(problem, arr, 1.0, host_budget)
     if found is None:
         return None
     if objective is Objective.BALANCE:
         found = _balanced(problem, arr, found[1], host_budget) or found
-    slot_of, on_host = _expand(problem, arr, found[1])
+    slot_of, on_host = _expand(arr, found[1])
     return Assignment(slot_of, on_host, found[0])
 
 
 def _units(ranges: list) -> int:
-    return sum(r[3] for r in ranges if len(r) == 4)
+    return sum(k for _s, _i, _j, k in ranges)
 
 
 def _balanced(problem: Problem, arr: _Arrays, fastest: list, host_budget: float):
@@ -204,7 +201,7 @@ def _balanced(problem: Problem, arr: _Arrays, fastest: list, host_budget: float)
 
     def fits(scale: float):
         found = _dp(problem, arr, 0.0, scale, host_prefix)
-        ok = (found is not None and _host_bytes(problem, arr, found[1]) <= host_budget
+        ok = (found is not None and _host_bytes(arr, found[1]) <= host_budget
               and _units(found[1]) <= units)
         return found if ok else None
 
@@ -226,7 +223,7 @@ def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float):
         found = _dp(problem, arr, hi, scale)
         if found is None:
             return None
-        if _host_bytes(problem, arr, found[1]) <= host_budget:
+        if _host_bytes(arr, found[1]) <= host_budget:
             break
         hi *= 10
         if hi > 1e6:
@@ -235,7 +232,7 @@ def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float):
     for _ in range(30):
         mid = (lo + hi) / 2
         found = _dp(problem, arr, mid, scale)
-        if found is not None and _host_bytes(problem, arr, found[1]) <= host_budget:
+        if found is not None and _host_bytes(arr, found[1]) <= host_budget:
             hi, best = mid, found
         else:
             lo = mid
