@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.estimate import estimate, model_context  # noqa: E402
-from planner.llama_tools import ensure_tools, rpc_servers  # noqa: E402
-from planner.placement import CPU_REPACK  # noqa: E402
+from planner.memory.estimate import estimate, model_context  # noqa: E402
+from planner.core.llama_tools import ensure_tools, rpc_servers  # noqa: E402
+from planner.llama.placement import CPU_REPACK  # noqa: E402
 from tests.peer.shapes import compute_ok, expand, fit_print, matrix, model_path  # noqa: E402
 
 MIB = 2**20
@@ -77,7 +77,7 @@ def main() -> int:
 
 def _time_per_candidate(contexts: dict, endpoints: list[str]) -> None:
     """The planner's path: a ModelContext built once, then one estimate per candidate flag set."""
-    from planner.flags import parse_llama_flags
+    from planner.llama.flags import parse_llama_flags
 
     flags = parse_llama_flags(["--rpc", ",".join(endpoints), "-ts", "1,1", "-c", "4096", "-ncmoe", "4"])
     for name, (_, ctx) in contexts.items():

@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.arch import model_facts  # noqa: E402
-from planner.costs import cost_table  # noqa: E402
-from planner.examples import resolve_model  # noqa: E402
-from planner.gguf_file import read_model  # noqa: E402
+from planner.model.arch import model_facts  # noqa: E402
+from planner.model.costs import cost_table  # noqa: E402
+from planner.gguf.examples import resolve_model  # noqa: E402
+from planner.gguf.reader import read_model  # noqa: E402
 from tests.gguf_factory import add_tokenizer, llama_spec  # noqa: E402
 
 TARGET_S = 1.0

@@ -25,14 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner.budgets import fit_target_flag, fit_target_margins, resolve_budgets  # noqa: E402
-from planner.devices import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory  # noqa: E402
-from planner.estimate import estimate, model_context  # noqa: E402
-from planner.flags import parse_llama_flags  # noqa: E402
-from planner.plan import PlanRequest, plan, predict_estimate  # noqa: E402
-from planner.plan_report import llama_argv  # noqa: E402
-from planner.costs import cost_table  # noqa: E402
-from planner.units import GiB, MiB  # noqa: E402
+from planner.hardware.budgets import fit_target_flag, fit_target_margins, resolve_budgets  # noqa: E402
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory  # noqa: E402
+from planner.memory.estimate import estimate, model_context  # noqa: E402
+from planner.llama.flags import parse_llama_flags  # noqa: E402
+from planner.planning.search import PlanRequest, plan, predict_estimate  # noqa: E402
+from planner.planning.report import llama_argv  # noqa: E402
+from planner.model.costs import cost_table  # noqa: E402
+from planner.core.units import GiB, MiB  # noqa: E402
 from tests.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec  # noqa: E402
 from tests.gguf_factory import Q  # noqa: E402
 
@@ -120,7 +120,7 @@ def speed(model: Path, runs: int, skip_llama: bool) -> None:
 
 
 def _llama_fit_speed(model: Path, runs: int) -> None:
-    from planner.llama_tools import ensure_tools, rpc_servers
+    from planner.core.llama_tools import ensure_tools, rpc_servers
 
     bin_dir = ensure_tools()
     with rpc_servers(N_DEVICES) as endpoints:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.llama_tools import ensure_tools, rpc_servers  # noqa: E402
+from planner.core.llama_tools import ensure_tools, rpc_servers  # noqa: E402
 from tests.peer.shapes import MODELS  # noqa: E402
 from tests.peer.test_plan_vs_fit import CASES, DEVICES, Case, Outcome, Side, run_case  # noqa: E402
 

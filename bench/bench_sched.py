@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.units import GiB
-from runtime import build as B
-from runtime.devices import Backend, alloc_tensors, make_cpu, make_virtual
-from runtime.graph import BufferUsage, GGMLType, Graph, Tensor
-from runtime.sched import Scheduler
+from planner.core.units import GiB
+from runtime.ggml import build as B
+from runtime.ggml.backend import Backend, alloc_tensors, make_cpu, make_virtual
+from runtime.ggml.graph import BufferUsage, GGMLType, Graph, Tensor
+from runtime.ggml.sched import Scheduler
 
 N_LAYER, N_CPU_LAYERS = 104, 8
 N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF, N_CTX, N_VOCAB = 256, 8, 4, 32, 512, 1024, 1000

@@ -8,45 +8,42 @@ The public Python API (planner/api.py; every call returns a frozen dataclass wit
     planner.sweep("example:gemma3-270m", {"ctx": "4096..32768"}, ["CUDA0=8GiB"])  # -> SweepResult
     planner.plan("example:gemma3-270m", ["CUDA0=1GiB"], ram="16GiB", n_ctx=32768)  # -> PlanResult
     planner.validate("example:gemma3-270m", "-c 512", ["CUDA0=2GiB"], ram="8GiB")  # -> ValidateReport
+    planner.plots.plot_plan(planner.plan(...), "plan.png")              # a picture (matplotlib)
 
-`import planner` stays cheap: nothing below is imported until first used. The API's names
-are also the names of the modules that implement them (planner/inspect.py, ...), and Python
-sets a package attribute to a submodule whenever that submodule is imported. So instead of
-functions that an import would silently replace, those submodules are made callable: calling
-`planner.estimate(...)` calls `planner.api.estimate`, while `planner.estimate.model_context`
-and `import planner.estimate` keep working as before.
+`import planner` stays cheap: the names above are looked up on first use (PEP 562 module
+`__getattr__`), so nothing heavier than this file loads until a call is made.
+
+Inside, one sub-package per pipeline stage; imports run downward only (DESIGN.md, checked by
+import-linter): cli -> api -> sweeps, sd, checking -> planning -> memory -> runtime.engine ->
+llama -> model, hardware -> gguf -> runtime.ggml -> core.
 """
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
-API_NAMES = ("inspect", "estimate", "plan", "sweep", "validate")
+# public name -> (module, attribute); None as the attribute means the module itself
+_LAZY: dict[str, tuple[str, str | None]] = {
+    **{name: ("planner.api", name) for name in ("inspect", "estimate", "plan", "sweep", "validate")},
+    "plots": ("planner.sweeps.plots", None),
+    "InspectResult": ("planner.model.inspect", "InspectResult"),
+    "Estimate": ("planner.memory.estimate", "Estimate"),
+    "SweepResult": ("planner.sweeps.sweep", "SweepResult"),
+    "PlanRequest": ("planner.planning.search", "PlanRequest"),
+    "PlanResult": ("planner.planning.search", "PlanResult"),
+    "ValidateReport": ("planner.checking.validate", "ValidateReport"),
+}
 
-
-class _ApiModule(types.ModuleType):
-    """A submodule that, called, runs the public API function of the same name."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from planner import api
-
-        return getattr(api, self.__name__.rpartition(".")[2])(*args, **kwargs)
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        # the import system binds each imported submodule here: make the API ones callable
-        if name in API_NAMES and type(value) is types.ModuleType:
-            value.__class__ = _ApiModule
-        super().__setattr__(name, value)
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
-    if name in API_NAMES:
-        return importlib.import_module(f"planner.{name}")  # binds it through _Package.__setattr__
-    raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    found = importlib.import_module(module)
+    return found if attribute is None else getattr(found, attribute)
 
 
-sys.modules[__name__].__class__ = _Package
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,7 +2,7 @@
 
 Every result has `to_dict()` (the same data `--format json` prints) and `to_table()`.
 Inputs take the forms a notebook has at hand:
-  model    a GGUF path, `example:NAME`, or a `planner.estimate.ModelContext` read once
+  model    a GGUF path, `example:NAME`, or a `planner.memory.estimate.ModelContext` read once
   flags    llama.cpp flags as one string ("-c 8192 -ts 1,1"), a list of arguments, or LlamaFlags
   devices  None (no GPU), an Inventory, a YAML inventory path, or `--device` shorthands
            (["CUDA0=24GiB", "2xrtx3090"]; `ram` sets the host's RAM as `--ram` does)
@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
-    from planner.devices import Inventory
-    from planner.estimate import Estimate
-    from planner.flags import LlamaFlags
-    from planner.inspect import InspectResult
-    from planner.plan import PlanRequest, PlanResult
-    from planner.sweep import SweepResult
-    from planner.validate import ValidateReport
+    from planner.hardware.inventory import Inventory
+    from planner.memory.estimate import Estimate
+    from planner.llama.flags import LlamaFlags
+    from planner.model.inspect import InspectResult
+    from planner.planning.search import PlanRequest, PlanResult
+    from planner.sweeps.sweep import SweepResult
+    from planner.checking.validate import ValidateReport
 
 Devices = Union["Inventory", str, os.PathLike, Sequence[str], None]
 Flags = Union[str, Sequence[str], "LlamaFlags"]
@@ -31,7 +31,7 @@ Flags = Union[str, Sequence[str], "LlamaFlags"]
 
 def as_inventory(devices: Devices, ram: str | None = None) -> Inventory | None:
     """An Inventory from any accepted `devices` form (None stays None unless `ram` is given)."""
-    from planner.devices import Inventory, inventory_from_cli, inventory_from_options
+    from planner.hardware.inventory import Inventory, inventory_from_cli, inventory_from_options
 
     if isinstance(devices, Inventory):
         return inventory_from_cli([], ram, devices) if ram else devices
@@ -41,7 +41,7 @@ def as_inventory(devices: Devices, ram: str | None = None) -> Inventory | None:
 
 
 def as_flags(flags: Flags) -> LlamaFlags:
-    from planner.flags import LlamaFlags, parse_llama_flags
+    from planner.llama.flags import LlamaFlags, parse_llama_flags
 
     if isinstance(flags, LlamaFlags):
         return flags
@@ -49,7 +49,7 @@ def as_flags(flags: Flags) -> LlamaFlags:
 
 
 def _argv(flags: Flags) -> list[str]:
-    from planner.flags import LlamaFlags, flags_to_argv
+    from planner.llama.flags import LlamaFlags, flags_to_argv
 
     if isinstance(flags, LlamaFlags):
         return flags_to_argv(flags)
@@ -58,14 +58,14 @@ def _argv(flags: Flags) -> list[str]:
 
 def inspect(model: str, cache_type_k: str = "f16", cache_type_v: str = "f16") -> InspectResult:
     """Per-layer weights, KV bytes per cell and recurrent state of a model (`fitplan inspect`)."""
-    from planner.inspect import inspect as run
+    from planner.model.inspect import inspect as run
 
     return run(str(model), cache_type_k, cache_type_v)
 
 
 def estimate(model: Any, flags: Flags = (), devices: Devices = None, ram: str | None = None) -> Estimate:
     """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`)."""
-    from planner.estimate import estimate as run
+    from planner.memory.estimate import estimate as run
 
     return run(model, as_flags(flags), as_inventory(devices, ram))
 
@@ -74,9 +74,9 @@ def sweep(model: Any, vary: Mapping[str, str | Sequence[Any]], devices: Devices 
           ram: str | None = None, mode: str = "estimate",
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Every combination of the `vary` axes (`{"ctx": "4096..65536", "cache": "f16,q8_0"}`; see
-    planner.sweep for the axes), evaluated by `mode` (`fitplan sweep`)."""
-    from planner.sweep import parse_axis
-    from planner.sweep import sweep as run
+    planner.sweeps.sweep for the axes), evaluated by `mode` (`fitplan sweep`)."""
+    from planner.sweeps.sweep import parse_axis
+    from planner.sweeps.sweep import sweep as run
 
     axes = [parse_axis(name, spec) for name, spec in vary.items()]
     return run(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
@@ -85,11 +85,11 @@ def sweep(model: Any, vary: Mapping[str, str | Sequence[Any]], devices: Devices 
 def plan(model: Any, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
          max_vram: str | None = None, max_ram: str | None = None, **fields: Any) -> PlanResult:
     """The best placement of a model on devices under budgets (`fitplan plan`). `request` or its
-    fields as keywords (`n_ctx=32768, n_parallel=2`; planner.plan.PlanRequest); `ram` is the
+    fields as keywords (`n_ctx=32768, n_parallel=2`; planner.planning.search.PlanRequest); `ram` is the
     host's RAM, `max_vram` / `max_ram` the budgets as the command line takes them."""
-    from planner.errors import BadInput
-    from planner.plan import PlanRequest
-    from planner.plan import plan as run
+    from planner.core.errors import BadInput
+    from planner.planning.search import PlanRequest
+    from planner.planning.search import plan as run
 
     inventory = as_inventory(devices, ram)
     if inventory is None or not inventory.host.ram_available_bytes:
@@ -102,15 +102,15 @@ def validate(target: str, flags: Flags = (), devices: Devices = None, ram: str |
              n_gen: int | None = None) -> ValidateReport:
     """Run a model under llama.cpp flags (or a plan file from `fitplan plan -o`) in the embedded
     runtime or llama.cpp and compare what it allocates with the estimate (`fitplan validate`)."""
-    from planner.budgets import resolve_budgets
-    from planner.placement import HOST
-    from planner.validate import (
+    from planner.hardware.budgets import resolve_budgets
+    from planner.llama.placement import HOST
+    from planner.checking.validate import (
         DEFAULT_GEN_TOKENS,
         DEFAULT_PROMPT_TOKENS,
         ValidateRequest,
         validate_request,
     )
-    from planner.validate import validate as run
+    from planner.checking.validate import validate as run
 
     sizes = {"n_prompt": n_prompt or DEFAULT_PROMPT_TOKENS, "n_gen": n_gen or DEFAULT_GEN_TOKENS}
     plan_file = str(target).endswith((".yaml", ".yml"))

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def llama_tools() -> Path:
     """The bin directory of the pinned llama.cpp tools, built once if missing (peer tests)."""
-    from planner.llama_tools import ensure_tools
+    from planner.core.llama_tools import ensure_tools
 
     return ensure_tools()
 
@@ -18,7 +18,7 @@ def llama_tools() -> Path:
 @pytest.fixture
 def rpc_pair(llama_tools: Path) -> Iterator[list[str]]:
     """Two ggml-rpc-servers on 127.0.0.1; yields their "127.0.0.1:PORT" endpoints, stops them after."""
-    from planner.llama_tools import rpc_servers
+    from planner.core.llama_tools import rpc_servers
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints

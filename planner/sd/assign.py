@@ -15,7 +15,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from planner.errors import FlagError
+from planner.core.errors import FlagError
 
 
 class Module(enum.Enum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.traffic import stored_bytes
-from planner.units import fmt_mib
+from planner.core.units import fmt_mib
 
 
 def _work(fit: FitInput, p: Placement) -> int:

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from pathlib import Path
 
-from planner.errors import BadInput
+from planner.core.errors import BadInput
 from planner.sd.assign import Module
 from planner.sd.safetensors_header import read_safetensors
-from planner.units import GiB
+from planner.core.units import GiB
 
 if TYPE_CHECKING:
-    from planner.gguf_file import TensorInfo
+    from planner.gguf.reader import TensorInfo
 
 # backend_fit.cpp adds this much to every tensor when estimating a component.
 TENSOR_OVERHEAD_BYTES = 64
@@ -152,7 +152,7 @@ def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
     """GGUF tensors. stable-diffusion.cpp's own converter writes no metadata at all
     (src/model_io/gguf_io.cpp), so a missing general.architecture — which read_model requires
     for llama.cpp models — is not an error here."""
-    from planner.gguf_file import read_model  # numpy and gguf load only for GGUF files
+    from planner.gguf.reader import read_model  # numpy and gguf load only for GGUF files
 
     return read_model(path, require_architecture=False).tensors
 

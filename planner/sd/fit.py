@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.devices import DeviceKind, Inventory
-from planner.errors import FlagError
+from planner.hardware.inventory import DeviceKind, Inventory
+from planner.core.errors import FlagError
 from planner.sd.assign import Assignment, Role, is_default_token, parse_assignment, parse_max_vram, with_compat
 from planner.sd.autofit import follow_assignments, greedy_fit
 from planner.sd.check import overcommit
@@ -30,8 +30,8 @@ class SdFitRequest:
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
-    """Every non-CPU device with its --max-vram budget (planner.budgets: seed 002's rules)."""
-    from planner.budgets import resolve_budgets
+    """Every non-CPU device with its --max-vram budget (planner.hardware.budgets: seed 002's rules)."""
+    from planner.hardware.budgets import resolve_budgets
 
     budgets = resolve_budgets(inventory, max_vram, None)
     # ggml's device order, not llama.cpp's: sd-cli registers RPC servers after the built-in

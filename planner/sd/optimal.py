@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import pulp
 
-from planner.errors import InfeasiblePlacement
+from planner.core.errors import InfeasiblePlacement
 from planner.sd.autofit import auto_compute, main_gpu
 from planner.sd.components import Component, Kind
 from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.traffic import TRAFFIC_WEIGHT, uses_per_image
-from planner.units import MiB
+from planner.core.units import MiB
 
 log = logging.getLogger(__name__)
 # MiB-scale cost of computing away from the main GPU, larger for higher-priority components

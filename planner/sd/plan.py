@@ -8,7 +8,7 @@ from typing import Any
 from planner.sd.components import KIND_LABEL, Kind
 from planner.sd.placement import GpuBudget, Placement, Where
 from planner.sd.split import SplitRange
-from planner.units import MiB
+from planner.core.units import MiB
 
 
 class Mode:

@@ -4,12 +4,12 @@
 name (`cuda`, `vulkan`, `metal`) selects that registry's first device (stable-diffusion.cpp
 `resolve_first_device_by_registry_name`, which maps `metal` to `MTL`); anything else is a
 device name, exact or a unique prefix, case-insensitive, `gpu` being the first GPU — that
-part is planner.budgets.resolve_device, shared with the llama.cpp planner.
+part is planner.hardware.budgets.resolve_device, shared with the llama.cpp planner.
 """
 from __future__ import annotations
 
-from planner.devices import NAME_PREFIX, Backend, Inventory
-from planner.errors import BadInput, FlagError
+from planner.hardware.inventory import NAME_PREFIX, Backend, Inventory
+from planner.core.errors import BadInput, FlagError
 from planner.sd.assign import CPU, DISK, Assignment, MaxVram, Module, Role, is_default_token, split_device_list
 from planner.sd.placement import Where
 
@@ -29,7 +29,7 @@ def resolve_name(inventory: Inventory, token: str, flag: str) -> str:
         first = next((d for d in inventory.devices if d.backend is backend), None)
         if first is not None:
             return first.name
-    from planner.budgets import resolve_device
+    from planner.hardware.budgets import resolve_device
 
     try:
         found = resolve_device(inventory, token.strip())
@@ -87,7 +87,7 @@ def resolve_params(inventory: Inventory, assignment: Assignment, module: Module)
 
 
 def canonical_max_vram(inventory: Inventory, max_vram: MaxVram) -> str | None:
-    """--max-vram in planner.budgets' syntax, every key resolved to its device name.
+    """--max-vram in planner.hardware.budgets' syntax, every key resolved to its device name.
 
     sd-cli's rules (backend_fit.cpp `enumerate_gpu_devices`): a device's own value replaces
     the default; 0 means unset, i.e. free minus 512 MiB — written here as -0.5 so that a

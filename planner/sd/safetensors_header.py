@@ -12,7 +12,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from planner.errors import BadInput
+from planner.core.errors import BadInput
 
 # dtype -> (bytes per element in the file, bytes per element once stable-diffusion.cpp loads
 # it). sd.cpp widens F8 to F16 and narrows F64/I64 to 32 bits at load time

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.sd.components import Component, Kind, SdTensor
-from planner.units import GiB
+from planner.core.units import GiB
 
 # stable-diffusion.cpp keeps this much free per device for compute when splitting
 # (src/core/layer_split_partition.cpp, compute_headroom_bytes).

@@ -7,7 +7,7 @@ import os
 import yaml
 
 from planner.cli import main
-from planner.flags import parse_llama_flags
+from planner.llama.flags import parse_llama_flags
 
 TWO_RPC = ["--device", "RPC0=100MiB@127.0.0.1:50052", "--device", "RPC1=100MiB@127.0.0.1:50053",
            "--ram", "4GiB", "--max-vram", "RPC0=100MiB,RPC1=100MiB"]

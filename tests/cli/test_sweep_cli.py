@@ -147,7 +147,7 @@ class _FakeBar:
 
 @pytest.mark.parametrize("seconds_per_point, shown", [(1.0, True), (0.01, False)])
 def test_progress_bar_only_on_long_sweeps(monkeypatch, seconds_per_point, shown):
-    from planner import commands_sweep
+    from planner.cli import sweep as commands_sweep
 
     clock = iter(i * seconds_per_point for i in range(100))
     monkeypatch.setattr(commands_sweep.time, "monotonic", lambda: next(clock))
@@ -165,8 +165,8 @@ def test_progress_bar_only_on_long_sweeps(monkeypatch, seconds_per_point, shown)
 def test_plan_mode_plot_has_speed_and_context_panels(model):
     pytest.importorskip("matplotlib")
     from planner.api import as_inventory
-    from planner.plots import plot_sweep
-    from planner.sweep import parse_axis, sweep
+    from planner.sweeps.plots import plot_sweep
+    from planner.sweeps.sweep import parse_axis, sweep
 
     r = sweep(model, [parse_axis("budget", "1,2"), parse_axis("ctx", "max")], as_inventory(["CUDA0=2GiB"], ram="16GiB"),
               mode="plan")
@@ -189,8 +189,8 @@ def test_example_model_csv_and_png(capsys, tmp_path):
     assert out_png.read_bytes()[:8] == PNG_MAGIC
 
     from planner.api import as_inventory
-    from planner.plots import plot_sweep
-    from planner.sweep import parse_axis, sweep
+    from planner.sweeps.plots import plot_sweep
+    from planner.sweeps.sweep import parse_axis, sweep
 
     r = sweep("example:gemma3-270m", [parse_axis("ctx", "4096..131072"), parse_axis("cache", "f16,q8_0")],
               as_inventory(["CUDA0=1536MiB"]))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.execute import ModelRunner
+from runtime.engine.runner import ModelRunner
 
 # ggml type ids of the node types compared (ggml.h enum ggml_type)
 NUMPY_OF_GGML = {0: np.float32, 1: np.float16, 26: np.int32}

@@ -127,7 +127,7 @@ def matrix() -> list[tuple[str, str]]:
 
 def model_path(name: str, directory: Path) -> Path:
     if name == "gemma3-270m":
-        from planner.examples import resolve_model
+        from planner.gguf.examples import resolve_model
 
         return Path(resolve_model("example:gemma3-270m"))
     return write_shape(name, directory)

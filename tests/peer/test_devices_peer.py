@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.examples import resolve_model
+from planner.gguf.examples import resolve_model
 
 pytestmark = pytest.mark.peer
 
@@ -57,7 +57,7 @@ def test_fit_target_from_budgets_is_accepted_by_llama_cpp(capsys, llama_tools, r
 def test_rpc_servers_stop_when_the_body_raises(llama_tools):
     import socket
 
-    from planner.llama_tools import rpc_servers
+    from planner.core.llama_tools import rpc_servers
 
     with pytest.raises(RuntimeError, match="boom"):
         with rpc_servers(2, llama_tools) as endpoints:

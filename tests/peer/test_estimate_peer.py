@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.estimate import ModelContext, estimate, model_context
-from planner.placement import CPU_REPACK
+from planner.memory.estimate import ModelContext, estimate, model_context
+from planner.llama.placement import CPU_REPACK
 from tests.peer.shapes import MODELS, compute_ok, expand, fit_print, matrix, model_path
 
 pytestmark = pytest.mark.peer
@@ -24,7 +24,7 @@ MIB = 2**20
 
 @pytest.fixture(scope="module")
 def rpc_endpoints(llama_tools: Path):
-    from planner.llama_tools import rpc_servers
+    from planner.core.llama_tools import rpc_servers
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints

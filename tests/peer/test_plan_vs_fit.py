@@ -31,13 +31,13 @@ from pathlib import Path
 
 import pytest
 
-from planner.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
-from planner.devices import Inventory
-from planner.estimate import estimate, model_context
-from planner.placement import CPU_REPACK
-from planner.plan import PlanRequest, PlanResult, plan
-from planner.plan_report import llama_argv
-from planner.solve import Objective
+from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
+from planner.hardware.inventory import Inventory
+from planner.memory.estimate import estimate, model_context
+from planner.llama.placement import CPU_REPACK
+from planner.planning.search import PlanRequest, PlanResult, plan
+from planner.planning.report import llama_argv
+from planner.planning.solve import Objective
 from tests.peer.shapes import fit_print, model_path
 
 pytestmark = pytest.mark.peer
@@ -118,8 +118,8 @@ class Outcome:
 
 def setting(bin_dir: Path, endpoints: list[str], case: Case) -> tuple[Inventory, Budgets, list[str]]:
     """The detected inventory (host RAM made unlimited), fitplan's budgets, llama.cpp's --fit-target."""
-    from planner.detect import detect_inventory
-    from planner.inventory_io import apply_shorthands
+    from planner.hardware.detect import detect_inventory
+    from planner.hardware.inventory_yaml import apply_shorthands
 
     inventory = apply_shorthands([], HOST_RAM, detect_inventory(endpoints))
     max_vram = ",".join(f"{d}={mib}MiB" for d, mib in zip(DEVICES, case.budgets_mib))
@@ -129,7 +129,7 @@ def setting(bin_dir: Path, endpoints: list[str], case: Case) -> tuple[Inventory,
 
 def same_budgets_from_capped_inventory(endpoints: list[str], case: Case) -> Budgets:
     """The other way to state the budgets: devices whose free memory is the budget, capped by name."""
-    from planner.inventory_io import apply_shorthands
+    from planner.hardware.inventory_yaml import apply_shorthands
 
     specs = [f"{d}={mib}MiB@{ep}" for d, mib, ep in zip(DEVICES, case.budgets_mib, endpoints)]
     inventory = apply_shorthands(specs, HOST_RAM, None)
@@ -203,7 +203,7 @@ def run_case(bin_dir: Path, endpoints: list[str], case: Case, directory: Path) -
 
 @pytest.fixture(scope="module")
 def rpc_endpoints(llama_tools: Path):
-    from planner.llama_tools import rpc_servers
+    from planner.core.llama_tools import rpc_servers
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints

@@ -6,7 +6,7 @@
    time). At every position its top-1 token must be llama.cpp's, except where llama.cpp's top
    two logprobs are within 0.05 (a tie either side may break), and its logprob of llama.cpp's
    token must be within 0.1.
-   The runtime runs its bit-exact kernels (runtime/exact.py, kernels="ggml-avx2"): the tools are
+   The runtime runs its bit-exact kernels (runtime/ggml/exact.py, kernels="ggml-avx2"): the tools are
    built portable (GGML_NATIVE=OFF), so on x86-64 llama.cpp runs the AVX2 kernels those
    reproduce (measured: worst gap 0.0008, top-1 at all 64 positions). The default float32
    kernels are held to a looser bound (0.1 at 85 % of positions, 0.25 everywhere): Gemma 3
@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.flags import parse_llama_flags
-from planner.validate_llama import llama_server, parse_log, server_prompt_batches
-from planner.examples import resolve_model
-from runtime.execute import ModelRunner
+from planner.llama.flags import parse_llama_flags
+from planner.checking.llama import llama_server, parse_log, server_prompt_batches
+from planner.gguf.examples import resolve_model
+from runtime.engine.runner import ModelRunner
 
 pytestmark = pytest.mark.peer
 
@@ -72,7 +72,7 @@ def llama_continuations(llama_tools: Path) -> list[list]:
 
 EXACT_KERNELS = "ggml-avx2"
 on_x86_64 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
-                               reason="runtime/exact.py reproduces llama.cpp's x86-64 (AVX2) kernels only")
+                               reason="runtime/ggml/exact.py reproduces llama.cpp's x86-64 (AVX2) kernels only")
 
 
 def _runner(kernels: str) -> ModelRunner:
@@ -179,7 +179,7 @@ def test_default_kernels_close_to_llama_server(default_differences, llama_contin
 
 @pytest.fixture(scope="module")
 def rpc_endpoints(llama_tools: Path):
-    from planner.llama_tools import rpc_servers
+    from planner.core.llama_tools import rpc_servers
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints
@@ -201,7 +201,7 @@ def test_split_counts_equal_llama_cpp(flags: list[str], llama_tools: Path, rpc_e
 
 @pytest.fixture(scope="module")
 def shape_contexts(tmp_path_factory):
-    from planner.estimate import model_context
+    from planner.memory.estimate import model_context
     from tests.peer.shapes import model_path
 
     directory = tmp_path_factory.mktemp("shapes")
@@ -221,10 +221,10 @@ def _builder_rows() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name, template", _builder_rows(), ids=[f"{m}: {f}" for m, f in _builder_rows()])
 def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, shape_contexts, llama_tools,
                                                                rpc_endpoints) -> None:
-    from planner.estimate import estimate
-    from planner.kv import context_params
-    from planner.placement import place, resolve_devices
-    from runtime.reserve import supported
+    from planner.memory.estimate import estimate
+    from planner.llama.kv import context_params
+    from planner.llama.placement import place, resolve_devices
+    from runtime.engine.reserve import supported
     from tests.peer.shapes import expand, fit_print
 
     path, ctx = shape_contexts[name]

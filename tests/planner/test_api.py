@@ -1,4 +1,4 @@
-"""The public API: `planner.inspect/estimate/sweep/plan(...)`, cheap `import planner`, the input forms.
+"""The public API: `planner.model.inspect/estimate/sweep/plan(...)`, cheap `import planner`, the input forms.
 
 Model and figures as in tests/planner/test_sweep.py: llama_spec(n_layer=2, n_embd=256, n_head=8,
 n_head_kv=2, ...); KV per layer and cell 256 bytes in f16, so -c 1024 on one GPU is
@@ -14,11 +14,11 @@ import pytest
 
 import planner
 from planner.api import as_flags, as_inventory
-from planner.errors import BadInput, FlagError
-from planner.estimate import Estimate
-from planner.inspect import InspectResult
-from planner.sweep import SweepResult
-from planner.units import GiB
+from planner.core.errors import BadInput, FlagError
+from planner.memory.estimate import Estimate
+from planner.model.inspect import InspectResult
+from planner.sweeps.sweep import SweepResult
+from planner.core.units import GiB
 from tests.gguf_factory import llama_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,14 +38,14 @@ def _python(code: str) -> str:
 
 
 def test_import_planner_loads_nothing_heavy():
-    out = _python("import sys, planner; print(sorted(m for m in ('numpy', 'gguf', 'planner.estimate', "
+    out = _python("import sys, planner; print(sorted(m for m in ('numpy', 'gguf', 'planner.memory.estimate', "
                   "'planner.api', 'matplotlib') if m in sys.modules))")
     assert out == "[]"
 
 
 def test_calls_work_whichever_import_came_first(model):
     # a submodule imported first (as the CLI does) must not replace the callable
-    out = _python(f"import planner.estimate as m, planner; e = planner.estimate({model!r}, '-c 1024', ['CUDA0=1GiB']); "
+    out = _python(f"import planner.memory.estimate as m, planner; e = planner.estimate({model!r}, '-c 1024', ['CUDA0=1GiB']); "
                   "print(type(e).__name__, callable(m.model_context), e.device('CUDA0').context_bytes)")
     assert out == f"Estimate True {KV_1024}"
 
@@ -105,7 +105,7 @@ def test_validate_runs_the_embedded_engine(tmp_path):
     r = planner.validate(str(path), "-c 256", ["CUDA0=1GiB"], ram="8GiB", n_prompt=4, n_gen=2)
     d = r.to_dict()
     assert [x["name"] for x in d["devices"]] == ["CUDA0", "Host"]
-    # CUDA0 has 1 GiB free: the default budget keeps 512 MiB back (planner/budgets.py)
+    # CUDA0 has 1 GiB free: the default budget keeps 512 MiB back (planner/hardware/budgets.py)
     assert d["devices"][0]["budget_bytes"] == GiB // 2
     assert d["fits"] is True
     # without devices every layer runs on the CPU (the host's buffers only)

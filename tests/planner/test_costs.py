@@ -3,7 +3,7 @@
 All expected figures are worked out by hand below from the tensor shapes llama.cpp creates
 (src/models/<arch>.cpp) and ggml's block sizes: Q4_K 256 values / 144 bytes, Q6_K 256 / 210,
 Q8_0 32 / 34, Q4_0 32 / 18, F16 2 bytes, F32 4 bytes; a tensor is rows x (ne0 / block x bytes).
-Groups follow planner.costs.WeightGroup's definitions: attention = attention or recurrent mixer
+Groups follow planner.model.costs.WeightGroup's definitions: attention = attention or recurrent mixer
 projections, ffn = dense FFN, experts = routed `*_exps`, shared_experts = `*_shexp`,
 norms_other = norms, the router and anything else. Recurrent state is f32.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from planner.arch import AttnKind, model_facts
-from planner.costs import CostTable, WeightGroup, cost_table
-from planner.errors import BadInput
-from planner.examples import resolve_model
-from planner.gguf_file import read_model
+from planner.model.arch import AttnKind, model_facts
+from planner.model.costs import CostTable, WeightGroup, cost_table
+from planner.core.errors import BadInput
+from planner.gguf.examples import resolve_model
+from planner.gguf.reader import read_model
 from tests.gguf_factory import (ModelSpec, deepseek2_spec, gemma3_spec, granitehybrid_spec, llama_spec,
                                 mamba2_spec, qwen3moe_spec)
 

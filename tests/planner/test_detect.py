@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.detect import (
+from planner.hardware.detect import (
     detect_amd, detect_host, parse_cpu_model, parse_list_devices, parse_meminfo, parse_nvidia_smi,
 )
-from planner.devices import Backend, DeviceKind
+from planner.hardware.inventory import Backend, DeviceKind
 
 GIB = 2**30
 MIB = 2**20
@@ -80,7 +80,7 @@ def test_nvml_path_with_a_fake_module(monkeypatch):
     import sys
     import types
 
-    from planner.detect import detect_nvidia_nvml
+    from planner.hardware.detect import detect_nvidia_nvml
 
     calls = []
     fake = types.SimpleNamespace(
@@ -103,19 +103,19 @@ def test_nvml_path_with_a_fake_module(monkeypatch):
 def test_without_nvml_the_probe_says_unavailable(monkeypatch):
     import sys
 
-    from planner.detect import detect_nvidia_nvml
+    from planner.hardware.detect import detect_nvidia_nvml
 
     monkeypatch.setitem(sys.modules, "pynvml", None)       # import fails
     assert detect_nvidia_nvml() is None
 
 
 def test_detected_devices_get_catalog_figures_and_llama_order(monkeypatch, tmp_path):
-    from planner import detect
+    from planner.hardware import detect
 
     listed = ("  Vulkan0: AMD Radeon RX 7900 XTX (24560 MiB, 24000 MiB free)\n"
               "  RPC0: 127.0.0.1:50052 (8000 MiB, 8000 MiB free)\n")
     monkeypatch.setattr(detect, "list_llama_devices", lambda bin_dir, rpc: detect.parse_list_devices(listed))
-    monkeypatch.setattr("planner.llama_tools.tools_dir", lambda: tmp_path)
+    monkeypatch.setattr("planner.core.llama_tools.tools_dir", lambda: tmp_path)
     inv = detect.detect_inventory()
     assert inv.names == ["RPC0", "Vulkan0"]                 # RPC first, as llama.cpp orders them
     assert inv.devices[1].bandwidth_bytes_s == 960 * 10**9  # rx7900xtx in the catalog

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from planner import catalog
-from planner.devices import (
+from planner.hardware import catalog
+from planner.hardware.inventory import (
     Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, inventory_from_cli, llama_order, load_inventory,
     pcie_link_bytes_s, rpc_flag,
 )
-from planner.errors import InventoryError
+from planner.core.errors import InventoryError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ROOT / "configs" / "devices"

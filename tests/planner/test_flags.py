@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import FlagError
-from planner.flags import (NGL_ALL, NGL_AUTO, LlamaFlags, OverrideArg, TensorOverride, flags_to_argv,
+from planner.core.errors import FlagError
+from planner.llama.flags import (NGL_ALL, NGL_AUTO, LlamaFlags, OverrideArg, TensorOverride, flags_to_argv,
                            parse_llama_flags)
 
 

@@ -16,8 +16,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from planner.errors import GGUFError
-from planner.gguf_file import SkippedArray, read_model
+from planner.core.errors import GGUFError
+from planner.gguf.reader import SkippedArray, read_model
 from tests.gguf_factory import T, Typed, llama_spec, tname, write_model
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import FlagError
-from planner.estimate import model_context
-from planner.flags import parse_llama_flags
-from planner.gguf_file import read_model
-from planner.kv import context_bytes, context_params, layer_caches
-from planner.placement import HOST, Backend, Device, place
+from planner.core.errors import FlagError
+from planner.memory.estimate import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.gguf.reader import read_model
+from planner.llama.kv import context_bytes, context_params, layer_caches
+from planner.llama.placement import HOST, Backend, Device, place
 from tests.gguf_factory import deepseek2_spec, gemma3_spec, llama_spec, mamba2_spec
 
 A = Device("A", Backend.RPC, 32, 0, False, "127.0.0.1:1")

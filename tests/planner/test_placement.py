@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from planner.devices import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
-from planner.errors import FlagError
-from planner.flags import parse_llama_flags
-from planner.gguf_file import read_model
-from planner.placement import (CPU_REPACK, HOST, Device, WeightOp, layer_devices, place, resolve_devices,
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.core.errors import FlagError
+from planner.llama.flags import parse_llama_flags
+from planner.gguf.reader import read_model
+from planner.llama.placement import (CPU_REPACK, HOST, Device, WeightOp, layer_devices, place, resolve_devices,
                                tensor_slots)
 from tests.gguf_factory import llama_spec
 

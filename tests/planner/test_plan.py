@@ -7,16 +7,16 @@ import hashlib
 
 import pytest
 
-from planner.costs import cost_table
-from planner.devices import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
-from planner.errors import InfeasiblePlacement
-from planner.estimate import estimate, model_context
-from planner.examples import resolve_model
-from planner.flags import parse_llama_flags
-from planner.plan import PlanRequest, plan, predict_estimate
-from planner.plan_report import llama_argv
-from planner.solve import Objective
-from planner.units import GiB, MiB
+from planner.model.costs import cost_table
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.core.errors import InfeasiblePlacement
+from planner.memory.estimate import estimate, model_context
+from planner.gguf.examples import resolve_model
+from planner.llama.flags import parse_llama_flags
+from planner.planning.search import PlanRequest, plan, predict_estimate
+from planner.planning.report import llama_argv
+from planner.planning.solve import Objective
+from planner.core.units import GiB, MiB
 from tests.gguf_factory import llama_spec, qwen3moe_spec
 
 

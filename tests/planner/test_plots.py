@@ -1,4 +1,4 @@
-"""planner.plots: what each picture shows — labelled axes with units, one panel per device, bars
+"""planner.sweeps.plots: what each picture shows — labelled axes with units, one panel per device, bars
 stacked from the byte figures given, budgets and layer labels."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from planner.api import as_flags, as_inventory
-from planner.plots import plot_memory, plot_sweep, save_figure
-from planner.sweep import parse_axis, sweep
-from planner.units import GiB, MiB
+from planner.sweeps.plots import plot_memory, plot_sweep, save_figure
+from planner.sweeps.sweep import parse_axis, sweep
+from planner.core.units import GiB, MiB
 from tests.gguf_factory import llama_spec
 
 

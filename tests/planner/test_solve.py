@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from planner.solve import LayerDemand, Objective, Problem, Slot, solve_dp, solve_milp
+from planner.planning.solve import LayerDemand, Objective, Problem, Slot, solve_dp, solve_milp
 
 
 def _layers(sizes: list[int], output: int, experts: list[int] | None = None, expert_read: float = 0.0):

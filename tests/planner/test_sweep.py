@@ -1,4 +1,4 @@
-"""planner.sweep: axis parsing, one-layer -ts steps, the points and the CSV.
+"""planner.sweeps.sweep: axis parsing, one-layer -ts steps, the points and the CSV.
 
 The model: llama_spec(n_layer=2, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, n_vocab=1000), as in
 tests/cli/test_estimate_cli.py. By hand, on a CUDA device (tensors padded to 128 bytes):
@@ -18,9 +18,9 @@ import io
 import pytest
 
 from planner.api import as_flags, as_inventory
-from planner.errors import FlagError
-from planner.sweep import CSV_COLUMNS, parse_axis, parse_vary, sweep
-from planner.units import GiB, MiB
+from planner.core.errors import FlagError
+from planner.sweeps.sweep import CSV_COLUMNS, parse_axis, parse_vary, sweep
+from planner.core.units import GiB, MiB
 from tests.gguf_factory import llama_spec
 
 LAYER = 357376

@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from planner.units import GiB
-from runtime.devices import Backend, alloc_tensors, make_cpu, make_virtual
-from runtime.graph import BufferUsage, GGMLType, Tensor
-from runtime.sched import Scheduler
+from planner.core.units import GiB
+from runtime.ggml.backend import Backend, alloc_tensors, make_cpu, make_virtual
+from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
+from runtime.ggml.sched import Scheduler
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from runtime import exact_matmul as XM
-from runtime.devices import alloc_tensors, make_cpu
-from runtime.exact import _online_softmax_v, dot_f16, gelu_table, rope_cache
-from runtime.ggml_float import expf, fma32, hsum8, reduce_f32x8
-from runtime.graph import BufferUsage, Tensor
+from runtime.ggml import exact_matmul as XM
+from runtime.ggml.backend import alloc_tensors, make_cpu
+from runtime.ggml.exact import _online_softmax_v, dot_f16, gelu_table, rope_cache
+from runtime.ggml.ggml_float import expf, fma32, hsum8, reduce_f32x8
+from runtime.ggml.graph import BufferUsage, Tensor
 
 F16, F32 = np.float16, np.float32
 Q = GGMLQuantizationType

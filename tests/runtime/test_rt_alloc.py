@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from planner.units import MiB
-from runtime import build as B
-from runtime.alloc import GraphAllocator, PlannedGraph
-from runtime.devices import make_accel, make_virtual
-from runtime.errors import BufferAllocationError, SchedulerError
-from runtime.graph import GGMLType, Graph, TensorFlag
-from runtime.sched import Scheduler
+from planner.core.units import MiB
+from runtime.ggml import build as B
+from runtime.ggml.alloc import GraphAllocator, PlannedGraph
+from runtime.ggml.backend import make_accel, make_virtual
+from runtime.ggml.sched_errors import BufferAllocationError, SchedulerError
+from runtime.ggml.graph import GGMLType, Graph, TensorFlag
+from runtime.ggml.sched import Scheduler
 
 F32 = GGMLType.F32
 N = 16  # 16 f32 = 64 bytes, a multiple of the CPU's 32-byte alignment

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime import build as B
-from runtime.devices import make_cpu, make_virtual
-from runtime.graph import GGMLType, Graph
-from runtime.sched import Scheduler
+from runtime.ggml import build as B
+from runtime.ggml.backend import make_cpu, make_virtual
+from runtime.ggml.graph import GGMLType, Graph
+from runtime.ggml.sched import Scheduler
 
 F32, I32 = GGMLType.F32, GGMLType.I32
 E, V, T = 8, 10, 3

@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from runtime import build as B
-from runtime.graph import GGMLType, Graph
-from runtime.sched import Scheduler
+from runtime.ggml import build as B
+from runtime.ggml.graph import GGMLType, Graph
+from runtime.ggml.sched import Scheduler
 
 F32, I32, I64 = GGMLType.F32, GGMLType.I32, GGMLType.I64
 

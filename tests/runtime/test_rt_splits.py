@@ -2,10 +2,10 @@
 and the debug text. Expected lists are written out by hand from seed 000's rules."""
 from __future__ import annotations
 
-from runtime import build as B
-from runtime.devices import make_accel
-from runtime.graph import GGMLType, Graph, Op, TensorFlag
-from runtime.sched import Scheduler
+from runtime.ggml import build as B
+from runtime.ggml.backend import make_accel
+from runtime.ggml.graph import GGMLType, Graph, Op, TensorFlag
+from runtime.ggml.sched import Scheduler
 
 F32 = GGMLType.F32
 E, T = 8, 4

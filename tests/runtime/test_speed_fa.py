@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.attention import flash_attn_f16_rows
+from runtime.ggml.attention import flash_attn_f16_rows
 
 F16, F32 = np.float16, np.float32
 
@@ -122,7 +122,7 @@ def test_shared_kv_heads_equal_repeated_heads(n_head, n_head_kv):
 def test_accumulator_reaching_f16_max_midway_still_matches(monkeypatch):
     """Even attention over 1200 cells of V ~ 60: the f16 sum passes 65504 (inf) after ~1090
     cells; the first batch of cells runs the fast rounding, the later ones the f16 one."""
-    from runtime import attention as kernels
+    from runtime.ggml import attention as kernels
 
     slow_batches = []
     real = kernels.f16_steps_cast

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from gguf.quants import quantize
 
-from runtime.devices import alloc_tensors
-from runtime.graph import BufferUsage, GGMLType, Tensor
-from runtime.f16 import F16Grid
-from runtime.kernels import read_f32
+from runtime.ggml.backend import alloc_tensors
+from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
+from runtime.ggml.f16 import F16Grid
+from runtime.ggml.kernels import read_f32
 
 
 def test_f16_read_equals_astype_for_every_bit_pattern(cpu):
@@ -79,7 +79,7 @@ def test_cached_views_follow_a_tensor_into_a_new_buffer(cpu):
 def test_a_dropped_buffer_takes_its_views_along(cpu):
     import gc
 
-    from runtime import kernels
+    from runtime.ggml import kernels
 
     t = Tensor(GGMLType.F32, [16], name="short_lived")
     buffer = alloc_tensors(cpu.buffer_type, [t])[0]
@@ -95,7 +95,7 @@ def test_a_dropped_buffer_takes_its_views_along(cpu):
 def test_vec_dot_memo_reuses_only_identical_activations():
     """_mul_mat's memo of the activation rounding: same bits give the stored rounding, any
     other bits (a sign of zero included) a fresh one; compared with as_vec_dot itself."""
-    from runtime.kernels import _as_vec_dot_memo, as_vec_dot
+    from runtime.ggml.kernels import _as_vec_dot_memo, as_vec_dot
 
     rng = np.random.default_rng(4)
     b1 = rng.standard_normal((1, 1, 2, 64)).astype(np.float32)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime import build as B
-from runtime import threads
-from runtime.graph import GGMLType, Graph
-from runtime.sched import Scheduler
+from runtime.ggml import build as B
+from runtime.ggml import threads
+from runtime.ggml.graph import GGMLType, Graph
+from runtime.ggml.sched import Scheduler
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from planner.sd.components import Component, Kind
 from planner.sd.placement import FitInput, GpuBudget
-from planner.units import GiB, MiB
+from planner.core.units import GiB, MiB
 
 
 def gib(x: float) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import FlagError
+from planner.core.errors import FlagError
 from planner.sd.assign import Module, Role, parse_assignment, parse_max_vram, parse_module
 
 ALL = list(Module)

@@ -6,7 +6,7 @@ from helpers_sd import comp, gib, gpu, problem
 from planner.sd.autofit import follow_assignments, greedy_fit, main_gpu
 from planner.sd.components import Kind
 from planner.sd.placement import Where, ram_budget
-from planner.units import GiB
+from planner.core.units import GiB
 
 D, T, V = Kind.DIFFUSION, Kind.TE, Kind.VAE
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.errors import BadInput
+from planner.core.errors import BadInput
 from planner.sd.components import FileRole, Kind, ModelSource, classify, read_components
 
 OVERHEAD = 64  # bytes per tensor, stable-diffusion.cpp backend_fit.cpp estimate_components

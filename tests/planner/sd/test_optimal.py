@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from helpers_sd import comp, gib, gpu, problem
 
-from planner.errors import InfeasiblePlacement
+from planner.core.errors import InfeasiblePlacement
 from planner.sd.autofit import greedy_fit
 from planner.sd.components import Kind
 from planner.sd.optimal import optimal_fit

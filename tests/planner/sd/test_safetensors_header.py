@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from planner.errors import BadInput
+from planner.core.errors import BadInput
 from planner.sd.safetensors_header import read_safetensors
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from planner.sd.components import Component, Kind, SdTensor
 from planner.sd.split import block_key, split_ranges
-from planner.units import GiB, MiB
+from planner.core.units import GiB, MiB
 
 
 def component(kind, tensors):

@@ -15,8 +15,8 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from planner.flags import parse_llama_flags
-from runtime.execute import ModelRunner
+from planner.llama.flags import parse_llama_flags
+from runtime.engine.runner import ModelRunner
 from tests.runtime.models.tiny_models import Dims, write_tiny
 
 ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
@@ -169,7 +169,7 @@ def test_logits_match_an_independent_forward_pass(arch: str, fa: str, models: di
 # --- devices that offload: host weights staged into a GPU's compute buffer ------------------------
 
 def _cuda_inventory(n: int):
-    from planner.devices import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+    from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 
     gpus = tuple(DeviceSpec(f"CUDA{i}", DeviceKind.GPU, Backend.CUDA, 1 << 30, 1 << 30, 0, 0, 0) for i in range(n))
     return Inventory(gpus, HostSpec(1 << 34, 1 << 34, 0, "test"))

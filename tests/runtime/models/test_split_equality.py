@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.examples import resolve_model
-from planner.flags import parse_llama_flags
-from runtime.execute import ModelRunner
+from planner.gguf.examples import resolve_model
+from planner.llama.flags import parse_llama_flags
+from runtime.engine.runner import ModelRunner
 
 PROMPT = [2, 818, 5279, 529, 7001, 563, 506, 5279, 529]
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]

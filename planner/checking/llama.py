@@ -1,0 +1,226 @@
+"""The llama.cpp side of `fitplan validate --engine llama.cpp`: run the real tools on loopback
+and read what they report.
+
+- `llama_server(...)`: a llama-server bound to 127.0.0.1 on a free port for token-id prompts
+  (/completion with n_probs, temperature 0); stopped by its own process, never by name.
+- `parse_log(text)`: the figures llama.cpp logs at load (`load_tensors: X model buffer size`,
+  `llama_kv_cache: X KV buffer size`, `sched_reserve: X compute buffer size`, and
+  `graph: nodes = N, splits = S` or `graph (pp bs=.., tg bs=..): nodes = a / b, splits = c / d`).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, stop_process
+from planner.core.units import MiB
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0
+LOG_ROUNDING = MiB // 200   # llama.cpp prints buffer sizes in MiB with two decimals
+REQUEST_TIMEOUT_S = 300.0
+
+_BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+) (model|KV|compute) buffer size"
+                     r" =\s+([\d.]+) MiB")
+_GRAPH = re.compile(r"graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)(?: / (\d+))?, splits = (\d+)(?: / (\d+))?")
+_KIND = {"model": "model", "KV": "context", "compute": "compute"}
+
+
+@dataclass(frozen=True)
+class LlamaLog:
+    """What one llama.cpp load logged: buffers per (buffer type, kind) in bytes (from MiB with
+    two decimals, so within 5 KiB), nodes and splits of the prompt and the one-token graph."""
+
+    buffers: dict[tuple[str, str], int] = field(default_factory=dict)
+    n_nodes_pp: int = 0
+    n_nodes_tg: int = 0
+    n_splits_pp: int = 0
+    n_splits_tg: int = 0
+
+
+def parse_log(text: str) -> LlamaLog:
+    """The last load in the text wins (llama-cli, llama-server and llama-fit-params log a dry run
+    first: its buffers are the ones logged before the last graph line but one)."""
+    graphs = _GRAPH.findall(text)
+    if not graphs:
+        raise ToolsError("llama.cpp logged no 'graph: nodes = ..., splits = ...' line (was -v given?)")
+    nodes_pp, nodes_tg, splits_pp, splits_tg = graphs[-1]
+    buffers: dict[tuple[str, str], int] = {}
+    for _stage, buft, kind, mib in _BUFFER.findall(_last_load(text)):
+        key = (buft, _KIND[kind])
+        buffers[key] = buffers.get(key, 0) + round(float(mib) * MiB)   # SWA and base caches: two KV lines
+    return LlamaLog(buffers, int(nodes_pp), int(nodes_tg or nodes_pp), int(splits_pp), int(splits_tg or splits_pp))
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+class ServerClient:
+    def __init__(self, port: int, log_path: Path) -> None:
+        self.port = port
+        self.log_path = log_path
+
+    def post(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(f"http://{LOOPBACK}:{self.port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
+            return json.loads(resp.read())
+
+    def greedy(self, prompt: list[int], n_predict: int, n_probs: int = 2) -> list[TokenProbs]:
+        """llama.cpp's greedy continuation of token ids, with the top-n logprobs at each step."""
+        doc = self.post("/completion", {"prompt": prompt, "n_predict": n_predict, "n_probs": n_probs,
+                                        "temperature": 0, "cache_prompt": False, "ignore_eos": True})
+        return [TokenProbs(int(p["id"]), float(p["logprob"]),
+                           tuple((int(t["id"]), float(t["logprob"])) for t in p["top_logprobs"]))
+                for p in doc["completion_probabilities"]]
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+# llama-server stops filling a prompt batch this many tokens before the prompt's end, so that it
+# can checkpoint the memory that cannot be rolled back (sliding-window caches, recurrent state):
+# server-context.cpp, checkpoint_offsets {4 + n_ubatch, 4} (llama.cpp PR 20288).
+CHECKPOINT_TAIL = 4
+
+
+def server_prompt_batches(n_tokens: int, checkpoints: bool, n_batch: int = 2048, n_ubatch: int = 512) -> list[int]:
+    """Sizes of the batches llama-server decodes a fresh n-token prompt in. With checkpoints (a
+    model with a sliding window or recurrent layers) the batch breaks when 4 + n_ubatch and when 4
+    tokens remain; every batch holds at most n_batch tokens."""
+    cuts = {n_tokens}
+    if checkpoints:
+        cuts |= {n_tokens - min(n_batch, off) for off in (CHECKPOINT_TAIL + n_ubatch, CHECKPOINT_TAIL)}
+    sizes, start = [], 0
+    for cut in sorted(c for c in cuts if 0 < c <= n_tokens):
+        while start < cut:
+            step = min(n_batch, cut - start)
+            sizes.append(step)
+            start += step
+    return sizes
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def llama_server(bin_dir: Path, model: str, flags: list[str]) -> Iterator[ServerClient]:
+    """A llama-server on 127.0.0.1 with `flags` (one slot, verbose log); stopped on exit."""
+    with tempfile.TemporaryDirectory(prefix="fitplan-server-") as tmp:
+        port = free_port()
+        log_path = Path(tmp) / "server.log"
+        argv = [str(bin_dir / "llama-server"), "-m", model, "--host", LOOPBACK, "--port", str(port),
+                "-np", "1", "-v", *flags]
+        with open(log_path, "w") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not _ready(port):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = log_path.read_text(errors="replace")[-1500:]
+                    raise ToolsError(f"llama-server did not start ({' '.join(argv[1:])}): {tail}")
+                time.sleep(0.2)
+            yield ServerClient(port, log_path)
+        finally:
+            stop_process(proc)
+
+
+# --- validate --engine llama.cpp ------------------------------------------------------------------
+
+_HOST_BUFTS = ("CPU", "CPU_Mapped", "CPU_REPACK")
+
+
+def _rpc_flags(flags, names: list[str], endpoints: list[str]):
+    """The same placement on loopback rpc-servers: device i becomes RPCi at endpoints[i];
+    -ot targets naming a device are renamed to its rpc buffer type (ggml-rpc: RPC0[host:port])."""
+    from dataclasses import replace
+
+    from planner.llama.flags import OverrideArg
+
+    by_name = {n: f"RPC0[{ep}]" for n, ep in zip(names, endpoints)}
+    old_rpc = {f"RPC0[{ep}]": f"RPC0[{new}]" for ep, new in zip(flags.rpc, endpoints)}
+    args = []
+    for arg in flags.override_args:
+        if arg.kind != "ot":
+            args.append(arg)
+            continue
+        items = []
+        for item in arg.value.split(","):
+            pattern, _, target = item.partition("=")
+            items.append(f"{pattern}={by_name.get(target, old_rpc.get(target, target))}")
+        args.append(OverrideArg("ot", ",".join(items)))
+    return replace(flags, rpc=tuple(endpoints), devices=None, override_args=tuple(args))
+
+
+def _rows(buffers: dict[tuple[str, str], int], endpoint_of: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Bytes per device row (device name or Host) and kind, from llama.cpp's buffer type names."""
+    device_of = {f"RPC0[{ep}]": name for name, ep in endpoint_of.items()}
+    rows: dict[str, dict[str, int]] = {}
+    for (buft, kind), size in buffers.items():
+        row = "Host" if buft in _HOST_BUFTS or buft.endswith("_Host") else device_of.get(buft, buft)
+        rows.setdefault(row, {}).setdefault(kind, 0)
+        rows[row][kind] += size
+    return rows
+
+
+def _last_load(text: str) -> str:
+    """llama.cpp logs a dry run before the real load: keep what follows the last graph line but one."""
+    ends = [m.end() for m in _GRAPH.finditer(text)]
+    return text[ends[-2]:] if len(ends) > 1 else text
+
+
+def validate_llama(req, ctx, predicted: dict[str, tuple[int, int, int]]):
+    """Run llama-server with the request's placement (rpc-servers stand in for the devices)."""
+    from planner.llama.flags import flags_to_argv
+    from planner.core.llama_tools import rpc_servers, tools_dir
+    from planner.llama.placement import resolve_devices
+    from planner.checking.validate import DeviceReport, ValidateReport, _judge, prompt_ids
+
+    if req.flags.n_parallel != 1:
+        raise ToolsError("validate runs one sequence: drop -np")
+    bin_dir = tools_dir()
+    if bin_dir is None:   # a CLI check does not start a 15-minute build: say how to get the tools
+        raise ToolsError("--engine llama.cpp needs the llama.cpp tools: build them with scripts/build_llama_cpp.sh")
+    names = [d.name for d in resolve_devices(req.flags, req.inventory)]
+    with rpc_servers(len(names), bin_dir) as endpoints:
+        flags = _rpc_flags(req.flags, names, endpoints)
+        argv = flags_to_argv(flags) + ["-fit", "off"]
+        with llama_server(bin_dir, ctx.model.path, argv) as server:
+            bos = ctx.model.metadata.get("tokenizer.ggml.bos_token_id")
+            prompt = prompt_ids(req.n_prompt, ctx.facts.n_vocab, bos)
+            doc = server.post("/completion", {"prompt": prompt, "n_predict": req.n_gen, "temperature": 0,
+                                              "cache_prompt": False, "ignore_eos": True})
+            text = server.log_text()
+    parsed = parse_log(text)
+    rows = _rows(parsed.buffers, dict(zip(names, endpoints)))
+    timings = doc.get("timings", {})
+    gen_s = float(timings.get("predicted_per_second") or 0.0)
+    devices = tuple(DeviceReport(row, rows.get(row, {}).get("model", 0), rows.get(row, {}).get("context", 0),
+                                 rows.get(row, {}).get("compute", 0), predicted.get(row), req.budgets.get(row), 0.0)
+                    for row in names + ["Host"])
+    verdict, fits, notes = _judge(devices, slack=LOG_ROUNDING * 2)
+    notes += ("llama.cpp reports no per-device time and no copied bytes",)
+    per_split = (1.0 / gen_s / parsed.n_splits_tg) if gen_s and parsed.n_splits_tg else 0.0
+    return ValidateReport("llama.cpp", ctx.model.path, " ".join(flags_to_argv(req.flags)), devices,
+                          parsed.n_splits_pp, parsed.n_splits_tg, None, per_split,
+                          float(timings.get("prompt_per_second") or 0.0), gen_s, verdict, fits, notes)

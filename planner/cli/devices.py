@@ -1,0 +1,94 @@
+"""`fitplan devices`: the inventory a plan would use, its budgets, and the llama.cpp flags
+that describe the same devices (`--rpc`, `--fit-target`, the device order)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Optional
+
+import typer
+
+from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
+from planner.hardware.inventory import Inventory, inventory_to_dict, rpc_flag
+from planner.core.errors import InventoryError
+from planner.core.render import render, table
+from planner.core.units import fmt_bytes
+
+
+@dataclass(frozen=True)
+class DevicesReport:
+    inventory: Inventory
+    budgets: Budgets
+
+    @property
+    def llama_flags(self) -> list[str]:
+        return rpc_flag(self.inventory) + fit_target_flag(fit_target_margins(self.inventory, self.budgets))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = inventory_to_dict(self.inventory)
+        for row in out["devices"]:
+            row["budget_bytes"] = self.budgets.devices[row["name"]]
+        out["host"]["budget_bytes"] = self.budgets.host_bytes
+        out["uma_pool_bytes"] = self.budgets.uma_pool_bytes
+        out["device_order"] = self.inventory.names
+        out["llama_flags"] = " ".join(self.llama_flags)
+        out["source"] = self.inventory.source
+        return out
+
+    def to_table(self) -> str:
+        def rate(n: int, unit: str, scale: float) -> str:
+            return f"{n / scale:.4g} {unit}" if n else "-"
+
+        rows = [[d.name, d.kind.value, d.backend.value, fmt_bytes(d.total_bytes), fmt_bytes(d.free_bytes),
+                 fmt_bytes(self.budgets.devices[d.name]), rate(d.bandwidth_bytes_s, "GB/s", 1e9),
+                 rate(d.fp16_flops, "TFLOPS", 1e12), rate(d.transfer_bytes_s, "GB/s", 1e9),
+                 d.endpoint or ("uma" if d.uma else "")]
+                for d in self.inventory.devices]
+        host = self.inventory.host
+        rows.append(["Host", "cpu", "CPU", fmt_bytes(host.ram_total_bytes), fmt_bytes(host.ram_available_bytes),
+                     fmt_bytes(self.budgets.host_bytes), rate(host.bandwidth_bytes_s, "GB/s", 1e9),
+                     rate(host.fp16_flops, "TFLOPS", 1e12), "-", ""])
+        lines = [table(["name", "kind", "backend", "total", "free", "budget", "bandwidth", "fp16", "link", "endpoint"],
+                       rows, "lllrrrrrrl")]
+        lines.append(f"CPU: {host.cpu_model or 'unknown'}")
+        if self.budgets.uma_pool_bytes is not None:
+            shared = ", ".join(["Host"] + [d.name for d in self.inventory.devices if d.uma])
+            lines.append(f"Unified memory: {shared} share one pool of {fmt_bytes(self.budgets.uma_pool_bytes)}")
+        if not self.inventory.devices:
+            lines.append("No GPU or RPC devices: llama.cpp would run on the CPU only.")
+        else:
+            lines.append(f"llama.cpp device order: {', '.join(self.inventory.names)}")
+        if self.llama_flags:
+            lines.append(f"llama.cpp flags: {' '.join(self.llama_flags)}")
+        return "\n".join(lines)
+
+
+def devices_report(inventory_path: str | None, device: list[str], ram: str | None, rpc: str | None,
+                   max_vram: str | None, max_ram: str | None, use_llama: bool) -> DevicesReport:
+    """The inventory (a YAML file, else this machine), with shorthands applied, and its budgets."""
+    from planner.hardware.detect import detect_inventory
+    from planner.hardware.inventory import inventory_from_cli, load_inventory
+
+    endpoints = [e.strip() for e in rpc.split(",")] if rpc else []
+    if inventory_path and endpoints:
+        raise InventoryError("--rpc: expected either --devices (describe RPC hosts in the YAML) or --rpc, not both")
+    if inventory_path:
+        base = load_inventory(inventory_path)
+    else:
+        base = detect_inventory(endpoints, use_llama=use_llama)
+    inventory = inventory_from_cli(device, ram, base) if (device or ram) else base
+    return DevicesReport(inventory, resolve_budgets(inventory, max_vram, max_ram))
+
+
+def devices_cmd(
+    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml")] = "table",
+    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML (default: detect this machine)")] = None,
+    device: Annotated[Optional[list[str]], typer.Option("--device", help="CUDA0=24GiB, CUDA0=rtx3090, 2xrtx3090, ...@host:port")] = None,
+    ram: Annotated[Optional[str], typer.Option("--ram", help="host RAM, e.g. 64GiB")] = None,
+    rpc: Annotated[Optional[str], typer.Option("--rpc", help="rpc-server endpoints host:port,... (needs the llama.cpp tools)")] = None,
+    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2 | gpu=512MiB")] = None,
+    max_ram: Annotated[Optional[str], typer.Option("--max-ram", help="host RAM budget (default: available - max(2GiB, 10%))")] = None,
+    no_llama: Annotated[bool, typer.Option("--no-llama", help="do not ask llama-cli for its device list")] = False,
+) -> None:
+    """The devices a plan is made for (detected or described), their budgets, and llama.cpp's view."""
+    report = devices_report(devices, device or [], ram, rpc, max_vram, max_ram, use_llama=not no_llama)
+    typer.echo(render(report, fmt))

@@ -1,0 +1,95 @@
+"""`fitplan plan`: options in, one `plan()` call, one rendering out."""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from planner.core.errors import BadInput
+from planner.core.render import render
+from planner.planning.solve import Objective
+
+
+def _ctx(text: str | None) -> tuple[int | None, bool]:
+    if text is None:
+        return None, False
+    if text.lower() == "max":
+        return None, True
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadInput(f"--ctx {text!r}: expected a number of tokens or 'max'") from None
+    if value <= 0:
+        raise BadInput(f"--ctx {text!r}: expected a positive number of tokens or 'max'")
+    return value, False
+
+
+def _objective(text: str) -> Objective:
+    try:
+        return Objective(text.lower())
+    except ValueError:
+        raise BadInput(f"--objective {text!r}: expected one of {', '.join(o.value for o in Objective)}") from None
+
+
+def plan_cmd(
+    model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
+    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML, or 'auto' to detect")] = None,
+    device: Annotated[Optional[list[str]], typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...@host:port")] = None,
+    ram: Annotated[Optional[str], typer.Option("--ram", help="host RAM, e.g. 64GiB")] = None,
+    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2")] = None,
+    max_ram: Annotated[Optional[str], typer.Option("--max-ram", help="host RAM budget")] = None,
+    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="context tokens, or 'max' (default: training context)")] = None,
+    parallel: Annotated[int, typer.Option("--parallel", "-np", help="parallel sequences (slots)")] = 1,
+    objective: Annotated[str, typer.Option("--objective", help="throughput | context | balance")] = "throughput",
+    cache_type: Annotated[str, typer.Option("--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
+    ubatch: Annotated[Optional[int], typer.Option("--ubatch-size", "-ub", help="llama.cpp -ub (default: 512, or smaller when that fits more)")] = None,
+    flash_attn: Annotated[str, typer.Option("--flash-attn", "-fa", help="on | off | auto")] = "auto",
+    solver: Annotated[str, typer.Option("--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = "dp",
+    no_expert_offload: Annotated[bool, typer.Option("--no-expert-offload", help="never keep MoE experts on the host")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="table | flags | yaml | json")] = "table",
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="draw memory per device into this PNG")] = None,
+) -> None:
+    """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
+    from planner.cli.devices import devices_report
+    from planner.planning.search import PlanRequest, plan
+    from planner.core.files import write_atomic
+    from planner.planning.report import deployment, deployment_yaml, llama_argv
+
+    if solver not in ("dp", "milp"):
+        raise BadInput(f"--solver {solver!r}: expected dp or milp")
+    if fmt not in ("table", "flags", "yaml", "json"):
+        raise BadInput(f"--format {fmt!r}: expected table, flags, yaml or json")
+    n_ctx, max_ctx = _ctx(ctx)
+    if plot:
+        from planner.sweeps.plots import require_matplotlib
+
+        require_matplotlib()   # before any work: exit 2 with the install hint
+    if parallel < 1 or (ubatch is not None and ubatch < 1):
+        raise BadInput("--parallel and --ubatch-size take positive numbers")
+    inventory_path = None if devices in (None, "auto") else devices
+    # Devices named on the command line need no detection beyond the host's RAM; llama-cli is
+    # asked for its device list only when the plan is for this machine as it is.
+    detect_gpus = inventory_path is None and not device
+    report = devices_report(inventory_path, device or [], ram, None, max_vram, max_ram, use_llama=detect_gpus)
+    request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
+                          cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
+                          n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
+                          solver=solver)
+    result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain)
+    if plot:
+        from planner.sweeps.plots import plot_plan
+
+        plot_plan(result, plot)
+    doc = deployment(result) if output or fmt == "yaml" else None
+    if output:
+        text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc)
+        write_atomic(output, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    if fmt == "flags":
+        typer.echo(" ".join(llama_argv(result)))
+    elif fmt == "yaml":
+        typer.echo(deployment_yaml(result, doc), nl=False)
+    else:
+        typer.echo(render(result, fmt))

@@ -1,0 +1,90 @@
+"""`fitplan sd-fit`: stable-diffusion.cpp's auto-fit plan for model files and devices."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from planner.hardware.inventory import Inventory
+from planner.core.errors import FlagError
+from planner.core.render import render
+from planner.sd.components import FileRole, ModelSource
+from planner.sd.fit import SdFitRequest, sd_fit
+from planner.sd.traffic import DEFAULT_STEPS
+
+FORMATS = ("text", "flags", "yaml", "json")
+_AUTO_FIT = {"on": True, "off": False}
+
+
+def _file_option(role: FileRole) -> typer.models.OptionInfo:
+    return typer.Option(role.flag, help=f"a file loaded as sd-cli's {role.flag}")
+
+
+def _inventory(devices: str | None, device: list[str], ram: str | None) -> Inventory:
+    """A YAML inventory, else this machine (without asking llama.cpp), plus the shorthands."""
+    from planner.hardware.detect import detect_inventory
+    from planner.hardware.inventory import inventory_from_cli, load_inventory
+
+    base = load_inventory(devices) if devices else detect_inventory([], use_llama=False)
+    return inventory_from_cli(device, ram, base) if (device or ram) else base
+
+
+def _sources(models: list[str], files: dict[FileRole, Optional[str]]) -> tuple[ModelSource, ...]:
+    out = [ModelSource(m) for m in models]
+    out += [ModelSource(path, role) for role, path in files.items() if path]
+    if not out:
+        raise FlagError("sd-fit: no model; expected MODEL or a module file such as --diffusion-model")
+    return tuple(out)
+
+
+Text = Optional[str]
+
+
+def _opt(name: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text)
+
+
+def sd_fit_cmd(
+    models: Annotated[Optional[list[str]], typer.Argument(help="checkpoint(s), as sd-cli -m")] = None,
+    backend: Annotated[Text, _opt("--backend", "compute: cuda0 | te=cpu,vae=cuda0 | diffusion=cuda0&cuda1")] = None,
+    params_backend: Annotated[Text, _opt("--params-backend", "parameters: cpu | disk | te=cpu,...")] = None,
+    max_vram: Annotated[Text, _opt("--max-vram", "GiB per GPU: 6 | cuda0=6,vulkan0=2 | -2")] = None,
+    auto_fit: Annotated[str, _opt("--auto-fit", "on | off")] = "on",
+    devices: Annotated[Text, _opt("--devices", "inventory YAML (default: this machine)")] = None,
+    device: Annotated[Optional[list[str]], _opt("--device", "CUDA0=24GiB, 2xrtx3090, ...")] = None,
+    ram: Annotated[Text, _opt("--ram", "host RAM, e.g. 64GiB")] = None,
+    fmt: Annotated[str, _opt("--format", "text | flags | yaml | json")] = "text",
+    optimal: Annotated[bool, _opt("--optimal", "minimise weight traffic per image (MILP)")] = False,
+    steps: Annotated[int, _opt("--steps", "sampling steps per image, for traffic")] = DEFAULT_STEPS,
+    split_mode: Annotated[Text, _opt("--split-mode", "layer | row | diffusion=row,te=layer")] = None,
+    clip_on_cpu: Annotated[bool, _opt("--clip-on-cpu", "as sd-cli: prepend te=cpu to --backend")] = False,
+    vae_on_cpu: Annotated[bool, _opt("--vae-on-cpu", "as sd-cli: prepend vae=cpu to --backend")] = False,
+    control_net_cpu: Annotated[bool, _opt("--control-net-cpu", "as sd-cli: prepend controlnet=cpu")] = False,
+    offload_to_cpu: Annotated[bool, _opt("--offload-to-cpu", "as sd-cli: prepend *=cpu to --params-backend")] = False,
+    diffusion_model: Annotated[Optional[str], _file_option(FileRole.DIFFUSION_MODEL)] = None,
+    high_noise: Annotated[Optional[str], _file_option(FileRole.HIGH_NOISE_DIFFUSION_MODEL)] = None,
+    clip_l: Annotated[Optional[str], _file_option(FileRole.CLIP_L)] = None,
+    clip_g: Annotated[Optional[str], _file_option(FileRole.CLIP_G)] = None,
+    t5xxl: Annotated[Optional[str], _file_option(FileRole.T5XXL)] = None,
+    llm: Annotated[Optional[str], _file_option(FileRole.LLM)] = None,
+    llm_vision: Annotated[Optional[str], _file_option(FileRole.LLM_VISION)] = None,
+    vae: Annotated[Optional[str], _file_option(FileRole.VAE)] = None,
+    taesd: Annotated[Optional[str], _file_option(FileRole.TAESD)] = None,
+) -> None:
+    """stable-diffusion.cpp placement: sd-cli's auto-fit plan and the flags that reproduce it."""
+    if fmt not in FORMATS:
+        raise FlagError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if auto_fit.strip().lower() not in _AUTO_FIT:
+        raise FlagError(f"--auto-fit {auto_fit!r}: expected on or off")
+    if steps < 1:
+        raise FlagError(f"--steps {steps}: expected at least 1")
+    files = {FileRole.DIFFUSION_MODEL: diffusion_model, FileRole.HIGH_NOISE_DIFFUSION_MODEL: high_noise,
+             FileRole.CLIP_L: clip_l, FileRole.CLIP_G: clip_g, FileRole.T5XXL: t5xxl, FileRole.LLM: llm,
+             FileRole.LLM_VISION: llm_vision, FileRole.VAE: vae, FileRole.TAESD: taesd}
+    compat = tuple(flag for flag, on in (("--clip-on-cpu", clip_on_cpu), ("--vae-on-cpu", vae_on_cpu),
+                                         ("--control-net-cpu", control_net_cpu),
+                                         ("--offload-to-cpu", offload_to_cpu)) if on)
+    request = SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
+                           _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat)
+    plan = sd_fit(request, _inventory(devices, device or [], ram))
+    typer.echo({"text": plan.to_table, "flags": lambda: plan.flags}.get(fmt, lambda: render(plan, fmt))())

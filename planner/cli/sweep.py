@@ -1,0 +1,92 @@
+"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from planner.core.errors import BadInput
+from planner.core.files import write_atomic
+
+SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+FORMATS = ("csv", "table", "json", "yaml")
+PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
+
+
+class _Progress:
+    """A progress bar on stderr, opened once the points so far predict a sweep longer than
+    PROGRESS_AFTER_S (short sweeps print nothing)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            return
+        predicted = (time.monotonic() - self.start) / done * total
+        if done < total and predicted > PROGRESS_AFTER_S:
+            self.bar = typer.progressbar(length=total, label="sweep", file=sys.stderr)
+            self.bar.__enter__()
+            self.bar.update(done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def sweep_cmd(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
+    vary: Annotated[list[str], typer.Option("--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget")],
+    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...")] = None,
+    ram: Annotated[str | None, typer.Option("--ram", help="the host's RAM, e.g. 64GiB")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="estimate (flags as given) | plan")] = "estimate",
+    output: Annotated[str | None, typer.Option("-o", "--output", help="write the CSV here")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="draw the sweep into this PNG")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv | table | json | yaml (without -o)")] = "csv",
+) -> None:
+    """Evaluate every combination of the --vary axes on the base llama.cpp flags given after `--`:
+    per-device memory as CSV, optionally a plot."""
+    if fmt not in FORMATS:
+        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    from planner.core.render import render
+    from planner.sweeps.sweep import parse_vary, sweep
+
+    for path in (output, plot):   # refuse before any work, so no output is left without the other
+        if path and not Path(path).parent.is_dir():
+            raise BadInput(f"{path}: no such directory {str(Path(path).parent)!r}")
+    if plot:
+        from planner.sweeps.plots import require_matplotlib
+
+        require_matplotlib()
+    axes = [parse_vary(v) for v in vary]
+    base = None
+    if ctx.args:
+        from planner.llama.flags import parse_llama_flags
+
+        base = parse_llama_flags(list(ctx.args))
+    from planner.hardware.inventory import inventory_from_options
+
+    progress = _Progress()
+    try:
+        result = sweep(model, axes, inventory_from_options(devices, device or [], ram), base, mode=mode, progress=progress)
+    finally:
+        progress.close()
+    if output:
+        write_atomic(output, lambda p: p.write_text(result.to_csv(), encoding="utf-8"))
+        typer.echo(f"{len(result.points)} points, {len(result.csv_rows())} rows written to {output}")
+    elif fmt == "csv":
+        typer.echo(result.to_csv(), nl=False)
+    else:
+        typer.echo(render(result, fmt))
+    if plot:
+        from planner.sweeps.plots import plot_sweep, save_figure
+
+        save_figure(plot_sweep(result), plot)
+        typer.echo(f"plot written to {plot}", err=not output)

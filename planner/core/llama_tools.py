@@ -1,0 +1,154 @@
+"""The llama.cpp tools fitplan checks itself against: where they are, building them once, and
+running ggml rpc-servers on loopback for peer tests.
+
+The tools are built by scripts/build_llama_cpp.sh into ~/.cache/fitplan/llama.cpp-<version>-portable/bin
+(or $FITPLAN_LLAMA_CPP_DIR/bin), from the llama.cpp pinned in DESIGN.md. "portable" is the build:
+GGML_NATIVE=OFF, which on x86-64 means AVX2, FMA and F16C and nothing newer, so that every machine
+computes the same numbers and runtime/ggml/exact.py can reproduce them.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+from planner.core.errors import FitplanError
+
+log = logging.getLogger(__name__)
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"   # DESIGN.md: the pin
+BUILD_FLAVOR = "portable"             # scripts/build_llama_cpp.sh: GGML_NATIVE=OFF
+TOOLS = ("llama-fit-params", "llama-cli", "llama-server", "llama-bench", "ggml-rpc-server",
+         "fitplan-dump-nodes")   # the last is ours (scripts/dump_nodes.cpp), linked to the same build
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_llama_cpp.sh"
+LOOPBACK = "127.0.0.1"
+_BUSY_BUILD_S = 300     # a build whose work dir changed this recently is still running
+_START_TIMEOUT_S = 30.0
+
+
+class ToolsError(FitplanError):
+    """The llama.cpp tools could not be found, built or started."""
+
+    exit_code = 1
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("FITPLAN_LLAMA_CPP_DIR")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "fitplan" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}-{BUILD_FLAVOR}"
+
+
+def tools_dir() -> Path | None:
+    """The bin directory when every tool is there and executable, else None."""
+    bin_dir = cache_dir() / "bin"
+    if all(os.access(bin_dir / tool, os.X_OK) for tool in TOOLS):
+        return bin_dir
+    return None
+
+
+def _build_in_progress(cache: Path) -> bool:
+    """Another build (one not started through ensure_tools) is writing `<cache>.work`; the build
+    script starts by deleting that directory, so a second build would wreck the first."""
+    work = Path(f"{cache}.work")
+    if not work.exists():
+        return False
+    newest = max((p.stat().st_mtime for p in [work, *work.glob("*")] if p.exists()), default=0.0)
+    return time.time() - newest < _BUSY_BUILD_S
+
+
+def ensure_tools(timeout_s: float = 3600) -> Path:
+    """The bin directory, building the tools first if they are missing (one build at a time)."""
+    found = tools_dir()
+    if found:
+        return found
+    cache = cache_dir()
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    with open(f"{cache}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        while tools_dir() is None and _build_in_progress(cache) and time.monotonic() < deadline:
+            time.sleep(5)
+        if tools_dir() is None:
+            log.info("building the llama.cpp tools into %s", cache)
+            env = dict(os.environ, FITPLAN_LLAMA_CPP_DIR=str(cache))
+            done = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, capture_output=True, text=True,
+                                  timeout=max(1.0, deadline - time.monotonic()), check=False)
+            if done.returncode != 0:
+                tail = " / ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
+                raise ToolsError(f"building the llama.cpp tools failed (exit {done.returncode}): {tail}")
+    found = tools_dir()
+    if found is None:
+        raise ToolsError(f"the llama.cpp tools are missing from {cache / 'bin'} after the build")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _start_server(bin_dir: Path, log_dir: Path) -> tuple[subprocess.Popen, int]:
+    """Start one rpc-server on a free loopback port; retry on a port lost to a race."""
+    for _attempt in range(5):
+        port = free_port()
+        out = open(log_dir / f"rpc-{port}.log", "w")
+        proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        out.close()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _accepts(port):
+                return proc, port
+            time.sleep(0.05)
+        stop_process(proc)
+    raise ToolsError(f"ggml-rpc-server did not accept connections on {LOOPBACK} (logs in {log_dir})")
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a process this module (or a caller) started, by its own handle: terminate, then kill."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=grace_s)
+
+
+@contextlib.contextmanager
+def rpc_servers(n: int, bin_dir: Path | None = None) -> Iterator[list[str]]:
+    """Run `n` ggml-rpc-servers bound to 127.0.0.1; yields their "127.0.0.1:PORT" endpoints and
+    stops each one (by its own process) on exit, also when the body raises."""
+    import tempfile
+
+    bin_dir = bin_dir or ensure_tools()
+    procs: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="fitplan-rpc-") as logs:
+        try:
+            endpoints = []
+            for _ in range(n):
+                proc, port = _start_server(bin_dir, Path(logs))
+                procs.append(proc)
+                endpoints.append(f"{LOOPBACK}:{port}")
+            yield endpoints
+        finally:
+            for proc in procs:
+                stop_process(proc)

@@ -1,0 +1,161 @@
+"""Per-device memory budgets with stable-diffusion.cpp's `--max-vram` semantics (seed 002).
+
+`--max-vram` is a comma-separated list of `NAME=N` items and at most one bare `N`:
+  NAME=N   caps that device at min(N, free); N is GiB unless it has a unit (512MiB, 1.5GiB)
+  NAME=-N  free minus N
+  N        the same rule for every device without its own item
+  (unset)  free minus 512 MiB
+The host RAM budget is available RAM minus max(2 GiB, 10 % of available) unless given (seed
+002: "reserving the larger of 2 GiB or 10% of available RAM for other work"); a given value
+follows the same positive/negative rules against available RAM.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from planner.hardware.inventory import DeviceKind, DeviceSpec, Inventory
+from planner.core.errors import BadInput, InventoryError
+from planner.core.units import SIZE_TEXT, GiB, MiB, parse_size
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEVICE_MARGIN = 512 * MiB   # seed 002: "free memory minus a 512 MiB margin"
+HOST_RESERVE_MIN = 2 * GiB          # seed 002: "the larger of 2 GiB or 10% of available RAM"
+HOST_RESERVE_FRACTION = 0.10
+GPU_ALIAS = "gpu"                   # names the first local GPU in llama.cpp order
+
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Bytes a plan may use: per device (llama.cpp names) and on the host.
+
+    `uma_pool_bytes`, when set, caps Host plus every UMA device together: their memory is
+    the same system RAM (seed 003 §7), so it must not be counted twice.
+    """
+
+    devices: dict[str, int]
+    host_bytes: int
+    uma_pool_bytes: int | None = None
+
+
+def resolve_device(inventory: Inventory, name: str) -> DeviceSpec:
+    """Find a device by case-insensitive exact name, `gpu` (the first local GPU), or a unique prefix."""
+    wanted = name.strip().lower()
+    if not wanted:
+        raise InventoryError(f"missing device name; expected one of {_choices(inventory)}")
+    exact = [d for d in inventory.devices if d.name.lower() == wanted]
+    if exact:
+        return exact[0]
+    if wanted == GPU_ALIAS:
+        local = [d for d in inventory.devices if d.kind in (DeviceKind.GPU, DeviceKind.IGPU)]
+        if not local:
+            raise InventoryError(f"no GPU for {name!r}: the inventory has {_choices(inventory, alias=False)}")
+        return local[0]
+    prefixed = [d for d in inventory.devices if d.name.lower().startswith(wanted)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if prefixed:
+        raise InventoryError(f"device {name!r} is ambiguous: it could be {', '.join(d.name for d in prefixed)}; expected one name")
+    raise InventoryError(f"no device {name!r}: expected one of {_choices(inventory)}")
+
+
+def _choices(inventory: Inventory, alias: bool = True) -> str:
+    names = inventory.names
+    if not names:
+        return "no devices (only the CPU)"
+    return ", ".join(names + ([GPU_ALIAS] if alias else []))
+
+
+def _amount(text: str, context: str) -> int:
+    """A signed budget amount: bare numbers are GiB, units allowed."""
+    if not SIZE_TEXT.match(text):
+        raise InventoryError(f"{context}: expected a number of GiB (6, -2) or a size with a unit (512MiB, 1.5GiB); got {text!r}")
+    try:
+        return parse_size(text)
+    except BadInput as exc:
+        raise InventoryError(f"{context}: {exc}") from None
+
+
+def apply_limit(free: int, amount: int | None, margin: int) -> int:
+    """min(amount, free) for amount >= 0; free - |amount| for amount < 0; free - margin if unset.
+    Never below zero."""
+    if amount is None:
+        budget = free - margin
+    elif amount < 0:
+        budget = free + amount
+    else:
+        budget = min(amount, free)
+    return max(0, budget)
+
+
+def parse_max_vram(inventory: Inventory, max_vram: str | None) -> dict[str, int]:
+    """Device name -> signed amount (bytes) for every device `max_vram` sets."""
+    if max_vram is None or not max_vram.strip():
+        return {}
+    per_device: dict[str, int] = {}
+    default: int | None = None
+    for raw in max_vram.split(","):
+        item = raw.strip()
+        context = f"--max-vram {item!r}"
+        if not item:
+            raise InventoryError(f"--max-vram {max_vram!r}: empty item; expected NAME=SIZE or SIZE separated by commas")
+        if "=" not in item:
+            if default is not None:
+                raise InventoryError(f"{context}: a second bare value; expected at most one value for all devices")
+            default = _amount(item, context)
+            continue
+        name, value = (part.strip() for part in item.split("=", 1))
+        if not name:
+            raise InventoryError(f"{context}: missing device name before '='; expected NAME=SIZE such as CUDA0=6")
+        try:
+            dev = resolve_device(inventory, name)
+        except InventoryError as exc:
+            raise InventoryError(f"{context}: {exc}") from None
+        if dev.name in per_device:
+            raise InventoryError(f"{context}: {dev.name} is set twice; expected one item per device")
+        per_device[dev.name] = _amount(value, context)
+    if default is not None:
+        for dev in inventory.devices:
+            per_device.setdefault(dev.name, default)
+    return per_device
+
+
+def host_budget(available: int, ram: str | None) -> int:
+    reserve = max(HOST_RESERVE_MIN, int(available * HOST_RESERVE_FRACTION))
+    amount = None if ram is None else _amount(ram, f"--max-ram {ram!r}")
+    return apply_limit(available, amount, reserve)
+
+
+def resolve_budgets(inventory: Inventory, max_vram: str | None = None, ram: str | None = None) -> Budgets:
+    amounts = parse_max_vram(inventory, max_vram)
+    devices = {d.name: apply_limit(d.free_bytes, amounts.get(d.name), DEFAULT_DEVICE_MARGIN) for d in inventory.devices}
+    for name, budget in devices.items():
+        if budget == 0:
+            log.warning("device %s has a budget of 0 bytes: nothing will be placed on it", name)
+    host = host_budget(inventory.host.ram_available_bytes, ram)
+    if not any(d.uma for d in inventory.devices):
+        return Budgets(devices=devices, host_bytes=host)
+    # A UMA device's memory is the host's RAM (seed 003 §7): no budget of it exceeds the
+    # host's, and Host plus UMA devices together share that one pool.
+    for dev in inventory.devices:
+        if dev.uma:
+            devices[dev.name] = min(devices[dev.name], host)
+    return Budgets(devices=devices, host_bytes=host, uma_pool_bytes=host)
+
+
+def fit_target_margins(inventory: Inventory, budgets: Budgets) -> list[int]:
+    """Bytes llama.cpp's --fit should leave free on each device (llama.cpp order) so that it
+    uses no more than the budget: free - budget."""
+    return [max(0, d.free_bytes - budgets.devices[d.name]) for d in inventory.devices]
+
+
+def fit_target_flag(margins: list[int]) -> list[str]:
+    """`--fit-target` arguments: whole MiB per device, comma-separated in device order
+    (common/arg.cpp parses each value with stoull and multiplies by MiB). Rounded up, so
+    llama.cpp leaves at least the margin free."""
+    if not margins:
+        return []
+    return ["--fit-target", ",".join(str(math.ceil(m / MiB)) for m in margins)]

@@ -1,0 +1,232 @@
+"""The inventory model: the devices a plan is made for, real (detected) or described (YAML, CLI).
+
+`Inventory.devices` is in llama.cpp's device order and never holds the CPU; the host's RAM
+is `Inventory.host`. Names are llama.cpp's own (`CUDA0`, `Vulkan1`, `MTL0`, `RPC0`).
+Rates are decimal (GB/s, TFLOPS), as vendors quote them; memory is binary (GiB).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from planner.core.errors import InventoryError
+
+
+class DeviceKind(str, Enum):
+    GPU = "gpu"     # discrete: its memory adds to the host's
+    IGPU = "igpu"   # integrated: llama.cpp uses it only when no discrete GPU exists
+    CPU = "cpu"
+    RPC = "rpc"     # a device behind a ggml rpc-server
+
+
+class Backend(str, Enum):
+    CUDA = "CUDA"
+    ROCM = "ROCm"
+    VULKAN = "Vulkan"
+    METAL = "Metal"
+    SYCL = "SYCL"
+    CPU = "CPU"
+    RPC = "RPC"
+
+
+# Device-name prefixes as ggml registers them: GGML_CUDA_NAME ("CUDA", "ROCm" under HIP),
+# GGML_VK_NAME, GGML_METAL_NAME ("MTL"), GGML_SYCL_NAME, and "RPC<n>" (ggml/include/*.h,
+# ggml-metal.cpp, ggml-rpc.cpp in the pinned llama.cpp).
+NAME_PREFIX: dict[Backend, str] = {
+    Backend.CUDA: "CUDA",
+    Backend.ROCM: "ROCm",
+    Backend.VULKAN: "Vulkan",
+    Backend.METAL: "MTL",
+    Backend.SYCL: "SYCL",
+    Backend.RPC: "RPC",
+}
+
+# llama.cpp's default device list (src/llama.cpp, llama_model_load devices): RPC servers
+# first "to minimize network transfers", then discrete GPUs, then integrated GPUs.
+KIND_ORDER: dict[DeviceKind, int] = {DeviceKind.RPC: 0, DeviceKind.GPU: 1, DeviceKind.IGPU: 2, DeviceKind.CPU: 3}
+
+# Usable bytes/s per lane and direction after line coding (PCI-SIG base specs: 8b/10b for
+# gen 1-2, 128b/130b for gen 3-5, 242/256 FLIT efficiency for gen 6).
+PCIE_LANE_BYTES_S: dict[int, float] = {
+    1: 2.5e9 * 8 / 10 / 8,
+    2: 5e9 * 8 / 10 / 8,
+    3: 8e9 * 128 / 130 / 8,
+    4: 16e9 * 128 / 130 / 8,
+    5: 32e9 * 128 / 130 / 8,
+    6: 64e9 * 242 / 256 / 8,
+}
+PCIE_WIDTHS = (1, 2, 4, 8, 16)
+
+_LINK = re.compile(r"^\s*(?:pcie|gen)\s*(\d)(?:\.0)?\s*x\s*(\d+)\s*$", re.IGNORECASE)
+_ENDPOINT = re.compile(r"^([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One llama.cpp device. Rates of 0 mean unknown.
+
+    `link_bytes_s` is the device's link to its own host (PCIe). For an RPC device,
+    `network_bytes_s` is the network between the planning host and the rpc-server.
+    `uma`: the device's memory is carved from system RAM (seed 003 §7) — it is not
+    additive with the host's RAM.
+    """
+
+    name: str
+    kind: DeviceKind
+    backend: Backend
+    total_bytes: int
+    free_bytes: int
+    bandwidth_bytes_s: int
+    fp16_flops: int
+    link_bytes_s: int
+    endpoint: str | None = None
+    uma: bool = False
+    network_bytes_s: int = 0
+    description: str = ""
+
+    @property
+    def transfer_bytes_s(self) -> int:
+        """The slowest hop between the planning host and this device's memory (0 = unknown)."""
+        hops = [r for r in (self.link_bytes_s, self.network_bytes_s) if r > 0]
+        return min(hops) if hops else 0
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    ram_total_bytes: int
+    ram_available_bytes: int
+    bandwidth_bytes_s: int
+    cpu_model: str
+    fp16_flops: int = 0
+
+
+@dataclass(frozen=True)
+class Inventory:
+    devices: tuple[DeviceSpec, ...]
+    host: HostSpec
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for dev in self.devices:
+            if dev.name.lower() in seen:
+                raise InventoryError(f"{self.source or 'inventory'}: device {dev.name} appears twice; expected unique names")
+            seen.add(dev.name.lower())
+
+    def get(self, name: str) -> DeviceSpec | None:
+        return next((d for d in self.devices if d.name == name), None)
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+
+def pcie_link_bytes_s(generation: int, width: int) -> int:
+    if generation not in PCIE_LANE_BYTES_S or width not in PCIE_WIDTHS:
+        raise ValueError(f"PCIe gen {generation} x{width}")
+    return int(PCIE_LANE_BYTES_S[generation] * width)
+
+
+def parse_link(text: str) -> int | None:
+    """'pcie4x16', 'PCIe 4.0 x16', 'gen3x8' -> bytes/s; None when not of that form."""
+    m = _LINK.match(text)
+    if not m:
+        return None
+    try:
+        return pcie_link_bytes_s(int(m.group(1)), int(m.group(2)))
+    except ValueError:
+        return None
+
+
+def check_endpoint(text: str) -> str | None:
+    """'host:port' as llama.cpp's --rpc takes it; None when malformed."""
+    m = _ENDPOINT.match(text.strip())
+    if not m or not 1 <= int(m.group(2)) <= 65535:
+        return None
+    return text.strip()
+
+
+def backend_of_name(name: str) -> tuple[Backend, str] | None:
+    """'cuda0' -> (CUDA, 'CUDA0'): the backend a llama.cpp device name belongs to, canonically spelled."""
+    for backend, prefix in NAME_PREFIX.items():
+        m = re.fullmatch(re.escape(prefix) + r"(\d+)", name.strip(), re.IGNORECASE)
+        if m:
+            return backend, f"{prefix}{int(m.group(1))}"
+    return None
+
+
+def llama_order(devices: list[DeviceSpec] | tuple[DeviceSpec, ...]) -> tuple[DeviceSpec, ...]:
+    """Order devices as llama.cpp lists them for a model (stable within a kind)."""
+    return tuple(sorted(devices, key=lambda d: KIND_ORDER[d.kind]))
+
+
+def number_devices(devices: list[DeviceSpec]) -> list[DeviceSpec]:
+    """Name RPC devices RPC0.. in --rpc order (ggml-rpc.cpp numbers them globally in the order
+    servers are added) and give unnamed local devices the next free index of their backend."""
+    rpc = 0
+    taken = {d.name for d in devices if d.name}
+    out = []
+    for dev in devices:
+        if dev.kind is DeviceKind.RPC:
+            dev = replace(dev, name=f"RPC{rpc}")
+            rpc += 1
+        elif not dev.name:
+            prefix = NAME_PREFIX[dev.backend]
+            index = next(i for i in range(len(devices) + len(taken) + 1) if f"{prefix}{i}" not in taken)
+            dev = replace(dev, name=f"{prefix}{index}")
+            taken.add(dev.name)
+        out.append(dev)
+    return out
+
+
+def rpc_endpoints(inventory: Inventory) -> list[str]:
+    """Distinct rpc-server endpoints in the order their devices appear (= --rpc order)."""
+    seen: list[str] = []
+    for dev in inventory.devices:
+        if dev.endpoint and dev.endpoint not in seen:
+            seen.append(dev.endpoint)
+    return seen
+
+
+def rpc_flag(inventory: Inventory) -> list[str]:
+    """The llama.cpp arguments that register this inventory's RPC devices ([] when none)."""
+    endpoints = rpc_endpoints(inventory)
+    return ["--rpc", ",".join(endpoints)] if endpoints else []
+
+
+def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
+    """Plain data for JSON output; sizes in bytes, rates in bytes/s and FLOP/s."""
+    devices = []
+    for dev in inventory.devices:
+        row = {k: v for k, v in vars(dev).items()}
+        row["kind"] = dev.kind.value
+        row["backend"] = dev.backend.value
+        devices.append(row)
+    return {"devices": devices, "host": dict(vars(inventory.host))}
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read a YAML inventory (schema: configs/devices/README.md)."""
+    from planner.hardware.inventory_yaml import load_inventory_file
+
+    return load_inventory_file(path)
+
+
+def inventory_from_cli(devices: list[str], ram: str | None, base: Inventory | None) -> Inventory:
+    """Apply `--device` shorthands and `--ram` to `base` (see planner.hardware.inventory_yaml)."""
+    from planner.hardware.inventory_yaml import apply_shorthands
+
+    return apply_shorthands(devices, ram, base)
+
+
+def inventory_from_options(path: str | Path | None, devices: list[str], ram: str | None) -> Inventory | None:
+    """An inventory from an optional YAML file plus `--device`/`--ram`, where the host's RAM is
+    optional (estimate, sweep, the Python API): shorthands without a file start from an empty
+    host; None when nothing is given."""
+    base = load_inventory(path) if path else None
+    if not devices and not ram:
+        return base
+    return inventory_from_cli(devices, ram, base or Inventory((), HostSpec(0, 0, 0, ""), source="--device"))

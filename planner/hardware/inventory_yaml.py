@@ -1,0 +1,277 @@
+"""Building inventories from YAML files and from CLI shorthands.
+
+YAML schema: configs/devices/README.md. Shorthands (`--device`):
+  CUDA0=24GiB          a device of that llama.cpp name with 24 GiB (an existing one is resized)
+  CUDA0=rtx3090        a device of that name with a catalog entry's figures
+  2xrtx3090            two catalog devices, named after the next free indexes (CUDA0, CUDA1)
+  ...@host:port        the device(s) sit behind an rpc-server at that endpoint
+`--ram 64GiB` sets the host's total and available RAM.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from planner.hardware import catalog
+from planner.core import schema as ds
+from planner.hardware.inventory import (
+    NAME_PREFIX, Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, backend_of_name, check_endpoint,
+    llama_order, number_devices, parse_link,
+)
+from planner.core.errors import BadInput, InventoryError
+from planner.core.units import parse_size
+
+GB = 1e9
+TERA = 1e12
+
+_TOP_KEYS = {"description": "a note about this inventory", "host": "the host mapping", "devices": "a list of devices"}
+_HOST_KEYS = {
+    "ram": "total RAM, a size such as 64GiB",
+    "available": "available RAM (MemAvailable), a size; default: ram",
+    "bandwidth_gbs": "RAM bandwidth in GB/s",
+    "fp16_tflops": "CPU fp16 throughput in TFLOPS",
+    "cpu": "the CPU model",
+    "catalog": "a host id from configs/catalog.yaml (fills bandwidth)",
+}
+_DEVICE_KEYS = {
+    "name": "a llama.cpp device name such as CUDA0",
+    "catalog": "a device id from configs/catalog.yaml",
+    "count": "how many identical devices (default 1)",
+    "kind": "gpu, igpu or rpc",
+    "backend": "CUDA, ROCm, Vulkan, Metal, SYCL or RPC",
+    "description": "the product name",
+    "memory": "total memory, a size such as 24GiB",
+    "free": "free memory, a size; default: memory",
+    "bandwidth_gbs": "memory bandwidth in GB/s",
+    "fp16_tflops": "fp16 matrix throughput in TFLOPS",
+    "link": "the host link, e.g. pcie4x16",
+    "link_gbs": "the host link in GB/s",
+    "endpoint": "the rpc-server host:port",
+    "network_gbs": "network bandwidth to the rpc-server in GB/s",
+    "uma": "true when the device's memory is system RAM",
+}
+_KINDS = {k.value: k for k in (DeviceKind.GPU, DeviceKind.IGPU, DeviceKind.RPC)}
+_BACKENDS = {b.value: b for b in Backend if b is not Backend.CPU}
+_COUNT = re.compile(r"^(\d+)\s*[x×*]\s*(\S+)$", re.IGNORECASE)
+
+
+def load_inventory_file(path: str | Path) -> Inventory:
+    where = ds.Where(str(path))
+    doc = ds.mapping(ds.read_yaml(path), where, _TOP_KEYS, ("host",))
+    host = _host(doc["host"], where.key("host"))
+    entries = ds.sequence(doc.get("devices") or [], where.key("devices"), "device mappings")
+    devices: list[DeviceSpec] = []
+    given: list[tuple[str, ds.Where]] = []
+    for i, entry in enumerate(entries):
+        made = _yaml_devices(entry, where.key("devices").index(i))
+        devices.extend(made)
+        given.extend((d.name, where.key("devices").index(i).key("name")) for d in made if d.name)
+    return _finish(devices, host, given, str(path))
+
+
+def _host(entry: Any, where: ds.Where) -> HostSpec:
+    entry = ds.mapping(entry, where, _HOST_KEYS, ("ram",))
+    ram = ds.size(entry["ram"], where.key("ram"))
+    available = ds.size(entry.get("available", entry["ram"]), where.key("available"))
+    if available > ram:
+        raise where.key("available").error(f"expected at most ram ({entry['ram']}); got {entry['available']!r}")
+    bandwidth, flops, cpu = 0, 0, ""
+    if "catalog" in entry:
+        known = catalog.host(ds.text(entry["catalog"], where.key("catalog")), where.key("catalog"))
+        bandwidth, flops, cpu = known.bandwidth_bytes_s, known.fp16_flops, known.description
+    if "bandwidth_gbs" in entry:
+        bandwidth = int(ds.number(entry["bandwidth_gbs"], where.key("bandwidth_gbs"), "GB/s") * GB)
+    if "fp16_tflops" in entry:
+        flops = int(ds.number(entry["fp16_tflops"], where.key("fp16_tflops"), "TFLOPS") * TERA)
+    if "cpu" in entry:
+        cpu = ds.text(entry["cpu"], where.key("cpu"))
+    return HostSpec(ram, available, bandwidth, cpu, flops)
+
+
+def _from_catalog(entry: catalog.CatalogDevice) -> dict[str, Any]:
+    return dict(kind=entry.kind, backend=entry.backend, description=entry.description, total_bytes=entry.total_bytes,
+                bandwidth_bytes_s=entry.bandwidth_bytes_s, fp16_flops=entry.fp16_flops,
+                link_bytes_s=entry.link_bytes_s, uma=entry.uma)
+
+
+def _yaml_fields(entry: dict[str, Any], where: ds.Where) -> dict[str, Any]:
+    """The device fields an entry sets explicitly, converted to bytes and FLOP/s."""
+    f: dict[str, Any] = {}
+    if "catalog" in entry:
+        f.update(_from_catalog(catalog.device(ds.text(entry["catalog"], where.key("catalog")), where.key("catalog"))))
+    if "kind" in entry:
+        f["kind"] = ds.choice(entry["kind"], where.key("kind"), _KINDS)
+    if "backend" in entry:
+        f["backend"] = ds.choice(entry["backend"], where.key("backend"), _BACKENDS)
+    if "description" in entry:
+        f["description"] = ds.text(entry["description"], where.key("description"))
+    if "memory" in entry:
+        f["total_bytes"] = ds.size(entry["memory"], where.key("memory"))
+    if "free" in entry:
+        f["free_bytes"] = ds.size(entry["free"], where.key("free"))
+    for key, field, scale in (("bandwidth_gbs", "bandwidth_bytes_s", GB), ("fp16_tflops", "fp16_flops", TERA),
+                              ("link_gbs", "link_bytes_s", GB), ("network_gbs", "network_bytes_s", GB)):
+        if key in entry:
+            f[field] = int(ds.number(entry[key], where.key(key), key) * scale)
+    if "link" in entry:
+        f["link_bytes_s"] = parse_link(str(entry["link"])) or 0
+        if not f["link_bytes_s"]:
+            raise where.key("link").error(f"expected a PCIe link such as pcie4x16 or gen3x8; got {entry['link']!r}")
+    if "endpoint" in entry:
+        f["endpoint"] = check_endpoint(str(entry["endpoint"]))
+        if not f["endpoint"]:
+            raise where.key("endpoint").error(f"expected host:port; got {entry['endpoint']!r}")
+    if "uma" in entry:
+        f["uma"] = ds.flag(entry["uma"], where.key("uma"))
+    return f
+
+
+def _yaml_devices(entry: Any, where: ds.Where) -> list[DeviceSpec]:
+    entry = ds.mapping(entry, where, _DEVICE_KEYS)
+    fields = _yaml_fields(entry, where)
+    name = ""
+    if "name" in entry:
+        name = _check_name(ds.text(entry["name"], where.key("name")), fields, where.key("name"))
+    count = int(ds.number(entry.get("count", 1), where.key("count"), "a count"))
+    if count < 1 or count != entry.get("count", 1):
+        raise where.key("count").error(f"expected a whole number >= 1; got {entry.get('count')!r}")
+    if name and count > 1:
+        raise where.key("count").error("expected 1 when name is given (names are unique); omit name to number them")
+    dev = _build(name, fields, where)
+    return [dev] * count
+
+
+def _check_name(name: str, fields: dict[str, Any], where: ds.Where) -> str:
+    parsed = backend_of_name(name)
+    if parsed is None:
+        raise where.error(f"expected a llama.cpp device name ({', '.join(p + '0' for p in NAME_PREFIX.values())}); got {name!r}")
+    backend, canonical = parsed
+    if backend is Backend.RPC:
+        fields["kind"] = DeviceKind.RPC
+    elif fields.setdefault("backend", backend) is not backend:
+        raise where.error(f"expected a {fields['backend'].value} name ({NAME_PREFIX[fields['backend']]}0, ...); got {name!r}")
+    return canonical
+
+
+def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
+    """Complete a device from its explicit fields: an endpoint makes it an RPC device."""
+    if f.get("endpoint") or f.get("kind") is DeviceKind.RPC:
+        f["kind"], f["backend"] = DeviceKind.RPC, Backend.RPC
+        if not f.get("endpoint"):
+            raise where.key("endpoint").error("missing; expected host:port of the rpc-server for an RPC device")
+    if "backend" not in f:
+        raise where.key("backend").error(f"missing; expected one of {', '.join(_BACKENDS)}, a llama.cpp name, or a catalog id")
+    if "total_bytes" not in f:
+        raise where.key("memory").error("missing; expected a size such as 24GiB, or a catalog id")
+    free = f.get("free_bytes", f["total_bytes"])
+    if free > f["total_bytes"]:
+        raise where.key("free").error(f"expected at most memory ({f['total_bytes']} bytes); got {free} bytes")
+    return DeviceSpec(
+        name=name, kind=f.get("kind", DeviceKind.GPU), backend=f["backend"], total_bytes=f["total_bytes"],
+        free_bytes=free, bandwidth_bytes_s=f.get("bandwidth_bytes_s", 0), fp16_flops=f.get("fp16_flops", 0),
+        link_bytes_s=f.get("link_bytes_s", 0), endpoint=f.get("endpoint"), uma=f.get("uma", False),
+        network_bytes_s=f.get("network_bytes_s", 0), description=f.get("description", ""),
+    )
+
+
+def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds.Where]], source: str) -> Inventory:
+    """Order as llama.cpp does, number RPC devices, and check RPC names the user gave agree."""
+    ordered = list(llama_order(devices))
+    numbered = number_devices(ordered)
+    where_of = dict(given)
+    for before, after in zip(ordered, numbered):
+        if before.kind is DeviceKind.RPC and before.name and before.name != after.name:
+            where = where_of.get(before.name, ds.Where(source))
+            raise where.error(f"expected {after.name}: llama.cpp numbers RPC devices in --rpc order; got {before.name!r}")
+    return Inventory(tuple(numbered), host, source=source)
+
+
+# ----------------------------------------------------------------------------- shorthands
+
+def apply_shorthands(specs: list[str], ram: str | None, base: Inventory | None) -> Inventory:
+    if base is None and ram is None:
+        raise InventoryError("--ram: missing; expected the host's RAM (e.g. --ram 64GiB) when no inventory is detected or loaded")
+    host = base.host if base else HostSpec(0, 0, 0, "")
+    if ram is not None:
+        n_bytes = _size(ram, "--ram", "a size such as 64GiB")
+        if n_bytes <= 0:
+            raise InventoryError(f"--ram {ram!r}: expected a size above 0 such as 64GiB")
+        host = replace(host, ram_total_bytes=n_bytes, ram_available_bytes=n_bytes)
+    devices = list(base.devices) if base else []
+    given: list[tuple[str, ds.Where]] = []
+    for spec in specs:
+        devices = _apply_one(spec, devices, given)
+    return _finish(devices, host, given, base.source if base else "--device")
+
+
+def _size(text: str, flag: str, expected: str) -> int:
+    try:
+        return parse_size(text)
+    except BadInput:
+        raise InventoryError(f"{flag} {text!r}: expected {expected}") from None
+
+
+def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.Where]]) -> list[DeviceSpec]:
+    where = ds.Where(f"--device {spec}")
+    body, endpoint = spec.strip(), None
+    if "@" in body:
+        body, ep_text = body.rsplit("@", 1)
+        endpoint = check_endpoint(ep_text)
+        if endpoint is None:
+            raise where.error(f"expected host:port after '@'; got {ep_text!r}")
+    if "=" not in body:
+        m = _COUNT.match(body)
+        count, ident = (int(m.group(1)), m.group(2)) if m else (1, body)
+        if count < 1:
+            raise where.error("expected a count of at least 1, e.g. 2xrtx3090")
+        fields = _catalog(ident, where)
+        fields["endpoint"] = endpoint
+        return devices + [_build("", dict(fields), where)] * count
+    name, value = (part.strip() for part in body.split("=", 1))
+    if not name:
+        raise where.error("missing device name before '='; expected NAME=SIZE such as CUDA0=24GiB")
+    if not value:
+        raise where.error(f"missing value after '{name}='; expected a size such as 24GiB or a catalog id")
+    fields = _shorthand_value(value, where)
+    fields["endpoint"] = endpoint
+    existing = next((d for d in devices if d.name.lower() == name.lower()), None)
+    if existing is not None:
+        return [_resize(d, fields) if d is existing else d for d in devices]
+    canonical = _check_name(name, fields, where)
+    given.append((canonical, where))
+    return devices + [_build(canonical, fields, where)]
+
+
+def _resize(dev: DeviceSpec, fields: dict[str, Any]) -> DeviceSpec:
+    """`NAME=...` on a device the base already has: a size sets its total and free memory;
+    a catalog id replaces its figures; the name (and, unless given, the endpoint) stay."""
+    change = {k: v for k, v in fields.items() if k != "endpoint"}
+    change.setdefault("free_bytes", change["total_bytes"])
+    if fields.get("endpoint"):
+        change.update(endpoint=fields["endpoint"], kind=DeviceKind.RPC, backend=Backend.RPC)
+    elif dev.kind is DeviceKind.RPC:
+        change.update(kind=DeviceKind.RPC, backend=Backend.RPC)
+    return replace(dev, **change)
+
+
+def _catalog(ident: str, where: ds.Where) -> dict[str, Any]:
+    known = catalog.load_catalog().devices
+    if ident.lower() not in known:
+        close = difflib.get_close_matches(ident.lower(), list(known), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; catalog ids: {', '.join(sorted(known)[:6])}, ..."
+        raise where.error(f"expected NAME=SIZE (CUDA0=24GiB), NAME=CATALOG_ID or [N x]CATALOG_ID (2xrtx3090); "
+                          f"{ident!r} is not in {catalog.catalog_path().name}{hint}")
+    return _from_catalog(known[ident.lower()])
+
+
+def _shorthand_value(value: str, where: ds.Where) -> dict[str, Any]:
+    """'24GiB' -> a bare device of that size; anything else must be a catalog id."""
+    if re.match(r"^-?\d", value):
+        n_bytes = _size(value, where.file, "a size such as 24GiB")
+        if n_bytes <= 0:
+            raise where.error(f"expected a size above 0 such as 24GiB; got {value!r}")
+        return {"total_bytes": n_bytes}
+    return _catalog(value, where)

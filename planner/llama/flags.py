@@ -1,0 +1,284 @@
+"""llama.cpp command-line flags that decide memory placement, parsed the way the pinned build parses them.
+
+Facts from common/arg.cpp, common/common.h and common/common.cpp of the llama.cpp vendored in
+llama-cpp-python 0.3.36 (DESIGN.md pins it): defaults (-c 0 = training context, -b 2048,
+-ub 512, -np 1, -ngl auto = every layer, -fa auto, f16 caches), `-ts` split on `,` or `/`,
+`-ot` lists split on `,` then `=`, and `-cmoe`/`-ncmoe`/`-ncffn` appended to the same override
+list in command-line order (llm_ffn_exps_cpu_override, llm_add_n_cpu_ffn_overrides).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Callable
+
+from planner.model.costs import CACHE_TYPES
+from planner.core.errors import FlagError
+
+# common.h: LLM_FFN_EXPS_REGEX / LLM_FFN_DENSE_REGEX; blocks are named "blk\.%d" + regex.
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+FFN_DENSE_REGEX = r"\.ffn_(up|down|gate)\."
+NGL_AUTO = -1   # common.h: -1 is "auto"; llama_model::n_gpu_layers() treats any negative as every layer
+NGL_ALL = -2
+MAX_DEVICES = 16  # llama_max_devices(): -ts with this many values or more is refused
+SPLIT_MODES = ("none", "layer", "row", "tensor")
+FA_MODES = ("on", "off", "auto")
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+_TRUTHY = ("on", "enabled", "true", "1")   # common/arg.cpp is_truthy / is_falsey
+_FALSEY = ("off", "disabled", "false", "0")
+
+
+@dataclass(frozen=True)
+class OverrideArg:
+    """One override flag as written: kind is 'ot', 'cmoe', 'ncmoe' or 'ncffn'."""
+
+    kind: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class TensorOverride:
+    pattern: str      # a std::regex searched in the tensor name
+    target: str       # a buffer type name: CPU, CUDA0, RPC0[host:port], ...
+
+
+@dataclass(frozen=True)
+class LlamaFlags:
+    n_ctx: int = 0
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_parallel: int = 1
+    kv_unified: bool = False
+    n_gpu_layers: int = NGL_AUTO
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] = ()
+    main_gpu: int = 0
+    devices: tuple[str, ...] | None = None   # -dev; ("none",) keeps everything on the CPU
+    rpc: tuple[str, ...] = ()
+    override_args: tuple[OverrideArg, ...] = ()
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: str = "auto"
+    swa_full: bool = False
+    kv_offload: bool = True
+    repack: bool = True
+    no_host: bool = False
+    load_mode: str = "auto"
+    ignored: tuple[str, ...] = ()   # accepted flags that change nothing in memory, as written
+
+    @property
+    def overrides(self) -> tuple[TensorOverride, ...]:
+        """The tensor buffer-type overrides in llama.cpp's order (first match wins)."""
+        out: list[TensorOverride] = []
+        for arg in self.override_args:
+            if arg.kind == "ot":
+                for item in arg.value.split(","):
+                    pattern, _, target = item.partition("=")
+                    out.append(TensorOverride(pattern, target))
+            elif arg.kind == "cmoe":
+                out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
+            else:
+                regex = FFN_EXPS_REGEX if arg.kind == "ncmoe" else FFN_DENSE_REGEX
+                out.extend(TensorOverride(rf"blk\.{i}{regex}", "CPU") for i in range(int(arg.value)))
+        return tuple(out)
+
+    @property
+    def n_gpu_layers_all(self) -> bool:
+        return self.n_gpu_layers < 0
+
+
+def _int(flag: str, text: str, minimum: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise FlagError(f"{flag}: expected an integer, got {text!r}") from None
+    if minimum is not None and value < minimum:
+        raise FlagError(f"{flag}: {value} is out of range (minimum {minimum})")
+    return value
+
+
+def _choice(flag: str, text: str, choices: tuple[str, ...]) -> str:
+    if text not in choices:
+        raise FlagError(f"{flag}: invalid value {text!r}; expected one of {', '.join(choices)}")
+    return text
+
+
+def _ngl(text: str) -> int:
+    if text == "auto":
+        return NGL_AUTO
+    if text == "all":
+        return NGL_ALL
+    return _int("-ngl", text)
+
+
+def _tensor_split(text: str) -> tuple[float, ...]:
+    parts = [p for p in re.split(r"[,/]+", text)]
+    if len(parts) >= MAX_DEVICES:
+        raise FlagError(f"-ts: got {len(parts)} values, llama.cpp accepts at most {MAX_DEVICES - 1}")
+    try:
+        return tuple(float(p) for p in parts)
+    except ValueError:
+        raise FlagError(f"-ts: expected numbers separated by ',' or '/', got {text!r}") from None
+
+
+def _cache_type(flag: str, text: str) -> str:
+    if text.lower() not in CACHE_TYPES:
+        raise FlagError(f"{flag}: unsupported cache type {text!r}; expected one of {', '.join(CACHE_TYPES)}")
+    return text.lower()
+
+
+def _fa(text: str) -> str:
+    if text in _TRUTHY:
+        return "on"
+    if text in _FALSEY:
+        return "off"
+    return _choice("-fa", text, FA_MODES)
+
+
+def _ot(text: str) -> OverrideArg:
+    for item in text.split(","):
+        pattern, eq, target = item.partition("=")
+        if not eq or not pattern or not target:
+            raise FlagError(f"-ot: {item!r} is not PATTERN=BUFFER_TYPE")
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise FlagError(f"-ot: bad regular expression {pattern!r}: {e}") from None
+    return OverrideArg("ot", text)
+
+
+Setter = Callable[[LlamaFlags, str], LlamaFlags]
+
+# Flags that take a value: every spelling -> how it changes LlamaFlags (common/arg.cpp names).
+_VALUED: dict[str, Setter] = {}
+_SWITCHES: dict[str, Setter] = {}
+
+
+def _valued(names: str, setter: Setter) -> None:
+    for name in names.split():
+        _VALUED[name] = setter
+
+
+def _switch(names: str, setter: Setter) -> None:
+    for name in names.split():
+        _SWITCHES[name] = setter
+
+
+_valued("-c --ctx-size", lambda f, v: replace(f, n_ctx=_int("-c", v, 0)))
+_valued("-b --batch-size", lambda f, v: replace(f, n_batch=_int("-b", v, 1)))
+_valued("-ub --ubatch-size", lambda f, v: replace(f, n_ubatch=_int("-ub", v, 1)))
+_valued("-np --parallel", lambda f, v: replace(f, n_parallel=_int("-np", v, 1)))
+_valued("-ngl --gpu-layers --n-gpu-layers", lambda f, v: replace(f, n_gpu_layers=_ngl(v)))
+_valued("-sm --split-mode", lambda f, v: replace(f, split_mode=_choice("-sm", v, SPLIT_MODES)))
+_valued("-ts --tensor-split", lambda f, v: replace(f, tensor_split=_tensor_split(v)))
+_valued("-mg --main-gpu", lambda f, v: replace(f, main_gpu=_int("-mg", v)))
+_valued("-dev --device", lambda f, v: replace(f, devices=tuple(d.strip() for d in v.split(","))))
+_valued("--rpc", lambda f, v: replace(f, rpc=f.rpc + tuple(e.strip() for e in v.split(",") if e.strip())))
+_valued("-ot --override-tensor", lambda f, v: replace(f, override_args=f.override_args + (_ot(v),)))
+_valued("-ncmoe --n-cpu-moe", lambda f, v: replace(
+    f, override_args=f.override_args + (OverrideArg("ncmoe", str(_int("-ncmoe", v, 0))),)))
+_valued("-ncffn --n-cpu-ffn", lambda f, v: replace(
+    f, override_args=f.override_args + (OverrideArg("ncffn", str(_int("-ncffn", v, 0))),)))
+_valued("-ctk --cache-type-k", lambda f, v: replace(f, cache_type_k=_cache_type("-ctk", v)))
+_valued("-ctv --cache-type-v", lambda f, v: replace(f, cache_type_v=_cache_type("-ctv", v)))
+_valued("-fa --flash-attn", lambda f, v: replace(f, flash_attn=_fa(v)))
+_valued("-lm --load-mode", lambda f, v: replace(f, load_mode=_choice("-lm", v, LOAD_MODES)))
+_switch("-cmoe --cpu-moe", lambda f, _: replace(f, override_args=f.override_args + (OverrideArg("cmoe"),)))
+_switch("-kvu --kv-unified", lambda f, _: replace(f, kv_unified=True))
+_switch("-no-kvu --no-kv-unified", lambda f, _: replace(f, kv_unified=False))
+_switch("--swa-full", lambda f, _: replace(f, swa_full=True))
+_switch("-nkvo --no-kv-offload", lambda f, _: replace(f, kv_offload=False))
+_switch("-kvo --kv-offload", lambda f, _: replace(f, kv_offload=True))
+_switch("-nr --no-repack", lambda f, _: replace(f, repack=False))
+_switch("--repack", lambda f, _: replace(f, repack=True))
+_switch("--no-host", lambda f, _: replace(f, no_host=True))
+# Older spellings of the load mode; the fit dry run never maps, so they change no figure here.
+_switch("--mmap", lambda f, _: replace(f, load_mode="mmap"))
+_switch("--no-mmap", lambda f, _: replace(f, load_mode="none"))
+_switch("--mlock", lambda f, _: replace(f, load_mode="mlock"))
+
+# Accepted flags that change nothing llama.cpp's memory breakdown counts (threads, sampling,
+# server, logging); valued ones take one argument.
+IGNORED_VALUED = frozenset("""
+-t --threads -tb --threads-batch -C --cpu-mask -Cb --cpu-mask-batch --prio --prio-batch
+-n --predict --n-predict -s --seed --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
+--port --host -a --alias --keep -p --prompt -f --file -sys --system-prompt --chat-template --jinja-file
+-lv --verbosity --log-file -ctxcp --ctx-checkpoints -cram --cache-ram --numa -fit --fit -fitt --fit-target
+-fitc --fit-ctx --timeout --threads-http --reasoning-budget --reasoning-format -to --timeout
+""".split())
+IGNORED_SWITCHES = frozenset("""
+-v --verbose --log-disable --log-colors --no-warmup --warmup -cnv --conversation -no-cnv --no-conversation
+--jinja --no-jinja -cb --cont-batching -nocb --no-cont-batching --context-shift --no-context-shift
+--metrics --slots --no-slots --no-perf --perf -i --interactive --simple-io --no-display-prompt
+-e --escape --no-escape --check-tensors -dio --direct-io
+""".split())
+
+
+def parse_llama_flags(argv: list[str] | tuple[str, ...]) -> LlamaFlags:
+    """Parse llama.cpp flags; an unknown flag or a value llama.cpp refuses raises FlagError."""
+    flags = LlamaFlags()
+    ignored: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in _VALUED or name in IGNORED_VALUED:
+            if eq:
+                value = inline
+            elif i + 1 < len(argv):
+                i += 1
+                value = argv[i]
+            else:
+                raise FlagError(f"{name}: expected a value")
+            if name in _VALUED:
+                flags = _VALUED[name](flags, value)
+            else:
+                ignored += [name, value]
+        elif name in _SWITCHES and not eq:
+            flags = _SWITCHES[name](flags, "")
+        elif name in IGNORED_SWITCHES and not eq:
+            ignored.append(name)
+        else:
+            raise FlagError(f"unknown llama.cpp flag {arg!r}")
+        i += 1
+    return replace(flags, ignored=tuple(ignored))
+
+
+def _fmt_float(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def flags_to_argv(flags: LlamaFlags) -> list[str]:
+    """The shortest llama.cpp argv that parses back to `flags` (defaults are left out)."""
+    d = LlamaFlags()
+    out: list[str] = []
+    pairs = [("-c", flags.n_ctx, d.n_ctx), ("-b", flags.n_batch, d.n_batch), ("-ub", flags.n_ubatch, d.n_ubatch),
+             ("-np", flags.n_parallel, d.n_parallel), ("-sm", flags.split_mode, d.split_mode),
+             ("-mg", flags.main_gpu, d.main_gpu), ("-ctk", flags.cache_type_k, d.cache_type_k),
+             ("-ctv", flags.cache_type_v, d.cache_type_v), ("-fa", flags.flash_attn, d.flash_attn),
+             ("-lm", flags.load_mode, d.load_mode)]
+    if flags.rpc:
+        out += ["--rpc", ",".join(flags.rpc)]
+    if flags.devices is not None:
+        out += ["-dev", ",".join(flags.devices)]
+    if flags.n_gpu_layers != d.n_gpu_layers:
+        out += ["-ngl", "all" if flags.n_gpu_layers == NGL_ALL else str(flags.n_gpu_layers)]
+    if flags.tensor_split:
+        out += ["-ts", ",".join(_fmt_float(x) for x in flags.tensor_split)]
+    for flag, value, default in pairs:
+        if value != default:
+            out += [flag, str(value)]
+    for arg in flags.override_args:
+        out += {"ot": ["-ot", arg.value], "cmoe": ["-cmoe"], "ncmoe": ["-ncmoe", arg.value],
+                "ncffn": ["-ncffn", arg.value]}[arg.kind]
+    for flag, on in (("-kvu", flags.kv_unified), ("--swa-full", flags.swa_full), ("-nkvo", not flags.kv_offload),
+                     ("-nr", not flags.repack), ("--no-host", flags.no_host)):
+        if on:
+            out.append(flag)
+    return out + list(flags.ignored)
+
+
+def changed_fields(flags: LlamaFlags) -> list[str]:
+    """Names of the fields that differ from llama.cpp's defaults (for reports)."""
+    d = LlamaFlags()
+    return [f.name for f in fields(flags) if getattr(flags, f.name) != getattr(d, f.name)]

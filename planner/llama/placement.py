@@ -1,0 +1,278 @@
+"""Where llama.cpp puts each layer, weight and KV cache for a set of flags (pinned llama.cpp build).
+
+Rules, all from the llama.cpp vendored in llama-cpp-python 0.3.36:
+- device list (src/llama.cpp llama_prepare_model_devices): `-dev` as given, else RPC devices first,
+  then GPUs, then iGPUs when there is no GPU; `-sm none` keeps only device `-mg`.
+- layers (src/llama-model.cpp load_tensors): the output layer is layer n_layer_all and is counted
+  first by -ngl: layers from i_gpu_start = max(n_layer_all + 1 - ngl, 0) are offloaded, each to the
+  device whose cumulative -ts share (float32, normalised) is the first greater than
+  (il - i_gpu_start) / act_gpu_layers; no -ts means shares proportional to free memory. The input
+  layer (token_embd) always stays on the CPU.
+- weights (src/llama-model-loader.cpp create_tensor): -ot rules are searched in order, the first
+  match wins; `=CPU` picks from the CPU list so repacking still applies; otherwise the first buffer
+  type of the layer's list that supports the weight's op. Tied embeddings: llama.cpp duplicates
+  token_embd as the output matrix on the output device.
+- CPU buffer list (make_cpu_buft_list): the first device's host buffer (unless --no-host), the
+  CPU's extra (repack) buffer, then plain CPU memory.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventory, llama_order
+from planner.core.errors import FlagError
+from planner.llama.flags import LlamaFlags
+from planner.gguf.reader import ModelFile
+
+log = logging.getLogger(__name__)
+
+HOST = "Host"
+CPU_REPACK = "CPU_REPACK"
+INPUT_LAYER = -1
+
+# ggml buffer alignment per backend (ggml-impl.h TENSOR_ALIGNMENT for CPU and for rpc-servers
+# running the CPU backend; ggml-cuda.cu 128). Vulkan/SYCL/Metal vary by device: CPU's value
+# is used, which moves a model buffer by less than 1 KiB per tensor.
+ALIGNMENT: dict[Backend, int] = {Backend.CPU: 32, Backend.RPC: 32, Backend.CUDA: 128, Backend.ROCM: 128,
+                                 Backend.VULKAN: 32, Backend.METAL: 32, Backend.SYCL: 32}
+# Backends whose device offers a pinned host buffer type, which make_cpu_buft_list puts first.
+HOST_BUFFER_BACKENDS = frozenset({Backend.CUDA, Backend.ROCM, Backend.SYCL, Backend.VULKAN})
+
+
+class WeightOp(enum.Enum):
+    GET_ROWS = "get_rows"
+    MUL_MAT = "mul_mat"
+    MUL_MAT_ID = "mul_mat_id"
+    OTHER = "other"
+
+
+# ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type on x86: type -> rows must divide by this.
+# Q2_K additionally needs AVX512.
+REPACK_X86_AVX2: dict[Q, int] = {Q.Q4_0: 8, Q.Q4_K: 8, Q.IQ4_NL: 8, Q.MXFP4: 8}
+REPACK_X86_AVX512_EXTRA: dict[Q, int] = {Q.Q2_K: 8}
+
+
+@lru_cache(maxsize=1)
+def host_repack_table() -> dict[Q, int]:
+    """The repack table of this machine's CPU (the one llama.cpp's CPU backend would use here)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = set(re.findall(r"\b(avx2|avx512f)\b", f.read()))
+    except OSError:
+        return {}
+    table = dict(REPACK_X86_AVX2) if "avx2" in flags else {}
+    if "avx512f" in flags:
+        table.update(REPACK_X86_AVX512_EXTRA)
+    return table
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    backend: Backend
+    alignment: int
+    free_bytes: int
+    has_host_buffer: bool
+    endpoint: str | None = None
+
+    def buft_names(self) -> tuple[str, ...]:
+        """Names an -ot rule may use for this device's buffer type. ggml-rpc names every server's
+        buffer type `RPC0[host:port]` whatever the device's index, and llama.cpp refuses `RPC1`
+        ("unknown buffer type": checked with llama-fit-params)."""
+        return (f"RPC0[{self.endpoint}]",) if self.endpoint else (self.name,)
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """A weight as llama.cpp creates it: its layer (-1 input, n_layer_all output) and op."""
+
+    name: str
+    layer: int
+    op: WeightOp
+    ggml_type: Q
+    rows: int          # ne[1]
+    n_dims: int
+    n_bytes: int
+    duplicate_of: str = ""   # the tied output matrix: no second copy when it lands beside its original
+
+
+@dataclass(frozen=True)
+class Placement:
+    devices: tuple[Device, ...]
+    layer_device: tuple[str, ...]     # per layer 0..n_layer_all (last entry: the output layer), "CPU" or a device
+    tensor_buft: tuple[tuple[str, str], ...]   # (tensor name, buffer row: device name, Host or CPU_REPACK)
+    moved: tuple[tuple[str, str], ...]         # (tensor name, -ot target) for tensors an override matched
+    i_gpu_start: int
+    pipeline_parallel: bool
+
+
+def _device_from_spec(spec: DeviceSpec) -> Device:
+    return Device(spec.name, spec.backend, ALIGNMENT.get(spec.backend, 32), spec.free_bytes,
+                  spec.backend in HOST_BUFFER_BACKENDS, spec.endpoint)
+
+
+def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Device, ...]:
+    """llama.cpp's device list for a model, from the inventory plus `--rpc`, `-dev`, `-sm none`."""
+    specs = list(inventory.devices) if inventory else []
+    # llama.cpp registers an rpc-server only when --rpc names it
+    dropped = [s.name for s in specs if s.kind is DeviceKind.RPC and s.endpoint and s.endpoint not in flags.rpc]
+    if dropped:
+        log.warning("inventory devices %s are not in --rpc: llama.cpp would not use them", ", ".join(dropped))
+    specs = [s for s in specs if s.name not in dropped]
+    known = {s.endpoint for s in specs if s.kind is DeviceKind.RPC}
+    rpc_new = [e for e in flags.rpc if e not in known]
+    n_rpc = sum(1 for s in specs if s.kind is DeviceKind.RPC)
+    for i, endpoint in enumerate(rpc_new):
+        specs.append(DeviceSpec(name=f"RPC{n_rpc + i}", kind=DeviceKind.RPC, backend=Backend.RPC, total_bytes=0,
+                                free_bytes=0, bandwidth_bytes_s=0, fp16_flops=0, link_bytes_s=0, endpoint=endpoint))
+    specs = [s for s in specs if s.kind is not DeviceKind.CPU]
+    if flags.devices is not None:
+        if flags.devices == ("none",):
+            chosen: list[DeviceSpec] = []
+        else:
+            by_name = {s.name.lower(): s for s in specs}
+            missing = [d for d in flags.devices if d.lower() not in by_name]
+            if missing:
+                raise FlagError(f"-dev: invalid device {missing[0]!r}; available: {', '.join(by_name) or 'none'}")
+            chosen = [by_name[d.lower()] for d in flags.devices]
+    else:
+        ordered = llama_order(specs)
+        has_gpu = any(s.kind is DeviceKind.GPU for s in ordered)
+        chosen = [s for s in ordered if not (s.kind is DeviceKind.IGPU and has_gpu)]
+    if flags.split_mode == "none" and chosen:
+        if flags.main_gpu < 0:
+            chosen = []
+        elif flags.main_gpu >= len(chosen):
+            raise FlagError(f"-mg {flags.main_gpu}: invalid main GPU (available devices: {len(chosen)})")
+        else:
+            chosen = [chosen[flags.main_gpu]]
+    if flags.split_mode in ("row", "tensor") and chosen:
+        raise FlagError(f"-sm {flags.split_mode}: fitplan models layer and none splits only")
+    return tuple(_device_from_spec(s) for s in chosen)
+
+
+def layer_devices(n_layer_all: int, ngl_flag: int, devices: tuple[Device, ...],
+                  tensor_split: tuple[float, ...]) -> tuple[tuple[str, ...], int]:
+    """Device of every layer 0..n_layer_all (the last is the output layer), and i_gpu_start."""
+    ngl = ngl_flag if ngl_flag >= 0 else n_layer_all + 1
+    i_gpu_start = max(n_layer_all + 1 - ngl, 0)
+    act = 0 if not devices else min(ngl, n_layer_all + 1)
+    n = len(devices)
+    ts = list(tensor_split[:n]) + [0.0] * max(0, n - len(tensor_split))
+    raw = ts if any(x != 0.0 for x in ts) else [float(d.free_bytes) for d in devices]
+    if n and not any(raw):  # devices that report no memory fall back to the host's: equal shares
+        raw = [1.0] * n
+    # float32 throughout, as llama.cpp's std::vector<float> splits
+    cum = np.cumsum(np.array(raw, dtype=np.float32), dtype=np.float32)
+    splits = (cum / cum[-1]).astype(np.float32) if n and cum[-1] != 0 else cum
+    out = []
+    for il in range(n_layer_all + 1):
+        if il < i_gpu_start or il - i_gpu_start >= act:
+            out.append("CPU")
+            continue
+        x = np.float32(il - i_gpu_start) / np.float32(act)
+        k = int(np.searchsorted(splits, x, side="right"))
+        out.append(devices[min(k, n - 1)].name)
+    return tuple(out), i_gpu_start
+
+
+_INPUT_NAMES = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
+_BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+def weight_op(suffix: str, n_dims: int) -> WeightOp:
+    """The op llama.cpp tests a weight with (llm_tensor_info_mapping), reduced to what repacking needs."""
+    if suffix.endswith(".bias") or "norm" in suffix or suffix.startswith(("ssm_conv", "ssm_a", "ssm_d")):
+        return WeightOp.OTHER
+    if "_exps" in suffix or "_chexps" in suffix:
+        return WeightOp.MUL_MAT_ID if n_dims == 3 else WeightOp.OTHER
+    return WeightOp.MUL_MAT if suffix.endswith(".weight") else WeightOp.OTHER
+
+
+def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
+    """Every weight llama.cpp creates, with its layer; a tied output matrix is appended as `output.weight`."""
+    slots = []
+    for t in model.tensors:
+        m = _BLK.match(t.name)
+        if m:
+            layer, suffix = int(m.group(1)), m.group(2)
+        elif t.name.startswith(_INPUT_NAMES):
+            layer, suffix = INPUT_LAYER, t.name
+        else:
+            layer, suffix = n_layer_all, t.name
+        op = WeightOp.GET_ROWS if layer == INPUT_LAYER else weight_op(suffix, len(t.shape))
+        rows = t.shape[1] if len(t.shape) > 1 else 1
+        slots.append(TensorSlot(t.name, layer, op, t.ggml_type, rows, len(t.shape), t.n_bytes))
+    names = {t.name for t in model.tensors}
+    embd = model.tensor("token_embd.weight")
+    if "output.weight" not in names and embd is not None:
+        # create_tensor(... TENSOR_DUPLICATED): the output matrix is a second copy on the output device
+        slots.append(TensorSlot("output.weight", n_layer_all, WeightOp.MUL_MAT, embd.ggml_type,
+                                embd.shape[1] if len(embd.shape) > 1 else 1, len(embd.shape), embd.n_bytes,
+                                duplicate_of=embd.name))
+    return tuple(slots)
+
+
+def _cpu_buft(slot: TensorSlot, devices: tuple[Device, ...], flags: LlamaFlags, repack: dict[Q, int]) -> str:
+    """First of make_cpu_buft_list's buffer types that takes this weight: host buffer, repack, CPU."""
+    if not flags.no_host and devices and devices[0].has_host_buffer:
+        return HOST
+    if flags.repack and slot.ggml_type in repack and slot.rows % repack[slot.ggml_type] == 0:
+        if (slot.op is WeightOp.MUL_MAT and slot.n_dims == 2) or (slot.op is WeightOp.MUL_MAT_ID and slot.n_dims == 3):
+            return CPU_REPACK
+    return HOST
+
+
+def _override_target(target: str, devices: tuple[Device, ...]) -> str | None:
+    """Device name of an -ot buffer type; None for CPU. Unknown names are refused as llama.cpp does."""
+    if target == "CPU":
+        return None
+    for dev in devices:
+        if target in dev.buft_names():
+            return dev.name
+    raise FlagError(f"-ot: unknown buffer type {target!r}; available: CPU"
+                    + "".join(f", {n}" for d in devices for n in d.buft_names()[-1:]))
+
+
+def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...], devices: tuple[Device, ...],
+                   flags: LlamaFlags, repack: dict[Q, int]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """Buffer row of every weight, and which weights an override moved (to what)."""
+    rules = [(re.compile(o.pattern), o.target, _override_target(o.target, devices)) for o in flags.overrides]
+    placed, moved = [], []
+    for slot in slots:
+        row = None
+        for regex, target, dev in rules:
+            # llama.cpp creates a tied output matrix under token_embd's name (TENSOR_DUPLICATED),
+            # so an -ot rule sees that name (checked against llama-fit-params)
+            if regex.search(slot.duplicate_of or slot.name):
+                row = dev if dev is not None else _cpu_buft(slot, devices, flags, repack)
+                moved.append((slot.name, target))
+                break
+        if row is None:
+            dev_name = "CPU" if slot.layer == INPUT_LAYER else layer_device[slot.layer]
+            row = _cpu_buft(slot, devices, flags, repack) if dev_name == "CPU" else dev_name
+        if slot.duplicate_of and (slot.duplicate_of, row) in placed:
+            continue  # create_tensor reuses the original when both share a buffer type
+        placed.append((slot.name, row))
+    return tuple(placed), tuple(moved)
+
+
+def place(slots: tuple[TensorSlot, ...], n_layer_all: int, flags: LlamaFlags, devices: tuple[Device, ...],
+          repack: dict[Q, int] | None = None) -> Placement:
+    """The whole placement for one set of flags; O(layers + tensors x rules)."""
+    repack = host_repack_table() if repack is None else repack
+    layer_dev, i_gpu_start = layer_devices(n_layer_all, flags.n_gpu_layers, devices, flags.tensor_split)
+    placed, moved = assign_weights(slots, layer_dev, devices, flags, repack)
+    ngl = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer_all + 1
+    # llama_context: pipeline parallelism only with several devices, every layer offloaded, layer
+    # split, KV offloaded and no override (RPC devices report async + events).
+    pipeline = (len(devices) > 1 and ngl > n_layer_all and flags.split_mode == "layer"
+                and flags.kv_offload and not flags.overrides)
+    return Placement(devices, layer_dev, placed, tuple(moved), i_gpu_start, pipeline)

@@ -1,0 +1,268 @@
+"""A first model of llama.cpp's compute buffers per device (the embedded runtime will replace it).
+
+What the pinned llama.cpp reserves (src/llama-context.cpp sched_reserve, ggml-backend.cpp, ggml-alloc.c):
+- the worst-case graph has T = min(n_ctx, n_ubatch) tokens and min(T, n_batch) outputs;
+- graph inputs (tokens, positions, KQ masks, cache row indices, output ids) live on the CPU
+  backend; each device copies in the inputs its layers read, plus the hidden state crossing from
+  the previous device (seed 000: "what an input means to a split");
+- with pipeline parallelism every graph input and every crossing copy exists n_copies = 4 times
+  and is never freed (seed 000 §"Four copies");
+- inside a device the allocator frees a tensor after its last use and runs norms, ropes, adds and
+  softmax in place, so a layer's peak is roughly the residual stream, one normed copy and the
+  FFN's up/gate/activation rows — or, without flash attention, the n_kv x T x n_head scores;
+- the output device also holds the logits, n_vocab x outputs f32.
+Terms are counted in bytes; a small per-device constant covers graph bookkeeping tensors.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from planner.model.arch import AttnKind
+from planner.llama.flags import LlamaFlags
+from planner.llama.kv import ContextParams, pulled_attention, swa_cells
+from planner.llama.placement import CPU_REPACK, HOST, Placement
+
+if TYPE_CHECKING:
+    from planner.memory.estimate import ModelContext
+
+N_COPIES_PIPELINE = 4   # GGML_SCHED_MAX_COPIES
+F32 = 4
+F16 = 2
+I32 = 4
+I64 = 8
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Per-token widths (elements) of the tensors a layer materialises, from the model's weights."""
+
+    n_embd: int
+    n_ff: int            # dense FFN width
+    n_ff_moe: int        # n_expert_used x expert width (0 without routed experts)
+    shared_experts: bool
+    n_expert_used: int
+    q_width: int         # n_head x head_dim_k
+    kv_width: int        # n_head_kv x head_dim
+    n_head: int
+    n_vocab: int
+    ssm_in: int          # Mamba-2 in_proj output width (0 without SSM layers)
+    ssm_conv: int        # conv channels (d_inner + 2 n_group d_state)
+    ssm_inner: int
+
+
+def model_shapes(ctx: ModelContext) -> Shapes:
+    f, meta = ctx.facts, ctx.model.metadata
+    n_ff = n_ff_moe = 0
+    shared = False
+    for t in ctx.model.tensors:
+        if len(t.shape) < 2 or not (".ffn_up" in t.name or ".ffn_gate" in t.name) or "_inp" in t.name:
+            continue
+        if len(t.shape) == 3:
+            n_ff_moe = max(n_ff_moe, t.shape[1] * max(1, f.n_expert_used))
+        else:
+            n_ff = max(n_ff, t.shape[1])
+            shared = shared or "shexp" in t.name
+    q = max((lf.n_head * lf.head_dim_k for lf in f.layers), default=f.n_embd)
+    kv = max((lf.n_head_kv * max(lf.head_dim_k, lf.head_dim_v) for lf in f.layers), default=0)
+    n_head = max((lf.n_head for lf in f.layers), default=1)
+    arch = f.arch
+    d_inner = int(meta.get(f"{arch}.ssm.inner_size", 0) or 0)
+    d_state = int(meta.get(f"{arch}.ssm.state_size", 0) or 0)
+    n_group = int(meta.get(f"{arch}.ssm.group_count", 0) or 0)
+    n_ssm_head = int(meta.get(f"{arch}.ssm.time_step_rank", 0) or 0)
+    conv = d_inner + 2 * n_group * d_state
+    return Shapes(f.n_embd, n_ff, n_ff_moe, shared, max(1, f.n_expert_used), q, kv, n_head, f.n_vocab,
+                  d_inner + conv + n_ssm_head if d_inner else 0, conv if d_inner else 0, d_inner)
+
+
+def _ffn_work(sh: Shapes, t: int) -> int:
+    """FFN peak, calibrated against llama-fit-params (bench/bench_estimate_accuracy.py).
+
+    Dense SwiGLU/GeGLU: the residual plus up, gate and activation rows. Routed experts also hold the
+    down projection's n_embd x n_expert_used rows (it does not fit the freed up/gate hole) — except
+    with shared experts, where the measured peak stays at the up/gate/activation level.
+    """
+    e = sh.n_embd * t * F32
+    dense = e + 3 * sh.n_ff * t * F32
+    if not sh.n_ff_moe:
+        return dense
+    f, d = sh.n_ff_moe * t * F32, sh.n_embd * sh.n_expert_used * t * F32
+    moe = 2 * e + 3 * f + (0 if sh.shared_experts else d)
+    return max(dense, moe)
+
+
+def _layer_work(sh: Shapes, kind: AttnKind, n_kv: int, t: int, fa: bool, n_stream: int) -> int:
+    """Peak live bytes while one layer runs on a device."""
+    e = sh.n_embd * t * F32
+    ffn = _ffn_work(sh, t)
+    attn = 2 * e + (sh.q_width + 2 * sh.kv_width) * t * F32
+    if kind in (AttnKind.FULL, AttnKind.SWA) and not fa:
+        scores = n_kv * (t // max(1, n_stream)) * n_stream * sh.n_head * F32
+        attn = e + sh.q_width * t * F32 + scores + sh.q_width * t * F32
+        # measured (granite hybrid, n_ctx 4096..131072): one more V-sized copy, its transposed view made contiguous
+        attn += n_kv * sh.kv_width * F16
+    if kind is AttnKind.RECURRENT and sh.ssm_in:
+        # Mamba-2 mixer: in_proj output, the padded conv input and output, the scan output
+        attn = 2 * e + (sh.ssm_in + 2 * sh.ssm_conv + sh.ssm_inner) * t * F32
+    return max(ffn, attn)
+
+
+def _mask_bytes(n_kv: int, t: int, fa: bool) -> int:
+    return n_kv * t * (F16 if fa else F32)
+
+
+def _boundary_crossings(ctx: ModelContext, sh: Shapes, placement: Placement, t: int) -> dict[str, int]:
+    """Extra tensors crossing where a recurrent layer ends a device's range.
+
+    Measured with GGML_SCHED_DEBUG: the scheduler runs part of that Mamba-2 mixer on the next
+    device, so its in_proj output crosses forward and the scan output crosses back.
+    """
+    out: dict[str, int] = defaultdict(int)
+    if not sh.ssm_in:
+        return out
+    devs = placement.layer_device
+    for lf in ctx.facts.layers:
+        il = lf.index
+        if lf.nextn or lf.kind is not AttnKind.RECURRENT or il + 1 >= len(devs) - 1:
+            continue
+        here, nxt = devs[il], devs[il + 1]
+        if here != nxt and "CPU" not in (here, nxt):
+            out[nxt] += sh.ssm_in * t * F32
+            out[here] += sh.ssm_inner * t * F32
+    return out
+
+
+def _kv_cells(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams) -> dict[AttnKind, int]:
+    trunk = [lf for lf in ctx.facts.layers if not lf.nextn]
+    cells = {AttnKind.FULL: cp.n_ctx_seq}
+    swa = [lf for lf in trunk if lf.kind is AttnKind.SWA]
+    if swa:
+        cells[AttnKind.SWA] = swa_cells(swa[0].window, cp, flags.swa_full)
+    return {k: v for k, v in cells.items() if any(lf.kind is k and lf.has_kv for lf in trunk)}
+
+
+def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, set[int]]:
+    """Work the CPU takes over when overrides keep an offloaded layer's FFN weights in host memory.
+
+    The scheduler runs a matmul where its weight lives, so the CPU computes those FFN parts
+    (routed experts: the whole expert block; dense: the moved projections) and the device gets
+    the expert rows back (measured: the weighting by router probabilities stays on the device).
+    Returns the CPU's work and the layers whose routed experts moved.
+    """
+    e, f_dense, f_moe = sh.n_embd * t * F32, sh.n_ff * t * F32, sh.n_ff_moe * t * F32
+    d = sh.n_embd * sh.n_expert_used * t * F32
+    experts: set[int] = set()
+    dense: dict[int, int] = defaultdict(int)
+    for name, row in placement.tensor_buft:
+        if row not in (HOST, CPU_REPACK) or not name.startswith("blk."):
+            continue
+        il = int(name.split(".")[1])
+        if placement.layer_device[il] == "CPU":
+            continue
+        if "_exps" in name:
+            experts.add(il)
+        elif ".ffn_up." in name or ".ffn_gate." in name or ".ffn_down." in name:
+            dense[il] += 1
+    host = max([2 * e + 3 * f_moe + (0 if sh.shared_experts else d)] if experts else [0])
+    host = max([host] + [e + k * f_dense for k in dense.values()])
+    return host, experts
+
+
+def _pulled_cores(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement, sh: Shapes,
+                  cells: dict[AttnKind, int], t: int) -> dict[str, int]:
+    """The attention cores kv.pulled_attention moves onto a device, sized from llama-fit-params on a
+    Granite-4.0-H-class hybrid (n_ctx 4096..131072, -ub 32..512, within 1 %): the K and V views
+    and the mask copied in, plus the fused op's Q and output rows — or, without flash attention,
+    the scores and a second V copy (its transposed view made contiguous)."""
+    out: dict[str, int] = defaultdict(int)
+    for il, dev in pulled_attention(ctx.facts, flags, placement.layer_device).items():
+        n_kv = cells.get(ctx.facts.layers[il].kind, 0)
+        view = n_kv * sh.kv_width * F16
+        if cp.flash_attn:
+            core = 2 * view + n_kv * t * F16 + 2 * sh.q_width * t * F32
+        else:
+            core = 3 * view + n_kv * t * F32 + n_kv * t * sh.n_head * F32 + sh.q_width * t * F32
+        out[dev] = max(out[dev], core)
+    return out
+
+
+def _output_row(placement: Placement) -> str:
+    """Where the logits are computed: beside the output matrix (seed 000's 1.wgt rule), which an
+    -ot rule can keep in host memory while the output layer itself is offloaded."""
+    row = dict(placement.tensor_buft).get("output.weight")
+    if row is None and dict(placement.moved).get("output.weight") == "CPU":
+        row = HOST  # a tied duplicate sent to the CPU shares token_embd's host copy
+    if row is None:
+        row = HOST if placement.layer_device[-1] == "CPU" else placement.layer_device[-1]
+    return HOST if row in (HOST, CPU_REPACK) else row
+
+
+def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement,
+                  use_runtime: bool = True) -> dict[str, int]:
+    """Compute buffer bytes per buffer row (device names and Host).
+
+    Per row: what is never freed (pipeline copies; the unused embeddings input on the CPU) plus
+    the larger of the layer phase (inputs still read + the worst layer) and the output phase
+    (logits + the normed and last hidden rows), since the allocator frees the masks before the
+    output matmul runs.
+    Where the runtime has a graph builder, its allocator's reserve is the figure (runtime/engine/reserve.py);
+    `use_runtime=False` asks for the analytic model alone (fast: the planner's search uses it).
+    """
+    if use_runtime:
+        from runtime.engine.reserve import reserve_compute
+
+        measured = reserve_compute(ctx, flags, cp, placement)
+        if measured is not None:
+            return measured
+    sh = ctx.compute_shapes
+    t = min(cp.n_ctx, cp.n_ubatch)
+    n_out = min(t, cp.n_batch)
+    pipeline = placement.pipeline_parallel
+    copies = N_COPIES_PIPELINE if pipeline else 1
+    cells = _kv_cells(ctx, flags, cp)
+    per_kind = {k: _mask_bytes(n, t, cp.flash_attn) + 2 * t * I64 for k, n in cells.items()}
+    e = sh.n_embd * t * F32
+    # llm_graph_input_embd: the token ids and an f32 embeddings input (unused for text, still allocated)
+    graph_inputs = e + 2 * t * I32 + n_out * I32 + sum(per_kind.values())
+    host_moved, experts_moved = _moved_to_cpu_work(sh, placement, t)
+    work: dict[str, int] = defaultdict(int)
+    kinds: dict[str, set[AttnKind]] = defaultdict(set)
+    for lf in ctx.facts.layers:
+        if lf.nextn:
+            continue
+        row = HOST if placement.layer_device[lf.index] == "CPU" else placement.layer_device[lf.index]
+        on_device = sh if lf.index not in experts_moved else replace(sh, n_ff_moe=0)
+        layer = _layer_work(on_device, lf.kind, cells.get(lf.kind, 0), t, cp.flash_attn, cp.n_stream)
+        if lf.index in experts_moved:  # the expert rows come back for weighting and summing
+            layer = max(layer, 2 * e + sh.n_embd * sh.n_expert_used * t * F32)
+        work[row] = max(work[row], layer)
+        if lf.kind in cells:
+            kinds[row].add(lf.kind)
+    work[HOST] = max(work[HOST], host_moved)
+    for row, core in _pulled_cores(ctx, flags, cp, placement, sh, cells, t).items():
+        work[row] = max(work[row], core)
+    out_row = _output_row(placement)
+    extra = _boundary_crossings(ctx, sh, placement, t)
+    output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
+    if sh.n_ff_moe and sh.shared_experts and cp.n_seq == 1:
+        # measured (deepseek2): with one sequence the last layer's expert rows stay below the
+        # logits in the arena; with two or more they do not
+        output_phase += sh.n_embd * ctx.facts.n_expert_used * n_out * F32
+    rows: dict[str, int] = {}
+    for row in set(work) | {HOST, out_row}:
+        if row == HOST:
+            held = graph_inputs * copies if pipeline else e
+            live = (0 if pipeline else graph_inputs - e) + e  # + the token embeddings gathered on the CPU
+            out = output_phase
+        else:
+            crossing = e + 2 * t * I32 + sum(per_kind[k] for k in kinds[row]) + extra.get(row, 0)
+            held = crossing * copies if pipeline else 0
+            live = 0 if pipeline else crossing
+            # measured: behind the four held copies the arena fragments by about two more hidden rows
+            live += 2 * e if pipeline else 0
+            out = output_phase + (e if pipeline else 0)
+        layers = live + work[row] if (row in work or row == HOST) else 0
+        rows[row] = held + max(layers, out if row == out_row else 0)
+    return rows

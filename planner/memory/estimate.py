@@ -1,0 +1,163 @@
+"""`fitplan estimate`: what the pinned llama.cpp would allocate on each device for a set of flags.
+
+Rows follow llama.cpp's memory breakdown (common_get_device_memory_data / --fit-print): one per
+model device in llama.cpp's order, then `Host` (every host buffer: CPU weights, CPU KV, the CPU
+compute buffer), then `CPU_REPACK` when repacked weights exist — --fit-print leaves that buffer
+out of its Host line, so it gets its own row. Figures are bytes inside.
+
+For a planner calling this many times: build a `ModelContext` once (`model_context`), then each
+`estimate(ctx, flags)` is O(layers + tensors x override rules) and reads no file.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from planner.model.arch import ModelFacts, model_facts
+from planner.memory.analytic import compute_bytes
+from planner.hardware.inventory import Inventory
+from planner.gguf.examples import resolve_model
+from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
+from planner.gguf.reader import ModelFile, read_model
+from planner.llama.kv import (
+    ContextParams,
+    context_bytes,
+    context_params,
+    layer_caches,
+    resolve_auto_fa,
+)
+from planner.llama.placement import (
+    CPU_REPACK,
+    HOST,
+    Placement,
+    TensorSlot,
+    place,
+    resolve_devices,
+    tensor_slots,
+)
+from planner.core.render import layer_ranges, table
+from planner.core.units import fmt_mib, pad
+
+HOST_ALIGNMENT = 32
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """A model read once: header, architecture facts and the weight list llama.cpp creates."""
+
+    model: ModelFile
+    facts: ModelFacts
+    slots: tuple[TensorSlot, ...]
+
+    @functools.cached_property
+    def slot_bytes(self) -> dict[str, int]:
+        """Bytes of each weight llama.cpp creates, by name."""
+        return {s.name: s.n_bytes for s in self.slots}
+
+    @functools.cached_property
+    def compute_shapes(self) -> Any:
+        """The widths the compute model needs (compute.Shapes), worked out once per model."""
+        from planner.memory.analytic import model_shapes
+
+        return model_shapes(self)
+
+
+def model_context(model: str | os.PathLike[str] | ModelFile | ModelContext) -> ModelContext:
+    if isinstance(model, ModelContext):
+        return model
+    mf = model if isinstance(model, ModelFile) else read_model(resolve_model(str(model)))
+    facts = model_facts(mf)
+    return ModelContext(mf, facts, tensor_slots(mf, facts.n_layer_all))
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    name: str
+    model_bytes: int
+    context_bytes: int
+    compute_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.model_bytes + self.context_bytes + self.compute_bytes
+
+
+@dataclass(frozen=True)
+class Estimate:
+    model_path: str
+    flags: LlamaFlags
+    cparams: ContextParams
+    devices: tuple[DeviceMemory, ...]
+    layers: tuple[tuple[str, tuple[int, ...]], ...]   # (device, layer indices; n_layer_all = output)
+    output_device: str
+    moved: tuple[tuple[str, str], ...]
+    pipeline_parallel: bool
+    n_layer_all: int
+
+    def device(self, name: str) -> DeviceMemory | None:
+        return next((d for d in self.devices if d.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model_path,
+            "flags": " ".join(flags_to_argv(self.flags)),
+            "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
+                         "compute_bytes": d.compute_bytes} for d in self.devices],
+            "layers": {name: list(ls) for name, ls in self.layers},
+            "output_device": self.output_device,
+            "n_ctx": self.cparams.n_ctx, "n_ctx_seq": self.cparams.n_ctx_seq, "n_seq": self.cparams.n_seq,
+            "n_ubatch": self.cparams.n_ubatch, "flash_attn": self.cparams.flash_attn,
+            "pipeline_parallel": self.pipeline_parallel,
+            "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
+            "ignored_flags": list(self.flags.ignored),
+        }
+
+    def to_table(self) -> str:
+        rows = [[d.name, fmt_mib(d.model_bytes), fmt_mib(d.context_bytes), fmt_mib(d.compute_bytes),
+                 fmt_mib(d.total_bytes), layer_ranges(dict(self.layers).get("CPU" if d.name == HOST else d.name, ()),
+                                                 self.n_layer_all)] for d in self.devices]
+        out = [f"{self.model_path}", f"n_ctx {self.cparams.n_ctx} ({self.cparams.n_stream} stream(s) of "
+               f"{self.cparams.n_ctx_seq}), n_ubatch {self.cparams.n_ubatch}, flash attention "
+               f"{'on' if self.cparams.flash_attn else 'off'}, output layer on {self.output_device}"
+               + (", pipeline parallel" if self.pipeline_parallel else ""), "",
+               table(["device", "model MiB", "context MiB", "compute MiB", "total MiB", "layers"], rows,
+                     align="lrrrrl")]
+        if self.moved:
+            out += ["", "tensors moved by overrides:"] + [f"  {t} -> {to}" for t, to in self.moved]
+        if self.flags.ignored:
+            out += ["", "ignored (no effect on memory): " + " ".join(self.flags.ignored)]
+        return "\n".join(out) + "\n"
+
+
+def _model_bytes(ctx: ModelContext, placement: Placement, alignment: dict[str, int]) -> dict[str, int]:
+    size = ctx.slot_bytes
+    out: dict[str, int] = defaultdict(int)
+    for name, row in placement.tensor_buft:
+        out[row] += pad(size[name], alignment.get(row, HOST_ALIGNMENT))
+    return dict(out)
+
+
+def estimate(model: str | os.PathLike[str] | ModelFile | ModelContext, flags: LlamaFlags | list[str],
+             inventory: Inventory | None = None, exact_compute: bool = True) -> Estimate:
+    """Per-device model, context and compute bytes llama.cpp would allocate for `flags`."""
+    ctx = model_context(model)
+    if not isinstance(flags, LlamaFlags):
+        flags = parse_llama_flags(list(flags))
+    facts = ctx.facts
+    devices = resolve_devices(flags, inventory)
+    placement = place(ctx.slots, facts.n_layer_all, flags, devices)
+    cp = resolve_auto_fa(facts, flags, context_params(flags, facts.n_ctx_train), placement.layer_device)
+    alignment = {d.name: d.alignment for d in devices}
+    weights = _model_bytes(ctx, placement, alignment)
+    kv = context_bytes(layer_caches(facts, flags, cp, placement, alignment))
+    compute = compute_bytes(ctx, flags, cp, placement, use_runtime=exact_compute)
+    names = [d.name for d in devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
+    rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
+    by_dev: dict[str, list[int]] = defaultdict(list)
+    for il, d in enumerate(placement.layer_device):
+        by_dev[d].append(il)
+    return Estimate(ctx.model.path, flags, cp, rows, tuple((d, tuple(ls)) for d, ls in by_dev.items()),
+                    placement.layer_device[-1], placement.moved, placement.pipeline_parallel, facts.n_layer_all)

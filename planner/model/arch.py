@@ -1,0 +1,294 @@
+"""Architecture facts per layer, read from GGUF metadata the way the pinned llama.cpp reads them.
+
+The rules (defaults, SWA patterns, which layers are recurrent) are facts of llama.cpp's
+`src/models/<arch>.cpp` `load_arch_hparams` and `src/llama-hparams.cpp` at the pinned build
+(llama-cpp-python 0.3.36). They live in the tables below, keyed by architecture name.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from planner.core.errors import GGUFError
+from planner.gguf.reader import ModelFile, SkippedArray
+
+log = logging.getLogger(__name__)
+
+
+class AttnKind(enum.Enum):
+    FULL = "full"
+    SWA = "swa"
+    RECURRENT = "recurrent"
+    NONE = "none"      # no attention and no state: an FFN-only block (e.g. some nemotron_h layers)
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class SwaRule:
+    """How an architecture marks its sliding-window layers when the file has no per-layer array.
+
+    llama_hparams::set_swa_pattern: layer il is SWA when il % pattern < pattern - 1, or, with
+    dense_first, when il % pattern != 0.
+    """
+
+    pattern: int
+    dense_first: bool = False
+    default_window: int = 0
+    needs_window_key: bool = False  # SWA only when the file declares a window (gemma3, afmoe, …)
+    chunked: bool = False           # llama4's chunked attention
+
+
+SWA_RULES: dict[str, SwaRule] = {
+    "gemma2": SwaRule(2, default_window=4096),
+    "gemma3": SwaRule(6, needs_window_key=True),
+    "gemma3n": SwaRule(5),
+    "gemma-embedding": SwaRule(6),
+    "cohere2": SwaRule(4),
+    "cohere2moe": SwaRule(4, dense_first=True),
+    "gpt-oss": SwaRule(2),
+    "llama4": SwaRule(4, default_window=8192, chunked=True),
+    "exaone4": SwaRule(4, default_window=4096),
+    "exaone-moe": SwaRule(4, default_window=128),
+    "afmoe": SwaRule(4, needs_window_key=True),
+    "smallthinker": SwaRule(4, dense_first=True, needs_window_key=True),
+    "laguna": SwaRule(4, dense_first=True, needs_window_key=True),
+    # pattern 0: every attention layer slides once the file sets a window (src/models/lfm2.cpp)
+    "lfm2": SwaRule(0, needs_window_key=True),
+}
+
+
+class RecurrentRule(enum.Enum):
+    ALL = "all"                     # every block is recurrent (mamba, rwkv)
+    NO_KV_HEADS = "no_kv_heads"     # recurrent where head_count_kv[il] == 0 (jamba, lfm2, granitehybrid…)
+    NO_KV_NO_FFN = "no_kv_no_ffn"   # nemotron_h: recurrent where head_count_kv and feed_forward_length are 0
+    INTERVAL = "interval"           # every full_attention_interval-th block attends (qwen3next, minimax-01)
+    PARALLEL = "parallel"           # attention and SSM in every block (falcon-h1)
+
+
+RECURRENT_RULES: dict[str, RecurrentRule] = {
+    "mamba": RecurrentRule.ALL, "mamba2": RecurrentRule.ALL,
+    "rwkv6": RecurrentRule.ALL, "rwkv6qwen2": RecurrentRule.ALL,
+    "rwkv7": RecurrentRule.ALL, "arwkv7": RecurrentRule.ALL,
+    "jamba": RecurrentRule.NO_KV_HEADS, "granitehybrid": RecurrentRule.NO_KV_HEADS,
+    "lfm2": RecurrentRule.NO_KV_HEADS, "lfm2moe": RecurrentRule.NO_KV_HEADS,
+    "kimi-linear": RecurrentRule.NO_KV_HEADS, "kimi-k3": RecurrentRule.NO_KV_HEADS,
+    "glm5-next": RecurrentRule.NO_KV_HEADS, "bailingmoe3": RecurrentRule.NO_KV_HEADS,
+    "nemotron_h": RecurrentRule.NO_KV_NO_FFN, "nemotron_h_moe": RecurrentRule.NO_KV_NO_FFN,
+    "qwen3next": RecurrentRule.INTERVAL, "qwen35": RecurrentRule.INTERVAL,
+    "qwen35moe": RecurrentRule.INTERVAL, "minimax-01": RecurrentRule.INTERVAL,
+    "falcon-h1": RecurrentRule.PARALLEL,
+}
+
+# Architectures fitplan knows to be plain transformers: every block attends over a full cache.
+# Anything not here, in SWA_RULES or in RECURRENT_RULES still gets weights per layer; its layers
+# are UNKNOWN with no KV figures, since guessing full attention would be wrong for SWA or
+# recurrent designs.
+KNOWN_DENSE = frozenset({
+    "llama", "mistral3", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "qwen3vl", "qwen3vlmoe", "phi3",
+    "deepseek2", "deepseek", "glm4", "glm4moe", "granite", "granitemoe", "olmo", "olmo2", "olmoe",
+    "starcoder2", "stablelm", "internlm2", "minicpm", "minicpm3", "ernie4_5", "ernie4_5-moe",
+    "gemma", "command-r", "dbrx", "grok", "arcee", "seed_oss", "smollm3", "hunyuan-moe",
+    "hunyuan-dense", "bailingmoe", "bailingmoe2", "dots1", "minimax-m2", "apertus", "phimoe",
+})
+
+
+@dataclass(frozen=True)
+class LayerFacts:
+    index: int
+    kind: AttnKind
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    window: int = 0              # sliding window in tokens, 0 for full attention
+    has_kv: bool = True          # False where the layer reuses an earlier layer's cache (gemma3n)
+    state_r: int = 0             # recurrent conv/shift state, f32 elements per sequence
+    state_s: int = 0             # recurrent SSM/WKV state, f32 elements per sequence
+    nextn: bool = False          # an MTP/nextn block appended after the trunk
+
+    @property
+    def k_per_cell(self) -> int:
+        """K elements one token occupies in this layer's cache (n_embd_k_gqa)."""
+        return self.head_dim_k * self.n_head_kv if self.has_kv else 0
+
+    @property
+    def v_per_cell(self) -> int:
+        return self.head_dim_v * self.n_head_kv if self.has_kv else 0
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    arch: str
+    n_layer: int                 # trunk blocks (llama.cpp's n_layer), nextn blocks excluded
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    n_expert: int
+    n_expert_used: int
+    n_expert_shared: int
+    mla: bool
+    known: bool                  # False: KV facts unknown for this architecture
+    layers: tuple[LayerFacts, ...]   # trunk layers then nextn layers
+
+    @property
+    def n_layer_all(self) -> int:
+        return len(self.layers)
+
+
+class _Meta:
+    """Typed access to `{arch}.*` keys with the file named in every error."""
+
+    def __init__(self, model: ModelFile) -> None:
+        self.model = model
+        self.arch = model.architecture
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.model.metadata.get(f"{self.arch}.{key}", default)
+
+    def need(self, key: str) -> Any:
+        value = self.get(key)
+        if value is None:
+            raise GGUFError(self.model.path, f"missing required key {self.arch}.{key}")
+        return value
+
+    def per_layer(self, key: str, n: int, default: Any) -> list[Any]:
+        """A scalar broadcast to every layer, or a per-layer array (llama.cpp's get_key_or_arr)."""
+        value = self.get(key, default)
+        if isinstance(value, SkippedArray):
+            raise GGUFError(self.model.path, f"{self.arch}.{key} has {value.count} entries, expected {n}")
+        if isinstance(value, tuple):
+            if len(value) < n:
+                raise GGUFError(self.model.path, f"{self.arch}.{key} has {len(value)} entries, expected {n}")
+            return list(value[:n])
+        return [value] * n
+
+
+def _vocab_size(model: ModelFile, meta: _Meta) -> int:
+    tokens = model.metadata.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        return len(tokens)
+    if meta.get("vocab_size"):
+        return int(meta.get("vocab_size"))
+    embd = model.tensor("token_embd.weight")
+    return embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0
+
+
+def _swa_flags(meta: _Meta, n: int) -> tuple[list[bool], int]:
+    """Which layers use a sliding window, and the window; llama.cpp's load_swa_pattern."""
+    window = int(meta.get("attention.sliding_window", 0) or 0)
+    pattern = meta.get("attention.sliding_window_pattern")
+    if isinstance(pattern, tuple):  # per-layer booleans win over any default
+        flags = [bool(x) for x in pattern[:n]] + [False] * max(0, n - len(pattern))
+        return flags, window
+    rule = SWA_RULES.get(meta.arch)
+    if rule is None or (rule.needs_window_key and window == 0):
+        return [False] * n, 0
+    window = window or rule.default_window
+    every = int(pattern) if pattern is not None else rule.pattern
+    if rule.dense_first:
+        return [every == 0 or il % every != 0 for il in range(n)], window
+    return [every == 0 or il % every < every - 1 for il in range(n)], window
+
+
+def _recurrent_flags(meta: _Meta, n: int, n_layer: int, n_head_kv: list[int], n_ff: list[int]) -> list[bool]:
+    rule = RECURRENT_RULES.get(meta.arch)
+    if rule is None:
+        return [False] * n
+    if rule in (RecurrentRule.ALL, RecurrentRule.PARALLEL):
+        return [True] * n
+    if rule is RecurrentRule.NO_KV_HEADS:
+        return [kv == 0 for kv in n_head_kv]
+    if rule is RecurrentRule.NO_KV_NO_FFN:
+        return [kv == 0 and ff == 0 for kv, ff in zip(n_head_kv, n_ff)]
+    explicit = meta.get("attention.recurrent_layers")
+    if isinstance(explicit, tuple):
+        return [bool(x) for x in explicit[:n]]
+    interval = int(meta.get("full_attention_interval", 4) or 4)
+    # MTP blocks past the trunk are plain attention (src/models/qwen3next.cpp, qwen35.cpp)
+    return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
+
+
+def _state_sizes(meta: _Meta, n_embd: int) -> tuple[int, int]:
+    """Per-sequence recurrent state (r, s) in elements: llama_hparams::n_embd_r / n_embd_s."""
+    wkv_head = int(meta.get("wkv.head_size", 0) or 0)
+    if wkv_head:  # RWKV: token-shift rows and the WKV matrix state
+        return int(meta.get("token_shift_count", 2) or 2) * n_embd, n_embd * wkv_head
+    d_conv = int(meta.get("ssm.conv_kernel", 0) or 0)
+    d_inner = int(meta.get("ssm.inner_size", 0) or 0)
+    d_state = int(meta.get("ssm.state_size", 0) or 0)
+    n_group = int(meta.get("ssm.group_count", 0) or 0)
+    l_cache = int(meta.get("shortconv.l_cache", 0) or 0)
+    r = n_embd * (l_cache - 1) if l_cache else max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    return r, d_state * d_inner
+
+
+def model_facts(model: ModelFile) -> ModelFacts:
+    """Per-layer architecture facts from a model's metadata."""
+    meta = _Meta(model)
+    n_trunk_all = int(meta.need("block_count"))
+    n_nextn = int(meta.get("nextn_predict_layers", 0) or 0)
+    n_layer = n_trunk_all - n_nextn
+    n_embd = int(meta.need("embedding_length"))
+    arch = model.architecture
+    recurrent_only = RECURRENT_RULES.get(arch) is RecurrentRule.ALL
+    if meta.get("attention.head_count") is None and not recurrent_only:
+        raise GGUFError(model.path, f"missing required key {arch}.attention.head_count")
+    n_head = [int(x) for x in meta.per_layer("attention.head_count", n_trunk_all, 0)]
+    n_head_kv = ([int(x) for x in meta.per_layer("attention.head_count_kv", n_trunk_all, 0)]
+                 if meta.get("attention.head_count_kv") is not None else list(n_head))
+    n_ff = [int(x) for x in meta.per_layer("feed_forward_length", n_trunk_all, 0)]
+    head_max = max(n_head) if n_head else 0
+    dk = int(meta.get("attention.key_length", 0) or 0) or (n_embd // head_max if head_max else 0)
+    dv = int(meta.get("attention.value_length", 0) or 0) or (n_embd // head_max if head_max else 0)
+    dk_swa = int(meta.get("attention.key_length_swa", 0) or 0) or dk
+    dv_swa = int(meta.get("attention.value_length_swa", 0) or 0) or dv
+    mla = bool(meta.get("attention.key_length_mla")) and bool(meta.get("attention.value_length_mla"))
+
+    swa, window = _swa_flags(meta, n_trunk_all)
+    recurrent = _recurrent_flags(meta, n_trunk_all, n_layer, n_head_kv, n_ff)
+    r, s = _state_sizes(meta, n_embd)
+    kv_from_start = _kv_from_start(meta, arch, n_trunk_all)
+    parallel = RECURRENT_RULES.get(arch) is RecurrentRule.PARALLEL
+    known = arch in KNOWN_DENSE or arch in SWA_RULES or arch in RECURRENT_RULES
+
+    layers = []
+    for il in range(n_trunk_all):
+        is_rec = recurrent[il]
+        attends = known and (not is_rec or parallel) and n_head_kv[il] > 0
+        if attends:
+            kind = AttnKind.SWA if swa[il] else AttnKind.FULL
+        elif is_rec:
+            kind = AttnKind.RECURRENT
+        else:
+            kind = AttnKind.NONE if known else AttnKind.UNKNOWN
+        layers.append(LayerFacts(
+            index=il, kind=kind, n_head=n_head[il], n_head_kv=n_head_kv[il] if attends else 0,
+            head_dim_k=(dk_swa if swa[il] else dk) if attends else 0,
+            head_dim_v=0 if (mla or not attends) else (dv_swa if swa[il] else dv),
+            window=window if kind is AttnKind.SWA else 0,
+            has_kv=attends and (kv_from_start is None or il < kv_from_start),
+            state_r=r if is_rec else 0, state_s=s if is_rec else 0,
+            nextn=il >= n_layer,
+        ))
+    return ModelFacts(
+        arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta),
+        n_ctx_train=int(meta.get("context_length", 0) or 0),
+        n_expert=int(meta.get("expert_count", 0) or 0),
+        n_expert_used=int(meta.get("expert_used_count", 0) or 0),
+        n_expert_shared=int(meta.get("expert_shared_count", 0) or 0),
+        mla=mla, known=known, layers=tuple(layers),
+    )
+
+
+def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:
+    """Layers at or past this index reuse an earlier layer's cache (llama.cpp n_layer_kv_from_start)."""
+    shared = meta.get("attention.shared_kv_layers")
+    if shared:
+        return n - int(shared)
+    return _KV_FROM_START_DEFAULTS.get(arch, lambda _: None)(n)
+
+
+# gemma3n's first 20 blocks own caches, later ones reuse them (src/models/gemma3n.cpp).
+_KV_FROM_START_DEFAULTS: dict[str, Callable[[int], int | None]] = {"gemma3n": lambda _n: 20}

@@ -1,0 +1,76 @@
+"""`--explain`: which constraint binds on each device, and what the next step would cost.
+
+Every figure here comes from `estimate` on a neighbouring set of flags (double the context, one
+more layer offloaded), never from interpolation (seed 003 §5: measure, never interpolate).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from planner.memory.estimate import ModelContext, estimate
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.core.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from planner.planning.search import PlanResult
+
+
+def _totals(est) -> dict[str, int]:
+    out = {d.name: d.total_bytes for d in est.devices if d.name not in (HOST, CPU_REPACK)}
+    out[HOST] = sum(d.total_bytes for d in est.devices if d.name in (HOST, CPU_REPACK))
+    return out
+
+
+def _headroom(result: PlanResult) -> dict[str, int]:
+    return {name: result.budget_of(name) - used for name, used in _totals(result.estimate).items()}
+
+
+def _context_step(ctx: ModelContext, result: PlanResult) -> list[str]:
+    """What doubling the context would add on each device, and where it would not fit."""
+    n = result.flags.n_ctx * 2
+    if result.flags.n_ctx >= ctx.facts.n_ctx_train:
+        return [f"context {result.flags.n_ctx} is the model's training context"]
+    bigger = estimate(ctx, replace(result.flags, n_ctx=n), result.inventory)
+    now, then, room = _totals(result.estimate), _totals(bigger), _headroom(result)
+    lines = []
+    for name in now:
+        delta = then.get(name, 0) - now[name]
+        if delta > 0:
+            verdict = "fits" if delta <= room[name] else f"short by {fmt_bytes(delta - room[name])}"
+            lines.append(f"context {n}: +{fmt_bytes(delta)} on {name} ({verdict})")
+    return lines
+
+
+def _layer_step(ctx: ModelContext, result: PlanResult) -> list[str]:
+    """If layers stay on the host: what offloading one more would need on its device."""
+    f = result.flags
+    n_all = ctx.facts.n_layer_all + 1
+    if f.n_gpu_layers < 0 or f.n_gpu_layers >= n_all or not result.inventory.devices:
+        return []
+    first = next((name for name, layers in result.estimate.layers if name != "CPU" and layers), None)
+    if first is None:
+        first = result.inventory.devices[0].name
+    ts = list(f.tensor_split)
+    if ts:
+        names = list(f.devices or result.inventory.names)
+        ts[names.index(first) if first in names else 0] += 1
+    more = estimate(ctx, replace(f, n_gpu_layers=f.n_gpu_layers + 1, tensor_split=tuple(ts)), result.inventory)
+    delta = _totals(more).get(first, 0) - _totals(result.estimate).get(first, 0)
+    room = _headroom(result).get(first, 0)
+    layer = n_all - f.n_gpu_layers - 1
+    return [f"layer {layer} stays on the host: moving it to {first} needs +{fmt_bytes(delta)}, "
+            f"{first} has {fmt_bytes(max(room, 0))} left"]
+
+
+def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
+    lines = []
+    for name, room in _headroom(result).items():
+        lines.append(f"{name}: {fmt_bytes(result.budget_of(name) - room)} of {fmt_bytes(result.budget_of(name))} "
+                     f"used, {fmt_bytes(room)} headroom")
+    if result.experts_on_host:
+        lines.append(f"routed experts of {len(result.experts_on_host)} layer(s) stay in host memory (-ot ...=CPU): "
+                     f"their device had no room for them")
+    lines += _layer_step(ctx, result)
+    lines += _context_step(ctx, result)
+    return tuple(lines)

@@ -1,0 +1,258 @@
+"""The solver's side of `fitplan plan`: a setting (flags without placement, devices, budgets),
+its per-layer demands measured with the estimate's own building blocks, the llama.cpp flags an
+assignment stands for, and the loop that solves, estimates those flags and corrects.
+
+The estimate is the judge: if any device or the host comes out over budget, the solver's figure for
+that slot is corrected by the difference and the problem solved again, so a plan and its estimate
+can never disagree.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from planner.hardware.budgets import Budgets
+from planner.model.costs import CostTable, cost_table
+from planner.hardware.inventory import Inventory
+from planner.memory.estimate import Estimate, ModelContext, estimate
+from planner.llama.flags import FFN_EXPS_REGEX, LlamaFlags, OverrideArg
+from planner.llama.kv import context_params, layer_caches
+from planner.llama.placement import CPU_REPACK, HOST, INPUT_LAYER, Device, Placement, resolve_devices
+from planner.planning.solve import Assignment, LayerDemand, Problem, Slot, solve_dp, solve_milp
+from planner.planning.throughput import CPU, Rates, expert_fraction, layer_decode_bytes
+
+if TYPE_CHECKING:
+    from planner.planning.search import PlanRequest
+
+log = logging.getLogger(__name__)
+
+MAX_CORRECTIONS = 8
+_EXPS = re.compile(FFN_EXPS_REGEX)
+
+
+def layer_weights(ctx: ModelContext) -> tuple[list[int], list[int], int]:
+    """Weight bytes per layer 0..n_layer_all (the last is the output layer), the routed-expert part
+    of each, and the input tensors that always stay in host memory."""
+    n = ctx.facts.n_layer_all
+    weights, experts, host = [0] * (n + 1), [0] * (n + 1), 0
+    for slot in ctx.slots:
+        if slot.layer == INPUT_LAYER:
+            host += slot.n_bytes
+            continue
+        weights[slot.layer] += slot.n_bytes
+        if slot.layer < n and _EXPS.search(slot.name):
+            experts[slot.layer] += slot.n_bytes
+    return weights, experts, host
+
+
+def layer_kv(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]) -> list[int]:
+    """Context bytes of each layer, sized exactly as the estimate sizes them."""
+    n = ctx.facts.n_layer_all
+    name = devices[0].name if devices else CPU
+    fake = Placement(devices, tuple([name] * (n + 1)), (), (), 0, False)
+    cp = context_params(flags, ctx.facts.n_ctx_train)
+    out = [0] * (n + 1)
+    for cache in layer_caches(ctx.facts, flags, cp, fake, {d.name: d.alignment for d in devices}):
+        out[cache.layer] += cache.bytes
+    return out
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Everything fixed while the solver decides layers: flags without placement, devices, budgets."""
+
+    ctx: ModelContext
+    costs: CostTable
+    flags: LlamaFlags
+    devices: tuple[Device, ...]
+    inventory: Inventory
+    budgets: Budgets
+    request: PlanRequest
+    output_on_host: bool = False
+
+
+@dataclass(frozen=True)
+class Probes:
+    """What the solver needs beyond the tensor list, measured once per setting with the estimate."""
+
+    weights: list[int]           # per layer 0..n_layer_all (output last)
+    experts: list[int]
+    kv: list[int]
+    device_compute: dict[str, int]
+    output_extra: int            # what the output device computes beyond the others (the logits)
+    host_fixed: int              # input tensors, the CPU compute buffer, KV kept on the host
+
+
+def probe(s: Setting) -> Probes:
+    weights, experts, inputs = layer_weights(s.ctx)
+    kv = layer_kv(s.ctx, s.flags, s.devices)
+    probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False)]
+    per_device, extra = {}, 0
+    if s.devices:
+        full = estimate(s.ctx, with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)),
+                        s.inventory, exact_compute=False)
+        probes.append(full)
+        compute = {d.name: d.compute_bytes for d in full.devices}
+        others = [compute[d.name] for d in s.devices if d.name != full.output_device]
+        base = max(others) if others else 0
+        extra = max(0, compute.get(full.output_device, 0) - base) if others else 0
+        per_device = {d.name: (base if others else compute.get(d.name, 0)) for d in s.devices}
+    host_compute = max(d.compute_bytes for p in probes for d in p.devices if d.name == HOST)
+    host_fixed = (inputs + host_compute + (0 if s.flags.kv_offload else sum(kv))
+                  + (weights[-1] if s.output_on_host else 0))
+    return Probes(weights, experts, kv, per_device, extra, host_fixed)
+
+
+def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Problem:
+    """The solver's view: one demand per layer and one slot per place, corrected per slot."""
+    facts = s.ctx.facts
+    weights, experts, kv = probes.weights, probes.experts, probes.kv
+    compute, out_extra = probes.device_compute, probes.output_extra
+    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
+    n_ctx = context_params(s.flags, facts.n_ctx_train).n_ctx_seq
+    demands = []
+    for il in range(facts.n_layer_all + 1):
+        dev_kv = kv[il] if s.flags.kv_offload else 0
+        if il < facts.n_layer_all:
+            read, expert_read = layer_decode_bytes(s.costs.layers[il], n_ctx, frac, s.flags.n_parallel)
+        elif s.output_on_host:  # the output matrix and the logits stay in host memory
+            read, expert_read = 0.0, 0
+        else:
+            read, expert_read = float(weights[il]), 0
+        on_device = 0 if (il == facts.n_layer_all and s.output_on_host) else weights[il]
+        demands.append(LayerDemand(
+            device_bytes=on_device + dev_kv + (out_extra if il == facts.n_layer_all else 0),
+            expert_bytes=experts[il], read_bytes=max(read, 0.0), expert_read_bytes=float(expert_read)))
+    rates = Rates(s.inventory)   # the throughput model's figures and fallbacks
+    host_budget = s.budgets.host_bytes - probes.host_fixed - correction.get(HOST, 0)
+    slots = [Slot(CPU, max(host_budget, -1), rates.bandwidth(CPU), 0, 0.0)]
+    for d in s.devices:
+        slots.append(Slot(d.name, s.budgets.devices.get(d.name, 0), rates.bandwidth(d.name),
+                          compute.get(d.name, 0) + correction.get(d.name, 0), rates.latency(d.name)))
+    return Problem(tuple(demands), tuple(slots), s.request.allow_expert_offload)
+
+
+# ---------------------------------------------------------------------------------------------
+# from an assignment to llama.cpp flags, and back through the estimate
+
+
+def expert_override(layers: frozenset[int]) -> OverrideArg | None:
+    if not layers:
+        return None
+    if layers == frozenset(range(len(layers))):
+        return OverrideArg("ncmoe", str(len(layers)))   # -ncmoe N: the first N layers' experts
+    ids = "|".join(str(i) for i in sorted(layers))
+    return OverrideArg("ot", rf"blk\.({ids}){FFN_EXPS_REGEX}=CPU")
+
+
+def output_override(ctx: ModelContext) -> OverrideArg:
+    """Keep the output matrix in host memory. A tied output is llama.cpp's duplicate of token_embd
+    and an -ot rule sees it under that name (checked against llama-fit-params). Anchored: llama.cpp
+    matches -ot with std::regex_search (llama-model-loader.cpp), so a bare `output\.weight` would
+    also move every blk.N.attn_output.weight."""
+    tied = ctx.model.tensor("output.weight") is None
+    return OverrideArg("ot", r"^token_embd\.weight=CPU" if tied else r"^output\.weight=CPU")
+
+
+def with_output(s: Setting, flags: LlamaFlags) -> LlamaFlags:
+    if not s.output_on_host:
+        return flags
+    return replace(flags, override_args=flags.override_args + (output_override(s.ctx),))
+
+
+def flags_for(s: Setting, a: Assignment) -> LlamaFlags:
+    """llama.cpp flags that reproduce an assignment: -ngl, integer -ts counts, -ot for experts."""
+    n_slots = len(s.devices) + 1
+    counts = a.counts(n_slots)
+    ngl = len(a.slot_of_layer) - counts[0] if s.devices else 0
+    override = expert_override(a.experts_on_host)
+    flags = replace(s.flags, n_gpu_layers=ngl,
+                    tensor_split=tuple(float(c) for c in counts[1:]) if len(s.devices) > 1 and ngl else (),
+                    override_args=(override,) if override else ())
+    return with_output(s, flags) if ngl else flags
+
+
+def overuse(s: Setting, est: Estimate) -> dict[str, int]:
+    """Bytes over budget per device (llama.cpp names) and on the host (Host + CPU_REPACK)."""
+    over: dict[str, int] = {}
+    host = sum(d.total_bytes for d in est.devices if d.name in (HOST, CPU_REPACK))
+    if host > s.budgets.host_bytes:
+        over[HOST] = host - s.budgets.host_bytes
+    for d in est.devices:
+        if d.name in s.budgets.devices and d.total_bytes > s.budgets.devices[d.name]:
+            over[d.name] = d.total_bytes - s.budgets.devices[d.name]
+    return over
+
+
+def solve_verified(s: Setting, exact: bool = False) -> tuple[Assignment, LlamaFlags, Estimate, int] | None:
+    """Solve, check with the estimate, correct the over-budget slots, repeat. The search checks with
+    the analytic compute model; `exact` checks with the estimate as `fitplan estimate` reports it
+    (the runtime's allocator where a graph builder exists), which is slower."""
+    correction: dict[str, int] = {}
+    probes = probe(s)
+    for rounds in range(1, MAX_CORRECTIONS + 1):
+        problem = build_problem(s, probes, correction)
+        a = (solve_milp if s.request.solver == "milp" else solve_dp)(problem, s.request.objective)
+        if a is None:
+            return None
+        flags = flags_for(s, a)
+        est = estimate(s.ctx, flags, s.inventory, exact_compute=exact)
+        over = overuse(s, est)
+        if not over:
+            return a, flags, est, rounds
+        # Every device the solver under-counted is corrected at once, by its own error, so that one
+        # more round usually settles it (each exact round is a fresh allocator reserve).
+        predicted = device_use(problem, a)
+        for d in est.devices:
+            error = d.total_bytes - predicted.get(d.name, d.total_bytes)
+            if error > 0:
+                correction[d.name] = correction.get(d.name, 0) + error
+        if HOST in over:
+            correction[HOST] = correction.get(HOST, 0) + over[HOST]
+        log.info("round %d over budget on %s; correcting", rounds, ", ".join(over))
+    return None
+
+
+def device_use(problem: Problem, a: Assignment) -> dict[str, int]:
+    """Bytes the solver's figures put on each used device slot."""
+    use: dict[str, int] = {}
+    for il, slot in enumerate(a.slot_of_layer):
+        if slot == 0:
+            continue
+        layer = problem.layers[il]
+        name = problem.slots[slot].name
+        use[name] = use.get(name, 0) + layer.device_bytes - (layer.expert_bytes if il in a.experts_on_host else 0)
+    for slot in problem.slots[1:]:
+        if slot.name in use:
+            use[slot.name] += slot.fixed_bytes
+    return use
+
+
+# (context, cache type) -> cost table, for one model context at a time; the context is kept in
+# the entry, so a new context that reuses a freed one's id() can never match
+COST_CACHE: dict[tuple[int, str], tuple[ModelContext, CostTable]] = {}
+
+
+def costs_for(ctx: ModelContext, cache: str) -> CostTable:
+    """The cost table depends only on the model and the cache type: built once per model (a
+    sweep's plans at every point share it)."""
+    entry = COST_CACHE.get((id(ctx), cache))
+    if entry is None or entry[0] is not ctx:
+        if any(c is not ctx for c, _ in COST_CACHE.values()):
+            COST_CACHE.clear()
+        entry = COST_CACHE[(id(ctx), cache)] = (ctx, cost_table(ctx.model, ctx.facts, cache, cache))
+    return entry[1]
+
+
+def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+             n_ctx: int, cache: str, n_ubatch: int = 512, output_on_host: bool = False) -> Setting:
+    rpc = tuple(d.endpoint for d in inventory.devices if d.endpoint)
+
+    base = LlamaFlags(n_ctx=n_ctx, n_parallel=req.n_parallel, n_ubatch=n_ubatch, cache_type_k=cache,
+                      cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc,
+                      devices=tuple(inventory.names) if inventory.devices else None, ignored=("-fit", "off"))
+    devices = resolve_devices(base, inventory)
+    costs = costs_for(ctx, cache)
+    return Setting(ctx, costs, base, devices, inventory, budgets, req, output_on_host and bool(devices))

@@ -1,0 +1,331 @@
+"""`fitplan plan`: the best llama.cpp placement for a model on an inventory under budgets.
+
+Pipeline: the model read once → per-layer demands → `solve.solve_dp` → llama.cpp flags →
+`estimate` on exactly those flags, corrected until within budget (planner/planning/problem.py). This
+module searches what the solver does not decide — KV cache type, -ub, the output matrix on the
+host, the context — ranks the candidates, judges the best with the exact estimate, and refines it
+the way llama.cpp's own fit finishes (one more layer, single expert tensors back).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+
+from planner.hardware.budgets import Budgets, resolve_budgets
+from planner.model.costs import CostTable
+from planner.hardware.inventory import Inventory
+from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
+from planner.memory.estimate import Estimate, ModelContext, estimate, model_context
+from planner.llama.flags import LlamaFlags, OverrideArg
+from planner.llama.kv import CTX_PAD
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.planning.problem import (Setting, flags_for, layer_weights, make_setting, overuse,
+                                  solve_verified)
+from planner.planning.solve import Assignment, Objective
+from planner.planning.throughput import CPU, PlacementView, Prediction, predict
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the user asks for; every field has llama.cpp's default where it has one."""
+
+    n_ctx: int | None = None        # None: the training context (llama.cpp's -c 0)
+    max_ctx: bool = False           # search the largest context that fits (--ctx max)
+    n_parallel: int = 1
+    objective: Objective = Objective.THROUGHPUT
+    cache_types: tuple[str, ...] = ("f16",)   # tried in order until one fits
+    n_ubatch: int | None = None     # None: 512, or smaller when that lets more layers onto devices
+    flash_attn: str = "auto"
+    allow_expert_offload: bool = True
+    allow_output_on_host: bool = True
+    solver: str = "dp"              # "dp" (exact over contiguous ranges, fast) or "milp" (PuLP)
+
+
+# -ub values tried when the user leaves it open: llama.cpp's default first, then halves down to
+# ggml's op-offload batch threshold (below it, prompt matmuls on host weights stop offloading).
+UBATCH_CANDIDATES = (512, 256, 128, 64, 32)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    model_path: str
+    header_sha256: str
+    inventory: Inventory
+    budgets: Budgets
+    request: PlanRequest
+    flags: LlamaFlags
+    estimate: Estimate
+    prediction: Prediction
+    experts_on_host: frozenset[int]
+    solve_rounds: int
+    explain: tuple[str, ...] = field(default=())
+
+    @property
+    def n_ctx(self) -> int:
+        return self.estimate.cparams.n_ctx
+
+    def budget_of(self, row: str) -> int:
+        return self.budgets.host_bytes if row in (HOST, CPU_REPACK) else self.budgets.devices.get(row, 0)
+
+    def to_dict(self) -> dict:
+        from planner.planning.report import plan_dict
+
+        return plan_dict(self)
+
+    def to_table(self) -> str:
+        from planner.planning.report import plan_table
+
+        return plan_table(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# demands: what each layer and each slot costs, from the estimate's own building blocks
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """Choices made outside the solver: KV cache type, -ub, and where the output matrix lives."""
+
+    cache: str
+    n_ubatch: int
+    output_on_host: bool
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    variant: _Variant
+    setting: Setting
+    assignment: Assignment
+    flags: LlamaFlags
+    estimate: Estimate
+    rounds: int
+    prediction: Prediction
+
+    def score(self) -> tuple[float, int, float, int]:
+        """Decode speed first (1 % steps, so model noise does not decide), then more weight bytes on
+        the devices, then prefill, then a larger -ub."""
+        p = self.prediction
+        on_devices = sum(d.model_bytes for d in self.estimate.devices if d.name not in (HOST, CPU_REPACK))
+        return (round(math.log(max(p.decode_tokens_s, 1e-9)) / math.log(1.01)), on_devices, p.prefill_tokens_s,
+                self.variant.n_ubatch)
+
+
+def _variants(req: PlanRequest, cache: str, has_devices: bool) -> list[_Variant]:
+    ubatches = (req.n_ubatch,) if req.n_ubatch else UBATCH_CANDIDATES
+    outputs = (False, True) if req.allow_output_on_host and has_devices else (False,)
+    return [_Variant(cache, ub, out) for ub in ubatches for out in outputs]
+
+
+def _candidate(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, n_ctx: int,
+               v: _Variant, exact: bool = False) -> _Candidate | None:
+    s = make_setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host)
+    found = solve_verified(s, exact)
+    if found is None:
+        return None
+    a, flags, est, rounds = found
+    return _Candidate(v, s, a, flags, est, rounds, _predict(s, a, est))
+
+
+def _largest_context(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, v: _Variant,
+                     limit: int, floor: int = 0, exact: bool = False) -> _Candidate | None:
+    """The candidate with the largest context (a multiple of 256·n_parallel, at most `limit`) above `floor`."""
+    step = CTX_PAD * max(1, req.n_parallel)
+    lo, hi = floor // step, max(limit // step, 1)
+    best = _candidate(ctx, inventory, budgets, req, lo * step, v, exact) if lo else None
+    if lo and best is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        found = _candidate(ctx, inventory, budgets, req, mid * step, v, exact)
+        if found is not None:
+            lo, best = mid, found
+        else:
+            hi = mid - 1
+    return best
+
+
+def _all_on_devices(c: _Candidate) -> bool:
+    """Every layer and every expert on a device, the output matrix included."""
+    return (c.flags.n_gpu_layers == c.setting.ctx.facts.n_layer_all + 1 and not c.assignment.experts_on_host
+            and not c.variant.output_on_host)
+
+
+def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+            cache: str) -> list[_Candidate]:
+    """Every variant's candidate (under the analytic compute model), best first."""
+    limit = req.n_ctx or ctx.facts.n_ctx_train
+    by_context = req.max_ctx or req.objective is Objective.CONTEXT
+    found_all: list[_Candidate] = []
+    last_score: dict[bool, tuple] = {}
+    for v in _variants(req, cache, bool(inventory.devices)):
+        best = max(found_all, key=lambda c: _rank(c, by_context), default=None)
+        if best is not None and _all_on_devices(best) and v.n_ubatch < best.variant.n_ubatch:
+            break  # a smaller -ub only helps when something is still on the host
+        if last_score.get(v.output_on_host, ()) == ("stop",):
+            continue
+        if by_context:
+            found = _largest_context(ctx, inventory, budgets, req, v, limit, best.flags.n_ctx if best else 0)
+        else:
+            found = _candidate(ctx, inventory, budgets, req, limit, v)
+            # Halving -ub frees compute buffer for layers; once it stops paying, smaller ones will not.
+            previous = last_score.get(v.output_on_host)
+            score = found.score()[:2] if found is not None else None
+            if previous is not None and score is not None and score <= previous:
+                last_score[v.output_on_host] = ("stop",)
+            elif score is not None:
+                last_score[v.output_on_host] = score
+        if found is not None:
+            found_all.append(found)
+    return sorted(found_all, key=lambda c: _rank(c, by_context), reverse=True)
+
+
+def _rank(c: _Candidate, by_context: bool) -> tuple:
+    return (c.flags.n_ctx, c.score()) if by_context else c.score()
+
+
+def _one_more_layer(best: _Candidate) -> _Candidate:
+    """The solver sizes each device's compute buffer by a probe (every layer offloaded), which can
+    leave a device just short of one more layer. As llama.cpp's fit does last, move the host's last
+    layer onto the device range that follows it (its routed experts too, else kept on the host)
+    while the estimate finds it within budget and the prediction is no slower."""
+    s = best.setting
+    experts = layer_weights(s.ctx)[1]
+    while s.devices and best.assignment.counts(len(s.devices) + 1)[0]:
+        a = best.assignment
+        il = a.counts(len(s.devices) + 1)[0] - 1
+        if il == s.ctx.facts.n_layer_all and s.output_on_host:
+            break  # the output layer would bring only its norm: its matrix stays on the host
+        slot = next((x for x in a.slot_of_layer if x), 1)
+        slots = a.slot_of_layer[:il] + (slot,) + a.slot_of_layer[il + 1:]
+        moe = s.request.allow_expert_offload and experts[il] > 0
+        for on_host in [a.experts_on_host] + ([a.experts_on_host | {il}] if moe else []):
+            trial = replace(a, slot_of_layer=slots, experts_on_host=frozenset(on_host))
+            flags = flags_for(s, trial)
+            est = estimate(s.ctx, flags, s.inventory, exact_compute=False)
+            cand = replace(best, assignment=trial, flags=flags, estimate=est, prediction=_predict(s, trial, est))
+            if not overuse(s, est) and cand.score()[0] >= best.score()[0]:
+                break
+        else:
+            break
+        exact = estimate(s.ctx, flags, s.inventory)  # the trial used the analytic model: judge exactly
+        if overuse(s, exact):
+            break
+        best = replace(cand, estimate=exact)
+    return best
+
+
+# What of a layer's routed experts may stay in host memory while the rest returns to its device, most
+# returned first: llama.cpp's own fit splits a layer's experts this way (common/fit.cpp, the
+# LAYER_FRACTION_GATE / _UP overflow patterns) to use the room a whole layer's experts would not fit.
+_PARTIAL_EXPERTS_ON_HOST = ("down", "(gate|down)")
+
+
+def _return_expert_tensors(best: _Candidate) -> _Candidate:
+    """The solver moves a layer's routed experts as one unit. A device left with less room than a
+    unit may still hold one or two of its expert tensors: per device, return them from one of its
+    offloaded layers, each try checked by the estimate. The throughput prediction keeps counting
+    that layer's experts as on the host (a conservative figure)."""
+    s, a = best.setting, best.assignment
+    on_device = {il: dev for dev, layers in best.estimate.layers for il in layers if dev != CPU}
+    partial: dict[int, str] = {}
+    flags, est = best.flags, best.estimate
+    for dev in [d.name for d in s.devices]:
+        mine = sorted(il for il in a.experts_on_host if on_device.get(il) == dev)
+        for keep in _PARTIAL_EXPERTS_ON_HOST if mine else ():
+            trial = {**partial, mine[-1]: keep}
+            rest = flags_for(s, replace(a, experts_on_host=a.experts_on_host - frozenset(trial)))
+            extra = tuple(OverrideArg("ot", rf"blk\.{il}\.ffn_{k}_(ch|)exps=CPU") for il, k in sorted(trial.items()))
+            t_flags = replace(rest, override_args=rest.override_args + extra)
+            t_est = estimate(s.ctx, t_flags, s.inventory, exact_compute=False)
+            if not overuse(s, t_est):
+                partial, flags, est = trial, t_flags, t_est
+                break
+    if not partial:
+        return best
+    est = estimate(s.ctx, flags, s.inventory)  # the trials used the analytic model: judge exactly once
+    return best if overuse(s, est) else replace(best, flags=flags, estimate=est)
+
+
+def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_vram: str | None = None,
+         ram: str | None = None, budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
+    """The best placement of `model` on `inventory`; raises InfeasiblePlacement when nothing fits."""
+    ctx = model_context(model)
+    budgets = budgets or resolve_budgets(inventory, max_vram, ram)
+    if not ctx.facts.n_ctx_train and not request.n_ctx:
+        raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")
+    for cache in request.cache_types:
+        best = _judged(ctx, inventory, budgets, request, _ranked(ctx, inventory, budgets, request, cache))
+        if best is None:
+            continue
+        best = _return_expert_tensors(_one_more_layer(best))
+        result = PlanResult(ctx.model.path, ctx.model.header_sha256, inventory,
+                            budgets, request, best.flags, best.estimate, best.prediction,
+                            best.assignment.experts_on_host, best.rounds)
+        if not with_explain:
+            return result
+        from planner.planning.explain import explain  # the explanation re-estimates neighbours of the plan
+
+        return replace(result, explain=explain(ctx, result))
+    raise _infeasible(ctx, inventory, budgets, request)
+
+
+def _judged(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+            ranked: list[_Candidate], tries: int = 3) -> _Candidate | None:
+    """The best candidate that holds under the exact estimate (each corrected and solved again if it
+    is over a budget there), trying the next ones when it does not; at the largest context, the
+    context of the best variant is searched again."""
+    for c in ranked[:tries]:
+        exact = _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, c.variant, exact=True)
+        if exact is not None:
+            return exact
+    if ranked and (req.max_ctx or req.objective is Objective.CONTEXT):
+        top = ranked[0]
+        return _largest_context(ctx, inventory, budgets, req, top.variant, top.flags.n_ctx, exact=True)
+    return None
+
+
+def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,
+                     experts_on_host: frozenset[int] = frozenset(), output_on_host: bool = False) -> Prediction:
+    """The throughput model's prediction for the placement an estimate describes."""
+    n = ctx.facts.n_layer_all
+    layer_device = ["CPU"] * n
+    for dev, layers in est.layers:
+        for il in layers:
+            if il < n:
+                layer_device[il] = dev
+    view = PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
+                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host)
+    return predict(ctx.facts, costs, view, inventory)
+
+
+def _predict(s: Setting, a: Assignment, est: Estimate) -> Prediction:
+    return predict_estimate(s.ctx, s.costs, est, s.inventory, a.experts_on_host, s.output_on_host)
+
+
+def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest) -> InfeasiblePlacement:
+    """What would not fit, and the nearest thing that would."""
+    cache = req.cache_types[0]
+    n_ctx = req.n_ctx or ctx.facts.n_ctx_train
+    s = make_setting(ctx, inventory, budgets, req, n_ctx, cache)
+    all_host = estimate(ctx, replace(s.flags, n_gpu_layers=0), inventory)
+    over = overuse(s, all_host)
+    shortfalls = tuple(Shortfall(name, n + budgets.host_bytes if name == HOST else n + budgets.devices[name],
+                                 budgets.host_bytes if name == HOST else budgets.devices[name])
+                       for name, n in over.items())
+    hints = []
+    ub = req.n_ubatch or UBATCH_CANDIDATES[-1]
+    smaller = _largest_context(ctx, inventory, budgets, req, _Variant(cache, ub, bool(inventory.devices)), n_ctx)
+    if smaller is not None:
+        hints.append(f"--ctx {smaller.flags.n_ctx} fits")
+    if cache == "f16":
+        q8 = _largest_context(ctx, inventory, budgets, req, _Variant("q8_0", ub, bool(inventory.devices)), n_ctx)
+        if q8 is not None:
+            hints.append(f"--cache-type q8_0 fits up to --ctx {q8.flags.n_ctx}")
+    parts = [f"{sf.device} short by {sf.missing_bytes / 2**20:.0f} MiB" for sf in shortfalls]
+    msg = (f"no placement of {ctx.model.path} at context {n_ctx} fits the budgets"
+           + (f" ({'; '.join(parts)})" if parts else ""))
+    return InfeasiblePlacement(msg, shortfalls, "; ".join(hints) or "more memory, or a smaller model")

@@ -1,0 +1,203 @@
+"""Predicted decode and prefill speed of a placement.
+
+Decode (batch 1) is memory-bound and its stages run one after another, so the time per token is
+the sum over stages of the bytes each stage reads over its memory bandwidth, plus a cost per
+split boundary:
+
+    t_token = sum_d  R_d / BW_d  +  sum_boundaries (A / L_b + lat_b)
+    R_d     = sum_{l on d} (W_l - E_l + f·E_l) + KV_l(n_kv_l)        (+ the output layer on its device)
+    f       = n_expert_used / n_expert                                (the experts one token touches)
+    KV_l    = (K+V bytes per cell) · min(n_ctx, window_l) · ...       (attention reads the whole cache)
+    A       = n_embd · 4 bytes                                        (the f32 activation that crosses)
+
+where W_l are layer l's weight bytes and E_l its routed-expert bytes. Routed experts kept in host
+memory (`-ot exps=CPU`) are read at the host's bandwidth, and each such layer adds two boundaries
+(the activation goes to the CPU and back). With two stages, no experts and no boundary cost this is
+seed 003's harmonic formula, 1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
+
+Prefill (one ubatch of B tokens) is compute-bound:
+
+    t_ubatch = sum_d FLOPs_d / F_d  +  sum_{host weights offloaded} bytes / L_gpu0
+    FLOPs_d  = 2·B·P_d + 4·B·n_kv·(n_head·d_k) per attention layer
+
+with P_d the parameters used per token on device d. A weight in host memory is multiplied on the
+first GPU when B >= 32 (ggml's op offload, seed 000 §1.off) and pays its transfer over that GPU's
+link once per ubatch; for routed experts only the experts the ubatch selects move, on average a
+fraction 1 - (1 - k/E)^B of them. Prefill tokens/s = B / t_ubatch (no pipeline overlap assumed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.model.arch import ModelFacts
+from planner.model.costs import CostTable, LayerCost, WeightGroup
+from planner.hardware.inventory import DeviceSpec, Inventory
+
+CPU = "CPU"
+# Activations cross a boundary in f32 (ggml graphs carry the residual stream in f32).
+ACTIVATION_BYTES_PER_VALUE = 4
+# Fixed cost of a split boundary: a backend synchronisation and a small copy. Assumed figures:
+# ~15 µs across PCIe on one host, ~100 µs for an rpc-server over a network round trip.
+LOCAL_SPLIT_LATENCY_S = 15e-6
+RPC_SPLIT_LATENCY_S = 100e-6
+# ggml's default op-offload batch threshold (GGML_OP_OFFLOAD_MIN_BATCH, seed 000).
+OP_OFFLOAD_MIN_BATCH = 32
+# When a device does not state its rates, decode/prefill are predicted from these, and the
+# prediction says so.
+FALLBACK_HOST_BANDWIDTH = 50e9      # dual-channel DDR5 class
+FALLBACK_DEVICE_BANDWIDTH = 300e9   # a mid-range GPU: an unknown device is assumed faster than the host
+FALLBACK_FLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class PlacementView:
+    """What the throughput model needs of a placement (kept independent of flag parsing)."""
+
+    layer_device: tuple[str, ...]      # device name of each trunk layer, `CPU` for host layers
+    output_device: str                 # where the output matrix (and logits) live
+    experts_on_host: frozenset[int]    # layers whose routed experts stay in host memory
+    n_ctx: int
+    n_ubatch: int = 512
+    n_seq: int = 1
+    output_on_host: bool = False       # `-ot` keeps the output matrix (and the logits) in host memory
+
+
+@dataclass(frozen=True)
+class StageTime:
+    device: str
+    bytes_per_token: int
+    seconds_per_token: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    decode_tokens_s: float
+    prefill_tokens_s: float
+    stages: tuple[StageTime, ...]
+    n_boundaries: int
+    assumed_rates: bool   # some device had no bandwidth/FLOPs figure; fallbacks were used
+
+
+def expert_fraction(n_expert: int, n_used: int) -> float:
+    return n_used / n_expert if n_expert else 0.0
+
+
+def layer_decode_bytes(layer: LayerCost, n_ctx: int, expert_fraction: float, n_seq: int = 1) -> tuple[int, int]:
+    """(bytes read from the layer's device, bytes of routed experts read) for one decoded token."""
+    experts = layer.group_bytes(WeightGroup.EXPERTS)
+    n_kv = min(n_ctx, layer.window) if layer.window else n_ctx
+    dense = layer.weight_bytes - experts + layer.kv_bytes_per_cell * n_kv + layer.state_bytes_per_seq * n_seq
+    return dense, int(experts * expert_fraction)
+
+
+class Rates:
+    """Bandwidth, FLOPs and link of each device by name; the host is `CPU`."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.devices: dict[str, DeviceSpec] = {d.name: d for d in inventory.devices}
+        self.host = inventory.host
+        # ggml's op offload moves host-weight matmuls to the highest-priority device: the first.
+        self.first_device = inventory.devices[0].name if inventory.devices else None
+        self.assumed = False
+
+    def bandwidth(self, name: str) -> float:
+        if name == CPU:
+            return self.host.bandwidth_bytes_s or self._fallback(FALLBACK_HOST_BANDWIDTH)
+        return self.devices[name].bandwidth_bytes_s or self._fallback(FALLBACK_DEVICE_BANDWIDTH)
+
+    def flops(self, name: str) -> float:
+        f = self.host.fp16_flops if name == CPU else self.devices[name].fp16_flops
+        return f or self._fallback(FALLBACK_FLOPS)
+
+    def link(self, name: str) -> float:
+        """Bytes/s between this device and the host (a huge figure for the host itself)."""
+        if name == CPU:
+            return float("inf")
+        return self.devices[name].transfer_bytes_s or self._fallback(16e9)
+
+    def latency(self, name: str) -> float:
+        dev = self.devices.get(name)
+        return RPC_SPLIT_LATENCY_S if dev is not None and dev.endpoint else LOCAL_SPLIT_LATENCY_S
+
+    def _fallback(self, value: float) -> float:
+        self.assumed = True
+        return value
+
+
+def _boundary_seconds(rates: Rates, a: str, b: str, act_bytes: int) -> float:
+    link = min(rates.link(a), rates.link(b))
+    return act_bytes / link + max(rates.latency(a), rates.latency(b))
+
+
+def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory: Inventory) -> Prediction:
+    rates = Rates(inventory)
+    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
+    act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
+    per_device: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    boundary_s, n_boundaries = 0.0, 0
+    # Stage order follows the layers: token embedding on the host, then layer 0..n-1, then output.
+    out_dev = CPU if view.output_on_host else view.output_device
+    order = [CPU] + [view.layer_device[l.index] for l in costs.layers if not l.nextn] + [out_dev]
+    for prev, cur in zip(order, order[1:]):
+        if prev != cur:
+            boundary_s += _boundary_seconds(rates, prev, cur, act)
+            n_boundaries += 1
+    for layer in costs.layers:
+        if layer.nextn:
+            continue  # MTP blocks are not run for plain decoding
+        dev = view.layer_device[layer.index]
+        dense, experts = layer_decode_bytes(layer, view.n_ctx, frac, view.n_seq)
+        on_host = layer.index in view.experts_on_host and dev != CPU
+        per_device[dev] = per_device.get(dev, 0) + dense + (0 if on_host else experts)
+        if on_host:
+            per_device[CPU] = per_device.get(CPU, 0) + experts
+            boundary_s += 2 * _boundary_seconds(rates, dev, CPU, act)
+            n_boundaries += 2
+    out_bytes = _output_bytes(costs)
+    per_device[out_dev] = per_device.get(out_dev, 0) + out_bytes
+    for dev, n_bytes in per_device.items():
+        seconds[dev] = n_bytes / rates.bandwidth(dev)
+    t_token = sum(seconds.values()) + boundary_s
+    stages = tuple(StageTime(d, per_device[d], seconds[d]) for d in per_device)
+    prefill = _prefill_tokens_s(facts, costs, view, rates)
+    return Prediction(decode_tokens_s=1.0 / t_token if t_token > 0 else 0.0, prefill_tokens_s=prefill,
+                      stages=stages, n_boundaries=n_boundaries, assumed_rates=rates.assumed)
+
+
+def _output_bytes(costs: CostTable) -> int:
+    """The output matrix (token_embd when tied) and the final norm, read once per token."""
+    names = {"output.weight", "output_norm.weight"} | ({"token_embd.weight"} if costs.tied_embeddings else set())
+    return sum(t.n_bytes for t in costs.non_repeating if t.name in names)
+
+
+def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates) -> float:
+    batch = view.n_ubatch
+    offload_to = rates.first_device if batch >= OP_OFFLOAD_MIN_BATCH else None
+    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
+    selected = 1.0 - (1.0 - frac) ** batch if facts.n_expert else 0.0
+    t = 0.0
+    for layer in costs.layers:
+        if layer.nextn:
+            continue
+        dev = view.layer_device[layer.index]
+        lf = facts.layers[layer.index]
+        elems = dict(layer.elements)
+        expert_p = frac * elems.get(WeightGroup.EXPERTS, 0)
+        dense_p = sum(elems.values()) - elems.get(WeightGroup.EXPERTS, 0)
+        # QK^T and softmax(QK^T)·V, averaged over a prompt that fills the context.
+        n_kv = min(view.n_ctx, lf.window or view.n_ctx) / 2
+        attn = 4 * batch * n_kv * lf.n_head * lf.head_dim_k
+        dense_flops, expert_flops = 2 * batch * dense_p + attn, 2 * batch * expert_p
+        experts_host = dev == CPU or layer.index in view.experts_on_host
+        if offload_to is not None and experts_host:
+            moved = (layer.weight_bytes - layer.group_bytes(WeightGroup.EXPERTS)) if dev == CPU else 0
+            moved += layer.group_bytes(WeightGroup.EXPERTS) * selected
+            t += moved / rates.link(offload_to) + (dense_flops + expert_flops) / rates.flops(offload_to)
+        elif experts_host:
+            t += expert_flops / rates.flops(CPU) + dense_flops / rates.flops(dev)
+        else:
+            t += (dense_flops + expert_flops) / rates.flops(dev)
+    # Only the last token of a prompt needs logits.
+    t += 2 * facts.n_vocab * facts.n_embd / rates.flops(CPU if view.output_on_host else view.output_device)
+    return batch / t if t > 0 else 0.0

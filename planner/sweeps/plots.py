@@ -1,0 +1,253 @@
+"""Pictures of sweeps and placements (matplotlib, an optional dependency: `fitplan[plots]`).
+
+Figures are built on `matplotlib.figure.Figure`, never through pyplot: no global backend is
+chosen or changed, so the same functions draw headless in the CLI (Agg renders `savefig`) and
+inline in a notebook (`display(fig)`). Every function returns the Figure it drew.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from planner.core.errors import BadInput
+from planner.core.files import write_atomic
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.sweeps.axes import AxisKind
+from planner.core.units import GiB
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from planner.memory.estimate import Estimate
+    from planner.planning.search import PlanResult
+    from planner.sweeps.sweep import Axis, SweepResult
+
+# One colour per memory kind, the same in every picture.
+KIND_COLOURS = {"model": "#4c72b0", "context": "#55a868", "compute": "#c44e52"}
+DPI = 110
+
+
+class MemoryRow(Protocol):
+    name: str
+    model_bytes: int
+    context_bytes: int
+    compute_bytes: int
+
+
+def require_matplotlib() -> None:
+    """Fail early with one line (exit 2) when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise BadInput("plots need matplotlib: pip install 'fitplan[plots]'") from None
+
+
+def _figure(width: float, height: float) -> Figure:
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def save_figure(fig: Figure, path: str | Path) -> None:
+    """Save in the format the file name says (.png, .svg, .pdf), through a temporary file renamed
+    into place: a failed save leaves nothing half-written."""
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=DPI))
+
+
+def gib(n_bytes: float) -> float:
+    return n_bytes / GiB
+
+
+# --------------------------------------------------------------------------- sweeps
+
+def _x_axis(result: SweepResult) -> Axis:
+    """The first axis that takes more than one value (the user's --vary order), else the first."""
+    return next((a for a in result.axes if len(a.values) > 1), result.axes[0])
+
+
+def _numeric(axis: Axis) -> bool:
+    """Drawn to scale: numbers (a `ctx=max` among them makes the axis categorical)."""
+    return axis.spec.kind in (AxisKind.INT, AxisKind.SIZE) and all(isinstance(v, int) for v in axis.values)
+
+
+def _x_positions(axis: Axis) -> dict[Any, float]:
+    if not _numeric(axis):
+        return {v: float(i) for i, v in enumerate(axis.values)}
+    return {v: gib(v) if axis.spec.kind is AxisKind.SIZE else float(v) for v in axis.values}
+
+
+def _dress_x(ax: Axes, axis: Axis, pos: dict[Any, float]) -> None:
+    ax.set_xlabel(axis.spec.label)
+    values = sorted(pos.values())
+    if not _numeric(axis):
+        step = max(1, len(values) // 12)   # at most ~12 tick labels on a categorical axis
+        ax.set_xticks(values[::step], [axis.text(v) for v in axis.values][::step], rotation=45, ha="right")
+        return
+    ratios = {b / a for a, b in itertools.pairwise(values) if a > 0}
+    if axis.name == "ctx" and len(values) > 2 and ratios == {2.0}:
+        ax.set_xscale("log", base=2)    # a doubling range: evenly spaced points
+        ax.set_xticks(values, [f"{int(v) // 1024}k" if v >= 1024 else str(int(v)) for v in values])
+        ax.minorticks_off()
+
+
+def _series(result: SweepResult, x: Axis) -> dict[str, list[Any]]:
+    """Points grouped by the values of the other varying axes: label -> points, in sweep order."""
+    others = [(i, a) for i, a in enumerate(result.axes) if a is not x and len(a.values) > 1]
+    groups: dict[str, list[Any]] = {}
+    for p in result.points:
+        label = ", ".join(f"{a.name}={a.text(p.settings[i])}" for i, a in others)
+        groups.setdefault(label, []).append(p)
+    return groups
+
+
+def _budget_line(ax: Axes, points: Sequence[Any], name: str, xs: list[float], top: float) -> None:
+    """The device's budget as a dashed line; a budget far above the data (more than twice the
+    largest total) is written in a corner instead, so the lines keep the panel's height."""
+    budgets = [p.device(name).budget_bytes if p.device(name) else None for p in points]
+    if not budgets or any(b is None for b in budgets):
+        return
+    if min(gib(b) for b in budgets) > 2 * top:
+        ax.text(0.98, 0.96, f"budget {gib(min(budgets)):.1f} GiB (off scale)", transform=ax.transAxes,
+                ha="right", va="top", fontsize="small", color="0.3")
+    elif len(set(budgets)) == 1:
+        ax.axhline(gib(budgets[0]), color="0.3", linestyle="--", linewidth=1, label="budget")
+    else:
+        ax.plot(xs, [gib(b) for b in budgets], color="0.3", linestyle="--", linewidth=1, label="budget")
+
+
+def _panels(result: SweepResult) -> list[tuple[str, str, Callable[[Any], float | None], str | None]]:
+    """(title, y label, value of a point or None, device name) for each panel: every device's
+    total memory; in plan mode also the predicted speed and, for ctx=max, the context found."""
+    def total(name: str) -> Callable[[Any], float | None]:
+        return lambda p: gib(p.device(name).total_bytes) if p.device(name) else None
+
+    panels = [(n if n != HOST else "Host (RAM)", "memory (GiB)", total(n), n) for n in result.device_names]
+    if result.mode == "plan":
+        panels.append(("plan: predicted decode", "decode (tokens/s)", lambda p: p.tokens_per_s, None))
+        if any(a.name == "ctx" and "max" in a.values for a in result.axes):
+            panels.append(("plan: largest context that fits", "context (k tokens)",
+                           lambda p: p.n_ctx / 1024 if p.feasible else None, None))
+    return panels
+
+
+def plot_sweep(result: SweepResult, fig: Figure | None = None) -> Figure:
+    """One panel per device: its total memory (GiB) along the first varying axis, one line per
+    combination of the other varying axes; hollow markers where the point does not fit."""
+    panels = _panels(result)
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = fig or _figure(4.2 * ncols, 3.4 * nrows)
+    axs = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    x = _x_axis(result)
+    xi = result.axes.index(x)
+    pos = _x_positions(x)
+    groups = _series(result, x)
+    for k, (title, ylabel, value, name) in enumerate(panels):
+        ax = axs[k]
+        for n, (label, points) in enumerate(groups.items()):
+            pts = [p for p in points if value(p) is not None]
+            xs, ys = [pos[p.settings[xi]] for p in pts], [value(p) for p in pts]
+            line, = ax.plot(xs, ys, label=label or "total", color=f"C{n}")
+            fits = [(p.device(name).fits if name else True) and p.feasible for p in pts]
+            ax.scatter([a for a, f in zip(xs, fits) if f], [b for b, f in zip(ys, fits) if f], color=line.get_color(),
+                       s=16, zorder=3)
+            ax.scatter([a for a, f in zip(xs, fits) if not f], [b for b, f in zip(ys, fits) if not f],
+                       facecolors="none", edgecolors=line.get_color(), s=28, zorder=3)
+        if name is not None:
+            first = [p for p in next(iter(groups.values())) if p.device(name)]
+            top = max((v for p in result.points if (v := value(p)) is not None), default=0.0)
+            _budget_line(ax, first, name, [pos[p.settings[xi]] for p in first], top)
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        _dress_x(ax, x, pos)
+        if k == 0 and (len(groups) > 1 or ax.get_legend_handles_labels()[0]):
+            ax.legend(fontsize="small")
+    for ax in axs[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{Path(result.model).name}: memory per device (hollow: over budget)", fontsize="medium")
+    return fig
+
+
+# --------------------------------------------------------------------------- placements
+
+def _bars(ax: Axes, rows: Sequence[MemoryRow], budgets: Mapping[str, int], layers: Mapping[str, str]) -> None:
+    xs = list(range(len(rows)))
+    bottom = [0.0] * len(rows)
+    for kind, colour in KIND_COLOURS.items():
+        heights = [gib(getattr(r, f"{kind}_bytes")) for r in rows]
+        ax.bar(xs, heights, bottom=bottom, color=colour, label=kind, width=0.6)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    labelled = False
+    for x, r in zip(xs, rows):
+        if r.name in budgets:
+            ax.hlines(gib(budgets[r.name]), x - 0.4, x + 0.4, colors="k", linestyles="--", linewidth=1.2,
+                      label=None if labelled else "budget")
+            labelled = True
+        if layers.get(r.name):
+            top = max(bottom[x], gib(budgets.get(r.name, 0)))
+            ax.annotate(f"layers {layers[r.name]}", (x, top), xytext=(0, 4), textcoords="offset points",
+                        ha="center", va="bottom", fontsize="small")
+    ax.set_xticks(xs, [r.name for r in rows])
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_ylabel("memory (GiB)")
+    ax.margins(y=0.15)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = None,
+                layers: Mapping[str, str] | None = None, title: str = "", fig: Figure | None = None) -> Figure:
+    """Per-device stacked bars (model, context, compute; GiB) against each device's budget (dashed),
+    the layer ranges each device holds written above its bar. Host memory (Host, CPU_REPACK) gets
+    its own panel and scale: RAM budgets are often ten times a GPU's."""
+    budgets, layers = budgets or {}, layers or {}
+    groups = [g for g in ([r for r in rows if r.name not in (HOST, CPU_REPACK)],
+                          [r for r in rows if r.name in (HOST, CPU_REPACK)]) if g]
+    fig = fig or _figure(max(4.5, 1.4 * len(rows) + 2.5), 4.2)
+    axs = fig.subplots(1, len(groups), squeeze=False, width_ratios=[len(g) + 0.5 for g in groups])[0]
+    for ax, group, label in zip(axs, groups, ("device", "host memory")):
+        _bars(ax, group, budgets, layers)
+        ax.set_xlabel(label if len(groups) > 1 else "device")
+    handles, names = axs[0].get_legend_handles_labels()
+    for ax in axs[1:]:   # the budget entry may only exist in the host panel
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles, names = handles + [h], names + [n]
+    fig.legend(handles, names, fontsize="small", loc="outside lower center", ncols=len(names))
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    return fig
+
+
+def plot_estimate(est: Estimate, budgets: Mapping[str, int] | None = None, fig: Figure | None = None) -> Figure:
+    """An estimate's memory per device, with the layers each holds (the host's are the CPU's)."""
+    from planner.core.render import layer_ranges
+
+    by_dev = dict(est.layers)
+    layers = {d.name: layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all)
+              for d in est.devices}
+    title = f"{Path(est.model_path).name}  n_ctx {est.cparams.n_ctx}"
+    return plot_memory(est.devices, budgets, layers, title, fig)
+
+
+def plot_plan(result: PlanResult, path: str | Path | None = None) -> Figure:
+    """A plan's memory per device against its budgets, layer ranges labelled, predicted speed in
+    the title; saved to `path` when given (what `fitplan plan --plot` draws)."""
+    from planner.llama.flags import flags_to_argv
+
+    est = result.estimate
+    # the host budget covers Host and CPU_REPACK together: drawn once, on Host
+    budgets = {d.name: result.budget_of(d.name) for d in est.devices if d.name != CPU_REPACK}
+    fig = plot_estimate(est, budgets)
+    speed = result.prediction.decode_tokens_s
+    fig.suptitle(f"{Path(est.model_path).name}  n_ctx {est.cparams.n_ctx}  decode ~{speed:.0f} tokens/s "
+                 f"(predicted)\n{' '.join(flags_to_argv(result.flags))}", fontsize="medium")
+    if path is not None:
+        save_figure(fig, path)
+    return fig

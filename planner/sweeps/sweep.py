@@ -1,0 +1,285 @@
+"""`fitplan sweep`: evaluate every combination of a few llama.cpp knobs and tabulate the memory.
+
+The axes and their syntax: planner/sweeps/axes.py (ctx, np, ub, cache/ctk/ctv, ts, budget).
+Each combination is the base flags with the axes' flags appended (a later flag wins, as in
+llama.cpp's parser), then evaluated by one of two modes:
+  estimate  what llama.cpp allocates for exactly those flags (cheap: the model is read once);
+  plan      the planner's best placement under the budgets (it picks -ngl, -ts, -ot, and -ub
+            unless ub is varied); `ctx=max` asks it for the largest context that fits.
+A point fits when every device's total is within its budget (planner/hardware/budgets.py semantics;
+Host only when the inventory knows the host's RAM) and, in plan mode, a placement was found.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from planner.hardware.budgets import Budgets, resolve_budgets
+from planner.hardware.inventory import Inventory
+from planner.core.errors import BadInput, FlagError, InfeasiblePlacement
+from planner.llama.flags import LlamaFlags, changed_fields, flags_to_argv
+from planner.llama.placement import HOST
+from planner.core.render import layer_ranges, table
+from planner.sweeps.axes import (
+    AXES,
+    CTX_MAX,
+    MODES,
+    TS_STEPS,
+    Axis,
+    AxisKind,
+    apply_axes,
+    fmt_budget,
+    parse_axis,
+    parse_vary,
+)
+from planner.core.units import fmt_mib
+
+__all__ = ["AXES", "CSV_COLUMNS", "Axis", "AxisKind", "DeviceRow", "Point", "SweepResult", "layer_ranges",
+           "parse_axis", "parse_vary", "sweep"]
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    name: str
+    model_bytes: int
+    context_bytes: int
+    compute_bytes: int
+    budget_bytes: int | None   # None: no budget is known for this row (Host without RAM figures)
+    layers: str                # layer ranges, `output` for the output layer
+
+    @property
+    def total_bytes(self) -> int:
+        return self.model_bytes + self.context_bytes + self.compute_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+
+
+@dataclass(frozen=True)
+class Point:
+    settings: tuple[Any, ...]   # one value per axis, in the result's axis order
+    flags: str
+    n_ctx: int
+    devices: tuple[DeviceRow, ...]
+    feasible: bool = True            # plan mode: a placement was found
+    tokens_per_s: float | None = None  # plan mode: predicted decode speed
+
+    @property
+    def fits(self) -> bool:
+        return self.feasible and all(d.fits for d in self.devices)
+
+    def device(self, name: str) -> DeviceRow | None:
+        return next((d for d in self.devices if d.name == name), None)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    model: str
+    mode: str
+    axes: tuple[Axis, ...]
+    points: tuple[Point, ...]
+
+    @property
+    def device_names(self) -> list[str]:
+        """Every device row name, in the order the points list them."""
+        return list(dict.fromkeys(d.name for p in self.points for d in p.devices))
+
+    def csv_columns(self) -> list[str]:
+        extra = ["feasible", "tokens_per_s"] if self.mode == "plan" else []
+        return [a.name for a in self.axes] + list(CSV_COLUMNS) + extra
+
+    def csv_rows(self) -> list[dict[str, Any]]:
+        """One row per point and device (the CSV's rows, in its column order)."""
+        rows = []
+        for p in self.points:
+            head = {a.name: a.text(v) for a, v in zip(self.axes, p.settings)}
+            if not p.devices:   # an infeasible plan: one row that says so
+                rows.append(dict(head, fits=0, feasible=0))
+            for d in p.devices:
+                row = dict(head, device=d.name, model_bytes=d.model_bytes, context_bytes=d.context_bytes,
+                           compute_bytes=d.compute_bytes, total_bytes=d.total_bytes,
+                           budget_bytes="" if d.budget_bytes is None else d.budget_bytes,
+                           device_fits=int(d.fits), fits=int(p.fits), layers=d.layers, n_ctx=p.n_ctx, flags=p.flags)
+                if self.mode == "plan":
+                    row.update(feasible=int(p.feasible),
+                               tokens_per_s="" if p.tokens_per_s is None else f"{p.tokens_per_s:.2f}")
+                rows.append(row)
+        return rows
+
+    def write_csv(self, out: IO[str]) -> None:
+        writer = csv.DictWriter(out, fieldnames=self.csv_columns(), lineterminator="\n", restval="")
+        writer.writeheader()
+        writer.writerows(self.csv_rows())
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        self.write_csv(buf)
+        return buf.getvalue()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "mode": self.mode,
+            "axes": {a.name: [a.text(v) for v in a.values] for a in self.axes},
+            "points": [{
+                "settings": {a.name: a.text(v) for a, v in zip(self.axes, p.settings)},
+                "flags": p.flags, "n_ctx": p.n_ctx, "fits": p.fits, "feasible": p.feasible,
+                "tokens_per_s": p.tokens_per_s,
+                "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
+                             "compute_bytes": d.compute_bytes, "budget_bytes": d.budget_bytes,
+                             "layers": d.layers} for d in p.devices],
+            } for p in self.points],
+        }
+
+    def to_table(self) -> str:
+        names = self.device_names
+        rows = []
+        for p in self.points:
+            cells = [a.text(v) for a, v in zip(self.axes, p.settings)]
+            for n in names:
+                d = p.device(n)
+                cells.append("" if d is None else fmt_mib(d.total_bytes)
+                             + ("" if d.budget_bytes is None else f" / {fmt_mib(d.budget_bytes)}"))
+            speed = [] if self.mode != "plan" else [f"{p.tokens_per_s:.1f}" if p.tokens_per_s else ""]
+            rows.append(cells + [p.n_ctx or ""] + speed + ["yes" if p.fits else "no"])
+        heads = ([a.name for a in self.axes] + [f"{n} MiB" for n in names] + ["n_ctx"]
+                 + (["decode tok/s"] if self.mode == "plan" else []) + ["fits"])
+        align = "l" * len(self.axes) + "r" * (len(heads) - len(self.axes) - 1) + "l"
+        return f"{self.model} ({self.mode})\n\n" + table(heads, rows, align=align) + "\n"
+
+
+# LlamaFlags fields a plan-mode base may set: the rest is placement, which the plan decides.
+PLAN_BASE_FIELDS = frozenset({"n_ctx", "n_parallel", "n_ubatch", "cache_type_k", "cache_type_v", "flash_attn"})
+
+# The CSV's columns after the axis columns (README "fitplan sweep" documents each).
+CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total_bytes", "budget_bytes",
+               "device_fits", "fits", "layers", "n_ctx", "flags")
+
+
+def _one_layer_steps(axis: Axis, ctx: Any, flags: LlamaFlags, inventory: Inventory | None) -> Axis:
+    """Replace `ts=steps` by every split k/(L-k) of the L offloaded layers between two devices."""
+    if TS_STEPS not in axis.values:
+        return axis
+    from planner.llama.placement import resolve_devices
+
+    n_dev = len(resolve_devices(flags, inventory))
+    if n_dev != 2:
+        raise FlagError(f"--vary ts={TS_STEPS}: one-layer steps move layers between two devices; "
+                        f"these flags and devices give {n_dev}")
+    n_all = ctx.facts.n_layer_all + 1   # the output layer counts as a layer in the split
+    offloaded = n_all if flags.n_gpu_layers < 0 else min(flags.n_gpu_layers, n_all)
+    steps = [f"{k}/{offloaded - k}" for k in range(1, offloaded)]
+    values = [v for x in axis.values for v in (steps if x == TS_STEPS else [x])]
+    return Axis(axis.name, tuple(dict.fromkeys(values)))
+
+
+class _Budgets:
+    """Budgets for each budget value, resolved once (resolve_budgets logs its warnings once)."""
+
+    def __init__(self, inventory: Inventory | None) -> None:
+        self.inventory = inventory
+        self.cache: dict[int | None, Budgets] = {}
+
+    def get(self, amount: int | None) -> Budgets | None:
+        if self.inventory is None:
+            return None
+        if amount not in self.cache:
+            self.cache[amount] = resolve_budgets(self.inventory, None if amount is None else fmt_budget(amount))
+        return self.cache[amount]
+
+    def rows(self, amount: int | None) -> dict[str, int]:
+        """Row name -> budget; Host only when the inventory knows the host's RAM."""
+        b = self.get(amount)
+        if b is None:
+            return {}
+        return dict(b.devices, **({HOST: b.host_bytes} if self.inventory.host.ram_available_bytes else {}))
+
+
+def _rows(est: Any, limit: dict[str, int]) -> tuple[DeviceRow, ...]:
+    by_dev = dict(est.layers)
+    return tuple(DeviceRow(d.name, d.model_bytes, d.context_bytes, d.compute_bytes, limit.get(d.name),
+                           layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all))
+                 for d in est.devices)
+
+
+def _estimate_point(ctx: Any, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,
+                    inventory: Inventory | None, budgets: _Budgets) -> Point:
+    from planner.memory.estimate import estimate
+
+    settings = list(zip(axes, combo))
+    if CTX_MAX in combo:
+        raise FlagError("--vary ctx=max: the largest context that fits is a plan's question; use --mode plan")
+    flags = apply_axes(base, [(a, v) for a, v in settings if a.spec.flags],
+                       " ".join(f"{a.name}={a.text(v)}" for a, v in settings))
+    est = estimate(ctx, flags, inventory)
+    limit = budgets.rows(next((v for a, v in settings if a.name == "budget"), None))
+    rows = _rows(est, limit)
+    return Point(combo, " ".join(flags_to_argv(flags)), est.cparams.n_ctx, rows)
+
+
+def sweep(model: Any, axes: Sequence[Axis], inventory: Inventory | None = None, flags: LlamaFlags | None = None,
+          mode: str = "estimate", progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Evaluate every combination of `axes` (the first axis varies slowest); `progress(done, total)`
+    is called after each point."""
+    from planner.memory.estimate import model_context
+
+    if mode not in MODES:
+        raise FlagError(f"sweep mode {mode!r}: expected one of {', '.join(MODES)}")
+    if not axes:
+        raise FlagError("sweep: nothing to vary; expected at least one --vary NAME=VALUES")
+    names = [a.name for a in axes]
+    clash = [n for n in names if names.count(n) > 1] or (["cache"] if "cache" in names and
+                                                           {"ctk", "ctv"} & set(names) else [])
+    if clash:
+        raise FlagError(f"--vary {clash[0]}: given twice (cache sets both ctk and ctv)")
+    base = flags or LlamaFlags()
+    ctx = model_context(model)
+    axes = tuple(_one_layer_steps(a, ctx, base, inventory) for a in axes)
+    combos = list(itertools.product(*(a.values for a in axes)))
+    budgets = _Budgets(inventory)
+    evaluate = _estimate_point if mode == "estimate" else _plan_point
+    points = []
+    for i, combo in enumerate(combos):
+        points.append(evaluate(ctx, axes, combo, base, inventory, budgets))
+        if progress is not None:
+            progress(i + 1, len(combos))
+    return SweepResult(ctx.model.path, mode, axes, tuple(points))
+
+
+def _plan_point(ctx: Any, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,
+                inventory: Inventory | None, budgets: _Budgets) -> Point:
+    """The planner's best placement for this combination (it chooses -ngl, -ts, -ot and -ub)."""
+    from planner.planning.search import PlanRequest, plan
+
+    settings = list(zip(axes, combo))
+    where = " ".join(f"{a.name}={a.text(v)}" for a, v in settings)
+    if inventory is None or not inventory.host.ram_available_bytes:
+        raise BadInput("sweep --mode plan: the host's RAM is needed (--ram 64GiB, or an inventory YAML)")
+    if any(a.name == "ts" for a in axes):
+        raise FlagError("--vary ts: a plan chooses -ts itself; vary ts with --mode estimate")
+    chosen_by_plan = set(changed_fields(base)) - PLAN_BASE_FIELDS
+    if chosen_by_plan:
+        raise FlagError(f"sweep --mode plan: the plan chooses placement itself; base flags may set only "
+                        f"-c, -np, -ub, -ctk/-ctv and -fa (got {', '.join(sorted(chosen_by_plan))})")
+    want_max = any(a.name == "ctx" and v == CTX_MAX for a, v in settings)
+    flags = apply_axes(base, [(a, v) for a, v in settings if a.spec.flags and v != CTX_MAX], where)
+    if flags.cache_type_k != flags.cache_type_v:
+        raise FlagError(f"{where}: a plan uses one KV cache type for K and V; got {flags.cache_type_k}/{flags.cache_type_v}")
+    ub_given = flags.n_ubatch != LlamaFlags().n_ubatch or any(a.name == "ub" for a in axes)
+    request = PlanRequest(n_ctx=None if want_max else (flags.n_ctx or None), max_ctx=want_max,
+                          n_parallel=flags.n_parallel, cache_types=(flags.cache_type_k,),
+                          n_ubatch=flags.n_ubatch if ub_given else None, flash_attn=flags.flash_attn)
+    amount = next((v for a, v in settings if a.name == "budget"), None)
+    try:
+        result = plan(ctx, inventory, request, budgets=budgets.get(amount))
+    except InfeasiblePlacement:
+        return Point(combo, "", 0, (), feasible=False)
+    limit = budgets.rows(amount)
+    est = result.estimate
+    rows = _rows(est, limit)
+    return Point(combo, " ".join(flags_to_argv(result.flags)), result.n_ctx, rows,
+                 tokens_per_s=result.prediction.decode_tokens_s)

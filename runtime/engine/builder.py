@@ -1,0 +1,237 @@
+"""One graph builder for the llama-shaped decoders: llama (Llama 2/3, Mistral), qwen2, qwen3,
+qwen3moe and gemma3, differing only by the facts in hparams.ARCHS.
+
+The graph has llama.cpp's op kinds in llama.cpp's order (src/models/<arch>.cpp and
+src/llama-graph.cpp at the pinned build): inputs as llm_graph_input_* create them, per layer
+norm -> Q/K/V -> (QK norm) -> RoPE -> KV store (set_rows) -> attention (flash or soft_max) ->
+output projection -> residual -> FFN, and `ggml_build_forward_expand` at the same points, so
+the scheduler sees the node order llama.cpp's scheduler sees. Tensors llama.cpp names "norm"
+for a layer are returned as pins: llama.cpp's graph callback pins them to the layer's device
+when a batch has fewer than 32 tokens or every layer is offloaded (llama-context.cpp graph_get_cb).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from planner.core.errors import BadInput
+from planner.gguf.reader import row_size
+from runtime.ggml import build as B
+from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
+from runtime.engine.hparams import FfnKind, HParams
+from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.engine.moe import build_moe_ffn
+
+I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    n_tokens: int
+    n_outputs: int
+    n_kv: tuple[tuple[CacheKind, int], ...]
+
+
+@dataclass(frozen=True)
+class AttnInputs:
+    k_idxs: Tensor
+    v_idxs: Tensor
+    mask: Tensor
+
+
+@dataclass
+class BuiltGraph:
+    graph: Graph
+    shape: BatchShape
+    tokens: Tensor
+    embd: Tensor
+    pos: Tensor
+    out_ids: Tensor
+    attn: dict[CacheKind, AttnInputs]
+    logits: Tensor
+    norm_pins: list[tuple[Tensor, int]] = field(default_factory=list)   # (tensor, layer)
+    cpu_pins: list[Tensor] = field(default_factory=list)
+
+
+class DecoderBuilder:
+    """Builds the forward graph of one ubatch from weights (name -> Tensor) and the KV cache."""
+
+    def __init__(self, hp: HParams, weights: Mapping[str, Tensor], kv: KVCache, *, flash_attn: bool,
+                 offload_kqv: bool) -> None:
+        self.hp, self.w, self.kv = hp, weights, kv
+        self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
+
+    def _w(self, name: str) -> Tensor | None:
+        return self.w.get(name)
+
+    def _need(self, name: str) -> Tensor:
+        t = self.w.get(name)
+        if t is None:
+            raise KeyError(f"the model has no tensor {name}")
+        return t
+
+    # --- pieces shared by every layer ---------------------------------------------------------
+    def norm(self, x: Tensor, weight: str, il: int) -> Tensor:
+        """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
+        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
+        if il >= 0:
+            self.out.norm_pins.append((n, il))
+        return B.mul(n, self._need(weight), name=f"{weight}-mul")
+
+    def ffn(self, x: Tensor, il: int) -> Tensor:
+        p = f"blk.{il}."
+        if self.hp.spec.ffn is FfnKind.MOE:
+            return build_moe_ffn(self, x, il)
+        up = B.mul_mat(self._need(p + "ffn_up.weight"), x, name=f"ffn_up-{il}")
+        gate = B.mul_mat(self._need(p + "ffn_gate.weight"), x, name=f"ffn_gate-{il}")
+        kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"
+        act = Tensor(F32, gate.ne, name=f"ffn_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
+                     op_params={"glu": kind})
+        return B.mul_mat(self._need(p + "ffn_down.weight"), act, name=f"ffn_out-{il}")
+
+    def _rope(self, x: Tensor, il: int) -> Tensor:
+        hp = self.hp
+        base = hp.freq_base_swa if hp.swa[il] else hp.freq_base
+        factors = self._w("rope_freqs.weight")
+        r = B.rope(x, self.out.pos, hp.n_rot, int(hp.spec.rope), base, factors, name=f"rope-{il}")
+        r.op_params["freq_scale"] = 1.0 if hp.swa[il] else hp.freq_scale
+        return r
+
+    def _qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+        hp, p = self.hp, f"blk.{il}."
+        out = []
+        for part, heads in (("q", hp.n_head), ("k", hp.n_head_kv[il]), ("v", hp.n_head_kv[il])):
+            t = B.mul_mat(self._need(f"{p}attn_{part}.weight"), x, name=f"{part.upper()}cur-{il}")
+            bias = self._w(f"{p}attn_{part}.bias")
+            if bias is not None:
+                t = B.add(t, bias, name=f"{part.upper()}cur_b-{il}")
+            out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
+        q, k, v = out
+        if hp.spec.qk_norm:
+            q = self.norm(q, f"{p}attn_q_norm.weight", il)
+        q = self._rope(q, il)
+        if hp.spec.qk_norm:
+            k = self.norm(k, f"{p}attn_k_norm.weight", il)
+        k = self._rope(k, il)
+        if hp.q_scale != 1.0:
+            q = B.scale(q, hp.q_scale, name=f"Qscaled-{il}")
+        return q, k, v
+
+    # --- attention ------------------------------------------------------------------------------
+    def _store(self, il: int, k: Tensor, v: Tensor, inp: AttnInputs) -> tuple[Tensor, Tensor]:
+        """cpy_k / cpy_v (llama-kv-cache.cpp): set_rows into the cache, V element-wise when transposed."""
+        kc, vc = self.kv.k[il], self.kv.v[il]
+        n_tokens, width = k.ne[2], k.ne[0] * k.ne[1]
+        k2 = B.view(k, (width, n_tokens), (k.nb[0], k.nb[2]), 0)
+        store_k = B.set_rows(kc, k2, inp.k_idxs, name=f"cache_k_l{il} (set_rows)")
+        if not self.kv.v_trans:
+            v2 = B.view(v, (width, n_tokens), (v.nb[0], v.nb[2]), 0)
+            return store_k, B.set_rows(vc, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
+        if width != vc.ne[0]:
+            raise BadInput("-fa off with layers of different V widths is not implemented in the runtime")
+        v2 = B.reshape(B.reshape(v, (width, n_tokens)), (1, width * n_tokens))
+        v_all = B.reshape(vc, (1, vc.n_elements))
+        return store_k, B.set_rows(v_all, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
+
+    def _cache_views(self, il: int, n_kv: int) -> tuple[Tensor, Tensor]:
+        hp, kc, vc = self.hp, self.kv.k[il], self.kv.v[il]
+        hd, hkv, size = hp.head_dim, hp.n_head_kv[il], kc.ne[1]
+        k = B.view(kc, (hd, hkv, n_kv, 1), (kc.nb[0], row_size(kc.type, hd), row_size(kc.type, kc.ne[0]),
+                                             row_size(kc.type, kc.ne[0] * size)), 0, name=f"k-{il}")
+        if not self.kv.v_trans:
+            v = B.view(vc, (hd, hkv, n_kv, 1), (vc.nb[0], row_size(vc.type, hd), row_size(vc.type, vc.ne[0]),
+                                                row_size(vc.type, vc.ne[0] * size)), 0, name=f"v-{il}")
+        else:
+            v = B.view(vc, (n_kv, hkv, hd, 1), (vc.nb[0], row_size(vc.type, size * hd), row_size(vc.type, size),
+                                                row_size(vc.type, size * vc.ne[0])), 0, name=f"v-{il}")
+        return k, v
+
+    def attention(self, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """build_attn + build_attn_mha for one stream."""
+        kind = self.kv.kinds[il]
+        inp = self.out.attn[kind]
+        # llm_graph_context::build_attn expands q, v, k (one cache) or q, k, v (iswa) first
+        order = (q, k, v) if len(self.kv.tables) > 1 else (q, v, k)
+        for t in order:
+            self.out.graph.expand(t)
+        for t in self._store(il, k, v, inp):
+            self.out.graph.expand(t)
+        n_kv = dict(self.out.shape.n_kv)[kind]
+        kv_k, kv_v = self._cache_views(il, n_kv)
+        n_tokens = q.ne[2]
+        q4 = B.view(q, q.ne, (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * n_tokens), 0, name=f"q-{il}")
+        qp = B.permute(q4, (0, 2, 1, 3))
+        kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
+        if self.flash_attn:
+            fa = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, name=f"__fattn__-{il}")
+            cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
+        else:
+            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
+            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
+            kqv = B.mul_mat(vp, kq, name=f"kqv-{il}")
+            cur = B.permute(kqv, (0, 2, 1, 3))
+            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
+            if not self.offload_kqv:
+                self.out.cpu_pins.append(cur)
+        self.out.graph.expand(cur)
+        return cur
+
+    # --- the graph --------------------------------------------------------------------------------
+    def _inputs(self, shape: BatchShape) -> None:
+        hp, t = self.hp, shape.n_tokens
+        tokens = B.new_input(I32, (t,), "inp_tokens")
+        embd = B.new_input(F32, (hp.n_embd, t), "inp_embd")
+        pos = B.new_input(I32, (t,), "inp_pos")
+        attn = {}
+        v_width = self.kv.v[0].ne[0]
+        for kind, n_kv in shape.n_kv:
+            attn[kind] = AttnInputs(
+                B.new_input(I64, (t,), "attn_inp_k_idxs"),
+                B.new_input(I64, (t * v_width if self.kv.v_trans else t,), "attn_inp_v_idxs"),
+                B.new_input(F16 if self.flash_attn else F32, (n_kv, t, 1, 1), "attn_inp_kq_mask"))
+        out_ids = B.new_input(I32, (shape.n_outputs,), "out_ids")
+        self.out = BuiltGraph(Graph(), shape, tokens, embd, pos, out_ids, attn, logits=tokens)
+
+    def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
+        hp, p = self.hp, f"blk.{il}."
+        cur = self.norm(x, p + "attn_norm.weight", il)
+        q, k, v = self._qkv(cur, il, n_tokens)
+        cur = self.attention(il, q, k, v)
+        cur = B.mul_mat(self._need(p + "attn_output.weight"), cur, name=f"attn_out-{il}")
+        bias = self._w(p + "attn_output.bias")
+        if bias is not None:
+            cur = B.add(cur, bias)
+        residual = x
+        if il == hp.n_layer - 1:  # keep only the rows that produce outputs
+            cur = B.get_rows(cur, self.out.out_ids)
+            residual = B.get_rows(residual, self.out.out_ids)
+        if hp.spec.post_norms:
+            cur = self.norm(cur, p + "post_attention_norm.weight", il)
+        ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
+        cur = self.ffn(self.norm(ffn_inp, p + "ffn_norm.weight", il), il)
+        if hp.spec.post_norms:
+            cur = self.norm(cur, p + "post_ffw_norm.weight", -1)  # gemma3 passes il = -1 here
+        return B.add(cur, ffn_inp, name=f"l_out-{il}")
+
+    def build(self, shape: BatchShape) -> BuiltGraph:
+        hp = self.hp
+        self._inputs(shape)
+        g = self.out.graph
+        x = B.get_rows(self._need("token_embd.weight"), self.out.tokens, name="inp_embd_rows")
+        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
+        g.expand(self.out.embd)
+        if hp.spec.embd_scale:
+            x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
+        for il in range(hp.n_layer):
+            x = self._layer(il, x, shape.n_tokens)
+        cur = self.norm(x, "output_norm.weight", -1)
+        out_w = self._w("output.weight") or self._need("token_embd.weight")
+        cur = B.mul_mat(out_w, cur, name="result_output")
+        if hp.softcap:
+            cur = B.scale(cur, 1.0 / hp.softcap)
+            cur = B.unary(cur, "TANH")
+            cur = B.scale(cur, hp.softcap)
+        g.expand(cur)
+        self.out.logits = cur
+        return self.out

@@ -1,0 +1,128 @@
+"""Hyper-parameters a graph builder needs, read from GGUF metadata as the pinned llama.cpp reads them.
+
+Per-architecture facts live in `ARCHS` (keyed by GGUF architecture name); per-layer facts
+(heads, SWA layers, window) come from planner.model.arch so the runtime and the estimate agree on
+which layers slide. Sources: src/models/{llama,qwen2,qwen3,qwen3moe,gemma3}.cpp and
+llama_model_rope_type in src/llama-model.cpp (pinned build, DESIGN.md).
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from planner.model.arch import AttnKind, ModelFacts, model_facts
+from planner.core.errors import GGUFError
+from planner.gguf.reader import ModelFile
+
+
+class RopeMode(enum.IntEnum):
+    """ggml rope modes: NORM rotates adjacent pairs, NEOX rotates (i, i + n_dims/2)."""
+
+    NORM = 0
+    NEOX = 2
+
+
+class FfnKind(enum.Enum):
+    SWIGLU = "swiglu"   # silu(gate) * up (LLM_FFN_SILU, LLM_FFN_PAR)
+    GEGLU = "geglu"     # gelu(gate) * up (LLM_FFN_GELU, LLM_FFN_PAR)
+    MOE = "moe"         # softmax router, top-k experts, SwiGLU experts (build_moe_ffn)
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    rope: RopeMode
+    ffn: FfnKind
+    qk_norm: bool = False        # RMS-normed Q and K per head before RoPE (qwen3, gemma3)
+    post_norms: bool = False     # gemma3: norms after attention and after the FFN
+    embd_scale: bool = False     # gemma3: embeddings scaled by sqrt(n_embd)
+    q_prescale: bool = False     # gemma3: Q scaled before attention, attention scale 1
+    attn_bias: bool = False      # qwen2: Q/K/V biases
+
+
+ARCHS: dict[str, ArchSpec] = {
+    "llama": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    "qwen2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, attn_bias=True),
+    "qwen3": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
+    "qwen3moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    "gemma3": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True,
+                       q_prescale=True),
+}
+
+# llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
+DEFAULT_FREQ_BASE_SWA = 10000.0
+
+
+@dataclass(frozen=True)
+class HParams:
+    arch: str
+    spec: ArchSpec
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    n_head: int
+    n_head_kv: tuple[int, ...]
+    head_dim: int
+    n_rot: int
+    eps: float
+    freq_base: float
+    freq_base_swa: float
+    freq_scale: float
+    swa: tuple[bool, ...]
+    n_swa: int
+    kq_scale: float            # scale inside attention (1.0 when Q is pre-scaled)
+    q_scale: float             # gemma3's pre-scale of Q, 1.0 elsewhere
+    softcap: float             # final logit soft-capping, 0 when off
+    n_expert: int = 0
+    n_expert_used: int = 0
+
+    def n_embd_gqa(self, il: int) -> int:
+        return self.head_dim * self.n_head_kv[il]
+
+
+def _get(model: ModelFile, key: str, default: object = None) -> object:
+    return model.metadata.get(f"{model.architecture}.{key}", default)
+
+
+def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
+    """HParams for an architecture with a graph builder; GGUFError for any other. `facts`: the
+    model's facts when the caller has them already (a ModelContext does)."""
+    arch = model.architecture
+    spec = ARCHS.get(arch)
+    if spec is None:
+        raise GGUFError(model.path, f"the runtime has no graph builder for architecture {arch!r} "
+                                    f"(it has: {', '.join(ARCHS)})")
+    facts = facts or model_facts(model)
+    trunk = [lf for lf in facts.layers if not lf.nextn]
+    head_dim = trunk[0].head_dim_k
+    if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in trunk):
+        raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")
+    n_rot = int(_get(model, "rope.dimension_count", head_dim) or head_dim)
+    scale_type = str(_get(model, "rope.scaling.type", "none") or "none")
+    freq_scale = 1.0
+    if scale_type == "linear":
+        freq_scale = 1.0 / float(_get(model, "rope.scaling.factor", 1.0) or 1.0)
+    elif scale_type not in ("none", ""):
+        raise GGUFError(model.path, f"rope scaling {scale_type!r} is not implemented in the runtime")
+    if facts.n_layer and trunk[0].n_head * head_dim == 0:
+        raise GGUFError(model.path, "no attention heads")
+    # gemma3 (load_arch_hparams): Q is pre-scaled by 1/sqrt(head_dim), 1/sqrt(n_embd/n_head) for 27B
+    q_scale = 1.0
+    kq_scale = 1.0 / math.sqrt(head_dim)
+    if spec.q_prescale:
+        q_scale = (1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if facts.n_layer == 62 else kq_scale)
+        kq_scale = 1.0
+    window = max((lf.window for lf in trunk), default=0)
+    return HParams(
+        arch=arch, spec=spec, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
+        n_ctx_train=facts.n_ctx_train, n_head=trunk[0].n_head,
+        n_head_kv=tuple(lf.n_head_kv for lf in trunk), head_dim=head_dim, n_rot=n_rot,
+        eps=float(_get(model, "attention.layer_norm_rms_epsilon", 1e-5)),
+        freq_base=float(_get(model, "rope.freq_base", 10000.0) or 10000.0),
+        freq_base_swa=float(_get(model, "rope.freq_base_swa", DEFAULT_FREQ_BASE_SWA) or DEFAULT_FREQ_BASE_SWA),
+        freq_scale=freq_scale, swa=tuple(lf.kind is AttnKind.SWA for lf in trunk), n_swa=window,
+        kq_scale=kq_scale, q_scale=q_scale,
+        softcap=float(_get(model, "final_logit_softcapping", 0.0) or 0.0),
+        n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
+    )

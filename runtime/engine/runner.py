@@ -1,0 +1,358 @@
+"""Execute a GGUF model under a placement: weights in their devices' buffers, KV caches per
+layer on the layer's device, compute buffers from the allocator, splits from the scheduler.
+
+Placement is planner.llama.placement's (the same semantics as `fitplan estimate`), so a validate
+run checks exactly what the estimate predicted. Every device has a capacity (its budget);
+running past it raises BufferAllocationError, which names the device and the shortfall.
+
+Usage::
+
+    runner = ModelRunner.load("model.gguf", parse_llama_flags(["-c", "1024"]), capacities={"RPC0": ...})
+    logits = runner.decode([1, 2, 3])          # [n_tokens, n_vocab]
+    runner.reserve_report                      # splits and compute bytes of the reserve graphs
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.hardware.inventory import Backend as DevBackend
+from planner.hardware.inventory import Inventory
+from planner.core.errors import BadInput
+from planner.memory.estimate import ModelContext, model_context
+from planner.llama.flags import LlamaFlags
+from planner.llama.kv import ContextParams, context_params, swa_cells
+from planner.llama.placement import CPU_REPACK, HOST, Placement, place, resolve_devices
+from runtime.ggml.compute import Measurement
+from runtime.ggml.backend import (
+    UNLIMITED,
+    Backend,
+    Device,
+    DeviceType,
+    alloc_tensors,
+    make_cpu,
+)
+from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
+from runtime.ggml.exact_matmul import REPACKED
+from runtime.ggml.kernels import KERNELS, read_f32
+from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
+from planner.gguf.tensor_data import TensorData
+from runtime.engine.hparams import HParams, read_hparams
+from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.ggml.sched import Scheduler
+
+log = logging.getLogger(__name__)
+
+# ggml_backend_dev_offload_op: CUDA-like backends want ops of batch >= 32 whose weight sits in
+# host memory (GGML_OP_OFFLOAD_MIN_BATCH); ggml-rpc has no offload_op.
+OFFLOAD_MIN_BATCH: dict[DevBackend, int | None] = {
+    DevBackend.CUDA: 32, DevBackend.ROCM: 32, DevBackend.SYCL: 32, DevBackend.VULKAN: 32,
+    DevBackend.METAL: None, DevBackend.RPC: None, DevBackend.CPU: None,
+}
+
+
+def _exact_kernels():
+    from runtime.ggml.exact import EXACT_KERNELS  # imported on request: only validation needs it
+
+    return EXACT_KERNELS
+
+
+# Kernel tables by name: "default" computes in float32 with BLAS; "ggml-avx2" reproduces
+# ggml-cpu's x86-64-v3 build bit for bit (runtime/ggml/exact.py) at a fraction of the speed.
+KERNEL_SETS = {"default": lambda: KERNELS, "ggml-avx2": _exact_kernels}
+GRAPH_CACHE = 4   # graphs kept for reuse (llama.cpp reuses a graph while its shape holds)
+PIN_MAX_TOKENS = 32   # llama-context.cpp graph_get_cb pins "norm" below this batch size
+
+
+# numpy's OpenBLAS, by the symbol names the scipy-openblas wheels and plain OpenBLAS export.
+_BLAS_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def limit_blas_threads(n: int = 1) -> bool:
+    """Run numpy's BLAS on n threads; best effort (False when no OpenBLAS is found).
+
+    A decode step is hundreds of small matrix-vector products: with a second BLAS thread each
+    one waits for a core, and on a shared 2-core machine that made a Gemma 3 270M token 4x
+    slower (bench/bench_runtime_speed.py), for a gain only on the output matrix. The large
+    products use the other cores through runtime/ggml/threads.py instead (row blocks, one
+    single-threaded BLAS call each).
+    """
+    import ctypes
+    import re
+
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            libs = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
+    except OSError:
+        return False
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for name in _BLAS_SET_THREADS:
+            if hasattr(lib, name):
+                getattr(lib, name)(ctypes.c_int(n))
+                return True
+    return False
+
+
+class TimedBackend(Backend):
+    """A backend that records how long each split took (validate's time per split)."""
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.split_seconds: list[float] = []
+
+    def compute(self, nodes: Sequence[Tensor]) -> None:
+        t0 = time.perf_counter()
+        super().compute(nodes)
+        self.split_seconds.append(time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class ReserveReport:
+    """What llama.cpp's sched_reserve reports: splits and nodes of the prompt (pp) and one-token
+    (tg) graphs, and the compute buffer per device after both were reserved."""
+
+    n_splits_pp: int
+    n_splits_tg: int
+    n_nodes_pp: int
+    n_nodes_tg: int
+    compute_bytes: Mapping[str, int]
+
+
+@dataclass
+class StepRecord:
+    n_tokens: int
+    measurement: Measurement
+    seconds: float
+    split_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _device_row(row: str) -> str:
+    return "CPU" if row in (HOST, CPU_REPACK) else row
+
+
+class ModelRunner:
+    """One model loaded under one placement; decode() runs token ids through it."""
+
+    def __init__(self, ctx: ModelContext, flags: LlamaFlags, placement: Placement, cp: ContextParams,
+                 capacities: Mapping[str, int], n_outputs_max: int | None = None, kernels: str = "default") -> None:
+        self.ctx, self.flags, self.placement, self.cp = ctx, flags, placement, cp
+        # llama.cpp reserves min(n_ubatch, n_outputs_max) outputs; n_outputs_max is n_batch by
+        # default (common.h), llama-server and llama-cli set it to the number of sequences.
+        self.n_outputs_max = n_outputs_max or cp.n_batch
+        self.hp: HParams = read_hparams(ctx.model, ctx.facts)
+        limit_blas_threads(1)
+        if cp.n_seq != 1:
+            raise BadInput(f"-np {cp.n_seq}: the runtime runs one sequence (-np 1)")
+        self.cpu = TimedBackend(make_cpu(capacities.get("CPU", capacities.get(HOST, UNLIMITED))).device)
+        self.backends: dict[str, TimedBackend] = {}
+        for dev in placement.devices:
+            device = Device(dev.name, DeviceType.GPU, capacities.get(dev.name, UNLIMITED), alignment=dev.alignment,
+                            offload_min_batch=OFFLOAD_MIN_BATCH.get(dev.backend))
+            self.backends[dev.name] = TimedBackend(device)
+        self.backends["CPU"] = self.cpu
+        order = [self.backends[d.name] for d in placement.devices] + [self.cpu]
+        self.sched = Scheduler(order, parallel=placement.pipeline_parallel)
+        if kernels not in KERNEL_SETS:
+            raise BadInput(f"kernels {kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
+        self.kernels = kernels
+        for b in self.backends.values():
+            b.kernels = KERNEL_SETS[kernels]()
+        self.weights: dict[str, Tensor] = {}
+        self.weight_bytes: dict[str, int] = {}   # device -> bytes of its weight buffers
+        self.kv_bytes: dict[str, int] = {}
+        self.kv: KVCache | None = None
+        self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
+        self.steps: list[StepRecord] = []
+        self.reserve_report: ReserveReport | None = None
+        self.n_past = 0
+
+    # --- loading ----------------------------------------------------------------------------
+    @classmethod
+    def load(cls, model: str | ModelContext, flags: LlamaFlags, inventory: Inventory | None = None,
+             capacities: Mapping[str, int] | None = None, reserve: bool = True,
+             n_outputs_max: int | None = None, weights: bool = True, kernels: str = "default") -> ModelRunner:
+        """Place, load (weights=False: sizes only, no tensor data read), allocate the KV cache
+        and reserve the compute buffers."""
+        ctx = model_context(model)
+        devices = resolve_devices(flags, inventory)
+        placement = place(ctx.slots, ctx.facts.n_layer_all, flags, devices)
+        cp = context_params(flags, ctx.facts.n_ctx_train)
+        runner = cls(ctx, flags, placement, cp, capacities or {}, n_outputs_max, kernels)
+        runner.load_weights(copy_data=weights)
+        runner.alloc_kv()
+        if reserve:
+            runner.reserve()
+        return runner
+
+    def load_weights(self, copy_data: bool = True) -> None:
+        """One weights buffer per device (ggml_backend_alloc_ctx_tensors_from_buft), filled from the
+        file unless copy_data is False (sizing only: buffers stay untouched, so cost nothing)."""
+        infos = {t.name: t for t in self.ctx.model.tensors}
+        source = {s.name: (s.duplicate_of or s.name) for s in self.ctx.slots}
+        by_device: dict[str, list[Tensor]] = {}
+        for name, row in self.placement.tensor_buft:
+            info = infos[source[name]]
+            t = Tensor(info.ggml_type, info.shape, name=name)
+            if row == CPU_REPACK and self.kernels == "ggml-avx2":
+                REPACKED.add(t)   # llama.cpp runs its interleaved kernels on these
+            by_device.setdefault(_device_row(row), []).append(t)
+            self.weights[name] = t
+        for dev, tensors in by_device.items():
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.WEIGHTS)
+            self.weight_bytes[dev] = sum(b.size for b in buffers)
+        if not copy_data:
+            return
+        data = TensorData(self.ctx.model)
+        for name, t in self.weights.items():
+            t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
+
+    def alloc_kv(self) -> None:
+        hp, cp = self.hp, self.cp
+        sizes = {CacheKind.BASE: cp.n_ctx_seq,
+                 CacheKind.SWA: swa_cells(hp.n_swa, cp, self.flags.swa_full) if any(hp.swa) else 0}
+        cache_type = {"f16": GGMLType.F16, "f32": GGMLType.F32}.get(self.flags.cache_type_k)
+        if cache_type is None or self.flags.cache_type_v != self.flags.cache_type_k:
+            raise BadInput(f"-ctk {self.flags.cache_type_k} -ctv {self.flags.cache_type_v}: the runtime "
+                           f"implements f16 and f32 KV caches only")
+        self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
+                          v_trans=not cp.flash_attn, cache_type=cache_type)
+        by_device: dict[str, list[Tensor]] = {}
+        for il in range(hp.n_layer):
+            dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
+            by_device.setdefault(dev, []).extend([self.kv.k[il], self.kv.v[il]])
+        for dev, tensors in by_device.items():
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
+            self.kv_bytes[dev] = sum(b.size for b in buffers)
+
+    # --- graphs -------------------------------------------------------------------------------
+    def _graph(self, shape: BatchShape) -> BuiltGraph:
+        built = self._graphs.get(shape)
+        if built is not None:
+            self._graphs.move_to_end(shape)
+            return built
+        assert self.kv is not None
+        builder = DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                                 offload_kqv=self.flags.kv_offload)
+        built = builder.build(shape)
+        full_offload = self.flags.n_gpu_layers < 0 or self.flags.n_gpu_layers > self.ctx.facts.n_layer_all
+        if shape.n_tokens < PIN_MAX_TOKENS or full_offload:
+            for t, il in built.norm_pins:
+                self.sched.set_tensor_backend(t, self.backends[self.placement.layer_device[il]])
+        for t in built.cpu_pins:
+            self.sched.set_tensor_backend(t, self.cpu)
+        self._graphs[shape] = built
+        if len(self._graphs) > GRAPH_CACHE:
+            _, old = self._graphs.popitem(last=False)
+            for t, _il in old.norm_pins:
+                self.sched.pins.pop(t, None)
+            for t in old.cpu_pins:
+                self.sched.pins.pop(t, None)
+        return built
+
+    def reserve(self) -> ReserveReport:
+        """llama.cpp's sched_reserve: the worst-case prompt graph, the one-token graph, the prompt again."""
+        assert self.kv is not None
+        n_tokens = min(self.cp.n_ctx, self.cp.n_ubatch)
+        full = tuple((k, self.kv.tables[k].size) for k in self.kv.kind_order())
+        pp = self._graph(BatchShape(n_tokens, min(n_tokens, self.n_outputs_max), full))
+        tg = self._graph(BatchShape(1, 1, full))
+        # Measured (GGML_SCHED_DEBUG=2 on llama-fit-params, Gemma 3 over two rpc-servers): llama.cpp's
+        # first prompt reserve splits as if the layer-norm pins were absent (the norm opening a
+        # device's first layer stays on the previous device and crosses as an extra input), and its
+        # split count is the prompt figure llama.cpp logs; the buffers keep that reserve's size.
+        pinned = {t: self.sched.pins.pop(t) for t, _il in pp.norm_pins if t in self.sched.pins}
+        self.sched.reserve(pp.graph)
+        n_pp = self.sched.n_splits
+        self.sched.pins.update(pinned)
+        self.sched.reserve(tg.graph)
+        n_tg = self.sched.n_splits
+        self.sched.reserve(pp.graph)
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes())
+        return self.reserve_report
+
+    # --- running ------------------------------------------------------------------------------
+    def _inputs(self, built: BuiltGraph, tokens: np.ndarray, positions: np.ndarray,
+                cells: dict[CacheKind, np.ndarray], out_rows: np.ndarray) -> dict[Tensor, np.ndarray]:
+        assert self.kv is not None
+        inputs: dict[Tensor, np.ndarray] = {built.tokens: tokens.astype(np.int32),
+                                             built.pos: positions.astype(np.int32),
+                                             built.out_ids: out_rows.astype(np.int32)}
+        for kind, n_kv in built.shape.n_kv:
+            inp, table = built.attn[kind], self.kv.tables[kind]
+            c = cells[kind]
+            inputs[inp.k_idxs] = c
+            if self.kv.v_trans:
+                width = self.kv.v[0].ne[0]
+                inputs[inp.v_idxs] = (np.arange(width)[None, :] * table.size + c[:, None]).reshape(-1)
+            else:
+                inputs[inp.v_idxs] = c
+            inputs[inp.mask] = table.mask(positions, n_kv)
+        return inputs
+
+    def _ubatch(self, tokens: np.ndarray, all_logits: bool) -> np.ndarray:
+        assert self.kv is not None
+        positions = np.arange(self.n_past, self.n_past + len(tokens), dtype=np.int64)
+        cells = {k: t.store(positions) for k, t in self.kv.tables.items()}
+        out_rows = np.arange(len(tokens)) if all_logits else np.array([len(tokens) - 1])
+        shape = BatchShape(len(tokens), len(out_rows),
+                           tuple((k, self.kv.tables[k].n_kv()) for k in self.kv.kind_order()))
+        built = self._graph(shape)
+        for b in self.backends.values():
+            b.split_seconds = []
+        t0 = time.perf_counter()
+        m = self.sched.compute(built.graph, self._inputs(built, tokens, positions, cells, out_rows))
+        seconds = time.perf_counter() - t0
+        per_split = {name: sum(b.split_seconds) for name, b in self.backends.items() if b.split_seconds}
+        self.steps.append(StepRecord(len(tokens), m, seconds, per_split))
+        self.n_past += len(tokens)
+        return built.logits.get_data().reshape(len(out_rows), self.hp.n_vocab).copy()
+
+    def decode(self, tokens: Sequence[int], all_logits: bool = True) -> np.ndarray:
+        """Run token ids after what the cache holds, in ubatches of n_ubatch; logits of every
+        token (all_logits) or of the last one."""
+        ids = np.asarray(tokens, dtype=np.int64)
+        if ids.size == 0:
+            raise ValueError("decode needs at least one token")
+        if ids.min() < 0 or ids.max() >= self.hp.n_vocab:
+            raise ValueError(f"token ids must be in [0, {self.hp.n_vocab})")
+        outs = []
+        for start in range(0, len(ids), self.cp.n_ubatch):
+            chunk = ids[start:start + self.cp.n_ubatch]
+            last = start + len(chunk) == len(ids)
+            outs.append(self._ubatch(chunk, all_logits or not last) if (all_logits or last)
+                        else self._ubatch(chunk, False)[:0])
+        return np.concatenate(outs, axis=0)
+
+    def generate(self, prompt: Sequence[int], n_new: int) -> list[int]:
+        """Greedy continuation of `prompt` by n_new tokens."""
+        logits = self.decode(prompt, all_logits=False)
+        out: list[int] = []
+        for _ in range(n_new):
+            tok = int(np.argmax(logits[-1]))
+            out.append(tok)
+            logits = self.decode([tok], all_logits=False)
+        return out
+
+    def reset(self) -> None:
+        """Forget the sequence (the cache cells), keep weights and buffers."""
+        assert self.kv is not None
+        self.kv.clear()
+        self.n_past = 0
+        self.steps = []
+
+    def dequantize_weights(self) -> None:
+        """Fill the kernels' per-buffer f32 copies now rather than on first use."""
+        for t in self.weights.values():
+            if t.type not in (GGMLType.F32, GGMLType.F16):
+                read_f32(t)
+
+    def compute_bytes(self) -> dict[str, int]:
+        """Compute buffer per device now (buffers only grow: after a run, the peak)."""
+        return {b.name: self.sched.buffer_size(b) for b in self.sched.backends}
