@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.core.errors import FlagError
@@ -44,7 +45,8 @@ MODULE_ALIASES: dict[Module, tuple[str, ...]] = {
     Module.DETECTOR: ("detector", "adetailer", "yolo"),
 }
 _ALIAS_TO_MODULE = {alias: module for module, aliases in MODULE_ALIASES.items() for alias in aliases}
-DEFAULT_KEYS = ("all", "default", "*")
+ALL_KEY = "all"  # the default key sd-fit writes back into the specs it derives
+DEFAULT_KEYS = (ALL_KEY, "default", "*")
 # Seed 002 "Backend names": these select the default backend (GPU, then iGPU, then CPU).
 DEFAULT_TOKENS = ("", "auto", "default")
 DISK = "disk"
@@ -59,7 +61,13 @@ class Role(enum.Enum):
     SPLIT_MODE = "--split-mode"
 
 
-SPLIT_MODES = ("layer", "row")
+class SplitMode(enum.Enum):
+    """`--split-mode` values (seed 002, "Multiple devices per module")."""
+
+    LAYER = "layer"
+    ROW = "row"
+
+
 # sd-cli's compatibility flags and what each prepends to which assignment (seed 002,
 # "Compatibility flags"); prepended entries lose to later explicit ones.
 COMPAT_FLAGS: dict[str, tuple[Role, str]] = {
@@ -105,29 +113,46 @@ def split_device_list(token: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in token.split("&") if t.strip())
 
 
-def _check_token(token: str, role: Role, flag: str) -> None:
-    """The per-token rules sd-cli's `validate` applies, short of looking devices up."""
-    lower = token.strip().lower()
-    if role is Role.SPLIT_MODE:
-        if lower not in SPLIT_MODES:
-            raise FlagError(f"{flag}: invalid split mode {token.strip()!r} (expected layer or row)")
-        return
-    if role is Role.PARAMS:
-        if "&" in token:
-            raise FlagError(f"{flag}: does not accept device lists ({token!r}); '&' is only for --backend")
-        return
-    if lower == DISK:
+def _check_split_mode(token: str, flag: str) -> None:
+    if token.strip().lower() not in {m.value for m in SplitMode}:
+        raise FlagError(f"{flag}: invalid split mode {token.strip()!r} (expected layer or row)")
+
+
+def _check_params_token(token: str, flag: str) -> None:
+    if "&" in token:
+        raise FlagError(f"{flag}: does not accept device lists ({token!r}); '&' is only for --backend")
+
+
+def _check_device_list(token: str, flag: str) -> None:
+    """A `&` list: non-empty, and neither a default token nor disk among its names."""
+    names = split_device_list(token)
+    if not names:
+        raise FlagError(f"{flag}: invalid backend device list {token!r}")
+    for name in names:
+        if is_default_token(name):
+            raise FlagError(f"{flag}: default backend token {name!r} is not allowed in a device list {token!r}")
+        if name.lower() == DISK:
+            raise FlagError(f"{flag}: backend 'disk' is only accepted by --params-backend ({token!r})")
+
+
+def _check_backend_token(token: str, flag: str) -> None:
+    if token.strip().lower() == DISK:
         raise FlagError(f"{flag}: backend 'disk' is only accepted by --params-backend "
                         "(it is a parameter residency mode, not a compute backend)")
     if "&" in token:
-        names = split_device_list(token)
-        if not names:
-            raise FlagError(f"{flag}: invalid backend device list {token!r}")
-        for name in names:
-            if is_default_token(name):
-                raise FlagError(f"{flag}: default backend token {name!r} is not allowed in a device list {token!r}")
-            if name.lower() == DISK:
-                raise FlagError(f"{flag}: backend 'disk' is only accepted by --params-backend ({token!r})")
+        _check_device_list(token, flag)
+
+
+# The per-token rules sd-cli's `validate` applies for each flag, short of looking devices up.
+_TOKEN_CHECKS: dict[Role, Callable[[str, str], None]] = {
+    Role.BACKEND: _check_backend_token,
+    Role.PARAMS: _check_params_token,
+    Role.SPLIT_MODE: _check_split_mode,
+}
+
+
+def _check_token(token: str, role: Role, flag: str) -> None:
+    _TOKEN_CHECKS[role](token, flag)
 
 
 def parse_assignment(text: str | None, role: Role) -> Assignment:

@@ -3,9 +3,9 @@
 planner, find the overflow (seed 002, "Runtime capacity checks")."""
 from __future__ import annotations
 
+from planner.core.units import fmt_mib
 from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.traffic import stored_bytes
-from planner.core.units import fmt_mib
 
 
 def _work(fit: FitInput, p: Placement) -> int:

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from pathlib import Path
 
 from planner.core.errors import BadInput
+from planner.core.units import GiB
+from planner.gguf.reader import TensorInfo, read_model
 from planner.sd.assign import Module
 from planner.sd.safetensors_header import read_safetensors
-from planner.core.units import GiB
-
-if TYPE_CHECKING:
-    from planner.gguf.reader import TensorInfo
 
 # backend_fit.cpp adds this much to every tensor when estimating a component.
 TENSOR_OVERHEAD_BYTES = 64
@@ -100,6 +97,15 @@ class FileRole(enum.Enum):
     def flag(self) -> str:
         return self.value[0]
 
+    @property
+    def kind(self) -> Kind | None:
+        """The component every tensor of the file belongs to; None: classify each by name."""
+        return self.value[1]
+
+    @property
+    def prefix(self) -> str:
+        return self.value[2]
+
 
 @dataclass(frozen=True)
 class ModelSource:
@@ -152,17 +158,14 @@ def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
     """GGUF tensors. stable-diffusion.cpp's own converter writes no metadata at all
     (src/model_io/gguf_io.cpp), so a missing general.architecture — which read_model requires
     for llama.cpp models — is not an error here."""
-    from planner.gguf.reader import read_model  # numpy and gguf load only for GGUF files
-
     return read_model(path, require_architecture=False).tensors
 
 
 def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:
-    _, role_kind, prefix = source.role.value
     out = []
     for raw_name, n_bytes in _file_tensors(source.path):
-        name = prefix + raw_name
-        kind = role_kind if role_kind is not None else classify(name)
+        name = source.role.prefix + raw_name
+        kind = source.role.kind if source.role.kind is not None else classify(name)
         if kind is None or is_unused(name):
             continue
         out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES)))

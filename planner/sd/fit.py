@@ -3,16 +3,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.hardware.inventory import DeviceKind, Inventory
 from planner.core.errors import FlagError
-from planner.sd.assign import Assignment, Role, is_default_token, parse_assignment, parse_max_vram, with_compat
+from planner.hardware.budgets import resolve_budgets
+from planner.hardware.inventory import DeviceKind, Inventory
+from planner.sd.assign import (
+    ALL_KEY,
+    Assignment,
+    Role,
+    SplitMode,
+    is_default_token,
+    parse_assignment,
+    parse_max_vram,
+    with_compat,
+)
 from planner.sd.autofit import follow_assignments, greedy_fit
 from planner.sd.check import overcommit
 from planner.sd.components import KIND_MODULE, Component, Kind, ModelSource, read_components
 from planner.sd.placement import FitInput, GpuBudget, Placement, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
-from planner.sd.split import SPLITTABLE, SplitMode, row_shares, split_ranges
+from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import DEFAULT_STEPS, traffic_bytes
 
 
@@ -31,8 +41,6 @@ class SdFitRequest:
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
     """Every non-CPU device with its --max-vram budget (planner.hardware.budgets: seed 002's rules)."""
-    from planner.hardware.budgets import resolve_budgets
-
     budgets = resolve_budgets(inventory, max_vram, None)
     # ggml's device order, not llama.cpp's: sd-cli registers RPC servers after the built-in
     # backends (ggml_extend_backend.cpp `add_rpc_devices`), so they come last — which matters
@@ -45,8 +53,8 @@ def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, 
 
 def _fit_input(inventory: Inventory, components: tuple[Component, ...], backend: Assignment,
                max_vram: str | None) -> FitInput:
-    ram_free = inventory.host.ram_available_bytes
-    ram_free = ram_free if ram_free is not None and ram_free >= 0 else None
+    available = inventory.host.ram_available_bytes
+    ram_free = available if available is not None and available >= 0 else None
     compute = tuple((k, resolve_compute(inventory, backend, KIND_MODULE[k])) for k in Kind)
     return FitInput(components, gpu_budgets(inventory, max_vram), ram_free, ram_budget(ram_free), compute)
 
@@ -56,23 +64,24 @@ def _kept(inventory: Inventory, assignment: Assignment, role: Role) -> list[tupl
     applies to them), then each other module (seed 002: auto-fit preserves explicit --backend
     assignments)."""
     placed = set(KIND_MODULE.values())
-    entries = [("all", assignment.default)] if not is_default_token(assignment.default) else []
+    entries = [(ALL_KEY, assignment.default)] if not is_default_token(assignment.default) else []
     entries += [(m.value, v) for m, v in assignment.modules if m not in placed and not is_default_token(v)]
     return [(key, canonical_token(inventory, value, role)) for key, value in entries]
 
 
-def _splits(fit: FitInput, placements: tuple[Placement, ...], modes: Assignment):
+def _splits(fit: FitInput, placements: tuple[Placement, ...],
+            modes: Assignment) -> tuple[tuple[Kind, tuple[SplitRange, ...]], ...]:
     """Layer or row split of each multi-device component (--split-mode, default layer)."""
     free = {g.name: g.free_bytes for g in fit.gpus}
     limits = {g.name: g.budget_bytes for g in fit.gpus}
     backends = {g.name: g.backend for g in fit.gpus}
     comps = {c.kind: c for c in fit.components}
-    out = []
+    out: list[tuple[Kind, tuple[SplitRange, ...]]] = []
     for p in placements:
         if len(p.compute) < 2 or p.kind not in SPLITTABLE:
             continue
-        rows = None
-        if modes.get(KIND_MODULE[p.kind]).strip().lower() == SplitMode.ROW:
+        rows: tuple[SplitRange, ...] | None = None
+        if modes.get(KIND_MODULE[p.kind]).strip().lower() == SplitMode.ROW.value:
             rows = row_shares(comps[p.kind], p.compute, free, backends)
         out.append((p.kind, rows or split_ranges(comps[p.kind], p.compute, free, limits)))
     return tuple(out)
@@ -98,7 +107,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     components = read_components(list(request.sources))
     fit = _fit_input(inventory, components, backend, max_vram)
     if request.optimal:
-        from planner.sd.optimal import optimal_fit  # PuLP is imported only when --optimal runs
+        from planner.sd.optimal import optimal_fit  # pulp loads in ~0.05 s; only --optimal needs it
 
         placements, mode = optimal_fit(fit, request.steps), Mode.OPTIMAL
     elif auto:

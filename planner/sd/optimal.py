@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import pulp
 
 from planner.core.errors import InfeasiblePlacement
+from planner.core.units import MiB
 from planner.sd.autofit import auto_compute, main_gpu
 from planner.sd.components import Component, Kind
 from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.traffic import TRAFFIC_WEIGHT, uses_per_image
-from planner.core.units import MiB
 
 log = logging.getLogger(__name__)
 # MiB-scale cost of computing away from the main GPU, larger for higher-priority components
@@ -44,7 +44,8 @@ def _options(fit: FitInput, comp: Component) -> list[Option]:
     usable = [g.name for g in fit.gpus if g.discrete and g.budget_bytes > 0]
     # Left open, a module may compute on any GPU with a budget; without one, where auto-fit
     # would put it (the default backend: an integrated GPU or the CPU).
-    computes = [explicit] if explicit is not None else ([(g,) for g in usable] or [auto_compute(fit)])
+    computes: list[tuple[str, ...]] = ([explicit] if explicit is not None
+                                       else [(g,) for g in usable] or [auto_compute(fit)])
     ram = [Where.CPU] if fit.ram_budget_bytes is not None else []
     out = []
     for compute in computes:
@@ -101,7 +102,9 @@ def optimal_fit(fit: FitInput, steps: int) -> tuple[Placement, ...]:
     return tuple(chosen)
 
 
-def _gpu_constraints(prob, fit: FitInput, comps, opts, x, g) -> None:
+def _gpu_constraints(prob: pulp.LpProblem, fit: FitInput, comps: tuple[Component, ...],
+                     opts: dict[Kind, list[Option]], x: dict[tuple[Kind, int], pulp.LpVariable],
+                     g: dict[tuple[Kind, int], pulp.LpVariable]) -> None:
     """Per GPU: stored weights + one component's working room <= budget."""
     total = sum(c.params_bytes for c in comps) + max((c.reserve_bytes for c in comps), default=0)
     for gpu in fit.gpus:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from planner.hardware.budgets import host_budget
 from planner.sd.components import Component, Kind
 
 
@@ -87,6 +88,4 @@ class Placement:
 
 def ram_budget(ram_free_bytes: int | None) -> int | None:
     """Seed 002: RAM residency reserves the larger of 2 GiB or 10% of available RAM."""
-    from planner.hardware.budgets import host_budget
-
     return None if ram_free_bytes is None else host_budget(ram_free_bytes, None)

@@ -1,17 +1,21 @@
 """An sd-fit result and its renderings: sd-cli's auto-fit report, flags, plain data."""
 from __future__ import annotations
 
+import enum
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from planner.core.units import MiB
+from planner.sd.assign import ALL_KEY, SplitMode
 from planner.sd.components import KIND_LABEL, Kind
 from planner.sd.placement import GpuBudget, Placement, Where
 from planner.sd.split import SplitRange
-from planner.core.units import MiB
 
 
-class Mode:
+class Mode(enum.Enum):
+    """How a plan was made; the value is what the report prints."""
+
     AUTO_FIT = "auto-fit"
     OPTIMAL = "optimal"
     MANUAL = "manual"  # auto-fit off, or disabled by --params-backend
@@ -19,7 +23,7 @@ class Mode:
 
 @dataclass(frozen=True)
 class SdPlan:
-    mode: str
+    mode: Mode
     gpus: tuple[GpuBudget, ...]
     ram_free_bytes: int | None
     ram_budget_bytes: int | None
@@ -48,7 +52,7 @@ class SdPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mode": self.mode,
+            "mode": self.mode.value,
             "devices": [{"name": g.name, "free_bytes": g.free_bytes, "budget_bytes": g.budget_bytes}
                         for g in self.gpus],
             "ram": {"free_bytes": self.ram_free_bytes, "params_budget_bytes": self.ram_budget_bytes},
@@ -57,7 +61,7 @@ class SdPlan:
                 "compute_reserve_bytes": p.reserve_bytes, "compute": p.compute_name,
                 "params": p.params_name, "params_location": p.params.value,
             } for p in self.placements],
-            "splits": {kind.name.lower(): [{"mode": r.mode, "device": r.device, "first_block": r.first_block,
+            "splits": {kind.name.lower(): [{"mode": r.mode.value, "device": r.device, "first_block": r.first_block,
                                             "end_block": r.end_block, "bytes": r.total_bytes} for r in ranges]
                        for kind, ranges in self.splits},
             "backend": self.backend_spec,
@@ -85,7 +89,7 @@ class SdPlan:
         else:
             lines.append(f"    RAM          free {self.ram_free_bytes // MiB:6d} MiB, "
                          f"params budget {(self.ram_budget_bytes or 0) // MiB:6d} MiB")
-        lines.append("  components:" if self.mode == Mode.MANUAL else
+        lines.append("  components:" if self.mode is Mode.MANUAL else
                      "  components (params: compute GPU -> RAM -> other GPU -> disk):")
         for p in self.placements:
             lines.append(f"    {KIND_LABEL[p.kind]:<12} params {p.params_bytes // MiB:6d} MiB, "
@@ -93,14 +97,14 @@ class SdPlan:
                          f"params {p.params_name}")
         for kind, ranges in self.splits:
             for r in ranges:
-                what = (f"blocks [{r.first_block}, {r.end_block}) of {r.n_blocks_total}" if r.mode == "layer"
+                what = (f"blocks [{r.first_block}, {r.end_block}) of {r.n_blocks_total}" if r.mode is SplitMode.LAYER
                         else f"rows of {r.n_blocks_total} blocks")
-                lines.append(f"    {r.mode} split {kind.name.lower()}: {r.device} <- {what}, "
+                lines.append(f"    {r.mode.value} split {kind.name.lower()}: {r.device} <- {what}, "
                              f"{r.total_bytes // MiB} MiB")
         lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
         lines += [f"  warning: {w}" for w in self.warnings]
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
-        label = "as assigned" if self.mode == Mode.MANUAL else self.mode
+        label = "as assigned" if self.mode is Mode.MANUAL else self.mode.value
         lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')
         lines.append(f"sd-cli flags: {self.flags}")
         return "\n".join(lines)
@@ -115,7 +119,7 @@ def specs(placements: tuple[Placement, ...], keep_backend: list[tuple[str, str]]
     params = [f"{k}={v}" for k, v in keep_params]
     # Under a kept params default, a resident component must be named or it would inherit that
     # default; --params-backend takes no device lists, so a split names its main device.
-    name_resident = any(k == "all" for k, _ in keep_params)
+    name_resident = any(k == ALL_KEY for k, _ in keep_params)
     for p in placements:
         key = p.kind.name.lower()
         runtime.append(f"{key}={p.compute_name}")

@@ -8,8 +8,9 @@ part is planner.hardware.budgets.resolve_device, shared with the llama.cpp plann
 """
 from __future__ import annotations
 
-from planner.hardware.inventory import NAME_PREFIX, Backend, Inventory
 from planner.core.errors import BadInput, FlagError
+from planner.hardware.budgets import resolve_device
+from planner.hardware.inventory import NAME_PREFIX, Backend, DeviceKind, Inventory
 from planner.sd.assign import CPU, DISK, Assignment, MaxVram, Module, Role, is_default_token, split_device_list
 from planner.sd.placement import Where
 
@@ -29,22 +30,17 @@ def resolve_name(inventory: Inventory, token: str, flag: str) -> str:
         first = next((d for d in inventory.devices if d.backend is backend), None)
         if first is not None:
             return first.name
-    from planner.hardware.budgets import resolve_device
-
     try:
-        found = resolve_device(inventory, token.strip())
+        return resolve_device(inventory, token.strip()).name
     except BadInput:
-        found = None
-    if found is None:
         known = ", ".join([*inventory.names, CPU]) or CPU
-        raise FlagError(f"{flag}: backend {token.strip()!r} was not found (devices: {known})")
-    return getattr(found, "name", found)
+        raise FlagError(f"{flag}: backend {token.strip()!r} was not found (devices: {known})") from None
 
 
 def default_device(inventory: Inventory) -> str:
     """Seed 002: the default backend is the first GPU, then integrated GPU, then the CPU."""
-    for kind in ("gpu", "igpu"):
-        dev = next((d for d in inventory.devices if d.kind.value == kind), None)
+    for kind in (DeviceKind.GPU, DeviceKind.IGPU):
+        dev = next((d for d in inventory.devices if d.kind is kind), None)
         if dev is not None:
             return dev.name
     return CPU

@@ -41,7 +41,20 @@ class StTensor:
     n_bytes: int  # as loaded by stable-diffusion.cpp (see DTYPE_BYTES)
 
 
-def _read_json(path: str) -> dict:
+@dataclass(frozen=True)
+class _Header:
+    """A safetensors file's JSON header and where its data section lies."""
+
+    file_bytes: int
+    header_len: int  # bytes of JSON after the 8-byte length
+    entries: dict[str, object]
+
+    @property
+    def data_bytes(self) -> int:
+        return self.file_bytes - HEADER_LEN_BYTES - self.header_len
+
+
+def _read_header(path: str) -> _Header:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(HEADER_LEN_BYTES)
@@ -59,7 +72,7 @@ def _read_json(path: str) -> dict:
         raise SafetensorsError(path, f"header is not valid JSON ({e.__class__.__name__})") from None
     if not isinstance(doc, dict):
         raise SafetensorsError(path, "header is not a JSON object")
-    return {"size": size, "header_len": n, "entries": doc}
+    return _Header(size, n, doc)
 
 
 def _tensor(path: str, name: str, entry: object, data_bytes: int) -> StTensor:
@@ -90,9 +103,8 @@ def read_safetensors(path: str | os.PathLike[str]) -> tuple[StTensor, ...]:
     """The tensor index of a safetensors file; raises BadInput (exit 2) if unusable."""
     path = str(path)
     try:
-        doc = _read_json(path)
+        header = _read_header(path)
     except OSError as e:
         raise SafetensorsError(path, e.strerror or str(e)) from None
-    data_bytes = doc["size"] - HEADER_LEN_BYTES - doc["header_len"]
-    return tuple(_tensor(path, name, entry, data_bytes)
-                 for name, entry in doc["entries"].items() if name != "__metadata__")
+    return tuple(_tensor(path, name, entry, header.data_bytes)
+                 for name, entry in header.entries.items() if name != "__metadata__")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.sd.components import Component, Kind, SdTensor
 from planner.core.units import GiB
+from planner.sd.assign import SplitMode
+from planner.sd.components import Component, Kind, SdTensor
 
 # stable-diffusion.cpp keeps this much free per device for compute when splitting
 # (src/core/layer_split_partition.cpp, compute_headroom_bytes).
@@ -28,11 +29,6 @@ BLOCK_KEYWORDS = ("transformer_blocks.", "joint_blocks.", "double_blocks.", "sin
                   "blocks.", "block.", "layers.")
 
 
-class SplitMode:
-    LAYER = "layer"
-    ROW = "row"
-
-
 @dataclass(frozen=True)
 class SplitRange:
     """A device's part of a split module. Layer split: blocks [first_block, end_block).
@@ -44,7 +40,7 @@ class SplitRange:
     n_blocks_total: int
     block_bytes: int
     other_bytes: int  # non-block tensors (first device only)
-    mode: str = SplitMode.LAYER
+    mode: SplitMode = SplitMode.LAYER
 
     @property
     def total_bytes(self) -> int:
