@@ -15,9 +15,9 @@ import logging
 import math
 from dataclasses import dataclass
 
-from planner.hardware.inventory import DeviceKind, DeviceSpec, Inventory
 from planner.core.errors import BadInput, InventoryError
 from planner.core.units import SIZE_TEXT, GiB, MiB, parse_size
+from planner.hardware.inventory import LOCAL_GPU_KINDS, DeviceSpec, Inventory
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,6 @@ DEFAULT_DEVICE_MARGIN = 512 * MiB   # seed 002: "free memory minus a 512 MiB mar
 HOST_RESERVE_MIN = 2 * GiB          # seed 002: "the larger of 2 GiB or 10% of available RAM"
 HOST_RESERVE_FRACTION = 0.10
 GPU_ALIAS = "gpu"                   # names the first local GPU in llama.cpp order
-
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def resolve_device(inventory: Inventory, name: str) -> DeviceSpec:
     if exact:
         return exact[0]
     if wanted == GPU_ALIAS:
-        local = [d for d in inventory.devices if d.kind in (DeviceKind.GPU, DeviceKind.IGPU)]
+        local = [d for d in inventory.devices if d.kind in LOCAL_GPU_KINDS]
         if not local:
             raise InventoryError(f"no GPU for {name!r}: the inventory has {_choices(inventory, alias=False)}")
         return local[0]
@@ -58,7 +57,8 @@ def resolve_device(inventory: Inventory, name: str) -> DeviceSpec:
     if len(prefixed) == 1:
         return prefixed[0]
     if prefixed:
-        raise InventoryError(f"device {name!r} is ambiguous: it could be {', '.join(d.name for d in prefixed)}; expected one name")
+        could_be = ", ".join(d.name for d in prefixed)
+        raise InventoryError(f"device {name!r} is ambiguous: it could be {could_be}; expected one name")
     raise InventoryError(f"no device {name!r}: expected one of {_choices(inventory)}")
 
 
@@ -72,7 +72,8 @@ def _choices(inventory: Inventory, alias: bool = True) -> str:
 def _amount(text: str, context: str) -> int:
     """A signed budget amount: bare numbers are GiB, units allowed."""
     if not SIZE_TEXT.match(text):
-        raise InventoryError(f"{context}: expected a number of GiB (6, -2) or a size with a unit (512MiB, 1.5GiB); got {text!r}")
+        raise InventoryError(
+            f"{context}: expected a number of GiB (6, -2) or a size with a unit (512MiB, 1.5GiB); got {text!r}")
     try:
         return parse_size(text)
     except BadInput as exc:
@@ -102,25 +103,30 @@ def parse_max_vram(inventory: Inventory, max_vram: str | None) -> dict[str, int]
         context = f"--max-vram {item!r}"
         if not item:
             raise InventoryError(f"--max-vram {max_vram!r}: empty item; expected NAME=SIZE or SIZE separated by commas")
-        if "=" not in item:
-            if default is not None:
-                raise InventoryError(f"{context}: a second bare value; expected at most one value for all devices")
+        if "=" in item:
+            _add_device_item(inventory, item, context, per_device)
+        elif default is not None:
+            raise InventoryError(f"{context}: a second bare value; expected at most one value for all devices")
+        else:
             default = _amount(item, context)
-            continue
-        name, value = (part.strip() for part in item.split("=", 1))
-        if not name:
-            raise InventoryError(f"{context}: missing device name before '='; expected NAME=SIZE such as CUDA0=6")
-        try:
-            dev = resolve_device(inventory, name)
-        except InventoryError as exc:
-            raise InventoryError(f"{context}: {exc}") from None
-        if dev.name in per_device:
-            raise InventoryError(f"{context}: {dev.name} is set twice; expected one item per device")
-        per_device[dev.name] = _amount(value, context)
     if default is not None:
         for dev in inventory.devices:
             per_device.setdefault(dev.name, default)
     return per_device
+
+
+def _add_device_item(inventory: Inventory, item: str, context: str, per_device: dict[str, int]) -> None:
+    """Record one `NAME=N` item under the device it names, once per device."""
+    name, value = (part.strip() for part in item.split("=", 1))
+    if not name:
+        raise InventoryError(f"{context}: missing device name before '='; expected NAME=SIZE such as CUDA0=6")
+    try:
+        dev = resolve_device(inventory, name)
+    except InventoryError as exc:
+        raise InventoryError(f"{context}: {exc}") from None
+    if dev.name in per_device:
+        raise InventoryError(f"{context}: {dev.name} is set twice; expected one item per device")
+    per_device[dev.name] = _amount(value, context)
 
 
 def host_budget(available: int, ram: str | None) -> int:

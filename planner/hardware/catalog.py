@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.core import schema as ds
-from planner.hardware.inventory import Backend, DeviceKind, parse_link
+from planner.hardware.inventory import LOCAL_BACKENDS, LOCAL_GPU_KINDS, Backend, DeviceKind, one_of, parse_link
 
 GB = 1e9     # vendors quote bandwidth in decimal GB/s
 TERA = 1e12
@@ -21,8 +21,8 @@ TERA = 1e12
 _DEVICE_KEYS = {
     "description": "the vendor's product name",
     "match": "a list of strings a detected device description may contain",
-    "kind": "gpu, igpu or rpc",
-    "backend": "CUDA, ROCm, Vulkan, Metal, SYCL",
+    "kind": one_of(k.value for k in LOCAL_GPU_KINDS),
+    "backend": one_of(b.value for b in LOCAL_BACKENDS),
     "memory": "a size such as 24GiB",
     "bandwidth_gbs": "memory bandwidth in GB/s",
     "fp16_tflops": "dense fp16 matrix throughput in TFLOPS (null when unpublished)",
@@ -34,6 +34,11 @@ _HOST_KEYS = {
     "bandwidth_gbs": "RAM bandwidth in GB/s",
     "fp16_tflops": "CPU fp16 throughput in TFLOPS (null when unpublished)",
 }
+# A catalog device is a product in a machine: behind an rpc-server it is the `@host:port` that
+# makes it an RPC device (planner.hardware.inventory_yaml).
+_KINDS = {k.value: k for k in LOCAL_GPU_KINDS}
+_BACKENDS = {b.value: b for b in LOCAL_BACKENDS}
+_REQUIRED = ("description", "kind", "backend", "memory", "bandwidth_gbs", "fp16_tflops")
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,13 @@ def catalog_path() -> Path:
 @lru_cache(maxsize=4)
 def load_catalog(path: str | None = None) -> Catalog:
     where = ds.Where(str(path or catalog_path()))
-    doc = ds.mapping(ds.read_yaml(where.file), where, {"devices": "device entries by id", "hosts": "host entries by id"}, ("devices",))
+    top = {"devices": "device entries by id", "hosts": "host entries by id"}
+    doc = ds.mapping(ds.read_yaml(where.file), where, top, ("devices",))
     devices = ds.table(doc["devices"], where.key("devices"), "device entries")
     hosts = ds.table(doc.get("hosts") or {}, where.key("hosts"), "host entries")
     return Catalog(
-        devices={str(k).lower(): _device(str(k).lower(), v, where.key("devices").key(str(k))) for k, v in devices.items()},
+        devices={str(k).lower(): _device(str(k).lower(), v, where.key("devices").key(str(k)))
+                 for k, v in devices.items()},
         hosts={str(k).lower(): _host(str(k).lower(), v, where.key("hosts").key(str(k))) for k, v in hosts.items()},
         path=where.file,
     )
@@ -89,7 +96,7 @@ def _optional_flops(value: Any, where: ds.Where) -> int:
 
 
 def _device(ident: str, entry: Any, where: ds.Where) -> CatalogDevice:
-    entry = ds.mapping(entry, where, _DEVICE_KEYS, ("description", "kind", "backend", "memory", "bandwidth_gbs", "fp16_tflops"))
+    entry = ds.mapping(entry, where, _DEVICE_KEYS, _REQUIRED)
     description = ds.text(entry["description"], where.key("description"))
     link_text = entry.get("link")
     link = 0
@@ -101,8 +108,8 @@ def _device(ident: str, entry: Any, where: ds.Where) -> CatalogDevice:
     return CatalogDevice(
         id=ident,
         description=description,
-        kind=ds.choice(entry["kind"], where.key("kind"), {k.value: k for k in (DeviceKind.GPU, DeviceKind.IGPU)}),
-        backend=ds.choice(entry["backend"], where.key("backend"), {b.value: b for b in Backend if b not in (Backend.CPU, Backend.RPC)}),
+        kind=ds.choice(entry["kind"], where.key("kind"), _KINDS),
+        backend=ds.choice(entry["backend"], where.key("backend"), _BACKENDS),
         total_bytes=ds.size(entry["memory"], where.key("memory")),
         bandwidth_bytes_s=int(ds.number(entry["bandwidth_gbs"], where.key("bandwidth_gbs"), "GB/s") * GB),
         fp16_flops=_optional_flops(entry["fp16_tflops"], where.key("fp16_tflops")),
@@ -125,7 +132,8 @@ def _host(ident: str, entry: Any, where: ds.Where) -> CatalogHost:
 def _unknown(kind: str, ident: str, known: list[str], where: ds.Where) -> Exception:
     close = difflib.get_close_matches(ident.lower(), known, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return where.error(f"unknown {kind} {ident!r}{hint}; expected an id from {catalog_path().name} such as {', '.join(known[:4])}")
+    examples = ", ".join(known[:4])
+    return where.error(f"unknown {kind} {ident!r}{hint}; expected an id from {catalog_path().name} such as {examples}")
 
 
 def device(ident: str, where: ds.Where | None = None) -> CatalogDevice:

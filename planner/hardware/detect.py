@@ -14,34 +14,35 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
+from planner.core import llama_tools
+from planner.core.errors import InventoryError
+from planner.core.units import GiB, MiB
 from planner.hardware import catalog
 from planner.hardware.inventory import (
-    Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, backend_of_name, check_endpoint, llama_order,
+    NAME_PREFIX,
+    Backend,
+    DeviceKind,
+    DeviceSpec,
+    HostSpec,
+    Inventory,
+    backend_of_name,
+    check_endpoint,
+    llama_order,
     pcie_link_bytes_s,
 )
-from planner.core.errors import InventoryError
-from planner.core.units import GiB, KiB, MiB
 
 log = logging.getLogger(__name__)
 
 # An amdgpu VRAM carve-out this small belongs to an APU: its usable memory is the GTT aperture
 # onto system RAM (seed 003 §7: compare mem_info_vram_total with mem_info_gtt_total).
 APU_CARVEOUT_MAX = 4 * GiB
+AMD_PCI_VENDOR = "0x1002"   # the PCI vendor id sysfs reports in device/vendor (PCI-SIG's list)
 # common_print_available_devices (common/arg.cpp): "  NAME: DESCRIPTION (TOTAL MiB, FREE MiB free)"
 _LIST_LINE = re.compile(r"^\s+(\S+): (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
 _TIMEOUT_S = 60
 _CONNECT_TIMEOUT_S = 5
-
-
-def parse_meminfo(text: str) -> tuple[int, int]:
-    """(MemTotal, MemAvailable) in bytes from /proc/meminfo text (values are in KiB)."""
-    fields = {}
-    for line in text.splitlines():
-        m = re.match(r"^(\w+):\s+(\d+)\s*kB", line)
-        if m:
-            fields[m.group(1)] = int(m.group(2)) * KiB
-    total = fields.get("MemTotal", 0)
-    return total, fields.get("MemAvailable", fields.get("MemFree", 0))
 
 
 def parse_cpu_model(text: str) -> str:
@@ -61,8 +62,10 @@ def _read(path: str | Path) -> str:
 
 
 def detect_host(proc: str | Path = "/proc") -> HostSpec:
-    total, available = parse_meminfo(_read(Path(proc) / "meminfo"))
-    return HostSpec(total, available, 0, parse_cpu_model(_read(Path(proc) / "cpuinfo")))
+    """Host RAM from psutil (total, and available as the kernel estimates it: MemAvailable on
+    Linux); the CPU model from `proc`/cpuinfo."""
+    memory = psutil.virtual_memory()
+    return HostSpec(memory.total, memory.available, 0, parse_cpu_model(_read(Path(proc) / "cpuinfo")))
 
 
 def _catalog_facts(dev: DeviceSpec) -> DeviceSpec:
@@ -80,32 +83,34 @@ def _catalog_facts(dev: DeviceSpec) -> DeviceSpec:
     )
 
 
-def _nvidia_device(index: int, name: str, total: int, free: int, gen: int, width: int) -> DeviceSpec:
+def _nvidia_device(index: int, description: str, total: int, free: int, gen: int, width: int) -> DeviceSpec:
     try:
         link = pcie_link_bytes_s(gen, width)
     except ValueError:
         link = 0
-    return DeviceSpec(f"CUDA{index}", DeviceKind.GPU, Backend.CUDA, total, free, 0, 0, link, description=name)
+    name = f"{NAME_PREFIX[Backend.CUDA]}{index}"
+    return DeviceSpec(name, DeviceKind.GPU, Backend.CUDA, total, free, 0, 0, link, description=description)
 
 
 def detect_nvidia_nvml() -> list[DeviceSpec] | None:
     """NVIDIA GPUs through NVML (nvidia-ml-py, optional); None when NVML is unavailable."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml  # optional (the `nvidia` extra): imported here so that detection works without it
 
         pynvml.nvmlInit()
     except Exception as exc:  # ImportError, or NVMLError when no driver is loaded
         log.debug("NVML unavailable: %s", exc)
         return None
     try:
-        out = []
+        out: list[DeviceSpec] = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(h)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
             gen = pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)
             width = pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)
-            out.append(_nvidia_device(i, name.decode() if isinstance(name, bytes) else name, mem.total, mem.free, gen, width))
+            text = name.decode() if isinstance(name, bytes) else name
+            out.append(_nvidia_device(i, text, mem.total, mem.free, gen, width))
         return out
     finally:
         pynvml.nvmlShutdown()
@@ -114,7 +119,7 @@ def detect_nvidia_nvml() -> list[DeviceSpec] | None:
 def parse_nvidia_smi(text: str) -> list[DeviceSpec]:
     """Rows of `nvidia-smi --query-gpu=name,memory.total,memory.free,pcie.link.gen.max,
     pcie.link.width.max --format=csv,noheader,nounits` (memory in MiB)."""
-    out = []
+    out: list[DeviceSpec] = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != 5:
@@ -145,10 +150,10 @@ def detect_nvidia_smi() -> list[DeviceSpec]:
 def detect_amd(drm: str | Path = "/sys/class/drm") -> list[DeviceSpec]:
     """AMD GPUs from amdgpu's sysfs files. A small VRAM carve-out next to a GTT window means an
     APU: its memory is system RAM (UMA) and its usable size is the GTT window."""
-    out = []
+    out: list[DeviceSpec] = []
     for card in sorted(Path(drm).glob("card[0-9]*"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
         dev = card / "device"
-        if not re.fullmatch(r"card\d+", card.name) or _read(dev / "vendor").strip() != "0x1002":
+        if not re.fullmatch(r"card\d+", card.name) or _read(dev / "vendor").strip() != AMD_PCI_VENDOR:
             continue
         try:
             vram = int(_read(dev / "mem_info_vram_total"))
@@ -159,9 +164,10 @@ def detect_amd(drm: str | Path = "/sys/class/drm") -> list[DeviceSpec]:
         uma = vram <= APU_CARVEOUT_MAX and gtt > vram
         total = gtt if uma else vram
         free = total - (int(_read(dev / "mem_info_gtt_used") or 0) if uma else used)
-        name = _read(dev / "product_name").strip() or "AMD Radeon GPU"
+        description = _read(dev / "product_name").strip() or "AMD Radeon GPU"
         kind = DeviceKind.IGPU if uma else DeviceKind.GPU
-        out.append(DeviceSpec(f"ROCm{len(out)}", kind, Backend.ROCM, total, max(0, free), 0, 0, 0, uma=uma, description=name))
+        name = f"{NAME_PREFIX[Backend.ROCM]}{len(out)}"
+        out.append(DeviceSpec(name, kind, Backend.ROCM, total, max(0, free), 0, 0, 0, uma=uma, description=description))
     return out
 
 
@@ -179,7 +185,8 @@ def parse_list_devices(text: str) -> list[DeviceSpec]:
             log.debug("llama-cli lists %s (%s) of an unknown backend; skipped", name, desc)
             continue
         if backend is Backend.RPC:
-            out.append(DeviceSpec(name, DeviceKind.RPC, Backend.RPC, total, free, 0, 0, 0, endpoint=desc, description=desc))
+            out.append(DeviceSpec(name, DeviceKind.RPC, Backend.RPC, total, free, 0, 0, 0, endpoint=desc,
+                                  description=desc))
         else:
             out.append(DeviceSpec(name, DeviceKind.GPU, backend, total, free, 0, 0, 0, description=desc))
     return out
@@ -208,20 +215,19 @@ def _check_reachable(endpoint: str) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=_CONNECT_TIMEOUT_S):
             return
     except OSError as exc:
-        raise InventoryError(f"--rpc {endpoint}: cannot connect ({exc.strerror or exc}); expected a running rpc-server") from None
+        reason = exc.strerror or exc
+        raise InventoryError(f"--rpc {endpoint}: cannot connect ({reason}); expected a running rpc-server") from None
 
 
 def detect_inventory(rpc: list[str] | None = None, use_llama: bool = True) -> Inventory:
     """This machine's inventory. With the llama.cpp tools built, their device list decides names
     and order; otherwise NVML / nvidia-smi and amdgpu sysfs do. `rpc` endpoints need the tools."""
-    from planner.core.llama_tools import tools_dir
-
     rpc = list(rpc or [])
     for ep in rpc:
         if check_endpoint(ep) is None:
             raise InventoryError(f"--rpc {ep!r}: expected host:port")
         _check_reachable(ep)
-    bin_dir = tools_dir() if use_llama else None
+    bin_dir = llama_tools.tools_dir() if use_llama else None
     if rpc and not use_llama:
         raise InventoryError("--rpc: expected llama-cli to list the RPC devices; drop --no-llama")
     if rpc and bin_dir is None:

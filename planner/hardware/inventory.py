@@ -7,9 +7,9 @@ Rates are decimal (GB/s, TFLOPS), as vendors quote them; memory is binary (GiB).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from planner.core.errors import InventoryError
@@ -31,6 +31,13 @@ class Backend(str, Enum):
     CPU = "CPU"
     RPC = "RPC"
 
+
+# Inventory.devices never holds the CPU: the host is Inventory.host. LOCAL_GPU_KINDS are the
+# devices in this machine (not behind an rpc-server), discrete before integrated as KIND_ORDER has it.
+LOCAL_GPU_KINDS: tuple[DeviceKind, ...] = (DeviceKind.GPU, DeviceKind.IGPU)
+DEVICE_KINDS: tuple[DeviceKind, ...] = (*LOCAL_GPU_KINDS, DeviceKind.RPC)
+DEVICE_BACKENDS: tuple[Backend, ...] = tuple(b for b in Backend if b is not Backend.CPU)
+LOCAL_BACKENDS: tuple[Backend, ...] = tuple(b for b in DEVICE_BACKENDS if b is not Backend.RPC)
 
 # Device-name prefixes as ggml registers them: GGML_CUDA_NAME ("CUDA", "ROCm" under HIP),
 # GGML_VK_NAME, GGML_METAL_NAME ("MTL"), GGML_SYCL_NAME, and "RPC<n>" (ggml/include/*.h,
@@ -113,7 +120,8 @@ class Inventory:
         seen: set[str] = set()
         for dev in self.devices:
             if dev.name.lower() in seen:
-                raise InventoryError(f"{self.source or 'inventory'}: device {dev.name} appears twice; expected unique names")
+                where = self.source or "inventory"
+                raise InventoryError(f"{where}: device {dev.name} appears twice; expected unique names")
             seen.add(dev.name.lower())
 
     def get(self, name: str) -> DeviceSpec | None:
@@ -122,6 +130,12 @@ class Inventory:
     @property
     def names(self) -> list[str]:
         return [d.name for d in self.devices]
+
+
+def one_of(names: Iterable[str]) -> str:
+    """'a, b or c': the allowed values of a field, for help and error texts."""
+    *rest, last = names
+    return f"{', '.join(rest)} or {last}" if rest else last
 
 
 def pcie_link_bytes_s(generation: int, width: int) -> int:
@@ -207,26 +221,3 @@ def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
         devices.append(row)
     return {"devices": devices, "host": dict(vars(inventory.host))}
 
-
-def load_inventory(path: str | Path) -> Inventory:
-    """Read a YAML inventory (schema: configs/devices/README.md)."""
-    from planner.hardware.inventory_yaml import load_inventory_file
-
-    return load_inventory_file(path)
-
-
-def inventory_from_cli(devices: list[str], ram: str | None, base: Inventory | None) -> Inventory:
-    """Apply `--device` shorthands and `--ram` to `base` (see planner.hardware.inventory_yaml)."""
-    from planner.hardware.inventory_yaml import apply_shorthands
-
-    return apply_shorthands(devices, ram, base)
-
-
-def inventory_from_options(path: str | Path | None, devices: list[str], ram: str | None) -> Inventory | None:
-    """An inventory from an optional YAML file plus `--device`/`--ram`, where the host's RAM is
-    optional (estimate, sweep, the Python API): shorthands without a file start from an empty
-    host; None when nothing is given."""
-    base = load_inventory(path) if path else None
-    if not devices and not ram:
-        return base
-    return inventory_from_cli(devices, ram, base or Inventory((), HostSpec(0, 0, 0, ""), source="--device"))

@@ -11,18 +11,31 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.hardware import catalog
 from planner.core import schema as ds
-from planner.hardware.inventory import (
-    NAME_PREFIX, Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, backend_of_name, check_endpoint,
-    llama_order, number_devices, parse_link,
-)
 from planner.core.errors import BadInput, InventoryError
 from planner.core.units import parse_size
+from planner.hardware import catalog
+from planner.hardware.inventory import (
+    DEVICE_BACKENDS,
+    DEVICE_KINDS,
+    NAME_PREFIX,
+    Backend,
+    DeviceKind,
+    DeviceSpec,
+    HostSpec,
+    Inventory,
+    backend_of_name,
+    check_endpoint,
+    llama_order,
+    number_devices,
+    one_of,
+    parse_link,
+)
 
 GB = 1e9
 TERA = 1e12
@@ -40,8 +53,8 @@ _DEVICE_KEYS = {
     "name": "a llama.cpp device name such as CUDA0",
     "catalog": "a device id from configs/catalog.yaml",
     "count": "how many identical devices (default 1)",
-    "kind": "gpu, igpu or rpc",
-    "backend": "CUDA, ROCm, Vulkan, Metal, SYCL or RPC",
+    "kind": one_of(k.value for k in DEVICE_KINDS),
+    "backend": one_of(b.value for b in DEVICE_BACKENDS),
     "description": "the product name",
     "memory": "total memory, a size such as 24GiB",
     "free": "free memory, a size; default: memory",
@@ -53,12 +66,13 @@ _DEVICE_KEYS = {
     "network_gbs": "network bandwidth to the rpc-server in GB/s",
     "uma": "true when the device's memory is system RAM",
 }
-_KINDS = {k.value: k for k in (DeviceKind.GPU, DeviceKind.IGPU, DeviceKind.RPC)}
-_BACKENDS = {b.value: b for b in Backend if b is not Backend.CPU}
+_KINDS = {k.value: k for k in DEVICE_KINDS}
+_BACKENDS = {b.value: b for b in DEVICE_BACKENDS}
 _COUNT = re.compile(r"^(\d+)\s*[x×*]\s*(\S+)$", re.IGNORECASE)
 
 
-def load_inventory_file(path: str | Path) -> Inventory:
+def load_inventory(path: str | Path) -> Inventory:
+    """Read a YAML inventory (schema: configs/devices/README.md)."""
     where = ds.Where(str(path))
     doc = ds.mapping(ds.read_yaml(path), where, _TOP_KEYS, ("host",))
     host = _host(doc["host"], where.key("host"))
@@ -97,35 +111,51 @@ def _from_catalog(entry: catalog.CatalogDevice) -> dict[str, Any]:
                 link_bytes_s=entry.link_bytes_s, uma=entry.uma)
 
 
+def _link(value: Any, where: ds.Where) -> int:
+    link = parse_link(str(value))
+    if not link:
+        raise where.error(f"expected a PCIe link such as pcie4x16 or gen3x8; got {value!r}")
+    return link
+
+
+def _endpoint(value: Any, where: ds.Where) -> str:
+    endpoint = check_endpoint(str(value))
+    if not endpoint:
+        raise where.error(f"expected host:port; got {value!r}")
+    return endpoint
+
+
+def _scaled(scale: float, what: str) -> Callable[[Any, ds.Where], int]:
+    """A rate in decimal units (GB/s, TFLOPS) -> bytes/s or FLOP/s."""
+    return lambda value, where: int(ds.number(value, where, what) * scale)
+
+
+# YAML key -> (DeviceSpec field, converter), in the order they apply: `link` after `link_gbs`,
+# so that a PCIe link given both ways is the one `link` names.
+_FIELDS: dict[str, tuple[str, Callable[[Any, ds.Where], Any]]] = {
+    "kind": ("kind", lambda value, where: ds.choice(value, where, _KINDS)),
+    "backend": ("backend", lambda value, where: ds.choice(value, where, _BACKENDS)),
+    "description": ("description", ds.text),
+    "memory": ("total_bytes", ds.size),
+    "free": ("free_bytes", ds.size),
+    "bandwidth_gbs": ("bandwidth_bytes_s", _scaled(GB, "bandwidth_gbs")),
+    "fp16_tflops": ("fp16_flops", _scaled(TERA, "fp16_tflops")),
+    "link_gbs": ("link_bytes_s", _scaled(GB, "link_gbs")),
+    "network_gbs": ("network_bytes_s", _scaled(GB, "network_gbs")),
+    "link": ("link_bytes_s", _link),
+    "endpoint": ("endpoint", _endpoint),
+    "uma": ("uma", ds.flag),
+}
+
+
 def _yaml_fields(entry: dict[str, Any], where: ds.Where) -> dict[str, Any]:
-    """The device fields an entry sets explicitly, converted to bytes and FLOP/s."""
+    """The device fields an entry sets explicitly (over its catalog entry's), converted to bytes and FLOP/s."""
     f: dict[str, Any] = {}
     if "catalog" in entry:
         f.update(_from_catalog(catalog.device(ds.text(entry["catalog"], where.key("catalog")), where.key("catalog"))))
-    if "kind" in entry:
-        f["kind"] = ds.choice(entry["kind"], where.key("kind"), _KINDS)
-    if "backend" in entry:
-        f["backend"] = ds.choice(entry["backend"], where.key("backend"), _BACKENDS)
-    if "description" in entry:
-        f["description"] = ds.text(entry["description"], where.key("description"))
-    if "memory" in entry:
-        f["total_bytes"] = ds.size(entry["memory"], where.key("memory"))
-    if "free" in entry:
-        f["free_bytes"] = ds.size(entry["free"], where.key("free"))
-    for key, field, scale in (("bandwidth_gbs", "bandwidth_bytes_s", GB), ("fp16_tflops", "fp16_flops", TERA),
-                              ("link_gbs", "link_bytes_s", GB), ("network_gbs", "network_bytes_s", GB)):
+    for key, (name, convert) in _FIELDS.items():
         if key in entry:
-            f[field] = int(ds.number(entry[key], where.key(key), key) * scale)
-    if "link" in entry:
-        f["link_bytes_s"] = parse_link(str(entry["link"])) or 0
-        if not f["link_bytes_s"]:
-            raise where.key("link").error(f"expected a PCIe link such as pcie4x16 or gen3x8; got {entry['link']!r}")
-    if "endpoint" in entry:
-        f["endpoint"] = check_endpoint(str(entry["endpoint"]))
-        if not f["endpoint"]:
-            raise where.key("endpoint").error(f"expected host:port; got {entry['endpoint']!r}")
-    if "uma" in entry:
-        f["uma"] = ds.flag(entry["uma"], where.key("uma"))
+            f[name] = convert(entry[key], where.key(key))
     return f
 
 
@@ -147,12 +177,14 @@ def _yaml_devices(entry: Any, where: ds.Where) -> list[DeviceSpec]:
 def _check_name(name: str, fields: dict[str, Any], where: ds.Where) -> str:
     parsed = backend_of_name(name)
     if parsed is None:
-        raise where.error(f"expected a llama.cpp device name ({', '.join(p + '0' for p in NAME_PREFIX.values())}); got {name!r}")
+        examples = ", ".join(p + "0" for p in NAME_PREFIX.values())
+        raise where.error(f"expected a llama.cpp device name ({examples}); got {name!r}")
     backend, canonical = parsed
     if backend is Backend.RPC:
         fields["kind"] = DeviceKind.RPC
     elif fields.setdefault("backend", backend) is not backend:
-        raise where.error(f"expected a {fields['backend'].value} name ({NAME_PREFIX[fields['backend']]}0, ...); got {name!r}")
+        wanted = fields["backend"]
+        raise where.error(f"expected a {wanted.value} name ({NAME_PREFIX[wanted]}0, ...); got {name!r}")
     return canonical
 
 
@@ -163,7 +195,8 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
         if not f.get("endpoint"):
             raise where.key("endpoint").error("missing; expected host:port of the rpc-server for an RPC device")
     if "backend" not in f:
-        raise where.key("backend").error(f"missing; expected one of {', '.join(_BACKENDS)}, a llama.cpp name, or a catalog id")
+        raise where.key("backend").error(
+            f"missing; expected one of {', '.join(_BACKENDS)}, a llama.cpp name, or a catalog id")
     if "total_bytes" not in f:
         raise where.key("memory").error("missing; expected a size such as 24GiB, or a catalog id")
     free = f.get("free_bytes", f["total_bytes"])
@@ -182,10 +215,11 @@ def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds
     ordered = list(llama_order(devices))
     numbered = number_devices(ordered)
     where_of = dict(given)
-    for before, after in zip(ordered, numbered):
+    for before, after in zip(ordered, numbered, strict=True):
         if before.kind is DeviceKind.RPC and before.name and before.name != after.name:
             where = where_of.get(before.name, ds.Where(source))
-            raise where.error(f"expected {after.name}: llama.cpp numbers RPC devices in --rpc order; got {before.name!r}")
+            raise where.error(
+                f"expected {after.name}: llama.cpp numbers RPC devices in --rpc order; got {before.name!r}")
     return Inventory(tuple(numbered), host, source=source)
 
 
@@ -193,7 +227,8 @@ def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds
 
 def apply_shorthands(specs: list[str], ram: str | None, base: Inventory | None) -> Inventory:
     if base is None and ram is None:
-        raise InventoryError("--ram: missing; expected the host's RAM (e.g. --ram 64GiB) when no inventory is detected or loaded")
+        raise InventoryError(
+            "--ram: missing; expected the host's RAM (e.g. --ram 64GiB) when no inventory is detected or loaded")
     host = base.host if base else HostSpec(0, 0, 0, "")
     if ram is not None:
         n_bytes = _size(ram, "--ram", "a size such as 64GiB")
@@ -275,3 +310,20 @@ def _shorthand_value(value: str, where: ds.Where) -> dict[str, Any]:
             raise where.error(f"expected a size above 0 such as 24GiB; got {value!r}")
         return {"total_bytes": n_bytes}
     return _catalog(value, where)
+
+
+# ----------------------------------------------------------------------------- entry points
+
+def inventory_from_cli(devices: list[str], ram: str | None, base: Inventory | None) -> Inventory:
+    """Apply `--device` shorthands and `--ram` to `base` (the module docstring lists the forms)."""
+    return apply_shorthands(devices, ram, base)
+
+
+def inventory_from_options(path: str | Path | None, devices: list[str], ram: str | None) -> Inventory | None:
+    """An inventory from an optional YAML file plus `--device`/`--ram`, where the host's RAM is
+    optional (estimate, sweep, the Python API): shorthands without a file start from an empty
+    host; None when nothing is given."""
+    base = load_inventory(path) if path else None
+    if not devices and not ram:
+        return base
+    return inventory_from_cli(devices, ram, base or Inventory((), HostSpec(0, 0, 0, ""), source="--device"))

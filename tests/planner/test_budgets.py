@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from planner.core.errors import InventoryError
 from planner.hardware.budgets import fit_target_flag, fit_target_margins, resolve_budgets, resolve_device
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
-from planner.core.errors import InventoryError
 
 GIB = 2**30
 MIB = 2**20

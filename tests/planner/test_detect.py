@@ -3,19 +3,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
+
 from planner.hardware.detect import (
-    detect_amd, detect_host, parse_cpu_model, parse_list_devices, parse_meminfo, parse_nvidia_smi,
+    detect_amd,
+    detect_host,
+    parse_cpu_model,
+    parse_list_devices,
+    parse_nvidia_smi,
 )
 from planner.hardware.inventory import Backend, DeviceKind
 
 GIB = 2**30
 MIB = 2**20
-
-MEMINFO = "MemTotal:       24684084 kB\nMemFree:         1000000 kB\nMemAvailable:   23725916 kB\n"
-
-
-def test_meminfo_values_are_kib():
-    assert parse_meminfo(MEMINFO) == (24684084 * 1024, 23725916 * 1024)
 
 
 def test_cpu_model_x86_and_arm():
@@ -23,11 +23,20 @@ def test_cpu_model_x86_and_arm():
     assert parse_cpu_model("Hardware\t: BCM2835\nModel\t\t: Raspberry Pi 5 Model B Rev 1.0\n") == "Raspberry Pi 5 Model B Rev 1.0"
 
 
-def test_detect_host_reads_proc(tmp_path):
-    (tmp_path / "meminfo").write_text(MEMINFO)
+def test_detect_host_ram_is_psutils_and_cpu_from_proc(tmp_path, monkeypatch):
+    # One snapshot of psutil's figures, so that available RAM cannot move between the two reads.
+    memory = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory)
     (tmp_path / "cpuinfo").write_text("model name\t: Test CPU\n")
     host = detect_host(tmp_path)
-    assert (host.ram_total_bytes, host.ram_available_bytes, host.cpu_model) == (24684084 * 1024, 23725916 * 1024, "Test CPU")
+    assert (host.ram_total_bytes, host.ram_available_bytes) == (memory.total, memory.available)
+    assert host.cpu_model == "Test CPU"
+
+
+def test_detect_host_without_a_snapshot():
+    host = detect_host()
+    assert host.ram_total_bytes == psutil.virtual_memory().total
+    assert 0 < host.ram_available_bytes <= host.ram_total_bytes
 
 
 def test_nvidia_smi_rows():

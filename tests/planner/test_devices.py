@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.errors import InventoryError
 from planner.hardware import catalog
 from planner.hardware.inventory import (
-    Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, inventory_from_cli, llama_order, load_inventory,
-    pcie_link_bytes_s, rpc_flag,
+    Backend,
+    DeviceKind,
+    DeviceSpec,
+    HostSpec,
+    Inventory,
+    llama_order,
+    pcie_link_bytes_s,
+    rpc_flag,
 )
-from planner.core.errors import InventoryError
+from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ROOT / "configs" / "devices"
