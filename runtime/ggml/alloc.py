@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from planner.core.units import pad
 from runtime.ggml.backend import Buffer, BufferType
-from runtime.ggml.sched_errors import BufferAllocationError, SchedulerError
 from runtime.ggml.graph import FLAG_INPUT, FLAG_OUTPUT, INPLACE_OPS, BufferUsage, Op, Tensor
+from runtime.ggml.sched_errors import BufferAllocationError, SchedulerError
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +51,35 @@ class DynAllocator:
         self.max_size.append(0)
         return len(self.blocks) - 1
 
-    def alloc(self, size: int) -> tuple[int, int]:
-        size = pad(size, self.alignment)
+    def _best_fit(self, size: int) -> tuple[int, int]:
+        """(chunk, block) of the best fit among the non-tail blocks, or (-1, -1)."""
         best_chunk, best_block = -1, -1
-        for c, blocks in enumerate(self.blocks):  # best fit among the non-tail blocks
+        for c, blocks in enumerate(self.blocks):
             best_size = _HUGE * 4  # reset per chunk as in ggml: a fit in a later chunk wins
             for i in range(len(blocks) - 1):
                 if size <= blocks[i][1] <= best_size:
                     best_chunk, best_block, best_size = c, i, blocks[i][1]
-        if best_block == -1:  # a tail block: prefer the one that grows its chunk least
-            best_reuse = -_HUGE * 8  # reuse < 0: bytes the chunk must grow; >= 0: bytes left idle
-            for c, blocks in enumerate(self.blocks):
-                if not blocks:
-                    continue
-                off, avail = blocks[-1]
-                reuse = self.max_size[c] - off - size
-                better = (best_reuse < 0 and reuse > best_reuse) or (0 <= reuse < best_reuse)
-                if avail >= size and better:
-                    best_chunk, best_block, best_reuse = c, len(blocks) - 1, reuse
+        return best_chunk, best_block
+
+    def _best_tail(self, size: int) -> tuple[int, int]:
+        """(chunk, block) of the tail block that grows its chunk least, or (-1, -1)."""
+        best_chunk, best_block = -1, -1
+        best_reuse = -_HUGE * 8  # reuse < 0: bytes the chunk must grow; >= 0: bytes left idle
+        for c, blocks in enumerate(self.blocks):
+            if not blocks:
+                continue
+            off, avail = blocks[-1]
+            reuse = self.max_size[c] - off - size
+            better = (best_reuse < 0 and reuse > best_reuse) or (0 <= reuse < best_reuse)
+            if avail >= size and better:
+                best_chunk, best_block, best_reuse = c, len(blocks) - 1, reuse
+        return best_chunk, best_block
+
+    def alloc(self, size: int) -> tuple[int, int]:
+        size = pad(size, self.alignment)
+        best_chunk, best_block = self._best_fit(size)
+        if best_block == -1:
+            best_chunk, best_block = self._best_tail(size)
         if best_block == -1:
             best_chunk, best_block = self._new_chunk(size), 0
             if best_chunk == -1:
@@ -219,7 +230,7 @@ class GraphAllocator:
     def _count_uses(self, graph: PlannedGraph) -> None:
         info = self._info
         allocate = self._allocate_node
-        for node, buffer_id in zip(graph.nodes, graph.node_ids):
+        for node, buffer_id in zip(graph.nodes, graph.node_ids, strict=True):
             # an op-NONE node with a view source is the scheduler's dependency marker, not a view
             if node.view_src is not None and node.op is not Op.NONE:
                 info[node.view_src].n_views += 1
@@ -236,12 +247,12 @@ class GraphAllocator:
         self._info = defaultdict(_Info)
         for a in self.allocs:
             a.reset()
-        for leaf, leaf_id in zip(graph.leafs, graph.leaf_ids):
+        for leaf, leaf_id in zip(graph.leafs, graph.leaf_ids, strict=True):
             self._allocate_node(leaf, leaf_id)
         self._count_uses(graph)
         info = self._info
-        allocate, free_node = self._allocate_node, self._free_node
-        for node, buffer_id in zip(graph.nodes, graph.node_ids):
+        allocate, release_parents = self._allocate_node, self._release_parents
+        for node, buffer_id in zip(graph.nodes, graph.node_ids, strict=True):
             srcs = node.src   # not changed by allocating
             for parent in srcs:
                 # _allocate_node's own early exits, tested here to save a call per edge
@@ -250,22 +261,29 @@ class GraphAllocator:
                     allocate(parent, buffer_id)
             if node.buffer is None and node.view_src is None and not info[node].allocated:
                 allocate(node, buffer_id)
-            for parent in srcs:
-                if parent is None:
-                    continue
-                p_hn = info[parent]
-                left = p_hn.n_children - 1
-                p_hn.n_children = left
-                if left != 0 or p_hn.n_views != 0:
-                    continue
-                vs = parent.view_src
-                if vs is not None:
-                    vs_hn = info[vs]
-                    vs_hn.n_views -= 1
-                    if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
-                        free_node(vs)
-                elif p_hn.allocated:
-                    free_node(parent)
+            release_parents(srcs)
+
+    def _release_parents(self, srcs: list[Tensor | None]) -> None:
+        """After a node: free each parent it was the last child of and no view still needs
+        (a view's bytes are its view source's, freed with the source's last view)."""
+        info = self._info
+        free_node = self._free_node
+        for parent in srcs:
+            if parent is None:
+                continue
+            p_hn = info[parent]
+            left = p_hn.n_children - 1
+            p_hn.n_children = left
+            if left != 0 or p_hn.n_views != 0:
+                continue
+            vs = parent.view_src
+            if vs is not None:
+                vs_hn = info[vs]
+                vs_hn.n_views -= 1
+                if vs_hn.n_views == 0 and vs_hn.n_children == 0 and vs_hn.allocated:
+                    free_node(vs)
+            elif p_hn.allocated:
+                free_node(parent)
 
     # --- records, buffers, stamping ------------------------------------------------------------
     def plan(self, graph: PlannedGraph) -> list[int]:
@@ -294,9 +312,12 @@ class GraphAllocator:
             assert self._pending is not None
             info, graph, srcs = self._pending
             bufts = self.bufts
-            record = {t: TensorAlloc(hn.buffer_id, hn.addr[0], hn.addr[1], bufts[hn.buffer_id].alloc_size(t))
-                      for t, hn in info.items() if hn.buffer_id >= 0}.get
-            self._allocs = ([(record(n), tuple(map(record, ss))) for n, ss in zip(graph.nodes, srcs)],
+            # keyed by Tensor | None: a node's absent sources look up None and get no record
+            records: dict[Tensor | None, TensorAlloc] = {
+                t: TensorAlloc(hn.buffer_id, hn.addr[0], hn.addr[1], bufts[hn.buffer_id].alloc_size(t))
+                for t, hn in info.items() if hn.buffer_id >= 0}
+            record = records.get
+            self._allocs = ([(record(n), tuple(map(record, ss))) for n, ss in zip(graph.nodes, srcs, strict=True)],
                             [record(leaf) for leaf in graph.leafs])
             self._pending = None
         return self._allocs
@@ -339,10 +360,10 @@ class GraphAllocator:
         node_allocs, leaf_allocs = self._recorded()
         if len(graph.nodes) != len(node_allocs) or len(graph.leafs) != len(leaf_allocs):
             return True
-        for node, (dst, srcs) in zip(graph.nodes, node_allocs):
+        for node, (dst, srcs) in zip(graph.nodes, node_allocs, strict=True):
             if not self._fits(node, dst):
                 return True
-            for s, rec in zip(node.src, srcs):
+            for s, rec in zip(node.src, srcs, strict=False):  # this graph's node may have other sources
                 if s is not None and not self._fits(s, rec):
                     return True
         return False
@@ -363,10 +384,10 @@ class GraphAllocator:
                 return False
             self.reserve(graph)
         node_allocs, leaf_allocs = self._recorded()
-        for leaf, rec in zip(graph.leafs, leaf_allocs):
+        for leaf, rec in zip(graph.leafs, leaf_allocs, strict=True):
             self._stamp(leaf, rec)
-        for node, (dst, srcs) in zip(graph.nodes, node_allocs):
-            for s, rec in zip(node.src, srcs):
+        for node, (dst, srcs) in zip(graph.nodes, node_allocs, strict=True):
+            for s, rec in zip(node.src, srcs, strict=False):  # as in needs_realloc
                 if s is not None:
                     self._stamp(s, rec)
             self._stamp(node, dst)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime.ggml.f16 import F16_MAX, f16_to_f32, F16Grid
+from runtime.ggml.f16 import F16_MAX, F16Grid, f16_to_f32
 
 # ggml-cpu's flash attention (ops.cpp): batches of at least GGML_FA_TILE_Q rows take the tiled
 # path (f32 Q, K, V and accumulators, which the plain f32 formula below matches); smaller ones,
@@ -55,7 +55,7 @@ def flash_attn_f16_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nd
         vs = np.where(np.isfinite(s), np.exp(s - running), np.float32(0)).astype(np.float32)
     total = (vs * np.flip(np.cumprod(np.flip(np.concatenate([ms[..., 1:], np.ones_like(ms[..., :1])], axis=-1),
                                              axis=-1), axis=-1), axis=-1)).sum(axis=-1, keepdims=True)
-    rescale = grew.any(axis=(0, 1))
+    rescale = np.asarray(grew.any(axis=(0, 1)))  # numpy types this scalar-or-array; it is (cells,)
     values = v[0][:, live, :]                                           # (Hkv, cells, Dv)
     if values.dtype == np.float16:
         values = f16_to_f32(values)
@@ -94,7 +94,7 @@ def f16_accumulate(values: np.ndarray, ms: np.ndarray, vs: np.ndarray, rescale: 
             acc[...] = f16_steps_cast(acc, terms, ms_cells[c0:c1], rescale[c0:c1])
             continue
         add_and_round = grid.add_and_round
-        for term, ms_i, rescaled in zip(terms, ms_cells[c0:c1], rescale[c0:c1].tolist()):
+        for term, ms_i, rescaled in zip(terms, ms_cells[c0:c1], rescale[c0:c1].tolist(), strict=True):
             if rescaled:
                 np.multiply(acc, ms_i, acc)
                 add_and_round(None)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.core.units import pad
-from runtime.ggml.sched_errors import BufferAllocationError
 from runtime.ggml.graph import VIEW_OPS, BufferUsage, Op, Tensor
 from runtime.ggml.kernels import KERNELS
+from runtime.ggml.sched_errors import BufferAllocationError
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ def alloc_tensors(buft: BufferType, tensors: Sequence[Tensor],
         for buffer in buffers:  # all or nothing: no tensor points into a half-made layout
             buffer.free()
         raise
-    for group, buffer in zip(groups, buffers):
+    for group, buffer in zip(groups, buffers, strict=True):
         for t, offset in group:
             t.buffer, t.offset = buffer, offset
     return buffers

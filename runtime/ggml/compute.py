@@ -100,6 +100,17 @@ def _copy_experts(inp: Tensor, cpy: Tensor, runs: list[tuple[int, int]]) -> int:
     return moved
 
 
+class _RouterIds:
+    """The router ids last read back and the experts they select: one readback serves
+    consecutive expert matmuls (compute_splits carries it from split to split)."""
+
+    __slots__ = ("ids", "used")
+
+    def __init__(self) -> None:
+        self.ids: Tensor | None = None
+        self.used: np.ndarray = np.zeros(0, dtype=bool)
+
+
 def _is_expert_input(state: RunState, split: Split, inp: Tensor, cpy: Tensor) -> bool:
     node = state.graph.nodes[split.i_start] if split.i_end > split.i_start else None
     buf = inp.buffer
@@ -116,7 +127,7 @@ def _ids_source(state: RunState, split: Split, input_id: int, ids_tensor: Tensor
     return ids_tensor
 
 
-def _copy_inputs(state: RunState, k: int, split: Split, cache: dict[str, object]) -> list[InputCopy]:
+def _copy_inputs(state: RunState, k: int, split: Split, cache: _RouterIds) -> list[InputCopy]:
     backend = state.backends[split.backend_id]
     done: list[InputCopy] = []
     for input_id, inp in enumerate(split.inputs):
@@ -128,10 +139,10 @@ def _copy_inputs(state: RunState, k: int, split: Split, cache: dict[str, object]
             moved = copy_tensor(inp, cpy)  # the caller may overwrite it as soon as we return
         elif _is_expert_input(state, split, inp, cpy):
             src_backend.synchronize()
-            ids = _ids_source(state, split, input_id, state.graph.nodes[split.i_start].src[2])
-            if cache.get("ids") is not ids:  # one readback serves consecutive matmuls
-                cache["ids"], cache["used"] = ids, _used_experts(ids, inp.ne[2])
-            runs = expert_runs(cache["used"])  # type: ignore[arg-type]
+            ids = _ids_source(state, split, input_id, state.graph.nodes[split.i_start].source(2))
+            if cache.ids is not ids:  # one readback serves consecutive matmuls
+                cache.ids, cache.used = ids, _used_experts(ids, inp.ne[2])
+            runs = expert_runs(cache.used)
             moved = _copy_experts(inp, cpy, runs)
         else:
             src_backend.synchronize()
@@ -161,7 +172,7 @@ def _run_with_callback(backend: Backend, nodes: Sequence[Tensor], callback: Eval
 def compute_splits(state: RunState) -> list[InputCopy]:
     """Run every split in order; returns what was copied."""
     copies: list[InputCopy] = []
-    cache: dict[str, object] = {}
+    cache = _RouterIds()
     for k, split in enumerate(state.plan.splits):
         copies += _copy_inputs(state, k, split, cache)
         backend = state.backends[split.backend_id]

@@ -47,7 +47,7 @@ _Q = GGMLQuantizationType
 
 
 def _mul_mat(node: Tensor) -> None:
-    w, xt = node.src[0], node.src[1]
+    w, xt = node.source(0), node.source(1)
     x = read_f32(xt)
     out = None if node.name == "result_output" else mm_rows(w, x.reshape(-1, x.shape[-1]))
     if out is None:      # logits feed no further rounding: the default kernel is exact enough
@@ -61,7 +61,7 @@ def _mul_mat(node: Tensor) -> None:
 def _rms_norm(node: Tensor) -> None:
     """ggml_compute_forward_rms_norm_f32: squares in float32 summed in double, mean rounded to
     float, scale = 1/sqrtf(mean + eps), y = x*scale."""
-    x = read_f32(node.src[0])
+    x = read_f32(node.source(0))
     mean = ((x * x).astype(F64).sum(axis=-1, keepdims=True) / x.shape[-1]).astype(F32)
     scale = F32(1) / np.sqrt(mean + F32(node.op_params["eps"]))
     node.numpy()[...] = (x * scale).reshape(node.numpy().shape)
@@ -81,7 +81,8 @@ def _rope_row(p: int, n_dims: int, freq_base: float, freq_scale: float) -> tuple
     return libm_f32("cosf", theta), libm_f32("sinf", theta)
 
 
-def rope_cache(pos: np.ndarray, n_dims: int, freq_base: float, freq_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def rope_cache(pos: np.ndarray, n_dims: int, freq_base: float,
+               freq_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [n_tokens, n_dims/2] for the positions."""
     rows = [_rope_row(int(p), n_dims, float(freq_base), float(freq_scale)) for p in pos]
     return np.stack([c for c, _ in rows]), np.stack([s for _, s in rows])
@@ -91,8 +92,8 @@ def _rope(node: Tensor) -> None:
     if node.src[2] is not None:           # frequency factors: no bit-exact model
         KERNELS[Op.ROPE](node)
         return
-    x = read_f32(node.src[0]).copy()                     # (a3, n_tokens, n_head, head_dim)
-    pos = node.src[1].numpy()[0, 0, 0]
+    x = read_f32(node.source(0)).copy()                     # (a3, n_tokens, n_head, head_dim)
+    pos = node.source(1).numpy()[0, 0, 0]
     p = node.op_params
     cos, sin = rope_cache(pos, p["n_dims"], p["freq_base"], p.get("freq_scale", 1.0))
     cos, sin = cos[None, :, None, :], sin[None, :, None, :]
@@ -123,7 +124,7 @@ def dot_f16(q16: np.ndarray, k16: np.ndarray) -> np.ndarray:
 def _flash_attn_ext(node: Tensor) -> None:
     """ggml-cpu's flash attention for f16 K/V below GGML_FA_TILE_Q (64) query rows, where it runs
     ggml_compute_forward_flash_attn_ext_f16_one_chunk row by row; other shapes: default kernel."""
-    qt, kt, vt, mt = node.src[0], node.src[1], node.src[2], node.src[3]
+    qt, kt, vt, mt = node.source(0), node.source(1), node.source(2), node.src[3]
     if (kt.type is not _Q.F16 or vt.type is not _Q.F16 or node.src[4] is not None or qt.ne[1] >= FA_TILE_Q
             or qt.ne[3] != 1):
         KERNELS[Op.FLASH_ATTN_EXT](node)
@@ -190,7 +191,7 @@ def _glu(node: Tensor) -> None:
     if node.op_params["glu"] != "GEGLU":
         KERNELS[Op.GLU](node)
         return
-    x, g = read_f32(node.src[0]), read_f32(node.src[1])
+    x, g = read_f32(node.source(0)), read_f32(node.source(1))
     looked = gelu_table()[x.astype(F16).view(np.uint16)]
     y = np.where(x <= -10, F32(0), np.where(x >= 10, x * g, looked * g))
     node.numpy()[...] = y.reshape(node.numpy().shape)

@@ -10,9 +10,11 @@ part follows the kernel's order and roundings. Which kernel runs (ggml-cpu.c mul
 |---|---|---|---|
 | Q8_0, Q5_0 | 1 | ggml_vec_dot_q*_0_q8_0 | 8 lanes of 4-value sums, FMA per 32-block, hsum |
 | Q8_0, Q5_0 | >= 2 | llamafile tinyBLAS_Q0_AVX | the same |
-| Q4_K (CPU_REPACK) | groups of 4 / rest | ggml_gemm / ggml_gemv_q4_K_8x8_q8_K | FMA per sub-block pair / per 256-block, scale and min terms apart |
+| Q4_K (CPU_REPACK) | groups of 4 / rest | ggml_{gemm,gemv}_q4_K_8x8_q8_K | FMA per sub-block pair / per 256-block (*) |
 | Q6_K | < 8 | ggml_vec_dot_q6_K_q8_K | 8 lanes (offset term per 32-run), FMA per 256-block, hsum |
 | Q6_K | >= 8 | tiled K-quant kernel | d_w*sum rounded, then FMA with d_x per 256-block |
+
+(*) scale and min terms accumulated apart.
 """
 from __future__ import annotations
 
@@ -41,6 +43,13 @@ class Codes:
     dmin: np.ndarray | None       # [R, nb] Q4_K
     sc: np.ndarray | None         # [R, nb, n_sub] integer sub-block scales (Q4_K 8, Q6_K 16)
     m: np.ndarray | None          # [R, nb, 8] Q4_K mins
+
+
+def _field(values: np.ndarray | None, what: str) -> np.ndarray:
+    """A Codes field that the kernel's weight type has (its decoder in _DECODE always sets it)."""
+    if values is None:
+        raise ValueError(f"quantized weight codes without {what}")
+    return values
 
 
 def _f16(raw: np.ndarray) -> np.ndarray:
@@ -163,14 +172,15 @@ def _mm_q6_k_vec(c: Codes, qx: np.ndarray, dx: np.ndarray) -> np.ndarray:
     r, k = c.q.shape
     nb = k // 256
     t = qx.shape[0]
-    scale = np.repeat(c.sc, 16, axis=-1).reshape(r, k).astype(F64)      # scale of each value
+    sub_scales = _field(c.sc, "sub-block scales")
+    scale = np.repeat(sub_scales, 16, axis=-1).reshape(r, k).astype(F64)  # scale of each value
     w = (c.q + 32) * scale                                                # unsigned code x scale
     # lane of value e inside its block: (e % 32) // 4
     wl = w.reshape(r, nb, 8, 8, 4).transpose(0, 1, 3, 2, 4).reshape(r, nb * 8 * 32)
     xl = qx.reshape(t, nb, 8, 8, 4).transpose(0, 1, 3, 2, 4).reshape(t, nb * 8 * 32)
     main = _group_dots(wl, xl, 32, F64).reshape(t, r, nb, 8)
     bsum = qx.reshape(t, nb, 16, 16).sum(axis=-1).astype(F64)             # [T, nb, 16]
-    sc = c.sc.astype(F64).reshape(r, nb, 8, 2)
+    sc = sub_scales.astype(F64).reshape(r, nb, 8, 2)
     corr = 32 * np.einsum("tbls,rbls->trbl", bsum.reshape(t, nb, 8, 2), sc)
     lanes = (main - corr).astype(F32)
     d = dx[:, None, :] * c.d[None]                                        # y.d * x.d, f32
@@ -182,7 +192,7 @@ def _mm_q6_k_vec(c: Codes, qx: np.ndarray, dx: np.ndarray) -> np.ndarray:
 
 def _q6_k_block_sums(c: Codes, qx: np.ndarray) -> np.ndarray:
     r, k = c.q.shape
-    scale = np.repeat(c.sc, 16, axis=-1).reshape(r, k).astype(F64)
+    scale = np.repeat(_field(c.sc, "sub-block scales"), 16, axis=-1).reshape(r, k).astype(F64)
     return _group_dots(c.q * scale, qx, 256, F64)                         # [T, R, nb] exact
 
 
@@ -205,10 +215,11 @@ def _mm_q4_k_repacked(c: Codes, qx: np.ndarray, dx: np.ndarray) -> np.ndarray:
     r, k = c.q.shape
     nb = k // 256
     t = qx.shape[0]
+    sub_scales, mins, dmin = _field(c.sc, "sub-block scales"), _field(c.m, "mins"), _field(c.dmin, "dmin")
     sub = _group_dots(c.q, qx, 32).reshape(t, r, nb, 8).astype(F64)       # [T, R, nb, 8]
-    isum = (sub * c.sc.astype(F64)[None]).reshape(t, r, nb, 4, 2).sum(axis=-1)       # per pair
+    isum = (sub * sub_scales.astype(F64)[None]).reshape(t, r, nb, 4, 2).sum(axis=-1)  # per pair
     bsum = qx.reshape(t, nb, 8, 32).sum(axis=-1).astype(F64)                 # [T, nb, 8]
-    imin = (bsum[:, None] * c.m.astype(F64)[None]).reshape(t, r, nb, 4, 2).sum(axis=-1)
+    imin = (bsum[:, None] * mins.astype(F64)[None]).reshape(t, r, nb, 4, 2).sum(axis=-1)
     n_gemm = t - t % 4
     if n_gemm < t:      # the gemv's leftover rows: one FMA per 256-block of the pair sums' total
         isum[n_gemm:, :, :, 0] = isum[n_gemm:].sum(axis=-1)
@@ -219,7 +230,7 @@ def _mm_q4_k_repacked(c: Codes, qx: np.ndarray, dx: np.ndarray) -> np.ndarray:
     acc_min = np.zeros((t, r), F32)
     for ib in range(nb):
         scale = c.d[None, :, ib] * dx[:, None, ib]
-        scale_min = c.dmin[None, :, ib] * dx[:, None, ib]
+        scale_min = dmin[None, :, ib] * dx[:, None, ib]
         for sp in range(4):
             if sp and n_gemm == 0:
                 break

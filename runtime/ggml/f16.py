@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 # Every f16 bit pattern's f32 value: a gather from this 256 KiB table converts an f16 array
 # (the KV cache, read by attention every step) in about half the time astype takes in numpy.
 _F16_TO_F32: list[np.ndarray] = []

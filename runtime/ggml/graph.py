@@ -153,6 +153,11 @@ class Tensor:
         "__weakref__",   # per-weight caches (runtime/ggml/exact.py) hold tensors weakly
     )
 
+    # declared here, not only in __init__: __init__ reads a view source's own view fields
+    # before it sets its own, and mypy cannot infer a type from that order
+    view_src: Tensor | None
+    view_offs: int
+
     def __init__(self, ggml_type: GGMLType, ne: Sequence[int], name: str = "", op: Op = Op.NONE,
                  src: Iterable[Tensor | None] = (), op_params: dict[str, Any] | None = None,
                  view_src: Tensor | None = None, view_offs: int = 0,
@@ -186,6 +191,13 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.op.value}, {self.type.name}, ne={self.ne})"
+
+    def source(self, i: int) -> Tensor:
+        """src[i], for a source the op cannot do without (build.py always sets it)."""
+        s = self.src[i]
+        if s is None:
+            raise ValueError(f"tensor {self.name!r} ({self.op.value}): source {i} is missing")
+        return s
 
     # --- sizes -----------------------------------------------------------------------------
     @property
@@ -300,7 +312,7 @@ class Graph:
                 i += 1
             if i < n:
                 stack.append((t, i + 1))
-                stack.append((src[i], 0))  # type: ignore[arg-type]
+                stack.append((src[i], 0))  # type: ignore[arg-type]  # the loop stopped at a non-None source
                 continue
             # a pushed source is unseen when pushed and the walk reaches it next (no cycles)
             seen.add(t)

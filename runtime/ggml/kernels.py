@@ -71,7 +71,7 @@ def _views_of(buffer: object) -> dict[tuple[object, ...], np.ndarray]:
     if entry is not None and entry[0]() is buffer:
         return entry[1]
     views: dict[tuple[object, ...], np.ndarray] = {}
-    _VIEWS[key] = (weakref.ref(buffer, lambda _ref, key=key: _VIEWS.pop(key, None)), views)
+    _VIEWS[key] = (weakref.ref(buffer, lambda _ref: _VIEWS.pop(key, None)), views)
     return views
 
 
@@ -117,25 +117,25 @@ def _write(node: Tensor, values: np.ndarray) -> None:
 
 def _tile_to(b: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """ggml_repeat semantics: b's dims divide the target's; numpy broadcasting only covers 1s."""
-    return np.tile(b, tuple(s // d for s, d in zip(shape, b.shape)))
+    return np.tile(b, tuple(s // d for s, d in zip(shape, b.shape, strict=True)))
 
 
 def _add(node: Tensor) -> None:
-    a, b = read_f32(node.src[0]), read_f32(node.src[1])
+    a, b = read_f32(node.source(0)), read_f32(node.source(1))
     _write(node, a + _tile_to(b, a.shape))
 
 
 def _mul(node: Tensor) -> None:
-    a, b = read_f32(node.src[0]), read_f32(node.src[1])
+    a, b = read_f32(node.source(0)), read_f32(node.source(1))
     _write(node, a * _tile_to(b, a.shape))
 
 
 def _scale(node: Tensor) -> None:
-    _write(node, read_f32(node.src[0]) * np.float32(node.op_params["scale"]))
+    _write(node, read_f32(node.source(0)) * np.float32(node.op_params["scale"]))
 
 
 def _rms_norm(node: Tensor) -> None:
-    x = read_f32(node.src[0])
+    x = read_f32(node.source(0))
     eps = node.op_params["eps"]
     _write(node, x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
 
@@ -173,7 +173,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 def _unary(node: Tensor) -> None:
-    _write(node, _UNARY[node.op_params["unary"]](read_f32(node.src[0])))
+    _write(node, _UNARY[node.op_params["unary"]](read_f32(node.source(0))))
 
 
 _GLU: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SWIGLU": _silu, "GEGLU": _gelu}
@@ -184,7 +184,7 @@ def _glu(node: Tensor) -> None:
     act = _GLU.get(node.op_params["glu"])
     if act is None:
         raise ValueError(f"GLU {node.op_params['glu']} has no kernel")
-    _write(node, act(read_f32(node.src[0])) * read_f32(node.src[1]))
+    _write(node, act(read_f32(node.source(0))) * read_f32(node.source(1)))
 
 
 # ggml-cpu's type_traits_cpu[weight].vec_dot_type: the CPU quantizes a matmul's activations to
@@ -249,7 +249,8 @@ def _as_vec_dot_memo(b: np.ndarray, weight_type: GGMLQuantizationType) -> np.nda
 
 
 def _mul_mat(node: Tensor) -> None:
-    a, b = read_f32(node.src[0]), _as_vec_dot_memo(read_f32(node.src[1]), node.src[0].type)  # (a3, a2, M, K), (b3, b2, N, K)
+    weight, acts = node.source(0), node.source(1)
+    a, b = read_f32(weight), _as_vec_dot_memo(read_f32(acts), weight.type)  # (a3, a2, M, K), (b3, b2, N, K)
     if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
         rows = b.reshape(-1, b.shape[-1])
         # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm;
@@ -265,7 +266,7 @@ def _mul_mat(node: Tensor) -> None:
 
 def _mul_mat_id(node: Tensor) -> None:
     """Only the experts the router selected are read: a staged copy holds only those (seed 000)."""
-    experts_t, b_t, ids_t = node.src[0], node.src[1], node.src[2]
+    experts_t, b_t, ids_t = node.source(0), node.source(1), node.source(2)
     ids = ids_t.numpy()[0, 0]  # (n_tokens, n_used)
     b = as_vec_dot(read_f32(b_t), experts_t.type)[0]  # (n_tokens, n_used or 1, K)
     out = np.empty((ids.shape[0], ids.shape[1], experts_t.ne[1]), dtype=np.float32)
@@ -285,7 +286,7 @@ def _expert_f32(experts: Tensor, e: int) -> np.ndarray:
 
 
 def _get_rows(node: Tensor) -> None:
-    a, rows = node.src[0], node.src[1]
+    a, rows = node.source(0), node.source(1)
     values = a.numpy() if numpy_dtype(a.type) is not None else read_f32(a)
     idx = rows.numpy()  # (1, r2, r1, n)
     out = np.empty(node.ne[::-1], dtype=numpy_dtype(node.type))
@@ -296,7 +297,7 @@ def _get_rows(node: Tensor) -> None:
 
 
 def _soft_max(node: Tensor) -> None:
-    x = read_f32(node.src[0]) * np.float32(node.op_params["scale"])
+    x = read_f32(node.source(0)) * np.float32(node.op_params["scale"])
     mask = node.src[1]
     if node.op_params.get("max_bias", 0.0) != 0.0:
         raise ValueError("SOFT_MAX with ALiBi max_bias has no kernel")
@@ -310,8 +311,8 @@ def _soft_max(node: Tensor) -> None:
 
 def _rope(node: Tensor) -> None:
     """Mode 0 rotates adjacent pairs, mode 2 (NEOX) rotates (i, i + n_dims/2), as ggml-cpu."""
-    x = read_f32(node.src[0]).copy()  # (a3, n_tokens, n_head, head_dim)
-    pos = node.src[1].numpy()[0, 0, 0].astype(np.float64) * node.op_params.get("freq_scale", 1.0)
+    x = read_f32(node.source(0)).copy()  # (a3, n_tokens, n_head, head_dim)
+    pos = node.source(1).numpy()[0, 0, 0].astype(np.float64) * node.op_params.get("freq_scale", 1.0)
     n_dims, mode = node.op_params["n_dims"], node.op_params["mode"]
     inv = node.op_params["freq_base"] ** (-np.arange(0, n_dims, 2) / n_dims)
     if node.src[2] is not None:
@@ -329,17 +330,17 @@ def _rope(node: Tensor) -> None:
 
 
 def _flash_attn_ext(node: Tensor) -> None:
-    q, k = read_f32(node.src[0]), read_f32(node.src[1])  # (1, H, T, D), (1, Hkv, KV, D); V: (1, Hkv, KV, Dv)
+    q, k = read_f32(node.source(0)), read_f32(node.source(1))  # (1, H, T, D), (1, Hkv, KV, D); V: (1, Hkv, KV, Dv)
     mask = read_f32(node.src[3])[:, :, : q.shape[2], :] if node.src[3] is not None else None
     sinks = read_f32(node.src[4]) if node.src[4] is not None else None
     scale = node.op_params["scale"]
     f16 = GGMLQuantizationType.F16
-    small = q.shape[2] < FA_TILE_Q and node.src[1].type == f16 and node.src[2].type == f16
+    small = q.shape[2] < FA_TILE_Q and node.source(1).type == f16 and node.source(2).type == f16
     if small and sinks is None and q.shape[0] == 1:
         # K/V heads broadcast, V left f16 (converted only where the mask lets a cell through)
-        out = flash_attn_f16_rows(q, k, _view(node.src[2]), mask, scale)
+        out = flash_attn_f16_rows(q, k, _view(node.source(2)), mask, scale)
     else:
-        v = read_f32(node.src[2])
+        v = read_f32(node.source(2))
         rep = q.shape[1] // k.shape[1]
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         out = flash_attn_f32(q, k, v, mask, scale, sinks)
@@ -353,11 +354,11 @@ def _copy_values(src: Tensor, node: Tensor) -> None:
 
 
 def _cont(node: Tensor) -> None:
-    _copy_values(node.src[0], node)
+    _copy_values(node.source(0), node)
 
 
 def _set_rows(node: Tensor) -> None:
-    rows, idx = read_f32(node.src[0]), node.src[1].numpy()  # (r3, r2, n, K), (1, c2, c1, n)
+    rows, idx = read_f32(node.source(0)), node.source(1).numpy()  # (r3, r2, n, K), (1, c2, c1, n)
     target = node.numpy()
     for i3 in range(rows.shape[0]):
         for i2 in range(rows.shape[1]):
@@ -366,21 +367,21 @@ def _set_rows(node: Tensor) -> None:
 
 
 def _div(node: Tensor) -> None:
-    a, b = read_f32(node.src[0]), read_f32(node.src[1])
+    a, b = read_f32(node.source(0)), read_f32(node.source(1))
     _write(node, a / _tile_to(b, a.shape))
 
 
 def _clamp(node: Tensor) -> None:
-    _write(node, np.clip(read_f32(node.src[0]), node.op_params["min"], node.op_params["max"]))
+    _write(node, np.clip(read_f32(node.source(0)), node.op_params["min"], node.op_params["max"]))
 
 
 def _sum_rows(node: Tensor) -> None:
-    _write(node, read_f32(node.src[0]).sum(axis=-1, keepdims=True))
+    _write(node, read_f32(node.source(0)).sum(axis=-1, keepdims=True))
 
 
 def _argsort(node: Tensor) -> None:
     """Row-wise argsort; DESC as ggml_argsort_top_k asks (a stable sort keeps ties in index order)."""
-    x = read_f32(node.src[0])
+    x = read_f32(node.source(0))
     key = -x if node.op_params.get("order", "ASC") == "DESC" else x
     _write(node, np.argsort(key, axis=-1, kind="stable").astype(np.int32))
 

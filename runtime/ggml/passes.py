@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runtime.ggml.backend import Backend, BufferType
-from runtime.ggml.sched_errors import SchedulerError
 from runtime.ggml.graph import FLAG_INPUT, VIEW_OPS, BufferUsage, Graph, Op, Tensor
+from runtime.ggml.sched_errors import SchedulerError
 
 # Ops that abstain from the weight rule: their model tensor (rope frequencies, attention
 # sinks) is too small to decide where the op runs (ggml-backend.cpp, seed 000 "1.wgtN").
@@ -96,20 +96,53 @@ def _backend_from_buffer(ctx: SchedContext, t: Tensor, op_node: Tensor) -> int:
     return -1
 
 
+def _backend_from_storage(ctx: SchedContext, t: Tensor) -> tuple[int, str]:
+    """1.dst: the first backend that reads the buffer t lives in (its root's) and runs t;
+    1.vsrc: the same asked through t's view source."""
+    b = _backend_from_buffer(ctx, t, t)
+    if b != -1:
+        return b, "1.dst"
+    vs = t.view_src
+    if vs is not None:
+        b = _backend_from_buffer(ctx, vs, t)
+        if b != -1:
+            return b, "1.vsrc"
+    return -1, ""
+
+
+def _offload_backend(ctx: SchedContext, t: Tensor, below: int) -> int:
+    """1.off: a backend of higher priority than `below` that wants t anyway; -1 if none."""
+    for b in range(below):
+        if ctx.supports_op(b, t) and ctx.backends[b].device.offload_op(t):
+            return b
+    return -1
+
+
+def _backend_from_weights(ctx: SchedContext, t: Tensor) -> tuple[int, str]:
+    """1.wgtN: the backend that reads t's first weight source (N its index), unless a device
+    takes a host weight's op (1.off); -1 when t has no weight source."""
+    for j, src in enumerate(t.src):
+        if src is None or src.buffer is None or src.buffer.usage is not BufferUsage.WEIGHTS:
+            continue
+        sb = _backend_from_buffer(ctx, src, t)
+        if ctx.op_offload and sb == ctx.cpu and src.buffer.is_host:
+            b = _offload_backend(ctx, t, sb)
+            if b != -1:
+                return b, "1.off"
+        return sb, f"1.wgt{j}"
+    return -1, ""
+
+
 def _forced_backend(ctx: SchedContext, t: Tensor) -> tuple[int, str]:
     """Pass 1's question for one tensor: is its placement already decided, and why."""
     vs = t.view_src
     buf = t.buffer if vs is None else vs.buffer   # t.root_buffer()
-    # without a root buffer both questions below answer -1 (a view source has no view source
-    # of its own: Tensor collapses view chains), so most compute nodes skip them
+    # without a root buffer both questions of _backend_from_storage answer -1 (a view source
+    # has no view source of its own: Tensor collapses view chains), so most compute nodes skip it
     if buf is not None or (vs is not None and vs.view_src is not None):
-        b = _backend_from_buffer(ctx, t, t)
+        b, cause = _backend_from_storage(ctx, t)
         if b != -1:
-            return b, "1.dst"
-        if vs is not None:
-            b = _backend_from_buffer(ctx, vs, t)
-            if b != -1:
-                return b, "1.vsrc"
+            return b, cause
     if buf is not None:  # pre-allocated: cannot move, nothing to negotiate (ggml aborts)
         raise SchedulerError(f"pre-allocated tensor ({t.name}) in a buffer ({buf.name}) that no "
                              f"backend can run the operation ({t.op.value}) on")
@@ -117,16 +150,7 @@ def _forced_backend(ctx: SchedContext, t: Tensor) -> tuple[int, str]:
         return ctx.cpu, "1.inp"  # the caller writes inputs in host memory
     if t.op in WEIGHT_RULE_EXCLUDED:
         return -1, ""
-    for j, src in enumerate(t.src):
-        if src is None or src.buffer is None or src.buffer.usage is not BufferUsage.WEIGHTS:
-            continue
-        sb = _backend_from_buffer(ctx, src, t)
-        if ctx.op_offload and sb == ctx.cpu and src.buffer.is_host:
-            for b in range(sb):  # a higher-priority device may want the op anyway (1.off)
-                if ctx.supports_op(b, t) and ctx.backends[b].device.offload_op(t):
-                    return b, "1.off"
-        return sb, f"1.wgt{j}"
-    return -1, ""
+    return _backend_from_weights(ctx, t)
 
 
 def assign_forced(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignment:
@@ -217,6 +241,32 @@ def upgrade_and_guess(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignm
     return a
 
 
+def _place_sources(a: Assignment, node: Tensor, cur: int) -> None:
+    """node's unassigned sources: a view follows its view source (4.vsrc), any other source
+    the node's backend cur (4.cur; none while cur is -1)."""
+    ids = a.ids
+    for src in node.src:
+        if src is None or ids.get(src, -1) != -1:
+            continue
+        if src.view_src is not None:
+            vb = ids.get(src.view_src, -1)
+            if vb != -1:
+                a.set(src, vb, "4.vsrc")
+        elif cur != -1:
+            a.set(src, cur, "4.cur")
+
+
+def _first_runner(ctx: SchedContext, node: Tensor) -> int:
+    """The highest-priority backend that runs node; raises when none can."""
+    b = next((b for b in range(len(ctx.backends)) if ctx.supports_op(b, node)), -1)
+    if b == -1:
+        names = ", ".join(backend.name for backend in ctx.backends)
+        raise SchedulerError(
+            f"node {node.name!r} ({node.op.value}): no backend among [{names}] runs it; "
+            "all nodes should be assigned by now (no CPU fallback for this op)")
+    return b
+
+
 def assign_sources(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignment:
     """Pass 4: views follow their view source (4.vsrc), other sources their consumer (4.cur);
     a node still unplaced takes the first backend that runs it, or nothing can."""
@@ -227,21 +277,7 @@ def assign_sources(ctx: SchedContext, graph: Graph, a: Assignment) -> Assignment
             cur = ids.get(node.view_src, -1)
             if cur != -1:
                 a.set(node, cur, "4.vsrc")
-        for src in node.src:
-            if src is None or ids.get(src, -1) != -1:
-                continue
-            if src.view_src is not None:
-                vb = ids.get(src.view_src, -1)
-                if vb != -1:
-                    a.set(src, vb, "4.vsrc")
-            elif cur != -1:
-                a.set(src, cur, "4.cur")
+        _place_sources(a, node, cur)
         if cur == -1:
-            cur = next((b for b in range(len(ctx.backends)) if ctx.supports_op(b, node)), -1)
-            if cur == -1:
-                names = ", ".join(b.name for b in ctx.backends)
-                raise SchedulerError(
-                    f"node {node.name!r} ({node.op.value}): no backend among [{names}] runs it; "
-                    "all nodes should be assigned by now (no CPU fallback for this op)")
-            a.set(node, cur, "2.sup")
+            a.set(node, _first_runner(ctx, node), "2.sup")
     return a

@@ -24,10 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
+from runtime.ggml.backend import Backend, BufferType
 from runtime.ggml.compute import EvalCallback, Measurement, RunState, compute_splits
 from runtime.ggml.debug import debug_text
-from runtime.ggml.backend import Backend, BufferType
-from runtime.ggml.sched_errors import SchedulerError
 from runtime.ggml.graph import Graph, Tensor
 from runtime.ggml.passes import (
     Assignment,
@@ -40,6 +39,7 @@ from runtime.ggml.passes import (
     expand_rest_up,
     upgrade_and_guess,
 )
+from runtime.ggml.sched_errors import SchedulerError
 from runtime.ggml.splits import Split, SplitPlan, collect_graph_inputs, cut_splits, graph_size, planned_graph
 
 log = logging.getLogger(__name__)
@@ -58,10 +58,8 @@ PASSES: tuple[PassFn, ...] = (
 
 def _ids_changed(new: Sequence[int], old: Sequence[int], bufts: Sequence[BufferType]) -> bool:
     """A move only counts when the memory changes: same buffer type is not a change."""
-    for n, o in zip(new, old):
-        if n != o and (n < 0 or o < 0 or bufts[n] != bufts[o]):
-            return True
-    return False
+    # the graphs may differ in length: only the common prefix is compared
+    return any(n != o and (n < 0 or o < 0 or bufts[n] != bufts[o]) for n, o in zip(new, old, strict=False))
 
 
 class Scheduler:
@@ -74,7 +72,7 @@ class Scheduler:
             raise SchedulerError(f"the last backend must be the CPU (the fallback every op can run on), "
                                  f"got {backends[-1].name}")
         bufts = tuple(bufts) if bufts is not None else tuple(b.buffer_type for b in backends)
-        for b, buft in zip(backends, bufts):
+        for b, buft in zip(backends, bufts, strict=False):  # bufts as given: not checked against backends
             if not b.device.supports_buft(buft):
                 raise SchedulerError(f"backend {b.name} cannot use buffer type {buft.name}")
         self.ctx = SchedContext(tuple(backends), bufts, op_offload)
@@ -179,7 +177,7 @@ class Scheduler:
         assert self._planned is not None
         sizes = self.galloc.reserve(self._planned)
         self.reset()
-        return {b.name: s for b, s in zip(self.ctx.backends, sizes)}
+        return {b.name: s for b, s in zip(self.ctx.backends, sizes, strict=False)}
 
     def reserve_sizes(self, graph: Graph) -> dict[str, int]:
         """Like reserve, but touches no device memory (ggml_backend_sched_reserve_size)."""
@@ -189,7 +187,7 @@ class Scheduler:
         assert self._planned is not None
         sizes = self.galloc.plan(self._planned)
         self.reset()
-        return {b.name: s for b, s in zip(self.ctx.backends, sizes)}
+        return {b.name: s for b, s in zip(self.ctx.backends, sizes, strict=False)}
 
     def alloc(self, graph: Graph) -> None:
         """Split and give every tensor its address; re-reserves when the plan went stale."""

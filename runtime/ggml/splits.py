@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runtime.ggml.alloc import PlannedGraph
-from runtime.ggml.sched_errors import SchedulerError
 from runtime.ggml.graph import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, BufferUsage, Graph, Op, Tensor
 from runtime.ggml.passes import Assignment, SchedContext, buffer_supported
+from runtime.ggml.sched_errors import SchedulerError
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,29 @@ def _copy_input(ctx: SchedContext, a: Assignment, plan: SplitPlan, src: Tensor, 
     return plan.copies[key], made
 
 
+def _rewire_foreign_sources(ctx: SchedContext, a: Assignment, plan: SplitPlan, node: Tensor, cur: int,
+                            n_copies: int, cur_copy: int) -> list[Tensor]:
+    """Point each source of node that backend cur cannot read at its current copy on cur (in
+    place, recorded in plan.rewires); returns the sources copied for the first time, which
+    become inputs of the current split."""
+    ids = a.ids
+    new_inputs: list[Tensor] = []
+    for j, src in enumerate(node.src):
+        if src is None:
+            continue
+        sb = ids.get(src, -1)
+        if sb == -1:
+            raise SchedulerError(f"source {src.name!r} of {node.name!r} has no backend")
+        if sb == cur or buffer_supported(ctx, a, src, cur):
+            continue
+        copies, made = _copy_input(ctx, a, plan, src, cur, n_copies)
+        if made:
+            new_inputs.append(src)
+        plan.rewires.append((node, j, src))
+        node.src[j] = copies[cur_copy]
+    return new_inputs
+
+
 def cut_splits(ctx: SchedContext, graph: Graph, a: Assignment, n_copies: int = 1, cur_copy: int = 0,
                max_inputs: int | None = None) -> SplitPlan:
     """Pass 5: a new split where the backend changes (view ops never cut), where a weight
@@ -99,7 +122,8 @@ def cut_splits(ctx: SchedContext, graph: Graph, a: Assignment, n_copies: int = 1
     nodes = graph.nodes
     ids = a.ids
     cur = _first_backend(a, nodes)
-    i_start, inputs = 0, []
+    i_start = 0
+    inputs: list[Tensor] = []
     for i, node in enumerate(nodes):
         if node.op in VIEW_OPS:
             continue
@@ -111,19 +135,7 @@ def cut_splits(ctx: SchedContext, graph: Graph, a: Assignment, n_copies: int = 1
             if i > i_start:
                 plan.splits.append(Split(cur, ctx.backends[cur].name, i_start, i, tuple(inputs)))
             i_start, inputs, cur = i, [], nb
-        for j, src in enumerate(node.src):
-            if src is None:
-                continue
-            sb = ids.get(src, -1)
-            if sb == -1:
-                raise SchedulerError(f"source {src.name!r} of {node.name!r} has no backend")
-            if sb == cur or buffer_supported(ctx, a, src, cur):
-                continue
-            copies, made = _copy_input(ctx, a, plan, src, cur, n_copies)
-            if made:
-                inputs.append(src)
-            plan.rewires.append((node, j, src))
-            node.src[j] = copies[cur_copy]
+        inputs += _rewire_foreign_sources(ctx, a, plan, node, cur, n_copies, cur_copy)
     if nodes:
         plan.splits.append(Split(cur, ctx.backends[cur].name, i_start, len(nodes), tuple(inputs)))
     return plan

@@ -17,11 +17,13 @@ out different in the last bit.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypedDict
 
 import numpy as np
 
@@ -40,7 +42,13 @@ MIN_TRY_ELEMENTS = 1 << 19
 MAX_THREADS = 8   # memory-bound products stop gaining long before this
 
 _lock = threading.Lock()
-_state: dict[str, object] = {"n": None, "pool": None, "pid": None}
+class _PoolState(TypedDict):
+    n: int | None           # threads for split products; None until set_threads runs
+    pool: ThreadPoolExecutor | None
+    pid: int | None         # the process that made the pool
+
+
+_state: _PoolState = {"n": None, "pool": None, "pid": None}
 
 
 def default_threads() -> int:
@@ -66,17 +74,17 @@ def set_threads(n: int | None) -> None:
 def n_threads() -> int:
     if _state["n"] is None:
         set_threads(None)
-    return int(_state["n"])  # type: ignore[call-overload]
+    return int(_state["n"])  # type: ignore[arg-type]  # set_threads has set it
 
 
 def _pool() -> ThreadPoolExecutor:
     with _lock:
         pool = _state["pool"]
         if pool is None or _state["pid"] != os.getpid():  # a forked child has no worker threads
-            pool = ThreadPoolExecutor(max_workers=max(1, int(_state["n"]) - 1),  # type: ignore[call-overload]
-                                      thread_name_prefix="fitplan-matmul")
+            n = int(_state["n"])  # type: ignore[arg-type]  # set: _run comes after _product's n_threads()
+            pool = ThreadPoolExecutor(max_workers=max(1, n - 1), thread_name_prefix="fitplan-matmul")
             _state["pool"], _state["pid"] = pool, os.getpid()
-        return pool  # type: ignore[return-value]
+        return pool
 
 
 def row_blocks(n_rows: int, n_parts: int, align: int = ROW_ALIGN) -> list[tuple[int, int]]:
@@ -85,7 +93,7 @@ def row_blocks(n_rows: int, n_parts: int, align: int = ROW_ALIGN) -> list[tuple[
     units = -(-n_rows // align)
     parts = max(1, min(n_parts, units))
     cuts = [min(n_rows, (units * i // parts) * align) for i in range(parts + 1)]
-    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+    return [(lo, hi) for lo, hi in itertools.pairwise(cuts) if hi > lo]
 
 
 class _Tuner:
