@@ -1,17 +1,22 @@
 """`fitplan devices`: the inventory a plan would use, its budgets, and the llama.cpp flags
-that describe the same devices (`--rpc`, `--fit-target`, the device order)."""
+that describe the same devices (`--rpc`, `--fit-target`, the device order).
+
+Detection is imported inside `devices_report`: it loads psutil, which `fitplan --help` does not need.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
-from planner.hardware.inventory import Inventory, inventory_to_dict, rpc_flag
+from planner.cli.options import Format, Ram
 from planner.core.errors import InventoryError
 from planner.core.render import render, table
 from planner.core.units import fmt_bytes
+from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
+from planner.hardware.inventory import Inventory, inventory_to_dict, rpc_flag
+from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
 
 
 @dataclass(frozen=True)
@@ -66,27 +71,28 @@ def devices_report(inventory_path: str | None, device: list[str], ram: str | Non
                    max_vram: str | None, max_ram: str | None, use_llama: bool) -> DevicesReport:
     """The inventory (a YAML file, else this machine), with shorthands applied, and its budgets."""
     from planner.hardware.detect import detect_inventory
-    from planner.hardware.inventory import inventory_from_cli, load_inventory
 
     endpoints = [e.strip() for e in rpc.split(",")] if rpc else []
     if inventory_path and endpoints:
         raise InventoryError("--rpc: expected either --devices (describe RPC hosts in the YAML) or --rpc, not both")
-    if inventory_path:
-        base = load_inventory(inventory_path)
-    else:
-        base = detect_inventory(endpoints, use_llama=use_llama)
+    base = load_inventory(inventory_path) if inventory_path else detect_inventory(endpoints, use_llama=use_llama)
     inventory = inventory_from_cli(device, ram, base) if (device or ram) else base
     return DevicesReport(inventory, resolve_budgets(inventory, max_vram, max_ram))
 
 
 def devices_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml")] = "table",
-    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML (default: detect this machine)")] = None,
-    device: Annotated[Optional[list[str]], typer.Option("--device", help="CUDA0=24GiB, CUDA0=rtx3090, 2xrtx3090, ...@host:port")] = None,
-    ram: Annotated[Optional[str], typer.Option("--ram", help="host RAM, e.g. 64GiB")] = None,
-    rpc: Annotated[Optional[str], typer.Option("--rpc", help="rpc-server endpoints host:port,... (needs the llama.cpp tools)")] = None,
-    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2 | gpu=512MiB")] = None,
-    max_ram: Annotated[Optional[str], typer.Option("--max-ram", help="host RAM budget (default: available - max(2GiB, 10%))")] = None,
+    fmt: Format = "table",
+    devices: Annotated[str | None, typer.Option(
+        "--devices", help="inventory YAML (default: detect this machine)")] = None,
+    device: Annotated[list[str] | None, typer.Option(
+        "--device", help="CUDA0=24GiB, CUDA0=rtx3090, 2xrtx3090, ...@host:port")] = None,
+    ram: Ram = None,
+    rpc: Annotated[str | None, typer.Option(
+        "--rpc", help="rpc-server endpoints host:port,... (needs the llama.cpp tools)")] = None,
+    max_vram: Annotated[str | None, typer.Option(
+        "--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2 | gpu=512MiB")] = None,
+    max_ram: Annotated[str | None, typer.Option(
+        "--max-ram", help="host RAM budget (default: available - max(2GiB, 10%))")] = None,
     no_llama: Annotated[bool, typer.Option("--no-llama", help="do not ask llama-cli for its device list")] = False,
 ) -> None:
     """The devices a plan is made for (detected or described), their budgets, and llama.cpp's view."""

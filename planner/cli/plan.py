@@ -1,14 +1,25 @@
-"""`fitplan plan`: options in, one `plan()` call, one rendering out."""
+"""`fitplan plan`: options in, one `plan()` call, one rendering out.
+
+The planning library (and matplotlib for --plot) is imported inside the functions that call it:
+it loads numpy and gguf, which `fitplan --help` does not need.
+"""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from planner.cli.devices import devices_report
+from planner.cli.options import Model, Ram
 from planner.core.errors import BadInput
+from planner.core.files import write_atomic
 from planner.core.render import render
-from planner.planning.solve import Objective
+
+if TYPE_CHECKING:
+    from planner.planning.result import PlanResult
+    from planner.planning.solve import Objective
 
 
 def _ctx(text: str | None) -> tuple[int | None, bool]:
@@ -26,37 +37,68 @@ def _ctx(text: str | None) -> tuple[int | None, bool]:
 
 
 def _objective(text: str) -> Objective:
+    from planner.planning.solve import Objective
+
     try:
         return Objective(text.lower())
     except ValueError:
         raise BadInput(f"--objective {text!r}: expected one of {', '.join(o.value for o in Objective)}") from None
 
 
+def _write_deployment(output: str, result: PlanResult, doc: dict[str, Any] | None) -> None:
+    """-o: the deployment document, as JSON when the name ends in .json, else as YAML."""
+    from planner.planning.document import deployment_yaml
+
+    text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc)
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    write_atomic(output, write)
+
+
+def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None) -> None:
+    """--format: `flags` and `yaml` (the deployment document) are not views of PlanResult's
+    to_dict, so they bypass render()."""
+    from planner.planning.document import deployment_yaml
+    from planner.planning.result import llama_argv
+
+    if fmt == "flags":
+        typer.echo(" ".join(llama_argv(result)))
+    elif fmt == "yaml":
+        typer.echo(deployment_yaml(result, doc), nl=False)
+    else:
+        typer.echo(render(result, fmt))
+
+
 def plan_cmd(
-    model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
-    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML, or 'auto' to detect")] = None,
-    device: Annotated[Optional[list[str]], typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...@host:port")] = None,
-    ram: Annotated[Optional[str], typer.Option("--ram", help="host RAM, e.g. 64GiB")] = None,
-    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2")] = None,
-    max_ram: Annotated[Optional[str], typer.Option("--max-ram", help="host RAM budget")] = None,
-    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="context tokens, or 'max' (default: training context)")] = None,
+    model: Model,
+    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML, or 'auto' to detect")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...@host:port")] = None,
+    ram: Ram = None,
+    max_vram: Annotated[str | None, typer.Option("--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2")] = None,
+    max_ram: Annotated[str | None, typer.Option("--max-ram", help="host RAM budget")] = None,
+    ctx: Annotated[str | None, typer.Option(
+        "--ctx", "-c", help="context tokens, or 'max' (default: training context)")] = None,
     parallel: Annotated[int, typer.Option("--parallel", "-np", help="parallel sequences (slots)")] = 1,
     objective: Annotated[str, typer.Option("--objective", help="throughput | context | balance")] = "throughput",
-    cache_type: Annotated[str, typer.Option("--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
-    ubatch: Annotated[Optional[int], typer.Option("--ubatch-size", "-ub", help="llama.cpp -ub (default: 512, or smaller when that fits more)")] = None,
+    cache_type: Annotated[str, typer.Option(
+        "--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
+    ubatch: Annotated[int | None, typer.Option(
+        "--ubatch-size", "-ub", help="llama.cpp -ub (default: 512, or smaller when that fits more)")] = None,
     flash_attn: Annotated[str, typer.Option("--flash-attn", "-fa", help="on | off | auto")] = "auto",
     solver: Annotated[str, typer.Option("--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = "dp",
-    no_expert_offload: Annotated[bool, typer.Option("--no-expert-offload", help="never keep MoE experts on the host")] = False,
+    no_expert_offload: Annotated[bool, typer.Option(
+        "--no-expert-offload", help="never keep MoE experts on the host")] = False,
     fmt: Annotated[str, typer.Option("--format", help="table | flags | yaml | json")] = "table",
-    output: Annotated[Optional[str], typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="draw memory per device into this PNG")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="draw memory per device into this PNG")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
-    from planner.cli.devices import devices_report
-    from planner.planning.search import PlanRequest, plan
-    from planner.core.files import write_atomic
-    from planner.planning.report import deployment, deployment_yaml, llama_argv
+    from planner.planning.document import deployment
+    from planner.planning.result import PlanRequest
+    from planner.planning.search import plan
 
     if solver not in ("dp", "milp"):
         raise BadInput(f"--solver {solver!r}: expected dp or milp")
@@ -85,11 +127,5 @@ def plan_cmd(
         plot_plan(result, plot)
     doc = deployment(result) if output or fmt == "yaml" else None
     if output:
-        text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc)
-        write_atomic(output, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    if fmt == "flags":
-        typer.echo(" ".join(llama_argv(result)))
-    elif fmt == "yaml":
-        typer.echo(deployment_yaml(result, doc), nl=False)
-    else:
-        typer.echo(render(result, fmt))
+        _write_deployment(output, result, doc)
+    _show(result, fmt, doc)

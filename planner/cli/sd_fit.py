@@ -1,16 +1,26 @@
-"""`fitplan sd-fit`: stable-diffusion.cpp's auto-fit plan for model files and devices."""
+"""`fitplan sd-fit`: stable-diffusion.cpp's auto-fit plan for model files and devices.
+
+The fit and the detection are imported inside the functions that call them, for `fitplan --help`'s
+start-up time. FileRole and DEFAULT_STEPS are needed to declare the options, and their module
+(planner.sd.components) imports the GGUF reader, so for now `fitplan --help` loads numpy and gguf
+through this module.
+"""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from planner.hardware.inventory import Inventory
+from planner.cli.options import Ram
 from planner.core.errors import FlagError
 from planner.core.render import render
+from planner.hardware.inventory import Inventory
+from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
 from planner.sd.components import FileRole, ModelSource
-from planner.sd.fit import SdFitRequest, sd_fit
 from planner.sd.traffic import DEFAULT_STEPS
+
+if TYPE_CHECKING:
+    from planner.sd.plan import SdPlan
 
 FORMATS = ("text", "flags", "yaml", "json")
 _AUTO_FIT = {"on": True, "off": False}
@@ -23,13 +33,12 @@ def _file_option(role: FileRole) -> typer.models.OptionInfo:
 def _inventory(devices: str | None, device: list[str], ram: str | None) -> Inventory:
     """A YAML inventory, else this machine (without asking llama.cpp), plus the shorthands."""
     from planner.hardware.detect import detect_inventory
-    from planner.hardware.inventory import inventory_from_cli, load_inventory
 
     base = load_inventory(devices) if devices else detect_inventory([], use_llama=False)
     return inventory_from_cli(device, ram, base) if (device or ram) else base
 
 
-def _sources(models: list[str], files: dict[FileRole, Optional[str]]) -> tuple[ModelSource, ...]:
+def _sources(models: list[str], files: dict[FileRole, str | None]) -> tuple[ModelSource, ...]:
     out = [ModelSource(m) for m in models]
     out += [ModelSource(path, role) for role, path in files.items() if path]
     if not out:
@@ -37,7 +46,7 @@ def _sources(models: list[str], files: dict[FileRole, Optional[str]]) -> tuple[M
     return tuple(out)
 
 
-Text = Optional[str]
+Text = str | None
 
 
 def _opt(name: str, help_text: str) -> typer.models.OptionInfo:
@@ -45,14 +54,14 @@ def _opt(name: str, help_text: str) -> typer.models.OptionInfo:
 
 
 def sd_fit_cmd(
-    models: Annotated[Optional[list[str]], typer.Argument(help="checkpoint(s), as sd-cli -m")] = None,
+    models: Annotated[list[str] | None, typer.Argument(help="checkpoint(s), as sd-cli -m")] = None,
     backend: Annotated[Text, _opt("--backend", "compute: cuda0 | te=cpu,vae=cuda0 | diffusion=cuda0&cuda1")] = None,
     params_backend: Annotated[Text, _opt("--params-backend", "parameters: cpu | disk | te=cpu,...")] = None,
     max_vram: Annotated[Text, _opt("--max-vram", "GiB per GPU: 6 | cuda0=6,vulkan0=2 | -2")] = None,
     auto_fit: Annotated[str, _opt("--auto-fit", "on | off")] = "on",
     devices: Annotated[Text, _opt("--devices", "inventory YAML (default: this machine)")] = None,
-    device: Annotated[Optional[list[str]], _opt("--device", "CUDA0=24GiB, 2xrtx3090, ...")] = None,
-    ram: Annotated[Text, _opt("--ram", "host RAM, e.g. 64GiB")] = None,
+    device: Annotated[list[str] | None, _opt("--device", "CUDA0=24GiB, 2xrtx3090, ...")] = None,
+    ram: Ram = None,
     fmt: Annotated[str, _opt("--format", "text | flags | yaml | json")] = "text",
     optimal: Annotated[bool, _opt("--optimal", "minimise weight traffic per image (MILP)")] = False,
     steps: Annotated[int, _opt("--steps", "sampling steps per image, for traffic")] = DEFAULT_STEPS,
@@ -61,17 +70,19 @@ def sd_fit_cmd(
     vae_on_cpu: Annotated[bool, _opt("--vae-on-cpu", "as sd-cli: prepend vae=cpu to --backend")] = False,
     control_net_cpu: Annotated[bool, _opt("--control-net-cpu", "as sd-cli: prepend controlnet=cpu")] = False,
     offload_to_cpu: Annotated[bool, _opt("--offload-to-cpu", "as sd-cli: prepend *=cpu to --params-backend")] = False,
-    diffusion_model: Annotated[Optional[str], _file_option(FileRole.DIFFUSION_MODEL)] = None,
-    high_noise: Annotated[Optional[str], _file_option(FileRole.HIGH_NOISE_DIFFUSION_MODEL)] = None,
-    clip_l: Annotated[Optional[str], _file_option(FileRole.CLIP_L)] = None,
-    clip_g: Annotated[Optional[str], _file_option(FileRole.CLIP_G)] = None,
-    t5xxl: Annotated[Optional[str], _file_option(FileRole.T5XXL)] = None,
-    llm: Annotated[Optional[str], _file_option(FileRole.LLM)] = None,
-    llm_vision: Annotated[Optional[str], _file_option(FileRole.LLM_VISION)] = None,
-    vae: Annotated[Optional[str], _file_option(FileRole.VAE)] = None,
-    taesd: Annotated[Optional[str], _file_option(FileRole.TAESD)] = None,
+    diffusion_model: Annotated[Text, _file_option(FileRole.DIFFUSION_MODEL)] = None,
+    high_noise: Annotated[Text, _file_option(FileRole.HIGH_NOISE_DIFFUSION_MODEL)] = None,
+    clip_l: Annotated[Text, _file_option(FileRole.CLIP_L)] = None,
+    clip_g: Annotated[Text, _file_option(FileRole.CLIP_G)] = None,
+    t5xxl: Annotated[Text, _file_option(FileRole.T5XXL)] = None,
+    llm: Annotated[Text, _file_option(FileRole.LLM)] = None,
+    llm_vision: Annotated[Text, _file_option(FileRole.LLM_VISION)] = None,
+    vae: Annotated[Text, _file_option(FileRole.VAE)] = None,
+    taesd: Annotated[Text, _file_option(FileRole.TAESD)] = None,
 ) -> None:
     """stable-diffusion.cpp placement: sd-cli's auto-fit plan and the flags that reproduce it."""
+    from planner.sd.fit import SdFitRequest, sd_fit
+
     if fmt not in FORMATS:
         raise FlagError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if auto_fit.strip().lower() not in _AUTO_FIT:
@@ -86,5 +97,9 @@ def sd_fit_cmd(
                                          ("--offload-to-cpu", offload_to_cpu)) if on)
     request = SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat)
-    plan = sd_fit(request, _inventory(devices, device or [], ram))
-    typer.echo({"text": plan.to_table, "flags": lambda: plan.flags}.get(fmt, lambda: render(plan, fmt))())
+    _show(sd_fit(request, _inventory(devices, device or [], ram)), fmt)
+
+
+def _show(plan: SdPlan, fmt: str) -> None:
+    """--format: `flags` is the sd-cli command line; `text` is what render() calls `table`."""
+    typer.echo(plan.flags if fmt == "flags" else render(plan, "table" if fmt == "text" else fmt))

@@ -1,4 +1,8 @@
-"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`."""
+"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`.
+
+The sweep library, the llama.cpp flag parser and matplotlib are imported inside the command: they
+load numpy and gguf, which `fitplan --help` does not need.
+"""
 from __future__ import annotations
 
 import sys
@@ -8,10 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
+from planner.cli.options import Model
 from planner.core.errors import BadInput
 from planner.core.files import write_atomic
+from planner.core.render import render
+from planner.hardware.inventory_yaml import inventory_from_options
 
-SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 FORMATS = ("csv", "table", "json", "yaml")
 PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
 
@@ -41,7 +47,7 @@ class _Progress:
 
 def sweep_cmd(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")],
+    model: Model,
     vary: Annotated[list[str], typer.Option("--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget")],
     devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML")] = None,
     device: Annotated[list[str] | None, typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...")] = None,
@@ -53,11 +59,11 @@ def sweep_cmd(
 ) -> None:
     """Evaluate every combination of the --vary axes on the base llama.cpp flags given after `--`:
     per-device memory as CSV, optionally a plot."""
-    if fmt not in FORMATS:
-        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    from planner.core.render import render
+    from planner.llama.flags import parse_llama_flags
     from planner.sweeps.sweep import parse_vary, sweep
 
+    if fmt not in FORMATS:
+        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     for path in (output, plot):   # refuse before any work, so no output is left without the other
         if path and not Path(path).parent.is_dir():
             raise BadInput(f"{path}: no such directory {str(Path(path).parent)!r}")
@@ -66,20 +72,18 @@ def sweep_cmd(
 
         require_matplotlib()
     axes = [parse_vary(v) for v in vary]
-    base = None
-    if ctx.args:
-        from planner.llama.flags import parse_llama_flags
-
-        base = parse_llama_flags(list(ctx.args))
-    from planner.hardware.inventory import inventory_from_options
-
+    base = parse_llama_flags(list(ctx.args)) if ctx.args else None
     progress = _Progress()
     try:
-        result = sweep(model, axes, inventory_from_options(devices, device or [], ram), base, mode=mode, progress=progress)
+        inventory = inventory_from_options(devices, device or [], ram)
+        result = sweep(model, axes, inventory, base, mode=mode, progress=progress)
     finally:
         progress.close()
     if output:
-        write_atomic(output, lambda p: p.write_text(result.to_csv(), encoding="utf-8"))
+        def write(tmp: Path) -> None:
+            tmp.write_text(result.to_csv(), encoding="utf-8")
+
+        write_atomic(output, write)
         typer.echo(f"{len(result.points)} points, {len(result.csv_rows())} rows written to {output}")
     elif fmt == "csv":
         typer.echo(result.to_csv(), nl=False)

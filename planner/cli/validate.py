@@ -1,14 +1,17 @@
 """`fitplan validate (PLAN.yaml | MODEL -- <llama.cpp flags>) [--engine embedded|llama.cpp]
-[--kernels default|ggml-avx2]`."""
+[--kernels default|ggml-avx2]`.
+
+The validator is imported inside the command: it loads numpy, gguf and the runtime, which
+`fitplan --help` does not need.
+"""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from planner.cli.options import Format
 from planner.core.render import render
-
-VALIDATE_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 def validate_cmd(
@@ -17,9 +20,9 @@ def validate_cmd(
     engine: Annotated[str, typer.Option("--engine", help="embedded | llama.cpp")] = "embedded",
     kernels: Annotated[str, typer.Option("--kernels", help="embedded engine: default | ggml-avx2 (bit-exact "
                                           "with llama.cpp's portable x86-64 build, slower)")] = "default",
-    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml")] = "table",
-    devices: Annotated[Optional[str], typer.Option("--devices", help="inventory YAML (MODEL form)")] = None,
-    max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="budgets, as fitplan plan")] = None,
+    fmt: Format = "table",
+    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML (MODEL form)")] = None,
+    max_vram: Annotated[str | None, typer.Option("--max-vram", help="budgets, as fitplan plan")] = None,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="prompt length in token ids")] = 32,
     gen_tokens: Annotated[int, typer.Option("--gen-tokens", min=1, help="generated tokens")] = 16,
 ) -> None:
