@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, Keys
 
 from planner.core.errors import GGUFError
 from planner.core.units import pad
@@ -27,7 +27,6 @@ from planner.core.units import pad
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 GGML_MAX_DIMS = 4
-DEFAULT_ALIGNMENT = 32
 # Arrays longer than this (tokenizer vocabularies, merges, scores) are not materialised.
 MAX_MATERIALISED_ARRAY = 4096
 
@@ -82,7 +81,7 @@ class ModelFile:
 
     @property
     def file_type(self) -> int | None:
-        value = self.metadata.get("general.file_type")
+        value = self.metadata.get(Keys.General.FILE_TYPE)
         return int(value) if value is not None else None
 
     @property
@@ -260,42 +259,60 @@ def _parse(path: str, buf: mmap.mmap, shard_no: int) -> _Shard:
     if n_tensors * 32 > cur.size - cur.pos:
         raise GGUFError(path, f"hostile header: {n_tensors} tensors cannot fit in {cur.size} bytes")
 
+    metadata = _read_metadata(cur, n_kv)
+    infos = [_read_tensor_info(cur, i) for i in range(n_tensors)]
+    alignment = int(metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT) or GGUF_DEFAULT_ALIGNMENT)
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise GGUFError(path, f"{Keys.General.ALIGNMENT} {alignment} is not a power of two")
+    data_start = pad(cur.pos, alignment)
+    tensors = tuple(_tensor(cur, info, data_start, shard_no) for info in infos)
+    return _Shard(version, metadata, tensors, data_start)
+
+
+def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
     metadata: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string("a metadata key")
         vtype = _value_type(cur, cur.unpack("<I", f"type of {key!r}"), key)
         metadata[key] = _read_value(cur, vtype, key)
+    return metadata
 
-    infos: list[tuple[str, GGMLQuantizationType, tuple[int, ...], int]] = []
-    for i in range(n_tensors):
-        name = cur.string(f"name of tensor {i}")
-        n_dims = cur.unpack("<I", f"dimension count of {name!r}")
-        if n_dims == 0 or n_dims > GGML_MAX_DIMS:
-            raise GGUFError(path, f"hostile header: tensor {name!r} has {n_dims} dimensions (ggml allows 1 to 4)")
-        cur.need(8 * n_dims, f"dimensions of {name!r}")
-        shape = struct.unpack_from(f"<{n_dims}Q", buf, cur.pos)
-        cur.pos += 8 * n_dims
-        qtype = _ggml_type(cur, cur.unpack("<I", f"type of {name!r}"), name)
-        offset = cur.unpack("<Q", f"data offset of {name!r}")
-        infos.append((name, qtype, tuple(int(d) for d in shape), offset))
 
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
-    if alignment <= 0 or alignment & (alignment - 1):
-        raise GGUFError(path, f"general.alignment {alignment} is not a power of two")
-    data_start = pad(cur.pos, alignment)
+@dataclass(frozen=True)
+class _RawTensorInfo:
+    """A tensor-index entry as the header spells it: the offset is relative to the data section."""
 
-    tensors = []
-    for name, qtype, shape, offset in infos:
-        block_size, _ = GGML_QUANT_SIZES[qtype]
-        if shape[0] % block_size:
-            raise GGUFError(path, f"tensor {name!r}: row length {shape[0]} is not a multiple of "
+    name: str
+    ggml_type: GGMLQuantizationType
+    shape: tuple[int, ...]
+    offset: int
+
+
+def _read_tensor_info(cur: _Cursor, i: int) -> _RawTensorInfo:
+    name = cur.string(f"name of tensor {i}")
+    n_dims = cur.unpack("<I", f"dimension count of {name!r}")
+    if n_dims == 0 or n_dims > GGML_MAX_DIMS:
+        raise GGUFError(cur.path, f"hostile header: tensor {name!r} has {n_dims} dimensions (ggml allows 1 to 4)")
+    cur.need(8 * n_dims, f"dimensions of {name!r}")
+    shape = struct.unpack_from(f"<{n_dims}Q", cur.buf, cur.pos)
+    cur.pos += 8 * n_dims
+    qtype = _ggml_type(cur, cur.unpack("<I", f"type of {name!r}"), name)
+    offset = cur.unpack("<Q", f"data offset of {name!r}")
+    return _RawTensorInfo(name, qtype, tuple(int(d) for d in shape), offset)
+
+
+def _tensor(cur: _Cursor, info: _RawTensorInfo, data_start: int, shard_no: int) -> TensorInfo:
+    """The entry's size and absolute offset, refused where its rows or its bytes do not fit."""
+    name, qtype, shape = info.name, info.ggml_type, info.shape
+    block_size, _ = GGML_QUANT_SIZES[qtype]
+    if shape[0] % block_size:
+        raise GGUFError(cur.path, f"tensor {name!r}: row length {shape[0]} is not a multiple of "
                                   f"{qtype.name}'s block size {block_size}")
-        n_bytes = tensor_nbytes(qtype, shape)
-        if data_start + offset + n_bytes > cur.size:
-            raise GGUFError(path, f"truncated: tensor {name!r} ends at byte {data_start + offset + n_bytes}, "
+    n_bytes = tensor_nbytes(qtype, shape)
+    if data_start + info.offset + n_bytes > cur.size:
+        raise GGUFError(cur.path, f"truncated: tensor {name!r} ends at byte {data_start + info.offset + n_bytes}, "
                                   f"the file has {cur.size}")
-        tensors.append(TensorInfo(name, qtype, shape, n_bytes, shard_no, data_start + offset))
-    return _Shard(version, metadata, tuple(tensors), data_start)
+    return TensorInfo(name, qtype, shape, n_bytes, shard_no, data_start + info.offset)
 
 
 def shard_paths(path: str) -> list[str]:
@@ -315,11 +332,11 @@ def read_model(path: str | os.PathLike[str], require_architecture: bool = True) 
     first = read_first = _read_shard(path, 0)
     paths = [path]
     tensors = list(first.tensors)
-    split_count = int(first.metadata.get("split.count", 1) or 1)
+    split_count = int(first.metadata.get(Keys.Split.LLM_KV_SPLIT_COUNT, 1) or 1)
     if split_count > 1:
         paths = shard_paths(path)
         if len(paths) != split_count:
-            raise GGUFError(path, f"split.count is {split_count} but the file name does not follow "
+            raise GGUFError(path, f"{Keys.Split.LLM_KV_SPLIT_COUNT} is {split_count} but the file name does not follow "
                                   f"the NAME-00001-of-{split_count:05d}.gguf pattern")
         given = paths.index(path) if path in paths else -1
         if given != 0:
@@ -332,10 +349,10 @@ def read_model(path: str | os.PathLike[str], require_architecture: bool = True) 
                 tensors.extend(replace(t, shard=i) for t in read_first.tensors)
             else:
                 tensors.extend(_read_shard(shard, i).tensors)
-    arch = first.metadata.get("general.architecture")
+    arch = first.metadata.get(Keys.General.ARCHITECTURE)
     if not isinstance(arch, str) or not arch:
         if require_architecture:
-            raise GGUFError(path, "missing required key general.architecture")
+            raise GGUFError(path, f"missing required key {Keys.General.ARCHITECTURE}")
         arch = ""
     return ModelFile(path=paths[0], version=first.version, architecture=arch,
                      metadata=first.metadata, tensors=tuple(tensors), shard_paths=tuple(paths),

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
+from gguf import Keys
 
 from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile, SkippedArray
+from planner.model.tensors import TOKEN_EMBD
 
 log = logging.getLogger(__name__)
+
+# Metadata keys llama.cpp reads that gguf-py 0.19's `Keys` lacks, spelled as llama.cpp spells them
+# (src/llama-arch.cpp LLM_KV_NAMES in llama-cpp-python 0.3.36's llama.cpp, commit 0c1e570; its `%s`
+# is `{arch}` here, as in gguf-py's templates).
+LLM_KV_ATTENTION_RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
 
 
 class AttnKind(enum.Enum):
@@ -138,47 +147,51 @@ class ModelFacts:
 
 
 class _Meta:
-    """Typed access to `{arch}.*` keys with the file named in every error."""
+    """Typed access to `{arch}.*` keys with the file named in every error. Keys are gguf-py's
+    `Keys` templates (`Keys.Attention.HEAD_COUNT`), formatted with the model's architecture."""
 
     def __init__(self, model: ModelFile) -> None:
         self.model = model
         self.arch = model.architecture
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.model.metadata.get(f"{self.arch}.{key}", default)
+    def key(self, template: str) -> str:
+        return template.format(arch=self.arch)
 
-    def need(self, key: str) -> Any:
-        value = self.get(key)
+    def get(self, template: str, default: Any = None) -> Any:
+        return self.model.metadata.get(self.key(template), default)
+
+    def need(self, template: str) -> Any:
+        value = self.get(template)
         if value is None:
-            raise GGUFError(self.model.path, f"missing required key {self.arch}.{key}")
+            raise GGUFError(self.model.path, f"missing required key {self.key(template)}")
         return value
 
-    def per_layer(self, key: str, n: int, default: Any) -> list[Any]:
+    def per_layer(self, template: str, n: int, default: Any) -> list[Any]:
         """A scalar broadcast to every layer, or a per-layer array (llama.cpp's get_key_or_arr)."""
-        value = self.get(key, default)
+        value = self.get(template, default)
         if isinstance(value, SkippedArray):
-            raise GGUFError(self.model.path, f"{self.arch}.{key} has {value.count} entries, expected {n}")
+            raise GGUFError(self.model.path, f"{self.key(template)} has {value.count} entries, expected {n}")
         if isinstance(value, tuple):
             if len(value) < n:
-                raise GGUFError(self.model.path, f"{self.arch}.{key} has {len(value)} entries, expected {n}")
+                raise GGUFError(self.model.path, f"{self.key(template)} has {len(value)} entries, expected {n}")
             return list(value[:n])
         return [value] * n
 
 
 def _vocab_size(model: ModelFile, meta: _Meta) -> int:
-    tokens = model.metadata.get("tokenizer.ggml.tokens")
+    tokens = model.metadata.get(Keys.Tokenizer.LIST)
     if tokens is not None:
         return len(tokens)
-    if meta.get("vocab_size"):
-        return int(meta.get("vocab_size"))
-    embd = model.tensor("token_embd.weight")
+    if meta.get(Keys.LLM.VOCAB_SIZE):
+        return int(meta.get(Keys.LLM.VOCAB_SIZE))
+    embd = model.tensor(TOKEN_EMBD)
     return embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0
 
 
 def _swa_flags(meta: _Meta, n: int) -> tuple[list[bool], int]:
     """Which layers use a sliding window, and the window; llama.cpp's load_swa_pattern."""
-    window = int(meta.get("attention.sliding_window", 0) or 0)
-    pattern = meta.get("attention.sliding_window_pattern")
+    window = int(meta.get(Keys.Attention.SLIDING_WINDOW, 0) or 0)
+    pattern = meta.get(Keys.Attention.SLIDING_WINDOW_PATTERN)
     if isinstance(pattern, tuple):  # per-layer booleans win over any default
         flags = [bool(x) for x in pattern[:n]] + [False] * max(0, n - len(pattern))
         return flags, window
@@ -201,25 +214,25 @@ def _recurrent_flags(meta: _Meta, n: int, n_layer: int, n_head_kv: list[int], n_
     if rule is RecurrentRule.NO_KV_HEADS:
         return [kv == 0 for kv in n_head_kv]
     if rule is RecurrentRule.NO_KV_NO_FFN:
-        return [kv == 0 and ff == 0 for kv, ff in zip(n_head_kv, n_ff)]
-    explicit = meta.get("attention.recurrent_layers")
+        return [kv == 0 and ff == 0 for kv, ff in zip(n_head_kv, n_ff, strict=True)]
+    explicit = meta.get(LLM_KV_ATTENTION_RECURRENT_LAYERS)
     if isinstance(explicit, tuple):
         return [bool(x) for x in explicit[:n]]
-    interval = int(meta.get("full_attention_interval", 4) or 4)
+    interval = int(meta.get(Keys.LLM.FULL_ATTENTION_INTERVAL, 4) or 4)
     # MTP blocks past the trunk are plain attention (src/models/qwen3next.cpp, qwen35.cpp)
     return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
 
 
 def _state_sizes(meta: _Meta, n_embd: int) -> tuple[int, int]:
     """Per-sequence recurrent state (r, s) in elements: llama_hparams::n_embd_r / n_embd_s."""
-    wkv_head = int(meta.get("wkv.head_size", 0) or 0)
+    wkv_head = int(meta.get(Keys.WKV.HEAD_SIZE, 0) or 0)
     if wkv_head:  # RWKV: token-shift rows and the WKV matrix state
-        return int(meta.get("token_shift_count", 2) or 2) * n_embd, n_embd * wkv_head
-    d_conv = int(meta.get("ssm.conv_kernel", 0) or 0)
-    d_inner = int(meta.get("ssm.inner_size", 0) or 0)
-    d_state = int(meta.get("ssm.state_size", 0) or 0)
-    n_group = int(meta.get("ssm.group_count", 0) or 0)
-    l_cache = int(meta.get("shortconv.l_cache", 0) or 0)
+        return int(meta.get(Keys.LLM.TOKEN_SHIFT_COUNT, 2) or 2) * n_embd, n_embd * wkv_head
+    d_conv = int(meta.get(Keys.SSM.CONV_KERNEL, 0) or 0)
+    d_inner = int(meta.get(Keys.SSM.INNER_SIZE, 0) or 0)
+    d_state = int(meta.get(Keys.SSM.STATE_SIZE, 0) or 0)
+    n_group = int(meta.get(Keys.SSM.GROUP_COUNT, 0) or 0)
+    l_cache = int(meta.get(Keys.ShortConv.L_CACHE, 0) or 0)
     r = n_embd * (l_cache - 1) if l_cache else max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
     return r, d_state * d_inner
 
@@ -227,24 +240,24 @@ def _state_sizes(meta: _Meta, n_embd: int) -> tuple[int, int]:
 def model_facts(model: ModelFile) -> ModelFacts:
     """Per-layer architecture facts from a model's metadata."""
     meta = _Meta(model)
-    n_trunk_all = int(meta.need("block_count"))
-    n_nextn = int(meta.get("nextn_predict_layers", 0) or 0)
+    n_trunk_all = int(meta.need(Keys.LLM.BLOCK_COUNT))
+    n_nextn = int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) or 0)
     n_layer = n_trunk_all - n_nextn
-    n_embd = int(meta.need("embedding_length"))
+    n_embd = int(meta.need(Keys.LLM.EMBEDDING_LENGTH))
     arch = model.architecture
     recurrent_only = RECURRENT_RULES.get(arch) is RecurrentRule.ALL
-    if meta.get("attention.head_count") is None and not recurrent_only:
-        raise GGUFError(model.path, f"missing required key {arch}.attention.head_count")
-    n_head = [int(x) for x in meta.per_layer("attention.head_count", n_trunk_all, 0)]
-    n_head_kv = ([int(x) for x in meta.per_layer("attention.head_count_kv", n_trunk_all, 0)]
-                 if meta.get("attention.head_count_kv") is not None else list(n_head))
-    n_ff = [int(x) for x in meta.per_layer("feed_forward_length", n_trunk_all, 0)]
+    if meta.get(Keys.Attention.HEAD_COUNT) is None and not recurrent_only:
+        raise GGUFError(model.path, f"missing required key {meta.key(Keys.Attention.HEAD_COUNT)}")
+    n_head = [int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT, n_trunk_all, 0)]
+    n_head_kv = ([int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n_trunk_all, 0)]
+                 if meta.get(Keys.Attention.HEAD_COUNT_KV) is not None else list(n_head))
+    n_ff = [int(x) for x in meta.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_trunk_all, 0)]
     head_max = max(n_head) if n_head else 0
-    dk = int(meta.get("attention.key_length", 0) or 0) or (n_embd // head_max if head_max else 0)
-    dv = int(meta.get("attention.value_length", 0) or 0) or (n_embd // head_max if head_max else 0)
-    dk_swa = int(meta.get("attention.key_length_swa", 0) or 0) or dk
-    dv_swa = int(meta.get("attention.value_length_swa", 0) or 0) or dv
-    mla = bool(meta.get("attention.key_length_mla")) and bool(meta.get("attention.value_length_mla"))
+    dk = int(meta.get(Keys.Attention.KEY_LENGTH, 0) or 0) or (n_embd // head_max if head_max else 0)
+    dv = int(meta.get(Keys.Attention.VALUE_LENGTH, 0) or 0) or (n_embd // head_max if head_max else 0)
+    dk_swa = int(meta.get(Keys.Attention.KEY_LENGTH_SWA, 0) or 0) or dk
+    dv_swa = int(meta.get(Keys.Attention.VALUE_LENGTH_SWA, 0) or 0) or dv
+    mla = bool(meta.get(Keys.Attention.KEY_LENGTH_MLA)) and bool(meta.get(Keys.Attention.VALUE_LENGTH_MLA))
 
     swa, window = _swa_flags(meta, n_trunk_all)
     recurrent = _recurrent_flags(meta, n_trunk_all, n_layer, n_head_kv, n_ff)
@@ -274,17 +287,17 @@ def model_facts(model: ModelFile) -> ModelFacts:
         ))
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta),
-        n_ctx_train=int(meta.get("context_length", 0) or 0),
-        n_expert=int(meta.get("expert_count", 0) or 0),
-        n_expert_used=int(meta.get("expert_used_count", 0) or 0),
-        n_expert_shared=int(meta.get("expert_shared_count", 0) or 0),
+        n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
+        n_expert=int(meta.get(Keys.LLM.EXPERT_COUNT, 0) or 0),
+        n_expert_used=int(meta.get(Keys.LLM.EXPERT_USED_COUNT, 0) or 0),
+        n_expert_shared=int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 0) or 0),
         mla=mla, known=known, layers=tuple(layers),
     )
 
 
 def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:
     """Layers at or past this index reuse an earlier layer's cache (llama.cpp n_layer_kv_from_start)."""
-    shared = meta.get("attention.shared_kv_layers")
+    shared = meta.get(Keys.Attention.SHARED_KV_LAYERS)
     if shared:
         return n - int(shared)
     return _KV_FROM_START_DEFAULTS.get(arch, lambda _: None)(n)

@@ -5,16 +5,24 @@ Pure functions of a `ModelFile` and its `ModelFacts`; no placement decisions her
 from __future__ import annotations
 
 import enum
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from planner.model.arch import AttnKind, ModelFacts
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile, TensorInfo, row_size
-
-_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+from planner.model.arch import AttnKind, ModelFacts
+from planner.model.tensors import (
+    OUTPUT,
+    TOKEN_EMBD,
+    is_dense_ffn,
+    is_mixer,
+    is_norm,
+    is_routed_expert,
+    is_shared_expert,
+    layer_of,
+)
 
 # llama.cpp's accepted -ctk/-ctv values (common/arg.cpp kv_cache_types at the pinned build).
 CACHE_TYPES: dict[str, GGMLQuantizationType] = {
@@ -36,21 +44,19 @@ class WeightGroup(enum.Enum):
     OTHER = "norms_other"            # norms, router, biases of other kinds, anything else
 
 
+# First match wins: an expert's norm is an expert tensor, an attention norm is not attention.
+_GROUP_RULES: tuple[tuple[Callable[[str], bool], WeightGroup], ...] = (
+    (is_routed_expert, WeightGroup.EXPERTS),
+    (is_shared_expert, WeightGroup.SHARED_EXPERTS),
+    (is_norm, WeightGroup.OTHER),
+    (is_mixer, WeightGroup.ATTENTION),
+    (is_dense_ffn, WeightGroup.FFN),
+)
+
+
 def tensor_group(suffix: str) -> WeightGroup:
     """Group of a block tensor by its name after `blk.N.` (llama.cpp's tensor naming)."""
-    if "_exps" in suffix or "_chexps" in suffix:
-        return WeightGroup.EXPERTS
-    if "_shexp" in suffix:
-        return WeightGroup.SHARED_EXPERTS
-    if "norm" in suffix:
-        return WeightGroup.OTHER
-    if suffix.startswith(("attn_", "ssm_", "time_mix_", "shortconv", "linear_attn")):
-        return WeightGroup.ATTENTION
-    if suffix.startswith(("ffn_up", "ffn_down", "ffn_gate")) and not suffix.startswith("ffn_gate_inp"):
-        return WeightGroup.FFN
-    if suffix.startswith("channel_mix_"):
-        return WeightGroup.FFN
-    return WeightGroup.OTHER
+    return next((group for matches, group in _GROUP_RULES if matches(suffix)), WeightGroup.OTHER)
 
 
 @dataclass(frozen=True)
@@ -121,15 +127,15 @@ def cost_table(model: ModelFile, facts: ModelFacts, type_k: str = "f16", type_v:
     counts: list[dict[WeightGroup, int]] = [{g: 0 for g in WeightGroup} for _ in facts.layers]
     non_repeating: list[TensorInfo] = []
     for t in model.tensors:
-        m = _BLOCK.match(t.name)
-        if m and int(m.group(1)) < len(sums):
-            group = tensor_group(m.group(2))
-            sums[int(m.group(1))][group] += t.n_bytes
-            counts[int(m.group(1))][group] += t.n_elements
+        il, suffix = layer_of(t.name)
+        if il is not None and il < len(sums):
+            group = tensor_group(suffix)
+            sums[il][group] += t.n_bytes
+            counts[il][group] += t.n_elements
         else:
             non_repeating.append(t)
     layers = []
-    for lf, groups, n_params in zip(facts.layers, sums, counts):
+    for lf, groups, n_params in zip(facts.layers, sums, counts, strict=True):
         k = cache_row_bytes(qk, lf.k_per_cell, f"layer {lf.index}'s K") if lf.k_per_cell else 0
         v = cache_row_bytes(qv, lf.v_per_cell, f"layer {lf.index}'s V") if lf.v_per_cell else 0
         layers.append(LayerCost(
@@ -138,6 +144,6 @@ def cost_table(model: ModelFile, facts: ModelFacts, type_k: str = "f16", type_v:
             state_bytes_per_seq=(lf.state_r + lf.state_s) * STATE_BYTES_PER_ELEMENT,
             window=lf.window, nextn=lf.nextn, elements=tuple(n_params.items()),
         ))
-    tied = model.tensor("output.weight") is None and model.tensor("token_embd.weight") is not None
+    tied = model.tensor(OUTPUT) is None and model.tensor(TOKEN_EMBD) is not None
     return CostTable(arch=facts.arch, type_k=type_k.lower(), type_v=type_v.lower(), layers=tuple(layers),
                      non_repeating=tuple(non_repeating), tied_embeddings=tied)

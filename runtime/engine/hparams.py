@@ -11,9 +11,11 @@ import enum
 import math
 from dataclasses import dataclass
 
-from planner.model.arch import AttnKind, ModelFacts, model_facts
+from gguf import Keys
+
 from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile
+from planner.model.arch import AttnKind, ModelFacts, model_facts
 
 
 class RopeMode(enum.IntEnum):
@@ -81,8 +83,9 @@ class HParams:
         return self.head_dim * self.n_head_kv[il]
 
 
-def _get(model: ModelFile, key: str, default: object = None) -> object:
-    return model.metadata.get(f"{model.architecture}.{key}", default)
+def _get(model: ModelFile, template: str, default: float) -> float:
+    """A numeric `{arch}` key (a gguf-py `Keys` template); `default` only when the key is absent."""
+    return float(model.metadata.get(template.format(arch=model.architecture), default))
 
 
 def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
@@ -98,11 +101,11 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
     head_dim = trunk[0].head_dim_k
     if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in trunk):
         raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")
-    n_rot = int(_get(model, "rope.dimension_count", head_dim) or head_dim)
-    scale_type = str(_get(model, "rope.scaling.type", "none") or "none")
+    n_rot = int(_get(model, Keys.Rope.DIMENSION_COUNT, head_dim) or head_dim)
+    scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=arch), "none") or "none")
     freq_scale = 1.0
     if scale_type == "linear":
-        freq_scale = 1.0 / float(_get(model, "rope.scaling.factor", 1.0) or 1.0)
+        freq_scale = 1.0 / (_get(model, Keys.Rope.SCALING_FACTOR, 1.0) or 1.0)
     elif scale_type not in ("none", ""):
         raise GGUFError(model.path, f"rope scaling {scale_type!r} is not implemented in the runtime")
     if facts.n_layer and trunk[0].n_head * head_dim == 0:
@@ -118,11 +121,11 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         arch=arch, spec=spec, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
         n_ctx_train=facts.n_ctx_train, n_head=trunk[0].n_head,
         n_head_kv=tuple(lf.n_head_kv for lf in trunk), head_dim=head_dim, n_rot=n_rot,
-        eps=float(_get(model, "attention.layer_norm_rms_epsilon", 1e-5)),
-        freq_base=float(_get(model, "rope.freq_base", 10000.0) or 10000.0),
-        freq_base_swa=float(_get(model, "rope.freq_base_swa", DEFAULT_FREQ_BASE_SWA) or DEFAULT_FREQ_BASE_SWA),
+        eps=_get(model, Keys.Attention.LAYERNORM_RMS_EPS, 1e-5),
+        freq_base=_get(model, Keys.Rope.FREQ_BASE, 10000.0) or 10000.0,
+        freq_base_swa=_get(model, Keys.Rope.FREQ_BASE_SWA, DEFAULT_FREQ_BASE_SWA) or DEFAULT_FREQ_BASE_SWA,
         freq_scale=freq_scale, swa=tuple(lf.kind is AttnKind.SWA for lf in trunk), n_swa=window,
         kq_scale=kq_scale, q_scale=q_scale,
-        softcap=float(_get(model, "final_logit_softcapping", 0.0) or 0.0),
+        softcap=_get(model, Keys.LLM.FINAL_LOGIT_SOFTCAPPING, 0.0),
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
     )

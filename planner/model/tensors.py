@@ -1,0 +1,110 @@
+"""What a weight is, from its name: which block it belongs to and which part of the block.
+
+The names are gguf-py's `TENSOR_NAMES` (the table llama.cpp's LLM_TENSOR_NAMES in
+src/llama-arch.cpp mirrors: `blk.{bid}.ffn_up_exps` and so on). Every stage that asks "is this a
+routed expert" or "which layer is this" asks here, so the planner, the analytic model and the
+runtime classify a tensor the same way.
+"""
+from __future__ import annotations
+
+import re
+
+from gguf import MODEL_TENSOR, TENSOR_NAMES
+
+# TENSOR_NAMES spells a block's tensors as this template; the rest of the name is the suffix.
+_BLOCK_TEMPLATE = "blk.{bid}."
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+def tensor_name(tensor: MODEL_TENSOR, bid: int | None = None, kind: str = "weight") -> str:
+    """A tensor's full GGUF name: `tensor_name(FFN_UP_EXP, 3)` is `blk.3.ffn_up_exps.weight`."""
+    base = TENSOR_NAMES[tensor]
+    if (bid is None) == (_BLOCK_TEMPLATE in base):
+        raise ValueError(f"{tensor.name} ({base}) {'needs' if bid is None else 'takes no'} block index")
+    return f"{base.format(bid=bid)}.{kind}" if bid is not None else f"{base}.{kind}"
+
+
+def _suffix(tensor: MODEL_TENSOR) -> str:
+    """The table's name after `blk.{bid}.`: `ffn_up_exps` for FFN_UP_EXP."""
+    return TENSOR_NAMES[tensor].removeprefix(_BLOCK_TEMPLATE)
+
+
+TOKEN_EMBD = tensor_name(MODEL_TENSOR.TOKEN_EMBD)
+OUTPUT = tensor_name(MODEL_TENSOR.OUTPUT)
+# The input layer's tables, looked up by get_rows (llama.cpp's LLM_TENSOR_LAYER_INPUT tensors).
+INPUT_TENSORS = tuple(TENSOR_NAMES[t] for t in (
+    MODEL_TENSOR.TOKEN_EMBD, MODEL_TENSOR.TOKEN_TYPES, MODEL_TENSOR.POS_EMBD, MODEL_TENSOR.PER_LAYER_TOKEN_EMBD,
+))
+
+# Routed experts: the stacked per-expert matrices `-ot exps=CPU` and `-cmoe` move (the `_exps` and
+# chunked `_chexps` names). ffn_norm_exps (arctic) is named as an expert tensor, so it counts too.
+ROUTED_EXPERT_TENSORS = frozenset(_suffix(t) for t in (
+    MODEL_TENSOR.FFN_GATE_EXP, MODEL_TENSOR.FFN_UP_EXP, MODEL_TENSOR.FFN_DOWN_EXP,
+    MODEL_TENSOR.FFN_GATE_UP_EXP, MODEL_TENSOR.FFN_NORM_EXP,
+    MODEL_TENSOR.FFN_GATE_CHEXP, MODEL_TENSOR.FFN_UP_CHEXP, MODEL_TENSOR.FFN_DOWN_CHEXP,
+))
+# The always-on shared expert and its gate (the `_shexp` names).
+SHARED_EXPERT_TENSORS = frozenset(_suffix(t) for t in (
+    MODEL_TENSOR.FFN_GATE_SHEXP, MODEL_TENSOR.FFN_UP_SHEXP, MODEL_TENSOR.FFN_DOWN_SHEXP,
+    MODEL_TENSOR.FFN_GATE_INP_SHEXP,
+))
+
+# The three dense feed-forward matrices (not their expert or shared-expert variants).
+DENSE_FFN_TENSORS = frozenset(_suffix(t) for t in (MODEL_TENSOR.FFN_UP, MODEL_TENSOR.FFN_GATE, MODEL_TENSOR.FFN_DOWN))
+
+# Name families of a block's token mixer: attention, SSM, RWKV time mixing, LFM2's short
+# convolution, linear attention (gguf-py's attn_*, ssm_*, time_mix_*, shortconv.*, linear_attn*).
+MIXER_PREFIXES = ("attn_", "ssm_", "time_mix_", "shortconv", "linear_attn")
+# Dense feed-forward projections (the router ffn_gate_inp is not one) and RWKV channel mixing.
+DENSE_FFN_PREFIXES = ("ffn_up", "ffn_down", "ffn_gate")
+ROUTER_PREFIX = "ffn_gate_inp"
+CHANNEL_MIX_PREFIX = "channel_mix_"
+
+
+def layer_of(name: str) -> tuple[int | None, str]:
+    """(block index, the name after `blk.N.`) for a block tensor; (None, name) for any other."""
+    m = _BLOCK.match(name)
+    return (int(m.group(1)), m.group(2)) if m else (None, name)
+
+
+def is_input(name: str) -> bool:
+    """A tensor of the input layer (`token_embd.weight`, `position_embd.weight`, …), by its full name."""
+    return name.partition(".")[0] in INPUT_TENSORS
+
+
+def _base(suffix: str) -> str:
+    """`ffn_up_exps` of `ffn_up_exps.weight`: the table name without `.weight`, `.bias`, …"""
+    return suffix.split(".", 1)[0]
+
+
+def is_routed_expert(suffix: str) -> bool:
+    """A routed-expert tensor, by its name after `blk.N.` (`ffn_up_exps.weight`, `ffn_down_chexps.bias`)."""
+    return _base(suffix) in ROUTED_EXPERT_TENSORS
+
+
+def is_shared_expert(suffix: str) -> bool:
+    return _base(suffix) in SHARED_EXPERT_TENSORS
+
+
+def is_norm(suffix: str) -> bool:
+    return "norm" in suffix
+
+
+def is_mixer(suffix: str) -> bool:
+    """An attention or recurrent-mixer weight of a block (its norms excluded)."""
+    return suffix.startswith(MIXER_PREFIXES) and not is_norm(suffix)
+
+
+def is_dense_ffn_projection(suffix: str) -> bool:
+    """One of the dense ffn_up / ffn_gate / ffn_down matrices (or their biases)."""
+    return _base(suffix) in DENSE_FFN_TENSORS
+
+
+def is_dense_ffn(suffix: str) -> bool:
+    """A dense feed-forward weight of a block for weight grouping: the ffn_up/gate/down families
+    (not experts, the router or norms) and RWKV's channel mixing."""
+    if is_routed_expert(suffix) or is_shared_expert(suffix) or is_norm(suffix):
+        return False
+    if suffix.startswith(DENSE_FFN_PREFIXES):
+        return not suffix.startswith(ROUTER_PREFIX)
+    return suffix.startswith(CHANNEL_MIX_PREFIX)
