@@ -29,9 +29,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "InspectResult": ("planner.model.inspect", "InspectResult"),
     "Estimate": ("planner.memory.estimate", "Estimate"),
     "SweepResult": ("planner.sweeps.sweep", "SweepResult"),
-    "PlanRequest": ("planner.planning.search", "PlanRequest"),
-    "PlanResult": ("planner.planning.search", "PlanResult"),
-    "ValidateReport": ("planner.checking.validate", "ValidateReport"),
+    "PlanRequest": ("planner.planning.result", "PlanRequest"),
+    "PlanResult": ("planner.planning.result", "PlanResult"),
+    "ValidateReport": ("planner.checking.report", "ValidateReport"),
 }
 
 __all__ = sorted(_LAZY)

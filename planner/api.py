@@ -2,7 +2,7 @@
 
 Every result has `to_dict()` (the same data `--format json` prints) and `to_table()`.
 Inputs take the forms a notebook has at hand:
-  model    a GGUF path, `example:NAME`, or a `planner.memory.estimate.ModelContext` read once
+  model    a GGUF path, `example:NAME`, or a `planner.llama.context.ModelContext` read once
   flags    llama.cpp flags as one string ("-c 8192 -ts 1,1"), a list of arguments, or LlamaFlags
   devices  None (no GPU), an Inventory, a YAML inventory path, or `--device` shorthands
            (["CUDA0=24GiB", "2xrtx3090"]; `ram` sets the host's RAM as `--ram` does)
@@ -14,25 +14,35 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
-if TYPE_CHECKING:
-    from planner.hardware.inventory import Inventory
-    from planner.memory.estimate import Estimate
-    from planner.llama.flags import LlamaFlags
-    from planner.model.inspect import InspectResult
-    from planner.planning.search import PlanRequest, PlanResult
-    from planner.sweeps.sweep import SweepResult
-    from planner.checking.validate import ValidateReport
+from planner.checking.report import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, ValidateReport, ValidateRequest
+from planner.checking.validate import validate as run_validate
+from planner.checking.validate import validate_request
+from planner.core.errors import BadInput
+from planner.gguf.reader import ModelFile
+from planner.hardware.budgets import resolve_budgets
+from planner.hardware.inventory import Inventory
+from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
+from planner.llama.context import ModelContext
+from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
+from planner.llama.placement import HOST
+from planner.memory.estimate import Estimate
+from planner.memory.estimate import estimate as run_estimate
+from planner.model.inspect import InspectResult
+from planner.model.inspect import inspect as run_inspect
+from planner.planning.result import PlanRequest, PlanResult
+from planner.planning.search import plan as run_plan
+from planner.sweeps.sweep import SweepResult, parse_axis
+from planner.sweeps.sweep import sweep as run_sweep
 
-Devices = Union["Inventory", str, os.PathLike, Sequence[str], None]
-Flags = Union[str, Sequence[str], "LlamaFlags"]
+Model = str | os.PathLike[str] | ModelFile | ModelContext
+Devices = Inventory | str | os.PathLike | Sequence[str] | None
+Flags = str | Sequence[str] | LlamaFlags
 
 
 def as_inventory(devices: Devices, ram: str | None = None) -> Inventory | None:
     """An Inventory from any accepted `devices` form (None stays None unless `ram` is given)."""
-    from planner.hardware.inventory import Inventory, inventory_from_cli, inventory_from_options
-
     if isinstance(devices, Inventory):
         return inventory_from_cli([], ram, devices) if ram else devices
     if isinstance(devices, (str, os.PathLike)):
@@ -41,16 +51,12 @@ def as_inventory(devices: Devices, ram: str | None = None) -> Inventory | None:
 
 
 def as_flags(flags: Flags) -> LlamaFlags:
-    from planner.llama.flags import LlamaFlags, parse_llama_flags
-
     if isinstance(flags, LlamaFlags):
         return flags
     return parse_llama_flags(shlex.split(flags) if isinstance(flags, str) else list(flags))
 
 
 def _argv(flags: Flags) -> list[str]:
-    from planner.llama.flags import LlamaFlags, flags_to_argv
-
     if isinstance(flags, LlamaFlags):
         return flags_to_argv(flags)
     return shlex.split(flags) if isinstance(flags, str) else list(flags)
@@ -58,43 +64,40 @@ def _argv(flags: Flags) -> list[str]:
 
 def inspect(model: str, cache_type_k: str = "f16", cache_type_v: str = "f16") -> InspectResult:
     """Per-layer weights, KV bytes per cell and recurrent state of a model (`fitplan inspect`)."""
-    from planner.model.inspect import inspect as run
-
-    return run(str(model), cache_type_k, cache_type_v)
+    return run_inspect(str(model), cache_type_k, cache_type_v)
 
 
-def estimate(model: Any, flags: Flags = (), devices: Devices = None, ram: str | None = None) -> Estimate:
+def estimate(model: Model, flags: Flags = (), devices: Devices = None, ram: str | None = None) -> Estimate:
     """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`)."""
-    from planner.memory.estimate import estimate as run
-
-    return run(model, as_flags(flags), as_inventory(devices, ram))
+    return run_estimate(model, as_flags(flags), as_inventory(devices, ram))
 
 
-def sweep(model: Any, vary: Mapping[str, str | Sequence[Any]], devices: Devices = None, flags: Flags = (),
+def sweep(model: Model, vary: Mapping[str, str | Sequence[Any]], devices: Devices = None, flags: Flags = (),
           ram: str | None = None, mode: str = "estimate",
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Every combination of the `vary` axes (`{"ctx": "4096..65536", "cache": "f16,q8_0"}`; see
     planner.sweeps.sweep for the axes), evaluated by `mode` (`fitplan sweep`)."""
-    from planner.sweeps.sweep import parse_axis
-    from planner.sweeps.sweep import sweep as run
-
     axes = [parse_axis(name, spec) for name, spec in vary.items()]
-    return run(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
+    return run_sweep(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
 
 
-def plan(model: Any, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
+def plan(model: Model, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
          max_vram: str | None = None, max_ram: str | None = None, **fields: Any) -> PlanResult:
     """The best placement of a model on devices under budgets (`fitplan plan`). `request` or its
-    fields as keywords (`n_ctx=32768, n_parallel=2`; planner.planning.search.PlanRequest); `ram` is the
+    fields as keywords (`n_ctx=32768, n_parallel=2`; planner.planning.result.PlanRequest); `ram` is the
     host's RAM, `max_vram` / `max_ram` the budgets as the command line takes them."""
-    from planner.core.errors import BadInput
-    from planner.planning.search import PlanRequest
-    from planner.planning.search import plan as run
-
     inventory = as_inventory(devices, ram)
     if inventory is None or not inventory.host.ram_available_bytes:
         raise BadInput("plan: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
-    return run(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram)
+    return run_plan(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram)
+
+
+def _budgets(inventory: Inventory | None, max_vram: str | None) -> dict[str, int]:
+    """Device budgets by name, and the host's under HOST when its RAM is known; none without devices."""
+    if inventory is None:
+        return {}
+    b = resolve_budgets(inventory, max_vram)
+    return {**b.devices, **({HOST: b.host_bytes} if inventory.host.ram_available_bytes else {})}
 
 
 def validate(target: str, flags: Flags = (), devices: Devices = None, ram: str | None = None,
@@ -102,24 +105,13 @@ def validate(target: str, flags: Flags = (), devices: Devices = None, ram: str |
              n_gen: int | None = None) -> ValidateReport:
     """Run a model under llama.cpp flags (or a plan file from `fitplan plan -o`) in the embedded
     runtime or llama.cpp and compare what it allocates with the estimate (`fitplan validate`)."""
-    from planner.hardware.budgets import resolve_budgets
-    from planner.llama.placement import HOST
-    from planner.checking.validate import (
-        DEFAULT_GEN_TOKENS,
-        DEFAULT_PROMPT_TOKENS,
-        ValidateRequest,
-        validate_request,
-    )
-    from planner.checking.validate import validate as run
-
-    sizes = {"n_prompt": n_prompt or DEFAULT_PROMPT_TOKENS, "n_gen": n_gen or DEFAULT_GEN_TOKENS}
+    n_prompt, n_gen = n_prompt or DEFAULT_PROMPT_TOKENS, n_gen or DEFAULT_GEN_TOKENS
     plan_file = str(target).endswith((".yaml", ".yml"))
     if plan_file or (ram is None and (devices is None or isinstance(devices, (str, os.PathLike)))):
         req = validate_request(str(target), [] if plan_file and not flags else _argv(flags),
-                               None if devices is None else str(devices), max_vram, **sizes)
+                               None if devices is None else str(devices), max_vram, n_prompt=n_prompt, n_gen=n_gen)
     else:
         inventory = as_inventory(devices, ram)
-        b = resolve_budgets(inventory, max_vram)
-        budgets = {**b.devices, **({HOST: b.host_bytes} if inventory.host.ram_available_bytes else {})}
-        req = ValidateRequest(str(target), as_flags(flags), inventory, budgets, **sizes)
-    return run(req, engine)
+        req = ValidateRequest(str(target), as_flags(flags), inventory, _budgets(inventory, max_vram),
+                              n_prompt=n_prompt, n_gen=n_gen)
+    return run_validate(req, engine)

@@ -99,8 +99,9 @@ def plan_cmd(
     from planner.planning.document import deployment
     from planner.planning.result import PlanRequest
     from planner.planning.search import plan
+    from planner.planning.solve import Solver
 
-    if solver not in ("dp", "milp"):
+    if solver not in {s.value for s in Solver}:
         raise BadInput(f"--solver {solver!r}: expected dp or milp")
     if fmt not in ("table", "flags", "yaml", "json"):
         raise BadInput(f"--format {fmt!r}: expected table, flags, yaml or json")
@@ -119,7 +120,7 @@ def plan_cmd(
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
-                          solver=solver)
+                          solver=Solver(solver))
     result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain)
     if plot:
         from planner.sweeps.plots import plot_plan

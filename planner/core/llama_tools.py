@@ -14,9 +14,10 @@ import logging
 import os
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from planner.core.errors import FitplanError
 
@@ -109,10 +110,9 @@ def _start_server(bin_dir: Path, log_dir: Path) -> tuple[subprocess.Popen, int]:
     """Start one rpc-server on a free loopback port; retry on a port lost to a race."""
     for _attempt in range(5):
         port = free_port()
-        out = open(log_dir / f"rpc-{port}.log", "w")
-        proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        out.close()
+        with open(log_dir / f"rpc-{port}.log", "w") as out:   # the server keeps its own copy of the fd
+            proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port)],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
             if _accepts(port):
@@ -137,8 +137,6 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 def rpc_servers(n: int, bin_dir: Path | None = None) -> Iterator[list[str]]:
     """Run `n` ggml-rpc-servers bound to 127.0.0.1; yields their "127.0.0.1:PORT" endpoints and
     stops each one (by its own process) on exit, also when the body raises."""
-    import tempfile
-
     bin_dir = bin_dir or ensure_tools()
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="fitplan-rpc-") as logs:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import yaml
 
@@ -40,7 +41,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
     align = align or "l" + "r" * (len(headers) - 1)
     out = []
     for n, row in enumerate(cells):
-        out.append("  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align)).rstrip())
+        # a row, the headers and `align` need not be the same length: the shortest decides
+        cols = zip(row, widths, align, strict=False)
+        out.append("  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in cols).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)

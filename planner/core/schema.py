@@ -23,10 +23,10 @@ class Where:
     file: str
     path: str = ""
 
-    def key(self, name: str) -> "Where":
+    def key(self, name: str) -> Where:
         return Where(self.file, f"{self.path}.{name}" if self.path else name)
 
-    def index(self, i: int) -> "Where":
+    def index(self, i: int) -> Where:
         return Where(self.file, f"{self.path}[{i}]")
 
     def error(self, expected: str) -> InventoryError:

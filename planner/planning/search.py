@@ -10,76 +10,32 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, replace
+import os
+from dataclasses import dataclass, replace
+from typing import Any
 
-from planner.hardware.budgets import Budgets, resolve_budgets
-from planner.model.costs import CostTable
-from planner.hardware.inventory import Inventory
 from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
-from planner.memory.estimate import Estimate, ModelContext, estimate, model_context
+from planner.gguf.reader import ModelFile
+from planner.hardware.budgets import Budgets, resolve_budgets
+from planner.hardware.inventory import Inventory
+from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags, OverrideArg
 from planner.llama.kv import CTX_PAD
 from planner.llama.placement import CPU_REPACK, HOST
-from planner.planning.problem import (Setting, flags_for, layer_weights, make_setting, overuse,
-                                  solve_verified)
+from planner.memory.estimate import Estimate, estimate
+from planner.model.costs import CostTable
+from planner.planning.explain import explain
+from planner.planning.problem import Setting, flags_for, layer_weights, make_setting, overuse, solve_verified
+from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.solve import Assignment, Objective
 from planner.planning.throughput import CPU, PlacementView, Prediction, predict
 
 log = logging.getLogger(__name__)
 
 
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What the user asks for; every field has llama.cpp's default where it has one."""
-
-    n_ctx: int | None = None        # None: the training context (llama.cpp's -c 0)
-    max_ctx: bool = False           # search the largest context that fits (--ctx max)
-    n_parallel: int = 1
-    objective: Objective = Objective.THROUGHPUT
-    cache_types: tuple[str, ...] = ("f16",)   # tried in order until one fits
-    n_ubatch: int | None = None     # None: 512, or smaller when that lets more layers onto devices
-    flash_attn: str = "auto"
-    allow_expert_offload: bool = True
-    allow_output_on_host: bool = True
-    solver: str = "dp"              # "dp" (exact over contiguous ranges, fast) or "milp" (PuLP)
-
-
 # -ub values tried when the user leaves it open: llama.cpp's default first, then halves down to
 # ggml's op-offload batch threshold (below it, prompt matmuls on host weights stop offloading).
 UBATCH_CANDIDATES = (512, 256, 128, 64, 32)
-
-
-@dataclass(frozen=True)
-class PlanResult:
-    model_path: str
-    header_sha256: str
-    inventory: Inventory
-    budgets: Budgets
-    request: PlanRequest
-    flags: LlamaFlags
-    estimate: Estimate
-    prediction: Prediction
-    experts_on_host: frozenset[int]
-    solve_rounds: int
-    explain: tuple[str, ...] = field(default=())
-
-    @property
-    def n_ctx(self) -> int:
-        return self.estimate.cparams.n_ctx
-
-    def budget_of(self, row: str) -> int:
-        return self.budgets.host_bytes if row in (HOST, CPU_REPACK) else self.budgets.devices.get(row, 0)
-
-    def to_dict(self) -> dict:
-        from planner.planning.report import plan_dict
-
-        return plan_dict(self)
-
-    def to_table(self) -> str:
-        from planner.planning.report import plan_table
-
-        return plan_table(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +116,7 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
     limit = req.n_ctx or ctx.facts.n_ctx_train
     by_context = req.max_ctx or req.objective is Objective.CONTEXT
     found_all: list[_Candidate] = []
-    last_score: dict[bool, tuple] = {}
+    last_score: dict[bool, tuple[Any, ...]] = {}
     for v in _variants(req, cache, bool(inventory.devices)):
         best = max(found_all, key=lambda c: _rank(c, by_context), default=None)
         if best is not None and _all_on_devices(best) and v.n_ubatch < best.variant.n_ubatch:
@@ -183,7 +139,7 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
     return sorted(found_all, key=lambda c: _rank(c, by_context), reverse=True)
 
 
-def _rank(c: _Candidate, by_context: bool) -> tuple:
+def _rank(c: _Candidate, by_context: bool) -> tuple[Any, ...]:
     return (c.flags.n_ctx, c.score()) if by_context else c.score()
 
 
@@ -250,9 +206,12 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
     return best if overuse(s, est) else replace(best, flags=flags, estimate=est)
 
 
-def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_vram: str | None = None,
-         ram: str | None = None, budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
-    """The best placement of `model` on `inventory`; raises InfeasiblePlacement when nothing fits."""
+def plan(model: str | os.PathLike[str] | ModelFile | ModelContext, inventory: Inventory,
+         request: PlanRequest | None = None, max_vram: str | None = None, ram: str | None = None,
+         budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
+    """The best placement of `model` on `inventory` (`request`: PlanRequest's defaults when None);
+    raises InfeasiblePlacement when nothing fits."""
+    request = request or PlanRequest()
     ctx = model_context(model)
     budgets = budgets or resolve_budgets(inventory, max_vram, ram)
     if not ctx.facts.n_ctx_train and not request.n_ctx:
@@ -267,7 +226,6 @@ def plan(model, inventory: Inventory, request: PlanRequest = PlanRequest(), max_
                             best.assignment.experts_on_host, best.rounds)
         if not with_explain:
             return result
-        from planner.planning.explain import explain  # the explanation re-estimates neighbours of the plan
 
         return replace(result, explain=explain(ctx, result))
     raise _infeasible(ctx, inventory, budgets, request)

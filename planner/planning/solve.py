@@ -18,16 +18,22 @@ Two solvers share one `Problem`:
   symmetric instances (20 s where the DP takes milliseconds). `fitplan plan --solver milp` uses it
   instead of the DP; the tests use it to check the DP's optimum.
 
-PuLP stays inside this module.
+`solve` runs the one a `Solver` names. PuLP stays inside this module.
 """
 from __future__ import annotations
 
 import enum
 import logging
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pulp import LpAffineExpression, LpProblem, LpSolver, LpVariable
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,11 @@ class Objective(str, enum.Enum):
     THROUGHPUT = "throughput"   # fastest predicted decode at the requested context
     CONTEXT = "context"         # the largest context, then the fastest
     BALANCE = "balance"         # the smallest largest utilisation, then the fastest
+
+
+class Solver(str, enum.Enum):
+    DP = "dp"       # solve_dp: exact over contiguous ranges, milliseconds
+    MILP = "milp"   # solve_milp: PuLP, exact for unequal expert sizes, slow on large instances
 
 
 @dataclass(frozen=True)
@@ -110,10 +121,7 @@ def _range_costs(arr: _Arrays, slot: Slot, host: Slot, price: float, budget_scal
     rr = arr.pr[None, :] - arr.pr[:, None]
     mr = arr.pm[None, :] - arr.pm[:, None]
     need = wr + slot.fixed_bytes - slot.budget * budget_scale
-    if arr.e_unit > 0:
-        k = np.ceil(np.maximum(need, 0.0) / arr.e_unit)
-    else:
-        k = np.where(need > 0, np.inf, 0.0)
+    k = np.ceil(np.maximum(need, 0.0) / arr.e_unit) if arr.e_unit > 0 else np.where(need > 0, np.inf, 0.0)
     feasible = ((need <= 0) | (k <= mr)) & (wr >= 0) & np.triu(np.ones_like(wr, dtype=bool))
     k = np.where(feasible, k, 0.0)  # no inf·0 below; infeasible ranges are priced at INF anyway
     per_unit = arr.er_unit * (1.0 / host.bandwidth - 1.0 / slot.bandwidth) + 2 * max(slot.boundary_s, host.boundary_s)
@@ -123,10 +131,35 @@ def _range_costs(arr: _Arrays, slot: Slot, host: Slot, price: float, budget_scal
     return cost, k
 
 
+@dataclass(frozen=True)
+class _Range:
+    """The layers [start, end) one slot holds, and the expert units it sends to the host."""
+
+    slot: int
+    start: int
+    end: int
+    expert_units: int
+
+
+@dataclass(frozen=True)
+class _Solution:
+    """The DP's answer: its decode time (host bytes unpriced) and one range per slot, the host's first."""
+
+    seconds_per_token: float
+    ranges: tuple[_Range, ...]
+
+    @property
+    def host_prefix(self) -> int:
+        return self.ranges[0].end
+
+    @property
+    def expert_units(self) -> int:
+        return sum(r.expert_units for r in self.ranges)
+
+
 def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float, host_prefix: int | None = None
-        ) -> tuple[float, list[tuple[int, int, int]]] | None:
-    """Best (time, [(slot, start, end)]) for device slots given the host takes a prefix
-    (`host_prefix` fixes its length)."""
+        ) -> _Solution | None:
+    """The best ranges for the device slots given the host takes a prefix (`host_prefix` fixes its length)."""
     slots, n = problem.slots, arr.n
     host = slots[0]
     n_s = len(slots)
@@ -149,30 +182,29 @@ def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float, host_
     a = int(np.argmin(total))
     if not math.isfinite(total[a]):
         return None
-    # ranges (slot, first layer, end layer, expert units moved to the host); the host's first
-    ranges, i = [(0, 0, a, 0)], a
+    ranges, i = [_Range(0, 0, a, 0)], a
     for s in range(1, n_s):
         j = int(choice[s, i])
-        ranges.append((s, i, j, int(units[s, i])))
+        ranges.append(_Range(s, i, j, int(units[s, i])))
         i = j
-    return float(total[a] - price * _host_bytes(arr, ranges)), ranges
+    return _Solution(float(total[a] - price * _host_bytes(arr, ranges)), tuple(ranges))
 
 
-def _host_bytes(arr: _Arrays, ranges: list) -> float:
-    return arr.pw[ranges[0][2]] + sum(k * arr.e_max for _s, _i, _j, k in ranges[1:])
+def _host_bytes(arr: _Arrays, ranges: Sequence[_Range]) -> float:
+    return arr.pw[ranges[0].end] + sum(r.expert_units * arr.e_max for r in ranges[1:])
 
 
-def _expand(arr: _Arrays, ranges: list) -> tuple[tuple[int, ...], frozenset[int]]:
+def _assignment(arr: _Arrays, found: _Solution) -> Assignment:
     slot_of = [0] * arr.n
     on_host: set[int] = set()
-    for s, i, j, k in ranges:
-        for l in range(i, j):
-            slot_of[l] = s
-        if k and s > 0:
+    for r in found.ranges:
+        for il in range(r.start, r.end):
+            slot_of[il] = r.slot
+        if r.expert_units and r.slot > 0:
             # the largest experts in the range leave first
-            movable = sorted((l for l in range(i, j) if arr.e[l] > 0), key=lambda l: (-arr.e[l], l))
-            on_host.update(movable[:k])
-    return tuple(slot_of), frozenset(on_host)
+            movable = sorted((il for il in range(r.start, r.end) if arr.e[il] > 0), key=lambda il: (-arr.e[il], il))
+            on_host.update(movable[:r.expert_units])
+    return Assignment(tuple(slot_of), frozenset(on_host), found.seconds_per_token)
 
 
 def solve_dp(problem: Problem, objective: Objective = Objective.THROUGHPUT) -> Assignment | None:
@@ -180,29 +212,24 @@ def solve_dp(problem: Problem, objective: Objective = Objective.THROUGHPUT) -> A
     arr = _Arrays(problem)
     host_budget = problem.slots[0].budget
     found = _dp(problem, arr, 0.0, 1.0)
-    if found is not None and _host_bytes(arr, found[1]) > host_budget:
+    if found is not None and _host_bytes(arr, found.ranges) > host_budget:
         found = _priced(problem, arr, 1.0, host_budget)
     if found is None:
         return None
     if objective is Objective.BALANCE:
-        found = _balanced(problem, arr, found[1], host_budget) or found
-    slot_of, on_host = _expand(arr, found[1])
-    return Assignment(slot_of, on_host, found[0])
+        found = _balanced(problem, arr, found, host_budget) or found
+    return _assignment(arr, found)
 
 
-def _units(ranges: list) -> int:
-    return sum(k for _s, _i, _j, k in ranges)
-
-
-def _balanced(problem: Problem, arr: _Arrays, fastest: list, host_budget: float):
+def _balanced(problem: Problem, arr: _Arrays, fastest: _Solution, host_budget: float) -> _Solution | None:
     """Keep what the fastest plan leaves on the host (its layers and expert count); find the smallest
     U such that every device fits in U times its budget (bisection), and the fastest plan there."""
-    host_prefix, units = fastest[0][2], _units(fastest)
+    host_prefix, units = fastest.host_prefix, fastest.expert_units
 
-    def fits(scale: float):
+    def fits(scale: float) -> _Solution | None:
         found = _dp(problem, arr, 0.0, scale, host_prefix)
-        ok = (found is not None and _host_bytes(arr, found[1]) <= host_budget
-              and _units(found[1]) <= units)
+        ok = (found is not None and _host_bytes(arr, found.ranges) <= host_budget
+              and found.expert_units <= units)
         return found if ok else None
 
     lo, hi, best = 0.0, 1.0, fits(1.0)
@@ -216,14 +243,14 @@ def _balanced(problem: Problem, arr: _Arrays, fastest: list, host_budget: float)
     return best
 
 
-def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float):
+def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float) -> _Solution | None:
     """Raise a price on host bytes until the host budget holds (bisection on the price)."""
     lo, hi = 0.0, 1e-12
     while True:
         found = _dp(problem, arr, hi, scale)
         if found is None:
             return None
-        if _host_bytes(arr, found[1]) <= host_budget:
+        if _host_bytes(arr, found.ranges) <= host_budget:
             break
         hi *= 10
         if hi > 1e6:
@@ -231,61 +258,121 @@ def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float):
     best = found
     for _ in range(30):
         mid = (lo + hi) / 2
-        found = _dp(problem, arr, mid, scale)
-        if found is not None and _host_bytes(arr, found[1]) <= host_budget:
-            hi, best = mid, found
+        candidate = _dp(problem, arr, mid, scale)
+        if candidate is not None and _host_bytes(arr, candidate.ranges) <= host_budget:
+            hi, best = mid, candidate
         else:
             lo = mid
     return best
 
 
+# ---------------------------------------------------------------------------------------------
+# the MILP: `pulp` is passed in by solve_milp, the one place that imports it
+
+
+@dataclass(frozen=True)
+class _MilpVars:
+    """The MILP's decisions. x[s][il] = 1: layer il sits on slot s (a difference of staircase
+    variables); used[s] = 1: slot s holds a layer; q[s, il] = 1: layer il sits on device slot s
+    with its routed experts in host memory."""
+
+    x: list[list[LpAffineExpression]]
+    used: list[LpVariable]
+    q: dict[tuple[int, int], LpVariable]
+
+
+def _staircase(pulp: ModuleType, lp: LpProblem, n_s: int, n_l: int) -> list[list[LpAffineExpression]]:
+    """x[s][il] from y[s][il] = 1: layer il sits on a slot at or before s. Rows and columns are
+    monotone (a staircase), so each slot holds one contiguous range in slot order."""
+    y = [[pulp.LpVariable(f"y_{s}_{il}", cat="Binary") for il in range(n_l)] for s in range(n_s)]
+    for il in range(n_l):
+        lp += y[n_s - 1][il] == 1
+    for s in range(n_s):
+        for il in range(n_l - 1):
+            lp += y[s][il] >= y[s][il + 1]
+        if s + 1 < n_s:
+            for il in range(n_l):
+                lp += y[s][il] <= y[s + 1][il]
+    return [[y[s][il] - (y[s - 1][il] if s else 0) for il in range(n_l)] for s in range(n_s)]
+
+
+def _milp_variables(pulp: ModuleType, lp: LpProblem, problem: Problem) -> _MilpVars:
+    layers = problem.layers
+    n_l, n_s = len(layers), len(problem.slots)
+    x = _staircase(pulp, lp, n_s, n_l)
+    used = [pulp.LpVariable(f"used_{s}", cat="Binary") for s in range(n_s)]
+    for s in range(n_s):
+        for il in range(n_l):
+            lp += used[s] >= x[s][il]
+    q = {(s, il): pulp.LpVariable(f"q_{s}_{il}", cat="Binary")
+         for s in range(1, n_s) for il in range(n_l) if layers[il].expert_bytes and problem.allow_expert_offload}
+    for (s, il), var in q.items():
+        lp += var <= x[s][il]
+    return _MilpVars(x, used, q)
+
+
+def _milp_budgets(pulp: ModuleType, lp: LpProblem, problem: Problem, v: _MilpVars) -> None:
+    """Each slot's bytes within its budget; offloaded experts leave their device for the host."""
+    layers, slots = problem.layers, problem.slots
+    for s in range(len(slots)):
+        mem = (pulp.lpSum(layers[il].device_bytes * v.x[s][il] for il in range(len(layers)))
+               + slots[s].fixed_bytes * v.used[s]
+               - pulp.lpSum(layers[il].expert_bytes * var for (slot, il), var in v.q.items() if slot == s))
+        if s == 0:
+            mem += pulp.lpSum(layers[il].expert_bytes * var for (_, il), var in v.q.items())
+        lp += mem <= slots[s].budget
+
+
+def _milp_seconds(pulp: ModuleType, problem: Problem, v: _MilpVars) -> LpAffineExpression:
+    """Decode seconds per token: each layer's reads at its slot's bandwidth, offloaded experts at the
+    host's with two boundaries each, and one boundary per device slot in use."""
+    layers, slots = problem.layers, problem.slots
+    host = slots[0]
+    return (pulp.lpSum((d.read_bytes + d.expert_read_bytes) / slots[s].bandwidth * v.x[s][il]
+                       for il, d in enumerate(layers) for s in range(len(slots)))
+            + pulp.lpSum((layers[il].expert_read_bytes * (1 / host.bandwidth - 1 / slots[s].bandwidth)
+                          + 2 * max(slots[s].boundary_s, host.boundary_s)) * var for (s, il), var in v.q.items())
+            + pulp.lpSum(slots[s].boundary_s * v.used[s] for s in range(1, len(slots))))
+
+
+def _milp_solver(pulp: ModuleType, time_limit_s: float | None) -> LpSolver:
+    """HiGHS when `highspy` is installed, else the CBC PuLP bundles."""
+    if "HiGHS" in pulp.listSolvers(onlyAvailable=True):
+        return pulp.getSolver("HiGHS", msg=False, timeLimit=time_limit_s)
+    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s)
+
+
+def _milp_assignment(pulp: ModuleType, lp: LpProblem, problem: Problem, v: _MilpVars) -> Assignment:
+    n_s, n_l = len(problem.slots), len(problem.layers)
+    slot_of = tuple(next(s for s in range(n_s) if (pulp.value(v.x[s][il]) or 0) > 0.5) for il in range(n_l))
+    on_host = frozenset(il for (_s, il), var in v.q.items() if (var.value() or 0) > 0.5)
+    return Assignment(slot_of, on_host, float(pulp.value(lp.objective)))
+
+
 def solve_milp(problem: Problem, objective: Objective = Objective.THROUGHPUT,
                time_limit_s: float | None = None) -> Assignment | None:
     """The same model as an exact MILP (staircase formulation); None when nothing fits."""
-    import pulp  # kept local: PuLP is only needed when the MILP runs
+    import pulp  # kept local: PuLP (~0.05 s to load) is only needed when the MILP runs
 
-    layers, slots = problem.layers, problem.slots
-    n_l, n_s = len(layers), len(slots)
     lp = pulp.LpProblem("placement", pulp.LpMinimize)
-    # y[s][l] = 1: layer l sits on a slot at or before s. Rows and columns are monotone (a staircase).
-    y = [[pulp.LpVariable(f"y_{s}_{l}", cat="Binary") for l in range(n_l)] for s in range(n_s)]
-    for l in range(n_l):
-        lp += y[n_s - 1][l] == 1
-    for s in range(n_s):
-        for l in range(n_l - 1):
-            lp += y[s][l] >= y[s][l + 1]
-        if s + 1 < n_s:
-            for l in range(n_l):
-                lp += y[s][l] <= y[s + 1][l]
-    x = [[y[s][l] - (y[s - 1][l] if s else 0) for l in range(n_l)] for s in range(n_s)]
-    used = [pulp.LpVariable(f"used_{s}", cat="Binary") for s in range(n_s)]
-    for s in range(n_s):
-        for l in range(n_l):
-            lp += used[s] >= x[s][l]
-    q = {(s, l): pulp.LpVariable(f"q_{s}_{l}", cat="Binary")
-         for s in range(1, n_s) for l in range(n_l) if layers[l].expert_bytes and problem.allow_expert_offload}
-    for (s, l), var in q.items():
-        lp += var <= x[s][l]
-    host = slots[0]
-    for s in range(n_s):
-        mem = (pulp.lpSum(layers[l].device_bytes * x[s][l] for l in range(n_l)) + slots[s].fixed_bytes * used[s]
-               - pulp.lpSum(layers[l].expert_bytes * var for (ss, l), var in q.items() if ss == s))
-        if s == 0:
-            mem += pulp.lpSum(layers[l].expert_bytes * var for (_, l), var in q.items())
-        lp += mem <= slots[s].budget
-    lp += (pulp.lpSum((d.read_bytes + d.expert_read_bytes) / slots[s].bandwidth * x[s][l]
-                      for l, d in enumerate(layers) for s in range(n_s))
-           + pulp.lpSum((layers[l].expert_read_bytes * (1 / host.bandwidth - 1 / slots[s].bandwidth)
-                         + 2 * max(slots[s].boundary_s, host.boundary_s)) * var for (s, l), var in q.items())
-           + pulp.lpSum(slots[s].boundary_s * used[s] for s in range(1, n_s)))
+    v = _milp_variables(pulp, lp, problem)
+    _milp_budgets(pulp, lp, problem, v)
+    lp += _milp_seconds(pulp, problem, v)
     if objective is Objective.BALANCE:
         log.info("solve_milp: the balance objective is solved by the DP; the MILP minimises time")
-    solver = (pulp.getSolver("HiGHS", msg=False, timeLimit=time_limit_s)
-              if "HiGHS" in pulp.listSolvers(onlyAvailable=True)
-              else pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
-    status = lp.solve(solver)
+    status = lp.solve(_milp_solver(pulp, time_limit_s))
     if pulp.LpStatus[status] != "Optimal" or lp.objective is None:
         return None
-    slot_of = tuple(next(s for s in range(n_s) if (pulp.value(x[s][l]) or 0) > 0.5) for l in range(n_l))
-    on_host = frozenset(l for (s, l), var in q.items() if (var.value() or 0) > 0.5)
-    return Assignment(slot_of, on_host, float(pulp.value(lp.objective)))
+    return _milp_assignment(pulp, lp, problem, v)
+
+
+SOLVERS: dict[Solver, Callable[[Problem, Objective], Assignment | None]] = {
+    Solver.DP: solve_dp,
+    Solver.MILP: solve_milp,
+}
+
+
+def solve(problem: Problem, objective: Objective = Objective.THROUGHPUT, solver: Solver = Solver.DP
+          ) -> Assignment | None:
+    """The assignment `solver` finds; None when nothing fits."""
+    return SOLVERS[Solver(solver)](problem, objective)

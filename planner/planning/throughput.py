@@ -27,11 +27,12 @@ fraction 1 - (1 - k/E)^B of them. Prefill tokens/s = B / t_ubatch (no pipeline o
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
+from planner.hardware.inventory import DeviceSpec, Inventory
 from planner.model.arch import ModelFacts
 from planner.model.costs import CostTable, LayerCost, WeightGroup
-from planner.hardware.inventory import DeviceSpec, Inventory
 
 CPU = "CPU"
 # Activations cross a boundary in f32 (ggml graphs carry the residual stream in f32).
@@ -138,8 +139,8 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
     boundary_s, n_boundaries = 0.0, 0
     # Stage order follows the layers: token embedding on the host, then layer 0..n-1, then output.
     out_dev = CPU if view.output_on_host else view.output_device
-    order = [CPU] + [view.layer_device[l.index] for l in costs.layers if not l.nextn] + [out_dev]
-    for prev, cur in zip(order, order[1:]):
+    order = [CPU] + [view.layer_device[layer.index] for layer in costs.layers if not layer.nextn] + [out_dev]
+    for prev, cur in itertools.pairwise(order):
         if prev != cur:
             boundary_s += _boundary_seconds(rates, prev, cur, act)
             n_boundaries += 1
@@ -191,7 +192,7 @@ def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, 
         dense_flops, expert_flops = 2 * batch * dense_p + attn, 2 * batch * expert_p
         experts_host = dev == CPU or layer.index in view.experts_on_host
         if offload_to is not None and experts_host:
-            moved = (layer.weight_bytes - layer.group_bytes(WeightGroup.EXPERTS)) if dev == CPU else 0
+            moved: float = (layer.weight_bytes - layer.group_bytes(WeightGroup.EXPERTS)) if dev == CPU else 0
             moved += layer.group_bytes(WeightGroup.EXPERTS) * selected
             t += moved / rates.link(offload_to) + (dense_flops + expert_flops) / rates.flops(offload_to)
         elif experts_host:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.core.errors import BadInput, FlagError
-from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.core.units import GiB, MiB, parse_size
+from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 
 TS_STEPS = "steps"
 CTX_MAX = "max"   # plan mode: the largest context that fits
@@ -53,7 +53,14 @@ AXES: dict[str, AxisSpec] = {
     "ts": AxisSpec(AxisKind.SPLIT, ("-ts",), "tensor split -ts (layers per device)"),
     "budget": AxisSpec(AxisKind.SIZE, (), "VRAM budget per device (GiB)"),
 }
-MODES = ("estimate", "plan")
+
+
+class SweepMode(str, enum.Enum):
+    ESTIMATE = "estimate"   # the flags as given, estimated at each point
+    PLAN = "plan"           # the planner's best placement at each point
+
+
+MODES = tuple(m.value for m in SweepMode)
 
 
 @dataclass(frozen=True)

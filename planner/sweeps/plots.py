@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planner.core.errors import BadInput
 from planner.core.files import write_atomic
-from planner.llama.placement import CPU_REPACK, HOST
-from planner.sweeps.axes import AxisKind
+from planner.core.render import layer_ranges
 from planner.core.units import GiB
+from planner.llama.flags import flags_to_argv
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.memory.estimate import Estimate
+from planner.planning.result import PlanResult
+from planner.sweeps.axes import CTX_MAX, AxisKind, SweepMode
+from planner.sweeps.sweep import Axis, Point, SweepResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from planner.memory.estimate import Estimate
-    from planner.planning.search import PlanResult
-    from planner.sweeps.sweep import Axis, SweepResult
 
 # One colour per memory kind, the same in every picture.
 KIND_COLOURS = {"model": "#4c72b0", "context": "#55a868", "compute": "#c44e52"}
@@ -31,16 +34,25 @@ DPI = 110
 
 
 class MemoryRow(Protocol):
-    name: str
-    model_bytes: int
-    context_bytes: int
-    compute_bytes: int
+    """A row of memory by kind: read-only, so frozen dataclasses (DeviceMemory, DeviceRow) are rows."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model_bytes(self) -> int: ...
+
+    @property
+    def context_bytes(self) -> int: ...
+
+    @property
+    def compute_bytes(self) -> int: ...
 
 
 def require_matplotlib() -> None:
     """Fail early with one line (exit 2) when matplotlib is missing."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  # imported only to learn whether it is installed
     except ImportError:
         raise BadInput("plots need matplotlib: pip install 'fitplan[plots]'") from None
 
@@ -95,21 +107,32 @@ def _dress_x(ax: Axes, axis: Axis, pos: dict[Any, float]) -> None:
         ax.minorticks_off()
 
 
-def _series(result: SweepResult, x: Axis) -> dict[str, list[Any]]:
+def _series(result: SweepResult, x: Axis) -> dict[str, list[Point]]:
     """Points grouped by the values of the other varying axes: label -> points, in sweep order."""
     others = [(i, a) for i, a in enumerate(result.axes) if a is not x and len(a.values) > 1]
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[Point]] = {}
     for p in result.points:
         label = ", ".join(f"{a.name}={a.text(p.settings[i])}" for i, a in others)
         groups.setdefault(label, []).append(p)
     return groups
 
 
-def _budget_line(ax: Axes, points: Sequence[Any], name: str, xs: list[float], top: float) -> None:
+def _budget_bytes(p: Point, name: str) -> int | None:
+    row = p.device(name)
+    return row.budget_bytes if row is not None else None
+
+
+def _total_gib(p: Point, name: str) -> float | None:
+    row = p.device(name)
+    return gib(row.total_bytes) if row is not None else None
+
+
+def _budget_line(ax: Axes, points: Sequence[Point], name: str, xs: list[float], top: float) -> None:
     """The device's budget as a dashed line; a budget far above the data (more than twice the
     largest total) is written in a corner instead, so the lines keep the panel's height."""
-    budgets = [p.device(name).budget_bytes if p.device(name) else None for p in points]
-    if not budgets or any(b is None for b in budgets):
+    known = [_budget_bytes(p, name) for p in points]
+    budgets = [b for b in known if b is not None]
+    if not budgets or len(budgets) < len(known):
         return
     if min(gib(b) for b in budgets) > 2 * top:
         ax.text(0.98, 0.96, f"budget {gib(min(budgets)):.1f} GiB (off scale)", transform=ax.transAxes,
@@ -120,19 +143,33 @@ def _budget_line(ax: Axes, points: Sequence[Any], name: str, xs: list[float], to
         ax.plot(xs, [gib(b) for b in budgets], color="0.3", linestyle="--", linewidth=1, label="budget")
 
 
-def _panels(result: SweepResult) -> list[tuple[str, str, Callable[[Any], float | None], str | None]]:
-    """(title, y label, value of a point or None, device name) for each panel: every device's
-    total memory; in plan mode also the predicted speed and, for ctx=max, the context found."""
-    def total(name: str) -> Callable[[Any], float | None]:
-        return lambda p: gib(p.device(name).total_bytes) if p.device(name) else None
+@dataclass(frozen=True)
+class _Panel:
+    title: str
+    ylabel: str
+    value: Callable[[Point], float | None]   # what a point shows; None: the point is not drawn
+    device: str | None = None                # the device whose memory it shows (and whose budget)
 
-    panels = [(n if n != HOST else "Host (RAM)", "memory (GiB)", total(n), n) for n in result.device_names]
-    if result.mode == "plan":
-        panels.append(("plan: predicted decode", "decode (tokens/s)", lambda p: p.tokens_per_s, None))
-        if any(a.name == "ctx" and "max" in a.values for a in result.axes):
-            panels.append(("plan: largest context that fits", "context (k tokens)",
-                           lambda p: p.n_ctx / 1024 if p.feasible else None, None))
+
+def _panels(result: SweepResult) -> list[_Panel]:
+    """Every device's total memory; in plan mode also the predicted speed and, for ctx=max, the
+    context found."""
+    def total(name: str) -> Callable[[Point], float | None]:
+        return lambda p: _total_gib(p, name)
+
+    panels = [_Panel(n if n != HOST else "Host (RAM)", "memory (GiB)", total(n), n) for n in result.device_names]
+    if result.mode == SweepMode.PLAN:
+        panels.append(_Panel("plan: predicted decode", "decode (tokens/s)", lambda p: p.tokens_per_s))
+        if any(a.name == "ctx" and CTX_MAX in a.values for a in result.axes):
+            panels.append(_Panel("plan: largest context that fits", "context (k tokens)",
+                                 lambda p: p.n_ctx / 1024 if p.feasible else None))
     return panels
+
+
+def _point_fits(p: Point, device: str | None) -> bool:
+    """A plan was found, and the panel's device (when it shows one) is within its budget."""
+    row = p.device(device) if device else None
+    return (row.fits if row is not None else True) and p.feasible
 
 
 def plot_sweep(result: SweepResult, fig: Figure | None = None) -> Figure:
@@ -147,23 +184,24 @@ def plot_sweep(result: SweepResult, fig: Figure | None = None) -> Figure:
     xi = result.axes.index(x)
     pos = _x_positions(x)
     groups = _series(result, x)
-    for k, (title, ylabel, value, name) in enumerate(panels):
+    for k, panel in enumerate(panels):
         ax = axs[k]
         for n, (label, points) in enumerate(groups.items()):
-            pts = [p for p in points if value(p) is not None]
-            xs, ys = [pos[p.settings[xi]] for p in pts], [value(p) for p in pts]
+            drawn = [(p, y) for p in points if (y := panel.value(p)) is not None]
+            xs, ys = [pos[p.settings[xi]] for p, _ in drawn], [y for _, y in drawn]
             line, = ax.plot(xs, ys, label=label or "total", color=f"C{n}")
-            fits = [(p.device(name).fits if name else True) and p.feasible for p in pts]
-            ax.scatter([a for a, f in zip(xs, fits) if f], [b for b, f in zip(ys, fits) if f], color=line.get_color(),
-                       s=16, zorder=3)
-            ax.scatter([a for a, f in zip(xs, fits) if not f], [b for b, f in zip(ys, fits) if not f],
+            fits = [_point_fits(p, panel.device) for p, _ in drawn]
+            ax.scatter([a for a, f in zip(xs, fits, strict=True) if f], [b for b, f in zip(ys, fits, strict=True) if f],
+                       color=line.get_color(), s=16, zorder=3)
+            ax.scatter([a for a, f in zip(xs, fits, strict=True) if not f],
+                       [b for b, f in zip(ys, fits, strict=True) if not f],
                        facecolors="none", edgecolors=line.get_color(), s=28, zorder=3)
-        if name is not None:
-            first = [p for p in next(iter(groups.values())) if p.device(name)]
-            top = max((v for p in result.points if (v := value(p)) is not None), default=0.0)
-            _budget_line(ax, first, name, [pos[p.settings[xi]] for p in first], top)
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
+        if panel.device is not None:
+            first = [p for p in next(iter(groups.values())) if p.device(panel.device)]
+            top = max((v for p in result.points if (v := panel.value(p)) is not None), default=0.0)
+            _budget_line(ax, first, panel.device, [pos[p.settings[xi]] for p in first], top)
+        ax.set_title(panel.title)
+        ax.set_ylabel(panel.ylabel)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         _dress_x(ax, x, pos)
@@ -183,12 +221,13 @@ def _bars(ax: Axes, rows: Sequence[MemoryRow], budgets: Mapping[str, int], layer
     for kind, colour in KIND_COLOURS.items():
         heights = [gib(getattr(r, f"{kind}_bytes")) for r in rows]
         ax.bar(xs, heights, bottom=bottom, color=colour, label=kind, width=0.6)
-        bottom = [b + h for b, h in zip(bottom, heights)]
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     labelled = False
-    for x, r in zip(xs, rows):
+    for x, r in enumerate(rows):
         if r.name in budgets:
+            # one legend entry for all budget marks ("" is hlines' default: no entry)
             ax.hlines(gib(budgets[r.name]), x - 0.4, x + 0.4, colors="k", linestyles="--", linewidth=1.2,
-                      label=None if labelled else "budget")
+                      label="" if labelled else "budget")
             labelled = True
         if layers.get(r.name):
             top = max(bottom[x], gib(budgets.get(r.name, 0)))
@@ -211,12 +250,13 @@ def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = N
                           [r for r in rows if r.name in (HOST, CPU_REPACK)]) if g]
     fig = fig or _figure(max(4.5, 1.4 * len(rows) + 2.5), 4.2)
     axs = fig.subplots(1, len(groups), squeeze=False, width_ratios=[len(g) + 0.5 for g in groups])[0]
-    for ax, group, label in zip(axs, groups, ("device", "host memory")):
+    # one or two panels: zip stops at the groups drawn
+    for ax, group, label in zip(axs, groups, ("device", "host memory"), strict=False):
         _bars(ax, group, budgets, layers)
         ax.set_xlabel(label if len(groups) > 1 else "device")
     handles, names = axs[0].get_legend_handles_labels()
     for ax in axs[1:]:   # the budget entry may only exist in the host panel
-        for h, n in zip(*ax.get_legend_handles_labels()):
+        for h, n in zip(*ax.get_legend_handles_labels(), strict=True):
             if n not in names:
                 handles, names = handles + [h], names + [n]
     fig.legend(handles, names, fontsize="small", loc="outside lower center", ncols=len(names))
@@ -227,7 +267,6 @@ def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = N
 
 def plot_estimate(est: Estimate, budgets: Mapping[str, int] | None = None, fig: Figure | None = None) -> Figure:
     """An estimate's memory per device, with the layers each holds (the host's are the CPU's)."""
-    from planner.core.render import layer_ranges
 
     by_dev = dict(est.layers)
     layers = {d.name: layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all)
@@ -239,7 +278,6 @@ def plot_estimate(est: Estimate, budgets: Mapping[str, int] | None = None, fig: 
 def plot_plan(result: PlanResult, path: str | Path | None = None) -> Figure:
     """A plan's memory per device against its budgets, layer ranges labelled, predicted speed in
     the title; saved to `path` when given (what `fitplan plan --plot` draws)."""
-    from planner.llama.flags import flags_to_argv
 
     est = result.estimate
     # the host budget covers Host and CPU_REPACK together: drawn once, on Host

@@ -1,0 +1,174 @@
+"""A plan as data and as text: the request, the result, llama.cpp and llama-bench flags, a
+per-device table and the JSON the command prints (`fitplan plan --format json`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.core.errors import BadInput
+from planner.core.render import layer_ranges, table
+from planner.core.units import fmt_mib
+from planner.hardware.budgets import Budgets
+from planner.hardware.inventory import Inventory
+from planner.llama.flags import LlamaFlags, flags_to_argv
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.memory.estimate import Estimate
+from planner.planning.solve import Objective, Solver
+from planner.planning.throughput import Prediction
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the user asks for; every field has llama.cpp's default where it has one."""
+
+    n_ctx: int | None = None        # None: the training context (llama.cpp's -c 0)
+    max_ctx: bool = False           # search the largest context that fits (--ctx max)
+    n_parallel: int = 1
+    objective: Objective = Objective.THROUGHPUT
+    cache_types: tuple[str, ...] = ("f16",)   # tried in order until one fits
+    n_ubatch: int | None = None     # None: 512, or smaller when that lets more layers onto devices
+    flash_attn: str = "auto"
+    allow_expert_offload: bool = True
+    allow_output_on_host: bool = True
+    solver: Solver = Solver.DP      # DP (exact over contiguous ranges, fast) or MILP (PuLP)
+
+    def __post_init__(self) -> None:
+        # the solver may come as its name ("milp"): one Solver from here on
+        try:
+            object.__setattr__(self, "solver", Solver(self.solver))
+        except ValueError:
+            raise BadInput(f"solver {self.solver!r}: expected one of {', '.join(s.value for s in Solver)}") from None
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    model_path: str
+    header_sha256: str
+    inventory: Inventory
+    budgets: Budgets
+    request: PlanRequest
+    flags: LlamaFlags
+    estimate: Estimate
+    prediction: Prediction
+    experts_on_host: frozenset[int]
+    solve_rounds: int
+    explain: tuple[str, ...] = field(default=())
+
+    @property
+    def n_ctx(self) -> int:
+        return self.estimate.cparams.n_ctx
+
+    def budget_of(self, row: str) -> int:
+        return self.budgets.host_bytes if row in (HOST, CPU_REPACK) else self.budgets.devices.get(row, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return plan_dict(self)
+
+    def to_table(self) -> str:
+        return plan_table(self)
+
+
+def llama_argv(result: PlanResult) -> list[str]:
+    """The llama.cpp flags of a plan, with the split mode and `-fit off` spelled out."""
+    argv = flags_to_argv(result.flags)
+    if "-c" not in argv:
+        argv[:0] = ["-c", str(result.flags.n_ctx)]
+    if "-sm" not in argv and result.estimate.n_layer_all and len(result.inventory.devices) > 1:
+        argv += ["-sm", "layer"]
+    return argv
+
+
+# The override kinds (planner.llama.flags.OverrideArg.kind) a plan writes, as llama-bench spells them.
+_BENCH_OVERRIDES = {"ot": "-ot", "ncmoe": "-ncmoe"}
+
+
+def llama_bench_argv(result: PlanResult) -> list[str]:
+    """The same placement in llama-bench's syntax: `/` separates a list, `,` would sweep (seed 003 §8)."""
+    f = result.flags
+    out = ["-m", result.model_path, "-ngl", str(f.n_gpu_layers if f.n_gpu_layers >= 0 else 999), "-sm", f.split_mode]
+    if f.rpc:
+        out += ["--rpc", ",".join(f.rpc)]
+    if f.devices:
+        out += ["-dev", "/".join(f.devices)]
+    if f.tensor_split:
+        out += ["-ts", "/".join(str(int(x)) if float(x).is_integer() else str(x) for x in f.tensor_split)]
+    for arg in f.override_args:
+        if arg.kind in _BENCH_OVERRIDES:
+            out += [_BENCH_OVERRIDES[arg.kind], arg.value]
+    if f.cache_type_k != "f16" or f.cache_type_v != "f16":
+        out += ["-ctk", f.cache_type_k, "-ctv", f.cache_type_v]
+    if f.n_ubatch != 512:
+        out += ["-ub", str(f.n_ubatch)]
+    if f.flash_attn != "auto":
+        out += ["-fa", "1" if f.flash_attn == "on" else "0"]
+    return out + ["-d", str(result.n_ctx)]
+
+
+def plan_rows(result: PlanResult) -> list[dict[str, Any]]:
+    est = result.estimate
+    layers = dict(est.layers)
+    rows = []
+    for d in est.devices:
+        budget = result.budget_of(d.name)
+        on = layers.get("CPU" if d.name == HOST else d.name, ())
+        rows.append({"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
+                     "compute_bytes": d.compute_bytes, "total_bytes": d.total_bytes,
+                     "budget_bytes": budget if d.name != CPU_REPACK else None,
+                     "layers": [i for i in on if i < est.n_layer_all],
+                     "output_layer": est.n_layer_all in on})
+    return rows
+
+
+def plan_predicted(result: PlanResult) -> dict[str, Any]:
+    p = result.prediction
+    return {"decode_tokens_s": round(p.decode_tokens_s, 2), "prefill_tokens_s": round(p.prefill_tokens_s, 2),
+            "assumed_rates": p.assumed_rates, "boundaries_per_token": p.n_boundaries}
+
+
+def plan_dict(result: PlanResult) -> dict[str, Any]:
+    return {
+        "model": result.model_path,
+        "header_sha256": result.header_sha256,
+        "flags": " ".join(llama_argv(result)),
+        "llama_bench_flags": " ".join(llama_bench_argv(result)),
+        "ctx": result.n_ctx,
+        "n_parallel": result.flags.n_parallel,
+        "cache_type": result.flags.cache_type_k,
+        "objective": result.request.objective.value,
+        "devices": plan_rows(result),
+        "experts_on_host": sorted(result.experts_on_host),
+        "predicted": plan_predicted(result),
+        "explain": list(result.explain),
+    }
+
+
+def _headroom(budget: int | None, total: int) -> str:
+    if budget is None:
+        return "-"
+    return fmt_mib(budget - total) if budget >= total else "-" + fmt_mib(total - budget)
+
+
+def plan_table(result: PlanResult) -> str:
+    rows = []
+    for r in plan_rows(result):
+        budget = r["budget_bytes"]
+        rows.append([r["name"], fmt_mib(r["model_bytes"]), fmt_mib(r["context_bytes"]), fmt_mib(r["compute_bytes"]),
+                     fmt_mib(r["total_bytes"]), "-" if budget is None else fmt_mib(budget),
+                     _headroom(budget, r["total_bytes"]), layer_ranges(r["layers"], output=r["output_layer"]) or "-"])
+    p = result.prediction
+    lines = [
+        f"{result.model_path}: context {result.n_ctx}, {result.flags.n_parallel} slot(s), "
+        f"KV {result.flags.cache_type_k}, objective {result.request.objective.value}",
+        "",
+        table(["device", "model MiB", "context MiB", "compute MiB", "total MiB", "budget MiB", "headroom MiB",
+               "layers"], rows, align="lrrrrrrl"),
+        "",
+        f"predicted: decode {p.decode_tokens_s:.1f} tokens/s, prefill {p.prefill_tokens_s:.0f} tokens/s"
+        + (" (some device rates unknown: assumed figures used)" if p.assumed_rates else ""),
+        "",
+        "llama.cpp:   " + " ".join(llama_argv(result)),
+        "llama-bench: " + " ".join(llama_bench_argv(result)),
+    ]
+    if result.explain:
+        lines += ["", "why:"] + [f"  {line}" for line in result.explain]
+    return "\n".join(lines) + "\n"
