@@ -18,12 +18,18 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
 
-from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, stop_process
+from gguf import Keys
+
+from planner.checking.report import DeviceReport, ValidateReport, ValidateRequest, judge, prompt_ids
+from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process, tools_dir
 from planner.core.units import MiB
+from planner.llama.context import ModelContext
+from planner.llama.flags import LlamaFlags, OverrideArg, flags_to_argv
+from planner.llama.placement import HOST, resolve_devices
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +156,11 @@ def llama_server(bin_dir: Path, model: str, flags: list[str]) -> Iterator[Server
 _HOST_BUFTS = ("CPU", "CPU_Mapped", "CPU_REPACK")
 
 
-def _rpc_flags(flags, names: list[str], endpoints: list[str]):
+def _rpc_flags(flags: LlamaFlags, names: list[str], endpoints: list[str]) -> LlamaFlags:
     """The same placement on loopback rpc-servers: device i becomes RPCi at endpoints[i];
     -ot targets naming a device are renamed to its rpc buffer type (ggml-rpc: RPC0[host:port])."""
-    from dataclasses import replace
-
-    from planner.llama.flags import OverrideArg
-
-    by_name = {n: f"RPC0[{ep}]" for n, ep in zip(names, endpoints)}
-    old_rpc = {f"RPC0[{ep}]": f"RPC0[{new}]" for ep, new in zip(flags.rpc, endpoints)}
+    by_name = {n: f"RPC0[{ep}]" for n, ep in zip(names, endpoints, strict=True)}
+    old_rpc = {f"RPC0[{ep}]": f"RPC0[{new}]" for ep, new in zip(flags.rpc, endpoints, strict=False)}
     args = []
     for arg in flags.override_args:
         if arg.kind != "ot":
@@ -177,7 +179,7 @@ def _rows(buffers: dict[tuple[str, str], int], endpoint_of: dict[str, str]) -> d
     device_of = {f"RPC0[{ep}]": name for name, ep in endpoint_of.items()}
     rows: dict[str, dict[str, int]] = {}
     for (buft, kind), size in buffers.items():
-        row = "Host" if buft in _HOST_BUFTS or buft.endswith("_Host") else device_of.get(buft, buft)
+        row = HOST if buft in _HOST_BUFTS or buft.endswith("_Host") else device_of.get(buft, buft)
         rows.setdefault(row, {}).setdefault(kind, 0)
         rows[row][kind] += size
     return rows
@@ -189,13 +191,9 @@ def _last_load(text: str) -> str:
     return text[ends[-2]:] if len(ends) > 1 else text
 
 
-def validate_llama(req, ctx, predicted: dict[str, tuple[int, int, int]]):
+def validate_llama(req: ValidateRequest, ctx: ModelContext,
+                   predicted: dict[str, tuple[int, int, int]]) -> ValidateReport:
     """Run llama-server with the request's placement (rpc-servers stand in for the devices)."""
-    from planner.llama.flags import flags_to_argv
-    from planner.core.llama_tools import rpc_servers, tools_dir
-    from planner.llama.placement import resolve_devices
-    from planner.checking.validate import DeviceReport, ValidateReport, _judge, prompt_ids
-
     if req.flags.n_parallel != 1:
         raise ToolsError("validate runs one sequence: drop -np")
     bin_dir = tools_dir()
@@ -206,21 +204,21 @@ def validate_llama(req, ctx, predicted: dict[str, tuple[int, int, int]]):
         flags = _rpc_flags(req.flags, names, endpoints)
         argv = flags_to_argv(flags) + ["-fit", "off"]
         with llama_server(bin_dir, ctx.model.path, argv) as server:
-            bos = ctx.model.metadata.get("tokenizer.ggml.bos_token_id")
+            bos = ctx.model.metadata.get(Keys.Tokenizer.BOS_ID)
             prompt = prompt_ids(req.n_prompt, ctx.facts.n_vocab, bos)
             doc = server.post("/completion", {"prompt": prompt, "n_predict": req.n_gen, "temperature": 0,
                                               "cache_prompt": False, "ignore_eos": True})
             text = server.log_text()
     parsed = parse_log(text)
-    rows = _rows(parsed.buffers, dict(zip(names, endpoints)))
+    rows = _rows(parsed.buffers, dict(zip(names, endpoints, strict=True)))
     timings = doc.get("timings", {})
     gen_s = float(timings.get("predicted_per_second") or 0.0)
     devices = tuple(DeviceReport(row, rows.get(row, {}).get("model", 0), rows.get(row, {}).get("context", 0),
                                  rows.get(row, {}).get("compute", 0), predicted.get(row), req.budgets.get(row), 0.0)
-                    for row in names + ["Host"])
-    verdict, fits, notes = _judge(devices, slack=LOG_ROUNDING * 2)
-    notes += ("llama.cpp reports no per-device time and no copied bytes",)
+                    for row in names + [HOST])
+    verdict = judge(devices, slack=LOG_ROUNDING * 2)
+    notes = verdict.notes + ("llama.cpp reports no per-device time and no copied bytes",)
     per_split = (1.0 / gen_s / parsed.n_splits_tg) if gen_s and parsed.n_splits_tg else 0.0
     return ValidateReport("llama.cpp", ctx.model.path, " ".join(flags_to_argv(req.flags)), devices,
                           parsed.n_splits_pp, parsed.n_splits_tg, None, per_split,
-                          float(timings.get("prompt_per_second") or 0.0), gen_s, verdict, fits, notes)
+                          float(timings.get("prompt_per_second") or 0.0), gen_s, verdict.text, verdict.fits, notes)

@@ -9,11 +9,11 @@ list in command-line order (llm_ffn_exps_cpu_override, llm_add_n_cpu_ffn_overrid
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
 
-from planner.model.costs import CACHE_TYPES
 from planner.core.errors import FlagError
+from planner.model.costs import CACHE_TYPES
 
 # common.h: LLM_FFN_EXPS_REGEX / LLM_FFN_DENSE_REGEX; blocks are named "blk\.%d" + regex.
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
@@ -199,19 +199,21 @@ _switch("--mlock", lambda f, _: replace(f, load_mode="mlock"))
 
 # Accepted flags that change nothing llama.cpp's memory breakdown counts (threads, sampling,
 # server, logging); valued ones take one argument.
-IGNORED_VALUED = frozenset("""
+_IGNORED_VALUED_WORDS = """
 -t --threads -tb --threads-batch -C --cpu-mask -Cb --cpu-mask-batch --prio --prio-batch
 -n --predict --n-predict -s --seed --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
 --port --host -a --alias --keep -p --prompt -f --file -sys --system-prompt --chat-template --jinja-file
 -lv --verbosity --log-file -ctxcp --ctx-checkpoints -cram --cache-ram --numa -fit --fit -fitt --fit-target
 -fitc --fit-ctx --timeout --threads-http --reasoning-budget --reasoning-format -to --timeout
-""".split())
-IGNORED_SWITCHES = frozenset("""
+"""
+IGNORED_VALUED = frozenset(_IGNORED_VALUED_WORDS.split())
+_IGNORED_SWITCHES_WORDS = """
 -v --verbose --log-disable --log-colors --no-warmup --warmup -cnv --conversation -no-cnv --no-conversation
 --jinja --no-jinja -cb --cont-batching -nocb --no-cont-batching --context-shift --no-context-shift
 --metrics --slots --no-slots --no-perf --perf -i --interactive --simple-io --no-display-prompt
 -e --escape --no-escape --check-tensors -dio --direct-io
-""".split())
+"""
+IGNORED_SWITCHES = frozenset(_IGNORED_SWITCHES_WORDS.split())
 
 
 def parse_llama_flags(argv: list[str] | tuple[str, ...]) -> LlamaFlags:

@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planner.model.arch import ModelFacts, model_facts
-from planner.model.costs import CostTable, WeightGroup, cost_table
-from planner.gguf.examples import resolve_model
-from planner.gguf.reader import ModelFile, read_model
 from planner.core.render import table
 from planner.core.units import fmt_bytes, mib
+from planner.gguf.examples import resolve_model
+from planner.gguf.reader import ModelFile, read_model
+from planner.model.arch import ModelFacts, model_facts
+from planner.model.costs import CostTable, WeightGroup, cost_table
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,10 @@ class InspectResult:
             rows.append([lc.index, kind, *(f"{mib(lc.group_bytes(g)):.2f}" for g in groups),
                          f"{mib(lc.weight_bytes):.2f}", f"{mib(lc.kv_bytes_per_cell * 1024):.2f}",
                          f"{mib(lc.state_bytes_per_seq):.2f}"])
-        rows.append(["total", "", *(f"{mib(sum(l.group_bytes(g) for l in c.layers)):.2f}" for g in groups),
+        rows.append(["total", "", *(f"{mib(sum(lc.group_bytes(g) for lc in c.layers)):.2f}" for g in groups),
                      f"{mib(c.layer_weight_bytes):.2f}",
-                     f"{mib(sum(l.kv_bytes_per_cell for l in c.layers) * 1024):.2f}",
-                     f"{mib(sum(l.state_bytes_per_seq for l in c.layers)):.2f}"])
+                     f"{mib(sum(lc.kv_bytes_per_cell for lc in c.layers) * 1024):.2f}",
+                     f"{mib(sum(lc.state_bytes_per_seq for lc in c.layers)):.2f}"])
         head = (f"{m.path}\n{f.arch}: {f.n_layer} layers, n_embd {f.n_embd}, vocab {f.n_vocab}, "
                 f"train ctx {f.n_ctx_train}, {m.n_params / 1e6:.1f} M params, "
                 f"{fmt_bytes(m.total_tensor_bytes)} of tensors"
