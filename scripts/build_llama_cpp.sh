@@ -6,7 +6,7 @@
 # ggml-rpc-server instances on 127.0.0.1 give llama.cpp real extra devices.
 # GGML_NATIVE=OFF ("portable"): on x86-64 the CPU kernels are the AVX2/FMA/F16C ones on every
 # machine, so llama.cpp's numbers do not depend on the CPU that built it and the runtime's
-# bit-exact kernels (runtime/exact.py) have one target.
+# bit-exact kernels (runtime/ggml/exact.py) have one target.
 #
 #   scripts/build_llama_cpp.sh            # build if the cache lacks a tool, else nothing
 #   FITPLAN_LLAMA_CPP_DIR=/path ...       # another cache directory

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys
-from gguf import MODEL_TENSOR, TENSOR_NAMES
+from gguf import GGML_QUANT_SIZES, MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys
 
 Q = GGMLQuantizationType
 T = MODEL_TENSOR

@@ -26,10 +26,10 @@ from functools import lru_cache
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventory, llama_order
 from planner.core.errors import FlagError
-from planner.llama.flags import LlamaFlags
 from planner.gguf.reader import ModelFile
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventory, llama_order
+from planner.llama.flags import LlamaFlags
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ INPUT_LAYER = -1
 # is used, which moves a model buffer by less than 1 KiB per tensor.
 ALIGNMENT: dict[Backend, int] = {Backend.CPU: 32, Backend.RPC: 32, Backend.CUDA: 128, Backend.ROCM: 128,
                                  Backend.VULKAN: 32, Backend.METAL: 32, Backend.SYCL: 32}
+# Host rows (Host, CPU_REPACK) take the CPU's alignment (ggml-impl.h TENSOR_ALIGNMENT).
+HOST_ALIGNMENT = ALIGNMENT[Backend.CPU]
 # Backends whose device offers a pinned host buffer type, which make_cpu_buft_list puts first.
 HOST_BUFFER_BACKENDS = frozenset({Backend.CUDA, Backend.ROCM, Backend.SYCL, Backend.VULKAN})
 
@@ -224,9 +226,10 @@ def _cpu_buft(slot: TensorSlot, devices: tuple[Device, ...], flags: LlamaFlags, 
     """First of make_cpu_buft_list's buffer types that takes this weight: host buffer, repack, CPU."""
     if not flags.no_host and devices and devices[0].has_host_buffer:
         return HOST
-    if flags.repack and slot.ggml_type in repack and slot.rows % repack[slot.ggml_type] == 0:
-        if (slot.op is WeightOp.MUL_MAT and slot.n_dims == 2) or (slot.op is WeightOp.MUL_MAT_ID and slot.n_dims == 3):
-            return CPU_REPACK
+    repackable = flags.repack and slot.ggml_type in repack and slot.rows % repack[slot.ggml_type] == 0
+    matmul = (slot.op is WeightOp.MUL_MAT and slot.n_dims == 2) or (slot.op is WeightOp.MUL_MAT_ID and slot.n_dims == 3)
+    if repackable and matmul:
+        return CPU_REPACK
     return HOST
 
 
@@ -242,7 +245,8 @@ def _override_target(target: str, devices: tuple[Device, ...]) -> str | None:
 
 
 def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...], devices: tuple[Device, ...],
-                   flags: LlamaFlags, repack: dict[Q, int]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+                   flags: LlamaFlags,
+                   repack: dict[Q, int]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """Buffer row of every weight, and which weights an override moved (to what)."""
     rules = [(re.compile(o.pattern), o.target, _override_target(o.target, devices)) for o in flags.overrides]
     placed, moved = [], []

@@ -16,65 +16,19 @@ Terms are counted in bytes; a small per-device constant covers graph bookkeeping
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-from planner.model.arch import AttnKind
-from planner.llama.flags import LlamaFlags
-from planner.llama.kv import ContextParams, pulled_attention, swa_cells
 from planner.llama.placement import CPU_REPACK, HOST, Placement
-
-if TYPE_CHECKING:
-    from planner.memory.estimate import ModelContext
+from planner.llama.settings import LlamaSettings
+from planner.model.arch import AttnKind, ModelFacts
+from planner.model.shapes import Shapes
+from runtime.engine.reserve import reserve_compute
 
 N_COPIES_PIPELINE = 4   # GGML_SCHED_MAX_COPIES
 F32 = 4
 F16 = 2
 I32 = 4
 I64 = 8
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """Per-token widths (elements) of the tensors a layer materialises, from the model's weights."""
-
-    n_embd: int
-    n_ff: int            # dense FFN width
-    n_ff_moe: int        # n_expert_used x expert width (0 without routed experts)
-    shared_experts: bool
-    n_expert_used: int
-    q_width: int         # n_head x head_dim_k
-    kv_width: int        # n_head_kv x head_dim
-    n_head: int
-    n_vocab: int
-    ssm_in: int          # Mamba-2 in_proj output width (0 without SSM layers)
-    ssm_conv: int        # conv channels (d_inner + 2 n_group d_state)
-    ssm_inner: int
-
-
-def model_shapes(ctx: ModelContext) -> Shapes:
-    f, meta = ctx.facts, ctx.model.metadata
-    n_ff = n_ff_moe = 0
-    shared = False
-    for t in ctx.model.tensors:
-        if len(t.shape) < 2 or not (".ffn_up" in t.name or ".ffn_gate" in t.name) or "_inp" in t.name:
-            continue
-        if len(t.shape) == 3:
-            n_ff_moe = max(n_ff_moe, t.shape[1] * max(1, f.n_expert_used))
-        else:
-            n_ff = max(n_ff, t.shape[1])
-            shared = shared or "shexp" in t.name
-    q = max((lf.n_head * lf.head_dim_k for lf in f.layers), default=f.n_embd)
-    kv = max((lf.n_head_kv * max(lf.head_dim_k, lf.head_dim_v) for lf in f.layers), default=0)
-    n_head = max((lf.n_head for lf in f.layers), default=1)
-    arch = f.arch
-    d_inner = int(meta.get(f"{arch}.ssm.inner_size", 0) or 0)
-    d_state = int(meta.get(f"{arch}.ssm.state_size", 0) or 0)
-    n_group = int(meta.get(f"{arch}.ssm.group_count", 0) or 0)
-    n_ssm_head = int(meta.get(f"{arch}.ssm.time_step_rank", 0) or 0)
-    conv = d_inner + 2 * n_group * d_state
-    return Shapes(f.n_embd, n_ff, n_ff_moe, shared, max(1, f.n_expert_used), q, kv, n_head, f.n_vocab,
-                  d_inner + conv + n_ssm_head if d_inner else 0, conv if d_inner else 0, d_inner)
 
 
 def _ffn_work(sh: Shapes, t: int) -> int:
@@ -113,7 +67,7 @@ def _mask_bytes(n_kv: int, t: int, fa: bool) -> int:
     return n_kv * t * (F16 if fa else F32)
 
 
-def _boundary_crossings(ctx: ModelContext, sh: Shapes, placement: Placement, t: int) -> dict[str, int]:
+def _boundary_crossings(facts: ModelFacts, sh: Shapes, placement: Placement, t: int) -> dict[str, int]:
     """Extra tensors crossing where a recurrent layer ends a device's range.
 
     Measured with GGML_SCHED_DEBUG: the scheduler runs part of that Mamba-2 mixer on the next
@@ -123,7 +77,7 @@ def _boundary_crossings(ctx: ModelContext, sh: Shapes, placement: Placement, t: 
     if not sh.ssm_in:
         return out
     devs = placement.layer_device
-    for lf in ctx.facts.layers:
+    for lf in facts.layers:
         il = lf.index
         if lf.nextn or lf.kind is not AttnKind.RECURRENT or il + 1 >= len(devs) - 1:
             continue
@@ -132,15 +86,6 @@ def _boundary_crossings(ctx: ModelContext, sh: Shapes, placement: Placement, t: 
             out[nxt] += sh.ssm_in * t * F32
             out[here] += sh.ssm_inner * t * F32
     return out
-
-
-def _kv_cells(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams) -> dict[AttnKind, int]:
-    trunk = [lf for lf in ctx.facts.layers if not lf.nextn]
-    cells = {AttnKind.FULL: cp.n_ctx_seq}
-    swa = [lf for lf in trunk if lf.kind is AttnKind.SWA]
-    if swa:
-        cells[AttnKind.SWA] = swa_cells(swa[0].window, cp, flags.swa_full)
-    return {k: v for k, v in cells.items() if any(lf.kind is k and lf.has_kv for lf in trunk)}
 
 
 def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, set[int]]:
@@ -170,17 +115,16 @@ def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, s
     return host, experts
 
 
-def _pulled_cores(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement, sh: Shapes,
-                  cells: dict[AttnKind, int], t: int) -> dict[str, int]:
-    """The attention cores kv.pulled_attention moves onto a device, sized from llama-fit-params on a
+def _pulled_cores(settings: LlamaSettings, sh: Shapes, t: int) -> dict[str, int]:
+    """The attention cores settings.pulled_attention moves onto a device, sized from llama-fit-params on a
     Granite-4.0-H-class hybrid (n_ctx 4096..131072, -ub 32..512, within 1 %): the K and V views
     and the mask copied in, plus the fused op's Q and output rows — or, without flash attention,
     the scores and a second V copy (its transposed view made contiguous)."""
     out: dict[str, int] = defaultdict(int)
-    for il, dev in pulled_attention(ctx.facts, flags, placement.layer_device).items():
-        n_kv = cells.get(ctx.facts.layers[il].kind, 0)
+    for il, dev in settings.pulled.items():
+        n_kv = settings.kv_cells.get(settings.ctx.facts.layers[il].kind, 0)
         view = n_kv * sh.kv_width * F16
-        if cp.flash_attn:
+        if settings.cparams.flash_attn:
             core = 2 * view + n_kv * t * F16 + 2 * sh.q_width * t * F32
         else:
             core = 3 * view + n_kv * t * F32 + n_kv * t * sh.n_head * F32 + sh.q_width * t * F32
@@ -199,8 +143,7 @@ def _output_row(placement: Placement) -> str:
     return HOST if row in (HOST, CPU_REPACK) else row
 
 
-def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement,
-                  use_runtime: bool = True) -> dict[str, int]:
+def compute_bytes(settings: LlamaSettings, use_runtime: bool = True) -> dict[str, int]:
     """Compute buffer bytes per buffer row (device names and Host).
 
     Per row: what is never freed (pipeline copies; the unused embeddings input on the CPU) plus
@@ -211,17 +154,20 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
     `use_runtime=False` asks for the analytic model alone (fast: the planner's search uses it).
     """
     if use_runtime:
-        from runtime.engine.reserve import reserve_compute
-
-        measured = reserve_compute(ctx, flags, cp, placement)
+        measured = reserve_compute(settings)
         if measured is not None:
             return measured
-    sh = ctx.compute_shapes
+    return _analytic_compute_bytes(settings)
+
+
+def _analytic_compute_bytes(settings: LlamaSettings) -> dict[str, int]:
+    ctx, cp, placement = settings.ctx, settings.cparams, settings.placement
+    sh = ctx.shapes
     t = min(cp.n_ctx, cp.n_ubatch)
     n_out = min(t, cp.n_batch)
     pipeline = placement.pipeline_parallel
     copies = N_COPIES_PIPELINE if pipeline else 1
-    cells = _kv_cells(ctx, flags, cp)
+    cells = settings.kv_cells
     per_kind = {k: _mask_bytes(n, t, cp.flash_attn) + 2 * t * I64 for k, n in cells.items()}
     e = sh.n_embd * t * F32
     # llm_graph_input_embd: the token ids and an f32 embeddings input (unused for text, still allocated)
@@ -241,10 +187,10 @@ def compute_bytes(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, place
         if lf.kind in cells:
             kinds[row].add(lf.kind)
     work[HOST] = max(work[HOST], host_moved)
-    for row, core in _pulled_cores(ctx, flags, cp, placement, sh, cells, t).items():
+    for row, core in _pulled_cores(settings, sh, t).items():
         work[row] = max(work[row], core)
     out_row = _output_row(placement)
-    extra = _boundary_crossings(ctx, sh, placement, t)
+    extra = _boundary_crossings(ctx.facts, sh, placement, t)
     output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
     if sh.n_ff_moe and sh.shared_experts and cp.n_seq == 1:
         # measured (deepseek2): with one sequence the last layer's expert rows stay below the

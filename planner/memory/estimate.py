@@ -10,67 +10,21 @@ For a planner calling this many times: build a `ModelContext` once (`model_conte
 """
 from __future__ import annotations
 
-import functools
 import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from planner.model.arch import ModelFacts, model_facts
-from planner.memory.analytic import compute_bytes
-from planner.hardware.inventory import Inventory
-from planner.gguf.examples import resolve_model
-from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
-from planner.gguf.reader import ModelFile, read_model
-from planner.llama.kv import (
-    ContextParams,
-    context_bytes,
-    context_params,
-    layer_caches,
-    resolve_auto_fa,
-)
-from planner.llama.placement import (
-    CPU_REPACK,
-    HOST,
-    Placement,
-    TensorSlot,
-    place,
-    resolve_devices,
-    tensor_slots,
-)
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib, pad
-
-HOST_ALIGNMENT = 32
-
-
-@dataclass(frozen=True)
-class ModelContext:
-    """A model read once: header, architecture facts and the weight list llama.cpp creates."""
-
-    model: ModelFile
-    facts: ModelFacts
-    slots: tuple[TensorSlot, ...]
-
-    @functools.cached_property
-    def slot_bytes(self) -> dict[str, int]:
-        """Bytes of each weight llama.cpp creates, by name."""
-        return {s.name: s.n_bytes for s in self.slots}
-
-    @functools.cached_property
-    def compute_shapes(self) -> Any:
-        """The widths the compute model needs (compute.Shapes), worked out once per model."""
-        from planner.memory.analytic import model_shapes
-
-        return model_shapes(self)
-
-
-def model_context(model: str | os.PathLike[str] | ModelFile | ModelContext) -> ModelContext:
-    if isinstance(model, ModelContext):
-        return model
-    mf = model if isinstance(model, ModelFile) else read_model(resolve_model(str(model)))
-    facts = model_facts(mf)
-    return ModelContext(mf, facts, tensor_slots(mf, facts.n_layer_all))
+from planner.gguf.reader import ModelFile
+from planner.hardware.inventory import Inventory
+from planner.llama.context import ModelContext, model_context
+from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
+from planner.llama.kv import context_bytes, layer_caches
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
+from planner.memory.analytic import compute_bytes
 
 
 @dataclass(frozen=True)
@@ -132,11 +86,11 @@ class Estimate:
         return "\n".join(out) + "\n"
 
 
-def _model_bytes(ctx: ModelContext, placement: Placement, alignment: dict[str, int]) -> dict[str, int]:
-    size = ctx.slot_bytes
+def _model_bytes(settings: LlamaSettings) -> dict[str, int]:
+    size = settings.ctx.slot_bytes
     out: dict[str, int] = defaultdict(int)
-    for name, row in placement.tensor_buft:
-        out[row] += pad(size[name], alignment.get(row, HOST_ALIGNMENT))
+    for name, row in settings.placement.tensor_buft:
+        out[row] += pad(size[name], settings.alignment[row])
     return dict(out)
 
 
@@ -146,18 +100,20 @@ def estimate(model: str | os.PathLike[str] | ModelFile | ModelContext, flags: Ll
     ctx = model_context(model)
     if not isinstance(flags, LlamaFlags):
         flags = parse_llama_flags(list(flags))
-    facts = ctx.facts
-    devices = resolve_devices(flags, inventory)
-    placement = place(ctx.slots, facts.n_layer_all, flags, devices)
-    cp = resolve_auto_fa(facts, flags, context_params(flags, facts.n_ctx_train), placement.layer_device)
-    alignment = {d.name: d.alignment for d in devices}
-    weights = _model_bytes(ctx, placement, alignment)
-    kv = context_bytes(layer_caches(facts, flags, cp, placement, alignment))
-    compute = compute_bytes(ctx, flags, cp, placement, use_runtime=exact_compute)
-    names = [d.name for d in devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
+    return estimate_settings(resolve_settings(ctx, flags, inventory), exact_compute)
+
+
+def estimate_settings(settings: LlamaSettings, exact_compute: bool = True) -> Estimate:
+    """The estimate of flags already resolved (validate resolves once for the estimate and its run)."""
+    placement = settings.placement
+    weights = _model_bytes(settings)
+    kv = context_bytes(layer_caches(settings))
+    compute = compute_bytes(settings, use_runtime=exact_compute)
+    names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     by_dev: dict[str, list[int]] = defaultdict(list)
     for il, d in enumerate(placement.layer_device):
         by_dev[d].append(il)
-    return Estimate(ctx.model.path, flags, cp, rows, tuple((d, tuple(ls)) for d, ls in by_dev.items()),
-                    placement.layer_device[-1], placement.moved, placement.pipeline_parallel, facts.n_layer_all)
+    return Estimate(settings.ctx.model.path, settings.flags, settings.cparams, rows,
+                    tuple((d, tuple(ls)) for d, ls in by_dev.items()), placement.layer_device[-1], placement.moved,
+                    placement.pipeline_parallel, settings.ctx.facts.n_layer_all)

@@ -6,14 +6,12 @@ more layer offloaded), never from interpolation (seed 003 §5: measure, never in
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from planner.memory.estimate import ModelContext, estimate
-from planner.llama.placement import CPU_REPACK, HOST
 from planner.core.units import fmt_bytes
-
-if TYPE_CHECKING:
-    from planner.planning.search import PlanResult
+from planner.llama.context import ModelContext
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.memory.estimate import estimate
+from planner.planning.result import PlanResult
 
 
 def _totals(est) -> dict[str, int]:

@@ -11,20 +11,19 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from planner.hardware.budgets import Budgets
-from planner.model.costs import CostTable, cost_table
 from planner.hardware.inventory import Inventory
-from planner.memory.estimate import Estimate, ModelContext, estimate
-from planner.llama.flags import FFN_EXPS_REGEX, LlamaFlags, OverrideArg
-from planner.llama.kv import context_params, layer_caches
-from planner.llama.placement import CPU_REPACK, HOST, INPUT_LAYER, Device, Placement, resolve_devices
+from planner.llama.context import ModelContext
+from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg
+from planner.llama.kv import layer_caches
+from planner.llama.placement import CPU_REPACK, HOST, INPUT_LAYER, Device
+from planner.llama.settings import LlamaSettings, resolve_on, resolve_settings
+from planner.memory.estimate import Estimate, estimate
+from planner.model.costs import CostTable, cost_table
+from planner.planning.result import PlanRequest
 from planner.planning.solve import Assignment, LayerDemand, Problem, Slot, solve_dp, solve_milp
 from planner.planning.throughput import CPU, Rates, expert_fraction, layer_decode_bytes
-
-if TYPE_CHECKING:
-    from planner.planning.search import PlanRequest
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +47,12 @@ def layer_weights(ctx: ModelContext) -> tuple[list[int], list[int], int]:
 
 
 def layer_kv(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]) -> list[int]:
-    """Context bytes of each layer, sized exactly as the estimate sizes them."""
+    """Context bytes of each layer, sized exactly as the estimate sizes them: the estimate's own
+    settings for every layer on the first device (-ngl all -ts 1,0,...), or on the CPU without one."""
     n = ctx.facts.n_layer_all
-    name = devices[0].name if devices else CPU
-    fake = Placement(devices, tuple([name] * (n + 1)), (), (), 0, False)
-    cp = context_params(flags, ctx.facts.n_ctx_train)
+    first = replace(flags, n_gpu_layers=NGL_AUTO, tensor_split=(1.0,) + (0.0,) * (len(devices) - 1) if devices else ())
     out = [0] * (n + 1)
-    for cache in layer_caches(ctx.facts, flags, cp, fake, {d.name: d.alignment for d in devices}):
+    for cache in layer_caches(resolve_on(ctx, first, devices)):
         out[cache.layer] += cache.bytes
     return out
 
@@ -70,6 +68,7 @@ class Setting:
     inventory: Inventory
     budgets: Budgets
     request: PlanRequest
+    base: LlamaSettings          # the flags resolved once: their devices and context params
     output_on_host: bool = False
 
 
@@ -111,8 +110,9 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
     weights, experts, kv = probes.weights, probes.experts, probes.kv
     compute, out_extra = probes.device_compute, probes.output_extra
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
-    n_ctx = context_params(s.flags, facts.n_ctx_train).n_ctx_seq
+    n_ctx = s.base.cparams.n_ctx_seq
     demands = []
+    read: float
     for il in range(facts.n_layer_all + 1):
         dev_kv = kv[il] if s.flags.kv_offload else 0
         if il < facts.n_layer_all:
@@ -148,7 +148,7 @@ def expert_override(layers: frozenset[int]) -> OverrideArg | None:
 
 
 def output_override(ctx: ModelContext) -> OverrideArg:
-    """Keep the output matrix in host memory. A tied output is llama.cpp's duplicate of token_embd
+    r"""Keep the output matrix in host memory. A tied output is llama.cpp's duplicate of token_embd
     and an -ot rule sees it under that name (checked against llama-fit-params). Anchored: llama.cpp
     matches -ot with std::regex_search (llama-model-loader.cpp), so a bare `output\.weight` would
     also move every blk.N.attn_output.weight."""
@@ -224,9 +224,9 @@ def device_use(problem: Problem, a: Assignment) -> dict[str, int]:
         layer = problem.layers[il]
         name = problem.slots[slot].name
         use[name] = use.get(name, 0) + layer.device_bytes - (layer.expert_bytes if il in a.experts_on_host else 0)
-    for slot in problem.slots[1:]:
-        if slot.name in use:
-            use[slot.name] += slot.fixed_bytes
+    for device_slot in problem.slots[1:]:
+        if device_slot.name in use:
+            use[device_slot.name] += device_slot.fixed_bytes
     return use
 
 
@@ -253,6 +253,7 @@ def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req:
     base = LlamaFlags(n_ctx=n_ctx, n_parallel=req.n_parallel, n_ubatch=n_ubatch, cache_type_k=cache,
                       cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc,
                       devices=tuple(inventory.names) if inventory.devices else None, ignored=("-fit", "off"))
-    devices = resolve_devices(base, inventory)
+    resolved = resolve_settings(ctx, base, inventory)
+    devices = resolved.devices
     costs = costs_for(ctx, cache)
-    return Setting(ctx, costs, base, devices, inventory, budgets, req, output_on_host and bool(devices))
+    return Setting(ctx, costs, base, devices, inventory, budgets, req, resolved, output_on_host and bool(devices))

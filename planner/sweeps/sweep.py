@@ -18,12 +18,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from planner.core.errors import BadInput, FlagError, InfeasiblePlacement
+from planner.core.render import layer_ranges, table
+from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
-from planner.core.errors import BadInput, FlagError, InfeasiblePlacement
+from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags, changed_fields, flags_to_argv
 from planner.llama.placement import HOST
-from planner.core.render import layer_ranges, table
+from planner.llama.settings import resolve_settings
+from planner.memory.estimate import Estimate, estimate
+from planner.planning.result import PlanRequest
+from planner.planning.search import plan
 from planner.sweeps.axes import (
     AXES,
     CTX_MAX,
@@ -36,7 +42,6 @@ from planner.sweeps.axes import (
     parse_axis,
     parse_vary,
 )
-from planner.core.units import fmt_mib
 
 __all__ = ["AXES", "CSV_COLUMNS", "Axis", "AxisKind", "DeviceRow", "Point", "SweepResult", "layer_ranges",
            "parse_axis", "parse_vary", "sweep"]
@@ -95,9 +100,9 @@ class SweepResult:
 
     def csv_rows(self) -> list[dict[str, Any]]:
         """One row per point and device (the CSV's rows, in its column order)."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for p in self.points:
-            head = {a.name: a.text(v) for a, v in zip(self.axes, p.settings)}
+            head = {a.name: a.text(v) for a, v in zip(self.axes, p.settings, strict=True)}
             if not p.devices:   # an infeasible plan: one row that says so
                 rows.append(dict(head, fits=0, feasible=0))
             for d in p.devices:
@@ -126,7 +131,7 @@ class SweepResult:
             "model": self.model, "mode": self.mode,
             "axes": {a.name: [a.text(v) for v in a.values] for a in self.axes},
             "points": [{
-                "settings": {a.name: a.text(v) for a, v in zip(self.axes, p.settings)},
+                "settings": {a.name: a.text(v) for a, v in zip(self.axes, p.settings, strict=True)},
                 "flags": p.flags, "n_ctx": p.n_ctx, "fits": p.fits, "feasible": p.feasible,
                 "tokens_per_s": p.tokens_per_s,
                 "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
@@ -139,7 +144,7 @@ class SweepResult:
         names = self.device_names
         rows = []
         for p in self.points:
-            cells = [a.text(v) for a, v in zip(self.axes, p.settings)]
+            cells = [a.text(v) for a, v in zip(self.axes, p.settings, strict=True)]
             for n in names:
                 d = p.device(n)
                 cells.append("" if d is None else fmt_mib(d.total_bytes)
@@ -160,13 +165,12 @@ CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total
                "device_fits", "fits", "layers", "n_ctx", "flags")
 
 
-def _one_layer_steps(axis: Axis, ctx: Any, flags: LlamaFlags, inventory: Inventory | None) -> Axis:
+def _one_layer_steps(axis: Axis, ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None) -> Axis:
     """Replace `ts=steps` by every split k/(L-k) of the L offloaded layers between two devices."""
     if TS_STEPS not in axis.values:
         return axis
-    from planner.llama.placement import resolve_devices
 
-    n_dev = len(resolve_devices(flags, inventory))
+    n_dev = len(resolve_settings(ctx, flags, inventory).devices)
     if n_dev != 2:
         raise FlagError(f"--vary ts={TS_STEPS}: one-layer steps move layers between two devices; "
                         f"these flags and devices give {n_dev}")
@@ -194,23 +198,22 @@ class _Budgets:
     def rows(self, amount: int | None) -> dict[str, int]:
         """Row name -> budget; Host only when the inventory knows the host's RAM."""
         b = self.get(amount)
-        if b is None:
+        if b is None or self.inventory is None:
             return {}
         return dict(b.devices, **({HOST: b.host_bytes} if self.inventory.host.ram_available_bytes else {}))
 
 
-def _rows(est: Any, limit: dict[str, int]) -> tuple[DeviceRow, ...]:
+def _rows(est: Estimate, limit: dict[str, int]) -> tuple[DeviceRow, ...]:
     by_dev = dict(est.layers)
     return tuple(DeviceRow(d.name, d.model_bytes, d.context_bytes, d.compute_bytes, limit.get(d.name),
                            layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all))
                  for d in est.devices)
 
 
-def _estimate_point(ctx: Any, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,
+def _estimate_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,
                     inventory: Inventory | None, budgets: _Budgets) -> Point:
-    from planner.memory.estimate import estimate
 
-    settings = list(zip(axes, combo))
+    settings = list(zip(axes, combo, strict=True))
     if CTX_MAX in combo:
         raise FlagError("--vary ctx=max: the largest context that fits is a plan's question; use --mode plan")
     flags = apply_axes(base, [(a, v) for a, v in settings if a.spec.flags],
@@ -225,7 +228,6 @@ def sweep(model: Any, axes: Sequence[Axis], inventory: Inventory | None = None, 
           mode: str = "estimate", progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Evaluate every combination of `axes` (the first axis varies slowest); `progress(done, total)`
     is called after each point."""
-    from planner.memory.estimate import model_context
 
     if mode not in MODES:
         raise FlagError(f"sweep mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -250,12 +252,11 @@ def sweep(model: Any, axes: Sequence[Axis], inventory: Inventory | None = None, 
     return SweepResult(ctx.model.path, mode, axes, tuple(points))
 
 
-def _plan_point(ctx: Any, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,
+def _plan_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,
                 inventory: Inventory | None, budgets: _Budgets) -> Point:
     """The planner's best placement for this combination (it chooses -ngl, -ts, -ot and -ub)."""
-    from planner.planning.search import PlanRequest, plan
 
-    settings = list(zip(axes, combo))
+    settings = list(zip(axes, combo, strict=True))
     where = " ".join(f"{a.name}={a.text(v)}" for a, v in settings)
     if inventory is None or not inventory.host.ram_available_bytes:
         raise BadInput("sweep --mode plan: the host's RAM is needed (--ram 64GiB, or an inventory YAML)")
@@ -268,7 +269,8 @@ def _plan_point(ctx: Any, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: 
     want_max = any(a.name == "ctx" and v == CTX_MAX for a, v in settings)
     flags = apply_axes(base, [(a, v) for a, v in settings if a.spec.flags and v != CTX_MAX], where)
     if flags.cache_type_k != flags.cache_type_v:
-        raise FlagError(f"{where}: a plan uses one KV cache type for K and V; got {flags.cache_type_k}/{flags.cache_type_v}")
+        raise FlagError(f"{where}: a plan uses one KV cache type for K and V; "
+                        f"got {flags.cache_type_k}/{flags.cache_type_v}")
     ub_given = flags.n_ubatch != LlamaFlags().n_ubatch or any(a.name == "ub" for a in axes)
     request = PlanRequest(n_ctx=None if want_max else (flags.n_ctx or None), max_ctx=want_max,
                           n_parallel=flags.n_parallel, cache_types=(flags.cache_type_k,),

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import row_size
-from runtime.ggml import build as B
-from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.moe import build_moe_ffn
+from runtime.ggml import build as B
+from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
 
@@ -82,7 +82,7 @@ class DecoderBuilder:
     def ffn(self, x: Tensor, il: int) -> Tensor:
         p = f"blk.{il}."
         if self.hp.spec.ffn is FfnKind.MOE:
-            return build_moe_ffn(self, x, il)
+            return build_moe_ffn(self.hp, self._need, self.out.graph, x, il)
         up = B.mul_mat(self._need(p + "ffn_up.weight"), x, name=f"ffn_up-{il}")
         gate = B.mul_mat(self._need(p + "ffn_gate.weight"), x, name=f"ffn_gate-{il}")
         kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"

@@ -6,23 +6,22 @@ weights -> one view per used expert, summed.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from runtime.engine.hparams import HParams
 from runtime.ggml import build as B
-from runtime.ggml.graph import GGMLType, Op, Tensor
-
-if TYPE_CHECKING:
-    from runtime.engine.builder import DecoderBuilder
+from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
 # build_moe_ffn clamps the weight sum from below by the smallest normal f16 (6.1e-5)
 WEIGHT_SUM_MIN = 6.103515625e-5
 
 
-def build_moe_ffn(b: DecoderBuilder, cur: Tensor, il: int) -> Tensor:
-    hp, p = b.hp, f"blk.{il}."
+def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cur: Tensor, il: int) -> Tensor:
+    """`weight(name)` is the builder's weight lookup; nodes that llama.cpp expands early go to `graph`."""
+    p = f"blk.{il}."
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     k, n_expert = hp.n_expert_used, hp.n_expert
-    logits = B.mul_mat(b._need(p + "ffn_gate_inp.weight"), cur, name=f"ffn_moe_logits-{il}")
+    logits = B.mul_mat(weight(p + "ffn_gate_inp.weight"), cur, name=f"ffn_moe_logits-{il}")
     probs = B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
     order = B._node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
     selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
@@ -34,22 +33,22 @@ def build_moe_ffn(b: DecoderBuilder, cur: Tensor, il: int) -> Tensor:
                   min=WEIGHT_SUM_MIN, max=float("inf"))
     weights = B._node(Op.DIV, weights.ne, [weights, total], f"ffn_moe_weights_norm-{il}")
     weights = B.reshape(weights, (1, k, n_tokens))
-    b.out.graph.expand(weights)
+    graph.expand(weights)
     x = B.reshape(cur, (n_embd, 1, n_tokens))
-    up = B.mul_mat_id(b._need(p + "ffn_up_exps.weight"), x, selected, name=f"ffn_moe_up-{il}")
-    gate = B.mul_mat_id(b._need(p + "ffn_gate_exps.weight"), x, selected, name=f"ffn_moe_gate-{il}")
+    up = B.mul_mat_id(weight(p + "ffn_up_exps.weight"), x, selected, name=f"ffn_moe_up-{il}")
+    gate = B.mul_mat_id(weight(p + "ffn_gate_exps.weight"), x, selected, name=f"ffn_moe_gate-{il}")
     act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
-    experts = B.mul_mat_id(b._need(p + "ffn_down_exps.weight"), act, selected, name=f"ffn_moe_down-{il}")
+    experts = B.mul_mat_id(weight(p + "ffn_down_exps.weight"), act, selected, name=f"ffn_moe_down-{il}")
     experts = B.mul(experts, weights, name=f"ffn_moe_weighted-{il}")
-    b.out.graph.expand(experts)
+    graph.expand(experts)
     views = [B.view(experts, (n_embd, n_tokens), (experts.nb[0], experts.nb[2]), i * experts.nb[1],
                     name=f"ffn_moe_expert_{i}-{il}") for i in range(k)]
     for v in views:
-        b.out.graph.expand(v)
+        graph.expand(v)
     out = views[0]
     for v in views[1:]:
         out = B.add(out, v, name=f"ffn_moe_out-{il}")
-        b.out.graph.expand(out)
+        graph.expand(out)
     if k == 1:
         out = B.cont(out, name=f"ffn_moe_out-{il}")
     return out

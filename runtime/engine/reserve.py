@@ -1,10 +1,11 @@
 """Compute buffers from the allocator, for the estimate: llama.cpp's sched_reserve replayed.
 
 `reserve_compute` builds the worst-case prompt graph (min(n_ctx, n_ubatch) tokens over the whole
-cache) and the one-token graph for a placement, reserves both as llama.cpp does (prompt, token,
-prompt again) and returns each device's compute buffer. No tensor data is read or written: the
-weights and caches get addresses in buffers that are never touched. Results are cached per
-(model, placement shape), because a planner estimates the same placement many times.
+cache) and the one-token graph for resolved settings (planner/llama/settings.py), reserves both
+as llama.cpp does (prompt, token, prompt again) and returns each device's compute buffer. No
+tensor data is read or written: the weights and caches get addresses in buffers that are never
+touched. Results are cached per (model, placement shape), because a planner estimates the same
+placement many times.
 """
 from __future__ import annotations
 
@@ -12,16 +13,12 @@ import gc
 import logging
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from planner.core.errors import FitplanError
-from planner.llama.flags import LlamaFlags
-from planner.llama.kv import ContextParams
-from planner.llama.placement import HOST, Placement
+from planner.llama.placement import HOST
+from planner.llama.settings import LlamaSettings
 from runtime.engine.hparams import ARCHS
-
-if TYPE_CHECKING:
-    from planner.memory.estimate import ModelContext
+from runtime.engine.runner import KV_CACHE_TYPES, OFFLOAD_MIN_BATCH, ModelRunner
 
 log = logging.getLogger(__name__)
 
@@ -30,44 +27,41 @@ ANALYTIC_ENV = "FITPLAN_COMPUTE_MODEL"   # =analytic: skip the runtime (calibrat
 _cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
 
 
-def _key(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement) -> tuple:
-    """Everything the reserve graphs and their placement depend on."""
-    devices = tuple((d.name, d.backend, d.alignment) for d in placement.devices)
-    return (ctx.model.path, ctx.model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
-            placement.pipeline_parallel, cp, flags.kv_offload, flags.swa_full, flags.cache_type_k,
-            flags.cache_type_v)
+def _key(settings: LlamaSettings) -> tuple:
+    """Everything of the settings the reserve graphs and their placement depend on."""
+    model, placement = settings.ctx.model, settings.placement
+    devices = tuple((d.name, d.backend, d.alignment) for d in settings.devices)
+    return (model.path, model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
+            placement.pipeline_parallel, settings.cparams, settings.flags.kv_offload,
+            tuple(settings.kv_cells.items()), settings.type_k, settings.type_v)
 
 
-def supported(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams, placement: Placement) -> bool:
+def supported(settings: LlamaSettings) -> bool:
     """A graph builder exists, the runtime models these cparams (one stream, f16/f32 caches), and
     no device offloads ops. Offloading devices (CUDA-like: prompt matmuls on host weights copy the
     weight into the device's compute buffer) are left to the analytic model until a peer run on
     such a device confirms the runtime's figure; RPC and CPU placements are peer-tested."""
-    from runtime.engine.runner import OFFLOAD_MIN_BATCH
+    cp = settings.cparams
+    offloads = any(OFFLOAD_MIN_BATCH.get(d.backend) is not None for d in settings.devices)
+    return (settings.ctx.model.architecture in ARCHS and cp.n_stream == 1 and cp.n_seq == 1 and not offloads
+            and settings.type_k == settings.type_v and settings.type_k in KV_CACHE_TYPES)
 
-    offloads = any(OFFLOAD_MIN_BATCH.get(d.backend) is not None for d in placement.devices)
-    return (ctx.model.architecture in ARCHS and cp.n_stream == 1 and cp.n_seq == 1 and not offloads
-            and flags.cache_type_k == flags.cache_type_v and flags.cache_type_k in ("f16", "f32"))
 
-
-def reserve_compute(ctx: ModelContext, flags: LlamaFlags, cp: ContextParams,
-                    placement: Placement) -> dict[str, int] | None:
+def reserve_compute(settings: LlamaSettings) -> dict[str, int] | None:
     """Compute buffer bytes per row (device names, `Host` for the CPU), or None without a builder."""
-    if os.environ.get(ANALYTIC_ENV) == "analytic" or not supported(ctx, flags, cp, placement):
+    if os.environ.get(ANALYTIC_ENV) == "analytic" or not supported(settings):
         return None
-    key = _key(ctx, flags, cp, placement)
+    key = _key(settings)
     hit = _cache.get(key)
     if hit is not None:
         _cache.move_to_end(key)
         return dict(hit)
-    from runtime.engine.runner import ModelRunner
-
     # The reserve makes tens of thousands of small objects that stay alive until it returns, so
     # the cyclic collector's passes over them find nothing; pausing it saves ~20% of the call.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        runner = ModelRunner(ctx, flags, placement, cp, {})
+        runner = ModelRunner(settings, {})
         runner.load_weights(copy_data=False)
         runner.alloc_kv()
         report = runner.reserve()

@@ -1,13 +1,15 @@
 """Execute a GGUF model under a placement: weights in their devices' buffers, KV caches per
 layer on the layer's device, compute buffers from the allocator, splits from the scheduler.
 
-Placement is planner.llama.placement's (the same semantics as `fitplan estimate`), so a validate
-run checks exactly what the estimate predicted. Every device has a capacity (its budget);
+The runner reads one `LlamaSettings` (planner/llama/settings.py: placement, cparams, cache types,
+KV cells), the value `fitplan estimate` reads, so a validate run checks exactly what the estimate
+predicted. Every device has a capacity (its budget);
 running past it raises BufferAllocationError, which names the device and the shortfall.
 
 Usage::
 
     runner = ModelRunner.load("model.gguf", parse_llama_flags(["-c", "1024"]), capacities={"RPC0": ...})
+    runner = ModelRunner.from_settings(resolve_settings(ctx, flags, inventory))   # flags resolved already
     logits = runner.decode([1, 2, 3])          # [n_tokens, n_vocab]
     runner.reserve_report                      # splits and compute bytes of the reserve graphs
 """
@@ -20,15 +22,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import threadpoolctl
 
+from planner.core.errors import BadInput
+from planner.gguf.tensor_data import TensorData
 from planner.hardware.inventory import Backend as DevBackend
 from planner.hardware.inventory import Inventory
-from planner.core.errors import BadInput
-from planner.memory.estimate import ModelContext, model_context
+from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags
-from planner.llama.kv import ContextParams, context_params, swa_cells
-from planner.llama.placement import CPU_REPACK, HOST, Placement, place, resolve_devices
-from runtime.ggml.compute import Measurement
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.settings import LlamaSettings, resolve_settings
+from planner.model.arch import AttnKind
+from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.hparams import HParams, read_hparams
+from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.ggml.backend import (
     UNLIMITED,
     Backend,
@@ -37,13 +44,10 @@ from runtime.ggml.backend import (
     alloc_tensors,
     make_cpu,
 )
-from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
+from runtime.ggml.compute import Measurement
 from runtime.ggml.exact_matmul import REPACKED
+from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
-from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
-from planner.gguf.tensor_data import TensorData
-from runtime.engine.hparams import HParams, read_hparams
-from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.ggml.sched import Scheduler
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,8 @@ OFFLOAD_MIN_BATCH: dict[DevBackend, int | None] = {
     DevBackend.CUDA: 32, DevBackend.ROCM: 32, DevBackend.SYCL: 32, DevBackend.VULKAN: 32,
     DevBackend.METAL: None, DevBackend.RPC: None, DevBackend.CPU: None,
 }
+# KV cache types the runtime implements (runtime/engine/kvcache.py); others are left to the estimate.
+KV_CACHE_TYPES = frozenset({GGMLType.F16, GGMLType.F32})
 
 
 def _exact_kernels():
@@ -69,13 +75,8 @@ GRAPH_CACHE = 4   # graphs kept for reuse (llama.cpp reuses a graph while its sh
 PIN_MAX_TOKENS = 32   # llama-context.cpp graph_get_cb pins "norm" below this batch size
 
 
-# numpy's OpenBLAS, by the symbol names the scipy-openblas wheels and plain OpenBLAS export.
-_BLAS_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                     "openblas_set_num_threads64_", "openblas_set_num_threads")
-
-
 def limit_blas_threads(n: int = 1) -> bool:
-    """Run numpy's BLAS on n threads; best effort (False when no OpenBLAS is found).
+    """Run numpy's BLAS on n threads (threadpoolctl); False when numpy links no BLAS it can steer.
 
     A decode step is hundreds of small matrix-vector products: with a second BLAS thread each
     one waits for a core, and on a shared 2-core machine that made a Gemma 3 270M token 4x
@@ -83,21 +84,9 @@ def limit_blas_threads(n: int = 1) -> bool:
     products use the other cores through runtime/ggml/threads.py instead (row blocks, one
     single-threaded BLAS call each).
     """
-    import ctypes
-    import re
-
-    try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-            libs = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
-    except OSError:
-        return False
-    for path in libs:
-        lib = ctypes.CDLL(path)
-        for name in _BLAS_SET_THREADS:
-            if hasattr(lib, name):
-                getattr(lib, name)(ctypes.c_int(n))
-                return True
-    return False
+    # Not used as a context manager: the limit holds for the rest of the process.
+    threadpoolctl.threadpool_limits(limits=n, user_api="blas")
+    return any(lib["user_api"] == "blas" for lib in threadpoolctl.threadpool_info())
 
 
 class TimedBackend(Backend):
@@ -138,11 +127,13 @@ def _device_row(row: str) -> str:
 
 
 class ModelRunner:
-    """One model loaded under one placement; decode() runs token ids through it."""
+    """One model loaded under one set of resolved flags; decode() runs token ids through it."""
 
-    def __init__(self, ctx: ModelContext, flags: LlamaFlags, placement: Placement, cp: ContextParams,
-                 capacities: Mapping[str, int], n_outputs_max: int | None = None, kernels: str = "default") -> None:
-        self.ctx, self.flags, self.placement, self.cp = ctx, flags, placement, cp
+    def __init__(self, settings: LlamaSettings, capacities: Mapping[str, int], n_outputs_max: int | None = None,
+                 kernels: str = "default") -> None:
+        self.settings = settings
+        ctx, placement, cp = settings.ctx, settings.placement, settings.cparams
+        self.ctx, self.flags, self.placement, self.cp = ctx, settings.flags, placement, cp
         # llama.cpp reserves min(n_ubatch, n_outputs_max) outputs; n_outputs_max is n_batch by
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
@@ -178,13 +169,16 @@ class ModelRunner:
     def load(cls, model: str | ModelContext, flags: LlamaFlags, inventory: Inventory | None = None,
              capacities: Mapping[str, int] | None = None, reserve: bool = True,
              n_outputs_max: int | None = None, weights: bool = True, kernels: str = "default") -> ModelRunner:
-        """Place, load (weights=False: sizes only, no tensor data read), allocate the KV cache
-        and reserve the compute buffers."""
-        ctx = model_context(model)
-        devices = resolve_devices(flags, inventory)
-        placement = place(ctx.slots, ctx.facts.n_layer_all, flags, devices)
-        cp = context_params(flags, ctx.facts.n_ctx_train)
-        runner = cls(ctx, flags, placement, cp, capacities or {}, n_outputs_max, kernels)
+        """Resolve the flags (planner.llama.settings), then `from_settings`."""
+        return cls.from_settings(resolve_settings(model_context(model), flags, inventory), capacities, reserve,
+                                 n_outputs_max, weights, kernels)
+
+    @classmethod
+    def from_settings(cls, settings: LlamaSettings, capacities: Mapping[str, int] | None = None, reserve: bool = True,
+                      n_outputs_max: int | None = None, weights: bool = True, kernels: str = "default") -> ModelRunner:
+        """Load (weights=False: sizes only, no tensor data read), allocate the KV cache and reserve
+        the compute buffers."""
+        runner = cls(settings, capacities or {}, n_outputs_max, kernels)
         runner.load_weights(copy_data=weights)
         runner.alloc_kv()
         if reserve:
@@ -214,15 +208,14 @@ class ModelRunner:
             t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
 
     def alloc_kv(self) -> None:
-        hp, cp = self.hp, self.cp
+        hp, cp, settings = self.hp, self.cp, self.settings
         sizes = {CacheKind.BASE: cp.n_ctx_seq,
-                 CacheKind.SWA: swa_cells(hp.n_swa, cp, self.flags.swa_full) if any(hp.swa) else 0}
-        cache_type = {"f16": GGMLType.F16, "f32": GGMLType.F32}.get(self.flags.cache_type_k)
-        if cache_type is None or self.flags.cache_type_v != self.flags.cache_type_k:
+                 CacheKind.SWA: settings.kv_cells.get(AttnKind.SWA, 0) if any(hp.swa) else 0}
+        if settings.type_k not in KV_CACHE_TYPES or settings.type_v != settings.type_k:
             raise BadInput(f"-ctk {self.flags.cache_type_k} -ctv {self.flags.cache_type_v}: the runtime "
                            f"implements f16 and f32 KV caches only")
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
-                          v_trans=not cp.flash_attn, cache_type=cache_type)
+                          v_trans=not cp.flash_attn, cache_type=settings.type_k)
         by_device: dict[str, list[Tensor]] = {}
         for il in range(hp.n_layer):
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"

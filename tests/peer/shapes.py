@@ -14,8 +14,15 @@ from typing import Callable
 
 from gguf import Keys
 
-from tests.gguf_factory import (ModelSpec, Q, add_tokenizer, deepseek2_spec, granitehybrid_spec, llama_spec,
-                                qwen3moe_spec)
+from tests.gguf_factory import (
+    ModelSpec,
+    Q,
+    add_tokenizer,
+    deepseek2_spec,
+    granitehybrid_spec,
+    llama_spec,
+    qwen3moe_spec,
+)
 
 
 def _tokenized(spec: ModelSpec, n_vocab: int, n_ctx: int) -> ModelSpec:

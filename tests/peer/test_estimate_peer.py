@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.memory.estimate import ModelContext, estimate, model_context
+from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK
+from planner.memory.estimate import estimate
 from tests.peer.shapes import MODELS, compute_ok, expand, fit_print, matrix, model_path
 
 pytestmark = pytest.mark.peer

@@ -33,10 +33,11 @@ import pytest
 
 from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
 from planner.hardware.inventory import Inventory
-from planner.memory.estimate import estimate, model_context
+from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
-from planner.planning.search import PlanRequest, PlanResult, plan
-from planner.planning.report import llama_argv
+from planner.memory.estimate import estimate
+from planner.planning.result import PlanRequest, PlanResult, llama_argv
+from planner.planning.search import plan
 from planner.planning.solve import Objective
 from tests.peer.shapes import fit_print, model_path
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.llama.flags import parse_llama_flags
 from planner.checking.llama import llama_server, parse_log, server_prompt_batches
 from planner.gguf.examples import resolve_model
+from planner.llama.flags import parse_llama_flags
 from runtime.engine.runner import ModelRunner
 
 pytestmark = pytest.mark.peer
@@ -201,7 +201,7 @@ def test_split_counts_equal_llama_cpp(flags: list[str], llama_tools: Path, rpc_e
 
 @pytest.fixture(scope="module")
 def shape_contexts(tmp_path_factory):
-    from planner.memory.estimate import model_context
+    from planner.llama.context import model_context
     from tests.peer.shapes import model_path
 
     directory = tmp_path_factory.mktemp("shapes")
@@ -221,17 +221,15 @@ def _builder_rows() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name, template", _builder_rows(), ids=[f"{m}: {f}" for m, f in _builder_rows()])
 def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, shape_contexts, llama_tools,
                                                                rpc_endpoints) -> None:
+    from planner.llama.settings import resolve_settings
     from planner.memory.estimate import estimate
-    from planner.llama.kv import context_params
-    from planner.llama.placement import place, resolve_devices
     from runtime.engine.reserve import supported
     from tests.peer.shapes import expand, fit_print
 
     path, ctx = shape_contexts[name]
     argv = expand(template, name, rpc_endpoints)
     flags = parse_llama_flags(argv)
-    placement = place(ctx.slots, ctx.facts.n_layer_all, flags, resolve_devices(flags, None))
-    if not supported(ctx, flags, context_params(flags, ctx.facts.n_ctx_train), placement):
+    if not supported(resolve_settings(ctx, flags)):
         pytest.skip("the runtime does not model this row (parallel sequences or quantized caches)")
     theirs = fit_print(llama_tools, path, argv)
     ours = {d.name: d.compute_bytes for d in estimate(ctx, flags).devices}

@@ -15,10 +15,10 @@ import pytest
 import planner
 from planner.api import as_flags, as_inventory
 from planner.core.errors import BadInput, FlagError
+from planner.core.units import GiB
 from planner.memory.estimate import Estimate
 from planner.model.inspect import InspectResult
 from planner.sweeps.sweep import SweepResult
-from planner.core.units import GiB
 from tests.gguf_factory import llama_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,12 +15,21 @@ from __future__ import annotations
 import pytest
 from gguf import GGUFValueType, Keys
 
-from planner.model.arch import AttnKind, model_facts
 from planner.core.errors import GGUFError
 from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
-from tests.gguf_factory import (ModelSpec, Typed, deepseek2_spec, gemma3_spec, granitehybrid_spec,
-                                llama_spec, mamba2_spec, qwen3moe_spec, write_model)
+from planner.model.arch import AttnKind, model_facts
+from tests.gguf_factory import (
+    ModelSpec,
+    Typed,
+    deepseek2_spec,
+    gemma3_spec,
+    granitehybrid_spec,
+    llama_spec,
+    mamba2_spec,
+    qwen3moe_spec,
+    write_model,
+)
 
 FULL, SWA, REC = AttnKind.FULL, AttnKind.SWA, AttnKind.RECURRENT
 

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import pytest
 
-from planner.model.arch import AttnKind, model_facts
-from planner.model.costs import CostTable, WeightGroup, cost_table
 from planner.core.errors import BadInput
 from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
-from tests.gguf_factory import (ModelSpec, deepseek2_spec, gemma3_spec, granitehybrid_spec, llama_spec,
-                                mamba2_spec, qwen3moe_spec)
+from planner.model.arch import AttnKind, model_facts
+from planner.model.costs import CostTable, WeightGroup, cost_table
+from tests.gguf_factory import (
+    ModelSpec,
+    deepseek2_spec,
+    gemma3_spec,
+    granitehybrid_spec,
+    llama_spec,
+    mamba2_spec,
+    qwen3moe_spec,
+)
 
 A, F, E, S, O = (WeightGroup.ATTENTION, WeightGroup.FFN, WeightGroup.EXPERTS, WeightGroup.SHARED_EXPERTS,
                  WeightGroup.OTHER)

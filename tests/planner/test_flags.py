@@ -4,8 +4,15 @@ from __future__ import annotations
 import pytest
 
 from planner.core.errors import FlagError
-from planner.llama.flags import (NGL_ALL, NGL_AUTO, LlamaFlags, OverrideArg, TensorOverride, flags_to_argv,
-                           parse_llama_flags)
+from planner.llama.flags import (
+    NGL_ALL,
+    NGL_AUTO,
+    LlamaFlags,
+    OverrideArg,
+    TensorOverride,
+    flags_to_argv,
+    parse_llama_flags,
+)
 
 
 def test_defaults_are_llama_cpp_defaults():

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from planner.core.errors import FlagError
-from planner.memory.estimate import model_context
-from planner.llama.flags import parse_llama_flags
 from planner.gguf.reader import read_model
-from planner.llama.kv import context_bytes, context_params, layer_caches
-from planner.llama.placement import HOST, Backend, Device, place
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.llama.kv import context_bytes, layer_caches
+from planner.llama.placement import HOST, Backend, Device
+from planner.llama.settings import context_params, resolve_on
 from tests.gguf_factory import deepseek2_spec, gemma3_spec, llama_spec, mamba2_spec
 
 A = Device("A", Backend.RPC, 32, 0, False, "127.0.0.1:1")
@@ -26,10 +27,7 @@ def _ctx(spec, tmp_path):
 
 
 def _kv(ctx, argv, devices=()):
-    flags = parse_llama_flags(argv)
-    placement = place(ctx.slots, ctx.facts.n_layer_all, flags, devices, {})
-    cp = context_params(flags, ctx.facts.n_ctx_train)
-    return context_bytes(layer_caches(ctx.facts, flags, cp, placement, {d.name: d.alignment for d in devices}))
+    return context_bytes(layer_caches(resolve_on(ctx, parse_llama_flags(argv), devices, {})))
 
 
 @pytest.fixture

@@ -10,12 +10,20 @@ from __future__ import annotations
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.core.errors import FlagError
-from planner.llama.flags import parse_llama_flags
 from planner.gguf.reader import read_model
-from planner.llama.placement import (CPU_REPACK, HOST, Device, WeightOp, layer_devices, place, resolve_devices,
-                               tensor_slots)
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.llama.flags import parse_llama_flags
+from planner.llama.placement import (
+    CPU_REPACK,
+    HOST,
+    Device,
+    WeightOp,
+    layer_devices,
+    place,
+    resolve_devices,
+    tensor_slots,
+)
 from tests.gguf_factory import llama_spec
 
 GiB = 2**30

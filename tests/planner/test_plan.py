@@ -7,16 +7,17 @@ import hashlib
 
 import pytest
 
-from planner.model.costs import cost_table
-from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.core.errors import InfeasiblePlacement
-from planner.memory.estimate import estimate, model_context
-from planner.gguf.examples import resolve_model
-from planner.llama.flags import parse_llama_flags
-from planner.planning.search import PlanRequest, plan, predict_estimate
-from planner.planning.report import llama_argv
-from planner.planning.solve import Objective
 from planner.core.units import GiB, MiB
+from planner.gguf.examples import resolve_model
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.memory.estimate import estimate
+from planner.model.costs import cost_table
+from planner.planning.result import PlanRequest, llama_argv
+from planner.planning.search import plan, predict_estimate
+from planner.planning.solve import Objective
 from tests.gguf_factory import llama_spec, qwen3moe_spec
 
 

@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from planner.api import as_flags, as_inventory
+from planner.core.units import GiB, MiB
 from planner.sweeps.plots import plot_memory, plot_sweep, save_figure
 from planner.sweeps.sweep import parse_axis, sweep
-from planner.core.units import GiB, MiB
 from tests.gguf_factory import llama_spec
 
 

@@ -9,9 +9,9 @@ from planner.core.units import MiB
 from runtime.ggml import build as B
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import make_accel, make_virtual
-from runtime.ggml.sched_errors import BufferAllocationError, SchedulerError
 from runtime.ggml.graph import GGMLType, Graph, TensorFlag
 from runtime.ggml.sched import Scheduler
+from runtime.ggml.sched_errors import BufferAllocationError, SchedulerError
 
 F32 = GGMLType.F32
 N = 16  # 16 f32 = 64 bytes, a multiple of the CPU's 32-byte alignment

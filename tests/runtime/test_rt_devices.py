@@ -6,8 +6,8 @@ from gguf import GGML_QUANT_SIZES
 
 from runtime.ggml import build as B
 from runtime.ggml.backend import Registry, alloc_tensors, make_cpu, make_virtual, op_batch_size
-from runtime.ggml.sched_errors import BufferAllocationError
 from runtime.ggml.graph import BufferUsage, GGMLType, Graph, Op, Tensor
+from runtime.ggml.sched_errors import BufferAllocationError
 
 F32, F16, Q4_K, I32 = GGMLType.F32, GGMLType.F16, GGMLType.Q4_K, GGMLType.I32
 

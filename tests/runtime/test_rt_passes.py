@@ -7,10 +7,17 @@ import pytest
 
 from runtime.ggml import build as B
 from runtime.ggml.backend import make_accel, make_virtual
-from runtime.ggml.sched_errors import SchedulerError
 from runtime.ggml.graph import BufferUsage, GGMLType, Graph, Op, Tensor
-from runtime.ggml.passes import Assignment, assign_forced, expand_gpu_down, expand_gpu_up, expand_rest_down, expand_rest_up
+from runtime.ggml.passes import (
+    Assignment,
+    assign_forced,
+    expand_gpu_down,
+    expand_gpu_up,
+    expand_rest_down,
+    expand_rest_up,
+)
 from runtime.ggml.sched import Scheduler
+from runtime.ggml.sched_errors import SchedulerError
 
 F32, I32, I64 = GGMLType.F32, GGMLType.I32, GGMLType.I64
 E, T, N_CTX = 8, 2, 16

@@ -6,8 +6,8 @@ import numpy as np
 from gguf.quants import quantize
 
 from runtime.ggml.backend import alloc_tensors
-from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
 from runtime.ggml.f16 import F16Grid
+from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
 from runtime.ggml.kernels import read_f32
 
 

@@ -1,9 +1,9 @@
 """Hand-built auto-fit problems (no files, no inventory)."""
 from __future__ import annotations
 
+from planner.core.units import GiB, MiB
 from planner.sd.components import Component, Kind
 from planner.sd.placement import FitInput, GpuBudget
-from planner.core.units import GiB, MiB
 
 
 def gib(x: float) -> int:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from helpers_sd import comp, gib, gpu, problem
 
+from planner.core.units import GiB
 from planner.sd.autofit import follow_assignments, greedy_fit, main_gpu
 from planner.sd.components import Kind
 from planner.sd.placement import Where, ram_budget
-from planner.core.units import GiB
 
 D, T, V = Kind.DIFFUSION, Kind.TE, Kind.VAE
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.core.errors import FlagError
+from planner.core.units import GiB
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.sd.assign import MaxVram, Module, Role, parse_assignment
 from planner.sd.placement import Where
 from planner.sd.resolve import canonical_max_vram, default_device, resolve_compute, resolve_name, resolve_params
-from planner.core.units import GiB
 
 
 def dev(name, backend, kind=DeviceKind.GPU):

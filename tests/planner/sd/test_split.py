@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from planner.core.units import GiB, MiB
 from planner.sd.components import Component, Kind, SdTensor
 from planner.sd.split import block_key, split_ranges
-from planner.core.units import GiB, MiB
 
 
 def component(kind, tensors):

@@ -1,0 +1,43 @@
+"""A model read once for llama.cpp: its header, architecture facts and the weights llama.cpp creates.
+
+Every later stage (the estimate, the planner's search, the runtime's graph builders) takes a
+`ModelContext` instead of a path, so a model's header is parsed, and its facts derived, once.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from planner.gguf.examples import resolve_model
+from planner.gguf.reader import ModelFile, read_model
+from planner.llama.placement import TensorSlot, tensor_slots
+from planner.model.arch import ModelFacts, model_facts
+from planner.model.shapes import Shapes, model_shapes
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """A model read once: header, architecture facts and the weight list llama.cpp creates."""
+
+    model: ModelFile
+    facts: ModelFacts
+    slots: tuple[TensorSlot, ...]
+
+    @functools.cached_property
+    def slot_bytes(self) -> dict[str, int]:
+        """Bytes of each weight llama.cpp creates, by name."""
+        return {s.name: s.n_bytes for s in self.slots}
+
+    @functools.cached_property
+    def shapes(self) -> Shapes:
+        """The widths the model's graph materialises, worked out once per model."""
+        return model_shapes(self.model, self.facts)
+
+
+def model_context(model: str | os.PathLike[str] | ModelFile | ModelContext) -> ModelContext:
+    if isinstance(model, ModelContext):
+        return model
+    mf = model if isinstance(model, ModelFile) else read_model(resolve_model(str(model)))
+    facts = model_facts(mf)
+    return ModelContext(mf, facts, tensor_slots(mf, facts.n_layer_all))

@@ -1,0 +1,155 @@
+"""llama.cpp's flags resolved once against a model and its devices: the value every later stage reads.
+
+`resolve_settings` turns (model, flags, inventory) into one `LlamaSettings`: llama.cpp's device
+list, the placement, the context params with `-fa auto` decided, the cache types, the KV cells of
+each attention kind, the attention cores the scheduler pulls onto another device and each buffer
+row's alignment. The KV caches (kv.py), the compute model (planner/memory/analytic.py) and the
+runtime (runtime/engine) read these and derive none of them again.
+
+Sources (llama.cpp in llama-cpp-python 0.3.36):
+- src/llama-context.cpp: n_ctx = -c or the training context, padded to 256; without a unified
+  cache each of the -np streams gets n_ctx_seq = pad(n_ctx / n_seq, 256) cells; n_batch =
+  min(n_ctx, -b), n_ubatch = min(n_batch, -ub); -fa auto turns flash attention off when a
+  layer's fused op runs on another device than the layer (resolve_fused_ops).
+- src/llama-kv-cache-iswa.cpp: SWA layers get pad(min(kv_size, n_swa * (unified ? n_seq : 1) +
+  n_ubatch), 256) cells, or kv_size with --swa-full.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from itertools import pairwise
+from types import MappingProxyType
+
+from gguf import GGMLQuantizationType as Q
+
+from planner.core.errors import FlagError
+from planner.core.units import pad
+from planner.hardware.inventory import Inventory
+from planner.llama.context import ModelContext
+from planner.llama.flags import LlamaFlags
+from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
+from planner.model.arch import AttnKind, ModelFacts
+from planner.model.costs import cache_type
+
+CTX_PAD = 256
+# V cache types llama.cpp stores without flash attention; a quantized V cache requires -fa on
+# (llama-context.cpp: "quantized V cache was requested, but this requires Flash Attention").
+V_TYPES_WITHOUT_FA = frozenset({Q.F16, Q.F32, Q.BF16})
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    """llama.cpp's cparams that size memory."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_seq: int
+    n_stream: int
+    n_batch: int
+    n_ubatch: int
+    flash_attn: bool
+    kv_unified: bool
+
+
+def context_params(flags: LlamaFlags, n_ctx_train: int) -> ContextParams:
+    """The cparams before layers are placed: `-fa auto` still counts as on (resolve_auto_fa decides)."""
+    n_ctx = flags.n_ctx or n_ctx_train
+    if n_ctx <= 0:
+        raise FlagError("-c 0 asks for the training context, but the model declares none")
+    n_seq = max(1, flags.n_parallel)
+    n_batch = min(n_ctx, flags.n_batch)          # causal attention caps the batch at the context
+    n_ubatch = min(n_batch, flags.n_ubatch)
+    n_ctx = pad(n_ctx, CTX_PAD)
+    if flags.kv_unified:
+        n_ctx_seq = n_ctx
+    else:
+        n_ctx_seq = pad(n_ctx // n_seq, CTX_PAD)
+        n_ctx = n_ctx_seq * n_seq
+    # flash attention 'auto' resolves to on when every layer's device runs the fused op; the
+    # CPU, rpc-servers and the GPU backends fitplan knows all do.
+    fa = flags.flash_attn != "off"
+    if not fa and cache_type(flags.cache_type_v) not in V_TYPES_WITHOUT_FA:
+        raise FlagError("quantized V cache was requested, but this requires Flash Attention (-fa on)")
+    return ContextParams(n_ctx, n_ctx_seq, n_seq, 1 if flags.kv_unified else n_seq, n_batch, n_ubatch, fa,
+                         flags.kv_unified)
+
+
+def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[str, ...]) -> dict[int, str]:
+    """Host attention layers whose attention core the scheduler runs on the next device.
+
+    Measured on a Granite-4.0-H-class hybrid (GGML_SCHED_DEBUG, llama-fit-params -v): when a host
+    attention layer is followed by a device's first layer and that layer is recurrent, the recurrent
+    state gathers sit next to the attention in graph order and ggml's expand passes give the
+    attention core (scores or the fused op) to that device; its K and V views and the mask are
+    copied there. With -nkvo llama.cpp pins attention to the CPU, so nothing moves.
+    """
+    if not flags.kv_offload:
+        return {}
+    trunk = [lf for lf in facts.layers if not lf.nextn]
+    return {lf.index: layer_device[nxt.index] for lf, nxt in pairwise(trunk)
+            if layer_device[lf.index] == "CPU" and layer_device[nxt.index] != "CPU"
+            and lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT}
+
+
+def resolve_auto_fa(flags: LlamaFlags, cp: ContextParams, type_v: Q, pulled: Mapping[int, str]) -> ContextParams:
+    """-fa auto once layers are placed: llama.cpp turns flash attention off when a layer's fused op
+    is scheduled on another device than the layer (src/llama-context.cpp resolve_fused_ops), which
+    is what `pulled_attention` describes. A quantized V cache forces it on instead."""
+    if flags.flash_attn != "auto" or not cp.flash_attn or type_v not in V_TYPES_WITHOUT_FA:
+        return cp
+    return replace(cp, flash_attn=False) if pulled else cp
+
+
+def swa_cells(window: int, cp: ContextParams, swa_full: bool) -> int:
+    if swa_full:
+        return cp.n_ctx_seq
+    return pad(min(cp.n_ctx_seq, window * (cp.n_seq if cp.kv_unified else 1) + cp.n_ubatch), CTX_PAD)
+
+
+def kv_cells(facts: ModelFacts, cp: ContextParams, swa_full: bool) -> dict[AttnKind, int]:
+    """Cells per stream of each attention kind that holds a KV cache: n_ctx_seq for full attention,
+    `swa_cells` for sliding-window layers (a model has one window, llama_hparams.n_swa)."""
+    trunk = [lf for lf in facts.layers if not lf.nextn]
+    cells = {AttnKind.FULL: cp.n_ctx_seq}
+    swa = [lf for lf in trunk if lf.kind is AttnKind.SWA]
+    if swa:
+        cells[AttnKind.SWA] = swa_cells(swa[0].window, cp, swa_full)
+    return {k: v for k, v in cells.items() if any(lf.kind is k and lf.has_kv for lf in trunk)}
+
+
+@dataclass(frozen=True)
+class LlamaSettings:
+    """One set of llama.cpp flags resolved against a model and devices, once."""
+
+    ctx: ModelContext
+    flags: LlamaFlags
+    devices: tuple[Device, ...]        # llama.cpp's device list, in its order
+    placement: Placement
+    cparams: ContextParams             # -fa auto already decided
+    type_k: Q                          # K and V cache types
+    type_v: Q
+    kv_cells: Mapping[AttnKind, int]   # cells per stream of each attention kind that holds a KV cache
+    pulled: Mapping[int, str]          # host attention layer -> the device that runs its core
+    alignment: Mapping[str, int]       # buffer row (device names, Host, CPU_REPACK) -> alignment
+
+
+def resolve_settings(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None = None) -> LlamaSettings:
+    """`flags` on this model and inventory, as llama.cpp would resolve them."""
+    return resolve_on(ctx, flags, resolve_devices(flags, inventory))
+
+
+def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...],
+               repack: dict[Q, int] | None = None) -> LlamaSettings:
+    """`flags` on this model and an already resolved device list; `repack`: the CPU's repack table
+    (default: this machine's)."""
+    facts = ctx.facts
+    placement = place(ctx.slots, facts.n_layer_all, flags, devices, repack)
+    cp = context_params(flags, facts.n_ctx_train)
+    type_k, type_v = cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)
+    pulled = pulled_attention(facts, flags, placement.layer_device)
+    cp = resolve_auto_fa(flags, cp, type_v, pulled)
+    alignment = {HOST: HOST_ALIGNMENT, CPU_REPACK: HOST_ALIGNMENT, **{d.name: d.alignment for d in devices}}
+    return LlamaSettings(ctx, flags, devices, placement, cp, type_k, type_v,
+                         MappingProxyType(kv_cells(facts, cp, flags.swa_full)), MappingProxyType(pulled),
+                         MappingProxyType(alignment))
