@@ -1,7 +1,7 @@
 """Accuracy of `fitplan estimate` against llama.cpp's dry run over the peer-test matrix.
 
-    python bench/bench_estimate_accuracy.py            # every row
-    python bench/bench_estimate_accuracy.py --only llama-8b
+    python -m bench.bench_estimate_accuracy            # every row
+    python -m bench.bench_estimate_accuracy --only llama-8b
 
 Prints, per row and device, model / context / compute MiB as fitplan and llama-fit-params
 (--fit-print on) give them, with the compute error; then a summary: rows where model or
@@ -16,12 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from planner.memory.estimate import estimate, model_context  # noqa: E402
-from planner.core.llama_tools import ensure_tools, rpc_servers  # noqa: E402
-from planner.llama.placement import CPU_REPACK  # noqa: E402
-from tests.peer.shapes import compute_ok, expand, fit_print, matrix, model_path  # noqa: E402
+from planner.core.llama_tools import ensure_tools, rpc_servers
+from planner.llama.context import model_context
+from planner.llama.placement import CPU_REPACK
+from planner.memory.estimate import estimate
+from tests.support.shapes import compute_ok, expand, fit_print, matrix, model_path
 
 MIB = 2**20
 

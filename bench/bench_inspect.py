@@ -4,7 +4,7 @@ Models: the bundled Gemma 3 270M (262k-token vocabulary) and a sparse 8B-class l
 written here (32 layers, n_embd 4096, vocab 128256 with a real-size tokenizer: 128256 token
 strings, token types and 280147 merges, like Llama 3's). Prints figures; asserts nothing.
 
-    python bench/bench_inspect.py [--runs N]
+    python -m bench.bench_inspect [--runs N]
 """
 from __future__ import annotations
 
@@ -18,13 +18,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from planner.model.arch import model_facts  # noqa: E402
-from planner.model.costs import cost_table  # noqa: E402
-from planner.gguf.examples import resolve_model  # noqa: E402
-from planner.gguf.reader import read_model  # noqa: E402
-from tests.gguf_factory import add_tokenizer, llama_spec  # noqa: E402
+from planner.gguf.examples import resolve_model
+from planner.gguf.reader import read_model
+from planner.model.arch import model_facts
+from planner.model.costs import cost_table
+from tests.support.gguf_factory import add_tokenizer, llama_spec
 
 TARGET_S = 1.0
 

@@ -7,7 +7,7 @@
    placement fitplan chooses, against llama.cpp's default proportional split (-ts unset: shares
    proportional to free memory), both predicted by the same throughput model.
 
-    python bench/bench_plan.py [--skip-llama] [--runs N]
+    python -m bench.bench_plan [--skip-llama] [--runs N]
 
 Prints figures; asserts nothing. Model files are sparse GGUFs written to a temporary folder.
 """
@@ -23,18 +23,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from planner.hardware.budgets import fit_target_flag, fit_target_margins, resolve_budgets  # noqa: E402
-from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory  # noqa: E402
-from planner.memory.estimate import estimate, model_context  # noqa: E402
-from planner.llama.flags import parse_llama_flags  # noqa: E402
-from planner.planning.search import PlanRequest, plan, predict_estimate  # noqa: E402
-from planner.planning.report import llama_argv  # noqa: E402
-from planner.model.costs import cost_table  # noqa: E402
-from planner.core.units import GiB, MiB  # noqa: E402
-from tests.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec  # noqa: E402
-from tests.gguf_factory import Q  # noqa: E402
+from planner.core.units import GiB, MiB
+from planner.hardware.budgets import fit_target_flag, fit_target_margins, resolve_budgets
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.memory.estimate import estimate
+from planner.model.costs import cost_table
+from planner.planning.result import (
+    PlanRequest,
+    llama_argv,
+)
+from planner.planning.search import plan, predict_estimate
+from tests.support.gguf_factory import (
+    Q,
+    add_tokenizer,
+    llama_spec,
+    qwen3moe_spec,
+)
 
 N_DEVICES = 8
 DEVICE_BUDGET = 2 * GiB

@@ -1,8 +1,8 @@
 """`fitplan plan` against llama.cpp's own `--fit` (llama-fit-params) on the same budgets.
 
-    python bench/bench_plan_vs_fit.py                  # the peer test's matrix
-    python bench/bench_plan_vs_fit.py --wide           # plus every model at equal budgets 100 MiB .. 4 GiB
-    python bench/bench_plan_vs_fit.py --only llama-8b
+    python -m bench.bench_plan_vs_fit                  # the peer test's matrix
+    python -m bench.bench_plan_vs_fit --wide           # plus every model at equal budgets 100 MiB .. 4 GiB
+    python -m bench.bench_plan_vs_fit --only llama-8b
 
 Runs each case of tests/peer/test_plan_vs_fit.py (two loopback rpc-servers, budgets emulated by
 llama.cpp's --fit-target margins) and prints a Markdown table: llama.cpp's context, -ngl, model
@@ -20,11 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from planner.core.llama_tools import ensure_tools, rpc_servers  # noqa: E402
-from tests.peer.shapes import MODELS  # noqa: E402
-from tests.peer.test_plan_vs_fit import CASES, DEVICES, Case, Outcome, Side, run_case  # noqa: E402
+from planner.core.llama_tools import ensure_tools, rpc_servers
+from tests.peer.test_plan_vs_fit import CASES, DEVICES, Case, Outcome, Side, run_case
+from tests.support.shapes import MODELS
 
 MIB = 2**20
 WIDE_BUDGETS_MIB = (100, 256, 512, 1024, 2048, 4096)

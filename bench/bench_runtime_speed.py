@@ -7,24 +7,20 @@ R runs. Prints tokens/s for both and the runtime/llama.cpp ratios; the aim is ge
 less than a quarter of llama.cpp's CPU speed. -t sets the runtime's threads for large matrix
 products (runtime/ggml/threads.py; default: the cores this process may use). --kernels ggml-avx2
 times the bit-exact kernels (runtime/ggml/exact.py) instead of the default ones.
-Run: python bench/bench_runtime_speed.py [-p 64] [-n 32] [-r 3] [-t N] [--kernels default|ggml-avx2]
+Run: python -m bench.bench_runtime_speed [-p 64] [-n 32] [-r 3] [-t N] [--kernels default|ggml-avx2]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from planner.gguf.examples import resolve_model  # noqa: E402
-from planner.llama.flags import parse_llama_flags  # noqa: E402
-from planner.core.llama_tools import tools_dir  # noqa: E402
-from runtime.ggml import threads  # noqa: E402
-from runtime.engine.runner import ModelRunner  # noqa: E402
+from planner.core.llama_tools import tools_dir
+from planner.gguf.examples import resolve_model
+from planner.llama.flags import parse_llama_flags
+from runtime.engine.runner import ModelRunner
+from runtime.ggml import threads
 
 AIM_GEN_RATIO = 0.25
 

@@ -6,16 +6,12 @@ token embeddings staying in host memory (so op offload stages their weights at b
 Prints the wall time of split+allocate, in ms: from scratch (`reserve`: passes, splits, the
 allocator's walk, buffers) and reusing the reserved plan (`alloc`),
 for a prompt-processing batch (512) and a generation batch (1). Target: < 50 ms per
-split+allocate. Run: python bench/bench_sched.py
+split+allocate. Run: python -m bench.bench_sched
 """
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.core.units import GiB
 from runtime.ggml import build as B

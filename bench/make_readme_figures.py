@@ -1,6 +1,6 @@
 """Regenerate the pictures the README shows (docs/img/), from the bundled example model.
 
-    python bench/make_readme_figures.py [OUT_DIR]
+    python -m bench.make_readme_figures [OUT_DIR]
 
 Each picture is drawn by the printed `fitplan` command, run in this process (planner.cli.main),
 so the script works where the console script is not on PATH.

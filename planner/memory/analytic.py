@@ -31,6 +31,22 @@ I32 = 4
 I64 = 8
 
 
+# Terms of this model fitted to llama.cpp's output rather than derived from its source: each is
+# named here, once, with the measurement it came from. The runtime's reserve (runtime/engine/reserve.py)
+# replaces the whole model wherever a graph builder exists; these terms remain only for the rest.
+FITTED_TERMS: dict[str, str] = {
+    "routed-expert FFN peak (_ffn_work)": "llama-fit-params on Qwen3-30B-A3B / DeepSeek-V2-Lite shapes "
+        "(bench/bench_estimate_accuracy.py): 2 residual + 3 expert-width rows, + the down rows without shared experts",
+    "no-FA extra V copy (_layer_work)": "llama-fit-params on a Granite-4.0-H-class hybrid, n_ctx 4096..131072",
+    "recurrent boundary crossings (_boundary_crossings)": "GGML_SCHED_DEBUG=2 splits on a Mamba-2 hybrid",
+    "expert rows back on the device (_moved_to_cpu_work)":
+        "llama-fit-params with -ot exps=CPU / -ncmoe on Qwen3 MoE",
+    "pulled attention cores (_pulled_cores)":
+        "llama-fit-params on a Granite-4.0-H-class hybrid, -ub 32..512, within 1 %",
+    "deepseek2 one-sequence output phase": "llama-fit-params on DeepSeek-V2-Lite, -np 1 against -np 2",
+    "pipeline arena fragmentation (+2 hidden rows)": "llama-fit-params with two rpc-servers, every layer offloaded",
+}
+
 def _ffn_work(sh: Shapes, t: int) -> int:
     """FFN peak, calibrated against llama-fit-params (bench/bench_estimate_accuracy.py).
 

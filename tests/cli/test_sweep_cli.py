@@ -1,6 +1,6 @@
 """`fitplan sweep` through the CLI: CSV to a file or stdout, the PNG, exit-2 errors, nothing half-written.
 
-Model and hand-derived figures as in tests/planner/test_sweep.py: llama_spec(n_layer=2, n_embd=256,
+Model and hand-derived figures as in tests/planner/sweeps/test_sweep.py: llama_spec(n_layer=2, n_embd=256,
 n_head=8, n_head_kv=2, ...); KV per layer and cell 256 bytes in f16, 136 in q8_0.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from planner.cli import main
-from tests.gguf_factory import llama_spec
+from tests.support.gguf_factory import llama_spec
 
 KV_F16_CELL, KV_Q8_CELL = 256, 136
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

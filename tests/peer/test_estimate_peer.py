@@ -1,6 +1,6 @@
 """`fitplan estimate` against llama.cpp's own dry run (`llama-fit-params --fit-print on`).
 
-Every row of the matrix in tests/peer/shapes.py: the Gemma 3 270M file and shape-faithful sparse
+Every row of the matrix in tests/support/shapes.py: the Gemma 3 270M file and shape-faithful sparse
 GGUFs (llama 8B, qwen3moe 30B-A3B, deepseek2 MLA, granite hybrid) under context sizes, partial and
 full offload over two loopback rpc-servers (RPC0, RPC1), -ts 1,1 and 3,1, quantized caches,
 parallel sequences, flash attention off, small ubatches, expert overrides and --swa-full.
@@ -16,7 +16,7 @@ import pytest
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from tests.peer.shapes import MODELS, compute_ok, expand, fit_print, matrix, model_path
+from tests.support.shapes import MODELS, compute_ok, expand, fit_print, matrix, model_path
 
 pytestmark = pytest.mark.peer
 

@@ -39,7 +39,7 @@ from planner.memory.estimate import estimate
 from planner.planning.result import PlanRequest, PlanResult, llama_argv
 from planner.planning.search import plan
 from planner.planning.solve import Objective
-from tests.peer.shapes import fit_print, model_path
+from tests.support.shapes import fit_print, model_path
 
 pytestmark = pytest.mark.peer
 
@@ -50,7 +50,7 @@ DEVICES = ("RPC0", "RPC1")
 
 @dataclass(frozen=True)
 class Case:
-    model: str                       # a name from tests/peer/shapes.py MODELS
+    model: str                       # a name from tests/support/shapes.py MODELS
     budgets_mib: tuple[int, int]     # RPC0, RPC1
     n_ctx: int | None = None         # -c for both; None: llama.cpp's default (the training context)
 

@@ -155,7 +155,7 @@ def test_exact_kernels_reproduce_every_node(prompt, llama_tools, tmp_path) -> No
     tokens, the last 4, then two generated tokens one at a time. The logits are the exception by
     design (exact.py leaves the output matrix to BLAS: nothing rounds them afterwards); they agree
     to float32 rounding. The 19-token prompt reaches the tiled Q6_K kernel (8 rows and more)."""
-    from tests.peer.nodes import llama_nodes, runtime_nodes
+    from tests.support.nodes import llama_nodes, runtime_nodes
 
     tokens = prompt + [107, 236743]
     batches = server_prompt_batches(len(prompt), checkpoints=True, n_batch=1024) + [1, 1]
@@ -202,7 +202,7 @@ def test_split_counts_equal_llama_cpp(flags: list[str], llama_tools: Path, rpc_e
 @pytest.fixture(scope="module")
 def shape_contexts(tmp_path_factory):
     from planner.llama.context import model_context
-    from tests.peer.shapes import model_path
+    from tests.support.shapes import model_path
 
     directory = tmp_path_factory.mktemp("shapes")
     out = {}
@@ -213,7 +213,7 @@ def shape_contexts(tmp_path_factory):
 
 
 def _builder_rows() -> list[tuple[str, str]]:
-    from tests.peer.shapes import matrix
+    from tests.support.shapes import matrix
 
     return [(m, f) for m, f in matrix() if m in ("gemma3-270m", "llama-8b", "qwen3moe-30b-a3b")]
 
@@ -224,7 +224,7 @@ def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, s
     from planner.llama.settings import resolve_settings
     from planner.memory.estimate import estimate
     from runtime.engine.reserve import supported
-    from tests.peer.shapes import expand, fit_print
+    from tests.support.shapes import expand, fit_print
 
     path, ctx = shape_contexts[name]
     argv = expand(template, name, rpc_endpoints)
@@ -268,8 +268,8 @@ def test_validate_engine_llama_cpp_agrees_with_the_embedded_engine(capsys, llama
 def test_tiny_models_nodes_and_compute_equal_llama_cpp(arch, flags, llama_tools, tmp_path) -> None:
     """Every graph builder against llama.cpp on a tiny real-weight model of its architecture:
     node and split counts, and the CPU compute buffer (llama.cpp prints MiB to two decimals)."""
-    from tests.runtime.models.test_builders import DIMS
-    from tests.runtime.models.tiny_models import Dims, write_tiny
+    from tests.runtime.engine.test_builders import DIMS
+    from tests.support.tiny_models import Dims, write_tiny
 
     path = write_tiny(tmp_path / f"{arch}.gguf", arch, DIMS.get(arch, Dims()))
     theirs = parse_log(_fit_params_log(llama_tools, path, flags))

@@ -1,6 +1,6 @@
 """The public API: `planner.model.inspect/estimate/sweep/plan(...)`, cheap `import planner`, the input forms.
 
-Model and figures as in tests/planner/test_sweep.py: llama_spec(n_layer=2, n_embd=256, n_head=8,
+Model and figures as in tests/planner/sweeps/test_sweep.py: llama_spec(n_layer=2, n_embd=256, n_head=8,
 n_head_kv=2, ...); KV per layer and cell 256 bytes in f16, so -c 1024 on one GPU is
 2 x 1024 x 256 = 524288 bytes.
 """
@@ -19,7 +19,7 @@ from planner.core.units import GiB
 from planner.memory.estimate import Estimate
 from planner.model.inspect import InspectResult
 from planner.sweeps.sweep import SweepResult
-from tests.gguf_factory import llama_spec
+from tests.support.gguf_factory import llama_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 KV_1024 = 2 * 1024 * 256
@@ -99,7 +99,7 @@ def test_plan_takes_request_fields(model):
 
 
 def test_validate_runs_the_embedded_engine(tmp_path):
-    from tests.runtime.models.tiny_models import write_tiny
+    from tests.support.tiny_models import write_tiny
 
     path = write_tiny(tmp_path / "t.gguf", "llama")
     r = planner.validate(str(path), "-c 256", ["CUDA0=1GiB"], ram="8GiB", n_prompt=4, n_gen=2)

@@ -24,7 +24,7 @@ from planner.hardware.inventory import (
 )
 from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEVICES = ROOT / "configs" / "devices"
 GIB = 2**30
 PCIE4_X16 = 16e9 * 128 / 130 / 8 * 16     # 16 GT/s, 128b/130b, 16 lanes: ~31.5 GB/s

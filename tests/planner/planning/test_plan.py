@@ -18,7 +18,7 @@ from planner.model.costs import cost_table
 from planner.planning.result import PlanRequest, llama_argv
 from planner.planning.search import plan, predict_estimate
 from planner.planning.solve import Objective
-from tests.gguf_factory import llama_spec, qwen3moe_spec
+from tests.support.gguf_factory import llama_spec, qwen3moe_spec
 
 
 @pytest.fixture(scope="module")

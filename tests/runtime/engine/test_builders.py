@@ -17,7 +17,7 @@ from gguf.quants import dequantize
 
 from planner.llama.flags import parse_llama_flags
 from runtime.engine.runner import ModelRunner
-from tests.runtime.models.tiny_models import Dims, write_tiny
+from tests.support.tiny_models import Dims, write_tiny
 
 ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
 # llama-fit-params -v -c 256 [-fa off] on write_tiny(arch, DIMS[arch]) files: "graph: nodes = N"

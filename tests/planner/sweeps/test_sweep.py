@@ -21,7 +21,7 @@ from planner.api import as_flags, as_inventory
 from planner.core.errors import FlagError
 from planner.core.units import GiB, MiB
 from planner.sweeps.sweep import CSV_COLUMNS, parse_axis, parse_vary, sweep
-from tests.gguf_factory import llama_spec
+from tests.support.gguf_factory import llama_spec
 
 LAYER = 357376
 OUTPUT = 211072

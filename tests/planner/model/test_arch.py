@@ -19,7 +19,7 @@ from planner.core.errors import GGUFError
 from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
-from tests.gguf_factory import (
+from tests.support.gguf_factory import (
     ModelSpec,
     Typed,
     deepseek2_spec,

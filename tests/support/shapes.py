@@ -14,7 +14,7 @@ from typing import Callable
 
 from gguf import Keys
 
-from tests.gguf_factory import (
+from tests.support.gguf_factory import (
     ModelSpec,
     Q,
     add_tokenizer,
