@@ -1,9 +1,7 @@
 """`fitplan sd-fit`: stable-diffusion.cpp's auto-fit plan for model files and devices.
 
 The fit and the detection are imported inside the functions that call them, for `fitplan --help`'s
-start-up time. FileRole and DEFAULT_STEPS are needed to declare the options, and their module
-(planner.sd.components) imports the GGUF reader, so for now `fitplan --help` loads numpy and gguf
-through this module.
+start-up time; the options are declared from planner.sd.roles, which reads no file.
 """
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ from planner.core.errors import FlagError
 from planner.core.render import render
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
-from planner.sd.components import FileRole, ModelSource
-from planner.sd.traffic import DEFAULT_STEPS
+from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
 
 if TYPE_CHECKING:
     from planner.sd.plan import SdPlan

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 
-from planner.sd.components import Component, Kind
+from planner.sd.components import Component
 from planner.sd.placement import FitInput, Placement, Where
+from planner.sd.roles import Kind
 
 log = logging.getLogger(__name__)
 

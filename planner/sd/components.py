@@ -15,18 +15,11 @@ from planner.core.errors import BadInput
 from planner.core.units import GiB
 from planner.gguf.reader import TensorInfo, read_model
 from planner.sd.assign import Module
+from planner.sd.roles import Kind, ModelSource
 from planner.sd.safetensors_header import read_safetensors
 
 # backend_fit.cpp adds this much to every tensor when estimating a component.
 TENSOR_OVERHEAD_BYTES = 64
-
-
-class Kind(enum.IntEnum):
-    """Auto-fit's components, valued in seed 002's priority order (diffusion, te, vae)."""
-
-    DIFFUSION = 0
-    TE = 1
-    VAE = 2
 
 
 KIND_MODULE: dict[Kind, Module] = {Kind.DIFFUSION: Module.DIFFUSION, Kind.TE: Module.TE, Kind.VAE: Module.VAE}
@@ -74,43 +67,6 @@ UNUSED_PREFIXES: tuple[str, ...] = (
     "denoiser.sigmas", "text_encoders.t5xxl.transformer.encoder.embed_tokens.weight", "ztsnr",
     "edm_vpred.sigma_min", "text_encoders.llm.output.weight", "text_encoders.llm.lm_head.",
 )
-
-
-class FileRole(enum.Enum):
-    """sd-cli's model-file flags; each gives its file's tensors a name prefix and a component.
-
-    Prefixes from src/stable-diffusion.cpp (`init_from_file(path, prefix)` calls).
-    """
-
-    MODEL = ("-m", None, "")
-    DIFFUSION_MODEL = ("--diffusion-model", Kind.DIFFUSION, "model.diffusion_model.")
-    HIGH_NOISE_DIFFUSION_MODEL = ("--high-noise-diffusion-model", Kind.DIFFUSION, "model.high_noise_diffusion_model.")
-    CLIP_L = ("--clip_l", Kind.TE, "clip_l.")
-    CLIP_G = ("--clip_g", Kind.TE, "clip_g.")
-    T5XXL = ("--t5xxl", Kind.TE, "text_encoders.t5xxl.transformer.")
-    LLM = ("--llm", Kind.TE, "text_encoders.llm.")
-    LLM_VISION = ("--llm_vision", Kind.TE, "text_encoders.llm.visual.")
-    VAE = ("--vae", Kind.VAE, "vae.")
-    TAESD = ("--taesd", Kind.VAE, "tae.")
-
-    @property
-    def flag(self) -> str:
-        return self.value[0]
-
-    @property
-    def kind(self) -> Kind | None:
-        """The component every tensor of the file belongs to; None: classify each by name."""
-        return self.value[1]
-
-    @property
-    def prefix(self) -> str:
-        return self.value[2]
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    path: str
-    role: FileRole = FileRole.MODEL
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ from planner.sd.assign import (
 )
 from planner.sd.autofit import follow_assignments, greedy_fit
 from planner.sd.check import overcommit
-from planner.sd.components import KIND_MODULE, Component, Kind, ModelSource, read_components
+from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.placement import FitInput, GpuBudget, Placement, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
+from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
-from planner.sd.traffic import DEFAULT_STEPS, traffic_bytes
+from planner.sd.traffic import traffic_bytes
 
 
 @dataclass(frozen=True)

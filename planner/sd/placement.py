@@ -10,7 +10,8 @@ import enum
 from dataclasses import dataclass
 
 from planner.hardware.budgets import host_budget
-from planner.sd.components import Component, Kind
+from planner.sd.components import Component
+from planner.sd.roles import Kind
 
 
 class Where(enum.Enum):

@@ -8,8 +8,9 @@ from typing import Any
 
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
-from planner.sd.components import KIND_LABEL, Kind
+from planner.sd.components import KIND_LABEL
 from planner.sd.placement import GpuBudget, Placement, Where
+from planner.sd.roles import Kind
 from planner.sd.split import SplitRange
 
 

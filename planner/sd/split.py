@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from planner.core.units import GiB
 from planner.sd.assign import SplitMode
-from planner.sd.components import Component, Kind, SdTensor
+from planner.sd.components import Component, SdTensor
+from planner.sd.roles import Kind
 
 # stable-diffusion.cpp keeps this much free per device for compute when splitting
 # (src/core/layer_split_partition.cpp, compute_headroom_bytes).

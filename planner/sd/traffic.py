@@ -8,16 +8,14 @@ otherwise once per use — every sampling step for the diffusion model.
 """
 from __future__ import annotations
 
-from planner.sd.components import Kind
 from planner.sd.placement import FitInput, Placement, Where
+from planner.sd.roles import DEFAULT_STEPS, Kind
 
 # Relative cost of moving one byte from each location to a compute GPU. Seed 002 ranks them
 # (disk worse than another GPU, worse than RAM, worse than resident); the ratios are ours: a
 # peer copy crosses the host link twice, a disk reload adds storage reads (≈4x slower than a
 # PCIe 4 x16 link on a fast NVMe drive) to the host copy.
 TRAFFIC_WEIGHT: dict[Where, int] = {Where.RESIDENT: 0, Where.CPU: 1, Where.OTHER_GPU: 2, Where.DISK: 5}
-# sd-cli's default --steps; text encoders and the VAE run once per image.
-DEFAULT_STEPS = 20
 
 
 def uses_per_image(kind: Kind, steps: int) -> int:

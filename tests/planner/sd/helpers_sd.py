@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from planner.core.units import GiB, MiB
-from planner.sd.components import Component, Kind
+from planner.sd.components import Component
 from planner.sd.placement import FitInput, GpuBudget
+from planner.sd.roles import Kind
 
 
 def gib(x: float) -> int:

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from planner.core.errors import BadInput
-from planner.sd.components import FileRole, Kind, ModelSource, classify, read_components
+from planner.sd.components import classify, read_components
+from planner.sd.roles import FileRole, Kind, ModelSource
 
 OVERHEAD = 64  # bytes per tensor, stable-diffusion.cpp backend_fit.cpp estimate_components
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from planner.core.units import GiB, MiB
-from planner.sd.components import Component, Kind, SdTensor
+from planner.sd.components import Component, SdTensor
+from planner.sd.roles import Kind
 from planner.sd.split import block_key, split_ranges
 
 
