@@ -33,7 +33,7 @@ from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import model_context
 from planner.llama.flags import flags_to_argv, parse_llama_flags
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import HOST, HOST_ROWS, device_of, row_of
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.memory.estimate import Estimate, estimate_settings
 from planner.planning.document import Deployment, read_deployment
@@ -50,7 +50,7 @@ def _predicted(est: Estimate) -> dict[str, tuple[int, int, int]]:
     """Estimate rows keyed as the runtime names devices: Host and CPU_REPACK are both the CPU."""
     out: dict[str, tuple[int, int, int]] = {}
     for d in est.devices:
-        name = HOST if d.name in (HOST, CPU_REPACK) else d.name
+        name = HOST if d.name in HOST_ROWS else d.name
         m, c, k = out.get(name, (0, 0, 0))
         out[name] = (m + d.model_bytes, c + d.context_bytes, k + d.compute_bytes)
     return out
@@ -67,7 +67,7 @@ def _server_predicted(settings: LlamaSettings, est: Estimate) -> dict[str, tuple
         return predicted
     if not supported(settings):
         return predicted
-    compute = {(HOST if k == "CPU" else k): v for k, v in runner.reserve().compute_bytes.items()}
+    compute = {(row_of(k)): v for k, v in runner.reserve().compute_bytes.items()}
     return {row: (m, c, compute.get(row, k)) for row, (m, c, k) in predicted.items()}
 
 
@@ -90,7 +90,7 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
 def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted: dict[str, tuple[int, int, int]],
                        kernels: str = "default") -> ValidateReport:
     ctx = settings.ctx
-    capacities = {("CPU" if k == HOST else k): v for k, v in req.budgets.items()}
+    capacities = {(device_of(k)): v for k, v in req.budgets.items()}
     flags_text = " ".join(flags_to_argv(req.flags))
     try:
         runner = ModelRunner.from_settings(settings, capacities, kernels=kernels)
@@ -105,14 +105,14 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
             logits = runner.decode([int(logits[-1].argmax())], all_logits=False)
         t_gen = time.perf_counter() - t0
     except BufferAllocationError as e:
-        name = HOST if e.device == "CPU" else e.device
+        name = row_of(e.device)
         return ValidateReport("embedded", ctx.model.path, flags_text, (), 0, 0, 0, 0.0, 0.0, 0.0,
                               f"does not fit on {name} by {fmt_mib(e.shortfall_bytes)} MiB", False, (str(e),))
     gen_steps = runner.steps[1:] or runner.steps
     compute = runner.compute_bytes()
     devices = []
     for name in [d.name for d in runner.placement.devices] + ["CPU"]:
-        row = HOST if name == "CPU" else name
+        row = row_of(name)
         seconds = sum(s.split_seconds.get(name, 0.0) for s in gen_steps) / max(1, len(gen_steps))
         devices.append(DeviceReport(row, runner.weight_bytes.get(name, 0), runner.kv_bytes.get(name, 0),
                                     compute.get(name, 0), predicted.get(row), req.budgets.get(row), seconds))

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from planner.core.errors import InventoryError
+from runtime.ggml.profiles import Backend
 
 
 class DeviceKind(str, Enum):
@@ -20,16 +21,6 @@ class DeviceKind(str, Enum):
     IGPU = "igpu"   # integrated: llama.cpp uses it only when no discrete GPU exists
     CPU = "cpu"
     RPC = "rpc"     # a device behind a ggml rpc-server
-
-
-class Backend(str, Enum):
-    CUDA = "CUDA"
-    ROCM = "ROCm"
-    VULKAN = "Vulkan"
-    METAL = "Metal"
-    SYCL = "SYCL"
-    CPU = "CPU"
-    RPC = "RPC"
 
 
 # Inventory.devices never holds the CPU: the host is Inventory.host. LOCAL_GPU_KINDS are the

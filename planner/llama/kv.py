@@ -17,8 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from planner.core.units import pad
-from planner.llama.placement import HOST
-from planner.llama.settings import CTX_PAD as CTX_PAD  # re-exported: planner.planning.search imports it here
+from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from planner.model.arch import AttnKind
 from planner.model.costs import STATE_BYTES_PER_ELEMENT, cache_row_bytes
@@ -40,7 +39,7 @@ def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
     out = []
     for lf in trunk:
         dev = settings.placement.layer_device[lf.index] if flags.kv_offload else "CPU"
-        row = HOST if dev == "CPU" else dev
+        row = row_of(dev)
         align = settings.alignment[row]
         if lf.kind is AttnKind.RECURRENT or (lf.state_r or lf.state_s):
             n_rows = max(1, cp.n_seq)

@@ -30,22 +30,31 @@ from planner.core.errors import FlagError
 from planner.gguf.reader import ModelFile
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventory, llama_order
 from planner.llama.flags import LlamaFlags
+from planner.model.tensors import OUTPUT, TOKEN_EMBD, is_input, is_routed_expert, layer_of
+from runtime.ggml.profiles import PROFILES
 
 log = logging.getLogger(__name__)
 
+# The rows of llama.cpp's memory breakdown that are host memory (common_get_device_memory_data):
+# `Host` for every CPU buffer, and repacked CPU weights on a row of their own, as --fit-print lists them.
 HOST = "Host"
 CPU_REPACK = "CPU_REPACK"
+HOST_ROWS = (HOST, CPU_REPACK)
+# The CPU's name where a layer's device is given (layer_device) and in the runtime's backends.
+CPU = "CPU"
 INPUT_LAYER = -1
+# Host rows take the CPU buffer type's alignment.
+HOST_ALIGNMENT = PROFILES[Backend.CPU].alignment
 
-# ggml buffer alignment per backend (ggml-impl.h TENSOR_ALIGNMENT for CPU and for rpc-servers
-# running the CPU backend; ggml-cuda.cu 128). Vulkan/SYCL/Metal vary by device: CPU's value
-# is used, which moves a model buffer by less than 1 KiB per tensor.
-ALIGNMENT: dict[Backend, int] = {Backend.CPU: 32, Backend.RPC: 32, Backend.CUDA: 128, Backend.ROCM: 128,
-                                 Backend.VULKAN: 32, Backend.METAL: 32, Backend.SYCL: 32}
-# Host rows (Host, CPU_REPACK) take the CPU's alignment (ggml-impl.h TENSOR_ALIGNMENT).
-HOST_ALIGNMENT = ALIGNMENT[Backend.CPU]
-# Backends whose device offers a pinned host buffer type, which make_cpu_buft_list puts first.
-HOST_BUFFER_BACKENDS = frozenset({Backend.CUDA, Backend.ROCM, Backend.SYCL, Backend.VULKAN})
+
+def row_of(device: str) -> str:
+    """The breakdown row of a device name: the CPU's memory is reported as Host."""
+    return HOST if device == CPU else device
+
+
+def device_of(row: str) -> str:
+    """The device name of a breakdown row (the inverse of row_of)."""
+    return CPU if row == HOST else row
 
 
 class WeightOp(enum.Enum):
@@ -116,8 +125,8 @@ class Placement:
 
 
 def _device_from_spec(spec: DeviceSpec) -> Device:
-    return Device(spec.name, spec.backend, ALIGNMENT.get(spec.backend, 32), spec.free_bytes,
-                  spec.backend in HOST_BUFFER_BACKENDS, spec.endpoint)
+    profile = PROFILES[spec.backend]
+    return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint)
 
 
 def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Device, ...]:
@@ -185,15 +194,11 @@ def layer_devices(n_layer_all: int, ngl_flag: int, devices: tuple[Device, ...],
     return tuple(out), i_gpu_start
 
 
-_INPUT_NAMES = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
-_BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
-
-
 def weight_op(suffix: str, n_dims: int) -> WeightOp:
     """The op llama.cpp tests a weight with (llm_tensor_info_mapping), reduced to what repacking needs."""
     if suffix.endswith(".bias") or "norm" in suffix or suffix.startswith(("ssm_conv", "ssm_a", "ssm_d")):
         return WeightOp.OTHER
-    if "_exps" in suffix or "_chexps" in suffix:
+    if is_routed_expert(suffix):
         return WeightOp.MUL_MAT_ID if n_dims == 3 else WeightOp.OTHER
     return WeightOp.MUL_MAT if suffix.endswith(".weight") else WeightOp.OTHER
 
@@ -202,21 +207,21 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
     """Every weight llama.cpp creates, with its layer; a tied output matrix is appended as `output.weight`."""
     slots = []
     for t in model.tensors:
-        m = _BLK.match(t.name)
-        if m:
-            layer, suffix = int(m.group(1)), m.group(2)
-        elif t.name.startswith(_INPUT_NAMES):
-            layer, suffix = INPUT_LAYER, t.name
+        block, suffix = layer_of(t.name)
+        if block is not None:
+            layer = block
+        elif is_input(t.name):
+            layer = INPUT_LAYER
         else:
-            layer, suffix = n_layer_all, t.name
+            layer = n_layer_all
         op = WeightOp.GET_ROWS if layer == INPUT_LAYER else weight_op(suffix, len(t.shape))
         rows = t.shape[1] if len(t.shape) > 1 else 1
         slots.append(TensorSlot(t.name, layer, op, t.ggml_type, rows, len(t.shape), t.n_bytes))
     names = {t.name for t in model.tensors}
-    embd = model.tensor("token_embd.weight")
-    if "output.weight" not in names and embd is not None:
+    embd = model.tensor(TOKEN_EMBD)
+    if OUTPUT not in names and embd is not None:
         # create_tensor(... TENSOR_DUPLICATED): the output matrix is a second copy on the output device
-        slots.append(TensorSlot("output.weight", n_layer_all, WeightOp.MUL_MAT, embd.ggml_type,
+        slots.append(TensorSlot(OUTPUT, n_layer_all, WeightOp.MUL_MAT, embd.ggml_type,
                                 embd.shape[1] if len(embd.shape) > 1 else 1, len(embd.shape), embd.n_bytes,
                                 duplicate_of=embd.name))
     return tuple(slots)

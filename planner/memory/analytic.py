@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from planner.llama.placement import CPU_REPACK, HOST, Placement
+from planner.llama.placement import CPU, HOST, HOST_ROWS, Placement, row_of
 from planner.llama.settings import LlamaSettings
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.shapes import Shapes
+from planner.model.tensors import OUTPUT, is_dense_ffn_projection, layer_of
 from runtime.engine.reserve import reserve_compute
+from runtime.ggml.profiles import GGML_SCHED_MAX_COPIES
 
-N_COPIES_PIPELINE = 4   # GGML_SCHED_MAX_COPIES
 F32 = 4
 F16 = 2
 I32 = 4
@@ -117,14 +118,13 @@ def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, s
     experts: set[int] = set()
     dense: dict[int, int] = defaultdict(int)
     for name, row in placement.tensor_buft:
-        if row not in (HOST, CPU_REPACK) or not name.startswith("blk."):
+        il, suffix = layer_of(name)
+        if row not in HOST_ROWS or il is None or placement.layer_device[il] == CPU:
             continue
-        il = int(name.split(".")[1])
-        if placement.layer_device[il] == "CPU":
-            continue
-        if "_exps" in name:
+        # "_exps" only, as when the term was fitted: grovemoe's chunked experts (_chexps) are not counted
+        if "_exps" in suffix:
             experts.add(il)
-        elif ".ffn_up." in name or ".ffn_gate." in name or ".ffn_down." in name:
+        elif is_dense_ffn_projection(suffix):
             dense[il] += 1
     host = max([2 * e + 3 * f_moe + (0 if sh.shared_experts else d)] if experts else [0])
     host = max([host] + [e + k * f_dense for k in dense.values()])
@@ -151,12 +151,12 @@ def _pulled_cores(settings: LlamaSettings, sh: Shapes, t: int) -> dict[str, int]
 def _output_row(placement: Placement) -> str:
     """Where the logits are computed: beside the output matrix (seed 000's 1.wgt rule), which an
     -ot rule can keep in host memory while the output layer itself is offloaded."""
-    row = dict(placement.tensor_buft).get("output.weight")
-    if row is None and dict(placement.moved).get("output.weight") == "CPU":
+    row = dict(placement.tensor_buft).get(OUTPUT)
+    if row is None and dict(placement.moved).get(OUTPUT) == CPU:
         row = HOST  # a tied duplicate sent to the CPU shares token_embd's host copy
     if row is None:
-        row = HOST if placement.layer_device[-1] == "CPU" else placement.layer_device[-1]
-    return HOST if row in (HOST, CPU_REPACK) else row
+        row = row_of(placement.layer_device[-1])
+    return HOST if row in HOST_ROWS else row
 
 
 def compute_bytes(settings: LlamaSettings, use_runtime: bool = True) -> dict[str, int]:
@@ -182,7 +182,7 @@ def _analytic_compute_bytes(settings: LlamaSettings) -> dict[str, int]:
     t = min(cp.n_ctx, cp.n_ubatch)
     n_out = min(t, cp.n_batch)
     pipeline = placement.pipeline_parallel
-    copies = N_COPIES_PIPELINE if pipeline else 1
+    copies = GGML_SCHED_MAX_COPIES if pipeline else 1
     cells = settings.kv_cells
     per_kind = {k: _mask_bytes(n, t, cp.flash_attn) + 2 * t * I64 for k, n in cells.items()}
     e = sh.n_embd * t * F32
@@ -194,7 +194,7 @@ def _analytic_compute_bytes(settings: LlamaSettings) -> dict[str, int]:
     for lf in ctx.facts.layers:
         if lf.nextn:
             continue
-        row = HOST if placement.layer_device[lf.index] == "CPU" else placement.layer_device[lf.index]
+        row = row_of(placement.layer_device[lf.index])
         on_device = sh if lf.index not in experts_moved else replace(sh, n_ff_moe=0)
         layer = _layer_work(on_device, lf.kind, cells.get(lf.kind, 0), t, cp.flash_attn, cp.n_stream)
         if lf.index in experts_moved:  # the expert rows come back for weighting and summing

@@ -22,7 +22,7 @@ from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import CPU_REPACK, HOST, device_of
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.memory.analytic import compute_bytes
 
@@ -71,7 +71,7 @@ class Estimate:
 
     def to_table(self) -> str:
         rows = [[d.name, fmt_mib(d.model_bytes), fmt_mib(d.context_bytes), fmt_mib(d.compute_bytes),
-                 fmt_mib(d.total_bytes), layer_ranges(dict(self.layers).get("CPU" if d.name == HOST else d.name, ()),
+                 fmt_mib(d.total_bytes), layer_ranges(dict(self.layers).get(device_of(d.name), ()),
                                                  self.n_layer_all)] for d in self.devices]
         out = [f"{self.model_path}", f"n_ctx {self.cparams.n_ctx} ({self.cparams.n_stream} stream(s) of "
                f"{self.cparams.n_ctx_seq}), n_ubatch {self.cparams.n_ubatch}, flash attention "

@@ -31,6 +31,7 @@ def _suffix(tensor: MODEL_TENSOR) -> str:
 
 TOKEN_EMBD = tensor_name(MODEL_TENSOR.TOKEN_EMBD)
 OUTPUT = tensor_name(MODEL_TENSOR.OUTPUT)
+OUTPUT_NORM = tensor_name(MODEL_TENSOR.OUTPUT_NORM)
 # The input layer's tables, looked up by get_rows (llama.cpp's LLM_TENSOR_LAYER_INPUT tensors).
 INPUT_TENSORS = tuple(TENSOR_NAMES[t] for t in (
     MODEL_TENSOR.TOKEN_EMBD, MODEL_TENSOR.TOKEN_TYPES, MODEL_TENSOR.POS_EMBD, MODEL_TENSOR.PER_LAYER_TOKEN_EMBD,

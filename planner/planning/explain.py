@@ -9,14 +9,14 @@ from dataclasses import replace
 
 from planner.core.units import fmt_bytes
 from planner.llama.context import ModelContext
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import HOST, HOST_ROWS
 from planner.memory.estimate import estimate
 from planner.planning.result import PlanResult
 
 
 def _totals(est) -> dict[str, int]:
-    out = {d.name: d.total_bytes for d in est.devices if d.name not in (HOST, CPU_REPACK)}
-    out[HOST] = sum(d.total_bytes for d in est.devices if d.name in (HOST, CPU_REPACK))
+    out = {d.name: d.total_bytes for d in est.devices if d.name not in HOST_ROWS}
+    out[HOST] = sum(d.total_bytes for d in est.devices if d.name in HOST_ROWS)
     return out
 
 

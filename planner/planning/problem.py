@@ -17,13 +17,14 @@ from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
 from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg
 from planner.llama.kv import layer_caches
-from planner.llama.placement import CPU_REPACK, HOST, INPUT_LAYER, Device
+from planner.llama.placement import CPU, HOST, HOST_ROWS, INPUT_LAYER, Device
 from planner.llama.settings import LlamaSettings, resolve_on, resolve_settings
 from planner.memory.estimate import Estimate, estimate
 from planner.model.costs import CostTable, cost_table
+from planner.model.tensors import OUTPUT
 from planner.planning.result import PlanRequest
 from planner.planning.solve import Assignment, LayerDemand, Problem, Slot, solve_dp, solve_milp
-from planner.planning.throughput import CPU, Rates, expert_fraction, layer_decode_bytes
+from planner.planning.throughput import Rates, expert_fraction, layer_decode_bytes
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def output_override(ctx: ModelContext) -> OverrideArg:
     and an -ot rule sees it under that name (checked against llama-fit-params). Anchored: llama.cpp
     matches -ot with std::regex_search (llama-model-loader.cpp), so a bare `output\.weight` would
     also move every blk.N.attn_output.weight."""
-    tied = ctx.model.tensor("output.weight") is None
+    tied = ctx.model.tensor(OUTPUT) is None
     return OverrideArg("ot", r"^token_embd\.weight=CPU" if tied else r"^output\.weight=CPU")
 
 
@@ -177,7 +178,7 @@ def flags_for(s: Setting, a: Assignment) -> LlamaFlags:
 def overuse(s: Setting, est: Estimate) -> dict[str, int]:
     """Bytes over budget per device (llama.cpp names) and on the host (Host + CPU_REPACK)."""
     over: dict[str, int] = {}
-    host = sum(d.total_bytes for d in est.devices if d.name in (HOST, CPU_REPACK))
+    host = sum(d.total_bytes for d in est.devices if d.name in HOST_ROWS)
     if host > s.budgets.host_bytes:
         over[HOST] = host - s.budgets.host_bytes
     for d in est.devices:

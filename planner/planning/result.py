@@ -11,7 +11,7 @@ from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.flags import LlamaFlags, flags_to_argv
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
 from planner.memory.estimate import Estimate
 from planner.planning.solve import Objective, Solver
 from planner.planning.throughput import Prediction
@@ -59,7 +59,7 @@ class PlanResult:
         return self.estimate.cparams.n_ctx
 
     def budget_of(self, row: str) -> int:
-        return self.budgets.host_bytes if row in (HOST, CPU_REPACK) else self.budgets.devices.get(row, 0)
+        return self.budgets.host_bytes if row in HOST_ROWS else self.budgets.devices.get(row, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return plan_dict(self)
@@ -110,7 +110,7 @@ def plan_rows(result: PlanResult) -> list[dict[str, Any]]:
     rows = []
     for d in est.devices:
         budget = result.budget_of(d.name)
-        on = layers.get("CPU" if d.name == HOST else d.name, ())
+        on = layers.get(device_of(d.name), ())
         rows.append({"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
                      "compute_bytes": d.compute_bytes, "total_bytes": d.total_bytes,
                      "budget_bytes": budget if d.name != CPU_REPACK else None,

@@ -20,15 +20,15 @@ from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags, OverrideArg
-from planner.llama.kv import CTX_PAD
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import CPU, HOST, HOST_ROWS
+from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
 from planner.model.costs import CostTable
 from planner.planning.explain import explain
 from planner.planning.problem import Setting, flags_for, layer_weights, make_setting, overuse, solve_verified
 from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.solve import Assignment, Objective
-from planner.planning.throughput import CPU, PlacementView, Prediction, predict
+from planner.planning.throughput import PlacementView, Prediction, predict
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class _Candidate:
         """Decode speed first (1 % steps, so model noise does not decide), then more weight bytes on
         the devices, then prefill, then a larger -ub."""
         p = self.prediction
-        on_devices = sum(d.model_bytes for d in self.estimate.devices if d.name not in (HOST, CPU_REPACK))
+        on_devices = sum(d.model_bytes for d in self.estimate.devices if d.name not in HOST_ROWS)
         return (round(math.log(max(p.decode_tokens_s, 1e-9)) / math.log(1.01)), on_devices, p.prefill_tokens_s,
                 self.variant.n_ubatch)
 

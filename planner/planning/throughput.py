@@ -31,18 +31,18 @@ import itertools
 from dataclasses import dataclass
 
 from planner.hardware.inventory import DeviceSpec, Inventory
+from planner.llama.placement import CPU
 from planner.model.arch import ModelFacts
 from planner.model.costs import CostTable, LayerCost, WeightGroup
+from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
+from runtime.ggml.profiles import GGML_OP_OFFLOAD_MIN_BATCH
 
-CPU = "CPU"
 # Activations cross a boundary in f32 (ggml graphs carry the residual stream in f32).
 ACTIVATION_BYTES_PER_VALUE = 4
 # Fixed cost of a split boundary: a backend synchronisation and a small copy. Assumed figures:
 # ~15 µs across PCIe on one host, ~100 µs for an rpc-server over a network round trip.
 LOCAL_SPLIT_LATENCY_S = 15e-6
 RPC_SPLIT_LATENCY_S = 100e-6
-# ggml's default op-offload batch threshold (GGML_OP_OFFLOAD_MIN_BATCH, seed 000).
-OP_OFFLOAD_MIN_BATCH = 32
 # When a device does not state its rates, decode/prefill are predicted from these, and the
 # prediction says so.
 FALLBACK_HOST_BANDWIDTH = 50e9      # dual-channel DDR5 class
@@ -168,13 +168,13 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
 
 def _output_bytes(costs: CostTable) -> int:
     """The output matrix (token_embd when tied) and the final norm, read once per token."""
-    names = {"output.weight", "output_norm.weight"} | ({"token_embd.weight"} if costs.tied_embeddings else set())
+    names = {OUTPUT, OUTPUT_NORM} | ({TOKEN_EMBD} if costs.tied_embeddings else set())
     return sum(t.n_bytes for t in costs.non_repeating if t.name in names)
 
 
 def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates) -> float:
     batch = view.n_ubatch
-    offload_to = rates.first_device if batch >= OP_OFFLOAD_MIN_BATCH else None
+    offload_to = rates.first_device if batch >= GGML_OP_OFFLOAD_MIN_BATCH else None
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     selected = 1.0 - (1.0 - frac) ** batch if facts.n_expert else 0.0
     t = 0.0

@@ -17,7 +17,7 @@ from planner.core.files import write_atomic
 from planner.core.render import layer_ranges
 from planner.core.units import GiB
 from planner.llama.flags import flags_to_argv
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import CPU_REPACK, HOST, HOST_ROWS, device_of
 from planner.memory.estimate import Estimate
 from planner.planning.result import PlanResult
 from planner.sweeps.axes import CTX_MAX, AxisKind, SweepMode
@@ -246,8 +246,8 @@ def plot_memory(rows: Sequence[MemoryRow], budgets: Mapping[str, int] | None = N
     the layer ranges each device holds written above its bar. Host memory (Host, CPU_REPACK) gets
     its own panel and scale: RAM budgets are often ten times a GPU's."""
     budgets, layers = budgets or {}, layers or {}
-    groups = [g for g in ([r for r in rows if r.name not in (HOST, CPU_REPACK)],
-                          [r for r in rows if r.name in (HOST, CPU_REPACK)]) if g]
+    groups = [g for g in ([r for r in rows if r.name not in HOST_ROWS],
+                          [r for r in rows if r.name in HOST_ROWS]) if g]
     fig = fig or _figure(max(4.5, 1.4 * len(rows) + 2.5), 4.2)
     axs = fig.subplots(1, len(groups), squeeze=False, width_ratios=[len(g) + 0.5 for g in groups])[0]
     # one or two panels: zip stops at the groups drawn
@@ -269,7 +269,7 @@ def plot_estimate(est: Estimate, budgets: Mapping[str, int] | None = None, fig: 
     """An estimate's memory per device, with the layers each holds (the host's are the CPU's)."""
 
     by_dev = dict(est.layers)
-    layers = {d.name: layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all)
+    layers = {d.name: layer_ranges(by_dev.get(device_of(d.name), ()), est.n_layer_all)
               for d in est.devices}
     title = f"{Path(est.model_path).name}  n_ctx {est.cparams.n_ctx}"
     return plot_memory(est.devices, budgets, layers, title, fig)

@@ -25,7 +25,7 @@ from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags, changed_fields, flags_to_argv
-from planner.llama.placement import HOST
+from planner.llama.placement import HOST, device_of
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import Estimate, estimate
 from planner.planning.result import PlanRequest
@@ -206,7 +206,7 @@ class _Budgets:
 def _rows(est: Estimate, limit: dict[str, int]) -> tuple[DeviceRow, ...]:
     by_dev = dict(est.layers)
     return tuple(DeviceRow(d.name, d.model_bytes, d.context_bytes, d.compute_bytes, limit.get(d.name),
-                           layer_ranges(by_dev.get("CPU" if d.name == HOST else d.name, ()), est.n_layer_all))
+                           layer_ranges(by_dev.get(device_of(d.name), ()), est.n_layer_all))
                  for d in est.devices)
 
 

@@ -15,8 +15,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gguf import MODEL_TENSOR as T
+
 from planner.core.errors import BadInput
 from planner.gguf.reader import row_size
+from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.moe import build_moe_ffn
@@ -80,39 +83,39 @@ class DecoderBuilder:
         return B.mul(n, self._need(weight), name=f"{weight}-mul")
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
-        p = f"blk.{il}."
         if self.hp.spec.ffn is FfnKind.MOE:
             return build_moe_ffn(self.hp, self._need, self.out.graph, x, il)
-        up = B.mul_mat(self._need(p + "ffn_up.weight"), x, name=f"ffn_up-{il}")
-        gate = B.mul_mat(self._need(p + "ffn_gate.weight"), x, name=f"ffn_gate-{il}")
+        up = B.mul_mat(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
+        gate = B.mul_mat(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
         kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"
         act = Tensor(F32, gate.ne, name=f"ffn_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
                      op_params={"glu": kind})
-        return B.mul_mat(self._need(p + "ffn_down.weight"), act, name=f"ffn_out-{il}")
+        return B.mul_mat(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
 
     def _rope(self, x: Tensor, il: int) -> Tensor:
         hp = self.hp
         base = hp.freq_base_swa if hp.swa[il] else hp.freq_base
-        factors = self._w("rope_freqs.weight")
+        factors = self._w(tensor_name(T.ROPE_FREQS))
         r = B.rope(x, self.out.pos, hp.n_rot, int(hp.spec.rope), base, factors, name=f"rope-{il}")
         r.op_params["freq_scale"] = 1.0 if hp.swa[il] else hp.freq_scale
         return r
 
     def _qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
-        hp, p = self.hp, f"blk.{il}."
+        hp = self.hp
         out = []
-        for part, heads in (("q", hp.n_head), ("k", hp.n_head_kv[il]), ("v", hp.n_head_kv[il])):
-            t = B.mul_mat(self._need(f"{p}attn_{part}.weight"), x, name=f"{part.upper()}cur-{il}")
-            bias = self._w(f"{p}attn_{part}.bias")
+        for part, tensor, heads in (("q", T.ATTN_Q, hp.n_head), ("k", T.ATTN_K, hp.n_head_kv[il]),
+                                    ("v", T.ATTN_V, hp.n_head_kv[il])):
+            t = B.mul_mat(self._need(tensor_name(tensor, il)), x, name=f"{part.upper()}cur-{il}")
+            bias = self._w(tensor_name(tensor, il, "bias"))
             if bias is not None:
                 t = B.add(t, bias, name=f"{part.upper()}cur_b-{il}")
             out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
         q, k, v = out
         if hp.spec.qk_norm:
-            q = self.norm(q, f"{p}attn_q_norm.weight", il)
+            q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
         q = self._rope(q, il)
         if hp.spec.qk_norm:
-            k = self.norm(k, f"{p}attn_k_norm.weight", il)
+            k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
         k = self._rope(k, il)
         if hp.q_scale != 1.0:
             q = B.scale(q, hp.q_scale, name=f"Qscaled-{il}")
@@ -194,12 +197,12 @@ class DecoderBuilder:
         self.out = BuiltGraph(Graph(), shape, tokens, embd, pos, out_ids, attn, logits=tokens)
 
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
-        hp, p = self.hp, f"blk.{il}."
-        cur = self.norm(x, p + "attn_norm.weight", il)
+        hp = self.hp
+        cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)
         q, k, v = self._qkv(cur, il, n_tokens)
         cur = self.attention(il, q, k, v)
-        cur = B.mul_mat(self._need(p + "attn_output.weight"), cur, name=f"attn_out-{il}")
-        bias = self._w(p + "attn_output.bias")
+        cur = B.mul_mat(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
+        bias = self._w(tensor_name(T.ATTN_OUT, il, "bias"))
         if bias is not None:
             cur = B.add(cur, bias)
         residual = x
@@ -207,26 +210,26 @@ class DecoderBuilder:
             cur = B.get_rows(cur, self.out.out_ids)
             residual = B.get_rows(residual, self.out.out_ids)
         if hp.spec.post_norms:
-            cur = self.norm(cur, p + "post_attention_norm.weight", il)
+            cur = self.norm(cur, tensor_name(T.ATTN_POST_NORM, il), il)
         ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
-        cur = self.ffn(self.norm(ffn_inp, p + "ffn_norm.weight", il), il)
+        cur = self.ffn(self.norm(ffn_inp, tensor_name(T.FFN_NORM, il), il), il)
         if hp.spec.post_norms:
-            cur = self.norm(cur, p + "post_ffw_norm.weight", -1)  # gemma3 passes il = -1 here
+            cur = self.norm(cur, tensor_name(T.FFN_POST_NORM, il), -1)  # gemma3 passes il = -1 here
         return B.add(cur, ffn_inp, name=f"l_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        x = B.get_rows(self._need("token_embd.weight"), self.out.tokens, name="inp_embd_rows")
+        x = B.get_rows(self._need(TOKEN_EMBD), self.out.tokens, name="inp_embd_rows")
         g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
         g.expand(self.out.embd)
         if hp.spec.embd_scale:
             x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         for il in range(hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
-        cur = self.norm(x, "output_norm.weight", -1)
-        out_w = self._w("output.weight") or self._need("token_embd.weight")
+        cur = self.norm(x, OUTPUT_NORM, -1)
+        out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
         cur = B.mul_mat(out_w, cur, name="result_output")
         if hp.softcap:
             cur = B.scale(cur, 1.0 / hp.softcap)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gguf import MODEL_TENSOR as T
+
+from planner.model.tensors import tensor_name
 from runtime.engine.hparams import HParams
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
@@ -18,10 +21,9 @@ WEIGHT_SUM_MIN = 6.103515625e-5
 
 def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cur: Tensor, il: int) -> Tensor:
     """`weight(name)` is the builder's weight lookup; nodes that llama.cpp expands early go to `graph`."""
-    p = f"blk.{il}."
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     k, n_expert = hp.n_expert_used, hp.n_expert
-    logits = B.mul_mat(weight(p + "ffn_gate_inp.weight"), cur, name=f"ffn_moe_logits-{il}")
+    logits = B.mul_mat(weight(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
     probs = B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
     order = B._node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
     selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
@@ -35,10 +37,10 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     weights = B.reshape(weights, (1, k, n_tokens))
     graph.expand(weights)
     x = B.reshape(cur, (n_embd, 1, n_tokens))
-    up = B.mul_mat_id(weight(p + "ffn_up_exps.weight"), x, selected, name=f"ffn_moe_up-{il}")
-    gate = B.mul_mat_id(weight(p + "ffn_gate_exps.weight"), x, selected, name=f"ffn_moe_gate-{il}")
+    up = B.mul_mat_id(weight(tensor_name(T.FFN_UP_EXP, il)), x, selected, name=f"ffn_moe_up-{il}")
+    gate = B.mul_mat_id(weight(tensor_name(T.FFN_GATE_EXP, il)), x, selected, name=f"ffn_moe_gate-{il}")
     act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
-    experts = B.mul_mat_id(weight(p + "ffn_down_exps.weight"), act, selected, name=f"ffn_moe_down-{il}")
+    experts = B.mul_mat_id(weight(tensor_name(T.FFN_DOWN_EXP, il)), act, selected, name=f"ffn_moe_down-{il}")
     experts = B.mul(experts, weights, name=f"ffn_moe_weighted-{il}")
     graph.expand(experts)
     views = [B.view(experts, (n_embd, n_tokens), (experts.nb[0], experts.nb[2]), i * experts.nb[1],

@@ -15,10 +15,11 @@ import os
 from collections import OrderedDict
 
 from planner.core.errors import FitplanError
-from planner.llama.placement import HOST
+from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.hparams import ARCHS
-from runtime.engine.runner import KV_CACHE_TYPES, OFFLOAD_MIN_BATCH, ModelRunner
+from runtime.engine.runner import KV_CACHE_TYPES, ModelRunner
+from runtime.ggml.profiles import PROFILES
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def supported(settings: LlamaSettings) -> bool:
     weight into the device's compute buffer) are left to the analytic model until a peer run on
     such a device confirms the runtime's figure; RPC and CPU placements are peer-tested."""
     cp = settings.cparams
-    offloads = any(OFFLOAD_MIN_BATCH.get(d.backend) is not None for d in settings.devices)
+    offloads = any(PROFILES[d.backend].offload_min_batch is not None for d in settings.devices)
     return (settings.ctx.model.architecture in ARCHS and cp.n_stream == 1 and cp.n_seq == 1 and not offloads
             and settings.type_k == settings.type_v and settings.type_k in KV_CACHE_TYPES)
 
@@ -71,7 +72,7 @@ def reserve_compute(settings: LlamaSettings) -> dict[str, int] | None:
     finally:
         if collecting:
             gc.enable()
-    rows = {(HOST if name == "CPU" else name): size for name, size in report.compute_bytes.items()}
+    rows = {(row_of(name)): size for name, size in report.compute_bytes.items()}
     _cache[key] = rows
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)

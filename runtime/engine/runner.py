@@ -26,11 +26,10 @@ import threadpoolctl
 
 from planner.core.errors import BadInput
 from planner.gguf.tensor_data import TensorData
-from planner.hardware.inventory import Backend as DevBackend
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
@@ -48,16 +47,11 @@ from runtime.ggml.compute import Measurement
 from runtime.ggml.exact_matmul import REPACKED
 from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
+from runtime.ggml.profiles import PROFILES
 from runtime.ggml.sched import Scheduler
 
 log = logging.getLogger(__name__)
 
-# ggml_backend_dev_offload_op: CUDA-like backends want ops of batch >= 32 whose weight sits in
-# host memory (GGML_OP_OFFLOAD_MIN_BATCH); ggml-rpc has no offload_op.
-OFFLOAD_MIN_BATCH: dict[DevBackend, int | None] = {
-    DevBackend.CUDA: 32, DevBackend.ROCM: 32, DevBackend.SYCL: 32, DevBackend.VULKAN: 32,
-    DevBackend.METAL: None, DevBackend.RPC: None, DevBackend.CPU: None,
-}
 # KV cache types the runtime implements (runtime/engine/kvcache.py); others are left to the estimate.
 KV_CACHE_TYPES = frozenset({GGMLType.F16, GGMLType.F32})
 
@@ -123,7 +117,8 @@ class StepRecord:
 
 
 def _device_row(row: str) -> str:
-    return "CPU" if row in (HOST, CPU_REPACK) else row
+    """The runtime's device for a breakdown row: repacked host weights live in the CPU's memory too."""
+    return CPU if row in HOST_ROWS else row
 
 
 class ModelRunner:
@@ -141,11 +136,11 @@ class ModelRunner:
         limit_blas_threads(1)
         if cp.n_seq != 1:
             raise BadInput(f"-np {cp.n_seq}: the runtime runs one sequence (-np 1)")
-        self.cpu = TimedBackend(make_cpu(capacities.get("CPU", capacities.get(HOST, UNLIMITED))).device)
+        self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
         self.backends: dict[str, TimedBackend] = {}
         for dev in placement.devices:
             device = Device(dev.name, DeviceType.GPU, capacities.get(dev.name, UNLIMITED), alignment=dev.alignment,
-                            offload_min_batch=OFFLOAD_MIN_BATCH.get(dev.backend))
+                            offload_min_batch=PROFILES[dev.backend].offload_min_batch)
             self.backends[dev.name] = TimedBackend(device)
         self.backends["CPU"] = self.cpu
         order = [self.backends[d.name] for d in placement.devices] + [self.cpu]

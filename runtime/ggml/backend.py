@@ -19,16 +19,12 @@ import numpy as np
 from planner.core.units import pad
 from runtime.ggml.graph import VIEW_OPS, BufferUsage, Op, Tensor
 from runtime.ggml.kernels import KERNELS
+from runtime.ggml.profiles import CUDA_ALIGNMENT, GGML_OP_OFFLOAD_MIN_BATCH, TENSOR_ALIGNMENT
 from runtime.ggml.sched_errors import BufferAllocationError
 
 log = logging.getLogger(__name__)
 
-# ggml's CPU buffers align to TENSOR_ALIGNMENT (ggml-impl.h); CUDA buffers to 128 (ggml-cuda.cu).
-CPU_ALIGNMENT = 32
-GPU_ALIGNMENT = 128
 UNLIMITED = 1 << 62
-# CUDA's default GGML_OP_OFFLOAD_MIN_BATCH (seed 000, 1.off).
-DEFAULT_OFFLOAD_MIN_BATCH = 32
 
 
 class DeviceType(enum.Enum):
@@ -116,7 +112,7 @@ class Device:
     """Static facts about one device plus its memory accounting."""
 
     def __init__(self, name: str, kind: DeviceType, capacity: int, *, buft_name: str | None = None,
-                 alignment: int = GPU_ALIGNMENT, max_alloc: int = UNLIMITED, host_memory: bool = False,
+                 alignment: int = CUDA_ALIGNMENT, max_alloc: int = UNLIMITED, host_memory: bool = False,
                  ops: Iterable[Op] | None = None, supports: Callable[[Tensor], bool] | None = None,
                  offload_min_batch: int | None = None, shared_buft: BufferType | None = None) -> None:
         self.name = name
@@ -238,7 +234,7 @@ def _host_memory() -> int:
 def make_cpu(capacity: int | None = None, registry: Registry | None = None) -> Backend:
     """The CPU backend: host memory, every op with a kernel, never wants to offload."""
     device = Device("CPU", DeviceType.CPU, capacity if capacity is not None else _host_memory(),
-                    alignment=CPU_ALIGNMENT, host_memory=True)
+                    alignment=TENSOR_ALIGNMENT, host_memory=True)
     if registry is not None:
         registry.add(device)
     return device.init_backend()
@@ -246,7 +242,7 @@ def make_cpu(capacity: int | None = None, registry: Registry | None = None) -> B
 
 def make_virtual(name: str, capacity: int, *, ops: Iterable[Op] | None = None,
                  supports: Callable[[Tensor], bool] | None = None,
-                 offload_min_batch: int = DEFAULT_OFFLOAD_MIN_BATCH, alignment: int = GPU_ALIGNMENT,
+                 offload_min_batch: int = GGML_OP_OFFLOAD_MIN_BATCH, alignment: int = CUDA_ALIGNMENT,
                  max_alloc: int = UNLIMITED, registry: Registry | None = None) -> Backend:
     """A virtual GPU: its own buffer type named after it, executed with numpy.
 

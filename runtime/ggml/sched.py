@@ -39,13 +39,13 @@ from runtime.ggml.passes import (
     expand_rest_up,
     upgrade_and_guess,
 )
+from runtime.ggml.profiles import GGML_SCHED_MAX_COPIES
 from runtime.ggml.sched_errors import SchedulerError
 from runtime.ggml.splits import Split, SplitPlan, collect_graph_inputs, cut_splits, graph_size, planned_graph
 
 log = logging.getLogger(__name__)
 
 MAX_BACKENDS = 16  # GGML_SCHED_MAX_BACKENDS
-MAX_COPIES = 4  # GGML_SCHED_MAX_COPIES: pipeline-parallel copies of every crossing tensor
 
 PassFn = Callable[[SchedContext, Graph, Assignment], Assignment]
 PASSES: tuple[PassFn, ...] = (
@@ -76,7 +76,7 @@ class Scheduler:
             if not b.device.supports_buft(buft):
                 raise SchedulerError(f"backend {b.name} cannot use buffer type {buft.name}")
         self.ctx = SchedContext(tuple(backends), bufts, op_offload)
-        self.n_copies = MAX_COPIES if parallel else 1
+        self.n_copies = GGML_SCHED_MAX_COPIES if parallel else 1
         self.max_split_inputs = max_split_inputs
         env = os.environ.get("GGML_SCHED_DEBUG_REALLOC")
         self.debug_realloc = debug_realloc if debug_realloc is not None else int(env or 0)
