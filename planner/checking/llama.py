@@ -28,7 +28,7 @@ from planner.checking.report import DeviceReport, ValidateReport, ValidateReques
 from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process, tools_dir
 from planner.core.units import MiB
 from planner.llama.context import ModelContext
-from planner.llama.flags import LlamaFlags, OverrideArg, flags_to_argv
+from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind, flags_to_argv
 from planner.llama.placement import HOST, resolve_devices
 
 log = logging.getLogger(__name__)
@@ -163,14 +163,14 @@ def _rpc_flags(flags: LlamaFlags, names: list[str], endpoints: list[str]) -> Lla
     old_rpc = {f"RPC0[{ep}]": f"RPC0[{new}]" for ep, new in zip(flags.rpc, endpoints, strict=False)}
     args = []
     for arg in flags.override_args:
-        if arg.kind != "ot":
+        if arg.kind is not OverrideKind.OT:
             args.append(arg)
             continue
         items = []
         for item in arg.value.split(","):
             pattern, _, target = item.partition("=")
             items.append(f"{pattern}={by_name.get(target, old_rpc.get(target, target))}")
-        args.append(OverrideArg("ot", ",".join(items)))
+        args.append(OverrideArg(OverrideKind.OT, ",".join(items)))
     return replace(flags, rpc=tuple(endpoints), devices=None, override_args=tuple(args))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 
 from planner.core.errors import FlagError
 from planner.model.costs import CACHE_TYPES
@@ -28,12 +29,32 @@ _TRUTHY = ("on", "enabled", "true", "1")   # common/arg.cpp is_truthy / is_false
 _FALSEY = ("off", "disabled", "false", "0")
 
 
+class OverrideKind(str, Enum):
+    """The flags that override where tensors go, by llama.cpp's spelling without the dash."""
+
+    OT = "ot"          # -ot PATTERN=BUFT[,...]
+    CMOE = "cmoe"      # -cmoe: every routed expert on the CPU
+    NCMOE = "ncmoe"    # -ncmoe N: the first N layers' routed experts on the CPU
+    NCFFN = "ncffn"    # -ncffn N: the first N layers' dense FFN on the CPU
+
+    @property
+    def flag(self) -> str:
+        return "-" + self.value
+
+    @property
+    def takes_value(self) -> bool:
+        return self is not OverrideKind.CMOE
+
+
 @dataclass(frozen=True)
 class OverrideArg:
-    """One override flag as written: kind is 'ot', 'cmoe', 'ncmoe' or 'ncffn'."""
+    """One override flag as written, in command-line order."""
 
-    kind: str
+    kind: OverrideKind
     value: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", OverrideKind(self.kind))   # accepts the spelling too
 
 
 @dataclass(frozen=True)
@@ -71,14 +92,14 @@ class LlamaFlags:
         """The tensor buffer-type overrides in llama.cpp's order (first match wins)."""
         out: list[TensorOverride] = []
         for arg in self.override_args:
-            if arg.kind == "ot":
+            if arg.kind is OverrideKind.OT:
                 for item in arg.value.split(","):
                     pattern, _, target = item.partition("=")
                     out.append(TensorOverride(pattern, target))
-            elif arg.kind == "cmoe":
+            elif arg.kind is OverrideKind.CMOE:
                 out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
             else:
-                regex = FFN_EXPS_REGEX if arg.kind == "ncmoe" else FFN_DENSE_REGEX
+                regex = FFN_EXPS_REGEX if arg.kind is OverrideKind.NCMOE else FFN_DENSE_REGEX
                 out.extend(TensorOverride(rf"blk\.{i}{regex}", "CPU") for i in range(int(arg.value)))
         return tuple(out)
 
@@ -144,7 +165,7 @@ def _ot(text: str) -> OverrideArg:
             re.compile(pattern)
         except re.error as e:
             raise FlagError(f"-ot: bad regular expression {pattern!r}: {e}") from None
-    return OverrideArg("ot", text)
+    return OverrideArg(OverrideKind.OT, text)
 
 
 Setter = Callable[[LlamaFlags, str], LlamaFlags]
@@ -176,14 +197,14 @@ _valued("-dev --device", lambda f, v: replace(f, devices=tuple(d.strip() for d i
 _valued("--rpc", lambda f, v: replace(f, rpc=f.rpc + tuple(e.strip() for e in v.split(",") if e.strip())))
 _valued("-ot --override-tensor", lambda f, v: replace(f, override_args=f.override_args + (_ot(v),)))
 _valued("-ncmoe --n-cpu-moe", lambda f, v: replace(
-    f, override_args=f.override_args + (OverrideArg("ncmoe", str(_int("-ncmoe", v, 0))),)))
+    f, override_args=f.override_args + (OverrideArg(OverrideKind.NCMOE, str(_int("-ncmoe", v, 0))),)))
 _valued("-ncffn --n-cpu-ffn", lambda f, v: replace(
-    f, override_args=f.override_args + (OverrideArg("ncffn", str(_int("-ncffn", v, 0))),)))
+    f, override_args=f.override_args + (OverrideArg(OverrideKind.NCFFN, str(_int("-ncffn", v, 0))),)))
 _valued("-ctk --cache-type-k", lambda f, v: replace(f, cache_type_k=_cache_type("-ctk", v)))
 _valued("-ctv --cache-type-v", lambda f, v: replace(f, cache_type_v=_cache_type("-ctv", v)))
 _valued("-fa --flash-attn", lambda f, v: replace(f, flash_attn=_fa(v)))
 _valued("-lm --load-mode", lambda f, v: replace(f, load_mode=_choice("-lm", v, LOAD_MODES)))
-_switch("-cmoe --cpu-moe", lambda f, _: replace(f, override_args=f.override_args + (OverrideArg("cmoe"),)))
+_switch("-cmoe --cpu-moe", lambda f, _: replace(f, override_args=f.override_args + (OverrideArg(OverrideKind.CMOE),)))
 _switch("-kvu --kv-unified", lambda f, _: replace(f, kv_unified=True))
 _switch("-no-kvu --no-kv-unified", lambda f, _: replace(f, kv_unified=False))
 _switch("--swa-full", lambda f, _: replace(f, swa_full=True))
@@ -271,8 +292,7 @@ def flags_to_argv(flags: LlamaFlags) -> list[str]:
         if value != default:
             out += [flag, str(value)]
     for arg in flags.override_args:
-        out += {"ot": ["-ot", arg.value], "cmoe": ["-cmoe"], "ncmoe": ["-ncmoe", arg.value],
-                "ncffn": ["-ncffn", arg.value]}[arg.kind]
+        out += [arg.kind.flag, arg.value] if arg.kind.takes_value else [arg.kind.flag]
     for flag, on in (("-kvu", flags.kv_unified), ("--swa-full", flags.swa_full), ("-nkvo", not flags.kv_offload),
                      ("-nr", not flags.repack), ("--no-host", flags.no_host)):
         if on:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
-from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg
+from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.kv import layer_caches
 from planner.llama.placement import CPU, HOST, HOST_ROWS, INPUT_LAYER, Device
 from planner.llama.settings import LlamaSettings, resolve_on, resolve_settings
@@ -23,7 +23,7 @@ from planner.memory.estimate import Estimate, estimate
 from planner.model.costs import CostTable, cost_table
 from planner.model.tensors import OUTPUT
 from planner.planning.result import PlanRequest
-from planner.planning.solve import Assignment, LayerDemand, Problem, Slot, solve_dp, solve_milp
+from planner.planning.solve import Assignment, LayerDemand, Problem, Slot, solve
 from planner.planning.throughput import Rates, expert_fraction, layer_decode_bytes
 
 log = logging.getLogger(__name__)
@@ -32,9 +32,15 @@ MAX_CORRECTIONS = 8
 _EXPS = re.compile(FFN_EXPS_REGEX)
 
 
-def layer_weights(ctx: ModelContext) -> tuple[list[int], list[int], int]:
-    """Weight bytes per layer 0..n_layer_all (the last is the output layer), the routed-expert part
-    of each, and the input tensors that always stay in host memory."""
+@dataclass(frozen=True)
+class LayerWeights:
+    weights: list[int]     # bytes per layer 0..n_layer_all (the last is the output layer)
+    experts: list[int]     # the routed-expert part of each
+    input_bytes: int       # the input tensors, which always stay in host memory
+
+
+def layer_weights(ctx: ModelContext) -> LayerWeights:
+    """Weight bytes per layer, their routed-expert part, and the input tensors' bytes."""
     n = ctx.facts.n_layer_all
     weights, experts, host = [0] * (n + 1), [0] * (n + 1), 0
     for slot in ctx.slots:
@@ -44,7 +50,7 @@ def layer_weights(ctx: ModelContext) -> tuple[list[int], list[int], int]:
         weights[slot.layer] += slot.n_bytes
         if slot.layer < n and _EXPS.search(slot.name):
             experts[slot.layer] += slot.n_bytes
-    return weights, experts, host
+    return LayerWeights(weights, experts, host)
 
 
 def layer_kv(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]) -> list[int]:
@@ -86,7 +92,8 @@ class Probes:
 
 
 def probe(s: Setting) -> Probes:
-    weights, experts, inputs = layer_weights(s.ctx)
+    lw = layer_weights(s.ctx)
+    weights, experts, inputs = lw.weights, lw.experts, lw.input_bytes
     kv = layer_kv(s.ctx, s.flags, s.devices)
     probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False)]
     per_device, extra = {}, 0
@@ -143,9 +150,9 @@ def expert_override(layers: frozenset[int]) -> OverrideArg | None:
     if not layers:
         return None
     if layers == frozenset(range(len(layers))):
-        return OverrideArg("ncmoe", str(len(layers)))   # -ncmoe N: the first N layers' experts
+        return OverrideArg(OverrideKind.NCMOE, str(len(layers)))   # -ncmoe N: the first N layers' experts
     ids = "|".join(str(i) for i in sorted(layers))
-    return OverrideArg("ot", rf"blk\.({ids}){FFN_EXPS_REGEX}=CPU")
+    return OverrideArg(OverrideKind.OT, rf"blk\.({ids}){FFN_EXPS_REGEX}=CPU")
 
 
 def output_override(ctx: ModelContext) -> OverrideArg:
@@ -154,7 +161,7 @@ def output_override(ctx: ModelContext) -> OverrideArg:
     matches -ot with std::regex_search (llama-model-loader.cpp), so a bare `output\.weight` would
     also move every blk.N.attn_output.weight."""
     tied = ctx.model.tensor(OUTPUT) is None
-    return OverrideArg("ot", r"^token_embd\.weight=CPU" if tied else r"^output\.weight=CPU")
+    return OverrideArg(OverrideKind.OT, r"^token_embd\.weight=CPU" if tied else r"^output\.weight=CPU")
 
 
 def with_output(s: Setting, flags: LlamaFlags) -> LlamaFlags:
@@ -187,7 +194,17 @@ def overuse(s: Setting, est: Estimate) -> dict[str, int]:
     return over
 
 
-def solve_verified(s: Setting, exact: bool = False) -> tuple[Assignment, LlamaFlags, Estimate, int] | None:
+@dataclass(frozen=True)
+class Verified:
+    """A solver's assignment whose flags the estimate confirmed within every budget."""
+
+    assignment: Assignment
+    flags: LlamaFlags
+    estimate: Estimate
+    rounds: int            # solve-and-correct rounds it took
+
+
+def solve_verified(s: Setting, exact: bool = False) -> Verified | None:
     """Solve, check with the estimate, correct the over-budget slots, repeat. The search checks with
     the analytic compute model; `exact` checks with the estimate as `fitplan estimate` reports it
     (the runtime's allocator where a graph builder exists), which is slower."""
@@ -195,14 +212,14 @@ def solve_verified(s: Setting, exact: bool = False) -> tuple[Assignment, LlamaFl
     probes = probe(s)
     for rounds in range(1, MAX_CORRECTIONS + 1):
         problem = build_problem(s, probes, correction)
-        a = (solve_milp if s.request.solver == "milp" else solve_dp)(problem, s.request.objective)
+        a = solve(problem, s.request.objective, s.request.solver)
         if a is None:
             return None
         flags = flags_for(s, a)
         est = estimate(s.ctx, flags, s.inventory, exact_compute=exact)
         over = overuse(s, est)
         if not over:
-            return a, flags, est, rounds
+            return Verified(a, flags, est, rounds)
         # Every device the solver under-counted is corrected at once, by its own error, so that one
         # more round usually settles it (each exact round is a fresh allocator reserve).
         predicted = device_use(problem, a)

@@ -10,7 +10,7 @@ from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
-from planner.llama.flags import LlamaFlags, flags_to_argv
+from planner.llama.flags import LlamaFlags, OverrideKind, flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
 from planner.memory.estimate import Estimate
 from planner.planning.solve import Objective, Solver
@@ -78,8 +78,8 @@ def llama_argv(result: PlanResult) -> list[str]:
     return argv
 
 
-# The override kinds (planner.llama.flags.OverrideArg.kind) a plan writes, as llama-bench spells them.
-_BENCH_OVERRIDES = {"ot": "-ot", "ncmoe": "-ncmoe"}
+# The override kinds a plan writes; llama-bench spells them as llama.cpp does.
+_BENCH_OVERRIDES = (OverrideKind.OT, OverrideKind.NCMOE)
 
 
 def llama_bench_argv(result: PlanResult) -> list[str]:
@@ -94,7 +94,7 @@ def llama_bench_argv(result: PlanResult) -> list[str]:
         out += ["-ts", "/".join(str(int(x)) if float(x).is_integer() else str(x) for x in f.tensor_split)]
     for arg in f.override_args:
         if arg.kind in _BENCH_OVERRIDES:
-            out += [_BENCH_OVERRIDES[arg.kind], arg.value]
+            out += [arg.kind.flag, arg.value]
     if f.cache_type_k != "f16" or f.cache_type_v != "f16":
         out += ["-ctk", f.cache_type_k, "-ctv", f.cache_type_v]
     if f.n_ubatch != 512:

@@ -19,7 +19,7 @@ from planner.gguf.reader import ModelFile
 from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
-from planner.llama.flags import LlamaFlags, OverrideArg
+from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
@@ -82,8 +82,8 @@ def _candidate(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: P
     found = solve_verified(s, exact)
     if found is None:
         return None
-    a, flags, est, rounds = found
-    return _Candidate(v, s, a, flags, est, rounds, _predict(s, a, est))
+    return _Candidate(v, s, found.assignment, found.flags, found.estimate, found.rounds,
+                      _predict(s, found.assignment, found.estimate))
 
 
 def _largest_context(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, v: _Variant,
@@ -149,7 +149,7 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
     layer onto the device range that follows it (its routed experts too, else kept on the host)
     while the estimate finds it within budget and the prediction is no slower."""
     s = best.setting
-    experts = layer_weights(s.ctx)[1]
+    experts = layer_weights(s.ctx).experts
     while s.devices and best.assignment.counts(len(s.devices) + 1)[0]:
         a = best.assignment
         il = a.counts(len(s.devices) + 1)[0] - 1
@@ -194,7 +194,8 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
         for keep in _PARTIAL_EXPERTS_ON_HOST if mine else ():
             trial = {**partial, mine[-1]: keep}
             rest = flags_for(s, replace(a, experts_on_host=a.experts_on_host - frozenset(trial)))
-            extra = tuple(OverrideArg("ot", rf"blk\.{il}\.ffn_{k}_(ch|)exps=CPU") for il, k in sorted(trial.items()))
+            extra = tuple(OverrideArg(OverrideKind.OT, rf"blk\.{il}\.ffn_{k}_(ch|)exps=CPU")
+                          for il, k in sorted(trial.items()))
             t_flags = replace(rest, override_args=rest.override_args + extra)
             t_est = estimate(s.ctx, t_flags, s.inventory, exact_compute=False)
             if not overuse(s, t_est):

@@ -30,6 +30,15 @@ I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
 
 
 @dataclass(frozen=True)
+class Qkv:
+    """A layer's roped (and, where the model has them, normed) Q and K, and its V."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+
+
+@dataclass(frozen=True)
 class BatchShape:
     n_tokens: int
     n_outputs: int
@@ -100,7 +109,7 @@ class DecoderBuilder:
         r.op_params["freq_scale"] = 1.0 if hp.swa[il] else hp.freq_scale
         return r
 
-    def _qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _qkv(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
         hp = self.hp
         out = []
         for part, tensor, heads in (("q", T.ATTN_Q, hp.n_head), ("k", T.ATTN_K, hp.n_head_kv[il]),
@@ -119,7 +128,7 @@ class DecoderBuilder:
         k = self._rope(k, il)
         if hp.q_scale != 1.0:
             q = B.scale(q, hp.q_scale, name=f"Qscaled-{il}")
-        return q, k, v
+        return Qkv(q, k, v)
 
     # --- attention ------------------------------------------------------------------------------
     def _store(self, il: int, k: Tensor, v: Tensor, inp: AttnInputs) -> tuple[Tensor, Tensor]:
@@ -199,8 +208,8 @@ class DecoderBuilder:
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.hp
         cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)
-        q, k, v = self._qkv(cur, il, n_tokens)
-        cur = self.attention(il, q, k, v)
+        qkv = self._qkv(cur, il, n_tokens)
+        cur = self.attention(il, qkv.q, qkv.k, qkv.v)
         cur = B.mul_mat(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
         bias = self._w(tensor_name(T.ATTN_OUT, il, "bias"))
         if bias is not None:
