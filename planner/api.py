@@ -20,11 +20,10 @@ from planner.checking.report import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, V
 from planner.checking.validate import validate as run_validate
 from planner.checking.validate import validate_request
 from planner.core.errors import BadInput
-from planner.gguf.reader import ModelFile
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
-from planner.llama.context import ModelContext
+from planner.llama.context import ModelLike
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.placement import HOST
 from planner.memory.estimate import Estimate
@@ -36,7 +35,6 @@ from planner.planning.search import plan as run_plan
 from planner.sweeps.sweep import SweepResult, parse_axis
 from planner.sweeps.sweep import sweep as run_sweep
 
-Model = str | os.PathLike[str] | ModelFile | ModelContext
 Devices = Inventory | str | os.PathLike | Sequence[str] | None
 Flags = str | Sequence[str] | LlamaFlags
 
@@ -67,12 +65,12 @@ def inspect(model: str, cache_type_k: str = "f16", cache_type_v: str = "f16") ->
     return run_inspect(str(model), cache_type_k, cache_type_v)
 
 
-def estimate(model: Model, flags: Flags = (), devices: Devices = None, ram: str | None = None) -> Estimate:
+def estimate(model: ModelLike, flags: Flags = (), devices: Devices = None, ram: str | None = None) -> Estimate:
     """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`)."""
     return run_estimate(model, as_flags(flags), as_inventory(devices, ram))
 
 
-def sweep(model: Model, vary: Mapping[str, str | Sequence[Any]], devices: Devices = None, flags: Flags = (),
+def sweep(model: ModelLike, vary: Mapping[str, str | Sequence[Any]], devices: Devices = None, flags: Flags = (),
           ram: str | None = None, mode: str = "estimate",
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Every combination of the `vary` axes (`{"ctx": "4096..65536", "cache": "f16,q8_0"}`; see
@@ -81,7 +79,7 @@ def sweep(model: Model, vary: Mapping[str, str | Sequence[Any]], devices: Device
     return run_sweep(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
 
 
-def plan(model: Model, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
+def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
          max_vram: str | None = None, max_ram: str | None = None, **fields: Any) -> PlanResult:
     """The best placement of a model on devices under budgets (`fitplan plan`). `request` or its
     fields as keywords (`n_ctx=32768, n_parallel=2`; planner.planning.result.PlanRequest); `ram` is the

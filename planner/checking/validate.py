@@ -33,7 +33,7 @@ from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import model_context
 from planner.llama.flags import flags_to_argv, parse_llama_flags
-from planner.llama.placement import HOST, HOST_ROWS, device_of, row_of
+from planner.llama.placement import CPU, HOST, HOST_ROWS, device_of, row_of
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.memory.estimate import Estimate, estimate_settings
 from planner.planning.document import Deployment, read_deployment
@@ -59,7 +59,6 @@ def _predicted(est: Estimate) -> dict[str, tuple[int, int, int]]:
 def _server_predicted(settings: LlamaSettings, est: Estimate) -> dict[str, tuple[int, int, int]]:
     """The estimate, with compute re-reserved for llama-server's single output row where the
     runtime has a graph builder (the estimate, like llama-fit-params, reserves n_batch rows)."""
-
     predicted = _predicted(est)
     try:
         runner = ModelRunner.from_settings(settings, reserve=False, weights=False, n_outputs_max=1)
@@ -67,7 +66,7 @@ def _server_predicted(settings: LlamaSettings, est: Estimate) -> dict[str, tuple
         return predicted
     if not supported(settings):
         return predicted
-    compute = {(row_of(k)): v for k, v in runner.reserve().compute_bytes.items()}
+    compute = {row_of(k): v for k, v in runner.reserve().compute_bytes.items()}
     return {row: (m, c, compute.get(row, k)) for row, (m, c, k) in predicted.items()}
 
 
@@ -90,7 +89,7 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
 def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted: dict[str, tuple[int, int, int]],
                        kernels: str = "default") -> ValidateReport:
     ctx = settings.ctx
-    capacities = {(device_of(k)): v for k, v in req.budgets.items()}
+    capacities = {device_of(k): v for k, v in req.budgets.items()}
     flags_text = " ".join(flags_to_argv(req.flags))
     try:
         runner = ModelRunner.from_settings(settings, capacities, kernels=kernels)
@@ -111,7 +110,7 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
     gen_steps = runner.steps[1:] or runner.steps
     compute = runner.compute_bytes()
     devices = []
-    for name in [d.name for d in runner.placement.devices] + ["CPU"]:
+    for name in [d.name for d in runner.placement.devices] + [CPU]:
         row = row_of(name)
         seconds = sum(s.split_seconds.get(name, 0.0) for s in gen_steps) / max(1, len(gen_steps))
         devices.append(DeviceReport(row, runner.weight_bytes.get(name, 0), runner.kv_bytes.get(name, 0),

@@ -24,6 +24,8 @@ from planner.core.errors import FitplanError
 log = logging.getLogger(__name__)
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"   # DESIGN.md: the pin
+LLAMA_CPP_COMMIT = "0c1e570"          # the llama.cpp that sdist vendors
+LLAMA_CPP_PIN = f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} (llama.cpp {LLAMA_CPP_COMMIT})"
 BUILD_FLAVOR = "portable"             # scripts/build_llama_cpp.sh: GGML_NATIVE=OFF
 TOOLS = ("llama-fit-params", "llama-cli", "llama-server", "llama-bench", "ggml-rpc-server",
          "fitplan-dump-nodes")   # the last is ours (scripts/dump_nodes.cpp), linked to the same build

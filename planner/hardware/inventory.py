@@ -212,3 +212,13 @@ def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
         devices.append(row)
     return {"devices": devices, "host": dict(vars(inventory.host))}
 
+
+def inventory_from_dict(doc: dict[str, Any], source: str) -> Inventory:
+    """The inverse of inventory_to_dict (a plan file's inventory, read back)."""
+    devices = []
+    for row in doc.get("devices") or []:
+        fields = dict(row)
+        fields["kind"], fields["backend"] = DeviceKind(fields["kind"]), Backend(fields["backend"])
+        devices.append(DeviceSpec(**fields))
+    return Inventory(tuple(devices), HostSpec(**doc["host"]), source=source)
+

@@ -35,7 +35,11 @@ class ModelContext:
         return model_shapes(self.model, self.facts)
 
 
-def model_context(model: str | os.PathLike[str] | ModelFile | ModelContext) -> ModelContext:
+# Every form a model is given in: a path or `example:NAME`, a header already read, or a context.
+ModelLike = str | os.PathLike[str] | ModelFile | ModelContext
+
+
+def model_context(model: ModelLike) -> ModelContext:
     if isinstance(model, ModelContext):
         return model
     mf = model if isinstance(model, ModelFile) else read_model(resolve_model(str(model)))

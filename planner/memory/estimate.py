@@ -10,16 +10,14 @@ For a planner calling this many times: build a `ModelContext` once (`model_conte
 """
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib, pad
-from planner.gguf.reader import ModelFile
 from planner.hardware.inventory import Inventory
-from planner.llama.context import ModelContext, model_context
+from planner.llama.context import ModelLike, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import CPU_REPACK, HOST, device_of
@@ -94,7 +92,7 @@ def _model_bytes(settings: LlamaSettings) -> dict[str, int]:
     return dict(out)
 
 
-def estimate(model: str | os.PathLike[str] | ModelFile | ModelContext, flags: LlamaFlags | list[str],
+def estimate(model: ModelLike, flags: LlamaFlags | list[str],
              inventory: Inventory | None = None, exact_compute: bool = True) -> Estimate:
     """Per-device model, context and compute bytes llama.cpp would allocate for `flags`."""
     ctx = model_context(model)

@@ -8,12 +8,12 @@ from typing import Any
 import yaml
 
 from planner.core.errors import BadInput
-from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory, inventory_to_dict
+from planner.core.llama_tools import LLAMA_CPP_PIN
+from planner.hardware.inventory import Inventory, inventory_from_dict, inventory_to_dict
 from planner.llama.flags import LlamaFlags, parse_llama_flags
 from planner.llama.placement import HOST
 from planner.planning.result import PlanResult, llama_argv, llama_bench_argv, plan_predicted, plan_rows
 
-LLAMA_CPP_PIN = "llama-cpp-python==0.3.36 (llama.cpp 0c1e570)"
 DEPLOYMENT_VERSION = 1
 
 
@@ -49,16 +49,6 @@ class Deployment:
     budgets: dict[str, int]      # device name -> bytes; HOST for the host's
 
 
-def _inventory(doc: dict[str, Any]) -> Inventory:
-    """The inverse of inventory_to_dict."""
-    devices = []
-    for row in doc.get("devices") or []:
-        fields = dict(row)
-        fields["kind"], fields["backend"] = DeviceKind(fields["kind"]), Backend(fields["backend"])
-        devices.append(DeviceSpec(**fields))
-    return Inventory(tuple(devices), HostSpec(**doc["host"]), source="plan")
-
-
 def read_deployment(path: str) -> Deployment:
     """A deployment document as `deployment()` wrote it; a file that is not one is bad input."""
     try:
@@ -66,7 +56,7 @@ def read_deployment(path: str) -> Deployment:
             doc = yaml.safe_load(f)
         model = doc["model"]
         flags = parse_llama_flags(str(doc["flags"]).split())
-        inventory = _inventory(doc["inventory"]) if doc.get("inventory") else None
+        inventory = inventory_from_dict(doc["inventory"], "plan") if doc.get("inventory") else None
         budgets = {str(k): int(v) for k, v in (doc.get("budgets", {}).get("devices") or {}).items()}
         if doc.get("budgets", {}).get("host_bytes"):
             budgets[HOST] = int(doc["budgets"]["host_bytes"])

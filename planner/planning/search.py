@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
-from planner.gguf.reader import ModelFile
 from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
-from planner.llama.context import ModelContext, model_context
+from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.llama.settings import CTX_PAD
@@ -207,7 +205,7 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
     return best if overuse(s, est) else replace(best, flags=flags, estimate=est)
 
 
-def plan(model: str | os.PathLike[str] | ModelFile | ModelContext, inventory: Inventory,
+def plan(model: ModelLike, inventory: Inventory,
          request: PlanRequest | None = None, max_vram: str | None = None, ram: str | None = None,
          budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
     """The best placement of `model` on `inventory` (`request`: PlanRequest's defaults when None);
