@@ -22,8 +22,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from planner.core.units import GiB, MiB
 from planner.hardware.budgets import fit_target_flag, fit_target_margins, resolve_budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
@@ -43,6 +41,7 @@ from tests.support.gguf_factory import (
     qwen3moe_spec,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 N_DEVICES = 8
 DEVICE_BUDGET = 2 * GiB
 
@@ -120,7 +119,7 @@ def speed(model: Path, runs: int, skip_llama: bool) -> None:
              "CUDA": "8 CUDA-class devices: analytic compute model for offloading GPUs"}
     for backend, note in notes.items():
         argv = plan_cli(model, backend, fake, free, ",".join(f"{backend}{i}={budget}" for i in range(N_DEVICES)))
-        t, _ = timed(lambda: subprocess.run(argv, check=True, capture_output=True, cwd=ROOT), runs)
+        t, _ = timed(lambda argv=argv: subprocess.run(argv, check=True, capture_output=True, cwd=ROOT), runs)
         print(f"fitplan plan (whole CLI process, {note}): median {t.median_ms:.0f} ms")
     if not skip_llama:
         _llama_fit_speed(model, runs)
@@ -169,8 +168,8 @@ def heterogeneous(model: Path) -> None:
     flags = " ".join(a for a in llama_argv(best) if a not in ("-dev", "CUDA0,CUDA1"))
     print(f"{'fitplan (throughput objective)':<34} {flags[:44]:<44} {best.prediction.decode_tokens_s:>10.1f} "
           f"{best.prediction.prefill_tokens_s:>11.0f}")
-    print(f"  layers: proportional {dict((d, len(l)) for d, l in est.layers)}; "
-          f"fitplan {dict((d, len(l)) for d, l in best.estimate.layers)}")
+    print(f"  layers: proportional {dict((d, len(ids)) for d, ids in est.layers)}; "
+          f"fitplan {dict((d, len(ids)) for d, ids in best.estimate.layers)}")
 
 
 def main() -> None:

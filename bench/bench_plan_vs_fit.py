@@ -39,7 +39,7 @@ def _cases(wide: bool, only: str | None) -> list[Case]:
 def _confirmed(side: Side, case: Case) -> tuple[bool, str]:
     """Within every budget by llama.cpp's printed MiB; shown as the tightest device's used/budget."""
     used = {d: side.printed_total_mib(d) for d in DEVICES}
-    budget = dict(zip(DEVICES, case.budgets_mib))
+    budget = dict(zip(DEVICES, case.budgets_mib, strict=True))
     tight = max(DEVICES, key=lambda d: used[d] / budget[d])
     ok = all(used[d] <= budget[d] for d in DEVICES)
     return ok, f"{'yes' if ok else 'NO'} ({used[tight]}/{budget[tight]})"

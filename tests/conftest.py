@@ -1,8 +1,8 @@
 """Shared pytest fixtures. Several developers add fixtures here: append, do not reorder."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -134,12 +134,14 @@ def _table_rows(text: str) -> list[list[str]]:
 
 
 def test_json_has_int_bytes_and_the_tables_content(tmp_path, capsys):
-    path = gemma3_spec(n_layer=7, n_embd=128, n_head=4, n_head_kv=1, head_dim=64, window=128).write(tmp_path / "g.gguf")[0]
+    spec = gemma3_spec(n_layer=7, n_embd=128, n_head=4, n_head_kv=1, head_dim=64, window=128)
+    path = spec.write(tmp_path / "g.gguf")[0]
     code, out, _ = _run(capsys, str(path), "--format", "json")
     assert code == 0
     doc = json.loads(out)
     _ints_only(doc)
-    assert (doc["architecture"], doc["n_layer"], doc["kv_facts_known"], doc["tied_embeddings"]) == ("gemma3", 7, True, True)
+    assert (doc["architecture"], doc["n_layer"], doc["kv_facts_known"], doc["tied_embeddings"]) == (
+        "gemma3", 7, True, True)
     assert [lay["kind"] for lay in doc["layers"]] == ["swa"] * 5 + ["full", "swa"]
     assert {(lay["k_bytes_per_cell"], lay["v_bytes_per_cell"]) for lay in doc["layers"]} == {(64 * 2, 64 * 2)}
     ffn = 2 * 256 * 4 * 34 + 128 * 8 * 34  # gate, up Q8_0 {128, 256}; down {256, 128}
@@ -151,11 +153,12 @@ def test_json_has_int_bytes_and_the_tables_content(tmp_path, capsys):
     rows = _table_rows(table)
     assert len(rows) == 7 + 1  # the layers and a total row
     groups = ["attention", "ffn", "experts", "shared_experts", "norms_other"]
-    for row, lay in zip(rows, doc["layers"]):
+    for row, lay in zip(rows, doc["layers"], strict=False):
         kind = lay["kind"] + (f"/{lay['window']}" if lay["window"] else "")
         kv_1k = (lay["k_bytes_per_cell"] + lay["v_bytes_per_cell"]) * 1024
         assert row == [str(lay["layer"]), kind, *(f"{lay['weights'][g] / MIB:.2f}" for g in groups),
-                       f"{lay['weight_bytes'] / MIB:.2f}", f"{kv_1k / MIB:.2f}", f"{lay['state_bytes_per_seq'] / MIB:.2f}"]
+                       f"{lay['weight_bytes'] / MIB:.2f}", f"{kv_1k / MIB:.2f}",
+                       f"{lay['state_bytes_per_seq'] / MIB:.2f}"]
     for t in doc["non_repeating"]:
         assert re.search(rf"^{re.escape(t['name'])}\s+{t['type']}\s+{t['bytes'] / MIB:.2f}$", table, re.M)
 

@@ -159,7 +159,8 @@ def test_all_default_with_te_on_cpu(capsys, model):
 def test_layer_split_device_list(capsys, model):
     # sd-cli ... --backend "diffusion=cuda0&cuda1": free 12 and 8 GiB, minus 2 GiB -> 10 : 6.
     # Block b (of 40) on CUDA0 while b/40 < 10/16 -> blocks [0, 25) on CUDA0, [25, 40) on CUDA1.
-    p = plan(capsys, model, "--backend", "diffusion=cuda0&cuda1", "--device", "CUDA0=12GiB", "--device", "CUDA1=8GiB", *RAM)
+    p = plan(capsys, model, "--backend", "diffusion=cuda0&cuda1",
+             "--device", "CUDA0=12GiB", "--device", "CUDA1=8GiB", *RAM)
     assert placed(p)["diffusion"] == ("CUDA0&CUDA1", "CUDA0&CUDA1")
     per_block = 128 * MiB + 64
     assert p["splits"]["diffusion"] == [
@@ -262,12 +263,14 @@ def test_text_format_reports_like_sd_cli(capsys, model):
     assert "free   6144 MiB, budget   5632 MiB" in out
     assert "free  32768 MiB, params budget  29491 MiB" in out  # 28.8 GiB, whole MiB
     assert "DiT          params   5120 MiB, compute reserve  2048 MiB -> compute CUDA0, params cpu" in out
-    assert 'auto-fit: --backend "diffusion=CUDA0,te=CUDA0,vae=CUDA0" --params-backend "diffusion=cpu,te=cpu,vae=cpu"' in out
+    assert ('auto-fit: --backend "diffusion=CUDA0,te=CUDA0,vae=CUDA0"'
+            ' --params-backend "diffusion=cpu,te=cpu,vae=cpu"') in out
 
 
 def test_flags_format(capsys, model):
     code, out, _ = run(capsys, model, "--format", "flags", "--device", "CUDA0=6GiB", *RAM)
-    assert (code, out.strip()) == (0, "--backend diffusion=CUDA0,te=CUDA0,vae=CUDA0 --params-backend diffusion=cpu,te=cpu,vae=cpu")
+    assert (code, out.strip()) == (0, "--backend diffusion=CUDA0,te=CUDA0,vae=CUDA0"
+                                      " --params-backend diffusion=cpu,te=cpu,vae=cpu")
 
 
 def test_yaml_format(capsys, model):
@@ -371,11 +374,12 @@ def test_row_split(capsys, model):
 
 def test_split_mode_per_module(capsys, model):
     # sd-cli ... --backend "diffusion=cuda0&cuda1,te=cuda0&cuda1" --split-mode diffusion=row,te=layer
-    p = plan(capsys, model, "--backend", "diffusion=cuda0&cuda1,te=cuda0&cuda1", "--split-mode", "diffusion=row,te=layer",
-             "--device", "CUDA0=12GiB", "--device", "CUDA1=12GiB", *RAM)
+    p = plan(capsys, model, "--backend", "diffusion=cuda0&cuda1,te=cuda0&cuda1",
+             "--split-mode", "diffusion=row,te=layer", "--device", "CUDA0=12GiB", "--device", "CUDA1=12GiB", *RAM)
     assert p["splits"]["diffusion"][0]["mode"] == "row"
     # te: 16 t5 blocks, equal shares -> [0, 8) and [8, 16)
-    assert [(r["mode"], r["first_block"], r["end_block"]) for r in p["splits"]["te"]] == [("layer", 0, 8), ("layer", 8, 16)]
+    assert [(r["mode"], r["first_block"], r["end_block"]) for r in p["splits"]["te"]] == [
+        ("layer", 0, 8), ("layer", 8, 16)]
     assert p["flags"].endswith("--split-mode diffusion=row,te=layer")
 
 
@@ -408,6 +412,7 @@ def test_compatibility_flags(capsys, model):
 def test_resident_component_is_named_under_a_params_default(capsys, model):
     # --params-backend all=disk,te=cuda0 with --backend cuda0: te's parameters are on its runtime
     # device; the reproduced flags must say so, or te would inherit all=disk.
-    p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "all=disk,te=cuda0", "--device", "CUDA0=12GiB", *RAM)
+    p = plan(capsys, model, "--backend", "cuda0", "--params-backend", "all=disk,te=cuda0",
+             "--device", "CUDA0=12GiB", *RAM)
     assert placed(p)["te"] == ("CUDA0", "CUDA0")
     assert p["params_backend"] == "all=disk,diffusion=disk,te=CUDA0,vae=disk"

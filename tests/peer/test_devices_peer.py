@@ -59,10 +59,9 @@ def test_rpc_servers_stop_when_the_body_raises(llama_tools):
 
     from planner.core.llama_tools import rpc_servers
 
-    with pytest.raises(RuntimeError, match="boom"):
-        with rpc_servers(2, llama_tools) as endpoints:
-            assert all(ep.startswith("127.0.0.1:") for ep in endpoints)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), rpc_servers(2, llama_tools) as endpoints:
+        assert all(ep.startswith("127.0.0.1:") for ep in endpoints)
+        raise RuntimeError("boom")
     for ep in endpoints:
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", int(ep.rsplit(":", 1)[1])), timeout=1).close()

@@ -54,8 +54,9 @@ def test_estimate_matches_fit_print(llama_tools, rpc_endpoints, contexts, name, 
         assert compute_ok(mine.compute_bytes / MIB, compute_mib), (device, mine.compute_bytes / MIB, compute_mib)
 
 
-@pytest.mark.parametrize("template", ["{rpc} -c 4096 -ts 3,1", "{rpc} -c 4096 -ts 1,1 -ngl 7", "{rpc} -c 4096 -ts 0.7/0.3",
-                                      "{rpc} -c 4096 -sm none -mg 1", "{rpc} -c 4096 -dev RPC1,RPC0 -ts 1,2"])
+@pytest.mark.parametrize("template", ["{rpc} -c 4096 -ts 3,1", "{rpc} -c 4096 -ts 1,1 -ngl 7",
+                                      "{rpc} -c 4096 -ts 0.7/0.3", "{rpc} -c 4096 -sm none -mg 1",
+                                      "{rpc} -c 4096 -dev RPC1,RPC0 -ts 1,2"])
 def test_layer_devices_match_llama_cpp_log(llama_tools, rpc_endpoints, contexts, template):
     """llama.cpp logs 'load_tensors: layer N assigned to device X' for every layer and the output layer."""
     import re

@@ -123,7 +123,7 @@ def setting(bin_dir: Path, endpoints: list[str], case: Case) -> tuple[Inventory,
     from planner.hardware.inventory_yaml import apply_shorthands
 
     inventory = apply_shorthands([], HOST_RAM, detect_inventory(endpoints))
-    max_vram = ",".join(f"{d}={mib}MiB" for d, mib in zip(DEVICES, case.budgets_mib))
+    max_vram = ",".join(f"{d}={mib}MiB" for d, mib in zip(DEVICES, case.budgets_mib, strict=True))
     budgets = resolve_budgets(inventory, max_vram)
     return inventory, budgets, fit_target_flag(fit_target_margins(inventory, budgets))
 
@@ -132,9 +132,10 @@ def same_budgets_from_capped_inventory(endpoints: list[str], case: Case) -> Budg
     """The other way to state the budgets: devices whose free memory is the budget, capped by name."""
     from planner.hardware.inventory_yaml import apply_shorthands
 
-    specs = [f"{d}={mib}MiB@{ep}" for d, mib, ep in zip(DEVICES, case.budgets_mib, endpoints)]
+    specs = [f"{d}={mib}MiB@{ep}" for d, mib, ep in zip(DEVICES, case.budgets_mib, endpoints, strict=False)]
     inventory = apply_shorthands(specs, HOST_RAM, None)
-    return resolve_budgets(inventory, ",".join(f"{d}={mib}MiB" for d, mib in zip(DEVICES, case.budgets_mib)))
+    max_vram = ",".join(f"{d}={mib}MiB" for d, mib in zip(DEVICES, case.budgets_mib, strict=True))
+    return resolve_budgets(inventory, max_vram)
 
 
 def llama_fit(bin_dir: Path, model: Path, endpoints: list[str], fit_target: list[str],
@@ -218,7 +219,7 @@ def shapes_dir(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_plan_beats_llama_fit(llama_tools, rpc_endpoints, shapes_dir, case):
     out = run_case(llama_tools, rpc_endpoints, case, shapes_dir)
-    budget_mib = dict(zip(DEVICES, case.budgets_mib))
+    budget_mib = dict(zip(DEVICES, case.budgets_mib, strict=True))
     assert out.budgets == same_budgets_from_capped_inventory(rpc_endpoints, case)
     assert out.budgets.devices == {d: mib * MIB for d, mib in budget_mib.items()}
     # llama.cpp's own choice stays within the targets it was given (plus the sub-MiB remainder).

@@ -116,7 +116,7 @@ def _forced_logprobs(runner: ModelRunner, prompt: list[int], steps: list) -> np.
 def _differences(llama_continuations, runner: ModelRunner) -> list[tuple[int, int, bool, int, float]]:
     """(prompt, position, tie, runtime's top-1, runtime logprob - llama.cpp logprob) everywhere."""
     out = []
-    for i, (prompt, steps) in enumerate(zip(PROMPTS, llama_continuations)):
+    for i, (prompt, steps) in enumerate(zip(PROMPTS, llama_continuations, strict=True)):
         assert len(steps) == N_PREDICT
         logprobs = _forced_logprobs(runner, prompt, steps)
         for k, step in enumerate(steps):
@@ -161,9 +161,9 @@ def test_exact_kernels_reproduce_every_node(prompt, llama_tools, tmp_path) -> No
     batches = server_prompt_batches(len(prompt), checkpoints=True, n_batch=1024) + [1, 1]
     theirs = llama_nodes(llama_tools, str(MODEL), 1024, batches, tokens, tmp_path)
     ours = runtime_nodes(_runner(EXACT_KERNELS), batches, tokens)
-    for step, (t_nodes, o_nodes) in enumerate(zip(theirs, ours)):
+    for step, (t_nodes, o_nodes) in enumerate(zip(theirs, ours, strict=True)):
         assert [n.op for n in o_nodes] == [n.op.replace("GEGLU", "GLU") for n in t_nodes]
-        differ = [(k, t.name) for k, (t, o) in enumerate(zip(t_nodes[:-1], o_nodes[:-1]))
+        differ = [(k, t.name) for k, (t, o) in enumerate(zip(t_nodes[:-1], o_nodes[:-1], strict=False))
                   if t.values.tobytes() != o.values.astype(t.values.dtype).tobytes()]
         assert differ == [], f"batch {step}: {len(differ)} nodes differ, the first {differ[:3]}"
         logits_t, logits_o = t_nodes[-1].values, o_nodes[-1].values
@@ -254,7 +254,7 @@ def test_validate_engine_llama_cpp_agrees_with_the_embedded_engine(capsys, llama
         assert code == 0, err
         docs[engine] = json.loads(out)
     assert docs["llama.cpp"]["splits"] == docs["embedded"]["splits"]
-    for ours, theirs in zip(docs["embedded"]["devices"], docs["llama.cpp"]["devices"]):
+    for ours, theirs in zip(docs["embedded"]["devices"], docs["llama.cpp"]["devices"], strict=False):
         assert ours["name"] == theirs["name"]
         if ours["name"] != "Host":   # llama.cpp maps the host weights: its CPU_Mapped buffer spans file gaps
             # llama.cpp prints MiB with two decimals: within 0.005 MiB

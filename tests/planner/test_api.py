@@ -45,7 +45,8 @@ def test_import_planner_loads_nothing_heavy():
 
 def test_calls_work_whichever_import_came_first(model):
     # a submodule imported first (as the CLI does) must not replace the callable
-    out = _python(f"import planner.memory.estimate as m, planner; e = planner.estimate({model!r}, '-c 1024', ['CUDA0=1GiB']); "
+    out = _python("import planner.memory.estimate as m, planner; "
+                  f"e = planner.estimate({model!r}, '-c 1024', ['CUDA0=1GiB']); "
                   "print(type(e).__name__, callable(m.model_context), e.device('CUDA0').context_bytes)")
     assert out == f"Estimate True {KV_1024}"
 

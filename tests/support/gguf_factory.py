@@ -13,9 +13,10 @@ computes a figure a test asserts.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType, GGUFValueType, GGUFWriter, Keys
@@ -109,7 +110,7 @@ def write_model(path: str | Path, arch: str, metadata: Mapping[str, Any], tensor
     writer.write_ti_data_to_file()
     assert writer.fout is not None and writer.path is not None
     paths = writer.format_shard_names(writer.path)
-    for fout, shard_tensors in zip(writer.fout, writer.tensors):
+    for fout, shard_tensors in zip(writer.fout, writer.tensors, strict=True):
         fout.flush()
         data_start = -(-fout.tell() // writer.data_alignment) * writer.data_alignment
         fout.truncate(data_start + sum(ti.nbytes for ti in shard_tensors.values()))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gguf import Keys
 

@@ -14,7 +14,8 @@ GIB = 2**30
 MIB = 2**20
 
 
-def device(name: str, free_gib: float, kind=DeviceKind.GPU, backend=Backend.CUDA, uma=False, endpoint=None) -> DeviceSpec:
+def device(name: str, free_gib: float, kind=DeviceKind.GPU, backend=Backend.CUDA, uma=False,
+           endpoint=None) -> DeviceSpec:
     free = int(free_gib * GIB)
     return DeviceSpec(name, kind, backend, free + GIB, free, 0, 0, 0, endpoint=endpoint, uma=uma)
 
@@ -53,7 +54,8 @@ def test_negative_value_is_free_minus_that_much(inv):
 def test_bare_value_applies_to_every_device_and_named_items_win(inv):
     b = resolve_budgets(inv, "CUDA1=3,5")
     assert b.devices == {"RPC0": 5 * GIB, "CUDA0": 5 * GIB, "CUDA1": 3 * GIB, "Vulkan0": 4 * GIB}
-    assert resolve_budgets(inv, "-1").devices == {"RPC0": 5 * GIB, "CUDA0": 19 * GIB, "CUDA1": 9 * GIB, "Vulkan0": 3 * GIB}
+    assert resolve_budgets(inv, "-1").devices == {"RPC0": 5 * GIB, "CUDA0": 19 * GIB, "CUDA1": 9 * GIB,
+                                                  "Vulkan0": 3 * GIB}
 
 
 def test_explicit_units(inv):

@@ -20,7 +20,8 @@ MIB = 2**20
 
 def test_cpu_model_x86_and_arm():
     assert parse_cpu_model("processor\t: 0\nmodel name\t: AMD EPYC 7B13\n") == "AMD EPYC 7B13"
-    assert parse_cpu_model("Hardware\t: BCM2835\nModel\t\t: Raspberry Pi 5 Model B Rev 1.0\n") == "Raspberry Pi 5 Model B Rev 1.0"
+    assert parse_cpu_model("Hardware\t: BCM2835\nModel\t\t: Raspberry Pi 5 Model B Rev 1.0\n") == (
+        "Raspberry Pi 5 Model B Rev 1.0")
 
 
 def test_detect_host_ram_is_psutils_and_cpu_from_proc(tmp_path, monkeypatch):
@@ -53,7 +54,8 @@ def test_list_devices_output_with_rpc():
             "  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23500 MiB free)\n"
             "  RPC0: 127.0.0.1:50052 (24105 MiB, 24000 MiB free)\n")
     cuda, rpc = parse_list_devices(text)
-    assert (cuda.name, cuda.backend, cuda.total_bytes, cuda.free_bytes) == ("CUDA0", Backend.CUDA, 24080 * MIB, 23500 * MIB)
+    assert (cuda.name, cuda.backend, cuda.total_bytes, cuda.free_bytes) == (
+        "CUDA0", Backend.CUDA, 24080 * MIB, 23500 * MIB)
     assert (rpc.name, rpc.kind, rpc.endpoint) == ("RPC0", DeviceKind.RPC, "127.0.0.1:50052")
     assert parse_list_devices("Available devices:\n  (none)\n") == []
 
@@ -104,7 +106,8 @@ def test_nvml_path_with_a_fake_module(monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     (d,) = detect_nvidia_nvml()
-    assert (d.name, d.description, d.total_bytes, d.free_bytes) == ("CUDA0", "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB)
+    assert (d.name, d.description, d.total_bytes, d.free_bytes) == (
+        "CUDA0", "NVIDIA GeForce RTX 4090", 24 * GIB, 23 * GIB)
     assert d.link_bytes_s == int(16e9 * 128 / 130 / 8 * 16)
     assert calls == ["init", "shutdown"]
 

@@ -116,7 +116,8 @@ def test_count_numbers_devices_after_the_backend_prefix(tmp_path):
 
 
 def test_misspelled_key_names_file_path_and_expected_keys(tmp_path):
-    msg = bad_yaml(tmp_path, "host: {ram: 32GiB}\ndevices:\n  - name: CUDA0\n    memory: 24GiB\n    bandwdith_gbs: 936\n")
+    msg = bad_yaml(tmp_path, "host: {ram: 32GiB}\ndevices:\n  - name: CUDA0\n    memory: 24GiB\n"
+                             "    bandwdith_gbs: 936\n")
     assert "devices[0].bandwdith_gbs: unknown key (did you mean 'bandwidth_gbs'?)" in msg
     assert "expected one of: name, catalog" in msg
 
@@ -127,17 +128,26 @@ def test_misspelled_key_names_file_path_and_expected_keys(tmp_path):
     ("host: {ram: 8GiB, available: 9GiB}\n", "host.available", "expected at most ram"),
     ("host: {ram: 8GiB}\ndevices: {a: 1}\n", "devices", "expected a list of device mappings"),
     ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0}\n", "devices[0].memory", "missing; expected a size"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {name: XPU0, memory: 8GiB}\n", "devices[0].name", "expected a llama.cpp device name"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {name: XPU0, memory: 8GiB}\n",
+     "devices[0].name", "expected a llama.cpp device name"),
     ("host: {ram: 8GiB}\ndevices:\n  - {name: ROCm0, catalog: rtx3090}\n", "devices[0].name", "expected a CUDA name"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, memory: 8GiB, free: 9GiB}\n", "devices[0].free", "expected at most memory"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, memory: 8GiB, link: pcie9x99}\n", "devices[0].link", "expected a PCIe link"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {catalog: rtx3090, endpoint: nohost}\n", "devices[0].endpoint", "expected host:port"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {kind: rpc, memory: 8GiB}\n", "devices[0].endpoint", "expected host:port of the rpc-server"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, memory: 8GiB, free: 9GiB}\n",
+     "devices[0].free", "expected at most memory"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, memory: 8GiB, link: pcie9x99}\n",
+     "devices[0].link", "expected a PCIe link"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {catalog: rtx3090, endpoint: nohost}\n",
+     "devices[0].endpoint", "expected host:port"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {kind: rpc, memory: 8GiB}\n",
+     "devices[0].endpoint", "expected host:port of the rpc-server"),
     ("host: {ram: 8GiB}\ndevices:\n  - {catalog: rtx9999}\n", "devices[0].catalog", "unknown catalog device 'rtx9999'"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {catalog: rtx3090, count: 0}\n", "devices[0].count", "expected a whole number >= 1"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, catalog: rtx3090, count: 2}\n", "devices[0].count", "expected 1 when name is given"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {name: RPC1, catalog: rtx3090, endpoint: 'h:1'}\n", "devices[0].name", "expected RPC0"),
-    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, memory: 8GiB, uma: yes please}\n", "devices[0].uma", "expected true or false"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {catalog: rtx3090, count: 0}\n",
+     "devices[0].count", "expected a whole number >= 1"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, catalog: rtx3090, count: 2}\n",
+     "devices[0].count", "expected 1 when name is given"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {name: RPC1, catalog: rtx3090, endpoint: 'h:1'}\n",
+     "devices[0].name", "expected RPC0"),
+    ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, memory: 8GiB, uma: yes please}\n",
+     "devices[0].uma", "expected true or false"),
 ])
 def test_yaml_errors_say_where_and_what_was_expected(tmp_path, text, where, expected):
     msg = bad_yaml(tmp_path, text)
@@ -147,7 +157,8 @@ def test_yaml_errors_say_where_and_what_was_expected(tmp_path, text, where, expe
 def test_unreadable_and_malformed_files(tmp_path):
     with pytest.raises(InventoryError, match="cannot read the file"):
         load_inventory(tmp_path / "missing.yaml")
-    assert re.search(r"not valid YAML at line \d+ \(.+\); expected a YAML mapping", bad_yaml(tmp_path, "host:\n  ram: [8GiB\n"))
+    assert re.search(r"not valid YAML at line \d+ \(.+\); expected a YAML mapping",
+                     bad_yaml(tmp_path, "host:\n  ram: [8GiB\n"))
 
 
 # ----------------------------------------------------------------------------- shorthands

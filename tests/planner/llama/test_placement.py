@@ -86,7 +86,8 @@ def test_unknown_device_is_refused():
 @pytest.fixture
 def tied_llama(tmp_path):
     # 4 layers, n_embd 256: Q4_K attention (rows 256 / 64, both divisible by 8), tied embeddings
-    [path] = llama_spec(n_layer=4, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, out_type=None).write(tmp_path / "m.gguf")
+    spec = llama_spec(n_layer=4, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, out_type=None)
+    [path] = spec.write(tmp_path / "m.gguf")
     model = read_model(path)
     return tensor_slots(model, 4)
 

@@ -26,7 +26,7 @@ from tests.support.gguf_factory import (
     qwen3moe_spec,
 )
 
-A, F, E, S, O = (WeightGroup.ATTENTION, WeightGroup.FFN, WeightGroup.EXPERTS, WeightGroup.SHARED_EXPERTS,
+A, F, E, S, OT = (WeightGroup.ATTENTION, WeightGroup.FFN, WeightGroup.EXPERTS, WeightGroup.SHARED_EXPERTS,
                  WeightGroup.OTHER)
 Q8_ROW_32 = 34   # bytes per 32 values
 Q4K_ROW_256 = 144
@@ -72,7 +72,7 @@ def test_llama_gqa(tmp_path):
     ffn = 2 * 512 * Q4K_ROW_256 + 256 * 2 * Q6K_ROW_256   # gate, up {256, 512}; down Q6_K {512, 256}
     other = 2 * 256 * 4                                    # attn_norm, ffn_norm f32
     for lc in costs.layers:
-        assert _groups(lc) == {A: attn, F: ffn, O: other}
+        assert _groups(lc) == {A: attn, F: ffn, OT: other}
         assert lc.weight_bytes == attn + ffn + other
         assert (lc.k_bytes_per_cell, lc.v_bytes_per_cell, lc.state_bytes_per_seq) == (64 * 2, 64 * 2, 0)
         assert dict(lc.elements)[A] == 2 * 256 * 256 + 2 * 256 * 64
@@ -108,7 +108,7 @@ def test_qwen3moe_experts(tmp_path):
                + (256 * 8) * 4 * Q8_ROW_32)       # down_exps Q8_0 {128, 256, 8}
     other = 256 * 4 + 64 * 4 * 2 + 256 * 4 + 256 * 8 * 4   # attn_norm, k/q norms, ffn_norm, router f32
     for lc in costs.layers:
-        assert _groups(lc) == {A: attn, E: experts, O: other}
+        assert _groups(lc) == {A: attn, E: experts, OT: other}
         assert (lc.k_bytes_per_cell, lc.v_bytes_per_cell) == (2 * 64 * 2, 2 * 64 * 2)
     q8, _ = _costs(qwen3moe_spec(n_layer=2, n_head_kv=2, head_dim=64), tmp_path, "q8_0", "q8_0")
     assert {lc.k_bytes_per_cell for lc in q8.layers} == {128 // 32 * 34}
@@ -126,7 +126,7 @@ def test_gemma3_swa_and_tied_embeddings(tmp_path):
     assert [lc.kind for lc in costs.layers] == [AttnKind.SWA] * 5 + [AttnKind.FULL, AttnKind.SWA]
     assert [lc.window for lc in costs.layers] == [128] * 5 + [0, 128]
     for lc in costs.layers:
-        assert _groups(lc) == {A: attn, F: ffn, O: other}
+        assert _groups(lc) == {A: attn, F: ffn, OT: other}
         assert (lc.k_bytes_per_cell, lc.v_bytes_per_cell) == (64 * 2, 64 * 2)
     assert costs.tied_embeddings
     assert costs.non_repeating_bytes == 512 * 4 * Q8_ROW_32 + 128 * 4
@@ -150,9 +150,9 @@ def test_deepseek2_mla(tmp_path):
     assert experts == 1024 * 2 * Q8_ROW_32 + 2 * 256 * 8 * Q8_ROW_32
     shared = 2 * 64 * 8 * Q8_ROW_32 + 256 * 2 * Q8_ROW_32
     router = 256 * 4 * 4 + 4 * 4                    # ffn_gate_inp f32 {256, 4}, exp_probs_b f32 {4}
-    assert _groups(costs.layers[0]) == {A: attn, F: dense_ffn, O: norms}
+    assert _groups(costs.layers[0]) == {A: attn, F: dense_ffn, OT: norms}
     for lc in costs.layers[1:]:
-        assert _groups(lc) == {A: attn, E: experts, S: shared, O: norms + router}
+        assert _groups(lc) == {A: attn, E: experts, S: shared, OT: norms + router}
     for lc in costs.layers:  # K-only cache: latent 128 + rope 32, one head
         assert (lc.k_bytes_per_cell, lc.v_bytes_per_cell) == (160 * 2, 0)
     q8, _ = _costs(spec, tmp_path, "q8_0", "q8_0")
@@ -172,7 +172,7 @@ def test_mamba2_state(tmp_path):
     state = ((4 - 1) * conv_dim + 16 * 256) * 4
     for lc in costs.layers:
         assert lc.kind is AttnKind.RECURRENT
-        assert _groups(lc) == {A: attn, O: other}
+        assert _groups(lc) == {A: attn, OT: other}
         assert (lc.k_bytes_per_cell, lc.v_bytes_per_cell, lc.state_bytes_per_seq) == (0, 0, state)
     assert costs.layer_weight_bytes + costs.non_repeating_bytes == total
 
@@ -186,8 +186,8 @@ def test_granitehybrid(tmp_path):
     attn = 128 * 4 * Q8_ROW_32 + 2 * 64 * 4 * Q8_ROW_32 + 128 * 4 * Q8_ROW_32   # q, k, v, output
     ffn = 2 * 256 * 4 * Q8_ROW_32 + 128 * 8 * Q8_ROW_32
     state = ((4 - 1) * conv_dim + 16 * d_inner) * 4
-    rec = {A: mixer, F: ffn, O: 128 * 4 + d_inner * 4 + 128 * 4}   # attn_norm, ssm_norm, ffn_norm
-    att = {A: attn, F: ffn, O: 2 * 128 * 4}
+    rec = {A: mixer, F: ffn, OT: 128 * 4 + d_inner * 4 + 128 * 4}   # attn_norm, ssm_norm, ffn_norm
+    att = {A: attn, F: ffn, OT: 2 * 128 * 4}
     assert [_groups(lc) for lc in costs.layers] == [rec, rec, att, rec]
     assert [(lc.k_bytes_per_cell, lc.v_bytes_per_cell, lc.state_bytes_per_seq) for lc in costs.layers] == \
         [(0, 0, state)] * 2 + [(2 * 32 * 2, 2 * 32 * 2, 0), (0, 0, state)]

@@ -10,7 +10,7 @@ from planner.planning.solve import LayerDemand, Objective, Problem, Slot, solve_
 
 def _layers(sizes: list[int], output: int, experts: list[int] | None = None, expert_read: float = 0.0):
     experts = experts or [0] * len(sizes)
-    out = [LayerDemand(s, e, float(s - e), expert_read if e else 0.0) for s, e in zip(sizes, experts)]
+    out = [LayerDemand(s, e, float(s - e), expert_read if e else 0.0) for s, e in zip(sizes, experts, strict=False)]
     return tuple(out + [LayerDemand(output, 0, float(output), 0.0)])
 
 

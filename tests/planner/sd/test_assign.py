@@ -73,7 +73,8 @@ def test_module_names_case_insensitive_ignoring_hyphen_underscore(spelling):
 
 
 def test_equivalent_spellings_name_the_same_module():
-    assert parse_module("clip_vision") is parse_module("clip-vision") is parse_module("clipvision") is Module.CLIP_VISION
+    assert (parse_module("clip_vision") is parse_module("clip-vision") is parse_module("clipvision")
+            is Module.CLIP_VISION)
     assert parse_module("first_stage") is Module.VAE
 
 

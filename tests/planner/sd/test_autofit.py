@@ -97,7 +97,8 @@ def test_explicit_backend_assignments_are_kept():
     fit = problem([comp(D, 4), comp(T, 2), comp(V, 0.2)], [gpu("CUDA0", 10), gpu("CUDA1", 20)], ram_budget_gib=64,
                   compute={D: ("CUDA0",), T: (), V: ("CUDA1",)})
     got = where(greedy_fit(fit))
-    assert got == {D: (("CUDA0",), Where.RESIDENT, None), T: ((), Where.CPU, None), V: (("CUDA1",), Where.RESIDENT, None)}
+    assert got == {D: (("CUDA0",), Where.RESIDENT, None), T: ((), Where.CPU, None),
+                   V: (("CUDA1",), Where.RESIDENT, None)}
 
 
 def test_backend_cuda0_for_every_module_overrides_the_larger_gpu():

@@ -21,7 +21,8 @@ def test_sizes_by_dtype(st_file):
 
 
 def test_metadata_entry_is_not_a_tensor(tmp_path):
-    raw = json.dumps({"__metadata__": {"format": "pt"}, "w": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}}).encode()
+    raw = json.dumps({"__metadata__": {"format": "pt"},
+                      "w": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}}).encode()
     path = tmp_path / "m.safetensors"
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
     assert [t.name for t in read_safetensors(path)] == ["w"]

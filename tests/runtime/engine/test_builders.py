@@ -110,7 +110,7 @@ def _moe(x: np.ndarray, w: dict[str, np.ndarray], p: str, k: int) -> np.ndarray:
     for t in range(x.shape[0]):
         top = np.argsort(-probs[t], kind="stable")[:k]
         weights = probs[t, top] / probs[t, top].sum()
-        for e, g in zip(top, weights):
+        for e, g in zip(top, weights, strict=True):
             gate = w[p + "ffn_gate_exps.weight"][e] @ x[t]
             up = w[p + "ffn_up_exps.weight"][e] @ x[t]
             out[t] += g * (w[p + "ffn_down_exps.weight"][e] @ (gate / (1 + np.exp(-gate)) * up))

@@ -184,7 +184,10 @@ def test_cpu_never_spreads_into_a_region_a_gpu_sweep_reaches(gpu, cpu, weight, s
     graph = _spread_graph(gpu, cpu, weight)
     s = Scheduler([gpu, cpu], op_offload=False)
     ctx, a = s.ctx, Assignment()
-    names = lambda: {n.name: a.get(n) for n in graph.nodes}
+
+    def names():
+        return {n.name: a.get(n) for n in graph.nodes}
+
     a = assign_forced(ctx, graph, a)
     assert names() == {"a": 1, "b": -1, "c": -1, "d": 0, "e": -1, "f": 1, "g": -1}
     a = expand_gpu_down(ctx, graph, a)  # d carries GPU0 to e; f (CPU) clears it: g untouched
