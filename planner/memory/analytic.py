@@ -118,8 +118,10 @@ def _moved_to_cpu_work(sh: Shapes, placement: Placement, t: int) -> tuple[int, s
     experts: set[int] = set()
     dense: dict[int, int] = defaultdict(int)
     for name, row in placement.tensor_buft:
+        if row not in HOST_ROWS:
+            continue
         il, suffix = layer_of(name)
-        if row not in HOST_ROWS or il is None or placement.layer_device[il] == CPU:
+        if il is None or placement.layer_device[il] == CPU:
             continue
         # "_exps" only, as when the term was fitted: grovemoe's chunked experts (_chexps) are not counted
         if "_exps" in suffix:

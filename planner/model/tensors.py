@@ -7,6 +7,7 @@ runtime classify a tensor the same way.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from gguf import MODEL_TENSOR, TENSOR_NAMES
@@ -62,6 +63,7 @@ ROUTER_PREFIX = "ffn_gate_inp"
 CHANNEL_MIX_PREFIX = "channel_mix_"
 
 
+@functools.lru_cache(maxsize=1 << 16)   # the estimate asks again for the same names on every candidate
 def layer_of(name: str) -> tuple[int | None, str]:
     """(block index, the name after `blk.N.`) for a block tensor; (None, name) for any other."""
     m = _BLOCK.match(name)
