@@ -32,6 +32,7 @@ from planner.model.inspect import InspectResult
 from planner.model.inspect import inspect as run_inspect
 from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.search import plan as run_plan
+from planner.sweeps.axes import SweepMode
 from planner.sweeps.sweep import SweepResult, parse_axis
 from planner.sweeps.sweep import sweep as run_sweep
 
@@ -71,7 +72,7 @@ def estimate(model: ModelLike, flags: Flags = (), devices: Devices = None, ram: 
 
 
 def sweep(model: ModelLike, vary: Mapping[str, str | Sequence[Any]], devices: Devices = None, flags: Flags = (),
-          ram: str | None = None, mode: str = "estimate",
+          ram: str | None = None, mode: SweepMode | str = SweepMode.ESTIMATE,
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Every combination of the `vary` axes (`{"ctx": "4096..65536", "cache": "f16,q8_0"}`; see
     planner.sweeps.sweep for the axes), evaluated by `mode` (`fitplan sweep`)."""

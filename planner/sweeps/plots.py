@@ -158,7 +158,7 @@ def _panels(result: SweepResult) -> list[_Panel]:
         return lambda p: _total_gib(p, name)
 
     panels = [_Panel(n if n != HOST else "Host (RAM)", "memory (GiB)", total(n), n) for n in result.device_names]
-    if result.mode == SweepMode.PLAN:
+    if result.mode is SweepMode.PLAN:
         panels.append(_Panel("plan: predicted decode", "decode (tokens/s)", lambda p: p.tokens_per_s))
         if any(a.name == "ctx" and CTX_MAX in a.values for a in result.axes):
             panels.append(_Panel("plan: largest context that fits", "context (k tokens)",

@@ -23,7 +23,7 @@ from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
-from planner.llama.context import ModelContext, model_context
+from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, changed_fields, flags_to_argv
 from planner.llama.placement import HOST, device_of
 from planner.llama.settings import resolve_settings
@@ -37,6 +37,7 @@ from planner.sweeps.axes import (
     TS_STEPS,
     Axis,
     AxisKind,
+    SweepMode,
     apply_axes,
     fmt_budget,
     parse_axis,
@@ -85,7 +86,7 @@ class Point:
 @dataclass(frozen=True)
 class SweepResult:
     model: str
-    mode: str
+    mode: SweepMode
     axes: tuple[Axis, ...]
     points: tuple[Point, ...]
 
@@ -95,7 +96,7 @@ class SweepResult:
         return list(dict.fromkeys(d.name for p in self.points for d in p.devices))
 
     def csv_columns(self) -> list[str]:
-        extra = ["feasible", "tokens_per_s"] if self.mode == "plan" else []
+        extra = ["feasible", "tokens_per_s"] if self.mode is SweepMode.PLAN else []
         return [a.name for a in self.axes] + list(CSV_COLUMNS) + extra
 
     def csv_rows(self) -> list[dict[str, Any]]:
@@ -110,7 +111,7 @@ class SweepResult:
                            compute_bytes=d.compute_bytes, total_bytes=d.total_bytes,
                            budget_bytes="" if d.budget_bytes is None else d.budget_bytes,
                            device_fits=int(d.fits), fits=int(p.fits), layers=d.layers, n_ctx=p.n_ctx, flags=p.flags)
-                if self.mode == "plan":
+                if self.mode is SweepMode.PLAN:
                     row.update(feasible=int(p.feasible),
                                tokens_per_s="" if p.tokens_per_s is None else f"{p.tokens_per_s:.2f}")
                 rows.append(row)
@@ -128,7 +129,7 @@ class SweepResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model, "mode": self.mode,
+            "model": self.model, "mode": self.mode.value,
             "axes": {a.name: [a.text(v) for v in a.values] for a in self.axes},
             "points": [{
                 "settings": {a.name: a.text(v) for a, v in zip(self.axes, p.settings, strict=True)},
@@ -149,12 +150,12 @@ class SweepResult:
                 d = p.device(n)
                 cells.append("" if d is None else fmt_mib(d.total_bytes)
                              + ("" if d.budget_bytes is None else f" / {fmt_mib(d.budget_bytes)}"))
-            speed = [] if self.mode != "plan" else [f"{p.tokens_per_s:.1f}" if p.tokens_per_s else ""]
+            speed = [] if self.mode is not SweepMode.PLAN else [f"{p.tokens_per_s:.1f}" if p.tokens_per_s else ""]
             rows.append(cells + [p.n_ctx or ""] + speed + ["yes" if p.fits else "no"])
         heads = ([a.name for a in self.axes] + [f"{n} MiB" for n in names] + ["n_ctx"]
-                 + (["decode tok/s"] if self.mode == "plan" else []) + ["fits"])
+                 + (["decode tok/s"] if self.mode is SweepMode.PLAN else []) + ["fits"])
         align = "l" * len(self.axes) + "r" * (len(heads) - len(self.axes) - 1) + "l"
-        return f"{self.model} ({self.mode})\n\n" + table(heads, rows, align=align) + "\n"
+        return f"{self.model} ({self.mode.value})\n\n" + table(heads, rows, align=align) + "\n"
 
 
 # LlamaFlags fields a plan-mode base may set: the rest is placement, which the plan decides.
@@ -224,13 +225,15 @@ def _estimate_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any,
     return Point(combo, " ".join(flags_to_argv(flags)), est.cparams.n_ctx, rows)
 
 
-def sweep(model: Any, axes: Sequence[Axis], inventory: Inventory | None = None, flags: LlamaFlags | None = None,
-          mode: str = "estimate", progress: Callable[[int, int], None] | None = None) -> SweepResult:
+def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = None, flags: LlamaFlags | None = None,
+          mode: SweepMode | str = SweepMode.ESTIMATE,
+          progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Evaluate every combination of `axes` (the first axis varies slowest); `progress(done, total)`
     is called after each point."""
 
     if mode not in MODES:
         raise FlagError(f"sweep mode {mode!r}: expected one of {', '.join(MODES)}")
+    mode = SweepMode(mode)
     if not axes:
         raise FlagError("sweep: nothing to vary; expected at least one --vary NAME=VALUES")
     names = [a.name for a in axes]
@@ -243,7 +246,7 @@ def sweep(model: Any, axes: Sequence[Axis], inventory: Inventory | None = None, 
     axes = tuple(_one_layer_steps(a, ctx, base, inventory) for a in axes)
     combos = list(itertools.product(*(a.values for a in axes)))
     budgets = _Budgets(inventory)
-    evaluate = _estimate_point if mode == "estimate" else _plan_point
+    evaluate = _estimate_point if mode is SweepMode.ESTIMATE else _plan_point
     points = []
     for i, combo in enumerate(combos):
         points.append(evaluate(ctx, axes, combo, base, inventory, budgets))
