@@ -33,7 +33,8 @@ from planner.planning.result import (
     PlanRequest,
     llama_argv,
 )
-from planner.planning.search import plan, predict_estimate
+from planner.planning.search import plan
+from planner.planning.throughput import predict_estimate
 from tests.support.gguf_factory import (
     Q,
     add_tokenizer,

@@ -90,6 +90,8 @@ def plan_cmd(
     solver: Annotated[str, typer.Option("--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = "dp",
     no_expert_offload: Annotated[bool, typer.Option(
         "--no-expert-offload", help="never keep MoE experts on the host")] = False,
+    op_offload: Annotated[str, typer.Option(
+        "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)")] = "auto",
     fmt: Annotated[str, typer.Option("--format", help="table | flags | yaml | json")] = "table",
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
@@ -110,6 +112,8 @@ def plan_cmd(
         from planner.sweeps.plots import require_matplotlib
 
         require_matplotlib()   # before any work: exit 2 with the install hint
+    if op_offload not in ("auto", "on", "off"):
+        raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
     if parallel < 1 or (ubatch is not None and ubatch < 1):
         raise BadInput("--parallel and --ubatch-size take positive numbers")
     inventory_path = None if devices in (None, "auto") else devices
@@ -120,7 +124,7 @@ def plan_cmd(
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
-                          solver=Solver(solver))
+                          solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on")
     result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain)
     if plot:
         from planner.sweeps.plots import plot_plan

@@ -30,6 +30,10 @@ class ModelContext:
         return {s.name: s.n_bytes for s in self.slots}
 
     @functools.cached_property
+    def slot_by_name(self) -> dict[str, TensorSlot]:
+        return {s.name: s for s in self.slots}
+
+    @functools.cached_property
     def shapes(self) -> Shapes:
         """The widths the model's graph materialises, worked out once per model."""
         return model_shapes(self.model, self.facts)

@@ -84,6 +84,7 @@ class LlamaFlags:
     kv_offload: bool = True
     repack: bool = True
     no_host: bool = False
+    op_offload: bool = True      # --no-op-offload: host-weight ops stay on the CPU (cparams.op_offload)
     load_mode: str = "auto"
     ignored: tuple[str, ...] = ()   # accepted flags that change nothing in memory, as written
 
@@ -213,6 +214,8 @@ _switch("-kvo --kv-offload", lambda f, _: replace(f, kv_offload=True))
 _switch("-nr --no-repack", lambda f, _: replace(f, repack=False))
 _switch("--repack", lambda f, _: replace(f, repack=True))
 _switch("--no-host", lambda f, _: replace(f, no_host=True))
+_switch("--no-op-offload", lambda f, _: replace(f, op_offload=False))
+_switch("--op-offload", lambda f, _: replace(f, op_offload=True))
 # Older spellings of the load mode; the fit dry run never maps, so they change no figure here.
 _switch("--mmap", lambda f, _: replace(f, load_mode="mmap"))
 _switch("--no-mmap", lambda f, _: replace(f, load_mode="none"))
@@ -294,7 +297,8 @@ def flags_to_argv(flags: LlamaFlags) -> list[str]:
     for arg in flags.override_args:
         out += [arg.kind.flag, arg.value] if arg.kind.takes_value else [arg.kind.flag]
     for flag, on in (("-kvu", flags.kv_unified), ("--swa-full", flags.swa_full), ("-nkvo", not flags.kv_offload),
-                     ("-nr", not flags.repack), ("--no-host", flags.no_host)):
+                     ("-nr", not flags.repack), ("--no-host", flags.no_host),
+                     ("--no-op-offload", not flags.op_offload)):
         if on:
             out.append(flag)
     return out + list(flags.ignored)

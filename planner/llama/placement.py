@@ -31,7 +31,7 @@ from planner.gguf.reader import ModelFile
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventory, llama_order
 from planner.llama.flags import LlamaFlags
 from planner.model.tensors import OUTPUT, TOKEN_EMBD, is_input, is_routed_expert, layer_of
-from runtime.ggml.profiles import PROFILES
+from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class Device:
     free_bytes: int
     has_host_buffer: bool
     endpoint: str | None = None
+    compute_capability: int | None = None   # CUDA: major x 100 + minor x 10 (profiles.DEFAULT_CUDA_CC if unknown)
 
     def buft_names(self) -> tuple[str, ...]:
         """Names an -ot rule may use for this device's buffer type. ggml-rpc names every server's
@@ -112,6 +113,7 @@ class TensorSlot:
     n_dims: int
     n_bytes: int
     duplicate_of: str = ""   # the tied output matrix: no second copy when it lands beside its original
+    ne0: int = 0             # row length in values (get_alloc_size pads quantized rows on CUDA-class buffers)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ class Placement:
 
 def _device_from_spec(spec: DeviceSpec) -> Device:
     profile = PROFILES[spec.backend]
-    return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint)
+    cc = DEFAULT_CUDA_CC if profile.fa_f16_staging else None
+    return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint, cc)
 
 
 def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Device, ...]:
@@ -216,14 +219,14 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
             layer = n_layer_all
         op = WeightOp.GET_ROWS if layer == INPUT_LAYER else weight_op(suffix, len(t.shape))
         rows = t.shape[1] if len(t.shape) > 1 else 1
-        slots.append(TensorSlot(t.name, layer, op, t.ggml_type, rows, len(t.shape), t.n_bytes))
+        slots.append(TensorSlot(t.name, layer, op, t.ggml_type, rows, len(t.shape), t.n_bytes, ne0=t.shape[0]))
     names = {t.name for t in model.tensors}
     embd = model.tensor(TOKEN_EMBD)
     if OUTPUT not in names and embd is not None:
         # create_tensor(... TENSOR_DUPLICATED): the output matrix is a second copy on the output device
         slots.append(TensorSlot(OUTPUT, n_layer_all, WeightOp.MUL_MAT, embd.ggml_type,
                                 embd.shape[1] if len(embd.shape) > 1 else 1, len(embd.shape), embd.n_bytes,
-                                duplicate_of=embd.name))
+                                duplicate_of=embd.name, ne0=embd.shape[0]))
     return tuple(slots)
 
 

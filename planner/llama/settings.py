@@ -17,20 +17,23 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from types import MappingProxyType
 
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
 from planner.core.errors import FlagError
 from planner.core.units import pad
+from planner.gguf.reader import row_size
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
 from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.costs import cache_type
+from runtime.ggml.profiles import PROFILES
 
 CTX_PAD = 256
 # V cache types llama.cpp stores without flash attention; a quantized V cache requires -fa on
@@ -132,6 +135,16 @@ class LlamaSettings:
     kv_cells: Mapping[AttnKind, int]   # cells per stream of each attention kind that holds a KV cache
     pulled: Mapping[int, str]          # host attention layer -> the device that runs its core
     alignment: Mapping[str, int]       # buffer row (device names, Host, CPU_REPACK) -> alignment
+    # buffer row -> get_alloc_size's quantized-row padding (CUDA-class devices only)
+    row_padding: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def alloc_size(self, row: str, ggml_type: Q, ne0: int, n_bytes: int) -> int:
+        """Bytes a tensor takes in this row's buffer type before alignment (get_alloc_size): CUDA,
+        ROCm and SYCL pad a quantized tensor to a multiple of MATRIX_ROW_PADDING values."""
+        padding = self.row_padding.get(row, 0)
+        if padding and GGML_QUANT_SIZES[ggml_type][0] > 1 and ne0 % padding:
+            n_bytes += row_size(ggml_type, padding - ne0 % padding)
+        return n_bytes
 
 
 def resolve_settings(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None = None) -> LlamaSettings:
@@ -150,6 +163,7 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
     pulled = pulled_attention(facts, flags, placement.layer_device)
     cp = resolve_auto_fa(flags, cp, type_v, pulled)
     alignment = {HOST: HOST_ALIGNMENT, CPU_REPACK: HOST_ALIGNMENT, **{d.name: d.alignment for d in devices}}
+    padding = {d.name: PROFILES[d.backend].row_padding for d in devices if PROFILES[d.backend].row_padding}
     return LlamaSettings(ctx, flags, devices, placement, cp, type_k, type_v,
                          MappingProxyType(kv_cells(facts, cp, flags.swa_full)), MappingProxyType(pulled),
-                         MappingProxyType(alignment))
+                         MappingProxyType(alignment), MappingProxyType(padding))

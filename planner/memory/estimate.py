@@ -85,10 +85,11 @@ class Estimate:
 
 
 def _model_bytes(settings: LlamaSettings) -> dict[str, int]:
-    size = settings.ctx.slot_bytes
+    slots = settings.ctx.slot_by_name
     out: dict[str, int] = defaultdict(int)
     for name, row in settings.placement.tensor_buft:
-        out[row] += pad(size[name], settings.alignment[row])
+        s = slots[name]
+        out[row] += pad(settings.alloc_size(row, s.ggml_type, s.ne0, s.n_bytes), settings.alignment[row])
     return dict(out)
 
 

@@ -11,7 +11,9 @@ from planner.core.units import fmt_bytes
 from planner.llama.context import ModelContext
 from planner.llama.placement import HOST, HOST_ROWS
 from planner.memory.estimate import estimate
+from planner.planning.problem import costs_for
 from planner.planning.result import PlanResult
+from planner.planning.throughput import offloading, predict_estimate
 
 
 def _totals(est) -> dict[str, int]:
@@ -61,6 +63,33 @@ def _layer_step(ctx: ModelContext, result: PlanResult) -> list[str]:
             f"{first} has {fmt_bytes(max(room, 0))} left"]
 
 
+def _op_offload_choice(ctx: ModelContext, result: PlanResult) -> list[str]:
+    """Where a device offloads host-weight ops: what the other choice would cost and give."""
+    if not offloading(result.inventory):
+        return []
+    f = result.flags
+    other = estimate(ctx, replace(f, op_offload=not f.op_offload), result.inventory)
+    now, then, room = _totals(result.estimate), _totals(other), _headroom(result)
+    costs = costs_for(ctx, f.cache_type_k)
+    prefill = {f.op_offload: result.prediction.prefill_tokens_s,
+               not f.op_offload: predict_estimate(ctx, costs, other, result.inventory, result.experts_on_host,
+                                                  result.flags.override_args != () and result.estimate.output_device
+                                                  in HOST_ROWS).prefill_tokens_s}
+    moved = {name: then[name] - now[name] for name in now if name != HOST and then.get(name, 0) != now[name]}
+    if not moved:
+        return [f"op offload {'on' if f.op_offload else 'off'}: no host weight is offloaded at -ub {f.n_ubatch}, "
+                "either choice stages nothing"]
+    over = [name for name, d in moved.items() if d > room.get(name, 0)]
+    staged = ", ".join(f"{'+' if d > 0 else ''}{fmt_bytes(d)} on {name}" for name, d in moved.items())
+    if f.op_offload:
+        return [f"op offload on: prompt matmuls on host weights run on the device (prefill {prefill[True]:.0f} "
+                f"tokens/s; --no-op-offload: {prefill[False]:.0f} tokens/s, {staged})"]
+    why = f"it would not fit ({', '.join(over)})" if over else \
+        f"prefill {prefill[True]:.0f} tokens/s with it, {prefill[False]:.0f} without"
+    return [f"op offload off (--no-op-offload): offloading would move host-weight ops onto the device "
+            f"({staged}: staged weights and their results); {why}"]
+
+
 def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     lines = []
     for name, room in _headroom(result).items():
@@ -69,6 +98,7 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     if result.experts_on_host:
         lines.append(f"routed experts of {len(result.experts_on_host)} layer(s) stay in host memory (-ot ...=CPU): "
                      f"their device had no room for them")
+    lines += _op_offload_choice(ctx, result)
     lines += _layer_step(ctx, result)
     lines += _context_step(ctx, result)
     return tuple(lines)

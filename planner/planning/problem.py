@@ -265,11 +265,12 @@ def costs_for(ctx: ModelContext, cache: str) -> CostTable:
 
 
 def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
-             n_ctx: int, cache: str, n_ubatch: int = 512, output_on_host: bool = False) -> Setting:
+             n_ctx: int, cache: str, n_ubatch: int = 512, output_on_host: bool = False,
+             op_offload: bool = True) -> Setting:
     rpc = tuple(d.endpoint for d in inventory.devices if d.endpoint)
 
     base = LlamaFlags(n_ctx=n_ctx, n_parallel=req.n_parallel, n_ubatch=n_ubatch, cache_type_k=cache,
-                      cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc,
+                      cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc, op_offload=op_offload,
                       devices=tuple(inventory.names) if inventory.devices else None, ignored=("-fit", "off"))
     resolved = resolve_settings(ctx, base, inventory)
     devices = resolved.devices

@@ -30,6 +30,7 @@ class PlanRequest:
     flash_attn: str = "auto"
     allow_expert_offload: bool = True
     allow_output_on_host: bool = True
+    op_offload: bool | None = None  # None: the planner chooses; True/False: llama.cpp's --op-offload/--no-op-offload
     solver: Solver = Solver.DP      # DP (exact over contiguous ranges, fast) or MILP (PuLP)
 
     def __post_init__(self) -> None:
@@ -101,6 +102,8 @@ def llama_bench_argv(result: PlanResult) -> list[str]:
         out += ["-ub", str(f.n_ubatch)]
     if f.flash_attn != "auto":
         out += ["-fa", "1" if f.flash_attn == "on" else "0"]
+    if not f.op_offload:
+        out += ["-nopo", "1"]
     return out + ["-d", str(result.n_ctx)]
 
 

@@ -21,12 +21,11 @@ from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
-from planner.model.costs import CostTable
 from planner.planning.explain import explain
 from planner.planning.problem import Setting, flags_for, layer_weights, make_setting, overuse, solve_verified
 from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.solve import Assignment, Objective
-from planner.planning.throughput import PlacementView, Prediction, predict
+from planner.planning.throughput import Prediction, offloading, predict_estimate
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +46,7 @@ class _Variant:
     cache: str
     n_ubatch: int
     output_on_host: bool
+    op_offload: bool = True    # False: --no-op-offload (host weights stay on the CPU, nothing staged)
 
 
 @dataclass(frozen=True)
@@ -68,15 +68,23 @@ class _Candidate:
                 self.variant.n_ubatch)
 
 
-def _variants(req: PlanRequest, cache: str, has_devices: bool) -> list[_Variant]:
+def _variants(req: PlanRequest, cache: str, inventory: Inventory) -> list[_Variant]:
+    """-ub x output on the host x op offload. Where a device offloads ops, each placement is tried
+    both ways: offloaded host weights prefill on the device but are staged in its compute buffer;
+    `--no-op-offload` stages nothing and prefills them on the CPU."""
+    has_devices = bool(inventory.devices)
     ubatches = (req.n_ubatch,) if req.n_ubatch else UBATCH_CANDIDATES
     outputs = (False, True) if req.allow_output_on_host and has_devices else (False,)
-    return [_Variant(cache, ub, out) for ub in ubatches for out in outputs]
+    if req.op_offload is not None:
+        offloads: tuple[bool, ...] = (req.op_offload,)
+    else:
+        offloads = (True, False) if offloading(inventory) else (True,)
+    return [_Variant(cache, ub, out, oo) for ub in ubatches for out in outputs for oo in offloads]
 
 
 def _candidate(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, n_ctx: int,
                v: _Variant, exact: bool = False) -> _Candidate | None:
-    s = make_setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host)
+    s = make_setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host, v.op_offload)
     found = solve_verified(s, exact)
     if found is None:
         return None
@@ -114,24 +122,25 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
     limit = req.n_ctx or ctx.facts.n_ctx_train
     by_context = req.max_ctx or req.objective is Objective.CONTEXT
     found_all: list[_Candidate] = []
-    last_score: dict[bool, tuple[Any, ...]] = {}
-    for v in _variants(req, cache, bool(inventory.devices)):
+    last_score: dict[tuple[bool, bool], tuple[Any, ...]] = {}
+    for v in _variants(req, cache, inventory):
         best = max(found_all, key=lambda c: _rank(c, by_context), default=None)
         if best is not None and _all_on_devices(best) and v.n_ubatch < best.variant.n_ubatch:
             break  # a smaller -ub only helps when something is still on the host
-        if last_score.get(v.output_on_host, ()) == ("stop",):
+        lane = (v.output_on_host, v.op_offload)
+        if last_score.get(lane, ()) == ("stop",):
             continue
         if by_context:
             found = _largest_context(ctx, inventory, budgets, req, v, limit, best.flags.n_ctx if best else 0)
         else:
             found = _candidate(ctx, inventory, budgets, req, limit, v)
             # Halving -ub frees compute buffer for layers; once it stops paying, smaller ones will not.
-            previous = last_score.get(v.output_on_host)
+            previous = last_score.get(lane)
             score = found.score()[:2] if found is not None else None
             if previous is not None and score is not None and score <= previous:
-                last_score[v.output_on_host] = ("stop",)
+                last_score[lane] = ("stop",)
             elif score is not None:
-                last_score[v.output_on_host] = score
+                last_score[lane] = score
         if found is not None:
             found_all.append(found)
     return sorted(found_all, key=lambda c: _rank(c, by_context), reverse=True)
@@ -235,6 +244,13 @@ def _judged(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
     """The best candidate that holds under the exact estimate (each corrected and solved again if it
     is over a budget there), trying the next ones when it does not; at the largest context, the
     context of the best variant is searched again."""
+    if offloading(inventory):
+        # The analytic filter does not see weights staged by op offload: judge each placement both
+        # ways exactly and keep the better that fits.
+        judged = [e for c in ranked[:2 * tries]
+                  if (e := _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, c.variant, exact=True))]
+        if judged:
+            return max(judged, key=lambda c: _rank(c, req.max_ctx or req.objective is Objective.CONTEXT))
     for c in ranked[:tries]:
         exact = _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, c.variant, exact=True)
         if exact is not None:
@@ -243,20 +259,6 @@ def _judged(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
         top = ranked[0]
         return _largest_context(ctx, inventory, budgets, req, top.variant, top.flags.n_ctx, exact=True)
     return None
-
-
-def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,
-                     experts_on_host: frozenset[int] = frozenset(), output_on_host: bool = False) -> Prediction:
-    """The throughput model's prediction for the placement an estimate describes."""
-    n = ctx.facts.n_layer_all
-    layer_device = ["CPU"] * n
-    for dev, layers in est.layers:
-        for il in layers:
-            if il < n:
-                layer_device[il] = dev
-    view = PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
-                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host)
-    return predict(ctx.facts, costs, view, inventory)
 
 
 def _predict(s: Setting, a: Assignment, est: Estimate) -> Prediction:

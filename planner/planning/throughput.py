@@ -21,9 +21,11 @@ Prefill (one ubatch of B tokens) is compute-bound:
     FLOPs_d  = 2·B·P_d + 4·B·n_kv·(n_head·d_k) per attention layer
 
 with P_d the parameters used per token on device d. A weight in host memory is multiplied on the
-first GPU when B >= 32 (ggml's op offload, seed 000 §1.off) and pays its transfer over that GPU's
-link once per ubatch; for routed experts only the experts the ubatch selects move, on average a
-fraction 1 - (1 - k/E)^B of them. Prefill tokens/s = B / t_ubatch (no pipeline overlap assumed).
+first device whose backend offloads ops (CUDA, Vulkan, ...; not an rpc-server) when B reaches the
+offload batch (32 unless GGML_OP_OFFLOAD_MIN_BATCH says otherwise; seed 000 §1.off) and pays its
+transfer over that device's link once per ubatch — unless `--no-op-offload` keeps it on the CPU;
+for routed experts only the experts the ubatch selects move, on average a fraction 1 - (1 - k/E)^B
+of them. Prefill tokens/s = B / t_ubatch (no pipeline overlap assumed).
 """
 from __future__ import annotations
 
@@ -31,11 +33,13 @@ import itertools
 from dataclasses import dataclass
 
 from planner.hardware.inventory import DeviceSpec, Inventory
+from planner.llama.context import ModelContext
 from planner.llama.placement import CPU
+from planner.memory.estimate import Estimate
 from planner.model.arch import ModelFacts
 from planner.model.costs import CostTable, LayerCost, WeightGroup
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
-from runtime.ggml.profiles import GGML_OP_OFFLOAD_MIN_BATCH
+from runtime.ggml.profiles import PROFILES, op_offload_min_batch
 
 # Activations cross a boundary in f32 (ggml graphs carry the residual stream in f32).
 ACTIVATION_BYTES_PER_VALUE = 4
@@ -61,6 +65,7 @@ class PlacementView:
     n_ubatch: int = 512
     n_seq: int = 1
     output_on_host: bool = False       # `-ot` keeps the output matrix (and the logits) in host memory
+    op_offload: bool = True            # `--no-op-offload` clears it
 
 
 @dataclass(frozen=True)
@@ -97,8 +102,8 @@ class Rates:
     def __init__(self, inventory: Inventory) -> None:
         self.devices: dict[str, DeviceSpec] = {d.name: d for d in inventory.devices}
         self.host = inventory.host
-        # ggml's op offload moves host-weight matmuls to the highest-priority device: the first.
-        self.first_device = inventory.devices[0].name if inventory.devices else None
+        # ggml's op offload moves a host-weight matmul to the highest-priority device that wants it
+        self.first_device = next((d.name for d in inventory.devices if PROFILES[d.backend].offload_op), None)
         self.assumed = False
 
     def bandwidth(self, name: str) -> float:
@@ -174,7 +179,7 @@ def _output_bytes(costs: CostTable) -> int:
 
 def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates) -> float:
     batch = view.n_ubatch
-    offload_to = rates.first_device if batch >= GGML_OP_OFFLOAD_MIN_BATCH else None
+    offload_to = rates.first_device if view.op_offload and batch >= op_offload_min_batch() else None
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     selected = 1.0 - (1.0 - frac) ** batch if facts.n_expert else 0.0
     t = 0.0
@@ -202,3 +207,22 @@ def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, 
     # Only the last token of a prompt needs logits.
     t += 2 * facts.n_vocab * facts.n_embd / rates.flops(CPU if view.output_on_host else view.output_device)
     return batch / t if t > 0 else 0.0
+
+
+def offloading(inventory: Inventory) -> bool:
+    """Whether a device of the inventory takes host-weight ops (seed 000 1.off) at all."""
+    return any(PROFILES[d.backend].offload_op for d in inventory.devices)
+
+
+def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,
+                     experts_on_host: frozenset[int] = frozenset(), output_on_host: bool = False) -> Prediction:
+    """The throughput model's prediction for the placement an estimate describes."""
+    n = ctx.facts.n_layer_all
+    layer_device = ["CPU"] * n
+    for dev, layers in est.layers:
+        for il in layers:
+            if il < n:
+                layer_device[il] = dev
+    view = PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
+                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload)
+    return predict(ctx.facts, costs, view, inventory)

@@ -19,7 +19,7 @@ from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.hparams import ARCHS
 from runtime.engine.runner import KV_CACHE_TYPES, ModelRunner
-from runtime.ggml.profiles import PROFILES
+from runtime.ggml.profiles import op_offload_min_batch
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +31,19 @@ _cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
 def _key(settings: LlamaSettings) -> tuple:
     """Everything of the settings the reserve graphs and their placement depend on."""
     model, placement = settings.ctx.model, settings.placement
-    devices = tuple((d.name, d.backend, d.alignment) for d in settings.devices)
+    devices = tuple((d.name, d.backend, d.alignment, d.compute_capability) for d in settings.devices)
     return (model.path, model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
-            placement.pipeline_parallel, settings.cparams, settings.flags.kv_offload,
-            tuple(settings.kv_cells.items()), settings.type_k, settings.type_v)
+            placement.pipeline_parallel, settings.cparams, settings.flags.kv_offload, settings.flags.op_offload,
+            op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k, settings.type_v)
 
 
 def supported(settings: LlamaSettings) -> bool:
-    """A graph builder exists, the runtime models these cparams (one stream, f16/f32 caches), and
-    no device offloads ops. Offloading devices (CUDA-like: prompt matmuls on host weights copy the
-    weight into the device's compute buffer) are left to the analytic model until a peer run on
-    such a device confirms the runtime's figure; RPC and CPU placements are peer-tested."""
+    """A graph builder exists and the runtime models these cparams (one stream, f16/f32 caches).
+    Every device class is simulated: offloading devices (CUDA, Vulkan, ...) take host-weight ops
+    by their profile's offload_op (runtime/ggml/profiles.py), so a weight staged into a device's
+    compute buffer is counted where the scheduler puts it."""
     cp = settings.cparams
-    offloads = any(PROFILES[d.backend].offload_min_batch is not None for d in settings.devices)
-    return (settings.ctx.model.architecture in ARCHS and cp.n_stream == 1 and cp.n_seq == 1 and not offloads
+    return (settings.ctx.model.architecture in ARCHS and cp.n_stream == 1 and cp.n_seq == 1
             and settings.type_k == settings.type_v and settings.type_k in KV_CACHE_TYPES)
 
 

@@ -139,12 +139,14 @@ class ModelRunner:
         self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
         self.backends: dict[str, TimedBackend] = {}
         for dev in placement.devices:
+            profile = PROFILES[dev.backend]
             device = Device(dev.name, DeviceType.GPU, capacities.get(dev.name, UNLIMITED), alignment=dev.alignment,
-                            offload_min_batch=PROFILES[dev.backend].offload_min_batch)
+                            offload_min_batch=profile.offload_min_batch(), profile=profile,
+                            compute_capability=dev.compute_capability)
             self.backends[dev.name] = TimedBackend(device)
         self.backends["CPU"] = self.cpu
         order = [self.backends[d.name] for d in placement.devices] + [self.cpu]
-        self.sched = Scheduler(order, parallel=placement.pipeline_parallel)
+        self.sched = Scheduler(order, parallel=placement.pipeline_parallel, op_offload=settings.flags.op_offload)
         if kernels not in KERNEL_SETS:
             raise BadInput(f"kernels {kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
         self.kernels = kernels

@@ -17,9 +17,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.core.units import pad
-from runtime.ggml.graph import VIEW_OPS, BufferUsage, Op, Tensor
+from gguf import GGML_QUANT_SIZES
+
+from runtime.ggml.graph import VIEW_OPS, BufferUsage, GGMLType, Op, Tensor
 from runtime.ggml.kernels import KERNELS
-from runtime.ggml.profiles import CUDA_ALIGNMENT, GGML_OP_OFFLOAD_MIN_BATCH, TENSOR_ALIGNMENT
+from runtime.ggml.profiles import (
+    CUDA_ALIGNMENT,
+    GGML_OP_OFFLOAD_MIN_BATCH,
+    TENSOR_ALIGNMENT,
+    BackendProfile,
+    fa_kernel_needs_f16,
+)
+from runtime.ggml.profiles import op_batch_size as profile_batch_size
 from runtime.ggml.sched_errors import BufferAllocationError
 
 log = logging.getLogger(__name__)
@@ -51,12 +60,44 @@ class BufferType:
     max_size: int
     is_host: bool
     device: Device = field(repr=False)
+    row_padding: int = 0          # get_alloc_size pads quantized rows to a multiple (CUDA, SYCL: 512)
+    fa_staging_cc: int | None = None   # CUDA: FA nodes hold f16 copies of non-f16 K/V (compute capability)
 
     def alloc_size(self, tensor: Tensor) -> int:
-        return tensor.nbytes()
+        """get_alloc_size of the buffer type (runtime/ggml/profiles.py names the sources)."""
+        size = tensor.nbytes()
+        if self.fa_staging_cc is not None and tensor.op is Op.FLASH_ATTN_EXT:
+            size = _fa_staged_size(tensor, self.fa_staging_cc)
+        if self.row_padding and GGML_QUANT_SIZES[tensor.type][0] > 1 and tensor.ne[0] % self.row_padding:
+            size += row_bytes(tensor.type, self.row_padding - tensor.ne[0] % self.row_padding)
+        return size
 
     def alloc_buffer(self, size: int, usage: BufferUsage = BufferUsage.ANY) -> Buffer:
         return self.device.allocate(self, size, usage)
+
+
+def row_bytes(ggml_type: GGMLType, n: int) -> int:
+    block, type_size = GGML_QUANT_SIZES[ggml_type]
+    return n // block * type_size
+
+
+def _fa_staged_size(dst: Tensor, cc: int) -> int:
+    """ggml_cuda_flash_attn_ext_get_alloc_size: the output, then 128-aligned f16 copies of K and of
+    V (V shares K's when it is a view of the same bytes) where the kernel needs f16 caches."""
+    q, k, v = dst.src[0], dst.src[1], dst.src[2]
+    assert q is not None and k is not None and v is not None
+    end = dst.nbytes()
+    quantized = GGML_QUANT_SIZES[k.type][0] > 1 or GGML_QUANT_SIZES[v.type][0] > 1
+    if not fa_kernel_needs_f16(cc, q.ne[1], q.ne[0], quantized):
+        converted = [t for t in (k, v) if t.type is GGMLType.F32]   # the vector kernel converts f32 only
+    else:
+        converted = [t for t in (k, v) if t.type is not GGMLType.F16]
+    v_is_k = v.view_src is not None and (v.view_src is k or (v.view_src is k.view_src and v.view_offs == k.view_offs))
+    for t in converted:
+        if t is v and v_is_k and k in converted:
+            continue
+        end = pad(end, CUDA_ALIGNMENT) + t.n_elements * 2
+    return end
 
 
 class Buffer:
@@ -94,18 +135,9 @@ class Buffer:
             self.buft.device.release(self)
 
 
-def op_batch_size(t: Tensor) -> int:
-    """The batch an op works on, as CUDA's get_op_batch_size (ggml-cuda.cu)."""
-    rule = _BATCH_SIZE.get(t.op)
-    return rule(t) if rule else t.n_rows
-
-
-_BATCH_SIZE: dict[Op, Callable[[Tensor], int]] = {
-    Op.GET_ROWS: lambda t: 0,
-    Op.MUL_MAT: lambda t: t.ne[1],
-    Op.MUL_MAT_ID: lambda t: t.ne[2],
-    Op.ROPE: lambda t: t.ne[2],
-}
+def op_batch_size(t: Tensor, rule: str = "cuda") -> int:
+    """The batch an op works on, as the backend's get_op_batch_size (profiles.op_batch_size)."""
+    return profile_batch_size(t.op.value, t.ne, t.n_rows, rule)
 
 
 class Device:
@@ -114,12 +146,17 @@ class Device:
     def __init__(self, name: str, kind: DeviceType, capacity: int, *, buft_name: str | None = None,
                  alignment: int = CUDA_ALIGNMENT, max_alloc: int = UNLIMITED, host_memory: bool = False,
                  ops: Iterable[Op] | None = None, supports: Callable[[Tensor], bool] | None = None,
-                 offload_min_batch: int | None = None, shared_buft: BufferType | None = None) -> None:
+                 offload_min_batch: int | None = None, shared_buft: BufferType | None = None,
+                 profile: BackendProfile | None = None, compute_capability: int | None = None) -> None:
         self.name = name
         self.kind = kind
         self.capacity = capacity
         self.used = 0
-        self.buffer_type = shared_buft or BufferType(buft_name or name, alignment, max_alloc, host_memory, self)
+        self.profile = profile
+        row_padding = profile.row_padding if profile else 0
+        fa_cc = compute_capability if profile and profile.fa_f16_staging else None
+        self.buffer_type = shared_buft or BufferType(buft_name or name, alignment, max_alloc, host_memory, self,
+                                                     row_padding, fa_cc)
         self.reads_host = host_memory
         # NONE and view ops are metadata every backend accepts (CUDA's supports_op does too).
         declared = set(KERNELS) if ops is None else set(ops) & set(KERNELS)
@@ -146,7 +183,11 @@ class Device:
 
     def offload_op(self, t: Tensor) -> bool:
         """Whether this device wants an op whose weight is in host memory (1.off)."""
-        return self.offload_min_batch is not None and op_batch_size(t) >= self.offload_min_batch
+        if self.offload_min_batch is None:
+            return False
+        if self.profile is not None:
+            return self.profile.wants_op(t.op.value, t.ne, t.n_rows, self.offload_min_batch)
+        return op_batch_size(t) >= self.offload_min_batch
 
     def allocate(self, buft: BufferType, size: int, usage: BufferUsage) -> Buffer:
         if buft.device is not self and buft != self.buffer_type:

@@ -15,7 +15,13 @@ import pytest
 from planner.cli import main
 from tests.support.gguf_factory import llama_spec
 
-KV_F16_CELL, KV_Q8_CELL = 256, 136
+KV_F16_CELL = 256
+
+
+def kv_q8_cuda(cells: int) -> int:
+    """Two layers' q8_0 K and V (64 values per cell: 68 bytes), each + row_size(q8_0, 448) = 476 on a
+    CUDA buffer (get_alloc_size pads quantized rows to MATRIX_ROW_PADDING = 512), aligned to 128."""
+    return 2 * 2 * ((68 * cells + 476 + 127) // 128 * 128)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -40,8 +46,8 @@ def test_csv_to_stdout(capsys, model):
     gpu = [r for r in rows if r["device"] == "CUDA0"]
     assert [(r["ctx"], r["cache"]) for r in gpu] == [("1024", "f16"), ("1024", "q8_0"), ("2048", "f16"),
                                                     ("2048", "q8_0")]
-    assert [int(r["context_bytes"]) for r in gpu] == [2 * 1024 * KV_F16_CELL, 2 * 1024 * KV_Q8_CELL,
-                                                     2 * 2048 * KV_F16_CELL, 2 * 2048 * KV_Q8_CELL]
+    assert [int(r["context_bytes"]) for r in gpu] == [2 * 1024 * KV_F16_CELL, kv_q8_cuda(1024),
+                                                     2 * 2048 * KV_F16_CELL, kv_q8_cuda(2048)]
 
 
 def test_csv_and_png_files(capsys, model, tmp_path):

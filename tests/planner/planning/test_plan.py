@@ -16,8 +16,9 @@ from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.model.costs import cost_table
 from planner.planning.result import PlanRequest, llama_argv
-from planner.planning.search import plan, predict_estimate
+from planner.planning.search import plan
 from planner.planning.solve import Objective
+from planner.planning.throughput import predict_estimate
 from tests.support.gguf_factory import llama_spec, qwen3moe_spec
 
 

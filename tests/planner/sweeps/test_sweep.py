@@ -23,9 +23,20 @@ from planner.core.units import GiB, MiB
 from planner.sweeps.sweep import CSV_COLUMNS, parse_axis, parse_vary, sweep
 from tests.support.gguf_factory import llama_spec
 
-LAYER = 357376
-OUTPUT = 211072
-KV_F16_CELL, KV_Q8_CELL = 256, 136
+# On CUDA buffers (ggml-cuda.cu get_alloc_size) a quantized tensor whose rows are not a multiple of
+# MATRIX_ROW_PADDING = 512 values gets row_size(type, 512 - ne0 % 512) more, before the 128-byte
+# alignment. Per layer of this model (n_embd 256): attn_q, attn_output, ffn_gate, ffn_up (Q4_K, +144
+# each), attn_k (Q4_K, +144), attn_v (Q8_0, +272); ffn_down (512-wide rows) and the norms add nothing.
+# pad128(1024) x2 + pad128(36864+144) x2 + pad128(9216+144) + pad128(17408+272) + pad128(73728+144) x2 + 107520
+LAYER = 2 * 1024 + 2 * 37120 + 9472 + 17792 + 2 * 73984 + 107520     # 359040
+# output_norm (f32, 1024) + output (Q6_K 256 x 1000: 210000 + row_size(Q6_K, 256) = 210210, padded to 128)
+OUTPUT = 1024 + 210304
+KV_F16_CELL = 256
+
+
+def kv_q8_cuda(cells: int) -> int:
+    """Two layers' q8_0 K and V (64 values per cell: 68 bytes), each + row_size(q8_0, 448) = 476 on CUDA."""
+    return 2 * 2 * ((68 * cells + 476 + 127) // 128 * 128)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +128,7 @@ def test_every_combination_in_order_first_axis_slowest(model):
                                            "-c 2048 -ctk q8_0 -ctv q8_0"]
     # both layers on CUDA0: context bytes = 2 layers x cells x bytes per cell
     assert [p.device("CUDA0").context_bytes for p in r.points] == [
-        2 * 1024 * KV_F16_CELL, 2 * 1024 * KV_Q8_CELL, 2 * 2048 * KV_F16_CELL, 2 * 2048 * KV_Q8_CELL]
+        2 * 1024 * KV_F16_CELL, kv_q8_cuda(1024), 2 * 2048 * KV_F16_CELL, kv_q8_cuda(2048)]
     assert [p.n_ctx for p in r.points] == [1024, 1024, 2048, 2048]
 
 
@@ -125,8 +136,9 @@ def test_base_flags_apply_and_axes_override_them(model):
     r = sweep(model, [parse_axis("ctx", "2048")], as_inventory(["CUDA0=1GiB"]), as_flags("-c 512 -ctk q8_0"))
     [p] = r.points
     assert p.flags == "-c 2048 -ctk q8_0"
-    # K in q8_0 (68 bytes a cell), V in f16 (128 bytes a cell), 2 layers
-    assert p.device("CUDA0").context_bytes == 2 * 2048 * (68 + 128)
+    # K in q8_0 (68 bytes a cell, + row_size(q8_0, 448) = 476 of CUDA row padding, aligned to 128),
+    # V in f16 (128 bytes a cell, not padded), 2 layers
+    assert p.device("CUDA0").context_bytes == 2 * ((2048 * 68 + 476 + 127) // 128 * 128 + 2048 * 128)
 
 
 def test_budgets_follow_max_vram_rules(model):
