@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from planner.core.units import pad
 from gguf import GGML_QUANT_SIZES
 
+from planner.core.units import pad
 from runtime.ggml.graph import VIEW_OPS, BufferUsage, GGMLType, Op, Tensor
 from runtime.ggml.kernels import KERNELS
 from runtime.ggml.profiles import (
