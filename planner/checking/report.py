@@ -56,6 +56,7 @@ class ValidateReport:
     verdict: str
     fits: bool
     notes: tuple[str, ...] = ()
+    executed: bool = True       # False: --reserve-only (graph, passes, splits, allocator; nothing computed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,7 +71,7 @@ class ValidateReport:
             "copied_bytes_per_token": self.copied_bytes_per_token,
             "seconds_per_split": round(self.seconds_per_split, 6),
             "prompt_tokens_s": round(self.prompt_tokens_s, 2), "gen_tokens_s": round(self.gen_tokens_s, 2),
-            "notes": list(self.notes),
+            "notes": list(self.notes), "executed": self.executed,
         }
 
     def to_table(self) -> str:
@@ -85,11 +86,14 @@ class ValidateReport:
         if not self.devices:
             return "\n".join(lines + [f"note: {n}" for n in self.notes] + ["", f"verdict: {self.verdict}"]) + "\n"
         lines += ["", table(["device", "weights MiB", "(pred)", "KV MiB", "(pred)", "compute MiB", "(pred)",
-                        "budget MiB", "ms/token"], rows, align="lrrrrrrrr"), "",
-                 f"splits: prompt {self.n_splits_prompt}, generation {self.n_splits_gen}; "
-                 f"copied per token {copied}; "
-                 f"{self.seconds_per_split * 1e3:.2f} ms per split",
-                 f"speed: prompt {self.prompt_tokens_s:.1f} tokens/s, generation {self.gen_tokens_s:.1f} tokens/s"]
+                        "budget MiB", "ms/token"], rows, align="lrrrrrrrr"), ""]
+        if not self.executed:
+            lines += [f"splits: prompt {self.n_splits_prompt}, generation {self.n_splits_gen} "
+                      f"(reserve only: the graphs were split and allocated, not computed)"]
+        else:
+            lines += [f"splits: prompt {self.n_splits_prompt}, generation {self.n_splits_gen}; "
+                      f"copied per token {copied}; {self.seconds_per_split * 1e3:.2f} ms per split",
+                      f"speed: prompt {self.prompt_tokens_s:.1f} tokens/s, generation {self.gen_tokens_s:.1f} tokens/s"]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines + ["", f"verdict: {self.verdict}"]) + "\n"
 

@@ -70,11 +70,16 @@ def _server_predicted(settings: LlamaSettings, est: Estimate) -> dict[str, tuple
     return {row: (m, c, compute.get(row, k)) for row, (m, c, k) in predicted.items()}
 
 
-def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "default") -> ValidateReport:
+def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "default",
+             reserve_only: bool = False) -> ValidateReport:
     """kernels (embedded engine): "default" float32 kernels, or "ggml-avx2", which reproduce
-    llama.cpp's portable x86-64 CPU build bit for bit (runtime/ggml/exact.py), several times slower."""
+    llama.cpp's portable x86-64 CPU build bit for bit (runtime/ggml/exact.py), several times slower.
+    reserve_only: build the graphs, run the passes, cut the splits and reserve the buffers against
+    the budgets without reading a weight or computing a token (seconds, bounded memory)."""
     if engine not in ENGINES:
         raise BadInput(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if reserve_only and engine != "embedded":
+        raise BadInput("--reserve-only runs the embedded engine's scheduler and allocator: drop --engine llama.cpp")
     ctx = model_context(req.model_file or resolve_model(req.model))
     settings = resolve_settings(ctx, req.flags, req.inventory)   # once: the estimate and the run share it
     est = estimate_settings(settings)
@@ -83,7 +88,39 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
                        f"of {est.cparams.n_ctx} tokens")
     if engine == "llama.cpp":
         return validate_llama(req, ctx, _server_predicted(settings, est))
+    if reserve_only:
+        return _validate_reserve(req, settings, _predicted(est))
     return _validate_embedded(req, settings, _predicted(est), kernels)
+
+
+def _no_fit(ctx_path: str, flags_text: str, e: BufferAllocationError, executed: bool) -> ValidateReport:
+    name = row_of(e.device)
+    return ValidateReport("embedded", ctx_path, flags_text, (), 0, 0, 0, 0.0, 0.0, 0.0,
+                          f"does not fit on {name} by {fmt_mib(e.shortfall_bytes)} MiB", False, (str(e),),
+                          executed)
+
+
+def _validate_reserve(req: ValidateRequest, settings: LlamaSettings,
+                      predicted: dict[str, tuple[int, int, int]]) -> ValidateReport:
+    """The load and llama.cpp's reserve under the budgets, with sizes only: weights and caches get
+    addresses in buffers that are never touched, and no graph is computed."""
+    if not supported(settings):
+        raise BadInput(f"--reserve-only: the runtime has no graph builder for {settings.ctx.model.architecture}")
+    capacities = {device_of(k): v for k, v in req.budgets.items()}
+    flags_text = " ".join(flags_to_argv(req.flags))
+    try:
+        runner = ModelRunner.from_settings(settings, capacities, weights=False)
+    except BufferAllocationError as e:
+        return _no_fit(settings.ctx.model.path, flags_text, e, executed=False)
+    assert runner.reserve_report is not None
+    compute = runner.compute_bytes()
+    devices = tuple(DeviceReport(row_of(name), runner.weight_bytes.get(name, 0), runner.kv_bytes.get(name, 0),
+                                 compute.get(name, 0), predicted.get(row_of(name)), req.budgets.get(row_of(name)), 0.0)
+                    for name in [d.name for d in runner.placement.devices] + [CPU])
+    verdict = judge(devices)
+    rr = runner.reserve_report
+    return ValidateReport("embedded", settings.ctx.model.path, flags_text, devices, rr.n_splits_pp, rr.n_splits_tg,
+                          None, 0.0, 0.0, 0.0, verdict.text, verdict.fits, verdict.notes, executed=False)
 
 
 def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted: dict[str, tuple[int, int, int]],
@@ -104,9 +141,7 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
             logits = runner.decode([int(logits[-1].argmax())], all_logits=False)
         t_gen = time.perf_counter() - t0
     except BufferAllocationError as e:
-        name = row_of(e.device)
-        return ValidateReport("embedded", ctx.model.path, flags_text, (), 0, 0, 0, 0.0, 0.0, 0.0,
-                              f"does not fit on {name} by {fmt_mib(e.shortfall_bytes)} MiB", False, (str(e),))
+        return _no_fit(ctx.model.path, flags_text, e, executed=True)
     gen_steps = runner.steps[1:] or runner.steps
     compute = runner.compute_bytes()
     devices = []

@@ -1,5 +1,5 @@
 """`fitplan validate (PLAN.yaml | MODEL -- <llama.cpp flags>) [--engine embedded|llama.cpp]
-[--kernels default|ggml-avx2]`.
+[--kernels default|ggml-avx2] [--reserve-only]`.
 
 The validator is imported inside the command: it loads numpy, gguf and the runtime, which
 `fitplan --help` does not need.
@@ -25,12 +25,14 @@ def validate_cmd(
     max_vram: Annotated[str | None, typer.Option("--max-vram", help="budgets, as fitplan plan")] = None,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="prompt length in token ids")] = 32,
     gen_tokens: Annotated[int, typer.Option("--gen-tokens", min=1, help="generated tokens")] = 16,
+    reserve_only: Annotated[bool, typer.Option(
+        "--reserve-only", help="split and allocate the reserve graphs under the budgets, compute nothing")] = False,
 ) -> None:
     """Run the model under a plan or flags; measured memory, splits and speed against the estimate."""
     from planner.checking.validate import validate, validate_request
 
     req = validate_request(target, list(ctx.args), devices, max_vram, prompt_tokens, gen_tokens)
-    report = validate(req, engine, kernels)
+    report = validate(req, engine, kernels, reserve_only)
     typer.echo(render(report, fmt), nl=fmt != "table")
     if not report.fits:
         raise typer.Exit(1)

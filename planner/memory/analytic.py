@@ -161,6 +161,19 @@ def _output_row(placement: Placement) -> str:
     return HOST if row in HOST_ROWS else row
 
 
+SIMULATED = "simulated"   # the runtime's scheduler and allocator reserve (runtime/engine/reserve.py)
+FORMULA = "formula"       # this module's closed form (no graph builder for the architecture or cparams)
+
+
+def compute_model(settings: LlamaSettings, use_runtime: bool = True) -> tuple[dict[str, int], str]:
+    """Compute bytes per buffer row, and which model gave them (SIMULATED or FORMULA)."""
+    if use_runtime:
+        measured = reserve_compute(settings)
+        if measured is not None:
+            return measured, SIMULATED
+    return _analytic_compute_bytes(settings), FORMULA
+
+
 def compute_bytes(settings: LlamaSettings, use_runtime: bool = True) -> dict[str, int]:
     """Compute buffer bytes per buffer row (device names and Host).
 
@@ -171,11 +184,7 @@ def compute_bytes(settings: LlamaSettings, use_runtime: bool = True) -> dict[str
     Where the runtime has a graph builder, its allocator's reserve is the figure (runtime/engine/reserve.py);
     `use_runtime=False` asks for the analytic model alone (fast: the planner's search uses it).
     """
-    if use_runtime:
-        measured = reserve_compute(settings)
-        if measured is not None:
-            return measured
-    return _analytic_compute_bytes(settings)
+    return compute_model(settings, use_runtime)[0]
 
 
 def _analytic_compute_bytes(settings: LlamaSettings) -> dict[str, int]:

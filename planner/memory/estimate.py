@@ -22,7 +22,7 @@ from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import CPU_REPACK, HOST, device_of
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
-from planner.memory.analytic import compute_bytes
+from planner.memory.analytic import SIMULATED, compute_model
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Estimate:
     moved: tuple[tuple[str, str], ...]
     pipeline_parallel: bool
     n_layer_all: int
+    compute_model: str = SIMULATED   # "simulated" (the scheduler's reserve) or "formula" (planner/memory/analytic.py)
+    model_arch: str = ""
 
     def device(self, name: str) -> DeviceMemory | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -62,7 +64,7 @@ class Estimate:
             "output_device": self.output_device,
             "n_ctx": self.cparams.n_ctx, "n_ctx_seq": self.cparams.n_ctx_seq, "n_seq": self.cparams.n_seq,
             "n_ubatch": self.cparams.n_ubatch, "flash_attn": self.cparams.flash_attn,
-            "pipeline_parallel": self.pipeline_parallel,
+            "pipeline_parallel": self.pipeline_parallel, "compute_model": self.compute_model,
             "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
             "ignored_flags": list(self.flags.ignored),
         }
@@ -81,7 +83,16 @@ class Estimate:
             out += ["", "tensors moved by overrides:"] + [f"  {t} -> {to}" for t, to in self.moved]
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + " ".join(self.flags.ignored)]
+        out += ["", compute_note(self.compute_model, self.model_arch)]
         return "\n".join(out) + "\n"
+
+
+def compute_note(source: str, arch: str) -> str:
+    """One line saying where the compute column comes from."""
+    if source == SIMULATED:
+        return "compute: simulated (ggml's scheduler and allocator reserve, replayed)"
+    return (f"compute: formula (no graph builder for {arch or 'this model'} with these flags: "
+            f"planner/memory/analytic.py's closed form, not a simulated reserve)")
 
 
 def _model_bytes(settings: LlamaSettings) -> dict[str, int]:
@@ -107,7 +118,7 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True) -> Es
     placement = settings.placement
     weights = _model_bytes(settings)
     kv = context_bytes(layer_caches(settings))
-    compute = compute_bytes(settings, use_runtime=exact_compute)
+    compute, source = compute_model(settings, use_runtime=exact_compute)
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     by_dev: dict[str, list[int]] = defaultdict(list)
@@ -115,4 +126,5 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True) -> Es
         by_dev[d].append(il)
     return Estimate(settings.ctx.model.path, settings.flags, settings.cparams, rows,
                     tuple((d, tuple(ls)) for d, ls in by_dev.items()), placement.layer_device[-1], placement.moved,
-                    placement.pipeline_parallel, settings.ctx.facts.n_layer_all)
+                    placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
+                    settings.ctx.model.architecture)

@@ -30,6 +30,7 @@ def deployment(result: PlanResult) -> dict[str, Any]:
         "ctx": result.n_ctx,
         "devices": plan_rows(result),
         "predicted": plan_predicted(result),
+        "compute_model": result.estimate.compute_model,
     }
 
 

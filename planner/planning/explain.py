@@ -10,7 +10,7 @@ from dataclasses import replace
 from planner.core.units import fmt_bytes
 from planner.llama.context import ModelContext
 from planner.llama.placement import HOST, HOST_ROWS
-from planner.memory.estimate import estimate
+from planner.memory.estimate import compute_note, estimate
 from planner.planning.problem import costs_for
 from planner.planning.result import PlanResult
 from planner.planning.throughput import offloading, predict_estimate
@@ -98,6 +98,7 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     if result.experts_on_host:
         lines.append(f"routed experts of {len(result.experts_on_host)} layer(s) stay in host memory (-ot ...=CPU): "
                      f"their device had no room for them")
+    lines.append(compute_note(result.estimate.compute_model, result.estimate.model_arch))
     lines += _op_offload_choice(ctx, result)
     lines += _layer_step(ctx, result)
     lines += _context_step(ctx, result)

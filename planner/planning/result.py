@@ -12,7 +12,8 @@ from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.flags import LlamaFlags, OverrideKind, flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
-from planner.memory.estimate import Estimate
+from planner.memory.analytic import SIMULATED
+from planner.memory.estimate import Estimate, compute_note
 from planner.planning.solve import Objective, Solver
 from planner.planning.throughput import Prediction
 
@@ -141,6 +142,7 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "devices": plan_rows(result),
         "experts_on_host": sorted(result.experts_on_host),
         "predicted": plan_predicted(result),
+        "compute_model": result.estimate.compute_model,
         "explain": list(result.explain),
     }
 
@@ -172,6 +174,8 @@ def plan_table(result: PlanResult) -> str:
         "llama.cpp:   " + " ".join(llama_argv(result)),
         "llama-bench: " + " ".join(llama_bench_argv(result)),
     ]
+    if result.estimate.compute_model != SIMULATED:
+        lines += ["", compute_note(result.estimate.compute_model, result.estimate.model_arch)]
     if result.explain:
         lines += ["", "why:"] + [f"  {line}" for line in result.explain]
     return "\n".join(lines) + "\n"
