@@ -123,7 +123,9 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
     by_context = req.max_ctx or req.objective is Objective.CONTEXT
     found_all: list[_Candidate] = []
     last_score: dict[tuple[bool, bool], tuple[Any, ...]] = {}
-    for v in _variants(req, cache, inventory):
+    variants = _variants(req, cache, inventory)
+    solved = [v for v in variants if v.op_offload or replace(v, op_offload=True) not in variants]
+    for v in solved:
         best = max(found_all, key=lambda c: _rank(c, by_context), default=None)
         if best is not None and _all_on_devices(best) and v.n_ubatch < best.variant.n_ubatch:
             break  # a smaller -ub only helps when something is still on the host
@@ -143,7 +145,19 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
                 last_score[lane] = score
         if found is not None:
             found_all.append(found)
+            twin = replace(v, op_offload=False)
+            if v.op_offload and twin in variants:
+                found_all.append(_without_op_offload(found, twin))
     return sorted(found_all, key=lambda c: _rank(c, by_context), reverse=True)
+
+
+def _without_op_offload(c: _Candidate, twin: _Variant) -> _Candidate:
+    """The same placement with --no-op-offload: the analytic filter sizes both alike (it does not
+    see staged weights), so only the flags and the predicted prefill differ until the exact judge."""
+    s = replace(c.setting, flags=replace(c.setting.flags, op_offload=False))
+    flags = replace(c.flags, op_offload=False)
+    est = replace(c.estimate, flags=flags)
+    return replace(c, variant=twin, setting=s, flags=flags, estimate=est, prediction=_predict(s, c.assignment, est))
 
 
 def _rank(c: _Candidate, by_context: bool) -> tuple[Any, ...]:
@@ -245,16 +259,24 @@ def _judged(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
     is over a budget there), trying the next ones when it does not; at the largest context, the
     context of the best variant is searched again."""
     if offloading(inventory):
-        # The analytic filter does not see weights staged by op offload: judge each placement both
-        # ways exactly and keep the better that fits.
-        judged = [e for c in ranked[:2 * tries]
-                  if (e := _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, c.variant, exact=True))]
-        if judged:
-            return max(judged, key=lambda c: _rank(c, req.max_ctx or req.objective is Objective.CONTEXT))
-    for c in ranked[:tries]:
-        exact = _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, c.variant, exact=True)
-        if exact is not None:
-            return exact
+        # The analytic filter does not see weights staged by op offload: judge the best variant
+        # both ways exactly (with and without --no-op-offload) and keep the better that fits.
+        by_context = req.max_ctx or req.objective is Objective.CONTEXT
+        seen: set[_Variant] = set()
+        for c in ranked:
+            if c.variant in seen or len(seen) >= 2 * tries:
+                continue
+            twin = replace(c.variant, op_offload=not c.variant.op_offload)
+            seen |= {c.variant, twin}
+            pair = [v for v in (c.variant, twin) if any(r.variant == v for r in ranked)]
+            judged = [e for v in pair if (e := _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, v, exact=True))]
+            if judged:
+                return max(judged, key=lambda e: _rank(e, by_context))
+    else:
+        for c in ranked[:tries]:
+            exact = _candidate(ctx, inventory, budgets, req, c.flags.n_ctx, c.variant, exact=True)
+            if exact is not None:
+                return exact
     if ranked and (req.max_ctx or req.objective is Objective.CONTEXT):
         top = ranked[0]
         return _largest_context(ctx, inventory, budgets, req, top.variant, top.flags.n_ctx, exact=True)
