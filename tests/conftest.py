@@ -22,3 +22,12 @@ def rpc_pair(llama_tools: Path) -> Iterator[list[str]]:
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints
+
+
+@pytest.fixture(scope="session")
+def llama_vulkan_tools() -> Path:
+    """The bin directory of the pinned llama.cpp built with ggml-vulkan (scripts/build_llama_cpp.sh
+    --vulkan), built once if missing; run its tools with llama_tools.VULKAN_ENV to see lavapipe."""
+    from planner.core.llama_tools import VULKAN, ensure_tools
+
+    return ensure_tools(build=VULKAN)

@@ -5,6 +5,10 @@ The tools are built by scripts/build_llama_cpp.sh into ~/.cache/fitplan/llama.cp
 (or $FITPLAN_LLAMA_CPP_DIR/bin), from the llama.cpp pinned in DESIGN.md. "portable" is the build:
 GGML_NATIVE=OFF, which on x86-64 means AVX2, FMA and F16C and nothing newer, so that every machine
 computes the same numbers and runtime/ggml/exact.py can reproduce them.
+
+A second build, "vulkan" (`build_llama_cpp.sh --vulkan`, ~/.cache/fitplan/llama.cpp-<version>-vulkan/bin
+or $FITPLAN_LLAMA_CPP_VULKAN_DIR/bin), has ggml-vulkan, so that a real op-offloading device is
+there on a machine without a GPU: Mesa's lavapipe, listed once GGML_VK_VISIBLE_DEVICES names it.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from planner.core.errors import FitplanError
@@ -29,6 +34,9 @@ LLAMA_CPP_PIN = f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} (llama.cpp {LLAMA
 BUILD_FLAVOR = "portable"             # scripts/build_llama_cpp.sh: GGML_NATIVE=OFF
 TOOLS = ("llama-fit-params", "llama-cli", "llama-server", "llama-bench", "ggml-rpc-server",
          "fitplan-dump-nodes")   # the last is ours (scripts/dump_nodes.cpp), linked to the same build
+VULKAN_TOOLS = ("llama-fit-params", "llama-cli", "llama-server")
+# ggml-vulkan.cpp ggml_vk_instance_init skips CPU-type devices (lavapipe) unless this names them.
+VULKAN_ENV = {"GGML_VK_VISIBLE_DEVICES": "0"}
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_llama_cpp.sh"
 LOOPBACK = "127.0.0.1"
 _BUSY_BUILD_S = 300     # a build whose work dir changed this recently is still running
@@ -41,18 +49,32 @@ class ToolsError(FitplanError):
     exit_code = 1
 
 
-def cache_dir() -> Path:
-    env = os.environ.get("FITPLAN_LLAMA_CPP_DIR")
+@dataclass(frozen=True)
+class Build:
+    """One build of the pinned llama.cpp that scripts/build_llama_cpp.sh makes."""
+
+    flavor: str                 # the cache directory's suffix
+    tools: tuple[str, ...]
+    script_args: tuple[str, ...]
+    dir_env: str                # the environment variable that moves its cache directory
+
+
+PORTABLE = Build(BUILD_FLAVOR, TOOLS, (), "FITPLAN_LLAMA_CPP_DIR")
+VULKAN = Build("vulkan", VULKAN_TOOLS, ("--vulkan",), "FITPLAN_LLAMA_CPP_VULKAN_DIR")
+
+
+def cache_dir(build: Build = PORTABLE) -> Path:
+    env = os.environ.get(build.dir_env)
     if env:
         return Path(env)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "fitplan" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}-{BUILD_FLAVOR}"
+    return base / "fitplan" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}-{build.flavor}"
 
 
-def tools_dir() -> Path | None:
+def tools_dir(build: Build = PORTABLE) -> Path | None:
     """The bin directory when every tool is there and executable, else None."""
-    bin_dir = cache_dir() / "bin"
-    if all(os.access(bin_dir / tool, os.X_OK) for tool in TOOLS):
+    bin_dir = cache_dir(build) / "bin"
+    if all(os.access(bin_dir / tool, os.X_OK) for tool in build.tools):
         return bin_dir
     return None
 
@@ -67,27 +89,28 @@ def _build_in_progress(cache: Path) -> bool:
     return time.time() - newest < _BUSY_BUILD_S
 
 
-def ensure_tools(timeout_s: float = 3600) -> Path:
+def ensure_tools(timeout_s: float = 3600, build: Build = PORTABLE) -> Path:
     """The bin directory, building the tools first if they are missing (one build at a time)."""
-    found = tools_dir()
+    found = tools_dir(build)
     if found:
         return found
-    cache = cache_dir()
+    cache = cache_dir(build)
     cache.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
     with open(f"{cache}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        while tools_dir() is None and _build_in_progress(cache) and time.monotonic() < deadline:
+        while tools_dir(build) is None and _build_in_progress(cache) and time.monotonic() < deadline:
             time.sleep(5)
-        if tools_dir() is None:
+        if tools_dir(build) is None:
             log.info("building the llama.cpp tools into %s", cache)
             env = dict(os.environ, FITPLAN_LLAMA_CPP_DIR=str(cache))
-            done = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, capture_output=True, text=True,
+            done = subprocess.run(["bash", str(BUILD_SCRIPT), *build.script_args], env=env,
+                                  capture_output=True, text=True,
                                   timeout=max(1.0, deadline - time.monotonic()), check=False)
             if done.returncode != 0:
                 tail = " / ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
                 raise ToolsError(f"building the llama.cpp tools failed (exit {done.returncode}): {tail}")
-    found = tools_dir()
+    found = tools_dir(build)
     if found is None:
         raise ToolsError(f"the llama.cpp tools are missing from {cache / 'bin'} after the build")
     return found

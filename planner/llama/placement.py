@@ -11,7 +11,9 @@ Rules, all from the llama.cpp vendored in llama-cpp-python 0.3.36:
 - weights (src/llama-model-loader.cpp create_tensor): -ot rules are searched in order, the first
   match wins; `=CPU` picks from the CPU list so repacking still applies; otherwise the first buffer
   type of the layer's list that supports the weight's op. Tied embeddings: llama.cpp duplicates
-  token_embd as the output matrix on the output device.
+  token_embd as the output matrix on the output device. A device with a tensor-size limit (Vulkan:
+  planner/hardware/vulkan_devices.py) refuses a weight whose 512-token test op (weight_buft_supported)
+  has a source or result over it; the weight then takes the CPU list, as does lavapipe's tied output.
 - CPU buffer list (make_cpu_buft_list): the first device's host buffer (unless --no-host), the
   CPU's extra (repack) buffer, then plain CPU memory.
 """
@@ -24,11 +26,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
 from planner.core.errors import FlagError
 from planner.gguf.reader import ModelFile
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventory, llama_order
+from planner.hardware.vulkan_devices import vulkan_features
 from planner.llama.flags import LlamaFlags
 from planner.model.tensors import OUTPUT, TOKEN_EMBD, is_input, is_routed_expert, layer_of
 from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES
@@ -93,6 +97,7 @@ class Device:
     has_host_buffer: bool
     endpoint: str | None = None
     compute_capability: int | None = None   # CUDA: major x 100 + minor x 10 (profiles.DEFAULT_CUDA_CC if unknown)
+    max_tensor_bytes: int = 0   # supports_op refuses a larger source or result (0: no limit; Vulkan)
 
     def buft_names(self) -> tuple[str, ...]:
         """Names an -ot rule may use for this device's buffer type. ggml-rpc names every server's
@@ -129,6 +134,10 @@ class Placement:
 def _device_from_spec(spec: DeviceSpec) -> Device:
     profile = PROFILES[spec.backend]
     cc = DEFAULT_CUDA_CC if profile.fa_f16_staging else None
+    vk = vulkan_features(spec.description) if spec.backend is Backend.VULKAN else None
+    if vk is not None:   # a measured Vulkan device: its own alignment and supports_op size limit
+        return Device(spec.name, spec.backend, vk.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint,
+                      cc, vk.max_tensor_bytes)
     return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint, cc)
 
 
@@ -252,6 +261,35 @@ def _override_target(target: str, devices: tuple[Device, ...]) -> str | None:
                     + "".join(f", {n}" for d in devices for n in d.buft_names()[-1:]))
 
 
+# llama-model-loader.cpp weight_buft_supported: the test op's batch, and F32/I32 element sizes
+_TEST_TOKENS = 512
+_F32 = 4
+
+
+def test_op_bytes(slot: TensorSlot) -> int:
+    """The largest of the weight, the other sources and the result of the op weight_buft_supported
+    builds for it (GET_ROWS over 512 ids, MUL_MAT against F32 [ne0, 512, ne2, ne3], ADD/MUL against
+    an F32 copy of the weight's shape). MUL_MAT_ID's activations depend on n_expert_used, which a
+    slot does not carry: only the weight counts there."""
+    block, type_size = GGML_QUANT_SIZES[slot.ggml_type]
+    n_elements = slot.n_bytes // type_size * block
+    ne0 = slot.ne0 or max(1, n_elements // max(1, slot.rows))
+    if slot.op is WeightOp.GET_ROWS:
+        return max(slot.n_bytes, _TEST_TOKENS * 4, ne0 * _TEST_TOKENS * _F32)
+    if slot.op is WeightOp.MUL_MAT:
+        outer = n_elements // (ne0 * slot.rows) if ne0 * slot.rows else 1
+        return max(slot.n_bytes, ne0 * _TEST_TOKENS * outer * _F32, slot.rows * _TEST_TOKENS * outer * _F32)
+    if slot.op is WeightOp.OTHER:
+        return max(slot.n_bytes, n_elements * _F32)
+    return slot.n_bytes
+
+
+def _device_takes(slot: TensorSlot, device: Device | None) -> bool:
+    """weight_buft_supported on a device's own buffer type, as far as tensor sizes decide it
+    (ggml-vulkan.cpp ggml_backend_vk_device_supports_op, tensor_size_supported)."""
+    return device is None or not device.max_tensor_bytes or test_op_bytes(slot) <= device.max_tensor_bytes
+
+
 def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...], devices: tuple[Device, ...],
                    flags: LlamaFlags,
                    repack: dict[Q, int]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -269,7 +307,10 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
                 break
         if row is None:
             dev_name = "CPU" if slot.layer == INPUT_LAYER else layer_device[slot.layer]
-            row = _cpu_buft(slot, devices, flags, repack) if dev_name == "CPU" else dev_name
+            device = next((d for d in devices if d.name == dev_name), None)
+            # select_weight_buft: a device that refuses the weight passes it on to the CPU list
+            on_cpu = dev_name == "CPU" or not _device_takes(slot, device)
+            row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
         if slot.duplicate_of and (slot.duplicate_of, row) in placed:
             continue  # create_tensor reuses the original when both share a buffer type
         placed.append((slot.name, row))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,6 +116,13 @@ class StepRecord:
     split_seconds: dict[str, float] = field(default_factory=dict)
 
 
+def _size_limit(limit: int) -> Callable[[Tensor], bool]:
+    """supports_op of a device that refuses an op whose result or a source is larger than `limit`
+    (ggml-vulkan.cpp ggml_backend_vk_device_supports_op, tensor_size_supported: lavapipe's 128 MiB
+    maxStorageBufferRange keeps Gemma 3's 512-token logits and -c 32768 -fa off scores on the CPU)."""
+    return lambda t: t.nbytes() <= limit and all(s is None or s.nbytes() <= limit for s in t.src)
+
+
 def _device_row(row: str) -> str:
     """The runtime's device for a breakdown row: repacked host weights live in the CPU's memory too."""
     return CPU if row in HOST_ROWS else row
@@ -142,7 +149,8 @@ class ModelRunner:
             profile = PROFILES[dev.backend]
             device = Device(dev.name, DeviceType.GPU, capacities.get(dev.name, UNLIMITED), alignment=dev.alignment,
                             offload_min_batch=profile.offload_min_batch(), profile=profile,
-                            compute_capability=dev.compute_capability)
+                            compute_capability=dev.compute_capability,
+                            supports=_size_limit(dev.max_tensor_bytes) if dev.max_tensor_bytes else None)
             self.backends[dev.name] = TimedBackend(device)
         self.backends["CPU"] = self.cpu
         order = [self.backends[d.name] for d in placement.devices] + [self.cpu]

@@ -41,3 +41,15 @@ def test_free_port_is_bindable_on_loopback():
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
     assert 0 < port < 65536 and os.name == "posix"
+
+
+def test_vulkan_build_has_its_own_cache_and_tools(monkeypatch, tmp_path):
+    monkeypatch.delenv("FITPLAN_LLAMA_CPP_VULKAN_DIR", raising=False)
+    monkeypatch.delenv("FITPLAN_LLAMA_CPP_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    vulkan = tmp_path / "fitplan" / "llama.cpp-0.3.36-vulkan"
+    assert llama_tools.cache_dir(llama_tools.VULKAN) == vulkan
+    fake_tools(vulkan, ["llama-fit-params", "llama-cli", "llama-server"])   # no rpc-server, no node dump
+    assert llama_tools.tools_dir(llama_tools.VULKAN) == vulkan / "bin"
+    assert llama_tools.ensure_tools(build=llama_tools.VULKAN) == vulkan / "bin"
+    assert llama_tools.tools_dir() is None    # the CPU build is another directory

@@ -1,0 +1,130 @@
+"""Vulkan device limits that change where ggml-vulkan lets llama.cpp put tensors and run ops.
+
+ggml-vulkan reads these from the driver when it opens a device (ggml/src/ggml-vulkan/ggml-vulkan.cpp
+in the pinned llama.cpp, llama-cpp-python 0.3.36 / commit 0c1e570), and they differ by device:
+- `ggml_backend_vk_device_supports_op` refuses any op whose result or one of whose sources is
+  larger than `max_buffer_size`, or larger than `maxStorageBufferRange` unless the device has
+  VK_EXT_shader_64bit_indexing (IM2COL with buffer device address excepted). llama.cpp asks the
+  same question of each weight (src/llama-model-loader.cpp weight_buft_supported, with a
+  512-token test op), so a weight or test result over the limit is not placed on the device, and
+  the scheduler runs a graph op over the limit elsewhere.
+- `max_memory_allocation_size` is min(maxMemoryAllocationSize, maxBufferSize) with
+  VK_KHR_maintenance4, else maxMemoryAllocationSize; `max_buffer_size` is maxBufferSize with
+  maintenance4, else max_memory_allocation_size (both after GGML_VK_FORCE_* overrides).
+- the buffer type: alignment minStorageBufferOffsetAlignment (ggml_backend_vk_buffer_type_get_alignment),
+  largest buffer `suballocation_block_size` = min(1 GiB or GGML_VK_SUBALLOCATION_BLOCK_SIZE,
+  max_memory_allocation_size) (ggml_backend_vk_buffer_type_get_max_size), alloc size ggml_nbytes.
+- the pinned host buffer type `Vulkan_Host` (first in llama.cpp's CPU buffer list; the CPU's
+  compute buffer lives in it): alignment minMemoryMapAlignment, 32 bytes added to every buffer
+  (ggml_backend_vk_host_buffer_type_alloc_buffer). With mmap, llama.cpp swaps it for the plain CPU
+  buffer for weights (llama-model-loader.cpp create_tensor: "avoid using a host buffer when using mmap").
+- memory (ggml_backend_vk_get_device_memory): the DEVICE_LOCAL heaps (every heap on an integrated
+  GPU); free = total without VK_EXT_memory_budget. The device type is IGPU only for
+  VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, so a CPU-type device such as lavapipe is a GPU to llama.cpp;
+  ggml_vk_instance_init skips CPU-type devices unless GGML_VK_VISIBLE_DEVICES names them.
+
+`VULKAN_DEVICES` holds the devices fitplan has measured, matched by the description llama.cpp
+prints for them (`llama-cli --list-devices`, the inventory's `description`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.hardware.inventory import DeviceKind, DeviceSpec
+from runtime.ggml.profiles import Backend
+
+MIB = 2**20
+GIB = 2**30
+# ggml-vulkan.cpp ggml_vk_get_device: "Limit batching of allocations to 1GB by default".
+SUBALLOCATION_BLOCK_SIZE = GIB
+# ggml-vulkan.cpp ggml_backend_vk_host_buffer_type_alloc_buffer: "size += 32; // Behave like the CPU buffer type".
+HOST_BUFFER_EXTRA = 32
+
+
+@dataclass(frozen=True)
+class VulkanDeviceFeatures:
+    """What `vulkaninfo` reports for one device model, as far as ggml-vulkan uses it."""
+
+    id: str
+    match: str                              # a substring of llama.cpp's description of the device
+    description: str
+    driver: str
+    device_type: str                        # VkPhysicalDeviceType, as vulkaninfo spells it
+    max_storage_buffer_range: int           # VkPhysicalDeviceLimits
+    max_memory_allocation_size: int         # VkPhysicalDeviceMaintenance3Properties
+    max_buffer_size: int                    # VkPhysicalDeviceMaintenance4Properties
+    min_storage_buffer_offset_alignment: int
+    min_memory_map_alignment: int
+    heap_bytes: int                         # the DEVICE_LOCAL heaps
+    maintenance4: bool
+    shader_64bit_indexing: bool             # VK_EXT_shader_64bit_indexing (needs headers >= 1.4.x to be seen)
+    memory_budget: bool                     # VK_EXT_memory_budget
+    subgroup_size: int
+    fp16: bool
+    integer_dot_product: bool
+    coopmat: bool
+
+    @property
+    def alloc_limit(self) -> int:
+        """ggml-vulkan's device->max_memory_allocation_size."""
+        if self.maintenance4:
+            return min(self.max_memory_allocation_size, self.max_buffer_size)
+        return self.max_memory_allocation_size
+
+    @property
+    def buffer_limit(self) -> int:
+        """ggml-vulkan's device->max_buffer_size."""
+        return self.max_buffer_size if self.maintenance4 else self.alloc_limit
+
+    @property
+    def max_tensor_bytes(self) -> int:
+        """The largest source or result supports_op accepts (tensor_size_supported)."""
+        if self.shader_64bit_indexing:
+            return self.buffer_limit
+        return min(self.buffer_limit, self.max_storage_buffer_range)
+
+    @property
+    def max_alloc(self) -> int:
+        """The buffer type's get_max_size: the largest single buffer ggml-alloc asks for."""
+        return min(SUBALLOCATION_BLOCK_SIZE, self.alloc_limit)
+
+    @property
+    def alignment(self) -> int:
+        return self.min_storage_buffer_offset_alignment
+
+    @property
+    def host_alignment(self) -> int:
+        return self.min_memory_map_alignment
+
+    @property
+    def is_integrated(self) -> bool:
+        return self.device_type == "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU"
+
+
+# Mesa's lavapipe (llvmpipe), Debian 12's mesa-vulkan-drivers 22.3.6: `vulkaninfo` on the machine
+# tests/data/vulkan_lavapipe.json was measured on (the record keeps the same figures).
+LAVAPIPE = VulkanDeviceFeatures(
+    id="lavapipe", match="llvmpipe", description="llvmpipe (LLVM 15.0.6, 256 bits)",
+    driver="Mesa 22.3.6 (LLVM 15.0.6)", device_type="PHYSICAL_DEVICE_TYPE_CPU",
+    max_storage_buffer_range=128 * MIB, max_memory_allocation_size=2 * GIB, max_buffer_size=0xFFFFFFFF,
+    min_storage_buffer_offset_alignment=16, min_memory_map_alignment=64, heap_bytes=2 * GIB,
+    maintenance4=True, shader_64bit_indexing=False, memory_budget=False, subgroup_size=8, fp16=True,
+    integer_dot_product=False, coopmat=False,
+)
+
+VULKAN_DEVICES: dict[str, VulkanDeviceFeatures] = {LAVAPIPE.id: LAVAPIPE}
+
+
+def vulkan_features(description: str) -> VulkanDeviceFeatures | None:
+    """The measured features of a Vulkan device by its description; None for one not measured."""
+    text = description.lower()
+    return next((f for f in VULKAN_DEVICES.values() if f.match in text), None)
+
+
+def vulkan_device_spec(features: VulkanDeviceFeatures, name: str = "Vulkan0") -> DeviceSpec:
+    """The inventory entry llama.cpp's device list would give this device: its heaps as total and
+    free memory (free = total without VK_EXT_memory_budget), a GPU unless integrated."""
+    kind = DeviceKind.IGPU if features.is_integrated else DeviceKind.GPU
+    return DeviceSpec(name=name, kind=kind, backend=Backend.VULKAN, total_bytes=features.heap_bytes,
+                      free_bytes=features.heap_bytes, bandwidth_bytes_s=0, fp16_flops=0, link_bytes_s=0,
+                      description=features.description)
