@@ -50,6 +50,8 @@ class AttnInputs:
     k_idxs: Tensor
     v_idxs: Tensor
     mask: Tensor
+    k_rot: Tensor | None = None   # Hadamard matrices of a quantized cache (attn_inp_k_rot / _v_rot)
+    v_rot: Tensor | None = None
 
 
 @dataclass
@@ -131,14 +133,29 @@ class DecoderBuilder:
         return Qkv(q, k, v)
 
     # --- attention ------------------------------------------------------------------------------
+    @staticmethod
+    def _hadamard(x: Tensor, rot: Tensor | None, name: str) -> Tensor:
+        """llama_mul_mat_hadamard (src/llama-impl.h): rows of rot's width times rot, x's shape kept."""
+        if rot is None:
+            return x
+        n = rot.ne[0]
+        rows = (n, x.n_elements // n)
+        flat = B.reshape(x, rows) if x.is_contiguous() else B.cont(x, rows)
+        return B.reshape(B.mul_mat(rot, flat, name=name), x.ne)
+
     def _store(self, il: int, k: Tensor, v: Tensor, inp: AttnInputs) -> tuple[Tensor, Tensor]:
-        """cpy_k / cpy_v (llama-kv-cache.cpp): set_rows into the cache, V element-wise when transposed."""
+        """cpy_k / cpy_v (llama-kv-cache.cpp): set_rows into the cache, V element-wise when transposed;
+        with several streams the cache is addressed as one [width, kv_size * n_stream] matrix."""
         kc, vc = self.kv.k[il], self.kv.v[il]
         n_tokens, width = k.ne[2], k.ne[0] * k.ne[1]
         k2 = B.view(k, (width, n_tokens), (k.nb[0], k.nb[2]), 0)
+        if kc.ne[2] > 1:
+            kc = B.reshape(kc, (kc.ne[0], kc.ne[1] * kc.ne[2]))
         store_k = B.set_rows(kc, k2, inp.k_idxs, name=f"cache_k_l{il} (set_rows)")
         if not self.kv.v_trans:
             v2 = B.view(v, (width, n_tokens), (v.nb[0], v.nb[2]), 0)
+            if vc.ne[2] > 1:
+                vc = B.reshape(vc, (vc.ne[0], vc.ne[1] * vc.ne[2]))
             return store_k, B.set_rows(vc, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
         if width != vc.ne[0]:
             raise BadInput("-fa off with layers of different V widths is not implemented in the runtime")
@@ -147,22 +164,34 @@ class DecoderBuilder:
         return store_k, B.set_rows(v_all, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
 
     def _cache_views(self, il: int, n_kv: int) -> tuple[Tensor, Tensor]:
+        """get_k / get_v over every stream (the reserve's slot info spans streams 0..n_stream-1)."""
         hp, kc, vc = self.hp, self.kv.k[il], self.kv.v[il]
-        hd, hkv, size = hp.head_dim, hp.n_head_kv[il], kc.ne[1]
-        k = B.view(kc, (hd, hkv, n_kv, 1), (kc.nb[0], row_size(kc.type, hd), row_size(kc.type, kc.ne[0]),
-                                             row_size(kc.type, kc.ne[0] * size)), 0, name=f"k-{il}")
+        hd, hkv, size, ns = hp.head_dim, hp.n_head_kv[il], kc.ne[1], kc.ne[2]
+        k = B.view(kc, (hd, hkv, n_kv, ns), (kc.nb[0], row_size(kc.type, hd), row_size(kc.type, kc.ne[0]),
+                                              row_size(kc.type, kc.ne[0] * size)), 0, name=f"k-{il}")
         if not self.kv.v_trans:
-            v = B.view(vc, (hd, hkv, n_kv, 1), (vc.nb[0], row_size(vc.type, hd), row_size(vc.type, vc.ne[0]),
-                                                row_size(vc.type, vc.ne[0] * size)), 0, name=f"v-{il}")
+            v = B.view(vc, (hd, hkv, n_kv, ns), (vc.nb[0], row_size(vc.type, hd), row_size(vc.type, vc.ne[0]),
+                                                 row_size(vc.type, vc.ne[0] * size)), 0, name=f"v-{il}")
         else:
-            v = B.view(vc, (n_kv, hkv, hd, 1), (vc.nb[0], row_size(vc.type, size * hd), row_size(vc.type, size),
-                                                row_size(vc.type, size * vc.ne[0])), 0, name=f"v-{il}")
+            v = B.view(vc, (n_kv, hkv, hd, ns), (vc.nb[0], row_size(vc.type, size * hd), row_size(vc.type, size),
+                                                 row_size(vc.type, size * vc.ne[0])), 0, name=f"v-{il}")
         return k, v
 
+    @staticmethod
+    def _f16_for_fa(t: Tensor) -> Tensor:
+        """build_attn_mha casts an f32 K or V to f16 before ggml_flash_attn_ext (ggml_cast: a CPY
+        into a new tensor, not a view)."""
+        if t.type != F32:
+            return t
+        return Tensor(F16, t.ne, name=f"{t.name} (copy)", op=Op.CPY, src=[t])
+
     def attention(self, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """build_attn + build_attn_mha for one stream."""
+        """build_attn + build_attn_mha; the tokens split evenly over the cache's streams."""
         kind = self.kv.kinds[il]
         inp = self.out.attn[kind]
+        q = self._hadamard(q, inp.k_rot, f"q_rot-{il}")
+        k = self._hadamard(k, inp.k_rot, f"k_rot-{il}")
+        v = self._hadamard(v, inp.v_rot, f"v_rot-{il}")
         # llm_graph_context::build_attn expands q, v, k (one cache) or q, k, v (iswa) first
         order = (q, k, v) if len(self.kv.tables) > 1 else (q, v, k)
         for t in order:
@@ -171,11 +200,14 @@ class DecoderBuilder:
             self.out.graph.expand(t)
         n_kv = dict(self.out.shape.n_kv)[kind]
         kv_k, kv_v = self._cache_views(il, n_kv)
-        n_tokens = q.ne[2]
-        q4 = B.view(q, q.ne, (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * n_tokens), 0, name=f"q-{il}")
+        ns = kv_k.ne[3]
+        per_stream = q.ne[2] // ns
+        q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0,
+                    name=f"q-{il}")
         qp = B.permute(q4, (0, 2, 1, 3))
         kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
         if self.flash_attn:
+            kp, vp = self._f16_for_fa(kp), self._f16_for_fa(vp)
             fa = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, name=f"__fattn__-{il}")
             cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
         else:
@@ -187,11 +219,16 @@ class DecoderBuilder:
             if not self.offload_kqv:
                 self.out.cpu_pins.append(cur)
         self.out.graph.expand(cur)
-        return cur
+        return self._hadamard(cur, inp.v_rot, f"kqv_rot-{il}")
 
     # --- the graph --------------------------------------------------------------------------------
     def _inputs(self, shape: BatchShape) -> None:
         hp, t = self.hp, shape.n_tokens
+        # build_attn_inp_kq_mask: [n_kv, n_tokens / n_stream, 1, n_stream]; the reserve's ubatch holds
+        # one run of tokens per sequence, so its streams are the cache's (1 when unified)
+        ns = self.kv.n_stream
+        if t % ns:
+            raise BadInput(f"a batch of {t} tokens does not split over {ns} KV streams")
         tokens = B.new_input(I32, (t,), "inp_tokens")
         embd = B.new_input(F32, (hp.n_embd, t), "inp_embd")
         pos = B.new_input(I32, (t,), "inp_pos")
@@ -201,7 +238,11 @@ class DecoderBuilder:
             attn[kind] = AttnInputs(
                 B.new_input(I64, (t,), "attn_inp_k_idxs"),
                 B.new_input(I64, (t * v_width if self.kv.v_trans else t,), "attn_inp_v_idxs"),
-                B.new_input(F16 if self.flash_attn else F32, (n_kv, t, 1, 1), "attn_inp_kq_mask"))
+                B.new_input(F16 if self.flash_attn else F32, (n_kv, t // ns, 1, ns), "attn_inp_kq_mask"))
+        for kind, inp in attn.items():   # build_input_k_rot / v_rot, after every cache's indices and masks
+            k_rot = B.new_input(F32, (self.kv.rot_k,) * 2, "attn_inp_k_rot") if self.kv.rot_k else None
+            v_rot = B.new_input(F32, (self.kv.rot_v,) * 2, "attn_inp_v_rot") if self.kv.rot_v else None
+            attn[kind] = AttnInputs(inp.k_idxs, inp.v_idxs, inp.mask, k_rot, v_rot)
         out_ids = B.new_input(I32, (shape.n_outputs,), "out_ids")
         self.out = BuiltGraph(Graph(), shape, tokens, embd, pos, out_ids, attn, logits=tokens)
 

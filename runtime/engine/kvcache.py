@@ -1,16 +1,21 @@
 """KV caches per layer on the layer's device, and the cell bookkeeping that fills the graph inputs.
 
 Facts (pinned llama.cpp, src/llama-kv-cache.cpp and llama-kv-cache-iswa.cpp):
-- per layer a K tensor [n_embd_k_gqa, kv_size] and a V tensor [n_embd_v_gqa, kv_size], f16 by
-  default; without flash attention V is read transposed and every layer's V row takes the
-  widest layer's width; sliding-window layers have their own, smaller cache (planner.llama.kv sizes
-  both, so estimate and runtime agree);
+- per layer a K tensor [n_embd_k_gqa, kv_size, n_stream] of -ctk's type and a V tensor
+  [n_embd_v_gqa, kv_size, n_stream] of -ctv's type (n_stream: 1 with a unified cache, else -np);
+  without flash attention V is read transposed and every layer's V row takes the widest layer's
+  width; sliding-window layers have their own, smaller cache (planner.llama.kv sizes both, so
+  estimate and runtime agree);
+- a quantized K (V) cache whose head size is a multiple of 64 rotates Q and K (V and the
+  attention output) by a Walsh-Hadamard matrix, a graph input (attn_rot_k / attn_rot_v;
+  `rotation_size`);
 - a graph attends over n_kv = min(size, max(256, pad(used_max_p1, 256))) cells, and the
   worst-case reserve uses the whole cache;
 - the mask hides empty cells, future positions, and (SWA_TYPE_STANDARD) cells with
   token_pos - cell_pos >= n_swa.
-One sequence only: cells are a ring over positions, which gives every token the same set of
-visible keys as llama.cpp's slot search (the order of the sum differs, not its terms).
+Decode runs one sequence on f16/f32 caches: cells are a ring over positions, which gives every
+token the same set of visible keys as llama.cpp's slot search (the order of the sum differs, not
+its terms). Other caches are sized (the reserve) but not executed.
 """
 from __future__ import annotations
 
@@ -18,16 +23,35 @@ import enum
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 
 from planner.core.units import pad
 from runtime.ggml.graph import GGMLType, Tensor
 
 N_KV_PAD = 256
+ROT_MIN = 64   # llama-kv-cache.cpp: the smallest Hadamard rotation, and the head-size multiple it needs
 
 
 class CacheKind(enum.Enum):
     BASE = "base"
     SWA = "swa"
+
+
+def is_quantized(cache_type: GGMLType) -> bool:
+    """ggml_is_quantized: block types (f16, bf16 and f32 are not)."""
+    return GGML_QUANT_SIZES[cache_type][0] > 1
+
+
+def rotation_size(cache_type: GGMLType, head_dim: int, widest: bool) -> int:
+    """Side of the Hadamard matrix llama.cpp rotates a quantized cache's heads by, 0 for none
+    (llama_kv_cache: attn_rot_k/attn_rot_v, build_input_k_rot/v_rot). K takes the largest power of
+    two from 64 up that divides the head size (`widest`); V always takes 64."""
+    if not is_quantized(cache_type) or head_dim <= 0 or head_dim % ROT_MIN:
+        return 0
+    n = ROT_MIN
+    while widest and head_dim % (2 * n) == 0:
+        n *= 2
+    return n
 
 
 @dataclass
@@ -71,11 +95,18 @@ class CellTable:
 
 
 class KVCache:
-    """K and V tensors per layer (storage is given by the caller) plus one cell table per kind."""
+    """K and V tensors per layer (storage is given by the caller) plus one cell table per kind.
+    `sizes` are cells per stream; `head_dim` is the one head size of K and V (0: no rotation)."""
 
     def __init__(self, n_embd_gqa: list[int], swa: list[bool], sizes: dict[CacheKind, int], window: int,
-                 v_trans: bool, cache_type: GGMLType = GGMLType.F16) -> None:
+                 v_trans: bool, type_k: GGMLType = GGMLType.F16, type_v: GGMLType | None = None,
+                 n_stream: int = 1, head_dim: int = 0) -> None:
+        type_v = type_k if type_v is None else type_v
         self.v_trans = v_trans
+        self.n_stream = n_stream
+        self.type_k, self.type_v = type_k, type_v
+        self.rot_k = rotation_size(type_k, head_dim, widest=True)
+        self.rot_v = rotation_size(type_v, head_dim, widest=False)
         self.kinds = [CacheKind.SWA if s else CacheKind.BASE for s in swa]
         self.tables = {k: CellTable.empty(sizes[k], window if k is CacheKind.SWA else 0)
                        for k in set(self.kinds)}
@@ -84,8 +115,8 @@ class KVCache:
         self.v: list[Tensor] = []
         for il, width in enumerate(n_embd_gqa):
             size = sizes[self.kinds[il]]
-            self.k.append(Tensor(cache_type, (width, size, 1), name=f"cache_k_l{il}"))
-            self.v.append(Tensor(cache_type, (v_width if v_trans else width, size, 1), name=f"cache_v_l{il}"))
+            self.k.append(Tensor(type_k, (width, size, n_stream), name=f"cache_k_l{il}"))
+            self.v.append(Tensor(type_v, (v_width if v_trans else width, size, n_stream), name=f"cache_v_l{il}"))
 
     def kind_order(self) -> list[CacheKind]:
         """Kinds in llama.cpp's input order: the base cache's inputs first, then the SWA cache's."""

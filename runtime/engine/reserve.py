@@ -18,7 +18,7 @@ from planner.core.errors import FitplanError
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.hparams import ARCHS
-from runtime.engine.runner import KV_CACHE_TYPES, ModelRunner
+from runtime.engine.runner import ModelRunner
 from runtime.ggml.profiles import op_offload_min_batch
 
 log = logging.getLogger(__name__)
@@ -38,13 +38,11 @@ def _key(settings: LlamaSettings) -> tuple:
 
 
 def supported(settings: LlamaSettings) -> bool:
-    """A graph builder exists and the runtime models these cparams (one stream, f16/f32 caches).
+    """A graph builder exists (any -np, unified or not, and any -ctk/-ctv type: the reserve sizes them).
     Every device class is simulated: offloading devices (CUDA, Vulkan, ...) take host-weight ops
     by their profile's offload_op (runtime/ggml/profiles.py), so a weight staged into a device's
     compute buffer is counted where the scheduler puts it."""
-    cp = settings.cparams
-    return (settings.ctx.model.architecture in ARCHS and cp.n_stream == 1 and cp.n_seq == 1
-            and settings.type_k == settings.type_v and settings.type_k in KV_CACHE_TYPES)
+    return settings.ctx.model.architecture in ARCHS
 
 
 def reserve_compute(settings: LlamaSettings) -> dict[str, int] | None:

@@ -52,7 +52,7 @@ from runtime.ggml.sched import Scheduler
 
 log = logging.getLogger(__name__)
 
-# KV cache types the runtime implements (runtime/engine/kvcache.py); others are left to the estimate.
+# KV cache types decode executes (runtime/engine/kvcache.py); the reserve sizes every -ctk/-ctv type.
 KV_CACHE_TYPES = frozenset({GGMLType.F16, GGMLType.F32})
 
 
@@ -141,8 +141,6 @@ class ModelRunner:
         self.n_outputs_max = n_outputs_max or cp.n_batch
         self.hp: HParams = read_hparams(ctx.model, ctx.facts)
         limit_blas_threads(1)
-        if cp.n_seq != 1:
-            raise BadInput(f"-np {cp.n_seq}: the runtime runs one sequence (-np 1)")
         self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
         self.backends: dict[str, TimedBackend] = {}
         for dev in placement.devices:
@@ -213,14 +211,13 @@ class ModelRunner:
             t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
 
     def alloc_kv(self) -> None:
+        """K and V caches of -ctk/-ctv's types, one stream per sequence unless unified (cells per stream)."""
         hp, cp, settings = self.hp, self.cp, self.settings
         sizes = {CacheKind.BASE: cp.n_ctx_seq,
                  CacheKind.SWA: settings.kv_cells.get(AttnKind.SWA, 0) if any(hp.swa) else 0}
-        if settings.type_k not in KV_CACHE_TYPES or settings.type_v != settings.type_k:
-            raise BadInput(f"-ctk {self.flags.cache_type_k} -ctv {self.flags.cache_type_v}: the runtime "
-                           f"implements f16 and f32 KV caches only")
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
-                          v_trans=not cp.flash_attn, cache_type=settings.type_k)
+                          v_trans=not cp.flash_attn, type_k=settings.type_k, type_v=settings.type_v,
+                          n_stream=cp.n_stream, head_dim=hp.head_dim)
         by_device: dict[str, list[Tensor]] = {}
         for il in range(hp.n_layer):
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
@@ -255,12 +252,19 @@ class ModelRunner:
         return built
 
     def reserve(self) -> ReserveReport:
-        """llama.cpp's sched_reserve: the worst-case prompt graph, the one-token graph, the prompt again."""
+        """llama.cpp's sched_reserve: the worst-case prompt graph, the one-token graph, the prompt again.
+
+        With -np N the prompt ubatch is min(n_ctx, n_ubatch) tokens rounded up to a multiple of N
+        (its outputs counted before rounding) and the token graph is N tokens with N outputs, one
+        per sequence (llama-context.cpp sched_reserve, graph_reserve)."""
         assert self.kv is not None
+        n_seqs = self.cp.n_seq
         n_tokens = min(self.cp.n_ctx, self.cp.n_ubatch)
+        n_outputs = min(n_tokens, self.n_outputs_max)
+        n_tokens = -(-n_tokens // n_seqs) * n_seqs
         full = tuple((k, self.kv.tables[k].size) for k in self.kv.kind_order())
-        pp = self._graph(BatchShape(n_tokens, min(n_tokens, self.n_outputs_max), full))
-        tg = self._graph(BatchShape(1, 1, full))
+        pp = self._graph(BatchShape(n_tokens, n_outputs, full))
+        tg = self._graph(BatchShape(n_seqs, n_seqs, full))
         # Measured (GGML_SCHED_DEBUG=2 on llama-fit-params, Gemma 3 over two rpc-servers): llama.cpp's
         # first prompt reserve splits as if the layer-norm pins were absent (the norm opening a
         # device's first layer stays on the previous device and crosses as an extra input), and its
@@ -294,7 +298,18 @@ class ModelRunner:
             inputs[inp.mask] = table.mask(positions, n_kv)
         return inputs
 
+    def _check_executable(self) -> None:
+        """decode runs one sequence over f16/f32 caches; other settings are only sized (reserve)."""
+        assert self.kv is not None
+        if self.cp.n_seq != 1:
+            raise BadInput(f"-np {self.cp.n_seq}: the runtime decodes one sequence (-np 1); it only sizes more "
+                           f"(validate --reserve-only)")
+        if self.kv.type_k not in KV_CACHE_TYPES or self.kv.type_v not in KV_CACHE_TYPES:
+            raise BadInput(f"-ctk {self.flags.cache_type_k} -ctv {self.flags.cache_type_v}: the runtime decodes "
+                           f"f16 and f32 KV caches only; it only sizes others (validate --reserve-only)")
+
     def _ubatch(self, tokens: np.ndarray, all_logits: bool) -> np.ndarray:
+        self._check_executable()
         assert self.kv is not None
         positions = np.arange(self.n_past, self.n_past + len(tokens), dtype=np.int64)
         cells = {k: t.store(positions) for k, t in self.kv.tables.items()}
@@ -315,6 +330,7 @@ class ModelRunner:
     def decode(self, tokens: Sequence[int], all_logits: bool = True) -> np.ndarray:
         """Run token ids after what the cache holds, in ubatches of n_ubatch; logits of every
         token (all_logits) or of the last one."""
+        self._check_executable()
         ids = np.asarray(tokens, dtype=np.int64)
         if ids.size == 0:
             raise ValueError("decode needs at least one token")

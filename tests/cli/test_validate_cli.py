@@ -111,7 +111,7 @@ def test_budget_too_small_is_a_verdict_not_a_traceback(capsys, model: str, tmp_p
     (["PLAN", "--", "-c", "256"], "a plan file carries its own flags"),
     (["BADPLAN"], "not a fitplan plan file"),
     (["WRONGHASH"], "is not the model the plan was made for"),
-    (["M", "--", "-c", "256", "-np", "2"], "the runtime runs one sequence"),
+    (["M", "--", "-c", "256", "-np", "2"], "the runtime decodes one sequence"),
     (["M", "--", "-c", "256", "-ctk", "q8_0", "-ctv", "q8_0"], "f16 and f32 KV caches only"),
     (["M", "--prompt-tokens", "250", "--", "-c", "256"], "do not fit the context of 256 tokens"),
     (["M", "--kernels", "fast", "--", "-c", "256"], "kernels 'fast': expected one of default, ggml-avx2"),

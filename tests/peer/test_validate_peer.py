@@ -230,7 +230,7 @@ def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, s
     argv = expand(template, name, rpc_endpoints)
     flags = parse_llama_flags(argv)
     if not supported(resolve_settings(ctx, flags)):
-        pytest.skip("the runtime does not model this row (parallel sequences or quantized caches)")
+        pytest.skip("the runtime has no graph builder for this architecture")
     theirs = fit_print(llama_tools, path, argv)
     ours = {d.name: d.compute_bytes for d in estimate(ctx, flags).devices}
     for device, (_model, _context, compute_mib) in theirs.items():
@@ -277,4 +277,27 @@ def test_tiny_models_nodes_and_compute_equal_llama_cpp(arch, flags, llama_tools,
     assert ours is not None
     assert (ours.n_nodes_pp, ours.n_nodes_tg, ours.n_splits_pp) == (theirs.n_nodes_pp, theirs.n_nodes_tg,
                                                                     theirs.n_splits_pp)
+    assert abs(ours.compute_bytes["CPU"] - theirs.buffers[("CPU", "compute")]) <= 0.005 * MIB
+
+
+def _stream_rows():
+    from tests.runtime.engine.test_streams_and_cache_types import LLAMA_CPP_NODES
+
+    return LLAMA_CPP_NODES
+
+
+@pytest.mark.parametrize("arch, dims, flags, nodes", _stream_rows(),
+                         ids=[f"{a}-hd{d.head_dim} {' '.join(f)}" for a, d, f, _ in _stream_rows()])
+def test_streams_and_cache_types_nodes_and_compute_equal_llama_cpp(arch, dims, flags, nodes, llama_tools,
+                                                                   tmp_path) -> None:
+    """-np N and quantized or mixed KV caches (reserve only: decode refuses them) against llama.cpp:
+    the node counts tests/runtime/engine/test_streams_and_cache_types.py pins, and the CPU compute buffer."""
+    from tests.support.tiny_models import write_tiny
+
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, dims)
+    theirs = parse_log(_fit_params_log(llama_tools, path, flags))
+    ours = ModelRunner.load(str(path), parse_llama_flags(flags), weights=False).reserve_report
+    assert ours is not None
+    assert (theirs.n_nodes_pp, theirs.n_nodes_tg) == (nodes, nodes)
+    assert (ours.n_nodes_pp, ours.n_nodes_tg, ours.n_splits_pp) == (nodes, nodes, theirs.n_splits_pp)
     assert abs(ours.compute_bytes["CPU"] - theirs.buffers[("CPU", "compute")]) <= 0.005 * MIB

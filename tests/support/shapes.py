@@ -108,6 +108,7 @@ COMMON_FLAGS: tuple[str, ...] = (
     "{rpc} -c 4096 -ts 1,1 -ngl {half}",
     "-c 4096 -ctk q8_0 -ctv q8_0",
     "{rpc} -c 4096 -ts 1,1 -ctk q8_0 -ctv q8_0",
+    "{rpc} -c 4096 -ts 1,1 -ctk q4_0 -ctv q4_0 -fa on",
     "-c 4096 -np 4",
     "{rpc} -c 4096 -ts 1,1 -np 4",
     "-c 4096 -fa off",
@@ -115,11 +116,15 @@ COMMON_FLAGS: tuple[str, ...] = (
     "-c 4096 -ub 128",
     "{rpc} -c 4096 -ts 1,1 -ub 128",
 )
+# K and V of different types: llama.cpp refuses them on MLA caches (llama_init_from_model), so not
+# for deepseek2-mla.
+MIXED_CACHE = "{rpc} -c 4096 -ts 3,1 -ctk q8_0 -ctv f16"
 EXTRA_FLAGS: dict[str, tuple[str, ...]] = {
-    "gemma3-270m": ("-c 4096 --swa-full", "{rpc} -c 4096 -ts 1,1 --swa-full"),
-    "llama-8b": (r"{rpc} -c 4096 -ts 1,1 -ot blk\.1[0-9]\.ffn_down=CPU",),
+    "gemma3-270m": ("-c 4096 --swa-full", "{rpc} -c 4096 -ts 1,1 --swa-full", MIXED_CACHE),
+    "llama-8b": (r"{rpc} -c 4096 -ts 1,1 -ot blk\.1[0-9]\.ffn_down=CPU", MIXED_CACHE),
     "qwen3moe-30b-a3b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU",
-                         "-c 4096 -cmoe"),
+                         "-c 4096 -cmoe", MIXED_CACHE),
+    "granite-hybrid": (MIXED_CACHE,),
     "deepseek2-mla": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU"),
 }
 N_LAYER: dict[str, int] = {"gemma3-270m": 18, "llama-8b": 32, "qwen3moe-30b-a3b": 48, "deepseek2-mla": 27,
