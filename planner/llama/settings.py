@@ -160,6 +160,9 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
     placement = place(ctx.slots, facts.n_layer_all, flags, devices, repack)
     cp = context_params(flags, facts.n_ctx_train)
     type_k, type_v = cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)
+    if facts.mla and type_k != type_v:   # llama_init_from_model refuses the context (llama-context.cpp)
+        raise FlagError(f"the model does not support different K ({flags.cache_type_k}) and V "
+                        f"({flags.cache_type_v}) cache types (MLA)")
     pulled = pulled_attention(facts, flags, placement.layer_device)
     cp = resolve_auto_fa(flags, cp, type_v, pulled)
     alignment = {HOST: HOST_ALIGNMENT, CPU_REPACK: HOST_ALIGNMENT, **{d.name: d.alignment for d in devices}}

@@ -87,6 +87,15 @@ def test_mla_cache_holds_k_only(tmp_path):
     assert _kv(ctx, ["-c", "256"]) == {HOST: 3 * 320 * 256}
 
 
+def test_mla_refuses_different_k_and_v_types(tmp_path):
+    # llama_init_from_model: "model does not support different K (q8_0) and V (f16) cache types"
+    ctx = _ctx(deepseek2_spec(n_layer=3, kv_lora_rank=128, qk_rope=32), tmp_path)
+    with pytest.raises(FlagError, match="different K"):
+        _kv(ctx, ["-c", "1024", "-ctk", "q8_0", "-ctv", "f16"])
+    assert _kv(ctx, ["-c", "1024", "-ctk", "q8_0", "-ctv", "q8_0"])
+
+
+
 @pytest.mark.parametrize("n_seq", [1, 3])
 def test_recurrent_state(tmp_path, n_seq):
     # mamba2: r = (d_conv - 1) x (d_inner + 2 n_group d_state) = 3 x 320 f32; s = d_state x d_inner = 16 x 256 f32
