@@ -25,17 +25,59 @@ from tests.support.shapes import compute_ok, expand, fit_print, matrix, model_pa
 MIB = 2**20
 
 
+class Tally:
+    """Per device row: the exact columns, the compute error, by compute model (simulated or formula)."""
+
+    def __init__(self) -> None:
+        self.exact_misses: list[str] = []
+        self.compute_misses: list[str] = []
+        self.worst: dict[str, tuple[float, float, str]] = {}
+        self.below: dict[str, tuple[float, str]] = {}
+        self.n_checked: dict[str, int] = {}
+
+    def add(self, label: str, device: str, kind: str, mine: tuple[int, int, float],
+            theirs: tuple[int, int, int]) -> None:
+        (mm, mc, mk), (tm, tc, tk) = mine, theirs
+        err = mk - tk
+        where = f"{label} [{device}]"
+        self.n_checked[kind] = self.n_checked.get(kind, 0) + 1
+        if (mm, mc) != (tm, tc):
+            self.exact_misses.append(f"{where}: model {mm}/{tm} context {mc}/{tc}")
+        if not compute_ok(mk, tk, kind):
+            self.compute_misses.append(f"{where}: compute {mk:.1f}/{tk} ({kind})")
+        if abs(err) > abs(self.worst.get(kind, (0.0, 0.0, ""))[0]):
+            self.worst[kind] = (err, abs(err) / tk if tk else 0.0, where)
+        if err < self.below.get(kind, (0.0, ""))[0]:
+            self.below[kind] = (err, where)
+        print(f"{label[:58]:58} {device:6} {mm:>6}/{tm:<6} {mc:>6}/{tc:<6} {mk:>7.1f}/{tk:<7} {err:>+7.1f} {kind}")
+
+    def summary(self) -> None:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(self.n_checked.items()))
+        print(f"device rows checked: {sum(self.n_checked.values())} ({counts})")
+        print(f"model/context rows off by a MiB or more: {len(self.exact_misses)}")
+        for line in self.exact_misses:
+            print(f"  {line}")
+        print(f"compute rows outside their tolerance (simulated: 3 % or 4 MiB and at most 1 MiB below; "
+              f"formula: 10 % or 16 MiB): {len(self.compute_misses)}")
+        for line in self.compute_misses:
+            print(f"  {line}")
+        for kind, (err, rel, where) in sorted(self.worst.items()):
+            print(f"worst {kind} compute row: {where}: {err:+.1f} MiB ({rel:.1%})")
+        for kind, (err, where) in sorted(self.below.items()):
+            print(f"most below llama.cpp ({kind}): {where}: {err:+.1f} MiB")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="one model name of the matrix")
     args = parser.parse_args()
     bin_dir = ensure_tools()
     rows = [(m, f) for m, f in matrix() if not args.only or m == args.only]
-    exact_misses, compute_misses, worst = [], [], (0.0, 0.0, "")
-    n_checked = 0
+    tally = Tally()
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-") as tmp, rpc_servers(2, bin_dir) as endpoints:
         contexts = {}
-        print(f"{'model / flags':58} {'device':6} {'model f/l':>13} {'context f/l':>13} {'compute f/l':>15} {'err':>7}")
+        print(f"{'model / flags':58} {'device':6} {'model f/l':>13} {'context f/l':>13} {'compute f/l':>15} "
+              f"{'err':>7} compute model")
         for name, template in rows:
             if name not in contexts:
                 path = model_path(name, Path(tmp))
@@ -43,34 +85,19 @@ def main() -> int:
             path, ctx = contexts[name]
             argv = expand(template, name, endpoints)
             theirs = fit_print(bin_dir, path, argv)
-            ours = {d.name: d for d in estimate(ctx, argv).devices if d.name != CPU_REPACK}
+            est = estimate(ctx, argv)
+            ours = {d.name: d for d in est.devices if d.name != CPU_REPACK}
             label = f"{name} {template.replace('{rpc} ', 'rpc×2 ')}"
-            for device, (tm, tc, tk) in theirs.items():
+            for device, figures in theirs.items():
                 mine = ours.get(device)
                 if mine is None:
-                    exact_misses.append(f"{label}: {device} missing")
+                    tally.exact_misses.append(f"{label}: {device} missing")
                     continue
-                mm, mc, mk = mine.model_bytes // MIB, mine.context_bytes // MIB, mine.compute_bytes / MIB
-                err = mk - tk
-                n_checked += 1
-                if (mm, mc) != (tm, tc):
-                    exact_misses.append(f"{label}: {device} model {mm}/{tm} context {mc}/{tc}")
-                if not compute_ok(mk, tk):
-                    compute_misses.append(f"{label}: {device} compute {mk:.0f}/{tk}")
-                rel = abs(err) / tk if tk else 0.0
-                if abs(err) > abs(worst[0]):
-                    worst = (err, rel, f"{label} [{device}]")
-                print(f"{label[:58]:58} {device:6} {mm:>6}/{tm:<6} {mc:>6}/{tc:<6} {mk:>7.0f}/{tk:<7} {err:>+7.1f}")
-    print()
-    print(f"device rows checked: {n_checked}")
-    print(f"model/context rows off by a MiB or more: {len(exact_misses)}")
-    for line in exact_misses:
-        print(f"  {line}")
-    print(f"compute rows outside 10 % or 16 MiB: {len(compute_misses)}")
-    for line in compute_misses:
-        print(f"  {line}")
-    print(f"worst compute row: {worst[2]}: {worst[0]:+.1f} MiB ({worst[1]:.1%})")
-    _time_per_candidate(contexts, endpoints)
+                tally.add(label, device, est.compute_model,
+                          (mine.model_bytes // MIB, mine.context_bytes // MIB, mine.compute_bytes / MIB), figures)
+        print()
+        tally.summary()
+        _time_per_candidate(contexts, endpoints)
     return 0
 
 
