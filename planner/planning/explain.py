@@ -14,6 +14,7 @@ from planner.memory.estimate import compute_note, estimate
 from planner.planning.problem import costs_for
 from planner.planning.result import PlanResult
 from planner.planning.throughput import offloading, predict_estimate
+from runtime.ggml.profiles import PROFILES
 
 
 def _totals(est) -> dict[str, int]:
@@ -90,6 +91,17 @@ def _op_offload_choice(ctx: ModelContext, result: PlanResult) -> list[str]:
             f"({staged}: staged weights and their results); {why}"]
 
 
+def _outside_breakdown(result: PlanResult) -> list[str]:
+    """Memory each backend allocates outside llama.cpp's breakdown (runtime/ggml/profiles.py), once per backend."""
+    lines = []
+    for backend in dict.fromkeys(d.backend for d in result.inventory.devices):
+        terms = PROFILES[backend].outside_breakdown
+        if terms:
+            names = "; ".join(t.name + (f" {fmt_bytes(t.bytes)}" if t.bytes is not None else "") for t in terms)
+            lines.append(f"{backend.value}: not in llama.cpp's breakdown, left to each device's budget margin: {names}")
+    return lines
+
+
 def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     lines = []
     for name, room in _headroom(result).items():
@@ -102,4 +114,5 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     lines += _op_offload_choice(ctx, result)
     lines += _layer_step(ctx, result)
     lines += _context_step(ctx, result)
+    lines += _outside_breakdown(result)
     return tuple(lines)
