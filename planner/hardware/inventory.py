@@ -84,6 +84,8 @@ class DeviceSpec:
     uma: bool = False
     network_bytes_s: int = 0
     description: str = ""
+    remote_backend: Backend | None = None   # RPC: the backend the rpc-server runs (it sizes allocations)
+    compute_capability: int | None = None   # CUDA: major * 100 + minor * 10 (8.6 -> 860)
 
     @property
     def transfer_bytes_s(self) -> int:
@@ -209,6 +211,7 @@ def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
         row = {k: v for k, v in vars(dev).items()}
         row["kind"] = dev.kind.value
         row["backend"] = dev.backend.value
+        row["remote_backend"] = dev.remote_backend.value if dev.remote_backend else None
         devices.append(row)
     return {"devices": devices, "host": dict(vars(inventory.host))}
 
@@ -219,6 +222,8 @@ def inventory_from_dict(doc: dict[str, Any], source: str) -> Inventory:
     for row in doc.get("devices") or []:
         fields = dict(row)
         fields["kind"], fields["backend"] = DeviceKind(fields["kind"]), Backend(fields["backend"])
+        if fields.get("remote_backend"):
+            fields["remote_backend"] = Backend(fields["remote_backend"])
         devices.append(DeviceSpec(**fields))
     return Inventory(tuple(devices), HostSpec(**doc["host"]), source=source)
 

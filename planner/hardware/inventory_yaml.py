@@ -65,6 +65,8 @@ _DEVICE_KEYS = {
     "endpoint": "the rpc-server host:port",
     "network_gbs": "network bandwidth to the rpc-server in GB/s",
     "uma": "true when the device's memory is system RAM",
+    "remote_backend": "RPC devices: the backend the rpc-server runs (" + one_of(b.value for b in DEVICE_BACKENDS) + ")",
+    "compute_capability": "CUDA devices: the compute capability, e.g. 8.6",
 }
 _KINDS = {k.value: k for k in DEVICE_KINDS}
 _BACKENDS = {b.value: b for b in DEVICE_BACKENDS}
@@ -145,7 +147,18 @@ _FIELDS: dict[str, tuple[str, Callable[[Any, ds.Where], Any]]] = {
     "link": ("link_bytes_s", _link),
     "endpoint": ("endpoint", _endpoint),
     "uma": ("uma", ds.flag),
+    "remote_backend": ("remote_backend", lambda value, where: ds.choice(value, where, _BACKENDS)),
+    "compute_capability": ("compute_capability", lambda value, where: _compute_capability(value, where)),
 }
+
+
+def _compute_capability(value: Any, where: ds.Where) -> int:
+    """8.6 -> 860 (ggml-cuda's GGML_CUDA_CC numbering: major * 100 + minor * 10)."""
+    number = ds.number(value, where, "a compute capability such as 8.6")
+    cc = round(number * 100)
+    if not 300 <= cc <= 1500:
+        raise where.error(f"expected a CUDA compute capability between 3.0 and 15.0; got {value!r}")
+    return cc
 
 
 def _yaml_fields(entry: dict[str, Any], where: ds.Where) -> dict[str, Any]:
@@ -207,6 +220,7 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
         free_bytes=free, bandwidth_bytes_s=f.get("bandwidth_bytes_s", 0), fp16_flops=f.get("fp16_flops", 0),
         link_bytes_s=f.get("link_bytes_s", 0), endpoint=f.get("endpoint"), uma=f.get("uma", False),
         network_bytes_s=f.get("network_bytes_s", 0), description=f.get("description", ""),
+        remote_backend=f.get("remote_backend"), compute_capability=f.get("compute_capability"),
     )
 
 

@@ -35,7 +35,7 @@ from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventor
 from planner.hardware.vulkan_devices import vulkan_features
 from planner.llama.flags import LlamaFlags
 from planner.model.tensors import OUTPUT, TOKEN_EMBD, is_input, is_routed_expert, layer_of
-from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES
+from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES, BackendProfile, device_profile
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,11 @@ class Device:
     endpoint: str | None = None
     compute_capability: int | None = None   # CUDA: major x 100 + minor x 10 (profiles.DEFAULT_CUDA_CC if unknown)
     max_tensor_bytes: int = 0   # supports_op refuses a larger source or result (0: no limit; Vulkan)
+    remote_backend: Backend | None = None   # RPC: the rpc-server's backend (its alignment and alloc sizes)
+
+    @property
+    def profile(self) -> BackendProfile:
+        return device_profile(self.backend, self.remote_backend)
 
     def buft_names(self) -> tuple[str, ...]:
         """Names an -ot rule may use for this device's buffer type. ggml-rpc names every server's
@@ -132,13 +137,14 @@ class Placement:
 
 
 def _device_from_spec(spec: DeviceSpec) -> Device:
-    profile = PROFILES[spec.backend]
-    cc = DEFAULT_CUDA_CC if profile.fa_f16_staging else None
+    profile = device_profile(spec.backend, spec.remote_backend)
+    cc = (spec.compute_capability or DEFAULT_CUDA_CC) if profile.fa_f16_staging else None
     vk = vulkan_features(spec.description) if spec.backend is Backend.VULKAN else None
     if vk is not None:   # a measured Vulkan device: its own alignment and supports_op size limit
         return Device(spec.name, spec.backend, vk.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint,
                       cc, vk.max_tensor_bytes)
-    return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint, cc)
+    return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint, cc,
+                  remote_backend=spec.remote_backend)
 
 
 def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Device, ...]:

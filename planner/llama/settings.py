@@ -33,7 +33,6 @@ from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.costs import cache_type
-from runtime.ggml.profiles import PROFILES
 
 CTX_PAD = 256
 # V cache types llama.cpp stores without flash attention; a quantized V cache requires -fa on
@@ -166,7 +165,7 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
     pulled = pulled_attention(facts, flags, placement.layer_device)
     cp = resolve_auto_fa(flags, cp, type_v, pulled)
     alignment = {HOST: HOST_ALIGNMENT, CPU_REPACK: HOST_ALIGNMENT, **{d.name: d.alignment for d in devices}}
-    padding = {d.name: PROFILES[d.backend].row_padding for d in devices if PROFILES[d.backend].row_padding}
+    padding = {d.name: d.profile.row_padding for d in devices if d.profile.row_padding}
     return LlamaSettings(ctx, flags, devices, placement, cp, type_k, type_v,
                          MappingProxyType(kv_cells(facts, cp, flags.swa_full)), MappingProxyType(pulled),
                          MappingProxyType(alignment), MappingProxyType(padding))

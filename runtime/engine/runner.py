@@ -47,7 +47,6 @@ from runtime.ggml.compute import Measurement
 from runtime.ggml.exact_matmul import REPACKED
 from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
-from runtime.ggml.profiles import PROFILES
 from runtime.ggml.sched import Scheduler
 
 log = logging.getLogger(__name__)
@@ -144,7 +143,7 @@ class ModelRunner:
         self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
         self.backends: dict[str, TimedBackend] = {}
         for dev in placement.devices:
-            profile = PROFILES[dev.backend]
+            profile = dev.profile
             device = Device(dev.name, DeviceType.GPU, capacities.get(dev.name, UNLIMITED), alignment=dev.alignment,
                             offload_min_batch=profile.offload_min_batch(), profile=profile,
                             compute_capability=dev.compute_capability,

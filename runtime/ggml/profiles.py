@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 
@@ -175,6 +175,18 @@ PROFILES: dict[Backend, BackendProfile] = {
                  "ggml-metal.cpp ggml_backend_metal_buffer_type_get_alloc_size: MUL_MAT_ID and FA extras "
                  "not modelled",)),
 }
+
+
+def device_profile(backend: Backend, remote: Backend | None = None) -> BackendProfile:
+    """The profile of one device. An rpc-server forwards allocation questions to its own backend
+    (ggml-rpc.cpp RPC_CMD_GET_ALIGNMENT, RPC_CMD_GET_ALLOC_SIZE), so a remote CUDA device pads and
+    aligns as CUDA does, while the client's scheduler sees no offload_op (the RPC device has none)."""
+    profile = PROFILES[backend]
+    if backend is not Backend.RPC or remote is None or remote is Backend.RPC:
+        return profile
+    far = PROFILES[remote]
+    return replace(profile, alignment=far.alignment, row_padding=far.row_padding, fa_f16_staging=far.fa_f16_staging,
+                   sources=profile.sources + far.sources)
 
 
 def fa_kernel_needs_f16(cc: int, n_q: int, head_dim: int, quantized: bool) -> bool:

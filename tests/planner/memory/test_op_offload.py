@@ -90,3 +90,28 @@ def test_compute_model_is_named(inventory):
     est = estimate("example:gemma3-270m", ARGV, inventory)
     assert est.compute_model == "simulated" and est.to_dict()["compute_model"] == "simulated"
     assert "compute: simulated" in est.to_table()
+
+
+def test_an_rpc_server_running_cuda_pads_as_cuda_but_never_offloads(tmp_path):
+    """ggml-rpc asks the server for alignment and alloc sizes (RPC_CMD_GET_ALIGNMENT / GET_ALLOC_SIZE):
+    a CUDA rpc-server pads like CUDA0. The client's RPC device has no offload_op, so a host output
+    matrix stays with its logits on the host whatever the batch."""
+    from planner.hardware.inventory_yaml import load_inventory
+
+    path = tmp_path / "inv.yaml"
+    path.write_text("host: {ram: 32GiB}\n"
+                    "devices:\n"
+                    "  - {name: RPC0, endpoint: '127.0.0.1:50052', memory: 4GiB, remote_backend: CUDA}\n"
+                    "  - {name: CUDA0, memory: 4GiB, compute_capability: 8.6}\n")
+    inv = load_inventory(path)
+    assert inv.devices[0].remote_backend is Backend.CUDA and inv.devices[1].compute_capability == 860
+    rpc = estimate("example:gemma3-270m", ["--rpc", "127.0.0.1:50052", "-dev", "RPC0", "-ngl", "99", "-c", "4096"],
+                   inv).device("RPC0")
+    cuda = estimate("example:gemma3-270m", ["-dev", "CUDA0", "-ngl", "99", "-c", "4096"], inv).device("CUDA0")
+    assert rpc is not None and cuda is not None
+    assert rpc.model_bytes == cuda.model_bytes and rpc.context_bytes == cuda.context_bytes
+    host_out = ["--rpc", "127.0.0.1:50052", "-dev", "RPC0", "-ngl", "99", "-c", "4096",
+                "-ot", r"^token_embd\.weight=CPU"]
+    on_rpc = estimate("example:gemma3-270m", host_out, inv)
+    off = estimate("example:gemma3-270m", host_out + ["--no-op-offload"], inv)
+    assert on_rpc.device("RPC0").compute_bytes == off.device("RPC0").compute_bytes < 64 * MiB
