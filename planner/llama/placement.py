@@ -331,7 +331,8 @@ def place(slots: tuple[TensorSlot, ...], n_layer_all: int, flags: LlamaFlags, de
     placed, moved = assign_weights(slots, layer_dev, devices, flags, repack)
     ngl = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer_all + 1
     # llama_context: pipeline parallelism only with several devices, every layer offloaded, layer
-    # split, KV offloaded and no override (RPC devices report async + events).
+    # split, KV offloaded, no override, and every device reporting caps.async and caps.events
+    # (profiles.async_events: RPC, CUDA, Vulkan, Metal, SYCL all do).
     pipeline = (len(devices) > 1 and ngl > n_layer_all and flags.split_mode == "layer"
-                and flags.kv_offload and not flags.overrides)
+                and flags.kv_offload and not flags.overrides and all(d.profile.async_events for d in devices))
     return Placement(devices, layer_dev, placed, tuple(moved), i_gpu_start, pipeline)
