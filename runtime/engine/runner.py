@@ -48,6 +48,7 @@ from runtime.ggml.exact_matmul import REPACKED
 from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
 from runtime.ggml.sched import Scheduler
+from runtime.ggml.sched_errors import BufferAllocationError
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class ModelRunner:
         self.backends["CPU"] = self.cpu
         order = [self.backends[d.name] for d in placement.devices] + [self.cpu]
         self.sched = Scheduler(order, parallel=placement.pipeline_parallel, op_offload=settings.flags.op_offload)
+        self.pipeline_parallel = placement.pipeline_parallel   # False after llama.cpp's retry without it
         if kernels not in KERNEL_SETS:
             raise BadInput(f"kernels {kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
         self.kernels = kernels
@@ -269,7 +271,21 @@ class ModelRunner:
         # device's first layer stays on the previous device and crosses as an extra input), and its
         # split count is the prompt figure llama.cpp logs; the buffers keep that reserve's size.
         pinned = {t: self.sched.pins.pop(t) for t, _il in pp.norm_pins if t in self.sched.pins}
-        self.sched.reserve(pp.graph)
+        try:
+            self.sched.reserve(pp.graph)
+        except BufferAllocationError:
+            if self.sched.n_copies == 1:
+                raise
+            # llama-context.cpp sched_reserve: "compute buffer allocation failed, retrying without
+            # pipeline parallelism" — a new scheduler with one copy of every input
+            log.warning("compute buffer allocation failed, retrying without pipeline parallelism")
+            old = self.sched
+            old.reset()      # the failed reserve left the graph's sources on its input copies
+            old.release()
+            self.sched = Scheduler(old.backends, parallel=False, op_offload=old.ctx.op_offload)
+            self.sched.pins.update(old.pins)
+            self.pipeline_parallel = False
+            self.sched.reserve(pp.graph)
         n_pp = self.sched.n_splits
         self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)

@@ -241,6 +241,17 @@ class Scheduler:
         if not self.is_alloc:
             self.next_copy = 0
 
+    def release(self) -> None:
+        """Free every compute buffer (a scheduler given up, as llama.cpp resets its sched)."""
+        seen: set[int] = set()
+        for chunks in self.galloc.buffers:
+            if chunks is None or id(chunks) in seen:
+                continue
+            seen.add(id(chunks))
+            for b in chunks:
+                b.free()
+        self.galloc.buffers = [None] * len(self.galloc.buffers)
+
     def reset(self) -> None:
         """Forget the allocated graph: restore rewired sources, drop stamped addresses."""
         self._undo_rewires()

@@ -50,3 +50,30 @@ def test_split_run_logits_equal_single_device(name: str, single: dict[str, np.nd
     # the split run really was split: more than one backend computed something
     assert runner.steps[0].measurement.n_splits > 1
     assert np.array_equal(logits, reference)
+
+
+def test_reserve_retries_without_pipeline_parallelism_when_it_does_not_fit():
+    """llama-context.cpp sched_reserve: when the pipeline-parallel prompt reserve cannot allocate,
+    llama.cpp makes a scheduler without it and reserves again; a budget between the two fits."""
+    from dataclasses import replace
+
+    from planner.api import as_inventory
+    from planner.llama.context import model_context
+    from planner.llama.flags import parse_llama_flags
+    from planner.llama.settings import resolve_settings
+    from runtime.engine.runner import ModelRunner
+
+    ctx = model_context("example:gemma3-270m")
+    inv = as_inventory(["RPC0=1GiB@127.0.0.1:1", "RPC1=1GiB@127.0.0.1:2"])
+    flags = parse_llama_flags(["--rpc", "127.0.0.1:1,127.0.0.1:2", "-c", "4096", "-ngl", "99", "-ts", "1,1"])
+    settings = resolve_settings(ctx, flags, inv)
+    assert settings.placement.pipeline_parallel
+    with_pp = ModelRunner.from_settings(settings, weights=False)
+    without = ModelRunner.from_settings(replace(settings, placement=replace(settings.placement,
+                                                                            pipeline_parallel=False)), weights=False)
+    need_pp = with_pp.weight_bytes["RPC1"] + with_pp.kv_bytes["RPC1"] + with_pp.compute_bytes()["RPC1"]
+    need = without.weight_bytes["RPC1"] + without.kv_bytes["RPC1"] + without.compute_bytes()["RPC1"]
+    assert need < need_pp
+    runner = ModelRunner.from_settings(settings, {"RPC1": (need + need_pp) // 2}, weights=False)
+    assert not runner.pipeline_parallel
+    assert runner.compute_bytes() == without.compute_bytes()
