@@ -291,19 +291,26 @@ def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: 
     """What would not fit, and the nearest thing that would."""
     cache = req.cache_types[0]
     n_ctx = req.n_ctx or ctx.facts.n_ctx_train
-    s = make_setting(ctx, inventory, budgets, req, n_ctx, cache)
-    all_host = estimate(ctx, replace(s.flags, n_gpu_layers=0), inventory)
-    over = overuse(s, all_host)
+    # the least a device is asked for: nothing staged unless op offload was asked for
+    op_offload = req.op_offload if req.op_offload is not None else not offloading(inventory)
+    s = make_setting(ctx, inventory, budgets, req, n_ctx, cache, op_offload=op_offload)
+    # the shortfalls of the nearer extreme: every layer on the host, or every layer on the devices
+    extremes = [replace(s.flags, n_gpu_layers=0)]
+    if inventory.devices:
+        extremes.append(replace(s.flags, n_gpu_layers=ctx.facts.n_layer_all + 1))
+    over = min((overuse(s, estimate(ctx, f, inventory)) for f in extremes), key=lambda o: sum(o.values()))
     shortfalls = tuple(Shortfall(name, n + budgets.host_bytes if name == HOST else n + budgets.devices[name],
                                  budgets.host_bytes if name == HOST else budgets.devices[name])
                        for name, n in over.items())
     hints = []
     ub = req.n_ubatch or UBATCH_CANDIDATES[-1]
-    smaller = _largest_context(ctx, inventory, budgets, req, _Variant(cache, ub, bool(inventory.devices)), n_ctx)
-    if smaller is not None:
+    out = bool(inventory.devices)
+    # judged exactly, as a plan is: a hint is a figure the user sees
+    smaller = _largest_context(ctx, inventory, budgets, req, _Variant(cache, ub, out, op_offload), n_ctx, exact=True)
+    if smaller is not None and smaller.flags.n_ctx < n_ctx:
         hints.append(f"--ctx {smaller.flags.n_ctx} fits")
     if cache == "f16":
-        q8 = _largest_context(ctx, inventory, budgets, req, _Variant("q8_0", ub, bool(inventory.devices)), n_ctx)
+        q8 = _largest_context(ctx, inventory, budgets, req, _Variant("q8_0", ub, out, op_offload), n_ctx, exact=True)
         if q8 is not None:
             hints.append(f"--cache-type q8_0 fits up to --ctx {q8.flags.n_ctx}")
     parts = [f"{sf.device} short by {sf.missing_bytes / 2**20:.0f} MiB" for sf in shortfalls]
