@@ -50,11 +50,12 @@ def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
             continue
         cells = settings.kv_cells[lf.kind]
         k = cache_row_bytes(settings.type_k, lf.k_per_cell, f"layer {lf.index}'s K") * cells * cp.n_stream
-        k = settings.alloc_size(row, settings.type_k, lf.k_per_cell, k)
+        padded = row in settings.row_padding
+        k = settings.alloc_size(row, settings.type_k, lf.k_per_cell, k) if padded else k
         v_width = lf.v_per_cell if cp.flash_attn else v_max
         v = (cache_row_bytes(settings.type_v, v_width, f"layer {lf.index}'s V") * cells * cp.n_stream
              if not facts.mla else 0)
-        v = settings.alloc_size(row, settings.type_v, v_width, v) if v else 0
+        v = settings.alloc_size(row, settings.type_v, v_width, v) if v and padded else v
         out.append(LayerCache(lf.index, row, cells, pad(k, align) + (pad(v, align) if v else 0)))
     return out
 

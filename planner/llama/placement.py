@@ -302,6 +302,7 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
     """Buffer row of every weight, and which weights an override moved (to what)."""
     rules = [(re.compile(o.pattern), o.target, _override_target(o.target, devices)) for o in flags.overrides]
     placed, moved = [], []
+    limited = {d.name: d for d in devices if d.max_tensor_bytes}   # devices whose supports_op caps tensor sizes
     for slot in slots:
         row = None
         for regex, target, dev in rules:
@@ -313,9 +314,8 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
                 break
         if row is None:
             dev_name = "CPU" if slot.layer == INPUT_LAYER else layer_device[slot.layer]
-            device = next((d for d in devices if d.name == dev_name), None)
             # select_weight_buft: a device that refuses the weight passes it on to the CPU list
-            on_cpu = dev_name == "CPU" or not _device_takes(slot, device)
+            on_cpu = dev_name == "CPU" or (dev_name in limited and not _device_takes(slot, limited[dev_name]))
             row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
         if slot.duplicate_of and (slot.duplicate_of, row) in placed:
             continue  # create_tensor reuses the original when both share a buffer type

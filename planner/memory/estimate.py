@@ -96,11 +96,12 @@ def compute_note(source: str, arch: str) -> str:
 
 
 def _model_bytes(settings: LlamaSettings) -> dict[str, int]:
-    slots = settings.ctx.slot_by_name
+    slots, padded = settings.ctx.slot_by_name, settings.row_padding
     out: dict[str, int] = defaultdict(int)
     for name, row in settings.placement.tensor_buft:
         s = slots[name]
-        out[row] += pad(settings.alloc_size(row, s.ggml_type, s.ne0, s.n_bytes), settings.alignment[row])
+        size = settings.alloc_size(row, s.ggml_type, s.ne0, s.n_bytes) if row in padded else s.n_bytes
+        out[row] += pad(size, settings.alignment[row])
     return dict(out)
 
 
