@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import replace
 
-from planner.llama.placement import CPU, HOST, HOST_ROWS, Placement, row_of
+from planner.core.units import pad
+from planner.llama.placement import CPU, HOST, HOST_ROWS, Placement, WeightOp, row_of
 from planner.llama.settings import LlamaSettings
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.shapes import Shapes
 from planner.model.tensors import OUTPUT, is_dense_ffn_projection, layer_of
 from runtime.engine.reserve import reserve_compute
-from runtime.ggml.profiles import GGML_SCHED_MAX_COPIES
+from runtime.ggml.profiles import GGML_SCHED_MAX_COPIES, op_offload_min_batch
 
 F32 = 4
 F16 = 2
@@ -187,6 +188,29 @@ def compute_bytes(settings: LlamaSettings, use_runtime: bool = True) -> dict[str
     return compute_model(settings, use_runtime)[0]
 
 
+def _staged_floor(settings: LlamaSettings, t: int, n_out: int) -> tuple[str, int] | None:
+    """Seed 000 1.off, as a floor: with op offload, a prompt batch of at least the offload batch runs
+    each matmul whose weight is in host memory on the first device whose backend offloads, and that
+    device's compute buffer holds the copied weight (its get_alloc_size) and the op's result at once.
+    The largest such pair is a lower bound of that buffer. (device row, bytes), or None."""
+    if not settings.flags.op_offload or t < op_offload_min_batch():
+        return None
+    first = next((d for d in settings.devices if d.profile.offload_op), None)
+    if first is None:
+        return None
+    slots = settings.ctx.slot_by_name
+    floor = 0
+    for name, row in settings.placement.tensor_buft:
+        s = slots[name]
+        if row not in HOST_ROWS or s.op not in (WeightOp.MUL_MAT, WeightOp.MUL_MAT_ID):
+            continue
+        weight = pad(settings.alloc_size(first.name, s.ggml_type, s.ne0, s.n_bytes), first.alignment)
+        tokens = n_out if name == OUTPUT else t
+        used = settings.ctx.facts.n_expert_used if s.op is WeightOp.MUL_MAT_ID else 1
+        floor = max(floor, weight + s.rows * used * tokens * F32)
+    return (first.name, floor) if floor else None
+
+
 def _analytic_compute_bytes(settings: LlamaSettings) -> dict[str, int]:
     ctx, cp, placement = settings.ctx, settings.cparams, settings.placement
     sh = ctx.shapes
@@ -238,4 +262,7 @@ def _analytic_compute_bytes(settings: LlamaSettings) -> dict[str, int]:
             out = output_phase + (e if pipeline else 0)
         layers = live + work[row] if (row in work or row == HOST) else 0
         rows[row] = held + max(layers, out if row == out_row else 0)
+    staged = _staged_floor(settings, t, n_out)
+    if staged is not None:
+        rows[staged[0]] = max(rows.get(staged[0], 0), staged[1])
     return rows

@@ -123,9 +123,7 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
     by_context = req.max_ctx or req.objective is Objective.CONTEXT
     found_all: list[_Candidate] = []
     last_score: dict[tuple[bool, bool], tuple[Any, ...]] = {}
-    variants = _variants(req, cache, inventory)
-    solved = [v for v in variants if v.op_offload or replace(v, op_offload=True) not in variants]
-    for v in solved:
+    for v in _variants(req, cache, inventory):
         best = max(found_all, key=lambda c: _rank(c, by_context), default=None)
         if best is not None and _all_on_devices(best) and v.n_ubatch < best.variant.n_ubatch:
             break  # a smaller -ub only helps when something is still on the host
@@ -145,19 +143,7 @@ def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: Plan
                 last_score[lane] = score
         if found is not None:
             found_all.append(found)
-            twin = replace(v, op_offload=False)
-            if v.op_offload and twin in variants:
-                found_all.append(_without_op_offload(found, twin))
     return sorted(found_all, key=lambda c: _rank(c, by_context), reverse=True)
-
-
-def _without_op_offload(c: _Candidate, twin: _Variant) -> _Candidate:
-    """The same placement with --no-op-offload: the analytic filter sizes both alike (it does not
-    see staged weights), so only the flags and the predicted prefill differ until the exact judge."""
-    s = replace(c.setting, flags=replace(c.setting.flags, op_offload=False))
-    flags = replace(c.flags, op_offload=False)
-    est = replace(c.estimate, flags=flags)
-    return replace(c, variant=twin, setting=s, flags=flags, estimate=est, prediction=_predict(s, c.assignment, est))
 
 
 def _rank(c: _Candidate, by_context: bool) -> tuple[Any, ...]:
