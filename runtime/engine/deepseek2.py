@@ -1,0 +1,410 @@
+"""deepseek2 with multi-head latent attention (DeepSeek-V2 / V2-Lite, Kimi-K2 class files), op for
+op as the pinned llama.cpp builds it (src/models/deepseek2.cpp; build_attn over llm_graph_input_attn_k,
+build_attn_mha and build_moe_ffn in src/llama-graph.cpp; the K-only cache of src/llama-kv-cache.cpp).
+
+MLA with the absorption optimisation is multi-query attention over a compressed cache: one KV head
+whose K is the normed latent (kv_lora_rank) followed by the roped part (n_rot), and whose V is a view
+of K's first kv_lora_rank columns, so the cache holds K only. Per layer:
+norm -> Q (attn_q, or q_a -> norm -> q_b) -> split nope/rope -> RoPE the rope part -> the nope part
+times wk_b (absorbed into the latent) -> concat -> K from wkv_a_mqa (latent normed, rope part roped)
+-> set_rows into the cache -> attention (flash, or scores) -> times wv_b (back to per-head V) ->
+attn_output -> residual -> dense FFN (the leading `leading_dense_block_count` blocks) or routed experts
+plus shared experts. Graph order follows llama.cpp's ggml_build_forward_expand calls, so the
+scheduler's splits and the allocator's reuse see the graph llama.cpp's do.
+
+Decode runs these graphs too (CONCAT's kernel is registered below), except where a kernel is missing
+(`MlaHParams.missing_kernel`: YaRN RoPE, sigmoid gating): the runner refuses that decode and only sizes.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import MODEL_TENSOR as T
+from gguf import Keys
+
+from planner.core.errors import GGUFError
+from planner.gguf.reader import ModelFile, row_size
+from planner.model.arch import ModelFacts, model_facts
+from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
+from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
+from runtime.engine.hparams import RopeMode
+from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.engine.moe import WEIGHT_SUM_MIN
+from runtime.ggml import build as B
+from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
+from runtime.ggml.kernels import KERNELS, read_f32
+
+I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
+
+MLA_ARCHS = frozenset({"deepseek2"})
+
+
+class Gating(enum.IntEnum):
+    """llama_expert_gating_func_type (src/llama-hparams.h); deepseek2 files without the key get SOFTMAX."""
+
+    SOFTMAX = 1
+    SIGMOID = 2
+
+
+@dataclass(frozen=True)
+class MlaHParams:
+    """What the deepseek2 graph needs, read as llama_model_deepseek2::load_arch_hparams reads it.
+
+    `head_dim` and `n_embd_gqa` describe the cache the runner allocates: one head of
+    kv_lora_rank + n_rot per cell, K only."""
+
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_head: int
+    n_rot: int                 # qk_rope_head_dim
+    kv_lora_rank: int
+    head_k_mla: int            # qk_nope + qk_rope: a query head before absorption
+    head_v_mla: int            # a value head after wv_b
+    eps: float
+    freq_base: float
+    freq_scale: float
+    kq_scale: float
+    yarn: bool                 # YaRN rope scaling: sized, not executed (the RoPE kernel has no YaRN)
+    n_dense_lead: int
+    n_expert: int
+    n_expert_used: int
+    gating: Gating
+    weights_norm: bool
+    weights_scale: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_lora_rank + self.n_rot
+
+    @property
+    def n_head_kv(self) -> tuple[int, ...]:
+        return (1,) * self.n_layer
+
+    @property
+    def swa(self) -> tuple[bool, ...]:
+        return (False,) * self.n_layer
+
+    @property
+    def n_swa(self) -> int:
+        return 0
+
+    def n_embd_gqa(self, il: int) -> int:
+        return self.head_dim
+
+    @property
+    def missing_kernel(self) -> str | None:
+        """The op of this model's graph the runtime's kernels cannot compute, None when decode runs."""
+        if self.yarn:
+            return "ROPE with YaRN scaling"
+        if self.gating is Gating.SIGMOID:
+            return "UNARY SIGMOID (sigmoid expert gating)"
+        return None
+
+
+def _get(model: ModelFile, template: str, default: float) -> float:
+    return float(model.metadata.get(template.format(arch=model.architecture), default) or default)
+
+
+def unsupported_reason(model: ModelFile, facts: ModelFacts) -> str | None:
+    """Why the MLA builder cannot build this file's graph as llama.cpp does, or None when it can."""
+    if model.architecture not in MLA_ARCHS:
+        return f"architecture {model.architecture!r} is not deepseek2"
+    if not facts.mla:
+        return "no MLA head sizes (key_length_mla / value_length_mla): the legacy wkv_b graph is not built"
+    names = {t.name for t in model.tensors}
+    if tensor_name(T.ATTN_K_B, 0) not in names or tensor_name(T.ATTN_V_B, 0) not in names:
+        return "MLA without split wk_b / wv_b tensors"
+    if tensor_name(T.FFN_GATE_UP_EXP, facts.n_layer - 1) in names:
+        return "merged gate_up experts are not built"
+    if int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0)) > 1:
+        return "grouped expert selection (expert_group_count > 1) is not built"
+    if _get(model, Keys.Attention.TEMPERATURE_SCALE, 0.0):
+        return "attention temperature scaling is not built"
+    gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0))
+    if gating not in (0, *(g.value for g in Gating)):
+        return f"expert gating function {gating} is not built"
+    scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=model.architecture), "none") or "none")
+    if scale_type not in ("none", "linear", "yarn"):
+        return f"rope scaling {scale_type!r} is not built"
+    return None
+
+
+def read_mla_hparams(model: ModelFile, facts: ModelFacts | None = None) -> MlaHParams:
+    """MlaHParams of a deepseek2 MLA file; GGUFError for anything the builder does not build."""
+    facts = facts or model_facts(model)
+    reason = unsupported_reason(model, facts)
+    if reason is not None:
+        raise GGUFError(model.path, f"the runtime's deepseek2 builder: {reason}")
+    arch = model.architecture
+    n_rot = int(_get(model, Keys.Rope.DIMENSION_COUNT, 0))
+    kv_lora = int(_get(model, Keys.Attention.KV_LORA_RANK, 0))
+    head_k = int(_get(model, Keys.Attention.KEY_LENGTH_MLA, 0))
+    if n_rot <= 0 or kv_lora <= 0 or head_k <= n_rot:
+        raise GGUFError(model.path, "deepseek2: rope dimension, kv_lora_rank and key_length_mla are inconsistent")
+    scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=arch), "none") or "none")
+    freq_scale = 1.0 / _get(model, Keys.Rope.SCALING_FACTOR, 1.0) if scale_type != "none" else 1.0
+    # deepseek2.cpp pre-scales kq_scale by YaRN's mscale squared (the file stores log_mul times 0.1)
+    log_mul = _get(model, Keys.Rope.SCALING_YARN_LOG_MUL, 0.0) / 0.1
+    mscale = 1.0 + 0.1 * log_mul * math.log(1.0 / freq_scale) if scale_type == "yarn" else 1.0
+    trunk = [lf for lf in facts.layers if not lf.nextn]
+    gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0)) or Gating.SOFTMAX
+    return MlaHParams(
+        arch=arch, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab, n_head=trunk[0].n_head,
+        n_rot=n_rot, kv_lora_rank=kv_lora, head_k_mla=head_k,
+        head_v_mla=int(_get(model, Keys.Attention.VALUE_LENGTH_MLA, 0)),
+        eps=_get(model, Keys.Attention.LAYERNORM_RMS_EPS, 1e-6),
+        freq_base=_get(model, Keys.Rope.FREQ_BASE, 10000.0), freq_scale=freq_scale,
+        kq_scale=mscale * mscale / math.sqrt(head_k), yarn=scale_type == "yarn",
+        n_dense_lead=int(_get(model, Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0)),
+        n_expert=facts.n_expert, n_expert_used=facts.n_expert_used, gating=Gating(gating),
+        weights_norm=bool(model.metadata.get(Keys.LLM.EXPERT_WEIGHTS_NORM.format(arch=arch), False)),
+        weights_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0),
+    )
+
+
+def _concat_kernel(node: Tensor) -> None:
+    """ggml_compute_forward_concat: numpy's axes run ne3..ne0, so ggml's dim d is axis 3 - d."""
+    a, b = read_f32(node.source(0)), read_f32(node.source(1))
+    target = node.numpy()
+    target[...] = np.concatenate([a, b], axis=3 - node.op_params["dim"]).astype(target.dtype)
+
+
+# deepseek2's graphs are CONCAT's only users, so its kernel joins the table where they are built
+# (a device runs the ops that have kernels: runtime/ggml/backend.py Device.ops).
+KERNELS.setdefault(Op.CONCAT, _concat_kernel)
+
+
+def concat(a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
+    """ggml_concat: a and b joined along `dim` (a new contiguous tensor of a's type)."""
+    ne = list(a.ne)
+    ne[dim] += b.ne[dim]
+    if any(a.ne[d] != b.ne[d] for d in range(4) if d != dim):
+        raise ValueError(f"concat: {a.ne} and {b.ne} differ outside dim {dim}")
+    return B._node(Op.CONCAT, ne, [a, b], name, a.type, dim=dim)
+
+
+class MlaBuilder:
+    """Builds one ubatch's deepseek2 graph from weights (name -> Tensor) and the K-only cache."""
+
+    def __init__(self, hp: MlaHParams, weights: Mapping[str, Tensor], kv: KVCache, *, flash_attn: bool,
+                 offload_kqv: bool) -> None:
+        self.hp, self.w, self.kv = hp, weights, kv
+        self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
+
+    def _need(self, name: str) -> Tensor:
+        t = self.w.get(name)
+        if t is None:
+            raise KeyError(f"the model has no tensor {name}")
+        return t
+
+    def _wl(self, kind: T, il: int, suffix: str = "weight") -> Tensor:
+        return self._need(tensor_name(kind, il, suffix))
+
+    def norm(self, x: Tensor, weight: Tensor, il: int, name: str) -> Tensor:
+        """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
+        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
+        if il >= 0:
+            self.out.norm_pins.append((n, il))
+        return B.mul(n, weight, name=name)
+
+    def _rope(self, x: Tensor, il: int, name: str) -> Tensor:
+        r = B.rope(x, self.out.pos, self.hp.n_rot, int(RopeMode.NORM), self.hp.freq_base, name=f"{name}-{il}")
+        r.op_params["freq_scale"] = self.hp.freq_scale
+        return r
+
+    # --- attention --------------------------------------------------------------------------
+    def _qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Qcur [kv_lora + n_rot, n_head, T], Kcur [kv_lora + n_rot, 1, T], Vcur [kv_lora, 1, T]."""
+        hp = self.hp
+        wq = self.w.get(tensor_name(T.ATTN_Q, il))
+        if wq is not None:   # V2-Lite: no query LoRA
+            q = B.mul_mat(wq, x, name=f"q-{il}")
+        else:
+            q = B.mul_mat(self._wl(T.ATTN_Q_A, il), x, name=f"q-{il}")
+            q = self.norm(q, self._wl(T.ATTN_Q_A_NORM, il), il, f"q-{il}")
+            q = B.mul_mat(self._wl(T.ATTN_Q_B, il), q, name=f"q-{il}")
+        q = B.reshape(q, (hp.head_k_mla, hp.n_head, n_tokens), name=f"q-{il}")
+        width = hp.kv_lora_rank + hp.n_rot
+        kv_pe = B.mul_mat(self._wl(T.ATTN_KV_A_MQA, il), x, name=f"kv_cmpr_pe-{il}")
+        row = row_size(kv_pe.type, width)
+        kv_cmpr = B.view(kv_pe, (hp.kv_lora_rank, n_tokens), (kv_pe.nb[0], row), 0, name=f"kv_cmpr-{il}")
+        k_pe = B.view(kv_pe, (hp.n_rot, 1, n_tokens), (kv_pe.nb[0], row, row),
+                      row_size(kv_pe.type, hp.kv_lora_rank), name=f"k_pe-{il}")
+        k_pe = self._rope(k_pe, il, "k_pe")
+        kv_cmpr = self.norm(kv_cmpr, self._wl(T.ATTN_KV_A_NORM, il), il, f"kv_cmpr-{il}")
+        nope = hp.head_k_mla - hp.n_rot
+        q_nope = B.view(q, (nope, hp.n_head, n_tokens), (q.nb[0], q.nb[1], q.nb[2]), 0, name=f"q_nope-{il}")
+        q_pe = B.view(q, (hp.n_rot, hp.n_head, n_tokens), (q.nb[0], q.nb[1], q.nb[2]), row_size(q.type, nope),
+                      name=f"q_pe-{il}")
+        q_pe = self._rope(q_pe, il, "q_pe")
+        q_nope = B.permute(q_nope, (0, 2, 1, 3), name=f"q_nope_perm-{il}")
+        absorbed = B.mul_mat(self._wl(T.ATTN_K_B, il), q_nope, name=f"q_nope_absorbed-{il}")
+        absorbed = B.permute(absorbed, (0, 2, 1, 3), name=f"q_nope_absorbed_perm-{il}")
+        q_cur = concat(absorbed, q_pe, 0, name=f"Qcur-{il}")
+        v_cur = B.reshape(kv_cmpr, (hp.kv_lora_rank, 1, n_tokens), name=f"Vcur-{il}")
+        k_cur = concat(v_cur, k_pe, 0, name=f"Kcur-{il}")
+        return q_cur, k_cur, v_cur
+
+    def _store(self, il: int, k: Tensor, inp: AttnInputs) -> Tensor:
+        """cpy_k: set_rows of the tokens' K rows into the cache (one matrix over every stream)."""
+        kc = self.kv.k[il]
+        k2 = B.view(k, (k.ne[0] * k.ne[1], k.ne[2]), (k.nb[0], k.nb[2]), 0, name=f"{k.name} (view)")
+        if kc.ne[2] > 1:
+            kc = B.reshape(kc, (kc.ne[0], kc.ne[1] * kc.ne[2]))
+        return B.set_rows(kc, k2, inp.k_idxs, name=f"cache_k_l{il} (set_rows)")
+
+    def attention(self, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """build_attn(llm_graph_input_attn_k) + build_attn_mha with v_mla = wv_b."""
+        inp = self.out.attn[CacheKind.BASE]
+        g = self.out.graph
+        for t in (q, v, k):
+            g.expand(t)
+        g.expand(self._store(il, k, inp))
+        n_kv = dict(self.out.shape.n_kv)[CacheKind.BASE]
+        kc = self.kv.k[il]
+        hd, size, ns = kc.ne[0], kc.ne[1], kc.ne[2]
+        row = row_size(kc.type, hd)
+        kv_k = B.view(kc, (hd, 1, n_kv, ns), (kc.nb[0], row, row, row_size(kc.type, hd * size)), 0, name=f"k-{il}")
+        kv_v = B.view(kv_k, (v.ne[0], 1, n_kv, ns), kv_k.nb, 0, name=f"v-{il}")
+        per_stream = q.ne[2] // ns
+        q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0,
+                    name=f"q-{il}")
+        qp = B.permute(q4, (0, 2, 1, 3))
+        kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
+        v_mla = self._wl(T.ATTN_V_B, il)
+        if self.flash_attn:
+            kp, vp = _f16(kp), _f16(vp)
+            cur = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, name=f"__fattn__-{il}")
+            cur = B.mul_mat(v_mla, B.permute(cur, (0, 2, 1, 3)), name=f"fattn_mla-{il}")
+            cur = B.cont(B.permute(cur, (0, 2, 1, 3)))
+            cur = B.reshape(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
+        else:
+            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
+            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
+            # the cache's V view is not transposed: build_attn_mha makes a transposed copy
+            vt = B.cont(B.transpose(vp), name=f"v_cont-{il}")
+            kqv = B.mul_mat(vt, kq, name=f"kqv-{il}")
+            kqv = B.mul_mat(v_mla, kqv, name=f"kqv_mla-{il}")
+            cur = B.permute(kqv, (0, 2, 1, 3))
+            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
+            if not self.offload_kqv:
+                self.out.cpu_pins.append(cur)
+        g.expand(cur)
+        return B.mul_mat(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
+
+    # --- feed-forward -----------------------------------------------------------------------
+    def _ffn(self, x: Tensor, il: int, up: T, gate: T, down: T, name: str) -> Tensor:
+        """build_ffn(LLM_FFN_SILU, LLM_FFN_PAR): silu(gate x) * (up x), then down."""
+        u = B.mul_mat(self._wl(up, il), x, name=f"ffn_up-{il}")
+        g = B.mul_mat(self._wl(gate, il), x, name=f"ffn_gate-{il}")
+        return B.mul_mat(self._wl(down, il), B.swiglu(g, u, name=f"ffn_swiglu-{il}"), name=f"{name}-{il}")
+
+    def _moe(self, cur: Tensor, il: int) -> Tensor:
+        """build_moe_ffn with deepseek2's options: softmax or sigmoid gating, the selection bias
+        exp_probs_b, optional weight normalisation and scale, SwiGLU experts."""
+        hp, g = self.hp, self.out.graph
+        n_embd, n_tokens = cur.ne[0], cur.ne[1]
+        k, n_expert = hp.n_expert_used, hp.n_expert
+        logits = B.mul_mat(self._wl(T.FFN_GATE_INP, il), cur, name=f"ffn_moe_logits-{il}")
+        if hp.gating is Gating.SIGMOID:
+            probs = B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
+        else:
+            probs = B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
+        selection = probs
+        bias = self.w.get(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
+        if bias is not None:
+            selection = B.add(probs, bias, name=f"ffn_moe_probs_biased-{il}")
+        order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", I32, order="DESC")
+        selected = B.view(order, (k, n_tokens, 1, 1), order.nb, 0, name=f"ffn_moe_topk-{il}")
+        weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
+        if hp.weights_norm:
+            weights = B.reshape(weights, (k, n_tokens))
+            total = B._node(Op.SUM_ROWS, (1, n_tokens), [weights], f"ffn_moe_weights_sum-{il}")
+            total = B._node(Op.CLAMP, total.ne, [total], f"ffn_moe_weights_sum_clamped-{il}",
+                            min=WEIGHT_SUM_MIN, max=float("inf"))
+            weights = B._node(Op.DIV, weights.ne, [weights, total], f"ffn_moe_weights_norm-{il}")
+            weights = B.reshape(weights, (1, k, n_tokens))
+        if hp.weights_scale not in (0.0, 1.0):
+            weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
+        g.expand(weights)
+        x = B.reshape(cur, (n_embd, 1, n_tokens))
+        up = B.mul_mat_id(self._wl(T.FFN_UP_EXP, il), x, selected, name=f"ffn_moe_up-{il}")
+        gate = B.mul_mat_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
+        act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
+        experts = B.mul_mat_id(self._wl(T.FFN_DOWN_EXP, il), act, selected, name=f"ffn_moe_down-{il}")
+        experts = B.mul(experts, weights, name=f"ffn_moe_weighted-{il}")
+        g.expand(experts)
+        views = [B.view(experts, (n_embd, n_tokens), (experts.nb[0], experts.nb[2]), i * experts.nb[1],
+                        name=f"ffn_moe_expert_{i}-{il}") for i in range(k)]
+        for v in views:
+            g.expand(v)
+        out = views[0]
+        for v in views[1:]:
+            out = B.add(out, v, name=f"ffn_moe_out-{il}")
+            g.expand(out)
+        if k == 1:
+            out = B.cont(out, name=f"ffn_moe_out-{il}")
+        return out
+
+    # --- the graph --------------------------------------------------------------------------
+    def _inputs(self, shape: BatchShape) -> None:
+        """build_inp_embd, build_inp_pos, build_attn_inp_k (K indices and the mask), build_inp_out_ids."""
+        hp, t, ns = self.hp, shape.n_tokens, self.kv.n_stream
+        if t % ns:
+            raise ValueError(f"a batch of {t} tokens does not split over {ns} KV streams")
+        tokens = B.new_input(I32, (t,), "inp_tokens")
+        embd = B.new_input(F32, (hp.n_embd, t), "inp_embd")
+        pos = B.new_input(I32, (t,), "inp_pos")
+        [(kind, n_kv)] = shape.n_kv
+        k_idxs = B.new_input(I64, (t,), "attn_inp_k_idxs")
+        mask = B.new_input(F16 if self.flash_attn else F32, (n_kv, t // ns, 1, ns), "attn_inp_kq_mask")
+        # a K-only cache has no V indices (llm_graph_input_attn_k): the field holds K's
+        attn = {kind: AttnInputs(k_idxs, k_idxs, mask)}
+        out_ids = B.new_input(I32, (shape.n_outputs,), "out_ids")
+        self.out = BuiltGraph(Graph(), shape, tokens, embd, pos, out_ids, attn, logits=tokens)
+
+    def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
+        hp = self.hp
+        cur = self.norm(x, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
+        cur = self.attention(il, *self._qkv(cur, il, n_tokens))
+        residual = x
+        if il == hp.n_layer - 1:   # keep only the rows that produce outputs
+            cur = B.get_rows(cur, self.out.out_ids)
+            residual = B.get_rows(residual, self.out.out_ids)
+        ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
+        cur = self.norm(ffn_inp, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
+        if il < hp.n_dense_lead:
+            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
+        else:
+            moe = self._moe(cur, il)
+            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
+            cur = B.add(moe, shared, name=f"ffn_out-{il}")
+        return B.add(cur, ffn_inp, name=f"l_out-{il}")
+
+    def build(self, shape: BatchShape) -> BuiltGraph:
+        self._inputs(shape)
+        g = self.out.graph
+        x = B.get_rows(self._need(TOKEN_EMBD), self.out.tokens, name="inp_embd_rows")
+        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
+        g.expand(self.out.embd)
+        for il in range(self.hp.n_layer):
+            x = self._layer(il, x, shape.n_tokens)
+        cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")
+        out_w = self.w.get(OUTPUT) or self._need(TOKEN_EMBD)
+        cur = B.mul_mat(out_w, cur, name="result_output")
+        g.expand(cur)
+        self.out.logits = cur
+        return self.out
+
+
+def _f16(t: Tensor) -> Tensor:
+    """build_attn_mha casts an f32 K or V to f16 before ggml_flash_attn_ext (a CPY into a new tensor)."""
+    if t.type != F32:
+        return t
+    return Tensor(F16, t.ne, name=f"{t.name} (copy)", op=Op.CPY, src=[t])
