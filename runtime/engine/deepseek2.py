@@ -1,5 +1,5 @@
-"""deepseek2 with multi-head latent attention (DeepSeek-V2 / V2-Lite, Kimi-K2 class files), op for
-op as the pinned llama.cpp builds it (src/models/deepseek2.cpp; build_attn over llm_graph_input_attn_k,
+"""deepseek2 with multi-head latent attention (DeepSeek-V2 / V2-Lite; V3-style routing without expert
+groups), op for op as the pinned llama.cpp builds it (src/models/deepseek2.cpp; build_attn over llm_graph_input_attn_k,
 build_attn_mha and build_moe_ffn in src/llama-graph.cpp; the K-only cache of src/llama-kv-cache.cpp).
 
 MLA with the absorption optimisation is multi-query attention over a compressed cache: one KV head
@@ -30,7 +30,7 @@ from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
-from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
+from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.moe import WEIGHT_SUM_MIN
@@ -279,7 +279,7 @@ class MlaBuilder:
         kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
         v_mla = self._wl(T.ATTN_V_B, il)
         if self.flash_attn:
-            kp, vp = _f16(kp), _f16(vp)
+            kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
             cur = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, name=f"__fattn__-{il}")
             cur = B.mul_mat(v_mla, B.permute(cur, (0, 2, 1, 3)), name=f"fattn_mla-{il}")
             cur = B.cont(B.permute(cur, (0, 2, 1, 3)))
@@ -401,10 +401,3 @@ class MlaBuilder:
         g.expand(cur)
         self.out.logits = cur
         return self.out
-
-
-def _f16(t: Tensor) -> Tensor:
-    """build_attn_mha casts an f32 K or V to f16 before ggml_flash_attn_ext (a CPY into a new tensor)."""
-    if t.type != F32:
-        return t
-    return Tensor(F16, t.ne, name=f"{t.name} (copy)", op=Op.CPY, src=[t])
