@@ -78,20 +78,24 @@ def context_params(flags: LlamaFlags, n_ctx_train: int) -> ContextParams:
 
 
 def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[str, ...]) -> dict[int, str]:
-    """Host attention layers whose attention core the scheduler runs on the next device.
+    """Attention layers whose attention core the scheduler runs on another device than the layer's.
 
     Measured on a Granite-4.0-H-class hybrid (GGML_SCHED_DEBUG, llama-fit-params -v): when a host
     attention layer is followed by a device's first layer and that layer is recurrent, the recurrent
     state gathers sit next to the attention in graph order and ggml's expand passes give the
     attention core (scores or the fused op) to that device; its K and V views and the mask are
-    copied there. With -nkvo llama.cpp pins attention to the CPU, so nothing moves.
+    copied there. With -nkvo the states live on the CPU, so an offloaded attention layer followed by
+    a recurrent layer has its fused op on the CPU (llama.cpp's resolve_fused_ops probe logs it;
+    without flash attention llama.cpp pins the scores to the CPU anyway). The runtime's scheduler
+    places them so too (tests/runtime/engine/test_granitehybrid.py).
     """
-    if not flags.kv_offload:
-        return {}
     trunk = [lf for lf in facts.layers if not lf.nextn]
-    return {lf.index: layer_device[nxt.index] for lf, nxt in pairwise(trunk)
-            if layer_device[lf.index] == "CPU" and layer_device[nxt.index] != "CPU"
-            and lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT}
+    attends_then_recurs = [(lf, nxt) for lf, nxt in pairwise(trunk)
+                           if lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT]
+    if not flags.kv_offload:
+        return {lf.index: "CPU" for lf, _nxt in attends_then_recurs if layer_device[lf.index] != "CPU"}
+    return {lf.index: layer_device[nxt.index] for lf, nxt in attends_then_recurs
+            if layer_device[lf.index] == "CPU" and layer_device[nxt.index] != "CPU"}
 
 
 def resolve_auto_fa(flags: LlamaFlags, cp: ContextParams, type_v: Q, pulled: Mapping[int, str]) -> ContextParams:
@@ -132,7 +136,7 @@ class LlamaSettings:
     type_k: Q                          # K and V cache types
     type_v: Q
     kv_cells: Mapping[AttnKind, int]   # cells per stream of each attention kind that holds a KV cache
-    pulled: Mapping[int, str]          # host attention layer -> the device that runs its core
+    pulled: Mapping[int, str]          # attention layer -> the other device that runs its core
     alignment: Mapping[str, int]       # buffer row (device names, Host, CPU_REPACK) -> alignment
     # buffer row -> get_alloc_size's quantized-row padding (CUDA-class devices only)
     row_padding: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))

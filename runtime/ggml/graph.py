@@ -58,6 +58,8 @@ class Op(enum.Enum):
     GLU = "GLU"
     IM2COL = "IM2COL"
     CONV_2D = "CONV_2D"
+    SSM_CONV = "SSM_CONV"
+    SSM_SCAN = "SSM_SCAN"
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__
