@@ -296,6 +296,18 @@ def _device_takes(slot: TensorSlot, device: Device | None) -> bool:
     return device is None or not device.max_tensor_bytes or test_op_bytes(slot) <= device.max_tensor_bytes
 
 
+def _check_leaf(slot: TensorSlot, device: Device | None, override: str) -> None:
+    """-ot puts a weight in a buffer type without asking supports_op. A weight larger than its
+    device's tensor-size limit is then a graph leaf no backend can take, and llama.cpp aborts at its
+    first reserve (ggml-backend.cpp ggml_backend_sched_backend_id_from_cur: "pre-allocated tensor
+    (token_embd.weight) in a buffer (Vulkan0) that cannot run the operation (NONE)", measured on
+    lavapipe with -ot token_embd.weight=Vulkan0)."""
+    if device is not None and device.max_tensor_bytes and slot.n_bytes > device.max_tensor_bytes:
+        raise FlagError(f"-ot {override}: {slot.duplicate_of or slot.name} ({slot.n_bytes} bytes) is larger than "
+                        f"the largest tensor {device.name} runs ops on ({device.max_tensor_bytes} bytes); llama.cpp "
+                        f"aborts ('pre-allocated tensor in a buffer that cannot run the operation')")
+
+
 def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...], devices: tuple[Device, ...],
                    flags: LlamaFlags,
                    repack: dict[Q, int]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
@@ -310,6 +322,7 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
             # so an -ot rule sees that name (checked against llama-fit-params)
             if regex.search(slot.duplicate_of or slot.name):
                 row = dev if dev is not None else _cpu_buft(slot, devices, flags, repack)
+                _check_leaf(slot, next((d for d in devices if d.name == dev), None), f"{regex.pattern}={target}")
                 moved.append((slot.name, target))
                 break
         if row is None:

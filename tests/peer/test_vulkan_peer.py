@@ -6,7 +6,8 @@ tests/data/vulkan_lavapipe.json: -c 4096/32768, -ngl 99/9/0, -ub 512/64/16, -fa 
 --no-op-offload, -ot token_embd.weight=CPU, -nkvo. The inventory is the lavapipe of
 planner/hardware/vulkan_devices.py, whose 128 MiB maxStorageBufferRange keeps the tied output
 matrix and the logits on the host. Model and context must equal llama.cpp's figures to the MiB;
-compute within 3 % or 4 MiB, and never below llama.cpp's by more than 1 MiB.
+compute within 3 % or 4 MiB, and never below llama.cpp's by more than 1 MiB. An -ot that puts a
+weight over the device's limit in its buffer makes llama.cpp abort; the estimate refuses it.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.errors import FlagError
 from planner.core.llama_tools import VULKAN_ENV
 from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import HostSpec, Inventory
@@ -29,7 +31,9 @@ from planner.memory.estimate import estimate
 
 MIB = 2**20
 RECORD = Path(__file__).resolve().parents[1] / "data" / "vulkan_lavapipe.json"
-ROWS: list[dict] = json.loads(RECORD.read_text())["rows"]
+DOC = json.loads(RECORD.read_text())
+ROWS: list[dict] = DOC["rows"]
+ABORTS: list[str] = [a["flags"] for a in DOC["aborts"]]
 FLAGS = [row["flags"] for row in ROWS]
 # the host's RAM does not enter the estimate; llama.cpp sizes the same buffers on any host
 INVENTORY = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""), source="lavapipe")
@@ -89,6 +93,16 @@ def fit_print(bin_dir: Path, flags: str) -> dict[str, list[int]]:
 def test_estimate_matches_fit_print_on_lavapipe(lavapipe, flags):
     theirs = fit_print(lavapipe, flags)
     assert_matches(ours(flags), theirs)
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("flags", ABORTS)
+def test_an_override_llama_cpp_aborts_on_is_refused(lavapipe, flags):
+    """A weight over the device's tensor-size limit put there by -ot: ggml's scheduler aborts."""
+    with pytest.raises(RuntimeError, match="failed"):
+        fit_print(lavapipe, flags)
+    with pytest.raises(FlagError):
+        ours(flags)
 
 
 @pytest.mark.parametrize("flags", ["-c 4096 -ngl 99 -ub 512 -fa on", "-c 32768 -ngl 0 -ub 64 -fa off",

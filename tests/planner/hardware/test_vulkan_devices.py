@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from gguf import GGMLQuantizationType as Q
 
+from planner.core.errors import FlagError
 from planner.hardware.inventory import Backend, DeviceKind, HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec, vulkan_features
 from planner.llama.flags import parse_llama_flags
@@ -58,3 +60,15 @@ def test_tied_output_stays_with_token_embd_on_lavapipe():
     placed, _ = assign_weights(_slots(), ("Vulkan0", "Vulkan0"), other, flags, {})
     assert dict(placed)["output.weight"] == "Vulkan0"
     assert CPU_REPACK not in dict(placed).values()
+
+
+def test_an_override_of_a_weight_over_the_limit_is_refused_as_llama_cpp_aborts():
+    # llama-fit-params -ot token_embd.weight=Vulkan0 on lavapipe: GGML_ABORT "pre-allocated tensor
+    # (token_embd.weight) in a buffer (Vulkan0) that cannot run the operation (NONE)"
+    flags = parse_llama_flags(["-ngl", "99", "-ot", "token_embd.weight=Vulkan0"])
+    lavapipe = resolve_devices(flags, Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * GIB, 64 * GIB, 0, "")))
+    with pytest.raises(FlagError, match="token_embd.weight"):
+        assign_weights(_slots(), ("Vulkan0", "Vulkan0"), lavapipe, flags, {})
+    small = parse_llama_flags(["-ngl", "0", "-ot", r"blk\.0\.ffn_up=Vulkan0"])   # 0.7 MiB: llama.cpp runs it
+    placed, moved = assign_weights(_slots(), ("CPU", "CPU"), lavapipe, small, {})
+    assert dict(placed)["blk.0.ffn_up.weight"] == "Vulkan0"
