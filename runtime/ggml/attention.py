@@ -14,8 +14,10 @@ FA_TILE_Q = 64
 
 
 def flash_attn_f32(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
-                    sinks: np.ndarray | None) -> np.ndarray:
+                    sinks: np.ndarray | None, softcap: float = 0.0) -> np.ndarray:
     s = (q @ np.swapaxes(k, -1, -2)) * np.float32(scale)  # (1, H, T, KV)
+    if softcap:   # ggml-cpu: s = softcap * tanh(s * scale / softcap), before the mask
+        s = np.float32(softcap) * np.tanh(s / np.float32(softcap))
     if mask is not None:
         s = s + mask
     m = s.max(axis=-1, keepdims=True)

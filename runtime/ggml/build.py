@@ -69,6 +69,20 @@ def swiglu(a: Tensor, b: Tensor, name: str = "") -> Tensor:
     return _node(Op.GLU, a.ne, [a, b], name, a.type, glu="SWIGLU")
 
 
+def swiglu_oai(a: Tensor, b: Tensor, alpha: float, limit: float, name: str = "") -> Tensor:
+    """ggml_swiglu_oai: gpt-oss's clamped SwiGLU of gate a and up b."""
+    if a.ne != b.ne:
+        raise ValueError(f"swiglu_oai: {a.ne} vs {b.ne}")
+    return _node(Op.GLU, a.ne, [a, b], name, a.type, glu="SWIGLU_OAI", alpha=float(alpha), limit=float(limit))
+
+
+def add_id(a: Tensor, b: Tensor, ids: Tensor, name: str = "") -> Tensor:
+    """ggml_add_id: a [K, n_used, n_tokens] plus row ids[i, t] of b [K, n_rows] (per-expert biases)."""
+    if not (a.ne[0] == b.ne[0] and a.ne[1] == ids.ne[0] and a.ne[2] == ids.ne[1] and ids.type == GGMLType.I32):
+        raise ValueError(f"add_id: bad operands {a.ne} {b.ne} {ids.ne}")
+    return _node(Op.ADD_ID, a.ne, [a, b, ids], name, a.type)
+
+
 def mul_mat(a: Tensor, b: Tensor, name: str = "") -> Tensor:
     """ggml_mul_mat: a [K, M, a2, a3] x b [K, N, b2, b3] -> [M, N, b2, b3] (f32)."""
     if not (a.ne[0] == b.ne[0] and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0):
@@ -93,8 +107,10 @@ def get_rows(a: Tensor, rows: Tensor, name: str = "") -> Tensor:
 
 
 def soft_max_ext(a: Tensor, mask: Tensor | None, scale_: float, max_bias: float = 0.0,
-                 name: str = "") -> Tensor:
-    return _node(Op.SOFT_MAX, a.ne, [a, mask], name, a.type, scale=float(scale_), max_bias=float(max_bias))
+                 name: str = "", sinks: Tensor | None = None) -> Tensor:
+    """ggml_soft_max_ext; `sinks` as ggml_soft_max_add_sinks sets them (src[2], one logit per head)."""
+    src = [a, mask] if sinks is None else [a, mask, sinks]
+    return _node(Op.SOFT_MAX, a.ne, src, name, a.type, scale=float(scale_), max_bias=float(max_bias))
 
 
 def rope(a: Tensor, pos: Tensor, n_dims: int, mode: int = 0, freq_base: float = 10000.0,
@@ -107,12 +123,14 @@ def rope(a: Tensor, pos: Tensor, n_dims: int, mode: int = 0, freq_base: float = 
 
 
 def flash_attn_ext(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale_: float,
-                   sinks: Tensor | None = None, name: str = "") -> Tensor:
-    """q [D, n_tokens, n_head], k/v [D, n_kv, n_head_kv] -> [Dv, n_head, n_tokens] (f32)."""
+                   sinks: Tensor | None = None, name: str = "", softcap: float = 0.0) -> Tensor:
+    """q [D, n_tokens, n_head], k/v [D, n_kv, n_head_kv] -> [Dv, n_head, n_tokens] (f32); `softcap`
+    is ggml's logit_softcap parameter (0: off)."""
     if not (q.ne[0] == k.ne[0] and k.ne[1] == v.ne[1] and q.ne[2] % k.ne[2] == 0):
         raise ValueError(f"flash_attn_ext: q {q.ne} k {k.ne} v {v.ne}")
     src: list[Tensor | None] = [q, k, v, mask, sinks]
-    return _node(Op.FLASH_ATTN_EXT, (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), src, name, scale=float(scale_))
+    return _node(Op.FLASH_ATTN_EXT, (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), src, name, scale=float(scale_),
+                 softcap=float(softcap))
 
 
 # --- views -------------------------------------------------------------------------------

@@ -89,8 +89,8 @@ def rope_cache(pos: np.ndarray, n_dims: int, freq_base: float,
 
 
 def _rope(node: Tensor) -> None:
-    if node.src[2] is not None:           # frequency factors: no bit-exact model
-        KERNELS[Op.ROPE](node)
+    if node.src[2] is not None or node.op_params.get("ext_factor", 0.0):   # frequency factors, YaRN:
+        KERNELS[Op.ROPE](node)                                             # no bit-exact model
         return
     x = read_f32(node.source(0)).copy()                     # (a3, n_tokens, n_head, head_dim)
     pos = node.source(1).numpy()[0, 0, 0]
@@ -126,7 +126,7 @@ def _flash_attn_ext(node: Tensor) -> None:
     ggml_compute_forward_flash_attn_ext_f16_one_chunk row by row; other shapes: default kernel."""
     qt, kt, vt, mt = node.source(0), node.source(1), node.source(2), node.src[3]
     if (kt.type is not _Q.F16 or vt.type is not _Q.F16 or node.src[4] is not None or qt.ne[1] >= FA_TILE_Q
-            or qt.ne[3] != 1):
+            or qt.ne[3] != 1 or node.op_params.get("softcap", 0.0)):
         KERNELS[Op.FLASH_ATTN_EXT](node)
         return
     q = read_f32(qt)[0]                            # (H, T, D)

@@ -15,6 +15,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
+from planner.core.errors import BadInput
 from runtime.ggml import threads
 from runtime.ggml.attention import FA_TILE_Q, flash_attn_f16_rows, flash_attn_f32
 from runtime.ggml.exact_matmul import quantize_q8_0, quantize_q8_k
@@ -179,11 +180,24 @@ def _unary(node: Tensor) -> None:
 _GLU: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SWIGLU": _silu, "GEGLU": _gelu}
 
 
+def _swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: float, limit: float) -> np.ndarray:
+    """ggml_compute_forward_swiglu_oai_f32 (ggml-cpu/ops.cpp): the gate capped above, the up clamped,
+    x * sigmoid(alpha * x) * (y + 1)."""
+    x = np.minimum(gate, np.float32(limit))
+    y = np.clip(up, np.float32(-limit), np.float32(limit))
+    return (x / (np.float32(1) + np.exp(np.float32(alpha) * -x))) * (y + np.float32(1))
+
+
 def _glu(node: Tensor) -> None:
-    """Split GLU: act(src0) * src1 (ggml_swiglu_split, ggml_geglu_split)."""
-    act = _GLU.get(node.op_params["glu"])
+    """Split GLU: act(src0) * src1 (ggml_swiglu_split, ggml_geglu_split), or gpt-oss's SWIGLU_OAI."""
+    kind = node.op_params["glu"]
+    if kind == "SWIGLU_OAI":
+        p = node.op_params
+        _write(node, _swiglu_oai(read_f32(node.source(0)), read_f32(node.source(1)), p["alpha"], p["limit"]))
+        return
+    act = _GLU.get(kind)
     if act is None:
-        raise ValueError(f"GLU {node.op_params['glu']} has no kernel")
+        raise ValueError(f"GLU {kind} has no kernel")
     _write(node, act(read_f32(node.source(0))) * read_f32(node.source(1)))
 
 
@@ -304,13 +318,22 @@ def _soft_max(node: Tensor) -> None:
     if mask is not None:
         m = read_f32(mask)[:, :, : x.shape[2], :]
         x = x + _tile_to(m, (m.shape[0] * (x.shape[0] // m.shape[0]), x.shape[1], x.shape[2], x.shape[3]))
-    x = x - x.max(axis=-1, keepdims=True)
-    e = np.exp(x)
-    _write(node, e / e.sum(axis=-1, keepdims=True))
+    sinks = read_f32(node.src[2]).reshape(1, -1, 1, 1) if len(node.src) > 2 and node.src[2] is not None else None
+    top = x.max(axis=-1, keepdims=True)
+    if sinks is not None:   # one extra logit per head (src[2], ggml_soft_max_add_sinks) in max and sum
+        top = np.maximum(top, sinks)
+    e = np.exp(x - top)
+    total = e.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total = total + np.exp(sinks - top)
+    _write(node, e / total)
 
 
 def _rope(node: Tensor) -> None:
     """Mode 0 rotates adjacent pairs, mode 2 (NEOX) rotates (i, i + n_dims/2), as ggml-cpu."""
+    if node.op_params.get("ext_factor", 0.0):
+        raise BadInput(f"{node.name}: RoPE with YaRN scaling has no kernel (the runtime sizes such models, "
+                       f"validate --reserve-only; it does not decode them)")
     x = read_f32(node.source(0)).copy()  # (a3, n_tokens, n_head, head_dim)
     pos = node.source(1).numpy()[0, 0, 0].astype(np.float64) * node.op_params.get("freq_scale", 1.0)
     n_dims, mode = node.op_params["n_dims"], node.op_params["mode"]
@@ -333,17 +356,17 @@ def _flash_attn_ext(node: Tensor) -> None:
     q, k = read_f32(node.source(0)), read_f32(node.source(1))  # (1, H, T, D), (1, Hkv, KV, D); V: (1, Hkv, KV, Dv)
     mask = read_f32(node.src[3])[:, :, : q.shape[2], :] if node.src[3] is not None else None
     sinks = read_f32(node.src[4]) if node.src[4] is not None else None
-    scale = node.op_params["scale"]
+    scale, softcap = node.op_params["scale"], node.op_params.get("softcap", 0.0)
     f16 = GGMLQuantizationType.F16
     small = q.shape[2] < FA_TILE_Q and node.source(1).type == f16 and node.source(2).type == f16
-    if small and sinks is None and q.shape[0] == 1:
+    if small and sinks is None and not softcap and q.shape[0] == 1:
         # K/V heads broadcast, V left f16 (converted only where the mask lets a cell through)
         out = flash_attn_f16_rows(q, k, _view(node.source(2)), mask, scale)
     else:
         v = read_f32(node.source(2))
         rep = q.shape[1] // k.shape[1]
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        out = flash_attn_f32(q, k, v, mask, scale, sinks)
+        out = flash_attn_f32(q, k, v, mask, scale, sinks, softcap)
     _write(node, np.swapaxes(out, 1, 2))
 
 
@@ -364,6 +387,12 @@ def _set_rows(node: Tensor) -> None:
         for i2 in range(rows.shape[1]):
             sel = idx[0, i3 % idx.shape[1], i2 % idx.shape[2]]
             target[i3, i2, sel] = rows[i3, i2].astype(target.dtype)
+
+
+def _add_id(node: Tensor) -> None:
+    """ggml_add_id: row ids[t, u] of src1 added to src0[t, u] (per-expert biases)."""
+    a, b, ids = read_f32(node.source(0)), read_f32(node.source(1)), node.source(2).numpy()  # ids (1, 1, T, U)
+    _write(node, a + b[0, 0][ids[0, 0]][None])
 
 
 def _div(node: Tensor) -> None:
@@ -392,6 +421,7 @@ KERNELS: dict[Op, Callable[[Tensor], None]] = {
     Op.SUM_ROWS: _sum_rows,
     Op.ARGSORT: _argsort,
     Op.ADD: _add,
+    Op.ADD_ID: _add_id,
     Op.MUL: _mul,
     Op.SCALE: _scale,
     Op.RMS_NORM: _rms_norm,

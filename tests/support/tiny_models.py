@@ -1,5 +1,5 @@
 """Tiny GGUF models with real random weights, laid out as llama.cpp creates them
-(src/models/{llama,qwen3,qwen3moe,gemma3}.cpp at the pinned build), for runtime tests.
+(src/models/{llama,qwen3,qwen3moe,gemma2,gemma3,openai-moe}.cpp at the pinned build), for runtime tests.
 
 Shapes are ggml order in the spec (ne0 first); gguf-py's writer takes numpy order. Weights are
 F32 or Q8_0 (gguf.quants quantizes Q8_0; k-quants have no quantizer in gguf-py).
@@ -34,7 +34,7 @@ class Dims:
 def _tensors(arch: str, d: Dims) -> list[tuple[str, tuple[int, ...], Q]]:
     """(name, ggml shape, type) in llama.cpp's order."""
     out = [("token_embd.weight", (d.n_embd, d.n_vocab), Q.Q8_0), ("output_norm.weight", (d.n_embd,), Q.F32)]
-    if arch != "gemma3":
+    if arch not in ("gemma2", "gemma3"):
         out.append(("output.weight", (d.n_embd, d.n_vocab), Q.Q8_0))
     q, kv = d.head_dim * d.n_head, d.head_dim * d.n_head_kv
     for i in range(d.n_layer):
@@ -46,9 +46,21 @@ def _tensors(arch: str, d: Dims) -> list[tuple[str, tuple[int, ...], Q]]:
             out += [(p + f"attn_{x}.bias", (n,), Q.F32) for x, n in (("q", q), ("k", kv), ("v", kv))]
         if arch in ("qwen3", "qwen3moe", "gemma3"):
             out += [(p + "attn_q_norm.weight", (d.head_dim,), Q.F32), (p + "attn_k_norm.weight", (d.head_dim,), Q.F32)]
-        if arch == "gemma3":
+        if arch in ("gemma2", "gemma3"):
             out += [(p + "post_attention_norm.weight", (d.n_embd,), Q.F32),
                     (p + "post_ffw_norm.weight", (d.n_embd,), Q.F32)]
+        if arch == "gpt-oss":   # sinks, biases everywhere, the FFN input normed by post_attention_norm
+            e, f = d.n_expert, d.n_ff_exp
+            out += [(p + f"attn_{x}.bias", (n,), Q.F32) for x, n in (("q", q), ("k", kv), ("v", kv))]
+            out += [(p + "attn_output.bias", (d.n_embd,), Q.F32), (p + "attn_sinks.weight", (d.n_head,), Q.F32),
+                    (p + "post_attention_norm.weight", (d.n_embd,), Q.F32),
+                    (p + "ffn_gate_inp.weight", (d.n_embd, e), Q.F32), (p + "ffn_gate_inp.bias", (e,), Q.F32),
+                    (p + "ffn_gate_exps.weight", (d.n_embd, f, e), Q.Q8_0), (p + "ffn_gate_exps.bias", (f, e), Q.F32),
+                    (p + "ffn_up_exps.weight", (d.n_embd, f, e), Q.Q8_0), (p + "ffn_up_exps.bias", (f, e), Q.F32),
+                    (p + "ffn_down_exps.weight", (f, d.n_embd, e), Q.Q8_0),
+                    (p + "ffn_down_exps.bias", (d.n_embd, e), Q.F32)]
+            out = [t for t in out if not t[0].startswith(p + "ffn_norm")]
+            continue
         if arch == "qwen3moe":
             out += [(p + "ffn_gate_inp.weight", (d.n_embd, d.n_expert), Q.F32),
                     (p + "ffn_gate_exps.weight", (d.n_embd, d.n_ff_exp, d.n_expert), Q.Q8_0),
@@ -81,11 +93,11 @@ def write_tiny(path: Path, arch: str, d: Dims = Dims(), seed: int = 0, all_f32: 
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_uint32(f"{a}.feed_forward_length", d.n_ff)
     w.add_float32(f"{a}.rope.freq_base", 10000.0)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "gpt-oss"):
         w.add_uint32(f"{a}.expert_count", d.n_expert)
         w.add_uint32(f"{a}.expert_used_count", d.n_expert_used)
         w.add_uint32(f"{a}.expert_feed_forward_length", d.n_ff_exp)
-    if arch == "gemma3":
+    if arch in ("gemma2", "gemma3", "gpt-oss"):
         w.add_uint32(f"{a}.attention.sliding_window", d.window)
     # llama.cpp refuses a model without a vocabulary: a plain BPE token list (as gguf_factory's)
     w.add_tokenizer_model("gpt2")
