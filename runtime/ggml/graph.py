@@ -71,7 +71,7 @@ VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 # Ops whose output may take a dying parent's storage (ggml_op_can_inplace, ggml-alloc.c).
 INPLACE_OPS = frozenset({
     Op.SCALE, Op.ADD, Op.ADD_ID, Op.SUB, Op.MUL, Op.DIV, Op.SQR, Op.SQRT, Op.UNARY,
-    Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF,
+    Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF, Op.CLAMP,
 })
 
 
