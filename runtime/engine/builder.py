@@ -24,7 +24,7 @@ from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.moe import build_moe_ffn
 from runtime.ggml import build as B
-from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
+from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
 
@@ -95,7 +95,7 @@ class DecoderBuilder:
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
-            return build_moe_ffn(self.hp, self._need, self.out.graph, x, il)
+            return build_moe_ffn(self.hp, self._need, self.out.graph, x, il, self._w)
         up = B.mul_mat(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
         gate = B.mul_mat(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
         kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"
@@ -108,7 +108,9 @@ class DecoderBuilder:
         base = hp.freq_base_swa if hp.swa[il] else hp.freq_base
         factors = self._w(tensor_name(T.ROPE_FREQS))
         r = B.rope(x, self.out.pos, hp.n_rot, int(hp.spec.rope), base, factors, name=f"rope-{il}")
-        r.op_params["freq_scale"] = 1.0 if hp.swa[il] else hp.freq_scale
+        r.op_params["freq_scale"] = hp.freq_scale_swa if hp.swa[il] else hp.freq_scale
+        if hp.ext_factor:
+            r.op_params.update(ext_factor=hp.ext_factor, n_ctx_orig=hp.n_ctx_orig)
         return r
 
     def _qkv(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
@@ -206,13 +208,19 @@ class DecoderBuilder:
                     name=f"q-{il}")
         qp = B.permute(q4, (0, 2, 1, 3))
         kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
+        sinks, cap = self._w(tensor_name(T.ATTN_SINKS, il)), self.hp.attn_softcap
         if self.flash_attn:
             kp, vp = self._f16_for_fa(kp), self._f16_for_fa(vp)
-            fa = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, name=f"__fattn__-{il}")
+            fa = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, sinks, name=f"__fattn__-{il}", softcap=cap)
             cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
         else:
             kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
+            if cap:   # build_attn_mha's soft-capping: scale, tanh, scale back
+                kq = B.scale(B.unary(B.scale(kq, 1.0 / cap, name=f"kq_scaled_1-{il}"), "TANH", name=f"kq_tanh-{il}"),
+                             cap, name=f"kq_scaled_2-{il}")
+            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}", sinks=sinks)
+            if not self.kv.v_trans:   # a cache made for flash attention (-fa auto resolved off): V copied transposed
+                vp = B.cont(B.transpose(vp), name=f"v_cont-{il}")
             kqv = B.mul_mat(vp, kq, name=f"kqv-{il}")
             cur = B.permute(kqv, (0, 2, 1, 3))
             cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
@@ -256,13 +264,13 @@ class DecoderBuilder:
         if bias is not None:
             cur = B.add(cur, bias)
         residual = x
-        if il == hp.n_layer - 1:  # keep only the rows that produce outputs
+        if il == hp.n_layer - 1 and not hp.spec.trunk_is_output:  # keep only the rows that produce outputs
             cur = B.get_rows(cur, self.out.out_ids)
             residual = B.get_rows(residual, self.out.out_ids)
         if hp.spec.post_norms:
             cur = self.norm(cur, tensor_name(T.ATTN_POST_NORM, il), il)
         ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
-        cur = self.ffn(self.norm(ffn_inp, tensor_name(T.FFN_NORM, il), il), il)
+        cur = self.ffn(self.norm(ffn_inp, tensor_name(hp.spec.ffn_norm, il), il), il)
         if hp.spec.post_norms:
             cur = self.norm(cur, tensor_name(T.FFN_POST_NORM, il), -1)  # gemma3 passes il = -1 here
         return B.add(cur, ffn_inp, name=f"l_out-{il}")
@@ -278,6 +286,9 @@ class DecoderBuilder:
             x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         for il in range(hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
+        if hp.spec.trunk_is_output:
+            x.flags |= FLAG_OUTPUT
+            x = B.get_rows(x, self.out.out_ids)
         cur = self.norm(x, OUTPUT_NORM, -1)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
         cur = B.mul_mat(out_w, cur, name="result_output")

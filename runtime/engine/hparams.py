@@ -2,7 +2,7 @@
 
 Per-architecture facts live in `ARCHS` (keyed by GGUF architecture name); per-layer facts
 (heads, SWA layers, window) come from planner.model.arch so the runtime and the estimate agree on
-which layers slide. Sources: src/models/{llama,qwen2,qwen3,qwen3moe,gemma3}.cpp and
+which layers slide. Sources: src/models/{llama,qwen2,qwen3,qwen3moe,gemma2,gemma3,openai-moe}.cpp and
 llama_model_rope_type in src/llama-model.cpp (pinned build, DESIGN.md).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from gguf import Keys
+from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile
@@ -28,7 +28,21 @@ class RopeMode(enum.IntEnum):
 class FfnKind(enum.Enum):
     SWIGLU = "swiglu"   # silu(gate) * up (LLM_FFN_SILU, LLM_FFN_PAR)
     GEGLU = "geglu"     # gelu(gate) * up (LLM_FFN_GELU, LLM_FFN_PAR)
-    MOE = "moe"         # softmax router, top-k experts, SwiGLU experts (build_moe_ffn)
+    MOE = "moe"         # router, top-k experts (build_moe_ffn; MoeSpec says which kind)
+
+
+class MoeGating(enum.Enum):
+    """llama_expert_gating_func_type: how router logits become expert weights."""
+
+    SOFTMAX = "softmax"                 # softmax over all experts, then top-k
+    SOFTMAX_WEIGHT = "softmax_weight"   # top-k of the logits, softmax over the k chosen (gpt-oss)
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    gating: MoeGating = MoeGating.SOFTMAX
+    norm_w: bool = True          # weights divided by their sum (qwen3moe passes norm_w = true)
+    glu: str = "SWIGLU"          # the experts' GLU: ggml_swiglu_split, or SWIGLU_OAI (LLM_FFN_SWIGLU_OAI_MOE)
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,15 @@ class ArchSpec:
     embd_scale: bool = False     # gemma3: embeddings scaled by sqrt(n_embd)
     q_prescale: bool = False     # gemma3: Q scaled before attention, attention scale 1
     attn_bias: bool = False      # qwen2: Q/K/V biases
+    attn_softcap: bool = False   # gemma2: attention logits soft-capped (hparams.attn_soft_cap)
+    final_softcap: float = 0.0   # final logit soft-capping when the file has no key (gemma2: 30)
+    swa_rope_from_base: bool = False   # gemma2, gpt-oss: SWA layers' rope base/scale default to the base's
+    big_model_layers: int = 0    # gemma2/3 27B (46/62 layers): Q pre-scaled by 1/sqrt(n_embd / n_head)
+    ffn_norm: MODEL_TENSOR = MODEL_TENSOR.FFN_NORM   # gpt-oss norms the FFN input with post_attention_norm
+    # openai-moe.cpp: the trunk's last hidden state is a graph output (res->t_h_nextn, never freed) and
+    # the output rows are picked after the trunk, not inside its last layer
+    trunk_is_output: bool = False
+    moe: MoeSpec = MoeSpec()
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -47,12 +70,24 @@ ARCHS: dict[str, ArchSpec] = {
     "qwen2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, attn_bias=True),
     "qwen3": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     "qwen3moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    "gemma2": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, post_norms=True, embd_scale=True, q_prescale=True,
+                       attn_softcap=True, final_softcap=30.0, swa_rope_from_base=True, big_model_layers=46),
     "gemma3": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True,
-                       q_prescale=True),
+                       q_prescale=True, big_model_layers=62),
+    # openai-moe.cpp passes the attention sinks and biases it loads; the builder uses what the file has
+    "gpt-oss": ArchSpec(RopeMode.NEOX, FfnKind.MOE, swa_rope_from_base=True, ffn_norm=MODEL_TENSOR.ATTN_POST_NORM,
+                        trunk_is_output=True,
+                        moe=MoeSpec(MoeGating.SOFTMAX_WEIGHT, norm_w=False, glu="SWIGLU_OAI")),
+    # granite-hybrid.cpp's attention layers and dense FFN; runtime/engine/granitehybrid.py adds the rest
+    "granitehybrid": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    # lfm2.cpp's attention layers (Q/K norms, NEOX RoPE) and dense FFN; runtime/engine/lfm2.py adds the rest
+    "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
 DEFAULT_FREQ_BASE_SWA = 10000.0
+# llama-hparams.h: f_attn_logit_softcapping's default
+DEFAULT_ATTN_SOFTCAP = 50.0
 
 
 @dataclass(frozen=True)
@@ -71,11 +106,15 @@ class HParams:
     freq_base: float
     freq_base_swa: float
     freq_scale: float
+    freq_scale_swa: float
     swa: tuple[bool, ...]
     n_swa: int
     kq_scale: float            # scale inside attention (1.0 when Q is pre-scaled)
     q_scale: float             # gemma3's pre-scale of Q, 1.0 elsewhere
     softcap: float             # final logit soft-capping, 0 when off
+    attn_softcap: float = 0.0  # attention logit soft-capping (gemma2), 0 when off
+    ext_factor: float = 0.0    # YaRN's extrapolation mix (1 with YaRN scaling: the runtime sizes it only)
+    n_ctx_orig: int = 0        # YaRN's original context
     n_expert: int = 0
     n_expert_used: int = 0
 
@@ -98,34 +137,42 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
                                     f"(it has: {', '.join(ARCHS)})")
     facts = facts or model_facts(model)
     trunk = [lf for lf in facts.layers if not lf.nextn]
-    head_dim = trunk[0].head_dim_k
-    if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in trunk):
+    # recurrent layers (granitehybrid's Mamba-2 layers) have no heads: the attention layers set them
+    heads = [lf for lf in trunk if lf.kind is not AttnKind.RECURRENT] or trunk
+    head_dim = heads[0].head_dim_k
+    if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in heads):
         raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")
     n_rot = int(_get(model, Keys.Rope.DIMENSION_COUNT, head_dim) or head_dim)
     scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=arch), "none") or "none")
     freq_scale = 1.0
-    if scale_type == "linear":
+    if scale_type in ("linear", "yarn"):
         freq_scale = 1.0 / (_get(model, Keys.Rope.SCALING_FACTOR, 1.0) or 1.0)
     elif scale_type not in ("none", ""):
         raise GGUFError(model.path, f"rope scaling {scale_type!r} is not implemented in the runtime")
-    if facts.n_layer and trunk[0].n_head * head_dim == 0:
+    if facts.n_layer and heads[0].n_head * head_dim == 0:
         raise GGUFError(model.path, "no attention heads")
     # gemma3 (load_arch_hparams): Q is pre-scaled by 1/sqrt(head_dim), 1/sqrt(n_embd/n_head) for 27B
     q_scale = 1.0
     kq_scale = 1.0 / math.sqrt(head_dim)
     if spec.q_prescale:
-        q_scale = (1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if facts.n_layer == 62 else kq_scale)
+        big = facts.n_layer == spec.big_model_layers
+        q_scale = 1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if big else kq_scale
         kq_scale = 1.0
     window = max((lf.window for lf in trunk), default=0)
+    freq_base = _get(model, Keys.Rope.FREQ_BASE, 10000.0) or 10000.0
+    base_swa = freq_base if spec.swa_rope_from_base else DEFAULT_FREQ_BASE_SWA
     return HParams(
         arch=arch, spec=spec, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
-        n_ctx_train=facts.n_ctx_train, n_head=trunk[0].n_head,
+        n_ctx_train=facts.n_ctx_train, n_head=heads[0].n_head,
         n_head_kv=tuple(lf.n_head_kv for lf in trunk), head_dim=head_dim, n_rot=n_rot,
         eps=_get(model, Keys.Attention.LAYERNORM_RMS_EPS, 1e-5),
-        freq_base=_get(model, Keys.Rope.FREQ_BASE, 10000.0) or 10000.0,
-        freq_base_swa=_get(model, Keys.Rope.FREQ_BASE_SWA, DEFAULT_FREQ_BASE_SWA) or DEFAULT_FREQ_BASE_SWA,
-        freq_scale=freq_scale, swa=tuple(lf.kind is AttnKind.SWA for lf in trunk), n_swa=window,
+        freq_base=freq_base, freq_base_swa=_get(model, Keys.Rope.FREQ_BASE_SWA, base_swa) or base_swa,
+        freq_scale=freq_scale, freq_scale_swa=freq_scale if spec.swa_rope_from_base else 1.0,
+        swa=tuple(lf.kind is AttnKind.SWA for lf in trunk), n_swa=window,
         kq_scale=kq_scale, q_scale=q_scale,
-        softcap=_get(model, Keys.LLM.FINAL_LOGIT_SOFTCAPPING, 0.0),
+        softcap=_get(model, Keys.LLM.FINAL_LOGIT_SOFTCAPPING, spec.final_softcap),
+        attn_softcap=_get(model, Keys.LLM.ATTN_LOGIT_SOFTCAPPING, DEFAULT_ATTN_SOFTCAP) if spec.attn_softcap else 0.0,
+        ext_factor=1.0 if scale_type == "yarn" else 0.0,
+        n_ctx_orig=int(_get(model, Keys.Rope.SCALING_ORIG_CTX_LEN, facts.n_ctx_train)),
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
     )

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from planner.core.errors import FitplanError
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
+from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
 from runtime.engine.hparams import ARCHS
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.profiles import op_offload_min_batch
@@ -33,8 +34,9 @@ def _key(settings: LlamaSettings) -> tuple:
     model, placement = settings.ctx.model, settings.placement
     devices = tuple((d.name, d.backend, d.alignment, d.compute_capability) for d in settings.devices)
     return (model.path, model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
-            placement.pipeline_parallel, settings.cparams, settings.flags.kv_offload, settings.flags.op_offload,
-            op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k, settings.type_v)
+            placement.pipeline_parallel, settings.cparams, settings.flags.flash_attn, settings.flags.kv_offload,
+            settings.flags.op_offload, op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k,
+            settings.type_v)
 
 
 def supported(settings: LlamaSettings) -> bool:
@@ -42,7 +44,10 @@ def supported(settings: LlamaSettings) -> bool:
     Every device class is simulated: offloading devices (CUDA, Vulkan, ...) take host-weight ops
     by their profile's offload_op (runtime/ggml/profiles.py), so a weight staged into a device's
     compute buffer is counted where the scheduler puts it."""
-    return settings.ctx.model.architecture in ARCHS
+    ctx = settings.ctx
+    if ctx.model.architecture in MLA_ARCHS:
+        return unsupported_reason(ctx.model, ctx.facts) is None
+    return ctx.model.architecture in ARCHS
 
 
 def reserve_compute(settings: LlamaSettings) -> dict[str, int] | None:

@@ -33,8 +33,12 @@ from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.engine.lfm2 import LFM2, Lfm2Builder
+from runtime.engine.recurrent import RecurrentStates
 from runtime.ggml.backend import (
     UNLIMITED,
     Backend,
@@ -139,7 +143,8 @@ class ModelRunner:
         # llama.cpp reserves min(n_ubatch, n_outputs_max) outputs; n_outputs_max is n_batch by
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
-        self.hp: HParams = read_hparams(ctx.model, ctx.facts)
+        self.hp: HParams | MlaHParams = (read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
+                                         else read_hparams(ctx.model, ctx.facts))
         limit_blas_threads(1)
         self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
         self.backends: dict[str, TimedBackend] = {}
@@ -163,6 +168,7 @@ class ModelRunner:
         self.weight_bytes: dict[str, int] = {}   # device -> bytes of its weight buffers
         self.kv_bytes: dict[str, int] = {}
         self.kv: KVCache | None = None
+        self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
         self.reserve_report: ReserveReport | None = None
@@ -216,27 +222,45 @@ class ModelRunner:
         hp, cp, settings = self.hp, self.cp, self.settings
         sizes = {CacheKind.BASE: cp.n_ctx_seq,
                  CacheKind.SWA: settings.kv_cells.get(AttnKind.SWA, 0) if any(hp.swa) else 0}
+        # llama.cpp makes its caches while -fa auto still counts as on and resolves it afterwards
+        # (llama-context.cpp resolve_fused_ops): a cache of an auto flash attention turned off keeps V
+        # untransposed (attn_v_trans = !flash_attn at creation)
+        self.auto_fa_off = self.flags.flash_attn == "auto" and not cp.flash_attn
+        k_only = isinstance(hp, MlaHParams)   # an MLA cache holds K; V is a view of it (llama-kv-cache.cpp has_v)
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
-                          v_trans=not cp.flash_attn, type_k=settings.type_k, type_v=settings.type_v,
-                          n_stream=cp.n_stream, head_dim=hp.head_dim)
+                          v_trans=not cp.flash_attn and not k_only and not self.auto_fa_off, type_k=settings.type_k,
+                          type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim)
         by_device: dict[str, list[Tensor]] = {}
         for il in range(hp.n_layer):
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
-            by_device.setdefault(dev, []).extend([self.kv.k[il], self.kv.v[il]])
+            kv = [self.kv.k[il]] if k_only else [self.kv.k[il], self.kv.v[il]]
+            by_device.setdefault(dev, []).extend(kv if hp.n_embd_gqa(il) else self.states.tensors(il))
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
             self.kv_bytes[dev] = sum(b.size for b in buffers)
 
     # --- graphs -------------------------------------------------------------------------------
+    def _builder(self) -> DecoderBuilder | MlaBuilder:
+        """The architecture's graph builder: deepseek2's, lfm2's, granitehybrid's or the llama-shaped one."""
+        assert self.kv is not None
+        if isinstance(self.hp, MlaHParams):
+            return MlaBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                              offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == LFM2:
+            return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                               flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == GRANITE_HYBRID:
+            return GraniteHybridBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                        flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                              offload_kqv=self.flags.kv_offload)
+
     def _graph(self, shape: BatchShape) -> BuiltGraph:
         built = self._graphs.get(shape)
         if built is not None:
             self._graphs.move_to_end(shape)
             return built
-        assert self.kv is not None
-        builder = DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
-                                 offload_kqv=self.flags.kv_offload)
-        built = builder.build(shape)
+        built = self._builder().build(shape)
         full_offload = self.flags.n_gpu_layers < 0 or self.flags.n_gpu_layers > self.ctx.facts.n_layer_all
         if shape.n_tokens < PIN_MAX_TOKENS or full_offload:
             for t, il in built.norm_pins:
@@ -316,6 +340,12 @@ class ModelRunner:
     def _check_executable(self) -> None:
         """decode runs one sequence over f16/f32 caches; other settings are only sized (reserve)."""
         assert self.kv is not None
+        if isinstance(self.hp, MlaHParams) and self.hp.missing_kernel:
+            raise BadInput(f"{self.hp.arch}: the runtime has no kernel for {self.hp.missing_kernel}; it only sizes "
+                           f"this model (validate --reserve-only)")
+        if self.states:
+            raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
+                           f"(validate --reserve-only)")
         if self.cp.n_seq != 1:
             raise BadInput(f"-np {self.cp.n_seq}: the runtime decodes one sequence (-np 1); it only sizes more "
                            f"(validate --reserve-only)")

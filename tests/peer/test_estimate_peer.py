@@ -1,9 +1,10 @@
 """`fitplan estimate` against llama.cpp's own dry run (`llama-fit-params --fit-print on`).
 
 Every row of the matrix in tests/support/shapes.py: the Gemma 3 270M file and shape-faithful sparse
-GGUFs (llama 8B, qwen3moe 30B-A3B, deepseek2 MLA, granite hybrid) under context sizes, partial and
-full offload over two loopback rpc-servers (RPC0, RPC1), -ts 1,1 and 3,1, quantized caches,
-parallel sequences, flash attention off, small ubatches, expert overrides and --swa-full.
+GGUFs (llama 8B, Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 2 9B, gpt-oss 20B, qwen3moe 30B-A3B, deepseek2
+MLA, granite hybrid) under context sizes, partial and full offload over two loopback rpc-servers
+(RPC0, RPC1), -ts 1,1 and 3,1, quantized caches, parallel sequences, flash attention off, small
+ubatches, expert overrides and --swa-full.
 Model and context must equal llama.cpp's figures to the MiB (it prints floor(bytes / MiB)). A
 simulated compute figure (the runtime's scheduler reserve) must be within 3 % or 4 MiB and never
 below llama.cpp's by more than 1 MiB; a formula figure (no graph builder) within 10 % or 16 MiB.

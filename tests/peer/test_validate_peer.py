@@ -262,7 +262,7 @@ def test_validate_engine_llama_cpp_agrees_with_the_embedded_engine(capsys, llama
             assert abs(ours["kv_bytes"] - theirs["kv_bytes"]) <= 0.01 * MIB
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "gpt-oss"])
 @pytest.mark.parametrize("flags", [["-c", "256"], ["-c", "256", "-fa", "off"], ["-c", "256", "-ub", "16"]],
                          ids=["fa", "no-fa", "ub16"])
 def test_tiny_models_nodes_and_compute_equal_llama_cpp(arch, flags, llama_tools, tmp_path) -> None:
@@ -278,6 +278,31 @@ def test_tiny_models_nodes_and_compute_equal_llama_cpp(arch, flags, llama_tools,
     assert (ours.n_nodes_pp, ours.n_nodes_tg, ours.n_splits_pp) == (theirs.n_nodes_pp, theirs.n_nodes_tg,
                                                                     theirs.n_splits_pp)
     assert abs(ours.compute_bytes["CPU"] - theirs.buffers[("CPU", "compute")]) <= 0.005 * MIB
+
+
+# ggml_op_desc names a GLU or a unary op by its kind; the runtime's nodes are Op.GLU / Op.UNARY
+# with the kind in op_params
+OP_OF_DESC = {"SWIGLU": "GLU", "GEGLU": "GLU", "SWIGLU_OAI": "GLU", "TANH": "UNARY", "SILU": "UNARY",
+              "GELU": "UNARY"}
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gpt-oss"])
+def test_tiny_models_node_order_and_values_follow_llama_cpp(arch, llama_tools, tmp_path) -> None:
+    """The graph node by node against llama.cpp's eval callback (fitplan-dump-nodes, flash attention as
+    its default context picks it): the same op kinds in the same order, and values within the f16 KV
+    cache's rounding (f32 weights: soft-capping, sinks, biases and the clamped SwiGLU all computed)."""
+    from tests.support.nodes import llama_nodes, runtime_nodes
+    from tests.support.tiny_models import Dims, write_tiny
+
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, Dims(), all_f32=True)
+    tokens, batches = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19, 23, 29, 31, 37], [12, 1, 1]
+    theirs = llama_nodes(llama_tools, str(path), 256, batches, tokens, tmp_path)
+    ours = runtime_nodes(ModelRunner.load(str(path), parse_llama_flags(["-c", "256"])), batches, tokens)
+    for t_nodes, o_nodes in zip(theirs, ours, strict=True):
+        assert [n.op for n in o_nodes] == [OP_OF_DESC.get(n.op, n.op) for n in t_nodes]
+        for t, o in zip(t_nodes, o_nodes, strict=True):
+            ref = t.values.astype(np.float64)
+            assert np.abs(o.values.astype(np.float64) - ref).max() <= 5e-3 * (np.abs(ref).max() + 1e-6), t.name
 
 
 def _stream_rows():

@@ -223,6 +223,92 @@ def gemma3_spec(*, n_layer: int = 7, n_embd: int = 128, n_head: int = 4, n_head_
     return spec
 
 
+def qwen_spec(arch: str, *, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,
+              qkv_bias: bool = False, qk_norm: bool = False) -> ModelSpec:
+    """qwen2 (Q/K/V biases, src/models/qwen2.cpp) or qwen3 (per-head Q/K norms, src/models/qwen3.cpp):
+    llama's layout plus those tensors; head_dim = n_embd / n_head, Q4_K_M-like types."""
+    spec = llama_spec(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                      n_vocab=n_vocab, v_type=Q.Q6_K, embd_type=Q.Q4_K, arch=arch)
+    hd = n_embd // n_head
+    spec.metadata.update({Keys.Attention.KEY_LENGTH: hd, Keys.Attention.VALUE_LENGTH: hd})
+    for i in range(n_layer):
+        if qkv_bias:
+            spec.add(T.ATTN_Q, Q.F32, (hd * n_head,), i, "bias")
+            spec.add(T.ATTN_K, Q.F32, (hd * n_head_kv,), i, "bias")
+            spec.add(T.ATTN_V, Q.F32, (hd * n_head_kv,), i, "bias")
+        if qk_norm:
+            spec.add(T.ATTN_K_NORM, Q.F32, (hd,), i)
+            spec.add(T.ATTN_Q_NORM, Q.F32, (hd,), i)
+    return spec
+
+
+def gemma2_spec(*, n_layer: int = 4, n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2, head_dim: int = 64,
+                n_ff: int = 256, n_vocab: int = 512, window: int = 4096, attn_softcap: float = 50.0,
+                final_softcap: float = 30.0, wtype: Q = Q.Q8_0) -> ModelSpec:
+    """gemma2 (src/models/gemma2.cpp): gemma3's layout without the Q/K norms, tied embeddings, SWA
+    on every other layer (the pattern is the architecture's), attention and final logit soft-capping."""
+    spec = ModelSpec("gemma2")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx=8192)
+    spec.metadata.update({
+        Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.Attention.HEAD_COUNT: n_head,
+        Keys.Attention.HEAD_COUNT_KV: n_head_kv, Keys.Attention.KEY_LENGTH: head_dim,
+        Keys.Attention.VALUE_LENGTH: head_dim, Keys.Attention.SLIDING_WINDOW: window,
+        Keys.LLM.ATTN_LOGIT_SOFTCAPPING: attn_softcap, Keys.LLM.FINAL_LOGIT_SOFTCAPPING: final_softcap,
+    })
+    _embeddings(spec, n_embd, n_vocab, wtype, None)
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.ATTN_Q, wtype, (n_embd, head_dim * n_head), i)
+        spec.add(T.ATTN_K, wtype, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_V, wtype, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_OUT, wtype, (head_dim * n_head, n_embd), i)
+        spec.add(T.ATTN_POST_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_GATE, wtype, (n_embd, n_ff), i)
+        spec.add(T.FFN_UP, wtype, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, wtype, (n_ff, n_embd), i)
+        spec.add(T.FFN_POST_NORM, Q.F32, (n_embd,), i)
+    return spec
+
+
+def gptoss_spec(*, n_layer: int = 4, n_embd: int = 128, n_head: int = 8, n_head_kv: int = 2, head_dim: int = 32,
+                n_expert: int = 4, n_expert_used: int = 2, n_ff_exp: int = 128, n_vocab: int = 512,
+                window: int = 128, wtype: Q = Q.Q8_0, exp_type: Q = Q.MXFP4) -> ModelSpec:
+    """gpt-oss (src/models/openai-moe.cpp): attention sinks and an output bias per layer, SWA on every
+    other layer, routed experts with biases (and their router's), an untied output."""
+    spec = ModelSpec("gpt-oss")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx=131072)
+    spec.metadata.update({
+        Keys.LLM.FEED_FORWARD_LENGTH: n_ff_exp, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: n_ff_exp,
+        Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_head_kv,
+        Keys.Attention.KEY_LENGTH: head_dim, Keys.Attention.VALUE_LENGTH: head_dim,
+        Keys.Attention.SLIDING_WINDOW: window, Keys.LLM.EXPERT_COUNT: n_expert,
+        Keys.LLM.EXPERT_USED_COUNT: n_expert_used, Keys.Attention.LAYERNORM_RMS_EPS: 1e-5,
+    })
+    _embeddings(spec, n_embd, n_vocab, wtype, wtype)
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.ATTN_POST_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.ATTN_Q, wtype, (n_embd, head_dim * n_head), i)
+        spec.add(T.ATTN_Q, Q.F32, (head_dim * n_head,), i, "bias")
+        spec.add(T.ATTN_K, wtype, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_K, Q.F32, (head_dim * n_head_kv,), i, "bias")
+        spec.add(T.ATTN_V, wtype, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_V, Q.F32, (head_dim * n_head_kv,), i, "bias")
+        spec.add(T.ATTN_OUT, wtype, (head_dim * n_head, n_embd), i)
+        spec.add(T.ATTN_OUT, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.ATTN_SINKS, Q.F32, (n_head,), i)
+        spec.add(T.FFN_GATE_INP, Q.F32, (n_embd, n_expert), i)
+        spec.add(T.FFN_GATE_INP, Q.F32, (n_expert,), i, "bias")
+        spec.add(T.FFN_GATE_EXP, exp_type, (n_embd, n_ff_exp, n_expert), i)
+        spec.add(T.FFN_GATE_EXP, Q.F32, (n_ff_exp, n_expert), i, "bias")
+        spec.add(T.FFN_DOWN_EXP, exp_type, (n_ff_exp, n_embd, n_expert), i)
+        spec.add(T.FFN_DOWN_EXP, Q.F32, (n_embd, n_expert), i, "bias")
+        spec.add(T.FFN_UP_EXP, exp_type, (n_embd, n_ff_exp, n_expert), i)
+        spec.add(T.FFN_UP_EXP, Q.F32, (n_ff_exp, n_expert), i, "bias")
+    return spec
+
+
 def deepseek2_spec(*, n_layer: int = 3, n_dense_lead: int = 1, n_embd: int = 256, n_head: int = 4,
                    q_lora_rank: int = 128, kv_lora_rank: int = 128, qk_nope: int = 64, qk_rope: int = 32,
                    v_head_dim: int = 64, n_ff: int = 512, n_expert: int = 4, n_expert_used: int = 2,
@@ -331,6 +417,42 @@ def granitehybrid_spec(*, n_embd: int = 128, n_head: int = 4, head_count_kv: Seq
         spec.add(T.FFN_GATE, Q.Q8_0, (n_embd, n_ff), i)
         spec.add(T.FFN_DOWN, Q.Q8_0, (n_ff, n_embd), i)
         spec.add(T.FFN_UP, Q.Q8_0, (n_embd, n_ff), i)
+    return spec
+
+
+def lfm2_spec(*, n_embd: int = 128, n_head: int = 4, head_count_kv: Sequence[int] = (0, 0, 2, 0),
+              n_ff: int = 256, l_cache: int = 3, n_vocab: int = 512, attn_type: Q = Q.Q8_0, v_type: Q = Q.Q8_0,
+              ffn_type: Q = Q.Q8_0, down_type: Q = Q.Q8_0, embd_type: Q = Q.Q8_0) -> ModelSpec:
+    """lfm2 (src/models/lfm2.cpp): a layer is a short convolution where its head_count_kv is 0 (in_proj
+    to B, C and x, a depthwise conv of l_cache taps, out_proj), attention with per-head Q/K norms
+    otherwise; a dense SwiGLU FFN in every layer; the output norm is named token_embd_norm and the
+    output matrix is token_embd's (tied)."""
+    n_layer, hd = len(head_count_kv), n_embd // n_head
+    spec = ModelSpec("lfm2")
+    _common(spec, n_layer, n_embd, n_vocab)
+    spec.metadata.update({Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.Attention.HEAD_COUNT: n_head,
+                          Keys.Attention.HEAD_COUNT_KV: Typed(list(head_count_kv), GGUFValueType.ARRAY,
+                                                              GGUFValueType.UINT32),
+                          Keys.ShortConv.L_CACHE: l_cache, Keys.Attention.LAYERNORM_RMS_EPS: 1e-5})
+    spec.add(T.TOKEN_EMBD, embd_type, (n_embd, n_vocab))
+    spec.add(T.TOKEN_EMBD_NORM, Q.F32, (n_embd,))
+    for i, kv in enumerate(head_count_kv):   # load_arch_tensors' order
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_GATE, ffn_type, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, ffn_type, (n_embd, n_ff), i)
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        if kv == 0:
+            spec.add(T.SHORTCONV_CONV, Q.F32, (l_cache, n_embd), i)
+            spec.add(T.SHORTCONV_INPROJ, attn_type, (n_embd, 3 * n_embd), i)
+            spec.add(T.SHORTCONV_OUTPROJ, attn_type, (n_embd, n_embd), i)
+            continue
+        spec.add(T.ATTN_Q_NORM, Q.F32, (hd,), i)
+        spec.add(T.ATTN_K_NORM, Q.F32, (hd,), i)
+        spec.add(T.ATTN_Q, attn_type, (n_embd, hd * n_head), i)
+        spec.add(T.ATTN_K, attn_type, (n_embd, hd * kv), i)
+        spec.add(T.ATTN_V, v_type, (n_embd, hd * kv), i)
+        spec.add(T.ATTN_OUT, attn_type, (hd * n_head, n_embd), i)
     return spec
 
 

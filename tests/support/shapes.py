@@ -19,9 +19,13 @@ from tests.support.gguf_factory import (
     Q,
     add_tokenizer,
     deepseek2_spec,
+    gemma2_spec,
+    gptoss_spec,
     granitehybrid_spec,
+    lfm2_spec,
     llama_spec,
     qwen3moe_spec,
+    qwen_spec,
 )
 
 
@@ -39,6 +43,46 @@ def llama_8b() -> ModelSpec:
                       attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
                       out_type=Q.Q6_K)
     return _tokenized(spec, 128256, 8192)
+
+
+def mistral_7b() -> ModelSpec:
+    """Mistral-7B-v0.3 class (a `llama` file): 32 layers, 4096 wide, GQA 32/8, n_ff 14336, 32768 vocab."""
+    spec = llama_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=32768,
+                      attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
+                      out_type=Q.Q6_K)
+    return _tokenized(spec, 32768, 32768)
+
+
+def qwen2_7b() -> ModelSpec:
+    """Qwen2.5-7B class: 28 layers, 3584 wide, GQA 28/4 (head 128), n_ff 18944, Q/K/V biases, 152k vocab."""
+    spec = qwen_spec("qwen2", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944, n_vocab=152064,
+                     qkv_bias=True)
+    return _tokenized(spec, 152064, 32768)
+
+
+def qwen3_8b() -> ModelSpec:
+    """Qwen3-8B class: 36 layers, 4096 wide, GQA 32/8 (head 128), n_ff 12288, Q/K norms, 151k vocab."""
+    spec = qwen_spec("qwen3", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, n_vocab=151936,
+                     qk_norm=True)
+    return _tokenized(spec, 151936, 40960)
+
+
+def gemma2_9b() -> ModelSpec:
+    """Gemma 2 9B class: 42 layers, 3584 wide, 16 heads / 8 KV of 256, n_ff 14336, window 4096, 256k vocab."""
+    spec = gemma2_spec(n_layer=42, n_embd=3584, n_head=16, n_head_kv=8, head_dim=256, n_ff=14336, n_vocab=256000,
+                       window=4096)
+    return _tokenized(spec, 256000, 8192)
+
+
+def gptoss_20b() -> ModelSpec:
+    """gpt-oss-20b class: 24 layers, 2880 wide, 64 heads / 8 KV of 64, 32 experts (4 used) of 2880, window
+    128, MXFP4 experts, 201k vocab, YaRN x32 over 4096 positions (as the published file declares it)."""
+    spec = gptoss_spec(n_layer=24, n_embd=2880, n_head=64, n_head_kv=8, head_dim=64, n_expert=32,
+                       n_expert_used=4, n_ff_exp=2880, n_vocab=201088, window=128)
+    spec = _tokenized(spec, 201088, 131072)
+    spec.metadata.update({Keys.Rope.FREQ_BASE: 150000.0, Keys.Rope.SCALING_TYPE: "yarn",
+                          Keys.Rope.SCALING_FACTOR: 32.0, Keys.Rope.SCALING_ORIG_CTX_LEN: 4096})
+    return spec
 
 
 def qwen3moe_30b() -> ModelSpec:
@@ -78,11 +122,28 @@ def granite_hybrid() -> ModelSpec:
     return _tokenized(spec, 100352, 131072)
 
 
+def lfm2_1p2b() -> ModelSpec:
+    """LFM2-1.2B class: 16 layers, 2048 wide, attention (32 heads / 8 KV of 64) at layers 2, 5, 8, 10, 12
+    and 14, short convolutions (L_cache 3) elsewhere, n_ff 8192, 65536 vocab, tied embeddings."""
+    kv = tuple(8 if i in (2, 5, 8, 10, 12, 14) else 0 for i in range(16))
+    spec = lfm2_spec(n_embd=2048, n_head=32, head_count_kv=kv, n_ff=8192, l_cache=3, n_vocab=65536,
+                     attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q6_K)
+    spec = _tokenized(spec, 65536, 128000)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
+    return spec
+
+
 SHAPES: dict[str, Callable[[], ModelSpec]] = {
     "llama-8b": llama_8b,
     "qwen3moe-30b-a3b": qwen3moe_30b,
     "deepseek2-mla": deepseek2_mla,
     "granite-hybrid": granite_hybrid,
+    "mistral-7b": mistral_7b,
+    "qwen2-7b": qwen2_7b,
+    "qwen3-8b": qwen3_8b,
+    "gemma2-9b": gemma2_9b,
+    "gpt-oss-20b": gptoss_20b,
+    "lfm2-1.2b": lfm2_1p2b,
 }
 
 
@@ -125,10 +186,14 @@ EXTRA_FLAGS: dict[str, tuple[str, ...]] = {
     "qwen3moe-30b-a3b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU",
                          "-c 4096 -cmoe", MIXED_CACHE),
     "granite-hybrid": (MIXED_CACHE,),
+    "lfm2-1.2b": (MIXED_CACHE,),
     "deepseek2-mla": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU"),
+    "gemma2-9b": ("-c 4096 --swa-full", "{rpc} -c 4096 -ts 1,1 --swa-full"),
+    "gpt-oss-20b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU", "-c 4096 -cmoe"),
 }
 N_LAYER: dict[str, int] = {"gemma3-270m": 18, "llama-8b": 32, "qwen3moe-30b-a3b": 48, "deepseek2-mla": 27,
-                           "granite-hybrid": 40}
+                           "granite-hybrid": 40, "mistral-7b": 32, "qwen2-7b": 28, "qwen3-8b": 36, "gemma2-9b": 42,
+                           "gpt-oss-20b": 24, "lfm2-1.2b": 16}
 MODELS: tuple[str, ...] = ("gemma3-270m",) + tuple(SHAPES)
 
 

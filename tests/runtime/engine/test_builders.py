@@ -4,7 +4,7 @@ independent float64 forward pass, and split runs equal to single-device runs.
 Node counts come from llama.cpp (llama-fit-params -v on these very files, `graph: nodes = N`;
 tests/peer/test_validate_peer.py re-checks them live). The reference forward is written here
 from the architectures' definitions (RMSNorm, RoPE, GQA attention, SwiGLU / GeGLU, top-k
-routing), not from the runtime.
+routing, gemma2's soft-capping, gpt-oss's sinks, biases and clamped SwiGLU), not from the runtime.
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from planner.llama.flags import parse_llama_flags
 from runtime.engine.runner import ModelRunner
 from tests.support.tiny_models import Dims, write_tiny
 
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "gpt-oss")
 # llama-fit-params -v -c 256 [-fa off] on write_tiny(arch, DIMS[arch]) files: "graph: nodes = N"
-LLAMA_CPP_NODES = {"llama": (68, 78), "qwen2": (74, 84), "qwen3": (76, 86), "qwen3moe": (108, 118), "gemma3": (87, 97)}
+LLAMA_CPP_NODES = {"llama": (68, 78), "qwen2": (74, 84), "qwen3": (76, 86), "qwen3moe": (108, 118), "gemma3": (87, 97),
+                   "gemma2": (82, 98), "gpt-oss": (109, 119)}
 # qwen2's Q projection is n_embd wide in llama.cpp (src/models/qwen2.cpp): 2 heads of 32
 DIMS = {"qwen2": Dims(n_head=2, n_head_kv=1)}
 TOKENS = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19, 23, 29]   # 12 tokens: past gemma3's window of 8
@@ -90,16 +91,24 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, window: int) -> np.ndarray:
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, window: int, softcap: float = 0.0,
+               sinks: np.ndarray | None = None) -> np.ndarray:
+    """Causal GQA attention; softcap: scores -> cap * tanh(scores / cap); sinks: one extra logit per
+    head that takes a share of the softmax and attends to nothing."""
     t, h, hd = q.shape
     k, v = np.repeat(k, h // k.shape[1], axis=1), np.repeat(v, h // v.shape[1], axis=1)
     s = np.einsum("thd,shd->hts", q, k) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
     i, j = np.arange(t)[:, None], np.arange(t)[None, :]
     visible = (j <= i) & ((i - j < window) if window else True)
     s = np.where(visible[None], s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    return np.einsum("hts,shd->thd", p, v).reshape(t, h * hd)
+    top = s.max(-1, keepdims=True)
+    if sinks is not None:
+        top = np.maximum(top, sinks[:, None, None])
+    p = np.exp(s - top)
+    total = p.sum(-1, keepdims=True) + (np.exp(sinks[:, None, None] - top) if sinks is not None else 0.0)
+    return np.einsum("hts,shd->thd", p / total, v).reshape(t, h * hd)
 
 
 def _moe(x: np.ndarray, w: dict[str, np.ndarray], p: str, k: int) -> np.ndarray:
@@ -117,33 +126,58 @@ def _moe(x: np.ndarray, w: dict[str, np.ndarray], p: str, k: int) -> np.ndarray:
     return out
 
 
+def _moe_oai(x: np.ndarray, w: dict[str, np.ndarray], p: str, k: int) -> np.ndarray:
+    """gpt-oss: biased router, softmax over the k largest logits, biased experts, clamped SwiGLU
+    x * sigmoid(1.702 x) * (y + 1) with the gate capped at 7 and the up clamped to [-7, 7]."""
+    logits = x @ w[p + "ffn_gate_inp.weight"].T + w[p + "ffn_gate_inp.bias"]
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        top = np.argsort(-logits[t], kind="stable")[:k]
+        weights = np.exp(logits[t, top] - logits[t, top].max())
+        weights /= weights.sum()
+        for e, g in zip(top, weights, strict=True):
+            gate = np.minimum(w[p + "ffn_gate_exps.weight"][e] @ x[t] + w[p + "ffn_gate_exps.bias"][e], 7.0)
+            up = np.clip(w[p + "ffn_up_exps.weight"][e] @ x[t] + w[p + "ffn_up_exps.bias"][e], -7.0, 7.0)
+            act = gate / (1 + np.exp(-1.702 * gate)) * (up + 1)
+            out[t] += g * (w[p + "ffn_down_exps.weight"][e] @ act + w[p + "ffn_down_exps.bias"][e])
+    return out
+
+
 def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims | None = None) -> np.ndarray:
     d = d or DIMS.get(arch, Dims())
     w = _weights(path)
-    gemma, qk_norm = arch == "gemma3", arch in ("qwen3", "qwen3moe", "gemma3")
+    gemma, qk_norm = arch in ("gemma2", "gemma3"), arch in ("qwen3", "qwen3moe", "gemma3")
+    oss = arch == "gpt-oss"
+    softcap = 50.0 if arch == "gemma2" else 0.0   # llama-hparams.h's default: the tiny file sets none
     x = w["token_embd.weight"][tokens] * (np.sqrt(d.n_embd) if gemma else 1.0)
     pos = np.arange(len(tokens), dtype=np.float64)
     for il in range(d.n_layer):
         p = f"blk.{il}."
-        swa = gemma and (il % 6 < 5)   # gemma3's default pattern: every sixth layer is global
+        # gemma3's default pattern: every sixth layer is global; gemma2's and gpt-oss's: every other one
+        swa = (arch == "gemma3" and il % 6 < 5) or (arch in ("gemma2", "gpt-oss") and il % 2 == 0)
         h = _rms(x, w[p + "attn_norm.weight"])
         q = (h @ w[p + "attn_q.weight"].T).reshape(len(tokens), d.n_head, d.head_dim)
         k = (h @ w[p + "attn_k.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
         v = (h @ w[p + "attn_v.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
-        if arch == "qwen2":
+        if arch in ("qwen2", "gpt-oss"):
             q = q + w[p + "attn_q.bias"].reshape(d.n_head, d.head_dim)
             k = k + w[p + "attn_k.bias"].reshape(d.n_head_kv, d.head_dim)
             v = v + w[p + "attn_v.bias"].reshape(d.n_head_kv, d.head_dim)
         if qk_norm:
             q, k = _rms(q, w[p + "attn_q_norm.weight"]), _rms(k, w[p + "attn_k_norm.weight"])
         q, k = (_rope(t, pos, 10000.0, neox=arch != "llama") for t in (q, k))
-        a = _attention(q, k, v, 1 / np.sqrt(d.head_dim), d.window if swa else 0) @ w[p + "attn_output.weight"].T
+        a = _attention(q, k, v, 1 / np.sqrt(d.head_dim), d.window if swa else 0, softcap,
+                       w.get(p + "attn_sinks.weight")) @ w[p + "attn_output.weight"].T
+        if oss:
+            a = a + w[p + "attn_output.bias"]
         if gemma:
             a = _rms(a, w[p + "post_attention_norm.weight"])
         x = x + a
-        h = _rms(x, w[p + "ffn_norm.weight"])
+        h = _rms(x, w[p + ("post_attention_norm.weight" if oss else "ffn_norm.weight")])
         if arch == "qwen3moe":
             f = _moe(h, w, p, d.n_expert_used)
+        elif oss:
+            f = _moe_oai(h, w, p, d.n_expert_used)
         else:
             gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
             act = _gelu(gate) if gemma else gate / (1 + np.exp(-gate))
@@ -152,7 +186,8 @@ def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims | None = 
             f = _rms(f, w[p + "post_ffw_norm.weight"])
         x = x + f
     out = w.get("output.weight", w["token_embd.weight"])
-    return _rms(x, w["output_norm.weight"]) @ out.T
+    logits = _rms(x, w["output_norm.weight"]) @ out.T
+    return 30.0 * np.tanh(logits / 30.0) if arch == "gemma2" else logits   # gemma2's final soft-capping
 
 
 @pytest.mark.parametrize("arch", ARCHS)
