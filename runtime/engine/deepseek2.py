@@ -33,7 +33,7 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
-from runtime.engine.moe import WEIGHT_SUM_MIN
+from runtime.engine.moe import WEIGHT_SUM_MIN, weighted_sum
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
@@ -338,19 +338,7 @@ class MlaBuilder:
         gate = B.mul_mat_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
         experts = B.mul_mat_id(self._wl(T.FFN_DOWN_EXP, il), act, selected, name=f"ffn_moe_down-{il}")
-        experts = B.mul(experts, weights, name=f"ffn_moe_weighted-{il}")
-        g.expand(experts)
-        views = [B.view(experts, (n_embd, n_tokens), (experts.nb[0], experts.nb[2]), i * experts.nb[1],
-                        name=f"ffn_moe_expert_{i}-{il}") for i in range(k)]
-        for v in views:
-            g.expand(v)
-        out = views[0]
-        for v in views[1:]:
-            out = B.add(out, v, name=f"ffn_moe_out-{il}")
-            g.expand(out)
-        if k == 1:
-            out = B.cont(out, name=f"ffn_moe_out-{il}")
-        return out
+        return weighted_sum(g, experts, weights, n_embd, n_tokens, k, il)
 
     # --- the graph --------------------------------------------------------------------------
     def _inputs(self, shape: BatchShape) -> None:

@@ -67,6 +67,13 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     else:
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
     experts = _experts(weight, bias, T.FFN_DOWN_EXP, act, selected, il, "down")
+    return weighted_sum(graph, experts, weights, n_embd, n_tokens, k, il)
+
+
+def weighted_sum(graph: Graph, experts: Tensor, weights: Tensor, n_embd: int, n_tokens: int, k: int,
+                 il: int) -> Tensor:
+    """build_moe_ffn's tail: each selected expert's rows scaled by its weight, then added one view
+    at a time (the node order llama.cpp expands), made contiguous when one expert is used."""
     experts = B.mul(experts, weights, name=f"ffn_moe_weighted-{il}")
     graph.expand(experts)
     views = [B.view(experts, (n_embd, n_tokens), (experts.nb[0], experts.nb[2]), i * experts.nb[1],
