@@ -465,3 +465,18 @@ def add_tokenizer(spec: ModelSpec, n_vocab: int, n_merges: int = 0) -> None:
     })
     if n_merges:
         spec.metadata[Keys.Tokenizer.MERGES] = [f"m{i} x{i}" for i in range(n_merges)]
+
+
+def deepseek2_lite_layout(spec: ModelSpec, n_embd: int, n_head: int, head_k: int) -> ModelSpec:
+    """DeepSeek-V2-Lite's layout of a deepseek2_spec: a plain attn_q instead of q_a / q_b and no
+    q_lora_rank key (llama.cpp reads a 26- or 27-layer deepseek2 without it as lite)."""
+    spec.metadata.pop(Keys.Attention.Q_LORA_RANK)
+    tensors = []
+    for name, qtype, shape in spec.tensors:
+        if ".attn_q_a" in name:
+            continue
+        if name.endswith(".attn_q_b.weight"):
+            name, shape = name.replace("attn_q_b", "attn_q"), (n_embd, n_head * head_k)
+        tensors.append((name, qtype, shape))
+    spec.tensors = tensors
+    return spec

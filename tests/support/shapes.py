@@ -18,6 +18,7 @@ from tests.support.gguf_factory import (
     ModelSpec,
     Q,
     add_tokenizer,
+    deepseek2_lite_layout,
     deepseek2_spec,
     gemma2_spec,
     gptoss_spec,
@@ -102,16 +103,7 @@ def deepseek2_mla() -> ModelSpec:
     spec = deepseek2_spec(n_layer=27, n_dense_lead=1, n_embd=n_embd, n_head=n_head, q_lora_rank=1536,
                           kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head_dim=128, n_ff=10944, n_expert=64,
                           n_expert_used=6, n_expert_shared=2, n_ff_exp=1408, n_vocab=102400)
-    spec.metadata.pop(Keys.Attention.Q_LORA_RANK)
-    tensors = []
-    for name, qtype, shape in spec.tensors:
-        if ".attn_q_a" in name:
-            continue
-        if name.endswith(".attn_q_b.weight"):
-            name, shape = name.replace("attn_q_b", "attn_q"), (n_embd, n_head * qk)
-        tensors.append((name, qtype, shape))
-    spec.tensors = tensors
-    return _tokenized(spec, 102400, 163840)
+    return _tokenized(deepseek2_lite_layout(spec, n_embd, n_head, qk), 102400, 163840)
 
 
 def granite_hybrid() -> ModelSpec:

@@ -25,32 +25,18 @@ from runtime.engine.reserve import supported
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.debug import op_desc
 from runtime.ggml.graph import VIEW_OPS
-from tests.support.gguf_factory import ModelSpec, _add_value, add_tokenizer, deepseek2_spec, key
+from tests.support.gguf_factory import ModelSpec, _add_value, add_tokenizer, deepseek2_lite_layout, deepseek2_spec, key
 
 TOKENS = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19]
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]
 
 
-def _lite(spec: ModelSpec, n_embd: int, n_head: int, head_k: int) -> ModelSpec:
-    """V2-Lite's layout: a plain attn_q instead of q_a / q_b, no q_lora_rank key (llama.cpp reads a
-    26- or 27-layer deepseek2 as lite)."""
-    spec.metadata.pop(Keys.Attention.Q_LORA_RANK)
-    tensors = []
-    for name, qtype, shape in spec.tensors:
-        if ".attn_q_a" in name:
-            continue
-        if name.endswith(".attn_q_b.weight"):
-            name, shape = name.replace("attn_q_b", "attn_q"), (n_embd, n_head * head_k)
-        tensors.append((name, qtype, shape))
-    spec.tensors = tensors
-    return spec
-
-
 def _specs() -> dict[str, ModelSpec]:
     lora = deepseek2_spec(n_vocab=512)   # 3 layers, the first dense; q_lora 128, kv_lora 128, rope 32
-    lite = _lite(deepseek2_spec(n_layer=26, n_embd=128, n_head=2, q_lora_rank=64, kv_lora_rank=64, qk_nope=32,
-                                qk_rope=32, v_head_dim=32, n_ff=256, n_ff_exp=32, n_vocab=512),
-                 n_embd=128, n_head=2, head_k=64)
+    lite = deepseek2_lite_layout(
+        deepseek2_spec(n_layer=26, n_embd=128, n_head=2, q_lora_rank=64, kv_lora_rank=64, qk_nope=32, qk_rope=32,
+                       v_head_dim=32, n_ff=256, n_ff_exp=32, n_vocab=512),
+        n_embd=128, n_head=2, head_k=64)
     # V3-style routing on the same layout: sigmoid gating, normalised and scaled weights
     v3 = deepseek2_spec(n_vocab=512)
     v3.metadata.update({Keys.LLM.EXPERT_GATING_FUNC: 2, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
