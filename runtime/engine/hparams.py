@@ -82,6 +82,8 @@ ARCHS: dict[str, ArchSpec] = {
     "granitehybrid": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
     # lfm2.cpp's attention layers (Q/K norms, NEOX RoPE) and dense FFN; runtime/engine/lfm2.py adds the rest
     "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
+    # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
+    "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

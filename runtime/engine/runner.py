@@ -38,6 +38,7 @@ from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, Lfm2Builder
+from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.recurrent import RecurrentStates
 from runtime.ggml.backend import (
     UNLIMITED,
@@ -241,7 +242,8 @@ class ModelRunner:
 
     # --- graphs -------------------------------------------------------------------------------
     def _builder(self) -> DecoderBuilder | MlaBuilder:
-        """The architecture's graph builder: deepseek2's, lfm2's, granitehybrid's or the llama-shaped one."""
+        """The architecture's graph builder: deepseek2's, lfm2's, qwen3next's, granitehybrid's or the llama-shaped
+        one."""
         assert self.kv is not None
         if isinstance(self.hp, MlaHParams):
             return MlaBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
@@ -249,6 +251,9 @@ class ModelRunner:
         if self.hp.arch == LFM2:
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == QWEN3NEXT:
+            return Qwen3NextBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                    flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch == GRANITE_HYBRID:
             return GraniteHybridBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                         flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

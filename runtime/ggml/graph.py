@@ -60,6 +60,8 @@ class Op(enum.Enum):
     CONV_2D = "CONV_2D"
     SSM_CONV = "SSM_CONV"
     SSM_SCAN = "SSM_SCAN"
+    REPEAT = "REPEAT"
+    GATED_DELTA_NET = "GATED_DELTA_NET"
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

@@ -28,6 +28,7 @@ from tests.support.gguf_factory import (
     qwen3moe_spec,
     qwen_spec,
 )
+from tests.support.qwen3next_factory import qwen3next_spec
 
 
 def _tokenized(spec: ModelSpec, n_vocab: int, n_ctx: int) -> ModelSpec:
@@ -125,6 +126,19 @@ def lfm2_1p2b() -> ModelSpec:
     return spec
 
 
+def qwen3next_80b() -> ModelSpec:
+    """Qwen3-Next-80B-A3B class: 48 layers, 2048 wide, Gated DeltaNet (16 key / 32 value heads of 128,
+    conv 4) with gated attention (16 heads / 2 KV of 256, a quarter roped) every 4th layer, 512 experts
+    (10 used) of 512 plus a shared expert of 512, 151936 vocab."""
+    spec = qwen3next_spec(n_layer=48, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256, n_expert=512,
+                          n_expert_used=10, n_ff_exp=512, n_ff_shexp=512, d_conv=4, d_state=128, n_k_heads=16,
+                          n_v_heads=32, n_vocab=151936, mat_type=Q.Q4_K, exp_type=Q.Q4_K, embd_type=Q.Q4_K,
+                          out_type=Q.Q6_K)
+    spec = _tokenized(spec, 151936, 262144)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 10000000.0
+    return spec
+
+
 SHAPES: dict[str, Callable[[], ModelSpec]] = {
     "llama-8b": llama_8b,
     "qwen3moe-30b-a3b": qwen3moe_30b,
@@ -136,6 +150,7 @@ SHAPES: dict[str, Callable[[], ModelSpec]] = {
     "gemma2-9b": gemma2_9b,
     "gpt-oss-20b": gptoss_20b,
     "lfm2-1.2b": lfm2_1p2b,
+    "qwen3next-80b-a3b": qwen3next_80b,
 }
 
 
@@ -179,13 +194,16 @@ EXTRA_FLAGS: dict[str, tuple[str, ...]] = {
                          "-c 4096 -cmoe", MIXED_CACHE),
     "granite-hybrid": (MIXED_CACHE,),
     "lfm2-1.2b": (MIXED_CACHE,),
+    "qwen3next-80b-a3b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU", "-c 4096 -cmoe",
+                          MIXED_CACHE),
     "deepseek2-mla": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU"),
     "gemma2-9b": ("-c 4096 --swa-full", "{rpc} -c 4096 -ts 1,1 --swa-full"),
     "gpt-oss-20b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU", "-c 4096 -cmoe"),
 }
 N_LAYER: dict[str, int] = {"gemma3-270m": 18, "llama-8b": 32, "qwen3moe-30b-a3b": 48, "deepseek2-mla": 27,
                            "granite-hybrid": 40, "mistral-7b": 32, "qwen2-7b": 28, "qwen3-8b": 36, "gemma2-9b": 42,
-                           "gpt-oss-20b": 24, "lfm2-1.2b": 16}
+                           "gpt-oss-20b": 24, "lfm2-1.2b": 16,
+                           "qwen3next-80b-a3b": 48}
 MODELS: tuple[str, ...] = ("gemma3-270m",) + tuple(SHAPES)
 
 
