@@ -23,7 +23,14 @@ from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import KVCache
 from runtime.engine.moe import build_moe_ffn
-from runtime.engine.recurrent import Mamba2, RecurrentStates, RsInputs, read_ssm_params
+from runtime.engine.recurrent import (
+    Mamba2,
+    RecurrentStates,
+    RsInputs,
+    read_ssm_params,
+    token_embeddings,
+    ubatch_sequences,
+)
 from runtime.ggml import build as B
 from runtime.ggml.graph import Tensor
 
@@ -93,13 +100,10 @@ class GraniteHybridBuilder(DecoderBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        # a ubatch holds one run of tokens per sequence (the reserve's: n_seq_max sequences)
-        n_seqs = self.states.size if shape.n_tokens % self.states.size == 0 else 1
+        n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         mixer = Mamba2(self.ssm, self._need, self._w, self.norm, g, RsInputs.reserve(self.states, n_seqs),
                        self.states)
-        x = B.get_rows(self._need(TOKEN_EMBD), self.out.tokens, name="embd")
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "embd")
         if self.embedding_scale:
             x = B.scale(x, self.embedding_scale, name="embd_scaled")
         g.expand(x)

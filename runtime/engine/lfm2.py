@@ -28,7 +28,7 @@ from planner.model.tensors import OUTPUT, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import KVCache
-from runtime.engine.recurrent import ELEMENT, RecurrentStates, RsInputs, build_rs
+from runtime.engine.recurrent import ELEMENT, RecurrentStates, RsInputs, build_rs, token_embeddings, ubatch_sequences
 from runtime.ggml import build as B
 from runtime.ggml import ssm
 from runtime.ggml.graph import Tensor
@@ -94,12 +94,9 @@ class Lfm2Builder(DecoderBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        # a ubatch holds one run of tokens per sequence (the reserve's: n_seq_max sequences)
-        n_seqs = self.states.size if shape.n_tokens % self.states.size == 0 else 1
+        n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         rs = RsInputs.reserve(self.states, n_seqs)
-        x = B.get_rows(self._need(TOKEN_EMBD), self.out.tokens, name="inp_embd_rows")
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows")
         for il in range(hp.n_layer):
             residual = x
             cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)

@@ -106,6 +106,19 @@ class RsInputs:
         return cls(s_copy, main, extra, n_rs, 0, 0)
 
 
+def ubatch_sequences(states: RecurrentStates, n_tokens: int) -> int:
+    """How many sequences a ubatch holds: one run of tokens per sequence (the reserve's: n_seq_max)."""
+    return states.size if n_tokens % states.size == 0 else 1
+
+
+def token_embeddings(g: Graph, embd: Tensor, tokens: Tensor, embd_input: Tensor, name: str) -> Tensor:
+    """The token rows, expanded before the unused embeddings input (ggml_build_forward_select)."""
+    x = B.get_rows(embd, tokens, name=name)
+    g.expand(x)
+    g.expand(embd_input)
+    return x
+
+
 GetRows = Callable[[Tensor, Tensor], Tensor]
 
 

@@ -22,6 +22,7 @@ from planner.memory.estimate import estimate
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
 from tests.support.gguf_factory import ModelSpec, add_tokenizer, lfm2_spec
+from tests.support.reserve_checks import assert_reserve_equals
 
 MIB = 2**20
 LAYERS = (0, 0, 2, 0)   # head_count_kv: conv, conv, attention, conv
@@ -55,12 +56,7 @@ LLAMA_CPP_RESERVE = {
 
 @pytest.mark.parametrize("flags", list(LLAMA_CPP_RESERVE))
 def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(flags: str, model: Path) -> None:
-    runner = ModelRunner.load(str(model), parse_llama_flags(flags.split()), weights=False)
-    report = runner.reserve_report
-    assert report is not None
-    n_nodes, compute_mib = LLAMA_CPP_RESERVE[flags]
-    assert (report.n_nodes_pp, report.n_nodes_tg) == (n_nodes, n_nodes)
-    assert round(report.compute_bytes["CPU"] / MIB, 2) == compute_mib
+    assert_reserve_equals(model, flags, *LLAMA_CPP_RESERVE[flags])
 
 
 # fitplan-dump-nodes, 4 tokens at -c 256: the first 44 nodes (the embeddings, layer 0's short convolution

@@ -23,6 +23,7 @@ from runtime.engine.runner import ModelRunner
 from tests.runtime.engine.test_lfm2 import _dump
 from tests.support.gguf_factory import ModelSpec, add_tokenizer
 from tests.support.qwen3next_factory import qwen3next_spec
+from tests.support.reserve_checks import assert_reserve_equals
 
 MIB = 2**20
 
@@ -54,12 +55,7 @@ LLAMA_CPP_RESERVE = {
 
 @pytest.mark.parametrize("flags", list(LLAMA_CPP_RESERVE))
 def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(flags: str, model: Path) -> None:
-    runner = ModelRunner.load(str(model), parse_llama_flags(flags.split()), weights=False)
-    report = runner.reserve_report
-    assert report is not None
-    n_nodes, compute_mib = LLAMA_CPP_RESERVE[flags]
-    assert (report.n_nodes_pp, report.n_nodes_tg) == (n_nodes, n_nodes)
-    assert round(report.compute_bytes["CPU"] / MIB, 2) == compute_mib
+    assert_reserve_equals(model, flags, *LLAMA_CPP_RESERVE[flags])
 
 
 def test_compute_buffer_equals_llama_cpp_to_the_last_digit(model: Path) -> None:
