@@ -33,7 +33,7 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
-from runtime.engine.moe import WEIGHT_SUM_MIN, weighted_sum
+from runtime.engine.moe import normalized_weights, weighted_sum
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
@@ -324,12 +324,7 @@ class MlaBuilder:
         selected = B.view(order, (k, n_tokens, 1, 1), order.nb, 0, name=f"ffn_moe_topk-{il}")
         weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
         if hp.weights_norm:
-            weights = B.reshape(weights, (k, n_tokens))
-            total = B._node(Op.SUM_ROWS, (1, n_tokens), [weights], f"ffn_moe_weights_sum-{il}")
-            total = B._node(Op.CLAMP, total.ne, [total], f"ffn_moe_weights_sum_clamped-{il}",
-                            min=WEIGHT_SUM_MIN, max=float("inf"))
-            weights = B._node(Op.DIV, weights.ne, [weights, total], f"ffn_moe_weights_norm-{il}")
-            weights = B.reshape(weights, (1, k, n_tokens))
+            weights = normalized_weights(weights, k, n_tokens, il)
         if hp.weights_scale not in (0.0, 1.0):
             weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
         g.expand(weights)

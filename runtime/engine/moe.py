@@ -52,12 +52,7 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
         weights = B.soft_max_ext(B.reshape(weights, (k, n_tokens)), None, 1.0, name=f"ffn_moe_weights_softmax-{il}")
         weights = B.reshape(weights, (1, k, n_tokens))
     if moe.norm_w:
-        weights = B.reshape(weights, (k, n_tokens))
-        total = B._node(Op.SUM_ROWS, (1, n_tokens), [weights], f"ffn_moe_weights_sum-{il}")
-        total = B._node(Op.CLAMP, total.ne, [total], f"ffn_moe_weights_sum_clamped-{il}",
-                        min=WEIGHT_SUM_MIN, max=float("inf"))
-        weights = B._node(Op.DIV, weights.ne, [weights, total], f"ffn_moe_weights_norm-{il}")
-        weights = B.reshape(weights, (1, k, n_tokens))
+        weights = normalized_weights(weights, k, n_tokens, il)
     graph.expand(weights)
     x = B.reshape(cur, (n_embd, 1, n_tokens))
     up = _experts(weight, bias, T.FFN_UP_EXP, x, selected, il, "up")
@@ -68,6 +63,16 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
     experts = _experts(weight, bias, T.FFN_DOWN_EXP, act, selected, il, "down")
     return weighted_sum(graph, experts, weights, n_embd, n_tokens, k, il)
+
+
+def normalized_weights(weights: Tensor, k: int, n_tokens: int, il: int) -> Tensor:
+    """build_moe_ffn's norm_w: each token's k weights divided by their sum, clamped from below."""
+    weights = B.reshape(weights, (k, n_tokens))
+    total = B._node(Op.SUM_ROWS, (1, n_tokens), [weights], f"ffn_moe_weights_sum-{il}")
+    total = B._node(Op.CLAMP, total.ne, [total], f"ffn_moe_weights_sum_clamped-{il}",
+                    min=WEIGHT_SUM_MIN, max=float("inf"))
+    weights = B._node(Op.DIV, weights.ne, [weights, total], f"ffn_moe_weights_norm-{il}")
+    return B.reshape(weights, (1, k, n_tokens))
 
 
 def weighted_sum(graph: Graph, experts: Tensor, weights: Tensor, n_embd: int, n_tokens: int, k: int,
