@@ -117,7 +117,7 @@ def speed(model: Path, runs: int, skip_llama: bool) -> None:
     on_dev = sum(d.model_bytes for d in result.estimate.devices if d.name.startswith("RPC"))
     print(f"  weights on devices: {on_dev / GiB:.2f} GiB; predicted decode {result.prediction.decode_tokens_s:.1f} t/s")
     notes = {"RPC": "RPC devices: the final check runs the runtime's allocator reserve",
-             "CUDA": "8 CUDA-class devices: analytic compute model for offloading GPUs"}
+             "CUDA": "8 CUDA-class devices: the best placement judged with and without op offload"}
     for backend, note in notes.items():
         argv = plan_cli(model, backend, fake, free, ",".join(f"{backend}{i}={budget}" for i in range(N_DEVICES)))
         t, _ = timed(lambda argv=argv: subprocess.run(argv, check=True, capture_output=True, cwd=ROOT), runs)
