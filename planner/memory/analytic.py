@@ -1,4 +1,5 @@
-"""A first model of llama.cpp's compute buffers per device (the embedded runtime will replace it).
+"""The closed-form compute model: the solver's first filter, and the figure for architectures the
+runtime has no graph builder for (outputs then say `compute_model: formula`).
 
 What the pinned llama.cpp reserves (src/llama-context.cpp sched_reserve, ggml-backend.cpp, ggml-alloc.c):
 - the worst-case graph has T = min(n_ctx, n_ubatch) tokens and min(T, n_batch) outputs;
