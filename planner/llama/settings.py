@@ -26,13 +26,13 @@ from gguf import GGMLQuantizationType as Q
 
 from planner.core.errors import FlagError
 from planner.core.units import pad
-from planner.gguf.reader import row_size
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
 from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.costs import cache_type
+from runtime.ggml.profiles import row_padding_bytes
 
 CTX_PAD = 256
 # V cache types llama.cpp stores without flash attention; a quantized V cache requires -fa on
@@ -144,10 +144,7 @@ class LlamaSettings:
     def alloc_size(self, row: str, ggml_type: Q, ne0: int, n_bytes: int) -> int:
         """Bytes a tensor takes in this row's buffer type before alignment (get_alloc_size): CUDA,
         ROCm and SYCL pad a quantized tensor to a multiple of MATRIX_ROW_PADDING values."""
-        padding = self.row_padding.get(row, 0)
-        if padding and GGML_QUANT_SIZES[ggml_type][0] > 1 and ne0 % padding:
-            n_bytes += row_size(ggml_type, padding - ne0 % padding)
-        return n_bytes
+        return n_bytes + row_padding_bytes(*GGML_QUANT_SIZES[ggml_type], ne0, self.row_padding.get(row, 0))
 
 
 def resolve_settings(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None = None) -> LlamaSettings:

@@ -168,25 +168,20 @@ FORMULA = "formula"       # this module's closed form (no graph builder for the 
 
 
 def compute_model(settings: LlamaSettings, use_runtime: bool = True) -> tuple[dict[str, int], str]:
-    """Compute bytes per buffer row, and which model gave them (SIMULATED or FORMULA)."""
+    """Compute bytes per buffer row (device names and Host), and which model gave them: the
+    runtime's replay of the allocator's reserve where a graph builder exists (SIMULATED), else the
+    closed form below (FORMULA); `use_runtime=False` asks for the closed form alone (fast: the
+    planner's search filters with it).
+
+    The closed form, per row: what is never freed (pipeline copies; the unused embeddings input on
+    the CPU) plus the larger of the layer phase (inputs still read + the worst layer) and the output
+    phase (logits + the normed and last hidden rows), since the allocator frees the masks before the
+    output matmul runs."""
     if use_runtime:
         measured = reserve_compute(settings)
         if measured is not None:
             return measured, SIMULATED
     return _analytic_compute_bytes(settings), FORMULA
-
-
-def compute_bytes(settings: LlamaSettings, use_runtime: bool = True) -> dict[str, int]:
-    """Compute buffer bytes per buffer row (device names and Host).
-
-    Per row: what is never freed (pipeline copies; the unused embeddings input on the CPU) plus
-    the larger of the layer phase (inputs still read + the worst layer) and the output phase
-    (logits + the normed and last hidden rows), since the allocator frees the masks before the
-    output matmul runs.
-    Where the runtime has a graph builder, its allocator's reserve is the figure (runtime/engine/reserve.py);
-    `use_runtime=False` asks for the analytic model alone (fast: the planner's search uses it).
-    """
-    return compute_model(settings, use_runtime)[0]
 
 
 def _staged_floor(settings: LlamaSettings, t: int, n_out: int) -> tuple[str, int] | None:

@@ -26,6 +26,7 @@ from runtime.ggml.profiles import (
     TENSOR_ALIGNMENT,
     BackendProfile,
     fa_kernel_needs_f16,
+    row_padding_bytes,
 )
 from runtime.ggml.profiles import op_batch_size as profile_batch_size
 from runtime.ggml.sched_errors import BufferAllocationError
@@ -67,17 +68,10 @@ class BufferType:
         size = tensor.nbytes()
         if self.fa_staging_cc is not None and tensor.op is Op.FLASH_ATTN_EXT:
             size = _fa_staged_size(tensor, self.fa_staging_cc)
-        if self.row_padding and GGML_QUANT_SIZES[tensor.type][0] > 1 and tensor.ne[0] % self.row_padding:
-            size += row_bytes(tensor.type, self.row_padding - tensor.ne[0] % self.row_padding)
-        return size
+        return size + row_padding_bytes(*GGML_QUANT_SIZES[tensor.type], tensor.ne[0], self.row_padding)
 
     def alloc_buffer(self, size: int, usage: BufferUsage = BufferUsage.ANY) -> Buffer:
         return self.device.allocate(self, size, usage)
-
-
-def row_bytes(ggml_type: GGMLType, n: int) -> int:
-    block, type_size = GGML_QUANT_SIZES[ggml_type]
-    return n // block * type_size
 
 
 def _fa_staged_size(dst: Tensor, cc: int) -> int:

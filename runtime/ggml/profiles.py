@@ -177,6 +177,15 @@ PROFILES: dict[Backend, BackendProfile] = {
 }
 
 
+def row_padding_bytes(block: int, type_size: int, ne0: int, padding: int) -> int:
+    """What get_alloc_size adds to a tensor of `ne0`-value rows on a buffer that pads quantized rows
+    to a multiple of `padding` values (ggml-cuda.cu [TAG_ALLOC_SIZE_EXPAND], ggml-sycl.cpp): one
+    ggml_row_size of the missing values; nothing for a type that is not block-quantized."""
+    if not padding or block == 1 or ne0 % padding == 0:
+        return 0
+    return (padding - ne0 % padding) // block * type_size
+
+
 def device_profile(backend: Backend, remote: Backend | None = None) -> BackendProfile:
     """The profile of one device. An rpc-server forwards allocation questions to its own backend
     (ggml-rpc.cpp RPC_CMD_GET_ALIGNMENT, RPC_CMD_GET_ALLOC_SIZE), so a remote CUDA device pads and

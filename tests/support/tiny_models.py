@@ -31,6 +31,15 @@ class Dims:
     window: int = 8
 
 
+def random_weight(rng: np.random.Generator, name: str, shape: tuple[int, ...], qtype: Q,
+                  all_f32: bool = False) -> tuple[np.ndarray, Q]:
+    """Random values for one tensor (ggml shape): normal x 0.5 / sqrt(fan-in), norms near 1; stored
+    as `qtype` (F32 when all_f32)."""
+    values = rng.standard_normal(tuple(reversed(shape))).astype(np.float32)
+    values = (1.0 + 0.1 * values if "norm" in name else values * (0.5 / np.sqrt(shape[0]))).astype(np.float32)
+    qtype = Q.F32 if all_f32 else qtype
+    return (values if qtype == Q.F32 else quantize(values, qtype)), qtype
+
 def _tensors(arch: str, d: Dims) -> list[tuple[str, tuple[int, ...], Q]]:
     """(name, ggml shape, type) in llama.cpp's order."""
     out = [("token_embd.weight", (d.n_embd, d.n_vocab), Q.Q8_0), ("output_norm.weight", (d.n_embd,), Q.F32)]
@@ -105,12 +114,7 @@ def write_tiny(path: Path, arch: str, d: Dims = Dims(), seed: int = 0, all_f32: 
     w.add_token_types([1] * d.n_vocab)
     w.add_token_merges(["t o"])
     for name, shape, qtype in _tensors(arch, d):
-        values = rng.standard_normal(tuple(reversed(shape))).astype(np.float32)
-        values *= 1.0 if "norm" in name else 0.5 / np.sqrt(shape[0])
-        if "norm" in name:
-            values = 1.0 + 0.1 * values
-        qtype = Q.F32 if all_f32 else qtype
-        data = values if qtype == Q.F32 else quantize(values, qtype)
+        data, qtype = random_weight(rng, name, shape, qtype, all_f32)
         w.add_tensor(name, data, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
-from gguf.quants import dequantize
 
 from planner.llama.flags import parse_llama_flags
 from runtime.engine.runner import ModelRunner
+from tests.support.reference import float64_weights, rms_norm
 from tests.support.tiny_models import Dims, write_tiny
 
 ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "gpt-oss")
@@ -62,16 +61,6 @@ def test_split_run_equals_single_device(arch: str, flags: list[str], models: dic
 
 
 # --- an independent float64 forward pass ------------------------------------------------------
-
-def _weights(path: Path) -> dict[str, np.ndarray]:
-    r = GGUFReader(str(path))
-    return {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(reversed(t.shape.tolist())))
-            for t in r.tensors}
-
-
-def _rms(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
-
 
 def _rope(x: np.ndarray, pos: np.ndarray, base: float, neox: bool) -> np.ndarray:
     """x (T, H, D): rotate pairs (2i, 2i+1), or (i, i + D/2) for NEOX, by pos * base^(-2i/D)."""
@@ -145,7 +134,7 @@ def _moe_oai(x: np.ndarray, w: dict[str, np.ndarray], p: str, k: int) -> np.ndar
 
 def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims | None = None) -> np.ndarray:
     d = d or DIMS.get(arch, Dims())
-    w = _weights(path)
+    w = float64_weights(path)
     gemma, qk_norm = arch in ("gemma2", "gemma3"), arch in ("qwen3", "qwen3moe", "gemma3")
     oss = arch == "gpt-oss"
     softcap = 50.0 if arch == "gemma2" else 0.0   # llama-hparams.h's default: the tiny file sets none
@@ -155,7 +144,7 @@ def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims | None = 
         p = f"blk.{il}."
         # gemma3's default pattern: every sixth layer is global; gemma2's and gpt-oss's: every other one
         swa = (arch == "gemma3" and il % 6 < 5) or (arch in ("gemma2", "gpt-oss") and il % 2 == 0)
-        h = _rms(x, w[p + "attn_norm.weight"])
+        h = rms_norm(x, w[p + "attn_norm.weight"])
         q = (h @ w[p + "attn_q.weight"].T).reshape(len(tokens), d.n_head, d.head_dim)
         k = (h @ w[p + "attn_k.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
         v = (h @ w[p + "attn_v.weight"].T).reshape(len(tokens), d.n_head_kv, d.head_dim)
@@ -164,16 +153,16 @@ def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims | None = 
             k = k + w[p + "attn_k.bias"].reshape(d.n_head_kv, d.head_dim)
             v = v + w[p + "attn_v.bias"].reshape(d.n_head_kv, d.head_dim)
         if qk_norm:
-            q, k = _rms(q, w[p + "attn_q_norm.weight"]), _rms(k, w[p + "attn_k_norm.weight"])
+            q, k = rms_norm(q, w[p + "attn_q_norm.weight"]), rms_norm(k, w[p + "attn_k_norm.weight"])
         q, k = (_rope(t, pos, 10000.0, neox=arch != "llama") for t in (q, k))
         a = _attention(q, k, v, 1 / np.sqrt(d.head_dim), d.window if swa else 0, softcap,
                        w.get(p + "attn_sinks.weight")) @ w[p + "attn_output.weight"].T
         if oss:
             a = a + w[p + "attn_output.bias"]
         if gemma:
-            a = _rms(a, w[p + "post_attention_norm.weight"])
+            a = rms_norm(a, w[p + "post_attention_norm.weight"])
         x = x + a
-        h = _rms(x, w[p + ("post_attention_norm.weight" if oss else "ffn_norm.weight")])
+        h = rms_norm(x, w[p + ("post_attention_norm.weight" if oss else "ffn_norm.weight")])
         if arch == "qwen3moe":
             f = _moe(h, w, p, d.n_expert_used)
         elif oss:
@@ -183,10 +172,10 @@ def reference_logits(arch: str, path: Path, tokens: list[int], d: Dims | None = 
             act = _gelu(gate) if gemma else gate / (1 + np.exp(-gate))
             f = (act * up) @ w[p + "ffn_down.weight"].T
         if gemma:
-            f = _rms(f, w[p + "post_ffw_norm.weight"])
+            f = rms_norm(f, w[p + "post_ffw_norm.weight"])
         x = x + f
     out = w.get("output.weight", w["token_embd.weight"])
-    logits = _rms(x, w["output_norm.weight"]) @ out.T
+    logits = rms_norm(x, w["output_norm.weight"]) @ out.T
     return 30.0 * np.tanh(logits / 30.0) if arch == "gemma2" else logits   # gemma2's final soft-capping
 
 

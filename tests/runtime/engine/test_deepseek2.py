@@ -12,9 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader, GGUFWriter, Keys
-from gguf.quants import dequantize, quantize
+from gguf import GGUFWriter, Keys
 
 from planner.core.errors import BadInput
 from planner.llama.context import model_context
@@ -26,6 +24,8 @@ from runtime.engine.runner import ModelRunner
 from runtime.ggml.debug import op_desc
 from runtime.ggml.graph import VIEW_OPS
 from tests.support.gguf_factory import ModelSpec, _add_value, add_tokenizer, deepseek2_lite_layout, deepseek2_spec, key
+from tests.support.reference import float64_weights, rms_norm
+from tests.support.tiny_models import random_weight
 
 TOKENS = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19]
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]
@@ -53,10 +53,7 @@ def _write(path: Path, spec: ModelSpec, all_f32: bool, seed: int = 0) -> Path:
     for name, value in spec.metadata.items():
         _add_value(w, key(name, spec.arch), value)
     for name, qtype, shape in spec.tensors:
-        values = rng.standard_normal(tuple(reversed(shape))).astype(np.float32)
-        values = (1.0 + 0.1 * values if "norm" in name else values * (0.5 / np.sqrt(shape[0]))).astype(np.float32)
-        qtype = Q.F32 if all_f32 else qtype
-        data = values if qtype == Q.F32 else values.astype(np.float16) if qtype == Q.F16 else quantize(values, qtype)
+        data, qtype = random_weight(rng, name, shape, qtype, all_f32)
         w.add_tensor(name, data, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -169,16 +166,6 @@ def test_yarn_files_are_sized_not_decoded(models: dict[str, Path], tmp_path: Pat
 
 # --- an independent float64 forward pass ------------------------------------------------------
 
-def _weights(path: Path) -> dict[str, np.ndarray]:
-    r = GGUFReader(str(path))
-    return {t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(reversed(t.shape.tolist())))
-            for t in r.tensors}
-
-
-def _rms(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
-
-
 def _rope(x: np.ndarray, pos: np.ndarray, base: float = 10000.0) -> np.ndarray:
     """x (T, H, D): adjacent pairs (2i, 2i+1) rotated by pos * base^(-2i/D) (deepseek2 uses NORM RoPE)."""
     d = x.shape[-1]
@@ -200,12 +187,12 @@ def _mla(h: np.ndarray, w: dict[str, np.ndarray], p: str, meta: dict, pos: np.nd
     if p + "attn_q.weight" in w:
         q = h @ w[p + "attn_q.weight"].T
     else:
-        q = _rms(h @ w[p + "attn_q_a.weight"].T, w[p + "attn_q_a_norm.weight"]) @ w[p + "attn_q_b.weight"].T
+        q = rms_norm(h @ w[p + "attn_q_a.weight"].T, w[p + "attn_q_a_norm.weight"]) @ w[p + "attn_q_b.weight"].T
     t = len(h)
     q = q.reshape(t, n_head, -1)
     q_nope, q_pe = q[..., : -rope], _rope(q[..., -rope:], pos)
     kv = h @ w[p + "attn_kv_a_mqa.weight"].T
-    c = _rms(kv[:, :r], w[p + "attn_kv_a_norm.weight"])               # (T, r): the cached latent
+    c = rms_norm(kv[:, :r], w[p + "attn_kv_a_norm.weight"])               # (T, r): the cached latent
     k_pe = _rope(kv[:, None, r:], pos)[:, 0]                           # (T, rope), shared by every head
     k_nope = np.einsum("hrn,sr->shn", w[p + "attn_k_b.weight"], c)     # (S, H, nope): W_uk c per head
     s = (np.einsum("thn,shn->hts", q_nope, k_nope) + np.einsum("thd,sd->hts", q_pe, k_pe)) / np.sqrt(q.shape[-1])
@@ -241,15 +228,15 @@ def reference_logits(path: Path, spec: ModelSpec, tokens: list[int]) -> np.ndarr
             "rope": m[Keys.Rope.DIMENSION_COUNT], "k": m[Keys.LLM.EXPERT_USED_COUNT],
             "sigmoid": m.get(Keys.LLM.EXPERT_GATING_FUNC) == 2, "norm": bool(m.get(Keys.LLM.EXPERT_WEIGHTS_NORM)),
             "scale": m.get(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0)}
-    w = _weights(path)
+    w = float64_weights(path)
     x = w["token_embd.weight"][tokens]
     pos = np.arange(len(tokens), dtype=np.float64)
     for il in range(m[Keys.LLM.BLOCK_COUNT]):
         p = f"blk.{il}."
-        x = x + _mla(_rms(x, w[p + "attn_norm.weight"]), w, p, meta, pos)
-        h = _rms(x, w[p + "ffn_norm.weight"])
+        x = x + _mla(rms_norm(x, w[p + "attn_norm.weight"]), w, p, meta, pos)
+        h = rms_norm(x, w[p + "ffn_norm.weight"])
         if il < m[Keys.LLM.LEADING_DENSE_BLOCK_COUNT]:
             x = x + _swiglu_ffn(h, w[p + "ffn_up.weight"], w[p + "ffn_gate.weight"], w[p + "ffn_down.weight"])
         else:
             x = x + _moe(h, w, p, meta)
-    return _rms(x, w["output_norm.weight"]) @ w["output.weight"].T
+    return rms_norm(x, w["output_norm.weight"]) @ w["output.weight"].T
