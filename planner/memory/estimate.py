@@ -20,9 +20,10 @@ from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelLike, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
-from planner.llama.placement import CPU_REPACK, HOST, device_of
+from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.memory.analytic import SIMULATED, compute_model
+from planner.model.tensors import OUTPUT
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class Estimate:
     n_layer_all: int
     compute_model: str = SIMULATED   # "simulated" (the scheduler's reserve) or "formula" (planner/memory/analytic.py)
     model_arch: str = ""
+
+    @property
+    def output_on_host(self) -> bool:
+        """An -ot rule keeps the output matrix (a tied one under token_embd's name) in host memory."""
+        return dict(self.moved).get(OUTPUT) == CPU
 
     def device(self, name: str) -> DeviceMemory | None:
         return next((d for d in self.devices if d.name == name), None)

@@ -74,8 +74,7 @@ def _op_offload_choice(ctx: ModelContext, result: PlanResult) -> list[str]:
     costs = costs_for(ctx, f.cache_type_k)
     prefill = {f.op_offload: result.prediction.prefill_tokens_s,
                not f.op_offload: predict_estimate(ctx, costs, other, result.inventory, result.experts_on_host,
-                                                  result.flags.override_args != () and result.estimate.output_device
-                                                  in HOST_ROWS).prefill_tokens_s}
+                                                  other.output_on_host).prefill_tokens_s}
     moved = {name: then[name] - now[name] for name in now if name != HOST and then.get(name, 0) != now[name]}
     if not moved:
         return [f"op offload {'on' if f.op_offload else 'off'}: no host weight is offloaded at -ub {f.n_ubatch}, "
