@@ -31,3 +31,31 @@ def llama_vulkan_tools() -> Path:
     from planner.core.llama_tools import VULKAN, ensure_tools
 
     return ensure_tools(build=VULKAN)
+
+
+@pytest.fixture
+def http_servers() -> Iterator[object]:
+    """Start loopback HTTP servers with `http_servers.start(ranges=, lengths=, token=)`
+    (tests/support/http_server.py); all are stopped after the test."""
+    from tests.support.http_server import ServerPool
+
+    with ServerPool() as pool:
+        yield pool
+
+
+@pytest.fixture
+def net_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """Network settings with every cache under tmp_path, no token, no retries' waiting: set in the
+    environment (so the CLI's own settings see them) and made current. Yields the NetSettings."""
+    from planner.core import net
+
+    env = {"FITPLAN_HEADER_CACHE": str(tmp_path / "cache" / "headers"), "HF_HUB_CACHE": str(tmp_path / "cache" / "hub"),
+           "LLAMA_CACHE": str(tmp_path / "cache" / "llama.cpp"), "OLLAMA_MODELS": str(tmp_path / "ollama"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "FITPLAN_HTTP_RETRIES": "1", "FITPLAN_HTTP_TIMEOUT": "10"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for k in ("HF_TOKEN", "HF_ENDPOINT", "MODELSCOPE_ENDPOINT", "FITPLAN_OLLAMA_REGISTRY", "HTTP_PROXY",
+              "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(k, raising=False)
+    with net.use(net.from_environment()) as settings:
+        yield settings

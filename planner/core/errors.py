@@ -27,6 +27,17 @@ class GGUFError(BadInput):
         super().__init__(f"{path}: {problem}")
 
 
+class RemoteError(BadInput):
+    """A network read failed (HTTP status, connection, TLS, timeout); `status` is the HTTP status
+    when the server answered, so a caller can tell "no such file" (404) from the rest."""
+
+    def __init__(self, url: str, problem: str, status: int | None = None) -> None:
+        self.url = url
+        self.problem = problem
+        self.status = status
+        super().__init__(f"{url}: {problem}")
+
+
 class FlagError(BadInput):
     """A llama.cpp or sd-cli flag fitplan cannot accept."""
 

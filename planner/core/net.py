@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from planner.core.errors import BadInput
 from planner.core.units import MiB
@@ -94,6 +95,6 @@ def use(settings: NetSettings) -> Iterator[NetSettings]:
         _current = before
 
 
-def overridden(**changes: object) -> NetSettings:
+def overridden(**changes: Any) -> NetSettings:
     """The current settings with some fields replaced (None values leave a field as it is)."""
     return replace(current(), **{k: v for k, v in changes.items() if v is not None})
