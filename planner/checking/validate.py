@@ -28,7 +28,7 @@ from planner.checking.report import (
 from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
 from planner.gguf.examples import resolve_model
-from planner.gguf.reader import ModelFile, read_model
+from planner.gguf.reader import ModelFile, read_model, require_weights
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import model_context
@@ -189,6 +189,7 @@ def validate_request(target: str, flags: list[str], devices: str | None = None, 
 def _check_header(path: str, doc: Deployment) -> ModelFile:
     """The plan's model, read once (validate reuses it), checked against the recorded hash."""
     mf = read_model(doc.model_path)
+    require_weights(mf, "validate")   # it loads and runs the weights: a header is not enough
     if doc.header_sha256 and mf.header_bytes and mf.header_sha256 != doc.header_sha256:
         raise BadInput(f"{path}: {doc.model_path} is not the model the plan was made for (header sha256 differs)")
     return mf

@@ -1,19 +1,23 @@
-"""GGUF header reading: memory-mapped, bounds-checked, tensor data never touched.
+"""GGUF header reading: through a byte source, bounds-checked, tensor data never touched.
 
 gguf-py's `GGUFReader` builds a Python object per array element; on a 262k-token vocabulary
 that takes ~15 s, far from the 1 s `inspect` budget. This reader walks the same format
 (gguf-py's enums and `GGML_QUANT_SIZES` are the tables) but skips large arrays by arithmetic,
-and checks every length against the bytes the file still holds *before* allocating, so a
-hostile header is refused instead of exhausting memory.
+and checks every length against the bytes the file holds *before* allocating, so a hostile
+header is refused instead of exhausting memory. It reads from a `planner.gguf.source` source
+(a mapped local file, or a URL read by Range) and asks it for more bytes only when the parse
+reaches the end of what it has, saying how many more it certainly needs.
+
+A file holding the whole header but not all of the tensor data (a header-only file, as
+`fitplan fetch-header` writes) is a model to plan with: `ModelFile.has_weights` is False and
+whatever reads tensor data calls `require_weights` first.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import mmap
 import os
 import re
-import stat
 import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,14 +25,23 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType, Keys
 
-from planner.core.errors import GGUFError
+from planner.core.errors import BadInput, GGUFError, RemoteError
 from planner.core.units import pad
+from planner.gguf.source import Buffer, ByteSource, is_url, open_source
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 GGML_MAX_DIMS = 4
 # Arrays longer than this (tokenizer vocabularies, merges, scores) are not materialised.
 MAX_MATERIALISED_ARRAY = 4096
+# The fewest bytes a metadata entry (key length 8, type 4, a one-byte value) and a tensor info
+# (name length 8, n_dims 4, one dimension 8, type 4, offset 8) can take: what the rest of a
+# header certainly holds, told to a remote source so it fetches it in one request.
+MIN_KV_BYTES = 13
+MIN_TENSOR_INFO_BYTES = 32
+# A tensor said to end past this is hostile even in a header-only file (which cannot be checked
+# against its data): 256 TiB.
+MAX_TENSOR_END = 1 << 48
 
 _SCALAR_FORMAT: dict[GGUFValueType, str] = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
@@ -78,6 +91,12 @@ class ModelFile:
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     shard_paths: tuple[str, ...] = ()
     header_bytes: int = 0   # where the first shard's tensor data begins: the header a plan hashes
+    has_weights: bool = True  # False: a header-only file, or a model read over HTTP
+    header_digest: str | None = field(default=None, repr=False)  # sha256 of a header read over HTTP
+
+    @property
+    def remote(self) -> bool:
+        return is_url(self.path)
 
     @property
     def file_type(self) -> int | None:
@@ -95,15 +114,35 @@ class ModelFile:
     @functools.cached_property
     def header_sha256(self) -> str:
         """sha256 of the first shard's header (metadata and tensor index, not the weights): what
-        a plan file records to recognise its model."""
+        a plan file records to recognise its model. A URL's comes from the bytes already read."""
+        if self.header_digest is not None:
+            return self.header_digest
         with open(self.path, "rb") as f:
-            return hashlib.sha256(f.read(self.header_bytes)).hexdigest()
+            return _digest(f.read(self.header_bytes), self.header_bytes)
 
     def tensor(self, name: str) -> TensorInfo | None:
         for t in self.tensors:
             if t.name == name:
                 return t
         return None
+
+
+def _digest(header: Buffer, header_bytes: int) -> str:
+    """sha256 of the header's `header_bytes` bytes; a header-only file that stops before the
+    alignment padding hashes as if the padding (zeros, as every GGUF writer pads) were there."""
+    data = bytes(header[:header_bytes])
+    return hashlib.sha256(data + bytes(header_bytes - len(data))).hexdigest()
+
+
+def require_weights(model: ModelFile, what: str) -> None:
+    """Refuse, in one line, to read tensor data that is not on this machine."""
+    if model.has_weights:
+        return
+    if model.remote:
+        raise BadInput(f"{model.path}: {what} needs the weights, and this model is read over HTTP "
+                       f"(its header only): download it and pass the local file")
+    raise BadInput(f"{model.path}: {what} needs the weights, and this is a header-only file "
+                   f"(it holds no tensor data): pass the full model file")
 
 
 def tensor_nbytes(ggml_type: GGMLQuantizationType, shape: tuple[int, ...]) -> int:
@@ -123,18 +162,36 @@ def row_size(ggml_type: GGMLQuantizationType, n_elements: int) -> int:
 
 
 class _Cursor:
-    """Reads little-endian values from a mapped file, refusing to step past its end."""
+    """Reads little-endian values from a source's prefix, asking it for more as the parse goes
+    and refusing to step past the file's end. `size` bounds every claimed length (the file's
+    size, or the header cap); `avail` is what the buffer holds now; `reserve` is what the rest
+    of the header certainly holds after the current item."""
 
-    def __init__(self, path: str, buf: mmap.mmap | bytes) -> None:
-        self.path = path
-        self.buf = buf
-        self.size = len(buf)
+    def __init__(self, source: ByteSource) -> None:
+        self.path = source.name
+        self.source = source
+        self.buf = source.prefix(0)
+        self.avail = len(self.buf)
+        self.size = source.bound
         self.pos = 0
+        self.reserve = 0
 
-    def need(self, n_bytes: int, what: str) -> None:
-        if n_bytes < 0 or self.pos + n_bytes > self.size:
+    def fill(self, end: int, certain: int = 0) -> None:
+        """Make the buffer hold bytes up to `end` if the file has them."""
+        if end > self.avail:
+            self.buf = self.source.prefix(end, certain=certain + self.reserve)
+            self.avail = len(self.buf)
+            if self.source.size is not None:
+                self.size = self.source.size
+
+    def need(self, n_bytes: int, what: str, certain: int = 0) -> None:
+        if n_bytes >= 0 and self.pos + n_bytes <= self.avail:
+            return
+        if n_bytes >= 0:
+            self.fill(self.pos + n_bytes, certain)
+        if n_bytes < 0 or self.pos + n_bytes > self.avail:
             raise GGUFError(self.path, f"truncated header: {what} at byte {self.pos} needs {n_bytes} bytes, "
-                                       f"the file has {self.size - self.pos} left")
+                                       f"the file has {max(0, self.avail - self.pos)} left")
 
     def unpack(self, fmt: str, what: str) -> Any:
         n = struct.calcsize(fmt)
@@ -148,22 +205,28 @@ class _Cursor:
         if length > self.size - self.pos:
             raise GGUFError(self.path, f"hostile header: {what} claims {length} bytes, "
                                        f"only {self.size - self.pos} remain in the file")
+        self.need(length, what)
         raw = bytes(self.buf[self.pos:self.pos + length])
         self.pos += length
         return raw.decode("utf-8", errors="replace")
 
     def skip_strings(self, count: int, what: str) -> None:
-        buf, pos, size = self.buf, self.pos, self.size
-        for _ in range(count):
-            if pos + 8 > size:
+        buf, pos, avail = self.buf, self.pos, self.avail
+        for i in range(count):
+            if pos + 8 > avail:
                 self.pos = pos
-                self.need(8, f"an element of {what}")
+                self.need(8, f"an element of {what}", certain=8 * (count - i - 1))
+                buf, avail = self.buf, self.avail
             (length,) = struct.unpack_from("<Q", buf, pos)
             pos += 8 + length
-            if pos > size:
+            if pos > avail:
+                if pos > self.size:
+                    self.pos = pos - length
+                    raise GGUFError(self.path, f"hostile header: an element of {what} claims {length} bytes, "
+                                               f"past the end of the file")
                 self.pos = pos - length
-                raise GGUFError(self.path, f"hostile header: an element of {what} claims {length} bytes, "
-                                           f"past the end of the file")
+                self.need(length, f"an element of {what}", certain=8 * (count - i - 1))
+                buf, avail = self.buf, self.avail
         self.pos = pos
 
 
@@ -192,11 +255,12 @@ def _read_value(cur: _Cursor, vtype: GGUFValueType, key: str) -> Any:
         if etype == GGUFValueType.STRING:
             cur.skip_strings(count, f"array {key!r}")
         else:
-            cur.pos += count * min_elem
+            cur.pos += count * min_elem   # the next read fetches what a remote source skipped
         return SkippedArray(etype, count)
     if etype == GGUFValueType.STRING:
         return tuple(cur.string(f"element of {key!r}") for _ in range(count))
     fmt = _SCALAR_FORMAT[etype]
+    cur.need(count * min_elem, f"array {key!r}")
     values = struct.unpack_from(f"<{count}{fmt[1]}", cur.buf, cur.pos)
     cur.pos += count * min_elem
     return tuple(values)
@@ -218,60 +282,55 @@ class _Shard:
     metadata: dict[str, Any]
     tensors: tuple[TensorInfo, ...]
     header_bytes: int = 0
+    has_weights: bool = True
+    digest: str | None = None    # sha256 of the header, for a shard read over HTTP
 
 
-def _read_shard(path: str, shard_no: int) -> _Shard:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise GGUFError(path, "no such file") from None
-    except OSError as e:
-        raise GGUFError(path, f"cannot open: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # a directory or a device opens fine but cannot be mapped
-            raise GGUFError(path, "not a regular file")
-        if st.st_size == 0:
-            raise GGUFError(path, "not a GGUF file (it is empty)")
-        try:
-            buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        except OSError as e:
-            raise GGUFError(path, f"cannot map: {e.strerror}") from None
-        with buf:
-            return _parse(path, buf, shard_no)
-    finally:
-        os.close(fd)
+def _read_shard(location: str, shard_no: int) -> _Shard:
+    with open_source(location) as source:
+        shard = _parse(source, shard_no)
+        source.keep(shard.header_bytes)
+        return shard
 
 
-def _parse(path: str, buf: mmap.mmap, shard_no: int) -> _Shard:
-    cur = _Cursor(path, buf)
-    if cur.size < 4 or bytes(buf[:4]) != GGUF_MAGIC:
-        raise GGUFError(path, "not a GGUF file (bad magic)")
+def _parse(source: ByteSource, shard_no: int) -> _Shard:
+    cur = _Cursor(source)
+    path = cur.path
+    cur.fill(4)
+    if cur.avail < 4 or bytes(cur.buf[:4]) != GGUF_MAGIC:
+        raise GGUFError(path, "not a GGUF file (it is empty)" if cur.avail == 0 else "not a GGUF file (bad magic)")
     cur.pos = 4
     version = cur.unpack("<I", "version")
     if version not in SUPPORTED_VERSIONS:
         raise GGUFError(path, f"unsupported GGUF version {version} (fitplan reads versions 2 and 3)")
     n_tensors = cur.unpack("<Q", "tensor count")
     n_kv = cur.unpack("<Q", "metadata count")
-    # A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info 8+4+8+4+8.
-    if n_kv * 13 > cur.size - cur.pos:
+    if n_kv * MIN_KV_BYTES > cur.size - cur.pos:
         raise GGUFError(path, f"hostile header: {n_kv} metadata entries cannot fit in {cur.size} bytes")
-    if n_tensors * 32 > cur.size - cur.pos:
+    if n_tensors * MIN_TENSOR_INFO_BYTES > cur.size - cur.pos:
         raise GGUFError(path, f"hostile header: {n_tensors} tensors cannot fit in {cur.size} bytes")
 
-    metadata = _read_metadata(cur, n_kv)
-    infos = [_read_tensor_info(cur, i) for i in range(n_tensors)]
+    metadata = _read_metadata(cur, n_kv, n_tensors * MIN_TENSOR_INFO_BYTES)
+    infos = []
+    for i in range(n_tensors):
+        cur.reserve = (n_tensors - i - 1) * MIN_TENSOR_INFO_BYTES
+        infos.append(_read_tensor_info(cur, i))
     alignment = int(metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT) or GGUF_DEFAULT_ALIGNMENT)
     if alignment <= 0 or alignment & (alignment - 1):
         raise GGUFError(path, f"{Keys.General.ALIGNMENT} {alignment} is not a power of two")
     data_start = pad(cur.pos, alignment)
     tensors = tuple(_tensor(cur, info, data_start, shard_no) for info in infos)
-    return _Shard(version, metadata, tensors, data_start)
+    data_end = max((t.data_offset + t.n_bytes for t in tensors), default=data_start)
+    has_weights = not source.remote and source.size is not None and data_end <= source.size
+    digest = _digest(cur.buf, data_start) if source.remote else None
+    return _Shard(version, metadata, tensors, data_start, has_weights, digest)
 
 
-def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
+def _read_metadata(cur: _Cursor, n_kv: int, after: int) -> dict[str, Any]:
+    """The key-value section; `after` is what the tensor infos that follow it certainly hold."""
     metadata: dict[str, Any] = {}
-    for _ in range(n_kv):
+    for i in range(n_kv):
+        cur.reserve = (n_kv - i - 1) * MIN_KV_BYTES + after
         key = cur.string("a metadata key")
         vtype = _value_type(cur, cur.unpack("<I", f"type of {key!r}"), key)
         metadata[key] = _read_value(cur, vtype, key)
@@ -309,9 +368,12 @@ def _tensor(cur: _Cursor, info: _RawTensorInfo, data_start: int, shard_no: int) 
         raise GGUFError(cur.path, f"tensor {name!r}: row length {shape[0]} is not a multiple of "
                                   f"{qtype.name}'s block size {block_size}")
     n_bytes = tensor_nbytes(qtype, shape)
-    if data_start + info.offset + n_bytes > cur.size:
-        raise GGUFError(cur.path, f"truncated: tensor {name!r} ends at byte {data_start + info.offset + n_bytes}, "
-                                  f"the file has {cur.size}")
+    end = data_start + info.offset + n_bytes
+    # A header-only file holds no data to check against; a URL's size is the whole file's.
+    limit = cur.source.size if cur.source.remote and cur.source.size is not None else MAX_TENSOR_END
+    if end > limit:
+        raise GGUFError(cur.path, f"truncated: tensor {name!r} ends at byte {end}, the file has {limit}"
+                        if limit != MAX_TENSOR_END else f"hostile header: tensor {name!r} ends at byte {end}")
     return TensorInfo(name, qtype, shape, n_bytes, shard_no, data_start + info.offset)
 
 
@@ -324,14 +386,26 @@ def shard_paths(path: str) -> list[str]:
     return [f"{m.group('prefix')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 
+def _read_other_shard(location: str, shard_no: int, count: int, named: str) -> _Shard:
+    if not is_url(location) and not Path(location).exists():
+        raise GGUFError(named, f"missing shard {shard_no + 1} of {count}: {location}")
+    try:
+        return _read_shard(location, shard_no)
+    except RemoteError as e:
+        if e.status == 404:
+            raise GGUFError(named, f"missing shard {shard_no + 1} of {count}: {location}") from None
+        raise
+
+
 def read_model(path: str | os.PathLike[str], require_architecture: bool = True) -> ModelFile:
-    """Read a GGUF model's header (and every shard's tensor index for a split model).
-    require_architecture=False accepts files without general.architecture (stable-diffusion.cpp's
-    converter writes no metadata); their architecture is then ''."""
+    """Read a GGUF model's header (and every shard's tensor index for a split model) from a local
+    path or an http(s):// URL. require_architecture=False accepts files without
+    general.architecture (stable-diffusion.cpp's converter writes no metadata); their
+    architecture is then ''."""
     path = str(path)
     first = read_first = _read_shard(path, 0)
     paths = [path]
-    tensors = list(first.tensors)
+    shards = [first]
     split_count = int(first.metadata.get(Keys.Split.LLM_KV_SPLIT_COUNT, 1) or 1)
     if split_count > 1:
         paths = shard_paths(path)
@@ -340,20 +414,19 @@ def read_model(path: str | os.PathLike[str], require_architecture: bool = True) 
                                   f"the NAME-00001-of-{split_count:05d}.gguf pattern")
         given = paths.index(path) if path in paths else -1
         if given != 0:
-            first = _read_shard(paths[0], 0)
-            tensors = list(first.tensors)
+            first = _read_other_shard(paths[0], 0, split_count, path)
+        shards = [first]
         for i, shard in enumerate(paths[1:], start=1):
-            if not Path(shard).exists():
-                raise GGUFError(path, f"missing shard {i + 1} of {split_count}: {shard}")
             if i == given:   # the file named on the command line is parsed already
-                tensors.extend(replace(t, shard=i) for t in read_first.tensors)
+                shards.append(replace(read_first, tensors=tuple(replace(t, shard=i) for t in read_first.tensors)))
             else:
-                tensors.extend(_read_shard(shard, i).tensors)
+                shards.append(_read_other_shard(shard, i, split_count, path))
     arch = first.metadata.get(Keys.General.ARCHITECTURE)
     if not isinstance(arch, str) or not arch:
         if require_architecture:
             raise GGUFError(path, f"missing required key {Keys.General.ARCHITECTURE}")
         arch = ""
     return ModelFile(path=paths[0], version=first.version, architecture=arch,
-                     metadata=first.metadata, tensors=tuple(tensors), shard_paths=tuple(paths),
-                     header_bytes=first.header_bytes)
+                     metadata=first.metadata, tensors=tuple(t for s in shards for t in s.tensors),
+                     shard_paths=tuple(paths), header_bytes=first.header_bytes,
+                     has_weights=all(s.has_weights for s in shards), header_digest=first.digest)

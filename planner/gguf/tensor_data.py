@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.gguf.reader import ModelFile
+from planner.gguf.reader import ModelFile, require_weights
 
 
 class TensorData:
     """Read-only access to the tensor bytes of a (possibly split) model."""
 
     def __init__(self, model: ModelFile) -> None:
+        require_weights(model, "reading tensor data")
         paths = model.shard_paths or (model.path,)
         maps = [np.memmap(p, dtype=np.uint8, mode="r") for p in paths]
         self._where = {t.name: (maps[t.shard], t.data_offset) for t in model.tensors}

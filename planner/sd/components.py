@@ -14,6 +14,7 @@ from pathlib import Path
 from planner.core.errors import BadInput
 from planner.core.units import GiB
 from planner.gguf.reader import TensorInfo, read_model
+from planner.gguf.source import is_url, open_source
 from planner.sd.assign import Module
 from planner.sd.roles import Kind, ModelSource
 from planner.sd.safetensors_header import read_safetensors
@@ -99,13 +100,16 @@ def is_unused(name: str) -> bool:
     return name.startswith(UNUSED_PREFIXES)
 
 
+def _is_gguf(path: str) -> bool:
+    """By the magic for a local file; a URL by its name (sniffing it would cost a request)."""
+    if is_url(path):
+        return not path.split("?")[0].lower().endswith(".safetensors")
+    with open_source(path) as source:
+        return bytes(source.prefix(4)[:4]) == b"GGUF"
+
+
 def _file_tensors(path: str) -> list[tuple[str, int]]:
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        raise BadInput(f"{path}: {e.strerror or e}") from None
-    if magic == b"GGUF":
+    if _is_gguf(path):
         return [(t.name, t.n_bytes) for t in _gguf_tensors(path)]
     return [(t.name, t.n_bytes) for t in read_safetensors(path)]
 

@@ -4,6 +4,10 @@ Format (huggingface/safetensors README): u64 little-endian header length N, then
 JSON mapping tensor name -> {dtype, shape, data_offsets: [begin, end]} (offsets relative to the
 byte after the header), plus an optional "__metadata__" entry. Every length is checked against
 the file's size before anything is read, so a hostile header is refused, not obeyed.
+
+The bytes come through planner.gguf.source, so a local file, a header-only file (the JSON header
+and no data, whose offsets cannot be checked against data that is not there) and an http(s) URL
+(read by Range, through the header cache) are all read the same way.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import struct
 from dataclasses import dataclass
 
 from planner.core.errors import BadInput
+from planner.gguf.source import ByteSource, open_source
 
 # dtype -> (bytes per element in the file, bytes per element once stable-diffusion.cpp loads
 # it). sd.cpp widens F8 to F16 and narrows F64/I64 to 32 bits at load time
@@ -55,24 +60,33 @@ class _Header:
 
 
 def _read_header(path: str) -> _Header:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(HEADER_LEN_BYTES)
-        if len(head) < HEADER_LEN_BYTES:
-            raise SafetensorsError(path, f"file is {size} bytes, too short for a safetensors header")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - HEADER_LEN_BYTES:
-            raise SafetensorsError(path, f"header length {n} is larger than the file ({size} bytes)")
-        if n > MAX_HEADER_BYTES:
-            raise SafetensorsError(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
-        raw = f.read(n)
+    with open_source(path) as source:
+        header = _parse_header(path, source)
+        source.keep(HEADER_LEN_BYTES + header.header_len)
+    return header
+
+
+def _parse_header(path: str, source: ByteSource) -> _Header:
+    head = source.prefix(HEADER_LEN_BYTES)
+    size = source.size if source.size is not None else len(head)
+    if len(head) < HEADER_LEN_BYTES:
+        raise SafetensorsError(path, f"file is {len(head)} bytes, too short for a safetensors header")
+    (n,) = struct.unpack_from("<Q", head, 0)
+    if source.size is not None and n > size - HEADER_LEN_BYTES:
+        raise SafetensorsError(path, f"header length {n} is larger than the file ({size} bytes)")
+    if n > MAX_HEADER_BYTES:
+        raise SafetensorsError(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
+    buf = source.prefix(HEADER_LEN_BYTES + n)
+    if len(buf) < HEADER_LEN_BYTES + n:
+        raise SafetensorsError(path, f"header length {n} is larger than the file ({len(buf)} bytes)")
+    raw = bytes(buf[HEADER_LEN_BYTES:HEADER_LEN_BYTES + n])
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SafetensorsError(path, f"header is not valid JSON ({e.__class__.__name__})") from None
     if not isinstance(doc, dict):
         raise SafetensorsError(path, "header is not a JSON object")
-    return _Header(size, n, doc)
+    return _Header(source.size if source.size is not None else len(buf), n, doc)
 
 
 def _tensor(path: str, name: str, entry: object, data_bytes: int) -> StTensor:
@@ -90,7 +104,8 @@ def _tensor(path: str, name: str, entry: object, data_bytes: int) -> StTensor:
     for d in shape:
         n_elements *= d
     file_size, loaded_size = DTYPE_BYTES[dtype]
-    if not 0 <= begin <= end <= data_bytes:
+    # data_bytes 0: a header-only file, whose offsets have no data to lie inside
+    if not 0 <= begin <= end or (data_bytes and end > data_bytes):
         raise SafetensorsError(path, f"tensor {name!r}: data_offsets {offsets} outside the "
                                      f"{data_bytes}-byte data section")
     if end - begin != n_elements * file_size:
