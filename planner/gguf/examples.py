@@ -1,10 +1,16 @@
-"""Bundled example models, named `example:NAME` on the command line."""
+"""The MODEL argument's one entry point (`resolve_model`), and the bundled example models, `example:NAME`.
+
+Every command calls `resolve_model(spec)`; it returns what the reader opens (a local path or an
+http(s) URL). `resolve(spec)` returns the whole `Reference` (shards, the mmproj sibling, warnings).
+The precedence of paths, schemes and bare forms is planner.gguf.references'.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 from planner.core.errors import BadInput
+from planner.gguf.references import Reference, Source, resolve_reference
 
 CACHE_DIR = Path(os.environ.get("FITPLAN_CACHE", Path.home() / ".cache" / "fitplan")) / "models"
 
@@ -15,10 +21,19 @@ EXAMPLES: dict[str, tuple[str, str]] = {
 
 
 def resolve_model(spec: str) -> str:
-    """A model argument: a path, or `example:NAME` assembled once into the cache."""
-    if not spec.startswith("example:"):
-        return spec
-    name = spec.removeprefix("example:")
+    """A model argument as the location the reader opens (see planner.gguf.references)."""
+    return resolve(spec).location
+
+
+def resolve(spec: str) -> Reference:
+    """A model argument resolved: an existing path first, then `example:NAME` (assembled once into
+    the cache), then references, hubs and stores."""
+    if spec.startswith("example:") and not os.path.exists(spec):
+        return Reference(spec, _example(spec.removeprefix("example:")), Source.EXAMPLE)
+    return resolve_reference(spec)
+
+
+def _example(name: str) -> str:
     if name not in EXAMPLES:
         raise BadInput(f"unknown example model {name!r}: known examples are {', '.join(EXAMPLES)}")
     package, file_name = EXAMPLES[name]
