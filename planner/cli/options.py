@@ -7,7 +7,9 @@ from typing import Annotated
 import typer
 
 Format = Annotated[str, typer.Option("--format", help="table | json | yaml")]
-Model = Annotated[str, typer.Argument(help="GGUF path, or example:gemma3-270m")]
+Model = Annotated[str, typer.Argument(
+    help="GGUF path or http(s) URL; hf://ORG/REPO[:QUANT]\\[@REV], ORG/REPO[:QUANT], hf://ORG/REPO/FILE.gguf, "
+         "ms://ORG/REPO[:QUANT], ollama://NAME[:TAG]; or example:gemma3-270m")]
 Ram = Annotated[str | None, typer.Option("--ram", help="host RAM, e.g. 64GiB")]
 
 # click: unknown options and extra arguments (the llama.cpp flags) land in ctx.args

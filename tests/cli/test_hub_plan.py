@@ -1,0 +1,152 @@
+"""`fitplan plan` from references: Hugging Face and ModelScope repositories on loopback fakes, a
+3-shard split, an Ollama store laid out as Ollama lays it out; every failure one line, exit 2.
+
+The fakes serve sparse GGUFs by Range (tests/support/fake_hub.py); the plan of a reference must
+be the plan of the same file on disk.
+"""
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.core import net
+from planner.gguf import references
+from tests.support.fake_hub import (
+    MODEL_MEDIA_TYPE,
+    FakeHuggingFace,
+    FakeModelScope,
+    FakeOllamaRegistry,
+    OllamaLayer,
+    write_ollama_store,
+)
+from tests.support.gguf_factory import llama_spec
+
+DEVICES = ["--device", "CUDA0=256MiB", "--ram", "4GiB", "--ctx", "2048", "--format", "json"]
+COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+
+
+@dataclass
+class Hosts:
+    hf: FakeHuggingFace
+    ms: FakeModelScope
+    ollama: FakeOllamaRegistry
+    settings: net.NetSettings
+    files: Path
+
+
+@pytest.fixture
+def hosts(net_sandbox, http_servers, tmp_path, monkeypatch) -> Iterator[Hosts]:
+    hf, ms, ol = FakeHuggingFace(http_servers.start()), FakeModelScope(http_servers.start()), \
+        FakeOllamaRegistry(http_servers.start())
+    for var, url in (("HF_ENDPOINT", hf.endpoint), ("MODELSCOPE_ENDPOINT", ms.endpoint),
+                     ("FITPLAN_OLLAMA_REGISTRY", ol.endpoint), ("FITPLAN_HTTP_RETRIES", "0")):
+        monkeypatch.setenv(var, url)
+    files = tmp_path / "files"
+    files.mkdir()
+    with net.use(net.from_environment()) as settings:
+        yield Hosts(hf, ms, ol, settings, files)
+    references.forget()
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def plan_of(capsys, model: str) -> dict:
+    code, out, err = run(capsys, "plan", model, *DEVICES)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def same_plan(a: dict, b: dict) -> None:
+    assert a["flags"] == b["flags"] and a["devices"] == b["devices"]
+
+
+def write(hosts: Hosts, name: str, **kw) -> list[Path]:
+    return llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(hosts.files / name, **kw)
+
+
+def test_a_quant_tag_on_the_fake_hub_plans_as_the_local_file(hosts, capsys, tmp_path):
+    [local] = llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(tmp_path / "local.gguf")
+    [served] = write(hosts, "served-Q4_K_M.gguf")
+    [other] = write(hosts, "served-Q8_0.gguf")
+    hosts.hf.add("org/model-GGUF", {"model-Q8_0.gguf": other, "model-Q4_K_M.gguf": served}, commit=COMMIT)
+    same_plan(plan_of(capsys, "hf://org/model-GGUF:Q4_K_M"), plan_of(capsys, str(local)))
+    resolves = [r for r in hosts.hf.server.records() if "/resolve/" in r.path]
+    assert {r.path for r in resolves} == {f"/org/model-GGUF/resolve/{COMMIT}/model-Q4_K_M.gguf"}
+    # only the header crossed the wire, never the tensor data
+    assert hosts.hf.server.body_bytes() < served.stat().st_size
+
+
+def test_a_modelscope_reference_plans(hosts, capsys, tmp_path):
+    [local] = llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(tmp_path / "local.gguf")
+    [served] = write(hosts, "ms-Q4_K_M.gguf")
+    hosts.ms.add("org/model-GGUF", {"Q4_K_M/model-Q4_K_M.gguf": served})
+    same_plan(plan_of(capsys, "ms://org/model-GGUF:Q4_K_M"), plan_of(capsys, str(local)))
+    assert hosts.ms.server.requests("/models/org/model-GGUF/resolve/master/Q4_K_M/model-Q4_K_M.gguf") >= 1
+
+
+def test_a_three_shard_split_resolves_and_plans(hosts, capsys, tmp_path):
+    [local] = llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(tmp_path / "local.gguf")
+    shards = write(hosts, "big-Q4_K_M.gguf", shards=3)
+    assert [p.name for p in shards] == [f"big-Q4_K_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    hosts.hf.add("org/big-GGUF", {f"Q4_K_M/{p.name}": p for p in shards}, commit=COMMIT)
+    same_plan(plan_of(capsys, "org/big-GGUF:Q4_K_M"), plan_of(capsys, str(local)))
+    for p in shards:    # every shard's header read, none of its data
+        path = f"/org/big-GGUF/resolve/{COMMIT}/Q4_K_M/{p.name}"
+        assert hosts.hf.server.requests(path) >= 1
+        assert hosts.hf.server.body_bytes(path) < p.stat().st_size
+
+
+def test_an_ollama_name_plans_from_the_local_store(hosts, capsys, tmp_path):
+    [local] = llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(tmp_path / "local.gguf")
+    [blob] = write(hosts, "pulled.gguf")
+    write_ollama_store(hosts.settings.ollama_models, "qwen3", "30b-a3b", [OllamaLayer(MODEL_MEDIA_TYPE, blob)])
+    same_plan(plan_of(capsys, "ollama://qwen3:30b-a3b"), plan_of(capsys, str(local)))
+    assert hosts.ollama.server.requests() == 0
+
+
+def test_an_ollama_name_not_pulled_plans_from_the_registry(hosts, capsys, tmp_path):
+    [local] = llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(tmp_path / "local.gguf")
+    [blob] = write(hosts, "remote.gguf")
+    layer = OllamaLayer(MODEL_MEDIA_TYPE, blob)
+    hosts.ollama.add("qwen3", "8b", [layer])
+    same_plan(plan_of(capsys, "ollama://qwen3:8b"), plan_of(capsys, str(local)))
+    assert hosts.ollama.server.body_bytes(f"/v2/library/qwen3/blobs/{layer.digest}") < blob.stat().st_size
+
+
+def _dead() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("case, model, expected", [
+    ("unknown repo", "hf://org/missing:Q4_K_M", "no repository org/missing on "),
+    ("no such quant", "hf://org/model-GGUF:Q2_K", "no quant tag 'Q2_K' in org/model-GGUF@89abcdef0123; "
+                                                 "quants available: Q4_K_M"),
+    ("gated, no token", "hf://org/gated-GGUF", "org/gated-GGUF is a gated repository"),
+    ("unknown Ollama model", "ollama://nosuch:1b", "no such Ollama model"),
+    ("unknown scheme", "gs://bucket/model.gguf", "unknown scheme 'gs'"),
+    ("dead endpoint", "hf://org/model-GGUF", "cannot reach the Hugging Face endpoint"),
+])
+def test_each_failure_is_one_line_and_exit_2(hosts, capsys, monkeypatch, case, model, expected):
+    [served] = write(hosts, "m-Q4_K_M.gguf")
+    hosts.hf.add("org/model-GGUF", {"model-Q4_K_M.gguf": served}, commit=COMMIT)
+    hosts.hf.add("org/gated-GGUF", {"model-Q4_K_M.gguf": served}, gated=True)
+    with net.use(net.overridden(hf_endpoint=_dead()) if case == "dead endpoint" else net.current()):
+        code, out, err = run(capsys, "plan", model, "--device", "CUDA0=256MiB", "--ram", "4GiB")
+    assert code == 2, err
+    # the loopback server's own threads may print to stderr too (a client hanging up mid-answer)
+    lines = [line for line in err.splitlines() if line.startswith("fitplan:")]
+    assert len(lines) == 1 and lines[0].startswith("fitplan: error: ") and expected in lines[0], err
+    if case == "gated, no token":
+        assert "HF_TOKEN" in lines[0] and "--token-file" in lines[0]
