@@ -94,6 +94,15 @@ def test_a_modelscope_reference_plans(hosts, capsys, tmp_path):
     assert hosts.ms.server.requests("/models/org/model-GGUF/resolve/master/Q4_K_M/model-Q4_K_M.gguf") >= 1
 
 
+def test_the_hubs_redirect_to_its_storage_host_is_followed(hosts, capsys, tmp_path, http_servers):
+    [local] = llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(tmp_path / "local.gguf")
+    [served] = write(hosts, "r-Q4_K_M.gguf")
+    hosts.hf.storage = storage = http_servers.start()
+    hosts.hf.add("org/model-GGUF", {"model-Q4_K_M.gguf": served}, commit=COMMIT)
+    same_plan(plan_of(capsys, "hf://org/model-GGUF"), plan_of(capsys, str(local)))
+    assert storage.requests() >= 1 and 0 < storage.body_bytes() < served.stat().st_size
+
+
 def test_a_three_shard_split_resolves_and_plans(hosts, capsys, tmp_path):
     [local] = llama_spec(n_layer=4, n_embd=512, n_ff=1024).write(tmp_path / "local.gguf")
     shards = write(hosts, "big-Q4_K_M.gguf", shards=3)

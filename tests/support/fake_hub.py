@@ -53,9 +53,14 @@ class FakeRepo:
 
 
 class FakeHuggingFace:
-    def __init__(self, server: LoopbackServer, token: str | None = None) -> None:
+    """With `storage`, file requests are answered as the Hub answers them: 302 to a storage host
+    (a second server) that serves the bytes without asking for the token."""
+
+    def __init__(self, server: LoopbackServer, token: str | None = None,
+                 storage: LoopbackServer | None = None) -> None:
         self.server = server
         self.token = token
+        self.storage = storage
         self.repos: dict[str, FakeRepo] = {}
         server.mount("api/models", self._api, prefix=True, protected=False)
         server.mount("/", self._resolve, prefix=True, protected=False)
@@ -100,7 +105,12 @@ class FakeHuggingFace:
             return _json(401, {"error": "Access to this model is restricted"}, {"X-Error-Code": "GatedRepo"})
         if path not in repo.files:
             return _json(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
-        return Reply(200, repo.files[path], {"X-Repo-Commit": repo.commit, "ETag": f'"{repo.commit}-{path}"'})
+        headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{repo.commit}-{path}"'}
+        if self.storage is not None:
+            blob = f"/blobs/{repo_id}/{repo.commit}/{path}"
+            self.storage.mount(blob, repo.files[path], protected=False)
+            return Reply(302, b"", {**headers, "Location": self.storage.url(blob)})
+        return Reply(200, repo.files[path], headers)
 
 
 class FakeModelScope:
