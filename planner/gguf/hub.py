@@ -14,6 +14,8 @@ without any request, like llama.cpp's offline resolution (download.cpp:964-982).
 The network: the Hub's model API through huggingface_hub (`model_info` at a revision: the commit
 and every file path in one request, where llama.cpp makes two, hf-cache.cpp:206-351 refs then
 tree); ModelScope's `/api/v1/models/ORG/REPO/repo/files` listing through planner.core.http.
+The rules take the first matching file in listing order: here the API's `siblings` order, where
+llama.cpp walks the tree listing; they can differ only when several files match one quant tag.
 """
 from __future__ import annotations
 
