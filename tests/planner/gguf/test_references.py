@@ -344,3 +344,22 @@ def test_an_ollama_model_of_tensor_layers_has_nothing_to_plan_from(hosts):
     hosts.ollama.add("st", "latest", [layer])
     with pytest.raises(BadInput, match="per-tensor layers for Ollama's own engine"):
         resolve_model("ollama://st")
+
+
+def test_a_named_file_resolves_exactly_or_lists_the_gguf_files(hosts):
+    hosts.hf.add("org/repo", {"sub/m-Q4_K_M.gguf": gguf(hosts, "f1.gguf"), "m-Q8_0.gguf": gguf(hosts, "f2.gguf")},
+                 commit=COMMIT)
+    assert resolve_model("huggingface.co/org/repo/sub/m-Q4_K_M.gguf") == \
+        f"{hosts.hf.endpoint}/org/repo/resolve/{COMMIT}/sub/m-Q4_K_M.gguf"
+    with pytest.raises(BadInput) as e:
+        resolve_model("hf://org/repo/m-Q4_K_M.gguf")
+    assert str(e.value) == ("hf://org/repo/m-Q4_K_M.gguf: no file 'm-Q4_K_M.gguf' in org/repo@0123456789ab; "
+                            "its GGUF files: sub/m-Q4_K_M.gguf, m-Q8_0.gguf")
+
+
+def test_an_ollama_pull_from_another_host_is_found_under_that_host(hosts):
+    # `ollama pull hf.co/ORG/REPO:Q4_K_M` keeps its manifest under manifests/hf.co/ORG/REPO/Q4_K_M
+    layers = [OllamaLayer(MODEL_MEDIA_TYPE, gguf(hosts, "h.gguf"))]
+    write_ollama_store(hosts.settings.ollama_models, "Model-GGUF", "Q4_K_M", layers, namespace="org", host="hf.co")
+    ref = resolve_reference("ollama://hf.co/org/Model-GGUF:Q4_K_M")
+    assert ref.source is Source.OLLAMA_STORE and ref.location.endswith(layers[0].digest.replace(":", "-"))
