@@ -45,8 +45,9 @@ def http_servers() -> Iterator[object]:
 
 @pytest.fixture
 def net_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """Network settings with every cache under tmp_path, no token, no retries' waiting: set in the
-    environment (so the CLI's own settings see them) and made current. Yields the NetSettings."""
+    """Network settings with every cache under tmp_path, no token, one retry: set in the
+    environment, which `net.current()` reads on every call (so a test's later monkeypatch.setenv
+    applies too). Yields the settings as they stand at the start."""
     from planner.core import net
 
     env = {"FITPLAN_HEADER_CACHE": str(tmp_path / "cache" / "headers"), "HF_HUB_CACHE": str(tmp_path / "cache" / "hub"),
@@ -57,5 +58,16 @@ def net_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[obj
     for k in ("HF_TOKEN", "HF_ENDPOINT", "MODELSCOPE_ENDPOINT", "FITPLAN_OLLAMA_REGISTRY", "HTTP_PROXY",
               "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(k, raising=False)
-    with net.use(net.from_environment()) as settings:
-        yield settings
+    yield net.from_environment()
+
+
+@pytest.fixture(scope="session")
+def remote_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Sparse models written once per session to serve over loopback HTTP: "llama-70b" (~40 GiB
+    logical), "gemma2-9b" (a 256k vocabulary), "split" (llama-70b as 3 gguf-split shards, first shard)."""
+    from tests.support.remote_models import BIG_VOCAB, big_vocab, llama_70b
+
+    d = tmp_path_factory.mktemp("remote-models")
+    [seventy] = llama_70b(d)
+    split = llama_70b(d, shards=3)
+    return {"llama-70b": seventy, BIG_VOCAB: big_vocab(d), "split": split[0]}

@@ -75,12 +75,15 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
     """kernels (embedded engine): "default" float32 kernels, or "ggml-avx2", which reproduce
     llama.cpp's portable x86-64 CPU build bit for bit (runtime/ggml/exact.py), several times slower.
     reserve_only: build the graphs, run the passes, cut the splits and reserve the buffers against
-    the budgets without reading a weight or computing a token (seconds, bounded memory)."""
+    the budgets without reading a weight or computing a token (seconds, bounded memory); the only
+    form a header-only file or a URL can take."""
     if engine not in ENGINES:
         raise BadInput(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if reserve_only and engine != "embedded":
         raise BadInput("--reserve-only runs the embedded engine's scheduler and allocator: drop --engine llama.cpp")
     ctx = model_context(req.model_file or resolve_model(req.model))
+    if not reserve_only:   # it loads and runs the weights: a header-only file or a URL is not enough
+        require_weights(ctx.model, "validate" if engine == "embedded" else "validate --engine llama.cpp")
     settings = resolve_settings(ctx, req.flags, req.inventory)   # once: the estimate and the run share it
     est = estimate_settings(settings)
     if req.n_prompt + req.n_gen > est.cparams.n_ctx:
@@ -189,7 +192,6 @@ def validate_request(target: str, flags: list[str], devices: str | None = None, 
 def _check_header(path: str, doc: Deployment) -> ModelFile:
     """The plan's model, read once (validate reuses it), checked against the recorded hash."""
     mf = read_model(doc.model_path)
-    require_weights(mf, "validate")   # it loads and runs the weights: a header is not enough
     if doc.header_sha256 and mf.header_bytes and mf.header_sha256 != doc.header_sha256:
         raise BadInput(f"{path}: {doc.model_path} is not the model the plan was made for (header sha256 differs)")
     return mf

@@ -10,7 +10,9 @@ import typer
 
 from planner.cli.devices import devices_cmd
 from planner.cli.estimate import estimate_cmd
+from planner.cli.fetch_header import fetch_header_cmd
 from planner.cli.inspect_model import inspect_cmd
+from planner.cli.network import root_callback
 from planner.cli.options import LLAMA_FLAGS_CONTEXT
 from planner.cli.plan import plan_cmd
 from planner.cli.sd_fit import sd_fit_cmd
@@ -22,10 +24,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Placement planner and auto-fit advisor for ggml engines.")
 
 
-@app.callback()
-def _root() -> None:
-    """Placement planner and auto-fit advisor for ggml engines."""
-
+app.callback()(root_callback)
 
 # `fitplan --help` lists the commands in this order.
 app.command("devices")(devices_cmd)
@@ -35,6 +34,7 @@ app.command("sweep", context_settings=LLAMA_FLAGS_CONTEXT)(sweep_cmd)
 app.command("plan")(plan_cmd)
 app.command("validate", context_settings=LLAMA_FLAGS_CONTEXT)(validate_cmd)
 app.command("inspect")(inspect_cmd)
+app.command("fetch-header")(fetch_header_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -286,6 +286,25 @@ class _Shard:
     digest: str | None = None    # sha256 of the header, for a shard read over HTTP
 
 
+@dataclass(frozen=True)
+class ShardHeader:
+    """One file's header bytes (up to where its tensor data begins) and its split count."""
+
+    data: bytes
+    split_count: int
+
+
+def read_header_bytes(location: str) -> ShardHeader:
+    """The header of one GGUF file, parsed (so it is known to be whole) and returned as bytes, the
+    alignment padding included: written out, it is a header-only file of the same model."""
+    with open_source(location) as source:
+        shard = _parse(source, 0)
+        source.keep(shard.header_bytes)
+        data = bytes(source.prefix(shard.header_bytes)[:shard.header_bytes])
+    count = int(shard.metadata.get(Keys.Split.LLM_KV_SPLIT_COUNT, 1) or 1)
+    return ShardHeader(data + bytes(shard.header_bytes - len(data)), count)
+
+
 def _read_shard(location: str, shard_no: int) -> _Shard:
     with open_source(location) as source:
         shard = _parse(source, shard_no)

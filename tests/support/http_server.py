@@ -17,6 +17,7 @@ import email.utils
 import hashlib
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -96,6 +97,17 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
     return (start, stop) if start < size and start < stop else None
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client hanging up (after an error answer, or once it has the header it needed) is
+        ordinary here; anything else is printed as socketserver prints it."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class LoopbackServer:
     def __init__(self, *, ranges: bool = True, lengths: bool = True, token: str | None = None) -> None:
         self.ranges = ranges
@@ -118,8 +130,7 @@ class LoopbackServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 

@@ -1,0 +1,204 @@
+"""Byte sources under the header reader, against real HTTP servers on 127.0.0.1.
+
+Bounds come from the issue: a remote header costs at most its own size plus one initial chunk
+(INITIAL_CHUNK, 256 KiB), which for files of 10 GiB and more is at most 0.1 % of the file; a
+second read through the header cache is one conditional request answered 304, without a body.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from planner.core import http, net
+from planner.core.errors import BadInput, GGUFError
+from planner.core.units import GiB, KiB
+from planner.gguf.reader import read_model
+from planner.gguf.source import INITIAL_CHUNK, HeaderCache, HTTPSource, open_source
+from planner.gguf.tensor_data import TensorData
+from tests.support.http_server import Redirect
+
+
+def _same_model(a, b) -> None:
+    assert (a.architecture, a.version, a.header_bytes) == (b.architecture, b.version, b.header_bytes)
+    assert a.tensors == b.tensors
+    assert a.metadata == b.metadata
+    assert a.header_sha256 == b.header_sha256
+
+
+@pytest.mark.parametrize("name", ["llama-70b", "gemma2-9b"])
+def test_a_url_reads_as_the_local_file_for_a_header_and_a_chunk(name, remote_models, http_servers, net_sandbox):
+    path = remote_models[name]
+    srv = http_servers.start()
+    url = srv.serve_file(f"/{name}.gguf", path)
+    local = read_model(path)
+    remote = read_model(url)
+    _same_model(remote, local)
+    assert remote.path == url and remote.remote and not remote.has_weights
+    size = path.stat().st_size
+    served = srv.body_bytes()
+    assert local.header_bytes <= served <= local.header_bytes + INITIAL_CHUNK
+    if size >= 10 * GiB:
+        assert served <= size / 1000
+    assert srv.requests() <= 16
+    assert all(r.status == 206 for r in srv.log)
+
+
+def test_the_second_read_is_one_request_without_a_body(remote_models, http_servers, net_sandbox):
+    srv = http_servers.start()
+    url = srv.serve_file("/m.gguf", remote_models["llama-70b"])
+    first = read_model(url)
+    srv.reset()
+    again = read_model(url)
+    _same_model(again, first)
+    assert [(r.status, r.body_bytes) for r in srv.log] == [(304, 0)]
+    assert "if-none-match" in srv.log[0].headers
+
+
+def test_a_changed_file_is_read_again(tmp_path, http_servers, net_sandbox):
+    from tests.support.gguf_factory import llama_spec
+
+    [path] = llama_spec(n_layer=2).write(tmp_path / "m.gguf")
+    srv = http_servers.start()
+    url = srv.serve_file("/m.gguf", path)
+    assert read_model(url).metadata["llama.block_count"] == 2
+    [path] = llama_spec(n_layer=3).write(tmp_path / "m.gguf")
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))   # a new ETag and Last-Modified
+    srv.reset()
+    assert read_model(url).metadata["llama.block_count"] == 3
+    assert srv.log[0].status == 206 and srv.log[0].body_bytes > 0
+
+
+def test_the_cache_is_bounded_and_evicts_the_least_recently_used(tmp_path):
+    cache = HeaderCache(tmp_path / "c", limit=3000)
+    v = http.Validators(etag='"e"')
+    for name in ("a", "b"):
+        cache.put(f"http://h/{name}", b"x" * 1000, 10**9, v)
+    assert cache.get("http://h/a") is not None     # a is now more recent than b
+    os.utime(tmp_path / "c" / f"{cache._key('http://h/b')}.json", (1, 1))
+    cache.put("http://h/c", b"x" * 1000, 10**9, v)  # a, b, c and their descriptions exceed 3000 bytes
+    assert cache.get("http://h/b") is None
+    assert cache.get("http://h/a") is not None and cache.get("http://h/c") is not None
+    assert not [p for p in (tmp_path / "c").iterdir() if p.suffix not in (".json", ".header")]
+
+
+def test_the_cache_keeps_nothing_without_validators_or_larger_than_its_bound(tmp_path):
+    cache = HeaderCache(tmp_path / "c", limit=100)
+    cache.put("http://h/a", b"x" * 10, 10, http.Validators())
+    cache.put("http://h/b", b"x" * 101, 101, http.Validators(etag='"e"'))
+    assert not (tmp_path / "c").exists() or not list((tmp_path / "c").iterdir())
+
+
+def test_a_cache_entry_is_itself_a_header_only_model(remote_models, http_servers, net_sandbox):
+    srv = http_servers.start()
+    url = srv.serve_file("/m.gguf", remote_models["llama-70b"])
+    remote = read_model(url)
+    [entry] = list(net_sandbox.header_cache.glob("*.header"))
+    saved = read_model(entry)
+    assert saved.tensors == remote.tensors and saved.header_sha256 == remote.header_sha256
+    assert not saved.has_weights
+
+
+def test_redirects_to_storage_keep_the_token_at_home(remote_models, http_servers, net_sandbox):
+    storage = http_servers.start()
+    front = http_servers.start(token="s3cret")
+    target = storage.serve_file("/blob/llama", remote_models["llama-70b"])
+    url = front.mount("/org/repo/resolve/main/llama.gguf", Redirect(target))
+    with net.use(net.overridden(hf_endpoint=front.base_url, token="s3cret")):
+        model = read_model(url)
+    assert model.architecture == "llama"
+    assert all(r.headers.get("authorization") == "Bearer s3cret" for r in front.log)
+    assert storage.log and not any("authorization" in r.headers for r in storage.log)
+
+
+def test_without_range_the_stream_stops_at_the_header(remote_models, http_servers, net_sandbox):
+    path = remote_models["llama-70b"]
+    srv = http_servers.start(ranges=False)
+    url = srv.serve_file("/m.gguf", path)
+    with net.use(net.overridden(header_cache_bytes=0)), HTTPSource(url) as source:
+        model = read_model(url)
+        source.prefix(1)
+    _same_model(model, read_model(path))
+    header = model.header_bytes
+    # one 200 per read, each dropped near the header's end: the server wrote at most what the
+    # client took plus the sockets' buffers, never the 40 GiB behind it
+    assert [r.status for r in srv.log] == [200, 200]
+    assert srv.log[0].body_bytes < header + 64 * 2**20
+    assert source.bytes_received == INITIAL_CHUNK
+
+
+def test_the_header_cap_refuses_a_header_in_one_line(remote_models, http_servers, net_sandbox):
+    srv = http_servers.start()
+    url = srv.serve_file("/m.gguf", remote_models["llama-70b"])
+    with net.use(net.overridden(header_cap_bytes=1024 * KiB)), pytest.raises(BadInput) as e:
+        read_model(url)
+    assert "larger than the 1.00 MiB cap" in str(e.value) and "\n" not in str(e.value)
+    assert srv.body_bytes() <= 1024 * KiB
+
+
+def test_a_hostile_length_is_refused_before_it_is_fetched(tmp_path, http_servers, net_sandbox):
+    raw = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 5) + b"hello" + struct.pack("<I", 8)
+    raw += struct.pack("<Q", 30 * 2**30)   # a string value of 30 GiB in a file of a few bytes... served as 40 GiB
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(raw)
+    os.truncate(path, 40 * GiB)
+    srv = http_servers.start()
+    url = srv.serve_file("/h.gguf", path)
+    with pytest.raises(BadInput, match="cap"):
+        read_model(url)
+    assert srv.body_bytes() <= net_sandbox.header_cap_bytes
+
+
+def test_a_split_model_is_read_shard_by_shard_header_only(remote_models, http_servers, net_sandbox):
+    first = remote_models["split"]
+    srv = http_servers.start()
+    for shard in sorted(first.parent.glob("llama-70b-split-*")):
+        srv.serve_file(f"/{shard.name}", shard)
+    model = read_model(srv.url(first.name))
+    local = read_model(first)
+    assert model.tensors == local.tensors and len(model.shard_paths) == 3
+    for shard in sorted(first.parent.glob("llama-70b-split-*")):
+        assert srv.body_bytes(f"/{shard.name}") <= read_model_header(shard) + INITIAL_CHUNK
+
+
+def read_model_header(shard: Path) -> int:
+    from planner.gguf.reader import read_header_bytes
+
+    return len(read_header_bytes(str(shard)).data)
+
+
+def test_a_missing_shard_is_named(remote_models, http_servers, net_sandbox):
+    first = remote_models["split"]
+    srv = http_servers.start()
+    srv.serve_file(f"/{first.name}", first)
+    with pytest.raises(GGUFError, match=r"missing shard 2 of 3: http://127\.0\.0\.1:\d+/llama-70b-split-00002"):
+        read_model(srv.url(first.name))
+
+
+def test_header_only_files_plan_but_hold_no_weights(tmp_path, remote_models):
+    full = read_model(remote_models["llama-70b"])
+    cut = tmp_path / "m.header.gguf"
+    with open(remote_models["llama-70b"], "rb") as f:
+        cut.write_bytes(f.read(full.header_bytes - 3))   # even without all its alignment padding
+    model = read_model(cut)
+    assert model.tensors == full.tensors and not model.has_weights and full.has_weights
+    assert model.header_sha256 == full.header_sha256
+    with pytest.raises(BadInput, match="reading tensor data needs the weights, and this is a header-only file"):
+        TensorData(model)
+
+
+def test_a_url_model_refuses_tensor_reads(remote_models, http_servers, net_sandbox):
+    srv = http_servers.start()
+    model = read_model(srv.serve_file("/m.gguf", remote_models["llama-70b"]))
+    with pytest.raises(BadInput, match="read over HTTP"):
+        TensorData(model)
+
+
+def test_a_local_source_maps_the_whole_file(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789")
+    with open_source(str(path)) as s:
+        assert (s.size, s.remote, s.read(3, 4)) == (10, False, b"3456")
