@@ -7,6 +7,7 @@ them in a second and they cost a few MiB of disk.
 """
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from tests.support.gguf_factory import (
     deepseek2_lite_layout,
     deepseek2_spec,
     gemma2_spec,
+    gemma3_spec,
     gptoss_spec,
     granitehybrid_spec,
     lfm2_spec,
@@ -136,6 +138,37 @@ def qwen3next_80b() -> ModelSpec:
                           out_type=Q.Q6_K)
     spec = _tokenized(spec, 151936, 262144)
     spec.metadata[Keys.Rope.FREQ_BASE] = 10000000.0
+    return spec
+
+
+def gemma3_270m_layout() -> ModelSpec:
+    """Gemma 3 270M laid out as the published Q4_K_M file is (gemma-3-270m-q4_k_m.gguf), for a GPU
+    machine, where the 241 MiB example cannot travel: 18 layers, 640 wide, 4 heads / 1 KV of 256,
+    n_ff 2048, 262144 vocab, token_embd Q8_0 (tied output). Rows of 640 are not a multiple of 256, so
+    llama-quantize's Q4_K_M falls back to Q5_0 for attn_q/k/v and ffn_gate/up; attn_output and
+    ffn_down (rows of 1024 and 2048) are Q4_K; llama-quantize's use_more_bits layers (0, 1, 4, 7, 10,
+    13, 15, 16, 17 of 18) take attn_v Q8_0 and ffn_down Q6_K. Same tensors, types and shapes as the
+    published file (checked against it); the tokenizer is a stand-in of the same length."""
+    n_layer, n_embd, n_head, head_dim, n_ff, n_vocab = 18, 640, 4, 256, 2048, 262144
+    spec = gemma3_spec(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=1, head_dim=head_dim, n_ff=n_ff,
+                       n_vocab=n_vocab, window=512)
+    more_bits = {i for i in range(n_layer) if i < n_layer // 8 or i >= 7 * n_layer // 8
+                 or (i - n_layer // 8) % 3 == 2}
+    types = {"attn_q": Q.Q5_0, "attn_k": Q.Q5_0, "ffn_gate": Q.Q5_0, "ffn_up": Q.Q5_0, "attn_output": Q.Q4_K}
+    tensors = []
+    for name, qtype, shape in spec.tensors:
+        m = re.match(r"blk\.(\d+)\.(\w+)\.weight$", name)
+        if m and qtype != Q.F32:
+            il, kind = int(m.group(1)), m.group(2)
+            qtype = types.get(kind, qtype)
+            if kind == "attn_v":
+                qtype = Q.Q8_0 if il in more_bits else Q.Q5_0
+            elif kind == "ffn_down":
+                qtype = Q.Q6_K if il in more_bits else Q.Q4_K
+        tensors.append((name, qtype, shape))
+    spec.tensors = tensors
+    spec = _tokenized(spec, n_vocab, 32768)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
     return spec
 
 
