@@ -23,6 +23,7 @@ from tests.support.fake_hub import (
     FakeModelScope,
     FakeOllamaRegistry,
     OllamaLayer,
+    settle,
     write_ollama_store,
 )
 from tests.support.gguf_factory import llama_spec
@@ -80,10 +81,10 @@ def test_a_quant_tag_on_the_fake_hub_plans_as_the_local_file(hosts, capsys, tmp_
     [other] = write(hosts, "served-Q8_0.gguf")
     hosts.hf.add("org/model-GGUF", {"model-Q8_0.gguf": other, "model-Q4_K_M.gguf": served}, commit=COMMIT)
     same_plan(plan_of(capsys, "hf://org/model-GGUF:Q4_K_M"), plan_of(capsys, str(local)))
-    resolves = [r for r in hosts.hf.server.records() if "/resolve/" in r.path]
+    resolves = [r for r in settle(hosts.hf.server).records() if "/resolve/" in r.path]
     assert {r.path for r in resolves} == {f"/org/model-GGUF/resolve/{COMMIT}/model-Q4_K_M.gguf"}
     # only the header crossed the wire, never the tensor data
-    assert hosts.hf.server.body_bytes() < served.stat().st_size
+    assert settle(hosts.hf.server).body_bytes() < served.stat().st_size
 
 
 def test_a_modelscope_reference_plans(hosts, capsys, tmp_path):
@@ -91,7 +92,7 @@ def test_a_modelscope_reference_plans(hosts, capsys, tmp_path):
     [served] = write(hosts, "ms-Q4_K_M.gguf")
     hosts.ms.add("org/model-GGUF", {"Q4_K_M/model-Q4_K_M.gguf": served})
     same_plan(plan_of(capsys, "ms://org/model-GGUF:Q4_K_M"), plan_of(capsys, str(local)))
-    assert hosts.ms.server.requests("/models/org/model-GGUF/resolve/master/Q4_K_M/model-Q4_K_M.gguf") >= 1
+    assert settle(hosts.ms.server).requests("/models/org/model-GGUF/resolve/master/Q4_K_M/model-Q4_K_M.gguf") >= 1
 
 
 def test_the_hubs_redirect_to_its_storage_host_is_followed(hosts, capsys, tmp_path, http_servers):
@@ -100,7 +101,7 @@ def test_the_hubs_redirect_to_its_storage_host_is_followed(hosts, capsys, tmp_pa
     hosts.hf.storage = storage = http_servers.start()
     hosts.hf.add("org/model-GGUF", {"model-Q4_K_M.gguf": served}, commit=COMMIT)
     same_plan(plan_of(capsys, "hf://org/model-GGUF"), plan_of(capsys, str(local)))
-    assert storage.requests() >= 1 and 0 < storage.body_bytes() < served.stat().st_size
+    assert settle(storage).requests() >= 1 and 0 < storage.body_bytes() < served.stat().st_size
 
 
 def test_a_three_shard_split_resolves_and_plans(hosts, capsys, tmp_path):
@@ -111,8 +112,8 @@ def test_a_three_shard_split_resolves_and_plans(hosts, capsys, tmp_path):
     same_plan(plan_of(capsys, "org/big-GGUF:Q4_K_M"), plan_of(capsys, str(local)))
     for p in shards:    # every shard's header read, none of its data
         path = f"/org/big-GGUF/resolve/{COMMIT}/Q4_K_M/{p.name}"
-        assert hosts.hf.server.requests(path) >= 1
-        assert hosts.hf.server.body_bytes(path) < p.stat().st_size
+        assert settle(hosts.hf.server).requests(path) >= 1
+        assert settle(hosts.hf.server).body_bytes(path) < p.stat().st_size
 
 
 def test_an_ollama_name_plans_from_the_local_store(hosts, capsys, tmp_path):
@@ -120,7 +121,7 @@ def test_an_ollama_name_plans_from_the_local_store(hosts, capsys, tmp_path):
     [blob] = write(hosts, "pulled.gguf")
     write_ollama_store(hosts.settings.ollama_models, "qwen3", "30b-a3b", [OllamaLayer(MODEL_MEDIA_TYPE, blob)])
     same_plan(plan_of(capsys, "ollama://qwen3:30b-a3b"), plan_of(capsys, str(local)))
-    assert hosts.ollama.server.requests() == 0
+    assert settle(hosts.ollama.server).requests() == 0
 
 
 def test_an_ollama_name_not_pulled_plans_from_the_registry(hosts, capsys, tmp_path):
@@ -129,7 +130,7 @@ def test_an_ollama_name_not_pulled_plans_from_the_registry(hosts, capsys, tmp_pa
     layer = OllamaLayer(MODEL_MEDIA_TYPE, blob)
     hosts.ollama.add("qwen3", "8b", [layer])
     same_plan(plan_of(capsys, "ollama://qwen3:8b"), plan_of(capsys, str(local)))
-    assert hosts.ollama.server.body_bytes(f"/v2/library/qwen3/blobs/{layer.digest}") < blob.stat().st_size
+    assert settle(hosts.ollama.server).body_bytes(f"/v2/library/qwen3/blobs/{layer.digest}") < blob.stat().st_size
 
 
 def _dead() -> str:

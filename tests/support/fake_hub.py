@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, unquote
@@ -30,6 +31,20 @@ from tests.support.http_server import LoopbackServer, Reply, Request
 MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 PROJECTOR_MEDIA_TYPE = "application/vnd.ollama.image.projector"
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def settle(server: LoopbackServer, quiet_s: float = 0.1, limit_s: float = 3.0) -> LoopbackServer:
+    """The server once its log has stopped growing: it records a request after answering it, so a
+    client can be done before the record exists. Count requests on what this returns."""
+    deadline = time.monotonic() + limit_s
+    count = server.requests()
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = server.requests()
+        if now == count:
+            break
+        count = now
+    return server
 
 
 def _json(status: int, doc: object, headers: dict[str, str] | None = None) -> Reply:

@@ -22,6 +22,7 @@ from tests.support.fake_hub import (
     FakeModelScope,
     FakeOllamaRegistry,
     OllamaLayer,
+    settle,
     write_hub_cache,
     write_ollama_store,
 )
@@ -135,10 +136,10 @@ def test_a_quant_tag_resolves_to_its_file_url_at_the_repository_commit(hosts):
     assert ref.location == f"{hosts.hf.endpoint}/org/repo/resolve/{COMMIT}/model-Q4_K_M.gguf"
     assert ref.mmproj == f"{hosts.hf.endpoint}/org/repo/resolve/{COMMIT}/mmproj-model-f16.gguf"
     # one API request: the commit and the file list together
-    assert [r.path for r in hosts.hf.server.records()] == ["/api/models/org/repo"]
+    assert [r.path for r in settle(hosts.hf.server).records()] == ["/api/models/org/repo"]
     # resolved once per process: asking again makes no request
     resolve_reference("hf://org/repo:Q4_K_M")
-    assert hosts.hf.server.requests() == 1
+    assert settle(hosts.hf.server).requests() == 1
 
 
 def test_no_tag_takes_llama_cpps_default_and_a_revision_its_commit(hosts):
@@ -146,7 +147,7 @@ def test_no_tag_takes_llama_cpps_default_and_a_revision_its_commit(hosts):
     hosts.hf.add("org/repo", repo_files(hosts), commit=COMMIT, branches={"v2": "f" * 40})
     assert resolve_model("org/repo").endswith(f"/resolve/{COMMIT}/model-Q4_K_M.gguf")
     assert resolve_model("hf://org/repo:q8_0@v2").endswith(f"/resolve/{'f' * 40}/model-Q8_0.gguf")
-    assert [r.path for r in hosts.hf.server.records()][-1] == "/api/models/org/repo/revision/v2"
+    assert [r.path for r in settle(hosts.hf.server).records()][-1] == "/api/models/org/repo/revision/v2"
 
 
 def test_a_three_shard_split_lists_every_shard(hosts):
@@ -227,7 +228,7 @@ def test_a_hub_cache_hit_makes_no_request(hosts):
     assert ref.source is Source.HF_CACHE
     assert ref.location == str(snapshot / "m-Q4_K_M.gguf") and ref.mmproj == str(snapshot / "mmproj-F16.gguf")
     assert resolve_model("org/repo:Q8_0") == str(snapshot / "m-Q8_0.gguf")
-    assert hosts.hf.server.requests() == 0
+    assert settle(hosts.hf.server).requests() == 0
     # a tag the cache lacks goes to the network
     hosts.hf.add("org/repo", {"m-Q2_K.gguf": gguf(hosts, "served-Q2_K.gguf")})
     assert resolve_reference("hf://org/repo:Q2_K").source is Source.HF
@@ -239,14 +240,14 @@ def test_a_llama_cache_hit_makes_no_request_and_a_split_needs_every_shard(hosts)
     ref = resolve_reference("hf://org/split:Q4_K_M")
     assert ref.source is Source.HF_CACHE
     assert ref.shards == tuple(str(snapshot / f"s-Q4_K_M-0000{i}-of-00003.gguf") for i in (1, 2, 3))
-    assert hosts.hf.server.requests() == 0
+    assert settle(hosts.hf.server).requests() == 0
     # a shard whose blob is gone (a download cut short) sends the reference to the network
     part = llama_spec(n_layer=3).write(hosts.files / "p-Q8_0.gguf", shards=3)
     snap2 = write_hub_cache(hosts.settings.llama_cache, "org/part", {p.name: p for p in part}, commit=COMMIT)
     (snap2 / "p-Q8_0-00003-of-00003.gguf").resolve().unlink()
     with pytest.raises(BadInput, match="no repository org/part"):
         resolve_model("hf://org/part:Q8_0")
-    assert hosts.hf.server.requests() == 1
+    assert settle(hosts.hf.server).requests() == 1
 
 
 def test_a_cached_revision_is_found_by_its_ref_or_its_commit(hosts):
@@ -256,7 +257,7 @@ def test_a_cached_revision_is_found_by_its_ref_or_its_commit(hosts):
     assert resolve_model(f"hf://org/repo@{COMMIT}") == str(snapshot / "m-Q4_K_M.gguf")
     # no refs/main: llama.cpp takes the first valid ref (hf-cache.cpp:353-381)
     assert resolve_model("hf://org/repo") == str(snapshot / "m-Q4_K_M.gguf")
-    assert hosts.hf.server.requests() == 0
+    assert settle(hosts.hf.server).requests() == 0
 
 
 # --- ModelScope ------------------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def test_an_ollama_name_reads_the_local_store(hosts):
         assert ref.location == str(blob) and ref.source is Source.OLLAMA_STORE, spec
         assert ref.mmproj == str(hosts.settings.ollama_models / "blobs" / layers[1].digest.replace(":", "-"))
         assert ref.warnings == ()
-    assert hosts.ollama.server.requests() == 0
+    assert settle(hosts.ollama.server).requests() == 0
 
 
 def test_an_ollama_namespace_and_the_latest_tag(hosts):
@@ -301,7 +302,7 @@ def test_an_ollama_name_not_pulled_comes_from_the_registry(hosts):
     ref = resolve_reference("ollama://qwen3:8b")
     assert ref.source is Source.OLLAMA_REGISTRY
     assert ref.location == f"{hosts.ollama.endpoint}/v2/library/qwen3/blobs/{layers[0].digest}"
-    manifest = hosts.ollama.server.records("/v2/library/qwen3/manifests/8b")[0]
+    manifest = settle(hosts.ollama.server).records("/v2/library/qwen3/manifests/8b")[0]
     assert "manifest.v2+json" in manifest.headers["accept"]
 
 
