@@ -138,7 +138,7 @@ def read_components(sources: list[ModelSource]) -> tuple[Component, ...]:
         raise BadInput("no model file given")
     by_kind: dict[Kind, list[SdTensor]] = {k: [] for k in Kind}
     for source in sources:
-        if not Path(source.path).is_file():
+        if not is_url(source.path) and not Path(source.path).is_file():
             raise BadInput(f"{source.path}: no such model file")
         for kind, tensor in _source_tensors(source):
             by_kind[kind].append(tensor)
