@@ -508,6 +508,8 @@ def measure(args: argparse.Namespace) -> int:
     doc.update({"rows": rows, "failures": failures, "loads": loads,
                 "wall_s": round(time.monotonic() - start, 1)})
     out = Path(args.out)
+    if out.is_dir():   # named after the device: tests/peer/data/cuda/nvidia-h200.json
+        out = out / (re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-") + ".json" if gpu else "rehearsal.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")

@@ -5,6 +5,7 @@
 #                                        # (sm_90) and RPC, packed with the gguf wheel into .gpu/
 #   scripts/gpu_peer.sh measure          # on the GPU machine: unpack .gpu/, write the models, run the
 #                                        # matrix (scripts/gpu_peer.py), write $OUT/<gpu>.json
+#   FITPLAN_CUDA_ARCH=89 scripts/gpu_peer.sh build   # another GPU: its compute capability, no dot
 #   scripts/gpu_peer.sh build --cpu      # the rehearsal: the same payload from the portable CPU build
 #   scripts/gpu_peer.sh measure --cpu    # the same matrix on the CPU backend, on this machine
 #
@@ -24,6 +25,7 @@
 set -euo pipefail
 
 version="${FITPLAN_LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+arch="${FITPLAN_CUDA_ARCH:-90}"
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/fitplan"
@@ -80,7 +82,7 @@ build_cuda() {
   local nvcc="$cuda_home/bin/nvcc"
   [ -x "$nvcc" ] || { echo "gpu_peer: no nvcc at $nvcc: pip install 'nvidia-cuda-nvcc==13.0.*' 'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-cccl==13.0.*' and set FITPLAN_CUDA_HOME" >&2; exit 2; }
   "$nvcc" --version | grep -q "release 13\." || { echo "gpu_peer: $nvcc is not CUDA 13.x" >&2; exit 2; }
-  local cache="$cache_root/llama.cpp-$version-cuda-sm90"
+  local cache="$cache_root/llama.cpp-$version-cuda-sm$arch"
   if [ -x "$cache/bin/llama-server" ] && [ -x "$cache/bin/llama-fit-params" ] && [ -x "$cache/bin/ggml-rpc-server" ]; then
     echo "gpu_peer: cached build $cache" >&2
   else
@@ -100,7 +102,7 @@ build_cuda() {
     local start=$SECONDS
     PATH="$cuda_home/bin:$PATH" cmake -S "$src" -B "$work/build" "${generator[@]}" \
       -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DGGML_RPC=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_home" \
+      -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_home" \
       -DCUDA_cublas_LIBRARY="$cublas/lib/libcublas.so" -DCUDA_cublasLt_LIBRARY="$cublas/lib/libcublasLt.so" \
       -DCUDA_cuda_driver_LIBRARY="$work/stubs/libcuda.so" \
       -DCMAKE_CUDA_FLAGS="-isystem $cublas/include" -DCMAKE_CXX_FLAGS="-isystem $cublas/include" \
@@ -115,7 +117,7 @@ build_cuda() {
     cp -P "$work"/build/bin/*.so* "$cache.new/bin/"
     strip --strip-unneeded "$cache.new"/bin/*
     { echo "llama-cpp-python==$version"; echo "cuda: $("$nvcc" --version | tail -1)";
-      echo "cublas headers: $(basename "$work"/wheels/nvidia_cublas-*.whl)"; echo "arch: sm_90";
+      echo "cublas headers: $(basename "$work"/wheels/nvidia_cublas-*.whl)"; echo "arch: sm_$arch";
       echo "build seconds: $((SECONDS - start)) on $(nproc) cores"; } >"$cache.new/VERSION"
     rm -rf "$cache"; mv "$cache.new" "$cache"; rm -rf "$work"
   fi
@@ -179,7 +181,7 @@ measure() {
     LD_LIBRARY_PATH="$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export LD_LIBRARY_PATH
   fi
-  [ -n "$out" ] || out="${OUT:-$root}/peer-$backend.json"
+  [ -n "$out" ] || out="${OUT:-$root}"   # a directory: the file is named after the device
   PYTHONUNBUFFERED=1 python3 "$here/gpu_peer.py" measure --backend "$backend" --bin "$root/bin" \
     --work "$root/work" --out "$out" --version-file "$root/VERSION"
 }
