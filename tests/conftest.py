@@ -52,11 +52,13 @@ def net_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[obj
 
     env = {"FITPLAN_HEADER_CACHE": str(tmp_path / "cache" / "headers"), "HF_HUB_CACHE": str(tmp_path / "cache" / "hub"),
            "LLAMA_CACHE": str(tmp_path / "cache" / "llama.cpp"), "OLLAMA_MODELS": str(tmp_path / "ollama"),
-           "XDG_CACHE_HOME": str(tmp_path / "cache"), "FITPLAN_HTTP_RETRIES": "1", "FITPLAN_HTTP_TIMEOUT": "10"}
+           "XDG_CACHE_HOME": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "cache" / "huggingface"),
+           "FITPLAN_HTTP_RETRIES": "1", "FITPLAN_HTTP_TIMEOUT": "10"}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    for k in ("HF_TOKEN", "HF_ENDPOINT", "MODELSCOPE_ENDPOINT", "FITPLAN_OLLAMA_REGISTRY", "HTTP_PROXY",
-              "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+    for k in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT", "MODEL_ENDPOINT", "MODELSCOPE_ENDPOINT",
+              "FITPLAN_OLLAMA_REGISTRY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+              "all_proxy"):
         monkeypatch.delenv(k, raising=False)
     yield net.from_environment()
 

@@ -1,7 +1,7 @@
 """Where remote models are looked up and how the network is used: one settings object.
 
 Every base URL and cache directory is a setting, read from the environment (the variables the
-tools users already run honour: HF_ENDPOINT, HF_TOKEN, HF_HUB_CACHE, LLAMA_CACHE, OLLAMA_MODELS)
+tools users already run honour: MODEL_ENDPOINT/HF_ENDPOINT, HF_TOKEN, HF_HUB_CACHE, LLAMA_CACHE, OLLAMA_MODELS)
 and overridable from the command line, so mirrors work and tests point everything at loopback
 and temporary directories. Nothing here opens a connection.
 """
@@ -33,7 +33,7 @@ class NetSettings:
     header_cache: Path          # FITPLAN_HEADER_CACHE; fitplan's own header cache
     header_cache_bytes: int     # FITPLAN_HEADER_CACHE_MIB; the header cache's size bound
     header_cap_bytes: int       # FITPLAN_HEADER_CAP_MIB; a header larger than this is refused
-    token: str | None = None    # HF_TOKEN, or the contents of --token-file
+    token: str | None = None    # HF_TOKEN (else the stored login token), or the contents of --token-file
     timeout_s: float = 30.0     # FITPLAN_HTTP_TIMEOUT; connect/read timeout of one request
     retries: int = 3            # FITPLAN_HTTP_RETRIES; retries of a failed request, with backoff
 
@@ -46,7 +46,8 @@ def from_environment(env: Mapping[str, str] | None = None) -> NetSettings:
     fitplan_cache = Path(env.get("FITPLAN_CACHE") or cache / "fitplan")
     try:
         return NetSettings(
-            hf_endpoint=(env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
+            # the pinned llama.cpp reads MODEL_ENDPOINT before HF_ENDPOINT (common.cpp common_get_model_endpoint)
+            hf_endpoint=(env.get("MODEL_ENDPOINT") or env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
             ms_endpoint=(env.get("MODELSCOPE_ENDPOINT") or "https://www.modelscope.cn").rstrip("/"),
             ollama_registry=(env.get("FITPLAN_OLLAMA_REGISTRY") or "https://registry.ollama.ai").rstrip("/"),
             ollama_models=Path(env.get("OLLAMA_MODELS") or Path.home() / ".ollama" / "models"),
@@ -55,12 +56,22 @@ def from_environment(env: Mapping[str, str] | None = None) -> NetSettings:
             header_cache=Path(env.get("FITPLAN_HEADER_CACHE") or fitplan_cache / "headers"),
             header_cache_bytes=int(float(env.get("FITPLAN_HEADER_CACHE_MIB") or 1024) * MiB),
             header_cap_bytes=int(float(env.get("FITPLAN_HEADER_CAP_MIB") or 256) * MiB),
-            token=(env.get("HF_TOKEN") or "").strip() or None,
+            token=(env.get("HF_TOKEN") or "").strip() or _stored_token(env, hf_home),
             timeout_s=float(env.get("FITPLAN_HTTP_TIMEOUT") or 30.0),
             retries=int(env.get("FITPLAN_HTTP_RETRIES") or 3),
         )
     except ValueError as e:
         raise BadInput(f"a FITPLAN_* network setting is not a number: {e}") from None
+
+
+def _stored_token(env: Mapping[str, str], hf_home: Path) -> str | None:
+    """The token `hf auth login` stored (HF_TOKEN_PATH, else HF_HOME/token), as huggingface_hub
+    itself falls back to it; read only, never written."""
+    try:
+        text = Path(env.get("HF_TOKEN_PATH") or hf_home / "token").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
 
 
 def read_token_file(path: str | os.PathLike[str]) -> str:

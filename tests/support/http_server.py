@@ -58,9 +58,11 @@ Handler = Callable[[Request], Reply]
 Target = bytes | Path | dict | list | Redirect | Handler
 
 
-@dataclass(frozen=True)
+@dataclass
 class Record:
-    """One request as the server saw it: what it answered and how many body bytes it wrote."""
+    """One request as the server saw it: what it answered and how many body bytes it wrote. It is
+    logged before the answer goes out and its bytes are counted before each write, so a client
+    that has its answer always finds it counted."""
 
     method: str
     path: str
@@ -103,7 +105,7 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client hanging up (after an error answer, or once it has the header it needed) is
         ordinary here; anything else is printed as socketserver prints it."""
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+        if isinstance(sys.exc_info()[1], OSError):
             return
         super().handle_error(request, client_address)
 
@@ -131,7 +133,8 @@ class LoopbackServer:
                 pass
 
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
         self._thread.start()
 
     # --- configuration ---------------------------------------------------------------------------
@@ -196,9 +199,7 @@ class LoopbackServer:
             reply = Reply(401, b"unauthorized\n")
         else:
             reply = self._reply(req, mount.target)
-        status, sent = self._send(h, req, reply)
-        with self._lock:
-            self.log.append(Record(method, req.path, req.headers, status, sent))
+        self._send(h, req, reply)
 
     def _reply(self, req: Request, target: Target) -> Reply:
         if isinstance(target, Redirect):
@@ -222,9 +223,8 @@ class LoopbackServer:
             return Reply(304, b"", headers)
         return Reply(200, path, headers)
 
-    def _send(self, h: BaseHTTPRequestHandler, req: Request, reply: Reply) -> tuple[int, int]:
-        """Write the reply; a file body honours Range when `ranges` is on. Returns the status sent
-        and the body bytes written."""
+    def _send(self, h: BaseHTTPRequestHandler, req: Request, reply: Reply) -> None:
+        """Log and write the reply; a file body honours Range when `ranges` is on."""
         status, headers, body = reply.status, dict(reply.headers), reply.body
         start, stop = 0, len(body) if isinstance(body, bytes) else body.stat().st_size
         size = stop
@@ -239,6 +239,18 @@ class LoopbackServer:
         if status == 304 or req.method == "HEAD" and status >= 300:
             start = stop = 0
         close = not self.lengths and status not in (204, 304)
+        record = Record(req.method, req.path, req.headers, status, 0)
+        with self._lock:
+            self.log.append(record)
+        try:
+            self._write(h, req, record, headers, (body, start, stop), close)
+        except OSError:   # the client read what it needed and hung up
+            h.close_connection = True
+
+    def _write(self, h: BaseHTTPRequestHandler, req: Request, record: Record, headers: dict[str, str],
+               span: tuple[bytes | Path, int, int], close: bool) -> None:
+        body, start, stop = span
+        status = record.status
         h.send_response(status)
         for k, v in headers.items():
             h.send_header(k, v)
@@ -249,16 +261,12 @@ class LoopbackServer:
             h.send_header("Content-Length", str(stop - start))
         h.end_headers()
         if req.method == "HEAD":
-            return status, 0
-        written = 0
-        try:
-            for chunk in _chunks(body, start, stop):
-                h.wfile.write(chunk)
-                written += len(chunk)
-            h.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):   # the client read what it needed and hung up
-            h.close_connection = True
-        return status, written
+            return
+        for chunk in _chunks(body, start, stop):
+            with self._lock:
+                record.body_bytes += len(chunk)
+            h.wfile.write(chunk)
+        h.wfile.flush()
 
 
 def _chunks(body: bytes | Path, start: int, stop: int) -> Iterator[bytes]:

@@ -202,3 +202,14 @@ def test_a_local_source_maps_the_whole_file(tmp_path):
     path.write_bytes(b"0123456789")
     with open_source(str(path)) as s:
         assert (s.size, s.remote, s.read(3, 4)) == (10, False, b"3456")
+
+
+def test_the_stored_login_token_is_a_fallback(tmp_path):
+    home = tmp_path / "hf"
+    home.mkdir()
+    (home / "token").write_text("hf_stored\n")
+    env = {"HF_HOME": str(home)}
+    assert net.from_environment(env).token == "hf_stored"
+    assert net.from_environment({**env, "HF_TOKEN": "hf_env"}).token == "hf_env"
+    assert net.from_environment({"HF_HOME": str(tmp_path / "none")}).token is None
+    assert net.from_environment({"MODEL_ENDPOINT": "http://a/", "HF_ENDPOINT": "http://b"}).hf_endpoint == "http://a"
