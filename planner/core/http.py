@@ -226,6 +226,7 @@ class RangeBody:
 
     def __init__(self, url: str, resp: httpx.Response) -> None:
         self.url = url
+        self.final_url = str(resp.url)   # where the redirects led: later ranges can go straight there
         self.status = resp.status_code
         self.size = _total_size(resp)
         self.validators = Validators(resp.headers.get("etag"), resp.headers.get("last-modified"))

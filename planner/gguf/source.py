@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.core import http, net
-from planner.core.errors import BadInput, GGUFError
+from planner.core.errors import BadInput, GGUFError, RemoteError
 from planner.core.units import KiB, fmt_bytes
 
 INITIAL_CHUNK = 256 * KiB   # the first Range request; also the lookahead of every later one
@@ -121,6 +121,7 @@ class HTTPSource(ByteSource):
         self._buf = bytearray()
         self._conditional = validators
         self._stream: http.RangeBody | None = None   # a server that ignored Range: its 200 body, open
+        self._final: str | None = None               # the URL the first answer came from, redirects followed
         self._started = False
 
     def prefix(self, n: int, *, certain: int = 0) -> Buffer:
@@ -153,8 +154,7 @@ class HTTPSource(ByteSource):
             self._take(self._stream, target - len(self._buf))
             return
         first, start = not self._started, len(self._buf)
-        body = http.open_range(self.name, start, target, validators=self._conditional if first else None)
-        self.requests += 1
+        body = self._open(start, target, first)
         self._started = True
         keep_open = False
         try:
@@ -173,6 +173,23 @@ class HTTPSource(ByteSource):
                 self._stream = body   # more of the header may be needed: read on from here
             else:
                 body.close()
+
+    def _open(self, start: int, stop: int, first: bool) -> http.RangeBody:
+        """The first request goes to the URL (conditionally, with a cache entry's validators);
+        later ones straight to where its redirects led (a storage host's signed URL: one round
+        trip each instead of two), back to the URL if that address has stopped answering."""
+        self.requests += 1
+        if first or self._final is None or self._final == self.name:
+            body = http.open_range(self.name, start, stop, validators=self._conditional if first else None)
+            self._final = body.final_url
+            return body
+        try:
+            return http.open_range(self._final, start, stop)
+        except RemoteError as e:
+            if e.status not in (401, 403, 404, 410):   # named by the URL asked for, not a signed one
+                raise RemoteError(self.name, e.problem, e.status) from None
+        self.requests += 1
+        return http.open_range(self.name, start, stop)
 
     def _first_answer(self, body: http.RangeBody) -> None:
         self.validators = body.validators

@@ -112,6 +112,27 @@ def test_redirects_to_storage_keep_the_token_at_home(remote_models, http_servers
     assert model.architecture == "llama"
     assert all(r.headers.get("authorization") == "Bearer s3cret" for r in front.log)
     assert storage.log and not any("authorization" in r.headers for r in storage.log)
+    # after the first answer, the ranges go straight to storage: one round trip each
+    assert [r.status for r in front.log] == [302] and len(storage.log) > 1
+
+
+def test_a_storage_address_that_stops_answering_falls_back_to_the_url(tmp_path, http_servers, net_sandbox):
+    from tests.support.gguf_factory import add_tokenizer, llama_spec
+
+    spec = llama_spec()
+    add_tokenizer(spec, 100000)   # a header of more than one chunk
+    [path] = spec.write(tmp_path / "m.gguf")
+    storage = http_servers.start()
+    front = http_servers.start()
+    signed = storage.serve_file("/signed", path)
+    url = front.mount("/m.gguf", Redirect(signed))
+    with HTTPSource(url) as source:
+        source.prefix(1)
+        storage.token = "expired"      # the signed address now answers 401 ...
+        storage.mount("/fresh", path, protected=False)
+        front.mount("/m.gguf", Redirect(storage.url("/fresh")))   # ... and the URL signs a new one
+        assert len(source.prefix(INITIAL_CHUNK + 10)) >= INITIAL_CHUNK + 10
+    assert [r.path for r in storage.log] == ["/signed", "/signed", "/fresh"]
 
 
 def test_without_range_the_stream_stops_at_the_header(remote_models, http_servers, net_sandbox):
