@@ -57,8 +57,8 @@ def net_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[obj
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     for k in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT", "MODEL_ENDPOINT", "MODELSCOPE_ENDPOINT",
-              "FITPLAN_OLLAMA_REGISTRY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
-              "all_proxy"):
+              "FITPLAN_OLLAMA_REGISTRY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
+              "https_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(k, raising=False)
     yield net.from_environment()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import ssl
 import time
 from collections.abc import Mapping
@@ -36,14 +37,17 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 TOKEN_HINT = "set HF_TOKEN or pass --token-file (the repository may be gated or private)"
 
-_clients: dict[float, httpx.Client] = {}
+# what httpx's trust_env reads when a client is made: a client is reused only while they stand
+PROXY_ENVIRONMENT = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")
+_clients: dict[tuple[object, ...], httpx.Client] = {}
 
 
 def client() -> httpx.Client:
-    """The shared httpx client for the current settings (one per timeout; reused across calls).
-    Redirects are not followed by it: `request` follows them (see the module docstring)."""
+    """The shared httpx client for the current settings (one per timeout and proxy environment;
+    reused across calls). Redirects are not followed by it: `request` follows them (see the
+    module docstring)."""
     settings = net.current()
-    key = settings.timeout_s
+    key = (settings.timeout_s, *(os.environ.get(k) or os.environ.get(k.lower()) for k in PROXY_ENVIRONMENT))
     if key not in _clients:
         _clients[key] = httpx.Client(
             timeout=httpx.Timeout(settings.timeout_s), follow_redirects=False, trust_env=True,

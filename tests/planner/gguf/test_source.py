@@ -234,3 +234,22 @@ def test_the_stored_login_token_is_a_fallback(tmp_path):
     assert net.from_environment({**env, "HF_TOKEN": "hf_env"}).token == "hf_env"
     assert net.from_environment({"HF_HOME": str(tmp_path / "none")}).token is None
     assert net.from_environment({"MODEL_ENDPOINT": "http://a/", "HF_ENDPOINT": "http://b"}).hf_endpoint == "http://a"
+
+
+def test_the_proxy_environment_is_honoured(tmp_path, http_servers, net_sandbox, monkeypatch):
+    import socket
+
+    from tests.support.gguf_factory import llama_spec
+
+    [path] = llama_spec().write(tmp_path / "m.gguf")
+    proxy = http_servers.start()
+    proxy.serve_file("/m.gguf", path)
+    with socket.socket() as s:   # a port nothing listens on: the model is reachable only through the proxy
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/m.gguf"
+    monkeypatch.setenv("HTTP_PROXY", proxy.base_url)
+    assert read_model(url).architecture == "llama"
+    assert proxy.requests("/m.gguf") >= 1
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with pytest.raises(BadInput, match="cannot connect"):
+        read_model(url)
