@@ -5,7 +5,8 @@ A `LoopbackServer` is a threaded HTTP/1.1 server on an ephemeral port. Routes ar
 chunks so a sparse file of tens of GiB costs nothing), bytes, a JSON document, a redirect, or a
 handler function. Switches reproduce the servers fitplan meets: `ranges=False` (Range ignored,
 200 with the whole body), `lengths=False` (no Content-Length: the body runs to the connection's
-close), `token=` (401 without `Authorization: Bearer TOKEN`). Every request is recorded
+close), `token=` (401 without `Authorization: Bearer TOKEN`), `etags=False` / `last_modified=False`
+(a file answered without that validator). Every request is recorded
 (`log`, `requests(path)`, `body_bytes(path)`), with the headers it carried.
 
 Use the `http_servers` fixture (tests/conftest.py): `srv = http_servers.start()`; several servers
@@ -111,10 +112,13 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackServer:
-    def __init__(self, *, ranges: bool = True, lengths: bool = True, token: str | None = None) -> None:
+    def __init__(self, *, ranges: bool = True, lengths: bool = True, token: str | None = None,
+                 etags: bool = True, last_modified: bool = True) -> None:
         self.ranges = ranges
         self.lengths = lengths
         self.token = token
+        self.etags = etags
+        self.last_modified = last_modified
         self.log: list[Record] = []
         self._mounts: dict[str, _Mount] = {}
         self._lock = threading.Lock()
@@ -214,10 +218,16 @@ class LoopbackServer:
         return target(req)
 
     def _file_reply(self, req: Request, path: Path) -> Reply:
-        etag, modified = _etag(path), _http_date(path)
-        headers = {"ETag": etag, "Last-Modified": modified, "Content-Type": "application/octet-stream"}
+        etag = _etag(path) if self.etags else None
+        modified = _http_date(path) if self.last_modified else None
+        headers = {"Content-Type": "application/octet-stream"}
+        if etag:
+            headers["ETag"] = etag
+        if modified:
+            headers["Last-Modified"] = modified
         if self.ranges:
             headers["Accept-Ranges"] = "bytes"
+        # RFC 9110 13.2.2: If-None-Match decides when present, If-Modified-Since only without it
         inm, ims = req.headers.get("if-none-match"), req.headers.get("if-modified-since")
         if (inm is not None and inm == etag) or (inm is None and ims is not None and ims == modified):
             return Reply(304, b"", headers)

@@ -253,3 +253,47 @@ def test_the_proxy_environment_is_honoured(tmp_path, http_servers, net_sandbox, 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with pytest.raises(BadInput, match="cannot connect"):
         read_model(url)
+
+
+@pytest.mark.parametrize("validators,cached", [
+    ({"etags": False}, "if-modified-since"),           # Last-Modified alone revalidates
+    ({"last_modified": False}, "if-none-match"),       # so does an ETag alone
+    ({"etags": False, "last_modified": False}, None),  # nothing to revalidate with: nothing cached
+])
+def test_revalidation_uses_what_the_server_gives(validators, cached, tmp_path, http_servers, net_sandbox):
+    from tests.support.gguf_factory import llama_spec
+
+    [path] = llama_spec().write(tmp_path / "m.gguf")
+    srv = http_servers.start(**validators)
+    url = srv.serve_file("/m.gguf", path)
+    read_model(url)
+    assert srv.log[0].headers["accept-encoding"] == "identity"
+    srv.reset()
+    read_model(url)
+    first = srv.log[0]
+    if cached:
+        assert (first.status, first.body_bytes) == (304, 0) and cached in first.headers
+    else:
+        assert first.status == 206 and first.body_bytes > 0
+        assert not any(k.startswith("if-") for k in first.headers)
+
+
+def test_a_range_answer_without_a_total_size_reads_within_the_cap(tmp_path, http_servers, net_sandbox):
+    """`Content-Range: bytes a-b/*` (RFC 9110 allows an unknown length): the header is read, bounded
+    by the header cap instead of the file's size."""
+    from tests.support.gguf_factory import add_tokenizer, llama_spec
+    from tests.support.http_server import Reply
+
+    spec = llama_spec()
+    add_tokenizer(spec, 50000)
+    [path] = spec.write(tmp_path / "m.gguf")
+    data = path.read_bytes()
+
+    def unknown_total(req):
+        start, _, stop = req.headers["range"].removeprefix("bytes=").partition("-")
+        chunk = data[int(start):int(stop) + 1]
+        return Reply(206, chunk, {"Content-Range": f"bytes {start}-{int(start) + len(chunk) - 1}/*", "ETag": '"x"'})
+
+    srv = http_servers.start(ranges=False)   # the handler answers the ranges itself
+    model = read_model(srv.mount("/m.gguf", unknown_total))
+    assert model.tensors == read_model(path).tensors
