@@ -6,6 +6,7 @@ it loads numpy and gguf, which `fitplan --help` does not need.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -57,14 +58,25 @@ def _write_deployment(output: str, result: PlanResult, doc: dict[str, Any] | Non
     write_atomic(output, write)
 
 
-def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None) -> None:
-    """--format: `flags` and `yaml` (the deployment document) are not views of PlanResult's
-    to_dict, so they bypass render()."""
+FORMATS = ("table", "flags", "command", "args", "yaml", "json")
+
+
+def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -> None:
+    """--format: `flags`, `command`, `args` and `yaml` (the deployment document) are not views of
+    PlanResult's to_dict, so they bypass render(). `args` is the argument vector one per line (NUL
+    after each with -0), for `xargs -0 llama-server` or `readarray -t`."""
     from planner.planning.document import deployment_yaml
-    from planner.planning.result import llama_argv
+    from planner.planning.result import llama_argv, plan_argv, server_command
 
     if fmt == "flags":
-        typer.echo(" ".join(llama_argv(result)))
+        typer.echo(shlex.join(llama_argv(result)))
+    elif fmt == "command":
+        typer.echo(server_command(result))
+    elif fmt == "args":
+        argv = plan_argv(result)
+        if any("\n" in a for a in argv) and not nul:
+            raise BadInput("--format args: an argument holds a newline; use -0")
+        typer.echo("".join(a + ("\0" if nul else "\n") for a in argv), nl=False)
     elif fmt == "yaml":
         typer.echo(deployment_yaml(result, doc), nl=False)
     else:
@@ -92,7 +104,9 @@ def plan_cmd(
         "--no-expert-offload", help="never keep MoE experts on the host")] = False,
     op_offload: Annotated[str, typer.Option(
         "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)")] = "auto",
-    fmt: Annotated[str, typer.Option("--format", help="table | flags | yaml | json")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help="table | command (the llama-server line) | args (one "
+                                     "argument per line) | flags | yaml | json")] = "table",
+    nul: Annotated[bool, typer.Option("-0", "--null", help="--format args: end each argument with NUL")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="draw memory per device into this PNG")] = None,
@@ -105,8 +119,10 @@ def plan_cmd(
 
     if solver not in {s.value for s in Solver}:
         raise BadInput(f"--solver {solver!r}: expected dp or milp")
-    if fmt not in ("table", "flags", "yaml", "json"):
-        raise BadInput(f"--format {fmt!r}: expected table, flags, yaml or json")
+    if fmt not in FORMATS:
+        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if nul and fmt != "args":
+        raise BadInput("-0: only with --format args")
     n_ctx, max_ctx = _ctx(ctx)
     if plot:
         from planner.sweeps.plots import require_matplotlib
@@ -133,4 +149,4 @@ def plan_cmd(
     doc = deployment(result) if output or fmt == "yaml" else None
     if output:
         _write_deployment(output, result, doc)
-    _show(result, fmt, doc)
+    _show(result, fmt, doc, nul)

@@ -10,10 +10,11 @@ from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
-from planner.llama.flags import LlamaFlags, OverrideKind, flags_to_argv
+from planner.llama.flags import LlamaFlags, flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
 from planner.memory.analytic import SIMULATED
 from planner.memory.estimate import Estimate, compute_note
+from planner.planning.commands import LLAMA_BENCH, LLAMA_SERVER, BenchArgv, bench_argv, command_line, server_argv
 from planner.planning.solve import Objective, Solver
 from planner.planning.throughput import Prediction
 
@@ -71,41 +72,37 @@ class PlanResult:
 
 
 def llama_argv(result: PlanResult) -> list[str]:
-    """The llama.cpp flags of a plan, with the split mode and `-fit off` spelled out."""
+    """The llama.cpp flags of a plan, with the context, the slots, the split mode and `-fit off`
+    spelled out (llama-server's defaults differ from llama-cli's: -np 4 and --fit on)."""
     argv = flags_to_argv(result.flags)
     if "-c" not in argv:
         argv[:0] = ["-c", str(result.flags.n_ctx)]
+    if "-np" not in argv:
+        argv += ["-np", str(result.flags.n_parallel)]
     if "-sm" not in argv and result.estimate.n_layer_all and len(result.inventory.devices) > 1:
         argv += ["-sm", "layer"]
     return argv
 
 
-# The override kinds a plan writes; llama-bench spells them as llama.cpp does.
-_BENCH_OVERRIDES = (OverrideKind.OT, OverrideKind.NCMOE)
+def plan_argv(result: PlanResult) -> list[str]:
+    """The plan's argument vector for llama-server and llama-cli: `-m MODEL` and the flags."""
+    return server_argv(result.model_path, llama_argv(result), result.flags.n_parallel)
 
 
-def llama_bench_argv(result: PlanResult) -> list[str]:
-    """The same placement in llama-bench's syntax: `/` separates a list, `,` would sweep (seed 003 §8)."""
-    f = result.flags
-    out = ["-m", result.model_path, "-ngl", str(f.n_gpu_layers if f.n_gpu_layers >= 0 else 999), "-sm", f.split_mode]
-    if f.rpc:
-        out += ["--rpc", ",".join(f.rpc)]
-    if f.devices:
-        out += ["-dev", "/".join(f.devices)]
-    if f.tensor_split:
-        out += ["-ts", "/".join(str(int(x)) if float(x).is_integer() else str(x) for x in f.tensor_split)]
-    for arg in f.override_args:
-        if arg.kind in _BENCH_OVERRIDES:
-            out += [arg.kind.flag, arg.value]
-    if f.cache_type_k != "f16" or f.cache_type_v != "f16":
-        out += ["-ctk", f.cache_type_k, "-ctv", f.cache_type_v]
-    if f.n_ubatch != 512:
-        out += ["-ub", str(f.n_ubatch)]
-    if f.flash_attn != "auto":
-        out += ["-fa", "1" if f.flash_attn == "on" else "0"]
-    if not f.op_offload:
-        out += ["-nopo", "1"]
-    return out + ["-d", str(result.n_ctx)]
+def llama_bench(result: PlanResult) -> BenchArgv:
+    """The plan as llama-bench arguments (planner.planning.commands.bench_argv)."""
+    return bench_argv(result.model_path, result.flags, result.n_ctx)
+
+
+def server_command(result: PlanResult) -> str:
+    """The llama-server line, shell-quoted: bash runs it as printed."""
+    return command_line(LLAMA_SERVER, plan_argv(result))
+
+
+def bench_command(result: PlanResult) -> str | None:
+    """The llama-bench line, shell-quoted; None when llama-bench cannot express the placement."""
+    bench = llama_bench(result)
+    return None if bench.argv is None else command_line(LLAMA_BENCH, bench.argv)
 
 
 def plan_rows(result: PlanResult) -> list[dict[str, Any]]:
@@ -129,12 +126,20 @@ def plan_predicted(result: PlanResult) -> dict[str, Any]:
             "assumed_rates": p.assumed_rates, "boundaries_per_token": p.n_boundaries}
 
 
+def plan_commands(result: PlanResult) -> dict[str, Any]:
+    """The plan's commands as the JSON and the deployment document carry them: `flags` (a string, as
+    before, for existing readers), `argv` (what readers use), and the llama-bench arguments."""
+    bench = llama_bench(result)
+    return {"flags": " ".join(llama_argv(result)), "argv": plan_argv(result),
+            "llama_bench_flags": "" if bench.argv is None else " ".join(bench.argv),
+            "llama_bench_argv": None if bench.argv is None else list(bench.argv), "llama_bench_note": bench.note}
+
+
 def plan_dict(result: PlanResult) -> dict[str, Any]:
     return {
         "model": result.model_path,
         "header_sha256": result.header_sha256,
-        "flags": " ".join(llama_argv(result)),
-        "llama_bench_flags": " ".join(llama_bench_argv(result)),
+        **plan_commands(result),
         "ctx": result.n_ctx,
         "n_parallel": result.flags.n_parallel,
         "cache_type": result.flags.cache_type_k,
@@ -161,6 +166,7 @@ def plan_table(result: PlanResult) -> str:
                      fmt_mib(r["total_bytes"]), "-" if budget is None else fmt_mib(budget),
                      _headroom(budget, r["total_bytes"]), layer_ranges(r["layers"], output=r["output_layer"]) or "-"])
     p = result.prediction
+    bench = llama_bench(result)
     lines = [
         f"{result.model_path}: context {result.n_ctx}, {result.flags.n_parallel} slot(s), "
         f"KV {result.flags.cache_type_k}, objective {result.request.objective.value}",
@@ -171,9 +177,13 @@ def plan_table(result: PlanResult) -> str:
         f"predicted: decode {p.decode_tokens_s:.1f} tokens/s, prefill {p.prefill_tokens_s:.0f} tokens/s"
         + (" (some device rates unknown: assumed figures used)" if p.assumed_rates else ""),
         "",
-        "llama.cpp:   " + " ".join(llama_argv(result)),
-        "llama-bench: " + " ".join(llama_bench_argv(result)),
+        "run it (each command is one shell line, quoted for bash):",
+        "  " + server_command(result),
+        "measure it:",
+        "  " + (bench_command(result) or "# " + bench.note),
     ]
+    if bench.argv is not None and bench.note:
+        lines.append(f"  # {bench.note}")
     if result.estimate.compute_model != SIMULATED:
         lines += ["", compute_note(result.estimate.compute_model, result.estimate.model_arch)]
     if result.explain:

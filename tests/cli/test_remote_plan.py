@@ -37,8 +37,10 @@ def test_a_70b_plan_over_http_is_the_local_plan(capsys, remote_models, http_serv
     local = _plan_json(capsys, str(path))
     remote = _plan_json(capsys, url)
     assert remote["flags"] == local["flags"] and remote["devices"] == local["devices"]
-    # everything else too, once the model's name is the same (llama-bench's -m, the model entry)
-    assert json.loads(json.dumps(remote).replace(url, str(path))) == local
+    # everything else too, once the model's name is the same (llama-bench's -m, the model entry);
+    # llama-server takes a URL as -mu
+    assert remote["argv"][:2] == ["-mu", url]
+    assert json.loads(json.dumps(remote).replace('"-mu", ', '"-m", ').replace(url, str(path))) == local
     header = read_model(path).header_bytes
     assert srv.body_bytes() <= header + INITIAL_CHUNK <= path.stat().st_size / 1000
     # and again: the header cache answers, the server sends no body
