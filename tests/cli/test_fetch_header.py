@@ -114,3 +114,18 @@ def test_sd_fit_reads_a_header_only_safetensors_and_a_url(capsys, tmp_path, http
         outs.append(json.loads(out.replace(model, "MODEL")))
     assert outs[0] == outs[1] == outs[2]
     assert srv.body_bytes() <= 256 * 1024   # one first chunk holds this header
+
+
+def test_inspect_estimate_and_sweep_read_a_header_only_file_as_the_model(capsys, tmp_path):
+    model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
+    header = str(tmp_path / "tiny.header.gguf")
+    assert run(capsys, "fetch-header", model, "-o", header)[0] == 0
+    for argv in (["inspect", "{m}", "--format", "json"],
+                 ["estimate", "{m}", "--format", "json", "--", "-c", "256", "-ngl", "0"],
+                 ["sweep", "{m}", "--vary", "ctx=256,512", "--", "-ngl", "0"]):
+        outs = []
+        for m in (model, header):
+            code, out, err = run(capsys, *[a.format(m=m) for a in argv])
+            assert code == 0, err
+            outs.append(out.replace(m, "MODEL"))
+        assert outs[0] == outs[1], argv[0]
