@@ -315,6 +315,8 @@ class CachedSource(HTTPSource):
     def _first_answer(self, body: http.RangeBody) -> None:
         super()._first_answer(body)
         if body.not_modified and self._entry is not None:
+            if not self.validators:   # a 304 need not repeat them; the entry's still identify the file
+                self.validators = self._entry.validators
             try:
                 self.seed(self._entry.data.read_bytes(), self._entry.size)
             except OSError:
