@@ -62,11 +62,41 @@ def parse_log(text: str) -> LlamaLog:
     if not graphs:
         raise ToolsError("llama.cpp logged no 'graph: nodes = ..., splits = ...' line (was -v given?)")
     nodes_pp, nodes_tg, splits_pp, splits_tg = graphs[-1]
+    return LlamaLog(parse_buffers(text), int(nodes_pp), int(nodes_tg or nodes_pp), int(splits_pp),
+                    int(splits_tg or splits_pp))
+
+
+def parse_buffers(text: str) -> dict[tuple[str, str], int]:
+    """The buffers of the last load in a log, (buffer type, kind) -> bytes; a log without graph
+    lines (a load that has not reserved yet) is read whole."""
     buffers: dict[tuple[str, str], int] = {}
     for _stage, buft, kind, mib in _BUFFER.findall(_last_load(text)):
         key = (buft, _KIND[kind])
         buffers[key] = buffers.get(key, 0) + round(float(mib) * MiB)   # SWA and base caches: two KV lines
-    return LlamaLog(buffers, int(nodes_pp), int(nodes_tg or nodes_pp), int(splits_pp), int(splits_tg or splits_pp))
+    return buffers
+
+
+# common/fit.cpp common_memory_breakdown_print, logged at trace level (-lv 4) by llama-server as it
+# stops (tools/server/server.cpp): `| - NAME (DESC) | total = free + (self = model + context +
+# compute) + unaccounted |` per device, `| - Host | self = model + context + compute |`, and the
+# same for every other buffer type on a row of its own. Figures are floor(bytes / MiB).
+_BREAKDOWN_DEVICE = re.compile(r"common_memory_breakdown_print: \|\s+- (\S+) \(.*\)\s+\|\s*\d+ = +\d+ \+ \(\s*"
+                               r"\d+ = +(\d+) \+ +(\d+) \+ +(\d+)\)")
+_BREAKDOWN_OTHER = re.compile(r"common_memory_breakdown_print: \|\s+- (\S+)\s+\|\s+\d+ = +(\d+) \+ +(\d+) \+ +(\d+)"
+                              r"\s+\|")
+
+
+def parse_breakdown(text: str) -> dict[str, tuple[int, int, int]]:
+    """The last memory breakdown table in a log: row name -> (model, context, compute) bytes, as
+    llama.cpp printed them (MiB, rounded down); {} when it printed none."""
+    rows: dict[str, tuple[int, int, int]] = {}
+    header = text.rfind("memory breakdown [MiB]")
+    if header < 0:
+        return rows
+    table_text = text[header:]
+    for name, model, context, compute in _BREAKDOWN_DEVICE.findall(table_text) + _BREAKDOWN_OTHER.findall(table_text):
+        rows[name] = (int(model) * MiB, int(context) * MiB, int(compute) * MiB)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -121,12 +151,41 @@ def server_prompt_batches(n_tokens: int, checkpoints: bool, n_batch: int = 2048,
     return sizes
 
 
-def _ready(port: int) -> bool:
+def server_outputs_max(n_batch: int, n_parallel: int, n_draft: int = 0) -> int:
+    """The output rows llama-server reserves: min(n_batch, n_parallel * (1 + n_draft)), at least 1
+    (tools/server/server-context.cpp server_output_limits, common/speculative.cpp
+    common_speculative_get_output_limits); llama-fit-params and llama-cli reserve n_batch."""
+    return max(1, min(n_batch, n_parallel * (1 + max(0, n_draft))))
+
+
+def server_ready(port: int, host: str = LOOPBACK) -> bool:
+    """llama-server answers /health with 200 (it answers 503 while the model loads)."""
     try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=2) as resp:
+        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2) as resp:
             return resp.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def start_server(argv: list[str], log_path: Path) -> subprocess.Popen:
+    """Start a llama-server `argv` with its output in `log_path`, in a session of its own (so a
+    terminal's Ctrl-C reaches the caller, which decides what the server gets)."""
+    with open(log_path, "w") as out:   # the server keeps its own copy of the fd
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def wait_ready(proc: subprocess.Popen, port: int, log_path: Path, host: str = LOOPBACK,
+               timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until /health answers; a server that exits or takes longer than `timeout_s` is an error
+    carrying the end of its log."""
+    deadline = time.monotonic() + timeout_s
+    while not server_ready(port, host):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log_path.read_text(errors="replace")[-1500:]
+            how = f"exited with {proc.returncode}" if proc.poll() is not None else f"not ready in {timeout_s:.0f} s"
+            raise ToolsError(f"llama-server did not start ({how}): {tail}")
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -137,15 +196,9 @@ def llama_server(bin_dir: Path, model: str, flags: list[str]) -> Iterator[Server
         log_path = Path(tmp) / "server.log"
         argv = [str(bin_dir / "llama-server"), "-m", model, "--host", LOOPBACK, "--port", str(port),
                 "-np", "1", "-v", *flags]
-        with open(log_path, "w") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = start_server(argv, log_path)
         try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while not _ready(port):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = log_path.read_text(errors="replace")[-1500:]
-                    raise ToolsError(f"llama-server did not start ({' '.join(argv[1:])}): {tail}")
-                time.sleep(0.2)
+            wait_ready(proc, port, log_path)
             yield ServerClient(port, log_path)
         finally:
             stop_process(proc)
@@ -174,12 +227,18 @@ def _rpc_flags(flags: LlamaFlags, names: list[str], endpoints: list[str]) -> Lla
     return replace(flags, rpc=tuple(endpoints), devices=None, override_args=tuple(args))
 
 
-def _rows(buffers: dict[tuple[str, str], int], endpoint_of: dict[str, str]) -> dict[str, dict[str, int]]:
+def host_row(buft: str) -> str:
+    """The row a llama.cpp buffer type or breakdown row counts in: Host for the host's buffer types."""
+    return HOST if buft in _HOST_BUFTS or buft.endswith("_Host") else buft
+
+
+def rows_by_device(buffers: dict[tuple[str, str], int], endpoint_of: dict[str, str]) -> dict[str, dict[str, int]]:
     """Bytes per device row (device name or Host) and kind, from llama.cpp's buffer type names."""
     device_of = {f"RPC0[{ep}]": name for name, ep in endpoint_of.items()}
     rows: dict[str, dict[str, int]] = {}
     for (buft, kind), size in buffers.items():
-        row = HOST if buft in _HOST_BUFTS or buft.endswith("_Host") else device_of.get(buft, buft)
+        row = host_row(buft)
+        row = device_of.get(row, row)
         rows.setdefault(row, {}).setdefault(kind, 0)
         rows[row][kind] += size
     return rows
@@ -210,7 +269,7 @@ def validate_llama(req: ValidateRequest, ctx: ModelContext,
                                               "cache_prompt": False, "ignore_eos": True})
             text = server.log_text()
     parsed = parse_log(text)
-    rows = _rows(parsed.buffers, dict(zip(names, endpoints, strict=True)))
+    rows = rows_by_device(parsed.buffers, dict(zip(names, endpoints, strict=True)))
     timings = doc.get("timings", {})
     gen_s = float(timings.get("predicted_per_second") or 0.0)
     devices = tuple(DeviceReport(row, rows.get(row, {}).get("model", 0), rows.get(row, {}).get("context", 0),

@@ -111,9 +111,11 @@ class Verdict:
     notes: tuple[str, ...]
 
 
-def judge(devices: tuple[DeviceReport, ...], slack: int = 0) -> Verdict:
+def judge(devices: tuple[DeviceReport, ...], slack: int = 0, compute_rel: float = COMPUTE_TOLERANCE,
+          compute_abs: int = 0) -> Verdict:
     """Verdict and notes; `slack` bytes absorb an engine's rounding of weights/KV (llama.cpp logs
-    MiB with two decimals)."""
+    MiB with two decimals); compute may differ by `compute_rel` of the larger figure or by
+    `compute_abs` bytes, whichever is more."""
     over = [(d.name, d.total_bytes - d.budget_bytes) for d in devices
             if d.budget_bytes is not None and d.total_bytes > d.budget_bytes]
     if over:
@@ -127,7 +129,7 @@ def judge(devices: tuple[DeviceReport, ...], slack: int = 0) -> Verdict:
         if abs(pm - d.weights_bytes) > slack or abs(pc - d.kv_bytes) > slack:
             notes.append(f"{d.name}: weights/KV differ from the estimate "
                          f"({fmt_mib(d.weights_bytes)}/{fmt_mib(d.kv_bytes)} vs {fmt_mib(pm)}/{fmt_mib(pc)} MiB)")
-        if abs(d.compute_bytes - pk) > COMPUTE_TOLERANCE * max(pk, d.compute_bytes, 1):
+        if abs(d.compute_bytes - pk) > max(compute_rel * max(pk, d.compute_bytes, 1), compute_abs):
             notes.append(f"{d.name}: compute {fmt_mib(d.compute_bytes)} MiB vs estimated {fmt_mib(pk)} MiB")
     budgets = any(d.budget_bytes is not None for d in devices)
     verdict = "fits" + ("" if budgets else " (no budgets given: capacities unlimited)")

@@ -56,12 +56,13 @@ def _predicted(est: Estimate) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def _server_predicted(settings: LlamaSettings, est: Estimate) -> dict[str, tuple[int, int, int]]:
-    """The estimate, with compute re-reserved for llama-server's single output row where the
-    runtime has a graph builder (the estimate, like llama-fit-params, reserves n_batch rows)."""
+def server_predicted(settings: LlamaSettings, est: Estimate, n_outputs_max: int = 1) -> dict[str, tuple[int, int, int]]:
+    """The estimate, with compute re-reserved for llama-server's output rows (`n_outputs_max`:
+    planner.checking.llama.server_outputs_max) where the runtime has a graph builder (the estimate, like
+    llama-fit-params, reserves n_batch rows)."""
     predicted = _predicted(est)
     try:
-        runner = ModelRunner.from_settings(settings, reserve=False, weights=False, n_outputs_max=1)
+        runner = ModelRunner.from_settings(settings, reserve=False, weights=False, n_outputs_max=n_outputs_max)
     except BadInput:   # settings the runtime does not run (quantized caches): the estimate as it is
         return predicted
     if not supported(settings):
@@ -90,7 +91,7 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
         raise BadInput(f"--prompt-tokens {req.n_prompt} + --gen-tokens {req.n_gen} do not fit the context "
                        f"of {est.cparams.n_ctx} tokens")
     if engine == "llama.cpp":
-        return validate_llama(req, ctx, _server_predicted(settings, est))
+        return validate_llama(req, ctx, server_predicted(settings, est))
     if reserve_only:
         return _validate_reserve(req, settings, _predicted(est))
     return _validate_embedded(req, settings, _predicted(est), kernels)

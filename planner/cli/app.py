@@ -16,6 +16,7 @@ from planner.cli.network import root_callback
 from planner.cli.options import LLAMA_FLAGS_CONTEXT
 from planner.cli.plan import plan_cmd
 from planner.cli.sd_fit import sd_fit_cmd
+from planner.cli.serve import serve_cmd
 from planner.cli.sweep import sweep_cmd
 from planner.cli.validate import validate_cmd
 from planner.core.errors import FitplanError, InfeasiblePlacement
@@ -33,6 +34,7 @@ app.command("estimate", context_settings=LLAMA_FLAGS_CONTEXT)(estimate_cmd)
 app.command("sweep", context_settings=LLAMA_FLAGS_CONTEXT)(sweep_cmd)
 app.command("plan")(plan_cmd)
 app.command("validate", context_settings=LLAMA_FLAGS_CONTEXT)(validate_cmd)
+app.command("serve", context_settings=LLAMA_FLAGS_CONTEXT)(serve_cmd)
 app.command("inspect")(inspect_cmd)
 app.command("fetch-header")(fetch_header_cmd)
 

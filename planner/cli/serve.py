@@ -1,0 +1,68 @@
+"""`fitplan serve PLAN.yaml [--llama-bin DIR] [--host H] [--port P] [--dry-run] [--force] [-- extra flags]`.
+
+The library (planner/checking/serve.py) is imported inside the command: it loads numpy, gguf and
+the runtime, which `fitplan --help` does not need.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from planner.core.errors import BadInput
+from planner.core.llama_tools import LOOPBACK, ToolsError, ensure_tools, tools_dir
+from planner.core.render import render
+
+if TYPE_CHECKING:
+    from planner.checking.serve import MemoryCheck
+
+
+def serve_cmd(
+    ctx: typer.Context,
+    plan: Annotated[str, typer.Argument(help="a plan file from `fitplan plan -o plan.yaml`")],
+    llama_bin: Annotated[str | None, typer.Option(
+        "--llama-bin", help="directory of llama-server (default: the pinned build, built once if missing)")] = None,
+    host: Annotated[str, typer.Option("--host", help="address llama-server binds")] = LOOPBACK,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="port (0: a free one)")] = 8080,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="print the llama-server command (shell-quoted), compare no hardware, exit")] = False,
+    force: Annotated[bool, typer.Option("--force", help="run a plan made for other hardware")] = False,
+    log_file: Annotated[str | None, typer.Option("--log", help="llama-server's log (default: a temp file)")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml (the memory checks)")] = "table",
+) -> None:
+    """Start llama-server with a plan on this machine and check what it allocates against the plan.
+
+    Flags after `--` go to llama-server; those that change memory (-c, -np, -ub, -ctk/-ctv, -ngl, -ts,
+    -ot, ...) are re-estimated and refused if the plan no longer fits its budgets. Ctrl-C or SIGTERM
+    stops the server; its memory breakdown is then compared too.
+    """
+    from planner.checking.serve import ServeRequest, prepare_serve, run_serve, with_program
+
+    bin_dir = Path(llama_bin) if llama_bin else tools_dir()
+    if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
+        raise BadInput(f"--llama-bin {llama_bin}: no llama-server there")
+    req = ServeRequest(plan, tuple(ctx.args), host, port, bin_dir, force, check_hardware=not dry_run)
+    prepared = prepare_serve(req)   # refusals come before a build of the tools
+    if not dry_run and bin_dir is None:
+        prepared = with_program(prepared, ensure_tools())
+    if dry_run:
+        typer.echo(shlex.join(prepared.argv))
+        return
+
+    def ready(pid: int, check: MemoryCheck) -> None:
+        typer.echo(f"fitplan: llama-server (pid {pid}) serves {prepared.url}; Ctrl-C stops it")
+        typer.echo(render(check, fmt), nl=fmt != "table")
+
+    result = run_serve(prepared, ready, Path(log_file) if log_file else None)
+    if result.load is None:
+        typer.echo(f"fitplan: llama-server stopped before it was ready (log {result.log_path})")
+    elif result.shutdown is not None:
+        typer.echo(render(result.shutdown, fmt), nl=fmt != "table")
+    else:
+        typer.echo(f"fitplan: llama-server printed no memory breakdown as it stopped (log {result.log_path})")
+    if result.load is not None and result.returncode not in (0, -2, -15):
+        raise ToolsError(f"llama-server exited with {result.returncode} (log {result.log_path})")
+    if not result.fits:
+        raise typer.Exit(1)
