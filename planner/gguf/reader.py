@@ -27,7 +27,8 @@ from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType,
 
 from planner.core.errors import BadInput, GGUFError, RemoteError
 from planner.core.units import pad
-from planner.gguf.source import Buffer, ByteSource, is_url, open_source
+from planner.gguf.location import open_source
+from planner.gguf.source import Buffer, ByteSource, is_url
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from planner.core.errors import BadInput
 from planner.core.units import GiB
+from planner.gguf.location import open_source
 from planner.gguf.reader import TensorInfo, read_model
-from planner.gguf.source import is_url, open_source
+from planner.gguf.source import is_url
 from planner.sd.assign import Module
 from planner.sd.roles import Kind, ModelSource
 from planner.sd.safetensors_header import read_safetensors

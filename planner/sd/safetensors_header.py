@@ -17,7 +17,8 @@ import struct
 from dataclasses import dataclass
 
 from planner.core.errors import BadInput
-from planner.gguf.source import ByteSource, open_source
+from planner.gguf.location import open_source
+from planner.gguf.source import ByteSource
 
 # dtype -> (bytes per element in the file, bytes per element once stable-diffusion.cpp loads
 # it). sd.cpp widens F8 to F16 and narrows F64/I64 to 32 bits at load time

@@ -15,8 +15,10 @@ import pytest
 from planner.core import http, net
 from planner.core.errors import BadInput, GGUFError
 from planner.core.units import GiB, KiB
+from planner.gguf.location import open_source
 from planner.gguf.reader import read_model
-from planner.gguf.source import INITIAL_CHUNK, HeaderCache, HTTPSource, open_source
+from planner.gguf.remote import HeaderCache, HTTPSource
+from planner.gguf.source import INITIAL_CHUNK
 from planner.gguf.tensor_data import TensorData
 from tests.support.http_server import Redirect
 
