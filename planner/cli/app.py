@@ -10,6 +10,7 @@ import typer
 
 from planner.cli.devices import devices_cmd
 from planner.cli.estimate import estimate_cmd
+from planner.cli.export import export_cmd
 from planner.cli.fetch_header import fetch_header_cmd
 from planner.cli.inspect_model import inspect_cmd
 from planner.cli.network import root_callback
@@ -35,6 +36,7 @@ app.command("sweep", context_settings=LLAMA_FLAGS_CONTEXT)(sweep_cmd)
 app.command("plan")(plan_cmd)
 app.command("validate", context_settings=LLAMA_FLAGS_CONTEXT)(validate_cmd)
 app.command("serve", context_settings=LLAMA_FLAGS_CONTEXT)(serve_cmd)
+app.command("export")(export_cmd)
 app.command("inspect")(inspect_cmd)
 app.command("fetch-header")(fetch_header_cmd)
 

@@ -308,3 +308,13 @@ def changed_fields(flags: LlamaFlags) -> list[str]:
     """Names of the fields that differ from llama.cpp's defaults (for reports)."""
     d = LlamaFlags()
     return [f.name for f in fields(flags) if getattr(flags, f.name) != getattr(d, f.name)]
+
+
+def takes_value(name: str) -> bool | None:
+    """Whether llama.cpp reads the next argument as this flag's value (True), it is a switch
+    (False), or fitplan does not know the flag (None)."""
+    if name in _VALUED or name in IGNORED_VALUED:
+        return True
+    if name in _SWITCHES or name in IGNORED_SWITCHES:
+        return False
+    return None

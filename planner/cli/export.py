@@ -1,0 +1,43 @@
+"""`fitplan export PLAN.yaml --to systemd|compose|preset|shell [-o FILE]`: the plan as a systemd
+unit, a docker compose service, a llama.cpp preset (`llama-server --models-preset`) or a bash script."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.core.files import write_atomic
+from planner.core.llama_tools import LOOPBACK, tools_dir
+
+
+def export_cmd(
+    plan: Annotated[str, typer.Argument(help="a plan file from `fitplan plan -o plan.yaml`")],
+    to: Annotated[str, typer.Option(
+        "--to", help="systemd (a unit) | compose (a docker compose service on ghcr.io/ggml-org/llama.cpp) | "
+                     "preset (llama-server --models-preset INI) | shell (a bash script)")],
+    llama_bin: Annotated[str | None, typer.Option(
+        "--llama-bin", help="directory of llama-server (default: the pinned build when built, else the name)")] = None,
+    host: Annotated[str, typer.Option("--host", help="address llama-server binds")] = LOOPBACK,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="its port")] = 8080,
+    name: Annotated[str, typer.Option("--name", help="the compose service's name")] = "fitplan-llama-server",
+    output: Annotated[str | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
+) -> None:
+    """Write what runs the plan: a systemd unit, a compose service, a llama.cpp preset or a shell script."""
+    from planner.planning.commands import LLAMA_SERVER
+    from planner.planning.document import read_deployment
+    from planner.planning.exports import ExportOptions, export
+
+    bin_dir = Path(llama_bin) if llama_bin else tools_dir()
+    program = str((bin_dir / LLAMA_SERVER).absolute()) if bin_dir else LLAMA_SERVER
+    text = export(read_deployment(plan), to, ExportOptions(program, host, port, name))
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+        if to == "shell":
+            tmp.chmod(0o755)
+
+    write_atomic(output, write)
