@@ -25,7 +25,7 @@ BREAKDOWN = """\
 0.02.127.484 I common_memory_breakdown_print: |   - RPC1 (127.0.0.1:42027) | 24151 = 24151 + ( 174 =   170 +       0 +       4) +        -174 |
 0.02.127.491 I common_memory_breakdown_print: |   - Host                   |                   177 =   170 +       0 +       7                |
 0.02.127.495 I common_memory_breakdown_print: |   - CPU_REPACK             |                    12 =    12 +       0 +       0                |
-"""
+"""  # noqa: E501 (llama.cpp's lines as printed)
 LOAD = """\
 0.00.722.328 I load_tensors:   CPU_Mapped model buffer size =   170.00 MiB
 0.00.722.330 I load_tensors: RPC0[127.0.0.1:48467] model buffer size =    65.16 MiB
