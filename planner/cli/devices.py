@@ -1,7 +1,7 @@
 """`fitplan devices`: the inventory a plan would use, its budgets, and the llama.cpp flags
 that describe the same devices (`--rpc`, `--fit-target`, the device order).
 
-Detection is imported inside `devices_report`: it loads psutil, which `fitplan --help` does not need.
+The inventory options are planner/cli/options.py's, as every command that takes a machine has them.
 """
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.options import Format, Ram
-from planner.core.errors import InventoryError
+from planner.cli.options import DeviceOpt, DevicesOpt, Format, InventoryOptions, MaxRamOpt, MaxVramOpt, Ram, RpcOpt
 from planner.core.render import render, table
 from planner.core.units import fmt_bytes
-from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
+from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins
 from planner.hardware.inventory import Inventory, inventory_to_dict, rpc_flag
-from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
 
 
 @dataclass(frozen=True)
@@ -67,34 +65,23 @@ class DevicesReport:
         return "\n".join(lines)
 
 
-def devices_report(inventory_path: str | None, device: list[str], ram: str | None, rpc: str | None,
-                   max_vram: str | None, max_ram: str | None, use_llama: bool) -> DevicesReport:
+def devices_report(options: InventoryOptions, use_llama: bool = True) -> DevicesReport:
     """The inventory (a YAML file, else this machine), with shorthands applied, and its budgets."""
-    from planner.hardware.detect import detect_inventory
-
-    endpoints = [e.strip() for e in rpc.split(",")] if rpc else []
-    if inventory_path and endpoints:
-        raise InventoryError("--rpc: expected either --devices (describe RPC hosts in the YAML) or --rpc, not both")
-    base = load_inventory(inventory_path) if inventory_path else detect_inventory(endpoints, use_llama=use_llama)
-    inventory = inventory_from_cli(device, ram, base) if (device or ram) else base
-    return DevicesReport(inventory, resolve_budgets(inventory, max_vram, max_ram))
+    choice = options.resolve(detect=True, use_llama=use_llama)
+    assert choice is not None   # detect=True always gives an inventory
+    return DevicesReport(choice.inventory, choice.budgets)
 
 
 def devices_cmd(
     fmt: Format = "table",
-    devices: Annotated[str | None, typer.Option(
-        "--devices", help="inventory YAML (default: detect this machine)")] = None,
-    device: Annotated[list[str] | None, typer.Option(
-        "--device", help="CUDA0=24GiB, CUDA0=rtx3090, 2xrtx3090, ...@host:port")] = None,
+    devices: DevicesOpt = None,
+    device: DeviceOpt = None,
     ram: Ram = None,
-    rpc: Annotated[str | None, typer.Option(
-        "--rpc", help="rpc-server endpoints host:port,... (needs the llama.cpp tools)")] = None,
-    max_vram: Annotated[str | None, typer.Option(
-        "--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2 | gpu=512MiB")] = None,
-    max_ram: Annotated[str | None, typer.Option(
-        "--max-ram", help="host RAM budget (default: available - max(2GiB, 10%))")] = None,
+    rpc: RpcOpt = None,
+    max_vram: MaxVramOpt = None,
+    max_ram: MaxRamOpt = None,
     no_llama: Annotated[bool, typer.Option("--no-llama", help="do not ask llama-cli for its device list")] = False,
 ) -> None:
     """The devices a plan is made for (detected or described), their budgets, and llama.cpp's view."""
-    report = devices_report(devices, device or [], ram, rpc, max_vram, max_ram, use_llama=not no_llama)
+    report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram), use_llama=not no_llama)
     typer.echo(render(report, fmt))

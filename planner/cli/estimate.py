@@ -1,27 +1,87 @@
-"""`fitplan estimate MODEL [--devices INV.yaml | --device NAME=SIZE ...] -- <llama.cpp flags>`.
+"""`fitplan estimate MODEL [inventory options] -- <llama.cpp flags>`.
 
 The estimator is imported inside the command: it loads numpy and gguf, which `fitplan --help`
 does not need.
 """
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from planner.cli.options import Format, Model
+from planner.cli.options import (
+    DeviceOpt,
+    DevicesOpt,
+    Format,
+    InventoryOptions,
+    MaxRamOpt,
+    MaxVramOpt,
+    Model,
+    Ram,
+    RpcOpt,
+)
 from planner.core.render import render
-from planner.hardware.inventory_yaml import inventory_from_options
+from planner.core.units import fmt_mib
+
+if TYPE_CHECKING:
+    from planner.memory.estimate import Estimate
+
+
+@dataclass(frozen=True)
+class BudgetedEstimate:
+    """An estimate checked against `--max-vram`/`--max-ram`: the estimate's own output, plus each
+    budget and whether the total is within it."""
+
+    estimate: Estimate
+    budgets: dict[str, int]     # row name -> bytes
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Budgeted row -> bytes; the host's rows (Host, CPU_REPACK, ...) count against Host's budget."""
+        from planner.llama.placement import HOST, HOST_ROWS  # numpy and gguf: not at `fitplan --help`
+
+        out = {d.name: d.total_bytes for d in self.estimate.devices if d.name not in HOST_ROWS}
+        out[HOST] = sum(d.total_bytes for d in self.estimate.devices if d.name in HOST_ROWS)
+        return {name: n for name, n in out.items() if name in self.budgets}
+
+    @property
+    def over(self) -> list[str]:
+        return [name for name, n in self.totals.items() if n > self.budgets[name]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.estimate.to_dict(), "budgets": self.budgets, "fits": not self.over}
+
+    def to_table(self) -> str:
+        rows = [f"{name} {fmt_mib(n)} of {fmt_mib(self.budgets[name])} MiB" for name, n in self.totals.items()]
+        if not rows:
+            return self.estimate.to_table().rstrip("\n") + "\n\nbudgets: none for these devices"
+        verdict = "fits" if not self.over else "does not fit on " + ", ".join(self.over)
+        return self.estimate.to_table().rstrip("\n") + "\n\nbudgets: " + "; ".join(rows) + f" ({verdict})"
 
 
 def estimate_cmd(
     ctx: typer.Context,
     model: Model,
     fmt: Format = "table",
-    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML")] = None,
-    device: Annotated[list[str] | None, typer.Option("--device", help="CUDA0=24GiB, ...@host:port")] = None,
+    devices: DevicesOpt = None,
+    device: DeviceOpt = None,
+    ram: Ram = None,
+    rpc: RpcOpt = None,
+    max_vram: MaxVramOpt = None,
+    max_ram: MaxRamOpt = None,
 ) -> None:
-    """Per-device model, context and compute memory llama.cpp would allocate for the flags after `--`."""
+    """Per-device model, context and compute memory llama.cpp would allocate for the flags after `--`
+    (with --max-vram/--max-ram: checked against those budgets, exit 1 when over)."""
     from planner.memory.estimate import estimate
 
-    typer.echo(render(estimate(model, list(ctx.args), inventory_from_options(devices, device or [], None)), fmt))
+    options = InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram)
+    choice = options.resolve(detect=False)
+    est = estimate(model, options.llama_argv(list(ctx.args)), choice.inventory if choice else None)
+    if choice is None or not (max_vram or max_ram):
+        typer.echo(render(est, fmt))
+        return
+    checked = BudgetedEstimate(est, choice.budget_rows())
+    typer.echo(render(checked, fmt))
+    if checked.over:
+        raise typer.Exit(1)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from planner.cli.devices import devices_report
-from planner.cli.options import Model, Ram
+from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Model, Ram, RpcOpt
 from planner.core.errors import BadInput
 from planner.core.files import write_atomic
 from planner.core.render import render
@@ -85,11 +85,12 @@ def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -
 
 def plan_cmd(
     model: Model,
-    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML, or 'auto' to detect")] = None,
-    device: Annotated[list[str] | None, typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...@host:port")] = None,
+    devices: DevicesOpt = None,
+    device: DeviceOpt = None,
     ram: Ram = None,
-    max_vram: Annotated[str | None, typer.Option("--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2")] = None,
-    max_ram: Annotated[str | None, typer.Option("--max-ram", help="host RAM budget")] = None,
+    rpc: RpcOpt = None,
+    max_vram: MaxVramOpt = None,
+    max_ram: MaxRamOpt = None,
     ctx: Annotated[str | None, typer.Option(
         "--ctx", "-c", help="context tokens, or 'max' (default: training context)")] = None,
     parallel: Annotated[int, typer.Option("--parallel", "-np", help="parallel sequences (slots)")] = 1,
@@ -132,11 +133,8 @@ def plan_cmd(
         raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
     if parallel < 1 or (ubatch is not None and ubatch < 1):
         raise BadInput("--parallel and --ubatch-size take positive numbers")
-    inventory_path = None if devices in (None, "auto") else devices
-    # Devices named on the command line need no detection beyond the host's RAM; llama-cli is
-    # asked for its device list only when the plan is for this machine as it is.
-    detect_gpus = inventory_path is None and not device
-    report = devices_report(inventory_path, device or [], ram, None, max_vram, max_ram, use_llama=detect_gpus)
+    # llama-cli is asked for its device list only when the plan is for this machine as it is
+    report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram))
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,

@@ -12,11 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.options import Model
+from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Model, Ram, RpcOpt
 from planner.core.errors import BadInput
 from planner.core.files import write_atomic
 from planner.core.render import render
-from planner.hardware.inventory_yaml import inventory_from_options
 
 FORMATS = ("csv", "table", "json", "yaml")
 PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
@@ -49,9 +48,12 @@ def sweep_cmd(
     ctx: typer.Context,
     model: Model,
     vary: Annotated[list[str], typer.Option("--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget")],
-    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML")] = None,
-    device: Annotated[list[str] | None, typer.Option("--device", help="CUDA0=24GiB, 2xrtx3090, ...")] = None,
-    ram: Annotated[str | None, typer.Option("--ram", help="the host's RAM, e.g. 64GiB")] = None,
+    devices: DevicesOpt = None,
+    device: DeviceOpt = None,
+    ram: Ram = None,
+    rpc: RpcOpt = None,
+    max_vram: MaxVramOpt = None,
+    max_ram: MaxRamOpt = None,
     mode: Annotated[str, typer.Option("--mode", help="estimate (flags as given) | plan")] = "estimate",
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the CSV here")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="draw the sweep into this PNG")] = None,
@@ -72,11 +74,14 @@ def sweep_cmd(
 
         require_matplotlib()
     axes = [parse_vary(v) for v in vary]
-    base = parse_llama_flags(list(ctx.args)) if ctx.args else None
+    options = InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram)
+    args = options.llama_argv(list(ctx.args))
+    base = parse_llama_flags(args) if args else None
     progress = _Progress()
     try:
-        inventory = inventory_from_options(devices, device or [], ram)
-        result = sweep(model, axes, inventory, base, mode=mode, progress=progress)
+        choice = options.resolve(detect=False)
+        result = sweep(model, axes, choice.inventory if choice else None, base, mode=mode, progress=progress,
+                       max_vram=max_vram, max_ram=max_ram)
     finally:
         progress.close()
     if output:

@@ -1,5 +1,5 @@
-"""`fitplan validate (PLAN.yaml | MODEL -- <llama.cpp flags>) [--engine embedded|llama.cpp]
-[--kernels default|ggml-avx2] [--reserve-only]`.
+"""`fitplan validate (PLAN.yaml | MODEL [inventory options] -- <llama.cpp flags>)
+[--engine embedded|llama.cpp] [--kernels default|ggml-avx2] [--reserve-only]`.
 
 The validator is imported inside the command: it loads numpy, gguf and the runtime, which
 `fitplan --help` does not need.
@@ -10,7 +10,17 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.options import Format
+from planner.cli.options import (
+    DeviceOpt,
+    DevicesOpt,
+    Format,
+    InventoryOptions,
+    MaxRamOpt,
+    MaxVramOpt,
+    Ram,
+    RpcOpt,
+)
+from planner.core.errors import BadInput
 from planner.core.render import render
 
 
@@ -21,17 +31,33 @@ def validate_cmd(
     kernels: Annotated[str, typer.Option("--kernels", help="embedded engine: default | ggml-avx2 (bit-exact "
                                           "with llama.cpp's portable x86-64 build, slower)")] = "default",
     fmt: Format = "table",
-    devices: Annotated[str | None, typer.Option("--devices", help="inventory YAML (MODEL form)")] = None,
-    max_vram: Annotated[str | None, typer.Option("--max-vram", help="budgets, as fitplan plan")] = None,
+    devices: DevicesOpt = None,
+    device: DeviceOpt = None,
+    ram: Ram = None,
+    rpc: RpcOpt = None,
+    max_vram: MaxVramOpt = None,
+    max_ram: MaxRamOpt = None,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="prompt length in token ids")] = 32,
     gen_tokens: Annotated[int, typer.Option("--gen-tokens", min=1, help="generated tokens")] = 16,
     reserve_only: Annotated[bool, typer.Option(
         "--reserve-only", help="split and allocate the reserve graphs under the budgets, compute nothing")] = False,
 ) -> None:
-    """Run the model under a plan or flags; measured memory, splits and speed against the estimate."""
+    """Run the model under a plan or flags; measured memory, splits and speed against the estimate
+    (the inventory options are for the MODEL form: a plan file carries its own)."""
+    from planner.checking.report import ValidateRequest
     from planner.checking.validate import validate, validate_request
+    from planner.llama.flags import parse_llama_flags
 
-    req = validate_request(target, list(ctx.args), devices, max_vram, prompt_tokens, gen_tokens)
+    options = InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram)
+    if target.endswith((".yaml", ".yml")):
+        if options != InventoryOptions():
+            raise BadInput("a plan file carries its own flags, inventory and budgets: give nothing else")
+        req = validate_request(target, list(ctx.args), n_prompt=prompt_tokens, n_gen=gen_tokens)
+    else:
+        choice = options.resolve(detect=False)
+        req = ValidateRequest(target, parse_llama_flags(options.llama_argv(list(ctx.args))),
+                              choice.inventory if choice else None, choice.budget_rows() if choice else {},
+                              prompt_tokens, gen_tokens)
     report = validate(req, engine, kernels, reserve_only)
     typer.echo(render(report, fmt), nl=fmt != "table")
     if not report.fits:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -185,15 +186,18 @@ def _one_layer_steps(axis: Axis, ctx: ModelContext, flags: LlamaFlags, inventory
 class _Budgets:
     """Budgets for each budget value, resolved once (resolve_budgets logs its warnings once)."""
 
-    def __init__(self, inventory: Inventory | None) -> None:
+    def __init__(self, inventory: Inventory | None, max_vram: str | None = None, max_ram: str | None = None) -> None:
         self.inventory = inventory
+        self.max_vram = max_vram    # the budgets without a budget axis value (--max-vram)
+        self.max_ram = max_ram
         self.cache: dict[int | None, Budgets] = {}
 
     def get(self, amount: int | None) -> Budgets | None:
         if self.inventory is None:
             return None
         if amount not in self.cache:
-            self.cache[amount] = resolve_budgets(self.inventory, None if amount is None else fmt_budget(amount))
+            vram = self.max_vram if amount is None else fmt_budget(amount)
+            self.cache[amount] = resolve_budgets(self.inventory, vram, self.max_ram)
         return self.cache[amount]
 
     def rows(self, amount: int | None) -> dict[str, int]:
@@ -222,14 +226,16 @@ def _estimate_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any,
     est = estimate(ctx, flags, inventory)
     limit = budgets.rows(next((v for a, v in settings if a.name == "budget"), None))
     rows = _rows(est, limit)
-    return Point(combo, " ".join(flags_to_argv(flags)), est.cparams.n_ctx, rows)
+    return Point(combo, shlex.join(flags_to_argv(flags)), est.cparams.n_ctx, rows)
 
 
 def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = None, flags: LlamaFlags | None = None,
           mode: SweepMode | str = SweepMode.ESTIMATE,
-          progress: Callable[[int, int], None] | None = None) -> SweepResult:
+          progress: Callable[[int, int], None] | None = None,
+          max_vram: str | None = None, max_ram: str | None = None) -> SweepResult:
     """Evaluate every combination of `axes` (the first axis varies slowest); `progress(done, total)`
-    is called after each point."""
+    is called after each point. `max_vram`/`max_ram` are the budgets as `--max-vram`/`--max-ram`
+    take them (a `budget` axis value replaces `max_vram`)."""
 
     if mode not in MODES:
         raise FlagError(f"sweep mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -245,7 +251,7 @@ def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = 
     ctx = model_context(model)
     axes = tuple(_one_layer_steps(a, ctx, base, inventory) for a in axes)
     combos = list(itertools.product(*(a.values for a in axes)))
-    budgets = _Budgets(inventory)
+    budgets = _Budgets(inventory, max_vram, max_ram)
     evaluate = _estimate_point if mode is SweepMode.ESTIMATE else _plan_point
     points = []
     for i, combo in enumerate(combos):
@@ -286,5 +292,5 @@ def _plan_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...
     limit = budgets.rows(amount)
     est = result.estimate
     rows = _rows(est, limit)
-    return Point(combo, " ".join(flags_to_argv(result.flags)), result.n_ctx, rows,
+    return Point(combo, shlex.join(flags_to_argv(result.flags)), result.n_ctx, rows,
                  tokens_per_s=result.prediction.decode_tokens_s)
