@@ -19,7 +19,7 @@ from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
 if TYPE_CHECKING:
     from planner.sd.plan import SdPlan
 
-FORMATS = ("text", "flags", "yaml", "json")
+FORMATS = ("text", "flags", "command", "yaml", "json")
 _AUTO_FIT = {"on": True, "off": False}
 
 
@@ -59,7 +59,7 @@ def sd_fit_cmd(
     devices: Annotated[Text, _opt("--devices", "inventory YAML (default: this machine)")] = None,
     device: Annotated[list[str] | None, _opt("--device", "CUDA0=24GiB, 2xrtx3090, ...")] = None,
     ram: Ram = None,
-    fmt: Annotated[str, _opt("--format", "text | flags | yaml | json")] = "text",
+    fmt: Annotated[str, _opt("--format", "text | flags | command (the sd-cli line) | yaml | json")] = "text",
     optimal: Annotated[bool, _opt("--optimal", "minimise weight traffic per image (MILP)")] = False,
     steps: Annotated[int, _opt("--steps", "sampling steps per image, for traffic")] = DEFAULT_STEPS,
     split_mode: Annotated[Text, _opt("--split-mode", "layer | row | diffusion=row,te=layer")] = None,
@@ -98,5 +98,9 @@ def sd_fit_cmd(
 
 
 def _show(plan: SdPlan, fmt: str) -> None:
-    """--format: `flags` is the sd-cli command line; `text` is what render() calls `table`."""
-    typer.echo(plan.flags if fmt == "flags" else render(plan, "table" if fmt == "text" else fmt))
+    """--format: `flags` are sd-cli's placement flags, `command` the whole sd-cli line; `text` is what
+    render() calls `table`."""
+    if fmt in ("flags", "command"):
+        typer.echo(plan.flags if fmt == "flags" else plan.command)
+    else:
+        typer.echo(render(plan, "table" if fmt == "text" else fmt))

@@ -10,6 +10,7 @@ For a planner calling this many times: build a `ModelContext` once (`model_conte
 """
 from __future__ import annotations
 
+import shlex
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model_path,
-            "flags": " ".join(flags_to_argv(self.flags)),
+            "flags": shlex.join(flags_to_argv(self.flags)),   # shlex.split gives the argv back
             "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
                          "compute_bytes": d.compute_bytes} for d in self.devices],
             "layers": {name: list(ls) for name, ls in self.layers},
@@ -88,7 +89,7 @@ class Estimate:
         if self.moved:
             out += ["", "tensors moved by overrides:"] + [f"  {t} -> {to}" for t, to in self.moved]
         if self.flags.ignored:
-            out += ["", "ignored (no effect on memory): " + " ".join(self.flags.ignored)]
+            out += ["", "ignored (no effect on memory): " + shlex.join(self.flags.ignored)]
         out += ["", compute_note(self.compute_model, self.model_arch)]
         return "\n".join(out) + "\n"
 

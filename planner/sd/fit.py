@@ -120,4 +120,5 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                                        _kept(inventory, params, Role.PARAMS))
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
                   _splits(fit, placements, modes), runtime_spec, params_spec, max_vram, _split_spec(modes),
-                  traffic_bytes(fit, placements, request.steps), overcommit(fit, placements))
+                  traffic_bytes(fit, placements, request.steps), overcommit(fit, placements),
+                  tuple(a for src in request.sources for a in (src.role.flag, src.path)))

@@ -13,6 +13,8 @@ from planner.sd.placement import GpuBudget, Placement, Where
 from planner.sd.roles import Kind
 from planner.sd.split import SplitRange
 
+SD_CLI = "sd-cli"
+
 
 class Mode(enum.Enum):
     """How a plan was made; the value is what the report prints."""
@@ -36,9 +38,10 @@ class SdPlan:
     split_mode: str | None
     traffic_bytes: int  # weight bytes moved per image (see planner.sd.traffic)
     warnings: tuple[str, ...] = ()  # budgets this placement exceeds (planner.sd.check)
+    model_args: tuple[str, ...] = ()  # the model files as sd-cli flags: -m X, --vae Y, ...
 
     @property
-    def flags(self) -> str:
+    def flag_argv(self) -> list[str]:
         """sd-cli flags that reproduce this plan without re-planning."""
         out = ["--backend", self.backend_spec or "auto"]
         if self.params_spec:
@@ -49,7 +52,22 @@ class SdPlan:
             out += ["--max-vram", self.max_vram]
         if self.split_mode:
             out += ["--split-mode", self.split_mode]
-        return shlex.join(out)
+        return out
+
+    @property
+    def flags(self) -> str:
+        """The flags as one shell-quoted string."""
+        return shlex.join(self.flag_argv)
+
+    @property
+    def argv(self) -> list[str]:
+        """sd-cli's arguments: the model files as they were given, then the flags."""
+        return list(self.model_args) + self.flag_argv
+
+    @property
+    def command(self) -> str:
+        """The sd-cli line, shell-quoted: bash runs it as printed (add the prompt, -p ...)."""
+        return shlex.join([SD_CLI, *self.argv])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +88,7 @@ class SdPlan:
             "traffic_bytes_per_image": self.traffic_bytes,
             "warnings": list(self.warnings),
             "flags": self.flags,
+            "argv": self.argv,
         }
 
     def _title(self) -> str:
@@ -108,6 +127,7 @@ class SdPlan:
         label = "as assigned" if self.mode is Mode.MANUAL else self.mode.value
         lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')
         lines.append(f"sd-cli flags: {self.flags}")
+        lines.append(f"run it: {self.command}")
         return "\n".join(lines)
 
 
