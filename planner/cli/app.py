@@ -22,7 +22,8 @@ from planner.cli.sweep import sweep_cmd
 from planner.cli.validate import validate_cmd
 from planner.core.errors import FitplanError, InfeasiblePlacement
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# add_completion: --install-completion / --show-completion (typer's, for bash, zsh, fish, PowerShell)
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Placement planner and auto-fit advisor for ggml engines.")
 
 

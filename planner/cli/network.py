@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from planner.cli.version import Version
 from planner.core import net
 from planner.core.errors import BadInput
 
@@ -50,6 +51,7 @@ def root_callback(
         "--header-cache", help="directory of the remote-header cache (default: ~/.cache/fitplan/headers)")] = None,
     http_timeout: Annotated[float | None, typer.Option(
         "--http-timeout", help="seconds one HTTP request may take (default: 30)")] = None,
+    version: Version = False,   # eager: prints and exits before anything else (planner/cli/version.py)
 ) -> None:
     """Placement planner and auto-fit advisor for ggml engines."""
     settings = network_settings(hf_endpoint, ms_endpoint, ollama_registry, token_file, header_cache, http_timeout)
