@@ -27,6 +27,7 @@ from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType,
 
 from planner.core.errors import BadInput, GGUFError, RemoteError
 from planner.core.units import pad
+from planner.gguf.cursor import Cursor
 from planner.gguf.location import open_source
 from planner.gguf.source import Buffer, ByteSource, is_url
 
@@ -52,7 +53,6 @@ _SCALAR_FORMAT: dict[GGUFValueType, str] = {
     GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
     GGUFValueType.FLOAT64: "<d",
 }
-_U64 = struct.Struct("<Q")
 _SPLIT_NAME = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
@@ -163,84 +163,14 @@ def row_size(ggml_type: GGMLQuantizationType, n_elements: int) -> int:
     return n_elements // block_size * type_size
 
 
-class _Cursor:
-    """Reads little-endian values from a source's prefix, asking it for more as the parse goes
-    and refusing to step past the file's end. `size` bounds every claimed length (the file's
-    size, or the header cap); `avail` is what the buffer holds now; `reserve` is what the rest
-    of the header certainly holds after the current item."""
-
-    def __init__(self, source: ByteSource) -> None:
-        self.path = source.name
-        self.source = source
-        self.buf = source.prefix(0)
-        self.avail = len(self.buf)
-        self.size = source.bound
-        self.pos = 0
-        self.reserve = 0
-
-    def fill(self, end: int, certain: int = 0) -> None:
-        """Make the buffer hold bytes up to `end` if the file has them."""
-        if end > self.avail:
-            self.buf = self.source.prefix(end, certain=certain + self.reserve)
-            self.avail = len(self.buf)
-            if self.source.size is not None:
-                self.size = self.source.size
-
-    def need(self, n_bytes: int, what: str, certain: int = 0) -> None:
-        if n_bytes >= 0 and self.pos + n_bytes <= self.avail:
-            return
-        if n_bytes >= 0:
-            self.fill(self.pos + n_bytes, certain)
-        if n_bytes < 0 or self.pos + n_bytes > self.avail:
-            raise GGUFError(self.path, f"truncated header: {what} at byte {self.pos} needs {n_bytes} bytes, "
-                                       f"the file has {max(0, self.avail - self.pos)} left")
-
-    def unpack(self, fmt: str, what: str) -> Any:
-        n = struct.calcsize(fmt)
-        self.need(n, what)
-        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
-        self.pos += n
-        return value
-
-    def string(self, what: str) -> str:
-        length = self.unpack("<Q", f"length of {what}")
-        if length > self.size - self.pos:
-            raise GGUFError(self.path, f"hostile header: {what} claims {length} bytes, "
-                                       f"only {self.size - self.pos} remain in the file")
-        self.need(length, what)
-        raw = bytes(self.buf[self.pos:self.pos + length])
-        self.pos += length
-        return raw.decode("utf-8", errors="replace")
-
-    def skip_strings(self, count: int, what: str) -> None:
-        # the hot loop of a 262k-token vocabulary: a bound unpack and locals only
-        buf, pos, avail, u64 = self.buf, self.pos, self.avail, _U64.unpack_from
-        for i in range(count):
-            if pos + 8 > avail:
-                self.pos = pos
-                self.need(8, f"an element of {what}", certain=8 * (count - i - 1))
-                buf, avail = self.buf, self.avail
-            (length,) = u64(buf, pos)
-            pos += 8 + length
-            if pos > avail:
-                if pos > self.size:
-                    self.pos = pos - length
-                    raise GGUFError(self.path, f"hostile header: an element of {what} claims {length} bytes, "
-                                               f"past the end of the file")
-                self.pos = pos - length
-                self.need(length, f"an element of {what}", certain=8 * (count - i - 1))
-                buf, avail = self.buf, self.avail
-        self.pos = pos
-
-
-def _value_type(cur: _Cursor, raw: int, key: str) -> GGUFValueType:
+def _value_type(cur: Cursor, raw: int, key: str) -> GGUFValueType:
     try:
         return GGUFValueType(raw)
     except ValueError:
         raise GGUFError(cur.path, f"unknown metadata value type {raw} for key {key!r}") from None
 
 
-def _read_value(cur: _Cursor, vtype: GGUFValueType, key: str) -> Any:
+def _read_value(cur: Cursor, vtype: GGUFValueType, key: str) -> Any:
     if vtype == GGUFValueType.STRING:
         return cur.string(f"value of {key!r}")
     if vtype in _SCALAR_FORMAT:
@@ -269,7 +199,7 @@ def _read_value(cur: _Cursor, vtype: GGUFValueType, key: str) -> Any:
     return tuple(values)
 
 
-def _ggml_type(cur: _Cursor, raw: int, name: str) -> GGMLQuantizationType:
+def _ggml_type(cur: Cursor, raw: int, name: str) -> GGMLQuantizationType:
     try:
         qtype = GGMLQuantizationType(raw)
     except ValueError:
@@ -316,7 +246,7 @@ def _read_shard(location: str, shard_no: int) -> _Shard:
 
 
 def _parse(source: ByteSource, shard_no: int) -> _Shard:
-    cur = _Cursor(source)
+    cur = Cursor(source)
     path = cur.path
     cur.fill(4)
     if cur.avail < 4 or bytes(cur.buf[:4]) != GGUF_MAGIC:
@@ -348,7 +278,7 @@ def _parse(source: ByteSource, shard_no: int) -> _Shard:
     return _Shard(version, metadata, tensors, data_start, has_weights, digest)
 
 
-def _read_metadata(cur: _Cursor, n_kv: int, after: int) -> dict[str, Any]:
+def _read_metadata(cur: Cursor, n_kv: int, after: int) -> dict[str, Any]:
     """The key-value section; `after` is what the tensor infos that follow it certainly hold."""
     metadata: dict[str, Any] = {}
     for i in range(n_kv):
@@ -369,7 +299,7 @@ class _RawTensorInfo:
     offset: int
 
 
-def _read_tensor_info(cur: _Cursor, i: int) -> _RawTensorInfo:
+def _read_tensor_info(cur: Cursor, i: int) -> _RawTensorInfo:
     name = cur.string(f"name of tensor {i}")
     n_dims = cur.unpack("<I", f"dimension count of {name!r}")
     if n_dims == 0 or n_dims > GGML_MAX_DIMS:
@@ -382,7 +312,7 @@ def _read_tensor_info(cur: _Cursor, i: int) -> _RawTensorInfo:
     return _RawTensorInfo(name, qtype, tuple(int(d) for d in shape), offset)
 
 
-def _tensor(cur: _Cursor, info: _RawTensorInfo, data_start: int, shard_no: int) -> TensorInfo:
+def _tensor(cur: Cursor, info: _RawTensorInfo, data_start: int, shard_no: int) -> TensorInfo:
     """The entry's size and absolute offset, refused where its rows or its bytes do not fit."""
     name, qtype, shape = info.name, info.ggml_type, info.shape
     block_size, _ = GGML_QUANT_SIZES[qtype]
