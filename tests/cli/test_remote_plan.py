@@ -158,3 +158,13 @@ def test_server_errors_are_retried(capsys, remote_models, http_servers, net_sand
     code, _, err = run(capsys, "plan", url, *PLAN, "--format", "flags")
     assert code == 0, err
     assert [r.status for r in srv.log][:3] == [503, 429, 206]
+
+
+def test_bad_network_options_are_one_line(capsys, tmp_path, net_sandbox):
+    _one_line_error(capsys, ["--hf-endpoint", "huggingface.co", "plan", "m.gguf", *PLAN], "--hf-endpoint",
+                    "http:// or https://")
+    _one_line_error(capsys, ["--token-file", str(tmp_path / "none"), "plan", "m.gguf", *PLAN], "--token-file")
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    _one_line_error(capsys, ["--token-file", str(empty), "plan", "m.gguf", *PLAN], "holds no token")
+    _one_line_error(capsys, ["--http-timeout", "0", "plan", "m.gguf", *PLAN], "--http-timeout")
