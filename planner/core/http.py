@@ -175,7 +175,7 @@ def get_bytes(url: str, *, headers: Mapping[str, str] | None = None, limit: int 
     try:
         out = bytearray()
         try:
-            for chunk in resp.iter_raw():
+            for chunk in resp.iter_bytes():   # decoded, should a server compress anyway
                 out += chunk
                 if limit is not None and len(out) > limit:
                     raise RemoteError(url, f"the answer is larger than {limit} bytes")
@@ -278,4 +278,9 @@ def open_range(url: str, start: int, stop: int, *, validators: Validators | None
     h = {"Range": f"bytes={start}-{stop - 1}", **(headers or {})}
     if validators:
         h.update(validators.conditional_headers())
-    return RangeBody(url, request("GET", url, h))
+    resp = request("GET", url, h)
+    encoding = resp.headers.get("content-encoding", "identity").lower()
+    if encoding not in ("identity", ""):   # offsets into a compressed body are not file offsets
+        resp.close()
+        raise RemoteError(url, f"the server sent the file {encoding}-encoded though identity was asked for")
+    return RangeBody(url, resp)

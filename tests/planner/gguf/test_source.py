@@ -299,3 +299,12 @@ def test_a_range_answer_without_a_total_size_reads_within_the_cap(tmp_path, http
     srv = http_servers.start(ranges=False)   # the handler answers the ranges itself
     model = read_model(srv.mount("/m.gguf", unknown_total))
     assert model.tensors == read_model(path).tensors
+
+
+def test_a_compressed_range_is_refused(tmp_path, http_servers, net_sandbox):
+    from tests.support.http_server import Reply
+
+    srv = http_servers.start(ranges=False)
+    url = srv.mount("/m.gguf", lambda req: Reply(200, b"\x1f\x8b" + bytes(100), {"Content-Encoding": "gzip"}))
+    with pytest.raises(BadInput, match="gzip-encoded though identity was asked for"):
+        read_model(url)
