@@ -227,6 +227,7 @@ class CachedSource(HTTPSource):
     def __init__(self, url: str, cache: HeaderCache) -> None:
         self._cache = cache
         self._entry = cache.get(url)
+        self._cached_bytes = 0
         super().__init__(url, validators=self._entry.validators if self._entry else None)
 
     def _first_answer(self, body: http.RangeBody) -> None:
@@ -236,11 +237,12 @@ class CachedSource(HTTPSource):
                 self.validators = self._entry.validators
             try:
                 self.seed(self._entry.data.read_bytes(), self._entry.size)
-            except OSError:
-                raise BadInput(f"{self.name}: the header cache entry vanished while being read; run again") from None
+                self._cached_bytes = len(self._buf)
+            except OSError:   # evicted by another process meanwhile: read the file afresh
+                self._started, self._conditional = False, None
 
     def keep(self, header_bytes: int) -> None:
-        if self.not_modified and self._entry is not None and len(self._buf) <= self._entry.data.stat().st_size:
+        if self.not_modified and len(self._buf) <= self._cached_bytes:
             return   # served from the cache, nothing new
         self._cache.put(self.name, bytes(self._buf[:header_bytes]), self.size, self.validators)
 

@@ -308,3 +308,18 @@ def test_a_compressed_range_is_refused(tmp_path, http_servers, net_sandbox):
     url = srv.mount("/m.gguf", lambda req: Reply(200, b"\x1f\x8b" + bytes(100), {"Content-Encoding": "gzip"}))
     with pytest.raises(BadInput, match="gzip-encoded though identity was asked for"):
         read_model(url)
+
+
+def test_an_entry_evicted_mid_read_is_read_afresh(tmp_path, http_servers, net_sandbox):
+    from tests.support.gguf_factory import llama_spec
+
+    [path] = llama_spec().write(tmp_path / "m.gguf")
+    srv = http_servers.start()
+    url = srv.serve_file("/m.gguf", path)
+    read_model(url)
+    srv.reset()
+    with open_source(url) as source:   # it found the entry ...
+        for data in net_sandbox.header_cache.glob("*.header"):
+            data.unlink()              # ... which another process evicts before the 304 arrives
+        assert bytes(source.prefix(4)[:4]) == b"GGUF"
+    assert [r.status for r in srv.log] == [304, 206]
