@@ -37,6 +37,7 @@ from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.render import table
 from planner.core.units import MiB, fmt_mib
+from planner.hardware.budgets import resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory, rpc_endpoints
 from planner.llama.context import model_context
@@ -74,6 +75,9 @@ class ServeRequest:
     bin_dir: Path | None = None  # None: llama-server as the program name (a dry run) or the pinned build
     force: bool = False          # run a plan made for other hardware
     check_hardware: bool = True
+    here: Inventory | None = None              # this machine as described (None: detected)
+    max_vram: str | None = None                # budgets in place of the plan's, against `here` or the
+    max_ram: str | None = None                 # plan's inventory (as fitplan plan reads them)
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,17 @@ def hardware_difference(planned: Inventory | None, here: Inventory, flags: Llama
     return out
 
 
+def _budgets(req: ServeRequest, planned: Inventory | None) -> dict[str, int] | None:
+    """--max-vram/--max-ram against this machine as described, else the plan's devices; None without them."""
+    inventory = req.here or planned
+    if not (req.max_vram or req.max_ram):
+        return None
+    if inventory is None:
+        raise BadInput("--max-vram/--max-ram: the plan has no inventory; expected --devices, --device or --rpc too")
+    b = resolve_budgets(inventory, req.max_vram, req.max_ram)
+    return {**b.devices, **({HOST: b.host_bytes} if inventory.host.ram_available_bytes else {})}
+
+
 def prepare_serve(req: ServeRequest) -> PreparedServe:
     """The command serve runs and what it will be checked against; raises InfeasiblePlacement when
     the extra flags make the plan overrun a budget, BadInput when this machine is not the plan's."""
@@ -200,18 +215,19 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
     settings = resolve_settings(ctx, flags, plan.inventory)
     est = estimate_settings(settings)
     notes = []
-    if _memory_fields(flags) != _memory_fields(plan.flags):
+    budgets = _budgets(req, plan.inventory) or plan.budgets
+    if _memory_fields(flags) != _memory_fields(plan.flags) or budgets is not plan.budgets:
         notes.append(f"re-estimated with {' '.join(llama_extra)}")
         short = _budget_shortfalls(server_predicted(settings, est, server_outputs_max(flags.n_batch, flags.n_parallel)),
-                                   plan.budgets)
+                                   budgets)
         if short:
             worst = max(short, key=lambda s: s.missing_bytes)
             raise InfeasiblePlacement(
-                f"with {' '.join(llama_extra)} the plan no longer fits: {worst.device} needs "
+                f"with {' '.join(llama_extra) or 'these budgets'} the plan no longer fits: {worst.device} needs "
                 f"{fmt_mib(worst.need_bytes)} MiB, its budget is {fmt_mib(worst.budget_bytes)} MiB", short)
     predicted = server_predicted(settings, est, server_outputs_max(flags.n_batch, flags.n_parallel))
     if req.check_hardware and not req.force and plan.inventory is not None:
-        here = detect_inventory(rpc_endpoints(plan.inventory))
+        here = req.here or detect_inventory(rpc_endpoints(plan.inventory))
         diff = hardware_difference(plan.inventory, here, flags, predicted)
         if diff:
             raise BadInput(f"{req.plan_path} was made for other hardware: {'; '.join(diff)} (--force runs it anyway)")
@@ -221,7 +237,7 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
             "--host", req.host, "--port", str(port), *LOG_LEVEL]
     names = tuple(d.name for d in settings.devices)
     endpoints = {d.name: d.endpoint for d in (plan.inventory.devices if plan.inventory else ()) if d.endpoint}
-    return PreparedServe(tuple(argv), f"http://{req.host}:{port}", req.host, port, flags, predicted, plan.budgets,
+    return PreparedServe(tuple(argv), f"http://{req.host}:{port}", req.host, port, flags, predicted, budgets,
                          names, endpoints, tuple(notes))
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Ram, RpcOpt
 from planner.core.errors import BadInput
 from planner.core.llama_tools import LOOPBACK, ToolsError, ensure_tools, tools_dir
 from planner.core.render import render
@@ -31,19 +32,29 @@ def serve_cmd(
     force: Annotated[bool, typer.Option("--force", help="run a plan made for other hardware")] = False,
     log_file: Annotated[str | None, typer.Option("--log", help="llama-server's log (default: a temp file)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table | json | yaml (the memory checks)")] = "table",
+    devices: DevicesOpt = None,
+    device: DeviceOpt = None,
+    ram: Ram = None,
+    rpc: RpcOpt = None,
+    max_vram: MaxVramOpt = None,
+    max_ram: MaxRamOpt = None,
 ) -> None:
     """Start llama-server with a plan on this machine and check what it allocates against the plan.
 
     Flags after `--` go to llama-server; those that change memory (-c, -np, -ub, -ctk/-ctv, -ngl, -ts,
     -ot, ...) are re-estimated and refused if the plan no longer fits its budgets. Ctrl-C or SIGTERM
-    stops the server; its memory breakdown is then compared too.
+    stops the server; its memory breakdown is then compared too. The inventory options describe this
+    machine for the comparison with the plan's hardware (default: detected); --max-vram/--max-ram
+    replace the plan's budgets.
     """
     from planner.checking.serve import ServeRequest, prepare_serve, run_serve, with_program
 
     bin_dir = Path(llama_bin) if llama_bin else tools_dir()
     if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
         raise BadInput(f"--llama-bin {llama_bin}: no llama-server there")
-    req = ServeRequest(plan, tuple(ctx.args), host, port, bin_dir, force, check_hardware=not dry_run)
+    here = InventoryOptions.of(devices, device, ram, rpc, None, None).inventory(detect=False)
+    req = ServeRequest(plan, tuple(ctx.args), host, port, bin_dir, force, check_hardware=not dry_run, here=here,
+                       max_vram=max_vram, max_ram=max_ram)
     prepared = prepare_serve(req)   # refusals come before a build of the tools
     if not dry_run and bin_dir is None:
         prepared = with_program(prepared, ensure_tools())

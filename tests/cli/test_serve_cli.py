@@ -77,3 +77,18 @@ def test_other_hardware_is_refused(plan_file, capsys, monkeypatch):
     assert seen == [[RPC0, RPC1]]   # the plan's rpc-servers are asked for
     assert err == (f"fitplan: error: {plan_file} was made for other hardware: the plan is for RPC0, RPC1; this "
                    f"machine has no GPU or RPC device (--force runs it anyway)\n")
+
+
+def test_inventory_options_describe_this_machine(plan_file, capsys, monkeypatch):
+    monkeypatch.setattr(serve_lib, "detect_inventory", lambda rpc: pytest.fail("described, not detected"))
+    code, out, err = _run(capsys, str(plan_file), "--device", "CUDA0=24GiB", "--ram", "8GiB")
+    assert code == 2
+    assert "the plan is for RPC0, RPC1; this machine has CUDA0 (--force runs it anyway)" in err
+
+
+def test_max_vram_replaces_the_plans_budgets(plan_file, capsys):
+    # 0.125 GiB = 128 MiB on each RPC device: RPC1 holds the 170 MiB output layer
+    code, out, err = _run(capsys, str(plan_file), "--dry-run", "--max-vram", "0.125")
+    assert code == 1
+    assert err.startswith("fitplan: error: with these budgets the plan no longer fits: RPC1 needs 17")
+    assert "its budget is 128 MiB" in err
