@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -18,6 +19,7 @@ import yaml
 from planner.cli import main
 from planner.core.errors import BadInput
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.flags import parse_llama_flags
 from planner.planning.document import Deployment, read_deployment
 from planner.planning.exports import IMAGE_CPU, IMAGE_CUDA, ExportOptions, export, preset_options
@@ -137,3 +139,19 @@ def test_preset_options_and_refusals():
 def test_unknown_target(plan_file, capsys):
     assert main(["export", str(plan_file), "--to", "kubernetes"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="apt-get install systemd")
+def test_a_lavapipe_plan_carries_the_environment_llama_cpp_needs(tmp_path):
+    lavapipe = replace(tricky(), inventory=Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(GIB, GIB, 0, "")))
+    (tmp_path / "llama-server").write_text("#!/bin/sh\n")
+    (tmp_path / "llama-server").chmod(0o755)
+    unit = tmp_path / "lavapipe.service"
+    unit.write_text(export(lavapipe, "systemd", ExportOptions(str(tmp_path / "llama-server"))))
+    assert "\nEnvironment=GGML_VK_VISIBLE_DEVICES=0\n" in unit.read_text()
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "\nexport GGML_VK_VISIBLE_DEVICES=0\n" in export(lavapipe, "shell")
+    assert yaml.safe_load(export(lavapipe, "compose"))["services"]["fitplan-llama-server"]["environment"] == {
+        "GGML_VK_VISIBLE_DEVICES": "0"}
+    assert export(tricky(cuda=1), "shell").count("export ") == 0   # CUDA: pinned host buffers unless --no-host
