@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import tempfile
@@ -297,7 +298,9 @@ def run_serve(prepared: PreparedServe, on_ready: Callable[[int, MemoryCheck], No
     """Run llama-server until it stops (a forwarded signal, or on its own); `on_ready(pid, check)`
     is called once /health answers, with the load's comparison."""
     if log_path is None:
-        log_path = Path(tempfile.mkstemp(prefix="fitplan-serve-", suffix=".log")[1])
+        fd, name = tempfile.mkstemp(prefix="fitplan-serve-", suffix=".log")
+        os.close(fd)   # kept after the run: the log is the user's
+        log_path = Path(name)
     proc = start_server(list(prepared.argv), log_path)
     load = None
     try:
