@@ -168,3 +168,17 @@ def test_bad_network_options_are_one_line(capsys, tmp_path, net_sandbox):
     empty.write_text("\n")
     _one_line_error(capsys, ["--token-file", str(empty), "plan", "m.gguf", *PLAN], "holds no token")
     _one_line_error(capsys, ["--http-timeout", "0", "plan", "m.gguf", *PLAN], "--http-timeout")
+
+
+def test_a_server_that_stays_down_is_one_line(capsys, http_servers, net_sandbox):
+    srv = http_servers.start()
+    srv.mount("/m.gguf", lambda req: Reply(503, b"down"))
+    _one_line_error(capsys, ["plan", srv.url("/m.gguf"), *PLAN], "HTTP 503")
+    assert srv.requests() == 2   # FITPLAN_HTTP_RETRIES=1: the request and one retry
+
+
+def test_a_redirect_loop_is_one_line(capsys, http_servers, net_sandbox):
+    srv = http_servers.start()
+    srv.mount("/a", Redirect(srv.url("/b")))
+    srv.mount("/b", Redirect(srv.url("/a")))
+    _one_line_error(capsys, ["plan", srv.url("/a"), *PLAN], "more than 10 redirects")
