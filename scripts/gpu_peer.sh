@@ -19,6 +19,10 @@
 # (libcuda.so.1) is the GPU machine's too; the link here uses a stub holding the eleven driver-API
 # entry points ggml-cuda calls (its VMM pool, cuGetErrorString), written by this script.
 #
+# On a lent GPU (the device tool), after `build` here, one call:
+#   run(command="scripts/gpu_peer.sh measure --out $OUT", carry=[".gpu/llama-cuda.tar.xz"], timeout_s=420)
+# then copy the returned $OUT/<gpu>.json to tests/peer/data/cuda/ and commit it.
+#
 # Measure: needs python3 with numpy (the gguf wheel travels in the payload), the working tree
 # (scripts/gpu_peer.py and tests/support write the model files there), nvidia-smi. It stays
 # under five minutes on an H200; FITPLAN_GPU_PEER_BUDGET_S bounds it.
@@ -152,7 +156,8 @@ pack() {
 cuda_library_path() {
   python3 - <<'EOF'
 import glob, os, site, sys
-roots = site.getsitepackages() + [site.getusersitepackages(), "/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
+roots = [p for p in sys.path if p.endswith("-packages") or os.path.isdir(os.path.join(p, "nvidia"))]
+roots += site.getsitepackages() + [site.getusersitepackages(), "/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
 dirs = []
 for name in ("libcublas.so.13", "libcublasLt.so.13", "libcudart.so.13"):
     for root in roots:
