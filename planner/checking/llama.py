@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import re
+import shlex
 import subprocess
 import tempfile
 import time
@@ -278,6 +279,6 @@ def validate_llama(req: ValidateRequest, ctx: ModelContext,
     verdict = judge(devices, slack=LOG_ROUNDING * 2)
     notes = verdict.notes + ("llama.cpp reports no per-device time and no copied bytes",)
     per_split = (1.0 / gen_s / parsed.n_splits_tg) if gen_s and parsed.n_splits_tg else 0.0
-    return ValidateReport("llama.cpp", ctx.model.path, " ".join(flags_to_argv(req.flags)), devices,
+    return ValidateReport("llama.cpp", ctx.model.path, shlex.join(flags_to_argv(req.flags)), devices,
                           parsed.n_splits_pp, parsed.n_splits_tg, None, per_split,
                           float(timings.get("prompt_per_second") or 0.0), gen_s, verdict.text, verdict.fits, notes)

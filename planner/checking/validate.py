@@ -11,6 +11,7 @@ runs the same check with the real tools on loopback.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 
 from gguf import Keys
@@ -111,7 +112,7 @@ def _validate_reserve(req: ValidateRequest, settings: LlamaSettings,
     if not supported(settings):
         raise BadInput(f"--reserve-only: the runtime has no graph builder for {settings.ctx.model.architecture}")
     capacities = {device_of(k): v for k, v in req.budgets.items()}
-    flags_text = " ".join(flags_to_argv(req.flags))
+    flags_text = shlex.join(flags_to_argv(req.flags))
     try:
         runner = ModelRunner.from_settings(settings, capacities, weights=False)
     except BufferAllocationError as e:
@@ -131,7 +132,7 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
                        kernels: str = "default") -> ValidateReport:
     ctx = settings.ctx
     capacities = {device_of(k): v for k, v in req.budgets.items()}
-    flags_text = " ".join(flags_to_argv(req.flags))
+    flags_text = shlex.join(flags_to_argv(req.flags))
     try:
         runner = ModelRunner.from_settings(settings, capacities, kernels=kernels)
         runner.dequantize_weights()  # so the prompt's time is compute, not first-use dequantization
