@@ -5,6 +5,7 @@ The inventory options are planner/cli/options.py's, as every command that takes 
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -33,7 +34,7 @@ class DevicesReport:
         out["host"]["budget_bytes"] = self.budgets.host_bytes
         out["uma_pool_bytes"] = self.budgets.uma_pool_bytes
         out["device_order"] = self.inventory.names
-        out["llama_flags"] = " ".join(self.llama_flags)
+        out["llama_flags"] = shlex.join(self.llama_flags)
         out["source"] = self.inventory.source
         return out
 
@@ -61,7 +62,7 @@ class DevicesReport:
         else:
             lines.append(f"llama.cpp device order: {', '.join(self.inventory.names)}")
         if self.llama_flags:
-            lines.append(f"llama.cpp flags: {' '.join(self.llama_flags)}")
+            lines.append(f"llama.cpp flags: {shlex.join(self.llama_flags)}")
         return "\n".join(lines)
 
 
