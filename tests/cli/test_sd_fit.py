@@ -9,7 +9,9 @@ The model is synthetic (a real safetensors header, sparse zero data):
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
 
 import pytest
 
@@ -416,3 +418,16 @@ def test_resident_component_is_named_under_a_params_default(capsys, model):
              "--device", "CUDA0=12GiB", *RAM)
     assert placed(p)["te"] == ("CUDA0", "CUDA0")
     assert p["params_backend"] == "all=disk,diffusion=disk,te=CUDA0,vae=disk"
+
+
+def test_the_sd_cli_line_pastes(capsys, model, tmp_path):
+    # a file name bash would split, and a backend spec with '&' (a shell operator unquoted)
+    odd = tmp_path / "my model.safetensors"
+    os.symlink(model, odd)
+    args = [str(odd), "--device", "CUDA0=12GiB", "--device", "CUDA1=8GiB", *RAM, "--backend", "diffusion=cuda0&cuda1"]
+    p = plan(capsys, *args)
+    code, line, _ = run(capsys, *args, "--format", "command")
+    assert code == 0
+    words = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + line.strip()], capture_output=True, check=True)
+    assert words.stdout.decode().split("\0")[:-1] == ["sd-cli", *p["argv"]]
+    assert p["argv"][:2] == ["-m", str(odd)] and "diffusion=CUDA0&CUDA1" in " ".join(p["argv"])
