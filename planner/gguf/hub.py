@@ -20,23 +20,14 @@ llama.cpp walks the tree listing; they can differ only when several files match 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx2
-from huggingface_hub import HfApi, hf_hub_url
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-
-from planner.core import http, net
+from planner.core import net
 from planner.core.errors import BadInput, RemoteError
 from planner.gguf import hub_rules
 
@@ -180,6 +171,22 @@ def from_cache(ref: RepoRef) -> Located | None:
 
 def _hf_listing(ref: RepoRef) -> tuple[str, list[str]]:
     """The commit a revision names and every file path in it, from the Hub's model API."""
+    # huggingface_hub and the HTTP stack cost over half a second to import: only when asked. Its
+    # telemetry off unless the user says otherwise: with it on, building the user agent fetches the
+    # endpoint's /api/agent-harnesses list (utils/_detect_agent.py), one more round trip per day.
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    import httpx2
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    from planner.core import http
+
     s = net.current()
     api = HfApi(endpoint=s.hf_endpoint, token=s.token or False, library_name="fitplan")
     try:
@@ -211,6 +218,8 @@ def _hf_listing(ref: RepoRef) -> tuple[str, list[str]]:
 
 def _ms_listing(ref: RepoRef) -> tuple[str, list[str]]:
     """A ModelScope revision's file paths (`Data.Files[].Path`, directories have Type 'tree')."""
+    from planner.core import http
+
     s = net.current()
     revision = ref.revision or MS_DEFAULT_REVISION
     url = (f"{s.ms_endpoint}/api/v1/models/{ref.repo}/repo/files"
@@ -238,6 +247,8 @@ def _ms_listing(ref: RepoRef) -> tuple[str, list[str]]:
 def _url(ref: RepoRef, commit: str, path: str) -> str:
     s = net.current()
     if ref.hub == "hf":
+        from huggingface_hub import hf_hub_url
+
         return hf_hub_url(ref.repo, path, revision=commit, endpoint=s.hf_endpoint)
     return f"{s.ms_endpoint}/models/{ref.repo}/resolve/{quote(commit, safe='')}/{quote(path)}"
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.core import http, net
+from planner.core import net
 from planner.core.errors import BadInput, GGUFError, RemoteError
 from planner.gguf.reader import ModelFile, read_model
 
@@ -160,6 +160,8 @@ def registry_base(name: OllamaName) -> str:
 
 
 def from_registry(name: OllamaName) -> OllamaModel:
+    from planner.core import http  # the HTTP stack only when a registry is asked
+
     base = registry_base(name)
     repo = f"{base}/v2/{name.namespace}/{name.model}"
     try:
