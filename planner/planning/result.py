@@ -34,6 +34,7 @@ class PlanRequest:
     allow_output_on_host: bool = True
     op_offload: bool | None = None  # None: the planner chooses; True/False: llama.cpp's --op-offload/--no-op-offload
     solver: Solver = Solver.DP      # DP (exact over contiguous ranges, fast) or MILP (PuLP)
+    allow_ctx_above_train: bool = False  # --ctx max may go past the training context
 
     def __post_init__(self) -> None:
         # the solver may come as its name ("milp"): one Solver from here on
