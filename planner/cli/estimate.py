@@ -23,6 +23,8 @@ from planner.cli.options import (
 )
 from planner.core.render import render
 from planner.core.units import fmt_mib
+from planner.hardware.budgets import Budgets, pool_members
+from planner.hardware.inventory import HOST as HOST_NAME
 
 if TYPE_CHECKING:
     from planner.memory.estimate import Estimate
@@ -35,6 +37,7 @@ class BudgetedEstimate:
 
     estimate: Estimate
     budgets: dict[str, int]     # row name -> bytes
+    resolved: Budgets | None = None   # where Host shares one pool with UMA devices (seed 003 §7)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -46,14 +49,32 @@ class BudgetedEstimate:
         return {name: n for name, n in out.items() if name in self.budgets}
 
     @property
+    def pool(self) -> tuple[str, int, int] | None:
+        """The shared pool's label (Host+Vulkan0), the bytes its members use together, and its budget."""
+        members = pool_members(self.resolved) if self.resolved and HOST_NAME in self.budgets else []
+        if not members or self.resolved is None or self.resolved.uma_pool_bytes is None:
+            return None
+        used = sum(n for name, n in self.totals.items() if name in members)
+        return "+".join(members), used, self.resolved.uma_pool_bytes
+
+    @property
     def over(self) -> list[str]:
-        return [name for name, n in self.totals.items() if n > self.budgets[name]]
+        names = [name for name, n in self.totals.items() if n > self.budgets[name]]
+        pool = self.pool
+        return names + ([pool[0]] if pool and pool[1] > pool[2] else [])
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.estimate.to_dict(), "budgets": self.budgets, "fits": not self.over}
+        out = {**self.estimate.to_dict(), "budgets": self.budgets, "fits": not self.over}
+        if self.pool:
+            label, used, budget = self.pool
+            out["shared_pool"] = {"devices": label.split("+"), "bytes": used, "budget_bytes": budget}
+        return out
 
     def to_table(self) -> str:
         rows = [f"{name} {fmt_mib(n)} of {fmt_mib(self.budgets[name])} MiB" for name, n in self.totals.items()]
+        if self.pool:
+            label, used, budget = self.pool
+            rows.append(f"{label} together {fmt_mib(used)} of {fmt_mib(budget)} MiB")
         if not rows:
             return self.estimate.to_table().rstrip("\n") + "\n\nbudgets: none for these devices"
         verdict = "fits" if not self.over else "does not fit on " + ", ".join(self.over)
@@ -81,7 +102,7 @@ def estimate_cmd(
     if choice is None or not (max_vram or max_ram):
         typer.echo(render(est, fmt))
         return
-    checked = BudgetedEstimate(est, choice.budget_rows())
+    checked = BudgetedEstimate(est, choice.budget_rows(), choice.budgets)
     typer.echo(render(checked, fmt))
     if checked.over:
         raise typer.Exit(1)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from planner.core.errors import BadInput, InventoryError
 from planner.core.units import SIZE_TEXT, GiB, MiB, parse_size
-from planner.hardware.inventory import LOCAL_GPU_KINDS, DeviceSpec, Inventory
+from planner.hardware.inventory import HOST, LOCAL_GPU_KINDS, DeviceSpec, Inventory
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,27 @@ class Budgets:
     devices: dict[str, int]
     host_bytes: int
     uma_pool_bytes: int | None = None
+    pool_devices: tuple[str, ...] = ()   # the UMA devices in that pool, beside Host
+
+    def over(self, totals: Mapping[str, int]) -> dict[str, int]:
+        """Bytes over budget per row of `totals` (device names, and Host with every host row
+        summed); what Host and the UMA devices use together beyond the pool is charged to Host,
+        whose budget the pool is."""
+        out = {name: n - self.devices[name] for name, n in totals.items()
+               if name in self.devices and n > self.devices[name]}
+        host = totals.get(HOST, 0)
+        if HOST in totals and host > self.host_bytes:
+            out[HOST] = host - self.host_bytes
+        if self.uma_pool_bytes is not None:
+            shared = host + sum(totals.get(name, 0) for name in self.pool_devices)
+            if shared > self.uma_pool_bytes:
+                out[HOST] = max(out.get(HOST, 0), shared - self.uma_pool_bytes)
+        return out
+
+
+def pool_members(budgets: Budgets) -> list[str]:
+    """Host and the UMA devices that share its RAM ([] when no device does)."""
+    return [HOST, *budgets.pool_devices] if budgets.uma_pool_bytes is not None else []
 
 
 def resolve_device(inventory: Inventory, name: str) -> DeviceSpec:
@@ -149,7 +171,8 @@ def resolve_budgets(inventory: Inventory, max_vram: str | None = None, ram: str 
     for dev in inventory.devices:
         if dev.uma:
             devices[dev.name] = min(devices[dev.name], host)
-    return Budgets(devices=devices, host_bytes=host, uma_pool_bytes=host)
+    shared = tuple(d.name for d in inventory.devices if d.uma)
+    return Budgets(devices=devices, host_bytes=host, uma_pool_bytes=host, pool_devices=shared)
 
 
 def fit_target_margins(inventory: Inventory, budgets: Budgets) -> list[int]:

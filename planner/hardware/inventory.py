@@ -23,6 +23,10 @@ class DeviceKind(str, Enum):
     RPC = "rpc"     # a device behind a ggml rpc-server
 
 
+# The row of llama.cpp's memory breakdown that is host memory (common_get_device_memory_data;
+# DESIGN.md: host memory is reported as `Host`). planner.llama.placement adds its other host rows.
+HOST = "Host"
+
 # Inventory.devices never holds the CPU: the host is Inventory.host. LOCAL_GPU_KINDS are the
 # devices in this machine (not behind an rpc-server), discrete before integrated as KIND_ORDER has it.
 LOCAL_GPU_KINDS: tuple[DeviceKind, ...] = (DeviceKind.GPU, DeviceKind.IGPU)
@@ -45,6 +49,14 @@ NAME_PREFIX: dict[Backend, str] = {
 # llama.cpp's default device list (src/llama.cpp, llama_model_load devices): RPC servers
 # first "to minimize network transfers", then discrete GPUs, then integrated GPUs.
 KIND_ORDER: dict[DeviceKind, int] = {DeviceKind.RPC: 0, DeviceKind.GPU: 1, DeviceKind.IGPU: 2, DeviceKind.CPU: 3}
+
+# The order ggml registers its backends in (ggml/src/ggml-backend-reg.cpp, ggml_backend_registry():
+# CUDA — ROCm is ggml-cuda built for HIP — then Metal, SYCL, Vulkan, ..., RPC). ggml_backend_dev_get(i)
+# walks devices in this order, so when two backends list one card the earlier backend's name is kept.
+BACKEND_REG_ORDER: dict[Backend, int] = {
+    Backend.CUDA: 0, Backend.ROCM: 0, Backend.METAL: 1, Backend.SYCL: 2, Backend.VULKAN: 3, Backend.RPC: 4,
+    Backend.CPU: 5,
+}
 
 # Usable bytes/s per lane and direction after line coding (PCI-SIG base specs: 8b/10b for
 # gen 1-2, 128b/130b for gen 3-5, 242/256 FLIT efficiency for gen 6).
@@ -86,6 +98,7 @@ class DeviceSpec:
     description: str = ""
     remote_backend: Backend | None = None   # RPC: the backend the rpc-server runs (it sizes allocations)
     compute_capability: int | None = None   # CUDA: major * 100 + minor * 10 (8.6 -> 860)
+    id: str | None = None   # ggml_backend_dev_props.device_id: the PCI bus id ("0000:01:00.0"); None = unknown
 
     @property
     def transfer_bytes_s(self) -> int:
@@ -168,6 +181,65 @@ def backend_of_name(name: str) -> tuple[Backend, str] | None:
 def llama_order(devices: list[DeviceSpec] | tuple[DeviceSpec, ...]) -> tuple[DeviceSpec, ...]:
     """Order devices as llama.cpp lists them for a model (stable within a kind)."""
     return tuple(sorted(devices, key=lambda d: KIND_ORDER[d.kind]))
+
+
+@dataclass(frozen=True)
+class SameCard:
+    """A device llama.cpp skips because another backend already lists the same physical card."""
+
+    skipped: str    # the name llama.cpp does not use (e.g. Vulkan0)
+    used: str       # the name it uses for that card (e.g. CUDA0)
+    id: str         # the device id both report
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The devices llama.cpp uses for a model when no -dev is given, and the duplicates it skipped."""
+
+    devices: tuple[DeviceSpec, ...]
+    same_cards: tuple[SameCard, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+
+def same_cards(devices: Iterable[DeviceSpec]) -> tuple[SameCard, ...]:
+    """Devices that repeat a card an earlier backend lists. llama_prepare_model_devices (src/llama.cpp)
+    skips a discrete GPU whose device_id equals one already taken (both ids known), walking devices in
+    backend registration order; RPC devices and unknown ids are never merged."""
+    local = [d for d in devices if d.kind is DeviceKind.GPU]
+    ordered = sorted(local, key=lambda d: BACKEND_REG_ORDER[d.backend])
+    first: dict[str, DeviceSpec] = {}
+    out = []
+    for dev in ordered:
+        if not dev.id:
+            continue
+        key = dev.id.strip().lower()
+        if key in first:
+            out.append(SameCard(dev.name, first[key].name, dev.id))
+        else:
+            first[key] = dev
+    return tuple(out)
+
+
+def llama_devices(devices: Iterable[DeviceSpec]) -> Selection:
+    """llama.cpp's default device list (llama_prepare_model_devices, no -dev): RPC servers first, then
+    discrete GPUs without the cards a second backend repeats, then integrated GPUs only when no discrete
+    GPU is left — and among those, only the first integrated GPU's backend (an APU seen by Vulkan and
+    another backend is used once, ggml-org/llama.cpp#23897)."""
+    specs = [d for d in devices if d.kind is not DeviceKind.CPU]
+    repeats = same_cards(specs)
+    skipped = {s.skipped for s in repeats}
+    kept = [d for d in specs if d.name not in skipped]
+    igpus = sorted((d for d in kept if d.kind is DeviceKind.IGPU), key=lambda d: BACKEND_REG_ORDER[d.backend])
+    gpus = [d for d in kept if d.kind is DeviceKind.GPU]
+    if gpus or not igpus:
+        kept = [d for d in kept if d.kind is not DeviceKind.IGPU]
+    else:
+        first_backend = igpus[0].backend
+        kept = [d for d in kept if d.kind is not DeviceKind.IGPU or d.backend is first_backend]
+    return Selection(llama_order(kept), repeats)
 
 
 def number_devices(devices: list[DeviceSpec]) -> list[DeviceSpec]:

@@ -10,6 +10,7 @@ YAML schema: configs/devices/README.md. Shorthands (`--device`):
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -35,7 +36,10 @@ from planner.hardware.inventory import (
     number_devices,
     one_of,
     parse_link,
+    same_cards,
 )
+
+log = logging.getLogger(__name__)
 
 GB = 1e9
 TERA = 1e12
@@ -67,6 +71,7 @@ _DEVICE_KEYS = {
     "uma": "true when the device's memory is system RAM",
     "remote_backend": "RPC devices: the backend the rpc-server runs (" + one_of(b.value for b in DEVICE_BACKENDS) + ")",
     "compute_capability": "CUDA devices: the compute capability, e.g. 8.6",
+    "id": "the card's id as llama.cpp reports it (PCI bus id such as 0000:01:00.0): one card under two backends",
 }
 _KINDS = {k.value: k for k in DEVICE_KINDS}
 _BACKENDS = {b.value: b for b in DEVICE_BACKENDS}
@@ -149,6 +154,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any, ds.Where], Any]]] = {
     "uma": ("uma", ds.flag),
     "remote_backend": ("remote_backend", lambda value, where: ds.choice(value, where, _BACKENDS)),
     "compute_capability": ("compute_capability", lambda value, where: _compute_capability(value, where)),
+    "id": ("id", ds.text),
 }
 
 
@@ -183,6 +189,8 @@ def _yaml_devices(entry: Any, where: ds.Where) -> list[DeviceSpec]:
         raise where.key("count").error(f"expected a whole number >= 1; got {entry.get('count')!r}")
     if name and count > 1:
         raise where.key("count").error("expected 1 when name is given (names are unique); omit name to number them")
+    if "id" in fields and count > 1:
+        raise where.key("count").error("expected 1 when id is given (an id names one physical card)")
     dev = _build(name, fields, where)
     return [dev] * count
 
@@ -220,7 +228,7 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
         free_bytes=free, bandwidth_bytes_s=f.get("bandwidth_bytes_s", 0), fp16_flops=f.get("fp16_flops", 0),
         link_bytes_s=f.get("link_bytes_s", 0), endpoint=f.get("endpoint"), uma=f.get("uma", False),
         network_bytes_s=f.get("network_bytes_s", 0), description=f.get("description", ""),
-        remote_backend=f.get("remote_backend"), compute_capability=f.get("compute_capability"),
+        remote_backend=f.get("remote_backend"), compute_capability=f.get("compute_capability"), id=f.get("id"),
     )
 
 
@@ -234,6 +242,9 @@ def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds
             where = where_of.get(before.name, ds.Where(source))
             raise where.error(
                 f"expected {after.name}: llama.cpp numbers RPC devices in --rpc order; got {before.name!r}")
+    for same in same_cards(numbered):
+        log.warning("%s and %s are one card (id %s): llama.cpp uses %s and skips %s", same.used, same.skipped,
+                    same.id, same.used, same.skipped)
     return Inventory(tuple(numbered), host, source=source)
 
 

@@ -31,7 +31,7 @@ from gguf import GGMLQuantizationType as Q
 
 from planner.core.errors import FlagError
 from planner.gguf.reader import ModelFile
-from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, Inventory, llama_order
+from planner.hardware.inventory import HOST, Backend, DeviceKind, DeviceSpec, Inventory, llama_devices
 from planner.hardware.vulkan_devices import vulkan_features
 from planner.llama.flags import LlamaFlags
 from planner.model.tensors import OUTPUT, TOKEN_EMBD, is_input, is_routed_expert, layer_of
@@ -40,8 +40,8 @@ from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES, BackendProfile, dev
 log = logging.getLogger(__name__)
 
 # The rows of llama.cpp's memory breakdown that are host memory (common_get_device_memory_data):
-# `Host` for every CPU buffer, and repacked CPU weights on a row of their own, as --fit-print lists them.
-HOST = "Host"
+# `Host` for every CPU buffer (HOST, planner.hardware.inventory), and repacked CPU weights on a row of
+# their own, as --fit-print lists them.
 CPU_REPACK = "CPU_REPACK"
 HOST_ROWS = (HOST, CPU_REPACK)
 # The CPU's name where a layer's device is given (layer_device) and in the runtime's backends.
@@ -172,9 +172,7 @@ def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Dev
                 raise FlagError(f"-dev: invalid device {missing[0]!r}; available: {', '.join(by_name) or 'none'}")
             chosen = [by_name[d.lower()] for d in flags.devices]
     else:
-        ordered = llama_order(specs)
-        has_gpu = any(s.kind is DeviceKind.GPU for s in ordered)
-        chosen = [s for s in ordered if not (s.kind is DeviceKind.IGPU and has_gpu)]
+        chosen = list(llama_devices(specs).devices)
     if flags.split_mode == "none" and chosen:
         if flags.main_gpu < 0:
             chosen = []

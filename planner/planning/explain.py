@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.core.units import fmt_bytes
+from planner.hardware.budgets import pool_members
+from planner.hardware.inventory import same_cards
 from planner.llama.context import ModelContext
 from planner.llama.placement import HOST, HOST_ROWS
 from planner.memory.estimate import compute_note, estimate
@@ -101,8 +103,22 @@ def _outside_breakdown(result: PlanResult) -> list[str]:
     return lines
 
 
+def _devices_used(result: PlanResult) -> list[str]:
+    """Which name the plan uses for a card llama.cpp lists under two backends, and the shared pool."""
+    lines = [f"{same.used} and {same.skipped} are one card (id {same.id}): the plan uses {same.used}, as "
+             f"llama.cpp's default device list does (a second backend's device with a seen id is skipped)"
+             for same in same_cards(result.inventory.devices)]
+    pool = result.budgets.uma_pool_bytes
+    if pool is not None:
+        members = pool_members(result.budgets)
+        used = sum(n for name, n in _totals(result.estimate).items() if name in members)
+        lines.append(f"{', '.join(members)} share one pool of system RAM: {fmt_bytes(used)} of {fmt_bytes(pool)} "
+                     f"used together (seed 003 §7)")
+    return lines
+
+
 def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
-    lines = []
+    lines = _devices_used(result)
     for name, room in _headroom(result).items():
         lines.append(f"{name}: {fmt_bytes(result.budget_of(name) - room)} of {fmt_bytes(result.budget_of(name))} "
                      f"used, {fmt_bytes(room)} headroom")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, replace
 
 from planner.hardware.budgets import Budgets
-from planner.hardware.inventory import Inventory
+from planner.hardware.inventory import Inventory, same_cards
 from planner.llama.context import ModelContext
 from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.kv import layer_caches
@@ -138,7 +138,8 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
     slots = [Slot(CPU, max(host_budget, -1), rates.bandwidth(CPU), 0, 0.0)]
     for d in s.devices:
         slots.append(Slot(d.name, s.budgets.devices.get(d.name, 0), rates.bandwidth(d.name),
-                          compute.get(d.name, 0) + correction.get(d.name, 0), rates.latency(d.name)))
+                          compute.get(d.name, 0) + correction.get(d.name, 0), rates.latency(d.name),
+                          pooled=d.name in s.budgets.pool_devices))
     return Problem(tuple(demands), tuple(slots), s.request.allow_expert_offload)
 
 
@@ -183,15 +184,11 @@ def flags_for(s: Setting, a: Assignment) -> LlamaFlags:
 
 
 def overuse(s: Setting, est: Estimate) -> dict[str, int]:
-    """Bytes over budget per device (llama.cpp names) and on the host (Host + CPU_REPACK)."""
-    over: dict[str, int] = {}
-    host = sum(d.total_bytes for d in est.devices if d.name in HOST_ROWS)
-    if host > s.budgets.host_bytes:
-        over[HOST] = host - s.budgets.host_bytes
-    for d in est.devices:
-        if d.name in s.budgets.devices and d.total_bytes > s.budgets.devices[d.name]:
-            over[d.name] = d.total_bytes - s.budgets.devices[d.name]
-    return over
+    """Bytes over budget per device (llama.cpp names) and on the host (Host + CPU_REPACK); Host also
+    carries what Host and the UMA devices use together beyond their shared pool."""
+    totals = {d.name: d.total_bytes for d in est.devices if d.name not in HOST_ROWS}
+    totals[HOST] = sum(d.total_bytes for d in est.devices if d.name in HOST_ROWS)
+    return s.budgets.over(totals)
 
 
 @dataclass(frozen=True)
@@ -268,10 +265,14 @@ def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req:
              n_ctx: int, cache: str, n_ubatch: int = 512, output_on_host: bool = False,
              op_offload: bool = True) -> Setting:
     rpc = tuple(d.endpoint for d in inventory.devices if d.endpoint)
+    # a card a second backend repeats (CUDA0 and Vulkan0 with one id) is used once, by the name
+    # llama.cpp keeps (llama_prepare_model_devices): -dev names every other device
+    repeated = {same.skipped for same in same_cards(inventory.devices)}
+    names = tuple(n for n in inventory.names if n not in repeated)
 
     base = LlamaFlags(n_ctx=n_ctx, n_parallel=req.n_parallel, n_ubatch=n_ubatch, cache_type_k=cache,
                       cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc, op_offload=op_offload,
-                      devices=tuple(inventory.names) if inventory.devices else None, ignored=("-fit", "off"))
+                      devices=names if names else None, ignored=("-fit", "off"))
     resolved = resolve_settings(ctx, base, inventory)
     devices = resolved.devices
     costs = costs_for(ctx, cache)

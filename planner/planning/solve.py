@@ -60,6 +60,7 @@ class Slot:
     bandwidth: float       # bytes/s its weights and KV are read at
     fixed_bytes: int       # charged when the slot holds any layer (its compute buffer)
     boundary_s: float      # cost of one split boundary into or out of this slot
+    pooled: bool = False   # a UMA device: its bytes come out of the host's budget too (seed 003 §7)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,10 @@ def _range_costs(arr: _Arrays, slot: Slot, host: Slot, price: float, budget_scal
     feasible = ((need <= 0) | (k <= mr)) & (wr >= 0) & np.triu(np.ones_like(wr, dtype=bool))
     k = np.where(feasible, k, 0.0)  # no inf·0 below; infeasible ranges are priced at INF anyway
     per_unit = arr.er_unit * (1.0 / host.bandwidth - 1.0 / slot.bandwidth) + 2 * max(slot.boundary_s, host.boundary_s)
-    cost = np.where(feasible, rr / slot.bandwidth + k * (per_unit + price * arr.e_max) + slot.boundary_s, INF)
+    # host bytes are priced: a pooled slot's whole range is host memory (experts sent to the host stay
+    # in the pool), another slot's only the experts it sends there
+    pool_price = price * (wr + slot.fixed_bytes) if slot.pooled else k * price * arr.e_max
+    cost = np.where(feasible, rr / slot.bandwidth + k * per_unit + pool_price + slot.boundary_s, INF)
     diag = np.arange(arr.n + 1)
     cost[diag, diag], k[diag, diag] = 0.0, 0.0  # an empty range: the slot is unused
     return cost, k
@@ -187,11 +191,20 @@ def _dp(problem: Problem, arr: _Arrays, price: float, budget_scale: float, host_
         j = int(choice[s, i])
         ranges.append(_Range(s, i, j, int(units[s, i])))
         i = j
-    return _Solution(float(total[a] - price * _host_bytes(arr, ranges)), tuple(ranges))
+    return _Solution(float(total[a] - price * _host_bytes(problem, arr, ranges)), tuple(ranges))
 
 
-def _host_bytes(arr: _Arrays, ranges: Sequence[_Range]) -> float:
-    return arr.pw[ranges[0].end] + sum(r.expert_units * arr.e_max for r in ranges[1:])
+def _host_bytes(problem: Problem, arr: _Arrays, ranges: Sequence[_Range]) -> float:
+    """Bytes in host memory: the host's own layers, the experts other slots send there, and the
+    whole of every pooled (UMA) slot in use — what the host slot's budget caps."""
+    total = arr.pw[ranges[0].end]
+    for r in ranges[1:]:
+        slot = problem.slots[r.slot]
+        if slot.pooled:
+            total += arr.pw[r.end] - arr.pw[r.start] + (slot.fixed_bytes if r.end > r.start else 0)
+        else:
+            total += r.expert_units * arr.e_max
+    return float(total)
 
 
 def _assignment(arr: _Arrays, found: _Solution) -> Assignment:
@@ -212,7 +225,7 @@ def solve_dp(problem: Problem, objective: Objective = Objective.THROUGHPUT) -> A
     arr = _Arrays(problem)
     host_budget = problem.slots[0].budget
     found = _dp(problem, arr, 0.0, 1.0)
-    if found is not None and _host_bytes(arr, found.ranges) > host_budget:
+    if found is not None and _host_bytes(problem, arr, found.ranges) > host_budget:
         found = _priced(problem, arr, 1.0, host_budget)
     if found is None:
         return None
@@ -228,7 +241,7 @@ def _balanced(problem: Problem, arr: _Arrays, fastest: _Solution, host_budget: f
 
     def fits(scale: float) -> _Solution | None:
         found = _dp(problem, arr, 0.0, scale, host_prefix)
-        ok = (found is not None and _host_bytes(arr, found.ranges) <= host_budget
+        ok = (found is not None and _host_bytes(problem, arr, found.ranges) <= host_budget
               and found.expert_units <= units)
         return found if ok else None
 
@@ -250,7 +263,7 @@ def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float) ->
         found = _dp(problem, arr, hi, scale)
         if found is None:
             return None
-        if _host_bytes(arr, found.ranges) <= host_budget:
+        if _host_bytes(problem, arr, found.ranges) <= host_budget:
             break
         hi *= 10
         if hi > 1e6:
@@ -259,7 +272,7 @@ def _priced(problem: Problem, arr: _Arrays, scale: float, host_budget: float) ->
     for _ in range(30):
         mid = (lo + hi) / 2
         candidate = _dp(problem, arr, mid, scale)
-        if candidate is not None and _host_bytes(arr, candidate.ranges) <= host_budget:
+        if candidate is not None and _host_bytes(problem, arr, candidate.ranges) <= host_budget:
             hi, best = mid, candidate
         else:
             lo = mid
@@ -312,8 +325,10 @@ def _milp_variables(pulp: ModuleType, lp: LpProblem, problem: Problem) -> _MilpV
 
 
 def _milp_budgets(pulp: ModuleType, lp: LpProblem, problem: Problem, v: _MilpVars) -> None:
-    """Each slot's bytes within its budget; offloaded experts leave their device for the host."""
+    """Each slot's bytes within its budget; offloaded experts leave their device for the host; the
+    host and the pooled (UMA) slots together within the host's budget."""
     layers, slots = problem.layers, problem.slots
+    pool = []
     for s in range(len(slots)):
         mem = (pulp.lpSum(layers[il].device_bytes * v.x[s][il] for il in range(len(layers)))
                + slots[s].fixed_bytes * v.used[s]
@@ -321,6 +336,10 @@ def _milp_budgets(pulp: ModuleType, lp: LpProblem, problem: Problem, v: _MilpVar
         if s == 0:
             mem += pulp.lpSum(layers[il].expert_bytes * var for (_, il), var in v.q.items())
         lp += mem <= slots[s].budget
+        if s == 0 or slots[s].pooled:
+            pool.append(mem)
+    if len(pool) > 1:
+        lp += pulp.lpSum(pool) <= slots[0].budget
 
 
 def _milp_seconds(pulp: ModuleType, problem: Problem, v: _MilpVars) -> LpAffineExpression:
