@@ -385,8 +385,7 @@ def make_plans(backends: list[str]) -> int:
                     print(f"gpu_peer: plan {backend} {name} failed: {done.stderr.strip()}", file=sys.stderr)
                     return 1
                 plan = json.loads(done.stdout)
-                # llama_argv joined by spaces (planner/planning/document.py): split on spaces, no shell rules
-                plan_argv = str(yaml.safe_load(document.read_text())["flags"]).split()
+                plan_argv = [str(a) for a in yaml.safe_load(document.read_text())["argv"]]   # the vector itself
                 budgets = {d["name"]: d["budget_bytes"] // MIB for d in plan["devices"] if d.get("budget_bytes")}
                 entries.append({
                     "name": name, "model": "gemma3-270m", "topology": topology,
