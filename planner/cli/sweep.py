@@ -47,7 +47,8 @@ class _Progress:
 def sweep_cmd(
     ctx: typer.Context,
     model: Model,
-    vary: Annotated[list[str], typer.Option("--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget")],
+    vary: Annotated[list[str], typer.Option(
+        "--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget, memory (a device's total)")],
     devices: DevicesOpt = None,
     device: DeviceOpt = None,
     ram: Ram = None,

@@ -11,7 +11,11 @@ An axis is `NAME=VALUES`; VALUES are comma-separated items, a numeric item may b
                           §5: a -ts step is one layer, and non-uniform layers make each step
                           worth measuring rather than interpolating)
   budget=8,12,24GiB       VRAM budget of every device, as sd-cli's --max-vram takes it (bare
-                          numbers are GiB; -2 is free minus 2 GiB); ranges of sizes work too
+                          numbers are GiB; -2 is free minus 2 GiB); ranges of sizes work too. A
+                          budget never exceeds the device's free memory: one above it is capped,
+                          with a warning and the CSV's budget_capped column saying so
+  memory=12,16,24GiB      total (and free) memory of every device: hypothetical hardware, a card
+                          of that size in place of each device; budgets then follow from it
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ AXES: dict[str, AxisSpec] = {
     "ctv": AxisSpec(AxisKind.WORD, ("-ctv",), "V cache type -ctv"),
     "ts": AxisSpec(AxisKind.SPLIT, ("-ts",), "tensor split -ts (layers per device)"),
     "budget": AxisSpec(AxisKind.SIZE, (), "VRAM budget per device (GiB)"),
+    "memory": AxisSpec(AxisKind.SIZE, (), "device memory per device (GiB)"),
 }
 
 
@@ -136,6 +141,8 @@ def parse_axis(name: str, spec: str | Sequence[Any]) -> Axis:
         else:
             values.append(item.lower() if kind is AxisKind.WORD else item)
     axis = Axis(key, tuple(dict.fromkeys(values)))
+    if key == "memory" and any(v <= 0 for v in axis.values):
+        raise FlagError(f"--vary memory: expected sizes above 0 (a device's total memory); got {spec!r}")
     for value in axis.values:
         if value in (TS_STEPS, CTX_MAX):
             continue

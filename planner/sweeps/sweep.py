@@ -1,6 +1,8 @@
 """`fitplan sweep`: evaluate every combination of a few llama.cpp knobs and tabulate the memory.
 
-The axes and their syntax: planner/sweeps/axes.py (ctx, np, ub, cache/ctk/ctv, ts, budget).
+The axes and their syntax: planner/sweeps/axes.py (ctx, np, ub, cache/ctk/ctv, ts, budget, memory).
+`memory` replaces every device's total and free memory (hardware the user does not have); `budget`
+caps what a plan may use of the memory a device has, and a budget above it is said, never silent.
 Each combination is the base flags with the axes' flags appended (a later flag wins, as in
 llama.cpp's parser), then evaluated by one of two modes:
   estimate  what llama.cpp allocates for exactly those flags (cheap: the model is read once);
@@ -14,9 +16,10 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import logging
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from planner.core.errors import BadInput, FlagError, InfeasiblePlacement
@@ -45,6 +48,8 @@ from planner.sweeps.axes import (
     parse_vary,
 )
 
+log = logging.getLogger(__name__)
+
 __all__ = ["AXES", "CSV_COLUMNS", "Axis", "AxisKind", "DeviceRow", "Point", "SweepResult", "layer_ranges",
            "parse_axis", "parse_vary", "sweep"]
 
@@ -57,6 +62,7 @@ class DeviceRow:
     compute_bytes: int
     budget_bytes: int | None   # None: no budget is known for this row (Host without RAM figures)
     layers: str                # layer ranges, `output` for the output layer
+    budget_capped: bool = False   # the budget asked for is above the device's free memory, which caps it
 
     @property
     def total_bytes(self) -> int:
@@ -111,6 +117,7 @@ class SweepResult:
                 row = dict(head, device=d.name, model_bytes=d.model_bytes, context_bytes=d.context_bytes,
                            compute_bytes=d.compute_bytes, total_bytes=d.total_bytes,
                            budget_bytes="" if d.budget_bytes is None else d.budget_bytes,
+                           budget_capped=int(d.budget_capped),
                            device_fits=int(d.fits), fits=int(p.fits), layers=d.layers, n_ctx=p.n_ctx, flags=p.flags)
                 if self.mode is SweepMode.PLAN:
                     row.update(feasible=int(p.feasible),
@@ -138,7 +145,7 @@ class SweepResult:
                 "tokens_per_s": p.tokens_per_s,
                 "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
                              "compute_bytes": d.compute_bytes, "budget_bytes": d.budget_bytes,
-                             "layers": d.layers} for d in p.devices],
+                             "budget_capped": d.budget_capped, "layers": d.layers} for d in p.devices],
             } for p in self.points],
         }
 
@@ -150,13 +157,17 @@ class SweepResult:
             for n in names:
                 d = p.device(n)
                 cells.append("" if d is None else fmt_mib(d.total_bytes)
-                             + ("" if d.budget_bytes is None else f" / {fmt_mib(d.budget_bytes)}"))
+                             + ("" if d.budget_bytes is None else f" / {fmt_mib(d.budget_bytes)}")
+                             + ("*" if d.budget_capped else ""))
             speed = [] if self.mode is not SweepMode.PLAN else [f"{p.tokens_per_s:.1f}" if p.tokens_per_s else ""]
             rows.append(cells + [p.n_ctx or ""] + speed + ["yes" if p.fits else "no"])
         heads = ([a.name for a in self.axes] + [f"{n} MiB" for n in names] + ["n_ctx"]
                  + (["decode tok/s"] if self.mode is SweepMode.PLAN else []) + ["fits"])
         align = "l" * len(self.axes) + "r" * (len(heads) - len(self.axes) - 1) + "l"
-        return f"{self.model} ({self.mode.value})\n\n" + table(heads, rows, align=align) + "\n"
+        capped = any(d.budget_capped for p in self.points for d in p.devices)
+        note = "\n* budget above the device's memory: capped at its free memory (vary memory= for a bigger card)\n"
+        body = table(heads, rows, align=align) + "\n" + (note if capped else "")
+        return f"{self.model} ({self.mode.value})\n\n" + body
 
 
 # LlamaFlags fields a plan-mode base may set: the rest is placement, which the plan decides.
@@ -164,7 +175,7 @@ PLAN_BASE_FIELDS = frozenset({"n_ctx", "n_parallel", "n_ubatch", "cache_type_k",
 
 # The CSV's columns after the axis columns (README "fitplan sweep" documents each).
 CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total_bytes", "budget_bytes",
-               "device_fits", "fits", "layers", "n_ctx", "flags")
+               "budget_capped", "device_fits", "fits", "layers", "n_ctx", "flags")
 
 
 def _one_layer_steps(axis: Axis, ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None) -> Axis:
@@ -183,36 +194,73 @@ def _one_layer_steps(axis: Axis, ctx: ModelContext, flags: LlamaFlags, inventory
     return Axis(axis.name, tuple(dict.fromkeys(values)))
 
 
+def with_memory(inventory: Inventory, n_bytes: int) -> Inventory:
+    """The inventory with every device's total and free memory set to `n_bytes` (`--vary memory=`)."""
+    return replace(inventory, devices=tuple(replace(d, total_bytes=n_bytes, free_bytes=n_bytes)
+                                            for d in inventory.devices))
+
+
 class _Budgets:
-    """Budgets for each budget value, resolved once (resolve_budgets logs its warnings once)."""
+    """Budgets for each (memory, budget) value pair, resolved once (resolve_budgets logs its warnings
+    once, and so does the warning that a budget is above a device's memory)."""
 
     def __init__(self, inventory: Inventory | None, max_vram: str | None = None, max_ram: str | None = None) -> None:
-        self.inventory = inventory
+        self.base = inventory
         self.max_vram = max_vram    # the budgets without a budget axis value (--max-vram)
         self.max_ram = max_ram
-        self.cache: dict[int | None, Budgets] = {}
+        self.cache: dict[tuple[int | None, int | None], Budgets] = {}
+        self.capped: dict[tuple[int | None, int | None], frozenset[str]] = {}
 
-    def get(self, amount: int | None) -> Budgets | None:
-        if self.inventory is None:
+    def inventory(self, memory: int | None) -> Inventory | None:
+        if self.base is None or memory is None:
+            return self.base
+        return with_memory(self.base, memory)
+
+    def get(self, amount: int | None, memory: int | None = None) -> Budgets | None:
+        inventory = self.inventory(memory)
+        if inventory is None:
             return None
-        if amount not in self.cache:
+        key = (memory, amount)
+        if key not in self.cache:
             vram = self.max_vram if amount is None else fmt_budget(amount)
-            self.cache[amount] = resolve_budgets(self.inventory, vram, self.max_ram)
-        return self.cache[amount]
+            self.cache[key] = resolve_budgets(inventory, vram, self.max_ram)
+            self.capped[key] = frozenset(_over_memory(inventory, amount))
+        return self.cache[key]
 
-    def rows(self, amount: int | None) -> dict[str, int]:
+    def rows(self, amount: int | None, memory: int | None = None) -> dict[str, int]:
         """Row name -> budget; Host only when the inventory knows the host's RAM."""
-        b = self.get(amount)
-        if b is None or self.inventory is None:
+        b, inventory = self.get(amount, memory), self.inventory(memory)
+        if b is None or inventory is None:
             return {}
-        return dict(b.devices, **({HOST: b.host_bytes} if self.inventory.host.ram_available_bytes else {}))
+        return dict(b.devices, **({HOST: b.host_bytes} if inventory.host.ram_available_bytes else {}))
+
+    def capped_names(self, amount: int | None, memory: int | None = None) -> frozenset[str]:
+        self.get(amount, memory)
+        return self.capped.get((memory, amount), frozenset())
 
 
-def _rows(est: Estimate, limit: dict[str, int]) -> tuple[DeviceRow, ...]:
+def _over_memory(inventory: Inventory, amount: int | None) -> list[str]:
+    """Devices whose free memory is below a budget axis value (they are capped at it), with a warning."""
+    if amount is None or amount < 0:
+        return []
+    names = [d.name for d in inventory.devices if amount > d.free_bytes]
+    for d in inventory.devices:
+        if d.name in names:
+            log.warning("--vary budget=%s is above %s's %s of free memory: its budget is capped there "
+                        "(--vary memory= models a bigger device)", fmt_budget(amount), d.name,
+                        fmt_budget(d.free_bytes))
+    return names
+
+
+def _rows(est: Estimate, limit: dict[str, int], capped: frozenset[str] = frozenset()) -> tuple[DeviceRow, ...]:
     by_dev = dict(est.layers)
     return tuple(DeviceRow(d.name, d.model_bytes, d.context_bytes, d.compute_bytes, limit.get(d.name),
-                           layer_ranges(by_dev.get(device_of(d.name), ()), est.n_layer_all))
+                           layer_ranges(by_dev.get(device_of(d.name), ()), est.n_layer_all), d.name in capped)
                  for d in est.devices)
+
+
+def _axis_value(settings: Sequence[tuple[Axis, Any]], name: str) -> Any:
+    return next((v for a, v in settings if a.name == name), None)
 
 
 def _estimate_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,
@@ -223,9 +271,9 @@ def _estimate_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any,
         raise FlagError("--vary ctx=max: the largest context that fits is a plan's question; use --mode plan")
     flags = apply_axes(base, [(a, v) for a, v in settings if a.spec.flags],
                        " ".join(f"{a.name}={a.text(v)}" for a, v in settings))
-    est = estimate(ctx, flags, inventory)
-    limit = budgets.rows(next((v for a, v in settings if a.name == "budget"), None))
-    rows = _rows(est, limit)
+    amount, memory = _axis_value(settings, "budget"), _axis_value(settings, "memory")
+    est = estimate(ctx, flags, budgets.inventory(memory))
+    rows = _rows(est, budgets.rows(amount, memory), budgets.capped_names(amount, memory))
     return Point(combo, shlex.join(flags_to_argv(flags)), est.cparams.n_ctx, rows)
 
 
@@ -243,6 +291,8 @@ def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = 
     if not axes:
         raise FlagError("sweep: nothing to vary; expected at least one --vary NAME=VALUES")
     names = [a.name for a in axes]
+    if "memory" in names and (inventory is None or not inventory.devices):
+        raise FlagError("--vary memory: sets the memory of the inventory's devices; expected --device or --devices")
     clash = [n for n in names if names.count(n) > 1] or (["cache"] if "cache" in names and
                                                            {"ctk", "ctv"} & set(names) else [])
     if clash:
@@ -284,13 +334,12 @@ def _plan_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...
     request = PlanRequest(n_ctx=None if want_max else (flags.n_ctx or None), max_ctx=want_max,
                           n_parallel=flags.n_parallel, cache_types=(flags.cache_type_k,),
                           n_ubatch=flags.n_ubatch if ub_given else None, flash_attn=flags.flash_attn)
-    amount = next((v for a, v in settings if a.name == "budget"), None)
+    amount, memory = _axis_value(settings, "budget"), _axis_value(settings, "memory")
+    hardware = budgets.inventory(memory) or inventory
     try:
-        result = plan(ctx, inventory, request, budgets=budgets.get(amount))
+        result = plan(ctx, hardware, request, budgets=budgets.get(amount, memory))
     except InfeasiblePlacement:
         return Point(combo, "", 0, (), feasible=False)
-    limit = budgets.rows(amount)
-    est = result.estimate
-    rows = _rows(est, limit)
+    rows = _rows(result.estimate, budgets.rows(amount, memory), budgets.capped_names(amount, memory))
     return Point(combo, shlex.join(flags_to_argv(result.flags)), result.n_ctx, rows,
                  tokens_per_s=result.prediction.decode_tokens_s)

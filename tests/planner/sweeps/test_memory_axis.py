@@ -1,0 +1,59 @@
+"""What-if sweeps are honest: `memory=` varies the devices' memory (hardware the user does not have),
+`budget=` only what a plan may use of the memory there is; a budget above it is said, never silent."""
+from __future__ import annotations
+
+import csv
+import io
+import logging
+
+import pytest
+
+from planner.api import as_flags, as_inventory
+from planner.core.errors import FlagError
+from planner.core.units import GiB, MiB
+from planner.sweeps.sweep import CSV_COLUMNS, parse_axis, sweep
+from tests.support.gguf_factory import llama_spec
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("memory_axis") / "m.gguf"
+    [written] = llama_spec(n_layer=2, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, n_vocab=1000).write(path)
+    return str(written)
+
+
+def test_a_budget_above_the_devices_memory_is_a_warning_and_a_column(model, caplog):
+    # a 12 GiB card asked for 16 and 24 GiB budgets: both are capped at its 12 GiB, and say so
+    with caplog.at_level(logging.WARNING):
+        r = sweep(model, [parse_axis("budget", "8,16,24GiB")], as_inventory(["CUDA0=12GiB"]), as_flags("-c 1024"))
+    rows = [row for row in csv.DictReader(io.StringIO(r.to_csv())) if row["device"] == "CUDA0"]
+    assert [row["budget_capped"] for row in rows] == ["0", "1", "1"]
+    assert [int(row["budget_bytes"]) for row in rows] == [8 * GiB, 12 * GiB, 12 * GiB]
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any("budget=16GiB is above CUDA0's 12GiB" in w for w in warnings)
+    assert any("budget=24GiB is above CUDA0's 12GiB" in w for w in warnings)
+    assert "*" in r.to_table() and "capped at its free memory" in r.to_table()
+    assert "budget_capped" in CSV_COLUMNS
+
+
+def test_memory_varies_the_device_itself(model):
+    # memory=16,24GiB: a 16 and a 24 GiB card in place of the 12 GiB one; budgets follow (free - 512 MiB)
+    r = sweep(model, [parse_axis("memory", "16,24GiB")], as_inventory(["CUDA0=12GiB"]), as_flags("-c 1024"))
+    budgets = [p.device("CUDA0").budget_bytes for p in r.points]
+    assert budgets == [16 * GiB - 512 * MiB, 24 * GiB - 512 * MiB]
+    assert not any(d.budget_capped for p in r.points for d in p.devices)
+
+
+def test_memory_and_budget_together(model):
+    # a 24 GiB budget on hypothetical 16 and 32 GiB cards: capped on the first only
+    r = sweep(model, [parse_axis("memory", "16,32GiB"), parse_axis("budget", "24GiB")], as_inventory(["CUDA0=12GiB"]),
+              as_flags("-c 1024"))
+    assert [p.device("CUDA0").budget_bytes for p in r.points] == [16 * GiB, 24 * GiB]
+    assert [p.device("CUDA0").budget_capped for p in r.points] == [True, False]
+
+
+def test_memory_needs_devices_and_sizes_above_zero(model):
+    with pytest.raises(FlagError, match="expected --device or --devices"):
+        sweep(model, [parse_axis("memory", "16GiB")])
+    with pytest.raises(FlagError, match="above 0"):
+        parse_axis("memory", "0")
