@@ -88,7 +88,8 @@ def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, requ
     inventory = as_inventory(devices, ram)
     if inventory is None or not inventory.host.ram_available_bytes:
         raise BadInput("plan: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
-    return run_plan(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram)
+    return run_plan(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram,
+                    what_would_fit=True)
 
 
 def _budgets(inventory: Inventory | None, max_vram: str | None) -> dict[str, int]:

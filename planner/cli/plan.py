@@ -139,7 +139,7 @@ def plan_cmd(
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
                           solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on")
-    result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain)
+    result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain, what_would_fit=True)
     if plot:
         from planner.sweeps.plots import plot_plan
 

@@ -57,12 +57,36 @@ class Shortfall:
         return max(0, self.need_bytes - self.budget_bytes)
 
 
+@dataclass(frozen=True)
+class Suggestion:
+    """One thing that would fit, as found by planning it: a budget for one device (`device`,
+    `budget_bytes`), a context (`n_ctx`), a KV cache type; `exact` is False when the search was
+    stopped by its time limit and `budget_bytes` is a verified upper bound, not the least."""
+
+    text: str
+    device: str | None = None
+    budget_bytes: int | None = None
+    n_ctx: int | None = None
+    cache_type: str | None = None
+    exact: bool = True
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"text": self.text}
+        for key in ("device", "budget_bytes", "n_ctx", "cache_type"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["exact"] = self.exact
+        return out
+
+
 class InfeasiblePlacement(FitplanError):
     """No placement fits the budgets; carries each device's shortfall and what would fit."""
 
     exit_code = 1
 
-    def __init__(self, message: str, shortfalls: tuple[Shortfall, ...] = (), suggestion: str = "") -> None:
+    def __init__(self, message: str, shortfalls: tuple[Shortfall, ...] = (), suggestion: str = "",
+                 suggestions: tuple[Suggestion, ...] = ()) -> None:
         self.shortfalls = shortfalls
-        self.suggestion = suggestion
+        self.suggestions = suggestions
+        self.suggestion = suggestion or "; ".join(s.text for s in suggestions)
         super().__init__(message)

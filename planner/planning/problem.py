@@ -206,7 +206,7 @@ def solve_verified(s: Setting, exact: bool = False) -> Verified | None:
     the analytic compute model; `exact` checks with the estimate as `fitplan estimate` reports it
     (the runtime's allocator where a graph builder exists), which is slower."""
     correction: dict[str, int] = {}
-    probes = probe(s)
+    probes = cached_probe(s)
     for rounds in range(1, MAX_CORRECTIONS + 1):
         problem = build_problem(s, probes, correction)
         a = solve(problem, s.request.objective, s.request.solver)
@@ -228,6 +228,23 @@ def solve_verified(s: Setting, exact: bool = False) -> Verified | None:
             correction[HOST] = correction.get(HOST, 0) + over[HOST]
         log.info("round %d over budget on %s; correcting", rounds, ", ".join(over))
     return None
+
+
+# (flags, output on host, inventory) -> probes, for one model context at a time: the probes do not
+# depend on the budgets, and the what-would-fit search (planner/planning/whatfits.py) plans the same
+# settings under a dozen budgets
+PROBE_CACHE: dict[tuple[LlamaFlags, bool, Inventory], tuple[ModelContext, Probes]] = {}
+PROBE_CACHE_SIZE = 256
+
+
+def cached_probe(s: Setting) -> Probes:
+    key = (s.flags, s.output_on_host, s.inventory)
+    entry = PROBE_CACHE.get(key)
+    if entry is None or entry[0] is not s.ctx:
+        if len(PROBE_CACHE) >= PROBE_CACHE_SIZE or any(c is not s.ctx for c, _ in PROBE_CACHE.values()):
+            PROBE_CACHE.clear()
+        entry = PROBE_CACHE[key] = (s.ctx, probe(s))
+    return entry[1]
 
 
 def device_use(problem: Problem, a: Assignment) -> dict[str, int]:

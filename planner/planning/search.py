@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
+from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall, Suggestion
+from planner.core.units import MiB, fmt_mib
 from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, ModelLike, model_context
@@ -21,11 +23,13 @@ from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
+from planner.planning.contexts import above_train_warning, max_context
 from planner.planning.explain import explain
 from planner.planning.problem import Setting, flags_for, layer_weights, make_setting, overuse, solve_verified
 from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.solve import Assignment, Objective
 from planner.planning.throughput import Prediction, offloading, predict_estimate
+from planner.planning.whatfits import SEARCH_SECONDS, LeastBudget, least_budgets
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +123,7 @@ def _all_on_devices(c: _Candidate) -> bool:
 def _ranked(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
             cache: str) -> list[_Candidate]:
     """Every variant's candidate (under the analytic compute model), best first."""
-    limit = req.n_ctx or ctx.facts.n_ctx_train
+    limit = max_context(ctx, req)
     by_context = req.max_ctx or req.objective is Objective.CONTEXT
     found_all: list[_Candidate] = []
     last_score: dict[tuple[bool, bool], tuple[Any, ...]] = {}
@@ -216,27 +220,41 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
 
 def plan(model: ModelLike, inventory: Inventory,
          request: PlanRequest | None = None, max_vram: str | None = None, ram: str | None = None,
-         budgets: Budgets | None = None, with_explain: bool = False) -> PlanResult:
+         budgets: Budgets | None = None, with_explain: bool = False, what_would_fit: bool = False) -> PlanResult:
     """The best placement of `model` on `inventory` (`request`: PlanRequest's defaults when None);
-    raises InfeasiblePlacement when nothing fits."""
+    raises InfeasiblePlacement when nothing fits, with what would (`what_would_fit`: the least budgets
+    and the largest context that plan, searched for up to SEARCH_SECONDS; else only the verdict)."""
     request = request or PlanRequest()
     ctx = model_context(model)
     budgets = budgets or resolve_budgets(inventory, max_vram, ram)
     if not ctx.facts.n_ctx_train and not request.n_ctx:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")
-    for cache in request.cache_types:
-        best = _judged(ctx, inventory, budgets, request, _ranked(ctx, inventory, budgets, request, cache))
-        if best is None:
-            continue
-        best = _return_expert_tensors(_one_more_layer(best))
-        result = PlanResult(ctx.model.path, ctx.model.header_sha256, inventory,
-                            budgets, request, best.flags, best.estimate, best.prediction,
-                            best.assignment.experts_on_host, best.rounds)
-        if not with_explain:
-            return result
+    started = time.monotonic()
+    best = _fits(ctx, inventory, budgets, request)
+    if best is None and not what_would_fit:
+        raise InfeasiblePlacement(f"no placement of {ctx.model.path} at {_at(ctx, request)} fits the budgets")
+    if best is None:
+        raise _infeasible(ctx, inventory, budgets, request, time.monotonic() - started)
+    best = _return_expert_tensors(_one_more_layer(best))
+    warning = above_train_warning(ctx, best.flags.n_ctx)
+    if warning:
+        log.warning("%s", warning)
+    result = PlanResult(ctx.model.path, ctx.model.header_sha256, inventory,
+                        budgets, request, best.flags, best.estimate, best.prediction,
+                        best.assignment.experts_on_host, best.rounds)
+    if not with_explain:
+        return result
+    return replace(result, explain=explain(ctx, result))
 
-        return replace(result, explain=explain(ctx, result))
-    raise _infeasible(ctx, inventory, budgets, request)
+
+def _fits(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest) -> _Candidate | None:
+    """plan()'s own verdict before its refinements: the judged best candidate of the first cache type
+    that has one, or None when nothing fits."""
+    for cache in req.cache_types:
+        best = _judged(ctx, inventory, budgets, req, _ranked(ctx, inventory, budgets, req, cache))
+        if best is not None:
+            return best
+    return None
 
 
 def _judged(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
@@ -273,33 +291,81 @@ def _predict(s: Setting, a: Assignment, est: Estimate) -> Prediction:
     return predict_estimate(s.ctx, s.costs, est, s.inventory, a.experts_on_host, s.output_on_host)
 
 
-def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest) -> InfeasiblePlacement:
-    """What would not fit, and the nearest thing that would."""
-    cache = req.cache_types[0]
-    n_ctx = req.n_ctx or ctx.facts.n_ctx_train
-    # the least a device is asked for: nothing staged unless op offload was asked for
-    op_offload = req.op_offload if req.op_offload is not None else not offloading(inventory)
-    s = make_setting(ctx, inventory, budgets, req, n_ctx, cache, op_offload=op_offload)
-    # the shortfalls of the nearer extreme: every layer on the host, or every layer on the devices
-    extremes = [replace(s.flags, n_gpu_layers=0)]
-    if inventory.devices:
-        extremes.append(replace(s.flags, n_gpu_layers=ctx.facts.n_layer_all + 1))
-    over = min((overuse(s, estimate(ctx, f, inventory)) for f in extremes), key=lambda o: sum(o.values()))
-    shortfalls = tuple(Shortfall(name, n + budgets.host_bytes if name == HOST else n + budgets.devices[name],
-                                 budgets.host_bytes if name == HOST else budgets.devices[name])
-                       for name, n in over.items())
-    hints = []
-    ub = req.n_ubatch or UBATCH_CANDIDATES[-1]
-    out = bool(inventory.devices)
-    # judged exactly, as a plan is: a hint is a figure the user sees
-    smaller = _largest_context(ctx, inventory, budgets, req, _Variant(cache, ub, out, op_offload), n_ctx, exact=True)
-    if smaller is not None and smaller.flags.n_ctx < n_ctx:
-        hints.append(f"--ctx {smaller.flags.n_ctx} fits")
-    if cache == "f16":
-        q8 = _largest_context(ctx, inventory, budgets, req, _Variant("q8_0", ub, out, op_offload), n_ctx, exact=True)
-        if q8 is not None:
-            hints.append(f"--cache-type q8_0 fits up to --ctx {q8.flags.n_ctx}")
-    parts = [f"{sf.device} short by {sf.missing_bytes / 2**20:.0f} MiB" for sf in shortfalls]
-    msg = (f"no placement of {ctx.model.path} at context {n_ctx} fits the budgets"
-           + (f" ({'; '.join(parts)})" if parts else ""))
-    return InfeasiblePlacement(msg, shortfalls, "; ".join(hints) or "more memory, or a smaller model")
+def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+                first_s: float) -> InfeasiblePlacement:
+    """What would not fit, and what would, each figure found by planning (planner/planning/whatfits.py):
+    per budget the least that plans with the other settings as given, and the largest context that
+    plans as the budgets are. The search's time limit scales with nothing: it is SEARCH_SECONDS."""
+    started = time.monotonic()
+    # a plain request for the budget search: at --ctx max, a plan at the smallest context
+    plain = replace(req, n_ctx=CTX_PAD * max(1, req.n_parallel), max_ctx=False) if req.max_ctx else req
+    n_ctx = max_context(ctx, plain)
+    ceiling = _everything(ctx, inventory, plain, n_ctx)
+    least = least_budgets(lambda b: _fits_quickly(ctx, inventory, b, plain),
+                          lambda b: _fits(ctx, inventory, b, plain) is not None, budgets, ceiling, started)
+    shortfalls = tuple(Shortfall(lb.device, lb.need_bytes, lb.budget_bytes) for lb in least)
+    hints = [_budget_hint(lb) for lb in least]
+    if not req.max_ctx:
+        hints += _context_hints(ctx, inventory, budgets, req, n_ctx, started + SEARCH_SECONDS)
+    log.info("what would fit: first plan %.2f s, search %.2f s", first_s, time.monotonic() - started)
+    parts = [f"{sf.device} needs a budget of {fmt_mib(sf.need_bytes)} MiB, has {fmt_mib(sf.budget_bytes)} MiB"
+             for sf in shortfalls]
+    msg = (f"no placement of {ctx.model.path} at {_at(ctx, req)} fits the budgets"
+           + (f" ({'; '.join(parts)})" if parts else " (no single budget is enough)"))
+    if not hints:
+        hints.append(Suggestion("more memory on more than one device, or a smaller model"))
+    return InfeasiblePlacement(msg, shortfalls, suggestions=tuple(hints))
+
+
+def _fits_quickly(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest) -> bool:
+    """The what-would-fit search's quick test: only the smallest -ub (it needs the least of every
+    budget), the analytic compute model, stopping at the first variant that holds. The search settles
+    its answer with `_fits`, so where the two disagree the planner's verdict is the one reported."""
+    smallest = replace(req, n_ubatch=req.n_ubatch or UBATCH_CANDIDATES[-1])
+    for cache in req.cache_types:
+        for v in _variants(smallest, cache, inventory):
+            n_ctx = max_context(ctx, req)
+            if _candidate(ctx, inventory, budgets, req, n_ctx, v) is not None:
+                return True
+    return False
+
+
+def _at(ctx: ModelContext, req: PlanRequest) -> str:
+    return "any context" if req.max_ctx else f"context {max_context(ctx, req)}"
+
+
+def _everything(ctx: ModelContext, inventory: Inventory, req: PlanRequest, n_ctx: int) -> int:
+    """Bytes that certainly hold the model on one budget: every row of both extreme placements."""
+    s = make_setting(ctx, inventory, Budgets({}, 0), req, n_ctx, req.cache_types[0])
+    extremes = [replace(s.flags, n_gpu_layers=0), replace(s.flags, n_gpu_layers=ctx.facts.n_layer_all + 1)]
+    return sum(d.total_bytes for f in extremes for d in estimate(ctx, f, inventory, exact_compute=False).devices)
+
+
+def _budget_hint(lb: LeastBudget) -> Suggestion:
+    flag = "--max-ram" if lb.device == HOST else f"--max-vram {lb.device}="
+    size = f"{math.ceil(lb.need_bytes / MiB)}MiB"
+    least = "fits" if lb.exact else "fits (the search stopped at its time limit: less may fit too)"
+    return Suggestion(f"{lb.device} at {size} {least} ({flag}{'' if flag.endswith('=') else ' '}{size}, "
+                      f"if it has that much free)", device=lb.device, budget_bytes=lb.need_bytes, exact=lb.exact)
+
+
+def _context_hints(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, n_ctx: int,
+                   deadline: float) -> list[Suggestion]:
+    """The largest context that plans as the budgets are (each cache type asked for, then q8_0), at
+    most the training context unless allowed; each re-planned at that context before it is shown."""
+    limit = n_ctx if req.allow_ctx_above_train else min(n_ctx, ctx.facts.n_ctx_train or n_ctx)
+    hints: list[Suggestion] = []
+    for caches in (req.cache_types, ("q8_0",) if "q8_0" not in req.cache_types else ()):
+        if not caches or time.monotonic() > deadline:
+            continue
+        widest = _fits(ctx, inventory, budgets, replace(req, n_ctx=limit, max_ctx=True, cache_types=caches))
+        if widest is None or (widest.flags.n_ctx >= n_ctx and caches == req.cache_types):
+            continue
+        found = widest.flags.n_ctx
+        if _fits(ctx, inventory, budgets, replace(req, n_ctx=found, max_ctx=False, cache_types=caches)) is None:
+            continue   # not confirmed by a plain plan at that context: not shown
+        cache = widest.flags.cache_type_k
+        text = (f"--ctx {found} fits" if caches == req.cache_types else
+                f"--cache-type {cache} fits up to --ctx {found}")
+        hints.append(Suggestion(text, n_ctx=found, cache_type=cache))
+    return hints

@@ -40,7 +40,7 @@ def test_readme_cuda_example_plans_what_validate_confirms(capsys, tmp_path):
 def test_forcing_op_offload_on_is_infeasible_with_the_staging_named(capsys):
     code, out, err = _run(capsys, *EXAMPLE, "--op-offload", "on")
     assert code == 1
-    assert "CUDA0 short by" in err
+    assert "CUDA0 needs a budget of" in err
 
 
 def test_the_same_flags_with_op_offload_do_not_fit_in_validate(capsys, tmp_path):

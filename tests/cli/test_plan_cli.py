@@ -65,7 +65,7 @@ def test_infeasible_exits_1_with_what_would_fit(capsys):
     assert code == 1
     lines = err.strip().splitlines()
     assert lines[0].startswith("fitplan: error: no placement")
-    assert "short by" in lines[0]
+    assert "needs a budget of" in lines[0]
     assert lines[1].startswith("fitplan: what would fit:")
     assert "Traceback" not in err
 

@@ -79,10 +79,11 @@ def test_plan_figures_are_the_estimate_of_its_flags(gemma):
 def test_infeasible_names_the_shortfall_and_what_would_fit(gemma):
     tiny_host = HostSpec(600 * MiB, 600 * MiB, int(60e9), "tiny", 0)
     with pytest.raises(InfeasiblePlacement) as err:
-        plan(gemma, Inventory((), tiny_host), PlanRequest(n_ctx=32768), ram="300MiB")
-    assert "Host short by" in str(err.value)
+        plan(gemma, Inventory((), tiny_host), PlanRequest(n_ctx=32768), ram="300MiB", what_would_fit=True)
+    assert "Host needs a budget of" in str(err.value)
     assert err.value.exit_code == 1
     assert err.value.shortfalls and err.value.shortfalls[0].device == "Host"
+    assert err.value.shortfalls[0].budget_bytes == 300 * MiB < err.value.shortfalls[0].need_bytes
 
 
 def test_heterogeneous_pair_beats_the_proportional_split(tmp_path):

@@ -1,0 +1,73 @@
+"""Where a plan's context comes from, and the training context as its ceiling.
+
+llama.cpp runs any -c it is given; past the context the model was trained at, what the model makes
+of the extra positions depends on its RoPE scaling (the `{arch}.rope.scaling.*` header keys), which
+fitplan cannot judge. So `--ctx max` stops at the training context unless the user allows more, and
+an explicit -c above it is planned as asked, with a warning that says so.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from gguf import Keys
+
+from planner.llama.context import ModelContext
+from planner.planning.result import PlanRequest
+
+# `--ctx max --allow-ctx-above-train` searches up to the training context times the header's RoPE
+# scaling factor, or times this when the header has none (a policy, not a llama.cpp rule: llama.cpp
+# sets no ceiling; YaRN extensions are commonly published at factor 4)
+ABOVE_TRAIN_FACTOR = 4
+
+
+def rope_scaling(ctx: ModelContext) -> dict[str, Any]:
+    """The header's RoPE-scaling keys ({arch}.rope.scaling.*), as written."""
+    prefix = Keys.Rope.SCALING_TYPE.format(arch=ctx.facts.arch).rsplit(".", 1)[0] + "."
+    return {k: v for k, v in sorted(ctx.model.metadata.items()) if k.startswith(prefix)}
+
+
+def _scaling_text(ctx: ModelContext) -> str:
+    keys = rope_scaling(ctx)
+    if not keys:
+        return "the header has no RoPE-scaling keys"
+    return "RoPE scaling in the header: " + ", ".join(f"{k}={v}" for k, v in keys.items())
+
+
+def max_context(ctx: ModelContext, req: PlanRequest) -> int:
+    """The largest context a plan may be given: the request's -c, else the training context
+    (or, with allow_ctx_above_train, the training context times the RoPE scaling factor)."""
+    if req.n_ctx and not req.max_ctx:
+        return req.n_ctx
+    train = ctx.facts.n_ctx_train
+    if req.n_ctx:
+        return req.n_ctx if req.allow_ctx_above_train else min(req.n_ctx, train or req.n_ctx)
+    if not req.allow_ctx_above_train:
+        return train
+    key = Keys.Rope.SCALING_FACTOR.format(arch=ctx.facts.arch)
+    factor = float(ctx.model.metadata.get(key, 0) or 0)
+    return int(train * (factor if factor > 1 else ABOVE_TRAIN_FACTOR))
+
+
+def above_train_warning(ctx: ModelContext, n_ctx: int) -> str | None:
+    """The warning a context above the training context carries; None at or below it."""
+    train = ctx.facts.n_ctx_train
+    if not train or n_ctx <= train:
+        return None
+    return (f"context {n_ctx} is above the model's training context {train}: llama.cpp runs it, but what the "
+            f"model makes of positions past {train} depends on its RoPE scaling ({_scaling_text(ctx)})")
+
+
+def context_source(ctx: ModelContext, req: PlanRequest, n_ctx: int) -> str:
+    """One --explain line: where the plan's context came from."""
+    train = ctx.facts.n_ctx_train
+    if req.max_ctx:
+        ceiling = max_context(ctx, req)
+        why = ("the training context" if ceiling == train else
+               f"--ctx max above the training context {train} (--allow-ctx-above-train)")
+        head = f"context {n_ctx}: the largest that fits (--ctx max, at most {ceiling}: {why})"
+    elif req.n_ctx:
+        head = f"context {n_ctx}: given (-c {req.n_ctx})"
+    else:
+        head = f"context {n_ctx}: the model's training context ({Keys.LLM.CONTEXT_LENGTH.format(arch=ctx.facts.arch)})"
+    warning = above_train_warning(ctx, n_ctx)
+    return head + (f"; {warning}" if warning else "")
