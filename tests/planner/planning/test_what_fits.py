@@ -1,0 +1,111 @@
+"""What would fit when nothing does: each least budget the planner reports plans, and one MiB less
+does not (checked by planning again here, without the search); the largest context reported plans,
+and one context step more does not."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from planner.core.errors import InfeasiblePlacement
+from planner.core.units import GiB, MiB
+from planner.gguf.examples import resolve_model
+from planner.hardware.budgets import resolve_budgets
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.llama.context import model_context
+from planner.llama.settings import CTX_PAD
+from planner.planning.result import PlanRequest
+from planner.planning.search import plan
+from planner.planning.whatfits import SEARCH_SECONDS, with_budget
+from tests.support.shapes import write_shape
+
+HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
+
+
+def gpu(name: str) -> DeviceSpec:
+    return DeviceSpec(name, DeviceKind.GPU, Backend.CUDA, 24 * GiB, 24 * GiB, int(900e9), int(50e12), int(25e9))
+
+
+ONE = Inventory((gpu("CUDA0"),), HOST)
+TWO = Inventory((gpu("CUDA0"), gpu("CUDA1")), HOST)
+CPU_ONLY = Inventory((), HOST)
+
+# (model, inventory, --max-vram, host budget, context): ten budgets nothing fits in, across the peer shapes
+CASES = [
+    ("gemma3-270m", ONE, "100MiB", "300MiB", 8192),
+    ("llama-8b", ONE, "2", "2GiB", 8192),
+    ("qwen3moe-30b-a3b", ONE, "4", "3GiB", 8192),
+    ("gpt-oss-20b", ONE, "4", "4GiB", 8192),
+    ("mistral-7b", CPU_ONLY, None, "3GiB", 4096),
+    ("qwen2-7b", TWO, "1536MiB", "1GiB", 4096),
+    ("qwen3-8b", ONE, "3", "1GiB", 16384),
+    ("gemma2-9b", ONE, "6", "2GiB", 8192),
+    ("lfm2-1.2b", ONE, "256MiB", "256MiB", 4096),
+    ("deepseek2-mla", ONE, "8", "4GiB", 4096),
+]
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("shapes")
+    cache: dict[str, object] = {}
+
+    def get(name: str):
+        if name not in cache:
+            path = resolve_model("example:gemma3-270m") if name == "gemma3-270m" else str(write_shape(name, directory))
+            cache[name] = model_context(path)
+        return cache[name]
+    return get
+
+
+def plans(ctx, inventory, request, budgets) -> bool:
+    try:
+        plan(ctx, inventory, request, budgets=budgets)
+    except InfeasiblePlacement:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("model", "inventory", "max_vram", "ram", "n_ctx"), CASES, ids=[c[0] for c in CASES])
+def test_each_least_budget_plans_and_one_mib_less_does_not(shapes, model, inventory, max_vram, ram, n_ctx):
+    ctx = shapes(model)
+    request = PlanRequest(n_ctx=n_ctx)
+    budgets = resolve_budgets(inventory, max_vram, ram)
+    assert not plans(ctx, inventory, request, budgets)
+    started = time.monotonic()
+    with pytest.raises(InfeasiblePlacement) as err:
+        plan(ctx, inventory, request, budgets=budgets, what_would_fit=True)
+    # the first plan and the search: the search stops itself at SEARCH_SECONDS (and finishes its probe)
+    assert time.monotonic() - started < 2 * SEARCH_SECONDS + 2
+    found = err.value.shortfalls
+    assert found, err.value
+    for sf in found:
+        assert sf.need_bytes % MiB == 0 and sf.need_bytes > sf.budget_bytes
+        hint = next(s for s in err.value.suggestions if s.device == sf.device)
+        assert hint.budget_bytes == sf.need_bytes and hint.exact, hint
+        assert plans(ctx, inventory, request, with_budget(budgets, sf.device, sf.need_bytes)), sf
+        assert not plans(ctx, inventory, request, with_budget(budgets, sf.device, sf.need_bytes - MiB)), sf
+
+
+def test_the_largest_context_that_fits_plans_and_one_step_more_does_not(shapes):
+    ctx = shapes("gemma3-270m")
+    request = PlanRequest(n_ctx=32768)
+    budgets = resolve_budgets(ONE, "100MiB", "440MiB")
+    with pytest.raises(InfeasiblePlacement) as err:
+        plan(ctx, ONE, request, budgets=budgets, what_would_fit=True)
+    [widest] = [s for s in err.value.suggestions if s.n_ctx is not None and s.cache_type == "f16"]
+    assert widest.n_ctx < 32768 and widest.text == f"--ctx {widest.n_ctx} fits"
+    assert plans(ctx, ONE, replace(request, n_ctx=widest.n_ctx), budgets)
+    assert not plans(ctx, ONE, replace(request, n_ctx=widest.n_ctx + CTX_PAD), budgets)
+
+
+def test_a_context_above_training_is_not_suggested(shapes):
+    # llama-8b is trained at 8192: asked for 65536 on budgets where 8192 fits, the hint stops at 8192
+    ctx = shapes("llama-8b")
+    budgets = resolve_budgets(ONE, "6", "2GiB")
+    assert plans(ctx, ONE, PlanRequest(n_ctx=8192), budgets)
+    with pytest.raises(InfeasiblePlacement) as err:
+        plan(ctx, ONE, PlanRequest(n_ctx=65536), budgets=budgets, what_would_fit=True)
+    contexts = [s.n_ctx for s in err.value.suggestions if s.n_ctx is not None]
+    assert contexts and max(contexts) <= 8192, err.value.suggestions
