@@ -4,9 +4,12 @@ Each command module defines a plain function; FitplanError is caught once, in `m
 """
 from __future__ import annotations
 
+import json
 import logging
+import sys
 
 import typer
+import yaml
 
 from planner.cli.devices import devices_cmd
 from planner.cli.estimate import estimate_cmd
@@ -20,7 +23,7 @@ from planner.cli.sd_fit import sd_fit_cmd
 from planner.cli.serve import serve_cmd
 from planner.cli.sweep import sweep_cmd
 from planner.cli.validate import validate_cmd
-from planner.core.errors import FitplanError, InfeasiblePlacement
+from planner.core.errors import FitplanError, InfeasiblePlacement, UsageError
 
 # add_completion: --install-completion / --show-completion (typer's, for bash, zsh, fish, PowerShell)
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -42,16 +45,62 @@ app.command("inspect")(inspect_cmd)
 app.command("fetch-header")(fetch_header_cmd)
 
 
+# --format values whose errors are documents on stdout (DESIGN.md, "Contracts")
+ERROR_DOCUMENT_FORMATS = ("json", "yaml")
+
+
+def error_format(args: list[str]) -> str | None:
+    """The --format the command line asks for, when its errors are documents (json, yaml). Read from
+    the arguments themselves: an error can come while the options are still being read (a bad --ctx,
+    an unknown option), before any command could record what it was asked for. Nothing after `--`
+    (llama.cpp's flags) counts."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--format" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--format="):
+            found = arg.split("=", 1)[1]
+    return found if found in ERROR_DOCUMENT_FORMATS else None
+
+
+def _print_document(e: FitplanError, fmt: str) -> None:
+    doc = e.document()
+    typer.echo(json.dumps(doc, indent=2) if fmt == "json" else yaml.safe_dump(doc, sort_keys=False), nl=fmt == "json")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; click reports usage errors itself (exit 2), fitplan's errors are one line."""
+    """Run the CLI; click reports usage errors itself (exit 2), fitplan's errors are one line on stderr
+    and, with --format json|yaml, a document on stdout (exit 1 and 2 alike)."""
     logging.basicConfig(level=logging.WARNING, format="fitplan: %(message)s")
+    args = sys.argv[1:] if argv is None else list(argv)
+    fmt = error_format(args)
     try:
-        app(args=argv, prog_name="fitplan")
+        if fmt is None:
+            app(args=args, prog_name="fitplan")
+        else:
+            # click raises its usage errors instead of printing them, so that they become documents too
+            rv = app(args=args, prog_name="fitplan", standalone_mode=False)
+            return rv if isinstance(rv, int) else 0
     except FitplanError as e:
         typer.echo(f"fitplan: error: {e}", err=True)
         if isinstance(e, InfeasiblePlacement) and e.suggestion:
             typer.echo(f"fitplan: what would fit: {e.suggestion}", err=True)
+        if fmt is not None:
+            _print_document(e, fmt)
         return e.exit_code
+    except typer.Abort:                       # only without standalone mode: --format json|yaml
+        typer.echo("Aborted!", err=True)
+        return 1
+    except typer.TyperException as e:         # click's usage errors, likewise (typer's vendored click)
+        show = getattr(e, "show", None)
+        if show is not None:
+            show()
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        if fmt is not None:
+            _print_document(UsageError(message), fmt)
+        return int(getattr(e, "exit_code", 2))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return 0

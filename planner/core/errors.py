@@ -6,20 +6,37 @@ Each subclass carries the facts of its failure; `exit_code` follows DESIGN.md
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class FitplanError(Exception):
-    """Base of every error fitplan reports to a user."""
+    """Base of every error fitplan reports to a user. `code` names the kind in the error document
+    (`--format json|yaml`: {"error": {"code", "message", "shortfalls", "suggestions"}}, DESIGN.md)."""
 
     exit_code = 2
+    code = "error"
+
+    def document(self) -> dict[str, Any]:
+        """The error as `--format json|yaml` prints it on stdout."""
+        return {"error": {"code": self.code, "message": str(self), "shortfalls": [], "suggestions": []}}
 
 
 class BadInput(FitplanError):
     """The user's input (a file, a flag, a YAML document) is unusable."""
 
+    code = "bad_input"
+
+
+class UsageError(BadInput):
+    """The command line itself is wrong (click's usage errors: an unknown option, a missing argument)."""
+
+    code = "usage"
+
 
 class GGUFError(BadInput):
     """A model file is not a readable GGUF, or its header is inconsistent or hostile."""
+
+    code = "bad_gguf"
 
     def __init__(self, path: str, problem: str) -> None:
         self.path = path
@@ -31,6 +48,8 @@ class RemoteError(BadInput):
     """A network read failed (HTTP status, connection, TLS, timeout); `status` is the HTTP status
     when the server answered, so a caller can tell "no such file" (404) from the rest."""
 
+    code = "remote"
+
     def __init__(self, url: str, problem: str, status: int | None = None) -> None:
         self.url = url
         self.problem = problem
@@ -41,9 +60,13 @@ class RemoteError(BadInput):
 class FlagError(BadInput):
     """A llama.cpp or sd-cli flag fitplan cannot accept."""
 
+    code = "bad_flag"
+
 
 class InventoryError(BadInput):
     """A device inventory, a device name or a budget string is wrong."""
+
+    code = "bad_inventory"
 
 
 @dataclass(frozen=True)
@@ -83,6 +106,7 @@ class InfeasiblePlacement(FitplanError):
     """No placement fits the budgets; carries each device's shortfall and what would fit."""
 
     exit_code = 1
+    code = "infeasible"
 
     def __init__(self, message: str, shortfalls: tuple[Shortfall, ...] = (), suggestion: str = "",
                  suggestions: tuple[Suggestion, ...] = ()) -> None:
@@ -90,3 +114,11 @@ class InfeasiblePlacement(FitplanError):
         self.suggestions = suggestions
         self.suggestion = suggestion or "; ".join(s.text for s in suggestions)
         super().__init__(message)
+
+    def document(self) -> dict[str, Any]:
+        doc = super().document()
+        doc["error"]["shortfalls"] = [{"device": s.device, "need_bytes": s.need_bytes, "budget_bytes": s.budget_bytes}
+                                      for s in self.shortfalls]
+        doc["error"]["suggestions"] = ([s.to_dict() for s in self.suggestions] or
+                                       ([{"text": self.suggestion}] if self.suggestion else []))
+        return doc
