@@ -93,6 +93,8 @@ def plan_cmd(
     max_ram: MaxRamOpt = None,
     ctx: Annotated[str | None, typer.Option(
         "--ctx", "-c", help="context tokens, or 'max' (default: training context)")] = None,
+    allow_ctx_above_train: Annotated[bool, typer.Option(
+        "--allow-ctx-above-train", help="--ctx max may go past the model's training context (RoPE scaling)")] = False,
     parallel: Annotated[int, typer.Option("--parallel", "-np", help="parallel sequences (slots)")] = 1,
     objective: Annotated[str, typer.Option("--objective", help="throughput | context | balance")] = "throughput",
     cache_type: Annotated[str, typer.Option(
@@ -138,7 +140,8 @@ def plan_cmd(
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
-                          solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on")
+                          solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on",
+                          allow_ctx_above_train=allow_ctx_above_train)
     result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain, what_would_fit=True)
     if plot:
         from planner.sweeps.plots import plot_plan

@@ -13,6 +13,7 @@ from planner.hardware.inventory import same_cards
 from planner.llama.context import ModelContext
 from planner.llama.placement import HOST, HOST_ROWS
 from planner.memory.estimate import compute_note, estimate
+from planner.planning.contexts import context_source, max_context
 from planner.planning.problem import costs_for
 from planner.planning.result import PlanResult
 from planner.planning.throughput import offloading, predict_estimate
@@ -32,8 +33,8 @@ def _headroom(result: PlanResult) -> dict[str, int]:
 def _context_step(ctx: ModelContext, result: PlanResult) -> list[str]:
     """What doubling the context would add on each device, and where it would not fit."""
     n = result.flags.n_ctx * 2
-    if result.flags.n_ctx >= ctx.facts.n_ctx_train:
-        return [f"context {result.flags.n_ctx} is the model's training context"]
+    if result.flags.n_ctx >= max_context(ctx, replace(result.request, n_ctx=None, max_ctx=True)):
+        return []   # the context source line says why it goes no higher
     bigger = estimate(ctx, replace(result.flags, n_ctx=n), result.inventory)
     now, then, room = _totals(result.estimate), _totals(bigger), _headroom(result)
     lines = []
@@ -125,6 +126,7 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     if result.experts_on_host:
         lines.append(f"routed experts of {len(result.experts_on_host)} layer(s) stay in host memory (-ot ...=CPU): "
                      f"their device had no room for them")
+    lines.append(context_source(ctx, result.request, result.flags.n_ctx))
     lines.append(compute_note(result.estimate.compute_model, result.estimate.model_arch))
     lines += _op_offload_choice(ctx, result)
     lines += _layer_step(ctx, result)
