@@ -11,6 +11,7 @@ import sys
 import typer
 import yaml
 
+from planner.cli.catalog import catalog_cmd
 from planner.cli.devices import devices_cmd
 from planner.cli.estimate import estimate_cmd
 from planner.cli.export import export_cmd
@@ -34,6 +35,7 @@ app.callback()(root_callback)
 
 # `fitplan --help` lists the commands in this order.
 app.command("devices")(devices_cmd)
+app.command("catalog")(catalog_cmd)
 app.command("sd-fit")(sd_fit_cmd)
 app.command("estimate", context_settings=LLAMA_FLAGS_CONTEXT)(estimate_cmd)
 app.command("sweep", context_settings=LLAMA_FLAGS_CONTEXT)(sweep_cmd)
