@@ -1,7 +1,9 @@
 """The hardware catalog (configs/catalog.yaml): vendors' datasheet figures by device id.
 
 Used to describe hardware a user does not have yet (`--device 2xrtx3090`, `catalog:` in an
-inventory) and to fill bandwidth and throughput for detected devices by their description.
+inventory), to fill bandwidth and throughput for detected devices by their description, and
+listed by `fitplan catalog`. Every entry names its source (`source:`); a figure the source does
+not give is null (0 inside: unknown), never estimated.
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from planner.core import schema as ds
+from planner.core.errors import BadInput
+from planner.core.render import table
+from planner.core.units import fmt_bytes
 from planner.hardware.inventory import LOCAL_BACKENDS, LOCAL_GPU_KINDS, Backend, DeviceKind, one_of, parse_link
 
 GB = 1e9     # vendors quote bandwidth in decimal GB/s
@@ -23,22 +28,25 @@ _DEVICE_KEYS = {
     "match": "a list of strings a detected device description may contain",
     "kind": one_of(k.value for k in LOCAL_GPU_KINDS),
     "backend": one_of(b.value for b in LOCAL_BACKENDS),
-    "memory": "a size such as 24GiB",
-    "bandwidth_gbs": "memory bandwidth in GB/s",
+    "memory": "a size such as 24GiB (null for a UMA part: the host's RAM)",
+    "bandwidth_gbs": "memory bandwidth in GB/s (null when unpublished)",
     "fp16_tflops": "dense fp16 matrix throughput in TFLOPS (null when unpublished)",
     "link": "a PCIe link such as pcie4x16",
     "uma": "true when the memory is system RAM",
+    "source": "the document the figures come from: vendor, title (and section)",
 }
 _HOST_KEYS = {
     "description": "what the host is",
     "bandwidth_gbs": "RAM bandwidth in GB/s",
     "fp16_tflops": "CPU fp16 throughput in TFLOPS (null when unpublished)",
+    "source": "the document the figures come from",
 }
 # A catalog device is a product in a machine: behind an rpc-server it is the `@host:port` that
 # makes it an RPC device (planner.hardware.inventory_yaml).
 _KINDS = {k.value: k for k in LOCAL_GPU_KINDS}
 _BACKENDS = {b.value: b for b in LOCAL_BACKENDS}
-_REQUIRED = ("description", "kind", "backend", "memory", "bandwidth_gbs", "fp16_tflops")
+_REQUIRED = ("description", "kind", "backend", "memory", "bandwidth_gbs", "fp16_tflops", "source")
+HOST_KIND = "host"   # `fitplan catalog --kind host`: the host memory configurations
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,7 @@ class CatalogDevice:
     link_bytes_s: int
     uma: bool
     match: tuple[str, ...]
+    source: str = ""        # total_bytes 0: a UMA part whose memory is the host's RAM
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class CatalogHost:
     description: str
     bandwidth_bytes_s: int
     fp16_flops: int
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,10 @@ def _optional_flops(value: Any, where: ds.Where) -> int:
     return 0 if value is None else int(ds.number(value, where, "TFLOPS") * TERA)
 
 
+def _optional_rate(value: Any, where: ds.Where) -> int:
+    return 0 if value is None else int(ds.number(value, where, "GB/s") * GB)
+
+
 def _device(ident: str, entry: Any, where: ds.Where) -> CatalogDevice:
     entry = ds.mapping(entry, where, _DEVICE_KEYS, _REQUIRED)
     description = ds.text(entry["description"], where.key("description"))
@@ -105,27 +119,32 @@ def _device(ident: str, entry: Any, where: ds.Where) -> CatalogDevice:
         if not link:
             raise where.key("link").error(f"expected a PCIe link such as pcie4x16; got {link_text!r}")
     match = ds.sequence(entry.get("match", [description]), where.key("match"), "strings")
+    uma = ds.flag(entry.get("uma", False), where.key("uma"))
+    if entry["memory"] is None and not uma:
+        raise where.key("memory").error("expected a size: only a UMA part (uma: true) may leave it null")
     return CatalogDevice(
         id=ident,
         description=description,
         kind=ds.choice(entry["kind"], where.key("kind"), _KINDS),
         backend=ds.choice(entry["backend"], where.key("backend"), _BACKENDS),
-        total_bytes=ds.size(entry["memory"], where.key("memory")),
-        bandwidth_bytes_s=int(ds.number(entry["bandwidth_gbs"], where.key("bandwidth_gbs"), "GB/s") * GB),
+        total_bytes=0 if entry["memory"] is None else ds.size(entry["memory"], where.key("memory")),
+        bandwidth_bytes_s=_optional_rate(entry["bandwidth_gbs"], where.key("bandwidth_gbs")),
         fp16_flops=_optional_flops(entry["fp16_tflops"], where.key("fp16_tflops")),
         link_bytes_s=link,
-        uma=ds.flag(entry.get("uma", False), where.key("uma")),
+        uma=uma,
         match=tuple(ds.text(m, where.key("match").index(i)) for i, m in enumerate(match)),
+        source=ds.text(entry["source"], where.key("source")),
     )
 
 
 def _host(ident: str, entry: Any, where: ds.Where) -> CatalogHost:
-    entry = ds.mapping(entry, where, _HOST_KEYS, ("description", "bandwidth_gbs"))
+    entry = ds.mapping(entry, where, _HOST_KEYS, ("description", "bandwidth_gbs", "source"))
     return CatalogHost(
         id=ident,
         description=ds.text(entry["description"], where.key("description")),
         bandwidth_bytes_s=int(ds.number(entry["bandwidth_gbs"], where.key("bandwidth_gbs"), "GB/s") * GB),
         fp16_flops=_optional_flops(entry.get("fp16_tflops"), where.key("fp16_tflops")),
+        source=ds.text(entry["source"], where.key("source")),
     )
 
 
@@ -162,3 +181,71 @@ def match_description(description: str) -> CatalogDevice | None:
             if needle.lower() in text and (best is None or len(needle) > best[0]):
                 best = (len(needle), entry)
     return best[1] if best else None
+
+
+# ----------------------------------------------------------------------------- `fitplan catalog`
+
+CATALOG_KINDS = (*(k.value for k in LOCAL_GPU_KINDS), HOST_KIND)
+
+
+@dataclass(frozen=True)
+class CatalogRow:
+    """One entry as `fitplan catalog` lists it: figures in bytes, bytes/s and FLOP/s, None when the
+    source gives none; `source` is where every figure of the entry comes from."""
+
+    id: str
+    kind: str
+    description: str
+    backend: str | None
+    memory_bytes: int | None
+    bandwidth_bytes_s: int | None
+    fp16_flops: int | None
+    link_bytes_s: int | None
+    uma: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class CatalogListing:
+    path: str
+    rows: tuple[CatalogRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"catalog": self.path, "count": len(self.rows), "entries": [dict(vars(r)) for r in self.rows]}
+
+    def to_table(self) -> str:
+        def rate(n: int | None, scale: float, digits: int) -> str:
+            return "" if n is None else f"{n / scale:.{digits}f}"
+
+        rows = [[r.id, r.kind, r.backend or "", "" if r.memory_bytes is None else fmt_bytes(r.memory_bytes),
+                 rate(r.bandwidth_bytes_s, GB, 1), rate(r.fp16_flops, TERA, 1), r.description] for r in self.rows]
+        heads = ["id", "kind", "backend", "memory", "GB/s", "fp16 TFLOPS", "description"]
+        return (table(heads, rows, align="lllrrrl") + f"\n\n{len(self.rows)} entries from {self.path}; "
+                "empty: the source gives no such figure (a UMA part's memory is the host's RAM)\n")
+
+
+def _nonzero(n: int) -> int | None:
+    return n or None
+
+
+def _device_row(d: CatalogDevice) -> CatalogRow:
+    return CatalogRow(d.id, d.kind.value, d.description, d.backend.value, _nonzero(d.total_bytes),
+                      _nonzero(d.bandwidth_bytes_s), _nonzero(d.fp16_flops), _nonzero(d.link_bytes_s), d.uma, d.source)
+
+
+def _host_row(h: CatalogHost) -> CatalogRow:
+    return CatalogRow(h.id, HOST_KIND, h.description, None, None, _nonzero(h.bandwidth_bytes_s),
+                      _nonzero(h.fp16_flops), None, False, h.source)
+
+
+def list_catalog(kind: str | None = None, match: str | None = None) -> CatalogListing:
+    """The catalog's entries (devices, then hosts), of one kind and/or whose id or description
+    contains `match` (case-insensitive)."""
+    if kind is not None and kind not in CATALOG_KINDS:
+        raise BadInput(f"--kind {kind!r}: expected {one_of(CATALOG_KINDS)}")
+    cat = load_catalog()
+    rows = [_device_row(d) for d in cat.devices.values()] + [_host_row(h) for h in cat.hosts.values()]
+    needle = (match or "").strip().lower()
+    chosen = tuple(r for r in rows if (kind is None or r.kind == kind)
+                   and (not needle or needle in r.id or needle in r.description.lower()))
+    return CatalogListing(cat.path, chosen)

@@ -4,6 +4,8 @@ YAML schema: configs/devices/README.md. Shorthands (`--device`):
   CUDA0=24GiB          a device of that llama.cpp name with 24 GiB (an existing one is resized)
   CUDA0=rtx3090        a device of that name with a catalog entry's figures
   2xrtx3090            two catalog devices, named after the next free indexes (CUDA0, CUDA1)
+  ...,bw=360,tflops=51 any form above with its rates: memory bandwidth (GB/s), dense fp16 TFLOPS,
+                       and `link=pcie4x8`, `free=10GiB`, `id=0000:01:00.0` (over a catalog's figures)
   ...@host:port        the device(s) sit behind an rpc-server at that endpoint
 `--ram 64GiB` sets the host's total and available RAM.
 """
@@ -112,8 +114,14 @@ def _host(entry: Any, where: ds.Where) -> HostSpec:
     return HostSpec(ram, available, bandwidth, cpu, flops)
 
 
+# A catalog entry's backend is a default: the same card may be named under another backend
+# (`Vulkan0=rtx3090` on a CUDA+Vulkan build, seed 003 §3), and a name's backend wins.
+CATALOG_BACKEND = "catalog_backend"
+
+
 def _from_catalog(entry: catalog.CatalogDevice) -> dict[str, Any]:
-    return dict(kind=entry.kind, backend=entry.backend, description=entry.description, total_bytes=entry.total_bytes,
+    return dict(kind=entry.kind, catalog_backend=entry.backend, description=entry.description,
+                total_bytes=entry.total_bytes,
                 bandwidth_bytes_s=entry.bandwidth_bytes_s, fp16_flops=entry.fp16_flops,
                 link_bytes_s=entry.link_bytes_s, uma=entry.uma)
 
@@ -201,11 +209,16 @@ def _check_name(name: str, fields: dict[str, Any], where: ds.Where) -> str:
         examples = ", ".join(p + "0" for p in NAME_PREFIX.values())
         raise where.error(f"expected a llama.cpp device name ({examples}); got {name!r}")
     backend, canonical = parsed
+    product = fields.get(CATALOG_BACKEND)
     if backend is Backend.RPC:
         fields["kind"] = DeviceKind.RPC
     elif fields.setdefault("backend", backend) is not backend:
         wanted = fields["backend"]
         raise where.error(f"expected a {wanted.value} name ({NAME_PREFIX[wanted]}0, ...); got {name!r}")
+    elif product is not None and backend not in (product, Backend.VULKAN):
+        # Vulkan lists every vendor's card; the vendor backends only their own
+        raise where.error(f"expected a {product.value} name ({NAME_PREFIX[product]}0, ...) or a Vulkan one "
+                          f"(Vulkan0, ...) for this catalog device; got {name!r}")
     return canonical
 
 
@@ -215,6 +228,8 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
         f["kind"], f["backend"] = DeviceKind.RPC, Backend.RPC
         if not f.get("endpoint"):
             raise where.key("endpoint").error("missing; expected host:port of the rpc-server for an RPC device")
+    if "backend" not in f and CATALOG_BACKEND in f:
+        f["backend"] = f[CATALOG_BACKEND]
     if "backend" not in f:
         raise where.key("backend").error(
             f"missing; expected one of {', '.join(_BACKENDS)}, a llama.cpp name, or a catalog id")
@@ -233,7 +248,10 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
 
 
 def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds.Where]], source: str) -> Inventory:
-    """Order as llama.cpp does, number RPC devices, and check RPC names the user gave agree."""
+    """Order as llama.cpp does, number RPC devices, and check RPC names the user gave agree. A UMA
+    device without a memory figure (a catalog APU sold with any amount of RAM) is given the host's."""
+    devices = [replace(d, total_bytes=host.ram_total_bytes, free_bytes=host.ram_available_bytes)
+               if d.uma and not d.total_bytes else d for d in devices]
     ordered = list(llama_order(devices))
     numbered = number_devices(ordered)
     where_of = dict(given)
@@ -274,6 +292,32 @@ def _size(text: str, flag: str, expected: str) -> int:
         raise InventoryError(f"{flag} {text!r}: expected {expected}") from None
 
 
+# `--device ...,KEY=VALUE` extras: the shorthand's key -> the YAML key whose converter it shares
+_EXTRAS = {"bw": "bandwidth_gbs", "tflops": "fp16_tflops", "link": "link", "free": "free", "id": "id"}
+
+
+def _scalar(text: str) -> Any:
+    """A command-line value as YAML would have typed it: a number when it reads as one."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _extras(items: list[str], where: ds.Where) -> dict[str, Any]:
+    """`bw=360`, `tflops=51`, ... after the device: DeviceSpec fields, converted as the YAML keys are."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or key.lower() not in _EXTRAS or not value:
+            raise where.error(f"expected KEY=VALUE with KEY one of {', '.join(_EXTRAS)} (bw=360 is GB/s, "
+                              f"tflops=51 dense fp16 TFLOPS) after the device; got {item.strip()!r}")
+        field, convert = _FIELDS[_EXTRAS[key.lower()]]
+        numeric = key.lower() in ("bw", "tflops")
+        out[field] = convert(_scalar(value) if numeric else value, where.key(key.lower()))
+    return out
+
+
 def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.Where]]) -> list[DeviceSpec]:
     where = ds.Where(f"--device {spec}")
     body, endpoint = spec.strip(), None
@@ -282,12 +326,16 @@ def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.W
         endpoint = check_endpoint(ep_text)
         if endpoint is None:
             raise where.error(f"expected host:port after '@'; got {ep_text!r}")
+    body, *extra_items = body.split(",")
+    extras = _extras(extra_items, where)
     if "=" not in body:
         m = _COUNT.match(body)
         count, ident = (int(m.group(1)), m.group(2)) if m else (1, body)
         if count < 1:
             raise where.error("expected a count of at least 1, e.g. 2xrtx3090")
-        fields = _catalog(ident, where)
+        if "id" in extras and count > 1:
+            raise where.error("expected one device with id= (an id names one physical card)")
+        fields = {**_catalog(ident, where), **extras}
         fields["endpoint"] = endpoint
         return devices + [_build("", dict(fields), where)] * count
     name, value = (part.strip() for part in body.split("=", 1))
@@ -295,7 +343,7 @@ def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.W
         raise where.error("missing device name before '='; expected NAME=SIZE such as CUDA0=24GiB")
     if not value:
         raise where.error(f"missing value after '{name}='; expected a size such as 24GiB or a catalog id")
-    fields = _shorthand_value(value, where)
+    fields = {**_shorthand_value(value, where), **extras}
     fields["endpoint"] = endpoint
     existing = next((d for d in devices if d.name.lower() == name.lower()), None)
     if existing is not None:
@@ -308,8 +356,11 @@ def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.W
 def _resize(dev: DeviceSpec, fields: dict[str, Any]) -> DeviceSpec:
     """`NAME=...` on a device the base already has: a size sets its total and free memory;
     a catalog id replaces its figures; the name (and, unless given, the endpoint) stay."""
-    change = {k: v for k, v in fields.items() if k != "endpoint"}
+    change = {k: v for k, v in fields.items() if k not in ("endpoint", CATALOG_BACKEND)}
     change.setdefault("free_bytes", change["total_bytes"])
+    if change["free_bytes"] > change["total_bytes"]:
+        raise InventoryError(f"--device {dev.name}: free ({change['free_bytes']} bytes) is above the memory "
+                             f"({change['total_bytes']} bytes)")
     if fields.get("endpoint"):
         change.update(endpoint=fields["endpoint"], kind=DeviceKind.RPC, backend=Backend.RPC)
     elif dev.kind is DeviceKind.RPC:
