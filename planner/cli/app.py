@@ -20,6 +20,7 @@ from planner.cli.inspect_model import inspect_cmd
 from planner.cli.network import root_callback
 from planner.cli.options import LLAMA_FLAGS_CONTEXT
 from planner.cli.plan import plan_cmd
+from planner.cli.report import report_cmd
 from planner.cli.sd_fit import sd_fit_cmd
 from planner.cli.serve import serve_cmd
 from planner.cli.sweep import sweep_cmd
@@ -43,6 +44,7 @@ app.command("plan")(plan_cmd)
 app.command("validate", context_settings=LLAMA_FLAGS_CONTEXT)(validate_cmd)
 app.command("serve", context_settings=LLAMA_FLAGS_CONTEXT)(serve_cmd)
 app.command("export")(export_cmd)
+app.command("report")(report_cmd)
 app.command("inspect")(inspect_cmd)
 app.command("fetch-header")(fetch_header_cmd)
 

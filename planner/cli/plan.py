@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from planner.cli.devices import devices_report
+from planner.cli.devices import DevicesReport, devices_report
 from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Model, Ram, RpcOpt
-from planner.core.errors import BadInput
+from planner.cli.report import write_html
+from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.files import write_atomic
 from planner.core.render import render
 
 if TYPE_CHECKING:
-    from planner.planning.result import PlanResult
+    from planner.planning.result import PlanRequest, PlanResult
     from planner.planning.solve import Objective
 
 
@@ -83,6 +84,25 @@ def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -
         typer.echo(render(result, fmt))
 
 
+def _plan_or_report(model: str, found: DevicesReport, request: PlanRequest, with_explain: bool,
+                    html: str | None) -> PlanResult:
+    """plan(); with --html, the page is written for a plan and for a verdict that nothing fits."""
+    from planner.planning.report import infeasible_report, plan_report
+    from planner.planning.report_html import render_html
+    from planner.planning.search import plan
+
+    try:
+        result = plan(model, found.inventory, request, budgets=found.budgets, with_explain=with_explain,
+                      what_would_fit=True)
+    except InfeasiblePlacement as e:
+        if html:
+            write_html(html, render_html(infeasible_report(model, found.budgets, e)))
+        raise
+    if html:
+        write_html(html, render_html(plan_report(result)))
+    return result
+
+
 def plan_cmd(
     model: Model,
     devices: DevicesOpt = None,
@@ -113,11 +133,12 @@ def plan_cmd(
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="draw memory per device into this PNG")] = None,
+    html: Annotated[str | None, typer.Option(
+        "--html", help="write the plan as one self-contained HTML page (also when nothing fits)")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
     from planner.planning.document import deployment
     from planner.planning.result import PlanRequest
-    from planner.planning.search import plan
     from planner.planning.solve import Solver
 
     if solver not in {s.value for s in Solver}:
@@ -142,7 +163,7 @@ def plan_cmd(
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
                           solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on",
                           allow_ctx_above_train=allow_ctx_above_train)
-    result = plan(model, report.inventory, request, budgets=report.budgets, with_explain=explain, what_would_fit=True)
+    result = _plan_or_report(model, report, request, explain, html)
     if plot:
         from planner.sweeps.plots import plot_plan
 

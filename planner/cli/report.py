@@ -1,0 +1,32 @@
+"""`fitplan report PLAN.yaml -o plan.html`: the plan as one self-contained HTML page (also written by
+`fitplan plan --html`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.core.files import write_atomic
+
+
+def write_html(path: str, html: str) -> None:
+    """The page, written whole or not at all (a reader never sees half a report)."""
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(html, encoding="utf-8")
+
+    write_atomic(path, write)
+
+
+def report_cmd(
+    plan: Annotated[str, typer.Argument(help="a plan file from `fitplan plan -o plan.yaml`")],
+    output: Annotated[str, typer.Option("-o", "--output", help="the HTML file to write")],
+) -> None:
+    """Write the plan as one HTML page: memory per device against budgets, the layer map, speeds,
+    the commands, the why-list and what would fit; no network needed to view it."""
+    from planner.planning.document import read_deployment
+    from planner.planning.report import plan_report, result_from_deployment
+    from planner.planning.report_html import render_html
+
+    write_html(output, render_html(plan_report(result_from_deployment(read_deployment(plan)))))
