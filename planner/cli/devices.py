@@ -6,7 +6,7 @@ The inventory options are planner/cli/options.py's, as every command that takes 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import typer
@@ -15,7 +15,7 @@ from planner.cli.options import DeviceOpt, DevicesOpt, Format, InventoryOptions,
 from planner.core.render import render, table
 from planner.core.units import fmt_bytes
 from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins
-from planner.hardware.inventory import Inventory, inventory_to_dict, rpc_flag
+from planner.hardware.inventory import Inventory, Selection, inventory_to_dict, llama_devices, rpc_flag
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,14 @@ class DevicesReport:
     budgets: Budgets
 
     @property
+    def selection(self) -> Selection:
+        """The devices llama.cpp uses without -dev (a card a second backend repeats, once)."""
+        return llama_devices(self.inventory.devices)
+
+    @property
     def llama_flags(self) -> list[str]:
-        return rpc_flag(self.inventory) + fit_target_flag(fit_target_margins(self.inventory, self.budgets))
+        used = replace(self.inventory, devices=self.selection.devices)
+        return rpc_flag(self.inventory) + fit_target_flag(fit_target_margins(used, self.budgets))
 
     def to_dict(self) -> dict[str, Any]:
         out = inventory_to_dict(self.inventory)
@@ -33,7 +39,8 @@ class DevicesReport:
             row["budget_bytes"] = self.budgets.devices[row["name"]]
         out["host"]["budget_bytes"] = self.budgets.host_bytes
         out["uma_pool_bytes"] = self.budgets.uma_pool_bytes
-        out["device_order"] = self.inventory.names
+        out["device_order"] = self.selection.names
+        out["same_cards"] = [dict(vars(same)) for same in self.selection.same_cards]
         out["llama_flags"] = shlex.join(self.llama_flags)
         out["source"] = self.inventory.source
         return out
@@ -60,7 +67,9 @@ class DevicesReport:
         if not self.inventory.devices:
             lines.append("No GPU or RPC devices: llama.cpp would run on the CPU only.")
         else:
-            lines.append(f"llama.cpp device order: {', '.join(self.inventory.names)}")
+            lines.append(f"llama.cpp device order: {', '.join(self.selection.names) or 'none'}")
+        for same in self.selection.same_cards:
+            lines.append(f"{same.skipped} is {same.used} (one card, id {same.id}): llama.cpp uses {same.used}")
         if self.llama_flags:
             lines.append(f"llama.cpp flags: {shlex.join(self.llama_flags)}")
         return "\n".join(lines)

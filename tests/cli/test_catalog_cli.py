@@ -123,6 +123,13 @@ def test_one_card_under_two_backends_in_a_yaml_inventory(capsys, tmp_path):
     devices = json.loads(out)["devices"]
     assert [(d["name"], d["backend"], d["id"]) for d in devices] == [
         ("CUDA0", "CUDA", "0000:01:00.0"), ("Vulkan0", "Vulkan", "0000:01:00.0")]
+    # llama.cpp registers CUDA before Vulkan and skips a device whose id it has seen
+    doc = json.loads(out)
+    assert doc["device_order"] == ["CUDA0"]
+    assert doc["same_cards"] == [{"skipped": "Vulkan0", "used": "CUDA0", "id": "0000:01:00.0"}]
+    assert doc["llama_flags"].count(",") == 0   # one --fit-target margin: one device
+    code, out, _ = run(capsys, "devices", "--devices", str(inv))
+    assert "Vulkan0 is CUDA0 (one card, id 0000:01:00.0): llama.cpp uses CUDA0" in out
 
 
 def test_estimate_checks_host_and_apu_against_their_one_pool(capsys, model):
