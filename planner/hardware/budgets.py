@@ -167,7 +167,10 @@ def resolve_budgets(inventory: Inventory, max_vram: str | None = None, ram: str 
     if not any(d.uma for d in inventory.devices):
         return Budgets(devices=devices, host_bytes=host)
     # A UMA device's memory is the host's RAM (seed 003 §7): no budget of it exceeds the
-    # host's, and Host plus UMA devices together share that one pool.
+    # host's, and Host plus UMA devices together share that one pool. Its size is the host's
+    # budget: llama.cpp's own view of an APU's free memory is that RAM too (ggml-vulkan.cpp,
+    # ggml_backend_vk_get_device_memory: an integrated GPU counts every heap, system RAM included,
+    # at budget minus usage — what the CPU device reports free as well).
     for dev in inventory.devices:
         if dev.uma:
             devices[dev.name] = min(devices[dev.name], host)
