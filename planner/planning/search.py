@@ -15,8 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall, Suggestion
-from planner.core.units import MiB, fmt_mib
-from planner.hardware.budgets import Budgets, resolve_budgets
+from planner.core.units import MiB, fmt_bytes, fmt_mib
+from planner.hardware.budgets import (
+    DEFAULT_DEVICE_MARGIN,
+    HOST_RESERVE_FRACTION,
+    HOST_RESERVE_MIN,
+    Budgets,
+    resolve_budgets,
+)
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind
@@ -342,11 +348,18 @@ def _everything(ctx: ModelContext, inventory: Inventory, req: PlanRequest, n_ctx
 
 
 def _budget_hint(lb: LeastBudget) -> Suggestion:
-    flag = "--max-ram" if lb.device == HOST else f"--max-vram {lb.device}="
+    """The least budget as the options that give it: --max-ram/--max-vram, and the free memory it takes
+    with the default reserve (budgets.py: the host keeps max(2 GiB, 10 %), a device 512 MiB)."""
     size = f"{math.ceil(lb.need_bytes / MiB)}MiB"
+    if lb.device == HOST:
+        free = max(lb.need_bytes + HOST_RESERVE_MIN, math.ceil(lb.need_bytes / (1 - HOST_RESERVE_FRACTION)))
+        option = f"--max-ram {size}, or {fmt_bytes(free)} of available RAM with the default reserve"
+    else:
+        option = (f"--max-vram {lb.device}={size}, or {fmt_bytes(lb.need_bytes + DEFAULT_DEVICE_MARGIN)} free "
+                  "with the default margin")
     least = "fits" if lb.exact else "fits (the search stopped at its time limit: less may fit too)"
-    return Suggestion(f"{lb.device} at {size} {least} ({flag}{'' if flag.endswith('=') else ' '}{size}, "
-                      f"if it has that much free)", device=lb.device, budget_bytes=lb.need_bytes, exact=lb.exact)
+    return Suggestion(f"{lb.device} at {size} {least} ({option})", device=lb.device, budget_bytes=lb.need_bytes,
+                      exact=lb.exact)
 
 
 def _context_hints(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, n_ctx: int,
