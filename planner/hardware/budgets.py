@@ -50,11 +50,17 @@ class Budgets:
         host = totals.get(HOST, 0)
         if HOST in totals and host > self.host_bytes:
             out[HOST] = host - self.host_bytes
-        if self.uma_pool_bytes is not None:
-            shared = host + sum(totals.get(name, 0) for name in self.pool_devices)
-            if shared > self.uma_pool_bytes:
-                out[HOST] = max(out.get(HOST, 0), shared - self.uma_pool_bytes)
+        excess = self.pool_excess(totals)
+        if excess:
+            out[HOST] = max(out.get(HOST, 0), excess)
         return out
+
+    def pool_excess(self, totals: Mapping[str, int]) -> int:
+        """Bytes Host and the UMA devices use together beyond their shared pool (0 without one)."""
+        if self.uma_pool_bytes is None:
+            return 0
+        shared = totals.get(HOST, 0) + sum(totals.get(name, 0) for name in self.pool_devices)
+        return max(0, shared - self.uma_pool_bytes)
 
 
 def pool_members(budgets: Budgets) -> list[str]:

@@ -29,7 +29,7 @@ from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, changed_fields, flags_to_argv
-from planner.llama.placement import HOST, device_of
+from planner.llama.placement import HOST, HOST_ROWS, device_of
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import Estimate, estimate
 from planner.planning.result import PlanRequest
@@ -81,10 +81,11 @@ class Point:
     devices: tuple[DeviceRow, ...]
     feasible: bool = True            # plan mode: a placement was found
     tokens_per_s: float | None = None  # plan mode: predicted decode speed
+    pool_fits: bool | None = None    # Host and the UMA devices within their shared pool (None: no pool)
 
     @property
     def fits(self) -> bool:
-        return self.feasible and all(d.fits for d in self.devices)
+        return self.feasible and all(d.fits for d in self.devices) and self.pool_fits is not False
 
     def device(self, name: str) -> DeviceRow | None:
         return next((d for d in self.devices if d.name == name), None)
@@ -118,6 +119,7 @@ class SweepResult:
                            compute_bytes=d.compute_bytes, total_bytes=d.total_bytes,
                            budget_bytes="" if d.budget_bytes is None else d.budget_bytes,
                            budget_capped=int(d.budget_capped),
+                           pool_fits="" if p.pool_fits is None else int(p.pool_fits),
                            device_fits=int(d.fits), fits=int(p.fits), layers=d.layers, n_ctx=p.n_ctx, flags=p.flags)
                 if self.mode is SweepMode.PLAN:
                     row.update(feasible=int(p.feasible),
@@ -142,6 +144,7 @@ class SweepResult:
             "points": [{
                 "settings": {a.name: a.text(v) for a, v in zip(self.axes, p.settings, strict=True)},
                 "flags": p.flags, "n_ctx": p.n_ctx, "fits": p.fits, "feasible": p.feasible,
+                "pool_fits": p.pool_fits,
                 "tokens_per_s": p.tokens_per_s,
                 "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
                              "compute_bytes": d.compute_bytes, "budget_bytes": d.budget_bytes,
@@ -175,7 +178,7 @@ PLAN_BASE_FIELDS = frozenset({"n_ctx", "n_parallel", "n_ubatch", "cache_type_k",
 
 # The CSV's columns after the axis columns (README "fitplan sweep" documents each).
 CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total_bytes", "budget_bytes",
-               "budget_capped", "device_fits", "fits", "layers", "n_ctx", "flags")
+               "budget_capped", "device_fits", "pool_fits", "fits", "layers", "n_ctx", "flags")
 
 
 def _one_layer_steps(axis: Axis, ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None) -> Axis:
@@ -259,6 +262,16 @@ def _rows(est: Estimate, limit: dict[str, int], capped: frozenset[str] = frozens
                  for d in est.devices)
 
 
+def _pool_fits(budgets: Budgets | None, rows: tuple[DeviceRow, ...]) -> bool | None:
+    """Whether Host (every host row) and the UMA devices fit their one pool; None without a pool
+    or without the host's RAM (the pool is the host's budget)."""
+    if budgets is None or budgets.uma_pool_bytes is None or not budgets.host_bytes:
+        return None
+    totals = {d.name: d.total_bytes for d in rows if d.name not in HOST_ROWS}
+    totals[HOST] = sum(d.total_bytes for d in rows if d.name in HOST_ROWS)
+    return budgets.pool_excess(totals) == 0
+
+
 def _axis_value(settings: Sequence[tuple[Axis, Any]], name: str) -> Any:
     return next((v for a, v in settings if a.name == name), None)
 
@@ -274,7 +287,8 @@ def _estimate_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any,
     amount, memory = _axis_value(settings, "budget"), _axis_value(settings, "memory")
     est = estimate(ctx, flags, budgets.inventory(memory))
     rows = _rows(est, budgets.rows(amount, memory), budgets.capped_names(amount, memory))
-    return Point(combo, shlex.join(flags_to_argv(flags)), est.cparams.n_ctx, rows)
+    return Point(combo, shlex.join(flags_to_argv(flags)), est.cparams.n_ctx, rows,
+                 pool_fits=_pool_fits(budgets.get(amount, memory), rows))
 
 
 def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = None, flags: LlamaFlags | None = None,
@@ -342,4 +356,5 @@ def _plan_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...
         return Point(combo, "", 0, (), feasible=False)
     rows = _rows(result.estimate, budgets.rows(amount, memory), budgets.capped_names(amount, memory))
     return Point(combo, shlex.join(flags_to_argv(result.flags)), result.n_ctx, rows,
-                 tokens_per_s=result.prediction.decode_tokens_s)
+                 tokens_per_s=result.prediction.decode_tokens_s,
+                 pool_fits=_pool_fits(budgets.get(amount, memory), rows))

@@ -57,3 +57,19 @@ def test_memory_needs_devices_and_sizes_above_zero(model):
         sweep(model, [parse_axis("memory", "16GiB")])
     with pytest.raises(FlagError, match="above 0"):
         parse_axis("memory", "0")
+
+
+def test_a_sweep_point_fits_only_when_host_and_apu_fit_their_one_pool(model):
+    # Vulkan0 is an APU: Host and Vulkan0 share the host's RAM. With 1 GiB each would "fit" alone;
+    # their sum is what the machine has to hold.
+    inv = as_inventory(["Vulkan0=ryzen-8700g"], ram="4GiB")
+    flags = as_flags("-c 1024 -ngl 1")
+    [roomy] = sweep(model, [parse_axis("budget", "1GiB")], inv, flags, max_ram="1GiB").points
+    assert roomy.pool_fits is True and roomy.fits
+    host, apu = roomy.device("Host").total_bytes, roomy.device("Vulkan0").total_bytes
+    tight_ram = f"{max(host, apu) + min(host, apu) // 2}B"   # either alone fits, not both together
+    [tight] = sweep(model, [parse_axis("budget", "1GiB")], inv, flags, max_ram=tight_ram).points
+    assert all(d.fits for d in tight.devices) and tight.pool_fits is False and not tight.fits
+    rows = list(csv.DictReader(io.StringIO(sweep(model, [parse_axis("budget", "1GiB")], inv, flags,
+                                                 max_ram=tight_ram).to_csv())))
+    assert {row["pool_fits"] for row in rows} == {"0"} and {row["fits"] for row in rows} == {"0"}
