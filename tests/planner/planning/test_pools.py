@@ -14,6 +14,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.planning.result import PlanRequest, llama_argv
 from planner.planning.search import plan
+from planner.planning.solve import LayerDemand, Problem, Slot, solve_dp, solve_milp
 from tests.support.gguf_factory import llama_spec
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(80e9), "test host", int(1e12))
@@ -95,3 +96,30 @@ def test_two_cards_with_different_ids_are_both_used(llama):
                     HOST)
     result = plan(llama, inv, PlanRequest(n_ctx=4096), max_vram="CUDA0=60MiB,Vulkan0=60MiB")
     assert set(result.flags.devices or ()) == {"CUDA0", "Vulkan0"}
+
+
+# --------------------------------------------------------------------------- the solver's side
+
+def _pool_problem(host_budget: int):
+    """Four 10-byte layers and a 0-byte output on the host, an RPC-like slot (R, 20 bytes, slow) and a
+    UMA slot (U, 40 bytes, fast, its bytes the host's too), in llama.cpp's order: host, R, U."""
+    layers = tuple([LayerDemand(10, 0, 10.0, 0.0)] * 4 + [LayerDemand(0, 0, 0.0, 0.0)])
+    slots = (Slot("CPU", host_budget, 1.0, 0, 0.0), Slot("R", 20, 2.0, 0, 0.0),
+             Slot("U", 40, 10.0, 0, 0.0, pooled=True))
+    return Problem(layers, slots)
+
+
+def _pool_bytes(a) -> int:
+    # the host's layers plus the UMA slot's (10 bytes each)
+    return 10 * sum(1 for s in a.slot_of_layer[:-1] if s in (0, 2))
+
+
+@pytest.mark.parametrize("solver", [solve_dp, solve_milp])
+def test_the_solver_keeps_host_and_uma_slots_within_one_budget(solver):
+    # Unpooled, U (fastest) would take all four layers (40 bytes) with the host's 30 unused. Pooled,
+    # the host's 30 bytes cap host + U together: R must take two layers (20), U at most the other 2.
+    a = solver(_pool_problem(30))
+    assert a is not None and _pool_bytes(a) <= 30
+    assert a.slot_of_layer[:-1].count(1) >= 1
+    # 10 bytes of pool: R's 20 cannot take the other 20 bytes, nothing fits
+    assert solver(_pool_problem(10)) is None
