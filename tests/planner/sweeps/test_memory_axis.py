@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -73,3 +75,15 @@ def test_a_sweep_point_fits_only_when_host_and_apu_fit_their_one_pool(model):
     rows = list(csv.DictReader(io.StringIO(sweep(model, [parse_axis("budget", "1GiB")], inv, flags,
                                                  max_ram=tight_ram).to_csv())))
     assert {row["pool_fits"] for row in rows} == {"0"} and {row["fits"] for row in rows} == {"0"}
+
+
+def test_the_cli_warns_on_stderr_and_writes_the_column(model):
+    # as a user runs it: a separate process, so the warning goes through fitplan's own logging
+    done = subprocess.run([sys.executable, "-m", "planner.cli", "sweep", model, "--device", "CUDA0=12GiB",
+                           "--vary", "budget=8,16GiB", "--", "-c", "1024"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "fitplan: --vary budget=16GiB is above CUDA0's 12GiB of free memory" in done.stderr
+    rows = [r for r in csv.DictReader(io.StringIO(done.stdout)) if r["device"] == "CUDA0"]
+    assert [(r["budget"], r["budget_capped"], r["budget_bytes"]) for r in rows] == [
+        ("8GiB", "0", str(8 * GiB)), ("16GiB", "1", str(12 * GiB))]
