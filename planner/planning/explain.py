@@ -94,9 +94,11 @@ def _op_offload_choice(ctx: ModelContext, result: PlanResult) -> list[str]:
 
 
 def _outside_breakdown(result: PlanResult) -> list[str]:
-    """Memory each backend allocates outside llama.cpp's breakdown (runtime/ggml/profiles.py), once per backend."""
+    """Memory each backend the plan uses allocates outside llama.cpp's breakdown (runtime/ggml/profiles.py),
+    once per backend."""
     lines = []
-    for backend in dict.fromkeys(d.backend for d in result.inventory.devices):
+    used = {d.name for d in result.estimate.devices}
+    for backend in dict.fromkeys(d.backend for d in result.inventory.devices if d.name in used):
         terms = PROFILES[backend].outside_breakdown
         if terms:
             names = "; ".join(t.name + (f" {fmt_bytes(t.bytes)}" if t.bytes is not None else "") for t in terms)
