@@ -87,3 +87,11 @@ def test_the_cli_warns_on_stderr_and_writes_the_column(model):
     rows = [r for r in csv.DictReader(io.StringIO(done.stdout)) if r["device"] == "CUDA0"]
     assert [(r["budget"], r["budget_capped"], r["budget_bytes"]) for r in rows] == [
         ("8GiB", "0", str(8 * GiB)), ("16GiB", "1", str(12 * GiB))]
+
+
+def test_plan_mode_plans_on_the_hypothetical_device(model):
+    # a plan per memory value, on a card of that size: its budget follows (free - 512 MiB)
+    r = sweep(model, [parse_axis("memory", "1,2GiB"), parse_axis("ctx", "1024")],
+              as_inventory(["CUDA0=rtx3060"], ram="16GiB"), mode="plan")
+    assert all(p.feasible for p in r.points)
+    assert [p.device("CUDA0").budget_bytes for p in r.points] == [GiB - 512 * MiB, 2 * GiB - 512 * MiB]
