@@ -29,13 +29,14 @@ from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
+from planner.planning import whatfits
 from planner.planning.contexts import above_train_warning, max_context
 from planner.planning.explain import explain
 from planner.planning.problem import Setting, flags_for, layer_weights, make_setting, overuse, solve_verified
 from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.solve import Assignment, Objective
 from planner.planning.throughput import Prediction, offloading, predict_estimate
-from planner.planning.whatfits import SEARCH_SECONDS, LeastBudget, least_budgets
+from planner.planning.whatfits import LeastBudget, least_budgets
 
 log = logging.getLogger(__name__)
 
@@ -307,12 +308,13 @@ def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: 
     plain = replace(req, n_ctx=CTX_PAD * max(1, req.n_parallel), max_ctx=False) if req.max_ctx else req
     n_ctx = max_context(ctx, plain)
     ceiling = _everything(ctx, inventory, plain, n_ctx)
-    least = least_budgets(lambda b: _fits_quickly(ctx, inventory, b, plain),
-                          lambda b: _fits(ctx, inventory, b, plain) is not None, budgets, ceiling, started)
+    checks = (lambda b: _fits_quickly(ctx, inventory, b, plain, exact=True) is not None,
+              lambda b: _fits(ctx, inventory, b, plain) is not None)
+    least = least_budgets(lambda b: _fits_quickly(ctx, inventory, b, plain), checks, budgets, ceiling, started)
     shortfalls = tuple(Shortfall(lb.device, lb.need_bytes, lb.budget_bytes) for lb in least)
     hints = [_budget_hint(lb) for lb in least]
     if not req.max_ctx:
-        hints += _context_hints(ctx, inventory, budgets, req, n_ctx, started + SEARCH_SECONDS)
+        hints += _context_hints(ctx, inventory, budgets, req, n_ctx, started + whatfits.SEARCH_SECONDS)
     log.info("what would fit: first plan %.2f s, search %.2f s", first_s, time.monotonic() - started)
     parts = [f"{sf.device} needs a budget of {fmt_mib(sf.need_bytes)} MiB, has {fmt_mib(sf.budget_bytes)} MiB"
              for sf in shortfalls]
@@ -323,17 +325,23 @@ def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: 
     return InfeasiblePlacement(msg, shortfalls, suggestions=tuple(hints))
 
 
-def _fits_quickly(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest) -> bool:
+def _fits_quickly(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+                  exact: bool = False) -> dict[str, int] | None:
     """The what-would-fit search's quick test: only the smallest -ub (it needs the least of every
-    budget), the analytic compute model, stopping at the first variant that holds. The search settles
-    its answer with `_fits`, so where the two disagree the planner's verdict is the one reported."""
+    budget), stopping at the first variant that holds under the analytic compute model (`exact`: and
+    then under the exact estimate); what that placement uses per row, or None. The search settles its
+    answer with `_fits`, so where they disagree the planner's verdict is the one reported."""
     smallest = replace(req, n_ubatch=req.n_ubatch or UBATCH_CANDIDATES[-1])
+    n_ctx = max_context(ctx, req)
     for cache in req.cache_types:
         for v in _variants(smallest, cache, inventory):
-            n_ctx = max_context(ctx, req)
-            if _candidate(ctx, inventory, budgets, req, n_ctx, v) is not None:
-                return True
-    return False
+            found = _candidate(ctx, inventory, budgets, req, n_ctx, v)
+            if found is not None and exact:
+                found = _candidate(ctx, inventory, budgets, req, n_ctx, v, exact=True)
+            if found is not None:
+                use = {d.name: d.total_bytes for d in found.estimate.devices if d.name not in HOST_ROWS}
+                return {**use, HOST: sum(d.total_bytes for d in found.estimate.devices if d.name in HOST_ROWS)}
+    return None
 
 
 def _at(ctx: ModelContext, req: PlanRequest) -> str:
@@ -371,6 +379,9 @@ def _context_hints(ctx: ModelContext, inventory: Inventory, budgets: Budgets, re
     for caches in (req.cache_types, ("q8_0",) if "q8_0" not in req.cache_types else ()):
         if not caches or time.monotonic() > deadline:
             continue
+        smallest = replace(req, n_ctx=CTX_PAD * max(1, req.n_parallel), max_ctx=False, cache_types=caches)
+        if _fits_quickly(ctx, inventory, budgets, smallest) is None:
+            continue   # not even the smallest context: no context search can find one
         widest = _fits(ctx, inventory, budgets, replace(req, n_ctx=limit, max_ctx=True, cache_types=caches))
         if widest is None or (widest.flags.n_ctx >= n_ctx and caches == req.cache_types):
             continue

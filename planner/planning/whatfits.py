@@ -21,6 +21,8 @@ from planner.llama.placement import HOST
 SEARCH_SECONDS = 1.8
 
 Fits = Callable[[Budgets], bool]
+# a quicker test: None when it finds nothing, else what its placement uses on each row (Host included)
+Quick = Callable[[Budgets], dict[str, int] | None]
 
 
 @dataclass(frozen=True)
@@ -46,59 +48,73 @@ def with_budget(budgets: Budgets, name: str, n_bytes: int) -> Budgets:
     return replace(budgets, host_bytes=n_bytes, uma_pool_bytes=grown)
 
 
-def least_budget(quick: Fits, fits: Fits, budgets: Budgets, name: str, ceiling: int,
+def least_budget(quick: Quick, checks: tuple[Fits, ...], budgets: Budgets, name: str, ceiling: int,
                  deadline: float) -> LeastBudget | None:
     """Bisect `name`'s budget in whole MiB between the user's (which does not fit) and the user's plus
-    `ceiling` with `quick` (a cheaper test that agrees with the planner nearly always), then settle
-    the boundary with `fits` (the planner's own verdict): the answer plans and one MiB less does not.
-    None when even the ceiling does not fit (this budget alone does not bind)."""
+    `ceiling` with `quick`, then settle the boundary with each of `checks` in turn, each slower and
+    nearer the planner than the last; the last is the planner's own verdict, so the answer plans and
+    one MiB less does not. None when even the ceiling does not fit (this budget alone does not bind).
+
+    A placement `quick` finds under a budget uses some of it; no more than that use is needed, so the
+    upper end drops to it at once (most of the bisection, for the host: a plan fills the devices first)."""
     now = budget_of(budgets, name)
 
-    def test(test_fits: Fits, n_mib: int) -> bool:
-        return test_fits(with_budget(budgets, name, n_mib * MiB))
+    def use_at(n_mib: int) -> int | None:
+        use = quick(with_budget(budgets, name, n_mib * MiB))
+        return None if use is None else -(-use.get(name, 0) // MiB)
 
-    lo, hi = now // MiB, -(-(now + ceiling) // MiB)
-    if not test(quick, hi):
+    floor, hi = now // MiB, -(-(now + ceiling) // MiB)
+    first = use_at(hi)
+    if first is None:
         return None
-    top = hi                                   # passed by `quick`: the settling climbs no higher
+    lo, top, hi = floor, hi, max(floor + 1, min(hi, first))   # top: passed by `quick`; no check climbs higher
     while hi - lo > 1 and time.monotonic() < deadline:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if test(quick, mid) else (mid, hi)
-    if hi - lo > 1:
-        return LeastBudget(name, hi * MiB, now, exact=False) if test(fits, hi) else None
-    return _settle(lambda n: test(fits, n), lo, hi, top, name, now, deadline)
+        use = use_at(mid)
+        lo, hi = (lo, max(lo + 1, min(mid, use))) if use is not None else (mid, hi)
+    for check in checks:
+        def passes(n_mib: int, check: Fits = check) -> bool:
+            return check(with_budget(budgets, name, n_mib * MiB))
+
+        settled = _settle(passes, lo, hi, top, floor, deadline)
+        if settled is None:
+            return None
+        lo, hi = settled
+    return LeastBudget(name, hi * MiB, now, exact=hi - lo == 1)
 
 
-def _settle(fits_mib: Callable[[int], bool], lo: int, hi: int, top: int, name: str, now: int,
-            deadline: float) -> LeastBudget | None:
-    """The planner's own boundary near `quick`'s (`lo` failed, `hi` passed): gallop away from the
-    side it disagrees on, then bisect with it; None when it passes nothing up to `top`."""
+def _settle(passes: Callable[[int], bool], lo: int, hi: int, top: int, floor: int,
+            deadline: float) -> tuple[int, int] | None:
+    """A check's own boundary near the last one's (`lo` failed it, `hi` passed it): gallop away from
+    the side this check disagrees on, then bisect. Returns (lo, hi): `hi` passes this check, `lo`
+    fails it, one MiB apart unless time ran out; None when nothing up to `top` passes. `floor` (the
+    user's budget) is known not to fit."""
     step = 1
-    while not fits_mib(hi):                   # the boundary is above: climb
+    while not passes(hi):                     # the boundary is above: climb
         if hi >= top or time.monotonic() > deadline:
             return None
         lo, hi, step = hi, min(hi + step, top), step * 2
-    while fits_mib(lo):                       # the boundary is below: descend
-        hi, lo, step = lo, max(lo - step, now // MiB - 1), step * 2
-        if time.monotonic() > deadline or lo < now // MiB:
-            return LeastBudget(name, hi * MiB, now, exact=False)
-    while hi - lo > 1:
+    step = 1
+    while lo > floor and passes(lo):          # the boundary is below: descend
+        hi, lo, step = lo, max(lo - step, floor), step * 2
         if time.monotonic() > deadline:
-            return LeastBudget(name, hi * MiB, now, exact=False)
+            return lo, hi
+    while hi - lo > 1 and time.monotonic() < deadline:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits_mib(mid) else (mid, hi)
-    return LeastBudget(name, hi * MiB, now, exact=True)
+        lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+    return lo, hi
 
 
-def least_budgets(quick: Fits, fits: Fits, budgets: Budgets, ceiling: int, start: float,
-                  seconds: float = SEARCH_SECONDS) -> list[LeastBudget]:
-    """Every budget row that alone can make a plan exist, with its least budget; host first."""
-    deadline = start + seconds
+def least_budgets(quick: Quick, checks: tuple[Fits, ...], budgets: Budgets, ceiling: int, start: float,
+                  seconds: float | None = None) -> list[LeastBudget]:
+    """Every budget row that alone can make a plan exist, with its least budget; host first. The
+    search stops at `start` + `seconds` (default SEARCH_SECONDS, read when called)."""
+    deadline = start + (SEARCH_SECONDS if seconds is None else seconds)
     found = []
     for name in [HOST, *budgets.devices]:
         if time.monotonic() > deadline:
             break
-        least = least_budget(quick, fits, budgets, name, ceiling, deadline)
+        least = least_budget(quick, checks, budgets, name, ceiling, deadline)
         if least is not None:
             found.append(least)
     return found

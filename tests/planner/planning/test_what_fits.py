@@ -15,9 +15,10 @@ from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.llama.settings import CTX_PAD
+from planner.planning import whatfits
 from planner.planning.result import PlanRequest
 from planner.planning.search import plan
-from planner.planning.whatfits import SEARCH_SECONDS, with_budget
+from planner.planning.whatfits import with_budget
 from tests.support.shapes import write_shape
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
@@ -46,6 +47,12 @@ CASES = [
 ]
 
 
+@pytest.fixture
+def unhurried(monkeypatch):
+    """Exactness is checked without the time limit: a loaded CI machine must not turn it into a flake."""
+    monkeypatch.setattr(whatfits, "SEARCH_SECONDS", 120.0)
+
+
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
     directory = tmp_path_factory.mktemp("shapes")
@@ -68,16 +75,14 @@ def plans(ctx, inventory, request, budgets) -> bool:
 
 
 @pytest.mark.parametrize(("model", "inventory", "max_vram", "ram", "n_ctx"), CASES, ids=[c[0] for c in CASES])
-def test_each_least_budget_plans_and_one_mib_less_does_not(shapes, model, inventory, max_vram, ram, n_ctx):
+def test_each_least_budget_plans_and_one_mib_less_does_not(shapes, unhurried, model, inventory, max_vram, ram,
+                                                           n_ctx):
     ctx = shapes(model)
     request = PlanRequest(n_ctx=n_ctx)
     budgets = resolve_budgets(inventory, max_vram, ram)
     assert not plans(ctx, inventory, request, budgets)
-    started = time.monotonic()
     with pytest.raises(InfeasiblePlacement) as err:
         plan(ctx, inventory, request, budgets=budgets, what_would_fit=True)
-    # the first plan and the search: the search stops itself at SEARCH_SECONDS (and finishes its probe)
-    assert time.monotonic() - started < 2 * SEARCH_SECONDS + 2
     found = err.value.shortfalls
     assert found, err.value
     for sf in found:
@@ -88,7 +93,7 @@ def test_each_least_budget_plans_and_one_mib_less_does_not(shapes, model, invent
         assert not plans(ctx, inventory, request, with_budget(budgets, sf.device, sf.need_bytes - MiB)), sf
 
 
-def test_the_largest_context_that_fits_plans_and_one_step_more_does_not(shapes):
+def test_the_largest_context_that_fits_plans_and_one_step_more_does_not(shapes, unhurried):
     ctx = shapes("gemma3-270m")
     request = PlanRequest(n_ctx=32768)
     budgets = resolve_budgets(ONE, "100MiB", "440MiB")
@@ -100,7 +105,7 @@ def test_the_largest_context_that_fits_plans_and_one_step_more_does_not(shapes):
     assert not plans(ctx, ONE, replace(request, n_ctx=widest.n_ctx + CTX_PAD), budgets)
 
 
-def test_a_context_above_training_is_not_suggested(shapes):
+def test_a_context_above_training_is_not_suggested(shapes, unhurried):
     # llama-8b is trained at 8192: asked for 65536 on budgets where 8192 fits, the hint stops at 8192
     ctx = shapes("llama-8b")
     budgets = resolve_budgets(ONE, "6", "2GiB")
@@ -109,3 +114,17 @@ def test_a_context_above_training_is_not_suggested(shapes):
         plan(ctx, ONE, PlanRequest(n_ctx=65536), budgets=budgets, what_would_fit=True)
     contexts = [s.n_ctx for s in err.value.suggestions if s.n_ctx is not None]
     assert contexts and max(contexts) <= 8192, err.value.suggestions
+
+
+def test_the_search_keeps_to_its_time_limit(shapes, monkeypatch):
+    # stopped at once, it still answers: each figure it gives plans, marked inexact when not settled
+    ctx, request = shapes("qwen2-7b"), PlanRequest(n_ctx=4096)
+    budgets = resolve_budgets(TWO, "1536MiB", "1GiB")
+    for limit in (0.0, 0.3):
+        monkeypatch.setattr(whatfits, "SEARCH_SECONDS", limit)
+        started = time.monotonic()
+        with pytest.raises(InfeasiblePlacement) as err:
+            plan(ctx, TWO, request, budgets=budgets, what_would_fit=True)
+        assert time.monotonic() - started < limit + 1.5   # the first plan, and the probe under way at the limit
+        for sf in err.value.shortfalls:
+            assert plans(ctx, TWO, request, with_budget(budgets, sf.device, sf.need_bytes))
