@@ -34,7 +34,7 @@ class Bar:
     context_bytes: int
     compute_bytes: int
     budget_bytes: int | None
-    layers: str
+    note: str                    # what the row holds ("layers 0-17,output"), or what its figure is
 
     @property
     def total_bytes(self) -> int:
@@ -68,7 +68,7 @@ def plan_report(result: PlanResult, ctx: ModelContext | None = None) -> Report:
         result = replace(result, explain=explain(ctx or model_context(result.model_path), result))
     est, p = result.estimate, result.prediction
     bars = tuple(Bar(r["name"], r["model_bytes"], r["context_bytes"], r["compute_bytes"], r["budget_bytes"],
-                     _ranges(r["layers"], r["output_layer"])) for r in plan_rows(result))
+                     "layers " + _ranges(r["layers"], r["output_layer"])) for r in plan_rows(result))
     speeds: tuple[tuple[str, str], ...] = (
         ("decode", f"{p.decode_tokens_s:.1f} tokens/s"), ("prefill", f"{p.prefill_tokens_s:.0f} tokens/s"),
         ("device boundaries per token", str(p.n_boundaries)))

@@ -46,6 +46,13 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f3f3f3;
       padding: 8px; border-radius: 4px; margin: 4px 0 10px; font-size: 13px; user-select: all; }
 ul { padding-left: 20px; margin: 4px 0; }
 li { overflow-wrap: anywhere; }
+@media (max-width: 600px) {
+  body { font-size: 14px; }
+  main { padding: 8px; }
+  section { padding: 6px 8px 10px; }
+  table { font-size: 12px; }
+  th, td { padding: 2px 3px; }
+}
 """
 
 
@@ -82,7 +89,7 @@ def _bar(bar: Bar) -> str:
     else:
         verdict = f"{_mib(used)} of {_mib(bar.budget_bytes)}"
     return (f'<div class="bar"><div class="label"><b>{escape(bar.name)}</b><span>{verdict}</span>'
-            f'<span>layers {escape(bar.layers)}</span></div>'
+            f'<span>{escape(bar.note)}</span></div>'
             f'<svg viewBox="0 0 1000 26" preserveAspectRatio="none" role="img" '
             f'aria-label="{escape(bar.name)} memory">'
             f'<rect x="0" y="3" width="1000" height="20" fill="#eee"/>{"".join(rects)}</svg></div>')
