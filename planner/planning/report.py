@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from planner.core.errors import InfeasiblePlacement
+from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.llama_tools import LLAMA_CPP_PIN
 from planner.core.render import layer_ranges
 from planner.hardware.budgets import Budgets
@@ -101,13 +101,13 @@ def infeasible_report(model_path: str, budgets: Budgets, error: InfeasiblePlacem
 
 def result_from_deployment(dep: Deployment) -> PlanResult:
     """A plan document as a PlanResult: its flags estimated on its inventory, its budgets as written."""
-    ctx = model_context(dep.model_path)
-    est = estimate(ctx, dep.flags, dep.inventory)
-    experts = frozenset(int(m.group(1)) for name, dev in est.moved
-                        if dev == CPU and (m := _LAYER_OF.match(name)) and _EXPS.search(name))
     inventory = dep.inventory
     if inventory is None:
-        raise InfeasiblePlacement(f"{dep.model_path}: the plan file names no inventory to report against")
+        raise BadInput(f"{dep.model_path}: the plan file names no inventory to report against")
+    ctx = model_context(dep.model_path)
+    est = estimate(ctx, dep.flags, inventory)
+    experts = frozenset(int(m.group(1)) for name, dev in est.moved
+                        if dev == CPU and (m := _LAYER_OF.match(name)) and _EXPS.search(name))
     prediction = predict_estimate(ctx, costs_for(ctx, dep.flags.cache_type_k), est, inventory, experts,
                                   est.output_on_host)
     budgets = Budgets({k: v for k, v in dep.budgets.items() if k != HOST}, dep.budgets.get(HOST, 0))

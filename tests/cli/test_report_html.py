@@ -159,3 +159,11 @@ def test_the_page_for_a_plan_that_does_not_fit(chromium, pages, tmp_path):
     text = text_of(dom)
     assert "does not fit" in text and "least budget that plans" in text
     assert "Host at " in text and "MiB fits (--max-ram" in text
+
+
+def test_report_refuses_what_is_not_a_plan_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {path: x}\n")
+    assert main(["report", str(bad), "-o", str(tmp_path / "x.html")]) == 2
+    assert "not a fitplan plan file" in capsys.readouterr().err
+    assert not (tmp_path / "x.html").exists()
