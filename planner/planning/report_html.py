@@ -121,14 +121,36 @@ def _cell(cell: LayerCell, colours: dict[str, str]) -> str:
             f'title="{escape(title)}" data-device="{escape(cell.device)}">{label}</div>')
 
 
+def _moved_groups(report: Report) -> list[tuple[str, tuple[str, ...], str]]:
+    """Moved tensors as (layers, tensor names without `blk.N.`, device), one entry per run of
+    consecutive layers that move the same tensors to the same place; tensors of no layer as they are."""
+    runs: list[tuple[list[int], tuple[str, ...], str]] = []
+    for cell in report.layers:
+        if cell.index is None or not cell.moved:
+            continue
+        by_device: dict[str, list[str]] = {}
+        for tensor, dev in cell.moved:
+            by_device.setdefault(dev, []).append(tensor.split(".", 2)[2])
+        for dev, names in by_device.items():
+            last = runs[-1] if runs else None
+            if last and last[1] == tuple(names) and last[2] == dev and last[0][-1] == cell.index - 1:
+                last[0].append(cell.index)
+            else:
+                runs.append(([cell.index], tuple(names), dev))
+    out = [(f"layer {ids[0]}" if len(ids) == 1 else f"layers {ids[0]}-{ids[-1]}", names, dev)
+           for ids, names, dev in runs]
+    return out + [("not in a layer", (t,), d) for t, d in report.moved_elsewhere]
+
+
 def _layer_map(report: Report) -> str:
     colours = _colours(report)
     used = list(dict.fromkeys(c.device for c in report.layers))
     legend = "".join(f'<span style="--c:{colours.get(d, HOST_COLOUR)}">{escape(d)}</span>' for d in used)
     cells = "".join(_cell(c, colours) for c in report.layers)
-    moved = [(t, d) for c in report.layers for t, d in c.moved] + list(report.moved_elsewhere)
+    moved = _moved_groups(report)
     moved_list = ("<p>Tensors an override keeps elsewhere than their layer (dashed cells):</p><ul>"
-                  + "".join(f"<li><code>{escape(t)}</code> on {escape(d)}</li>" for t, d in moved) + "</ul>"
+                  + "".join(f"<li>{escape(where)}: <code>{escape(', '.join(names))}</code> on {escape(dev)}</li>"
+                            for where, names, dev in moved) + "</ul>"
                   if moved else "<p>No tensor is moved from its layer's device.</p>")
     return (f'<section id="layers"><h2>Layer map</h2><div class="legend">{legend}</div>'
             f'<div class="layers">{cells}</div>{moved_list}</section>')

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
+from tests.support.shapes import write_shape
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--devices", "configs/devices/workstation-2x3090.yaml"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,3 +168,19 @@ def test_report_refuses_what_is_not_a_plan_file(tmp_path, capsys):
     assert main(["report", str(bad), "-o", str(tmp_path / "x.html")]) == 2
     assert "not a fitplan plan file" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_the_layer_map_of_experts_kept_on_the_host(chromium, tmp_path):
+    # an 8 GiB card for a 21 GiB MoE: every layer on CUDA0, the routed experts of the first layers in
+    # host memory (-ncmoe): those cells are dashed, and the moved tensors are listed by run of layers
+    model = write_shape("qwen3moe-30b-a3b", tmp_path)
+    page = tmp_path / "moe.html"
+    argv = ["plan", str(model), "--device", "CUDA0=8GiB", "--ram", "64GiB", "--ctx", "4096", "--html", str(page),
+            "--format", "json"]
+    assert main(argv) == 0
+    dom = browse(chromium, with_check(page, tmp_path), tmp_path, "--dump-dom", width=420).stdout
+    assert '<pre id="overflow-verdict">no overflow</pre>' in dom, re.findall(r"OVERFLOW: [^<]*", dom)
+    moved = dom.count('class="cell moved"')
+    assert 0 < moved < 48
+    text = text_of(dom)
+    assert f"layers 0-{moved - 1}: ffn_gate_exps.weight, ffn_down_exps.weight, ffn_up_exps.weight on Host" in text
