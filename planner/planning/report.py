@@ -15,10 +15,12 @@ from planner.hardware.budgets import Budgets
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU, CPU_REPACK, HOST
 from planner.memory.estimate import estimate
+from planner.planning.contexts import max_context
 from planner.planning.document import Deployment
 from planner.planning.explain import explain
 from planner.planning.problem import costs_for
 from planner.planning.result import PlanRequest, PlanResult, bench_command, plan_rows, server_command
+from planner.planning.search import plan
 from planner.planning.throughput import predict_estimate
 
 _LAYER_OF = re.compile(r"^blk\.(\d+)\.")
@@ -83,9 +85,27 @@ def plan_report(result: PlanResult, ctx: ModelContext | None = None) -> Report:
     next_steps = tuple(line for line in result.explain if line.startswith(("context ", "layer ")) and "+" in line)
     headroom = tuple(f"{b.name}: {_mib(b.budget_bytes - b.total_bytes)} MiB left of {_mib(b.budget_bytes)} MiB"
                      for b in bars if b.budget_bytes is not None)
+    widest = _widest_context(ctx or model_context(result.model_path), result)
     return Report(f"fitplan plan: {result.model_path.rsplit('/', 1)[-1]}", facts, bars,
                   _layer_cells(result), _moved_elsewhere(result), speeds, tuple(commands), result.explain,
-                  headroom + next_steps)
+                  headroom + next_steps + widest)
+
+
+def _widest_context(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
+    """The largest context these budgets hold with the plan's other settings, found by planning it
+    (--ctx max, so at most the training context); nothing when the plan is already there."""
+    request = replace(result.request, n_ctx=None, max_ctx=True)
+    if result.n_ctx >= max_context(ctx, request):
+        return ()
+    try:
+        widest = plan(ctx, result.inventory, request, budgets=result.budgets)
+    except InfeasiblePlacement:
+        return ()
+    if widest.n_ctx <= result.n_ctx:
+        return ()
+    return (f"context up to {widest.n_ctx} fits these budgets (--ctx {widest.n_ctx}: decode "
+            f"{widest.prediction.decode_tokens_s:.1f} tokens/s there, {result.prediction.decode_tokens_s:.1f} at "
+            f"{result.n_ctx})",)
 
 
 def infeasible_report(model_path: str, budgets: Budgets, error: InfeasiblePlacement) -> Report:

@@ -184,3 +184,5 @@ def test_the_layer_map_of_experts_kept_on_the_host(chromium, tmp_path):
     assert 0 < moved < 48
     text = text_of(dom)
     assert f"layers 0-{moved - 1}: ffn_gate_exps.weight, ffn_down_exps.weight, ffn_up_exps.weight on Host" in text
+    # what would fit: the training context (40960) on the same budgets, planned
+    assert "context up to 40960 fits these budgets (--ctx 40960: decode" in text
