@@ -316,7 +316,8 @@ def _infeasible(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: 
     if not req.max_ctx:
         hints += _context_hints(ctx, inventory, budgets, req, n_ctx, started + whatfits.SEARCH_SECONDS)
     log.info("what would fit: first plan %.2f s, search %.2f s", first_s, time.monotonic() - started)
-    parts = [f"{sf.device} needs a budget of {fmt_mib(sf.need_bytes)} MiB, has {fmt_mib(sf.budget_bytes)} MiB"
+    at_least = f" at context {n_ctx}" if req.max_ctx else ""   # --ctx max: the smallest context
+    parts = [f"{sf.device} needs a budget of {fmt_mib(sf.need_bytes)} MiB{at_least}, has {fmt_mib(sf.budget_bytes)} MiB"
              for sf in shortfalls]
     msg = (f"no placement of {ctx.model.path} at {_at(ctx, req)} fits the budgets"
            + (f" ({'; '.join(parts)})" if parts else " (no single budget is enough)"))

@@ -128,3 +128,14 @@ def test_the_search_keeps_to_its_time_limit(shapes, monkeypatch):
         assert time.monotonic() - started < limit + 1.5   # the first plan, and the probe under way at the limit
         for sf in err.value.shortfalls:
             assert plans(ctx, TWO, request, with_budget(budgets, sf.device, sf.need_bytes))
+
+
+def test_at_ctx_max_the_least_budget_is_for_the_smallest_context(shapes, unhurried):
+    ctx, request = shapes("gemma3-270m"), PlanRequest(max_ctx=True)
+    budgets = resolve_budgets(ONE, "100MiB", "200MiB")
+    with pytest.raises(InfeasiblePlacement) as err:
+        plan(ctx, ONE, request, budgets=budgets, what_would_fit=True)
+    [host] = err.value.shortfalls
+    assert host.device == "Host" and f"at context {CTX_PAD}, has 200 MiB" in str(err.value)
+    assert plans(ctx, ONE, request, with_budget(budgets, "Host", host.need_bytes))
+    assert not plans(ctx, ONE, request, with_budget(budgets, "Host", host.need_bytes - MiB))
