@@ -65,6 +65,7 @@ driver_stub() {
     done
   } >"$dir/stub.c"
   cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$dir/libcuda.so" "$dir/stub.c"
+  ln -sf libcuda.so "$dir/libcuda.so.1"
 }
 
 fetch_source() {
@@ -91,19 +92,25 @@ build_cuda() {
     echo "gpu_peer: cached build $cache" >&2
   else
     local work="$cache.work"
-    rm -rf "$work"; mkdir -p "$work"
-    local src; src="$(fetch_source "$work")"
-    python3 -m pip download --quiet --no-deps --only-binary :all: 'nvidia-cublas>=13,<14' -d "$work/wheels"
-    mkdir -p "$work/cublas"
-    ( cd "$work/cublas" && python3 -m zipfile -e "$work"/wheels/nvidia_cublas-*.whl . )
+    local src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+    # an interrupted build resumes (the CUDA kernels take over an hour on 2 cores)
+    if [ ! -f "$work/build/CMakeCache.txt" ]; then
+      rm -rf "$work"; mkdir -p "$work"
+      fetch_source "$work" >/dev/null
+      python3 -m pip download --quiet --no-deps --only-binary :all: 'nvidia-cublas>=13,<14' -d "$work/wheels"
+      mkdir -p "$work/cublas"
+      ( cd "$work/cublas" && python3 -m zipfile -e "$work"/wheels/nvidia_cublas-*.whl . )
+      driver_stub "$work/stubs"
+      date +%s >"$work/started"
+    fi
     local cublas; cublas="$(dirname "$(find "$work/cublas" -name cublas_v2.h | head -1)")/.."
     cublas="$(cd "$cublas" && pwd)"
     ln -sf libcublas.so.13 "$cublas/lib/libcublas.so"
     ln -sf libcublasLt.so.13 "$cublas/lib/libcublasLt.so"
-    driver_stub "$work/stubs"
+    # executables linked against libggml-cuda.so need its own needs resolved at link time
+    local rpath_link="-Wl,-rpath-link,$cublas/lib -Wl,-rpath-link,$work/stubs"
     local generator=()
     command -v ninja >/dev/null && generator=(-G Ninja)
-    local start=$SECONDS
     PATH="$cuda_home/bin:$PATH" cmake -S "$src" -B "$work/build" "${generator[@]}" \
       -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DGGML_RPC=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_COMPILER="$nvcc" -DCUDAToolkit_ROOT="$cuda_home" \
@@ -111,6 +118,7 @@ build_cuda() {
       -DCUDA_cuda_driver_LIBRARY="$work/stubs/libcuda.so" \
       -DCMAKE_CUDA_FLAGS="-isystem $cublas/include" -DCMAKE_CXX_FLAGS="-isystem $cublas/include" \
       -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN' \
+      -DCMAKE_EXE_LINKER_FLAGS="$rpath_link" -DCMAKE_SHARED_LINKER_FLAGS="$rpath_link" \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >"$work/configure.log" 2>&1 \
       || { tail -30 "$work/configure.log" >&2; exit 1; }
@@ -122,7 +130,8 @@ build_cuda() {
     strip --strip-unneeded "$cache.new"/bin/*
     { echo "llama-cpp-python==$version"; echo "cuda: $("$nvcc" --version | tail -1)";
       echo "cublas headers: $(basename "$work"/wheels/nvidia_cublas-*.whl)"; echo "arch: sm_$arch";
-      echo "build seconds: $((SECONDS - start)) on $(nproc) cores"; } >"$cache.new/VERSION"
+      echo "build seconds: $(( $(date +%s) - $(cat "$work/started") )) wall on $(nproc) cores, resumed runs included"; } \
+      >"$cache.new/VERSION"
     rm -rf "$cache"; mv "$cache.new" "$cache"; rm -rf "$work"
   fi
   pack "$cache/bin"
