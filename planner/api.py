@@ -16,7 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.checking.report import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, ValidateReport, ValidateRequest
+from planner.checking.report import (
+    DEFAULT_GEN_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    ValidateReport,
+    ValidateRequest,
+    with_budgets,
+)
 from planner.checking.validate import validate as run_validate
 from planner.checking.validate import validate_request
 from planner.core.errors import BadInput
@@ -25,7 +31,6 @@ from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
 from planner.llama.context import ModelLike
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
-from planner.llama.placement import HOST
 from planner.memory.estimate import Estimate
 from planner.memory.estimate import estimate as run_estimate
 from planner.model.inspect import InspectResult
@@ -92,12 +97,13 @@ def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, requ
                     what_would_fit=True)
 
 
-def _budgets(inventory: Inventory | None, max_vram: str | None) -> dict[str, int]:
-    """Device budgets by name, and the host's under HOST when its RAM is known; none without devices."""
-    if inventory is None:
-        return {}
-    b = resolve_budgets(inventory, max_vram)
-    return {**b.devices, **({HOST: b.host_bytes} if inventory.host.ram_available_bytes else {})}
+def _budgets(req: ValidateRequest, max_vram: str | None) -> ValidateRequest:
+    """Device budgets by name, the host's and the pool it shares with UMA devices when its RAM is
+    known; none without devices."""
+    if req.inventory is None:
+        return req
+    host = bool(req.inventory.host.ram_available_bytes)
+    return with_budgets(req, resolve_budgets(req.inventory, max_vram), host=host)
 
 
 def validate(target: str, flags: Flags = (), devices: Devices = None, ram: str | None = None,
@@ -112,6 +118,6 @@ def validate(target: str, flags: Flags = (), devices: Devices = None, ram: str |
                                None if devices is None else str(devices), max_vram, n_prompt=n_prompt, n_gen=n_gen)
     else:
         inventory = as_inventory(devices, ram)
-        req = ValidateRequest(str(target), as_flags(flags), inventory, _budgets(inventory, max_vram),
-                              n_prompt=n_prompt, n_gen=n_gen)
+        req = _budgets(ValidateRequest(str(target), as_flags(flags), inventory, n_prompt=n_prompt, n_gen=n_gen),
+                       max_vram)
     return run_validate(req, engine)

@@ -276,7 +276,8 @@ def validate_llama(req: ValidateRequest, ctx: ModelContext,
     devices = tuple(DeviceReport(row, rows.get(row, {}).get("model", 0), rows.get(row, {}).get("context", 0),
                                  rows.get(row, {}).get("compute", 0), predicted.get(row), req.budgets.get(row), 0.0)
                     for row in names + [HOST])
-    verdict = judge(devices, slack=LOG_ROUNDING * 2)
+    verdict = judge(devices, slack=LOG_ROUNDING * 2, uma_pool_bytes=req.uma_pool_bytes,
+                    pool_devices=req.pool_devices)
     notes = verdict.notes + ("llama.cpp reports no per-device time and no copied bytes",)
     per_split = (1.0 / gen_s / parsed.n_splits_tg) if gen_s and parsed.n_splits_tg else 0.0
     return ValidateReport("llama.cpp", ctx.model.path, shlex.join(flags_to_argv(req.flags)), devices,

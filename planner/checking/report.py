@@ -1,13 +1,14 @@
 """What a validate run reports: the request, each device's measured and predicted bytes, and the verdict."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.core.render import table
 from planner.core.units import fmt_bytes, fmt_mib
 from planner.gguf.reader import ModelFile
-from planner.hardware.inventory import Inventory
+from planner.hardware.budgets import Budgets, over_verdict
+from planner.hardware.inventory import HOST, Inventory
 from planner.llama.flags import LlamaFlags
 
 DEFAULT_PROMPT_TOKENS = 32
@@ -24,6 +25,22 @@ class ValidateRequest:
     n_prompt: int = DEFAULT_PROMPT_TOKENS
     n_gen: int = DEFAULT_GEN_TOKENS
     model_file: ModelFile | None = field(default=None, repr=False, compare=False)   # the header, when already read
+    uma_pool_bytes: int | None = None    # what Host and `pool_devices` hold together (Budgets.uma_pool_bytes)
+    pool_devices: tuple[str, ...] = ()
+
+    @property
+    def limits(self) -> Budgets:
+        """`budgets` and the pool as one Budgets (a host budget of 0 when `budgets` has no Host)."""
+        return Budgets.from_rows(self.budgets, self.uma_pool_bytes, self.pool_devices)
+
+
+def with_budgets(req: ValidateRequest, budgets: Budgets, host: bool = True) -> ValidateRequest:
+    """`req` judged against `budgets`, its shared pool included; `host`: False when the host's RAM
+    is unknown, so the host has no budget (and no pool)."""
+    if not host:
+        return replace(req, budgets=dict(budgets.devices), uma_pool_bytes=None, pool_devices=())
+    return replace(req, budgets=budgets.rows(), uma_pool_bytes=budgets.uma_pool_bytes,
+                   pool_devices=budgets.pool_devices)
 
 
 @dataclass(frozen=True)
@@ -112,15 +129,16 @@ class Verdict:
 
 
 def judge(devices: tuple[DeviceReport, ...], slack: int = 0, compute_rel: float = COMPUTE_TOLERANCE,
-          compute_abs: int = 0) -> Verdict:
+          compute_abs: int = 0, uma_pool_bytes: int | None = None, pool_devices: tuple[str, ...] = ()) -> Verdict:
     """Verdict and notes; `slack` bytes absorb an engine's rounding of weights/KV (llama.cpp logs
     MiB with two decimals); compute may differ by `compute_rel` of the larger figure or by
-    `compute_abs` bytes, whichever is more."""
-    over = [(d.name, d.total_bytes - d.budget_bytes) for d in devices
-            if d.budget_bytes is not None and d.total_bytes > d.budget_bytes]
-    if over:
-        name, by = max(over, key=lambda x: x[1])
-        return Verdict(f"does not fit on {name} by {fmt_mib(by)} MiB", False, ())
+    `compute_abs` bytes, whichever is more. Each row is judged against its budget and, with
+    `uma_pool_bytes`, Host and `pool_devices` together against their shared pool (Budgets.over)."""
+    rows = {d.name: d.budget_bytes for d in devices if d.budget_bytes is not None}
+    limits = Budgets.from_rows(rows, uma_pool_bytes if HOST in rows else None, pool_devices)
+    over = over_verdict(limits, {d.name: d.total_bytes for d in devices if d.name in rows})
+    if over is not None:
+        return Verdict(over, False, ())
     notes = []
     for d in devices:
         if d.predicted is None:

@@ -32,13 +32,13 @@ from planner.checking.llama import (
     start_server,
     wait_ready,
 )
-from planner.checking.report import DeviceReport, judge
+from planner.checking.report import DeviceReport, ValidateRequest, judge, with_budgets
 from planner.checking.validate import load_plan, server_predicted
 from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.render import table
 from planner.core.units import MiB, fmt_mib
-from planner.hardware.budgets import resolve_budgets
+from planner.hardware.budgets import pool_name, resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory, rpc_endpoints
 from planner.llama.context import model_context
@@ -93,6 +93,8 @@ class PreparedServe:
     names: tuple[str, ...]                       # the plan's devices in llama.cpp's order
     endpoints: dict[str, str] = field(default_factory=dict)   # RPC device -> endpoint
     notes: tuple[str, ...] = ()
+    uma_pool_bytes: int | None = None            # what Host and `pool_devices` hold together
+    pool_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,9 +167,27 @@ def _memory_fields(flags: LlamaFlags) -> LlamaFlags:
     return replace(flags, ignored=())
 
 
-def _budget_shortfalls(predicted: dict[str, tuple[int, int, int]], budgets: dict[str, int]) -> tuple[Shortfall, ...]:
-    return tuple(Shortfall(row, sum(fig), budgets[row]) for row, fig in predicted.items()
-                 if row in budgets and sum(fig) > budgets[row])
+def _no_longer_fits(predicted: dict[str, tuple[int, int, int]], req: ValidateRequest, extra: list[str]
+                    ) -> InfeasiblePlacement | None:
+    """The error when `predicted` overruns the request's budgets (each row's, and the pool Host
+    shares with UMA devices, charged to Host as Budgets.over charges it); None when it fits."""
+    limits = req.limits
+    totals = {row: sum(fig) for row, fig in predicted.items() if row in req.budgets}
+    if not limits.over(totals):
+        return None
+    short = [Shortfall(row, n, req.budgets[row]) for row, n in totals.items() if n > req.budgets[row]]
+    pool = None
+    if limits.pool_excess(totals) and limits.uma_pool_bytes is not None:
+        pool = Shortfall(HOST, limits.pooled(totals), limits.uma_pool_bytes)   # the pool is Host's budget too
+        short.append(pool)
+    worst = max(short, key=lambda s: s.missing_bytes)
+    if worst is pool:
+        why = (f"{pool_name(limits)} need {fmt_mib(pool.need_bytes)} MiB together, the pool they share is "
+               f"{fmt_mib(pool.budget_bytes)} MiB")
+    else:
+        why = f"{worst.device} needs {fmt_mib(worst.need_bytes)} MiB, its budget is {fmt_mib(worst.budget_bytes)} MiB"
+    return InfeasiblePlacement(f"with {' '.join(extra) or 'these budgets'} the plan no longer fits: {why}",
+                               tuple(short))
 
 
 def hardware_difference(planned: Inventory | None, here: Inventory, flags: LlamaFlags,
@@ -194,15 +214,16 @@ def hardware_difference(planned: Inventory | None, here: Inventory, flags: Llama
     return out
 
 
-def _budgets(req: ServeRequest, planned: Inventory | None) -> dict[str, int] | None:
-    """--max-vram/--max-ram against this machine as described, else the plan's devices; None without them."""
-    inventory = req.here or planned
+def _budgets(req: ServeRequest, plan: ValidateRequest) -> ValidateRequest:
+    """The plan judged against --max-vram/--max-ram (this machine as described, else the plan's
+    devices), its shared pool included; the plan as it is without them."""
+    inventory = req.here or plan.inventory
     if not (req.max_vram or req.max_ram):
-        return None
+        return plan
     if inventory is None:
         raise BadInput("--max-vram/--max-ram: the plan has no inventory; expected --devices, --device or --rpc too")
-    b = resolve_budgets(inventory, req.max_vram, req.max_ram)
-    return {**b.devices, **({HOST: b.host_bytes} if inventory.host.ram_available_bytes else {})}
+    return with_budgets(plan, resolve_budgets(inventory, req.max_vram, req.max_ram),
+                        host=bool(inventory.host.ram_available_bytes))
 
 
 def prepare_serve(req: ServeRequest) -> PreparedServe:
@@ -216,16 +237,13 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
     settings = resolve_settings(ctx, flags, plan.inventory)
     est = estimate_settings(settings)
     notes = []
-    budgets = _budgets(req, plan.inventory) or plan.budgets
-    if _memory_fields(flags) != _memory_fields(plan.flags) or budgets is not plan.budgets:
+    judged = _budgets(req, plan)
+    if _memory_fields(flags) != _memory_fields(plan.flags) or judged is not plan:
         notes.append(f"re-estimated with {' '.join(llama_extra)}")
-        short = _budget_shortfalls(server_predicted(settings, est, server_outputs_max(flags.n_batch, flags.n_parallel)),
-                                   budgets)
-        if short:
-            worst = max(short, key=lambda s: s.missing_bytes)
-            raise InfeasiblePlacement(
-                f"with {' '.join(llama_extra) or 'these budgets'} the plan no longer fits: {worst.device} needs "
-                f"{fmt_mib(worst.need_bytes)} MiB, its budget is {fmt_mib(worst.budget_bytes)} MiB", short)
+        error = _no_longer_fits(server_predicted(settings, est, server_outputs_max(flags.n_batch, flags.n_parallel)),
+                                judged, llama_extra)
+        if error is not None:
+            raise error
     predicted = server_predicted(settings, est, server_outputs_max(flags.n_batch, flags.n_parallel))
     if req.check_hardware and not req.force and plan.inventory is not None:
         here = req.here or detect_inventory(rpc_endpoints(plan.inventory))
@@ -238,8 +256,8 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
             "--host", req.host, "--port", str(port), *LOG_LEVEL]
     names = tuple(d.name for d in settings.devices)
     endpoints = {d.name: d.endpoint for d in (plan.inventory.devices if plan.inventory else ()) if d.endpoint}
-    return PreparedServe(tuple(argv), f"http://{req.host}:{port}", req.host, port, flags, predicted, budgets,
-                         names, endpoints, tuple(notes))
+    return PreparedServe(tuple(argv), f"http://{req.host}:{port}", req.host, port, flags, predicted,
+                         judged.budgets, names, endpoints, tuple(notes), judged.uma_pool_bytes, judged.pool_devices)
 
 
 def with_program(prepared: PreparedServe, bin_dir: Path) -> PreparedServe:
@@ -254,7 +272,8 @@ def _check(stage: str, rows: dict[str, tuple[int, int, int]], prepared: Prepared
     devices = tuple(DeviceReport(row, *rows.get(row, (0, 0, 0)), prepared.predicted.get(row),
                                  prepared.budgets.get(row), 0.0)
                     for row in [*prepared.names, HOST])
-    verdict = judge(devices, slack=MODEL_SLACK, compute_rel=COMPUTE_REL, compute_abs=COMPUTE_ABS)
+    verdict = judge(devices, slack=MODEL_SLACK, compute_rel=COMPUTE_REL, compute_abs=COMPUTE_ABS,
+                    uma_pool_bytes=prepared.uma_pool_bytes, pool_devices=prepared.pool_devices)
     return MemoryCheck(stage, devices, verdict.text, verdict.fits, notes + verdict.notes)
 
 

@@ -25,6 +25,7 @@ from planner.checking.report import (
     ValidateRequest,
     judge,
     prompt_ids,
+    with_budgets,
 )
 from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
@@ -122,7 +123,7 @@ def _validate_reserve(req: ValidateRequest, settings: LlamaSettings,
     devices = tuple(DeviceReport(row_of(name), runner.weight_bytes.get(name, 0), runner.kv_bytes.get(name, 0),
                                  compute.get(name, 0), predicted.get(row_of(name)), req.budgets.get(row_of(name)), 0.0)
                     for name in [d.name for d in runner.placement.devices] + [CPU])
-    verdict = judge(devices)
+    verdict = judge(devices, uma_pool_bytes=req.uma_pool_bytes, pool_devices=req.pool_devices)
     rr = runner.reserve_report
     return ValidateReport("embedded", settings.ctx.model.path, flags_text, devices, rr.n_splits_pp, rr.n_splits_tg,
                           None, 0.0, 0.0, 0.0, verdict.text, verdict.fits, verdict.notes, executed=False)
@@ -155,7 +156,7 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
         seconds = sum(s.split_seconds.get(name, 0.0) for s in gen_steps) / max(1, len(gen_steps))
         devices.append(DeviceReport(row, runner.weight_bytes.get(name, 0), runner.kv_bytes.get(name, 0),
                                     compute.get(name, 0), predicted.get(row), req.budgets.get(row), seconds))
-    verdict = judge(tuple(devices))
+    verdict = judge(tuple(devices), uma_pool_bytes=req.uma_pool_bytes, pool_devices=req.pool_devices)
     n_split_gen = gen_steps[-1].measurement.n_splits
     return ValidateReport(
         "embedded", ctx.model.path, flags_text, tuple(devices), runner.steps[0].measurement.n_splits, n_split_gen,
@@ -170,7 +171,8 @@ def load_plan(path: str, n_prompt: int = DEFAULT_PROMPT_TOKENS, n_gen: int = DEF
     """A request from `fitplan plan -o plan.yaml`'s deployment file (planner/planning/document.py)."""
     doc = read_deployment(path)
     mf = _check_header(path, doc)
-    return ValidateRequest(doc.model_path, doc.flags, doc.inventory, doc.budgets, n_prompt, n_gen, mf)
+    return ValidateRequest(doc.model_path, doc.flags, doc.inventory, doc.budgets, n_prompt, n_gen, mf,
+                           doc.uma_pool_bytes, doc.pool_devices)
 
 
 def validate_request(target: str, flags: list[str], devices: str | None = None, max_vram: str | None = None,
@@ -180,15 +182,13 @@ def validate_request(target: str, flags: list[str], devices: str | None = None, 
         if flags or devices or max_vram:
             raise BadInput("a plan file carries its own flags, inventory and budgets: give nothing else")
         return load_plan(target, n_prompt, n_gen)
-    inventory = None
-    budgets: dict[str, int] = {}
     if devices:
         inventory = load_inventory(devices)
-        b = resolve_budgets(inventory, max_vram)
-        budgets = {**b.devices, HOST: b.host_bytes}
-    elif max_vram:
+        req = ValidateRequest(target, parse_llama_flags(flags), inventory, n_prompt=n_prompt, n_gen=n_gen)
+        return with_budgets(req, resolve_budgets(inventory, max_vram))
+    if max_vram:
         raise BadInput("--max-vram needs --devices (budgets are relative to an inventory)")
-    return ValidateRequest(target, parse_llama_flags(flags), inventory, budgets, n_prompt, n_gen)
+    return ValidateRequest(target, parse_llama_flags(flags), None, {}, n_prompt, n_gen)
 
 
 def _check_header(path: str, doc: Deployment) -> ModelFile:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from planner.core.errors import BadInput, InventoryError
-from planner.core.units import SIZE_TEXT, GiB, MiB, parse_size
+from planner.core.units import SIZE_TEXT, GiB, MiB, fmt_mib, parse_size
 from planner.hardware.inventory import HOST, LOCAL_GPU_KINDS, DeviceSpec, Inventory
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,48 @@ class Budgets:
         """Bytes Host and the UMA devices use together beyond their shared pool (0 without one)."""
         if self.uma_pool_bytes is None:
             return 0
-        shared = totals.get(HOST, 0) + sum(totals.get(name, 0) for name in self.pool_devices)
-        return max(0, shared - self.uma_pool_bytes)
+        return max(0, self.pooled(totals) - self.uma_pool_bytes)
+
+    def pooled(self, totals: Mapping[str, int]) -> int:
+        """Bytes Host and the UMA devices use together (what the pool must hold)."""
+        return totals.get(HOST, 0) + sum(totals.get(name, 0) for name in self.pool_devices)
+
+    def rows(self) -> dict[str, int]:
+        """The budgets by row: each device's under its name, the host's under HOST."""
+        return {**self.devices, HOST: self.host_bytes}
+
+    @classmethod
+    def from_rows(cls, rows: Mapping[str, int], uma_pool_bytes: int | None = None,
+                  pool_devices: tuple[str, ...] = ()) -> Budgets:
+        """Budgets from `rows()` and the pool; a missing HOST row is a host budget of 0 (judge such
+        budgets only on the rows they have: `over_verdict`)."""
+        return cls({k: v for k, v in rows.items() if k != HOST}, rows.get(HOST, 0), uma_pool_bytes, pool_devices)
 
 
 def pool_members(budgets: Budgets) -> list[str]:
     """Host and the UMA devices that share its RAM ([] when no device does)."""
     return [HOST, *budgets.pool_devices] if budgets.uma_pool_bytes is not None else []
+
+
+def pool_name(budgets: Budgets) -> str:
+    """The pool's members in words: "Host and Vulkan0", "Host, Vulkan0 and Vulkan1"."""
+    members = pool_members(budgets)
+    return ", ".join(members[:-1]) + " and " + members[-1] if len(members) > 1 else "".join(members)
+
+
+def over_verdict(budgets: Budgets, totals: Mapping[str, int]) -> str | None:
+    """"does not fit on X by N MiB" for the row most over its budget, or "does not fit in the N MiB
+    pool Host and Vulkan0 share by M MiB" when the shared pool is what overflows most; None when
+    `totals` fit. Rows of `totals` without a budget are not judged."""
+    over = budgets.over(totals)
+    if not over:
+        return None
+    name, by = max(over.items(), key=lambda x: x[1])
+    own = totals.get(HOST, 0) - budgets.host_bytes
+    if name == HOST and budgets.uma_pool_bytes is not None and by == budgets.pool_excess(totals) and by > own:
+        return (f"does not fit in the {fmt_mib(budgets.uma_pool_bytes)} MiB pool {pool_name(budgets)} share "
+                f"by {fmt_mib(by)} MiB")
+    return f"does not fit on {name} by {fmt_mib(by)} MiB"
 
 
 def resolve_device(inventory: Inventory, name: str) -> DeviceSpec:

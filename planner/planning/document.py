@@ -9,6 +9,7 @@ import yaml
 
 from planner.core.errors import BadInput
 from planner.core.llama_tools import LLAMA_CPP_PIN
+from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory, inventory_from_dict, inventory_to_dict
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.placement import HOST
@@ -25,13 +26,23 @@ def deployment(result: PlanResult) -> dict[str, Any]:
         "llama_cpp": LLAMA_CPP_PIN,
         "model": {"path": result.model_path, "header_sha256": result.header_sha256},
         "inventory": inventory_to_dict(result.inventory),
-        "budgets": {"devices": dict(result.budgets.devices), "host_bytes": result.budgets.host_bytes},
+        "budgets": _budgets_doc(result.budgets),
         **plan_commands(result),
         "ctx": result.n_ctx,
         "devices": plan_rows(result),
         "predicted": plan_predicted(result),
         "compute_model": result.estimate.compute_model,
     }
+
+
+def _budgets_doc(budgets: Budgets) -> dict[str, Any]:
+    """The budgets as the document stores them; the pool Host and the UMA devices share only when
+    there is one (documents written before it have none, and read back without one)."""
+    doc: dict[str, Any] = {"devices": dict(budgets.devices), "host_bytes": budgets.host_bytes}
+    if budgets.uma_pool_bytes is not None:
+        doc["uma_pool_bytes"] = budgets.uma_pool_bytes
+        doc["pool_devices"] = list(budgets.pool_devices)
+    return doc
 
 
 def deployment_yaml(result: PlanResult, doc: dict[str, Any] | None = None) -> str:
@@ -49,6 +60,15 @@ class Deployment:
     inventory: Inventory | None
     budgets: dict[str, int]      # device name -> bytes; HOST for the host's
     argv: tuple[str, ...] = ()   # llama-server's / llama-cli's arguments: `-m MODEL` (or `-mu URL`), the flags
+    uma_pool_bytes: int | None = None   # what Host and `pool_devices` hold together (Budgets.uma_pool_bytes)
+    pool_devices: tuple[str, ...] = ()
+
+    @property
+    def limits(self) -> Budgets:
+        """The budgets as planning had them, the shared pool included: judge a reading with
+        `Budgets.over` / `over_verdict`, never row by row. A document without a host budget has
+        a host budget of 0 here (drop the Host row from what is judged)."""
+        return Budgets.from_rows(self.budgets, self.uma_pool_bytes, self.pool_devices)
 
     @property
     def flag_argv(self) -> tuple[str, ...]:
@@ -82,10 +102,14 @@ def read_deployment(path: str) -> Deployment:
             raise ValueError(f"argv: expected it to start with {' '.join(model_args(str(model['path'])))}")
         flags = parse_llama_flags(list(argv[n:]))
         inventory = inventory_from_dict(doc["inventory"], "plan") if doc.get("inventory") else None
-        budgets = {str(k): int(v) for k, v in (doc.get("budgets", {}).get("devices") or {}).items()}
-        if doc.get("budgets", {}).get("host_bytes"):
-            budgets[HOST] = int(doc["budgets"]["host_bytes"])
-        return Deployment(str(model["path"]), model.get("header_sha256"), flags, inventory, budgets, argv)
+        written = doc.get("budgets") or {}
+        budgets = {str(k): int(v) for k, v in (written.get("devices") or {}).items()}
+        if written.get("host_bytes"):
+            budgets[HOST] = int(written["host_bytes"])
+        pool = None if written.get("uma_pool_bytes") is None else int(written["uma_pool_bytes"])
+        members = tuple(str(name) for name in written.get("pool_devices") or ())
+        return Deployment(str(model["path"]), model.get("header_sha256"), flags, inventory, budgets, argv,
+                          pool, members)
     except OSError as e:
         raise BadInput(f"{path}: cannot read the plan: {e.strerror}") from None
     except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as e:

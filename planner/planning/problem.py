@@ -186,9 +186,15 @@ def flags_for(s: Setting, a: Assignment) -> LlamaFlags:
 def overuse(s: Setting, est: Estimate) -> dict[str, int]:
     """Bytes over budget per device (llama.cpp names) and on the host (Host + CPU_REPACK); Host also
     carries what Host and the UMA devices use together beyond their shared pool."""
+    return s.budgets.over(row_totals(est))
+
+
+def row_totals(est: Estimate) -> dict[str, int]:
+    """Bytes per budget row: each device's under its name, every host row (Host, CPU_REPACK) summed
+    under HOST."""
     totals = {d.name: d.total_bytes for d in est.devices if d.name not in HOST_ROWS}
     totals[HOST] = sum(d.total_bytes for d in est.devices if d.name in HOST_ROWS)
-    return s.budgets.over(totals)
+    return totals
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,14 @@ from dataclasses import dataclass, replace
 from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.llama_tools import LLAMA_CPP_PIN
 from planner.core.render import layer_ranges
-from planner.hardware.budgets import Budgets
+from planner.hardware.budgets import Budgets, over_verdict, pool_name
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU, CPU_REPACK, HOST
 from planner.memory.estimate import estimate
 from planner.planning.contexts import max_context
 from planner.planning.document import Deployment
 from planner.planning.explain import explain
-from planner.planning.problem import costs_for
+from planner.planning.problem import costs_for, row_totals
 from planner.planning.result import PlanRequest, PlanResult, bench_command, plan_rows, server_command
 from planner.planning.search import plan
 from planner.planning.throughput import predict_estimate
@@ -79,16 +79,30 @@ def plan_report(result: PlanResult, ctx: ModelContext | None = None) -> Report:
     commands = [("run it (llama-server)", server_command(result))]
     bench = bench_command(result)
     commands.append(("measure it (llama-bench)", bench or "# llama-bench cannot express this placement"))
-    facts = (("model", result.model_path), ("context", f"{result.n_ctx} tokens, {result.flags.n_parallel} slot(s)"),
-             ("KV cache", result.flags.cache_type_k), ("objective", result.request.objective.value),
-             ("compute buffers", est.compute_model), ("llama.cpp", LLAMA_CPP_PIN))
+    facts: tuple[tuple[str, str], ...] = (
+        ("model", result.model_path), ("context", f"{result.n_ctx} tokens, {result.flags.n_parallel} slot(s)"),
+        ("KV cache", result.flags.cache_type_k), ("objective", result.request.objective.value),
+        ("compute buffers", est.compute_model), ("llama.cpp", LLAMA_CPP_PIN))
+    over = over_verdict(result.budgets, row_totals(est))
+    if over is not None:   # a plan document whose budgets were changed after planning
+        facts = (("verdict", over),) + facts
     next_steps = tuple(line for line in result.explain if line.startswith(("context ", "layer ")) and "+" in line)
     headroom = tuple(f"{b.name}: {_mib(b.budget_bytes - b.total_bytes)} MiB left of {_mib(b.budget_bytes)} MiB"
-                     for b in bars if b.budget_bytes is not None)
+                     for b in bars if b.budget_bytes is not None) + _pool_headroom(result)
     widest = _widest_context(ctx or model_context(result.model_path), result)
     return Report(f"fitplan plan: {result.model_path.rsplit('/', 1)[-1]}", facts, bars,
                   _layer_cells(result), _moved_elsewhere(result), speeds, tuple(commands), result.explain,
                   headroom + next_steps + widest)
+
+
+def _pool_headroom(result: PlanResult) -> tuple[str, ...]:
+    """What the pool Host and the UMA devices share has left (nothing without one)."""
+    pool = result.budgets.uma_pool_bytes
+    if pool is None:
+        return ()
+    used = result.budgets.pooled(row_totals(result.estimate))
+    return (f"the pool {pool_name(result.budgets)} share: {_mib(pool - used)} MiB left of "
+            f"{_mib(pool)} MiB",)
 
 
 def _widest_context(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
@@ -130,7 +144,7 @@ def result_from_deployment(dep: Deployment) -> PlanResult:
                         if dev == CPU and (m := _LAYER_OF.match(name)) and _EXPS.search(name))
     prediction = predict_estimate(ctx, costs_for(ctx, dep.flags.cache_type_k), est, inventory, experts,
                                   est.output_on_host)
-    budgets = Budgets({k: v for k, v in dep.budgets.items() if k != HOST}, dep.budgets.get(HOST, 0))
+    budgets = dep.limits
     request = PlanRequest(n_ctx=dep.flags.n_ctx, n_parallel=dep.flags.n_parallel,
                           cache_types=(dep.flags.cache_type_k,), n_ubatch=dep.flags.n_ubatch)
     result = PlanResult(dep.model_path, dep.header_sha256 or ctx.model.header_sha256, inventory, budgets, request,
