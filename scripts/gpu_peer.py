@@ -386,6 +386,8 @@ def make_plans(backends: list[str]) -> int:
                     return 1
                 plan = json.loads(done.stdout)
                 plan_argv = [str(a) for a in yaml.safe_load(document.read_text())["argv"]]   # the vector itself
+                if plan_argv[:1] == ["-m"]:   # the model is the GPU machine's own copy: measure names it
+                    plan_argv = plan_argv[2:]
                 budgets = {d["name"]: d["budget_bytes"] // MIB for d in plan["devices"] if d.get("budget_bytes")}
                 entries.append({
                     "name": name, "model": "gemma3-270m", "topology": topology,
