@@ -7,22 +7,19 @@ be the plan of the same file on disk.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from planner.cli import main
 from planner.core import net
-from planner.gguf import references
 from tests.support.fake_hub import (
     MODEL_MEDIA_TYPE,
-    FakeHuggingFace,
-    FakeModelScope,
-    FakeOllamaRegistry,
+    Hosts,
     OllamaLayer,
+    dead_endpoint,
+    hosted,
     settle,
     write_ollama_store,
 )
@@ -32,27 +29,10 @@ DEVICES = ["--device", "CUDA0=256MiB", "--ram", "4GiB", "--ctx", "2048", "--form
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 
 
-@dataclass
-class Hosts:
-    hf: FakeHuggingFace
-    ms: FakeModelScope
-    ollama: FakeOllamaRegistry
-    settings: net.NetSettings
-    files: Path
-
-
 @pytest.fixture
 def hosts(net_sandbox, http_servers, tmp_path, monkeypatch) -> Iterator[Hosts]:
-    hf, ms, ol = FakeHuggingFace(http_servers.start()), FakeModelScope(http_servers.start()), \
-        FakeOllamaRegistry(http_servers.start())
-    for var, url in (("HF_ENDPOINT", hf.endpoint), ("MODELSCOPE_ENDPOINT", ms.endpoint),
-                     ("FITPLAN_OLLAMA_REGISTRY", ol.endpoint), ("FITPLAN_HTTP_RETRIES", "0")):
-        monkeypatch.setenv(var, url)
-    files = tmp_path / "files"
-    files.mkdir()
-    with net.use(net.from_environment()) as settings:
-        yield Hosts(hf, ms, ol, settings, files)
-    references.forget()
+    with hosted(http_servers, tmp_path, monkeypatch) as h:
+        yield h
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -133,12 +113,6 @@ def test_an_ollama_name_not_pulled_plans_from_the_registry(hosts, capsys, tmp_pa
     assert settle(hosts.ollama.server).body_bytes(f"/v2/library/qwen3/blobs/{layer.digest}") < blob.stat().st_size
 
 
-def _dead() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
 @pytest.mark.parametrize("case, model, expected", [
     ("unknown repo", "hf://org/missing:Q4_K_M", "no repository org/missing on "),
     ("no such quant", "hf://org/model-GGUF:Q2_K", "no quant tag 'Q2_K' in org/model-GGUF@89abcdef0123; "
@@ -152,7 +126,7 @@ def test_each_failure_is_one_line_and_exit_2(hosts, capsys, monkeypatch, case, m
     [served] = write(hosts, "m-Q4_K_M.gguf")
     hosts.hf.add("org/model-GGUF", {"model-Q4_K_M.gguf": served}, commit=COMMIT)
     hosts.hf.add("org/gated-GGUF", {"model-Q4_K_M.gguf": served}, gated=True)
-    with net.use(net.overridden(hf_endpoint=_dead()) if case == "dead endpoint" else net.current()):
+    with net.use(net.overridden(hf_endpoint=dead_endpoint()) if case == "dead endpoint" else net.current()):
         code, out, err = run(capsys, "plan", model, "--device", "CUDA0=256MiB", "--ram", "4GiB")
     assert code == 2, err
     # the loopback server's own threads may print to stderr too (a client hanging up mid-answer)

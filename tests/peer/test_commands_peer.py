@@ -53,19 +53,6 @@ def bash_words(line: str) -> list[str]:
     return done.stdout.decode().split("\0")[:-1]
 
 
-@pytest.fixture(scope="module")
-def rpc_endpoints(llama_tools: Path):
-    from planner.core.llama_tools import rpc_servers
-
-    with rpc_servers(2, llama_tools) as endpoints:
-        yield endpoints
-
-
-@pytest.fixture(scope="module")
-def shapes_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("shapes")
-
-
 CHECKABLE = [c for c in CASES if c.checkable]
 
 

@@ -26,14 +26,6 @@ MIB = 2**20
 
 
 @pytest.fixture(scope="module")
-def rpc_endpoints(llama_tools: Path):
-    from planner.core.llama_tools import rpc_servers
-
-    with rpc_servers(2, llama_tools) as endpoints:
-        yield endpoints
-
-
-@pytest.fixture(scope="module")
 def contexts(tmp_path_factory) -> dict[str, tuple[Path, ModelContext]]:
     directory = tmp_path_factory.mktemp("shapes")
     out = {}

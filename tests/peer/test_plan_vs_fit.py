@@ -203,19 +203,6 @@ def run_case(bin_dir: Path, endpoints: list[str], case: Case, directory: Path) -
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def rpc_endpoints(llama_tools: Path):
-    from planner.core.llama_tools import rpc_servers
-
-    with rpc_servers(2, llama_tools) as endpoints:
-        yield endpoints
-
-
-@pytest.fixture(scope="module")
-def shapes_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("shapes")
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_plan_beats_llama_fit(llama_tools, rpc_endpoints, shapes_dir, case):
     out = run_case(llama_tools, rpc_endpoints, case, shapes_dir)

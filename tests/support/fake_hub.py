@@ -21,12 +21,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, unquote
 
-from tests.support.http_server import LoopbackServer, Reply, Request
+import pytest
+
+from planner.core import net
+from planner.gguf import references
+from tests.support.http_server import LoopbackServer, Reply, Request, ServerPool
 
 MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 PROJECTOR_MEDIA_TYPE = "application/vnd.ollama.image.projector"
@@ -252,3 +259,39 @@ def write_hub_cache(root: Path, repo: str, files: dict[str, Path], commit: str =
     (repo_dir / "refs").mkdir(exist_ok=True)
     (repo_dir / "refs" / branch).write_text(commit)
     return snapshot
+
+
+def dead_endpoint() -> str:
+    """An http URL on a loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@dataclass
+class Hosts:
+    """A fake Hugging Face, ModelScope and Ollama registry on loopback, the settings naming them,
+    and a directory for the files they serve."""
+
+    hf: FakeHuggingFace
+    ms: FakeModelScope
+    ollama: FakeOllamaRegistry
+    settings: net.NetSettings
+    files: Path
+
+
+@contextmanager
+def hosted(servers: ServerPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hosts]:
+    """The three fakes started, the environment and the current settings pointing at them (no
+    retries), resolutions forgotten afterwards. Use with the net_sandbox fixture."""
+    hf, ms, ol = FakeHuggingFace(servers.start()), FakeModelScope(servers.start()), FakeOllamaRegistry(servers.start())
+    for var, url in (("HF_ENDPOINT", hf.endpoint), ("MODELSCOPE_ENDPOINT", ms.endpoint),
+                     ("FITPLAN_OLLAMA_REGISTRY", ol.endpoint), ("FITPLAN_HTTP_RETRIES", "0")):
+        monkeypatch.setenv(var, url)
+    files = tmp_path / "files"
+    files.mkdir()
+    try:
+        with net.use(net.from_environment()) as settings:
+            yield Hosts(hf, ms, ol, settings, files)
+    finally:
+        references.forget()

@@ -3,9 +3,7 @@ the local caches (hub cache, LLAMA_CACHE) answering without a request, and Ollam
 """
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,10 +16,10 @@ from planner.gguf.references import Source, resolve_reference
 from tests.support.fake_hub import (
     MODEL_MEDIA_TYPE,
     PROJECTOR_MEDIA_TYPE,
-    FakeHuggingFace,
-    FakeModelScope,
-    FakeOllamaRegistry,
+    Hosts,
     OllamaLayer,
+    dead_endpoint,
+    hosted,
     settle,
     write_hub_cache,
     write_ollama_store,
@@ -31,34 +29,10 @@ from tests.support.gguf_factory import llama_spec
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-@dataclass
-class Hosts:
-    hf: FakeHuggingFace
-    ms: FakeModelScope
-    ollama: FakeOllamaRegistry
-    settings: net.NetSettings
-    files: Path
-
-
-def _dead_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def hosts(net_sandbox, http_servers, tmp_path, monkeypatch) -> Iterator[Hosts]:
-    hf, ms, ol = FakeHuggingFace(http_servers.start()), FakeModelScope(http_servers.start()), \
-        FakeOllamaRegistry(http_servers.start())
-    monkeypatch.setenv("HF_ENDPOINT", hf.endpoint)
-    monkeypatch.setenv("MODELSCOPE_ENDPOINT", ms.endpoint)
-    monkeypatch.setenv("FITPLAN_OLLAMA_REGISTRY", ol.endpoint)
-    files = tmp_path / "files"
-    files.mkdir()
-    with net.use(net.overridden(hf_endpoint=hf.endpoint, ms_endpoint=ms.endpoint, ollama_registry=ol.endpoint,
-                                retries=0)) as settings:
-        yield Hosts(hf, ms, ol, settings, files)
-    references.forget()
+    with hosted(http_servers, tmp_path, monkeypatch) as h:
+        yield h
 
 
 def gguf(hosts: Hosts, name: str, **kw) -> Path:
@@ -200,7 +174,7 @@ def test_a_gated_repository_without_a_token_says_how_to_give_one(hosts):
 
 
 def test_a_dead_endpoint_is_one_line(net_sandbox):
-    dead = f"http://127.0.0.1:{_dead_port()}"
+    dead = dead_endpoint()
     with net.use(net.overridden(hf_endpoint=dead, ms_endpoint=dead, ollama_registry=dead, retries=0)):
         for spec, name in (("hf://org/repo", "Hugging Face"), ("ms://org/repo", "ModelScope"),
                            ("ollama://qwen3:8b", "Ollama registry")):
