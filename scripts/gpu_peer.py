@@ -5,8 +5,9 @@ rehearsal, on the CPU backend), kept in tests/peer/data/<backend>/<device>.json.
     python scripts/gpu_peer.py measure --backend cuda --bin DIR --work DIR --out FILE
                                                             # there (scripts/gpu_peer.sh measure)
 
-`measure` needs only python3, numpy and gguf (it imports tests/support to write the model files,
-never the planner's solver): the matrix is a table here, the plans were made beforehand with
+`measure` needs only python3 with numpy, pyyaml and gguf (it imports tests/support to write the
+model files and the project's llama.cpp log readers and process helpers, never the planner's
+solver): the matrix is a table here, the plans were made beforehand with
 `plans` and committed in scripts/gpu_peer_plans.json. Two topologies:
 - "one": the GPU alone (CUDA0), or, on the CPU backend, the host alone;
 - "three": two ggml-rpc-servers on 127.0.0.1 backed by the same GPU, then the GPU itself
@@ -16,21 +17,16 @@ never the planner's solver): the matrix is a table here, the plans were made bef
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import hashlib
 import json
 import os
 import platform
 import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,13 +37,15 @@ sys.path.insert(0, str(REPO))
 
 from gguf import GGML_QUANT_SIZES  # noqa: E402
 
-from tests.support.gguf_factory import ModelSpec, Q  # noqa: E402
-from tests.support.shapes import gemma3_270m_layout, write_shape  # noqa: E402
+from planner.checking.llama import breakdown_table, start_server, wait_ready  # noqa: E402
+from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process  # noqa: E402
+from planner.gguf.reader import read_model  # noqa: E402
+from tests.support.gguf_factory import Q  # noqa: E402
+from tests.support.shapes import fit_print, gemma3_270m_layout, write_shape  # noqa: E402
 
 PLANS_FILE = REPO / "scripts" / "gpu_peer_plans.json"
 DATA_DIR = REPO / "tests" / "peer" / "data"
 MIB = 2**20
-RPC_PORTS = (50052, 50053)          # the GPU machine is fresh: fixed ports keep the plans' --rpc as made
 TS3 = "{ts}"                        # -ts over the topology's GPU-class devices (RPC0, RPC1[, CUDA0])
 
 
@@ -58,11 +56,9 @@ TS3 = "{ts}"                        # -ts over the topology's GPU-class devices 
 _SCALE_OFFSETS: dict[Q, tuple[int, ...]] = {Q.Q8_0: (0,), Q.Q5_0: (0,), Q.Q4_K: (0, 2), Q.Q6_K: (208,)}
 
 
-def fill_random(path: Path, spec: ModelSpec, seed: int = 0) -> None:
+def fill_random(path: Path, seed: int = 0) -> None:
     """Random quantized blocks in place of the sparse hole: random quants with small finite scales,
     norms near 1, so that a real load copies real bytes and a decode computes finite numbers."""
-    from planner.gguf.reader import read_model
-
     rng = np.random.default_rng(seed)
     mf = read_model(path)
     with open(path, "r+b") as f:
@@ -78,7 +74,6 @@ def fill_random(path: Path, spec: ModelSpec, seed: int = 0) -> None:
             for off in _SCALE_OFFSETS[t.ggml_type]:
                 blocks[:, off:off + 2] = scale
             f.write(blocks.tobytes())
-    del spec
 
 
 MODELS = ("gemma3-270m", "llama-8b", "qwen3-8b", "qwen3moe-30b-a3b", "gpt-oss-20b", "deepseek2-mla")
@@ -97,7 +92,7 @@ def write_models(directory: Path, random_gemma: bool) -> dict[str, Path]:
                 partial = directory / "gemma3-270m.partial.gguf"
                 [written] = spec.write(partial)
                 if random_gemma:
-                    fill_random(written, spec)
+                    fill_random(written)
                 written.rename(path)
             out[name] = path
         else:
@@ -207,87 +202,9 @@ def inventory(backend: str, topology: str, gpu: Gpu | None, endpoints: list[str]
 
 # --- running llama.cpp ---------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process {proc.args} exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s")
-
-
-def _stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextlib.contextmanager
-def rpc_servers(bin_dir: Path, ports: list[int], log_dir: Path) -> Iterator[list[str]]:
-    procs = []
-    try:
-        for port in ports:
-            log = open(log_dir / f"rpc-{port}.log", "w")  # noqa: SIM115 (closed with the process)
-            proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
-                                    stdout=log, stderr=subprocess.STDOUT)
-            procs.append(proc)
-            _wait_port(port, proc)
-        yield [f"127.0.0.1:{p}" for p in ports]
-    finally:
-        for proc in procs:
-            _stop(proc, 5)
-
-
-_FIT_ROW = re.compile(r"^(\S+)\s+(\d+)\s+(\d+)\s+(\d+)$")
-
-
-def fit_print(bin_dir: Path, model: Path, argv: list[str]) -> dict[str, list[int]]:
-    """llama-fit-params --fit-print on: device -> [model, context, compute] MiB as printed."""
-    done = subprocess.run([str(bin_dir / "llama-fit-params"), "-m", str(model), "--fit-print", "on", *argv],
-                          capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr.strip()[-400:] or f"exit {done.returncode}")
-    rows = {}
-    for line in done.stdout.splitlines():
-        m = _FIT_ROW.match(line.strip())
-        if m:
-            rows[m.group(1)] = [int(m.group(2)), int(m.group(3)), int(m.group(4))]
-    if not rows:
-        raise RuntimeError(f"no rows in llama-fit-params output: {done.stdout.strip()[-300:]}")
-    return rows
-
-
+# the raw buffer lines a load logs, kept in the record as printed (parse_buffers reads their sizes)
 _BUFFER_LINE = re.compile(r"(load_tensors|llama_context|llama_kv_cache|sched_reserve|llama_memory_recurrent)"
                           r":\s+(\S+)\s+(model|output|KV|compute|RS) buffer size =\s+([\d.]+) MiB")
-_BREAKDOWN = re.compile(r"\|\s+-\s+(\S+)\s+\((.*)\)\s+\|\s+(\d+)\s+=\s+(\d+)\s+\+\s+\(\s*(\d+)\s+=\s+(\d+)\s+\+\s+(\d+)"
-                        r"\s+\+\s+(\d+)\)\s+\+\s+(-?\d+)\s+\|")
-_BREAKDOWN_HOST = re.compile(r"\|\s+-\s+(Host|CPU_REPACK|\S+)\s+\|\s+(\d+)\s+=\s+(\d+)\s+\+\s+(\d+)\s+\+\s+(\d+)\s+\|")
-
-
-def parse_breakdown(log: str) -> dict[str, dict[str, int]]:
-    """llama_memory_breakdown_print's table (common/fit.cpp): per device total, free, self, model,
-    context, compute, unaccounted MiB; host rows self = model + context + compute."""
-    out: dict[str, dict[str, int]] = {}
-    for m in _BREAKDOWN.finditer(log):
-        keys = ("total", "free", "self", "model", "context", "compute", "unaccounted")
-        out[m.group(1)] = dict(zip(keys, (int(g) for g in m.groups()[2:]), strict=True))
-    for m in _BREAKDOWN_HOST.finditer(log):
-        if m.group(1) not in out:
-            out[m.group(1)] = dict(zip(("self", "model", "context", "compute"), (int(g) for g in m.groups()[1:]),
-                                       strict=True))
-    return out
 
 
 def nvidia_smi_used_mib() -> int | None:
@@ -301,40 +218,28 @@ def nvidia_smi_used_mib() -> int | None:
 
 def real_load(bin_dir: Path, model: Path, argv: list[str], log_path: Path) -> dict:
     """llama-server with the plan's flags: its buffer lines while it loads, nvidia-smi's used
-    memory while it serves (after one completion), its memory breakdown when it stops."""
-    port = _free_port()
+    memory while it serves (after one completion), its memory breakdown when it stops (SIGTERM:
+    llama-server stops as on Ctrl-C and prints the table, tools/server/server.cpp)."""
+    port = free_port()
     before = nvidia_smi_used_mib()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
-                                 "--port", str(port), "-v", *argv], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _wait_health(port, proc)
-            body = json.dumps({"prompt": [10, 11, 12, 13, 14, 15, 16, 17], "n_predict": 8}).encode()  # token ids
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=120) as r:
-                completed = r.status == 200
-            loaded = nvidia_smi_used_mib()
-        finally:
-            _stop(proc)
+    proc = start_server([str(bin_dir / "llama-server"), "-m", str(model), "--host", LOOPBACK, "--port", str(port),
+                         "-v", *argv], log_path)
+    try:
+        wait_ready(proc, port, log_path)
+        body = json.dumps({"prompt": [10, 11, 12, 13, 14, 15, 16, 17], "n_predict": 8}).encode()  # token ids
+        req = urllib.request.Request(f"http://{LOOPBACK}:{port}/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            completed = r.status == 200
+        loaded = nvidia_smi_used_mib()
+    finally:
+        stop_process(proc, grace_s=20)
     text = log_path.read_text(errors="replace")
     return {"ok": proc.returncode == 0 and completed, "exit_code": proc.returncode,
             "buffer_lines": [m.group(0) for m in _BUFFER_LINE.finditer(text)],
             "graph": re.findall(r"graph: nodes = \d+, splits = \d+", text)[-1:],
-            "breakdown": parse_breakdown(text),
+            "breakdown": breakdown_table(text),
             "nvidia_smi_used_mib": {"before": before, "loaded": loaded}}
-
-
-def _wait_health(port: int, proc: subprocess.Popen, timeout_s: float = 180) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited with {proc.returncode} while loading")
-        with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-            if r.status == 200:
-                return
-        time.sleep(0.25)
-    raise RuntimeError("llama-server did not become healthy")
 
 
 # --- the plans made beforehand --------------------------------------------------------------------
@@ -407,21 +312,13 @@ def make_plans(backends: list[str]) -> int:
 
 # --- the record ----------------------------------------------------------------------------------
 
-def detect_gpu(version_text: str) -> Gpu:
+def detect_gpu() -> Gpu:
     done = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap,driver_version,memory.total",
                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=True)
     name, cc, driver, total = (x.strip() for x in done.stdout.splitlines()[0].split(","))
     header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30, check=False).stdout
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
     return Gpu(name, cc, driver, int(total), cuda.group(1) if cuda else "")
-
-
-def _sha(path: Path) -> str:
-    from planner.gguf.reader import read_model
-
-    mf = read_model(path)
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read(mf.header_bytes)).hexdigest()
 
 
 def _tool_version(bin_dir: Path) -> str:
@@ -452,14 +349,13 @@ def measure(args: argparse.Namespace) -> int:
     bin_dir, work = Path(args.bin), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     backend = args.backend
-    gpu = detect_gpu("") if backend == "cuda" else None
+    gpu = detect_gpu() if backend == "cuda" else None
     models = write_models(work / "models", random_gemma=True)
     print(f"gpu_peer: models written in {time.monotonic() - start:.1f} s", flush=True)
-    ports = list(RPC_PORTS) if backend == "cuda" else [_free_port(), _free_port()]
     n_gpu_like = 3 if backend == "cuda" else 2
     plans = json.loads(PLANS_FILE.read_text())[backend]
     rows, failures, loads = [], [], []
-    with rpc_servers(bin_dir, ports, work) as endpoints:
+    with rpc_servers(2, bin_dir) as endpoints:
         doc = {
             "schema": 1,
             "backend": backend,
@@ -475,7 +371,7 @@ def measure(args: argparse.Namespace) -> int:
             "devices_listed": {ONE: _list_devices(bin_dir, []), THREE: _list_devices(bin_dir, endpoints)},
             "rpc_endpoints": endpoints,
             "inventory": {t: inventory(backend, t, gpu, endpoints) for t in (ONE, THREE)},
-            "models": {n: {"file": p.name, "header_sha256": _sha(p), "bytes": p.stat().st_size}
+            "models": {n: {"file": p.name, "header_sha256": read_model(p).header_sha256, "bytes": p.stat().st_size}
                        for n, p in models.items()},
         }
         # the plans' own flags are rows of the matrix too (llama-server-only -np left as planned)
@@ -489,6 +385,8 @@ def measure(args: argparse.Namespace) -> int:
             t0 = time.monotonic()
             try:
                 devices = fit_print(bin_dir, models[name], argv)
+                if not devices:
+                    raise RuntimeError("llama-fit-params printed no rows")
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 failures.append({"model": name, "topology": topology, "flags": template, "error": str(e)})
                 print(f"gpu_peer: FAILED {name} {template}: {e}", flush=True)
@@ -500,7 +398,7 @@ def measure(args: argparse.Namespace) -> int:
             argv = _plan_argv(plans, "plan:" + plan["name"], endpoints)
             try:
                 result = real_load(bin_dir, models[plan["model"]], argv, work / f"load-{plan['name']}.log")
-            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            except (ToolsError, RuntimeError, OSError, subprocess.SubprocessError) as e:
                 result = {"ok": False, "error": str(e),
                           "log_tail": (work / f"load-{plan['name']}.log").read_text(errors="replace")[-2000:]}
             loads.append({"plan": plan["name"], "model": plan["model"], "topology": plan["topology"],

@@ -23,7 +23,7 @@
 #   run(command="scripts/gpu_peer.sh measure --out $OUT", carry=[".gpu/llama-cuda.tar.xz"], timeout_s=420)
 # then copy the returned $OUT/<gpu>.json to tests/peer/data/cuda/ and commit it.
 #
-# Measure: needs python3 with numpy (the gguf wheel travels in the payload), the working tree
+# Measure: needs python3 with numpy and pyyaml (the gguf wheel travels in the payload), the working tree
 # (scripts/gpu_peer.py and tests/support write the model files there), nvidia-smi. It stays
 # under five minutes on an H200; FITPLAN_GPU_PEER_BUDGET_S bounds it.
 set -euo pipefail

@@ -81,23 +81,34 @@ def parse_buffers(text: str) -> dict[tuple[str, str], int]:
 # stops (tools/server/server.cpp): `| - NAME (DESC) | total = free + (self = model + context +
 # compute) + unaccounted |` per device, `| - Host | self = model + context + compute |`, and the
 # same for every other buffer type on a row of its own. Figures are floor(bytes / MiB).
-_BREAKDOWN_DEVICE = re.compile(r"common_memory_breakdown_print: \|\s+- (\S+) \(.*\)\s+\|\s*\d+ = +\d+ \+ \(\s*"
-                               r"\d+ = +(\d+) \+ +(\d+) \+ +(\d+)\)")
-_BREAKDOWN_OTHER = re.compile(r"common_memory_breakdown_print: \|\s+- (\S+)\s+\|\s+\d+ = +(\d+) \+ +(\d+) \+ +(\d+)"
+_BREAKDOWN_DEVICE = re.compile(r"common_memory_breakdown_print: \|\s+- (\S+) \(.*\)\s+\|\s*(\d+) = +(\d+) \+ \(\s*"
+                               r"(\d+) = +(\d+) \+ +(\d+) \+ +(\d+)\) \+ +(-?\d+)")
+_BREAKDOWN_OTHER = re.compile(r"common_memory_breakdown_print: \|\s+- (\S+)\s+\|\s+(\d+) = +(\d+) \+ +(\d+) \+ +(\d+)"
                               r"\s+\|")
+_DEVICE_COLUMNS = ("total", "free", "self", "model", "context", "compute", "unaccounted")
+_OTHER_COLUMNS = ("self", "model", "context", "compute")
+
+
+def breakdown_table(text: str) -> dict[str, dict[str, int]]:
+    """The last memory breakdown table in a log, every column as printed (MiB, rounded down):
+    devices `total, free, self, model, context, compute, unaccounted`, other rows (Host, extra host
+    buffer types) `self, model, context, compute`; {} when it printed none."""
+    header = text.rfind("memory breakdown [MiB]")
+    if header < 0:
+        return {}
+    table_text = text[header:]
+    rows = {m[0]: dict(zip(_DEVICE_COLUMNS, map(int, m[1:]), strict=True))
+            for m in _BREAKDOWN_DEVICE.findall(table_text)}
+    for m in _BREAKDOWN_OTHER.findall(table_text):
+        rows[m[0]] = dict(zip(_OTHER_COLUMNS, map(int, m[1:]), strict=True))
+    return rows
 
 
 def parse_breakdown(text: str) -> dict[str, tuple[int, int, int]]:
     """The last memory breakdown table in a log: row name -> (model, context, compute) bytes, as
     llama.cpp printed them (MiB, rounded down); {} when it printed none."""
-    rows: dict[str, tuple[int, int, int]] = {}
-    header = text.rfind("memory breakdown [MiB]")
-    if header < 0:
-        return rows
-    table_text = text[header:]
-    for name, model, context, compute in _BREAKDOWN_DEVICE.findall(table_text) + _BREAKDOWN_OTHER.findall(table_text):
-        rows[name] = (int(model) * MiB, int(context) * MiB, int(compute) * MiB)
-    return rows
+    return {name: (row["model"] * MiB, row["context"] * MiB, row["compute"] * MiB)
+            for name, row in breakdown_table(text).items()}
 
 
 @dataclass(frozen=True)

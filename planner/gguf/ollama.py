@@ -164,8 +164,9 @@ def from_registry(name: OllamaName) -> OllamaModel:
 
     base = registry_base(name)
     repo = f"{base}/v2/{name.namespace}/{name.model}"
+    manifest_url = f"{repo}/manifests/{name.tag}"
     try:
-        manifest = http.get_json(f"{repo}/manifests/{name.tag}", headers={"Accept": MANIFEST_ACCEPT})
+        manifest = http.get_json(manifest_url, headers={"Accept": MANIFEST_ACCEPT})
     except RemoteError as e:
         if e.status == 404:
             raise BadInput(f"ollama://{name}: no such Ollama model (not in {net.current().ollama_models}, "
@@ -174,9 +175,9 @@ def from_registry(name: OllamaName) -> OllamaModel:
             raise BadInput(f"ollama://{name}: not in {net.current().ollama_models}, and the Ollama registry "
                            f"{base} cannot be reached ({e.problem}); set FITPLAN_OLLAMA_REGISTRY") from None
         raise
-    layers = _layers(manifest, f"{repo}/manifests/{name.tag}")
-    digest = _model_digest(name, layers, f"{repo}/manifests/{name.tag}")
-    projector = _digest_of(layers, PROJECTOR_MEDIA_TYPE, f"{repo}/manifests/{name.tag}")
+    layers = _layers(manifest, manifest_url)
+    digest = _model_digest(name, layers, manifest_url)
+    projector = _digest_of(layers, PROJECTOR_MEDIA_TYPE, manifest_url)
     return OllamaModel(f"{repo}/blobs/{digest}", digest, f"{repo}/blobs/{projector}" if projector else None,
                        "registry")
 

@@ -66,7 +66,7 @@ def _padded_nbytes(qtype: GGMLQuantizationType, shape: Sequence[int], alignment:
     return -(-n // alignment) * alignment
 
 
-def _add_value(writer: GGUFWriter, name: str, value: Any) -> None:
+def add_value(writer: GGUFWriter, name: str, value: Any) -> None:
     if isinstance(value, Typed):
         writer.add_key_value(name, value.value, value.vtype, value.sub_type)
     elif isinstance(value, bool):
@@ -100,7 +100,7 @@ def write_model(path: str | Path, arch: str, metadata: Mapping[str, Any], tensor
     if alignment is not None:
         writer.add_custom_alignment(alignment)
     for name, value in metadata.items():
-        _add_value(writer, key(name, arch), value)
+        add_value(writer, key(name, arch), value)
     for name, qtype, shape in tensors:
         # numpy order for the writer (it reverses dims); a non-uint8 dtype keeps the shape as given
         writer.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32),

@@ -13,6 +13,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 
+from tests.support.gguf_factory import ModelSpec, add_value, key
+
 Q = GGMLQuantizationType
 
 
@@ -113,11 +115,27 @@ def write_tiny(path: Path, arch: str, d: Dims = Dims(), seed: int = 0, all_f32: 
     w.add_token_list([f"tok{i:04d}" for i in range(d.n_vocab)])
     w.add_token_types([1] * d.n_vocab)
     w.add_token_merges(["t o"])
-    for name, shape, qtype in _tensors(arch, d):
+    _write_random_tensors(w, rng, _tensors(arch, d), all_f32)
+    return path
+
+
+def _write_random_tensors(w: GGUFWriter, rng: np.random.Generator,
+                          tensors: list[tuple[str, tuple[int, ...], Q]], all_f32: bool) -> None:
+    """Random weights for (name, ggml shape, type) in order, then the file written and closed."""
+    for name, shape, qtype in tensors:
         data, qtype = random_weight(rng, name, shape, qtype, all_f32)
         w.add_tensor(name, data, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def write_random(path: Path, spec: ModelSpec, all_f32: bool = False, seed: int = 0) -> Path:
+    """A gguf_factory layout (its metadata and tensors) with random weights in place of the
+    sparse hole: normal x 0.5 / sqrt(fan-in), norms near 1."""
+    w = GGUFWriter(path, spec.arch)
+    for name, value in spec.metadata.items():
+        add_value(w, key(name, spec.arch), value)
+    _write_random_tensors(w, np.random.default_rng(seed), [(n, shape, q) for n, q, shape in spec.tensors], all_f32)
     return path

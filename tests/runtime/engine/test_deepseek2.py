@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter, Keys
+from gguf import Keys
 
 from planner.core.errors import BadInput
 from planner.llama.context import model_context
@@ -23,9 +23,9 @@ from runtime.engine.reserve import supported
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.debug import op_desc
 from runtime.ggml.graph import VIEW_OPS
-from tests.support.gguf_factory import ModelSpec, _add_value, add_tokenizer, deepseek2_lite_layout, deepseek2_spec, key
+from tests.support.gguf_factory import ModelSpec, add_tokenizer, deepseek2_lite_layout, deepseek2_spec
 from tests.support.reference import float64_weights, rms_norm
-from tests.support.tiny_models import random_weight
+from tests.support.tiny_models import write_random
 
 TOKENS = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19]
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]
@@ -48,18 +48,7 @@ def _specs() -> dict[str, ModelSpec]:
 
 def _write(path: Path, spec: ModelSpec, all_f32: bool, seed: int = 0) -> Path:
     """The spec's layout with random weights (normal, 0.5 / sqrt(fan-in); norms near 1)."""
-    rng = np.random.default_rng(seed)
-    w = GGUFWriter(path, spec.arch)
-    for name, value in spec.metadata.items():
-        _add_value(w, key(name, spec.arch), value)
-    for name, qtype, shape in spec.tensors:
-        data, qtype = random_weight(rng, name, shape, qtype, all_f32)
-        w.add_tensor(name, data, raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_random(path, spec, all_f32, seed)
 
 
 @pytest.fixture(scope="module")
