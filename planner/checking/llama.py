@@ -163,13 +163,6 @@ def server_prompt_batches(n_tokens: int, checkpoints: bool, n_batch: int = 2048,
     return sizes
 
 
-def server_outputs_max(n_batch: int, n_parallel: int, n_draft: int = 0) -> int:
-    """The output rows llama-server reserves: min(n_batch, n_parallel * (1 + n_draft)), at least 1
-    (tools/server/server-context.cpp server_output_limits, common/speculative.cpp
-    common_speculative_get_output_limits); llama-fit-params and llama-cli reserve n_batch."""
-    return max(1, min(n_batch, n_parallel * (1 + max(0, n_draft))))
-
-
 def server_ready(port: int, host: str = LOOPBACK) -> bool:
     """llama-server answers /health with 200 (it answers 503 while the model loads)."""
     try:

@@ -28,7 +28,6 @@ from planner.checking.llama import (
     parse_breakdown,
     parse_buffers,
     rows_by_device,
-    server_outputs_max,
     start_server,
     wait_ready,
 )
@@ -41,6 +40,7 @@ from planner.core.units import MiB, fmt_mib
 from planner.hardware.budgets import pool_name, resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory, rpc_endpoints
+from planner.llama.companions import server_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.placement import HOST

@@ -60,7 +60,7 @@ def _predicted(est: Estimate) -> dict[str, tuple[int, int, int]]:
 
 def server_predicted(settings: LlamaSettings, est: Estimate, n_outputs_max: int = 1) -> dict[str, tuple[int, int, int]]:
     """The estimate, with compute re-reserved for llama-server's output rows (`n_outputs_max`:
-    planner.checking.llama.server_outputs_max) where the runtime has a graph builder (the estimate, like
+    planner.llama.companions.server_outputs_max) where the runtime has a graph builder (the estimate, like
     llama-fit-params, reserves n_batch rows)."""
     predicted = _predicted(est)
     try:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from enum import Enum
+from typing import Any
 
 from planner.core.errors import FlagError
 from planner.model.costs import CACHE_TYPES
@@ -25,6 +26,11 @@ MAX_DEVICES = 16  # llama_max_devices(): -ts with this many values or more is re
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 FA_MODES = ("on", "off", "auto")
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+# common/speculative.cpp common_speculative_type_from_name_map, and the kinds that run a second model
+# or context (COMMON_SPECULATIVE_TYPE_DRAFT_*: their n_max is --spec-draft-n-max).
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+              "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+DRAFT_SPEC_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"})
 _TRUTHY = ("on", "enabled", "true", "1")   # common/arg.cpp is_truthy / is_falsey
 _FALSEY = ("off", "disabled", "false", "0")
 
@@ -63,6 +69,83 @@ class TensorOverride:
     target: str       # a buffer type name: CPU, CUDA0, RPC0[host:port], ...
 
 
+def overrides_of(args: tuple[OverrideArg, ...]) -> tuple[TensorOverride, ...]:
+    """The tensor buffer-type overrides of an override list in llama.cpp's order (first match wins)."""
+    out: list[TensorOverride] = []
+    for arg in args:
+        if arg.kind is OverrideKind.OT:
+            for item in arg.value.split(","):
+                pattern, _, target = item.partition("=")
+                out.append(TensorOverride(pattern, target))
+        elif arg.kind is OverrideKind.CMOE:
+            out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
+        else:
+            regex = FFN_EXPS_REGEX if arg.kind is OverrideKind.NCMOE else FFN_DENSE_REGEX
+            out.extend(TensorOverride(rf"blk\.{i}{regex}", "CPU") for i in range(int(arg.value)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class DraftFlags:
+    """The drafter's own flags (common_params_speculative_draft); everything else it inherits from the
+    target's (common_base_params_to_speculative: -c, -np, -b, -ub, -fa, -ts, -sm, -mg, -kvu, -nkvo ...)."""
+
+    model: str = ""                          # -md
+    n_gpu_layers: int = NGL_AUTO             # -ngld (auto = every layer)
+    devices: tuple[str, ...] | None = None   # -devd; None follows -dev
+    override_args: tuple[OverrideArg, ...] = ()   # -otd, -cmoed, -ncmoed
+    cache_type_k: str = "f16"                # -ctkd
+    cache_type_v: str = "f16"                # -ctvd
+    n_max: int = 3                           # --spec-draft-n-max
+
+    @property
+    def overrides(self) -> tuple[TensorOverride, ...]:
+        return overrides_of(self.override_args)
+
+
+@dataclass(frozen=True)
+class SpecFlags:
+    """Speculative decoding: `--spec-type` appends to llama.cpp's default list ["none"]."""
+
+    types: tuple[str, ...] = ("none",)
+    draft: DraftFlags = DraftFlags()
+    # the proposal lengths of the n-gram kinds (common.h defaults), for the target's output rows
+    ngram_simple_size_m: int = 48
+    ngram_map_k_size_m: int = 48
+    ngram_map_k4v_size_m: int = 48
+    ngram_mod_n_max: int = 64
+
+    @property
+    def has_draft(self) -> bool:
+        return bool(self.draft.model)
+
+    @property
+    def n_max(self) -> int:
+        """common_speculative_n_max: the longest proposal of the enabled kinds (0 with none)."""
+        by_type = {"ngram-simple": self.ngram_simple_size_m, "ngram-map-k": self.ngram_map_k_size_m,
+                   "ngram-map-k4v": self.ngram_map_k4v_size_m, "ngram-mod": self.ngram_mod_n_max,
+                   "ngram-cache": 8}
+        sizes = [max(0, self.draft.n_max) if t in DRAFT_SPEC_TYPES else by_type.get(t, 0) for t in self.types]
+        return max(sizes, default=0)
+
+
+@dataclass(frozen=True)
+class MmprojFlags:
+    """The multimodal projector (mtmd): -mm, --no-mmproj-offload, -mmdev, --image-min/max-tokens."""
+
+    path: str = ""
+    use_gpu: bool = True                 # --mmproj-offload / --no-mmproj-offload
+    device: str | None = None            # -mmdev; "none" keeps it on the CPU; None: the first of -dev
+    image_min_tokens: int = -1           # -1: read from the model
+    image_max_tokens: int = -1
+
+
+@dataclass(frozen=True)
+class LoraArg:
+    path: str
+    scale: float = 1.0
+
+
 @dataclass(frozen=True)
 class LlamaFlags:
     n_ctx: int = 0
@@ -86,23 +169,20 @@ class LlamaFlags:
     no_host: bool = False
     op_offload: bool = True      # --no-op-offload: host-weight ops stay on the CPU (cparams.op_offload)
     load_mode: str = "auto"
+    spec: SpecFlags = SpecFlags()               # speculative decoding and its drafter
+    mmproj: MmprojFlags = MmprojFlags()         # the multimodal projector
+    loras: tuple[LoraArg, ...] = ()             # --lora / --lora-scaled, in order
     ignored: tuple[str, ...] = ()   # accepted flags that change nothing in memory, as written
 
     @property
     def overrides(self) -> tuple[TensorOverride, ...]:
         """The tensor buffer-type overrides in llama.cpp's order (first match wins)."""
-        out: list[TensorOverride] = []
-        for arg in self.override_args:
-            if arg.kind is OverrideKind.OT:
-                for item in arg.value.split(","):
-                    pattern, _, target = item.partition("=")
-                    out.append(TensorOverride(pattern, target))
-            elif arg.kind is OverrideKind.CMOE:
-                out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
-            else:
-                regex = FFN_EXPS_REGEX if arg.kind is OverrideKind.NCMOE else FFN_DENSE_REGEX
-                out.extend(TensorOverride(rf"blk\.{i}{regex}", "CPU") for i in range(int(arg.value)))
-        return tuple(out)
+        return overrides_of(self.override_args)
+
+    @property
+    def has_companions(self) -> bool:
+        """A drafter, a projector or an adapter: models llama-server/llama-cli load beside the target."""
+        return self.spec.has_draft or bool(self.mmproj.path) or bool(self.loras)
 
     @property
     def n_gpu_layers_all(self) -> bool:
@@ -205,6 +285,84 @@ _valued("-ctk --cache-type-k", lambda f, v: replace(f, cache_type_k=_cache_type(
 _valued("-ctv --cache-type-v", lambda f, v: replace(f, cache_type_v=_cache_type("-ctv", v)))
 _valued("-fa --flash-attn", lambda f, v: replace(f, flash_attn=_fa(v)))
 _valued("-lm --load-mode", lambda f, v: replace(f, load_mode=_choice("-lm", v, LOAD_MODES)))
+
+
+def _draft(f: LlamaFlags, **changes: Any) -> LlamaFlags:
+    return replace(f, spec=replace(f.spec, draft=replace(f.spec.draft, **changes)))
+
+
+def _spec(f: LlamaFlags, **changes: Any) -> LlamaFlags:
+    return replace(f, spec=replace(f.spec, **changes))
+
+
+def _mmproj(f: LlamaFlags, **changes: Any) -> LlamaFlags:
+    return replace(f, mmproj=replace(f.mmproj, **changes))
+
+
+def _spec_types(text: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in text.split(","))
+    for t in names:
+        _choice("--spec-type", t, SPEC_TYPES)
+    return names
+
+
+def _mmproj_device(f: LlamaFlags, text: str) -> LlamaFlags:
+    """-mmdev: "none" keeps the projector on the CPU; one device only (common/arg.cpp)."""
+    devs = [d.strip() for d in text.split(",") if d.strip()]
+    if devs == ["none"]:
+        return _mmproj(f, use_gpu=False, device=None)
+    if len(devs) != 1:
+        raise FlagError("-mmdev: only one device may be specified for mmproj")
+    return _mmproj(f, use_gpu=True, device=devs[0])
+
+
+def _lora_scaled(text: str) -> tuple[LoraArg, ...]:
+    out = []
+    for item in text.split(","):
+        path, sep, scale = item.rpartition(":")
+        if not sep or not path:
+            raise FlagError(f"--lora-scaled: {item!r} is not FNAME:SCALE")
+        try:
+            out.append(LoraArg(path, float(scale)))
+        except ValueError:
+            raise FlagError(f"--lora-scaled: {scale!r} is not a number") from None
+    return tuple(out)
+
+
+# Companion models (common/arg.cpp: set_spec() options, mmproj_examples, --lora).
+_valued("-md --model-draft --spec-draft-model", lambda f, v: _draft(f, model=v))
+_valued("-ngld --gpu-layers-draft --n-gpu-layers-draft --spec-draft-ngl",
+        lambda f, v: _draft(f, n_gpu_layers=_ngl(v)))
+_valued("-devd --device-draft --spec-draft-device",
+        lambda f, v: _draft(f, devices=tuple(d.strip() for d in v.split(","))))
+_valued("-otd --override-tensor-draft --spec-draft-override-tensor",
+        lambda f, v: _draft(f, override_args=f.spec.draft.override_args + (_ot(v),)))
+_valued("-ncmoed --n-cpu-moe-draft --spec-draft-ncmoe --spec-draft-n-cpu-moe", lambda f, v: _draft(
+    f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.NCMOE, str(_int("-ncmoed", v, 0))),)))
+_switch("-cmoed --cpu-moe-draft --spec-draft-cpu-moe",
+        lambda f, _: _draft(f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.CMOE),)))
+_valued("-ctkd --cache-type-k-draft --spec-draft-type-k",
+        lambda f, v: _draft(f, cache_type_k=_cache_type("-ctkd", v)))
+_valued("-ctvd --cache-type-v-draft --spec-draft-type-v",
+        lambda f, v: _draft(f, cache_type_v=_cache_type("-ctvd", v)))
+_valued("--spec-draft-n-max --draft --draft-n --draft-max",
+        lambda f, v: _draft(f, n_max=_int("--spec-draft-n-max", v, 0)))
+_valued("--spec-type", lambda f, v: _spec(f, types=f.spec.types + _spec_types(v)))
+_valued("--spec-ngram-simple-size-m",
+        lambda f, v: _spec(f, ngram_simple_size_m=_int("--spec-ngram-simple-size-m", v, 0)))
+_valued("--spec-ngram-map-k-size-m", lambda f, v: _spec(f, ngram_map_k_size_m=_int("--spec-ngram-map-k-size-m", v, 0)))
+_valued("--spec-ngram-map-k4v-size-m",
+        lambda f, v: _spec(f, ngram_map_k4v_size_m=_int("--spec-ngram-map-k4v-size-m", v, 0)))
+_valued("--spec-ngram-mod-n-max", lambda f, v: _spec(f, ngram_mod_n_max=_int("--spec-ngram-mod-n-max", v, 0)))
+_valued("-mm --mmproj", lambda f, v: _mmproj(f, path=v))
+_valued("-mmdev --mmproj-device", _mmproj_device)
+_switch("--mmproj-offload", lambda f, _: _mmproj(f, use_gpu=True))
+_switch("--no-mmproj-offload", lambda f, _: _mmproj(f, use_gpu=False))
+_valued("--image-min-tokens", lambda f, v: _mmproj(f, image_min_tokens=_int("--image-min-tokens", v)))
+_valued("--image-max-tokens", lambda f, v: _mmproj(f, image_max_tokens=_int("--image-max-tokens", v)))
+_valued("--lora", lambda f, v: replace(f, loras=f.loras + tuple(LoraArg(p.strip()) for p in v.split(",") if p.strip())))
+_valued("--lora-scaled", lambda f, v: replace(f, loras=f.loras + _lora_scaled(v)))
+
 _switch("-cmoe --cpu-moe", lambda f, _: replace(f, override_args=f.override_args + (OverrideArg(OverrideKind.CMOE),)))
 _switch("-kvu --kv-unified", lambda f, _: replace(f, kv_unified=True))
 _switch("-no-kvu --no-kv-unified", lambda f, _: replace(f, kv_unified=False))
@@ -229,6 +387,11 @@ _IGNORED_VALUED_WORDS = """
 --port --host -a --alias --keep -p --prompt -f --file -sys --system-prompt --chat-template --jinja-file
 -lv --verbosity --log-file -ctxcp --ctx-checkpoints -cram --cache-ram --numa -fit --fit -fitt --fit-target
 -fitc --fit-ctx --timeout --threads-http --reasoning-budget --reasoning-format -to --timeout
+-td --threads-draft --spec-draft-threads -tbd --threads-batch-draft --spec-draft-threads-batch
+--spec-draft-n-min --draft-min --draft-n-min --spec-draft-p-split --draft-p-split --spec-draft-p-min --draft-p-min
+--spec-ngram-mod-n-min --spec-ngram-mod-n-match --spec-ngram-simple-size-n --spec-ngram-simple-min-hits
+--spec-ngram-map-k-size-n --spec-ngram-map-k-min-hits --spec-ngram-map-k4v-size-n --spec-ngram-map-k4v-min-hits
+--mtmd-batch-max-tokens
 """
 IGNORED_VALUED = frozenset(_IGNORED_VALUED_WORDS.split())
 _IGNORED_SWITCHES_WORDS = """
@@ -236,6 +399,8 @@ _IGNORED_SWITCHES_WORDS = """
 --jinja --no-jinja -cb --cont-batching -nocb --no-cont-batching --context-shift --no-context-shift
 --metrics --slots --no-slots --no-perf --perf -i --interactive --simple-io --no-display-prompt
 -e --escape --no-escape --check-tensors -dio --direct-io
+--spec-draft-backend-sampling --no-spec-draft-backend-sampling --lora-init-without-apply
+--mmproj-auto --no-mmproj --no-mmproj-auto
 """
 IGNORED_SWITCHES = frozenset(_IGNORED_SWITCHES_WORDS.split())
 
@@ -301,7 +466,54 @@ def flags_to_argv(flags: LlamaFlags) -> list[str]:
                      ("--no-op-offload", not flags.op_offload)):
         if on:
             out.append(flag)
-    return out + list(flags.ignored)
+    return out + companion_argv(flags) + list(flags.ignored)
+
+
+def companion_argv(flags: LlamaFlags) -> list[str]:
+    """The drafter, projector and adapter flags, in llama.cpp's spelling (defaults left out)."""
+    out = _spec_argv(flags.spec)
+    mm = flags.mmproj
+    if mm.path:
+        out += ["-mm", mm.path]
+        if not mm.use_gpu:
+            out.append("--no-mmproj-offload")
+        elif mm.device is not None:
+            out += ["-mmdev", mm.device]
+        out += _changed((("--image-min-tokens", mm.image_min_tokens, -1),
+                         ("--image-max-tokens", mm.image_max_tokens, -1)))
+    for lora in flags.loras:
+        out += (["--lora", lora.path] if lora.scale == 1.0
+                else ["--lora-scaled", f"{lora.path}:{_fmt_float(lora.scale)}"])
+    return out
+
+
+def _changed(triples: tuple[tuple[str, object, object], ...]) -> list[str]:
+    return [x for flag, value, default in triples if value != default for x in (flag, str(value))]
+
+
+_DRAFT_OVERRIDE_FLAG = {OverrideKind.OT: "-otd", OverrideKind.CMOE: "-cmoed", OverrideKind.NCMOE: "-ncmoed"}
+
+
+def _spec_argv(spec: SpecFlags) -> list[str]:
+    dd, ds, draft = DraftFlags(), SpecFlags(), spec.draft
+    out: list[str] = ["-md", draft.model] if draft.model else []
+    if draft.devices is not None:
+        out += ["-devd", ",".join(draft.devices)]
+    if draft.n_gpu_layers != dd.n_gpu_layers:
+        out += ["-ngld", "all" if draft.n_gpu_layers == NGL_ALL else str(draft.n_gpu_layers)]
+    for arg in draft.override_args:
+        flag = _DRAFT_OVERRIDE_FLAG[arg.kind]
+        out += [flag, arg.value] if arg.kind.takes_value else [flag]
+    out += _changed((("-ctkd", draft.cache_type_k, dd.cache_type_k), ("-ctvd", draft.cache_type_v, dd.cache_type_v),
+                     ("--spec-draft-n-max", draft.n_max, dd.n_max)))
+    added = list(spec.types[1:]) if spec.types[:1] == ("none",) else list(spec.types)
+    if added:
+        out += ["--spec-type", ",".join(added)]
+    return out + _changed((
+        ("--spec-ngram-simple-size-m", spec.ngram_simple_size_m, ds.ngram_simple_size_m),
+        ("--spec-ngram-map-k-size-m", spec.ngram_map_k_size_m, ds.ngram_map_k_size_m),
+        ("--spec-ngram-map-k4v-size-m", spec.ngram_map_k4v_size_m, ds.ngram_map_k4v_size_m),
+        ("--spec-ngram-mod-n-max", spec.ngram_mod_n_max, ds.ngram_mod_n_max)))
 
 
 def changed_fields(flags: LlamaFlags) -> list[str]:

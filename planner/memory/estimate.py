@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.core.render import layer_ranges, table
-from planner.core.units import fmt_mib, pad
+from planner.core.units import fmt_mib
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelLike, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
@@ -24,19 +24,8 @@ from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.memory.analytic import SIMULATED, compute_model
+from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
 from planner.model.tensors import OUTPUT
-
-
-@dataclass(frozen=True)
-class DeviceMemory:
-    name: str
-    model_bytes: int
-    context_bytes: int
-    compute_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.model_bytes + self.context_bytes + self.compute_bytes
 
 
 @dataclass(frozen=True)
@@ -52,6 +41,14 @@ class Estimate:
     n_layer_all: int
     compute_model: str = SIMULATED   # "simulated" (the scheduler's reserve) or "formula" (planner/memory/analytic.py)
     model_arch: str = ""
+    companions: tuple[CompanionEstimate, ...] = ()   # drafter, projector, adapters (planner/memory/companions.py)
+
+    @property
+    def totals(self) -> tuple[DeviceMemory, ...]:
+        """Every model's rows added per device: what the process holds, and what budgets judge."""
+        if not self.companions:
+            return self.devices
+        return summed([self.devices] + [c.devices for c in self.companions])
 
     @property
     def output_on_host(self) -> bool:
@@ -102,16 +99,6 @@ def compute_note(source: str, arch: str) -> str:
             f"planner/memory/analytic.py's closed form, not a simulated reserve)")
 
 
-def _model_bytes(settings: LlamaSettings) -> dict[str, int]:
-    slots, padded = settings.ctx.slot_by_name, settings.row_padding
-    out: dict[str, int] = defaultdict(int)
-    for name, row in settings.placement.tensor_buft:
-        s = slots[name]
-        size = settings.alloc_size(row, s.ggml_type, s.ne0, s.n_bytes) if row in padded else s.n_bytes
-        out[row] += pad(size, settings.alignment[row])
-    return dict(out)
-
-
 def estimate(model: ModelLike, flags: LlamaFlags | list[str],
              inventory: Inventory | None = None, exact_compute: bool = True) -> Estimate:
     """Per-device model, context and compute bytes llama.cpp would allocate for `flags`."""
@@ -124,7 +111,7 @@ def estimate(model: ModelLike, flags: LlamaFlags | list[str],
 def estimate_settings(settings: LlamaSettings, exact_compute: bool = True) -> Estimate:
     """The estimate of flags already resolved (validate resolves once for the estimate and its run)."""
     placement = settings.placement
-    weights = _model_bytes(settings)
+    weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
     compute, source = compute_model(settings, use_runtime=exact_compute)
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])

@@ -1,0 +1,47 @@
+"""The models llama-server and llama-cli load beside the target, as the pinned llama.cpp derives their settings.
+
+- A drafter (`-md`) gets the target's flags with its own layered on top
+  (common/speculative.cpp common_base_params_to_speculative: -devd, -ngld, -otd/-cmoed/-ncmoed,
+  -ctkd/-ctvd replace the target's; -c, -np, -b, -ub, -fa, -ts, -sm, -mg, -kvu, -nkvo, --swa-full
+  are inherited; a drafter on one -devd device is split by layer even under -sm tensor). Its
+  context holds as many cells as the target's (common_speculative_init_result: cparams.n_ctx =
+  llama_n_ctx(ctx_tgt)) — no flag caps it, seed 003 §6 — and it keeps one output row per sequence
+  (n_outputs_max = -np).
+- The target's own output rows in llama-server: common_speculative_get_output_limits via
+  server_output_limits (tools/server/server-context.cpp): -np x (1 + the longest proposal),
+  at most -b, at least 1.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.llama.flags import LlamaFlags, MmprojFlags, SpecFlags
+
+
+def draft_flags(target: LlamaFlags, n_ctx_target: int) -> LlamaFlags:
+    """The drafter's flags, as if they had been given to it alone; `n_ctx_target` is the target
+    context's resolved size (llama_n_ctx), which the drafter's context copies."""
+    d = target.spec.draft
+    devices = d.devices if d.devices is not None else target.devices
+    one_device = d.devices is not None and len([x for x in d.devices if x != "none"]) == 1
+    return replace(target, n_ctx=n_ctx_target, n_gpu_layers=d.n_gpu_layers, devices=devices,
+                   override_args=d.override_args, cache_type_k=d.cache_type_k, cache_type_v=d.cache_type_v,
+                   split_mode="layer" if one_device else target.split_mode,
+                   spec=SpecFlags(), mmproj=MmprojFlags(), loras=(), ignored=())
+
+
+def draft_outputs_max(target: LlamaFlags) -> int:
+    """n_outputs_max of the drafter's context: one row per sequence."""
+    return target.n_parallel
+
+
+def server_outputs_max(n_batch: int, n_parallel: int, n_draft: int = 0) -> int:
+    """The output rows llama-server reserves for its target: min(n_batch, n_parallel * (1 + n_draft)),
+    at least 1 (server_output_limits, common_speculative_get_output_limits); llama-fit-params and
+    llama-cli reserve n_batch."""
+    return max(1, min(n_batch, n_parallel * (1 + max(0, n_draft))))
+
+
+def server_target_outputs_max(flags: LlamaFlags) -> int:
+    """server_outputs_max for these flags: the draft length is the longest enabled proposal."""
+    return server_outputs_max(flags.n_batch, flags.n_parallel, flags.spec.n_max)
