@@ -111,6 +111,23 @@ def parse_breakdown(text: str) -> dict[str, tuple[int, int, int]]:
             for name, row in breakdown_table(text).items()}
 
 
+# src/llama-adapter.cpp: llama_adapter_lora_init logs "loading lora adapter from 'PATH' ...", then
+# llama_adapter_lora_init_impl one "<buffer> LoRA buffer size = X MiB" line per buffer type.
+_LORA_START = re.compile(r"llama_adapter_lora_init: loading lora adapter from '(.*)' \.\.\.")
+_LORA_BUFFER = re.compile(r"llama_adapter_lora_init_impl:\s+(\S+) LoRA buffer size =\s+([\d.]+) MiB")
+
+
+def parse_lora_buffers(text: str) -> dict[str, dict[str, int]]:
+    """Each adapter's buffers in a log, path as logged -> buffer name -> bytes (from MiB with two
+    decimals, so within 5 KiB); an adapter loaded twice keeps its last load's."""
+    out: dict[str, dict[str, int]] = {}
+    starts = list(_LORA_START.finditer(text))
+    for m, nxt in zip(starts, [*starts[1:], None], strict=True):
+        chunk = text[m.end():nxt.start() if nxt else len(text)]
+        out[m.group(1)] = {buft: round(float(mib) * MiB) for buft, mib in _LORA_BUFFER.findall(chunk)}
+    return out
+
+
 @dataclass(frozen=True)
 class TokenProbs:
     token: int
