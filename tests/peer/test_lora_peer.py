@@ -1,0 +1,160 @@
+"""LoRA adapters' buffers (planner/memory/lora.py) against the pinned llama-server's own log.
+
+The target: a random-weight llama (4 layers, n_embd 256, 4 heads, 2 KV heads, n_ff 512, 512 tokens;
+attention Q4_0, so repacked on an AVX2 host, V in F32, the FFN in Q8_0). Two adapters from
+tests/support/lora_factory.py: "wide" (F16, rank 32, every attention and FFN projection) and
+"edges" (F32, rank 8: token_embd, output, every attn_v, and a norm that llama.cpp skips).
+llama-server runs with -fit off on the host and on two loopback rpc-servers with a layer split;
+each adapter's "<buffer> LoRA buffer size = X MiB" lines (llama-adapter.cpp) must equal
+`estimate_loras`' rows to the printed two decimals (within 0.005 MiB per line). The compute graph
+is reserved again at warmup with the adapters applied: the prompt graph gains 4 nodes per applied
+pair (mul_mat, mul_mat, scale, add: llm_graph_context::build_lora_mm, build_inp_embd), none for
+an adapter with scale 0 or under --lora-init-without-apply.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf import Keys
+
+from planner.checking.llama import LOG_ROUNDING, host_row, parse_lora_buffers, start_server, wait_ready
+from planner.core.errors import GGUFError
+from planner.core.llama_tools import LOOPBACK, free_port, stop_process
+from planner.core.units import MiB
+from planner.gguf.reader import read_model
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.llama.settings import resolve_settings
+from planner.memory.lora import estimate_loras
+from tests.support.gguf_factory import add_tokenizer, llama_spec
+from tests.support.lora_factory import LoraTensor, lora_layout, write_lora
+from tests.support.tiny_models import write_random
+
+pytestmark = pytest.mark.peer
+
+N_LAYER = 4
+PROJ = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+_COMPUTE = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
+_NODES = re.compile(r"sched_reserve: graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("lora")
+    spec = llama_spec(n_layer=N_LAYER, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512, attn_type=Q.Q4_0,
+                      v_type=Q.F32, ffn_type=Q.Q8_0, down_type=Q.Q8_0, embd_type=Q.Q8_0, out_type=Q.Q8_0)
+    add_tokenizer(spec, 512, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    target = write_random(d / "target.gguf", spec)
+    shapes = {name: shape for name, _q, shape in spec.tensors}
+    wide = [(f"blk.{i}.{p}.weight", shapes[f"blk.{i}.{p}.weight"]) for i in range(N_LAYER) for p in PROJ]
+    edges = [(n, shapes[n]) for n in ("token_embd.weight", "output.weight")]
+    edges += [(f"blk.{i}.attn_v.weight", shapes[f"blk.{i}.attn_v.weight"]) for i in range(N_LAYER)]
+    return {"target": target,
+            "wide": write_lora(d / "wide.gguf", "llama", lora_layout(wide, 32, Q.F16), seed=1),
+            "edges": write_lora(d / "edges.gguf", "llama", [*lora_layout(edges, 8, Q.F32),
+                                LoraTensor("blk.0.attn_norm.weight", (256,), Q.F32)], alpha=8.0, seed=2)}
+
+
+def _serve(llama_tools: Path, model: Path, argv: list[str], log_path: Path) -> str:
+    """Start llama-server, wait until it has warmed up, stop it (by its pid); its log."""
+    port = free_port()
+    proc = start_server([str(llama_tools / "llama-server"), "-m", str(model), "--host", LOOPBACK, "--port", str(port),
+                         "-fit", "off", "-np", "1", "-c", "2048", "-v", *argv], log_path)
+    try:
+        wait_ready(proc, port, log_path)
+    finally:
+        stop_process(proc)
+    return log_path.read_text(errors="replace")
+
+
+def _rows(buffers: dict[str, int], endpoints: list[str]) -> dict[str, tuple[int, int]]:
+    """Logged buffers by the estimate's row names: row -> (bytes, number of lines)."""
+    device_of = {f"RPC0[{ep}]": f"RPC{i}" for i, ep in enumerate(endpoints)}
+    out: dict[str, tuple[int, int]] = {}
+    for buft, size in buffers.items():
+        row = device_of.get(buft, host_row(buft))
+        total, lines = out.get(row, (0, 0))
+        out[row] = (total + size, lines + 1)
+    return out
+
+
+def _reserves(text: str) -> list[tuple[dict[str, int], int]]:
+    """Every reserve in the log: compute bytes by buffer type, and the prompt graph's nodes."""
+    out, start = [], 0
+    for m in _NODES.finditer(text):
+        compute = {buft: round(float(mib) * MiB) for buft, mib in _COMPUTE.findall(text[start:m.start()])}
+        out.append((compute, int(m.group(1))))
+        start = m.end()
+    return out
+
+
+def _pairs(path: Path) -> int:
+    return sum(1 for t in read_model(str(path)).tensors if t.name.endswith(".lora_a"))
+
+
+CASES = {"host": ["-ngl", "0"], "split": ["{rpc}", "-ngl", "99", "-ts", "1,1"],
+         "partial": ["{rpc}", "-ngl", "3", "-ts", "1,3"]}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lora_buffers_match_llama_server(llama_tools, rpc_endpoints, files, tmp_path, case):
+    argv = [a.replace("{rpc}", "--rpc") for a in CASES[case]]
+    if "--rpc" in argv:
+        argv.insert(argv.index("--rpc") + 1, ",".join(rpc_endpoints))
+    argv += ["--lora", str(files["wide"]), "--lora-scaled", f"{files['edges']}:0.5"]
+    text = _serve(llama_tools, files["target"], argv, tmp_path / "server.log")
+    logged = parse_lora_buffers(text)
+    ests = estimate_loras(resolve_settings(model_context(str(files["target"])), parse_llama_flags(argv)))
+    assert [e.path for e in ests] == list(logged)
+    report = []
+    for est in ests:
+        theirs = _rows(logged[est.path], rpc_endpoints)
+        ours = {d.name: d.model_bytes for d in est.devices}
+        assert sorted(ours) == sorted(theirs), (est.path, ours, theirs)
+        for row, (size, lines) in theirs.items():
+            assert abs(ours[row] - size) <= LOG_ROUNDING * lines, (est.path, row, ours[row], size)
+        report.append(f"{Path(est.path).name}: " + ", ".join(f"{r} {b / MiB:.4f} MiB" for r, b in ours.items()))
+    (before, nodes_before), *_, (after, nodes_after) = _reserves(text)
+    assert nodes_after - nodes_before == 4 * (_pairs(files["wide"]) + _pairs(files["edges"]))
+    compute = ", ".join(f"{host_row(b)} {before.get(b, 0) / MiB:.2f} -> {after[b] / MiB:.2f}" for b in after)
+    print(f"\n[{case}] {'; '.join(report)}; compute MiB without -> with the adapters applied: {compute}")
+
+
+def test_scale_zero_and_init_without_apply_leave_the_graph(llama_tools, files, tmp_path):
+    base = ["-ngl", "0", "--lora", str(files["wide"])]
+    zero = _reserves(_serve(llama_tools, files["target"], ["-ngl", "0", "--lora-scaled", f"{files['wide']}:0"],
+                            tmp_path / "zero.log"))
+    held = _reserves(_serve(llama_tools, files["target"], [*base, "--lora-init-without-apply"], tmp_path / "held.log"))
+    applied = _reserves(_serve(llama_tools, files["target"], base, tmp_path / "applied.log"))
+    assert len(held) == 1 and len(zero) == 1     # no second reserve: the adapter never joins the graph
+    assert zero[0][1] == held[0][1] == applied[0][1]
+    assert applied[-1][1] - applied[0][1] == 4 * _pairs(files["wide"])
+
+
+def test_tied_embeddings_refused_as_llama_server_refuses(llama_tools, tmp_path):
+    """A tied model: an output.weight pair has no base (llama.cpp refuses the adapter), a
+    token_embd.weight pair is also found by the output matmul and llama-server aborts."""
+    spec = llama_spec(n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_vocab=256, attn_type=Q.Q8_0,
+                      v_type=Q.F32, ffn_type=Q.Q8_0, down_type=Q.Q8_0, embd_type=Q.Q8_0, out_type=None)
+    add_tokenizer(spec, 256, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    model = write_random(tmp_path / "tied.gguf", spec)
+    ctx = model_context(str(model))
+    for base, theirs, ours in (("output.weight", "does not exist in base model", "does not exist in base model"),
+                               ("token_embd.weight", "GGML_ASSERT(ggml_can_mul_mat(a, b)) failed", "tied embeddings")):
+        lora = write_lora(tmp_path / f"{base}.gguf", "llama", lora_layout([(base, (64, 256))], 8))
+        argv = ["-ngl", "0", "--lora", str(lora)]
+        log_path = tmp_path / f"{base}.log"
+        proc = start_server([str(llama_tools / "llama-server"), "-m", str(model), "--host", LOOPBACK, "--port",
+                             str(free_port()), "-fit", "off", "-np", "1", "-c", "512", *argv], log_path)
+        try:
+            proc.wait(timeout=120)
+        finally:
+            stop_process(proc)
+        assert proc.returncode != 0 and theirs in log_path.read_text(errors="replace"), base
+        with pytest.raises(GGUFError, match=re.escape(ours)):
+            estimate_loras(resolve_settings(ctx, parse_llama_flags(argv)))
