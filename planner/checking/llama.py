@@ -70,11 +70,31 @@ def parse_log(text: str) -> LlamaLog:
 def parse_buffers(text: str) -> dict[tuple[str, str], int]:
     """The buffers of the last load in a log, (buffer type, kind) -> bytes; a log without graph
     lines (a load that has not reserved yet) is read whole."""
+    return _buffers_in(_last_load(text))
+
+
+def _buffers_in(text: str) -> dict[tuple[str, str], int]:
     buffers: dict[tuple[str, str], int] = {}
-    for _stage, buft, kind, mib in _BUFFER.findall(_last_load(text)):
+    for _stage, buft, kind, mib in _BUFFER.findall(text):
         key = (buft, _KIND[kind])
         buffers[key] = buffers.get(key, 0) + round(float(mib) * MiB)   # SWA and base caches: two KV lines
     return buffers
+
+
+# llama_model_load (src/llama-model-loader.cpp) opens every model it loads with this line: the target,
+# then a drafter (common_speculative_init_result), each with its own buffers after it
+_MODEL_LOAD = re.compile(r"llama_model_loader: loaded meta data with")
+
+
+def parse_model_loads(text: str) -> list[dict[tuple[str, str], int]]:
+    """The buffers of each model load in a log, in load order: (buffer type, kind) -> bytes, as
+    parse_buffers reads one load. llama-server loads the target and then a drafter (-md), so with
+    `-fit off` (no dry runs: with -fit on each fitting pass is a load too) [0] is the target's and [1]
+    the drafter's."""
+    starts = [m.start() for m in _MODEL_LOAD.finditer(text)]
+    if not starts:
+        return [parse_buffers(text)]
+    return [_buffers_in(text[a:b]) for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
 
 
 # common/fit.cpp common_memory_breakdown_print, logged at trace level (-lv 4) by llama-server as it

@@ -6,7 +6,8 @@
   are inherited; a drafter on one -devd device is split by layer even under -sm tensor). Its
   context holds as many cells as the target's (common_speculative_init_result: cparams.n_ctx =
   llama_n_ctx(ctx_tgt)) — no flag caps it, seed 003 §6 — and it keeps one output row per sequence
-  (n_outputs_max = -np).
+  (n_outputs_max = -np), or n_max + 1 per sequence when a block drafter (draft-dflash, draft-dspark)
+  is enabled (common_base_params_to_speculative, has_block_draft).
 - The target's own output rows in llama-server: common_speculative_get_output_limits via
   server_output_limits (tools/server/server-context.cpp): -np x (1 + the longest proposal),
   at most -b, at least 1.
@@ -16,6 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.llama.flags import LlamaFlags, MmprojFlags, SpecFlags
+
+# common_base_params_to_speculative: the kinds that decode a whole block of draft positions in one pass
+BLOCK_DRAFT_TYPES = frozenset({"draft-dflash", "draft-dspark"})
 
 
 def draft_flags(target: LlamaFlags, n_ctx_target: int) -> LlamaFlags:
@@ -31,7 +35,10 @@ def draft_flags(target: LlamaFlags, n_ctx_target: int) -> LlamaFlags:
 
 
 def draft_outputs_max(target: LlamaFlags) -> int:
-    """n_outputs_max of the drafter's context: one row per sequence."""
+    """n_outputs_max of the drafter's context: one row per sequence, or max(1, n_max + 1) per
+    sequence with a block drafter enabled (common_base_params_to_speculative)."""
+    if BLOCK_DRAFT_TYPES.intersection(target.spec.types):
+        return target.n_parallel * max(1, target.spec.draft.n_max + 1)
     return target.n_parallel
 
 

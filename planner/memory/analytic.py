@@ -167,21 +167,24 @@ SIMULATED = "simulated"   # the runtime's scheduler and allocator reserve (runti
 FORMULA = "formula"       # this module's closed form (no graph builder for the architecture or cparams)
 
 
-def compute_model(settings: LlamaSettings, use_runtime: bool = True) -> tuple[dict[str, int], str]:
+def compute_model(settings: LlamaSettings, use_runtime: bool = True,
+                  n_outputs_max: int | None = None) -> tuple[dict[str, int], str]:
     """Compute bytes per buffer row (device names and Host), and which model gave them: the
     runtime's replay of the allocator's reserve where a graph builder exists (SIMULATED), else the
     closed form below (FORMULA); `use_runtime=False` asks for the closed form alone (fast: the
-    planner's search filters with it).
+    planner's search filters with it). `n_outputs_max`: the context's output rows (llama_context
+    cparams.n_outputs_max: a drafter's is -np, planner.llama.companions); None is n_batch, as
+    llama-fit-params and llama-cli reserve.
 
     The closed form, per row: what is never freed (pipeline copies; the unused embeddings input on
     the CPU) plus the larger of the layer phase (inputs still read + the worst layer) and the output
     phase (logits + the normed and last hidden rows), since the allocator frees the masks before the
     output matmul runs."""
     if use_runtime:
-        measured = reserve_compute(settings)
+        measured = reserve_compute(settings, n_outputs_max)
         if measured is not None:
             return measured, SIMULATED
-    return _analytic_compute_bytes(settings), FORMULA
+    return _analytic_compute_bytes(settings, n_outputs_max), FORMULA
 
 
 def _staged_floor(settings: LlamaSettings, t: int, n_out: int) -> tuple[str, int] | None:
@@ -207,11 +210,11 @@ def _staged_floor(settings: LlamaSettings, t: int, n_out: int) -> tuple[str, int
     return (first.name, floor) if floor else None
 
 
-def _analytic_compute_bytes(settings: LlamaSettings) -> dict[str, int]:
+def _analytic_compute_bytes(settings: LlamaSettings, n_outputs_max: int | None = None) -> dict[str, int]:
     ctx, cp, placement = settings.ctx, settings.cparams, settings.placement
     sh = ctx.shapes
     t = min(cp.n_ctx, cp.n_ubatch)
-    n_out = min(t, cp.n_batch)
+    n_out = min(t, n_outputs_max or cp.n_batch)
     pipeline = placement.pipeline_parallel
     copies = GGML_SCHED_MAX_COPIES if pipeline else 1
     cells = settings.kv_cells

@@ -29,14 +29,15 @@ ANALYTIC_ENV = "FITPLAN_COMPUTE_MODEL"   # =analytic: skip the runtime (calibrat
 _cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
 
 
-def _key(settings: LlamaSettings) -> tuple:
-    """Everything of the settings the reserve graphs and their placement depend on."""
+def _key(settings: LlamaSettings, n_outputs_max: int | None) -> tuple:
+    """Everything of the settings the reserve graphs and their placement depend on, and the
+    context's output rows."""
     model, placement = settings.ctx.model, settings.placement
     devices = tuple((d.name, d.backend, d.alignment, d.compute_capability) for d in settings.devices)
     return (model.path, model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
             placement.pipeline_parallel, settings.cparams, settings.flags.flash_attn, settings.flags.kv_offload,
             settings.flags.op_offload, op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k,
-            settings.type_v)
+            settings.type_v, n_outputs_max or settings.cparams.n_batch)
 
 
 def supported(settings: LlamaSettings) -> bool:
@@ -50,11 +51,13 @@ def supported(settings: LlamaSettings) -> bool:
     return ctx.model.architecture in ARCHS
 
 
-def reserve_compute(settings: LlamaSettings) -> dict[str, int] | None:
-    """Compute buffer bytes per row (device names, `Host` for the CPU), or None without a builder."""
+def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None) -> dict[str, int] | None:
+    """Compute buffer bytes per row (device names, `Host` for the CPU), or None without a builder.
+    `n_outputs_max`: the context's output rows (llama-context.cpp cparams.n_outputs_max; None is
+    n_batch, llama.cpp's default when the caller sets none)."""
     if os.environ.get(ANALYTIC_ENV) == "analytic" or not supported(settings):
         return None
-    key = _key(settings)
+    key = _key(settings, n_outputs_max)
     hit = _cache.get(key)
     if hit is not None:
         _cache.move_to_end(key)
@@ -64,7 +67,7 @@ def reserve_compute(settings: LlamaSettings) -> dict[str, int] | None:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        runner = ModelRunner(settings, {})
+        runner = ModelRunner(settings, {}, n_outputs_max)
         runner.load_weights(copy_data=False)
         runner.alloc_kv()
         report = runner.reserve()

@@ -1,0 +1,94 @@
+"""The drafter's estimate (planner/memory/draft.py) against the pinned llama-server loading it.
+
+The target is the bundled Gemma 3 270M; the drafters are 5-layer gemma3 layouts with its vocabulary
+(tests/support/draft_models.py), one without a sliding window and one with a 2048-token window.
+llama-server (-fit off, --spec-type draft-simple, -lm none so that host weights land in a plain CPU
+buffer) loads the target and then the drafter, each logging its own model, KV and compute buffer
+lines (planner.checking.llama.parse_model_loads), on the host alone and on two loopback rpc-servers
+(-ts 1,1, with the drafter following the target's devices or pinned by -devd RPC1).
+Weights and KV must equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
+never more than 1 MiB below (tests/support/shapes.compute_ok).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.checking.llama import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
+from planner.core.llama_tools import LOOPBACK, free_port, stop_process
+from planner.gguf.examples import resolve_model
+from planner.gguf.reader import read_model
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.settings import resolve_settings
+from planner.memory.draft import estimate_draft
+from tests.support.draft_models import write_drafter
+from tests.support.shapes import compute_ok
+
+pytestmark = pytest.mark.peer
+
+MIB = 2**20
+KIB = 2**10
+TARGET = "example:gemma3-270m"
+PLACEMENTS = {"host": "", "rpc": "{rpc} -ts 1,1", "rpc-devd": "{rpc} -ts 1,1 -devd RPC1"}
+
+
+@pytest.fixture(scope="module")
+def drafters(shapes_dir: Path) -> dict[str, Path]:
+    target = read_model(resolve_model(TARGET))
+    return {"plain": write_drafter(shapes_dir / "drafter.gguf", target),
+            "windowed": write_drafter(shapes_dir / "drafter-swa.gguf", target, window=2048)}
+
+
+def _serve(bin_dir: Path, argv: list[str], log_path: Path) -> list[dict[tuple[str, str], int]]:
+    """llama-server with `argv` until it answers /health, then stopped: each model load's buffers."""
+    port = free_port()
+    proc = start_server([str(bin_dir / "llama-server"), "-m", resolve_model(TARGET), "--host", LOOPBACK,
+                         "--port", str(port), "-fit", "off", "-v", *argv], log_path)
+    try:
+        wait_ready(proc, port, log_path, timeout_s=300)
+    finally:
+        stop_process(proc)
+    return parse_model_loads(log_path.read_text(errors="replace"))
+
+
+def _load_and_estimate(llama_tools, rpc_endpoints, drafter: Path, flags: str, tmp_path: Path):
+    argv = flags.replace("{rpc}", "--rpc " + ",".join(rpc_endpoints)).split()
+    argv += ["-np", "1", "-lm", "none", "-md", str(drafter), "--spec-type", "draft-simple"]
+    loads = _serve(llama_tools, argv, tmp_path / "server.log")
+    assert len(loads) == 2, "expected the target's load and the drafter's"
+    theirs = rows_by_device(loads[1], dict(zip(["RPC0", "RPC1"], rpc_endpoints, strict=True)))
+    target = resolve_settings(model_context(resolve_model(TARGET)), parse_llama_flags(argv), None)
+    return estimate_draft(target, None), theirs
+
+
+@pytest.mark.parametrize("drafter_name", ["plain", "windowed"])
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+def test_drafter_rows_match_llama_server(llama_tools, rpc_endpoints, drafters, tmp_path, drafter_name, placement):
+    est, theirs = _load_and_estimate(llama_tools, rpc_endpoints, drafters[drafter_name],
+                                     f"-c 4096 {PLACEMENTS[placement]}", tmp_path)
+    ours: dict[str, list[int]] = {}
+    for d in est.devices:   # llama.cpp's CPU and CPU_REPACK buffers are both the host's
+        row = HOST if d.name == CPU_REPACK else d.name
+        acc = ours.setdefault(row, [0, 0, 0])
+        acc[0], acc[1], acc[2] = acc[0] + d.model_bytes, acc[1] + d.context_bytes, acc[2] + d.compute_bytes
+    assert set(theirs) == {row for row, v in ours.items() if any(v)}
+    for row, kinds in theirs.items():
+        model, context, compute = ours[row]
+        assert abs(model - kinds.get("model", 0)) <= LOG_ROUNDING, (row, "model", model / MIB, kinds)
+        assert abs(context - kinds.get("context", 0)) <= LOG_ROUNDING, (row, "context", context / MIB, kinds)
+        assert compute_ok(compute / MIB, kinds.get("compute", 0) / MIB), (row, "compute", compute / MIB, kinds)
+
+
+@pytest.mark.parametrize("drafter_name, cells", [("plain", 32768), ("windowed", 2560)])
+def test_seed_003_drafter_kv_against_llama_server(llama_tools, rpc_endpoints, drafters, tmp_path, drafter_name, cells):
+    """Seed 003 §6 at a context this machine holds: the drafter's KV line is the TARGET's 32768
+    positions x 5 layers x (K, V) x 8 KV heads x 128 x f16 = 20 KiB a position, or, windowed,
+    pad(2048 + n_ubatch 512, 256) = 2560 cells of it."""
+    est, theirs = _load_and_estimate(llama_tools, rpc_endpoints, drafters[drafter_name], "-c 32768", tmp_path)
+    by_hand = cells * 5 * 2 * 8 * 128 * 2
+    assert by_hand == cells * 20 * KIB
+    assert abs(theirs[HOST]["context"] - by_hand) <= LOG_ROUNDING
+    assert sum(d.context_bytes for d in est.devices) == by_hand
