@@ -324,3 +324,41 @@ def validate_llama(req: ValidateRequest, ctx: ModelContext,
     return ValidateReport("llama.cpp", ctx.model.path, shlex.join(flags_to_argv(req.flags)), devices,
                           parsed.n_splits_pp, parsed.n_splits_tg, None, per_split,
                           float(timings.get("prompt_per_second") or 0.0), gen_s, verdict.text, verdict.fits, notes)
+
+
+# The multimodal projector's load (tools/mtmd/clip.cpp), logged after the target's: clip_ctx names
+# its backend, load_hparams sums every tensor's bytes ("model size"), reserve_compute_meta prints one
+# compute line per backend whose buffer exceeds a byte and the graph, warmup the flash-attention verdict.
+_CLIP_BACKEND = re.compile(r"clip_ctx: CLIP using (\S+) backend")
+_CLIP_MODEL = re.compile(r"load_hparams: model size:\s+([\d.]+) MiB")
+_CLIP_COMPUTE = re.compile(r"reserve_compute_meta:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
+_CLIP_GRAPH = re.compile(r"reserve_compute_meta: graph splits = (\d+), nodes = (\d+)")
+_CLIP_FA = re.compile(r"warmup: flash attention is (enabled|disabled)")
+
+
+@dataclass(frozen=True)
+class ClipLog:
+    """What clip.cpp logged for the projector: `buffers` as parse_buffers' (buffer type, kind) ->
+    bytes (the weights under the backend's name: its model size, unpadded), from the last reserve."""
+
+    backend: str
+    buffers: dict[tuple[str, str], int]
+    n_nodes: int
+    n_splits: int
+    flash_attn: bool
+
+
+def parse_clip_log(text: str) -> ClipLog | None:
+    """The projector's figures in a llama-server log, or None when no projector was loaded."""
+    backend, model = _CLIP_BACKEND.search(text), _CLIP_MODEL.search(text)
+    graphs = list(_CLIP_GRAPH.finditer(text))
+    if backend is None or model is None or not graphs:
+        return None
+    # with -fa auto a refused flash attention reserves twice: keep the lines of the last reserve
+    start = graphs[-2].end() if len(graphs) > 1 else backend.end()
+    buffers = {(backend.group(1), "model"): round(float(model.group(1)) * MiB)}
+    for buft, mib in _CLIP_COMPUTE.findall(text[start:graphs[-1].start()]):
+        buffers[(buft, "compute")] = round(float(mib) * MiB)
+    fa = _CLIP_FA.search(text)
+    return ClipLog(backend.group(1), buffers, int(graphs[-1].group(2)), int(graphs[-1].group(1)),
+                   fa is not None and fa.group(1) == "enabled")

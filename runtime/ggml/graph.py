@@ -58,6 +58,7 @@ class Op(enum.Enum):
     GLU = "GLU"
     IM2COL = "IM2COL"
     CONV_2D = "CONV_2D"
+    POOL_2D = "POOL_2D"
     SSM_CONV = "SSM_CONV"
     SSM_SCAN = "SSM_SCAN"
     REPEAT = "REPEAT"

@@ -1,0 +1,90 @@
+"""The multimodal projector (`-mm FILE`): what llama-server's mtmd allocates for it, per device.
+
+Placement (llama.cpp in llama-cpp-python 0.3.36):
+- common/arg.cpp common_params_parse: without -mmdev, the projector follows the first -dev device
+  (`-dev none` turns its offload off); -mmdev none or --no-mmproj-offload keep it on the CPU.
+- tools/server/server-context.cpp load_model: mparams.use_gpu / device / flash_attn_type /
+  image_min/max_tokens come from those flags; mtmd_init_from_file loads it after the target.
+- tools/mtmd/clip.cpp clip_ctx::clip_ctx: with no device named, ggml_backend_init_by_type(GPU)
+  takes the first GPU-type device in the registry (local GPUs are registered by
+  ggml_backend_load_all before --rpc adds its servers; an RPC device is GPU-type), then an iGPU,
+  else the CPU. The weights go to that backend's default buffer type: the device's row, or `Host`
+  for the CPU (its plain CPU buffer type: never CPU_REPACK).
+
+The figures come from runtime/engine/clip.py: the weights buffer as ggml_backend_alloc_ctx_tensors
+makes it, and the warmup graph reserved through the runtime's scheduler (compute "simulated").
+Gemma 3's projector has a fixed 896 px input, so --image-min/max-tokens do not change it.
+"""
+from __future__ import annotations
+
+from planner.core.errors import BadInput, FlagError
+from planner.gguf.reader import read_model
+from planner.hardware.inventory import Backend
+from planner.llama.placement import CPU, Device, row_of
+from planner.llama.settings import LlamaSettings
+from planner.memory.analytic import SIMULATED
+from planner.memory.rows import CompanionEstimate, DeviceMemory
+from runtime.engine.clip import ProjectorReserve, read_clip_hparams, reserve_projector
+
+KIND = "mmproj"
+
+
+def projector_device(target: LlamaSettings) -> Device | None:
+    """The device clip.cpp runs the projector on, or None for the CPU alone."""
+    mm, flags = target.flags.mmproj, target.flags
+    if not mm.use_gpu:
+        return None
+    if mm.device is not None:
+        wanted = mm.device
+    elif flags.devices is not None:
+        if flags.devices == ("none",):
+            return None          # arg.cpp: devices.front() is null, so mmproj_use_gpu turns false
+        wanted = flags.devices[0]
+    else:
+        local = [d for d in target.devices if d.backend is not Backend.RPC]
+        rpc = [d for d in target.devices if d.backend is Backend.RPC]
+        return (local or rpc)[0] if local or rpc else None
+    found = next((d for d in target.devices if d.name.lower() == wanted.lower()), None)
+    if found is None:
+        raise FlagError(f"-mmdev {wanted}: not one of the devices llama.cpp would use here "
+                        f"({', '.join(d.name for d in target.devices) or 'none'})")
+    return found
+
+
+def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> CompanionEstimate:
+    """The projector's rows beside the target: weights where clip puts them, compute per backend.
+
+    `exact_compute` is accepted for the companions' common signature: the projector's reserve is a
+    few hundred milliseconds and cached per (file, device, -fa), so it is always simulated.
+    """
+    mm = target.flags.mmproj
+    if not mm.path:
+        raise BadInput("no projector: -mm FILE was not given")
+    model = read_model(mm.path)
+    hp = read_clip_hparams(model)
+    n_embd_text = target.ctx.facts.n_embd
+    if hp.n_mmproj_embd != n_embd_text:   # mtmd.cpp mtmd_context: "mismatch between text model ... and mmproj"
+        raise BadInput(f"{mm.path}: the projector's width {hp.n_mmproj_embd} is not the text model's "
+                       f"n_embd {n_embd_text}; llama-server refuses the pair")
+    device = projector_device(target)
+    reserve = reserve_projector(model, device, target.flags.flash_attn)
+    return CompanionEstimate(KIND, mm.path, _rows(reserve, device), SIMULATED, _notes(reserve, mm.image_max_tokens,
+                                                                                    mm.image_min_tokens))
+
+
+def _rows(reserve: ProjectorReserve, device: Device | None) -> tuple[DeviceMemory, ...]:
+    """The device row first (as the target's rows), then Host: weights there when on the CPU."""
+    rows = []
+    if device is not None:
+        rows.append(DeviceMemory(device.name, reserve.weight_bytes, 0, reserve.compute_bytes.get(device.name, 0)))
+    host_weights = reserve.weight_bytes if device is None else 0
+    rows.append(DeviceMemory(row_of(CPU), host_weights, 0, reserve.compute_bytes.get(CPU, 0)))
+    return tuple(rows)
+
+
+def _notes(reserve: ProjectorReserve, image_max_tokens: int, image_min_tokens: int) -> tuple[str, ...]:
+    notes = [f"projector on {reserve.device}; warmup graph of {reserve.n_nodes} nodes, "
+             f"flash attention {'enabled' if reserve.flash_attn else 'disabled'}"]
+    if image_max_tokens > 0 or image_min_tokens > 0:
+        notes.append("--image-min/max-tokens do not apply: Gemma 3's projector has a fixed input size")
+    return tuple(notes)

@@ -1,0 +1,85 @@
+"""The projector's estimate (planner/memory/mmproj.py) against the pinned llama-server's own load.
+
+llama-server with the Gemma 3 270M target and a shape-faithful sparse Gemma 3 projector (the full
+27-layer SigLIP-So400m tower at 896 px, projecting to the 270M's 640; tests/support/mmproj_factory.py),
+`-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
+device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
+(the second server; the soft_max attention path). clip.cpp logs the projector after the target:
+its backend, load_hparams' model size (every tensor's bytes) and one reserve_compute_meta line per
+backend (planner/checking/llama.py parse_clip_log).
+
+Weights must equal llama.cpp's to the MiB; compute must be within 3 % or 4 MiB and never more than
+1 MiB below (tests/support/shapes.py compute_ok).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.checking.llama import parse_clip_log, rows_by_device, start_server, wait_ready
+from planner.core.llama_tools import LOOPBACK, free_port, stop_process
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.llama.settings import resolve_settings
+from planner.memory.mmproj import estimate_mmproj
+from tests.support.mmproj_factory import write_gemma3_mmproj
+from tests.support.shapes import compute_ok, model_path
+
+pytestmark = pytest.mark.peer
+
+MIB = 2**20
+TARGET_FLAGS = ["-c", "4096", "-fit", "off"]
+CASES = {
+    "on RPC0": ["{rpc}", "-ts", "1,1"],
+    "--no-mmproj-offload": ["{rpc}", "-ts", "1,1", "--no-mmproj-offload"],
+    "host only": [],
+    "-mmdev RPC1 -fa off": ["{rpc}", "-ts", "1,1", "-mmdev", "RPC1", "-fa", "off"],
+}
+
+
+@pytest.fixture(scope="module")
+def files(shapes_dir: Path) -> tuple[Path, Path]:
+    return model_path("gemma3-270m", shapes_dir), write_gemma3_mmproj(shapes_dir, n_text_embd=640)
+
+
+def _argv(template: list[str], endpoints: list[str]) -> list[str]:
+    out: list[str] = []
+    for a in template:
+        out += ["--rpc", ",".join(endpoints)] if a == "{rpc}" else [a]
+    return out
+
+
+def _server_log(bin_dir: Path, target: Path, mmproj: Path, flags: list[str], log_path: Path) -> str:
+    port = free_port()
+    argv = [str(bin_dir / "llama-server"), "-m", str(target), "-mm", str(mmproj), "--host", LOOPBACK,
+            "--port", str(port), "-np", "1", "-v", *flags]
+    proc = start_server(argv, log_path)
+    try:
+        wait_ready(proc, port, log_path)
+    finally:
+        stop_process(proc)
+    return log_path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_path, case):
+    target, mmproj = files
+    flags = TARGET_FLAGS + _argv(CASES[case], rpc_endpoints)
+    clip = parse_clip_log(_server_log(llama_tools, target, mmproj, flags, tmp_path / "server.log"))
+    assert clip is not None, "llama-server logged no projector load"
+    theirs = rows_by_device(clip.buffers, {f"RPC{i}": ep for i, ep in enumerate(rpc_endpoints)})
+
+    settings = resolve_settings(model_context(str(target)), parse_llama_flags([*flags, "-mm", str(mmproj)]))
+    est = estimate_mmproj(settings)
+    mine = {d.name: d for d in est.devices}
+    assert f"{clip.n_nodes} nodes" in est.notes[0]
+    assert ("enabled" if clip.flash_attn else "disabled") in est.notes[0]
+    for row, kinds in theirs.items():
+        assert row in mine, f"llama.cpp lists {row}; fitplan lists {sorted(mine)}"
+        if "model" in kinds:
+            assert abs(mine[row].model_bytes - kinds["model"]) < MIB, (row, mine[row].model_bytes, kinds["model"])
+        assert compute_ok(mine[row].compute_bytes / MIB, kinds.get("compute", 0) / MIB), \
+            (row, mine[row].compute_bytes / MIB, kinds.get("compute", 0) / MIB)
+    for row, d in mine.items():   # nothing fitplan lists that llama.cpp has no buffer for
+        assert d.total_bytes <= MIB or row in theirs, (row, d)

@@ -1,0 +1,133 @@
+"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3 projector files.
+
+Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes, each a
+multiple of the 32-byte alignment here, so nothing pads) and the placement rules of the pinned
+common/arg.cpp and tools/mtmd/clip.cpp clip_ctx; the compute figures of the 27-layer tower are
+what the pinned llama-server logged for this file (reserve_compute_meta, tests/peer/test_mmproj_peer.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gguf import Keys
+
+from planner.core.errors import BadInput, FlagError
+from planner.gguf.reader import read_model
+from planner.hardware.inventory import Backend
+from planner.llama.context import ModelContext, model_context
+from planner.llama.flags import parse_llama_flags
+from planner.llama.placement import Device
+from planner.llama.settings import resolve_settings
+from planner.memory.mmproj import estimate_mmproj
+from runtime.engine.clip import UnsupportedProjector, reserve_projector
+from tests.support.gguf_factory import gemma3_spec
+from tests.support.mmproj_factory import gemma3_mmproj_spec, write_gemma3_mmproj
+
+MiB = 2**20
+RPC = ["--rpc", "127.0.0.1:50052,127.0.0.1:50053"]
+N_TEXT = 128                       # the text model's n_embd (gemma3_spec's default)
+E, FF, SIDE = 1152, 4304, 896      # SigLIP-So400m width, FFN, Gemma 3's image size
+
+
+def weight_bytes(n_layer: int, n_text: int = N_TEXT) -> int:
+    """Gemma 3's projector weights: F16 matrices, F32 embeddings and vectors."""
+    per_layer = 4 * E * E * 2 + 4 * E * 4 + 4 * E * 4 + 2 * E * FF * 2 + FF * 4 + E * 4
+    embeddings = 14 * 14 * 3 * E * 4 + E * 4 + E * (SIDE // 14) ** 2 * 4
+    head = 2 * E * 4 + n_text * E * 2 + E * 4        # post_ln, mm.input_projection, mm.soft_emb_norm
+    return n_layer * per_layer + embeddings + head
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[ModelContext, Path, Path]:
+    d = tmp_path_factory.mktemp("mmproj")
+    [text] = gemma3_spec(n_embd=N_TEXT).write(d / "text.gguf")
+    small = write_gemma3_mmproj(d, "mmproj-2", n_text_embd=N_TEXT, n_layer=2)
+    full = write_gemma3_mmproj(d, "mmproj-27", n_text_embd=N_TEXT)
+    return model_context(str(text)), small, full
+
+
+def _estimate(ctx: ModelContext, mmproj: Path, *argv: str):
+    flags = parse_llama_flags([*argv, "-mm", str(mmproj)])
+    return estimate_mmproj(resolve_settings(ctx, flags))
+
+
+def _rows(est) -> dict[str, tuple[int, int]]:
+    return {d.name: (d.model_bytes, d.compute_bytes) for d in est.devices}
+
+
+def test_weights_are_every_tensor_of_the_file(files):
+    ctx, small, _ = files
+    est = _estimate(ctx, small)
+    assert est.kind == "mmproj" and est.compute_model == "simulated"
+    assert _rows(est)["Host"][0] == weight_bytes(2)
+
+
+@pytest.mark.parametrize("argv, device", [
+    ([], "Host"),                                   # no GPU-type device: the CPU backend
+    (RPC, "RPC0"),                                  # the first GPU-type device (an rpc-server is one)
+    (RPC + ["--no-mmproj-offload"], "Host"),
+    (RPC + ["-mmdev", "none"], "Host"),
+    (RPC + ["-mmdev", "RPC1"], "RPC1"),
+    (RPC + ["-dev", "RPC1"], "RPC1"),               # arg.cpp: -mmdev defaults to the first -dev device
+    (RPC + ["-dev", "none"], "Host"),
+])
+def test_placement(files, argv, device):
+    ctx, small, _ = files
+    rows = _rows(_estimate(ctx, small, *argv))
+    assert rows[device][0] == weight_bytes(2)
+    assert sum(m for m, _ in rows.values()) == weight_bytes(2)
+    assert list(rows)[-1] == "Host"
+
+
+def test_offloaded_projector_leaves_the_input_image_on_the_cpu(files):
+    """The image input is a graph input, so the CPU's buffer holds just it: 896 x 896 x 3 f32."""
+    ctx, small, _ = files
+    rows = _rows(_estimate(ctx, small, *RPC))
+    assert rows["Host"] == (0, SIDE * SIDE * 3 * 4)
+
+
+@pytest.mark.parametrize("fa, compute", [("auto", 121.25 * MiB), ("off", 1132.00 * MiB)])
+def test_full_tower_compute_is_llama_cpps(files, fa, compute):
+    """27 layers at 896 px; the figures the pinned llama-server logged (flash attention on: 865 nodes,
+    off: 919)."""
+    ctx, _, full = files
+    est = _estimate(ctx, full, *RPC, "-fa", fa)
+    rows = _rows(est)
+    assert rows["RPC0"] == (weight_bytes(27), compute)
+    assert ("865 nodes" if fa == "auto" else "919 nodes") in est.notes[0]
+
+
+def test_other_projector_types_are_refused(files, tmp_path):
+    ctx, _, _ = files
+    spec = gemma3_mmproj_spec(n_text_embd=N_TEXT, n_layer=1)
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "idefics3"
+    [path] = spec.write(tmp_path / "idefics3.gguf")
+    with pytest.raises(UnsupportedProjector, match="idefics3"):
+        _estimate(ctx, path)
+
+
+def test_width_must_match_the_text_model(files, tmp_path):
+    ctx, _, _ = files
+    path = write_gemma3_mmproj(tmp_path, "wide", n_text_embd=2 * N_TEXT, n_layer=1)
+    with pytest.raises(BadInput, match="n_embd"):
+        _estimate(ctx, path)
+
+
+def test_unknown_mmdev_is_a_flag_error(files):
+    ctx, small, _ = files
+    with pytest.raises(FlagError, match="RPC7"):
+        _estimate(ctx, small, *RPC, "-mmdev", "RPC7")
+
+
+def test_flash_attention_auto_follows_cudas_head_sizes(tmp_path):
+    """-fa auto keeps flash attention where clip's backend takes the op: CUDA has kernels for 72-wide
+    heads (SigLIP's 1152 / 16) but not for 144-wide ones (ggml-cuda/fattn.cu); the CPU takes both."""
+    cuda = Device("CUDA0", Backend.CUDA, 128, 0, True)
+    for n_head, on_cuda in ((16, True), (8, False)):
+        spec = gemma3_mmproj_spec(n_text_embd=N_TEXT, n_layer=1, n_head=n_head)
+        [path] = spec.write(tmp_path / f"heads-{n_head}.gguf")
+        model = read_model(str(path))
+        assert reserve_projector(model, cuda, "auto").flash_attn is on_cuda
+        assert reserve_projector(model, None, "auto").flash_attn
+        assert not reserve_projector(model, cuda, "off").flash_attn

@@ -1,0 +1,84 @@
+"""A shape-faithful sparse Gemma 3 projector (mmproj) GGUF, as the pinned mtmd loader reads it.
+
+The layout is Gemma 3's SigLIP-So400m vision tower with its projector (PROJECTOR_TYPE_GEMMA3), as
+tools/mtmd/clip.cpp loads it at the pinned build: `load_hparams` (clip.* keys; Gemma 3 merges 4x4
+patches, KEY_PROJ_SCALE_FACTOR optional) and `load_tensors` (v.patch_embd, v.position_embd,
+v.blk.N.{attn_q,attn_k,attn_v,attn_out,ln1,ln2,ffn_up,ffn_down}, v.post_ln, mm.input_projection,
+mm.soft_emb_norm). Types follow convert_hf_to_gguf.py's Gemma 3 vision model: 2-D weights F16, the
+patch and position embeddings and every 1-D tensor F32. The FFN is stored as the converter names
+it (ffn_down holds fc1, {n_embd, n_ff}); clip.cpp swaps such up/down pairs back for Gemma 3.
+
+Names come from gguf-py's TENSOR_NAMES (V_ENC_*, V_MM_*) and keys from gguf.Keys; tensor data is
+a sparse hole (tests/support/gguf_factory.write_model). `n_layer` defaults to the real 27.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gguf import GGMLQuantizationType as Q
+from gguf import Keys, VisionProjectorType
+
+from tests.support.gguf_factory import ModelSpec, T
+
+CLIP_ARCH = "clip"
+# SigLIP-So400m/14 at 896 px, as Gemma 3's vision tower (HF config vision_config)
+SIGLIP_N_EMBD = 1152
+SIGLIP_N_FF = 4304
+SIGLIP_N_HEAD = 16
+SIGLIP_N_LAYER = 27
+SIGLIP_IMAGE_SIZE = 896
+SIGLIP_PATCH_SIZE = 14
+SIGLIP_EPS = 1e-6
+
+
+def gemma3_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = SIGLIP_N_LAYER, n_embd: int = SIGLIP_N_EMBD,
+                       n_ff: int = SIGLIP_N_FF, n_head: int = SIGLIP_N_HEAD, image_size: int = SIGLIP_IMAGE_SIZE,
+                       patch_size: int = SIGLIP_PATCH_SIZE, weight_type: Q = Q.F16) -> ModelSpec:
+    """Gemma 3's projector for a text model of width `n_text_embd` (the 270M's is 640)."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.GEMMA3,
+        clip.HAS_VISION_ENCODER: True,
+        cv.USE_GELU: True,
+        cv.EMBEDDING_LENGTH: n_embd,
+        cv.FEED_FORWARD_LENGTH: n_ff,
+        cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd,
+        cv.Attention.HEAD_COUNT: n_head,
+        cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
+        cv.IMAGE_SIZE: image_size,
+        cv.PATCH_SIZE: patch_size,
+        cv.IMAGE_MEAN: [0.5, 0.5, 0.5],
+        cv.IMAGE_STD: [0.5, 0.5, 0.5],
+    })
+    n_patches = (image_size // patch_size) ** 2
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches))
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_embd, n_ff), i)     # fc1, named down by the converter
+        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_ff,), i, "bias")
+        spec.add(T.V_ENC_FFN_UP, weight_type, (n_ff, n_embd), i)       # fc2
+        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_embd,), i, "bias")
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    spec.add(T.V_MM_INP_PROJ, Q.F16, (n_text_embd, n_embd))
+    spec.add(T.V_MM_SOFT_EMB_NORM, Q.F32, (n_embd,))
+    return spec
+
+
+def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: object) -> Path:
+    """Write the projector into `directory` (once per name) and return its path."""
+    path = directory / f"{name}.gguf"
+    if not path.exists():
+        partial = directory / f"{name}.partial.gguf"
+        [written] = gemma3_mmproj_spec(**kw).write(partial)   # type: ignore[arg-type]
+        written.rename(path)
+    return path
