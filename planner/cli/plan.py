@@ -38,6 +38,14 @@ def _ctx(text: str | None) -> tuple[int | None, bool]:
     return value, False
 
 
+def _cache(text: str) -> str:
+    from planner.model.costs import CACHE_TYPES
+
+    if text.lower() not in CACHE_TYPES:
+        raise BadInput(f"--draft-cache-type {text!r}: expected one of {', '.join(CACHE_TYPES)}")
+    return text.lower()
+
+
 def _objective(text: str) -> Objective:
     from planner.planning.solve import Objective
 
@@ -135,10 +143,23 @@ def plan_cmd(
     plot: Annotated[str | None, typer.Option("--plot", help="draw memory per device into this PNG")] = None,
     html: Annotated[str | None, typer.Option(
         "--html", help="write the plan as one self-contained HTML page (also when nothing fits)")] = None,
+    draft: Annotated[str | None, typer.Option(
+        "--draft", help="a drafter GGUF for speculative decoding (llama.cpp -md), placed with the target")] = None,
+    draft_device: Annotated[str | None, typer.Option(
+        "--draft-device", help="the drafter's device, or 'none' for host memory (default: the planner "
+        "chooses; first the device with the target's last layers)")] = None,
+    draft_cache_type: Annotated[str, typer.Option("--draft-cache-type", help="the drafter's KV cache type")] = "f16",
+    draft_max: Annotated[int, typer.Option("--draft-max", help="tokens drafted per step (--spec-draft-n-max)")] = 3,
+    mmproj: Annotated[str | None, typer.Option(
+        "--mmproj", help="a multimodal projector GGUF (llama.cpp -mm), placed with the target")] = None,
+    mmproj_device: Annotated[str | None, typer.Option(
+        "--mmproj-device", help="the projector's device, or 'none' (--no-mmproj-offload); default: the "
+        "planner chooses")] = None,
+    lora: Annotated[list[str] | None, typer.Option("--lora", help="a LoRA adapter GGUF (repeatable)")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
     from planner.planning.document import deployment
-    from planner.planning.result import PlanRequest
+    from planner.planning.result import Companions, PlanRequest
     from planner.planning.solve import Solver
 
     if solver not in {s.value for s in Solver}:
@@ -162,7 +183,11 @@ def plan_cmd(
                           cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
                           solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on",
-                          allow_ctx_above_train=allow_ctx_above_train)
+                          allow_ctx_above_train=allow_ctx_above_train,
+                          companions=Companions(draft=draft, draft_device=draft_device,
+                                                draft_cache_type=_cache(draft_cache_type), draft_max=draft_max,
+                                                mmproj=mmproj, mmproj_device=mmproj_device,
+                                                loras=tuple(lora or ())))
     result = _plan_or_report(model, report, request, explain, html)
     if plot:
         from planner.sweeps.plots import plot_plan

@@ -24,6 +24,7 @@ from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.memory.analytic import SIMULATED, compute_model
+from planner.memory.companions import estimate_companions
 from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
 from planner.model.tensors import OUTPUT
 
@@ -62,8 +63,7 @@ class Estimate:
         return {
             "model": self.model_path,
             "flags": shlex.join(flags_to_argv(self.flags)),   # shlex.split gives the argv back
-            "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
-                         "compute_bytes": d.compute_bytes} for d in self.devices],
+            "devices": [_row_dict(d) for d in self.devices],
             "layers": {name: list(ls) for name, ls in self.layers},
             "output_device": self.output_device,
             "n_ctx": self.cparams.n_ctx, "n_ctx_seq": self.cparams.n_ctx_seq, "n_seq": self.cparams.n_seq,
@@ -71,6 +71,8 @@ class Estimate:
             "pipeline_parallel": self.pipeline_parallel, "compute_model": self.compute_model,
             "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
             "ignored_flags": list(self.flags.ignored),
+            **({"companions": [companion_dict(c) for c in self.companions],
+                "totals": [_row_dict(d) for d in self.totals]} if self.companions else {}),
         }
 
     def to_table(self) -> str:
@@ -88,7 +90,32 @@ class Estimate:
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + shlex.join(self.flags.ignored)]
         out += ["", compute_note(self.compute_model, self.model_arch)]
+        for c in self.companions:
+            out += ["", f"{COMPANION_TITLES[c.kind]} {c.path}", "", _rows_table(c.devices)]
+            out += [f"  {note}" for note in c.notes]
+        if self.companions:
+            out += ["", "all models together (what the budgets hold)", "", _rows_table(self.totals)]
         return "\n".join(out) + "\n"
+
+
+COMPANION_TITLES = {"draft": "drafter (speculative decoding)", "mmproj": "multimodal projector",
+                    "lora": "LoRA adapter"}
+
+
+def _rows_table(rows: tuple[DeviceMemory, ...]) -> str:
+    return table(["device", "model MiB", "context MiB", "compute MiB", "total MiB"],
+                 [[d.name, fmt_mib(d.model_bytes), fmt_mib(d.context_bytes), fmt_mib(d.compute_bytes),
+                   fmt_mib(d.total_bytes)] for d in rows], align="lrrrr")
+
+
+def _row_dict(d: DeviceMemory) -> dict[str, Any]:
+    return {"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
+            "compute_bytes": d.compute_bytes}
+
+
+def companion_dict(c: CompanionEstimate) -> dict[str, Any]:
+    return {"kind": c.kind, "model": c.path, "devices": [_row_dict(d) for d in c.devices],
+            "compute_model": c.compute_model, "notes": list(c.notes)}
 
 
 def compute_note(source: str, arch: str) -> str:
@@ -105,11 +132,13 @@ def estimate(model: ModelLike, flags: LlamaFlags | list[str],
     ctx = model_context(model)
     if not isinstance(flags, LlamaFlags):
         flags = parse_llama_flags(list(flags))
-    return estimate_settings(resolve_settings(ctx, flags, inventory), exact_compute)
+    return estimate_settings(resolve_settings(ctx, flags, inventory), exact_compute, inventory)
 
 
-def estimate_settings(settings: LlamaSettings, exact_compute: bool = True) -> Estimate:
-    """The estimate of flags already resolved (validate resolves once for the estimate and its run)."""
+def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
+                      inventory: Inventory | None = None) -> Estimate:
+    """The estimate of flags already resolved (validate resolves once for the estimate and its run),
+    with the companions the flags name (a drafter's devices resolve against `inventory`)."""
     placement = settings.placement
     weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
@@ -122,4 +151,5 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True) -> Es
     return Estimate(settings.ctx.model.path, settings.flags, settings.cparams, rows,
                     tuple((d, tuple(ls)) for d, ls in by_dev.items()), placement.layer_device[-1], placement.moved,
                     placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
-                    settings.ctx.model.architecture)
+                    settings.ctx.model.architecture,
+                    estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else ())

@@ -11,23 +11,17 @@ from planner.core.units import fmt_bytes
 from planner.hardware.budgets import pool_members
 from planner.hardware.inventory import same_cards
 from planner.llama.context import ModelContext
-from planner.llama.placement import HOST, HOST_ROWS
+from planner.llama.placement import HOST
 from planner.memory.estimate import compute_note, estimate
 from planner.planning.contexts import context_source, max_context
-from planner.planning.problem import costs_for
+from planner.planning.problem import costs_for, row_totals
 from planner.planning.result import PlanResult
 from planner.planning.throughput import offloading, predict_estimate
 from runtime.ggml.profiles import PROFILES
 
 
-def _totals(est) -> dict[str, int]:
-    out = {d.name: d.total_bytes for d in est.devices if d.name not in HOST_ROWS}
-    out[HOST] = sum(d.total_bytes for d in est.devices if d.name in HOST_ROWS)
-    return out
-
-
 def _headroom(result: PlanResult) -> dict[str, int]:
-    return {name: result.budget_of(name) - used for name, used in _totals(result.estimate).items()}
+    return {name: result.budget_of(name) - used for name, used in row_totals(result.estimate).items()}
 
 
 def _context_step(ctx: ModelContext, result: PlanResult) -> list[str]:
@@ -36,7 +30,7 @@ def _context_step(ctx: ModelContext, result: PlanResult) -> list[str]:
     if result.flags.n_ctx >= max_context(ctx, replace(result.request, n_ctx=None, max_ctx=True)):
         return []   # the context source line says why it goes no higher
     bigger = estimate(ctx, replace(result.flags, n_ctx=n), result.inventory)
-    now, then, room = _totals(result.estimate), _totals(bigger), _headroom(result)
+    now, then, room = row_totals(result.estimate), row_totals(bigger), _headroom(result)
     lines = []
     for name in now:
         delta = then.get(name, 0) - now[name]
@@ -60,7 +54,7 @@ def _layer_step(ctx: ModelContext, result: PlanResult) -> list[str]:
         names = list(f.devices or result.inventory.names)
         ts[names.index(first) if first in names else 0] += 1
     more = estimate(ctx, replace(f, n_gpu_layers=f.n_gpu_layers + 1, tensor_split=tuple(ts)), result.inventory)
-    delta = _totals(more).get(first, 0) - _totals(result.estimate).get(first, 0)
+    delta = row_totals(more).get(first, 0) - row_totals(result.estimate).get(first, 0)
     room = _headroom(result).get(first, 0)
     layer = n_all - f.n_gpu_layers - 1
     return [f"layer {layer} stays on the host: moving it to {first} needs +{fmt_bytes(delta)}, "
@@ -73,7 +67,7 @@ def _op_offload_choice(ctx: ModelContext, result: PlanResult) -> list[str]:
         return []
     f = result.flags
     other = estimate(ctx, replace(f, op_offload=not f.op_offload), result.inventory)
-    now, then, room = _totals(result.estimate), _totals(other), _headroom(result)
+    now, then, room = row_totals(result.estimate), row_totals(other), _headroom(result)
     costs = costs_for(ctx, f.cache_type_k)
     prefill = {f.op_offload: result.prediction.prefill_tokens_s,
                not f.op_offload: predict_estimate(ctx, costs, other, result.inventory, result.experts_on_host,
@@ -114,7 +108,7 @@ def _devices_used(result: PlanResult) -> list[str]:
     pool = result.budgets.uma_pool_bytes
     if pool is not None:
         members = pool_members(result.budgets)
-        used = sum(n for name, n in _totals(result.estimate).items() if name in members)
+        used = sum(n for name, n in row_totals(result.estimate).items() if name in members)
         lines.append(f"{', '.join(members)} share one pool of system RAM: {fmt_bytes(used)} of {fmt_bytes(pool)} "
                      f"used together (seed 003 §7)")
     return lines

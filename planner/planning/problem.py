@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory, same_cards
@@ -22,6 +22,7 @@ from planner.llama.settings import LlamaSettings, resolve_on, resolve_settings
 from planner.memory.estimate import Estimate, estimate
 from planner.model.costs import CostTable, cost_table
 from planner.model.tensors import OUTPUT
+from planner.planning.companion_plan import companion_flags
 from planner.planning.result import PlanRequest
 from planner.planning.solve import Assignment, LayerDemand, Problem, Slot, solve
 from planner.planning.throughput import Rates, expert_fraction, layer_decode_bytes
@@ -89,6 +90,7 @@ class Probes:
     device_compute: dict[str, int]
     output_extra: int            # what the output device computes beyond the others (the logits)
     host_fixed: int              # input tensors, the CPU compute buffer, KV kept on the host
+    companion_fixed: dict[str, int] = field(default_factory=dict)   # drafter + projector bytes per device
 
 
 def probe(s: Setting) -> Probes:
@@ -107,9 +109,24 @@ def probe(s: Setting) -> Probes:
         extra = max(0, compute.get(full.output_device, 0) - base) if others else 0
         per_device = {d.name: (base if others else compute.get(d.name, 0)) for d in s.devices}
     host_compute = max(d.compute_bytes for p in probes for d in p.devices if d.name == HOST)
+    fixed = fixed_companion_bytes(probes[-1])
     host_fixed = (inputs + host_compute + (0 if s.flags.kv_offload else sum(kv))
-                  + (weights[-1] if s.output_on_host else 0))
-    return Probes(weights, experts, kv, per_device, extra, host_fixed)
+                  + (weights[-1] if s.output_on_host else 0) + fixed.pop(HOST, 0))
+    return Probes(weights, experts, kv, per_device, extra, host_fixed, fixed)
+
+
+def fixed_companion_bytes(est: Estimate) -> dict[str, int]:
+    """The drafter's and the projector's bytes per budget row (HOST for every host row): fixed while
+    the target's layers move, as each is pinned to its own device. Adapters follow the layers they
+    patch; the estimate's correction rounds count them."""
+    out: dict[str, int] = {}
+    for c in est.companions:
+        if c.kind == "lora":
+            continue
+        for d in c.devices:
+            row = HOST if d.name in HOST_ROWS else d.name
+            out[row] = out.get(row, 0) + d.total_bytes
+    return out
 
 
 def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Problem:
@@ -137,7 +154,9 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
     host_budget = s.budgets.host_bytes - probes.host_fixed - correction.get(HOST, 0)
     slots = [Slot(CPU, max(host_budget, -1), rates.bandwidth(CPU), 0, 0.0)]
     for d in s.devices:
-        slots.append(Slot(d.name, s.budgets.devices.get(d.name, 0), rates.bandwidth(d.name),
+        # a companion pinned here holds its bytes whether or not the target puts layers here
+        budget = s.budgets.devices.get(d.name, 0) - probes.companion_fixed.get(d.name, 0)
+        slots.append(Slot(d.name, budget, rates.bandwidth(d.name),
                           compute.get(d.name, 0) + correction.get(d.name, 0), rates.latency(d.name),
                           pooled=d.name in s.budgets.pool_devices))
     return Problem(tuple(demands), tuple(slots), s.request.allow_expert_offload)
@@ -191,9 +210,10 @@ def overuse(s: Setting, est: Estimate) -> dict[str, int]:
 
 def row_totals(est: Estimate) -> dict[str, int]:
     """Bytes per budget row: each device's under its name, every host row (Host, CPU_REPACK) summed
-    under HOST."""
-    totals = {d.name: d.total_bytes for d in est.devices if d.name not in HOST_ROWS}
-    totals[HOST] = sum(d.total_bytes for d in est.devices if d.name in HOST_ROWS)
+    under HOST; the companions' rows added to the target's."""
+    rows = est.totals   # every model the process loads: the target and its companions
+    totals = {d.name: d.total_bytes for d in rows if d.name not in HOST_ROWS}
+    totals[HOST] = sum(d.total_bytes for d in rows if d.name in HOST_ROWS)
     return totals
 
 
@@ -226,7 +246,7 @@ def solve_verified(s: Setting, exact: bool = False) -> Verified | None:
         # Every device the solver under-counted is corrected at once, by its own error, so that one
         # more round usually settles it (each exact round is a fresh allocator reserve).
         predicted = device_use(problem, a)
-        for d in est.devices:
+        for d in est.totals:
             error = d.total_bytes - predicted.get(d.name, d.total_bytes)
             if error > 0:
                 correction[d.name] = correction.get(d.name, 0) + error
@@ -296,6 +316,7 @@ def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req:
     base = LlamaFlags(n_ctx=n_ctx, n_parallel=req.n_parallel, n_ubatch=n_ubatch, cache_type_k=cache,
                       cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc, op_offload=op_offload,
                       devices=names if names else None, ignored=("-fit", "off"))
+    base = companion_flags(base, req.companions) if req.companions.any else base
     resolved = resolve_settings(ctx, base, inventory)
     devices = resolved.devices
     costs = costs_for(ctx, cache)

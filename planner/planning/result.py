@@ -13,10 +13,29 @@ from planner.hardware.inventory import Inventory
 from planner.llama.flags import LlamaFlags, flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
 from planner.memory.analytic import SIMULATED
-from planner.memory.estimate import Estimate, compute_note
+from planner.memory.estimate import COMPANION_TITLES, Estimate, companion_dict, compute_note
 from planner.planning.commands import LLAMA_BENCH, LLAMA_SERVER, BenchArgv, bench_argv, command_line, server_argv
 from planner.planning.solve import Objective, Solver
 from planner.planning.throughput import Prediction
+
+
+@dataclass(frozen=True)
+class Companions:
+    """Models the plan loads beside the target (issue #19). A device field is None while the
+    planner decides it, a device name, or "none" for host memory."""
+
+    draft: str | None = None          # the drafter GGUF (llama.cpp -md)
+    draft_device: str | None = None   # -devd; the planner's default: the device with the target's last layers
+    draft_cache_type: str = "f16"     # -ctkd / -ctvd
+    draft_max: int = 3                # --spec-draft-n-max (llama.cpp's default)
+    spec_type: str = "draft-simple"   # --spec-type: without one llama-server loads the drafter and never drafts
+    mmproj: str | None = None         # -mm
+    mmproj_device: str | None = None  # -mmdev; "none": --no-mmproj-offload
+    loras: tuple[str, ...] = ()       # --lora
+
+    @property
+    def any(self) -> bool:
+        return bool(self.draft or self.mmproj or self.loras)
 
 
 @dataclass(frozen=True)
@@ -35,6 +54,7 @@ class PlanRequest:
     op_offload: bool | None = None  # None: the planner chooses; True/False: llama.cpp's --op-offload/--no-op-offload
     solver: Solver = Solver.DP      # DP (exact over contiguous ranges, fast) or MILP (PuLP)
     allow_ctx_above_train: bool = False  # --ctx max may go past the training context
+    companions: Companions = Companions()   # drafter, projector, adapters placed with the target
 
     def __post_init__(self) -> None:
         # the solver may come as its name ("milp"): one Solver from here on
@@ -107,10 +127,11 @@ def bench_command(result: PlanResult) -> str | None:
 
 
 def plan_rows(result: PlanResult) -> list[dict[str, Any]]:
+    """Per device what the process holds (the target and its companions) against the budget."""
     est = result.estimate
     layers = dict(est.layers)
     rows = []
-    for d in est.devices:
+    for d in est.totals:
         budget = result.budget_of(d.name)
         on = layers.get(device_of(d.name), ())
         rows.append({"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
@@ -150,6 +171,8 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "predicted": plan_predicted(result),
         "compute_model": result.estimate.compute_model,
         "explain": list(result.explain),
+        **({"companions": [companion_dict(c) for c in result.estimate.companions]}
+           if result.estimate.companions else {}),
     }
 
 
@@ -185,6 +208,11 @@ def plan_table(result: PlanResult) -> str:
     ]
     if bench.argv is not None and bench.note:
         lines.append(f"  # {bench.note}")
+    if result.estimate.companions:
+        lines[3:3] = ["", "of which companions (loaded beside the target):"] + [
+            f"  {COMPANION_TITLES[c.kind]} {c.path}: "
+            + ", ".join(f"{d.name} {fmt_mib(d.total_bytes)} MiB" for d in c.devices if d.total_bytes)
+            for c in result.estimate.companions]
     if result.estimate.compute_model != SIMULATED:
         lines += ["", compute_note(result.estimate.compute_model, result.estimate.model_arch)]
     if result.explain:

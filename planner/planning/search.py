@@ -30,10 +30,19 @@ from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
 from planner.planning import whatfits
+from planner.planning.companion_plan import arrangements, rank, resolved_companions, swing_lines
 from planner.planning.contexts import above_train_warning, max_context
 from planner.planning.explain import explain
-from planner.planning.problem import Setting, flags_for, layer_weights, make_setting, overuse, solve_verified
-from planner.planning.result import PlanRequest, PlanResult
+from planner.planning.problem import (
+    Setting,
+    flags_for,
+    layer_weights,
+    make_setting,
+    overuse,
+    row_totals,
+    solve_verified,
+)
+from planner.planning.result import Companions, PlanRequest, PlanResult
 from planner.planning.solve import Assignment, Objective
 from planner.planning.throughput import Prediction, offloading, predict_estimate
 from planner.planning.whatfits import LeastBudget, least_budgets
@@ -237,7 +246,14 @@ def plan(model: ModelLike, inventory: Inventory,
     if not ctx.facts.n_ctx_train and not request.n_ctx:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")
     started = time.monotonic()
-    best = _fits(ctx, inventory, budgets, request)
+    alone: _Candidate | None = None
+    if request.companions.any:
+        request = replace(request, companions=resolved_companions(request.companions, ctx, inventory))
+        best, request = _best_arrangement(ctx, inventory, budgets, request)
+        if with_explain:
+            alone = _fits(ctx, inventory, budgets, replace(request, companions=Companions()))
+    else:
+        best = _fits(ctx, inventory, budgets, request)
     if best is None and not what_would_fit:
         raise InfeasiblePlacement(f"no placement of {ctx.model.path} at {_at(ctx, request)} fits the budgets")
     if best is None:
@@ -251,7 +267,29 @@ def plan(model: ModelLike, inventory: Inventory,
                         best.assignment.experts_on_host, best.rounds)
     if not with_explain:
         return result
-    return replace(result, explain=explain(ctx, result))
+    lines = explain(ctx, result)
+    if request.companions.any:
+        lines += tuple(swing_lines(best.estimate, alone.estimate if alone else None))
+    return replace(result, explain=lines)
+
+
+def _best_arrangement(ctx: ModelContext, inventory: Inventory, budgets: Budgets,
+                      req: PlanRequest) -> tuple[_Candidate | None, PlanRequest]:
+    """Each placement of the companions planned (planner/planning/companion_plan.py), the one with the
+    shortest speculative step kept, the drafter beside the target's last layers on a tie; with none
+    that holds, the first arrangement's request (for the verdict of what would fit)."""
+    found: list[tuple[Any, _Candidate, PlanRequest]] = []
+    tries = arrangements(req.companions, inventory)
+    for c in tries:
+        r = replace(req, companions=c)
+        cand = _fits(ctx, inventory, budgets, r)
+        if cand is not None:
+            ranked = rank(cand.estimate, cand.prediction.decode_tokens_s, r, inventory)
+            found.append(((round(ranked.step_s, 9), not ranked.on_last), cand, r))
+    if not found:
+        return None, replace(req, companions=tries[0])
+    _, best, r = min(found, key=lambda f: f[0])
+    return best, r
 
 
 def _fits(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest) -> _Candidate | None:
@@ -340,8 +378,7 @@ def _fits_quickly(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req
             if found is not None and exact:
                 found = _candidate(ctx, inventory, budgets, req, n_ctx, v, exact=True)
             if found is not None:
-                use = {d.name: d.total_bytes for d in found.estimate.devices if d.name not in HOST_ROWS}
-                return {**use, HOST: sum(d.total_bytes for d in found.estimate.devices if d.name in HOST_ROWS)}
+                return row_totals(found.estimate)
     return None
 
 

@@ -1,0 +1,24 @@
+"""The models a llama-server or llama-cli process loads beside the target, estimated with it.
+
+Each companion reports its own rows (planner/memory/rows.py); `Estimate.totals` adds them per
+device, and budgets judge the totals. The pinned server loads them in this order after the
+target (tools/server/server-context.cpp load_model): the target with its adapters
+(common_init_from_params), the drafter and its context (common_speculative_init_from_params), the
+projector (mtmd_init_from_file).
+"""
+from __future__ import annotations
+
+from planner.hardware.inventory import Inventory
+from planner.llama.settings import LlamaSettings
+from planner.memory.draft import estimate_draft
+from planner.memory.rows import CompanionEstimate
+
+
+def estimate_companions(target: LlamaSettings, inventory: Inventory | None,
+                        exact_compute: bool = True) -> tuple[CompanionEstimate, ...]:
+    """Every companion the flags name, in the order llama-server loads them."""
+    flags = target.flags
+    out: list[CompanionEstimate] = []
+    if flags.spec.has_draft:
+        out.append(estimate_draft(target, inventory, exact_compute))
+    return tuple(out)
