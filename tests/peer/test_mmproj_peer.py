@@ -4,7 +4,8 @@ llama-server with the Gemma 3 270M target and a shape-faithful sparse Gemma 3 pr
 27-layer SigLIP-So400m tower at 896 px, projecting to the 270M's 640; tests/support/mmproj_factory.py),
 `-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
-(the second server; the soft_max attention path). clip.cpp logs the projector after the target:
+(the second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
+device, common/arg.cpp). clip.cpp logs the projector after the target:
 its backend, load_hparams' model size (every tensor's bytes) and one reserve_compute_meta line per
 backend (planner/checking/llama.py parse_clip_log).
 
@@ -35,6 +36,7 @@ CASES = {
     "--no-mmproj-offload": ["{rpc}", "-ts", "1,1", "--no-mmproj-offload"],
     "host only": [],
     "-mmdev RPC1 -fa off": ["{rpc}", "-ts", "1,1", "-mmdev", "RPC1", "-fa", "off"],
+    "-dev RPC1": ["{rpc}", "-dev", "RPC1"],
 }
 
 
