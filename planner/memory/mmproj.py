@@ -12,8 +12,10 @@ Placement (llama.cpp in llama-cpp-python 0.3.36):
   for the CPU (its plain CPU buffer type: never CPU_REPACK).
 
 The figures come from runtime/engine/clip.py: the weights buffer as ggml_backend_alloc_ctx_tensors
-makes it, and the warmup graph reserved through the runtime's scheduler (compute "simulated").
-Gemma 3's projector has a fixed 896 px input, so --image-min/max-tokens do not change it.
+makes it, and the warmup graph reserved through the runtime's scheduler (compute "simulated"), for
+Gemma 3's and IDEFICS3's (SmolVLM) projectors; other projector types are refused by name. Both warm
+up at their file's image_size, so --image-min/max-tokens do not change what they allocate
+(clip.cpp load_hparams: IDEFICS3's set_limit_image_tokens() moves only the preprocessor's limits).
 """
 from __future__ import annotations
 
@@ -86,5 +88,5 @@ def _notes(reserve: ProjectorReserve, image_max_tokens: int, image_min_tokens: i
     notes = [f"projector on {reserve.device}; warmup graph of {reserve.n_nodes} nodes, "
              f"flash attention {'enabled' if reserve.flash_attn else 'disabled'}"]
     if image_max_tokens > 0 or image_min_tokens > 0:
-        notes.append("--image-min/max-tokens do not apply: Gemma 3's projector has a fixed input size")
+        notes.append("--image-min/max-tokens leave the warmup graph as it is: it runs at the file's image_size")
     return tuple(notes)

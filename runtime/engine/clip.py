@@ -11,9 +11,11 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
   hparams.warmup_image_size square (Gemma 3: image_size, load_hparams); with flash attention
   `auto` the graph is reserved with it enabled, and again with it disabled only when the backend
   refuses the FLASH_ATTN_EXT node (the allocator's buffers only grow, so the larger reserve stays).
-- clip.cpp build_inp / build_vit / build_norm / build_attn / build_ffn and models/siglip.cpp
-  clip_graph_siglip::build (PROJECTOR_TYPE_GEMMA3): the graph below, node for node (865 nodes for
-  the 27-layer SigLIP-So400m tower, as llama.cpp logs).
+- clip.cpp build_inp / build_vit / build_norm / build_attn / build_ffn / build_patch_merge_permute
+  and models/siglip.cpp clip_graph_siglip::build (PROJECTOR_TYPE_GEMMA3 and PROJECTOR_TYPE_IDEFICS3):
+  the graph below, node for node (865 nodes for Gemma 3's 27-layer SigLIP-So400m tower, as llama.cpp
+  logs). Both keep load_hparams' default warmup size, image_size (IDEFICS3's set_limit_image_tokens()
+  only moves the preprocessor's pixel limits).
 
 Only sizes are simulated: IM2COL, POOL_2D and NORM have no numpy kernel, so the devices declare
 them (CLIP_SIZED_OPS) for the scheduler and no graph here is ever computed.
@@ -52,8 +54,8 @@ class UnsupportedProjector(BadInput):
 
     def __init__(self, path: str, projector: str) -> None:
         self.path, self.projector = path, projector
-        super().__init__(f"{path}: projector type {projector!r} is not modelled; fitplan sizes Gemma 3's "
-                         f"({VisionProjectorType.GEMMA3!r}) projector only")
+        super().__init__(f"{path}: projector type {projector!r} is not modelled; fitplan sizes "
+                         f"{' and '.join(repr(p) for p in HEADS)} projectors only")
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,11 @@ class ClipHParams:
     patch_size: int
     n_merge: int
     ffn_op: str           # ggml unary of the FFN: GELU (clip.use_gelu), SILU (clip.use_silu), else GELU_QUICK
-    n_mmproj_embd: int    # clip_n_mmproj_embd: mm.input_projection's ne[0], the text model's width
+    n_mmproj_embd: int    # clip_n_mmproj_embd: the projection's output width, the text model's
 
     @property
     def warmup_image_size(self) -> int:
-        return self.image_size   # load_hparams' default warmup_image_size; Gemma 3 keeps it
+        return self.image_size   # load_hparams' default warmup_image_size; Gemma 3 and IDEFICS3 keep it
 
     @property
     def n_patches_side(self) -> int:
@@ -91,44 +93,69 @@ def projector_type(model: ModelFile) -> str:
     return str(model.metadata.get(Keys.Clip.PROJECTOR_TYPE) or model.metadata.get(CV.PROJECTOR_TYPE) or "")
 
 
+@dataclass(frozen=True)
+class SiglipHead:
+    """What a siglip.cpp projector type adds after the ViT: its mm.* tensors (clip.cpp load_tensors),
+    the tensor and dimension clip_n_mmproj_embd reads the output width from, load_hparams' n_merge."""
+
+    tensors: tuple[str, ...]
+    width_tensor: str
+    width_dim: int
+    default_merge: int
+
+
+HEADS: dict[str, SiglipHead] = {
+    VisionProjectorType.GEMMA3: SiglipHead((name(T.V_MM_INP_PROJ), name(T.V_MM_SOFT_EMB_NORM)),
+                                           name(T.V_MM_INP_PROJ), 0, GEMMA3_N_MERGE),
+    VisionProjectorType.IDEFICS3: SiglipHead((name(T.V_MMPROJ_FC),), name(T.V_MMPROJ_FC), 1, 1),
+}
+
+
 def read_clip_hparams(model: ModelFile) -> ClipHParams:
-    """The vision hparams of a Gemma 3 projector file; other projector types are refused."""
+    """The vision hparams of a Gemma 3 or IDEFICS3 projector file; other projector types are refused."""
     meta = model.metadata
     proj = projector_type(model)
-    if proj != VisionProjectorType.GEMMA3 or not meta.get(Keys.Clip.HAS_VISION_ENCODER):
+    head = HEADS.get(proj)
+    if head is None or not meta.get(Keys.Clip.HAS_VISION_ENCODER):
         raise UnsupportedProjector(model.path, proj or "(none)")
-    inp_proj = model.tensor(name(T.V_MM_INP_PROJ))
-    if inp_proj is None:
-        raise BadInput(f"{model.path}: a Gemma 3 projector without {name(T.V_MM_INP_PROJ)}")
+    width = model.tensor(head.width_tensor)
+    if width is None:
+        raise BadInput(f"{model.path}: a {proj} projector without {head.width_tensor}")
     try:
         ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        return ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                           int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                           float(meta[CV.Attention.LAYERNORM_EPS]), int(meta[CV.IMAGE_SIZE]),
-                           int(meta[CV.PATCH_SIZE]), int(meta.get(CV.Projector.SCALE_FACTOR, GEMMA3_N_MERGE)),
-                           ffn_op, inp_proj.shape[0])
+        hp = ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
+                         int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
+                         float(meta[CV.Attention.LAYERNORM_EPS]), int(meta[CV.IMAGE_SIZE]),
+                         int(meta[CV.PATCH_SIZE]), int(meta.get(CV.Projector.SCALE_FACTOR, head.default_merge)),
+                         ffn_op, width.shape[head.width_dim])
     except KeyError as e:
         raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+    if hp.n_merge < 2 or hp.n_patches_side % hp.n_merge:
+        # build_patch_merge_permute asserts a factor > 1 and pads a side it does not divide (ggml_pad:
+        # not modelled); Gemma 3's pool needs the factor to divide the side as well
+        raise UnsupportedProjector(model.path, f"{proj} merging {hp.n_merge}x{hp.n_merge} of "
+                                               f"{hp.n_patches_side}x{hp.n_patches_side} patches")
+    return hp
 
 
-# --- the tensors clip.cpp load_tensors asks for (Gemma 3: the generic vision set plus mm.*) ----------
+# --- the tensors clip.cpp load_tensors asks for (the generic vision set plus the head's mm.*) ------
 
 _LAYER_TENSORS = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_ENC_INPUT_NORM,
                   T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN)
 _MODEL_TENSORS = (T.V_ENC_EMBD_PATCH, T.V_ENC_EMBD_POS, T.V_POST_NORM)
 
 
-def gemma3_tensor_names(hp: ClipHParams) -> list[str]:
-    """Every name the Gemma 3 graph reads, weights and biases, in load order."""
+def tensor_names(hp: ClipHParams) -> list[str]:
+    """Every name the graph reads, weights and biases, in load order."""
     names = [name(k, None, s) for k in _MODEL_TENSORS for s in ("weight", "bias")]
     names += [name(k, il, s) for il in range(hp.n_layer) for k in _LAYER_TENSORS for s in ("weight", "bias")]
-    return names + [name(T.V_MM_INP_PROJ), name(T.V_MM_SOFT_EMB_NORM)]
+    return names + list(HEADS[hp.projector].tensors)
 
 
-def load_gemma3(model: ModelFile, hp: ClipHParams) -> dict[str, Tensor]:
+def load_weights(model: ModelFile, hp: ClipHParams) -> dict[str, Tensor]:
     """The projector's weights as clip.cpp loads them (absent optional biases stay absent); a tensor
-    the Gemma 3 graph does not read (a layer scale, a pre-norm) is refused rather than ignored."""
-    known = set(gemma3_tensor_names(hp))
+    the graph does not read (a layer scale, a pre-norm) is refused rather than ignored."""
+    known = set(tensor_names(hp))
     extra = [t.name for t in model.tensors if t.name not in known]
     if extra:
         raise UnsupportedProjector(model.path, f"{hp.projector} with {extra[0]}")
@@ -137,8 +164,8 @@ def load_gemma3(model: ModelFile, hp: ClipHParams) -> dict[str, Tensor]:
 
 # --- the graph (clip.cpp build_* and models/siglip.cpp) ---------------------------------------------
 
-class Gemma3Graph:
-    """clip_graph_siglip::build for PROJECTOR_TYPE_GEMMA3 at the warmup image size."""
+class SiglipGraph:
+    """clip_graph_siglip::build at the warmup image size (Gemma 3 or IDEFICS3 head)."""
 
     def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         self.hp, self.w, self.flash_attn = hp, w, flash_attn
@@ -223,7 +250,7 @@ class Gemma3Graph:
             x = self.norm(x, T.V_POST_NORM)
         return g.reshape(x, (hp.n_embd, n_pos, 1))
 
-    def projector(self, x: Tensor) -> Tensor:
+    def gemma3(self, x: Tensor) -> Tensor:
         """siglip.cpp's Gemma 3 branch: average-pool n_merge x n_merge patches, RMS norm, project."""
         hp, side = self.hp, self.hp.n_patches_side
         x = g.cont(g.transpose(x), (side, side, hp.n_embd, 1))
@@ -236,8 +263,19 @@ class Gemma3Graph:
         proj = g.cont(g.transpose(self.w[name(T.V_MM_INP_PROJ)]))
         return g.mul_mat(proj, x)
 
+    def idefics3(self, x: Tensor) -> Tensor:
+        """siglip.cpp's IDEFICS3 branch: build_patch_merge_permute (pixel unshuffle by n_merge on
+        each side; the side divides, so no ggml_pad), then mm.model.fc."""
+        hp, side, s = self.hp, self.hp.n_patches_side, self.hp.n_merge
+        x = g.reshape(x, (hp.n_embd, side, side))
+        x = g.permute(g.reshape(x, (hp.n_embd * s, side // s, side)), (0, 2, 1, 3))
+        x = g.permute(g.cont(x, (hp.n_embd * s * s, side // s, side // s)), (0, 2, 1, 3))
+        x = g.cont(x, (x.ne[0], x.ne[1] * x.ne[2]))
+        return g.mul_mat(self.w[name(T.V_MMPROJ_FC)], x)
+
     def build(self) -> Graph:
-        self.graph.expand(self.projector(self.vit(self.inp())))
+        head = self.gemma3 if self.hp.projector == VisionProjectorType.GEMMA3 else self.idefics3
+        self.graph.expand(head(self.vit(self.inp())))
         return self.graph
 
 
@@ -299,10 +337,10 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
     cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
     main = _backend(device) if device is not None else cpu
     backends = [main, cpu] if main is not cpu else [cpu]
-    weights = load_gemma3(model, hp)
+    weights = load_weights(model, hp)
     buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
     sched = Scheduler(backends, parallel=False, op_offload=True)
-    graph = Gemma3Graph(hp, weights, fa).build()
+    graph = SiglipGraph(hp, weights, fa).build()
     if len(graph.nodes) > CLIP_MAX_NODES:
         raise BadInput(f"{model.path}: the projector graph has {len(graph.nodes)} nodes, over clip's {CLIP_MAX_NODES}")
     sched.reserve(graph)

@@ -1,7 +1,8 @@
 """The projector's estimate (planner/memory/mmproj.py) against the pinned llama-server's own load.
 
-llama-server with the Gemma 3 270M target and a shape-faithful sparse Gemma 3 projector (the full
-27-layer SigLIP-So400m tower at 896 px, projecting to the 270M's 640; tests/support/mmproj_factory.py),
+llama-server with the Gemma 3 270M target and a shape-faithful sparse projector projecting to the
+270M's 640 (tests/support/mmproj_factory.py): Gemma 3's (the full 27-layer SigLIP-So400m tower at
+896 px) and SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4),
 `-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
 (the second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -24,7 +25,7 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from tests.support.mmproj_factory import write_gemma3_mmproj
+from tests.support.mmproj_factory import idefics3_mmproj_spec, write_gemma3_mmproj, write_mmproj
 from tests.support.shapes import compute_ok, model_path
 
 pytestmark = pytest.mark.peer
@@ -41,8 +42,10 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def files(shapes_dir: Path) -> tuple[Path, Path]:
-    return model_path("gemma3-270m", shapes_dir), write_gemma3_mmproj(shapes_dir, n_text_embd=640)
+def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
+    target = model_path("gemma3-270m", shapes_dir)
+    return {"gemma3": (target, write_gemma3_mmproj(shapes_dir, n_text_embd=640)),
+            "idefics3": (target, write_mmproj(shapes_dir, idefics3_mmproj_spec(n_text_embd=640), "mmproj-idefics3"))}
 
 
 def _argv(template: list[str], endpoints: list[str]) -> list[str]:
@@ -64,9 +67,10 @@ def _server_log(bin_dir: Path, target: Path, mmproj: Path, flags: list[str], log
     return log_path.read_text(errors="replace")
 
 
+@pytest.mark.parametrize("projector", ["gemma3", "idefics3"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_path, case):
-    target, mmproj = files
+def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_path, projector, case):
+    target, mmproj = files[projector]
     flags = TARGET_FLAGS + _argv(CASES[case], rpc_endpoints)
     clip = parse_clip_log(_server_log(llama_tools, target, mmproj, flags, tmp_path / "server.log"))
     assert clip is not None, "llama-server logged no projector load"

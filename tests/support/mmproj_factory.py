@@ -1,4 +1,5 @@
-"""A shape-faithful sparse Gemma 3 projector (mmproj) GGUF, as the pinned mtmd loader reads it.
+"""Shape-faithful sparse projector (mmproj) GGUFs, as the pinned mtmd loader reads them: Gemma 3's
+and SmolVLM2's (IDEFICS3, same SigLIP tower, a pixel-unshuffle head).
 
 The layout is Gemma 3's SigLIP-So400m vision tower with its projector (PROJECTOR_TYPE_GEMMA3), as
 tools/mtmd/clip.cpp loads it at the pinned build: `load_hparams` (clip.* keys; Gemma 3 merges 4x4
@@ -31,14 +32,14 @@ SIGLIP_PATCH_SIZE = 14
 SIGLIP_EPS = 1e-6
 
 
-def gemma3_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = SIGLIP_N_LAYER, n_embd: int = SIGLIP_N_EMBD,
-                       n_ff: int = SIGLIP_N_FF, n_head: int = SIGLIP_N_HEAD, image_size: int = SIGLIP_IMAGE_SIZE,
-                       patch_size: int = SIGLIP_PATCH_SIZE, weight_type: Q = Q.F16) -> ModelSpec:
-    """Gemma 3's projector for a text model of width `n_text_embd` (the 270M's is 640)."""
+def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: int, n_head: int,
+            image_size: int, patch_size: int, weight_type: Q, patch_type: Q) -> ModelSpec:
+    """The SigLIP tower clip.cpp's build_vit reads: patch and position embeddings, pre-norm layers
+    with biased q/k/v/out and a GELU FFN, the post layer norm."""
     cv, clip = Keys.ClipVision, Keys.Clip
     spec = ModelSpec(CLIP_ARCH)
     spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.GEMMA3,
+        clip.PROJECTOR_TYPE: projector,
         clip.HAS_VISION_ENCODER: True,
         cv.USE_GELU: True,
         cv.EMBEDDING_LENGTH: n_embd,
@@ -53,7 +54,7 @@ def gemma3_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = SIGLIP_N_LAYER,
         cv.IMAGE_STD: [0.5, 0.5, 0.5],
     })
     n_patches = (image_size // patch_size) ** 2
-    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, patch_type, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches))
     for i in range(n_layer):
@@ -69,16 +70,42 @@ def gemma3_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = SIGLIP_N_LAYER,
         spec.add(T.V_ENC_FFN_UP, Q.F32, (n_embd,), i, "bias")
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    return spec
+
+
+def gemma3_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = SIGLIP_N_LAYER, n_embd: int = SIGLIP_N_EMBD,
+                       n_ff: int = SIGLIP_N_FF, n_head: int = SIGLIP_N_HEAD, image_size: int = SIGLIP_IMAGE_SIZE,
+                       patch_size: int = SIGLIP_PATCH_SIZE, weight_type: Q = Q.F16) -> ModelSpec:
+    """Gemma 3's projector for a text model of width `n_text_embd` (the 270M's is 640)."""
+    spec = _siglip(VisionProjectorType.GEMMA3, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size, patch_size,
+                   weight_type, Q.F32)
     spec.add(T.V_MM_INP_PROJ, Q.F16, (n_text_embd, n_embd))
     spec.add(T.V_MM_SOFT_EMB_NORM, Q.F32, (n_embd,))
     return spec
 
 
-def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: object) -> Path:
-    """Write the projector into `directory` (once per name) and return its path."""
+def idefics3_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: int = 768, n_ff: int = 3072,
+                         n_head: int = 12, image_size: int = 512, patch_size: int = 16, scale_factor: int = 4,
+                         weight_type: Q = Q.F16) -> ModelSpec:
+    """SmolVLM2's (IDEFICS3) projector: SigLIP-B/16 at 512 px, pixel unshuffle by 4, one linear layer
+    (mm.model.fc, {n_embd x 16, n_text}) — defaults as SmolVLM2-256M's vision config."""
+    spec = _siglip(VisionProjectorType.IDEFICS3, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size,
+                   patch_size, weight_type, Q.F16)
+    spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = scale_factor
+    spec.add(T.V_MMPROJ_FC, weight_type, (n_embd * scale_factor**2, n_text_embd))
+    return spec
+
+
+def write_mmproj(directory: Path, spec: ModelSpec, name: str) -> Path:
+    """Write a projector spec into `directory` (once per name) and return its path."""
     path = directory / f"{name}.gguf"
     if not path.exists():
         partial = directory / f"{name}.partial.gguf"
-        [written] = gemma3_mmproj_spec(**kw).write(partial)   # type: ignore[arg-type]
+        [written] = spec.write(partial)
         written.rename(path)
     return path
+
+
+def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: object) -> Path:
+    """Write Gemma 3's projector into `directory` (once per name) and return its path."""
+    return write_mmproj(directory, gemma3_mmproj_spec(**kw), name)   # type: ignore[arg-type]

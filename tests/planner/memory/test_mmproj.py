@@ -1,4 +1,4 @@
-"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3 projector files.
+"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3 and IDEFICS3 projector files.
 
 Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes, each a
 multiple of the 32-byte alignment here, so nothing pads) and the placement rules of the pinned
@@ -22,7 +22,7 @@ from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from runtime.engine.clip import UnsupportedProjector, reserve_projector
 from tests.support.gguf_factory import gemma3_spec
-from tests.support.mmproj_factory import gemma3_mmproj_spec, write_gemma3_mmproj
+from tests.support.mmproj_factory import gemma3_mmproj_spec, idefics3_mmproj_spec, write_gemma3_mmproj, write_mmproj
 
 MiB = 2**20
 RPC = ["--rpc", "127.0.0.1:50052,127.0.0.1:50053"]
@@ -101,9 +101,32 @@ def test_full_tower_compute_is_llama_cpps(files, fa, compute):
 def test_other_projector_types_are_refused(files, tmp_path):
     ctx, _, _ = files
     spec = gemma3_mmproj_spec(n_text_embd=N_TEXT, n_layer=1)
-    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "idefics3"
-    [path] = spec.write(tmp_path / "idefics3.gguf")
-    with pytest.raises(UnsupportedProjector, match="idefics3"):
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "qwen2vl_merger"
+    [path] = spec.write(tmp_path / "qwen2vl.gguf")
+    with pytest.raises(UnsupportedProjector, match="qwen2vl_merger"):
+        _estimate(ctx, path)
+
+
+def test_idefics3_weights_and_compute(files, tmp_path):
+    """SmolVLM2's projector (SigLIP-B/16 at 512 px, 12 layers, pixel unshuffle by 4): weights by hand,
+    the CPU holding the 512 x 512 x 3 f32 input when offloaded, and the compute llama-server logged
+    (21.00 MiB, 396 nodes; -fa off 60.00 MiB, 420 nodes)."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, idefics3_mmproj_spec(n_text_embd=N_TEXT), "idefics3")
+    e, ff, side = 768, 3072, 512
+    per_layer = 4 * e * e * 2 + 4 * e * 4 + 4 * e * 4 + 2 * e * ff * 2 + ff * 4 + e * 4
+    weights = 12 * per_layer + 16 * 16 * 3 * e * 2 + e * 4 + e * (side // 16) ** 2 * 4 + 2 * e * 4 + e * 16 * N_TEXT * 2
+    est = _estimate(ctx, path, *RPC)
+    assert _rows(est) == {"RPC0": (weights, 21 * MiB), "Host": (0, side * side * 3 * 4)}
+    assert "396 nodes" in est.notes[0]
+    assert _rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"] == (weights, 60 * MiB)
+
+
+def test_a_merge_that_does_not_divide_the_side_is_refused(files, tmp_path):
+    """512 / 16 = 32 patches a side: a factor of 3 would need ggml_pad, which is not modelled."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, idefics3_mmproj_spec(n_text_embd=N_TEXT, n_layer=1, scale_factor=3), "pad")
+    with pytest.raises(UnsupportedProjector, match="3x3 of 32x32"):
         _estimate(ctx, path)
 
 
