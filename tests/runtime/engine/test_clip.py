@@ -1,0 +1,56 @@
+"""runtime/engine/clip.py: the projector graphs' shape, node by node, counted by hand from
+tools/mtmd/clip.cpp (build_inp, build_vit, build_attn, build_ffn, build_patch_merge_permute) and
+models/siglip.cpp; the 27- and 12-layer totals are the node counts the pinned llama-server logs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.gguf.reader import read_model
+from runtime.engine.clip import SiglipGraph, load_weights, read_clip_hparams
+from runtime.ggml.graph import GGMLType, Op
+from tests.support.mmproj_factory import gemma3_mmproj_spec, idefics3_mmproj_spec, write_mmproj
+
+# inp: im2col, 2 reshapes, mul_mat, reshape, permute, cont (ggml_conv_2d) + reshape, transpose, cont,
+# bias add = 11; + position add, reshape = 13. A layer: norm x3, q/k/v (matmul, bias, reshape) x3,
+# attention, out matmul + bias, residual, norm x3, up + bias, gelu, down + bias, residual = 24 + the
+# attention's 7 (3 permutes, 2 casts, flash_attn_ext, reshape) or 9 (3 permutes, cont, kq, soft_max,
+# kqv, permute, cont_2d). Then post_ln x3 and the reshape_3d.
+INP, LAYER, ATTN_FA, ATTN_SOFTMAX, TAIL = 13, 24, 7, 9, 4
+GEMMA3_HEAD = 11    # transpose, cont_4d, pool_2d, reshape, transpose, cont, rms_norm, mul, transpose, cont, mul_mat
+IDEFICS3_HEAD = 7   # reshape_3d x2, permute, cont_3d, permute, cont_2d, mul_mat
+
+
+def _graph(tmp_path: Path, spec, flash_attn: bool):
+    model = read_model(str(write_mmproj(tmp_path, spec, "p")))
+    hp = read_clip_hparams(model)
+    return hp, SiglipGraph(hp, load_weights(model, hp), flash_attn).build()
+
+
+@pytest.mark.parametrize("n_layer, fa", [(2, True), (2, False), (27, True), (27, False)])
+def test_gemma3_node_count(tmp_path, n_layer, fa):
+    _, graph = _graph(tmp_path, gemma3_mmproj_spec(n_layer=n_layer), fa)
+    per_layer = LAYER + (ATTN_FA if fa else ATTN_SOFTMAX)
+    assert len(graph.nodes) == INP + n_layer * per_layer + TAIL + GEMMA3_HEAD
+    if n_layer == 27:
+        assert len(graph.nodes) == (865 if fa else 919)   # llama-server's reserve_compute_meta line
+
+
+def test_idefics3_node_count_and_output(tmp_path):
+    hp, graph = _graph(tmp_path, idefics3_mmproj_spec(), True)
+    assert len(graph.nodes) == INP + 12 * (LAYER + ATTN_FA) + TAIL + IDEFICS3_HEAD == 396
+    out = graph.nodes[-1]
+    # 32 x 32 patches unshuffled by 4: 64 tokens of the text width
+    assert (out.op, out.ne[:2]) == (Op.MUL_MAT, (hp.n_mmproj_embd, 64))
+
+
+def test_gemma3_tokens_and_input(tmp_path):
+    hp, graph = _graph(tmp_path, gemma3_mmproj_spec(n_layer=1), True)
+    out = graph.nodes[-1]
+    assert out.ne[:2] == (640, (896 // 14 // 4) ** 2)              # 256 image tokens
+    [raw] = [t for t in graph.leafs if t.name == "inp_raw"]
+    assert raw.ne == (896, 896, 3, 1) and raw.type == GGMLType.F32
+    [col] = [t for t in graph.nodes if t.op is Op.IM2COL]
+    assert col.ne == (14 * 14 * 3, 64, 64, 1) and col.type == GGMLType.F16   # ggml_conv_2d's im2col
