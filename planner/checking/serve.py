@@ -27,6 +27,9 @@ from planner.checking.llama import (
     host_row,
     parse_breakdown,
     parse_buffers,
+    parse_clip_log,
+    parse_lora_buffers,
+    parse_model_loads,
     rows_by_device,
     start_server,
     wait_ready,
@@ -40,12 +43,12 @@ from planner.core.units import MiB, fmt_mib
 from planner.hardware.budgets import pool_name, resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory, rpc_endpoints
-from planner.llama.companions import server_outputs_max
+from planner.llama.companions import server_target_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
-from planner.llama.placement import HOST
+from planner.llama.placement import HOST, HOST_ROWS
 from planner.llama.settings import resolve_settings
-from planner.memory.estimate import estimate_settings
+from planner.memory.estimate import Estimate, estimate_settings
 from planner.planning.commands import LLAMA_SERVER, server_argv
 
 log = logging.getLogger(__name__)
@@ -89,12 +92,15 @@ class PreparedServe:
     port: int
     flags: LlamaFlags
     predicted: dict[str, tuple[int, int, int]]   # row -> (model, context, compute), as llama-server reserves
+                                                 # for the target (its memory breakdown covers the target only)
     budgets: dict[str, int]
     names: tuple[str, ...]                       # the plan's devices in llama.cpp's order
     endpoints: dict[str, str] = field(default_factory=dict)   # RPC device -> endpoint
     notes: tuple[str, ...] = ()
     uma_pool_bytes: int | None = None            # what Host and `pool_devices` hold together
     pool_devices: tuple[str, ...] = ()
+    load_predicted: dict[str, tuple[int, int, int]] | None = None   # every model at load (companions added);
+                                                                    # None: the target's alone
 
 
 @dataclass(frozen=True)
@@ -240,11 +246,11 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
     judged = _budgets(req, plan)
     if _memory_fields(flags) != _memory_fields(plan.flags) or judged is not plan:
         notes.append(f"re-estimated with {' '.join(llama_extra)}")
-        error = _no_longer_fits(server_predicted(settings, est, server_outputs_max(flags.n_batch, flags.n_parallel)),
+        error = _no_longer_fits(with_companions(server_predicted(settings, est, server_target_outputs_max(flags)), est),
                                 judged, llama_extra)
         if error is not None:
             raise error
-    predicted = server_predicted(settings, est, server_outputs_max(flags.n_batch, flags.n_parallel))
+    predicted = server_predicted(settings, est, server_target_outputs_max(flags))
     if req.check_hardware and not req.force and plan.inventory is not None:
         here = req.here or detect_inventory(rpc_endpoints(plan.inventory))
         diff = hardware_difference(plan.inventory, here, flags, predicted)
@@ -257,7 +263,19 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
     names = tuple(d.name for d in settings.devices)
     endpoints = {d.name: d.endpoint for d in (plan.inventory.devices if plan.inventory else ()) if d.endpoint}
     return PreparedServe(tuple(argv), f"http://{req.host}:{port}", req.host, port, flags, predicted,
-                         judged.budgets, names, endpoints, tuple(notes), judged.uma_pool_bytes, judged.pool_devices)
+                         judged.budgets, names, endpoints, tuple(notes), judged.uma_pool_bytes, judged.pool_devices,
+                         with_companions(predicted, est) if est.companions else None)
+
+
+def with_companions(target: dict[str, tuple[int, int, int]], est: Estimate) -> dict[str, tuple[int, int, int]]:
+    """The target's rows with every companion's added (host rows folded into Host, as the target's)."""
+    out = dict(target)
+    for c in est.companions:
+        for d in c.devices:
+            row = HOST if d.name in HOST_ROWS else d.name
+            m, k, x = out.get(row, (0, 0, 0))
+            out[row] = (m + d.model_bytes, k + d.context_bytes, x + d.compute_bytes)
+    return out
 
 
 def with_program(prepared: PreparedServe, bin_dir: Path) -> PreparedServe:
@@ -269,7 +287,8 @@ def with_program(prepared: PreparedServe, bin_dir: Path) -> PreparedServe:
 
 def _check(stage: str, rows: dict[str, tuple[int, int, int]], prepared: PreparedServe, notes: tuple[str, ...] = ()
            ) -> MemoryCheck:
-    devices = tuple(DeviceReport(row, *rows.get(row, (0, 0, 0)), prepared.predicted.get(row),
+    predicted = prepared.predicted if stage != "load" or prepared.load_predicted is None else prepared.load_predicted
+    devices = tuple(DeviceReport(row, *rows.get(row, (0, 0, 0)), predicted.get(row),
                                  prepared.budgets.get(row), 0.0)
                     for row in [*prepared.names, HOST])
     verdict = judge(devices, slack=MODEL_SLACK, compute_rel=COMPUTE_REL, compute_abs=COMPUTE_ABS,
@@ -277,10 +296,31 @@ def _check(stage: str, rows: dict[str, tuple[int, int, int]], prepared: Prepared
     return MemoryCheck(stage, devices, verdict.text, verdict.fits, notes + verdict.notes)
 
 
-def load_rows(text: str, endpoints: dict[str, str]) -> dict[str, tuple[int, int, int]]:
-    """Rows from the buffer lines of a load (llama.cpp names buffers, not devices)."""
-    by_kind = rows_by_device(parse_buffers(text), endpoints)
+def load_rows(text: str, endpoints: dict[str, str], companions: bool = False) -> dict[str, tuple[int, int, int]]:
+    """Rows from the buffer lines of a load (llama.cpp names buffers, not devices); with companions,
+    every model's: the target and a drafter (one load each), adapters, the projector."""
+    by_kind = rows_by_device(every_model_buffers(text) if companions else parse_buffers(text), endpoints)
     return {row: (k.get("model", 0), k.get("context", 0), k.get("compute", 0)) for row, k in by_kind.items()}
+
+
+def every_model_buffers(text: str) -> dict[tuple[str, str], int]:
+    """(buffer type, kind) -> bytes over every model a llama-server log loads (run with -fit off:
+    each load is a real one)."""
+    out: dict[tuple[str, str], int] = {}
+
+    def add(key: tuple[str, str], size: int) -> None:
+        out[key] = out.get(key, 0) + size
+
+    for load in parse_model_loads(text):
+        for key, size in load.items():
+            add(key, size)
+    for buffers in (parse_lora_buffers(text).values() if "LoRA buffer size" in text else ()):
+        for buft, size in buffers.items():
+            add((buft, "model"), size)
+    clip = parse_clip_log(text)
+    for key, size in (clip.buffers.items() if clip else ()):
+        add(key, size)
+    return out
 
 
 def shutdown_rows(text: str) -> dict[str, tuple[int, int, int]]:
@@ -331,8 +371,8 @@ def run_serve(prepared: PreparedServe, on_ready: Callable[[int, MemoryCheck], No
                 if not received:
                     raise
             else:
-                load = _check("load", load_rows(log_path.read_text(errors="replace"), prepared.endpoints), prepared,
-                              prepared.notes)
+                load = _check("load", load_rows(log_path.read_text(errors="replace"), prepared.endpoints,
+                                                prepared.load_predicted is not None), prepared, prepared.notes)
                 on_ready(proc.pid, load)
             proc.wait()
     finally:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from planner.hardware.inventory import Inventory
 from planner.llama.settings import LlamaSettings
 from planner.memory.draft import estimate_draft
+from planner.memory.lora import estimate_loras
+from planner.memory.mmproj import estimate_mmproj
 from planner.memory.rows import CompanionEstimate
 
 
@@ -18,7 +20,9 @@ def estimate_companions(target: LlamaSettings, inventory: Inventory | None,
                         exact_compute: bool = True) -> tuple[CompanionEstimate, ...]:
     """Every companion the flags name, in the order llama-server loads them."""
     flags = target.flags
-    out: list[CompanionEstimate] = []
+    out: list[CompanionEstimate] = list(estimate_loras(target)) if flags.loras else []
     if flags.spec.has_draft:
         out.append(estimate_draft(target, inventory, exact_compute))
+    if flags.mmproj.path:
+        out.append(estimate_mmproj(target, exact_compute))
     return tuple(out)

@@ -18,6 +18,7 @@ from typing import Any
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
 from planner.hardware.inventory import Inventory
+from planner.llama.companions import server_target_outputs_max
 from planner.llama.context import ModelLike, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
@@ -142,7 +143,10 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
     placement = settings.placement
     weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
-    compute, source = compute_model(settings, use_runtime=exact_compute)
+    # companions exist only in llama-server and llama-cli: the target then keeps the server's output
+    # rows (server_output_limits), not llama-fit-params' n_batch
+    outputs = server_target_outputs_max(settings.flags) if settings.flags.has_companions else None
+    compute, source = compute_model(settings, use_runtime=exact_compute, n_outputs_max=outputs)
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     by_dev: dict[str, list[int]] = defaultdict(list)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -126,7 +129,8 @@ def test_plan_refuses_incompatible_drafter(models: tuple[Path, Path], tmp_path: 
                       attn_type=q, v_type=q, ffn_type=q, down_type=q, embd_type=q, out_type=q)
     add_tokenizer(spec, N_VOCAB + 200, n_merges=8)
     other = write_random(tmp_path / "other.gguf", spec)
-    code = main(["plan", str(target), "--device", "RPC0=4GiB", "--ram", "16GiB", "-c", "4096", "--draft", str(other)])
+    code = main(["plan", str(target), "--device", "CUDA0=4GiB", "--ram", "16GiB", "-c", "4096",
+                 "--draft", str(other)])
     err = capsys.readouterr().err
     assert code == 2
     assert "refuse" in err and "vocab" in err, err
@@ -141,3 +145,52 @@ def test_llama_server_drafts_from_target_context(llama_tools: Path, models: tupl
     kv = [float(m) for m in re.findall(r"llama_kv_cache:\s+CPU KV buffer size =\s+([\d.]+) MiB", log)]
     per_layer = N_CTX * 2 * (4 * 64) * 2   # K and V, 4 KV heads of 64, f16
     assert kv == [8 * per_layer / MiB, 4 * per_layer / MiB], kv
+
+
+def test_serve_runs_the_drafter_plan(llama_tools: Path, rpc_endpoints: list[str], models: tuple[Path, Path],
+                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan file carries the drafter; `fitplan serve` runs it, checks every model's load buffers
+    against the plan, and the server drafts."""
+    target, draft = models
+    plan_file = tmp_path / "plan.yaml"
+    _plan(capsys, target, rpc_endpoints, "--draft", str(draft), "-o", str(plan_file))
+    errors = tmp_path / "serve.err"
+    with open(errors, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", str(plan_file), "--port", "0",
+                                 "--llama-bin", str(llama_tools), "--format", "json"],
+                                stdout=subprocess.PIPE, stderr=err_file, text=True)
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()
+        found = re.search(r"serves (http://127\.0\.0\.1:\d+);", first)
+        assert found, first + errors.read_text()
+        body = json.dumps({"prompt": list(range(1, 9)), "n_predict": 16}).encode()
+        req = urllib.request.Request(f"{found.group(1)}/completion", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            timings = json.load(resp)["timings"]
+        proc.send_signal(signal.SIGTERM)
+        out = proc.stdout.read()   # through the same buffer readline filled (communicate() would skip it)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, errors.read_text()
+    assert timings["draft_n"] > 0, timings
+    checks = _documents(first + out)
+    assert [c["stage"] for c in checks] == ["load", "shutdown"]
+    # at load every model's buffers, at shutdown llama.cpp's breakdown (the target's): both as planned
+    for check in checks:
+        assert check["verdict"] == "fits; matches the estimate", check
+    rows = {d["name"]: d for d in checks[0]["devices"]}
+    assert rows["RPC1"]["context_bytes"] > 0 and rows["RPC0"]["context_bytes"] > 0, rows
+
+
+def _documents(text: str) -> list[dict]:
+    """The JSON documents serve prints one after another."""
+    decoder, docs = json.JSONDecoder(), []
+    pos = text.find("{")
+    while 0 <= pos < len(text):
+        doc, end = decoder.raw_decode(text, pos)
+        docs.append(doc)
+        pos = text.find("{", end)
+    return docs

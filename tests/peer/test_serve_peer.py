@@ -32,13 +32,15 @@ def test_serve_gemma_on_two_rpc_devices(llama_tools: Path, rpc_pair: list[str], 
     assert main(["plan", "example:gemma3-270m", "--device", f"RPC0=1GiB@{rpc_pair[0]}",
                  "--device", f"RPC1=1GiB@{rpc_pair[1]}", "--ram", "8GiB", "-c", "2048", "-o", str(plan)]) == 0
     capsys.readouterr()
-    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", str(plan), "--port", "0",
-                             "--llama-bin", str(llama_tools), "--format", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = tmp_path / "serve.err"
+    with open(errors, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", str(plan), "--port", "0",
+                                 "--llama-bin", str(llama_tools), "--format", "json"],
+                                stdout=subprocess.PIPE, stderr=err_file, text=True)
     try:
         first = proc.stdout.readline()
         found = re.search(r"llama-server \(pid (\d+)\) serves (http://127\.0\.0\.1:\d+);", first)
-        assert found, first + proc.stderr.read()
+        assert found, first + errors.read_text()
         pid, url = int(found.group(1)), found.group(2)
         req = urllib.request.Request(f"{url}/completion", headers={"Content-Type": "application/json"},
                                      data=json.dumps({"prompt": [10, 11, 12], "n_predict": 4}).encode())
@@ -46,7 +48,11 @@ def test_serve_gemma_on_two_rpc_devices(llama_tools: Path, rpc_pair: list[str], 
             doc = json.loads(resp.read())
         assert doc["tokens_predicted"] == 4 and doc["tokens_evaluated"] == 3
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
+        # read through the buffer readline() filled: communicate() reads the pipe's fd and would skip
+        # whatever that buffer already holds (here, at times, the whole load check)
+        out = proc.stdout.read()
+        proc.wait(timeout=120)
+        err = errors.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
