@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
+from dataclasses import replace
 
 from gguf import Keys
 
@@ -88,15 +89,35 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
     if not reserve_only:   # it loads and runs the weights: a header-only file or a URL is not enough
         require_weights(ctx.model, "validate" if engine == "embedded" else "validate --engine llama.cpp")
     settings = resolve_settings(ctx, req.flags, req.inventory)   # once: the estimate and the run share it
-    est = estimate_settings(settings)
+    est = estimate_settings(settings, inventory=req.inventory)
     if req.n_prompt + req.n_gen > est.cparams.n_ctx:
         raise BadInput(f"--prompt-tokens {req.n_prompt} + --gen-tokens {req.n_gen} do not fit the context "
                        f"of {est.cparams.n_ctx} tokens")
     if engine == "llama.cpp":
         return validate_llama(req, ctx, server_predicted(settings, est))
+    held, note = _companions_held(req, est)
     if reserve_only:
-        return _validate_reserve(req, settings, _predicted(est))
-    return _validate_embedded(req, settings, _predicted(est), kernels)
+        report = _validate_reserve(held, settings, _predicted(est))
+    else:
+        report = _validate_embedded(held, settings, _predicted(est), kernels)
+    return replace(report, notes=report.notes + ((note,) if note else ()))
+
+
+def _companions_held(req: ValidateRequest, est: Estimate) -> tuple[ValidateRequest, str]:
+    """The embedded engine runs the target alone: a drafter's, projector's or adapter's estimated rows
+    are held back from the budgets it runs under, and the report says so."""
+    if not est.companions:
+        return req, ""
+    held: dict[str, int] = {}
+    for c in est.companions:
+        for d in c.devices:
+            row = HOST if d.name in HOST_ROWS else d.name
+            held[row] = held.get(row, 0) + d.total_bytes
+    budgets = {row: b - held.get(row, 0) for row, b in req.budgets.items()}
+    parts = ", ".join(f"{row} {fmt_mib(n)} MiB" for row, n in held.items() if n)
+    return (replace(req, budgets=budgets),
+            f"companions ({', '.join(c.kind for c in est.companions)}) not run by the embedded engine: their "
+            f"estimated bytes ({parts}) are held back from the budgets shown")
 
 
 def _no_fit(ctx_path: str, flags_text: str, e: BufferAllocationError, executed: bool) -> ValidateReport:
