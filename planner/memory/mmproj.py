@@ -11,11 +11,13 @@ Placement (llama.cpp in llama-cpp-python 0.3.36):
   else the CPU. The weights go to that backend's default buffer type: the device's row, or `Host`
   for the CPU (its plain CPU buffer type: never CPU_REPACK).
 
-The figures come from runtime/engine/clip.py: the weights buffer as ggml_backend_alloc_ctx_tensors
-makes it, and the warmup graph reserved through the runtime's scheduler (compute "simulated"), for
-Gemma 3's and IDEFICS3's (SmolVLM) projectors; other projector types are refused by name. Both warm
-up at their file's image_size, so --image-min/max-tokens do not change what they allocate
-(clip.cpp load_hparams: IDEFICS3's set_limit_image_tokens() moves only the preprocessor's limits).
+The figures come from runtime/engine/clip.py and clip_reserve.py: the weights buffer as
+ggml_backend_alloc_ctx_tensors makes it, and the warmup graph reserved through the runtime's
+scheduler (compute "simulated"), for Gemma 3's, IDEFICS3's (SmolVLM) and LFM2's (LFM2-VL)
+projectors; other projector types are refused by name. Gemma 3 and IDEFICS3 warm up at their file's
+image_size, so --image-min/max-tokens do not change what they allocate (IDEFICS3's
+set_limit_image_tokens() moves only the preprocessor's limits); LFM2's warmup image is the largest
+its token limit admits, and --image-max-tokens replaces that limit (clip-model.h).
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from planner.llama.placement import CPU, Device, row_of
 from planner.llama.settings import LlamaSettings
 from planner.memory.analytic import SIMULATED
 from planner.memory.rows import CompanionEstimate, DeviceMemory
-from runtime.engine.clip import ProjectorReserve, read_clip_hparams, reserve_projector
+from runtime.engine.clip import HEADS, read_clip_hparams
+from runtime.engine.clip_reserve import ProjectorReserve, reserve_projector
 
 KIND = "mmproj"
 
@@ -63,15 +66,16 @@ def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> Compan
     if not mm.path:
         raise BadInput("no projector: -mm FILE was not given")
     model = read_model(mm.path)
-    hp = read_clip_hparams(model)
+    hp = read_clip_hparams(model, mm.image_max_tokens)
     n_embd_text = target.ctx.facts.n_embd
     if hp.n_mmproj_embd != n_embd_text:   # mtmd.cpp mtmd_context: "mismatch between text model ... and mmproj"
         raise BadInput(f"{mm.path}: the projector's width {hp.n_mmproj_embd} is not the text model's "
                        f"n_embd {n_embd_text}; llama-server refuses the pair")
     device = projector_device(target)
-    reserve = reserve_projector(model, device, target.flags.flash_attn)
-    return CompanionEstimate(KIND, mm.path, _rows(reserve, device), SIMULATED, _notes(reserve, mm.image_max_tokens,
-                                                                                    mm.image_min_tokens))
+    reserve = reserve_projector(model, device, target.flags.flash_attn, mm.image_max_tokens)
+    tokens_apply = HEADS[hp.projector].token_limits is not None
+    return CompanionEstimate(KIND, mm.path, _rows(reserve, device), SIMULATED,
+                             _notes(reserve, mm.image_min_tokens > 0 or mm.image_max_tokens > 0, tokens_apply))
 
 
 def _rows(reserve: ProjectorReserve, device: Device | None) -> tuple[DeviceMemory, ...]:
@@ -84,9 +88,11 @@ def _rows(reserve: ProjectorReserve, device: Device | None) -> tuple[DeviceMemor
     return tuple(rows)
 
 
-def _notes(reserve: ProjectorReserve, image_max_tokens: int, image_min_tokens: int) -> tuple[str, ...]:
-    notes = [f"projector on {reserve.device}; warmup graph of {reserve.n_nodes} nodes, "
+def _notes(reserve: ProjectorReserve, tokens_given: bool, tokens_apply: bool) -> tuple[str, ...]:
+    side = reserve.image_size
+    notes = [f"projector on {reserve.device}; warmup image {side}x{side}, graph of {reserve.n_nodes} nodes, "
              f"flash attention {'enabled' if reserve.flash_attn else 'disabled'}"]
-    if image_max_tokens > 0 or image_min_tokens > 0:
-        notes.append("--image-min/max-tokens leave the warmup graph as it is: it runs at the file's image_size")
+    if tokens_given and not tokens_apply:
+        notes.append("--image-min/max-tokens leave this projector's warmup graph as it is: it runs at the "
+                     "file's image_size")
     return tuple(notes)

@@ -1,28 +1,23 @@
-"""The multimodal projector (tools/mtmd) sized as clip.cpp sizes it: its weights buffer and the
-compute buffer of its warmup graph, reserved through the runtime's scheduler and allocator.
+"""The multimodal projector's graph (tools/mtmd), as clip.cpp builds it at its warmup image size:
+the hparams, the weights the loader asks for and the SigLIP-tower graphs; runtime/engine/
+clip_reserve.py reserves them.
 
 Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
-- clip.cpp clip_ctx::clip_ctx: the projector runs on one backend plus the CPU (`use_gpu` with a
-  `device`, else the first GPU-type device, else the first iGPU, else the CPU alone), in a scheduler
-  made with parallel=false and op_offload=true.
-- clip.cpp clip_model_loader::load_tensors: every tensor the loader asks for goes into one buffer of
-  that backend's default buffer type (ggml_backend_alloc_ctx_tensors_from_buft), usage WEIGHTS.
-- clip.cpp get_dummy_batch / warmup / reserve_compute_meta: the warmup image is
-  hparams.warmup_image_size square (Gemma 3: image_size, load_hparams); with flash attention
-  `auto` the graph is reserved with it enabled, and again with it disabled only when the backend
-  refuses the FLASH_ATTN_EXT node (the allocator's buffers only grow, so the larger reserve stays).
-- clip.cpp build_inp / build_vit / build_norm / build_attn / build_ffn / build_patch_merge_permute
-  and models/siglip.cpp clip_graph_siglip::build (PROJECTOR_TYPE_GEMMA3 and PROJECTOR_TYPE_IDEFICS3):
-  the graph below, node for node (865 nodes for Gemma 3's 27-layer SigLIP-So400m tower, as llama.cpp
-  logs). Both keep load_hparams' default warmup size, image_size (IDEFICS3's set_limit_image_tokens()
-  only moves the preprocessor's pixel limits).
+- clip.cpp load_hparams: clip.* keys; the warmup image is image_size square unless the type sets
+  token limits (clip-model.h set_limit_image_tokens: LFM2's 64..256 tokens, --image-max-tokens
+  replacing the maximum); get_dummy_batch makes that one image.
+- clip.cpp load_tensors: the generic vision tensors plus each type's mm.* (HEADS); is_ffn_swapped.
+- clip.cpp build_inp / build_vit / build_norm / build_attn / build_ffn / build_patch_merge_permute /
+  resize_position_embeddings and models/siglip.cpp clip_graph_siglip::build (PROJECTOR_TYPE_GEMMA3,
+  IDEFICS3, LFM2): the graph below, node for node (865 nodes for Gemma 3's 27-layer SigLIP-So400m
+  tower, as llama.cpp logs).
 
-Only sizes are simulated: IM2COL, POOL_2D and NORM have no numpy kernel, so the devices declare
-them (CLIP_SIZED_OPS) for the scheduler and no graph here is ever computed.
+Only sizes are simulated: IM2COL, POOL_2D, NORM and UPSCALE have no numpy kernel, so the devices
+declare them (CLIP_SIZED_OPS) for the scheduler and no graph here is ever computed.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -30,21 +25,14 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from planner.llama.placement import CPU, Device
 from runtime.ggml import build as g
-from runtime.ggml.backend import UNLIMITED, Backend, DeviceType, alloc_tensors, make_cpu
-from runtime.ggml.backend import Device as RuntimeDevice
-from runtime.ggml.graph import BufferUsage, GGMLType, Graph, Op, Tensor, TensorFlag
-from runtime.ggml.profiles import Backend as BackendKind
-from runtime.ggml.sched import Scheduler
+from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
 CV = Keys.ClipVision
-CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM})
+CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE})
 GEMMA3_N_MERGE = 4           # clip.cpp load_hparams: Gemma 3 pools 4x4 patches unless the file says otherwise
-CLIP_MAX_NODES = 8192        # clip_ctx::max_nodes, the scheduler's graph size
-CACHE_SIZE = 32
-CUDA_FA_HEAD_SIZES = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
+LFM2_NORM_EPS = 1e-5         # siglip.cpp's LFM2 input norm: "default nn.LayerNorm"
 
 
 class UnsupportedProjector(BadInput):
@@ -73,10 +61,7 @@ class ClipHParams:
     n_merge: int
     ffn_op: str           # ggml unary of the FFN: GELU (clip.use_gelu), SILU (clip.use_silu), else GELU_QUICK
     n_mmproj_embd: int    # clip_n_mmproj_embd: the projection's output width, the text model's
-
-    @property
-    def warmup_image_size(self) -> int:
-        return self.image_size   # load_hparams' default warmup_image_size; Gemma 3 and IDEFICS3 keep it
+    warmup_image_size: int   # get_dummy_batch's square image side
 
     @property
     def n_patches_side(self) -> int:
@@ -95,24 +80,43 @@ def projector_type(model: ModelFile) -> str:
 
 @dataclass(frozen=True)
 class SiglipHead:
-    """What a siglip.cpp projector type adds after the ViT: its mm.* tensors (clip.cpp load_tensors),
-    the tensor and dimension clip_n_mmproj_embd reads the output width from, load_hparams' n_merge."""
+    """What a siglip.cpp projector type adds to the ViT: its mm.* tensors (clip.cpp load_tensors),
+    the tensor and dimension clip_n_mmproj_embd reads the output width from, load_hparams' n_merge,
+    whether load_tensors' is_ffn_swapped list names it, whether build resizes the learned positions
+    to the image (resize_position_embeddings), and the (min, max) image tokens load_hparams passes
+    to set_limit_image_tokens (None: the warmup image is image_size)."""
 
     tensors: tuple[str, ...]
     width_tensor: str
     width_dim: int
     default_merge: int
+    swaps_ffn: bool
+    resizes_positions: bool = False
+    token_limits: tuple[int, int] | None = None
 
 
+_LFM2_MM = (name(T.V_MM_INP_NORM), name(T.V_MM_INP_NORM, None, "bias"), name(T.V_MMPROJ, 1),
+            name(T.V_MMPROJ, 1, "bias"), name(T.V_MMPROJ, 2), name(T.V_MMPROJ, 2, "bias"))
 HEADS: dict[str, SiglipHead] = {
     VisionProjectorType.GEMMA3: SiglipHead((name(T.V_MM_INP_PROJ), name(T.V_MM_SOFT_EMB_NORM)),
-                                           name(T.V_MM_INP_PROJ), 0, GEMMA3_N_MERGE),
-    VisionProjectorType.IDEFICS3: SiglipHead((name(T.V_MMPROJ_FC),), name(T.V_MMPROJ_FC), 1, 1),
+                                           name(T.V_MM_INP_PROJ), 0, GEMMA3_N_MERGE, True),
+    VisionProjectorType.IDEFICS3: SiglipHead((name(T.V_MMPROJ_FC),), name(T.V_MMPROJ_FC), 1, 1, True),
+    # LFM2-VL: processor_config.json's 64..256 tokens (clip.cpp load_hparams, PROJECTOR_TYPE_LFM2)
+    VisionProjectorType.LFM2: SiglipHead(_LFM2_MM, name(T.V_MMPROJ, 2), 1, 1, False, True, (64, 256)),
 }
 
 
-def read_clip_hparams(model: ModelFile) -> ClipHParams:
-    """The vision hparams of a Gemma 3 or IDEFICS3 projector file; other projector types are refused."""
+def warmup_image_size(head: SiglipHead, image_size: int, patch_size: int, n_merge: int, image_max_tokens: int) -> int:
+    """clip-model.h set_limit_image_tokens: the side of the largest image the preprocessor admits,
+    sqrt(max tokens x (patch x merge)^2) truncated, --image-max-tokens replacing the model's maximum."""
+    if head.token_limits is None:
+        return image_size
+    tokens = image_max_tokens if image_max_tokens > 0 else head.token_limits[1]
+    return math.isqrt(tokens * (patch_size * n_merge) ** 2)
+
+
+def read_clip_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
+    """The vision hparams of a projector file whose type HEADS knows; others are refused by name."""
     meta = model.metadata
     proj = projector_type(model)
     head = HEADS.get(proj)
@@ -123,11 +127,12 @@ def read_clip_hparams(model: ModelFile) -> ClipHParams:
         raise BadInput(f"{model.path}: a {proj} projector without {head.width_tensor}")
     try:
         ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
+        image, patch = int(meta[CV.IMAGE_SIZE]), int(meta[CV.PATCH_SIZE])
+        merge = int(meta.get(CV.Projector.SCALE_FACTOR, head.default_merge))
         hp = ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
                          int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                         float(meta[CV.Attention.LAYERNORM_EPS]), int(meta[CV.IMAGE_SIZE]),
-                         int(meta[CV.PATCH_SIZE]), int(meta.get(CV.Projector.SCALE_FACTOR, head.default_merge)),
-                         ffn_op, width.shape[head.width_dim])
+                         float(meta[CV.Attention.LAYERNORM_EPS]), image, patch, merge, ffn_op,
+                         width.shape[head.width_dim], warmup_image_size(head, image, patch, merge, image_max_tokens))
     except KeyError as e:
         raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
     if hp.n_merge < 2 or hp.n_patches_side % hp.n_merge:
@@ -165,7 +170,7 @@ def load_weights(model: ModelFile, hp: ClipHParams) -> dict[str, Tensor]:
 # --- the graph (clip.cpp build_* and models/siglip.cpp) ---------------------------------------------
 
 class SiglipGraph:
-    """clip_graph_siglip::build at the warmup image size (Gemma 3 or IDEFICS3 head)."""
+    """clip_graph_siglip::build at the warmup image size (a Gemma 3, IDEFICS3 or LFM2 head)."""
 
     def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         self.hp, self.w, self.flash_attn = hp, w, flash_attn
@@ -231,7 +236,7 @@ class SiglipGraph:
         """build_ffn without a gate; up/down swapped back when stored as the converter names them."""
         up, down = self.w[name(T.V_ENC_FFN_UP, il)], self.w[name(T.V_ENC_FFN_DOWN, il)]
         up_b, down_b = self._opt(name(T.V_ENC_FFN_UP, il, "bias")), self._opt(name(T.V_ENC_FFN_DOWN, il, "bias"))
-        if down.ne[0] == self.hp.n_embd:     # clip.cpp load_tensors: is_ffn_swapped (Gemma 3 among them)
+        if HEADS[self.hp.projector].swaps_ffn and down.ne[0] == self.hp.n_embd:   # load_tensors: is_ffn_swapped
             up, down, up_b, down_b = down, up, down_b, up_b
         y = g.unary(self.linear(x, up, up_b), self.hp.ffn_op)
         return self.linear(y, down, down_b)
@@ -239,7 +244,7 @@ class SiglipGraph:
     def vit(self, x: Tensor) -> Tensor:
         """build_vit: learned positions, the pre-norm layers, the post layer norm."""
         hp, n_pos = self.hp, self.hp.n_patches_side ** 2
-        x = g.add(x, self.w[name(T.V_ENC_EMBD_POS)])
+        x = g.add(x, self.positions())
         x = g.reshape(x, (hp.n_embd, n_pos))
         for il in range(hp.n_layer):
             y = self.attention(self.norm(x, T.V_ENC_INPUT_NORM, il), il)
@@ -249,6 +254,17 @@ class SiglipGraph:
         if self._opt(name(T.V_POST_NORM)) is not None:
             x = self.norm(x, T.V_POST_NORM)
         return g.reshape(x, (hp.n_embd, n_pos, 1))
+
+    def positions(self) -> Tensor:
+        """The learned position table; resize_position_embeddings interpolates it to the image's
+        patch grid (reshape, permute, ggml_interpolate = UPSCALE, permute, cont_2d) when they differ."""
+        pos, side, e = self.w[name(T.V_ENC_EMBD_POS)], self.hp.n_patches_side, self.hp.n_embd
+        n_per_side = math.isqrt(pos.ne[1])
+        if not HEADS[self.hp.projector].resizes_positions or side == n_per_side:
+            return pos
+        p = g.permute(g.reshape(pos, (e, n_per_side, n_per_side)), (2, 0, 1, 3))
+        p = Tensor(pos.type, (side, side, e, 1), op=Op.UPSCALE, src=[p])
+        return g.cont(g.permute(p, (1, 2, 0, 3)), (e, side * side))
 
     def gemma3(self, x: Tensor) -> Tensor:
         """siglip.cpp's Gemma 3 branch: average-pool n_merge x n_merge patches, RMS norm, project."""
@@ -263,19 +279,34 @@ class SiglipGraph:
         proj = g.cont(g.transpose(self.w[name(T.V_MM_INP_PROJ)]))
         return g.mul_mat(proj, x)
 
-    def idefics3(self, x: Tensor) -> Tensor:
-        """siglip.cpp's IDEFICS3 branch: build_patch_merge_permute (pixel unshuffle by n_merge on
-        each side; the side divides, so no ggml_pad), then mm.model.fc."""
+    def merge_permute(self, x: Tensor) -> Tensor:
+        """build_patch_merge_permute: pixel unshuffle by n_merge on each side (the side divides, so
+        no ggml_pad)."""
         hp, side, s = self.hp, self.hp.n_patches_side, self.hp.n_merge
         x = g.reshape(x, (hp.n_embd, side, side))
         x = g.permute(g.reshape(x, (hp.n_embd * s, side // s, side)), (0, 2, 1, 3))
         x = g.permute(g.cont(x, (hp.n_embd * s * s, side // s, side // s)), (0, 2, 1, 3))
-        x = g.cont(x, (x.ne[0], x.ne[1] * x.ne[2]))
-        return g.mul_mat(self.w[name(T.V_MMPROJ_FC)], x)
+        return g.cont(x, (x.ne[0], x.ne[1] * x.ne[2]))
+
+    def idefics3(self, x: Tensor) -> Tensor:
+        """siglip.cpp's IDEFICS3 branch: the pixel unshuffle, then mm.model.fc."""
+        return g.mul_mat(self.w[name(T.V_MMPROJ_FC)], self.merge_permute(x))
+
+    def lfm2(self, x: Tensor) -> Tensor:
+        """siglip.cpp's LFM2 branch: the pixel unshuffle, an optional layer norm (eps 1e-5, as
+        nn.LayerNorm), then build_ffn with mm.1 / mm.2 and GELU."""
+        x = self.merge_permute(x)
+        nw, nb = self._opt(name(T.V_MM_INP_NORM)), self._opt(name(T.V_MM_INP_NORM, None, "bias"))
+        if nw is not None:
+            x = g.mul(Tensor(x.type, x.ne, op=Op.NORM, src=[x], op_params={"eps": LFM2_NORM_EPS}), nw)
+        x = g.add(x, nb) if nb is not None else x
+        x = g.unary(self.linear(x, self.w[name(T.V_MMPROJ, 1)], self._opt(name(T.V_MMPROJ, 1, "bias"))), "GELU")
+        return self.linear(x, self.w[name(T.V_MMPROJ, 2)], self._opt(name(T.V_MMPROJ, 2, "bias")))
 
     def build(self) -> Graph:
-        head = self.gemma3 if self.hp.projector == VisionProjectorType.GEMMA3 else self.idefics3
-        self.graph.expand(head(self.vit(self.inp())))
+        heads = {VisionProjectorType.GEMMA3: self.gemma3, VisionProjectorType.IDEFICS3: self.idefics3,
+                 VisionProjectorType.LFM2: self.lfm2}
+        self.graph.expand(heads[self.hp.projector](self.vit(self.inp())))
         return self.graph
 
 
@@ -283,72 +314,3 @@ def _cast(a: Tensor, ggml_type: GGMLType) -> Tensor:
     """ggml_cast: a CPY into a new tensor of `ggml_type`. ggml makes the result its own src[1]; the
     allocator's child count then nets out the same, so the self-reference is left out here."""
     return Tensor(ggml_type, a.ne, name=f"{a.name} (copy)", op=Op.CPY, src=[a])
-
-
-# --- the reserve -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ProjectorReserve:
-    """What clip.cpp allocates at load: its weights buffer and the warmup reserve's compute buffers."""
-
-    device: str                   # the backend holding the weights: a device name, or CPU
-    weight_bytes: int
-    compute_bytes: Mapping[str, int]   # backend name (device names, CPU) -> compute buffer bytes
-    n_nodes: int
-    n_splits: int
-    flash_attn: bool
-
-
-def _backend(device: Device) -> Backend:
-    profile = device.profile
-    rt = RuntimeDevice(device.name, DeviceType.GPU, UNLIMITED, alignment=device.alignment,
-                       offload_min_batch=profile.offload_min_batch(), profile=profile,
-                       compute_capability=device.compute_capability)
-    rt.ops = rt.ops | CLIP_SIZED_OPS
-    return rt.init_backend()
-
-
-def _fa_supported(device: Device | None, d_head: int) -> bool:
-    """Whether clip's backend takes the FLASH_ATTN_EXT node (reserve_compute_meta asks
-    ggml_backend_supports_op). The CPU takes every head size; ggml-rpc's supports_op answers true
-    without asking the server (ggml-rpc.cpp ggml_backend_rpc_device_supports_op); CUDA and ROCm have
-    kernels for CUDA_FA_HEAD_SIZES when V's head equals K's (ggml-cuda/fattn.cu
-    ggml_cuda_get_best_fattn_kernel). Other backends are taken to accept it (SigLIP's 72 is in
-    Metal's list and a multiple of 8 for Vulkan; their further checks are not modelled)."""
-    if device is not None and device.backend in (BackendKind.CUDA, BackendKind.ROCM):
-        return d_head in CUDA_FA_HEAD_SIZES
-    return True
-
-
-_cache: OrderedDict[tuple, ProjectorReserve] = OrderedDict()
-
-
-def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str = "auto") -> ProjectorReserve:
-    """The projector loaded on `device` (None: the CPU alone) with -fa `flash_attn` (auto/on/off)."""
-    key = (model.path, model.header_bytes, device, flash_attn)
-    hit = _cache.get(key)
-    if hit is not None:
-        _cache.move_to_end(key)
-        return hit
-    hp = read_clip_hparams(model)
-    # -fa on keeps flash attention even where refused (the op then falls back to the CPU: not modelled)
-    fa = flash_attn == "on" or (flash_attn == "auto" and _fa_supported(device, hp.n_embd // hp.n_head))
-    cpu = make_cpu(UNLIMITED)
-    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
-    main = _backend(device) if device is not None else cpu
-    backends = [main, cpu] if main is not cpu else [cpu]
-    weights = load_weights(model, hp)
-    buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
-    sched = Scheduler(backends, parallel=False, op_offload=True)
-    graph = SiglipGraph(hp, weights, fa).build()
-    if len(graph.nodes) > CLIP_MAX_NODES:
-        raise BadInput(f"{model.path}: the projector graph has {len(graph.nodes)} nodes, over clip's {CLIP_MAX_NODES}")
-    sched.reserve(graph)
-    n_splits = sched.n_splits
-    compute = {b.name: sched.buffer_size(b) for b in backends}
-    out = ProjectorReserve(main.name if main is not cpu else CPU, sum(b.size for b in buffers),
-                           compute, len(graph.nodes), n_splits, fa)
-    _cache[key] = out
-    if len(_cache) > CACHE_SIZE:
-        _cache.popitem(last=False)
-    return out

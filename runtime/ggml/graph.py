@@ -59,6 +59,7 @@ class Op(enum.Enum):
     IM2COL = "IM2COL"
     CONV_2D = "CONV_2D"
     POOL_2D = "POOL_2D"
+    UPSCALE = "UPSCALE"
     SSM_CONV = "SSM_CONV"
     SSM_SCAN = "SSM_SCAN"
     REPEAT = "REPEAT"

@@ -2,11 +2,13 @@
 
 llama-server with the Gemma 3 270M target and a shape-faithful sparse projector projecting to the
 270M's 640 (tests/support/mmproj_factory.py): Gemma 3's (the full 27-layer SigLIP-So400m tower at
-896 px) and SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4),
+896 px), SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4) and LFM2-VL's
+LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2, MLP),
 `-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
 (the second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
-device, common/arg.cpp). clip.cpp logs the projector after the target:
+device, common/arg.cpp), (f) --image-max-tokens 100 and (g) 64 with --image-min-tokens 16 on the host
+(LFM2's warmup image shrinks to 320 and 256 px; the others' stays). clip.cpp logs the projector after the target:
 its backend, load_hparams' model size (every tensor's bytes) and one reserve_compute_meta line per
 backend (planner/checking/llama.py parse_clip_log).
 
@@ -25,7 +27,7 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from tests.support.mmproj_factory import idefics3_mmproj_spec, write_gemma3_mmproj, write_mmproj
+from tests.support.mmproj_factory import idefics3_mmproj_spec, lfm2_mmproj_spec, write_gemma3_mmproj, write_mmproj
 from tests.support.shapes import compute_ok, model_path
 
 pytestmark = pytest.mark.peer
@@ -38,6 +40,8 @@ CASES = {
     "host only": [],
     "-mmdev RPC1 -fa off": ["{rpc}", "-ts", "1,1", "-mmdev", "RPC1", "-fa", "off"],
     "-dev RPC1": ["{rpc}", "-dev", "RPC1"],
+    "--image-max-tokens 100": ["{rpc}", "-ts", "1,1", "--image-max-tokens", "100"],
+    "host --image-max-tokens 64 --image-min-tokens 16": ["--image-max-tokens", "64", "--image-min-tokens", "16"],
 }
 
 
@@ -45,7 +49,8 @@ CASES = {
 def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
     target = model_path("gemma3-270m", shapes_dir)
     return {"gemma3": (target, write_gemma3_mmproj(shapes_dir, n_text_embd=640)),
-            "idefics3": (target, write_mmproj(shapes_dir, idefics3_mmproj_spec(n_text_embd=640), "mmproj-idefics3"))}
+            "idefics3": (target, write_mmproj(shapes_dir, idefics3_mmproj_spec(n_text_embd=640), "mmproj-idefics3")),
+            "lfm2": (target, write_mmproj(shapes_dir, lfm2_mmproj_spec(n_text_embd=640), "mmproj-lfm2"))}
 
 
 def _argv(template: list[str], endpoints: list[str]) -> list[str]:
@@ -67,7 +72,7 @@ def _server_log(bin_dir: Path, target: Path, mmproj: Path, flags: list[str], log
     return log_path.read_text(errors="replace")
 
 
-@pytest.mark.parametrize("projector", ["gemma3", "idefics3"])
+@pytest.mark.parametrize("projector", ["gemma3", "idefics3", "lfm2"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_path, projector, case):
     target, mmproj = files[projector]

@@ -1,5 +1,5 @@
-"""Shape-faithful sparse projector (mmproj) GGUFs, as the pinned mtmd loader reads them: Gemma 3's
-and SmolVLM2's (IDEFICS3, same SigLIP tower, a pixel-unshuffle head).
+"""Shape-faithful sparse projector (mmproj) GGUFs, as the pinned mtmd loader reads them: Gemma 3's,
+SmolVLM2's (IDEFICS3) and LFM2-VL's (LFM2): one SigLIP tower, three heads.
 
 The layout is Gemma 3's SigLIP-So400m vision tower with its projector (PROJECTOR_TYPE_GEMMA3), as
 tools/mtmd/clip.cpp loads it at the pinned build: `load_hparams` (clip.* keys; Gemma 3 merges 4x4
@@ -33,9 +33,10 @@ SIGLIP_EPS = 1e-6
 
 
 def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: int, n_head: int,
-            image_size: int, patch_size: int, weight_type: Q, patch_type: Q) -> ModelSpec:
+            image_size: int, patch_size: int, weight_type: Q, patch_type: Q, swapped: bool = True) -> ModelSpec:
     """The SigLIP tower clip.cpp's build_vit reads: patch and position embeddings, pre-norm layers
-    with biased q/k/v/out and a GELU FFN, the post layer norm."""
+    with biased q/k/v/out and a GELU FFN, the post layer norm. `swapped`: the FFN named as the
+    converter names it for the types in load_tensors' is_ffn_swapped list (Gemma 3, IDEFICS3)."""
     cv, clip = Keys.ClipVision, Keys.Clip
     spec = ModelSpec(CLIP_ARCH)
     spec.metadata.update({
@@ -64,10 +65,11 @@ def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: i
         for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
             spec.add(kind, Q.F32, (n_embd,), i)
             spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_embd, n_ff), i)     # fc1, named down by the converter
-        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_ff, n_embd), i)       # fc2
-        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_embd,), i, "bias")
+        fc1, fc2 = (T.V_ENC_FFN_DOWN, T.V_ENC_FFN_UP) if swapped else (T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN)
+        spec.add(fc1, weight_type, (n_embd, n_ff), i)
+        spec.add(fc1, Q.F32, (n_ff,), i, "bias")
+        spec.add(fc2, weight_type, (n_ff, n_embd), i)
+        spec.add(fc2, Q.F32, (n_embd,), i, "bias")
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
     return spec
@@ -93,6 +95,25 @@ def idefics3_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: i
                    patch_size, weight_type, Q.F16)
     spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = scale_factor
     spec.add(T.V_MMPROJ_FC, weight_type, (n_embd * scale_factor**2, n_text_embd))
+    return spec
+
+
+def lfm2_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: int = 768, n_ff: int = 3072,
+                     n_head: int = 12, image_size: int = 256, patch_size: int = 16, scale_factor: int = 2,
+                     n_hidden: int = 2560, weight_type: Q = Q.F16) -> ModelSpec:
+    """LFM2-VL's (LFM2) projector: a SigLIP2-B/16 NaFlex tower with a 16 x 16 position table, pixel
+    unshuffle by 2, a layer norm and a two-layer GELU MLP (mm.1 {n_embd x 4, n_hidden}, mm.2
+    {n_hidden, n_text}) — LFM2-VL-450M's shape."""
+    spec = _siglip(VisionProjectorType.LFM2, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size,
+                   patch_size, weight_type, Q.F16, swapped=False)
+    spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = scale_factor
+    merged = n_embd * scale_factor**2
+    spec.add(T.V_MM_INP_NORM, Q.F32, (merged,))
+    spec.add(T.V_MM_INP_NORM, Q.F32, (merged,), suffix="bias")
+    spec.add(T.V_MMPROJ, weight_type, (merged, n_hidden), 1)
+    spec.add(T.V_MMPROJ, Q.F32, (n_hidden,), 1, "bias")
+    spec.add(T.V_MMPROJ, weight_type, (n_hidden, n_text_embd), 2)
+    spec.add(T.V_MMPROJ, Q.F32, (n_text_embd,), 2, "bias")
     return spec
 
 

@@ -1,4 +1,4 @@
-"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3 and IDEFICS3 projector files.
+"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3 and LFM2 projector files.
 
 Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes, each a
 multiple of the 32-byte alignment here, so nothing pads) and the placement rules of the pinned
@@ -20,9 +20,16 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import Device
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from runtime.engine.clip import UnsupportedProjector, reserve_projector
+from runtime.engine.clip import UnsupportedProjector
+from runtime.engine.clip_reserve import reserve_projector
 from tests.support.gguf_factory import gemma3_spec
-from tests.support.mmproj_factory import gemma3_mmproj_spec, idefics3_mmproj_spec, write_gemma3_mmproj, write_mmproj
+from tests.support.mmproj_factory import (
+    gemma3_mmproj_spec,
+    idefics3_mmproj_spec,
+    lfm2_mmproj_spec,
+    write_gemma3_mmproj,
+    write_mmproj,
+)
 
 MiB = 2**20
 RPC = ["--rpc", "127.0.0.1:50052,127.0.0.1:50053"]
@@ -154,3 +161,31 @@ def test_flash_attention_auto_follows_cudas_head_sizes(tmp_path):
         assert reserve_projector(model, cuda, "auto").flash_attn is on_cuda
         assert reserve_projector(model, None, "auto").flash_attn
         assert not reserve_projector(model, cuda, "off").flash_attn
+
+
+@pytest.mark.parametrize("argv, side, compute", [
+    ([], 512, 21.00 * MiB),                                  # 256 tokens: sqrt(256 x (16 x 2)^2) = 512 px
+    (["--image-max-tokens", "100"], 320, 8.203125 * MiB),    # sqrt(100 x 32^2) = 320 px
+    (["--image-max-tokens", "64", "--image-min-tokens", "16"], 256, 5.25 * MiB),   # the table's own 16 x 16
+])
+def test_lfm2_warmup_follows_the_token_limit(files, tmp_path, argv, side, compute):
+    """LFM2-VL's projector warms up at the largest image its token limit admits (clip-model.h
+    set_limit_image_tokens, 64..256 tokens; --image-max-tokens replaces 256; the minimum does not
+    matter). Weights by hand; the CPU holds the side x side x 3 f32 input; compute as llama-server
+    logged it (21.00, 8.20, 5.25 MiB)."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, lfm2_mmproj_spec(n_text_embd=N_TEXT), "lfm2")
+    e, ff, hidden = 768, 3072, 2560
+    per_layer = 4 * e * e * 2 + 4 * e * 4 + 4 * e * 4 + 2 * e * ff * 2 + ff * 4 + e * 4
+    tower = 12 * per_layer + 16 * 16 * 3 * e * 2 + e * 4 + e * 16 * 16 * 4 + 2 * e * 4
+    head = 2 * 4 * e * 4 + 4 * e * hidden * 2 + hidden * 4 + hidden * N_TEXT * 2 + N_TEXT * 4
+    est = _estimate(ctx, path, *RPC, *argv)
+    assert _rows(est) == {"RPC0": (tower + head, compute), "Host": (0, side * side * 3 * 4)}
+    assert f"warmup image {side}x{side}" in est.notes[0] and len(est.notes) == 1
+
+
+def test_image_tokens_leave_gemma3_as_it_is(files):
+    ctx, small, _ = files
+    plain, capped = _estimate(ctx, small, *RPC), _estimate(ctx, small, *RPC, "--image-max-tokens", "64")
+    assert plain.devices == capped.devices
+    assert "leave this projector's warmup graph as it is" in capped.notes[1]

@@ -11,7 +11,7 @@ import pytest
 from planner.gguf.reader import read_model
 from runtime.engine.clip import SiglipGraph, load_weights, read_clip_hparams
 from runtime.ggml.graph import GGMLType, Op
-from tests.support.mmproj_factory import gemma3_mmproj_spec, idefics3_mmproj_spec, write_mmproj
+from tests.support.mmproj_factory import gemma3_mmproj_spec, idefics3_mmproj_spec, lfm2_mmproj_spec, write_mmproj
 
 # inp: im2col, 2 reshapes, mul_mat, reshape, permute, cont (ggml_conv_2d) + reshape, transpose, cont,
 # bias add = 11; + position add, reshape = 13. A layer: norm x3, q/k/v (matmul, bias, reshape) x3,
@@ -21,11 +21,13 @@ from tests.support.mmproj_factory import gemma3_mmproj_spec, idefics3_mmproj_spe
 INP, LAYER, ATTN_FA, ATTN_SOFTMAX, TAIL = 13, 24, 7, 9, 4
 GEMMA3_HEAD = 11    # transpose, cont_4d, pool_2d, reshape, transpose, cont, rms_norm, mul, transpose, cont, mul_mat
 IDEFICS3_HEAD = 7   # reshape_3d x2, permute, cont_3d, permute, cont_2d, mul_mat
+LFM2_HEAD = 14      # the same unshuffle (6), norm, mul, add, mm.1 matmul + bias, gelu, mm.2 matmul + bias
+RESIZE = 5          # resize_position_embeddings: reshape_3d, permute, interpolate (UPSCALE), permute, cont_2d
 
 
-def _graph(tmp_path: Path, spec, flash_attn: bool):
+def _graph(tmp_path: Path, spec, flash_attn: bool, image_max_tokens: int = -1):
     model = read_model(str(write_mmproj(tmp_path, spec, "p")))
-    hp = read_clip_hparams(model)
+    hp = read_clip_hparams(model, image_max_tokens)
     return hp, SiglipGraph(hp, load_weights(model, hp), flash_attn).build()
 
 
@@ -54,3 +56,18 @@ def test_gemma3_tokens_and_input(tmp_path):
     assert raw.ne == (896, 896, 3, 1) and raw.type == GGMLType.F32
     [col] = [t for t in graph.nodes if t.op is Op.IM2COL]
     assert col.ne == (14 * 14 * 3, 64, 64, 1) and col.type == GGMLType.F16   # ggml_conv_2d's im2col
+
+
+@pytest.mark.parametrize("max_tokens, side, resized", [(-1, 512, True), (64, 256, False)])
+def test_lfm2_node_count_and_positions(tmp_path, max_tokens, side, resized):
+    """LFM2's warmup image is sqrt(tokens) x 16 x 2 px; its 16 x 16 position table is interpolated to
+    the image's patch grid unless they match (llama-server logs 408 and 403 nodes)."""
+    hp, graph = _graph(tmp_path, lfm2_mmproj_spec(), True, max_tokens)
+    assert hp.warmup_image_size == side
+    expected = INP + RESIZE * resized + 12 * (LAYER + ATTN_FA) + TAIL + LFM2_HEAD
+    assert len(graph.nodes) == expected == (408 if resized else 403)
+    [up] = [t for t in graph.nodes if t.op is Op.UPSCALE] or [None]
+    assert (up is not None) is resized
+    if up is not None:
+        assert up.ne == (side // 16, side // 16, 768, 1)
+    assert graph.nodes[-1].ne[:2] == (640, (side // 32) ** 2)

@@ -1,0 +1,104 @@
+"""The multimodal projector's reserve: what clip.cpp allocates when llama-server loads it — the
+weights buffer and the compute buffers of the warmup graph (runtime/engine/clip.py builds it),
+reserved through the runtime's scheduler and allocator.
+
+Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd/clip.cpp):
+- clip_ctx::clip_ctx: the projector runs on one backend plus the CPU (`use_gpu` with a `device`,
+  else the first GPU-type device, else the first iGPU, else the CPU alone), in a scheduler made
+  with parallel=false and op_offload=true; graphs up to max_nodes = 8192.
+- clip_model_loader::load_tensors: every tensor the loader asks for goes into one buffer of that
+  backend's default buffer type (ggml_backend_alloc_ctx_tensors_from_buft), usage WEIGHTS.
+- clip_model_loader::warmup / reserve_compute_meta: with flash attention `auto` the graph is reserved
+  with it enabled, and again disabled only when the backend refuses the FLASH_ATTN_EXT node (the
+  allocator's buffers only grow, so the larger reserve stays).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from planner.core.errors import BadInput
+from planner.gguf.reader import ModelFile
+from planner.llama.placement import CPU, Device
+from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph, load_weights, read_clip_hparams
+from runtime.ggml.backend import UNLIMITED, Backend, DeviceType, alloc_tensors, make_cpu
+from runtime.ggml.backend import Device as RuntimeDevice
+from runtime.ggml.graph import BufferUsage
+from runtime.ggml.profiles import Backend as BackendKind
+from runtime.ggml.sched import Scheduler
+
+CLIP_MAX_NODES = 8192        # clip_ctx::max_nodes, the scheduler's graph size
+CACHE_SIZE = 32
+# ggml-cuda/fattn.cu ggml_cuda_get_best_fattn_kernel: head sizes with a kernel when V's equals K's
+CUDA_FA_HEAD_SIZES = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
+
+
+@dataclass(frozen=True)
+class ProjectorReserve:
+    """What clip.cpp allocates at load: its weights buffer and the warmup reserve's compute buffers."""
+
+    device: str                   # the backend holding the weights: a device name, or CPU
+    weight_bytes: int
+    compute_bytes: Mapping[str, int]   # backend name (device names, CPU) -> compute buffer bytes
+    n_nodes: int
+    n_splits: int
+    flash_attn: bool
+    image_size: int               # the warmup image's side
+
+
+def _backend(device: Device) -> Backend:
+    profile = device.profile
+    rt = RuntimeDevice(device.name, DeviceType.GPU, UNLIMITED, alignment=device.alignment,
+                       offload_min_batch=profile.offload_min_batch(), profile=profile,
+                       compute_capability=device.compute_capability)
+    rt.ops = rt.ops | CLIP_SIZED_OPS
+    return rt.init_backend()
+
+
+def _fa_supported(device: Device | None, d_head: int) -> bool:
+    """Whether clip's backend takes the FLASH_ATTN_EXT node (reserve_compute_meta asks
+    ggml_backend_supports_op). The CPU takes every head size; ggml-rpc's supports_op answers true
+    without asking the server (ggml-rpc.cpp ggml_backend_rpc_device_supports_op); CUDA and ROCm have
+    kernels for CUDA_FA_HEAD_SIZES when V's head equals K's (ggml-cuda/fattn.cu
+    ggml_cuda_get_best_fattn_kernel). Other backends are taken to accept it (SigLIP's 72 is in
+    Metal's list and a multiple of 8 for Vulkan; their further checks are not modelled)."""
+    if device is not None and device.backend in (BackendKind.CUDA, BackendKind.ROCM):
+        return d_head in CUDA_FA_HEAD_SIZES
+    return True
+
+
+_cache: OrderedDict[tuple, ProjectorReserve] = OrderedDict()
+
+
+def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str = "auto",
+                      image_max_tokens: int = -1) -> ProjectorReserve:
+    """The projector loaded on `device` (None: the CPU alone) with -fa `flash_attn` (auto/on/off)
+    and --image-max-tokens (-1: the model's)."""
+    key = (model.path, model.header_bytes, device, flash_attn, image_max_tokens)
+    hit = _cache.get(key)
+    if hit is not None:
+        _cache.move_to_end(key)
+        return hit
+    hp = read_clip_hparams(model, image_max_tokens)
+    # -fa on keeps flash attention even where refused (the op then falls back to the CPU: not modelled)
+    fa = flash_attn == "on" or (flash_attn == "auto" and _fa_supported(device, hp.n_embd // hp.n_head))
+    cpu = make_cpu(UNLIMITED)
+    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
+    main = _backend(device) if device is not None else cpu
+    backends = [main, cpu] if main is not cpu else [cpu]
+    weights = load_weights(model, hp)
+    buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
+    sched = Scheduler(backends, parallel=False, op_offload=True)
+    graph = SiglipGraph(hp, weights, fa).build()
+    if len(graph.nodes) > CLIP_MAX_NODES:
+        raise BadInput(f"{model.path}: the projector graph has {len(graph.nodes)} nodes, over clip's {CLIP_MAX_NODES}")
+    sched.reserve(graph)
+    n_splits = sched.n_splits
+    compute = {b.name: sched.buffer_size(b) for b in backends}
+    out = ProjectorReserve(main.name if main is not cpu else CPU, sum(b.size for b in buffers),
+                           compute, len(graph.nodes), n_splits, fa, hp.warmup_image_size)
+    _cache[key] = out
+    if len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return out
