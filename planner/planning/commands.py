@@ -111,7 +111,10 @@ def bench_argv(model: str, f: LlamaFlags, n_ctx: int) -> BenchArgv:
     depth = max(n_ctx - BENCH_N_PROMPT, 0)
     argv = tuple(out + overrides + _bench_settings(f)
                  + ["-p", str(BENCH_N_PROMPT), "-n", str(BENCH_N_GEN), "-d", str(depth)])
-    # llama-bench runs one sequence and has no such options: the line measures the placement, not them
+    # llama-bench runs one sequence, loads the target alone and has no such options: the line
+    # measures the placement, not them
     unmeasured = [flag for flag, on in (("-np", f.n_parallel > 1), ("--swa-full", f.swa_full),
-                                        ("-kvu", f.kv_unified)) if on]
-    return BenchArgv(argv, f"llama-bench runs one sequence: {' '.join(unmeasured)} not measured" if unmeasured else "")
+                                        ("-kvu", f.kv_unified), ("-md", f.spec.has_draft),
+                                        ("-mm", bool(f.mmproj.path)), ("--lora", bool(f.loras))) if on]
+    return BenchArgv(argv, f"llama-bench runs one sequence of the target alone: {' '.join(unmeasured)} not measured"
+                     if unmeasured else "")

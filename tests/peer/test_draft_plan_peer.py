@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from planner.cli import main
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.units import MiB
 from tests.support.gguf_factory import add_tokenizer, llama_spec
+from tests.support.serving import serve_once
 from tests.support.tiny_models import write_random
 
 pytestmark = pytest.mark.peer
@@ -154,43 +152,11 @@ def test_serve_runs_the_drafter_plan(llama_tools: Path, rpc_endpoints: list[str]
     target, draft = models
     plan_file = tmp_path / "plan.yaml"
     _plan(capsys, target, rpc_endpoints, "--draft", str(draft), "-o", str(plan_file))
-    errors = tmp_path / "serve.err"
-    with open(errors, "w") as err_file:
-        proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", str(plan_file), "--port", "0",
-                                 "--llama-bin", str(llama_tools), "--format", "json"],
-                                stdout=subprocess.PIPE, stderr=err_file, text=True)
-    assert proc.stdout is not None
-    try:
-        first = proc.stdout.readline()
-        found = re.search(r"serves (http://127\.0\.0\.1:\d+);", first)
-        assert found, first + errors.read_text()
-        body = json.dumps({"prompt": list(range(1, 9)), "n_predict": 16}).encode()
-        req = urllib.request.Request(f"{found.group(1)}/completion", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            timings = json.load(resp)["timings"]
-        proc.send_signal(signal.SIGTERM)
-        out = proc.stdout.read()   # through the same buffer readline filled (communicate() would skip it)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, errors.read_text()
-    assert timings["draft_n"] > 0, timings
-    checks = _documents(first + out)
-    assert [c["stage"] for c in checks] == ["load", "shutdown"]
+    run = serve_once(plan_file, llama_tools, tmp_path, {"prompt": list(range(1, 9)), "n_predict": 16})
+    assert run.response["timings"]["draft_n"] > 0, run.response["timings"]
+    assert [c["stage"] for c in run.checks] == ["load", "shutdown"]
     # at load every model's buffers, at shutdown llama.cpp's breakdown (the target's): both as planned
-    for check in checks:
+    for check in run.checks:
         assert check["verdict"] == "fits; matches the estimate", check
-    rows = {d["name"]: d for d in checks[0]["devices"]}
+    rows = {d["name"]: d for d in run.checks[0]["devices"]}
     assert rows["RPC1"]["context_bytes"] > 0 and rows["RPC0"]["context_bytes"] > 0, rows
-
-
-def _documents(text: str) -> list[dict]:
-    """The JSON documents serve prints one after another."""
-    decoder, docs = json.JSONDecoder(), []
-    pos = text.find("{")
-    while 0 <= pos < len(text):
-        doc, end = decoder.raw_decode(text, pos)
-        docs.append(doc)
-        pos = text.find("{", end)
-    return docs
