@@ -6,6 +6,7 @@ llama-server (-fit off, --spec-type draft-simple, -lm none so that host weights 
 buffer) loads the target and then the drafter, each logging its own model, KV and compute buffer
 lines (planner.checking.llama.parse_model_loads), on the host alone and on two loopback rpc-servers
 (-ts 1,1, with the drafter following the target's devices or pinned by -devd RPC1).
+A drafter whose vocabulary differs is refused by llama-server exactly when speculation_refusal says so.
 Weights and KV must equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
 never more than 1 MiB below (tests/support/shapes.compute_ok).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gguf import Keys
 
 from planner.checking.llama import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
@@ -23,8 +25,8 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import CPU_REPACK, HOST
 from planner.llama.settings import resolve_settings
-from planner.memory.draft import estimate_draft
-from tests.support.draft_models import write_drafter
+from planner.memory.draft import estimate_draft, speculation_refusal
+from tests.support.draft_models import drafter_spec, vocab_metadata, write_drafter
 from tests.support.shapes import compute_ok
 
 pytestmark = pytest.mark.peer
@@ -33,6 +35,10 @@ MIB = 2**20
 KIB = 2**10
 TARGET = "example:gemma3-270m"
 PLACEMENTS = {"host": "", "rpc": "{rpc} -ts 1,1", "rpc-devd": "{rpc} -ts 1,1 -devd RPC1"}
+# more of the drafter's own flags and inherited ones, each on the host or the rpc-servers
+MORE = {"two sequences": "-np 2", "q8_0 draft cache": "-ctkd q8_0 -ctvd q8_0 -fa on",
+        "-ngld 3": "{rpc} -ts 1,1 -ngld 3", "-ts 3,1": "{rpc} -ts 3,1"}
+# (draft-dflash's block rows are not checked here: its implementation aborts on a plain gemma3 drafter)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +61,8 @@ def _serve(bin_dir: Path, argv: list[str], log_path: Path) -> list[dict[tuple[st
 
 
 def _load_and_estimate(llama_tools, rpc_endpoints, drafter: Path, flags: str, tmp_path: Path):
-    argv = flags.replace("{rpc}", "--rpc " + ",".join(rpc_endpoints)).split()
-    argv += ["-np", "1", "-lm", "none", "-md", str(drafter), "--spec-type", "draft-simple"]
+    argv = ["-np", "1", "-lm", "none", "-md", str(drafter), "--spec-type", "draft-simple"]
+    argv += flags.replace("{rpc}", "--rpc " + ",".join(rpc_endpoints)).split()   # later flags win
     loads = _serve(llama_tools, argv, tmp_path / "server.log")
     assert len(loads) == 2, "expected the target's load and the drafter's"
     theirs = rows_by_device(loads[1], dict(zip(["RPC0", "RPC1"], rpc_endpoints, strict=True)))
@@ -64,11 +70,7 @@ def _load_and_estimate(llama_tools, rpc_endpoints, drafter: Path, flags: str, tm
     return estimate_draft(target, None), theirs
 
 
-@pytest.mark.parametrize("drafter_name", ["plain", "windowed"])
-@pytest.mark.parametrize("placement", list(PLACEMENTS))
-def test_drafter_rows_match_llama_server(llama_tools, rpc_endpoints, drafters, tmp_path, drafter_name, placement):
-    est, theirs = _load_and_estimate(llama_tools, rpc_endpoints, drafters[drafter_name],
-                                     f"-c 4096 {PLACEMENTS[placement]}", tmp_path)
+def _check_rows(est, theirs: dict[str, dict[str, int]]) -> None:
     ours: dict[str, list[int]] = {}
     for d in est.devices:   # llama.cpp's CPU and CPU_REPACK buffers are both the host's
         row = HOST if d.name == CPU_REPACK else d.name
@@ -82,6 +84,28 @@ def test_drafter_rows_match_llama_server(llama_tools, rpc_endpoints, drafters, t
         assert compute_ok(compute / MIB, kinds.get("compute", 0) / MIB), (row, "compute", compute / MIB, kinds)
 
 
+@pytest.mark.parametrize("drafter_name", ["plain", "windowed"])
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+def test_drafter_rows_match_llama_server(llama_tools, rpc_endpoints, drafters, tmp_path, drafter_name, placement):
+    _check_rows(*_load_and_estimate(llama_tools, rpc_endpoints, drafters[drafter_name],
+                                    f"-c 4096 {PLACEMENTS[placement]}", tmp_path))
+
+
+@pytest.mark.parametrize("drafter_name", ["plain", "windowed"])
+@pytest.mark.parametrize("case", list(MORE))
+def test_drafter_flags_match_llama_server(llama_tools, rpc_endpoints, drafters, tmp_path, drafter_name, case):
+    _check_rows(*_load_and_estimate(llama_tools, rpc_endpoints, drafters[drafter_name], f"-c 4096 {MORE[case]}",
+                                    tmp_path))
+
+
+@pytest.mark.xfail(reason="the runtime's first prompt reserve drops the norm pins as llama.cpp's dry run "
+                          "(ggml_backend_sched_reserve_size) does; a real load keeps them: RPC1 32.50 vs 25.00 MiB "
+                          "(/tmp/fitplan-coord/requests-drafter.md)", strict=True)
+def test_drafter_without_kv_offload_over_rpc(llama_tools, rpc_endpoints, drafters, tmp_path):
+    _check_rows(*_load_and_estimate(llama_tools, rpc_endpoints, drafters["plain"], "-c 4096 {rpc} -ts 1,1 -nkvo",
+                                    tmp_path))
+
+
 @pytest.mark.parametrize("drafter_name, cells", [("plain", 32768), ("windowed", 2560)])
 def test_seed_003_drafter_kv_against_llama_server(llama_tools, rpc_endpoints, drafters, tmp_path, drafter_name, cells):
     """Seed 003 §6 at a context this machine holds: the drafter's KV line is the TARGET's 32768
@@ -92,3 +116,25 @@ def test_seed_003_drafter_kv_against_llama_server(llama_tools, rpc_endpoints, dr
     assert by_hand == cells * 20 * KIB
     assert abs(theirs[HOST]["context"] - by_hand) <= LOG_ROUNDING
     assert sum(d.context_bytes for d in est.devices) == by_hand
+
+
+@pytest.mark.parametrize("change", ["none", "token 7", "token 3", "add_bos"])
+def test_refusal_agrees_with_llama_server(llama_tools, shapes_dir, tmp_path, change):
+    """common_speculative_are_compatible in the real server: a changed text from id 5 on, or a BOS no longer
+    added, refuses speculation ('the target and draft vocabs are not compatible'); ids below 5 are not compared."""
+    vocab = vocab_metadata(read_model(resolve_model(TARGET)))
+    tokens = vocab[Keys.Tokenizer.LIST]
+    if change.startswith("token"):
+        tokens[int(change.split()[1])] = b"<fitplan-changed>"
+    if change == "add_bos":
+        vocab[Keys.Tokenizer.ADD_BOS] = False
+    path = shapes_dir / f"drafter-{change.replace(' ', '-')}.gguf"
+    if not path.exists():
+        drafter_spec(vocab).write(path)
+    argv = ["-c", "4096", "-np", "1", "-lm", "none", "-md", str(path), "--spec-type", "draft-simple"]
+    _serve(llama_tools, argv, tmp_path / "server.log")
+    text = (tmp_path / "server.log").read_text(errors="replace")
+    refused = "the target and draft vocabs are not compatible" in text
+    assert refused != ("speculative decoding context initialized" in text)
+    ours = speculation_refusal(model_context(resolve_model(TARGET)), model_context(str(path)))
+    assert (ours is not None) == refused == (change in ("token 7", "add_bos")), ours
