@@ -13,11 +13,12 @@ Placement (llama.cpp in llama-cpp-python 0.3.36):
 
 The figures come from runtime/engine/clip.py and clip_reserve.py: the weights buffer as
 ggml_backend_alloc_ctx_tensors makes it, and the warmup graph reserved through the runtime's
-scheduler (compute "simulated"), for Gemma 3's, IDEFICS3's (SmolVLM) and LFM2's (LFM2-VL)
-projectors; other projector types are refused by name. Gemma 3 and IDEFICS3 warm up at their file's
-image_size, so --image-min/max-tokens do not change what they allocate (IDEFICS3's
-set_limit_image_tokens() moves only the preprocessor's limits); LFM2's warmup image is the largest
-its token limit admits, and --image-max-tokens replaces that limit (clip-model.h).
+scheduler (compute "simulated"), for the SigLIP-tower projectors of models/siglip.cpp: Gemma 3,
+IDEFICS3 (SmolVLM), LFM2 (LFM2-VL), Janus-Pro and Phi-4; other projector types are refused by name.
+Gemma 3, IDEFICS3 and Janus-Pro warm up at their file's image_size and Phi-4 at 16 x 16 patches, so
+--image-min/max-tokens do not change what they allocate (IDEFICS3's set_limit_image_tokens() moves
+only the preprocessor's limits); LFM2's warmup image is the largest its token limit admits, and
+--image-max-tokens replaces that limit (clip-model.h).
 """
 from __future__ import annotations
 

@@ -5,12 +5,13 @@ clip_reserve.py reserves them.
 Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 - clip.cpp load_hparams: clip.* keys; the warmup image is image_size square unless the type sets
   token limits (clip-model.h set_limit_image_tokens: LFM2's 64..256 tokens, --image-max-tokens
-  replacing the maximum); get_dummy_batch makes that one image.
+  replacing the maximum) or a warmup token count (set_warmup_n_tokens: Phi-4's 16 x 16);
+  get_dummy_batch makes that one image.
 - clip.cpp load_tensors: the generic vision tensors plus each type's mm.* (HEADS); is_ffn_swapped.
 - clip.cpp build_inp / build_vit / build_norm / build_attn / build_ffn / build_patch_merge_permute /
   resize_position_embeddings and models/siglip.cpp clip_graph_siglip::build (PROJECTOR_TYPE_GEMMA3,
-  IDEFICS3, LFM2): the graph below, node for node (865 nodes for Gemma 3's 27-layer SigLIP-So400m
-  tower, as llama.cpp logs).
+  IDEFICS3, LFM2, JANUS_PRO, PHI4): the graph below, node for node (865 nodes for Gemma 3's
+  27-layer SigLIP-So400m tower, as llama.cpp logs).
 
 Only sizes are simulated: IM2COL, POOL_2D, NORM and UPSCALE have no numpy kernel, so the devices
 declare them (CLIP_SIZED_OPS) for the scheduler and no graph here is ever computed.
@@ -83,8 +84,9 @@ class SiglipHead:
     """What a siglip.cpp projector type adds to the ViT: its mm.* tensors (clip.cpp load_tensors),
     the tensor and dimension clip_n_mmproj_embd reads the output width from, load_hparams' n_merge,
     whether load_tensors' is_ffn_swapped list names it, whether build resizes the learned positions
-    to the image (resize_position_embeddings), and the (min, max) image tokens load_hparams passes
-    to set_limit_image_tokens (None: the warmup image is image_size)."""
+    to the image (resize_position_embeddings), the (min, max) image tokens load_hparams passes
+    to set_limit_image_tokens or the tokens it passes to set_warmup_n_tokens (neither: the warmup
+    image is image_size), and whether the head merges patches (n_merge read from the file)."""
 
     tensors: tuple[str, ...]
     width_tensor: str
@@ -93,6 +95,12 @@ class SiglipHead:
     swaps_ffn: bool
     resizes_positions: bool = False
     token_limits: tuple[int, int] | None = None
+    warmup_tokens: int | None = None
+    merges: bool = True
+
+
+def _mlp(a: int, b: int) -> tuple[str, ...]:
+    return tuple(name(T.V_MMPROJ, i, s) for i in (a, b) for s in ("weight", "bias"))
 
 
 _LFM2_MM = (name(T.V_MM_INP_NORM), name(T.V_MM_INP_NORM, None, "bias"), name(T.V_MMPROJ, 1),
@@ -103,12 +111,18 @@ HEADS: dict[str, SiglipHead] = {
     VisionProjectorType.IDEFICS3: SiglipHead((name(T.V_MMPROJ_FC),), name(T.V_MMPROJ_FC), 1, 1, True),
     # LFM2-VL: processor_config.json's 64..256 tokens (clip.cpp load_hparams, PROJECTOR_TYPE_LFM2)
     VisionProjectorType.LFM2: SiglipHead(_LFM2_MM, name(T.V_MMPROJ, 2), 1, 1, False, True, (64, 256)),
+    VisionProjectorType.JANUS_PRO: SiglipHead(_mlp(0, 1), name(T.V_MMPROJ, 1, "bias"), 0, 1, False, merges=False),
+    # Phi-4: n_merge 1 and a 16 x 16-token warmup image ("avoid OOM on warmup", load_hparams)
+    VisionProjectorType.PHI4: SiglipHead(_mlp(0, 2), name(T.V_MMPROJ, 2), 1, 1, False, True, warmup_tokens=16 * 16,
+                                         merges=False),
 }
 
 
 def warmup_image_size(head: SiglipHead, image_size: int, patch_size: int, n_merge: int, image_max_tokens: int) -> int:
     """clip-model.h set_limit_image_tokens: the side of the largest image the preprocessor admits,
     sqrt(max tokens x (patch x merge)^2) truncated, --image-max-tokens replacing the model's maximum."""
+    if head.warmup_tokens is not None:     # set_warmup_n_tokens: sqrt(n) x patch x merge
+        return math.isqrt(head.warmup_tokens) * patch_size * n_merge
     if head.token_limits is None:
         return image_size
     tokens = image_max_tokens if image_max_tokens > 0 else head.token_limits[1]
@@ -128,14 +142,14 @@ def read_clip_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
     try:
         ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
         image, patch = int(meta[CV.IMAGE_SIZE]), int(meta[CV.PATCH_SIZE])
-        merge = int(meta.get(CV.Projector.SCALE_FACTOR, head.default_merge))
+        merge = int(meta.get(CV.Projector.SCALE_FACTOR, head.default_merge)) if head.merges else head.default_merge
         hp = ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
                          int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
                          float(meta[CV.Attention.LAYERNORM_EPS]), image, patch, merge, ffn_op,
                          width.shape[head.width_dim], warmup_image_size(head, image, patch, merge, image_max_tokens))
     except KeyError as e:
         raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
-    if hp.n_merge < 2 or hp.n_patches_side % hp.n_merge:
+    if head.merges and (hp.n_merge < 2 or hp.n_patches_side % hp.n_merge):
         # build_patch_merge_permute asserts a factor > 1 and pads a side it does not divide (ggml_pad:
         # not modelled); Gemma 3's pool needs the factor to divide the side as well
         raise UnsupportedProjector(model.path, f"{proj} merging {hp.n_merge}x{hp.n_merge} of "
@@ -170,7 +184,7 @@ def load_weights(model: ModelFile, hp: ClipHParams) -> dict[str, Tensor]:
 # --- the graph (clip.cpp build_* and models/siglip.cpp) ---------------------------------------------
 
 class SiglipGraph:
-    """clip_graph_siglip::build at the warmup image size (a Gemma 3, IDEFICS3 or LFM2 head)."""
+    """clip_graph_siglip::build at the warmup image size, with the head of the file's projector type."""
 
     def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         self.hp, self.w, self.flash_attn = hp, w, flash_attn
@@ -300,12 +314,25 @@ class SiglipGraph:
         if nw is not None:
             x = g.mul(Tensor(x.type, x.ne, op=Op.NORM, src=[x], op_params={"eps": LFM2_NORM_EPS}), nw)
         x = g.add(x, nb) if nb is not None else x
-        x = g.unary(self.linear(x, self.w[name(T.V_MMPROJ, 1)], self._opt(name(T.V_MMPROJ, 1, "bias"))), "GELU")
-        return self.linear(x, self.w[name(T.V_MMPROJ, 2)], self._opt(name(T.V_MMPROJ, 2, "bias")))
+        return self.mlp(x, 1, 2, "GELU")
+
+    def mlp(self, x: Tensor, a: int, b: int, op: str) -> Tensor:
+        """build_ffn with mm.a / mm.b and no gate."""
+        x = g.unary(self.linear(x, self.w[name(T.V_MMPROJ, a)], self._opt(name(T.V_MMPROJ, a, "bias"))), op)
+        return self.linear(x, self.w[name(T.V_MMPROJ, b)], self._opt(name(T.V_MMPROJ, b, "bias")))
+
+    def janus_pro(self, x: Tensor) -> Tensor:
+        """siglip.cpp's JANUS_PRO branch: mm.0 / mm.1 with the tower's FFN op."""
+        return self.mlp(x, 0, 1, self.hp.ffn_op)
+
+    def phi4(self, x: Tensor) -> Tensor:
+        """siglip.cpp's PHI4 branch: mm.0 / mm.2 with GELU."""
+        return self.mlp(x, 0, 2, "GELU")
 
     def build(self) -> Graph:
         heads = {VisionProjectorType.GEMMA3: self.gemma3, VisionProjectorType.IDEFICS3: self.idefics3,
-                 VisionProjectorType.LFM2: self.lfm2}
+                 VisionProjectorType.LFM2: self.lfm2, VisionProjectorType.JANUS_PRO: self.janus_pro,
+                 VisionProjectorType.PHI4: self.phi4}
         self.graph.expand(heads[self.hp.projector](self.vit(self.inp())))
         return self.graph
 

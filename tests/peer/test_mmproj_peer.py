@@ -4,6 +4,8 @@ llama-server with the Gemma 3 270M target and a shape-faithful sparse projector 
 270M's 640 (tests/support/mmproj_factory.py): Gemma 3's (the full 27-layer SigLIP-So400m tower at
 896 px), SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4) and LFM2-VL's
 LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2, MLP),
+Janus-Pro's (SigLIP-L/16 at 384 px, GELU aligner) and Phi-4's (So400m/14, a 224 px warmup image
+with its 32 x 32 position table interpolated down),
 `-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
 (the second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -27,7 +29,14 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from tests.support.mmproj_factory import idefics3_mmproj_spec, lfm2_mmproj_spec, write_gemma3_mmproj, write_mmproj
+from tests.support.mmproj_factory import (
+    idefics3_mmproj_spec,
+    janus_pro_mmproj_spec,
+    lfm2_mmproj_spec,
+    phi4_mmproj_spec,
+    write_gemma3_mmproj,
+    write_mmproj,
+)
 from tests.support.shapes import compute_ok, model_path
 
 pytestmark = pytest.mark.peer
@@ -45,12 +54,17 @@ CASES = {
 }
 
 
+PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4")
+
+
 @pytest.fixture(scope="module")
 def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
     target = model_path("gemma3-270m", shapes_dir)
     return {"gemma3": (target, write_gemma3_mmproj(shapes_dir, n_text_embd=640)),
             "idefics3": (target, write_mmproj(shapes_dir, idefics3_mmproj_spec(n_text_embd=640), "mmproj-idefics3")),
-            "lfm2": (target, write_mmproj(shapes_dir, lfm2_mmproj_spec(n_text_embd=640), "mmproj-lfm2"))}
+            "lfm2": (target, write_mmproj(shapes_dir, lfm2_mmproj_spec(n_text_embd=640), "mmproj-lfm2")),
+            "janus_pro": (target, write_mmproj(shapes_dir, janus_pro_mmproj_spec(n_text_embd=640), "mmproj-janus")),
+            "phi4": (target, write_mmproj(shapes_dir, phi4_mmproj_spec(n_text_embd=640), "mmproj-phi4"))}
 
 
 def _argv(template: list[str], endpoints: list[str]) -> list[str]:
@@ -72,8 +86,13 @@ def _server_log(bin_dir: Path, target: Path, mmproj: Path, flags: list[str], log
     return log_path.read_text(errors="replace")
 
 
-@pytest.mark.parametrize("projector", ["gemma3", "idefics3", "lfm2"])
-@pytest.mark.parametrize("case", list(CASES))
+# every projector under the placement cases; the image-token cases where they matter (LFM2) and one
+# where they must not (Gemma 3)
+TOKEN_CASES = ("--image-max-tokens 100", "host --image-max-tokens 64 --image-min-tokens 16")
+PARAMS = [(p, c) for p in PROJECTORS for c in CASES if c not in TOKEN_CASES or p in ("gemma3", "lfm2")]
+
+
+@pytest.mark.parametrize("projector, case", PARAMS, ids=[f"{p}: {c}" for p, c in PARAMS])
 def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_path, projector, case):
     target, mmproj = files[projector]
     flags = TARGET_FLAGS + _argv(CASES[case], rpc_endpoints)

@@ -1,5 +1,5 @@
 """Shape-faithful sparse projector (mmproj) GGUFs, as the pinned mtmd loader reads them: Gemma 3's,
-SmolVLM2's (IDEFICS3) and LFM2-VL's (LFM2): one SigLIP tower, three heads.
+SmolVLM2's (IDEFICS3), LFM2-VL's (LFM2), Janus-Pro's and Phi-4's: one SigLIP tower, five heads.
 
 The layout is Gemma 3's SigLIP-So400m vision tower with its projector (PROJECTOR_TYPE_GEMMA3), as
 tools/mtmd/clip.cpp loads it at the pinned build: `load_hparams` (clip.* keys; Gemma 3 merges 4x4
@@ -114,6 +114,34 @@ def lfm2_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: int =
     spec.add(T.V_MMPROJ, Q.F32, (n_hidden,), 1, "bias")
     spec.add(T.V_MMPROJ, weight_type, (n_hidden, n_text_embd), 2)
     spec.add(T.V_MMPROJ, Q.F32, (n_text_embd,), 2, "bias")
+    return spec
+
+
+def janus_pro_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int = 1024, n_ff: int = 4096,
+                          n_head: int = 16, image_size: int = 384, patch_size: int = 16,
+                          weight_type: Q = Q.F16) -> ModelSpec:
+    """Janus-Pro's (JANUS_PRO) projector: SigLIP-L/16 at 384 px and a two-layer GELU aligner (mm.0,
+    mm.1) to the text width — Janus-Pro-1B's vision shape."""
+    spec = _siglip(VisionProjectorType.JANUS_PRO, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size,
+                   patch_size, weight_type, Q.F16, swapped=False)
+    for i, (k, m) in enumerate(((n_embd, n_text_embd), (n_text_embd, n_text_embd))):
+        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
+        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+    return spec
+
+
+def phi4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 27, n_embd: int = 1152, n_ff: int = 4304,
+                     n_head: int = 16, image_size: int = 448, patch_size: int = 14,
+                     weight_type: Q = Q.F16) -> ModelSpec:
+    """Phi-4's (PHI4) projector: SigLIP-So400m/14 at 448 px (a 32 x 32 position table), mm.0 / mm.2
+    GELU MLP; load_hparams requires the preprocessor's pixel limits."""
+    spec = _siglip(VisionProjectorType.PHI4, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size,
+                   patch_size, weight_type, Q.F16, swapped=False)
+    spec.metadata[Keys.ClipVision.IMAGE_MIN_PIXELS] = 256 * patch_size**2
+    spec.metadata[Keys.ClipVision.IMAGE_MAX_PIXELS] = 1024 * patch_size**2
+    for i, (k, m) in ((0, (n_embd, n_text_embd)), (2, (n_text_embd, n_text_embd))):
+        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
+        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
     return spec
 
 

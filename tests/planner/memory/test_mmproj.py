@@ -1,4 +1,5 @@
-"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3 and LFM2 projector files.
+"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3, LFM2, Janus-Pro and Phi-4
+projector files.
 
 Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes, each a
 multiple of the 32-byte alignment here, so nothing pads) and the placement rules of the pinned
@@ -20,13 +21,15 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import Device
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from runtime.engine.clip import UnsupportedProjector
+from runtime.engine.clip import UnsupportedProjector, read_clip_hparams
 from runtime.engine.clip_reserve import reserve_projector
 from tests.support.gguf_factory import gemma3_spec
 from tests.support.mmproj_factory import (
     gemma3_mmproj_spec,
     idefics3_mmproj_spec,
+    janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
+    phi4_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
 )
@@ -189,3 +192,28 @@ def test_image_tokens_leave_gemma3_as_it_is(files):
     plain, capped = _estimate(ctx, small, *RPC), _estimate(ctx, small, *RPC, "--image-max-tokens", "64")
     assert plain.devices == capped.devices
     assert "leave this projector's warmup graph as it is" in capped.notes[1]
+
+
+def _tower(e: int, ff: int, n_layer: int, patch: int, n_pos: int) -> int:
+    """A SigLIP tower: per layer four F16 e x e matrices, two F16 FFN matrices, F32 vectors; an F16
+    patch kernel, F32 position table and post norm."""
+    per_layer = 4 * e * e * 2 + 4 * e * 4 + 4 * e * 4 + 2 * e * ff * 2 + ff * 4 + e * 4
+    return n_layer * per_layer + patch * patch * 3 * e * 2 + e * 4 + e * n_pos * 4 + 2 * e * 4
+
+
+@pytest.mark.parametrize("spec, tower, side, compute, compute_off", [
+    # Janus-Pro-1B's SigLIP-L/16: warmup at image_size, 384 px
+    (janus_pro_mmproj_spec, _tower(1024, 4096, 24, 16, 24 * 24), 384, 15.75 * MiB, 29.25 * MiB),
+    # Phi-4's So400m/14: set_warmup_n_tokens(16 x 16) -> 16 x 14 = 224 px whatever image_size (448) says
+    (phi4_mmproj_spec, _tower(1152, 4304, 27, 14, 32 * 32), 224, 7.578125 * MiB, 8.5 * MiB),
+])
+def test_mlp_heads(files, tmp_path, spec, tower, side, compute, compute_off):
+    """Two-layer MLP heads (mm.0 {e, n_text} and mm.1 / mm.2 {n_text, n_text}, biased): weights by
+    hand, the side x side x 3 f32 input on the CPU, compute as llama-server logged it (Janus-Pro 15.75 /
+    29.25 MiB, Phi-4 7.58 / 8.50 MiB with -fa auto / off)."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, spec(n_text_embd=N_TEXT), "mlp")
+    e = read_clip_hparams(read_model(str(path))).n_embd
+    head = e * N_TEXT * 2 + N_TEXT * 4 + N_TEXT * N_TEXT * 2 + N_TEXT * 4
+    assert _rows(_estimate(ctx, path, *RPC)) == {"RPC0": (tower + head, compute), "Host": (0, side * side * 3 * 4)}
+    assert _rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"] == (tower + head, compute_off)

@@ -11,7 +11,14 @@ import pytest
 from planner.gguf.reader import read_model
 from runtime.engine.clip import SiglipGraph, load_weights, read_clip_hparams
 from runtime.ggml.graph import GGMLType, Op
-from tests.support.mmproj_factory import gemma3_mmproj_spec, idefics3_mmproj_spec, lfm2_mmproj_spec, write_mmproj
+from tests.support.mmproj_factory import (
+    gemma3_mmproj_spec,
+    idefics3_mmproj_spec,
+    janus_pro_mmproj_spec,
+    lfm2_mmproj_spec,
+    phi4_mmproj_spec,
+    write_mmproj,
+)
 
 # inp: im2col, 2 reshapes, mul_mat, reshape, permute, cont (ggml_conv_2d) + reshape, transpose, cont,
 # bias add = 11; + position add, reshape = 13. A layer: norm x3, q/k/v (matmul, bias, reshape) x3,
@@ -22,6 +29,7 @@ INP, LAYER, ATTN_FA, ATTN_SOFTMAX, TAIL = 13, 24, 7, 9, 4
 GEMMA3_HEAD = 11    # transpose, cont_4d, pool_2d, reshape, transpose, cont, rms_norm, mul, transpose, cont, mul_mat
 IDEFICS3_HEAD = 7   # reshape_3d x2, permute, cont_3d, permute, cont_2d, mul_mat
 LFM2_HEAD = 14      # the same unshuffle (6), norm, mul, add, mm.1 matmul + bias, gelu, mm.2 matmul + bias
+MLP_HEAD = 5       # matmul + bias, gelu, matmul + bias (Janus-Pro, Phi-4)
 RESIZE = 5          # resize_position_embeddings: reshape_3d, permute, interpolate (UPSCALE), permute, cont_2d
 
 
@@ -71,3 +79,12 @@ def test_lfm2_node_count_and_positions(tmp_path, max_tokens, side, resized):
     if up is not None:
         assert up.ne == (side // 16, side // 16, 768, 1)
     assert graph.nodes[-1].ne[:2] == (640, (side // 32) ** 2)
+
+
+@pytest.mark.parametrize("spec, n_layer, resized, total", [
+    (janus_pro_mmproj_spec, 24, False, 766),   # 384 px = its own 24 x 24 table
+    (phi4_mmproj_spec, 27, True, 864),         # a 224 px warmup image: the 32 x 32 table shrinks to 16 x 16
+])
+def test_mlp_head_node_counts(tmp_path, spec, n_layer, resized, total):
+    _, graph = _graph(tmp_path, spec(), True)
+    assert len(graph.nodes) == INP + RESIZE * resized + n_layer * (LAYER + ATTN_FA) + TAIL + MLP_HEAD == total
