@@ -138,3 +138,16 @@ def test_refusal_agrees_with_llama_server(llama_tools, shapes_dir, tmp_path, cha
     assert refused != ("speculative decoding context initialized" in text)
     ours = speculation_refusal(model_context(resolve_model(TARGET)), model_context(str(path)))
     assert (ours is not None) == refused == (change in ("token 7", "add_bos")), ours
+
+
+def test_without_a_draft_type_the_drafter_is_loaded_then_freed(llama_tools, drafters, tmp_path):
+    """-md without --spec-type draft-*: llama-server loads the drafter (its buffers are logged) and, finding no
+    speculative implementation, frees it before it serves (server-context.cpp load_model); the notes say so."""
+    argv = ["-c", "4096", "-np", "1", "-lm", "none", "-md", str(drafters["plain"])]
+    loads = _serve(llama_tools, argv, tmp_path / "server.log")
+    text = (tmp_path / "server.log").read_text(errors="replace")
+    assert len(loads) == 2 and "no implementations specified for speculative decoding" in text
+    target = resolve_settings(model_context(resolve_model(TARGET)), parse_llama_flags(argv), None)
+    est = estimate_draft(target, None)
+    assert abs(est.device(HOST).context_bytes - loads[1][("CPU", "context")]) <= LOG_ROUNDING
+    assert "frees it" in est.notes[0]

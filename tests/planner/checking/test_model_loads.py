@@ -1,0 +1,36 @@
+"""planner.checking.llama.parse_model_loads: one log, one dict of buffers per model load (target, drafter)."""
+from __future__ import annotations
+
+from planner.checking.llama import parse_model_loads
+from planner.core.units import MiB
+
+LOG = """\
+0.00.059 I llama_model_loader: loaded meta data with 33 key-value pairs and 236 tensors from target.gguf
+0.00.514 I load_tensors:          CPU model buffer size =   222.51 MiB
+0.00.514 I load_tensors:   CPU_REPACK model buffer size =    12.66 MiB
+0.00.541 I llama_kv_cache:        CPU KV buffer size =    12.00 MiB
+0.00.550 I llama_kv_cache:        CPU KV buffer size =    15.00 MiB
+0.00.573 I sched_reserve:        CPU compute buffer size =    22.77 MiB
+0.00.573 I sched_reserve: graph: nodes = 727, splits = 1, input objects = 4, input tensors = 9
+0.00.604 I common_speculative_init_result: loading draft model 'drafter.gguf'
+0.00.664 I llama_model_loader: loaded meta data with 30 key-value pairs and 68 tensors from drafter.gguf
+0.01.157 I load_tensors: RPC0[127.0.0.1:5] model buffer size =    75.33 MiB
+0.01.185 I llama_kv_cache: RPC0[127.0.0.1:5] KV buffer size =    80.00 MiB
+0.01.229 I sched_reserve: RPC0[127.0.0.1:5] compute buffer size =    13.01 MiB
+0.01.229 I sched_reserve: graph: nodes = 207, splits = 2, input objects = 4, input tensors = 6
+0.02.000 D ~llama_context:        CPU compute buffer size is  13.5117 MiB, matches expectation of  13.5117 MiB
+"""
+
+
+def test_each_load_keeps_its_own_buffers():
+    target, drafter = parse_model_loads(LOG)
+    assert target == {("CPU", "model"): round(222.51 * MiB), ("CPU_REPACK", "model"): round(12.66 * MiB),
+                      ("CPU", "context"): 27 * MiB, ("CPU", "compute"): round(22.77 * MiB)}
+    rpc = "RPC0[127.0.0.1:5]"
+    assert drafter == {(rpc, "model"): round(75.33 * MiB), (rpc, "context"): 80 * MiB,
+                       (rpc, "compute"): round(13.01 * MiB)}
+
+
+def test_a_log_without_a_load_line_is_one_load():
+    assert parse_model_loads("sched_reserve:        CPU compute buffer size =     1.00 MiB\n") == [
+        {("CPU", "compute"): MiB}]
