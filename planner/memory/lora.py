@@ -27,10 +27,10 @@ Rules, from the llama.cpp in llama-cpp-python 0.3.36:
   --lora-init-without-apply; adapters with scale 0 are left out) marks the scheduler for a new
   reserve, which the warmup decode runs with the adapters' matmuls in the graph
   (build_lora_mm: mul_mat(B, mul_mat(A, x)), scale, add): the compute buffers are re-sized then.
+  The adapter owns no compute buffer: the target's compute is reserved with the applied adapters
+  in its graphs (runtime/engine/lora.py, runtime/engine/reserve.py), so these rows hold weights only.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from gguf import GGUFType, GGUFValueType, Keys
 
@@ -42,28 +42,16 @@ from planner.llama.placement import CPU_REPACK, HOST, TensorSlot
 from planner.llama.settings import LlamaSettings
 from planner.memory.rows import CompanionEstimate, DeviceMemory
 from planner.model.tensors import TOKEN_EMBD
+from runtime.engine.lora import INIT_WITHOUT_APPLY, LORA_A, LORA_B, LORA_SKIPPED, LoraPair, applies, pair_halves
 
-# llama-adapter.cpp llama_adapter_lora_init_impl: the tensor-name suffixes it pairs and skips
-LORA_A = ".lora_a"
-LORA_B = ".lora_b"
-LORA_SKIPPED = "_norm.weight"
+__all__ = ["INIT_WITHOUT_APPLY", "LORA_A", "LORA_B", "LORA_SKIPPED", "LoraPair", "estimate_lora", "estimate_loras"]
+
 ADAPTER_TYPE_LORA = "lora"
-# common/arg.cpp: load adapters without applying them (applied later through POST /lora-adapters)
-INIT_WITHOUT_APPLY = "--lora-init-without-apply"
 
 # What these rows say about compute (the adapter owns no compute buffer: the target's graph grows).
-COMPUTE_NOTE = ("the adapter's matmuls join the target's graph when it applies (llama-server re-reserves "
-                "at warmup): the target's compute buffers grow")
+COMPUTE_NOTE = ("the adapter's matmuls join the target's graph (llama-server reserves again at warmup): the "
+                "target's compute rows are reserved with them")
 UNCOUNTED_NOTE = "llama.cpp's -fit and memory breakdown do not count adapters"
-
-
-@dataclass(frozen=True)
-class LoraPair:
-    """One patched weight: BASE.lora_a and BASE.lora_b."""
-
-    base: str
-    a: TensorInfo
-    b: TensorInfo
 
 
 def _ne(t: TensorInfo, i: int) -> int:
@@ -93,15 +81,9 @@ def check_header(adapter: ModelFile, arch: str) -> None:
 
 def lora_pairs(adapter: ModelFile) -> tuple[LoraPair, ...]:
     """The adapter's tensors bundled into (A, B) pairs by base name, in name order (std::map)."""
-    halves: dict[str, dict[str, TensorInfo]] = {}
-    for t in adapter.tensors:
-        for suffix in (LORA_A, LORA_B):
-            if t.name.endswith(suffix):
-                halves.setdefault(t.name.replace(suffix, ""), {})[suffix] = t
-                break
-        else:
-            if not t.name.endswith(LORA_SKIPPED):
-                raise GGUFError(adapter.path, f"LoRA tensor '{t.name}' has unexpected suffix (llama.cpp refuses it)")
+    halves, strays = pair_halves(adapter)
+    if strays:
+        raise GGUFError(adapter.path, f"LoRA tensor '{strays[0]}' has unexpected suffix (llama.cpp refuses it)")
     pairs = []
     for base in sorted(halves):
         a, b = halves[base].get(LORA_A), halves[base].get(LORA_B)
@@ -150,10 +132,10 @@ def _refuse_tied(settings: LlamaSettings, path: str, pairs: tuple[LoraPair, ...]
     tied = tied_pairs(settings, pairs)
     if not tied:
         return None
-    applies = lora.scale != 0.0 and INIT_WITHOUT_APPLY not in settings.flags.ignored
+    applied = applies(settings.flags, lora)
     what = (f"LoRA tensor '{tied[0]}' patches tied embeddings: llama.cpp also applies it at the output matmul, "
             f"whose shapes it does not fit, and aborts (GGML_ASSERT(ggml_can_mul_mat) in build_lora_mm)")
-    if applies:
+    if applied:
         raise GGUFError(path, what)
     return what + " once the adapter is applied"
 
@@ -187,6 +169,8 @@ def _notes(settings: LlamaSettings, pairs: tuple[LoraPair, ...], lora: LoraArg) 
                      f"CPU memory (llama.cpp: 'cannot use buft, fallback to CPU')")
     if lora.scale == 0.0:
         notes.append("scale 0: loaded, never applied (the graph leaves it out)")
+    elif not applies(settings.flags, lora):
+        notes.append(f"{INIT_WITHOUT_APPLY}: the target's compute grows once a request applies the adapter")
     elif pairs:
         notes.append(COMPUTE_NOTE)
     return tuple(notes)

@@ -22,6 +22,7 @@ from planner.gguf.reader import row_size
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.engine.lora import Adapters
 from runtime.engine.moe import build_moe_ffn
 from runtime.ggml import build as B
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
@@ -72,9 +73,11 @@ class DecoderBuilder:
     """Builds the forward graph of one ubatch from weights (name -> Tensor) and the KV cache."""
 
     def __init__(self, hp: HParams, weights: Mapping[str, Tensor], kv: KVCache, *, flash_attn: bool,
-                 offload_kqv: bool) -> None:
+                 offload_kqv: bool, lora: Adapters | None = None) -> None:
         self.hp, self.w, self.kv = hp, weights, kv
         self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
+        # applied LoRA adapters: build_lora_mm's extra matmuls on the weights they patch (runtime/engine/lora.py)
+        self.lora = lora or Adapters()
 
     def _w(self, name: str) -> Tensor | None:
         return self.w.get(name)
@@ -96,12 +99,12 @@ class DecoderBuilder:
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
             return build_moe_ffn(self.hp, self._need, self.out.graph, x, il, self._w)
-        up = B.mul_mat(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
-        gate = B.mul_mat(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
+        up = self.lora.mm(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
+        gate = self.lora.mm(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
         kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"
         act = Tensor(F32, gate.ne, name=f"ffn_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
                      op_params={"glu": kind})
-        return B.mul_mat(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
+        return self.lora.mm(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
 
     def _rope(self, x: Tensor, il: int) -> Tensor:
         hp = self.hp
@@ -118,7 +121,7 @@ class DecoderBuilder:
         out = []
         for part, tensor, heads in (("q", T.ATTN_Q, hp.n_head), ("k", T.ATTN_K, hp.n_head_kv[il]),
                                     ("v", T.ATTN_V, hp.n_head_kv[il])):
-            t = B.mul_mat(self._need(tensor_name(tensor, il)), x, name=f"{part.upper()}cur-{il}")
+            t = self.lora.mm(self._need(tensor_name(tensor, il)), x, name=f"{part.upper()}cur-{il}")
             bias = self._w(tensor_name(tensor, il, "bias"))
             if bias is not None:
                 t = B.add(t, bias, name=f"{part.upper()}cur_b-{il}")
@@ -259,7 +262,7 @@ class DecoderBuilder:
         cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)
         qkv = self._qkv(cur, il, n_tokens)
         cur = self.attention(il, qkv.q, qkv.k, qkv.v)
-        cur = B.mul_mat(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
+        cur = self.lora.mm(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
         bias = self._w(tensor_name(T.ATTN_OUT, il, "bias"))
         if bias is not None:
             cur = B.add(cur, bias)
@@ -279,7 +282,8 @@ class DecoderBuilder:
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        x = B.get_rows(self._need(TOKEN_EMBD), self.out.tokens, name="inp_embd_rows")
+        tok_embd = self._need(TOKEN_EMBD)
+        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
         g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
         g.expand(self.out.embd)
         if hp.spec.embd_scale:
@@ -291,7 +295,7 @@ class DecoderBuilder:
             x = B.get_rows(x, self.out.out_ids)
         cur = self.norm(x, OUTPUT_NORM, -1)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
-        cur = B.mul_mat(out_w, cur, name="result_output")
+        cur = self.lora.mm(out_w, cur, name="result_output")
         if hp.softcap:
             cur = B.scale(cur, 1.0 / hp.softcap)
             cur = B.unary(cur, "TANH")

@@ -19,6 +19,7 @@ from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
 from runtime.engine.hparams import ARCHS
+from runtime.engine.lora import applied_loras
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.profiles import op_offload_min_batch
 
@@ -30,14 +31,14 @@ _cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
 
 
 def _key(settings: LlamaSettings, n_outputs_max: int | None) -> tuple:
-    """Everything of the settings the reserve graphs and their placement depend on, and the
-    context's output rows."""
+    """Everything of the settings the reserve graphs and their placement depend on, the context's
+    output rows, and the applied LoRA adapters (their matmuls join the graphs)."""
     model, placement = settings.ctx.model, settings.placement
     devices = tuple((d.name, d.backend, d.alignment, d.compute_capability) for d in settings.devices)
     return (model.path, model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
             placement.pipeline_parallel, settings.cparams, settings.flags.flash_attn, settings.flags.kv_offload,
             settings.flags.op_offload, op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k,
-            settings.type_v, n_outputs_max or settings.cparams.n_batch)
+            settings.type_v, n_outputs_max or settings.cparams.n_batch, applied_loras(settings.flags))
 
 
 def supported(settings: LlamaSettings) -> bool:

@@ -38,6 +38,7 @@ from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, Lfm2Builder
+from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.recurrent import RecurrentStates
 from runtime.ggml.backend import (
@@ -167,6 +168,8 @@ class ModelRunner:
             b.kernels = KERNEL_SETS[kernels]()
         self.weights: dict[str, Tensor] = {}
         self.weight_bytes: dict[str, int] = {}   # device -> bytes of its weight buffers
+        self.adapters = Adapters()                # applied LoRA adapters (runtime/engine/lora.py)
+        self.lora_bytes: dict[str, int] = {}     # device -> bytes of its LoRA buffers
         self.kv_bytes: dict[str, int] = {}
         self.kv: KVCache | None = None
         self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
@@ -212,11 +215,28 @@ class ModelRunner:
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.WEIGHTS)
             self.weight_bytes[dev] = sum(b.size for b in buffers)
-        if not copy_data:
-            return
-        data = TensorData(self.ctx.model)
-        for name, t in self.weights.items():
-            t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
+        if copy_data:
+            data = TensorData(self.ctx.model)
+            for name, t in self.weights.items():
+                t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
+        self._load_adapters(copy_data)
+
+    def _load_adapters(self, copy_data: bool) -> None:
+        """The applied adapters' tensors, one buffer per device apart from the model's
+        (llama_adapter_lora_init_impl allocates its own, by the patched weight's buffer type). Their
+        usage stays ANY: only llama-model.cpp marks its buffers WEIGHTS, so the scheduler does not place
+        an adapter's matmul by A or B (ggml-backend.cpp 1.wgt / 1.off) but copies them where it runs."""
+        self.adapters, tensors = load_adapters(self.settings, self.weights)
+        by_device: dict[str, list[Tensor]] = {}
+        for at in tensors:
+            by_device.setdefault(_device_row(at.row), []).append(at.tensor)
+        for dev, group in by_device.items():
+            buffers = alloc_tensors(self.backends[dev].buffer_type, group, BufferUsage.ANY)
+            self.lora_bytes[dev] = sum(b.size for b in buffers)
+        if copy_data:
+            files = {id(at.adapter): TensorData(at.adapter) for at in tensors}
+            for at in tensors:
+                at.tensor.raw_bytes()[:] = files[id(at.adapter)].raw(at.info.name, at.tensor.nbytes())
 
     def alloc_kv(self) -> None:
         """K and V caches of -ctk/-ctv's types, one stream per sequence unless unified (cells per stream)."""
@@ -265,7 +285,10 @@ class ModelRunner:
         if built is not None:
             self._graphs.move_to_end(shape)
             return built
-        built = self._builder().build(shape)
+        builder = self._builder()
+        if isinstance(builder, DecoderBuilder):   # the pieces it shares apply adapters (runtime/engine/lora.py)
+            builder.lora = self.adapters
+        built = builder.build(shape)
         full_offload = self.flags.n_gpu_layers < 0 or self.flags.n_gpu_layers > self.ctx.facts.n_layer_all
         if shape.n_tokens < PIN_MAX_TOKENS or full_offload:
             for t, il in built.norm_pins:
@@ -320,6 +343,9 @@ class ModelRunner:
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
         self.sched.reserve(pp.graph)
+        if self.adapters.unreached():   # a builder of its own matmuls (moe.py, deepseek2.py, ...) leaves them out
+            log.warning("LoRA pairs on %s are not in the runtime's graph: their compute is not counted",
+                        ", ".join(self.adapters.unreached()))
         self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes())
         return self.reserve_report
 

@@ -16,21 +16,33 @@ refuses (or aborts on) them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import Keys
 
-from planner.checking.llama import LOG_ROUNDING, host_row, parse_lora_buffers, start_server, wait_ready
+from planner.checking.llama import (
+    LOG_ROUNDING,
+    host_row,
+    parse_buffers,
+    parse_lora_buffers,
+    rows_by_device,
+    start_server,
+    wait_ready,
+)
 from planner.core.errors import GGUFError
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.units import MiB
 from planner.gguf.reader import read_model
+from planner.llama.companions import server_target_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.lora import estimate_loras
+from runtime.engine.reserve import reserve_compute
 from tests.support.gguf_factory import add_tokenizer, llama_spec
 from tests.support.lora_factory import LoraTensor, lora_layout, write_lora
 from tests.support.tiny_models import write_random
@@ -205,3 +217,123 @@ def test_padding_of_odd_widths_matches_llama_server(llama_tools, rpc_endpoints, 
     assert sum(ours.values()) - unpadded > 2 * LOG_ROUNDING
     print(f"\n[odd {case}] " + ", ".join(f"{r} {b / MiB:.4f} MiB" for r, b in ours.items())
           + f" (unpadded {unpadded / MiB:.4f} MiB)")
+
+
+# --- the target's compute with the adapters applied (runtime/engine/lora.py) -------------------------
+
+COMPUTE_REL, COMPUTE_ABS, COMPUTE_BELOW = 0.03, 4 * MiB, 1 * MiB
+GROWTH_ABS = MiB // 10   # the growth (with - without) per device, against llama.cpp's
+
+
+@pytest.fixture(scope="module")
+def grow_files(tmp_path_factory) -> dict[str, Path]:
+    """A wide llama (4 layers, n_embd 2048, 4 heads of 512, 2 KV heads, n_ff 512; Q8_0) and a rank-64
+    F16 adapter on every projection and the output: at -ub 2048 an adapted Q or output projection
+    holds a second 2048 x 2048 f32 result (16 MiB) while its own is alive, so the compute buffers
+    grow by MiB (8 MiB per device, measured: far past the 0.1 MiB the growth is compared within)."""
+    d = tmp_path_factory.mktemp("lora-grow")
+    spec = llama_spec(n_layer=N_LAYER, n_embd=2048, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512, attn_type=Q.Q8_0,
+                      v_type=Q.F16, ffn_type=Q.Q8_0, down_type=Q.Q8_0, embd_type=Q.Q8_0, out_type=Q.Q8_0)
+    add_tokenizer(spec, 512, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    shapes = {name: shape for name, _q, shape in spec.tensors}
+    bases = [(f"blk.{i}.{p}.weight", shapes[f"blk.{i}.{p}.weight"]) for i in range(N_LAYER) for p in PROJ]
+    bases.append(("output.weight", shapes["output.weight"]))
+    return {"target": write_random(d / "grow.gguf", spec),
+            "rank64": write_lora(d / "rank64.gguf", "llama", lora_layout(bases, 64, Q.F16), seed=4)}
+
+
+def _ours(model: Path, argv: list[str]) -> dict[str, int]:
+    flags = parse_llama_flags(["-np", "1", "-c", "2048", *argv])
+    rows = reserve_compute(resolve_settings(model_context(str(model)), flags), server_target_outputs_max(flags))
+    assert rows is not None
+    return rows
+
+
+def _theirs(text: str, endpoints: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """llama.cpp's compute rows before (the first reserve) and after the adapters joined the graph
+    (parse_buffers: the last reserve of the load)."""
+    device_of = dict(zip((f"RPC{i}" for i in range(len(endpoints))), endpoints, strict=True))
+    after = {row: k.get("compute", 0) for row, k in rows_by_device(parse_buffers(text), device_of).items()}
+    first, _nodes = _reserves(text)[0]
+    before = {row: k.get("compute", 0)
+              for row, k in rows_by_device({(b, "compute"): v for b, v in first.items()}, device_of).items()}
+    return before, {row: v for row, v in after.items() if v or row in before}
+
+
+GROW_BATCH = ["-b", "2048", "-ub", "2048"]
+GROW_CASES = {"small-host": ("files", ["-ngl", "0"]), "small-split": ("files", ["{rpc}", "-ngl", "99", "-ts", "1,1"]),
+              "small-partial": ("files", ["{rpc}", "-ngl", "3", "-ts", "1,3"]),
+              "grow-host": ("grow_files", ["-ngl", "0", *GROW_BATCH]),
+              "grow-split": ("grow_files", ["{rpc}", "-ngl", "99", "-ts", "1,1", *GROW_BATCH]),
+              "grow-partial": ("grow_files", ["{rpc}", "-ngl", "3", "-ts", "1,3", *GROW_BATCH])}
+
+
+# -ngl 99 over two rpc-servers: fitplan's compute on the last device is over llama-server's by four
+# [n_embd, n_ubatch] f32 inputs already without adapters (2 MiB small, 64 MiB grow: measured, not the
+# adapters' doing; their growth matches there too)
+BASELINE_OFF = {"grow-split"}
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Compute rows of one case: llama.cpp's first reserve (no adapters) and last (adapters applied),
+    fitplan's reserve without and with the adapters."""
+
+    before: dict[str, int]
+    after: dict[str, int]
+    ours_before: dict[str, int]
+    ours_after: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def computed(llama_tools, rpc_endpoints, request, tmp_path_factory) -> Callable[[str], Compute]:
+    cache: dict[str, Compute] = {}
+
+    def run(case: str) -> Compute:
+        if case not in cache:
+            fixture, argv = GROW_CASES[case]
+            paths = request.getfixturevalue(fixture)
+            argv = [a.replace("{rpc}", "--rpc") for a in argv]
+            if "--rpc" in argv:
+                argv.insert(argv.index("--rpc") + 1, ",".join(rpc_endpoints))
+            adapters = (["--lora", str(paths["wide"]), "--lora-scaled", f"{paths['edges']}:0.5"]
+                        if fixture == "files" else ["--lora", str(paths["rank64"])])
+            log_path = tmp_path_factory.mktemp(case) / "server.log"
+            before, after = _theirs(_serve(llama_tools, paths["target"], [*argv, *adapters], log_path), rpc_endpoints)
+            cache[case] = Compute(before, after, _ours(paths["target"], argv),
+                                  _ours(paths["target"], [*argv, *adapters]))
+        return cache[case]
+
+    return run
+
+
+@pytest.mark.parametrize("case", list(GROW_CASES))
+def test_compute_growth_with_adapters_matches_llama_server(computed, case):
+    """The growth of each compute row once the adapters join the graph (with - without) equals
+    llama.cpp's (its last reserve - its first) within 0.1 MiB; the wide cases grow by MiB, so a
+    reserve without the adapters' matmuls fails here."""
+    c = computed(case)
+    assert sorted(c.ours_after) == sorted(c.after), (c.ours_after, c.after)
+    lines = []
+    for row, theirs in c.after.items():
+        grown, ours_grown = theirs - c.before.get(row, 0), c.ours_after[row] - c.ours_before.get(row, 0)
+        assert abs(ours_grown - grown) <= GROWTH_ABS + LOG_ROUNDING, (row, ours_grown, grown)
+        lines.append(f"{row} {c.before.get(row, 0) / MiB:.2f} -> {theirs / MiB:.2f} (+{grown / MiB:.2f}) vs fitplan "
+                     f"{c.ours_before.get(row, 0) / MiB:.2f} -> {c.ours_after[row] / MiB:.2f} "
+                     f"(+{ours_grown / MiB:.2f})")
+    if case.startswith("grow"):
+        assert max(theirs - c.before.get(row, 0) for row, theirs in c.after.items()) >= 4 * MiB
+    print(f"\n[{case}] compute MiB, llama.cpp without -> with adapters vs fitplan: " + "; ".join(lines))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="baseline off"))
+                                  if c in BASELINE_OFF else c for c in GROW_CASES])
+def test_compute_with_adapters_matches_llama_server(computed, case):
+    """The target's compute rows reserved with the adapters' matmuls equal llama-server's last
+    reserve within 3 % or 4 MiB, and never more than 1 MiB below it."""
+    c = computed(case)
+    for row, theirs in c.after.items():
+        ours = c.ours_after[row]
+        assert ours >= theirs - COMPUTE_BELOW, (row, ours, theirs)
+        assert abs(ours - theirs) <= max(COMPUTE_REL * theirs, COMPUTE_ABS), (row, ours, theirs)
