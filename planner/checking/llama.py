@@ -69,8 +69,9 @@ def parse_log(text: str) -> LlamaLog:
 
 def parse_buffers(text: str) -> dict[tuple[str, str], int]:
     """The buffers of the last load in a log, (buffer type, kind) -> bytes; a log without graph
-    lines (a load that has not reserved yet) is read whole."""
-    return _buffers_in(_last_load(text))
+    lines (a load that has not reserved yet) is read whole. A load reserved again (applied LoRA
+    adapters: the warmup's sched_reserve) keeps its model and KV buffers and the last reserve's compute."""
+    return _settled(_last_load(text))
 
 
 def _buffers_in(text: str) -> dict[tuple[str, str], int]:
@@ -94,7 +95,32 @@ def parse_model_loads(text: str) -> list[dict[tuple[str, str], int]]:
     starts = [m.start() for m in _MODEL_LOAD.finditer(text)]
     if not starts:
         return [parse_buffers(text)]
-    return [_buffers_in(text[a:b]) for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
+    return [_settled(text[a:b]) for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
+
+
+def _reserves(text: str) -> list[int]:
+    """Where each reserve's text starts: the text up to and including a graph line is one reserve."""
+    return [0] + [m.end() for m in _GRAPH.finditer(text)][:-1]
+
+
+def _reserve_again(text: str) -> bool:
+    """A reserve that allocates nothing but compute buffers: llama_context::sched_reserve run again
+    for the same context (set_adapters_lora marks it, the warmup decode runs it: llama-context.cpp,
+    common/common.cpp common_init_from_params). No model is loaded and no cache made in it."""
+    if _MODEL_LOAD.search(text):
+        return False
+    kinds = {kind for _stage, _buft, kind, _mib in _BUFFER.findall(text)}
+    return kinds == {"compute"}
+
+
+def _settled(text: str) -> dict[tuple[str, str], int]:
+    """The buffers of one load: every line, except that when the load was reserved again, the
+    compute buffers are the last reserve's (sched_reserve builds a new scheduler and buffers)."""
+    starts = _reserves(text)
+    if len(starts) < 2 or not _reserve_again(text[starts[-1]:]):
+        return _buffers_in(text)
+    kept = {k: v for k, v in _buffers_in(text[:starts[-1]]).items() if k[1] != "compute"}
+    return kept | _buffers_in(text[starts[-1]:])
 
 
 # common/fit.cpp common_memory_breakdown_print, logged at trace level (-lv 4) by llama-server as it
@@ -287,9 +313,15 @@ def rows_by_device(buffers: dict[tuple[str, str], int], endpoint_of: dict[str, s
 
 
 def _last_load(text: str) -> str:
-    """llama.cpp logs a dry run before the real load: keep what follows the last graph line but one."""
-    ends = [m.end() for m in _GRAPH.finditer(text)]
-    return text[ends[-2]:] if len(ends) > 1 else text
+    """llama.cpp logs a dry run before the real load: keep what follows the last graph line but one,
+    or, when the last reserves were reserves again of one load (applied LoRA adapters), from that
+    load's first reserve on."""
+    starts = _reserves(text)
+    bounds = list(zip(starts, [*starts[1:], len(text)], strict=True))
+    i = len(bounds) - 1
+    while i > 0 and _reserve_again(text[bounds[i][0]:bounds[i][1]]):
+        i -= 1
+    return text[starts[i]:]
 
 
 def validate_llama(req: ValidateRequest, ctx: ModelContext,
