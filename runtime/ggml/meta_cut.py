@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runtime.ggml.graph import Op, Tensor
-from runtime.ggml.meta import SplitAxis, SplitResolver
+from runtime.ggml.meta import SplitAxis
+from runtime.ggml.meta_resolve import SplitResolver
 
 
 @dataclass(frozen=True)

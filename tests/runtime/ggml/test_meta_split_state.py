@@ -8,18 +8,10 @@ import pytest
 
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Op, Tensor
-from runtime.ggml.meta import (
-    MIRRORED,
-    PARTIAL,
-    SPLIT_RULES,
-    MetaSplitError,
-    SplitAxis,
-    SplitResolver,
-    SplitState,
-    slice_counts,
-    split_along,
-)
+from runtime.ggml.meta import MIRRORED, PARTIAL, MetaSplitError, SplitAxis, SplitState, slice_counts, split_along
 from runtime.ggml.meta_cut import Subgraph, cut_subgraphs
+from runtime.ggml.meta_resolve import SplitResolver
+from runtime.ggml.meta_rules import SPLIT_RULES
 
 F32, I32 = GGMLType.F32, GGMLType.I32
 A0, A1, A2 = SplitAxis.AXIS_0, SplitAxis.AXIS_1, SplitAxis.AXIS_2
