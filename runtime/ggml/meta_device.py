@@ -87,9 +87,25 @@ def _byte_grid(t: Tensor, data: np.ndarray) -> np.ndarray:
     return data.reshape(t.ne[3], t.ne[2], t.ne[1], -1)
 
 
+def _copy_partial(full: Tensor, part: Tensor, state: SplitState, member: int) -> None:
+    """A static PARTIAL tensor (an expert bias summed by the reduce): every contributing member
+    (one with a share of the source split, or all when none is recorded) holds value / contributors,
+    the others zeros (ggml_backend_meta_buffer_set_tensor)."""
+    if numpy_dtype(full.type) is not np.float32:
+        raise MetaSplitError(f"partial leaf {full.name!r} must be F32")
+    contributors = sum(1 for n in state.ne if n) or len(state.ne) or 1
+    if state.ne and state.ne[member] == 0 and any(state.ne):
+        part.numpy()[...] = 0.0
+    else:
+        part.numpy()[...] = full.numpy() / np.float32(contributors)
+
+
 def _copy_piece(full: Tensor, part: Tensor, state: SplitState, member: int) -> None:
     """Copy the member's piece of a contiguous leaf into its slice, by bytes (any type): members'
     pieces follow each other along the axis in member order (ggml_backend_meta_buffer_set_tensor)."""
+    if state.axis is SplitAxis.PARTIAL:
+        _copy_partial(full, part, state, member)
+        return
     if not state.axis.is_dim:
         part.raw_bytes()[:] = full.raw_bytes()
         return
@@ -192,6 +208,7 @@ class MetaBackend:
         self.static = static
         self.scratch = StepBuffers(device.n_devices)   # kept across graphs, as the meta backend's bufs
         self.slices: MetaSlices | None = None
+        self.last_run: MetaRun | None = None
 
     @property
     def name(self) -> str:
@@ -214,7 +231,8 @@ class MetaBackend:
                 bufs = [slices.parts[last][j].numpy() for j in range(self.device.n_devices)]
                 computed = [sg.stop - 1 not in cut.skipped[j] for j in range(self.device.n_devices)]
                 reduces.append(allreduce(bufs, computed, self.scratch))
-        return MetaRun(cut, tuple(reduces))
+        self.last_run = MetaRun(cut, tuple(reduces))
+        return self.last_run
 
     def gather(self, t: Tensor) -> np.ndarray:
         """The whole tensor, numpy order: a mirrored one from member 0, a split one joined along

@@ -29,6 +29,9 @@ PROMPT = [1, 5, 9, 33, 7, 100, 42]
 # 6 query heads in 3 KV groups: 2 and 4 members cannot share them evenly (the head-count rounding);
 # n_ff 384 is three of the FFN's 128-element slices
 DIMS = {"default": Dims(), "odd-heads": Dims(n_embd=64, n_head=6, n_head_kv=3, head_dim=16, n_ff=384)}
+# MoE: experts' FFN of two 128-slices, so two members both contribute to the expert sum (and, in
+# gpt-oss, to its PARTIAL ffn_down_exps.bias, which each contributor holds a share of)
+MOE = {"qwen3moe": Dims(n_ff_exp=256), "gpt-oss": Dims(n_ff_exp=256)}
 
 
 class Captured:
@@ -49,7 +52,9 @@ class Captured:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("meta")
-    return {name: write_tiny(d / f"llama-{name}.gguf", "llama", dims) for name, dims in DIMS.items()}
+    out = {name: write_tiny(d / f"llama-{name}.gguf", "llama", dims) for name, dims in DIMS.items()}
+    out.update({arch: write_tiny(d / f"{arch}.gguf", arch, dims) for arch, dims in MOE.items()})
+    return out
 
 
 def _meta_logits(runner: ModelRunner, cap: Captured, n: int) -> tuple[np.ndarray, MetaBackend]:
@@ -86,6 +91,25 @@ def test_meta_logits_equal_single_device(models: dict[str, Path], dims: str, n: 
     ref1 = runner.decode([int(ref[-1].argmax())], all_logits=True)
     got1, _ = _meta_logits(runner, cap, n)
     _close(got1, ref1)
+
+
+@pytest.mark.parametrize("arch", list(MOE))
+@pytest.mark.parametrize("n", [2, 3])
+def test_moe_logits_equal_single_device_with_the_reduce_after_the_expert_sum(
+        models: dict[str, Path], arch: str, n: int) -> None:
+    runner = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "256", "-ngl", "0"]))
+    cap = Captured(runner)
+    ref = runner.decode(PROMPT, all_logits=True)
+    got, meta = _meta_logits(runner, cap, n)
+    _close(got, ref)
+    assert cap.graph is not None and meta.slices is not None
+    nodes = cap.graph.nodes
+    # the expert down projection is PARTIAL, but the reduce waits for the weighted view-and-add tree
+    down = next(t for t in nodes if t.name == "ffn_moe_down-0")
+    assert meta.slices.resolver.state(down).axis is SplitAxis.PARTIAL
+    assert meta.last_run is not None
+    assert [nodes[s.stop - 1].name for s in meta.last_run.cut.subgraphs] == [
+        "attn_out-0", "ffn_moe_out-0", "attn_out-1", "ffn_moe_out-1", "result_output"]
 
 
 def test_members_with_empty_slices_compute_nothing_of_them(models: dict[str, Path]) -> None:
