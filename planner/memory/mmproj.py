@@ -13,9 +13,10 @@ Placement (llama.cpp in llama-cpp-python 0.3.36):
 
 The figures come from runtime/engine/clip.py and clip_reserve.py: the weights buffer as
 ggml_backend_alloc_ctx_tensors makes it, and the warmup graph reserved through the runtime's
-scheduler (compute "simulated"), for the SigLIP-tower projectors of models/siglip.cpp: Gemma 3,
-IDEFICS3 (SmolVLM), LFM2 (LFM2-VL), Janus-Pro and Phi-4; other projector types are refused by name.
-Gemma 3, IDEFICS3 and Janus-Pro warm up at their file's image_size and Phi-4 at 16 x 16 patches, so
+scheduler (compute "simulated"), for the SigLIP-tower projectors of models/siglip.cpp (Gemma 3,
+IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4) and Qwen2-VL's and Qwen2.5-VL's
+(models/qwen2vl.cpp); other projector types are refused by name. Gemma 3, IDEFICS3 and Janus-Pro
+warm up at their file's image_size, Phi-4 at 16 x 16 patches and Qwen at 46 x 46 merged ones, so
 --image-min/max-tokens do not change what they allocate (IDEFICS3's set_limit_image_tokens() moves
 only the preprocessor's limits); LFM2's warmup image is the largest its token limit admits, and
 --image-max-tokens replaces that limit (clip-model.h).
@@ -29,8 +30,8 @@ from planner.llama.placement import CPU, Device, row_of
 from planner.llama.settings import LlamaSettings
 from planner.memory.analytic import SIMULATED
 from planner.memory.rows import CompanionEstimate, DeviceMemory
-from runtime.engine.clip import HEADS, read_clip_hparams
-from runtime.engine.clip_reserve import ProjectorReserve, reserve_projector
+from runtime.engine.clip import HEADS
+from runtime.engine.clip_reserve import ProjectorReserve, read_projector, reserve_projector
 
 KIND = "mmproj"
 
@@ -67,14 +68,15 @@ def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> Compan
     if not mm.path:
         raise BadInput("no projector: -mm FILE was not given")
     model = read_model(mm.path)
-    hp = read_clip_hparams(model, mm.image_max_tokens)
+    hp = read_projector(model, mm.image_max_tokens)
     n_embd_text = target.ctx.facts.n_embd
     if hp.n_mmproj_embd != n_embd_text:   # mtmd.cpp mtmd_context: "mismatch between text model ... and mmproj"
         raise BadInput(f"{mm.path}: the projector's width {hp.n_mmproj_embd} is not the text model's "
                        f"n_embd {n_embd_text}; llama-server refuses the pair")
     device = projector_device(target)
     reserve = reserve_projector(model, device, target.flags.flash_attn, mm.image_max_tokens)
-    tokens_apply = HEADS[hp.projector].token_limits is not None
+    head = HEADS.get(hp.projector)
+    tokens_apply = head is not None and head.token_limits is not None
     return CompanionEstimate(KIND, mm.path, _rows(reserve, device), SIMULATED,
                              _notes(reserve, mm.image_min_tokens > 0 or mm.image_max_tokens > 0, tokens_apply))
 

@@ -44,7 +44,7 @@ class UnsupportedProjector(BadInput):
     def __init__(self, path: str, projector: str) -> None:
         self.path, self.projector = path, projector
         super().__init__(f"{path}: projector type {projector!r} is not modelled; fitplan sizes "
-                         f"{' and '.join(repr(p) for p in HEADS)} projectors only")
+                         f"{', '.join(repr(p) for p in SUPPORTED)} projectors only")
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,10 @@ HEADS: dict[str, SiglipHead] = {
 }
 
 
+# every projector type with a graph builder: HEADS' (this module) and Qwen2-VL's (clip_qwen2vl.py)
+SUPPORTED = (*HEADS, VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL)
+
+
 def warmup_image_size(head: SiglipHead, image_size: int, patch_size: int, n_merge: int, image_max_tokens: int) -> int:
     """clip-model.h set_limit_image_tokens: the side of the largest image the preprocessor admits,
     sqrt(max tokens x (patch x merge)^2) truncated, --image-max-tokens replacing the model's maximum."""
@@ -171,10 +175,11 @@ def tensor_names(hp: ClipHParams) -> list[str]:
     return names + list(HEADS[hp.projector].tensors)
 
 
-def load_weights(model: ModelFile, hp: ClipHParams) -> dict[str, Tensor]:
+def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = None) -> dict[str, Tensor]:
     """The projector's weights as clip.cpp loads them (absent optional biases stay absent); a tensor
-    the graph does not read (a layer scale, a pre-norm) is refused rather than ignored."""
-    known = set(tensor_names(hp))
+    the graph does not read (a layer scale, a pre-norm) is refused rather than ignored. `names`: the
+    builder's own list (default: the SigLIP tower's with the head's)."""
+    known = set(names if names is not None else tensor_names(hp))
     extra = [t.name for t in model.tensors if t.name not in known]
     if extra:
         raise UnsupportedProjector(model.path, f"{hp.projector} with {extra[0]}")
@@ -205,18 +210,11 @@ class SiglipGraph:
         return g.add(x, b) if b is not None else x
 
     def inp(self) -> Tensor:
-        """build_inp_raw and build_inp: a stride-patch conv2d (ggml_conv_2d: im2col, then a matmul)."""
+        """build_inp_raw and build_inp: the stride-patch conv2d, patches as rows, the patch bias."""
         hp, side = self.hp, self.hp.warmup_image_size
         raw = g.new_tensor(GGMLType.F32, (side, side, 3, 1), "inp_raw", TensorFlag.INPUT)
-        kernel = self.w[name(T.V_ENC_EMBD_PATCH)]
-        oside = self.hp.n_patches_side
-        col_type = GGMLType.F32 if kernel.type == GGMLType.BF16 else GGMLType.F16   # ggml_conv_2d
-        k0, k1, ic, oc = kernel.ne
-        col = Tensor(col_type, (ic * k1 * k0, oside, oside, 1), op=Op.IM2COL, src=[kernel, raw])
-        y = g.mul_mat(g.reshape(col, (col.ne[0], oside * oside)), g.reshape(kernel, (k0 * k1 * ic, oc)))
-        y = g.reshape(y, (oside, oside, 1, oc))
-        y = g.cont(g.permute(y, (0, 1, 3, 2)))
-        y = g.reshape(y, (oside * oside, hp.n_embd, 1))
+        y = conv2d(self.w[name(T.V_ENC_EMBD_PATCH)], raw, hp.n_patches_side)
+        y = g.reshape(y, (hp.n_patches_side ** 2, hp.n_embd, 1))
         y = g.cont(g.transpose(y))
         bias = self._opt(name(T.V_ENC_EMBD_PATCH, None, "bias"))
         return g.add(y, bias) if bias is not None else y
@@ -236,7 +234,7 @@ class SiglipGraph:
         scale = d_head ** -0.5
         if self.flash_attn:
             v = g.permute(qkv[2], (0, 2, 1, 3))
-            k16, v16 = _cast(k, GGMLType.F16), _cast(v, GGMLType.F16)
+            k16, v16 = cast(k, GGMLType.F16), cast(v, GGMLType.F16)
             out = g.flash_attn_ext(q, k16, v16, None, scale)
             out = g.reshape(out, (out.ne[0] * out.ne[1], out.ne[2] * out.ne[3]))
         else:
@@ -337,7 +335,18 @@ class SiglipGraph:
         return self.graph
 
 
-def _cast(a: Tensor, ggml_type: GGMLType) -> Tensor:
+def cast(a: Tensor, ggml_type: GGMLType) -> Tensor:
     """ggml_cast: a CPY into a new tensor of `ggml_type`. ggml makes the result its own src[1]; the
     allocator's child count then nets out the same, so the self-reference is left out here."""
     return Tensor(ggml_type, a.ne, name=f"{a.name} (copy)", op=Op.CPY, src=[a])
+
+
+def conv2d(kernel: Tensor, raw: Tensor, n_side: int) -> Tensor:
+    """ggml_conv_2d with stride = kernel size and no padding: im2col (f16, or f32 for a bf16 kernel),
+    a matmul against the flattened kernel, reshape, permute, cont -> [n_side, n_side, OC, 1]."""
+    col_type = GGMLType.F32 if kernel.type == GGMLType.BF16 else GGMLType.F16
+    k0, k1, ic, oc = kernel.ne
+    col = Tensor(col_type, (ic * k1 * k0, n_side, n_side, 1), op=Op.IM2COL, src=[kernel, raw])
+    y = g.mul_mat(g.reshape(col, (col.ne[0], n_side * n_side)), g.reshape(kernel, (k0 * k1 * ic, oc)))
+    y = g.reshape(y, (n_side, n_side, 1, oc))
+    return g.cont(g.permute(y, (0, 1, 3, 2)))

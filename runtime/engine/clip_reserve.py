@@ -21,10 +21,24 @@ from dataclasses import dataclass
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
-from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph, load_weights, read_clip_hparams
+from runtime.engine.clip import (
+    CLIP_SIZED_OPS,
+    ClipHParams,
+    SiglipGraph,
+    load_weights,
+    projector_type,
+    read_clip_hparams,
+)
+from runtime.engine.clip_qwen2vl import (
+    QWEN2VL_TYPES,
+    Qwen2VLGraph,
+    QwenVLHParams,
+    qwen2vl_tensor_names,
+    read_qwen2vl_hparams,
+)
 from runtime.ggml.backend import UNLIMITED, Backend, DeviceType, alloc_tensors, make_cpu
 from runtime.ggml.backend import Device as RuntimeDevice
-from runtime.ggml.graph import BufferUsage
+from runtime.ggml.graph import BufferUsage, Graph, Tensor
 from runtime.ggml.profiles import Backend as BackendKind
 from runtime.ggml.sched import Scheduler
 
@@ -68,6 +82,21 @@ def _fa_supported(device: Device | None, d_head: int) -> bool:
     return True
 
 
+def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
+    """The projector's hparams, read by its family's reader (projector type -> graph builder)."""
+    if projector_type(model) in QWEN2VL_TYPES:
+        return read_qwen2vl_hparams(model)
+    return read_clip_hparams(model, image_max_tokens)
+
+
+def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dict[str, Tensor], Graph]:
+    if isinstance(hp, QwenVLHParams):
+        weights = load_weights(model, hp, qwen2vl_tensor_names(hp))
+        return weights, Qwen2VLGraph(hp, weights, fa).build()
+    weights = load_weights(model, hp)
+    return weights, SiglipGraph(hp, weights, fa).build()
+
+
 _cache: OrderedDict[tuple, ProjectorReserve] = OrderedDict()
 
 
@@ -80,17 +109,16 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
     if hit is not None:
         _cache.move_to_end(key)
         return hit
-    hp = read_clip_hparams(model, image_max_tokens)
+    hp = read_projector(model, image_max_tokens)
     # -fa on keeps flash attention even where refused (the op then falls back to the CPU: not modelled)
     fa = flash_attn == "on" or (flash_attn == "auto" and _fa_supported(device, hp.n_embd // hp.n_head))
     cpu = make_cpu(UNLIMITED)
     cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
     main = _backend(device) if device is not None else cpu
     backends = [main, cpu] if main is not cpu else [cpu]
-    weights = load_weights(model, hp)
+    weights, graph = _weights_and_graph(model, hp, fa)
     buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
     sched = Scheduler(backends, parallel=False, op_offload=True)
-    graph = SiglipGraph(hp, weights, fa).build()
     if len(graph.nodes) > CLIP_MAX_NODES:
         raise BadInput(f"{model.path}: the projector graph has {len(graph.nodes)} nodes, over clip's {CLIP_MAX_NODES}")
     sched.reserve(graph)

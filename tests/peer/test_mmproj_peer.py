@@ -4,8 +4,9 @@ llama-server with the Gemma 3 270M target and a shape-faithful sparse projector 
 270M's 640 (tests/support/mmproj_factory.py): Gemma 3's (the full 27-layer SigLIP-So400m tower at
 896 px), SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4) and LFM2-VL's
 LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2, MLP),
-Janus-Pro's (SigLIP-L/16 at 384 px, GELU aligner) and Phi-4's (So400m/14, a 224 px warmup image
-with its 32 x 32 position table interpolated down),
+Janus-Pro's (SigLIP-L/16 at 384 px, GELU aligner), Phi-4's (So400m/14, a 224 px warmup image
+with its 32 x 32 position table interpolated down) and Qwen2.5-VL-3B's (32 layers, window attention,
+M-RoPE, a 1288 px warmup image),
 `-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
 (the second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -34,6 +35,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
 )
@@ -54,7 +56,7 @@ CASES = {
 }
 
 
-PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4")
+PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "qwen25vl")
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,8 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "idefics3": (target, write_mmproj(shapes_dir, idefics3_mmproj_spec(n_text_embd=640), "mmproj-idefics3")),
             "lfm2": (target, write_mmproj(shapes_dir, lfm2_mmproj_spec(n_text_embd=640), "mmproj-lfm2")),
             "janus_pro": (target, write_mmproj(shapes_dir, janus_pro_mmproj_spec(n_text_embd=640), "mmproj-janus")),
-            "phi4": (target, write_mmproj(shapes_dir, phi4_mmproj_spec(n_text_embd=640), "mmproj-phi4"))}
+            "phi4": (target, write_mmproj(shapes_dir, phi4_mmproj_spec(n_text_embd=640), "mmproj-phi4")),
+            "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl"))}
 
 
 def _argv(template: list[str], endpoints: list[str]) -> list[str]:

@@ -1,5 +1,6 @@
 """Shape-faithful sparse projector (mmproj) GGUFs, as the pinned mtmd loader reads them: Gemma 3's,
-SmolVLM2's (IDEFICS3), LFM2-VL's (LFM2), Janus-Pro's and Phi-4's: one SigLIP tower, five heads.
+SmolVLM2's (IDEFICS3), LFM2-VL's (LFM2), Janus-Pro's and Phi-4's (one SigLIP tower, five heads), and
+Qwen2.5-VL's (models/qwen2vl.cpp).
 
 The layout is Gemma 3's SigLIP-So400m vision tower with its projector (PROJECTOR_TYPE_GEMMA3), as
 tools/mtmd/clip.cpp loads it at the pinned build: `load_hparams` (clip.* keys; Gemma 3 merges 4x4
@@ -140,6 +141,41 @@ def phi4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 27, n_embd: int =
     spec.metadata[Keys.ClipVision.IMAGE_MIN_PIXELS] = 256 * patch_size**2
     spec.metadata[Keys.ClipVision.IMAGE_MAX_PIXELS] = 1024 * patch_size**2
     for i, (k, m) in ((0, (n_embd, n_text_embd)), (2, (n_text_embd, n_text_embd))):
+        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
+        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+    return spec
+
+
+def qwen25vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: int = 1280, n_ff: int = 3420,
+                         n_head: int = 16, patch_size: int = 14, n_wa_pattern: int = 8,
+                         weight_type: Q = Q.F16) -> ModelSpec:
+    """Qwen2.5-VL's (qwen2.5vl_merger) projector, as clip.cpp loads it: two patch kernels, no position
+    table, RMS norms, a SwiGLU FFN with biases, window attention on all but every 8th layer, and the
+    4-patch merger mm.0 {4 n_embd, 4 n_embd} / mm.2 {4 n_embd, n_text} — Qwen2.5-VL-3B's vision shape."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.QWEN25VL, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
+        cv.IMAGE_SIZE: 560, cv.PATCH_SIZE: patch_size, cv.N_WA_PATTERN: n_wa_pattern,
+        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
+    })
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
+        for kind in (T.V_ENC_FFN_UP, T.V_ENC_FFN_GATE):
+            spec.add(kind, weight_type, (n_embd, n_ff), i)
+            spec.add(kind, Q.F32, (n_ff,), i, "bias")
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
+    for i, (k, m) in ((0, (4 * n_embd, 4 * n_embd)), (2, (4 * n_embd, n_text_embd))):
         spec.add(T.V_MMPROJ, weight_type, (k, m), i)
         spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
     return spec

@@ -1,5 +1,5 @@
-"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3, LFM2, Janus-Pro and Phi-4
-projector files.
+"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3, LFM2, Janus-Pro, Phi-4
+and Qwen2.5-VL projector files.
 
 Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes, each a
 multiple of the 32-byte alignment here, so nothing pads) and the placement rules of the pinned
@@ -14,6 +14,7 @@ import pytest
 from gguf import Keys
 
 from planner.core.errors import BadInput, FlagError
+from planner.core.units import pad
 from planner.gguf.reader import read_model
 from planner.hardware.inventory import Backend
 from planner.llama.context import ModelContext, model_context
@@ -30,6 +31,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
 )
@@ -111,9 +113,9 @@ def test_full_tower_compute_is_llama_cpps(files, fa, compute):
 def test_other_projector_types_are_refused(files, tmp_path):
     ctx, _, _ = files
     spec = gemma3_mmproj_spec(n_text_embd=N_TEXT, n_layer=1)
-    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "qwen2vl_merger"
-    [path] = spec.write(tmp_path / "qwen2vl.gguf")
-    with pytest.raises(UnsupportedProjector, match="qwen2vl_merger"):
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "pixtral"
+    [path] = spec.write(tmp_path / "pixtral.gguf")
+    with pytest.raises(UnsupportedProjector, match="pixtral"):
         _estimate(ctx, path)
 
 
@@ -217,3 +219,25 @@ def test_mlp_heads(files, tmp_path, spec, tower, side, compute, compute_off):
     head = e * N_TEXT * 2 + N_TEXT * 4 + N_TEXT * N_TEXT * 2 + N_TEXT * 4
     assert _rows(_estimate(ctx, path, *RPC)) == {"RPC0": (tower + head, compute), "Host": (0, side * side * 3 * 4)}
     assert _rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"] == (tower + head, compute_off)
+
+
+def test_qwen25vl(files, tmp_path):
+    """Qwen2.5-VL-3B's vision shape: warmup at 46 x 46 merged tokens = 46 x 14 x 2 = 1288 px whatever
+    --image-max-tokens says; the CPU holds every graph input (the image, 4 M-RoPE ids per patch, the
+    f32 n_pos x n_pos window mask, the two window orders, each padded to 32 bytes). Compute on the
+    device as llama-server logged it: 704.79 MiB (-fa auto), 4871.57 MiB (-fa off)."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, qwen25vl_mmproj_spec(n_text_embd=N_TEXT), "qwen25vl")
+    e, ff, side = 1280, 3420, 1288
+    # the 3420-wide FFN biases (13680 bytes) take 13696 in the buffer: each tensor is 32-byte aligned
+    per_layer = 4 * e * e * 2 + 4 * e * 4 + 2 * e * 4 + 2 * e * ff * 2 + 2 * pad(ff * 4, 32) + ff * e * 2 + e * 4
+    merger = (4 * e) ** 2 * 2 + 4 * e * 4 + 4 * e * N_TEXT * 2 + N_TEXT * 4      # mm.0, mm.2
+    weights = 32 * per_layer + 2 * 14 * 14 * 3 * e * 2 + e * 4 + merger          # + both kernels, post_ln
+    n_pos = (side // 14) ** 2
+    inputs = side * side * 3 * 4 + 4 * n_pos * 4 + n_pos * n_pos * 4 + 2 * pad(n_pos // 4 * 4, 32)
+    est = _estimate(ctx, path, *RPC, "--image-max-tokens", "256")
+    rows = _rows(est)
+    assert rows["RPC0"][0] == weights and rows["Host"] == (0, inputs)
+    assert abs(rows["RPC0"][1] - 704.79 * MiB) < MiB // 200
+    assert "warmup image 1288x1288" in est.notes[0] and "leave this projector's warmup" in est.notes[1]
+    assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 4871.57 * MiB) < MiB // 200

@@ -10,6 +10,7 @@ import pytest
 
 from planner.gguf.reader import read_model
 from runtime.engine.clip import SiglipGraph, load_weights, read_clip_hparams
+from runtime.engine.clip_qwen2vl import Qwen2VLGraph, qwen2vl_tensor_names, read_qwen2vl_hparams
 from runtime.ggml.graph import GGMLType, Op
 from tests.support.mmproj_factory import (
     gemma3_mmproj_spec,
@@ -17,6 +18,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    qwen25vl_mmproj_spec,
     write_mmproj,
 )
 
@@ -88,3 +90,19 @@ def test_lfm2_node_count_and_positions(tmp_path, max_tokens, side, resized):
 def test_mlp_head_node_counts(tmp_path, spec, n_layer, resized, total):
     _, graph = _graph(tmp_path, spec(), True)
     assert len(graph.nodes) == INP + RESIZE * resized + n_layer * (LAYER + ATTN_FA) + TAIL + MLP_HEAD == total
+
+
+@pytest.mark.parametrize("fa, total", [(True, 1119), (False, 1154)])
+def test_qwen25vl_node_count(tmp_path, fa, total):
+    """qwen2vl.cpp by hand: two conv2d (7 each), their sum and the 2x2 regrouping (5) = 20; the window
+    prelude (mask cast with flash attention, reshape, get_rows, reshape); a layer = norm 2, q/k 4 each
+    (with M-RoPE), v 3, attention 7 (+1: the mask cast again in a windowed layer) or 9 without flash
+    attention, out 2, residual, norm 2, SwiGLU FFN 7, residual; post norm 2, merger 6, window undo 3."""
+    model = read_model(str(write_mmproj(tmp_path, qwen25vl_mmproj_spec(), "q")))
+    hp = read_qwen2vl_hparams(model)
+    graph = Qwen2VLGraph(hp, load_weights(model, hp, qwen2vl_tensor_names(hp)), fa).build()
+    n_full, n_window = 32 // 8, 32 - 32 // 8
+    attn = (7, 8) if fa else (9, 9)
+    layers = n_full * (26 + attn[0]) + n_window * (26 + attn[1])
+    assert len(graph.nodes) == 20 + (4 if fa else 3) + layers + 2 + 6 + 3 == total
+    assert graph.nodes[-1].ne[:2] == (640, 46 * 46)
