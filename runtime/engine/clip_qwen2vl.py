@@ -138,14 +138,19 @@ class Qwen2VLGraph:
         return self.linear(out, T.V_ENC_ATTN_O, il)
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
-        """build_ffn: up (+bias), an optional gate (+bias) joined by the GLU of the FFN op, down (+bias)."""
-        up = self.linear(x, T.V_ENC_FFN_UP, il)
+        """build_ffn: up (+bias), an optional gate (+bias) joined by the GLU of the FFN op, down (+bias);
+        up and down swapped back when stored the legacy way (load_tensors' is_ffn_swapped lists both
+        Qwen types)."""
+        up_k, down_k = T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN
+        if self.w[name(down_k, il)].ne[0] == self.hp.n_embd:
+            up_k, down_k = down_k, up_k
+        up = self.linear(x, up_k, il)
         if self._opt(name(T.V_ENC_FFN_GATE, il)) is not None:
             gate = self.linear(x, T.V_ENC_FFN_GATE, il)
             y = Tensor(gate.type, gate.ne, op=Op.GLU, src=[gate, up], op_params={"glu": self.hp.ffn_op})
         else:
             y = g.unary(up, self.hp.ffn_op)
-        return self.linear(y, T.V_ENC_FFN_DOWN, il)
+        return self.linear(y, down_k, il)
 
     def build(self) -> Graph:
         hp, e, n_pos = self.hp, self.hp.n_embd, self.n_pos

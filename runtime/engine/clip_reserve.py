@@ -116,7 +116,10 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
     cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
     main = _backend(device) if device is not None else cpu
     backends = [main, cpu] if main is not cpu else [cpu]
-    weights, graph = _weights_and_graph(model, hp, fa)
+    try:
+        weights, graph = _weights_and_graph(model, hp, fa)
+    except ValueError as e:   # an operand shape the pinned clip.cpp would assert on
+        raise BadInput(f"{model.path}: the {hp.projector} projector's tensors do not fit its graph: {e}") from None
     buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
     sched = Scheduler(backends, parallel=False, op_offload=True)
     if len(graph.nodes) > CLIP_MAX_NODES:

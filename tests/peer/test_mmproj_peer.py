@@ -6,7 +6,7 @@ llama-server with the Gemma 3 270M target and a shape-faithful sparse projector 
 LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2, MLP),
 Janus-Pro's (SigLIP-L/16 at 384 px, GELU aligner), Phi-4's (So400m/14, a 224 px warmup image
 with its 32 x 32 position table interpolated down) and Qwen2.5-VL-3B's (32 layers, window attention,
-M-RoPE, a 1288 px warmup image),
+M-RoPE, a 1288 px warmup image) and Qwen2-VL-2B's (layer norms, quick GELU, no windows),
 `-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
 (the second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -35,6 +35,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    qwen2vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
@@ -56,7 +57,7 @@ CASES = {
 }
 
 
-PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "qwen25vl")
+PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "qwen2vl", "qwen25vl")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,7 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "lfm2": (target, write_mmproj(shapes_dir, lfm2_mmproj_spec(n_text_embd=640), "mmproj-lfm2")),
             "janus_pro": (target, write_mmproj(shapes_dir, janus_pro_mmproj_spec(n_text_embd=640), "mmproj-janus")),
             "phi4": (target, write_mmproj(shapes_dir, phi4_mmproj_spec(n_text_embd=640), "mmproj-phi4")),
+            "qwen2vl": (target, write_mmproj(shapes_dir, qwen2vl_mmproj_spec(n_text_embd=640), "mmproj-qwen2vl")),
             "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl"))}
 
 

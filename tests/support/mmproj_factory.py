@@ -181,6 +181,23 @@ def qwen25vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: i
     return spec
 
 
+def qwen2vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: int = 1280, n_ff: int = 5120,
+                        n_head: int = 16, patch_size: int = 14, weight_type: Q = Q.F16) -> ModelSpec:
+    """Qwen2-VL's (qwen2vl_merger) projector: as Qwen2.5-VL's but with biased layer norms, a quick-GELU
+    FFN without a gate and no window attention — Qwen2-VL-2B's vision shape."""
+    spec = qwen25vl_mmproj_spec(n_text_embd=n_text_embd, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
+                                patch_size=patch_size, weight_type=weight_type)
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = VisionProjectorType.QWEN2VL
+    for k in (Keys.ClipVision.USE_SILU, Keys.ClipVision.N_WA_PATTERN):
+        del spec.metadata[k]
+    spec.tensors = [t for t in spec.tensors if ".ffn_gate." not in t[0]]
+    for i in range(n_layer):
+        spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i, "bias")
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    return spec
+
+
 def write_mmproj(directory: Path, spec: ModelSpec, name: str) -> Path:
     """Write a projector spec into `directory` (once per name) and return its path."""
     path = directory / f"{name}.gguf"

@@ -18,6 +18,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    qwen2vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_mmproj,
 )
@@ -105,4 +106,25 @@ def test_qwen25vl_node_count(tmp_path, fa, total):
     attn = (7, 8) if fa else (9, 9)
     layers = n_full * (26 + attn[0]) + n_window * (26 + attn[1])
     assert len(graph.nodes) == 20 + (4 if fa else 3) + layers + 2 + 6 + 3 == total
+    assert graph.nodes[-1].ne[:2] == (640, 46 * 46)
+
+
+@pytest.mark.parametrize("fa, total", [(True, 1085), (False, 1149)])
+def test_qwen2vl_node_count(tmp_path, fa, total):
+    """Qwen2-VL: no windows; layer norms with biases (3 nodes), a gateless quick-GELU FFN (5)."""
+    model = read_model(str(write_mmproj(tmp_path, qwen2vl_mmproj_spec(), "q2")))
+    hp = read_qwen2vl_hparams(model)
+    graph = Qwen2VLGraph(hp, load_weights(model, hp, qwen2vl_tensor_names(hp)), fa).build()
+    layer = 3 + 11 + (7 if fa else 9) + 2 + 1 + 3 + 5 + 1
+    assert len(graph.nodes) == 20 + 32 * layer + 3 + 6 == total
+
+
+def test_qwen_legacy_ffn_names_are_swapped_back(tmp_path):
+    """Files that store the FFN as {n_embd, n_ff} under ffn_down (load_tensors' is_ffn_swapped)."""
+    spec = qwen2vl_mmproj_spec(n_layer=1)
+    spec.tensors = [(n.replace("ffn_up", "FFN_X").replace("ffn_down", "ffn_up").replace("FFN_X", "ffn_down"), q, sh)
+                    for n, q, sh in spec.tensors]
+    model = read_model(str(write_mmproj(tmp_path, spec, "legacy")))
+    hp = read_qwen2vl_hparams(model)
+    graph = Qwen2VLGraph(hp, load_weights(model, hp, qwen2vl_tensor_names(hp)), True).build()
     assert graph.nodes[-1].ne[:2] == (640, 46 * 46)
