@@ -1,18 +1,21 @@
 """The meta device: one device that is N devices underneath (seed 000, "One backend that is
 secretly N"; ggml-backend-meta.cpp).
 
-- `MetaDevice` delegates: an op is supported only if every member supports it, memory is the
-  members' sum (ggml_backend_meta_device_supports_op, _get_memory).
+- `MetaDevice` is a `Device` that delegates: an op is supported only if every member supports
+  it, memory is the members' sum, its buffer type combines theirs (ggml_backend_meta_device_*),
+  so the scheduler takes it as one entry of its backend list: [Meta(GPU0,GPU1), CPU].
 - A meta tensor is N slices (`MetaSlices`): a slice has the member's share of the split axis,
   strides above the split axis scaled to it, and a view's offset scaled unless it falls inside
   the split (ggml_backend_meta_buffer_init_tensor_impl); a slice a member gets nothing of is not
   computed there.
-- `MetaBackend.compute` cuts the nodes at PARTIAL nodes (meta_cut.py), runs each subgraph on
-  every member and AllReduces its last node (allreduce.py), as ggml_backend_meta_graph_compute.
+- `MetaBackend.run` cuts the nodes at PARTIAL nodes (meta_cut.py), runs each subgraph on every
+  member and AllReduces its last node (allreduce.py), as ggml_backend_meta_graph_compute.
 
-Simplifications: tensors are sliced per graph from the full leaves (weights, caches, inputs)
-rather than living in N member buffers from load time, and writes into split leaves (KV-cache
-stores) stay in the slices; the caller reads results back with `gather`.
+Simplification: a meta buffer holds each tensor's full image, and the member slices are cut
+from it per graph (ggml keeps only the N slices, from load time on). `compute`, which the
+scheduler calls, writes every node's gathered result back to its image, so splits after it,
+KV-cache stores and the caller see ordinary tensors. The members' memory therefore holds one
+graph's slices at a time, not the weights for good: memory figures come from elsewhere.
 """
 from __future__ import annotations
 
@@ -24,21 +27,30 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 
 from runtime.ggml.allreduce import ReduceStep, StepBuffers, allreduce
-from runtime.ggml.backend import Backend, Buffer, MemoryInfo, alloc_tensors
-from runtime.ggml.graph import MAX_DIMS, Tensor, numpy_dtype
+from runtime.ggml.backend import Backend, Buffer, Device, DeviceType, MemoryInfo, alloc_tensors
+from runtime.ggml.graph import MAX_DIMS, VIEW_OPS, Op, Tensor, numpy_dtype
 from runtime.ggml.meta import MetaSplitError, SplitAxis, SplitState
 from runtime.ggml.meta_cut import MetaCut, cut_subgraphs
 from runtime.ggml.meta_resolve import SplitResolver, StaticStates
 
 
-class MetaDevice:
-    """N member backends seen as one device."""
+class MetaDevice(Device):
+    """N member backends seen as one device, to the scheduler one entry of its backend list.
+
+    Its buffer type is the members' combined: the largest alignment, the smallest max size, host
+    only if every member is (ggml_backend_meta_buffer_type_*); it holds each tensor's full image,
+    which the meta backend slices (see the module note).
+    """
 
     def __init__(self, members: Sequence[Backend]) -> None:
         if not members:
             raise MetaSplitError("a meta device needs at least one member")
         self.members = tuple(members)
-        self.name = "Meta(" + ",".join(m.name for m in self.members) + ")"
+        bufts = [m.buffer_type for m in self.members]
+        name = "Meta(" + ",".join(m.name for m in self.members) + ")"
+        super().__init__(name, DeviceType.GPU, sum(m.device.capacity for m in self.members),
+                         alignment=max(b.alignment for b in bufts), max_alloc=min(b.max_size for b in bufts),
+                         host_memory=all(b.is_host for b in bufts))
 
     def __repr__(self) -> str:
         return f"MetaDevice({self.name})"
@@ -48,11 +60,15 @@ class MetaDevice:
         return len(self.members)
 
     def memory(self) -> MemoryInfo:
+        """The members' free and total memory summed (ggml_backend_meta_device_get_memory)."""
         infos = [m.device.memory() for m in self.members]
         return MemoryInfo(sum(i.free for i in infos), sum(i.total for i in infos))
 
     def supports_op(self, t: Tensor) -> bool:
         return all(m.supports_op(t) for m in self.members)
+
+    def init_backend(self) -> Backend:
+        raise MetaSplitError("a meta backend needs the static split callback: use MetaBackend(device, static)")
 
 
 def slice_shape(t: Tensor, state: SplitState, member: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -200,21 +216,24 @@ class MetaSlices:
         self.buffers = []
 
 
-class MetaBackend:
-    """Runs graphs on a meta device: subgraphs on every member, an AllReduce between them."""
+class MetaBackend(Backend):
+    """Runs graphs on a meta device: subgraphs on every member, an AllReduce between them.
+
+    `run` executes nodes from the full images of their leaves (and `inputs`); `compute`, what the
+    scheduler calls per split, runs and then writes each node's gathered result back to its full
+    image, so later splits and the caller read ordinary tensors.
+    """
+
+    device: MetaDevice
 
     def __init__(self, device: MetaDevice, static: StaticStates) -> None:
-        self.device = device
+        super().__init__(device)
         self.static = static
         self.scratch = StepBuffers(device.n_devices)   # kept across graphs, as the meta backend's bufs
         self.slices: MetaSlices | None = None
         self.last_run: MetaRun | None = None
 
-    @property
-    def name(self) -> str:
-        return self.device.name
-
-    def compute(self, nodes: Sequence[Tensor], inputs: Mapping[Tensor, Any] | None = None) -> MetaRun:
+    def run(self, nodes: Sequence[Tensor], inputs: Mapping[Tensor, Any] | None = None) -> MetaRun:
         if self.slices is not None:
             self.slices.release()
         resolver = SplitResolver(self.device.n_devices, self.static)
@@ -233,6 +252,24 @@ class MetaBackend:
                 reduces.append(allreduce(bufs, computed, self.scratch))
         self.last_run = MetaRun(cut, tuple(reduces))
         return self.last_run
+
+    def compute(self, nodes: Sequence[Tensor]) -> None:
+        nodes = [n for n in nodes if n.op is not Op.NONE]
+        run = self.run(nodes)
+        for k, node in enumerate(nodes):
+            if node.op in VIEW_OPS:
+                continue   # metadata: its bytes are its root's
+            node.numpy()[...] = self._gathered(node, k, run.cut)
+            if self.observer is not None:
+                self.observer(node)
+
+    def _gathered(self, node: Tensor, k: int, cut: MetaCut) -> np.ndarray:
+        """gather, a mirrored node read from a member that computed it."""
+        assert self.slices is not None
+        if self.slices.resolver.state(node).axis is SplitAxis.MIRRORED:
+            j = next((j for j, skip in enumerate(cut.skipped) if k not in skip), 0)
+            return np.array(self.slices.parts[node][j].numpy())
+        return self.gather(node)
 
     def gather(self, t: Tensor) -> np.ndarray:
         """The whole tensor, numpy order: a mirrored one from member 0, a split one joined along

@@ -61,7 +61,7 @@ def _meta_logits(runner: ModelRunner, cap: Captured, n: int) -> tuple[np.ndarray
     assert cap.graph is not None
     members = [make_virtual(f"GPU{j}", 1 << 30) for j in range(n)]
     meta = MetaBackend(MetaDevice(members), LlamaTensorSplit(runner.hp, runner.weights, n))
-    run = meta.compute(cap.graph.nodes, cap.inputs)
+    run = meta.run(cap.graph.nodes, cap.inputs)
     logits = cap.graph.nodes[-1]
     assert logits.name == "result_output"
     # two reduces per layer (attention output, FFN down), each of the [n_embd, n_tokens] f32 residual
