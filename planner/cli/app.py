@@ -11,6 +11,7 @@ import sys
 import typer
 import yaml
 
+from planner.cli.calibrate import calibrate_cmd
 from planner.cli.catalog import catalog_cmd
 from planner.cli.devices import devices_cmd
 from planner.cli.estimate import estimate_cmd
@@ -44,6 +45,7 @@ app.command("plan")(plan_cmd)
 app.command("validate", context_settings=LLAMA_FLAGS_CONTEXT)(validate_cmd)
 app.command("serve", context_settings=LLAMA_FLAGS_CONTEXT)(serve_cmd)
 app.command("export")(export_cmd)
+app.command("calibrate")(calibrate_cmd)
 app.command("report")(report_cmd)
 app.command("inspect")(inspect_cmd)
 app.command("fetch-header")(fetch_header_cmd)

@@ -116,11 +116,42 @@ class HostSpec:
     fp16_flops: int = 0
 
 
+class Quantity(str, Enum):
+    """A rate `fitplan calibrate` measures (planner/checking/calibrate.py), in SI units inside."""
+
+    BANDWIDTH = "bandwidth"           # bytes/s of weight streaming (decode)
+    FLOPS = "flops"                   # FLOP/s of matrix products (prefill)
+    SPLIT_LATENCY = "split_latency"   # seconds per split boundary touching the device (the hand-off)
+    LINK = "link"                     # bytes/s of the activations crossing a boundary
+
+
+@dataclass(frozen=True)
+class CalibratedFigure:
+    device: str        # a device name, or `CPU` for the host (llama.cpp's name for it)
+    quantity: Quantity
+    value: float       # SI units: bytes/s, FLOP/s, seconds
+    how: str           # how it was obtained, in words
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Rates measured on a machine (an inventory's `calibrated:` block); they win over stated ones."""
+
+    date: str
+    method: str
+    tool: str
+    figures: tuple[CalibratedFigure, ...]
+
+    def figure(self, device: str, quantity: Quantity) -> float | None:
+        return next((f.value for f in self.figures if f.device == device and f.quantity is quantity), None)
+
+
 @dataclass(frozen=True)
 class Inventory:
     devices: tuple[DeviceSpec, ...]
     host: HostSpec
     source: str = field(default="", compare=False)
+    calibration: Calibration | None = None
 
     def __post_init__(self) -> None:
         seen: set[str] = set()

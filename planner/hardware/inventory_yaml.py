@@ -28,10 +28,13 @@ from planner.hardware.inventory import (
     DEVICE_KINDS,
     NAME_PREFIX,
     Backend,
+    CalibratedFigure,
+    Calibration,
     DeviceKind,
     DeviceSpec,
     HostSpec,
     Inventory,
+    Quantity,
     backend_of_name,
     check_endpoint,
     llama_order,
@@ -44,9 +47,11 @@ from planner.hardware.inventory import (
 log = logging.getLogger(__name__)
 
 GB = 1e9
+MIB = 1 << 20
 TERA = 1e12
 
-_TOP_KEYS = {"description": "a note about this inventory", "host": "the host mapping", "devices": "a list of devices"}
+_TOP_KEYS = {"description": "a note about this inventory", "host": "the host mapping", "devices": "a list of devices",
+             "calibrated": "rates fitplan calibrate measured (date, method, tool, host, devices)"}
 _HOST_KEYS = {
     "ram": "total RAM, a size such as 64GiB",
     "available": "available RAM (MemAvailable), a size; default: ram",
@@ -92,7 +97,103 @@ def load_inventory(path: str | Path) -> Inventory:
         made = _yaml_devices(entry, where.key("devices").index(i))
         devices.extend(made)
         given.extend((d.name, where.key("devices").index(i).key("name")) for d in made if d.name)
-    return _finish(devices, host, given, str(path))
+    inventory = _finish(devices, host, given, str(path))
+    if "calibrated" not in doc:
+        return inventory
+    calibration = _calibration(doc["calibrated"], where.key("calibrated"), set(inventory.names))
+    return replace(inventory, calibration=calibration)
+
+
+# ----------------------------------------------------------------------------- the calibrated block
+
+# The host's figures are kept under llama.cpp's name for it (planner.llama.placement.CPU).
+CALIBRATED_HOST = "CPU"
+_CALIBRATED_KEYS = {
+    "date": "when the figures were measured (ISO 8601)",
+    "method": "how they were measured, in words",
+    "tool": "the tool and build that measured them",
+    "model": "the model measured",
+    "host": "the host's figures",
+    "devices": "a mapping from device names to their figures",
+}
+# YAML key -> (quantity, scale to SI units); each figure is a mapping {value, how}.
+CALIBRATED_FIGURES: dict[str, tuple[Quantity, float]] = {
+    "bandwidth_gbs": (Quantity.BANDWIDTH, GB),
+    "fp16_tflops": (Quantity.FLOPS, TERA),
+    "split_latency_us": (Quantity.SPLIT_LATENCY, 1e-6),
+    "link_gbs": (Quantity.LINK, GB),
+}
+_FIGURE_HELP = {key: f"{{value: a number in {key.rsplit('_', 1)[1]}, how: how it was obtained}}"
+                for key in CALIBRATED_FIGURES}
+_VALUE_KEYS = {"value": "the figure", "how": "how it was obtained"}
+
+
+def _calibration(entry: Any, where: ds.Where, names: set[str]) -> Calibration:
+    entry = ds.mapping(entry, where, _CALIBRATED_KEYS, ("date", "method", "tool"))
+    figures = list(_figures(entry.get("host") or {}, where.key("host"), CALIBRATED_HOST))
+    per_device = ds.table(entry.get("devices") or {}, where.key("devices"), "figure mappings")
+    for name, block in per_device.items():
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise where.key("devices").key(name).error(f"not a device of this inventory; expected one of: {known}")
+        figures += _figures(block, where.key("devices").key(name), name)
+    return Calibration(ds.text(str(entry["date"]), where.key("date")), ds.text(entry["method"], where.key("method")),
+                       ds.text(entry["tool"], where.key("tool")), tuple(figures))
+
+
+def _figures(block: Any, where: ds.Where, device: str) -> list[CalibratedFigure]:
+    block = ds.mapping(block, where, _FIGURE_HELP)
+    out = []
+    for key, value in block.items():
+        quantity, scale = CALIBRATED_FIGURES[key]
+        fig = ds.mapping(value, where.key(key), _VALUE_KEYS, ("value", "how"))
+        number = ds.number(fig["value"], where.key(key).key("value"), key)
+        out.append(CalibratedFigure(device, quantity, number * scale, ds.text(fig["how"], where.key(key).key("how"))))
+    return out
+
+
+def inventory_yaml_dict(inventory: Inventory, model: str = "") -> dict[str, Any]:
+    """An inventory as the YAML load_inventory reads (sizes in whole MiB, stated rates in GB/s and
+    TFLOPS), with its `calibrated:` block when it has one."""
+    def size(n: int) -> str:
+        return f"{n // MIB}MiB"
+
+    host = inventory.host
+    doc_host: dict[str, Any] = {"ram": size(host.ram_total_bytes), "available": size(host.ram_available_bytes)}
+    if host.cpu_model:
+        doc_host["cpu"] = host.cpu_model
+    devices = []
+    for dev in inventory.devices:
+        row: dict[str, Any] = {"name": dev.name, "memory": size(dev.total_bytes), "free": size(dev.free_bytes)}
+        if dev.kind is not DeviceKind.RPC:
+            row["kind"] = dev.kind.value
+        for key, text in (("description", dev.description), ("endpoint", dev.endpoint)):
+            if text:
+                row[key] = text
+        for key, value, scale in (("bandwidth_gbs", dev.bandwidth_bytes_s, GB), ("fp16_tflops", dev.fp16_flops, TERA),
+                                  ("link_gbs", dev.link_bytes_s, GB), ("network_gbs", dev.network_bytes_s, GB)):
+            if value:
+                row[key] = float(f"{value / scale:.4g}")
+        devices.append(row)
+    doc: dict[str, Any] = {"host": doc_host, "devices": devices}
+    if inventory.calibration is not None:
+        doc["calibrated"] = calibration_dict(inventory.calibration, model)
+    return doc
+
+
+def calibration_dict(calibration: Calibration, model: str = "") -> dict[str, Any]:
+    """The `calibrated:` block as YAML data: the inverse of what load_inventory reads."""
+    by_quantity = {quantity: (key, scale) for key, (quantity, scale) in CALIBRATED_FIGURES.items()}
+    host: dict[str, Any] = {}
+    devices: dict[str, dict[str, Any]] = {}
+    for fig in calibration.figures:
+        key, scale = by_quantity[fig.quantity]
+        block = host if fig.device == CALIBRATED_HOST else devices.setdefault(fig.device, {})
+        block[key] = {"value": float(f"{fig.value / scale:.4g}"), "how": fig.how}
+    doc: dict[str, Any] = {"date": calibration.date, "method": calibration.method, "tool": calibration.tool}
+    if model:
+        doc["model"] = model
+    return {**doc, "host": host, "devices": devices}
 
 
 def _host(entry: Any, where: ds.Where) -> HostSpec:
@@ -282,7 +383,8 @@ def apply_shorthands(specs: list[str], ram: str | None, base: Inventory | None) 
     given: list[tuple[str, ds.Where]] = []
     for spec in specs:
         devices = _apply_one(spec, devices, given)
-    return _finish(devices, host, given, base.source if base else "--device")
+    finished = _finish(devices, host, given, base.source if base else "--device")
+    return replace(finished, calibration=base.calibration) if base else finished
 
 
 def _size(text: str, flag: str, expected: str) -> int:

@@ -145,7 +145,8 @@ def plan_rows(result: PlanResult) -> list[dict[str, Any]]:
 def plan_predicted(result: PlanResult) -> dict[str, Any]:
     p = result.prediction
     return {"decode_tokens_s": round(p.decode_tokens_s, 2), "prefill_tokens_s": round(p.prefill_tokens_s, 2),
-            "assumed_rates": p.assumed_rates, "boundaries_per_token": p.n_boundaries}
+            "assumed_rates": p.assumed_rates, "rate_sources": list(p.rate_sources),
+            "boundaries_per_token": p.n_boundaries}
 
 
 def plan_commands(result: PlanResult) -> dict[str, Any]:
@@ -199,6 +200,7 @@ def plan_table(result: PlanResult) -> str:
                "layers"], rows, align="lrrrrrrl"),
         "",
         f"predicted: decode {p.decode_tokens_s:.1f} tokens/s, prefill {p.prefill_tokens_s:.0f} tokens/s"
+        + (" (calibrated rates)" if p.calibrated else "")
         + (" (some device rates unknown: assumed figures used)" if p.assumed_rates else ""),
         "",
         "run it (each command is one shell line, quoted for bash):",

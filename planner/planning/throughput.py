@@ -25,14 +25,20 @@ first device whose backend offloads ops (CUDA, Vulkan, ...; not an rpc-server) w
 offload batch (32 unless GGML_OP_OFFLOAD_MIN_BATCH says otherwise; seed 000 §1.off) and pays its
 transfer over that device's link once per ubatch — unless `--no-op-offload` keeps it on the CPU;
 for routed experts only the experts the ubatch selects move, on average a fraction 1 - (1 - k/E)^B
-of them. Prefill tokens/s = B / t_ubatch (no pipeline overlap assumed).
+of them. Prefill tokens/s = B / t_ubatch (no pipeline overlap assumed). Each split boundary of the layer order
+also costs the ubatch its boundary copy: the B activations cross, B·A / L_b + lat_b per boundary.
+
+Rates come, per device and figure, from the inventory's `calibrated:` block (`fitplan calibrate`)
+first, then from its stated figures (the catalog's or the file's), then from the assumptions below;
+the prediction lists which of those it used (`rate_sources`).
 """
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
-from planner.hardware.inventory import DeviceSpec, Inventory
+from planner.hardware.inventory import DeviceSpec, Inventory, Quantity
 from planner.llama.context import ModelContext
 from planner.llama.placement import CPU
 from planner.memory.estimate import Estimate
@@ -52,6 +58,12 @@ RPC_SPLIT_LATENCY_S = 100e-6
 FALLBACK_HOST_BANDWIDTH = 50e9      # dual-channel DDR5 class
 FALLBACK_DEVICE_BANDWIDTH = 300e9   # a mid-range GPU: an unknown device is assumed faster than the host
 FALLBACK_FLOPS = 1e12
+FALLBACK_LINK = 16e9                # PCIe 4.0 x8 class
+
+# Where a rate came from (Prediction.rate_sources), best first.
+CALIBRATED = "calibrated"   # measured on the machine (`fitplan calibrate`)
+STATED = "stated"           # the inventory's figure (a catalog entry's or the file's)
+ASSUMED = "assumed"         # one of the fallbacks above
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class PlacementView:
     n_seq: int = 1
     output_on_host: bool = False       # `-ot` keeps the output matrix (and the logits) in host memory
     op_offload: bool = True            # `--no-op-offload` clears it
+    n_past: int | None = None          # cells already in the cache (llama-bench -d); None: a full context
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,11 @@ class Prediction:
     stages: tuple[StageTime, ...]
     n_boundaries: int
     assumed_rates: bool   # some device had no bandwidth/FLOPs figure; fallbacks were used
+    rate_sources: tuple[str, ...] = ()   # which of CALIBRATED, STATED, ASSUMED the rates came from
+
+    @property
+    def calibrated(self) -> bool:
+        return CALIBRATED in self.rate_sources
 
 
 def expert_fraction(n_expert: int, n_used: int) -> float:
@@ -97,42 +115,87 @@ def layer_decode_bytes(layer: LayerCost, n_ctx: int, expert_fraction: float, n_s
 
 
 class Rates:
-    """Bandwidth, FLOPs and link of each device by name; the host is `CPU`."""
+    """Bandwidth, FLOPs, link and hand-off latency of each device by name; the host is `CPU`.
+    A calibrated figure wins over a stated one, a stated one over an assumption."""
 
     def __init__(self, inventory: Inventory) -> None:
         self.devices: dict[str, DeviceSpec] = {d.name: d for d in inventory.devices}
         self.host = inventory.host
+        self.calibration = inventory.calibration
         # ggml's op offload moves a host-weight matmul to the highest-priority device that wants it
         self.first_device = next((d.name for d in inventory.devices if PROFILES[d.backend].offload_op), None)
-        self.assumed = False
+        self.sources: set[str] = set()
+
+    @property
+    def assumed(self) -> bool:
+        return ASSUMED in self.sources
 
     def bandwidth(self, name: str) -> float:
-        if name == CPU:
-            return self.host.bandwidth_bytes_s or self._fallback(FALLBACK_HOST_BANDWIDTH)
-        return self.devices[name].bandwidth_bytes_s or self._fallback(FALLBACK_DEVICE_BANDWIDTH)
+        stated = self.host.bandwidth_bytes_s if name == CPU else self.devices[name].bandwidth_bytes_s
+        fallback = FALLBACK_HOST_BANDWIDTH if name == CPU else FALLBACK_DEVICE_BANDWIDTH
+        return self._rate(name, Quantity.BANDWIDTH, stated, fallback)
 
     def flops(self, name: str) -> float:
-        f = self.host.fp16_flops if name == CPU else self.devices[name].fp16_flops
-        return f or self._fallback(FALLBACK_FLOPS)
+        stated = self.host.fp16_flops if name == CPU else self.devices[name].fp16_flops
+        return self._rate(name, Quantity.FLOPS, stated, FALLBACK_FLOPS)
 
     def link(self, name: str) -> float:
         """Bytes/s between this device and the host (a huge figure for the host itself)."""
         if name == CPU:
             return float("inf")
-        return self.devices[name].transfer_bytes_s or self._fallback(16e9)
+        return self._rate(name, Quantity.LINK, self.devices[name].transfer_bytes_s, FALLBACK_LINK)
 
     def latency(self, name: str) -> float:
+        """The per-split hand-off latency of a boundary on this device's side: a calibrated figure, else
+        the assumed constants (which are not counted as an assumed rate: they are never stated)."""
+        measured = self.calibration.figure(name, Quantity.SPLIT_LATENCY) if self.calibration else None
+        if measured is not None:
+            self.sources.add(CALIBRATED)
+            return measured
         dev = self.devices.get(name)
         return RPC_SPLIT_LATENCY_S if dev is not None and dev.endpoint else LOCAL_SPLIT_LATENCY_S
 
-    def _fallback(self, value: float) -> float:
-        self.assumed = True
-        return value
+    def _rate(self, name: str, quantity: Quantity, stated: float, fallback: float) -> float:
+        measured = self.calibration.figure(name, quantity) if self.calibration else None
+        if measured:
+            self.sources.add(CALIBRATED)
+            return measured
+        if stated:
+            self.sources.add(STATED)
+            return stated
+        self.sources.add(ASSUMED)
+        return fallback
+
+    @property
+    def source_list(self) -> tuple[str, ...]:
+        return tuple(s for s in (CALIBRATED, STATED, ASSUMED) if s in self.sources)
 
 
-def _boundary_seconds(rates: Rates, a: str, b: str, act_bytes: int) -> float:
+def _boundary_seconds(rates: Rates, a: str, b: str, act_bytes: float) -> float:
+    """One split boundary: the per-split hand-off latency (a synchronisation of the two backends,
+    a round trip for an rpc-server) plus the boundary copy of `act_bytes` over the slower link."""
     link = min(rates.link(a), rates.link(b))
     return act_bytes / link + max(rates.latency(a), rates.latency(b))
+
+
+def boundaries(costs: CostTable, view: PlacementView) -> list[tuple[str, str]]:
+    """The split boundaries one token crosses, as (from, to) device pairs. Stage order follows the
+    layers: token embedding on the host, then layer 0..n-1, then the output; a layer whose routed
+    experts stay in host memory sends its activation to the CPU and back."""
+    out_dev = CPU if view.output_on_host else view.output_device
+    order = [CPU] + [view.layer_device[layer.index] for layer in costs.layers if not layer.nextn] + [out_dev]
+    pairs = [(prev, cur) for prev, cur in itertools.pairwise(order) if prev != cur]
+    for layer in costs.layers:
+        dev = view.layer_device[layer.index]
+        if not layer.nextn and layer.index in view.experts_on_host and dev != CPU:
+            pairs += [(dev, CPU), (CPU, dev)]
+    return pairs
+
+
+def decode_cells(view: PlacementView, window: int) -> int:
+    """The KV cells one decoded token reads in a layer: the cache's fill, at most the window."""
+    filled = view.n_ctx if view.n_past is None else view.n_past
+    return min(filled, window) if window else filled
 
 
 def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory: Inventory) -> Prediction:
@@ -140,35 +203,26 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
     per_device: dict[str, int] = {}
-    seconds: dict[str, float] = {}
-    boundary_s, n_boundaries = 0.0, 0
-    # Stage order follows the layers: token embedding on the host, then layer 0..n-1, then output.
-    out_dev = CPU if view.output_on_host else view.output_device
-    order = [CPU] + [view.layer_device[layer.index] for layer in costs.layers if not layer.nextn] + [out_dev]
-    for prev, cur in itertools.pairwise(order):
-        if prev != cur:
-            boundary_s += _boundary_seconds(rates, prev, cur, act)
-            n_boundaries += 1
+    pairs = boundaries(costs, view)
+    boundary_s = sum(_boundary_seconds(rates, a, b, act) for a, b in pairs)
     for layer in costs.layers:
         if layer.nextn:
             continue  # MTP blocks are not run for plain decoding
         dev = view.layer_device[layer.index]
-        dense, experts = layer_decode_bytes(layer, view.n_ctx, frac, view.n_seq)
+        dense, experts = layer_decode_bytes(layer, decode_cells(view, layer.window), frac, view.n_seq)
         on_host = layer.index in view.experts_on_host and dev != CPU
         per_device[dev] = per_device.get(dev, 0) + dense + (0 if on_host else experts)
         if on_host:
             per_device[CPU] = per_device.get(CPU, 0) + experts
-            boundary_s += 2 * _boundary_seconds(rates, dev, CPU, act)
-            n_boundaries += 2
-    out_bytes = _output_bytes(costs)
-    per_device[out_dev] = per_device.get(out_dev, 0) + out_bytes
-    for dev, n_bytes in per_device.items():
-        seconds[dev] = n_bytes / rates.bandwidth(dev)
+    out_dev = CPU if view.output_on_host else view.output_device
+    per_device[out_dev] = per_device.get(out_dev, 0) + _output_bytes(costs)
+    seconds = {dev: n_bytes / rates.bandwidth(dev) for dev, n_bytes in per_device.items()}
     t_token = sum(seconds.values()) + boundary_s
     stages = tuple(StageTime(d, per_device[d], seconds[d]) for d in per_device)
-    prefill = _prefill_tokens_s(facts, costs, view, rates)
+    prefill = _prefill_tokens_s(facts, costs, view, rates, pairs)
     return Prediction(decode_tokens_s=1.0 / t_token if t_token > 0 else 0.0, prefill_tokens_s=prefill,
-                      stages=stages, n_boundaries=n_boundaries, assumed_rates=rates.assumed)
+                      stages=stages, n_boundaries=len(pairs), assumed_rates=rates.assumed,
+                      rate_sources=rates.source_list)
 
 
 def _output_bytes(costs: CostTable) -> int:
@@ -177,12 +231,37 @@ def _output_bytes(costs: CostTable) -> int:
     return sum(t.n_bytes for t in costs.non_repeating if t.name in names)
 
 
-def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates) -> float:
+def prefill_cells(view: PlacementView, window: int) -> float:
+    """The KV cells a prompt's token attends to on average: half a full context, or (llama-bench -d)
+    the cells already there plus half the ubatch; at most the window."""
+    if view.n_past is None:
+        return min(view.n_ctx, window or view.n_ctx) / 2
+    cells = view.n_past + view.n_ubatch / 2
+    return min(cells, window) if window else cells
+
+
+@dataclass(frozen=True)
+class PrefillWork:
+    """What one ubatch of a prompt asks of each device before any rate applies."""
+
+    flops: dict[str, float]         # FLOPs per device (the logits of the prompt's last token included)
+    offload_bytes: float            # host weights op offload moves to `offload_to` (0 without it)
+    offload_to: str | None
+    boundary_bytes: int             # the ubatch's activations, copied at each split boundary
+
+
+def prefill_work(facts: ModelFacts, costs: CostTable, view: PlacementView, first_offload_device: str | None
+                 ) -> PrefillWork:
     batch = view.n_ubatch
-    offload_to = rates.first_device if view.op_offload and batch >= op_offload_min_batch() else None
+    offload_to = first_offload_device if view.op_offload and batch >= op_offload_min_batch() else None
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     selected = 1.0 - (1.0 - frac) ** batch if facts.n_expert else 0.0
-    t = 0.0
+    flops: dict[str, float] = {}
+    moved = 0.0
+
+    def add(dev: str, n: float) -> None:
+        flops[dev] = flops.get(dev, 0.0) + n
+
     for layer in costs.layers:
         if layer.nextn:
             continue
@@ -191,22 +270,33 @@ def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, 
         elems = dict(layer.elements)
         expert_p = frac * elems.get(WeightGroup.EXPERTS, 0)
         dense_p = sum(elems.values()) - elems.get(WeightGroup.EXPERTS, 0)
-        # QK^T and softmax(QK^T)·V, averaged over a prompt that fills the context.
-        n_kv = min(view.n_ctx, lf.window or view.n_ctx) / 2
-        attn = 4 * batch * n_kv * lf.n_head * lf.head_dim_k
+        # QK^T and softmax(QK^T)·V
+        attn = 4 * batch * prefill_cells(view, lf.window) * lf.n_head * lf.head_dim_k
         dense_flops, expert_flops = 2 * batch * dense_p + attn, 2 * batch * expert_p
         experts_host = dev == CPU or layer.index in view.experts_on_host
         if offload_to is not None and experts_host:
-            moved: float = (layer.weight_bytes - layer.group_bytes(WeightGroup.EXPERTS)) if dev == CPU else 0
+            moved += (layer.weight_bytes - layer.group_bytes(WeightGroup.EXPERTS)) if dev == CPU else 0
             moved += layer.group_bytes(WeightGroup.EXPERTS) * selected
-            t += moved / rates.link(offload_to) + (dense_flops + expert_flops) / rates.flops(offload_to)
+            add(offload_to, dense_flops + expert_flops)
         elif experts_host:
-            t += expert_flops / rates.flops(CPU) + dense_flops / rates.flops(dev)
+            add(CPU, expert_flops)
+            add(dev, dense_flops)
         else:
-            t += (dense_flops + expert_flops) / rates.flops(dev)
+            add(dev, dense_flops + expert_flops)
     # Only the last token of a prompt needs logits.
-    t += 2 * facts.n_vocab * facts.n_embd / rates.flops(CPU if view.output_on_host else view.output_device)
-    return batch / t if t > 0 else 0.0
+    add(CPU if view.output_on_host else view.output_device, 2 * facts.n_vocab * facts.n_embd)
+    return PrefillWork(flops, moved, offload_to, batch * facts.n_embd * ACTIVATION_BYTES_PER_VALUE)
+
+
+def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates,
+                      pairs: list[tuple[str, str]]) -> float:
+    work = prefill_work(facts, costs, view, rates.first_device)
+    t = sum(n / rates.flops(dev) for dev, n in work.flops.items())
+    if work.offload_to is not None and work.offload_bytes:
+        t += work.offload_bytes / rates.link(work.offload_to)   # the op-offload transfers
+    # the boundary copies: the ubatch's activations cross every boundary
+    t += sum(_boundary_seconds(rates, a, b, work.boundary_bytes) for a, b in pairs)
+    return view.n_ubatch / t if t > 0 else 0.0
 
 
 def offloading(inventory: Inventory) -> bool:
@@ -214,15 +304,34 @@ def offloading(inventory: Inventory) -> bool:
     return any(PROFILES[d.backend].offload_op for d in inventory.devices)
 
 
-def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,
-                     experts_on_host: frozenset[int] = frozenset(), output_on_host: bool = False) -> Prediction:
-    """The throughput model's prediction for the placement an estimate describes."""
+# A routed-expert tensor of a layer (`blk.N.ffn_up_exps.weight`, `..._chexps` for shared-expert
+# layouts), as -ot rules move them (the same patterns as planner/planning/report.py's).
+_LAYER_OF = re.compile(r"^blk\.(\d+)\.")
+_EXPS = re.compile(r"_(ch|)exps\b")
+
+
+def experts_on_host_of(est: Estimate) -> frozenset[int]:
+    """The layers whose routed experts an estimate's -ot rules keep in host memory."""
+    return frozenset(int(m.group(1)) for name, dev in est.moved
+                     if dev == CPU and (m := _LAYER_OF.match(name)) and _EXPS.search(name))
+
+
+def view_of_estimate(ctx: ModelContext, est: Estimate, experts_on_host: frozenset[int] = frozenset(),
+                     output_on_host: bool = False, n_past: int | None = None) -> PlacementView:
+    """The placement an estimate describes, as the throughput model sees it."""
     n = ctx.facts.n_layer_all
-    layer_device = ["CPU"] * n
+    layer_device = [CPU] * n
     for dev, layers in est.layers:
         for il in layers:
             if il < n:
                 layer_device[il] = dev
-    view = PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
-                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload)
+    return PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
+                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload, n_past)
+
+
+def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,
+                     experts_on_host: frozenset[int] = frozenset(), output_on_host: bool = False,
+                     n_past: int | None = None) -> Prediction:
+    """The throughput model's prediction for the placement an estimate describes."""
+    view = view_of_estimate(ctx, est, experts_on_host, output_on_host, n_past)
     return predict(ctx.facts, costs, view, inventory)

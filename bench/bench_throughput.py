@@ -1,0 +1,232 @@
+"""The throughput model checked against llama-bench (issue 21, deliverable 2).
+
+    python -m bench.bench_throughput [--repeats 3] [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
+
+Runs the pinned llama-bench for every placement in PLACEMENTS (listed here, before any measurement):
+the host alone, partial offload, two and three loopback rpc-servers, routed experts kept on the host,
+different -ts, -ub and context depths (-d). Each is predicted by fitplan's throughput model from a
+calibrated inventory (`fitplan calibrate` on the same rpc-servers, run first unless --calibrated gives
+one) through the same path a plan takes (fitplan's estimate of the flags, then planner/planning/
+throughput.py), and compared with what llama-bench measured: per placement the relative error, then
+the median relative error and Spearman's rank correlation of decode (tg) and prefill (pp), and the worst
+placement of each.
+
+What this machine can check: it has 2 cores and one memory bus, and every "device" here — the host and
+each rpc-server (one thread each) — shares them. So it checks the overhead and hand-off terms (split
+boundaries, boundary copies, experts on the host) and the ranking logic, not the bandwidth ratios of
+real GPUs: those come from the catalog and, where a GPU is lent, a GPU run.
+
+Measurements start only when the 1-minute load average is below --max-load (other work on a 2-core
+machine skews every timing); the load is printed before and after each placement. Prints figures;
+asserts nothing. Every rpc-server and llama-bench it starts is stopped by its own process.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+from gguf import GGMLQuantizationType
+from scipy.stats import spearmanr
+
+from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate
+from planner.checking.llama_bench import Workload, placement_views, run_llama_bench
+from planner.core.llama_tools import ensure_tools, rpc_servers
+from planner.gguf.examples import resolve_model
+from planner.hardware.detect import detect_inventory
+from planner.hardware.inventory import Inventory
+from planner.hardware.inventory_yaml import load_inventory
+from planner.llama.context import model_context
+from planner.model.costs import cost_table
+from planner.planning.throughput import predict
+from tests.support.gguf_factory import add_tokenizer, qwen3moe_spec
+from tests.support.tiny_models import write_random
+
+N_RPC = 3
+N_PROMPT, N_GEN = 128, 16
+GEMMA = "example:gemma3-270m"
+MOE = "moe"   # written by write_moe below
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    model: str            # GEMMA or MOE
+    flags: tuple[str, ...]   # llama.cpp flags (lists with ','; turned into llama-bench's '/')
+    depth: int = 0        # llama-bench -d
+
+
+_ALL3 = ("-dev", "RPC0,RPC1,RPC2", "-ngl", "999")
+_ALL2 = ("-dev", "RPC0,RPC1", "-ngl", "999")
+
+PLACEMENTS: tuple[Placement, ...] = (
+    Placement("host only", GEMMA, ("-ngl", "0")),
+    Placement("host only, -ub 32", GEMMA, ("-ngl", "0", "-ub", "32")),
+    Placement("host only, depth 1024", GEMMA, ("-ngl", "0"), depth=1024),
+    Placement("RPC0 all", GEMMA, ("-dev", "RPC0", "-ngl", "999")),
+    Placement("RPC0 all, output on host", GEMMA, ("-dev", "RPC0", "-ngl", "999", "-ot", OUTPUT_ON_HOST)),
+    Placement("RPC0 all, -ub 64", GEMMA, ("-dev", "RPC0", "-ngl", "999", "-ub", "64")),
+    Placement("RPC0 all, depth 1024", GEMMA, ("-dev", "RPC0", "-ngl", "999"), depth=1024),
+    Placement("partial: 10 of 19 on RPC0", GEMMA, ("-dev", "RPC0", "-ngl", "10")),
+    Placement("partial: 5 of 19 on RPC0", GEMMA, ("-dev", "RPC0", "-ngl", "5")),
+    Placement("RPC0+RPC1 -ts 1,1", GEMMA, (*_ALL2, "-ts", "1,1")),
+    Placement("RPC0+RPC1 -ts 3,1", GEMMA, (*_ALL2, "-ts", "3,1")),
+    Placement("RPC0+RPC1 -ts 1,3", GEMMA, (*_ALL2, "-ts", "1,3")),
+    Placement("RPC0+RPC1 -ts 1,1 -ub 32", GEMMA, (*_ALL2, "-ts", "1,1", "-ub", "32")),
+    Placement("partial: 10 on RPC0+RPC1 -ts 1,1", GEMMA, ("-dev", "RPC0,RPC1", "-ngl", "10", "-ts", "1,1")),
+    Placement("RPC0+RPC1+RPC2 -ts 1,1,1", GEMMA, (*_ALL3, "-ts", "1,1,1")),
+    Placement("RPC0+RPC1+RPC2 -ts 2,1,1", GEMMA, (*_ALL3, "-ts", "2,1,1")),
+    Placement("RPC0+RPC1+RPC2 -ts 1,1,1 depth 1024", GEMMA, (*_ALL3, "-ts", "1,1,1"), depth=1024),
+    Placement("partial: 12 on RPC0+RPC1+RPC2", GEMMA, ("-dev", "RPC0,RPC1,RPC2", "-ngl", "12", "-ts", "1,1,1")),
+    Placement("MoE host only", MOE, ("-ngl", "0")),
+    Placement("MoE RPC0 all", MOE, ("-dev", "RPC0", "-ngl", "999")),
+    Placement("MoE RPC0, experts on host", MOE, ("-dev", "RPC0", "-ngl", "999", "-ot", "exps=CPU")),
+    Placement("MoE RPC0, experts of 4 layers on host", MOE, ("-dev", "RPC0", "-ngl", "999", "-ncmoe", "4")),
+    Placement("MoE RPC0+RPC1 -ts 1,1, experts on host", MOE, (*_ALL2, "-ts", "1,1", "-ot", "exps=CPU")),
+    Placement("MoE partial: 5 of 9 on RPC0", MOE, ("-dev", "RPC0", "-ngl", "5")),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    placement: Placement
+    boundaries: int
+    tg_measured: float
+    tg_predicted: float
+    pp_measured: float
+    pp_predicted: float
+    load: str
+
+    @property
+    def tg_error(self) -> float:
+        return abs(self.tg_predicted - self.tg_measured) / self.tg_measured
+
+    @property
+    def pp_error(self) -> float:
+        return abs(self.pp_predicted - self.pp_measured) / self.pp_measured
+
+
+def write_moe(directory: Path) -> Path:
+    """A small qwen3moe with random Q8_0 weights (gguf-py quantizes no k-quant): 8 layers, 16 experts of
+    width 512, 2 used."""
+    spec = qwen3moe_spec(n_layer=8, n_embd=512, n_head=8, n_head_kv=2, head_dim=64, n_expert=16,
+                         n_expert_used=2, n_ff_exp=512, n_vocab=4096)
+    spec.tensors = [(n, q if q == GGMLQuantizationType.F32 else GGMLQuantizationType.Q8_0, s)
+                    for n, q, s in spec.tensors]
+    add_tokenizer(spec, 4096, n_merges=8)
+    return write_random(directory / "moe.gguf", spec)
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def wait_for_quiet(max_load: float, max_wait_s: float) -> None:
+    deadline = time.monotonic() + max_wait_s
+    while load1() >= max_load:
+        if time.monotonic() > deadline:
+            sys.exit(f"the 1-minute load average stayed at or above {max_load} for {max_wait_s:.0f} s; not measuring")
+        print(f"  load average {load1():.2f} >= {max_load}: waiting", flush=True)
+        time.sleep(30)
+
+
+def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory: Inventory,
+            endpoints: list[str], repeats: int, max_load: float, max_wait_s: float) -> list[Row]:
+    bin_dir = ensure_tools()
+    rows = []
+    for p in placements:
+        wait_for_quiet(max_load, max_wait_s)
+        before = load1()
+        work = Workload(N_PROMPT, N_GEN, p.depth, repeats)
+        ctx = model_context(models[p.model])
+        costs = cost_table(ctx.model, ctx.facts)
+        views = placement_views(ctx, list(p.flags), inventory, work, endpoints)
+        decode = predict(ctx.facts, costs, views.decode, inventory)
+        prefill = predict(ctx.facts, costs, views.prefill, inventory)
+        timing = run_llama_bench(bin_dir, models[p.model], list(p.flags), work, endpoints)
+        row = Row(p, decode.n_boundaries, timing.tg_tokens_s, decode.decode_tokens_s, timing.pp_tokens_s,
+                  prefill.prefill_tokens_s, f"{before:.2f}->{load1():.2f}")
+        print(f"  {p.name:<42} tg {row.tg_measured:7.1f} (pred {row.tg_predicted:7.1f}, {row.tg_error:5.1%})  "
+              f"pp {row.pp_measured:7.1f} (pred {row.pp_predicted:7.1f}, {row.pp_error:5.1%})  "
+              f"boundaries {row.boundaries}  load {row.load}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def summary(rows: list[Row]) -> list[str]:
+    tg_rho = spearmanr([r.tg_measured for r in rows], [r.tg_predicted for r in rows]).statistic
+    pp_rho = spearmanr([r.pp_measured for r in rows], [r.pp_predicted for r in rows]).statistic
+    worst_tg = max(rows, key=lambda r: r.tg_error)
+    worst_pp = max(rows, key=lambda r: r.pp_error)
+    tg_med = statistics.median(r.tg_error for r in rows)
+    pp_med = statistics.median(r.pp_error for r in rows)
+    return [
+        f"placements: {len(rows)}",
+        f"decode  (tg{N_GEN}):  median relative error {tg_med:.1%} (target <= 20 %), Spearman {tg_rho:.3f} "
+        f"(target >= 0.9); worst: {worst_tg.placement.name} ({worst_tg.tg_error:.1%})",
+        f"prefill (pp{N_PROMPT}): median relative error {pp_med:.1%} (target <= 30 %), Spearman {pp_rho:.3f} "
+        f"(target >= 0.8); worst: {worst_pp.placement.name} ({worst_pp.pp_error:.1%})",
+    ]
+
+
+def table(rows: list[Row]) -> list[str]:
+    out = ["| placement | flags | -d | boundaries | tg measured | tg predicted | err | pp measured | pp predicted "
+           "| err | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r.placement.name} | `{' '.join(r.placement.flags)}` | {r.placement.depth} | {r.boundaries} "
+                   f"| {r.tg_measured:.1f} | {r.tg_predicted:.1f} | {r.tg_error:.1%} | {r.pp_measured:.1f} "
+                   f"| {r.pp_predicted:.1f} | {r.pp_error:.1%} | {r.load} |")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3, help="llama-bench -r for every placement")
+    ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
+                    "on the bench's own rpc-servers first)")
+    ap.add_argument("--write-calibrated", type=Path, help="write the calibrated inventory here")
+    ap.add_argument("--max-load", type=float, default=1.5, help="measure only below this 1-minute load average")
+    ap.add_argument("--max-wait-s", type=float, default=1800)
+    ap.add_argument("--markdown", type=Path, help="also write the table and the summary here")
+    ap.add_argument("--only", help="run only placements whose name contains this")
+    args = ap.parse_args()
+    placements = tuple(p for p in PLACEMENTS if not args.only or args.only in p.name)
+    print(f"== throughput model vs llama-bench: {len(placements)} placements, pp{N_PROMPT} / tg{N_GEN}, "
+          f"{args.repeats} repeats each")
+    for i, p in enumerate(placements):
+        print(f"  {i + 1:2d}. {p.name:<42} {p.model:<22} {' '.join(p.flags)}" + (f" -d {p.depth}" if p.depth else ""))
+    print(f"this machine: {os.cpu_count()} cores and one memory bus shared by the host and all {N_RPC} rpc-servers "
+          "(one thread each): this checks the hand-off and overhead terms and the ranking, not real GPUs' "
+          "bandwidth ratios")
+    with tempfile.TemporaryDirectory(prefix="fitplan-bench-tp-") as tmp:
+        models = {GEMMA: resolve_model(GEMMA), MOE: str(write_moe(Path(tmp)))}
+        with rpc_servers(N_RPC) as endpoints:
+            wait_for_quiet(args.max_load, args.max_wait_s)
+            print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            inventory = detect_inventory(endpoints)
+            if args.calibrated:
+                inventory = replace(inventory, calibration=load_inventory(args.calibrated).calibration)
+            else:
+                print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
+                result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(N_PROMPT, N_GEN, 0, args.repeats)))
+                print(result.to_table())
+                inventory = result.inventory
+                if args.write_calibrated:
+                    args.write_calibrated.write_text(yaml.safe_dump(result.document(), sort_keys=False,
+                                                                    allow_unicode=True))
+            rows = measure(placements, models, inventory, endpoints, args.repeats, args.max_load, args.max_wait_s)
+            print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    lines = summary(rows)
+    print("\n".join(lines))
+    if args.markdown:
+        args.markdown.write_text("\n".join(table(rows) + [""] + lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

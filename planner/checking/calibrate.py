@@ -1,0 +1,292 @@
+"""`fitplan calibrate`: this machine's rates, measured with the pinned llama-bench.
+
+The throughput model (planner/planning/throughput.py) says what each placement asks of each device —
+bytes streamed per decoded token, FLOPs per prompt ubatch, split boundaries. llama-bench says how long
+the placement took. Over a few placements of one model (the host alone; each RPC endpoint alone, with
+and without the output layer, and half of the layers; all endpoints split evenly) the times are linear
+in the unknown rates:
+
+    t_token   = sum_d R_d · (1/BW_d) + n_boundaries · lat                      (tg)
+    t_ubatch  = sum_d F_d · (1/FLOPS_d) + n_boundaries · (lat + B·A / link)    (pp)
+
+so a least-squares fit gives them: the effective weight-streaming bandwidth of each device (bytes read
+per token, from fitplan's own cost table, over time per token), its matrix throughput, and the slope
+of time against the number of boundaries — the per-split hand-off latency. The prefill slope less the
+hand-off latency is the boundary copy of the ubatch's activations, B·A bytes; where the fit cannot tell
+that copy from noise, the link figure is the lower bound the fit allows. The figures go into the
+inventory's `calibrated:` block with the method next to each.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.checking.llama_bench import Timing, Workload, bench_version, placement_views, run_llama_bench
+from planner.core.errors import FitplanError
+from planner.core.llama_tools import ensure_tools
+from planner.core.render import table
+from planner.gguf.examples import resolve_model
+from planner.hardware.detect import detect_inventory
+from planner.hardware.inventory import CalibratedFigure, Calibration, DeviceKind, Inventory, Quantity
+from planner.hardware.inventory_yaml import inventory_yaml_dict
+from planner.llama.context import ModelContext, model_context
+from planner.llama.placement import CPU
+from planner.model.costs import cost_table
+from planner.planning.throughput import ACTIVATION_BYTES_PER_VALUE, PlacementView, boundaries, predict, prefill_work
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_MODEL = "example:gemma3-270m"
+# An -ot rule that keeps the output matrix in host memory, tied (token_embd) or not.
+OUTPUT_ON_HOST = r"^(output|token_embd)\.weight=CPU"
+# A fitted copy time below this many standard errors is not told apart from noise.
+_SIGNIFICANT_SIGMAS = 2.0
+
+
+class CalibrationError(FitplanError):
+    """The measurements do not determine a rate (a fit came out at or below zero)."""
+
+    exit_code = 1
+
+
+# ----------------------------------------------------------------------------- the fit
+
+@dataclass(frozen=True)
+class LinearFit:
+    """Least squares of times on work: one coefficient per column, with its standard error."""
+
+    coefficients: tuple[float, ...]
+    stderr: tuple[float, ...]      # nan where the placements leave no residual degree of freedom
+    residual_rms_s: float
+
+
+def fit_linear(rows: Sequence[Sequence[float]], times: Sequence[float]) -> LinearFit:
+    """times[i] ≈ sum_j rows[i][j] · c_j. Columns are scaled to unit size first (bytes ~1e8 beside
+    boundary counts ~1), so that the solve is well conditioned."""
+    x = np.asarray(rows, dtype=float)
+    y = np.asarray(times, dtype=float)
+    scale = np.abs(x).max(axis=0)
+    scale[scale == 0] = 1.0
+    xs = x / scale
+    coef, *_ = np.linalg.lstsq(xs, y, rcond=None)
+    resid = y - xs @ coef
+    dof = len(y) - x.shape[1]
+    rms = float(np.sqrt(np.mean(resid ** 2))) if len(y) else 0.0
+    if dof > 0:
+        sigma2 = float(resid @ resid) / dof
+        cov = sigma2 * np.linalg.pinv(xs.T @ xs)
+        err = np.sqrt(np.clip(np.diag(cov), 0, None)) / scale
+    else:
+        err = np.full(x.shape[1], math.nan)
+    return LinearFit(tuple(float(c) for c in coef / scale), tuple(float(e) for e in err), rms)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One placement's measured time and the work the throughput model says it did."""
+
+    seconds: float
+    work: dict[str, float]     # per device: bytes (decode) or FLOPs (prefill)
+    n_boundaries: int
+
+
+@dataclass(frozen=True)
+class RateFit:
+    """Inverse rates (seconds per byte or per FLOP) by device, and the cost of one split boundary."""
+
+    seconds_per_unit: dict[str, float]
+    per_boundary_s: float | None       # None when no placement crossed a boundary
+    per_boundary_stderr_s: float
+    residual_rms_s: float
+
+
+def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None = None) -> RateFit:
+    """Fit t = sum_d work_d · s_d + n_boundaries · b over the observations; `per_boundary_s` given
+    subtracts a known boundary cost instead of fitting it."""
+    devices = sorted({d for o in observations for d in o.work})
+    fit_boundary = per_boundary_s is None and any(o.n_boundaries for o in observations)
+    rows, times = [], []
+    for o in observations:
+        rows.append([o.work.get(d, 0.0) for d in devices] + ([float(o.n_boundaries)] if fit_boundary else []))
+        times.append(o.seconds - (o.n_boundaries * per_boundary_s if per_boundary_s is not None else 0.0))
+    fit = fit_linear(rows, times)
+    per_unit = dict(zip(devices, fit.coefficients[:len(devices)], strict=True))
+    for dev, s in per_unit.items():
+        if not s > 0:
+            raise CalibrationError(f"calibration: the fit gives {dev} no positive rate ({s:.3g} s per unit); "
+                                   "the timings are too noisy (is the machine busy?) — run it again")
+    boundary = fit.coefficients[-1] if fit_boundary else per_boundary_s
+    boundary_err = fit.stderr[-1] if fit_boundary else 0.0
+    return RateFit(per_unit, boundary, boundary_err, fit.residual_rms_s)
+
+
+# ----------------------------------------------------------------------------- the placements
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    """A placement of the calibration model, what llama-bench measured, and the model's view of it."""
+
+    name: str
+    flags: tuple[str, ...]
+    timing: Timing
+    decode: Observation
+    prefill: Observation
+
+
+def calibration_placements(n_layer: int, rpc_devices: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """(name, llama.cpp flags): the host alone; each endpoint alone with the output layer (one boundary),
+    with the output kept on the host (two) and with half the layers (one, the host streaming the rest);
+    every endpoint evenly (one per endpoint)."""
+    out = [("host", ["-ngl", "0"])]
+    for dev in rpc_devices:
+        out += [(f"{dev} all", ["-dev", dev, "-ngl", "999"]),
+                (f"{dev} layers, output on host", ["-dev", dev, "-ngl", "999", "-ot", OUTPUT_ON_HOST]),
+                (f"{dev} half", ["-dev", dev, "-ngl", str(n_layer // 2)])]
+    if len(rpc_devices) > 1:
+        out.append(("split evenly", ["-dev", ",".join(rpc_devices), "-ngl", "999",
+                                     "-ts", ",".join("1" for _ in rpc_devices)]))
+    return out
+
+
+def decode_observation(ctx: ModelContext, view: PlacementView, seconds: float, inventory: Inventory) -> Observation:
+    costs = cost_table(ctx.model, ctx.facts)
+    stages = predict(ctx.facts, costs, view, inventory).stages
+    return Observation(seconds, {s.device: float(s.bytes_per_token) for s in stages}, len(boundaries(costs, view)))
+
+
+def prefill_observation(ctx: ModelContext, view: PlacementView, seconds: float) -> Observation:
+    costs = cost_table(ctx.model, ctx.facts)
+    work = prefill_work(ctx.facts, costs, view, None)    # the devices calibrated here offload no ops
+    return Observation(seconds, dict(work.flops), len(boundaries(costs, view)))
+
+
+# ----------------------------------------------------------------------------- calibrate
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    rpc: tuple[str, ...] = ()
+    model: str = CALIBRATION_MODEL
+    work: Workload = Workload()
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    inventory: Inventory          # this machine's, with the calibrated block
+    runs: tuple[CalibrationRun, ...]
+    model: str
+
+    def document(self) -> dict[str, Any]:
+        """The inventory YAML `--devices` reads back."""
+        return inventory_yaml_dict(self.inventory, self.model)
+
+    def to_dict(self) -> dict[str, Any]:
+        runs = [{"placement": r.name, "flags": " ".join(r.flags), "tg_tokens_s": round(r.timing.tg_tokens_s, 2),
+                 "pp_tokens_s": round(r.timing.pp_tokens_s, 2), "boundaries": r.decode.n_boundaries}
+                for r in self.runs]
+        return {"inventory": self.document(), "runs": runs}
+
+    def to_table(self) -> str:
+        rows = [[r.name, " ".join(r.flags), str(r.decode.n_boundaries), f"{r.timing.tg_tokens_s:.1f}",
+                 f"{r.timing.pp_tokens_s:.0f}"] for r in self.runs]
+        lines = [table(["placement", "flags", "boundaries", "tg t/s", "pp t/s"], rows, "llrrr"), ""]
+        cal = self.inventory.calibration
+        assert cal is not None
+        for fig in cal.figures:
+            value, unit = _FIGURE_UNITS[fig.quantity]
+            lines.append(f"{fig.device} {fig.quantity.value}: {fig.value / value:.4g} {unit} — {fig.how}")
+        lines.append(f"measured {cal.date} with {cal.tool}")
+        return "\n".join(lines) + "\n"
+
+
+# how the table prints each quantity: (scale, unit)
+_FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
+    Quantity.BANDWIDTH: (1e9, "GB/s"), Quantity.FLOPS: (1e12, "TFLOPS"), Quantity.SPLIT_LATENCY: (1e-6, "µs"),
+    Quantity.LINK: (1e9, "GB/s"),
+}
+
+
+def calibrate(request: CalibrateRequest, bin_dir: Path | None = None) -> CalibrateResult:
+    """Measure the host and each RPC endpoint of `request` and return the inventory with its rates."""
+    bin_dir = bin_dir or ensure_tools()
+    rpc = list(request.rpc)
+    inventory = detect_inventory(rpc)
+    rpc_devices = [d.name for d in inventory.devices if d.kind is DeviceKind.RPC]
+    skipped = [d.name for d in inventory.devices if d.kind is not DeviceKind.RPC]
+    if skipped:
+        log.warning("calibrate measures the host and RPC devices; %s keep their stated rates", ", ".join(skipped))
+    path = resolve_model(request.model)
+    ctx = model_context(path)
+    runs = []
+    for name, flags in calibration_placements(ctx.facts.n_layer, rpc_devices):
+        views = placement_views(ctx, flags, inventory, request.work, rpc)
+        timing = run_llama_bench(bin_dir, path, flags, request.work, rpc)
+        runs.append(CalibrationRun(name, tuple(flags), timing,
+                                   decode_observation(ctx, views.decode, timing.tg_s_per_token, inventory),
+                                   prefill_observation(ctx, views.prefill, timing.pp_s_per_ubatch)))
+    calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
+    return CalibrateResult(replace(inventory, calibration=calibration), tuple(runs), request.model)
+
+
+def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bin_dir: Path,
+                   n_embd: int) -> Calibration:
+    """The fits over the runs, as figures with how each was obtained."""
+    work = request.work
+    decode = fit_rates([r.decode for r in runs])
+    prefill = fit_rates([r.prefill for r in runs])
+    over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
+    figures = []
+    for dev, s in decode.seconds_per_unit.items():
+        figures.append(CalibratedFigure(dev, Quantity.BANDWIDTH, 1.0 / s,
+                                        f"tg{work.n_gen} at depth {work.n_depth}: bytes read per token (fitplan's "
+                                        f"cost table) ÷ seconds per token, {over}"))
+    for dev, s in prefill.seconds_per_unit.items():
+        figures.append(CalibratedFigure(dev, Quantity.FLOPS, 1.0 / s,
+                                        f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill model) ÷ seconds "
+                                        f"per ubatch, {over}"))
+    rpc_devices = sorted(d for d in decode.seconds_per_unit if d != CPU)
+    if decode.per_boundary_s is not None and rpc_devices:
+        if not decode.per_boundary_s > 0:
+            raise CalibrationError(f"calibration: the per-split hand-off latency fits at {decode.per_boundary_s:.3g} s;"
+                                   " the timings are too noisy — run it again")
+        for dev in rpc_devices:
+            figures.append(CalibratedFigure(dev, Quantity.SPLIT_LATENCY, decode.per_boundary_s,
+                                            "per-split hand-off latency: the slope of seconds per token against the "
+                                            "number of split boundaries "
+                                            f"(±{decode.per_boundary_stderr_s * 1e6:.0f} µs), each device's bytes ÷ "
+                                            f"bandwidth the other terms, {over}"))
+        figures += _link_figures(rpc_devices, runs, decode, prefill, n_embd, over)
+    return Calibration(datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d {work.n_depth} -r {work.repeats}"
+                       f"{f' -t {work.threads}' if work.threads else ''} on {request.model}: "
+                       + "; ".join(f"{r.name} ({' '.join(r.flags)})" for r in runs)
+                       + "; medians of the repeats; rates fitted by least squares on fitplan's own bytes, FLOPs "
+                       "and boundary counts (planner/checking/calibrate.py)",
+                       bench_version(bin_dir), tuple(figures))
+
+
+def _link_figures(rpc_devices: list[str], runs: Sequence[CalibrationRun], decode: RateFit, prefill: RateFit,
+                  n_embd: int, over: str) -> list[CalibratedFigure]:
+    """The boundary copy: the prefill fit's per-boundary cost less the hand-off latency, over the bytes
+    of the ubatch's activations; a lower bound where the copy is not told apart from noise."""
+    assert decode.per_boundary_s is not None
+    ubatch = min(r.timing.n_ubatch for r in runs)
+    copy_bytes = ubatch * n_embd * ACTIVATION_BYTES_PER_VALUE
+    copy_s = (prefill.per_boundary_s or 0.0) - decode.per_boundary_s
+    noise = math.hypot(prefill.per_boundary_stderr_s, decode.per_boundary_stderr_s)
+    if math.isnan(noise) or copy_s <= _SIGNIFICANT_SIGMAS * noise:
+        bound = max(copy_s, 0.0) + _SIGNIFICANT_SIGMAS * (0.0 if math.isnan(noise) else noise)
+        if bound <= 0:
+            return []
+        how = (f"lower bound: the boundary copy of a pp ubatch ({copy_bytes} B of activations) is not told apart "
+               f"from noise; at most {bound * 1e6:.0f} µs ({_SIGNIFICANT_SIGMAS:g} σ) per boundary, {over}")
+        return [CalibratedFigure(dev, Quantity.LINK, copy_bytes / bound, how) for dev in rpc_devices]
+    how = (f"boundary copy: (prefill per-boundary cost − hand-off latency) = {copy_s * 1e6:.0f} µs for "
+           f"{copy_bytes} B of activations, {over}")
+    return [CalibratedFigure(dev, Quantity.LINK, copy_bytes / copy_s, how) for dev in rpc_devices]

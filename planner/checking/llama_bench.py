@@ -1,0 +1,143 @@
+"""Running the pinned llama-bench on a placement and reading what it measured.
+
+A placement is written once, in llama.cpp's own flags (`-ngl 10 -dev RPC0,RPC1 -ts 1,1`), and
+turned into llama-bench's syntax here: llama-bench separates a device or split LIST with `/` and
+SWEEP values with `,` (seed 003 §8: `-dev A,B` would be two single-device runs). The same flags
+go through fitplan's estimate, so the throughput model predicts exactly the placement that ran.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from planner.core.errors import FitplanError
+from planner.core.llama_tools import BUILD_FLAVOR, LLAMA_CPP_PIN
+from planner.hardware.inventory import Inventory
+from planner.llama.context import ModelContext
+from planner.llama.flags import parse_llama_flags
+from planner.memory.estimate import estimate
+from planner.planning.throughput import PlacementView, experts_on_host_of, view_of_estimate
+
+log = logging.getLogger(__name__)
+
+# llama-bench options whose value is a device or split list (`/`-separated in llama-bench)
+_LIST_OPTIONS = ("-dev", "--device", "-ts", "--tensor-split")
+_BENCH_TIMEOUT_S = 900
+
+
+class BenchError(FitplanError):
+    """llama-bench failed or printed nothing this module can read."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each llama-bench run measures: pp`n_prompt` and tg`n_gen` at depth `n_depth`."""
+
+    n_prompt: int = 128
+    n_gen: int = 16
+    n_depth: int = 0
+    repeats: int = 3
+    threads: int | None = None     # llama-bench -t; None: its default (the machine's cores)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Medians over the repeats: seconds per decoded token and per prompt ubatch."""
+
+    tg_tokens_s: float
+    pp_tokens_s: float
+    n_ubatch: int          # the ubatch the prompt was processed in (min(-ub, -b, prompt))
+
+    @property
+    def tg_s_per_token(self) -> float:
+        return 1.0 / self.tg_tokens_s
+
+    @property
+    def pp_s_per_ubatch(self) -> float:
+        return self.n_ubatch / self.pp_tokens_s
+
+
+def bench_flags(flags: list[str]) -> list[str]:
+    """llama.cpp flags -> llama-bench's: device and split lists joined by `/`."""
+    out = list(flags)
+    for i, arg in enumerate(out[:-1]):
+        if arg in _LIST_OPTIONS:
+            out[i + 1] = out[i + 1].replace(",", "/")
+    return out
+
+
+def effective_ubatch(flags: list[str], n_prompt: int) -> int:
+    """The ubatch a prompt of n_prompt tokens runs in: llama.cpp's -ub (512) capped by -b (2048) and the prompt."""
+    parsed = parse_llama_flags(flags)
+    return min(parsed.n_ubatch, parsed.n_batch, n_prompt)
+
+
+def run_llama_bench(bin_dir: Path, model: str, flags: list[str], work: Workload, rpc: list[str]) -> Timing:
+    """One llama-bench invocation (pp and tg), JSON output, medians of its samples."""
+    argv = [str(bin_dir / "llama-bench"), "-m", model, "-o", "json", "-r", str(work.repeats),
+            "-p", str(work.n_prompt), "-n", str(work.n_gen), "-d", str(work.n_depth)]
+    if work.threads:
+        argv += ["-t", str(work.threads)]
+    if rpc:
+        argv += ["--rpc", ",".join(rpc)]
+    argv += bench_flags(flags)
+    log.info("running %s", " ".join(argv))
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_BENCH_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"llama-bench ran past {_BENCH_TIMEOUT_S} s: {' '.join(argv)}") from None
+    if done.returncode != 0:
+        tail = " / ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
+        raise BenchError(f"llama-bench exited {done.returncode} for {' '.join(flags) or 'the host'}: {tail}")
+    try:
+        rows = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise BenchError(f"llama-bench printed no JSON for {' '.join(flags)}") from None
+    pp = [r for r in rows if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0]
+    tg = [r for r in rows if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0]
+    if not pp or not tg:
+        raise BenchError(f"llama-bench reported no pp and tg test for {' '.join(flags)}")
+    return Timing(statistics.median(tg[0]["samples_ts"]), statistics.median(pp[0]["samples_ts"]),
+                  effective_ubatch(flags, work.n_prompt))
+
+
+def bench_version(bin_dir: Path) -> str:
+    """llama-bench's own version line and the pin it was built from."""
+    done = subprocess.run([str(bin_dir / "llama-bench"), "--version"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    first = next((line for line in (done.stdout + done.stderr).splitlines() if line.startswith("version")), "")
+    return f"llama-bench {first.removeprefix('version:').strip() or 'unknown version'}, {BUILD_FLAVOR} build of " \
+           f"{LLAMA_CPP_PIN}"
+
+
+@dataclass(frozen=True)
+class PlacementViews:
+    """The throughput model's views of one placement: one for its tg test, one for its pp test."""
+
+    decode: PlacementView
+    prefill: PlacementView
+
+
+def placement_views(ctx: ModelContext, flags: list[str], inventory: Inventory, work: Workload,
+                    rpc: list[str]) -> PlacementViews:
+    """What fitplan's estimate makes of the flags, at the cache fill each llama-bench test runs at:
+    tg reads n_depth cells plus half the generated ones on average; pp's ubatches attend over the depth
+    plus half the prompt on average (prefill_cells adds half a ubatch itself)."""
+    rpc_args = ["--rpc", ",".join(rpc)] if rpc else []
+    n_ctx = work.n_depth + max(work.n_prompt, work.n_gen)
+    parsed = parse_llama_flags([*flags, *rpc_args, "-c", str(max(n_ctx, 256))])
+    est = estimate(ctx, parsed, inventory)
+    experts = experts_on_host_of(est)
+    base = view_of_estimate(ctx, est, experts, est.output_on_host)
+    ubatch = min(base.n_ubatch, work.n_prompt)
+    decode = replace(base, n_past=work.n_depth + work.n_gen // 2)
+    prefill = replace(base, n_ubatch=ubatch, n_past=work.n_depth + (work.n_prompt - ubatch) // 2)
+    return PlacementViews(decode, prefill)
+
+

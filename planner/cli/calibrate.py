@@ -1,0 +1,44 @@
+"""`fitplan calibrate [--rpc host:port,...] [-o INVENTORY.yaml]`: this machine's rates measured with the
+pinned llama-bench, written as an inventory whose `calibrated:` block the throughput model prefers.
+
+The library (planner/checking/calibrate.py) is imported inside the command: it loads numpy and the
+runtime, which `fitplan --help` does not need.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from planner.cli.options import Format, RpcOpt
+from planner.core.render import render
+
+
+def calibrate_cmd(
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the inventory YAML here "
+                                                "(default: print it)")] = None,
+    rpc: RpcOpt = None,
+    model: Annotated[str, typer.Option("--model", help="the model llama-bench runs")] = "example:gemma3-270m",
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="llama-bench -r")] = 3,
+    n_prompt: Annotated[int, typer.Option("--prompt-tokens", min=1, help="llama-bench -p")] = 128,
+    n_gen: Annotated[int, typer.Option("--gen-tokens", min=1, help="llama-bench -n")] = 16,
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="llama-bench -t")] = None,
+    fmt: Format = "table",
+) -> None:
+    """Measure this machine's weight-streaming bandwidth, matrix throughput and per-split hand-off
+    latency (of the host and each --rpc endpoint) with llama-bench; write them as an inventory."""
+    from planner.checking.calibrate import CalibrateRequest, calibrate
+    from planner.checking.llama_bench import Workload
+
+    endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
+    result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads)))
+    text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    output.write_text(text, encoding="utf-8")
+    typer.echo(render(result, fmt), nl=fmt != "table")
+    if fmt == "table":
+        typer.echo(f"wrote {output}")

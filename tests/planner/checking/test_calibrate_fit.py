@@ -1,0 +1,83 @@
+"""The calibration fit (planner/checking/calibrate.py): rates and the per-split hand-off latency from
+timings written by hand from known rates. No timing is measured here."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from planner.checking.calibrate import (
+    OUTPUT_ON_HOST,
+    CalibrationError,
+    Observation,
+    calibration_placements,
+    fit_linear,
+    fit_rates,
+)
+
+
+def test_fit_linear_recovers_a_line():
+    # t = 2 s per unit + 0.5 s per boundary, exactly
+    rows = [[1.0, 0.0], [1.0, 1.0], [2.0, 3.0], [3.0, 1.0]]
+    fit = fit_linear(rows, [2.0, 2.5, 5.5, 6.5])
+    assert fit.coefficients == pytest.approx((2.0, 0.5))
+    assert fit.residual_rms_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_fit_linear_without_spare_placements_has_no_error_estimate():
+    fit = fit_linear([[4.0]], [2.0])
+    assert fit.coefficients == pytest.approx((0.5,))
+    assert math.isnan(fit.stderr[0])
+
+
+def _decode(host_gbs: float, rpc_gbs: float, latency_s: float, host_bytes: float, rpc_bytes: float,
+            n_boundaries: int) -> Observation:
+    """A tg time as the throughput model writes it: bytes / bandwidth per device, plus the boundaries."""
+    seconds = host_bytes / (host_gbs * 1e9) + rpc_bytes / (rpc_gbs * 1e9) + n_boundaries * latency_s
+    work = {k: v for k, v in (("CPU", host_bytes), ("RPC0", rpc_bytes)) if v}
+    return Observation(seconds, work, n_boundaries)
+
+
+def test_the_slope_against_boundaries_is_the_hand_off_latency():
+    # host 10 GB/s, RPC0 5 GB/s, 300 µs per boundary; 250 MB per token split four ways
+    obs = [_decode(10, 5, 300e-6, 250e6, 0, 0),          # the host alone
+           _decode(10, 5, 300e-6, 0, 250e6, 1),          # RPC0 with the output
+           _decode(10, 5, 300e-6, 180e6, 70e6, 2),       # RPC0 with the layers, output on the host
+           _decode(10, 5, 300e-6, 40e6, 210e6, 1)]       # half the layers on RPC0
+    fit = fit_rates(obs)
+    assert 1 / fit.seconds_per_unit["CPU"] == pytest.approx(10e9)
+    assert 1 / fit.seconds_per_unit["RPC0"] == pytest.approx(5e9)
+    assert fit.per_boundary_s == pytest.approx(300e-6)
+
+
+def test_noise_is_seen_in_the_latency_error():
+    obs = [_decode(10, 5, 300e-6, 250e6, 0, 0), _decode(10, 5, 300e-6, 0, 250e6, 1),
+           _decode(10, 5, 300e-6, 180e6, 70e6, 2), _decode(10, 5, 300e-6, 40e6, 210e6, 1)]
+    noisy = [Observation(o.seconds * f, o.work, o.n_boundaries) for o, f in zip(obs, (1.0, 1.01, 0.99, 1.0),
+                                                                                strict=True)]
+    fit = fit_rates(noisy)
+    assert fit.per_boundary_stderr_s > 0
+    assert fit.per_boundary_s == pytest.approx(300e-6, abs=5 * fit.per_boundary_stderr_s)
+
+
+def test_a_known_boundary_cost_is_subtracted_not_fitted():
+    # prefill: FLOPs / FLOPS plus 1 ms per boundary already known
+    obs = [Observation(2.0 + 0.001 * n, {"CPU": 1e12}, n) for n in (0, 1, 2)]
+    fit = fit_rates(obs, per_boundary_s=0.001)
+    assert 1 / fit.seconds_per_unit["CPU"] == pytest.approx(0.5e12)
+    assert fit.per_boundary_s == 0.001
+
+
+def test_a_rate_at_or_below_zero_is_refused():
+    with pytest.raises(CalibrationError, match="no positive rate"):
+        fit_rates([Observation(1.0, {"CPU": 1e8, "RPC0": 1e8}, 0), Observation(0.1, {"CPU": 2e8, "RPC0": 1e8}, 0)])
+
+
+def test_placements_vary_the_boundaries_on_each_endpoint():
+    placements = dict(calibration_placements(18, ["RPC0", "RPC1"]))
+    assert placements["host"] == ["-ngl", "0"]
+    assert placements["RPC0 all"] == ["-dev", "RPC0", "-ngl", "999"]
+    assert placements["RPC1 layers, output on host"] == ["-dev", "RPC1", "-ngl", "999", "-ot", OUTPUT_ON_HOST]
+    assert placements["RPC0 half"] == ["-dev", "RPC0", "-ngl", "9"]
+    assert placements["split evenly"] == ["-dev", "RPC0,RPC1", "-ngl", "999", "-ts", "1,1"]
+    assert "split evenly" not in dict(calibration_placements(18, ["RPC0"]))

@@ -1,0 +1,96 @@
+"""Which rates the throughput model uses (calibrated over stated over assumed) and the split-boundary
+terms, checked against figures worked out here by hand."""
+from __future__ import annotations
+
+import pytest
+
+from planner.core.units import GiB
+from planner.gguf.examples import resolve_model
+from planner.hardware.inventory import (
+    Backend,
+    CalibratedFigure,
+    Calibration,
+    DeviceKind,
+    DeviceSpec,
+    HostSpec,
+    Inventory,
+    Quantity,
+)
+from planner.llama.context import model_context
+from planner.model.costs import cost_table
+from planner.planning.throughput import (
+    ASSUMED,
+    CALIBRATED,
+    STATED,
+    PlacementView,
+    Rates,
+    predict,
+)
+
+LATENCY_S, LINK = 300e-6, 1e9
+
+
+def _rpc(i: int, bandwidth: int = 0) -> DeviceSpec:
+    return DeviceSpec(f"RPC{i}", DeviceKind.RPC, Backend.RPC, 8 * GiB, 8 * GiB, bandwidth, 0, 0,
+                      endpoint=f"127.0.0.1:{50052 + i}")
+
+
+def _calibration(*devices: str) -> Calibration:
+    figures = [CalibratedFigure("CPU", Quantity.BANDWIDTH, 8e9, "by hand"),
+               CalibratedFigure("CPU", Quantity.FLOPS, 2e11, "by hand")]
+    for dev in devices:
+        figures += [CalibratedFigure(dev, Quantity.BANDWIDTH, 4e9, "by hand"),
+                    CalibratedFigure(dev, Quantity.FLOPS, 1e11, "by hand"),
+                    CalibratedFigure(dev, Quantity.SPLIT_LATENCY, LATENCY_S, "by hand"),
+                    CalibratedFigure(dev, Quantity.LINK, LINK, "by hand")]
+    return Calibration("2026-12-01T00:00:00+00:00", "by hand", "none", tuple(figures))
+
+
+def test_calibrated_figures_win_over_stated_ones_and_stated_over_assumed():
+    inv = Inventory((_rpc(0, bandwidth=int(100e9)), _rpc(1, bandwidth=int(50e9)), _rpc(2)),
+                    HostSpec(16 * GiB, 16 * GiB, int(20e9), "host"), calibration=_calibration("RPC0"))
+    rates = Rates(inv)
+    assert rates.bandwidth("RPC0") == 4e9 and rates.sources == {CALIBRATED}
+    assert rates.bandwidth("RPC1") == 50e9 and rates.sources == {CALIBRATED, STATED}
+    assert rates.bandwidth("CPU") == 8e9
+    assert rates.latency("RPC0") == LATENCY_S
+    rates.bandwidth("RPC2")   # nothing stated, nothing measured: the fallback
+    assert rates.source_list == (CALIBRATED, STATED, ASSUMED) and rates.assumed
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    ctx = model_context(resolve_model("example:gemma3-270m"))
+    return ctx, cost_table(ctx.model, ctx.facts)
+
+
+def test_one_more_split_boundary_costs_the_hand_off_and_the_boundary_copy(gemma):
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    inv = Inventory((_rpc(0), _rpc(1)), HostSpec(16 * GiB, 16 * GiB, 0, "host"),
+                    calibration=_calibration("RPC0", "RPC1"))
+    one = PlacementView(tuple(["RPC0"] * n), "RPC0", frozenset(), 1024, n_ubatch=128, n_past=0)
+    two = PlacementView(tuple(["RPC0"] * (n // 2) + ["RPC1"] * (n - n // 2)), "RPC1", frozenset(), 1024,
+                        n_ubatch=128, n_past=0)
+    p1, p2 = predict(ctx.facts, costs, one, inv), predict(ctx.facts, costs, two, inv)
+    assert (p1.n_boundaries, p2.n_boundaries) == (1, 2)
+    assert p1.calibrated and p1.rate_sources == (CALIBRATED,)
+    act = ctx.facts.n_embd * 4   # the f32 activation of one token
+    # same bytes and FLOPs at the same rates: the difference is one boundary
+    assert 1 / p2.decode_tokens_s - 1 / p1.decode_tokens_s == pytest.approx(LATENCY_S + act / LINK)
+    assert 128 / p2.prefill_tokens_s - 128 / p1.prefill_tokens_s == pytest.approx(LATENCY_S + 128 * act / LINK)
+
+
+def test_decode_at_a_depth_reads_the_cells_written_so_far(gemma):
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=_calibration())
+    shallow = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=100)
+    deep = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=2100)
+    extra = 0
+    for layer in costs.layers:   # sliding-window layers read at most their window
+        cells = (min(2100, layer.window) - min(100, layer.window)) if layer.window else 2000
+        extra += layer.kv_bytes_per_cell * cells
+    t_shallow = 1 / predict(ctx.facts, costs, shallow, inv).decode_tokens_s
+    t_deep = 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s
+    assert t_deep - t_shallow == pytest.approx(extra / 8e9)
