@@ -52,13 +52,15 @@ def supported(settings: LlamaSettings) -> bool:
     return ctx.model.architecture in ARCHS
 
 
-def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None) -> dict[str, int] | None:
+def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None,
+                    dry_run: bool = True) -> dict[str, int] | None:
     """Compute buffer bytes per row (device names, `Host` for the CPU), or None without a builder.
     `n_outputs_max`: the context's output rows (llama-context.cpp cparams.n_outputs_max; None is
-    n_batch, llama.cpp's default when the caller sets none)."""
+    n_batch, llama.cpp's default when the caller sets none). `dry_run`: llama-fit-params' reserve
+    (True) or a real load's (llama-server, llama-cli: ModelRunner.reserve says how they differ)."""
     if os.environ.get(ANALYTIC_ENV) == "analytic" or not supported(settings):
         return None
-    key = _key(settings, n_outputs_max)
+    key = (*_key(settings, n_outputs_max), dry_run)
     hit = _cache.get(key)
     if hit is not None:
         _cache.move_to_end(key)
@@ -71,7 +73,7 @@ def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None) -
         runner = ModelRunner(settings, {}, n_outputs_max)
         runner.load_weights(copy_data=False)
         runner.alloc_kv()
-        report = runner.reserve()
+        report = runner.reserve(dry_run)
     except (FitplanError, ValueError, KeyError) as e:
         log.info("runtime reserve unavailable (%s); the analytic compute model applies", e)
         return None

@@ -304,8 +304,10 @@ class ModelRunner:
                 self.sched.pins.pop(t, None)
         return built
 
-    def reserve(self) -> ReserveReport:
+    def reserve(self, dry_run: bool = True) -> ReserveReport:
         """llama.cpp's sched_reserve: the worst-case prompt graph, the one-token graph, the prompt again.
+        `dry_run`: llama-fit-params' (and -fit's fitting passes') no-alloc reserve; False for what a real
+        load (llama-server, llama-cli) allocates.
 
         With -np N the prompt ubatch is min(n_ctx, n_ubatch) tokens rounded up to a multiple of N
         (its outputs counted before rounding) and the token graph is N tokens with N outputs, one
@@ -318,11 +320,16 @@ class ModelRunner:
         full = tuple((k, self.kv.tables[k].size) for k in self.kv.kind_order())
         pp = self._graph(BatchShape(n_tokens, n_outputs, full))
         tg = self._graph(BatchShape(n_seqs, n_seqs, full))
-        # Measured (GGML_SCHED_DEBUG=2 on llama-fit-params, Gemma 3 over two rpc-servers): llama.cpp's
-        # first prompt reserve splits as if the layer-norm pins were absent (the norm opening a
-        # device's first layer stays on the previous device and crosses as an extra input), and its
-        # split count is the prompt figure llama.cpp logs; the buffers keep that reserve's size.
-        pinned = {t: self.sched.pins.pop(t) for t, _il in pp.norm_pins if t in self.sched.pins}
+        # A dry run's first prompt reserve splits as if the layer-norm pins were absent (the norm
+        # opening a device's first layer stays on the previous device and crosses as an extra input),
+        # its split count is the prompt figure llama.cpp logs, and the buffers keep that reserve's size:
+        # ggml_backend_sched_reserve_size (ggml-backend.cpp; the no_alloc path of llama-context.cpp
+        # sched_reserve -> graph_reserve) resets the scheduler before splitting, which forgets the pins
+        # graph_get_cb set while the graph was built. A real load's ggml_backend_sched_reserve does not
+        # reset first: its pins hold (measured, llama-server -ngl 99 over two rpc-servers: the last
+        # device holds four pipeline copies of one [n_embd, n_ubatch] f32 input fewer than the dry run).
+        pinned = ({t: self.sched.pins.pop(t) for t, _il in pp.norm_pins if t in self.sched.pins}
+                  if dry_run else {})
         try:
             self.sched.reserve(pp.graph)
         except BufferAllocationError:
