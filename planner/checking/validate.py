@@ -70,7 +70,7 @@ def server_predicted(settings: LlamaSettings, est: Estimate, n_outputs_max: int 
         return predicted
     if not supported(settings):
         return predicted
-    compute = {row_of(k): v for k, v in runner.reserve().compute_bytes.items()}
+    compute = {row_of(k): v for k, v in runner.reserve(dry_run=False).compute_bytes.items()}   # a real load
     return {row: (m, c, compute.get(row, k)) for row, (m, c, k) in predicted.items()}
 
 

@@ -168,20 +168,21 @@ FORMULA = "formula"       # this module's closed form (no graph builder for the 
 
 
 def compute_model(settings: LlamaSettings, use_runtime: bool = True,
-                  n_outputs_max: int | None = None) -> tuple[dict[str, int], str]:
+                  n_outputs_max: int | None = None, dry_run: bool = True) -> tuple[dict[str, int], str]:
     """Compute bytes per buffer row (device names and Host), and which model gave them: the
     runtime's replay of the allocator's reserve where a graph builder exists (SIMULATED), else the
     closed form below (FORMULA); `use_runtime=False` asks for the closed form alone (fast: the
     planner's search filters with it). `n_outputs_max`: the context's output rows (llama_context
     cparams.n_outputs_max: a drafter's is -np, planner.llama.companions); None is n_batch, as
-    llama-fit-params and llama-cli reserve.
+    llama-fit-params and llama-cli reserve. `dry_run`: llama-fit-params' reserve, or (False) what a
+    real load allocates (runtime/engine/runner.py ModelRunner.reserve).
 
     The closed form, per row: what is never freed (pipeline copies; the unused embeddings input on
     the CPU) plus the larger of the layer phase (inputs still read + the worst layer) and the output
     phase (logits + the normed and last hidden rows), since the allocator frees the masks before the
     output matmul runs."""
     if use_runtime:
-        measured = reserve_compute(settings, n_outputs_max)
+        measured = reserve_compute(settings, n_outputs_max, dry_run)
         if measured is not None:
             return measured, SIMULATED
     return _analytic_compute_bytes(settings, n_outputs_max), FORMULA

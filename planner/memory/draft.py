@@ -57,8 +57,9 @@ def estimate_draft(target: LlamaSettings, inventory: Inventory | None, exact_com
     settings = draft_settings(target, inventory, draft)
     weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
+    # a drafter exists only in llama-server's and llama-cli's real load: its reserve keeps the norm pins
     compute, source = compute_model(settings, use_runtime=exact_compute,
-                                    n_outputs_max=draft_outputs_max(target.flags))
+                                    n_outputs_max=draft_outputs_max(target.flags), dry_run=False)
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     return CompanionEstimate(DRAFT, settings.ctx.model.path, rows, source, draft_notes(target, settings.ctx))

@@ -143,10 +143,12 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
     placement = settings.placement
     weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
-    # companions exist only in llama-server and llama-cli: the target then keeps the server's output
-    # rows (server_output_limits), not llama-fit-params' n_batch
-    outputs = server_target_outputs_max(settings.flags) if settings.flags.has_companions else None
-    compute, source = compute_model(settings, use_runtime=exact_compute, n_outputs_max=outputs)
+    # companions exist only in llama-server and llama-cli: the target is then sized as llama-server's
+    # real load (its output rows, server_output_limits, and a reserve that keeps the norm pins), not
+    # as llama-fit-params' dry run
+    server = settings.flags.has_companions
+    compute, source = compute_model(settings, use_runtime=exact_compute, dry_run=not server,
+                                    n_outputs_max=server_target_outputs_max(settings.flags) if server else None)
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     by_dev: dict[str, list[int]] = defaultdict(list)

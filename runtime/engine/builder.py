@@ -197,8 +197,10 @@ class DecoderBuilder:
         q = self._hadamard(q, inp.k_rot, f"q_rot-{il}")
         k = self._hadamard(k, inp.k_rot, f"k_rot-{il}")
         v = self._hadamard(v, inp.v_rot, f"v_rot-{il}")
-        # llm_graph_context::build_attn expands q, v, k (one cache) or q, k, v (iswa) first
-        order = (q, k, v) if len(self.kv.tables) > 1 else (q, v, k)
+        # llm_graph_context::build_attn expands q, v, k (one cache) or q, k, v (iswa) first; llama.cpp
+        # takes the iswa path whenever the model has sliding-window layers (llama_kv_cache_iswa exists for
+        # swa_type != NONE), also when every layer is windowed and the model has one table
+        order = (q, k, v) if CacheKind.SWA in self.kv.tables else (q, v, k)
         for t in order:
             self.out.graph.expand(t)
         for t in self._store(il, k, v, inp):
