@@ -9,9 +9,10 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
   get_dummy_batch makes that one image.
 - clip.cpp load_tensors: the generic vision tensors plus each type's mm.* (HEADS); is_ffn_swapped.
 - clip.cpp build_inp / build_vit / build_norm / build_attn / build_ffn / build_patch_merge_permute /
-  resize_position_embeddings and models/siglip.cpp clip_graph_siglip::build (PROJECTOR_TYPE_GEMMA3,
-  IDEFICS3, LFM2, JANUS_PRO, PHI4): the graph below, node for node (865 nodes for Gemma 3's
-  27-layer SigLIP-So400m tower, as llama.cpp logs).
+  resize_position_embeddings, models/siglip.cpp clip_graph_siglip::build (PROJECTOR_TYPE_GEMMA3,
+  IDEFICS3, LFM2, JANUS_PRO, PHI4) and models/internvl.cpp (INTERNVL: a class token, layer scales,
+  a pixel shuffle): the graph below, node for node (865 nodes for Gemma 3's 27-layer SigLIP-So400m
+  tower, as llama.cpp logs).
 
 Only sizes are simulated: IM2COL, POOL_2D, NORM and UPSCALE have no numpy kernel, so the devices
 declare them (CLIP_SIZED_OPS) for the scheduler and no graph here is ever computed.
@@ -31,9 +32,11 @@ from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
 CV = Keys.ClipVision
-CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE})
+CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT})
 GEMMA3_N_MERGE = 4           # clip.cpp load_hparams: Gemma 3 pools 4x4 patches unless the file says otherwise
 LFM2_NORM_EPS = 1e-5         # siglip.cpp's LFM2 input norm: "default nn.LayerNorm"
+INTERNVL_NORM_EPS = 1e-5     # internvl.cpp: the projector's LayerNorm uses pytorch's default eps
+INTERNVL_RMS_VIT = (3200, 45)   # internvl.cpp: the 6B ViT (n_embd, n_layer) uses RMS norms
 
 
 class UnsupportedProjector(BadInput):
@@ -97,6 +100,8 @@ class SiglipHead:
     token_limits: tuple[int, int] | None = None
     warmup_tokens: int | None = None
     merges: bool = True
+    cls_token: bool = False      # a class embedding concatenated after the patches (InternVL)
+    min_merge: int = 2           # build_patch_merge_permute asserts > 1; InternVL's shuffle takes 1
 
 
 def _mlp(a: int, b: int) -> tuple[str, ...]:
@@ -112,6 +117,10 @@ HEADS: dict[str, SiglipHead] = {
     # LFM2-VL: processor_config.json's 64..256 tokens (clip.cpp load_hparams, PROJECTOR_TYPE_LFM2)
     VisionProjectorType.LFM2: SiglipHead(_LFM2_MM, name(T.V_MMPROJ, 2), 1, 1, False, True, (64, 256)),
     VisionProjectorType.JANUS_PRO: SiglipHead(_mlp(0, 1), name(T.V_MMPROJ, 1, "bias"), 0, 1, False, merges=False),
+    VisionProjectorType.INTERNVL: SiglipHead(
+        (name(T.V_ENC_EMBD_CLS, None, None), *(name(T.V_MMPROJ_MLP, i, s) for i in (0, 1, 3)
+                                               for s in ("weight", "bias"))),
+        name(T.V_MMPROJ_MLP, 3), 1, 1, False, cls_token=True, min_merge=1),
     # Phi-4: n_merge 1 and a 16 x 16-token warmup image ("avoid OOM on warmup", load_hparams)
     VisionProjectorType.PHI4: SiglipHead(_mlp(0, 2), name(T.V_MMPROJ, 2), 1, 1, False, True, warmup_tokens=16 * 16,
                                          merges=False),
@@ -153,7 +162,7 @@ def read_clip_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
                          width.shape[head.width_dim], warmup_image_size(head, image, patch, merge, image_max_tokens))
     except KeyError as e:
         raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
-    if head.merges and (hp.n_merge < 2 or hp.n_patches_side % hp.n_merge):
+    if head.merges and (hp.n_merge < head.min_merge or hp.n_patches_side % hp.n_merge):
         # build_patch_merge_permute asserts a factor > 1 and pads a side it does not divide (ggml_pad:
         # not modelled); Gemma 3's pool needs the factor to divide the side as well
         raise UnsupportedProjector(model.path, f"{proj} merging {hp.n_merge}x{hp.n_merge} of "
@@ -164,7 +173,7 @@ def read_clip_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
 # --- the tensors clip.cpp load_tensors asks for (the generic vision set plus the head's mm.*) ------
 
 _LAYER_TENSORS = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_ENC_INPUT_NORM,
-                  T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN)
+                  T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN, T.V_LAYER_SCALE_1, T.V_LAYER_SCALE_2)
 _MODEL_TENSORS = (T.V_ENC_EMBD_PATCH, T.V_ENC_EMBD_POS, T.V_POST_NORM)
 
 
@@ -194,13 +203,17 @@ class SiglipGraph:
     def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         self.hp, self.w, self.flash_attn = hp, w, flash_attn
         self.graph = Graph()
+        self.cls = HEADS[hp.projector].cls_token
+        self.n_pos = hp.n_patches_side ** 2 + (1 if self.cls else 0)
+        self.rms = hp.projector == VisionProjectorType.INTERNVL and (hp.n_embd, hp.n_layer) == INTERNVL_RMS_VIT
 
     def _opt(self, n: str) -> Tensor | None:
         return self.w.get(n)
 
     def norm(self, x: Tensor, kind: MODEL_TENSOR, il: int | None = None) -> Tensor:
-        """build_norm, NORM_TYPE_NORMAL: layer norm, times the weight, plus the bias."""
-        x = Tensor(x.type, x.ne, op=Op.NORM, src=[x], op_params={"eps": self.hp.eps})
+        """build_norm: layer norm (RMS for InternVL's 6B ViT), times the weight, plus the bias."""
+        x = g.rms_norm(x, self.hp.eps) if self.rms else Tensor(x.type, x.ne, op=Op.NORM, src=[x],
+                                                                 op_params={"eps": self.hp.eps})
         wt, b = self._opt(name(kind, il)), self._opt(name(kind, il, "bias"))
         x = g.mul(x, wt) if wt is not None else x
         return g.add(x, b) if b is not None else x
@@ -221,7 +234,7 @@ class SiglipGraph:
 
     def attention(self, x: Tensor, il: int) -> Tensor:
         """build_vit's separate q/k/v projections and build_attn (flash or soft_max path)."""
-        hp, n_pos = self.hp, self.hp.n_patches_side ** 2
+        hp, n_pos = self.hp, self.n_pos
         d_head = hp.n_embd // hp.n_head
         qkv = []
         for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V):
@@ -254,18 +267,43 @@ class SiglipGraph:
         return self.linear(y, down, down_b)
 
     def vit(self, x: Tensor) -> Tensor:
-        """build_vit: learned positions, the pre-norm layers, the post layer norm."""
-        hp, n_pos = self.hp, self.hp.n_patches_side ** 2
+        """build_vit: learned positions, the pre-norm layers (layer scales where present), the post
+        layer norm."""
+        hp, n_pos = self.hp, self.n_pos
         x = g.add(x, self.positions())
         x = g.reshape(x, (hp.n_embd, n_pos))
         for il in range(hp.n_layer):
-            y = self.attention(self.norm(x, T.V_ENC_INPUT_NORM, il), il)
+            y = self.scaled(self.attention(self.norm(x, T.V_ENC_INPUT_NORM, il), il), T.V_LAYER_SCALE_1, il)
             x = g.add(y, x)
-            y = self.ffn(self.norm(x, T.V_ENC_POST_ATTN_NORM, il), il)
+            y = self.scaled(self.ffn(self.norm(x, T.V_ENC_POST_ATTN_NORM, il), il), T.V_LAYER_SCALE_2, il)
             x = g.add(x, y)
         if self._opt(name(T.V_POST_NORM)) is not None:
             x = self.norm(x, T.V_POST_NORM)
         return g.reshape(x, (hp.n_embd, n_pos, 1))
+
+    def scaled(self, x: Tensor, kind: MODEL_TENSOR, il: int) -> Tensor:
+        ls = self._opt(name(kind, il))
+        return g.mul(x, ls) if ls is not None else x
+
+    def with_cls(self, x: Tensor) -> Tensor:
+        """internvl.cpp: the class embedding repeated per image (ggml_repeat_4d) and concatenated
+        after the patches (ggml_concat, dim 1)."""
+        cls = self.w[name(T.V_ENC_EMBD_CLS, None, None)]
+        cls = Tensor(cls.type, (cls.ne[0], 1, 1, 1), op=Op.REPEAT, src=[cls])
+        return Tensor(x.type, (x.ne[0], x.ne[1] + 1, x.ne[2], 1), op=Op.CONCAT, src=[x, cls], op_params={"dim": 1})
+
+    def internvl(self, x: Tensor) -> Tensor:
+        """internvl.cpp: drop the class token (a view and cont), pixel shuffle by n_merge, then the
+        projector: layer norm (mm.model.mlp.0, eps 1e-5), mlp.1, GELU, mlp.3."""
+        side, s, e = self.hp.n_patches_side, self.hp.n_merge, self.hp.n_embd
+        x = g.cont(g.view(x, (e, side * side, 1), (x.nb[0], x.nb[1], x.nb[2]), 0))
+        x = g.permute(g.reshape(x, (e * s, side // s, side, 1)), (0, 2, 1, 3))
+        x = g.permute(g.cont(x, (e * s * s, side // s, side // s, 1)), (0, 2, 1, 3))
+        x = g.cont(x, (x.ne[0], x.ne[1] * x.ne[2], x.ne[3]))
+        x = Tensor(x.type, x.ne, op=Op.NORM, src=[x], op_params={"eps": INTERNVL_NORM_EPS})
+        x = g.add(g.mul(x, self.w[name(T.V_MMPROJ_MLP, 0)]), self.w[name(T.V_MMPROJ_MLP, 0, "bias")])
+        x = g.unary(self.linear(x, self.w[name(T.V_MMPROJ_MLP, 1)], self._opt(name(T.V_MMPROJ_MLP, 1, "bias"))), "GELU")
+        return self.linear(x, self.w[name(T.V_MMPROJ_MLP, 3)], self._opt(name(T.V_MMPROJ_MLP, 3, "bias")))
 
     def positions(self) -> Tensor:
         """The learned position table; resize_position_embeddings interpolates it to the image's
@@ -330,8 +368,10 @@ class SiglipGraph:
     def build(self) -> Graph:
         heads = {VisionProjectorType.GEMMA3: self.gemma3, VisionProjectorType.IDEFICS3: self.idefics3,
                  VisionProjectorType.LFM2: self.lfm2, VisionProjectorType.JANUS_PRO: self.janus_pro,
-                 VisionProjectorType.PHI4: self.phi4}
-        self.graph.expand(heads[self.hp.projector](self.vit(self.inp())))
+                 VisionProjectorType.PHI4: self.phi4, VisionProjectorType.INTERNVL: self.internvl}
+        x = self.inp()
+        x = self.with_cls(x) if self.cls else x
+        self.graph.expand(heads[self.hp.projector](self.vit(x)))
         return self.graph
 
 

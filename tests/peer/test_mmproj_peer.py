@@ -5,7 +5,8 @@ llama-server with the Gemma 3 270M target and a shape-faithful sparse projector 
 896 px), SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4) and LFM2-VL's
 LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2, MLP),
 Janus-Pro's (SigLIP-L/16 at 384 px, GELU aligner), Phi-4's (So400m/14, a 224 px warmup image
-with its 32 x 32 position table interpolated down) and Qwen2.5-VL-3B's (32 layers, window attention,
+with its 32 x 32 position table interpolated down), InternVL3-1B's (a class token, layer scales)
+and Qwen2.5-VL-3B's (32 layers, window attention,
 M-RoPE, a 1288 px warmup image) and Qwen2-VL-2B's (layer norms, quick GELU, no windows),
 `-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
@@ -32,6 +33,7 @@ from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from tests.support.mmproj_factory import (
     idefics3_mmproj_spec,
+    internvl_mmproj_spec,
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
@@ -57,7 +59,7 @@ CASES = {
 }
 
 
-PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "qwen2vl", "qwen25vl")
+PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "qwen2vl", "qwen25vl")
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +70,7 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "lfm2": (target, write_mmproj(shapes_dir, lfm2_mmproj_spec(n_text_embd=640), "mmproj-lfm2")),
             "janus_pro": (target, write_mmproj(shapes_dir, janus_pro_mmproj_spec(n_text_embd=640), "mmproj-janus")),
             "phi4": (target, write_mmproj(shapes_dir, phi4_mmproj_spec(n_text_embd=640), "mmproj-phi4")),
+            "internvl": (target, write_mmproj(shapes_dir, internvl_mmproj_spec(n_text_embd=640), "mmproj-internvl")),
             "qwen2vl": (target, write_mmproj(shapes_dir, qwen2vl_mmproj_spec(n_text_embd=640), "mmproj-qwen2vl")),
             "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl"))}
 

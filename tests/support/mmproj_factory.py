@@ -146,6 +146,30 @@ def phi4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 27, n_embd: int =
     return spec
 
 
+def internvl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int = 1024, n_ff: int = 4096,
+                         n_head: int = 16, image_size: int = 448, patch_size: int = 14, scale_factor: int = 2,
+                         weight_type: Q = Q.F16) -> ModelSpec:
+    """InternVL's (internvl) projector: InternViT-300M/14 at 448 px (a class token, layer scales, no
+    post norm), pixel shuffle by 2, LayerNorm + GELU MLP (mm.model.mlp.0/1/3) — InternVL3-1B's shape."""
+    spec = _siglip(VisionProjectorType.INTERNVL, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size,
+                   patch_size, weight_type, Q.F16, swapped=False)
+    spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = scale_factor
+    n_patches = (image_size // patch_size) ** 2
+    spec.tensors = [t for t in spec.tensors if not t[0].startswith(("v.post_ln", "v.position_embd"))]
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches + 1))
+    spec.add(T.V_ENC_EMBD_CLS, Q.F32, (n_embd,), suffix=None)
+    for i in range(n_layer):
+        spec.add(T.V_LAYER_SCALE_1, Q.F32, (n_embd,), i)
+        spec.add(T.V_LAYER_SCALE_2, Q.F32, (n_embd,), i)
+    merged = n_embd * scale_factor**2
+    spec.add(T.V_MMPROJ_MLP, Q.F32, (merged,), 0)
+    spec.add(T.V_MMPROJ_MLP, Q.F32, (merged,), 0, "bias")
+    for i, (k, m) in ((1, (merged, n_text_embd)), (3, (n_text_embd, n_text_embd))):
+        spec.add(T.V_MMPROJ_MLP, weight_type, (k, m), i)
+        spec.add(T.V_MMPROJ_MLP, Q.F32, (m,), i, "bias")
+    return spec
+
+
 def qwen25vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: int = 1280, n_ff: int = 3420,
                          n_head: int = 16, patch_size: int = 14, n_wa_pattern: int = 8,
                          weight_type: Q = Q.F16) -> ModelSpec:

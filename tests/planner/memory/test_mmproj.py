@@ -1,5 +1,5 @@
-"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3, LFM2, Janus-Pro, Phi-4
-and Qwen2.5-VL projector files.
+"""The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3, LFM2, Janus-Pro, Phi-4,
+InternVL and Qwen2.5-VL projector files.
 
 Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes, each a
 multiple of the 32-byte alignment here, so nothing pads) and the placement rules of the pinned
@@ -28,6 +28,7 @@ from tests.support.gguf_factory import gemma3_spec
 from tests.support.mmproj_factory import (
     gemma3_mmproj_spec,
     idefics3_mmproj_spec,
+    internvl_mmproj_spec,
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
@@ -241,3 +242,18 @@ def test_qwen25vl(files, tmp_path):
     assert abs(rows["RPC0"][1] - 704.79 * MiB) < MiB // 200
     assert "warmup image 1288x1288" in est.notes[0] and "leave this projector's warmup" in est.notes[1]
     assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 4871.57 * MiB) < MiB // 200
+
+
+def test_internvl(files, tmp_path):
+    """InternVL3-1B's vision shape (InternViT-300M/14 at 448 px, a class token, layer scales, pixel
+    shuffle by 2): weights by hand; compute as llama-server logged it (28.03 / 80.14 MiB)."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, internvl_mmproj_spec(n_text_embd=N_TEXT), "internvl")
+    e, ff, side = 1024, 4096, 448
+    per_layer = 4 * e * e * 2 + 4 * e * 4 + 4 * e * 4 + 2 * e * ff * 2 + ff * 4 + e * 4 + 2 * e * 4
+    tower = 24 * per_layer + 14 * 14 * 3 * e * 2 + e * 4 + e * (1024 + 1) * 4 + e * 4    # + class_embd
+    head = 2 * 4 * e * 4 + 4 * e * N_TEXT * 2 + N_TEXT * 4 + N_TEXT * N_TEXT * 2 + N_TEXT * 4
+    rows = _rows(_estimate(ctx, path, *RPC))
+    assert rows["RPC0"][0] == tower + head and rows["Host"] == (0, side * side * 3 * 4)
+    assert abs(rows["RPC0"][1] - 28.03 * MiB) < MiB // 200
+    assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 80.14 * MiB) < MiB // 200

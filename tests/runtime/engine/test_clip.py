@@ -15,6 +15,7 @@ from runtime.ggml.graph import GGMLType, Op
 from tests.support.mmproj_factory import (
     gemma3_mmproj_spec,
     idefics3_mmproj_spec,
+    internvl_mmproj_spec,
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
@@ -128,3 +129,14 @@ def test_qwen_legacy_ffn_names_are_swapped_back(tmp_path):
     hp = read_qwen2vl_hparams(model)
     graph = Qwen2VLGraph(hp, load_weights(model, hp, qwen2vl_tensor_names(hp)), True).build()
     assert graph.nodes[-1].ne[:2] == (640, 46 * 46)
+
+
+@pytest.mark.parametrize("fa, total", [(True, 823), (False, 871)])
+def test_internvl_node_count(tmp_path, fa, total):
+    """internvl.cpp by hand: the inp's 11, the class token (repeat, concat), positions (add, reshape);
+    layers with two layer-scale muls each; no post norm, the reshape_3d; the head: view, cont, the
+    shuffle (reshape, permute, cont, permute, cont), norm, mul, add, mlp.1 + bias, gelu, mlp.3 + bias."""
+    _, graph = _graph(tmp_path, internvl_mmproj_spec(), fa)
+    layer = LAYER + 2 + (ATTN_FA if fa else ATTN_SOFTMAX)
+    assert len(graph.nodes) == 11 + 2 + 2 + 24 * layer + 1 + 15 == total
+    assert graph.nodes[-1].ne[:2] == (640, 16 * 16)
