@@ -127,8 +127,9 @@ HEADS: dict[str, SiglipHead] = {
 }
 
 
-# every projector type with a graph builder: HEADS' (this module) and Qwen2-VL's (clip_qwen2vl.py)
-SUPPORTED = (*HEADS, VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL)
+# every projector type with a graph builder: HEADS' (this module), Qwen2-VL's (clip_qwen2vl.py) and
+# Pixtral's (clip_pixtral.py)
+SUPPORTED = (*HEADS, VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL, VisionProjectorType.PIXTRAL)
 
 
 def warmup_image_size(head: SiglipHead, image_size: int, patch_size: int, n_merge: int, image_max_tokens: int) -> int:
@@ -173,8 +174,9 @@ def read_clip_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
 # --- the tensors clip.cpp load_tensors asks for (the generic vision set plus the head's mm.*) ------
 
 _LAYER_TENSORS = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_ENC_INPUT_NORM,
-                  T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN, T.V_LAYER_SCALE_1, T.V_LAYER_SCALE_2)
-_MODEL_TENSORS = (T.V_ENC_EMBD_PATCH, T.V_ENC_EMBD_POS, T.V_POST_NORM)
+                  T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_UP, T.V_ENC_FFN_GATE, T.V_ENC_FFN_DOWN, T.V_LAYER_SCALE_1,
+                  T.V_LAYER_SCALE_2)
+_MODEL_TENSORS = (T.V_ENC_EMBD_PATCH, T.V_ENC_EMBD_POS, T.V_PRE_NORM, T.V_POST_NORM)
 
 
 def tensor_names(hp: ClipHParams) -> list[str]:
@@ -203,7 +205,8 @@ class SiglipGraph:
     def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         self.hp, self.w, self.flash_attn = hp, w, flash_attn
         self.graph = Graph()
-        self.cls = HEADS[hp.projector].cls_token
+        self.head = HEADS.get(hp.projector, SiglipHead((), "", 0, 1, False))   # builders of their own: none
+        self.cls = self.head.cls_token
         self.n_pos = hp.n_patches_side ** 2 + (1 if self.cls else 0)
         self.rms = hp.projector == VisionProjectorType.INTERNVL and (hp.n_embd, hp.n_layer) == INTERNVL_RMS_VIT
 
@@ -240,6 +243,7 @@ class SiglipGraph:
         for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V):
             t = self.linear(x, self.w[name(kind, il)], self._opt(name(kind, il, "bias")))
             t = g.reshape(t, (d_head, hp.n_head, n_pos, 1))
+            t = self.add_pos(t) if kind is not T.V_ENC_ATTN_V else t
             self.graph.expand(t)    # ggml_build_forward_order: q, k, v enter the graph in this order
             qkv.append(t)
         q = g.permute(qkv[0], (0, 2, 1, 3))
@@ -257,21 +261,35 @@ class SiglipGraph:
             out = g.cont(kqv, (kqv.ne[0] * kqv.ne[1], kqv.ne[2] * kqv.ne[3]))
         return self.linear(out, self.w[name(T.V_ENC_ATTN_O, il)], self._opt(name(T.V_ENC_ATTN_O, il, "bias")))
 
+    def add_pos(self, t: Tensor) -> Tensor:
+        """build_vit's add_pos hook on q and k (none here; Pixtral's 2-D RoPE overrides it)."""
+        return t
+
     def ffn(self, x: Tensor, il: int) -> Tensor:
-        """build_ffn without a gate; up/down swapped back when stored as the converter names them."""
+        """build_ffn: up, an optional gate joined by the FFN op's GLU, down; up/down swapped back when
+        stored as the converter names them (load_tensors: is_ffn_swapped)."""
         up, down = self.w[name(T.V_ENC_FFN_UP, il)], self.w[name(T.V_ENC_FFN_DOWN, il)]
         up_b, down_b = self._opt(name(T.V_ENC_FFN_UP, il, "bias")), self._opt(name(T.V_ENC_FFN_DOWN, il, "bias"))
-        if HEADS[self.hp.projector].swaps_ffn and down.ne[0] == self.hp.n_embd:   # load_tensors: is_ffn_swapped
+        if self.head.swaps_ffn and down.ne[0] == self.hp.n_embd:
             up, down, up_b, down_b = down, up, down_b, up_b
-        y = g.unary(self.linear(x, up, up_b), self.hp.ffn_op)
+        y = self.linear(x, up, up_b)
+        gate = self._opt(name(T.V_ENC_FFN_GATE, il))
+        if gate is not None:
+            gx = self.linear(x, gate, self._opt(name(T.V_ENC_FFN_GATE, il, "bias")))
+            y = Tensor(gx.type, gx.ne, op=Op.GLU, src=[gx, y], op_params={"glu": self.hp.ffn_op})
+        else:
+            y = g.unary(y, self.hp.ffn_op)
         return self.linear(y, down, down_b)
 
     def vit(self, x: Tensor) -> Tensor:
         """build_vit: learned positions, the pre-norm layers (layer scales where present), the post
         layer norm."""
         hp, n_pos = self.hp, self.n_pos
-        x = g.add(x, self.positions())
+        pos = self.positions()
+        x = g.add(x, pos) if pos is not None else x
         x = g.reshape(x, (hp.n_embd, n_pos))
+        if self._opt(name(T.V_PRE_NORM)) is not None:
+            x = self.norm(x, T.V_PRE_NORM)
         for il in range(hp.n_layer):
             y = self.scaled(self.attention(self.norm(x, T.V_ENC_INPUT_NORM, il), il), T.V_LAYER_SCALE_1, il)
             x = g.add(y, x)
@@ -305,12 +323,12 @@ class SiglipGraph:
         x = g.unary(self.linear(x, self.w[name(T.V_MMPROJ_MLP, 1)], self._opt(name(T.V_MMPROJ_MLP, 1, "bias"))), "GELU")
         return self.linear(x, self.w[name(T.V_MMPROJ_MLP, 3)], self._opt(name(T.V_MMPROJ_MLP, 3, "bias")))
 
-    def positions(self) -> Tensor:
+    def positions(self) -> Tensor | None:
         """The learned position table; resize_position_embeddings interpolates it to the image's
         patch grid (reshape, permute, ggml_interpolate = UPSCALE, permute, cont_2d) when they differ."""
         pos, side, e = self.w[name(T.V_ENC_EMBD_POS)], self.hp.n_patches_side, self.hp.n_embd
         n_per_side = math.isqrt(pos.ne[1])
-        if not HEADS[self.hp.projector].resizes_positions or side == n_per_side:
+        if not self.head.resizes_positions or side == n_per_side:
             return pos
         p = g.permute(g.reshape(pos, (e, n_per_side, n_per_side)), (2, 0, 1, 3))
         p = Tensor(pos.type, (side, side, e, 1), op=Op.UPSCALE, src=[p])

@@ -18,6 +18,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gguf import VisionProjectorType
+
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
@@ -29,6 +31,7 @@ from runtime.engine.clip import (
     projector_type,
     read_clip_hparams,
 )
+from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import (
     QWEN2VL_TYPES,
     Qwen2VLGraph,
@@ -86,6 +89,8 @@ def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
     """The projector's hparams, read by its family's reader (projector type -> graph builder)."""
     if projector_type(model) in QWEN2VL_TYPES:
         return read_qwen2vl_hparams(model)
+    if projector_type(model) == VisionProjectorType.PIXTRAL:
+        return read_pixtral_hparams(model)
     return read_clip_hparams(model, image_max_tokens)
 
 
@@ -93,6 +98,9 @@ def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dic
     if isinstance(hp, QwenVLHParams):
         weights = load_weights(model, hp, qwen2vl_tensor_names(hp))
         return weights, Qwen2VLGraph(hp, weights, fa).build()
+    if hp.projector == VisionProjectorType.PIXTRAL:
+        weights = load_weights(model, hp, pixtral_tensor_names(hp))
+        return weights, PixtralGraph(hp, weights, fa).build()
     weights = load_weights(model, hp)
     return weights, SiglipGraph(hp, weights, fa).build()
 

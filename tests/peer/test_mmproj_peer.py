@@ -1,18 +1,21 @@
 """The projector's estimate (planner/memory/mmproj.py) against the pinned llama-server's own load.
 
-llama-server with the Gemma 3 270M target and a shape-faithful sparse projector projecting to the
-270M's 640 (tests/support/mmproj_factory.py): Gemma 3's (the full 27-layer SigLIP-So400m tower at
-896 px), SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4) and LFM2-VL's
-LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2, MLP),
-Janus-Pro's (SigLIP-L/16 at 384 px, GELU aligner), Phi-4's (So400m/14, a 224 px warmup image
-with its 32 x 32 position table interpolated down), InternVL3-1B's (a class token, layer scales)
-and Qwen2.5-VL-3B's (32 layers, window attention,
-M-RoPE, a 1288 px warmup image) and Qwen2-VL-2B's (layer norms, quick GELU, no windows),
-`-fit off`, on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
-device, (b) the same with --no-mmproj-offload, (c) no devices at all, and (d) -mmdev RPC1 -fa off
-(the second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
+llama-server with the Gemma 3 270M target and shape-faithful sparse projectors projecting to the
+270M's 640 (tests/support/mmproj_factory.py):
+- Gemma 3's (the full 27-layer SigLIP-So400m tower at 896 px),
+- SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4),
+- LFM2-VL's LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2),
+- Janus-Pro's (SigLIP-L/16 at 384 px, GELU aligner),
+- Phi-4's (So400m/14, a 224 px warmup image, its 32 x 32 position table interpolated down),
+- InternVL3-1B's (a class token, layer scales, pixel shuffle),
+- Mistral Small 3.1's Pixtral (2-D RoPE, the patch merger, [IMG_BREAK] rows),
+- Qwen2-VL-2B's (layer norms, quick GELU) and Qwen2.5-VL-3B's (32 layers, window attention, M-RoPE,
+  a 1288 px warmup image);
+under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
+device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
+second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
 device, common/arg.cpp), (f) --image-max-tokens 100 and (g) 64 with --image-min-tokens 16 on the host
-(LFM2's warmup image shrinks to 320 and 256 px; the others' stays). clip.cpp logs the projector after the target:
+(LFM2's warmup image shrinks to 320 and 256 px; Gemma 3's stays). clip.cpp logs the projector after the target:
 its backend, load_hparams' model size (every tensor's bytes) and one reserve_compute_meta line per
 backend (planner/checking/llama.py parse_clip_log).
 
@@ -37,6 +40,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    pixtral_mmproj_spec,
     qwen2vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
@@ -59,7 +63,7 @@ CASES = {
 }
 
 
-PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "qwen2vl", "qwen25vl")
+PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl")
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +75,7 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "janus_pro": (target, write_mmproj(shapes_dir, janus_pro_mmproj_spec(n_text_embd=640), "mmproj-janus")),
             "phi4": (target, write_mmproj(shapes_dir, phi4_mmproj_spec(n_text_embd=640), "mmproj-phi4")),
             "internvl": (target, write_mmproj(shapes_dir, internvl_mmproj_spec(n_text_embd=640), "mmproj-internvl")),
+            "pixtral": (target, write_mmproj(shapes_dir, pixtral_mmproj_spec(n_text_embd=640), "mmproj-pixtral")),
             "qwen2vl": (target, write_mmproj(shapes_dir, qwen2vl_mmproj_spec(n_text_embd=640), "mmproj-qwen2vl")),
             "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl"))}
 

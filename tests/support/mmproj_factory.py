@@ -170,6 +170,38 @@ def internvl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: i
     return spec
 
 
+def pixtral_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int = 1024, n_ff: int = 4096,
+                        n_head: int = 16, patch_size: int = 14, merge: int = 2, weight_type: Q = Q.F16) -> ModelSpec:
+    """Mistral Small 3.1's (pixtral) projector: a 24-layer Pixtral ViT/14 (RMS norms, a pre-norm, a
+    SiLU-gated FFN, no biases, no position table), the 2x2 patch merger, a GELU MLP (mm.1, mm.2) and
+    the [IMG_BREAK] embedding."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.PIXTRAL, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
+        cv.IMAGE_SIZE: 1540, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: merge,
+        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
+    })
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+        spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.V_ENC_FFN_GATE, weight_type, (n_embd, n_ff), i)
+        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+    spec.add(T.V_MM_INP_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_MM_PATCH_MERGER, weight_type, (n_embd * merge**2, n_embd))
+    spec.add(T.V_MMPROJ, weight_type, (n_embd, n_text_embd), 1)
+    spec.add(T.V_MMPROJ, weight_type, (n_text_embd, n_text_embd), 2)
+    spec.add(T.V_TOK_EMBD_IMG_BREAK, Q.F32, (n_text_embd,), suffix=None)
+    return spec
+
+
 def qwen25vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: int = 1280, n_ff: int = 3420,
                          n_head: int = 16, patch_size: int = 14, n_wa_pattern: int = 8,
                          weight_type: Q = Q.F16) -> ModelSpec:

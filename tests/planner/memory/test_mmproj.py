@@ -1,10 +1,12 @@
 """The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3, LFM2, Janus-Pro, Phi-4,
-InternVL and Qwen2.5-VL projector files.
+InternVL, Pixtral and Qwen2.5-VL projector files.
 
-Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes, each a
-multiple of the 32-byte alignment here, so nothing pads) and the placement rules of the pinned
-common/arg.cpp and tools/mtmd/clip.cpp clip_ctx; the compute figures of the 27-layer tower are
-what the pinned llama-server logged for this file (reserve_compute_meta, tests/peer/test_mmproj_peer.py).
+Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes padded to
+the 32-byte alignment) and the placement rules of the pinned common/arg.cpp and tools/mtmd/clip.cpp
+clip_ctx; the compute figures are what the pinned llama-server logged (reserve_compute_meta,
+tests/peer/test_mmproj_peer.py) for the same towers projecting to 640. Most tests here project to the
+small text model's 128: the head is not in those graphs' peak, so the buffers are the same (checked:
+equal to the 0.01 MiB llama.cpp prints); Pixtral's head is, so its test uses a 640-wide text model.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    pixtral_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
@@ -114,9 +117,9 @@ def test_full_tower_compute_is_llama_cpps(files, fa, compute):
 def test_other_projector_types_are_refused(files, tmp_path):
     ctx, _, _ = files
     spec = gemma3_mmproj_spec(n_text_embd=N_TEXT, n_layer=1)
-    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "pixtral"
-    [path] = spec.write(tmp_path / "pixtral.gguf")
-    with pytest.raises(UnsupportedProjector, match="pixtral"):
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "qwen3vl_merger"
+    [path] = spec.write(tmp_path / "qwen3vl.gguf")
+    with pytest.raises(UnsupportedProjector, match="qwen3vl_merger"):
         _estimate(ctx, path)
 
 
@@ -257,3 +260,23 @@ def test_internvl(files, tmp_path):
     assert rows["RPC0"][0] == tower + head and rows["Host"] == (0, side * side * 3 * 4)
     assert abs(rows["RPC0"][1] - 28.03 * MiB) < MiB // 200
     assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 80.14 * MiB) < MiB // 200
+
+
+def test_pixtral(tmp_path):
+    """Mistral Small 3.1's Pixtral projector, 640 wide as in the peer test (its head is in the peak):
+    warmup at 16 x 16 merged tokens = 16 x 14 x 2 = 448 px whatever --image-max-tokens says; weights by
+    hand (no biases); compute as llama-server logged it (64.34 / 86.34 MiB)."""
+    n_text = 640
+    [text] = gemma3_spec(n_embd=n_text).write(tmp_path / "text640.gguf")
+    ctx = model_context(str(text))
+    path = write_mmproj(tmp_path, pixtral_mmproj_spec(n_text_embd=n_text), "pixtral")
+    e, ff, side = 1024, 4096, 448
+    per_layer = 4 * e * e * 2 + 2 * e * 4 + 3 * e * ff * 2
+    head = e * 4 + 4 * e * e * 2 + e * n_text * 2 + n_text * n_text * 2 + n_text * 4   # norm, merger, mm.1/2, break
+    weights = 24 * per_layer + 14 * 14 * 3 * e * 2 + e * 4 + head                     # + the kernel, pre_ln
+    est = _estimate(ctx, path, *RPC, "--image-max-tokens", "1024")
+    rows = _rows(est)
+    n_patches = (side // 14) ** 2     # the CPU holds the image and the row and column ids of the 2-D RoPE
+    assert rows["RPC0"][0] == weights and rows["Host"] == (0, side * side * 3 * 4 + 2 * n_patches * 4)
+    assert abs(rows["RPC0"][1] - 64.34 * MiB) < MiB // 200 and "warmup image 448x448" in est.notes[0]
+    assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 86.34 * MiB) < MiB // 200

@@ -10,6 +10,7 @@ import pytest
 
 from planner.gguf.reader import read_model
 from runtime.engine.clip import SiglipGraph, load_weights, read_clip_hparams
+from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import Qwen2VLGraph, qwen2vl_tensor_names, read_qwen2vl_hparams
 from runtime.ggml.graph import GGMLType, Op
 from tests.support.mmproj_factory import (
@@ -19,6 +20,7 @@ from tests.support.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
+    pixtral_mmproj_spec,
     qwen2vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_mmproj,
@@ -140,3 +142,17 @@ def test_internvl_node_count(tmp_path, fa, total):
     layer = LAYER + 2 + (ATTN_FA if fa else ATTN_SOFTMAX)
     assert len(graph.nodes) == 11 + 2 + 2 + 24 * layer + 1 + 15 == total
     assert graph.nodes[-1].ne[:2] == (640, 16 * 16)
+
+
+@pytest.mark.parametrize("fa, total", [(True, 703), (False, 751)])
+def test_pixtral_node_count(tmp_path, fa, total):
+    """pixtral.cpp by hand: the conv (7), rows (reshape, transpose, cont), no position table, reshape,
+    RMS pre-norm (2); a layer = RMS norm 2, q and k (matmul, reshape, 2 RoPEs), v 2, attention, out,
+    residual, norm 2, gated FFN 4, residual; reshape_3d; the merger 9 (norm, mul, reshape, permute, cont,
+    the kernel view, im2col, reshape, matmul), the MLP 3, the [IMG_BREAK] rows 5."""
+    model = read_model(str(write_mmproj(tmp_path, pixtral_mmproj_spec(), "px")))
+    hp = read_pixtral_hparams(model)
+    graph = PixtralGraph(hp, load_weights(model, hp, pixtral_tensor_names(hp)), fa).build()
+    layer = 2 + 10 + (ATTN_FA if fa else ATTN_SOFTMAX) + 1 + 1 + 2 + 4 + 1
+    assert len(graph.nodes) == 13 + 24 * layer + 1 + 9 + 3 + 5 == total
+    assert graph.nodes[-1].ne[:2] == (640, 16 * 16 + 15)     # 256 tokens and a break after each row but the last
