@@ -31,7 +31,7 @@ from planner.llama.placement import CPU, Device, row_of
 from planner.llama.settings import LlamaSettings
 from planner.memory.analytic import SIMULATED
 from planner.memory.rows import CompanionEstimate, DeviceMemory
-from runtime.engine.clip import HEADS
+from runtime.engine.clip_hparams import HEADS
 from runtime.engine.clip_reserve import ProjectorReserve, read_projector, reserve_projector
 
 KIND = "mmproj"

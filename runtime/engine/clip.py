@@ -1,5 +1,5 @@
 """The multimodal projector's graph (tools/mtmd), as clip.cpp builds it at its warmup image size:
-the hparams, the weights the loader asks for and the SigLIP-tower graphs; runtime/engine/
+the SigLIP-tower graphs (hparams and weights: runtime/engine/clip_hparams.py); runtime/engine/
 clip_reserve.py reserves them.
 
 Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
@@ -21,180 +21,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys, VisionProjectorType
+from gguf import MODEL_TENSOR, VisionProjectorType
 
-from planner.core.errors import BadInput
-from planner.gguf.reader import ModelFile
+from runtime.engine.clip_hparams import HEADS, ClipHParams, SiglipHead, name
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
-CV = Keys.ClipVision
 CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT})
-GEMMA3_N_MERGE = 4           # clip.cpp load_hparams: Gemma 3 pools 4x4 patches unless the file says otherwise
 LFM2_NORM_EPS = 1e-5         # siglip.cpp's LFM2 input norm: "default nn.LayerNorm"
 INTERNVL_NORM_EPS = 1e-5     # internvl.cpp: the projector's LayerNorm uses pytorch's default eps
 INTERNVL_RMS_VIT = (3200, 45)   # internvl.cpp: the 6B ViT (n_embd, n_layer) uses RMS norms
-
-
-class UnsupportedProjector(BadInput):
-    """A projector type (clip.projector_type) fitplan has no graph builder for."""
-
-    code = "unsupported_projector"
-
-    def __init__(self, path: str, projector: str) -> None:
-        self.path, self.projector = path, projector
-        super().__init__(f"{path}: projector type {projector!r} is not modelled; fitplan sizes "
-                         f"{', '.join(repr(p) for p in SUPPORTED)} projectors only")
-
-
-@dataclass(frozen=True)
-class ClipHParams:
-    """clip.cpp load_hparams' figures for a vision projector."""
-
-    projector: str
-    n_embd: int
-    n_head: int
-    n_ff: int
-    n_layer: int
-    eps: float
-    image_size: int
-    patch_size: int
-    n_merge: int
-    ffn_op: str           # ggml unary of the FFN: GELU (clip.use_gelu), SILU (clip.use_silu), else GELU_QUICK
-    n_mmproj_embd: int    # clip_n_mmproj_embd: the projection's output width, the text model's
-    warmup_image_size: int   # get_dummy_batch's square image side
-
-    @property
-    def n_patches_side(self) -> int:
-        return self.warmup_image_size // self.patch_size
-
-
-def name(kind: MODEL_TENSOR, bid: int | None = None, suffix: str | None = "weight") -> str:
-    base = TENSOR_NAMES[kind].format(bid=bid)
-    return f"{base}.{suffix}" if suffix else base
-
-
-def projector_type(model: ModelFile) -> str:
-    """clip.projector_type, or clip.vision.projector_type for mixed-modality files (load_hparams)."""
-    return str(model.metadata.get(Keys.Clip.PROJECTOR_TYPE) or model.metadata.get(CV.PROJECTOR_TYPE) or "")
-
-
-@dataclass(frozen=True)
-class SiglipHead:
-    """What a siglip.cpp projector type adds to the ViT: its mm.* tensors (clip.cpp load_tensors),
-    the tensor and dimension clip_n_mmproj_embd reads the output width from, load_hparams' n_merge,
-    whether load_tensors' is_ffn_swapped list names it, whether build resizes the learned positions
-    to the image (resize_position_embeddings), the (min, max) image tokens load_hparams passes
-    to set_limit_image_tokens or the tokens it passes to set_warmup_n_tokens (neither: the warmup
-    image is image_size), and whether the head merges patches (n_merge read from the file)."""
-
-    tensors: tuple[str, ...]
-    width_tensor: str
-    width_dim: int
-    default_merge: int
-    swaps_ffn: bool
-    resizes_positions: bool = False
-    token_limits: tuple[int, int] | None = None
-    warmup_tokens: int | None = None
-    merges: bool = True
-    cls_token: bool = False      # a class embedding concatenated after the patches (InternVL)
-    min_merge: int = 2           # build_patch_merge_permute asserts > 1; InternVL's shuffle takes 1
-
-
-def _mlp(a: int, b: int) -> tuple[str, ...]:
-    return tuple(name(T.V_MMPROJ, i, s) for i in (a, b) for s in ("weight", "bias"))
-
-
-_LFM2_MM = (name(T.V_MM_INP_NORM), name(T.V_MM_INP_NORM, None, "bias"), name(T.V_MMPROJ, 1),
-            name(T.V_MMPROJ, 1, "bias"), name(T.V_MMPROJ, 2), name(T.V_MMPROJ, 2, "bias"))
-HEADS: dict[str, SiglipHead] = {
-    VisionProjectorType.GEMMA3: SiglipHead((name(T.V_MM_INP_PROJ), name(T.V_MM_SOFT_EMB_NORM)),
-                                           name(T.V_MM_INP_PROJ), 0, GEMMA3_N_MERGE, True),
-    VisionProjectorType.IDEFICS3: SiglipHead((name(T.V_MMPROJ_FC),), name(T.V_MMPROJ_FC), 1, 1, True),
-    # LFM2-VL: processor_config.json's 64..256 tokens (clip.cpp load_hparams, PROJECTOR_TYPE_LFM2)
-    VisionProjectorType.LFM2: SiglipHead(_LFM2_MM, name(T.V_MMPROJ, 2), 1, 1, False, True, (64, 256)),
-    VisionProjectorType.JANUS_PRO: SiglipHead(_mlp(0, 1), name(T.V_MMPROJ, 1, "bias"), 0, 1, False, merges=False),
-    VisionProjectorType.INTERNVL: SiglipHead(
-        (name(T.V_ENC_EMBD_CLS, None, None), *(name(T.V_MMPROJ_MLP, i, s) for i in (0, 1, 3)
-                                               for s in ("weight", "bias"))),
-        name(T.V_MMPROJ_MLP, 3), 1, 1, False, cls_token=True, min_merge=1),
-    # Phi-4: n_merge 1 and a 16 x 16-token warmup image ("avoid OOM on warmup", load_hparams)
-    VisionProjectorType.PHI4: SiglipHead(_mlp(0, 2), name(T.V_MMPROJ, 2), 1, 1, False, True, warmup_tokens=16 * 16,
-                                         merges=False),
-}
-
-
-# every projector type with a graph builder: HEADS' (this module), Qwen2-VL's (clip_qwen2vl.py) and
-# Pixtral's (clip_pixtral.py)
-SUPPORTED = (*HEADS, VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL, VisionProjectorType.PIXTRAL)
-
-
-def warmup_image_size(head: SiglipHead, image_size: int, patch_size: int, n_merge: int, image_max_tokens: int) -> int:
-    """clip-model.h set_limit_image_tokens: the side of the largest image the preprocessor admits,
-    sqrt(max tokens x (patch x merge)^2) truncated, --image-max-tokens replacing the model's maximum."""
-    if head.warmup_tokens is not None:     # set_warmup_n_tokens: sqrt(n) x patch x merge
-        return math.isqrt(head.warmup_tokens) * patch_size * n_merge
-    if head.token_limits is None:
-        return image_size
-    tokens = image_max_tokens if image_max_tokens > 0 else head.token_limits[1]
-    return math.isqrt(tokens * (patch_size * n_merge) ** 2)
-
-
-def read_clip_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
-    """The vision hparams of a projector file whose type HEADS knows; others are refused by name."""
-    meta = model.metadata
-    proj = projector_type(model)
-    head = HEADS.get(proj)
-    if head is None or not meta.get(Keys.Clip.HAS_VISION_ENCODER):
-        raise UnsupportedProjector(model.path, proj or "(none)")
-    width = model.tensor(head.width_tensor)
-    if width is None:
-        raise BadInput(f"{model.path}: a {proj} projector without {head.width_tensor}")
-    try:
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        image, patch = int(meta[CV.IMAGE_SIZE]), int(meta[CV.PATCH_SIZE])
-        merge = int(meta.get(CV.Projector.SCALE_FACTOR, head.default_merge)) if head.merges else head.default_merge
-        hp = ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                         int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                         float(meta[CV.Attention.LAYERNORM_EPS]), image, patch, merge, ffn_op,
-                         width.shape[head.width_dim], warmup_image_size(head, image, patch, merge, image_max_tokens))
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
-    if head.merges and (hp.n_merge < head.min_merge or hp.n_patches_side % hp.n_merge):
-        # build_patch_merge_permute asserts a factor > 1 and pads a side it does not divide (ggml_pad:
-        # not modelled); Gemma 3's pool needs the factor to divide the side as well
-        raise UnsupportedProjector(model.path, f"{proj} merging {hp.n_merge}x{hp.n_merge} of "
-                                               f"{hp.n_patches_side}x{hp.n_patches_side} patches")
-    return hp
-
-
-# --- the tensors clip.cpp load_tensors asks for (the generic vision set plus the head's mm.*) ------
-
-_LAYER_TENSORS = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_ENC_INPUT_NORM,
-                  T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_UP, T.V_ENC_FFN_GATE, T.V_ENC_FFN_DOWN, T.V_LAYER_SCALE_1,
-                  T.V_LAYER_SCALE_2)
-_MODEL_TENSORS = (T.V_ENC_EMBD_PATCH, T.V_ENC_EMBD_POS, T.V_PRE_NORM, T.V_POST_NORM)
-
-
-def tensor_names(hp: ClipHParams) -> list[str]:
-    """Every name the graph reads, weights and biases, in load order."""
-    names = [name(k, None, s) for k in _MODEL_TENSORS for s in ("weight", "bias")]
-    names += [name(k, il, s) for il in range(hp.n_layer) for k in _LAYER_TENSORS for s in ("weight", "bias")]
-    return names + list(HEADS[hp.projector].tensors)
-
-
-def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = None) -> dict[str, Tensor]:
-    """The projector's weights as clip.cpp loads them (absent optional biases stay absent); a tensor
-    the graph does not read (a layer scale, a pre-norm) is refused rather than ignored. `names`: the
-    builder's own list (default: the SigLIP tower's with the head's)."""
-    known = set(names if names is not None else tensor_names(hp))
-    extra = [t.name for t in model.tensors if t.name not in known]
-    if extra:
-        raise UnsupportedProjector(model.path, f"{hp.projector} with {extra[0]}")
-    return {t.name: Tensor(t.ggml_type, t.shape, name=t.name) for t in model.tensors}
 
 
 # --- the graph (clip.cpp build_* and models/siglip.cpp) ---------------------------------------------

@@ -21,7 +21,8 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip import ClipHParams, SiglipGraph, name
+from runtime.engine.clip import SiglipGraph
+from runtime.engine.clip_hparams import ClipHParams, name
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 

@@ -24,7 +24,8 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip import ClipHParams, UnsupportedProjector, cast, conv2d, name
+from runtime.engine.clip import cast, conv2d
+from runtime.engine.clip_hparams import ClipHParams, UnsupportedProjector, name
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 

@@ -23,14 +23,8 @@ from gguf import VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
-from runtime.engine.clip import (
-    CLIP_SIZED_OPS,
-    ClipHParams,
-    SiglipGraph,
-    load_weights,
-    projector_type,
-    read_clip_hparams,
-)
+from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
+from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
 from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import (
     QWEN2VL_TYPES,

@@ -24,7 +24,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import Device
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from runtime.engine.clip import UnsupportedProjector, read_clip_hparams
+from runtime.engine.clip_hparams import UnsupportedProjector, read_clip_hparams
 from runtime.engine.clip_reserve import reserve_projector
 from tests.support.gguf_factory import gemma3_spec
 from tests.support.mmproj_factory import (

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from planner.gguf.reader import read_model
-from runtime.engine.clip import SiglipGraph, load_weights, read_clip_hparams
+from runtime.engine.clip import SiglipGraph
+from runtime.engine.clip_hparams import load_weights, read_clip_hparams
 from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import Qwen2VLGraph, qwen2vl_tensor_names, read_qwen2vl_hparams
 from runtime.ggml.graph import GGMLType, Op
