@@ -98,7 +98,7 @@ class DecoderBuilder:
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
-            return build_moe_ffn(self.hp, self._need, self.out.graph, x, il, self._w)
+            return build_moe_ffn(self.hp, self._need, self.out.graph, x, il, self._w, self.lora)
         up = self.lora.mm(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
         gate = self.lora.mm(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
         kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"

@@ -33,6 +33,7 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.engine.lora import Adapters
 from runtime.engine.moe import normalized_weights, weighted_sum
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
@@ -193,9 +194,13 @@ class MlaBuilder:
     """Builds one ubatch's deepseek2 graph from weights (name -> Tensor) and the K-only cache."""
 
     def __init__(self, hp: MlaHParams, weights: Mapping[str, Tensor], kv: KVCache, *, flash_attn: bool,
-                 offload_kqv: bool) -> None:
+                 offload_kqv: bool, lora: Adapters | None = None) -> None:
         self.hp, self.w, self.kv = hp, weights, kv
         self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
+        # applied LoRA adapters where deepseek2.cpp goes through build_lora_mm / build_lora_mm_id: the
+        # token rows, wo (build_attn), the FFNs and experts (build_ffn, build_moe_ffn); its attention
+        # projections and the main graph's lm_head are plain ggml_mul_mat
+        self.lora = lora or Adapters()
 
     def _need(self, name: str) -> Tensor:
         t = self.w.get(name)
@@ -296,14 +301,14 @@ class MlaBuilder:
             if not self.offload_kqv:
                 self.out.cpu_pins.append(cur)
         g.expand(cur)
-        return B.mul_mat(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
+        return self.lora.mm(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
 
     # --- feed-forward -----------------------------------------------------------------------
     def _ffn(self, x: Tensor, il: int, up: T, gate: T, down: T, name: str) -> Tensor:
         """build_ffn(LLM_FFN_SILU, LLM_FFN_PAR): silu(gate x) * (up x), then down."""
-        u = B.mul_mat(self._wl(up, il), x, name=f"ffn_up-{il}")
-        g = B.mul_mat(self._wl(gate, il), x, name=f"ffn_gate-{il}")
-        return B.mul_mat(self._wl(down, il), B.swiglu(g, u, name=f"ffn_swiglu-{il}"), name=f"{name}-{il}")
+        u = self.lora.mm(self._wl(up, il), x, name=f"ffn_up-{il}")
+        g = self.lora.mm(self._wl(gate, il), x, name=f"ffn_gate-{il}")
+        return self.lora.mm(self._wl(down, il), B.swiglu(g, u, name=f"ffn_swiglu-{il}"), name=f"{name}-{il}")
 
     def _moe(self, cur: Tensor, il: int) -> Tensor:
         """build_moe_ffn with deepseek2's options: softmax or sigmoid gating, the selection bias
@@ -311,7 +316,7 @@ class MlaBuilder:
         hp, g = self.hp, self.out.graph
         n_embd, n_tokens = cur.ne[0], cur.ne[1]
         k, n_expert = hp.n_expert_used, hp.n_expert
-        logits = B.mul_mat(self._wl(T.FFN_GATE_INP, il), cur, name=f"ffn_moe_logits-{il}")
+        logits = self.lora.mm(self._wl(T.FFN_GATE_INP, il), cur, name=f"ffn_moe_logits-{il}")
         if hp.gating is Gating.SIGMOID:
             probs = B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
         else:
@@ -329,10 +334,10 @@ class MlaBuilder:
             weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
         g.expand(weights)
         x = B.reshape(cur, (n_embd, 1, n_tokens))
-        up = B.mul_mat_id(self._wl(T.FFN_UP_EXP, il), x, selected, name=f"ffn_moe_up-{il}")
-        gate = B.mul_mat_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
+        up = self.lora.mm_id(self._wl(T.FFN_UP_EXP, il), x, selected, name=f"ffn_moe_up-{il}")
+        gate = self.lora.mm_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
-        experts = B.mul_mat_id(self._wl(T.FFN_DOWN_EXP, il), act, selected, name=f"ffn_moe_down-{il}")
+        experts = self.lora.mm_id(self._wl(T.FFN_DOWN_EXP, il), act, selected, name=f"ffn_moe_down-{il}")
         return weighted_sum(g, experts, weights, n_embd, n_tokens, k, il)
 
     # --- the graph --------------------------------------------------------------------------
@@ -373,7 +378,8 @@ class MlaBuilder:
     def build(self, shape: BatchShape) -> BuiltGraph:
         self._inputs(shape)
         g = self.out.graph
-        x = B.get_rows(self._need(TOKEN_EMBD), self.out.tokens, name="inp_embd_rows")
+        tok_embd = self._need(TOKEN_EMBD)
+        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
         g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
         g.expand(self.out.embd)
         for il in range(self.hp.n_layer):

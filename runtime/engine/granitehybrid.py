@@ -63,7 +63,7 @@ class GraniteHybridBuilder(DecoderBuilder):
     def _ffn(self, x: Tensor, il: int, up: T, gate: T, down: T, name: str) -> Tensor:
         """build_ffn with LLM_FFN_SILU, LLM_FFN_PAR and the optional biases."""
         def proj(kind: T, t: Tensor, part: str) -> Tensor:
-            out = B.mul_mat(self._need(tensor_name(kind, il)), t, name=f"{name}_{part}-{il}")
+            out = self.lora.mm(self._need(tensor_name(kind, il)), t, name=f"{name}_{part}-{il}")
             bias = self._w(tensor_name(kind, il, "bias"))
             return B.add(out, bias) if bias is not None else out
 
@@ -80,7 +80,7 @@ class GraniteHybridBuilder(DecoderBuilder):
         if self._w(tensor_name(T.FFN_GATE_INP, il)) is None:
             cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn")
         else:
-            moe = build_moe_ffn(self.hp, self._need, self.out.graph, cur, il)
+            moe = build_moe_ffn(self.hp, self._need, self.out.graph, cur, il, lora=self.lora)
             if self._w(tensor_name(T.FFN_UP_SHEXP, il)) is not None:
                 shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
                 moe = B.add(moe, shared, name=f"ffn_out-{il}")
@@ -92,7 +92,7 @@ class GraniteHybridBuilder(DecoderBuilder):
     def _attention_layer(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
         qkv = self._qkv(cur, il, n_tokens)
         cur = self.attention(il, qkv.q, qkv.k, qkv.v)
-        cur = B.mul_mat(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
+        cur = self.lora.mm(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
         bias = self._w(tensor_name(T.ATTN_OUT, il, "bias"))
         return B.add(cur, bias) if bias is not None else cur
 
@@ -102,8 +102,8 @@ class GraniteHybridBuilder(DecoderBuilder):
         g = self.out.graph
         n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         mixer = Mamba2(self.ssm, self._need, self._w, self.norm, g, RsInputs.reserve(self.states, n_seqs),
-                       self.states)
-        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "embd")
+                       self.states, self.lora)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "embd", self.lora)
         if self.embedding_scale:
             x = B.scale(x, self.embedding_scale, name="embd_scaled")
         g.expand(x)
@@ -118,7 +118,7 @@ class GraniteHybridBuilder(DecoderBuilder):
             x = self._layer_ffn(cur, residual, il)
         cur = self.norm(x, OUTPUT_NORM, -1)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
-        cur = B.mul_mat(out_w, cur, name="result_output")
+        cur = self.lora.mm(out_w, cur, name="result_output")
         if self.logit_scale:
             cur = B.scale(cur, 1.0 / self.logit_scale)
         g.expand(cur)

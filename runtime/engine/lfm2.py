@@ -64,7 +64,7 @@ class Lfm2Builder(DecoderBuilder):
         g, n_embd, d_conv = self.out.graph, self.hp.n_embd, self.d_conv
         n_seq_tokens = cur.ne[1] // n_seqs
         cur = B.reshape(cur, (n_embd, n_seq_tokens, n_seqs))
-        bcx = B.mul_mat(self._need(tensor_name(T.SHORTCONV_INPROJ, il)), cur, name=f"shortconv_in-{il}")
+        bcx = self.lora.mm(self._need(tensor_name(T.SHORTCONV_INPROJ, il)), cur, name=f"shortconv_in-{il}")
         chunk = bcx.ne[0] // N_CHUNKS
         if chunk * N_CHUNKS != bcx.ne[0]:
             raise BadInput(f"lfm2 layer {il}: in_proj's width {bcx.ne[0]} is not 3 chunks")
@@ -81,14 +81,14 @@ class Lfm2Builder(DecoderBuilder):
         g.expand(B.cpy(snap, B.view(r_all, (d_conv * n_embd, n_seqs), (ELEMENT, r_all.nb[1]), rs.head * row)))
         conv_out = ssm.ssm_conv(bx, self._need(tensor_name(T.SHORTCONV_CONV, il)), name=f"shortconv_conv-{il}")
         y = B.mul(c, conv_out, name=f"shortconv_y-{il}")
-        y = B.mul_mat(self._need(tensor_name(T.SHORTCONV_OUTPROJ, il)), y, name=f"shortconv_out-{il}")
+        y = self.lora.mm(self._need(tensor_name(T.SHORTCONV_OUTPROJ, il)), y, name=f"shortconv_out-{il}")
         return B.reshape(y, (n_embd, n_seq_tokens * n_seqs))
 
     def _attention_block(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
         """build_attn_block: Q, K, V; Q and K normed per head, then roped; build_attn with wo."""
         qkv = self._qkv(cur, il, n_tokens)
         cur = self.attention(il, qkv.q, qkv.k, qkv.v)
-        return B.mul_mat(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
+        return self.lora.mm(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:
         hp = self.hp
@@ -96,7 +96,7 @@ class Lfm2Builder(DecoderBuilder):
         g = self.out.graph
         n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         rs = RsInputs.reserve(self.states, n_seqs)
-        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows")
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(hp.n_layer):
             residual = x
             cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)
@@ -112,7 +112,7 @@ class Lfm2Builder(DecoderBuilder):
             x = B.add(ffn_inp, cur, name=f"l_out-{il}")
         cur = self.norm(x, OUTPUT_NORM_LFM2, -1)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
-        cur = B.mul_mat(out_w, cur, name="result_output")
+        cur = self.lora.mm(out_w, cur, name="result_output")
         g.expand(cur)
         self.out.logits = cur
         return self.out

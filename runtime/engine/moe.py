@@ -4,6 +4,8 @@ get_rows of the probabilities -> (SOFTMAX_WEIGHT gating: soft_max over the k) ->
 clamp / div) -> MUL_MAT_ID up (+ ADD_ID bias) and gate (+ ADD_ID bias) -> the GLU -> MUL_MAT_ID down
 (+ ADD_ID bias) -> mul by the weights -> one view per used expert, summed. qwen3moe: softmax gating,
 normalised weights, SwiGLU, no biases; gpt-oss: softmax over the chosen logits, biases, SWIGLU_OAI.
+Applied LoRA adapters join as llama.cpp puts them there: the router through build_lora_mm, the experts
+through build_lora_mm_id (runtime/engine/lora.py Adapters.mm / mm_id; nothing without adapters).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from gguf import MODEL_TENSOR as T
 
 from planner.model.tensors import tensor_name
 from runtime.engine.hparams import HParams, MoeGating
+from runtime.engine.lora import Adapters
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
@@ -23,21 +26,22 @@ SWIGLU_OAI_ALPHA = 1.702
 SWIGLU_OAI_LIMIT = 7.0
 
 
-def _experts(weight: Callable[[str], Tensor], bias: Callable[[str], Tensor | None], kind: T, x: Tensor,
-             selected: Tensor, il: int, name: str) -> Tensor:
+def _experts(weight: Callable[[str], Tensor], bias: Callable[[str], Tensor | None], lora: Adapters, kind: T,
+             x: Tensor, selected: Tensor, il: int, name: str) -> Tensor:
     """build_lora_mm_id, then ggml_add_id of the experts' bias when the model has one."""
-    out = B.mul_mat_id(weight(tensor_name(kind, il)), x, selected, name=f"ffn_moe_{name}-{il}")
+    out = lora.mm_id(weight(tensor_name(kind, il)), x, selected, name=f"ffn_moe_{name}-{il}")
     b = bias(tensor_name(kind, il, "bias"))
     return out if b is None else B.add_id(out, b, selected, name=f"ffn_moe_{name}_biased-{il}")
 
 
 def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cur: Tensor, il: int,
-                  bias: Callable[[str], Tensor | None] = lambda _name: None) -> Tensor:
-    """`weight(name)` is the builder's weight lookup, `bias(name)` the lookup of optional tensors;
-    nodes that llama.cpp expands early go to `graph`."""
+                  bias: Callable[[str], Tensor | None] = lambda _name: None, lora: Adapters | None = None) -> Tensor:
+    """`weight(name)` is the builder's weight lookup, `bias(name)` the lookup of optional tensors,
+    `lora` the applied adapters; nodes that llama.cpp expands early go to `graph`."""
+    lora = lora or Adapters()
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     k, n_expert, moe = hp.n_expert_used, hp.n_expert, hp.spec.moe
-    logits = B.mul_mat(weight(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
+    logits = lora.mm(weight(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
     router_bias = bias(tensor_name(T.FFN_GATE_INP, il, "bias"))
     if router_bias is not None:
         logits = B.add(logits, router_bias, name=f"ffn_moe_logits_biased-{il}")
@@ -55,13 +59,13 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
         weights = normalized_weights(weights, k, n_tokens, il)
     graph.expand(weights)
     x = B.reshape(cur, (n_embd, 1, n_tokens))
-    up = _experts(weight, bias, T.FFN_UP_EXP, x, selected, il, "up")
-    gate = _experts(weight, bias, T.FFN_GATE_EXP, x, selected, il, "gate")
+    up = _experts(weight, bias, lora, T.FFN_UP_EXP, x, selected, il, "up")
+    gate = _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate")
     if moe.glu == "SWIGLU_OAI":
         act = B.swiglu_oai(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT, name=f"ffn_moe_swiglu_oai-{il}")
     else:
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
-    experts = _experts(weight, bias, T.FFN_DOWN_EXP, act, selected, il, "down")
+    experts = _experts(weight, bias, lora, T.FFN_DOWN_EXP, act, selected, il, "down")
     return weighted_sum(graph, experts, weights, n_embd, n_tokens, k, il)
 
 

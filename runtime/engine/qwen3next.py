@@ -73,7 +73,7 @@ class Qwen3NextBuilder(DecoderBuilder):
         p = self.ssm
         nk, nv = p.n_group, p.n_head
         per = nv // nk
-        ba = B.mul_mat(self._need(tensor_name(T.SSM_BETA_ALPHA, il)), cur, name=f"linear_attn_mixed_ba-{il}")
+        ba = self.lora.mm(self._need(tensor_name(T.SSM_BETA_ALPHA, il)), cur, name=f"linear_attn_mixed_ba-{il}")
         ba = B.reshape(ba, (2 * per, nk, nst, n_seqs))
         nb = (ba.nb[0], ba.nb[1], ba.nb[2], ba.nb[3])
         b = B.view(ba, (per, nk, nst, n_seqs), nb, 0, name=f"b-{il}")
@@ -93,9 +93,9 @@ class Qwen3NextBuilder(DecoderBuilder):
         p, g = self.ssm, self.out.graph
         nk, nv, hk, hv = p.n_group, p.n_head, p.d_state, p.head_dim
         nst = cur.ne[1] // n_seqs
-        qkv = B.mul_mat(self._need(tensor_name(T.ATTN_QKV, il)), cur, name=f"linear_attn_qkv_mixed-{il}")
+        qkv = self.lora.mm(self._need(tensor_name(T.ATTN_QKV, il)), cur, name=f"linear_attn_qkv_mixed-{il}")
         qkv = B.reshape(qkv, (qkv.ne[0], nst, n_seqs))
-        z = B.mul_mat(self._need(tensor_name(T.ATTN_GATE, il)), cur, name=f"z-{il}")
+        z = self.lora.mm(self._need(tensor_name(T.ATTN_GATE, il)), cur, name=f"z-{il}")
         beta, gate = self._beta_gate(cur, il, nst, n_seqs)
         r_all, s_all = self.states.r[il], self.states.s[il]
         # build_conv_state: the stored columns, then this ubatch's; the last d_conv - 1 become the new r
@@ -130,16 +130,16 @@ class Qwen3NextBuilder(DecoderBuilder):
         # build_norm_gated: RMS norm times ssm_norm, times silu(z)
         y = B.mul(self.norm(out, tensor_name(T.SSM_NORM, il), il), B.silu(B.reshape(z, (hv, nv, nst, n_seqs))))
         y = B.reshape(y, (hv * nv, nst, n_seqs))
-        y = B.mul_mat(self._need(tensor_name(T.SSM_OUT, il)), y, name=f"linear_attn_out-{il}")
+        y = self.lora.mm(self._need(tensor_name(T.SSM_OUT, il)), y, name=f"linear_attn_out-{il}")
         return B.reshape(y, (self.hp.n_embd, nst * n_seqs))
 
     # --- gated attention ------------------------------------------------------------------------
     def _gated_attention(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
         hp = self.hp
         hd, nh, nkv = hp.head_dim, hp.n_head, hp.n_head_kv[il]
-        q_full = B.mul_mat(self._need(tensor_name(T.ATTN_Q, il)), cur, name=f"Qcur_full-{il}")
-        k = B.mul_mat(self._need(tensor_name(T.ATTN_K, il)), cur, name=f"Kcur-{il}")
-        v = B.mul_mat(self._need(tensor_name(T.ATTN_V, il)), cur, name=f"Vcur-{il}")
+        q_full = self.lora.mm(self._need(tensor_name(T.ATTN_Q, il)), cur, name=f"Qcur_full-{il}")
+        k = self.lora.mm(self._need(tensor_name(T.ATTN_K, il)), cur, name=f"Kcur-{il}")
+        v = self.lora.mm(self._need(tensor_name(T.ATTN_V, il)), cur, name=f"Vcur-{il}")
         q_full = B.reshape(q_full, (2 * hd, nh, n_tokens, 1))
         nb = (q_full.nb[0], q_full.nb[1], q_full.nb[2], q_full.nb[3])
         q = B.view(q_full, (hd, nh, n_tokens, 1), nb, 0, name=f"Qcur_view-{il}")
@@ -151,18 +151,18 @@ class Qwen3NextBuilder(DecoderBuilder):
         cur = self.attention(il, q, k, v)
         gate = B.unary(B.cont(gate, (hd * nh, n_tokens)), "SIGMOID", name=f"gate_sigmoid-{il}")
         cur = B.mul(cur, gate, name=f"attn_gated-{il}")
-        return B.mul_mat(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_output-{il}")
+        return self.lora.mm(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_output-{il}")
 
     # --- FFN --------------------------------------------------------------------------------------
     def _layer_ffn(self, cur: Tensor, il: int) -> Tensor:
         """Routed experts plus the shared expert scaled by sigmoid(ffn_gate_inp_shexp . x)."""
-        moe = build_moe_ffn(self.hp, self._need, self.out.graph, cur, il)
+        moe = build_moe_ffn(self.hp, self._need, self.out.graph, cur, il, lora=self.lora)
         if self._w(tensor_name(T.FFN_UP_SHEXP, il)) is None:
             return moe
-        up = B.mul_mat(self._need(tensor_name(T.FFN_UP_SHEXP, il)), cur, name=f"ffn_shexp_up-{il}")
-        gate = B.mul_mat(self._need(tensor_name(T.FFN_GATE_SHEXP, il)), cur, name=f"ffn_shexp_gate-{il}")
-        shared = B.mul_mat(self._need(tensor_name(T.FFN_DOWN_SHEXP, il)), B.swiglu(gate, up), name=f"ffn_shexp-{il}")
-        s_gate = B.mul_mat(self._need(tensor_name(T.FFN_GATE_INP_SHEXP, il)), cur, name=f"shared_expert_gate-{il}")
+        up = self.lora.mm(self._need(tensor_name(T.FFN_UP_SHEXP, il)), cur, name=f"ffn_shexp_up-{il}")
+        gate = self.lora.mm(self._need(tensor_name(T.FFN_GATE_SHEXP, il)), cur, name=f"ffn_shexp_gate-{il}")
+        shared = self.lora.mm(self._need(tensor_name(T.FFN_DOWN_SHEXP, il)), B.swiglu(gate, up), name=f"ffn_shexp-{il}")
+        s_gate = self.lora.mm(self._need(tensor_name(T.FFN_GATE_INP_SHEXP, il)), cur, name=f"shared_expert_gate-{il}")
         shared = B.mul(shared, B.unary(s_gate, "SIGMOID"), name=f"ffn_shexp_gated-{il}")
         return B.add(moe, shared, name=f"ffn_out-{il}")
 
@@ -172,7 +172,8 @@ class Qwen3NextBuilder(DecoderBuilder):
         g = self.out.graph
         n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         rs = RsInputs.reserve(self.states, n_seqs)
-        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "model.embed_tokens")
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "model.embed_tokens",
+                             self.lora)
         for il in range(hp.n_layer):
             residual = x
             cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)
@@ -188,7 +189,7 @@ class Qwen3NextBuilder(DecoderBuilder):
         cur.flags |= FLAG_OUTPUT   # res->t_h_nextn: set_outputs keeps it
         cur = B.get_rows(cur, self.out.out_ids, name="result_norm")
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
-        cur = B.mul_mat(out_w, cur, name="result_output")
+        cur = self.lora.mm(out_w, cur, name="result_output")
         g.expand(cur)
         self.out.logits = cur
         return self.out

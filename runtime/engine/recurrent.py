@@ -15,7 +15,7 @@ and build_rs_inp_impl, src/models/mamba-base.cpp build_mamba2_layer):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gguf import MODEL_TENSOR as T
 from gguf import Keys
@@ -24,6 +24,7 @@ from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.tensors import tensor_name
+from runtime.engine.lora import Adapters
 from runtime.ggml import build as B
 from runtime.ggml import ssm
 from runtime.ggml.graph import GGMLType, Graph, Tensor
@@ -111,9 +112,13 @@ def ubatch_sequences(states: RecurrentStates, n_tokens: int) -> int:
     return states.size if n_tokens % states.size == 0 else 1
 
 
-def token_embeddings(g: Graph, embd: Tensor, tokens: Tensor, embd_input: Tensor, name: str) -> Tensor:
-    """The token rows, expanded before the unused embeddings input (ggml_build_forward_select)."""
+def token_embeddings(g: Graph, embd: Tensor, tokens: Tensor, embd_input: Tensor, name: str,
+                     lora: Adapters | None = None) -> Tensor:
+    """The token rows (with build_inp_embd's adapter rows when a pair patches token_embd), expanded
+    before the unused embeddings input (ggml_build_forward_select)."""
     x = B.get_rows(embd, tokens, name=name)
+    if lora:
+        x = lora.embd(embd, tokens, x)
     g.expand(x)
     g.expand(embd_input)
     return x
@@ -147,7 +152,8 @@ def build_rs(g: Graph, inp: RsInputs, s: Tensor, state_size: int, n_seqs: int,
 @dataclass
 class Mamba2:
     """build_mamba2_layer for one ubatch of n_seqs sequences of n_seq_tokens tokens each. `norm`
-    is the builder's build_norm (RMS, pinned as llama.cpp's "norm" tensors are)."""
+    is the builder's build_norm (RMS, pinned as llama.cpp's "norm" tensors are); `lora` the applied
+    adapters, on ssm_in and ssm_out (build_lora_mm in src/models/mamba-base.cpp)."""
 
     p: SsmParams
     weight: Callable[[str], Tensor]
@@ -156,6 +162,7 @@ class Mamba2:
     graph: Graph
     rs: RsInputs
     states: RecurrentStates
+    lora: Adapters = field(default_factory=Adapters)
 
     def __call__(self, cur: Tensor, il: int, n_seqs: int) -> Tensor:
         p, g = self.p, self.graph
@@ -164,7 +171,7 @@ class Mamba2:
         mem_size = self.states.size
         conv = build_rs(g, self.rs, r_all, r_all.ne[0], n_seqs)
         conv = B.reshape(conv, (p.d_conv - 1, p.conv_dim, n_seqs))
-        zx = B.mul_mat(self.weight(tensor_name(T.SSM_IN, il)), cur, name=f"ssm_in-{il}")
+        zx = self.lora.mm(self.weight(tensor_name(T.SSM_IN, il)), cur, name=f"ssm_in-{il}")
         zx = B.reshape(zx, (zx.ne[0], n_seq_tokens, n_seqs))
         z = B.view(zx, (p.head_dim, p.n_head, n_seq_tokens, n_seqs),
                    (ELEMENT, p.head_dim * zx.nb[0], zx.nb[1], zx.nb[2]), 0)
@@ -213,4 +220,4 @@ class Mamba2:
             y = B.reshape(y, (p.d_inner // p.n_group, p.n_group, n_seq_tokens, n_seqs))
             y = self.norm(y, tensor_name(T.SSM_NORM, il), il)
         y = B.reshape(y, (p.d_inner, n_seq_tokens * n_seqs))
-        return B.mul_mat(self.weight(tensor_name(T.SSM_OUT, il)), y, name=f"mamba_out-{il}")
+        return self.lora.mm(self.weight(tensor_name(T.SSM_OUT, il)), y, name=f"mamba_out-{il}")

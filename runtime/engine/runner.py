@@ -286,8 +286,7 @@ class ModelRunner:
             self._graphs.move_to_end(shape)
             return built
         builder = self._builder()
-        if isinstance(builder, DecoderBuilder):   # the pieces it shares apply adapters (runtime/engine/lora.py)
-            builder.lora = self.adapters
+        builder.lora = self.adapters   # applied where llama.cpp's builders apply them (runtime/engine/lora.py)
         built = builder.build(shape)
         full_offload = self.flags.n_gpu_layers < 0 or self.flags.n_gpu_layers > self.ctx.facts.n_layer_all
         if shape.n_tokens < PIN_MAX_TOKENS or full_offload:
@@ -350,8 +349,11 @@ class ModelRunner:
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
         self.sched.reserve(pp.graph)
-        if self.adapters.unreached():   # a builder of its own matmuls (moe.py, deepseek2.py, ...) leaves them out
-            log.warning("LoRA pairs on %s are not in the runtime's graph: their compute is not counted",
+        # pairs on a weight no graph applies them to: llama.cpp loads them but its graph does not use them
+        # either where it multiplies without build_lora_mm (deepseek2's attention projections and lm_head)
+        if self.adapters.unreached():
+            log.warning("LoRA pairs on %s are not in the runtime's graph (llama.cpp applies none where it "
+                        "multiplies without build_lora_mm)",
                         ", ".join(self.adapters.unreached()))
         self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes())
         return self.reserve_report

@@ -43,7 +43,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.lora import estimate_loras
 from runtime.engine.reserve import reserve_compute
-from tests.support.gguf_factory import add_tokenizer, llama_spec
+from tests.support.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
 from tests.support.lora_factory import LoraTensor, lora_layout, write_lora
 from tests.support.tiny_models import write_random
 
@@ -243,6 +243,37 @@ def grow_files(tmp_path_factory) -> dict[str, Path]:
             "rank64": write_lora(d / "rank64.gguf", "llama", lora_layout(bases, 64, Q.F16), seed=4)}
 
 
+@pytest.fixture(scope="module")
+def moe_files(tmp_path_factory) -> dict[str, Path]:
+    """A qwen3moe (4 layers, n_embd 1024, 4 heads of 256, 4 experts of n_ff 256, 2 used; F32) and a
+    rank-16 F16 adapter on every layer's router and expert stacks only: its expert pairs are 3-D
+    (A [n_embd, r, n_expert], B [r, n_ff, n_expert]), multiplied by mul_mat_id with the router's choice
+    (build_moe_ffn: build_lora_mm for ffn_gate_inp, build_lora_mm_id for up/gate/down). Experts wider
+    out than in (n_embd > n_ff): the down pair's [n_embd, 2, n_ubatch] f32 product, alive beside the
+    experts' own, is past the layer's peak, so at -ub 1024 the buffers grow by MiB."""
+    d = tmp_path_factory.mktemp("lora-moe")
+    spec = qwen3moe_spec(n_layer=N_LAYER, n_embd=1024, n_head=4, n_head_kv=2, head_dim=256, n_expert=4,
+                         n_expert_used=2, n_ff_exp=256, n_vocab=512)
+    add_tokenizer(spec, 512, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    shapes = {name: shape for name, _q, shape in spec.tensors}
+    tensors = []
+    for i in range(N_LAYER):
+        tensors += lora_layout([(f"blk.{i}.ffn_gate_inp.weight", shapes[f"blk.{i}.ffn_gate_inp.weight"])], 16, Q.F16)
+        for kind in ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"):
+            ne0, ne1, n_expert = shapes[f"blk.{i}.{kind}.weight"]
+            tensors += [LoraTensor(f"blk.{i}.{kind}.weight.lora_a", (ne0, 16, n_expert), Q.F16),
+                        LoraTensor(f"blk.{i}.{kind}.weight.lora_b", (16, ne1, n_expert), Q.F16)]
+    return {"target": write_random(d / "moe.gguf", spec, all_f32=True),
+            "experts": write_lora(d / "experts.gguf", "qwen3moe", tensors, seed=6)}
+
+
+def _adapter_argv(fixture: str, paths: dict[str, Path]) -> list[str]:
+    if fixture == "files":
+        return ["--lora", str(paths["wide"]), "--lora-scaled", f"{paths['edges']}:0.5"]
+    return ["--lora", str(paths["experts" if fixture == "moe_files" else "rank64"])]
+
+
 def _ours(model: Path, argv: list[str]) -> dict[str, int]:
     flags = parse_llama_flags(["-np", "1", "-c", "2048", *argv])
     # llama-server's real load: its output rows, and a reserve that keeps the norm pins
@@ -264,11 +295,14 @@ def _theirs(text: str, endpoints: list[str]) -> tuple[dict[str, int], dict[str, 
 
 
 GROW_BATCH = ["-b", "2048", "-ub", "2048"]
+MOE_BATCH = ["-b", "1024", "-ub", "1024"]
 GROW_CASES = {"small-host": ("files", ["-ngl", "0"]), "small-split": ("files", ["{rpc}", "-ngl", "99", "-ts", "1,1"]),
               "small-partial": ("files", ["{rpc}", "-ngl", "3", "-ts", "1,3"]),
               "grow-host": ("grow_files", ["-ngl", "0", *GROW_BATCH]),
               "grow-split": ("grow_files", ["{rpc}", "-ngl", "99", "-ts", "1,1", *GROW_BATCH]),
-              "grow-partial": ("grow_files", ["{rpc}", "-ngl", "3", "-ts", "1,3", *GROW_BATCH])}
+              "grow-partial": ("grow_files", ["{rpc}", "-ngl", "3", "-ts", "1,3", *GROW_BATCH]),
+              "moe-host": ("moe_files", ["-ngl", "0", *MOE_BATCH]),
+              "moe-split": ("moe_files", ["{rpc}", "-ngl", "99", "-ts", "1,1", *MOE_BATCH])}
 
 
 @dataclass(frozen=True)
@@ -293,8 +327,7 @@ def computed(llama_tools, rpc_endpoints, request, tmp_path_factory) -> Callable[
             argv = [a.replace("{rpc}", "--rpc") for a in argv]
             if "--rpc" in argv:
                 argv.insert(argv.index("--rpc") + 1, ",".join(rpc_endpoints))
-            adapters = (["--lora", str(paths["wide"]), "--lora-scaled", f"{paths['edges']}:0.5"]
-                        if fixture == "files" else ["--lora", str(paths["rank64"])])
+            adapters = _adapter_argv(fixture, paths)
             log_path = tmp_path_factory.mktemp(case) / "server.log"
             before, after = _theirs(_serve(llama_tools, paths["target"], [*argv, *adapters], log_path), rpc_endpoints)
             cache[case] = Compute(before, after, _ours(paths["target"], argv),
@@ -318,7 +351,7 @@ def test_compute_growth_with_adapters_matches_llama_server(computed, case):
         lines.append(f"{row} {c.before.get(row, 0) / MiB:.2f} -> {theirs / MiB:.2f} (+{grown / MiB:.2f}) vs fitplan "
                      f"{c.ours_before.get(row, 0) / MiB:.2f} -> {c.ours_after[row] / MiB:.2f} "
                      f"(+{ours_grown / MiB:.2f})")
-    if case.startswith("grow"):
+    if case.startswith(("grow", "moe")):
         assert max(theirs - c.before.get(row, 0) for row, theirs in c.after.items()) >= 4 * MiB
     print(f"\n[{case}] compute MiB, llama.cpp without -> with adapters vs fitplan: " + "; ".join(lines))
 
