@@ -114,7 +114,8 @@ HEADS: dict[str, SiglipHead] = {
 
 # every projector type with a graph builder: HEADS' (this module), Qwen2-VL's (clip_qwen2vl.py) and
 # Pixtral's (clip_pixtral.py)
-SUPPORTED = (*HEADS, VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL, VisionProjectorType.PIXTRAL)
+SUPPORTED = (*HEADS, VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL, VisionProjectorType.QWEN3VL,
+             VisionProjectorType.PIXTRAL)
 
 
 def warmup_image_size(head: SiglipHead, image_size: int, patch_size: int, n_merge: int, image_max_tokens: int) -> int:

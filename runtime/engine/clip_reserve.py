@@ -29,6 +29,7 @@ from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read
 from runtime.engine.clip_qwen2vl import (
     QWEN2VL_TYPES,
     Qwen2VLGraph,
+    Qwen3VLGraph,
     QwenVLHParams,
     qwen2vl_tensor_names,
     read_qwen2vl_hparams,
@@ -91,7 +92,8 @@ def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
 def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dict[str, Tensor], Graph]:
     if isinstance(hp, QwenVLHParams):
         weights = load_weights(model, hp, qwen2vl_tensor_names(hp))
-        return weights, Qwen2VLGraph(hp, weights, fa).build()
+        builder = Qwen3VLGraph if hp.projector == VisionProjectorType.QWEN3VL else Qwen2VLGraph
+        return weights, builder(hp, weights, fa).build()
     if hp.projector == VisionProjectorType.PIXTRAL:
         weights = load_weights(model, hp, pixtral_tensor_names(hp))
         return weights, PixtralGraph(hp, weights, fa).build()

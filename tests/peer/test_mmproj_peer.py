@@ -10,7 +10,8 @@ llama-server with the Gemma 3 270M target and shape-faithful sparse projectors p
 - InternVL3-1B's (a class token, layer scales, pixel shuffle),
 - Mistral Small 3.1's Pixtral (2-D RoPE, the patch merger, [IMG_BREAK] rows),
 - Qwen2-VL-2B's (layer norms, quick GELU) and Qwen2.5-VL-3B's (32 layers, window attention, M-RoPE,
-  a 1288 px warmup image);
+  a 1288 px warmup image), Qwen3-VL-2B's (a resized position table, fused qkv, three deepstack
+  mergers concatenated);
 under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
 second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -42,6 +43,7 @@ from tests.support.mmproj_factory import (
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
     qwen2vl_mmproj_spec,
+    qwen3vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
@@ -63,7 +65,8 @@ CASES = {
 }
 
 
-PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl")
+PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl",
+              "qwen3vl")
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +80,7 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "internvl": (target, write_mmproj(shapes_dir, internvl_mmproj_spec(n_text_embd=640), "mmproj-internvl")),
             "pixtral": (target, write_mmproj(shapes_dir, pixtral_mmproj_spec(n_text_embd=640), "mmproj-pixtral")),
             "qwen2vl": (target, write_mmproj(shapes_dir, qwen2vl_mmproj_spec(n_text_embd=640), "mmproj-qwen2vl")),
+            "qwen3vl": (target, write_mmproj(shapes_dir, qwen3vl_mmproj_spec(n_text_embd=640), "mmproj-qwen3vl")),
             "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl"))}
 
 

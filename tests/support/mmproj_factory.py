@@ -254,6 +254,54 @@ def qwen2vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: in
     return spec
 
 
+def qwen3vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int = 1024, n_ff: int = 4096,
+                        n_head: int = 16, patch_size: int = 16, deepstack: tuple[int, ...] = (5, 11, 17),
+                        n_pos_table: int = 48 * 48, weight_type: Q = Q.F16) -> ModelSpec:
+    """Qwen3-VL's (qwen3vl_merger) projector: two patch kernels with a bias, a 48 x 48 position table,
+    biased layer norms, a fused qkv, a GELU FFN, the 4-patch merger and three deepstack mergers; the
+    text width is the merger's times (1 + deepstack layers) — Qwen3-VL-2B's vision shape."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    out = n_text_embd // (1 + len(deepstack))
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.QWEN3VL, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: out, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
+        cv.IMAGE_SIZE: 768, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: 2,
+        cv.IS_DEEPSTACK_LAYERS: [i in deepstack for i in range(n_layer)],
+        cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
+    })
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_pos_table))
+    for i in range(n_layer):
+        spec.add(T.V_ENC_ATTN_QKV, weight_type, (n_embd, 3 * n_embd), i)
+        spec.add(T.V_ENC_ATTN_QKV, Q.F32, (3 * n_embd,), i, "bias")
+        spec.add(T.V_ENC_ATTN_O, weight_type, (n_embd, n_embd), i)
+        spec.add(T.V_ENC_ATTN_O, Q.F32, (n_embd,), i, "bias")
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
+        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+        if i in deepstack:
+            spec.add(T.V_DS_NORM, Q.F32, (4 * n_embd,), i)
+            spec.add(T.V_DS_NORM, Q.F32, (4 * n_embd,), i, "bias")
+            spec.add(T.V_DS_FC1, weight_type, (4 * n_embd, 4 * n_embd), i)
+            spec.add(T.V_DS_FC1, Q.F32, (4 * n_embd,), i, "bias")
+            spec.add(T.V_DS_FC2, weight_type, (4 * n_embd, out), i)
+            spec.add(T.V_DS_FC2, Q.F32, (out,), i, "bias")
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    for i, (k, m) in ((0, (4 * n_embd, 4 * n_embd)), (2, (4 * n_embd, out))):
+        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
+        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+    return spec
+
+
 def write_mmproj(directory: Path, spec: ModelSpec, name: str) -> Path:
     """Write a projector spec into `directory` (once per name) and return its path."""
     path = directory / f"{name}.gguf"

@@ -1,12 +1,12 @@
 """The projector's memory (planner/memory/mmproj.py) on sparse Gemma 3, IDEFICS3, LFM2, Janus-Pro, Phi-4,
-InternVL, Pixtral and Qwen2.5-VL projector files.
+InternVL, Pixtral, Qwen2.5-VL and Qwen3-VL projector files.
 
 Expected figures are worked out here from the tensor shapes (weights: every tensor's bytes padded to
 the 32-byte alignment) and the placement rules of the pinned common/arg.cpp and tools/mtmd/clip.cpp
 clip_ctx; the compute figures are what the pinned llama-server logged (reserve_compute_meta,
 tests/peer/test_mmproj_peer.py) for the same towers projecting to 640. Most tests here project to the
 small text model's 128: the head is not in those graphs' peak, so the buffers are the same (checked:
-equal to the 0.01 MiB llama.cpp prints); Pixtral's head is, so its test uses a 640-wide text model.
+equal to the 0.01 MiB llama.cpp prints); Pixtral's and Qwen3-VL's tests use a 640-wide text model.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from tests.support.mmproj_factory import (
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
+    qwen3vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
@@ -117,9 +118,9 @@ def test_full_tower_compute_is_llama_cpps(files, fa, compute):
 def test_other_projector_types_are_refused(files, tmp_path):
     ctx, _, _ = files
     spec = gemma3_mmproj_spec(n_text_embd=N_TEXT, n_layer=1)
-    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "qwen3vl_merger"
-    [path] = spec.write(tmp_path / "qwen3vl.gguf")
-    with pytest.raises(UnsupportedProjector, match="qwen3vl_merger"):
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = "minicpmv"
+    [path] = spec.write(tmp_path / "minicpmv.gguf")
+    with pytest.raises(UnsupportedProjector, match="minicpmv"):
         _estimate(ctx, path)
 
 
@@ -280,3 +281,22 @@ def test_pixtral(tmp_path):
     assert rows["RPC0"][0] == weights and rows["Host"] == (0, side * side * 3 * 4 + 2 * n_patches * 4)
     assert abs(rows["RPC0"][1] - 64.34 * MiB) < MiB // 200 and "warmup image 448x448" in est.notes[0]
     assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 86.34 * MiB) < MiB // 200
+
+
+def test_qwen3vl(tmp_path):
+    """Qwen3-VL-2B's vision shape, 640 wide (160 per path: the merger and three deepstack layers): the
+    1472 px warmup image (46 x 16 x 2); weights by hand; the CPU holds the image and the M-RoPE ids;
+    compute as llama-server logged it (322.49 / 4728.07 MiB)."""
+    [text] = gemma3_spec(n_embd=640).write(tmp_path / "text640.gguf")
+    ctx = model_context(str(text))
+    path = write_mmproj(tmp_path, qwen3vl_mmproj_spec(n_text_embd=640), "qwen3vl")
+    e, ff, out, side = 1024, 4096, 160, 1472
+    per_layer = 3 * e * e * 2 + 3 * e * 4 + e * e * 2 + e * 4 + 4 * e * 4 + 2 * e * ff * 2 + ff * 4 + e * 4
+    deepstack = 2 * 4 * e * 4 + (4 * e) ** 2 * 2 + 4 * e * 4 + 4 * e * out * 2 + out * 4
+    tower = 24 * per_layer + 3 * deepstack + 2 * 16 * 16 * 3 * e * 2 + e * 4 + e * 48 * 48 * 4 + 2 * e * 4
+    merger = (4 * e) ** 2 * 2 + 4 * e * 4 + 4 * e * out * 2 + out * 4
+    n_pos = (side // 16) ** 2
+    rows = _rows(_estimate(ctx, path, *RPC))
+    assert rows["RPC0"][0] == tower + merger and rows["Host"] == (0, side * side * 3 * 4 + 4 * n_pos * 4)
+    assert abs(rows["RPC0"][1] - 322.49 * MiB) < MiB // 200
+    assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 4728.07 * MiB) < MiB // 200

@@ -12,7 +12,7 @@ from planner.gguf.reader import read_model
 from runtime.engine.clip import SiglipGraph
 from runtime.engine.clip_hparams import load_weights, read_clip_hparams
 from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
-from runtime.engine.clip_qwen2vl import Qwen2VLGraph, qwen2vl_tensor_names, read_qwen2vl_hparams
+from runtime.engine.clip_qwen2vl import Qwen2VLGraph, Qwen3VLGraph, qwen2vl_tensor_names, read_qwen2vl_hparams
 from runtime.ggml.graph import GGMLType, Op
 from tests.support.mmproj_factory import (
     gemma3_mmproj_spec,
@@ -23,6 +23,7 @@ from tests.support.mmproj_factory import (
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
     qwen2vl_mmproj_spec,
+    qwen3vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_mmproj,
 )
@@ -157,3 +158,18 @@ def test_pixtral_node_count(tmp_path, fa, total):
     layer = 2 + 10 + (ATTN_FA if fa else ATTN_SOFTMAX) + 1 + 1 + 2 + 4 + 1
     assert len(graph.nodes) == 13 + 24 * layer + 1 + 9 + 3 + 5 == total
     assert graph.nodes[-1].ne[:2] == (640, 16 * 16 + 15)     # 256 tokens and a break after each row but the last
+
+
+@pytest.mark.parametrize("fa, total", [(True, 766), (False, 814)])
+def test_qwen3vl_node_count(tmp_path, fa, total):
+    """qwen3vl.cpp by hand: Qwen2-VL's 20-node input, the patch bias, the position table resized (5),
+    regrouped (4) and added; a layer = norm 3, fused qkv (matmul, bias, 3 views) + 2 M-RoPEs, attention,
+    out 2, residual, norm 3, GELU FFN 5, residual; a deepstack layer adds reshape, norm 3, fc1 2, gelu,
+    fc2 2 (and a concat after the first); post norm 3, reshape, merger 5, the final concat."""
+    model = read_model(str(write_mmproj(tmp_path, qwen3vl_mmproj_spec(), "q3")))
+    hp = read_qwen2vl_hparams(model)
+    assert (hp.warmup_image_size, hp.n_mmproj_embd) == (46 * 16 * 2, 640)
+    graph = Qwen3VLGraph(hp, load_weights(model, hp, qwen2vl_tensor_names(hp)), fa).build()
+    layer = 3 + 7 + (ATTN_FA if fa else ATTN_SOFTMAX) + 2 + 1 + 3 + 5 + 1
+    assert len(graph.nodes) == 20 + 1 + 10 + 24 * layer + 3 * 9 + 2 + 3 + 1 + 5 + 1 == total
+    assert graph.nodes[-1].ne[:2] == (640, 46 * 46)
