@@ -25,6 +25,8 @@ only the preprocessor's limits); LFM2's warmup image is the largest its token li
 """
 from __future__ import annotations
 
+from gguf import Keys
+
 from planner.core.errors import BadInput, FlagError
 from planner.gguf.reader import read_model
 from planner.hardware.inventory import Backend
@@ -60,6 +62,15 @@ def projector_device(target: LlamaSettings) -> Device | None:
     return found
 
 
+def n_embd_inp(target: LlamaSettings) -> int:
+    """llama_model_n_embd_inp, what mtmd compares the projector's width with (src/llama-hparams.cpp
+    n_embd_inp: n_embd, plus n_embd per deepstack layer, {arch}.n_deepstack_layers, for Qwen3-VL's text
+    models)."""
+    model, n_embd = target.ctx.model, target.ctx.facts.n_embd
+    n_deepstack = int(model.metadata.get(Keys.LLM.NUM_DEEPSTACK_LAYERS.format(arch=model.architecture), 0) or 0)
+    return n_embd * (1 + n_deepstack)
+
+
 def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> CompanionEstimate:
     """The projector's rows beside the target: weights where clip puts them, compute per backend.
 
@@ -71,7 +82,7 @@ def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> Compan
         raise BadInput("no projector: -mm FILE was not given")
     model = read_model(mm.path)
     hp = read_projector(model, mm.image_max_tokens)
-    n_embd_text = target.ctx.facts.n_embd
+    n_embd_text = n_embd_inp(target)
     if hp.n_mmproj_embd != n_embd_text:   # mtmd.cpp mtmd_context: "mismatch between text model ... and mmproj"
         raise BadInput(f"{mm.path}: the projector's width {hp.n_mmproj_embd} is not the text model's "
                        f"n_embd {n_embd_text}; llama-server refuses the pair")

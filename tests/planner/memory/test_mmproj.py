@@ -300,3 +300,14 @@ def test_qwen3vl(tmp_path):
     assert rows["RPC0"][0] == tower + merger and rows["Host"] == (0, side * side * 3 * 4 + 4 * n_pos * 4)
     assert abs(rows["RPC0"][1] - 322.49 * MiB) < MiB // 200
     assert abs(_rows(_estimate(ctx, path, *RPC, "-fa", "off"))["RPC0"][1] - 4728.07 * MiB) < MiB // 200
+
+
+def test_deepstack_text_models_take_the_wider_projector(tmp_path):
+    """mtmd compares the projector's width with llama_model_n_embd_inp: n_embd x (1 + n_deepstack_layers)
+    for Qwen3-VL's text models (src/llama-hparams.cpp), here a 160-wide text model with 3 deepstack layers."""
+    spec = gemma3_spec(n_embd=160)
+    spec.metadata["{arch}.n_deepstack_layers"] = 3
+    [text] = spec.write(tmp_path / "text-deepstack.gguf")
+    path = write_mmproj(tmp_path, qwen3vl_mmproj_spec(n_text_embd=640, n_layer=6, deepstack=(1, 3, 5)), "q3")
+    est = _estimate(model_context(str(text)), path)
+    assert est.devices[-1].name == "Host" and est.devices[-1].model_bytes > 0
