@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from planner.core.units import pad
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
+from planner.llama.tensor_parallel import state_slices
 from planner.model.arch import AttnKind
 from planner.model.costs import STATE_BYTES_PER_ELEMENT, cache_row_bytes
 
@@ -29,6 +30,9 @@ class LayerCache:
     row: str          # buffer row: device name or Host
     cells: int        # cells per stream (0 for a recurrent state)
     bytes: int
+    # -sm tensor, a recurrent state on the meta device: its bytes on each member (the states are
+    # really allocated even in a dry run, and a meta buffer is as large as its largest member's)
+    member_bytes: tuple[int, ...] = ()
 
 
 def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
@@ -45,7 +49,7 @@ def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
             n_rows = max(1, cp.n_seq)
             size = (pad(lf.state_r * STATE_BYTES_PER_ELEMENT * n_rows, align)
                     + pad(lf.state_s * STATE_BYTES_PER_ELEMENT * n_rows, align))
-            out.append(LayerCache(lf.index, row, 0, size))
+            out.append(LayerCache(lf.index, row, 0, size, _member_state_bytes(settings, dev, lf.index, n_rows)))
         if not lf.has_kv or lf.kind not in (AttnKind.FULL, AttnKind.SWA):
             continue
         cells = settings.kv_cells[lf.kind]
@@ -60,9 +64,34 @@ def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
     return out
 
 
+def _member_state_bytes(settings: LlamaSettings, dev: str, layer: int, n_rows: int) -> tuple[int, ...]:
+    """A recurrent layer's r and s states on each member of the meta device `dev` (() elsewhere):
+    ggml_backend_meta_alloc_ctx_tensors_from_buft allocates each member's slices in its own buffer
+    (ggml-backend-meta.cpp), padded to that member's alignment."""
+    device = next((d for d in settings.devices if d.name == dev and d.members), None)
+    if device is None:
+        return ()
+    ss = state_slices(settings.ctx.model, settings.ctx.facts, layer, len(device.members), settings.flags.tensor_split)
+    if ss is None:
+        return ()
+    return tuple(pad(r * STATE_BYTES_PER_ELEMENT * n_rows, m.alignment) + pad(s * STATE_BYTES_PER_ELEMENT * n_rows,
+                                                                              m.alignment)
+                 for m, r, s in zip(device.members, ss.r, ss.s, strict=True))
+
+
 def context_bytes(caches: list[LayerCache]) -> dict[str, int]:
-    """Context bytes per buffer row."""
+    """Context bytes per buffer row. The recurrent states of a meta device count as its largest
+    member's share (a meta buffer's size is its largest member buffer's), its KV caches at full size
+    (a dry run sizes them by the meta buffer type's alloc size, the largest member's of the full tensor)."""
     out: dict[str, int] = defaultdict(int)
+    members: dict[str, list[int]] = {}
     for c in caches:
-        out[c.row] += c.bytes
+        if c.member_bytes:
+            acc = members.setdefault(c.row, [0] * len(c.member_bytes))
+            for j, b in enumerate(c.member_bytes):
+                acc[j] += b
+        else:
+            out[c.row] += c.bytes
+    for row, acc in members.items():
+        out[row] += max(acc)
     return dict(out)

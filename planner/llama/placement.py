@@ -31,9 +31,18 @@ from gguf import GGMLQuantizationType as Q
 
 from planner.core.errors import FlagError
 from planner.gguf.reader import ModelFile
-from planner.hardware.inventory import HOST, Backend, DeviceKind, DeviceSpec, Inventory, llama_devices
+from planner.hardware.inventory import (
+    BACKEND_REG_ORDER,
+    HOST,
+    Backend,
+    DeviceKind,
+    DeviceSpec,
+    Inventory,
+    llama_devices,
+)
 from planner.hardware.vulkan_devices import vulkan_features
 from planner.llama.flags import LlamaFlags
+from planner.llama.tensor_parallel import META_NAME, NO_MEMBERS, check_row_split, meta_profile
 from planner.model.tensors import OUTPUT, TOKEN_EMBD, is_input, is_routed_expert, layer_of
 from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES, BackendProfile, device_profile
 
@@ -99,9 +108,12 @@ class Device:
     compute_capability: int | None = None   # CUDA: major x 100 + minor x 10 (profiles.DEFAULT_CUDA_CC if unknown)
     max_tensor_bytes: int = 0   # supports_op refuses a larger source or result (0: no limit; Vulkan)
     remote_backend: Backend | None = None   # RPC: the rpc-server's backend (its alignment and alloc sizes)
+    members: tuple[Device, ...] = ()        # -sm tensor: the real devices the meta device wraps
 
     @property
     def profile(self) -> BackendProfile:
+        if self.members:
+            return meta_profile([m.profile for m in self.members])
         return device_profile(self.backend, self.remote_backend)
 
     def buft_names(self) -> tuple[str, ...]:
@@ -180,9 +192,35 @@ def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Dev
             raise FlagError(f"-mg {flags.main_gpu}: invalid main GPU (available devices: {len(chosen)})")
         else:
             chosen = [chosen[flags.main_gpu]]
-    if flags.split_mode in ("row", "tensor") and chosen:
-        raise FlagError(f"-sm {flags.split_mode}: fitplan models layer and none splits only")
+    return _split_devices(flags, specs, chosen)
+
+
+def _split_devices(flags: LlamaFlags, specs: list[DeviceSpec], chosen: list[DeviceSpec]) -> tuple[Device, ...]:
+    """The model's devices under -sm: -sm row refused (tensor_parallel.check_row_split), -sm tensor one
+    meta device of the -dev devices, or without -dev of every non-CPU device in registry order
+    (llama_prepare_model_devices)."""
+    if flags.split_mode == "row":
+        check_row_split([s.name for s in chosen], [s.backend for s in chosen])
+    if flags.split_mode == "tensor":
+        if flags.devices is None:
+            chosen = sorted(specs, key=lambda s: BACKEND_REG_ORDER[s.backend])
+        if not chosen:
+            raise FlagError(NO_MEMBERS)
+        return (meta_device(tuple(_device_from_spec(s) for s in chosen)),)
     return tuple(_device_from_spec(s) for s in chosen)
+
+
+def meta_device(members: tuple[Device, ...]) -> Device:
+    """The one device llama.cpp makes of `members` under -sm tensor (ggml-backend-meta.cpp): memory
+    summed, the largest alignment, a host buffer type only when all members share one (same backend),
+    the smallest tensor-size limit (supports_op is every member's)."""
+    backends = {m.backend for m in members}
+    limits = [m.max_tensor_bytes for m in members if m.max_tensor_bytes]
+    return Device(META_NAME, members[0].backend, max(m.alignment for m in members),
+                  sum(m.free_bytes for m in members),
+                  all(m.has_host_buffer for m in members) and len(backends) == 1,
+                  compute_capability=next((m.compute_capability for m in members if m.compute_capability), None),
+                  max_tensor_bytes=min(limits, default=0), members=members)
 
 
 def layer_devices(n_layer_all: int, ngl_flag: int, devices: tuple[Device, ...],

@@ -30,6 +30,7 @@ from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
 from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
+from planner.llama.tensor_parallel import check_tensor_split
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.costs import cache_type
 from runtime.ggml.profiles import row_padding_bytes
@@ -104,6 +105,8 @@ def resolve_auto_fa(flags: LlamaFlags, cp: ContextParams, type_v: Q, pulled: Map
     is what `pulled_attention` describes. A quantized V cache forces it on instead."""
     if flags.flash_attn != "auto" or not cp.flash_attn or type_v not in V_TYPES_WITHOUT_FA:
         return cp
+    if flags.split_mode == "tensor":   # llama_init_from_model sets it on before resolve_fused_ops runs
+        return cp
     return replace(cp, flash_attn=False) if pulled else cp
 
 
@@ -157,6 +160,8 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
     """`flags` on this model and an already resolved device list; `repack`: the CPU's repack table
     (default: this machine's)."""
     facts = ctx.facts
+    if flags.split_mode == "tensor":
+        check_tensor_split(ctx.model.architecture, flags.flash_attn)
     placement = place(ctx.slots, facts.n_layer_all, flags, devices, repack)
     cp = context_params(flags, facts.n_ctx_train)
     type_k, type_v = cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)

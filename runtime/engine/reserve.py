@@ -34,7 +34,7 @@ def _key(settings: LlamaSettings, n_outputs_max: int | None) -> tuple:
     """Everything of the settings the reserve graphs and their placement depend on, the context's
     output rows, and the applied LoRA adapters (their matmuls join the graphs)."""
     model, placement = settings.ctx.model, settings.placement
-    devices = tuple((d.name, d.backend, d.alignment, d.compute_capability) for d in settings.devices)
+    devices = tuple((d.name, d.backend, d.alignment, d.compute_capability, d.members) for d in settings.devices)
     return (model.path, model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
             placement.pipeline_parallel, settings.cparams, settings.flags.flash_attn, settings.flags.kv_offload,
             settings.flags.op_offload, op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k,

@@ -1,0 +1,47 @@
+"""`fitplan estimate -- -sm tensor`: the one Meta() row llama.cpp's dry run lists (planner/llama/tensor_parallel.py,
+planner/llama/kv.py), figures worked out by hand from ggml-backend-meta.cpp's sizes: a dry run sizes weights, KV
+and compute with the meta buffer type's alloc size (the largest member's of the full tensor), while recurrent
+states are really allocated, each member's slices in its own buffer, the meta buffer as large as the largest.
+"""
+from __future__ import annotations
+
+from planner.gguf.reader import read_model
+from planner.llama.context import model_context
+from planner.llama.tensor_parallel import state_slices
+from planner.memory.estimate import estimate
+from tests.support.gguf_factory import llama_spec
+from tests.support.qwen3next_factory import qwen3next_spec
+
+RPC2 = ["-sm", "tensor", "--rpc", "127.0.0.1:1,127.0.0.1:2"]
+
+
+def _context(spec, tmp_path, name="m.gguf"):
+    [path] = spec.write(tmp_path / name)
+    return model_context(read_model(path))
+
+
+def test_dense_meta_row_is_the_single_device_figure(tmp_path):
+    """A dry run sizes weights, KV and compute with the meta buffer type's alloc size, the largest
+    member's of the full tensor: over equal members, exactly one member holding everything."""
+    ctx = _context(llama_spec(), tmp_path)
+    one = estimate(ctx, ["--rpc", "127.0.0.1:1", "-c", "1024"])
+    meta = estimate(ctx, [*RPC2, "-c", "1024"])
+    assert [d.name for d in meta.devices] == ["Meta()", "Host"]
+    assert [(d.model_bytes, d.context_bytes, d.compute_bytes) for d in meta.devices] == \
+        [(d.model_bytes, d.context_bytes, d.compute_bytes) for d in one.devices]
+    assert not meta.pipeline_parallel
+
+
+def test_qwen3next_states_cut_by_heads(tmp_path):
+    """d_state 32, 2 key / 4 value heads, conv 4, Q8_0 ssm_out: granularity lcm(lcm(32, 128), 32) = 128,
+    r cut in multiples of 3 x 128 = 384, s in 32 x 128 = 4096. r is (64 x 3 elements) x 2 + 128 x 3 and
+    s 32 x 128 = 4096: over 2 members every boundary rounds to 0, so one member holds a layer whole,
+    and the rotation (earlier recurrent layers mod 2) alternates which."""
+    ctx = _context(qwen3next_spec(), tmp_path)
+    ss = [state_slices(ctx.model, ctx.facts, il, 2) for il in range(3)]
+    assert [(s.r, s.s) for s in ss if s] == [((0, 768), (0, 4096)), ((768, 0), (4096, 0)), ((0, 768), (0, 4096))]
+    one = estimate(ctx, ["--rpc", "127.0.0.1:1", "-c", "1024"])
+    meta = estimate(ctx, [*RPC2, "-c", "1024"])
+    # three recurrent layers (0, 1, 2); the meta buffer is its larger member's: layers 0 and 2
+    layer_states = 768 * 4 + 4096 * 4
+    assert one.devices[0].context_bytes - meta.devices[0].context_bytes == layer_states
