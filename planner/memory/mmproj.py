@@ -75,7 +75,8 @@ def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> Compan
     """The projector's rows beside the target: weights where clip puts them, compute per backend.
 
     `exact_compute` is accepted for the companions' common signature: the projector's reserve is a
-    few hundred milliseconds and cached per (file, device, -fa), so it is always simulated.
+    few hundred milliseconds and cached per (file, device, -fa, --image-max-tokens), so it is always
+    simulated.
     """
     mm = target.flags.mmproj
     if not mm.path:
@@ -109,6 +110,6 @@ def _notes(reserve: ProjectorReserve, tokens_given: bool, tokens_apply: bool) ->
     notes = [f"projector on {reserve.device}; warmup image {side}x{side}, graph of {reserve.n_nodes} nodes, "
              f"flash attention {'enabled' if reserve.flash_attn else 'disabled'}"]
     if tokens_given and not tokens_apply:
-        notes.append("--image-min/max-tokens leave this projector's warmup graph as it is: it runs at the "
-                     "file's image_size")
+        notes.append(f"--image-min/max-tokens leave this projector's warmup graph as it is: clip.cpp warms it "
+                     f"up at {side}x{side} whatever the token limits say")
     return tuple(notes)
