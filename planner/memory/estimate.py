@@ -24,9 +24,11 @@ from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
+from planner.llama.tensor_parallel import META_NAME
 from planner.memory.analytic import SIMULATED, compute_model
 from planner.memory.companions import estimate_companions
 from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
+from planner.memory.tensor_members import member_rows
 from planner.model.tensors import OUTPUT
 
 
@@ -44,6 +46,9 @@ class Estimate:
     compute_model: str = SIMULATED   # "simulated" (the scheduler's reserve) or "formula" (planner/memory/analytic.py)
     model_arch: str = ""
     companions: tuple[CompanionEstimate, ...] = ()   # drafter, projector, adapters (planner/memory/companions.py)
+    # -sm tensor: each real device behind the Meta() row as a real load allocates it
+    # (planner/memory/tensor_members.py); not rows of llama.cpp's breakdown
+    meta_members: tuple[DeviceMemory, ...] = ()
 
     @property
     def totals(self) -> tuple[DeviceMemory, ...]:
@@ -72,6 +77,7 @@ class Estimate:
             "pipeline_parallel": self.pipeline_parallel, "compute_model": self.compute_model,
             "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
             "ignored_flags": list(self.flags.ignored),
+            **({"meta_members": [_row_dict(d) for d in self.meta_members]} if self.meta_members else {}),
             **({"companions": [companion_dict(c) for c in self.companions],
                 "totals": [_row_dict(d) for d in self.totals]} if self.companions else {}),
         }
@@ -91,6 +97,9 @@ class Estimate:
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + shlex.join(self.flags.ignored)]
         out += ["", compute_note(self.compute_model, self.model_arch)]
+        if self.meta_members:
+            out += ["", f"{META_NAME} members once really loaded (each holds its slices; the meta buffer is "
+                    f"as large as its largest member's)", "", _rows_table(self.meta_members)]
         for c in self.companions:
             out += ["", f"{COMPANION_TITLES[c.kind]} {c.path}", "", _rows_table(c.devices)]
             out += [f"  {note}" for note in c.notes]
@@ -149,6 +158,8 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
     server = settings.flags.has_companions
     compute, source = compute_model(settings, use_runtime=exact_compute, dry_run=not server,
                                     n_outputs_max=server_target_outputs_max(settings.flags) if server else None)
+    meta = next((d.name for d in settings.devices if d.members), None)
+    members = member_rows(settings, compute.get(meta, 0)) if meta else ()
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     by_dev: dict[str, list[int]] = defaultdict(list)
@@ -158,4 +169,5 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
                     tuple((d, tuple(ls)) for d, ls in by_dev.items()), placement.layer_device[-1], placement.moved,
                     placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
                     settings.ctx.model.architecture,
-                    estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else ())
+                    estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else (),
+                    members)

@@ -7,21 +7,28 @@ llama.cpp refuses (the deny-list of llm_arch_supports_sm_tensor, -fa off) or abo
 token generation), fitplan refuses with the same reason.
 
 Every builder architecture the pinned build splits is in the matrix (a dry run takes a second or two);
-bench/bench_tensor_split.py prints the same figures side by side.
+bench/bench_tensor_split.py prints the same figures side by side. A real load (llama-cli over rpc-servers
+that log every buffer they allocate, GGML_RPC_DEBUG=1) checks the per-member figures of
+planner/memory/tensor_members.py on few-layer copies of the dense and MoE shapes.
 """
 from __future__ import annotations
 
+import os
+import re
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from planner.core.errors import FlagError
+from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
 from tests.support.shapes import compute_ok, fit_print, model_path
-from tests.support.tensor_split import CONTEXTS, RPC_COUNTS, SPLIT_MODELS
+from tests.support.tensor_split import CONTEXTS, REAL_LOAD_MODELS, RPC_COUNTS, SPLIT_MODELS, write_real_load_shape
 
 pytestmark = pytest.mark.peer
 
@@ -105,3 +112,72 @@ def test_gemma3_dry_run_passes_but_generation_aborts(llama_tools, rpc3, shapes_d
     with pytest.raises(FlagError) as err:
         estimate(str(path), argv)
     assert quoted in str(err.value)
+
+
+# --- a real load: each rpc-server's buffers against the estimate's members ------------------------------------
+
+@pytest.fixture(scope="module")
+def debug_rpc3(llama_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[str, Path]]]:
+    """Three ggml-rpc-servers with GGML_RPC_DEBUG=1 (each logs every alloc_buffer size): (endpoint, log)."""
+    logs = tmp_path_factory.mktemp("rpc-debug")
+    env = dict(os.environ, GGML_RPC_DEBUG="1")
+    procs, out = [], []
+    try:
+        for i in range(3):
+            port = free_port()
+            log = logs / f"rpc{i}.log"
+            with open(log, "w") as f:
+                procs.append(subprocess.Popen([str(llama_tools / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port)],
+                                              stdout=f, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL))
+            out.append((f"{LOOPBACK}:{port}", log))
+        deadline = time.monotonic() + 30
+        for endpoint, _log in out:
+            while not _listening(int(endpoint.rsplit(":", 1)[1])):
+                assert time.monotonic() < deadline, "ggml-rpc-server did not start"
+                time.sleep(0.05)
+        yield out
+    finally:
+        for proc in procs:
+            stop_process(proc)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+ALLOC = re.compile(r"\[alloc_buffer\] device: \d+, size: (\d+) ->")
+
+
+# every shape over 3 servers (uneven cuts, the rotation), the dense one over 2 as well
+REAL_LOADS = [(REAL_LOAD_MODELS[0], 2)] + [(m, 3) for m in REAL_LOAD_MODELS]
+
+
+@pytest.mark.parametrize("name, n", REAL_LOADS, ids=[f"{m} x{n}" for m, n in REAL_LOADS])
+def test_members_match_a_real_load(llama_tools, debug_rpc3, shapes_dir, name, n):
+    """llama-cli loads the model over the rpc-servers under -sm tensor and generates a token; each server
+    allocates its weight slices, its K/V slices (one buffer per cache: two with SWA layers), then the
+    whole meta compute buffer, then the AllReduce's temporaries. Weights and context equal the
+    estimate's members to the byte; the compute buffer is a real load's (norm pins kept), compared
+    with the dry-run figure within the peer tolerance."""
+    path = write_real_load_shape(name, shapes_dir)
+    servers = debug_rpc3[:n]
+    offsets = [log.stat().st_size for _ep, log in servers]
+    argv = ["--rpc", ",".join(ep for ep, _log in servers), "-sm", "tensor", "-c", "4096"]
+    run = subprocess.run([str(llama_tools / "llama-cli"), "-m", str(path), *argv, "-p", "Hello", "-n", "1", "-st",
+                          "--no-warmup"], capture_output=True, text=True, timeout=600, check=False,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr[-2000:]
+    est = estimate(str(path), argv)
+    assert [m.name for m in est.meta_members] == [f"RPC{j}" for j in range(n)]
+    n_caches = 2 if est.model_arch in ("gemma2", "gpt-oss") else 1   # iSWA: a base and an SWA cache
+    for (_ep, log), offset, member in zip(servers, offsets, est.meta_members, strict=True):
+        with open(log, encoding="utf-8", errors="replace") as f:
+            f.seek(offset)
+            sizes = [int(s) for s in ALLOC.findall(f.read())]
+        assert sizes[0] == member.model_bytes, member.name
+        assert sum(sizes[1:1 + n_caches]) == member.context_bytes, member.name
+        assert compute_ok(sizes[1 + n_caches] / MIB, member.compute_bytes // MIB), (member.name, sizes)

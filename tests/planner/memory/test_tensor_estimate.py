@@ -9,7 +9,7 @@ from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.tensor_parallel import state_slices
 from planner.memory.estimate import estimate
-from tests.support.gguf_factory import llama_spec
+from tests.support.gguf_factory import Q, llama_spec
 from tests.support.qwen3next_factory import qwen3next_spec
 
 RPC2 = ["-sm", "tensor", "--rpc", "127.0.0.1:1,127.0.0.1:2"]
@@ -45,3 +45,20 @@ def test_qwen3next_states_cut_by_heads(tmp_path):
     # three recurrent layers (0, 1, 2); the meta buffer is its larger member's: layers 0 and 2
     layer_states = 768 * 4 + 4096 * 4
     assert one.devices[0].context_bytes - meta.devices[0].context_bytes == layer_states
+
+
+def test_members_hold_their_slices(tmp_path):
+    """llama_spec's 256-wide, 8-head / 2-KV model in f16 over 2 members. KV: head 32, n_embd_k_gqa 64; the
+    granularity of a KV tensor is lcm(4 x 32, 64) / 4 = 32 values (whole KV heads), so each member holds one
+    head of K and one of V per layer: 2 layers x 2 x 32 x 1024 cells x 2 bytes. Weights: every split tensor's
+    pieces add up to it, and the mirrored norms (attn_norm, ffn_norm per layer, output_norm: 256 f32 = 1 KiB
+    each) are held whole by both members; compute: each member allocates the whole meta buffer."""
+    f16 = llama_spec(attn_type=Q.F16, v_type=Q.F16, ffn_type=Q.F16, down_type=Q.F16, embd_type=Q.F16,
+                     out_type=Q.F16)
+    est = estimate(_context(f16, tmp_path), [*RPC2, "-c", "1024"])
+    meta, members = est.devices[0], est.meta_members
+    assert [m.name for m in members] == ["RPC0", "RPC1"]
+    assert [m.context_bytes for m in members] == [2 * 2 * 32 * 1024 * 2] * 2
+    assert sum(m.model_bytes for m in members) == meta.model_bytes + 5 * 1024
+    assert [m.compute_bytes for m in members] == [meta.compute_bytes] * 2
+    assert est.to_dict()["meta_members"][0]["name"] == "RPC0"
