@@ -38,10 +38,11 @@ class GGUFError(BadInput):
 
     code = "bad_gguf"
 
-    def __init__(self, path: str, problem: str) -> None:
+    def __init__(self, path: str, problem: str, offset: int | None = None) -> None:
         self.path = path
         self.problem = problem
-        super().__init__(f"{path}: {problem}")
+        self.offset = offset     # where in the file the offending field starts, when known
+        super().__init__(f"{path}: {problem}" + (f" (byte {offset})" if offset is not None else ""))
 
 
 class RemoteError(BadInput):

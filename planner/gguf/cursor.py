@@ -13,6 +13,13 @@ from planner.core.errors import GGUFError
 from planner.gguf.source import ByteSource
 
 _U64 = struct.Struct("<Q")
+# How much of a name or value a message quotes: a hostile header's 40 MB "name" is not echoed.
+QUOTE_CHARS = 48
+
+
+def short(text: str, limit: int = QUOTE_CHARS) -> str:
+    """`text` quoted for a message, cut to its first `limit` characters."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 class Cursor:
@@ -54,8 +61,10 @@ class Cursor:
         self.pos += n
         return value
 
-    def string(self, what: str) -> str:
+    def string(self, what: str, limit: int | None = None) -> str:
         length = self.unpack("<Q", f"length of {what}")
+        if limit is not None and length > limit:
+            raise GGUFError(self.path, f"{what} is {length} bytes long, more than the {limit} allowed", self.pos - 8)
         if length > self.size - self.pos:
             raise GGUFError(self.path, f"hostile header: {what} claims {length} bytes, "
                                        f"only {self.size - self.pos} remain in the file")

@@ -27,7 +27,8 @@ from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType,
 
 from planner.core.errors import BadInput, GGUFError, RemoteError
 from planner.core.units import pad
-from planner.gguf.cursor import Cursor
+from planner.gguf.cursor import Cursor, short
+from planner.gguf.keys import KeyType, key_types
 from planner.gguf.location import open_source
 from planner.gguf.source import Buffer, ByteSource, is_url
 
@@ -44,6 +45,9 @@ MIN_TENSOR_INFO_BYTES = 32
 # A tensor said to end past this is hostile even in a header-only file (which cannot be checked
 # against its data): 256 TiB.
 MAX_TENSOR_END = 1 << 48
+# ggml.h GGML_MAX_NAME: gguf.cpp refuses a tensor name of this many bytes or more
+GGML_MAX_NAME = 64
+INT64_MAX = (1 << 63) - 1
 
 _SCALAR_FORMAT: dict[GGUFValueType, str] = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
@@ -167,33 +171,33 @@ def _value_type(cur: Cursor, raw: int, key: str) -> GGUFValueType:
     try:
         return GGUFValueType(raw)
     except ValueError:
-        raise GGUFError(cur.path, f"unknown metadata value type {raw} for key {key!r}") from None
+        raise GGUFError(cur.path, f"unknown metadata value type {raw} for key {short(key)}", cur.pos - 4) from None
 
 
 def _read_value(cur: Cursor, vtype: GGUFValueType, key: str) -> Any:
     if vtype == GGUFValueType.STRING:
-        return cur.string(f"value of {key!r}")
+        return cur.string(f"value of {short(key)}")
     if vtype in _SCALAR_FORMAT:
-        return cur.unpack(_SCALAR_FORMAT[vtype], f"value of {key!r}")
+        return cur.unpack(_SCALAR_FORMAT[vtype], f"value of {short(key)}")
     # ARRAY: element type first, then a 64-bit count (seed 003 notes the order trap).
-    etype = _value_type(cur, cur.unpack("<I", f"array type of {key!r}"), key)
-    count = cur.unpack("<Q", f"array length of {key!r}")
+    etype = _value_type(cur, cur.unpack("<I", f"array type of {short(key)}"), key)
+    count = cur.unpack("<Q", f"array length of {short(key)}")
     if etype == GGUFValueType.ARRAY:
-        raise GGUFError(cur.path, f"nested arrays are not supported (key {key!r})")
+        raise GGUFError(cur.path, f"nested arrays are not supported (key {short(key)})")
     min_elem = 8 if etype == GGUFValueType.STRING else struct.calcsize(_SCALAR_FORMAT[etype])
     if count * min_elem > cur.size - cur.pos:
-        raise GGUFError(cur.path, f"hostile header: array {key!r} claims {count} elements, "
+        raise GGUFError(cur.path, f"hostile header: array {short(key)} claims {count} elements, "
                                   f"more than the {cur.size - cur.pos} remaining bytes can hold")
     if count > MAX_MATERIALISED_ARRAY:
         if etype == GGUFValueType.STRING:
-            cur.skip_strings(count, f"array {key!r}")
+            cur.skip_strings(count, f"array {short(key)}")
         else:
             cur.pos += count * min_elem   # the next read fetches what a remote source skipped
         return SkippedArray(etype, count)
     if etype == GGUFValueType.STRING:
-        return tuple(cur.string(f"element of {key!r}") for _ in range(count))
+        return tuple(cur.string(f"element of {short(key)}") for _ in range(count))
     fmt = _SCALAR_FORMAT[etype]
-    cur.need(count * min_elem, f"array {key!r}")
+    cur.need(count * min_elem, f"array {short(key)}")
     values = struct.unpack_from(f"<{count}{fmt[1]}", cur.buf, cur.pos)
     cur.pos += count * min_elem
     return tuple(values)
@@ -205,7 +209,7 @@ def _ggml_type(cur: Cursor, raw: int, name: str) -> GGMLQuantizationType:
     except ValueError:
         qtype = None
     if qtype is None or qtype not in GGML_QUANT_SIZES:
-        raise GGUFError(cur.path, f"tensor {name!r} has unknown ggml type {raw}")
+        raise GGUFError(cur.path, f"tensor {short(name)} has unknown ggml type {raw}", cur.pos - 4)
     return qtype
 
 
@@ -262,31 +266,82 @@ def _parse(source: ByteSource, shard_no: int) -> _Shard:
     if n_tensors * MIN_TENSOR_INFO_BYTES > cur.size - cur.pos:
         raise GGUFError(path, f"hostile header: {n_tensors} tensors cannot fit in {cur.size} bytes")
 
-    metadata = _read_metadata(cur, n_kv, n_tensors * MIN_TENSOR_INFO_BYTES)
-    infos = []
+    metadata, entries = _read_metadata(cur, n_kv, n_tensors * MIN_TENSOR_INFO_BYTES)
+    _check_types(path, metadata, entries)
+    infos: list[_RawTensorInfo] = []
+    seen: dict[str, int] = {}
     for i in range(n_tensors):
         cur.reserve = (n_tensors - i - 1) * MIN_TENSOR_INFO_BYTES
-        infos.append(_read_tensor_info(cur, i))
-    alignment = int(metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT) or GGUF_DEFAULT_ALIGNMENT)
+        info = _read_tensor_info(cur, i)
+        if info.name in seen:   # gguf.cpp: "duplicate tensor name"
+            raise GGUFError(path, f"tensor {short(info.name)} is listed twice (tensors {seen[info.name]} and {i})",
+                            info.at)
+        seen[info.name] = i
+        infos.append(info)
+    alignment = int(metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT))
     if alignment <= 0 or alignment & (alignment - 1):
-        raise GGUFError(path, f"{Keys.General.ALIGNMENT} {alignment} is not a power of two")
+        raise GGUFError(path, f"{Keys.General.ALIGNMENT} {alignment} is not a power of two",
+                        entries[Keys.General.ALIGNMENT].offset)
     data_start = pad(cur.pos, alignment)
     tensors = tuple(_tensor(cur, info, data_start, shard_no) for info in infos)
+    _check_layout(path, infos, tensors, alignment)
     data_end = max((t.data_offset + t.n_bytes for t in tensors), default=data_start)
     has_weights = not source.remote and source.size is not None and data_end <= source.size
     digest = _digest(cur.buf, data_start) if source.remote else None
     return _Shard(version, metadata, tensors, data_start, has_weights, digest)
 
 
-def _read_metadata(cur: Cursor, n_kv: int, after: int) -> dict[str, Any]:
-    """The key-value section; `after` is what the tensor infos that follow it certainly hold."""
+@dataclass(frozen=True)
+class _Entry:
+    """How a metadata value is stored: its GGUF type (and its elements', for an array) and where its
+    entry starts in the file."""
+
+    vtype: GGUFValueType
+    element: GGUFValueType | None
+    offset: int
+
+
+def _read_metadata(cur: Cursor, n_kv: int, after: int) -> tuple[dict[str, Any], dict[str, _Entry]]:
+    """The key-value section, and each key's stored type; `after` is what the tensor infos that
+    follow it certainly hold."""
     metadata: dict[str, Any] = {}
+    entries: dict[str, _Entry] = {}
     for i in range(n_kv):
         cur.reserve = (n_kv - i - 1) * MIN_KV_BYTES + after
+        at = cur.pos
         key = cur.string("a metadata key")
-        vtype = _value_type(cur, cur.unpack("<I", f"type of {key!r}"), key)
+        if not key:    # gguf.cpp: "key %d is empty"
+            raise GGUFError(cur.path, f"metadata key {i} is empty", at)
+        if key in entries:   # gguf.cpp: "duplicate key"
+            raise GGUFError(cur.path, f"metadata key {short(key)} is listed twice (first at byte "
+                                      f"{entries[key].offset})", at)
+        vtype = _value_type(cur, cur.unpack("<I", f"type of {short(key)}"), key)
+        element = None
+        if vtype == GGUFValueType.ARRAY:
+            cur.need(4, f"array type of {short(key)}")
+            raw = struct.unpack_from("<I", cur.buf, cur.pos)[0]
+            element = GGUFValueType(raw) if raw in GGUFValueType._value2member_map_ else None
         metadata[key] = _read_value(cur, vtype, key)
-    return metadata
+        entries[key] = _Entry(vtype, element, at)
+    return metadata, entries
+
+
+def _type_name(entry: _Entry) -> str:
+    return f"an array of {entry.element.name}" if entry.element is not None else entry.vtype.name
+
+
+def _check_types(path: str, metadata: dict[str, Any], entries: dict[str, _Entry]) -> None:
+    """Every key fitplan reads must hold the type llama.cpp reads it as (planner.gguf.keys): llama.cpp
+    refuses a key of another type, so fitplan does not convert '12' to 12 or 2.5 to 2."""
+    arch_entry = entries.get(Keys.General.ARCHITECTURE)
+    is_str = arch_entry is not None and arch_entry.vtype == GGUFValueType.STRING
+    arch = metadata[Keys.General.ARCHITECTURE] if is_str else ""
+    expected: dict[str, KeyType] = key_types(arch)
+    for key, entry in entries.items():
+        want = expected.get(key)
+        if want is not None and not want.accepts(entry.vtype, entry.element):
+            raise GGUFError(path, f"key {short(key)} is {_type_name(entry)}; llama.cpp reads it as {want.describe()} "
+                                  f"and refuses any other type", entry.offset)
 
 
 @dataclass(frozen=True)
@@ -297,19 +352,40 @@ class _RawTensorInfo:
     ggml_type: GGMLQuantizationType
     shape: tuple[int, ...]
     offset: int
+    at: int = 0     # where the entry starts in the file
 
 
 def _read_tensor_info(cur: Cursor, i: int) -> _RawTensorInfo:
-    name = cur.string(f"name of tensor {i}")
-    n_dims = cur.unpack("<I", f"dimension count of {name!r}")
+    at = cur.pos
+    name = cur.string(f"name of tensor {i}", limit=GGML_MAX_NAME - 1)
+    n_dims = cur.unpack("<I", f"dimension count of {short(name)}")
     if n_dims == 0 or n_dims > GGML_MAX_DIMS:
-        raise GGUFError(cur.path, f"hostile header: tensor {name!r} has {n_dims} dimensions (ggml allows 1 to 4)")
-    cur.need(8 * n_dims, f"dimensions of {name!r}")
+        raise GGUFError(cur.path, f"hostile header: tensor {short(name)} has {n_dims} dimensions (ggml allows 1 to 4)")
+    cur.need(8 * n_dims, f"dimensions of {short(name)}")
     shape = struct.unpack_from(f"<{n_dims}Q", cur.buf, cur.pos)
+    n_elements = 1
+    for d in shape:   # gguf.cpp reads each dimension as int64 and refuses a product past INT64_MAX
+        n_elements *= d
+        if d > INT64_MAX or n_elements > INT64_MAX:
+            raise GGUFError(cur.path, f"hostile header: tensor {short(name)} has shape {list(shape)}, "
+                                      f"more elements than int64 holds", cur.pos)
     cur.pos += 8 * n_dims
-    qtype = _ggml_type(cur, cur.unpack("<I", f"type of {name!r}"), name)
-    offset = cur.unpack("<Q", f"data offset of {name!r}")
-    return _RawTensorInfo(name, qtype, tuple(int(d) for d in shape), offset)
+    qtype = _ggml_type(cur, cur.unpack("<I", f"type of {short(name)}"), name)
+    offset = cur.unpack("<Q", f"data offset of {short(name)}")
+    return _RawTensorInfo(name, qtype, tuple(int(d) for d in shape), offset, at)
+
+
+def _check_layout(path: str, infos: list[_RawTensorInfo], tensors: tuple[TensorInfo, ...], alignment: int) -> None:
+    """Tensor data in index order, each tensor at the aligned end of the one before: gguf.cpp refuses
+    any other offset ("tensor has offset X, expected Y"), so misaligned, overlapping or scattered
+    data is a broken file, not a layout to plan."""
+    expected = 0
+    for info, t in zip(infos, tensors, strict=True):
+        if info.offset != expected:
+            raise GGUFError(path, f"tensor {short(info.name)} has data offset {info.offset}, expected {expected} "
+                                  f"(tensor data must follow the index order, each tensor {alignment}-byte aligned "
+                                  f"after the one before)", info.at)
+        expected += pad(t.n_bytes, alignment)
 
 
 def _tensor(cur: Cursor, info: _RawTensorInfo, data_start: int, shard_no: int) -> TensorInfo:
@@ -317,15 +393,15 @@ def _tensor(cur: Cursor, info: _RawTensorInfo, data_start: int, shard_no: int) -
     name, qtype, shape = info.name, info.ggml_type, info.shape
     block_size, _ = GGML_QUANT_SIZES[qtype]
     if shape[0] % block_size:
-        raise GGUFError(cur.path, f"tensor {name!r}: row length {shape[0]} is not a multiple of "
+        raise GGUFError(cur.path, f"tensor {short(name)}: row length {shape[0]} is not a multiple of "
                                   f"{qtype.name}'s block size {block_size}")
     n_bytes = tensor_nbytes(qtype, shape)
     end = data_start + info.offset + n_bytes
     # A header-only file holds no data to check against; a URL's size is the whole file's.
     limit = cur.source.size if cur.source.remote and cur.source.size is not None else MAX_TENSOR_END
     if end > limit:
-        raise GGUFError(cur.path, f"truncated: tensor {name!r} ends at byte {end}, the file has {limit}"
-                        if limit != MAX_TENSOR_END else f"hostile header: tensor {name!r} ends at byte {end}")
+        raise GGUFError(cur.path, f"truncated: tensor {short(name)} ends at byte {end}, the file has {limit}"
+                        if limit != MAX_TENSOR_END else f"hostile header: tensor {short(name)} ends at byte {end}")
     return TensorInfo(name, qtype, shape, n_bytes, shard_no, data_start + info.offset)
 
 
@@ -347,6 +423,21 @@ def _read_other_shard(location: str, shard_no: int, count: int, named: str) -> _
         if e.status == 404:
             raise GGUFError(named, f"missing shard {shard_no + 1} of {count}: {location}") from None
         raise
+
+
+def _check_shards(paths: list[str], shards: list[_Shard]) -> None:
+    """Each shard says which it is, and no tensor is in two: llama_model_loader refuses a shard whose
+    split.no is not its place ("invalid split file idx") and a tensor listed twice ("is duplicated")."""
+    owner: dict[str, int] = {}
+    for i, (p, shard) in enumerate(zip(paths, shards, strict=True)):
+        no = shard.metadata.get(Keys.Split.LLM_KV_SPLIT_NO)
+        if no != i:
+            said = "has no split.no" if no is None else f"says split.no {no}"
+            raise GGUFError(p, f"shard {i + 1} of {len(paths)} {said}, expected {i} (is it a copy of another shard?)")
+        for t in shard.tensors:
+            if t.name in owner:
+                raise GGUFError(p, f"tensor {short(t.name)} is in shard {owner[t.name] + 1} and shard {i + 1}")
+            owner[t.name] = i
 
 
 def read_model(path: str | os.PathLike[str], require_architecture: bool = True) -> ModelFile:
@@ -373,11 +464,14 @@ def read_model(path: str | os.PathLike[str], require_architecture: bool = True) 
                 shards.append(replace(read_first, tensors=tuple(replace(t, shard=i) for t in read_first.tensors)))
             else:
                 shards.append(_read_other_shard(shard, i, split_count, path))
+        _check_shards(paths, shards)
     arch = first.metadata.get(Keys.General.ARCHITECTURE)
     if not isinstance(arch, str) or not arch:
         if require_architecture:
             raise GGUFError(path, f"missing required key {Keys.General.ARCHITECTURE}")
         arch = ""
+    if not any(s.tensors for s in shards):
+        raise GGUFError(path, "the file lists no tensors: a vocabulary-only or empty GGUF, not a model to plan")
     return ModelFile(path=paths[0], version=first.version, architecture=arch,
                      metadata=first.metadata, tensors=tuple(t for s in shards for t in s.tensors),
                      shard_paths=tuple(paths), header_bytes=first.header_bytes,

@@ -67,8 +67,8 @@ class FileSource(ByteSource):
 
     def __init__(self, path: str) -> None:
         self.name = path
-        try:
-            fd = os.open(path, os.O_RDONLY)
+        try:   # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             raise GGUFError(path, "no such file") from None
         except OSError as e:

@@ -15,15 +15,17 @@ from typing import Any
 from gguf import Keys
 
 from planner.core.errors import GGUFError
+from planner.gguf.keys import LLM_KV_ATTENTION_RECURRENT_LAYERS
 from planner.gguf.reader import ModelFile, SkippedArray
 from planner.model.tensors import TOKEN_EMBD
 
 log = logging.getLogger(__name__)
 
-# Metadata keys llama.cpp reads that gguf-py 0.19's `Keys` lacks, spelled as llama.cpp spells them
-# (src/llama-arch.cpp LLM_KV_NAMES in llama-cpp-python 0.3.36's llama.cpp, commit 0c1e570; its `%s`
-# is `{arch}` here, as in gguf-py's templates).
-LLM_KV_ATTENTION_RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
+# src/llama-hparams.h at the pinned build: load_hparams asserts n_layer_all in (0, LLAMA_MAX_LAYERS] and
+# n_expert <= LLAMA_MAX_EXPERTS (the per-layer arrays are std::array<uint32_t, LLAMA_MAX_LAYERS>).
+LLAMA_MAX_LAYERS = 512
+LLAMA_MAX_EXPERTS = 1024
+
 
 
 class AttnKind(enum.Enum):
@@ -172,10 +174,17 @@ class _Meta:
         if isinstance(value, SkippedArray):
             raise GGUFError(self.model.path, f"{self.key(template)} has {value.count} entries, expected {n}")
         if isinstance(value, tuple):
-            if len(value) < n:
+            if len(value) != n:   # get_key_or_arr: "key %s has wrong array length; expected %u, got %u"
                 raise GGUFError(self.model.path, f"{self.key(template)} has {len(value)} entries, expected {n}")
-            return list(value[:n])
+            return list(value)
         return [value] * n
+
+    def bounded(self, template: str, low: int, high: int, default: int = 0) -> int:
+        """An integer key llama.cpp asserts to lie in [low, high]."""
+        value = int(self.get(template, default))
+        if not low <= value <= high:
+            raise GGUFError(self.model.path, f"{self.key(template)} is {value}; llama.cpp requires {low} to {high}")
+        return value
 
 
 def _vocab_size(model: ModelFile, meta: _Meta) -> int:
@@ -240,10 +249,19 @@ def _state_sizes(meta: _Meta, n_embd: int) -> tuple[int, int]:
 def model_facts(model: ModelFile) -> ModelFacts:
     """Per-layer architecture facts from a model's metadata."""
     meta = _Meta(model)
-    n_trunk_all = int(meta.need(Keys.LLM.BLOCK_COUNT))
-    n_nextn = int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) or 0)
+    meta.need(Keys.LLM.BLOCK_COUNT)
+    n_trunk_all = meta.bounded(Keys.LLM.BLOCK_COUNT, 1, LLAMA_MAX_LAYERS)
+    n_nextn = meta.bounded(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, n_trunk_all)
     n_layer = n_trunk_all - n_nextn
     n_embd = int(meta.need(Keys.LLM.EMBEDDING_LENGTH))
+    if n_embd == 0:
+        raise GGUFError(model.path, f"{meta.key(Keys.LLM.EMBEDDING_LENGTH)} is 0")
+    n_expert = meta.bounded(Keys.LLM.EXPERT_COUNT, 0, LLAMA_MAX_EXPERTS)
+    # load_hparams: GGML_ASSERT(n_expert_used_max <= n_expert), and 0 without experts
+    n_expert_used = max([int(x) for x in meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_trunk_all, 0)], default=0)
+    if n_expert_used > n_expert:
+        raise GGUFError(model.path, f"{meta.key(Keys.LLM.EXPERT_USED_COUNT)} is {n_expert_used}, more than "
+                                    f"{meta.key(Keys.LLM.EXPERT_COUNT)} ({n_expert}); llama.cpp asserts it is not")
     arch = model.architecture
     recurrent_only = RECURRENT_RULES.get(arch) is RecurrentRule.ALL
     if meta.get(Keys.Attention.HEAD_COUNT) is None and not recurrent_only:
@@ -288,8 +306,8 @@ def model_facts(model: ModelFile) -> ModelFacts:
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
-        n_expert=int(meta.get(Keys.LLM.EXPERT_COUNT, 0) or 0),
-        n_expert_used=int(meta.get(Keys.LLM.EXPERT_USED_COUNT, 0) or 0),
+        n_expert=n_expert,
+        n_expert_used=n_expert_used,
         n_expert_shared=int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 0) or 0),
         mla=mla, known=known, layers=tuple(layers),
     )

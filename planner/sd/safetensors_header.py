@@ -32,6 +32,30 @@ DTYPE_BYTES: dict[str, tuple[int, int]] = {
 HEADER_LEN_BYTES = 8
 # The safetensors reference implementation refuses headers above 100 MB; so do we.
 MAX_HEADER_BYTES = 100 * 1000 * 1000
+# Offsets and dimensions are u64 in the format (20 decimal digits at most); a longer integer is
+# refused while parsing, before Python converts it (a 5,000-digit one would raise ValueError).
+MAX_INT_DIGITS = 20
+# How much of a name or dtype a message quotes.
+QUOTE_CHARS = 48
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= QUOTE_CHARS else f"{text[:QUOTE_CHARS]}... ({len(text)} characters)"
+
+
+class _Refused(ValueError):
+    """Raised from inside json.loads by the number hooks."""
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _constant(text: str) -> float:
+    raise _Refused(f"{text} (not JSON)")
 
 
 def SafetensorsError(path: str, problem: str) -> BadInput:  # noqa: N802 - reads as a raise
@@ -82,7 +106,11 @@ def _parse_header(path: str, source: ByteSource) -> _Header:
         raise SafetensorsError(path, f"header length {n} is larger than the file ({len(buf)} bytes)")
     raw = bytes(buf[HEADER_LEN_BYTES:HEADER_LEN_BYTES + n])
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), parse_int=_int, parse_constant=_constant)
+    except _Refused as e:
+        raise SafetensorsError(path, f"header holds {e}") from None
+    except RecursionError:   # the C scanner recurses per nesting level: Python's limit bounds it
+        raise SafetensorsError(path, "header nests arrays or objects too deeply") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SafetensorsError(path, f"header is not valid JSON ({e.__class__.__name__})") from None
     if not isinstance(doc, dict):
@@ -92,14 +120,14 @@ def _parse_header(path: str, source: ByteSource) -> _Header:
 
 def _tensor(path: str, name: str, entry: object, data_bytes: int) -> StTensor:
     if not isinstance(entry, dict):
-        raise SafetensorsError(path, f"tensor {name!r}: entry is not an object")
+        raise SafetensorsError(path, f"tensor {_short(name)}: entry is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPE_BYTES:
-        raise SafetensorsError(path, f"tensor {name!r}: unsupported dtype {dtype!r}")
-    if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise SafetensorsError(path, f"tensor {_short(name)}: unsupported dtype {_short(dtype)}")
+    if (not isinstance(shape, list) or not all(_is_count(d) for d in shape)
             or not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) for o in offsets)):
-        raise SafetensorsError(path, f"tensor {name!r}: malformed shape or data_offsets")
+            or not all(_is_count(o) for o in offsets)):
+        raise SafetensorsError(path, f"tensor {_short(name)}: malformed shape or data_offsets")
     begin, end = offsets
     n_elements = 1
     for d in shape:
@@ -107,12 +135,17 @@ def _tensor(path: str, name: str, entry: object, data_bytes: int) -> StTensor:
     file_size, loaded_size = DTYPE_BYTES[dtype]
     # data_bytes 0: a header-only file, whose offsets have no data to lie inside
     if not 0 <= begin <= end or (data_bytes and end > data_bytes):
-        raise SafetensorsError(path, f"tensor {name!r}: data_offsets {offsets} outside the "
+        raise SafetensorsError(path, f"tensor {_short(name)}: data_offsets {offsets} outside the "
                                      f"{data_bytes}-byte data section")
     if end - begin != n_elements * file_size:
-        raise SafetensorsError(path, f"tensor {name!r}: {end - begin} data bytes for "
+        raise SafetensorsError(path, f"tensor {_short(name)}: {end - begin} data bytes for "
                                      f"{n_elements} {dtype} values")
     return StTensor(name, dtype, tuple(shape), n_elements * loaded_size)
+
+
+def _is_count(value: object) -> bool:
+    """A non-negative JSON integer (not a bool, which Python counts as an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def read_safetensors(path: str | os.PathLike[str]) -> tuple[StTensor, ...]:

@@ -232,7 +232,8 @@ def _peak_alloc(fn) -> int:
     # 2^50 metadata entries
     (_header(0, 2**50) + ARCH_KV, "1125899906842624 metadata entries cannot fit"),
     # a tensor name claiming 2^60 bytes
-    (_header(1, 1) + ARCH_KV + struct.pack("<Q", 2**60) + b"\0" * 64, "name of tensor 0 claims"),
+    (_header(1, 1) + ARCH_KV + struct.pack("<Q", 2**60) + b"\0" * 64,
+     "name of tensor 0 is 1152921504606846976 bytes long"),
     # a tensor with 7 dimensions
     (_header(1, 1) + ARCH_KV + _string(b"t") + struct.pack("<I", 7) + b"\0" * 64, "has 7 dimensions"),
 ])

@@ -21,6 +21,8 @@ from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
 from tests.support.gguf_factory import (
     ModelSpec,
+    Q,
+    T,
     Typed,
     deepseek2_spec,
     gemma3_spec,
@@ -35,6 +37,8 @@ FULL, SWA, REC = AttnKind.FULL, AttnKind.SWA, AttnKind.RECURRENT
 
 
 def _facts(spec: ModelSpec, tmp_path):
+    if not spec.tensors:   # a GGUF without tensors is refused; these tests are about metadata
+        spec.add(T.OUTPUT_NORM, Q.F32, (64,))
     [path] = spec.write(tmp_path / f"{spec.arch}.gguf")
     return model_facts(read_model(path))
 

@@ -80,3 +80,32 @@ def test_too_short_file(tmp_path):
     path.write_bytes(b"\1\2")
     with pytest.raises(BadInput, match="too short"):
         read_safetensors(path)
+
+
+@pytest.mark.parametrize("body, words", [
+    # nested arrays past Python's recursion limit: json.loads would raise RecursionError
+    ('{"w": {"dtype": "F16", "shape": ' + "[" * 100_000 + "]" * 100_000 + ', "data_offsets": [0, 4]}}',
+     ("nests arrays or objects too deeply",)),
+    ('{"x": ' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "}", ("nests arrays or objects too deeply",)),
+    # a 5,000-digit integer: int() would raise ValueError past sys.get_int_max_str_digits()
+    ('{"w": {"dtype": "F16", "shape": [2], "data_offsets": [0, ' + "9" * 5000 + "]}}",
+     ("an integer of 5000 digits",)),
+    # a list where the dtype string goes: `dtype in DTYPE_BYTES` would raise TypeError (unhashable)
+    ('{"w": {"dtype": ["F16"], "shape": [2], "data_offsets": [0, 4]}}', ("unsupported dtype ['F16']",)),
+    ('{"w": {"dtype": {"a": 1}, "shape": [2], "data_offsets": [0, 4]}}', ("unsupported dtype",)),
+    # NaN is not JSON; nor is a bool a dimension
+    ('{"w": {"dtype": "F16", "shape": [NaN], "data_offsets": [0, 4]}}', ("NaN (not JSON)",)),
+    ('{"w": {"dtype": "F16", "shape": [true, 2], "data_offsets": [0, 4]}}', ("malformed shape",)),
+    # a 5,000-character dtype is quoted as a prefix
+    ('{"w": {"dtype": "' + "x" * 5000 + '", "shape": [2], "data_offsets": [0, 4]}}', ("5002 characters",)),
+], ids=["nested-arrays", "nested-objects", "5000-digits", "list-dtype", "object-dtype", "nan", "bool-dim",
+        "long-dtype"])
+def test_hostile_json_is_refused_in_one_bounded_line(tmp_path, body, words):
+    raw = body.encode()
+    path = _raw(tmp_path, len(raw), raw + b"\0" * 4)
+    with pytest.raises(BadInput) as e:
+        read_safetensors(path)
+    message = str(e.value)
+    assert "\n" not in message and len(message) < 300, message
+    for w in words:
+        assert w in message

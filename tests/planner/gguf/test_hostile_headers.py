@@ -1,0 +1,203 @@
+"""Hostile and malformed GGUF headers (issue #22): each is refused with one GGUFError that names the file,
+the key or tensor, and where it is — as the pinned llama.cpp refuses it (ggml/src/gguf.cpp,
+src/llama-model-loader.cpp, src/llama-model.cpp) — never coerced, planned, or echoed at length.
+
+The files are a small valid llama model written by gguf-py (gguf_factory), re-written field by field
+(gguf_fields) with one lie each.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import struct
+
+import pytest
+from gguf import GGUFValueType as VT
+from gguf import Keys
+
+from planner.core.errors import GGUFError
+from planner.gguf.reader import read_model
+from planner.gguf.source import FileSource
+from planner.model.arch import model_facts
+from tests.support.gguf_factory import ModelSpec, Q, T, Typed, llama_spec
+from tests.support.gguf_fields import Gguf, enc_value, load
+
+MAX_MESSAGE = 300   # one line that quotes a bounded prefix of what it refuses
+
+
+def _base(tmp_path) -> Gguf:
+    [path] = llama_spec(n_layer=2).write(tmp_path / "base.gguf")
+    return load(path)
+
+
+def _refused(path, *words: str) -> GGUFError:
+    with pytest.raises(GGUFError) as info:
+        model_facts(read_model(path))
+    message = str(info.value)
+    assert "\n" not in message and len(message) < MAX_MESSAGE, message
+    for w in words:
+        assert w in message, message
+    return info.value
+
+
+@pytest.mark.parametrize("vtype, value", [
+    (VT.STRING, "12"),      # llama.cpp does not read '12' as 12
+    (VT.BOOL, True),        # nor true as 1
+    (VT.FLOAT32, 2.5),      # nor 2.5 as 2
+    (VT.FLOAT32, float("nan")),
+    (VT.UINT64, 1 << 40),   # a u32 key stored as u64: GKV<uint32_t> wants GGUF_TYPE_UINT32 exactly
+    (VT.INT32, 12),
+])
+def test_a_key_of_the_wrong_type_is_refused_naming_key_and_offset(tmp_path, vtype, value):
+    g = _base(tmp_path)
+    g.set("llama.block_count", vtype, value)
+    err = _refused(g.write(tmp_path / "m.gguf"), "llama.block_count", vtype.name, "UINT32", "byte")
+    assert err.offset is not None
+    entry = g.kv("llama.block_count")
+    assert entry is not None
+    # the entry starts with its key's length: 8 bytes, then the key itself
+    data = (tmp_path / "m.gguf").read_bytes()
+    assert data[err.offset + 8:err.offset + 8 + len(entry.key)] == entry.key
+
+
+def test_an_array_where_llama_cpp_reads_a_scalar_is_refused(tmp_path):
+    g = _base(tmp_path)
+    g.set("llama.attention.sliding_window", VT.ARRAY, [1, 2, 3], VT.UINT32)
+    _refused(g.write(tmp_path / "m.gguf"), "llama.attention.sliding_window", "an array of UINT32")
+
+
+def test_a_per_layer_array_must_have_one_entry_per_layer(tmp_path):
+    g = _base(tmp_path)
+    g.set("llama.attention.head_count_kv", VT.ARRAY, [2, 2, 2], VT.UINT32)
+    _refused(g.write(tmp_path / "m.gguf"), "llama.attention.head_count_kv", "3 entries, expected 2")
+
+
+@pytest.mark.parametrize("value, words", [
+    (0, ("llama.block_count is 0",)),
+    (600, ("llama.block_count is 600", "1 to 512")),     # LLAMA_MAX_LAYERS
+])
+def test_block_count_outside_what_llama_cpp_asserts(tmp_path, value, words):
+    g = _base(tmp_path)
+    g.set("llama.block_count", VT.UINT32, value)
+    _refused(g.write(tmp_path / "m.gguf"), *words)
+
+
+def test_more_experts_used_than_there_are(tmp_path):
+    g = _base(tmp_path)
+    g.set("llama.expert_count", VT.UINT32, 4)
+    g.set("llama.expert_used_count", VT.UINT32, 8)
+    _refused(g.write(tmp_path / "m.gguf"), "llama.expert_used_count is 8", "llama.expert_count (4)")
+
+
+@pytest.mark.parametrize("vtype, value, words", [
+    (VT.UINT32, 0, ("general.alignment 0 is not a power of two",)),
+    (VT.STRING, "32", ("general.alignment", "STRING", "UINT32")),
+])
+def test_alignment_lies(tmp_path, vtype, value, words):
+    g = _base(tmp_path)
+    g.set("general.alignment", vtype, value)
+    _refused(g.write(tmp_path / "m.gguf"), *words)
+
+
+def test_a_key_listed_twice(tmp_path):
+    g = _base(tmp_path)
+    g.kvs.append(g.kvs[1])
+    _refused(g.write(tmp_path / "m.gguf"), "listed twice", "first at byte")
+
+
+def test_a_tensor_listed_twice(tmp_path):
+    g = _base(tmp_path)
+    g.tis.append(g.tis[0])
+    _refused(g.write(tmp_path / "m.gguf"), "token_embd.weight", "listed twice")
+
+
+@pytest.mark.parametrize("lie", ["misaligned", "overlapping", "swapped"])
+def test_tensor_data_out_of_order_is_refused(tmp_path, lie):
+    g = _base(tmp_path)
+    if lie == "misaligned":
+        g.tis[2].offset += 1
+    elif lie == "overlapping":
+        g.tis[2].offset = g.tis[1].offset
+    else:
+        g.tis[1].offset, g.tis[2].offset = g.tis[2].offset, g.tis[1].offset
+    _refused(g.write(tmp_path / "m.gguf"), "data offset", "expected")
+
+
+def test_no_tensors(tmp_path):
+    g = _base(tmp_path)
+    g.tis = []
+    g.data_bytes = 0
+    _refused(g.write(tmp_path / "m.gguf"), "lists no tensors")
+
+
+def test_a_tensor_name_past_ggml_max_name(tmp_path):
+    g = _base(tmp_path)
+    g.tis[0].name = b"x" * 64     # GGML_MAX_NAME: 63 bytes at most
+    _refused(g.write(tmp_path / "m.gguf"), "name of tensor 0 is 64 bytes long")
+
+
+def test_a_shape_past_int64(tmp_path):
+    g = _base(tmp_path)
+    g.tis[0].dims = [256, 1 << 62, 4]
+    _refused(g.write(tmp_path / "m.gguf"), "more elements than int64 holds")
+
+
+def test_a_long_key_is_quoted_as_a_prefix(tmp_path):
+    g = _base(tmp_path)
+    key = "llama." + "k" * 100_000
+    g.set(key, VT.STRING, "x")
+    g.kvs.append(g.kvs[-1])
+    err = _refused(g.write(tmp_path / "m.gguf"), "listed twice", "100006 characters")
+    assert str(err).count("k") < 100
+
+
+def _split(tmp_path):
+    return llama_spec(n_layer=2).write(tmp_path / "sp.gguf", shards=2)
+
+
+def test_a_shard_that_is_a_copy_of_the_first(tmp_path):
+    first, second = _split(tmp_path)
+    second.write_bytes(first.read_bytes())
+    _refused(first, "shard 2 of 2 says split.no 0, expected 1")
+
+
+def test_split_count_as_a_string(tmp_path):
+    first, _ = _split(tmp_path)
+    g = load(first)
+    g.set(Keys.Split.LLM_KV_SPLIT_COUNT, VT.STRING, "2")
+    _refused(g.write(first), "split.count", "STRING", "UINT16")
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+
+    def hung(*_):
+        raise TimeoutError("open() waited for a writer")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(5)
+    try:
+        with pytest.raises(GGUFError, match="not a regular file"):
+            FileSource(str(fifo))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_valid_typed_keys_still_read(tmp_path):
+    """Per-layer arrays of INT32 (get_arr accepts UINT32 and INT32) and a bool SWA pattern array."""
+    spec = llama_spec(n_layer=2)
+    spec.metadata[Keys.Attention.HEAD_COUNT_KV] = Typed([2, 2], VT.ARRAY, VT.INT32)
+    [path] = spec.write(tmp_path / "m.gguf")
+    facts = model_facts(read_model(path))
+    assert [lf.n_head_kv for lf in facts.layers] == [2, 2]
+
+
+def test_the_walker_re_encodes_gguf_py_byte_for_byte(tmp_path):
+    spec = ModelSpec("llama", {Keys.LLM.BLOCK_COUNT: 1, Keys.LLM.EMBEDDING_LENGTH: 64})
+    spec.add(T.OUTPUT_NORM, Q.F32, (64,))
+    [path] = spec.write(tmp_path / "m.gguf")
+    g = load(path)
+    assert g.encode() == path.read_bytes()[:len(g.encode())]
+    assert enc_value(VT.UINT32, 7) == struct.pack("<I", 7)
