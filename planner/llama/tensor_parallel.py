@@ -100,9 +100,10 @@ def meta_profile(members: Sequence[BackendProfile]) -> BackendProfile:
                    outside_breakdown=tuple(t for p in members for t in p.outside_breakdown))
 
 
-# The state caches' split granularity works on whole heads rounded to the kernels' preferred
-# multiple (llama-model.cpp get_split_granularity, its "linear attention" branch: lcm(blck, 128)).
-_PERF_BLOCK = 128
+# The kernels' preferred slice multiple in llama-model.cpp get_split_granularity: lcm(blck_size, 128)
+# for FFN matrices and linear-attention tensors, the bound up to which attention grows its block
+# (runtime/engine/tensor_split.py imports it).
+PERF_BLOCK = 128
 # Architectures whose recurrent states llama.cpp mirrors (llama_meta_device_get_split_state: "the LFM2
 # shortconv block runs fully mirrored"), and those whose state layout it segments by key/value heads.
 MIRRORED_STATES = frozenset({"lfm2", "lfm2moe"})
@@ -146,7 +147,7 @@ def state_slices(model: ModelFile, facts: ModelFacts, layer: int, n_devices: int
     d_conv = int(meta[f"{arch}.ssm.conv_kernel"])
     out = model.tensor(f"blk.{layer}.ssm_out.weight")
     blck = GGML_QUANT_SIZES[out.ggml_type][0] if out is not None else 1
-    granularity = math.lcm(math.lcm(blck, _PERF_BLOCK), d_state)
+    granularity = math.lcm(math.lcm(blck, PERF_BLOCK), d_state)
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     trunk = [lf for lf in facts.layers if not lf.nextn]
     rotation = sum(1 for lf in trunk[:layer] if lf.kind is AttnKind.RECURRENT) % n_devices

@@ -24,14 +24,13 @@ from dataclasses import dataclass
 
 from gguf import GGML_QUANT_SIZES
 
+from planner.llama.tensor_parallel import PERF_BLOCK
 from runtime.engine.hparams import HParams
 from runtime.ggml.graph import Tensor
 from runtime.ggml.meta import MIRRORED, SplitAxis, SplitState, slice_counts, split_along
 
 A0, A1 = SplitAxis.AXIS_0, SplitAxis.AXIS_1
 
-# the kernels' preferred slice multiple for FFN matrices (get_split_granularity's lcm(blck, 128))
-FFN_GRANULARITY = 128
 
 
 @dataclass(frozen=True)
@@ -124,14 +123,14 @@ class LlamaTensorSplit:
     def _granularity(self, grain: str, block: int, il: int) -> int:
         """get_split_granularity for regular attention layers and the FFN."""
         if grain == "ffn":
-            return math.lcm(block, FFN_GRANULARITY)
+            return math.lcm(block, PERF_BLOCK)
         if grain == "one":
             return 1
         hp = self.hp
         n_gqa = hp.n_head // hp.n_head_kv[il]
         n_embd_q = n_gqa * hp.head_dim   # the Q width of one KV group
         perf = block
-        while perf < FFN_GRANULARITY and perf * self.n < n_embd_q:   # grow only while no member starves
+        while perf < PERF_BLOCK and perf * self.n < n_embd_q:   # grow only while no member starves
             perf *= 2
         g_q = math.lcm(n_embd_q, perf)
         g_head = g_q // hp.head_dim
