@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from planner.checking.allreduce_report import AllReduceReport
 from planner.core.render import table
 from planner.core.units import fmt_bytes, fmt_mib
 from planner.gguf.reader import ModelFile
@@ -74,6 +75,7 @@ class ValidateReport:
     fits: bool
     notes: tuple[str, ...] = ()
     executed: bool = True       # False: --reserve-only (graph, passes, splits, allocator; nothing computed)
+    allreduce: AllReduceReport | None = None   # -sm tensor: the meta backend's reduces per token, and llama.cpp's
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +91,7 @@ class ValidateReport:
             "seconds_per_split": round(self.seconds_per_split, 6),
             "prompt_tokens_s": round(self.prompt_tokens_s, 2), "gen_tokens_s": round(self.gen_tokens_s, 2),
             "notes": list(self.notes), "executed": self.executed,
+            "allreduce": None if self.allreduce is None else self.allreduce.to_dict(),
         }
 
     def to_table(self) -> str:
@@ -111,6 +114,8 @@ class ValidateReport:
             lines += [f"splits: prompt {self.n_splits_prompt}, generation {self.n_splits_gen}; "
                       f"copied per token {copied}; {self.seconds_per_split * 1e3:.2f} ms per split",
                       f"speed: prompt {self.prompt_tokens_s:.1f} tokens/s, generation {self.gen_tokens_s:.1f} tokens/s"]
+        if self.allreduce is not None:
+            lines.append(self.allreduce.line())
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines + ["", f"verdict: {self.verdict}"]) + "\n"
 

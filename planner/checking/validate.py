@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from gguf import Keys
 
+from planner.checking.allreduce_report import AllReduceReport, allreduce_report
 from planner.checking.llama import validate_llama
 from planner.checking.report import (
     DEFAULT_GEN_TOKENS,
@@ -41,7 +42,7 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.memory.estimate import Estimate, estimate_settings
 from planner.planning.document import Deployment, read_deployment
 from runtime.engine.reserve import supported
-from runtime.engine.runner import ModelRunner
+from runtime.engine.runner import ModelRunner, StepRecord
 from runtime.ggml.sched_errors import BufferAllocationError
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,20 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
         "embedded", ctx.model.path, flags_text, tuple(devices), runner.steps[0].measurement.n_splits, n_split_gen,
         sum(s.measurement.copied_bytes for s in gen_steps) // max(1, len(gen_steps)),
         sum(s.seconds for s in gen_steps) / max(1, len(gen_steps)) / max(1, n_split_gen),
-        len(prompt) / t_prompt, req.n_gen / t_gen if t_gen else 0.0, verdict.text, verdict.fits, verdict.notes)
+        len(prompt) / t_prompt, req.n_gen / t_gen if t_gen else 0.0, verdict.text, verdict.fits, verdict.notes,
+        allreduce=_allreduce(runner, gen_steps))
+
+
+def _allreduce(runner: ModelRunner, gen_steps: list[StepRecord]) -> AllReduceReport | None:
+    """-sm tensor: the AllReduces of a generated token (the last one-token step), beside llama.cpp's."""
+    step = gen_steps[-1]
+    metas = [d for d in runner.placement.devices if d.members]
+    if step.reduces is None or not metas:
+        return None
+    # the layers on the meta device (with -ngl below full offload the others run on the CPU, unreduced)
+    n_layer = sum(1 for dev in runner.placement.layer_device[:runner.hp.n_layer] if dev == metas[0].name)
+    return allreduce_report(len(metas[0].members), n_layer, runner.hp.n_embd, step.reduces.n_reduces,
+                            step.reduces.bytes_moved)
 
 
 # --- plan files ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
+from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
@@ -39,6 +40,7 @@ from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
+from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.recurrent import RecurrentStates
 from runtime.ggml.backend import (
@@ -120,6 +122,7 @@ class StepRecord:
     measurement: Measurement
     seconds: float
     split_seconds: dict[str, float] = field(default_factory=dict)
+    reduces: ReduceCount | None = None   # -sm tensor: the meta backend's AllReduces in this step
 
 
 def _size_limit(limit: int) -> Callable[[Tensor], bool]:
@@ -127,6 +130,15 @@ def _size_limit(limit: int) -> Callable[[Tensor], bool]:
     (ggml-vulkan.cpp ggml_backend_vk_device_supports_op, tensor_size_supported: lavapipe's 128 MiB
     maxStorageBufferRange keeps Gemma 3's 512-token logits and -c 32768 -fa off scores on the CPU)."""
     return lambda t: t.nbytes() <= limit and all(s is None or s.nbytes() <= limit for s in t.src)
+
+
+def _device(dev: PlacedDevice, capacity: int) -> Device:
+    """The runtime's device for a placed one: its profile's alignment, padding, offload and size limit."""
+    profile = dev.profile
+    return Device(dev.name, DeviceType.GPU, capacity, alignment=dev.alignment,
+                  offload_min_batch=profile.offload_min_batch(), profile=profile,
+                  compute_capability=dev.compute_capability,
+                  supports=_size_limit(dev.max_tensor_bytes) if dev.max_tensor_bytes else None)
 
 
 def _device_row(row: str) -> str:
@@ -149,14 +161,11 @@ class ModelRunner:
                                          else read_hparams(ctx.model, ctx.facts))
         limit_blas_threads(1)
         self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
-        self.backends: dict[str, TimedBackend] = {}
+        self.weights: dict[str, Tensor] = {}
+        self.backends: dict[str, TimedBackend | TimedMetaBackend] = {}
         for dev in placement.devices:
-            profile = dev.profile
-            device = Device(dev.name, DeviceType.GPU, capacities.get(dev.name, UNLIMITED), alignment=dev.alignment,
-                            offload_min_batch=profile.offload_min_batch(), profile=profile,
-                            compute_capability=dev.compute_capability,
-                            supports=_size_limit(dev.max_tensor_bytes) if dev.max_tensor_bytes else None)
-            self.backends[dev.name] = TimedBackend(device)
+            self.backends[dev.name] = (self._meta_backend(dev, capacities) if dev.members and self._splits_tensors()
+                                       else TimedBackend(_device(dev, capacities.get(dev.name, UNLIMITED))))
         self.backends["CPU"] = self.cpu
         order = [self.backends[d.name] for d in placement.devices] + [self.cpu]
         self.sched = Scheduler(order, parallel=placement.pipeline_parallel, op_offload=settings.flags.op_offload)
@@ -164,9 +173,8 @@ class ModelRunner:
         if kernels not in KERNEL_SETS:
             raise BadInput(f"kernels {kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
         self.kernels = kernels
-        for b in self.backends.values():
+        for b in self.all_backends():
             b.kernels = KERNEL_SETS[kernels]()
-        self.weights: dict[str, Tensor] = {}
         self.weight_bytes: dict[str, int] = {}   # device -> bytes of its weight buffers
         self.adapters = Adapters()                # applied LoRA adapters (runtime/engine/lora.py)
         self.lora_bytes: dict[str, int] = {}     # device -> bytes of its LoRA buffers
@@ -177,6 +185,29 @@ class ModelRunner:
         self.steps: list[StepRecord] = []
         self.reserve_report: ReserveReport | None = None
         self.n_past = 0
+
+    def _splits_tensors(self) -> bool:
+        """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
+        Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
+        buffer holds full tensors), and decode refuses them."""
+        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID)
+
+    def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
+        """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
+        members' summed where only they have one (see runtime/engine/meta_runner.py)."""
+        assert isinstance(self.hp, HParams)
+        members = [TimedBackend(_device(m, UNLIMITED)) for m in dev.members]
+        budgets = [capacities[m.name] for m in dev.members if m.name in capacities]
+        capacity = capacities.get(dev.name, sum(budgets) if len(budgets) == len(members) else UNLIMITED)
+        return make_meta_backend(dev.name, members, capacity, dev.profile, dev.compute_capability, self.hp,
+                                 self.weights, self.flags.tensor_split)
+
+    def all_backends(self) -> list[Backend]:
+        """Every backend that computes: the scheduler's and a meta backend's members."""
+        out: list[Backend] = []
+        for b in self.backends.values():
+            out += [b, *b.device.members] if isinstance(b, TimedMetaBackend) else [b]
+        return out
 
     # --- loading ----------------------------------------------------------------------------
     @classmethod
@@ -386,6 +417,9 @@ class ModelRunner:
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
                            f"(validate --reserve-only)")
+        if self.flags.split_mode == "tensor" and not self._splits_tensors():
+            raise BadInput(f"-sm tensor: the runtime's meta backend splits llama-shaped models only, not "
+                           f"{self.hp.arch}; it only sizes this one (validate --reserve-only)")
         if self.cp.n_seq != 1:
             raise BadInput(f"-np {self.cp.n_seq}: the runtime decodes one sequence (-np 1); it only sizes more "
                            f"(validate --reserve-only)")
@@ -403,12 +437,16 @@ class ModelRunner:
                            tuple((k, self.kv.tables[k].n_kv()) for k in self.kv.kind_order()))
         built = self._graph(shape)
         for b in self.backends.values():
+            if isinstance(b, TimedMetaBackend):
+                b.clear()
             b.split_seconds = []
         t0 = time.perf_counter()
         m = self.sched.compute(built.graph, self._inputs(built, tokens, positions, cells, out_rows))
         seconds = time.perf_counter() - t0
         per_split = {name: sum(b.split_seconds) for name, b in self.backends.items() if b.split_seconds}
-        self.steps.append(StepRecord(len(tokens), m, seconds, per_split))
+        meta = [b.count() for b in self.backends.values() if isinstance(b, TimedMetaBackend)]
+        reduces = ReduceCount(sum(c.n_reduces for c in meta), sum(c.bytes_moved for c in meta)) if meta else None
+        self.steps.append(StepRecord(len(tokens), m, seconds, per_split, reduces))
         self.n_past += len(tokens)
         return built.logits.get_data().reshape(len(out_rows), self.hp.n_vocab).copy()
 

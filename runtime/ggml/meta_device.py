@@ -32,6 +32,7 @@ from runtime.ggml.graph import MAX_DIMS, VIEW_OPS, Op, Tensor, numpy_dtype
 from runtime.ggml.meta import MetaSplitError, SplitAxis, SplitState
 from runtime.ggml.meta_cut import MetaCut, cut_subgraphs
 from runtime.ggml.meta_resolve import SplitResolver, StaticStates
+from runtime.ggml.profiles import BackendProfile
 
 
 class MetaDevice(Device):
@@ -42,15 +43,20 @@ class MetaDevice(Device):
     which the meta backend slices (see the module note).
     """
 
-    def __init__(self, members: Sequence[Backend]) -> None:
+    def __init__(self, members: Sequence[Backend], *, name: str | None = None, capacity: int | None = None,
+                 profile: BackendProfile | None = None, compute_capability: int | None = None) -> None:
+        """`name`, `capacity`: the planner's (llama.cpp prints `Meta()`; the budget of its row) instead of
+        the members' names and summed capacities; `profile`, `compute_capability`: the combined
+        profile (planner/llama/tensor_parallel.meta_profile), so alloc_size pads as get_alloc_size does."""
         if not members:
             raise MetaSplitError("a meta device needs at least one member")
         self.members = tuple(members)
         bufts = [m.buffer_type for m in self.members]
-        name = "Meta(" + ",".join(m.name for m in self.members) + ")"
-        super().__init__(name, DeviceType.GPU, sum(m.device.capacity for m in self.members),
-                         alignment=max(b.alignment for b in bufts), max_alloc=min(b.max_size for b in bufts),
-                         host_memory=all(b.is_host for b in bufts))
+        name = name or "Meta(" + ",".join(m.name for m in self.members) + ")"
+        total = sum(m.device.capacity for m in self.members) if capacity is None else capacity
+        super().__init__(name, DeviceType.GPU, total, alignment=max(b.alignment for b in bufts),
+                         max_alloc=min(b.max_size for b in bufts), host_memory=all(b.is_host for b in bufts),
+                         profile=profile, compute_capability=compute_capability)
 
     def __repr__(self) -> str:
         return f"MetaDevice({self.name})"
