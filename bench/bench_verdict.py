@@ -1,0 +1,332 @@
+"""The verdict measured (issue 21, deliverable 4): arrangements (a) one endpoint per device and (b) one
+split over all devices, run as real llama-server processes under a bounded concurrent load, against
+`plan --verdict`'s ranking.
+
+    python -m bench.bench_verdict [--calibrated INVENTORY.yaml] [--requests-per-client 3] [--n-predict 48]
+
+For each combination in COMBINATIONS (listed before any measurement: two and three loopback
+ggml-rpc-servers standing in for devices × one and four concurrent clients) the script asks
+planner/planning/verdict.py for its prediction (from a calibrated inventory: `fitplan calibrate` on
+the bench's own rpc-servers first, unless --calibrated gives one), starts each arrangement's
+llama-server processes with exactly the verdict's arguments (`-t 1` added: the host side of an
+all-offloaded plan only looks up embeddings), and sends a fixed number of `/completion` requests from
+N client threads to 127.0.0.1 (each client keeps to its endpoint as the round-robin balancer
+assigns it, one request at a time; the load stops by itself). Measured: one stream, the mean decode
+tokens/s llama-server reports (`timings.predicted_per_second`); N clients, all decoded tokens over
+the load's wall time (prompts of a few tokens included). The ranking of (a) and (b) — by aggregate
+tokens/s for N > 1, by one stream's for N = 1 — is compared with the predicted one. (c) is printed
+as predicted only: with every "device" on the host's own cores, "host offload" is not a distinct
+machine here.
+
+Pinning (taskset -c): rpc-server i runs on core i mod cores; an endpoint of (a) runs on its device's
+core, the split's one llama-server on every core. What this machine can check: all its "devices" share
+two cores and one memory bus, so three devices are two cores' worth of work at most and their
+weight streams contend on one bus; the summary says how far each measurement is from the prediction,
+which treats devices as independent (the contention is the gap).
+
+Measures only while the 1-minute load average is below --max-load (other work on a 2-core machine
+skews every timing), waiting up to --max-wait-s; prints the load before and after each arrangement.
+Every process it starts is stopped by its own handle. Asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from planner.checking.calibrate import CalibrateRequest, calibrate
+from planner.checking.llama import start_server, wait_ready
+from planner.checking.llama_bench import Workload
+from planner.core.llama_tools import LOOPBACK, ToolsError, ensure_tools, free_port, stop_process
+from planner.gguf.examples import resolve_model
+from planner.hardware.budgets import resolve_budgets
+from planner.hardware.detect import detect_inventory
+from planner.hardware.inventory import Inventory
+from planner.hardware.inventory_yaml import load_inventory
+from planner.planning.result import PlanRequest
+from planner.planning.verdict import Arrangement, Endpoint, Verdict, verdict
+
+MODEL = "example:gemma3-270m"
+CTX_PER_CLIENT = 512
+PROMPT = "The quick brown fox jumps over the lazy dog. Then"
+PROMPT_TOKENS = 12           # about; the cache holds this plus half the generation on average
+N_CORES = os.cpu_count() or 1
+REQUEST_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Combination:
+    n_devices: int
+    n_clients: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.n_devices} rpc devices x {self.n_clients} client(s)"
+
+
+COMBINATIONS = (Combination(2, 1), Combination(2, 4), Combination(3, 1), Combination(3, 4))
+
+
+@dataclass(frozen=True)
+class Measured:
+    stream_tokens_s: float       # mean decode tokens/s of a request, as llama-server times it
+    clients_tokens_s: float      # decoded tokens of all requests / wall time of the load
+    n_requests: int
+    load: str
+
+
+@dataclass(frozen=True)
+class Row:
+    combination: Combination
+    predicted: dict[Arrangement, float]
+    measured: dict[Arrangement, Measured]
+
+    def key(self, m: Measured) -> float:
+        return m.clients_tokens_s if self.combination.n_clients > 1 else m.stream_tokens_s
+
+    @property
+    def predicted_winner(self) -> Arrangement:
+        return max((Arrangement.ENDPOINTS, Arrangement.SPLIT), key=lambda a: self.predicted[a])
+
+    @property
+    def measured_winner(self) -> Arrangement:
+        return max((Arrangement.ENDPOINTS, Arrangement.SPLIT), key=lambda a: self.key(self.measured[a]))
+
+    @property
+    def agrees(self) -> bool:
+        return self.predicted_winner is self.measured_winner
+
+
+# ------------------------------------------------------------------------------- processes
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def wait_for_quiet(max_load: float, deadline: float) -> None:
+    while load1() >= max_load:
+        if time.monotonic() > deadline:
+            sys.exit(f"the 1-minute load average stayed at or above {max_load}; not measuring (load {load1():.2f})")
+        print(f"  load average {load1():.2f} >= {max_load}: waiting", flush=True)
+        time.sleep(30)
+
+
+def core_of(i: int) -> str:
+    return str(i % N_CORES)
+
+
+def start_rpc_servers(bin_dir: Path, n: int, logs: Path) -> tuple[list[subprocess.Popen], list[str]]:
+    """n ggml-rpc-servers on loopback, rpc-server i pinned to core i mod cores (one thread each)."""
+    procs, endpoints = [], []
+    try:
+        for i in range(n):
+            port = free_port()
+            with open(logs / f"rpc-{i}.log", "w") as out:
+                proc = subprocess.Popen(["taskset", "-c", core_of(i), str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK,
+                                         "-p", str(port), "-t", "1"], stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+            procs.append(proc)
+            endpoints.append(f"{LOOPBACK}:{port}")
+            deadline = time.monotonic() + 30
+            while not _accepts(port):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise ToolsError(f"ggml-rpc-server {i} did not start (log {logs / f'rpc-{i}.log'})")
+                time.sleep(0.05)
+    except BaseException:
+        for p in procs:
+            stop_process(p)
+        raise
+    return procs, endpoints
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _with_port(argv: tuple[str, ...], port: int) -> list[str]:
+    out = list(argv)
+    out[out.index("--port") + 1] = str(port)
+    return out + ["--host", LOOPBACK, "-t", "1"]
+
+
+def _cores(e: Endpoint, inventory: Inventory) -> str:
+    """An endpoint on one device runs on that device's core; a split's on every core."""
+    if len(e.devices) == 1:
+        return core_of(inventory.names.index(e.devices[0]))
+    return f"0-{N_CORES - 1}"
+
+
+# ------------------------------------------------------------------------------- the load
+
+def completion(port: int, n_predict: int) -> dict:
+    body = {"prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True, "temperature": 0, "cache_prompt": False}
+    req = urllib.request.Request(f"http://{LOOPBACK}:{port}/completion", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
+        return json.loads(resp.read())
+
+
+def run_load(ports: list[int], requests_per_client: int, n_predict: int) -> tuple[list[dict], float]:
+    """One thread per client, client j on ports[j], each sending its requests one after another."""
+    results: list[dict] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client(port: int) -> None:
+        for _ in range(requests_per_client):
+            try:
+                doc = completion(port, n_predict)
+            except BaseException as e:   # recorded and re-raised in the main thread
+                with lock:
+                    errors.append(e)
+                return
+            with lock:
+                results.append(doc)
+
+    threads = [threading.Thread(target=client, args=(p,), daemon=True) for p in ports]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REQUEST_TIMEOUT_S * requests_per_client)
+    wall = time.monotonic() - start
+    if errors:
+        raise errors[0]
+    return results, wall
+
+
+def measure(bin_dir: Path, option_endpoints: tuple[Endpoint, ...], inventory: Inventory, n_clients: int,
+            args: argparse.Namespace, logs: Path) -> Measured:
+    procs: list[subprocess.Popen] = []
+    ports: list[int] = []
+    before = load1()
+    try:
+        for i, e in enumerate(option_endpoints):
+            port = free_port()
+            log_path = logs / f"server-{len(list(logs.iterdir()))}-{i}.log"
+            argv = ["taskset", "-c", _cores(e, inventory), str(bin_dir / "llama-server"), *_with_port(e.argv, port)]
+            proc = start_server(argv, log_path)
+            procs.append(proc)
+            wait_ready(proc, port, log_path)
+            ports += [port] * e.n_slots
+            completion(port, 4)   # warm-up, not counted
+        results, wall = run_load(ports[:n_clients], args.requests_per_client, args.n_predict)
+    finally:
+        for proc in procs:
+            stop_process(proc)
+    decoded = sum(int(r["timings"]["predicted_n"]) for r in results)
+    stream = statistics.mean(float(r["timings"]["predicted_per_second"]) for r in results)
+    return Measured(stream, decoded / wall, len(results), f"{before:.2f}->{load1():.2f}")
+
+
+# ------------------------------------------------------------------------------- the run
+
+def predicted(v: Verdict, n_clients: int) -> dict[Arrangement, float]:
+    return {o.arrangement: (o.clients_tokens_s if n_clients > 1 else o.stream_tokens_s) for o in v.options}
+
+
+def run_combination(bin_dir: Path, model: str, combo: Combination, endpoints: list[str], calibrated: Inventory,
+                    args: argparse.Namespace, logs: Path) -> Row:
+    inventory = replace(detect_inventory(endpoints[:combo.n_devices]), calibration=calibrated.calibration)
+    v = verdict(model, inventory, resolve_budgets(inventory), PlanRequest(n_ctx=CTX_PER_CLIENT),
+                n_clients=combo.n_clients, n_past=PROMPT_TOKENS + args.n_predict // 2)
+    print(f"\n== {combo.name}: predicted")
+    print(v.to_table())
+    measured = {}
+    for arrangement in (Arrangement.ENDPOINTS, Arrangement.SPLIT):
+        option = v.option(arrangement)
+        wait_for_quiet(args.max_load, args.deadline)
+        m = measure(bin_dir, option.endpoints, inventory, combo.n_clients, args, logs)
+        measured[arrangement] = m
+        print(f"  measured {arrangement.value:<9}: one stream {m.stream_tokens_s:6.1f} tokens/s, {combo.n_clients} "
+              f"clients {m.clients_tokens_s:6.1f} tokens/s ({m.n_requests} requests, load {m.load})", flush=True)
+    return Row(combo, predicted(v, combo.n_clients), measured)
+
+
+def table(rows: list[Row]) -> list[str]:
+    out = ["| combination | metric | (a) predicted | (a) measured | (b) predicted | (b) measured | predicted "
+           "ranking | measured ranking | agrees | load (a); (b) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, b = Arrangement.ENDPOINTS, Arrangement.SPLIT
+        metric = f"{r.combination.n_clients} clients tokens/s" if r.combination.n_clients > 1 else "1 stream tokens/s"
+        rank = {a: "(a) > (b)", b: "(b) > (a)"}
+        out.append(f"| {r.combination.name} | {metric} | {r.predicted[a]:.1f} | {r.key(r.measured[a]):.1f} | "
+                   f"{r.predicted[b]:.1f} | {r.key(r.measured[b]):.1f} | {rank[r.predicted_winner]} | "
+                   f"{rank[r.measured_winner]} | {'yes' if r.agrees else 'no'} | "
+                   f"{r.measured[a].load}; {r.measured[b].load} |")
+    return out
+
+
+def summary(rows: list[Row]) -> list[str]:
+    agree = sum(r.agrees for r in rows)
+    lines = [f"rankings agree for {agree} of {len(rows)} combinations (target: at least 3 of 4)"]
+    for r in rows:
+        ratios = ", ".join(f"{a.value} measured/predicted {r.key(r.measured[a]) / r.predicted[a]:.2f}"
+                           for a in (Arrangement.ENDPOINTS, Arrangement.SPLIT) if r.predicted[a])
+        lines.append(f"  {r.combination.name}: {ratios}" + ("" if r.agrees else "  <- differs"))
+    lines.append(f"CPU contention: this machine has {N_CORES} cores and one memory bus; every rpc-server (one thread) "
+                 "and llama-server shares them. Two devices are two cores, so (a)'s two endpoints really run at once; "
+                 f"three devices are {N_CORES} cores' worth at most, so (a)'s three endpoints (predicted as three "
+                 f"independent devices) can reach at most {N_CORES}/3 of their predicted aggregate, and all weight "
+                 "streams contend on one bus. The measured/predicted ratios above carry that gap.")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calibrated", type=Path, help="a calibrated inventory (default: calibrate on the bench's "
+                    "own rpc-servers first)")
+    ap.add_argument("--requests-per-client", type=int, default=3)
+    ap.add_argument("--n-predict", type=int, default=48)
+    ap.add_argument("--max-load", type=float, default=1.5, help="measure only below this 1-minute load average")
+    ap.add_argument("--max-wait-s", type=float, default=1800, help="give up waiting for a quiet machine after this")
+    ap.add_argument("--markdown", type=Path, help="also write the table and the summary here")
+    args = ap.parse_args()
+    args.deadline = time.monotonic() + args.max_wait_s
+    print(f"== verdict measured: {len(COMBINATIONS)} combinations, model {MODEL}, context {CTX_PER_CLIENT} per "
+          f"client, {args.requests_per_client} requests per client of {args.n_predict} tokens")
+    for i, c in enumerate(COMBINATIONS):
+        print(f"  {i + 1}. {c.name}")
+    bin_dir = ensure_tools()
+    model = resolve_model(MODEL)
+    n_rpc = max(c.n_devices for c in COMBINATIONS)
+    with tempfile.TemporaryDirectory(prefix="fitplan-bench-verdict-") as tmp:
+        logs = Path(tmp)
+        procs, endpoints = start_rpc_servers(bin_dir, n_rpc, logs)
+        try:
+            wait_for_quiet(args.max_load, args.deadline)
+            print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            if args.calibrated:
+                calibrated = load_inventory(args.calibrated)
+            else:
+                print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
+                result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(128, 16, 0, 2)), bin_dir)
+                print(result.to_table())
+                calibrated = result.inventory
+            rows = [run_combination(bin_dir, model, c, endpoints, calibrated, args, logs) for c in COMBINATIONS]
+            print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        finally:
+            for p in procs:
+                stop_process(p)
+    lines = table(rows) + [""] + summary(rows)
+    print("\n" + "\n".join(lines))
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
