@@ -76,19 +76,24 @@ def _print_document(e: FitplanError, fmt: str) -> None:
     typer.echo(json.dumps(doc, indent=2) if fmt == "json" else yaml.safe_dump(doc, sort_keys=False), nl=fmt == "json")
 
 
+def usage_line(e: typer.TyperException) -> str:
+    """click's usage error as one line: the message and where help is (typer would draw a six-line box)."""
+    message = e.format_message() if hasattr(e, "format_message") else str(e)
+    path = getattr(getattr(e, "ctx", None), "command_path", None)
+    where = f" (see '{path} --help')" if path else ""
+    return " ".join(str(message).split()) + where
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; click reports usage errors itself (exit 2), fitplan's errors are one line on stderr
-    and, with --format json|yaml, a document on stdout (exit 1 and 2 alike)."""
+    """Run the CLI. fitplan's errors and click's usage errors alike are one line on stderr and, with
+    --format json|yaml, a document on stdout; exit 1 infeasible, 2 bad input or usage."""
     logging.basicConfig(level=logging.WARNING, format="fitplan: %(message)s")
     args = sys.argv[1:] if argv is None else list(argv)
     fmt = error_format(args)
     try:
-        if fmt is None:
-            app(args=args, prog_name="fitplan")
-        else:
-            # click raises its usage errors instead of printing them, so that they become documents too
-            rv = app(args=args, prog_name="fitplan", standalone_mode=False)
-            return rv if isinstance(rv, int) else 0
+        # not standalone: click raises its usage errors instead of printing its own box
+        rv = app(args=args, prog_name="fitplan", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except FitplanError as e:
         typer.echo(f"fitplan: error: {e}", err=True)
         if isinstance(e, InfeasiblePlacement) and e.suggestion:
@@ -96,17 +101,19 @@ def main(argv: list[str] | None = None) -> int:
         if fmt is not None:
             _print_document(e, fmt)
         return e.exit_code
-    except typer.Abort:                       # only without standalone mode: --format json|yaml
+    except typer.Abort:                       # Ctrl-C or end of input at a prompt
         typer.echo("Aborted!", err=True)
         return 1
-    except typer.TyperException as e:         # click's usage errors, likewise (typer's vendored click)
-        show = getattr(e, "show", None)
-        if show is not None:
-            show()
-        message = e.format_message() if hasattr(e, "format_message") else str(e)
+    except typer.TyperException as e:         # click's usage errors (typer's vendored click)
+        if type(e).__name__ == "NoArgsIsHelpError":   # `fitplan` alone, `fitplan plan`: the help itself
+            e.show()                                  # type: ignore[attr-defined]
+            return int(getattr(e, "exit_code", 2))
+        line = usage_line(e)
+        typer.echo(f"fitplan: error: {line}", err=True)
         if fmt is not None:
-            _print_document(UsageError(message), fmt)
+            _print_document(UsageError(line), fmt)
         return int(getattr(e, "exit_code", 2))
+    except BrokenPipeError:                   # `fitplan ... | head`: the reader left; nothing to say
+        return 1
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    return 0

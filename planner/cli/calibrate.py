@@ -13,6 +13,7 @@ import typer
 import yaml
 
 from planner.cli.options import Format, RpcOpt
+from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
 
 
@@ -32,13 +33,18 @@ def calibrate_cmd(
     from planner.checking.calibrate import CalibrateRequest, calibrate
     from planner.checking.llama_bench import Workload
 
+    if output is not None:
+        check_output_path(output)    # before the minutes llama-bench takes
     endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
     result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads)))
     text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)
         return
-    output.write_text(text, encoding="utf-8")
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    write_atomic(output, write)
     typer.echo(render(result, fmt), nl=fmt != "table")
     if fmt == "table":
         typer.echo(f"wrote {output}")

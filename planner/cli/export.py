@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.core.files import write_atomic
+from planner.core.files import check_output_path, write_atomic
 from planner.core.llama_tools import LOOPBACK, tools_dir
 
 
@@ -28,6 +28,8 @@ def export_cmd(
     from planner.planning.document import read_deployment
     from planner.planning.exports import ExportOptions, export
 
+    if output is not None:
+        check_output_path(output)
     bin_dir = Path(llama_bin) if llama_bin else tools_dir()
     program = str((bin_dir / LLAMA_SERVER).absolute()) if bin_dir else LLAMA_SERVER
     text = export(read_deployment(plan), to, ExportOptions(program, host, port, name))

@@ -16,8 +16,9 @@ from planner.cli.devices import DevicesReport, devices_report
 from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Model, Ram, RpcOpt
 from planner.cli.report import write_html
 from planner.core.errors import BadInput, InfeasiblePlacement
-from planner.core.files import write_atomic
+from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
+from planner.core.units import quote
 
 if TYPE_CHECKING:
     from planner.planning.result import PlanRequest, PlanResult
@@ -38,12 +39,20 @@ def _ctx(text: str | None) -> tuple[int | None, bool]:
     return value, False
 
 
-def _cache(text: str) -> str:
+def _cache(text: str, flag: str = "--draft-cache-type") -> str:
     from planner.model.costs import CACHE_TYPES
 
-    if text.lower() not in CACHE_TYPES:
-        raise BadInput(f"--draft-cache-type {text!r}: expected one of {', '.join(CACHE_TYPES)}")
-    return text.lower()
+    if text.strip().lower() not in CACHE_TYPES:
+        raise BadInput(f"{flag} {quote(text)}: expected one of {', '.join(CACHE_TYPES)}")
+    return text.strip().lower()
+
+
+def _cache_types(text: str) -> tuple[str, ...]:
+    """--cache-type f16,q8_0: each one a type llama.cpp's -ctk takes, at least one, none empty."""
+    items = text.split(",")
+    if not text.strip() or any(not item.strip() for item in items):
+        raise BadInput(f"--cache-type {quote(text)}: expected KV cache types separated by commas, e.g. f16,q8_0")
+    return tuple(_cache(item, "--cache-type") for item in items)
 
 
 def _objective(text: str) -> Objective:
@@ -65,6 +74,13 @@ def _write_deployment(output: str, result: PlanResult, doc: dict[str, Any] | Non
         tmp.write_text(text, encoding="utf-8")
 
     write_atomic(output, write)
+
+
+def _check_outputs(paths: tuple[tuple[str | None, str], ...]) -> None:
+    """Refuse a bad -o, --plot or --html before any work, so that none is left written without the rest."""
+    for path, flag in paths:
+        if path is not None:
+            check_output_path(path, flag)
 
 
 FORMATS = ("table", "flags", "command", "args", "yaml", "json")
@@ -103,10 +119,10 @@ def _plan_or_report(model: str, found: DevicesReport, request: PlanRequest, with
         result = plan(model, found.inventory, request, budgets=found.budgets, with_explain=with_explain,
                       what_would_fit=True)
     except InfeasiblePlacement as e:
-        if html:
+        if html is not None:
             write_html(html, render_html(infeasible_report(model, found.budgets, e)))
         raise
-    if html:
+    if html is not None:
         write_html(html, render_html(plan_report(result)))
     return result
 
@@ -177,10 +193,11 @@ def plan_cmd(
         raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
     if parallel < 1 or (ubatch is not None and ubatch < 1):
         raise BadInput("--parallel and --ubatch-size take positive numbers")
+    _check_outputs(((output, "-o"), (plot, "--plot"), (html, "--html")))
     # llama-cli is asked for its device list only when the plan is for this machine as it is
     report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram))
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
-                          cache_types=tuple(c.strip() for c in cache_type.split(",") if c.strip()),
+                          cache_types=_cache_types(cache_type),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
                           solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on",
                           allow_ctx_above_train=allow_ctx_above_train,
@@ -189,11 +206,11 @@ def plan_cmd(
                                                 mmproj=mmproj, mmproj_device=mmproj_device,
                                                 loras=tuple(lora or ())))
     result = _plan_or_report(model, report, request, explain, html)
-    if plot:
+    if plot is not None:
         from planner.sweeps.plots import plot_plan
 
         plot_plan(result, plot)
-    doc = deployment(result) if output or fmt == "yaml" else None
-    if output:
+    doc = deployment(result) if output is not None or fmt == "yaml" else None
+    if output is not None:
         _write_deployment(output, result, doc)
     _show(result, fmt, doc, nul)

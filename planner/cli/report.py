@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.core.files import write_atomic
+from planner.core.files import check_output_path, write_atomic
 
 
 def write_html(path: str, html: str) -> None:
@@ -29,4 +29,5 @@ def report_cmd(
     from planner.planning.report import plan_report, result_from_deployment
     from planner.planning.report_html import render_html
 
+    check_output_path(output)
     write_html(output, render_html(plan_report(result_from_deployment(read_deployment(plan)))))

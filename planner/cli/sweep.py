@@ -14,7 +14,7 @@ import typer
 
 from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Model, Ram, RpcOpt
 from planner.core.errors import BadInput
-from planner.core.files import write_atomic
+from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
 
 FORMATS = ("csv", "table", "json", "yaml")
@@ -67,10 +67,10 @@ def sweep_cmd(
 
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    for path in (output, plot):   # refuse before any work, so no output is left without the other
-        if path and not Path(path).parent.is_dir():
-            raise BadInput(f"{path}: no such directory {str(Path(path).parent)!r}")
-    if plot:
+    for path, flag in ((output, "-o"), (plot, "--plot")):   # refuse before any work, so no output is left
+        if path is not None:                                  # without the other
+            check_output_path(path, flag)
+    if plot is not None:
         from planner.sweeps.plots import require_matplotlib
 
         require_matplotlib()
@@ -85,7 +85,7 @@ def sweep_cmd(
                        max_vram=max_vram, max_ram=max_ram)
     finally:
         progress.close()
-    if output:
+    if output is not None:
         def write(tmp: Path) -> None:
             tmp.write_text(result.to_csv(), encoding="utf-8")
 
@@ -95,7 +95,7 @@ def sweep_cmd(
         typer.echo(result.to_csv(), nl=False)
     else:
         typer.echo(render(result, fmt))
-    if plot:
+    if plot is not None:
         from planner.sweeps.plots import plot_sweep, save_figure
 
         save_figure(plot_sweep(result), plot)

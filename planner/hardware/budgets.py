@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from planner.core.errors import BadInput, InventoryError
-from planner.core.units import SIZE_TEXT, GiB, MiB, fmt_mib, parse_size
+from planner.core.units import SIZE_TEXT, GiB, MiB, fmt_mib, parse_size, quote
 from planner.hardware.inventory import HOST, LOCAL_GPU_KINDS, DeviceSpec, Inventory
 
 log = logging.getLogger(__name__)
@@ -114,15 +114,15 @@ def resolve_device(inventory: Inventory, name: str) -> DeviceSpec:
     if wanted == GPU_ALIAS:
         local = [d for d in inventory.devices if d.kind in LOCAL_GPU_KINDS]
         if not local:
-            raise InventoryError(f"no GPU for {name!r}: the inventory has {_choices(inventory, alias=False)}")
+            raise InventoryError(f"no GPU for {quote(name)}: the inventory has {_choices(inventory, alias=False)}")
         return local[0]
     prefixed = [d for d in inventory.devices if d.name.lower().startswith(wanted)]
     if len(prefixed) == 1:
         return prefixed[0]
     if prefixed:
         could_be = ", ".join(d.name for d in prefixed)
-        raise InventoryError(f"device {name!r} is ambiguous: it could be {could_be}; expected one name")
-    raise InventoryError(f"no device {name!r}: expected one of {_choices(inventory)}")
+        raise InventoryError(f"device {quote(name)} is ambiguous: it could be {could_be}; expected one name")
+    raise InventoryError(f"no device {quote(name)}: expected one of {_choices(inventory)}")
 
 
 def _choices(inventory: Inventory, alias: bool = True) -> str:
@@ -136,7 +136,7 @@ def _amount(text: str, context: str) -> int:
     """A signed budget amount: bare numbers are GiB, units allowed."""
     if not SIZE_TEXT.match(text):
         raise InventoryError(
-            f"{context}: expected a number of GiB (6, -2) or a size with a unit (512MiB, 1.5GiB); got {text!r}")
+            f"{context}: expected a number of GiB (6, -2) or a size with a unit (512MiB, 1.5GiB); got {quote(text)}")
     try:
         return parse_size(text)
     except BadInput as exc:
@@ -157,15 +157,19 @@ def apply_limit(free: int, amount: int | None, margin: int) -> int:
 
 def parse_max_vram(inventory: Inventory, max_vram: str | None) -> dict[str, int]:
     """Device name -> signed amount (bytes) for every device `max_vram` sets."""
-    if max_vram is None or not max_vram.strip():
+    if max_vram is None:
         return {}
+    if not max_vram.strip():
+        # an empty value is a mistake (an unset shell variable), not "no budget": refuse it
+        raise InventoryError(f"--max-vram {quote(max_vram)}: empty; expected SIZE (6, -2, 512MiB) or NAME=SIZE,...")
     per_device: dict[str, int] = {}
     default: int | None = None
     for raw in max_vram.split(","):
         item = raw.strip()
-        context = f"--max-vram {item!r}"
+        context = f"--max-vram {quote(item)}"
         if not item:
-            raise InventoryError(f"--max-vram {max_vram!r}: empty item; expected NAME=SIZE or SIZE separated by commas")
+            raise InventoryError(f"--max-vram {quote(max_vram)}: empty item; expected NAME=SIZE or SIZE "
+                                 f"separated by commas")
         if "=" in item:
             _add_device_item(inventory, item, context, per_device)
         elif default is not None:
@@ -194,7 +198,7 @@ def _add_device_item(inventory: Inventory, item: str, context: str, per_device: 
 
 def host_budget(available: int, ram: str | None) -> int:
     reserve = max(HOST_RESERVE_MIN, int(available * HOST_RESERVE_FRACTION))
-    amount = None if ram is None else _amount(ram, f"--max-ram {ram!r}")
+    amount = None if ram is None else _amount(ram, f"--max-ram {quote(ram)}")
     return apply_limit(available, amount, reserve)
 
 

@@ -203,7 +203,8 @@ def check_endpoint(text: str) -> str | None:
 def backend_of_name(name: str) -> tuple[Backend, str] | None:
     """'cuda0' -> (CUDA, 'CUDA0'): the backend a llama.cpp device name belongs to, canonically spelled."""
     for backend, prefix in NAME_PREFIX.items():
-        m = re.fullmatch(re.escape(prefix) + r"(\d+)", name.strip(), re.IGNORECASE)
+        # ASCII digits only: 'CUDA٠' is no device llama.cpp lists
+        m = re.fullmatch(re.escape(prefix) + r"([0-9]+)", name.strip(), re.IGNORECASE | re.ASCII)
         if m:
             return backend, f"{prefix}{int(m.group(1))}"
     return None

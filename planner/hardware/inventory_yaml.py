@@ -21,7 +21,7 @@ from typing import Any
 
 from planner.core import schema as ds
 from planner.core.errors import BadInput, InventoryError
-from planner.core.units import parse_size
+from planner.core.units import parse_size, quote
 from planner.hardware import catalog
 from planner.hardware.inventory import (
     DEVICE_BACKENDS,
@@ -43,6 +43,7 @@ from planner.hardware.inventory import (
     parse_link,
     same_cards,
 )
+from planner.hardware.limits import LLAMA_MAX_DEVICES
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ _DEVICE_KEYS = {
 }
 _KINDS = {k.value: k for k in DEVICE_KINDS}
 _BACKENDS = {b.value: b for b in DEVICE_BACKENDS}
-_COUNT = re.compile(r"^(\d+)\s*[x×*]\s*(\S+)$", re.IGNORECASE)
+_COUNT = re.compile(r"^([0-9]+)\s*[x×*]\s*(\S+)$", re.IGNORECASE)
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -91,6 +92,9 @@ def load_inventory(path: str | Path) -> Inventory:
     doc = ds.mapping(ds.read_yaml(path), where, _TOP_KEYS, ("host",))
     host = _host(doc["host"], where.key("host"))
     entries = ds.sequence(doc.get("devices") or [], where.key("devices"), "device mappings")
+    if len(entries) > LLAMA_MAX_DEVICES:
+        raise where.key("devices").error(f"expected at most {LLAMA_MAX_DEVICES} devices (llama_max_devices()); "
+                                         f"got {len(entries)}")
     devices: list[DeviceSpec] = []
     given: list[tuple[str, ds.Where]] = []
     for i, entry in enumerate(entries):
@@ -201,7 +205,7 @@ def _host(entry: Any, where: ds.Where) -> HostSpec:
     ram = ds.size(entry["ram"], where.key("ram"))
     available = ds.size(entry.get("available", entry["ram"]), where.key("available"))
     if available > ram:
-        raise where.key("available").error(f"expected at most ram ({entry['ram']}); got {entry['available']!r}")
+        raise where.key("available").error(f"expected at most ram ({entry['ram']}); got {quote(entry['available'])}")
     bandwidth, flops, cpu = 0, 0, ""
     if "catalog" in entry:
         known = catalog.host(ds.text(entry["catalog"], where.key("catalog")), where.key("catalog"))
@@ -230,14 +234,14 @@ def _from_catalog(entry: catalog.CatalogDevice) -> dict[str, Any]:
 def _link(value: Any, where: ds.Where) -> int:
     link = parse_link(str(value))
     if not link:
-        raise where.error(f"expected a PCIe link such as pcie4x16 or gen3x8; got {value!r}")
+        raise where.error(f"expected a PCIe link such as pcie4x16 or gen3x8; got {quote(value)}")
     return link
 
 
 def _endpoint(value: Any, where: ds.Where) -> str:
     endpoint = check_endpoint(str(value))
     if not endpoint:
-        raise where.error(f"expected host:port; got {value!r}")
+        raise where.error(f"expected host:port; got {quote(value)}")
     return endpoint
 
 
@@ -272,7 +276,7 @@ def _compute_capability(value: Any, where: ds.Where) -> int:
     number = ds.number(value, where, "a compute capability such as 8.6")
     cc = round(number * 100)
     if not 300 <= cc <= 1500:
-        raise where.error(f"expected a CUDA compute capability between 3.0 and 15.0; got {value!r}")
+        raise where.error(f"expected a CUDA compute capability between 3.0 and 15.0; got {quote(value)}")
     return cc
 
 
@@ -294,8 +298,9 @@ def _yaml_devices(entry: Any, where: ds.Where) -> list[DeviceSpec]:
     if "name" in entry:
         name = _check_name(ds.text(entry["name"], where.key("name")), fields, where.key("name"))
     count = int(ds.number(entry.get("count", 1), where.key("count"), "a count"))
-    if count < 1 or count != entry.get("count", 1):
-        raise where.key("count").error(f"expected a whole number >= 1; got {entry.get('count')!r}")
+    if count < 1 or count != entry.get("count", 1) or count > LLAMA_MAX_DEVICES:
+        raise where.key("count").error(f"expected a whole number from 1 to {LLAMA_MAX_DEVICES} (llama_max_devices()); "
+                                       f"got {quote(entry.get('count'))}")
     if name and count > 1:
         raise where.key("count").error("expected 1 when name is given (names are unique); omit name to number them")
     if "id" in fields and count > 1:
@@ -308,18 +313,18 @@ def _check_name(name: str, fields: dict[str, Any], where: ds.Where) -> str:
     parsed = backend_of_name(name)
     if parsed is None:
         examples = ", ".join(p + "0" for p in NAME_PREFIX.values())
-        raise where.error(f"expected a llama.cpp device name ({examples}); got {name!r}")
+        raise where.error(f"expected a llama.cpp device name ({examples}); got {quote(name)}")
     backend, canonical = parsed
     product = fields.get(CATALOG_BACKEND)
     if backend is Backend.RPC:
         fields["kind"] = DeviceKind.RPC
     elif fields.setdefault("backend", backend) is not backend:
         wanted = fields["backend"]
-        raise where.error(f"expected a {wanted.value} name ({NAME_PREFIX[wanted]}0, ...); got {name!r}")
+        raise where.error(f"expected a {wanted.value} name ({NAME_PREFIX[wanted]}0, ...); got {quote(name)}")
     elif product is not None and backend not in (product, Backend.VULKAN):
         # Vulkan lists every vendor's card; the vendor backends only their own
         raise where.error(f"expected a {product.value} name ({NAME_PREFIX[product]}0, ...) or a Vulkan one "
-                          f"(Vulkan0, ...) for this catalog device; got {name!r}")
+                          f"(Vulkan0, ...) for this catalog device; got {quote(name)}")
     return canonical
 
 
@@ -351,6 +356,9 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
 def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds.Where]], source: str) -> Inventory:
     """Order as llama.cpp does, number RPC devices, and check RPC names the user gave agree. A UMA
     device without a memory figure (a catalog APU sold with any amount of RAM) is given the host's."""
+    if len(devices) > LLAMA_MAX_DEVICES:
+        raise ds.Where(source).error(f"expected at most {LLAMA_MAX_DEVICES} devices (llama_max_devices() in the "
+                                     f"pinned llama.cpp); got {len(devices)}")
     devices = [replace(d, total_bytes=host.ram_total_bytes, free_bytes=host.ram_available_bytes)
                if d.uma and not d.total_bytes else d for d in devices]
     ordered = list(llama_order(devices))
@@ -360,7 +368,7 @@ def _finish(devices: list[DeviceSpec], host: HostSpec, given: list[tuple[str, ds
         if before.kind is DeviceKind.RPC and before.name and before.name != after.name:
             where = where_of.get(before.name, ds.Where(source))
             raise where.error(
-                f"expected {after.name}: llama.cpp numbers RPC devices in --rpc order; got {before.name!r}")
+                f"expected {after.name}: llama.cpp numbers RPC devices in --rpc order; got {quote(before.name)}")
     for same in same_cards(numbered):
         log.warning("%s and %s are one card (id %s): llama.cpp uses %s and skips %s", same.used, same.skipped,
                     same.id, same.used, same.skipped)
@@ -377,7 +385,7 @@ def apply_shorthands(specs: list[str], ram: str | None, base: Inventory | None) 
     if ram is not None:
         n_bytes = _size(ram, "--ram", "a size such as 64GiB")
         if n_bytes <= 0:
-            raise InventoryError(f"--ram {ram!r}: expected a size above 0 such as 64GiB")
+            raise InventoryError(f"--ram {quote(ram)}: expected a size above 0 such as 64GiB")
         host = replace(host, ram_total_bytes=n_bytes, ram_available_bytes=n_bytes)
     devices = list(base.devices) if base else []
     given: list[tuple[str, ds.Where]] = []
@@ -391,7 +399,7 @@ def _size(text: str, flag: str, expected: str) -> int:
     try:
         return parse_size(text)
     except BadInput:
-        raise InventoryError(f"{flag} {text!r}: expected {expected}") from None
+        raise InventoryError(f"{flag} {quote(text)}: expected {expected}") from None
 
 
 # `--device ...,KEY=VALUE` extras: the shorthand's key -> the YAML key whose converter it shares
@@ -400,6 +408,8 @@ _EXTRAS = {"bw": "bandwidth_gbs", "tflops": "fp16_tflops", "link": "link", "free
 
 def _scalar(text: str) -> Any:
     """A command-line value as YAML would have typed it: a number when it reads as one."""
+    if not text.isascii():      # float() reads '٣٦٠' as 360; no llama.cpp flag does
+        return text
     try:
         return float(text)
     except ValueError:
@@ -413,7 +423,7 @@ def _extras(items: list[str], where: ds.Where) -> dict[str, Any]:
         key, eq, value = (part.strip() for part in item.partition("="))
         if not eq or key.lower() not in _EXTRAS or not value:
             raise where.error(f"expected KEY=VALUE with KEY one of {', '.join(_EXTRAS)} (bw=360 is GB/s, "
-                              f"tflops=51 dense fp16 TFLOPS) after the device; got {item.strip()!r}")
+                              f"tflops=51 dense fp16 TFLOPS) after the device; got {quote(item.strip())}")
         field, convert = _FIELDS[_EXTRAS[key.lower()]]
         numeric = key.lower() in ("bw", "tflops")
         out[field] = convert(_scalar(value) if numeric else value, where.key(key.lower()))
@@ -421,20 +431,21 @@ def _extras(items: list[str], where: ds.Where) -> dict[str, Any]:
 
 
 def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.Where]]) -> list[DeviceSpec]:
-    where = ds.Where(f"--device {spec}")
+    where = ds.Where(f"--device {spec if len(spec) <= 80 else quote(spec)}")
     body, endpoint = spec.strip(), None
     if "@" in body:
         body, ep_text = body.rsplit("@", 1)
         endpoint = check_endpoint(ep_text)
         if endpoint is None:
-            raise where.error(f"expected host:port after '@'; got {ep_text!r}")
+            raise where.error(f"expected host:port after '@'; got {quote(ep_text)}")
     body, *extra_items = body.split(",")
     extras = _extras(extra_items, where)
     if "=" not in body:
         m = _COUNT.match(body)
-        count, ident = (int(m.group(1)), m.group(2)) if m else (1, body)
-        if count < 1:
-            raise where.error("expected a count of at least 1, e.g. 2xrtx3090")
+        digits = m.group(1) if m else "1"
+        count, ident = (int(digits) if len(digits) <= 6 else LLAMA_MAX_DEVICES + 1), (m.group(2) if m else body)
+        if not 1 <= count <= LLAMA_MAX_DEVICES:
+            raise where.error(f"expected a count from 1 to {LLAMA_MAX_DEVICES} (llama_max_devices()), e.g. 2xrtx3090")
         if "id" in extras and count > 1:
             raise where.error("expected one device with id= (an id names one physical card)")
         fields = {**_catalog(ident, where), **extras}
@@ -476,16 +487,16 @@ def _catalog(ident: str, where: ds.Where) -> dict[str, Any]:
         close = difflib.get_close_matches(ident.lower(), list(known), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; catalog ids: {', '.join(sorted(known)[:6])}, ..."
         raise where.error(f"expected NAME=SIZE (CUDA0=24GiB), NAME=CATALOG_ID or [N x]CATALOG_ID (2xrtx3090); "
-                          f"{ident!r} is not in {catalog.catalog_path().name}{hint}")
+                          f"{quote(ident)} is not in {catalog.catalog_path().name}{hint}")
     return _from_catalog(known[ident.lower()])
 
 
 def _shorthand_value(value: str, where: ds.Where) -> dict[str, Any]:
     """'24GiB' -> a bare device of that size; anything else must be a catalog id."""
-    if re.match(r"^-?\d", value):
+    if re.match(r"^-?[0-9]", value):
         n_bytes = _size(value, where.file, "a size such as 24GiB")
         if n_bytes <= 0:
-            raise where.error(f"expected a size above 0 such as 24GiB; got {value!r}")
+            raise where.error(f"expected a size above 0 such as 24GiB; got {quote(value)}")
         return {"total_bytes": n_bytes}
     return _catalog(value, where)
 

@@ -15,6 +15,9 @@ from enum import Enum
 from typing import Any
 
 from planner.core.errors import FlagError
+from planner.core.units import quote
+from planner.hardware.limits import LLAMA_MAX_DEVICES
+from planner.llama.override_regex import check_override_pattern
 from planner.model.costs import CACHE_TYPES
 
 # common.h: LLM_FFN_EXPS_REGEX / LLM_FFN_DENSE_REGEX; blocks are named "blk\.%d" + regex.
@@ -22,7 +25,10 @@ FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 FFN_DENSE_REGEX = r"\.ffn_(up|down|gate)\."
 NGL_AUTO = -1   # common.h: -1 is "auto"; llama_model::n_gpu_layers() treats any negative as every layer
 NGL_ALL = -2
-MAX_DEVICES = 16  # llama_max_devices(): -ts with this many values or more is refused
+MAX_DEVICES = LLAMA_MAX_DEVICES  # -ts with this many values or more is refused
+# src/llama-hparams.h: #define LLAMA_MAX_LAYERS 512 (per-layer hparams are std::arrays of it)
+LLAMA_MAX_LAYERS = 512
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1   # std::stoi's range: common/arg.cpp reads int flags with it
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 FA_MODES = ("on", "off", "auto")
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
@@ -81,7 +87,10 @@ def overrides_of(args: tuple[OverrideArg, ...]) -> tuple[TensorOverride, ...]:
             out.append(TensorOverride(FFN_EXPS_REGEX, "CPU"))
         else:
             regex = FFN_EXPS_REGEX if arg.kind is OverrideKind.NCMOE else FFN_DENSE_REGEX
-            out.extend(TensorOverride(rf"blk\.{i}{regex}", "CPU") for i in range(int(arg.value)))
+            # llama.cpp adds one override per layer (llm_add_n_cpu_ffn_overrides); those past
+            # LLAMA_MAX_LAYERS match no tensor, so -ncmoe 100000000 is -ncmoe 512 here
+            n = min(int(arg.value), LLAMA_MAX_LAYERS)
+            out.extend(TensorOverride(rf"blk\.{i}{regex}", "CPU") for i in range(n))
     return tuple(out)
 
 
@@ -190,10 +199,10 @@ class LlamaFlags:
 
 
 def _int(flag: str, text: str, minimum: int | None = None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise FlagError(f"{flag}: expected an integer, got {text!r}") from None
+    """An int as std::stoi reads one: ASCII digits ('٣' is none), within int32 (std::out_of_range)."""
+    if not re.fullmatch(r"\s*[+-]?[0-9]{1,10}\s*", text, re.ASCII) or not INT_MIN <= int(text) <= INT_MAX:
+        raise FlagError(f"{flag}: expected an integer from {INT_MIN} to {INT_MAX}, got {quote(text)}")
+    value = int(text)
     if minimum is not None and value < minimum:
         raise FlagError(f"{flag}: {value} is out of range (minimum {minimum})")
     return value
@@ -201,7 +210,7 @@ def _int(flag: str, text: str, minimum: int | None = None) -> int:
 
 def _choice(flag: str, text: str, choices: tuple[str, ...]) -> str:
     if text not in choices:
-        raise FlagError(f"{flag}: invalid value {text!r}; expected one of {', '.join(choices)}")
+        raise FlagError(f"{flag}: invalid value {quote(text)}; expected one of {', '.join(choices)}")
     return text
 
 
@@ -218,14 +227,16 @@ def _tensor_split(text: str) -> tuple[float, ...]:
     if len(parts) >= MAX_DEVICES:
         raise FlagError(f"-ts: got {len(parts)} values, llama.cpp accepts at most {MAX_DEVICES - 1}")
     try:
+        if not text.isascii():   # float() reads '٣' as 3; std::stof does not
+            raise ValueError(text)
         return tuple(float(p) for p in parts)
     except ValueError:
-        raise FlagError(f"-ts: expected numbers separated by ',' or '/', got {text!r}") from None
+        raise FlagError(f"-ts: expected numbers separated by ',' or '/', got {quote(text)}") from None
 
 
 def _cache_type(flag: str, text: str) -> str:
     if text.lower() not in CACHE_TYPES:
-        raise FlagError(f"{flag}: unsupported cache type {text!r}; expected one of {', '.join(CACHE_TYPES)}")
+        raise FlagError(f"{flag}: unsupported cache type {quote(text)}; expected one of {', '.join(CACHE_TYPES)}")
     return text.lower()
 
 
@@ -241,11 +252,8 @@ def _ot(text: str) -> OverrideArg:
     for item in text.split(","):
         pattern, eq, target = item.partition("=")
         if not eq or not pattern or not target:
-            raise FlagError(f"-ot: {item!r} is not PATTERN=BUFFER_TYPE")
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise FlagError(f"-ot: bad regular expression {pattern!r}: {e}") from None
+            raise FlagError(f"-ot: {quote(item)} is not PATTERN=BUFFER_TYPE")
+        check_override_pattern(pattern)
     return OverrideArg(OverrideKind.OT, text)
 
 
@@ -321,11 +329,11 @@ def _lora_scaled(text: str) -> tuple[LoraArg, ...]:
     for item in text.split(","):
         path, sep, scale = item.rpartition(":")
         if not sep or not path:
-            raise FlagError(f"--lora-scaled: {item!r} is not FNAME:SCALE")
+            raise FlagError(f"--lora-scaled: {quote(item)} is not FNAME:SCALE")
         try:
             out.append(LoraArg(path, float(scale)))
         except ValueError:
-            raise FlagError(f"--lora-scaled: {scale!r} is not a number") from None
+            raise FlagError(f"--lora-scaled: {quote(scale)} is not a number") from None
     return tuple(out)
 
 
@@ -430,7 +438,7 @@ def parse_llama_flags(argv: list[str] | tuple[str, ...]) -> LlamaFlags:
         elif name in IGNORED_SWITCHES and not eq:
             ignored.append(name)
         else:
-            raise FlagError(f"unknown llama.cpp flag {arg!r}")
+            raise FlagError(f"unknown llama.cpp flag {quote(arg)}")
         i += 1
     return replace(flags, ignored=tuple(ignored))
 

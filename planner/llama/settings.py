@@ -28,6 +28,7 @@ from planner.core.errors import FlagError
 from planner.core.units import pad
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
+from planner.llama.expressible import check_expressible
 from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.llama.tensor_parallel import check_tensor_split
@@ -151,8 +152,11 @@ class LlamaSettings:
 
 
 def resolve_settings(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None = None) -> LlamaSettings:
-    """`flags` on this model and inventory, as llama.cpp would resolve them."""
-    return resolve_on(ctx, flags, resolve_devices(flags, inventory))
+    """`flags` on this model and inventory, as llama.cpp would resolve them; FlagError when llama.cpp
+    would abort on them (planner/llama/expressible.py)."""
+    devices = resolve_devices(flags, inventory)
+    check_expressible(flags, inventory, devices, ctx.slots)
+    return resolve_on(ctx, flags, devices)
 
 
 def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...],

@@ -8,7 +8,10 @@ from typing import Any
 import yaml
 
 from planner.core.errors import BadInput
+from planner.core.files import read_bounded
 from planner.core.llama_tools import LLAMA_CPP_PIN
+from planner.core.schema import Where, load_yaml
+from planner.core.units import quote
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory, inventory_from_dict, inventory_to_dict
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
@@ -92,9 +95,8 @@ def _argv(doc: dict[str, Any], model_path: str) -> tuple[str, ...]:
 
 def read_deployment(path: str) -> Deployment:
     """A deployment document as `deployment()` wrote it; a file that is not one is bad input."""
+    doc = load_yaml(read_bounded(path, what="plan"), Where(path))
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
         model = doc["model"]
         argv = _argv(doc, str(model["path"]))
         n = len(model_args(str(model["path"])))
@@ -110,7 +112,5 @@ def read_deployment(path: str) -> Deployment:
         members = tuple(str(name) for name in written.get("pool_devices") or ())
         return Deployment(str(model["path"]), model.get("header_sha256"), flags, inventory, budgets, argv,
                           pool, members)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read the plan: {e.strerror}") from None
     except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as e:
-        raise BadInput(f"{path}: not a fitplan plan file ({type(e).__name__}: {e})") from None
+        raise BadInput(f"{path}: not a fitplan plan file ({type(e).__name__}: {quote(str(e))})") from None

@@ -44,6 +44,7 @@ from planner.planning.problem import (
 )
 from planner.planning.result import Companions, PlanRequest, PlanResult
 from planner.planning.solve import Assignment, Objective
+from planner.planning.tensor_plan import TensorOption, comparison_lines, prefer_tensor, tensor_option
 from planner.planning.throughput import Prediction, offloading, predict_estimate
 from planner.planning.whatfits import LeastBudget, least_budgets
 
@@ -241,6 +242,8 @@ def plan(model: ModelLike, inventory: Inventory,
     raises InfeasiblePlacement when nothing fits, with what would (`what_would_fit`: the least budgets
     and the largest context that plan, searched for up to SEARCH_SECONDS; else only the verdict)."""
     request = request or PlanRequest()
+    if not request.cache_types:   # _infeasible and make_setting start from the first one
+        raise BadInput("cache types: none given; expected at least one KV cache type, e.g. f16 or f16,q8_0")
     ctx = model_context(model)
     budgets = budgets or resolve_budgets(inventory, max_vram, ram)
     if not ctx.facts.n_ctx_train and not request.n_ctx:
@@ -262,15 +265,29 @@ def plan(model: ModelLike, inventory: Inventory,
     warning = above_train_warning(ctx, best.flags.n_ctx)
     if warning:
         log.warning("%s", warning)
-    result = PlanResult(ctx.model.path, ctx.model.header_sha256, inventory,
-                        budgets, request, best.flags, best.estimate, best.prediction,
-                        best.assignment.experts_on_host, best.rounds)
+    result, tensor = _layer_or_tensor(ctx, inventory, budgets, request, best)
     if not with_explain:
         return result
     lines = explain(ctx, result)
+    if tensor is not None:
+        lines += tuple(comparison_lines(best.prediction, tensor, result.flags.split_mode == "tensor"))
     if request.companions.any:
         lines += tuple(swing_lines(best.estimate, alone.estimate if alone else None))
     return replace(result, explain=lines)
+
+
+def _layer_or_tensor(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
+                     best: _Candidate) -> tuple[PlanResult, TensorOption | None]:
+    """The plan: the layer split, or -sm tensor on the same devices where that decodes faster
+    (planner/planning/tensor_plan.py); and the tensor option weighed, for --explain."""
+    tensor = (tensor_option(ctx, inventory, budgets, best.flags)
+              if len(inventory.devices) > 1 and not req.companions.any else None)
+    if tensor is not None and tensor.estimate is not None and tensor.prediction is not None \
+            and prefer_tensor(best.prediction, tensor):
+        return PlanResult(ctx.model.path, ctx.model.header_sha256, inventory, budgets, req, tensor.flags,
+                          tensor.estimate, tensor.prediction, frozenset(), best.rounds), tensor
+    return PlanResult(ctx.model.path, ctx.model.header_sha256, inventory, budgets, req, best.flags, best.estimate,
+                      best.prediction, best.assignment.experts_on_host, best.rounds), tensor
 
 
 def _best_arrangement(ctx: ModelContext, inventory: Inventory, budgets: Budgets,

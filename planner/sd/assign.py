@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.core.errors import FlagError
+from planner.core.units import quote
 
 
 class Module(enum.Enum):
@@ -44,6 +45,9 @@ MODULE_ALIASES: dict[Module, tuple[str, ...]] = {
     Module.UPSCALER: ("upscaler", "esrgan", "hires"),
     Module.DETECTOR: ("detector", "adetailer", "yolo"),
 }
+# Seed 002, "Multiple devices per module": "Layer split is supported for the diffusion and te
+# modules ... other modules accept only a single device."
+SPLITTABLE = frozenset({Module.DIFFUSION, Module.TE})
 _ALIAS_TO_MODULE = {alias: module for module, aliases in MODULE_ALIASES.items() for alias in aliases}
 ALL_KEY = "all"  # the default key sd-fit writes back into the specs it derives
 DEFAULT_KEYS = (ALL_KEY, "default", "*")
@@ -115,24 +119,25 @@ def split_device_list(token: str) -> tuple[str, ...]:
 
 def _check_split_mode(token: str, flag: str) -> None:
     if token.strip().lower() not in {m.value for m in SplitMode}:
-        raise FlagError(f"{flag}: invalid split mode {token.strip()!r} (expected layer or row)")
+        raise FlagError(f"{flag}: invalid split mode {quote(token.strip())} (expected layer or row)")
 
 
 def _check_params_token(token: str, flag: str) -> None:
     if "&" in token:
-        raise FlagError(f"{flag}: does not accept device lists ({token!r}); '&' is only for --backend")
+        raise FlagError(f"{flag}: does not accept device lists ({quote(token)}); '&' is only for --backend")
 
 
 def _check_device_list(token: str, flag: str) -> None:
     """A `&` list: non-empty, and neither a default token nor disk among its names."""
     names = split_device_list(token)
     if not names:
-        raise FlagError(f"{flag}: invalid backend device list {token!r}")
+        raise FlagError(f"{flag}: invalid backend device list {quote(token)}")
     for name in names:
         if is_default_token(name):
-            raise FlagError(f"{flag}: default backend token {name!r} is not allowed in a device list {token!r}")
+            raise FlagError(f"{flag}: default backend token {quote(name)} is not allowed in a device list "
+                            f"{quote(token)}")
         if name.lower() == DISK:
-            raise FlagError(f"{flag}: backend 'disk' is only accepted by --params-backend ({token!r})")
+            raise FlagError(f"{flag}: backend 'disk' is only accepted by --params-backend ({quote(token)})")
 
 
 def _check_backend_token(token: str, flag: str) -> None:
@@ -170,14 +175,18 @@ def parse_assignment(text: str | None, role: Role) -> Assignment:
             continue
         key, value = (s.strip() for s in part.split("=", 1))
         if not key or not value:
-            raise FlagError(f"{flag}: invalid backend assignment {part!r} (expected MODULE=BACKEND)")
+            raise FlagError(f"{flag}: invalid backend assignment {quote(part)} (expected MODULE=BACKEND)")
         _check_token(value, role, flag)
         if key.lower() in DEFAULT_KEYS:
             default = value
             continue
         module = parse_module(key)
         if module is None:
-            raise FlagError(f"{flag}: unknown backend module {key!r} in {part!r}")
+            raise FlagError(f"{flag}: unknown backend module {quote(key)} in {quote(part)}")
+        if role is Role.BACKEND and "&" in value and module not in SPLITTABLE:
+            raise FlagError(f"{flag}: {quote(part)}: {module.value} cannot be split over devices; layer split is "
+                            f"supported for the diffusion and te modules only, other modules accept one device "
+                            f"(seed 002, 'Multiple devices per module')")
         modules[module] = value
     return Assignment(default=default, modules=tuple(modules.items()))
 
@@ -205,7 +214,7 @@ def _parse_gib(text: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise FlagError(f"--max-vram: invalid value {text!r} (expected GiB, e.g. 6 or -2)")
+        raise FlagError(f"--max-vram: invalid value {quote(text)} (expected GiB, e.g. 6 or -2)")
     return value
 
 
@@ -222,7 +231,7 @@ def parse_max_vram(text: str | None) -> MaxVram:
             continue
         key, value = (s.strip() for s in part.split("=", 1))
         if not key or not value:
-            raise FlagError(f"--max-vram: invalid assignment {part!r} (expected DEVICE=GiB)")
+            raise FlagError(f"--max-vram: invalid assignment {quote(part)} (expected DEVICE=GiB)")
         if key.lower() in DEFAULT_KEYS:
             default = _parse_gib(value)
         else:

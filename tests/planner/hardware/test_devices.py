@@ -141,7 +141,7 @@ def test_misspelled_key_names_file_path_and_expected_keys(tmp_path):
      "devices[0].endpoint", "expected host:port of the rpc-server"),
     ("host: {ram: 8GiB}\ndevices:\n  - {catalog: rtx9999}\n", "devices[0].catalog", "unknown catalog device 'rtx9999'"),
     ("host: {ram: 8GiB}\ndevices:\n  - {catalog: rtx3090, count: 0}\n",
-     "devices[0].count", "expected a whole number >= 1"),
+     "devices[0].count", "expected a whole number from 1 to 16"),
     ("host: {ram: 8GiB}\ndevices:\n  - {name: CUDA0, catalog: rtx3090, count: 2}\n",
      "devices[0].count", "expected 1 when name is given"),
     ("host: {ram: 8GiB}\ndevices:\n  - {name: RPC1, catalog: rtx3090, endpoint: 'h:1'}\n",
