@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -84,6 +85,7 @@ def _check_outputs(paths: tuple[tuple[str | None, str], ...]) -> None:
 
 
 FORMATS = ("table", "flags", "command", "args", "yaml", "json")
+VERDICT_FORMATS = ("table", "command", "yaml", "json")
 
 
 def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -> None:
@@ -125,6 +127,34 @@ def _plan_or_report(model: str, found: DevicesReport, request: PlanRequest, with
     if html is not None:
         write_html(html, render_html(plan_report(result)))
     return result
+
+
+def _check_verdict(verdict: bool, clients: int | None, fmt: str, outputs: tuple[str | None, ...],
+                   parallel: int) -> None:
+    """--clients only with --verdict; the verdict's formats; none of one plan's outputs, and no -np
+    (the verdict gives each endpoint its slots)."""
+    if not verdict:
+        if clients is not None:
+            raise BadInput("--clients: only with --verdict")
+        return
+    if fmt not in VERDICT_FORMATS:
+        raise BadInput(f"--verdict --format {fmt}: expected one of {', '.join(VERDICT_FORMATS)}")
+    if any(o is not None for o in outputs):
+        raise BadInput("--verdict prints the arrangements; -o, --plot and --html are for one plan")
+    if parallel != 1:
+        raise BadInput("--verdict gives each endpoint its slots from --clients; leave out --parallel")
+
+
+def _show_verdict(model: str, found: DevicesReport, request: PlanRequest, clients: int, with_explain: bool,
+                  fmt: str) -> None:
+    """--verdict: the arrangements ranked (planner/planning/verdict.py); `command` prints the winner's
+    llama-server lines; --explain adds the arithmetic."""
+    from planner.planning.verdict import verdict
+
+    result = verdict(model, found.inventory, found.budgets, request, clients)
+    if not with_explain:
+        result = replace(result, explain=())
+    typer.echo("\n".join(result.commands()) if fmt == "command" else render(result, fmt))
 
 
 def plan_cmd(
@@ -172,6 +202,11 @@ def plan_cmd(
         "--mmproj-device", help="the projector's device, or 'none' (--no-mmproj-offload); default: the "
         "planner chooses")] = None,
     lora: Annotated[list[str] | None, typer.Option("--lora", help="a LoRA adapter GGUF (repeatable)")] = None,
+    verdict: Annotated[bool, typer.Option(
+        "--verdict", help="rank one endpoint per device, one split and the fastest device + host offload for "
+        "--clients streams and for one (seed 003 §7); --ctx is each client's context")] = False,
+    clients: Annotated[int | None, typer.Option(
+        "--clients", help="--verdict: concurrent streams (llama-server -np slots; default 1)")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
     from planner.planning.document import deployment
@@ -194,6 +229,7 @@ def plan_cmd(
     if parallel < 1 or (ubatch is not None and ubatch < 1):
         raise BadInput("--parallel and --ubatch-size take positive numbers")
     _check_outputs(((output, "-o"), (plot, "--plot"), (html, "--html")))
+    _check_verdict(verdict, clients, fmt, (output, plot, html), parallel)
     # llama-cli is asked for its device list only when the plan is for this machine as it is
     report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram))
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
@@ -205,6 +241,9 @@ def plan_cmd(
                                                 draft_cache_type=_cache(draft_cache_type), draft_max=draft_max,
                                                 mmproj=mmproj, mmproj_device=mmproj_device,
                                                 loras=tuple(lora or ())))
+    if verdict:
+        _show_verdict(model, report, request, clients or 1, explain, fmt)
+        return
     result = _plan_or_report(model, report, request, explain, html)
     if plot is not None:
         from planner.sweeps.plots import plot_plan
