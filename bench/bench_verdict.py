@@ -113,10 +113,15 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
+class NotQuiet(Exception):
+    """The machine stayed busy past the deadline."""
+
+
 def wait_for_quiet(max_load: float, deadline: float) -> None:
     while load1() >= max_load:
         if time.monotonic() > deadline:
-            sys.exit(f"the 1-minute load average stayed at or above {max_load}; not measuring (load {load1():.2f})")
+            raise NotQuiet(f"the 1-minute load average stayed at or above {max_load}; not measuring "
+                           f"(load {load1():.2f})")
         print(f"  load average {load1():.2f} >= {max_load}: waiting", flush=True)
         time.sleep(30)
 
@@ -307,6 +312,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-verdict-") as tmp:
         logs = Path(tmp)
         procs, endpoints = start_rpc_servers(bin_dir, n_rpc, logs)
+        rows: list[Row] = []
         try:
             wait_for_quiet(args.max_load, args.deadline)
             print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -317,11 +323,17 @@ def main() -> None:
                 result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(128, 16, 0, 2)), bin_dir)
                 print(result.to_table())
                 calibrated = result.inventory
-            rows = [run_combination(bin_dir, model, c, endpoints, calibrated, args, logs) for c in COMBINATIONS]
+            rows = []
+            for c in COMBINATIONS:
+                rows.append(run_combination(bin_dir, model, c, endpoints, calibrated, args, logs))
             print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        except NotQuiet as e:
+            print(f"stopped: {e}; {len(rows)} of {len(COMBINATIONS)} combinations measured")
         finally:
             for p in procs:
                 stop_process(p)
+    if not rows:
+        sys.exit("nothing measured")
     lines = table(rows) + [""] + summary(rows)
     print("\n" + "\n".join(lines))
     if args.markdown:
