@@ -88,6 +88,19 @@ def lie_key_value(rng: random.Random, g: Gguf, out: Path) -> Made:
     return Made(g.write(out), wrong, f"{key} := {lie[0].name} {str(lie[1])[:40]}")
 
 
+def lie_right_type(rng: random.Random, g: Gguf, out: Path) -> Made:
+    """A key of the type llama.cpp reads, holding an absurd value: planned or refused, but cleanly."""
+    suffix = rng.choice(sorted(KEY_TYPES))
+    key = f"{_arch(g)}.{suffix}"
+    value = rng.choice([0, 1, 3, 7, 1 << 16, 1 << 20, 1 << 31, (1 << 32) - 1])
+    if suffix in PER_LAYER and rng.random() < 0.3:
+        n = struct.unpack("<I", g.kv(f"{_arch(g)}.block_count").payload)[0]  # type: ignore[union-attr]
+        g.set(key, VT.ARRAY, [rng.choice([0, 1, value]) for _ in range(n)], VT.UINT32)
+    else:
+        g.set(key, VT.UINT32, value)
+    return Made(g.write(out), False, f"{key} := {value}")
+
+
 def lie_missing_key(rng: random.Random, g: Gguf, out: Path) -> Made:
     e = rng.choice(g.kvs)
     g.kvs.remove(e)
@@ -234,12 +247,13 @@ def lie_flip(rng: random.Random, g: Gguf, out: Path) -> Made:
 
 
 GGUF_LIES: dict[str, Lie] = {
-    "key_value": lie_key_value, "missing_key": lie_missing_key, "duplicate": lie_duplicate,
+    "key_value": lie_key_value, "right_type": lie_right_type, "missing_key": lie_missing_key,
+    "duplicate": lie_duplicate,
     "tensors": lie_tensors, "counts": lie_counts, "length": lie_length, "type_field": lie_type_field,
     "truncate": lie_truncate, "flip": lie_flip,
 }
-GGUF_WEIGHTS = {"key_value": 6, "missing_key": 2, "duplicate": 1, "tensors": 3, "counts": 1, "length": 3,
-                "type_field": 1, "truncate": 3, "flip": 2}
+GGUF_WEIGHTS = {"key_value": 6, "right_type": 4, "missing_key": 2, "duplicate": 1, "tensors": 3, "counts": 1,
+                "length": 3, "type_field": 1, "truncate": 3, "flip": 2}
 
 
 def split_lie(rng: random.Random, shards: list[Gguf], directory: Path) -> Made:

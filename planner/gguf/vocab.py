@@ -20,7 +20,7 @@ from enum import IntEnum
 from gguf import GGUFValueType, Keys
 
 from planner.core.errors import GGUFError
-from planner.gguf.cursor import Cursor
+from planner.gguf.cursor import Cursor, short
 from planner.gguf.location import open_source
 from planner.gguf.reader import GGUF_MAGIC, ModelFile, _read_value, _value_type
 
@@ -102,7 +102,7 @@ def vocab_of(model: ModelFile) -> Vocab:
     name = str(meta.get(Keys.Tokenizer.MODEL, ""))
     defaults = TOKENIZER_MODELS.get(name)
     if defaults is None:
-        raise GGUFError(model.path, f"unknown tokenizer: {name!r}")
+        raise GGUFError(model.path, f"unknown tokenizer: {short(name)}")
     if defaults.vocab_type is VocabType.NONE:   # llama.cpp reads no special token or add flag for it
         return Vocab(name, VocabType.NONE, int(meta.get(Keys.LLM.VOCAB_SIZE.format(arch=model.architecture), 0) or 0),
                      False, False, LLAMA_TOKEN_NULL, LLAMA_TOKEN_NULL)

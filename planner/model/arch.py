@@ -15,6 +15,7 @@ from typing import Any
 from gguf import Keys
 
 from planner.core.errors import GGUFError
+from planner.gguf.cursor import QUOTE_CHARS
 from planner.gguf.keys import LLM_KV_ATTENTION_RECURRENT_LAYERS
 from planner.gguf.reader import ModelFile, SkippedArray
 from planner.model.tensors import TOKEN_EMBD
@@ -159,23 +160,28 @@ class _Meta:
     def key(self, template: str) -> str:
         return template.format(arch=self.arch)
 
+    def named(self, template: str) -> str:
+        """The key as a message names it: a hostile architecture name is not echoed whole."""
+        arch = self.arch if len(self.arch) <= QUOTE_CHARS else f"{self.arch[:QUOTE_CHARS]}..."
+        return template.format(arch=arch)
+
     def get(self, template: str, default: Any = None) -> Any:
         return self.model.metadata.get(self.key(template), default)
 
     def need(self, template: str) -> Any:
         value = self.get(template)
         if value is None:
-            raise GGUFError(self.model.path, f"missing required key {self.key(template)}")
+            raise GGUFError(self.model.path, f"missing required key {self.named(template)}")
         return value
 
     def per_layer(self, template: str, n: int, default: Any) -> list[Any]:
         """A scalar broadcast to every layer, or a per-layer array (llama.cpp's get_key_or_arr)."""
         value = self.get(template, default)
         if isinstance(value, SkippedArray):
-            raise GGUFError(self.model.path, f"{self.key(template)} has {value.count} entries, expected {n}")
+            raise GGUFError(self.model.path, f"{self.named(template)} has {value.count} entries, expected {n}")
         if isinstance(value, tuple):
             if len(value) != n:   # get_key_or_arr: "key %s has wrong array length; expected %u, got %u"
-                raise GGUFError(self.model.path, f"{self.key(template)} has {len(value)} entries, expected {n}")
+                raise GGUFError(self.model.path, f"{self.named(template)} has {len(value)} entries, expected {n}")
             return list(value)
         return [value] * n
 
@@ -183,7 +189,7 @@ class _Meta:
         """An integer key llama.cpp asserts to lie in [low, high]."""
         value = int(self.get(template, default))
         if not low <= value <= high:
-            raise GGUFError(self.model.path, f"{self.key(template)} is {value}; llama.cpp requires {low} to {high}")
+            raise GGUFError(self.model.path, f"{self.named(template)} is {value}; llama.cpp requires {low} to {high}")
         return value
 
 
@@ -255,17 +261,25 @@ def model_facts(model: ModelFile) -> ModelFacts:
     n_layer = n_trunk_all - n_nextn
     n_embd = int(meta.need(Keys.LLM.EMBEDDING_LENGTH))
     if n_embd == 0:
-        raise GGUFError(model.path, f"{meta.key(Keys.LLM.EMBEDDING_LENGTH)} is 0")
+        raise GGUFError(model.path, f"{meta.named(Keys.LLM.EMBEDDING_LENGTH)} is 0")
+    arch = model.architecture
+    known = arch in KNOWN_DENSE or arch in SWA_RULES or arch in RECURRENT_RULES
+    embd = model.tensor(TOKEN_EMBD)
+    if known and embd is not None and embd.shape[0] != n_embd:
+        # create_tensor(TOKEN_EMBD, {n_embd, n_vocab}) in every src/models/<arch>.cpp fitplan knows:
+        # llama.cpp refuses the file ("tensor has wrong shape")
+        raise GGUFError(model.path, f"{meta.named(Keys.LLM.EMBEDDING_LENGTH)} is {n_embd} but {TOKEN_EMBD} is "
+                                    f"{embd.shape[0]} wide; llama.cpp refuses a tensor of the wrong shape")
     n_expert = meta.bounded(Keys.LLM.EXPERT_COUNT, 0, LLAMA_MAX_EXPERTS)
     # load_hparams: GGML_ASSERT(n_expert_used_max <= n_expert), and 0 without experts
     n_expert_used = max([int(x) for x in meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_trunk_all, 0)], default=0)
-    if n_expert_used > n_expert:
-        raise GGUFError(model.path, f"{meta.key(Keys.LLM.EXPERT_USED_COUNT)} is {n_expert_used}, more than "
-                                    f"{meta.key(Keys.LLM.EXPERT_COUNT)} ({n_expert}); llama.cpp asserts it is not")
-    arch = model.architecture
+    if n_expert_used > n_expert or (n_expert > 0 and n_expert_used == 0):
+        raise GGUFError(model.path, f"{meta.named(Keys.LLM.EXPERT_USED_COUNT)} is {n_expert_used} with "
+                                    f"{meta.named(Keys.LLM.EXPERT_COUNT)} {n_expert}; llama.cpp asserts 0 < used <= "
+                                    f"experts (and no used experts without experts)")
     recurrent_only = RECURRENT_RULES.get(arch) is RecurrentRule.ALL
     if meta.get(Keys.Attention.HEAD_COUNT) is None and not recurrent_only:
-        raise GGUFError(model.path, f"missing required key {meta.key(Keys.Attention.HEAD_COUNT)}")
+        raise GGUFError(model.path, f"missing required key {meta.named(Keys.Attention.HEAD_COUNT)}")
     n_head = [int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT, n_trunk_all, 0)]
     n_head_kv = ([int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n_trunk_all, 0)]
                  if meta.get(Keys.Attention.HEAD_COUNT_KV) is not None else list(n_head))
@@ -282,7 +296,6 @@ def model_facts(model: ModelFile) -> ModelFacts:
     r, s = _state_sizes(meta, n_embd)
     kv_from_start = _kv_from_start(meta, arch, n_trunk_all)
     parallel = RECURRENT_RULES.get(arch) is RecurrentRule.PARALLEL
-    known = arch in KNOWN_DENSE or arch in SWA_RULES or arch in RECURRENT_RULES
 
     layers = []
     for il in range(n_trunk_all):

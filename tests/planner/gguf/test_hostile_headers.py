@@ -82,11 +82,13 @@ def test_block_count_outside_what_llama_cpp_asserts(tmp_path, value, words):
     _refused(g.write(tmp_path / "m.gguf"), *words)
 
 
-def test_more_experts_used_than_there_are(tmp_path):
+@pytest.mark.parametrize("n_expert, n_used", [(4, 8), (0, 2), (4, 0)])
+def test_experts_used_outside_what_llama_cpp_asserts(tmp_path, n_expert, n_used):
+    """load_hparams: GGML_ASSERT(n_expert_used_max <= n_expert), > 0 with experts, 0 without."""
     g = _base(tmp_path)
-    g.set("llama.expert_count", VT.UINT32, 4)
-    g.set("llama.expert_used_count", VT.UINT32, 8)
-    _refused(g.write(tmp_path / "m.gguf"), "llama.expert_used_count is 8", "llama.expert_count (4)")
+    g.set("llama.expert_count", VT.UINT32, n_expert)
+    g.set("llama.expert_used_count", VT.UINT32, n_used)
+    _refused(g.write(tmp_path / "m.gguf"), f"llama.expert_used_count is {n_used}", f"llama.expert_count {n_expert}")
 
 
 @pytest.mark.parametrize("vtype, value, words", [
@@ -201,3 +203,18 @@ def test_the_walker_re_encodes_gguf_py_byte_for_byte(tmp_path):
     g = load(path)
     assert g.encode() == path.read_bytes()[:len(g.encode())]
     assert enc_value(VT.UINT32, 7) == struct.pack("<I", 7)
+
+
+def test_embedding_length_that_disagrees_with_token_embd(tmp_path):
+    """create_tensor(TOKEN_EMBD, {n_embd, n_vocab}): llama.cpp refuses a token_embd of another width; a
+    u32 of 2^32 - 1 would otherwise size every activation."""
+    g = _base(tmp_path)
+    g.set("llama.embedding_length", VT.UINT32, (1 << 32) - 1)
+    _refused(g.write(tmp_path / "m.gguf"), "llama.embedding_length is 4294967295", "token_embd.weight is 256 wide")
+
+
+def test_a_long_architecture_name_is_not_echoed(tmp_path):
+    g = _base(tmp_path)
+    g.set("general.architecture", VT.STRING, "9" * 5000)
+    err = _refused(g.write(tmp_path / "m.gguf"), "missing required key")
+    assert str(err).count("9") < 100
