@@ -124,6 +124,10 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
                      f"their device had no room for them")
     lines.append(context_source(ctx, result.request, result.flags.n_ctx))
     lines.append(compute_note(result.estimate.compute_model, result.estimate.model_arch))
+    if result.flags.split_mode == "tensor":   # no layer to move, no op offload (the meta device has none)
+        lines += [f"{m.name} holds its slices and a full compute buffer: {fmt_bytes(m.total_bytes)} of "
+                  f"{fmt_bytes(result.budgets.devices.get(m.name, 0))}" for m in result.estimate.meta_members]
+        return tuple(lines + _context_step(ctx, result))
     lines += _op_offload_choice(ctx, result)
     lines += _layer_step(ctx, result)
     lines += _context_step(ctx, result)

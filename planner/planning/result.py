@@ -12,6 +12,7 @@ from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.flags import LlamaFlags, flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
+from planner.llama.tensor_parallel import META_NAME
 from planner.memory.analytic import SIMULATED
 from planner.memory.estimate import COMPANION_TITLES, Estimate, companion_dict, compute_note
 from planner.planning.commands import LLAMA_BENCH, LLAMA_SERVER, BenchArgv, bench_argv, command_line, server_argv
@@ -83,7 +84,11 @@ class PlanResult:
         return self.estimate.cparams.n_ctx
 
     def budget_of(self, row: str) -> int:
-        return self.budgets.host_bytes if row in HOST_ROWS else self.budgets.devices.get(row, 0)
+        if row in HOST_ROWS:
+            return self.budgets.host_bytes
+        if row == META_NAME:   # -sm tensor: the meta device holds what its members hold
+            return sum(self.budgets.devices.get(m.name, 0) for m in self.estimate.meta_members)
+        return self.budgets.devices.get(row, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return plan_dict(self)
