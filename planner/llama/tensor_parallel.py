@@ -16,6 +16,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
   architecture" for llm_arch_supports_sm_tensor's deny-list (src/llama-arch.cpp).
 - src/llama-context.cpp llama_init_from_model: -fa auto becomes on, -fa off fails the context
   ("SPLIT_MODE_TENSOR requires flash_attn to be enabled").
+- what the dry run cannot see (a graph the meta backend cannot split aborts at its first token) is
+  found by resolving the graphs: runtime/engine/meta_check.py, asked by planner/memory/estimate.py.
 - -sm row: src/llama-model.cpp make_gpu_buft_list throws "device X does not support split
   buffers" unless the device's registry exports ggml_backend_split_buffer_type, which at this
   pin only ggml-sycl.cpp (and ggml-hexagon.cpp) do.
@@ -46,13 +48,6 @@ SM_TENSOR_UNSUPPORTED: frozenset[str] = frozenset({
     "glm5-next", "qwen3tts", "qwen4exp",
 })
 
-# Architectures whose dry run and prompt processing pass under -sm tensor but whose token generation
-# aborts (measured on the pinned build, issue #20: Gemma 3 270M over two rpc-servers). The assert is
-# handle_per_row's (ggml-backend-meta.cpp:543), reached when a per-row op meets a source split on dim 0.
-GENERATION_ABORTS: dict[str, str] = {
-    "gemma3": "ggml-backend-meta.cpp:543: GGML_ASSERT(src_ss[0].axis != GGML_BACKEND_SPLIT_AXIS_0) failed",
-}
-
 # Registries that export ggml_backend_split_buffer_type at the pin (only these take -sm row).
 ROW_SPLIT_BACKENDS = frozenset({Backend.SYCL})
 
@@ -74,9 +69,6 @@ def check_tensor_split(arch: str, flash_attn: str) -> None:
     if arch in SM_TENSOR_UNSUPPORTED:
         raise FlagError(f"-sm tensor: llama.cpp refuses it: 'LLAMA_SPLIT_MODE_TENSOR not implemented for "
                         f"architecture {arch!r}' (src/llama-arch.cpp llm_arch_supports_sm_tensor)")
-    if arch in GENERATION_ABORTS:
-        raise FlagError(f"-sm tensor: llama.cpp loads {arch} and its dry run passes, but token generation aborts "
-                        f"({GENERATION_ABORTS[arch]})")
     if flash_attn == "off":
         raise FlagError("-sm tensor: llama.cpp fails the context: 'SPLIT_MODE_TENSOR requires flash_attn to be "
                         "enabled' (src/llama-context.cpp; -fa auto turns it on)")

@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from planner.core.errors import FlagError
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
 from planner.hardware.inventory import Inventory
@@ -30,6 +31,7 @@ from planner.memory.companions import estimate_companions
 from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
 from planner.memory.tensor_members import member_rows
 from planner.model.tensors import OUTPUT
+from runtime.engine.meta_check import llama_abort, meta_split_error
 
 
 @dataclass(frozen=True)
@@ -145,11 +147,22 @@ def estimate(model: ModelLike, flags: LlamaFlags | list[str],
     return estimate_settings(resolve_settings(ctx, flags, inventory), exact_compute, inventory)
 
 
+def _check_meta_graphs(settings: LlamaSettings) -> None:
+    """-sm tensor: refuse what llama.cpp's dry run passes but its meta backend aborts on when the model
+    runs (runtime/engine/meta_check.py resolves the graphs' split states)."""
+    if any(d.members for d in settings.devices):
+        err = meta_split_error(settings)
+        if err is not None:
+            raise FlagError(f"-sm tensor: llama.cpp's dry run passes, but its meta backend aborts when the model "
+                            f"runs ({llama_abort(err)}; the runtime's split-state resolution: {err})")
+
+
 def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
                       inventory: Inventory | None = None) -> Estimate:
     """The estimate of flags already resolved (validate resolves once for the estimate and its run),
     with the companions the flags name (a drafter's devices resolve against `inventory`)."""
     placement = settings.placement
+    _check_meta_graphs(settings)
     weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
     # companions exist only in llama-server and llama-cli: the target is then sized as llama-server's

@@ -3,8 +3,8 @@
 llama.cpp lists one `Meta()` row for the meta device it builds of every rpc-server, then `Host`.
 Model and context must equal its figures to the MiB, compute within 3 % or 4 MiB
 (tests/support/shapes.py compute_ok), over 2 and 3 loopback rpc-servers at two contexts. Where
-llama.cpp refuses (the deny-list of llm_arch_supports_sm_tensor, -fa off) or aborts (Gemma 3 270M's
-token generation), fitplan refuses with the same reason.
+llama.cpp refuses (the deny-list of llm_arch_supports_sm_tensor, -fa off) or aborts (a graph its meta
+backend cannot split: Gemma 3 with one KV head at token generation), fitplan refuses with the same reason.
 
 Every builder architecture the pinned build splits is in the matrix (a dry run takes a second or two);
 bench/bench_tensor_split.py prints the same figures side by side. A real load (llama-cli over rpc-servers
@@ -27,7 +27,9 @@ from planner.core.errors import FlagError
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from tests.support.shapes import compute_ok, fit_print, model_path
+from runtime.engine.meta_check import PER_ROW_ASSERT
+from tests.support.gguf_factory import gemma3_spec
+from tests.support.shapes import _tokenized, compute_ok, fit_print, model_path
 from tests.support.tensor_split import CONTEXTS, REAL_LOAD_MODELS, RPC_COUNTS, SPLIT_MODELS, write_real_load_shape
 
 pytestmark = pytest.mark.peer
@@ -100,14 +102,15 @@ def test_flash_attention_off_refused_as_llama_cpp_does(llama_tools, rpc3, shapes
 
 def test_gemma3_dry_run_passes_but_generation_aborts(llama_tools, rpc3, shapes_dir):
     """llama-fit-params sizes the Gemma 3 270M file under -sm tensor, but llama-cli's first generated
-    token aborts in the meta backend's split-state resolution; fitplan refuses with that assert."""
+    token aborts in the meta backend's split-state resolution (its one KV head); fitplan refuses with that
+    assert, derived by resolving the graphs (runtime/engine/meta_check.py)."""
     path = model_path("gemma3-270m", shapes_dir)
     argv = _argv(rpc3, 2, 512)
     assert fit_print(llama_tools, path, argv)   # the dry run passes
     run = subprocess.run([str(llama_tools / "llama-cli"), "-m", str(path), *argv, "-ngl", "99", "-p", "Hello",
                           "-n", "4", "-st", "--no-warmup"],
                          capture_output=True, text=True, timeout=300, check=False, stdin=subprocess.DEVNULL)
-    quoted = "ggml-backend-meta.cpp:543: GGML_ASSERT(src_ss[0].axis != GGML_BACKEND_SPLIT_AXIS_0) failed"
+    quoted = PER_ROW_ASSERT
     assert run.returncode != 0 and quoted in run.stderr + run.stdout
     with pytest.raises(FlagError) as err:
         estimate(str(path), argv)
@@ -181,3 +184,24 @@ def test_members_match_a_real_load(llama_tools, debug_rpc3, shapes_dir, name, n)
         assert sizes[0] == member.model_bytes, member.name
         assert sum(sizes[1:1 + n_caches]) == member.context_bytes, member.name
         assert compute_ok(sizes[1 + n_caches] / MIB, member.compute_bytes // MIB), (member.name, sizes)
+
+
+@pytest.mark.parametrize("n_head, n_head_kv, aborts", [(4, 1, True), (8, 4, False)])
+def test_token_generation_aborts_where_fitplan_refuses(llama_tools, rpc3, tmp_path, n_head, n_head_kv, aborts):
+    """llama-bench -sm tensor -p 0 -n 2 (two one-token ubatches, no tokenizer needed) on small Gemma 3 files:
+    with one KV head the meta backend aborts in handle_per_row, with four it runs; fitplan's estimate
+    refuses exactly the first (runtime/engine/meta_check.py)."""
+    spec = gemma3_spec(n_layer=4, n_embd=256, n_head=n_head, n_head_kv=n_head_kv, head_dim=64, n_ff=512,
+                       n_vocab=1024, window=128)
+    [path] = _tokenized(spec, 1024, 4096).write(tmp_path / "gemma3.gguf")
+    for n in RPC_COUNTS:
+        argv = ["--rpc", ",".join(rpc3[:n]), "-sm", "tensor"]
+        run = subprocess.run([str(llama_tools / "llama-bench"), "-m", str(path), *argv, "-ngl", "99", "-fa", "1",
+                              "-p", "0", "-n", "2", "-r", "1"], capture_output=True, text=True, timeout=600,
+                             check=False, stdin=subprocess.DEVNULL)
+        assert (run.returncode != 0 and PER_ROW_ASSERT in run.stderr + run.stdout) == aborts, run.stderr[-1000:]
+        if aborts:
+            with pytest.raises(FlagError, match=re.escape(PER_ROW_ASSERT)):
+                estimate(str(path), [*argv, "-c", "4096"])
+        else:
+            assert estimate(str(path), [*argv, "-c", "4096"]).devices[0].name == "Meta()"

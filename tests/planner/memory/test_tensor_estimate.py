@@ -5,11 +5,14 @@ states are really allocated, each member's slices in its own buffer, the meta bu
 """
 from __future__ import annotations
 
+import pytest
+
+from planner.core.errors import FlagError
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.tensor_parallel import state_slices
 from planner.memory.estimate import estimate
-from tests.support.gguf_factory import Q, llama_spec
+from tests.support.gguf_factory import Q, gemma3_spec, llama_spec
 from tests.support.qwen3next_factory import qwen3next_spec
 
 RPC2 = ["-sm", "tensor", "--rpc", "127.0.0.1:1,127.0.0.1:2"]
@@ -62,3 +65,16 @@ def test_members_hold_their_slices(tmp_path):
     assert sum(m.model_bytes for m in members) == meta.model_bytes + 5 * 1024
     assert [m.compute_bytes for m in members] == [meta.compute_bytes] * 2
     assert est.to_dict()["meta_members"][0]["name"] == "RPC0"
+
+
+def test_a_graph_the_meta_backend_cannot_split_is_refused(tmp_path):
+    """Gemma 3 with one KV head over 2 members: llama_meta_device_get_split_state gives that head to one
+    member (K split along dim 0 as (0, 64)); with one token a ubatch's Kcur [64] reshapes to [64, 1, 1]
+    and stays split along dim 0 into the per-row K norm, which handle_per_row refuses
+    (ggml-backend-meta.cpp:543; llama-bench -sm tensor aborts so, tests/peer/test_tensor_split_peer.py).
+    With four KV heads the split lands on the heads' dim and the model runs."""
+    one_kv = _context(gemma3_spec(n_embd=256, n_head=4, n_head_kv=1, head_dim=64, n_ff=512), tmp_path, "g1.gguf")
+    with pytest.raises(FlagError, match=r"ggml-backend-meta.cpp:543: GGML_ASSERT.*RMS_NORM"):
+        estimate(one_kv, [*RPC2, "-c", "1024"])
+    four_kv = _context(gemma3_spec(n_embd=256, n_head=8, n_head_kv=4, head_dim=64, n_ff=512), tmp_path, "g4.gguf")
+    assert estimate(four_kv, [*RPC2, "-c", "1024"]).devices[0].name == "Meta()"
