@@ -86,6 +86,10 @@ def sd_fit_cmd(
         raise FlagError(f"--auto-fit {auto_fit!r}: expected on or off")
     if steps < 1:
         raise FlagError(f"--steps {steps}: expected at least 1")
+    for flag, value in (("--backend", backend), ("--params-backend", params_backend), ("--max-vram", max_vram),
+                        ("--split-mode", split_mode)):
+        if value is not None and not value.strip():   # sd-cli reads '' as unset; here it is an unset variable
+            raise FlagError(f"{flag} '': empty; expected a value (see fitplan sd-fit --help)")
     files = {FileRole.DIFFUSION_MODEL: diffusion_model, FileRole.HIGH_NOISE_DIFFUSION_MODEL: high_noise,
              FileRole.CLIP_L: clip_l, FileRole.CLIP_G: clip_g, FileRole.T5XXL: t5xxl, FileRole.LLM: llm,
              FileRole.LLM_VISION: llm_vision, FileRole.VAE: vae, FileRole.TAESD: taesd}

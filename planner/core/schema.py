@@ -136,11 +136,19 @@ def mapping(value: Any, where: Where, allowed: dict[str, str], required: tuple[s
             close = difflib.get_close_matches(str(key)[:40], list(allowed), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise where.key(quote(key) if not isinstance(key, str) or len(key) > 40 else key).error(
-                f"unknown key{hint}; expected one of: {', '.join(allowed)}")
+                f"unknown key{hint}; expected one of: {_listed(list(allowed))}")
     for key in required:
         if key not in value:
             raise where.key(key).error(f"missing; expected {allowed[key]}")
     return value
+
+
+def _listed(keys: list[str], limit: int = 100) -> str:
+    """Keys for a message, cut after `limit` characters: with a long schema the line stays readable."""
+    text = ", ".join(keys)
+    if len(text) <= limit:
+        return text
+    return text[:text.rfind(", ", 0, limit)] + f", ... ({len(keys)} keys)"
 
 
 def table(value: Any, where: Where, what: str) -> dict[str, Any]:

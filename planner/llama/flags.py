@@ -8,6 +8,7 @@ list in command-line order (llm_ffn_exps_cpu_override, llm_add_n_cpu_ffn_overrid
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -28,6 +29,7 @@ NGL_ALL = -2
 MAX_DEVICES = LLAMA_MAX_DEVICES  # -ts with this many values or more is refused
 # src/llama-hparams.h: #define LLAMA_MAX_LAYERS 512 (per-layer hparams are std::arrays of it)
 LLAMA_MAX_LAYERS = 512
+LLAMA_MAX_SEQ = 256    # src/llama-cparams.h: the most sequences (-np) a context holds
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1   # std::stoi's range: common/arg.cpp reads int flags with it
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 FA_MODES = ("on", "off", "auto")
@@ -208,6 +210,15 @@ def _int(flag: str, text: str, minimum: int | None = None) -> int:
     return value
 
 
+def _n_parallel(text: str) -> int:
+    """-np: llama_context refuses n_seq_max > LLAMA_MAX_SEQ (src/llama-context.cpp:101, "n_seq_max must
+    be <= 256"; LLAMA_MAX_SEQ in src/llama-cparams.h)."""
+    value = _int("-np", text, 1)
+    if value > LLAMA_MAX_SEQ:
+        raise FlagError(f"-np {value}: llama.cpp refuses it (n_seq_max must be <= {LLAMA_MAX_SEQ})")
+    return value
+
+
 def _choice(flag: str, text: str, choices: tuple[str, ...]) -> str:
     if text not in choices:
         raise FlagError(f"{flag}: invalid value {quote(text)}; expected one of {', '.join(choices)}")
@@ -229,9 +240,14 @@ def _tensor_split(text: str) -> tuple[float, ...]:
     try:
         if not text.isascii():   # float() reads '٣' as 3; std::stof does not
             raise ValueError(text)
-        return tuple(float(p) for p in parts)
+        values = tuple(float(p) for p in parts)
     except ValueError:
         raise FlagError(f"-ts: expected numbers separated by ',' or '/', got {quote(text)}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        # std::stof takes nan and inf, and llama_model's split arithmetic (cumulative shares, then
+        # upper_bound) has no answer for them: refused, not placed by NaN comparisons
+        raise FlagError(f"-ts {quote(text)}: expected finite proportions >= 0")
+    return values
 
 
 def _cache_type(flag: str, text: str) -> str:
@@ -277,7 +293,7 @@ def _switch(names: str, setter: Setter) -> None:
 _valued("-c --ctx-size", lambda f, v: replace(f, n_ctx=_int("-c", v, 0)))
 _valued("-b --batch-size", lambda f, v: replace(f, n_batch=_int("-b", v, 1)))
 _valued("-ub --ubatch-size", lambda f, v: replace(f, n_ubatch=_int("-ub", v, 1)))
-_valued("-np --parallel", lambda f, v: replace(f, n_parallel=_int("-np", v, 1)))
+_valued("-np --parallel", lambda f, v: replace(f, n_parallel=_n_parallel(v)))
 _valued("-ngl --gpu-layers --n-gpu-layers", lambda f, v: replace(f, n_gpu_layers=_ngl(v)))
 _valued("-sm --split-mode", lambda f, v: replace(f, split_mode=_choice("-sm", v, SPLIT_MODES)))
 _valued("-ts --tensor-split", lambda f, v: replace(f, tensor_split=_tensor_split(v)))

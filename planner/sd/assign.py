@@ -210,7 +210,7 @@ class MaxVram:
 
 def _parse_gib(text: str) -> float:
     try:
-        value = float(text)
+        value = float(text) if text.isascii() else math.nan   # float() reads '٨' as 8; sd-cli's stof does not
     except ValueError:
         value = math.nan
     if not math.isfinite(value):

@@ -9,6 +9,7 @@ part is planner.hardware.budgets.resolve_device, shared with the llama.cpp plann
 from __future__ import annotations
 
 from planner.core.errors import BadInput, FlagError
+from planner.core.units import quote
 from planner.hardware.budgets import resolve_device
 from planner.hardware.inventory import NAME_PREFIX, Backend, DeviceKind, Inventory
 from planner.sd.assign import CPU, DISK, Assignment, MaxVram, Module, Role, is_default_token, split_device_list
@@ -34,7 +35,7 @@ def resolve_name(inventory: Inventory, token: str, flag: str) -> str:
         return resolve_device(inventory, token.strip()).name
     except BadInput:
         known = ", ".join([*inventory.names, CPU]) or CPU
-        raise FlagError(f"{flag}: backend {token.strip()!r} was not found (devices: {known})") from None
+        raise FlagError(f"{flag}: backend {quote(token.strip())} was not found (devices: {known})") from None
 
 
 def default_device(inventory: Inventory) -> str:
@@ -96,7 +97,7 @@ def canonical_max_vram(inventory: Inventory, max_vram: MaxVram) -> str | None:
             name = resolve_name(inventory, key, "--max-vram")
         except FlagError:
             known = ", ".join(inventory.names) or "none"
-            raise FlagError(f"--max-vram: unknown backend {key!r} (devices: {known})") from None
+            raise FlagError(f"--max-vram: unknown backend {quote(key)} (devices: {known})") from None
         if name != CPU:
             parts.append(f"{name}={gib if gib else UNSET_GIB!r}")
     return ",".join(parts) or None

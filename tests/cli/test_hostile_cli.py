@@ -99,3 +99,6 @@ def test_sd_fit_refuses_a_vae_device_list(tmp_path):
     line = one_line(fitplan("sd-fit", str(model), "--device", "CUDA0=8GiB", "--device", "CUDA1=8GiB",
                             "--ram", "16GiB", "--backend", "vae=cuda0&cuda1"))
     assert "vae cannot be split over devices" in line
+    for flag in ("--max-vram", "--backend"):
+        line = one_line(fitplan("sd-fit", str(model), "--device", "CUDA0=8GiB", "--ram", "16GiB", flag, ""))
+        assert f"{flag} '': empty" in line

@@ -83,3 +83,4 @@ def test_an_empty_max_vram_is_refused():
         with pytest.raises(InventoryError, match="--max-vram '.*': empty"):
             parse_max_vram(inventory, text)
     assert parse_max_vram(inventory, None) == {}
+

@@ -66,3 +66,18 @@ def test_a_future_warning_pattern_is_quiet(recwarn):
 def test_tensor_split_takes_ascii_digits_only():
     with pytest.raises(FlagError, match="-ts"):
         parse_llama_flags(["-ts", "٣,1"])
+
+
+@pytest.mark.parametrize("value", ["nan,1", "inf", "1,-inf", "-1,1"])
+def test_tensor_split_takes_finite_proportions_only(value):
+    # -ts nan,1 reached numpy's split arithmetic ("invalid value encountered in divide" on stderr)
+    with pytest.raises(FlagError, match="expected finite proportions >= 0"):
+        parse_llama_flags(["-ts", value])
+    assert parse_llama_flags(["-ts", "3,1"]).tensor_split == (3.0, 1.0)
+
+
+def test_parallel_is_bounded_by_llama_max_seq():
+    # -np 1000000 reached the graph builder (ZeroDivisionError in _can_repeat); llama.cpp refuses it
+    with pytest.raises(FlagError, match="n_seq_max must be <= 256"):
+        parse_llama_flags(["-np", "1000000"])
+    assert parse_llama_flags(["-np", "256"]).n_parallel == 256

@@ -19,3 +19,12 @@ def test_diffusion_and_te_still_split():
     assert {Module.DIFFUSION, Module.TE} == SPLITTABLE
     parsed = parse_assignment("diffusion=cuda0&cuda1,te=cuda0&cuda1,vae=cuda1", Role.BACKEND)
     assert parsed.get(Module.DIFFUSION) == "cuda0&cuda1" and parsed.get(Module.VAE) == "cuda1"
+
+
+@pytest.mark.parametrize("text", ["cuda0=٨", "٦"])
+def test_sd_max_vram_refuses_non_ascii_digits(text):
+    from planner.sd.assign import parse_max_vram
+
+    with pytest.raises(FlagError, match="--max-vram"):
+        parse_max_vram(text)
+    assert parse_max_vram(None).default_gib == 0 and parse_max_vram("cuda0=6").devices == (("cuda0", 6.0),)
