@@ -88,8 +88,21 @@ def lie_key_value(rng: random.Random, g: Gguf, out: Path) -> Made:
     return Made(g.write(out), wrong, f"{key} := {lie[0].name} {str(lie[1])[:40]}")
 
 
+# float keys llama.cpp reads as FLOAT32 (rope, norms, scales), for right-typed absurd values
+F32_KEYS = ("rope.freq_base", "rope.scaling.factor", "rope.scaling.yarn_log_multiplier", "expert_weights_scale",
+            "attention.layer_norm_rms_epsilon", "attention.scale", "final_logit_softcapping",
+            "attn_logit_softcapping", "embedding_scale", "residual_scale", "logit_scale")
+
+
 def lie_right_type(rng: random.Random, g: Gguf, out: Path) -> Made:
     """A key of the type llama.cpp reads, holding an absurd value: planned or refused, but cleanly."""
+    if rng.random() < 0.3:
+        key = f"{_arch(g)}.{rng.choice(F32_KEYS)}"
+        fvalue = rng.choice([math.nan, math.inf, -math.inf, 0.0, -1.0, 3e38, 1e-45])
+        if "scaling.factor" in key:
+            g.set(f"{_arch(g)}.rope.scaling.type", VT.STRING, rng.choice(["linear", "yarn", "longrope"]))
+        g.set(key, VT.FLOAT32, fvalue)
+        return Made(g.write(out), False, f"{key} := {fvalue}")
     suffix = rng.choice(sorted(KEY_TYPES))
     key = f"{_arch(g)}.{suffix}"
     value = rng.choice([0, 1, 3, 7, 1 << 16, 1 << 20, 1 << 31, (1 << 32) - 1])

@@ -492,10 +492,14 @@ def summary(results: list[Result], elapsed: float, jobs: int) -> str:
              f"({100000 / max(n / elapsed, 1e-9) / 60:.0f} min for 100,000)", "", f"{'class':<16} {'count':>7}"]
     lines += [f"{c:<16} {by_class.get(c, 0):>7}" for c in CLASSES]
     sources = sorted({r.case.source for r in results})
-    lines += ["", f"{'source':<12} " + " ".join(f"{c[:9]:>9}" for c in CLASSES)]
+    lines += ["", f"{'source':<12} " + " ".join(f"{c[:9]:>9}" for c in CLASSES) + "  peak RSS MiB  slowest s"]
     for s in sources:
-        counts = collections.Counter(r.cls for r in results if r.case.source == s)
-        lines.append(f"{s:<12} " + " ".join(f"{counts.get(c, 0):>9}" for c in CLASSES))
+        mine = [r for r in results if r.case.source == s]
+        counts = collections.Counter(r.cls for r in mine)
+        peak = max(r.rss_kib for r in mine) / 1024
+        slowest = max(r.wall_s for r in mine)
+        row = " ".join(f"{counts.get(c, 0):>9}" for c in CLASSES)
+        lines.append(f"{s:<12} {row}  {peak:>12.0f}  {slowest:>9.2f}")
     locs = collections.Counter((r.cls, r.location) for r in results if r.cls in ("traceback", "memory") and r.location)
     if locs:
         lines += ["", "tracebacks and memory failures by source location:"]

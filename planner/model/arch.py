@@ -15,10 +15,10 @@ from typing import Any
 from gguf import Keys
 
 from planner.core.errors import GGUFError
-from planner.gguf.cursor import QUOTE_CHARS
+from planner.gguf.cursor import QUOTE_CHARS, short
 from planner.gguf.keys import LLM_KV_ATTENTION_RECURRENT_LAYERS
 from planner.gguf.reader import ModelFile, SkippedArray
-from planner.model.tensors import TOKEN_EMBD
+from planner.model.tensors import TOKEN_EMBD, layer_of
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +252,17 @@ def _state_sizes(meta: _Meta, n_embd: int) -> tuple[int, int]:
     return r, d_state * d_inner
 
 
+def _check_blocks(model: ModelFile, meta: _Meta, n_layer_all: int) -> None:
+    """No tensor of a block past block_count: llama.cpp creates tensors for blocks 0..n_layer_all-1 only
+    and refuses a file holding tensors it did not create ("wrong number of tensors",
+    llama_model_loader::done_getting_tensors)."""
+    for t in model.tensors:
+        block = layer_of(t.name)[0]
+        if block is not None and block >= n_layer_all:
+            raise GGUFError(model.path, f"tensor {short(t.name)} is in block {block} but "
+                                        f"{meta.named(Keys.LLM.BLOCK_COUNT)} is {n_layer_all}")
+
+
 def model_facts(model: ModelFile) -> ModelFacts:
     """Per-layer architecture facts from a model's metadata."""
     meta = _Meta(model)
@@ -259,6 +270,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     n_trunk_all = meta.bounded(Keys.LLM.BLOCK_COUNT, 1, LLAMA_MAX_LAYERS)
     n_nextn = meta.bounded(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, n_trunk_all)
     n_layer = n_trunk_all - n_nextn
+    _check_blocks(model, meta, n_trunk_all)
     n_embd = int(meta.need(Keys.LLM.EMBEDDING_LENGTH))
     if n_embd == 0:
         raise GGUFError(model.path, f"{meta.named(Keys.LLM.EMBEDDING_LENGTH)} is 0")

@@ -218,3 +218,10 @@ def test_a_long_architecture_name_is_not_echoed(tmp_path):
     g.set("general.architecture", VT.STRING, "9" * 5000)
     err = _refused(g.write(tmp_path / "m.gguf"), "missing required key")
     assert str(err).count("9") < 100
+
+
+def test_tensors_of_blocks_past_block_count(tmp_path):
+    """llama.cpp creates blocks 0..block_count-1 and refuses a file with tensors it did not create."""
+    g = _base(tmp_path)
+    g.set("llama.block_count", VT.UINT32, 1)
+    _refused(g.write(tmp_path / "m.gguf"), "is in block 1", "llama.block_count is 1")
