@@ -56,6 +56,7 @@ class PlanRequest:
     solver: Solver = Solver.DP      # DP (exact over contiguous ranges, fast) or MILP (PuLP)
     allow_ctx_above_train: bool = False  # --ctx max may go past the training context
     companions: Companions = Companions()   # drafter, projector, adapters placed with the target
+    split_mode: str = "auto"        # auto: -sm tensor where it decodes faster than the layer split; layer: never
 
     def __post_init__(self) -> None:
         # the solver may come as its name ("milp"): one Solver from here on

@@ -249,14 +249,7 @@ def plan(model: ModelLike, inventory: Inventory,
     if not ctx.facts.n_ctx_train and not request.n_ctx:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")
     started = time.monotonic()
-    alone: _Candidate | None = None
-    if request.companions.any:
-        request = replace(request, companions=resolved_companions(request.companions, ctx, inventory))
-        best, request = _best_arrangement(ctx, inventory, budgets, request)
-        if with_explain:
-            alone = _fits(ctx, inventory, budgets, replace(request, companions=Companions()))
-    else:
-        best = _fits(ctx, inventory, budgets, request)
+    best, request, alone = _first_fit(ctx, inventory, budgets, request, with_explain)
     if best is None and not what_would_fit:
         raise InfeasiblePlacement(f"no placement of {ctx.model.path} at {_at(ctx, request)} fits the budgets")
     if best is None:
@@ -276,12 +269,24 @@ def plan(model: ModelLike, inventory: Inventory,
     return replace(result, explain=lines)
 
 
+def _first_fit(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, with_explain: bool
+               ) -> tuple[_Candidate | None, PlanRequest, _Candidate | None]:
+    """plan()'s verdict before its refinements, the request with the companions' placement chosen,
+    and (for --explain's swing, with companions) the target planned alone."""
+    if not req.companions.any:
+        return _fits(ctx, inventory, budgets, req), req, None
+    req = replace(req, companions=resolved_companions(req.companions, ctx, inventory))
+    best, req = _best_arrangement(ctx, inventory, budgets, req)
+    alone = _fits(ctx, inventory, budgets, replace(req, companions=Companions())) if with_explain else None
+    return best, req, alone
+
+
 def _layer_or_tensor(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest,
                      best: _Candidate) -> tuple[PlanResult, TensorOption | None]:
     """The plan: the layer split, or -sm tensor on the same devices where that decodes faster
     (planner/planning/tensor_plan.py); and the tensor option weighed, for --explain."""
-    tensor = (tensor_option(ctx, inventory, budgets, best.flags)
-              if len(inventory.devices) > 1 and not req.companions.any else None)
+    weigh = len(inventory.devices) > 1 and not req.companions.any and req.split_mode != "layer"
+    tensor = tensor_option(ctx, inventory, budgets, best.flags) if weigh else None
     if tensor is not None and tensor.estimate is not None and tensor.prediction is not None \
             and prefer_tensor(best.prediction, tensor):
         return PlanResult(ctx.model.path, ctx.model.header_sha256, inventory, budgets, req, tensor.flags,
