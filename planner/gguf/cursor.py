@@ -18,8 +18,10 @@ QUOTE_CHARS = 48
 
 
 def short(text: str, limit: int = QUOTE_CHARS) -> str:
-    """`text` quoted for a message, cut to its first `limit` characters."""
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+    """`text` quoted for a message, cut to `limit` characters of its repr (control bytes print as
+    four characters each, so the cut is made after quoting)."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= limit + 2 else f"{quoted[:limit]}... ({len(text)} characters)"
 
 
 class Cursor:

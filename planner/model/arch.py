@@ -18,7 +18,7 @@ from planner.core.errors import GGUFError
 from planner.gguf.cursor import QUOTE_CHARS, short
 from planner.gguf.keys import LLM_KV_ATTENTION_RECURRENT_LAYERS
 from planner.gguf.reader import ModelFile, SkippedArray
-from planner.model.tensors import TOKEN_EMBD, layer_of
+from planner.model.tensors import TOKEN_EMBD, is_routed_expert, layer_of
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +263,16 @@ def _check_blocks(model: ModelFile, meta: _Meta, n_layer_all: int) -> None:
                                         f"{meta.named(Keys.LLM.BLOCK_COUNT)} is {n_layer_all}")
 
 
+def _check_experts(model: ModelFile, meta: _Meta, n_expert: int) -> None:
+    """Stacked expert tensors are {.., .., n_expert}: src/models/<arch>.cpp creates every `_exps` tensor
+    with n_expert as its last dimension and llama.cpp refuses another shape."""
+    for t in model.tensors:
+        if len(t.shape) == 3 and is_routed_expert(layer_of(t.name)[1]) and t.shape[2] != n_expert:
+            raise GGUFError(model.path, f"tensor {short(t.name)} stacks {t.shape[2]} experts but "
+                                        f"{meta.named(Keys.LLM.EXPERT_COUNT)} is {n_expert}; llama.cpp refuses "
+                                        f"a tensor of the wrong shape")
+
+
 def model_facts(model: ModelFile) -> ModelFacts:
     """Per-layer architecture facts from a model's metadata."""
     meta = _Meta(model)
@@ -283,6 +293,8 @@ def model_facts(model: ModelFile) -> ModelFacts:
         raise GGUFError(model.path, f"{meta.named(Keys.LLM.EMBEDDING_LENGTH)} is {n_embd} but {TOKEN_EMBD} is "
                                     f"{embd.shape[0]} wide; llama.cpp refuses a tensor of the wrong shape")
     n_expert = meta.bounded(Keys.LLM.EXPERT_COUNT, 0, LLAMA_MAX_EXPERTS)
+    if known:
+        _check_experts(model, meta, n_expert)
     # load_hparams: GGML_ASSERT(n_expert_used_max <= n_expert), and 0 without experts
     n_expert_used = max([int(x) for x in meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_trunk_all, 0)], default=0)
     if n_expert_used > n_expert or (n_expert > 0 and n_expert_used == 0):

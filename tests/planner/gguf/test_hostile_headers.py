@@ -19,7 +19,7 @@ from planner.core.errors import GGUFError
 from planner.gguf.reader import read_model
 from planner.gguf.source import FileSource
 from planner.model.arch import model_facts
-from tests.support.gguf_factory import ModelSpec, Q, T, Typed, llama_spec
+from tests.support.gguf_factory import ModelSpec, Q, T, Typed, llama_spec, qwen3moe_spec
 from tests.support.gguf_fields import Gguf, enc_value, load
 
 MAX_MESSAGE = 300   # one line that quotes a bounded prefix of what it refuses
@@ -225,3 +225,19 @@ def test_tensors_of_blocks_past_block_count(tmp_path):
     g = _base(tmp_path)
     g.set("llama.block_count", VT.UINT32, 1)
     _refused(g.write(tmp_path / "m.gguf"), "is in block 1", "llama.block_count is 1")
+
+
+def test_expert_count_that_disagrees_with_the_stacked_experts(tmp_path):
+    """create_tensor(FFN_*_EXPS, {.., .., n_expert}): qwen3moe's 8 stacked experts with expert_count 7."""
+    [path] = qwen3moe_spec().write(tmp_path / "base.gguf")
+    g = load(path)
+    g.set("qwen3moe.expert_count", VT.UINT32, 7)
+    _refused(g.write(tmp_path / "m.gguf"), "stacks 8 experts", "qwen3moe.expert_count is 7")
+
+
+def test_control_bytes_in_a_name_are_quoted_within_the_bound(tmp_path):
+    g = _base(tmp_path)
+    g.tis[0].name = b"blk.0.x" + b"\x01" * 50
+    g.tis[0].dims = [1] * 7      # refused for its dimension count, quoting the name
+    err = _refused(g.write(tmp_path / "m.gguf"), "has 7 dimensions", "(57 characters)")
+    assert str(err).count("\\x01") < 20
