@@ -54,7 +54,8 @@ from runtime.ggml.backend import (
 from runtime.ggml.compute import Measurement
 from runtime.ggml.exact_matmul import REPACKED
 from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
-from runtime.ggml.kernels import KERNELS, read_f32
+from runtime.ggml.kernels import KERNELS, prefetch_f32
+from runtime.ggml.mapped import map_weights
 from runtime.ggml.sched import Scheduler
 from runtime.ggml.sched_errors import BufferAllocationError
 
@@ -231,8 +232,10 @@ class ModelRunner:
         return runner
 
     def load_weights(self, copy_data: bool = True) -> None:
-        """One weights buffer per device (ggml_backend_alloc_ctx_tensors_from_buft), filled from the
-        file unless copy_data is False (sizing only: buffers stay untouched, so cost nothing)."""
+        """One weights buffer per device (ggml_backend_alloc_ctx_tensors_from_buft), its sizes counted
+        against the device; the tensors then read their bytes from a read-only map of the file, in
+        their GGUF types (copy_data False: sizing only, nothing mapped; issue #22: the buffers'
+        own bytes are never touched, so they cost nothing)."""
         infos = {t.name: t for t in self.ctx.model.tensors}
         source = {s.name: (s.duplicate_of or s.name) for s in self.ctx.slots}
         by_device: dict[str, list[Tensor]] = {}
@@ -247,9 +250,7 @@ class ModelRunner:
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.WEIGHTS)
             self.weight_bytes[dev] = sum(b.size for b in buffers)
         if copy_data:
-            data = TensorData(self.ctx.model)
-            for name, t in self.weights.items():
-                t.raw_bytes()[:] = data.raw(source[name], t.nbytes())
+            map_weights(self.weights, source, TensorData(self.ctx.model))
         self._load_adapters(copy_data)
 
     def _load_adapters(self, copy_data: bool) -> None:
@@ -485,10 +486,11 @@ class ModelRunner:
         self.steps = []
 
     def dequantize_weights(self) -> None:
-        """Fill the kernels' per-buffer f32 copies now rather than on first use."""
+        """Fill the kernels' f32 cache now rather than on first use, as far as it has room
+        (runtime/ggml/dequant.py); the weights past it are dequantized in row bands on use."""
         for t in self.weights.values():
             if t.type not in (GGMLType.F32, GGMLType.F16):
-                read_f32(t)
+                prefetch_f32(t)
 
     def compute_bytes(self) -> dict[str, int]:
         """Compute buffer per device now (buffers only grow: after a run, the peak)."""

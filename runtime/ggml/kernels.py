@@ -16,18 +16,17 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from planner.core.errors import BadInput
-from runtime.ggml import threads
+from runtime.ggml import dequant, threads
 from runtime.ggml.attention import FA_TILE_Q, flash_attn_f16_rows, flash_attn_f32
 from runtime.ggml.exact_matmul import quantize_q8_0, quantize_q8_k
 from runtime.ggml.f16 import f16_to_f32
 from runtime.ggml.graph import BufferUsage, Op, Tensor, numpy_dtype
 
-# Dequantized weights, per weight buffer: a weight is dequantized once, on first use, and the
-# f32 copy lives as long as its buffer (bench/bench_runtime_speed.py: dequantizing the Gemma 3
-# 270M output matrix per token would cost more than the whole rest of a generation step).
-# Weights copied into a compute buffer for another device are dequantized per use.
-_F32_CACHE: weakref.WeakKeyDictionary[object, dict[tuple[int, object, tuple[int, ...]], np.ndarray]] = (
-    weakref.WeakKeyDictionary())
+# Dequantized weights: float32 copies in a bounded cache (runtime/ggml/dequant.py), the others
+# dequantized per row band as a product reads them (bench/bench_runtime_speed.py: dequantizing
+# the Gemma 3 270M output matrix per token would cost more than the whole rest of a generation
+# step, so what fits is kept). Weights copied into a compute buffer for another device are
+# dequantized per use.
 
 
 # A block-quantized matrix with at least this many times more rows than columns is dequantized
@@ -91,6 +90,39 @@ def _view(t: Tensor) -> np.ndarray:
     return view
 
 
+def _cached_weight(t: Tensor) -> tuple[object, tuple[object, ...]] | None:
+    """(buffer, key) of a block-quantized weight the dequant cache may hold; None for other tensors."""
+    if numpy_dtype(t.type) is not None or not t.is_contiguous():
+        return None
+    buffer, offset = t.storage()
+    if buffer is None or buffer.usage is not BufferUsage.WEIGHTS:
+        return None
+    return buffer, (offset, t.type, t.ne)
+
+
+def _drop_pages(t: Tensor, start: int = 0, n_bytes: int | None = None) -> None:
+    """A mapped weight's file pages are evictable once read (runtime/ggml/mapped.py MappedBuffer;
+    named by its method: backend.py imports this module, so mapped.py cannot be imported here)."""
+    drop = getattr(t.buffer, "drop_pages", None)
+    if drop is not None:
+        drop(t.offset + start, t.nbytes() - start if n_bytes is None else n_bytes)
+
+
+def prefetch_f32(t: Tensor) -> bool:
+    """Dequantize a weight into the cache now, if it has room; whether it is there."""
+    where = _cached_weight(t)
+    if where is None:
+        return False
+    c = dequant.cache()
+    if c.get(*where) is not None:
+        return True
+    if not c.fits(t.n_elements * 4):
+        return False
+    c.put(*where, _dequantize(t))
+    _drop_pages(t)
+    return True
+
+
 def read_f32(t: Tensor) -> np.ndarray:
     """The tensor's values as float32 in numpy order (ne3, ne2, ne1, ne0); dequantizes blocks."""
     if t.type is GGMLQuantizationType.F16:
@@ -101,14 +133,44 @@ def read_f32(t: Tensor) -> np.ndarray:
         return t.numpy().astype(np.float32, copy=False)
     if not t.is_contiguous():
         raise ValueError(f"{t.name}: reading a non-contiguous {t.type.name} tensor is not supported")
-    buffer, offset = t.storage()
-    if buffer is None or buffer.usage is not BufferUsage.WEIGHTS:
+    where = _cached_weight(t)
+    if where is None:
         return _dequantize(t)
-    per_buffer = _F32_CACHE.setdefault(buffer, {})
-    key = (offset, t.type, t.ne)
-    if key not in per_buffer:
-        per_buffer[key] = _dequantize(t)
-    return per_buffer[key]
+    if prefetch_f32(t):
+        cached = dequant.cache().get(*where)
+        assert cached is not None
+        return cached
+    values = _dequantize(t)   # a weight past the cache's room, read whole by an op that cannot band
+    _drop_pages(t)
+    return values
+
+
+def _banded(t: Tensor) -> bool:
+    """Whether a product reads this weight in row bands: a block-quantized matrix the cache has no
+    room for."""
+    return (t.ne[2] == 1 and t.ne[3] == 1 and _cached_weight(t) is not None
+            and not prefetch_f32(t))
+
+
+def _band_f32(t: Tensor, r0: int, r1: int) -> np.ndarray:
+    """Rows [r0, r1) of a block-quantized matrix as float32 (M, K), in the memory order the whole
+    matrix gets (column_major), so each band's product is the whole product's rows."""
+    raw = t.raw_bytes()[r0 * t.nb[1]:r1 * t.nb[1]].reshape(r1 - r0, t.nb[1])
+    with np.errstate(all="ignore"):
+        values = dequantize(raw, t.type).astype(np.float32, copy=False)
+    _drop_pages(t, r0 * t.nb[1], (r1 - r0) * t.nb[1])
+    return np.ascontiguousarray(values.T).T if column_major(t) else values
+
+
+def _mul_mat_banded(node: Tensor, weight: Tensor, b: np.ndarray) -> None:
+    """The product of a weight read a band of rows at a time: each band's output rows written as
+    they come (threads.ROW_ALIGN: bands start where a split product's blocks may start)."""
+    rows = b.reshape(-1, b.shape[-1])
+    out = np.empty((rows.shape[0], weight.ne[1]), dtype=np.float32)
+    for r0, r1 in dequant.row_bands(weight.ne[1], weight.ne[0] * 4, threads.ROW_ALIGN):
+        band = _band_f32(weight, r0, r1)
+        out[:, r0:r1] = threads.matvec(band, rows[0])[None] if rows.shape[0] == 1 else rows @ band.T
+    _write(node, out)
 
 
 def _write(node: Tensor, values: np.ndarray) -> None:
@@ -264,6 +326,9 @@ def _as_vec_dot_memo(b: np.ndarray, weight_type: GGMLQuantizationType) -> np.nda
 
 def _mul_mat(node: Tensor) -> None:
     weight, acts = node.source(0), node.source(1)
+    if _banded(weight):
+        _mul_mat_banded(node, weight, _as_vec_dot_memo(read_f32(acts), weight.type))
+        return
     a, b = read_f32(weight), _as_vec_dot_memo(read_f32(acts), weight.type)  # (a3, a2, M, K), (b3, b2, N, K)
     if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
         rows = b.reshape(-1, b.shape[-1])
@@ -301,13 +366,24 @@ def _expert_f32(experts: Tensor, e: int) -> np.ndarray:
 
 def _get_rows(node: Tensor) -> None:
     a, rows = node.source(0), node.source(1)
-    values = a.numpy() if numpy_dtype(a.type) is not None else read_f32(a)
     idx = rows.numpy()  # (1, r2, r1, n)
+    if _banded(a):   # a token embedding past the cache's room: only the rows asked for
+        _write(node, _rows_f32(a, idx).reshape(node.ne[::-1]).astype(numpy_dtype(node.type), copy=False))
+        return
+    values = a.numpy() if numpy_dtype(a.type) is not None else read_f32(a)
     out = np.empty(node.ne[::-1], dtype=numpy_dtype(node.type))
     for i2 in range(idx.shape[1]):
         for i1 in range(idx.shape[2]):
             out[i2, i1] = values[i2 % values.shape[0], i1 % values.shape[1], idx[0, i2, i1]]
     _write(node, out)
+
+
+def _rows_f32(a: Tensor, idx: np.ndarray) -> np.ndarray:
+    """Rows `idx` of a block-quantized matrix, dequantized alone (blocks never cross rows)."""
+    flat = idx.reshape(-1).astype(np.int64)
+    raw = a.raw_bytes().reshape(a.ne[1], a.nb[1])[flat]
+    with np.errstate(all="ignore"):
+        return dequantize(raw, a.type).astype(np.float32, copy=False)
 
 
 def _soft_max(node: Tensor) -> None:
