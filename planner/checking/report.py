@@ -76,6 +76,7 @@ class ValidateReport:
     notes: tuple[str, ...] = ()
     executed: bool = True       # False: --reserve-only (graph, passes, splits, allocator; nothing computed)
     allreduce: AllReduceReport | None = None   # -sm tensor: the meta backend's reduces per token, and llama.cpp's
+    peak_rss_bytes: int | None = None   # this process's peak resident set (ru_maxrss); None: not measured here
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +93,7 @@ class ValidateReport:
             "prompt_tokens_s": round(self.prompt_tokens_s, 2), "gen_tokens_s": round(self.gen_tokens_s, 2),
             "notes": list(self.notes), "executed": self.executed,
             "allreduce": None if self.allreduce is None else self.allreduce.to_dict(),
+            "peak_rss_bytes": self.peak_rss_bytes,
         }
 
     def to_table(self) -> str:
@@ -116,6 +118,8 @@ class ValidateReport:
                       f"speed: prompt {self.prompt_tokens_s:.1f} tokens/s, generation {self.gen_tokens_s:.1f} tokens/s"]
         if self.allreduce is not None:
             lines.append(self.allreduce.line())
+        if self.peak_rss_bytes is not None:
+            lines.append(f"peak RSS: {fmt_mib(self.peak_rss_bytes)} MiB (this process)")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines + ["", f"verdict: {self.verdict}"]) + "\n"
 

@@ -29,6 +29,7 @@ from planner.checking.report import (
     prompt_ids,
     with_budgets,
 )
+from planner.checking.resident import check_resident, peak_rss_bytes
 from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
 from planner.gguf.examples import resolve_model
@@ -100,8 +101,9 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
     if reserve_only:
         report = _validate_reserve(held, settings, _predicted(est))
     else:
+        check_resident(ctx.model, est)   # before a byte is allocated: one line and exit 1 past MemAvailable
         report = _validate_embedded(held, settings, _predicted(est), kernels)
-    return replace(report, notes=report.notes + ((note,) if note else ()))
+    return replace(report, notes=report.notes + ((note,) if note else ()), peak_rss_bytes=peak_rss_bytes())
 
 
 def _companions_held(req: ValidateRequest, est: Estimate) -> tuple[ValidateRequest, str]:
@@ -158,7 +160,7 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
     flags_text = shlex.join(flags_to_argv(req.flags))
     try:
         runner = ModelRunner.from_settings(settings, capacities, kernels=kernels)
-        runner.dequantize_weights()  # so the prompt's time is compute, not first-use dequantization
+        runner.dequantize_weights()  # the prompt times compute, not first-use dequantization (as the cache holds)
         bos = ctx.model.metadata.get(Keys.Tokenizer.BOS_ID)
         prompt = prompt_ids(req.n_prompt, runner.hp.n_vocab, bos)
         t0 = time.perf_counter()

@@ -1,0 +1,61 @@
+"""validate refuses, in one line and with exit 1, a run whose resident needs exceed this machine's
+MemAvailable, before allocating (issue #22 deliverable 1)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from planner.checking.resident import BASELINE_BYTES, check_resident
+from planner.core.errors import InfeasiblePlacement
+from planner.gguf.reader import read_model
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.llama.settings import resolve_settings
+from planner.memory.estimate import estimate_settings
+from runtime.ggml.dequant import mem_available
+from tests.support.shapes import write_shape
+
+REPO = Path(__file__).resolve().parents[2]
+# Llama-3.1-8B-class KV per cell: 32 layers x (K + V) x 1024 (8 heads of 128) x 2 bytes (f16)
+KV_BYTES_PER_CELL = 32 * 2 * 1024 * 2
+
+
+@pytest.mark.skipif(mem_available() is None, reason="no /proc/meminfo MemAvailable")
+def test_kv_past_mem_available_is_refused_in_one_line_before_allocating(tmp_path):
+    model = write_shape("llama-8b", tmp_path)          # a sparse file: 4.8 GiB apparent, a few MiB on disk
+    avail = mem_available()
+    assert avail is not None
+    n_ctx = 256
+    while n_ctx * KV_BYTES_PER_CELL < 2 * avail:          # the KV alone twice what this machine has free
+        n_ctx *= 2
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "planner.cli", "validate", str(model), "--prompt-tokens", "8",
+                           "--gen-tokens", "2", "--", "-c", str(n_ctx)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    seconds = time.perf_counter() - t0
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "this machine cannot hold what validate needs" in lines[0]
+    kv_gib = n_ctx * KV_BYTES_PER_CELL / 2**30
+    assert f"KV {kv_gib:.2f} GiB" in lines[0]               # the figures: KV as derived above
+    assert "MemAvailable" in lines[0]
+    assert done.stdout == ""
+    assert seconds < 30                                       # refused from the header, nothing allocated
+
+
+def test_resident_needs_count_kv_compute_cache_and_working_set_not_mapped_weights(tmp_path):
+    model = read_model(str(write_shape("llama-8b", tmp_path)))
+    settings = resolve_settings(model_context(model), parse_llama_flags(["-c", "4096"]), None)
+    est = estimate_settings(settings)
+    need = check_resident(model, est, available=1 << 50)
+    assert need.kv_bytes == 4096 * KV_BYTES_PER_CELL
+    assert need.total == need.kv_bytes + need.compute_bytes + need.cache_bytes + need.working_bytes + BASELINE_BYTES
+    assert need.mapped_bytes > 4 << 30                        # 4.8 GiB of weights, none of it in `total`
+    with pytest.raises(InfeasiblePlacement) as e:
+        check_resident(model, est, available=need.total - 1)
+    assert e.value.exit_code == 1 and "\n" not in str(e.value)
