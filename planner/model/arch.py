@@ -193,14 +193,31 @@ class _Meta:
         return value
 
 
-def _vocab_size(model: ModelFile, meta: _Meta) -> int:
+def _vocab_size(model: ModelFile, meta: _Meta, known: bool) -> int:
     tokens = model.metadata.get(Keys.Tokenizer.LIST)
-    if tokens is not None:
-        return len(tokens)
-    if meta.get(Keys.LLM.VOCAB_SIZE):
-        return int(meta.get(Keys.LLM.VOCAB_SIZE))
     embd = model.tensor(TOKEN_EMBD)
-    return embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0
+    rows = embd.shape[1] if embd is not None and len(embd.shape) > 1 else None
+    if tokens is not None:
+        n, source = len(tokens), Keys.Tokenizer.LIST
+    elif meta.get(Keys.LLM.VOCAB_SIZE):
+        n, source = int(meta.get(Keys.LLM.VOCAB_SIZE)), meta.named(Keys.LLM.VOCAB_SIZE)
+    else:
+        return rows or 0
+    if known and rows is not None and rows != n:
+        # create_tensor(TOKEN_EMBD, {n_embd, n_vocab}): llama.cpp refuses a table of another height
+        raise GGUFError(model.path, f"{source} gives {n} tokens but {TOKEN_EMBD} has {rows} rows; llama.cpp "
+                                    f"refuses a tensor of the wrong shape")
+    return n
+
+
+def _check_block_tensors(model: ModelFile, n_layer_all: int) -> None:
+    """Where a file lays its weights out in blocks, every block has some: llama.cpp creates each block's
+    tensors and refuses a file that lacks them ("missing tensor"). A header of metadata alone passes."""
+    blocks = {layer_of(t.name)[0] for t in model.tensors} - {None}
+    missing = [il for il in range(n_layer_all) if il not in blocks]
+    if blocks and missing:
+        raise GGUFError(model.path, f"block {missing[0]} has no tensors ({len(missing)} of {n_layer_all} blocks "
+                                    f"are empty); llama.cpp refuses a model missing tensors")
 
 
 def _swa_flags(meta: _Meta, n: int) -> tuple[list[bool], int]:
@@ -295,6 +312,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     n_expert = meta.bounded(Keys.LLM.EXPERT_COUNT, 0, LLAMA_MAX_EXPERTS)
     if known:
         _check_experts(model, meta, n_expert)
+        _check_block_tensors(model, n_trunk_all)
     # load_hparams: GGML_ASSERT(n_expert_used_max <= n_expert), and 0 without experts
     n_expert_used = max([int(x) for x in meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_trunk_all, 0)], default=0)
     if n_expert_used > n_expert or (n_expert > 0 and n_expert_used == 0):
@@ -341,7 +359,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
             nextn=il >= n_layer,
         ))
     return ModelFacts(
-        arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta),
+        arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
         n_expert=n_expert,
         n_expert_used=n_expert_used,

@@ -241,3 +241,16 @@ def test_control_bytes_in_a_name_are_quoted_within_the_bound(tmp_path):
     g.tis[0].dims = [1] * 7      # refused for its dimension count, quoting the name
     err = _refused(g.write(tmp_path / "m.gguf"), "has 7 dimensions", "(57 characters)")
     assert str(err).count("\\x01") < 20
+
+
+def test_a_block_without_tensors(tmp_path):
+    """block_count 3 on a 2-block file: llama.cpp misses block 2's tensors and refuses the file."""
+    g = _base(tmp_path)
+    g.set("llama.block_count", VT.UINT32, 3)
+    _refused(g.write(tmp_path / "m.gguf"), "block 2 has no tensors")
+
+
+def test_vocab_size_that_disagrees_with_token_embd(tmp_path):
+    g = _base(tmp_path)
+    g.set("llama.vocab_size", VT.UINT32, 1 << 31)
+    _refused(g.write(tmp_path / "m.gguf"), "2147483648 tokens", "token_embd.weight has 1000 rows")
