@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import threadpoolctl
+from gguf import MODEL_TENSOR, TENSOR_NAMES
 
 from planner.core.errors import BadInput
 from planner.gguf.tensor_data import TensorData
@@ -487,9 +488,11 @@ class ModelRunner:
 
     def dequantize_weights(self) -> None:
         """Fill the kernels' f32 cache now rather than on first use, as far as it has room
-        (runtime/ggml/dequant.py); the weights past it are dequantized in row bands on use."""
-        for t in self.weights.values():
-            if t.type not in (GGMLType.F32, GGMLType.F16):
+        (runtime/ggml/dequant.py); the weights past it are dequantized in row bands on use. The token
+        embedding only gives rows (get_rows dequantizes those alone) unless it is the output matrix too."""
+        embd, output = TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD] + ".weight", TENSOR_NAMES[MODEL_TENSOR.OUTPUT] + ".weight"
+        for name, t in self.weights.items():
+            if t.type not in (GGMLType.F32, GGMLType.F16) and not (name == embd and output in self.weights):
                 prefetch_f32(t)
 
     def compute_bytes(self) -> dict[str, int]:

@@ -367,7 +367,8 @@ def _expert_f32(experts: Tensor, e: int) -> np.ndarray:
 def _get_rows(node: Tensor) -> None:
     a, rows = node.source(0), node.source(1)
     idx = rows.numpy()  # (1, r2, r1, n)
-    if _banded(a):   # a token embedding past the cache's room: only the rows asked for
+    where = _cached_weight(a)
+    if where is not None and dequant.cache().get(*where) is None:   # a token embedding: only the rows asked for
         _write(node, _rows_f32(a, idx).reshape(node.ne[::-1]).astype(numpy_dtype(node.type), copy=False))
         return
     values = a.numpy() if numpy_dtype(a.type) is not None else read_f32(a)
