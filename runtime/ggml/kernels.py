@@ -49,12 +49,26 @@ def column_major(t: Tensor) -> bool:
 
 
 def _dequantize(t: Tensor) -> np.ndarray:
+    if t.ne[2] == 1 and t.ne[3] == 1 and t.ne[1] > 1:
+        return _dequantize_matrix(t)
     raw = t.raw_bytes().reshape(t.ne[3], t.ne[2], t.ne[1], t.nb[1])
     with np.errstate(all="ignore"):  # staged expert copies hold garbage outside the used experts
         values = dequantize(raw, t.type).astype(np.float32, copy=False)
     if column_major(t):  # same shape and values, Fortran order in the last two axes
         values = np.ascontiguousarray(values[0, 0].T).T[None, None]
     return values
+
+
+def _dequantize_matrix(t: Tensor) -> np.ndarray:
+    """A whole matrix filled a row band at a time: gguf-py's dequantize holds temporaries several
+    times its output (a 2 GiB output matrix peaked at gigabytes more), a band's are bounded. Blocks
+    never cross rows, so the values are those of one call."""
+    out = np.empty((t.ne[1], t.ne[0]), dtype=np.float32, order="F" if column_major(t) else "C")
+    for r0, r1 in dequant.row_bands(t.ne[1], t.ne[0] * 4, 1):
+        raw = t.raw_bytes()[r0 * t.nb[1]:r1 * t.nb[1]].reshape(r1 - r0, t.nb[1])
+        with np.errstate(all="ignore"):
+            out[r0:r1] = dequantize(raw, t.type)
+    return out[None, None]
 
 
 # numpy views of tensors, per buffer and (offset, type, shape, strides): making an ndarray
