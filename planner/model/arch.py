@@ -290,6 +290,21 @@ def _check_experts(model: ModelFile, meta: _Meta, n_expert: int) -> None:
                                         f"a tensor of the wrong shape")
 
 
+def _check_kv_widths(model: ModelFile, layers: list[LayerFacts]) -> None:
+    """A layer's K and V projections are n_head_kv x head_dim wide (create_tensor(ATTN_K, {n_embd,
+    n_embd_k_gqa}) and ATTN_V's n_embd_v_gqa in src/models/<arch>.cpp); llama.cpp refuses another shape,
+    so head counts that disagree with the weights are a broken file, not a cache to size."""
+    for lf in layers:
+        if not lf.has_kv or lf.kind not in (AttnKind.FULL, AttnKind.SWA):
+            continue
+        for part, width in (("attn_k", lf.k_per_cell), ("attn_v", lf.v_per_cell)):
+            t = model.tensor(f"blk.{lf.index}.{part}.weight")
+            if t is not None and len(t.shape) == 2 and t.shape[1] != width:
+                raise GGUFError(model.path, f"tensor {t.name} is {t.shape[1]} wide but the head counts make it "
+                                            f"{lf.n_head_kv} x {width // max(lf.n_head_kv, 1)} = {width}; "
+                                            f"llama.cpp refuses a tensor of the wrong shape")
+
+
 def model_facts(model: ModelFile) -> ModelFacts:
     """Per-layer architecture facts from a model's metadata."""
     meta = _Meta(model)
@@ -358,6 +373,8 @@ def model_facts(model: ModelFile) -> ModelFacts:
             state_r=r if is_rec else 0, state_s=s if is_rec else 0,
             nextn=il >= n_layer,
         ))
+    if known and not mla:
+        _check_kv_widths(model, layers)
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),

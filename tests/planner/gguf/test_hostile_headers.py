@@ -254,3 +254,10 @@ def test_vocab_size_that_disagrees_with_token_embd(tmp_path):
     g = _base(tmp_path)
     g.set("llama.vocab_size", VT.UINT32, 1 << 31)
     _refused(g.write(tmp_path / "m.gguf"), "2147483648 tokens", "token_embd.weight has 1000 rows")
+
+
+def test_head_count_kv_that_disagrees_with_the_k_projection(tmp_path):
+    """llama_spec: n_embd 256, 8 heads of 32, 2 KV heads -> attn_k is 64 wide; 3 KV heads would make it 96."""
+    g = _base(tmp_path)
+    g.set("llama.attention.head_count_kv", VT.UINT32, 3)
+    _refused(g.write(tmp_path / "m.gguf"), "blk.0.attn_k.weight is 64 wide", "3 x 32 = 96")
