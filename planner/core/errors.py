@@ -45,6 +45,12 @@ class GGUFError(BadInput):
         super().__init__(f"{path}: {problem}" + (f" (byte {offset})" if offset is not None else ""))
 
 
+class ModelShapeError(BadInput, ValueError):
+    """A graph cannot be built from the model's tensors: its metadata (head counts, widths) and its
+    weights disagree, or a tensor the architecture needs is missing — a file llama.cpp refuses at load
+    ("wrong shape" / "missing tensor"). A ValueError too, for the callers that fall back on one."""
+
+
 class RemoteError(BadInput):
     """A network read failed (HTTP status, connection, TLS, timeout); `status` is the HTTP status
     when the server answered, so a caller can tell "no such file" (404) from the rest."""

@@ -299,7 +299,25 @@ _valued("-sm --split-mode", lambda f, v: replace(f, split_mode=_choice("-sm", v,
 _valued("-ts --tensor-split", lambda f, v: replace(f, tensor_split=_tensor_split(v)))
 _valued("-mg --main-gpu", lambda f, v: replace(f, main_gpu=_int("-mg", v)))
 _valued("-dev --device", lambda f, v: replace(f, devices=tuple(d.strip() for d in v.split(","))))
-_valued("--rpc", lambda f, v: replace(f, rpc=f.rpc + tuple(e.strip() for e in v.split(",") if e.strip())))
+# a DNS name is at most 253 characters (RFC 1035); ggml-rpc.cpp parse_endpoint wants HOST:PORT and fails the
+# server otherwise
+MAX_HOST_CHARS = 253
+
+
+def _rpc(text: str) -> tuple[str, ...]:
+    out = []
+    for e in (e.strip() for e in text.split(",")):
+        if not e:
+            continue
+        host, sep, port = e.rpartition(":")
+        if not sep or not host or len(host) > MAX_HOST_CHARS or not (port.isascii() and port.isdigit()) \
+                or not 0 < int(port) < 65536:
+            raise FlagError(f"--rpc: {quote(e)} is not HOST:PORT (ggml-rpc.cpp parse_endpoint)")
+        out.append(e)
+    return tuple(out)
+
+
+_valued("--rpc", lambda f, v: replace(f, rpc=f.rpc + _rpc(v)))
 _valued("-ot --override-tensor", lambda f, v: replace(f, override_args=f.override_args + (_ot(v),)))
 _valued("-ncmoe --n-cpu-moe", lambda f, v: replace(
     f, override_args=f.override_args + (OverrideArg(OverrideKind.NCMOE, str(_int("-ncmoe", v, 0))),)))

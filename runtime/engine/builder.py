@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gguf import MODEL_TENSOR as T
 
-from planner.core.errors import BadInput
+from planner.core.errors import BadInput, ModelShapeError
 from planner.gguf.reader import row_size
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.hparams import FfnKind, HParams
@@ -84,8 +84,9 @@ class DecoderBuilder:
 
     def _need(self, name: str) -> Tensor:
         t = self.w.get(name)
-        if t is None:
-            raise KeyError(f"the model has no tensor {name}")
+        if t is None:   # llama.cpp's create_tensor refuses the file at load: "missing tensor"
+            raise ModelShapeError(f"the model has no tensor {name}, which its architecture needs (llama.cpp "
+                                  f"refuses it at load: missing tensor)")
         return t
 
     # --- pieces shared by every layer ---------------------------------------------------------

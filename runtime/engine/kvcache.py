@@ -56,15 +56,23 @@ def rotation_size(cache_type: GGMLType, head_dim: int, widest: bool) -> int:
 
 @dataclass
 class CellTable:
-    """Which position each cell holds (-1: empty) in one cache kind."""
+    """Which position each cell holds (-1: empty) in one cache kind. The per-cell array exists once a
+    token is stored: a reserve sizes a cache of any length (a header's 2^31-token training context
+    included) without one array entry per cell."""
 
     size: int
     window: int           # 0: full attention
-    pos: np.ndarray
+    _pos: np.ndarray | None = None
 
     @classmethod
     def empty(cls, size: int, window: int) -> CellTable:
-        return cls(size, window, np.full(size, -1, dtype=np.int64))
+        return cls(size, window)
+
+    @property
+    def pos(self) -> np.ndarray:
+        if self._pos is None:
+            self._pos = np.full(self.size, -1, dtype=np.int64)
+        return self._pos
 
     def cells_for(self, positions: np.ndarray) -> np.ndarray:
         if self.window == 0 and positions.max(initial=0) >= self.size:
@@ -77,13 +85,15 @@ class CellTable:
         return cells
 
     def n_kv(self) -> int:
+        if self._pos is None:
+            return min(self.size, N_KV_PAD)
         used = np.flatnonzero(self.pos >= 0)
         used_max_p1 = int(used[-1]) + 1 if used.size else 0
         return min(self.size, max(N_KV_PAD, pad(used_max_p1, N_KV_PAD)))
 
     def mask(self, positions: np.ndarray, n_kv: int) -> np.ndarray:
         """[n_tokens, n_kv] of 0 (visible) and -inf."""
-        cell_pos = self.pos[:n_kv][None, :]
+        cell_pos = (self.pos[:n_kv] if self._pos is not None else np.full(n_kv, -1, dtype=np.int64))[None, :]
         tok = positions[:, None]
         visible = (cell_pos >= 0) & (cell_pos <= tok)
         if self.window:
@@ -91,7 +101,8 @@ class CellTable:
         return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
     def clear(self) -> None:
-        self.pos[:] = -1
+        if self._pos is not None:
+            self._pos[:] = -1
 
 
 class KVCache:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from planner.core.errors import ModelShapeError
 from runtime.ggml.graph import GGMLType, Op, Tensor, TensorFlag, contiguous_strides
 
 F32 = GGMLType.F32
@@ -153,7 +154,8 @@ def reshape(a: Tensor, ne: Sequence[int], name: str = "") -> Tensor:
     if len(full_ne) != 4 or min(full_ne) < 0:
         Tensor(a.type, full_ne)  # raises its bad-shape error
     if int(full_ne[0]) * int(full_ne[1]) * int(full_ne[2]) * int(full_ne[3]) != a.n_elements:
-        raise ValueError(f"reshape: {a.ne} -> {full_ne}")
+        raise ModelShapeError(f"the model's tensors do not match its metadata: {a.name} of shape "
+                              f"{tuple(a.ne)} cannot be viewed as {full_ne}")
     return Tensor(a.type, full_ne, name=name or f"{a.name} (reshaped)", op=Op.RESHAPE, src=[a],
                   view_src=a)
 

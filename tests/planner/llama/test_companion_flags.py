@@ -76,3 +76,12 @@ def test_server_output_rows():
     assert server_outputs_max(2048, 1) == 1
     assert server_target_outputs_max(parse_llama_flags("-np 4 --spec-type draft-simple -md d.gguf".split())) == 16
     assert server_target_outputs_max(parse_llama_flags("-b 8 -np 4 --spec-type ngram-mod".split())) == 8
+
+
+def test_rpc_endpoints_are_host_and_port():
+    # ggml-rpc.cpp parse_endpoint: HOST:PORT, else the server is not added; a hostile endpoint is not echoed whole
+    assert parse_llama_flags(["--rpc", "127.0.0.1:50052,[::1]:50053"]).rpc == ("127.0.0.1:50052", "[::1]:50053")
+    for bad in ("a" * 5000, "host", "host:", "host:0", "host:70000", ":50052", "host:٥٠"):
+        with pytest.raises(FlagError, match="HOST:PORT") as e:
+            parse_llama_flags(["--rpc", bad])
+        assert len(str(e.value)) < 200
