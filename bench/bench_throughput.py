@@ -17,12 +17,14 @@ boundaries, boundary copies, experts on the host) and the ranking logic, not the
 real GPUs: those come from the catalog and, where a GPU is lent, a GPU run.
 
 Measurements start only when the 1-minute load average is below --max-load (other work on a 2-core
-machine skews every timing); the load is printed before and after each placement. Prints figures;
+machine skews every timing); the load is printed before and after each placement (the bench's own
+llama-bench, two threads, raises it towards 2 by itself). Prints figures;
 asserts nothing. Every rpc-server and llama-bench it starts is stopped by its own process.
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -137,13 +139,12 @@ def wait_for_quiet(max_load: float, max_wait_s: float) -> None:
 
 
 def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory: Inventory,
-            endpoints: list[str], repeats: int, max_load: float, max_wait_s: float) -> list[Row]:
+            endpoints: list[str], repeats: int, threads: int | None) -> list[Row]:
     bin_dir = ensure_tools()
     rows = []
     for p in placements:
-        wait_for_quiet(max_load, max_wait_s)
         before = load1()
-        work = Workload(N_PROMPT, N_GEN, p.depth, repeats)
+        work = Workload(N_PROMPT, N_GEN, p.depth, repeats, threads)
         ctx = model_context(models[p.model])
         costs = cost_table(ctx.model, ctx.facts)
         views = placement_views(ctx, list(p.flags), inventory, work, endpoints)
@@ -186,6 +187,8 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3, help="llama-bench -r for every placement")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
@@ -194,11 +197,14 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=1.5, help="measure only below this 1-minute load average")
     ap.add_argument("--max-wait-s", type=float, default=1800)
     ap.add_argument("--markdown", type=Path, help="also write the table and the summary here")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="llama-bench -t for the host (default 1, as each rpc-server runs: a two-thread host on two "
+                    "shared cores waits at every op's barrier whenever other work holds a core)")
     ap.add_argument("--only", help="run only placements whose name contains this")
     args = ap.parse_args()
     placements = tuple(p for p in PLACEMENTS if not args.only or args.only in p.name)
     print(f"== throughput model vs llama-bench: {len(placements)} placements, pp{N_PROMPT} / tg{N_GEN}, "
-          f"{args.repeats} repeats each")
+          f"{args.repeats} repeats each, host threads {args.threads or 'default'}")
     for i, p in enumerate(placements):
         print(f"  {i + 1:2d}. {p.name:<42} {p.model:<22} {' '.join(p.flags)}" + (f" -d {p.depth}" if p.depth else ""))
     print(f"this machine: {os.cpu_count()} cores and one memory bus shared by the host and all {N_RPC} rpc-servers "
@@ -214,13 +220,14 @@ def main() -> None:
                 inventory = replace(inventory, calibration=load_inventory(args.calibrated).calibration)
             else:
                 print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
-                result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(N_PROMPT, N_GEN, 0, args.repeats)))
+                result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(N_PROMPT, N_GEN, 0, args.repeats,
+                                                                                   args.threads)))
                 print(result.to_table())
                 inventory = result.inventory
                 if args.write_calibrated:
                     args.write_calibrated.write_text(yaml.safe_dump(result.document(), sort_keys=False,
                                                                     allow_unicode=True))
-            rows = measure(placements, models, inventory, endpoints, args.repeats, args.max_load, args.max_wait_s)
+            rows = measure(placements, models, inventory, endpoints, args.repeats, args.threads)
             print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     lines = summary(rows)
     print("\n".join(lines))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -223,14 +224,19 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None) -> Calibra
         log.warning("calibrate measures the host and RPC devices; %s keep their stated rates", ", ".join(skipped))
     path = resolve_model(request.model)
     ctx = model_context(path)
+    load_before = os.getloadavg()[0]
     runs = []
     for name, flags in calibration_placements(ctx.facts.n_layer, rpc_devices):
         views = placement_views(ctx, flags, inventory, request.work, rpc)
         timing = run_llama_bench(bin_dir, path, flags, request.work, rpc)
+        log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", name, timing.tg_tokens_s, timing.pp_tokens_s)
         runs.append(CalibrationRun(name, tuple(flags), timing,
                                    decode_observation(ctx, views.decode, timing.tg_s_per_token, inventory),
                                    prefill_observation(ctx, views.prefill, timing.pp_s_per_ubatch)))
     calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
+    # timings on a shared machine are only as good as its quiet: say how busy it was
+    load = f"; 1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
+    calibration = replace(calibration, method=calibration.method + load)
     return CalibrateResult(replace(inventory, calibration=calibration), tuple(runs), request.model)
 
 
