@@ -310,7 +310,8 @@ def model_facts(model: ModelFile) -> ModelFacts:
     meta = _Meta(model)
     meta.need(Keys.LLM.BLOCK_COUNT)
     n_trunk_all = meta.bounded(Keys.LLM.BLOCK_COUNT, 1, LLAMA_MAX_LAYERS)
-    n_nextn = meta.bounded(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, n_trunk_all)
+    # the MTP blocks follow the trunk: at least one block is not one (a model of MTP heads alone has no trunk)
+    n_nextn = meta.bounded(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, n_trunk_all - 1)
     n_layer = n_trunk_all - n_nextn
     _check_blocks(model, meta, n_trunk_all)
     n_embd = int(meta.need(Keys.LLM.EMBEDDING_LENGTH))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.core.errors import ModelShapeError
 from runtime.ggml.graph import GGMLType, Op, Tensor
 from runtime.ggml.kernels import KERNELS
 
@@ -32,7 +33,8 @@ def ssm_conv(sx: Tensor, c: Tensor, name: str = "") -> Tensor:
     d_conv, d_inner = c.ne[0], c.ne[1]
     n_t = sx.ne[0] - d_conv + 1
     if sx.ne[1] != d_inner or n_t < 0 or sx.ne[3] != 1 or c.ne[2] != 1 or c.ne[3] != 1:
-        raise ValueError(f"ssm_conv: sx {sx.ne} with c {c.ne}")
+        raise ModelShapeError(f"the model's tensors do not match its metadata: ssm_conv of {tuple(sx.ne)} with "
+                              f"the conv kernel {tuple(c.ne)}")
     return Tensor(F32, (d_inner, n_t, sx.ne[2], 1), name=name, op=Op.SSM_CONV, src=[sx, c])
 
 
