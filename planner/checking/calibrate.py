@@ -40,7 +40,14 @@ from planner.hardware.inventory_yaml import inventory_yaml_dict
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU
 from planner.model.costs import cost_table
-from planner.planning.throughput import ACTIVATION_BYTES_PER_VALUE, PlacementView, boundaries, predict, prefill_work
+from planner.planning.throughput import (
+    ACTIVATION_BYTES_PER_VALUE,
+    RPC_SPLIT_LATENCY_S,
+    PlacementView,
+    boundaries,
+    predict,
+    prefill_work,
+)
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +252,13 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
     """The fits over the runs, as figures with how each was obtained."""
     work = request.work
     decode = fit_rates([r.decode for r in runs])
+    if decode.per_boundary_s is not None and not decode.per_boundary_s > _SIGNIFICANT_SIGMAS * _finite(
+            decode.per_boundary_stderr_s):
+        # the hand-off is not told apart from noise: keep the model's assumed latency and fit the rates under it
+        log.warning("calibration: the per-split hand-off latency fits at %.0f ± %.0f µs, not told apart from noise; "
+                    "keeping the assumed %.0f µs", decode.per_boundary_s * 1e6, decode.per_boundary_stderr_s * 1e6,
+                    RPC_SPLIT_LATENCY_S * 1e6)
+        decode = replace(fit_rates([r.decode for r in runs], RPC_SPLIT_LATENCY_S), per_boundary_s=None)
     prefill = fit_rates([r.prefill for r in runs])
     over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
     figures = []
@@ -258,9 +272,6 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                                         f"per ubatch, {over}"))
     rpc_devices = sorted(d for d in decode.seconds_per_unit if d != CPU)
     if decode.per_boundary_s is not None and rpc_devices:
-        if not decode.per_boundary_s > 0:
-            raise CalibrationError(f"calibration: the per-split hand-off latency fits at {decode.per_boundary_s:.3g} s;"
-                                   " the timings are too noisy — run it again")
         for dev in rpc_devices:
             figures.append(CalibratedFigure(dev, Quantity.SPLIT_LATENCY, decode.per_boundary_s,
                                             "per-split hand-off latency: the slope of seconds per token against the "
@@ -275,6 +286,10 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                        + "; medians of the repeats; rates fitted by least squares on fitplan's own bytes, FLOPs "
                        "and boundary counts (planner/checking/calibrate.py)",
                        bench_version(bin_dir), tuple(figures))
+
+
+def _finite(x: float) -> float:
+    return 0.0 if math.isnan(x) else x
 
 
 def _link_figures(rpc_devices: list[str], runs: Sequence[CalibrationRun], decode: RateFit, prefill: RateFit,
