@@ -258,7 +258,12 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
         log.warning("calibration: the per-split hand-off latency fits at %.0f ± %.0f µs, not told apart from noise; "
                     "keeping the assumed %.0f µs", decode.per_boundary_s * 1e6, decode.per_boundary_stderr_s * 1e6,
                     RPC_SPLIT_LATENCY_S * 1e6)
+        unmeasured = (f"; the per-split hand-off latency fit {decode.per_boundary_s * 1e6:.0f} ± "
+                      f"{decode.per_boundary_stderr_s * 1e6:.0f} µs, not told apart from noise: the assumed "
+                      f"{RPC_SPLIT_LATENCY_S * 1e6:.0f} µs is kept and the rates are fitted under it")
         decode = replace(fit_rates([r.decode for r in runs], RPC_SPLIT_LATENCY_S), per_boundary_s=None)
+    else:
+        unmeasured = ""
     prefill = fit_rates([r.prefill for r in runs])
     over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
     figures = []
@@ -284,7 +289,7 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                        f"{f' -t {work.threads}' if work.threads else ''} on {request.model}: "
                        + "; ".join(f"{r.name} ({' '.join(r.flags)})" for r in runs)
                        + "; medians of the repeats; rates fitted by least squares on fitplan's own bytes, FLOPs "
-                       "and boundary counts (planner/checking/calibrate.py)",
+                       "and boundary counts (planner/checking/calibrate.py)" + unmeasured,
                        bench_version(bin_dir), tuple(figures))
 
 
