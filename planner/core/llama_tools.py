@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,13 +131,15 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _start_server(bin_dir: Path, log_dir: Path) -> tuple[subprocess.Popen, int]:
+def _start_server(bin_dir: Path, log_dir: Path, env: Mapping[str, str] | None = None
+                  ) -> tuple[subprocess.Popen, int]:
     """Start one rpc-server on a free loopback port; retry on a port lost to a race."""
     for _attempt in range(5):
         port = free_port()
         with open(log_dir / f"rpc-{port}.log", "w") as out:   # the server keeps its own copy of the fd
             proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port)],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=None if env is None else {**os.environ, **env})
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
             if _accepts(port):
@@ -159,16 +161,19 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def rpc_servers(n: int, bin_dir: Path | None = None) -> Iterator[list[str]]:
+def rpc_servers(n: int, bin_dir: Path | None = None, env: Mapping[str, str] | None = None,
+                log_dir: Path | None = None) -> Iterator[list[str]]:
     """Run `n` ggml-rpc-servers bound to 127.0.0.1; yields their "127.0.0.1:PORT" endpoints and
-    stops each one (by its own process) on exit, also when the body raises."""
+    stops each one (by its own process) on exit, also when the body raises. `env`: variables added
+    to theirs (GGML_RPC_DEBUG=1 logs every allocation); `log_dir`: where each writes rpc-PORT.log
+    (default: a temporary directory removed on exit)."""
     bin_dir = bin_dir or ensure_tools()
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="fitplan-rpc-") as logs:
         try:
             endpoints = []
             for _ in range(n):
-                proc, port = _start_server(bin_dir, Path(logs))
+                proc, port = _start_server(bin_dir, log_dir or Path(logs), env)
                 procs.append(proc)
                 endpoints.append(f"{LOOPBACK}:{port}")
             yield endpoints

@@ -13,18 +13,15 @@ planner/memory/tensor_members.py on few-layer copies of the dense and MoE shapes
 """
 from __future__ import annotations
 
-import os
 import re
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from planner.core.errors import FlagError
-from planner.core.llama_tools import LOOPBACK, free_port, stop_process
+from planner.core.llama_tools import rpc_servers
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
 from runtime.engine.meta_check import PER_ROW_ASSERT
@@ -41,8 +38,6 @@ MATRIX = [(m, n, c) for m in SPLIT_MODELS for n in RPC_COUNTS for c in CONTEXTS]
 @pytest.fixture(scope="module")
 def rpc3(llama_tools: Path) -> Iterator[list[str]]:
     """Three ggml-rpc-servers (RPC0..RPC2); a test takes the first two or all three."""
-    from planner.core.llama_tools import rpc_servers
-
     with rpc_servers(3, llama_tools) as endpoints:
         yield endpoints
 
@@ -123,33 +118,8 @@ def test_gemma3_dry_run_passes_but_generation_aborts(llama_tools, rpc3, shapes_d
 def debug_rpc3(llama_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[str, Path]]]:
     """Three ggml-rpc-servers with GGML_RPC_DEBUG=1 (each logs every alloc_buffer size): (endpoint, log)."""
     logs = tmp_path_factory.mktemp("rpc-debug")
-    env = dict(os.environ, GGML_RPC_DEBUG="1")
-    procs, out = [], []
-    try:
-        for i in range(3):
-            port = free_port()
-            log = logs / f"rpc{i}.log"
-            with open(log, "w") as f:
-                procs.append(subprocess.Popen([str(llama_tools / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port)],
-                                              stdout=f, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL))
-            out.append((f"{LOOPBACK}:{port}", log))
-        deadline = time.monotonic() + 30
-        for endpoint, _log in out:
-            while not _listening(int(endpoint.rsplit(":", 1)[1])):
-                assert time.monotonic() < deadline, "ggml-rpc-server did not start"
-                time.sleep(0.05)
-        yield out
-    finally:
-        for proc in procs:
-            stop_process(proc)
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+    with rpc_servers(3, llama_tools, env={"GGML_RPC_DEBUG": "1"}, log_dir=logs) as endpoints:
+        yield [(ep, logs / f"rpc-{ep.rsplit(':', 1)[1]}.log") for ep in endpoints]
 
 
 ALLOC = re.compile(r"\[alloc_buffer\] device: \d+, size: (\d+) ->")
