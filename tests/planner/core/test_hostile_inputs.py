@@ -3,8 +3,11 @@ feeds fitplan are one clear BadInput, never an OverflowError, a hang or a Memory
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -161,14 +164,40 @@ def test_a_failed_write_or_rename_is_one_line_and_leaves_the_old_file(tmp_path, 
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
 
 
+def _write_into_read_only(ro: Path) -> None:
+    with pytest.raises(BadInput, match="cannot write the file"):
+        write_atomic(ro / "x.yaml", lambda tmp: tmp.write_text("x"))
+
+
 def test_a_read_only_directory_is_bad_input(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        try:
+            _write_into_read_only(ro)
+        finally:
+            ro.chmod(0o755)
+        return
+    # as root a mode stops no write: the check runs in a forked child that gives up root for nobody
+    # (the interpreter is already loaded, so nothing has to be readable by nobody but the directory)
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
-        if os.access(ro, os.W_OK):
-            pytest.skip("running as root: a mode does not stop writes")
-        with pytest.raises(BadInput, match="cannot write the file"):
-            write_atomic(ro / "x.yaml", lambda tmp: tmp.write_text("x"))
+        base.chmod(0o755)
+        ro = base / "ro"
+        ro.mkdir(mode=0o555)
+        pid = os.fork()
+        if pid == 0:   # the child: exit 0 only if the write was refused as bad input
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                _write_into_read_only(ro)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert list(ro.iterdir()) == []
     finally:
-        ro.chmod(0o755)
+        shutil.rmtree(base)
