@@ -76,8 +76,8 @@ def prefer_tensor(layer: Prediction, option: TensorOption | None) -> bool:
 def comparison_lines(layer: Prediction, option: TensorOption, chosen_tensor: bool) -> list[str]:
     """Both predictions, for --explain."""
     lines = [f"-sm layer: decode {layer.decode_tokens_s:.1f} tokens/s, prefill {layer.prefill_tokens_s:.0f} tokens/s"]
-    if option.prediction is None:
-        return lines + [f"-sm tensor: not possible: {option.reason}"]
+    if option.prediction is None:   # llama.cpp's refusals already say "-sm tensor: ..."
+        return lines + [f"-sm tensor: not possible: {option.reason.removeprefix('-sm tensor: ')}"]
     p = option.prediction
     n = len(option.estimate.meta_members) if option.estimate else 0
     steps = reduce_steps(n) if n else 0
