@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from pathlib import Path
 from planner.checking.calibrate import CalibrateRequest, CalibrationError, calibrate
 from planner.checking.llama import start_server, wait_ready
 from planner.checking.llama_bench import Workload
-from planner.core.llama_tools import LOOPBACK, ToolsError, ensure_tools, free_port, stop_process
+from planner.core.llama_tools import LOOPBACK, ToolsError, accepts_connections, ensure_tools, free_port, stop_process
 from planner.gguf.examples import resolve_model
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.detect import detect_inventory
@@ -143,7 +142,7 @@ def start_rpc_servers(bin_dir: Path, n: int, logs: Path) -> tuple[list[subproces
             procs.append(proc)
             endpoints.append(f"{LOOPBACK}:{port}")
             deadline = time.monotonic() + 30
-            while not _accepts(port):
+            while not accepts_connections(port):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise ToolsError(f"ggml-rpc-server {i} did not start (log {logs / f'rpc-{i}.log'})")
                 time.sleep(0.05)
@@ -152,14 +151,6 @@ def start_rpc_servers(bin_dir: Path, n: int, logs: Path) -> tuple[list[subproces
             stop_process(p)
         raise
     return procs, endpoints
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _with_port(argv: tuple[str, ...], port: int) -> list[str]:

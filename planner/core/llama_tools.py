@@ -123,7 +123,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _accepts(port: int) -> bool:
+def accepts_connections(port: int) -> bool:
+    """Something on 127.0.0.1:`port` accepts a TCP connection (a server that has started listening)."""
     try:
         with socket.create_connection((LOOPBACK, port), timeout=0.5):
             return True
@@ -142,7 +143,7 @@ def _start_server(bin_dir: Path, log_dir: Path, env: Mapping[str, str] | None = 
                                     env=None if env is None else {**os.environ, **env})
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
-            if _accepts(port):
+            if accepts_connections(port):
                 return proc, port
             time.sleep(0.05)
         stop_process(proc)
