@@ -5,7 +5,6 @@ back (`fitplan report PLAN.yaml`: its flags estimated again, as `validate` does,
 what llama.cpp would allocate for exactly those flags)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from planner.core.errors import BadInput, InfeasiblePlacement
@@ -21,10 +20,7 @@ from planner.planning.explain import explain
 from planner.planning.problem import costs_for, row_totals
 from planner.planning.result import PlanRequest, PlanResult, bench_command, plan_rows, server_command
 from planner.planning.search import plan
-from planner.planning.throughput import predict_estimate
-
-_LAYER_OF = re.compile(r"^blk\.(\d+)\.")
-_EXPS = re.compile(r"_(ch|)exps\b")
+from planner.planning.throughput import LAYER_OF, experts_on_host_of, predict_estimate
 
 
 @dataclass(frozen=True)
@@ -140,8 +136,7 @@ def result_from_deployment(dep: Deployment) -> PlanResult:
         raise BadInput(f"{dep.model_path}: the plan file names no inventory to report against")
     ctx = model_context(dep.model_path)
     est = estimate(ctx, dep.flags, inventory)
-    experts = frozenset(int(m.group(1)) for name, dev in est.moved
-                        if dev == CPU and (m := _LAYER_OF.match(name)) and _EXPS.search(name))
+    experts = experts_on_host_of(est)
     prediction = predict_estimate(ctx, costs_for(ctx, dep.flags.cache_type_k), est, inventory, experts,
                                   est.output_on_host)
     budgets = dep.limits
@@ -157,7 +152,7 @@ def _layer_cells(result: PlanResult) -> tuple[LayerCell, ...]:
     owner = {il: dev for dev, layers in est.layers for il in layers}
     moved: dict[int | None, list[tuple[str, str]]] = {}
     for name, dev in est.moved:
-        m = _LAYER_OF.match(name)
+        m = LAYER_OF.match(name)
         if m:
             moved.setdefault(int(m.group(1)), []).append((name, _row(dev)))
     cells = [LayerCell(il, _row(owner.get(il, CPU)), tuple(moved.get(il, ()))) for il in range(est.n_layer_all)]
@@ -166,7 +161,7 @@ def _layer_cells(result: PlanResult) -> tuple[LayerCell, ...]:
 
 
 def _moved_elsewhere(result: PlanResult) -> tuple[tuple[str, str], ...]:
-    return tuple((name, _row(dev)) for name, dev in result.estimate.moved if not _LAYER_OF.match(name))
+    return tuple((name, _row(dev)) for name, dev in result.estimate.moved if not LAYER_OF.match(name))
 
 
 def _row(device: str) -> str:

@@ -306,14 +306,14 @@ def offloading(inventory: Inventory) -> bool:
 
 # A routed-expert tensor of a layer (`blk.N.ffn_up_exps.weight`, `..._chexps` for shared-expert
 # layouts), as -ot rules move them (the same patterns as planner/planning/report.py's).
-_LAYER_OF = re.compile(r"^blk\.(\d+)\.")
+LAYER_OF = re.compile(r"^blk\.(\d+)\.")
 _EXPS = re.compile(r"_(ch|)exps\b")
 
 
 def experts_on_host_of(est: Estimate) -> frozenset[int]:
     """The layers whose routed experts an estimate's -ot rules keep in host memory."""
     return frozenset(int(m.group(1)) for name, dev in est.moved
-                     if dev == CPU and (m := _LAYER_OF.match(name)) and _EXPS.search(name))
+                     if dev == CPU and (m := LAYER_OF.match(name)) and _EXPS.search(name))
 
 
 def view_of_estimate(ctx: ModelContext, est: Estimate, experts_on_host: frozenset[int] = frozenset(),
