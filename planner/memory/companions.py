@@ -8,7 +8,10 @@ projector (mtmd_init_from_file).
 """
 from __future__ import annotations
 
+import functools
+
 from planner.hardware.inventory import Inventory
+from planner.llama.context import ModelContext, model_context
 from planner.llama.settings import LlamaSettings
 from planner.memory.draft import estimate_draft
 from planner.memory.lora import estimate_loras
@@ -21,8 +24,13 @@ def estimate_companions(target: LlamaSettings, inventory: Inventory | None,
     """Every companion the flags name, in the order llama-server loads them."""
     flags = target.flags
     out: list[CompanionEstimate] = list(estimate_loras(target)) if flags.loras else []
-    if flags.spec.has_draft:
-        out.append(estimate_draft(target, inventory, exact_compute))
+    if flags.spec.has_draft:   # the planner estimates hundreds of flag sets: read the drafter's header once
+        out.append(estimate_draft(target, inventory, exact_compute, draft=_drafter(flags.spec.draft.model)))
     if flags.mmproj.path:
         out.append(estimate_mmproj(target, exact_compute))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=4)
+def _drafter(path: str) -> ModelContext:
+    return model_context(path)

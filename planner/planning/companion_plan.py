@@ -59,13 +59,8 @@ def resolved_companions(c: Companions, target: ModelContext, inventory: Inventor
         if reason:
             raise BadInput(f"--draft {draft}: llama.cpp would refuse it for speculation: {reason}")
         draft = dctx.model.path
-    mmproj = model_context_path(c.mmproj) if c.mmproj else None
-    return replace(c, draft=draft, mmproj=mmproj, loras=tuple(model_context_path(p) for p in c.loras))
-
-
-def model_context_path(spec: str) -> str:
-    """A companion file's path as llama.cpp opens it (example: and hub names resolved)."""
-    return str(resolve_model(spec))
+    mmproj = resolve_model(c.mmproj) if c.mmproj else None
+    return replace(c, draft=draft, mmproj=mmproj, loras=tuple(resolve_model(p) for p in c.loras))
 
 
 def arrangements(c: Companions, inventory: Inventory) -> list[Companions]:
