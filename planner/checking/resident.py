@@ -49,18 +49,27 @@ def resident_needs(model: ModelFile, est: Estimate) -> Resident:
                     sum(t.n_bytes for t in model.tensors))
 
 
-def check_resident(model: ModelFile, est: Estimate, available: int | None = None) -> Resident:
-    """Raise InfeasiblePlacement (exit 1) when this machine's MemAvailable cannot hold `resident_needs`."""
+def check_resident(model: ModelFile, est: Estimate, available: int | None = None,
+                   address_space: int | None = None) -> Resident:
+    """Raise InfeasiblePlacement (exit 1) when this machine's MemAvailable cannot hold `resident_needs`,
+    or this process's address-space limit (`ulimit -v`) cannot map them beside the weights' map."""
     need = resident_needs(model, est)
     avail = dequant.mem_available() if available is None else available
+    parts = (f"KV {fmt_bytes(need.kv_bytes)}, compute {fmt_bytes(need.compute_bytes)}, dequant cache "
+             f"{fmt_bytes(need.cache_bytes)}, working set {fmt_bytes(need.working_bytes + BASELINE_BYTES)}")
     if avail is not None and need.total > avail:
         raise InfeasiblePlacement(
-            f"this machine cannot hold what validate needs: {fmt_bytes(need.total)} resident (KV "
-            f"{fmt_bytes(need.kv_bytes)}, compute {fmt_bytes(need.compute_bytes)}, dequant cache "
-            f"{fmt_bytes(need.cache_bytes)}, working set {fmt_bytes(need.working_bytes + BASELINE_BYTES)}) "
+            f"this machine cannot hold what validate needs: {fmt_bytes(need.total)} resident ({parts}) "
             f"against {fmt_bytes(avail)} available (MemAvailable; the {fmt_bytes(need.mapped_bytes)} of mapped "
             f"weights are evictable, not counted)",
             (Shortfall(HOST, need.total, avail),))
+    space = dequant.address_space_left() if address_space is None else address_space
+    if space is not None and need.total + need.mapped_bytes > space:
+        raise InfeasiblePlacement(
+            f"this process's address-space limit (ulimit -v) cannot map what validate needs: "
+            f"{fmt_bytes(need.total + need.mapped_bytes)} ({parts}, mapped weights "
+            f"{fmt_bytes(need.mapped_bytes)}) against {fmt_bytes(space)} left",
+            (Shortfall(HOST, need.total + need.mapped_bytes, space),))
     return need
 
 

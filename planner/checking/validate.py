@@ -15,6 +15,7 @@ import shlex
 import time
 from dataclasses import replace
 
+import numpy as np
 from gguf import Keys
 
 from planner.checking.allreduce_report import AllReduceReport, allreduce_report
@@ -172,6 +173,10 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
         t_gen = time.perf_counter() - t0
     except BufferAllocationError as e:
         return _no_fit(ctx.model.path, flags_text, e, executed=True)
+    # the run computes what the header says: an rms eps of 0 or overflowing weights give NaN, as in ggml
+    finite = () if np.isfinite(logits).all() else (
+        "the last logits are not all finite (NaN or inf): the weights or the header's numbers (an rms eps of 0, "
+        "say) make this model compute garbage, in llama.cpp too",)
     gen_steps = runner.steps[1:] or runner.steps
     compute = runner.compute_bytes()
     devices = []
@@ -186,8 +191,8 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
         "embedded", ctx.model.path, flags_text, tuple(devices), runner.steps[0].measurement.n_splits, n_split_gen,
         sum(s.measurement.copied_bytes for s in gen_steps) // max(1, len(gen_steps)),
         sum(s.seconds for s in gen_steps) / max(1, len(gen_steps)) / max(1, n_split_gen),
-        len(prompt) / t_prompt, req.n_gen / t_gen if t_gen else 0.0, verdict.text, verdict.fits, verdict.notes,
-        allreduce=_allreduce(runner, gen_steps))
+        len(prompt) / t_prompt, req.n_gen / t_gen if t_gen else 0.0, verdict.text, verdict.fits,
+        verdict.notes + finite, allreduce=_allreduce(runner, gen_steps))
 
 
 def _allreduce(runner: ModelRunner, gen_steps: list[StepRecord]) -> AllReduceReport | None:

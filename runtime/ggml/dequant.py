@@ -17,6 +17,7 @@ bare number is GiB), else a quarter of the memory this machine has available (Me
 from __future__ import annotations
 
 import os
+import resource
 import weakref
 
 import numpy as np
@@ -43,13 +44,36 @@ def mem_available() -> int | None:
     return None
 
 
+def address_space_left() -> int | None:
+    """What this process may still map under its address-space limit (RLIMIT_AS, `ulimit -v`): the soft
+    limit less VmSize; None when there is no limit (or no /proc to read VmSize from)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return max(0, soft - int(line.split()[1]) * 1024)
+    except OSError:
+        return None
+    return None
+
+
+def memory_left() -> int | None:
+    """The smaller of MemAvailable and the address space left: what this process can still allocate."""
+    known = [n for n in (mem_available(), address_space_left()) if n is not None]
+    return min(known) if known else None
+
+
 def default_capacity() -> int:
-    """The cache size a run gets unless told: FITPLAN_DEQUANT_CACHE, else 25 % of MemAvailable."""
+    """The cache size a run gets unless told: FITPLAN_DEQUANT_CACHE, else 25 % of what this process can
+    still allocate (MemAvailable, or less under an address-space limit)."""
     text = os.environ.get(ENV_CACHE)
     if text:
         return parse_size(text)
-    avail = mem_available()
-    return int(avail * DEFAULT_CACHE_FRACTION) if avail is not None else 1 << 30
+    left = memory_left()
+    return int(left * DEFAULT_CACHE_FRACTION) if left is not None else 1 << 30
 
 
 def working_set_bytes() -> int:

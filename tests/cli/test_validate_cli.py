@@ -13,12 +13,16 @@ Two equal rpc devices with every layer offloaded: layers 0 and 1 on RPC0, the ou
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from gguf import Keys
 
 from planner.cli import main
+from tests.support.gguf_factory import add_tokenizer, llama_spec
 from tests.support.tiny_models import write_tiny
 
 HOST_WEIGHTS = 164608
@@ -127,3 +131,19 @@ def test_bad_input_is_one_line_and_exit_2(capsys, model: str, tmp_path: Path, ar
     code, out, err = _run(capsys, *[subst.get(a, a) for a in argv])
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_nan_from_the_header_is_a_note_not_a_warning(tmp_path: Path) -> None:
+    """An rms eps of 0 over zero weights makes 0/0, in ggml and here: the run says so in its report and no
+    numpy warning reaches stderr (`-W error` turns one into a traceback; the fuzz harness found it)."""
+    spec = llama_spec(n_layer=2, n_embd=256, n_head=8, n_head_kv=2)
+    spec.metadata[Keys.Attention.LAYERNORM_RMS_EPS] = 0.0
+    add_tokenizer(spec, 1000)
+    [path] = spec.write(tmp_path / "eps0.gguf")        # tensor data all zeros
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "planner.cli", "validate", str(path),
+                           "--prompt-tokens", "8", "--gen-tokens", "2", "--", "-c", "256"],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "note: the last logits are not all finite (NaN or inf)" in done.stdout
