@@ -1,20 +1,24 @@
 """`fitplan calibrate`: this machine's rates, measured with the pinned llama-bench.
 
 The throughput model (planner/planning/throughput.py) says what each placement asks of each device —
-bytes streamed per decoded token, FLOPs per prompt ubatch, split boundaries. llama-bench says how long
-the placement took. Over a few placements of one model (the host alone; each RPC endpoint alone, with
-and without the output layer, and half of the layers; all endpoints split evenly) the times are linear
-in the unknown rates:
+weight and KV-cache bytes read per decoded token, FLOPs and streamed weights per prompt ubatch, split
+boundaries. llama-bench says how long the placement took. Over a few placements of one model (the host
+alone; each RPC endpoint alone, with and without the output layer, with half of the layers, with the
+layers' FFN weights kept on the host — two boundaries a layer — and at a context depth; all endpoints
+split evenly) the times are linear in the unknown rates:
 
-    t_token   = sum_d R_d · (1/BW_d) + n_boundaries · lat                      (tg)
-    t_ubatch  = sum_d F_d · (1/FLOPS_d) + n_boundaries · (lat + B·A / link)    (pp)
+    t_token   = sum_d (R_d / BW_d + K_d / BWatt_d) + n_boundaries · lat                      (tg)
+    t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
+                + n_boundaries · (lat + B·A / link)                                           (pp)
 
-so a least-squares fit gives them: the effective weight-streaming bandwidth of each device (bytes read
-per token, from fitplan's own cost table, over time per token), its matrix throughput, and the slope
-of time against the number of boundaries — the per-split hand-off latency. The prefill slope less the
-hand-off latency is the boundary copy of the ubatch's activations, B·A bytes; where the fit cannot tell
-that copy from noise, the link figure is the lower bound the fit allows. The figures go into the
-inventory's `calibrated:` block with the method next to each.
+so least squares gives them: the effective weight-streaming bandwidth of each device (bytes read per
+token, from fitplan's own cost table, over time per token), the rate its attention reads the KV cache
+at (from the run at depth), its matrix throughput and attention FLOPs (the prompt's time less the
+weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
+the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
+noise). The prefill slope less the hand-off latency is the boundary copy of the ubatch's activations,
+B·A bytes; where the fit cannot tell that copy from noise, the link figure is the lower bound the fit
+allows. The figures go into the inventory's `calibrated:` block with the method next to each.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -45,7 +49,7 @@ from planner.planning.throughput import (
     RPC_SPLIT_LATENCY_S,
     PlacementView,
     boundaries,
-    predict,
+    decode_bytes,
     prefill_work,
 )
 
@@ -54,6 +58,13 @@ log = logging.getLogger(__name__)
 CALIBRATION_MODEL = "example:gemma3-270m"
 # An -ot rule that keeps the output matrix in host memory, tied (token_embd) or not.
 OUTPUT_ON_HOST = r"^(output|token_embd)\.weight=CPU"
+# An -ot rule that keeps every layer's dense FFN weights in host memory: two boundaries a layer.
+FFN_ON_HOST = r"^blk\.\d+\.ffn_(gate|up|down)\.weight=CPU"
+# The context depth of the runs that measure attention (llama-bench -d): long enough that reading the
+# KV cache is a large share of a token on the calibration model (its global layers see every cell).
+CALIBRATION_DEPTH = 2048
+# Work columns of attention: a device's name and this (device names hold no blank).
+ATTENTION = " attention"
 # A fitted copy time below this many standard errors is not told apart from noise.
 _SIGNIFICANT_SIGMAS = 2.0
 
@@ -117,18 +128,25 @@ class RateFit:
 
 def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None = None) -> RateFit:
     """Fit t = sum_d work_d · s_d + n_boundaries · b over the observations; `per_boundary_s` given
-    subtracts a known boundary cost instead of fitting it."""
+    subtracts a known boundary cost instead of fitting it. A device's attention column (`dev + ATTENTION`)
+    that fits at or below zero is dropped (its attention then reads at the device's own rate)."""
     devices = sorted({d for o in observations for d in o.work})
     fit_boundary = per_boundary_s is None and any(o.n_boundaries for o in observations)
-    rows, times = [], []
-    for o in observations:
-        rows.append([o.work.get(d, 0.0) for d in devices] + ([float(o.n_boundaries)] if fit_boundary else []))
-        times.append(o.seconds - (o.n_boundaries * per_boundary_s if per_boundary_s is not None else 0.0))
-    fit = fit_linear(rows, times)
-    per_unit = dict(zip(devices, fit.coefficients[:len(devices)], strict=True))
-    for dev, s in per_unit.items():
-        if not s > 0:
-            raise CalibrationError(f"calibration: the fit gives {dev} no positive rate ({s:.3g} s per unit); "
+    times = [o.seconds - (o.n_boundaries * per_boundary_s if per_boundary_s is not None else 0.0)
+             for o in observations]
+    while True:
+        rows = [[o.work.get(d, 0.0) for d in devices] + ([float(o.n_boundaries)] if fit_boundary else [])
+                for o in observations]
+        fit = fit_linear(rows, times)
+        per_unit = dict(zip(devices, fit.coefficients[:len(devices)], strict=True))
+        dropped = [d for d, c in per_unit.items() if d.endswith(ATTENTION) and not c > 0]
+        if not dropped:
+            break
+        log.warning("calibration: %s fits at or below zero; it reads at the device's own rate", dropped[0])
+        devices.remove(dropped[0])
+    for dev, sec in per_unit.items():
+        if not sec > 0:
+            raise CalibrationError(f"calibration: the fit gives {dev} no positive rate ({sec:.3g} s per unit); "
                                    "the timings are too noisy (is the machine busy?) — run it again")
     boundary = fit.coefficients[-1] if fit_boundary else per_boundary_s
     boundary_err = fit.stderr[-1] if fit_boundary else 0.0
@@ -146,33 +164,53 @@ class CalibrationRun:
     timing: Timing
     decode: Observation
     prefill: Observation
+    streamed: dict[str, float] = field(default_factory=dict)   # weight bytes per device a prompt ubatch reads
+    depth: int = 0
 
 
-def calibration_placements(n_layer: int, rpc_devices: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """(name, llama.cpp flags): the host alone; each endpoint alone with the output layer (one boundary),
-    with the output kept on the host (two) and with half the layers (one, the host streaming the rest);
-    every endpoint evenly (one per endpoint)."""
-    out = [("host", ["-ngl", "0"])]
+@dataclass(frozen=True)
+class CalibrationPlacement:
+    name: str
+    flags: tuple[str, ...]
+    depth: int = 0          # llama-bench -d
+
+
+def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int = CALIBRATION_DEPTH
+                           ) -> list[CalibrationPlacement]:
+    """The host alone and at `depth`; each endpoint alone with the output layer (one boundary), with the
+    output kept on the host (two), with half the layers (one, the host streaming the rest), with every
+    layer's FFN on the host (two a layer) and at `depth`; every endpoint evenly (one per endpoint)."""
+    host = ("-ngl", "0")
+    out = [CalibrationPlacement("host", host), CalibrationPlacement(f"host, depth {depth}", host, depth)]
     for dev in rpc_devices:
-        out += [(f"{dev} all", ["-dev", dev, "-ngl", "999"]),
-                (f"{dev} layers, output on host", ["-dev", dev, "-ngl", "999", "-ot", OUTPUT_ON_HOST]),
-                (f"{dev} half", ["-dev", dev, "-ngl", str(n_layer // 2)])]
+        every = ("-dev", dev, "-ngl", "999")
+        out += [CalibrationPlacement(f"{dev} all", every),
+                CalibrationPlacement(f"{dev} layers, output on host", (*every, "-ot", OUTPUT_ON_HOST)),
+                CalibrationPlacement(f"{dev} half", ("-dev", dev, "-ngl", str(n_layer // 2))),
+                CalibrationPlacement(f"{dev} all, FFN on host", (*every, "-ot", FFN_ON_HOST)),
+                CalibrationPlacement(f"{dev} all, depth {depth}", every, depth)]
     if len(rpc_devices) > 1:
-        out.append(("split evenly", ["-dev", ",".join(rpc_devices), "-ngl", "999",
-                                     "-ts", ",".join("1" for _ in rpc_devices)]))
+        out.append(CalibrationPlacement("split evenly", ("-dev", ",".join(rpc_devices), "-ngl", "999",
+                                                         "-ts", ",".join("1" for _ in rpc_devices))))
     return out
 
 
 def decode_observation(ctx: ModelContext, view: PlacementView, seconds: float, inventory: Inventory) -> Observation:
+    """Weights and KV bytes read per token on each device (the KV as `dev + ATTENTION`)."""
     costs = cost_table(ctx.model, ctx.facts)
-    stages = predict(ctx.facts, costs, view, inventory).stages
-    return Observation(seconds, {s.device: float(s.bytes_per_token) for s in stages}, len(boundaries(costs, view)))
+    weights, kv = decode_bytes(ctx.facts, costs, view)
+    work = {d: float(n) for d, n in weights.items() if n}
+    work.update({d + ATTENTION: float(n) for d, n in kv.items() if n})
+    return Observation(seconds, work, len(boundaries(costs, view)))
 
 
-def prefill_observation(ctx: ModelContext, view: PlacementView, seconds: float) -> Observation:
+def prefill_observation(ctx: ModelContext, view: PlacementView, seconds: float) -> tuple[Observation, dict[str, float]]:
+    """FLOPs per ubatch on each device (attention's as `dev + ATTENTION`), and the weight bytes it streams."""
     costs = cost_table(ctx.model, ctx.facts)
     work = prefill_work(ctx.facts, costs, view, None)    # the devices calibrated here offload no ops
-    return Observation(seconds, dict(work.flops), len(boundaries(costs, view)))
+    flops = dict(work.flops)
+    flops.update({d + ATTENTION: n for d, n in work.attention.items()})
+    return Observation(seconds, flops, len(boundaries(costs, view))), dict(work.streamed)
 
 
 # ----------------------------------------------------------------------------- calibrate
@@ -182,6 +220,7 @@ class CalibrateRequest:
     rpc: tuple[str, ...] = ()
     model: str = CALIBRATION_MODEL
     work: Workload = Workload()
+    depth: int = CALIBRATION_DEPTH    # of the runs that measure attention
 
 
 @dataclass(frozen=True)
@@ -216,7 +255,8 @@ class CalibrateResult:
 # how the table prints each quantity: (scale, unit)
 _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
     Quantity.BANDWIDTH: (1e9, "GB/s"), Quantity.FLOPS: (1e12, "TFLOPS"), Quantity.SPLIT_LATENCY: (1e-6, "µs"),
-    Quantity.LINK: (1e9, "GB/s"),
+    Quantity.LINK: (1e9, "GB/s"), Quantity.ATTENTION_BANDWIDTH: (1e9, "GB/s"),
+    Quantity.ATTENTION_FLOPS: (1e12, "TFLOPS"),
 }
 
 
@@ -233,13 +273,16 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None) -> Calibra
     ctx = model_context(path)
     load_before = os.getloadavg()[0]
     runs = []
-    for name, flags in calibration_placements(ctx.facts.n_layer, rpc_devices):
-        views = placement_views(ctx, flags, inventory, request.work, rpc)
-        timing = run_llama_bench(bin_dir, path, flags, request.work, rpc)
-        log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", name, timing.tg_tokens_s, timing.pp_tokens_s)
-        runs.append(CalibrationRun(name, tuple(flags), timing,
+    for place in calibration_placements(ctx.facts.n_layer, rpc_devices, request.depth):
+        flags = list(place.flags)
+        work = replace(request.work, n_depth=place.depth)
+        views = placement_views(ctx, flags, inventory, work, rpc)
+        timing = run_llama_bench(bin_dir, path, flags, work, rpc)
+        log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", place.name, timing.tg_tokens_s, timing.pp_tokens_s)
+        prefill, streamed = prefill_observation(ctx, views.prefill, timing.pp_s_per_ubatch)
+        runs.append(CalibrationRun(place.name, place.flags, timing,
                                    decode_observation(ctx, views.decode, timing.tg_s_per_token, inventory),
-                                   prefill_observation(ctx, views.prefill, timing.pp_s_per_ubatch)))
+                                   prefill, streamed, place.depth))
     calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
     # timings on a shared machine are only as good as its quiet: say how busy it was
     load = f"; 1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
@@ -264,18 +307,31 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
         decode = replace(fit_rates([r.decode for r in runs], RPC_SPLIT_LATENCY_S), per_boundary_s=None)
     else:
         unmeasured = ""
-    prefill = fit_rates([r.prefill for r in runs])
+    # a prompt's ubatch also streams its weights: that time, at the bandwidths just fitted, is not FLOPs
+    streaming = [sum(n * decode.seconds_per_unit.get(d, 0.0) for d, n in r.streamed.items()) for r in runs]
+    prefill = fit_rates([replace(r.prefill, seconds=max(r.prefill.seconds - t, 0.0))
+                         for r, t in zip(runs, streaming, strict=True)])
     over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
     figures = []
-    for dev, s in decode.seconds_per_unit.items():
-        figures.append(CalibratedFigure(dev, Quantity.BANDWIDTH, 1.0 / s,
-                                        f"tg{work.n_gen} at depth {work.n_depth}: bytes read per token (fitplan's "
-                                        f"cost table) ÷ seconds per token, {over}"))
-    for dev, s in prefill.seconds_per_unit.items():
-        figures.append(CalibratedFigure(dev, Quantity.FLOPS, 1.0 / s,
-                                        f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill model) ÷ seconds "
-                                        f"per ubatch, {over}"))
-    rpc_devices = sorted(d for d in decode.seconds_per_unit if d != CPU)
+    for dev, sec in decode.seconds_per_unit.items():
+        if dev.endswith(ATTENTION):
+            figures.append(CalibratedFigure(dev.removesuffix(ATTENTION), Quantity.ATTENTION_BANDWIDTH, 1.0 / sec,
+                                            f"tg{work.n_gen} at depths 0 and {request.depth}: KV-cache bytes a token's "
+                                            f"attention reads (fitplan's cost table) ÷ their seconds, {over}"))
+        else:
+            figures.append(CalibratedFigure(dev, Quantity.BANDWIDTH, 1.0 / sec,
+                                            f"tg{work.n_gen}: weight bytes read per token (fitplan's cost table) ÷ "
+                                            f"seconds per token, {over}"))
+    for dev, sec in prefill.seconds_per_unit.items():
+        if dev.endswith(ATTENTION):
+            figures.append(CalibratedFigure(dev.removesuffix(ATTENTION), Quantity.ATTENTION_FLOPS, 1.0 / sec,
+                                            f"pp{work.n_prompt} at depths 0 and {request.depth}: attention FLOPs per "
+                                            f"ubatch ÷ their seconds, {over}"))
+        else:
+            figures.append(CalibratedFigure(dev, Quantity.FLOPS, 1.0 / sec,
+                                            f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill model) ÷ seconds "
+                                            f"per ubatch less the weights it streams at the fitted bandwidth, {over}"))
+    rpc_devices = sorted(d for d in decode.seconds_per_unit if d != CPU and not d.endswith(ATTENTION))
     if decode.per_boundary_s is not None and rpc_devices:
         for dev in rpc_devices:
             figures.append(CalibratedFigure(dev, Quantity.SPLIT_LATENCY, decode.per_boundary_s,
@@ -285,9 +341,9 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                                             f"bandwidth the other terms, {over}"))
         figures += _link_figures(rpc_devices, runs, decode, prefill, n_embd, over)
     return Calibration(datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d {work.n_depth} -r {work.repeats}"
+                       f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d 0 or {request.depth} -r {work.repeats}"
                        f"{f' -t {work.threads}' if work.threads else ''} on {request.model}: "
-                       + "; ".join(f"{r.name} ({' '.join(r.flags)})" for r in runs)
+                       + "; ".join(f"{r.name} ({' '.join(r.flags)}{f' -d {r.depth}' if r.depth else ''})" for r in runs)
                        + "; medians of the repeats; rates fitted by least squares on fitplan's own bytes, FLOPs "
                        "and boundary counts (planner/checking/calibrate.py)" + unmeasured,
                        bench_version(bin_dir), tuple(figures))

@@ -123,6 +123,8 @@ class Quantity(str, Enum):
     FLOPS = "flops"                   # FLOP/s of matrix products (prefill)
     SPLIT_LATENCY = "split_latency"   # seconds per split boundary touching the device (the hand-off)
     LINK = "link"                     # bytes/s of the activations crossing a boundary
+    ATTENTION_BANDWIDTH = "attention_bandwidth"   # bytes/s of KV cache a decoded token's attention reads
+    ATTENTION_FLOPS = "attention_flops"           # FLOP/s of a prompt's attention (QK^T, softmax·V)
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,8 @@ CALIBRATED_FIGURES: dict[str, tuple[Quantity, float]] = {
     "fp16_tflops": (Quantity.FLOPS, TERA),
     "split_latency_us": (Quantity.SPLIT_LATENCY, 1e-6),
     "link_gbs": (Quantity.LINK, GB),
+    "attention_gbs": (Quantity.ATTENTION_BANDWIDTH, GB),
+    "attention_tflops": (Quantity.ATTENTION_FLOPS, TERA),
 }
 _FIGURE_HELP = {key: f"{{value: a number in {key.rsplit('_', 1)[1]}, how: how it was obtained}}"
                 for key in CALIBRATED_FIGURES}

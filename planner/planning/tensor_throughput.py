@@ -37,6 +37,7 @@ from planner.planning.throughput import (
     decode_cells,
     expert_fraction,
     layer_decode_bytes,
+    layer_kv_bytes,
     prefill_work,
 )
 
@@ -72,30 +73,36 @@ def predict_tensor(facts: ModelFacts, costs: CostTable, view: PlacementView, mem
     shares = _shares(members, tensor_split)
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     meta_bytes, host_bytes, meta_layers = 0, 0, 0
+    meta_kv, host_kv = 0, 0      # of which the KV cache attention reads (at its own rate)
     for layer in costs.layers:
         if layer.nextn:
             continue
         dense, experts = layer_decode_bytes(layer, decode_cells(view, layer.window), frac, view.n_seq)
+        kv = layer_kv_bytes(layer, decode_cells(view, layer.window))
         if view.layer_device[layer.index] == meta_name:
             meta_bytes += dense + experts
+            meta_kv += kv
             meta_layers += 1
         else:
             host_bytes += dense + experts
+            host_kv += kv
     out = sum(t.n_bytes for t in costs.non_repeating if t.name in _output_names(costs))
     if view.output_device == meta_name and not view.output_on_host:
         meta_bytes += out
     else:
         host_bytes += out
     row = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
-    member_s = {m: shares[m] * meta_bytes / rates.bandwidth(m) for m in members}
+    member_s = {m: shares[m] * ((meta_bytes - meta_kv) / rates.bandwidth(m) + meta_kv / rates.attention_bandwidth(m))
+                for m in members}
     reduce_s = REDUCES_PER_LAYER * meta_layers * _reduce_seconds(rates, members, row)
     inputs_s = (len(members) * row / min(rates.link(m) for m in members)
                 + max(rates.latency(m) for m in members)) if meta_layers else 0.0
-    host_s = host_bytes / rates.bandwidth(CPU) if host_bytes else 0.0
+    host_s = ((host_bytes - host_kv) / rates.bandwidth(CPU) + host_kv / rates.attention_bandwidth(CPU)
+              if host_bytes else 0.0)
     t_token = max(member_s.values(), default=0.0) + reduce_s + inputs_s + host_s
-    stages = tuple(StageTime(m, int(shares[m] * meta_bytes), member_s[m]) for m in members)
+    stages = tuple(StageTime(m, int(shares[m] * meta_bytes), member_s[m], int(shares[m] * meta_kv)) for m in members)
     if host_bytes:
-        stages += (StageTime(CPU, host_bytes, host_s),)
+        stages += (StageTime(CPU, host_bytes, host_s, host_kv),)
     prefill = _prefill(facts, costs, view, members, shares, rates, meta_name, meta_layers)
     return Prediction(decode_tokens_s=1.0 / t_token if t_token > 0 else 0.0, prefill_tokens_s=prefill,
                       stages=stages, n_boundaries=REDUCES_PER_LAYER * meta_layers, assumed_rates=rates.assumed,
@@ -110,8 +117,12 @@ def _prefill(facts: ModelFacts, costs: CostTable, view: PlacementView, members: 
              shares: dict[str, float], rates: Rates, meta_name: str, meta_layers: int) -> float:
     # the meta device offloads no op (its offload_op is NULL): host layers prefill on the CPU
     work = prefill_work(facts, costs, view, None)
-    meta_flops = work.flops.get(meta_name, 0.0)
-    t = max((shares[m] * meta_flops / rates.flops(m) for m in members), default=0.0)
+    meta_flops, meta_att = work.flops.get(meta_name, 0.0), work.attention.get(meta_name, 0.0)
+    meta_stream = work.streamed.get(meta_name, 0.0)
+    t = max((shares[m] * (meta_flops / rates.flops(m) + meta_att / rates.attention_flops(m)
+                          + meta_stream / rates.bandwidth(m)) for m in members), default=0.0)
     t += sum(n / rates.flops(CPU) for dev, n in work.flops.items() if dev != meta_name)
+    t += sum(n / rates.attention_flops(CPU) for dev, n in work.attention.items() if dev != meta_name)
+    t += sum(n / rates.bandwidth(CPU) for dev, n in work.streamed.items() if dev != meta_name)
     t += REDUCES_PER_LAYER * meta_layers * _reduce_seconds(rates, members, work.boundary_bytes)
     return view.n_ubatch / t if t > 0 else 0.0

@@ -4,23 +4,29 @@ Decode (batch 1) is memory-bound and its stages run one after another, so the ti
 the sum over stages of the bytes each stage reads over its memory bandwidth, plus a cost per
 split boundary:
 
-    t_token = sum_d  R_d / BW_d  +  sum_boundaries (A / L_b + lat_b)
-    R_d     = sum_{l on d} (W_l - E_l + f·E_l) + KV_l(n_kv_l)        (+ the output layer on its device)
+    t_token = sum_d (R_d / BW_d + K_d / BWatt_d)  +  sum_boundaries (A / L_b + lat_b)
+    R_d     = sum_{l on d} (W_l - E_l + f·E_l)                        (+ the output layer on its device)
+    K_d     = sum_{l on d} KV_l(n_kv_l)                               (attention reads the whole cache)
     f       = n_expert_used / n_expert                                (the experts one token touches)
-    KV_l    = (K+V bytes per cell) · min(n_ctx, window_l) · ...       (attention reads the whole cache)
     A       = n_embd · 4 bytes                                        (the f32 activation that crosses)
 
-where W_l are layer l's weight bytes and E_l its routed-expert bytes. Routed experts kept in host
-memory (`-ot exps=CPU`) are read at the host's bandwidth, and each such layer adds two boundaries
-(the activation goes to the CPU and back). With two stages, no experts and no boundary cost this is
-seed 003's harmonic formula, 1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
+where W_l are layer l's weight bytes and E_l its routed-expert bytes. BWatt_d is the rate attention
+reads the KV cache at: the device's bandwidth unless calibrated (a CPU's flash attention converts
+and dots f16 rows far slower than it streams quantized weights). Routed experts kept in host memory
+(`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's
+bandwidth, and each such layer adds two boundaries (the activation goes to the CPU and back). With
+two stages, no experts and no boundary cost this is seed 003's harmonic formula,
+1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
 
-Prefill (one ubatch of B tokens) is compute-bound:
+Prefill (one ubatch of B tokens) is mostly compute-bound:
 
-    t_ubatch = sum_d FLOPs_d / F_d  +  sum_{host weights offloaded} bytes / L_gpu0
-    FLOPs_d  = 2·B·P_d + 4·B·n_kv·(n_head·d_k) per attention layer
+    t_ubatch = sum_d (FLOPs_d / F_d + Att_d / Fatt_d + S_d / BW_d)  +  sum_{host weights offloaded} bytes / L_gpu0
+    FLOPs_d  = 2·B·P_d                                  (P_d the parameters used per token on device d)
+    Att_d    = 4·B·n_kv·(n_head·d_k) per attention layer on d
+    S_d      = the weight bytes d streams for the ubatch (dense weights, the experts it selects)
 
-with P_d the parameters used per token on device d. A weight in host memory is multiplied on the
+Every ubatch reads its weights once (S_d / BW_d, no overlap with the products assumed): a prompt cut
+into small ubatches streams the weights once per ubatch. A weight in host memory is multiplied on the
 first device whose backend offloads ops (CUDA, Vulkan, ...; not an rpc-server) when B reaches the
 offload batch (32 unless GGML_OP_OFFLOAD_MIN_BATCH says otherwise; seed 000 §1.off) and pays its
 transfer over that device's link once per ubatch — unless `--no-op-offload` keeps it on the CPU;
@@ -30,20 +36,21 @@ also costs the ubatch its boundary copy: the B activations cross, B·A / L_b + l
 
 Rates come, per device and figure, from the inventory's `calibrated:` block (`fitplan calibrate`)
 first, then from its stated figures (the catalog's or the file's), then from the assumptions below;
-the prediction lists which of those it used (`rate_sources`).
+the prediction lists which of those it used (`rate_sources`). Attention's rates, unless calibrated,
+are the device's bandwidth and FLOPs.
 """
 from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.hardware.inventory import DeviceSpec, Inventory, Quantity
 from planner.llama.context import ModelContext
 from planner.llama.placement import CPU
 from planner.memory.estimate import Estimate
 from planner.model.arch import ModelFacts
-from planner.model.costs import CostTable, LayerCost, WeightGroup
+from planner.model.costs import CostTable, LayerCost, WeightGroup, tensor_group
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
 from runtime.ggml.profiles import PROFILES, op_offload_min_batch
 
@@ -79,13 +86,24 @@ class PlacementView:
     output_on_host: bool = False       # `-ot` keeps the output matrix (and the logits) in host memory
     op_offload: bool = True            # `--no-op-offload` clears it
     n_past: int | None = None          # cells already in the cache (llama-bench -d); None: a full context
+    ffn_on_host: frozenset[int] = frozenset()   # dense layers whose FFN weights `-ot` keeps in host memory
+
+    def host_ffn(self, layer: int) -> bool:
+        """Whether a layer's FFN (routed experts, or a dense layer's FFN) reads host memory while the layer
+        itself is on a device: its activation goes to the CPU and back."""
+        return layer in self.experts_on_host or layer in self.ffn_on_host
 
 
 @dataclass(frozen=True)
 class StageTime:
     device: str
-    bytes_per_token: int
+    bytes_per_token: int        # weights and KV cache
     seconds_per_token: float
+    kv_bytes_per_token: int = 0   # of which the KV cache attention reads
+
+    @property
+    def weight_bytes_per_token(self) -> int:
+        return self.bytes_per_token - self.kv_bytes_per_token
 
 
 @dataclass(frozen=True)
@@ -109,9 +127,14 @@ def expert_fraction(n_expert: int, n_used: int) -> float:
 def layer_decode_bytes(layer: LayerCost, n_ctx: int, expert_fraction: float, n_seq: int = 1) -> tuple[int, int]:
     """(bytes read from the layer's device, bytes of routed experts read) for one decoded token."""
     experts = layer.group_bytes(WeightGroup.EXPERTS)
-    n_kv = min(n_ctx, layer.window) if layer.window else n_ctx
-    dense = layer.weight_bytes - experts + layer.kv_bytes_per_cell * n_kv + layer.state_bytes_per_seq * n_seq
+    dense = layer.weight_bytes - experts + layer_kv_bytes(layer, n_ctx) + layer.state_bytes_per_seq * n_seq
     return dense, int(experts * expert_fraction)
+
+
+def layer_kv_bytes(layer: LayerCost, n_ctx: int) -> int:
+    """The KV cache one decoded token's attention reads in a layer: n_ctx cells, at most the window."""
+    n_kv = min(n_ctx, layer.window) if layer.window else n_ctx
+    return layer.kv_bytes_per_cell * n_kv
 
 
 class Rates:
@@ -138,6 +161,22 @@ class Rates:
     def flops(self, name: str) -> float:
         stated = self.host.fp16_flops if name == CPU else self.devices[name].fp16_flops
         return self._rate(name, Quantity.FLOPS, stated, FALLBACK_FLOPS)
+
+    def attention_bandwidth(self, name: str) -> float:
+        """The rate attention reads the KV cache at: calibrated, else the device's bandwidth."""
+        measured = self.calibration.figure(name, Quantity.ATTENTION_BANDWIDTH) if self.calibration else None
+        if measured:
+            self.sources.add(CALIBRATED)
+            return measured
+        return self.bandwidth(name)
+
+    def attention_flops(self, name: str) -> float:
+        """The FLOP/s of a prompt's attention: calibrated, else the device's FLOPs."""
+        measured = self.calibration.figure(name, Quantity.ATTENTION_FLOPS) if self.calibration else None
+        if measured:
+            self.sources.add(CALIBRATED)
+            return measured
+        return self.flops(name)
 
     def link(self, name: str) -> float:
         """Bytes/s between this device and the host (a huge figure for the host itself)."""
@@ -187,7 +226,7 @@ def boundaries(costs: CostTable, view: PlacementView) -> list[tuple[str, str]]:
     pairs = [(prev, cur) for prev, cur in itertools.pairwise(order) if prev != cur]
     for layer in costs.layers:
         dev = view.layer_device[layer.index]
-        if not layer.nextn and layer.index in view.experts_on_host and dev != CPU:
+        if not layer.nextn and view.host_ffn(layer.index) and dev != CPU:
             pairs += [(dev, CPU), (CPU, dev)]
     return pairs
 
@@ -200,29 +239,41 @@ def decode_cells(view: PlacementView, window: int) -> int:
 
 def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory: Inventory) -> Prediction:
     rates = Rates(inventory)
-    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
-    act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
-    per_device: dict[str, int] = {}
+    per_device, kv_per_device = decode_bytes(facts, costs, view)
     pairs = boundaries(costs, view)
+    act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
     boundary_s = sum(_boundary_seconds(rates, a, b, act) for a, b in pairs)
-    for layer in costs.layers:
-        if layer.nextn:
-            continue  # MTP blocks are not run for plain decoding
-        dev = view.layer_device[layer.index]
-        dense, experts = layer_decode_bytes(layer, decode_cells(view, layer.window), frac, view.n_seq)
-        on_host = layer.index in view.experts_on_host and dev != CPU
-        per_device[dev] = per_device.get(dev, 0) + dense + (0 if on_host else experts)
-        if on_host:
-            per_device[CPU] = per_device.get(CPU, 0) + experts
-    out_dev = CPU if view.output_on_host else view.output_device
-    per_device[out_dev] = per_device.get(out_dev, 0) + _output_bytes(costs)
-    seconds = {dev: n_bytes / rates.bandwidth(dev) for dev, n_bytes in per_device.items()}
+    seconds = {dev: n_bytes / rates.bandwidth(dev) + kv_per_device.get(dev, 0) / rates.attention_bandwidth(dev)
+               for dev, n_bytes in per_device.items()}
     t_token = sum(seconds.values()) + boundary_s
-    stages = tuple(StageTime(d, per_device[d], seconds[d]) for d in per_device)
+    stages = tuple(StageTime(d, per_device[d] + kv_per_device.get(d, 0), seconds[d], kv_per_device.get(d, 0))
+                   for d in per_device)
     prefill = _prefill_tokens_s(facts, costs, view, rates, pairs)
     return Prediction(decode_tokens_s=1.0 / t_token if t_token > 0 else 0.0, prefill_tokens_s=prefill,
                       stages=stages, n_boundaries=len(pairs), assumed_rates=rates.assumed,
                       rate_sources=rates.source_list)
+
+
+def decode_bytes(facts: ModelFacts, costs: CostTable, view: PlacementView) -> tuple[dict[str, int], dict[str, int]]:
+    """What one decoded token reads on each device: (weights and recurrent state, KV cache)."""
+    frac = expert_fraction(facts.n_expert, facts.n_expert_used)
+    weights: dict[str, int] = {}
+    kv: dict[str, int] = {}
+    for layer in costs.layers:
+        if layer.nextn:
+            continue  # MTP blocks are not run for plain decoding
+        dev = view.layer_device[layer.index]
+        cache = layer_kv_bytes(layer, decode_cells(view, layer.window))
+        dense, experts = layer_decode_bytes(layer, decode_cells(view, layer.window), frac, view.n_seq)
+        ffn = layer.group_bytes(WeightGroup.FFN) if layer.index in view.ffn_on_host and dev != CPU else 0
+        on_host = (experts if layer.index in view.experts_on_host and dev != CPU else 0) + ffn
+        weights[dev] = weights.get(dev, 0) + dense - cache + experts - on_host
+        kv[dev] = kv.get(dev, 0) + cache
+        if on_host:
+            weights[CPU] = weights.get(CPU, 0) + on_host
+    out_dev = CPU if view.output_on_host else view.output_device
+    weights[out_dev] = weights.get(out_dev, 0) + _output_bytes(costs)
+    return weights, kv
 
 
 def _output_bytes(costs: CostTable) -> int:
@@ -244,10 +295,12 @@ def prefill_cells(view: PlacementView, window: int) -> float:
 class PrefillWork:
     """What one ubatch of a prompt asks of each device before any rate applies."""
 
-    flops: dict[str, float]         # FLOPs per device (the logits of the prompt's last token included)
+    flops: dict[str, float]         # matrix-product FLOPs per device (the prompt's last logits included)
     offload_bytes: float            # host weights op offload moves to `offload_to` (0 without it)
     offload_to: str | None
     boundary_bytes: int             # the ubatch's activations, copied at each split boundary
+    attention: dict[str, float] = field(default_factory=dict)   # attention FLOPs, on the KV cache's device
+    streamed: dict[str, float] = field(default_factory=dict)    # weight bytes each device reads for the ubatch
 
 
 def prefill_work(facts: ModelFacts, costs: CostTable, view: PlacementView, first_offload_device: str | None
@@ -257,10 +310,13 @@ def prefill_work(facts: ModelFacts, costs: CostTable, view: PlacementView, first
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     selected = 1.0 - (1.0 - frac) ** batch if facts.n_expert else 0.0
     flops: dict[str, float] = {}
+    attention: dict[str, float] = {}
+    streamed: dict[str, float] = {}
     moved = 0.0
 
-    def add(dev: str, n: float) -> None:
-        flops[dev] = flops.get(dev, 0.0) + n
+    def add(into: dict[str, float], dev: str, n: float) -> None:
+        if n > 0:
+            into[dev] = into.get(dev, 0.0) + n
 
     for layer in costs.layers:
         if layer.nextn:
@@ -268,30 +324,40 @@ def prefill_work(facts: ModelFacts, costs: CostTable, view: PlacementView, first
         dev = view.layer_device[layer.index]
         lf = facts.layers[layer.index]
         elems = dict(layer.elements)
-        expert_p = frac * elems.get(WeightGroup.EXPERTS, 0)
-        dense_p = sum(elems.values()) - elems.get(WeightGroup.EXPERTS, 0)
-        # QK^T and softmax(QK^T)·V
-        attn = 4 * batch * prefill_cells(view, lf.window) * lf.n_head * lf.head_dim_k
-        dense_flops, expert_flops = 2 * batch * dense_p + attn, 2 * batch * expert_p
-        experts_host = dev == CPU or layer.index in view.experts_on_host
-        if offload_to is not None and experts_host:
-            moved += (layer.weight_bytes - layer.group_bytes(WeightGroup.EXPERTS)) if dev == CPU else 0
-            moved += layer.group_bytes(WeightGroup.EXPERTS) * selected
-            add(offload_to, dense_flops + expert_flops)
-        elif experts_host:
-            add(CPU, expert_flops)
-            add(dev, dense_flops)
+        expert_p, ffn_p = elems.get(WeightGroup.EXPERTS, 0), elems.get(WeightGroup.FFN, 0)
+        expert_b, ffn_b = layer.group_bytes(WeightGroup.EXPERTS), layer.group_bytes(WeightGroup.FFN)
+        used_p = sum(elems.values()) - expert_p + frac * expert_p      # parameters one token multiplies
+        used_b = layer.weight_bytes - expert_b + selected * expert_b   # weight bytes the ubatch reads
+        # QK^T and softmax(QK^T)·V, where the layer's KV cache is (op offload moves only weights' ops)
+        add(attention, dev, 4 * batch * prefill_cells(view, lf.window) * lf.n_head * lf.head_dim_k)
+        if dev == CPU:
+            host_p, host_b = used_p, used_b
+        else:   # routed experts or a dense FFN that -ot keeps in host memory
+            on_e, on_f = layer.index in view.experts_on_host, layer.index in view.ffn_on_host
+            host_p = (frac * expert_p if on_e else 0.0) + (ffn_p if on_f else 0.0)
+            host_b = (selected * expert_b if on_e else 0.0) + (ffn_b if on_f else 0.0)
+        add(flops, dev, 2 * batch * (used_p - host_p))
+        add(streamed, dev, used_b - host_b)
+        if offload_to is not None:
+            moved += host_b                  # copied to the offload device, multiplied there
+            add(flops, offload_to, 2 * batch * host_p)
         else:
-            add(dev, dense_flops + expert_flops)
-    # Only the last token of a prompt needs logits.
-    add(CPU if view.output_on_host else view.output_device, 2 * facts.n_vocab * facts.n_embd)
-    return PrefillWork(flops, moved, offload_to, batch * facts.n_embd * ACTIVATION_BYTES_PER_VALUE)
+            add(flops, CPU, 2 * batch * host_p)
+            add(streamed, CPU, host_b)
+    # Only the last token of a prompt needs logits: the whole output matrix is read for one row.
+    out_dev = CPU if view.output_on_host else view.output_device
+    add(flops, out_dev, 2 * facts.n_vocab * facts.n_embd)
+    add(streamed, out_dev, _output_bytes(costs))
+    return PrefillWork(flops, moved, offload_to, batch * facts.n_embd * ACTIVATION_BYTES_PER_VALUE,
+                       attention, streamed)
 
 
 def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates,
                       pairs: list[tuple[str, str]]) -> float:
     work = prefill_work(facts, costs, view, rates.first_device)
     t = sum(n / rates.flops(dev) for dev, n in work.flops.items())
+    t += sum(n / rates.attention_flops(dev) for dev, n in work.attention.items())
+    t += sum(n / rates.bandwidth(dev) for dev, n in work.streamed.items())   # each ubatch reads its weights
     if work.offload_to is not None and work.offload_bytes:
         t += work.offload_bytes / rates.link(work.offload_to)   # the op-offload transfers
     # the boundary copies: the ubatch's activations cross every boundary
@@ -316,6 +382,14 @@ def experts_on_host_of(est: Estimate) -> frozenset[int]:
                      if dev == CPU and (m := LAYER_OF.match(name)) and _EXPS.search(name))
 
 
+def ffn_on_host_of(est: Estimate) -> frozenset[int]:
+    """The layers whose dense FFN weights an estimate's -ot rules keep in host memory (any of
+    ffn_gate/up/down: the layer's FFN then runs on the CPU, its whole group counted there)."""
+    return frozenset(int(m.group(1)) for name, dev in est.moved
+                     if dev == CPU and (m := LAYER_OF.match(name))
+                     and tensor_group(name[m.end():]) is WeightGroup.FFN)
+
+
 def view_of_estimate(ctx: ModelContext, est: Estimate, experts_on_host: frozenset[int] = frozenset(),
                      output_on_host: bool = False, n_past: int | None = None) -> PlacementView:
     """The placement an estimate describes, as the throughput model sees it."""
@@ -326,7 +400,8 @@ def view_of_estimate(ctx: ModelContext, est: Estimate, experts_on_host: frozense
             if il < n:
                 layer_device[il] = dev
     return PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
-                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload, n_past)
+                         est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload, n_past,
+                         ffn_on_host_of(est))
 
 
 def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,

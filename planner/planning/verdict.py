@@ -12,7 +12,7 @@ llama-server's continuous batching (-np N slots) decodes the N sequences of its 
 A step reads the weights once and each sequence's own KV cache, and multiplies N tokens, so per
 device d (the roofline: whichever of memory and compute takes longer bounds the device's stage):
 
-    t_step(N) = sum_d max((W_d + N·KV_d) / BW_d,  N·F_d / FLOPS_d)  +  sum_boundaries (A / L_b + lat_b)
+    t_step(N) = sum_d max(W_d / BW_d + N·KV_d / BWatt_d,  N·F_d / FLOPS_d)  +  sum_boundaries (A / L_b + lat_b)
 
 with W_d, KV_d, the boundaries and the rates as planner/planning/throughput.py has them for one
 token (W_d: what the layers on d read at an empty cache; KV_d: what one sequence's cache adds;
@@ -93,12 +93,15 @@ def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, invento
     one = replace(view, n_seq=1)
     empty = predict(ctx.facts, costs, replace(one, n_past=0), inventory)
     full = predict(ctx.facts, costs, one, inventory)
-    weights = {s.device: s.bytes_per_token for s in empty.stages}
-    kv = {s.device: s.bytes_per_token - weights.get(s.device, 0) for s in full.stages}
+    weights = {s.device: s.weight_bytes_per_token for s in empty.stages}
+    kv = {s.device: s.kv_bytes_per_token for s in full.stages}
     stage_s = sum(s.seconds_per_token for s in empty.stages)
     boundary_s = max(1.0 / empty.decode_tokens_s - stage_s, 0.0) if empty.decode_tokens_s else 0.0
     work = prefill_work(ctx.facts, costs, replace(one, n_ubatch=1), None)
-    return StepTerms(weights, kv, dict(work.flops), boundary_s, full.n_boundaries, full.rate_sources)
+    flops = dict(work.flops)
+    for dev, n in work.attention.items():
+        flops[dev] = flops.get(dev, 0.0) + n
+    return StepTerms(weights, kv, flops, boundary_s, full.n_boundaries, full.rate_sources)
 
 
 def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
@@ -107,7 +110,8 @@ def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
     devices = set(terms.weight_bytes) | set(terms.kv_bytes) | set(terms.flops)
     t = terms.boundary_s
     for dev in devices:
-        memory = (terms.weight_bytes.get(dev, 0) + n_seq * terms.kv_bytes.get(dev, 0)) / rates.bandwidth(dev)
+        memory = (terms.weight_bytes.get(dev, 0) / rates.bandwidth(dev)
+                  + n_seq * terms.kv_bytes.get(dev, 0) / rates.attention_bandwidth(dev))
         compute = n_seq * terms.flops.get(dev, 0.0) / rates.flops(dev)
         t += max(memory, compute)
     return t

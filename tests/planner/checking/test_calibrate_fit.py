@@ -7,6 +7,8 @@ import math
 import pytest
 
 from planner.checking.calibrate import (
+    ATTENTION,
+    FFN_ON_HOST,
     OUTPUT_ON_HOST,
     CalibrationError,
     Observation,
@@ -74,10 +76,31 @@ def test_a_rate_at_or_below_zero_is_refused():
 
 
 def test_placements_vary_the_boundaries_on_each_endpoint():
-    placements = dict(calibration_placements(18, ["RPC0", "RPC1"]))
-    assert placements["host"] == ["-ngl", "0"]
-    assert placements["RPC0 all"] == ["-dev", "RPC0", "-ngl", "999"]
-    assert placements["RPC1 layers, output on host"] == ["-dev", "RPC1", "-ngl", "999", "-ot", OUTPUT_ON_HOST]
-    assert placements["RPC0 half"] == ["-dev", "RPC0", "-ngl", "9"]
-    assert placements["split evenly"] == ["-dev", "RPC0,RPC1", "-ngl", "999", "-ts", "1,1"]
-    assert "split evenly" not in dict(calibration_placements(18, ["RPC0"]))
+    placements = {p.name: (list(p.flags), p.depth) for p in calibration_placements(18, ["RPC0", "RPC1"], 2048)}
+    assert placements["host"] == (["-ngl", "0"], 0)
+    assert placements["host, depth 2048"] == (["-ngl", "0"], 2048)
+    assert placements["RPC0 all"] == (["-dev", "RPC0", "-ngl", "999"], 0)
+    assert placements["RPC1 layers, output on host"] == (["-dev", "RPC1", "-ngl", "999", "-ot", OUTPUT_ON_HOST], 0)
+    assert placements["RPC0 half"] == (["-dev", "RPC0", "-ngl", "9"], 0)
+    assert placements["RPC1 all, FFN on host"] == (["-dev", "RPC1", "-ngl", "999", "-ot", FFN_ON_HOST], 0)
+    assert placements["RPC0 all, depth 2048"] == (["-dev", "RPC0", "-ngl", "999"], 2048)
+    assert placements["split evenly"] == (["-dev", "RPC0,RPC1", "-ngl", "999", "-ts", "1,1"], 0)
+    assert "split evenly" not in {p.name for p in calibration_placements(18, ["RPC0"])}
+
+
+def test_an_attention_column_at_or_below_zero_is_dropped_not_refused():
+    # KV bytes that cost nothing measurable: the fit keeps the bandwidth and drops the attention rate
+    obs = [Observation(1.0 + 0.1 * k, {"CPU": 5e9, "CPU" + ATTENTION: 1e6 * k}, 0) for k in (0, 0, 0)]
+    obs += [Observation(1.0 - 1e-3, {"CPU": 5e9, "CPU" + ATTENTION: 1e8}, 0)]
+    fit = fit_rates(obs)
+    assert set(fit.seconds_per_unit) == {"CPU"}
+    assert 1 / fit.seconds_per_unit["CPU"] == pytest.approx(5e9, rel=1e-3)
+
+
+def test_attention_is_fitted_apart_from_the_weights():
+    # host: weights at 5 GB/s, the KV cache at 1 GB/s; runs at depth 0 (8 cells) and at depth (2048)
+    def run(weights: float, kv: float) -> Observation:
+        return Observation(weights / 5e9 + kv / 1e9, {"CPU": weights, "CPU" + ATTENTION: kv}, 0)
+    fit = fit_rates([run(2.4e8, 5e4), run(2.4e8, 1.4e7), run(1.2e8, 5e4), run(1.2e8, 1.4e7)])
+    assert 1 / fit.seconds_per_unit["CPU"] == pytest.approx(5e9)
+    assert 1 / fit.seconds_per_unit["CPU" + ATTENTION] == pytest.approx(1e9)

@@ -17,14 +17,16 @@ from planner.hardware.inventory import (
     Quantity,
 )
 from planner.llama.context import model_context
-from planner.model.costs import cost_table
+from planner.model.costs import WeightGroup, cost_table
 from planner.planning.throughput import (
     ASSUMED,
     CALIBRATED,
     STATED,
     PlacementView,
     Rates,
+    decode_bytes,
     predict,
+    prefill_work,
 )
 
 LATENCY_S, LINK = 300e-6, 1e9
@@ -94,3 +96,53 @@ def test_decode_at_a_depth_reads_the_cells_written_so_far(gemma):
     t_shallow = 1 / predict(ctx.facts, costs, shallow, inv).decode_tokens_s
     t_deep = 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s
     assert t_deep - t_shallow == pytest.approx(extra / 8e9)
+
+
+def test_attention_reads_the_cache_at_its_calibrated_rate(gemma):
+    """A CPU's flash attention reads f16 KV rows slower than it streams weights: with an attention rate
+    calibrated, the depth's extra cells cost their bytes at that rate, the weights keep theirs."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    cal = _calibration()
+    cal = Calibration(cal.date, cal.method, cal.tool,
+                      (*cal.figures, CalibratedFigure("CPU", Quantity.ATTENTION_BANDWIDTH, 1e9, "by hand")))
+    inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=cal)
+    shallow = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=100)
+    deep = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=2100)
+    extra = sum(layer.kv_bytes_per_cell * ((min(2100, layer.window) - min(100, layer.window)) if layer.window
+                                           else 2000) for layer in costs.layers)
+    p_shallow, p_deep = predict(ctx.facts, costs, shallow, inv), predict(ctx.facts, costs, deep, inv)
+    assert 1 / p_deep.decode_tokens_s - 1 / p_shallow.decode_tokens_s == pytest.approx(extra / 1e9)
+    [stage] = p_deep.stages
+    assert stage.kv_bytes_per_token - p_shallow.stages[0].kv_bytes_per_token == extra
+
+
+def test_ffn_kept_on_the_host_reads_there_and_crosses_twice_a_layer(gemma):
+    """`-ot blk.N.ffn_(gate|up|down)=CPU` on a layer of RPC0: its FFN bytes stream at the host's rate and
+    the activation goes to the CPU and back."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    inv = Inventory((_rpc(0),), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=_calibration("RPC0"))
+    base = PlacementView(tuple(["RPC0"] * n), "RPC0", frozenset(), 1024, n_ubatch=128, n_past=0)
+    moved = PlacementView(tuple(["RPC0"] * n), "RPC0", frozenset(), 1024, n_ubatch=128, n_past=0,
+                          ffn_on_host=frozenset({2, 5}))
+    p0, p1 = predict(ctx.facts, costs, base, inv), predict(ctx.facts, costs, moved, inv)
+    assert p1.n_boundaries == p0.n_boundaries + 4
+    ffn = sum(costs.layers[i].group_bytes(WeightGroup.FFN) for i in (2, 5))
+    act = ctx.facts.n_embd * 4
+    assert 1 / p1.decode_tokens_s - 1 / p0.decode_tokens_s == pytest.approx(
+        ffn / 8e9 - ffn / 4e9 + 4 * (LATENCY_S + act / LINK))
+    host = {s.device: s for s in p1.stages}["CPU"]
+    assert host.bytes_per_token == ffn
+
+
+def test_a_one_token_ubatch_streams_what_a_decoded_token_reads(gemma):
+    """Prefill streams each ubatch's weights once: for one token, exactly the weights decode reads (the
+    two are computed apart: decode_bytes and prefill_work)."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    view = PlacementView(tuple(["CPU"] * (n // 2) + ["RPC0"] * (n - n // 2)), "RPC0", frozenset(), 1024,
+                         n_ubatch=1, n_past=0, op_offload=False)
+    weights, _ = decode_bytes(ctx.facts, costs, view)
+    work = prefill_work(ctx.facts, costs, view, None)
+    assert work.streamed == pytest.approx({d: float(b) for d, b in weights.items()})
