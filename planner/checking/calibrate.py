@@ -312,25 +312,18 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
     prefill = fit_rates([replace(r.prefill, seconds=max(r.prefill.seconds - t, 0.0))
                          for r, t in zip(runs, streaming, strict=True)])
     over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
-    figures = []
-    for dev, sec in decode.seconds_per_unit.items():
-        if dev.endswith(ATTENTION):
-            figures.append(CalibratedFigure(dev.removesuffix(ATTENTION), Quantity.ATTENTION_BANDWIDTH, 1.0 / sec,
-                                            f"tg{work.n_gen} at depths 0 and {request.depth}: KV-cache bytes a token's "
-                                            f"attention reads (fitplan's cost table) ÷ their seconds, {over}"))
-        else:
-            figures.append(CalibratedFigure(dev, Quantity.BANDWIDTH, 1.0 / sec,
-                                            f"tg{work.n_gen}: weight bytes read per token (fitplan's cost table) ÷ "
-                                            f"seconds per token, {over}"))
-    for dev, sec in prefill.seconds_per_unit.items():
-        if dev.endswith(ATTENTION):
-            figures.append(CalibratedFigure(dev.removesuffix(ATTENTION), Quantity.ATTENTION_FLOPS, 1.0 / sec,
-                                            f"pp{work.n_prompt} at depths 0 and {request.depth}: attention FLOPs per "
-                                            f"ubatch ÷ their seconds, {over}"))
-        else:
-            figures.append(CalibratedFigure(dev, Quantity.FLOPS, 1.0 / sec,
-                                            f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill model) ÷ seconds "
-                                            f"per ubatch less the weights it streams at the fitted bandwidth, {over}"))
+    depths = f"at depths 0 and {request.depth}"
+    figures = [_rate_figure(dev, sec, (Quantity.BANDWIDTH, f"tg{work.n_gen}: weight bytes read per token (fitplan's "
+                                       f"cost table) ÷ seconds per token, {over}"),
+                            (Quantity.ATTENTION_BANDWIDTH, f"tg{work.n_gen} {depths}: KV-cache bytes a token's "
+                             f"attention reads (fitplan's cost table) ÷ their seconds, {over}"))
+               for dev, sec in decode.seconds_per_unit.items()]
+    figures += [_rate_figure(dev, sec, (Quantity.FLOPS, f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill "
+                                        f"model) ÷ seconds per ubatch less the weights it streams at the fitted "
+                                        f"bandwidth, {over}"),
+                             (Quantity.ATTENTION_FLOPS, f"pp{work.n_prompt} {depths}: attention FLOPs per ubatch ÷ "
+                              f"their seconds, {over}"))
+                for dev, sec in prefill.seconds_per_unit.items()]
     rpc_devices = sorted(d for d in decode.seconds_per_unit if d != CPU and not d.endswith(ATTENTION))
     if decode.per_boundary_s is not None and rpc_devices:
         for dev in rpc_devices:
@@ -347,6 +340,14 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                        + "; medians of the repeats; rates fitted by least squares on fitplan's own bytes, FLOPs "
                        "and boundary counts (planner/checking/calibrate.py)" + unmeasured,
                        bench_version(bin_dir), tuple(figures))
+
+
+def _rate_figure(column: str, seconds_per_unit: float, plain: tuple[Quantity, str],
+                 attention: tuple[Quantity, str]) -> CalibratedFigure:
+    """A fitted column as a figure: a device's own rate, or (`dev + ATTENTION`) its attention's."""
+    if column.endswith(ATTENTION):
+        return CalibratedFigure(column.removesuffix(ATTENTION), attention[0], 1.0 / seconds_per_unit, attention[1])
+    return CalibratedFigure(column, plain[0], 1.0 / seconds_per_unit, plain[1])
 
 
 def _finite(x: float) -> float:

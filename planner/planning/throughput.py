@@ -164,19 +164,17 @@ class Rates:
 
     def attention_bandwidth(self, name: str) -> float:
         """The rate attention reads the KV cache at: calibrated, else the device's bandwidth."""
-        measured = self.calibration.figure(name, Quantity.ATTENTION_BANDWIDTH) if self.calibration else None
-        if measured:
-            self.sources.add(CALIBRATED)
-            return measured
-        return self.bandwidth(name)
+        return self._attention(name, Quantity.ATTENTION_BANDWIDTH) or self.bandwidth(name)
 
     def attention_flops(self, name: str) -> float:
         """The FLOP/s of a prompt's attention: calibrated, else the device's FLOPs."""
-        measured = self.calibration.figure(name, Quantity.ATTENTION_FLOPS) if self.calibration else None
+        return self._attention(name, Quantity.ATTENTION_FLOPS) or self.flops(name)
+
+    def _attention(self, name: str, quantity: Quantity) -> float | None:
+        measured = self.calibration.figure(name, quantity) if self.calibration else None
         if measured:
             self.sources.add(CALIBRATED)
-            return measured
-        return self.flops(name)
+        return measured
 
     def link(self, name: str) -> float:
         """Bytes/s between this device and the host (a huge figure for the host itself)."""
