@@ -1,6 +1,7 @@
 """The throughput model checked against llama-bench (issue 21, deliverable 2).
 
     python -m bench.bench_throughput [--repeats 3] [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
+                                     [--save TIMINGS.json | --replay TIMINGS.json]
 
 Runs the pinned llama-bench for every placement in PLACEMENTS (listed here, before any measurement):
 the host alone, partial offload, two and three loopback rpc-servers, routed experts kept on the host,
@@ -24,6 +25,7 @@ asserts nothing. Every rpc-server and llama-bench it starts is stopped by its ow
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -38,7 +40,7 @@ from gguf import GGMLQuantizationType
 from scipy.stats import spearmanr
 
 from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate
-from planner.checking.llama_bench import Workload, placement_views, run_llama_bench
+from planner.checking.llama_bench import Timing, Workload, placement_views, run_llama_bench
 from planner.core.llama_tools import ensure_tools, rpc_servers
 from planner.gguf.examples import resolve_model
 from planner.hardware.detect import detect_inventory
@@ -95,6 +97,19 @@ PLACEMENTS: tuple[Placement, ...] = (
 )
 
 
+def timings_json(calibration: dict[str, Timing], rows: list[Row], repeats: int) -> dict:
+    """What was measured, for --replay: llama-bench's medians per calibration run and placement."""
+    def one(t: Timing) -> dict:
+        return {"tg_tokens_s": t.tg_tokens_s, "pp_tokens_s": t.pp_tokens_s, "n_ubatch": t.n_ubatch}
+    return {"repeats": repeats, "n_prompt": N_PROMPT, "n_gen": N_GEN,
+            "calibration": {name: one(t) for name, t in calibration.items()},
+            "placements": {r.placement.name: one(r.timing) for r in rows}}
+
+
+def _timings(doc: dict) -> dict[str, Timing]:
+    return {name: Timing(v["tg_tokens_s"], v["pp_tokens_s"], v["n_ubatch"]) for name, v in doc.items()}
+
+
 @dataclass(frozen=True)
 class Row:
     placement: Placement
@@ -104,6 +119,7 @@ class Row:
     pp_measured: float
     pp_predicted: float
     load: str
+    timing: Timing
 
     @property
     def tg_error(self) -> float:
@@ -139,7 +155,9 @@ def wait_for_quiet(max_load: float, max_wait_s: float) -> None:
 
 
 def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory: Inventory,
-            endpoints: list[str], repeats: int, threads: int | None) -> list[Row]:
+            endpoints: list[str], repeats: int, threads: int | None,
+            measured: dict[str, Timing] | None = None) -> list[Row]:
+    """llama-bench on each placement (or, `measured`, the timings of an earlier run) beside the prediction."""
     bin_dir = ensure_tools()
     rows = []
     for p in placements:
@@ -150,9 +168,10 @@ def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory
         views = placement_views(ctx, list(p.flags), inventory, work, endpoints)
         decode = predict(ctx.facts, costs, views.decode, inventory)
         prefill = predict(ctx.facts, costs, views.prefill, inventory)
-        timing = run_llama_bench(bin_dir, models[p.model], list(p.flags), work, endpoints)
+        timing = (measured[p.name] if measured is not None
+                  else run_llama_bench(bin_dir, models[p.model], list(p.flags), work, endpoints))
         row = Row(p, decode.n_boundaries, timing.tg_tokens_s, decode.decode_tokens_s, timing.pp_tokens_s,
-                  prefill.prefill_tokens_s, f"{before:.2f}->{load1():.2f}")
+                  prefill.prefill_tokens_s, f"{before:.2f}->{load1():.2f}" if measured is None else "replayed", timing)
         print(f"  {p.name:<42} tg {row.tg_measured:7.1f} (pred {row.tg_predicted:7.1f}, {row.tg_error:5.1%})  "
               f"pp {row.pp_measured:7.1f} (pred {row.pp_predicted:7.1f}, {row.pp_error:5.1%})  "
               f"boundaries {row.boundaries}  load {row.load}", flush=True)
@@ -201,7 +220,11 @@ def main() -> None:
                     help="llama-bench -t for the host (default 1, as each rpc-server runs: a two-thread host on two "
                     "shared cores waits at every op's barrier whenever other work holds a core)")
     ap.add_argument("--only", help="run only placements whose name contains this")
+    ap.add_argument("--save", type=Path, help="write every timing measured (calibration and placements) here, as JSON")
+    ap.add_argument("--replay", type=Path, help="measure nothing: calibrate and compare with the timings of a --save "
+                    "file (the same measurements, predicted by the model as it is now)")
     args = ap.parse_args()
+    replay = json.loads(args.replay.read_text()) if args.replay else None
     placements = tuple(p for p in PLACEMENTS if not args.only or args.only in p.name)
     print(f"== throughput model vs llama-bench: {len(placements)} placements, pp{N_PROMPT} / tg{N_GEN}, "
           f"{args.repeats} repeats each, host threads {args.threads or 'default'}")
@@ -213,22 +236,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-tp-") as tmp:
         models = {GEMMA: resolve_model(GEMMA), MOE: str(write_moe(Path(tmp)))}
         with rpc_servers(N_RPC) as endpoints:
-            wait_for_quiet(args.max_load, args.max_wait_s)
+            if replay is None:
+                wait_for_quiet(args.max_load, args.max_wait_s)
             print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             inventory = detect_inventory(endpoints)
+            measured_cal: dict[str, Timing] = {}
             if args.calibrated:
                 inventory = replace(inventory, calibration=load_inventory(args.calibrated).calibration)
             else:
                 print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
                 result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(N_PROMPT, N_GEN, 0, args.repeats,
-                                                                                   args.threads)))
+                                                                                   args.threads)),
+                                   measured=_timings(replay["calibration"]) if replay else None)
                 print(result.to_table())
                 inventory = result.inventory
+                measured_cal = {r.name: r.timing for r in result.runs}
                 if args.write_calibrated:
                     args.write_calibrated.write_text(yaml.safe_dump(result.document(), sort_keys=False,
                                                                     allow_unicode=True))
-            rows = measure(placements, models, inventory, endpoints, args.repeats, args.threads)
+            rows = measure(placements, models, inventory, endpoints, args.repeats, args.threads,
+                           _timings(replay["placements"]) if replay else None)
             print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            if args.save:
+                args.save.write_text(json.dumps(timings_json(measured_cal, rows, args.repeats), indent=1) + "\n")
     lines = summary(rows)
     print("\n".join(lines))
     if args.markdown:

@@ -17,8 +17,8 @@ at (from the run at depth), its matrix throughput and attention FLOPs (the promp
 weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
 the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
 noise). The prefill slope less the hand-off latency is the boundary copy of the ubatch's activations,
-B·A bytes; where the fit cannot tell that copy from noise, the link figure is the lower bound the fit
-allows. The figures go into the inventory's `calibrated:` block with the method next to each.
+B·A bytes; where the fit cannot tell that copy from noise it writes no link figure (the stated or
+assumed link stays). The figures go into the inventory's `calibrated:` block with the method next to each.
 """
 from __future__ import annotations
 
@@ -260,8 +260,11 @@ _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
 }
 
 
-def calibrate(request: CalibrateRequest, bin_dir: Path | None = None) -> CalibrateResult:
-    """Measure the host and each RPC endpoint of `request` and return the inventory with its rates."""
+def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
+              measured: dict[str, Timing] | None = None) -> CalibrateResult:
+    """Measure the host and each RPC endpoint of `request` and return the inventory with its rates.
+    `measured` (placement name -> timing) replays timings taken before instead of running llama-bench:
+    the same measurements fitted by the model as it is now (bench_throughput --replay)."""
     bin_dir = bin_dir or ensure_tools()
     rpc = list(request.rpc)
     inventory = detect_inventory(rpc)
@@ -277,7 +280,7 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None) -> Calibra
         flags = list(place.flags)
         work = replace(request.work, n_depth=place.depth)
         views = placement_views(ctx, flags, inventory, work, rpc)
-        timing = run_llama_bench(bin_dir, path, flags, work, rpc)
+        timing = measured[place.name] if measured is not None else run_llama_bench(bin_dir, path, flags, work, rpc)
         log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", place.name, timing.tg_tokens_s, timing.pp_tokens_s)
         prefill, streamed = prefill_observation(ctx, views.prefill, timing.pp_s_per_ubatch)
         runs.append(CalibrationRun(place.name, place.flags, timing,
@@ -286,7 +289,7 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None) -> Calibra
     calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
     # timings on a shared machine are only as good as its quiet: say how busy it was
     load = f"; 1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
-    calibration = replace(calibration, method=calibration.method + load)
+    calibration = replace(calibration, method=calibration.method + (" (replayed timings)" if measured else load))
     return CalibrateResult(replace(inventory, calibration=calibration), tuple(runs), request.model)
 
 
@@ -357,19 +360,20 @@ def _finite(x: float) -> float:
 def _link_figures(rpc_devices: list[str], runs: Sequence[CalibrationRun], decode: RateFit, prefill: RateFit,
                   n_embd: int, over: str) -> list[CalibratedFigure]:
     """The boundary copy: the prefill fit's per-boundary cost less the hand-off latency, over the bytes
-    of the ubatch's activations; a lower bound where the copy is not told apart from noise."""
+    of the ubatch's activations. Where the copy is not told apart from noise there is no figure: the
+    bound the noise allows is the most pessimistic link the data admit, not a measurement of it, and
+    a plan predicted from it would charge every boundary that worst case (the device's stated link, or
+    the assumed one, is used, and the prediction says so)."""
     assert decode.per_boundary_s is not None
     ubatch = min(r.timing.n_ubatch for r in runs)
     copy_bytes = ubatch * n_embd * ACTIVATION_BYTES_PER_VALUE
     copy_s = (prefill.per_boundary_s or 0.0) - decode.per_boundary_s
     noise = math.hypot(prefill.per_boundary_stderr_s, decode.per_boundary_stderr_s)
     if math.isnan(noise) or copy_s <= _SIGNIFICANT_SIGMAS * noise:
-        bound = max(copy_s, 0.0) + _SIGNIFICANT_SIGMAS * (0.0 if math.isnan(noise) else noise)
-        if bound <= 0:
-            return []
-        how = (f"lower bound: the boundary copy of a pp ubatch ({copy_bytes} B of activations) is not told apart "
-               f"from noise; at most {bound * 1e6:.0f} µs ({_SIGNIFICANT_SIGMAS:g} σ) per boundary, {over}")
-        return [CalibratedFigure(dev, Quantity.LINK, copy_bytes / bound, how) for dev in rpc_devices]
+        log.warning("calibration: the boundary copy of a pp ubatch (%d B) fits at %.0f ± %.0f µs, not told apart "
+                    "from noise; no link figure is written", copy_bytes, copy_s * 1e6,
+                    0.0 if math.isnan(noise) else noise * 1e6)
+        return []
     how = (f"boundary copy: (prefill per-boundary cost − hand-off latency) = {copy_s * 1e6:.0f} µs for "
            f"{copy_bytes} B of activations, {over}")
     return [CalibratedFigure(dev, Quantity.LINK, copy_bytes / copy_s, how) for dev in rpc_devices]

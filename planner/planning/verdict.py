@@ -25,6 +25,7 @@ Ranked by aggregate tokens/s for N clients and by tokens/s of one stream alone.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -53,6 +54,10 @@ from planner.planning.throughput import (
 
 # llama-server's default --port (tools/server/server.cpp); endpoint i of (a) listens on BASE_PORT + i
 BASE_PORT = 8080
+# Two arrangements predicted within this fraction of each other are a tie ("≈"): what tells them apart
+# (a boundary or two, a slot more) is below what the throughput model resolves — bench_throughput
+# measures its median error at about 10 % on this machine.
+TIE_FRACTION = 0.05
 # llama.cpp numbers the RPC devices of one process from 0, in --rpc order (ggml-rpc.cpp): a device
 # that is RPC1 in a two-server inventory is RPC0 of an endpoint that connects to it alone
 RPC_PREFIX = "RPC"
@@ -191,6 +196,15 @@ class Verdict:
         return tuple(o.arrangement for o in sorted((o for o in self.options if o.possible),
                                                    key=lambda o: -round(o.stream_tokens_s, 6)))
 
+    def ranking_text(self, clients: bool) -> str:
+        """The ranking with ties: "(a) > (b) ≈ (c)" — each sign compares neighbours (relation())."""
+        order = self.by_clients if clients else self.by_stream
+        value = {o.arrangement: o.clients_tokens_s if clients else o.stream_tokens_s for o in self.options}
+        text = _short(order[0]) if order else ""
+        for prev, cur in itertools.pairwise(order):
+            text += f" {relation(value[prev], value[cur])} {_short(cur)}"
+        return text
+
     @property
     def winner(self) -> Option | None:
         ranked = self.by_clients if self.n_clients > 1 else self.by_stream
@@ -204,6 +218,8 @@ class Verdict:
         return {"model": self.model_path, "clients": self.n_clients, "ctx_per_client": self.n_ctx_per_client,
                 "ranking_clients": [a.value for a in self.by_clients],
                 "ranking_stream": [a.value for a in self.by_stream],
+                "ranking_clients_text": self.ranking_text(clients=True),
+                "ranking_stream_text": self.ranking_text(clients=False),
                 "winner": self.winner.arrangement.value if self.winner else None,
                 "commands": self.commands(), "options": [o.to_dict() for o in self.options],
                 "not_helping": list(self.not_helping), "rate_sources": list(self.rate_sources),
@@ -225,9 +241,9 @@ class Verdict:
                  table(["arrangement", f"{self.n_clients} clients tokens/s", "per client", "1 stream tokens/s",
                         "endpoints"], rows, align="lrrrl"),
                  "",
-                 *([f"ranking for {self.n_clients} clients: " + " > ".join(_short(a) for a in self.by_clients)]
+                 *([f"ranking for {self.n_clients} clients: " + self.ranking_text(clients=True)]
                    if self.n_clients > 1 else []),
-                 "ranking for one stream: " + " > ".join(_short(a) for a in self.by_stream)]
+                 "ranking for one stream: " + self.ranking_text(clients=False)]
         if winner is not None:
             lines += ["", f"run {TITLES[winner.arrangement]} (each command is one shell line, quoted for bash):"]
             lines += [f"  {c}" for c in self.commands()]
@@ -236,6 +252,13 @@ class Verdict:
         if self.explain:
             lines += ["", "why:"] + [f"  {line}" for line in self.explain]
         return "\n".join(lines) + "\n"
+
+
+def relation(x: float, y: float) -> str:
+    """">" or "<", or "≈" where x and y are within TIE_FRACTION of the larger."""
+    if abs(x - y) <= TIE_FRACTION * max(x, y):
+        return "≈"
+    return ">" if x > y else "<"
 
 
 def _short(a: Arrangement) -> str:

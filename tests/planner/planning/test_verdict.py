@@ -13,7 +13,7 @@ from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec
 from planner.llama.context import model_context
 from planner.planning.result import PlanRequest
 from planner.planning.throughput import ACTIVATION_BYTES_PER_VALUE, LOCAL_SPLIT_LATENCY_S
-from planner.planning.verdict import BASE_PORT, Arrangement, StepTerms, step_seconds, verdict
+from planner.planning.verdict import BASE_PORT, Arrangement, StepTerms, relation, step_seconds, verdict
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
 BW, FLOPS, LINK = 300e9, 50e12, 25e9
@@ -124,3 +124,17 @@ def test_the_verdict_refuses_one_device_and_no_clients(gemma):
     two = Inventory((gpu("CUDA0"), gpu("CUDA1")), HOST)
     with pytest.raises(BadInput, match="--clients"):
         verdict(gemma, two, budgets(two, GiB), PlanRequest(n_ctx=4096), n_clients=0)
+
+
+def test_arrangements_within_five_percent_are_a_tie():
+    assert relation(100.0, 96.0) == "≈" and relation(96.0, 100.0) == "≈"
+    assert relation(100.0, 94.0) == ">" and relation(94.0, 100.0) == "<"
+
+
+def test_the_printed_ranking_marks_ties_between_neighbours(gemma):
+    """One stream on two equal devices: the split only adds a boundary (15 µs of a ~1 ms token), a tie."""
+    inv = Inventory((gpu("CUDA0"), gpu("CUDA1")), HOST)
+    v = verdict(gemma, inv, budgets(inv, 2 * GiB), PlanRequest(n_ctx=512), n_clients=1)
+    text = v.ranking_text(clients=False)
+    assert text == "(a) ≈ (c) ≈ (b)"   # (c) is (a) here: the model fits the fastest device, nothing offloaded
+    assert f"ranking for one stream: {text}" in v.to_table()
