@@ -195,6 +195,16 @@ def summary(rows: list[Row]) -> list[str]:
     ]
 
 
+def repeatability(rows: list[Row], other: dict[str, Timing]) -> list[str]:
+    """Spearman of this run's measurements against another run's, placement by placement: the ceiling of
+    any model's rank correlation on this machine (two runs of llama-bench are not ranked alike either)."""
+    both = [r for r in rows if r.placement.name in other]
+    tg = spearmanr([r.tg_measured for r in both], [other[r.placement.name].tg_tokens_s for r in both]).statistic
+    pp = spearmanr([r.pp_measured for r in both], [other[r.placement.name].pp_tokens_s for r in both]).statistic
+    return [f"repeatability: this run's measurements against the other run's ({len(both)} placements): decode "
+            f"Spearman {tg:.3f}, prefill {pp:.3f}"]
+
+
 def table(rows: list[Row]) -> list[str]:
     out = ["| placement | flags | -d | boundaries | tg measured | tg predicted | err | pp measured | pp predicted "
            "| err | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -223,6 +233,8 @@ def main() -> None:
     ap.add_argument("--save", type=Path, help="write every timing measured (calibration and placements) here, as JSON")
     ap.add_argument("--replay", type=Path, help="measure nothing: calibrate and compare with the timings of a --save "
                     "file (the same measurements, predicted by the model as it is now)")
+    ap.add_argument("--against", type=Path, help="a --save file of another run: also print how well the two runs' "
+                    "measurements rank alike (Spearman measured vs measured: the most any model can reach here)")
     args = ap.parse_args()
     replay = json.loads(args.replay.read_text()) if args.replay else None
     placements = tuple(p for p in PLACEMENTS if not args.only or args.only in p.name)
@@ -260,6 +272,8 @@ def main() -> None:
             if args.save:
                 args.save.write_text(json.dumps(timings_json(measured_cal, rows, args.repeats), indent=1) + "\n")
     lines = summary(rows)
+    if args.against:
+        lines += repeatability(rows, _timings(json.loads(args.against.read_text())["placements"]))
     print("\n".join(lines))
     if args.markdown:
         args.markdown.write_text("\n".join(table(rows) + [""] + lines) + "\n")

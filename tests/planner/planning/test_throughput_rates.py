@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from planner.checking.calibrate import FFN_ON_HOST
 from planner.core.units import GiB
 from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import (
@@ -17,6 +18,8 @@ from planner.hardware.inventory import (
     Quantity,
 )
 from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.memory.estimate import estimate
 from planner.model.costs import WeightGroup, cost_table
 from planner.planning.throughput import (
     ASSUMED,
@@ -27,6 +30,7 @@ from planner.planning.throughput import (
     decode_bytes,
     predict,
     prefill_work,
+    view_of_estimate,
 )
 
 LATENCY_S, LINK = 300e-6, 1e9
@@ -146,3 +150,16 @@ def test_a_one_token_ubatch_streams_what_a_decoded_token_reads(gemma):
     weights, _ = decode_bytes(ctx.facts, costs, view)
     work = prefill_work(ctx.facts, costs, view, None)
     assert work.streamed == pytest.approx({d: float(b) for d, b in weights.items()})
+
+
+def test_an_estimate_with_ffn_weights_on_the_host_is_seen_as_such(gemma):
+    """view_of_estimate reads `-ot blk.N.ffn_(gate|up|down).weight=CPU` off the estimate's moved tensors:
+    every layer's FFN on the host, 2 boundaries a layer plus the one into RPC0 (calibrate's FFN-on-host run)."""
+    ctx, costs = gemma
+    inv = Inventory((_rpc(0),), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=_calibration("RPC0"))
+    flags = parse_llama_flags(["--rpc", "127.0.0.1:50052", "-dev", "RPC0", "-ngl", "999", "-c", "512",
+                               "-ot", FFN_ON_HOST])
+    est = estimate(ctx, flags, inv)
+    view = view_of_estimate(ctx, est)
+    assert view.ffn_on_host == frozenset(range(ctx.facts.n_layer))
+    assert predict(ctx.facts, costs, view, inv).n_boundaries == 2 * ctx.facts.n_layer + 1
