@@ -23,6 +23,8 @@ CAL = Calibration("2026-12-01T15:00:00+00:00", "llama-bench by hand", "llama-ben
     CalibratedFigure("CPU", Quantity.FLOPS, 0.25e12, "pp: FLOPs ÷ seconds"),
     CalibratedFigure("RPC0", Quantity.SPLIT_LATENCY, 250e-6, "the slope against boundaries"),
     CalibratedFigure("RPC0", Quantity.LINK, 1.5e9, "boundary copy"),
+    CalibratedFigure("RPC0", Quantity.ATTENTION_BANDWIDTH, 2.2e9, "tg at two depths"),
+    CalibratedFigure("CPU", Quantity.ATTENTION_FLOPS, 0.04e12, "pp at two depths"),
 ))
 INV = Inventory((DeviceSpec("RPC0", DeviceKind.RPC, Backend.RPC, 4 * GiB, 3 * GiB, 0, 0, 0,
                             endpoint="127.0.0.1:50052", description="CPU"),),
@@ -43,6 +45,8 @@ def test_what_calibrate_writes_loads_back(tmp_path):
     assert back.calibration.figure("CPU", Quantity.BANDWIDTH) == pytest.approx(9.5e9)
     assert back.calibration.figure("RPC0", Quantity.SPLIT_LATENCY) == pytest.approx(250e-6)
     assert back.calibration.figure("RPC0", Quantity.LINK) == pytest.approx(1.5e9)
+    assert back.calibration.figure("RPC0", Quantity.ATTENTION_BANDWIDTH) == pytest.approx(2.2e9)
+    assert back.calibration.figure("CPU", Quantity.ATTENTION_FLOPS) == pytest.approx(0.04e12)
     assert {f.how for f in back.calibration.figures} == {f.how for f in CAL.figures}
 
 
