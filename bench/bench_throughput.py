@@ -39,6 +39,7 @@ import yaml
 from gguf import GGMLQuantizationType
 from scipy.stats import spearmanr
 
+from bench.quiet import NotQuiet, load1, load_line, wait_for_quiet
 from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate
 from planner.checking.llama_bench import Timing, Workload, placement_views, run_llama_bench
 from planner.core.llama_tools import ensure_tools, rpc_servers
@@ -141,30 +142,18 @@ def write_moe(directory: Path) -> Path:
     return write_random(directory / "moe.gguf", spec)
 
 
-def load1() -> float:
-    return os.getloadavg()[0]
-
-
-def wait_for_quiet(max_load: float, max_wait_s: float) -> None:
-    deadline = time.monotonic() + max_wait_s
-    while load1() >= max_load:
-        if time.monotonic() > deadline:
-            sys.exit(f"the 1-minute load average stayed at or above {max_load} for {max_wait_s:.0f} s; not measuring")
-        print(f"  load average {load1():.2f} >= {max_load}: waiting", flush=True)
-        time.sleep(30)
-
-
 def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory: Inventory,
             endpoints: list[str], repeats: int, threads: int | None,
             measured: dict[str, Timing] | None = None) -> list[Row]:
     """llama-bench on each placement (or, `measured`, the timings of an earlier run) beside the prediction."""
     bin_dir = ensure_tools()
+    contexts = {name: model_context(path) for name, path in models.items()}   # each header read once
+    tables = {name: cost_table(ctx.model, ctx.facts) for name, ctx in contexts.items()}
     rows = []
     for p in placements:
         before = load1()
         work = Workload(N_PROMPT, N_GEN, p.depth, repeats, threads)
-        ctx = model_context(models[p.model])
-        costs = cost_table(ctx.model, ctx.facts)
+        ctx, costs = contexts[p.model], tables[p.model]
         views = placement_views(ctx, list(p.flags), inventory, work, endpoints)
         decode = predict(ctx.facts, costs, views.decode, inventory)
         prefill = predict(ctx.facts, costs, views.prefill, inventory)
@@ -249,8 +238,11 @@ def main() -> None:
         models = {GEMMA: resolve_model(GEMMA), MOE: str(write_moe(Path(tmp)))}
         with rpc_servers(N_RPC) as endpoints:
             if replay is None:
-                wait_for_quiet(args.max_load, args.max_wait_s)
-            print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+                try:
+                    wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
+                except NotQuiet as e:
+                    sys.exit(str(e))
+            print(f"load average at start: {load_line()}")
             inventory = detect_inventory(endpoints)
             measured_cal: dict[str, Timing] = {}
             if args.calibrated:
@@ -268,7 +260,7 @@ def main() -> None:
                                                                     allow_unicode=True))
             rows = measure(placements, models, inventory, endpoints, args.repeats, args.threads,
                            _timings(replay["placements"]) if replay else None)
-            print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            print(f"load average at end: {load_line()}")
             if args.save:
                 args.save.write_text(json.dumps(timings_json(measured_cal, rows, args.repeats), indent=1) + "\n")
     lines = summary(rows)

@@ -45,10 +45,11 @@ import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bench.quiet import NotQuiet, load1, load_line, wait_for_quiet
 from planner.checking.calibrate import CalibrateRequest, CalibrationError, calibrate
 from planner.checking.llama import start_server, wait_ready
 from planner.checking.llama_bench import Workload
-from planner.core.llama_tools import LOOPBACK, ToolsError, accepts_connections, ensure_tools, free_port, stop_process
+from planner.core.llama_tools import LOOPBACK, ensure_tools, free_port, rpc_servers, stop_process
 from planner.gguf.examples import resolve_model
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.detect import detect_inventory
@@ -125,49 +126,8 @@ class Row:
 
 # ------------------------------------------------------------------------------- processes
 
-def load1() -> float:
-    return os.getloadavg()[0]
-
-
-class NotQuiet(Exception):
-    """The machine stayed busy past the deadline."""
-
-
-def wait_for_quiet(max_load: float, deadline: float) -> None:
-    while load1() >= max_load:
-        if time.monotonic() > deadline:
-            raise NotQuiet(f"the 1-minute load average stayed at or above {max_load}; not measuring "
-                           f"(load {load1():.2f})")
-        print(f"  load average {load1():.2f} >= {max_load}: waiting", flush=True)
-        time.sleep(30)
-
-
 def core_of(i: int) -> str:
     return str(i % N_CORES)
-
-
-def start_rpc_servers(bin_dir: Path, n: int, logs: Path) -> tuple[list[subprocess.Popen], list[str]]:
-    """n ggml-rpc-servers on loopback, rpc-server i pinned to core i mod cores (one thread each)."""
-    procs, endpoints = [], []
-    try:
-        for i in range(n):
-            port = free_port()
-            with open(logs / f"rpc-{i}.log", "w") as out:
-                proc = subprocess.Popen(["taskset", "-c", core_of(i), str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK,
-                                         "-p", str(port), "-t", "1"], stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
-            procs.append(proc)
-            endpoints.append(f"{LOOPBACK}:{port}")
-            deadline = time.monotonic() + 30
-            while not accepts_connections(port):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise ToolsError(f"ggml-rpc-server {i} did not start (log {logs / f'rpc-{i}.log'})")
-                time.sleep(0.05)
-    except BaseException:
-        for p in procs:
-            stop_process(p)
-        raise
-    return procs, endpoints
 
 
 def _with_port(argv: tuple[str, ...], port: int) -> list[str]:
@@ -321,32 +281,30 @@ def main() -> None:
     n_rpc = max(c.n_devices for c in COMBINATIONS)
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-verdict-") as tmp:
         logs = Path(tmp)
-        procs, endpoints = start_rpc_servers(bin_dir, n_rpc, logs)
         rows: list[Row] = []
-        try:
-            wait_for_quiet(args.max_load, args.deadline)
-            print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-            if args.calibrated:
-                calibrated = load_inventory(args.calibrated)
-            else:
-                print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
-                try:
-                    result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(128, 16, 0, 2)), bin_dir)
-                    print(result.to_table())
-                    calibrated = result.inventory
-                except CalibrationError as e:
-                    # a busy machine: predict from the stated/assumed rates, which the table then says
-                    print(f"calibration failed ({e}); predicting from assumed rates: compare rankings only")
-                    calibrated = replace(detect_inventory(endpoints), calibration=None)
-            rows = []
-            for c in COMBINATIONS:
-                rows.append(run_combination(bin_dir, model, c, endpoints, calibrated, args, logs))
-            print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        except NotQuiet as e:
-            print(f"stopped: {e}; {len(rows)} of {len(COMBINATIONS)} combinations measured")
-        finally:
-            for p in procs:
-                stop_process(p)
+        # rpc-server i pinned to core i mod cores, one thread each
+        with rpc_servers(n_rpc, bin_dir, log_dir=logs, prefix=lambda i: ["taskset", "-c", core_of(i)],
+                         args=["-t", "1"]) as endpoints:
+            try:
+                wait_for_quiet(args.max_load, args.deadline)
+                print(f"load average at start: {load_line()}")
+                if args.calibrated:
+                    calibrated = load_inventory(args.calibrated)
+                else:
+                    print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
+                    try:
+                        result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(128, 16, 0, 2)), bin_dir)
+                        print(result.to_table())
+                        calibrated = result.inventory
+                    except CalibrationError as e:
+                        # a busy machine: predict from the stated/assumed rates, which the table then says
+                        print(f"calibration failed ({e}); predicting from assumed rates: compare rankings only")
+                        calibrated = replace(detect_inventory(endpoints), calibration=None)
+                for c in COMBINATIONS:
+                    rows.append(run_combination(bin_dir, model, c, endpoints, calibrated, args, logs))
+                print(f"load average at end: {load_line()}")
+            except NotQuiet as e:
+                print(f"stopped: {e}; {len(rows)} of {len(COMBINATIONS)} combinations measured")
     if not rows:
         sys.exit("nothing measured")
     lines = table(rows) + [""] + summary(rows)

@@ -43,7 +43,7 @@ from planner.hardware.inventory import CalibratedFigure, Calibration, DeviceKind
 from planner.hardware.inventory_yaml import inventory_yaml_dict
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU
-from planner.model.costs import cost_table
+from planner.model.costs import CostTable, cost_table
 from planner.planning.throughput import (
     ACTIVATION_BYTES_PER_VALUE,
     RPC_SPLIT_LATENCY_S,
@@ -195,18 +195,17 @@ def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int 
     return out
 
 
-def decode_observation(ctx: ModelContext, view: PlacementView, seconds: float, inventory: Inventory) -> Observation:
+def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float) -> Observation:
     """Weights and KV bytes read per token on each device (the KV as `dev + ATTENTION`)."""
-    costs = cost_table(ctx.model, ctx.facts)
     weights, kv = decode_bytes(ctx.facts, costs, view)
     work = {d: float(n) for d, n in weights.items() if n}
     work.update({d + ATTENTION: float(n) for d, n in kv.items() if n})
     return Observation(seconds, work, len(boundaries(costs, view)))
 
 
-def prefill_observation(ctx: ModelContext, view: PlacementView, seconds: float) -> tuple[Observation, dict[str, float]]:
+def prefill_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float
+                        ) -> tuple[Observation, dict[str, float]]:
     """FLOPs per ubatch on each device (attention's as `dev + ATTENTION`), and the weight bytes it streams."""
-    costs = cost_table(ctx.model, ctx.facts)
     work = prefill_work(ctx.facts, costs, view, None)    # the devices calibrated here offload no ops
     flops = dict(work.flops)
     flops.update({d + ATTENTION: n for d, n in work.attention.items()})
@@ -274,6 +273,7 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
         log.warning("calibrate measures the host and RPC devices; %s keep their stated rates", ", ".join(skipped))
     path = resolve_model(request.model)
     ctx = model_context(path)
+    costs = cost_table(ctx.model, ctx.facts)
     load_before = os.getloadavg()[0]
     runs = []
     for place in calibration_placements(ctx.facts.n_layer, rpc_devices, request.depth):
@@ -282,9 +282,9 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
         views = placement_views(ctx, flags, inventory, work, rpc)
         timing = measured[place.name] if measured is not None else run_llama_bench(bin_dir, path, flags, work, rpc)
         log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", place.name, timing.tg_tokens_s, timing.pp_tokens_s)
-        prefill, streamed = prefill_observation(ctx, views.prefill, timing.pp_s_per_ubatch)
+        prefill, streamed = prefill_observation(ctx, costs, views.prefill, timing.pp_s_per_ubatch)
         runs.append(CalibrationRun(place.name, place.flags, timing,
-                                   decode_observation(ctx, views.decode, timing.tg_s_per_token, inventory),
+                                   decode_observation(ctx, costs, views.decode, timing.tg_s_per_token),
                                    prefill, streamed, place.depth))
     calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
     # timings on a shared machine are only as good as its quiet: say how busy it was

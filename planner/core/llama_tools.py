@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,13 +132,15 @@ def accepts_connections(port: int) -> bool:
         return False
 
 
-def _start_server(bin_dir: Path, log_dir: Path, env: Mapping[str, str] | None = None
-                  ) -> tuple[subprocess.Popen, int]:
-    """Start one rpc-server on a free loopback port; retry on a port lost to a race."""
+def _start_server(bin_dir: Path, log_dir: Path, env: Mapping[str, str] | None = None,
+                  prefix: Sequence[str] = (), args: Sequence[str] = ()) -> tuple[subprocess.Popen, int]:
+    """Start one rpc-server on a free loopback port; retry on a port lost to a race. `prefix` runs it
+    under another command (`taskset -c 1`), `args` are added to its own."""
     for _attempt in range(5):
         port = free_port()
         with open(log_dir / f"rpc-{port}.log", "w") as out:   # the server keeps its own copy of the fd
-            proc = subprocess.Popen([str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port)],
+            proc = subprocess.Popen([*prefix, str(bin_dir / "ggml-rpc-server"), "-H", LOOPBACK, "-p", str(port),
+                                     *args],
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=None if env is None else {**os.environ, **env})
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -163,18 +165,20 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 @contextlib.contextmanager
 def rpc_servers(n: int, bin_dir: Path | None = None, env: Mapping[str, str] | None = None,
-                log_dir: Path | None = None) -> Iterator[list[str]]:
+                log_dir: Path | None = None, prefix: Callable[[int], Sequence[str]] | None = None,
+                args: Sequence[str] = ()) -> Iterator[list[str]]:
     """Run `n` ggml-rpc-servers bound to 127.0.0.1; yields their "127.0.0.1:PORT" endpoints and
     stops each one (by its own process) on exit, also when the body raises. `env`: variables added
     to theirs (GGML_RPC_DEBUG=1 logs every allocation); `log_dir`: where each writes rpc-PORT.log
-    (default: a temporary directory removed on exit)."""
+    (default: a temporary directory removed on exit); `prefix(i)`: the command server i runs under
+    (`taskset -c …`); `args`: added to each server's own (`-t 1`)."""
     bin_dir = bin_dir or ensure_tools()
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="fitplan-rpc-") as logs:
         try:
             endpoints = []
-            for _ in range(n):
-                proc, port = _start_server(bin_dir, log_dir or Path(logs), env)
+            for i in range(n):
+                proc, port = _start_server(bin_dir, log_dir or Path(logs), env, prefix(i) if prefix else (), args)
                 procs.append(proc)
                 endpoints.append(f"{LOOPBACK}:{port}")
             yield endpoints

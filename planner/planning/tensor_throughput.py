@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from planner.llama.placement import CPU
 from planner.model.arch import ModelFacts
 from planner.model.costs import CostTable
-from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
 from planner.planning.throughput import (
     ACTIVATION_BYTES_PER_VALUE,
     PlacementView,
@@ -36,8 +35,9 @@ from planner.planning.throughput import (
     StageTime,
     decode_cells,
     expert_fraction,
-    layer_decode_bytes,
     layer_kv_bytes,
+    layer_weight_bytes,
+    output_bytes,
     prefill_work,
 )
 
@@ -77,16 +77,16 @@ def predict_tensor(facts: ModelFacts, costs: CostTable, view: PlacementView, mem
     for layer in costs.layers:
         if layer.nextn:
             continue
-        dense, experts = layer_decode_bytes(layer, decode_cells(view, layer.window), frac, view.n_seq)
+        dense, experts = layer_weight_bytes(layer, frac, view.n_seq)
         kv = layer_kv_bytes(layer, decode_cells(view, layer.window))
         if view.layer_device[layer.index] == meta_name:
-            meta_bytes += dense + experts
+            meta_bytes += dense + experts + kv
             meta_kv += kv
             meta_layers += 1
         else:
-            host_bytes += dense + experts
+            host_bytes += dense + experts + kv
             host_kv += kv
-    out = sum(t.n_bytes for t in costs.non_repeating if t.name in _output_names(costs))
+    out = output_bytes(costs)
     if view.output_device == meta_name and not view.output_on_host:
         meta_bytes += out
     else:
@@ -107,10 +107,6 @@ def predict_tensor(facts: ModelFacts, costs: CostTable, view: PlacementView, mem
     return Prediction(decode_tokens_s=1.0 / t_token if t_token > 0 else 0.0, prefill_tokens_s=prefill,
                       stages=stages, n_boundaries=REDUCES_PER_LAYER * meta_layers, assumed_rates=rates.assumed,
                       rate_sources=rates.source_list)
-
-
-def _output_names(costs: CostTable) -> set[str]:
-    return {OUTPUT, OUTPUT_NORM} | ({TOKEN_EMBD} if costs.tied_embeddings else set())
 
 
 def _prefill(facts: ModelFacts, costs: CostTable, view: PlacementView, members: Sequence[str],

@@ -126,9 +126,14 @@ def expert_fraction(n_expert: int, n_used: int) -> float:
 
 def layer_decode_bytes(layer: LayerCost, n_ctx: int, expert_fraction: float, n_seq: int = 1) -> tuple[int, int]:
     """(bytes read from the layer's device, bytes of routed experts read) for one decoded token."""
+    dense, experts = layer_weight_bytes(layer, expert_fraction, n_seq)
+    return dense + layer_kv_bytes(layer, n_ctx), experts
+
+
+def layer_weight_bytes(layer: LayerCost, expert_fraction: float, n_seq: int = 1) -> tuple[int, int]:
+    """layer_decode_bytes without the KV cache: (dense weights and recurrent state, routed experts read)."""
     experts = layer.group_bytes(WeightGroup.EXPERTS)
-    dense = layer.weight_bytes - experts + layer_kv_bytes(layer, n_ctx) + layer.state_bytes_per_seq * n_seq
-    return dense, int(experts * expert_fraction)
+    return layer.weight_bytes - experts + layer.state_bytes_per_seq * n_seq, int(experts * expert_fraction)
 
 
 def layer_kv_bytes(layer: LayerCost, n_ctx: int) -> int:
@@ -261,20 +266,19 @@ def decode_bytes(facts: ModelFacts, costs: CostTable, view: PlacementView) -> tu
         if layer.nextn:
             continue  # MTP blocks are not run for plain decoding
         dev = view.layer_device[layer.index]
-        cache = layer_kv_bytes(layer, decode_cells(view, layer.window))
-        dense, experts = layer_decode_bytes(layer, decode_cells(view, layer.window), frac, view.n_seq)
+        dense, experts = layer_weight_bytes(layer, frac, view.n_seq)
         ffn = layer.group_bytes(WeightGroup.FFN) if layer.index in view.ffn_on_host and dev != CPU else 0
         on_host = (experts if layer.index in view.experts_on_host and dev != CPU else 0) + ffn
-        weights[dev] = weights.get(dev, 0) + dense - cache + experts - on_host
-        kv[dev] = kv.get(dev, 0) + cache
+        weights[dev] = weights.get(dev, 0) + dense + experts - on_host
+        kv[dev] = kv.get(dev, 0) + layer_kv_bytes(layer, decode_cells(view, layer.window))
         if on_host:
             weights[CPU] = weights.get(CPU, 0) + on_host
     out_dev = CPU if view.output_on_host else view.output_device
-    weights[out_dev] = weights.get(out_dev, 0) + _output_bytes(costs)
+    weights[out_dev] = weights.get(out_dev, 0) + output_bytes(costs)
     return weights, kv
 
 
-def _output_bytes(costs: CostTable) -> int:
+def output_bytes(costs: CostTable) -> int:
     """The output matrix (token_embd when tied) and the final norm, read once per token."""
     names = {OUTPUT, OUTPUT_NORM} | ({TOKEN_EMBD} if costs.tied_embeddings else set())
     return sum(t.n_bytes for t in costs.non_repeating if t.name in names)
@@ -345,7 +349,7 @@ def prefill_work(facts: ModelFacts, costs: CostTable, view: PlacementView, first
     # Only the last token of a prompt needs logits: the whole output matrix is read for one row.
     out_dev = CPU if view.output_on_host else view.output_device
     add(flops, out_dev, 2 * facts.n_vocab * facts.n_embd)
-    add(streamed, out_dev, _output_bytes(costs))
+    add(streamed, out_dev, output_bytes(costs))
     return PrefillWork(flops, moved, offload_to, batch * facts.n_embd * ACTIVATION_BYTES_PER_VALUE,
                        attention, streamed)
 

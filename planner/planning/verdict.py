@@ -45,6 +45,7 @@ from planner.planning.search import plan
 from planner.planning.throughput import (
     PlacementView,
     Rates,
+    decode_bytes,
     experts_on_host_of,
     predict,
     predict_estimate,
@@ -93,15 +94,13 @@ class StepTerms:
 
 
 def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, inventory: Inventory) -> StepTerms:
-    """The terms of t_step(N), from throughput.predict at an empty cache (the weights) and at the
-    view's fill (the weights and one sequence's KV)."""
+    """The terms of t_step(N): the bytes one token reads (throughput.decode_bytes: the weights, and one
+    sequence's KV at the view's fill) and the boundaries' cost (throughput.predict's time less its stages)."""
     one = replace(view, n_seq=1)
-    empty = predict(ctx.facts, costs, replace(one, n_past=0), inventory)
+    weights, kv = decode_bytes(ctx.facts, costs, one)   # the weights do not depend on the cache's fill
     full = predict(ctx.facts, costs, one, inventory)
-    weights = {s.device: s.weight_bytes_per_token for s in empty.stages}
-    kv = {s.device: s.kv_bytes_per_token for s in full.stages}
-    stage_s = sum(s.seconds_per_token for s in empty.stages)
-    boundary_s = max(1.0 / empty.decode_tokens_s - stage_s, 0.0) if empty.decode_tokens_s else 0.0
+    stage_s = sum(s.seconds_per_token for s in full.stages)
+    boundary_s = max(1.0 / full.decode_tokens_s - stage_s, 0.0) if full.decode_tokens_s else 0.0
     work = prefill_work(ctx.facts, costs, replace(one, n_ubatch=1), None)
     flops = dict(work.flops)
     for dev, n in work.attention.items():
