@@ -11,8 +11,8 @@ matrix's rows; a product over row bands that start on threads.ROW_ALIGN gives th
 whole product (runtime/ggml/threads.py says why; tests/runtime/ggml/test_dequant_bands.py checks).
 
 The cache's size: set_capacity, else `FITPLAN_DEQUANT_CACHE` (a size such as `2GiB` or `512MiB`; a
-bare number is GiB), else a quarter of the memory this machine has available (MemAvailable in
-/proc/meminfo).
+bare number is GiB), else a quarter of the memory this process can still allocate (MemAvailable, through psutil, or
+less under an address-space limit).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import resource
 import weakref
 
 import numpy as np
+import psutil
 
 from planner.core.units import parse_size
 
@@ -33,15 +34,9 @@ BAND_PEAK_FACTOR = 4
 
 
 def mem_available() -> int | None:
-    """MemAvailable of /proc/meminfo in bytes; None where the kernel has no such file."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    """This machine's available RAM in bytes, as planner/hardware/detect.py reads it (psutil: the
+    kernel's MemAvailable on Linux)."""
+    return int(psutil.virtual_memory().available)
 
 
 def address_space_left() -> int | None:
