@@ -129,7 +129,8 @@ class RateFit:
 def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None = None) -> RateFit:
     """Fit t = sum_d work_d · s_d + n_boundaries · b over the observations; `per_boundary_s` given
     subtracts a known boundary cost instead of fitting it. A device's attention column (`dev + ATTENTION`)
-    that fits at or below zero is dropped (its attention then reads at the device's own rate)."""
+    that fits at or below zero, or leaves the device's own rate there, is dropped (its attention then
+    reads at the device's own rate)."""
     devices = sorted({d for o in observations for d in o.work})
     fit_boundary = per_boundary_s is None and any(o.n_boundaries for o in observations)
     times = [o.seconds - (o.n_boundaries * per_boundary_s if per_boundary_s is not None else 0.0)
@@ -139,10 +140,13 @@ def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None 
                 for o in observations]
         fit = fit_linear(rows, times)
         per_unit = dict(zip(devices, fit.coefficients[:len(devices)], strict=True))
+        # an attention column at or below zero, or one that leaves its device's own rate there, is not told
+        # apart from the device's weights: drop it (the others stand)
         dropped = [d for d, c in per_unit.items() if d.endswith(ATTENTION) and not c > 0]
+        dropped += [d + ATTENTION for d, c in per_unit.items() if not c > 0 and d + ATTENTION in per_unit]
         if not dropped:
             break
-        log.warning("calibration: %s fits at or below zero; it reads at the device's own rate", dropped[0])
+        log.warning("calibration: %s is not told apart from the rest; it reads at the device's own rate", dropped[0])
         devices.remove(dropped[0])
     for dev, sec in per_unit.items():
         if not sec > 0:
@@ -310,10 +314,20 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
         decode = replace(fit_rates([r.decode for r in runs], RPC_SPLIT_LATENCY_S), per_boundary_s=None)
     else:
         unmeasured = ""
-    # a prompt's ubatch also streams its weights: that time, at the bandwidths just fitted, is not FLOPs
+    # a prompt's ubatch also streams its weights: that time, at the bandwidths just fitted, is not FLOPs —
+    # unless it would leave a prompt no time at all: then the fitted "bandwidth" is mostly per-token overhead
+    # (a model too small for its bytes to show), and the FLOPs are fitted with the streaming left in
     streaming = [sum(n * decode.seconds_per_unit.get(d, 0.0) for d, n in r.streamed.items()) for r in runs]
-    prefill = fit_rates([replace(r.prefill, seconds=max(r.prefill.seconds - t, 0.0))
-                         for r, t in zip(runs, streaming, strict=True)])
+    left = [r.prefill.seconds - t for r, t in zip(runs, streaming, strict=True)]
+    if all(t > 0 for t in left):
+        prefill = fit_rates([replace(r.prefill, seconds=t) for r, t in zip(runs, left, strict=True)])
+        flops_how = "less the weights it streams at the fitted bandwidth"
+    else:
+        log.warning("calibration: streaming the weights at the fitted bandwidth takes longer than a prompt took; "
+                    "the FLOPs are fitted with the streaming in them")
+        prefill = fit_rates([r.prefill for r in runs])
+        flops_how = ("with the weights' streaming in it (at the fitted bandwidth it would take longer than the "
+                     "prompt took)")
     over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
     depths = f"at depths 0 and {request.depth}"
     figures = [_rate_figure(dev, sec, (Quantity.BANDWIDTH, f"tg{work.n_gen}: weight bytes read per token (fitplan's "
@@ -322,8 +336,7 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                              f"attention reads (fitplan's cost table) ÷ their seconds, {over}"))
                for dev, sec in decode.seconds_per_unit.items()]
     figures += [_rate_figure(dev, sec, (Quantity.FLOPS, f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill "
-                                        f"model) ÷ seconds per ubatch less the weights it streams at the fitted "
-                                        f"bandwidth, {over}"),
+                                        f"model) ÷ seconds per ubatch {flops_how}, {over}"),
                              (Quantity.ATTENTION_FLOPS, f"pp{work.n_prompt} {depths}: attention FLOPs per ubatch ÷ "
                               f"their seconds, {over}"))
                 for dev, sec in prefill.seconds_per_unit.items()]
