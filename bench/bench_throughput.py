@@ -1,6 +1,6 @@
 """The throughput model checked against llama-bench (issue 21, deliverable 2).
 
-    python -m bench.bench_throughput [--repeats 3] [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
+    python -m bench.bench_throughput [--repeats 3] [--rounds 3] [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
                                      [--save TIMINGS.json | --replay TIMINGS.json]
 
 Runs the pinned llama-bench for every placement in PLACEMENTS (listed here, before any measurement):
@@ -17,14 +17,22 @@ each rpc-server (one thread each) — shares them. So it checks the overhead and
 boundaries, boundary copies, experts on the host) and the ranking logic, not the bandwidth ratios of
 real GPUs: those come from the catalog and, where a GPU is lent, a GPU run.
 
+Each placement runs in --rounds llama-bench processes, round-robin over the whole list, and the
+calibration's own placements run in the same rounds (each round: calibrate's runs, then the list): what
+differs between processes — where the weights land in memory, the cores' clock, other work — and any drift
+of the machine's speed over the minutes a run takes fall on the calibration and every placement alike. A
+placement's figure is the median of its rounds. The bench
+also ranks the rounds against each other: how alike two single processes order the same placements, the
+most a model could be expected to match here.
+
 Measurements start only when the 1-minute load average is below --max-load (other work on a 2-core
-machine skews every timing); the load is printed before and after each placement (the bench's own
-llama-bench, two threads, raises it towards 2 by itself). Prints figures;
-asserts nothing. Every rpc-server and llama-bench it starts is stopped by its own process.
+machine skews every timing); the load is printed at each round. Prints figures; asserts nothing. Every
+rpc-server and llama-bench it starts is stopped by its own process.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -32,16 +40,17 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 from gguf import GGMLQuantizationType
-from scipy.stats import spearmanr
 
-from bench.quiet import NotQuiet, load1, load_line, wait_for_quiet
-from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate
-from planner.checking.llama_bench import Timing, Workload, placement_views, run_llama_bench
+from bench.quiet import NotQuiet, load_line, wait_for_quiet
+from bench.ranks import spearman
+from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate, calibration_jobs
+from planner.checking.llama_bench import BenchJob, Timing, Workload, median_timing, placement_views, run_rounds
 from planner.core.llama_tools import ensure_tools, rpc_servers
 from planner.gguf.examples import resolve_model
 from planner.hardware.detect import detect_inventory
@@ -95,20 +104,34 @@ PLACEMENTS: tuple[Placement, ...] = (
     Placement("MoE RPC0, experts of 4 layers on host", MOE, ("-dev", "RPC0", "-ngl", "999", "-ncmoe", "4")),
     Placement("MoE RPC0+RPC1 -ts 1,1, experts on host", MOE, (*_ALL2, "-ts", "1,1", "-ot", "exps=CPU")),
     Placement("MoE partial: 5 of 9 on RPC0", MOE, ("-dev", "RPC0", "-ngl", "5")),
+    # added in session 8, before they were first measured: the MoE at depth (its heads are 64 wide, the
+    # calibration model's 256), where the KV cache outweighs its few active weights
+    Placement("MoE host only, depth 2048", MOE, ("-ngl", "0"), depth=2048),
+    Placement("MoE RPC0 all, depth 2048", MOE, ("-dev", "RPC0", "-ngl", "999"), depth=2048),
 )
 
 
-def timings_json(calibration: dict[str, Timing], rows: list[Row], repeats: int) -> dict:
-    """What was measured, for --replay: llama-bench's medians per calibration run and placement."""
+def timings_json(calibration: dict[str, Timing], rows: list[Row], repeats: int, rounds: int) -> dict:
+    """What was measured, for --replay: llama-bench's medians per calibration run, and per placement one
+    per round."""
     def one(t: Timing) -> dict:
         return {"tg_tokens_s": t.tg_tokens_s, "pp_tokens_s": t.pp_tokens_s, "n_ubatch": t.n_ubatch}
-    return {"repeats": repeats, "n_prompt": N_PROMPT, "n_gen": N_GEN,
+    return {"repeats": repeats, "rounds": rounds, "n_prompt": N_PROMPT, "n_gen": N_GEN,
             "calibration": {name: one(t) for name, t in calibration.items()},
-            "placements": {r.placement.name: one(r.timing) for r in rows}}
+            "placements": {r.placement.name: [one(t) for t in r.timings] for r in rows}}
+
+
+def _timing(v: dict) -> Timing:
+    return Timing(v["tg_tokens_s"], v["pp_tokens_s"], v["n_ubatch"])
 
 
 def _timings(doc: dict) -> dict[str, Timing]:
-    return {name: Timing(v["tg_tokens_s"], v["pp_tokens_s"], v["n_ubatch"]) for name, v in doc.items()}
+    return {name: _timing(v) for name, v in doc.items()}
+
+
+def _round_timings(doc: dict) -> dict[str, list[Timing]]:
+    """A --save file's placements: one timing per round (a file of one round keeps a single timing)."""
+    return {name: [_timing(t) for t in v] if isinstance(v, list) else [_timing(v)] for name, v in doc.items()}
 
 
 @dataclass(frozen=True)
@@ -119,8 +142,8 @@ class Row:
     tg_predicted: float
     pp_measured: float
     pp_predicted: float
-    load: str
-    timing: Timing
+    spread: str
+    timings: tuple[Timing, ...]    # one per round
 
     @property
     def tg_error(self) -> float:
@@ -143,34 +166,58 @@ def write_moe(directory: Path) -> Path:
 
 
 def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory: Inventory,
-            endpoints: list[str], repeats: int, threads: int | None,
-            measured: dict[str, Timing] | None = None) -> list[Row]:
-    """llama-bench on each placement (or, `measured`, the timings of an earlier run) beside the prediction."""
+            endpoints: list[str], repeats: int, threads: int | None, rounds: int = 1,
+            measured: dict[str, list[Timing]] | None = None) -> list[Row]:
+    """llama-bench on each placement, `rounds` processes each run round-robin (or, `measured`, the timings
+    of an earlier run), beside the prediction."""
     bin_dir = ensure_tools()
     contexts = {name: model_context(path) for name, path in models.items()}   # each header read once
     tables = {name: cost_table(ctx.model, ctx.facts) for name, ctx in contexts.items()}
+    jobs = placement_jobs(placements, models, repeats, threads)
+    if measured is not None:
+        per_round = [measured[p.name] for p in placements]
+    else:
+        per_round = run_rounds(bin_dir, jobs, endpoints, rounds, _print_round(rounds))
     rows = []
-    for p in placements:
-        before = load1()
-        work = Workload(N_PROMPT, N_GEN, p.depth, repeats, threads)
+    for p, job, timings in zip(placements, jobs, per_round, strict=True):
+        work = job.work
         ctx, costs = contexts[p.model], tables[p.model]
         views = placement_views(ctx, list(p.flags), inventory, work, endpoints)
         decode = predict(ctx.facts, costs, views.decode, inventory)
         prefill = predict(ctx.facts, costs, views.prefill, inventory)
-        timing = (measured[p.name] if measured is not None
-                  else run_llama_bench(bin_dir, models[p.model], list(p.flags), work, endpoints))
+        timing = median_timing(timings)
         row = Row(p, decode.n_boundaries, timing.tg_tokens_s, decode.decode_tokens_s, timing.pp_tokens_s,
-                  prefill.prefill_tokens_s, f"{before:.2f}->{load1():.2f}" if measured is None else "replayed", timing)
+                  prefill.prefill_tokens_s, spread(timings), tuple(timings))
         print(f"  {p.name:<42} tg {row.tg_measured:7.1f} (pred {row.tg_predicted:7.1f}, {row.tg_error:5.1%})  "
               f"pp {row.pp_measured:7.1f} (pred {row.pp_predicted:7.1f}, {row.pp_error:5.1%})  "
-              f"boundaries {row.boundaries}  load {row.load}", flush=True)
+              f"boundaries {row.boundaries}  rounds {row.spread}", flush=True)
         rows.append(row)
     return rows
 
 
+def placement_jobs(placements: tuple[Placement, ...], models: dict[str, str], repeats: int,
+                   threads: int | None) -> list[BenchJob]:
+    return [BenchJob(models[p.model], p.flags, Workload(N_PROMPT, N_GEN, p.depth, repeats, threads))
+            for p in placements]
+
+
+def _print_round(rounds: int) -> Callable[[int], None]:
+    return lambda k: print(f"  round {k} of {rounds}, load {load_line()}", flush=True)
+
+
+def spread(timings: list[Timing]) -> str:
+    """How far the rounds of one placement lie apart: (max - min) / median, tg and pp."""
+    if len(timings) < 2:
+        return "1 round"
+    med = median_timing(timings)
+    tg = [t.tg_tokens_s for t in timings]
+    pp = [t.pp_tokens_s for t in timings]
+    return f"tg ±{(max(tg) - min(tg)) / 2 / med.tg_tokens_s:.0%} pp ±{(max(pp) - min(pp)) / 2 / med.pp_tokens_s:.0%}"
+
+
 def summary(rows: list[Row]) -> list[str]:
-    tg_rho = spearmanr([r.tg_measured for r in rows], [r.tg_predicted for r in rows]).statistic
-    pp_rho = spearmanr([r.pp_measured for r in rows], [r.pp_predicted for r in rows]).statistic
+    tg_rho = spearman([r.tg_measured for r in rows], [r.tg_predicted for r in rows])
+    pp_rho = spearman([r.pp_measured for r in rows], [r.pp_predicted for r in rows])
     worst_tg = max(rows, key=lambda r: r.tg_error)
     worst_pp = max(rows, key=lambda r: r.pp_error)
     tg_med = statistics.median(r.tg_error for r in rows)
@@ -184,24 +231,72 @@ def summary(rows: list[Row]) -> list[str]:
     ]
 
 
-def repeatability(rows: list[Row], other: dict[str, Timing]) -> list[str]:
+def repeatability(rows: list[Row], other: dict[str, list[Timing]]) -> list[str]:
     """Spearman of this run's measurements against another run's, placement by placement: the ceiling of
     any model's rank correlation on this machine (two runs of llama-bench are not ranked alike either)."""
     both = [r for r in rows if r.placement.name in other]
-    tg = spearmanr([r.tg_measured for r in both], [other[r.placement.name].tg_tokens_s for r in both]).statistic
-    pp = spearmanr([r.pp_measured for r in both], [other[r.placement.name].pp_tokens_s for r in both]).statistic
+    theirs = [median_timing(other[r.placement.name]) for r in both]
+    tg = spearman([r.tg_measured for r in both], [t.tg_tokens_s for t in theirs])
+    pp = spearman([r.pp_measured for r in both], [t.pp_tokens_s for t in theirs])
     return [f"repeatability: this run's measurements against the other run's ({len(both)} placements): decode "
             f"Spearman {tg:.3f}, prefill {pp:.3f}"]
 
 
+def round_repeatability(rows: list[Row]) -> list[str]:
+    """Spearman of one round's measurements against another's, over every pair of rounds: how alike two
+    single llama-bench processes rank the placements (the median of the rounds is steadier than either)."""
+    n = min(len(r.timings) for r in rows)
+    if n < 2:
+        return []
+    def rho(i: int, j: int, figure: str) -> float:
+        return spearman([getattr(r.timings[i], figure) for r in rows],
+                         [getattr(r.timings[j], figure) for r in rows])
+    pairs = list(itertools.combinations(range(n), 2))
+    tg = [rho(i, j, "tg_tokens_s") for i, j in pairs]
+    pp = [rho(i, j, "pp_tokens_s") for i, j in pairs]
+    return [f"rounds against each other ({n} rounds, {len(tg)} pairs): decode Spearman {min(tg):.3f}–{max(tg):.3f}, "
+            f"prefill {min(pp):.3f}–{max(pp):.3f}"]
+
+
 def table(rows: list[Row]) -> list[str]:
     out = ["| placement | flags | -d | boundaries | tg measured | tg predicted | err | pp measured | pp predicted "
-           "| err | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| err | rounds apart |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r.placement.name} | `{' '.join(r.placement.flags)}` | {r.placement.depth} | {r.boundaries} "
                    f"| {r.tg_measured:.1f} | {r.tg_predicted:.1f} | {r.tg_error:.1%} | {r.pp_measured:.1f} "
-                   f"| {r.pp_predicted:.1f} | {r.pp_error:.1%} | {r.load} |")
+                   f"| {r.pp_predicted:.1f} | {r.pp_error:.1%} | {r.spread} |")
     return out
+
+
+def calibrated(args: argparse.Namespace, endpoints: list[str], placements: tuple[Placement, ...],
+               models: dict[str, str], replay: dict | None
+               ) -> tuple[Inventory, dict[str, Timing], dict[str, list[Timing]] | None]:
+    """The inventory to predict from, the calibration's timings, and the placements' rounds where they are
+    already measured (replayed, or run in the same rounds as the calibration)."""
+    inventory = detect_inventory(endpoints)
+    placement_rounds = _round_timings(replay["placements"]) if replay else None
+    if args.calibrated:
+        return replace(inventory, calibration=load_inventory(args.calibrated).calibration), {}, placement_rounds
+    work = Workload(N_PROMPT, N_GEN, 0, args.repeats, args.threads)
+    request = CalibrateRequest(tuple(endpoints), work=work, rounds=args.rounds)
+    if replay:
+        cal_timings, how = _timings(replay["calibration"]), "replayed timings"
+    else:
+        # the calibration's runs go round-robin with the placements': a machine whose speed drifts (this one's
+        # moves by tens of percent over minutes) then moves both alike
+        print("calibrating on these rpc-servers (fitplan calibrate's placements), in the same rounds as the "
+              "placements ...", flush=True)
+        cal_jobs = calibration_jobs(request)
+        jobs = list(cal_jobs.values()) + placement_jobs(placements, models, args.repeats, args.threads)
+        per_round = run_rounds(ensure_tools(), jobs, endpoints, args.rounds, _print_round(args.rounds))
+        cal_timings = {name: median_timing(t) for name, t in zip(cal_jobs, per_round, strict=False)}
+        placement_rounds = {p.name: t for p, t in zip(placements, per_round[len(cal_jobs):], strict=True)}
+        how = f"run in the same rounds as bench_throughput's {len(placements)} placements"
+    result = calibrate(request, measured=cal_timings, measured_how=how)
+    print(result.to_table())
+    if args.write_calibrated:
+        args.write_calibrated.write_text(yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True))
+    return result.inventory, {r.name: r.timing for r in result.runs}, placement_rounds
 
 
 def main() -> None:
@@ -209,6 +304,8 @@ def main() -> None:
     logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3, help="llama-bench -r for every placement")
+    ap.add_argument("--rounds", type=int, default=3, help="llama-bench processes a placement, run round-robin over "
+                    "the placements (the calibration's too); each placement's figure is the median of its rounds")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
                     "on the bench's own rpc-servers first)")
     ap.add_argument("--write-calibrated", type=Path, help="write the calibrated inventory here")
@@ -227,8 +324,10 @@ def main() -> None:
     args = ap.parse_args()
     replay = json.loads(args.replay.read_text()) if args.replay else None
     placements = tuple(p for p in PLACEMENTS if not args.only or args.only in p.name)
+    if replay is not None:
+        args.rounds = replay.get("rounds", 1)
     print(f"== throughput model vs llama-bench: {len(placements)} placements, pp{N_PROMPT} / tg{N_GEN}, "
-          f"{args.repeats} repeats each, host threads {args.threads or 'default'}")
+          f"{args.repeats} repeats in each of {args.rounds} rounds, host threads {args.threads or 'default'}")
     for i, p in enumerate(placements):
         print(f"  {i + 1:2d}. {p.name:<42} {p.model:<22} {' '.join(p.flags)}" + (f" -d {p.depth}" if p.depth else ""))
     print(f"this machine: {os.cpu_count()} cores and one memory bus shared by the host and all {N_RPC} rpc-servers "
@@ -243,29 +342,16 @@ def main() -> None:
                 except NotQuiet as e:
                     sys.exit(str(e))
             print(f"load average at start: {load_line()}")
-            inventory = detect_inventory(endpoints)
-            measured_cal: dict[str, Timing] = {}
-            if args.calibrated:
-                inventory = replace(inventory, calibration=load_inventory(args.calibrated).calibration)
-            else:
-                print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
-                result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(N_PROMPT, N_GEN, 0, args.repeats,
-                                                                                   args.threads)),
-                                   measured=_timings(replay["calibration"]) if replay else None)
-                print(result.to_table())
-                inventory = result.inventory
-                measured_cal = {r.name: r.timing for r in result.runs}
-                if args.write_calibrated:
-                    args.write_calibrated.write_text(yaml.safe_dump(result.document(), sort_keys=False,
-                                                                    allow_unicode=True))
-            rows = measure(placements, models, inventory, endpoints, args.repeats, args.threads,
-                           _timings(replay["placements"]) if replay else None)
+            inventory, measured_cal, placement_rounds = calibrated(args, endpoints, placements, models, replay)
+            rows = measure(placements, models, inventory, endpoints, args.repeats, args.threads, args.rounds,
+                           placement_rounds)
             print(f"load average at end: {load_line()}")
             if args.save:
-                args.save.write_text(json.dumps(timings_json(measured_cal, rows, args.repeats), indent=1) + "\n")
-    lines = summary(rows)
+                saved = timings_json(measured_cal, rows, args.repeats, args.rounds)
+                args.save.write_text(json.dumps(saved, indent=1) + "\n")
+    lines = summary(rows) + round_repeatability(rows)
     if args.against:
-        lines += repeatability(rows, _timings(json.loads(args.against.read_text())["placements"]))
+        lines += repeatability(rows, _round_timings(json.loads(args.against.read_text())["placements"]))
     print("\n".join(lines))
     if args.markdown:
         args.markdown.write_text("\n".join(table(rows) + [""] + lines) + "\n")

@@ -3,6 +3,7 @@ split over all devices, run as real llama-server processes under a bounded concu
 `plan --verdict`'s ranking.
 
     python -m bench.bench_verdict [--calibrated INVENTORY.yaml] [--requests-per-client 3] [--n-predict 48]
+                                  [--rounds 3]
 
 For each combination in COMBINATIONS (listed before any measurement: two and three loopback
 ggml-rpc-servers standing in for devices × one and four concurrent clients) the script asks
@@ -13,12 +14,15 @@ all-offloaded plan only looks up embeddings), and sends a fixed number of `/comp
 N client threads to 127.0.0.1 (each client keeps to its endpoint as the round-robin balancer
 assigns it, one request at a time; the load stops by itself). Measured: one stream, the mean decode
 tokens/s llama-server reports (`timings.predicted_per_second`); N clients, all decoded tokens over
-the load's wall time (prompts of a few tokens included). The ranking of (a) and (b) — by aggregate
-tokens/s for N > 1, by one stream's for N = 1 — is compared with the predicted one: (a) > (b), (a) < (b), or
-(a) ≈ (b) where the two are within verdict.TIE_FRACTION (5 %) of each other, the same band on both sides
-(the summary also counts the strict comparison, the larger of each pair however small the gap). (c) is printed
-as predicted only: with every "device" on the host's own cores, "host offload" is not a distinct
-machine here.
+the load's wall time (prompts of a few tokens included). Each arrangement is measured --rounds times,
+(a) and (b) alternating, each time with fresh processes, and the ranking compares the medians: the same
+arrangement started twice differs here by more than the 5 % tie band, and alternating spreads any drift
+of the machine over both (the calibration runs its placements in as many round-robin rounds). The
+ranking of (a) and (b) — by aggregate tokens/s for N > 1, by one stream's for N = 1 — is compared with
+the predicted one: (a) > (b), (a) < (b), or (a) ≈ (b) where the two are within verdict.TIE_FRACTION
+(5 %) of each other, the same band on both sides (the summary also counts the strict comparison, the
+larger of each pair however small the gap). (c) is printed as predicted only: with every "device" on
+the host's own cores, "host offload" is not a distinct machine here.
 
 Pinning (taskset -c): rpc-server i runs on core i mod cores; an endpoint of (a) runs on its device's
 core, the split's one llama-server on every core. What this machine can check: all its "devices" share
@@ -91,10 +95,17 @@ class Measured:
 class Row:
     combination: Combination
     predicted: dict[Arrangement, float]
-    measured: dict[Arrangement, Measured]
+    rounds: dict[Arrangement, list[Measured]]    # one measurement per round, (a) and (b) alternating
 
-    def key(self, m: Measured) -> float:
+    def metric(self, m: Measured) -> float:
         return m.clients_tokens_s if self.combination.n_clients > 1 else m.stream_tokens_s
+
+    def key(self, arrangement: Arrangement) -> float:
+        """The median over the rounds of the ranked metric."""
+        return statistics.median(self.metric(m) for m in self.rounds[arrangement])
+
+    def loads(self, arrangement: Arrangement) -> str:
+        return ", ".join(m.load for m in self.rounds[arrangement])
 
     @property
     def predicted_winner(self) -> Arrangement:
@@ -102,7 +113,7 @@ class Row:
 
     @property
     def measured_winner(self) -> Arrangement:
-        return max((Arrangement.ENDPOINTS, Arrangement.SPLIT), key=lambda a: self.key(self.measured[a]))
+        return max((Arrangement.ENDPOINTS, Arrangement.SPLIT), key=self.key)
 
     @property
     def predicted_relation(self) -> str:
@@ -112,7 +123,7 @@ class Row:
     @property
     def measured_relation(self) -> str:
         """The same comparison, with the same tie band, of what was measured."""
-        return relation(self.key(self.measured[Arrangement.ENDPOINTS]), self.key(self.measured[Arrangement.SPLIT]))
+        return relation(self.key(Arrangement.ENDPOINTS), self.key(Arrangement.SPLIT))
 
     @property
     def agrees(self) -> bool:
@@ -219,14 +230,16 @@ def run_combination(bin_dir: Path, model: str, combo: Combination, endpoints: li
                 n_clients=combo.n_clients, n_past=PROMPT_TOKENS + args.n_predict // 2)
     print(f"\n== {combo.name}: predicted")
     print(v.to_table())
-    measured = {}
-    for arrangement in (Arrangement.ENDPOINTS, Arrangement.SPLIT):
-        option = v.option(arrangement)
-        wait_for_quiet(args.max_load, args.deadline)
-        m = measure(bin_dir, option.endpoints, inventory, combo.n_clients, args, logs)
-        measured[arrangement] = m
-        print(f"  measured {arrangement.value:<9}: one stream {m.stream_tokens_s:6.1f} tokens/s, {combo.n_clients} "
-              f"clients {m.clients_tokens_s:6.1f} tokens/s ({m.n_requests} requests, load {m.load})", flush=True)
+    measured: dict[Arrangement, list[Measured]] = {Arrangement.ENDPOINTS: [], Arrangement.SPLIT: []}
+    for k in range(1, args.rounds + 1):
+        for arrangement in measured:
+            option = v.option(arrangement)
+            wait_for_quiet(args.max_load, args.deadline)
+            m = measure(bin_dir, option.endpoints, inventory, combo.n_clients, args, logs)
+            measured[arrangement].append(m)
+            print(f"  round {k} measured {arrangement.value:<9}: one stream {m.stream_tokens_s:6.1f} tokens/s, "
+                  f"{combo.n_clients} clients {m.clients_tokens_s:6.1f} tokens/s ({m.n_requests} requests, "
+                  f"load {m.load})", flush=True)
     return Row(combo, predicted(v, combo.n_clients), measured)
 
 
@@ -236,11 +249,14 @@ def table(rows: list[Row]) -> list[str]:
     for r in rows:
         a, b = Arrangement.ENDPOINTS, Arrangement.SPLIT
         metric = f"{r.combination.n_clients} clients tokens/s" if r.combination.n_clients > 1 else "1 stream tokens/s"
-        out.append(f"| {r.combination.name} | {metric} | {r.predicted[a]:.1f} | {r.key(r.measured[a]):.1f} | "
-                   f"{r.predicted[b]:.1f} | {r.key(r.measured[b]):.1f} | (a) {r.predicted_relation} (b) | "
-                   f"(a) {r.measured_relation} (b) | {'yes' if r.agrees else 'no'} | "
-                   f"{r.measured[a].load}; {r.measured[b].load} |")
+        out.append(f"| {r.combination.name} | {metric} | {r.predicted[a]:.1f} | {r.key(a):.1f} ({_rounds(r, a)}) | "
+                   f"{r.predicted[b]:.1f} | {r.key(b):.1f} ({_rounds(r, b)}) | (a) {r.predicted_relation} (b) | "
+                   f"(a) {r.measured_relation} (b) | {'yes' if r.agrees else 'no'} | {r.loads(a)}; {r.loads(b)} |")
     return out
+
+
+def _rounds(r: Row, a: Arrangement) -> str:
+    return "/".join(f"{r.metric(m):.1f}" for m in r.rounds[a])
 
 
 def summary(rows: list[Row]) -> list[str]:
@@ -250,7 +266,7 @@ def summary(rows: list[Row]) -> list[str]:
              f"without ties (the larger of each pair, however small the gap): {sum(r.agrees_strictly for r in rows)} "
              f"of {len(rows)}"]
     for r in rows:
-        ratios = ", ".join(f"{a.value} measured/predicted {r.key(r.measured[a]) / r.predicted[a]:.2f}"
+        ratios = ", ".join(f"{a.value} measured/predicted {r.key(a) / r.predicted[a]:.2f}"
                            for a in (Arrangement.ENDPOINTS, Arrangement.SPLIT) if r.predicted[a])
         lines.append(f"  {r.combination.name}: {ratios}" + ("" if r.agrees else "  <- differs"))
     lines.append(f"CPU contention: this machine has {N_CORES} cores and one memory bus; every rpc-server (one thread) "
@@ -267,13 +283,17 @@ def main() -> None:
                     "own rpc-servers first)")
     ap.add_argument("--requests-per-client", type=int, default=3)
     ap.add_argument("--n-predict", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=3, help="measure (a) and (b) this many times each, alternating "
+                    "(fresh processes every time); the ranking compares the medians (the calibration runs its "
+                    "placements in as many round-robin rounds)")
     ap.add_argument("--max-load", type=float, default=1.5, help="measure only below this 1-minute load average")
     ap.add_argument("--max-wait-s", type=float, default=1800, help="give up waiting for a quiet machine after this")
     ap.add_argument("--markdown", type=Path, help="also write the table and the summary here")
     args = ap.parse_args()
     args.deadline = time.monotonic() + args.max_wait_s
     print(f"== verdict measured: {len(COMBINATIONS)} combinations, model {MODEL}, context {CTX_PER_CLIENT} per "
-          f"client, {args.requests_per_client} requests per client of {args.n_predict} tokens")
+          f"client, {args.requests_per_client} requests per client of {args.n_predict} tokens, {args.rounds} rounds "
+          "of (a) then (b)")
     for i, c in enumerate(COMBINATIONS):
         print(f"  {i + 1}. {c.name}")
     bin_dir = ensure_tools()
@@ -293,7 +313,8 @@ def main() -> None:
                 else:
                     print("calibrating on these rpc-servers (fitplan calibrate) ...", flush=True)
                     try:
-                        result = calibrate(CalibrateRequest(tuple(endpoints), work=Workload(128, 16, 0, 2)), bin_dir)
+                        request = CalibrateRequest(tuple(endpoints), work=Workload(128, 16, 0, 2), rounds=args.rounds)
+                        result = calibrate(request, bin_dir)
                         print(result.to_table())
                         calibrated = result.inventory
                     except CalibrationError as e:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from planner.checking.llama_bench import Timing, Workload, bench_version, placement_views, run_llama_bench
+from planner.checking.llama_bench import (
+    BenchJob,
+    Timing,
+    Workload,
+    bench_version,
+    median_timing,
+    placement_views,
+    run_rounds,
+)
 from planner.core.errors import FitplanError
 from planner.core.llama_tools import ensure_tools
 from planner.core.render import table
@@ -224,6 +232,7 @@ class CalibrateRequest:
     model: str = CALIBRATION_MODEL
     work: Workload = Workload()
     depth: int = CALIBRATION_DEPTH    # of the runs that measure attention
+    rounds: int = 1                   # llama-bench processes per placement, interleaved (run_rounds)
 
 
 @dataclass(frozen=True)
@@ -263,11 +272,21 @@ _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
 }
 
 
+def calibration_jobs(request: CalibrateRequest) -> dict[str, BenchJob]:
+    """The llama-bench runs `calibrate` makes, by placement name, in its order: what a bench that
+    interleaves them with its own placements runs before calling `calibrate(..., measured=)`."""
+    rpc_devices = [d.name for d in detect_inventory(list(request.rpc)).devices if d.kind is DeviceKind.RPC]
+    path = resolve_model(request.model)
+    places = calibration_placements(model_context(path).facts.n_layer, rpc_devices, request.depth)
+    return {place.name: BenchJob(path, place.flags, replace(request.work, n_depth=place.depth)) for place in places}
+
+
 def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
-              measured: dict[str, Timing] | None = None) -> CalibrateResult:
+              measured: dict[str, Timing] | None = None, measured_how: str = "replayed timings") -> CalibrateResult:
     """Measure the host and each RPC endpoint of `request` and return the inventory with its rates.
-    `measured` (placement name -> timing) replays timings taken before instead of running llama-bench:
-    the same measurements fitted by the model as it is now (bench_throughput --replay)."""
+    `measured` (placement name -> timing) takes timings measured elsewhere instead of running llama-bench,
+    said in the method as `measured_how`: timings of an earlier run, the same measurements fitted by the
+    model as it is now (bench_throughput --replay), or runs interleaved with a bench's own."""
     bin_dir = bin_dir or ensure_tools()
     rpc = list(request.rpc)
     inventory = detect_inventory(rpc)
@@ -279,12 +298,15 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
     ctx = model_context(path)
     costs = cost_table(ctx.model, ctx.facts)
     load_before = os.getloadavg()[0]
+    places = calibration_placements(ctx.facts.n_layer, rpc_devices, request.depth)
+    jobs = [BenchJob(path, place.flags, replace(request.work, n_depth=place.depth)) for place in places]
+    if measured is not None:
+        timings = [measured[place.name] for place in places]
+    else:
+        timings = [median_timing(t) for t in run_rounds(bin_dir, jobs, rpc, request.rounds, _log_round(request))]
     runs = []
-    for place in calibration_placements(ctx.facts.n_layer, rpc_devices, request.depth):
-        flags = list(place.flags)
-        work = replace(request.work, n_depth=place.depth)
-        views = placement_views(ctx, flags, inventory, work, rpc)
-        timing = measured[place.name] if measured is not None else run_llama_bench(bin_dir, path, flags, work, rpc)
+    for place, job, timing in zip(places, jobs, timings, strict=True):
+        views = placement_views(ctx, list(place.flags), inventory, job.work, rpc)
         log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", place.name, timing.tg_tokens_s, timing.pp_tokens_s)
         prefill, streamed = prefill_observation(ctx, costs, views.prefill, timing.pp_s_per_ubatch)
         runs.append(CalibrationRun(place.name, place.flags, timing,
@@ -293,8 +315,14 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
     calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
     # timings on a shared machine are only as good as its quiet: say how busy it was
     load = f"; 1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
-    calibration = replace(calibration, method=calibration.method + (" (replayed timings)" if measured else load))
+    calibration = replace(calibration, method=calibration.method + (f" ({measured_how})" if measured else load))
     return CalibrateResult(replace(inventory, calibration=calibration), tuple(runs), request.model)
+
+
+def _log_round(request: CalibrateRequest) -> Callable[[int], None] | None:
+    if request.rounds == 1:
+        return None
+    return lambda k: log.info("calibration round %d of %d", k, request.rounds)
 
 
 def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bin_dir: Path,
@@ -353,9 +381,13 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                        f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d 0 or {request.depth} -r {work.repeats}"
                        f"{f' -t {work.threads}' if work.threads else ''} on {request.model}: "
                        + "; ".join(f"{r.name} ({' '.join(r.flags)}{f' -d {r.depth}' if r.depth else ''})" for r in runs)
-                       + "; medians of the repeats; rates fitted by least squares on fitplan's own bytes, FLOPs "
-                       "and boundary counts (planner/checking/calibrate.py)" + unmeasured,
+                       + f"; medians of the repeats{_rounds_text(request.rounds)}; rates fitted by least squares "
+                       "on fitplan's own bytes, FLOPs and boundary counts (planner/checking/calibrate.py)" + unmeasured,
                        bench_version(bin_dir), tuple(figures))
+
+
+def _rounds_text(rounds: int) -> str:
+    return f", then of {rounds} llama-bench processes a placement, run round-robin" if rounds > 1 else ""
 
 
 def _rate_figure(column: str, seconds_per_unit: float, plain: tuple[Quantity, str],

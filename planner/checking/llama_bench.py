@@ -11,6 +11,7 @@ import json
 import logging
 import statistics
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -105,6 +106,36 @@ def run_llama_bench(bin_dir: Path, model: str, flags: list[str], work: Workload,
         raise BenchError(f"llama-bench reported no pp and tg test for {' '.join(flags)}")
     return Timing(statistics.median(tg[0]["samples_ts"]), statistics.median(pp[0]["samples_ts"]),
                   effective_ubatch(flags, work.n_prompt))
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    """One placement for run_rounds: a model and llama.cpp flags under a workload."""
+
+    model: str
+    flags: tuple[str, ...]
+    work: Workload
+
+
+def run_rounds(bin_dir: Path, jobs: Sequence[BenchJob], rpc: list[str], rounds: int = 1,
+               on_round: Callable[[int], None] | None = None) -> list[list[Timing]]:
+    """Every job in `rounds` llama-bench processes, round-robin (all jobs once, then all again): what
+    differs between processes (where the weights land in memory, the frequency the cores run at, other
+    work on the machine) then falls on every placement alike instead of on whichever ran during it.
+    Returns each job's timings, one per round; `on_round(k)` is called before round k (1-based)."""
+    out: list[list[Timing]] = [[] for _ in jobs]
+    for k in range(1, rounds + 1):
+        if on_round is not None:
+            on_round(k)
+        for job, timings in zip(jobs, out, strict=True):
+            timings.append(run_llama_bench(bin_dir, job.model, list(job.flags), job.work, rpc))
+    return out
+
+
+def median_timing(timings: Sequence[Timing]) -> Timing:
+    """The median over rounds of each round's medians (the rounds of one placement share their ubatch)."""
+    return Timing(statistics.median(t.tg_tokens_s for t in timings),
+                  statistics.median(t.pp_tokens_s for t in timings), timings[0].n_ubatch)
 
 
 def bench_version(bin_dir: Path) -> str:

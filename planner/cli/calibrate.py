@@ -23,6 +23,8 @@ def calibrate_cmd(
     rpc: RpcOpt = None,
     model: Annotated[str, typer.Option("--model", help="the model llama-bench runs")] = "example:gemma3-270m",
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="llama-bench -r")] = 3,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="llama-bench processes a placement, run "
+                                        "round-robin over the placements; the median of their medians")] = 1,
     n_prompt: Annotated[int, typer.Option("--prompt-tokens", min=1, help="llama-bench -p")] = 128,
     n_gen: Annotated[int, typer.Option("--gen-tokens", min=1, help="llama-bench -n")] = 16,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="llama-bench -t")] = None,
@@ -36,7 +38,8 @@ def calibrate_cmd(
     if output is not None:
         check_output_path(output)    # before the minutes llama-bench takes
     endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
-    result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads)))
+    result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads),
+                                        rounds=rounds))
     text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)

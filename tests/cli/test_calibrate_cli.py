@@ -26,7 +26,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("calibrate")
     model = write_tiny(d / "tiny.gguf", "llama")
     out = d / "inventory.yaml"
-    code = main(["calibrate", "--model", str(model), "--repeats", "1", "--prompt-tokens", "32",
+    code = main(["calibrate", "--model", str(model), "--repeats", "1", "--rounds", "2", "--prompt-tokens", "32",
                  "--gen-tokens", "4", "-o", str(out)])
     assert code == 0
     return model, out
@@ -39,6 +39,7 @@ def test_calibrate_writes_an_inventory_with_the_method_next_to_each_figure(calib
     block = doc["calibrated"]
     assert {"date", "method", "tool"} <= set(block)
     assert "llama-bench" in block["tool"] and "0c1e570" in block["tool"]
+    assert "then of 2 llama-bench processes a placement, run round-robin" in block["method"]
     for key in ("bandwidth_gbs", "fp16_tflops"):
         figure = block["host"][key]
         assert figure["value"] > 0 and figure["how"]
@@ -64,3 +65,43 @@ def test_a_wrong_key_in_the_calibrated_block_is_exit_2_with_one_line(capsys, cal
     assert code == 2
     assert len(err.strip().splitlines()) == 1
     assert "calibrated.host.bandwith_gbs: unknown key (did you mean 'bandwidth_gbs'?)" in err
+
+
+@needs_tools
+def test_rounds_run_each_placement_in_its_own_process_and_take_the_median(tmp_path):
+    from planner.checking.llama_bench import BenchJob, Workload, median_timing, run_rounds
+
+    model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
+    work = Workload(16, 4, 0, 1, 1)
+    jobs = [BenchJob(model, ("-ngl", "0"), work), BenchJob(model, ("-ngl", "0", "-ub", "8"), work)]
+    started: list[int] = []
+    rounds = run_rounds(tools_dir(), jobs, [], 3, started.append)
+    assert started == [1, 2, 3]
+    assert [len(r) for r in rounds] == [3, 3]
+    assert [t.n_ubatch for t in rounds[1]] == [8, 8, 8]
+    for timings in rounds:
+        med = median_timing(timings)
+        assert med.tg_tokens_s == sorted(t.tg_tokens_s for t in timings)[1]
+        assert med.pp_tokens_s == sorted(t.pp_tokens_s for t in timings)[1]
+
+
+@needs_tools
+def test_timings_measured_elsewhere_fit_to_the_same_figures(tmp_path):
+    """bench_throughput runs calibrate's placements in its own rounds (calibration_jobs) and hands the
+    timings to calibrate: the fit is the one calibrate makes of the same timings, and the method says where
+    they came from."""
+    from planner.checking.calibrate import CalibrateRequest, calibrate, calibration_jobs
+    from planner.checking.llama_bench import Workload
+
+    model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
+    request = CalibrateRequest(model=model, work=Workload(32, 4, 0, 1, 1))
+    ran = calibrate(request)
+    jobs = calibration_jobs(request)
+    assert list(jobs) == [r.name for r in ran.runs]
+    assert [(j.flags, j.work.n_depth) for j in jobs.values()] == [(r.flags, r.depth) for r in ran.runs]
+    again = calibrate(request, measured={r.name: r.timing for r in ran.runs}, measured_how="from elsewhere")
+    assert again.inventory.calibration is not None and ran.inventory.calibration is not None
+    assert [(f.device, f.quantity, f.value) for f in again.inventory.calibration.figures] == \
+        [(f.device, f.quantity, f.value) for f in ran.inventory.calibration.figures]
+    assert again.inventory.calibration.method.endswith("(from elsewhere)")
+    assert "load average" in ran.inventory.calibration.method
