@@ -286,11 +286,12 @@ def calibrated(args: argparse.Namespace, endpoints: list[str], placements: tuple
         # moves by tens of percent over minutes) then moves both alike
         print("calibrating on these rpc-servers (fitplan calibrate's placements), in the same rounds as the "
               "placements ...", flush=True)
-        cal_jobs = calibration_jobs(request)
+        cal_jobs = calibration_jobs(request, inventory)
         jobs = list(cal_jobs.values()) + placement_jobs(placements, models, args.repeats, args.threads)
         per_round = run_rounds(ensure_tools(), jobs, endpoints, args.rounds, _print_round(args.rounds))
-        cal_timings = {name: median_timing(t) for name, t in zip(cal_jobs, per_round, strict=False)}
-        placement_rounds = {p.name: t for p, t in zip(placements, per_round[len(cal_jobs):], strict=True)}
+        n_cal = len(cal_jobs)
+        cal_timings = {name: median_timing(t) for name, t in zip(cal_jobs, per_round[:n_cal], strict=True)}
+        placement_rounds = {p.name: t for p, t in zip(placements, per_round[n_cal:], strict=True)}
         how = f"run in the same rounds as bench_throughput's {len(placements)} placements"
     result = calibrate(request, measured=cal_timings, measured_how=how)
     print(result.to_table())

@@ -272,13 +272,18 @@ _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
 }
 
 
-def calibration_jobs(request: CalibrateRequest) -> dict[str, BenchJob]:
+def calibration_jobs(request: CalibrateRequest, inventory: Inventory) -> dict[str, BenchJob]:
     """The llama-bench runs `calibrate` makes, by placement name, in its order: what a bench that
-    interleaves them with its own placements runs before calling `calibrate(..., measured=)`."""
-    rpc_devices = [d.name for d in detect_inventory(list(request.rpc)).devices if d.kind is DeviceKind.RPC]
+    interleaves them with its own placements runs before calling `calibrate(..., measured=)`.
+    `inventory`: this machine's with request.rpc, as the caller detected it."""
     path = resolve_model(request.model)
-    places = calibration_placements(model_context(path).facts.n_layer, rpc_devices, request.depth)
-    return {place.name: BenchJob(path, place.flags, replace(request.work, n_depth=place.depth)) for place in places}
+    return _jobs(request, path, model_context(path).facts.n_layer, inventory)
+
+
+def _jobs(request: CalibrateRequest, path: str, n_layer: int, inventory: Inventory) -> dict[str, BenchJob]:
+    rpc_devices = [d.name for d in inventory.devices if d.kind is DeviceKind.RPC]
+    return {place.name: BenchJob(path, place.flags, replace(request.work, n_depth=place.depth))
+            for place in calibration_placements(n_layer, rpc_devices, request.depth)}
 
 
 def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
@@ -290,7 +295,6 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
     bin_dir = bin_dir or ensure_tools()
     rpc = list(request.rpc)
     inventory = detect_inventory(rpc)
-    rpc_devices = [d.name for d in inventory.devices if d.kind is DeviceKind.RPC]
     skipped = [d.name for d in inventory.devices if d.kind is not DeviceKind.RPC]
     if skipped:
         log.warning("calibrate measures the host and RPC devices; %s keep their stated rates", ", ".join(skipped))
@@ -298,20 +302,20 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
     ctx = model_context(path)
     costs = cost_table(ctx.model, ctx.facts)
     load_before = os.getloadavg()[0]
-    places = calibration_placements(ctx.facts.n_layer, rpc_devices, request.depth)
-    jobs = [BenchJob(path, place.flags, replace(request.work, n_depth=place.depth)) for place in places]
+    jobs = _jobs(request, path, ctx.facts.n_layer, inventory)
     if measured is not None:
-        timings = [measured[place.name] for place in places]
+        timings = [measured[name] for name in jobs]
     else:
-        timings = [median_timing(t) for t in run_rounds(bin_dir, jobs, rpc, request.rounds, _log_round(request))]
+        timings = [median_timing(t) for t in run_rounds(bin_dir, list(jobs.values()), rpc, request.rounds,
+                                                        _log_round(request))]
     runs = []
-    for place, job, timing in zip(places, jobs, timings, strict=True):
-        views = placement_views(ctx, list(place.flags), inventory, job.work, rpc)
-        log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", place.name, timing.tg_tokens_s, timing.pp_tokens_s)
+    for (name, job), timing in zip(jobs.items(), timings, strict=True):
+        views = placement_views(ctx, list(job.flags), inventory, job.work, rpc)
+        log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", name, timing.tg_tokens_s, timing.pp_tokens_s)
         prefill, streamed = prefill_observation(ctx, costs, views.prefill, timing.pp_s_per_ubatch)
-        runs.append(CalibrationRun(place.name, place.flags, timing,
+        runs.append(CalibrationRun(name, job.flags, timing,
                                    decode_observation(ctx, costs, views.decode, timing.tg_s_per_token),
-                                   prefill, streamed, place.depth))
+                                   prefill, streamed, job.work.n_depth))
     calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
     # timings on a shared machine are only as good as its quiet: say how busy it was
     load = f"; 1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"

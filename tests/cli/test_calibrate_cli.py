@@ -96,7 +96,9 @@ def test_timings_measured_elsewhere_fit_to_the_same_figures(tmp_path):
     model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
     request = CalibrateRequest(model=model, work=Workload(32, 4, 0, 1, 1))
     ran = calibrate(request)
-    jobs = calibration_jobs(request)
+    from planner.hardware.detect import detect_inventory
+
+    jobs = calibration_jobs(request, detect_inventory([]))
     assert list(jobs) == [r.name for r in ran.runs]
     assert [(j.flags, j.work.n_depth) for j in jobs.values()] == [(r.flags, r.depth) for r in ran.runs]
     again = calibrate(request, measured={r.name: r.timing for r in ran.runs}, measured_how="from elsewhere")
