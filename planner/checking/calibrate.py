@@ -7,19 +7,16 @@ alone; each RPC endpoint alone, with and without the output layer, with half of 
 layers' FFN weights kept on the host — two boundaries a layer — and at a context depth; all endpoints
 split evenly) the times are linear in the unknown rates:
 
-    t_token   = sum_d (R_d / BW_d + K_d / BWatt_d) + n_handoffs · lat                        (tg)
+    t_token   = sum_d (R_d / BW_d + K_d / BWatt_d) + n_boundaries · lat                      (tg)
     t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
-                + n_handoffs · (lat + B·A / link)                                             (pp)
-
-where a hand-off is a split boundary or a graph input copied into a device (the runtime's scheduler
-counts those: throughput.handoffs),
+                + n_boundaries · (lat + B·A / link)                                           (pp)
 
 so least squares gives them: the effective weight-streaming bandwidth of each device (bytes read per
 token, from fitplan's own cost table, over time per token), the rate its attention reads the KV cache
 at (from the run at depth), its matrix throughput and attention FLOPs (the prompt's time less the
-weights it streams at the fitted bandwidth), and the slope of time against the number of hand-offs —
-the per-split hand-off latency (the FFN-on-host runs cross 2 boundaries per layer, so the slope stands out
-of the noise). The prefill slope less the hand-off latency is the boundary copy of the ubatch's activations,
+weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
+the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
+noise). The prefill slope less the hand-off latency is the boundary copy of the ubatch's activations,
 B·A bytes; where the fit cannot tell that copy from noise it writes no link figure (the stated or
 assumed link stays). The figures go into the inventory's `calibrated:` block with the method next to each.
 """
@@ -59,8 +56,8 @@ from planner.planning.throughput import (
     ACTIVATION_BYTES_PER_VALUE,
     RPC_SPLIT_LATENCY_S,
     PlacementView,
+    boundaries,
     decode_bytes,
-    handoffs,
     prefill_work,
 )
 
@@ -124,7 +121,7 @@ class Observation:
 
     seconds: float
     work: dict[str, float]     # per device: bytes (decode) or FLOPs (prefill)
-    n_handoffs: int        # split boundaries and graph inputs copied into devices (throughput.handoffs)
+    n_boundaries: int
 
 
 @dataclass(frozen=True)
@@ -138,16 +135,16 @@ class RateFit:
 
 
 def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None = None) -> RateFit:
-    """Fit t = sum_d work_d · s_d + n_handoffs · b over the observations; `per_boundary_s` given
+    """Fit t = sum_d work_d · s_d + n_boundaries · b over the observations; `per_boundary_s` given
     subtracts a known boundary cost instead of fitting it. A device's attention column (`dev + ATTENTION`)
     that fits at or below zero, or leaves the device's own rate there, is dropped (its attention then
     reads at the device's own rate)."""
     devices = sorted({d for o in observations for d in o.work})
-    fit_boundary = per_boundary_s is None and any(o.n_handoffs for o in observations)
-    times = [o.seconds - (o.n_handoffs * per_boundary_s if per_boundary_s is not None else 0.0)
+    fit_boundary = per_boundary_s is None and any(o.n_boundaries for o in observations)
+    times = [o.seconds - (o.n_boundaries * per_boundary_s if per_boundary_s is not None else 0.0)
              for o in observations]
     while True:
-        rows = [[o.work.get(d, 0.0) for d in devices] + ([float(o.n_handoffs)] if fit_boundary else [])
+        rows = [[o.work.get(d, 0.0) for d in devices] + ([float(o.n_boundaries)] if fit_boundary else [])
                 for o in observations]
         fit = fit_linear(rows, times)
         per_unit = dict(zip(devices, fit.coefficients[:len(devices)], strict=True))
@@ -215,7 +212,7 @@ def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView,
     weights, kv = decode_bytes(ctx.facts, costs, view)
     work = {d: float(n) for d, n in weights.items() if n}
     work.update({d + ATTENTION: float(n) for d, n in kv.items() if n})
-    return Observation(seconds, work, handoffs(costs, view))
+    return Observation(seconds, work, len(boundaries(costs, view)))
 
 
 def prefill_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float
@@ -224,7 +221,7 @@ def prefill_observation(ctx: ModelContext, costs: CostTable, view: PlacementView
     work = prefill_work(ctx.facts, costs, view, None)    # the devices calibrated here offload no ops
     flops = dict(work.flops)
     flops.update({d + ATTENTION: n for d, n in work.attention.items()})
-    return Observation(seconds, flops, handoffs(costs, view)), dict(work.streamed)
+    return Observation(seconds, flops, len(boundaries(costs, view))), dict(work.streamed)
 
 
 # ----------------------------------------------------------------------------- calibrate
@@ -250,14 +247,14 @@ class CalibrateResult:
 
     def to_dict(self) -> dict[str, Any]:
         runs = [{"placement": r.name, "flags": " ".join(r.flags), "tg_tokens_s": round(r.timing.tg_tokens_s, 2),
-                 "pp_tokens_s": round(r.timing.pp_tokens_s, 2), "handoffs": r.decode.n_handoffs}
+                 "pp_tokens_s": round(r.timing.pp_tokens_s, 2), "boundaries": r.decode.n_boundaries}
                 for r in self.runs]
         return {"inventory": self.document(), "runs": runs}
 
     def to_table(self) -> str:
-        rows = [[r.name, " ".join(r.flags), str(r.decode.n_handoffs), f"{r.timing.tg_tokens_s:.1f}",
+        rows = [[r.name, " ".join(r.flags), str(r.decode.n_boundaries), f"{r.timing.tg_tokens_s:.1f}",
                  f"{r.timing.pp_tokens_s:.0f}"] for r in self.runs]
-        lines = [table(["placement", "flags", "hand-offs", "tg t/s", "pp t/s"], rows, "llrrr"), ""]
+        lines = [table(["placement", "flags", "boundaries", "tg t/s", "pp t/s"], rows, "llrrr"), ""]
         cal = self.inventory.calibration
         assert cal is not None
         for fig in cal.figures:
@@ -380,8 +377,7 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
         for dev in rpc_devices:
             figures.append(CalibratedFigure(dev, Quantity.SPLIT_LATENCY, decode.per_boundary_s,
                                             "per-split hand-off latency: the slope of seconds per token against the "
-                                            "number of hand-offs (split boundaries and graph inputs copied into "
-                                            "devices, as the runtime's scheduler counts them) "
+                                            "number of split boundaries "
                                             f"(±{decode.per_boundary_stderr_s * 1e6:.0f} µs), each device's bytes ÷ "
                                             f"bandwidth the other terms, {over}"))
         figures += _link_figures(rpc_devices, runs, decode, prefill, n_embd, over)
@@ -412,8 +408,8 @@ def _finite(x: float) -> float:
 
 def _link_figures(rpc_devices: list[str], runs: Sequence[CalibrationRun], decode: RateFit, prefill: RateFit,
                   n_embd: int, over: str) -> list[CalibratedFigure]:
-    """The boundary copy: the prefill fit's cost per hand-off less the decode fit's (the hand-off latency),
-    over the bytes of the ubatch's activations. Where the copy is not told apart from noise there is no figure: the
+    """The boundary copy: the prefill fit's per-boundary cost less the hand-off latency, over the bytes
+    of the ubatch's activations. Where the copy is not told apart from noise there is no figure: the
     bound the noise allows is the most pessimistic link the data admit, not a measurement of it, and
     a plan predicted from it would charge every boundary that worst case (the device's stated link, or
     the assumed one, is used, and the prediction says so)."""
@@ -427,6 +423,6 @@ def _link_figures(rpc_devices: list[str], runs: Sequence[CalibrationRun], decode
                     "from noise; no link figure is written", copy_bytes, copy_s * 1e6,
                     0.0 if math.isnan(noise) else noise * 1e6)
         return []
-    how = (f"boundary copy: (prefill cost per hand-off − hand-off latency) = {copy_s * 1e6:.0f} µs for "
+    how = (f"boundary copy: (prefill per-boundary cost − hand-off latency) = {copy_s * 1e6:.0f} µs for "
            f"{copy_bytes} B of activations, {over}")
     return [CalibratedFigure(dev, Quantity.LINK, copy_bytes / copy_s, how) for dev in rpc_devices]

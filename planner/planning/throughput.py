@@ -4,20 +4,16 @@ Decode (batch 1) is memory-bound and its stages run one after another, so the ti
 the sum over stages of the bytes each stage reads over its memory bandwidth, plus a cost per
 split boundary:
 
-    t_token = sum_d (R_d / BW_d + K_d / BWatt_d)  +  sum_boundaries (A / L_b + lat_b)  +  sum_d C_d · lat_d
+    t_token = sum_d (R_d / BW_d + K_d / BWatt_d)  +  sum_boundaries (A / L_b + lat_b)
     R_d     = sum_{l on d} (W_l - E_l + f·E_l)                        (+ the output layer on its device)
     K_d     = sum_{l on d} KV_l(n_kv_l)                               (attention reads the whole cache)
     f       = n_expert_used / n_expert                                (the experts one token touches)
     A       = n_embd · 4 bytes                                        (the f32 activation that crosses)
 
-where W_l are layer l's weight bytes and E_l its routed-expert bytes, and C_d the graph inputs (positions,
-masks, KV-cache row indices, output ids) copied into device d each token — ggml's scheduler copies each
-into every backend whose splits read it, after synchronising that backend, so every device of a split
-repeats them (counted by the runtime's scheduler: PlacementView.input_copies). A boundary and an input
-copy are one hand-off each, a synchronisation and a transfer, at the device's hand-off latency.
-BWatt_d is the rate attention reads the KV cache at: the device's bandwidth unless calibrated (a CPU's
-flash attention converts and dots f16 rows far slower than it streams quantized weights). Routed experts
-kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's
+where W_l are layer l's weight bytes and E_l its routed-expert bytes. BWatt_d is the rate attention
+reads the KV cache at: the device's bandwidth unless calibrated (a CPU's flash attention converts
+and dots f16 rows far slower than it streams quantized weights). Routed experts kept in host memory
+(`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's
 bandwidth, and each such layer adds two boundaries (the activation goes to the CPU and back). With
 two stages, no experts and no boundary cost this is seed 003's harmonic formula,
 1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
@@ -36,8 +32,7 @@ offload batch (32 unless GGML_OP_OFFLOAD_MIN_BATCH says otherwise; seed 000 §1.
 transfer over that device's link once per ubatch — unless `--no-op-offload` keeps it on the CPU;
 for routed experts only the experts the ubatch selects move, on average a fraction 1 - (1 - k/E)^B
 of them. Prefill tokens/s = B / t_ubatch (no pipeline overlap assumed). Each split boundary of the layer order
-also costs the ubatch its boundary copy: the B activations cross, B·A / L_b + lat_b per boundary; and
-each graph input copied into a device is a hand-off, C_d · lat_d, as at decode.
+also costs the ubatch its boundary copy: the B activations cross, B·A / L_b + lat_b per boundary.
 
 Rates come, per device and figure, from the inventory's `calibrated:` block (`fitplan calibrate`)
 first, then from its stated figures (the catalog's or the file's), then from the assumptions below;
@@ -92,9 +87,6 @@ class PlacementView:
     op_offload: bool = True            # `--no-op-offload` clears it
     n_past: int | None = None          # cells already in the cache (llama-bench -d); None: a full context
     ffn_on_host: frozenset[int] = frozenset()   # dense layers whose FFN weights `-ot` keeps in host memory
-    # per device, the graph inputs (positions, masks, KV row indices, output ids) copied into it each token:
-    # a hand-off each (Estimate.input_copies, from the simulated scheduler; empty: not counted)
-    input_copies: tuple[tuple[str, int], ...] = ()
 
     def host_ffn(self, layer: int) -> bool:
         """Whether a layer's FFN (routed experts, or a dense layer's FFN) reads host memory while the layer
@@ -122,7 +114,6 @@ class Prediction:
     n_boundaries: int
     assumed_rates: bool   # some device had no bandwidth/FLOPs figure; fallbacks were used
     rate_sources: tuple[str, ...] = ()   # which of CALIBRATED, STATED, ASSUMED the rates came from
-    n_input_copies: int = 0   # graph inputs copied into devices per token (hand-offs besides the boundaries)
 
     @property
     def calibrated(self) -> bool:
@@ -229,16 +220,6 @@ def _boundary_seconds(rates: Rates, a: str, b: str, act_bytes: float) -> float:
     return act_bytes / link + max(rates.latency(a), rates.latency(b))
 
 
-def _input_copy_seconds(rates: Rates, view: PlacementView) -> float:
-    """The graph inputs copied into each device per token (or ubatch): a hand-off each."""
-    return sum(n * rates.latency(dev) for dev, n in view.input_copies)
-
-
-def handoffs(costs: CostTable, view: PlacementView) -> int:
-    """The hand-offs one token makes: its split boundaries and the graph inputs copied into devices."""
-    return len(boundaries(costs, view)) + sum(n for _dev, n in view.input_copies)
-
-
 def boundaries(costs: CostTable, view: PlacementView) -> list[tuple[str, str]]:
     """The split boundaries one token crosses, as (from, to) device pairs. Stage order follows the
     layers: token embedding on the host, then layer 0..n-1, then the output; a layer whose routed
@@ -264,7 +245,7 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
     per_device, kv_per_device = decode_bytes(facts, costs, view)
     pairs = boundaries(costs, view)
     act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
-    boundary_s = sum(_boundary_seconds(rates, a, b, act) for a, b in pairs) + _input_copy_seconds(rates, view)
+    boundary_s = sum(_boundary_seconds(rates, a, b, act) for a, b in pairs)
     seconds = {dev: n_bytes / rates.bandwidth(dev) + kv_per_device.get(dev, 0) / rates.attention_bandwidth(dev)
                for dev, n_bytes in per_device.items()}
     t_token = sum(seconds.values()) + boundary_s
@@ -273,7 +254,7 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
     prefill = _prefill_tokens_s(facts, costs, view, rates, pairs)
     return Prediction(decode_tokens_s=1.0 / t_token if t_token > 0 else 0.0, prefill_tokens_s=prefill,
                       stages=stages, n_boundaries=len(pairs), assumed_rates=rates.assumed,
-                      rate_sources=rates.source_list, n_input_copies=sum(n for _d, n in view.input_copies))
+                      rate_sources=rates.source_list)
 
 
 def decode_bytes(facts: ModelFacts, costs: CostTable, view: PlacementView) -> tuple[dict[str, int], dict[str, int]]:
@@ -383,7 +364,6 @@ def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, 
         t += work.offload_bytes / rates.link(work.offload_to)   # the op-offload transfers
     # the boundary copies: the ubatch's activations cross every boundary
     t += sum(_boundary_seconds(rates, a, b, work.boundary_bytes) for a, b in pairs)
-    t += _input_copy_seconds(rates, view)   # each ubatch copies the graph inputs too
     return view.n_ubatch / t if t > 0 else 0.0
 
 
@@ -423,7 +403,7 @@ def view_of_estimate(ctx: ModelContext, est: Estimate, experts_on_host: frozense
                 layer_device[il] = dev
     return PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
                          est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload, n_past,
-                         ffn_on_host_of(est), est.input_copies)
+                         ffn_on_host_of(est))
 
 
 def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,

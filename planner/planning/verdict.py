@@ -91,7 +91,6 @@ class StepTerms:
     boundary_s: float                # the hand-offs and boundary copies of one step
     n_boundaries: int
     rate_sources: tuple[str, ...]
-    n_input_copies: int = 0          # graph inputs copied into devices each step (hand-offs too)
 
 
 def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, inventory: Inventory) -> StepTerms:
@@ -106,7 +105,7 @@ def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, invento
     flops = dict(work.flops)
     for dev, n in work.attention.items():
         flops[dev] = flops.get(dev, 0.0) + n
-    return StepTerms(weights, kv, flops, boundary_s, full.n_boundaries, full.rate_sources, full.n_input_copies)
+    return StepTerms(weights, kv, flops, boundary_s, full.n_boundaries, full.rate_sources)
 
 
 def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
@@ -137,7 +136,6 @@ class Endpoint:
     stream_tokens_s: float         # one stream alone on it
     batch_tokens_s: float          # its n_slots streams together
     n_boundaries: int
-    n_input_copies: int = 0        # graph inputs copied into its devices per token
 
     @property
     def command(self) -> str:
@@ -345,7 +343,7 @@ def _endpoint(ctx: ModelContext, p: _Planned, port: int, n_past: int | None) -> 
     used = tuple(p.names.get(dev, dev) for dev, layers in result.estimate.layers if dev != CPU and layers)
     return Endpoint(used, port, k, tuple(plan_argv(result) + ["--port", str(port)]),
                     1.0 / step_seconds(terms, result.inventory, 1), k / step_seconds(terms, result.inventory, k),
-                    terms.n_boundaries, terms.n_input_copies)
+                    terms.n_boundaries)
 
 
 def _slots(n_clients: int, n_endpoints: int) -> list[int]:
@@ -498,11 +496,9 @@ def _what_does_not_help(v: Verdict, inventory: Inventory) -> list[str]:
     out = []
     if a.possible and b.possible and b.stream_tokens_s < a.stream_tokens_s:
         extra = b.endpoints[0].n_boundaries - max(e.n_boundaries for e in a.endpoints)
-        copies = b.endpoints[0].n_input_copies - max(e.n_input_copies for e in a.endpoints)
         link = " over the network (rpc-servers)" if any(d.endpoint for d in inventory.devices) else ""
         out.append(f"a split{link} for a model that fits one device: {extra} more boundary(ies) per token "
-                   + (f"and {copies} more graph-input copies (each device gets its own) " if copies > 0 else "")
-                   + f"(one stream {b.stream_tokens_s:.1f} vs {a.stream_tokens_s:.1f} tokens/s), and its devices take "
+                   f"(one stream {b.stream_tokens_s:.1f} vs {a.stream_tokens_s:.1f} tokens/s), and its devices take "
                    "turns on every token instead of serving clients at once")
     if cc.possible and not cc.note and a.possible and cc.stream_tokens_s < a.stream_tokens_s:
         out.append(f"host offload beside the fastest device: the host's layers are read at host bandwidth "

@@ -13,7 +13,6 @@ import gc
 import logging
 import os
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from planner.core.errors import FitplanError
 from planner.llama.placement import row_of
@@ -28,7 +27,7 @@ log = logging.getLogger(__name__)
 
 CACHE_SIZE = 256
 ANALYTIC_ENV = "FITPLAN_COMPUTE_MODEL"   # =analytic: skip the runtime (calibrating planner/memory/analytic.py)
-_cache: OrderedDict[tuple, Reserved] = OrderedDict()
+_cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
 
 
 def _key(settings: LlamaSettings, n_outputs_max: int | None) -> tuple:
@@ -53,34 +52,19 @@ def supported(settings: LlamaSettings) -> bool:
     return ctx.model.architecture in ARCHS
 
 
-@dataclass(frozen=True)
-class Reserved:
-    """What one reserve gives the estimate: compute buffer bytes per row, and per device the graph inputs
-    the one-token graph copies into it each token (ggml/splits.input_copies)."""
-
-    compute: dict[str, int]
-    input_copies: dict[str, int]
-
-
 def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None,
                     dry_run: bool = True) -> dict[str, int] | None:
     """Compute buffer bytes per row (device names, `Host` for the CPU), or None without a builder.
     `n_outputs_max`: the context's output rows (llama-context.cpp cparams.n_outputs_max; None is
     n_batch, llama.cpp's default when the caller sets none). `dry_run`: llama-fit-params' reserve
     (True) or a real load's (llama-server, llama-cli: ModelRunner.reserve says how they differ)."""
-    found = reserve(settings, n_outputs_max, dry_run)
-    return dict(found.compute) if found is not None else None
-
-
-def reserve(settings: LlamaSettings, n_outputs_max: int | None = None, dry_run: bool = True) -> Reserved | None:
-    """reserve_compute's figures with the one-token graph's input copies; None without a builder."""
     if os.environ.get(ANALYTIC_ENV) == "analytic" or not supported(settings):
         return None
     key = (*_key(settings, n_outputs_max), dry_run)
     hit = _cache.get(key)
     if hit is not None:
         _cache.move_to_end(key)
-        return hit
+        return dict(hit)
     # The reserve makes tens of thousands of small objects that stay alive until it returns, so
     # the cyclic collector's passes over them find nothing; pausing it saves ~20% of the call.
     collecting = gc.isenabled()
@@ -96,9 +80,8 @@ def reserve(settings: LlamaSettings, n_outputs_max: int | None = None, dry_run: 
     finally:
         if collecting:
             gc.enable()
-    found = Reserved({(row_of(name)): size for name, size in report.compute_bytes.items()},
-                     dict(report.tg_input_copies))
-    _cache[key] = found
+    rows = {(row_of(name)): size for name, size in report.compute_bytes.items()}
+    _cache[key] = rows
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
-    return found
+    return dict(rows)

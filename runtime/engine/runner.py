@@ -59,7 +59,6 @@ from runtime.ggml.kernels import KERNELS, prefetch_f32
 from runtime.ggml.mapped import map_weights
 from runtime.ggml.sched import Scheduler
 from runtime.ggml.sched_errors import BufferAllocationError
-from runtime.ggml.splits import input_copies
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +116,6 @@ class ReserveReport:
     n_nodes_pp: int
     n_nodes_tg: int
     compute_bytes: Mapping[str, int]
-    # per backend, the graph inputs its splits of the one-token graph copy in each token (splits.input_copies)
-    tg_input_copies: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -384,7 +381,6 @@ class ModelRunner:
         self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
-        tg_copies = input_copies(self.sched.splits)
         self.sched.reserve(pp.graph)
         # pairs on a weight no graph applies them to: llama.cpp loads them but its graph does not use them
         # either where it multiplies without build_lora_mm (deepseek2's attention projections and lm_head)
@@ -392,8 +388,7 @@ class ModelRunner:
             log.warning("LoRA pairs on %s are not in the runtime's graph (llama.cpp applies none where it "
                         "multiplies without build_lora_mm)",
                         ", ".join(self.adapters.unreached()))
-        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes(),
-                                            tg_copies)
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes())
         return self.reserve_report
 
     # --- running ------------------------------------------------------------------------------

@@ -40,20 +40,6 @@ class SplitPlan:
     graph_inputs: list[Tensor] = field(default_factory=list)
 
 
-def input_copies(splits: list[Split]) -> dict[str, int]:
-    """The graph inputs (positions, masks, KV-cache row indices, output ids: tensors flagged INPUT) each
-    backend's splits copy in every time the graph runs. ggml_backend_sched_compute_splits copies a split's
-    inputs before it runs, and a user input only after synchronising the split's backend ("inputs from
-    the user must be copied immediately"); each input is copied once per backend that reads it, so a
-    model split over more devices repeats them on each."""
-    out: dict[str, int] = {}
-    for split in splits:
-        n = sum(1 for t in split.inputs if t.flags & FLAG_INPUT)
-        if n:
-            out[split.backend] = out.get(split.backend, 0) + n
-    return out
-
-
 def dup_layout(t: Tensor, name: str) -> Tensor:
     """A fresh tensor with t's type, shape and strides (ggml_dup_tensor_layout)."""
     return Tensor(t.type, t.ne, name=name, nb=t.nb)

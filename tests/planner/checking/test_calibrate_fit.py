@@ -33,11 +33,11 @@ def test_fit_linear_without_spare_placements_has_no_error_estimate():
 
 
 def _decode(host_gbs: float, rpc_gbs: float, latency_s: float, host_bytes: float, rpc_bytes: float,
-            n_handoffs: int) -> Observation:
-    """A tg time as the throughput model writes it: bytes / bandwidth per device, plus the hand-offs."""
-    seconds = host_bytes / (host_gbs * 1e9) + rpc_bytes / (rpc_gbs * 1e9) + n_handoffs * latency_s
+            n_boundaries: int) -> Observation:
+    """A tg time as the throughput model writes it: bytes / bandwidth per device, plus the boundaries."""
+    seconds = host_bytes / (host_gbs * 1e9) + rpc_bytes / (rpc_gbs * 1e9) + n_boundaries * latency_s
     work = {k: v for k, v in (("CPU", host_bytes), ("RPC0", rpc_bytes)) if v}
-    return Observation(seconds, work, n_handoffs)
+    return Observation(seconds, work, n_boundaries)
 
 
 def test_the_slope_against_boundaries_is_the_hand_off_latency():
@@ -55,7 +55,7 @@ def test_the_slope_against_boundaries_is_the_hand_off_latency():
 def test_noise_is_seen_in_the_latency_error():
     obs = [_decode(10, 5, 300e-6, 250e6, 0, 0), _decode(10, 5, 300e-6, 0, 250e6, 1),
            _decode(10, 5, 300e-6, 180e6, 70e6, 2), _decode(10, 5, 300e-6, 40e6, 210e6, 1)]
-    noisy = [Observation(o.seconds * f, o.work, o.n_handoffs) for o, f in zip(obs, (1.0, 1.01, 0.99, 1.0),
+    noisy = [Observation(o.seconds * f, o.work, o.n_boundaries) for o, f in zip(obs, (1.0, 1.01, 0.99, 1.0),
                                                                                 strict=True)]
     fit = fit_rates(noisy)
     assert fit.per_boundary_stderr_s > 0
