@@ -7,7 +7,7 @@ alone; each RPC endpoint alone, with and without the output layer, with half of 
 layers' FFN weights kept on the host — two boundaries a layer — and at a context depth; all endpoints
 split evenly) the times are linear in the unknown rates:
 
-    t_token   = sum_d (R_d / BW_d + K_d / BWatt_d) + n_boundaries · lat                      (tg)
+    t_token   = sum_d (R_d / BW_d + K_d / BWatt_d) + n_boundaries · lat + n_dev · (lat_dev − lat)   (tg)
     t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
                 + n_boundaries · (lat + B·A / link)                                           (pp)
 
@@ -16,7 +16,9 @@ token, from fitplan's own cost table, over time per token), the rate its attenti
 at (from the run at depth), its matrix throughput and attention FLOPs (the prompt's time less the
 weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
 the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
-noise). The prefill slope less the hand-off latency is the boundary copy of the ubatch's activations,
+noise) — and, apart, what a boundary between two devices costs beyond it (the split over all endpoints
+crosses those: between two rpc-servers a boundary costs several times one between an rpc-server and the
+host). The prefill slope less the hand-off latency is the boundary copy of the ubatch's activations,
 B·A bytes; where the fit cannot tell that copy from noise it writes no link figure (the stated or
 assumed link stays). The figures go into the inventory's `calibrated:` block with the method next to each.
 """
@@ -122,6 +124,7 @@ class Observation:
     seconds: float
     work: dict[str, float]     # per device: bytes (decode) or FLOPs (prefill)
     n_boundaries: int
+    n_device_boundaries: int = 0   # of which between two devices (neither side the host)
 
 
 @dataclass(frozen=True)
@@ -132,20 +135,24 @@ class RateFit:
     per_boundary_s: float | None       # None when no placement crossed a boundary
     per_boundary_stderr_s: float
     residual_rms_s: float
+    device_extra_s: float | None = None   # what a boundary between two devices costs beyond per_boundary_s
+    device_extra_stderr_s: float = math.nan
 
 
 def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None = None) -> RateFit:
-    """Fit t = sum_d work_d · s_d + n_boundaries · b over the observations; `per_boundary_s` given
-    subtracts a known boundary cost instead of fitting it. A device's attention column (`dev + ATTENTION`)
+    """Fit t = sum_d work_d · s_d + n_boundaries · b + n_device_boundaries · x over the observations (x: what
+    a boundary between two devices costs beyond b, fitted where a placement crosses one); `per_boundary_s`
+    given subtracts a known boundary cost instead of fitting it. A device's attention column (`dev + ATTENTION`)
     that fits at or below zero, or leaves the device's own rate there, is dropped (its attention then
     reads at the device's own rate)."""
     devices = sorted({d for o in observations for d in o.work})
     fit_boundary = per_boundary_s is None and any(o.n_boundaries for o in observations)
+    fit_device = any(o.n_device_boundaries for o in observations)
     times = [o.seconds - (o.n_boundaries * per_boundary_s if per_boundary_s is not None else 0.0)
              for o in observations]
     while True:
         rows = [[o.work.get(d, 0.0) for d in devices] + ([float(o.n_boundaries)] if fit_boundary else [])
-                for o in observations]
+                + ([float(o.n_device_boundaries)] if fit_device else []) for o in observations]
         fit = fit_linear(rows, times)
         per_unit = dict(zip(devices, fit.coefficients[:len(devices)], strict=True))
         # an attention column at or below zero, or one that leaves its device's own rate there, is not told
@@ -160,9 +167,11 @@ def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None 
         if not sec > 0:
             raise CalibrationError(f"calibration: the fit gives {dev} no positive rate ({sec:.3g} s per unit); "
                                    "the timings are too noisy (is the machine busy?) — run it again")
-    boundary = fit.coefficients[-1] if fit_boundary else per_boundary_s
-    boundary_err = fit.stderr[-1] if fit_boundary else 0.0
-    return RateFit(per_unit, boundary, boundary_err, fit.residual_rms_s)
+    tail = len(devices)
+    boundary = fit.coefficients[tail] if fit_boundary else per_boundary_s
+    boundary_err = fit.stderr[tail] if fit_boundary else 0.0
+    extra, extra_err = (fit.coefficients[-1], fit.stderr[-1]) if fit_device else (None, math.nan)
+    return RateFit(per_unit, boundary, boundary_err, fit.residual_rms_s, extra, extra_err)
 
 
 # ----------------------------------------------------------------------------- the placements
@@ -191,7 +200,10 @@ def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int 
                            ) -> list[CalibrationPlacement]:
     """The host alone and at `depth`; each endpoint alone with the output layer (one boundary), with the
     output kept on the host (two), with half the layers (one, the host streaming the rest), with every
-    layer's FFN on the host (two a layer) and at `depth`; every endpoint evenly (one per endpoint)."""
+    layer's FFN on the host (two a layer) and at `depth`; with several endpoints, each one's layers with the
+    output layer on the next (`-ts n_layer,1`: llama.cpp counts the output as layer n_layer, so the next
+    endpoint gets it alone — one boundary between two devices), and every endpoint evenly (one per
+    endpoint)."""
     host = ("-ngl", "0")
     out = [CalibrationPlacement("host", host), CalibrationPlacement(f"host, depth {depth}", host, depth)]
     for dev in rpc_devices:
@@ -202,6 +214,11 @@ def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int 
                 CalibrationPlacement(f"{dev} all, FFN on host", (*every, "-ot", FFN_ON_HOST)),
                 CalibrationPlacement(f"{dev} all, depth {depth}", every, depth)]
     if len(rpc_devices) > 1:
+        for dev, nxt in zip(rpc_devices, [*rpc_devices[1:], rpc_devices[0]], strict=True):
+            if len(rpc_devices) == 2 and dev == rpc_devices[1]:
+                break   # two endpoints: one pair (the same two servers, the same boundary)
+            out.append(CalibrationPlacement(f"{dev} layers, output on {nxt}",
+                                            ("-dev", f"{dev},{nxt}", "-ngl", "999", "-ts", f"{n_layer},1")))
         out.append(CalibrationPlacement("split evenly", ("-dev", ",".join(rpc_devices), "-ngl", "999",
                                                          "-ts", ",".join("1" for _ in rpc_devices))))
     return out
@@ -212,7 +229,13 @@ def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView,
     weights, kv = decode_bytes(ctx.facts, costs, view)
     work = {d: float(n) for d, n in weights.items() if n}
     work.update({d + ATTENTION: float(n) for d, n in kv.items() if n})
-    return Observation(seconds, work, len(boundaries(costs, view)))
+    return Observation(seconds, work, *_boundary_counts(costs, view))
+
+
+def _boundary_counts(costs: CostTable, view: PlacementView) -> tuple[int, int]:
+    """(split boundaries a token crosses, of which between two devices)."""
+    pairs = boundaries(costs, view)
+    return len(pairs), sum(1 for a, b in pairs if CPU not in (a, b))
 
 
 def prefill_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float
@@ -221,7 +244,7 @@ def prefill_observation(ctx: ModelContext, costs: CostTable, view: PlacementView
     work = prefill_work(ctx.facts, costs, view, None)    # the devices calibrated here offload no ops
     flops = dict(work.flops)
     flops.update({d + ATTENTION: n for d, n in work.attention.items()})
-    return Observation(seconds, flops, len(boundaries(costs, view))), dict(work.streamed)
+    return Observation(seconds, flops, *_boundary_counts(costs, view)), dict(work.streamed)
 
 
 # ----------------------------------------------------------------------------- calibrate
@@ -267,7 +290,7 @@ class CalibrateResult:
 # how the table prints each quantity: (scale, unit)
 _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
     Quantity.BANDWIDTH: (1e9, "GB/s"), Quantity.FLOPS: (1e12, "TFLOPS"), Quantity.SPLIT_LATENCY: (1e-6, "µs"),
-    Quantity.LINK: (1e9, "GB/s"), Quantity.ATTENTION_BANDWIDTH: (1e9, "GB/s"),
+    Quantity.LINK: (1e9, "GB/s"), Quantity.ATTENTION_BANDWIDTH: (1e9, "GB/s"), Quantity.DEVICE_LATENCY: (1e-6, "µs"),
     Quantity.ATTENTION_FLOPS: (1e12, "TFLOPS"),
 }
 
@@ -304,6 +327,10 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
     load_before = os.getloadavg()[0]
     jobs = _jobs(request, path, ctx.facts.n_layer, inventory)
     if measured is not None:
+        missing = [name for name in jobs if name not in measured]
+        if missing:   # timings kept before a placement joined the list
+            log.warning("calibration: no timing for %s; fitted without", ", ".join(missing))
+            jobs = {name: job for name, job in jobs.items() if name in measured}
         timings = [measured[name] for name in jobs]
     else:
         timings = [median_timing(t) for t in run_rounds(bin_dir, list(jobs.values()), rpc, request.rounds,
@@ -381,6 +408,8 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                                             f"(±{decode.per_boundary_stderr_s * 1e6:.0f} µs), each device's bytes ÷ "
                                             f"bandwidth the other terms, {over}"))
         figures += _link_figures(rpc_devices, runs, decode, prefill, n_embd, over)
+    if rpc_devices:
+        figures += _device_latency_figures(rpc_devices, decode, over)
     return Calibration(datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d 0 or {request.depth} -r {work.repeats}"
                        f"{f' -t {work.threads}' if work.threads else ''} on {request.model}: "
@@ -404,6 +433,24 @@ def _rate_figure(column: str, seconds_per_unit: float, plain: tuple[Quantity, st
 
 def _finite(x: float) -> float:
     return 0.0 if math.isnan(x) else x
+
+
+def _device_latency_figures(rpc_devices: list[str], decode: RateFit, over: str) -> list[CalibratedFigure]:
+    """A boundary between two devices: the per-split hand-off latency plus what the fit puts on such a
+    boundary beyond it (the placement that splits the layers over the endpoints crosses them). No figure
+    where that extra is not told apart from noise: such boundaries then cost the split latency."""
+    extra, err = decode.device_extra_s, decode.device_extra_stderr_s
+    if extra is None:
+        return []
+    base = decode.per_boundary_s if decode.per_boundary_s is not None else RPC_SPLIT_LATENCY_S
+    if math.isnan(err) or abs(extra) <= _SIGNIFICANT_SIGMAS * err or base + extra <= 0:
+        log.warning("calibration: a boundary between two devices fits at %+.0f ± %.0f µs beyond the split latency, "
+                    "not told apart from noise; no device-to-device figure is written", extra * 1e6,
+                    0.0 if math.isnan(err) else err * 1e6)
+        return []
+    how = (f"device-to-device hand-off: the per-split hand-off latency plus the slope of seconds per token against "
+           f"the boundaries between two devices ({extra * 1e6:+.0f} ± {err * 1e6:.0f} µs beyond it), {over}")
+    return [CalibratedFigure(dev, Quantity.DEVICE_LATENCY, base + extra, how) for dev in rpc_devices]
 
 
 def _link_figures(rpc_devices: list[str], runs: Sequence[CalibrationRun], decode: RateFit, prefill: RateFit,

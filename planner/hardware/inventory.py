@@ -122,6 +122,7 @@ class Quantity(str, Enum):
     BANDWIDTH = "bandwidth"           # bytes/s of weight streaming (decode)
     FLOPS = "flops"                   # FLOP/s of matrix products (prefill)
     SPLIT_LATENCY = "split_latency"   # seconds per split boundary touching the device (the hand-off)
+    DEVICE_LATENCY = "device_latency"  # seconds per boundary between two devices (neither is the host)
     LINK = "link"                     # bytes/s of the activations crossing a boundary
     ATTENTION_BANDWIDTH = "attention_bandwidth"   # bytes/s of KV cache a decoded token's attention reads
     ATTENTION_FLOPS = "attention_flops"           # FLOP/s of a prompt's attention (QK^T, softmax·V)

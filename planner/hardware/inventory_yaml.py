@@ -125,6 +125,7 @@ CALIBRATED_FIGURES: dict[str, tuple[Quantity, float]] = {
     "bandwidth_gbs": (Quantity.BANDWIDTH, GB),
     "fp16_tflops": (Quantity.FLOPS, TERA),
     "split_latency_us": (Quantity.SPLIT_LATENCY, 1e-6),
+    "device_latency_us": (Quantity.DEVICE_LATENCY, 1e-6),
     "link_gbs": (Quantity.LINK, GB),
     "attention_gbs": (Quantity.ATTENTION_BANDWIDTH, GB),
     "attention_tflops": (Quantity.ATTENTION_FLOPS, TERA),

@@ -10,7 +10,10 @@ split boundary:
     f       = n_expert_used / n_expert                                (the experts one token touches)
     A       = n_embd · 4 bytes                                        (the f32 activation that crosses)
 
-where W_l are layer l's weight bytes and E_l its routed-expert bytes. BWatt_d is the rate attention
+where W_l are layer l's weight bytes and E_l its routed-expert bytes, and lat_b the boundary's hand-off
+latency: the device's split latency where the host is one side, its device-to-device latency where both
+sides are devices (calibrated apart: between two rpc-servers a boundary measured ~4 ms a token beside
+~0.1-0.3 ms between an rpc-server and the host; without a figure, the split latency). BWatt_d is the rate attention
 reads the KV cache at: the device's bandwidth unless calibrated (a CPU's flash attention converts
 and dots f16 rows far slower than it streams quantized weights). Routed experts kept in host memory
 (`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's
@@ -187,6 +190,16 @@ class Rates:
             return float("inf")
         return self._rate(name, Quantity.LINK, self.devices[name].transfer_bytes_s, FALLBACK_LINK)
 
+    def device_latency(self, a: str, b: str) -> float:
+        """A boundary between two devices: the larger calibrated device-to-device latency of the two, else the
+        per-split hand-off latency of either side."""
+        measured = [m for dev in (a, b)
+                    if self.calibration and (m := self.calibration.figure(dev, Quantity.DEVICE_LATENCY)) is not None]
+        if measured:
+            self.sources.add(CALIBRATED)
+            return max(measured)
+        return max(self.latency(a), self.latency(b))
+
     def latency(self, name: str) -> float:
         """The per-split hand-off latency of a boundary on this device's side: a calibrated figure, else
         the assumed constants (which are not counted as an assumed rate: they are never stated)."""
@@ -217,6 +230,8 @@ def _boundary_seconds(rates: Rates, a: str, b: str, act_bytes: float) -> float:
     """One split boundary: the per-split hand-off latency (a synchronisation of the two backends,
     a round trip for an rpc-server) plus the boundary copy of `act_bytes` over the slower link."""
     link = min(rates.link(a), rates.link(b))
+    if CPU not in (a, b):
+        return act_bytes / link + rates.device_latency(a, b)
     return act_bytes / link + max(rates.latency(a), rates.latency(b))
 
 

@@ -85,7 +85,27 @@ def test_placements_vary_the_boundaries_on_each_endpoint():
     assert placements["RPC1 all, FFN on host"] == (["-dev", "RPC1", "-ngl", "999", "-ot", FFN_ON_HOST], 0)
     assert placements["RPC0 all, depth 2048"] == (["-dev", "RPC0", "-ngl", "999"], 2048)
     assert placements["split evenly"] == (["-dev", "RPC0,RPC1", "-ngl", "999", "-ts", "1,1"], 0)
-    assert "split evenly" not in {p.name for p in calibration_placements(18, ["RPC0"])}
+    # one boundary between two devices: the 18 layers on RPC0, llama.cpp's output layer (layer 18) on RPC1
+    assert placements["RPC0 layers, output on RPC1"] == (["-dev", "RPC0,RPC1", "-ngl", "999", "-ts", "18,1"], 0)
+    assert "RPC1 layers, output on RPC0" not in placements   # two endpoints: one pair
+    three = {p.name for p in calibration_placements(18, ["RPC0", "RPC1", "RPC2"])}
+    assert {"RPC0 layers, output on RPC1", "RPC1 layers, output on RPC2", "RPC2 layers, output on RPC0"} <= three
+    one = {p.name for p in calibration_placements(18, ["RPC0"])}
+    assert "split evenly" not in one and not any("output on RPC" in name for name in one)
+
+
+def test_a_boundary_between_two_devices_is_fitted_apart():
+    """Host 10 GB/s, RPC0 and RPC1 5 GB/s, 300 µs per boundary, 3 ms more where both sides are devices:
+    t = bytes / bandwidth + n · 300 µs + n_dev · 3 ms, worked out here for each placement."""
+    def obs(host: float, rpc0: float, rpc1: float, n: int, n_dev: int) -> Observation:
+        seconds = host / 10e9 + (rpc0 + rpc1) / 5e9 + n * 300e-6 + n_dev * 3e-3
+        work = {k: v for k, v in (("CPU", host), ("RPC0", rpc0), ("RPC1", rpc1)) if v}
+        return Observation(seconds, work, n, n_dev)
+    fit = fit_rates([obs(250e6, 0, 0, 0, 0), obs(0, 250e6, 0, 1, 0), obs(180e6, 70e6, 0, 2, 0),
+                     obs(0, 0, 250e6, 1, 0), obs(0, 80e6, 170e6, 2, 1), obs(0, 125e6, 125e6, 2, 1)])
+    assert fit.per_boundary_s == pytest.approx(300e-6)
+    assert fit.device_extra_s == pytest.approx(3e-3)
+    assert 1 / fit.seconds_per_unit["RPC1"] == pytest.approx(5e9)
 
 
 def test_an_attention_column_at_or_below_zero_is_dropped_not_refused():

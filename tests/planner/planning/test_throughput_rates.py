@@ -2,6 +2,8 @@
 terms, checked against figures worked out here by hand."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.checking.calibrate import FFN_ON_HOST
@@ -85,6 +87,30 @@ def test_one_more_split_boundary_costs_the_hand_off_and_the_boundary_copy(gemma)
     # same bytes and FLOPs at the same rates: the difference is one boundary
     assert 1 / p2.decode_tokens_s - 1 / p1.decode_tokens_s == pytest.approx(LATENCY_S + act / LINK)
     assert 128 / p2.prefill_tokens_s - 128 / p1.prefill_tokens_s == pytest.approx(LATENCY_S + 128 * act / LINK)
+
+
+def test_a_boundary_between_two_devices_costs_the_device_latency(gemma):
+    """The one-boundary split of the test above, with a calibrated device-to-device latency of 3 ms: the
+    boundary between RPC0 and RPC1 costs that instead of the split latency; the host's boundary does not."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    cal = _calibration("RPC0", "RPC1")
+    cal = replace(cal, figures=cal.figures + tuple(CalibratedFigure(d, Quantity.DEVICE_LATENCY, 3e-3, "by hand")
+                                                   for d in ("RPC0", "RPC1")))
+    plain = Inventory((_rpc(0), _rpc(1)), HostSpec(16 * GiB, 16 * GiB, 0, "host"),
+                      calibration=_calibration("RPC0", "RPC1"))
+    with_dev = replace(plain, calibration=cal)
+    one = PlacementView(tuple(["RPC0"] * n), "RPC0", frozenset(), 1024, n_ubatch=128, n_past=0)
+    two = PlacementView(tuple(["RPC0"] * (n // 2) + ["RPC1"] * (n - n // 2)), "RPC1", frozenset(), 1024,
+                        n_ubatch=128, n_past=0)
+    # one device: its only boundary is with the host, so the device figure changes nothing
+    alone = [predict(ctx.facts, costs, one, inv).decode_tokens_s for inv in (with_dev, plain)]
+    assert alone[0] == alone[1]
+    d_plain = 1 / predict(ctx.facts, costs, two, plain).decode_tokens_s
+    d_dev = 1 / predict(ctx.facts, costs, two, with_dev).decode_tokens_s
+    assert d_dev - d_plain == pytest.approx(3e-3 - LATENCY_S)
+    assert Rates(with_dev).device_latency("RPC0", "RPC1") == 3e-3
+    assert Rates(plain).device_latency("RPC0", "RPC1") == LATENCY_S
 
 
 def test_decode_at_a_depth_reads_the_cells_written_so_far(gemma):
