@@ -206,22 +206,30 @@ def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int 
     endpoint)."""
     host = ("-ngl", "0")
     out = [CalibrationPlacement("host", host), CalibrationPlacement(f"host, depth {depth}", host, depth)]
+    nxt = _next_endpoints(rpc_devices)
     for dev in rpc_devices:
         every = ("-dev", dev, "-ngl", "999")
-        out += [CalibrationPlacement(f"{dev} all", every),
-                CalibrationPlacement(f"{dev} layers, output on host", (*every, "-ot", OUTPUT_ON_HOST)),
+        out.append(CalibrationPlacement(f"{dev} all", every))
+        if dev in nxt:   # run right after the endpoint alone: the machine's drift over minutes falls on both
+            out.append(CalibrationPlacement(f"{dev} layers, output on {nxt[dev]}",
+                                            ("-dev", f"{dev},{nxt[dev]}", "-ngl", "999", "-ts", f"{n_layer},1")))
+        out += [CalibrationPlacement(f"{dev} layers, output on host", (*every, "-ot", OUTPUT_ON_HOST)),
                 CalibrationPlacement(f"{dev} half", ("-dev", dev, "-ngl", str(n_layer // 2))),
                 CalibrationPlacement(f"{dev} all, FFN on host", (*every, "-ot", FFN_ON_HOST)),
                 CalibrationPlacement(f"{dev} all, depth {depth}", every, depth)]
     if len(rpc_devices) > 1:
-        for dev, nxt in zip(rpc_devices, [*rpc_devices[1:], rpc_devices[0]], strict=True):
-            if len(rpc_devices) == 2 and dev == rpc_devices[1]:
-                break   # two endpoints: one pair (the same two servers, the same boundary)
-            out.append(CalibrationPlacement(f"{dev} layers, output on {nxt}",
-                                            ("-dev", f"{dev},{nxt}", "-ngl", "999", "-ts", f"{n_layer},1")))
         out.append(CalibrationPlacement("split evenly", ("-dev", ",".join(rpc_devices), "-ngl", "999",
                                                          "-ts", ",".join("1" for _ in rpc_devices))))
     return out
+
+
+def _next_endpoints(rpc_devices: Sequence[str]) -> dict[str, str]:
+    """Each endpoint's next one, in a ring; with two endpoints one pair (the same two servers, the same
+    boundary)."""
+    if len(rpc_devices) < 2:
+        return {}
+    ring = dict(zip(rpc_devices, [*rpc_devices[1:], rpc_devices[0]], strict=True))
+    return ring if len(rpc_devices) > 2 else {rpc_devices[0]: rpc_devices[1]}
 
 
 def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float) -> Observation:
