@@ -12,12 +12,12 @@ split boundary:
 
 where W_l are layer l's weight bytes and E_l its routed-expert bytes, and lat_b the boundary's hand-off
 latency: the device's split latency where the host is one side, its device-to-device latency where both
-sides are devices (calibrated apart: between two rpc-servers a boundary measured ~4 ms a token beside
-~0.1-0.3 ms between an rpc-server and the host; without a figure, the split latency). BWatt_d is the rate attention
-reads the KV cache at: the device's bandwidth unless calibrated (a CPU's flash attention converts
-and dots f16 rows far slower than it streams quantized weights). Routed experts kept in host memory
-(`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's
-bandwidth, and each such layer adds two boundaries (the activation goes to the CPU and back). With
+sides are devices (calibrated apart: between two loopback rpc-servers a boundary measured 2.5-4.9 ms a
+token beside 0.1-0.3 ms between an rpc-server and the host; without a figure, the split latency).
+BWatt_d is the rate attention reads the KV cache at: the device's bandwidth unless calibrated (a CPU's
+flash attention converts and dots f16 rows far slower than it streams quantized weights). Routed experts
+kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read
+at the host's bandwidth, and each such layer adds two boundaries (the activation goes to the CPU and back). With
 two stages, no experts and no boundary cost this is seed 003's harmonic formula,
 1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
 
