@@ -4,8 +4,9 @@ The throughput model (planner/planning/throughput.py) says what each placement a
 weight and KV-cache bytes read per decoded token, FLOPs and streamed weights per prompt ubatch, split
 boundaries. llama-bench says how long the placement took. Over a few placements of one model (the host
 alone; each RPC endpoint alone, with and without the output layer, with half of the layers, with the
-layers' FFN weights kept on the host — two boundaries a layer — and at a context depth; all endpoints
-split evenly) the times are linear in the unknown rates:
+layers' FFN weights kept on the host — two boundaries a layer — and at a context depth; each endpoint's
+layers with the output layer alone on the next endpoint; all endpoints split evenly) the times are linear
+in the unknown rates:
 
     t_token   = sum_d (R_d / BW_d + K_d / BWatt_d) + n_boundaries · lat + n_dev · (lat_dev − lat)   (tg)
     t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
@@ -16,11 +17,12 @@ token, from fitplan's own cost table, over time per token), the rate its attenti
 at (from the run at depth), its matrix throughput and attention FLOPs (the prompt's time less the
 weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
 the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
-noise) — and, apart, what a boundary between two devices costs beyond it (the split over all endpoints
-crosses those: between two rpc-servers a boundary costs several times one between an rpc-server and the
-host). The prefill slope less the hand-off latency is the boundary copy of the ubatch's activations,
-B·A bytes; where the fit cannot tell that copy from noise it writes no link figure (the stated or
-assumed link stays). The figures go into the inventory's `calibrated:` block with the method next to each.
+noise) — and, apart, what a boundary between two devices costs beyond it (the output-on-the-next-endpoint
+runs cross one each, the even split one per endpoint after the first: between two loopback rpc-servers a
+boundary costs several times one between an rpc-server and the host). The prefill slope less the
+hand-off latency is the boundary copy of the ubatch's activations, B·A bytes; where the fit cannot tell
+that copy from noise it writes no link figure (the stated or assumed link stays). The figures go into
+the inventory's `calibrated:` block with the method next to each.
 """
 from __future__ import annotations
 
