@@ -20,37 +20,31 @@ starts are stopped by their own handles.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
 
 from bench.quiet import NotQuiet, load_line, wait_for_quiet
+from planner.checking.llama_bench import BenchJob, Workload, run_rounds
 from planner.core.llama_tools import ensure_tools, rpc_servers
 from planner.gguf.examples import resolve_model
 from planner.llama.context import model_context
 
 MODEL = "example:gemma3-270m"
 NO_OP_OT = ("-ot", "no_tensor_has_this_name=CPU")   # overrides nothing, but turns pipeline parallelism off
+N_PROMPT = 32   # llama-bench runs a prompt test too (planner/checking/llama_bench.py reads both); kept short
 
 
 def variants(n_layer: int) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, llama.cpp flags): device and split lists with ',' as llama.cpp takes them."""
     return [
         ("one rpc-server", ("-dev", "RPC0")),
-        ("split over two, -ts 1,1", ("-dev", "RPC0/RPC1", "-ts", "1/1")),
-        ("output alone on the second", ("-dev", "RPC0/RPC1", "-ts", f"{n_layer}/1")),
+        ("split over two, -ts 1,1", ("-dev", "RPC0,RPC1", "-ts", "1,1")),
+        ("output alone on the second", ("-dev", "RPC0,RPC1", "-ts", f"{n_layer},1")),
         ("one rpc-server, no pipeline", ("-dev", "RPC0", *NO_OP_OT)),
-        ("split over two, no pipeline", ("-dev", "RPC0/RPC1", "-ts", "1/1", *NO_OP_OT)),
-        ("output alone on the second, no pipeline", ("-dev", "RPC0/RPC1", "-ts", f"{n_layer}/1", *NO_OP_OT)),
+        ("split over two, no pipeline", ("-dev", "RPC0,RPC1", "-ts", "1,1", *NO_OP_OT)),
+        ("output alone on the second, no pipeline", ("-dev", "RPC0,RPC1", "-ts", f"{n_layer},1", *NO_OP_OT)),
     ]
-
-
-def tokens_per_s(bin_dir, model: str, endpoints: list[str], flags: tuple[str, ...], args: argparse.Namespace) -> float:
-    argv = [str(bin_dir / "llama-bench"), "-m", model, "--rpc", ",".join(endpoints), "-ngl", "99", "-p", "0",
-            "-n", str(args.gen_tokens), "-r", str(args.repeats), "-t", "1", "-o", "json", *flags]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600).stdout
-    return float(json.loads(out)[0]["avg_ts"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,19 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     bin_dir = ensure_tools()
     model = str(resolve_model(MODEL))
     listed = variants(model_context(model).facts.n_layer)
-    seconds: dict[str, list[float]] = {name: [] for name, _ in listed}
+    work = Workload(N_PROMPT, args.gen_tokens, 0, args.repeats, threads=1)
+    jobs = [BenchJob(model, flags, work) for _name, flags in listed]
+
+    def on_round(k: int) -> None:
+        wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
+        print(f"  round {k} of {args.rounds} (load {load_line()})", flush=True)
+
     print(f"load average at start: {load_line()}")
     try:
         with rpc_servers(2, bin_dir, args=["-t", "1"]) as endpoints:
-            for k in range(1, args.rounds + 1):
-                wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
-                for name, flags in listed:
-                    tps = tokens_per_s(bin_dir, model, endpoints, flags, args)
-                    seconds[name].append(1.0 / tps)
-                    print(f"  round {k} {name:<42} {tps:6.1f} tokens/s  (load {load_line()})", flush=True)
+            per_round = run_rounds(bin_dir, jobs, endpoints, args.rounds, on_round)
     except NotQuiet as e:
         print(e, file=sys.stderr)
         return 1
+    seconds = {name: [t.tg_s_per_token for t in timings] for (name, _), timings in zip(listed, per_round, strict=True)}
     for controls, rows in ((listed[0][0], listed[:3]), (listed[3][0], listed[3:])):
         base = seconds[controls]
         for name, _ in rows:

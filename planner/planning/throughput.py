@@ -230,9 +230,8 @@ def _boundary_seconds(rates: Rates, a: str, b: str, act_bytes: float) -> float:
     """One split boundary: the per-split hand-off latency (a synchronisation of the two backends,
     a round trip for an rpc-server) plus the boundary copy of `act_bytes` over the slower link."""
     link = min(rates.link(a), rates.link(b))
-    if CPU not in (a, b):
-        return act_bytes / link + rates.device_latency(a, b)
-    return act_bytes / link + max(rates.latency(a), rates.latency(b))
+    handoff = rates.device_latency(a, b) if CPU not in (a, b) else max(rates.latency(a), rates.latency(b))
+    return act_bytes / link + handoff
 
 
 def boundaries(costs: CostTable, view: PlacementView) -> list[tuple[str, str]]:
