@@ -8,13 +8,14 @@ layers' FFN weights kept on the host — two boundaries a layer — and at a con
 layers with the output layer alone on the next endpoint; all endpoints split evenly) the times are linear
 in the unknown rates:
 
-    t_token   = sum_d (R_d / BW_d + K_d / BWatt_d) + n_boundaries · lat + n_dev · (lat_dev − lat)   (tg)
+    t_token   = sum_d (R_d / BW_d + C_d / CELLatt_d) + n_boundaries · lat + n_dev · (lat_dev − lat)  (tg)
     t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
                 + n_boundaries · (lat + B·A / link)                                           (pp)
 
 so least squares gives them: the effective weight-streaming bandwidth of each device (bytes read per
-token, from fitplan's own cost table, over time per token), the rate its attention reads the KV cache
-at (from the run at depth), its matrix throughput and attention FLOPs (the prompt's time less the
+token, from fitplan's own cost table, over time per token), the rate its attention works through
+(query head, cached cell) pairs C_d (what the run at depth adds to the same placement at depth 0, taken
+off before the least squares), its matrix throughput and attention FLOPs (the prompt's time less the
 weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
 the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
 noise) — and, apart, what a boundary between two devices costs beyond it (the output-on-the-next-endpoint
@@ -61,6 +62,7 @@ from planner.planning.throughput import (
     RPC_SPLIT_LATENCY_S,
     PlacementView,
     boundaries,
+    decode_attention_cells,
     decode_bytes,
     prefill_work,
 )
@@ -235,10 +237,11 @@ def _next_endpoints(rpc_devices: Sequence[str]) -> dict[str, str]:
 
 
 def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float) -> Observation:
-    """Weights and KV bytes read per token on each device (the KV as `dev + ATTENTION`)."""
-    weights, kv = decode_bytes(ctx.facts, costs, view)
+    """Weight bytes read per token on each device, and (as `dev + ATTENTION`) the (query head, cached cell)
+    pairs its attention works through."""
+    weights, _ = decode_bytes(ctx.facts, costs, view)
     work = {d: float(n) for d, n in weights.items() if n}
-    work.update({d + ATTENTION: float(n) for d, n in kv.items() if n})
+    work.update({d + ATTENTION: n for d, n in decode_attention_cells(ctx.facts, costs, view).items() if n})
     return Observation(seconds, work, *_boundary_counts(costs, view))
 
 
@@ -301,7 +304,7 @@ class CalibrateResult:
 _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
     Quantity.BANDWIDTH: (1e9, "GB/s"), Quantity.FLOPS: (1e12, "TFLOPS"), Quantity.SPLIT_LATENCY: (1e-6, "µs"),
     Quantity.LINK: (1e9, "GB/s"), Quantity.ATTENTION_BANDWIDTH: (1e9, "GB/s"), Quantity.DEVICE_LATENCY: (1e-6, "µs"),
-    Quantity.ATTENTION_FLOPS: (1e12, "TFLOPS"),
+    Quantity.ATTENTION_FLOPS: (1e12, "TFLOPS"), Quantity.ATTENTION_CELLS: (1e6, "M pairs/s"),
 }
 
 
@@ -366,11 +369,42 @@ def _log_round(request: CalibrateRequest) -> Callable[[int], None] | None:
     return lambda k: log.info("calibration round %d of %d", k, request.rounds)
 
 
+def attention_per_cell(runs: Sequence[CalibrationRun]) -> dict[str, float]:
+    """Seconds per (query head, cached cell) pair of a decoded token's attention, by device: from each placement
+    run at depth 0 and at a depth, the seconds the depth adds over the pairs it adds — the two runs differ in
+    nothing else, so the weights' time cancels (a joint least squares would share it with the device's
+    bandwidth column, which the other placements pull). A device whose depth adds no time gets no figure."""
+    shallow = {r.flags: r for r in runs if not r.depth}
+    out: dict[str, float] = {}
+    for deep in (r for r in runs if r.depth and r.flags in shallow):
+        base = shallow[deep.flags]
+        added = {d.removesuffix(ATTENTION): n - base.decode.work.get(d, 0.0)
+                 for d, n in deep.decode.work.items() if d.endswith(ATTENTION)}
+        added = {d: n for d, n in added.items() if n > 0}
+        extra_s = deep.decode.seconds - base.decode.seconds
+        if len(added) == 1 and extra_s > 0:
+            [(dev, cells)] = added.items()
+            out[dev] = extra_s / cells
+        elif len(added) == 1:
+            log.warning("calibration: %s at depth %d ran no slower than at depth 0; its attention has no figure",
+                        deep.name, deep.depth)
+    return out
+
+
+def without_attention(obs: Observation, per_cell: dict[str, float]) -> Observation:
+    """A decode observation less its attention: the known pairs' seconds taken off, the columns dropped."""
+    attention = {d: n for d, n in obs.work.items() if d.endswith(ATTENTION)}
+    known = sum(n * per_cell.get(d.removesuffix(ATTENTION), 0.0) for d, n in attention.items())
+    return replace(obs, seconds=obs.seconds - known,
+                   work={d: n for d, n in obs.work.items() if d not in attention})
+
+
 def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bin_dir: Path,
                    n_embd: int) -> Calibration:
     """The fits over the runs, as figures with how each was obtained."""
     work = request.work
-    decode = fit_rates([r.decode for r in runs])
+    per_cell = attention_per_cell(runs)
+    decode = fit_rates([without_attention(r.decode, per_cell) for r in runs])
     if decode.per_boundary_s is not None and not decode.per_boundary_s > _SIGNIFICANT_SIGMAS * _finite(
             decode.per_boundary_stderr_s):
         # the hand-off is not told apart from noise: keep the model's assumed latency and fit the rates under it
@@ -380,7 +414,8 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
         unmeasured = (f"; the per-split hand-off latency fit {decode.per_boundary_s * 1e6:.0f} ± "
                       f"{decode.per_boundary_stderr_s * 1e6:.0f} µs, not told apart from noise: the assumed "
                       f"{RPC_SPLIT_LATENCY_S * 1e6:.0f} µs is kept and the rates are fitted under it")
-        decode = replace(fit_rates([r.decode for r in runs], RPC_SPLIT_LATENCY_S), per_boundary_s=None)
+        decode = replace(fit_rates([without_attention(r.decode, per_cell) for r in runs], RPC_SPLIT_LATENCY_S),
+                         per_boundary_s=None)
     else:
         unmeasured = ""
     # a prompt's ubatch also streams its weights: that time, at the bandwidths just fitted, is not FLOPs —
@@ -399,11 +434,13 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                      "prompt took)")
     over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
     depths = f"at depths 0 and {request.depth}"
-    figures = [_rate_figure(dev, sec, (Quantity.BANDWIDTH, f"tg{work.n_gen}: weight bytes read per token (fitplan's "
-                                       f"cost table) ÷ seconds per token, {over}"),
-                            (Quantity.ATTENTION_BANDWIDTH, f"tg{work.n_gen} {depths}: KV-cache bytes a token's "
-                             f"attention reads (fitplan's cost table) ÷ their seconds, {over}"))
+    figures = [CalibratedFigure(dev, Quantity.BANDWIDTH, 1.0 / sec, f"tg{work.n_gen}: weight bytes read per token "
+                                f"(fitplan's cost table) ÷ seconds per token, {over}")
                for dev, sec in decode.seconds_per_unit.items()]
+    figures += [CalibratedFigure(dev, Quantity.ATTENTION_CELLS, 1.0 / sec, f"tg{work.n_gen} {depths} of the same "
+                                 "placement: the (query head, cached cell) pairs the depth adds to a token's "
+                                 "attention ÷ the seconds it adds")
+                for dev, sec in per_cell.items()]
     figures += [_rate_figure(dev, sec, (Quantity.FLOPS, f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill "
                                         f"model) ÷ seconds per ubatch {flops_how}, {over}"),
                              (Quantity.ATTENTION_FLOPS, f"pp{work.n_prompt} {depths}: attention FLOPs per ubatch ÷ "

@@ -168,7 +168,8 @@ def placement_views(ctx: ModelContext, flags: list[str], inventory: Inventory, w
     base = view_of_estimate(ctx, est, experts, est.output_on_host)
     ubatch = min(base.n_ubatch, work.n_prompt)
     decode = replace(base, n_past=work.n_depth + work.n_gen // 2)
-    prefill = replace(base, n_ubatch=ubatch, n_past=work.n_depth + (work.n_prompt - ubatch) // 2)
+    prefill = replace(base, n_ubatch=ubatch, n_batch=min(base.n_batch, work.n_prompt),
+                      n_past=work.n_depth + (work.n_prompt - ubatch) // 2)
     return PlacementViews(decode, prefill)
 
 

@@ -126,6 +126,8 @@ class Quantity(str, Enum):
     LINK = "link"                     # bytes/s of the activations crossing a boundary
     ATTENTION_BANDWIDTH = "attention_bandwidth"   # bytes/s of KV cache a decoded token's attention reads
     ATTENTION_FLOPS = "attention_flops"           # FLOP/s of a prompt's attention (QK^T, softmax·V)
+    ATTENTION_CELLS = "attention_cells"           # (query head, cached cell) pairs/s a decoded token's attention
+                                                  # works through (one softmax step and two head-wide rows each)
 
 
 @dataclass(frozen=True)

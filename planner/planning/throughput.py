@@ -4,7 +4,7 @@ Decode (batch 1) is memory-bound and its stages run one after another, so the ti
 the sum over stages of the bytes each stage reads over its memory bandwidth, plus a cost per
 split boundary:
 
-    t_token = sum_d (R_d / BW_d + K_d / BWatt_d)  +  sum_boundaries (A / L_b + lat_b)
+    t_token = sum_d (R_d / BW_d + Attn_d)  +  sum_boundaries (A / L_b + lat_b)
     R_d     = sum_{l on d} (W_l - E_l + f·E_l)                        (+ the output layer on its device)
     K_d     = sum_{l on d} KV_l(n_kv_l)                               (attention reads the whole cache)
     f       = n_expert_used / n_expert                                (the experts one token touches)
@@ -14,8 +14,13 @@ where W_l are layer l's weight bytes and E_l its routed-expert bytes, and lat_b 
 latency: the device's split latency where the host is one side, its device-to-device latency where both
 sides are devices (calibrated apart: between two loopback rpc-servers a boundary measured 2.5-4.9 ms a
 token beside 0.1-0.3 ms between an rpc-server and the host; without a figure, the split latency).
-BWatt_d is the rate attention reads the KV cache at: the device's bandwidth unless calibrated (a CPU's
-flash attention converts and dots f16 rows far slower than it streams quantized weights). Routed experts
+Attn_d is the token's attention on d: C_d = sum_{l on d} n_head_l · n_kv_l (query head, cached cell) pairs
+over K_d bytes. Where a rate per pair is calibrated, Attn_d = max(C_d / rate, K_d / BW_d): a CPU's flash
+attention pays an online-softmax step and two head-wide f16 rows per pair, so narrow heads cost nearly as
+much per pair as wide ones (bench_throughput's 2026-12-02 03:15 timings, the depth's added time over its
+added pairs: 39-45 ns for the MoE's 64-wide heads, 27-54 ns for Gemma 3's 256-wide ones) and far more
+per byte; otherwise K_d at a calibrated attention bandwidth (older calibrations), else at BW_d — a GPU
+streams the cache at its bandwidth. Routed experts
 kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read
 at the host's bandwidth, and each such layer adds two boundaries (the activation goes to the CPU and back). With
 two stages, no experts and no boundary cost this is seed 003's harmonic formula,
@@ -34,8 +39,14 @@ first device whose backend offloads ops (CUDA, Vulkan, ...; not an rpc-server) w
 offload batch (32 unless GGML_OP_OFFLOAD_MIN_BATCH says otherwise; seed 000 §1.off) and pays its
 transfer over that device's link once per ubatch — unless `--no-op-offload` keeps it on the CPU;
 for routed experts only the experts the ubatch selects move, on average a fraction 1 - (1 - k/E)^B
-of them. Prefill tokens/s = B / t_ubatch (no pipeline overlap assumed). Each split boundary of the layer order
-also costs the ubatch its boundary copy: the B activations cross, B·A / L_b + lat_b per boundary.
+of them. Each split boundary of the layer order also costs the ubatch its boundary copy: the B activations
+cross, B·A / L_b + lat_b per boundary (charged to the sending device). Prefill tokens/s = B / t_ubatch —
+unless llama.cpp runs the split with pipeline parallelism (several devices, every layer offloaded, layer
+split, no -ot; llama_context) and a prompt's llama_decode holds U = ceil(n_batch / B) > 1 ubatches: the
+scheduler then lets device d work on ubatch k+1 while the next device works on ubatch k, and
+
+    t_batch = t_ubatch + (U - 1) · max_d t_d        (t_d: device d's share of t_ubatch, ubatches alike)
+    prefill tokens/s = U·B / t_batch
 
 Rates come, per device and figure, from the inventory's `calibrated:` block (`fitplan calibrate`)
 first, then from its stated figures (the catalog's or the file's), then from the assumptions below;
@@ -90,6 +101,13 @@ class PlacementView:
     op_offload: bool = True            # `--no-op-offload` clears it
     n_past: int | None = None          # cells already in the cache (llama-bench -d); None: a full context
     ffn_on_host: frozenset[int] = frozenset()   # dense layers whose FFN weights `-ot` keeps in host memory
+    pipeline: bool = False             # llama.cpp's pipeline parallelism (placement.pipeline_parallel)
+    n_batch: int = 0                   # prompt tokens one llama_decode takes (min(-b, -c, the prompt)); 0: one ubatch
+
+    @property
+    def n_ubatches(self) -> int:
+        """The ubatches one llama_decode of a prompt is cut into (what pipeline parallelism overlaps)."""
+        return max(1, -(-self.n_batch // self.n_ubatch)) if self.n_batch > self.n_ubatch else 1
 
     def host_ffn(self, layer: int) -> bool:
         """Whether a layer's FFN (routed experts, or a dense layer's FFN) reads host memory while the layer
@@ -170,9 +188,17 @@ class Rates:
         stated = self.host.fp16_flops if name == CPU else self.devices[name].fp16_flops
         return self._rate(name, Quantity.FLOPS, stated, FALLBACK_FLOPS)
 
-    def attention_bandwidth(self, name: str) -> float:
-        """The rate attention reads the KV cache at: calibrated, else the device's bandwidth."""
-        return self._attention(name, Quantity.ATTENTION_BANDWIDTH) or self.bandwidth(name)
+    def attention_seconds(self, name: str, kv_bytes: float, cells: float) -> float:
+        """A decoded token's attention on this device: `cells` (query head, cached cell) pairs over `kv_bytes`
+        of cache. Calibrated per pair, it is the pairs at that rate — never faster than the bytes at the
+        device's bandwidth; else the bytes at a calibrated attention bandwidth (older calibrations), else at
+        the device's bandwidth."""
+        if not kv_bytes and not cells:
+            return 0.0
+        per_cell = self._attention(name, Quantity.ATTENTION_CELLS)
+        if per_cell:
+            return max(cells / per_cell, kv_bytes / self.bandwidth(name))
+        return kv_bytes / (self._attention(name, Quantity.ATTENTION_BANDWIDTH) or self.bandwidth(name))
 
     def attention_flops(self, name: str) -> float:
         """The FLOP/s of a prompt's attention: calibrated, else the device's FLOPs."""
@@ -248,6 +274,20 @@ def boundaries(costs: CostTable, view: PlacementView) -> list[tuple[str, str]]:
     return pairs
 
 
+def decode_attention_cells(facts: ModelFacts, costs: CostTable, view: PlacementView) -> dict[str, float]:
+    """The (query head, cached cell) pairs one decoded token's attention works through on each device:
+    every query head of a layer scores every cell the layer reads (grouped heads share a KV row, not the
+    work)."""
+    cells: dict[str, float] = {}
+    for layer in costs.layers:
+        if layer.nextn or not layer.kv_bytes_per_cell:
+            continue
+        dev = view.layer_device[layer.index]
+        n = facts.layers[layer.index].n_head * decode_cells(view, layer.window)
+        cells[dev] = cells.get(dev, 0.0) + n
+    return cells
+
+
 def decode_cells(view: PlacementView, window: int) -> int:
     """The KV cells one decoded token reads in a layer: the cache's fill, at most the window."""
     filled = view.n_ctx if view.n_past is None else view.n_past
@@ -260,7 +300,9 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
     pairs = boundaries(costs, view)
     act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
     boundary_s = sum(_boundary_seconds(rates, a, b, act) for a, b in pairs)
-    seconds = {dev: n_bytes / rates.bandwidth(dev) + kv_per_device.get(dev, 0) / rates.attention_bandwidth(dev)
+    cells = decode_attention_cells(facts, costs, view)
+    seconds = {dev: n_bytes / rates.bandwidth(dev)
+               + rates.attention_seconds(dev, kv_per_device.get(dev, 0), cells.get(dev, 0.0))
                for dev, n_bytes in per_device.items()}
     t_token = sum(seconds.values()) + boundary_s
     stages = tuple(StageTime(d, per_device[d] + kv_per_device.get(d, 0), seconds[d], kv_per_device.get(d, 0))
@@ -371,14 +413,32 @@ def prefill_work(facts: ModelFacts, costs: CostTable, view: PlacementView, first
 def _prefill_tokens_s(facts: ModelFacts, costs: CostTable, view: PlacementView, rates: Rates,
                       pairs: list[tuple[str, str]]) -> float:
     work = prefill_work(facts, costs, view, rates.first_device)
-    t = sum(n / rates.flops(dev) for dev, n in work.flops.items())
-    t += sum(n / rates.attention_flops(dev) for dev, n in work.attention.items())
-    t += sum(n / rates.bandwidth(dev) for dev, n in work.streamed.items())   # each ubatch reads its weights
+    busy: dict[str, float] = {}    # seconds each device spends on one ubatch
+
+    def add(dev: str, seconds: float) -> None:
+        busy[dev] = busy.get(dev, 0.0) + seconds
+
+    for dev, n in work.flops.items():
+        add(dev, n / rates.flops(dev))
+    for dev, n in work.attention.items():
+        add(dev, n / rates.attention_flops(dev))
+    for dev, n in work.streamed.items():   # each ubatch reads its weights
+        add(dev, n / rates.bandwidth(dev))
     if work.offload_to is not None and work.offload_bytes:
-        t += work.offload_bytes / rates.link(work.offload_to)   # the op-offload transfers
-    # the boundary copies: the ubatch's activations cross every boundary
-    t += sum(_boundary_seconds(rates, a, b, work.boundary_bytes) for a, b in pairs)
-    return view.n_ubatch / t if t > 0 else 0.0
+        add(work.offload_to, work.offload_bytes / rates.link(work.offload_to))   # the op-offload transfers
+    # the boundary copies: the ubatch's activations cross every boundary (the sending side waits for it)
+    for a, b in pairs:
+        add(a, _boundary_seconds(rates, a, b, work.boundary_bytes))
+    t_ubatch = sum(busy.values())
+    if t_ubatch <= 0:
+        return 0.0
+    if not view.pipeline or view.n_ubatches == 1:
+        return view.n_ubatch / t_ubatch
+    # Pipeline parallelism: the scheduler keeps several copies of the graph's inputs and does not wait
+    # between the ubatches of one llama_decode, so a device starts ubatch k+1 while the next works on k:
+    # the first ubatch passes every stage, each further one adds the busiest device's time.
+    u = view.n_ubatches
+    return u * view.n_ubatch / (t_ubatch + (u - 1) * max(busy.values()))
 
 
 def offloading(inventory: Inventory) -> bool:
@@ -417,7 +477,7 @@ def view_of_estimate(ctx: ModelContext, est: Estimate, experts_on_host: frozense
                 layer_device[il] = dev
     return PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
                          est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload, n_past,
-                         ffn_on_host_of(est))
+                         ffn_on_host_of(est), est.pipeline_parallel, min(est.flags.n_batch, est.cparams.n_ctx))
 
 
 def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,

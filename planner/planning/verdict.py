@@ -45,6 +45,7 @@ from planner.planning.search import plan
 from planner.planning.throughput import (
     PlacementView,
     Rates,
+    decode_attention_cells,
     decode_bytes,
     experts_on_host_of,
     predict,
@@ -87,6 +88,7 @@ class StepTerms:
 
     weight_bytes: dict[str, int]     # per device: read once per step (weights, output matrix)
     kv_bytes: dict[str, int]         # per device: read once per sequence (its KV cache)
+    kv_cells: dict[str, float]       # per device: (query head, cached cell) pairs of one sequence's attention
     flops: dict[str, float]          # per device: FLOPs of one token
     boundary_s: float                # the hand-offs and boundary copies of one step
     n_boundaries: int
@@ -105,7 +107,8 @@ def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, invento
     flops = dict(work.flops)
     for dev, n in work.attention.items():
         flops[dev] = flops.get(dev, 0.0) + n
-    return StepTerms(weights, kv, flops, boundary_s, full.n_boundaries, full.rate_sources)
+    cells = decode_attention_cells(ctx.facts, costs, one)
+    return StepTerms(weights, kv, cells, flops, boundary_s, full.n_boundaries, full.rate_sources)
 
 
 def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
@@ -115,7 +118,7 @@ def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
     t = terms.boundary_s
     for dev in devices:
         memory = (terms.weight_bytes.get(dev, 0) / rates.bandwidth(dev)
-                  + n_seq * terms.kv_bytes.get(dev, 0) / rates.attention_bandwidth(dev))
+                  + n_seq * rates.attention_seconds(dev, terms.kv_bytes.get(dev, 0), terms.kv_cells.get(dev, 0.0)))
         compute = n_seq * terms.flops.get(dev, 0.0) / rates.flops(dev)
         t += max(memory, compute)
     return t

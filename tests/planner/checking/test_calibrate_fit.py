@@ -11,11 +11,15 @@ from planner.checking.calibrate import (
     FFN_ON_HOST,
     OUTPUT_ON_HOST,
     CalibrationError,
+    CalibrationRun,
     Observation,
+    attention_per_cell,
     calibration_placements,
     fit_linear,
     fit_rates,
+    without_attention,
 )
+from planner.checking.llama_bench import Timing
 
 
 def test_fit_linear_recovers_a_line():
@@ -124,3 +128,29 @@ def test_attention_is_fitted_apart_from_the_weights():
     fit = fit_rates([run(2.4e8, 5e4), run(2.4e8, 1.4e7), run(1.2e8, 5e4), run(1.2e8, 1.4e7)])
     assert 1 / fit.seconds_per_unit["CPU"] == pytest.approx(5e9)
     assert 1 / fit.seconds_per_unit["CPU" + ATTENTION] == pytest.approx(1e9)
+
+
+def _run(name: str, flags: tuple[str, ...], depth: int, seconds: float, work: dict[str, float]) -> CalibrationRun:
+    timing = Timing(1 / seconds, 100.0, 128)
+    return CalibrationRun(name, flags, timing, Observation(seconds, work, 1), Observation(1.0, {}, 1), {}, depth)
+
+
+def test_attention_per_pair_is_what_the_depth_adds_to_the_same_placement():
+    """RPC0 alone at depth 0 (600 pairs) and 2048 (40,600 pairs): 20 ms against 22 ms a token, so 2 ms for
+    40,000 pairs, 50 ns each. The host's pair of runs took no longer at depth: no figure for it. The weights'
+    time cancels whatever the bandwidth; a placement without its depth-0 twin is not used."""
+    rpc0 = ("-dev", "RPC0", "-ngl", "999")
+    runs = [_run("RPC0 all", rpc0, 0, 0.020, {"RPC0": 2.5e8, "RPC0" + ATTENTION: 600}),
+            _run("RPC0 all, depth 2048", rpc0, 2048, 0.022, {"RPC0": 2.5e8, "RPC0" + ATTENTION: 40_600}),
+            _run("host", ("-ngl", "0"), 0, 0.018, {"CPU": 2.5e8, "CPU" + ATTENTION: 600}),
+            _run("host, depth 2048", ("-ngl", "0"), 2048, 0.0179, {"CPU": 2.5e8, "CPU" + ATTENTION: 40_600}),
+            _run("RPC1 all, depth 2048", ("-dev", "RPC1"), 2048, 0.03, {"RPC1": 2.5e8, "RPC1" + ATTENTION: 40_600})]
+    per_cell = attention_per_cell(runs)
+    assert per_cell == {"RPC0": pytest.approx(50e-9)}
+    # the known attention comes off the observation and its column goes: 22 ms - 40,600 · 50 ns = 19.97 ms
+    left = without_attention(runs[1].decode, per_cell)
+    assert left.seconds == pytest.approx(0.022 - 40_600 * 50e-9)
+    assert left.work == {"RPC0": 2.5e8}
+    # a device without a figure: its column goes, its time stays (its attention is the bandwidth's then)
+    host = without_attention(runs[3].decode, per_cell)
+    assert host.seconds == 0.0179 and host.work == {"CPU": 2.5e8}

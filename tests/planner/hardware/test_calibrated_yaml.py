@@ -25,6 +25,7 @@ CAL = Calibration("2026-12-01T15:00:00+00:00", "llama-bench by hand", "llama-ben
     CalibratedFigure("RPC0", Quantity.LINK, 1.5e9, "boundary copy"),
     CalibratedFigure("RPC0", Quantity.ATTENTION_BANDWIDTH, 2.2e9, "tg at two depths"),
     CalibratedFigure("CPU", Quantity.ATTENTION_FLOPS, 0.04e12, "pp at two depths"),
+    CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 24e6, "tg at two depths of one placement"),
 ))
 INV = Inventory((DeviceSpec("RPC0", DeviceKind.RPC, Backend.RPC, 4 * GiB, 3 * GiB, 0, 0, 0,
                             endpoint="127.0.0.1:50052", description="CPU"),),
@@ -47,6 +48,7 @@ def test_what_calibrate_writes_loads_back(tmp_path):
     assert back.calibration.figure("RPC0", Quantity.LINK) == pytest.approx(1.5e9)
     assert back.calibration.figure("RPC0", Quantity.ATTENTION_BANDWIDTH) == pytest.approx(2.2e9)
     assert back.calibration.figure("CPU", Quantity.ATTENTION_FLOPS) == pytest.approx(0.04e12)
+    assert back.calibration.figure("CPU", Quantity.ATTENTION_CELLS) == pytest.approx(24e6)
     assert {f.how for f in back.calibration.figures} == {f.how for f in CAL.figures}
 
 

@@ -89,6 +89,53 @@ def test_one_more_split_boundary_costs_the_hand_off_and_the_boundary_copy(gemma)
     assert 128 / p2.prefill_tokens_s - 128 / p1.prefill_tokens_s == pytest.approx(LATENCY_S + 128 * act / LINK)
 
 
+def test_pipeline_parallelism_overlaps_the_ubatches_of_a_prompt(gemma):
+    """Two devices under llama.cpp's pipeline parallelism, a prompt of four 128-token ubatches in one
+    llama_decode: the first ubatch passes every stage, each further one costs the busiest device's time.
+    Each device's time per ubatch is worked out here from its FLOPs, weight bytes and the boundaries it
+    sends (the host sends the embeddings to RPC0, RPC0 the activations to RPC1)."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    inv = Inventory((_rpc(0), _rpc(1)), HostSpec(16 * GiB, 16 * GiB, 0, "host"),
+                    calibration=_calibration("RPC0", "RPC1"))
+    split = PlacementView(tuple(["RPC0"] * (n // 2) + ["RPC1"] * (n - n // 2)), "RPC1", frozenset(), 1024,
+                          n_ubatch=128, n_past=0)
+    work = prefill_work(ctx.facts, costs, split, None)
+    flops, bandwidth = {"CPU": 2e11, "RPC0": 1e11, "RPC1": 1e11}, {"CPU": 8e9, "RPC0": 4e9, "RPC1": 4e9}
+    busy = {d: work.flops.get(d, 0) / flops[d] + work.attention.get(d, 0) / flops[d]
+            + work.streamed.get(d, 0) / bandwidth[d] for d in flops}
+    crossing = LATENCY_S + 128 * ctx.facts.n_embd * 4 / LINK
+    busy["CPU"] += crossing
+    busy["RPC0"] += crossing
+    t_ubatch = sum(busy.values())
+    one_at_a_time = predict(ctx.facts, costs, split, inv).prefill_tokens_s
+    assert one_at_a_time == pytest.approx(128 / t_ubatch)
+    piped = replace(split, pipeline=True, n_batch=512)
+    assert piped.n_ubatches == 4
+    assert predict(ctx.facts, costs, piped, inv).prefill_tokens_s == pytest.approx(
+        512 / (t_ubatch + 3 * max(busy.values())))
+    # a prompt of one ubatch, or no pipeline parallelism: nothing overlaps
+    assert predict(ctx.facts, costs, replace(piped, n_batch=128), inv).prefill_tokens_s == pytest.approx(one_at_a_time)
+    assert predict(ctx.facts, costs, replace(piped, pipeline=False), inv).prefill_tokens_s == pytest.approx(
+        one_at_a_time)
+    # decode is one token: never pipelined
+    decode = [predict(ctx.facts, costs, v, inv).decode_tokens_s for v in (piped, split)]
+    assert decode[0] == decode[1]
+
+
+def test_an_estimate_of_a_full_split_is_seen_with_pipeline_parallelism(gemma):
+    """llama.cpp turns pipeline parallelism on for several devices with every layer offloaded (llama_context);
+    the view carries it and the prompt tokens one llama_decode takes (min(-b, -c))."""
+    ctx, _ = gemma
+    inv = Inventory((_rpc(0), _rpc(1)), HostSpec(16 * GiB, 16 * GiB, 0, "host"))
+    rpc = ["--rpc", "127.0.0.1:50052,127.0.0.1:50053"]
+    split = view_of_estimate(ctx, estimate(ctx, parse_llama_flags([*rpc, "-ngl", "999", "-c", "4096", "-ub", "256"]),
+                                           inv))
+    assert split.pipeline and split.n_batch == 2048 and split.n_ubatches == 8
+    partial = view_of_estimate(ctx, estimate(ctx, parse_llama_flags([*rpc, "-ngl", "10", "-c", "1024"]), inv))
+    assert not partial.pipeline and partial.n_batch == 1024 and partial.n_ubatches == 2
+
+
 def test_a_boundary_between_two_devices_costs_the_device_latency(gemma):
     """The one-boundary split of the test above, with a calibrated device-to-device latency of 3 ms: the
     boundary between RPC0 and RPC1 costs that instead of the split latency; the host's boundary does not."""
@@ -145,6 +192,33 @@ def test_attention_reads_the_cache_at_its_calibrated_rate(gemma):
     assert 1 / p_deep.decode_tokens_s - 1 / p_shallow.decode_tokens_s == pytest.approx(extra / 1e9)
     [stage] = p_deep.stages
     assert stage.kv_bytes_per_token - p_shallow.stages[0].kv_bytes_per_token == extra
+
+
+def test_attention_calibrated_per_pair_costs_the_pairs_the_depth_adds(gemma):
+    """Calibrated per (query head, cached cell) pair, a deeper cache costs its extra pairs at that rate:
+    Gemma 3 270M has 4 query heads a layer; a sliding-window layer reads at most its window. Where the
+    pairs would go faster than the device reads their bytes, the bytes at its bandwidth bound them."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    heads = {ctx.facts.layers[layer.index].n_head for layer in costs.layers}
+    assert heads == {4}
+    extra_pairs = sum(4 * ((min(2100, layer.window) - min(100, layer.window)) if layer.window else 2000)
+                      for layer in costs.layers)
+    extra_bytes = sum(layer.kv_bytes_per_cell * ((min(2100, layer.window) - min(100, layer.window))
+                                                 if layer.window else 2000) for layer in costs.layers)
+    shallow = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=100)
+    deep = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=2100)
+
+    def added(per_pair_rate: float) -> float:
+        cal = _calibration()
+        cal = replace(cal, figures=(*cal.figures,
+                                    CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, per_pair_rate, "by hand")))
+        inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=cal)
+        return 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s - 1 / predict(
+            ctx.facts, costs, shallow, inv).decode_tokens_s
+
+    assert added(25e6) == pytest.approx(extra_pairs / 25e6)        # 40 ns a pair: the pairs decide
+    assert added(1e12) == pytest.approx(extra_bytes / 8e9)         # absurdly fast pairs: the bytes at 8 GB/s
 
 
 def test_ffn_kept_on_the_host_reads_there_and_crosses_twice_a_layer(gemma):

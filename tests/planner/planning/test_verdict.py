@@ -39,13 +39,14 @@ def budgets(inv: Inventory, each: int) -> Budgets:
 
 def test_step_seconds_is_the_roofline_of_weights_once_kv_and_compute_per_sequence():
     inv = Inventory((gpu("CUDA0"),), HOST)
-    terms = StepTerms({"CUDA0": int(3e9)}, {"CUDA0": int(1e9)}, {"CUDA0": 1e12}, 1e-3, 1, ("stated",))
+    terms = StepTerms({"CUDA0": int(3e9)}, {"CUDA0": int(1e9)}, {"CUDA0": 1e8}, {"CUDA0": 1e12}, 1e-3, 1,
+                      ("stated",))
     # one sequence: memory (3 + 1) GB / 300 GB/s = 13.3 ms, compute 1 TFLOP / 50 TFLOPS = 20 ms: 20 ms + 1 ms
     assert step_seconds(terms, inv, 1) == pytest.approx(0.021)
     # four: memory (3 + 4) / 300 = 23.3 ms, compute 80 ms
     assert step_seconds(terms, inv, 4) == pytest.approx(0.081)
     # a memory-bound device: weights read once, so 4 sequences cost less than 4 steps
-    light = StepTerms({"CUDA0": int(3e9)}, {"CUDA0": int(1e8)}, {"CUDA0": 1e9}, 0.0, 0, ())
+    light = StepTerms({"CUDA0": int(3e9)}, {"CUDA0": int(1e8)}, {"CUDA0": 1e7}, {"CUDA0": 1e9}, 0.0, 0, ())
     assert step_seconds(light, inv, 4) == pytest.approx((3e9 + 4e8) / BW)
 
 
