@@ -63,7 +63,10 @@ from tests.support.gguf_factory import add_tokenizer, qwen3moe_spec
 from tests.support.tiny_models import write_random
 
 N_RPC = 3
-N_PROMPT, N_GEN = 128, 16
+N_PROMPT = 128
+# tg64: 1.3 s a sample for Gemma, 0.15 s for the MoE (session 9 ran tg16, whose 40 ms MoE samples one
+# scheduler hiccup moved by a quarter); older --save files keep the n_gen they were measured with
+N_GEN = 64
 GEMMA = "example:gemma3-270m"
 MOE = "moe"   # written by write_moe below
 
@@ -111,12 +114,12 @@ PLACEMENTS: tuple[Placement, ...] = (
 )
 
 
-def timings_json(calibration: dict[str, Timing], rows: list[Row], repeats: int, rounds: int) -> dict:
+def timings_json(calibration: dict[str, Timing], rows: list[Row], work: Workload, rounds: int) -> dict:
     """What was measured, for --replay: llama-bench's medians per calibration run, and per placement one
     per round."""
     def one(t: Timing) -> dict:
         return {"tg_tokens_s": t.tg_tokens_s, "pp_tokens_s": t.pp_tokens_s, "n_ubatch": t.n_ubatch}
-    return {"repeats": repeats, "rounds": rounds, "n_prompt": N_PROMPT, "n_gen": N_GEN,
+    return {"repeats": work.repeats, "rounds": rounds, "n_prompt": work.n_prompt, "n_gen": work.n_gen,
             "calibration": {name: one(t) for name, t in calibration.items()},
             "placements": {r.placement.name: [one(t) for t in r.timings] for r in rows}}
 
@@ -166,23 +169,22 @@ def write_moe(directory: Path) -> Path:
 
 
 def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory: Inventory,
-            endpoints: list[str], repeats: int, threads: int | None, rounds: int = 1,
+            endpoints: list[str], work: Workload, rounds: int = 1,
             measured: dict[str, list[Timing]] | None = None) -> list[Row]:
     """llama-bench on each placement, `rounds` processes each run round-robin (or, `measured`, the timings
     of an earlier run), beside the prediction."""
     bin_dir = ensure_tools()
     contexts = {name: model_context(path) for name, path in models.items()}   # each header read once
     tables = {name: cost_table(ctx.model, ctx.facts) for name, ctx in contexts.items()}
-    jobs = placement_jobs(placements, models, repeats, threads)
+    jobs = placement_jobs(placements, models, work)
     if measured is not None:
         per_round = [measured[p.name] for p in placements]
     else:
         per_round = run_rounds(bin_dir, jobs, endpoints, rounds, _print_round(rounds))
     rows = []
     for p, job, timings in zip(placements, jobs, per_round, strict=True):
-        work = job.work
         ctx, costs = contexts[p.model], tables[p.model]
-        views = placement_views(ctx, list(p.flags), inventory, work, endpoints)
+        views = placement_views(ctx, list(p.flags), inventory, job.work, endpoints)
         decode = predict(ctx.facts, costs, views.decode, inventory)
         prefill = predict(ctx.facts, costs, views.prefill, inventory)
         timing = median_timing(timings)
@@ -195,10 +197,8 @@ def measure(placements: tuple[Placement, ...], models: dict[str, str], inventory
     return rows
 
 
-def placement_jobs(placements: tuple[Placement, ...], models: dict[str, str], repeats: int,
-                   threads: int | None) -> list[BenchJob]:
-    return [BenchJob(models[p.model], p.flags, Workload(N_PROMPT, N_GEN, p.depth, repeats, threads))
-            for p in placements]
+def placement_jobs(placements: tuple[Placement, ...], models: dict[str, str], work: Workload) -> list[BenchJob]:
+    return [BenchJob(models[p.model], p.flags, replace(work, n_depth=p.depth)) for p in placements]
 
 
 def _print_round(rounds: int) -> Callable[[int], None]:
@@ -215,7 +215,7 @@ def spread(timings: list[Timing]) -> str:
     return f"tg ±{(max(tg) - min(tg)) / 2 / med.tg_tokens_s:.0%} pp ±{(max(pp) - min(pp)) / 2 / med.pp_tokens_s:.0%}"
 
 
-def summary(rows: list[Row]) -> list[str]:
+def summary(rows: list[Row], work: Workload) -> list[str]:
     tg_rho = spearman([r.tg_measured for r in rows], [r.tg_predicted for r in rows])
     pp_rho = spearman([r.pp_measured for r in rows], [r.pp_predicted for r in rows])
     worst_tg = max(rows, key=lambda r: r.tg_error)
@@ -224,9 +224,9 @@ def summary(rows: list[Row]) -> list[str]:
     pp_med = statistics.median(r.pp_error for r in rows)
     return [
         f"placements: {len(rows)}",
-        f"decode  (tg{N_GEN}):  median relative error {tg_med:.1%} (target <= 20 %), Spearman {tg_rho:.3f} "
+        f"decode  (tg{work.n_gen}):  median relative error {tg_med:.1%} (target <= 20 %), Spearman {tg_rho:.3f} "
         f"(target >= 0.9); worst: {worst_tg.placement.name} ({worst_tg.tg_error:.1%})",
-        f"prefill (pp{N_PROMPT}): median relative error {pp_med:.1%} (target <= 30 %), Spearman {pp_rho:.3f} "
+        f"prefill (pp{work.n_prompt}): median relative error {pp_med:.1%} (target <= 30 %), Spearman {pp_rho:.3f} "
         f"(target >= 0.8); worst: {worst_pp.placement.name} ({worst_pp.pp_error:.1%})",
     ]
 
@@ -269,7 +269,7 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def calibrated(args: argparse.Namespace, endpoints: list[str], placements: tuple[Placement, ...],
-               models: dict[str, str], replay: dict | None
+               models: dict[str, str], replay: dict | None, work: Workload
                ) -> tuple[Inventory, dict[str, Timing], dict[str, list[Timing]] | None]:
     """The inventory to predict from, the calibration's timings, and the placements' rounds where they are
     already measured (replayed, or run in the same rounds as the calibration)."""
@@ -277,7 +277,6 @@ def calibrated(args: argparse.Namespace, endpoints: list[str], placements: tuple
     placement_rounds = _round_timings(replay["placements"]) if replay else None
     if args.calibrated:
         return replace(inventory, calibration=load_inventory(args.calibrated).calibration), {}, placement_rounds
-    work = Workload(N_PROMPT, N_GEN, 0, args.repeats, args.threads)
     request = CalibrateRequest(tuple(endpoints), work=work, rounds=args.rounds)
     if replay:
         cal_timings, how = _timings(replay["calibration"]), "replayed timings"
@@ -287,7 +286,7 @@ def calibrated(args: argparse.Namespace, endpoints: list[str], placements: tuple
         print("calibrating on these rpc-servers (fitplan calibrate's placements), in the same rounds as the "
               "placements ...", flush=True)
         cal_jobs = calibration_jobs(request, inventory)
-        jobs = list(cal_jobs.values()) + placement_jobs(placements, models, args.repeats, args.threads)
+        jobs = list(cal_jobs.values()) + placement_jobs(placements, models, work)
         per_round = run_rounds(ensure_tools(), jobs, endpoints, args.rounds, _print_round(args.rounds))
         n_cal = len(cal_jobs)
         cal_timings = {name: median_timing(t) for name, t in zip(cal_jobs, per_round[:n_cal], strict=True)}
@@ -305,6 +304,8 @@ def main() -> None:
     logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3, help="llama-bench -r for every placement")
+    ap.add_argument("--n-gen", type=int, default=N_GEN, help="llama-bench -n: the tokens each decode sample "
+                    "generates (a --replay file's own figure wins)")
     ap.add_argument("--rounds", type=int, default=3, help="llama-bench processes a placement, run round-robin over "
                     "the placements (the calibration's too); each placement's figure is the median of its rounds")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
@@ -327,7 +328,9 @@ def main() -> None:
     placements = tuple(p for p in PLACEMENTS if not args.only or args.only in p.name)
     if replay is not None:
         args.rounds = replay.get("rounds", 1)
-    print(f"== throughput model vs llama-bench: {len(placements)} placements, pp{N_PROMPT} / tg{N_GEN}, "
+        args.repeats, args.n_gen = replay.get("repeats", args.repeats), replay.get("n_gen", 16)
+    work = Workload(N_PROMPT, args.n_gen, 0, args.repeats, args.threads)
+    print(f"== throughput model vs llama-bench: {len(placements)} placements, pp{N_PROMPT} / tg{args.n_gen}, "
           f"{args.repeats} repeats in each of {args.rounds} rounds, host threads {args.threads or 'default'}")
     for i, p in enumerate(placements):
         print(f"  {i + 1:2d}. {p.name:<42} {p.model:<22} {' '.join(p.flags)}" + (f" -d {p.depth}" if p.depth else ""))
@@ -343,14 +346,14 @@ def main() -> None:
                 except NotQuiet as e:
                     sys.exit(str(e))
             print(f"load average at start: {load_line()}")
-            inventory, measured_cal, placement_rounds = calibrated(args, endpoints, placements, models, replay)
-            rows = measure(placements, models, inventory, endpoints, args.repeats, args.threads, args.rounds,
+            inventory, measured_cal, placement_rounds = calibrated(args, endpoints, placements, models, replay, work)
+            rows = measure(placements, models, inventory, endpoints, work, args.rounds,
                            placement_rounds)
             print(f"load average at end: {load_line()}")
             if args.save:
-                saved = timings_json(measured_cal, rows, args.repeats, args.rounds)
+                saved = timings_json(measured_cal, rows, work, args.rounds)
                 args.save.write_text(json.dumps(saved, indent=1) + "\n")
-    lines = summary(rows) + round_repeatability(rows)
+    lines = summary(rows, work) + round_repeatability(rows)
     if args.against:
         lines += repeatability(rows, _round_timings(json.loads(args.against.read_text())["placements"]))
     print("\n".join(lines))
