@@ -107,7 +107,7 @@ class PlacementView:
     @property
     def n_ubatches(self) -> int:
         """The ubatches one llama_decode of a prompt is cut into (what pipeline parallelism overlaps)."""
-        return max(1, -(-self.n_batch // self.n_ubatch)) if self.n_batch > self.n_ubatch else 1
+        return -(-self.n_batch // self.n_ubatch) if self.n_batch > self.n_ubatch else 1
 
     def host_ffn(self, layer: int) -> bool:
         """Whether a layer's FFN (routed experts, or a dense layer's FFN) reads host memory while the layer
