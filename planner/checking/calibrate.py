@@ -404,7 +404,8 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
     """The fits over the runs, as figures with how each was obtained."""
     work = request.work
     per_cell = attention_per_cell(runs)
-    decode = fit_rates([without_attention(r.decode, per_cell) for r in runs])
+    observed = [without_attention(r.decode, per_cell) for r in runs]
+    decode = fit_rates(observed)
     if decode.per_boundary_s is not None and not decode.per_boundary_s > _SIGNIFICANT_SIGMAS * _finite(
             decode.per_boundary_stderr_s):
         # the hand-off is not told apart from noise: keep the model's assumed latency and fit the rates under it
@@ -414,8 +415,7 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
         unmeasured = (f"; the per-split hand-off latency fit {decode.per_boundary_s * 1e6:.0f} ± "
                       f"{decode.per_boundary_stderr_s * 1e6:.0f} µs, not told apart from noise: the assumed "
                       f"{RPC_SPLIT_LATENCY_S * 1e6:.0f} µs is kept and the rates are fitted under it")
-        decode = replace(fit_rates([without_attention(r.decode, per_cell) for r in runs], RPC_SPLIT_LATENCY_S),
-                         per_boundary_s=None)
+        decode = replace(fit_rates(observed, RPC_SPLIT_LATENCY_S), per_boundary_s=None)
     else:
         unmeasured = ""
     # a prompt's ubatch also streams its weights: that time, at the bandwidths just fitted, is not FLOPs —

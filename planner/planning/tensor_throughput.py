@@ -35,6 +35,7 @@ from planner.planning.throughput import (
     StageTime,
     decode_cells,
     expert_fraction,
+    layer_attention_cells,
     layer_kv_bytes,
     layer_weight_bytes,
     output_bytes,
@@ -80,7 +81,7 @@ def predict_tensor(facts: ModelFacts, costs: CostTable, view: PlacementView, mem
             continue
         dense, experts = layer_weight_bytes(layer, frac, view.n_seq)
         kv = layer_kv_bytes(layer, decode_cells(view, layer.window))
-        cells = facts.layers[layer.index].n_head * decode_cells(view, layer.window) if kv else 0
+        cells = layer_attention_cells(facts, layer, view)
         if view.layer_device[layer.index] == meta_name:
             meta_bytes += dense + experts + kv
             meta_kv += kv

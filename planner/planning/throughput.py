@@ -280,12 +280,18 @@ def decode_attention_cells(facts: ModelFacts, costs: CostTable, view: PlacementV
     work)."""
     cells: dict[str, float] = {}
     for layer in costs.layers:
-        if layer.nextn or not layer.kv_bytes_per_cell:
-            continue
-        dev = view.layer_device[layer.index]
-        n = facts.layers[layer.index].n_head * decode_cells(view, layer.window)
-        cells[dev] = cells.get(dev, 0.0) + n
+        if not layer.nextn:
+            dev = view.layer_device[layer.index]
+            cells[dev] = cells.get(dev, 0.0) + layer_attention_cells(facts, layer, view)
     return cells
+
+
+def layer_attention_cells(facts: ModelFacts, layer: LayerCost, view: PlacementView) -> int:
+    """One layer's share of decode_attention_cells: its query heads times the cells it reads (none for a
+    layer without a KV cache)."""
+    if not layer.kv_bytes_per_cell:
+        return 0
+    return facts.layers[layer.index].n_head * decode_cells(view, layer.window)
 
 
 def decode_cells(view: PlacementView, window: int) -> int:
