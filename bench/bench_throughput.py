@@ -25,6 +25,14 @@ placement's figure is the median of its rounds. The bench
 also ranks the rounds against each other: how alike two single processes order the same placements, the
 most a model could be expected to match here.
 
+Where the processes run (--cores, --keep-awake): this machine's two vCPUs halt when idle, and a hand-off
+between processes on different vCPUs (llama-bench and an rpc-server, or two rpc-servers) then waits for the
+hypervisor to wake the other one — 0.25 to 2 ms, changing from run to run (session 9's "device-to-device"
+extra was this). By default each core runs a lowest-priority busy loop while the bench measures, so no core
+halts and a woken process starts at once; the scheduler keeps both cores, so pipeline-parallel prefill still
+overlaps. --cores 0 --no-keep-awake instead keeps every process on one core, where a woken process also runs
+at once, but devices cannot overlap; --cores '' --no-keep-awake is how sessions 7-10 measured.
+
 Measurements start only when the 1-minute load average is below --max-load (other work on a 2-core
 machine skews every timing); the load is printed at each round. Prints figures; asserts nothing. Every
 rpc-server and llama-bench it starts is stopped by its own process.
@@ -32,6 +40,7 @@ rpc-server and llama-bench it starts is stopped by its own process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import logging
@@ -47,7 +56,7 @@ from pathlib import Path
 import yaml
 from gguf import GGMLQuantizationType
 
-from bench.quiet import NotQuiet, load_line, wait_for_quiet
+from bench.quiet import NotQuiet, cores_kept_awake, load_line, pin_to_cores, wait_for_quiet
 from bench.ranks import spearman
 from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate, calibration_jobs
 from planner.checking.llama_bench import BenchJob, Timing, Workload, median_timing, placement_views, run_rounds
@@ -114,12 +123,14 @@ PLACEMENTS: tuple[Placement, ...] = (
 )
 
 
-def timings_json(calibration: dict[str, Timing], rows: list[Row], work: Workload, rounds: int) -> dict:
+def timings_json(calibration: dict[str, Timing], rows: list[Row], work: Workload, rounds: int,
+                 cores: list[int], kept_awake: bool) -> dict:
     """What was measured, for --replay: llama-bench's medians per calibration run, and per placement one
-    per round."""
+    per round; the cores every process ran on."""
     def one(t: Timing) -> dict:
         return {"tg_tokens_s": t.tg_tokens_s, "pp_tokens_s": t.pp_tokens_s, "n_ubatch": t.n_ubatch}
-    return {"repeats": work.repeats, "rounds": rounds, "n_prompt": work.n_prompt, "n_gen": work.n_gen,
+    return {"repeats": work.repeats, "rounds": rounds, "n_prompt": work.n_prompt, "n_gen": work.n_gen, "cores": cores,
+            "kept_awake": kept_awake,
             "calibration": {name: one(t) for name, t in calibration.items()},
             "placements": {r.placement.name: [one(t) for t in r.timings] for r in rows}}
 
@@ -317,6 +328,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="llama-bench -t for the host (default 1, as each rpc-server runs: a two-thread host on two "
                     "shared cores waits at every op's barrier whenever other work holds a core)")
+    ap.add_argument("--cores", default="", help="run llama-bench and every rpc-server on these cores only ('0': "
+                    "all on one; default: the cores this process may use)")
+    ap.add_argument("--keep-awake", action=argparse.BooleanOptionalAction, default=True,
+                    help="keep every core of --cores busy with a lowest-priority loop while measuring "
+                    "(cores_kept_awake; default on): a woken process then starts at once instead of after the "
+                    "hypervisor wakes a halted core")
     ap.add_argument("--only", help="run only placements whose name contains this")
     ap.add_argument("--save", type=Path, help="write every timing measured (calibration and placements) here, as JSON")
     ap.add_argument("--replay", type=Path, help="measure nothing: calibrate and compare with the timings of a --save "
@@ -330,8 +347,12 @@ def main() -> None:
         args.rounds = replay.get("rounds", 1)
         args.repeats, args.n_gen = replay.get("repeats", args.repeats), replay.get("n_gen", 16)
     work = Workload(N_PROMPT, args.n_gen, 0, args.repeats, args.threads)
+    cores = pin_to_cores(args.cores) if replay is None else replay.get("cores")
+    kept_awake = args.keep_awake if replay is None else replay.get("kept_awake", False)
     print(f"== throughput model vs llama-bench: {len(placements)} placements, pp{N_PROMPT} / tg{args.n_gen}, "
-          f"{args.repeats} repeats in each of {args.rounds} rounds, host threads {args.threads or 'default'}")
+          f"{args.repeats} repeats in each of {args.rounds} rounds, host threads {args.threads or 'default'}, "
+          f"every process on cores {cores if cores is not None else 'unrecorded'}"
+          + (", kept awake" if kept_awake else ""))
     for i, p in enumerate(placements):
         print(f"  {i + 1:2d}. {p.name:<42} {p.model:<22} {' '.join(p.flags)}" + (f" -d {p.depth}" if p.depth else ""))
     print(f"this machine: {os.cpu_count()} cores and one memory bus shared by the host and all {N_RPC} rpc-servers "
@@ -339,19 +360,21 @@ def main() -> None:
           "bandwidth ratios")
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-tp-") as tmp:
         models = {GEMMA: resolve_model(GEMMA), MOE: str(write_moe(Path(tmp)))}
-        with rpc_servers(N_RPC) as endpoints:
-            if replay is None:
-                try:
-                    wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
-                except NotQuiet as e:
-                    sys.exit(str(e))
+        if replay is None:
+            try:
+                wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
+            except NotQuiet as e:
+                sys.exit(str(e))
+        # the busy loops count in the load average: it is measured before they start
+        awake = cores_kept_awake(cores) if kept_awake and replay is None else contextlib.nullcontext()
+        with awake, rpc_servers(N_RPC) as endpoints:
             print(f"load average at start: {load_line()}")
             inventory, measured_cal, placement_rounds = calibrated(args, endpoints, placements, models, replay, work)
             rows = measure(placements, models, inventory, endpoints, work, args.rounds,
                            placement_rounds)
             print(f"load average at end: {load_line()}")
             if args.save:
-                saved = timings_json(measured_cal, rows, work, args.rounds)
+                saved = timings_json(measured_cal, rows, work, args.rounds, cores, kept_awake)
                 args.save.write_text(json.dumps(saved, indent=1) + "\n")
     lines = summary(rows, work) + round_repeatability(rows)
     if args.against:

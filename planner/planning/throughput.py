@@ -12,8 +12,9 @@ split boundary:
 
 where W_l are layer l's weight bytes and E_l its routed-expert bytes, and lat_b the boundary's hand-off
 latency: the device's split latency where the host is one side, its device-to-device latency where both
-sides are devices (calibrated apart: between two loopback rpc-servers a boundary measured 2.5-4.9 ms a
-token beside 0.1-0.3 ms between an rpc-server and the host; without a figure, the split latency).
+sides are devices (calibrated apart: between two loopback rpc-servers on different vCPUs a boundary measured
+2.5-4.9 ms a token beside 0.1-0.3 ms between an rpc-server and the host — the wake-up of a halted vCPU, gone
+when the cores are kept awake; without a figure, the split latency).
 Attn_d is the token's attention on d: C_d = sum_{l on d} n_head_l · n_kv_l (query head, cached cell) pairs
 over K_d bytes. Where a rate per pair is calibrated, Attn_d = max(C_d / rate, K_d / BW_d): a CPU's flash
 attention pays an online-softmax step and two head-wide f16 rows per pair, so narrow heads cost nearly as
