@@ -24,10 +24,13 @@ the predicted one: (a) > (b), (a) < (b), or (a) ≈ (b) where the two are within
 larger of each pair however small the gap). (c) is printed as predicted only: with every "device" on
 the host's own cores, "host offload" is not a distinct machine here.
 
-Pinning (taskset -c): rpc-server i runs on core i mod cores; an endpoint of (a) runs on its device's
-core, the split's one llama-server on every core. What this machine can check: all its "devices" share
-two cores and one memory bus, so three devices are two cores' worth of work at most and their
-weight streams contend on one bus; the summary says how far each measurement is from the prediction,
+Cores kept awake (--keep-awake, default since session 11): while measuring, each core runs a lowest-priority
+busy loop (bench/quiet.py), so a process woken on the other core starts at once instead of waiting for the
+hypervisor to wake a halted vCPU (on this machine 0.25-2 ms a hand-off, bench_throughput's finding); the load
+limit then discounts the loops. Pinning (taskset -c): rpc-server i runs on core i mod cores; an endpoint of
+(a) runs on its device's core, the split's one llama-server on every core. What this machine can check: all
+its "devices" share two cores and one memory bus, so three devices are two cores' worth of work at most and
+their weight streams contend on one bus; the summary says how far each measurement is from the prediction,
 which treats devices as independent (the contention is the gap).
 
 Measures only while the 1-minute load average is below --max-load (other work on a 2-core machine
@@ -37,6 +40,7 @@ Every process it starts is stopped by its own handle. Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -49,7 +53,7 @@ import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.quiet import NotQuiet, load1, load_line, wait_for_quiet
+from bench.quiet import NotQuiet, cores_kept_awake, load1, load_line, wait_for_quiet
 from planner.checking.calibrate import CalibrateRequest, CalibrationError, calibrate
 from planner.checking.llama import start_server, wait_ready
 from planner.checking.llama_bench import Workload
@@ -234,7 +238,7 @@ def run_combination(bin_dir: Path, model: str, combo: Combination, endpoints: li
     for k in range(1, args.rounds + 1):
         for arrangement in measured:
             option = v.option(arrangement)
-            wait_for_quiet(args.max_load, args.deadline)
+            wait_for_quiet(args.max_load, args.deadline, args.busy_loops)
             m = measure(bin_dir, option.endpoints, inventory, combo.n_clients, args, logs)
             measured[arrangement].append(m)
             print(f"  round {k} measured {arrangement.value:<9}: one stream {m.stream_tokens_s:6.1f} tokens/s, "
@@ -289,6 +293,10 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=1.5, help="measure only below this 1-minute load average")
     ap.add_argument("--max-wait-s", type=float, default=1800, help="give up waiting for a quiet machine after this")
     ap.add_argument("--markdown", type=Path, help="also write the table and the summary here")
+    ap.add_argument("--keep-awake", action=argparse.BooleanOptionalAction, default=True,
+                    help="keep every core busy with a lowest-priority loop while measuring (bench/quiet.py "
+                    "cores_kept_awake; default on): a process woken on a halted core starts without waiting "
+                    "for the hypervisor")
     args = ap.parse_args()
     args.deadline = time.monotonic() + args.max_wait_s
     print(f"== verdict measured: {len(COMBINATIONS)} combinations, model {MODEL}, context {CTX_PER_CLIENT} per "
@@ -303,11 +311,16 @@ def main() -> None:
         logs = Path(tmp)
         rows: list[Row] = []
         # rpc-server i pinned to core i mod cores, one thread each
-        with rpc_servers(n_rpc, bin_dir, log_dir=logs, prefix=lambda i: ["taskset", "-c", core_of(i)],
-                         args=["-t", "1"]) as endpoints:
+        with contextlib.ExitStack() as stack, \
+                rpc_servers(n_rpc, bin_dir, log_dir=logs, prefix=lambda i: ["taskset", "-c", core_of(i)],
+                            args=["-t", "1"]) as endpoints:
             try:
                 wait_for_quiet(args.max_load, args.deadline)
                 print(f"load average at start: {load_line()}")
+                # started after the first wait: their own load would hold it up
+                cores = sorted(os.sched_getaffinity(0))
+                loops = stack.enter_context(cores_kept_awake(cores)) if args.keep_awake else []
+                args.busy_loops = len(loops)
                 if args.calibrated:
                     calibrated = load_inventory(args.calibrated)
                 else:

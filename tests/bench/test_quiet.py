@@ -46,3 +46,13 @@ def test_busy_loops_run_idle_class_on_their_core_and_stop_on_exit():
         assert os.sched_getaffinity(pids[0]) == {core}
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)
+
+
+def test_the_load_limit_discounts_the_busy_loops(monkeypatch):
+    from bench import quiet
+    monkeypatch.setattr(quiet.os, "getloadavg", lambda: (2.4, 2.0, 1.0))   # two loops and 0.4 of other work
+    quiet.wait_for_quiet(1.5, time.monotonic() + 60, busy_loops=2)        # returns at once
+    with pytest.raises(quiet.NotQuiet, match="beyond 2 busy loops"):
+        quiet.wait_for_quiet(0.3, time.monotonic() - 1, busy_loops=2)
+    with pytest.raises(quiet.NotQuiet, match="stayed at or above 1.5; not measuring"):
+        quiet.wait_for_quiet(1.5, time.monotonic() - 1)
