@@ -40,7 +40,6 @@ rpc-server and llama-bench it starts is stopped by its own process.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import logging
@@ -366,8 +365,7 @@ def main() -> None:
             except NotQuiet as e:
                 sys.exit(str(e))
         # the busy loops count in the load average: it is measured before they start
-        awake = cores_kept_awake(cores) if kept_awake and replay is None else contextlib.nullcontext()
-        with awake, rpc_servers(N_RPC) as endpoints:
+        with cores_kept_awake(cores if kept_awake and replay is None else []), rpc_servers(N_RPC) as endpoints:
             print(f"load average at start: {load_line()}")
             inventory, measured_cal, placement_rounds = calibrated(args, endpoints, placements, models, replay, work)
             rows = measure(placements, models, inventory, endpoints, work, args.rounds,

@@ -318,9 +318,8 @@ def main() -> None:
                 wait_for_quiet(args.max_load, args.deadline)
                 print(f"load average at start: {load_line()}")
                 # started after the first wait: their own load would hold it up
-                cores = sorted(os.sched_getaffinity(0))
-                loops = stack.enter_context(cores_kept_awake(cores)) if args.keep_awake else []
-                args.busy_loops = len(loops)
+                cores = sorted(os.sched_getaffinity(0)) if args.keep_awake else []
+                args.busy_loops = len(stack.enter_context(cores_kept_awake(cores)))
                 if args.calibrated:
                     calibrated = load_inventory(args.calibrated)
                 else:

@@ -63,8 +63,8 @@ _SPIN = ("import os, sys\n"
 def cores_kept_awake(cores: list[int]) -> Iterator[list[int]]:
     """While the body runs, one SCHED_IDLE busy loop per core: it runs only when nothing else wants the core,
     so the core never halts, and a process woken there (an rpc-server answering, llama-bench's thread resuming)
-    starts without a wake-up through the hypervisor. Yields the loops' pids; each loop is stopped by its own
-    process on exit."""
+    starts without a wake-up through the hypervisor. Yields the loops' pids (none for no cores); each loop is
+    stopped by its own process on exit."""
     procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(c)], stdin=subprocess.DEVNULL) for c in cores]
     try:
         yield [proc.pid for proc in procs]
