@@ -22,8 +22,10 @@ noise) — and, apart, what a boundary between two devices costs beyond it (the 
 runs cross one each, the even split one per endpoint after the first: between two loopback rpc-servers a
 boundary costs several times one between an rpc-server and the host). The prefill slope less the
 hand-off latency is the boundary copy of the ubatch's activations, B·A bytes; where the fit cannot tell
-that copy from noise it writes no link figure (the stated or assumed link stays). The figures go into
-the inventory's `calibrated:` block with the method next to each.
+that copy from noise it writes no link figure (the stated or assumed link stays). RPC devices that are
+one piece of hardware (rpc-servers at one address reporting the same memory: `same_hardware`) are fitted
+as one column, and every one of them gets its figures. The figures go into the inventory's `calibrated:`
+block with the method next to each.
 """
 from __future__ import annotations
 
@@ -356,7 +358,9 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
         runs.append(CalibrationRun(name, job.flags, timing,
                                    decode_observation(ctx, costs, views.decode, timing.tg_s_per_token),
                                    prefill, streamed, job.work.n_depth))
-    calibration = calibration_of(runs, request, bin_dir, ctx.facts.n_embd)
+    groups = same_hardware(inventory)
+    calibration = calibration_of([pooled(r, groups) for r in runs], request, bin_dir, ctx.facts.n_embd)
+    calibration = replace(calibration, figures=per_device(calibration.figures, groups))
     # timings on a shared machine are only as good as its quiet: say how busy it was
     load = f"; 1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     calibration = replace(calibration, method=calibration.method + (f" ({measured_how})" if measured else load))
@@ -369,25 +373,92 @@ def _log_round(request: CalibrateRequest) -> Callable[[int], None] | None:
     return lambda k: log.info("calibration round %d of %d", k, request.rounds)
 
 
+# ----------------------------------------------------------------------------- one rate per piece of hardware
+
+# Joins the members of a group into the column name the fit uses (device names hold no "+").
+_JOIN = "+"
+
+
+def same_hardware(inventory: Inventory) -> dict[str, tuple[str, ...]]:
+    """RPC devices that are one piece of hardware, by the column name their pooled rate is fitted under:
+    rpc-servers at the same address reporting the same memory serve the same device of the same machine (three
+    loopback rpc-servers on the CPU backend are this machine's CPU three times). Their rates are one
+    measurement each, of the same thing, so the fit gives them one rate: fitted apart, each took its own share
+    of the machine's drift (on this machine 45-61 tokens/s for three identical servers in the same rounds), and
+    the predictions then ranked placements by which server they used. Devices alone in their group are left out."""
+    by_key: dict[tuple[str, int], list[str]] = {}
+    for dev in inventory.devices:
+        if dev.kind is DeviceKind.RPC and dev.endpoint:
+            address = dev.endpoint.rsplit(":", 1)[0]
+            by_key.setdefault((address, dev.total_bytes), []).append(dev.name)
+    return {_JOIN.join(names): tuple(names) for names in by_key.values() if len(names) > 1}
+
+
+def _column(device: str, groups: dict[str, tuple[str, ...]]) -> str:
+    """The fit's column of a work key (a device, or a device's attention)."""
+    dev, attention = (device.removesuffix(ATTENTION), ATTENTION) if device.endswith(ATTENTION) else (device, "")
+    for group, members in groups.items():
+        if dev in members:
+            return group + attention
+    return device
+
+
+def _pooled_work(work: dict[str, float], groups: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for dev, n in work.items():
+        col = _column(dev, groups)
+        out[col] = out.get(col, 0.0) + n
+    return out
+
+
+def pooled(run: CalibrationRun, groups: dict[str, tuple[str, ...]]) -> CalibrationRun:
+    """A run with the work of each group's devices under the group's one column."""
+    if not groups:
+        return run
+    return replace(run, decode=replace(run.decode, work=_pooled_work(run.decode.work, groups)),
+                   prefill=replace(run.prefill, work=_pooled_work(run.prefill.work, groups)),
+                   streamed=_pooled_work(run.streamed, groups))
+
+
+def per_device(figures: Sequence[CalibratedFigure], groups: dict[str, tuple[str, ...]]) -> tuple[CalibratedFigure, ...]:
+    """A group's figures written for each of its devices, the method saying the rate is the group's."""
+    out: list[CalibratedFigure] = []
+    for fig in figures:
+        members = groups.get(fig.device)
+        if members is None:
+            out.append(fig)
+            continue
+        how = (f"{fig.how}; one figure for {', '.join(members)}: rpc-servers at one address reporting the same "
+               "memory, the same hardware, fitted as one column")
+        out += [replace(fig, device=m, how=how) for m in members]
+    return tuple(out)
+
+
 def attention_per_cell(runs: Sequence[CalibrationRun]) -> dict[str, float]:
     """Seconds per (query head, cached cell) pair of a decoded token's attention, by device: from each placement
     run at depth 0 and at a depth, the seconds the depth adds over the pairs it adds — the two runs differ in
     nothing else, so the weights' time cancels (a joint least squares would share it with the device's
-    bandwidth column, which the other placements pull). A device whose depth adds no time gets no figure."""
+    bandwidth column, which the other placements pull). Several such pairs on one column (a group of
+    same_hardware) give the seconds they add together over the pairs they add together. A device whose depth
+    adds no time gets no figure."""
     shallow = {r.flags: r for r in runs if not r.depth}
-    out: dict[str, float] = {}
+    added_s: dict[str, float] = {}
+    added_cells: dict[str, float] = {}
     for deep in (r for r in runs if r.depth and r.flags in shallow):
         base = shallow[deep.flags]
         added = {d.removesuffix(ATTENTION): n - base.decode.work.get(d, 0.0)
                  for d, n in deep.decode.work.items() if d.endswith(ATTENTION)}
         added = {d: n for d, n in added.items() if n > 0}
-        extra_s = deep.decode.seconds - base.decode.seconds
-        if len(added) == 1 and extra_s > 0:
+        if len(added) == 1:
             [(dev, cells)] = added.items()
-            out[dev] = extra_s / cells
-        elif len(added) == 1:
-            log.warning("calibration: %s at depth %d ran no slower than at depth 0; its attention has no figure",
-                        deep.name, deep.depth)
+            added_s[dev] = added_s.get(dev, 0.0) + deep.decode.seconds - base.decode.seconds
+            added_cells[dev] = added_cells.get(dev, 0.0) + cells
+    out: dict[str, float] = {}
+    for dev, extra_s in added_s.items():
+        if extra_s > 0:
+            out[dev] = extra_s / added_cells[dev]
+        else:
+            log.warning("calibration: %s at depth ran no slower than at depth 0; its attention has no figure", dev)
     return out
 
 

@@ -17,9 +17,23 @@ from planner.checking.calibrate import (
     calibration_placements,
     fit_linear,
     fit_rates,
+    per_device,
+    pooled,
+    same_hardware,
     without_attention,
 )
 from planner.checking.llama_bench import Timing
+from planner.hardware.inventory import (
+    Backend,
+    CalibratedFigure,
+    DeviceKind,
+    DeviceSpec,
+    HostSpec,
+    Inventory,
+    Quantity,
+)
+
+GIB = 1 << 30
 
 
 def test_fit_linear_recovers_a_line():
@@ -154,3 +168,50 @@ def test_attention_per_pair_is_what_the_depth_adds_to_the_same_placement():
     # a device without a figure: its column goes, its time stays (its attention is the bandwidth's then)
     host = without_attention(runs[3].decode, per_cell)
     assert host.seconds == 0.0179 and host.work == {"CPU": 2.5e8}
+
+
+def _rpc(name: str, endpoint: str, total: int) -> DeviceSpec:
+    return DeviceSpec(name, DeviceKind.RPC, Backend.RPC, total, total, 0, 0, 0, endpoint=endpoint)
+
+
+def test_rpc_servers_at_one_address_with_the_same_memory_are_one_piece_of_hardware():
+    inventory = Inventory((_rpc("RPC0", "127.0.0.1:5000", 24 * GIB), _rpc("RPC1", "127.0.0.1:5001", 24 * GIB),
+                           _rpc("RPC2", "127.0.0.1:5002", 8 * GIB),          # another device of that machine
+                           _rpc("RPC3", "10.0.0.2:5000", 24 * GIB),          # another machine
+                           _rpc("RPC4", "127.0.0.1:5003", 24 * GIB)),
+                          HostSpec(32 * GIB, 30 * GIB, 0, ""))
+    assert same_hardware(inventory) == {"RPC0+RPC1+RPC4": ("RPC0", "RPC1", "RPC4")}
+    assert same_hardware(Inventory(inventory.devices[2:4], inventory.host)) == {}
+
+
+def test_a_group_is_fitted_as_one_column_and_written_for_each_device():
+    """RPC0 and RPC1 are the same hardware at 5 GB/s; one run of each drifted +10 % and -10 %. Fitted apart they
+    come out 4.5 and 5.5 GB/s; pooled, both get the one rate the two runs give together."""
+    groups = {"RPC0+RPC1": ("RPC0", "RPC1")}
+    def run(dev: str, drift: float) -> CalibrationRun:
+        work = {dev: 2.5e8, dev + ATTENTION: 600.0}
+        return CalibrationRun(f"{dev} all", ("-dev", dev), Timing(20.0, 100.0, 128),
+                              Observation(0.05 * drift, work, 1), Observation(1.0, {dev: 1e10}, 1), {dev: 2.5e8})
+    runs = [run("RPC0", 1.1), run("RPC1", 0.9)]
+    apart = fit_rates([without_attention(r.decode, {}) for r in runs], per_boundary_s=0.0)
+    assert 1 / apart.seconds_per_unit["RPC0"] == pytest.approx(2.5e8 / 0.055)
+    together = [pooled(r, groups) for r in runs]
+    assert together[0].decode.work == {"RPC0+RPC1": 2.5e8, "RPC0+RPC1" + ATTENTION: 600.0}
+    assert together[1].prefill.work == {"RPC0+RPC1": 1e10} and together[1].streamed == {"RPC0+RPC1": 2.5e8}
+    fit = fit_rates([without_attention(r.decode, {}) for r in together], per_boundary_s=0.0)
+    assert 1 / fit.seconds_per_unit["RPC0+RPC1"] == pytest.approx(5e9)
+    figures = per_device([CalibratedFigure("RPC0+RPC1", Quantity.BANDWIDTH, 5e9, "tg"),
+                          CalibratedFigure("CPU", Quantity.BANDWIDTH, 9e9, "tg")], groups)
+    assert [(f.device, f.value) for f in figures] == [("RPC0", 5e9), ("RPC1", 5e9), ("CPU", 9e9)]
+    assert "one figure for RPC0, RPC1" in figures[0].how and figures[2].how == "tg"
+    assert pooled(runs[0], {}) is runs[0]
+
+
+def test_attention_pairs_of_a_group_add_up():
+    """Two depth pairs on one group's column: +2 ms and +4 ms over 40,000 pairs each, 75 ns a pair together."""
+    runs = []
+    for dev, extra in (("RPC0", 0.002), ("RPC1", 0.004)):
+        flags = ("-dev", dev, "-ngl", "999")
+        runs += [_run(f"{dev} all", flags, 0, 0.020, {"G": 2.5e8, "G" + ATTENTION: 600}),
+                 _run(f"{dev} all, depth 2048", flags, 2048, 0.020 + extra, {"G": 2.5e8, "G" + ATTENTION: 40_600})]
+    assert attention_per_cell(runs) == {"G": pytest.approx(75e-9)}
