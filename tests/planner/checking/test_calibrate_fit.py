@@ -13,6 +13,8 @@ from planner.checking.calibrate import (
     CalibrationError,
     CalibrationRun,
     Observation,
+    RateFit,
+    _device_latency_figures,
     attention_per_cell,
     calibration_placements,
     fit_linear,
@@ -215,3 +217,19 @@ def test_attention_pairs_of_a_group_add_up():
         runs += [_run(f"{dev} all", flags, 0, 0.020, {"G": 2.5e8, "G" + ATTENTION: 600}),
                  _run(f"{dev} all, depth 2048", flags, 2048, 0.020 + extra, {"G": 2.5e8, "G" + ATTENTION: 40_600})]
     assert attention_per_cell(runs) == {"G": pytest.approx(75e-9)}
+
+
+def test_a_device_to_device_extra_above_zero_is_written_even_within_noise():
+    """+400 ± 500 µs beyond a 250 µs split latency: not told apart from noise, still the best estimate, so
+    RPC0 and RPC1 get 650 µs and the method says how sure it is; an extra at or below zero writes nothing."""
+    def fit(extra: float, err: float) -> RateFit:
+        return RateFit({}, 250e-6, 20e-6, 0.0, extra, err)
+    figures = _device_latency_figures(["RPC0", "RPC1"], fit(400e-6, 500e-6), "over 21 placements")
+    assert [(f.device, f.quantity) for f in figures] == [("RPC0", Quantity.DEVICE_LATENCY),
+                                                          ("RPC1", Quantity.DEVICE_LATENCY)]
+    assert figures[0].value == pytest.approx(650e-6)
+    assert "+400 ± 500 µs" in figures[0].how and "within 2 standard errors of none" in figures[0].how
+    told = _device_latency_figures(["RPC0"], fit(2e-3, 500e-6), "x")
+    assert told[0].value == pytest.approx(2.25e-3) and "within" not in told[0].how
+    assert _device_latency_figures(["RPC0"], fit(-100e-6, 500e-6), "x") == []
+    assert _device_latency_figures(["RPC0"], RateFit({}, 250e-6, 20e-6, 0.0), "x") == []
