@@ -382,9 +382,9 @@ _JOIN = "+"
 
 def same_hardware(inventory: Inventory) -> dict[str, tuple[str, ...]]:
     """RPC devices that are one piece of hardware, by the column name their pooled rate is fitted under:
-    rpc-servers at the same address reporting the same memory serve the same device of the same machine (three
-    loopback rpc-servers on the CPU backend are this machine's CPU three times). Their rates are one
-    measurement each, of the same thing, so the fit gives them one rate: fitted apart, each took its own share
+    rpc-servers at the same address reporting the same memory serve one device of one machine, or identical
+    ones (three loopback rpc-servers on the CPU backend are this machine's CPU three times). Their rates are
+    measurements of the same thing, so the fit gives them one rate: fitted apart, each took its own share
     of the machine's drift (on this machine 45-61 tokens/s for three identical servers in the same rounds), and
     the predictions then ranked placements by which server they used. Devices alone in their group are left out."""
     by_key: dict[tuple[str, int], list[str]] = {}
