@@ -123,11 +123,10 @@ def set_capacity(n_bytes: int | None) -> None:
     cache().capacity = default_capacity() if n_bytes is None else max(0, int(n_bytes))
 
 
-# OpenBLAS's sgemm gives a band of a product with several activation rows the whole product's bits
-# only from some size up (measured with this numpy's OpenBLAS 0.3.31, one thread: 9 activation rows
-# times a 256-wide Q8_0 matrix differ in the last bit in bands of 64-192 rows and agree from 256;
-# 4096-wide matrices agree at every band from 64): bands are at least this many rows, a short last
-# one joins the band before it
+# Bands are at least this many rows (fewer, larger BLAS calls), a short last one joins the band before
+# it. A band's product does not have the whole product's bits in general (OpenBLAS's sgemm sums by its
+# shape, per CPU: on this project's first machine bands agreed from 256 rows, on an AMD EPYC one not at
+# 256), so a weight the cache holds whole is multiplied in these same bands (kernels._product_in_bands).
 MIN_BAND_ROWS = 256
 
 

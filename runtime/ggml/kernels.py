@@ -179,12 +179,30 @@ def _band_f32(t: Tensor, r0: int, r1: int) -> np.ndarray:
 def _mul_mat_banded(node: Tensor, weight: Tensor, b: np.ndarray) -> None:
     """The product of a weight read a band of rows at a time: each band's output rows written as
     they come (threads.ROW_ALIGN: bands start where a split product's blocks may start)."""
-    rows = b.reshape(-1, b.shape[-1])
+    _write(node, _product_in_bands(b.reshape(-1, b.shape[-1]), weight, lambda r0, r1: _band_f32(weight, r0, r1)))
+
+
+def _product_in_bands(rows: np.ndarray, weight: Tensor, band: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """rows @ weight.T computed one band of the weight's rows at a time (dequant.row_bands), `band(r0, r1)`
+    giving a band's float32 values in the memory order the whole matrix gets. With several activation rows a
+    weight read band by band and the same weight whole in the cache both go through here, so both make the
+    same BLAS calls and get the same bits: a gemm's sums depend on its shape (OpenBLAS chooses blocking and
+    edge kernels by size, per CPU), so a band of a product equals the whole product's rows only on some CPUs
+    (on this project's first machine from 256-row bands up, on an AMD EPYC one not at 256 nor 320). One row
+    is a gemv, each output its own dot product whatever the band."""
     out = np.empty((rows.shape[0], weight.ne[1]), dtype=np.float32)
     for r0, r1 in dequant.row_bands(weight.ne[1], weight.ne[0] * 4, threads.ROW_ALIGN):
-        band = _band_f32(weight, r0, r1)
-        out[:, r0:r1] = threads.matvec(band, rows[0])[None] if rows.shape[0] == 1 else rows @ band.T
-    _write(node, out)
+        values = band(r0, r1)
+        out[:, r0:r1] = threads.matvec(values, rows[0])[None] if rows.shape[0] == 1 else rows @ values.T
+    return out
+
+
+def _band_of(t: Tensor, whole: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    """Bands of a cached whole matrix, each copied into the memory order _band_f32 gives a band read apart."""
+    def band(r0: int, r1: int) -> np.ndarray:
+        rows = whole[r0:r1]
+        return np.ascontiguousarray(rows.T).T if column_major(t) else np.ascontiguousarray(rows)
+    return band
 
 
 def _write(node: Tensor, values: np.ndarray) -> None:
@@ -346,9 +364,15 @@ def _mul_mat(node: Tensor) -> None:
     a, b = read_f32(weight), _as_vec_dot_memo(read_f32(acts), weight.type)  # (a3, a2, M, K), (b3, b2, N, K)
     if a.shape[:2] == (1, 1):  # one weight matrix: a single BLAS call, no broadcast copy
         rows = b.reshape(-1, b.shape[-1])
-        # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm;
-        # a large weight's rows may be shared between threads (threads.py: same results)
-        _write(node, threads.matvec(a[0, 0], rows[0]) if rows.shape[0] == 1 else rows @ a[0, 0].T)
+        if rows.shape[0] == 1:
+            # one token: matrix-vector (gemv) reads the weight once, faster than a 1-column gemm;
+            # a large weight's rows may be shared between threads (threads.py: same results)
+            _write(node, threads.matvec(a[0, 0], rows[0]))
+        elif _cached_weight(weight) is not None:
+            # a weight that could be read in bands: the products of its bands, as when it is
+            _write(node, _product_in_bands(rows, weight, _band_of(weight, a[0, 0])))
+        else:
+            _write(node, rows @ a[0, 0].T)
         return
     if b.shape[0] != a.shape[0]:
         a = np.repeat(a, b.shape[0] // a.shape[0], axis=0)
