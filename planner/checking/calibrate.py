@@ -569,13 +569,12 @@ def _device_latency_figures(rpc_devices: list[str], decode: RateFit, over: str) 
     base = decode.per_boundary_s if decode.per_boundary_s is not None else RPC_SPLIT_LATENCY_S
     if not extra > 0:
         log.warning("calibration: a boundary between two devices fits at %+.0f ± %.0f µs beyond the split latency; "
-                    "no device-to-device figure is written", extra * 1e6, 0.0 if math.isnan(err) else err * 1e6)
+                    "no device-to-device figure is written", extra * 1e6, _finite(err) * 1e6)
         return []
     told = not math.isnan(err) and extra > _SIGNIFICANT_SIGMAS * err
     if not told:
         log.warning("calibration: a boundary between two devices fits at %+.0f ± %.0f µs beyond the split latency, "
-                    "not told apart from noise; written as the fit's best estimate", extra * 1e6,
-                    0.0 if math.isnan(err) else err * 1e6)
+                    "not told apart from noise; written as the fit's best estimate", extra * 1e6, _finite(err) * 1e6)
     how = (f"device-to-device hand-off: the per-split hand-off latency plus the slope of seconds per token against "
            f"the boundaries between two devices ({extra * 1e6:+.0f} ± {_finite(err) * 1e6:.0f} µs beyond it"
            + ("" if told else f"; within {_SIGNIFICANT_SIGMAS:g} standard errors of none, the fit's best estimate")

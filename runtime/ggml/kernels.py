@@ -173,7 +173,12 @@ def _band_f32(t: Tensor, r0: int, r1: int) -> np.ndarray:
     with np.errstate(all="ignore"):
         values = dequantize(raw, t.type).astype(np.float32, copy=False)
     _drop_pages(t, r0 * t.nb[1], (r1 - r0) * t.nb[1])
-    return np.ascontiguousarray(values.T).T if column_major(t) else values
+    return _in_weight_order(t, values)
+
+
+def _in_weight_order(t: Tensor, values: np.ndarray) -> np.ndarray:
+    """Rows of a block-quantized matrix, contiguous in the memory order its whole matrix gets (column_major)."""
+    return np.ascontiguousarray(values.T).T if column_major(t) else np.ascontiguousarray(values)
 
 
 def _mul_mat_banded(node: Tensor, weight: Tensor, b: np.ndarray) -> None:
@@ -199,10 +204,7 @@ def _product_in_bands(rows: np.ndarray, weight: Tensor, band: Callable[[int, int
 
 def _band_of(t: Tensor, whole: np.ndarray) -> Callable[[int, int], np.ndarray]:
     """Bands of a cached whole matrix, each copied into the memory order _band_f32 gives a band read apart."""
-    def band(r0: int, r1: int) -> np.ndarray:
-        rows = whole[r0:r1]
-        return np.ascontiguousarray(rows.T).T if column_major(t) else np.ascontiguousarray(rows)
-    return band
+    return lambda r0, r1: _in_weight_order(t, whole[r0:r1])
 
 
 def _write(node: Tensor, values: np.ndarray) -> None:
