@@ -42,11 +42,11 @@ from typing import Any
 import numpy as np
 
 from planner.checking.llama_bench import (
+    ESTIMATES,
     BenchJob,
     Timing,
     Workload,
     bench_version,
-    median_timing,
     placement_views,
     run_rounds,
 )
@@ -272,6 +272,7 @@ class CalibrateRequest:
     work: Workload = Workload()
     depth: int = CALIBRATION_DEPTH    # of the runs that measure attention
     rounds: int = 1                   # llama-bench processes per placement, interleaved (run_rounds)
+    estimate: str = "fastest"         # how a placement's samples make its figure (llama_bench.ESTIMATES)
 
 
 @dataclass(frozen=True)
@@ -349,8 +350,8 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
             jobs = {name: job for name, job in jobs.items() if name in measured}
         timings = [measured[name] for name in jobs]
     else:
-        timings = [median_timing(t) for t in run_rounds(bin_dir, list(jobs.values()), rpc, request.rounds,
-                                                        _log_round(request))]
+        timings = [ESTIMATES[request.estimate](t) for t in run_rounds(bin_dir, list(jobs.values()), rpc,
+                                                                      request.rounds, _log_round(request))]
     runs = []
     for (name, job), timing in zip(jobs.items(), timings, strict=True):
         views = placement_views(ctx, list(job.flags), inventory, job.work, rpc)
@@ -533,13 +534,18 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                        f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d 0 or {request.depth} -r {work.repeats}"
                        f"{f' -t {work.threads}' if work.threads else ''} on {request.model}: "
                        + "; ".join(f"{r.name} ({' '.join(r.flags)}{f' -d {r.depth}' if r.depth else ''})" for r in runs)
-                       + f"; medians of the repeats{_rounds_text(request.rounds)}; rates fitted by least squares "
+                       + f"; {_estimate_text(request)}; rates fitted by least squares "
                        "on fitplan's own bytes, FLOPs and boundary counts (planner/checking/calibrate.py)" + unmeasured,
                        bench_version(bin_dir), tuple(figures))
 
 
-def _rounds_text(rounds: int) -> str:
-    return f", then of {rounds} llama-bench processes a placement, run round-robin" if rounds > 1 else ""
+def _estimate_text(request: CalibrateRequest) -> str:
+    """How each placement's figure was had from its samples, for the method line."""
+    rounds = f"{request.rounds} llama-bench processes a placement, run round-robin"
+    if request.estimate == "median":
+        return "medians of the repeats" + (f", then of {rounds}" if request.rounds > 1 else "")
+    return "the fastest sample of the repeats" + (f" of {rounds}" if request.rounds > 1 else "") + \
+        " (a sample on shared cores is only ever slowed by other work)"
 
 
 def _rate_figure(column: str, seconds_per_unit: float, plain: tuple[Quantity, str],

@@ -49,11 +49,14 @@ class Workload:
 
 @dataclass(frozen=True)
 class Timing:
-    """Medians over the repeats: seconds per decoded token and per prompt ubatch."""
+    """Medians over the repeats: seconds per decoded token and per prompt ubatch; with every sample
+    llama-bench reported (tokens/s, one per repeat), where it was measured here."""
 
     tg_tokens_s: float
     pp_tokens_s: float
     n_ubatch: int          # the ubatch the prompt was processed in (min(-ub, -b, prompt))
+    tg_samples: tuple[float, ...] = ()
+    pp_samples: tuple[float, ...] = ()
 
     @property
     def tg_s_per_token(self) -> float:
@@ -104,8 +107,9 @@ def run_llama_bench(bin_dir: Path, model: str, flags: list[str], work: Workload,
     tg = [r for r in rows if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0]
     if not pp or not tg:
         raise BenchError(f"llama-bench reported no pp and tg test for {' '.join(flags)}")
-    return Timing(statistics.median(tg[0]["samples_ts"]), statistics.median(pp[0]["samples_ts"]),
-                  effective_ubatch(flags, work.n_prompt))
+    tg_samples, pp_samples = tuple(tg[0]["samples_ts"]), tuple(pp[0]["samples_ts"])
+    return Timing(statistics.median(tg_samples), statistics.median(pp_samples), effective_ubatch(flags, work.n_prompt),
+                  tg_samples, pp_samples)
 
 
 @dataclass(frozen=True)
@@ -133,9 +137,25 @@ def run_rounds(bin_dir: Path, jobs: Sequence[BenchJob], rpc: list[str], rounds: 
 
 
 def median_timing(timings: Sequence[Timing]) -> Timing:
-    """The median over rounds of each round's medians (the rounds of one placement share their ubatch)."""
+    """The median over rounds of each round's medians (the rounds of one placement share their ubatch), with
+    every round's samples."""
     return Timing(statistics.median(t.tg_tokens_s for t in timings),
-                  statistics.median(t.pp_tokens_s for t in timings), timings[0].n_ubatch)
+                  statistics.median(t.pp_tokens_s for t in timings), timings[0].n_ubatch,
+                  tuple(x for t in timings for x in t.tg_samples), tuple(x for t in timings for x in t.pp_samples))
+
+
+def fastest_timing(timings: Sequence[Timing]) -> Timing:
+    """The fastest sample of every round's repeats, decode and prefill apart: what the placement runs at
+    when nothing else takes the machine. On shared cores whose neighbours come and go, a sample is slowed by
+    whatever ran beside it and never sped up (one llama-bench process of five tg64 repeats here read
+    45.5 35.9 41.5 49.3 53.6 tokens/s), so the fastest of many is steadier than their median. Timings
+    without their samples (kept before samples were) count with their medians."""
+    tg = [x for t in timings for x in (t.tg_samples or (t.tg_tokens_s,))]
+    pp = [x for t in timings for x in (t.pp_samples or (t.pp_tokens_s,))]
+    return Timing(max(tg), max(pp), timings[0].n_ubatch, tuple(tg), tuple(pp))
+
+
+ESTIMATES: dict[str, Callable[[Sequence[Timing]], Timing]] = {"median": median_timing, "fastest": fastest_timing}
 
 
 def bench_version(bin_dir: Path) -> str:

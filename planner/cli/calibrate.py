@@ -6,6 +6,7 @@ runtime, which `fitplan --help` does not need.
 """
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +18,13 @@ from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
 
 
+class Estimate(str, Enum):
+    """llama_bench.ESTIMATES's names, for the option's choices."""
+
+    FASTEST = "fastest"
+    MEDIAN = "median"
+
+
 def calibrate_cmd(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write the inventory YAML here "
                                                 "(default: print it)")] = None,
@@ -24,7 +32,10 @@ def calibrate_cmd(
     model: Annotated[str, typer.Option("--model", help="the model llama-bench runs")] = "example:gemma3-270m",
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="llama-bench -r")] = 3,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="llama-bench processes a placement, run "
-                                        "round-robin over the placements; the median of their medians")] = 1,
+                                        "round-robin over the placements")] = 1,
+    estimate: Annotated[Estimate, typer.Option("--estimate", help="a placement's figure: the fastest of all its "
+                                               "samples (a sample on shared cores is only ever slowed by other "
+                                               "work), or the median of its rounds' medians")] = Estimate.FASTEST,
     n_prompt: Annotated[int, typer.Option("--prompt-tokens", min=1, help="llama-bench -p")] = 128,
     n_gen: Annotated[int, typer.Option("--gen-tokens", min=1, help="llama-bench -n")] = 16,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="llama-bench -t")] = None,
@@ -39,7 +50,7 @@ def calibrate_cmd(
         check_output_path(output)    # before the minutes llama-bench takes
     endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
     result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads),
-                                        rounds=rounds))
+                                        rounds=rounds, estimate=estimate.value))
     text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)

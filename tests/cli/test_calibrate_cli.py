@@ -39,7 +39,8 @@ def test_calibrate_writes_an_inventory_with_the_method_next_to_each_figure(calib
     block = doc["calibrated"]
     assert {"date", "method", "tool"} <= set(block)
     assert "llama-bench" in block["tool"] and "0c1e570" in block["tool"]
-    assert "then of 2 llama-bench processes a placement, run round-robin" in block["method"]
+    assert "the fastest sample of the repeats of 2 llama-bench processes a placement, run round-robin" \
+        in block["method"]
     for key in ("bandwidth_gbs", "fp16_tflops"):
         figure = block["host"][key]
         assert figure["value"] > 0 and figure["how"]
@@ -80,9 +81,35 @@ def test_rounds_run_each_placement_in_its_own_process_and_take_the_median(tmp_pa
     assert [len(r) for r in rounds] == [3, 3]
     assert [t.n_ubatch for t in rounds[1]] == [8, 8, 8]
     for timings in rounds:
+        for t in timings:   # every sample llama-bench reported (one per repeat), and their median
+            assert len(t.tg_samples) == len(t.pp_samples) == work.repeats
+            assert (t.tg_tokens_s, t.pp_tokens_s) == (t.tg_samples[0], t.pp_samples[0])
         med = median_timing(timings)
         assert med.tg_tokens_s == sorted(t.tg_tokens_s for t in timings)[1]
         assert med.pp_tokens_s == sorted(t.pp_tokens_s for t in timings)[1]
+
+
+@needs_tools
+def test_each_placement_is_its_fastest_sample_unless_the_median_is_asked(tmp_path):
+    """calibrate's default figure of a placement is the fastest of its samples (a sample on shared cores is
+    only slowed by other work); --estimate median takes the median of the repeats; the method says which."""
+    from planner.checking.calibrate import CalibrateRequest, calibrate
+    from planner.checking.llama_bench import Workload
+
+    model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
+    work = Workload(32, 4, 0, 3, 1)
+    fastest = calibrate(CalibrateRequest(model=model, work=work))
+    median = calibrate(CalibrateRequest(model=model, work=work, estimate="median"))
+    for r in fastest.runs:
+        assert len(r.timing.tg_samples) == len(r.timing.pp_samples) == 3
+        assert (r.timing.tg_tokens_s, r.timing.pp_tokens_s) == (max(r.timing.tg_samples), max(r.timing.pp_samples))
+    for r in median.runs:
+        assert len(r.timing.tg_samples) == 3
+        assert r.timing.tg_tokens_s == sorted(r.timing.tg_samples)[1]
+        assert r.timing.pp_tokens_s == sorted(r.timing.pp_samples)[1]
+    assert fastest.inventory.calibration is not None and median.inventory.calibration is not None
+    assert "; the fastest sample of the repeats (a sample on shared cores" in fastest.inventory.calibration.method
+    assert "; medians of the repeats;" in median.inventory.calibration.method
 
 
 @needs_tools
@@ -107,3 +134,10 @@ def test_timings_measured_elsewhere_fit_to_the_same_figures(tmp_path):
         [(f.device, f.quantity, f.value) for f in ran.inventory.calibration.figures]
     assert again.inventory.calibration.method.endswith("(from elsewhere)")
     assert "load average" in ran.inventory.calibration.method
+
+
+def test_an_unknown_estimate_is_exit_2_with_one_line(capsys):
+    code, _, err = run(capsys, "calibrate", "--estimate", "mean")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "'mean' is not one of 'fastest', 'median'" in err

@@ -24,7 +24,7 @@ from planner.checking.calibrate import (
     same_hardware,
     without_attention,
 )
-from planner.checking.llama_bench import Timing
+from planner.checking.llama_bench import Timing, fastest_timing, median_timing
 from planner.hardware.inventory import (
     Backend,
     CalibratedFigure,
@@ -233,3 +233,19 @@ def test_a_device_to_device_extra_above_zero_is_written_even_within_noise():
     assert told[0].value == pytest.approx(2.25e-3) and "within" not in told[0].how
     assert _device_latency_figures(["RPC0"], fit(-100e-6, 500e-6), "x") == []
     assert _device_latency_figures(["RPC0"], RateFit({}, 250e-6, 20e-6, 0.0), "x") == []
+
+
+def test_the_fastest_estimate_takes_the_fastest_sample_of_every_round():
+    rounds = [Timing(40.0, 200.0, 128, (38.0, 40.0, 52.0), (190.0, 200.0, 205.0)),
+              Timing(45.0, 210.0, 128, (30.0, 45.0, 47.0), (209.0, 210.0, 230.0))]
+    fastest = fastest_timing(rounds)
+    assert (fastest.tg_tokens_s, fastest.pp_tokens_s, fastest.n_ubatch) == (52.0, 230.0, 128)
+    assert fastest.tg_samples == (38.0, 40.0, 52.0, 30.0, 45.0, 47.0)
+    median = median_timing(rounds)
+    assert (median.tg_tokens_s, median.pp_tokens_s) == (42.5, 205.0)
+
+
+def test_timings_kept_without_samples_count_with_their_medians():
+    rounds = [Timing(40.0, 200.0, 64), Timing(45.0, 190.0, 64, (44.0, 45.0, 46.0), (180.0, 190.0, 195.0))]
+    fastest = fastest_timing(rounds)
+    assert (fastest.tg_tokens_s, fastest.pp_tokens_s) == (46.0, 200.0)
