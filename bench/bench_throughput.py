@@ -46,6 +46,7 @@ rpc-server and llama-bench it starts is stopped by its own process.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import logging
@@ -78,8 +79,8 @@ from planner.gguf.examples import resolve_model
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
-from planner.llama.context import model_context
-from planner.model.costs import cost_table
+from planner.llama.context import ModelContext, model_context
+from planner.model.costs import CostTable, cost_table
 from planner.planning.throughput import predict
 from tests.support.gguf_factory import add_tokenizer, qwen3moe_spec
 from tests.support.tiny_models import write_random
@@ -208,11 +209,9 @@ def compare(placements: tuple[Placement, ...], models: dict[str, str], inventory
             work: Workload, measured: dict[str, list[Timing]], estimate: Callable[[list[Timing]], Timing],
             show: bool = True) -> list[Row]:
     """Each placement's measurement (`estimate` of its rounds) beside the prediction."""
-    contexts = {name: model_context(path) for name, path in models.items()}   # each header read once
-    tables = {name: cost_table(ctx.model, ctx.facts) for name, ctx in contexts.items()}
     rows = []
     for p, job in zip(placements, placement_jobs(placements, models, work), strict=True):
-        ctx, costs, timings = contexts[p.model], tables[p.model], measured[p.name]
+        (ctx, costs), timings = _model_costs(models[p.model]), measured[p.name]
         views = placement_views(ctx, list(p.flags), inventory, job.work, endpoints)
         decode = predict(ctx.facts, costs, views.decode, inventory)
         prefill = predict(ctx.facts, costs, views.prefill, inventory)
@@ -225,6 +224,13 @@ def compare(placements: tuple[Placement, ...], models: dict[str, str], inventory
                   f"boundaries {row.boundaries}  rounds {row.spread}", flush=True)
         rows.append(row)
     return rows
+
+
+@functools.cache
+def _model_costs(path: str) -> tuple[ModelContext, CostTable]:
+    """A model's header and cost table, read once however many estimates compare its placements."""
+    ctx = model_context(path)
+    return ctx, cost_table(ctx.model, ctx.facts)
 
 
 def placement_jobs(placements: tuple[Placement, ...], models: dict[str, str], work: Workload) -> list[BenchJob]:
@@ -299,8 +305,8 @@ def table(rows: list[Row]) -> list[str]:
     return out
 
 
-def measured_rounds(args: argparse.Namespace, endpoints: list[str], placements: tuple[Placement, ...],
-                    models: dict[str, str], replay: dict | None, work: Workload
+def measured_rounds(args: argparse.Namespace, endpoints: list[str], inventory: Inventory,
+                    placements: tuple[Placement, ...], models: dict[str, str], replay: dict | None, work: Workload
                     ) -> tuple[dict[str, list[Timing]], dict[str, list[Timing]], str]:
     """The calibration's timings and the placements', one per round (replayed, or measured here), and how
     the calibration's were had (for its method line). With --calibrated the calibration is not run."""
@@ -313,7 +319,7 @@ def measured_rounds(args: argparse.Namespace, endpoints: list[str], placements: 
     # moves by tens of percent over minutes) then moves both alike
     print("calibrating on these rpc-servers (fitplan calibrate's placements), in the same rounds as the "
           "placements ...", flush=True)
-    cal_jobs = calibration_jobs(CalibrateRequest(tuple(endpoints), work=work), detect_inventory(endpoints))
+    cal_jobs = calibration_jobs(CalibrateRequest(tuple(endpoints), work=work), inventory)
     jobs = list(cal_jobs.values()) + placement_jobs(placements, models, work)
     per_round = run_rounds(ensure_tools(), jobs, endpoints, args.rounds, _print_round(args.rounds))
     n_cal = len(cal_jobs)
@@ -322,11 +328,10 @@ def measured_rounds(args: argparse.Namespace, endpoints: list[str], placements: 
             f"run in the same rounds as bench_throughput's {len(placements)} placements")
 
 
-def calibrated(args: argparse.Namespace, endpoints: list[str], cal_rounds: dict[str, list[Timing]], how: str,
-               work: Workload, estimate: str, show: bool) -> Inventory:
+def calibrated(args: argparse.Namespace, endpoints: list[str], inventory: Inventory,
+               cal_rounds: dict[str, list[Timing]], how: str, work: Workload, estimate: str, show: bool) -> Inventory:
     """The inventory to predict from: --calibrated's, or calibrate's fit of the calibration's rounds, each
     placement taken by `estimate` (an ESTIMATES key, the same as the placements')."""
-    inventory = detect_inventory(endpoints)
     if args.calibrated:
         return replace(inventory, calibration=load_inventory(args.calibrated).calibration)
     request = CalibrateRequest(tuple(endpoints), work=work, rounds=args.rounds, estimate=estimate)
@@ -400,7 +405,9 @@ def main() -> None:
         # the busy loops count in the load average: it is measured before they start
         with cores_kept_awake(cores if kept_awake and replay is None else []), rpc_servers(N_RPC) as endpoints:
             print(f"load average at start: {load_line()}")
-            cal_rounds, placement_rounds, how = measured_rounds(args, endpoints, placements, models, replay, work)
+            inventory = detect_inventory(endpoints)    # the devices as the rpc-servers report them, asked once
+            cal_rounds, placement_rounds, how = measured_rounds(args, endpoints, inventory, placements, models, replay,
+                                                                work)
             print(f"load average at end: {load_line()}")
             if args.save:
                 args.save.write_text(json.dumps(timings_json(cal_rounds, placement_rounds, work, args.rounds, cores,
@@ -411,8 +418,8 @@ def main() -> None:
                 logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO if show else logging.WARNING)
                 if show:
                     print(f"each figure below: the {name} {ESTIMATE_SAYS[name]}")
-                inventory = calibrated(args, endpoints, cal_rounds, how, work, name, show)
-                by_estimate[name] = compare(placements, models, inventory, endpoints, work, placement_rounds,
+                predicting = calibrated(args, endpoints, inventory, cal_rounds, how, work, name, show)
+                by_estimate[name] = compare(placements, models, predicting, endpoints, work, placement_rounds,
                                             ESTIMATES[name], show)
     report(by_estimate, args, work)
 
