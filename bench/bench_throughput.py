@@ -1,6 +1,6 @@
 """The throughput model checked against llama-bench (issue 21, deliverable 2).
 
-    python -m bench.bench_throughput [--repeats 3] [--rounds 3] [--estimate fastest|median]
+    python -m bench.bench_throughput [--repeats 10] [--n-gen 16] [--rounds 3] [--estimate fastest|median]
                                      [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
                                      [--save TIMINGS.json | --replay TIMINGS.json]
 
@@ -26,8 +26,9 @@ of the machine's speed over the minutes a run takes fall on the calibration and 
 A placement's figure (--estimate, the same for the calibration's runs and the placements) is by default the
 fastest of all its samples (rounds × repeats): on these shared vCPUs a sample is only ever slowed by what
 ran beside it (one process's five tg64 repeats of the host read 45.5 35.9 41.5 49.3 53.6 tokens/s), so the
-fastest is the steadiest figure of what the placement itself costs. The summary also gives the median of
-the rounds' medians (how sessions 7-12 measured), computed from the same samples. The bench also ranks the
+fastest is the steadiest figure of what the placement itself costs — the more so for many short samples
+(tg16 × 10 by default), more of which fall between two dips than of a few long ones. The summary also gives
+the median of the rounds' medians (how sessions 7-12 measured), computed from the same samples. The bench also ranks the
 rounds against each other: how alike two single processes order the same placements, the most a model
 could be expected to match here.
 
@@ -89,9 +90,13 @@ N_RPC = 3
 # how the summary names each of llama_bench.ESTIMATES
 ESTIMATE_SAYS = {"fastest": "sample of all rounds' repeats", "median": "of the rounds' medians"}
 N_PROMPT = 128
-# tg64: 1.3 s a sample for Gemma, 0.15 s for the MoE (session 9 ran tg16, whose 40 ms MoE samples one
-# scheduler hiccup moved by a quarter); older --save files keep the n_gen they were measured with
-N_GEN = 64
+# tg16 x 10 repeats: ten short samples a process, of which the fastest counts. For about the same tokens, six
+# processes of the host alone lay apart by their fastest tg16 of ten 2.1 % and 4.6 %, by their fastest tg64 of
+# three 5.8 % and 8.6 % (session 14's probe; bench_sample_length 2026-12-03 02:31) — and 10.6 % against 9.8 % in a
+# run with other work beside it. Sessions 10-13 ran tg64 x 3, whose median a scheduler hiccup moved less than
+# tg16's; the fastest sample is not moved by one. Older --save files keep the n_gen and repeats they were measured with
+N_GEN = 16
+REPEATS = 10
 GEMMA = "example:gemma3-270m"
 MOE = "moe"   # written by write_moe below
 
@@ -348,7 +353,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3, help="llama-bench -r for every placement")
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="llama-bench -r for every placement")
     ap.add_argument("--n-gen", type=int, default=N_GEN, help="llama-bench -n: the tokens each decode sample "
                     "generates (a --replay file's own figure wins)")
     ap.add_argument("--rounds", type=int, default=3, help="llama-bench processes a placement, run round-robin over "

@@ -30,7 +30,8 @@ def calibrate_cmd(
                                                 "(default: print it)")] = None,
     rpc: RpcOpt = None,
     model: Annotated[str, typer.Option("--model", help="the model llama-bench runs")] = "example:gemma3-270m",
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="llama-bench -r")] = 3,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="llama-bench -r: many short "
+                                          "samples, of which the fastest counts")] = 10,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="llama-bench processes a placement, run "
                                         "round-robin over the placements")] = 1,
     estimate: Annotated[Estimate, typer.Option("--estimate", help="a placement's figure: the fastest of all its "
