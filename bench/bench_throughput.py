@@ -83,7 +83,7 @@ from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import ModelContext, model_context
 from planner.model.costs import CostTable, cost_table
 from planner.planning.throughput import predict
-from tests.support.gguf_factory import add_tokenizer, qwen3moe_spec
+from tests.support.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
 from tests.support.tiny_models import write_random
 
 N_RPC = 3
@@ -99,6 +99,7 @@ N_GEN = 16
 REPEATS = 10
 GEMMA = "example:gemma3-270m"
 MOE = "moe"   # written by write_moe below
+PROBE = "attention probe"   # written by write_probe below: the calibration's second head width
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,17 @@ def write_moe(directory: Path) -> Path:
                     for n, q, s in spec.tensors]
     add_tokenizer(spec, 4096, n_merges=8)
     return write_random(directory / "moe.gguf", spec)
+
+
+def write_probe(directory: Path) -> Path:
+    """The calibration's attention probe: a small dense llama with random Q8_0 weights and 64-wide heads (Gemma 3's,
+    the calibration model's, are 256 wide), 4 layers, 8 query heads over 4 KV heads — not the MoE's 8 layers and
+    2 KV heads, so the MoE's placements at depth are predicted from another model's attention."""
+    spec = llama_spec(n_layer=4, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_vocab=4096,
+                      attn_type=GGMLQuantizationType.Q8_0, ffn_type=GGMLQuantizationType.Q8_0,
+                      down_type=GGMLQuantizationType.Q8_0, out_type=GGMLQuantizationType.Q8_0)
+    add_tokenizer(spec, 4096, n_merges=8)
+    return write_random(directory / "attention-probe.gguf", spec)
 
 
 def measure(placements: tuple[Placement, ...], models: dict[str, str], endpoints: list[str], work: Workload,
@@ -324,7 +336,7 @@ def measured_rounds(args: argparse.Namespace, endpoints: list[str], inventory: I
     # moves by tens of percent over minutes) then moves both alike
     print("calibrating on these rpc-servers (fitplan calibrate's placements), in the same rounds as the "
           "placements ...", flush=True)
-    cal_jobs = calibration_jobs(CalibrateRequest(tuple(endpoints), work=work), inventory)
+    cal_jobs = calibration_jobs(CalibrateRequest(tuple(endpoints), work=work, probe=models[PROBE]), inventory)
     jobs = list(cal_jobs.values()) + placement_jobs(placements, models, work)
     per_round = run_rounds(ensure_tools(), jobs, endpoints, args.rounds, _print_round(args.rounds))
     n_cal = len(cal_jobs)
@@ -334,12 +346,13 @@ def measured_rounds(args: argparse.Namespace, endpoints: list[str], inventory: I
 
 
 def calibrated(args: argparse.Namespace, endpoints: list[str], inventory: Inventory,
-               cal_rounds: dict[str, list[Timing]], how: str, work: Workload, estimate: str, show: bool) -> Inventory:
+               cal_rounds: dict[str, list[Timing]], how: str, work: Workload, estimate: str, show: bool,
+               probe: str | None) -> Inventory:
     """The inventory to predict from: --calibrated's, or calibrate's fit of the calibration's rounds, each
     placement taken by `estimate` (an ESTIMATES key, the same as the placements')."""
     if args.calibrated:
         return replace(inventory, calibration=load_inventory(args.calibrated).calibration)
-    request = CalibrateRequest(tuple(endpoints), work=work, rounds=args.rounds, estimate=estimate)
+    request = CalibrateRequest(tuple(endpoints), work=work, probe=probe, rounds=args.rounds, estimate=estimate)
     measured = {name: ESTIMATES[estimate](t) for name, t in cal_rounds.items()}
     result = calibrate(request, measured=measured, measured_how=how)
     if show:
@@ -401,7 +414,7 @@ def main() -> None:
           "(one thread each): this checks the hand-off and overhead terms and the ranking, not real GPUs' "
           "bandwidth ratios")
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-tp-") as tmp:
-        models = {GEMMA: resolve_model(GEMMA), MOE: str(write_moe(Path(tmp)))}
+        models = {GEMMA: resolve_model(GEMMA), MOE: str(write_moe(Path(tmp))), PROBE: str(write_probe(Path(tmp)))}
         if replay is None:
             try:
                 wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
@@ -423,7 +436,9 @@ def main() -> None:
                 logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO if show else logging.WARNING)
                 if show:
                     print(f"each figure below: the {name} {ESTIMATE_SAYS[name]}")
-                predicting = calibrated(args, endpoints, inventory, cal_rounds, how, work, name, show)
+                # files saved before the probe joined the calibration have no probe runs: calibrated without it
+                probe = models[PROBE] if replay is None or any(n.startswith("probe: ") for n in cal_rounds) else None
+                predicting = calibrated(args, endpoints, inventory, cal_rounds, how, work, name, show, probe)
                 by_estimate[name] = compare(placements, models, predicting, endpoints, work, placement_rounds,
                                             ESTIMATES[name], show)
     report(by_estimate, args, work)

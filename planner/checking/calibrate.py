@@ -65,7 +65,7 @@ from planner.planning.throughput import (
     RPC_SPLIT_LATENCY_S,
     PlacementView,
     boundaries,
-    decode_attention_cells,
+    decode_attention,
     decode_bytes,
     prefill_work,
 )
@@ -80,8 +80,9 @@ FFN_ON_HOST = r"^blk\.\d+\.ffn_(gate|up|down)\.weight=CPU"
 # The context depth of the runs that measure attention (llama-bench -d): long enough that reading the
 # KV cache is a large share of a token on the calibration model (its global layers see every cell).
 CALIBRATION_DEPTH = 2048
-# Work columns of attention: a device's name and this (device names hold no blank).
-ATTENTION = " attention"
+# Work columns of attention: a device's name and one of these (device names hold no blank).
+ATTENTION = " attention"                  # decode: (query head, cached cell) pairs; prefill: attention FLOPs
+ATTENTION_VALUES = " attention values"    # decode: the K and V values of those pairs
 # A fitted copy time below this many standard errors is not told apart from noise.
 _SIGNIFICANT_SIGMAS = 2.0
 
@@ -194,6 +195,7 @@ class CalibrationRun:
     prefill: Observation
     streamed: dict[str, float] = field(default_factory=dict)   # weight bytes per device a prompt ubatch reads
     depth: int = 0
+    probe: bool = False     # a run of the attention probe (CalibrateRequest.probe): attention's figures only
 
 
 @dataclass(frozen=True)
@@ -201,18 +203,21 @@ class CalibrationPlacement:
     name: str
     flags: tuple[str, ...]
     depth: int = 0          # llama-bench -d
+    probe: bool = False     # runs CalibrateRequest.probe, not the calibration model
 
 
-def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int = CALIBRATION_DEPTH
-                           ) -> list[CalibrationPlacement]:
+def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int = CALIBRATION_DEPTH,
+                           probe: bool = False) -> list[CalibrationPlacement]:
     """The host alone and at `depth`; each endpoint alone with the output layer (one boundary), with the
     output kept on the host (two), with half the layers (one, the host streaming the rest), with every
     layer's FFN on the host (two a layer) and at `depth`; with several endpoints, each one's layers with the
     output layer on the next (`-ts n_layer,1`: llama.cpp counts the output as layer n_layer, so the next
     endpoint gets it alone — one boundary between two devices), and every endpoint evenly (one per
-    endpoint)."""
+    endpoint). With `probe`, the attention probe too, on the host and on each endpoint alone, at depth 0
+    and at `depth`, right after the calibration model's run at depth there."""
     host = ("-ngl", "0")
-    out = [CalibrationPlacement("host", host), CalibrationPlacement(f"host, depth {depth}", host, depth)]
+    out = [CalibrationPlacement("host", host), CalibrationPlacement(f"host, depth {depth}", host, depth),
+           *_probe_placements("host", host, depth, probe)]
     nxt = _next_endpoints(rpc_devices)
     for dev in rpc_devices:
         every = ("-dev", dev, "-ngl", "999")
@@ -223,11 +228,19 @@ def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int 
         out += [CalibrationPlacement(f"{dev} layers, output on host", (*every, "-ot", OUTPUT_ON_HOST)),
                 CalibrationPlacement(f"{dev} half", ("-dev", dev, "-ngl", str(n_layer // 2))),
                 CalibrationPlacement(f"{dev} all, FFN on host", (*every, "-ot", FFN_ON_HOST)),
-                CalibrationPlacement(f"{dev} all, depth {depth}", every, depth)]
+                CalibrationPlacement(f"{dev} all, depth {depth}", every, depth),
+                *_probe_placements(f"{dev} all", every, depth, probe)]
     if len(rpc_devices) > 1:
         out.append(CalibrationPlacement("split evenly", ("-dev", ",".join(rpc_devices), "-ngl", "999",
                                                          "-ts", ",".join("1" for _ in rpc_devices))))
     return out
+
+
+def _probe_placements(name: str, flags: tuple[str, ...], depth: int, probe: bool) -> list[CalibrationPlacement]:
+    if not probe:
+        return []
+    return [CalibrationPlacement(f"probe: {name}", flags, 0, True),
+            CalibrationPlacement(f"probe: {name}, depth {depth}", flags, depth, True)]
 
 
 def _next_endpoints(rpc_devices: Sequence[str]) -> dict[str, str]:
@@ -241,10 +254,12 @@ def _next_endpoints(rpc_devices: Sequence[str]) -> dict[str, str]:
 
 def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float) -> Observation:
     """Weight bytes read per token on each device, and (as `dev + ATTENTION`) the (query head, cached cell)
-    pairs its attention works through."""
+    pairs its attention works through, with (as `dev + ATTENTION_VALUES`) their K and V values."""
     weights, _ = decode_bytes(ctx.facts, costs, view)
     work = {d: float(n) for d, n in weights.items() if n}
-    work.update({d + ATTENTION: n for d, n in decode_attention_cells(ctx.facts, costs, view).items() if n})
+    for d, att in decode_attention(ctx.facts, costs, view).items():
+        if att:
+            work.update({d + ATTENTION: att.pairs, d + ATTENTION_VALUES: att.values})
     return Observation(seconds, work, *_boundary_counts(costs, view))
 
 
@@ -271,6 +286,7 @@ class CalibrateRequest:
     model: str = CALIBRATION_MODEL
     work: Workload = Workload()
     depth: int = CALIBRATION_DEPTH    # of the runs that measure attention
+    probe: str | None = None          # a model of another head width, run at both depths for attention's figures
     rounds: int = 1                   # llama-bench processes per placement, interleaved (run_rounds)
     estimate: str = "fastest"         # how a placement's samples make its figure (llama_bench.ESTIMATES)
 
@@ -309,6 +325,7 @@ _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
     Quantity.BANDWIDTH: (1e9, "GB/s"), Quantity.FLOPS: (1e12, "TFLOPS"), Quantity.SPLIT_LATENCY: (1e-6, "µs"),
     Quantity.LINK: (1e9, "GB/s"), Quantity.ATTENTION_BANDWIDTH: (1e9, "GB/s"), Quantity.DEVICE_LATENCY: (1e-6, "µs"),
     Quantity.ATTENTION_FLOPS: (1e12, "TFLOPS"), Quantity.ATTENTION_CELLS: (1e6, "M pairs/s"),
+    Quantity.ATTENTION_VALUES: (1e9, "G values/s"),
 }
 
 
@@ -320,10 +337,16 @@ def calibration_jobs(request: CalibrateRequest, inventory: Inventory) -> dict[st
     return _jobs(request, path, model_context(path).facts.n_layer, inventory)
 
 
-def _jobs(request: CalibrateRequest, path: str, n_layer: int, inventory: Inventory) -> dict[str, BenchJob]:
+def _placements(request: CalibrateRequest, n_layer: int, inventory: Inventory) -> list[CalibrationPlacement]:
     rpc_devices = [d.name for d in inventory.devices if d.kind is DeviceKind.RPC]
-    return {place.name: BenchJob(path, place.flags, replace(request.work, n_depth=place.depth))
-            for place in calibration_placements(n_layer, rpc_devices, request.depth)}
+    return calibration_placements(n_layer, rpc_devices, request.depth, request.probe is not None)
+
+
+def _jobs(request: CalibrateRequest, path: str, n_layer: int, inventory: Inventory) -> dict[str, BenchJob]:
+    probe = resolve_model(request.probe) if request.probe else ""
+    return {place.name: BenchJob(probe if place.probe else path, place.flags,
+                                 replace(request.work, n_depth=place.depth))
+            for place in _placements(request, n_layer, inventory)}
 
 
 def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
@@ -341,8 +364,11 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
     path = resolve_model(request.model)
     ctx = model_context(path)
     costs = cost_table(ctx.model, ctx.facts)
+    probe_ctx = model_context(resolve_model(request.probe)) if request.probe else ctx
+    models = {False: (ctx, costs), True: (probe_ctx, cost_table(probe_ctx.model, probe_ctx.facts))}
     load_before = os.getloadavg()[0]
     jobs = _jobs(request, path, ctx.facts.n_layer, inventory)
+    probes = {p.name for p in _placements(request, ctx.facts.n_layer, inventory) if p.probe}
     if measured is not None:
         missing = [name for name in jobs if name not in measured]
         if missing:   # timings kept before a placement joined the list
@@ -354,12 +380,14 @@ def calibrate(request: CalibrateRequest, bin_dir: Path | None = None,
                                                                       request.rounds, _log_round(request))]
     runs = []
     for (name, job), timing in zip(jobs.items(), timings, strict=True):
-        views = placement_views(ctx, list(job.flags), inventory, job.work, rpc)
+        probe = name in probes
+        run_ctx, run_costs = models[probe]
+        views = placement_views(run_ctx, list(job.flags), inventory, job.work, rpc)
         log.info("calibration run %s: tg %.2f t/s, pp %.2f t/s", name, timing.tg_tokens_s, timing.pp_tokens_s)
-        prefill, streamed = prefill_observation(ctx, costs, views.prefill, timing.pp_s_per_ubatch)
+        prefill, streamed = prefill_observation(run_ctx, run_costs, views.prefill, timing.pp_s_per_ubatch)
         runs.append(CalibrationRun(name, job.flags, timing,
-                                   decode_observation(ctx, costs, views.decode, timing.tg_s_per_token),
-                                   prefill, streamed, job.work.n_depth))
+                                   decode_observation(run_ctx, run_costs, views.decode, timing.tg_s_per_token),
+                                   prefill, streamed, job.work.n_depth, probe))
     groups = same_hardware(inventory)
     calibration = calibration_of([pooled(r, groups) for r in runs], request, bin_dir, ctx.facts.n_embd)
     calibration = replace(calibration, figures=per_device(calibration.figures, groups))
@@ -397,11 +425,11 @@ def same_hardware(inventory: Inventory) -> dict[str, tuple[str, ...]]:
 
 
 def _column(device: str, groups: dict[str, tuple[str, ...]]) -> str:
-    """The fit's column of a work key (a device, or a device's attention)."""
-    dev, attention = (device.removesuffix(ATTENTION), ATTENTION) if device.endswith(ATTENTION) else (device, "")
+    """The fit's column of a work key (a device, or a device's attention pairs or values)."""
+    dev, blank, suffix = device.partition(" ")
     for group, members in groups.items():
         if dev in members:
-            return group + attention
+            return group + blank + suffix
     return device
 
 
@@ -436,48 +464,81 @@ def per_device(figures: Sequence[CalibratedFigure], groups: dict[str, tuple[str,
     return tuple(out)
 
 
-def attention_per_cell(runs: Sequence[CalibrationRun]) -> dict[str, float]:
-    """Seconds per (query head, cached cell) pair of a decoded token's attention, by device: from each placement
-    run at depth 0 and at a depth, the seconds the depth adds over the pairs it adds — the two runs differ in
-    nothing else, so the weights' time cancels (a joint least squares would share it with the device's
-    bandwidth column, which the other placements pull). Several such pairs on one column (a group of
-    same_hardware) give the seconds they add together over the pairs they add together. A device whose depth
-    adds no time gets no figure."""
-    shallow = {r.flags: r for r in runs if not r.depth}
-    added_s: dict[str, float] = {}
-    added_cells: dict[str, float] = {}
-    for deep in (r for r in runs if r.depth and r.flags in shallow):
-        base = shallow[deep.flags]
-        added = {d.removesuffix(ATTENTION): n - base.decode.work.get(d, 0.0)
+@dataclass(frozen=True)
+class AttentionCost:
+    """Seconds a decoded token's attention takes on a device, per (query head, cached cell) pair and per K or V
+    value of those pairs (0 where one head width was measured: the pair's cost then holds its values')."""
+
+    per_pair_s: float
+    per_value_s: float = 0.0
+
+    def seconds(self, pairs: float, values: float) -> float:
+        return pairs * self.per_pair_s + values * self.per_value_s
+
+
+def attention_costs(runs: Sequence[CalibrationRun]) -> dict[str, AttentionCost]:
+    """A decoded token's attention cost, by device: from each placement run at depth 0 and at a depth, the
+    seconds the depth adds, with the pairs and values it adds — the two runs differ in nothing else, so the
+    weights' time cancels (a joint least squares would share it with the device's bandwidth column, which the
+    other placements pull). Where a device's depth pairs come from two head widths (the calibration model and
+    the probe), least squares of the added seconds on the added pairs and values tells the cost per pair from
+    the cost per value; from one width (or where that fit puts either part at or below zero) the cost per pair
+    is the added seconds over the added pairs. Several pairs of runs on one column (a group of same_hardware)
+    are observations of the same costs. A device whose depth adds no time gets no figure."""
+    shallow = {(r.probe, r.flags): r for r in runs if not r.depth}
+    added: dict[str, list[tuple[float, float, float]]] = {}    # device -> (seconds, pairs, values) added
+    for deep in (r for r in runs if r.depth and (r.probe, r.flags) in shallow):
+        base = shallow[deep.probe, deep.flags].decode.work
+        pairs = {d.removesuffix(ATTENTION): n - base.get(d, 0.0)
                  for d, n in deep.decode.work.items() if d.endswith(ATTENTION)}
-        added = {d: n for d, n in added.items() if n > 0}
-        if len(added) == 1:
-            [(dev, cells)] = added.items()
-            added_s[dev] = added_s.get(dev, 0.0) + deep.decode.seconds - base.decode.seconds
-            added_cells[dev] = added_cells.get(dev, 0.0) + cells
-    out: dict[str, float] = {}
-    for dev, extra_s in added_s.items():
-        if extra_s > 0:
-            out[dev] = extra_s / added_cells[dev]
-        else:
+        pairs = {d: n for d, n in pairs.items() if n > 0}
+        if len(pairs) == 1:
+            [(dev, n)] = pairs.items()
+            values = deep.decode.work.get(dev + ATTENTION_VALUES, 0.0) - base.get(dev + ATTENTION_VALUES, 0.0)
+            added.setdefault(dev, []).append((deep.decode.seconds - shallow[deep.probe, deep.flags].decode.seconds,
+                                              n, values))
+    out: dict[str, AttentionCost] = {}
+    for dev, observed in added.items():
+        extra_s = sum(s for s, _, _ in observed)
+        if not extra_s > 0:
             log.warning("calibration: %s at depth ran no slower than at depth 0; its attention has no figure", dev)
+            continue
+        out[dev] = _split_attention(dev, observed) or AttentionCost(extra_s / sum(n for _, n, _ in observed))
     return out
 
 
-def without_attention(obs: Observation, per_cell: dict[str, float]) -> Observation:
-    """A decode observation less its attention: the known pairs' seconds taken off, the columns dropped."""
-    attention = {d: n for d, n in obs.work.items() if d.endswith(ATTENTION)}
-    known = sum(n * per_cell.get(d.removesuffix(ATTENTION), 0.0) for d, n in attention.items())
-    return replace(obs, seconds=obs.seconds - known,
-                   work={d: n for d, n in obs.work.items() if d not in attention})
+def _split_attention(dev: str, observed: Sequence[tuple[float, float, float]]) -> AttentionCost | None:
+    """The cost per pair and per value, where the depth pairs saw two head widths and the fit puts both above
+    zero; else None."""
+    widths = {round(v / n) for _, n, v in observed}     # d_k + d_v of each pair of runs
+    if len(widths) < 2:
+        return None
+    fit = fit_linear([[n, v] for _, n, v in observed], [s for s, _, _ in observed])
+    per_pair, per_value = fit.coefficients
+    if per_pair > 0 and per_value > 0:
+        return AttentionCost(per_pair, per_value)
+    log.warning("calibration: %s's attention at head widths %s fits %.3g s a pair and %.3g s a value; not both above "
+                "zero, so one cost per pair is kept", dev, "/".join(str(w // 2) for w in sorted(widths)),
+                per_pair, per_value)
+    return None
+
+
+def without_attention(obs: Observation, costs: dict[str, AttentionCost]) -> Observation:
+    """A decode observation less its attention: the known pairs' and values' seconds taken off, the columns
+    dropped."""
+    attention = {d for d in obs.work if d.endswith((ATTENTION, ATTENTION_VALUES))}
+    known = sum(cost.seconds(obs.work.get(dev + ATTENTION, 0.0), obs.work.get(dev + ATTENTION_VALUES, 0.0))
+                for dev, cost in costs.items())
+    return replace(obs, seconds=obs.seconds - known, work={d: n for d, n in obs.work.items() if d not in attention})
 
 
 def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bin_dir: Path,
                    n_embd: int) -> Calibration:
     """The fits over the runs, as figures with how each was obtained."""
     work = request.work
-    per_cell = attention_per_cell(runs)
-    observed = [without_attention(r.decode, per_cell) for r in runs]
+    attention = attention_costs(runs)
+    every_run, runs = runs, [r for r in runs if not r.probe]     # the probe's runs give attention's figures only
+    observed = [without_attention(r.decode, attention) for r in runs]
     decode = fit_rates(observed)
     if decode.per_boundary_s is not None and not decode.per_boundary_s > _SIGNIFICANT_SIGMAS * _finite(
             decode.per_boundary_stderr_s):
@@ -510,10 +571,7 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
     figures = [CalibratedFigure(dev, Quantity.BANDWIDTH, 1.0 / sec, f"tg{work.n_gen}: weight bytes read per token "
                                 f"(fitplan's cost table) ÷ seconds per token, {over}")
                for dev, sec in decode.seconds_per_unit.items()]
-    figures += [CalibratedFigure(dev, Quantity.ATTENTION_CELLS, 1.0 / sec, f"tg{work.n_gen} {depths} of the same "
-                                 "placement: the (query head, cached cell) pairs the depth adds to a token's "
-                                 "attention ÷ the seconds it adds")
-                for dev, sec in per_cell.items()]
+    figures += _attention_figures(attention, f"tg{work.n_gen} {depths} of the same placement", request)
     figures += [_rate_figure(dev, sec, (Quantity.FLOPS, f"pp{work.n_prompt}: FLOPs per ubatch (fitplan's prefill "
                                         f"model) ÷ seconds per ubatch {flops_how}, {over}"),
                              (Quantity.ATTENTION_FLOPS, f"pp{work.n_prompt} {depths}: attention FLOPs per ubatch ÷ "
@@ -532,11 +590,31 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
         figures += _device_latency_figures(rpc_devices, decode, over)
     return Calibration(datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d 0 or {request.depth} -r {work.repeats}"
-                       f"{f' -t {work.threads}' if work.threads else ''} on {request.model}: "
-                       + "; ".join(f"{r.name} ({' '.join(r.flags)}{f' -d {r.depth}' if r.depth else ''})" for r in runs)
+                       f"{f' -t {work.threads}' if work.threads else ''} on {request.model}"
+                       f"{f' and the probe {request.probe}' if request.probe else ''}: "
+                       + "; ".join(f"{r.name} ({' '.join(r.flags)}{f' -d {r.depth}' if r.depth else ''})"
+                                   for r in every_run)
                        + f"; {_estimate_text(request)}; rates fitted by least squares "
                        "on fitplan's own bytes, FLOPs and boundary counts (planner/checking/calibrate.py)" + unmeasured,
                        bench_version(bin_dir), tuple(figures))
+
+
+def _attention_figures(attention: dict[str, AttentionCost], runs: str, request: CalibrateRequest
+                       ) -> list[CalibratedFigure]:
+    figures = []
+    for dev, cost in attention.items():
+        if cost.per_value_s:
+            how = (f"{runs}, of {request.model} and of the probe {request.probe} (two head widths): least squares "
+                   "of the seconds the depth adds to a token on the (query head, cached cell) pairs and the K and V "
+                   "values of those pairs it adds")
+            figures += [CalibratedFigure(dev, Quantity.ATTENTION_CELLS, 1.0 / cost.per_pair_s, how),
+                        CalibratedFigure(dev, Quantity.ATTENTION_VALUES, 1.0 / cost.per_value_s, how)]
+        else:
+            figures.append(CalibratedFigure(dev, Quantity.ATTENTION_CELLS, 1.0 / cost.per_pair_s,
+                                            f"{runs}: the (query head, cached cell) pairs the depth adds to a token's "
+                                            "attention ÷ the seconds it adds (one head width: values not priced "
+                                            "apart)"))
+    return figures
 
 
 def _estimate_text(request: CalibrateRequest) -> str:

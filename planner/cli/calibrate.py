@@ -30,6 +30,10 @@ def calibrate_cmd(
                                                 "(default: print it)")] = None,
     rpc: RpcOpt = None,
     model: Annotated[str, typer.Option("--model", help="the model llama-bench runs")] = "example:gemma3-270m",
+    probe: Annotated[str | None, typer.Option("--attention-probe", help="a model whose attention heads are of "
+                                              "another width than --model's (Gemma 3's are 256 wide), run on "
+                                              "each device at both depths too: attention is then priced per pair "
+                                              "and per K/V value, not per pair alone")] = None,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="llama-bench -r: many short "
                                           "samples, of which the fastest counts")] = 10,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="llama-bench processes a placement, run "
@@ -51,7 +55,7 @@ def calibrate_cmd(
         check_output_path(output)    # before the minutes llama-bench takes
     endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
     result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads),
-                                        rounds=rounds, estimate=estimate.value))
+                                        probe=probe, rounds=rounds, estimate=estimate.value))
     text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)

@@ -128,6 +128,8 @@ class Quantity(str, Enum):
     ATTENTION_FLOPS = "attention_flops"           # FLOP/s of a prompt's attention (QK^T, softmax·V)
     ATTENTION_CELLS = "attention_cells"           # (query head, cached cell) pairs/s a decoded token's attention
                                                   # works through (one softmax step and two head-wide rows each)
+    ATTENTION_VALUES = "attention_values"         # K and V values/s of those pairs: with ATTENTION_CELLS, a pair
+                                                  # costs 1/cells + (d_k + d_v)/values seconds
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ CALIBRATED_FIGURES: dict[str, tuple[Quantity, float]] = {
     "attention_gbs": (Quantity.ATTENTION_BANDWIDTH, GB),
     "attention_tflops": (Quantity.ATTENTION_FLOPS, TERA),
     "attention_mcells": (Quantity.ATTENTION_CELLS, 1e6),
+    "attention_gvalues": (Quantity.ATTENTION_VALUES, 1e9),
 }
 _FIGURE_HELP = {key: f"{{value: a number in {key.rsplit('_', 1)[1]}, how: how it was obtained}}"
                 for key in CALIBRATED_FIGURES}

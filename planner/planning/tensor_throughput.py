@@ -29,13 +29,14 @@ from planner.model.arch import ModelFacts
 from planner.model.costs import CostTable
 from planner.planning.throughput import (
     ACTIVATION_BYTES_PER_VALUE,
+    NO_ATTENTION,
     PlacementView,
     Prediction,
     Rates,
     StageTime,
     decode_cells,
     expert_fraction,
-    layer_attention_cells,
+    layer_attention,
     layer_kv_bytes,
     layer_weight_bytes,
     output_bytes,
@@ -75,22 +76,22 @@ def predict_tensor(facts: ModelFacts, costs: CostTable, view: PlacementView, mem
     frac = expert_fraction(facts.n_expert, facts.n_expert_used)
     meta_bytes, host_bytes, meta_layers = 0, 0, 0
     meta_kv, host_kv = 0, 0      # of which the KV cache attention reads (at its own rate)
-    meta_cells, host_cells = 0.0, 0.0   # the (query head, cached cell) pairs of that attention
+    meta_att, host_att = NO_ATTENTION, NO_ATTENTION   # the pairs and values of that attention
     for layer in costs.layers:
         if layer.nextn:
             continue
         dense, experts = layer_weight_bytes(layer, frac, view.n_seq)
         kv = layer_kv_bytes(layer, decode_cells(view, layer.window))
-        cells = layer_attention_cells(facts, layer, view)
+        att = layer_attention(facts, layer, view)
         if view.layer_device[layer.index] == meta_name:
             meta_bytes += dense + experts + kv
             meta_kv += kv
-            meta_cells += cells
+            meta_att += att
             meta_layers += 1
         else:
             host_bytes += dense + experts + kv
             host_kv += kv
-            host_cells += cells
+            host_att += att
     out = output_bytes(costs)
     if view.output_device == meta_name and not view.output_on_host:
         meta_bytes += out
@@ -98,11 +99,11 @@ def predict_tensor(facts: ModelFacts, costs: CostTable, view: PlacementView, mem
         host_bytes += out
     row = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
     member_s = {m: shares[m] * ((meta_bytes - meta_kv) / rates.bandwidth(m)
-                                + rates.attention_seconds(m, meta_kv, meta_cells)) for m in members}
+                                + rates.attention_seconds(m, meta_kv, meta_att)) for m in members}
     reduce_s = REDUCES_PER_LAYER * meta_layers * _reduce_seconds(rates, members, row)
     inputs_s = (len(members) * row / min(rates.link(m) for m in members)
                 + max(rates.latency(m) for m in members)) if meta_layers else 0.0
-    host_s = ((host_bytes - host_kv) / rates.bandwidth(CPU) + rates.attention_seconds(CPU, host_kv, host_cells)
+    host_s = ((host_bytes - host_kv) / rates.bandwidth(CPU) + rates.attention_seconds(CPU, host_kv, host_att)
               if host_bytes else 0.0)
     t_token = max(member_s.values(), default=0.0) + reduce_s + inputs_s + host_s
     stages = tuple(StageTime(m, int(shares[m] * meta_bytes), member_s[m], int(shares[m] * meta_kv)) for m in members)

@@ -16,15 +16,19 @@ sides are devices (calibrated apart: between two loopback rpc-servers on differe
 2.5-4.9 ms a token beside 0.1-0.3 ms between an rpc-server and the host — the wake-up of a halted vCPU, gone
 when the cores are kept awake; without a figure, the split latency).
 Attn_d is the token's attention on d: C_d = sum_{l on d} n_head_l · n_kv_l (query head, cached cell) pairs
-over K_d bytes. Where a rate per pair is calibrated, Attn_d = max(C_d / rate, K_d / BW_d): a CPU's flash
-attention pays an online-softmax step and two head-wide f16 rows per pair, so narrow heads cost nearly as
-much per pair as wide ones (bench_throughput's 2026-12-02 03:15 timings, the depth's added time over its
-added pairs: 39-45 ns for the MoE's 64-wide heads, 27-54 ns for Gemma 3's 256-wide ones) and far more
-per byte; otherwise K_d at a calibrated attention bandwidth (older calibrations), else at BW_d — a GPU
-streams the cache at its bandwidth. Routed experts
-kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN weights (`-ot blk.N.ffn_...=CPU`) — are read
-at the host's bandwidth, and each such layer adds two boundaries (the activation goes to the CPU and back). With
-two stages, no experts and no boundary cost this is seed 003's harmonic formula,
+over K_d bytes, and V_d = sum_{l on d} n_head_l · n_kv_l · (d_k,l + d_v,l) values of K and V rows in those
+pairs. A CPU's flash attention pays, per pair, an online-softmax step and a dot product with a K row and an
+axpy with a V row, so a pair costs a fixed part and a part per value: Attn_d = max(C_d / P_d + V_d / Q_d,
+K_d / BW_d), where calibrate measures P_d (pairs/s) and Q_d (values/s) from the seconds a context depth adds
+to a model of 256-wide heads and to one of 64-wide heads. One rate per pair from one head width misprices
+the other widths: the depth's added time over its added pairs was 32-33 ns for the MoE's 64-wide heads
+and 67-83 ns for Gemma 3's 256-wide ones (session 14's machine), and the MoE at depth came out 40-59 %
+slower than measured. Calibrated from one head width only, the rate per pair stands alone (V_d unpriced).
+With neither, K_d at a calibrated attention bandwidth (older calibrations), else at BW_d — a GPU streams
+the cache at its bandwidth. Routed experts kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN
+weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's bandwidth, and each such layer adds two
+boundaries (the activation goes to the CPU and back). With two stages, no experts and no boundary cost
+this is seed 003's harmonic formula,
 1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
 
 Prefill (one ubatch of B tokens) is mostly compute-bound:
@@ -189,16 +193,19 @@ class Rates:
         stated = self.host.fp16_flops if name == CPU else self.devices[name].fp16_flops
         return self._rate(name, Quantity.FLOPS, stated, FALLBACK_FLOPS)
 
-    def attention_seconds(self, name: str, kv_bytes: float, cells: float) -> float:
-        """A decoded token's attention on this device: `cells` (query head, cached cell) pairs over `kv_bytes`
-        of cache. Calibrated per pair, it is the pairs at that rate — never faster than the bytes at the
-        device's bandwidth; else the bytes at a calibrated attention bandwidth (older calibrations), else at
-        the device's bandwidth."""
-        if not kv_bytes and not cells:
+    def attention_seconds(self, name: str, kv_bytes: float, work: AttentionWork) -> float:
+        """A decoded token's attention on this device: `work` (its (query head, cached cell) pairs and the K and V
+        values of those pairs) over `kv_bytes` of cache. Calibrated per pair (and, from two head widths, per
+        value), it is the pairs and values at those rates — never faster than the bytes at the device's
+        bandwidth; else the bytes at a calibrated attention bandwidth (older calibrations), else at the device's
+        bandwidth."""
+        if not kv_bytes and not work.pairs:
             return 0.0
-        per_cell = self._attention(name, Quantity.ATTENTION_CELLS)
-        if per_cell:
-            return max(cells / per_cell, kv_bytes / self.bandwidth(name))
+        per_pair = self._attention(name, Quantity.ATTENTION_CELLS)
+        per_value = self._attention(name, Quantity.ATTENTION_VALUES)
+        if per_pair or per_value:
+            seconds = (work.pairs / per_pair if per_pair else 0.0) + (work.values / per_value if per_value else 0.0)
+            return max(seconds, kv_bytes / self.bandwidth(name))
         return kv_bytes / (self._attention(name, Quantity.ATTENTION_BANDWIDTH) or self.bandwidth(name))
 
     def attention_flops(self, name: str) -> float:
@@ -275,24 +282,43 @@ def boundaries(costs: CostTable, view: PlacementView) -> list[tuple[str, str]]:
     return pairs
 
 
-def decode_attention_cells(facts: ModelFacts, costs: CostTable, view: PlacementView) -> dict[str, float]:
-    """The (query head, cached cell) pairs one decoded token's attention works through on each device:
-    every query head of a layer scores every cell the layer reads (grouped heads share a KV row, not the
-    work)."""
-    cells: dict[str, float] = {}
+@dataclass(frozen=True)
+class AttentionWork:
+    """What a decoded token's attention works through: (query head, cached cell) pairs, and the K and V values
+    of those pairs (pairs x (d_k + d_v): a pair's dot product with its K row and its share of the V rows)."""
+
+    pairs: float = 0.0
+    values: float = 0.0
+
+    def __add__(self, other: AttentionWork) -> AttentionWork:
+        return AttentionWork(self.pairs + other.pairs, self.values + other.values)
+
+    def __bool__(self) -> bool:
+        return bool(self.pairs or self.values)
+
+
+NO_ATTENTION = AttentionWork()
+
+
+def decode_attention(facts: ModelFacts, costs: CostTable, view: PlacementView) -> dict[str, AttentionWork]:
+    """The attention one decoded token works through on each device: every query head of a layer scores every
+    cell the layer reads (grouped heads share a KV row, not the work)."""
+    work: dict[str, AttentionWork] = {}
     for layer in costs.layers:
         if not layer.nextn:
             dev = view.layer_device[layer.index]
-            cells[dev] = cells.get(dev, 0.0) + layer_attention_cells(facts, layer, view)
-    return cells
+            work[dev] = work.get(dev, NO_ATTENTION) + layer_attention(facts, layer, view)
+    return work
 
 
-def layer_attention_cells(facts: ModelFacts, layer: LayerCost, view: PlacementView) -> int:
-    """One layer's share of decode_attention_cells: its query heads times the cells it reads (none for a
-    layer without a KV cache)."""
+def layer_attention(facts: ModelFacts, layer: LayerCost, view: PlacementView) -> AttentionWork:
+    """One layer's share of decode_attention: its query heads times the cells it reads, and their K and V
+    values (none for a layer without a KV cache)."""
     if not layer.kv_bytes_per_cell:
-        return 0
-    return facts.layers[layer.index].n_head * decode_cells(view, layer.window)
+        return NO_ATTENTION
+    lf = facts.layers[layer.index]
+    pairs = lf.n_head * decode_cells(view, layer.window)
+    return AttentionWork(pairs, pairs * (lf.head_dim_k + lf.head_dim_v))
 
 
 def decode_cells(view: PlacementView, window: int) -> int:
@@ -307,9 +333,9 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
     pairs = boundaries(costs, view)
     act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
     boundary_s = sum(_boundary_seconds(rates, a, b, act) for a, b in pairs)
-    cells = decode_attention_cells(facts, costs, view)
+    attention = decode_attention(facts, costs, view)
     seconds = {dev: n_bytes / rates.bandwidth(dev)
-               + rates.attention_seconds(dev, kv_per_device.get(dev, 0), cells.get(dev, 0.0))
+               + rates.attention_seconds(dev, kv_per_device.get(dev, 0), attention.get(dev, NO_ATTENTION))
                for dev, n_bytes in per_device.items()}
     t_token = sum(seconds.values()) + boundary_s
     stages = tuple(StageTime(d, per_device[d] + kv_per_device.get(d, 0), seconds[d], kv_per_device.get(d, 0))

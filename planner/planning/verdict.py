@@ -43,9 +43,11 @@ from planner.planning.problem import costs_for, row_totals
 from planner.planning.result import PlanRequest, PlanResult, plan_argv
 from planner.planning.search import plan
 from planner.planning.throughput import (
+    NO_ATTENTION,
+    AttentionWork,
     PlacementView,
     Rates,
-    decode_attention_cells,
+    decode_attention,
     decode_bytes,
     experts_on_host_of,
     predict,
@@ -88,7 +90,7 @@ class StepTerms:
 
     weight_bytes: dict[str, int]     # per device: read once per step (weights, output matrix)
     kv_bytes: dict[str, int]         # per device: read once per sequence (its KV cache)
-    kv_cells: dict[str, float]       # per device: (query head, cached cell) pairs of one sequence's attention
+    attention: dict[str, AttentionWork]   # per device: the pairs and values of one sequence's attention
     flops: dict[str, float]          # per device: FLOPs of one token
     boundary_s: float                # the hand-offs and boundary copies of one step
     n_boundaries: int
@@ -107,8 +109,8 @@ def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, invento
     flops = dict(work.flops)
     for dev, n in work.attention.items():
         flops[dev] = flops.get(dev, 0.0) + n
-    cells = decode_attention_cells(ctx.facts, costs, one)
-    return StepTerms(weights, kv, cells, flops, boundary_s, full.n_boundaries, full.rate_sources)
+    attention = decode_attention(ctx.facts, costs, one)
+    return StepTerms(weights, kv, attention, flops, boundary_s, full.n_boundaries, full.rate_sources)
 
 
 def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
@@ -117,8 +119,8 @@ def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
     devices = set(terms.weight_bytes) | set(terms.kv_bytes) | set(terms.flops)
     t = terms.boundary_s
     for dev in devices:
-        memory = (terms.weight_bytes.get(dev, 0) / rates.bandwidth(dev)
-                  + n_seq * rates.attention_seconds(dev, terms.kv_bytes.get(dev, 0), terms.kv_cells.get(dev, 0.0)))
+        attention = rates.attention_seconds(dev, terms.kv_bytes.get(dev, 0), terms.attention.get(dev, NO_ATTENTION))
+        memory = terms.weight_bytes.get(dev, 0) / rates.bandwidth(dev) + n_seq * attention
         compute = n_seq * terms.flops.get(dev, 0.0) / rates.flops(dev)
         t += max(memory, compute)
     return t

@@ -10,7 +10,7 @@ import yaml
 
 from planner.cli import main
 from planner.core.llama_tools import tools_dir
-from tests.support.tiny_models import write_tiny
+from tests.support.tiny_models import Dims, write_tiny
 
 needs_tools = pytest.mark.skipif(tools_dir() is None, reason="the pinned llama.cpp tools are not built")
 
@@ -134,6 +134,33 @@ def test_timings_measured_elsewhere_fit_to_the_same_figures(tmp_path):
         [(f.device, f.quantity, f.value) for f in ran.inventory.calibration.figures]
     assert again.inventory.calibration.method.endswith("(from elsewhere)")
     assert "load average" in ran.inventory.calibration.method
+
+
+@needs_tools
+def test_the_attention_probe_runs_at_both_depths_and_prices_attention_only(tmp_path):
+    """With --attention-probe (a model of 128-wide heads beside the tiny llama's 32-wide ones) the probe runs on the
+    host at depths 0 and 2048 and gives attention's figures only: the bandwidth and FLOPs are fitted over the
+    calibration model's two runs, not four. Attention comes out per pair and per value, or — where noise puts a
+    part at or below zero — per pair alone; the method names the probe either way."""
+    from planner.checking.calibrate import CalibrateRequest, calibrate
+    from planner.checking.llama_bench import Workload
+    from planner.hardware.inventory import Quantity
+
+    model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
+    probe = str(write_tiny(tmp_path / "probe.gguf", "llama", Dims(head_dim=128)))
+    request = CalibrateRequest(model=model, work=Workload(32, 4, 0, 2, 1), probe=probe)
+    with_probe = calibrate(request)
+    names = [r.name for r in with_probe.runs]
+    assert names == ["host", "host, depth 2048", "probe: host", "probe: host, depth 2048"]
+    assert [r.probe for r in with_probe.runs] == [False, False, True, True]
+    cal = with_probe.inventory.calibration
+    assert cal is not None
+    fitted = {f.quantity: f.how for f in cal.figures if f.device == "CPU"}
+    for quantity in (Quantity.BANDWIDTH, Quantity.FLOPS):
+        assert f"least squares over 2 placements of {model}" in fitted[quantity]
+    attention = {f.quantity for f in cal.figures if f.quantity in (Quantity.ATTENTION_CELLS, Quantity.ATTENTION_VALUES)}
+    assert attention in ({Quantity.ATTENTION_CELLS, Quantity.ATTENTION_VALUES}, {Quantity.ATTENTION_CELLS}, set())
+    assert f"and the probe {probe}" in cal.method and "probe: host, depth 2048" in cal.method
 
 
 def test_an_unknown_estimate_is_exit_2_with_one_line(capsys):

@@ -8,14 +8,16 @@ import pytest
 
 from planner.checking.calibrate import (
     ATTENTION,
+    ATTENTION_VALUES,
     FFN_ON_HOST,
     OUTPUT_ON_HOST,
+    AttentionCost,
     CalibrationError,
     CalibrationRun,
     Observation,
     RateFit,
     _device_latency_figures,
-    attention_per_cell,
+    attention_costs,
     calibration_placements,
     fit_linear,
     fit_rates,
@@ -146,9 +148,67 @@ def test_attention_is_fitted_apart_from_the_weights():
     assert 1 / fit.seconds_per_unit["CPU" + ATTENTION] == pytest.approx(1e9)
 
 
-def _run(name: str, flags: tuple[str, ...], depth: int, seconds: float, work: dict[str, float]) -> CalibrationRun:
+def _run(name: str, flags: tuple[str, ...], depth: int, seconds: float, work: dict[str, float],
+         probe: bool = False) -> CalibrationRun:
     timing = Timing(1 / seconds, 100.0, 128)
-    return CalibrationRun(name, flags, timing, Observation(seconds, work, 1), Observation(1.0, {}, 1), {}, depth)
+    return CalibrationRun(name, flags, timing, Observation(seconds, work, 1), Observation(1.0, {}, 1), {}, depth,
+                          probe)
+
+
+def _attention_pair(dev: str, flags: tuple[str, ...], width: int, per_pair_s: float, per_value_s: float,
+                    probe: bool) -> list[CalibrationRun]:
+    """A placement at depth 0 (600 pairs) and 2048 (40,600 pairs) of heads `width` wide (K and V alike), 20 ms a
+    token at depth 0 plus what the pairs and their values cost."""
+    def run(depth: int, pairs: int) -> CalibrationRun:
+        values = pairs * 2 * width
+        seconds = 0.020 + pairs * per_pair_s + values * per_value_s
+        return _run(f"{dev} {width}, depth {depth}", flags, depth, seconds,
+                    {dev: 2.5e8, dev + ATTENTION: pairs, dev + ATTENTION_VALUES: values}, probe)
+    return [run(0, 600), run(2048, 40_600)]
+
+
+def test_two_head_widths_tell_the_cost_per_pair_from_the_cost_per_value():
+    """20 ns a pair and 0.1 ns a K or V value: 71.2 ns a pair of 256-wide heads, 32.8 ns of 64-wide ones. The
+    calibration model's pair of runs and the probe's (same flags, told apart by `probe`) give both parts; the
+    known attention then comes off each observation whatever its width."""
+    host = ("-ngl", "0")
+    runs = (_attention_pair("CPU", host, 256, 20e-9, 0.1e-9, probe=False)
+            + _attention_pair("CPU", host, 64, 20e-9, 0.1e-9, probe=True))
+    costs = attention_costs(runs)
+    assert costs["CPU"].per_pair_s == pytest.approx(20e-9)
+    assert costs["CPU"].per_value_s == pytest.approx(0.1e-9)
+    for run in runs:
+        left = without_attention(run.decode, costs)
+        assert left.seconds == pytest.approx(0.020) and left.work == {"CPU": 2.5e8}
+
+
+def test_one_head_width_prices_the_pair_alone():
+    """The calibration model alone: 40,000 pairs of 256-wide heads add 2.848 ms, 71.2 ns a pair; no value part."""
+    costs = attention_costs(_attention_pair("CPU", ("-ngl", "0"), 256, 20e-9, 0.1e-9, probe=False))
+    assert costs == {"CPU": AttentionCost(pytest.approx(71.2e-9))}
+    assert costs["CPU"].per_value_s == 0.0
+
+
+def test_two_widths_that_put_a_part_below_zero_keep_one_cost_per_pair():
+    """Narrow heads that cost more a pair than wide ones (noise, or a kernel unlike the model): the split would put
+    the value part below zero, so the pair is priced alone — the two pairs of runs' added seconds over their
+    added pairs."""
+    host = ("-ngl", "0")
+    runs = (_attention_pair("CPU", host, 256, 70e-9, 0.0, probe=False)
+            + _attention_pair("CPU", host, 64, 90e-9, 0.0, probe=True))
+    costs = attention_costs(runs)
+    assert costs == {"CPU": AttentionCost(pytest.approx(80e-9))}
+
+
+def test_probe_placements_follow_each_depth_run():
+    names = [p.name for p in calibration_placements(18, ["RPC0"], 2048, probe=True)]
+    assert names[:4] == ["host", "host, depth 2048", "probe: host", "probe: host, depth 2048"]
+    assert names[-2:] == ["probe: RPC0 all", "probe: RPC0 all, depth 2048"]
+    probes = [p for p in calibration_placements(18, ["RPC0"], 2048, probe=True) if p.probe]
+    assert [(p.flags, p.depth) for p in probes] == [(("-ngl", "0"), 0), (("-ngl", "0"), 2048),
+                                                    (("-dev", "RPC0", "-ngl", "999"), 0),
+                                                    (("-dev", "RPC0", "-ngl", "999"), 2048)]
+    assert not any(p.probe for p in calibration_placements(18, ["RPC0"], 2048))
 
 
 def test_attention_per_pair_is_what_the_depth_adds_to_the_same_placement():
@@ -161,8 +221,8 @@ def test_attention_per_pair_is_what_the_depth_adds_to_the_same_placement():
             _run("host", ("-ngl", "0"), 0, 0.018, {"CPU": 2.5e8, "CPU" + ATTENTION: 600}),
             _run("host, depth 2048", ("-ngl", "0"), 2048, 0.0179, {"CPU": 2.5e8, "CPU" + ATTENTION: 40_600}),
             _run("RPC1 all, depth 2048", ("-dev", "RPC1"), 2048, 0.03, {"RPC1": 2.5e8, "RPC1" + ATTENTION: 40_600})]
-    per_cell = attention_per_cell(runs)
-    assert per_cell == {"RPC0": pytest.approx(50e-9)}
+    per_cell = attention_costs(runs)
+    assert per_cell == {"RPC0": AttentionCost(pytest.approx(50e-9))}
     # the known attention comes off the observation and its column goes: 22 ms - 40,600 · 50 ns = 19.97 ms
     left = without_attention(runs[1].decode, per_cell)
     assert left.seconds == pytest.approx(0.022 - 40_600 * 50e-9)
@@ -216,7 +276,7 @@ def test_attention_pairs_of_a_group_add_up():
         flags = ("-dev", dev, "-ngl", "999")
         runs += [_run(f"{dev} all", flags, 0, 0.020, {"G": 2.5e8, "G" + ATTENTION: 600}),
                  _run(f"{dev} all, depth 2048", flags, 2048, 0.020 + extra, {"G": 2.5e8, "G" + ATTENTION: 40_600})]
-    assert attention_per_cell(runs) == {"G": pytest.approx(75e-9)}
+    assert attention_costs(runs) == {"G": AttentionCost(pytest.approx(75e-9))}
 
 
 def test_a_device_to_device_extra_above_zero_is_written_even_within_noise():

@@ -26,6 +26,7 @@ CAL = Calibration("2026-12-01T15:00:00+00:00", "llama-bench by hand", "llama-ben
     CalibratedFigure("RPC0", Quantity.ATTENTION_BANDWIDTH, 2.2e9, "tg at two depths"),
     CalibratedFigure("CPU", Quantity.ATTENTION_FLOPS, 0.04e12, "pp at two depths"),
     CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 24e6, "tg at two depths of one placement"),
+    CalibratedFigure("CPU", Quantity.ATTENTION_VALUES, 9e9, "tg at two depths of two head widths"),
 ))
 INV = Inventory((DeviceSpec("RPC0", DeviceKind.RPC, Backend.RPC, 4 * GiB, 3 * GiB, 0, 0, 0,
                             endpoint="127.0.0.1:50052", description="CPU"),),
@@ -49,6 +50,7 @@ def test_what_calibrate_writes_loads_back(tmp_path):
     assert back.calibration.figure("RPC0", Quantity.ATTENTION_BANDWIDTH) == pytest.approx(2.2e9)
     assert back.calibration.figure("CPU", Quantity.ATTENTION_FLOPS) == pytest.approx(0.04e12)
     assert back.calibration.figure("CPU", Quantity.ATTENTION_CELLS) == pytest.approx(24e6)
+    assert back.calibration.figure("CPU", Quantity.ATTENTION_VALUES) == pytest.approx(9e9)
     assert {f.how for f in back.calibration.figures} == {f.how for f in CAL.figures}
 
 
@@ -56,6 +58,7 @@ def test_the_block_says_how_next_to_each_figure(tmp_path):
     doc = inventory_yaml_dict(INV)
     assert doc["calibrated"]["host"]["bandwidth_gbs"] == {"value": 9.5, "how": CAL.figures[0].how}
     assert doc["calibrated"]["devices"]["RPC0"]["split_latency_us"]["value"] == 250
+    assert doc["calibrated"]["host"]["attention_gvalues"]["value"] == 9
 
 
 @pytest.mark.parametrize(("change", "message"), [

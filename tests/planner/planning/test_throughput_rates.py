@@ -221,6 +221,26 @@ def test_attention_calibrated_per_pair_costs_the_pairs_the_depth_adds(gemma):
     assert added(1e12) == pytest.approx(extra_bytes / 8e9)         # absurdly fast pairs: the bytes at 8 GB/s
 
 
+def test_attention_calibrated_per_pair_and_per_value_prices_the_head_width(gemma):
+    """Calibrated per pair and per K/V value (two head widths), a pair of Gemma 3's 256-wide heads costs its
+    fixed part and 256 + 256 values: 2000 more cells of a global layer's 4 heads at 20 ns a pair and 0.1 ns a
+    value are 4 · 2000 · (20 + 512 · 0.1) ns."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    assert {(lf.head_dim_k, lf.head_dim_v) for lf in ctx.facts.layers} == {(256, 256)}
+    extra_pairs = sum(4 * ((min(2100, layer.window) - min(100, layer.window)) if layer.window else 2000)
+                      for layer in costs.layers)
+    shallow = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=100)
+    deep = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=2100)
+    cal = _calibration()
+    cal = replace(cal, figures=(*cal.figures, CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 50e6, "by hand"),
+                                CalibratedFigure("CPU", Quantity.ATTENTION_VALUES, 10e9, "by hand")))
+    inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=cal)
+    added = 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s - 1 / predict(
+        ctx.facts, costs, shallow, inv).decode_tokens_s
+    assert added == pytest.approx(extra_pairs * (20e-9 + 512 * 0.1e-9))
+
+
 def test_ffn_kept_on_the_host_reads_there_and_crosses_twice_a_layer(gemma):
     """`-ot blk.N.ffn_(gate|up|down)=CPU` on a layer of RPC0: its FFN bytes stream at the host's rate and
     the activation goes to the CPU and back."""
