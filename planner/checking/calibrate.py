@@ -8,14 +8,16 @@ layers' FFN weights kept on the host — two boundaries a layer — and at a con
 layers with the output layer alone on the next endpoint; all endpoints split evenly) the times are linear
 in the unknown rates:
 
-    t_token   = sum_d (R_d / BW_d + C_d / CELLatt_d) + n_boundaries · lat + n_dev · (lat_dev − lat)  (tg)
+    t_token   = sum_d (R_d / BW_d + C_d / P_d + V_d / Q_d) + n_boundaries · lat + n_dev · (lat_dev − lat)  (tg)
     t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
                 + n_boundaries · (lat + B·A / link)                                           (pp)
 
 so least squares gives them: the effective weight-streaming bandwidth of each device (bytes read per
 token, from fitplan's own cost table, over time per token), the rate its attention works through
-(query head, cached cell) pairs C_d (what the run at depth adds to the same placement at depth 0, taken
-off before the least squares), its matrix throughput and attention FLOPs (the prompt's time less the
+(query head, cached cell) pairs C_d and, with an attention probe (a second model, of another head width, run
+on each device at both depths), the rate per K/V value of those pairs V_d apart (what the runs at depth add to
+the same placements at depth 0, taken off before the least squares; from one head width there is no V_d
+term and the pair's rate P_d holds it), its matrix throughput and attention FLOPs (the prompt's time less the
 weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
 the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
 noise) — and, apart, what a boundary between two devices costs beyond it (the output-on-the-next-endpoint
