@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-import time
 
-from bench.quiet import NotQuiet, cores_kept_awake, load_line, pin_to_cores, wait_for_quiet
-from planner.checking.llama_bench import BenchJob, Workload, run_rounds
-from planner.core.llama_tools import ensure_tools
+from bench.quiet import host_rounds
+from planner.checking.llama_bench import BenchJob, Workload
 from planner.gguf.examples import resolve_model
 
 MODEL = "example:gemma3-270m"
@@ -42,15 +39,9 @@ def main() -> None:
     model = resolve_model(MODEL)
     # llama-bench's JSON is read for a prompt and a decode test: a short prompt, not reported
     jobs = [BenchJob(model, HOST, Workload(n_prompt=32, n_gen=n, repeats=r, threads=1)) for n, r in VARIANTS]
-    try:
-        wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
-    except NotQuiet as e:
-        sys.exit(str(e))
-    print(f"== fastest decode sample per process: {MODEL}, host alone, -t 1, {args.processes} processes a variant, "
-          f"round-robin, load {load_line()}", flush=True)
-    with cores_kept_awake(pin_to_cores("")):
-        per_round = run_rounds(ensure_tools(), jobs, [], args.processes)
-    print(f"load average at end: {load_line()}")
+    per_round = host_rounds(jobs, args.processes, args.max_load, args.max_wait_s,
+                            f"== fastest decode sample per process: {MODEL}, host alone, -t 1, {args.processes} "
+                            "processes a variant, round-robin")
     for (n_gen, repeats), timings in zip(VARIANTS, per_round, strict=True):
         fastest = [max(t.tg_samples) for t in timings]
         medians = [statistics.median(t.tg_samples) for t in timings]

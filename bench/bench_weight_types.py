@@ -14,16 +14,13 @@ Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from gguf import GGMLQuantizationType as Q
 
-from bench.quiet import NotQuiet, cores_kept_awake, load_line, pin_to_cores, wait_for_quiet
-from planner.checking.llama_bench import BenchJob, Workload, fastest_timing, placement_views, run_rounds
-from planner.core.llama_tools import ensure_tools
+from bench.quiet import host_rounds
+from planner.checking.llama_bench import BenchJob, Workload, fastest_timing, placement_views
 from planner.gguf.examples import resolve_model
 from planner.hardware.detect import detect_inventory
 from planner.llama.context import model_context
@@ -65,20 +62,12 @@ def main() -> None:
     args = ap.parse_args()
     # llama-bench's JSON is read for a prompt and a decode test: a short prompt, not reported
     work = Workload(n_prompt=32, n_gen=args.n_gen, repeats=args.repeats, threads=1)
-    cores = pin_to_cores("")
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-types-") as tmp:
         models = {q.name: str(write_dense(Path(tmp), q)) for q in TYPES}
         models["Gemma 3 270M Q4_K_M"] = resolve_model(GEMMA)
-        try:
-            wait_for_quiet(args.max_load, time.monotonic() + args.max_wait_s)
-        except NotQuiet as e:
-            sys.exit(str(e))
-        print(f"== decode rate by weight type: host alone, -t 1, tg{args.n_gen} x {args.repeats} repeats in each of "
-              f"{args.rounds} rounds, load {load_line()}", flush=True)
-        with cores_kept_awake(cores):
-            per_round = run_rounds(ensure_tools(), [BenchJob(m, HOST, work) for m in models.values()], [],
-                                   args.rounds)
-        print(f"load average at end: {load_line()}")
+        per_round = host_rounds([BenchJob(m, HOST, work) for m in models.values()], args.rounds, args.max_load,
+                                args.max_wait_s, f"== decode rate by weight type: host alone, -t 1, tg{args.n_gen} x "
+                                f"{args.repeats} repeats in each of {args.rounds} rounds")
         for (name, path), timings in zip(models.items(), per_round, strict=True):
             n = bytes_per_token(path, work)
             tg = fastest_timing(timings).tg_tokens_s

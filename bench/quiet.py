@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+
+from planner.checking.llama_bench import BenchJob, Timing, run_rounds
+from planner.core.llama_tools import ensure_tools
 
 
 class NotQuiet(Exception):
@@ -72,3 +75,19 @@ def cores_kept_awake(cores: list[int]) -> Iterator[list[int]]:
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def host_rounds(jobs: Sequence[BenchJob], rounds: int, max_load: float, max_wait_s: float, header: str
+                ) -> list[list[Timing]]:
+    """How the host-only probes (bench_sample_length, bench_weight_types) measure: wait for a quiet machine (or
+    exit saying why), print `header` with the load, run the jobs in `rounds` processes each, round-robin, with
+    both cores kept awake, and print the load at the end. Each job's timings, one per round."""
+    try:
+        wait_for_quiet(max_load, time.monotonic() + max_wait_s)
+    except NotQuiet as e:
+        sys.exit(str(e))
+    print(f"{header}, load {load_line()}", flush=True)
+    with cores_kept_awake(pin_to_cores("")):
+        per_round = run_rounds(ensure_tools(), jobs, [], rounds)
+    print(f"load average at end: {load_line()}")
+    return per_round
