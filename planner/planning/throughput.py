@@ -22,8 +22,10 @@ axpy with a V row, so a pair costs a fixed part and a part per value: Attn_d = m
 K_d / BW_d), where calibrate measures P_d (pairs/s) and Q_d (values/s) from the seconds a context depth adds
 to a model of 256-wide heads and to one of 64-wide heads. One rate per pair from one head width misprices
 the other widths: the depth's added time over its added pairs was 32-33 ns for the MoE's 64-wide heads
-and 67-83 ns for Gemma 3's 256-wide ones (session 14's machine), and the MoE at depth came out 40-59 %
-slower than measured. Calibrated from one head width only, the rate per pair stands alone (V_d unpriced).
+and 67-83 ns for Gemma 3's 256-wide ones (session 14's machine), and the MoE at depth was predicted 40-59 %
+slow; priced per pair and per value (session 15) it was still 29-40 % slow: head width is not all of it (a
+cost per cached cell, whatever the heads, is a candidate the model does not have). Calibrated from one head
+width only, the rate per pair stands alone (V_d unpriced).
 With neither, K_d at a calibrated attention bandwidth (older calibrations), else at BW_d — a GPU streams
 the cache at its bandwidth. Routed experts kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN
 weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's bandwidth, and each such layer adds two
