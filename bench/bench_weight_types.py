@@ -23,6 +23,7 @@ from bench.quiet import host_rounds
 from planner.checking.llama_bench import BenchJob, Workload, fastest_timing, placement_views
 from planner.gguf.examples import resolve_model
 from planner.hardware.detect import detect_inventory
+from planner.hardware.inventory import Inventory
 from planner.llama.context import model_context
 from planner.llama.placement import CPU
 from planner.model.costs import cost_table
@@ -44,10 +45,10 @@ def write_dense(directory: Path, qtype: Q) -> Path:
     return write_random(directory / f"dense-{qtype.name.lower()}.gguf", spec)
 
 
-def bytes_per_token(path: str, work: Workload) -> int:
+def bytes_per_token(path: str, work: Workload, inventory: Inventory) -> int:
     """The weight bytes one decoded token reads on the host alone, as the throughput model counts them."""
     ctx = model_context(path)
-    views = placement_views(ctx, list(HOST), detect_inventory([]), work, [])
+    views = placement_views(ctx, list(HOST), inventory, work, [])
     weights, _ = decode_bytes(ctx.facts, cost_table(ctx.model, ctx.facts), views.decode)
     return weights[CPU]
 
@@ -68,8 +69,9 @@ def main() -> None:
         per_round = host_rounds([BenchJob(m, HOST, work) for m in models.values()], args.rounds, args.max_load,
                                 args.max_wait_s, f"== decode rate by weight type: host alone, -t 1, tg{args.n_gen} x "
                                 f"{args.repeats} repeats in each of {args.rounds} rounds")
+        inventory = detect_inventory([])    # asked once (llama-cli lists the devices), not once a model
         for (name, path), timings in zip(models.items(), per_round, strict=True):
-            n = bytes_per_token(path, work)
+            n = bytes_per_token(path, work, inventory)
             tg = fastest_timing(timings).tg_tokens_s
             print(f"  {name:<20} {n / 2**20:7.1f} MiB a token  {tg:7.2f} tokens/s  {n * tg / 1e9:6.2f} GB/s")
 
