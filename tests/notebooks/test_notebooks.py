@@ -1,7 +1,9 @@
 """The notebooks in notebooks/ run headless from a clean state and each draws at least one figure.
 
 Each is executed by nbclient in a fresh kernel (matplotlib's inline backend, which renders with
-Agg) from the repository root, with a 60 s limit per cell. The notebooks are stored without
+Agg) from the repository root. The limit per cell only stops a hung kernel; it is not a speed
+target (the sweeps of notebooks 01 and 03 estimate a few hundred flag sets each, about 50 s on a
+2-core machine, and a 60 s limit failed CI on a busier one). The notebooks are stored without
 outputs, so a diff of one shows its code, not base64 pictures.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-CELL_TIMEOUT_S = 60
+CELL_TIMEOUT_S = 600   # a hang guard: the slowest cell measured 49 s here
 
 
 def test_there_are_notebooks():
