@@ -99,7 +99,7 @@ N_GEN = 16
 REPEATS = 10
 GEMMA = "example:gemma3-270m"
 MOE = "moe"   # written by write_moe below
-PROBE = "attention probe"   # written by write_probe below: the calibration's second head width
+PROBE = "attention probe"   # written by write_probe below: the calibration's second attention shape
 
 
 @dataclass(frozen=True)
@@ -203,9 +203,9 @@ def write_moe(directory: Path) -> Path:
 
 
 def write_probe(directory: Path) -> Path:
-    """The calibration's attention probe: a small dense llama with random Q8_0 weights and 64-wide heads (Gemma 3's,
-    the calibration model's, are 256 wide), 4 layers, 8 query heads over 4 KV heads — not the MoE's 8 layers and
-    2 KV heads, so the MoE's placements at depth are predicted from another model's attention."""
+    """The calibration's attention probe: a small dense llama with random Q8_0 weights, 4 layers, 8 query heads
+    64 wide over 4 KV heads (Gemma 3's, the calibration model's: 4 query heads over one 256-wide KV head) — not the
+    MoE's 8 layers and 2 KV heads, so the MoE's placements at depth are predicted from other models' attention."""
     spec = llama_spec(n_layer=4, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_vocab=4096,
                       attn_type=GGMLQuantizationType.Q8_0, ffn_type=GGMLQuantizationType.Q8_0,
                       down_type=GGMLQuantizationType.Q8_0, out_type=GGMLQuantizationType.Q8_0)

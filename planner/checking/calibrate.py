@@ -8,17 +8,17 @@ layers' FFN weights kept on the host — two boundaries a layer — and at a con
 layers with the output layer alone on the next endpoint; all endpoints split evenly) the times are linear
 in the unknown rates:
 
-    t_token   = sum_d (R_d / BW_d + C_d / P_d + V_d / Q_d) + n_boundaries · lat + n_dev · (lat_dev − lat)  (tg)
+    t_token   = sum_d (R_d / BW_d + Sw_d / Bsweep_d) + n_boundaries · lat + n_dev · (lat_dev − lat)  (tg)
     t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
                 + n_boundaries · (lat + B·A / link)                                           (pp)
 
 so least squares gives them: the effective weight-streaming bandwidth of each device (bytes read per
-token, from fitplan's own cost table, over time per token), the rate its attention works through
-(query head, cached cell) pairs C_d and, with an attention probe (a second model, of another head width, run
-on each device at both depths), the rate per K/V value of those pairs V_d apart (what the runs at depth add to
-the same placements at depth 0, taken off before the least squares; from one head width there is no V_d
-term and the pair's rate P_d holds it), its matrix throughput and attention FLOPs (the prompt's time less the
-weights it streams at the fitted bandwidth), and the slope of time against the number of boundaries —
+token, from fitplan's own cost table, over time per token), the rate its attention sweeps cache rows
+(each query head streams its layer's K and V row of every cell it reads: Sw_d bytes; what the runs at depth
+add to the same placements at depth 0, of the calibration model and, with an attention probe, of a second
+model run on each device at both depths, taken off before the least squares), its matrix throughput
+and attention FLOPs (the prompt's time less the weights it streams at the fitted bandwidth), and the slope
+of time against the number of boundaries —
 the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
 noise) — and, apart, what a boundary between two devices costs beyond it (the output-on-the-next-endpoint
 runs cross one each, the even split one per endpoint after the first: between two loopback rpc-servers a
@@ -85,6 +85,7 @@ CALIBRATION_DEPTH = 2048
 # Work columns of attention: a device's name and one of these (device names hold no blank).
 ATTENTION = " attention"                  # decode: (query head, cached cell) pairs; prefill: attention FLOPs
 ATTENTION_VALUES = " attention values"    # decode: the K and V values of those pairs
+ATTENTION_SWEPT = " attention swept"      # decode: the cache bytes their query heads sweep
 # A fitted copy time below this many standard errors is not told apart from noise.
 _SIGNIFICANT_SIGMAS = 2.0
 
@@ -256,12 +257,13 @@ def _next_endpoints(rpc_devices: Sequence[str]) -> dict[str, str]:
 
 def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float) -> Observation:
     """Weight bytes read per token on each device, and (as `dev + ATTENTION`) the (query head, cached cell)
-    pairs its attention works through, with (as `dev + ATTENTION_VALUES`) their K and V values."""
+    pairs its attention works through, with (as `dev + ATTENTION_VALUES`) their K and V values and (as
+    `dev + ATTENTION_SWEPT`) the cache bytes its query heads sweep."""
     weights, _ = decode_bytes(ctx.facts, costs, view)
     work = {d: float(n) for d, n in weights.items() if n}
     for d, att in decode_attention(ctx.facts, costs, view).items():
         if att:
-            work.update({d + ATTENTION: att.pairs, d + ATTENTION_VALUES: att.values})
+            work.update({d + ATTENTION: att.pairs, d + ATTENTION_VALUES: att.values, d + ATTENTION_SWEPT: att.swept})
     return Observation(seconds, work, *_boundary_counts(costs, view))
 
 
@@ -288,7 +290,7 @@ class CalibrateRequest:
     model: str = CALIBRATION_MODEL
     work: Workload = Workload()
     depth: int = CALIBRATION_DEPTH    # of the runs that measure attention
-    probe: str | None = None          # a model of another head width, run at both depths for attention's figures
+    probe: str | None = None          # a model of other attention shapes, run at both depths for attention's figure
     rounds: int = 1                   # llama-bench processes per placement, interleaved (run_rounds)
     estimate: str = "fastest"         # how a placement's samples make its figure (llama_bench.ESTIMATES)
 
@@ -327,7 +329,7 @@ _FIGURE_UNITS: dict[Quantity, tuple[float, str]] = {
     Quantity.BANDWIDTH: (1e9, "GB/s"), Quantity.FLOPS: (1e12, "TFLOPS"), Quantity.SPLIT_LATENCY: (1e-6, "µs"),
     Quantity.LINK: (1e9, "GB/s"), Quantity.ATTENTION_BANDWIDTH: (1e9, "GB/s"), Quantity.DEVICE_LATENCY: (1e-6, "µs"),
     Quantity.ATTENTION_FLOPS: (1e12, "TFLOPS"), Quantity.ATTENTION_CELLS: (1e6, "M pairs/s"),
-    Quantity.ATTENTION_VALUES: (1e9, "G values/s"),
+    Quantity.ATTENTION_VALUES: (1e9, "G values/s"), Quantity.ATTENTION_SWEEP: (1e9, "GB/s"),
 }
 
 
@@ -468,69 +470,46 @@ def per_device(figures: Sequence[CalibratedFigure], groups: dict[str, tuple[str,
 
 @dataclass(frozen=True)
 class AttentionCost:
-    """Seconds a decoded token's attention takes on a device, per (query head, cached cell) pair and per K or V
-    value of those pairs (0 where one head width was measured: the pair's cost then holds its values')."""
+    """Seconds a decoded token's attention takes on a device per cache byte its query heads sweep."""
 
-    per_pair_s: float
-    per_value_s: float = 0.0
+    per_swept_byte_s: float
 
-    def seconds(self, pairs: float, values: float) -> float:
-        return pairs * self.per_pair_s + values * self.per_value_s
+    def seconds(self, swept: float) -> float:
+        return swept * self.per_swept_byte_s
 
 
 def attention_costs(runs: Sequence[CalibrationRun]) -> dict[str, AttentionCost]:
     """A decoded token's attention cost, by device: from each placement run at depth 0 and at a depth, the
-    seconds the depth adds, with the pairs and values it adds — the two runs differ in nothing else, so the
-    weights' time cancels (a joint least squares would share it with the device's bandwidth column, which the
-    other placements pull). Where a device's depth pairs come from two head widths (the calibration model and
-    the probe), least squares of the added seconds on the added pairs and values tells the cost per pair from
-    the cost per value; from one width (or where that fit puts either part at or below zero) the cost per pair
-    is the added seconds over the added pairs. Several pairs of runs on one column (a group of same_hardware)
-    are observations of the same costs. A device whose depth adds no time gets no figure."""
+    seconds the depth adds, with the cache bytes its query heads sweep that the depth adds — the two runs differ
+    in nothing else, so the weights' time cancels (a joint least squares would share it with the device's
+    bandwidth column, which the other placements pull). Several pairs of runs on one device (the probe's, a
+    group of same_hardware) are observations of the same cost: least squares through the origin. A device whose
+    depth adds no time gets no figure."""
     shallow = {(r.probe, r.flags): r for r in runs if not r.depth}
-    added: dict[str, list[tuple[float, float, float]]] = {}    # device -> (seconds, pairs, values) added
+    added: dict[str, list[tuple[float, float]]] = {}    # device -> (seconds, swept bytes) added
     for deep in (r for r in runs if r.depth and (r.probe, r.flags) in shallow):
-        base = shallow[deep.probe, deep.flags].decode.work
-        pairs = {d.removesuffix(ATTENTION): n - base.get(d, 0.0)
-                 for d, n in deep.decode.work.items() if d.endswith(ATTENTION)}
-        pairs = {d: n for d, n in pairs.items() if n > 0}
-        if len(pairs) == 1:
-            [(dev, n)] = pairs.items()
-            values = deep.decode.work.get(dev + ATTENTION_VALUES, 0.0) - base.get(dev + ATTENTION_VALUES, 0.0)
-            added.setdefault(dev, []).append((deep.decode.seconds - shallow[deep.probe, deep.flags].decode.seconds,
-                                              n, values))
+        base = shallow[deep.probe, deep.flags].decode
+        swept = {d.removesuffix(ATTENTION_SWEPT): n - base.work.get(d, 0.0)
+                 for d, n in deep.decode.work.items() if d.endswith(ATTENTION_SWEPT)}
+        swept = {d: n for d, n in swept.items() if n > 0}
+        if len(swept) == 1:
+            [(dev, n)] = swept.items()
+            added.setdefault(dev, []).append((deep.decode.seconds - base.seconds, n))
     out: dict[str, AttentionCost] = {}
     for dev, observed in added.items():
-        extra_s = sum(s for s, _, _ in observed)
-        if not extra_s > 0:
+        per_byte = sum(s * n for s, n in observed) / sum(n * n for _, n in observed)
+        if not per_byte > 0:
             log.warning("calibration: %s at depth ran no slower than at depth 0; its attention has no figure", dev)
             continue
-        out[dev] = _split_attention(dev, observed) or AttentionCost(extra_s / sum(n for _, n, _ in observed))
+        out[dev] = AttentionCost(per_byte)
     return out
 
 
-def _split_attention(dev: str, observed: Sequence[tuple[float, float, float]]) -> AttentionCost | None:
-    """The cost per pair and per value, where the depth pairs saw two head widths and the fit puts both above
-    zero; else None."""
-    widths = {round(v / n) for _, n, v in observed}     # d_k + d_v of each pair of runs
-    if len(widths) < 2:
-        return None
-    fit = fit_linear([[n, v] for _, n, v in observed], [s for s, _, _ in observed])
-    per_pair, per_value = fit.coefficients
-    if per_pair > 0 and per_value > 0:
-        return AttentionCost(per_pair, per_value)
-    log.warning("calibration: %s's attention at head widths %s fits %.3g s a pair and %.3g s a value; not both above "
-                "zero, so one cost per pair is kept", dev, "/".join(str(w // 2) for w in sorted(widths)),
-                per_pair, per_value)
-    return None
-
-
 def without_attention(obs: Observation, costs: dict[str, AttentionCost]) -> Observation:
-    """A decode observation less its attention: the known pairs' and values' seconds taken off, the columns
+    """A decode observation less its attention: the swept bytes' known seconds taken off, attention's columns
     dropped."""
-    attention = {d for d in obs.work if d.endswith((ATTENTION, ATTENTION_VALUES))}
-    known = sum(cost.seconds(obs.work.get(dev + ATTENTION, 0.0), obs.work.get(dev + ATTENTION_VALUES, 0.0))
-                for dev, cost in costs.items())
+    attention = {d for d in obs.work if d.endswith((ATTENTION, ATTENTION_VALUES, ATTENTION_SWEPT))}
+    known = sum(cost.seconds(obs.work.get(dev + ATTENTION_SWEPT, 0.0)) for dev, cost in costs.items())
     return replace(obs, seconds=obs.seconds - known, work={d: n for d, n in obs.work.items() if d not in attention})
 
 
@@ -603,20 +582,12 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
 
 def _attention_figures(attention: dict[str, AttentionCost], runs: str, request: CalibrateRequest
                        ) -> list[CalibratedFigure]:
-    figures = []
-    for dev, cost in attention.items():
-        if cost.per_value_s:
-            how = (f"{runs}, of {request.model} and of the probe {request.probe} (two head widths): least squares "
-                   "of the seconds the depth adds to a token on the (query head, cached cell) pairs and the K and V "
-                   "values of those pairs it adds")
-            figures += [CalibratedFigure(dev, Quantity.ATTENTION_CELLS, 1.0 / cost.per_pair_s, how),
-                        CalibratedFigure(dev, Quantity.ATTENTION_VALUES, 1.0 / cost.per_value_s, how)]
-        else:
-            figures.append(CalibratedFigure(dev, Quantity.ATTENTION_CELLS, 1.0 / cost.per_pair_s,
-                                            f"{runs}: the (query head, cached cell) pairs the depth adds to a token's "
-                                            "attention ÷ the seconds it adds (one head width: values not priced "
-                                            "apart)"))
-    return figures
+    models = f"{request.model} and the probe {request.probe}" if request.probe else request.model
+    return [CalibratedFigure(dev, Quantity.ATTENTION_SWEEP, 1.0 / cost.per_swept_byte_s,
+                             f"{runs}, of {models}: the cache bytes the depth adds to what a token's query heads "
+                             "sweep (query heads x cells x the layer's K and V bytes a cell) ÷ the seconds it adds, "
+                             "least squares through the origin")
+            for dev, cost in attention.items()]
 
 
 def _estimate_text(request: CalibrateRequest) -> str:

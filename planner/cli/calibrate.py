@@ -30,10 +30,10 @@ def calibrate_cmd(
                                                 "(default: print it)")] = None,
     rpc: RpcOpt = None,
     model: Annotated[str, typer.Option("--model", help="the model llama-bench runs")] = "example:gemma3-270m",
-    probe: Annotated[str | None, typer.Option("--attention-probe", help="a model whose attention heads are of "
-                                              "another width than --model's (Gemma 3's are 256 wide), run on "
-                                              "each device at both depths too: attention is then priced per pair "
-                                              "and per K/V value, not per pair alone")] = None,
+    probe: Annotated[str | None, typer.Option("--attention-probe", help="a second model, of other attention "
+                                              "shapes than --model's (Gemma 3's: 4 query heads over one 256-wide "
+                                              "KV head), run on each device at both depths too: its depth runs are "
+                                              "further observations of the rate attention sweeps cache rows")] = None,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="llama-bench -r: many short "
                                           "samples, of which the fastest counts")] = 10,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="llama-bench processes a placement, run "

@@ -130,6 +130,8 @@ class Quantity(str, Enum):
                                                   # works through (one softmax step and two head-wide rows each)
     ATTENTION_VALUES = "attention_values"         # K and V values/s of those pairs: with ATTENTION_CELLS, a pair
                                                   # costs 1/cells + (d_k + d_v)/values seconds
+    ATTENTION_SWEEP = "attention_sweep"           # bytes/s of cache rows a decoded token's query heads stream: each
+                                                  # query head reads its layer's whole row (every KV head) per cell
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,7 @@ CALIBRATED_FIGURES: dict[str, tuple[Quantity, float]] = {
     "attention_tflops": (Quantity.ATTENTION_FLOPS, TERA),
     "attention_mcells": (Quantity.ATTENTION_CELLS, 1e6),
     "attention_gvalues": (Quantity.ATTENTION_VALUES, 1e9),
+    "attention_sweep_gbs": (Quantity.ATTENTION_SWEEP, GB),
 }
 _FIGURE_HELP = {key: f"{{value: a number in {key.rsplit('_', 1)[1]}, how: how it was obtained}}"
                 for key in CALIBRATED_FIGURES}

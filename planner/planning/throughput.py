@@ -15,17 +15,26 @@ latency: the device's split latency where the host is one side, its device-to-de
 sides are devices (calibrated apart: between two loopback rpc-servers on different vCPUs a boundary measured
 2.5-4.9 ms a token beside 0.1-0.3 ms between an rpc-server and the host — the wake-up of a halted vCPU, gone
 when the cores are kept awake; without a figure, the split latency).
-Attn_d is the token's attention on d: C_d = sum_{l on d} n_head_l · n_kv_l (query head, cached cell) pairs
-over K_d bytes, and V_d = sum_{l on d} n_head_l · n_kv_l · (d_k,l + d_v,l) values of K and V rows in those
-pairs. A CPU's flash attention pays, per pair, an online-softmax step and a dot product with a K row and an
-axpy with a V row, so a pair costs a fixed part and a part per value: Attn_d = max(C_d / P_d + V_d / Q_d,
-K_d / BW_d), where calibrate measures P_d (pairs/s) and Q_d (values/s) from the seconds a context depth adds
-to a model of 256-wide heads and to one of 64-wide heads. One rate per pair from one head width misprices
-the other widths: the depth's added time over its added pairs was 32-33 ns for the MoE's 64-wide heads
-and 67-83 ns for Gemma 3's 256-wide ones (session 14's machine), and the MoE at depth was predicted 40-59 %
-slow; priced per pair and per value (session 15) it was still 29-40 % slow: head width is not all of it (a
-cost per cached cell, whatever the heads, is a candidate the model does not have). Calibrated from one head
-width only, the rate per pair stands alone (V_d unpriced).
+Attn_d is the token's attention on d. llama.cpp's cache keeps a layer's K (and V) of one cell as one row
+holding every KV head side by side, and ggml's CPU flash attention walks, for each query head, the cells
+one after another, reading that head's slice of each row. Measured on this project's 2-vCPU machine
+(session 16: llama-bench -t 1, four 4-layer random llamas with 8 query heads 64 wide, depth 2048 against 0),
+the time at fixed (query head, cell) pairs grows with the row — 8, 4, 2, 1 KV heads: 10-10.4, 4.3-5.5,
+2.6-3.1, 2.6 ms — as if each query head streamed the whole row of every cell it reads. So attention is
+priced by the bytes its query heads sweep:
+
+    Sw_d   = sum_{l on d} n_head_l · n_kv_l · (K_l + V_l bytes of a cell)
+    Attn_d = max(Sw_d / Bsweep_d, K_d / BW_d)
+
+where calibrate measures Bsweep_d from the seconds a context depth adds to the same placement (the
+calibration model, and the attention probe where given, least squares through the origin). Gemma 3's
+256-wide heads over one KV head, the probe's 64-wide over four and the bench's MoE's 64-wide over two sweep
+54-64 MiB a token at depth 2048 and took 5-6 ms each, where their (query head, cell) pairs differ 2.4 times.
+A row so narrow that the sweep is quick leaves the arithmetic: 8 query heads over one 64-wide KV head took
+2.6 ms where the sweep says 1.3 (a floor the model does not have; the heads of the models people run are
+mostly 64-128 wide over 4-8 KV heads). Older calibrations priced (query head, cached cell) pairs C_d at
+P_d a second and their K and V values V_d = sum n_head_l · n_kv_l · (d_k,l + d_v,l) at Q_d; their figures
+are still read: Attn_d = max(C_d / P_d + V_d / Q_d, K_d / BW_d).
 With neither, K_d at a calibrated attention bandwidth (older calibrations), else at BW_d — a GPU streams
 the cache at its bandwidth. Routed experts kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN
 weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's bandwidth, and each such layer adds two
@@ -196,13 +205,17 @@ class Rates:
         return self._rate(name, Quantity.FLOPS, stated, FALLBACK_FLOPS)
 
     def attention_seconds(self, name: str, kv_bytes: float, work: AttentionWork) -> float:
-        """A decoded token's attention on this device: `work` (its (query head, cached cell) pairs and the K and V
-        values of those pairs) over `kv_bytes` of cache. Calibrated per pair (and, from two head widths, per
-        value), it is the pairs and values at those rates — never faster than the bytes at the device's
-        bandwidth; else the bytes at a calibrated attention bandwidth (older calibrations), else at the device's
-        bandwidth."""
+        """A decoded token's attention on this device: `work` (its (query head, cached cell) pairs, the K and V
+        values of those pairs, the cache rows its query heads sweep) over `kv_bytes` of cache. With a calibrated
+        sweep rate it is the swept bytes at that rate; calibrated per pair (and, from two head widths, per
+        value: calibrations before the sweep), the pairs and values at those rates — either never faster than
+        the cache's bytes at the device's bandwidth; else the bytes at a calibrated attention bandwidth (older
+        calibrations), else at the device's bandwidth."""
         if not kv_bytes and not work.pairs:
             return 0.0
+        sweep = self._attention(name, Quantity.ATTENTION_SWEEP)
+        if sweep:
+            return max(work.swept / sweep, kv_bytes / self.bandwidth(name))
         per_pair = self._attention(name, Quantity.ATTENTION_CELLS)
         per_value = self._attention(name, Quantity.ATTENTION_VALUES)
         if per_pair or per_value:
@@ -286,17 +299,20 @@ def boundaries(costs: CostTable, view: PlacementView) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class AttentionWork:
-    """What a decoded token's attention works through: (query head, cached cell) pairs, and the K and V values
-    of those pairs (pairs x (d_k + d_v): a pair's dot product with its K row and its share of the V rows)."""
+    """What a decoded token's attention works through: (query head, cached cell) pairs, the K and V values of
+    those pairs (pairs x (d_k + d_v): a pair's dot product with its K row and its share of the V rows), and the
+    cache bytes its query heads sweep (pairs x the layer's K and V bytes a cell: a cell's row holds every KV
+    head's K and V side by side, and each query head walks the rows of all the cells)."""
 
     pairs: float = 0.0
     values: float = 0.0
+    swept: float = 0.0
 
     def __add__(self, other: AttentionWork) -> AttentionWork:
-        return AttentionWork(self.pairs + other.pairs, self.values + other.values)
+        return AttentionWork(self.pairs + other.pairs, self.values + other.values, self.swept + other.swept)
 
     def __bool__(self) -> bool:
-        return bool(self.pairs or self.values)
+        return bool(self.pairs or self.values or self.swept)
 
 
 NO_ATTENTION = AttentionWork()
@@ -314,13 +330,13 @@ def decode_attention(facts: ModelFacts, costs: CostTable, view: PlacementView) -
 
 
 def layer_attention(facts: ModelFacts, layer: LayerCost, view: PlacementView) -> AttentionWork:
-    """One layer's share of decode_attention: its query heads times the cells it reads, and their K and V
-    values (none for a layer without a KV cache)."""
+    """One layer's share of decode_attention: its query heads times the cells it reads, their K and V values,
+    and the cache rows those heads sweep (none for a layer without a KV cache)."""
     if not layer.kv_bytes_per_cell:
         return NO_ATTENTION
     lf = facts.layers[layer.index]
     pairs = lf.n_head * decode_cells(view, layer.window)
-    return AttentionWork(pairs, pairs * (lf.head_dim_k + lf.head_dim_v))
+    return AttentionWork(pairs, pairs * (lf.head_dim_k + lf.head_dim_v), pairs * layer.kv_bytes_per_cell)
 
 
 def decode_cells(view: PlacementView, window: int) -> int:

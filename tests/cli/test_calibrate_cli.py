@@ -140,8 +140,9 @@ def test_timings_measured_elsewhere_fit_to_the_same_figures(tmp_path):
 def test_the_attention_probe_runs_at_both_depths_and_prices_attention_only(tmp_path):
     """With --attention-probe (a model of 128-wide heads beside the tiny llama's 32-wide ones) the probe runs on the
     host at depths 0 and 2048 and gives attention's figures only: the bandwidth and FLOPs are fitted over the
-    calibration model's two runs, not four. Attention comes out per pair and per value, or — where noise puts a
-    part at or below zero — per pair alone; the method names the probe either way."""
+    calibration model's two runs, not four. Attention comes out as one sweep rate over both models' depth runs
+    (none where noise makes the depth no slower), never the older per-pair and per-value figures; the method
+    names the probe either way."""
     from planner.checking.calibrate import CalibrateRequest, calibrate
     from planner.checking.llama_bench import Workload
     from planner.hardware.inventory import Quantity
@@ -158,8 +159,9 @@ def test_the_attention_probe_runs_at_both_depths_and_prices_attention_only(tmp_p
     fitted = {f.quantity: f.how for f in cal.figures if f.device == "CPU"}
     for quantity in (Quantity.BANDWIDTH, Quantity.FLOPS):
         assert f"least squares over 2 placements of {model}" in fitted[quantity]
-    attention = {f.quantity for f in cal.figures if f.quantity in (Quantity.ATTENTION_CELLS, Quantity.ATTENTION_VALUES)}
-    assert attention in ({Quantity.ATTENTION_CELLS, Quantity.ATTENTION_VALUES}, {Quantity.ATTENTION_CELLS}, set())
+    assert not {f.quantity for f in cal.figures} & {Quantity.ATTENTION_CELLS, Quantity.ATTENTION_VALUES}
+    sweep = [f for f in cal.figures if f.quantity is Quantity.ATTENTION_SWEEP]
+    assert len(sweep) <= 1 and all(f"and the probe {probe}" in f.how and f.value > 0 for f in sweep)
     assert f"and the probe {probe}" in cal.method and "probe: host, depth 2048" in cal.method
 
 

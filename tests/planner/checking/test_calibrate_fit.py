@@ -8,6 +8,7 @@ import pytest
 
 from planner.checking.calibrate import (
     ATTENTION,
+    ATTENTION_SWEPT,
     ATTENTION_VALUES,
     FFN_ON_HOST,
     OUTPUT_ON_HOST,
@@ -155,49 +156,39 @@ def _run(name: str, flags: tuple[str, ...], depth: int, seconds: float, work: di
                           probe)
 
 
-def _attention_pair(dev: str, flags: tuple[str, ...], width: int, per_pair_s: float, per_value_s: float,
+def _attention_pair(dev: str, flags: tuple[str, ...], row_bytes: int, per_byte_s: float,
                     probe: bool) -> list[CalibrationRun]:
-    """A placement at depth 0 (600 pairs) and 2048 (40,600 pairs) of heads `width` wide (K and V alike), 20 ms a
-    token at depth 0 plus what the pairs and their values cost."""
+    """A placement at depth 0 (600 pairs) and 2048 (40,600 pairs) whose layers' cache rows are `row_bytes` a
+    cell: 20 ms a token at depth 0 plus the bytes its query heads sweep at `per_byte_s`."""
     def run(depth: int, pairs: int) -> CalibrationRun:
-        values = pairs * 2 * width
-        seconds = 0.020 + pairs * per_pair_s + values * per_value_s
-        return _run(f"{dev} {width}, depth {depth}", flags, depth, seconds,
-                    {dev: 2.5e8, dev + ATTENTION: pairs, dev + ATTENTION_VALUES: values}, probe)
+        swept = pairs * row_bytes
+        return _run(f"{dev} {row_bytes}, depth {depth}", flags, depth, 0.020 + swept * per_byte_s,
+                    {dev: 2.5e8, dev + ATTENTION: pairs, dev + ATTENTION_VALUES: pairs * 128,
+                     dev + ATTENTION_SWEPT: swept})
     return [run(0, 600), run(2048, 40_600)]
 
 
-def test_two_head_widths_tell_the_cost_per_pair_from_the_cost_per_value():
-    """20 ns a pair and 0.1 ns a K or V value: 71.2 ns a pair of 256-wide heads, 32.8 ns of 64-wide ones. The
-    calibration model's pair of runs and the probe's (same flags, told apart by `probe`) give both parts; the
-    known attention then comes off each observation whatever its width."""
+def test_the_swept_bytes_price_attention_whatever_the_shape():
+    """0.1 ns a swept byte (10 GB/s): 40,000 pairs of 1 KiB rows add 4.096 ms, of 512 B rows 2.048 ms. The
+    calibration model's pair of runs and the probe's (same flags, told apart by `probe`) are observations of
+    the same rate; the known attention then comes off each observation, its columns gone."""
     host = ("-ngl", "0")
-    runs = (_attention_pair("CPU", host, 256, 20e-9, 0.1e-9, probe=False)
-            + _attention_pair("CPU", host, 64, 20e-9, 0.1e-9, probe=True))
+    runs = (_attention_pair("CPU", host, 1024, 0.1e-9, probe=False)
+            + _attention_pair("CPU", host, 512, 0.1e-9, probe=True))
     costs = attention_costs(runs)
-    assert costs["CPU"].per_pair_s == pytest.approx(20e-9)
-    assert costs["CPU"].per_value_s == pytest.approx(0.1e-9)
+    assert costs == {"CPU": AttentionCost(pytest.approx(0.1e-9))}
     for run in runs:
         left = without_attention(run.decode, costs)
         assert left.seconds == pytest.approx(0.020) and left.work == {"CPU": 2.5e8}
 
 
-def test_one_head_width_prices_the_pair_alone():
-    """The calibration model alone: 40,000 pairs of 256-wide heads add 2.848 ms, 71.2 ns a pair; no value part."""
-    costs = attention_costs(_attention_pair("CPU", ("-ngl", "0"), 256, 20e-9, 0.1e-9, probe=False))
-    assert costs == {"CPU": AttentionCost(pytest.approx(71.2e-9))}
-    assert costs["CPU"].per_value_s == 0.0
-
-
-def test_two_widths_that_put_a_part_below_zero_keep_one_cost_per_pair():
-    """Narrow heads that cost more a pair than wide ones (noise, or a kernel unlike the model): the split would put
-    the value part below zero, so the pair is priced alone — the two pairs of runs' added seconds over their
-    added pairs."""
+def test_two_shapes_that_disagree_meet_in_a_least_squares_through_the_origin():
+    """Rows of 1 KiB at 0.1 ns a byte add 4.096 ms for 40.96 MB; rows of 512 B at 0.2 ns add 4.096 ms for
+    20.48 MB. Through the origin: sum(s·n) / sum(n²) = 4.096e-3 · 61.44e6 / (40.96e6² + 20.48e6²) = 0.12 ns."""
     host = ("-ngl", "0")
-    runs = (_attention_pair("CPU", host, 256, 70e-9, 0.0, probe=False)
-            + _attention_pair("CPU", host, 64, 90e-9, 0.0, probe=True))
-    costs = attention_costs(runs)
-    assert costs == {"CPU": AttentionCost(pytest.approx(80e-9))}
+    runs = (_attention_pair("CPU", host, 1024, 0.1e-9, probe=False)
+            + _attention_pair("CPU", host, 512, 0.2e-9, probe=True))
+    assert attention_costs(runs) == {"CPU": AttentionCost(pytest.approx(0.12e-9))}
 
 
 def test_probe_placements_follow_each_depth_run():
@@ -211,24 +202,25 @@ def test_probe_placements_follow_each_depth_run():
     assert not any(p.probe for p in calibration_placements(18, ["RPC0"], 2048))
 
 
-def test_attention_per_pair_is_what_the_depth_adds_to_the_same_placement():
-    """RPC0 alone at depth 0 (600 pairs) and 2048 (40,600 pairs): 20 ms against 22 ms a token, so 2 ms for
-    40,000 pairs, 50 ns each. The host's pair of runs took no longer at depth: no figure for it. The weights'
+def test_attention_is_what_the_depth_adds_to_the_same_placement():
+    """RPC0 alone at depth 0 (600 KB swept) and 2048 (40.6 MB): 20 ms against 22 ms a token, so 2 ms for
+    40 MB, 0.05 ns a byte. The host's pair of runs took no longer at depth: no figure for it. The weights'
     time cancels whatever the bandwidth; a placement without its depth-0 twin is not used."""
     rpc0 = ("-dev", "RPC0", "-ngl", "999")
-    runs = [_run("RPC0 all", rpc0, 0, 0.020, {"RPC0": 2.5e8, "RPC0" + ATTENTION: 600}),
-            _run("RPC0 all, depth 2048", rpc0, 2048, 0.022, {"RPC0": 2.5e8, "RPC0" + ATTENTION: 40_600}),
-            _run("host", ("-ngl", "0"), 0, 0.018, {"CPU": 2.5e8, "CPU" + ATTENTION: 600}),
-            _run("host, depth 2048", ("-ngl", "0"), 2048, 0.0179, {"CPU": 2.5e8, "CPU" + ATTENTION: 40_600}),
-            _run("RPC1 all, depth 2048", ("-dev", "RPC1"), 2048, 0.03, {"RPC1": 2.5e8, "RPC1" + ATTENTION: 40_600})]
-    per_cell = attention_costs(runs)
-    assert per_cell == {"RPC0": AttentionCost(pytest.approx(50e-9))}
-    # the known attention comes off the observation and its column goes: 22 ms - 40,600 · 50 ns = 19.97 ms
-    left = without_attention(runs[1].decode, per_cell)
-    assert left.seconds == pytest.approx(0.022 - 40_600 * 50e-9)
+    runs = [_run("RPC0 all", rpc0, 0, 0.020, {"RPC0": 2.5e8, "RPC0" + ATTENTION_SWEPT: 6e5}),
+            _run("RPC0 all, depth 2048", rpc0, 2048, 0.022, {"RPC0": 2.5e8, "RPC0" + ATTENTION_SWEPT: 4.06e7}),
+            _run("host", ("-ngl", "0"), 0, 0.018, {"CPU": 2.5e8, "CPU" + ATTENTION_SWEPT: 6e5}),
+            _run("host, depth 2048", ("-ngl", "0"), 2048, 0.0179, {"CPU": 2.5e8, "CPU" + ATTENTION_SWEPT: 4.06e7}),
+            _run("RPC1 all, depth 2048", ("-dev", "RPC1"), 2048, 0.03,
+                 {"RPC1": 2.5e8, "RPC1" + ATTENTION_SWEPT: 4.06e7})]
+    per_byte = attention_costs(runs)
+    assert per_byte == {"RPC0": AttentionCost(pytest.approx(0.05e-9))}
+    # the known attention comes off the observation and its column goes: 22 ms - 40.6 MB · 0.05 ns = 19.97 ms
+    left = without_attention(runs[1].decode, per_byte)
+    assert left.seconds == pytest.approx(0.022 - 4.06e7 * 0.05e-9)
     assert left.work == {"RPC0": 2.5e8}
     # a device without a figure: its column goes, its time stays (its attention is the bandwidth's then)
-    host = without_attention(runs[3].decode, per_cell)
+    host = without_attention(runs[3].decode, per_byte)
     assert host.seconds == 0.0179 and host.work == {"CPU": 2.5e8}
 
 
@@ -269,14 +261,15 @@ def test_a_group_is_fitted_as_one_column_and_written_for_each_device():
     assert pooled(runs[0], {}) is runs[0]
 
 
-def test_attention_pairs_of_a_group_add_up():
-    """Two depth pairs on one group's column: +2 ms and +4 ms over 40,000 pairs each, 75 ns a pair together."""
+def test_attention_of_a_group_adds_up():
+    """Two depth pairs on one group's column: +2 ms and +4 ms over 40 MB each, 0.075 ns a byte together."""
     runs = []
     for dev, extra in (("RPC0", 0.002), ("RPC1", 0.004)):
         flags = ("-dev", dev, "-ngl", "999")
-        runs += [_run(f"{dev} all", flags, 0, 0.020, {"G": 2.5e8, "G" + ATTENTION: 600}),
-                 _run(f"{dev} all, depth 2048", flags, 2048, 0.020 + extra, {"G": 2.5e8, "G" + ATTENTION: 40_600})]
-    assert attention_costs(runs) == {"G": AttentionCost(pytest.approx(75e-9))}
+        runs += [_run(f"{dev} all", flags, 0, 0.020, {"G": 2.5e8, "G" + ATTENTION_SWEPT: 6e5}),
+                 _run(f"{dev} all, depth 2048", flags, 2048, 0.020 + extra,
+                      {"G": 2.5e8, "G" + ATTENTION_SWEPT: 4.06e7})]
+    assert attention_costs(runs) == {"G": AttentionCost(pytest.approx(0.075e-9))}
 
 
 def test_a_device_to_device_extra_above_zero_is_written_even_within_noise():

@@ -27,6 +27,7 @@ CAL = Calibration("2026-12-01T15:00:00+00:00", "llama-bench by hand", "llama-ben
     CalibratedFigure("CPU", Quantity.ATTENTION_FLOPS, 0.04e12, "pp at two depths"),
     CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 24e6, "tg at two depths of one placement"),
     CalibratedFigure("CPU", Quantity.ATTENTION_VALUES, 9e9, "tg at two depths of two head widths"),
+    CalibratedFigure("RPC0", Quantity.ATTENTION_SWEEP, 12.5e9, "tg at two depths, bytes the query heads sweep"),
 ))
 INV = Inventory((DeviceSpec("RPC0", DeviceKind.RPC, Backend.RPC, 4 * GiB, 3 * GiB, 0, 0, 0,
                             endpoint="127.0.0.1:50052", description="CPU"),),
@@ -51,6 +52,7 @@ def test_what_calibrate_writes_loads_back(tmp_path):
     assert back.calibration.figure("CPU", Quantity.ATTENTION_FLOPS) == pytest.approx(0.04e12)
     assert back.calibration.figure("CPU", Quantity.ATTENTION_CELLS) == pytest.approx(24e6)
     assert back.calibration.figure("CPU", Quantity.ATTENTION_VALUES) == pytest.approx(9e9)
+    assert back.calibration.figure("RPC0", Quantity.ATTENTION_SWEEP) == pytest.approx(12.5e9)
     assert {f.how for f in back.calibration.figures} == {f.how for f in CAL.figures}
 
 
@@ -59,6 +61,7 @@ def test_the_block_says_how_next_to_each_figure(tmp_path):
     assert doc["calibrated"]["host"]["bandwidth_gbs"] == {"value": 9.5, "how": CAL.figures[0].how}
     assert doc["calibrated"]["devices"]["RPC0"]["split_latency_us"]["value"] == 250
     assert doc["calibrated"]["host"]["attention_gvalues"]["value"] == 9
+    assert doc["calibrated"]["devices"]["RPC0"]["attention_sweep_gbs"]["value"] == 12.5
 
 
 @pytest.mark.parametrize(("change", "message"), [

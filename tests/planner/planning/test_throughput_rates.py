@@ -241,6 +241,26 @@ def test_attention_calibrated_per_pair_and_per_value_prices_the_head_width(gemma
     assert added == pytest.approx(extra_pairs * (20e-9 + 512 * 0.1e-9))
 
 
+def test_attention_calibrated_per_swept_byte_streams_the_row_once_per_query_head(gemma):
+    """With a calibrated sweep rate, each of a layer's query heads streams the layer's whole K and V row of every
+    cell it reads (the row holds all KV heads): Gemma 3 270M's 4 query heads over 2000 more cells of a global
+    layer sweep 4 x its cache bytes, at 10 GB/s here — the sweep figure prices the attention, not the per-pair
+    one of an older calibration beside it, nor the cache's bytes at the 8 GB/s bandwidth (a quarter of it)."""
+    ctx, costs = gemma
+    n = ctx.facts.n_layer_all
+    extra_bytes = sum(layer.kv_bytes_per_cell * ((min(2100, layer.window) - min(100, layer.window))
+                                                 if layer.window else 2000) for layer in costs.layers)
+    shallow = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=100)
+    deep = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=2100)
+    cal = _calibration()
+    cal = replace(cal, figures=(*cal.figures, CalibratedFigure("CPU", Quantity.ATTENTION_SWEEP, 10e9, "by hand"),
+                                CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 1e6, "an older calibration")))
+    inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=cal)
+    added = 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s - 1 / predict(
+        ctx.facts, costs, shallow, inv).decode_tokens_s
+    assert added == pytest.approx(4 * extra_bytes / 10e9)
+
+
 def test_ffn_kept_on_the_host_reads_there_and_crosses_twice_a_layer(gemma):
     """`-ot blk.N.ffn_(gate|up|down)=CPU` on a layer of RPC0: its FFN bytes stream at the host's rate and
     the activation goes to the CPU and back."""
