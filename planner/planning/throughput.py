@@ -19,9 +19,9 @@ Attn_d is the token's attention on d. llama.cpp's cache keeps a layer's K (and V
 holding every KV head side by side, and ggml's CPU flash attention walks, for each query head, the cells
 one after another, reading that head's slice of each row. Measured on this project's 2-vCPU machine
 (session 16: llama-bench -t 1, four 4-layer random llamas with 8 query heads 64 wide, depth 2048 against 0),
-the time at fixed (query head, cell) pairs grows with the row — 8, 4, 2, 1 KV heads: 10-10.4, 4.3-5.5,
-2.6-3.1, 2.6 ms — as if each query head streamed the whole row of every cell it reads. So attention is
-priced by the bytes its query heads sweep:
+the time at fixed (query head, cell) pairs grows with the row — 8, 4, 2, 1 KV heads: 9.0-10.9, 4.3-5.5,
+2.6-4.1, 2.6-3.7 ms (bench/bench_attention_rows.py) — as if each query head streamed the whole row of every
+cell it reads. So attention is priced by the bytes its query heads sweep:
 
     Sw_d   = sum_{l on d} n_head_l · n_kv_l · (K_l + V_l bytes of a cell)
     Attn_d = max(Sw_d / Bsweep_d, K_d / BW_d)
@@ -31,7 +31,7 @@ calibration model, and the attention probe where given, least squares through th
 256-wide heads over one KV head, the probe's 64-wide over four and the bench's MoE's 64-wide over two sweep
 54-64 MiB a token at depth 2048 and took 5-6 ms each, where their (query head, cell) pairs differ 2.4 times.
 A row so narrow that the sweep is quick leaves the arithmetic: 8 query heads over one 64-wide KV head took
-2.6 ms where the sweep says 1.3 (a floor the model does not have; the heads of the models people run are
+2.6-3.7 ms where the sweep says 1.3 (a floor the model does not have; the heads of the models people run are
 mostly 64-128 wide over 4-8 KV heads). Older calibrations priced (query head, cached cell) pairs C_d at
 P_d a second and their K and V values V_d = sum n_head_l · n_kv_l · (d_k,l + d_v,l) at Q_d; their figures
 are still read: Attn_d = max(C_d / P_d + V_d / Q_d, K_d / BW_d).
