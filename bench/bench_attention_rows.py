@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType as Q
 
-from bench.quiet import host_rounds
+from bench.quiet import host_round_args, host_rounds
 from planner.checking.llama_bench import BenchJob, Workload, fastest_timing, placement_views
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory
@@ -52,12 +52,8 @@ def attention_work(path: str, work: Workload, inventory: Inventory) -> Attention
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--n-gen", type=int, default=16)
+    host_round_args(ap, rounds=2)
     ap.add_argument("--depth", type=int, default=2048)
-    ap.add_argument("--max-load", type=float, default=1.5)
-    ap.add_argument("--max-wait-s", type=float, default=1800)
     args = ap.parse_args()
     shallow = Workload(n_prompt=32, n_gen=args.n_gen, repeats=args.repeats, threads=1)
     deep = replace(shallow, n_depth=args.depth)

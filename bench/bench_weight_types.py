@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType as Q
 
-from bench.quiet import host_rounds
+from bench.quiet import host_round_args, host_rounds
 from planner.checking.llama_bench import BenchJob, Workload, fastest_timing, placement_views
 from planner.gguf.examples import resolve_model
 from planner.hardware.detect import detect_inventory
@@ -55,11 +55,7 @@ def bytes_per_token(path: str, work: Workload, inventory: Inventory) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--n-gen", type=int, default=16)
-    ap.add_argument("--max-load", type=float, default=1.5)
-    ap.add_argument("--max-wait-s", type=float, default=1800)
+    host_round_args(ap, rounds=3)
     args = ap.parse_args()
     # llama-bench's JSON is read for a prompt and a decode test: a short prompt, not reported
     work = Workload(n_prompt=32, n_gen=args.n_gen, repeats=args.repeats, threads=1)

@@ -2,6 +2,7 @@
 cores, other work skews every timing, so the benches measure only below a 1-minute load average."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import subprocess
@@ -75,6 +76,16 @@ def cores_kept_awake(cores: list[int]) -> Iterator[list[int]]:
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def host_round_args(ap: argparse.ArgumentParser, rounds: int) -> None:
+    """The options host_rounds' benches share: processes a job, samples a process, tokens a sample, and how quiet
+    the machine must be."""
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--n-gen", type=int, default=16)
+    ap.add_argument("--max-load", type=float, default=1.5)
+    ap.add_argument("--max-wait-s", type=float, default=1800)
 
 
 def host_rounds(jobs: Sequence[BenchJob], rounds: int, max_load: float, max_wait_s: float, header: str

@@ -226,18 +226,11 @@ def test_attention_calibrated_per_pair_and_per_value_prices_the_head_width(gemma
     fixed part and 256 + 256 values: 2000 more cells of a global layer's 4 heads at 20 ns a pair and 0.1 ns a
     value are 4 · 2000 · (20 + 512 · 0.1) ns."""
     ctx, costs = gemma
-    n = ctx.facts.n_layer_all
     assert {(lf.head_dim_k, lf.head_dim_v) for lf in ctx.facts.layers} == {(256, 256)}
     extra_pairs = sum(4 * ((min(2100, layer.window) - min(100, layer.window)) if layer.window else 2000)
                       for layer in costs.layers)
-    shallow = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=100)
-    deep = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=2100)
-    cal = _calibration()
-    cal = replace(cal, figures=(*cal.figures, CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 50e6, "by hand"),
-                                CalibratedFigure("CPU", Quantity.ATTENTION_VALUES, 10e9, "by hand")))
-    inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=cal)
-    added = 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s - 1 / predict(
-        ctx.facts, costs, shallow, inv).decode_tokens_s
+    added = _depth_adds(ctx, costs, CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 50e6, "by hand"),
+                        CalibratedFigure("CPU", Quantity.ATTENTION_VALUES, 10e9, "by hand"))
     assert added == pytest.approx(extra_pairs * (20e-9 + 512 * 0.1e-9))
 
 
@@ -247,18 +240,24 @@ def test_attention_calibrated_per_swept_byte_streams_the_row_once_per_query_head
     layer sweep 4 x its cache bytes, at 10 GB/s here — the sweep figure prices the attention, not the per-pair
     one of an older calibration beside it, nor the cache's bytes at the 8 GB/s bandwidth (a quarter of it)."""
     ctx, costs = gemma
-    n = ctx.facts.n_layer_all
     extra_bytes = sum(layer.kv_bytes_per_cell * ((min(2100, layer.window) - min(100, layer.window))
                                                  if layer.window else 2000) for layer in costs.layers)
+    added = _depth_adds(ctx, costs, CalibratedFigure("CPU", Quantity.ATTENTION_SWEEP, 10e9, "by hand"),
+                        CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 1e6, "an older calibration"))
+    assert added == pytest.approx(4 * extra_bytes / 10e9)
+
+
+def _depth_adds(ctx, costs, *figures: CalibratedFigure) -> float:
+    """The seconds 2000 more cached tokens (100 -> 2100) add to a token on the host alone, calibrated with
+    `figures` beside the usual ones."""
+    n = ctx.facts.n_layer_all
     shallow = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=100)
     deep = PlacementView(tuple(["CPU"] * n), "CPU", frozenset(), 8192, n_past=2100)
     cal = _calibration()
-    cal = replace(cal, figures=(*cal.figures, CalibratedFigure("CPU", Quantity.ATTENTION_SWEEP, 10e9, "by hand"),
-                                CalibratedFigure("CPU", Quantity.ATTENTION_CELLS, 1e6, "an older calibration")))
-    inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"), calibration=cal)
-    added = 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s - 1 / predict(
+    inv = Inventory((), HostSpec(16 * GiB, 16 * GiB, 0, "host"),
+                    calibration=replace(cal, figures=(*cal.figures, *figures)))
+    return 1 / predict(ctx.facts, costs, deep, inv).decode_tokens_s - 1 / predict(
         ctx.facts, costs, shallow, inv).decode_tokens_s
-    assert added == pytest.approx(4 * extra_bytes / 10e9)
 
 
 def test_ffn_kept_on_the_host_reads_there_and_crosses_twice_a_layer(gemma):
