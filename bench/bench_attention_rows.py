@@ -35,19 +35,22 @@ KV_HEADS = (8, 4, 2, 1)
 HOST = ("-ngl", "0")
 
 
-def write_shape(directory: Path, n_head_kv: int) -> Path:
-    """4 layers, 8 query heads 64 wide over `n_head_kv` KV heads, Q8_0 weights."""
+def write_shape(path: Path, n_head_kv: int) -> Path:
+    """4 layers, 8 query heads 64 wide over `n_head_kv` KV heads, Q8_0 weights (bench_throughput's attention probe
+    is the one over 4)."""
     spec = llama_spec(n_layer=4, n_embd=512, n_head=8, n_head_kv=n_head_kv, n_ff=1024, n_vocab=4096,
                       attn_type=Q.Q8_0, ffn_type=Q.Q8_0, down_type=Q.Q8_0, out_type=Q.Q8_0)
     add_tokenizer(spec, 4096, n_merges=8)
-    return write_random(directory / f"kv{n_head_kv}.gguf", spec)
+    return write_random(path, spec)
 
 
-def attention_work(path: str, work: Workload, inventory: Inventory) -> AttentionWork:
-    """The attention one decoded token works through on the host, as the throughput model counts it."""
+def attention_work(path: str, works: tuple[Workload, ...], inventory: Inventory) -> list[AttentionWork]:
+    """The attention one decoded token works through on the host under each workload, as the throughput model
+    counts it (the header read once)."""
     ctx = model_context(path)
-    views = placement_views(ctx, list(HOST), inventory, work, [])
-    return decode_attention(ctx.facts, cost_table(ctx.model, ctx.facts), views.decode).get(CPU, NO_ATTENTION)
+    costs = cost_table(ctx.model, ctx.facts)
+    return [decode_attention(ctx.facts, costs, placement_views(ctx, list(HOST), inventory, w, []).decode)
+            .get(CPU, NO_ATTENTION) for w in works]
 
 
 def main() -> None:
@@ -58,7 +61,7 @@ def main() -> None:
     shallow = Workload(n_prompt=32, n_gen=args.n_gen, repeats=args.repeats, threads=1)
     deep = replace(shallow, n_depth=args.depth)
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-rows-") as tmp:
-        models = {kv: str(write_shape(Path(tmp), kv)) for kv in KV_HEADS}
+        models = {kv: str(write_shape(Path(tmp) / f"kv{kv}.gguf", kv)) for kv in KV_HEADS}
         jobs = [BenchJob(path, HOST, w) for path in models.values() for w in (shallow, deep)]
         per_round = host_rounds(jobs, args.rounds, args.max_load, args.max_wait_s,
                                 f"== attention by cache shape: host alone, -t 1, tg{args.n_gen} x {args.repeats} "
@@ -67,7 +70,7 @@ def main() -> None:
         for i, (kv, path) in enumerate(models.items()):
             t0 = 1 / fastest_timing(per_round[2 * i]).tg_tokens_s
             t1 = 1 / fastest_timing(per_round[2 * i + 1]).tg_tokens_s
-            a0, a1 = attention_work(path, shallow, inventory), attention_work(path, deep, inventory)
+            a0, a1 = attention_work(path, (shallow, deep), inventory)
             added, pairs, swept = t1 - t0, a1.pairs - a0.pairs, a1.swept - a0.swept
             print(f"  8 query heads over {kv} KV heads: +{added * 1e3:6.2f} ms a token for {pairs:,.0f} pairs, "
                   f"{swept / 2**20:5.1f} MiB swept: {added / pairs * 1e9:6.1f} ns a pair, "

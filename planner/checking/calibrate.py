@@ -83,9 +83,8 @@ FFN_ON_HOST = r"^blk\.\d+\.ffn_(gate|up|down)\.weight=CPU"
 # KV cache is a large share of a token on the calibration model (its global layers see every cell).
 CALIBRATION_DEPTH = 2048
 # Work columns of attention: a device's name and one of these (device names hold no blank).
-ATTENTION = " attention"                  # decode: (query head, cached cell) pairs; prefill: attention FLOPs
-ATTENTION_VALUES = " attention values"    # decode: the K and V values of those pairs
-ATTENTION_SWEPT = " attention swept"      # decode: the cache bytes their query heads sweep
+ATTENTION = " attention"                  # prefill: attention FLOPs
+ATTENTION_SWEPT = " attention swept"      # decode: the cache bytes a token's query heads sweep
 # A fitted copy time below this many standard errors is not told apart from noise.
 _SIGNIFICANT_SIGMAS = 2.0
 
@@ -256,14 +255,13 @@ def _next_endpoints(rpc_devices: Sequence[str]) -> dict[str, str]:
 
 
 def decode_observation(ctx: ModelContext, costs: CostTable, view: PlacementView, seconds: float) -> Observation:
-    """Weight bytes read per token on each device, and (as `dev + ATTENTION`) the (query head, cached cell)
-    pairs its attention works through, with (as `dev + ATTENTION_VALUES`) their K and V values and (as
-    `dev + ATTENTION_SWEPT`) the cache bytes its query heads sweep."""
+    """Weight bytes read per token on each device, and (as `dev + ATTENTION_SWEPT`) the cache bytes its
+    attention's query heads sweep."""
     weights, _ = decode_bytes(ctx.facts, costs, view)
     work = {d: float(n) for d, n in weights.items() if n}
     for d, att in decode_attention(ctx.facts, costs, view).items():
         if att:
-            work.update({d + ATTENTION: att.pairs, d + ATTENTION_VALUES: att.values, d + ATTENTION_SWEPT: att.swept})
+            work[d + ATTENTION_SWEPT] = att.swept
     return Observation(seconds, work, *_boundary_counts(costs, view))
 
 
@@ -506,9 +504,9 @@ def attention_costs(runs: Sequence[CalibrationRun]) -> dict[str, AttentionCost]:
 
 
 def without_attention(obs: Observation, costs: dict[str, AttentionCost]) -> Observation:
-    """A decode observation less its attention: the swept bytes' known seconds taken off, attention's columns
+    """A decode observation less its attention: the swept bytes' known seconds taken off, their columns
     dropped."""
-    attention = {d for d in obs.work if d.endswith((ATTENTION, ATTENTION_VALUES, ATTENTION_SWEPT))}
+    attention = {d for d in obs.work if d.endswith(ATTENTION_SWEPT)}
     known = sum(cost.seconds(obs.work.get(dev + ATTENTION_SWEPT, 0.0)) for dev, cost in costs.items())
     return replace(obs, seconds=obs.seconds - known, work={d: n for d, n in obs.work.items() if d not in attention})
 

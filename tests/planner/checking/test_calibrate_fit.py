@@ -9,7 +9,6 @@ import pytest
 from planner.checking.calibrate import (
     ATTENTION,
     ATTENTION_SWEPT,
-    ATTENTION_VALUES,
     FFN_ON_HOST,
     OUTPUT_ON_HOST,
     AttentionCost,
@@ -163,8 +162,7 @@ def _attention_pair(dev: str, flags: tuple[str, ...], row_bytes: int, per_byte_s
     def run(depth: int, pairs: int) -> CalibrationRun:
         swept = pairs * row_bytes
         return _run(f"{dev} {row_bytes}, depth {depth}", flags, depth, 0.020 + swept * per_byte_s,
-                    {dev: 2.5e8, dev + ATTENTION: pairs, dev + ATTENTION_VALUES: pairs * 128,
-                     dev + ATTENTION_SWEPT: swept})
+                    {dev: 2.5e8, dev + ATTENTION_SWEPT: swept})
     return [run(0, 600), run(2048, 40_600)]
 
 
@@ -243,14 +241,14 @@ def test_a_group_is_fitted_as_one_column_and_written_for_each_device():
     come out 4.5 and 5.5 GB/s; pooled, both get the one rate the two runs give together."""
     groups = {"RPC0+RPC1": ("RPC0", "RPC1")}
     def run(dev: str, drift: float) -> CalibrationRun:
-        work = {dev: 2.5e8, dev + ATTENTION: 600.0}
+        work = {dev: 2.5e8, dev + ATTENTION_SWEPT: 600.0}
         return CalibrationRun(f"{dev} all", ("-dev", dev), Timing(20.0, 100.0, 128),
                               Observation(0.05 * drift, work, 1), Observation(1.0, {dev: 1e10}, 1), {dev: 2.5e8})
     runs = [run("RPC0", 1.1), run("RPC1", 0.9)]
     apart = fit_rates([without_attention(r.decode, {}) for r in runs], per_boundary_s=0.0)
     assert 1 / apart.seconds_per_unit["RPC0"] == pytest.approx(2.5e8 / 0.055)
     together = [pooled(r, groups) for r in runs]
-    assert together[0].decode.work == {"RPC0+RPC1": 2.5e8, "RPC0+RPC1" + ATTENTION: 600.0}
+    assert together[0].decode.work == {"RPC0+RPC1": 2.5e8, "RPC0+RPC1" + ATTENTION_SWEPT: 600.0}
     assert together[1].prefill.work == {"RPC0+RPC1": 1e10} and together[1].streamed == {"RPC0+RPC1": 2.5e8}
     fit = fit_rates([without_attention(r.decode, {}) for r in together], per_boundary_s=0.0)
     assert 1 / fit.seconds_per_unit["RPC0+RPC1"] == pytest.approx(5e9)
