@@ -30,6 +30,9 @@ pytestmark = pytest.mark.peer
 N_CTX = 16384
 BUDGET_MIB = 180
 N_VOCAB = 1024
+# sixteen tokens whatever the random weights sample: an end-of-generation token drawn first would end
+# the reply before the drafter runs (a CI run once ended after one token, draft_n 0)
+DRAFTED_REQUEST = {"prompt": list(range(1, 9)), "n_predict": 16, "ignore_eos": True, "temperature": 0}
 # every buffer llama.cpp logs at load, for each model in turn: weights, KV, compute
 _BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB")
 
@@ -78,7 +81,7 @@ def _serve(llama_tools: Path, argv: list[str], log: Path, prompt: bool) -> tuple
     try:
         wait_ready(proc, port, log)
         if prompt:
-            body = json.dumps({"prompt": list(range(1, 9)), "n_predict": 16}).encode()
+            body = json.dumps(DRAFTED_REQUEST).encode()
             req = urllib.request.Request(f"http://{LOOPBACK}:{port}/completion", body,
                                          {"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as resp:
@@ -152,7 +155,7 @@ def test_serve_runs_the_drafter_plan(llama_tools: Path, rpc_endpoints: list[str]
     target, draft = models
     plan_file = tmp_path / "plan.yaml"
     _plan(capsys, target, rpc_endpoints, "--draft", str(draft), "-o", str(plan_file))
-    run = serve_once(plan_file, llama_tools, tmp_path, {"prompt": list(range(1, 9)), "n_predict": 16})
+    run = serve_once(plan_file, llama_tools, tmp_path, DRAFTED_REQUEST)
     assert run.response["timings"]["draft_n"] > 0, run.response["timings"]
     assert [c["stage"] for c in run.checks] == ["load", "shutdown"]
     # at load every model's buffers, at shutdown llama.cpp's breakdown (the target's): both as planned
