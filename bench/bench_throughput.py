@@ -1,6 +1,6 @@
 """The throughput model checked against llama-bench (issue 21, deliverable 2).
 
-    python -m bench.bench_throughput [--repeats 10] [--n-gen 16] [--rounds 3] [--estimate fastest|median]
+    python -m bench.bench_throughput [--repeats 3] [--n-gen 16] [--rounds 8] [--estimate median|fastest]
                                      [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
                                      [--save TIMINGS.json | --replay TIMINGS.json]
 
@@ -24,13 +24,14 @@ differs between processes — where the weights land in memory, the cores' clock
 of the machine's speed over the minutes a run takes fall on the calibration and every placement alike.
 
 A placement's figure (--estimate, the same for the calibration's runs and the placements) is by default the
-fastest of all its samples (rounds × repeats): on these shared vCPUs a sample is only ever slowed by what
-ran beside it (one process's five tg64 repeats of the host read 45.5 35.9 41.5 49.3 53.6 tokens/s), so the
-fastest is the steadiest figure of what the placement itself costs — the more so for many short samples
-(tg16 × 10 by default), more of which fall between two dips than of a few long ones. The summary also gives
-the median of the rounds' medians (how sessions 7-12 measured), computed from the same samples. The bench also ranks the
-rounds against each other: how alike two single processes order the same placements, the most a model
-could be expected to match here.
+median of its rounds' medians: what moves a figure on this machine is the process and the minutes it runs in,
+not the sample (see N_GEN), and the median of 8 processes spread over the whole run averages that drift where
+one process's samples cannot. The summary also gives the fastest of all samples (sessions 13-16's default: on
+shared vCPUs a sample is only ever slowed by what ran beside it, so the fastest is what the placement costs when
+nothing did — but it is one moment of one process). The bench reports its own noise: the spread of the samples
+within one process against the spread of the processes' medians, and how alike two halves of the rounds (odd
+and even rounds, each spread over the whole run) rank the placements — the most a model can be expected to
+match here, with half the rounds.
 
 Where the processes run (--cores, --keep-awake): this machine's two vCPUs halt when idle, and a hand-off
 between processes on different vCPUs (llama-bench and an rpc-server, or two rpc-servers) then waits for the
@@ -51,6 +52,7 @@ import functools
 import itertools
 import json
 import logging
+import math
 import os
 import statistics
 import sys
@@ -91,13 +93,18 @@ N_RPC = 3
 # how the summary names each of llama_bench.ESTIMATES
 ESTIMATE_SAYS = {"fastest": "sample of all rounds' repeats", "median": "of the rounds' medians"}
 N_PROMPT = 128
-# tg16 x 10 repeats: ten short samples a process, of which the fastest counts. For about the same tokens, six
-# processes of the host alone lay apart by their fastest tg16 of ten 2.1 % and 4.6 %, by their fastest tg64 of
-# three 5.8 % and 8.6 % (session 14's probe; bench_sample_length 2026-12-03 02:31) — and 10.6 % against 9.8 % in a
-# run with other work beside it. Sessions 10-13 ran tg64 x 3, whose median a scheduler hiccup moved less than
-# tg16's; the fastest sample is not moved by one. Older --save files keep the n_gen and repeats they were measured with
+# tg16 x 3 repeats in each of 8 processes. Within one llama-bench process the samples agree: in the seven saved
+# runs with samples (2026-12-02 15:44 to 12-03 08:01), a placement's odd and even samples rank the 26 placements
+# alike at Spearman 0.93-0.99. Processes do not: one round's medians against the other rounds' at 0.72-0.89, the
+# round medians of a placement lying apart by 5.5-22 % (sd, decode) where the samples of one process lie 3-12 %
+# apart, and neighbouring processes of a round are off alike (lag-1 correlation of their residuals up to 0.7).
+# What moves a figure is the process and the minutes it runs in, so the bench spends its time on more processes
+# of fewer samples: 8 x 3 costs what 3 x 10 did (a process is ~3 s of loading and 2.2 s a repeat of pp128+tg16).
+# Sessions 10-13 ran tg64 x 3, sessions 14-16 tg16 x 10 in 3 rounds. Older --save files keep the n_gen, repeats
+# and rounds they were measured with
 N_GEN = 16
-REPEATS = 10
+REPEATS = 3
+ROUNDS = 8
 GEMMA = "example:gemma3-270m"
 MOE = "moe"   # written by write_moe below
 PROBE = "attention probe"   # written by write_probe below: the calibration's second attention shape
@@ -309,6 +316,30 @@ def round_repeatability(rows: list[Row]) -> list[str]:
             f"prefill {min(pp):.3f}–{max(pp):.3f}"]
 
 
+def noise(rows: list[Row]) -> list[str]:
+    """Where the measurement's noise lies: the spread (sd of the logarithm, as a percentage) of one process's
+    samples and of the processes' medians, the median over placements; and the Spearman of the odd rounds'
+    medians against the even rounds'."""
+    def sd(xs: list[float]) -> float:
+        return statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 and min(xs) > 0 else math.nan
+
+    lines = []
+    for label, samples, figure in (("decode", "tg_samples", "tg_tokens_s"), ("prefill", "pp_samples", "pp_tokens_s")):
+        within = [sd(list(getattr(t, samples))) for r in rows for t in r.timings if len(getattr(t, samples)) > 1]
+        between = [sd([getattr(t, figure) for t in r.timings]) for r in rows if len(r.timings) > 1]
+        if within and between:
+            lines.append(f"noise, {label}: samples of one process apart by {statistics.median(within):.1%}, the "
+                         f"processes' medians by {statistics.median(between):.1%} (sd, median over placements)")
+    if min(len(r.timings) for r in rows) >= 2:
+        odd = [median_timing(r.timings[0::2]) for r in rows]
+        even = [median_timing(r.timings[1::2]) for r in rows]
+        tg = spearman([t.tg_tokens_s for t in odd], [t.tg_tokens_s for t in even])
+        pp = spearman([t.pp_tokens_s for t in odd], [t.pp_tokens_s for t in even])
+        lines.append(f"odd rounds against even rounds (medians of each half): decode Spearman {tg:.3f}, "
+                     f"prefill {pp:.3f}")
+    return lines
+
+
 def table(rows: list[Row]) -> list[str]:
     out = ["| placement | flags | -d | boundaries | tg measured | tg predicted | err | pp measured | pp predicted "
            "| err | rounds apart |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -366,11 +397,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=REPEATS, help="llama-bench -r for every placement")
     ap.add_argument("--n-gen", type=int, default=N_GEN, help="llama-bench -n: the tokens each decode sample "
                     "generates (a --replay file's own figure wins)")
-    ap.add_argument("--rounds", type=int, default=3, help="llama-bench processes a placement, run round-robin over "
-                    "the placements (the calibration's too)")
-    ap.add_argument("--estimate", choices=sorted(ESTIMATES), default="fastest",
-                    help="what a placement's figure is, for the calibration and the placements alike: the fastest "
-                    "sample of all its rounds (default) or the median of its rounds' medians; the summary gives both")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="llama-bench processes a placement, run round-robin "
+                    "over the placements (the calibration's too)")
+    ap.add_argument("--estimate", choices=sorted(ESTIMATES), default="median",
+                    help="what a placement's figure is, for the calibration and the placements alike: the median of "
+                    "its rounds' medians (default) or the fastest sample of all its rounds; the summary gives both")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
                     "on the bench's own rpc-servers first)")
     ap.add_argument("--write-calibrated", type=Path, help="write the calibrated inventory here")
@@ -449,7 +480,7 @@ def report(by_estimate: dict[str, list[Row]], args: argparse.Namespace, work: Wo
     for name, its_rows in by_estimate.items():
         lines += [f"-- {name} {ESTIMATE_SAYS[name]}{' (the table)' if name == args.estimate else ''}:",
                   *summary(its_rows, work)]
-    lines += round_repeatability(rows)
+    lines += round_repeatability(rows) + noise(rows)
     if args.against:
         lines += repeatability(rows, _round_timings(json.loads(args.against.read_text())["placements"]),
                                ESTIMATES[args.estimate])
