@@ -99,7 +99,8 @@ N_PROMPT = 128
 # round medians of a placement lying apart by 5.5-22 % (sd, decode) where the samples of one process lie 3-12 %
 # apart, and neighbouring processes of a round are off alike (lag-1 correlation of their residuals up to 0.7).
 # What moves a figure is the process and the minutes it runs in, so the bench spends its time on more processes
-# of fewer samples: 8 x 3 costs what 3 x 10 did (a process is ~3 s of loading and 2.2 s a repeat of pp128+tg16).
+# of fewer samples: 8 x 3 (a process is ~3 s of loading and 2.2 s a repeat of pp128+tg16) took 70 minutes at
+# 2026-12-03 11:12, 3 x 10 about 52.
 # Sessions 10-13 ran tg64 x 3, sessions 14-16 tg16 x 10 in 3 rounds. Older --save files keep the n_gen, repeats
 # and rounds they were measured with
 N_GEN = 16
