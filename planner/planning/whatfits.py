@@ -108,13 +108,17 @@ def _settle(passes: Callable[[int], bool], lo: int, hi: int, top: int, floor: in
 def least_budgets(quick: Quick, checks: tuple[Fits, ...], budgets: Budgets, ceiling: int, start: float,
                   seconds: float | None = None) -> list[LeastBudget]:
     """Every budget row that alone can make a plan exist, with its least budget; host first. The
-    search stops at `start` + `seconds` (default SEARCH_SECONDS, read when called)."""
+    search stops at `start` + `seconds` (default SEARCH_SECONDS, read when called). Each row gets an
+    equal share of the time left when its turn comes, so a slow row (a loaded machine, a large
+    model's host search) cannot leave the rows after it unsearched; a row that finishes early leaves
+    its rest to the next."""
     deadline = start + (SEARCH_SECONDS if seconds is None else seconds)
+    names = [HOST, *budgets.devices]
     found = []
-    for name in [HOST, *budgets.devices]:
-        if time.monotonic() > deadline:
-            break
-        least = least_budget(quick, checks, budgets, name, ceiling, deadline)
+    for i, name in enumerate(names):
+        now = time.monotonic()
+        share = max(0.0, deadline - now) / (len(names) - i)
+        least = least_budget(quick, checks, budgets, name, ceiling, now + share)
         if least is not None:
             found.append(least)
     return found

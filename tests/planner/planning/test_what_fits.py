@@ -11,7 +11,7 @@ import pytest
 from planner.core.errors import InfeasiblePlacement
 from planner.core.units import GiB, MiB
 from planner.gguf.examples import resolve_model
-from planner.hardware.budgets import resolve_budgets
+from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.llama.settings import CTX_PAD
@@ -139,3 +139,26 @@ def test_at_ctx_max_the_least_budget_is_for_the_smallest_context(shapes, unhurri
     assert host.device == "Host" and f"at context {CTX_PAD}, has 200 MiB" in str(err.value)
     assert plans(ctx, ONE, request, with_budget(budgets, "Host", host.need_bytes))
     assert not plans(ctx, ONE, request, with_budget(budgets, "Host", host.need_bytes - MiB))
+
+
+def test_a_slow_row_leaves_the_rows_after_it_their_share_of_the_time():
+    # Two rows, either alone enough: Host from 450 MiB, CUDA0 from 290 MiB. Every probe of the host
+    # row takes 100 ms, so its bisection (a dozen probes) alone would outlast the 1 s; CUDA0 is still
+    # searched, and settled to the MiB in the half the host left it.
+    budgets = Budgets({"CUDA0": 100 * MiB}, host_bytes=300 * MiB)
+
+    def fits(b: Budgets) -> bool:
+        if b.host_bytes != budgets.host_bytes:
+            time.sleep(0.1)
+        return b.host_bytes >= 450 * MiB or b.devices["CUDA0"] >= 290 * MiB
+
+    def quick(b: Budgets) -> dict[str, int] | None:
+        return {"Host": b.host_bytes, "CUDA0": b.devices["CUDA0"]} if fits(b) else None
+
+    started = time.monotonic()
+    least = whatfits.least_budgets(quick, (fits,), budgets, 4 * GiB, started, seconds=1.0)
+    assert time.monotonic() - started < 1.0 + 1.0
+    by_row = {lb.device: lb for lb in least}
+    assert set(by_row) == {"Host", "CUDA0"}
+    assert by_row["CUDA0"].need_bytes == 290 * MiB and by_row["CUDA0"].exact
+    assert by_row["Host"].need_bytes >= 450 * MiB and fits(with_budget(budgets, "Host", by_row["Host"].need_bytes))
