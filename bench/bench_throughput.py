@@ -67,7 +67,7 @@ from gguf import GGMLQuantizationType
 
 from bench.bench_attention_rows import write_shape
 from bench.quiet import NotQuiet, cores_kept_awake, load_line, pin_to_cores, wait_for_quiet
-from bench.ranks import spearman
+from bench.ranks import pearson, spearman
 from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate, calibration_jobs
 from planner.checking.llama_bench import (
     ESTIMATES,
@@ -91,7 +91,11 @@ from tests.support.tiny_models import write_random
 
 N_RPC = 3
 # how the summary names each of llama_bench.ESTIMATES
-ESTIMATE_SAYS = {"fastest": "sample of all rounds' repeats", "median": "of the rounds' medians"}
+ESTIMATE_SAYS = {"fastest": "sample of all rounds' repeats", "median": "of the rounds' medians",
+                 "unstolen": "of the rounds' medians, each divided by the CPU time's share the hypervisor left it"}
+# what each half of the rounds is taken as, when the odd rounds are ranked against the even
+HALF_SAYS = {"fastest": "fastest samples of each half", "median": "medians of each half",
+             "unstolen": "unstolen medians of each half"}
 N_PROMPT = 128
 # tg16 x 3 repeats in each of 8 processes. Within one llama-bench process the samples agree: in the seven saved
 # runs with samples (2026-12-02 15:44 to 12-03 08:01), a placement's odd and even samples rank the 26 placements
@@ -162,6 +166,8 @@ def timings_json(calibration: dict[str, list[Timing]], placements: dict[str, lis
         out: dict = {"tg_tokens_s": t.tg_tokens_s, "pp_tokens_s": t.pp_tokens_s, "n_ubatch": t.n_ubatch}
         if t.tg_samples:
             out.update(tg_samples=list(t.tg_samples), pp_samples=list(t.pp_samples))
+        if t.stolen is not None:
+            out["stolen"] = t.stolen
         return out
     return {"repeats": work.repeats, "rounds": rounds, "n_prompt": work.n_prompt, "n_gen": work.n_gen, "cores": cores,
             "kept_awake": kept_awake,
@@ -171,7 +177,7 @@ def timings_json(calibration: dict[str, list[Timing]], placements: dict[str, lis
 
 def _timing(v: dict) -> Timing:
     return Timing(v["tg_tokens_s"], v["pp_tokens_s"], v["n_ubatch"], tuple(v.get("tg_samples", ())),
-                  tuple(v.get("pp_samples", ())))
+                  tuple(v.get("pp_samples", ())), v.get("stolen"))
 
 
 def _round_timings(doc: dict) -> dict[str, list[Timing]]:
@@ -317,10 +323,12 @@ def round_repeatability(rows: list[Row]) -> list[str]:
             f"prefill {min(pp):.3f}–{max(pp):.3f}"]
 
 
-def noise(rows: list[Row]) -> list[str]:
+def noise(rows: list[Row], estimate: str = "median") -> list[str]:
     """Where the measurement's noise lies: the spread (sd of the logarithm, as a percentage) of one process's
-    samples and of the processes' medians, the median over placements; and the Spearman of the odd rounds'
-    medians against the even rounds'."""
+    samples and of the processes' medians, the median over placements; where the rounds carry it, the share of
+    the CPU time the hypervisor stole while each process ran and how it goes with that process's slowness (its
+    log deviation from its placement's median of rounds, Pearson over every process); and the Spearman of the
+    odd rounds' figures (by `estimate`) against the even rounds'."""
     def sd(xs: list[float]) -> float:
         return statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 and min(xs) > 0 else math.nan
 
@@ -331,14 +339,34 @@ def noise(rows: list[Row]) -> list[str]:
         if within and between:
             lines.append(f"noise, {label}: samples of one process apart by {statistics.median(within):.1%}, the "
                          f"processes' medians by {statistics.median(between):.1%} (sd, median over placements)")
+    lines += _stolen_lines(rows)
     if min(len(r.timings) for r in rows) >= 2:
-        odd = [median_timing(r.timings[0::2]) for r in rows]
-        even = [median_timing(r.timings[1::2]) for r in rows]
+        odd = [ESTIMATES[estimate](r.timings[0::2]) for r in rows]
+        even = [ESTIMATES[estimate](r.timings[1::2]) for r in rows]
         tg = spearman([t.tg_tokens_s for t in odd], [t.tg_tokens_s for t in even])
         pp = spearman([t.pp_tokens_s for t in odd], [t.pp_tokens_s for t in even])
-        lines.append(f"odd rounds against even rounds (medians of each half): decode Spearman {tg:.3f}, "
+        lines.append(f"odd rounds against even rounds ({HALF_SAYS[estimate]}): decode Spearman {tg:.3f}, "
                      f"prefill {pp:.3f}")
     return lines
+
+
+def _stolen_lines(rows: list[Row]) -> list[str]:
+    """The stolen share of every process, and its Pearson correlation with the process's slowness (decode and
+    prefill): log(its figure / its placement's median of rounds). Nothing when no round carries the share."""
+    pairs = [(t, r) for r in rows for t in r.timings if t.stolen is not None]
+    if len(pairs) < 3:
+        return []
+    shares = [t.stolen for t, _ in pairs]
+    medians = {r.placement.name: median_timing(r.timings) for r in rows}
+    out = [f"stolen by the hypervisor: {statistics.median(shares):.1%} of the CPU time in the median process "
+           f"({min(shares):.1%}–{max(shares):.1%}, {len(shares)} processes)"]
+    slow = []
+    for figure in ("tg_tokens_s", "pp_tokens_s"):
+        dev = [math.log(getattr(t, figure) / getattr(medians[r.placement.name], figure)) for t, r in pairs]
+        slow.append(pearson(shares, dev))
+    out.append(f"a process's stolen share against its log deviation from its placement's median: Pearson decode "
+               f"{slow[0]:.3f}, prefill {slow[1]:.3f}")
+    return out
 
 
 def table(rows: list[Row]) -> list[str]:
@@ -400,9 +428,11 @@ def main() -> None:
                     "generates (a --replay file's own figure wins)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="llama-bench processes a placement, run round-robin "
                     "over the placements (the calibration's too)")
-    ap.add_argument("--estimate", choices=sorted(ESTIMATES), default="median",
+    ap.add_argument("--estimate", choices=sorted(ESTIMATES), default="unstolen",
                     help="what a placement's figure is, for the calibration and the placements alike: the median of "
-                    "its rounds' medians (default) or the fastest sample of all its rounds; the summary gives both")
+                    "its rounds' medians each divided by the share of CPU time the hypervisor left its process "
+                    "(unstolen, default), the plain median of its rounds' medians, or the fastest sample of all its "
+                    "rounds; the summary gives all three")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
                     "on the bench's own rpc-servers first)")
     ap.add_argument("--write-calibrated", type=Path, help="write the calibrated inventory here")
@@ -481,7 +511,7 @@ def report(by_estimate: dict[str, list[Row]], args: argparse.Namespace, work: Wo
     for name, its_rows in by_estimate.items():
         lines += [f"-- {name} {ESTIMATE_SAYS[name]}{' (the table)' if name == args.estimate else ''}:",
                   *summary(its_rows, work)]
-    lines += round_repeatability(rows) + noise(rows)
+    lines += round_repeatability(rows) + noise(rows, args.estimate)
     if args.against:
         lines += repeatability(rows, _round_timings(json.loads(args.against.read_text())["placements"]),
                                ESTIMATES[args.estimate])

@@ -22,9 +22,17 @@ def ranks(values: Sequence[float]) -> np.ndarray:
     return out
 
 
+def pearson(a: Sequence[float], b: Sequence[float]) -> float:
+    """Pearson's correlation; NaN when either side has no spread."""
+    if len(a) != len(b):
+        raise ValueError(f"correlation: {len(a)} values against {len(b)}")
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    x, y = x - x.mean(), y - y.mean()
+    norm = float(np.sqrt((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / norm) if norm else float("nan")
+
+
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     if len(a) != len(b):
         raise ValueError(f"spearman: {len(a)} values against {len(b)}")
-    ra, rb = ranks(a) - (len(a) + 1) / 2, ranks(b) - (len(b) + 1) / 2
-    norm = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
-    return float((ra * rb).sum() / norm) if norm else float("nan")
+    return pearson(ranks(a), ranks(b))

@@ -593,6 +593,9 @@ def _estimate_text(request: CalibrateRequest) -> str:
     rounds = f"{request.rounds} llama-bench processes a placement, run round-robin"
     if request.estimate == "median":
         return "medians of the repeats" + (f", then of {rounds}" if request.rounds > 1 else "")
+    if request.estimate == "unstolen":
+        return ("medians of the repeats, each divided by the share of CPU time the hypervisor left its process"
+                + (f", then their median over {rounds}" if request.rounds > 1 else ""))
     return "the fastest sample of the repeats" + (f" of {rounds}" if request.rounds > 1 else "") + \
         " (a sample on shared cores is only ever slowed by other work)"
 

@@ -23,6 +23,7 @@ class Estimate(str, Enum):
 
     FASTEST = "fastest"
     MEDIAN = "median"
+    UNSTOLEN = "unstolen"
 
 
 def calibrate_cmd(
@@ -40,7 +41,9 @@ def calibrate_cmd(
                                         "round-robin over the placements")] = 1,
     estimate: Annotated[Estimate, typer.Option("--estimate", help="a placement's figure: the fastest of all its "
                                                "samples (a sample on shared cores is only ever slowed by other "
-                                               "work), or the median of its rounds' medians")] = Estimate.FASTEST,
+                                               "work), the median of its rounds' medians, or that median of "
+                                               "medians each divided by the share of CPU time the hypervisor left "
+                                               "its process (unstolen)")] = Estimate.FASTEST,
     n_prompt: Annotated[int, typer.Option("--prompt-tokens", min=1, help="llama-bench -p")] = 128,
     n_gen: Annotated[int, typer.Option("--gen-tokens", min=1, help="llama-bench -n")] = 16,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="llama-bench -t")] = None,

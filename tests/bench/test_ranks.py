@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from bench.ranks import ranks, spearman
+from bench.ranks import pearson, ranks, spearman
 
 
 def test_ties_share_their_average_rank():
@@ -21,3 +21,9 @@ def test_spearman_by_hand():
 
 def test_no_spread_is_nan():
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_pearson_by_hand():
+    # x centred (-1, 0, 1), y = (1, 3, 2) centred (-1, 1, 0): products 1 + 0 + 0 = 1, over sqrt(2 · 2)
+    assert math.isclose(pearson([1, 2, 3], [1, 3, 2]), 0.5)
+    assert math.isnan(pearson([2, 2, 2], [1, 2, 3]))

@@ -35,3 +35,17 @@ def test_halves_that_disagree_rank_against_each_other():
     # one sample a process: no spread within; the last line ranks the halves
     assert not any(line.startswith("noise, decode: samples") for line in lines)
     assert lines[-1] == "odd rounds against even rounds (medians of each half): decode Spearman -1.000, prefill -1.000"
+
+
+def test_the_stolen_share_is_set_against_each_process_slowness():
+    # one placement of three rounds, 10 / 8 / 10 tok/s (median 10): log deviations (0, ln 0.8, 0); stolen
+    # shares (0.01, 0.21, 0.01) -> Pearson -1 (two points alike, one apart, opposite ways)
+    timings = tuple(Timing(fig, fig, 128, (fig,), (fig,), stolen=share) for fig, share in
+                    ((10.0, 0.01), (8.0, 0.21), (10.0, 0.01)))
+    rows = [Row(Placement("p", GEMMA, ("-ngl", "0")), 0, 0.0, 0.0, 0.0, 0.0, "", timings)]
+    lines = noise(rows, "unstolen")
+    assert "stolen by the hypervisor: 1.0% of the CPU time in the median process (1.0%–21.0%, 3 processes)" in lines
+    assert ("a process's stolen share against its log deviation from its placement's median: Pearson decode "
+            "-1.000, prefill -1.000") in lines
+    # odd rounds (10 at 1 %, 10 at 1 %) against the even (8 at 21 % -> 8 / 0.79): one placement, no rank
+    assert lines[-1].startswith("odd rounds against even rounds (unstolen medians of each half)")

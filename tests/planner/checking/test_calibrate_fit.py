@@ -3,6 +3,7 @@ timings written by hand from known rates. No timing is measured here."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,15 @@ from planner.checking.calibrate import (
     same_hardware,
     without_attention,
 )
-from planner.checking.llama_bench import Timing, fastest_timing, median_timing
+from planner.checking.llama_bench import (
+    ESTIMATES,
+    Timing,
+    cpu_jiffies,
+    fastest_timing,
+    median_timing,
+    stolen_share,
+    unstolen_timing,
+)
 from planner.hardware.inventory import (
     Backend,
     CalibratedFigure,
@@ -300,3 +309,23 @@ def test_timings_kept_without_samples_count_with_their_medians():
     rounds = [Timing(40.0, 200.0, 64), Timing(45.0, 190.0, 64, (44.0, 45.0, 46.0), (180.0, 190.0, 195.0))]
     fastest = fastest_timing(rounds)
     assert (fastest.tg_tokens_s, fastest.pp_tokens_s) == (46.0, 200.0)
+
+
+def test_the_unstolen_estimate_divides_each_round_by_the_cpu_time_it_had():
+    # round 1 lost a fifth of the CPU time: 40 / 0.8 = 50 and 200 / 0.8 = 250; round 2 lost none; round 3 has
+    # no figure and counts as measured. Medians: (50, 45, 30) -> 45, (250, 210, 220) -> 220.
+    rounds = [Timing(40.0, 200.0, 128, (40.0,), (200.0,), stolen=0.2), Timing(45.0, 210.0, 128, stolen=0.0),
+              Timing(30.0, 220.0, 128)]
+    unstolen = unstolen_timing(rounds)
+    assert (unstolen.tg_tokens_s, unstolen.pp_tokens_s, unstolen.n_ubatch) == (45.0, 220.0, 128)
+    assert unstolen.stolen is None and unstolen.tg_samples == (40.0,)
+    assert ESTIMATES["unstolen"] is unstolen_timing
+
+
+def test_the_stolen_share_is_read_off_proc_stat_between_two_readings():
+    # (steal, all) ticks: 30 of the 1000 ticks between the readings were stolen
+    assert stolen_share((10, 5000), (40, 6000)) == 0.03
+    assert stolen_share(None, (40, 6000)) is None and stolen_share((10, 5000), (10, 5000)) is None
+    now = cpu_jiffies()
+    if Path("/proc/stat").exists():
+        assert now is not None and 0 <= now[0] <= now[1]
