@@ -24,9 +24,12 @@ differs between processes — where the weights land in memory, the cores' clock
 of the machine's speed over the minutes a run takes fall on the calibration and every placement alike.
 
 A placement's figure (--estimate, the same for the calibration's runs and the placements) is by default the
-median of its rounds' medians: what moves a figure on this machine is the process and the minutes it runs in,
-not the sample (see N_GEN), and the median of 8 processes spread over the whole run averages that drift where
-one process's samples cannot. The summary also gives the fastest of all samples (sessions 13-16's default: on
+median of its rounds' medians, each first divided by the share of the CPU time the hypervisor left its process
+(unstolen, since session 18: this is a virtual machine, and /proc/stat's steal, 0-20 % of a process's time,
+goes with how slow the process ran): what moves a figure on this machine is the process and the minutes it
+runs in, not the sample (see N_GEN), and the median of 8 processes spread over the whole run averages that
+drift where one process's samples cannot; the summary prints the stolen shares and how they go with each
+process's slowness. The summary also gives the fastest of all samples (sessions 13-16's default: on
 shared vCPUs a sample is only ever slowed by what ran beside it, so the fastest is what the placement costs when
 nothing did — but it is one moment of one process). The bench reports its own noise: the spread of the samples
 within one process against the spread of the processes' medians, and how alike two halves of the rounds (odd
