@@ -165,8 +165,14 @@ def run_rounds(bin_dir: Path, jobs: Sequence[BenchJob], rpc: list[str], rounds: 
 def median_timing(timings: Sequence[Timing]) -> Timing:
     """The median over rounds of each round's medians (the rounds of one placement share their ubatch), with
     every round's samples."""
-    return Timing(statistics.median(t.tg_tokens_s for t in timings),
-                  statistics.median(t.pp_tokens_s for t in timings), timings[0].n_ubatch,
+    return _median_of_rounds(timings, lambda t: 1.0)
+
+
+def _median_of_rounds(timings: Sequence[Timing], share: Callable[[Timing], float]) -> Timing:
+    """The median over rounds of each round's medians divided by `share` of that round, with every round's
+    samples as measured."""
+    return Timing(statistics.median(t.tg_tokens_s / share(t) for t in timings),
+                  statistics.median(t.pp_tokens_s / share(t) for t in timings), timings[0].n_ubatch,
                   tuple(x for t in timings for x in t.tg_samples), tuple(x for t in timings for x in t.pp_samples))
 
 
@@ -190,11 +196,7 @@ def unstolen_timing(timings: Sequence[Timing]) -> Timing:
     run one each); threads that meet at a barrier every op all wait for a stolen one, so there the figure
     is still below the unstolen speed. Rounds measured without the figure count as measured; the result
     carries no `stolen` of its own (it is corrected already)."""
-    def had(t: Timing) -> float:
-        return 1.0 - (t.stolen or 0.0)
-    return Timing(statistics.median(t.tg_tokens_s / had(t) for t in timings),
-                  statistics.median(t.pp_tokens_s / had(t) for t in timings), timings[0].n_ubatch,
-                  tuple(x for t in timings for x in t.tg_samples), tuple(x for t in timings for x in t.pp_samples))
+    return _median_of_rounds(timings, lambda t: 1.0 - (t.stolen or 0.0))
 
 
 ESTIMATES: dict[str, Callable[[Sequence[Timing]], Timing]] = {"median": median_timing, "fastest": fastest_timing,
