@@ -68,6 +68,7 @@ def least_budget(quick: Quick, checks: tuple[Fits, ...], budgets: Budgets, name:
     if first is None:
         return None
     lo, top, hi = floor, hi, max(floor + 1, min(hi, first))   # top: passed by `quick`; no check climbs higher
+    guess = hi   # what `quick`'s placement at the top uses: where a check out of time looks first
     while hi - lo > 1 and time.monotonic() < deadline:
         mid = (lo + hi) // 2
         use = use_at(mid)
@@ -76,7 +77,7 @@ def least_budget(quick: Quick, checks: tuple[Fits, ...], budgets: Budgets, name:
         def passes(n_mib: int, check: Fits = check) -> bool:
             return check(with_budget(budgets, name, n_mib * MiB))
 
-        settled = _settle(passes, lo, hi, top, floor, deadline)
+        settled = _settle(passes, lo, hi, top, floor, deadline, guess)
         if settled is None:
             return None
         lo, hi = settled
@@ -84,14 +85,20 @@ def least_budget(quick: Quick, checks: tuple[Fits, ...], budgets: Budgets, name:
 
 
 def _settle(passes: Callable[[int], bool], lo: int, hi: int, top: int, floor: int,
-            deadline: float) -> tuple[int, int] | None:
+            deadline: float, guess: int) -> tuple[int, int] | None:
     """A check's own boundary near the last one's (`lo` failed it, `hi` passed it): gallop away from
     the side this check disagrees on, then bisect. Returns (lo, hi): `hi` passes this check, `lo`
     fails it, one MiB apart unless time ran out; None when nothing up to `top` passes. `floor` (the
-    user's budget) is known not to fit."""
+    user's budget) is known not to fit. The time limit only makes an answer coarser: a climb it stops
+    asks `guess` (when above) and then `top`, so a row is dropped for failing, never for being slow."""
     step = 1
     while not passes(hi):                     # the boundary is above: climb
-        if hi >= top or time.monotonic() > deadline:
+        if hi >= top:
+            return None
+        if time.monotonic() > deadline:       # out of time: a row which binds is reported (inexact)
+            for last in (guess, top):
+                if last > hi and passes(last):
+                    return hi, last
             return None
         lo, hi, step = hi, min(hi + step, top), step * 2
     step = 1

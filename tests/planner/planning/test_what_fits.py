@@ -162,3 +162,25 @@ def test_a_slow_row_leaves_the_rows_after_it_their_share_of_the_time():
     assert set(by_row) == {"Host", "CUDA0"}
     assert by_row["CUDA0"].need_bytes == 290 * MiB and by_row["CUDA0"].exact
     assert by_row["Host"].need_bytes >= 450 * MiB and fits(with_budget(budgets, "Host", by_row["Host"].need_bytes))
+
+
+def test_a_search_out_of_time_still_reports_every_row_that_binds():
+    # The quick test finds placements that use less than the planner's verdict needs (Host 400 of
+    # 450 MiB, CUDA0 250 of 290), so each row's settling must climb. With no time at all, the climb
+    # asks the top once: both rows are reported, inexact, each at a budget that plans. (CI, loaded:
+    # the CUDA0 row of the README's op-offload example was dropped this way, "no single budget".)
+    budgets = Budgets({"CUDA0": 100 * MiB}, host_bytes=300 * MiB)
+
+    def fits(b: Budgets) -> bool:
+        return b.host_bytes >= 450 * MiB or b.devices["CUDA0"] >= 290 * MiB
+
+    def quick(b: Budgets) -> dict[str, int] | None:
+        if b.host_bytes >= 400 * MiB:
+            return {"Host": 400 * MiB, "CUDA0": 0}
+        return {"Host": 0, "CUDA0": 250 * MiB} if b.devices["CUDA0"] >= 250 * MiB else None
+
+    least = whatfits.least_budgets(quick, (fits,), budgets, 4 * GiB, time.monotonic(), seconds=0.0)
+    by_row = {lb.device: lb for lb in least}
+    assert set(by_row) == {"Host", "CUDA0"}
+    for lb in least:
+        assert fits(with_budget(budgets, lb.device, lb.need_bytes))
