@@ -30,8 +30,11 @@ hypervisor to wake a halted vCPU (on this machine 0.25-2 ms a hand-off, bench_th
 limit then discounts the loops. Pinning (taskset -c): rpc-server i runs on core i mod cores; an endpoint of
 (a) runs on its device's core, the split's one llama-server on every core. What this machine can check: all
 its "devices" share two cores and one memory bus, so three devices are two cores' worth of work at most and
-their weight streams contend on one bus; the summary says how far each measurement is from the prediction,
-which treats devices as independent (the contention is the gap).
+their weight streams contend on one bus. Since session 19 the prediction knows the cores: detection reads
+each loopback rpc-server's affinity and threads, and the verdict divides a pool of cores over the servers
+that compute on it at once, and ends the equal load with its slowest client (planner/planning/verdict.py);
+the memory bus and the llama-server processes' own CPU time are not modelled, and the summary says how far
+each measurement is from the prediction.
 
 Measures only while the 1-minute load average is below --max-load (other work on a 2-core machine
 skews every timing), waiting up to --max-wait-s; prints the load before and after each arrangement.
@@ -273,11 +276,12 @@ def summary(rows: list[Row]) -> list[str]:
         ratios = ", ".join(f"{a.value} measured/predicted {r.key(a) / r.predicted[a]:.2f}"
                            for a in (Arrangement.ENDPOINTS, Arrangement.SPLIT) if r.predicted[a])
         lines.append(f"  {r.combination.name}: {ratios}" + ("" if r.agrees else "  <- differs"))
-    lines.append(f"CPU contention: this machine has {N_CORES} cores and one memory bus; every rpc-server (one thread) "
-                 "and llama-server shares them. Two devices are two cores, so (a)'s two endpoints really run at once; "
-                 f"three devices are {N_CORES} cores' worth at most, so (a)'s three endpoints (predicted as three "
-                 f"independent devices) can reach at most {N_CORES}/3 of their predicted aggregate, and all weight "
-                 "streams contend on one bus. The measured/predicted ratios above carry that gap.")
+    lines.append(f"CPU contention: this machine has {N_CORES} cores and one memory bus; every rpc-server (one thread, "
+                 f"rpc-server i on core i mod {N_CORES}) and llama-server shares them. The prediction divides each "
+                 "core over the rpc-servers computing on it at once (three devices: two on one core, half a core "
+                 "each) and ends the four clients' equal load with the slowest; what it does not model is the one "
+                 "memory bus all weight streams contend on and the llama-server processes' own CPU time. The "
+                 "measured/predicted ratios above carry that gap.")
     return lines
 
 

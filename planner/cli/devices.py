@@ -15,7 +15,8 @@ from planner.cli.options import DeviceOpt, DevicesOpt, Format, InventoryOptions,
 from planner.core.render import render, table
 from planner.core.units import fmt_bytes
 from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins
-from planner.hardware.inventory import Inventory, Selection, inventory_to_dict, llama_devices, rpc_flag
+from planner.hardware.inventory import DeviceSpec, Inventory, Selection, inventory_to_dict, llama_devices, rpc_flag
+from planner.hardware.inventory_yaml import cpu_list_text
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class DevicesReport:
         rows = [[d.name, d.kind.value, d.backend.value, fmt_bytes(d.total_bytes), fmt_bytes(d.free_bytes),
                  fmt_bytes(self.budgets.devices[d.name]), rate(d.bandwidth_bytes_s, "GB/s", 1e9),
                  rate(d.fp16_flops, "TFLOPS", 1e12), rate(d.transfer_bytes_s, "GB/s", 1e9),
-                 d.endpoint or ("uma" if d.uma else "")]
+                 _where(d)]
                 for d in self.inventory.devices]
         host = self.inventory.host
         rows.append(["Host", "cpu", "CPU", fmt_bytes(host.ram_total_bytes), fmt_bytes(host.ram_available_bytes),
@@ -95,3 +96,10 @@ def devices_cmd(
     """The devices a plan is made for (detected or described), their budgets, and llama.cpp's view."""
     report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram), use_llama=not no_llama)
     typer.echo(render(report, fmt))
+
+
+def _where(d: DeviceSpec) -> str:
+    """The endpoint column: an rpc-server's host:port (and the CPUs it computes on, when known), or "uma"."""
+    if d.endpoint and d.cpus:
+        return f"{d.endpoint} (cpus {cpu_list_text(d.cpus)}, {d.threads} thread{'s' * (d.threads != 1)})"
+    return d.endpoint or ("uma" if d.uma else "")

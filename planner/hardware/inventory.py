@@ -99,6 +99,10 @@ class DeviceSpec:
     remote_backend: Backend | None = None   # RPC: the backend the rpc-server runs (it sizes allocations)
     compute_capability: int | None = None   # CUDA: major * 100 + minor * 10 (8.6 -> 860)
     id: str | None = None   # ggml_backend_dev_props.device_id: the PCI bus id ("0000:01:00.0"); None = unknown
+    # a CPU rpc-server's host CPUs (its process's affinity) and compute threads; () / 0 = unknown.
+    # Devices whose CPUs overlap share those cores when they compute at once (planner/planning/verdict.py)
+    cpus: tuple[int, ...] = ()
+    threads: int = 0
 
     @property
     def transfer_bytes_s(self) -> int:
@@ -337,6 +341,7 @@ def inventory_from_dict(doc: dict[str, Any], source: str) -> Inventory:
         fields["kind"], fields["backend"] = DeviceKind(fields["kind"]), Backend(fields["backend"])
         if fields.get("remote_backend"):
             fields["remote_backend"] = Backend(fields["remote_backend"])
+        fields["cpus"] = tuple(fields.get("cpus") or ())
         devices.append(DeviceSpec(**fields))
     return Inventory(tuple(devices), HostSpec(**doc["host"]), source=source)
 

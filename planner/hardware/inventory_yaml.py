@@ -80,7 +80,11 @@ _DEVICE_KEYS = {
     "remote_backend": "RPC devices: the backend the rpc-server runs (" + one_of(b.value for b in DEVICE_BACKENDS) + ")",
     "compute_capability": "CUDA devices: the compute capability, e.g. 8.6",
     "id": "the card's id as llama.cpp reports it (PCI bus id such as 0000:01:00.0): one card under two backends",
+    "cpus": "RPC devices on a CPU rpc-server: the host CPUs it runs on, a list such as 0-3,8 (its taskset)",
+    "threads": "RPC devices on a CPU rpc-server: its compute threads (its -t)",
 }
+# the most CPUs a Linux kernel is built for (CONFIG_NR_CPUS's upper bound): a CPU list past it is a typo
+MAX_CPUS = 8192
 _KINDS = {k.value: k for k in DEVICE_KINDS}
 _BACKENDS = {b.value: b for b in DEVICE_BACKENDS}
 _COUNT = re.compile(r"^([0-9]+)\s*[x×*]\s*(\S+)$", re.IGNORECASE)
@@ -177,7 +181,8 @@ def inventory_yaml_dict(inventory: Inventory, model: str = "") -> dict[str, Any]
         row: dict[str, Any] = {"name": dev.name, "memory": size(dev.total_bytes), "free": size(dev.free_bytes)}
         if dev.kind is not DeviceKind.RPC:
             row["kind"] = dev.kind.value
-        for key, text in (("description", dev.description), ("endpoint", dev.endpoint)):
+        for key, text in (("description", dev.description), ("endpoint", dev.endpoint),
+                          ("cpus", cpu_list_text(dev.cpus)), ("threads", dev.threads)):
             if text:
                 row[key] = text
         for key, value, scale in (("bandwidth_gbs", dev.bandwidth_bytes_s, GB), ("fp16_tflops", dev.fp16_flops, TERA),
@@ -274,7 +279,41 @@ _FIELDS: dict[str, tuple[str, Callable[[Any, ds.Where], Any]]] = {
     "remote_backend": ("remote_backend", lambda value, where: ds.choice(value, where, _BACKENDS)),
     "compute_capability": ("compute_capability", lambda value, where: _compute_capability(value, where)),
     "id": ("id", ds.text),
+    "cpus": ("cpus", lambda value, where: _cpu_list(value, where)),
+    "threads": ("threads", lambda value, where: _threads(value, where)),
 }
+
+
+def _cpu_list(value: Any, where: ds.Where) -> tuple[int, ...]:
+    """"0-3,8" (the Linux CPU-list form taskset and /proc print), one number, or a list of numbers."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    cpus: set[int] = set()
+    for item in items:
+        text = str(item).strip()
+        low, dash, high = text.partition("-")
+        if not (low.isascii() and low.isdigit()) or (dash and not (high.isascii() and high.isdigit())) \
+                or int(high if dash else low) < int(low) or int(high if dash else low) >= MAX_CPUS:
+            raise where.error(f"expected a CPU list such as 0-3,8 (CPUs below {MAX_CPUS}); got {quote(value)}")
+        cpus.update(range(int(low), int(high if dash else low) + 1))
+    return tuple(sorted(cpus))
+
+
+def _threads(value: Any, where: ds.Where) -> int:
+    n = ds.number(value, where, "a thread count")
+    if n != int(n) or not 1 <= n <= MAX_CPUS:
+        raise where.error(f"expected a whole number of threads from 1 to {MAX_CPUS}; got {quote(value)}")
+    return int(n)
+
+
+def cpu_list_text(cpus: tuple[int, ...]) -> str:
+    """The inverse of _cpu_list: ascending CPUs as ranges ("0-3,8")."""
+    runs: list[list[int]] = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _compute_capability(value: Any, where: ds.Where) -> int:
@@ -356,6 +395,7 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
         link_bytes_s=f.get("link_bytes_s", 0), endpoint=f.get("endpoint"), uma=f.get("uma", False),
         network_bytes_s=f.get("network_bytes_s", 0), description=f.get("description", ""),
         remote_backend=f.get("remote_backend"), compute_capability=f.get("compute_capability"), id=f.get("id"),
+        cpus=f.get("cpus", ()), threads=f.get("threads", 0),
     )
 
 

@@ -21,6 +21,17 @@ throughput.predict's decode time. Stages run one after another (no pipeline over
 split's devices take turns while separate endpoints run at the same time: that is the whole case
 for (a), and why a split only pays when the model does not fit one device.
 
+Two terms of (a) come from the endpoints running at the same time:
+  shared cores — CPU rpc-servers whose CPUs overlap (their processes' affinity, detected for servers on
+      this machine's loopback, or `cpus:` in the inventory) are one pool of cores. When several of them
+      compute at once the pool's cores are divided over the threads that want them (the kernel's fair
+      share), so each runs at (its threads × min(1, pool cores / threads wanting them)) over what it had
+      alone (min(its threads, its CPUs)). A split's devices take turns, so they never share this way.
+  an equal load — the N clients each send the same work and keep to their endpoint, as a round-robin
+      balancer assigns them: the load ends when the slowest client does, and a client that finishes
+      leaves its cores to the others. The aggregate is the N clients' tokens over that time (an event
+      walk over the finishes); with no shared cores it is N × the slowest client's tokens/s.
+
 Ranked by aggregate tokens/s for N clients and by tokens/s of one stream alone.
 """
 from __future__ import annotations
@@ -33,7 +44,7 @@ from typing import Any
 from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.render import table
 from planner.hardware.budgets import Budgets
-from planner.hardware.inventory import Calibration, DeviceKind, Inventory
+from planner.hardware.inventory import Backend, Calibration, DeviceKind, Inventory
 from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.placement import CPU
 from planner.memory.estimate import estimate
@@ -127,6 +138,52 @@ def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# endpoints at the same time: shared cores, an equal load
+
+
+def _on_cpus(inventory: Inventory, name: str) -> tuple[tuple[int, ...], int] | None:
+    """The CPUs and threads a device computes with, when it is a CPU rpc-server whose CPUs are known."""
+    dev = inventory.get(name)
+    if dev is None or not dev.cpus or dev.remote_backend not in (None, Backend.CPU):
+        return None
+    return dev.cpus, dev.threads or len(dev.cpus)
+
+
+def cpu_shares(inventory: Inventory, busy: list[str]) -> dict[str, float]:
+    """Each of `busy` (devices computing at once), as a fraction of its speed alone: devices whose CPUs
+    overlap pool them (transitively), and a pool's cores are divided over the threads that want them."""
+    known = {n: found for n in busy if (found := _on_cpus(inventory, n)) is not None}
+    pools: list[tuple[set[int], list[str]]] = []
+    for name, (cpus, _) in known.items():
+        joined = [p for p in pools if p[0] & set(cpus)]
+        merged = (set(cpus).union(*(p[0] for p in joined)), [name, *(n for p in joined for n in p[1])])
+        pools = [p for p in pools if p not in joined] + [merged]
+    shares = dict.fromkeys(busy, 1.0)
+    for cores, names in pools:
+        wanting = sum(known[n][1] for n in names)
+        for n in names:
+            cpus, threads = known[n]
+            shares[n] = threads * min(1.0, len(cores) / wanting) / min(threads, len(cpus))
+    return shares
+
+
+def equal_load_tokens_s(endpoints: tuple[Endpoint, ...], inventory: Inventory) -> float:
+    """The aggregate tokens/s of an equal load per client (the module's docstring): every client of an
+    endpoint moves at its client_tokens_s under the shares of the endpoints still computing, so they
+    finish together; walk from finish to finish until the last."""
+    left = {i: 1.0 for i, e in enumerate(endpoints) if e.n_slots}   # each client's work still to do
+    elapsed = 0.0
+    while left:
+        shares = cpu_shares(inventory, [n for i in left for n in endpoints[i].devices])
+        rate = {i: min(shares[n] for n in endpoints[i].devices) * endpoints[i].batch_tokens_s / endpoints[i].n_slots
+                for i in left}
+        step = min(left[i] / rate[i] for i in left)
+        elapsed += step
+        left = {i: w - step * rate[i] for i, w in left.items() if w - step * rate[i] > 1e-9}
+    return sum(e.n_slots for e in endpoints) / elapsed if elapsed else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
 # the result
 
 
@@ -139,8 +196,14 @@ class Endpoint:
     n_slots: int                   # -np: the clients it serves at once
     argv: tuple[str, ...]          # llama-server's arguments, --port included
     stream_tokens_s: float         # one stream alone on it
-    batch_tokens_s: float          # its n_slots streams together
+    batch_tokens_s: float          # its n_slots streams together, alone on its devices
     n_boundaries: int
+    cpu_share: float = 1.0         # of its speed alone, while every endpoint of its arrangement computes
+
+    @property
+    def client_tokens_s(self) -> float:
+        """One of its clients while every endpoint of the arrangement computes."""
+        return self.cpu_share * self.batch_tokens_s / self.n_slots
 
     @property
     def command(self) -> str:
@@ -172,7 +235,8 @@ class Option:
                 "endpoints": [{"devices": list(e.devices), "port": e.port, "n_slots": e.n_slots,
                                "argv": list(e.argv), "command": e.command,
                                "stream_tokens_s": round(e.stream_tokens_s, 2),
-                               "batch_tokens_s": round(e.batch_tokens_s, 2), "boundaries_per_token": e.n_boundaries}
+                               "batch_tokens_s": round(e.batch_tokens_s, 2), "cpu_share": round(e.cpu_share, 3),
+                               "boundaries_per_token": e.n_boundaries}
                               for e in self.endpoints]}
 
 
@@ -406,8 +470,14 @@ def _endpoints(c: _Context, not_helping: list[str]) -> Option:
         endpoints.append(_endpoint(c.ctx, planned, BASE_PORT + i, c.n_past))
     left = [n for n in names if n not in held]
     note = f"no copy fits {', '.join(left)}" if left else ""
-    return Option(Arrangement.ENDPOINTS, tuple(endpoints), sum(e.batch_tokens_s for e in endpoints),
-                  min(e.batch_tokens_s / e.n_slots for e in endpoints), single[order[0]].stream_tokens_s, note)
+    shares = cpu_shares(c.inventory, [n for e in endpoints for n in e.devices])
+    endpoints = [replace(e, cpu_share=min(shares[n] for n in e.devices)) for e in endpoints]
+    if any(e.cpu_share < 1 for e in endpoints):
+        note = "; ".join(filter(None, [note, "endpoints share host cores: " + ", ".join(
+            f"{'+'.join(e.devices)} at {e.cpu_share:.2f}" for e in endpoints if e.cpu_share < 1)]))
+    ready = tuple(endpoints)
+    return Option(Arrangement.ENDPOINTS, ready, equal_load_tokens_s(ready, c.inventory),
+                  min(e.client_tokens_s for e in ready), single[order[0]].stream_tokens_s, note)
 
 
 def _one_process(c: _Context, arrangement: Arrangement, found: PlanResult | str, names: dict[str, str],

@@ -65,3 +65,25 @@ def test_rpc_servers_stop_when_the_body_raises(llama_tools):
     for ep in endpoints:
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", int(ep.rsplit(":", 1)[1])), timeout=1).close()
+
+
+def test_a_pinned_rpc_server_on_loopback_is_detected_with_its_cpus_and_threads(capsys, llama_tools):
+    # two real rpc-servers: one under `taskset -c LAST` with rpc-server's default threads (half the
+    # online CPUs, at least one), one free with -t 1; detection reads their affinity and command lines
+    import os
+
+    from planner.core.llama_tools import rpc_servers
+    from planner.hardware.inventory_yaml import cpu_list_text
+    from planner.hardware.local_servers import default_threads
+
+    last = max(os.sched_getaffinity(0))
+    with rpc_servers(1, llama_tools, prefix=lambda i: ["taskset", "-c", str(last)]) as pinned, \
+            rpc_servers(1, llama_tools, args=["-t", "1"]) as free:
+        doc = fitplan_devices(capsys, "--rpc", ",".join(pinned + free))
+        assert main(["devices", "--rpc", ",".join(pinned + free)]) == 0
+        text = capsys.readouterr().out
+    assert f"{free[0]} (cpus {cpu_list_text(tuple(sorted(os.sched_getaffinity(0))))}, 1 thread)" in text
+    rows = {d["endpoint"]: d for d in doc["devices"] if d["kind"] == "rpc"}
+    assert rows[pinned[0]]["cpus"] == [last]
+    assert rows[pinned[0]]["threads"] == default_threads(os.cpu_count() or 1)
+    assert rows[free[0]]["cpus"] == sorted(os.sched_getaffinity(0)) and rows[free[0]]["threads"] == 1

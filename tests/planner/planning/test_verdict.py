@@ -13,7 +13,17 @@ from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec
 from planner.llama.context import model_context
 from planner.planning.result import PlanRequest
 from planner.planning.throughput import ACTIVATION_BYTES_PER_VALUE, LOCAL_SPLIT_LATENCY_S
-from planner.planning.verdict import BASE_PORT, Arrangement, StepTerms, relation, step_seconds, verdict
+from planner.planning.verdict import (
+    BASE_PORT,
+    Arrangement,
+    Endpoint,
+    StepTerms,
+    cpu_shares,
+    equal_load_tokens_s,
+    relation,
+    step_seconds,
+    verdict,
+)
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
 BW, FLOPS, LINK = 300e9, 50e12, 25e9
@@ -23,9 +33,10 @@ def gpu(name: str, free: int = 2 * GiB) -> DeviceSpec:
     return DeviceSpec(name, DeviceKind.GPU, Backend.CUDA, free, free, int(BW), int(FLOPS), int(LINK))
 
 
-def rpc(name: str, port: int) -> DeviceSpec:
+def rpc(name: str, port: int, cpus: tuple[int, ...] = (), threads: int = 0,
+        remote: Backend | None = None) -> DeviceSpec:
     return DeviceSpec(name, DeviceKind.RPC, Backend.RPC, 2 * GiB, 2 * GiB, int(BW), int(FLOPS), int(LINK),
-                      endpoint=f"127.0.0.1:{port}")
+                      endpoint=f"127.0.0.1:{port}", cpus=cpus, threads=threads, remote_backend=remote)
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +150,52 @@ def test_the_printed_ranking_marks_ties_between_neighbours(gemma):
     text = v.ranking_text(clients=False)
     assert text == "(a) ≈ (c) ≈ (b)"   # (c) is (a) here: the model fits the fastest device, nothing offloaded
     assert f"ranking for one stream: {text}" in v.to_table()
+
+
+def test_cpu_rpc_servers_on_overlapping_cpus_share_them_by_threads():
+    pinned = Inventory((rpc("RPC0", 1, (0,), 1), rpc("RPC1", 2, (1,), 1), rpc("RPC2", 3, (0,), 1)), HOST)
+    # RPC0 and RPC2 on core 0: one core for two threads, half each; RPC1 alone on core 1
+    assert cpu_shares(pinned, ["RPC0", "RPC1", "RPC2"]) == {"RPC0": 0.5, "RPC1": 1.0, "RPC2": 0.5}
+    assert cpu_shares(pinned, ["RPC0", "RPC1"]) == {"RPC0": 1.0, "RPC1": 1.0}
+    free = Inventory(tuple(rpc(f"RPC{i}", i, (0, 1), 1) for i in range(3)), HOST)
+    assert cpu_shares(free, ["RPC0", "RPC1", "RPC2"]) == pytest.approx(dict.fromkeys(["RPC0", "RPC1", "RPC2"], 2 / 3))
+    # overlaps join transitively: {0,1} with {1,2} with {2,3}: four cores, 2 + 2 + 4 threads wanting them;
+    # alone, the first two had 2 cores each and the third its 2 CPUs for 4 threads
+    chain = Inventory((rpc("RPC0", 1, (0, 1), 2), rpc("RPC1", 2, (1, 2), 2), rpc("RPC2", 3, (2, 3), 4)), HOST)
+    assert cpu_shares(chain, ["RPC0", "RPC1", "RPC2"]) == pytest.approx({"RPC0": 0.5, "RPC1": 0.5, "RPC2": 1.0})
+    # unknown CPUs, or a server computing on a GPU: independent
+    other = Inventory((rpc("RPC0", 1), rpc("RPC1", 2, (0,), 1, Backend.CUDA), rpc("RPC2", 3, (0,), 1)), HOST)
+    assert cpu_shares(other, ["RPC0", "RPC1", "RPC2"]) == {"RPC0": 1.0, "RPC1": 1.0, "RPC2": 1.0}
+
+
+def _endpoint(device: str, n_slots: int, batch: float) -> Endpoint:
+    return Endpoint((device,), BASE_PORT, n_slots, (), batch / n_slots, batch, 1)
+
+
+def test_an_equal_load_ends_with_its_slowest_client_and_a_finished_one_frees_its_cores():
+    pinned = Inventory((rpc("RPC0", 1, (0,), 1), rpc("RPC1", 2, (1,), 1), rpc("RPC2", 3, (0,), 1)), HOST)
+    eps = (_endpoint("RPC0", 2, 40.0), _endpoint("RPC1", 1, 20.0), _endpoint("RPC2", 1, 30.0))
+    # all at once: RPC0's clients 40/2 * 0.5 = 10 tokens/s, RPC1's 20, RPC2's 30 * 0.5 = 15. A unit of
+    # work each: RPC1 done at 1/20 (its core is its own: nothing changes), RPC2 at 1/15; then RPC0 has
+    # core 0 alone: its clients, 1 - 10/15 = 1/3 behind, go at 20 and finish at 1/15 + 1/60 = 1/12.
+    # Four clients' units in 1/12 s: 48 tokens/s (the sum of rates at the start would say 55)
+    assert equal_load_tokens_s(eps, pinned) == pytest.approx(48.0)
+    # no shared cores: N x the slowest client
+    apart = Inventory((rpc("RPC0", 1), rpc("RPC1", 2), rpc("RPC2", 3)), HOST)
+    assert equal_load_tokens_s(eps, apart) == pytest.approx(4 * 20.0)
+
+
+def test_three_pinned_rpc_servers_on_two_cores_lower_the_endpoints_aggregate(gemma):
+    # the bench's layout: rpc-server i on core i mod 2, one thread each
+    pinned = Inventory(tuple(rpc(f"RPC{i}", 50052 + i, (i % 2,), 1) for i in range(3)), HOST)
+    apart = Inventory(tuple(rpc(f"RPC{i}", 50052 + i) for i in range(3)), HOST)
+    shared, alone = (verdict(gemma, inv, budgets(inv, 1536 * MiB), PlanRequest(n_ctx=512), n_clients=4,
+                             n_past=36).option(Arrangement.ENDPOINTS) for inv in (pinned, apart))
+    assert [e.devices for e in shared.endpoints] == [("RPC0",), ("RPC1",), ("RPC2",)]
+    assert [e.cpu_share for e in shared.endpoints] == [0.5, 1.0, 0.5]
+    assert "endpoints share host cores: RPC0 at 0.50, RPC2 at 0.50" in shared.note
+    assert shared.clients_tokens_s == pytest.approx(equal_load_tokens_s(shared.endpoints, pinned))
+    assert shared.clients_tokens_s < alone.clients_tokens_s
+    assert shared.slowest_client_tokens_s == pytest.approx(min(e.client_tokens_s for e in shared.endpoints))
+    # one stream runs on one endpoint: nothing shares its cores
+    assert shared.stream_tokens_s == pytest.approx(alone.stream_tokens_s)
