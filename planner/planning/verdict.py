@@ -167,6 +167,12 @@ def cpu_shares(inventory: Inventory, busy: list[str]) -> dict[str, float]:
     return shares
 
 
+def sharing(endpoints: tuple[Endpoint, ...], inventory: Inventory) -> tuple[Endpoint, ...]:
+    """`endpoints`, all computing at once, each with its cpu_share (its devices' least)."""
+    shares = cpu_shares(inventory, [n for e in endpoints for n in e.devices])
+    return tuple(replace(e, cpu_share=min(shares[n] for n in e.devices)) for e in endpoints)
+
+
 def equal_load_tokens_s(endpoints: tuple[Endpoint, ...], inventory: Inventory) -> float:
     """The aggregate tokens/s of an equal load per client (the module's docstring): every client of an
     endpoint moves at its client_tokens_s under the shares of the endpoints still computing, so they
@@ -174,9 +180,8 @@ def equal_load_tokens_s(endpoints: tuple[Endpoint, ...], inventory: Inventory) -
     left = {i: 1.0 for i, e in enumerate(endpoints) if e.n_slots}   # each client's work still to do
     elapsed = 0.0
     while left:
-        shares = cpu_shares(inventory, [n for i in left for n in endpoints[i].devices])
-        rate = {i: min(shares[n] for n in endpoints[i].devices) * endpoints[i].batch_tokens_s / endpoints[i].n_slots
-                for i in left}
+        running = sharing(tuple(endpoints[i] for i in left), inventory)
+        rate = {i: e.client_tokens_s for i, e in zip(left, running, strict=True)}
         step = min(left[i] / rate[i] for i in left)
         elapsed += step
         left = {i: w - step * rate[i] for i, w in left.items() if w - step * rate[i] > 1e-9}
@@ -470,12 +475,10 @@ def _endpoints(c: _Context, not_helping: list[str]) -> Option:
         endpoints.append(_endpoint(c.ctx, planned, BASE_PORT + i, c.n_past))
     left = [n for n in names if n not in held]
     note = f"no copy fits {', '.join(left)}" if left else ""
-    shares = cpu_shares(c.inventory, [n for e in endpoints for n in e.devices])
-    endpoints = [replace(e, cpu_share=min(shares[n] for n in e.devices)) for e in endpoints]
-    if any(e.cpu_share < 1 for e in endpoints):
+    ready = sharing(tuple(endpoints), c.inventory)
+    if any(e.cpu_share < 1 for e in ready):
         note = "; ".join(filter(None, [note, "endpoints share host cores: " + ", ".join(
-            f"{'+'.join(e.devices)} at {e.cpu_share:.2f}" for e in endpoints if e.cpu_share < 1)]))
-    ready = tuple(endpoints)
+            f"{'+'.join(e.devices)} at {e.cpu_share:.2f}" for e in ready if e.cpu_share < 1)]))
     return Option(Arrangement.ENDPOINTS, ready, equal_load_tokens_s(ready, c.inventory),
                   min(e.client_tokens_s for e in ready), single[order[0]].stream_tokens_s, note)
 
