@@ -32,7 +32,7 @@ from planner.hardware.inventory import (
     llama_order,
     pcie_link_bytes_s,
 )
-from planner.hardware.local_servers import rpc_server_cpus
+from planner.hardware.local_servers import listening_pids, rpc_server_cpus
 
 log = logging.getLogger(__name__)
 
@@ -244,13 +244,18 @@ def detect_inventory(rpc: list[str] | None = None, use_llama: bool = True) -> In
     if devices is None:
         nvml = detect_nvidia_nvml()
         devices = (nvml if nvml is not None else detect_nvidia_smi()) + detect_amd()
-    devices = [_local_cpus(_catalog_facts(d)) for d in devices]
+    devices = _local_cpus([_catalog_facts(d) for d in devices])
     return Inventory(llama_order(devices), detect_host(), source="detected")
 
 
-def _local_cpus(dev: DeviceSpec) -> DeviceSpec:
-    """An RPC device served on this machine's loopback: the CPUs and threads its rpc-server computes with."""
-    if dev.kind is not DeviceKind.RPC or not dev.endpoint:
-        return dev
-    found = rpc_server_cpus(dev.endpoint)
-    return dev if found is None else replace(dev, cpus=found.cpus, threads=found.threads)
+def _local_cpus(devices: list[DeviceSpec]) -> list[DeviceSpec]:
+    """RPC devices served on this machine's loopback, with the CPUs and threads their rpc-servers compute
+    with (the system's sockets scanned once, only when there are RPC devices)."""
+    if not any(d.kind is DeviceKind.RPC and d.endpoint for d in devices):
+        return devices
+    pids = listening_pids()
+    out = []
+    for dev in devices:
+        found = rpc_server_cpus(dev.endpoint, pids) if dev.kind is DeviceKind.RPC and dev.endpoint else None
+        out.append(dev if found is None else replace(dev, cpus=found.cpus, threads=found.threads))
+    return out

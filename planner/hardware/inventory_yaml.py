@@ -291,10 +291,10 @@ def _cpu_list(value: Any, where: ds.Where) -> tuple[int, ...]:
     for item in items:
         text = str(item).strip()
         low, dash, high = text.partition("-")
-        if not (low.isascii() and low.isdigit()) or (dash and not (high.isascii() and high.isdigit())) \
-                or int(high if dash else low) < int(low) or int(high if dash else low) >= MAX_CPUS:
+        ends = (low, high if dash else low)
+        if not all(e.isascii() and e.isdigit() for e in ends) or not int(ends[0]) <= int(ends[1]) < MAX_CPUS:
             raise where.error(f"expected a CPU list such as 0-3,8 (CPUs below {MAX_CPUS}); got {quote(value)}")
-        cpus.update(range(int(low), int(high if dash else low) + 1))
+        cpus.update(range(int(ends[0]), int(ends[1]) + 1))
     return tuple(sorted(cpus))
 
 

@@ -13,6 +13,7 @@ Best-effort like every probe in planner.hardware: nothing found is None, never a
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -43,25 +44,24 @@ def threads_of(cmdline: list[str], n_cpus_online: int) -> int:
     return threads
 
 
-def listening_pid(port: int) -> int | None:
-    """The process listening on TCP `port` of a loopback or any address, when this user may see it."""
+def listening_pids() -> dict[int, int]:
+    """TCP port -> the process listening on it (any address), for the processes this user may see;
+    one scan of the system's sockets, however many endpoints are then looked up."""
     try:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError) as exc:
         log.debug("cannot list TCP sockets: %s", exc)
-        return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            return int(c.pid)
-    return None
+        return {}
+    return {c.laddr.port: int(c.pid) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.pid}
 
 
-def rpc_server_cpus(endpoint: str) -> ServerCpus | None:
-    """The CPUs and threads of the rpc-server at `endpoint` ("host:port") when it runs on this machine."""
+def rpc_server_cpus(endpoint: str, pids: Mapping[int, int] | None = None) -> ServerCpus | None:
+    """The CPUs and threads of the rpc-server at `endpoint` ("host:port") when it runs on this machine;
+    `pids`: listening_pids() when the caller looks up several endpoints (default: scanned here)."""
     host, _, port = endpoint.rpartition(":")
     if host not in LOOPBACK_HOSTS or not port.isdigit():
         return None
-    pid = listening_pid(int(port))
+    pid = (listening_pids() if pids is None else pids).get(int(port))
     if pid is None:
         return None
     try:
