@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 from gguf import GGML_QUANT_SIZES  # noqa: E402
 
 from planner.checking.llama import breakdown_table, start_server, wait_ready  # noqa: E402
+from planner.checking.llama_bench import BenchError, Workload, bench_rows, llama_bench_argv  # noqa: E402
 from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process  # noqa: E402
 from planner.gguf.reader import read_model  # noqa: E402
 from tests.support.gguf_factory import Q  # noqa: E402
@@ -310,6 +311,70 @@ def make_plans(backends: list[str]) -> int:
     return 0
 
 
+# --- speed: llama-bench on the measured devices ------------------------------------------------------
+
+# What the throughput model is checked against on a real GPU (bench/bench_gpu_throughput.py replays these
+# rows here): placements listed before any measurement, each one llama-bench process of pp512 and tg32,
+# three repeats. The weights are the sparse files' zero blocks (Gemma's random ones): a quantized matmul
+# reads its bytes whatever they hold. On the CPU backend (the rehearsal) only the Gemma rows run.
+SPEED_WORK = Workload(n_prompt=512, n_gen=32, repeats=3)
+SPEED: tuple[tuple[str, str, str, int], ...] = (
+    # model, topology, flags, depth (llama-bench -d)
+    ("gemma3-270m", ONE, "-ngl 99", 0),
+    ("gemma3-270m", ONE, "-ngl 99", 4096),
+    ("gemma3-270m", ONE, "-ngl 9", 0),
+    ("gemma3-270m", ONE, "-ngl 0", 0),
+    ("gemma3-270m", ONE, "-ngl 0 --no-op-offload", 0),
+    ("llama-8b", ONE, "-ngl 99", 0),
+    ("llama-8b", ONE, "-ngl 99", 4096),
+    ("llama-8b", ONE, "-ngl 99 -ub 128", 0),
+    ("llama-8b", ONE, "-ngl 24", 0),
+    ("llama-8b", ONE, "-ngl 16", 0),
+    ("llama-8b", ONE, "-ngl 0", 0),
+    ("llama-8b", ONE, "-ngl 99 -ot output.weight=CPU", 0),
+    ("llama-8b", ONE, "-ngl 99 -ot output.weight=CPU --no-op-offload", 0),
+    ("qwen3-8b", ONE, "-ngl 99", 0),
+    ("qwen3moe-30b-a3b", ONE, "-ngl 99", 0),
+    ("qwen3moe-30b-a3b", ONE, "-ngl 99 -ot exps=CPU", 0),
+    ("gpt-oss-20b", ONE, "-ngl 99", 0),
+    ("deepseek2-mla", ONE, "-ngl 99", 0),
+    ("llama-8b", THREE, "-ngl 99 -ts {ts:1,1,1}", 0),
+    ("gemma3-270m", THREE, "-ngl 99 -ts {ts:1,1,1}", 0),
+)
+
+
+def speed_rows(bin_dir: Path, models: dict[str, Path], endpoints: list[str], backend: str,
+               deadline: float) -> tuple[list[dict], list[dict]]:
+    """llama-bench for each SPEED row: its argv, workload and the JSON rows it printed."""
+    rows, failures = [], []
+    n_gpu_like = 3 if backend == "cuda" else 2
+    for name, topology, template, depth in SPEED:
+        if backend == "cpu" and name != "gemma3-270m":
+            continue
+        flags = expand(template, [], n_gpu_like)
+        rpc = endpoints if topology == THREE else []
+        work = replace(SPEED_WORK, n_depth=depth)
+        entry = {"model": name, "topology": topology, "flags": shlex.join(flags), "rpc": rpc,
+                 "workload": asdict(work)}
+        if time.monotonic() > deadline:
+            failures.append({**entry, "error": "out of time"})
+            continue
+        argv = llama_bench_argv(bin_dir, str(models[name]), flags, work, rpc)
+        t0 = time.monotonic()
+        try:
+            bench, stolen = bench_rows(argv, flags)
+        except BenchError as e:
+            failures.append({**entry, "error": str(e)})
+            print(f"gpu_peer: speed FAILED {name} {template}: {e}", flush=True)
+            continue
+        rows.append({**entry, "argv": shlex.join(argv[1:]), "bench": bench, "stolen": stolen,
+                     "seconds": round(time.monotonic() - t0, 1)})
+        tg = [r["avg_ts"] for r in bench if r.get("n_gen")]
+        pp = [r["avg_ts"] for r in bench if r.get("n_prompt")]
+        print(f"gpu_peer: speed {name:18} {shlex.join(flags):28} -d {depth:<5} tg {tg} pp {pp}", flush=True)
+    return rows, failures
+
+
 # --- the record ----------------------------------------------------------------------------------
 
 def detect_gpu() -> Gpu:
@@ -319,6 +384,15 @@ def detect_gpu() -> Gpu:
     header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30, check=False).stdout
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
     return Gpu(name, cc, driver, int(total), cuda.group(1) if cuda else "")
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ""
+    m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return m.group(1).strip() if m else ""
 
 
 def _tool_version(bin_dir: Path) -> str:
@@ -345,7 +419,7 @@ def _plan_argv(plans: list[dict], template: str, endpoints: list[str]) -> list[s
 
 def measure(args: argparse.Namespace) -> int:
     start = time.monotonic()
-    budget_s = float(os.environ.get("FITPLAN_GPU_PEER_BUDGET_S", "280"))
+    budget_s = float(os.environ.get("FITPLAN_GPU_PEER_BUDGET_S", "240"))
     bin_dir, work = Path(args.bin), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     backend = args.backend
@@ -363,7 +437,7 @@ def measure(args: argparse.Namespace) -> int:
                             + ": llama-fit-params --fit-print on rows (MiB, floor of bytes) and llama-server real "
                               "loads of plans fitplan made beforehand (scripts/gpu_peer_plans.json)"),
             "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"system": platform.platform(), "cpus": os.cpu_count()},
+            "machine": {"system": platform.platform(), "cpus": os.cpu_count(), "cpu": _cpu_model()},
             "gpu": gpu.__dict__ if gpu else None,
             "llama_cpp": {"pin": "llama-cpp-python==0.3.36 (llama.cpp 0c1e570)", "version": _tool_version(bin_dir),
                           "build": Path(args.version_file).read_text().strip().splitlines()
@@ -404,17 +478,28 @@ def measure(args: argparse.Namespace) -> int:
             loads.append({"plan": plan["name"], "model": plan["model"], "topology": plan["topology"],
                           "argv": shlex.join(argv), "budgets_mib": plan["budgets_mib"], **result})
             print(f"gpu_peer: load {plan['name']}: ok={result.get('ok')} {result.get('breakdown')}", flush=True)
-    doc.update({"rows": rows, "failures": failures, "loads": loads,
-                "wall_s": round(time.monotonic() - start, 1)})
-    out = Path(args.out)
-    if out.is_dir():   # named after the device: tests/peer/data/cuda/nvidia-h200.json
+        doc.update({"rows": rows, "failures": failures, "loads": loads})
+        out = _write(doc, Path(args.out), gpu, start)   # what is measured so far survives a later stop
+        speed_s = float(os.environ.get("FITPLAN_GPU_PEER_SPEED_S", "150"))
+        speed, speed_failures = speed_rows(bin_dir, models, endpoints, backend, time.monotonic() + speed_s)
+    doc.update({"speed": speed, "speed_failures": speed_failures})
+    _write(doc, out, gpu, start)
+    print(f"gpu_peer: {len(rows)} rows, {len(failures)} failures, {len(loads)} loads, {len(speed)} speed rows "
+          f"({len(speed_failures)} not run) in {doc['wall_s']} s -> {out}")
+    return 0 if rows and not failures and all(ld.get("ok") for ld in loads) else 1
+
+
+def _write(doc: dict, out: Path, gpu: Gpu | None, start: float) -> Path:
+    """The record, written whole (a partial file is renamed into place): a directory gets a file named
+    after the device (tests/peer/data/cuda/nvidia-h200.json)."""
+    doc["wall_s"] = round(time.monotonic() - start, 1)
+    if out.is_dir():
         out = out / (re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-") + ".json" if gpu else "rehearsal.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     os.replace(tmp, out)
-    print(f"gpu_peer: {len(rows)} rows, {len(failures)} failures, {len(loads)} loads in {doc['wall_s']} s -> {out}")
-    return 0 if rows and not failures and all(ld.get("ok") for ld in loads) else 1
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

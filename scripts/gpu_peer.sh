@@ -11,7 +11,7 @@
 #
 # Build: llama-cpp-python==0.3.36's vendored llama.cpp (DESIGN.md's pin) with -DGGML_CUDA=ON
 # -DGGML_RPC=ON -DCMAKE_CUDA_ARCHITECTURES=90, shared libraries with RPATH $ORIGIN, only
-# llama-fit-params, llama-server and ggml-rpc-server, stripped. The compiler is CUDA 13.x's nvcc
+# llama-fit-params, llama-server, llama-bench and ggml-rpc-server, stripped. The compiler is CUDA 13.x's nvcc
 # (here the PyPI wheels nvidia-cuda-nvcc/-runtime/-cccl under /usr/local/cuda; FITPLAN_CUDA_HOME
 # moves it). cuBLAS's headers and link-time library come from the PyPI wheel nvidia-cublas (13.x),
 # downloaded into the work directory and not packed: the binaries need libcublas.so.13, which the GPU
@@ -34,7 +34,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/fitplan"
 payload_dir="$repo/.gpu"
-tools=(llama-fit-params llama-server ggml-rpc-server)
+tools=(llama-fit-params llama-server llama-bench ggml-rpc-server)
 
 usage() { echo "usage: scripts/gpu_peer.sh build|measure [--cpu] [--out FILE]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -88,7 +88,9 @@ build_cuda() {
   [ -x "$nvcc" ] || { echo "gpu_peer: no nvcc at $nvcc: pip install 'nvidia-cuda-nvcc==13.0.*' 'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-cccl==13.0.*' and set FITPLAN_CUDA_HOME" >&2; exit 2; }
   "$nvcc" --version | grep -q "release 13\." || { echo "gpu_peer: $nvcc is not CUDA 13.x" >&2; exit 2; }
   local cache="$cache_root/llama.cpp-$version-cuda-sm$arch"
-  if [ -x "$cache/bin/llama-server" ] && [ -x "$cache/bin/llama-fit-params" ] && [ -x "$cache/bin/ggml-rpc-server" ]; then
+  local have=1 t
+  for t in "${tools[@]}"; do [ -x "$cache/bin/$t" ] || have=0; done
+  if [ "$have" = 1 ]; then
     echo "gpu_peer: cached build $cache" >&2
   else
     local work="$cache.work"
@@ -196,8 +198,12 @@ measure() {
     export LD_LIBRARY_PATH
   fi
   [ -n "$out" ] || out="${OUT:-$root}"   # a directory: the file is named after the device
+  local rc=0
   PYTHONUNBUFFERED=1 python3 "$here/gpu_peer.py" measure --backend "$backend" --bin "$root/bin" \
-    --work "$root/work" --out "$out" --version-file "$root/VERSION"
+    --work "$root/work" --out "$out" --version-file "$root/VERSION" || rc=$?
+  # the real loads' logs beside the record, for reading what a load said (not the model files)
+  [ -d "$out" ] && tar -C "$root/work" --exclude=models -cJf "$out/logs.tar.xz" . || true
+  return "$rc"
 }
 
 case "$part" in

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 # llama-bench options whose value is a device or split list (`/`-separated in llama-bench)
 _LIST_OPTIONS = ("-dev", "--device", "-ts", "--tensor-split")
 _BENCH_TIMEOUT_S = 900
+# llama.cpp switches that llama-bench spells as an option taking 0|1 (tools/llama-bench/llama-bench.cpp print_usage)
+_VALUED_SWITCHES = {"--no-op-offload": "-nopo", "-nkvo": "-nkvo", "--no-kv-offload": "-nkvo"}
 
 
 class BenchError(FitplanError):
@@ -69,11 +71,16 @@ class Timing:
 
 
 def bench_flags(flags: list[str]) -> list[str]:
-    """llama.cpp flags -> llama-bench's: device and split lists joined by `/`."""
-    out = list(flags)
-    for i, arg in enumerate(out[:-1]):
-        if arg in _LIST_OPTIONS:
-            out[i + 1] = out[i + 1].replace(",", "/")
+    """llama.cpp flags -> llama-bench's: device and split lists joined by `/`, and the switches llama-bench
+    takes with a value (`--no-op-offload` is its `-nopo 1`)."""
+    out: list[str] = []
+    for i, arg in enumerate(flags):
+        if i and flags[i - 1] in _LIST_OPTIONS:
+            out.append(arg.replace(",", "/"))
+        elif arg in _VALUED_SWITCHES:
+            out += [_VALUED_SWITCHES[arg], "1"]
+        else:
+            out.append(arg)
     return out
 
 
@@ -105,16 +112,20 @@ def stolen_share(before: tuple[int, int] | None, after: tuple[int, int] | None) 
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
-def run_llama_bench(bin_dir: Path, model: str, flags: list[str], work: Workload, rpc: list[str]) -> Timing:
-    """One llama-bench invocation (pp and tg), JSON output, medians of its samples, and the share of the
-    machine's CPU time stolen while it ran."""
+def llama_bench_argv(bin_dir: Path, model: str, flags: list[str], work: Workload, rpc: list[str]) -> list[str]:
+    """The llama-bench command line of one placement under a workload (JSON output)."""
     argv = [str(bin_dir / "llama-bench"), "-m", model, "-o", "json", "-r", str(work.repeats),
             "-p", str(work.n_prompt), "-n", str(work.n_gen), "-d", str(work.n_depth)]
     if work.threads:
         argv += ["-t", str(work.threads)]
     if rpc:
         argv += ["--rpc", ",".join(rpc)]
-    argv += bench_flags(flags)
+    return argv + bench_flags(flags)
+
+
+def bench_rows(argv: list[str], flags: list[str]) -> tuple[list[dict], float | None]:
+    """Run one llama-bench command line: the JSON rows it printed, and the share of the machine's CPU time
+    stolen while it ran."""
     log.info("running %s", " ".join(argv))
     before = cpu_jiffies()
     try:
@@ -129,13 +140,25 @@ def run_llama_bench(bin_dir: Path, model: str, flags: list[str], work: Workload,
         rows = json.loads(done.stdout)
     except json.JSONDecodeError:
         raise BenchError(f"llama-bench printed no JSON for {' '.join(flags)}") from None
+    return rows, stolen
+
+
+def timing_of_rows(rows: list[dict], flags: list[str], n_prompt: int, stolen: float | None = None) -> Timing:
+    """A Timing from llama-bench's JSON rows of one pp and one tg test (measured now or kept in a record)."""
     pp = [r for r in rows if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0]
     tg = [r for r in rows if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0]
     if not pp or not tg:
         raise BenchError(f"llama-bench reported no pp and tg test for {' '.join(flags)}")
     tg_samples, pp_samples = tuple(tg[0]["samples_ts"]), tuple(pp[0]["samples_ts"])
-    return Timing(statistics.median(tg_samples), statistics.median(pp_samples), effective_ubatch(flags, work.n_prompt),
+    return Timing(statistics.median(tg_samples), statistics.median(pp_samples), effective_ubatch(flags, n_prompt),
                   tg_samples, pp_samples, stolen)
+
+
+def run_llama_bench(bin_dir: Path, model: str, flags: list[str], work: Workload, rpc: list[str]) -> Timing:
+    """One llama-bench invocation (pp and tg), JSON output, medians of its samples, and the share of the
+    machine's CPU time stolen while it ran."""
+    rows, stolen = bench_rows(llama_bench_argv(bin_dir, model, flags, work, rpc), flags)
+    return timing_of_rows(rows, flags, work.n_prompt, stolen)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ Rules, all from the llama.cpp vendored in llama-cpp-python 0.3.36:
   token_embd as the output matrix on the output device. A device with a tensor-size limit (Vulkan:
   planner/hardware/vulkan_devices.py) refuses a weight whose 512-token test op (weight_buft_supported)
   has a source or result over it; the weight then takes the CPU list, as does lavapipe's tied output.
-- CPU buffer list (make_cpu_buft_list): the first device's host buffer (unless --no-host), the
+- CPU buffer list (make_cpu_buft_list): the host buffer of the first device that has one (unless
+  --no-host; an rpc-server has none, so with `--rpc` before a GPU the GPU's pinned buffer is it), the
   CPU's extra (repack) buffer, then plain CPU memory.
 """
 from __future__ import annotations
@@ -283,7 +284,8 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
 
 def _cpu_buft(slot: TensorSlot, devices: tuple[Device, ...], flags: LlamaFlags, repack: dict[Q, int]) -> str:
     """First of make_cpu_buft_list's buffer types that takes this weight: host buffer, repack, CPU."""
-    if not flags.no_host and devices and devices[0].has_host_buffer:
+    # the loop over the model's devices stops at the first with a host buffer type, not at the first device
+    if not flags.no_host and any(d.has_host_buffer for d in devices):
         return HOST
     repackable = flags.repack and slot.ggml_type in repack and slot.rows % repack[slot.ggml_type] == 0
     matmul = (slot.op is WeightOp.MUL_MAT and slot.n_dims == 2) or (slot.op is WeightOp.MUL_MAT_ID and slot.n_dims == 3)

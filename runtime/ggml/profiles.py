@@ -110,6 +110,7 @@ class BackendProfile:
     batch_rule: str = "cuda"       # which get_op_batch_size
     row_padding: int = 0           # get_alloc_size pads quantized rows to a multiple of this (0: none)
     fa_f16_staging: bool = False   # FLASH_ATTN_EXT reserves f16 copies of non-f16 K/V (CUDA, by kernel)
+    fusion_alloc_deps: bool = False   # graph_optimize keeps fused groups' tensors alive (runtime/ggml/cuda_fusion.py)
     sources: tuple[str, ...] = ()
     outside_breakdown: tuple[OutsideTerm, ...] = field(default=())
 
@@ -142,8 +143,9 @@ PROFILES: dict[Backend, BackendProfile] = {
                  "alignment and alloc size asked of the server (RPC_CMD_GET_ALIGNMENT / GET_ALLOC_SIZE)",)),
     Backend.CUDA: BackendProfile(
         CUDA_ALIGNMENT, offload_op=True, host_buffer=True, async_events=True,
-        row_padding=MATRIX_ROW_PADDING, fa_f16_staging=True,
+        row_padding=MATRIX_ROW_PADDING, fa_f16_staging=True, fusion_alloc_deps=True,
         sources=("ggml-cuda.cu ggml_backend_cuda_device_offload_op / get_op_batch_size",
+                 "ggml-cuda.cu ggml_backend_cuda_graph_optimize (add_alloc_dep for the MoE fusions)",
                  "ggml-cuda.cu ggml_backend_cuda_buffer_type_get_alloc_size [TAG_ALLOC_SIZE_EXPAND]",
                  "ggml-cuda/fattn.cu ggml_cuda_flash_attn_ext_get_alloc_size, ggml_cuda_get_best_fattn_kernel",
                  "ggml-cuda.cu ggml_backend_cuda_device_get_props caps (GGML_CUDA_NO_PINNED drops the host buffer)"),
@@ -151,7 +153,7 @@ PROFILES: dict[Backend, BackendProfile] = {
     # ggml-hip builds the ggml-cuda sources: the same rules (HIP's FA kernels differ; no f16 staging modelled)
     Backend.ROCM: BackendProfile(
         CUDA_ALIGNMENT, offload_op=True, host_buffer=True, async_events=True,
-        row_padding=MATRIX_ROW_PADDING,
+        row_padding=MATRIX_ROW_PADDING, fusion_alloc_deps=True,
         sources=("ggml-hip/CMakeLists.txt compiles ../ggml-cuda/*.cu: ggml-cuda.cu rules",),
         outside_breakdown=_CUDA_OUTSIDE),
     # Vulkan's alignment is the device's minStorageBufferOffsetAlignment (lavapipe and most GPUs: <= 64);

@@ -41,7 +41,15 @@ from runtime.ggml.passes import (
 )
 from runtime.ggml.profiles import GGML_SCHED_MAX_COPIES
 from runtime.ggml.sched_errors import SchedulerError
-from runtime.ggml.splits import Split, SplitPlan, collect_graph_inputs, cut_splits, graph_size, planned_graph
+from runtime.ggml.splits import (
+    Split,
+    SplitPlan,
+    backend_alloc_deps,
+    collect_graph_inputs,
+    cut_splits,
+    graph_size,
+    planned_graph,
+)
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +161,10 @@ class Scheduler:
             a = run_pass(self.ctx, graph, a)
         plan = cut_splits(self.ctx, graph, a, self.n_copies, self.cur_copy, self.max_split_inputs)
         plan = collect_graph_inputs(self.ctx, graph, a, plan, self.n_copies, self.cur_copy)
+        deps = backend_alloc_deps(self.ctx, graph, plan)
         self.assignment, self.plan, self._graph = a, plan, graph
-        self._prev_graph_size, self._graph_size = self._graph_size, graph_size(graph, plan, self.n_copies)
-        self._planned = planned_graph(graph, a, plan, self.n_copies, self.cur_copy)
+        self._prev_graph_size, self._graph_size = self._graph_size, graph_size(graph, plan, self.n_copies, deps)
+        self._planned = planned_graph(graph, a, plan, self.n_copies, self.cur_copy, deps)
         self._prev_ids = self._ids
         self._ids = (self._planned.node_ids, self._planned.leaf_ids)
         log.debug("graph nodes = %d, graph splits = %d", len(graph.nodes), len(plan.splits))

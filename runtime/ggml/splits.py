@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runtime.ggml.alloc import PlannedGraph
+from runtime.ggml.cuda_fusion import GGML_MAX_SRC, AllocDeps, cuda_alloc_deps
 from runtime.ggml.graph import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, BufferUsage, Graph, Op, Tensor
 from runtime.ggml.passes import Assignment, SchedContext, buffer_supported
 from runtime.ggml.sched_errors import SchedulerError
@@ -165,10 +166,13 @@ def collect_graph_inputs(ctx: SchedContext, graph: Graph, a: Assignment, plan: S
     return plan
 
 
-def planned_graph(graph: Graph, a: Assignment, plan: SplitPlan, n_copies: int, cur_copy: int) -> PlannedGraph:
+def planned_graph(graph: Graph, a: Assignment, plan: SplitPlan, n_copies: int, cur_copy: int,
+                  alloc_deps: AllocDeps | None = None) -> PlannedGraph:
     """The flattened graph for the allocator: before each split's nodes, per input a
     dependency marker on the source (kept alive until copied) and the copy (allocated at the
-    start of the split). With pipeline copies, every copy is also a leaf, allocated first."""
+    start of the split). With pipeline copies, every copy is also a leaf, allocated first.
+    `alloc_deps` (a backend's graph_optimize, runtime/ggml/cuda_fusion.py): after a node, one
+    dependency node per GGML_MAX_SRC tensors it keeps alive until then."""
     nodes: list[Tensor] = []
     node_ids: list[int] = []
     ids = a.ids
@@ -181,8 +185,18 @@ def planned_graph(graph: Graph, a: Assignment, plan: SplitPlan, n_copies: int, c
             nodes.append(plan.copies[(inp, split.backend_id)][cur_copy])
             node_ids.append(split.backend_id)
         span = graph.nodes[split.i_start:split.i_end]
-        nodes.extend(span)
-        node_ids.extend([ids.get(node, -1) for node in span])
+        if not alloc_deps:
+            nodes.extend(span)
+            node_ids.extend([ids.get(node, -1) for node in span])
+            continue
+        for node in span:
+            nodes.append(node)
+            node_ids.append(ids.get(node, -1))
+            keep = alloc_deps.get(node, ())
+            for k in range(0, len(keep), GGML_MAX_SRC):
+                nodes.append(Tensor(keep[k].type, keep[k].ne, name=f"{keep[k].name} (alloc dep)", op=Op.NONE,
+                                    src=keep[k:k + GGML_MAX_SRC], view_src=keep[k], nb=keep[k].nb))
+                node_ids.append(split.backend_id)
     leafs: list[Tensor] = []
     leaf_ids: list[int] = []
     if n_copies > 1:
@@ -197,7 +211,21 @@ def planned_graph(graph: Graph, a: Assignment, plan: SplitPlan, n_copies: int, c
     return PlannedGraph(nodes, node_ids, leafs, leaf_ids)
 
 
-def graph_size(graph: Graph, plan: SplitPlan, n_copies: int) -> int:
+def graph_size(graph: Graph, plan: SplitPlan, n_copies: int, alloc_deps: AllocDeps | None = None) -> int:
     """ggml's graph_size, remembered for the unexpected-reallocation tripwire."""
     total_inputs = len(plan.graph_inputs) + sum(len(s.inputs) for s in plan.splits)
-    return max(len(graph.nodes), len(graph.leafs)) + total_inputs * 2 * n_copies
+    n_dep_nodes = sum(-(-len(keep) // GGML_MAX_SRC) for keep in (alloc_deps or {}).values())
+    return max(len(graph.nodes), len(graph.leafs)) + total_inputs * 2 * n_copies + n_dep_nodes
+
+
+def backend_alloc_deps(ctx: SchedContext, graph: Graph, plan: SplitPlan) -> AllocDeps:
+    """Each split handed to its backend's graph_optimize (ggml-backend.cpp, before the graph copy is
+    made): the tensors a fusing backend keeps alive past their last use."""
+    deps: AllocDeps = {}
+    uses: dict[Tensor, int] | None = None
+    for split in plan.splits:
+        profile = ctx.backends[split.backend_id].device.profile
+        if profile is not None and profile.fusion_alloc_deps:
+            uses = uses if uses is not None else graph.use_counts()
+            cuda_alloc_deps(graph.nodes, split.i_start, split.i_end, uses, deps)
+    return deps
