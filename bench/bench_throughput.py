@@ -1,6 +1,7 @@
 """The throughput model checked against llama-bench (issue 21, deliverable 2).
 
-    python -m bench.bench_throughput [--repeats 3] [--n-gen 16] [--rounds 8] [--estimate median|fastest]
+    python -m bench.bench_throughput [--repeats 3] [--n-gen 16] [--rounds 8]
+                                     [--estimate unstolen|steady|median|fastest]
                                      [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
                                      [--save TIMINGS.json | --replay TIMINGS.json]
 
@@ -29,7 +30,9 @@ median of its rounds' medians, each first divided by the share of the CPU time t
 goes with how slow the process ran): what moves a figure on this machine is the process and the minutes it
 runs in, not the sample (see N_GEN), and the median of 8 processes spread over the whole run averages that
 drift where one process's samples cannot; the summary prints the stolen shares and how they go with each
-process's slowness. The summary also gives the fastest of all samples (sessions 13-16's default: on
+process's slowness. `--estimate steady` also divides each round by the whole machine's speed in it
+(steady_rounds: the 17:38 run of 2026-12-03 drifted from 1.38x to 0.79x its median speed over its rounds). The
+summary also gives the fastest of all samples (sessions 13-16's default: on
 shared vCPUs a sample is only ever slowed by what ran beside it, so the fastest is what the placement costs when
 nothing did — but it is one moment of one process). The bench reports its own noise: the spread of the samples
 within one process against the spread of the processes' medians, and how alike two halves of the rounds (odd
@@ -61,7 +64,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -80,6 +83,7 @@ from planner.checking.llama_bench import (
     median_timing,
     placement_views,
     run_rounds,
+    unstolen_timing,
 )
 from planner.core.llama_tools import ensure_tools, rpc_servers
 from planner.gguf.examples import resolve_model
@@ -93,12 +97,18 @@ from tests.support.gguf_factory import add_tokenizer, qwen3moe_spec
 from tests.support.tiny_models import write_random
 
 N_RPC = 3
-# how the summary names each of llama_bench.ESTIMATES
+STEADY = "steady"
+# the bench's estimates (--estimate), each as the llama_bench.ESTIMATES entry that makes a placement's figure of
+# its rounds: steady is unstolen's, of the rounds steady_rounds has first divided by the machine's speed in each
+ROUND_ESTIMATE = {**{name: name for name in ESTIMATES}, STEADY: "unstolen"}
+# how the summary names each estimate
 ESTIMATE_SAYS = {"fastest": "sample of all rounds' repeats", "median": "of the rounds' medians",
-                 "unstolen": "of the rounds' medians, each divided by the CPU time's share the hypervisor left it"}
+                 "unstolen": "of the rounds' medians, each divided by the CPU time's share the hypervisor left it",
+                 STEADY: "of the rounds' medians, each divided by the CPU time's share the hypervisor left it and "
+                 "by the machine's speed in its round"}
 # what each half of the rounds is taken as, when the odd rounds are ranked against the even
 HALF_SAYS = {"fastest": "fastest samples of each half", "median": "medians of each half",
-             "unstolen": "unstolen medians of each half"}
+             "unstolen": "unstolen medians of each half", STEADY: "steady medians of each half"}
 N_PROMPT = 128
 # tg16 x 3 repeats in each of 8 processes. Within one llama-bench process the samples agree: in the seven saved
 # runs with samples (2026-12-02 15:44 to 12-03 08:01), a placement's odd and even samples rank the 26 placements
@@ -187,6 +197,55 @@ def _round_timings(doc: dict) -> dict[str, list[Timing]]:
     """A --save file's timings by name, one per round (files before session 13 kept the calibration's
     medians alone, and files of one round a single timing)."""
     return {name: [_timing(t) for t in v] if isinstance(v, list) else [_timing(v)] for name, v in doc.items()}
+
+
+@dataclass(frozen=True)
+class RoundSpeed:
+    """How fast the whole machine ran in one round, against its usual speed: decode and prefill apart."""
+
+    tg: float
+    pp: float
+
+
+def round_speeds(runs: Iterable[Sequence[Timing]]) -> tuple[RoundSpeed, ...]:
+    """Each round's speed: the median, over every placement measured in that round (pass the calibration's
+    with the bench's: they run in the same rounds), of its unstolen figure in the round over the median of its
+    unstolen figures of all rounds. Unstolen, so that a round slowed by the hypervisor is not divided twice.
+    Runs with fewer rounds than the longest (files before session 13 keep the calibration's median of rounds
+    alone) say nothing of a round and are left out."""
+    runs = list(runs)
+    n = max(len(r) for r in runs)
+    unstolen = [[unstolen_timing([t]) for t in r] for r in runs if len(r) == n]
+
+    def speed(k: int, figure: str) -> float:
+        return statistics.median(getattr(r[k], figure) / statistics.median(getattr(t, figure) for t in r)
+                                 for r in unstolen)
+    return tuple(RoundSpeed(speed(k, "tg_tokens_s"), speed(k, "pp_tokens_s")) for k in range(n))
+
+
+def steady_rounds(timings: dict[str, list[Timing]], speeds: Sequence[RoundSpeed]) -> dict[str, list[Timing]]:
+    """Every round's timings (medians and samples) divided by that round's speed (round_speeds): a measurement
+    correction, like unstolen's division by the CPU time's share, not a term of the model. This machine's speed
+    drifts by tens of percent over the hour a run takes with nothing stolen (2026-12-03 17:38: rounds between
+    1.38x and 0.79x the placements' medians, decode), and a placement's median of 8 such rounds then holds whichever
+    rounds happened to fall 4th and 5th for it: the drift becomes noise in its figure, and so in the ranks.
+    Dividing a round by one factor for all its placements cannot change how the placements rank within that
+    round (round_repeatability reads the same); it only takes out the machine-wide change of speed from one
+    round to the next. The factor is a median over the round's placements, so one placement slow in one round
+    alone stays slow; drift within a round (its calibration runs come first, its placements after) stays too.
+    `stolen` is kept, so the unstolen estimate still applies (unstolen and drift divide alike, in either order).
+    Runs with another number of rounds than `speeds` (a kept median of rounds) are left as they are."""
+    def one(t: Timing, s: RoundSpeed) -> Timing:
+        return replace(t, tg_tokens_s=t.tg_tokens_s / s.tg, pp_tokens_s=t.pp_tokens_s / s.pp,
+                       tg_samples=tuple(x / s.tg for x in t.tg_samples),
+                       pp_samples=tuple(x / s.pp for x in t.pp_samples))
+    return {name: [one(t, s) for t, s in zip(ts, speeds, strict=True)] if len(ts) == len(speeds) else ts
+            for name, ts in timings.items()}
+
+
+def speeds_line(speeds: Sequence[RoundSpeed]) -> str:
+    return (f"the machine's speed in each round (round_speeds, which {STEADY} divides by): decode "
+            + " ".join(f"{s.tg:.2f}" for s in speeds) + ", prefill " + " ".join(f"{s.pp:.2f}" for s in speeds))
 
 
 @dataclass(frozen=True)
@@ -331,7 +390,8 @@ def noise(rows: list[Row], estimate: str = "median") -> list[str]:
     samples and of the processes' medians, the median over placements; where the rounds carry it, the share of
     the CPU time the hypervisor stole while each process ran and how it goes with that process's slowness (its
     log deviation from its placement's median of rounds, Pearson over every process); and the Spearman of the
-    odd rounds' figures (by `estimate`) against the even rounds'."""
+    odd rounds' figures (by `estimate`, a ROUND_ESTIMATE key, of the rows' rounds as they are) against the even
+    rounds'."""
     def sd(xs: list[float]) -> float:
         return statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 and min(xs) > 0 else math.nan
 
@@ -344,8 +404,8 @@ def noise(rows: list[Row], estimate: str = "median") -> list[str]:
                          f"processes' medians by {statistics.median(between):.1%} (sd, median over placements)")
     lines += _stolen_lines(rows)
     if min(len(r.timings) for r in rows) >= 2:
-        odd = [ESTIMATES[estimate](r.timings[0::2]) for r in rows]
-        even = [ESTIMATES[estimate](r.timings[1::2]) for r in rows]
+        odd = [ESTIMATES[ROUND_ESTIMATE[estimate]](r.timings[0::2]) for r in rows]
+        even = [ESTIMATES[ROUND_ESTIMATE[estimate]](r.timings[1::2]) for r in rows]
         tg = spearman([t.tg_tokens_s for t in odd], [t.tg_tokens_s for t in even])
         pp = spearman([t.pp_tokens_s for t in odd], [t.pp_tokens_s for t in even])
         lines.append(f"odd rounds against even rounds ({HALF_SAYS[estimate]}): decode Spearman {tg:.3f}, "
@@ -431,11 +491,12 @@ def main() -> None:
                     "generates (a --replay file's own figure wins)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="llama-bench processes a placement, run round-robin "
                     "over the placements (the calibration's too)")
-    ap.add_argument("--estimate", choices=sorted(ESTIMATES), default="unstolen",
+    ap.add_argument("--estimate", choices=sorted(ROUND_ESTIMATE), default="unstolen",
                     help="what a placement's figure is, for the calibration and the placements alike: the median of "
                     "its rounds' medians each divided by the share of CPU time the hypervisor left its process "
-                    "(unstolen, default), the plain median of its rounds' medians, or the fastest sample of all its "
-                    "rounds; the summary gives all three")
+                    "(unstolen, default), the same with each round also divided by the machine's speed in it "
+                    "(steady), the plain median of its rounds' medians, or the fastest sample of all its rounds; "
+                    "the summary gives all four")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
                     "on the bench's own rpc-servers first)")
     ap.add_argument("--write-calibrated", type=Path, help="write the calibrated inventory here")
@@ -492,21 +553,27 @@ def main() -> None:
             if args.save:
                 args.save.write_text(json.dumps(timings_json(cal_rounds, placement_rounds, work, args.rounds, cores,
                                                              kept_awake), indent=1) + "\n")
+            speeds = round_speeds([*cal_rounds.values(), *placement_rounds.values()])
+            steadied = {STEADY: (steady_rounds(cal_rounds, speeds), steady_rounds(placement_rounds, speeds),
+                                 f"{how}, each round divided by the machine's speed in it")}
             by_estimate = {}
-            for name in [args.estimate, *(e for e in ESTIMATES if e != args.estimate)]:
+            for name in [args.estimate, *(e for e in ROUND_ESTIMATE if e != args.estimate)]:
                 show = name == args.estimate
                 logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO if show else logging.WARNING)
                 if show:
                     print(f"each figure below: the {name} {ESTIMATE_SAYS[name]}")
                 # files saved before the probe joined the calibration have no probe runs: calibrated without it
                 probe = models[PROBE] if replay is None or any(n.startswith("probe: ") for n in cal_rounds) else None
-                predicting = calibrated(args, endpoints, inventory, cal_rounds, how, work, name, show, probe)
-                by_estimate[name] = compare(placements, models, predicting, endpoints, work, placement_rounds,
-                                            ESTIMATES[name], show)
-    report(by_estimate, args, work)
+                its_cal, its_placements, its_how = steadied.get(name, (cal_rounds, placement_rounds, how))
+                predicting = calibrated(args, endpoints, inventory, its_cal, its_how, work, ROUND_ESTIMATE[name], show,
+                                        probe)
+                by_estimate[name] = compare(placements, models, predicting, endpoints, work, its_placements,
+                                            ESTIMATES[ROUND_ESTIMATE[name]], show)
+    report(by_estimate, args, work, speeds)
 
 
-def report(by_estimate: dict[str, list[Row]], args: argparse.Namespace, work: Workload) -> None:
+def report(by_estimate: dict[str, list[Row]], args: argparse.Namespace, work: Workload,
+           speeds: Sequence[RoundSpeed]) -> None:
     """The summary of every estimate (--estimate's first, whose rows the table shows), printed and, with
     --markdown, written with the table."""
     rows = by_estimate[args.estimate]
@@ -514,10 +581,13 @@ def report(by_estimate: dict[str, list[Row]], args: argparse.Namespace, work: Wo
     for name, its_rows in by_estimate.items():
         lines += [f"-- {name} {ESTIMATE_SAYS[name]}{' (the table)' if name == args.estimate else ''}:",
                   *summary(its_rows, work)]
-    lines += round_repeatability(rows) + noise(rows, args.estimate)
+    lines += [speeds_line(speeds), *round_repeatability(rows), *noise(rows, args.estimate)]
     if args.against:
-        lines += repeatability(rows, _round_timings(json.loads(args.against.read_text())["placements"]),
-                               ESTIMATES[args.estimate])
+        doc = json.loads(args.against.read_text())
+        other = _round_timings(doc["placements"])
+        if args.estimate == STEADY:
+            other = steady_rounds(other, round_speeds([*_round_timings(doc["calibration"]).values(), *other.values()]))
+        lines += repeatability(rows, other, ESTIMATES[ROUND_ESTIMATE[args.estimate]])
     print("\n".join(lines))
     if args.markdown:
         args.markdown.write_text("\n".join(table(rows) + [""] + lines) + "\n")
