@@ -244,7 +244,9 @@ def _should_use_topk_moe(gating: Tensor, logits: Tensor, weights: Tensor, ids: T
         return False
     if gating.op is Op.SOFT_MAX:
         params = gating.op_params
-        if not gating.source(0).is_contiguous() or params.get("scale", 1.0) != 1.0 or params.get("max_bias", 0.0) != 0.0:
+        if not gating.source(0).is_contiguous():
+            return False
+        if params.get("scale", 1.0) != 1.0 or params.get("max_bias", 0.0) != 0.0:
             return False
         return all(s is None for s in gating.src[1:3])
     return True
