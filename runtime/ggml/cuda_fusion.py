@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from runtime.ggml.graph import FLAG_OUTPUT, BufferUsage, GGMLType, Op, Tensor
+from runtime.ggml.profiles import atoi
 
 # ggml.h GGML_MAX_SRC: sources per node (a dependency node holds at most this many kept tensors)
 GGML_MAX_SRC = 10
@@ -41,15 +42,7 @@ AllocDeps = dict[Tensor, list[Tensor]]   # until -> the tensors kept alive until
 
 def fusion_disabled(env: Mapping[str, str] | None = None) -> bool:
     value = (os.environ if env is None else env).get(DISABLE_FUSION_ENV)
-    return value is not None and _atoi(value) != 0
-
-
-def _atoi(text: str) -> int:
-    digits = text.strip()
-    sign = -1 if digits[:1] == "-" else 1
-    digits = digits.lstrip("+-")
-    n = len(digits) - len(digits.lstrip("0123456789"))
-    return sign * int(digits[:n]) if n else 0
+    return value is not None and atoi(value) != 0
 
 
 def add_dep(deps: AllocDeps, tensor: Tensor, until: Tensor) -> None:
