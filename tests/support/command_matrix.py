@@ -54,7 +54,9 @@ CASES: tuple[PlanCase, ...] = (
     PlanCase("qwen3moe-30b-a3b", _rpc(6144, 2048), ("--ram", "64GiB", "--ctx", "4096", "--parallel", "2")),
     PlanCase("gpt-oss-20b", _rpc(3072, 3072), ("--ram", "64GiB", "--ctx", "4096")),
     PlanCase("deepseek2-mla", _rpc(2048, 2048), ("--ram", "64GiB", "--ctx", "4096")),
-    PlanCase("qwen3moe-30b-a3b", ("CUDA0=8GiB",), ("--ram", "64GiB", "--ctx", "8192"), expect="-ncmoe"),
+    # 6 GiB: at 8 GiB, once ggml-cuda's fusion keeps the MoE reduction's tensors alive (+41 MiB of
+    # compute), the plan keeps layer 0 whole on the host and experts 1-32 there, an -ot list, not -ncmoe
+    PlanCase("qwen3moe-30b-a3b", ("CUDA0=6GiB",), ("--ram", "64GiB", "--ctx", "8192"), expect="-ncmoe"),
     PlanCase("qwen3moe-30b-a3b", ("CUDA0=12GiB", "CUDA1=6GiB"), ("--ram", "64GiB", "--ctx", "8192"),
              expect=r"blk\.("),
 )
