@@ -30,8 +30,9 @@ median of its rounds' medians, each first divided by the share of the CPU time t
 goes with how slow the process ran): what moves a figure on this machine is the process and the minutes it
 runs in, not the sample (see N_GEN), and the median of 8 processes spread over the whole run averages that
 drift where one process's samples cannot; the summary prints the stolen shares and how they go with each
-process's slowness. `--estimate steady` also divides each round by the whole machine's speed in it
-(steady_rounds: the 17:38 run of 2026-12-03 drifted from 1.38x to 0.79x its median speed over its rounds). The
+process's slowness. `--estimate steady` (the default since session 20, chosen before its run from the replays of
+the 13:56 and 17:38 runs of 2026-12-03) also divides each round by the whole machine's speed in it
+(steady_rounds: the 17:38 run drifted from 1.38x to 0.79x its median speed over its rounds). The
 summary also gives the fastest of all samples (sessions 13-16's default: on
 shared vCPUs a sample is only ever slowed by what ran beside it, so the fastest is what the placement costs when
 nothing did — but it is one moment of one process). The bench reports its own noise: the spread of the samples
@@ -491,12 +492,12 @@ def main() -> None:
                     "generates (a --replay file's own figure wins)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="llama-bench processes a placement, run round-robin "
                     "over the placements (the calibration's too)")
-    ap.add_argument("--estimate", choices=sorted(ROUND_ESTIMATE), default="unstolen",
+    ap.add_argument("--estimate", choices=sorted(ROUND_ESTIMATE), default=STEADY,
                     help="what a placement's figure is, for the calibration and the placements alike: the median of "
                     "its rounds' medians each divided by the share of CPU time the hypervisor left its process "
-                    "(unstolen, default), the same with each round also divided by the machine's speed in it "
-                    "(steady), the plain median of its rounds' medians, or the fastest sample of all its rounds; "
-                    "the summary gives all four")
+                    "(unstolen), the same with each round also divided by the machine's speed in it "
+                    "(steady, default since session 20), the plain median of its rounds' medians, or the fastest "
+                    "sample of all its rounds; the summary gives all four")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
                     "on the bench's own rpc-servers first)")
     ap.add_argument("--write-calibrated", type=Path, help="write the calibrated inventory here")
