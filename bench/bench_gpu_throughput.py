@@ -6,8 +6,10 @@ scripts/gpu_peer.sh measure on the lent GPU) against fitplan's predictions.
 Each recorded row is one llama-bench process (pp512 and tg32, three repeats) of a placement listed in
 scripts/gpu_peer.py SPEED before the GPU ran. Here each is predicted through the path a plan takes
 (fitplan's estimate of the flags, then planner/planning/throughput.py) from the record's inventory with the
-catalog's figures of the GPU it names (configs/catalog.yaml, matched on the name nvidia-smi printed) and,
-for the host, the figures below when given (--host-bandwidth, --host-flops) or the assumptions. Prints, per
+catalog's figures of the GPU it names (configs/catalog.yaml, matched on the name nvidia-smi printed: the
+datasheet's, and the `measured:` figures fitted here from this record — the decode streaming bandwidth and the
+time per op node; `--datasheet` leaves those out, so the time per op node is the assumed one) and, for the host,
+the figures below when given (--host-bandwidth, --host-flops) or the assumptions. Prints, per
 placement, the measured and predicted tokens/s and the relative error, then the median relative error and
 Spearman's rank correlation of decode and prefill and the worst placement of each. Asserts nothing; needs
 no GPU (the models are written here sparse: the headers the GPU machine wrote, checked by their hash).
@@ -21,7 +23,7 @@ import json
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +35,9 @@ from planner.hardware import catalog
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import ModelContext, model_context
-from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import CPU
 from planner.model.costs import CostTable, cost_table
 from planner.planning.throughput import Prediction, decode_bytes, predict
-from runtime.engine.runner import ModelRunner
 from scripts.gpu_peer import write_models
 
 RECORD = Path(__file__).resolve().parents[1] / "tests" / "peer" / "data" / "cuda" / "nvidia-h200.json"
@@ -50,7 +50,7 @@ class SpeedRow:
     name: str
     full_offload: bool          # one device holds every layer (-ngl 99, no -ot, one device)
     gpu_bytes: int              # weights and cache one decoded token reads on the GPU (the model's figure)
-    tg_nodes: int               # nodes of the one-token graph (the runtime's, as llama.cpp logs "graph: nodes")
+    tg_kernels: int             # op nodes of the one-token graph on the GPU's devices (the estimate's reserve)
     tg_measured: float
     pp_measured: float
     decode: Prediction
@@ -97,49 +97,35 @@ def compare(record: dict, models: dict[str, Path], inventories: dict[str, Invent
         weights, kv = decode_bytes(ctx.facts, costs, views.decode)
         gpu = sum(n for d, n in [*weights.items(), *kv.items()] if d != CPU)
         full = "-ot" not in flags and not row["rpc"] and flags[flags.index("-ngl") + 1] == "99"
-        out.append(SpeedRow(name, full, gpu, tg_nodes(ctx, flags, inventory, work, row["rpc"]),
-                            timing.tg_tokens_s, timing.pp_tokens_s,
+        kernels = sum(n for d, n in views.decode.kernels if d != CPU)
+        out.append(SpeedRow(name, full, gpu, kernels, timing.tg_tokens_s, timing.pp_tokens_s,
                             predict(ctx.facts, costs, views.decode, inventory),
                             predict(ctx.facts, costs, views.prefill, inventory)))
     return out
 
 
-def tg_nodes(ctx: ModelContext, flags: list[str], inventory: Inventory, work: Workload, rpc: list[str]) -> int:
-    """The one-token graph's node count for the placement (the runtime's reserve, sizes only)."""
-    n_ctx = max(work.n_depth + max(work.n_prompt, work.n_gen), 256)
-    parsed = parse_llama_flags([*flags, *(["--rpc", ",".join(rpc)] if rpc else []), "-c", str(n_ctx)])
-    runner = ModelRunner.load(ctx, parsed, inventory, weights=False)
-    assert runner.reserve_report is not None
-    return runner.reserve_report.n_nodes_tg
-
-
-def node_fit(rows: list[SpeedRow]) -> list[str]:
-    """What the record says the decode model lacks on this GPU: over the rows with every layer on the GPU,
-    the least-squares fit of seconds per token = bytes read / B + graph nodes x T (B an effective bandwidth,
-    T a time per node), and each such row's residual. The throughput model has the first term only, at the
-    catalog's bandwidth."""
+def node_fit(rows: list[SpeedRow], catalog_bw: float) -> list[str]:
+    """The record's decode rows with every layer on the GPU against seconds per token = bytes read / B + op nodes
+    x T: the least-squares fit of both (B an effective bandwidth, T a time per kernel-launching node; T is where
+    throughput.FALLBACK_KERNEL_S comes from), and of T alone with B at the catalog's bandwidth, as the throughput
+    model predicts; each row's residual under the joint fit."""
     full = [r for r in rows if r.full_offload]
     if len(full) < 3:
         return []
-    a = np.array([[r.gpu_bytes, r.tg_nodes] for r in full], dtype=float)
+    a = np.array([[r.gpu_bytes, r.tg_kernels] for r in full], dtype=float)
     t = np.array([1.0 / r.tg_measured for r in full])
     (inv_bw, per_node), *_ = np.linalg.lstsq(a, t, rcond=None)
-    lines = [f"decode with every layer on the GPU ({len(full)} rows): seconds per token = bytes / B + nodes x T "
-             f"fits B = {1 / inv_bw / 1e12:.2f} TB/s (catalog {_catalog_bw(rows)}), T = {per_node * 1e6:.2f} us a "
-             "graph node:"]
+    lines = [f"decode with every layer on the GPU ({len(full)} rows): seconds per token = bytes / B + op nodes x T "
+             f"fits B = {1 / inv_bw / 1e12:.2f} TB/s, T = {per_node * 1e6:.2f} us an op node"
+             + (f"; with B at the datasheet's {catalog_bw / 1e12:.2f} TB/s, T = "
+                f"{np.linalg.lstsq(a[:, 1:], t - a[:, 0] / catalog_bw, rcond=None)[0][0] * 1e6:.2f} us" if catalog_bw
+                else "") + ":"]
     for r, (b, n) in zip(full, a, strict=True):
         fitted = 1.0 / (b * inv_bw + n * per_node)
         lines.append(f"  {r.name:<58} {r.tg_measured:7.1f} tokens/s, fit {fitted:7.1f} "
-                     f"({(fitted - r.tg_measured) / r.tg_measured:+.1%}); {b / 2**20:7.0f} MiB, {int(n)} nodes, "
+                     f"({(fitted - r.tg_measured) / r.tg_measured:+.1%}); {b / 2**20:7.0f} MiB, {int(n)} op nodes, "
                      f"nodes {n * per_node / (b * inv_bw + n * per_node):.0%} of the time")
     return lines
-
-
-def _catalog_bw(rows: list[SpeedRow]) -> str:
-    stage = next((s for r in rows for s in r.decode.stages if s.device != CPU), None)
-    if stage is None or not stage.seconds_per_token:
-        return "?"
-    return f"{stage.bytes_per_token / stage.seconds_per_token / 1e12:.2f} TB/s"
 
 
 def summary(rows: list[SpeedRow]) -> list[str]:
@@ -159,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record", type=Path, default=RECORD)
     ap.add_argument("--host-bandwidth-gbs", type=float, help="the GPU machine's host memory bandwidth (else assumed)")
     ap.add_argument("--host-fp16-tflops", type=float, help="its host FLOP/s (else assumed)")
+    ap.add_argument("--datasheet", action="store_true", help="predict from the catalog's datasheet figures alone, "
+                    "without its measured ones")
     args = ap.parse_args(argv)
     record = json.loads(args.record.read_text())
     if not record.get("speed"):
@@ -172,14 +160,20 @@ def main(argv: list[str] | None = None) -> int:
         for topology, doc in record["inventory"].items():
             path = Path(tmp) / f"{topology}.yaml"
             path.write_text(yaml.safe_dump(with_catalog(doc, gpu, host)))
-            inventories[topology] = load_inventory(path)
+            inventory = load_inventory(path)
+            if args.datasheet:
+                inventory = replace(inventory, devices=tuple(replace(d, stream_bytes_s=0, kernel_seconds=0.0)
+                                                             for d in inventory.devices))
+            inventories[topology] = inventory
         rows = compare(record, models, inventories)
     print(f"{args.record.name}: {gpu or record['backend']}, llama-bench pp512/tg32 x3, one process a placement")
     for r in rows:
         print(f"  {r.name:<58} tg {r.tg_measured:8.1f} (pred {r.decode.decode_tokens_s:8.1f}, {r.tg_error:6.1%})  "
               f"pp {r.pp_measured:9.1f} (pred {r.prefill.prefill_tokens_s:9.1f}, {r.pp_error:6.1%})  "
               f"rates {'/'.join(r.decode.rate_sources)}")
-    for line in summary(rows) + node_fit(rows):
+    gpu0 = inventories["one"].get("CUDA0")
+    catalog_bw = float(gpu0.bandwidth_bytes_s) if gpu0 is not None and gpu0.bandwidth_bytes_s else 0.0
+    for line in summary(rows) + node_fit(rows, catalog_bw):
         print(line)
     return 0
 

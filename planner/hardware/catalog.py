@@ -34,6 +34,12 @@ _DEVICE_KEYS = {
     "link": "a PCIe link such as pcie4x16",
     "uma": "true when the memory is system RAM",
     "source": "the document the figures come from: vendor, title (and section)",
+    "measured": "figures fitplan measured on this product with the pinned llama.cpp: {stream_gbs, kernel_us, source}",
+}
+_MEASURED_KEYS = {
+    "stream_gbs": "the bandwidth the pinned llama.cpp's decode streams weights at, in GB/s",
+    "kernel_us": "microseconds per op node of a decoded token's graph (a kernel launched each)",
+    "source": "the record and the method the figures come from",
 }
 _HOST_KEYS = {
     "description": "what the host is",
@@ -62,6 +68,9 @@ class CatalogDevice:
     uma: bool
     match: tuple[str, ...]
     source: str = ""        # total_bytes 0: a UMA part whose memory is the host's RAM
+    stream_bytes_s: int = 0          # measured: decode's weight-streaming bandwidth (0 = not measured)
+    kernel_seconds: float = 0.0      # measured: seconds per op node of a decoded token's graph
+    measured_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,13 @@ def _device(ident: str, entry: Any, where: ds.Where) -> CatalogDevice:
     uma = ds.flag(entry.get("uma", False), where.key("uma"))
     if entry["memory"] is None and not uma:
         raise where.key("memory").error("expected a size: only a UMA part (uma: true) may leave it null")
+    measured: dict[str, Any] = {}
+    if "measured" in entry:
+        at = where.key("measured")
+        measured = ds.mapping(entry["measured"], at, _MEASURED_KEYS, ("stream_gbs", "kernel_us", "source"))
+        measured = {"stream_bytes_s": int(ds.number(measured["stream_gbs"], at.key("stream_gbs"), "GB/s") * GB),
+                    "kernel_seconds": ds.number(measured["kernel_us"], at.key("kernel_us"), "microseconds") * 1e-6,
+                    "measured_source": ds.text(measured["source"], at.key("source"))}
     return CatalogDevice(
         id=ident,
         description=description,
@@ -134,6 +150,7 @@ def _device(ident: str, entry: Any, where: ds.Where) -> CatalogDevice:
         uma=uma,
         match=tuple(ds.text(m, where.key("match").index(i)) for i, m in enumerate(match)),
         source=ds.text(entry["source"], where.key("source")),
+        **measured,
     )
 
 

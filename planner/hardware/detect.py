@@ -80,6 +80,8 @@ def _catalog_facts(dev: DeviceSpec) -> DeviceSpec:
         fp16_flops=dev.fp16_flops or known.fp16_flops,
         link_bytes_s=dev.link_bytes_s or known.link_bytes_s,
         uma=dev.uma or known.uma,
+        stream_bytes_s=dev.stream_bytes_s or known.stream_bytes_s,
+        kernel_seconds=dev.kernel_seconds or known.kernel_seconds,
         kind=DeviceKind.IGPU if known.kind is DeviceKind.IGPU and dev.kind is DeviceKind.GPU else dev.kind,
     )
 

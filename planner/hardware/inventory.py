@@ -103,6 +103,10 @@ class DeviceSpec:
     # Devices whose CPUs overlap share those cores when they compute at once (planner/planning/verdict.py)
     cpus: tuple[int, ...] = ()
     threads: int = 0
+    # measured on this product with the pinned llama.cpp (a catalog entry's `measured:` block): the bandwidth its
+    # decode streams weights at, and the seconds per op node of a decoded token's graph; 0 = not measured
+    stream_bytes_s: int = 0
+    kernel_seconds: float = 0.0
 
     @property
     def transfer_bytes_s(self) -> int:
@@ -136,6 +140,8 @@ class Quantity(str, Enum):
                                                   # costs 1/cells + (d_k + d_v)/values seconds
     ATTENTION_SWEEP = "attention_sweep"           # bytes/s of cache rows a decoded token's query heads stream: each
                                                   # query head reads its layer's whole row (every KV head) per cell
+    KERNEL_TIME = "kernel_time"                   # seconds per op node of a decoded token's graph on a device that
+                                                  # launches a kernel for each (a GPU backend), beyond its bytes
 
 
 @dataclass(frozen=True)

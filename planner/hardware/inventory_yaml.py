@@ -136,6 +136,7 @@ CALIBRATED_FIGURES: dict[str, tuple[Quantity, float]] = {
     "attention_mcells": (Quantity.ATTENTION_CELLS, 1e6),
     "attention_gvalues": (Quantity.ATTENTION_VALUES, 1e9),
     "attention_sweep_gbs": (Quantity.ATTENTION_SWEEP, GB),
+    "kernel_us": (Quantity.KERNEL_TIME, 1e-6),
 }
 _FIGURE_HELP = {key: f"{{value: a number in {key.rsplit('_', 1)[1]}, how: how it was obtained}}"
                 for key in CALIBRATED_FIGURES}
@@ -239,7 +240,8 @@ def _from_catalog(entry: catalog.CatalogDevice) -> dict[str, Any]:
     return dict(kind=entry.kind, catalog_backend=entry.backend, description=entry.description,
                 total_bytes=entry.total_bytes,
                 bandwidth_bytes_s=entry.bandwidth_bytes_s, fp16_flops=entry.fp16_flops,
-                link_bytes_s=entry.link_bytes_s, uma=entry.uma)
+                link_bytes_s=entry.link_bytes_s, uma=entry.uma,
+                stream_bytes_s=entry.stream_bytes_s, kernel_seconds=entry.kernel_seconds)
 
 
 def _link(value: Any, where: ds.Where) -> int:
@@ -333,6 +335,8 @@ def _yaml_fields(entry: dict[str, Any], where: ds.Where) -> dict[str, Any]:
     for key, (name, convert) in _FIELDS.items():
         if key in entry:
             f[name] = convert(entry[key], where.key(key))
+    if "bandwidth_gbs" in entry:
+        f.pop("stream_bytes_s", None)   # a bandwidth stated for this card wins over the catalog product's measurement
     return f
 
 
@@ -396,6 +400,7 @@ def _build(name: str, f: dict[str, Any], where: ds.Where) -> DeviceSpec:
         network_bytes_s=f.get("network_bytes_s", 0), description=f.get("description", ""),
         remote_backend=f.get("remote_backend"), compute_capability=f.get("compute_capability"), id=f.get("id"),
         cpus=f.get("cpus", ()), threads=f.get("threads", 0),
+        stream_bytes_s=f.get("stream_bytes_s", 0), kernel_seconds=f.get("kernel_seconds", 0.0),
     )
 
 
@@ -476,6 +481,15 @@ def _extras(items: list[str], where: ds.Where) -> dict[str, Any]:
     return out
 
 
+def _with_extras(fields: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    """A device's fields with `bw=`/`tflops=`/... over them: a bandwidth stated for this card also replaces the
+    catalog product's measured streaming figure."""
+    out = {**fields, **extras}
+    if "bandwidth_bytes_s" in extras:
+        out.pop("stream_bytes_s", None)
+    return out
+
+
 def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.Where]]) -> list[DeviceSpec]:
     where = ds.Where(f"--device {spec if len(spec) <= 80 else quote(spec)}")
     body, endpoint = spec.strip(), None
@@ -494,7 +508,7 @@ def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.W
             raise where.error(f"expected a count from 1 to {LLAMA_MAX_DEVICES} (llama_max_devices()), e.g. 2xrtx3090")
         if "id" in extras and count > 1:
             raise where.error("expected one device with id= (an id names one physical card)")
-        fields = {**_catalog(ident, where), **extras}
+        fields = _with_extras(_catalog(ident, where), extras)
         fields["endpoint"] = endpoint
         return devices + [_build("", dict(fields), where)] * count
     name, value = (part.strip() for part in body.split("=", 1))
@@ -502,7 +516,7 @@ def _apply_one(spec: str, devices: list[DeviceSpec], given: list[tuple[str, ds.W
         raise where.error("missing device name before '='; expected NAME=SIZE such as CUDA0=24GiB")
     if not value:
         raise where.error(f"missing value after '{name}='; expected a size such as 24GiB or a catalog id")
-    fields = {**_shorthand_value(value, where), **extras}
+    fields = _with_extras(_shorthand_value(value, where), extras)
     fields["endpoint"] = endpoint
     existing = next((d for d in devices if d.name.lower() == name.lower()), None)
     if existing is not None:

@@ -32,6 +32,7 @@ from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_
 from planner.memory.tensor_members import member_rows
 from planner.model.tensors import OUTPUT
 from runtime.engine.meta_check import llama_abort, meta_split_error
+from runtime.engine.reserve import decode_kernels
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Estimate:
     # -sm tensor: each real device behind the Meta() row as a real load allocates it
     # (planner/memory/tensor_members.py); not rows of llama.cpp's breakdown
     meta_members: tuple[DeviceMemory, ...] = ()
+    # per device name (`CPU` for the host), the one-token graph's nodes that run an op, as the simulated
+    # reserve's scheduler placed them (runtime/engine/reserve.py decode_kernels); empty for a formula estimate
+    decode_kernels: tuple[tuple[str, int], ...] = ()
 
     @property
     def totals(self) -> tuple[DeviceMemory, ...]:
@@ -169,8 +173,10 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
     # real load (its output rows, server_output_limits, and a reserve that keeps the norm pins), not
     # as llama-fit-params' dry run
     server = settings.flags.has_companions
+    n_outputs_max = server_target_outputs_max(settings.flags) if server else None
     compute, source = compute_model(settings, use_runtime=exact_compute, dry_run=not server,
-                                    n_outputs_max=server_target_outputs_max(settings.flags) if server else None)
+                                    n_outputs_max=n_outputs_max)
+    kernels = (decode_kernels(settings, n_outputs_max, dry_run=not server) or {}) if source == SIMULATED else {}
     meta = next((d.name for d in settings.devices if d.members), None)
     members = member_rows(settings, compute.get(meta, 0)) if meta else ()
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
@@ -183,4 +189,4 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
                     placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
                     settings.ctx.model.architecture,
                     estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else (),
-                    members)
+                    members, tuple(sorted(kernels.items())))

@@ -198,7 +198,8 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
         exact = estimate(s.ctx, flags, s.inventory)  # the trial used the analytic model: judge exactly
         if overuse(s, exact):
             break
-        best = replace(cand, estimate=exact)
+        # and predict from it: only the simulated reserve counts the op nodes each device runs
+        best = replace(cand, estimate=exact, prediction=_predict(s, trial, exact))
     return best
 
 

@@ -42,6 +42,14 @@ boundaries (the activation goes to the CPU and back). With two stages, no expert
 this is seed 003's harmonic formula,
 1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
 
+A GPU backend also launches a kernel for every op node of the token's graph (views and reshapes only describe
+memory and launch none), and a kernel takes a few microseconds however little it reads: decode adds
+Kn_d · tau_d, Kn_d the op nodes the scheduler put on device d (the estimate's simulated reserve counts them,
+Scheduler.kernel_nodes) and tau_d the device's time per node. On the lent NVIDIA H200 (tests/peer/data/cuda/
+nvidia-h200.json, llama-bench tg32 with every layer on the GPU) it is most of a small model's token: Gemma 3 270M
+decoded at 936.6 tokens/s, 1.07 ms a token, where its 235 MiB at the catalog's 4.8 TB/s take 51 µs. The host and
+CPU rpc-servers launch nothing; what a node costs them is inside their calibrated bandwidth.
+
 Prefill (one ubatch of B tokens) is mostly compute-bound:
 
     t_ubatch = sum_d (FLOPs_d / F_d + Att_d / Fatt_d + S_d / BW_d)  +  sum_{host weights offloaded} bytes / L_gpu0
@@ -82,7 +90,7 @@ from planner.memory.estimate import Estimate
 from planner.model.arch import ModelFacts
 from planner.model.costs import CostTable, LayerCost, WeightGroup, tensor_group
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
-from runtime.ggml.profiles import PROFILES, op_offload_min_batch
+from runtime.ggml.profiles import PROFILES, Backend, op_offload_min_batch
 
 # Activations cross a boundary in f32 (ggml graphs carry the residual stream in f32).
 ACTIVATION_BYTES_PER_VALUE = 4
@@ -96,6 +104,10 @@ FALLBACK_HOST_BANDWIDTH = 50e9      # dual-channel DDR5 class
 FALLBACK_DEVICE_BANDWIDTH = 300e9   # a mid-range GPU: an unknown device is assumed faster than the host
 FALLBACK_FLOPS = 1e12
 FALLBACK_LINK = 16e9                # PCIe 4.0 x8 class
+# Seconds per op node of a decoded token's graph on a GPU backend (a kernel each), unless calibrated: the lent
+# H200's figure (bench/bench_gpu_throughput.py, the least-squares fit over the record's rows with every layer on the
+# GPU of seconds per token = bytes / B + op nodes x tau). Measured on that one GPU; on others an assumption.
+FALLBACK_KERNEL_S = 1.36e-6
 
 # Where a rate came from (Prediction.rate_sources), best first.
 CALIBRATED = "calibrated"   # measured on the machine (`fitplan calibrate`)
@@ -119,6 +131,7 @@ class PlacementView:
     ffn_on_host: frozenset[int] = frozenset()   # dense layers whose FFN weights `-ot` keeps in host memory
     pipeline: bool = False             # llama.cpp's pipeline parallelism (placement.pipeline_parallel)
     n_batch: int = 0                   # prompt tokens one llama_decode takes (min(-b, -c, the prompt)); 0: one ubatch
+    kernels: tuple[tuple[str, int], ...] = ()   # per device, the one-token graph's op nodes (Estimate.decode_kernels)
 
     @property
     def n_ubatches(self) -> int:
@@ -196,7 +209,13 @@ class Rates:
         return ASSUMED in self.sources
 
     def bandwidth(self, name: str) -> float:
-        stated = self.host.bandwidth_bytes_s if name == CPU else self.devices[name].bandwidth_bytes_s
+        """Bytes/s the device streams weights at: calibrated, else stated — what llama.cpp's decode was measured to
+        stream at on this product (a catalog entry's `measured:`), else the memory's bandwidth — else assumed."""
+        if name == CPU:
+            stated = self.host.bandwidth_bytes_s
+        else:
+            dev = self.devices[name]
+            stated = dev.stream_bytes_s or dev.bandwidth_bytes_s
         fallback = FALLBACK_HOST_BANDWIDTH if name == CPU else FALLBACK_DEVICE_BANDWIDTH
         return self._rate(name, Quantity.BANDWIDTH, stated, fallback)
 
@@ -222,6 +241,16 @@ class Rates:
             seconds = (work.pairs / per_pair if per_pair else 0.0) + (work.values / per_value if per_value else 0.0)
             return max(seconds, kv_bytes / self.bandwidth(name))
         return kv_bytes / (self._attention(name, Quantity.ATTENTION_BANDWIDTH) or self.bandwidth(name))
+
+    def kernel_time(self, name: str) -> float:
+        """Seconds per op node of a decoded token's graph on this device beyond its bytes, where the device (or the
+        backend an rpc-server runs) launches a GPU kernel for each node: calibrated, else measured on the product
+        (stated), else FALLBACK_KERNEL_S; 0 for the host, CPU rpc-servers and rpc-servers of unknown backend."""
+        dev = self.devices.get(name)
+        backend = None if dev is None else dev.remote_backend if dev.backend is Backend.RPC else dev.backend
+        if dev is None or backend is None or backend in (Backend.CPU, Backend.RPC):
+            return 0.0
+        return self._rate(name, Quantity.KERNEL_TIME, dev.kernel_seconds, FALLBACK_KERNEL_S)
 
     def attention_flops(self, name: str) -> float:
         """The FLOP/s of a prompt's attention: calibrated, else the device's FLOPs."""
@@ -352,8 +381,10 @@ def predict(facts: ModelFacts, costs: CostTable, view: PlacementView, inventory:
     act = facts.n_embd * ACTIVATION_BYTES_PER_VALUE
     boundary_s = sum(_boundary_seconds(rates, a, b, act) for a, b in pairs)
     attention = decode_attention(facts, costs, view)
+    kernels = dict(view.kernels)
     seconds = {dev: n_bytes / rates.bandwidth(dev)
                + rates.attention_seconds(dev, kv_per_device.get(dev, 0), attention.get(dev, NO_ATTENTION))
+               + (kernels.get(dev, 0) * rates.kernel_time(dev) if kernels.get(dev) else 0.0)
                for dev, n_bytes in per_device.items()}
     t_token = sum(seconds.values()) + boundary_s
     stages = tuple(StageTime(d, per_device[d] + kv_per_device.get(d, 0), seconds[d], kv_per_device.get(d, 0))
@@ -528,7 +559,8 @@ def view_of_estimate(ctx: ModelContext, est: Estimate, experts_on_host: frozense
                 layer_device[il] = dev
     return PlacementView(tuple(layer_device), est.output_device, experts_on_host, est.cparams.n_ctx_seq,
                          est.cparams.n_ubatch, est.cparams.n_seq, output_on_host, est.flags.op_offload, n_past,
-                         ffn_on_host_of(est), est.pipeline_parallel, min(est.flags.n_batch, est.cparams.n_ctx))
+                         ffn_on_host_of(est), est.pipeline_parallel, min(est.flags.n_batch, est.cparams.n_ctx),
+                         est.decode_kernels)
 
 
 def predict_estimate(ctx: ModelContext, costs: CostTable, est: Estimate, inventory: Inventory,

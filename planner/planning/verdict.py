@@ -106,6 +106,7 @@ class StepTerms:
     boundary_s: float                # the hand-offs and boundary copies of one step
     n_boundaries: int
     rate_sources: tuple[str, ...]
+    kernel_s: float = 0.0            # the op nodes' kernel time of one step (once a step, however many sequences)
 
 
 def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, inventory: Inventory) -> StepTerms:
@@ -116,19 +117,21 @@ def step_terms(ctx: ModelContext, costs: CostTable, view: PlacementView, invento
     full = predict(ctx.facts, costs, one, inventory)
     stage_s = sum(s.seconds_per_token for s in full.stages)
     boundary_s = max(1.0 / full.decode_tokens_s - stage_s, 0.0) if full.decode_tokens_s else 0.0
+    rates = Rates(inventory)
+    kernel_s = sum(n * rates.kernel_time(dev) for dev, n in one.kernels)
     work = prefill_work(ctx.facts, costs, replace(one, n_ubatch=1), None)
     flops = dict(work.flops)
     for dev, n in work.attention.items():
         flops[dev] = flops.get(dev, 0.0) + n
     attention = decode_attention(ctx.facts, costs, one)
-    return StepTerms(weights, kv, attention, flops, boundary_s, full.n_boundaries, full.rate_sources)
+    return StepTerms(weights, kv, attention, flops, boundary_s, full.n_boundaries, full.rate_sources, kernel_s)
 
 
 def step_seconds(terms: StepTerms, inventory: Inventory, n_seq: int) -> float:
     """t_step(N) of the module's docstring."""
     rates = Rates(inventory)
     devices = set(terms.weight_bytes) | set(terms.kv_bytes) | set(terms.flops)
-    t = terms.boundary_s
+    t = terms.boundary_s + terms.kernel_s
     for dev in devices:
         attention = rates.attention_seconds(dev, terms.kv_bytes.get(dev, 0), terms.attention.get(dev, NO_ATTENTION))
         memory = terms.weight_bytes.get(dev, 0) / rates.bandwidth(dev) + n_seq * attention

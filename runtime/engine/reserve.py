@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from planner.core.errors import FitplanError
 from planner.llama.placement import row_of
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 CACHE_SIZE = 256
 ANALYTIC_ENV = "FITPLAN_COMPUTE_MODEL"   # =analytic: skip the runtime (calibrating planner/memory/analytic.py)
-_cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
+_cache: OrderedDict[tuple, _Reserved] = OrderedDict()
 
 
 def _key(settings: LlamaSettings, n_outputs_max: int | None) -> tuple:
@@ -58,13 +59,32 @@ def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None,
     `n_outputs_max`: the context's output rows (llama-context.cpp cparams.n_outputs_max; None is
     n_batch, llama.cpp's default when the caller sets none). `dry_run`: llama-fit-params' reserve
     (True) or a real load's (llama-server, llama-cli: ModelRunner.reserve says how they differ)."""
+    found = _reserved(settings, n_outputs_max, dry_run)
+    return dict(found.compute) if found is not None else None
+
+
+def decode_kernels(settings: LlamaSettings, n_outputs_max: int | None = None,
+                   dry_run: bool = True) -> dict[str, int] | None:
+    """Per device name (`CPU` for the host), the nodes of the one-token graph the scheduler put there that run
+    an op (Scheduler.kernel_nodes), from the same reserve as reserve_compute; None without a builder."""
+    found = _reserved(settings, n_outputs_max, dry_run)
+    return dict(found.kernels) if found is not None else None
+
+
+@dataclass(frozen=True)
+class _Reserved:
+    compute: dict[str, int]    # bytes per breakdown row
+    kernels: dict[str, int]    # op nodes of the one-token graph per device name
+
+
+def _reserved(settings: LlamaSettings, n_outputs_max: int | None, dry_run: bool) -> _Reserved | None:
     if os.environ.get(ANALYTIC_ENV) == "analytic" or not supported(settings):
         return None
     key = (*_key(settings, n_outputs_max), dry_run)
     hit = _cache.get(key)
     if hit is not None:
         _cache.move_to_end(key)
-        return dict(hit)
+        return hit
     # The reserve makes tens of thousands of small objects that stay alive until it returns, so
     # the cyclic collector's passes over them find nothing; pausing it saves ~20% of the call.
     collecting = gc.isenabled()
@@ -80,8 +100,8 @@ def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None,
     finally:
         if collecting:
             gc.enable()
-    rows = {(row_of(name)): size for name, size in report.compute_bytes.items()}
-    _cache[key] = rows
+    found = _Reserved({row_of(name): size for name, size in report.compute_bytes.items()}, dict(report.tg_kernels))
+    _cache[key] = found
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
-    return dict(rows)
+    return found

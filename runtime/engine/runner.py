@@ -116,6 +116,7 @@ class ReserveReport:
     n_nodes_pp: int
     n_nodes_tg: int
     compute_bytes: Mapping[str, int]
+    tg_kernels: Mapping[str, int] = field(default_factory=dict)   # per backend, the one-token graph's op nodes
 
 
 @dataclass
@@ -381,6 +382,7 @@ class ModelRunner:
         self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
+        tg_kernels = self.sched.kernel_nodes()
         self.sched.reserve(pp.graph)
         # pairs on a weight no graph applies them to: llama.cpp loads them but its graph does not use them
         # either where it multiplies without build_lora_mm (deepseek2's attention projections and lm_head)
@@ -388,7 +390,8 @@ class ModelRunner:
             log.warning("LoRA pairs on %s are not in the runtime's graph (llama.cpp applies none where it "
                         "multiplies without build_lora_mm)",
                         ", ".join(self.adapters.unreached()))
-        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes())
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes(),
+                                            tg_kernels)
         return self.reserve_report
 
     # --- running ------------------------------------------------------------------------------

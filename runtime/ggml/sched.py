@@ -27,7 +27,7 @@ from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import Backend, BufferType
 from runtime.ggml.compute import EvalCallback, Measurement, RunState, compute_splits
 from runtime.ggml.debug import debug_text
-from runtime.ggml.graph import Graph, Tensor
+from runtime.ggml.graph import VIEW_OPS, Graph, Op, Tensor
 from runtime.ggml.passes import (
     Assignment,
     SchedContext,
@@ -131,6 +131,20 @@ class Scheduler:
         """name -> backend name (or 'NULL'), for reading a placement at a glance."""
         return {t.name: (self.ctx.backends[b].name if (b := self.assignment.get(t)) != -1 else "NULL")
                 for t in tensors}
+
+    def kernel_nodes(self) -> dict[str, int]:
+        """Per backend, the nodes of the last split graph that run an op: not NONE, VIEW, RESHAPE, PERMUTE or
+        TRANSPOSE, which only describe memory (ggml-cuda's compute loop, like every backend's, skips them; each
+        other node is a kernel a GPU backend launches, before its fusions merge some). The throughput model
+        charges a device's per-kernel time on these (planner/planning/throughput.py)."""
+        out: dict[str, int] = {}
+        if self._graph is None:
+            return out
+        nodes = self._graph.nodes
+        for split in self.plan.splits:
+            n = sum(1 for t in nodes[split.i_start:split.i_end] if t.op is not Op.NONE and t.op not in VIEW_OPS)
+            out[split.backend] = out.get(split.backend, 0) + n
+        return out
 
     def buffer_size(self, backend: Backend) -> int:
         """Bytes of this backend's compute buffer (0 if it shares a buffer type listed earlier)."""

@@ -4,6 +4,8 @@ the model's definition (a step reads the weights once and each sequence's KV, mu
 a boundary costs its hand-off latency plus the activation over the link)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner.core.units import GiB, MiB
@@ -59,6 +61,10 @@ def test_step_seconds_is_the_roofline_of_weights_once_kv_and_compute_per_sequenc
     # a memory-bound device: weights read once, so 4 sequences cost less than 4 steps
     light = StepTerms({"CUDA0": int(3e9)}, {"CUDA0": int(1e8)}, {"CUDA0": 1e7}, {"CUDA0": 1e9}, 0.0, 0, ())
     assert step_seconds(light, inv, 4) == pytest.approx((3e9 + 4e8) / BW)
+    # the op nodes' kernels run once a step, however many sequences it carries: 2 ms at 1 and at 4
+    launched = replace(light, kernel_s=2e-3)
+    assert step_seconds(launched, inv, 4) - step_seconds(light, inv, 4) == pytest.approx(2e-3)
+    assert step_seconds(launched, inv, 1) - step_seconds(light, inv, 1) == pytest.approx(2e-3)
 
 
 def test_two_equal_devices_that_each_hold_the_model_endpoints_win_for_four_clients(gemma):
