@@ -140,6 +140,25 @@ def summary(rows: list[SpeedRow]) -> list[str]:
             f"worst {worst_pp.name} ({worst_pp.pp_error:.0%})"]
 
 
+def record_rows(record: dict, host: dict[str, float] | None = None, datasheet: bool = False
+                ) -> tuple[list[SpeedRow], dict[str, Inventory]]:
+    """Every speed row of a record beside its prediction, and the inventories they were predicted on: the
+    record's, with the catalog entry of the GPU it names (`datasheet`: without the entry's measured figures)."""
+    gpu = (record.get("gpu") or {}).get("name", "")
+    with tempfile.TemporaryDirectory() as tmp:
+        models = write_models(Path(tmp) / "models", random_gemma=False)
+        inventories = {}
+        for topology, doc in record["inventory"].items():
+            path = Path(tmp) / f"{topology}.yaml"
+            path.write_text(yaml.safe_dump(with_catalog(doc, gpu, host or {})))
+            inventory = load_inventory(path)
+            if datasheet:
+                inventory = replace(inventory, devices=tuple(replace(d, stream_bytes_s=0, kernel_seconds=0.0)
+                                                             for d in inventory.devices))
+            inventories[topology] = inventory
+        return compare(record, models, inventories), inventories
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record", type=Path, default=RECORD)
@@ -154,18 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     host = {k: v for k, v in (("bandwidth_gbs", args.host_bandwidth_gbs), ("fp16_tflops", args.host_fp16_tflops)) if v}
     gpu = (record.get("gpu") or {}).get("name", "")
-    with tempfile.TemporaryDirectory() as tmp:
-        models = write_models(Path(tmp) / "models", random_gemma=False)
-        inventories = {}
-        for topology, doc in record["inventory"].items():
-            path = Path(tmp) / f"{topology}.yaml"
-            path.write_text(yaml.safe_dump(with_catalog(doc, gpu, host)))
-            inventory = load_inventory(path)
-            if args.datasheet:
-                inventory = replace(inventory, devices=tuple(replace(d, stream_bytes_s=0, kernel_seconds=0.0)
-                                                             for d in inventory.devices))
-            inventories[topology] = inventory
-        rows = compare(record, models, inventories)
+    rows, inventories = record_rows(record, host, args.datasheet)
     print(f"{args.record.name}: {gpu or record['backend']}, llama-bench pp512/tg32 x3, one process a placement")
     for r in rows:
         print(f"  {r.name:<58} tg {r.tg_measured:8.1f} (pred {r.decode.decode_tokens_s:8.1f}, {r.tg_error:6.1%})  "

@@ -5,7 +5,6 @@ against the record they come from."""
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -154,18 +153,9 @@ def test_the_schedulers_op_nodes_leave_out_views_and_none(gemma):
 
 def test_the_catalog_h200_figures_are_the_records_least_squares_fit():
     from bench.bench_gpu_throughput import RECORD as BENCH_RECORD
-    from bench.bench_gpu_throughput import compare, with_catalog
-    from scripts.gpu_peer import write_models
+    from bench.bench_gpu_throughput import record_rows
     assert BENCH_RECORD == RECORD
-    record = json.loads(RECORD.read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        models = write_models(Path(tmp) / "models", random_gemma=False)
-        inventories = {}
-        for topology, doc in record["inventory"].items():
-            path = Path(tmp) / f"{topology}.yaml"
-            path.write_text(yaml.safe_dump(with_catalog(doc, record["gpu"]["name"], {})))
-            inventories[topology] = load_inventory(path)
-        rows = [r for r in compare(record, models, inventories) if r.full_offload]
+    rows = [r for r in record_rows(json.loads(RECORD.read_text()))[0] if r.full_offload]
     assert len(rows) == 9
     a = np.array([[r.gpu_bytes, r.tg_kernels] for r in rows], dtype=float)
     (inv_bw, tau), *_ = np.linalg.lstsq(a, np.array([1 / r.tg_measured for r in rows]), rcond=None)
