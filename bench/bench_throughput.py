@@ -72,7 +72,6 @@ from pathlib import Path
 import yaml
 from gguf import GGMLQuantizationType
 
-from bench.bench_attention_rows import write_shape
 from bench.quiet import NotQuiet, cores_kept_awake, load_line, pin_to_cores, wait_for_quiet
 from bench.ranks import pearson, spearman
 from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate, calibration_jobs
@@ -94,7 +93,7 @@ from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import ModelContext, model_context
 from planner.model.costs import CostTable, cost_table
 from planner.planning.throughput import predict
-from tests.support.gguf_factory import add_tokenizer, qwen3moe_spec
+from tests.support.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
 from tests.support.tiny_models import write_random
 
 N_RPC = 3
@@ -284,7 +283,11 @@ def write_probe(directory: Path) -> Path:
     """The calibration's attention probe: a small dense llama with random Q8_0 weights, 4 layers, 8 query heads
     64 wide over 4 KV heads (Gemma 3's, the calibration model's: 4 query heads over one 256-wide KV head) — not the
     MoE's 8 layers and 2 KV heads, so the MoE's placements at depth are predicted from other models' attention."""
-    return write_shape(directory / "attention-probe.gguf", n_head_kv=4)
+    Q8 = GGMLQuantizationType.Q8_0
+    spec = llama_spec(n_layer=4, n_embd=512, n_head=8, n_head_kv=4, n_ff=1024, n_vocab=4096,
+                      attn_type=Q8, ffn_type=Q8, down_type=Q8, out_type=Q8)
+    add_tokenizer(spec, 4096, n_merges=8)
+    return write_random(directory / "attention-probe.gguf", spec)
 
 
 def measure(placements: tuple[Placement, ...], models: dict[str, str], endpoints: list[str], work: Workload,

@@ -2,16 +2,12 @@
 cores, other work skews every timing, so the benches measure only below a 1-minute load average."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-
-from planner.checking.llama_bench import BenchJob, Timing, run_rounds
-from planner.core.llama_tools import ensure_tools
+from collections.abc import Iterator
 
 
 class NotQuiet(Exception):
@@ -77,28 +73,3 @@ def cores_kept_awake(cores: list[int]) -> Iterator[list[int]]:
             proc.kill()
             proc.wait()
 
-
-def host_round_args(ap: argparse.ArgumentParser, rounds: int) -> None:
-    """The options host_rounds' benches share: processes a job, samples a process, tokens a sample, and how quiet
-    the machine must be."""
-    ap.add_argument("--rounds", type=int, default=rounds)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--n-gen", type=int, default=16)
-    ap.add_argument("--max-load", type=float, default=1.5)
-    ap.add_argument("--max-wait-s", type=float, default=1800)
-
-
-def host_rounds(jobs: Sequence[BenchJob], rounds: int, max_load: float, max_wait_s: float, header: str
-                ) -> list[list[Timing]]:
-    """How the host-only probes (bench_sample_length, bench_weight_types) measure: wait for a quiet machine (or
-    exit saying why), print `header` with the load, run the jobs in `rounds` processes each, round-robin, with
-    both cores kept awake, and print the load at the end. Each job's timings, one per round."""
-    try:
-        wait_for_quiet(max_load, time.monotonic() + max_wait_s)
-    except NotQuiet as e:
-        sys.exit(str(e))
-    print(f"{header}, load {load_line()}", flush=True)
-    with cores_kept_awake(pin_to_cores("")):
-        per_round = run_rounds(ensure_tools(), jobs, [], rounds)
-    print(f"load average at end: {load_line()}")
-    return per_round

@@ -8,7 +8,7 @@ classified: ok / traceback / hang / memory / wrong exit / unclear message / part
 re-run as real subprocesses (`python -m planner.cli`), which must classify the same. Seeded and
 deterministic: input i of seed s is the same on every run.
 
-    python -m bench.fuzz_inputs --count 5000 [--seed 0] [--jobs 2] [--sample 50] [--json out.json]
+    python -m tests.fuzz.fuzz_inputs --count 5000 [--seed 0] [--jobs 2] [--sample 50] [--json out.json]
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import typer
 import yaml
 
-from bench.fuzz_gguf import GGUF_LIES, GGUF_WEIGHTS, safetensors_lie, safetensors_valid, split_lie
+from tests.fuzz.fuzz_gguf import GGUF_LIES, GGUF_WEIGHTS, safetensors_lie, safetensors_valid, split_lie
 from tests.support.gguf_factory import add_tokenizer, gemma3_spec, granitehybrid_spec, llama_spec, qwen3moe_spec
 from tests.support.gguf_fields import Gguf, load
 
@@ -430,7 +430,7 @@ def run_subprocess(case: Case) -> Result:
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (case.as_limit, case.as_limit))
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]   # the repository root: tests/fuzz/ is two below it
     env = {**os.environ, "PYTHONPATH": str(root)}
     d = Path(case.directory)
     t0 = time.monotonic()

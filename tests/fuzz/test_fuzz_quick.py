@@ -1,10 +1,10 @@
-"""A quick, seeded subset of bench/fuzz_inputs.py (issue #22): hostile inputs of the classes already
+"""A quick, seeded subset of tests/fuzz/fuzz_inputs.py (issue #22): hostile inputs of the classes already
 fixed, each through the real CLI in a forked worker, must all end cleanly — no traceback, hang, memory
 blow-up, wrong exit code, unclear message or partial file. The harness runs in its own process, so its
 warm-up (and the click command it caches for its workers) stays out of this test session.
 
 Sources covered: GGUF headers, split shards, safetensors headers. Add a source here once its classes
-are fixed (the full run: python -m bench.fuzz_inputs --count 100000).
+are fixed (the full run: python -m tests.fuzz.fuzz_inputs --count 100000).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ SEED = 22
 
 def test_quick_hostile_inputs_end_cleanly(tmp_path):
     out = tmp_path / "failures.json"
-    argv = [sys.executable, "-m", "bench.fuzz_inputs", "--count", str(COUNT), "--seed", str(SEED), "--jobs", "2",
+    argv = [sys.executable, "-m", "tests.fuzz.fuzz_inputs", "--count", str(COUNT), "--seed", str(SEED), "--jobs", "2",
             "--sample", "4", "--json", str(out)]
     for s in SOURCES:
         argv += ["--source", s]
