@@ -1,4 +1,4 @@
-"""Benchmarks for `fitplan plan` (issue 5).
+"""Benchmarks for `fitplan plan`.
 
 1. Speed: a 128-layer MoE header on 8 devices. fitplan's plan (in-process and as a whole CLI
    process) beside llama-fit-params on the same case: 8 ggml-rpc-servers on 127.0.0.1, each

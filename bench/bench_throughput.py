@@ -1,56 +1,24 @@
-"""The throughput model checked against llama-bench (issue 21, deliverable 2).
+"""The throughput model against llama-bench: decode and prefill of 26 placements on this machine, predicted and measured.
 
-    python -m bench.bench_throughput [--repeats 3] [--n-gen 16] [--rounds 8]
-                                     [--estimate unstolen|steady|median|fastest]
-                                     [--calibrated INVENTORY.yaml] [--max-wait-s 1800]
-                                     [--save TIMINGS.json | --replay TIMINGS.json]
+    python -m bench.bench_throughput [--rounds 8] [--repeats 3] [--n-gen 16] [--estimate steady|unstolen|median|fastest]
+                                     [--calibrated INVENTORY.yaml] [--save TIMINGS.json | --replay TIMINGS.json]
 
-Runs the pinned llama-bench for every placement in PLACEMENTS (listed here, before any measurement):
-the host alone, partial offload, two and three loopback rpc-servers, routed experts kept on the host,
-different -ts, -ub and context depths (-d). Each is predicted by fitplan's throughput model from a
-calibrated inventory (`fitplan calibrate` on the same rpc-servers, run first unless --calibrated gives
-one) through the same path a plan takes (fitplan's estimate of the flags, then planner/planning/
-throughput.py), and compared with what llama-bench measured: per placement the relative error, then
-the median relative error and Spearman's rank correlation of decode (tg) and prefill (pp), and the worst
-placement of each.
+Runs the pinned llama-bench (pp128, tg16) for every placement in PLACEMENTS: the host alone, partial offload, two
+and three loopback rpc-servers, routed experts kept on the host, different -ts, -ub and depths (-d). Each is
+predicted through the path a plan takes (fitplan's estimate of the flags, then planner/planning/throughput.py) from
+an inventory `fitplan calibrate` fits on the same rpc-servers in the same rounds (unless --calibrated gives one).
+Prints per placement the relative error, then the median relative error and Spearman's rank correlation of decode
+and prefill, the worst placement of each, and the measurement's own noise (samples of one process against the
+processes' medians; odd rounds ranked against even rounds: the most a model can match here).
 
-What this machine can check: it has 2 cores and one memory bus, and every "device" here — the host and
-each rpc-server (one thread each) — shares them. So it checks the overhead and hand-off terms (split
-boundaries, boundary copies, experts on the host) and the ranking logic, not the bandwidth ratios of
-real GPUs: those come from the catalog and, where a GPU is lent, a GPU run.
-
-Each placement runs in --rounds llama-bench processes, round-robin over the whole list, and the
-calibration's own placements run in the same rounds (each round: calibrate's runs, then the list): what
-differs between processes — where the weights land in memory, the cores' clock, other work — and any drift
-of the machine's speed over the minutes a run takes fall on the calibration and every placement alike.
-
-A placement's figure (--estimate, the same for the calibration's runs and the placements) is by default the
-median of its rounds' medians, each first divided by the share of the CPU time the hypervisor left its process
-(unstolen, since session 18: this is a virtual machine, and /proc/stat's steal, 0-20 % of a process's time,
-goes with how slow the process ran): what moves a figure on this machine is the process and the minutes it
-runs in, not the sample (see N_GEN), and the median of 8 processes spread over the whole run averages that
-drift where one process's samples cannot; the summary prints the stolen shares and how they go with each
-process's slowness. `--estimate steady` (the default since session 20, chosen before its run from the replays of
-the 13:56 and 17:38 runs of 2026-12-03) also divides each round by the whole machine's speed in it
-(steady_rounds: the 17:38 run drifted from 1.38x to 0.79x its median speed over its rounds). The
-summary also gives the fastest of all samples (sessions 13-16's default: on
-shared vCPUs a sample is only ever slowed by what ran beside it, so the fastest is what the placement costs when
-nothing did — but it is one moment of one process). The bench reports its own noise: the spread of the samples
-within one process against the spread of the processes' medians, and how alike two halves of the rounds (odd
-and even rounds, each spread over the whole run) rank the placements — the most a model can be expected to
-match here, with half the rounds.
-
-Where the processes run (--cores, --keep-awake): this machine's two vCPUs halt when idle, and a hand-off
-between processes on different vCPUs (llama-bench and an rpc-server, or two rpc-servers) then waits for the
-hypervisor to wake the other one — 0.25 to 2 ms, changing from run to run (session 9's "device-to-device"
-extra was this). By default each core runs a lowest-priority busy loop while the bench measures, so no core
-halts and a woken process starts at once; the scheduler keeps both cores, so pipeline-parallel prefill still
-overlaps. --cores 0 --no-keep-awake instead keeps every process on one core, where a woken process also runs
-at once, but devices cannot overlap; --cores '' --no-keep-awake is how sessions 7-10 measured.
-
-Measurements start only when the 1-minute load average is below --max-load (other work on a 2-core
-machine skews every timing); the load is printed at each round. Prints figures; asserts nothing. Every
-rpc-server and llama-bench it starts is stopped by its own process.
+A placement's figure is the median over --rounds llama-bench processes, run round-robin over the list. --estimate
+says what each process contributes: steady (default) divides each process's medians by the CPU share the
+hypervisor left it (/proc/stat steal) and by the whole machine's speed in its round; unstolen only the first;
+median neither; fastest is the fastest sample. By default each core runs a lowest-priority busy loop while
+measuring (--keep-awake), so a hand-off to a process on the other vCPU does not wait for the hypervisor to wake it.
+Measures only below --max-load (1-minute load average). --save keeps every timing; --replay re-predicts a saved
+run with today's model (bench/results/README.md). This machine's "devices" share 2 cores and one memory bus: it
+checks the hand-off, overhead and ranking terms, not a GPU's bandwidth. Asserts nothing.
 """
 from __future__ import annotations
 
@@ -110,16 +78,9 @@ ESTIMATE_SAYS = {"fastest": "sample of all rounds' repeats", "median": "of the r
 HALF_SAYS = {"fastest": "fastest samples of each half", "median": "medians of each half",
              "unstolen": "unstolen medians of each half", STEADY: "steady medians of each half"}
 N_PROMPT = 128
-# tg16 x 3 repeats in each of 8 processes. Within one llama-bench process the samples agree: in the seven saved
-# runs with samples (2026-12-02 15:44 to 12-03 08:01), a placement's odd and even samples rank the 26 placements
-# alike at Spearman 0.93-0.99. Processes do not: one round's medians against the other rounds' at 0.72-0.89, the
-# round medians of a placement lying apart by 5.5-22 % (sd, decode) where the samples of one process lie 3-12 %
-# apart, and neighbouring processes of a round are off alike (lag-1 correlation of their residuals up to 0.7).
-# What moves a figure is the process and the minutes it runs in, so the bench spends its time on more processes
-# of fewer samples: 8 x 3 (a process is ~3 s of loading and 2.2 s a repeat of pp128+tg16) took 70 minutes at
-# 2026-12-03 11:12, 3 x 10 about 52.
-# Sessions 10-13 ran tg64 x 3, sessions 14-16 tg16 x 10 in 3 rounds. Older --save files keep the n_gen, repeats
-# and rounds they were measured with
+# tg16 x 3 repeats in each of 8 processes: a figure moves with the process and the minutes it runs in more than
+# with its samples, so the bench spends its time on more processes of fewer samples. A --save file keeps the
+# n_gen, repeats and rounds it was measured with
 N_GEN = 16
 REPEATS = 3
 ROUNDS = 8
@@ -164,8 +125,8 @@ PLACEMENTS: tuple[Placement, ...] = (
     Placement("MoE RPC0, experts of 4 layers on host", MOE, ("-dev", "RPC0", "-ngl", "999", "-ncmoe", "4")),
     Placement("MoE RPC0+RPC1 -ts 1,1, experts on host", MOE, (*_ALL2, "-ts", "1,1", "-ot", "exps=CPU")),
     Placement("MoE partial: 5 of 9 on RPC0", MOE, ("-dev", "RPC0", "-ngl", "5")),
-    # added in session 8, before they were first measured: the MoE at depth (its heads are 64 wide, the
-    # calibration model's 256), where the KV cache outweighs its few active weights
+    # the MoE at depth (its heads are 64 wide, the calibration model's 256), where the KV cache outweighs its few
+    # active weights
     Placement("MoE host only, depth 2048", MOE, ("-ngl", "0"), depth=2048),
     Placement("MoE RPC0 all, depth 2048", MOE, ("-dev", "RPC0", "-ngl", "999"), depth=2048),
 )
@@ -194,7 +155,7 @@ def _timing(v: dict) -> Timing:
 
 
 def _round_timings(doc: dict) -> dict[str, list[Timing]]:
-    """A --save file's timings by name, one per round (files before session 13 kept the calibration's
+    """A --save file's timings by name, one per round (older files kept the calibration's
     medians alone, and files of one round a single timing)."""
     return {name: [_timing(t) for t in v] if isinstance(v, list) else [_timing(v)] for name, v in doc.items()}
 
@@ -211,7 +172,7 @@ def round_speeds(runs: Iterable[Sequence[Timing]]) -> tuple[RoundSpeed, ...]:
     """Each round's speed: the median, over every placement measured in that round (pass the calibration's
     with the bench's: they run in the same rounds), of its unstolen figure in the round over the median of its
     unstolen figures of all rounds. Unstolen, so that a round slowed by the hypervisor is not divided twice.
-    Runs with fewer rounds than the longest (files before session 13 keep the calibration's median of rounds
+    Runs with fewer rounds than the longest (older files keep the calibration's median of rounds
     alone) say nothing of a round and are left out."""
     runs = list(runs)
     n = max(len(r) for r in runs)
@@ -226,7 +187,7 @@ def round_speeds(runs: Iterable[Sequence[Timing]]) -> tuple[RoundSpeed, ...]:
 def steady_rounds(timings: dict[str, list[Timing]], speeds: Sequence[RoundSpeed]) -> dict[str, list[Timing]]:
     """Every round's timings (medians and samples) divided by that round's speed (round_speeds): a measurement
     correction, like unstolen's division by the CPU time's share, not a term of the model. This machine's speed
-    drifts by tens of percent over the hour a run takes with nothing stolen (2026-12-03 17:38: rounds between
+    drifts by tens of percent over the hour a run takes with nothing stolen (one run's rounds lay between
     1.38x and 0.79x the placements' medians, decode), and a placement's median of 8 such rounds then holds whichever
     rounds happened to fall 4th and 5th for it: the drift becomes noise in its figure, and so in the ranks.
     Dividing a round by one factor for all its placements cannot change how the placements rank within that
@@ -499,7 +460,7 @@ def main() -> None:
                     help="what a placement's figure is, for the calibration and the placements alike: the median of "
                     "its rounds' medians each divided by the share of CPU time the hypervisor left its process "
                     "(unstolen), the same with each round also divided by the machine's speed in it "
-                    "(steady, default since session 20), the plain median of its rounds' medians, or the fastest "
+                    "(steady, the default), the plain median of its rounds' medians, or the fastest "
                     "sample of all its rounds; the summary gives all four")
     ap.add_argument("--calibrated", type=Path, help="a calibrated inventory to predict from (default: calibrate "
                     "on the bench's own rpc-servers first)")

@@ -1,10 +1,10 @@
-"""Benchmark: `fitplan validate`'s peak RSS against the model file's size (issue #22 deliverable 1).
+"""Benchmark: `fitplan validate`'s peak RSS against the model file's size.
 
 Writes the Llama-3.1-8B-class Q4_K_M-like sparse file (tests/support/shapes.py llama-8b: real
 tensor names, shapes and types; the data a hole, read as zeros) unless --model names a file, runs
 `fitplan validate MODEL --prompt-tokens P --gen-tokens G -- -c C` as a subprocess and prints the
 file's size, the child's peak RSS (its rusage ru_maxrss, from wait4), their ratio against the
-issue's bar of 1.5 x the file, the exit status and the wall time. The dequant cache is the
+bar of 1.5 x the file, the exit status and the wall time. The dequant cache is the
 default (25 % of MemAvailable) unless FITPLAN_DEQUANT_CACHE is set in the environment.
 Run: python -m bench.bench_validate_memory [--model PATH] [-p 8] [-n 2] [-c 512] [--dir /tmp/fitplan-shapes]
 """
@@ -22,7 +22,7 @@ from planner.core.units import fmt_bytes
 from runtime.ggml.dequant import ENV_CACHE, default_capacity
 from tests.support.shapes import write_shape
 
-RSS_BAR = 1.5   # issue #22: validate's peak RSS at most 1.5 x the model file
+RSS_BAR = 1.5   # the bar: validate's peak RSS at most 1.5 x the model file
 
 
 def main() -> None:

@@ -1,44 +1,22 @@
-"""The verdict measured (issue 21, deliverable 4): arrangements (a) one endpoint per device and (b) one
-split over all devices, run as real llama-server processes under a bounded concurrent load, against
-`plan --verdict`'s ranking.
+"""`plan --verdict`'s ranking against real llama-server processes: (a) one endpoint per device against (b) one split
+over all devices, under a bounded concurrent load.
 
-    python -m bench.bench_verdict [--calibrated INVENTORY.yaml] [--requests-per-client 3] [--n-predict 48]
-                                  [--rounds 3]
+    python -m bench.bench_verdict [--calibrated INVENTORY.yaml] [--rounds 3] [--requests-per-client 3]
+                                  [--n-predict 48] [--max-load 1.5]
 
-For each combination in COMBINATIONS (listed before any measurement: two and three loopback
-ggml-rpc-servers standing in for devices × one and four concurrent clients) the script asks
-planner/planning/verdict.py for its prediction (from a calibrated inventory: `fitplan calibrate` on
-the bench's own rpc-servers first, unless --calibrated gives one), starts each arrangement's
-llama-server processes with exactly the verdict's arguments (`-t 1` added: the host side of an
-all-offloaded plan only looks up embeddings), and sends a fixed number of `/completion` requests from
-N client threads to 127.0.0.1 (each client keeps to its endpoint as the round-robin balancer
-assigns it, one request at a time; the load stops by itself). Measured: one stream, the mean decode
-tokens/s llama-server reports (`timings.predicted_per_second`); N clients, all decoded tokens over
-the load's wall time (prompts of a few tokens included). Each arrangement is measured --rounds times,
-(a) and (b) alternating, each time with fresh processes, and the ranking compares the medians: the same
-arrangement started twice differs here by more than the 5 % tie band, and alternating spreads any drift
-of the machine over both (the calibration runs its placements in as many round-robin rounds). The
-ranking of (a) and (b) — by aggregate tokens/s for N > 1, by one stream's for N = 1 — is compared with
-the predicted one: (a) > (b), (a) < (b), or (a) ≈ (b) where the two are within verdict.TIE_FRACTION
-(5 %) of each other, the same band on both sides (the summary also counts the strict comparison, the
-larger of each pair however small the gap). (c) is printed as predicted only: with every "device" on
-the host's own cores, "host offload" is not a distinct machine here.
-
-Cores kept awake (--keep-awake, default since session 11): while measuring, each core runs a lowest-priority
-busy loop (bench/quiet.py), so a process woken on the other core starts at once instead of waiting for the
-hypervisor to wake a halted vCPU (on this machine 0.25-2 ms a hand-off, bench_throughput's finding); the load
-limit then discounts the loops. Pinning (taskset -c): rpc-server i runs on core i mod cores; an endpoint of
-(a) runs on its device's core, the split's one llama-server on every core. What this machine can check: all
-its "devices" share two cores and one memory bus, so three devices are two cores' worth of work at most and
-their weight streams contend on one bus. Since session 19 the prediction knows the cores: detection reads
-each loopback rpc-server's affinity and threads, and the verdict divides a pool of cores over the servers
-that compute on it at once, and ends the equal load with its slowest client (planner/planning/verdict.py);
-the memory bus and the llama-server processes' own CPU time are not modelled, and the summary says how far
-each measurement is from the prediction.
-
-Measures only while the 1-minute load average is below --max-load (other work on a 2-core machine
-skews every timing), waiting up to --max-wait-s; prints the load before and after each arrangement.
-Every process it starts is stopped by its own handle. Asserts nothing.
+For each combination in COMBINATIONS (two and three loopback ggml-rpc-servers standing in for devices, × one and
+four concurrent clients) it asks planner/planning/verdict.py for its prediction (from an inventory `fitplan
+calibrate` fits on the same rpc-servers, unless --calibrated gives one), starts each arrangement's llama-server
+processes with the verdict's arguments (plus `-t 1`), and sends a fixed number of `/completion` requests from N
+client threads, each keeping to its endpoint as a round-robin balancer assigns it. Measured: for one client the
+mean decode tokens/s llama-server reports (`timings.predicted_per_second`); for N clients all decoded tokens over
+the load's wall time. Each arrangement runs --rounds times, (a) and (b) alternating with fresh processes, and the
+medians are ranked: (a) > (b), (a) < (b), or a tie within verdict.TIE_FRACTION (5 %), against the predicted
+ranking (the strict comparison is counted too). (c), the fastest device with host offload, is printed as
+predicted only. Pinning: rpc-server i on core i mod cores, an endpoint of (a) on its device's core, the split's
+llama-server on every core; each core runs a lowest-priority busy loop while measuring (--keep-awake). All the
+"devices" share two cores and one memory bus: the verdict models the shared cores, not the bus, and the summary
+prints each arrangement's measured/predicted ratio. Measures only below --max-load; asserts nothing.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What an infeasible answer costs (issue 18): per case, the first (failed) plan, then the
+"""What an infeasible answer costs: per case, the first (failed) plan, then the
 what-would-fit search (least budgets to the MiB, the largest context), which must add at most 2 s.
 
     python -m bench.bench_what_fits [--runs N]
