@@ -1,4 +1,4 @@
-"""The throughput model against llama-bench: decode and prefill of 26 placements on this machine, predicted and measured.
+"""The throughput model against llama-bench: decode and prefill of 26 placements, predicted and measured.
 
     python -m bench.bench_throughput [--rounds 8] [--repeats 3] [--n-gen 16] [--estimate steady|unstolen|median|fastest]
                                      [--calibrated INVENTORY.yaml] [--save TIMINGS.json | --replay TIMINGS.json]
