@@ -1,34 +1,20 @@
-"""`fitplan calibrate`: this machine's rates, measured with the pinned llama-bench.
+"""`fitplan calibrate`: this machine's rates, measured with the pinned llama-bench (docs/internals/calibration.md).
 
-The throughput model (planner/planning/throughput.py) says what each placement asks of each device —
-weight and KV-cache bytes read per decoded token, FLOPs and streamed weights per prompt ubatch, split
-boundaries. llama-bench says how long the placement took. Over a few placements of one model (the host
-alone; each RPC endpoint alone, with and without the output layer, with half of the layers, with the
-layers' FFN weights kept on the host — two boundaries a layer — and at a context depth; each endpoint's
-layers with the output layer alone on the next endpoint; all endpoints split evenly) the times are linear
-in the unknown rates:
+The throughput model (planner/planning/throughput.py) says what each placement asks of each device — weight and
+KV-cache bytes read per decoded token, FLOPs and streamed weights per prompt ubatch, split boundaries — and
+llama-bench says how long the placement took. Over a few placements of one model (calibration_placements: the
+host alone; each RPC endpoint alone, with the output layer on the host, with half the layers, with every FFN on
+the host, at a context depth; each endpoint's layers with the output alone on the next; all endpoints evenly) the
+times are linear in the unknown inverse rates:
 
-    t_token   = sum_d (R_d / BW_d + Sw_d / Bsweep_d) + n_boundaries · lat + n_dev · (lat_dev − lat)  (tg)
-    t_ubatch  = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d)
-                + n_boundaries · (lat + B·A / link)                                           (pp)
+    t_token  = sum_d (R_d / BW_d + Sw_d / Bsweep_d) + n_boundaries · lat + n_device_boundaries · (lat_dev − lat)
+    t_ubatch = sum_d (F_d / FLOPS_d + A_d / FLOPSatt_d + S_d / BW_d) + n_boundaries · (lat + B·A / link)
 
-so least squares gives them: the effective weight-streaming bandwidth of each device (bytes read per
-token, from fitplan's own cost table, over time per token), the rate its attention sweeps cache rows
-(each query head streams its layer's K and V row of every cell it reads: Sw_d bytes; what the runs at depth
-add to the same placements at depth 0, of the calibration model and, with an attention probe, of a second
-model run on each device at both depths, taken off before the least squares), its matrix throughput
-and attention FLOPs (the prompt's time less the weights it streams at the fitted bandwidth), and the slope
-of time against the number of boundaries —
-the per-split hand-off latency (the FFN-on-host runs cross 2 per layer, so the slope stands out of the
-noise) — and, apart, what a boundary between two devices costs beyond it (the output-on-the-next-endpoint
-runs cross one each, the even split one per endpoint after the first: between two loopback rpc-servers a
-boundary costs several times one between an rpc-server and the host), written whenever it fits above zero,
-as the fit's best estimate, its error in the method. The prefill slope less the
-hand-off latency is the boundary copy of the ubatch's activations, B·A bytes; where the fit cannot tell
-that copy from noise it writes no link figure (the stated or assumed link stays). RPC devices that are
-one piece of hardware (rpc-servers at one address reporting the same memory: `same_hardware`) are fitted
-as one column, and every one of them gets its figures. The figures go into the inventory's `calibrated:`
-block with the method next to each.
+Attention's sweep rate comes first, from what a depth adds to the same placement (least squares through the
+origin, the weights' time cancelling); then least squares gives each device's streaming bandwidth, the per-split
+hand-off latency, what a boundary between two devices costs beyond it, the FLOP rates and, where the copy stands
+out of the noise, the link. RPC devices that are one piece of hardware (same_hardware) are fitted as one column.
+The figures go into the inventory's `calibrated:` block with the method next to each.
 """
 from __future__ import annotations
 

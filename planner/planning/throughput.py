@@ -1,81 +1,24 @@
-"""Predicted decode and prefill speed of a placement.
+"""Predicted decode and prefill speed of a placement (the derivation: docs/internals/throughput.md).
 
-Decode (batch 1) is memory-bound and its stages run one after another, so the time per token is
-the sum over stages of the bytes each stage reads over its memory bandwidth, plus a cost per
-split boundary:
+Decode (batch 1) is memory-bound and llama.cpp runs a layer split's stages one after another:
 
-    t_token = sum_d (R_d / BW_d + Attn_d)  +  sum_boundaries (A / L_b + lat_b)
-    R_d     = sum_{l on d} (W_l - E_l + f·E_l)                        (+ the output layer on its device)
-    K_d     = sum_{l on d} KV_l(n_kv_l)                               (attention reads the whole cache)
-    f       = n_expert_used / n_expert                                (the experts one token touches)
-    A       = n_embd · 4 bytes                                        (the f32 activation that crosses)
+    t_token = sum_d (R_d / BW_d + Attn_d + Kn_d · tau_d)  +  sum_boundaries (A / L_b + lat_b)
+    R_d = sum_{l on d} (W_l - E_l + f·E_l),  f = n_expert_used / n_expert,  A = n_embd · 4 bytes
+    Attn_d = max(Sw_d / Bsweep_d, K_d / BW_d),  Sw_d = sum_{l on d} n_head_l · n_kv_l · (K + V bytes of a cell)
 
-where W_l are layer l's weight bytes and E_l its routed-expert bytes, and lat_b the boundary's hand-off
-latency: the device's split latency where the host is one side, its device-to-device latency where both
-sides are devices (calibrated apart: between two loopback rpc-servers on different vCPUs a boundary measured
-2.5-4.9 ms a token beside 0.1-0.3 ms between an rpc-server and the host — the wake-up of a halted vCPU, gone
-when the cores are kept awake; without a figure, the split latency).
-Attn_d is the token's attention on d. llama.cpp's cache keeps a layer's K (and V) of one cell as one row
-holding every KV head side by side, and ggml's CPU flash attention walks, for each query head, the cells
-one after another, reading that head's slice of each row. Measured on this project's 2-vCPU machine
-(session 16: llama-bench -t 1, four 4-layer random llamas with 8 query heads 64 wide, depth 2048 against 0),
-the time at fixed (query head, cell) pairs grows with the row — 8, 4, 2, 1 KV heads: 9.0-10.9, 4.3-5.5,
-2.6-4.1, 2.6-3.7 ms (bench/bench_attention_rows.py) — as if each query head streamed the whole row of every
-cell it reads. So attention is priced by the bytes its query heads sweep:
+R_d the weight bytes a token reads on d, Sw_d the cache rows its query heads sweep (llama.cpp keeps every KV head
+of a cell in one row; ggml's flash attention walks the cells per query head), K_d the cache bytes, Kn_d the op
+nodes the scheduler put on a GPU device (one kernel launch each) and tau_d its time per node. Experts or FFNs kept
+in host memory are read at the host's bandwidth and add two boundaries a layer.
 
-    Sw_d   = sum_{l on d} n_head_l · n_kv_l · (K_l + V_l bytes of a cell)
-    Attn_d = max(Sw_d / Bsweep_d, K_d / BW_d)
+Prefill (a ubatch of B tokens) is mostly compute-bound:
 
-where calibrate measures Bsweep_d from the seconds a context depth adds to the same placement (the
-calibration model, and the attention probe where given, least squares through the origin). Gemma 3's
-256-wide heads over one KV head, the probe's 64-wide over four and the bench's MoE's 64-wide over two sweep
-54-64 MiB a token at depth 2048 and took 5-6 ms each, where their (query head, cell) pairs differ 2.4 times.
-A row so narrow that the sweep is quick leaves the arithmetic: 8 query heads over one 64-wide KV head took
-2.6-3.7 ms where the sweep says 1.3 (a floor the model does not have; the heads of the models people run are
-mostly 64-128 wide over 4-8 KV heads). Older calibrations priced (query head, cached cell) pairs C_d at
-P_d a second and their K and V values V_d = sum n_head_l · n_kv_l · (d_k,l + d_v,l) at Q_d; their figures
-are still read: Attn_d = max(C_d / P_d + V_d / Q_d, K_d / BW_d).
-With neither, K_d at a calibrated attention bandwidth (older calibrations), else at BW_d — a GPU streams
-the cache at its bandwidth. Routed experts kept in host memory (`-ot exps=CPU`) — or a dense layer's FFN
-weights (`-ot blk.N.ffn_...=CPU`) — are read at the host's bandwidth, and each such layer adds two
-boundaries (the activation goes to the CPU and back). With two stages, no experts and no boundary cost
-this is seed 003's harmonic formula,
-1/t = 1/(f_slow/BW_slow + f_fast/BW_fast) per byte of model.
+    t_ubatch = sum_d (2·B·P_d / F_d + Att_d / Fatt_d + S_d / BW_d)  +  offloaded host weights / link
 
-A GPU backend also launches a kernel for every op node of the token's graph (views and reshapes only describe
-memory and launch none), and a kernel takes a few microseconds however little it reads: decode adds
-Kn_d · tau_d, Kn_d the op nodes the scheduler put on device d (the estimate's simulated reserve counts them,
-Scheduler.kernel_nodes) and tau_d the device's time per node. On the lent NVIDIA H200 (tests/peer/data/cuda/
-nvidia-h200.json, llama-bench tg32 with every layer on the GPU) it is most of a small model's token: Gemma 3 270M
-decoded at 936.6 tokens/s, 1.07 ms a token, where its 235 MiB at the catalog's 4.8 TB/s take 51 µs. The host and
-CPU rpc-servers launch nothing; what a node costs them is inside their calibrated bandwidth.
-
-Prefill (one ubatch of B tokens) is mostly compute-bound:
-
-    t_ubatch = sum_d (FLOPs_d / F_d + Att_d / Fatt_d + S_d / BW_d)  +  sum_{host weights offloaded} bytes / L_gpu0
-    FLOPs_d  = 2·B·P_d                                  (P_d the parameters used per token on device d)
-    Att_d    = 4·B·n_kv·(n_head·d_k) per attention layer on d
-    S_d      = the weight bytes d streams for the ubatch (dense weights, the experts it selects)
-
-Every ubatch reads its weights once (S_d / BW_d, no overlap with the products assumed): a prompt cut
-into small ubatches streams the weights once per ubatch. A weight in host memory is multiplied on the
-first device whose backend offloads ops (CUDA, Vulkan, ...; not an rpc-server) when B reaches the
-offload batch (32 unless GGML_OP_OFFLOAD_MIN_BATCH says otherwise; seed 000 §1.off) and pays its
-transfer over that device's link once per ubatch — unless `--no-op-offload` keeps it on the CPU;
-for routed experts only the experts the ubatch selects move, on average a fraction 1 - (1 - k/E)^B
-of them. Each split boundary of the layer order also costs the ubatch its boundary copy: the B activations
-cross, B·A / L_b + lat_b per boundary (charged to the sending device). Prefill tokens/s = B / t_ubatch —
-unless llama.cpp runs the split with pipeline parallelism (several devices, every layer offloaded, layer
-split, no -ot; llama_context) and a prompt's llama_decode holds U = ceil(n_batch / B) > 1 ubatches: the
-scheduler then lets device d work on ubatch k+1 while the next device works on ubatch k, and
-
-    t_batch = t_ubatch + (U - 1) · max_d t_d        (t_d: device d's share of t_ubatch, ubatches alike)
-    prefill tokens/s = U·B / t_batch
-
-Rates come, per device and figure, from the inventory's `calibrated:` block (`fitplan calibrate`)
-first, then from its stated figures (the catalog's or the file's), then from the assumptions below;
-the prediction lists which of those it used (`rate_sources`). Attention's rates, unless calibrated,
-are the device's bandwidth and FLOPs.
+with op offload at B >= 32 (seed 000 §1.off, ggml-backend.cpp) and, under llama.cpp's pipeline parallelism
+(llama_context), U ubatches of a batch overlapping: t_batch = t_ubatch + (U - 1) · max_d t_d.
+Rates per device: calibrated (`fitplan calibrate`), else stated (catalog, inventory), else assumed (below);
+`Prediction.rate_sources` says which.
 """
 from __future__ import annotations
 

@@ -1,38 +1,20 @@
 """`plan --verdict`: seed 003 §7's question — one endpoint per device, one split, or the fastest device
-with host offload — answered for N concurrent clients and for one stream.
+with host offload — answered for N concurrent clients and for one stream (docs/internals/verdict.md).
 
 The arrangements, each planned by `search.plan` (so each one's memory is the estimate's):
-  (a) one endpoint per device: a model copy planned on each device alone (a one-device inventory,
-      every layer on the device), the N clients spread over them as a round-robin balancer does;
-  (b) one split over all devices: the normal plan with -np N, or, where that plan leaves a device
-      empty (the model fits one), the layers spread evenly over every device;
+  (a) one endpoint per device: a model copy planned on each device alone, the N clients spread round-robin;
+  (b) one split over all devices: the normal plan with -np N (layers spread evenly where it leaves a device empty);
   (c) the fastest device with host offload: the plan on that device and the host alone, -np N.
 
-llama-server's continuous batching (-np N slots) decodes the N sequences of its slots in one step.
-A step reads the weights once and each sequence's own KV cache, and multiplies N tokens, so per
-device d (the roofline: whichever of memory and compute takes longer bounds the device's stage):
+llama-server's continuous batching decodes its N slots in one step: the weights are read once, each sequence's
+KV cache once, N tokens multiplied; per device the slower of memory and compute bounds the stage:
 
     t_step(N) = sum_d max(W_d / BW_d + N·KV_d / BWatt_d,  N·F_d / FLOPS_d)  +  sum_boundaries (A / L_b + lat_b)
 
-with W_d, KV_d, the boundaries and the rates as planner/planning/throughput.py has them for one
-token (W_d: what the layers on d read at an empty cache; KV_d: what one sequence's cache adds;
-F_d: the FLOPs of one token, prefill_work at a ubatch of 1). At N = 1 with memory the bound this is
-throughput.predict's decode time. Stages run one after another (no pipeline overlap at decode), so a
-split's devices take turns while separate endpoints run at the same time: that is the whole case
-for (a), and why a split only pays when the model does not fit one device.
-
-Two terms of (a) come from the endpoints running at the same time:
-  shared cores — CPU rpc-servers whose CPUs overlap (their processes' affinity, detected for servers on
-      this machine's loopback, or `cpus:` in the inventory) are one pool of cores. When several of them
-      compute at once the pool's cores are divided over the threads that want them (the kernel's fair
-      share), so each runs at (its threads × min(1, pool cores / threads wanting them)) over what it had
-      alone (min(its threads, its CPUs)). A split's devices take turns, so they never share this way.
-  an equal load — the N clients each send the same work and keep to their endpoint, as a round-robin
-      balancer assigns them: the load ends when the slowest client does, and a client that finishes
-      leaves its cores to the others. The aggregate is the N clients' tokens over that time (an event
-      walk over the finishes); with no shared cores it is N × the slowest client's tokens/s.
-
-Ranked by aggregate tokens/s for N clients and by tokens/s of one stream alone.
+with W_d, KV_d, F_d, the boundaries and the rates as planner/planning/throughput.py has them for one token. A
+split's stages take turns; endpoints run at once, sharing only the cores of CPU rpc-servers whose CPUs overlap
+(each pool's cores divided over the threads that want them), and an equal load ends with its slowest client
+(equal_load_tokens_s). Ranked by aggregate tokens/s for N clients and by one stream's; within TIE_FRACTION a tie.
 """
 from __future__ import annotations
 
@@ -70,8 +52,8 @@ from planner.planning.throughput import (
 # llama-server's default --port (tools/server/server.cpp); endpoint i of (a) listens on BASE_PORT + i
 BASE_PORT = 8080
 # Two arrangements predicted within this fraction of each other are a tie ("≈"): what tells them apart
-# (a boundary or two, a slot more) is below what the throughput model resolves — bench_throughput
-# measures its median error at about 10 % on this machine.
+# (a boundary or two, a slot more) is below what the throughput model resolves (bench_throughput's median
+# errors on this machine: bench/README.md).
 TIE_FRACTION = 0.05
 # llama.cpp numbers the RPC devices of one process from 0, in --rpc order (ggml-rpc.cpp): a device
 # that is RPC1 in a two-server inventory is RPC0 of an endpoint that connects to it alone
@@ -177,7 +159,7 @@ def sharing(endpoints: tuple[Endpoint, ...], inventory: Inventory) -> tuple[Endp
 
 
 def equal_load_tokens_s(endpoints: tuple[Endpoint, ...], inventory: Inventory) -> float:
-    """The aggregate tokens/s of an equal load per client (the module's docstring): every client of an
+    """The aggregate tokens/s of an equal load per client (docs/internals/verdict.md): every client of an
     endpoint moves at its client_tokens_s under the shares of the endpoints still computing, so they
     finish together; walk from finish to finish until the last."""
     left = {i: 1.0 for i, e in enumerate(endpoints) if e.n_slots}   # each client's work still to do
