@@ -602,10 +602,9 @@ def _device_latency_figures(rpc_devices: list[str], decode: RateFit, over: str) 
     """A boundary between two devices: the per-split hand-off latency plus what the fit puts on such a
     boundary beyond it (the placements that split the layers over the endpoints cross them). The fitted extra
     is the best estimate the timings give, so it is written whenever it is above zero, its error and whether
-    it stands out of the noise said in the method: dropping an extra that is not told apart from noise
-    charged such boundaries nothing extra, though the fit came out above zero in eight of ten calibrations
-    (sessions 9-12: +0.1 to +2.2 ms, 0.1 to 2.7 standard errors), and the one-stream splits of
-    bench_verdict measured slower than one device by about that. No figure where it fits at or below zero:
+    it stands out of the noise said in the method: dropping an extra that is not told apart from noise would
+    charge such boundaries nothing, though the fit comes out above zero in most calibrations and bench_verdict's
+    one-stream splits measure slower than one device by about that. No figure where it fits at or below zero:
     such boundaries then cost the split latency."""
     extra, err = decode.device_extra_s, decode.device_extra_stderr_s
     if extra is None:
