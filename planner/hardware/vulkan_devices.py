@@ -1,27 +1,17 @@
 """Vulkan device limits that change where ggml-vulkan lets llama.cpp put tensors and run ops.
 
-ggml-vulkan reads these from the driver when it opens a device (ggml/src/ggml-vulkan/ggml-vulkan.cpp
-in the pinned llama.cpp, llama-cpp-python 0.3.36 / commit 0c1e570), and they differ by device:
-- `ggml_backend_vk_device_supports_op` refuses any op whose result or one of whose sources is
-  larger than `max_buffer_size`, or larger than `maxStorageBufferRange` unless the device has
-  VK_EXT_shader_64bit_indexing (IM2COL with buffer device address excepted). llama.cpp asks the
-  same question of each weight (src/llama-model-loader.cpp weight_buft_supported, with a
-  512-token test op), so a weight or test result over the limit is not placed on the device, and
-  the scheduler runs a graph op over the limit elsewhere.
-- `max_memory_allocation_size` is min(maxMemoryAllocationSize, maxBufferSize) with
-  VK_KHR_maintenance4, else maxMemoryAllocationSize; `max_buffer_size` is maxBufferSize with
-  maintenance4, else max_memory_allocation_size (both after GGML_VK_FORCE_* overrides).
-- the buffer type: alignment minStorageBufferOffsetAlignment (ggml_backend_vk_buffer_type_get_alignment),
-  largest buffer `suballocation_block_size` = min(1 GiB or GGML_VK_SUBALLOCATION_BLOCK_SIZE,
-  max_memory_allocation_size) (ggml_backend_vk_buffer_type_get_max_size), alloc size ggml_nbytes.
-- the pinned host buffer type `Vulkan_Host` (first in llama.cpp's CPU buffer list; the CPU's
-  compute buffer lives in it): alignment minMemoryMapAlignment, 32 bytes added to every buffer
-  (ggml_backend_vk_host_buffer_type_alloc_buffer). With mmap, llama.cpp swaps it for the plain CPU
-  buffer for weights (llama-model-loader.cpp create_tensor: "avoid using a host buffer when using mmap").
-- memory (ggml_backend_vk_get_device_memory): the DEVICE_LOCAL heaps (every heap on an integrated
-  GPU); free = total without VK_EXT_memory_budget. The device type is IGPU only for
-  VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, so a CPU-type device such as lavapipe is a GPU to llama.cpp;
-  ggml_vk_instance_init skips CPU-type devices unless GGML_VK_VISIBLE_DEVICES names them.
+ggml-vulkan reads these from the driver when it opens a device (ggml/src/ggml-vulkan/ggml-vulkan.cpp in the pinned
+llama.cpp, llama-cpp-python 0.3.36 / commit 0c1e570), and they differ by device (docs/internals/backend-profiles.md):
+- `ggml_backend_vk_device_supports_op` refuses an op whose result or a source is larger than `max_buffer_size`,
+  or than `maxStorageBufferRange` without VK_EXT_shader_64bit_indexing; llama.cpp asks the same of each weight
+  (llama-model-loader.cpp weight_buft_supported, a 512-token test op), so such a weight is not placed there.
+- `max_memory_allocation_size` = min(maxMemoryAllocationSize, maxBufferSize) with VK_KHR_maintenance4, else
+  maxMemoryAllocationSize; `max_buffer_size` = maxBufferSize with maintenance4, else the former.
+- the buffer type: alignment minStorageBufferOffsetAlignment, largest buffer the suballocation block
+  (min(1 GiB, max_memory_allocation_size)), alloc size ggml_nbytes; the pinned host buffer `Vulkan_Host`:
+  alignment minMemoryMapAlignment, 32 bytes added to every buffer.
+- memory: the DEVICE_LOCAL heaps; only an INTEGRATED_GPU device is an iGPU, so lavapipe (a CPU-type device) is a
+  GPU to llama.cpp, skipped unless GGML_VK_VISIBLE_DEVICES names it.
 
 `VULKAN_DEVICES` holds the devices fitplan has measured, matched by the description llama.cpp
 prints for them (`llama-cli --list-devices`, the inventory's `description`).
