@@ -1,7 +1,7 @@
 """Whether llama.cpp's meta backend can split a model's graphs under -sm tensor, found by resolving them.
 
 llama-fit-params' dry run never executes a graph, so it never asks the meta backend for the split
-state of a compute node: a model can pass it and abort at its first token (issue #20: Gemma 3 270M,
+state of a compute node: a model can pass it and abort at its first token (Gemma 3 270M at
 ggml-backend-meta.cpp:543). llama.cpp resolves every node's state when a split runs
 (ggml_backend_meta_graph_compute -> ggml_backend_meta_get_split_state), and its handlers assert on what
 they cannot split. This module builds the graphs llama.cpp runs — the one-token graph of token

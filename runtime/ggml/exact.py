@@ -1,33 +1,23 @@
 """Kernels that reproduce ggml-cpu bit for bit: the x86-64-v3 build (AVX2, FMA, F16C, the
-GGML_NATIVE=OFF default), host CPU buffers, the ops the decoder graphs use.
+GGML_NATIVE=OFF default), host CPU buffers, the ops the decoder graphs use (docs/internals/runtime.md).
 
-The default kernels (kernels.py) compute in float32 with BLAS and agree with llama.cpp to float32
-rounding. That is not enough to reproduce its logprobs: Gemma 3's activations pass through many
-roundings that amplify 1-ulp differences (activations quantized to 8 bits before every matrix
-product, the f16 KV cache, the f16 GELU table, flash attention's f16 accumulator), so the two
-drift apart by up to ~0.2 nats over a few dozen tokens. This table replaces the kernels whose
-result feeds such a rounding with ones that do ggml-cpu's arithmetic in ggml-cpu's order:
+The default kernels (kernels.py) agree with llama.cpp to float32 rounding, which is not enough for its logprobs:
+Gemma 3's activations pass through many roundings that amplify 1-ulp differences (8-bit activations before every
+matrix product, the f16 KV cache, the f16 GELU table, flash attention's f16 accumulator). This table replaces the
+kernels whose result feeds such a rounding with ones that do ggml-cpu's arithmetic in ggml-cpu's order:
+- matrix products with quantized weights: each SIMD lane's integer dot products, then the float accumulation
+  across blocks as the kernel llama.cpp picks does it (ggml_vec_dot_* for one row, llamafile's tinyBLAS for
+  Q8_0/Q5_0 batches, the repacked Q4_K 8x8 gemv/gemm, the tiled K-quant kernel for batches of 8 rows and more);
+- RMS norm with its double sum; RoPE with its running theta and the C library's cosf/sinf; GEGLU through ggml's
+  f16 GELU table; flash attention's small-batch path (f16 dot products in AVX's lane order, the online softmax
+  cell by cell, V accumulated in f16).
+GCC's default -ffp-contract=fast makes a*b + c one FMA in ggml's scalar code; which products are fused was
+settled node by node against llama.cpp's own tensors (the eval-callback dump in scripts/). Kernel choices follow
+ggml-cpu (ggml-cpu.c mul_mat, llamafile/sgemm.cpp, repack.cpp, tiled/) at the pin in DESIGN.md; nothing is
+translated from it. Other weight types, non-repacked Q4_K, RoPE frequency factors and large flash-attention
+batches run the default kernel.
 
-- matrix products with quantized weights: the integer dot products of each SIMD lane exactly
-  (they are exact in ggml too), then the float accumulation across blocks as the kernel that
-  llama.cpp picks does it (ggml_vec_dot_* for one row, llamafile's tinyBLAS for Q8_0/Q5_0 batches,
-  the repacked Q4_K 8x8 gemv/gemm, the tiled K-quant kernel for batches of 8 rows and more);
-- RMS norm with its double sum; RoPE with its running theta and the C library's cosf/sinf;
-  GEGLU through ggml's f16 GELU table; flash attention's small-batch path (f16 dot products in
-  AVX's lane order, the online softmax cell by cell, V accumulated in f16).
-
-The C sources are compiled with GCC's default -ffp-contract=fast, so a*b + c in ggml's scalar
-code is one FMA; which products were fused (RoPE's rotation, the GELU polynomial, flash
-attention's running sum) was settled by comparing every node with llama.cpp's own tensors
-(the eval-callback dump in scripts/). Kernel choices follow ggml-cpu (ggml-cpu.c mul_mat,
-llamafile/sgemm.cpp, repack.cpp, tiled/), read from the llama.cpp source pinned in DESIGN.md;
-nothing here is translated from it. Where no bit-exact model exists (other weight types,
-non-repacked Q4_K, RoPE frequency factors, large batches in flash attention) the default kernel
-runs instead.
-
-Use: ModelRunner.load(..., kernels="ggml-avx2"). Slower than the default kernels (every weight
-is kept as integer codes in float form and every product is done per lane); meant for checking
-against llama.cpp, not for speed.
+Use: ModelRunner.load(..., kernels="ggml-avx2"). Slow (every product per lane): for checking, not for speed.
 """
 from __future__ import annotations
 
