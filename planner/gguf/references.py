@@ -1,31 +1,23 @@
 """What a MODEL argument names: a local file, a URL, or a model in a Hugging Face, ModelScope or Ollama store.
 
-`resolve_reference(spec)` turns the argument into a location the reader opens (a local path or an
-http(s) URL; a split model by its first shard) plus what it found on the way (every shard, the
-`mmproj` sibling, warnings). One precedence, first match wins:
+`resolve_reference(spec)` turns the argument into a location the reader opens (a local path or an http(s) URL; a
+split model by its first shard) plus what it found on the way (every shard, the `mmproj` sibling, warnings). One
+precedence, first match wins:
 
 1. An existing local path, whatever it looks like (`./hf:model.gguf` stays a file).
-2. Explicit schemes:
-   - `example:NAME` — a bundled example model (planner.gguf.examples, which calls this module for
-     everything else);
-   - `http://…`, `https://…` — read as given, by Range. A Hugging Face page URL
-     (`HF_ENDPOINT/ORG/REPO/blob/REV/FILE`) is read from its file URL (`…/resolve/REV/FILE`);
-   - `hf://ORG/REPO/PATH/FILE.gguf`, `hf://ORG/REPO[:QUANT][@REVISION]`, `hf://ORG/REPO@REVISION/FILE.gguf`,
-     and the same after `hf.co/` or `huggingface.co/` (as Ollama and the Hub's pages spell them);
-   - `ms://ORG/REPO[:QUANT][@REVISION]` (or `modelscope.cn/ORG/REPO…`) — the same against ModelScope;
-   - `ollama://[HOST/][NAMESPACE/]NAME[:TAG]` — the local Ollama store, then its registry.
-   Any other `SCHEME://` is refused.
-3. Bare forms, as a llama.cpp user types them:
-   - `ORG/REPO[:QUANT]` — what llama.cpp's `-hf` takes (one '/', hf-cache.cpp:117-141's repo id
-     rule), unless it ends in `.gguf`/`.safetensors`, which makes it a (missing) relative path;
-   - `NAME[:TAG]` with no '/' — an Ollama model, only when the local Ollama store has it (no
-     network guess: llama.cpp has no such form);
-   - anything else is a path, and the reader says that there is no such file.
+2. Explicit schemes: `example:NAME` (a bundled example, planner.gguf.examples); `http(s)://…`, read by Range (a
+   Hugging Face page URL `…/blob/REV/FILE` read from its `…/resolve/REV/FILE`); `hf://ORG/REPO/PATH/FILE.gguf`,
+   `hf://ORG/REPO[:QUANT][@REVISION]`, `hf://ORG/REPO@REVISION/FILE.gguf`, and the same after `hf.co/` or
+   `huggingface.co/`; `ms://ORG/REPO[:QUANT][@REVISION]` (or `modelscope.cn/…`) against ModelScope;
+   `ollama://[HOST/][NAMESPACE/]NAME[:TAG]`, the local Ollama store then its registry. Any other `SCHEME://` is
+   refused.
+3. Bare forms, as a llama.cpp user types them: `ORG/REPO[:QUANT]` as `-hf` takes it (one '/', hf-cache.cpp's repo
+   id rule) unless it ends in `.gguf`/`.safetensors` (then a missing relative path); `NAME[:TAG]` with no '/',
+   an Ollama model only when the local store has it (llama.cpp has no such form); anything else is a path.
 
-A repository reference is resolved the way the pinned llama.cpp's `-hf` resolves it (hub_rules:
-the quant tag, or Q4_K_M then Q8_0 then the first model file; every split shard; the mmproj
-sibling), from the local caches first (hub.py: LLAMA_CACHE, the hub cache), then the network. Each
-spec is resolved once per process and settings; a warning is logged when it is.
+A repository reference resolves as the pinned llama.cpp's `-hf` does (hub_rules: the quant tag, or Q4_K_M then
+Q8_0 then the first model file; every split shard; the mmproj sibling), from the local caches first (hub.py:
+LLAMA_CACHE, the hub cache), then the network. Each spec is resolved once per process and settings.
 """
 from __future__ import annotations
 

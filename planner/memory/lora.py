@@ -1,34 +1,23 @@
 """LoRA adapters' memory (`--lora FILE`, `--lora-scaled FILE:SCALE`), as the pinned llama.cpp loads them.
 
 Rules, from the llama.cpp in llama-cpp-python 0.3.36:
-- src/llama-adapter.cpp llama_adapter_lora_init_impl: the file must say general.type "adapter",
-  adapter.type "lora" and the target's general.architecture (llm_arch_from_string == model.arch);
-  adapter.alora.invocation_tokens, when present, must be an array of UINT32. Tensors are paired by
-  name: BASE.lora_a and BASE.lora_b; `*_norm.weight` tensors are skipped (never allocated); any
-  other name is refused, as is a pair missing one half and a BASE the model does not have
-  (llama_model::get_tensor, by name). Shapes: A.ne0 == base.ne0, B.ne1 == base.ne1 and
-  A.ne1 == B.ne0; token_embd is the transposed case (B.ne1 == base.ne0, A.ne1 == base.ne1).
-  Types are not checked: each tensor keeps the file's type and byte size.
-- Each pair goes to the buffer type of the model tensor it patches; a CPU extra buffer type (the
-  repack buffer, CPU_REPACK here) is replaced by the plain CPU buffer type ("cannot use buft ...,
-  fallback to CPU"). One buffer per buffer type, sized by ggml_backend_alloc_ctx_tensors_from_buft
-  (ggml-alloc.c): the sum of every tensor's get_alloc_size padded to the buffer type's alignment;
-  logged as "<buffer> LoRA buffer size = X MiB".
-- A tied-embedding model creates its output matrix under token_embd's name (llama-model-loader.cpp
-  create_tensor, TENSOR_DUPLICATED), so an "output.weight" pair has no base there, and a
-  "token_embd.weight" pair is also found by the output matmul (llm_graph_context::build_lora_mm
-  looks adapters up by the weight's name), whose shapes it does not fit: llama-server aborts
-  (GGML_ASSERT(ggml_can_mul_mat), measured), refused here when the adapter applies at start.
-- common/common.cpp common_init_result: adapters load after the model and before the context;
-  common_fit_params (-fit on, llama-fit-params) runs before and knows nothing of them, and
-  llama_context::memory_breakdown counts model, context and compute buffers only, so neither
-  includes an adapter.
-- Compute: llama_context::set_adapters_lora (common_init_from_params, unless
-  --lora-init-without-apply; adapters with scale 0 are left out) marks the scheduler for a new
-  reserve, which the warmup decode runs with the adapters' matmuls in the graph
-  (build_lora_mm: mul_mat(B, mul_mat(A, x)), scale, add): the compute buffers are re-sized then.
-  The adapter owns no compute buffer: the target's compute is reserved with the applied adapters
-  in its graphs (runtime/engine/lora.py, runtime/engine/reserve.py), so these rows hold weights only.
+- src/llama-adapter.cpp llama_adapter_lora_init_impl: general.type "adapter", adapter.type "lora" and the
+  target's architecture; adapter.alora.invocation_tokens, when present, an array of UINT32. Tensors pair by name,
+  BASE.lora_a with BASE.lora_b; `*_norm.weight` is skipped; any other name, a half pair or a BASE the model lacks
+  is refused. Shapes: A.ne0 == base.ne0, B.ne1 == base.ne1, A.ne1 == B.ne0 (token_embd transposed). Types are not
+  checked: each tensor keeps the file's type and size.
+- Each pair goes to the buffer type of the tensor it patches, CPU_REPACK replaced by CPU; one buffer per buffer
+  type, the sum of get_alloc_size padded to its alignment (ggml_backend_alloc_ctx_tensors_from_buft), logged as
+  "<buffer> LoRA buffer size = X MiB".
+- A tied-embedding model's output matrix is token_embd's duplicate (create_tensor TENSOR_DUPLICATED): an
+  "output.weight" pair has no base, and a "token_embd.weight" pair is also found by the output matmul
+  (build_lora_mm looks adapters up by name), whose shapes it does not fit: llama-server aborts
+  (GGML_ASSERT(ggml_can_mul_mat)), so it is refused here when the adapter applies at start.
+- common/common.cpp loads adapters after the model; common_fit_params runs before and
+  llama_context::memory_breakdown lists model, context and compute only, so neither includes them.
+- Compute: set_adapters_lora (unless --lora-init-without-apply; scale 0 left out) makes the warmup reserve again
+  with the adapters' matmuls in the graph; that compute is the target's (runtime/engine/lora.py, reserve.py), so
+  these rows hold weights only.
 """
 from __future__ import annotations
 
