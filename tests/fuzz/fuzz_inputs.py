@@ -1,4 +1,4 @@
-"""Hostile inputs against the real CLI (issue #22): GGUF headers and split shards, safetensors headers,
+"""Hostile inputs against the real CLI: GGUF headers and split shards, safetensors headers,
 inventory YAML, llama.cpp flag lists, sd-fit assignment strings, output paths and special files.
 
 Every input runs `planner.cli.main` in a forked worker of this process (a fork server: planner is

@@ -1,4 +1,4 @@
-"""A quick, seeded subset of tests/fuzz/fuzz_inputs.py (issue #22): hostile inputs of the classes already
+"""A quick, seeded subset of tests/fuzz/fuzz_inputs.py: hostile inputs of the classes already
 fixed, each through the real CLI in a forked worker, must all end cleanly — no traceback, hang, memory
 blow-up, wrong exit code, unclear message or partial file. The harness runs in its own process, so its
 warm-up (and the click command it caches for its workers) stays out of this test session.
