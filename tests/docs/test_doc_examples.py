@@ -243,3 +243,15 @@ def test_home_paths_are_compared_as_tilde(monkeypatch: pytest.MonkeyPatch) -> No
         "-m ~/.cache/fitplan/x.gguf /home/someoneelse"
     monkeypatch.setenv("HOME", "/")
     assert home_as_tilde("/x/y") == "/x/y"
+
+
+def test_the_readme_lists_every_command() -> None:
+    """The README's command table has one row per command of the typer app, and no other."""
+    import typer
+
+    from planner.cli.app import app
+
+    group = typer.main.get_command(app)
+    commands = set(group.list_commands(None))   # type: ignore[arg-type]
+    rows = re.findall(r"^\| `fitplan ([a-z-]+)` \|", (ROOT / "README.md").read_text(encoding="utf-8"), re.MULTILINE)
+    assert sorted(rows) == sorted(commands)
