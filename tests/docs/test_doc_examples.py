@@ -255,3 +255,34 @@ def test_the_readme_lists_every_command() -> None:
     commands = set(group.list_commands(None))   # type: ignore[arg-type]
     rows = re.findall(r"^\| `fitplan ([a-z-]+)` \|", (ROOT / "README.md").read_text(encoding="utf-8"), re.MULTILINE)
     assert sorted(rows) == sorted(commands)
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor GitHub and MkDocs give a plain heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_heading_anchor() -> None:
+    assert heading_anchor("Estimate vs llama-fit-params") == "estimate-vs-llama-fit-params"
+    assert heading_anchor("The llama.cpp it matches") == "the-llamacpp-it-matches"
+
+
+def test_the_readme_links_resolve() -> None:
+    """Every relative link of the README names a file of the tree, and an anchor names a heading there."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    broken = []
+    for link in links:
+        if re.match(r"^[a-z]+://", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        if not target.exists():
+            broken.append(link)
+        elif anchor:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(encoding="utf-8"), re.MULTILINE)
+            if anchor not in {heading_anchor(h) for h in headings}:
+                broken.append(link)
+    assert broken == []
