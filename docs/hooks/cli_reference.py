@@ -83,10 +83,11 @@ def _usage(text: str) -> str:
 
 
 def _text(text: str) -> str:
-    """Help text as Markdown that shows it as written: brackets outside code spans escaped, so that
-    `[:QUANT][@REV]` is not read as a reference link."""
+    """Help text as Markdown that shows it as written: outside code spans, brackets, `*` and `_` are
+    escaped (`[:QUANT][@REV]` is no reference link, `*=cpu` no emphasis) and `<` is an entity."""
     spans = text.split("`")
-    return "`".join(re.sub(r"([\[\]])", r"\\\1", s) if i % 2 == 0 else s for i, s in enumerate(spans))
+    return "`".join(re.sub(r"([\[\]*_])", r"\\\1", s).replace("<", "&lt;") if i % 2 == 0 else s
+                    for i, s in enumerate(spans))
 
 
 def _cell(text: str) -> str:

@@ -40,6 +40,7 @@ def test_the_cli_page_has_every_command_and_option() -> None:
 def test_the_cli_page_keeps_brackets_literal() -> None:
     cli = hook("cli_reference")
     assert cli._text("hf://ORG/REPO[:QUANT][@REV] `[x]`") == "hf://ORG/REPO\\[:QUANT\\]\\[@REV\\] `[x]`"
+    assert cli._text("prepend *=cpu, 0<=x, HF_TOKEN `a_b`") == "prepend \\*=cpu, 0&lt;=x, HF\\_TOKEN `a_b`"
 
 
 def test_the_marker_is_replaced_only_where_it_stands() -> None:
