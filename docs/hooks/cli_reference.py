@@ -23,11 +23,11 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 def render() -> str:
     """The whole reference as Markdown: the global options, then one section per command."""
     import typer
-    from typer._click.core import Context  # typer vendors click; its commands are built on this Context
 
     from planner.cli.app import app
 
     group = typer.main.get_command(app)
+    Context = group.context_class   # click's, or the click typer vendors (0.29 on): each command names its own
     root = Context(group, info_name=PROG)
     parts = [_section(group, root, PROG, level=2, title="Global options")]
     for name in group.list_commands(root):
