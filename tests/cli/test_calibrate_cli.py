@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from planner.cli import main
-from planner.core.llama_tools import tools_dir
 from tests.support.tiny_models import Dims, write_tiny
 
-needs_tools = pytest.mark.skipif(tools_dir() is None, reason="the pinned llama.cpp tools are not built")
+# the pinned llama.cpp tools, built once a session where missing (tests/conftest.py llama_tools) before the
+# test runs, never looked for at collection: a tool that cannot be built fails the test instead of skipping it
+needs_tools = pytest.mark.usefixtures("llama_tools")
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -22,7 +23,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def calibrated(llama_tools: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("calibrate")
     model = write_tiny(d / "tiny.gguf", "llama")
     out = d / "inventory.yaml"
@@ -68,15 +69,14 @@ def test_a_wrong_key_in_the_calibrated_block_is_exit_2_with_one_line(capsys, cal
     assert "calibrated.host.bandwith_gbs: unknown key (did you mean 'bandwidth_gbs'?)" in err
 
 
-@needs_tools
-def test_rounds_run_each_placement_in_its_own_process_and_take_the_median(tmp_path):
+def test_rounds_run_each_placement_in_its_own_process_and_take_the_median(llama_tools, tmp_path):
     from planner.checking.llama_bench import BenchJob, Workload, median_timing, run_rounds
 
     model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
     work = Workload(16, 4, 0, 1, 1)
     jobs = [BenchJob(model, ("-ngl", "0"), work), BenchJob(model, ("-ngl", "0", "-ub", "8"), work)]
     started: list[int] = []
-    rounds = run_rounds(tools_dir(), jobs, [], 3, started.append)
+    rounds = run_rounds(llama_tools, jobs, [], 3, started.append)
     assert started == [1, 2, 3]
     assert [len(r) for r in rounds] == [3, 3]
     assert [t.n_ubatch for t in rounds[1]] == [8, 8, 8]

@@ -31,9 +31,18 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "data" / "compose-spe
 TRICKY = ("-ot", r"blk\.(3|4)\.ffn_(up|down)_exps=CPU", "-ot", r"token_embd\.weight=CPU", "-c", "4096",
           "-np", "1", "--alias", "it's 100% \"$HOME\"")
 
-# .ci/run installs Debian's systemd; only outside CI may the check be skipped
-NEEDS_SYSTEMD_ANALYZE = pytest.mark.skipif(shutil.which("systemd-analyze") is None and not os.environ.get("CI"),
-                                           reason="apt-get install systemd")
+
+
+@pytest.fixture(scope="module")
+def systemd_analyze() -> str:
+    """Debian's systemd-analyze, which scripts/test_deps.sh installs: missing, the tests fail (never skip)."""
+    found = shutil.which("systemd-analyze")
+    if found is None:
+        pytest.fail("systemd-analyze is missing: scripts/test_deps.sh installs it (apt-get install systemd)")
+    return found
+
+
+NEEDS_SYSTEMD_ANALYZE = pytest.mark.usefixtures("systemd_analyze")
 
 
 @pytest.fixture(scope="module")

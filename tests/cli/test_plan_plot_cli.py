@@ -23,7 +23,6 @@ PLAN = ["--device", "CUDA0=1GiB", "--ram", "16GiB", "-c", "1024"]
 
 
 def test_plot_written(capsys, model, tmp_path):
-    pytest.importorskip("matplotlib")
     out = tmp_path / "plan.png"
     code = main(["plan", model, *PLAN, "--plot", str(out)])
     _, err = capsys.readouterr()
@@ -33,7 +32,6 @@ def test_plot_written(capsys, model, tmp_path):
 
 
 def test_plot_into_missing_directory_is_exit_2(capsys, model, tmp_path):
-    pytest.importorskip("matplotlib")
     code = main(["plan", model, *PLAN, "--plot", str(tmp_path / "absent" / "plan.png")])
     _, err = capsys.readouterr()
     assert code == 2 and "no such directory" in err and len(err.strip().splitlines()) == 1

@@ -51,7 +51,6 @@ def test_csv_to_stdout(capsys, model):
 
 
 def test_csv_and_png_files(capsys, model, tmp_path):
-    pytest.importorskip("matplotlib")
     out_csv, out_png = tmp_path / "s.csv", tmp_path / "s.png"
     code, out, err = _run(capsys, model, "--device", "CUDA0=1GiB", "--device", "CUDA1=1GiB",
                           "--vary", "ts=steps", "-o", str(out_csv), "--plot", str(out_png), "--", "-c", "1024")
@@ -169,7 +168,6 @@ def test_progress_bar_only_on_long_sweeps(monkeypatch, seconds_per_point, shown)
 
 
 def test_plan_mode_plot_has_speed_and_context_panels(model):
-    pytest.importorskip("matplotlib")
     from planner.api import as_inventory
     from planner.sweeps.plots import plot_sweep
     from planner.sweeps.sweep import parse_axis, sweep
@@ -182,7 +180,6 @@ def test_plan_mode_plot_has_speed_and_context_panels(model):
 
 def test_example_model_csv_and_png(capsys, tmp_path):
     """The issue's check: a sweep of the bundled example writes the CSV and a labelled PNG."""
-    pytest.importorskip("matplotlib")
     out_csv, out_png = tmp_path / "s.csv", tmp_path / "s.png"
     code, _, err = _run(capsys, "example:gemma3-270m", "--device", "CUDA0=1536MiB", "--vary", "ctx=4096..131072",
                           "--vary", "cache=f16,q8_0", "-o", str(out_csv), "--plot", str(out_png))

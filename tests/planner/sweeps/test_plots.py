@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 import pytest
 
-pytest.importorskip("matplotlib")
-
 from planner.api import as_flags, as_inventory
 from planner.core.units import GiB, MiB
 from planner.sweeps.plots import plot_memory, plot_sweep, save_figure
