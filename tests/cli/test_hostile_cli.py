@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from gguf import GGUFValueType as VT
+
+from tests.support.gguf_factory import qwen3moe_spec
+from tests.support.gguf_fields import load
 
 ROOT = Path(__file__).resolve().parents[2]
 M = "example:gemma3-270m"
@@ -102,3 +106,22 @@ def test_sd_fit_refuses_a_vae_device_list(tmp_path):
     for flag in ("--max-vram", "--backend"):
         line = one_line(fitplan("sd-fit", str(model), "--device", "CUDA0=8GiB", "--ram", "16GiB", flag, ""))
         assert f"{flag} '': empty" in line
+
+
+def _lying_qwen3moe(tmp_path: Path, key: str, vtype: VT, value: object, sub: VT | None = None) -> Path:
+    [path] = qwen3moe_spec().write(tmp_path / "base.gguf")
+    g = load(path)
+    g.set(key, vtype, value, sub)
+    return g.write(tmp_path / "m.gguf")
+
+
+@pytest.mark.parametrize("vtype, value, sub", [
+    (VT.STRING, "128", None), (VT.BOOL, True, None), (VT.FLOAT32, float("nan"), None),
+    (VT.ARRAY, [128, 128, 128], VT.UINT32),
+])
+def test_expert_feed_forward_length_of_the_wrong_type_is_refused_by_every_command(tmp_path, vtype, value, sub):
+    """The pinned llama.cpp's qwen3moe loader reads it with get_key_or_arr (a UINT32, or one per block) and
+    refuses the file otherwise; fitplan refuses it too, though it sizes the experts from their tensors."""
+    model = str(_lying_qwen3moe(tmp_path, "qwen3moe.expert_feed_forward_length", vtype, value, sub))
+    for argv in (["inspect", model], ["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
+        assert "qwen3moe.expert_feed_forward_length" in one_line(fitplan(*argv))
