@@ -12,6 +12,8 @@ from typing import Any
 from gguf import Keys
 
 from planner.llama.context import ModelContext
+from planner.llama.flags import LlamaFlags
+from planner.llama.settings import context_params
 from planner.planning.result import PlanRequest
 
 # `--ctx max --allow-ctx-above-train` searches up to the training context times the header's RoPE
@@ -48,18 +50,26 @@ def max_context(ctx: ModelContext, req: PlanRequest) -> int:
     return int(train * (factor if factor > 1 else ABOVE_TRAIN_FACTOR))
 
 
-def above_train_warning(ctx: ModelContext, n_ctx: int) -> str | None:
-    """The warning a context above the training context carries; None at or below it."""
+def above_train_warning(ctx: ModelContext, flags: LlamaFlags) -> str | None:
+    """The warning a plan carries when each sequence's context is above the training context; None at or
+    below it. llama.cpp compares n_ctx_seq, not n_ctx: without a unified cache each of -np sequences gets
+    n_ctx / n_seq cells (src/llama-context.cpp: "n_ctx_seq (%u) > n_ctx_train (%u) -- possible training
+    context overflow")."""
     train = ctx.facts.n_ctx_train
-    if not train or n_ctx <= train:
+    if not train:
         return None
-    return (f"context {n_ctx} is above the model's training context {train}: llama.cpp runs it, but what the "
+    cp = context_params(flags, train)
+    if cp.n_ctx_seq <= train:
+        return None
+    what = (f"context {cp.n_ctx_seq}" if cp.n_ctx_seq == cp.n_ctx else
+            f"context {cp.n_ctx_seq} per sequence (-c {cp.n_ctx} over -np {cp.n_seq})")
+    return (f"{what} is above the model's training context {train}: llama.cpp runs it, but what the "
             f"model makes of positions past {train} depends on its RoPE scaling ({_scaling_text(ctx)})")
 
 
-def context_source(ctx: ModelContext, req: PlanRequest, n_ctx: int) -> str:
+def context_source(ctx: ModelContext, req: PlanRequest, flags: LlamaFlags) -> str:
     """One --explain line: where the plan's context came from."""
-    train = ctx.facts.n_ctx_train
+    train, n_ctx = ctx.facts.n_ctx_train, flags.n_ctx
     if req.max_ctx:
         ceiling = max_context(ctx, req)
         why = ("the training context" if ceiling == train else
@@ -69,5 +79,5 @@ def context_source(ctx: ModelContext, req: PlanRequest, n_ctx: int) -> str:
         head = f"context {n_ctx}: given (-c {req.n_ctx})"
     else:
         head = f"context {n_ctx}: the model's training context ({Keys.LLM.CONTEXT_LENGTH.format(arch=ctx.facts.arch)})"
-    warning = above_train_warning(ctx, n_ctx)
+    warning = above_train_warning(ctx, flags)
     return head + (f"; {warning}" if warning else "")

@@ -238,10 +238,13 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
 
 def plan(model: ModelLike, inventory: Inventory,
          request: PlanRequest | None = None, max_vram: str | None = None, ram: str | None = None,
-         budgets: Budgets | None = None, with_explain: bool = False, what_would_fit: bool = False) -> PlanResult:
+         budgets: Budgets | None = None, with_explain: bool = False, what_would_fit: bool = False,
+         warn: bool = True) -> PlanResult:
     """The best placement of `model` on `inventory` (`request`: PlanRequest's defaults when None);
     raises InfeasiblePlacement when nothing fits, with what would (`what_would_fit`: the least budgets
-    and the largest context that plan, searched for up to SEARCH_SECONDS; else only the verdict)."""
+    and the largest context that plan, searched for up to SEARCH_SECONDS; else only the verdict).
+    `warn`: log the plan's warnings (a context past the training context); False for a caller that plans
+    many times on the way to one answer and warns once itself (the verdict, a sweep)."""
     request = request or PlanRequest()
     if not request.cache_types:   # _infeasible and make_setting start from the first one
         raise BadInput("cache types: none given; expected at least one KV cache type, e.g. f16 or f16,q8_0")
@@ -256,7 +259,7 @@ def plan(model: ModelLike, inventory: Inventory,
     if best is None:
         raise _infeasible(ctx, inventory, budgets, request, time.monotonic() - started)
     best = _return_expert_tensors(_one_more_layer(best))
-    warning = above_train_warning(ctx, best.flags.n_ctx)
+    warning = above_train_warning(ctx, best.flags) if warn else None
     if warning:
         log.warning("%s", warning)
     result, tensor = _layer_or_tensor(ctx, inventory, budgets, request, best)
