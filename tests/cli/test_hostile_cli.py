@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType as VT
 
-from tests.support.gguf_factory import qwen3moe_spec
+from tests.support.gguf_factory import llama_spec, qwen3moe_spec
 from tests.support.gguf_fields import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +125,24 @@ def test_expert_feed_forward_length_of_the_wrong_type_is_refused_by_every_comman
     model = str(_lying_qwen3moe(tmp_path, "qwen3moe.expert_feed_forward_length", vtype, value, sub))
     for argv in (["inspect", model], ["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
         assert "qwen3moe.expert_feed_forward_length" in one_line(fitplan(*argv))
+
+
+def test_a_million_slots_is_refused_as_llama_cpp_refuses_it():
+    """llama_context: "n_seq_max must be <= 256" (LLAMA_MAX_SEQ) before anything is sized; 1048576 slots once
+    left each a context of 0 cells and an empty tensor in the graph."""
+    assert "n_seq_max must be <= 256" in one_line(fitplan("plan", M, *DEV, "-np", "1048576"))
+
+
+def test_a_tensor_with_a_zero_dimension_plans_without_a_traceback(tmp_path):
+    """A norm of 0 elements (the last tensor, so the data layout still holds): the graph's mul by it follows
+    ggml_can_repeat (an empty tensor repeats only into an empty one) instead of dividing by zero."""
+    spec = llama_spec(n_layer=2)
+    last = "blk.1.ffn_norm.weight"
+    spec.tensors = [t for t in spec.tensors if t[0] != last] + [t for t in spec.tensors if t[0] == last]
+    [path] = spec.write(tmp_path / "base.gguf")
+    g = load(path)
+    g.tis[-1].dims = [0]
+    model = str(g.write(tmp_path / "m.gguf"))
+    for argv in (["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
+        run = fitplan(*argv)
+        assert run.returncode == 0 or one_line(run), run.stderr[-3000:]   # planned, or refused in one line
