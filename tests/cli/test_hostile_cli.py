@@ -133,16 +133,29 @@ def test_a_million_slots_is_refused_as_llama_cpp_refuses_it():
     assert "n_seq_max must be <= 256" in one_line(fitplan("plan", M, *DEV, "-np", "1048576"))
 
 
-def test_a_tensor_with_a_zero_dimension_plans_without_a_traceback(tmp_path):
-    """A norm of 0 elements (the last tensor, so the data layout still holds): the graph's mul by it follows
-    ggml_can_repeat (an empty tensor repeats only into an empty one) instead of dividing by zero."""
+def _last_norm_shaped(tmp_path: Path, dims: list[int]) -> str:
+    """A llama model whose last tensor (so no later data offset betrays its size) is a norm of `dims`."""
     spec = llama_spec(n_layer=2)
     last = "blk.1.ffn_norm.weight"
     spec.tensors = [t for t in spec.tensors if t[0] != last] + [t for t in spec.tensors if t[0] == last]
     [path] = spec.write(tmp_path / "base.gguf")
     g = load(path)
-    g.tis[-1].dims = [0]
-    model = str(g.write(tmp_path / "m.gguf"))
+    g.tis[-1].dims = dims
+    return str(g.write(tmp_path / "m.gguf"))
+
+
+def test_a_tensor_with_a_zero_dimension_plans_without_a_traceback(tmp_path):
+    """A norm of 0 elements: the graph's mul by it follows ggml_can_repeat (an empty tensor repeats only into
+    an empty one) instead of dividing by zero."""
+    model = _last_norm_shaped(tmp_path, [0])
     for argv in (["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
         run = fitplan(*argv)
         assert run.returncode == 0 or one_line(run), run.stderr[-3000:]   # planned, or refused in one line
+
+
+def test_a_tensor_dimension_of_2_to_the_40_is_refused_by_every_command(tmp_path):
+    """Once inspect said nothing and plan asked for a 4 TiB budget; the pinned llama-fit-params fails to load
+    the file (tests/peer/test_hostile_peer.py)."""
+    model = _last_norm_shaped(tmp_path, [1 << 40])
+    for argv in (["inspect", model], ["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
+        assert "tensor 'blk.1.ffn_norm.weight' has shape [1099511627776]" in one_line(fitplan(*argv))

@@ -320,3 +320,16 @@ def test_recurrent_layers_as_a_scalar_marks_every_block(tmp_path):
     g.set("qwen3next.attention.recurrent_layers", VT.UINT32, 0)
     facts = model_facts(read_model(g.write(tmp_path / "m.gguf")))
     assert AttnKind.RECURRENT not in [lf.kind for lf in facts.layers]
+
+
+def test_a_dimension_of_2_to_the_40_is_refused_though_the_data_layout_holds(tmp_path):
+    """The last tensor's dimension lies (so no later offset betrays it) and its data would end 4 TiB past a
+    small file, which a header-only file may: the shape alone is refused, as no llama.cpp tensor is 2^32 wide.
+    (The pinned llama-fit-params answers "failed to load model"; tests/peer/test_hostile_peer.py.)"""
+    spec = llama_spec(n_layer=2)
+    last = "blk.1.ffn_norm.weight"
+    spec.tensors = [t for t in spec.tensors if t[0] != last] + [t for t in spec.tensors if t[0] == last]
+    [path] = spec.write(tmp_path / "base.gguf")
+    g = load(path)
+    g.tis[-1].dims = [1 << 40]
+    _refused(g.write(tmp_path / "m.gguf"), "blk.1.ffn_norm.weight", "[1099511627776]", "2^32")
