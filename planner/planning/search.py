@@ -31,7 +31,7 @@ from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
 from planner.planning import whatfits
 from planner.planning.companion_plan import arrangements, rank, resolved_companions, swing_lines
-from planner.planning.contexts import above_train_warning, max_context
+from planner.planning.contexts import above_train_warning, max_context, train_ceiling
 from planner.planning.explain import explain
 from planner.planning.problem import (
     Setting,
@@ -438,7 +438,7 @@ def _context_hints(ctx: ModelContext, inventory: Inventory, budgets: Budgets, re
                    deadline: float) -> list[Suggestion]:
     """The largest context that plans as the budgets are (each cache type asked for, then q8_0), at
     most the training context unless allowed; each re-planned at that context before it is shown."""
-    limit = n_ctx if req.allow_ctx_above_train else min(n_ctx, ctx.facts.n_ctx_train or n_ctx)
+    limit = n_ctx if req.allow_ctx_above_train else min(n_ctx, train_ceiling(ctx, req) or n_ctx)
     hints: list[Suggestion] = []
     for caches in (req.cache_types, ("q8_0",) if "q8_0" not in req.cache_types else ()):
         if not caches or time.monotonic() > deadline:

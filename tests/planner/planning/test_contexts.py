@@ -122,3 +122,13 @@ def test_a_verdict_warns_once_about_each_clients_context(plain, caplog, n_ctx, w
     assert _warnings(caplog) == ([f"context {2 * TRAIN} is above the model's training context {TRAIN}: llama.cpp "
                                   f"runs it, but what the model makes of positions past {TRAIN} depends on its "
                                   f"RoPE scaling (the header has no RoPE-scaling keys)"] if warned else [])
+
+
+def test_ctx_max_gives_each_slot_the_training_context(plain, caplog):
+    """-c is shared by the -np slots, so --ctx max -np 4 stops at 4 x n_ctx_train (each slot's n_ctx_seq at
+    the training context), not at n_ctx_train split four ways; and it warns about nothing."""
+    with caplog.at_level(logging.WARNING):
+        result = plan(plain, BIG, PlanRequest(max_ctx=True, n_parallel=4), with_explain=True)
+    assert result.n_ctx == 4 * TRAIN and _warnings(caplog) == []
+    assert (f"context {4 * TRAIN}: the largest that fits (--ctx max, at most {4 * TRAIN}: the training context "
+            f"{TRAIN} for each of 4 slots)") in result.explain
