@@ -300,7 +300,6 @@ def test_every_u32_hyperparameter_llama_cpp_reads_is_typed(tmp_path, key):
 
 @pytest.mark.parametrize("key, vtype, value, sub", [
     ("qwen3moe.expert_feed_forward_length", VT.ARRAY, [128, 128], VT.INT32),
-    ("qwen3moe.expert_feed_forward_length", VT.ARRAY, [True, True], VT.BOOL),   # std::array get_arr takes BOOL
     ("qwen3moe.attention.head_count", VT.ARRAY, [8, 8], VT.UINT32),
     ("qwen3moe.attention.sliding_window_pattern", VT.ARRAY, [0, 0], VT.UINT32),
 ])
@@ -311,15 +310,21 @@ def test_what_llama_cpp_accepts_for_an_integer_key_still_reads(tmp_path, key, vt
     assert facts.n_expert == 8 and [lf.n_head for lf in facts.layers] == [8, 8]
 
 
-def test_recurrent_layers_as_a_scalar_marks_every_block(tmp_path):
-    """qwen3next.cpp: get_key_or_arr(LLM_KV_ATTENTION_RECURRENT_LAYERS, is_recr_impl, n_layer_all): a UINT32
-    scalar is every block's flag; without the key, every 4th block attends (full_attention_interval)."""
+@pytest.mark.parametrize("vtype, value, sub, recurrent", [
+    (VT.UINT32, 0, None, [False] * 4),                                   # a scalar: every block's flag
+    (VT.ARRAY, [True, False, True, False], VT.BOOL, [True, False, True, False]),
+    (VT.ARRAY, [0, 1, 1, 0], VT.UINT32, [False, True, True, False]),     # std::array get_arr takes BOOL/U32/I32
+])
+def test_recurrent_layers_as_llama_cpp_reads_them(tmp_path, vtype, value, sub, recurrent):
+    """qwen3next.cpp: get_key_or_arr(LLM_KV_ATTENTION_RECURRENT_LAYERS, is_recr_impl, n_layer_all); without the
+    key every 4th block attends (full_attention_interval)."""
     [path] = qwen3next_spec(n_layer=4).write(tmp_path / "base.gguf")
-    g = load(path)
     assert [lf.kind for lf in model_facts(read_model(path)).layers].count(AttnKind.RECURRENT) == 3
-    g.set("qwen3next.attention.recurrent_layers", VT.UINT32, 0)
+    g = load(path)
+    g.set("qwen3next.attention.recurrent_layers", vtype, value, sub)
     facts = model_facts(read_model(g.write(tmp_path / "m.gguf")))
-    assert AttnKind.RECURRENT not in [lf.kind for lf in facts.layers]
+    assert [lf.kind is AttnKind.RECURRENT for lf in facts.layers] == recurrent
+
 
 
 def test_a_dimension_of_2_to_the_40_is_refused_though_the_data_layout_holds(tmp_path):
