@@ -48,6 +48,11 @@ MAX_TENSOR_END = 1 << 48
 # ggml.h GGML_MAX_NAME: gguf.cpp refuses a tensor name of this many bytes or more
 GGML_MAX_NAME = 64
 INT64_MAX = (1 << 63) - 1
+# No tensor of a model llama.cpp loads is this wide or more: it creates every tensor with dimensions
+# from its 32-bit hyperparameters (llama_hparams' uint32_t fields, n_vocab an int32_t) and refuses a file
+# tensor of another shape ("tensor '%s' has wrong shape", llama_model_loader::check_tensor_dims). A
+# dimension past it is a lie, even in a header-only file whose data cannot be checked against the shape.
+MAX_TENSOR_DIM = 1 << 32
 
 _SCALAR_FORMAT: dict[GGUFValueType, str] = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
@@ -369,6 +374,9 @@ def _read_tensor_info(cur: Cursor, i: int) -> _RawTensorInfo:
         if d > INT64_MAX or n_elements > INT64_MAX:
             raise GGUFError(cur.path, f"hostile header: tensor {short(name)} has shape {list(shape)}, "
                                       f"more elements than int64 holds", cur.pos)
+    if max(shape) >= MAX_TENSOR_DIM:
+        raise GGUFError(cur.path, f"hostile header: tensor {short(name)} has shape {list(shape)}; llama.cpp "
+                                  f"creates no tensor with a dimension of 2^32 or more", cur.pos)
     cur.pos += 8 * n_dims
     qtype = _ggml_type(cur, cur.unpack("<I", f"type of {short(name)}"), name)
     offset = cur.unpack("<Q", f"data offset of {short(name)}")

@@ -29,7 +29,7 @@ from planner.core.units import pad
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
 from planner.llama.expressible import check_expressible
-from planner.llama.flags import LlamaFlags
+from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.llama.tensor_parallel import check_tensor_split
 from planner.model.arch import AttnKind, ModelFacts
@@ -62,6 +62,8 @@ def context_params(flags: LlamaFlags, n_ctx_train: int) -> ContextParams:
     if n_ctx <= 0:
         raise FlagError("-c 0 asks for the training context, but the model declares none")
     n_seq = max(1, flags.n_parallel)
+    if n_seq > LLAMA_MAX_SEQ:   # llama_context: "n_seq_max must be <= LLAMA_MAX_SEQ", before any sizing
+        raise FlagError(f"-np {n_seq}: llama.cpp refuses it (n_seq_max must be <= {LLAMA_MAX_SEQ})")
     n_batch = min(n_ctx, flags.n_batch)          # causal attention caps the batch at the context
     n_ubatch = min(n_batch, flags.n_ubatch)
     n_ctx = pad(n_ctx, CTX_PAD)

@@ -16,7 +16,7 @@ from gguf import Keys
 
 from planner.core.errors import GGUFError
 from planner.gguf.cursor import QUOTE_CHARS, short
-from planner.gguf.keys import LLM_KV_ATTENTION_RECURRENT_LAYERS
+from planner.gguf.keys import KEY_TYPES, LLM_KV_ATTENTION_RECURRENT_LAYERS
 from planner.gguf.reader import ModelFile, SkippedArray
 from planner.model.tensors import TOKEN_EMBD, is_routed_expert, layer_of
 
@@ -175,15 +175,20 @@ class _Meta:
         return value
 
     def per_layer(self, template: str, n: int, default: Any) -> list[Any]:
-        """A scalar broadcast to every layer, or a per-layer array (llama.cpp's get_key_or_arr)."""
+        """A scalar broadcast to every layer, or a per-layer array (llama.cpp's get_key_or_arr); its length
+        is checked once for every per-layer key (check_per_layer_lengths)."""
         value = self.get(template, default)
-        if isinstance(value, SkippedArray):
-            raise GGUFError(self.model.path, f"{self.named(template)} has {value.count} entries, expected {n}")
-        if isinstance(value, tuple):
-            if len(value) != n:   # get_key_or_arr: "key %s has wrong array length; expected %u, got %u"
-                raise GGUFError(self.model.path, f"{self.named(template)} has {len(value)} entries, expected {n}")
-            return list(value)
-        return [value] * n
+        return list(value) if isinstance(value, tuple) else [value] * n
+
+    def check_per_layer_lengths(self, n: int) -> None:
+        """Every per-layer key given as an array (planner.gguf.keys) has one entry per block: get_key_or_arr
+        throws "key %s has wrong array length; expected %u, got %u" for any key llama.cpp reads so, including
+        those fitplan does not use."""
+        for template, kt in KEY_TYPES.items():
+            value = self.get(template)
+            if kt.per_layer and isinstance(value, tuple | SkippedArray) and len(value) != n:
+                raise GGUFError(self.model.path, f"{self.named(template)} has {len(value)} entries, expected {n} "
+                                                 f"(one per block); llama.cpp refuses another length")
 
     def bounded(self, template: str, low: int, high: int, default: int = 0) -> int:
         """An integer key llama.cpp asserts to lie in [low, high]."""
@@ -247,9 +252,8 @@ def _recurrent_flags(meta: _Meta, n: int, n_layer: int, n_head_kv: list[int], n_
         return [kv == 0 for kv in n_head_kv]
     if rule is RecurrentRule.NO_KV_NO_FFN:
         return [kv == 0 and ff == 0 for kv, ff in zip(n_head_kv, n_ff, strict=True)]
-    explicit = meta.get(LLM_KV_ATTENTION_RECURRENT_LAYERS)
-    if isinstance(explicit, tuple):
-        return [bool(x) for x in explicit[:n]]
+    if meta.get(LLM_KV_ATTENTION_RECURRENT_LAYERS) is not None:   # get_key_or_arr: a scalar or one per block
+        return [bool(x) for x in meta.per_layer(LLM_KV_ATTENTION_RECURRENT_LAYERS, n, False)]
     interval = int(meta.get(Keys.LLM.FULL_ATTENTION_INTERVAL, 4) or 4)
     # MTP blocks past the trunk are plain attention (src/models/qwen3next.cpp, qwen35.cpp)
     return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
@@ -310,6 +314,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     meta = _Meta(model)
     meta.need(Keys.LLM.BLOCK_COUNT)
     n_trunk_all = meta.bounded(Keys.LLM.BLOCK_COUNT, 1, LLAMA_MAX_LAYERS)
+    meta.check_per_layer_lengths(n_trunk_all)
     # the MTP blocks follow the trunk: at least one block is not one (a model of MTP heads alone has no trunk)
     n_nextn = meta.bounded(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, n_trunk_all - 1)
     n_layer = n_trunk_all - n_nextn

@@ -108,7 +108,7 @@ def _widest_context(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     if result.n_ctx >= max_context(ctx, request):
         return ()
     try:
-        widest = plan(ctx, result.inventory, request, budgets=result.budgets)
+        widest = plan(ctx, result.inventory, request, budgets=result.budgets, warn=False)
     except InfeasiblePlacement:
         return ()
     if widest.n_ctx <= result.n_ctx:

@@ -31,7 +31,7 @@ from planner.llama.settings import CTX_PAD
 from planner.memory.estimate import Estimate, estimate
 from planner.planning import whatfits
 from planner.planning.companion_plan import arrangements, rank, resolved_companions, swing_lines
-from planner.planning.contexts import above_train_warning, max_context
+from planner.planning.contexts import above_train_warning, max_context, train_ceiling
 from planner.planning.explain import explain
 from planner.planning.problem import (
     Setting,
@@ -238,10 +238,13 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
 
 def plan(model: ModelLike, inventory: Inventory,
          request: PlanRequest | None = None, max_vram: str | None = None, ram: str | None = None,
-         budgets: Budgets | None = None, with_explain: bool = False, what_would_fit: bool = False) -> PlanResult:
+         budgets: Budgets | None = None, with_explain: bool = False, what_would_fit: bool = False,
+         warn: bool = True) -> PlanResult:
     """The best placement of `model` on `inventory` (`request`: PlanRequest's defaults when None);
     raises InfeasiblePlacement when nothing fits, with what would (`what_would_fit`: the least budgets
-    and the largest context that plan, searched for up to SEARCH_SECONDS; else only the verdict)."""
+    and the largest context that plan, searched for up to SEARCH_SECONDS; else only the verdict).
+    `warn`: log the plan's warnings (a context past the training context); False for a caller that plans
+    many times on the way to one answer and warns once itself (the verdict, a sweep)."""
     request = request or PlanRequest()
     if not request.cache_types:   # _infeasible and make_setting start from the first one
         raise BadInput("cache types: none given; expected at least one KV cache type, e.g. f16 or f16,q8_0")
@@ -256,7 +259,7 @@ def plan(model: ModelLike, inventory: Inventory,
     if best is None:
         raise _infeasible(ctx, inventory, budgets, request, time.monotonic() - started)
     best = _return_expert_tensors(_one_more_layer(best))
-    warning = above_train_warning(ctx, best.flags.n_ctx)
+    warning = above_train_warning(ctx, best.flags) if warn else None
     if warning:
         log.warning("%s", warning)
     result, tensor = _layer_or_tensor(ctx, inventory, budgets, request, best)
@@ -435,7 +438,7 @@ def _context_hints(ctx: ModelContext, inventory: Inventory, budgets: Budgets, re
                    deadline: float) -> list[Suggestion]:
     """The largest context that plans as the budgets are (each cache type asked for, then q8_0), at
     most the training context unless allowed; each re-planned at that context before it is shown."""
-    limit = n_ctx if req.allow_ctx_above_train else min(n_ctx, ctx.facts.n_ctx_train or n_ctx)
+    limit = n_ctx if req.allow_ctx_above_train else min(n_ctx, train_ceiling(ctx, req) or n_ctx)
     hints: list[Suggestion] = []
     for caches in (req.cache_types, ("q8_0",) if "q8_0" not in req.cache_types else ()):
         if not caches or time.monotonic() > deadline:

@@ -19,6 +19,7 @@ split's stages take turns; endpoints run at once, sharing only the cores of CPU 
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -28,10 +29,12 @@ from planner.core.render import table
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Backend, Calibration, DeviceKind, Inventory
 from planner.llama.context import ModelContext, ModelLike, model_context
+from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
 from planner.llama.placement import CPU
 from planner.memory.estimate import estimate
 from planner.model.costs import CostTable
 from planner.planning.commands import LLAMA_SERVER, command_line
+from planner.planning.contexts import above_train_warning
 from planner.planning.problem import costs_for, row_totals
 from planner.planning.result import PlanRequest, PlanResult, plan_argv
 from planner.planning.search import plan
@@ -58,6 +61,8 @@ TIE_FRACTION = 0.05
 # llama.cpp numbers the RPC devices of one process from 0, in --rpc order (ggml-rpc.cpp): a device
 # that is RPC1 in a two-server inventory is RPC0 of an endpoint that connects to it alone
 RPC_PREFIX = "RPC"
+
+log = logging.getLogger(__name__)
 
 
 class Arrangement(str, Enum):
@@ -387,9 +392,11 @@ def _spread(ctx: ModelContext, result: PlanResult, names: list[str]) -> PlanResu
 def _plan(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, per_client: int,
           n_slots: int) -> PlanResult | str:
     """The plan with `n_slots` slots of `per_client` context each, or why none fits."""
+    if n_slots > LLAMA_MAX_SEQ:
+        return f"{n_slots} slots: one llama.cpp server holds at most {LLAMA_MAX_SEQ} sequences (LLAMA_MAX_SEQ)"
     r = replace(req, n_ctx=per_client * n_slots, max_ctx=False, n_parallel=n_slots)
     try:
-        return plan(ctx, inventory, r, budgets=budgets)
+        return plan(ctx, inventory, r, budgets=budgets, warn=False)
     except InfeasiblePlacement as e:
         return str(e)
 
@@ -531,6 +538,10 @@ def verdict(model: ModelLike, inventory: Inventory, budgets: Budgets, request: P
     if not per_client:
         raise BadInput(f"{ctx.model.path}: the model declares no training context; give --ctx")
     c = _Context(ctx, inventory, budgets, replace(request, n_ctx=per_client), n_clients, per_client, n_past)
+    # each arrangement is planned quietly; every slot holds per_client cells, so the warning is one
+    warning = above_train_warning(ctx, LlamaFlags(n_ctx=per_client))
+    if warning:
+        log.warning("%s", warning)
     not_helping: list[str] = []
     options = (_endpoints(c, not_helping), _split(c, not_helping), _offload(c, not_helping))
     if not any(o.possible for o in options):

@@ -32,6 +32,7 @@ from planner.llama.flags import LlamaFlags, changed_fields, flags_to_argv
 from planner.llama.placement import HOST, HOST_ROWS, device_of
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import Estimate, estimate
+from planner.planning.contexts import above_train_warning
 from planner.planning.result import PlanRequest
 from planner.planning.search import plan
 from planner.sweeps.axes import (
@@ -82,6 +83,7 @@ class Point:
     feasible: bool = True            # plan mode: a placement was found
     tokens_per_s: float | None = None  # plan mode: predicted decode speed
     pool_fits: bool | None = None    # Host and the UMA devices within their shared pool (None: no pool)
+    warning: str | None = None       # plan mode: the plan's warning (said once per sweep, not per point)
 
     @property
     def fits(self) -> bool:
@@ -322,6 +324,8 @@ def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = 
         points.append(evaluate(ctx, axes, combo, base, inventory, budgets))
         if progress is not None:
             progress(i + 1, len(combos))
+    for warning in dict.fromkeys(p.warning for p in points if p.warning):
+        log.warning("%s", warning)
     return SweepResult(ctx.model.path, mode, axes, tuple(points))
 
 
@@ -351,10 +355,11 @@ def _plan_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...
     amount, memory = _axis_value(settings, "budget"), _axis_value(settings, "memory")
     hardware = budgets.inventory(memory) or inventory
     try:
-        result = plan(ctx, hardware, request, budgets=budgets.get(amount, memory))
+        result = plan(ctx, hardware, request, budgets=budgets.get(amount, memory), warn=False)
     except InfeasiblePlacement:
         return Point(combo, "", 0, (), feasible=False)
     rows = _rows(result.estimate, budgets.rows(amount, memory), budgets.capped_names(amount, memory))
     return Point(combo, shlex.join(flags_to_argv(result.flags)), result.n_ctx, rows,
                  tokens_per_s=result.prediction.decode_tokens_s,
-                 pool_fits=_pool_fits(budgets.get(amount, memory), rows))
+                 pool_fits=_pool_fits(budgets.get(amount, memory), rows),
+                 warning=above_train_warning(ctx, result.flags))

@@ -31,8 +31,12 @@ def _node(op: Op, ne: Sequence[int], src: Sequence[Tensor | None], name: str,
 
 
 def _can_repeat(b: Tensor, a: Tensor) -> bool:
+    """ggml_can_repeat (ggml/src/ggml.c): an empty tensor repeats only into an empty one; otherwise each of
+    a's dimensions is a multiple of b's."""
     an, bn = a.ne, b.ne
-    return an[0] % bn[0] == 0 and an[1] % bn[1] == 0 and an[2] % bn[2] == 0 and an[3] % bn[3] == 0
+    if bn[0] and bn[1] and bn[2] and bn[3]:   # spelled out: the graph builders call this for every add and mul
+        return an[0] % bn[0] == 0 and an[1] % bn[1] == 0 and an[2] % bn[2] == 0 and an[3] % bn[3] == 0
+    return 0 in an
 
 
 def add(a: Tensor, b: Tensor, name: str = "") -> Tensor:

@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from gguf import GGUFValueType as VT
+
+from tests.support.gguf_factory import llama_spec, qwen3moe_spec
+from tests.support.gguf_fields import load
 
 ROOT = Path(__file__).resolve().parents[2]
 M = "example:gemma3-270m"
@@ -102,3 +106,56 @@ def test_sd_fit_refuses_a_vae_device_list(tmp_path):
     for flag in ("--max-vram", "--backend"):
         line = one_line(fitplan("sd-fit", str(model), "--device", "CUDA0=8GiB", "--ram", "16GiB", flag, ""))
         assert f"{flag} '': empty" in line
+
+
+def _lying_qwen3moe(tmp_path: Path, key: str, vtype: VT, value: object, sub: VT | None = None) -> Path:
+    [path] = qwen3moe_spec().write(tmp_path / "base.gguf")
+    g = load(path)
+    g.set(key, vtype, value, sub)
+    return g.write(tmp_path / "m.gguf")
+
+
+@pytest.mark.parametrize("vtype, value, sub", [
+    (VT.STRING, "128", None), (VT.BOOL, True, None), (VT.FLOAT32, float("nan"), None),
+    (VT.ARRAY, [128, 128, 128], VT.UINT32),
+])
+def test_expert_feed_forward_length_of_the_wrong_type_is_refused_by_every_command(tmp_path, vtype, value, sub):
+    """The pinned llama.cpp's qwen3moe loader reads it with get_key_or_arr (a UINT32, or one per block) and
+    refuses the file otherwise; fitplan refuses it too, though it sizes the experts from their tensors."""
+    model = str(_lying_qwen3moe(tmp_path, "qwen3moe.expert_feed_forward_length", vtype, value, sub))
+    for argv in (["inspect", model], ["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
+        assert "qwen3moe.expert_feed_forward_length" in one_line(fitplan(*argv))
+
+
+def test_a_million_slots_is_refused_as_llama_cpp_refuses_it():
+    """llama_context: "n_seq_max must be <= 256" (LLAMA_MAX_SEQ) before anything is sized; 1048576 slots once
+    left each a context of 0 cells and an empty tensor in the graph."""
+    assert "n_seq_max must be <= 256" in one_line(fitplan("plan", M, *DEV, "-np", "1048576"))
+
+
+def _last_norm_shaped(tmp_path: Path, dims: list[int]) -> str:
+    """A llama model whose last tensor (so no later data offset betrays its size) is a norm of `dims`."""
+    spec = llama_spec(n_layer=2)
+    last = "blk.1.ffn_norm.weight"
+    spec.tensors = [t for t in spec.tensors if t[0] != last] + [t for t in spec.tensors if t[0] == last]
+    [path] = spec.write(tmp_path / "base.gguf")
+    g = load(path)
+    g.tis[-1].dims = dims
+    return str(g.write(tmp_path / "m.gguf"))
+
+
+def test_a_tensor_with_a_zero_dimension_plans_without_a_traceback(tmp_path):
+    """A norm of 0 elements: the graph's mul by it follows ggml_can_repeat (an empty tensor repeats only into
+    an empty one) instead of dividing by zero."""
+    model = _last_norm_shaped(tmp_path, [0])
+    for argv in (["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
+        run = fitplan(*argv)
+        assert run.returncode == 0 or one_line(run), run.stderr[-3000:]   # planned, or refused in one line
+
+
+def test_a_tensor_dimension_of_2_to_the_40_is_refused_by_every_command(tmp_path):
+    """Once inspect said nothing and plan asked for a 4 TiB budget; the pinned llama-fit-params fails to load
+    the file (tests/peer/test_hostile_peer.py)."""
+    model = _last_norm_shaped(tmp_path, [1 << 40])
+    for argv in (["inspect", model], ["plan", model, *DEV], ["estimate", model, "--device", "CUDA0=8GiB"]):
+        assert "tensor 'blk.1.ffn_norm.weight' has shape [1099511627776]" in one_line(fitplan(*argv))

@@ -3,9 +3,16 @@ formats, and the options it refuses."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from gguf import Keys
 
 from planner.cli import main
+from tests.support.gguf_factory import llama_spec
 
 TWO_RPC = ["--device", "RPC0=2GiB@127.0.0.1:50052", "--device", "RPC1=2GiB@127.0.0.1:50053", "--ram", "8GiB",
            "--ctx", "4096"]
@@ -61,3 +68,21 @@ def test_refusals(capsys):
     assert code == 2 and "several devices" in err
     code, _, err = run(capsys, "plan", "example:gemma3-270m", *TWO_RPC, "--verdict", "--format", "flags")
     assert code == 2
+
+
+def test_four_clients_of_a_32k_model_warn_only_past_each_clients_context(tmp_path):
+    """Issue 39: `--verdict --clients 4` on a 32k-context model warned "context 131072 is above the model's
+    training context" (four slots' total; llama.cpp compares each sequence's n_ctx_seq), each warning twice
+    (once per arrangement's plan). Run as a user runs it, so stderr is what the terminal shows."""
+    spec = llama_spec(n_layer=2)
+    spec.metadata[Keys.LLM.CONTEXT_LENGTH] = 32768
+    [model] = spec.write(tmp_path / "ctx32k.gguf")
+    devices = ["--device", "RPC0=8GiB@127.0.0.1:50052", "--device", "RPC1=8GiB@127.0.0.1:50053", "--ram", "8GiB"]
+    for ctx, warnings in (([], 0), (["--ctx", "65536"], 1)):
+        run = subprocess.run([sys.executable, "-m", "planner.cli", "plan", str(model), *devices, *ctx,
+                              "--verdict", "--clients", "4"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        assert run.returncode == 0, run.stderr
+        said = [line for line in run.stderr.splitlines() if "training context" in line]
+        assert len(said) == warnings, run.stderr
+        assert all(line.startswith("fitplan: context 65536 is above") for line in said)

@@ -18,9 +18,10 @@ from gguf import Keys
 from planner.core.errors import GGUFError
 from planner.gguf.reader import read_model
 from planner.gguf.source import FileSource
-from planner.model.arch import model_facts
+from planner.model.arch import AttnKind, model_facts
 from tests.support.gguf_factory import ModelSpec, Q, T, Typed, llama_spec, qwen3moe_spec
 from tests.support.gguf_fields import Gguf, enc_value, load
+from tests.support.qwen3next_factory import qwen3next_spec
 
 MAX_MESSAGE = 300   # one line that quotes a bounded prefix of what it refuses
 
@@ -261,3 +262,79 @@ def test_head_count_kv_that_disagrees_with_the_k_projection(tmp_path):
     g = _base(tmp_path)
     g.set("llama.attention.head_count_kv", VT.UINT32, 3)
     _refused(g.write(tmp_path / "m.gguf"), "blk.0.attn_k.weight is 64 wide", "3 x 32 = 96")
+
+
+def _qwen3moe(tmp_path) -> Gguf:
+    [path] = qwen3moe_spec().write(tmp_path / "base.gguf")
+    return load(path)
+
+
+@pytest.mark.parametrize("vtype, value, sub, words", [
+    (VT.STRING, "128", None, ("STRING", "UINT32")),
+    (VT.BOOL, True, None, ("BOOL", "UINT32")),
+    (VT.FLOAT32, 128.0, None, ("FLOAT32", "UINT32")),
+    (VT.FLOAT32, float("nan"), None, ("FLOAT32", "UINT32")),
+    (VT.UINT64, 128, None, ("UINT64", "UINT32")),
+    (VT.ARRAY, [1.5, 2.5], VT.FLOAT32, ("an array of FLOAT32",)),
+    (VT.ARRAY, ["a", "b"], VT.STRING, ("an array of STRING",)),
+    (VT.ARRAY, [128, 128, 128], VT.UINT32, ("3 entries, expected 2",)),
+    (VT.ARRAY, [], VT.UINT32, ("0 entries, expected 2",)),
+    (VT.ARRAY, [0] * 600, VT.UINT32, ("600 entries, expected 2",)),
+])
+def test_a_key_fitplan_does_not_read_is_typed_as_llama_cpp_reads_it(tmp_path, vtype, value, sub, words):
+    """qwen3moe.cpp: get_key_or_arr(LLM_KV_EXPERT_FEED_FORWARD_LENGTH, n_ff_exp_arr, n_layer_all): a UINT32, or
+    an array of BOOL/UINT32/INT32 with one entry per block; llama.cpp refuses the file otherwise, though
+    fitplan itself sizes the experts from their tensors."""
+    g = _qwen3moe(tmp_path)
+    g.set("qwen3moe.expert_feed_forward_length", vtype, value, sub)
+    _refused(g.write(tmp_path / "m.gguf"), "qwen3moe.expert_feed_forward_length", *words)
+
+
+@pytest.mark.parametrize("key", ["qwen3moe.expert_shared_feed_forward_length", "qwen3moe.attention.q_lora_rank",
+                                 "qwen3moe.ssm.inner_size", "qwen3moe.pooling_type", "qwen3moe.hrm.h_cycles"])
+def test_every_u32_hyperparameter_llama_cpp_reads_is_typed(tmp_path, key):
+    g = _qwen3moe(tmp_path)
+    g.set(key, VT.INT32, 4)
+    _refused(g.write(tmp_path / "m.gguf"), key, "INT32", "UINT32")
+
+
+@pytest.mark.parametrize("key, vtype, value, sub", [
+    ("qwen3moe.expert_feed_forward_length", VT.ARRAY, [128, 128], VT.INT32),
+    ("qwen3moe.attention.head_count", VT.ARRAY, [8, 8], VT.UINT32),
+    ("qwen3moe.attention.sliding_window_pattern", VT.ARRAY, [0, 0], VT.UINT32),
+])
+def test_what_llama_cpp_accepts_for_an_integer_key_still_reads(tmp_path, key, vtype, value, sub):
+    g = _qwen3moe(tmp_path)
+    g.set(key, vtype, value, sub)
+    facts = model_facts(read_model(g.write(tmp_path / "m.gguf")))
+    assert facts.n_expert == 8 and [lf.n_head for lf in facts.layers] == [8, 8]
+
+
+@pytest.mark.parametrize("vtype, value, sub, recurrent", [
+    (VT.UINT32, 0, None, [False] * 4),                                   # a scalar: every block's flag
+    (VT.ARRAY, [True, False, True, False], VT.BOOL, [True, False, True, False]),
+    (VT.ARRAY, [0, 1, 1, 0], VT.UINT32, [False, True, True, False]),     # std::array get_arr takes BOOL/U32/I32
+])
+def test_recurrent_layers_as_llama_cpp_reads_them(tmp_path, vtype, value, sub, recurrent):
+    """qwen3next.cpp: get_key_or_arr(LLM_KV_ATTENTION_RECURRENT_LAYERS, is_recr_impl, n_layer_all); without the
+    key every 4th block attends (full_attention_interval)."""
+    [path] = qwen3next_spec(n_layer=4).write(tmp_path / "base.gguf")
+    assert [lf.kind for lf in model_facts(read_model(path)).layers].count(AttnKind.RECURRENT) == 3
+    g = load(path)
+    g.set("qwen3next.attention.recurrent_layers", vtype, value, sub)
+    facts = model_facts(read_model(g.write(tmp_path / "m.gguf")))
+    assert [lf.kind is AttnKind.RECURRENT for lf in facts.layers] == recurrent
+
+
+
+def test_a_dimension_of_2_to_the_40_is_refused_though_the_data_layout_holds(tmp_path):
+    """The last tensor's dimension lies (so no later offset betrays it) and its data would end 4 TiB past a
+    small file, which a header-only file may: the shape alone is refused, as no llama.cpp tensor is 2^32 wide.
+    (The pinned llama-fit-params answers "failed to load model"; tests/peer/test_hostile_peer.py.)"""
+    spec = llama_spec(n_layer=2)
+    last = "blk.1.ffn_norm.weight"
+    spec.tensors = [t for t in spec.tensors if t[0] != last] + [t for t in spec.tensors if t[0] == last]
+    [path] = spec.write(tmp_path / "base.gguf")
+    g = load(path)
+    g.tis[-1].dims = [1 << 40]
+    _refused(g.write(tmp_path / "m.gguf"), "blk.1.ffn_norm.weight", "[1099511627776]", "2^32")

@@ -1,6 +1,7 @@
 """The training context as the ceiling: --ctx max stops at it unless allowed (then the header's RoPE
 scaling factor sets the ceiling and its keys are reported); an explicit -c above it is planned with a
-warning; --explain says where the context came from."""
+warning, once, when each sequence's context (llama.cpp's n_ctx_seq) passes it; --explain says where the
+context came from."""
 from __future__ import annotations
 
 import logging
@@ -10,11 +11,13 @@ from gguf import Keys
 
 from planner.cli import main
 from planner.core.units import GiB
+from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.planning.contexts import max_context, rope_scaling
 from planner.planning.result import PlanRequest
 from planner.planning.search import plan
+from planner.planning.verdict import verdict
 from tests.support.gguf_factory import llama_spec
 
 TRAIN = 4096
@@ -87,3 +90,45 @@ def test_explain_names_the_training_context_as_the_default(plain):
     assert f"context {TRAIN}: the model's training context (llama.context_length)" in result.explain
     given = plan(plain, BIG, PlanRequest(n_ctx=1024), with_explain=True)
     assert "context 1024: given (-c 1024)" in given.explain
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "training context" in r.getMessage()]
+
+
+@pytest.mark.parametrize("n_ctx, n_parallel, said", [
+    (4 * TRAIN, 4, None),               # four slots of TRAIN each: llama.cpp's n_ctx_seq is TRAIN, no warning
+    (8 * TRAIN, 4, f"context {2 * TRAIN} per sequence (-c {8 * TRAIN} over -np 4) is above"),
+    (2 * TRAIN, 1, f"context {2 * TRAIN} is above"),
+])
+def test_the_warning_compares_each_sequences_context(plain, caplog, n_ctx, n_parallel, said):
+    """src/llama-context.cpp warns when n_ctx_seq = n_ctx / n_seq (without a unified cache) passes
+    n_ctx_train, not the total of every sequence's cells."""
+    with caplog.at_level(logging.WARNING):
+        plan(plain, BIG, PlanRequest(n_ctx=n_ctx, n_parallel=n_parallel))
+    assert [said in w for w in _warnings(caplog)] == ([] if said is None else [True])
+
+
+TWO = Inventory(BIG.devices + (DeviceSpec("CUDA1", DeviceKind.GPU, Backend.CUDA, 24 * GiB, 24 * GiB, int(900e9),
+                                          int(50e12), int(25e9)),), HOST)
+
+
+@pytest.mark.parametrize("n_ctx, warned", [(None, False), (2 * TRAIN, True)])
+def test_a_verdict_warns_once_about_each_clients_context(plain, caplog, n_ctx, warned):
+    """--verdict --clients 4 plans every arrangement (several plans with 1, 2 and 4 slots); each client's context
+    is what llama.cpp compares, and the warning is said once, not once per plan."""
+    with caplog.at_level(logging.WARNING):
+        verdict(plain, TWO, resolve_budgets(TWO, None, None), PlanRequest(n_ctx=n_ctx), n_clients=4)
+    assert _warnings(caplog) == ([f"context {2 * TRAIN} is above the model's training context {TRAIN}: llama.cpp "
+                                  f"runs it, but what the model makes of positions past {TRAIN} depends on its "
+                                  f"RoPE scaling (the header has no RoPE-scaling keys)"] if warned else [])
+
+
+def test_ctx_max_gives_each_slot_the_training_context(plain, caplog):
+    """-c is shared by the -np slots, so --ctx max -np 4 stops at 4 x n_ctx_train (each slot's n_ctx_seq at
+    the training context), not at n_ctx_train split four ways; and it warns about nothing."""
+    with caplog.at_level(logging.WARNING):
+        result = plan(plain, BIG, PlanRequest(max_ctx=True, n_parallel=4), with_explain=True)
+    assert result.n_ctx == 4 * TRAIN and _warnings(caplog) == []
+    assert (f"context {4 * TRAIN}: the largest that fits (--ctx max, at most {4 * TRAIN}: the training context "
+            f"{TRAIN} for each of 4 slots)") in result.explain

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 
 import pytest
 
@@ -205,3 +206,15 @@ def test_to_dict_lists_settings_and_devices(model):
     assert d["axes"] == {"np": ["1", "2"]} and d["mode"] == "estimate"
     assert [p["settings"] for p in d["points"]] == [{"np": "1"}, {"np": "2"}]
     assert [x["name"] for x in d["points"][0]["devices"]] == ["CUDA0", "Host"]
+
+
+def test_a_plan_sweep_says_each_warning_once(tmp_path, caplog):
+    """Every point of a plan sweep is a plan; a context past the training context (4096 here) is said once
+    per context, not once per point: two budgets at -c 8192, then at -c 4096 (no warning)."""
+    [path] = llama_spec(n_layer=2, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, n_vocab=1000).write(tmp_path / "m.gguf")
+    with caplog.at_level(logging.WARNING):
+        r = sweep(str(path), [parse_axis("ctx", "8192,4096"), parse_axis("budget", "1GiB,2GiB")],
+                  as_inventory(["CUDA0=8GiB"], ram="16GiB"), mode="plan")
+    assert all(p.feasible for p in r.points)
+    said = [rec.getMessage() for rec in caplog.records if "training context" in rec.getMessage()]
+    assert len(said) == 1 and said[0].startswith("context 8192 is above the model's training context 4096")
