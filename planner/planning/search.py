@@ -177,7 +177,7 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
     layer onto the device range that follows it (its routed experts too, else kept on the host)
     while the estimate finds it within budget and the prediction is no slower."""
     s = best.setting
-    experts = layer_weights(s.ctx).experts
+    experts = layer_weights(s.ctx, s.flags).experts
     while s.devices and best.assignment.counts(len(s.devices) + 1)[0]:
         a = best.assignment
         il = a.counts(len(s.devices) + 1)[0] - 1
