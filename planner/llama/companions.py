@@ -14,12 +14,19 @@
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from planner.llama.flags import LlamaFlags, MmprojFlags, SpecFlags
 
 # common_base_params_to_speculative: the kinds that decode a whole block of draft positions in one pass
 BLOCK_DRAFT_TYPES = frozenset({"draft-dflash", "draft-dspark"})
+# common/speculative.cpp common_speculative_impl_draft_dflash: the drafter's trained block size and
+# DSpark's block layout, read from these keys (16 and anchor-first when absent)
+DFLASH_BLOCK_SIZE_KEY = "dflash.block_size"
+DFLASH_SAMPLE_FROM_ANCHOR_KEY = "dflash.sample_from_anchor"
+DFLASH_DEFAULT_BLOCK_SIZE = 16
 
 
 def draft_flags(target: LlamaFlags, n_ctx_target: int) -> LlamaFlags:
@@ -52,3 +59,27 @@ def server_outputs_max(n_batch: int, n_parallel: int, n_draft: int = 0) -> int:
 def server_target_outputs_max(flags: LlamaFlags) -> int:
     """server_outputs_max for these flags: the draft length is the longest enabled proposal."""
     return server_outputs_max(flags.n_batch, flags.n_parallel, flags.spec.n_max)
+
+
+@dataclass(frozen=True)
+class BlockDraftLimit:
+    """The longest draft a block drafter yields: its block size less the anchor (DFlash), or the whole
+    block (anchor-first DSpark)."""
+
+    spec_type: str
+    block_size: int
+    n_draft_max: int
+
+
+def block_draft_limit(types: tuple[str, ...], drafter_metadata: Mapping[str, Any]) -> BlockDraftLimit | None:
+    """The tightest limit of the enabled block drafters, None without one. common_speculative_impl_draft_dflash:
+    the input is [id_last, <mask> x (block_size - 1)], so DFlash drafts at most block_size - 1 tokens and
+    anchor-first DSpark block_size; a larger --spec-draft-n-max is clamped to it with a warning."""
+    try:
+        block = int(drafter_metadata.get(DFLASH_BLOCK_SIZE_KEY, DFLASH_DEFAULT_BLOCK_SIZE))
+    except (TypeError, ValueError):   # llama.cpp reads the key as text through atoi: not a number is 0
+        block = 0
+    anchor = str(drafter_metadata.get(DFLASH_SAMPLE_FROM_ANCHOR_KEY, "true")).lower() == "true"
+    limits = [BlockDraftLimit(t, block, block if t == "draft-dspark" and anchor else block - 1)
+              for t in BLOCK_DRAFT_TYPES if t in types]
+    return min(limits, key=lambda lim: (lim.n_draft_max, lim.spec_type), default=None)

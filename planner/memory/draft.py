@@ -21,7 +21,7 @@ from __future__ import annotations
 from planner.core.errors import FlagError
 from planner.gguf.vocab import Vocab, VocabType, token_texts, vocab_of
 from planner.hardware.inventory import Inventory
-from planner.llama.companions import draft_flags, draft_outputs_max
+from planner.llama.companions import block_draft_limit, draft_flags, draft_outputs_max
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import DRAFT_SPEC_TYPES
 from planner.llama.kv import context_bytes, layer_caches
@@ -78,6 +78,13 @@ def draft_notes(target: LlamaSettings, draft: ModelContext) -> tuple[str, ...]:
             notes.append("no --spec-type draft-*: llama-server loads the drafter (its memory is needed at "
                          "load), finds no speculative implementation and frees it; nothing is drafted")
         return tuple(notes)
+    limit = block_draft_limit(target.flags.spec.types, draft.model.metadata)
+    n_max = target.flags.spec.draft.n_max
+    if limit is not None and n_max > limit.n_draft_max:
+        notes.append(f"--spec-draft-n-max {n_max} is more than {limit.spec_type} drafts with this drafter "
+                     f"(block size {limit.block_size}: at most {limit.n_draft_max} tokens); llama.cpp clamps it "
+                     f"to {limit.n_draft_max} with a warning but reserves the drafter's output rows for "
+                     f"{n_max} (common/speculative.cpp): use --spec-draft-n-max {limit.n_draft_max}")
     refusal = speculation_refusal(target.ctx, draft)
     if refusal is not None:
         notes.append(f"speculation refused: {refusal}; llama-server starts without it and frees the drafter "
