@@ -8,6 +8,9 @@
   llama_n_ctx(ctx_tgt)) — no flag caps it, seed 003 §6 — and it keeps one output row per sequence
   (n_outputs_max = -np), or n_max + 1 per sequence when a block drafter (draft-dflash, draft-dspark)
   is enabled (common_base_params_to_speculative, has_block_draft).
+- A drafter without an output matrix of its own (DFlash, EAGLE3) runs the target's (llama-context.cpp
+  cparams.ctx_other; src/models/dflash.cpp, eagle3.cpp "lm_head from the target model"); its scheduler
+  must have a backend for the buffer that matrix lies in (`borrows_target_output`).
 - The target's own output rows in llama-server: common_speculative_get_output_limits via
   server_output_limits (tools/server/server-context.cpp): -np x (1 + the longest proposal),
   at most -b, at least 1.
@@ -19,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.llama.flags import LlamaFlags, MmprojFlags, SpecFlags
+from planner.model.tensors import OUTPUT, TOKEN_EMBD
 
 # common_base_params_to_speculative: the kinds that decode a whole block of draft positions in one pass
 BLOCK_DRAFT_TYPES = frozenset({"draft-dflash", "draft-dspark"})
@@ -83,3 +87,12 @@ def block_draft_limit(types: tuple[str, ...], drafter_metadata: Mapping[str, Any
     limits = [BlockDraftLimit(t, block, block if t == "draft-dspark" and anchor else block - 1)
               for t in BLOCK_DRAFT_TYPES if t in types]
     return min(limits, key=lambda lim: (lim.n_draft_max, lim.spec_type), default=None)
+
+
+def borrows_target_output(arch: str, tensor_names: frozenset[str] | set[str]) -> bool:
+    """Whether a drafter of this architecture and these tensors computes its logits with the target's
+    output matrix: DFlash without output.weight or token_embd (it would duplicate its own), EAGLE3 without
+    output.weight (src/models/dflash.cpp and eagle3.cpp load_arch_tensors and their graphs)."""
+    if arch == "dflash":
+        return OUTPUT not in tensor_names and TOKEN_EMBD not in tensor_names
+    return arch == "eagle3" and OUTPUT not in tensor_names
