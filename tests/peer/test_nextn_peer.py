@@ -5,7 +5,9 @@ vocabulary and tensor types, fewer blocks and experts, one MTP block after the t
 has). llama.cpp logs "model has unused tensor blk.N... -- ignoring" for the MTP block and allocates
 nothing for it; the model and context rows must equal its figures to the MiB on the host and over two
 loopback rpc-servers, with full and partial offload. glm4moe has no graph builder, so its compute
-column is the formula's and is not compared here.
+column is the formula's and is not compared here. With --spec-type draft-mtp (llama-server only:
+llama-fit-params does not take it) llama.cpp loads the MTP block with its layer: a small glm4moe file's
+weight buffers in llama-server's log equal the model rows, with and without it.
 """
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gguf import Keys
 
+from planner.checking.llama import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
+from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from tests.support.glm4moe_factory import glm45_air_like
+from tests.support.gguf_factory import add_tokenizer
+from tests.support.glm4moe_factory import glm4moe_spec, glm45_air_like
 from tests.support.shapes import fit_print
 
 pytestmark = pytest.mark.peer
@@ -61,3 +67,31 @@ def test_model_rows_equal_fit_print(llama_tools, rpc_endpoints, glm, template):
     for device, (model_mib, context_mib, _compute) in theirs.items():
         mine = ours[device]
         assert (mine.model_bytes // MIB, mine.context_bytes // MIB) == (model_mib, context_mib), device
+
+
+@pytest.mark.parametrize("spec_type", [[], ["--spec-type", "draft-mtp"]], ids=["default", "draft-mtp"])
+def test_model_rows_equal_llama_server_weights(llama_tools, rpc_endpoints, shapes_dir, tmp_path, spec_type):
+    """llama-server -fit off -lm none (host weights in a plain CPU buffer), -ts 1,1 over the two rpc-servers:
+    3 trunk blocks and the MTP block (block 3) and the output on RPC1; its model buffer lines (two decimals
+    of a MiB) against the estimate's model rows."""
+    path = shapes_dir / "glm4moe-small.gguf"
+    if not path.exists():
+        spec = glm4moe_spec(n_layer=3, n_nextn=1, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                            n_expert=8, n_ff_exp=64, n_vocab=2048)
+        add_tokenizer(spec, 2048, n_merges=1)
+        spec.metadata[Keys.Tokenizer.PRE] = "default"
+        spec.write(path)
+    argv = ["--rpc", ",".join(rpc_endpoints), "-c", "4096", "-ts", "1,1", "-lm", "none", *spec_type]
+    log, port = tmp_path / "server.log", free_port()
+    proc = start_server([str(llama_tools / "llama-server"), "-m", str(path), "--host", LOOPBACK, "--port", str(port),
+                         "-fit", "off", "-v", *argv], log)
+    try:
+        wait_ready(proc, port, log, timeout_s=300)
+    finally:
+        stop_process(proc)
+    theirs = rows_by_device(parse_model_loads(log.read_text(errors="replace"))[0],
+                            {"RPC0": rpc_endpoints[0], "RPC1": rpc_endpoints[1]})
+    ours = {d.name: d.model_bytes for d in estimate(str(path), argv).devices if d.model_bytes}
+    assert set(ours) == {row for row, kinds in theirs.items() if kinds.get("model")}
+    for row, model in ours.items():
+        assert abs(model - theirs[row]["model"]) <= LOG_ROUNDING, (row, model, theirs[row])
