@@ -19,7 +19,7 @@ import pytest
 from gguf import Keys
 
 from planner.checking.llama import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
-from planner.core.llama_tools import LOOPBACK, free_port, stop_process
+from planner.core.llama_tools import LOOPBACK, free_port, rpc_servers, stop_process
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
@@ -67,6 +67,18 @@ def test_model_rows_equal_fit_print(llama_tools, rpc_endpoints, glm, template):
     for device, (model_mib, context_mib, _compute) in theirs.items():
         mine = ours[device]
         assert (mine.model_bytes // MIB, mine.context_bytes // MIB) == (model_mib, context_mib), device
+
+
+@pytest.mark.parametrize("flags", ["-c 4096 -ts 1,1,1", "-c 4096 -ts 1,1,2 -ngl 4"])
+def test_model_rows_equal_fit_print_over_three_rpc_servers(llama_tools, glm, flags):
+    path, ctx = glm
+    with rpc_servers(3, llama_tools) as endpoints:
+        argv = ["--rpc", ",".join(endpoints), *flags.split()]
+        theirs = fit_print(llama_tools, path, argv)
+    ours = {d.name: d for d in estimate(ctx, argv).devices if d.name != CPU_REPACK}
+    assert list(ours) == list(theirs)
+    for device, (model_mib, context_mib, _compute) in theirs.items():
+        assert (ours[device].model_bytes // MIB, ours[device].context_bytes // MIB) == (model_mib, context_mib)
 
 
 @pytest.mark.parametrize("spec_type", [[], ["--spec-type", "draft-mtp"]], ids=["default", "draft-mtp"])
