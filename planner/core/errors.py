@@ -70,6 +70,11 @@ class FlagError(BadInput):
     code = "bad_flag"
 
 
+class DrafterOutputUnreachable(FlagError):
+    """A drafter that runs the target's output matrix is on devices that cannot run it (llama.cpp aborts);
+    the planner skips such placements, `estimate` refuses them."""
+
+
 class InventoryError(BadInput):
     """A device inventory, a device name or a budget string is wrong."""
 

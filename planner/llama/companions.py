@@ -8,18 +8,29 @@
   llama_n_ctx(ctx_tgt)) — no flag caps it, seed 003 §6 — and it keeps one output row per sequence
   (n_outputs_max = -np), or n_max + 1 per sequence when a block drafter (draft-dflash, draft-dspark)
   is enabled (common_base_params_to_speculative, has_block_draft).
+- A drafter without an output matrix of its own (DFlash, EAGLE3) runs the target's (llama-context.cpp
+  cparams.ctx_other; src/models/dflash.cpp, eagle3.cpp "lm_head from the target model"); its scheduler
+  must have a backend for the buffer that matrix lies in (`borrows_target_output`).
 - The target's own output rows in llama-server: common_speculative_get_output_limits via
   server_output_limits (tools/server/server-context.cpp): -np x (1 + the longest proposal),
   at most -b, at least 1.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from planner.llama.flags import LlamaFlags, MmprojFlags, SpecFlags
+from planner.model.tensors import OUTPUT, TOKEN_EMBD
 
 # common_base_params_to_speculative: the kinds that decode a whole block of draft positions in one pass
 BLOCK_DRAFT_TYPES = frozenset({"draft-dflash", "draft-dspark"})
+# common/speculative.cpp common_speculative_impl_draft_dflash: the drafter's trained block size and
+# DSpark's block layout, read from these keys (16 and anchor-first when absent)
+DFLASH_BLOCK_SIZE_KEY = "dflash.block_size"
+DFLASH_SAMPLE_FROM_ANCHOR_KEY = "dflash.sample_from_anchor"
+DFLASH_DEFAULT_BLOCK_SIZE = 16
 
 
 def draft_flags(target: LlamaFlags, n_ctx_target: int) -> LlamaFlags:
@@ -52,3 +63,36 @@ def server_outputs_max(n_batch: int, n_parallel: int, n_draft: int = 0) -> int:
 def server_target_outputs_max(flags: LlamaFlags) -> int:
     """server_outputs_max for these flags: the draft length is the longest enabled proposal."""
     return server_outputs_max(flags.n_batch, flags.n_parallel, flags.spec.n_max)
+
+
+@dataclass(frozen=True)
+class BlockDraftLimit:
+    """The longest draft a block drafter yields: its block size less the anchor (DFlash), or the whole
+    block (anchor-first DSpark)."""
+
+    spec_type: str
+    block_size: int
+    n_draft_max: int
+
+
+def block_draft_limit(types: tuple[str, ...], drafter_metadata: Mapping[str, Any]) -> BlockDraftLimit | None:
+    """The tightest limit of the enabled block drafters, None without one. common_speculative_impl_draft_dflash:
+    the input is [id_last, <mask> x (block_size - 1)], so DFlash drafts at most block_size - 1 tokens and
+    anchor-first DSpark block_size; a larger --spec-draft-n-max is clamped to it with a warning."""
+    try:
+        block = int(drafter_metadata.get(DFLASH_BLOCK_SIZE_KEY, DFLASH_DEFAULT_BLOCK_SIZE))
+    except (TypeError, ValueError):   # llama.cpp reads the key as text through atoi: not a number is 0
+        block = 0
+    anchor = str(drafter_metadata.get(DFLASH_SAMPLE_FROM_ANCHOR_KEY, "true")).lower() == "true"
+    limits = [BlockDraftLimit(t, block, block if t == "draft-dspark" and anchor else block - 1)
+              for t in BLOCK_DRAFT_TYPES if t in types]
+    return min(limits, key=lambda lim: (lim.n_draft_max, lim.spec_type), default=None)
+
+
+def borrows_target_output(arch: str, tensor_names: frozenset[str] | set[str]) -> bool:
+    """Whether a drafter of this architecture and these tensors computes its logits with the target's
+    output matrix: DFlash without output.weight or token_embd (it would duplicate its own), EAGLE3 without
+    output.weight (src/models/dflash.cpp and eagle3.cpp load_arch_tensors and their graphs)."""
+    if arch == "dflash":
+        return OUTPUT not in tensor_names and TOKEN_EMBD not in tensor_names
+    return arch == "eagle3" and OUTPUT not in tensor_names

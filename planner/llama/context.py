@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from planner.gguf.examples import resolve_model
 from planner.gguf.reader import ModelFile, read_model
+from planner.llama.flags import LlamaFlags
+from planner.llama.nextn import loads_mtp, nextn_loaded
 from planner.llama.placement import TensorSlot, tensor_slots
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.shapes import Shapes, model_shapes
@@ -23,6 +25,19 @@ class ModelContext:
     model: ModelFile
     facts: ModelFacts
     slots: tuple[TensorSlot, ...]
+
+    @functools.cached_property
+    def trunk_slots(self) -> tuple[TensorSlot, ...]:
+        """The weights without the nextn (MTP) blocks' (planner/llama/nextn.py)."""
+        first, end = self.facts.n_layer, self.facts.n_layer_all
+        return tuple(s for s in self.slots if not first <= s.layer < end)
+
+    def loaded_slots(self, flags: LlamaFlags) -> tuple[TensorSlot, ...]:
+        """The weights llama.cpp allocates under these flags: the nextn blocks' only where the
+        architecture loads them (planner/llama/nextn.py)."""
+        if nextn_loaded(self.model.architecture, loads_mtp(flags)):
+            return self.slots
+        return self.trunk_slots
 
     @functools.cached_property
     def slot_bytes(self) -> dict[str, int]:

@@ -44,7 +44,7 @@ from planner.hardware.inventory import (
 from planner.hardware.vulkan_devices import vulkan_features
 from planner.llama.flags import LlamaFlags
 from planner.llama.tensor_parallel import META_NAME, NO_MEMBERS, check_row_split, meta_profile
-from planner.model.tensors import OUTPUT, TOKEN_EMBD, is_input, is_routed_expert, layer_of
+from planner.model.tensors import OUTPUT, ROPE_FREQS, TOKEN_EMBD, is_input, is_routed_expert, layer_of, rope_freqs_name
 from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES, BackendProfile, device_profile
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,8 @@ class Placement:
     moved: tuple[tuple[str, str], ...]         # (tensor name, -ot target) for tensors an override matched
     i_gpu_start: int
     pipeline_parallel: bool
+    # (name, placed name): a layer's copy of rope_freqs.weight that shares another layer's buffer type
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 def _device_from_spec(spec: DeviceSpec) -> Device:
@@ -259,10 +261,16 @@ def weight_op(suffix: str, n_dims: int) -> WeightOp:
 
 
 def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
-    """Every weight llama.cpp creates, with its layer; a tied output matrix is appended as `output.weight`."""
-    slots = []
+    """Every weight llama.cpp creates, with its layer; a tied output matrix is appended as `output.weight`,
+    and rope_freqs.weight once per layer (the duplicates that land beside a copy reuse it)."""
+    slots: list[TensorSlot] = []
     for t in model.tensors:
         block, suffix = layer_of(t.name)
+        if t.name == ROPE_FREQS:   # one copy per buffer type of the layers (planner.model.tensors.rope_freqs_name)
+            slots.extend(TensorSlot(rope_freqs_name(il), il, WeightOp.OTHER, t.ggml_type, 1, len(t.shape), t.n_bytes,
+                                    duplicate_of=ROPE_FREQS if il else "", ne0=t.shape[0])
+                         for il in range(max(n_layer_all, 1)))
+            continue
         if block is not None:
             layer = block
         elif is_input(t.name):
@@ -346,12 +354,20 @@ def _check_leaf(slot: TensorSlot, device: Device | None, override: str) -> None:
                         f"aborts ('pre-allocated tensor in a buffer that cannot run the operation')")
 
 
+@dataclass(frozen=True)
+class Assigned:
+    placed: tuple[tuple[str, str], ...]    # (weight, buffer row)
+    moved: tuple[tuple[str, str], ...]     # (weight, -ot target) for those an override matched
+    aliases: tuple[tuple[str, str], ...]   # (duplicate, the placed copy in the same buffer row)
+
+
 def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...], devices: tuple[Device, ...],
-                   flags: LlamaFlags,
-                   repack: dict[Q, int]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """Buffer row of every weight, and which weights an override moved (to what)."""
+                   flags: LlamaFlags, repack: dict[Q, int]) -> Assigned:
+    """Buffer row of every weight, which weights an override moved (to what), and the duplicates that
+    reuse a copy already in their buffer row."""
     rules = [(re.compile(o.pattern), o.target, _override_target(o.target, devices)) for o in flags.overrides]
-    placed, moved = [], []
+    placed, moved, aliases = [], [], []
+    copies: dict[tuple[str, str], str] = {}   # (source weight, row) -> the name placed there
     limited = {d.name: d for d in devices if d.max_tensor_bytes}   # devices whose supports_op caps tensor sizes
     for slot in slots:
         row = None
@@ -368,10 +384,15 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
             # select_weight_buft: a device that refuses the weight passes it on to the CPU list
             on_cpu = dev_name == "CPU" or (dev_name in limited and not _device_takes(slot, limited[dev_name]))
             row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
-        if slot.duplicate_of and (slot.duplicate_of, row) in placed:
-            continue  # create_tensor reuses the original when both share a buffer type
+        source = slot.duplicate_of or slot.name
+        if slot.duplicate_of and (source, row) in copies:
+            # create_tensor reuses the copy already in this buffer type
+            if source == ROPE_FREQS:
+                aliases.append((slot.name, copies[(source, row)]))
+            continue
+        copies.setdefault((source, row), slot.name)
         placed.append((slot.name, row))
-    return tuple(placed), tuple(moved)
+    return Assigned(tuple(placed), tuple(moved), tuple(aliases))
 
 
 def place(slots: tuple[TensorSlot, ...], n_layer_all: int, flags: LlamaFlags, devices: tuple[Device, ...],
@@ -379,11 +400,11 @@ def place(slots: tuple[TensorSlot, ...], n_layer_all: int, flags: LlamaFlags, de
     """The whole placement for one set of flags; O(layers + tensors x rules)."""
     repack = host_repack_table() if repack is None else repack
     layer_dev, i_gpu_start = layer_devices(n_layer_all, flags.n_gpu_layers, devices, flags.tensor_split)
-    placed, moved = assign_weights(slots, layer_dev, devices, flags, repack)
+    assigned = assign_weights(slots, layer_dev, devices, flags, repack)
     ngl = flags.n_gpu_layers if flags.n_gpu_layers >= 0 else n_layer_all + 1
     # llama_context: pipeline parallelism only with several devices, every layer offloaded, layer
     # split, KV offloaded, no override, and every device reporting caps.async and caps.events
     # (profiles.async_events: RPC, CUDA, Vulkan, Metal, SYCL all do).
     pipeline = (len(devices) > 1 and ngl > n_layer_all and flags.split_mode == "layer"
                 and flags.kv_offload and not flags.overrides and all(d.profile.async_events for d in devices))
-    return Placement(devices, layer_dev, placed, tuple(moved), i_gpu_start, pipeline)
+    return Placement(devices, layer_dev, assigned.placed, assigned.moved, i_gpu_start, pipeline, assigned.aliases)

@@ -157,7 +157,7 @@ def resolve_settings(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory 
     """`flags` on this model and inventory, as llama.cpp would resolve them; FlagError when llama.cpp
     would abort on them (planner/llama/expressible.py)."""
     devices = resolve_devices(flags, inventory)
-    check_expressible(flags, inventory, devices, ctx.slots)
+    check_expressible(flags, inventory, devices, ctx.loaded_slots(flags))
     return resolve_on(ctx, flags, devices)
 
 
@@ -168,7 +168,7 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
     facts = ctx.facts
     if flags.split_mode == "tensor":
         check_tensor_split(ctx.model.architecture, flags.flash_attn)
-    placement = place(ctx.slots, facts.n_layer_all, flags, devices, repack)
+    placement = place(ctx.loaded_slots(flags), facts.n_layer_all, flags, devices, repack)
     cp = context_params(flags, facts.n_ctx_train)
     type_k, type_v = cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)
     if facts.mla and type_k != type_v:   # llama_init_from_model refuses the context (llama-context.cpp)

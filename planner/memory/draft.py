@@ -12,23 +12,28 @@ common_speculative_init_result), built from the target's parameters with its own
   replay where a graph builder exists), with the drafter's output rows: n_outputs_max = -np, or
   -np x (n_max + 1) with a block drafter (planner.llama.companions.draft_outputs_max).
 
+`check_borrowed_output`: a drafter that runs the target's output matrix (DFlash, EAGLE3 without their own)
+needs a backend for the buffer it lies in, or llama.cpp aborts creating the draft context.
+
 `speculation_refusal` is common_speculative_are_compatible: llama-server loads the drafter first and
 checks the vocabularies only when speculation starts (server-context.cpp load_model); a refused or
 unused drafter is freed then, so its memory is needed at load all the same.
 """
 from __future__ import annotations
 
-from planner.core.errors import FlagError
+from planner.core.errors import DrafterOutputUnreachable, FlagError
 from planner.gguf.vocab import Vocab, VocabType, token_texts, vocab_of
 from planner.hardware.inventory import Inventory
-from planner.llama.companions import draft_flags, draft_outputs_max
+from planner.llama.companions import block_draft_limit, borrows_target_output, draft_flags, draft_outputs_max
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import DRAFT_SPEC_TYPES
 from planner.llama.kv import context_bytes, layer_caches
-from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.placement import CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.settings import LlamaSettings, resolve_settings
+from planner.llama.tensor_parallel import META_NAME
 from planner.memory.analytic import compute_model
 from planner.memory.rows import CompanionEstimate, DeviceMemory, weight_rows
+from planner.model.tensors import OUTPUT, TOKEN_EMBD
 
 DRAFT = "draft"   # CompanionEstimate.kind
 
@@ -55,6 +60,7 @@ def estimate_draft(target: LlamaSettings, inventory: Inventory | None, exact_com
     repacked weights) and what llama-server would say about it. `draft`: the drafter's context, when
     the caller has read it already (a planner estimating many flag sets)."""
     settings = draft_settings(target, inventory, draft)
+    check_borrowed_output(target, settings)
     weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
     # a drafter exists only in llama-server's and llama-cli's real load: its reserve keeps the norm pins
@@ -63,6 +69,30 @@ def estimate_draft(target: LlamaSettings, inventory: Inventory | None, exact_com
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
     return CompanionEstimate(DRAFT, settings.ctx.model.path, rows, source, draft_notes(target, settings.ctx))
+
+
+def check_borrowed_output(target: LlamaSettings, drafter: LlamaSettings) -> None:
+    """FlagError when the drafter runs the target's output matrix (companions.borrows_target_output) and
+    none of its devices holds the buffer it lies in: llama.cpp aborts at the draft context's first reserve,
+    "pre-allocated tensor (token_embd.weight) in a buffer (...) that cannot run the operation (NONE)"
+    (ggml-backend.cpp:941; measured on two rpc-servers: -ts 1,1 -devd RPC0 aborts, -devd RPC1 runs; under
+    -sm tensor the matrix is in the target's Meta() buffer, and a drafter pinned by -devd aborts while one
+    that follows the target's devices runs)."""
+    names = {t.name for t in drafter.ctx.model.tensors}
+    if not borrows_target_output(drafter.ctx.model.architecture, names):
+        return
+    placed = dict(target.placement.tensor_buft)
+    row = placed.get(OUTPUT, placed.get(TOKEN_EMBD, HOST))   # a tied matrix on the host is token_embd itself
+    if row in HOST_ROWS or row in {d.name for d in drafter.devices}:
+        return
+    where = "the target's Meta() buffer (-sm tensor)" if row == META_NAME else f"{row}'s buffer"
+    fix = ("leave out -devd so that the drafter follows the target's devices (or give it its own output.weight)"
+           if row == META_NAME else f"use -devd {row}, the device holding the target's output layer")
+    devices = ", ".join(d.name for d in drafter.devices) or "CPU"
+    raise DrafterOutputUnreachable(
+        f"the {drafter.ctx.model.architecture} drafter has no output matrix and runs the target's, which lies in "
+        f"{where}; the drafter's devices ({devices}) cannot run it and llama.cpp aborts creating the draft context "
+        f"('pre-allocated tensor in a buffer that cannot run the operation', ggml-backend.cpp:941): {fix}")
 
 
 def draft_notes(target: LlamaSettings, draft: ModelContext) -> tuple[str, ...]:
@@ -78,6 +108,13 @@ def draft_notes(target: LlamaSettings, draft: ModelContext) -> tuple[str, ...]:
             notes.append("no --spec-type draft-*: llama-server loads the drafter (its memory is needed at "
                          "load), finds no speculative implementation and frees it; nothing is drafted")
         return tuple(notes)
+    limit = block_draft_limit(target.flags.spec.types, draft.model.metadata)
+    n_max = target.flags.spec.draft.n_max
+    if limit is not None and n_max > limit.n_draft_max:
+        notes.append(f"--spec-draft-n-max {n_max} is more than {limit.spec_type} drafts with this drafter "
+                     f"(block size {limit.block_size}: at most {limit.n_draft_max} tokens); llama.cpp clamps it "
+                     f"to {limit.n_draft_max} with a warning but reserves the drafter's output rows for "
+                     f"{n_max} (common/speculative.cpp): use --spec-draft-n-max {limit.n_draft_max}")
     refusal = speculation_refusal(target.ctx, draft)
     if refusal is not None:
         notes.append(f"speculation refused: {refusal}; llama-server starts without it and frees the drafter "

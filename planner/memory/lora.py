@@ -30,7 +30,7 @@ from planner.llama.flags import LoraArg
 from planner.llama.placement import CPU_REPACK, HOST, TensorSlot
 from planner.llama.settings import LlamaSettings
 from planner.memory.rows import CompanionEstimate, DeviceMemory
-from planner.model.tensors import TOKEN_EMBD
+from planner.model.tensors import OUTPUT, TOKEN_EMBD
 from runtime.engine.lora import INIT_WITHOUT_APPLY, LORA_A, LORA_B, LORA_SKIPPED, LoraPair, applies, pair_halves
 
 __all__ = ["INIT_WITHOUT_APPLY", "LORA_A", "LORA_B", "LORA_SKIPPED", "LoraPair", "estimate_lora", "estimate_loras"]
@@ -109,7 +109,7 @@ def _base_slot(settings: LlamaSettings, path: str, pair: LoraPair) -> TensorSlot
 
 def tied_pairs(settings: LlamaSettings, pairs: tuple[LoraPair, ...]) -> list[str]:
     """Pairs on a weight a tied output matrix shares its name with (token_embd.weight)."""
-    tied = {s.duplicate_of for s in settings.ctx.slots if s.duplicate_of}
+    tied = {s.duplicate_of for s in settings.ctx.slots if s.duplicate_of and s.name == OUTPUT}
     return [p.base for p in pairs if p.base in tied]
 
 

@@ -33,6 +33,15 @@ def _suffix(tensor: MODEL_TENSOR) -> str:
 TOKEN_EMBD = tensor_name(MODEL_TENSOR.TOKEN_EMBD)
 OUTPUT = tensor_name(MODEL_TENSOR.OUTPUT)
 OUTPUT_NORM = tensor_name(MODEL_TENSOR.OUTPUT_NORM)
+ROPE_FREQS = tensor_name(MODEL_TENSOR.ROPE_FREQS)
+
+
+def rope_freqs_name(il: int) -> str:
+    """The name layer `il`'s copy of the RoPE frequency factors is known by here. llama.cpp creates
+    rope_freqs.weight for every layer in that layer's buffer type (src/models/<arch>.cpp: TENSOR_DUPLICATED
+    for i != 0; create_tensor reuses a copy already in the same buffer type), and each layer's rope reads
+    its own (llama_model::get_rope_factors(il))."""
+    return ROPE_FREQS if il == 0 else f"{ROPE_FREQS}#{il}"
 # The input layer's tables, looked up by get_rows (llama.cpp's LLM_TENSOR_LAYER_INPUT tensors).
 INPUT_TENSORS = tuple(TENSOR_NAMES[t] for t in (
     MODEL_TENSOR.TOKEN_EMBD, MODEL_TENSOR.TOKEN_TYPES, MODEL_TENSOR.POS_EMBD, MODEL_TENSOR.PER_LAYER_TOKEN_EMBD,

@@ -40,11 +40,12 @@ class LayerWeights:
     input_bytes: int       # the input tensors, which always stay in host memory
 
 
-def layer_weights(ctx: ModelContext) -> LayerWeights:
-    """Weight bytes per layer, their routed-expert part, and the input tensors' bytes."""
+def layer_weights(ctx: ModelContext, flags: LlamaFlags) -> LayerWeights:
+    """Weight bytes per layer that llama.cpp allocates under these flags (nextn blocks: none unless
+    loaded, planner/llama/nextn.py), their routed-expert part, and the input tensors' bytes."""
     n = ctx.facts.n_layer_all
     weights, experts, host = [0] * (n + 1), [0] * (n + 1), 0
-    for slot in ctx.slots:
+    for slot in ctx.loaded_slots(flags):
         if slot.layer == INPUT_LAYER:
             host += slot.n_bytes
             continue
@@ -94,7 +95,7 @@ class Probes:
 
 
 def probe(s: Setting) -> Probes:
-    lw = layer_weights(s.ctx)
+    lw = layer_weights(s.ctx, s.flags)
     weights, experts, inputs = lw.weights, lw.experts, lw.input_bytes
     kv = layer_kv(s.ctx, s.flags, s.devices)
     probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False)]
@@ -140,7 +141,9 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
     read: float
     for il in range(facts.n_layer_all + 1):
         dev_kv = kv[il] if s.flags.kv_offload else 0
-        if il < facts.n_layer_all:
+        if il < facts.n_layer_all and facts.layers[il].nextn:   # MTP blocks are not run for plain decoding
+            read, expert_read = 0.0, 0
+        elif il < facts.n_layer_all:
             read, expert_read = layer_decode_bytes(s.costs.layers[il], n_ctx, frac, s.flags.n_parallel)
         elif s.output_on_host:  # the output matrix and the logits stay in host memory
             read, expert_read = 0.0, 0

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall, Suggestion
+from planner.core.errors import BadInput, DrafterOutputUnreachable, InfeasiblePlacement, Shortfall, Suggestion
 from planner.core.units import MiB, fmt_bytes, fmt_mib
 from planner.hardware.budgets import (
     DEFAULT_DEVICE_MARGIN,
@@ -105,8 +105,11 @@ def _variants(req: PlanRequest, cache: str, inventory: Inventory) -> list[_Varia
 
 def _candidate(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req: PlanRequest, n_ctx: int,
                v: _Variant, exact: bool = False) -> _Candidate | None:
-    s = make_setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host, v.op_offload)
-    found = solve_verified(s, exact)
+    try:
+        s = make_setting(ctx, inventory, budgets, req, n_ctx, v.cache, v.n_ubatch, v.output_on_host, v.op_offload)
+        found = solve_verified(s, exact)
+    except DrafterOutputUnreachable:   # llama.cpp would abort on this drafter placement: not a plan
+        return None
     if found is None:
         return None
     return _Candidate(v, s, found.assignment, found.flags, found.estimate, found.rounds,
@@ -177,7 +180,7 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
     layer onto the device range that follows it (its routed experts too, else kept on the host)
     while the estimate finds it within budget and the prediction is no slower."""
     s = best.setting
-    experts = layer_weights(s.ctx).experts
+    experts = layer_weights(s.ctx, s.flags).experts
     while s.devices and best.assignment.counts(len(s.devices) + 1)[0]:
         a = best.assignment
         il = a.counts(len(s.devices) + 1)[0] - 1

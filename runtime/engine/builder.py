@@ -19,7 +19,7 @@ from gguf import MODEL_TENSOR as T
 
 from planner.core.errors import BadInput, ModelShapeError
 from planner.gguf.reader import row_size
-from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
+from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, rope_freqs_name, tensor_name
 from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
@@ -110,7 +110,7 @@ class DecoderBuilder:
     def _rope(self, x: Tensor, il: int) -> Tensor:
         hp = self.hp
         base = hp.freq_base_swa if hp.swa[il] else hp.freq_base
-        factors = self._w(tensor_name(T.ROPE_FREQS))
+        factors = self._w(rope_freqs_name(il))
         r = B.rope(x, self.out.pos, hp.n_rot, int(hp.spec.rope), base, factors, name=f"rope-{il}")
         r.op_params["freq_scale"] = hp.freq_scale_swa if hp.swa[il] else hp.freq_scale
         if hp.ext_factor:

@@ -253,6 +253,8 @@ class ModelRunner:
             self.weight_bytes[dev] = sum(b.size for b in buffers)
         if copy_data:
             map_weights(self.weights, source, TensorData(self.ctx.model))
+        for alias, placed in self.placement.aliases:   # a layer's rope_freqs copy shared with an earlier layer
+            self.weights[alias] = self.weights[placed]
         self._load_adapters(copy_data)
 
     def _load_adapters(self, copy_data: bool) -> None:

@@ -53,11 +53,11 @@ def test_tied_output_stays_with_token_embd_on_lavapipe():
     flags = parse_llama_flags(["-ngl", "99"])
     host = HostSpec(64 * GIB, 64 * GIB, 0, "")
     lavapipe = resolve_devices(flags, Inventory((vulkan_device_spec(LAVAPIPE),), host))
-    placed, _ = assign_weights(_slots(), ("Vulkan0", "Vulkan0"), lavapipe, flags, {})
+    placed = assign_weights(_slots(), ("Vulkan0", "Vulkan0"), lavapipe, flags, {}).placed
     assert dict(placed) == {"token_embd.weight": HOST, "blk.0.ffn_up.weight": "Vulkan0"}   # no second copy
     # a Vulkan device of unknown limits takes it, as a GPU with a 4 GiB storage-buffer range would
     other = resolve_devices(flags, Inventory((replace(vulkan_device_spec(LAVAPIPE), description="AMD"),), host))
-    placed, _ = assign_weights(_slots(), ("Vulkan0", "Vulkan0"), other, flags, {})
+    placed = assign_weights(_slots(), ("Vulkan0", "Vulkan0"), other, flags, {}).placed
     assert dict(placed)["output.weight"] == "Vulkan0"
     assert CPU_REPACK not in dict(placed).values()
 
@@ -70,5 +70,5 @@ def test_an_override_of_a_weight_over_the_limit_is_refused_as_llama_cpp_aborts()
     with pytest.raises(FlagError, match="token_embd.weight"):
         assign_weights(_slots(), ("Vulkan0", "Vulkan0"), lavapipe, flags, {})
     small = parse_llama_flags(["-ngl", "0", "-ot", r"blk\.0\.ffn_up=Vulkan0"])   # 0.7 MiB: llama.cpp runs it
-    placed, moved = assign_weights(_slots(), ("CPU", "CPU"), lavapipe, small, {})
+    placed = assign_weights(_slots(), ("CPU", "CPU"), lavapipe, small, {}).placed
     assert dict(placed)["blk.0.ffn_up.weight"] == "Vulkan0"

@@ -161,3 +161,20 @@ def test_inventory_rpc_devices_need_their_endpoint_in_rpc():
     inv = Inventory((_spec(DeviceKind.RPC, Backend.RPC, "RPC0", "10.1.1.1:50052"),), HostSpec(0, 0, 0, ""))
     assert resolve_devices(parse_llama_flags([]), inv) == ()
     assert [d.name for d in resolve_devices(parse_llama_flags(["--rpc", "10.1.1.1:50052"]), inv)] == ["RPC0"]
+
+
+def test_rope_freqs_has_one_copy_in_each_buffer_type_of_the_layers(tmp_path):
+    """Llama 3.1's rope_freqs.weight: src/models/llama.cpp creates it for every layer in that layer's buffer
+    type (TENSOR_DUPLICATED for i != 0), create_tensor reusing a copy already in the same one. -ngl 4 of 5
+    placeable layers (i_gpu_start 1, 4 offloaded): block 0 on the CPU; blocks 1 and 2 on A ((il - 1) / 4 =
+    0, 0.25 below the split point 0.5), block 3 and the output on B (0.5, 0.75); each device and the host
+    hold one copy, read by the layers there."""
+    spec = llama_spec(n_layer=4, n_embd=256, n_head=8, n_head_kv=2, n_ff=512)
+    spec.tensors.append(("rope_freqs.weight", Q.F32, (16,)))
+    [path] = spec.write(tmp_path / "m.gguf")
+    p = place(tensor_slots(read_model(path), 4), 4, parse_llama_flags(["-ngl", "4", "-ts", "1,1"]), (A, B), REPACK)
+    assert p.layer_device == ("CPU", "A", "A", "B", "B")
+    rows = _rows(p)
+    copies = {name: row for name, row in rows.items() if name.startswith("rope_freqs.weight")}
+    assert copies == {"rope_freqs.weight": HOST, "rope_freqs.weight#1": "A", "rope_freqs.weight#3": "B"}
+    assert dict(p.aliases) == {"rope_freqs.weight#2": "rope_freqs.weight#1"}

@@ -123,6 +123,32 @@ def test_notes_say_when_the_drafter_drafts_nothing(files):
     assert notes("--spec-type draft-simple") == ()
 
 
+def test_a_draft_longer_than_the_block_is_clamped_and_named(tmp_path, files):
+    """common_speculative_impl_draft_dflash: DFlash drafts at most block_size - 1 tokens (its input is the
+    anchor and block_size - 1 masks), anchor-first DSpark block_size; a longer --spec-draft-n-max is
+    clamped to that with a warning, and the drafter's context already reserved n_max + 1 rows a sequence."""
+    path = tmp_path / "dflash-like.gguf"
+    spec = drafter_spec(_vocab())
+    spec.metadata["dflash.block_size"] = 8   # a key of its own, not {arch}.*: the writer takes it as given
+    spec.write(path)
+
+    def notes(spec_flags: str) -> tuple[str, ...]:
+        argv = ["-c", "4096", "-md", str(path), *spec_flags.split()]
+        return estimate_draft(resolve_settings(model_context(files["target"]), parse_llama_flags(argv), None),
+                              None, exact_compute=False).notes
+
+    assert notes("--spec-type draft-dflash --spec-draft-n-max 7") == ()
+    [note] = notes("--spec-type draft-dflash --spec-draft-n-max 8")
+    assert "block size 8: at most 7 tokens" in note and note.endswith("use --spec-draft-n-max 7")
+    assert notes("--spec-type draft-dspark --spec-draft-n-max 8") == ()   # anchor-first: the whole block
+    # without the key the pinned build assumes a block of 16
+    def plain(n: int) -> tuple[str, ...]:
+        argv = ["-c", "4096", "-md", files["plain"], "--spec-type", "draft-dflash", "--spec-draft-n-max", str(n)]
+        return estimate_draft(resolve_settings(model_context(files["target"]), parse_llama_flags(argv), None),
+                              None, exact_compute=False).notes
+    assert plain(15) == () and "use --spec-draft-n-max 15" in plain(16)[0]
+
+
 # --- common_speculative_are_compatible ------------------------------------------------------------
 
 @pytest.fixture

@@ -70,3 +70,22 @@ def test_plan_with_a_drafter_holds_every_model_within_budgets(gemma):
 def test_a_device_the_inventory_lacks_is_refused(gemma):
     with pytest.raises(BadInput, match="--draft-device 'CUDA0'"):
         plan(gemma, PAIR, PlanRequest(n_ctx=4096, companions=Companions(draft=gemma.model.path, draft_device="CUDA0")))
+
+
+def test_a_drafter_that_runs_the_targets_output_is_placed_where_the_output_is(gemma, tmp_path):
+    """A DFlash drafter without an output matrix runs the target's (planner/memory/draft.py
+    check_borrowed_output): placements that leave it away from the output layer are not plans, as
+    llama.cpp would abort on them; the plan keeps the drafter where it reaches the output."""
+    from tests.support.draft_models import dflash_spec, vocab_metadata
+
+    drafter = tmp_path / "dflash.gguf"
+    dflash_spec(vocab_metadata(gemma.model)).write(drafter)
+    free = (1024 + 512) * MiB
+    inv = Inventory((_rpc("RPC0", 1, free), _rpc("RPC1", 2, free)), HOST)
+    for pinned in (None, "RPC0", "RPC1"):
+        companions = Companions(draft=str(drafter), draft_device=pinned, spec_type="draft-dflash")
+        result = plan(gemma, inv, PlanRequest(n_ctx=4096, companions=companions))
+        argv = plan_argv(result)
+        # the printed command estimates without the refusal: the output matrix is on the drafter's device
+        # or in host memory (a tied one follows -ot token_embd=CPU)
+        assert [c.kind for c in estimate(gemma.model.path, parse_llama_flags(argv[2:]), inv).companions] == ["draft"]
