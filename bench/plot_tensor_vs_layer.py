@@ -3,7 +3,7 @@
     python -m bench.plot_tensor_vs_layer [OUT.png]
 
 Two RTX 3090-class cards (936 GB/s, 71 TFLOPS fp16, as the catalog lists them) hold a
-Llama-3.1-8B-class Q4_K_M model (a shape-faithful sparse file, tests/support/shapes.py) at -c 8192.
+Llama-3.1-8B-class Q4_K_M model (a shape-faithful sparse file, planner/synth/shapes.py) at -c 8192.
 For each link bandwidth the planner plans the layer split (PlanRequest split_mode="layer") and weighs
 `-sm tensor` on the same devices (planner/planning/tensor_plan.py); both predictions are printed
 and drawn. The tensor split pays two AllReduces per layer over the link plus a hand-off latency each
@@ -22,7 +22,7 @@ from planner.planning.result import PlanRequest
 from planner.planning.search import plan
 from planner.planning.tensor_plan import tensor_option
 from planner.sweeps.plots import require_matplotlib
-from tests.support.shapes import write_shape
+from planner.synth.shapes import write_shape
 
 GIB = 1 << 30
 LINKS_GB_S = (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)

@@ -10,7 +10,7 @@ import yaml
 
 from planner.cli import main
 from planner.core.llama_tools import tools_dir
-from tests.support.tiny_models import Dims, write_tiny
+from planner.synth.tiny_models import Dims, write_tiny
 
 needs_tools = pytest.mark.skipif(tools_dir() is None, reason="the pinned llama.cpp tools are not built")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.gguf_factory import Q, add_tokenizer, llama_spec
-from tests.support.shapes import write_shape
+from planner.synth.gguf_factory import Q, add_tokenizer, llama_spec
+from planner.synth.shapes import write_shape
 
 BIG_VOCAB = "gemma2-9b"   # 256000 tokens
 
