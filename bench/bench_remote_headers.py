@@ -22,9 +22,9 @@ from pathlib import Path
 from planner.cli import main
 from planner.gguf.reader import read_model
 from planner.gguf.source import INITIAL_CHUNK
+from planner.synth.shapes import llama_70b
 from tests.support.estimate_matrix import MODELS, model_path
 from tests.support.http_server import LoopbackServer
-from tests.support.remote_models import llama_70b
 
 PLAN = ["--device", "CUDA0=24GiB", "--ram", "64GiB", "--format", "flags"]
 MiB, GiB = 2**20, 2**30
@@ -90,7 +90,7 @@ def main_bench() -> None:
         try:
             rows = []
             for name in names:
-                path = llama_70b(d)[0] if name == "llama-70b" else model_path(name, d)
+                path = llama_70b().write(d / "llama-70b.gguf")[0] if name == "llama-70b" else model_path(name, d)
                 rows.append(measure(name, path, server))
         finally:
             server.close()

@@ -50,6 +50,17 @@ def llama_8b() -> ModelSpec:
     return tokenized(spec, 128256, 8192)
 
 
+def llama_70b() -> ModelSpec:
+    """Llama 3 70B class (Q4_K_M-like types): 80 layers, 8192 wide, GQA 64/8, n_ff 28672, and a real-size
+    128k tokenizer with 280k merges, so remote reads meet a header of a real size: about 40 GiB of logical
+    size, a few MiB on disk. Not in SHAPES (the peer matrix does not load it)."""
+    spec = llama_spec(n_layer=80, n_embd=8192, n_head=64, n_head_kv=8, n_ff=28672, n_vocab=128256,
+                      attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
+                      out_type=Q.Q6_K)
+    add_tokenizer(spec, 128256, n_merges=280147)
+    return spec
+
+
 def mistral_7b() -> ModelSpec:
     """Mistral-7B-v0.3 class (a `llama` file): 32 layers, 4096 wide, GQA 32/8, n_ff 14336, 32768 vocab."""
     spec = llama_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=32768,
