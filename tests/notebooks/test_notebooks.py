@@ -1,12 +1,13 @@
 """The notebooks in notebooks/ run headless, from a wheel install, and each draws at least one figure.
 
 Once per session the worktree is built into a wheel (`pip wheel --no-deps --no-build-isolation`, from a
-copy of the packaged files, so no build/ or egg-info lands in the tree), installed with `--no-deps` into
-a virtual environment that takes its dependencies from this interpreter's site-packages
-(`--system-site-packages`). Each notebook is executed by nbclient under that environment's python, in a
-fresh kernel (matplotlib's inline backend, which renders with Agg), from a directory outside the
-repository and with PYTHONPATH unset: what the notebooks import (planner, planner.synth, runtime) comes
-from the wheel, as after `pip install fitplan`. A probe cell appended to each run checks that.
+copy of the packaged files, so no build/ or egg-info lands in the tree) and installed with `--no-deps`
+into a new virtual environment whose dependencies are this interpreter's (`--system-site-packages`;
+when the tests run from a virtual environment, a .pth file adds that environment's site-packages).
+Each notebook is executed by nbclient under the new environment's python, in a fresh kernel
+(matplotlib's inline backend, which renders with Agg), from a directory outside the repository and
+with PYTHONPATH unset: what the notebooks import (planner, planner.synth, runtime) comes from the
+wheel, as after `pip install fitplan`. A probe cell appended to each run checks that.
 
 The limit per cell only stops a hung kernel; it is not a speed target (the sweeps of notebooks 01 and
 03 estimate a few hundred flag sets each, about 50 s on a 2-core machine, and a 60 s limit failed CI
@@ -19,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +65,14 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> WheelEnv:
     [wheel] = dist.glob("fitplan-*.whl")
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], env=env, cwd=base)
     python = venv / "bin" / "python"
+    if sys.prefix != sys.base_prefix:
+        # run from a virtual environment: --system-site-packages reaches the base interpreter's
+        # site-packages, not this environment's, so the new one adds this one's (and runs its .pth files)
+        site_dir = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        env=env, cwd=base).stdout.strip()
+        ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+        (Path(site_dir) / "_fitplan_test_deps.pth").write_text(
+            "".join(f"import site; site.addsitedir({d!r})\n" for d in ours))
     # pip from the system site-packages, installing into the venv; --ignore-installed because the
     # system may hold fitplan itself (an editable install of a checkout)
     _run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
