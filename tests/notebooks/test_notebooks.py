@@ -16,6 +16,7 @@ pictures.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -60,8 +61,11 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> WheelEnv:
     for name in PACKAGES:
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-          str(src)], env=env, cwd=base)
+    # the build backend from this environment when it has one ([build-system] setuptools), else pip's
+    # isolated build fetches it
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(dist), str(src)],
+         env=env, cwd=base)
     [wheel] = dist.glob("fitplan-*.whl")
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], env=env, cwd=base)
     python = venv / "bin" / "python"
