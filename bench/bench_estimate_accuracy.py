@@ -16,11 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from planner.checking.llama import fit_print
 from planner.core.llama_tools import ensure_tools, rpc_servers
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from tests.support.shapes import compute_ok, expand, fit_print, matrix, model_path
+from tests.support.estimate_matrix import compute_ok, expand, matrix, model_path
 
 MIB = 2**20
 

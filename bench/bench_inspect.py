@@ -21,7 +21,7 @@ from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.model.arch import model_facts
 from planner.model.costs import cost_table
-from tests.support.gguf_factory import add_tokenizer, llama_spec
+from planner.synth.gguf_factory import add_tokenizer, llama_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 1.0

@@ -35,7 +35,7 @@ from planner.planning.result import (
 )
 from planner.planning.search import plan
 from planner.planning.throughput import predict_estimate
-from tests.support.gguf_factory import (
+from planner.synth.gguf_factory import (
     Q,
     add_tokenizer,
     llama_spec,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from planner.core.llama_tools import ensure_tools, rpc_servers
 from tests.peer.test_plan_vs_fit import CASES, DEVICES, Case, Outcome, Side, run_case
-from tests.support.shapes import MODELS
+from tests.support.estimate_matrix import MODELS
 
 MIB = 2**20
 WIDE_BUDGETS_MIB = (100, 256, 512, 1024, 2048, 4096)

@@ -1,8 +1,8 @@
 """What `fitplan plan` costs over HTTP: bytes, requests and wall time per model, cold and cached.
 
-Each model of the peer matrix (tests/support/shapes.py: sparse shape-faithful files, plus the
-bundled Gemma 3 270M) and a Llama-3-70B-class file are served by a loopback HTTP server
-(tests/support/http_server.py, with Range and ETags). `fitplan plan URL --device CUDA0=24GiB
+Each model of the peer matrix (tests/support/estimate_matrix.py: the sparse shape-faithful files of
+planner/synth/shapes.py, plus the bundled Gemma 3 270M) and a Llama-3-70B-class file are served by a
+loopback HTTP server (tests/support/http_server.py, with Range and ETags). `fitplan plan URL --device CUDA0=24GiB
 --ram 64GiB` runs in-process three times: from the local file, over HTTP with an empty header
 cache (cold), and again with the cache (cached: one conditional request answered 304). The
 server counts the requests and body bytes. Prints a table; asserts nothing.
@@ -22,9 +22,9 @@ from pathlib import Path
 from planner.cli import main
 from planner.gguf.reader import read_model
 from planner.gguf.source import INITIAL_CHUNK
+from planner.synth.shapes import llama_70b
+from tests.support.estimate_matrix import MODELS, model_path
 from tests.support.http_server import LoopbackServer
-from tests.support.remote_models import llama_70b
-from tests.support.shapes import MODELS, model_path
 
 PLAN = ["--device", "CUDA0=24GiB", "--ram", "64GiB", "--format", "flags"]
 MiB, GiB = 2**20, 2**30
@@ -90,7 +90,7 @@ def main_bench() -> None:
         try:
             rows = []
             for name in names:
-                path = llama_70b(d)[0] if name == "llama-70b" else model_path(name, d)
+                path = llama_70b().write(d / "llama-70b.gguf")[0] if name == "llama-70b" else model_path(name, d)
                 rows.append(measure(name, path, server))
         finally:
             server.close()

@@ -61,8 +61,8 @@ from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import ModelContext, model_context
 from planner.model.costs import CostTable, cost_table
 from planner.planning.throughput import predict
-from tests.support.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
-from tests.support.tiny_models import write_random
+from planner.synth.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
+from planner.synth.tiny_models import write_random
 
 N_RPC = 3
 STEADY = "steady"

@@ -22,8 +22,8 @@ from planner.llama.context import model_context
 from planner.planning.problem import PROBE_CACHE
 from planner.planning.result import PlanRequest
 from planner.planning.search import plan
+from planner.synth.shapes import write_shape
 from tests.planner.planning.test_what_fits import CASES
-from tests.support.shapes import write_shape
 
 
 def _seconds(ctx, inventory, request, budgets, what_would_fit: bool) -> float:

@@ -5,10 +5,11 @@ rehearsal, on the CPU backend), kept in tests/peer/data/<backend>/<device>.json.
     python scripts/gpu_peer.py measure --backend cuda --bin DIR --work DIR --out FILE
                                                             # there (scripts/gpu_peer.sh measure)
 
-`measure` needs only python3 with numpy, pyyaml and gguf (it imports tests/support to write the
-model files and the project's llama.cpp log readers and process helpers, never the planner's
-solver): the matrix is a table here, the plans were made beforehand with
-`plans` and committed in scripts/gpu_peer_plans.json. Two topologies:
+Both import the package (installed, or on PYTHONPATH as gpu_peer.sh sets it); `measure` needs only
+python3 with numpy, pyyaml and gguf (it imports planner.synth to write the model files and the
+project's llama.cpp log readers and process helpers, never the planner's solver): the matrix is a
+table here, the plans were made beforehand with `plans` and committed in scripts/gpu_peer_plans.json.
+Two topologies:
 - "one": the GPU alone (CUDA0), or, on the CPU backend, the host alone;
 - "three": two ggml-rpc-servers on 127.0.0.1 backed by the same GPU, then the GPU itself
   (llama.cpp lists RPC devices first: RPC0, RPC1, CUDA0), so buffers are CUDA buffers and
@@ -31,19 +32,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
+
+from planner.checking.llama import breakdown_table, fit_print, start_server, wait_ready
+from planner.checking.llama_bench import BenchError, Workload, bench_rows, llama_bench_argv
+from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process
+from planner.gguf.reader import read_model
+from planner.synth.gguf_factory import Q
+from planner.synth.shapes import gemma3_270m_layout, write_shape
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from gguf import GGML_QUANT_SIZES  # noqa: E402
-
-from planner.checking.llama import breakdown_table, start_server, wait_ready  # noqa: E402
-from planner.checking.llama_bench import BenchError, Workload, bench_rows, llama_bench_argv  # noqa: E402
-from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process  # noqa: E402
-from planner.gguf.reader import read_model  # noqa: E402
-from tests.support.gguf_factory import Q  # noqa: E402
-from tests.support.shapes import fit_print, gemma3_270m_layout, write_shape  # noqa: E402
-
 PLANS_FILE = REPO / "scripts" / "gpu_peer_plans.json"
 DATA_DIR = REPO / "tests" / "peer" / "data"
 MIB = 2**20
@@ -461,7 +459,7 @@ def measure(args: argparse.Namespace) -> int:
                 devices = fit_print(bin_dir, models[name], argv)
                 if not devices:
                     raise RuntimeError("llama-fit-params printed no rows")
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
+            except (ToolsError, RuntimeError, subprocess.TimeoutExpired) as e:
                 failures.append({"model": name, "topology": topology, "flags": template, "error": str(e)})
                 print(f"gpu_peer: FAILED {name} {template}: {e}", flush=True)
                 continue

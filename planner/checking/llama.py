@@ -157,6 +157,22 @@ def parse_breakdown(text: str) -> dict[str, tuple[int, int, int]]:
             for name, row in breakdown_table(text).items()}
 
 
+def fit_print(bin_dir: Path, model: Path, argv: list[str]) -> dict[str, tuple[int, int, int]]:
+    """`llama-fit-params -m MODEL --fit-print on ARGV`'s rows: device -> (model, context, compute) MiB,
+    as it prints them (common/fit.cpp common_fit_print: one `NAME MODEL CONTEXT COMPUTE` line per device and
+    host row); a failed run raises ToolsError with the end of its stderr."""
+    done = subprocess.run([str(bin_dir / "llama-fit-params"), "-m", str(model), "--fit-print", "on", *argv],
+                          capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise ToolsError(f"llama-fit-params {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
+    rows = {}
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
+            rows[parts[0]] = (int(parts[1]), int(parts[2]), int(parts[3]))
+    return rows
+
+
 # src/llama-adapter.cpp: llama_adapter_lora_init logs "loading lora adapter from 'PATH' ...", then
 # llama_adapter_lora_init_impl one "<buffer> LoRA buffer size = X MiB" line per buffer type.
 _LORA_START = re.compile(r"llama_adapter_lora_init: loading lora adapter from '(.*)' \.\.\.")

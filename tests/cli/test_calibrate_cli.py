@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from planner.cli import main
-from tests.support.tiny_models import Dims, write_tiny
+from planner.synth.tiny_models import Dims, write_tiny
 
 # the pinned llama.cpp tools, built once a session where missing (tests/conftest.py llama_tools) before the
 # test runs, never looked for at collection: a tool that cannot be built fails the test instead of skipping it

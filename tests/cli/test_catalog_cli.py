@@ -9,7 +9,7 @@ import pytest
 
 from planner.cli import main
 from planner.hardware.catalog import load_catalog
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 GiB = 2**30
 # The families issue 18 asks the catalog for, one id each (laptop variants, memory sizes, every vendor)

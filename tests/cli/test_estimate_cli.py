@@ -16,7 +16,7 @@ import json
 import pytest
 
 from planner.cli import main
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 HOST_WEIGHTS = 1197792
 KV = 524288

@@ -4,11 +4,11 @@ safetensors files and URLs the same way."""
 from __future__ import annotations
 
 import json
-import struct
 
 from planner.cli import main
 from planner.gguf.reader import read_model
-from tests.support.tiny_models import write_tiny
+from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.tiny_models import write_tiny
 
 PLAN = ["plan", "--device", "CUDA0=24GiB", "--ram", "64GiB", "--format", "json"]
 
@@ -92,14 +92,8 @@ def test_a_missing_output_directory_is_one_line(capsys, tmp_path):
 
 
 def _safetensors(path, with_data: bool) -> str:
-    header = {"model.diffusion_model.double_blocks.0.img_attn.qkv.weight":
-              {"dtype": "F16", "shape": [64, 1024, 1024], "data_offsets": [0, 2 * 64 * 1024 * 1024]}}
-    raw = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        if with_data:
-            f.truncate(8 + len(raw) + 2 * 64 * 1024 * 1024)
-    return str(path)
+    tensors = {"model.diffusion_model.double_blocks.0.img_attn.qkv.weight": ("F16", [64, 1024, 1024])}
+    return str(write_safetensors(path, tensors, data=with_data))
 
 
 def test_sd_fit_reads_a_header_only_safetensors_and_a_url(capsys, tmp_path, http_servers, net_sandbox):

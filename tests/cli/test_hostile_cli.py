@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType as VT
 
-from tests.support.gguf_factory import llama_spec, qwen3moe_spec
-from tests.support.gguf_fields import load
+from planner.synth.gguf_factory import llama_spec, qwen3moe_spec
+from planner.synth.gguf_fields import load
 
 ROOT = Path(__file__).resolve().parents[2]
 M = "example:gemma3-270m"

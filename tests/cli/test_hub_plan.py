@@ -14,6 +14,7 @@ import pytest
 
 from planner.cli import main
 from planner.core import net
+from planner.synth.gguf_factory import llama_spec
 from tests.support.fake_hub import (
     MODEL_MEDIA_TYPE,
     Hosts,
@@ -23,7 +24,6 @@ from tests.support.fake_hub import (
     settle,
     write_ollama_store,
 )
-from tests.support.gguf_factory import llama_spec
 
 DEVICES = ["--device", "CUDA0=256MiB", "--ram", "4GiB", "--ctx", "2048", "--format", "json"]
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"

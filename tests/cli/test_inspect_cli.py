@@ -10,7 +10,7 @@ import pytest
 from gguf import GGUFValueType, Keys
 
 from planner.cli import main
-from tests.support.gguf_factory import gemma3_spec, llama_spec, qwen3moe_spec
+from planner.synth.gguf_factory import gemma3_spec, llama_spec, qwen3moe_spec
 
 MIB = 2**20
 

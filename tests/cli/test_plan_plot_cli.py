@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from planner.cli import main
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from tests.support.shapes import write_shape
+from planner.synth.shapes import write_shape
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--devices", "configs/devices/workstation-2x3090.yaml"]
 ROOT = Path(__file__).resolve().parents[2]

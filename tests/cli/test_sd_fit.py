@@ -16,6 +16,7 @@ import subprocess
 import pytest
 
 from planner.cli import main
+from planner.synth.safetensors_factory import write_safetensors
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 D = 5 * GiB + 40 * 64
@@ -24,24 +25,12 @@ V = 160 * MiB + 64
 RAM = ["--ram", "32GiB"]  # RAM budget: 32 - max(2, 3.2) = 28.8 GiB
 
 
-def _write(path, tensors):
-    header, offset = {}, 0
-    for name, (dtype, n, size) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": [n], "data_offsets": [offset, offset + n * size]}
-        offset += n * size
-    raw = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    t = {f"model.diffusion_model.double_blocks.{i}.img_attn.qkv.weight": ("F16", 64 * MiB, 2) for i in range(40)}
-    t.update({f"text_encoders.t5xxl.transformer.encoder.block.{i}.layer.0.w": ("F16", 64 * MiB, 2) for i in range(16)})
-    t["first_stage_model.decoder.conv_in.weight"] = ("F32", 40 * MiB, 4)
-    return _write(tmp_path_factory.mktemp("sd") / "model.safetensors", t)
+    t = {f"model.diffusion_model.double_blocks.{i}.img_attn.qkv.weight": ("F16", [64 * MiB]) for i in range(40)}
+    t.update({f"text_encoders.t5xxl.transformer.encoder.block.{i}.layer.0.w": ("F16", [64 * MiB]) for i in range(16)})
+    t["first_stage_model.decoder.conv_in.weight"] = ("F32", [40 * MiB])   # F16: 2 bytes an element, F32: 4
+    return str(write_safetensors(tmp_path_factory.mktemp("sd") / "model.safetensors", t))
 
 
 def run(capsys, *args):
@@ -281,9 +270,9 @@ def test_yaml_format(capsys, model):
 
 
 def test_separate_module_files(capsys, tmp_path):
-    dit = _write(tmp_path / "dit.safetensors", {"double_blocks.0.w": ("BF16", 512 * MiB, 2)})
-    vae = _write(tmp_path / "ae.safetensors", {"decoder.conv_in.weight": ("F32", MiB, 4)})
-    llm = _write(tmp_path / "llm.safetensors", {"model.layers.0.mlp.w": ("F16", 256 * MiB, 2)})
+    dit = str(write_safetensors(tmp_path / "dit.safetensors", {"double_blocks.0.w": ("BF16", [512 * MiB])}))
+    vae = str(write_safetensors(tmp_path / "ae.safetensors", {"decoder.conv_in.weight": ("F32", [MiB])}))
+    llm = str(write_safetensors(tmp_path / "llm.safetensors", {"model.layers.0.mlp.w": ("F16", [256 * MiB])}))
     code, out, err = run(capsys, "--diffusion-model", dit, "--vae", vae, "--llm", llm, "--format", "json",
                          "--device", "CUDA0=24GiB", *RAM)
     assert code == 0, err

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from planner.cli import main
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 KV_F16_CELL = 256
 

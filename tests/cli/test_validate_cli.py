@@ -1,4 +1,4 @@
-"""`fitplan validate` through the CLI on a tiny real-weight llama (tests/support/tiny_models.py).
+"""`fitplan validate` through the CLI on a tiny real-weight llama (planner/synth/tiny_models.py).
 
 Its weights by hand (Q8_0: 32 values in 34 bytes, so a 64-wide row is 68 bytes and a 128-wide row
 136; f32 rows 4 bytes a value; every size here is already a multiple of the 32-byte alignment):
@@ -22,8 +22,8 @@ import yaml
 from gguf import Keys
 
 from planner.cli import main
-from tests.support.gguf_factory import add_tokenizer, llama_spec
-from tests.support.tiny_models import write_tiny
+from planner.synth.gguf_factory import add_tokenizer, llama_spec
+from planner.synth.tiny_models import write_tiny
 
 HOST_WEIGHTS = 164608
 LAYER_WEIGHTS = 64768

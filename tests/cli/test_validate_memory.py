@@ -17,10 +17,10 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import estimate_settings
+from planner.synth.gguf_factory import add_tokenizer, llama_spec
+from planner.synth.shapes import write_shape
+from planner.synth.tiny_models import write_random
 from runtime.ggml.dequant import mem_available
-from tests.support.gguf_factory import add_tokenizer, llama_spec
-from tests.support.shapes import write_shape
-from tests.support.tiny_models import write_random
 
 REPO = Path(__file__).resolve().parents[2]
 # Llama-3.1-8B-class KV per cell: 32 layers x (K + V) x 1024 (8 heads of 128) x 2 bytes (f16)

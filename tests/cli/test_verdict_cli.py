@@ -12,7 +12,7 @@ from pathlib import Path
 from gguf import Keys
 
 from planner.cli import main
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 TWO_RPC = ["--device", "RPC0=2GiB@127.0.0.1:50052", "--device", "RPC1=2GiB@127.0.0.1:50053", "--ram", "8GiB",
            "--ctx", "4096"]

@@ -1,5 +1,5 @@
 """GGUF and safetensors lies for tests/fuzz/fuzz_inputs.py, made from valid files written by gguf-py
-(tests/support/gguf_factory.py) and re-written field by field (tests/support/gguf_fields.py). The rules a lie
+(planner/synth/gguf_factory.py) and re-written field by field (planner/synth/gguf_fields.py). The rules a lie
 breaks are ggml/src/gguf.cpp's (gguf_init_from_file_impl) and src/llama-model-loader.cpp's (GKV::get_kv
 asserts the type) at the pinned llama.cpp; the harness uses them only as the oracle of what must be
 refused (exit 2).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gguf import GGUFValueType as VT
 
-from tests.support.gguf_fields import Gguf
+from planner.synth.gguf_fields import Gguf
 
 # --- lies --------------------------------------------------------------------------------------------
 

@@ -37,9 +37,9 @@ from pathlib import Path
 import typer
 import yaml
 
+from planner.synth.gguf_factory import add_tokenizer, gemma3_spec, granitehybrid_spec, llama_spec, qwen3moe_spec
+from planner.synth.gguf_fields import Gguf, load
 from tests.fuzz.fuzz_gguf import GGUF_LIES, GGUF_WEIGHTS, safetensors_lie, safetensors_valid, split_lie
-from tests.support.gguf_factory import add_tokenizer, gemma3_spec, granitehybrid_spec, llama_spec, qwen3moe_spec
-from tests.support.gguf_fields import Gguf, load
 
 TIME_LIMIT_S = 10.0
 AS_LIMIT = 1 << 30

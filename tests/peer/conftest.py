@@ -18,5 +18,5 @@ def rpc_endpoints(llama_tools: Path) -> Iterator[list[str]]:
 
 @pytest.fixture(scope="module")
 def shapes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the module writes its shape-faithful sparse GGUFs (tests/support/shapes.py)."""
+    """Where the module writes its shape-faithful sparse GGUFs (planner/synth/shapes.py)."""
     return tmp_path_factory.mktemp("shapes")

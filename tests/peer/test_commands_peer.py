@@ -3,7 +3,7 @@
 * For every case of tests/support/command_matrix.py that this machine can load (rpc-servers on
   loopback, the CPU), the llama-server line `fitplan plan` prints, parsed by bash, is run through
   `llama-fit-params --fit-print on`: its per-device figures are the plan's (model and context to
-  the MiB llama.cpp prints, compute within the estimate's tolerance, tests/support/shapes.py
+  the MiB llama.cpp prints, compute within the estimate's tolerance, tests/support/estimate_matrix.py
   compute_ok). llama-fit-params takes llama.cpp's common arguments only, so llama-server's own
   (SERVER_ONLY below, e.g. the --host/--port `fitplan serve` adds) are filtered out first.
 * The llama-bench line of a plan with three overrides runs as exactly one pp row and one tg row,
@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 
 from planner.api import plan
+from planner.checking.llama import fit_print
 from planner.cli import main
 from planner.gguf.examples import resolve_model
 from planner.llama.flags import OverrideArg, OverrideKind
 from planner.llama.placement import CPU_REPACK
 from planner.planning.commands import bench_argv
 from tests.support.command_matrix import CASES, PlanCase
-from tests.support.shapes import compute_ok, fit_print
+from tests.support.estimate_matrix import compute_ok
 
 pytestmark = pytest.mark.peer
 

@@ -3,7 +3,7 @@ placements where llama-server aborts creating the draft context (planner/memory/
 check_borrowed_output), and estimates the others.
 
 The target is a small llama-layout file with a BPE vocabulary; the drafters are one-layer DFlash files
-sharing it (tests/support/draft_models.dflash_spec), one without token_embd and output (it runs the
+sharing it (planner/synth/draft_models.dflash_spec), one without token_embd and output (it runs the
 target's output matrix, as published DFlash files do) and one with its own output. llama-server runs with
 two loopback rpc-servers; a run either answers /health or exits with ggml-backend.cpp:941's abort.
 """
@@ -19,8 +19,8 @@ from planner.core.errors import DrafterOutputUnreachable
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.gguf.reader import read_model
 from planner.memory.estimate import estimate
-from tests.support.draft_models import dflash_spec, vocab_metadata
-from tests.support.gguf_factory import Q, add_tokenizer, llama_spec
+from planner.synth.draft_models import dflash_spec, vocab_metadata
+from planner.synth.gguf_factory import Q, add_tokenizer, llama_spec
 
 pytestmark = pytest.mark.peer
 

@@ -1,14 +1,14 @@
 """The drafter's estimate (planner/memory/draft.py) against the pinned llama-server loading it.
 
 The target is the bundled Gemma 3 270M; the drafters are 5-layer gemma3 layouts with its vocabulary
-(tests/support/draft_models.py), one without a sliding window and one with a 2048-token window.
+(planner/synth/draft_models.py), one without a sliding window and one with a 2048-token window.
 llama-server (-fit off, --spec-type draft-simple, -lm none so that host weights land in a plain CPU
 buffer) loads the target and then the drafter, each logging its own model, KV and compute buffer
 lines (planner.checking.llama.parse_model_loads), on the host alone and on two loopback rpc-servers
 (-ts 1,1, with the drafter following the target's devices or pinned by -devd RPC1).
 A drafter whose vocabulary differs is refused by llama-server exactly when speculation_refusal says so.
 Weights and KV must equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
-never more than 1 MiB below (tests/support/shapes.compute_ok).
+never more than 1 MiB below (tests/support/estimate_matrix.py compute_ok).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import CPU_REPACK, HOST
 from planner.llama.settings import resolve_settings
 from planner.memory.draft import estimate_draft, speculation_refusal
-from tests.support.draft_models import drafter_spec, vocab_metadata, write_drafter
-from tests.support.shapes import compute_ok
+from planner.synth.draft_models import drafter_spec, vocab_metadata, write_drafter
+from tests.support.estimate_matrix import compute_ok
 
 pytestmark = pytest.mark.peer
 

@@ -21,9 +21,9 @@ from planner.checking.llama import start_server, wait_ready
 from planner.cli import main
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.units import MiB
-from tests.support.gguf_factory import add_tokenizer, llama_spec
+from planner.synth.gguf_factory import add_tokenizer, llama_spec
+from planner.synth.tiny_models import write_random
 from tests.support.serving import serve_once
-from tests.support.tiny_models import write_random
 
 pytestmark = pytest.mark.peer
 

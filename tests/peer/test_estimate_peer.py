@@ -1,6 +1,6 @@
 """`fitplan estimate` against llama.cpp's own dry run (`llama-fit-params --fit-print on`).
 
-Every row of the matrix in tests/support/shapes.py: the Gemma 3 270M file and shape-faithful sparse
+Every row of the matrix in tests/support/estimate_matrix.py: the Gemma 3 270M file and shape-faithful sparse
 GGUFs (llama 8B, Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 2 9B, gpt-oss 20B, qwen3moe 30B-A3B, deepseek2
 MLA, granite hybrid) under context sizes, partial and full offload over two loopback rpc-servers
 (RPC0, RPC1), -ts 1,1 and 3,1, quantized caches, parallel sequences, flash attention off, small
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from planner.checking.llama import fit_print
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from tests.support.shapes import MODELS, compute_ok, expand, fit_print, matrix, model_path
+from tests.support.estimate_matrix import MODELS, compute_ok, expand, matrix, model_path
 
 pytestmark = pytest.mark.peer
 

@@ -6,7 +6,7 @@ matrix rehearsed on the CPU backend. No GPU is needed here: the record carries l
 the inventory that describes the measured devices, and the argv of each row.
 
 - Each `llama-fit-params --fit-print on` row: model and context equal to the MiB, compute within
-  3 % or 4 MiB and never more than 1 MiB below (tests/support/shapes.py compute_ok).
+  3 % or 4 MiB and never more than 1 MiB below (tests/support/estimate_matrix.py compute_ok).
 - Each real load (llama-server with the flags of a plan fitplan made beforehand for stated budgets,
   scripts/gpu_peer_plans.json): it served a request, and the memory breakdown it printed at
   shutdown is within the plan's budget on every device.
@@ -30,7 +30,7 @@ from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK, HOST
 from planner.memory.estimate import estimate
 from scripts.gpu_peer import SPEED, expand, write_models
-from tests.support.shapes import compute_ok
+from tests.support.estimate_matrix import compute_ok
 
 MIB = 2**20
 DATA = Path(__file__).resolve().parent / "data"

@@ -1,7 +1,7 @@
 """The hostile files fitplan refuses (issue 39), refused by the pinned llama.cpp too, for the same reason.
 
-Each file is a small qwen3moe or llama model written by gguf-py (tests/support/gguf_factory.py) with one lie
-(tests/support/gguf_fields.py). `llama-fit-params -m FILE --fit-print on` must fail to load it, and the same
+Each file is a small qwen3moe or llama model written by gguf-py (planner/synth/gguf_factory.py) with one lie
+(planner/synth/gguf_fields.py). `llama-fit-params -m FILE --fit-print on` must fail to load it, and the same
 file without the lie must load, so the lie is what llama.cpp refuses. llama-fit-params aborts before its log
 says why, so the reason is read from llama-bench's (`-p 0 -n 1 -v`), which logs it as it refuses the file.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType as VT
 
-from tests.support.gguf_factory import ModelSpec, add_tokenizer, llama_spec, qwen3moe_spec
-from tests.support.gguf_fields import Gguf, load
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer, llama_spec, qwen3moe_spec
+from planner.synth.gguf_fields import Gguf, load
 
 pytestmark = pytest.mark.peer
 

@@ -2,7 +2,7 @@
 
 The target: a random-weight llama (4 layers, n_embd 256, 4 heads, 2 KV heads, n_ff 512, 512 tokens;
 attention Q4_0, so repacked on an AVX2 host, V in F32, the FFN in Q8_0). Two adapters from
-tests/support/lora_factory.py: "wide" (F16, rank 32, every attention and FFN projection) and
+planner/synth/lora_factory.py: "wide" (F16, rank 32, every attention and FFN projection) and
 "edges" (F32, rank 8: token_embd, output, every attn_v, and a norm that llama.cpp skips).
 llama-server runs with -fit off on the host and on two loopback rpc-servers with a layer split;
 each adapter's "<buffer> LoRA buffer size = X MiB" lines (llama-adapter.cpp) must equal
@@ -42,10 +42,10 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.lora import estimate_loras
+from planner.synth.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
+from planner.synth.lora_factory import LoraTensor, lora_layout, write_lora
+from planner.synth.tiny_models import write_random
 from runtime.engine.reserve import reserve_compute
-from tests.support.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
-from tests.support.lora_factory import LoraTensor, lora_layout, write_lora
-from tests.support.tiny_models import write_random
 
 pytestmark = pytest.mark.peer
 

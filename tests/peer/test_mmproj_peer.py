@@ -1,7 +1,7 @@
 """The projector's estimate (planner/memory/mmproj.py) against the pinned llama-server's own load.
 
 llama-server with the Gemma 3 270M target and shape-faithful sparse projectors projecting to the
-270M's 640 (tests/support/mmproj_factory.py):
+270M's 640 (planner/synth/mmproj_factory.py):
 - Gemma 3's (the full 27-layer SigLIP-So400m tower at 896 px),
 - SmolVLM2's IDEFICS3 (12-layer SigLIP-B/16 at 512 px, pixel unshuffle by 4),
 - LFM2-VL's LFM2 (a 16 x 16 position table interpolated to the 256-token warmup image, unshuffle by 2),
@@ -21,7 +21,7 @@ its backend, load_hparams' model size (every tensor's bytes) and one reserve_com
 backend (planner/checking/llama.py parse_clip_log).
 
 Weights must equal llama.cpp's to the MiB; compute must be within 3 % or 4 MiB and never more than
-1 MiB below (tests/support/shapes.py compute_ok).
+1 MiB below (tests/support/estimate_matrix.py compute_ok).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from tests.support.mmproj_factory import (
+from planner.synth.mmproj_factory import (
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
@@ -48,7 +48,7 @@ from tests.support.mmproj_factory import (
     write_gemma3_mmproj,
     write_mmproj,
 )
-from tests.support.shapes import compute_ok, model_path
+from tests.support.estimate_matrix import compute_ok, model_path
 
 pytestmark = pytest.mark.peer
 

@@ -11,7 +11,7 @@ import pytest
 
 from planner.cli import main
 from planner.core.units import MiB
-from tests.support.mmproj_factory import write_gemma3_mmproj
+from planner.synth.mmproj_factory import write_gemma3_mmproj
 from tests.support.serving import serve_once
 
 pytestmark = pytest.mark.peer

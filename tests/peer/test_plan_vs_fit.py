@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.checking.llama import fit_print
 from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import model_context
@@ -39,7 +40,7 @@ from planner.memory.estimate import estimate
 from planner.planning.result import PlanRequest, PlanResult, llama_argv
 from planner.planning.search import plan
 from planner.planning.solve import Objective
-from tests.support.shapes import fit_print, model_path
+from tests.support.estimate_matrix import model_path
 
 pytestmark = pytest.mark.peer
 
@@ -50,7 +51,7 @@ DEVICES = ("RPC0", "RPC1")
 
 @dataclass(frozen=True)
 class Case:
-    model: str                       # a name from tests/support/shapes.py MODELS
+    model: str                       # a name from tests/support/estimate_matrix.py MODELS
     budgets_mib: tuple[int, int]     # RPC0, RPC1
     n_ctx: int | None = None         # -c for both; None: llama.cpp's default (the training context)
 

@@ -28,9 +28,9 @@ from planner.llama.companions import server_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
+from planner.synth.gguf_factory import add_tokenizer, llama_spec
+from planner.synth.tiny_models import write_random
 from runtime.engine.reserve import reserve_compute
-from tests.support.gguf_factory import add_tokenizer, llama_spec
-from tests.support.tiny_models import write_random
 
 pytestmark = pytest.mark.peer
 

@@ -1,6 +1,6 @@
 """The runtime's `-sm tensor` against llama.cpp's on two loopback rpc-servers (issue #20, must-show 2).
 
-A llama-architecture GGUF with random F32 weights (tests/support/tiny_models.py; F32 so that neither
+A llama-architecture GGUF with random F32 weights (planner/synth/tiny_models.py; F32 so that neither
 side quantizes activations for its matmuls) is continued greedily by llama-server under
 `-sm tensor -dev RPC0,RPC1 -ngl 99` for 32 tokens with the top-5 logprobs of every step; the runtime,
 under the same flags (its Meta() backend over two members), is teacher-forced on that continuation
@@ -19,8 +19,8 @@ import pytest
 
 from planner.checking.llama import TokenProbs, llama_server
 from planner.llama.flags import parse_llama_flags
+from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.runner import ModelRunner
-from tests.support.tiny_models import Dims, write_tiny
 
 pytestmark = pytest.mark.peer
 

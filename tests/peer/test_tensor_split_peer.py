@@ -2,7 +2,7 @@
 
 llama.cpp lists one `Meta()` row for the meta device it builds of every rpc-server, then `Host`.
 Model and context must equal its figures to the MiB, compute within 3 % or 4 MiB
-(tests/support/shapes.py compute_ok), over 2 and 3 loopback rpc-servers at two contexts. Where
+(tests/support/estimate_matrix.py compute_ok), over 2 and 3 loopback rpc-servers at two contexts. Where
 llama.cpp refuses (the deny-list of llm_arch_supports_sm_tensor, -fa off) or aborts (a graph its meta
 backend cannot split: Gemma 3 with one KV head at token generation), fitplan refuses with the same reason.
 
@@ -20,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from planner.checking.llama import fit_print
 from planner.core.errors import FlagError
 from planner.core.llama_tools import rpc_servers
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from planner.synth.gguf_factory import gemma3_spec
+from planner.synth.shapes import tokenized
 from runtime.engine.meta_check import PER_ROW_ASSERT
-from tests.support.gguf_factory import gemma3_spec
-from tests.support.shapes import _tokenized, compute_ok, fit_print, model_path
+from tests.support.estimate_matrix import compute_ok, model_path
 from tests.support.tensor_split import CONTEXTS, REAL_LOAD_MODELS, RPC_COUNTS, SPLIT_MODELS, write_real_load_shape
 
 pytestmark = pytest.mark.peer
@@ -172,7 +174,7 @@ def test_token_generation_aborts_where_fitplan_refuses(llama_tools, rpc3, tmp_pa
     refuses exactly the first (runtime/engine/meta_check.py)."""
     spec = gemma3_spec(n_layer=4, n_embd=256, n_head=n_head, n_head_kv=n_head_kv, head_dim=64, n_ff=512,
                        n_vocab=1024, window=128)
-    [path] = _tokenized(spec, 1024, 4096).write(tmp_path / "gemma3.gguf")
+    [path] = tokenized(spec, 1024, 4096).write(tmp_path / "gemma3.gguf")
     for n in RPC_COUNTS:
         argv = ["--rpc", ",".join(rpc3[:n]), "-sm", "tensor"]
         run = subprocess.run([str(llama_tools / "llama-bench"), "-m", str(path), *argv, "-ngl", "99", "-fa", "1",

@@ -202,7 +202,7 @@ def test_split_counts_equal_llama_cpp(flags: list[str], llama_tools: Path, rpc_e
 @pytest.fixture(scope="module")
 def shape_contexts(tmp_path_factory):
     from planner.llama.context import model_context
-    from tests.support.shapes import model_path
+    from tests.support.estimate_matrix import model_path
 
     directory = tmp_path_factory.mktemp("shapes")
     out = {}
@@ -213,7 +213,7 @@ def shape_contexts(tmp_path_factory):
 
 
 def _builder_rows() -> list[tuple[str, str]]:
-    from tests.support.shapes import matrix
+    from tests.support.estimate_matrix import matrix
 
     return [(m, f) for m, f in matrix() if m in ("gemma3-270m", "llama-8b", "qwen3moe-30b-a3b")]
 
@@ -221,10 +221,11 @@ def _builder_rows() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name, template", _builder_rows(), ids=[f"{m}: {f}" for m, f in _builder_rows()])
 def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, shape_contexts, llama_tools,
                                                                rpc_endpoints) -> None:
+    from planner.checking.llama import fit_print
     from planner.llama.settings import resolve_settings
     from planner.memory.estimate import estimate
     from runtime.engine.reserve import supported
-    from tests.support.shapes import expand, fit_print
+    from tests.support.estimate_matrix import expand
 
     path, ctx = shape_contexts[name]
     argv = expand(template, name, rpc_endpoints)
@@ -268,8 +269,8 @@ def test_validate_engine_llama_cpp_agrees_with_the_embedded_engine(capsys, llama
 def test_tiny_models_nodes_and_compute_equal_llama_cpp(arch, flags, llama_tools, tmp_path) -> None:
     """Every graph builder against llama.cpp on a tiny real-weight model of its architecture:
     node and split counts, and the CPU compute buffer (llama.cpp prints MiB to two decimals)."""
+    from planner.synth.tiny_models import Dims, write_tiny
     from tests.runtime.engine.test_builders import DIMS
-    from tests.support.tiny_models import Dims, write_tiny
 
     path = write_tiny(tmp_path / f"{arch}.gguf", arch, DIMS.get(arch, Dims()))
     theirs = parse_log(_fit_params_log(llama_tools, path, flags))
@@ -291,8 +292,8 @@ def test_tiny_models_node_order_and_values_follow_llama_cpp(arch, llama_tools, t
     """The graph node by node against llama.cpp's eval callback (fitplan-dump-nodes, flash attention as
     its default context picks it): the same op kinds in the same order, and values within the f16 KV
     cache's rounding (f32 weights: soft-capping, sinks, biases and the clamped SwiGLU all computed)."""
+    from planner.synth.tiny_models import Dims, write_tiny
     from tests.support.nodes import llama_nodes, runtime_nodes
-    from tests.support.tiny_models import Dims, write_tiny
 
     path = write_tiny(tmp_path / f"{arch}.gguf", arch, Dims(), all_f32=True)
     tokens, batches = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19, 23, 29, 31, 37], [12, 1, 1]
@@ -317,7 +318,7 @@ def test_streams_and_cache_types_nodes_and_compute_equal_llama_cpp(arch, dims, f
                                                                    tmp_path) -> None:
     """-np N and quantized or mixed KV caches (reserve only: decode refuses them) against llama.cpp:
     the node counts tests/runtime/engine/test_streams_and_cache_types.py pins, and the CPU compute buffer."""
-    from tests.support.tiny_models import write_tiny
+    from planner.synth.tiny_models import write_tiny
 
     path = write_tiny(tmp_path / f"{arch}.gguf", arch, dims)
     theirs = parse_log(_fit_params_log(llama_tools, path, flags))

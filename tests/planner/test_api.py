@@ -19,7 +19,7 @@ from planner.core.units import GiB
 from planner.memory.estimate import Estimate
 from planner.model.inspect import InspectResult
 from planner.sweeps.sweep import SweepResult
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 KV_1024 = 2 * 1024 * 256
@@ -100,7 +100,7 @@ def test_plan_takes_request_fields(model):
 
 
 def test_validate_runs_the_embedded_engine(tmp_path):
-    from tests.support.tiny_models import write_tiny
+    from planner.synth.tiny_models import write_tiny
 
     path = write_tiny(tmp_path / "t.gguf", "llama")
     r = planner.validate(str(path), "-c 256", ["CUDA0=1GiB"], ram="8GiB", n_prompt=4, n_gen=2)

@@ -1,4 +1,4 @@
-"""Plans whose printed commands are checked: shapes from tests/support/shapes.py (and the Gemma
+"""Plans whose printed commands are checked: shapes from planner/synth/shapes.py (and the Gemma
 example) on several inventories, MoE expert overrides included. tests/cli/test_commands_cli.py
 parses each printed line with bash; tests/peer/test_commands_peer.py also runs each RPC case's
 argument vector through llama-fit-params on two loopback rpc-servers."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.shapes import model_path
+from tests.support.estimate_matrix import model_path
 
 # two RPC devices; "{ep0}"/"{ep1}" become the rpc-servers' endpoints (fixed ports off the peer tests)
 OFFLINE_ENDPOINTS = ("127.0.0.1:50052", "127.0.0.1:50053")
@@ -20,7 +20,7 @@ def _rpc(mib0: int, mib1: int) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PlanCase:
-    model: str                   # a tests/support/shapes.py name, or gemma3-270m (the example file)
+    model: str                   # a planner/synth/shapes.py name, or gemma3-270m (the example file)
     devices: tuple[str, ...]     # --device shorthands
     options: tuple[str, ...]     # the other `fitplan plan` options
     expect: str = ""             # a fragment the plan's argv must hold (the case exists to show it)

@@ -1,6 +1,6 @@
 """The -sm tensor accuracy matrix (tests/peer/test_tensor_split_peer.py, bench/bench_tensor_split.py).
 
-SPLIT_MODELS: the shapes of tests/support/shapes.py with a graph builder whose architecture the pinned
+SPLIT_MODELS: the shapes of planner/synth/shapes.py with a graph builder whose architecture the pinned
 llama.cpp splits by tensors (not on llm_arch_supports_sm_tensor's deny-list, and not gemma3, whose
 token generation aborts; planner/llama/tensor_parallel.py).
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.gguf_factory import ModelSpec, Q, gemma2_spec, gptoss_spec, llama_spec, qwen3moe_spec, qwen_spec
-from tests.support.shapes import _tokenized
+from planner.synth.gguf_factory import ModelSpec, Q, gemma2_spec, gptoss_spec, llama_spec, qwen3moe_spec, qwen_spec
+from planner.synth.shapes import tokenized
 
 SPLIT_MODELS: tuple[str, ...] = ("llama-8b", "mistral-7b", "qwen2-7b", "qwen3-8b", "gemma2-9b", "gpt-oss-20b",
                                  "qwen3moe-30b-a3b", "lfm2-1.2b", "qwen3next-80b-a3b")
@@ -20,7 +20,7 @@ CONTEXTS: tuple[int, ...] = (4096, 32768)
 
 
 # --- real loads (llama-cli) over rpc-servers: each member's buffers against planner/memory/tensor_members.py ---
-# The published widths of tests/support/shapes.py with 2-4 layers and a 32k vocabulary, so a load moves a few
+# The published widths of planner/synth/shapes.py with 2-4 layers and a 32k vocabulary, so a load moves a few
 # hundred MiB over loopback. (name -> spec)
 def _real_load_specs() -> dict[str, Callable[[], ModelSpec]]:
     v = 32768
@@ -48,7 +48,7 @@ def write_real_load_shape(name: str, directory: Path) -> Path:
     """One real-load shape's sparse GGUF in `directory` (written once)."""
     path = directory / f"{name}.gguf"
     if not path.exists():
-        spec = _tokenized(_real_load_specs()[name](), 32768, 8192)
+        spec = tokenized(_real_load_specs()[name](), 32768, 8192)
         [written] = spec.write(directory / f"{name}.partial.gguf")
         written.rename(path)
     return path

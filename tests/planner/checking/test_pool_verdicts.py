@@ -23,7 +23,7 @@ from planner.core.errors import InfeasiblePlacement
 from planner.core.units import MiB
 from planner.memory.estimate import estimate
 from planner.planning.document import read_deployment
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 STRIX = str(Path(__file__).parents[3] / "configs" / "devices" / "strix-halo.yaml")
 POOL = 150 * MiB

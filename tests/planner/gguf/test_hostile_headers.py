@@ -19,9 +19,9 @@ from planner.core.errors import GGUFError
 from planner.gguf.reader import read_model
 from planner.gguf.source import FileSource
 from planner.model.arch import AttnKind, model_facts
-from tests.support.gguf_factory import ModelSpec, Q, T, Typed, llama_spec, qwen3moe_spec
-from tests.support.gguf_fields import Gguf, enc_value, load
-from tests.support.qwen3next_factory import qwen3next_spec
+from planner.synth.gguf_factory import ModelSpec, Q, T, Typed, llama_spec, qwen3moe_spec
+from planner.synth.gguf_fields import Gguf, enc_value, load
+from planner.synth.qwen3next_factory import qwen3next_spec
 
 MAX_MESSAGE = 300   # one line that quotes a bounded prefix of what it refuses
 

@@ -18,7 +18,7 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from planner.core.errors import GGUFError
 from planner.gguf.reader import SkippedArray, read_model
-from tests.support.gguf_factory import T, Typed, llama_spec, tname, write_model
+from planner.synth.gguf_factory import T, Typed, llama_spec, tname, write_model
 
 
 def _write_real(path: Path) -> None:

@@ -13,6 +13,7 @@ from planner.core.errors import BadInput
 from planner.gguf import references
 from planner.gguf.examples import resolve_model
 from planner.gguf.references import Source, resolve_reference
+from planner.synth.gguf_factory import llama_spec
 from tests.support.fake_hub import (
     MODEL_MEDIA_TYPE,
     PROJECTOR_MEDIA_TYPE,
@@ -24,7 +25,6 @@ from tests.support.fake_hub import (
     write_hub_cache,
     write_ollama_store,
 )
-from tests.support.gguf_factory import llama_spec
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -60,7 +60,7 @@ def test_the_second_read_is_one_request_without_a_body(remote_models, http_serve
 
 
 def test_a_changed_file_is_read_again(tmp_path, http_servers, net_sandbox):
-    from tests.support.gguf_factory import llama_spec
+    from planner.synth.gguf_factory import llama_spec
 
     [path] = llama_spec(n_layer=2).write(tmp_path / "m.gguf")
     srv = http_servers.start()
@@ -119,7 +119,7 @@ def test_redirects_to_storage_keep_the_token_at_home(remote_models, http_servers
 
 
 def test_a_storage_address_that_stops_answering_falls_back_to_the_url(tmp_path, http_servers, net_sandbox):
-    from tests.support.gguf_factory import add_tokenizer, llama_spec
+    from planner.synth.gguf_factory import add_tokenizer, llama_spec
 
     spec = llama_spec()
     add_tokenizer(spec, 100000)   # a header of more than one chunk
@@ -241,7 +241,7 @@ def test_the_stored_login_token_is_a_fallback(tmp_path):
 def test_the_proxy_environment_is_honoured(tmp_path, http_servers, net_sandbox, monkeypatch):
     import socket
 
-    from tests.support.gguf_factory import llama_spec
+    from planner.synth.gguf_factory import llama_spec
 
     [path] = llama_spec().write(tmp_path / "m.gguf")
     proxy = http_servers.start()
@@ -263,7 +263,7 @@ def test_the_proxy_environment_is_honoured(tmp_path, http_servers, net_sandbox, 
     ({"etags": False, "last_modified": False}, None),  # nothing to revalidate with: nothing cached
 ])
 def test_revalidation_uses_what_the_server_gives(validators, cached, tmp_path, http_servers, net_sandbox):
-    from tests.support.gguf_factory import llama_spec
+    from planner.synth.gguf_factory import llama_spec
 
     [path] = llama_spec().write(tmp_path / "m.gguf")
     srv = http_servers.start(**validators)
@@ -283,7 +283,7 @@ def test_revalidation_uses_what_the_server_gives(validators, cached, tmp_path, h
 def test_a_range_answer_without_a_total_size_reads_within_the_cap(tmp_path, http_servers, net_sandbox):
     """`Content-Range: bytes a-b/*` (RFC 9110 allows an unknown length): the header is read, bounded
     by the header cap instead of the file's size."""
-    from tests.support.gguf_factory import add_tokenizer, llama_spec
+    from planner.synth.gguf_factory import add_tokenizer, llama_spec
     from tests.support.http_server import Reply
 
     spec = llama_spec()
@@ -311,7 +311,7 @@ def test_a_compressed_range_is_refused(tmp_path, http_servers, net_sandbox):
 
 
 def test_an_entry_evicted_mid_read_is_read_afresh(tmp_path, http_servers, net_sandbox):
-    from tests.support.gguf_factory import llama_spec
+    from planner.synth.gguf_factory import llama_spec
 
     [path] = llama_spec().write(tmp_path / "m.gguf")
     srv = http_servers.start()

@@ -8,7 +8,7 @@ from gguf import Keys
 
 from planner.gguf.reader import ModelFile, read_model
 from planner.gguf.vocab import LLAMA_TOKEN_NULL, VocabType, token_texts, vocab_of
-from tests.support.draft_models import drafter_spec
+from planner.synth.draft_models import drafter_spec
 
 
 def _model(n: int = 200, **keys: Any) -> ModelFile:

@@ -15,7 +15,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import HOST, Backend, Device
 from planner.llama.settings import context_params, resolve_on
-from tests.support.gguf_factory import deepseek2_spec, gemma3_spec, llama_spec, mamba2_spec
+from planner.synth.gguf_factory import deepseek2_spec, gemma3_spec, llama_spec, mamba2_spec
 
 A = Device("A", Backend.RPC, 32, 0, False, "127.0.0.1:1")
 B = Device("B", Backend.RPC, 32, 0, False, "127.0.0.1:2")

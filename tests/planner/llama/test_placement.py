@@ -24,7 +24,7 @@ from planner.llama.placement import (
     resolve_devices,
     tensor_slots,
 )
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 GiB = 2**30
 A = Device("A", Backend.RPC, 32, 1 * GiB, False, "127.0.0.1:1")

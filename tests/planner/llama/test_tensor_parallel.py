@@ -17,7 +17,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import resolve_devices
 from planner.llama.settings import resolve_settings
 from planner.llama.tensor_parallel import META_NAME, SM_TENSOR_UNSUPPORTED
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 GiB = 2**30
 

@@ -18,7 +18,7 @@ from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.draft import estimate_draft, speculation_refusal
-from tests.support.draft_models import drafter_spec
+from planner.synth.draft_models import drafter_spec
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 N_VOCAB = 300

@@ -22,8 +22,8 @@ from planner.core.errors import FlagError
 from planner.llama.companions import borrows_target_output
 from planner.memory.estimate import estimate
 from planner.model.tensors import OUTPUT, TOKEN_EMBD
-from tests.support.draft_models import dflash_spec
-from tests.support.gguf_factory import llama_spec
+from planner.synth.draft_models import dflash_spec
+from planner.synth.gguf_factory import llama_spec
 
 RPC = ["--rpc", "127.0.0.1:50052,127.0.0.1:50053"]
 N_VOCAB = 512

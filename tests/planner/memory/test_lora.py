@@ -3,7 +3,7 @@
 The target: a sparse llama from gguf_factory (2 layers, n_embd 64, 4 heads of 16, 2 KV heads,
 so attn_q is [64, 64] and attn_v [64, 32]; n_ff 128; 256 tokens), attention in Q4_0 (repacked on a
 CPU whose repack table takes Q4_0), V in F32, the FFN in Q8_0. Adapters: real random F16/Q8_0
-weights from tests/support/lora_factory.py. llama.cpp's rules: src/llama-adapter.cpp
+weights from planner/synth/lora_factory.py. llama.cpp's rules: src/llama-adapter.cpp
 llama_adapter_lora_init_impl and ggml-alloc.c ggml_backend_alloc_ctx_tensors_from_buft.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from planner.llama.flags import LoraArg, parse_llama_flags
 from planner.llama.placement import HOST, Device
 from planner.llama.settings import LlamaSettings, resolve_on
 from planner.memory.lora import UNCOUNTED_NOTE, estimate_lora, estimate_loras
+from planner.synth.gguf_factory import llama_spec
+from planner.synth.lora_factory import LoraTensor, lora_layout, write_lora
 from runtime.ggml.profiles import Backend
-from tests.support.gguf_factory import llama_spec
-from tests.support.lora_factory import LoraTensor, lora_layout, write_lora
 
 REPACK = {Q.Q4_0: 8}   # the x86 AVX2 table's Q4_0 entry (ggml-cpu/repack.cpp)
 Q_SHAPE, V_SHAPE = (64, 64), (64, 32)

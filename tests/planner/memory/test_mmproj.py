@@ -24,10 +24,8 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import Device
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
-from runtime.engine.clip_hparams import UnsupportedProjector, read_clip_hparams
-from runtime.engine.clip_reserve import reserve_projector
-from tests.support.gguf_factory import gemma3_spec
-from tests.support.mmproj_factory import (
+from planner.synth.gguf_factory import gemma3_spec
+from planner.synth.mmproj_factory import (
     gemma3_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
@@ -40,6 +38,8 @@ from tests.support.mmproj_factory import (
     write_gemma3_mmproj,
     write_mmproj,
 )
+from runtime.engine.clip_hparams import UnsupportedProjector, read_clip_hparams
+from runtime.engine.clip_reserve import reserve_projector
 
 MiB = 2**20
 RPC = ["--rpc", "127.0.0.1:50052,127.0.0.1:50053"]

@@ -12,8 +12,8 @@ from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.tensor_parallel import state_slices
 from planner.memory.estimate import estimate
-from tests.support.gguf_factory import Q, gemma3_spec, llama_spec
-from tests.support.qwen3next_factory import qwen3next_spec
+from planner.synth.gguf_factory import Q, gemma3_spec, llama_spec
+from planner.synth.qwen3next_factory import qwen3next_spec
 
 RPC2 = ["-sm", "tensor", "--rpc", "127.0.0.1:1,127.0.0.1:2"]
 

@@ -19,7 +19,7 @@ from planner.core.errors import GGUFError
 from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
-from tests.support.gguf_factory import (
+from planner.synth.gguf_factory import (
     ModelSpec,
     Q,
     T,

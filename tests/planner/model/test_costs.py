@@ -16,7 +16,7 @@ from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
 from planner.model.costs import CostTable, WeightGroup, cost_table
-from tests.support.gguf_factory import (
+from planner.synth.gguf_factory import (
     ModelSpec,
     deepseek2_spec,
     gemma3_spec,

@@ -76,7 +76,7 @@ def test_a_drafter_that_runs_the_targets_output_is_placed_where_the_output_is(ge
     """A DFlash drafter without an output matrix runs the target's (planner/memory/draft.py
     check_borrowed_output): placements that leave it away from the output layer are not plans, as
     llama.cpp would abort on them; the plan keeps the drafter where it reaches the output."""
-    from tests.support.draft_models import dflash_spec, vocab_metadata
+    from planner.synth.draft_models import dflash_spec, vocab_metadata
 
     drafter = tmp_path / "dflash.gguf"
     dflash_spec(vocab_metadata(gemma.model)).write(drafter)

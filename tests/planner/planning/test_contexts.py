@@ -18,7 +18,7 @@ from planner.planning.contexts import max_context, rope_scaling
 from planner.planning.result import PlanRequest
 from planner.planning.search import plan
 from planner.planning.verdict import verdict
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 TRAIN = 4096
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))

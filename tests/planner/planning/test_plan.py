@@ -19,7 +19,7 @@ from planner.planning.result import PlanRequest, llama_argv
 from planner.planning.search import plan
 from planner.planning.solve import Objective
 from planner.planning.throughput import predict_estimate
-from tests.support.gguf_factory import llama_spec, qwen3moe_spec
+from planner.synth.gguf_factory import llama_spec, qwen3moe_spec
 
 
 @pytest.fixture(scope="module")

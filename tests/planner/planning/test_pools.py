@@ -15,7 +15,7 @@ from planner.memory.estimate import estimate
 from planner.planning.result import PlanRequest, llama_argv
 from planner.planning.search import plan
 from planner.planning.solve import LayerDemand, Problem, Slot, solve_dp, solve_milp
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(80e9), "test host", int(1e12))
 POOL = 100 * MiB   # a pool for the budget arithmetic

@@ -15,7 +15,7 @@ from planner.planning.result import PlanRequest, plan_argv
 from planner.planning.search import plan
 from planner.planning.tensor_throughput import REDUCES_PER_LAYER, reduce_steps
 from planner.planning.throughput import LOCAL_SPLIT_LATENCY_S
-from tests.support.shapes import write_shape
+from planner.synth.shapes import write_shape
 
 GIB = 1 << 30
 HOST = HostSpec(64 * GIB, 60 * GIB, int(60e9), "test host", int(1e12))

@@ -19,7 +19,7 @@ from planner.planning import whatfits
 from planner.planning.result import PlanRequest
 from planner.planning.search import plan
 from planner.planning.whatfits import with_budget
-from tests.support.shapes import write_shape
+from planner.synth.shapes import write_shape
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
 

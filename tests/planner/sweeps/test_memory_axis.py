@@ -14,7 +14,7 @@ from planner.api import as_flags, as_inventory
 from planner.core.errors import FlagError
 from planner.core.units import GiB, MiB
 from planner.sweeps.sweep import CSV_COLUMNS, parse_axis, sweep
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from planner.api import as_flags, as_inventory
 from planner.core.units import GiB, MiB
 from planner.sweeps.plots import plot_memory, plot_sweep, save_figure
 from planner.sweeps.sweep import parse_axis, sweep
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 
 @dataclass(frozen=True)

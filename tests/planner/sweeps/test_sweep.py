@@ -22,7 +22,7 @@ from planner.api import as_flags, as_inventory
 from planner.core.errors import FlagError
 from planner.core.units import GiB, MiB
 from planner.sweeps.sweep import CSV_COLUMNS, parse_axis, parse_vary, sweep
-from tests.support.gguf_factory import llama_spec
+from planner.synth.gguf_factory import llama_spec
 
 # On CUDA buffers (ggml-cuda.cu get_alloc_size) a quantized tensor whose rows are not a multiple of
 # MATRIX_ROW_PADDING = 512 values gets row_size(type, 512 - ne0 % 512) more, before the 128-byte

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from planner.llama.flags import parse_llama_flags
+from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.runner import ModelRunner
 from tests.support.reference import float64_weights, rms_norm
-from tests.support.tiny_models import Dims, write_tiny
 
 ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "gpt-oss")
 # llama-fit-params -v -c 256 [-fa off] on write_tiny(arch, DIMS[arch]) files: "graph: nodes = N"

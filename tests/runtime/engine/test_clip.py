@@ -9,12 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner.gguf.reader import read_model
-from runtime.engine.clip import SiglipGraph
-from runtime.engine.clip_hparams import load_weights, read_clip_hparams
-from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
-from runtime.engine.clip_qwen2vl import Qwen2VLGraph, Qwen3VLGraph, qwen2vl_tensor_names, read_qwen2vl_hparams
-from runtime.ggml.graph import GGMLType, Op
-from tests.support.mmproj_factory import (
+from planner.synth.mmproj_factory import (
     gemma3_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
@@ -27,6 +22,11 @@ from tests.support.mmproj_factory import (
     qwen25vl_mmproj_spec,
     write_mmproj,
 )
+from runtime.engine.clip import SiglipGraph
+from runtime.engine.clip_hparams import load_weights, read_clip_hparams
+from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
+from runtime.engine.clip_qwen2vl import Qwen2VLGraph, Qwen3VLGraph, qwen2vl_tensor_names, read_qwen2vl_hparams
+from runtime.ggml.graph import GGMLType, Op
 
 # inp: im2col, 2 reshapes, mul_mat, reshape, permute, cont (ggml_conv_2d) + reshape, transpose, cont,
 # bias add = 11; + position add, reshape = 13. A layer: norm x3, q/k/v (matmul, bias, reshape) x3,

@@ -53,7 +53,7 @@ from planner.llama.context import model_context
 from planner.memory.estimate import estimate
 from planner.planning.result import PlanRequest, llama_argv
 from planner.planning.search import plan
-from tests.support.gguf_factory import llama_spec, qwen3moe_spec
+from planner.synth.gguf_factory import llama_spec, qwen3moe_spec
 
 Q = GGMLQuantizationType
 MiB = 1 << 20

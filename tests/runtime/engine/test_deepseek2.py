@@ -18,14 +18,14 @@ from planner.core.errors import BadInput
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer, deepseek2_lite_layout, deepseek2_spec
+from planner.synth.tiny_models import write_random
 from runtime.engine.deepseek2 import MlaHParams
 from runtime.engine.reserve import supported
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.debug import op_desc
 from runtime.ggml.graph import VIEW_OPS
-from tests.support.gguf_factory import ModelSpec, add_tokenizer, deepseek2_lite_layout, deepseek2_spec
 from tests.support.reference import float64_weights, rms_norm
-from tests.support.tiny_models import write_random
 
 TOKENS = [1, 5, 9, 200, 3, 7, 11, 13, 17, 19]
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]

@@ -20,13 +20,13 @@ from planner.core.errors import BadInput
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
+from planner.synth.gguf_factory import ModelSpec, Q, add_tokenizer, granitehybrid_spec, tname
 from runtime.engine.probe import flash_attn_mismatches
 from runtime.engine.runner import ModelRunner
 from runtime.ggml import build as B
 from runtime.ggml import ssm
 from runtime.ggml.graph import GGMLType, Graph, Tensor
 from runtime.ggml.sched import Scheduler
-from tests.support.gguf_factory import ModelSpec, Q, add_tokenizer, granitehybrid_spec, tname
 
 MIB = 2**20
 LAYERS = (0, 0, 2, 0)   # head_count_kv: Mamba-2, Mamba-2, attention, Mamba-2

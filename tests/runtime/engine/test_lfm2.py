@@ -19,9 +19,9 @@ from gguf import Keys
 from planner.core.errors import BadInput
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer, lfm2_spec
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
-from tests.support.gguf_factory import ModelSpec, add_tokenizer, lfm2_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
 MIB = 2**20

@@ -20,17 +20,17 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from planner.llama.flags import parse_llama_flags
-from runtime.engine.runner import ModelRunner
-from tests.support.gguf_factory import (
+from planner.synth.gguf_factory import (
     ModelSpec,
     deepseek2_spec,
     granitehybrid_spec,
     lfm2_spec,
     qwen3moe_spec,
 )
-from tests.support.lora_factory import LoraTensor, write_lora
-from tests.support.qwen3next_factory import qwen3next_spec
-from tests.support.tiny_models import write_random
+from planner.synth.lora_factory import LoraTensor, write_lora
+from planner.synth.qwen3next_factory import qwen3next_spec
+from planner.synth.tiny_models import write_random
+from runtime.engine.runner import ModelRunner
 
 RANK = 4
 NODES_PER_PAIR = 4

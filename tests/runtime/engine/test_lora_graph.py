@@ -19,9 +19,9 @@ from gguf import GGMLQuantizationType as Q
 
 from planner.gguf.reader import TensorInfo, read_model
 from planner.llama.flags import parse_llama_flags
+from planner.synth.lora_factory import lora_layout, write_lora
+from planner.synth.tiny_models import Dims, tensor_layout, write_tiny
 from runtime.engine.runner import ModelRunner
-from tests.support.lora_factory import lora_layout, write_lora
-from tests.support.tiny_models import Dims, tensor_layout, write_tiny
 
 PROJ = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]

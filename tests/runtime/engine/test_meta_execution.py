@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from planner.llama.flags import parse_llama_flags
+from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.runner import ModelRunner
 from runtime.engine.tensor_split import LlamaTensorSplit
 from runtime.ggml import build as B
@@ -23,7 +24,6 @@ from runtime.ggml.backend import make_virtual
 from runtime.ggml.graph import GGMLType, Graph, Op
 from runtime.ggml.meta import SplitAxis
 from runtime.ggml.meta_device import MetaBackend, MetaDevice
-from tests.support.tiny_models import Dims, write_tiny
 
 PROMPT = [1, 5, 9, 33, 7, 100, 42]
 # 6 query heads in 3 KV groups: 2 and 4 members cannot share them evenly (the head-count rounding);

@@ -18,10 +18,10 @@ import pytest
 from planner.checking.report import ValidateRequest
 from planner.checking.validate import validate
 from planner.llama.flags import parse_llama_flags
+from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.meta_runner import TimedMetaBackend
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.meta_device import MetaDevice
-from tests.support.tiny_models import Dims, write_tiny
 
 PROMPT = [1, 5, 9, 33, 7, 100, 42, 200, 3, 17, 64, 128]
 # default: n_ff 256 is two 128-element FFN slices; odd-heads: 6 query heads in 3 KV groups that 2 and

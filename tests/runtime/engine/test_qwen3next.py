@@ -18,11 +18,11 @@ from gguf import Keys
 from planner.core.errors import BadInput
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer
+from planner.synth.qwen3next_factory import qwen3next_spec
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
 from tests.runtime.engine.test_lfm2 import _dump
-from tests.support.gguf_factory import ModelSpec, add_tokenizer
-from tests.support.qwen3next_factory import qwen3next_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
 MIB = 2**20

@@ -20,9 +20,9 @@ import pytest
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
+from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.profiles import GGML_SCHED_MAX_COPIES
-from tests.support.tiny_models import Dims, write_tiny
 
 DIMS = Dims(n_layer=4)
 RPC2 = ["--rpc", "127.0.0.1:50001,127.0.0.1:50002"]

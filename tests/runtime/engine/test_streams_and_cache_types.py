@@ -15,10 +15,10 @@ from gguf import GGMLQuantizationType as Q
 from planner.core.errors import BadInput
 from planner.gguf.examples import resolve_model
 from planner.llama.flags import parse_llama_flags
+from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.kvcache import CacheKind, rotation_size
 from runtime.engine.reserve import reserve_compute, supported
 from runtime.engine.runner import ModelRunner
-from tests.support.tiny_models import Dims, write_tiny
 
 MIB = 2**20
 HEAD64 = Dims(head_dim=64, n_embd=128, n_head=2, n_head_kv=1)   # a head size the Hadamard rotation takes

@@ -1,6 +1,6 @@
 """qwen3next layouts for tests (src/models/qwen3next.cpp load_arch_tensors, pinned build): Gated
 DeltaNet layers where (il + 1) % full_attention_interval != 0, gated full attention elsewhere, routed
-experts plus a sigmoid-gated shared expert in every layer. It uses tests/support/gguf_factory.py's
+experts plus a sigmoid-gated shared expert in every layer. It uses planner/synth/gguf_factory.py's
 helpers and conventions (names from gguf-py, a sparse hole for the data).
 
 A DeltaNet layer: attn_qkv [n_embd, 2 key_dim + value_dim] and attn_gate [n_embd, value_dim] (the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gguf import Keys
 
-from tests.support.gguf_factory import ModelSpec, Q, T, _common, _embeddings
+from planner.synth.gguf_factory import ModelSpec, Q, T, _common, _embeddings
 
 
 def qwen3next_spec(*, n_layer: int = 4, n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2,

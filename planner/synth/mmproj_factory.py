@@ -11,7 +11,7 @@ patch and position embeddings and every 1-D tensor F32. The FFN is stored as the
 it (ffn_down holds fc1, {n_embd, n_ff}); clip.cpp swaps such up/down pairs back for Gemma 3.
 
 Names come from gguf-py's TENSOR_NAMES (V_ENC_*, V_MM_*) and keys from gguf.Keys; tensor data is
-a sparse hole (tests/support/gguf_factory.write_model). `n_layer` defaults to the real 27.
+a sparse hole (planner/synth/gguf_factory.py write_model). `n_layer` defaults to the real 27.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from gguf import GGMLQuantizationType as Q
 from gguf import Keys, VisionProjectorType
 
-from tests.support.gguf_factory import ModelSpec, T
+from planner.synth.gguf_factory import ModelSpec, T
 
 CLIP_ARCH = "clip"
 # SigLIP-So400m/14 at 896 px, as Gemma 3's vision tower (HF config vision_config)

@@ -1,21 +1,21 @@
-"""Shape-faithful sparse models for the estimate peer tests.
+"""Shape-faithful sparse models: published models' dimensions as GGUF headers llama.cpp loads.
 
-Each is a published model's dimensions laid out with tests/gguf_factory's builders (llama.cpp's
-real tensor names and shapes, as load_arch_tensors creates them) and a tokenizer block llama.cpp
-accepts; the tensor data is a sparse hole, so llama-fit-params (which never reads weights) loads
-them in a second and they cost a few MiB of disk.
+Each entry of `SHAPES` holds the dimensions of the published model its builder's docstring names,
+laid out with planner/synth/gguf_factory.py's builders (llama.cpp's real tensor names and shapes,
+as load_arch_tensors creates them), with a tokenizer block llama.cpp accepts (`tokenized`). The
+tensor data is a sparse hole, so llama-fit-params (which never reads weights) loads them in a
+second and they cost a few MiB of disk. `write_shape` writes one once into a directory; the
+estimate peer tests, the benchmarks and the notebooks plan on them.
 """
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from gguf import Keys
 
-from tests.support.gguf_factory import (
+from planner.synth.gguf_factory import (
     ModelSpec,
     Q,
     add_tokenizer,
@@ -30,10 +30,11 @@ from tests.support.gguf_factory import (
     qwen3moe_spec,
     qwen_spec,
 )
-from tests.support.qwen3next_factory import qwen3next_spec
+from planner.synth.qwen3next_factory import qwen3next_spec
 
 
-def _tokenized(spec: ModelSpec, n_vocab: int, n_ctx: int) -> ModelSpec:
+def tokenized(spec: ModelSpec, n_vocab: int, n_ctx: int) -> ModelSpec:
+    """`spec` with a stand-in BPE tokenizer of `n_vocab` tokens, a training context and a RoPE base."""
     add_tokenizer(spec, n_vocab, n_merges=1)
     spec.metadata[Keys.Tokenizer.PRE] = "default"
     spec.metadata[Keys.LLM.CONTEXT_LENGTH] = n_ctx
@@ -46,7 +47,18 @@ def llama_8b() -> ModelSpec:
     spec = llama_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=128256,
                       attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
                       out_type=Q.Q6_K)
-    return _tokenized(spec, 128256, 8192)
+    return tokenized(spec, 128256, 8192)
+
+
+def llama_70b() -> ModelSpec:
+    """Llama 3 70B class (Q4_K_M-like types): 80 layers, 8192 wide, GQA 64/8, n_ff 28672, and a real-size
+    128k tokenizer with 280k merges, so remote reads meet a header of a real size: about 40 GiB of logical
+    size, a few MiB on disk. Not in SHAPES (the peer matrix does not load it)."""
+    spec = llama_spec(n_layer=80, n_embd=8192, n_head=64, n_head_kv=8, n_ff=28672, n_vocab=128256,
+                      attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
+                      out_type=Q.Q6_K)
+    add_tokenizer(spec, 128256, n_merges=280147)
+    return spec
 
 
 def mistral_7b() -> ModelSpec:
@@ -54,28 +66,28 @@ def mistral_7b() -> ModelSpec:
     spec = llama_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=32768,
                       attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
                       out_type=Q.Q6_K)
-    return _tokenized(spec, 32768, 32768)
+    return tokenized(spec, 32768, 32768)
 
 
 def qwen2_7b() -> ModelSpec:
     """Qwen2.5-7B class: 28 layers, 3584 wide, GQA 28/4 (head 128), n_ff 18944, Q/K/V biases, 152k vocab."""
     spec = qwen_spec("qwen2", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944, n_vocab=152064,
                      qkv_bias=True)
-    return _tokenized(spec, 152064, 32768)
+    return tokenized(spec, 152064, 32768)
 
 
 def qwen3_8b() -> ModelSpec:
     """Qwen3-8B class: 36 layers, 4096 wide, GQA 32/8 (head 128), n_ff 12288, Q/K norms, 151k vocab."""
     spec = qwen_spec("qwen3", n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, n_ff=12288, n_vocab=151936,
                      qk_norm=True)
-    return _tokenized(spec, 151936, 40960)
+    return tokenized(spec, 151936, 40960)
 
 
 def gemma2_9b() -> ModelSpec:
     """Gemma 2 9B class: 42 layers, 3584 wide, 16 heads / 8 KV of 256, n_ff 14336, window 4096, 256k vocab."""
     spec = gemma2_spec(n_layer=42, n_embd=3584, n_head=16, n_head_kv=8, head_dim=256, n_ff=14336, n_vocab=256000,
                        window=4096)
-    return _tokenized(spec, 256000, 8192)
+    return tokenized(spec, 256000, 8192)
 
 
 def gptoss_20b() -> ModelSpec:
@@ -83,7 +95,7 @@ def gptoss_20b() -> ModelSpec:
     128, MXFP4 experts, 201k vocab, YaRN x32 over 4096 positions (as the published file declares it)."""
     spec = gptoss_spec(n_layer=24, n_embd=2880, n_head=64, n_head_kv=8, head_dim=64, n_expert=32,
                        n_expert_used=4, n_ff_exp=2880, n_vocab=201088, window=128)
-    spec = _tokenized(spec, 201088, 131072)
+    spec = tokenized(spec, 201088, 131072)
     spec.metadata.update({Keys.Rope.FREQ_BASE: 150000.0, Keys.Rope.SCALING_TYPE: "yarn",
                           Keys.Rope.SCALING_FACTOR: 32.0, Keys.Rope.SCALING_ORIG_CTX_LEN: 4096})
     return spec
@@ -93,7 +105,7 @@ def qwen3moe_30b() -> ModelSpec:
     """Qwen3-30B-A3B class: 48 layers, 2048 wide, 128 experts (8 used) of width 768, 151k vocab."""
     spec = qwen3moe_spec(n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_expert=128,
                          n_expert_used=8, n_ff_exp=768, n_vocab=151936)
-    return _tokenized(spec, 151936, 40960)
+    return tokenized(spec, 151936, 40960)
 
 
 def deepseek2_mla() -> ModelSpec:
@@ -106,7 +118,7 @@ def deepseek2_mla() -> ModelSpec:
     spec = deepseek2_spec(n_layer=27, n_dense_lead=1, n_embd=n_embd, n_head=n_head, q_lora_rank=1536,
                           kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head_dim=128, n_ff=10944, n_expert=64,
                           n_expert_used=6, n_expert_shared=2, n_ff_exp=1408, n_vocab=102400)
-    return _tokenized(deepseek2_lite_layout(spec, n_embd, n_head, qk), 102400, 163840)
+    return tokenized(deepseek2_lite_layout(spec, n_embd, n_head, qk), 102400, 163840)
 
 
 def granite_hybrid() -> ModelSpec:
@@ -114,7 +126,7 @@ def granite_hybrid() -> ModelSpec:
     kv = tuple(4 if i % 10 == 5 else 0 for i in range(40))
     spec = granitehybrid_spec(n_embd=1536, n_head=12, head_count_kv=kv, n_ff=4096, d_conv=4, d_state=128,
                               n_group=1, n_ssm_head=48, n_vocab=100352)
-    return _tokenized(spec, 100352, 131072)
+    return tokenized(spec, 100352, 131072)
 
 
 def lfm2_1p2b() -> ModelSpec:
@@ -123,7 +135,7 @@ def lfm2_1p2b() -> ModelSpec:
     kv = tuple(8 if i in (2, 5, 8, 10, 12, 14) else 0 for i in range(16))
     spec = lfm2_spec(n_embd=2048, n_head=32, head_count_kv=kv, n_ff=8192, l_cache=3, n_vocab=65536,
                      attn_type=Q.Q4_K, v_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q6_K)
-    spec = _tokenized(spec, 65536, 128000)
+    spec = tokenized(spec, 65536, 128000)
     spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
     return spec
 
@@ -136,7 +148,7 @@ def qwen3next_80b() -> ModelSpec:
                           n_expert_used=10, n_ff_exp=512, n_ff_shexp=512, d_conv=4, d_state=128, n_k_heads=16,
                           n_v_heads=32, n_vocab=151936, mat_type=Q.Q4_K, exp_type=Q.Q4_K, embd_type=Q.Q4_K,
                           out_type=Q.Q6_K)
-    spec = _tokenized(spec, 151936, 262144)
+    spec = tokenized(spec, 151936, 262144)
     spec.metadata[Keys.Rope.FREQ_BASE] = 10000000.0
     return spec
 
@@ -167,7 +179,7 @@ def gemma3_270m_layout() -> ModelSpec:
                 qtype = Q.Q6_K if il in more_bits else Q.Q4_K
         tensors.append((name, qtype, shape))
     spec.tensors = tensors
-    spec = _tokenized(spec, n_vocab, 32768)
+    spec = tokenized(spec, n_vocab, 32768)
     spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
     return spec
 
@@ -197,86 +209,3 @@ def write_shape(name: str, directory: Path) -> Path:
     return path
 
 
-# --- the estimate accuracy matrix (peer tests and bench/bench_estimate_accuracy.py) ---------------
-
-# "{rpc}" becomes --rpc with two loopback rpc-servers (llama.cpp names them RPC0, RPC1).
-COMMON_FLAGS: tuple[str, ...] = (
-    "-c 4096",
-    "-c 32768",
-    "{rpc} -c 4096 -ts 1,1",
-    "{rpc} -c 4096 -ts 3,1",
-    "{rpc} -c 32768 -ts 1,1",
-    "{rpc} -c 4096 -ts 1,1 -ngl {half}",
-    "-c 4096 -ctk q8_0 -ctv q8_0",
-    "{rpc} -c 4096 -ts 1,1 -ctk q8_0 -ctv q8_0",
-    "{rpc} -c 4096 -ts 1,1 -ctk q4_0 -ctv q4_0 -fa on",
-    "-c 4096 -np 4",
-    "{rpc} -c 4096 -ts 1,1 -np 4",
-    "-c 4096 -fa off",
-    "{rpc} -c 4096 -ts 3,1 -fa off",
-    "-c 4096 -ub 128",
-    "{rpc} -c 4096 -ts 1,1 -ub 128",
-)
-# K and V of different types: llama.cpp refuses them on MLA caches (llama_init_from_model), so not
-# for deepseek2-mla.
-MIXED_CACHE = "{rpc} -c 4096 -ts 3,1 -ctk q8_0 -ctv f16"
-EXTRA_FLAGS: dict[str, tuple[str, ...]] = {
-    "gemma3-270m": ("-c 4096 --swa-full", "{rpc} -c 4096 -ts 1,1 --swa-full", MIXED_CACHE),
-    "llama-8b": (r"{rpc} -c 4096 -ts 1,1 -ot blk\.1[0-9]\.ffn_down=CPU", MIXED_CACHE),
-    "qwen3moe-30b-a3b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU",
-                         "-c 4096 -cmoe", MIXED_CACHE),
-    "granite-hybrid": (MIXED_CACHE,),
-    "lfm2-1.2b": (MIXED_CACHE,),
-    "qwen3next-80b-a3b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU", "-c 4096 -cmoe",
-                          MIXED_CACHE),
-    "deepseek2-mla": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU"),
-    "gemma2-9b": ("-c 4096 --swa-full", "{rpc} -c 4096 -ts 1,1 --swa-full"),
-    "gpt-oss-20b": ("{rpc} -c 4096 -ts 1,1 -ncmoe 8", "{rpc} -c 4096 -ts 1,1 -ot exps=CPU", "-c 4096 -cmoe"),
-}
-N_LAYER: dict[str, int] = {"gemma3-270m": 18, "llama-8b": 32, "qwen3moe-30b-a3b": 48, "deepseek2-mla": 27,
-                           "granite-hybrid": 40, "mistral-7b": 32, "qwen2-7b": 28, "qwen3-8b": 36, "gemma2-9b": 42,
-                           "gpt-oss-20b": 24, "lfm2-1.2b": 16,
-                           "qwen3next-80b-a3b": 48}
-MODELS: tuple[str, ...] = ("gemma3-270m",) + tuple(SHAPES)
-
-
-def matrix() -> list[tuple[str, str]]:
-    """(model name, flag template) rows of the accuracy matrix."""
-    return [(m, f) for m in MODELS for f in COMMON_FLAGS + EXTRA_FLAGS.get(m, ())]
-
-
-def model_path(name: str, directory: Path) -> Path:
-    if name == "gemma3-270m":
-        from planner.gguf.examples import resolve_model
-
-        return Path(resolve_model("example:gemma3-270m"))
-    return write_shape(name, directory)
-
-
-def expand(template: str, name: str, endpoints: list[str]) -> list[str]:
-    text = template.replace("{rpc}", "--rpc " + ",".join(endpoints)).replace("{half}", str(N_LAYER[name] // 2))
-    return shlex.split(text)
-
-
-def fit_print(bin_dir: Path, model: Path, argv: list[str]) -> dict[str, tuple[int, int, int]]:
-    """llama-fit-params --fit-print on: device -> (model, context, compute) MiB, as it prints them."""
-    done = subprocess.run([str(bin_dir / "llama-fit-params"), "-m", str(model), "--fit-print", "on", *argv],
-                          capture_output=True, text=True, timeout=300, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"llama-fit-params {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
-    rows = {}
-    for line in done.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
-            rows[parts[0]] = (int(parts[1]), int(parts[2]), int(parts[3]))
-    return rows
-
-
-def compute_ok(mine_mib: float, theirs_mib: int, compute_model: str = "simulated") -> bool:
-    """The tolerance for the compute column. A simulated figure (the runtime's reserve): within 3 %
-    or 4 MiB of llama.cpp's, and never below it by more than 1 MiB (llama.cpp prints floor(MiB), so
-    its true figure is in [theirs, theirs + 1)). The formula (architectures without a graph
-    builder, planner/memory/analytic.py): within 10 % or 16 MiB."""
-    if compute_model == "simulated":
-        return abs(mine_mib - theirs_mib) <= max(4.0, 0.03 * theirs_mib) and mine_mib >= theirs_mib - 1.0
-    return abs(mine_mib - theirs_mib) <= max(16.0, 0.10 * theirs_mib)

@@ -13,7 +13,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 
-from tests.support.gguf_factory import ModelSpec, add_value, key
+from planner.synth.gguf_factory import ModelSpec, add_value, key
 
 Q = GGMLQuantizationType
 

@@ -1,4 +1,4 @@
-"""Synthetic GGUF files for tests: llama.cpp's real tensor names and metadata keys, no real data.
+"""Synthetic GGUF files: llama.cpp's real tensor names and metadata keys, no real data.
 
 `write_model` writes the header with gguf-py's `GGUFWriter` and leaves the tensor data as a
 sparse hole (`truncate`), so an 8B-class header costs a few MiB of disk, not 5 GiB. The

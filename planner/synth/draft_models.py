@@ -15,7 +15,7 @@ from gguf import GGUFValueType, Keys
 
 from planner.gguf.reader import ModelFile
 from planner.gguf.vocab import token_texts
-from tests.support.gguf_factory import ModelSpec, Q, T, Typed, _common, gemma3_spec
+from planner.synth.gguf_factory import ModelSpec, Q, T, Typed, _common, gemma3_spec
 
 # scalar tokenizer keys llama.cpp's vocabulary loader reads, copied as they are
 _SCALAR_KEYS = (Keys.Tokenizer.MODEL, Keys.Tokenizer.PRE, Keys.Tokenizer.BOS_ID, Keys.Tokenizer.EOS_ID,

@@ -1,5 +1,5 @@
 """glm4moe layouts for tests (src/models/glm4-moe.cpp load_arch_tensors, pinned build): GLM-4.5 and
-GLM-4.5-Air. It uses tests/support/gguf_factory.py's helpers and conventions (names from gguf-py, a
+GLM-4.5-Air. It uses planner/synth/gguf_factory.py's helpers and conventions (names from gguf-py, a
 sparse hole for the data).
 
 Every block: attn_norm, attn_q/k/v with biases, attn_output, post_attention_norm (the norm before the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gguf import Keys
 
-from tests.support.gguf_factory import ModelSpec, Q, T, _common, _embeddings, add_tokenizer
+from planner.synth.gguf_factory import ModelSpec, Q, T, _common, _embeddings, add_tokenizer
 
 
 def glm4moe_spec(*, n_layer: int = 3, n_nextn: int = 1, n_dense_lead: int = 1, n_embd: int = 256,
