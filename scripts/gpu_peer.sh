@@ -19,12 +19,12 @@
 # (libcuda.so.1) is the GPU machine's too; the link here uses a stub holding the eleven driver-API
 # entry points ggml-cuda calls (its VMM pool, cuGetErrorString), written by this script.
 #
-# On a lent GPU (the device tool), after `build` here, one call:
-#   run(command="scripts/gpu_peer.sh measure --out $OUT", carry=[".gpu/llama-cuda.tar.xz"], timeout_s=420)
-# then copy the returned $OUT/<gpu>.json to tests/peer/data/cuda/ and commit it.
+# On the GPU machine, after `build` here: copy the working tree and .gpu/llama-cuda.tar.xz there, run
+#   scripts/gpu_peer.sh measure --out DIR
+# and commit the DIR/<gpu>.json it writes as tests/peer/data/cuda/<gpu>.json.
 #
 # Measure: needs python3 with numpy and pyyaml (the gguf wheel travels in the payload), the working tree
-# (scripts/gpu_peer.py and tests/support write the model files there), nvidia-smi. It stays
+# (scripts/gpu_peer.py and planner/synth write the model files there), nvidia-smi. It stays
 # under five minutes on an H200; FITPLAN_GPU_PEER_BUDGET_S bounds it.
 set -euo pipefail
 
