@@ -11,5 +11,5 @@ benchmarks, notebooks and planning hardware or models one does not have.
 - safetensors_factory: stable-diffusion checkpoints as sparse safetensors files
 
 Nothing in planner/ or runtime/ imports this package (import-linter checks it); it imports only
-gguf, numpy and planner.gguf.
+gguf, numpy, planner.core (atomic writes) and planner.gguf.
 """

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from gguf import GGUFValueType as VT
 
+from planner.core.files import write_atomic
+
 SCALAR = {VT.UINT8: "<B", VT.INT8: "<b", VT.UINT16: "<H", VT.INT16: "<h", VT.UINT32: "<I", VT.INT32: "<i",
           VT.FLOAT32: "<f", VT.BOOL: "<?", VT.UINT64: "<Q", VT.INT64: "<q", VT.FLOAT64: "<d"}
 
@@ -127,10 +129,14 @@ class Gguf:
 
     def write(self, path: Path, truncate_at: int | None = None) -> Path:
         header = self.encode()
-        with open(path, "wb") as f:
-            f.write(header if truncate_at is None else header[:truncate_at])
-            if truncate_at is None:
-                f.truncate(len(header) + self.data_bytes)   # the tensor data: a sparse hole
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
+                f.write(header if truncate_at is None else header[:truncate_at])
+                if truncate_at is None:
+                    f.truncate(len(header) + self.data_bytes)   # the tensor data: a sparse hole
+
+        write_atomic(path, write)
         return path
 
 

@@ -17,6 +17,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from planner.core.files import write_atomic
+
 # safetensors Dtype -> bytes of one element in the file
 ELEMENT_BYTES: dict[str, int] = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1,
                                  "I32": 4, "I64": 8, "I8": 1}
@@ -31,8 +33,12 @@ def write_safetensors(path: Path, tensors: Mapping[str, tuple[str, Sequence[int]
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        if data:
-            f.truncate(8 + len(raw) + offset)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            if data:
+                f.truncate(8 + len(raw) + offset)   # the tensor data: a sparse hole
+
+    write_atomic(path, write)
     return path
