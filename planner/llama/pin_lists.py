@@ -12,7 +12,7 @@ PROJECTORS_FILE = "pin_projectors.txt"
 
 @cache
 def _read(name: str) -> tuple[str, tuple[str, ...]]:
-    text = resources.files("planner.llama").joinpath("data", name).read_text(encoding="utf-8")
+    text = resources.files("planner.llama").joinpath("data").joinpath(name).read_text(encoding="utf-8")
     lines = text.splitlines()
     return lines[0].lstrip("# "), tuple(line.strip() for line in lines[1:] if line.strip())
 
