@@ -94,7 +94,7 @@ def mmproj_peer_types() -> set[str]:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PROJECTORS" for t in node.targets):
             names = ast.literal_eval(node.value)
     if not names:
-        raise RuntimeError(f"{MMPROJ_PEER}: no PROJECTORS tuple")
+        raise ValueError(f"{MMPROJ_PEER}: no PROJECTORS tuple")
     return {str(getattr(mmproj_factory, f"{n}_mmproj_spec")().metadata[Keys.Clip.PROJECTOR_TYPE]) for n in names}
 
 
@@ -109,7 +109,7 @@ def coverage_page() -> str:
     archs, projs = coverage_table(), projector_table()
     undecided = [r.name for r in archs + projs if r.status is Status.UNDECIDED]
     if undecided:
-        raise RuntimeError(f"coverage undecided for {', '.join(undecided)}")
+        raise ValueError(f"coverage undecided for {', '.join(undecided)}")
     peer_archs, peer_projs = peer_tests_by_arch(), mmproj_peer_types()
     n, m = counts(archs), counts(projs)
     out = [f"{len(archs)} architectures ({source(ARCHITECTURES_FILE)}): "

@@ -75,8 +75,8 @@ def architecture_coverage(arch: str) -> Coverage:
             return Coverage(arch, Status.UNDECIDED, "not sized", compute,
                             "a graph builder but no KV facts (planner/model/arch.py)", sm)
         return Coverage(arch, Status.WEIGHTS_ONLY, "not sized", compute,
-                        "no layer facts in planner/model/arch.py: weights and formula compute, "
-                        "no context memory", sm)
+                        "in no table of planner/model/arch.py, so model_facts marks its layers UNKNOWN: "
+                        "weights and formula compute, no context memory", sm)
     kv_why = f"KV from {', '.join(rules)}"
     status = Status.SIMULATED if compute == "simulated" else Status.FORMULA
     return Coverage(arch, status, "exact", compute, f"{kv_why}; {why}", sm)

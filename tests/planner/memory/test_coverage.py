@@ -106,3 +106,23 @@ def test_committed_lists_are_what_the_script_extracts():
     data = ROOT / "planner" / "llama" / "data"
     for name, text in files.items():
         assert (data / name).read_text() == text, name
+
+
+def test_a_new_pin_architecture_lands_as_weights_only(monkeypatch):
+    """Moving the pin adds names: each is decided by model_facts' rule for a name in no table."""
+    import planner.memory.coverage as coverage
+
+    monkeypatch.setattr(coverage, "pin_architectures", lambda: (*pin_architectures(), "gemma9"))
+    row = coverage.architecture_coverage("gemma9")
+    assert (row.status, row.kv, row.compute) == (Status.WEIGHTS_ONLY, "not sized", "formula")
+    assert "UNKNOWN" in row.reason
+
+
+def test_contradicting_tables_are_undecided(monkeypatch):
+    import planner.memory.coverage as coverage
+
+    # a graph builder for an architecture without KV facts: the reserve would size no cache
+    monkeypatch.setattr(coverage, "ARCHS", {**ARCHS, "bert": ARCHS["llama"]})
+    assert coverage.architecture_coverage("bert").status is Status.UNDECIDED
+    monkeypatch.setattr(coverage, "KNOWN_DENSE", KNOWN_DENSE | {"jamba"})
+    assert coverage.architecture_coverage("jamba").status is Status.UNDECIDED
