@@ -81,3 +81,36 @@ def test_a_meaning_without_a_field_fails_the_build(schema: ModuleType, monkeypat
     monkeypatch.setattr(schema, "PLAN_FIELDS", {**schema.PLAN_FIELDS, "gone": "a field the code no longer writes"})
     with pytest.raises(ValueError, match="no longer has \\['gone'\\]"):
         schema.plan_document()
+
+
+def _rows(text: str, first: str) -> dict[str, list[str]]:
+    """name -> cells of a markdown table whose header's first cell is `first`."""
+    table = text.split(f"| {first} |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    return {cells[0].strip("` "): [c.strip() for c in cells[1:]]
+            for cells in (row.strip("|").split(" | ") for row in table)}
+
+
+def test_the_coverage_page_has_a_row_per_pin_name() -> None:
+    from planner.llama.pin_lists import pin_architectures, pin_projectors
+    from planner.memory.coverage import architecture_coverage, projector_coverage
+
+    text = hook("coverage_reference").coverage_page()
+    archs, projs = _rows(text, "architecture"), _rows(text, "projector type")
+    assert list(archs) == list(pin_architectures()) and list(projs) == list(pin_projectors())
+    for name, cells in archs.items():
+        assert cells[0] == architecture_coverage(name).status.value, name
+    for name, cells in projs.items():
+        assert cells[0] == projector_coverage(name).status.value, name
+    # the peer column, from the tests: the estimate matrix holds a llama shape; test_nextn_peer builds glm4moe
+    assert "test_estimate_peer.py" in archs["llama"][-1]
+    assert archs["glm4moe"][-1] == "`test_nextn_peer.py`"
+    assert archs["bert"][-1] == ""
+    assert projs["gemma3"][-1] == "`test_mmproj_peer.py`"
+
+
+def test_an_undecided_architecture_fails_the_coverage_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    import planner.memory.coverage as coverage
+
+    monkeypatch.setattr(coverage, "KNOWN_DENSE", coverage.KNOWN_DENSE | {"mamba"})   # dense and recurrent at once
+    with pytest.raises(ValueError, match="coverage undecided for mamba"):
+        hook("coverage_reference").coverage_page()
