@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import gguf
@@ -23,7 +25,8 @@ from runtime.engine.clip_hparams import SUPPORTED
 from runtime.engine.hparams import ARCHS
 
 ROOT = Path(__file__).resolve().parents[3]
-SDIST = Path("/tmp/lcp/llama_cpp_python-0.3.36")   # where scripts/pin_lists.py's docstring unpacks it
+PIN = "llama-cpp-python==0.3.36"    # DESIGN.md's pin: its sdist vendors llama.cpp 0c1e570
+SOURCES = ("vendor/llama.cpp/src/llama-arch.cpp", "vendor/llama.cpp/tools/mtmd/clip-impl.h")
 
 
 def _pin_lists_script():
@@ -99,10 +102,28 @@ def test_extractor_on_an_excerpt():
         script.table_names(EXCERPT, "PROJECTOR_TYPE_NAMES")
 
 
-@pytest.mark.skipif(not (SDIST / "vendor" / "llama.cpp" / "src" / "llama-arch.cpp").is_file(),
-                    reason=f"the pin's sdist is not unpacked at {SDIST} (scripts/pin_lists.py)")
-def test_committed_lists_are_what_the_script_extracts():
-    files = _pin_lists_script().extract(SDIST, commit="0c1e570")
+@pytest.fixture(scope="session")
+def pin_sdist(tmp_path_factory) -> Path:
+    """The pin's sdist from PyPI (pip's cache usually has it: scripts/build_llama_cpp.sh downloads the same
+    file), with only the two files the lists come from unpacked; a failed download fails the test."""
+    work = tmp_path_factory.mktemp("pin-sdist")
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
+                    PIN, "-d", str(work)], check=True, timeout=600)
+    [archive] = work.glob("llama_cpp_python-*.tar.gz")
+    root = work / archive.name.removesuffix(".tar.gz")
+    with tarfile.open(archive) as tar:
+        for source in SOURCES:
+            member = tar.getmember(f"{root.name}/{source}")
+            target = work / member.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source_file = tar.extractfile(member)
+            assert source_file is not None, member.name
+            target.write_bytes(source_file.read())
+    return root
+
+
+def test_committed_lists_are_what_the_script_extracts(pin_sdist):
+    files = _pin_lists_script().extract(pin_sdist, commit="0c1e570")
     data = ROOT / "planner" / "llama" / "data"
     for name, text in files.items():
         assert (data / name).read_text() == text, name
