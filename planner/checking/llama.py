@@ -157,12 +157,14 @@ def parse_breakdown(text: str) -> dict[str, tuple[int, int, int]]:
             for name, row in breakdown_table(text).items()}
 
 
-def fit_print(bin_dir: Path, model: Path, argv: list[str]) -> dict[str, tuple[int, int, int]]:
+def fit_print(bin_dir: Path, model: Path, argv: list[str],
+              env: dict[str, str] | None = None) -> dict[str, tuple[int, int, int]]:
     """`llama-fit-params -m MODEL --fit-print on ARGV`'s rows: device -> (model, context, compute) MiB,
     as it prints them (common/fit.cpp common_fit_print: one `NAME MODEL CONTEXT COMPUTE` line per device and
-    host row); a failed run raises ToolsError with the end of its stderr."""
+    host row); a failed run raises ToolsError with the end of its stderr. `env` replaces the environment
+    (a Vulkan build's GGML_VK_VISIBLE_DEVICES)."""
     done = subprocess.run([str(bin_dir / "llama-fit-params"), "-m", str(model), "--fit-print", "on", *argv],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
     if done.returncode != 0:
         raise ToolsError(f"llama-fit-params {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
     rows = {}

@@ -17,9 +17,8 @@ import pytest
 
 from planner.checking.llama import fit_print
 from planner.llama.context import ModelContext, model_context
-from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from tests.support.estimate_matrix import MODELS, compute_ok, expand, matrix, model_path
+from tests.support.estimate_matrix import MODELS, assert_rows_match, expand, matrix, model_path
 
 pytestmark = pytest.mark.peer
 
@@ -42,13 +41,7 @@ def test_estimate_matches_fit_print(llama_tools, rpc_endpoints, contexts, name, 
     argv = expand(template, name, rpc_endpoints)
     theirs = fit_print(llama_tools, path, argv)
     est = estimate(ctx, argv)
-    ours = {d.name: d for d in est.devices if d.name != CPU_REPACK}
-    assert list(ours) == list(theirs)
-    for device, (model_mib, context_mib, compute_mib) in theirs.items():
-        mine = ours[device]
-        assert (mine.model_bytes // MIB, mine.context_bytes // MIB) == (model_mib, context_mib), device
-        assert compute_ok(mine.compute_bytes / MIB, compute_mib, est.compute_model), \
-            (device, est.compute_model, mine.compute_bytes / MIB, compute_mib)
+    assert_rows_match(est, theirs)
 
 
 @pytest.mark.parametrize("template", ["{rpc} -c 4096 -ts 3,1", "{rpc} -c 4096 -ts 1,1 -ngl 7",

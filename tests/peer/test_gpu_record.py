@@ -30,7 +30,7 @@ from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK, HOST
 from planner.memory.estimate import estimate
 from scripts.gpu_peer import SPEED, expand, write_models
-from tests.support.estimate_matrix import compute_ok
+from tests.support.estimate_matrix import assert_rows_match
 
 MIB = 2**20
 DATA = Path(__file__).resolve().parent / "data"
@@ -110,14 +110,7 @@ def _row_param(rec: str, i: int):
 def test_estimate_matches_recorded_fit_print(contexts, inventories, rec, i):
     row = RECORDS[rec]["rows"][i]
     est = estimate(contexts[row["model"]], shlex.split(row["argv"]), inventories[rec, row["topology"]])
-    ours = {d.name: d for d in est.devices if d.name != CPU_REPACK}
-    theirs = row["devices"]
-    assert list(ours) == list(theirs)
-    for device, (model_mib, context_mib, compute_mib) in theirs.items():
-        mine = ours[device]
-        assert (mine.model_bytes // MIB, mine.context_bytes // MIB) == (model_mib, context_mib), device
-        assert compute_ok(mine.compute_bytes / MIB, compute_mib, est.compute_model), \
-            (device, est.compute_model, round(mine.compute_bytes / MIB, 2), compute_mib)
+    assert_rows_match(est, row["devices"])
 
 
 @pytest.mark.parametrize("rec, i", LOADS, ids=[f"{r}: {RECORDS[r]['loads'][i]['plan']}" for r, i in LOADS])

@@ -7,7 +7,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from planner.core.units import MiB
 from planner.gguf.examples import resolve_model
+from planner.memory.estimate import CPU_REPACK, Estimate
 from planner.synth.shapes import SHAPES, write_shape
 
 # "{rpc}" becomes --rpc with two loopback rpc-servers (llama.cpp names them RPC0, RPC1).
@@ -75,3 +77,16 @@ def compute_ok(mine_mib: float, theirs_mib: int, compute_model: str = "simulated
     if compute_model == "simulated":
         return abs(mine_mib - theirs_mib) <= max(4.0, 0.03 * theirs_mib) and mine_mib >= theirs_mib - 1.0
     return abs(mine_mib - theirs_mib) <= max(16.0, 0.10 * theirs_mib)
+
+
+def assert_rows_match(est: Estimate, theirs: dict[str, tuple[int, int, int]]) -> None:
+    """fitplan's estimate against llama.cpp's rows (device -> model, context, compute MiB as it prints
+    them, floor(MiB)): the same devices in the same order, model and context equal to the MiB, compute
+    within compute_ok's tolerance. CPU_REPACK is a row llama.cpp's --fit-print leaves out."""
+    ours = {d.name: d for d in est.devices if d.name != CPU_REPACK}
+    assert list(ours) == list(theirs)
+    for device, (model_mib, context_mib, compute_mib) in theirs.items():
+        mine = ours[device]
+        assert (mine.model_bytes // MiB, mine.context_bytes // MiB) == (model_mib, context_mib), device
+        assert compute_ok(mine.compute_bytes / MiB, compute_mib, est.compute_model), \
+            (device, est.compute_model, round(mine.compute_bytes / MiB, 2), compute_mib)
