@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import pkgutil
 import re
 import tempfile
@@ -40,10 +41,15 @@ def _cell(text: str) -> str:
 def estimate_peer_archs() -> set[str]:
     """The architectures of the estimate matrix's models, read from the files the peer test loads."""
     from planner.gguf.reader import read_model
-    from tests.support.estimate_matrix import MODELS, model_path
 
+    # loaded from its file: mkdocs runs without the repository root on sys.path, and the module imports
+    # only the installed package
+    spec = importlib.util.spec_from_file_location("estimate_matrix", ROOT / "tests/support/estimate_matrix.py")
+    assert spec is not None and spec.loader is not None
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
     with tempfile.TemporaryDirectory() as tmp:
-        return {read_model(model_path(name, Path(tmp))).architecture for name in MODELS}
+        return {read_model(matrix.model_path(name, Path(tmp))).architecture for name in matrix.MODELS}
 
 
 def _spec_builders() -> dict[str, Any]:
