@@ -99,8 +99,10 @@ def test_llama_cpp_refuses_what_fitplan_refuses(llama_tools, tmp_path, name, bas
 def test_llama_cpp_refuses_more_than_256_slots(llama_tools, tmp_path):
     """llama_context: "n_seq_max must be <= 256"; `fitplan plan -np 1048576` once crashed instead."""
     [path] = _moe().write(tmp_path / "m.gguf")
-    # the reason is an error line of llama_init_from_model, which llama-fit-params prints only with -lv 4
-    run = _fit_params(llama_tools, path, "-np", "1048576", "-lv", "4")
-    assert run.returncode != 0 and "n_seq_max must be <= 256" in run.stderr, run.stderr[-2000:]
+    # llama_init_from_model's reason ("n_seq_max must be <= 256") goes through llama.cpp's asynchronous log,
+    # which the abort that follows often cuts off; the refusal itself is certain, and -np 256 loads
+    assert _fit_params(llama_tools, path, "-np", "256").returncode == 0
+    run = _fit_params(llama_tools, path, "-np", "1048576")
+    assert run.returncode != 0 and "failed to create llama_context" in run.stderr, run.stderr[-2000:]
     mine = _fitplan("plan", str(path), "--device", "CUDA0=8GiB", "--ram", "16GiB", "-np", "1048576")
     assert mine.returncode == 2 and "n_seq_max must be <= 256" in mine.stderr, mine.stderr
