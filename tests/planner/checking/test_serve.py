@@ -95,8 +95,9 @@ def test_extra_flags_split_and_refused():
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signals_go_to_the_server_pid(signum):
-    # the child dies of the signal by default (SIGINT too: not a Python child, its handler is reset)
-    child = subprocess.Popen(["sleep", "60"])
+    # the child dies of the signal by default (SIGINT too: not a Python child); a shell that started the tests
+    # in the background hands its children SIGINT ignored, so the child's disposition is set to the default
+    child = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
     before = signal.getsignal(signum)
     try:
         with forward_signals(child) as received:
