@@ -368,6 +368,7 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
     rules = [(re.compile(o.pattern), o.target, _override_target(o.target, devices)) for o in flags.overrides]
     placed, moved, aliases = [], [], []
     copies: dict[tuple[str, str], str] = {}   # (source weight, row) -> the name placed there
+    sources = {slot.duplicate_of for slot in slots if slot.duplicate_of}
     limited = {d.name: d for d in devices if d.max_tensor_bytes}   # devices whose supports_op caps tensor sizes
     for slot in slots:
         row = None
@@ -384,13 +385,13 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
             # select_weight_buft: a device that refuses the weight passes it on to the CPU list
             on_cpu = dev_name == "CPU" or (dev_name in limited and not _device_takes(slot, limited[dev_name]))
             row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
-        source = slot.duplicate_of or slot.name
-        if slot.duplicate_of and (source, row) in copies:
+        if slot.duplicate_of and (slot.duplicate_of, row) in copies:
             # create_tensor reuses the copy already in this buffer type
-            if source == ROPE_FREQS:
-                aliases.append((slot.name, copies[(source, row)]))
+            if slot.duplicate_of == ROPE_FREQS:
+                aliases.append((slot.name, copies[(slot.duplicate_of, row)]))
             continue
-        copies.setdefault((source, row), slot.name)
+        if slot.duplicate_of or slot.name in sources:
+            copies.setdefault((slot.duplicate_of or slot.name, row), slot.name)
         placed.append((slot.name, row))
     return Assigned(tuple(placed), tuple(moved), tuple(aliases))
 
