@@ -186,19 +186,14 @@ def _fields(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+# a YAML value's Python type -> the word the page uses; bool before int (a bool is an int)
+_KINDS: tuple[tuple[type, str], ...] = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                                        (dict, "mapping"))
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "mapping"
     if isinstance(value, list):
         return "list of " + (_kind(value[0]) + "s" if value else "values")
-    return type(value).__name__
+    return next((word for kind, word in _KINDS if isinstance(value, kind)), type(value).__name__)
