@@ -50,6 +50,9 @@ class SwaRule:
     default_window: int = 0
     needs_window_key: bool = False  # SWA only when the file declares a window (gemma3, afmoe, …)
     chunked: bool = False           # llama4's chunked attention
+    # dense: the rule holds only for this many trunk layers (exaone4: the 64-layer 32B; load_arch_hparams
+    # leaves every other size without SWA, whatever its keys say)
+    n_layer_only: int = 0
 
 
 SWA_RULES: dict[str, SwaRule] = {
@@ -229,10 +232,13 @@ def _swa_flags(meta: _Meta, n: int) -> tuple[list[bool], int]:
     """Which layers use a sliding window, and the window; llama.cpp's load_swa_pattern."""
     window = int(meta.get(Keys.Attention.SLIDING_WINDOW, 0) or 0)
     pattern = meta.get(Keys.Attention.SLIDING_WINDOW_PATTERN)
+    rule = SWA_RULES.get(meta.arch)
+    n_trunk = n - int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) or 0)
+    if rule is not None and rule.n_layer_only and n_trunk != rule.n_layer_only:
+        return [False] * n, 0
     if isinstance(pattern, tuple):  # per-layer booleans win over any default
         flags = [bool(x) for x in pattern[:n]] + [False] * max(0, n - len(pattern))
         return flags, window
-    rule = SWA_RULES.get(meta.arch)
     if rule is None or (rule.needs_window_key and window == 0):
         return [False] * n, 0
     window = window or rule.default_window

@@ -1,0 +1,45 @@
+"""The llama-like dense architectures (planner/synth/shapes_dense.py) against the pinned llama-fit-params:
+one shape-faithful file of a published model per architecture, over tests/support/arch_matrix's rows
+(host only, two and three rpc-servers, partial offload, -fa off at 32k, q8_0 caches, -np 4) and -sm
+tensor, plus an OLMo-3-shaped olmo2 file whose sliding window makes its cache iSWA. Model
+and context equal llama.cpp's to the MiB; the compute is the runtime's simulation, within 3 % or
+4 MiB and never more than 1 MiB below.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.llama.context import ModelContext, model_context
+from planner.synth import shapes_dense
+from tests.support.arch_matrix import ArchShape, arch_rows, check_row
+
+pytestmark = pytest.mark.peer
+
+# -sm tensor over two rpc-servers: one Meta() row (llama.cpp refuses it for olmo2)
+SM_TENSOR = ("{rpc2} -c 4096 -sm tensor",)
+
+SHAPES: dict[str, ArchShape] = {
+    "mistral3-24b": ArchShape("mistral3-24b", shapes_dense.mistral3_24b, 40, extra=SM_TENSOR),
+}
+ROWS = arch_rows(SHAPES)
+
+
+@pytest.fixture(scope="module")
+def files(shapes_dir: Path) -> dict[str, tuple[Path, ModelContext]]:
+    """Each shape written once, on first use."""
+    return {}
+
+
+def _file(files: dict[str, tuple[Path, ModelContext]], shapes_dir: Path, shape: ArchShape) -> tuple[Path, ModelContext]:
+    if shape.name not in files:
+        [path] = shape.spec().write(shapes_dir / f"{shape.name}.gguf")
+        files[shape.name] = (path, model_context(str(path)))
+    return files[shape.name]
+
+
+@pytest.mark.parametrize("name, template", ROWS, ids=[f"{n}: {t}" for n, t in ROWS])
+def test_dense_arch_matches_fit_print(llama_tools, rpc_three, shapes_dir, files, name, template):
+    path, ctx = _file(files, shapes_dir, SHAPES[name])
+    check_row(llama_tools, path, ctx, SHAPES[name], template, rpc_three)
