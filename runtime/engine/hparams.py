@@ -104,6 +104,7 @@ ARCHS: dict[str, ArchSpec] = {
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
     # dense
     "mistral3": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, attn_temp=True),
+    "internlm2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
