@@ -105,6 +105,7 @@ ARCHS: dict[str, ArchSpec] = {
     # dense
     "mistral3": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, attn_temp=True),
     "internlm2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    "ernie4_5": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, attn_out_bias=False),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
