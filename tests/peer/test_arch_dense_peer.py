@@ -22,6 +22,7 @@ SM_TENSOR = ("{rpc2} -c 4096 -sm tensor",)
 
 SHAPES: dict[str, ArchShape] = {
     "mistral3-24b": ArchShape("mistral3-24b", shapes_dense.mistral3_24b, 40, extra=SM_TENSOR),
+    "seed-oss-36b": ArchShape("seed-oss-36b", shapes_dense.seed_oss_36b, 64, extra=SM_TENSOR),
     "ernie4_5-0.3b": ArchShape("ernie4_5-0.3b", shapes_dense.ernie4_5_0p3b, 18, extra=SM_TENSOR),
     "internlm2-7b": ArchShape("internlm2-7b", shapes_dense.internlm2_7b, 32, extra=SM_TENSOR),
 }

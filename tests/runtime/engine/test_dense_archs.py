@@ -29,6 +29,7 @@ TINY = {
                                       Keys.Rope.SCALING_FACTOR: 16.0, Keys.Rope.SCALING_ORIG_CTX_LEN: 8192}),
     "internlm2": ("internlm2", 2, {}),
     "ernie4_5": ("ernie4_5", 2, {}),
+    "seed_oss": ("seed_oss", 2, {}),
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -38,6 +39,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "mistral3-temp": ((70, 1.13), (80, 2.01), (74, 0.29)),
     "internlm2": ((68, 1.13), (78, 2.00), (72, 0.29)),
     "ernie4_5": ((68, 1.13), (78, 2.00), (72, 0.29)),
+    "seed_oss": ((74, 1.13), (84, 2.00), (78, 0.29)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
