@@ -25,6 +25,7 @@ SHAPES: dict[str, ArchShape] = {
     "seed-oss-36b": ArchShape("seed-oss-36b", shapes_dense.seed_oss_36b, 64, extra=SM_TENSOR),
     "ernie4_5-0.3b": ArchShape("ernie4_5-0.3b", shapes_dense.ernie4_5_0p3b, 18, extra=SM_TENSOR),
     "internlm2-7b": ArchShape("internlm2-7b", shapes_dense.internlm2_7b, 32, extra=SM_TENSOR),
+    "smollm3-3b": ArchShape("smollm3-3b", shapes_dense.smollm3_3b, 36, extra=SM_TENSOR),
 }
 ROWS = arch_rows(SHAPES)
 

@@ -30,6 +30,7 @@ TINY = {
     "internlm2": ("internlm2", 2, {}),
     "ernie4_5": ("ernie4_5", 2, {}),
     "seed_oss": ("seed_oss", 2, {}),
+    "smollm3": ("smollm3", 4, {}),   # layer 3 without RoPE
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -40,6 +41,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "internlm2": ((68, 1.13), (78, 2.00), (72, 0.29)),
     "ernie4_5": ((68, 1.13), (78, 2.00), (72, 0.29)),
     "seed_oss": ((74, 1.13), (84, 2.00), (78, 0.29)),
+    "smollm3": ((128, 1.26), (148, 2.00), (136, 0.32)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
