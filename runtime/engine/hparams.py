@@ -109,6 +109,7 @@ ARCHS: dict[str, ArchSpec] = {
     # seed-oss.cpp norms the FFN input with attn_post_norm (the file has no ffn_norm)
     "seed_oss": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, ffn_norm=MODEL_TENSOR.ATTN_POST_NORM),
     "smollm3": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, nope_every=4),
+    "granite": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, scales_from_file=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

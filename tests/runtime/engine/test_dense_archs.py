@@ -31,6 +31,8 @@ TINY = {
     "ernie4_5": ("ernie4_5", 2, {}),
     "seed_oss": ("seed_oss", 2, {}),
     "smollm3": ("smollm3", 4, {}),   # layer 3 without RoPE
+    "granite": ("granite", 4, {Keys.LLM.EMBEDDING_SCALE: 12.0, Keys.LLM.RESIDUAL_SCALE: 0.22,
+                               Keys.Attention.SCALE: 0.0078125, Keys.LLM.LOGIT_SCALE: 16.0}),
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -42,6 +44,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "ernie4_5": ((68, 1.13), (78, 2.00), (72, 0.29)),
     "seed_oss": ((74, 1.13), (84, 2.00), (78, 0.29)),
     "smollm3": ((128, 1.26), (148, 2.00), (136, 0.32)),
+    "granite": ((140, 1.26), (160, 2.00), (148, 0.32)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
