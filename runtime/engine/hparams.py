@@ -110,6 +110,7 @@ ARCHS: dict[str, ArchSpec] = {
     "seed_oss": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, ffn_norm=MODEL_TENSOR.ATTN_POST_NORM),
     "smollm3": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, nope_every=4),
     "granite": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, scales_from_file=True),
+    "arcee": ArchSpec(RopeMode.NORM, FfnKind.RELU_SQR),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

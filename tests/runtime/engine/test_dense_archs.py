@@ -33,6 +33,7 @@ TINY = {
     "smollm3": ("smollm3", 4, {}),   # layer 3 without RoPE
     "granite": ("granite", 4, {Keys.LLM.EMBEDDING_SCALE: 12.0, Keys.LLM.RESIDUAL_SCALE: 0.22,
                                Keys.Attention.SCALE: 0.0078125, Keys.LLM.LOGIT_SCALE: 16.0}),
+    "arcee": ("arcee", 4, {}),
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -45,6 +46,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "seed_oss": ((74, 1.13), (84, 2.00), (78, 0.29)),
     "smollm3": ((128, 1.26), (148, 2.00), (136, 0.32)),
     "granite": ((140, 1.26), (160, 2.00), (148, 0.32)),
+    "arcee": ((130, 0.88), (150, 2.00), (138, 0.23)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
