@@ -111,6 +111,7 @@ ARCHS: dict[str, ArchSpec] = {
     "smollm3": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, nope_every=4),
     "granite": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, scales_from_file=True),
     "arcee": ArchSpec(RopeMode.NORM, FfnKind.RELU_SQR),
+    "apertus": ArchSpec(RopeMode.NEOX, FfnKind.XIELU, qk_norm=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -28,6 +28,7 @@ SHAPES: dict[str, ArchShape] = {
     "smollm3-3b": ArchShape("smollm3-3b", shapes_dense.smollm3_3b, 36, extra=SM_TENSOR),
     "granite-8b": ArchShape("granite-8b", shapes_dense.granite_8b, 40, extra=SM_TENSOR),
     "arcee-4.5b": ArchShape("arcee-4.5b", shapes_dense.arcee_4p5b, 36, extra=SM_TENSOR),
+    "apertus-8b": ArchShape("apertus-8b", shapes_dense.apertus_8b, 32, extra=SM_TENSOR),
 }
 ROWS = arch_rows(SHAPES)
 

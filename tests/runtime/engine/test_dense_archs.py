@@ -34,6 +34,7 @@ TINY = {
     "granite": ("granite", 4, {Keys.LLM.EMBEDDING_SCALE: 12.0, Keys.LLM.RESIDUAL_SCALE: 0.22,
                                Keys.Attention.SCALE: 0.0078125, Keys.LLM.LOGIT_SCALE: 16.0}),
     "arcee": ("arcee", 4, {}),
+    "apertus": ("apertus", 4, {}),
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -47,6 +48,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "smollm3": ((128, 1.26), (148, 2.00), (136, 0.32)),
     "granite": ((140, 1.26), (160, 2.00), (148, 0.32)),
     "arcee": ((130, 0.88), (150, 2.00), (138, 0.23)),
+    "apertus": ((142, 0.88), (162, 2.00), (150, 0.23)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
