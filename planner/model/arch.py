@@ -65,6 +65,8 @@ SWA_RULES: dict[str, SwaRule] = {
     "gpt-oss": SwaRule(2),
     "llama4": SwaRule(4, default_window=8192, chunked=True),
     "exaone4": SwaRule(4, default_window=4096),
+    # olmo2 (OLMo 3): three sliding layers in four once the file sets a window (load_arch_hparams)
+    "olmo2": SwaRule(4, needs_window_key=True),
     "exaone-moe": SwaRule(4, default_window=128),
     "afmoe": SwaRule(4, needs_window_key=True),
     "smallthinker": SwaRule(4, dense_first=True, needs_window_key=True),

@@ -29,6 +29,7 @@ SHAPES: dict[str, ArchShape] = {
     "granite-8b": ArchShape("granite-8b", shapes_dense.granite_8b, 40, extra=SM_TENSOR),
     "arcee-4.5b": ArchShape("arcee-4.5b", shapes_dense.arcee_4p5b, 36, extra=SM_TENSOR),
     "apertus-8b": ArchShape("apertus-8b", shapes_dense.apertus_8b, 32, extra=SM_TENSOR),
+    "olmo2-7b": ArchShape("olmo2-7b", shapes_dense.olmo2_7b, 32),
 }
 ROWS = arch_rows(SHAPES)
 
@@ -50,3 +51,12 @@ def _file(files: dict[str, tuple[Path, ModelContext]], shapes_dir: Path, shape: 
 def test_dense_arch_matches_fit_print(llama_tools, rpc_three, shapes_dir, files, name, template):
     path, ctx = _file(files, shapes_dir, SHAPES[name])
     check_row(llama_tools, path, ctx, SHAPES[name], template, rpc_three)
+
+
+OLMO3 = ArchShape("olmo3-7b", shapes_dense.olmo3_7b, 32)
+
+
+@pytest.mark.parametrize("template", ["-c 4096", "{rpc2} -c 32768 -ts 3,1 -fa off", "{rpc2} -c 8192 -ts 1,1 -np 4"])
+def test_olmo2_with_a_sliding_window_matches_fit_print(llama_tools, rpc_three, shapes_dir, files, template):
+    path, ctx = _file(files, shapes_dir, OLMO3)
+    check_row(llama_tools, path, ctx, OLMO3, template, rpc_three)

@@ -35,6 +35,8 @@ TINY = {
                                Keys.Attention.SCALE: 0.0078125, Keys.LLM.LOGIT_SCALE: 16.0}),
     "arcee": ("arcee", 4, {}),
     "apertus": ("apertus", 4, {}),
+    "olmo2": ("olmo2", 4, {}),
+    "olmo2-swa": ("olmo2", 4, {Keys.Attention.SLIDING_WINDOW: 64}),   # OLMo 3: three sliding layers in four
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -49,6 +51,8 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "granite": ((140, 1.26), (160, 2.00), (148, 0.32)),
     "arcee": ((130, 0.88), (150, 2.00), (138, 0.23)),
     "apertus": ((142, 0.88), (162, 2.00), (150, 0.23)),
+    "olmo2": ((146, 1.13), (166, 1.88), (154, 0.29)),
+    "olmo2-swa": ((146, 1.26), (166, 2.26), (154, 0.33)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
