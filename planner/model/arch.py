@@ -64,7 +64,7 @@ SWA_RULES: dict[str, SwaRule] = {
     "cohere2moe": SwaRule(4, dense_first=True),
     "gpt-oss": SwaRule(2),
     "llama4": SwaRule(4, default_window=8192, chunked=True),
-    "exaone4": SwaRule(4, default_window=4096),
+    "exaone4": SwaRule(4, default_window=4096, n_layer_only=64),
     # olmo2 (OLMo 3): three sliding layers in four once the file sets a window (load_arch_hparams)
     "olmo2": SwaRule(4, needs_window_key=True),
     "exaone-moe": SwaRule(4, default_window=128),

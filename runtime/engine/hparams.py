@@ -114,6 +114,8 @@ ARCHS: dict[str, ArchSpec] = {
     "apertus": ArchSpec(RopeMode.NEOX, FfnKind.XIELU, qk_norm=True),
     "olmo2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, qk_norm_full=True, post_norms=True,
                       pre_norms=False, attn_out_bias=False, swa_rope_from_base=True),
+    "exaone4": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, post_norms=True, pre_norms=False,
+                        attn_out_bias=False, swa_rope_from_base=True, nope_full_attn=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

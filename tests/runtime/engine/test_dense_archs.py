@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
+from planner.gguf.reader import read_model
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
+from planner.model.arch import AttnKind, model_facts
 from planner.synth.shapes_dense import tiny_spec
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
@@ -37,6 +39,8 @@ TINY = {
     "apertus": ("apertus", 4, {}),
     "olmo2": ("olmo2", 4, {}),
     "olmo2-swa": ("olmo2", 4, {Keys.Attention.SLIDING_WINDOW: 64}),   # OLMo 3: three sliding layers in four
+    "exaone4": ("exaone4", 4, {}),
+    "exaone4-swa": ("exaone4", 64, {}),   # 64 layers: three sliding layers, then one global without RoPE
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -53,6 +57,8 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "apertus": ((142, 0.88), (162, 2.00), (150, 0.23)),
     "olmo2": ((146, 1.13), (166, 1.88), (154, 0.29)),
     "olmo2-swa": ((146, 1.26), (166, 2.26), (154, 0.33)),
+    "exaone4": ((146, 1.13), (166, 1.88), (154, 0.29)),
+    "exaone4-swa": ((2214, 1.26), (2534, 2.26), (2342, 0.33)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
@@ -75,6 +81,16 @@ def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(models: dict[str, Path
 def test_estimate_simulates_the_dense_architectures(models: dict[str, Path], name: str) -> None:
     assert estimate(str(models[name]), ["-c", "256"]).compute_model == "simulated"
 
+
+def test_exaone4_slides_only_at_64_layers(tmp_path: Path) -> None:
+    """exaone4's load_arch_hparams sets SWA (window 4096, three sliding layers in four) for a 64-layer model
+    only; any other size is full attention whatever its sliding_window key says."""
+    [small] = tiny_spec("exaone4", 4, {Keys.Attention.SLIDING_WINDOW: 128}).write(tmp_path / "small.gguf")
+    assert {lf.kind for lf in model_facts(read_model(str(small))).layers} == {AttnKind.FULL}
+    [big] = tiny_spec("exaone4", 64).write(tmp_path / "big.gguf")
+    layers = model_facts(read_model(str(big))).layers
+    assert [lf.kind for lf in layers[:4]] == [AttnKind.SWA] * 3 + [AttnKind.FULL]
+    assert {lf.window for lf in layers if lf.kind is AttnKind.SWA} == {4096}
 
 
 # --- against llama.cpp itself ------------------------------------------------------------------------
