@@ -116,6 +116,7 @@ ARCHS: dict[str, ArchSpec] = {
                       pre_norms=False, attn_out_bias=False, swa_rope_from_base=True),
     "exaone4": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, post_norms=True, pre_norms=False,
                         attn_out_bias=False, swa_rope_from_base=True, nope_full_attn=True),
+    "hunyuan-dense": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, qk_norm_after_rope=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

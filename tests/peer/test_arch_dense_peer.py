@@ -31,6 +31,7 @@ SHAPES: dict[str, ArchShape] = {
     "apertus-8b": ArchShape("apertus-8b", shapes_dense.apertus_8b, 32, extra=SM_TENSOR),
     "olmo2-7b": ArchShape("olmo2-7b", shapes_dense.olmo2_7b, 32),
     "exaone4-32b": ArchShape("exaone4-32b", shapes_dense.exaone4_32b, 64, extra=SM_TENSOR),
+    "hunyuan-dense-7b": ArchShape("hunyuan-dense-7b", shapes_dense.hunyuan_7b, 32, extra=SM_TENSOR),
 }
 ROWS = arch_rows(SHAPES)
 
