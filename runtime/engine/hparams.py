@@ -117,6 +117,8 @@ ARCHS: dict[str, ArchSpec] = {
     "exaone4": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, post_norms=True, pre_norms=False,
                         attn_out_bias=False, swa_rope_from_base=True, nope_full_attn=True),
     "hunyuan-dense": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, qk_norm_after_rope=True),
+    "glm4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU_FUSED, post_norms=True, ffn_post_norm_layer=True,
+                     attn_out_bias=False),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -32,6 +32,7 @@ SHAPES: dict[str, ArchShape] = {
     "olmo2-7b": ArchShape("olmo2-7b", shapes_dense.olmo2_7b, 32),
     "exaone4-32b": ArchShape("exaone4-32b", shapes_dense.exaone4_32b, 64, extra=SM_TENSOR),
     "hunyuan-dense-7b": ArchShape("hunyuan-dense-7b", shapes_dense.hunyuan_7b, 32, extra=SM_TENSOR),
+    "glm4-9b": ArchShape("glm4-9b", shapes_dense.glm4_9b, 40, extra=SM_TENSOR),
 }
 ROWS = arch_rows(SHAPES)
 

@@ -42,6 +42,7 @@ TINY = {
     "exaone4": ("exaone4", 4, {}),
     "exaone4-swa": ("exaone4", 64, {}),   # 64 layers: three sliding layers, then one global without RoPE
     "hunyuan-dense": ("hunyuan-dense", 4, {}),
+    "glm4": ("glm4", 4, {}),
 }
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 3 -ub 64")
@@ -61,6 +62,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "exaone4": ((146, 1.13), (166, 1.88), (154, 0.29)),
     "exaone4-swa": ((2214, 1.26), (2534, 2.26), (2342, 0.33)),
     "hunyuan-dense": ((146, 1.26), (166, 2.00), (154, 0.32)),
+    "glm4": ((154, 1.26), (174, 2.00), (162, 0.32)),
 }
 CASES = [(name, i) for name in TINY for i in range(len(FLAGS))]
 
