@@ -23,12 +23,16 @@ class RopeMode(enum.IntEnum):
 
     NORM = 0
     NEOX = 2
+    IMROPE = 40   # fused: qwen3vl's interleaved multi-section RoPE (GGML_ROPE_TYPE_IMROPE, ggml_rope_multi)
 
 
 class FfnKind(enum.Enum):
     SWIGLU = "swiglu"   # silu(gate) * up (LLM_FFN_SILU, LLM_FFN_PAR)
     GEGLU = "geglu"     # gelu(gate) * up (LLM_FFN_GELU, LLM_FFN_PAR)
     MOE = "moe"         # router, top-k experts (build_moe_ffn; MoeSpec says which kind)
+    # fused
+    SWIGLU_MERGED = "swiglu_merged"   # phi3: one up matrix of 2 n_ff rows, ggml_swiglu over its halves (LLM_FFN_SWIGLU)
+    GELU = "gelu"       # starcoder2: up (+ bias), gelu, down (+ bias), no gate (LLM_FFN_GELU, LLM_FFN_SEQ)
 
 
 class MoeGating(enum.Enum):
@@ -63,6 +67,16 @@ class ArchSpec:
     # the output rows are picked after the trunk, not inside its last layer
     trunk_is_output: bool = False
     moe: MoeSpec = MoeSpec()
+    # fused: LayerNorm, fused projections, parallel blocks, NoPE layers, logit scale, M-RoPE
+    # (runtime/engine/fused.py builds the architectures that set any of these)
+    layer_norm: bool = False       # build_norm(LLM_NORM): ggml_norm, then the weight and bias the file has
+    parallel: bool = False         # command-r, cohere2: attention and FFN read the same normed input
+    rope_swa_only: bool = False    # cohere2: only sliding-window layers are roped; the global ones are NoPE
+    logit_scale: bool = False      # command-r, cohere2: logits scaled by {arch}.logit_scale
+    clamp_kqv: bool = False        # olmo: Q, K and V clamped to +-{arch}.attention.clamp_kqv when the key is set
+    residual_first: bool = False   # phi3: a layer's output is ggml_add(residual, ffn_out), sources in that order
+    mrope: bool = False            # qwen3vl: ggml_rope_multi over rope.dimension_sections, 4 positions a token,
+                                   # and deepstack inputs when {arch}.n_deepstack_layers is set
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -84,6 +98,9 @@ ARCHS: dict[str, ArchSpec] = {
     "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # fused: runtime/engine/fused.py builds these (src/models/<arch>.cpp)
+    # phi3.cpp: Q scaled by 1/sqrt(head_dim) after RoPE, attention scale 1
+    "phi3": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU_MERGED, q_prescale=True, residual_first=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -294,6 +294,11 @@ def _glu(node: Tensor) -> None:
     act = _GLU.get(kind)
     if act is None:
         raise ValueError(f"GLU {kind} has no kernel")
+    if len(node.src) < 2 or node.src[1] is None:   # ggml_swiglu of one tensor: its row's two halves
+        x = read_f32(node.source(0))
+        half = x.shape[-1] // 2
+        _write(node, act(x[..., :half]) * x[..., half:])
+        return
     _write(node, act(read_f32(node.source(0))) * read_f32(node.source(1)))
 
 

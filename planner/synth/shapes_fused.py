@@ -1,0 +1,73 @@
+"""Sparse GGUF layouts of the LayerNorm / fused-projection decoders (runtime/engine/fused.py): phi3,
+command-r, cohere2, stablelm, starcoder2, olmo and qwen3vl, each tensor as the pinned llama.cpp's
+load_arch_tensors creates it (src/models/<arch>.cpp), keys as the pin's converters write them.
+
+`*_spec` lays out one architecture at any size (the builder tests use tiny ones); the functions after
+them hold published models' dimensions (config.json on Hugging Face) with Q4_K_M-like types: Q4_K
+matrices, Q6_K for V, ffn_down and the output, as llama-quantize's Q4_K_M mostly writes them.
+"""
+from __future__ import annotations
+
+from gguf import Keys
+
+from planner.synth.gguf_factory import ModelSpec, Q, T, add_tokenizer
+
+
+def _base(arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int,
+          n_vocab: int, n_ctx: int, rope_base: float) -> ModelSpec:
+    spec = ModelSpec(arch)
+    spec.metadata.update({
+        Keys.LLM.BLOCK_COUNT: n_layer, Keys.LLM.EMBEDDING_LENGTH: n_embd, Keys.LLM.CONTEXT_LENGTH: n_ctx,
+        Keys.LLM.VOCAB_SIZE: n_vocab, Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.Attention.HEAD_COUNT: n_head,
+        Keys.Attention.HEAD_COUNT_KV: n_head_kv, Keys.Attention.KEY_LENGTH: head_dim,
+        Keys.Attention.VALUE_LENGTH: head_dim, Keys.Rope.FREQ_BASE: rope_base, Keys.General.FILE_TYPE: 15,
+    })
+    add_tokenizer(spec, n_vocab, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    return spec
+
+
+def _qkv(spec: ModelSpec, i: int, n_embd: int, n_q: int, n_kv: int, fused: bool, bias: bool) -> None:
+    """create_tensor_qkv: attn_qkv of n_q + 2 n_kv rows, or attn_q / attn_k / attn_v (with biases)."""
+    if fused:
+        spec.add(T.ATTN_QKV, Q.Q5_K, (n_embd, n_q + 2 * n_kv), i)
+        if bias:
+            spec.add(T.ATTN_QKV, Q.F32, (n_q + 2 * n_kv,), i, "bias")
+        return
+    spec.add(T.ATTN_Q, Q.Q4_K, (n_embd, n_q), i)
+    spec.add(T.ATTN_K, Q.Q4_K, (n_embd, n_kv), i)
+    spec.add(T.ATTN_V, Q.Q6_K, (n_embd, n_kv), i)
+    if bias:
+        spec.add(T.ATTN_Q, Q.F32, (n_q,), i, "bias")
+        spec.add(T.ATTN_K, Q.F32, (n_kv,), i, "bias")
+        spec.add(T.ATTN_V, Q.F32, (n_kv,), i, "bias")
+
+
+def phi3_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,
+              n_rot: int, n_ctx: int = 131072, n_ctx_orig: int = 4096, window: int = 262144) -> ModelSpec:
+    """phi3 (src/models/phi3.cpp) as conversion/phi.py writes Phi-3.5/Phi-4-mini: fused attn_qkv, one ffn_up
+    of 2 n_ff rows, tied embeddings, long/short RoPE factor tables of n_rot / 2, a sliding-window key the
+    pin ignores (SWA disabled for phi3)."""
+    hd = n_embd // n_head
+    spec = _base("phi3", n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab, n_ctx, 10000.0)
+    spec.metadata.update({Keys.Attention.LAYERNORM_RMS_EPS: 1e-5, Keys.Rope.DIMENSION_COUNT: n_rot,
+                          Keys.Rope.SCALING_ORIG_CTX_LEN: n_ctx_orig, Keys.Attention.SLIDING_WINDOW: window})
+    spec.add(T.TOKEN_EMBD, Q.Q6_K, (n_embd, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    spec.add(T.ROPE_FACTORS_LONG, Q.F32, (n_rot // 2,))
+    spec.add(T.ROPE_FACTORS_SHORT, Q.F32, (n_rot // 2,))
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        _qkv(spec, i, n_embd, n_embd, hd * n_head_kv, fused=True, bias=False)
+        spec.add(T.ATTN_OUT, Q.Q4_K, (n_embd, n_embd), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_DOWN, Q.Q6_K, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, Q.Q4_K, (n_embd, 2 * n_ff), i)
+    return spec
+
+
+def phi4_mini() -> ModelSpec:
+    """Phi-4-mini-instruct: 32 layers, 3072 wide, 24 heads / 8 KV of 128, partial RoPE 0.75 (96 dims),
+    n_ff 8192, 200064 vocab, 131072 positions over an original 4096 (longrope), tied embeddings."""
+    return phi3_spec(n_layer=32, n_embd=3072, n_head=24, n_head_kv=8, n_ff=8192, n_vocab=200064, n_rot=96)
+

@@ -1,0 +1,55 @@
+"""runtime/engine/fused.py on tiny files of each architecture it builds: the reserve's node counts and CPU
+compute buffer against llama.cpp's, and the estimate's compute model.
+
+Expected figures come from llama.cpp on these very files (pinned build): llama-fit-params -v
+("graph: nodes = N" and "CPU compute buffer size = X MiB", two decimals). K-quant rows need 256-wide
+rows, so the tiny files are 256 wide.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from planner.memory.estimate import estimate
+from planner.synth.gguf_factory import ModelSpec
+from planner.synth.shapes_fused import phi3_spec
+from tests.support.reserve_checks import assert_reserve_equals
+
+TINY: dict[str, Callable[[], ModelSpec]] = {
+    # 4 heads of 64, 48 of them roped (partial RoPE), fused QKV and up/gate, long/short factor tables
+    "phi3": lambda: phi3_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=256, n_vocab=512, n_rot=48),
+}
+
+# llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
+LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
+    "phi3": {
+        "-c 256": (64, 1.63),
+        "-c 256 -fa off": (74, 2.25),
+        "-c 512 -np 2": (68, 3.26),
+        "-c 256 -ctk q8_0 -ctv q8_0": (88, 1.66),
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fused")
+
+
+def _tiny(name: str, directory: Path) -> Path:
+    path = directory / f"{name}.gguf"
+    if not path.exists():
+        TINY[name]().write(path)
+    return path
+
+
+@pytest.mark.parametrize(("arch", "flags"), [(a, f) for a, rows in LLAMA_CPP_RESERVE.items() for f in rows])
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str, tiny_dir: Path) -> None:
+    assert_reserve_equals(_tiny(arch, tiny_dir), flags, *LLAMA_CPP_RESERVE[arch][flags])
+
+
+@pytest.mark.parametrize("arch", list(TINY))
+def test_estimate_simulates(arch: str, tiny_dir: Path) -> None:
+    assert estimate(str(_tiny(arch, tiny_dir)), ["-c", "256"]).compute_model == "simulated"
