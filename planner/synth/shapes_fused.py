@@ -71,3 +71,35 @@ def phi4_mini() -> ModelSpec:
     n_ff 8192, 200064 vocab, 131072 positions over an original 4096 (longrope), tied embeddings."""
     return phi3_spec(n_layer=32, n_embd=3072, n_head=24, n_head_kv=8, n_ff=8192, n_vocab=200064, n_rot=96)
 
+
+def cohere_spec(arch: str, *, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,
+                n_ctx: int, logit_scale: float, window: int = 0, rope_base: float = 10000.0) -> ModelSpec:
+    """command-r (src/models/command-r.cpp) or cohere2 (src/models/cohere2.cpp, `window` > 0): LayerNorm
+    weights without biases, separate Q/K/V, a SwiGLU FFN, tied embeddings, logit scale; cohere2 slides
+    three layers in four (load_swa_pattern's default 4). Q/K norms exist from 64 layers on (command-r)."""
+    hd = n_embd // n_head
+    spec = _base(arch, n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab, n_ctx, rope_base)
+    spec.metadata.update({Keys.Attention.LAYERNORM_EPS: 1e-5, Keys.LLM.LOGIT_SCALE: logit_scale})
+    if window:
+        spec.metadata[Keys.Attention.SLIDING_WINDOW] = window
+    spec.add(T.TOKEN_EMBD, Q.Q6_K, (n_embd, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        if arch == "command-r" and n_layer >= 64:
+            spec.add(T.ATTN_Q_NORM, Q.F32, (hd, n_head), i)
+            spec.add(T.ATTN_K_NORM, Q.F32, (hd, n_head_kv), i)
+        _qkv(spec, i, n_embd, n_embd, hd * n_head_kv, fused=False, bias=False)
+        spec.add(T.ATTN_OUT, Q.Q4_K, (n_embd, n_embd), i)
+        spec.add(T.FFN_GATE, Q.Q4_K, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, Q.Q6_K, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, Q.Q4_K, (n_embd, n_ff), i)
+    return spec
+
+
+def command_r_v01() -> ModelSpec:
+    """c4ai-command-r-v01: 40 layers, 8192 wide, 64 heads / 64 KV of 128, n_ff 22528, 256000 vocab,
+    131072 positions (the GGUF's context_length), rope theta 8e6, logit scale 0.0625."""
+    return cohere_spec("command-r", n_layer=40, n_embd=8192, n_head=64, n_head_kv=64, n_ff=22528, n_vocab=256000,
+                       n_ctx=131072, logit_scale=0.0625, rope_base=8000000.0)
+

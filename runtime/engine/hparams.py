@@ -101,6 +101,8 @@ ARCHS: dict[str, ArchSpec] = {
     # fused: runtime/engine/fused.py builds these (src/models/<arch>.cpp)
     # phi3.cpp: Q scaled by 1/sqrt(head_dim) after RoPE, attention scale 1
     "phi3": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU_MERGED, q_prescale=True, residual_first=True),
+    # command-r.cpp: LayerNorm, attention and FFN in parallel on one normed input, logits scaled
+    "command-r": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.peer
 
 SHAPES: dict[str, ArchShape] = {
     "phi4-mini": ArchShape("phi4-mini", shapes_fused.phi4_mini, 32),
+    "command-r-v01": ArchShape("command-r-v01", shapes_fused.command_r_v01, 40),
 }
 
 

@@ -14,12 +14,17 @@ import pytest
 
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec
-from planner.synth.shapes_fused import phi3_spec
+from planner.synth.shapes_fused import cohere_spec, phi3_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
 TINY: dict[str, Callable[[], ModelSpec]] = {
     # 4 heads of 64, 48 of them roped (partial RoPE), fused QKV and up/gate, long/short factor tables
     "phi3": lambda: phi3_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=256, n_vocab=512, n_rot=48),
+    "command-r": lambda: cohere_spec("command-r", n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=256,
+                                     n_vocab=512, n_ctx=4096, logit_scale=0.0625),
+    # 64 layers: command-r.cpp's per-head LayerNorms of Q and K (created from 64 layers on)
+    "command-r-64": lambda: cohere_spec("command-r", n_layer=64, n_embd=256, n_head=4, n_head_kv=2, n_ff=256,
+                                        n_vocab=512, n_ctx=4096, logit_scale=0.0625),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -29,6 +34,16 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -fa off": (74, 2.25),
         "-c 512 -np 2": (68, 3.26),
         "-c 256 -ctk q8_0 -ctv q8_0": (88, 1.66),
+    },
+    "command-r": {
+        "-c 256": (66, 1.63),
+        "-c 256 -fa off": (76, 2.75),
+        "-c 512 -np 2": (70, 3.26),
+        "-c 256 -ctk q8_0 -ctv q8_0": (90, 1.66),
+    },
+    "command-r-64": {
+        "-c 256": (2120, 1.63),
+        "-c 256 -fa off": (2440, 2.75),
     },
 }
 
