@@ -103,3 +103,9 @@ def command_r_v01() -> ModelSpec:
     return cohere_spec("command-r", n_layer=40, n_embd=8192, n_head=64, n_head_kv=64, n_ff=22528, n_vocab=256000,
                        n_ctx=131072, logit_scale=0.0625, rope_base=8000000.0)
 
+
+def command_r7b() -> ModelSpec:
+    """c4ai-command-r7b-12-2024 (cohere2): 32 layers, 4096 wide, 32 heads / 8 KV of 128, n_ff 14336,
+    256000 vocab, 8192 positions, window 4096 on three layers in four, rope theta 50000, logit scale 0.25."""
+    return cohere_spec("cohere2", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=256000,
+                       n_ctx=8192, logit_scale=0.25, window=4096, rope_base=50000.0)

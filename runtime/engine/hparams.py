@@ -103,6 +103,9 @@ ARCHS: dict[str, ArchSpec] = {
     "phi3": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU_MERGED, q_prescale=True, residual_first=True),
     # command-r.cpp: LayerNorm, attention and FFN in parallel on one normed input, logits scaled
     "command-r": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True),
+    # cohere2.cpp: command-r's layer with sliding-window layers roped and the global ones NoPE
+    "cohere2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True,
+                        rope_swa_only=True, swa_rope_from_base=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

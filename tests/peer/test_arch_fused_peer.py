@@ -16,6 +16,7 @@ pytestmark = pytest.mark.peer
 SHAPES: dict[str, ArchShape] = {
     "phi4-mini": ArchShape("phi4-mini", shapes_fused.phi4_mini, 32),
     "command-r-v01": ArchShape("command-r-v01", shapes_fused.command_r_v01, 40),
+    "command-r7b": ArchShape("command-r7b", shapes_fused.command_r7b, 32),
 }
 
 

@@ -25,6 +25,9 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     # 64 layers: command-r.cpp's per-head LayerNorms of Q and K (created from 64 layers on)
     "command-r-64": lambda: cohere_spec("command-r", n_layer=64, n_embd=256, n_head=4, n_head_kv=2, n_ff=256,
                                         n_vocab=512, n_ctx=4096, logit_scale=0.0625),
+    # layers 0-2 slide over 128 and are roped, layer 3 is global and NoPE
+    "cohere2": lambda: cohere_spec("cohere2", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, n_ff=256, n_vocab=512,
+                                   n_ctx=4096, logit_scale=0.25, window=128),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -44,6 +47,12 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
     "command-r-64": {
         "-c 256": (2120, 1.63),
         "-c 256 -fa off": (2440, 2.75),
+    },
+    "cohere2": {
+        "-c 256": (122, 1.76),
+        "-c 256 -fa off": (142, 3.26),
+        "-c 512 -np 2": (130, 3.52),
+        "-c 256 -ctk q8_0 -ctv q8_0": (170, 1.82),
     },
 }
 
