@@ -109,3 +109,33 @@ def command_r7b() -> ModelSpec:
     256000 vocab, 8192 positions, window 4096 on three layers in four, rope theta 50000, logit scale 0.25."""
     return cohere_spec("cohere2", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, n_vocab=256000,
                        n_ctx=8192, logit_scale=0.25, window=4096, rope_base=50000.0)
+
+
+def stablelm_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int, n_rot: int,
+                  n_ctx: int = 4096, qkv_bias: bool = True) -> ModelSpec:
+    """stablelm (src/models/stablelm.cpp) as StableLM 2 1.6B: LayerNorms with biases (the output's too),
+    Q/K/V biases, partial RoPE of n_rot dims, a SwiGLU FFN, an untied output."""
+    hd = n_embd // n_head
+    spec = _base("stablelm", n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab, n_ctx, 10000.0)
+    spec.metadata.update({Keys.Attention.LAYERNORM_EPS: 1e-5, Keys.Rope.DIMENSION_COUNT: n_rot})
+    spec.add(T.TOKEN_EMBD, Q.Q4_K, (n_embd, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,), None, "bias")
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    spec.add(T.OUTPUT, Q.Q6_K, (n_embd, n_vocab))
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i, "bias")
+        _qkv(spec, i, n_embd, n_embd, hd * n_head_kv, fused=False, bias=qkv_bias)
+        spec.add(T.ATTN_OUT, Q.Q4_K, (n_embd, n_embd), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.FFN_GATE, Q.Q4_K, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, Q.Q6_K, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, Q.Q4_K, (n_embd, n_ff), i)
+    return spec
+
+
+def stablelm2_1p6b() -> ModelSpec:
+    """stablelm-2-1_6b: 24 layers, 2048 wide, 32 heads / 32 KV of 64, a quarter roped (16 dims), n_ff 5632,
+    100352 vocab, 4096 positions, Q/K/V biases."""
+    return stablelm_spec(n_layer=24, n_embd=2048, n_head=32, n_head_kv=32, n_ff=5632, n_vocab=100352, n_rot=16)

@@ -98,6 +98,10 @@ class FusedBuilder(DecoderBuilder):
                  flash_attn: bool, offload_kqv: bool, n_ctx_seq: int) -> None:
         super().__init__(hp, weights, kv, flash_attn=flash_attn, offload_kqv=offload_kqv)
         self.ff = read_fused_facts(model, hp, n_ctx_seq)
+        normed = self._w(tensor_name(T.ATTN_NORM, 0)) is not None
+        if hp.spec.layer_norm and not hp.spec.parallel and normed and self._w(tensor_name(T.FFN_NORM, 0)) is None:
+            # stablelm.cpp's parallel residual (StableLM 2 12B: the FFN reads the attention's normed input)
+            raise BadInput(f"{hp.arch} without ffn_norm (a parallel residual) is not implemented in the runtime")
 
     # --- norms ----------------------------------------------------------------------------------
     def norm(self, x: Tensor, weight: str, il: int) -> Tensor:

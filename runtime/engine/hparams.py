@@ -106,6 +106,8 @@ ARCHS: dict[str, ArchSpec] = {
     # cohere2.cpp: command-r's layer with sliding-window layers roped and the global ones NoPE
     "cohere2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True,
                         rope_swa_only=True, swa_rope_from_base=True),
+    # stablelm.cpp: LayerNorm with biases, partial RoPE (rope.dimension_count), optional Q/K/V biases
+    "stablelm": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -17,6 +17,7 @@ SHAPES: dict[str, ArchShape] = {
     "phi4-mini": ArchShape("phi4-mini", shapes_fused.phi4_mini, 32),
     "command-r-v01": ArchShape("command-r-v01", shapes_fused.command_r_v01, 40),
     "command-r7b": ArchShape("command-r7b", shapes_fused.command_r7b, 32),
+    "stablelm-2-1.6b": ArchShape("stablelm-2-1.6b", shapes_fused.stablelm2_1p6b, 24),
 }
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec
-from planner.synth.shapes_fused import cohere_spec, phi3_spec
+from planner.synth.shapes_fused import cohere_spec, phi3_spec, stablelm_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
 TINY: dict[str, Callable[[], ModelSpec]] = {
@@ -28,6 +28,8 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     # layers 0-2 slide over 128 and are roped, layer 3 is global and NoPE
     "cohere2": lambda: cohere_spec("cohere2", n_layer=4, n_embd=256, n_head=4, n_head_kv=2, n_ff=256, n_vocab=512,
                                    n_ctx=4096, logit_scale=0.25, window=128),
+    # 16 of 64 head dims roped, LayerNorms and Q/K/V with biases
+    "stablelm": lambda: stablelm_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=4, n_ff=256, n_vocab=512, n_rot=16),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -54,6 +56,12 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 512 -np 2": (130, 3.52),
         "-c 256 -ctk q8_0 -ctv q8_0": (170, 1.82),
     },
+    "stablelm": {
+        "-c 256": (79, 1.63),
+        "-c 256 -fa off": (89, 3.00),
+        "-c 512 -np 2": (83, 3.26),
+        "-c 256 -ctk q8_0 -ctv q8_0": (103, 1.66),
+    },
 }
 
 
@@ -77,3 +85,13 @@ def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str,
 @pytest.mark.parametrize("arch", list(TINY))
 def test_estimate_simulates(arch: str, tiny_dir: Path) -> None:
     assert estimate(str(_tiny(arch, tiny_dir)), ["-c", "256"]).compute_model == "simulated"
+
+
+def test_stablelm_parallel_residual_stays_on_the_formula(tmp_path: Path) -> None:
+    """StableLM 2 12B's layers have no ffn_norm (stablelm.cpp: a parallel residual), which the builder
+    does not build: the estimate says so by its compute model."""
+    spec = TINY["stablelm"]()
+    spec.tensors = [t for t in spec.tensors if ".ffn_norm." not in t[0]]
+    path = tmp_path / "parallel.gguf"
+    spec.write(path)
+    assert estimate(str(path), ["-c", "256"]).compute_model == "formula"
