@@ -139,3 +139,35 @@ def stablelm2_1p6b() -> ModelSpec:
     """stablelm-2-1_6b: 24 layers, 2048 wide, 32 heads / 32 KV of 64, a quarter roped (16 dims), n_ff 5632,
     100352 vocab, 4096 positions, Q/K/V biases."""
     return stablelm_spec(n_layer=24, n_embd=2048, n_head=32, n_head_kv=32, n_ff=5632, n_vocab=100352, n_rot=16)
+
+
+def starcoder2_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,
+                    n_ctx: int = 16384, rope_base: float = 1000000.0) -> ModelSpec:
+    """starcoder2 (src/models/starcoder2.cpp): LayerNorms with biases, biases on Q/K/V, the output
+    projection, up and down, a GELU FFN without gate, an untied output."""
+    hd = n_embd // n_head
+    spec = _base("starcoder2", n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab, n_ctx, rope_base)
+    spec.metadata[Keys.Attention.LAYERNORM_EPS] = 1e-5
+    spec.add(T.TOKEN_EMBD, Q.Q4_K, (n_embd, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,), None, "bias")
+    spec.add(T.OUTPUT, Q.Q6_K, (n_embd, n_vocab))
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i, "bias")
+        _qkv(spec, i, n_embd, n_embd, hd * n_head_kv, fused=False, bias=True)
+        spec.add(T.ATTN_OUT, Q.Q4_K, (n_embd, n_embd), i)
+        spec.add(T.ATTN_OUT, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.FFN_DOWN, Q.Q6_K, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, Q.Q4_K, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.FFN_UP, Q.F32, (n_ff,), i, "bias")
+    return spec
+
+
+def starcoder2_7b() -> ModelSpec:
+    """starcoder2-7b: 32 layers, 4608 wide, 36 heads / 4 KV of 128, n_ff 18432, 49152 vocab, 16384
+    positions, rope theta 1e6."""
+    return starcoder2_spec(n_layer=32, n_embd=4608, n_head=36, n_head_kv=4, n_ff=18432, n_vocab=49152)

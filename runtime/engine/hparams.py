@@ -108,6 +108,8 @@ ARCHS: dict[str, ArchSpec] = {
                         rope_swa_only=True, swa_rope_from_base=True),
     # stablelm.cpp: LayerNorm with biases, partial RoPE (rope.dimension_count), optional Q/K/V biases
     "stablelm": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
+    # starcoder2.cpp: LayerNorm with biases, biases on every projection, a GELU FFN without gate
+    "starcoder2": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -18,6 +18,7 @@ SHAPES: dict[str, ArchShape] = {
     "command-r-v01": ArchShape("command-r-v01", shapes_fused.command_r_v01, 40),
     "command-r7b": ArchShape("command-r7b", shapes_fused.command_r7b, 32),
     "stablelm-2-1.6b": ArchShape("stablelm-2-1.6b", shapes_fused.stablelm2_1p6b, 24),
+    "starcoder2-7b": ArchShape("starcoder2-7b", shapes_fused.starcoder2_7b, 32),
 }
 
 
