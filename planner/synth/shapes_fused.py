@@ -171,3 +171,29 @@ def starcoder2_7b() -> ModelSpec:
     """starcoder2-7b: 32 layers, 4608 wide, 36 heads / 4 KV of 128, n_ff 18432, 49152 vocab, 16384
     positions, rope theta 1e6."""
     return starcoder2_spec(n_layer=32, n_embd=4608, n_head=36, n_head_kv=4, n_ff=18432, n_vocab=49152)
+
+
+def olmo_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,
+              n_ctx: int = 4096, clamp_kqv: float = 8.0) -> ModelSpec:
+    """olmo (src/models/olmo.cpp): no norm weights at all (non-parametric LayerNorm), separate Q/K/V
+    clamped to +-clamp_kqv, a SwiGLU FFN, an untied output."""
+    hd = n_embd // n_head
+    spec = _base("olmo", n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab, n_ctx, 10000.0)
+    spec.metadata[Keys.Attention.LAYERNORM_EPS] = 1e-5
+    if clamp_kqv:
+        spec.metadata[Keys.Attention.CLAMP_KQV] = clamp_kqv
+    spec.add(T.TOKEN_EMBD, Q.Q4_K, (n_embd, n_vocab))
+    spec.add(T.OUTPUT, Q.Q6_K, (n_embd, n_vocab))
+    for i in range(n_layer):
+        _qkv(spec, i, n_embd, n_embd, hd * n_head_kv, fused=False, bias=False)
+        spec.add(T.ATTN_OUT, Q.Q4_K, (n_embd, n_embd), i)
+        spec.add(T.FFN_GATE, Q.Q4_K, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, Q.Q6_K, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, Q.Q4_K, (n_embd, n_ff), i)
+    return spec
+
+
+def olmo_7b_0724() -> ModelSpec:
+    """OLMo-7B-0724-hf: 32 layers, 4096 wide, 32 heads / 32 KV of 128, n_ff 11008, 50304 vocab, 4096
+    positions, Q/K/V clipped to 8."""
+    return olmo_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=32, n_ff=11008, n_vocab=50304)

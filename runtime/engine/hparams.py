@@ -110,6 +110,8 @@ ARCHS: dict[str, ArchSpec] = {
     "stablelm": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
     # starcoder2.cpp: LayerNorm with biases, biases on every projection, a GELU FFN without gate
     "starcoder2": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
+    # olmo.cpp: LayerNorm without weights, Q/K/V clamped when attention.clamp_kqv is set
+    "olmo": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, clamp_kqv=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

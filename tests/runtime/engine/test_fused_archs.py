@@ -14,7 +14,7 @@ import pytest
 
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec
-from planner.synth.shapes_fused import cohere_spec, phi3_spec, stablelm_spec, starcoder2_spec
+from planner.synth.shapes_fused import cohere_spec, olmo_spec, phi3_spec, stablelm_spec, starcoder2_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
 TINY: dict[str, Callable[[], ModelSpec]] = {
@@ -31,6 +31,8 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     # 16 of 64 head dims roped, LayerNorms and Q/K/V with biases
     "stablelm": lambda: stablelm_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=4, n_ff=256, n_vocab=512, n_rot=16),
     "starcoder2": lambda: starcoder2_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512),
+    # no norm weights, Q/K/V clamped to +-8
+    "olmo": lambda: olmo_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=4, n_ff=256, n_vocab=512),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -68,6 +70,12 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -fa off": (93, 2.75),
         "-c 512 -np 2": (87, 3.26),
         "-c 256 -ctk q8_0 -ctv q8_0": (107, 1.66),
+    },
+    "olmo": {
+        "-c 256": (69, 1.63),
+        "-c 256 -fa off": (79, 3.00),
+        "-c 512 -np 2": (73, 3.26),
+        "-c 256 -ctk q8_0 -ctv q8_0": (93, 1.66),
     },
 }
 
