@@ -197,3 +197,35 @@ def olmo_7b_0724() -> ModelSpec:
     """OLMo-7B-0724-hf: 32 layers, 4096 wide, 32 heads / 32 KV of 128, n_ff 11008, 50304 vocab, 4096
     positions, Q/K/V clipped to 8."""
     return olmo_spec(n_layer=32, n_embd=4096, n_head=32, n_head_kv=32, n_ff=11008, n_vocab=50304)
+
+
+def qwen3vl_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int,
+                 n_vocab: int, sections: tuple[int, ...], n_deepstack: int, n_ctx: int = 262144,
+                 rope_base: float = 5000000.0) -> ModelSpec:
+    """qwen3vl's text model (src/models/qwen3vl.cpp) as conversion/qwen3vl.py writes it: qwen3's layer
+    (per-head Q/K RMS norms, separate Q/K/V, SwiGLU), rope.dimension_sections of four, the number of
+    deepstack layers (the vision tower's deepstack_visual_indexes), an untied output."""
+    spec = _base("qwen3vl", n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx, rope_base)
+    spec.metadata.update({Keys.Attention.LAYERNORM_RMS_EPS: 1e-6, Keys.Rope.DIMENSION_SECTIONS: list(sections),
+                          Keys.LLM.NUM_DEEPSTACK_LAYERS: n_deepstack})
+    spec.add(T.TOKEN_EMBD, Q.Q4_K, (n_embd, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    spec.add(T.OUTPUT, Q.Q6_K, (n_embd, n_vocab))
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        _qkv(spec, i, n_embd, head_dim * n_head, head_dim * n_head_kv, fused=False, bias=False)
+        spec.add(T.ATTN_OUT, Q.Q4_K, (head_dim * n_head, n_embd), i)
+        spec.add(T.ATTN_K_NORM, Q.F32, (head_dim,), i)
+        spec.add(T.ATTN_Q_NORM, Q.F32, (head_dim,), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_GATE, Q.Q4_K, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, Q.Q6_K, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, Q.Q4_K, (n_embd, n_ff), i)
+    return spec
+
+
+def qwen3vl_8b() -> ModelSpec:
+    """Qwen3-VL-8B-Instruct's text model: 36 layers, 4096 wide, 32 heads / 8 KV of 128, n_ff 12288, 151936
+    vocab, 262144 positions, rope theta 5e6, M-RoPE sections 24/20/20, three deepstack layers."""
+    return qwen3vl_spec(n_layer=36, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_ff=12288, n_vocab=151936,
+                        sections=(24, 20, 20, 0), n_deepstack=3)

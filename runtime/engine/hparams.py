@@ -112,6 +112,8 @@ ARCHS: dict[str, ArchSpec] = {
     "starcoder2": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
     # olmo.cpp: LayerNorm without weights, Q/K/V clamped when attention.clamp_kqv is set
     "olmo": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, clamp_kqv=True),
+    # qwen3vl.cpp: qwen3's layer with interleaved multi-section RoPE and deepstack inputs
+    "qwen3vl": ArchSpec(RopeMode.IMROPE, FfnKind.SWIGLU, qk_norm=True, mrope=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

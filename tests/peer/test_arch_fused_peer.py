@@ -20,6 +20,7 @@ SHAPES: dict[str, ArchShape] = {
     "stablelm-2-1.6b": ArchShape("stablelm-2-1.6b", shapes_fused.stablelm2_1p6b, 24),
     "starcoder2-7b": ArchShape("starcoder2-7b", shapes_fused.starcoder2_7b, 32),
     "olmo-7b-0724": ArchShape("olmo-7b-0724", shapes_fused.olmo_7b_0724, 32),
+    "qwen3vl-8b": ArchShape("qwen3vl-8b", shapes_fused.qwen3vl_8b, 36),
 }
 
 

@@ -14,7 +14,14 @@ import pytest
 
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec
-from planner.synth.shapes_fused import cohere_spec, olmo_spec, phi3_spec, stablelm_spec, starcoder2_spec
+from planner.synth.shapes_fused import (
+    cohere_spec,
+    olmo_spec,
+    phi3_spec,
+    qwen3vl_spec,
+    stablelm_spec,
+    starcoder2_spec,
+)
 from tests.support.reserve_checks import assert_reserve_equals
 
 TINY: dict[str, Callable[[], ModelSpec]] = {
@@ -33,6 +40,11 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     "starcoder2": lambda: starcoder2_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=512),
     # no norm weights, Q/K/V clamped to +-8
     "olmo": lambda: olmo_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=4, n_ff=256, n_vocab=512),
+    # M-RoPE sections 12/10/10 of 32 rotated pairs; layers 0-2 add the deepstack slices 1-3
+    "qwen3vl": lambda: qwen3vl_spec(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=256,
+                                    n_vocab=512, sections=(12, 10, 10, 0), n_deepstack=3),
+    "qwen3vl-no-deepstack": lambda: qwen3vl_spec(n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64,
+                                                 n_ff=256, n_vocab=512, sections=(12, 10, 10, 0), n_deepstack=0),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -76,6 +88,18 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -fa off": (79, 3.00),
         "-c 512 -np 2": (73, 3.26),
         "-c 256 -ctk q8_0 -ctv q8_0": (93, 1.66),
+    },
+    "qwen3vl": {
+        "-c 256": (154, 3.13),
+        "-c 256 -fa off": (174, 4.51),
+        "-c 512 -np 2": (162, 6.27),
+        "-c 256 -ctk q8_0 -ctv q8_0": (202, 3.17),
+    },
+    "qwen3vl-no-deepstack": {
+        "-c 256": (76, 1.38),
+        "-c 256 -fa off": (86, 2.76),
+        "-c 512 -np 2": (80, 2.77),
+        "-c 256 -ctk q8_0 -ctv q8_0": (100, 1.42),
     },
 }
 
