@@ -112,9 +112,10 @@ def command_r7b() -> ModelSpec:
 
 
 def stablelm_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int, n_rot: int,
-                  n_ctx: int = 4096, qkv_bias: bool = True) -> ModelSpec:
+                  n_ctx: int = 4096, qkv_bias: bool = True, parallel: bool = False) -> ModelSpec:
     """stablelm (src/models/stablelm.cpp) as StableLM 2 1.6B: LayerNorms with biases (the output's too),
-    Q/K/V biases, partial RoPE of n_rot dims, a SwiGLU FFN, an untied output."""
+    Q/K/V biases, partial RoPE of n_rot dims, a SwiGLU FFN, an untied output. `parallel`: StableLM 2 12B's
+    layer, per-head Q/K LayerNorm weights and no ffn_norm (the parallel residual)."""
     hd = n_embd // n_head
     spec = _base("stablelm", n_layer, n_embd, n_head, n_head_kv, hd, n_ff, n_vocab, n_ctx, 10000.0)
     spec.metadata.update({Keys.Attention.LAYERNORM_EPS: 1e-5, Keys.Rope.DIMENSION_COUNT: n_rot})
@@ -127,8 +128,12 @@ def stablelm_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_f
         spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i, "bias")
         _qkv(spec, i, n_embd, n_embd, hd * n_head_kv, fused=False, bias=qkv_bias)
         spec.add(T.ATTN_OUT, Q.Q4_K, (n_embd, n_embd), i)
-        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
-        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i, "bias")
+        if parallel:
+            spec.add(T.ATTN_Q_NORM, Q.F32, (hd, n_head), i)
+            spec.add(T.ATTN_K_NORM, Q.F32, (hd, n_head_kv), i)
+        else:
+            spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+            spec.add(T.FFN_NORM, Q.F32, (n_embd,), i, "bias")
         spec.add(T.FFN_GATE, Q.Q4_K, (n_embd, n_ff), i)
         spec.add(T.FFN_DOWN, Q.Q6_K, (n_ff, n_embd), i)
         spec.add(T.FFN_UP, Q.Q4_K, (n_embd, n_ff), i)
@@ -139,6 +144,13 @@ def stablelm2_1p6b() -> ModelSpec:
     """stablelm-2-1_6b: 24 layers, 2048 wide, 32 heads / 32 KV of 64, a quarter roped (16 dims), n_ff 5632,
     100352 vocab, 4096 positions, Q/K/V biases."""
     return stablelm_spec(n_layer=24, n_embd=2048, n_head=32, n_head_kv=32, n_ff=5632, n_vocab=100352, n_rot=16)
+
+
+def stablelm2_12b() -> ModelSpec:
+    """stablelm-2-12b: 40 layers, 5120 wide, 32 heads / 8 KV of 160, a quarter roped (40 dims), n_ff 13824,
+    100352 vocab, per-head Q/K LayerNorms, parallel residual, no Q/K/V biases."""
+    return stablelm_spec(n_layer=40, n_embd=5120, n_head=32, n_head_kv=8, n_ff=13824, n_vocab=100352, n_rot=40,
+                         qkv_bias=False, parallel=True)
 
 
 def starcoder2_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,

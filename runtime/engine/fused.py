@@ -99,8 +99,8 @@ class FusedBuilder(DecoderBuilder):
         super().__init__(hp, weights, kv, flash_attn=flash_attn, offload_kqv=offload_kqv)
         self.ff = read_fused_facts(model, hp, n_ctx_seq)
         normed = self._w(tensor_name(T.ATTN_NORM, 0)) is not None
-        if hp.spec.layer_norm and not hp.spec.parallel and normed and self._w(tensor_name(T.FFN_NORM, 0)) is None:
-            # stablelm.cpp's parallel residual (StableLM 2 12B: the FFN reads the attention's normed input)
+        if (hp.spec.layer_norm and not hp.spec.parallel and not hp.spec.ffn_norm_optional and normed
+                and self._w(tensor_name(T.FFN_NORM, 0)) is None):
             raise BadInput(f"{hp.arch} without ffn_norm (a parallel residual) is not implemented in the runtime")
 
     # --- norms ----------------------------------------------------------------------------------
@@ -178,9 +178,12 @@ class FusedBuilder(DecoderBuilder):
         q, k, v = self._split_qkv(x, il, n_tokens)
         roped = not (hp.spec.rope_swa_only and not hp.swa[il])
         q = self._qk_norm(q, T.ATTN_Q_NORM, il)
+        if hp.spec.ffn_norm_optional:   # stablelm.cpp norms K before roping Q
+            k = self._qk_norm(k, T.ATTN_K_NORM, il)
         if roped:
             q = self._rope(q, il)
-        k = self._qk_norm(k, T.ATTN_K_NORM, il)
+        if not hp.spec.ffn_norm_optional:
+            k = self._qk_norm(k, T.ATTN_K_NORM, il)
         if roped:
             k = self._rope(k, il)
         if hp.q_scale != 1.0:
@@ -242,9 +245,13 @@ class FusedBuilder(DecoderBuilder):
             ffn = self.ffn(normed, il)
             return B.add(B.add(ffn, x), cur, name=f"l_out-{il}")
         if last:
-            cur, x = B.get_rows(cur, ids), B.get_rows(x, ids)
+            cur, x, normed = B.get_rows(cur, ids), B.get_rows(x, ids), B.get_rows(normed, ids)
         ffn_inp = B.add(cur, x, name=f"ffn_inp-{il}")
-        ffn = self.ffn(self.norm(ffn_inp, tensor_name(T.FFN_NORM, il), il), il)
+        ffn_norm = tensor_name(T.FFN_NORM, il)
+        if spec.ffn_norm_optional and self._w(ffn_norm) is None:   # stablelm.cpp's parallel residual
+            ffn = self.ffn(normed, il)
+        else:
+            ffn = self.ffn(self.norm(ffn_inp, ffn_norm, il), il)
         out = B.add(ffn_inp, ffn) if spec.residual_first else B.add(ffn, ffn_inp)
         if il < self.ff.n_deepstack:   # qwen3vl: slice il + 1 of the padded embeddings
             emb = self.inp_embd

@@ -77,6 +77,9 @@ class ArchSpec:
     residual_first: bool = False   # phi3: a layer's output is ggml_add(residual, ffn_out), sources in that order
     mrope: bool = False            # qwen3vl: ggml_rope_multi over rope.dimension_sections, 4 positions a token,
                                    # and deepstack inputs when {arch}.n_deepstack_layers is set
+    # stablelm: a layer without ffn_norm is a parallel residual (StableLM 2 12B: the FFN reads the attention's
+    # normed input), and Q and K are both normed before either is roped
+    ffn_norm_optional: bool = False
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -107,7 +110,7 @@ ARCHS: dict[str, ArchSpec] = {
     "cohere2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True,
                         rope_swa_only=True, swa_rope_from_base=True),
     # stablelm.cpp: LayerNorm with biases, partial RoPE (rope.dimension_count), optional Q/K/V biases
-    "stablelm": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
+    "stablelm": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True, ffn_norm_optional=True),
     # starcoder2.cpp: LayerNorm with biases, biases on every projection, a GELU FFN without gate
     "starcoder2": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
     # olmo.cpp: LayerNorm without weights, Q/K/V clamped when attention.clamp_kqv is set

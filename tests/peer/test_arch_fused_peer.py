@@ -18,6 +18,7 @@ SHAPES: dict[str, ArchShape] = {
     "command-r-v01": ArchShape("command-r-v01", shapes_fused.command_r_v01, 40),
     "command-r7b": ArchShape("command-r7b", shapes_fused.command_r7b, 32),
     "stablelm-2-1.6b": ArchShape("stablelm-2-1.6b", shapes_fused.stablelm2_1p6b, 24),
+    "stablelm-2-12b": ArchShape("stablelm-2-12b", shapes_fused.stablelm2_12b, 40),
     "starcoder2-7b": ArchShape("starcoder2-7b", shapes_fused.starcoder2_7b, 32),
     "olmo-7b-0724": ArchShape("olmo-7b-0724", shapes_fused.olmo_7b_0724, 32),
     "qwen3vl-8b": ArchShape("qwen3vl-8b", shapes_fused.qwen3vl_8b, 36),
