@@ -2,16 +2,20 @@
 compute buffer against llama.cpp's, and the estimate's compute model.
 
 Expected figures come from llama.cpp on these very files (pinned build): llama-fit-params -v
-("graph: nodes = N" and "CPU compute buffer size = X MiB", two decimals). K-quant rows need 256-wide
-rows, so the tiny files are 256 wide.
+("graph: nodes = N" and "CPU compute buffer size = X MiB", two decimals), and fitplan-dump-nodes for
+every node's op, shape and strides (the peer test at the end). K-quant rows need 256-wide rows, so the
+tiny files are 256 wide.
 """
 from __future__ import annotations
 
+import struct
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec
 from planner.synth.shapes_fused import (
@@ -22,6 +26,8 @@ from planner.synth.shapes_fused import (
     stablelm_spec,
     starcoder2_spec,
 )
+from runtime.engine.builder import BatchShape
+from runtime.engine.runner import ModelRunner
 from tests.support.reserve_checks import assert_reserve_equals
 
 TINY: dict[str, Callable[[], ModelSpec]] = {
@@ -134,3 +140,39 @@ def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str,
 def test_estimate_simulates(arch: str, tiny_dir: Path) -> None:
     assert estimate(str(_tiny(arch, tiny_dir)), ["-c", "256"]).compute_model == "simulated"
 
+
+# --- against llama.cpp itself ------------------------------------------------------------------------
+
+# ggml_op_desc prints a GLU or UNARY node as its kind
+OP_DESC = {"SWIGLU": "GLU", "GEGLU": "GLU", "GELU": "UNARY"}
+
+
+def _dump(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node."""
+    data, o, out = path.read_bytes(), 0, []
+    while o < len(data):
+        fields = []
+        for _ in range(2):
+            (n,) = struct.unpack_from("<I", data, o)
+            fields.append(data[o + 4:o + 4 + n].decode())
+            o += 4 + n
+        o += 8
+        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
+        (size,) = struct.unpack_from("<Q", data, o + 64)
+        o += 72 + size
+        out.append((OP_DESC.get(fields[1], fields[1]), tuple(ne), tuple(nb)))
+    return out
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("arch", list(TINY))
+def test_every_node_equals_llama_cpp(arch: str, llama_tools: Path, tiny_dir: Path, tmp_path: Path) -> None:
+    """A 4-token batch at -c 256: llama.cpp's nodes and the runtime's, op, shape and strides, one for one."""
+    model = _tiny(arch, tiny_dir)
+    subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(model), str(tmp_path), "256", "4", "1", "2", "3", "4"],
+                   check=True, capture_output=True, timeout=300)
+    runner = ModelRunner.load(str(model), parse_llama_flags(["-c", "256"]), weights=False, reserve=False)
+    assert runner.kv is not None
+    full = tuple((k, runner.kv.tables[k].size) for k in runner.kv.kind_order())
+    ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in runner._graph(BatchShape(4, 1, full)).graph.nodes]
+    assert _dump(tmp_path / "step0.bin") == ours
