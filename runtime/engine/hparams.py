@@ -27,6 +27,7 @@ class RopeMode(enum.IntEnum):
 
     NORM = 0
     NEOX = 2
+    IMROPE = 40   # fused: qwen3vl's interleaved multi-section RoPE (GGML_ROPE_TYPE_IMROPE, ggml_rope_multi)
 
 
 class FfnKind(enum.Enum):
@@ -36,7 +37,9 @@ class FfnKind(enum.Enum):
     # dense
     RELU_SQR = "relu_sqr"          # relu(up)^2, no gate (LLM_FFN_RELU_SQR, LLM_FFN_SEQ: arcee)
     XIELU = "xielu"                # xielu(up), no gate (apertus.cpp: ggml_xielu)
-    SWIGLU_FUSED = "swiglu_fused"  # one ffn_up of 2 * n_ff, ggml_swiglu over its halves (LLM_FFN_SWIGLU: glm4)
+    SWIGLU_FUSED = "swiglu_fused"  # one ffn_up of 2 * n_ff, ggml_swiglu over its halves (LLM_FFN_SWIGLU: glm4, phi3)
+    # fused
+    GELU = "gelu"       # starcoder2: up (+ bias), gelu, down (+ bias), no gate (LLM_FFN_GELU, LLM_FFN_SEQ)
 
 
 class MoeGating(enum.Enum):
@@ -81,6 +84,19 @@ class ArchSpec:
     attn_out_bias: bool = True      # False: build_attn gets no attn_output bias (ernie4_5, olmo2, exaone4, glm4)
     scales_from_file: bool = False  # granite: embedding, residual, attention and logit scales (GGUF keys)
     attn_temp: bool = False         # mistral3: Q times a per-token temperature when the file has the key
+    # fused: LayerNorm, fused projections, parallel blocks, NoPE layers, logit scale, M-RoPE
+    # (runtime/engine/fused.py builds the architectures that set any of these)
+    layer_norm: bool = False       # build_norm(LLM_NORM): ggml_norm, then the weight and bias the file has
+    parallel: bool = False         # command-r, cohere2: attention and FFN read the same normed input
+    rope_swa_only: bool = False    # cohere2: only sliding-window layers are roped; the global ones are NoPE
+    logit_scale: bool = False      # command-r, cohere2: logits scaled by {arch}.logit_scale
+    clamp_kqv: bool = False        # olmo: Q, K and V clamped to +-{arch}.attention.clamp_kqv when the key is set
+    residual_first: bool = False   # phi3: a layer's output is ggml_add(residual, ffn_out), sources in that order
+    mrope: bool = False            # qwen3vl: ggml_rope_multi over rope.dimension_sections, 4 positions a token,
+                                   # and deepstack inputs when {arch}.n_deepstack_layers is set
+    # stablelm: a layer without ffn_norm is a parallel residual (StableLM 2 12B: the FFN reads the attention's
+    # normed input), and Q and K are both normed before either is roped
+    ffn_norm_optional: bool = False
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -119,6 +135,22 @@ ARCHS: dict[str, ArchSpec] = {
     "hunyuan-dense": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, qk_norm_after_rope=True),
     "glm4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU_FUSED, post_norms=True, ffn_post_norm_layer=True,
                      attn_out_bias=False),
+    # fused: runtime/engine/fused.py builds these (src/models/<arch>.cpp)
+    # phi3.cpp: Q scaled by 1/sqrt(head_dim) after RoPE, attention scale 1
+    "phi3": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU_FUSED, q_prescale=True, residual_first=True),
+    # command-r.cpp: LayerNorm, attention and FFN in parallel on one normed input, logits scaled
+    "command-r": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True),
+    # cohere2.cpp: command-r's layer with sliding-window layers roped and the global ones NoPE
+    "cohere2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True,
+                        rope_swa_only=True, swa_rope_from_base=True),
+    # stablelm.cpp: LayerNorm with biases, partial RoPE (rope.dimension_count), optional Q/K/V biases
+    "stablelm": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True, ffn_norm_optional=True),
+    # starcoder2.cpp: LayerNorm with biases, biases on every projection, a GELU FFN without gate
+    "starcoder2": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
+    # olmo.cpp: LayerNorm without weights, Q/K/V clamped when attention.clamp_kqv is set
+    "olmo": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, clamp_kqv=True),
+    # qwen3vl.cpp: qwen3's layer with interleaved multi-section RoPE and deepstack inputs
+    "qwen3vl": ArchSpec(RopeMode.IMROPE, FfnKind.SWIGLU, qk_norm=True, mrope=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -64,6 +64,7 @@ class Op(enum.Enum):
     SSM_SCAN = "SSM_SCAN"
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
+    PAD = "PAD"   # fused: qwen3vl pads its token embeddings to the deepstack width (ggml_pad)
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__
