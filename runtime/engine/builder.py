@@ -23,7 +23,7 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, rope_freqs_na
 from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
-from runtime.engine.moe import build_moe_ffn
+from runtime.engine.moe import build_moe_layer
 from runtime.ggml import build as B
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 
@@ -99,13 +99,18 @@ class DecoderBuilder:
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
-            return build_moe_ffn(self.hp, self._need, self.out.graph, x, il, self._w, self.lora)
-        up = self.lora.mm(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
-        gate = self.lora.mm(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
-        kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"
-        act = Tensor(F32, gate.ne, name=f"ffn_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
+            return build_moe_layer(self.hp, self._need, self.out.graph, x, il, self._w, self.lora, self.dense_ffn)
+        return self.dense_ffn(x, il)
+
+    def dense_ffn(self, x: Tensor, il: int, up_w: T = T.FFN_UP, gate_w: T = T.FFN_GATE, down_w: T = T.FFN_DOWN,
+                  name: str = "ffn") -> Tensor:
+        """build_ffn with a parallel gate: the model's FFN, or a MoE layer's dense FFN or shared expert (SwiGLU)."""
+        up = self.lora.mm(self._need(tensor_name(up_w, il)), x, name=f"{name}_up-{il}")
+        gate = self.lora.mm(self._need(tensor_name(gate_w, il)), x, name=f"{name}_gate-{il}")
+        kind = "GEGLU" if self.hp.spec.ffn is FfnKind.GEGLU else "SWIGLU"
+        act = Tensor(F32, gate.ne, name=f"{name}_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
                      op_params={"glu": kind})
-        return self.lora.mm(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
+        return self.lora.mm(self._need(tensor_name(down_w, il)), act, name=f"{name}_out-{il}")
 
     def _rope(self, x: Tensor, il: int) -> Tensor:
         hp = self.hp
@@ -126,12 +131,15 @@ class DecoderBuilder:
             bias = self._w(tensor_name(tensor, il, "bias"))
             if bias is not None:
                 t = B.add(t, bias, name=f"{part.upper()}cur_b-{il}")
+            if hp.spec.qk_norm_flat and part != "v":
+                t = self.norm(t, tensor_name(T.ATTN_Q_NORM if part == "q" else T.ATTN_K_NORM, il), il)
             out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
         q, k, v = out
-        if hp.spec.qk_norm:
+        qk_norm = hp.spec.qk_norm or (hp.spec.qk_norm_optional and self._w(tensor_name(T.ATTN_Q_NORM, il)) is not None)
+        if qk_norm:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
         q = self._rope(q, il)
-        if hp.spec.qk_norm:
+        if qk_norm:
             k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
         k = self._rope(k, il)
         if hp.q_scale != 1.0:

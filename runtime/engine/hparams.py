@@ -36,6 +36,19 @@ class MoeGating(enum.Enum):
 
     SOFTMAX = "softmax"                 # softmax over all experts, then top-k
     SOFTMAX_WEIGHT = "softmax_weight"   # top-k of the logits, softmax over the k chosen (gpt-oss)
+    SIGMOID = "sigmoid"                 # sigmoid of each logit (glm4moe, dots1, minimax-m2)
+
+
+# expert_gating_func as a file writes it (llama-hparams.h llama_expert_gating_func_type; 0: the architecture's own)
+GATING_FUNCS: dict[int, MoeGating] = {1: MoeGating.SOFTMAX, 2: MoeGating.SIGMOID, 3: MoeGating.SOFTMAX_WEIGHT}
+
+
+class SharedExpert(enum.Enum):
+    """How a layer's shared expert (ffn_{up,gate,down}_shexp, build_ffn's SwiGLU) joins the routed ones."""
+
+    NONE = "none"
+    ADDED = "added"                  # routed + shared (deepseek, dots1, ernie4_5-moe, glm4moe)
+    SIGMOID_GATED = "sigmoid_gated"  # qwen2moe: shared * sigmoid(ffn_gate_inp_shexp . x), written silu(g) / g
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,14 @@ class MoeSpec:
     gating: MoeGating = MoeGating.SOFTMAX
     norm_w: bool = True          # weights divided by their sum (qwen3moe passes norm_w = true)
     glu: str = "SWIGLU"          # the experts' GLU: ggml_swiglu_split, or SWIGLU_OAI (LLM_FFN_SWIGLU_OAI_MOE)
+    # moe: what each architecture's load_arch_hparams reads and its graph passes to build_moe_ffn
+    gating_key: bool = False     # expert_gating_func read from the file (0 or absent: `gating`)
+    norm_w_key: bool = False     # expert_weights_norm read from the file (absent: false) instead of `norm_w`
+    scale_key: bool = False      # expert_weights_scale read from the file (a scale node unless 0 or 1)
+    dense_lead: bool = False     # leading_dense_block_count layers with a dense FFN first
+    layer_step: bool = False     # ernie4_5-moe: experts only where (il + 1) % interleave_moe_layer_step == 0
+    shared: SharedExpert = SharedExpert.NONE   # used in the layers whose file has ffn_up_shexp
+    gate_optional: bool = False  # ernie4_5-moe loads ffn_gate_exps as not required: silu(up) without it
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,9 @@ class ArchSpec:
     # the output rows are picked after the trunk, not inside its last layer
     trunk_is_output: bool = False
     moe: MoeSpec = MoeSpec()
+    # moe: attention facts of the mixture-of-experts architectures
+    qk_norm_flat: bool = False       # olmoe, minimax-m2: Q/K RMS-normed over the whole projection, then split
+    qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -84,12 +108,29 @@ ARCHS: dict[str, ArchSpec] = {
     "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # moe: the mixture-of-experts decoders of src/models/<arch>.cpp that differ from qwen3moe only by facts
+    # glm4-moe.cpp: sigmoid gating unless the file says otherwise; its MTP block is not part of the trunk
+    "glm4moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True, ffn_norm=MODEL_TENSOR.ATTN_POST_NORM,
+                        qk_norm_optional=True,
+                        moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True,
+                                    scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
 DEFAULT_FREQ_BASE_SWA = 10000.0
 # llama-hparams.h: f_attn_logit_softcapping's default
 DEFAULT_ATTN_SOFTCAP = 50.0
+
+
+@dataclass(frozen=True)
+class MoeRouting:
+    """One model's expert routing: the gating, weight normalisation and scale build_moe_ffn gets, and
+    which trunk layers run the experts (the others a dense FFN)."""
+
+    gating: MoeGating
+    norm_w: bool
+    w_scale: float               # 0 or 1: no scale node
+    moe_layers: tuple[bool, ...]
 
 
 @dataclass(frozen=True)
@@ -119,6 +160,8 @@ class HParams:
     n_ctx_orig: int = 0        # YaRN's original context
     n_expert: int = 0
     n_expert_used: int = 0
+    # moe: build_moe_ffn's arguments as this file's loader resolves them
+    routing: MoeRouting | None = None
 
     def n_embd_gqa(self, il: int) -> int:
         return self.head_dim * self.n_head_kv[il]
@@ -177,4 +220,24 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         ext_factor=1.0 if scale_type == "yarn" else 0.0,
         n_ctx_orig=int(_get(model, Keys.Rope.SCALING_ORIG_CTX_LEN, facts.n_ctx_train)),
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
+        routing=read_routing(model, spec, facts.n_layer) if spec.ffn is FfnKind.MOE else None,
     )
+
+
+def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
+    """The keys an architecture's load_arch_hparams reads for build_moe_ffn (MoeSpec says which)."""
+    moe, meta, arch = spec.moe, model.metadata, model.architecture
+    gating = moe.gating
+    if moe.gating_key:
+        code = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC.format(arch=arch), 0) or 0)
+        if code and code not in GATING_FUNCS:
+            raise GGUFError(model.path, f"expert_gating_func {code} is not implemented in the runtime")
+        gating = GATING_FUNCS.get(code, gating)
+    norm_w = bool(meta.get(Keys.LLM.EXPERT_WEIGHTS_NORM.format(arch=arch), False)) if moe.norm_w_key else moe.norm_w
+    lead = int(_get(model, Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0)) if moe.dense_lead else 0
+    step = int(_get(model, Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0)) if moe.layer_step else 1
+    if step <= 0:   # ernie4-5-moe.cpp asserts n_moe_layer_step > 0
+        raise GGUFError(model.path, f"{arch}: interleave_moe_layer_step must be > 0")
+    return MoeRouting(gating=gating, norm_w=norm_w,
+                      w_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0) if moe.scale_key else 0.0,
+                      moe_layers=tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer)))

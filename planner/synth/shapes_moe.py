@@ -1,0 +1,148 @@
+"""Mixture-of-experts files for tests: tiny layouts and shape-faithful ones of real models, each laid out
+as the pinned llama.cpp's load_arch_tensors creates the architecture's tensors (src/models/<arch>.cpp).
+
+`moe_layout` writes one decoder of routed experts with the variations those loaders have: Q/K/V biases,
+Q/K norms per head or over the whole projection, leading dense layers, the expert selection bias
+(exp_probs_b), a shared expert (with qwen2moe's gate vector), and the norm before the FFN named
+ffn_norm or post_attention_norm. The `*_like` functions give real models' widths, heads, vocabularies
+and Q4_K_M-like tensor types with fewer blocks and experts (published config.json of each model).
+Rows of a width that is not a whole Q4_K/Q6_K block (256 values) are Q8_0, as llama-quantize falls back.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from gguf import Keys
+
+from planner.synth.gguf_factory import ModelSpec, Q, T, _common, _embeddings, add_tokenizer
+from planner.synth.glm4moe_factory import glm45_air_like
+
+
+@dataclass(frozen=True)
+class MoeLayout:
+    """Which tensors each block has beyond attention norm, Q/K/V/O and the routed experts."""
+
+    n_layer: int = 3
+    n_embd: int = 256
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 64
+    n_rot: int = 0                 # 0: the whole head
+    n_ff: int = 512                # leading dense layers' FFN
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ff_exp: int = 64
+    n_ff_shexp: int = 0            # 0: no shared expert
+    n_vocab: int = 1000
+    n_dense_lead: int = 0
+    qkv_bias: bool = False
+    qk_norm: str = ""              # "", "head" ({head_dim}) or "flat" ({n_head * head_dim}, {n_kv_heads * head_dim})
+    shexp_gate: bool = False       # qwen2moe: ffn_gate_inp_shexp {n_embd}
+    probs_bias: bool = False       # exp_probs_b {n_expert}
+    ffn_norm: T = T.FFN_NORM       # glm4moe: ATTN_POST_NORM
+    mat_type: Q = Q.Q8_0
+    v_type: Q = Q.Q8_0
+    exp_type: Q = Q.Q8_0
+    down_type: Q = Q.Q8_0
+    embd_type: Q = Q.Q8_0
+    out_type: Q | None = Q.Q8_0    # None: tied to the token embeddings
+
+
+def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
+    q, kv = lay.n_head * lay.head_dim, lay.n_head_kv * lay.head_dim
+    spec.add(T.ATTN_NORM, Q.F32, (lay.n_embd,), i)
+    spec.add(T.ATTN_Q, lay.mat_type, (lay.n_embd, q), i)
+    spec.add(T.ATTN_K, lay.mat_type, (lay.n_embd, kv), i)
+    spec.add(T.ATTN_V, lay.v_type, (lay.n_embd, kv), i)
+    if lay.qkv_bias:
+        spec.add(T.ATTN_Q, Q.F32, (q,), i, "bias")
+        spec.add(T.ATTN_K, Q.F32, (kv,), i, "bias")
+        spec.add(T.ATTN_V, Q.F32, (kv,), i, "bias")
+    spec.add(T.ATTN_OUT, lay.mat_type, (q, lay.n_embd), i)
+    if lay.qk_norm:
+        flat = lay.qk_norm == "flat"
+        spec.add(T.ATTN_Q_NORM, Q.F32, (q if flat else lay.head_dim,), i)
+        spec.add(T.ATTN_K_NORM, Q.F32, (kv if flat else lay.head_dim,), i)
+
+
+def _ffn(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
+    e, n = lay.n_embd, lay.n_expert
+    spec.add(lay.ffn_norm, Q.F32, (e,), i)
+    if i < lay.n_dense_lead:
+        spec.add(T.FFN_GATE, lay.mat_type, (e, lay.n_ff), i)
+        spec.add(T.FFN_DOWN, lay.down_type, (lay.n_ff, e), i)
+        spec.add(T.FFN_UP, lay.mat_type, (e, lay.n_ff), i)
+        return
+    spec.add(T.FFN_GATE_INP, Q.F32, (e, n), i)
+    if lay.probs_bias:
+        spec.add(T.FFN_EXP_PROBS_B, Q.F32, (n,), i, "bias")
+    spec.add(T.FFN_GATE_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
+    spec.add(T.FFN_DOWN_EXP, lay.down_type, (lay.n_ff_exp, e, n), i)
+    spec.add(T.FFN_UP_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
+    if lay.n_ff_shexp:
+        if lay.shexp_gate:
+            spec.add(T.FFN_GATE_INP_SHEXP, Q.F32, (e,), i)
+        spec.add(T.FFN_GATE_SHEXP, lay.mat_type, (e, lay.n_ff_shexp), i)
+        spec.add(T.FFN_DOWN_SHEXP, lay.down_type, (lay.n_ff_shexp, e), i)
+        spec.add(T.FFN_UP_SHEXP, lay.mat_type, (e, lay.n_ff_shexp), i)
+
+
+def moe_layout(arch: str, lay: MoeLayout, keys: Mapping[str, object] | None = None) -> ModelSpec:
+    """One MoE decoder file; `keys` adds architecture keys (gating function, weights norm and scale...)."""
+    spec = ModelSpec(arch)
+    _common(spec, lay.n_layer, lay.n_embd, lay.n_vocab)
+    spec.metadata.update({
+        Keys.Attention.HEAD_COUNT: lay.n_head, Keys.Attention.HEAD_COUNT_KV: lay.n_head_kv,
+        Keys.Attention.KEY_LENGTH: lay.head_dim, Keys.Attention.VALUE_LENGTH: lay.head_dim,
+        Keys.Rope.DIMENSION_COUNT: lay.n_rot or lay.head_dim,
+        Keys.LLM.FEED_FORWARD_LENGTH: lay.n_ff if lay.n_dense_lead else lay.n_ff_exp,
+        Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: lay.n_ff_exp,
+        Keys.LLM.EXPERT_COUNT: lay.n_expert, Keys.LLM.EXPERT_USED_COUNT: lay.n_expert_used,
+    })
+    if lay.n_dense_lead:
+        spec.metadata[Keys.LLM.LEADING_DENSE_BLOCK_COUNT] = lay.n_dense_lead
+    if lay.n_ff_shexp:
+        spec.metadata[Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH] = lay.n_ff_shexp
+    spec.metadata.update(keys or {})
+    _embeddings(spec, lay.n_embd, lay.n_vocab, lay.embd_type, lay.out_type)
+    for i in range(lay.n_layer):
+        _attention(spec, lay, i)
+        _ffn(spec, lay, i)
+    return spec
+
+
+def with_tokenizer(spec: ModelSpec, n_vocab: int, n_ctx: int, freq_base: float) -> ModelSpec:
+    add_tokenizer(spec, n_vocab, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    spec.metadata[Keys.LLM.CONTEXT_LENGTH] = n_ctx
+    spec.metadata[Keys.Rope.FREQ_BASE] = freq_base
+    return spec
+
+
+# --- tiny files (graph checks against llama-fit-params -v) ----------------------------------------
+TINY = MoeLayout()
+SIGMOID = 2   # expert_gating_func (llama-hparams.h LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
+
+
+def tiny_glm4moe() -> ModelSpec:
+    lay = replace(TINY, qkv_bias=True, n_rot=TINY.head_dim // 2, n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp,
+                  probs_bias=True, ffn_norm=T.ATTN_POST_NORM)
+    keys = {Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
+            Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("glm4moe", lay, keys), 1000, 4096, 10000.0)
+
+
+TINY_SPECS = {
+    "glm4moe": tiny_glm4moe,
+}
+
+
+# --- shape-faithful files (published config.json; Q4_K_M-like types) ----------------------------
+Q4KM = MoeLayout(mat_type=Q.Q4_K, v_type=Q.Q6_K, exp_type=Q.Q4_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
+
+
+def glm45_air_spec() -> ModelSpec:
+    """GLM-4.5-Air whole: 46 trunk blocks and its MTP block (block_count 47), 128 experts
+    (planner/synth/glm4moe_factory.py)."""
+    return glm45_air_like(n_layer=46, n_expert=128)

@@ -1,0 +1,62 @@
+"""The mixture-of-experts architectures built from facts (hparams.ARCHS rows, runtime/engine/moe.py) on
+tiny files (planner/synth/shapes_moe.py): the reserve's node count and CPU compute buffer against
+llama.cpp's, and the routing each file resolves to.
+
+Expected figures come from the pinned llama-fit-params -v on these very files ("graph: nodes = N" and
+"CPU compute buffer size = X MiB"); the routing facts are read off src/models/<arch>.cpp by hand.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.gguf.reader import read_model
+from planner.llama.context import model_context
+from planner.memory.estimate import estimate
+from planner.synth.shapes_moe import TINY_SPECS
+from runtime.engine.hparams import MoeGating, read_hparams
+from tests.support.reserve_checks import assert_reserve_equals
+
+FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
+# llama-fit-params -v on each tiny file, per FLAGS: (nodes, CPU compute MiB)
+LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
+    "glm4moe": ((154, 2.13), (169, 2.75), (160, 0.53), (190, 2.41)),
+}
+ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("moe")
+    paths = {}
+    for arch, spec in TINY_SPECS.items():
+        [paths[arch]] = spec().write(d / f"{arch}.gguf")
+    return paths
+
+
+@pytest.mark.parametrize(("arch", "flags", "n_nodes", "compute_mib"), ROWS)
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str, n_nodes: int, compute_mib: float,
+                                                          tiny: dict[str, Path]) -> None:
+    assert_reserve_equals(tiny[arch], flags, n_nodes, compute_mib)
+
+
+@pytest.mark.parametrize("arch", list(TINY_SPECS))
+def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
+    assert estimate(model_context(str(tiny[arch])), ["-c", "4096"]).compute_model == "simulated"
+
+
+# (gating, norm_w, w_scale, moe layers) as each graph passes them to build_moe_ffn for its tiny file:
+# qwen2moe and olmoe hard-code softmax without normalisation; ernie4_5-moe softmax with it, block 0 dense
+# (leading_dense_block_count 1); glm4moe the file's sigmoid, expert_weights_norm and scale 2.5, block 0
+# dense; minimax-m2 the file's sigmoid and a hard-coded normalisation
+ROUTING = {
+    "glm4moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
+}
+
+
+@pytest.mark.parametrize("arch", list(ROUTING))
+def test_routing_as_the_loader_reads_it(arch: str, tiny: dict[str, Path]) -> None:
+    r = read_hparams(read_model(str(tiny[arch]))).routing
+    assert r is not None
+    assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == ROUTING[arch]
