@@ -125,6 +125,12 @@ TINY = MoeLayout()
 SIGMOID = 2   # expert_gating_func (llama-hparams.h LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
 
 
+def tiny_ernie45moe() -> ModelSpec:
+    lay = replace(TINY, n_dense_lead=1, n_ff_shexp=128, probs_bias=True)
+    keys = {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: 1}
+    return with_tokenizer(moe_layout("ernie4_5-moe", lay, keys), 1000, 4096, 10000.0)
+
+
 def tiny_glm4moe() -> ModelSpec:
     lay = replace(TINY, qkv_bias=True, n_rot=TINY.head_dim // 2, n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp,
                   probs_bias=True, ffn_norm=T.ATTN_POST_NORM)
@@ -135,6 +141,7 @@ def tiny_glm4moe() -> ModelSpec:
 
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
+    "ernie4_5-moe": tiny_ernie45moe,
 }
 
 
@@ -146,3 +153,14 @@ def glm45_air_spec() -> ModelSpec:
     """GLM-4.5-Air whole: 46 trunk blocks and its MTP block (block_count 47), 128 experts
     (planner/synth/glm4moe_factory.py)."""
     return glm45_air_like(n_layer=46, n_expert=128)
+
+
+def ernie45_21b_a3b_spec() -> ModelSpec:
+    """ERNIE-4.5-21B-A3B: 28 blocks 2560 wide, 20 heads (4 KV) of 128, block 0 dense (12288), then 64 experts
+    of 1536 (6 used) with the selection bias and two shared experts (3072), tied embeddings, vocabulary
+    103424, context 131072."""
+    lay = replace(Q4KM, n_layer=28, n_embd=2560, n_head=20, n_head_kv=4, head_dim=128, n_ff=12288, n_expert=64,
+                    n_expert_used=6, n_ff_exp=1536, n_ff_shexp=3072, n_vocab=103424, n_dense_lead=1,
+                    probs_bias=True, down_type=Q.Q6_K, out_type=None)
+    keys = {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: 1}
+    return with_tokenizer(moe_layout("ernie4_5-moe", lay, keys), 103424, 131072, 500000.0)

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import ModelContext, model_context
-from planner.synth.shapes_moe import glm45_air_spec
+from planner.synth.shapes_moe import ernie45_21b_a3b_spec, glm45_air_spec
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
 
 SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("glm45-air", glm45_air_spec, 46, moe=True),
+    ArchShape("ernie45-21b-a3b", ernie45_21b_a3b_spec, 28, moe=True),
 )}
 
 
