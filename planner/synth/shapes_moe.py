@@ -125,6 +125,11 @@ TINY = MoeLayout()
 SIGMOID = 2   # expert_gating_func (llama-hparams.h LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
 
 
+def tiny_qwen2moe() -> ModelSpec:
+    lay = replace(TINY, qkv_bias=True, n_ff_shexp=128, shexp_gate=True)
+    return with_tokenizer(moe_layout("qwen2moe", lay), 1000, 4096, 10000.0)
+
+
 def tiny_ernie45moe() -> ModelSpec:
     lay = replace(TINY, n_dense_lead=1, n_ff_shexp=128, probs_bias=True)
     keys = {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: 1}
@@ -142,6 +147,7 @@ def tiny_glm4moe() -> ModelSpec:
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
+    "qwen2moe": tiny_qwen2moe,
 }
 
 
@@ -153,6 +159,15 @@ def glm45_air_spec() -> ModelSpec:
     """GLM-4.5-Air whole: 46 trunk blocks and its MTP block (block_count 47), 128 experts
     (planner/synth/glm4moe_factory.py)."""
     return glm45_air_like(n_layer=46, n_expert=128)
+
+
+def qwen15_moe_a27b_spec() -> ModelSpec:
+    """Qwen1.5-MoE-A2.7B: 24 blocks 2048 wide, 16 heads (16 KV) of 128 with Q/K/V biases, 60 experts of 1408
+    (4 used, softmax, unnormalised), a gated shared expert of 5632, vocabulary 151936, context 8192."""
+    lay = replace(Q4KM, n_layer=24, n_embd=2048, n_head=16, n_head_kv=16, head_dim=128, n_expert=60, n_expert_used=4,
+                    n_ff_exp=1408, n_ff_shexp=5632, n_vocab=151936, qkv_bias=True, shexp_gate=True,
+                    down_type=Q.Q8_0)
+    return with_tokenizer(moe_layout("qwen2moe", lay), 151936, 8192, 1000000.0)
 
 
 def ernie45_21b_a3b_spec() -> ModelSpec:

@@ -109,6 +109,8 @@ ARCHS: dict[str, ArchSpec] = {
     # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
     # moe: the mixture-of-experts decoders of src/models/<arch>.cpp that differ from qwen3moe only by facts
+    "qwen2moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True,
+                         moe=MoeSpec(norm_w=False, shared=SharedExpert.SIGMOID_GATED)),
     "ernie4_5-moe": ArchSpec(RopeMode.NORM, FfnKind.MOE,
                              moe=MoeSpec(dense_lead=True, layer_step=True, shared=SharedExpert.ADDED,
                                          gate_optional=True)),

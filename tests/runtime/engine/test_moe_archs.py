@@ -21,6 +21,7 @@ from tests.support.reserve_checks import assert_reserve_equals
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
 # llama-fit-params -v on each tiny file, per FLAGS: (nodes, CPU compute MiB)
 LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
+    "qwen2moe": ((168, 2.11), (183, 2.75), (174, 0.53), (204, 2.14)),
     "ernie4_5-moe": ((143, 2.13), (158, 2.75), (149, 0.53), (179, 2.41)),
     "glm4moe": ((154, 2.13), (169, 2.75), (160, 0.53), (190, 2.41)),
 }
@@ -52,6 +53,7 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 # (leading_dense_block_count 1); glm4moe the file's sigmoid, expert_weights_norm and scale 2.5, block 0
 # dense; minimax-m2 the file's sigmoid and a hard-coded normalisation
 ROUTING = {
+    "qwen2moe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "ernie4_5-moe": (MoeGating.SOFTMAX, True, 0.0, (False, True, True)),
     "glm4moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
 }
