@@ -130,6 +130,11 @@ def tiny_qwen2moe() -> ModelSpec:
     return with_tokenizer(moe_layout("qwen2moe", lay), 1000, 4096, 10000.0)
 
 
+def tiny_olmoe() -> ModelSpec:
+    lay = replace(TINY, n_head_kv=TINY.n_head, qk_norm="flat")
+    return with_tokenizer(moe_layout("olmoe", lay), 1000, 4096, 10000.0)
+
+
 def tiny_ernie45moe() -> ModelSpec:
     lay = replace(TINY, n_dense_lead=1, n_ff_shexp=128, probs_bias=True)
     keys = {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: 1}
@@ -148,6 +153,7 @@ TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
     "qwen2moe": tiny_qwen2moe,
+    "olmoe": tiny_olmoe,
 }
 
 
@@ -168,6 +174,14 @@ def qwen15_moe_a27b_spec() -> ModelSpec:
                     n_ff_exp=1408, n_ff_shexp=5632, n_vocab=151936, qkv_bias=True, shexp_gate=True,
                     down_type=Q.Q8_0)
     return with_tokenizer(moe_layout("qwen2moe", lay), 151936, 8192, 1000000.0)
+
+
+def olmoe_1b_7b_spec() -> ModelSpec:
+    """OLMoE-1B-7B-0924: 16 blocks 2048 wide, 16 heads (16 KV) of 128, Q/K norms over the whole projection,
+    64 experts of 1024 (8 used), vocabulary 50304, context 4096."""
+    lay = replace(Q4KM, n_layer=16, n_embd=2048, n_head=16, n_head_kv=16, head_dim=128, n_expert=64, n_expert_used=8,
+                    n_ff_exp=1024, n_vocab=50304, qk_norm="flat", down_type=Q.Q6_K)
+    return with_tokenizer(moe_layout("olmoe", lay), 50304, 4096, 10000.0)
 
 
 def ernie45_21b_a3b_spec() -> ModelSpec:

@@ -111,6 +111,7 @@ ARCHS: dict[str, ArchSpec] = {
     # moe: the mixture-of-experts decoders of src/models/<arch>.cpp that differ from qwen3moe only by facts
     "qwen2moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True,
                          moe=MoeSpec(norm_w=False, shared=SharedExpert.SIGMOID_GATED)),
+    "olmoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_flat=True, moe=MoeSpec(norm_w=False)),
     "ernie4_5-moe": ArchSpec(RopeMode.NORM, FfnKind.MOE,
                              moe=MoeSpec(dense_lead=True, layer_step=True, shared=SharedExpert.ADDED,
                                          gate_optional=True)),

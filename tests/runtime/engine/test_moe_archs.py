@@ -22,6 +22,7 @@ FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -c
 # llama-fit-params -v on each tiny file, per FLAGS: (nodes, CPU compute MiB)
 LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "qwen2moe": ((168, 2.11), (183, 2.75), (174, 0.53), (204, 2.14)),
+    "olmoe": ((144, 1.63), (159, 3.00), (150, 0.41), (180, 1.66)),
     "ernie4_5-moe": ((143, 2.13), (158, 2.75), (149, 0.53), (179, 2.41)),
     "glm4moe": ((154, 2.13), (169, 2.75), (160, 0.53), (190, 2.41)),
 }
@@ -54,6 +55,7 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 # dense; minimax-m2 the file's sigmoid and a hard-coded normalisation
 ROUTING = {
     "qwen2moe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
+    "olmoe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "ernie4_5-moe": (MoeGating.SOFTMAX, True, 0.0, (False, True, True)),
     "glm4moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
 }
