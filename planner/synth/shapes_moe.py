@@ -149,11 +149,17 @@ def tiny_glm4moe() -> ModelSpec:
     return with_tokenizer(moe_layout("glm4moe", lay, keys), 1000, 4096, 10000.0)
 
 
+def tiny_minimax_m2() -> ModelSpec:
+    lay = replace(TINY, n_rot=TINY.head_dim // 2, qk_norm="flat", probs_bias=True)
+    return with_tokenizer(moe_layout("minimax-m2", lay, {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
     "qwen2moe": tiny_qwen2moe,
     "olmoe": tiny_olmoe,
+    "minimax-m2": tiny_minimax_m2,
 }
 
 
@@ -193,3 +199,14 @@ def ernie45_21b_a3b_spec() -> ModelSpec:
                     probs_bias=True, down_type=Q.Q6_K, out_type=None)
     keys = {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: 1}
     return with_tokenizer(moe_layout("ernie4_5-moe", lay, keys), 103424, 131072, 500000.0)
+
+
+def minimax_m2_spec() -> ModelSpec:
+    """MiniMax-M2: 62 blocks 3072 wide, 48 heads (8 KV) of 128 with 64 rotated, Q/K norms over the whole
+    projection, 256 experts of 1536 (8 used, sigmoid with the selection bias), vocabulary 200064,
+    context 196608."""
+    lay = replace(Q4KM, n_layer=62, n_embd=3072, n_head=48, n_head_kv=8, head_dim=128, n_rot=64, n_expert=256,
+                    n_expert_used=8, n_ff_exp=1536, n_vocab=200064, qk_norm="flat", probs_bias=True,
+                    down_type=Q.Q6_K)
+    keys = {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("minimax-m2", lay, keys), 200064, 196608, 5000000.0)

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import ModelContext, model_context
-from planner.synth.shapes_moe import ernie45_21b_a3b_spec, glm45_air_spec, olmoe_1b_7b_spec, qwen15_moe_a27b_spec
+from planner.synth.shapes_moe import (
+    ernie45_21b_a3b_spec,
+    glm45_air_spec,
+    minimax_m2_spec,
+    olmoe_1b_7b_spec,
+    qwen15_moe_a27b_spec,
+)
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
@@ -21,6 +27,7 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("ernie45-21b-a3b", ernie45_21b_a3b_spec, 28, moe=True),
     ArchShape("qwen15-moe-a27b", qwen15_moe_a27b_spec, 24, moe=True),
     ArchShape("olmoe-1b-7b", olmoe_1b_7b_spec, 16, moe=True),
+    ArchShape("minimax-m2", minimax_m2_spec, 62, moe=True),
 )}
 
 

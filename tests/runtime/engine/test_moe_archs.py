@@ -25,6 +25,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "olmoe": ((144, 1.63), (159, 3.00), (150, 0.41), (180, 1.66)),
     "ernie4_5-moe": ((143, 2.13), (158, 2.75), (149, 0.53), (179, 2.41)),
     "glm4moe": ((154, 2.13), (169, 2.75), (160, 0.53), (190, 2.41)),
+    "minimax-m2": ((162, 1.63), (177, 2.75), (168, 0.41), (198, 1.66)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -58,6 +59,7 @@ ROUTING = {
     "olmoe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "ernie4_5-moe": (MoeGating.SOFTMAX, True, 0.0, (False, True, True)),
     "glm4moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
+    "minimax-m2": (MoeGating.SIGMOID, True, 0.0, (True, True, True)),
 }
 
 
