@@ -154,12 +154,19 @@ def tiny_minimax_m2() -> ModelSpec:
     return with_tokenizer(moe_layout("minimax-m2", lay, {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}), 1000, 4096, 10000.0)
 
 
+def tiny_deepseek() -> ModelSpec:
+    lay = replace(TINY, n_head_kv=TINY.n_head, n_dense_lead=1, n_ff_shexp=2 * TINY.n_ff_exp)
+    keys = {Keys.LLM.EXPERT_SHARED_COUNT: 2, Keys.LLM.EXPERT_WEIGHTS_SCALE: 1.5}
+    return with_tokenizer(moe_layout("deepseek", lay, keys), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
     "qwen2moe": tiny_qwen2moe,
     "olmoe": tiny_olmoe,
     "minimax-m2": tiny_minimax_m2,
+    "deepseek": tiny_deepseek,
 }
 
 
@@ -210,3 +217,13 @@ def minimax_m2_spec() -> ModelSpec:
                     down_type=Q.Q6_K)
     keys = {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
     return with_tokenizer(moe_layout("minimax-m2", lay, keys), 200064, 196608, 5000000.0)
+
+
+def deepseek_moe_16b_spec() -> ModelSpec:
+    """deepseek-moe-16b: 28 blocks 2048 wide, 16 heads (16 KV) of 128, block 0 dense (10944), then 64 experts
+    of 1408 (6 used, softmax, unnormalised) and two shared experts (2816), vocabulary 102400, context 4096."""
+    lay = replace(Q4KM, n_layer=28, n_embd=2048, n_head=16, n_head_kv=16, head_dim=128, n_ff=10944, n_expert=64,
+                  n_expert_used=6, n_ff_exp=1408, n_ff_shexp=2816, n_vocab=102400, n_dense_lead=1,
+                  down_type=Q.Q8_0)
+    keys = {Keys.LLM.EXPERT_SHARED_COUNT: 2, Keys.LLM.EXPERT_WEIGHTS_SCALE: 1.0}
+    return with_tokenizer(moe_layout("deepseek", lay, keys), 102400, 4096, 10000.0)

@@ -120,6 +120,8 @@ ARCHS: dict[str, ArchSpec] = {
                         qk_norm_optional=True,
                         moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True,
                                     scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
+    "deepseek": ArchSpec(RopeMode.NORM, FfnKind.MOE,
+                         moe=MoeSpec(norm_w=False, scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_flat=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }

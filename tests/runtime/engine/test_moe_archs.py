@@ -26,6 +26,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "ernie4_5-moe": ((143, 2.13), (158, 2.75), (149, 0.53), (179, 2.41)),
     "glm4moe": ((154, 2.13), (169, 2.75), (160, 0.53), (190, 2.41)),
     "minimax-m2": ((162, 1.63), (177, 2.75), (168, 0.41), (198, 1.66)),
+    "deepseek": ((133, 2.13), (148, 3.00), (139, 0.53), (169, 2.41)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -53,13 +54,16 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 # (gating, norm_w, w_scale, moe layers) as each graph passes them to build_moe_ffn for its tiny file:
 # qwen2moe and olmoe hard-code softmax without normalisation; ernie4_5-moe softmax with it, block 0 dense
 # (leading_dense_block_count 1); glm4moe the file's sigmoid, expert_weights_norm and scale 2.5, block 0
-# dense; minimax-m2 the file's sigmoid and a hard-coded normalisation
+# dense; minimax-m2 the file's sigmoid and a hard-coded normalisation; deepseek softmax unnormalised with the
+# file's scale 1.5, block 0 dense; dots1 the file's sigmoid, norm and scale 2.5, block 0 dense; hunyuan-moe
+# softmax, normalised
 ROUTING = {
     "qwen2moe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "olmoe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "ernie4_5-moe": (MoeGating.SOFTMAX, True, 0.0, (False, True, True)),
     "glm4moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
     "minimax-m2": (MoeGating.SIGMOID, True, 0.0, (True, True, True)),
+    "deepseek": (MoeGating.SOFTMAX, False, 1.5, (False, True, True)),
 }
 
 
