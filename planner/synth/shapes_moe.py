@@ -160,6 +160,14 @@ def tiny_deepseek() -> ModelSpec:
     return with_tokenizer(moe_layout("deepseek", lay, keys), 1000, 4096, 10000.0)
 
 
+def tiny_dots1() -> ModelSpec:
+    lay = replace(TINY, n_head_kv=TINY.n_head, qk_norm="head", n_dense_lead=1, n_ff_shexp=2 * TINY.n_ff_exp,
+                  probs_bias=True)
+    keys = {Keys.LLM.EXPERT_SHARED_COUNT: 2, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
+            Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("dots1", lay, keys), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
@@ -167,6 +175,7 @@ TINY_SPECS = {
     "olmoe": tiny_olmoe,
     "minimax-m2": tiny_minimax_m2,
     "deepseek": tiny_deepseek,
+    "dots1": tiny_dots1,
 }
 
 
@@ -227,3 +236,15 @@ def deepseek_moe_16b_spec() -> ModelSpec:
                   down_type=Q.Q8_0)
     keys = {Keys.LLM.EXPERT_SHARED_COUNT: 2, Keys.LLM.EXPERT_WEIGHTS_SCALE: 1.0}
     return with_tokenizer(moe_layout("deepseek", lay, keys), 102400, 4096, 10000.0)
+
+
+def dots1_spec() -> ModelSpec:
+    """dots.llm1: 62 blocks 4096 wide, 32 heads (32 KV) of 128 with Q/K norms, block 0 dense (10944), then
+    128 experts of 1408 (6 used, sigmoid with the selection bias, normalised, scaled 2.5) and two shared
+    experts (2816), vocabulary 152064, context 32768."""
+    lay = replace(Q4KM, n_layer=62, n_embd=4096, n_head=32, n_head_kv=32, head_dim=128, n_ff=10944, n_expert=128,
+                  n_expert_used=6, n_ff_exp=1408, n_ff_shexp=2816, n_vocab=152064, n_dense_lead=1,
+                  qk_norm="head", probs_bias=True, down_type=Q.Q8_0)
+    keys = {Keys.LLM.EXPERT_SHARED_COUNT: 2, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
+            Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("dots1", lay, keys), 152064, 32768, 10000000.0)

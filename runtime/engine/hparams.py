@@ -122,6 +122,9 @@ ARCHS: dict[str, ArchSpec] = {
                                     scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
     "deepseek": ArchSpec(RopeMode.NORM, FfnKind.MOE,
                          moe=MoeSpec(norm_w=False, scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
+    "dots1": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True,
+                      moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
+                                  shared=SharedExpert.ADDED)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_flat=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }

@@ -13,6 +13,7 @@ import pytest
 from planner.llama.context import ModelContext, model_context
 from planner.synth.shapes_moe import (
     deepseek_moe_16b_spec,
+    dots1_spec,
     ernie45_21b_a3b_spec,
     glm45_air_spec,
     minimax_m2_spec,
@@ -30,6 +31,7 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("olmoe-1b-7b", olmoe_1b_7b_spec, 16, moe=True),
     ArchShape("minimax-m2", minimax_m2_spec, 62, moe=True),
     ArchShape("deepseek-moe-16b", deepseek_moe_16b_spec, 28, moe=True),
+    ArchShape("dots1", dots1_spec, 62, moe=True),
 )}
 
 
