@@ -168,6 +168,11 @@ def tiny_dots1() -> ModelSpec:
     return with_tokenizer(moe_layout("dots1", lay, keys), 1000, 4096, 10000.0)
 
 
+def tiny_hunyuan_moe() -> ModelSpec:
+    lay = replace(TINY, qk_norm="head", n_ff_shexp=128, out_type=None)
+    return with_tokenizer(moe_layout("hunyuan-moe", lay), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
@@ -176,6 +181,7 @@ TINY_SPECS = {
     "minimax-m2": tiny_minimax_m2,
     "deepseek": tiny_deepseek,
     "dots1": tiny_dots1,
+    "hunyuan-moe": tiny_hunyuan_moe,
 }
 
 
@@ -248,3 +254,12 @@ def dots1_spec() -> ModelSpec:
     keys = {Keys.LLM.EXPERT_SHARED_COUNT: 2, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
             Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
     return with_tokenizer(moe_layout("dots1", lay, keys), 152064, 32768, 10000000.0)
+
+
+def hunyuan_a13b_spec() -> ModelSpec:
+    """Hunyuan-A13B: 32 blocks 4096 wide, 32 heads (8 KV) of 128 with Q/K norms after RoPE, 64 experts of
+    3072 (8 used) and one shared expert of 3072, tied embeddings, vocabulary 128167, context 32768."""
+    lay = replace(Q4KM, n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_expert=64,
+                  n_expert_used=8, n_ff_exp=3072, n_ff_shexp=3072, n_vocab=128167, qk_norm="head",
+                  down_type=Q.Q6_K, out_type=None)
+    return with_tokenizer(moe_layout("hunyuan-moe", lay), 128167, 32768, 10000.0)

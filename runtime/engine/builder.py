@@ -136,12 +136,16 @@ class DecoderBuilder:
             out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
         q, k, v = out
         qk_norm = hp.spec.qk_norm or (hp.spec.qk_norm_optional and self._w(tensor_name(T.ATTN_Q_NORM, il)) is not None)
-        if qk_norm:
+        late = hp.spec.qk_norm_after_rope
+        if qk_norm and not late:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
         q = self._rope(q, il)
-        if qk_norm:
+        if qk_norm and not late:
             k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
         k = self._rope(k, il)
+        if qk_norm and late:   # hunyuan-moe.cpp norms the roped K, then the roped Q
+            k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
+            q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
         if hp.q_scale != 1.0:
             q = B.scale(q, hp.q_scale, name=f"Qscaled-{il}")
         return Qkv(q, k, v)

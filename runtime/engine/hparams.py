@@ -87,6 +87,7 @@ class ArchSpec:
     # moe: attention facts of the mixture-of-experts architectures
     qk_norm_flat: bool = False       # olmoe, minimax-m2: Q/K RMS-normed over the whole projection, then split
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
+    qk_norm_after_rope: bool = False   # hunyuan-moe: Q/K normed after RoPE
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -125,6 +126,8 @@ ARCHS: dict[str, ArchSpec] = {
     "dots1": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True,
                       moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
                                   shared=SharedExpert.ADDED)),
+    "hunyuan-moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, qk_norm_after_rope=True,
+                            moe=MoeSpec(shared=SharedExpert.ADDED)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_flat=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }

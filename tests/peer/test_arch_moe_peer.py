@@ -16,6 +16,7 @@ from planner.synth.shapes_moe import (
     dots1_spec,
     ernie45_21b_a3b_spec,
     glm45_air_spec,
+    hunyuan_a13b_spec,
     minimax_m2_spec,
     olmoe_1b_7b_spec,
     qwen15_moe_a27b_spec,
@@ -32,6 +33,7 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("minimax-m2", minimax_m2_spec, 62, moe=True),
     ArchShape("deepseek-moe-16b", deepseek_moe_16b_spec, 28, moe=True),
     ArchShape("dots1", dots1_spec, 62, moe=True),
+    ArchShape("hunyuan-a13b", hunyuan_a13b_spec, 32, moe=True),
 )}
 
 

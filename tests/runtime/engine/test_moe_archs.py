@@ -28,6 +28,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "minimax-m2": ((162, 1.63), (177, 2.75), (168, 0.41), (198, 1.66)),
     "deepseek": ((133, 2.13), (148, 3.00), (139, 0.53), (169, 2.41)),
     "dots1": ((157, 2.13), (172, 3.00), (163, 0.53), (193, 2.41)),
+    "hunyuan-moe": ((174, 2.11), (189, 2.75), (180, 0.53), (210, 2.14)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -66,6 +67,7 @@ ROUTING = {
     "minimax-m2": (MoeGating.SIGMOID, True, 0.0, (True, True, True)),
     "deepseek": (MoeGating.SOFTMAX, False, 1.5, (False, True, True)),
     "dots1": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
+    "hunyuan-moe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
 }
 
 
