@@ -131,7 +131,7 @@ class DecoderBuilder:
             bias = self._w(tensor_name(tensor, il, "bias"))
             if bias is not None:
                 t = B.add(t, bias, name=f"{part.upper()}cur_b-{il}")
-            if hp.spec.qk_norm_flat and part != "v":
+            if hp.spec.qk_norm_full and part != "v":
                 t = self.norm(t, tensor_name(T.ATTN_Q_NORM if part == "q" else T.ATTN_K_NORM, il), il)
             out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
         q, k, v = out

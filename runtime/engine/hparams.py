@@ -85,7 +85,7 @@ class ArchSpec:
     trunk_is_output: bool = False
     moe: MoeSpec = MoeSpec()
     # moe: attention facts of the mixture-of-experts architectures
-    qk_norm_flat: bool = False       # olmoe, minimax-m2: Q/K RMS-normed over the whole projection, then split
+    qk_norm_full: bool = False       # olmoe, minimax-m2: Q/K RMS-normed over the whole projection, then split
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
     qk_norm_after_rope: bool = False   # hunyuan-moe: Q/K normed after RoPE
 
@@ -112,7 +112,7 @@ ARCHS: dict[str, ArchSpec] = {
     # moe: the mixture-of-experts decoders of src/models/<arch>.cpp that differ from qwen3moe only by facts
     "qwen2moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True,
                          moe=MoeSpec(norm_w=False, shared=SharedExpert.SIGMOID_GATED)),
-    "olmoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_flat=True, moe=MoeSpec(norm_w=False)),
+    "olmoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True, moe=MoeSpec(norm_w=False)),
     "ernie4_5-moe": ArchSpec(RopeMode.NORM, FfnKind.MOE,
                              moe=MoeSpec(dense_lead=True, layer_step=True, shared=SharedExpert.ADDED,
                                          gate_optional=True)),
@@ -128,7 +128,7 @@ ARCHS: dict[str, ArchSpec] = {
                                   shared=SharedExpert.ADDED)),
     "hunyuan-moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, qk_norm_after_rope=True,
                             moe=MoeSpec(shared=SharedExpert.ADDED)),
-    "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_flat=True,
+    "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }
 
