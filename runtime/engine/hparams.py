@@ -243,6 +243,11 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
 def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
     """The keys an architecture's load_arch_hparams reads for build_moe_ffn (MoeSpec says which)."""
     moe, meta, arch = spec.moe, model.metadata, model.architecture
+    # llama-model.cpp reads expert_group_count for every architecture; above 1 build_moe_ffn first keeps
+    # the best groups (argsort_top_k, sum_rows, fill, set_rows), which the runtime does not build
+    groups = int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0))
+    if groups > 1:
+        raise GGUFError(model.path, f"expert groups (expert_group_count {groups}) are not implemented in the runtime")
     gating = moe.gating
     if moe.gating_key:
         code = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC.format(arch=arch), 0) or 0)

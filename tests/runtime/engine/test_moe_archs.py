@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gguf import Keys
 
+from planner.core.errors import GGUFError
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
@@ -76,3 +78,15 @@ def test_routing_as_the_loader_reads_it(arch: str, tiny: dict[str, Path]) -> Non
     r = read_hparams(read_model(str(tiny[arch]))).routing
     assert r is not None
     assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == ROUTING[arch]
+
+
+def test_expert_groups_leave_the_estimate_on_the_formula(tmp_path: Path) -> None:
+    """expert_group_count above 1 makes build_moe_ffn select groups first, which the runtime does not build:
+    read_hparams refuses the file and the estimate keeps the formula rather than a wrong simulation."""
+    spec = TINY_SPECS["glm4moe"]()
+    spec.metadata[Keys.LLM.EXPERT_GROUP_COUNT] = 2
+    spec.metadata[Keys.LLM.EXPERT_GROUP_USED_COUNT] = 1
+    [path] = spec.write(tmp_path / "grouped.gguf")
+    with pytest.raises(GGUFError, match="expert_group_count 2"):
+        read_hparams(read_model(str(path)))
+    assert estimate(model_context(str(path)), ["-c", "4096"]).compute_model == "formula"
