@@ -47,6 +47,7 @@ class MoeLayout:
     down_type: Q = Q.Q8_0
     embd_type: Q = Q.Q8_0
     out_type: Q | None = Q.Q8_0    # None: tied to the token embeddings
+    n_nextn: int = 0               # dense MTP blocks after the trunk (exaone-moe), with eh_proj and their norms
 
 
 def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
@@ -69,7 +70,7 @@ def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
 def _ffn(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
     e, n = lay.n_embd, lay.n_expert
     spec.add(lay.ffn_norm, Q.F32, (e,), i)
-    if i < lay.n_dense_lead:
+    if i < lay.n_dense_lead or i >= lay.n_layer:
         spec.add(T.FFN_GATE, lay.mat_type, (e, lay.n_ff), i)
         spec.add(T.FFN_DOWN, lay.down_type, (lay.n_ff, e), i)
         spec.add(T.FFN_UP, lay.mat_type, (e, lay.n_ff), i)
@@ -91,7 +92,7 @@ def _ffn(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
 def moe_layout(arch: str, lay: MoeLayout, keys: Mapping[str, object] | None = None) -> ModelSpec:
     """One MoE decoder file; `keys` adds architecture keys (gating function, weights norm and scale...)."""
     spec = ModelSpec(arch)
-    _common(spec, lay.n_layer, lay.n_embd, lay.n_vocab)
+    _common(spec, lay.n_layer + lay.n_nextn, lay.n_embd, lay.n_vocab)
     spec.metadata.update({
         Keys.Attention.HEAD_COUNT: lay.n_head, Keys.Attention.HEAD_COUNT_KV: lay.n_head_kv,
         Keys.Attention.KEY_LENGTH: lay.head_dim, Keys.Attention.VALUE_LENGTH: lay.head_dim,
@@ -102,13 +103,19 @@ def moe_layout(arch: str, lay: MoeLayout, keys: Mapping[str, object] | None = No
     })
     if lay.n_dense_lead:
         spec.metadata[Keys.LLM.LEADING_DENSE_BLOCK_COUNT] = lay.n_dense_lead
+    if lay.n_nextn:
+        spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = lay.n_nextn
     if lay.n_ff_shexp:
         spec.metadata[Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH] = lay.n_ff_shexp
     spec.metadata.update(keys or {})
     _embeddings(spec, lay.n_embd, lay.n_vocab, lay.embd_type, lay.out_type)
-    for i in range(lay.n_layer):
+    for i in range(lay.n_layer + lay.n_nextn):
         _attention(spec, lay, i)
         _ffn(spec, lay, i)
+        if i >= lay.n_layer:
+            spec.add(T.NEXTN_EH_PROJ, lay.mat_type, (2 * lay.n_embd, lay.n_embd), i)
+            spec.add(T.NEXTN_ENORM, Q.F32, (lay.n_embd,), i)
+            spec.add(T.NEXTN_HNORM, Q.F32, (lay.n_embd,), i)
     return spec
 
 
@@ -173,6 +180,15 @@ def tiny_hunyuan_moe() -> ModelSpec:
     return with_tokenizer(moe_layout("hunyuan-moe", lay), 1000, 4096, 10000.0)
 
 
+def tiny_exaone_moe() -> ModelSpec:
+    """Four blocks (three sliding-window, one full-attention and unroped), block 0 dense, one MTP block."""
+    lay = replace(TINY, n_layer=4, qk_norm="head", n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp, probs_bias=True,
+                  n_nextn=1)
+    keys = {Keys.Attention.SLIDING_WINDOW: 128, Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
+            Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("exaone-moe", lay, keys), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
@@ -182,6 +198,7 @@ TINY_SPECS = {
     "deepseek": tiny_deepseek,
     "dots1": tiny_dots1,
     "hunyuan-moe": tiny_hunyuan_moe,
+    "exaone-moe": tiny_exaone_moe,
 }
 
 
@@ -263,3 +280,16 @@ def hunyuan_a13b_spec() -> ModelSpec:
                   n_expert_used=8, n_ff_exp=3072, n_ff_shexp=3072, n_vocab=128167, qk_norm="head",
                   down_type=Q.Q6_K, out_type=None)
     return with_tokenizer(moe_layout("hunyuan-moe", lay), 128167, 32768, 10000.0)
+
+
+def k_exaone_236b_spec() -> ModelSpec:
+    """K-EXAONE-236B-A23B: 48 blocks 6144 wide and one MTP block (block_count 49), 64 heads (8 KV) of 128 with
+    Q/K norms, three sliding-window layers (window 128) to one full-attention layer, block 0 dense (18432),
+    then 128 experts of 2048 (8 used, sigmoid with the selection bias, normalised, scaled 2.5) and one shared
+    expert of 2048, vocabulary 153600, context 262144."""
+    lay = replace(Q4KM, n_layer=48, n_embd=6144, n_head=64, n_head_kv=8, head_dim=128, n_ff=18432, n_expert=128,
+                  n_expert_used=8, n_ff_exp=2048, n_ff_shexp=2048, n_vocab=153600, n_dense_lead=1,
+                  qk_norm="head", probs_bias=True, down_type=Q.Q6_K, n_nextn=1)
+    keys = {Keys.Attention.SLIDING_WINDOW: 128, Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
+            Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("exaone-moe", lay, keys), 153600, 262144, 1000000.0)

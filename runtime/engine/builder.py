@@ -137,12 +137,16 @@ class DecoderBuilder:
         q, k, v = out
         qk_norm = hp.spec.qk_norm or (hp.spec.qk_norm_optional and self._w(tensor_name(T.ATTN_Q_NORM, il)) is not None)
         late = hp.spec.qk_norm_after_rope
+        # exaone-moe ropes its sliding-window layers only
+        roped = not (hp.spec.nope_full_attn and not hp.swa[il] and any(hp.swa))
         if qk_norm and not late:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
-        q = self._rope(q, il)
+        if roped:
+            q = self._rope(q, il)
         if qk_norm and not late:
             k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
-        k = self._rope(k, il)
+        if roped:
+            k = self._rope(k, il)
         if qk_norm and late:   # hunyuan-moe.cpp norms the roped K, then the roped Q
             k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)

@@ -88,6 +88,7 @@ class ArchSpec:
     qk_norm_full: bool = False       # olmoe, minimax-m2: Q/K RMS-normed over the whole projection, then split
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
     qk_norm_after_rope: bool = False   # hunyuan-moe: Q/K normed after RoPE
+    nope_full_attn: bool = False       # exaone-moe: with sliding-window layers, the full-attention ones unroped
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -128,6 +129,10 @@ ARCHS: dict[str, ArchSpec] = {
                                   shared=SharedExpert.ADDED)),
     "hunyuan-moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, qk_norm_after_rope=True,
                             moe=MoeSpec(shared=SharedExpert.ADDED)),
+    # exaone-moe.cpp: experts where the layer has ffn_gate_inp (leading_dense_block_count dense first)
+    "exaone-moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, nope_full_attn=True,
+                           moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
+                                       shared=SharedExpert.ADDED)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }

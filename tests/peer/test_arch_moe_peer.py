@@ -17,6 +17,7 @@ from planner.synth.shapes_moe import (
     ernie45_21b_a3b_spec,
     glm45_air_spec,
     hunyuan_a13b_spec,
+    k_exaone_236b_spec,
     minimax_m2_spec,
     olmoe_1b_7b_spec,
     qwen15_moe_a27b_spec,
@@ -34,6 +35,7 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("deepseek-moe-16b", deepseek_moe_16b_spec, 28, moe=True),
     ArchShape("dots1", dots1_spec, 62, moe=True),
     ArchShape("hunyuan-a13b", hunyuan_a13b_spec, 32, moe=True),
+    ArchShape("k-exaone-236b", k_exaone_236b_spec, 48, moe=True),
 )}
 
 

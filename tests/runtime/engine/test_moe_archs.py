@@ -31,6 +31,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "deepseek": ((133, 2.13), (148, 3.00), (139, 0.53), (169, 2.41)),
     "dots1": ((157, 2.13), (172, 3.00), (163, 0.53), (193, 2.41)),
     "hunyuan-moe": ((174, 2.11), (189, 2.75), (180, 0.53), (210, 2.14)),
+    "exaone-moe": ((213, 2.26), (233, 3.26), (221, 0.57), (261, 2.57)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -60,7 +61,8 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 # (leading_dense_block_count 1); glm4moe the file's sigmoid, expert_weights_norm and scale 2.5, block 0
 # dense; minimax-m2 the file's sigmoid and a hard-coded normalisation; deepseek softmax unnormalised with the
 # file's scale 1.5, block 0 dense; dots1 the file's sigmoid, norm and scale 2.5, block 0 dense; hunyuan-moe
-# softmax, normalised
+# softmax, normalised; exaone-moe the file's sigmoid, norm and scale 2.5, block 0 dense (its MTP block is
+# not part of the trunk)
 ROUTING = {
     "qwen2moe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "olmoe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
@@ -70,6 +72,7 @@ ROUTING = {
     "deepseek": (MoeGating.SOFTMAX, False, 1.5, (False, True, True)),
     "dots1": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
     "hunyuan-moe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
+    "exaone-moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True, True)),
 }
 
 
