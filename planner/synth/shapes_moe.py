@@ -189,6 +189,13 @@ def tiny_exaone_moe() -> ModelSpec:
     return with_tokenizer(moe_layout("exaone-moe", lay, keys), 1000, 4096, 10000.0)
 
 
+def tiny_smallthinker() -> ModelSpec:
+    """Five blocks: sliding-window layers but every fourth from block 0 (full attention, unroped)."""
+    lay = replace(TINY, n_layer=5, out_type=None)
+    keys = {Keys.Attention.SLIDING_WINDOW: 4096, Keys.LLM.EXPERT_GATING_FUNC: 1}
+    return with_tokenizer(moe_layout("smallthinker", lay, keys), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
@@ -199,6 +206,7 @@ TINY_SPECS = {
     "dots1": tiny_dots1,
     "hunyuan-moe": tiny_hunyuan_moe,
     "exaone-moe": tiny_exaone_moe,
+    "smallthinker": tiny_smallthinker,
 }
 
 
@@ -293,3 +301,13 @@ def k_exaone_236b_spec() -> ModelSpec:
     keys = {Keys.Attention.SLIDING_WINDOW: 128, Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
             Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
     return with_tokenizer(moe_layout("exaone-moe", lay, keys), 153600, 262144, 1000000.0)
+
+
+def smallthinker_4b_spec() -> ModelSpec:
+    """SmallThinker-4BA0.6B: 32 blocks 1536 wide, 12 heads (2 KV) of 128, no sliding window (every layer
+    roped), 32 ReLU-gated experts of 768 (4 used, sigmoid routing from the layer input), tied embeddings,
+    vocabulary 151936, context 32768."""
+    lay = replace(Q4KM, n_layer=32, n_embd=1536, n_head=12, n_head_kv=2, head_dim=128, n_expert=32,
+                  n_expert_used=4, n_ff_exp=768, n_vocab=151936, down_type=Q.Q6_K, out_type=None)
+    keys = {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("smallthinker", lay, keys), 151936, 32768, 1500000.0)

@@ -78,6 +78,7 @@ class DecoderBuilder:
         self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
         # applied LoRA adapters: build_lora_mm's extra matmuls on the weights they patch (runtime/engine/lora.py)
         self.lora = lora or Adapters()
+        self.layer_input: Tensor | None = None   # the input of the layer being built (_layer sets it)
 
     def _w(self, name: str) -> Tensor | None:
         return self.w.get(name)
@@ -99,7 +100,8 @@ class DecoderBuilder:
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
-            return build_moe_layer(self.hp, self._need, self.out.graph, x, il, self._w, self.lora, self.dense_ffn)
+            return build_moe_layer(self.hp, self._need, self.out.graph, x, il, self._w, self.lora, self.dense_ffn,
+                                   self.layer_input, self.out.out_ids)
         return self.dense_ffn(x, il)
 
     def dense_ffn(self, x: Tensor, il: int, up_w: T = T.FFN_UP, gate_w: T = T.FFN_GATE, down_w: T = T.FFN_DOWN,
@@ -122,6 +124,16 @@ class DecoderBuilder:
             r.op_params.update(ext_factor=hp.ext_factor, n_ctx_orig=hp.n_ctx_orig)
         return r
 
+    def _roped(self, il: int) -> bool:
+        """Whether the layer ropes Q and K: exaone-moe with sliding-window layers ropes only those,
+        smallthinker with them leaves layers 0, n, 2n... unroped."""
+        spec, swa = self.hp.spec, self.hp.swa
+        if not (spec.nope_full_attn or spec.nope_every_from_first) or not any(swa):
+            return True
+        if spec.nope_full_attn and not swa[il]:
+            return False
+        return not spec.nope_every_from_first or il % spec.nope_every_from_first != 0
+
     def _qkv(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
         hp = self.hp
         out = []
@@ -136,9 +148,7 @@ class DecoderBuilder:
             out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
         q, k, v = out
         qk_norm = hp.spec.qk_norm or (hp.spec.qk_norm_optional and self._w(tensor_name(T.ATTN_Q_NORM, il)) is not None)
-        late = hp.spec.qk_norm_after_rope
-        # exaone-moe ropes its sliding-window layers only
-        roped = not (hp.spec.nope_full_attn and not hp.swa[il] and any(hp.swa))
+        late, roped = hp.spec.qk_norm_after_rope, self._roped(il)
         if qk_norm and not late:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
         if roped:
@@ -278,6 +288,7 @@ class DecoderBuilder:
 
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.hp
+        self.layer_input = x   # smallthinker's router reads it (moe.build_moe_layer)
         cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)
         qkv = self._qkv(cur, il, n_tokens)
         cur = self.attention(il, qkv.q, qkv.k, qkv.v)

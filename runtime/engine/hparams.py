@@ -55,7 +55,7 @@ class SharedExpert(enum.Enum):
 class MoeSpec:
     gating: MoeGating = MoeGating.SOFTMAX
     norm_w: bool = True          # weights divided by their sum (qwen3moe passes norm_w = true)
-    glu: str = "SWIGLU"          # the experts' GLU: ggml_swiglu_split, or SWIGLU_OAI (LLM_FFN_SWIGLU_OAI_MOE)
+    glu: str = "SWIGLU"          # the experts' GLU: ggml_swiglu_split, SWIGLU_OAI (LLM_FFN_SWIGLU_OAI_MOE), REGLU
     # moe: what each architecture's load_arch_hparams reads and its graph passes to build_moe_ffn
     gating_key: bool = False     # expert_gating_func read from the file (0 or absent: `gating`)
     norm_w_key: bool = False     # expert_weights_norm read from the file (absent: false) instead of `norm_w`
@@ -64,6 +64,7 @@ class MoeSpec:
     layer_step: bool = False     # ernie4_5-moe: experts only where (il + 1) % interleave_moe_layer_step == 0
     shared: SharedExpert = SharedExpert.NONE   # used in the layers whose file has ffn_up_shexp
     gate_optional: bool = False  # ernie4_5-moe loads ffn_gate_exps as not required: silu(up) without it
+    router_on_input: bool = False   # smallthinker: router logits from the layer's input, before its norm
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class ArchSpec:
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
     qk_norm_after_rope: bool = False   # hunyuan-moe: Q/K normed after RoPE
     nope_full_attn: bool = False       # exaone-moe: with sliding-window layers, the full-attention ones unroped
+    nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -133,6 +135,9 @@ ARCHS: dict[str, ArchSpec] = {
     "exaone-moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, nope_full_attn=True,
                            moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
                                        shared=SharedExpert.ADDED)),
+    # smallthinker.cpp: ReLU-gated experts routed from the layer input (the file's gating)
+    "smallthinker": ArchSpec(RopeMode.NEOX, FfnKind.MOE, nope_every_from_first=4,
+                             moe=MoeSpec(glu="REGLU", gating_key=True, router_on_input=True)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }

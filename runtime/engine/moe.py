@@ -47,21 +47,20 @@ def routing(hp: HParams) -> MoeRouting:
 
 
 def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cur: Tensor, il: int,
-                  bias: Callable[[str], Tensor | None] = lambda _name: None, lora: Adapters | None = None) -> Tensor:
+                  bias: Callable[[str], Tensor | None] = lambda _name: None, lora: Adapters | None = None,
+                  logits: Tensor | None = None) -> Tensor:
     """`weight(name)` is the builder's weight lookup, `bias(name)` the lookup of optional tensors,
-    `lora` the applied adapters; nodes that llama.cpp expands early go to `graph`."""
+    `lora` the applied adapters; nodes that llama.cpp expands early go to `graph`. `logits`: the router's
+    output when the graph computed it elsewhere (build_moe_ffn's probs_in)."""
     lora = lora or Adapters()
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
     k, n_expert, moe, route = hp.n_expert_used, hp.n_expert, hp.spec.moe, routing(hp)
-    logits = lora.mm(weight(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
+    if logits is None:
+        logits = lora.mm(weight(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
     router_bias = bias(tensor_name(T.FFN_GATE_INP, il, "bias"))
     if router_bias is not None:
         logits = B.add(logits, router_bias, name=f"ffn_moe_logits_biased-{il}")
-    probs = logits
-    if route.gating is MoeGating.SOFTMAX:
-        probs = B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
-    elif route.gating is MoeGating.SIGMOID:
-        probs = B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
+    probs = _gate(logits, route.gating, il)
     selection = probs
     selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
     if selection_bias is not None:   # chooses the experts; their weights stay the unbiased probabilities
@@ -83,24 +82,46 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     if moe.gate_optional and bias(tensor_name(T.FFN_GATE_EXP, il)) is None:   # no gate: silu(up)
         act = B.unary(up, "SILU", name=f"ffn_moe_silu-{il}")
     else:
-        gate = _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate")
-        if moe.glu == "SWIGLU_OAI":
-            act = B.swiglu_oai(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT, name=f"ffn_moe_swiglu_oai-{il}")
-        else:
-            act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
+        act = _glu(moe.glu, _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate"), up, il)
     experts = _experts(weight, bias, lora, T.FFN_DOWN_EXP, act, selected, il, "down")
     return weighted_sum(graph, experts, weights, n_embd, n_tokens, k, il)
 
 
+def _gate(logits: Tensor, gating: MoeGating, il: int) -> Tensor:
+    """The router's probabilities: softmax or sigmoid of the logits (SOFTMAX_WEIGHT: the logits themselves)."""
+    if gating is MoeGating.SOFTMAX:
+        return B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
+    if gating is MoeGating.SIGMOID:
+        return B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
+    return logits
+
+
+def _glu(kind: str, gate: Tensor, up: Tensor, il: int) -> Tensor:
+    """The experts' gated activation: ggml_swiglu_split, ggml_swiglu_oai or ggml_reglu_split (LLM_FFN_RELU)."""
+    if kind == "SWIGLU_OAI":
+        return B.swiglu_oai(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT, name=f"ffn_moe_swiglu_oai-{il}")
+    if kind == "REGLU":
+        return B._node(Op.GLU, gate.ne, [gate, up], f"ffn_moe_reglu-{il}", gate.type, glu="REGLU")
+    return B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
+
+
 def build_moe_layer(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cur: Tensor, il: int,
                     optional: Callable[[str], Tensor | None], lora: Adapters,
-                    dense: Callable[[Tensor, int, T, T, T, str], Tensor]) -> Tensor:
+                    dense: Callable[[Tensor, int, T, T, T, str], Tensor], layer_input: Tensor | None = None,
+                    out_ids: Tensor | None = None) -> Tensor:
     """A layer's FFN as the MoE architectures' graphs write it: the dense FFN in a layer without experts
     (leading dense layers, ernie4_5-moe's step), else the routed experts plus the shared expert where the
-    file has one. `dense(x, il, up, gate, down, name)` is the builder's build_ffn (SwiGLU)."""
+    file has one. `dense(x, il, up, gate, down, name)` is the builder's build_ffn (SwiGLU). `layer_input`
+    and `out_ids`: the layer's input and the output rows, for a router that reads the input (smallthinker:
+    its logits keep the output rows only in the last layer, as the layer's other rows do)."""
     if not routing(hp).moe_layers[il]:
         return dense(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn")
-    routed = build_moe_ffn(hp, weight, graph, cur, il, optional, lora)
+    logits = None
+    if hp.spec.moe.router_on_input and layer_input is not None:
+        logits = lora.mm(weight(tensor_name(T.FFN_GATE_INP, il)), layer_input, name=f"ffn_moe_logits-{il}")
+        if il == hp.n_layer - 1 and out_ids is not None:
+            logits = B.get_rows(logits, out_ids)
+    routed = build_moe_ffn(hp, weight, graph, cur, il, optional, lora, logits)
     kind = hp.spec.moe.shared
     if kind is SharedExpert.NONE or optional(tensor_name(T.FFN_UP_SHEXP, il)) is None:
         return routed

@@ -21,6 +21,7 @@ from planner.synth.shapes_moe import (
     minimax_m2_spec,
     olmoe_1b_7b_spec,
     qwen15_moe_a27b_spec,
+    smallthinker_4b_spec,
 )
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
@@ -36,6 +37,7 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("dots1", dots1_spec, 62, moe=True),
     ArchShape("hunyuan-a13b", hunyuan_a13b_spec, 32, moe=True),
     ArchShape("k-exaone-236b", k_exaone_236b_spec, 48, moe=True),
+    ArchShape("smallthinker-4b", smallthinker_4b_spec, 32, moe=True),
 )}
 
 
