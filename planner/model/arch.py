@@ -103,6 +103,8 @@ KNOWN_DENSE = frozenset({
     "starcoder2", "stablelm", "internlm2", "minicpm", "minicpm3", "ernie4_5", "ernie4_5-moe",
     "gemma", "command-r", "dbrx", "grok", "arcee", "seed_oss", "smollm3", "hunyuan-moe",
     "hunyuan-dense", "bailingmoe", "bailingmoe2", "dots1", "minimax-m2", "apertus", "phimoe",
+    # mla: deepseek2's model class (src/models/models.h), its K-only MLA cache
+    "mistral4",
 })
 
 

@@ -64,6 +64,7 @@ class Op(enum.Enum):
     SSM_SCAN = "SSM_SCAN"
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
+    FILL = "FILL"              # mla: build_moe_ffn's grouped expert selection masks the other groups
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__
@@ -75,7 +76,7 @@ VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 # Ops whose output may take a dying parent's storage (ggml_op_can_inplace, ggml-alloc.c).
 INPLACE_OPS = frozenset({
     Op.SCALE, Op.ADD, Op.ADD_ID, Op.SUB, Op.MUL, Op.DIV, Op.SQR, Op.SQRT, Op.UNARY,
-    Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF, Op.CLAMP,
+    Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF, Op.CLAMP, Op.FILL,
 })
 
 

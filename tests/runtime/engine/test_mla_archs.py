@@ -1,0 +1,104 @@
+"""The MLA builder (runtime/engine/deepseek2.py) on the architectures that share deepseek2's graph: tiny files'
+reserves against llama.cpp's, and decode against an independent forward pass.
+
+mistral4 (deepseek2's model class at the pin) ships merged gate_up experts; its published config also
+selects experts within groups (expert_group_count 8, 1 used), so the grouped file below covers that path.
+Expected figures are llama-fit-params -v on these very files (pinned build): "graph: nodes = N" and
+"CPU compute buffer size = X MiB".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import Keys
+
+from planner.core.errors import BadInput
+from planner.llama.flags import parse_llama_flags
+from planner.memory.coverage import Status, coverage_table
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer, deepseek2_spec
+from planner.synth.shapes_mla import mistral4_layout
+from planner.synth.tiny_models import write_random
+from runtime.engine.deepseek2 import MlaHParams
+from runtime.engine.runner import ModelRunner
+from tests.runtime.engine.test_deepseek2 import TOKENS, reference_logits
+from tests.support.reference import float64_weights
+from tests.support.reserve_checks import assert_reserve_equals
+
+
+def mistral4_tiny(groups: bool) -> ModelSpec:
+    """3 MoE layers of deepseek2_spec's tiny dimensions (q_lora 128, kv_lora 128, rope 32, 4 experts of 64,
+    2 used), merged gate_up, normalised weights; with `groups`, 2 expert groups of which 1 is used."""
+    spec = mistral4_layout(deepseek2_spec(n_vocab=512, n_dense_lead=0), probs_bias=True)
+    spec.metadata[Keys.LLM.EXPERT_WEIGHTS_NORM] = True
+    if groups:
+        spec.metadata.update({Keys.LLM.EXPERT_GROUP_COUNT: 2, Keys.LLM.EXPERT_GROUP_USED_COUNT: 1})
+    add_tokenizer(spec, 512, n_merges=1)
+    return spec
+
+
+TINY = {"mistral4": lambda: mistral4_tiny(False), "mistral4-groups": lambda: mistral4_tiny(True)}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("mla")
+    out = {}
+    for name, make in TINY.items():
+        [out[name]] = make().write(d / f"{name}.gguf")
+    out["mistral4-f32"] = write_random(d / "mistral4-f32.gguf", TINY["mistral4"](), True, 0)
+    out["mistral4-groups-f32"] = write_random(d / "mistral4-groups-f32.gguf", TINY["mistral4-groups"](), True, 0)
+    return out
+
+
+# llama-fit-params -v on the tiny files: (graph nodes, CPU compute buffer MiB)
+LLAMA_CPP_RESERVE = {
+    "mistral4": {"-c 256": (210, 2.63), "-c 256 -fa off": (216, 3.75), "-c 256 -np 2": (213, 2.63),
+                 "-c 512 -np 3 -ub 64": (213, 0.68), "-c 256 -ctk q8_0 -ctv q8_0": (210, 2.63)},
+    # 14 nodes more per MoE layer: the group scores, the kept groups and the masked selection
+    "mistral4-groups": {"-c 256": (252, 2.63), "-c 256 -fa off": (258, 3.75), "-c 256 -np 2": (255, 2.63),
+                        "-c 512 -np 3 -ub 64": (255, 0.68), "-c 256 -ctk q8_0 -ctv q8_0": (252, 2.63)},
+}
+
+
+@pytest.mark.parametrize("name, flags", [(n, f) for n, rows in LLAMA_CPP_RESERVE.items() for f in rows])
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str, models: dict[str, Path]) -> None:
+    assert_reserve_equals(models[name], flags, *LLAMA_CPP_RESERVE[name][flags])
+
+
+def test_mistral4_cache_holds_the_latent_only(models: dict[str, Path]) -> None:
+    """One K row of kv_lora_rank + n_rot (128 + 32) f16 per cell and layer, no V (has_v = !is_mla)."""
+    runner = ModelRunner.load(str(models["mistral4"]), parse_llama_flags(["-c", "256"]), weights=False)
+    assert isinstance(runner.hp, MlaHParams)
+    assert runner.kv_bytes == {"CPU": 3 * 256 * (128 + 32) * 2}
+
+
+def test_mistral4_is_simulated_in_the_coverage_table() -> None:
+    row = next(r for r in coverage_table() if r.name == "mistral4")
+    assert (row.status, row.kv) == (Status.SIMULATED, "exact")
+
+
+def _split_gate_up(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The merged experts as the reference reads them: gate rows first, then up (build_moe_ffn's views)."""
+    out = dict(w)
+    for name in [n for n in w if n.endswith("ffn_gate_up_exps.weight")]:
+        both = out.pop(name)                        # numpy order: (n_expert, 2 * n_ff, n_embd)
+        n_ff = both.shape[1] // 2
+        out[name.replace("gate_up", "gate")], out[name.replace("gate_up", "up")] = both[:, :n_ff], both[:, n_ff:]
+    return out
+
+
+@pytest.mark.parametrize("fa", ["on", "off"])
+def test_mistral4_logits_match_an_independent_forward_pass(fa: str, models: dict[str, Path]) -> None:
+    path = models["mistral4-f32"]
+    runner = ModelRunner.load(str(path), parse_llama_flags(["-c", "256", "-fa", fa]))
+    got = runner.decode(TOKENS, all_logits=True)
+    ref = reference_logits(path, TINY["mistral4"](), TOKENS, _split_gate_up(float64_weights(path)))
+    assert np.abs(got - ref).max() <= 5e-3 * np.abs(ref).max()
+
+
+def test_grouped_selection_is_sized_not_decoded(models: dict[str, Path]) -> None:
+    runner = ModelRunner.load(str(models["mistral4-groups-f32"]), parse_llama_flags(["-c", "256"]))
+    with pytest.raises(BadInput, match="grouped expert selection"):
+        runner.decode(TOKENS)
