@@ -14,7 +14,8 @@ import re
 
 from gguf import Keys
 
-from planner.synth.gguf_factory import ModelSpec, Q, deepseek2_spec
+from planner.gguf.keys import LLM_KV_ATTENTION_INDEXER_TYPES
+from planner.synth.gguf_factory import ModelSpec, Q, T, deepseek2_spec, tname
 from planner.synth.shapes import tokenized
 
 
@@ -65,4 +66,80 @@ def mistral_small_4() -> ModelSpec:
                           Keys.LLM.EXPERT_GATING_FUNC: 1})
     spec = tokenized(_q4_k_m(mistral4_layout(spec), n_layer), 131072, 1048576)
     spec.metadata[Keys.Rope.FREQ_BASE] = 10000.0
+    return spec
+
+
+def dsa_layout(spec: ModelSpec, arch: str, *, n_index_head: int, index_head: int, top_k: int,
+               index_full: tuple[int, ...] | None = None) -> ModelSpec:
+    """A deepseek2_spec (with query LoRA) as a DSA model: architecture `arch` (deepseek32, glm-dsa), the
+    lightning indexer's tensors in every block (load_arch_tensors of src/models/deepseek32.cpp and
+    glm-dsa.cpp: k_norm with bias, proj, attn_k, attn_q_b) and its keys; `index_full` writes
+    attention.indexer.types (glm-dsa: 1 where a layer owns its indexer cache)."""
+    md = dict(spec.metadata)
+    n_embd, q_lora = md[Keys.LLM.EMBEDDING_LENGTH], md[Keys.Attention.Q_LORA_RANK]
+    md.update({Keys.Attention.Indexer.HEAD_COUNT: n_index_head, Keys.Attention.Indexer.KEY_LENGTH: index_head,
+               Keys.Attention.Indexer.TOP_K: top_k})
+    md.setdefault(Keys.LLM.EXPERT_GATING_FUNC, 2)
+    if index_full is not None:
+        md[LLM_KV_ATTENTION_INDEXER_TYPES] = list(index_full)
+    tensors = []
+    for name, qtype, shape in spec.tensors:
+        tensors.append((name, qtype, shape))
+        m = re.match(r"blk\.(\d+)\.ffn_norm\.weight$", name)
+        if m:
+            il = int(m.group(1))
+            tensors += [(tname(T.INDEXER_K_NORM, il), Q.F32, (index_head,)),
+                        (tname(T.INDEXER_K_NORM, il, "bias"), Q.F32, (index_head,)),
+                        (tname(T.INDEXER_PROJ, il), Q.Q8_0, (n_embd, n_index_head)),
+                        (tname(T.INDEXER_ATTN_K, il), Q.Q8_0, (n_embd, index_head)),
+                        (tname(T.INDEXER_ATTN_Q_B, il), Q.Q8_0, (q_lora, n_index_head * index_head))]
+    return ModelSpec(arch, md, tensors)
+
+
+def _nextn_block(spec: ModelSpec, n_layer: int) -> ModelSpec:
+    """The last of the spec's blocks as the converter writes an MTP block (nextn_predict_layers 1): the layer's
+    tensors plus eh_proj, enorm, hnorm and shared_head_norm. llama.cpp skips them unless it drafts with MTP."""
+    n_embd = spec.metadata[Keys.LLM.EMBEDDING_LENGTH]
+    spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = 1
+    spec.tensors += [(tname(T.NEXTN_EH_PROJ, n_layer), Q.Q8_0, (2 * n_embd, n_embd)),
+                     (tname(T.NEXTN_ENORM, n_layer), Q.F32, (n_embd,)),
+                     (tname(T.NEXTN_HNORM, n_layer), Q.F32, (n_embd,)),
+                     (tname(T.NEXTN_SHARED_HEAD_NORM, n_layer), Q.F32, (n_embd,))]
+    return spec
+
+
+def deepseek_v32() -> ModelSpec:
+    """DeepSeek-V3.2 (deepseek32): 61 layers (3 dense) plus one MTP block, 7168 wide, 128 heads, q_lora 1536,
+    kv_lora 512, head 128 nope + 64 rope, v 128, n_ff 18432, 256 experts (8 used) of 2048 in 8 groups (4 used)
+    plus one shared, sigmoid gating with a selection bias, weights normalised and scaled by 2.5, the lightning
+    indexer of 64 heads of 128 keeping the top 2048, 129280 vocabulary, 163840 positions (the published
+    config.json)."""
+    n_layer = 61
+    spec = deepseek2_spec(n_layer=n_layer + 1, n_dense_lead=3, n_embd=7168, n_head=128, q_lora_rank=1536,
+                          kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head_dim=128, n_ff=18432, n_expert=256,
+                          n_expert_used=8, n_expert_shared=1, n_ff_exp=2048, n_vocab=129280)
+    spec.metadata.update({Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
+                          Keys.LLM.EXPERT_GROUP_COUNT: 8, Keys.LLM.EXPERT_GROUP_USED_COUNT: 4,
+                          Keys.LLM.EXPERT_GATING_FUNC: 2})
+    spec = dsa_layout(spec, "deepseek32", n_index_head=64, index_head=128, top_k=2048)
+    spec = tokenized(_q4_k_m(_nextn_block(spec, n_layer), n_layer), 129280, 163840)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 10000.0
+    return spec
+
+
+def glm_5() -> ModelSpec:
+    """GLM-5 (glm-dsa): 78 layers (3 dense) plus one MTP block, 6144 wide, 64 heads, q_lora 2048, kv_lora 512,
+    head 128 nope + 64 rope, v 256, n_ff 12288, 256 experts (8 used) of 2048 plus one shared, sigmoid gating
+    with a selection bias, weights normalised and scaled by 2.5, the lightning indexer of 32 heads of 128 at
+    every layer (a 202752-position file: glm-dsa.cpp's pre-GLM-5.2 default), 154880 vocabulary (the published
+    config.json)."""
+    n_layer = 78
+    spec = deepseek2_spec(n_layer=n_layer + 1, n_dense_lead=3, n_embd=6144, n_head=64, q_lora_rank=2048,
+                          kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head_dim=256, n_ff=12288, n_expert=256,
+                          n_expert_used=8, n_expert_shared=1, n_ff_exp=2048, n_vocab=154880)
+    spec.metadata.update({Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
+                          Keys.LLM.EXPERT_GATING_FUNC: 2})
+    spec = dsa_layout(spec, "glm-dsa", n_index_head=32, index_head=128, top_k=2048)
+    spec = tokenized(_q4_k_m(_nextn_block(spec, n_layer), n_layer), 154880, 202752)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
     return spec

@@ -14,11 +14,16 @@ import numpy as np
 import pytest
 from gguf import Keys
 
-from planner.core.errors import BadInput
+from planner.core.errors import BadInput, GGUFError
+from planner.gguf.keys import LLM_KV_ATTENTION_INDEXER_TYPES
+from planner.gguf.reader import read_model
+from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.coverage import Status, coverage_table
+from planner.memory.estimate import estimate
+from planner.model.arch import model_facts
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, deepseek2_spec
-from planner.synth.shapes_mla import mistral4_layout
+from planner.synth.shapes_mla import dsa_layout, mistral4_layout
 from planner.synth.tiny_models import write_random
 from runtime.engine.deepseek2 import MlaHParams
 from runtime.engine.runner import ModelRunner
@@ -102,3 +107,48 @@ def test_grouped_selection_is_sized_not_decoded(models: dict[str, Path]) -> None
     runner = ModelRunner.load(str(models["mistral4-groups-f32"]), parse_llama_flags(["-c", "256"]))
     with pytest.raises(BadInput, match="grouped expert selection"):
         runner.decode(TOKENS)
+
+
+# --- DSA caches (deepseek32, glm-dsa): the K-only MLA cache plus the lightning indexer's key cache -------
+
+def dsa_tiny(arch: str, n_layer: int, index_full: tuple[int, ...] | None = None) -> ModelSpec:
+    """deepseek2_spec's tiny MLA layers (kv_lora 128 + rope 32 per cell) with an indexer of 4 heads of 64."""
+    spec = dsa_layout(deepseek2_spec(n_vocab=512, n_layer=n_layer), arch, n_index_head=4, index_head=64, top_k=64,
+                      index_full=index_full)
+    add_tokenizer(spec, 512, n_merges=1)
+    return spec
+
+
+@pytest.mark.parametrize("arch, n_layer, index_full, flags, expected", [
+    # llama-fit-params -v: "size = 0.31 MiB (256 cells, 4 layers ...)" for the MLA cache and "0.06 MiB (256
+    # cells, 2 layers ...)" for the indexer's; by hand: 4 x 256 x 160 x 2 B and 2 x 256 x 64 x 2 B
+    ("glm-dsa", 4, (1, 0, 1, 0), "-c 256", (4 * 160 + 2 * 64) * 256 * 2),
+    # every deepseek32 trunk layer owns an indexer; q8_0 rows are 34 B per 32 values, K type for both caches
+    ("deepseek32", 3, None, "-c 256 -ctk q8_0 -ctv q8_0", 3 * (160 + 64) * 256 * 34 // 32),
+    ("deepseek32", 3, None, "-c 512 -np 2", 3 * (160 + 64) * 256 * 2 * 2),   # two streams of 256 cells
+])
+def test_dsa_context_bytes(arch: str, n_layer: int, index_full: tuple[int, ...] | None, flags: str, expected: int,
+                           tmp_path: Path) -> None:
+    [path] = dsa_tiny(arch, n_layer, index_full).write(tmp_path / "dsa.gguf")
+    est = estimate(model_context(str(path)), flags.split())
+    assert [d.context_bytes for d in est.devices if d.name == "Host"] == [expected]
+
+
+def test_glm_5_2_files_own_indexers_every_fourth_layer(tmp_path: Path) -> None:
+    """glm-dsa.cpp: a 1M-position file without attention.indexer.types takes GLM-5.2's layout (blocks 0, 1,
+    then 2, 6, 10, ...); a shorter one has an indexer at every block."""
+    spec = dsa_tiny("glm-dsa", 8)
+    spec.metadata[Keys.LLM.CONTEXT_LENGTH] = 1048576
+    [path] = spec.write(tmp_path / "glm52.gguf")
+    facts = model_facts(read_model(str(path)))
+    assert [il for il, lf in enumerate(facts.layers) if lf.index_k] == [0, 1, 2, 6]
+    [short] = dsa_tiny("glm-dsa", 8).write(tmp_path / "glm5.gguf")
+    assert all(lf.index_k == 64 for lf in model_facts(read_model(str(short))).layers)
+
+
+def test_indexer_types_of_the_wrong_length_are_refused(tmp_path: Path) -> None:
+    spec = dsa_tiny("glm-dsa", 4)
+    spec.metadata[LLM_KV_ATTENTION_INDEXER_TYPES] = [1, 0, 1]
+    [path] = spec.write(tmp_path / "bad.gguf")
+    with pytest.raises(GGUFError, match="indexer.types has 3 entries, expected 4"):
+        model_facts(read_model(str(path)))
