@@ -14,8 +14,8 @@ plus shared experts. Graph order follows llama.cpp's ggml_build_forward_expand c
 scheduler's splits and the allocator's reuse see the graph llama.cpp's do.
 
 Decode runs these graphs too (CONCAT's kernel is registered below), except where a kernel is missing
-(`MlaHParams.missing_kernel`: YaRN RoPE, sigmoid gating, grouped expert selection): the runner refuses
-that decode and only sizes.
+(`MlaHParams.missing_kernel`: YaRN RoPE, sigmoid gating, grouped expert selection) and for the DSA models
+(runtime/engine/dsa.py): the runner refuses that decode and only sizes.
 """
 from __future__ import annotations
 
@@ -45,7 +45,10 @@ I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
 
 # mistral4 is deepseek2's model class and graph at the pin (src/models/models.h: llama_model_mistral4 derives
 # from llama_model_deepseek2; mistral4.cpp only builds deepseek2's graph): it ships merged gate_up experts.
-MLA_ARCHS = frozenset({"deepseek2", "mistral4"})
+# deepseek32 and glm-dsa add the DSA lightning indexer to it (src/models/deepseek32.cpp, glm-dsa.cpp), its RoPE
+# mode theirs: NEOX for deepseek32's indexer, NORM for glm-dsa's
+DSA_ARCHS: dict[str, RopeMode] = {"deepseek32": RopeMode.NEOX, "glm-dsa": RopeMode.NORM}
+MLA_ARCHS = frozenset({"deepseek2", "mistral4", *DSA_ARCHS})
 
 
 class Gating(enum.IntEnum):
@@ -53,6 +56,10 @@ class Gating(enum.IntEnum):
 
     SOFTMAX = 1
     SIGMOID = 2
+
+
+# glm-dsa.cpp: a file without expert_gating_func gates by sigmoid (deepseek32.cpp requires the key)
+DEFAULT_GATING = {"glm-dsa": Gating.SIGMOID}
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,17 @@ class MlaHParams:
     weights_scale: float
     n_expert_groups: int = 0   # expert_group_count: > 1 selects the experts within the best groups first
     n_group_used: int = 0
+    # DSA (deepseek32, glm-dsa): the lightning indexer; index_full[il] when layer il owns one (glm-dsa's
+    # other layers reuse the last owner's top-k)
+    n_index_head: int = 0
+    index_head: int = 0
+    index_top_k: int = 0
+    index_full: tuple[bool, ...] = ()
+    index_rope: RopeMode = RopeMode.NORM
+
+    @property
+    def dsa(self) -> bool:
+        return bool(self.index_full)
 
     @property
     def head_dim(self) -> int:
@@ -158,7 +176,8 @@ def read_mla_hparams(model: ModelFile, facts: ModelFacts | None = None) -> MlaHP
     log_mul = _get(model, Keys.Rope.SCALING_YARN_LOG_MUL, 0.0) / 0.1
     mscale = 1.0 + 0.1 * log_mul * math.log(1.0 / freq_scale) if scale_type == "yarn" else 1.0
     trunk = [lf for lf in facts.layers if not lf.nextn]
-    gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0)) or Gating.SOFTMAX
+    gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0)) or DEFAULT_GATING.get(arch, Gating.SOFTMAX)
+    dsa = arch in DSA_ARCHS
     return MlaHParams(
         arch=arch, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab, n_head=trunk[0].n_head,
         n_rot=n_rot, kv_lora_rank=kv_lora, head_k_mla=head_k,
@@ -172,6 +191,11 @@ def read_mla_hparams(model: ModelFile, facts: ModelFacts | None = None) -> MlaHP
         weights_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0),
         n_expert_groups=int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0)),
         n_group_used=int(_get(model, Keys.LLM.EXPERT_GROUP_USED_COUNT, 0)),
+        n_index_head=int(_get(model, Keys.Attention.Indexer.HEAD_COUNT, 0)) if dsa else 0,
+        index_head=int(_get(model, Keys.Attention.Indexer.KEY_LENGTH, 0)) if dsa else 0,
+        index_top_k=int(_get(model, Keys.Attention.Indexer.TOP_K, 0)) if dsa else 0,
+        index_full=tuple(lf.index_k > 0 for lf in trunk) if dsa else (),
+        index_rope=DSA_ARCHS.get(arch, RopeMode.NORM),
     )
 
 
@@ -242,17 +266,19 @@ class MlaBuilder:
         return r
 
     # --- attention --------------------------------------------------------------------------
-    def _qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Qcur [kv_lora + n_rot, n_head, T], Kcur [kv_lora + n_rot, 1, T], Vcur [kv_lora, 1, T]."""
+    def _qkv(self, x: Tensor, il: int, n_tokens: int, q: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Qcur [kv_lora + n_rot, n_head, T], Kcur [kv_lora + n_rot, 1, T], Vcur [kv_lora, 1, T]. `q`: the
+        query projection [n_head * head_k, T] where the caller made it (the DSA graphs view it unreshaped)."""
         hp = self.hp
-        wq = self.w.get(tensor_name(T.ATTN_Q, il))
-        if wq is not None:   # V2-Lite: no query LoRA
-            q = B.mul_mat(wq, x, name=f"q-{il}")
-        else:
-            q = B.mul_mat(self._wl(T.ATTN_Q_A, il), x, name=f"q-{il}")
-            q = self.norm(q, self._wl(T.ATTN_Q_A_NORM, il), il, f"q-{il}")
-            q = B.mul_mat(self._wl(T.ATTN_Q_B, il), q, name=f"q-{il}")
-        q = B.reshape(q, (hp.head_k_mla, hp.n_head, n_tokens), name=f"q-{il}")
+        if q is None:
+            wq = self.w.get(tensor_name(T.ATTN_Q, il))
+            if wq is not None:   # V2-Lite: no query LoRA
+                q = B.mul_mat(wq, x, name=f"q-{il}")
+            else:
+                q = B.mul_mat(self._wl(T.ATTN_Q_A, il), x, name=f"q-{il}")
+                q = self.norm(q, self._wl(T.ATTN_Q_A_NORM, il), il, f"q-{il}")
+                q = B.mul_mat(self._wl(T.ATTN_Q_B, il), q, name=f"q-{il}")
+            q = B.reshape(q, (hp.head_k_mla, hp.n_head, n_tokens), name=f"q-{il}")
         width = hp.kv_lora_rank + hp.n_rot
         kv_pe = B.mul_mat(self._wl(T.ATTN_KV_A_MQA, il), x, name=f"kv_cmpr_pe-{il}")
         row = row_size(kv_pe.type, width)
@@ -262,9 +288,10 @@ class MlaBuilder:
         k_pe = self._rope(k_pe, il, "k_pe")
         kv_cmpr = self.norm(kv_cmpr, self._wl(T.ATTN_KV_A_NORM, il), il, f"kv_cmpr-{il}")
         nope = hp.head_k_mla - hp.n_rot
-        q_nope = B.view(q, (nope, hp.n_head, n_tokens), (q.nb[0], q.nb[1], q.nb[2]), 0, name=f"q_nope-{il}")
-        q_pe = B.view(q, (hp.n_rot, hp.n_head, n_tokens), (q.nb[0], q.nb[1], q.nb[2]), row_size(q.type, nope),
-                      name=f"q_pe-{il}")
+        head = row_size(q.type, hp.head_k_mla)
+        strides = (q.nb[0], head, head * hp.n_head)
+        q_nope = B.view(q, (nope, hp.n_head, n_tokens), strides, 0, name=f"q_nope-{il}")
+        q_pe = B.view(q, (hp.n_rot, hp.n_head, n_tokens), strides, row_size(q.type, nope), name=f"q_pe-{il}")
         q_pe = self._rope(q_pe, il, "q_pe")
         q_nope = B.permute(q_nope, (0, 2, 1, 3), name=f"q_nope_perm-{il}")
         absorbed = B.mul_mat(self._wl(T.ATTN_K_B, il), q_nope, name=f"q_nope_absorbed-{il}")
@@ -289,6 +316,7 @@ class MlaBuilder:
         for t in (q, v, k):
             g.expand(t)
         g.expand(self._store(il, k, inp))
+        mask = self._mask(il, inp)
         n_kv = dict(self.out.shape.n_kv)[CacheKind.BASE]
         kc = self.kv.k[il]
         hd, size, ns = kc.ne[0], kc.ne[1], kc.ne[2]
@@ -303,13 +331,13 @@ class MlaBuilder:
         v_mla = self._wl(T.ATTN_V_B, il)
         if self.flash_attn:
             kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
-            cur = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, name=f"__fattn__-{il}")
+            cur = B.flash_attn_ext(qp, kp, vp, mask, self.hp.kq_scale, name=f"__fattn__-{il}")
             cur = B.mul_mat(v_mla, B.permute(cur, (0, 2, 1, 3)), name=f"fattn_mla-{il}")
             cur = B.cont(B.permute(cur, (0, 2, 1, 3)))
             cur = B.reshape(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
         else:
             kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
+            kq = B.soft_max_ext(kq, mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
             # the cache's V view is not transposed: build_attn_mha makes a transposed copy
             vt = B.cont(B.transpose(vp), name=f"v_cont-{il}")
             kqv = B.mul_mat(vt, kq, name=f"kqv-{il}")
@@ -320,6 +348,14 @@ class MlaBuilder:
                 self.out.cpu_pins.append(cur)
         g.expand(cur)
         return self.lora.mm(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
+
+    def _mask(self, il: int, inp: AttnInputs) -> Tensor:
+        """The attention's mask: the cache's (the DSA graphs unmask the indexer's top-k instead)."""
+        return inp.mask
+
+    def _attn_block(self, x: Tensor, il: int, n_tokens: int) -> Tensor:
+        """The attention from the normed input to attn_output."""
+        return self.attention(il, *self._qkv(x, il, n_tokens))
 
     # --- feed-forward -----------------------------------------------------------------------
     def _ffn(self, x: Tensor, il: int, up: T, gate: T, down: T, name: str) -> Tensor:
@@ -404,7 +440,7 @@ class MlaBuilder:
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.hp
         cur = self.norm(x, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
-        cur = self.attention(il, *self._qkv(cur, il, n_tokens))
+        cur = self._attn_block(cur, il, n_tokens)
         residual = x
         if il == hp.n_layer - 1:   # keep only the rows that produce outputs
             cur = B.get_rows(cur, self.out.out_ids)

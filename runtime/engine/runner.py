@@ -36,6 +36,7 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.dsa import mla_builder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
@@ -183,6 +184,7 @@ class ModelRunner:
         self.lora_bytes: dict[str, int] = {}     # device -> bytes of its LoRA buffers
         self.kv_bytes: dict[str, int] = {}
         self.kv: KVCache | None = None
+        self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
         self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
@@ -295,6 +297,24 @@ class ModelRunner:
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
             self.kv_bytes[dev] = sum(b.size for b in buffers)
+        self._alloc_index_cache()
+
+    def _alloc_index_cache(self) -> None:
+        """mla: a DSA model's second cache, the lightning indexer's keys of the layers that own one
+        (llama_kv_cache_dsa: its own buffers, the MLA cache's cells and streams, type_k, K only)."""
+        hp = self.hp
+        if not isinstance(hp, MlaHParams) or not hp.dsa:
+            return
+        cells, ns = self.cp.n_ctx_seq, self.cp.n_stream
+        self.index_cache = [Tensor(self.settings.type_k, (hp.index_head, cells, ns), name=f"cache_lid_k_l{il}")
+                            if own else None for il, own in enumerate(hp.index_full)]
+        by_device: dict[str, list[Tensor]] = {}
+        for il, t in enumerate(self.index_cache):
+            if t is not None:
+                by_device.setdefault(self.placement.layer_device[il] if self.flags.kv_offload else "CPU", []).append(t)
+        for dev, tensors in by_device.items():
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
+            self.kv_bytes[dev] = self.kv_bytes.get(dev, 0) + sum(b.size for b in buffers)
 
     # --- graphs -------------------------------------------------------------------------------
     def _builder(self) -> DecoderBuilder | MlaBuilder:
@@ -302,8 +322,8 @@ class ModelRunner:
         one."""
         assert self.kv is not None
         if isinstance(self.hp, MlaHParams):
-            return MlaBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
-                              offload_kqv=self.flags.kv_offload)
+            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=self.cp.flash_attn,
+                               offload_kqv=self.flags.kv_offload)
         if self.hp.arch == LFM2:
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
@@ -421,6 +441,9 @@ class ModelRunner:
         if isinstance(self.hp, MlaHParams) and self.hp.missing_kernel:
             raise BadInput(f"{self.hp.arch}: the runtime has no kernel for {self.hp.missing_kernel}; it only sizes "
                            f"this model (validate --reserve-only)")
+        if isinstance(self.hp, MlaHParams) and self.hp.dsa:
+            raise BadInput(f"{self.hp.arch}: the runtime sizes the DSA indexer's graphs but does not run them "
+                           f"(validate --reserve-only)")
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
                            f"(validate --reserve-only)")

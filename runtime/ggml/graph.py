@@ -65,6 +65,8 @@ class Op(enum.Enum):
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
     FILL = "FILL"              # mla: build_moe_ffn's grouped expert selection masks the other groups
+    LIGHTNING_INDEXER = "LIGHTNING_INDEXER"   # mla: the DSA indexer's scores (ggml_lightning_indexer)
+    TOP_K = "TOP_K"            # mla: the DSA indexer's top-k cells (ggml_top_k)
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

@@ -1,10 +1,11 @@
-"""The MLA builder (runtime/engine/deepseek2.py) on the architectures that share deepseek2's graph: tiny files'
-reserves against llama.cpp's, and decode against an independent forward pass.
+"""The MLA builder (runtime/engine/deepseek2.py) on the architectures that share deepseek2's graph, and the DSA
+builder (runtime/engine/dsa.py): tiny files' reserves and caches against llama.cpp's, decode against an
+independent forward pass, the DSA kernels against their definitions.
 
 mistral4 (deepseek2's model class at the pin) ships merged gate_up experts; its published config also
 selects experts within groups (expert_group_count 8, 1 used), so the grouped file below covers that path.
 Expected figures are llama-fit-params -v on these very files (pinned build): "graph: nodes = N" and
-"CPU compute buffer size = X MiB".
+"CPU compute buffer size = X MiB"; the DSA models' "llama_kv_cache: size = ..." lines for their two caches.
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from planner.synth.shapes_mla import dsa_layout, mistral4_layout
 from planner.synth.tiny_models import write_random
 from runtime.engine.deepseek2 import MlaHParams
 from runtime.engine.runner import ModelRunner
+from runtime.ggml import build as B
+from runtime.ggml.graph import GGMLType, Graph, Op
+from runtime.ggml.sched import Scheduler
 from tests.runtime.engine.test_deepseek2 import TOKENS, reference_logits
 from tests.support.reference import float64_weights
 from tests.support.reserve_checks import assert_reserve_equals
@@ -152,3 +156,93 @@ def test_indexer_types_of_the_wrong_length_are_refused(tmp_path: Path) -> None:
     [path] = spec.write(tmp_path / "bad.gguf")
     with pytest.raises(GGUFError, match="indexer.types has 3 entries, expected 4"):
         model_facts(read_model(str(path)))
+
+
+def _dsa_files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("dsa")
+    specs = {"deepseek32": dsa_tiny("deepseek32", 3), "glm-dsa": dsa_tiny("glm-dsa", 4, (1, 0, 1, 0)),
+             "glm-dsa-full": dsa_tiny("glm-dsa", 4)}
+    out = {}
+    for name, spec in specs.items():
+        [out[name]] = spec.write(d / f"{name}.gguf")
+    return out
+
+
+@pytest.fixture(scope="module")
+def dsa_models(tmp_path_factory) -> dict[str, Path]:
+    return _dsa_files(tmp_path_factory)
+
+
+# llama-fit-params -v on the tiny DSA files (3 deepseek32 layers, the first dense; 4 glm-dsa layers): the graph's
+# node count and the CPU compute buffer (MiB)
+LLAMA_CPP_DSA_RESERVE = {
+    "deepseek32": {"-c 256": (256, 2.96), "-c 256 -fa off": (262, 4.08), "-c 256 -np 2": (262, 2.96),
+                   "-c 512 -np 3 -ub 64": (262, 0.77), "-c 256 -ctk q8_0 -ctv q8_0": (256, 2.96),
+                   "-c 2048 -ub 128": (256, 3.36)},
+    # layers 1 and 3 share layer 0's and 2's top-k: no indexer nodes of their own
+    "glm-dsa": {"-c 256": (303, 3.02), "-c 256 -fa off": (311, 4.15), "-c 256 -np 2": (309, 3.02),
+                "-c 512 -np 3 -ub 64": (309, 0.79), "-c 256 -ctk q8_0 -ctv q8_0": (303, 3.02),
+                "-c 2048 -ub 128": (303, 3.39)},
+    "glm-dsa-full": {"-c 256": (345, 3.02), "-c 256 -fa off": (353, 4.15)},
+}
+
+
+@pytest.mark.parametrize("name, flags", [(n, f) for n, rows in LLAMA_CPP_DSA_RESERVE.items() for f in rows])
+def test_dsa_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str,
+                                                              dsa_models: dict[str, Path]) -> None:
+    assert_reserve_equals(dsa_models[name], flags, *LLAMA_CPP_DSA_RESERVE[name][flags])
+
+
+def test_dsa_runner_allocates_both_caches(dsa_models: dict[str, Path]) -> None:
+    """The MLA cache (160 per cell) of every layer plus the indexer's (64 per cell) of layers 0 and 2."""
+    runner = ModelRunner.load(str(dsa_models["glm-dsa"]), parse_llama_flags(["-c", "256"]), weights=False)
+    assert runner.kv_bytes == {"CPU": (4 * 160 + 2 * 64) * 256 * 2}
+
+
+def test_dsa_decode_is_refused(tmp_path: Path) -> None:
+    spec = dsa_tiny("deepseek32", 3)
+    spec.metadata[Keys.LLM.EXPERT_GATING_FUNC] = 1   # softmax: no other op stops the decode first
+    [path] = spec.write(tmp_path / "softmax.gguf")
+    runner = ModelRunner.load(str(path), parse_llama_flags(["-c", "256"]))
+    with pytest.raises(BadInput, match="DSA indexer's graphs"):
+        runner.decode(TOKENS)
+
+
+def _run(cpu, out, inputs):
+    Scheduler([cpu]).compute(Graph.build(out), inputs=inputs)
+    return out.get_data()
+
+
+def test_lightning_indexer_kernel_is_relu_scores_weighted_by_head_plus_mask(cpu) -> None:
+    """llama.cpp's unfused indexer (deepseek32.cpp without fused_lid): relu(k . q) per head, times the head's
+    weight, summed over heads, plus the mask."""
+    rng = np.random.default_rng(5)
+    d, h, t, c = 8, 3, 2, 5
+    q = B.new_input(GGMLType.F32, (d, h, t, 1), "q")
+    k = B.new_input(GGMLType.F32, (d, 1, c, 1), "k")
+    w = B.new_input(GGMLType.F32, (h, t, 1, 1), "w")
+    mask = B.new_input(GGMLType.F16, (c, t, 1, 1), "mask")
+    qv, kv, wv = rng.standard_normal((t, h, d)), rng.standard_normal((c, d)), rng.standard_normal((t, h))
+    mv = np.array([[0, 0, -np.inf, -np.inf, -np.inf], [0, 0, 0, 0, -np.inf]])
+    out = B._node(Op.LIGHTNING_INDEXER, (c, t, 1, 1), [q, k, w, mask], "score")
+    got = _run(cpu, out, {q: qv.astype(np.float32), k: kv.astype(np.float32), w: wv.astype(np.float32),
+                          mask: mv.astype(np.float16)})
+    for ti in range(t):
+        for ci in range(c):
+            want = sum(max(float(kv[ci] @ qv[ti, hi]), 0.0) * wv[ti, hi] for hi in range(h)) + mv[ti, ci]
+            assert got.reshape(t, c)[ti, ci] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_top_k_kernel_picks_each_rows_largest(cpu) -> None:
+    x = B.new_input(GGMLType.F32, (5, 2), "x")
+    out = B._node(Op.TOP_K, (2, 2), [x], "top", GGMLType.I32)
+    got = _run(cpu, out, {x: np.array([[0.1, 3.0, -1.0, 2.0, 0.0], [5.0, 4.0, 6.0, -2.0, 1.0]], np.float32)})
+    assert [sorted(row) for row in got.reshape(2, 2).tolist()] == [[1, 3], [0, 2]]
+
+
+def test_norm_kernel_centres_and_scales_rows(cpu) -> None:
+    x = B.new_input(GGMLType.F32, (4, 1), "x")
+    out = B._node(Op.NORM, (4, 1), [x], "norm", eps=0.0)
+    got = _run(cpu, out, {x: np.array([1.0, 2.0, 3.0, 6.0], np.float32)})
+    mean, var = 3.0, (4 + 1 + 0 + 9) / 4
+    np.testing.assert_allclose(got.reshape(-1), (np.array([1, 2, 3, 6]) - mean) / np.sqrt(var), rtol=1e-6)
