@@ -401,6 +401,9 @@ class ModelRunner:
             self.pipeline_parallel = False
             self.sched.reserve(pp.graph)
         n_pp = self.sched.n_splits
+        # a dry run's sizes are this first prompt reserve's: llama-context.cpp sched_reserve passes its size
+        # array to that graph_reserve alone; the token and second prompt reserves only split (split_only = no_alloc)
+        first = self.compute_bytes()
         self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
@@ -412,8 +415,8 @@ class ModelRunner:
             log.warning("LoRA pairs on %s are not in the runtime's graph (llama.cpp applies none where it "
                         "multiplies without build_lora_mm)",
                         ", ".join(self.adapters.unreached()))
-        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes(),
-                                            tg_kernels)
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes),
+                                            first if dry_run else self.compute_bytes(), tg_kernels)
         return self.reserve_report
 
     # --- running ------------------------------------------------------------------------------
