@@ -1,5 +1,5 @@
-"""Shape-faithful sparse models of the MLA / DSA family (multi-head latent attention): mistral4 and the
-layouts its tiny test files share with it.
+"""Shape-faithful sparse models of the MLA / DSA family (multi-head latent attention: mistral4, deepseek32,
+glm-dsa) and llama4, and the layouts their tiny test files share with them.
 
 Each `*_spec` lays out a published model's dimensions the way the pinned llama.cpp creates its tensors
 (load_arch_tensors of the model class; mistral4 is deepseek2's class, src/models/models.h), with the
@@ -142,4 +142,56 @@ def glm_5() -> ModelSpec:
     spec = dsa_layout(spec, "glm-dsa", n_index_head=32, index_head=128, top_k=2048)
     spec = tokenized(_q4_k_m(_nextn_block(spec, n_layer), n_layer), 154880, 202752)
     spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
+    return spec
+
+
+def llama4_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int, n_ff_exp: int,
+                n_expert: int, n_expert_used: int, moe_step: int, n_vocab: int, rope_freqs: bool) -> ModelSpec:
+    """llama4 (src/models/llama4.cpp): GQA attention, a routed-expert layer every `moe_step` blocks (its
+    experts plus one shared expert of the experts' width), dense SwiGLU FFNs of n_ff elsewhere; keys as
+    conversion/llama.py's Llama4Model writes them, with rope_freqs where the file carries llama3 factors."""
+    spec = ModelSpec("llama4")
+    spec.metadata.update({
+        Keys.LLM.BLOCK_COUNT: n_layer, Keys.LLM.EMBEDDING_LENGTH: n_embd, Keys.LLM.CONTEXT_LENGTH: 4096,
+        Keys.LLM.VOCAB_SIZE: n_vocab, Keys.Attention.LAYERNORM_RMS_EPS: 1e-5, Keys.General.FILE_TYPE: 15,
+        Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_head_kv,
+        Keys.Rope.DIMENSION_COUNT: head_dim, Keys.LLM.EXPERT_COUNT: n_expert, Keys.LLM.EXPERT_USED_COUNT: n_expert_used,
+        Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: n_ff_exp, Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: moe_step,
+    })
+    spec.add(T.TOKEN_EMBD, Q.Q8_0, (n_embd, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    spec.add(T.OUTPUT, Q.Q8_0, (n_embd, n_vocab))
+    if rope_freqs:
+        spec.add(T.ROPE_FREQS, Q.F32, (head_dim // 2,))
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.ATTN_Q, Q.Q8_0, (n_embd, head_dim * n_head), i)
+        spec.add(T.ATTN_K, Q.Q8_0, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_V, Q.Q8_0, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_OUT, Q.Q8_0, (head_dim * n_head, n_embd), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        if moe_step > 0 and (i + 1) % moe_step == 0:
+            spec.add(T.FFN_GATE_INP, Q.F32, (n_embd, n_expert), i)
+            spec.add(T.FFN_GATE_EXP, Q.Q8_0, (n_embd, n_ff_exp, n_expert), i)
+            spec.add(T.FFN_DOWN_EXP, Q.Q8_0, (n_ff_exp, n_embd, n_expert), i)
+            spec.add(T.FFN_UP_EXP, Q.Q8_0, (n_embd, n_ff_exp, n_expert), i)
+            spec.add(T.FFN_GATE_SHEXP, Q.Q8_0, (n_embd, n_ff_exp), i)
+            spec.add(T.FFN_DOWN_SHEXP, Q.Q8_0, (n_ff_exp, n_embd), i)
+            spec.add(T.FFN_UP_SHEXP, Q.Q8_0, (n_embd, n_ff_exp), i)
+        else:
+            spec.add(T.FFN_GATE, Q.Q8_0, (n_embd, n_ff), i)
+            spec.add(T.FFN_DOWN, Q.Q8_0, (n_ff, n_embd), i)
+            spec.add(T.FFN_UP, Q.Q8_0, (n_embd, n_ff), i)
+    return spec
+
+
+def llama4_scout() -> ModelSpec:
+    """Llama-4-Scout-17B-16E (llama4): 48 layers, 5120 wide, 40 heads / 8 KV of 128, every layer MoE: 16 experts
+    (1 used) of 8192 plus a shared expert, dense width 16384 (unused: no dense layer), 202048 vocabulary, RoPE
+    base 500000 with llama3 frequency factors (rope_freqs), 10M positions (the published config.json)."""
+    n_layer = 48
+    spec = llama4_spec(n_layer=n_layer, n_embd=5120, n_head=40, n_head_kv=8, head_dim=128, n_ff=16384,
+                       n_ff_exp=8192, n_expert=16, n_expert_used=1, moe_step=1, n_vocab=202048, rope_freqs=True)
+    spec = tokenized(_q4_k_m(spec, n_layer), 202048, 10485760)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 500000.0
     return spec

@@ -84,6 +84,9 @@ ARCHS: dict[str, ArchSpec] = {
     "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
+    # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
+    "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -41,6 +41,7 @@ from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, Lfm2Builder
+from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
@@ -195,7 +196,7 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID)
+        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, LLAMA4)
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -324,6 +325,9 @@ class ModelRunner:
         if isinstance(self.hp, MlaHParams):
             return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=self.cp.flash_attn,
                                offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == LLAMA4:
+            return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                                 offload_kqv=self.flags.kv_offload)
         if self.hp.arch == LFM2:
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
@@ -444,6 +448,9 @@ class ModelRunner:
         if isinstance(self.hp, MlaHParams) and self.hp.missing_kernel:
             raise BadInput(f"{self.hp.arch}: the runtime has no kernel for {self.hp.missing_kernel}; it only sizes "
                            f"this model (validate --reserve-only)")
+        if self.hp.arch == LLAMA4:
+            raise BadInput(f"{self.hp.arch}: the runtime sizes llama4's graphs but does not run them (no "
+                           f"temperature-tuning input; validate --reserve-only)")
         if isinstance(self.hp, MlaHParams) and self.hp.dsa:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the DSA indexer's graphs but does not run them "
                            f"(validate --reserve-only)")

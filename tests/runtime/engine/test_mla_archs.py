@@ -1,6 +1,6 @@
-"""The MLA builder (runtime/engine/deepseek2.py) on the architectures that share deepseek2's graph, and the DSA
-builder (runtime/engine/dsa.py): tiny files' reserves and caches against llama.cpp's, decode against an
-independent forward pass, the DSA kernels against their definitions.
+"""The MLA builder (runtime/engine/deepseek2.py) on the architectures that share deepseek2's graph, the DSA
+builder (runtime/engine/dsa.py) and llama4's (runtime/engine/llama4.py): tiny files' reserves and caches against
+llama.cpp's, decode against an independent forward pass, the DSA kernels against their definitions.
 
 mistral4 (deepseek2's model class at the pin) ships merged gate_up experts; its published config also
 selects experts within groups (expert_group_count 8, 1 used), so the grouped file below covers that path.
@@ -24,7 +24,7 @@ from planner.memory.coverage import Status, coverage_table
 from planner.memory.estimate import estimate
 from planner.model.arch import model_facts
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, deepseek2_spec
-from planner.synth.shapes_mla import dsa_layout, mistral4_layout
+from planner.synth.shapes_mla import dsa_layout, llama4_spec, mistral4_layout
 from planner.synth.tiny_models import write_random
 from runtime.engine.deepseek2 import MlaHParams
 from runtime.engine.runner import ModelRunner
@@ -246,3 +246,44 @@ def test_norm_kernel_centres_and_scales_rows(cpu) -> None:
     got = _run(cpu, out, {x: np.array([1.0, 2.0, 3.0, 6.0], np.float32)})
     mean, var = 3.0, (4 + 1 + 0 + 9) / 4
     np.testing.assert_allclose(got.reshape(-1), (np.array([1, 2, 3, 6]) - mean) / np.sqrt(var), rtol=1e-6)
+
+
+# --- llama4: chunked attention, NoPE layers, Q/K L2 norms, experts weighted before the FFN ---------------
+
+def llama4_tiny(n_expert: int, moe_step: int) -> ModelSpec:
+    """8 layers (chunked, chunked, chunked, full/NoPE, ...), 128 wide, 4 heads / 2 KV of 32, one expert used of
+    `n_expert` (128: Maverick's count, no Q/K norms), a MoE layer every `moe_step` blocks, llama3 rope factors."""
+    spec = llama4_spec(n_layer=8, n_embd=128, n_head=4, n_head_kv=2, head_dim=32, n_ff=256, n_ff_exp=64,
+                       n_expert=n_expert, n_expert_used=1, moe_step=moe_step, n_vocab=512, rope_freqs=True)
+    add_tokenizer(spec, 512, n_merges=1)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def llama4_models(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("llama4")
+    out = {}
+    for name, spec in (("scout", llama4_tiny(4, 1)), ("maverick", llama4_tiny(128, 2))):
+        [out[name]] = spec.write(d / f"{name}.gguf")
+    return out
+
+
+# llama-fit-params -v on the tiny files: (graph nodes, CPU compute buffer MiB)
+LLAMA_CPP_LLAMA4_RESERVE = {
+    "scout": {"-c 256": (392, 0.96), "-c 256 -fa off": (432, 2.46), "-c 512 -np 2": (408, 1.92),
+              "-c 256 -ctk q8_0 -ctv q8_0": (392, 0.96)},
+    "maverick": {"-c 256": (316, 1.39), "-c 256 -fa off": (356, 2.45), "-c 512 -np 2": (332, 2.77),
+                 "-c 256 -ctk q8_0 -ctv q8_0": (316, 1.39)},
+}
+
+
+@pytest.mark.parametrize("name, flags", [(n, f) for n, rows in LLAMA_CPP_LLAMA4_RESERVE.items() for f in rows])
+def test_llama4_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str,
+                                                                 llama4_models: dict[str, Path]) -> None:
+    assert_reserve_equals(llama4_models[name], flags, *LLAMA_CPP_LLAMA4_RESERVE[name][flags])
+
+
+def test_llama4_decode_is_refused(llama4_models: dict[str, Path]) -> None:
+    runner = ModelRunner.load(str(llama4_models["scout"]), parse_llama_flags(["-c", "256"]))
+    with pytest.raises(BadInput, match="llama4's graphs"):
+        runner.decode(TOKENS)
