@@ -21,6 +21,8 @@ T = GGUFValueType
 # (src/llama-arch.cpp LLM_KV_NAMES in llama-cpp-python 0.3.36's llama.cpp, commit 0c1e570; its `%s`
 # is `{arch}` here, as in gguf-py's templates).
 LLM_KV_ATTENTION_RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
+# mla: which trunk blocks own a DSA indexer (get_key_or_arr over n_layer, not n_layer_all: glm-dsa.cpp)
+LLM_KV_ATTENTION_INDEXER_TYPES = "{arch}.attention.indexer.types"
 # The uint32 hyperparameters llama.cpp's src/models/<arch>.cpp read with get_key that gguf-py 0.19 does not
 # name (DeepSeek-V4/GLM-DSA indexers, dflash, HRM, hyper-connections, PLE, ...), spelled as LLM_KV_NAMES does.
 LLAMA_CPP_U32_KEYS = tuple(f"{{arch}}.{suffix}" for suffix in (

@@ -7,6 +7,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
 - src/llama-kv-cache.cpp: per layer a K tensor [n_embd_k_gqa, kv_size, n_stream] and a V tensor
   [n_embd_v_gqa, kv_size, n_stream] on the layer's device (CPU with -nkvo); V rows take the
   largest layer's width when V is stored transposed (no flash attention); MLA caches hold K only.
+- src/llama-kv-cache-dsa.cpp: DSA models keep the lightning indexer's keys in a second K-only cache of
+  the same cells (LayerFacts.index_k wide, type_k) for the layers that own an indexer.
 - src/llama-kv-cache-iswa.cpp: SWA layers have their own cells (settings.swa_cells).
 - src/llama-memory-recurrent.cpp: per recurrent layer f32 r and s rows x max(1, n_seq).
 Every tensor is padded to its buffer's alignment (ggml_backend_alloc_ctx_tensors_from_buft_size).
@@ -60,8 +62,19 @@ def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
         v = (cache_row_bytes(settings.type_v, v_width, f"layer {lf.index}'s V") * cells * cp.n_stream
              if not facts.mla else 0)
         v = settings.alloc_size(row, settings.type_v, v_width, v) if v and padded else v
-        out.append(LayerCache(lf.index, row, cells, pad(k, align) + (pad(v, align) if v else 0)))
+        out.append(LayerCache(lf.index, row, cells, pad(k, align) + (pad(v, align) if v else 0)
+                              + _indexer_bytes(settings, lf.index_k, row, cells)))
     return out
+
+
+def _indexer_bytes(settings: LlamaSettings, width: int, row: str, cells: int) -> int:
+    """mla: a DSA layer's indexer key cache, a tensor [width, cells, n_stream] of type_k of its own
+    (llama_kv_cache_dsa's second llama_kv_cache: same cells, K only)."""
+    if not width:
+        return 0
+    k = cache_row_bytes(settings.type_k, width, "the indexer cache's K") * cells * settings.cparams.n_stream
+    k = settings.alloc_size(row, settings.type_k, width, k) if row in settings.row_padding else k
+    return pad(k, settings.alignment[row])
 
 
 def _member_state_bytes(settings: LlamaSettings, dev: str, layer: int, n_rows: int) -> tuple[int, ...]:

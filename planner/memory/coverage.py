@@ -51,8 +51,8 @@ def _kv_rules(arch: str) -> list[str]:
 
 def _compute(arch: str) -> tuple[str, str]:
     if arch in MLA_ARCHS:
-        return "simulated", ("graph builder runtime/engine/deepseek2.py for MLA files with split wk_b/wv_b; "
-                             "other files of it (deepseek2.unsupported_reason) use the formula")
+        return "simulated", ("graph builder runtime/engine/deepseek2.py (dsa.py for the DSA indexer) for MLA files "
+                             "with split wk_b/wv_b; other files of it (deepseek2.unsupported_reason) use the formula")
     if arch in ARCHS:
         return "simulated", "graph builder in runtime/engine (hparams.ARCHS)"
     return "formula", "no graph builder: compute is planner/memory/analytic.py's formula"

@@ -9,14 +9,14 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gguf import Keys
 
 from planner.core.errors import GGUFError
 from planner.gguf.cursor import QUOTE_CHARS, short
-from planner.gguf.keys import KEY_TYPES, LLM_KV_ATTENTION_RECURRENT_LAYERS
+from planner.gguf.keys import KEY_TYPES, LLM_KV_ATTENTION_INDEXER_TYPES, LLM_KV_ATTENTION_RECURRENT_LAYERS
 from planner.gguf.reader import ModelFile, SkippedArray
 from planner.model.tensors import TOKEN_EMBD, is_routed_expert, layer_of
 
@@ -108,7 +108,32 @@ KNOWN_DENSE = frozenset({
     "starcoder2", "stablelm", "internlm2", "minicpm", "minicpm3", "ernie4_5", "ernie4_5-moe",
     "gemma", "command-r", "dbrx", "grok", "arcee", "seed_oss", "smollm3", "hunyuan-moe",
     "hunyuan-dense", "bailingmoe", "bailingmoe2", "dots1", "minimax-m2", "apertus", "phimoe",
+    # mla: deepseek2's model class (src/models/models.h), its K-only MLA cache; the DSA models add an
+    # indexer key cache (INDEXER_RULES)
+    "mistral4", "deepseek32", "glm-dsa",
 })
+
+
+# --- mla: the lightning indexer's key cache of DSA models (src/llama-kv-cache-dsa.cpp) ---------------
+# llama_kv_cache_dsa holds two caches of the same cells: the K-only MLA cache of the trunk layers and, for
+# the layers that own an indexer, one head of attention.indexer.key_length per cell (type_k, K only).
+# glm-dsa.cpp: a file trained for 1M positions (GLM-5.2) without indexer.types owns indexers at blocks 0, 1
+# and every fourth from 2 (GLM_5_2_DEFAULT_INDEXER_TYPES, 78 entries); earlier GLM-5 files at every block.
+GLM_5_2_CONTEXT = 1048576
+GLM_5_2_INDEXER_LAYERS = 78
+
+
+def _glm_dsa_default(n_ctx_train: int, il: int) -> bool:
+    if n_ctx_train < GLM_5_2_CONTEXT:
+        return True
+    return il < GLM_5_2_INDEXER_LAYERS and (il < 2 or (il - 2) % 4 == 0)
+
+
+# architecture -> which trunk layers own an indexer cache before attention.indexer.types overrides it
+INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
+    "deepseek32": lambda _ctx, _il: True,      # llama-model.cpp filter_lid: every trunk layer
+    "glm-dsa": _glm_dsa_default,
+}
 
 
 @dataclass(frozen=True)
@@ -124,6 +149,8 @@ class LayerFacts:
     state_r: int = 0             # recurrent conv/shift state, f32 elements per sequence
     state_s: int = 0             # recurrent SSM/WKV state, f32 elements per sequence
     nextn: bool = False          # an MTP/nextn block appended after the trunk
+    # mla: elements one token occupies in the layer's DSA indexer key cache (type_k, K only), 0 for none
+    index_k: int = 0
 
     @property
     def k_per_cell(self) -> int:
@@ -389,6 +416,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
         ))
     if known and not mla:
         _check_kv_widths(model, layers)
+    layers = _with_indexer_caches(meta, layers, n_layer)
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
@@ -397,6 +425,28 @@ def model_facts(model: ModelFile) -> ModelFacts:
         n_expert_shared=int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 0) or 0),
         mla=mla, known=known, layers=tuple(layers),
     )
+
+
+def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) -> list[LayerFacts]:
+    """The trunk layers that own a DSA indexer get its key cache's width (INDEXER_RULES, then the file's
+    attention.indexer.types: a scalar for every block or one entry per trunk block, get_key_or_arr)."""
+    if meta.arch not in INDEXER_RULES:
+        return layers
+    width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH))
+    rule = INDEXER_RULES[meta.arch]
+    n_ctx = int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0)
+    owns = [rule(n_ctx, il) for il in range(n_layer)]
+    key = LLM_KV_ATTENTION_INDEXER_TYPES
+    types = meta.get(key)
+    if isinstance(types, tuple | SkippedArray):
+        if len(types) != n_layer:
+            raise GGUFError(meta.model.path, f"{meta.named(key)} has {len(types)} entries, expected {n_layer} (one "
+                                             f"per trunk block); llama.cpp refuses another length")
+        owns = [bool(x) for x in types] if isinstance(types, tuple) else owns
+    elif types is not None:
+        owns = [bool(types)] * n_layer
+    return [replace(lf, index_k=width) if lf.index < n_layer and owns[lf.index] and lf.has_kv else lf
+            for lf in layers]
 
 
 def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:

@@ -137,6 +137,7 @@ def cost_table(model: ModelFile, facts: ModelFacts, type_k: str = "f16", type_v:
     layers = []
     for lf, groups, n_params in zip(facts.layers, sums, counts, strict=True):
         k = cache_row_bytes(qk, lf.k_per_cell, f"layer {lf.index}'s K") if lf.k_per_cell else 0
+        k += cache_row_bytes(qk, lf.index_k, f"layer {lf.index}'s indexer K") if lf.index_k else 0   # DSA
         v = cache_row_bytes(qv, lf.v_per_cell, f"layer {lf.index}'s V") if lf.v_per_cell else 0
         layers.append(LayerCost(
             index=lf.index, kind=lf.kind, weights=tuple(groups.items()),

@@ -1,5 +1,6 @@
-"""deepseek2 with multi-head latent attention (DeepSeek-V2 / V2-Lite; V3-style routing without expert
-groups), op for op as the pinned llama.cpp builds it (src/models/deepseek2.cpp; build_attn over llm_graph_input_attn_k,
+"""deepseek2 with multi-head latent attention (DeepSeek-V2 / V2-Lite, V3-style routing with or without expert
+groups) and the architectures that share its model class (mistral4, with merged gate_up experts), op for op
+as the pinned llama.cpp builds it (src/models/deepseek2.cpp; build_attn over llm_graph_input_attn_k,
 build_attn_mha and build_moe_ffn in src/llama-graph.cpp; the K-only cache of src/llama-kv-cache.cpp).
 
 MLA with the absorption optimisation is multi-query attention over a compressed cache: one KV head
@@ -13,7 +14,8 @@ plus shared experts. Graph order follows llama.cpp's ggml_build_forward_expand c
 scheduler's splits and the allocator's reuse see the graph llama.cpp's do.
 
 Decode runs these graphs too (CONCAT's kernel is registered below), except where a kernel is missing
-(`MlaHParams.missing_kernel`: YaRN RoPE, sigmoid gating): the runner refuses that decode and only sizes.
+(`MlaHParams.missing_kernel`: YaRN RoPE, sigmoid gating, grouped expert selection) and for the DSA models
+(runtime/engine/dsa.py): the runner refuses that decode and only sizes.
 """
 from __future__ import annotations
 
@@ -41,7 +43,12 @@ from runtime.ggml.kernels import KERNELS, read_f32
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
 
-MLA_ARCHS = frozenset({"deepseek2"})
+# mistral4 is deepseek2's model class and graph at the pin (src/models/models.h: llama_model_mistral4 derives
+# from llama_model_deepseek2; mistral4.cpp only builds deepseek2's graph): it ships merged gate_up experts.
+# deepseek32 and glm-dsa add the DSA lightning indexer to it (src/models/deepseek32.cpp, glm-dsa.cpp), its RoPE
+# mode theirs: NEOX for deepseek32's indexer, NORM for glm-dsa's
+DSA_ARCHS: dict[str, RopeMode] = {"deepseek32": RopeMode.NEOX, "glm-dsa": RopeMode.NORM}
+MLA_ARCHS = frozenset({"deepseek2", "mistral4", *DSA_ARCHS})
 
 
 class Gating(enum.IntEnum):
@@ -49,6 +56,10 @@ class Gating(enum.IntEnum):
 
     SOFTMAX = 1
     SIGMOID = 2
+
+
+# glm-dsa.cpp: a file without expert_gating_func gates by sigmoid (deepseek32.cpp requires the key)
+DEFAULT_GATING = {"glm-dsa": Gating.SIGMOID}
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,19 @@ class MlaHParams:
     gating: Gating
     weights_norm: bool
     weights_scale: float
+    n_expert_groups: int = 0   # expert_group_count: > 1 selects the experts within the best groups first
+    n_group_used: int = 0
+    # DSA (deepseek32, glm-dsa): the lightning indexer; index_full[il] when layer il owns one (glm-dsa's
+    # other layers reuse the last owner's top-k)
+    n_index_head: int = 0
+    index_head: int = 0
+    index_top_k: int = 0
+    index_full: tuple[bool, ...] = ()
+    index_rope: RopeMode = RopeMode.NORM
+
+    @property
+    def dsa(self) -> bool:
+        return bool(self.index_full)
 
     @property
     def head_dim(self) -> int:
@@ -105,6 +129,8 @@ class MlaHParams:
             return "ROPE with YaRN scaling"
         if self.gating is Gating.SIGMOID:
             return "UNARY SIGMOID (sigmoid expert gating)"
+        if self.n_expert_groups > 1:
+            return "FILL (grouped expert selection)"
         return None
 
 
@@ -115,16 +141,12 @@ def _get(model: ModelFile, template: str, default: float) -> float:
 def unsupported_reason(model: ModelFile, facts: ModelFacts) -> str | None:
     """Why the MLA builder cannot build this file's graph as llama.cpp does, or None when it can."""
     if model.architecture not in MLA_ARCHS:
-        return f"architecture {model.architecture!r} is not deepseek2"
+        return f"architecture {model.architecture!r} is not built by the MLA builder"
     if not facts.mla:
         return "no MLA head sizes (key_length_mla / value_length_mla): the legacy wkv_b graph is not built"
     names = {t.name for t in model.tensors}
     if tensor_name(T.ATTN_K_B, 0) not in names or tensor_name(T.ATTN_V_B, 0) not in names:
         return "MLA without split wk_b / wv_b tensors"
-    if tensor_name(T.FFN_GATE_UP_EXP, facts.n_layer - 1) in names:
-        return "merged gate_up experts are not built"
-    if int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0)) > 1:
-        return "grouped expert selection (expert_group_count > 1) is not built"
     if _get(model, Keys.Attention.TEMPERATURE_SCALE, 0.0):
         return "attention temperature scaling is not built"
     gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0))
@@ -154,7 +176,8 @@ def read_mla_hparams(model: ModelFile, facts: ModelFacts | None = None) -> MlaHP
     log_mul = _get(model, Keys.Rope.SCALING_YARN_LOG_MUL, 0.0) / 0.1
     mscale = 1.0 + 0.1 * log_mul * math.log(1.0 / freq_scale) if scale_type == "yarn" else 1.0
     trunk = [lf for lf in facts.layers if not lf.nextn]
-    gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0)) or Gating.SOFTMAX
+    gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0)) or DEFAULT_GATING.get(arch, Gating.SOFTMAX)
+    dsa = arch in DSA_ARCHS
     return MlaHParams(
         arch=arch, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab, n_head=trunk[0].n_head,
         n_rot=n_rot, kv_lora_rank=kv_lora, head_k_mla=head_k,
@@ -166,6 +189,13 @@ def read_mla_hparams(model: ModelFile, facts: ModelFacts | None = None) -> MlaHP
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used, gating=Gating(gating),
         weights_norm=bool(model.metadata.get(Keys.LLM.EXPERT_WEIGHTS_NORM.format(arch=arch), False)),
         weights_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0),
+        n_expert_groups=int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0)),
+        n_group_used=int(_get(model, Keys.LLM.EXPERT_GROUP_USED_COUNT, 0)),
+        n_index_head=int(_get(model, Keys.Attention.Indexer.HEAD_COUNT, 0)) if dsa else 0,
+        index_head=int(_get(model, Keys.Attention.Indexer.KEY_LENGTH, 0)) if dsa else 0,
+        index_top_k=int(_get(model, Keys.Attention.Indexer.TOP_K, 0)) if dsa else 0,
+        index_full=tuple(lf.index_k > 0 for lf in trunk) if dsa else (),
+        index_rope=DSA_ARCHS.get(arch, RopeMode.NORM),
     )
 
 
@@ -176,9 +206,15 @@ def _concat_kernel(node: Tensor) -> None:
     target[...] = np.concatenate([a, b], axis=3 - node.op_params["dim"]).astype(target.dtype)
 
 
-# deepseek2's graphs are CONCAT's only users, so its kernel joins the table where they are built
-# (a device runs the ops that have kernels: runtime/ggml/backend.py Device.ops).
+def _fill_kernel(node: Tensor) -> None:
+    """ggml_compute_forward_fill: every element set to the constant."""
+    node.numpy()[...] = node.op_params["c"]
+
+
+# deepseek2's graphs are CONCAT's and FILL's only users, so their kernels join the table where they are
+# built (a device runs the ops that have kernels: runtime/ggml/backend.py Device.ops).
 KERNELS.setdefault(Op.CONCAT, _concat_kernel)
+KERNELS.setdefault(Op.FILL, _fill_kernel)
 
 
 def concat(a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
@@ -188,6 +224,12 @@ def concat(a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
     if any(a.ne[d] != b.ne[d] for d in range(4) if d != dim):
         raise ValueError(f"concat: {a.ne} and {b.ne} differ outside dim {dim}")
     return B._node(Op.CONCAT, ne, [a, b], name, a.type, dim=dim)
+
+
+def top_k(a: Tensor, k: int, sort_name: str, name: str) -> Tensor:
+    """ggml_argsort_top_k: a descending argsort, viewed to its first k columns."""
+    order = B._node(Op.ARGSORT, a.ne, [a], sort_name, I32, order="DESC")
+    return B.view(order, (k, *a.ne[1:]), order.nb, 0, name=name)
 
 
 class MlaBuilder:
@@ -224,17 +266,19 @@ class MlaBuilder:
         return r
 
     # --- attention --------------------------------------------------------------------------
-    def _qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Qcur [kv_lora + n_rot, n_head, T], Kcur [kv_lora + n_rot, 1, T], Vcur [kv_lora, 1, T]."""
+    def _qkv(self, x: Tensor, il: int, n_tokens: int, q: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Qcur [kv_lora + n_rot, n_head, T], Kcur [kv_lora + n_rot, 1, T], Vcur [kv_lora, 1, T]. `q`: the
+        query projection [n_head * head_k, T] where the caller made it (the DSA graphs view it unreshaped)."""
         hp = self.hp
-        wq = self.w.get(tensor_name(T.ATTN_Q, il))
-        if wq is not None:   # V2-Lite: no query LoRA
-            q = B.mul_mat(wq, x, name=f"q-{il}")
-        else:
-            q = B.mul_mat(self._wl(T.ATTN_Q_A, il), x, name=f"q-{il}")
-            q = self.norm(q, self._wl(T.ATTN_Q_A_NORM, il), il, f"q-{il}")
-            q = B.mul_mat(self._wl(T.ATTN_Q_B, il), q, name=f"q-{il}")
-        q = B.reshape(q, (hp.head_k_mla, hp.n_head, n_tokens), name=f"q-{il}")
+        if q is None:
+            wq = self.w.get(tensor_name(T.ATTN_Q, il))
+            if wq is not None:   # V2-Lite: no query LoRA
+                q = B.mul_mat(wq, x, name=f"q-{il}")
+            else:
+                q = B.mul_mat(self._wl(T.ATTN_Q_A, il), x, name=f"q-{il}")
+                q = self.norm(q, self._wl(T.ATTN_Q_A_NORM, il), il, f"q-{il}")
+                q = B.mul_mat(self._wl(T.ATTN_Q_B, il), q, name=f"q-{il}")
+            q = B.reshape(q, (hp.head_k_mla, hp.n_head, n_tokens), name=f"q-{il}")
         width = hp.kv_lora_rank + hp.n_rot
         kv_pe = B.mul_mat(self._wl(T.ATTN_KV_A_MQA, il), x, name=f"kv_cmpr_pe-{il}")
         row = row_size(kv_pe.type, width)
@@ -244,9 +288,10 @@ class MlaBuilder:
         k_pe = self._rope(k_pe, il, "k_pe")
         kv_cmpr = self.norm(kv_cmpr, self._wl(T.ATTN_KV_A_NORM, il), il, f"kv_cmpr-{il}")
         nope = hp.head_k_mla - hp.n_rot
-        q_nope = B.view(q, (nope, hp.n_head, n_tokens), (q.nb[0], q.nb[1], q.nb[2]), 0, name=f"q_nope-{il}")
-        q_pe = B.view(q, (hp.n_rot, hp.n_head, n_tokens), (q.nb[0], q.nb[1], q.nb[2]), row_size(q.type, nope),
-                      name=f"q_pe-{il}")
+        head = row_size(q.type, hp.head_k_mla)
+        strides = (q.nb[0], head, head * hp.n_head)
+        q_nope = B.view(q, (nope, hp.n_head, n_tokens), strides, 0, name=f"q_nope-{il}")
+        q_pe = B.view(q, (hp.n_rot, hp.n_head, n_tokens), strides, row_size(q.type, nope), name=f"q_pe-{il}")
         q_pe = self._rope(q_pe, il, "q_pe")
         q_nope = B.permute(q_nope, (0, 2, 1, 3), name=f"q_nope_perm-{il}")
         absorbed = B.mul_mat(self._wl(T.ATTN_K_B, il), q_nope, name=f"q_nope_absorbed-{il}")
@@ -271,6 +316,7 @@ class MlaBuilder:
         for t in (q, v, k):
             g.expand(t)
         g.expand(self._store(il, k, inp))
+        mask = self._mask(il, inp)
         n_kv = dict(self.out.shape.n_kv)[CacheKind.BASE]
         kc = self.kv.k[il]
         hd, size, ns = kc.ne[0], kc.ne[1], kc.ne[2]
@@ -285,13 +331,13 @@ class MlaBuilder:
         v_mla = self._wl(T.ATTN_V_B, il)
         if self.flash_attn:
             kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
-            cur = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, name=f"__fattn__-{il}")
+            cur = B.flash_attn_ext(qp, kp, vp, mask, self.hp.kq_scale, name=f"__fattn__-{il}")
             cur = B.mul_mat(v_mla, B.permute(cur, (0, 2, 1, 3)), name=f"fattn_mla-{il}")
             cur = B.cont(B.permute(cur, (0, 2, 1, 3)))
             cur = B.reshape(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
         else:
             kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
+            kq = B.soft_max_ext(kq, mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
             # the cache's V view is not transposed: build_attn_mha makes a transposed copy
             vt = B.cont(B.transpose(vp), name=f"v_cont-{il}")
             kqv = B.mul_mat(vt, kq, name=f"kqv-{il}")
@@ -303,6 +349,14 @@ class MlaBuilder:
         g.expand(cur)
         return self.lora.mm(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
 
+    def _mask(self, il: int, inp: AttnInputs) -> Tensor:
+        """The attention's mask: the cache's (the DSA graphs unmask the indexer's top-k instead)."""
+        return inp.mask
+
+    def _attn_block(self, x: Tensor, il: int, n_tokens: int) -> Tensor:
+        """The attention from the normed input to attn_output."""
+        return self.attention(il, *self._qkv(x, il, n_tokens))
+
     # --- feed-forward -----------------------------------------------------------------------
     def _ffn(self, x: Tensor, il: int, up: T, gate: T, down: T, name: str) -> Tensor:
         """build_ffn(LLM_FFN_SILU, LLM_FFN_PAR): silu(gate x) * (up x), then down."""
@@ -312,7 +366,8 @@ class MlaBuilder:
 
     def _moe(self, cur: Tensor, il: int) -> Tensor:
         """build_moe_ffn with deepseek2's options: softmax or sigmoid gating, the selection bias
-        exp_probs_b, optional weight normalisation and scale, SwiGLU experts."""
+        exp_probs_b, grouped selection, optional weight normalisation and scale, SwiGLU experts
+        (separate gate and up, or one merged gate_up split into two views)."""
         hp, g = self.hp, self.out.graph
         n_embd, n_tokens = cur.ne[0], cur.ne[1]
         k, n_expert = hp.n_expert_used, hp.n_expert
@@ -325,8 +380,9 @@ class MlaBuilder:
         bias = self.w.get(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
         if bias is not None:
             selection = B.add(probs, bias, name=f"ffn_moe_probs_biased-{il}")
-        order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", I32, order="DESC")
-        selected = B.view(order, (k, n_tokens, 1, 1), order.nb, 0, name=f"ffn_moe_topk-{il}")
+        if hp.n_expert_groups > 1 and n_tokens > 0:
+            selection = self._group_mask(selection, n_tokens, il)
+        selected = top_k(selection, k, f"ffn_moe_argsort-{il}", f"ffn_moe_topk-{il}")
         weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
         if hp.weights_norm:
             weights = normalized_weights(weights, k, n_tokens, il)
@@ -334,11 +390,35 @@ class MlaBuilder:
             weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
         g.expand(weights)
         x = B.reshape(cur, (n_embd, 1, n_tokens))
-        up = self.lora.mm_id(self._wl(T.FFN_UP_EXP, il), x, selected, name=f"ffn_moe_up-{il}")
-        gate = self.lora.mm_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
+        gate_up = self.w.get(tensor_name(T.FFN_GATE_UP_EXP, il))
+        if gate_up is not None:
+            both = self.lora.mm_id(gate_up, x, selected, name=f"ffn_moe_gate_up-{il}")
+            n_ff = both.ne[0] // 2
+            gate = B.view(both, (n_ff, both.ne[1], both.ne[2]), both.nb, 0, name=f"ffn_moe_gate-{il}")
+            up = B.view(both, (n_ff, both.ne[1], both.ne[2]), both.nb, n_ff * both.nb[0], name=f"ffn_moe_up-{il}")
+        else:
+            up = self.lora.mm_id(self._wl(T.FFN_UP_EXP, il), x, selected, name=f"ffn_moe_up-{il}")
+            gate = self.lora.mm_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
         experts = self.lora.mm_id(self._wl(T.FFN_DOWN_EXP, il), act, selected, name=f"ffn_moe_down-{il}")
         return weighted_sum(g, experts, weights, n_embd, n_tokens, k, il)
+
+    def _group_mask(self, selection: Tensor, n_tokens: int, il: int) -> Tensor:
+        """build_moe_ffn's group selection (DeepSeek-V3): each group scored by its two best experts, the
+        n_group_used best groups kept and every other expert's selection score set to -inf."""
+        hp = self.hp
+        per_group = hp.n_expert // hp.n_expert_groups
+        groups = B.reshape(selection, (per_group, hp.n_expert_groups, n_tokens))
+        best2 = top_k(groups, 2, f"ffn_moe_group_argsort-{il}", f"ffn_moe_group_top2-{il}")
+        scores = B.get_rows(B.reshape(groups, (1, per_group, hp.n_expert_groups, n_tokens)), best2)
+        scores = B.reshape(scores, (scores.ne[1], scores.ne[2], scores.ne[3]))
+        scores = B._node(Op.SUM_ROWS, (1, scores.ne[1], scores.ne[2]), [scores], f"ffn_moe_group_scores-{il}")
+        scores = B.reshape(scores, (scores.ne[1], scores.ne[2]))
+        kept = top_k(scores, hp.n_group_used, f"ffn_moe_group_argsort2-{il}", f"ffn_moe_group_topk-{il}")
+        rows = B.get_rows(groups, kept)
+        masked = B._node(Op.FILL, groups.ne, [groups], f"ffn_moe_group_fill-{il}", groups.type, c=-math.inf)
+        masked = B.set_rows(masked, rows, kept, name=f"ffn_moe_probs_masked-{il}")
+        return B.reshape(masked, (hp.n_expert, n_tokens))
 
     # --- the graph --------------------------------------------------------------------------
     def _inputs(self, shape: BatchShape) -> None:
@@ -360,7 +440,7 @@ class MlaBuilder:
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.hp
         cur = self.norm(x, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
-        cur = self.attention(il, *self._qkv(cur, il, n_tokens))
+        cur = self._attn_block(cur, il, n_tokens)
         residual = x
         if il == hp.n_layer - 1:   # keep only the rows that produce outputs
             cur = B.get_rows(cur, self.out.out_ids)

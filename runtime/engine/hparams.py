@@ -204,6 +204,9 @@ ARCHS: dict[str, ArchSpec] = {
                              moe=MoeSpec(glu="REGLU", gating_key=True, router_on_input=True)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
+    # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
+    # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
+    "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

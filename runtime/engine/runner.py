@@ -37,11 +37,13 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.dsa import mla_builder
 from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, Lfm2Builder
+from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
@@ -179,6 +181,7 @@ class ModelRunner:
         self.lora_bytes: dict[str, int] = {}     # device -> bytes of its LoRA buffers
         self.kv_bytes: dict[str, int] = {}
         self.kv: KVCache | None = None
+        self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
         self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
@@ -189,7 +192,7 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return (isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID)
+        return (isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, LLAMA4)
                 and self.hp.arch not in FUSED_ARCHS)
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
@@ -292,6 +295,24 @@ class ModelRunner:
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
             self.kv_bytes[dev] = sum(b.size for b in buffers)
+        self._alloc_index_cache()
+
+    def _alloc_index_cache(self) -> None:
+        """mla: a DSA model's second cache, the lightning indexer's keys of the layers that own one
+        (llama_kv_cache_dsa: its own buffers, the MLA cache's cells and streams, type_k, K only)."""
+        hp = self.hp
+        if not isinstance(hp, MlaHParams) or not hp.dsa:
+            return
+        cells, ns = self.cp.n_ctx_seq, self.cp.n_stream
+        self.index_cache = [Tensor(self.settings.type_k, (hp.index_head, cells, ns), name=f"cache_lid_k_l{il}")
+                            if own else None for il, own in enumerate(hp.index_full)]
+        by_device: dict[str, list[Tensor]] = {}
+        for il, t in enumerate(self.index_cache):
+            if t is not None:
+                by_device.setdefault(self.placement.layer_device[il] if self.flags.kv_offload else "CPU", []).append(t)
+        for dev, tensors in by_device.items():
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
+            self.kv_bytes[dev] = self.kv_bytes.get(dev, 0) + sum(b.size for b in buffers)
 
     # --- graphs -------------------------------------------------------------------------------
     def _builder(self) -> DecoderBuilder | MlaBuilder:
@@ -299,8 +320,11 @@ class ModelRunner:
         one."""
         assert self.kv is not None
         if isinstance(self.hp, MlaHParams):
-            return MlaBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
-                              offload_kqv=self.flags.kv_offload)
+            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=self.cp.flash_attn,
+                               offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == LLAMA4:
+            return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                                 offload_kqv=self.flags.kv_offload)
         if self.hp.arch == LFM2:
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
@@ -381,6 +405,9 @@ class ModelRunner:
             self.pipeline_parallel = False
             self.sched.reserve(pp.graph)
         n_pp = self.sched.n_splits
+        # a dry run's sizes are this first prompt reserve's: llama-context.cpp sched_reserve passes its size
+        # array to that graph_reserve alone; the token and second prompt reserves only split (split_only = no_alloc)
+        first = self.compute_bytes()
         self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
@@ -392,8 +419,8 @@ class ModelRunner:
             log.warning("LoRA pairs on %s are not in the runtime's graph (llama.cpp applies none where it "
                         "multiplies without build_lora_mm)",
                         ", ".join(self.adapters.unreached()))
-        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes(),
-                                            tg_kernels)
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes),
+                                            first if dry_run else self.compute_bytes(), tg_kernels)
         return self.reserve_report
 
     # --- running ------------------------------------------------------------------------------
@@ -421,6 +448,12 @@ class ModelRunner:
         if isinstance(self.hp, MlaHParams) and self.hp.missing_kernel:
             raise BadInput(f"{self.hp.arch}: the runtime has no kernel for {self.hp.missing_kernel}; it only sizes "
                            f"this model (validate --reserve-only)")
+        if self.hp.arch == LLAMA4:
+            raise BadInput(f"{self.hp.arch}: the runtime sizes llama4's graphs but does not run them (no "
+                           f"temperature-tuning input; validate --reserve-only)")
+        if isinstance(self.hp, MlaHParams) and self.hp.dsa:
+            raise BadInput(f"{self.hp.arch}: the runtime sizes the DSA indexer's graphs but does not run them "
+                           f"(validate --reserve-only)")
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
                            f"(validate --reserve-only)")

@@ -65,6 +65,9 @@ class Op(enum.Enum):
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
     PAD = "PAD"   # fused: qwen3vl pads its token embeddings to the deepstack width (ggml_pad)
+    FILL = "FILL"              # mla: build_moe_ffn's grouped expert selection masks the other groups
+    LIGHTNING_INDEXER = "LIGHTNING_INDEXER"   # mla: the DSA indexer's scores (ggml_lightning_indexer)
+    TOP_K = "TOP_K"            # mla: the DSA indexer's top-k cells (ggml_top_k)
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__
@@ -76,7 +79,7 @@ VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 # Ops whose output may take a dying parent's storage (ggml_op_can_inplace, ggml-alloc.c).
 INPLACE_OPS = frozenset({
     Op.SCALE, Op.ADD, Op.ADD_ID, Op.SUB, Op.MUL, Op.DIV, Op.SQR, Op.SQRT, Op.UNARY,
-    Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF, Op.CLAMP,
+    Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF, Op.CLAMP, Op.FILL,
 })
 
 

@@ -59,10 +59,10 @@ def test_every_name_fitplan_tables_hold_is_the_pins():
 def test_rows_against_facts_of_their_own():
     llama = architecture_coverage("llama")
     assert (llama.status, llama.kv, llama.compute) == (Status.SIMULATED, "exact", "simulated")
-    # llama4 has an SWA rule (chunked attention) and no graph builder in runtime/engine
-    llama4 = architecture_coverage("llama4")
-    assert (llama4.status, llama4.kv, llama4.compute) == (Status.FORMULA, "exact", "formula")
-    assert "analytic.py" in llama4.reason
+    # laguna has an SWA rule and no graph builder in runtime/engine
+    laguna = architecture_coverage("laguna")
+    assert (laguna.status, laguna.kv, laguna.compute) == (Status.FORMULA, "exact", "formula")
+    assert "analytic.py" in laguna.reason
     # bert: no layer facts in planner/model/arch.py
     bert = architecture_coverage("bert")
     assert (bert.status, bert.kv) == (Status.WEIGHTS_ONLY, "not sized")

@@ -211,13 +211,15 @@ def _moe(h: np.ndarray, w: dict[str, np.ndarray], p: str, meta: dict) -> np.ndar
                              w[p + "ffn_down_shexp.weight"])
 
 
-def reference_logits(path: Path, spec: ModelSpec, tokens: list[int]) -> np.ndarray:
+def reference_logits(path: Path, spec: ModelSpec, tokens: list[int],
+                     weights: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """`weights`: the file's tensors as float64_weights reads them, where a caller rearranges them first."""
     m = spec.metadata
     meta = {"n_head": m[Keys.Attention.HEAD_COUNT], "kv_lora": m[Keys.Attention.KV_LORA_RANK],
             "rope": m[Keys.Rope.DIMENSION_COUNT], "k": m[Keys.LLM.EXPERT_USED_COUNT],
             "sigmoid": m.get(Keys.LLM.EXPERT_GATING_FUNC) == 2, "norm": bool(m.get(Keys.LLM.EXPERT_WEIGHTS_NORM)),
             "scale": m.get(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0)}
-    w = float64_weights(path)
+    w = weights if weights is not None else float64_weights(path)
     x = w["token_embd.weight"][tokens]
     pos = np.arange(len(tokens), dtype=np.float64)
     for il in range(m[Keys.LLM.BLOCK_COUNT]):
