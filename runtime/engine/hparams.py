@@ -84,6 +84,9 @@ ARCHS: dict[str, ArchSpec] = {
     "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
+    "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
+    "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

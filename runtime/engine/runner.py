@@ -43,6 +43,7 @@ from runtime.engine.lfm2 import LFM2, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
+from runtime.engine.qwen35 import QWEN35, QWEN35MOE, Qwen35Builder
 from runtime.engine.recurrent import RecurrentStates
 from runtime.ggml.backend import (
     UNLIMITED,
@@ -193,7 +194,7 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID)
+        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE)
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -307,6 +308,9 @@ class ModelRunner:
         if self.hp.arch == LFM2:
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch in (QWEN35, QWEN35MOE):
+            return Qwen35Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                 flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch == QWEN3NEXT:
             return Qwen3NextBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                     flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

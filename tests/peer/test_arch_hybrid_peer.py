@@ -1,0 +1,37 @@
+"""The hybrid recurrent architectures against the pinned llama-fit-params (issue 40's peer matrix,
+tests/support/arch_matrix.py): each shape-faithful file of planner/synth/shapes_hybrid.py over host
+only, two and three rpc-servers, partial offload, -fa off at 32k, q8_0 caches, -np 4 and, for the
+mixtures of experts, -ncmoe 8: model and context equal to the MiB, compute within 3 % or 4 MiB and
+never more than 1 MiB below."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.llama.context import ModelContext, model_context
+from planner.synth import shapes_hybrid as hybrid
+from tests.support.arch_matrix import ArchShape, arch_rows, check_row
+
+pytestmark = pytest.mark.peer
+
+SHAPES: dict[str, ArchShape] = {
+    "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b, 64),
+    "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b, 40, moe=True),
+}
+
+
+@pytest.fixture(scope="module")
+def contexts(shapes_dir: Path) -> dict[str, tuple[Path, ModelContext]]:
+    out = {}
+    for name, shape in SHAPES.items():
+        [path] = shape.spec().write(shapes_dir / f"{name}.gguf")
+        out[name] = (path, model_context(str(path)))
+    return out
+
+
+@pytest.mark.parametrize(("name", "template"), arch_rows(SHAPES))
+def test_row_matches_llama_fit_params(name: str, template: str, llama_tools: Path, rpc_three: list[str],
+                                      contexts: dict[str, tuple[Path, ModelContext]]) -> None:
+    path, ctx = contexts[name]
+    check_row(llama_tools, path, ctx, SHAPES[name], template, rpc_three)

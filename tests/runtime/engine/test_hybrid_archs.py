@@ -1,0 +1,61 @@
+"""The hybrid recurrent architectures' graph builders on tiny files: the reserve's node count and CPU
+compute buffer against llama-fit-params -v on the very same file (pinned build; "graph: nodes = N" and
+"CPU compute buffer size = X MiB", two decimals), each file as planner/synth writes it below.
+
+- qwen35 / qwen35moe (runtime/engine/qwen35.py): 4 layers (DeltaNet x 3, gated attention), 128 wide;
+  DeltaNet 2 key / 4 value heads of 32, conv 4; attention 4 heads / 2 KV of 64, 16 roped dimensions in
+  M-RoPE sections 3/3/2; qwen35 a SwiGLU FFN of 256, qwen35moe 8 experts (2 used) of 64 and a shared
+  expert of 64.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from gguf import Keys
+
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer
+from planner.synth.qwen3next_factory import qwen35_spec
+from tests.support.reserve_checks import assert_reserve_equals
+
+
+def _tokenized(spec: ModelSpec) -> ModelSpec:
+    add_tokenizer(spec, 512, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    return spec
+
+
+TINY: dict[str, Callable[[], ModelSpec]] = {
+    "qwen35": lambda: _tokenized(qwen35_spec(moe=False)),
+    "qwen35moe": lambda: _tokenized(qwen35_spec(moe=True)),
+}
+
+# llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
+LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
+    "qwen35": {
+        "-c 256": (241, 1.51),
+        "-c 256 -fa off": (246, 2.63),
+        "-c 256 -np 2": (243, 1.51),
+        "-c 512 -np 3 -ub 64": (243, 0.42),
+        "-c 256 -ctk q8_0 -ctv q8_0": (253, 1.54),
+    },
+    "qwen35moe": {
+        "-c 256": (337, 1.65),
+        "-c 256 -fa off": (342, 2.77),
+        "-c 256 -np 2": (339, 1.65),
+        "-c 512 -np 3 -ub 64": (339, 0.45),
+        "-c 256 -ctk q8_0 -ctv q8_0": (349, 1.68),
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hybrid")
+    return {arch: make().write(root / f"{arch}.gguf")[0] for arch, make in TINY.items()}
+
+
+@pytest.mark.parametrize(("arch", "flags"), [(a, f) for a, rows in LLAMA_CPP_RESERVE.items() for f in rows])
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str, tiny_files: dict[str, Path]) -> None:
+    assert_reserve_equals(tiny_files[arch], flags, *LLAMA_CPP_RESERVE[arch][flags])
