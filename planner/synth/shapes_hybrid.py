@@ -10,6 +10,7 @@ from __future__ import annotations
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, Q
+from planner.synth.hybrid_factory import nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from planner.synth.shapes import tokenized
 
@@ -48,3 +49,34 @@ def qwen35moe_35b_a3b() -> ModelSpec:
                        n_ctx=QWEN35_CTX, mat_type=Q.Q4_K, qkv_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K,
                        exp_type=Q.Q4_K, exp_down_type=Q.Q6_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
     return _qwen35_tail(spec)
+
+
+# Nemotron's widths (4480, 2688, and the FFNs' 15680 and 1856) are not multiples of 256, so llama-quantize's
+# Q4_K_M falls back on those rows: Q4_K to Q5_0, Q6_K to Q8_0 (llama_tensor_get_type's fallback)
+NEMOTRON_VOCAB = 131072
+
+
+def nemotron_nano_9b_v2() -> ModelSpec:
+    """NVIDIA-Nemotron-Nano-9B-v2 (config.json): 56 blocks by hybrid_override_pattern, 4480 wide; Mamba-2
+    of 128 heads of 80 (d_inner 10240), 8 groups, state 128, conv 4; attention 40 heads / 8 KV of 128;
+    relu^2 MLP of 15680; 131072 vocab, untied output."""
+    spec = nemotron_h_spec(pattern="M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-", n_embd=4480,
+                           n_head=40, n_head_kv=8, head_dim=128, n_ff=15680, d_conv=4, d_inner=10240, d_state=128,
+                           n_group=8, n_ssm_head=128, n_vocab=NEMOTRON_VOCAB, n_ctx=131072, mat_type=Q.Q5_0,
+                           v_type=Q.Q8_0, down_type=Q.Q8_0, embd_type=Q.Q5_0, out_type=Q.Q8_0)
+    return tokenized(spec, NEMOTRON_VOCAB, 131072)
+
+
+def nemotron3_nano_30b_a3b() -> ModelSpec:
+    """NVIDIA-Nemotron-3-Nano-30B-A3B (config.json): 52 blocks by hybrid_override_pattern, 2688 wide;
+    Mamba-2 of 64 heads of 64 (d_inner 4096), 8 groups, state 128, conv 4; attention 32 heads / 2 KV of
+    128; 128 relu^2 experts (6 used, weights normalised and scaled by 2.5) of 1856 and a shared expert
+    of 3712; 131072 vocab, untied output."""
+    spec = nemotron_h_spec(pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", n_embd=2688, n_head=32,
+                           n_head_kv=2, head_dim=128, d_conv=4, d_inner=4096, d_state=128, n_group=8, n_ssm_head=64,
+                           n_expert=128, n_expert_used=6, n_ff_exp=1856, n_ff_shexp=3712, norm_w=True, w_scale=2.5,
+                           n_vocab=NEMOTRON_VOCAB, n_ctx=262144, mat_type=Q.Q5_0, v_type=Q.Q8_0,
+                           down_type=Q.Q8_0, exp_type=Q.Q5_0, exp_down_type=Q.Q8_0, embd_type=Q.Q5_0,
+                           out_type=Q.Q8_0)
+    return tokenized(spec, NEMOTRON_VOCAB, 262144)
+

@@ -87,6 +87,9 @@ ARCHS: dict[str, ArchSpec] = {
     # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
     "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # nemotron-h.cpp (runtime/engine/nemotronh.py: Mamba-2, RoPE-less attention and relu^2 FFN blocks)
+    "nemotron_h": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    "nemotron_h_moe": ArchSpec(RopeMode.NORM, FfnKind.MOE),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
@@ -143,7 +146,8 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
     facts = facts or model_facts(model)
     trunk = [lf for lf in facts.layers if not lf.nextn]
     # recurrent layers (granitehybrid's Mamba-2 layers) have no heads: the attention layers set them
-    heads = [lf for lf in trunk if lf.kind is not AttnKind.RECURRENT] or trunk
+    # and FFN-only blocks (nemotron_h's) neither
+    heads = [lf for lf in trunk if lf.kind not in (AttnKind.RECURRENT, AttnKind.NONE)] or trunk
     head_dim = heads[0].head_dim_k
     if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in heads):
         raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")

@@ -42,6 +42,7 @@ from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.qwen35 import QWEN35, QWEN35MOE, Qwen35Builder
 from runtime.engine.recurrent import RecurrentStates
@@ -150,6 +151,10 @@ def _device_row(row: str) -> str:
     return CPU if row in HOST_ROWS else row
 
 
+# the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
+HAND_BUILT = frozenset({LFM2, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE})
+
+
 class ModelRunner:
     """One model loaded under one set of resolved flags; decode() runs token ids through it."""
 
@@ -194,7 +199,7 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE)
+        return isinstance(self.hp, HParams) and self.hp.arch not in HAND_BUILT
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -308,6 +313,9 @@ class ModelRunner:
         if self.hp.arch == LFM2:
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch in (NEMOTRON_H, NEMOTRON_H_MOE):
+            return NemotronHBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                    flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch in (QWEN35, QWEN35MOE):
             return Qwen35Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                  flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.peer
 SHAPES: dict[str, ArchShape] = {
     "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b, 64),
     "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b, 40, moe=True),
+    "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2, 56),
+    "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b, 52, moe=True),
 }
 
 

@@ -6,6 +6,10 @@ compute buffer against llama-fit-params -v on the very same file (pinned build; 
   DeltaNet 2 key / 4 value heads of 32, conv 4; attention 4 heads / 2 KV of 64, 16 roped dimensions in
   M-RoPE sections 3/3/2; qwen35 a SwiGLU FFN of 256, qwen35moe 8 experts (2 used) of 64 and a shared
   expert of 64.
+- nemotron_h / nemotron_h_moe (runtime/engine/nemotronh.py): 5 blocks "M*-M-" / "M*EME" (Mamba-2 of 8
+  heads over d_inner 256, 2 groups, state 16, conv 4; RoPE-less attention 4 heads / 2 KV of 32; relu^2
+  MLP of 256; 8 relu^2 experts, 2 used, of 64 with a shared expert of 128, weights normalised and
+  scaled by 2.5), 128 wide.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import pytest
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer
+from planner.synth.hybrid_factory import nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
@@ -29,6 +34,8 @@ def _tokenized(spec: ModelSpec) -> ModelSpec:
 TINY: dict[str, Callable[[], ModelSpec]] = {
     "qwen35": lambda: _tokenized(qwen35_spec(moe=False)),
     "qwen35moe": lambda: _tokenized(qwen35_spec(moe=True)),
+    "nemotron_h": lambda: _tokenized(nemotron_h_spec(pattern="M*-M-")),
+    "nemotron_h_moe": lambda: _tokenized(nemotron_h_spec(pattern="M*EME")),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -46,6 +53,20 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -np 2": (339, 1.65),
         "-c 512 -np 3 -ub 64": (339, 0.45),
         "-c 256 -ctk q8_0 -ctv q8_0": (349, 1.68),
+    },
+    "nemotron_h": {
+        "-c 256": (143, 1.96),
+        "-c 256 -fa off": (148, 2.21),
+        "-c 256 -np 2": (145, 1.97),
+        "-c 512 -np 3 -ub 64": (145, 0.57),
+        "-c 256 -ub 32": (143, 0.27),
+    },
+    "nemotron_h_moe": {
+        "-c 256": (189, 1.96),
+        "-c 256 -fa off": (194, 2.21),
+        "-c 256 -np 2": (191, 1.97),
+        "-c 512 -np 3 -ub 64": (191, 0.57),
+        "-c 256 -ub 32": (189, 0.27),
     },
 }
 

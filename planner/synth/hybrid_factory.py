@@ -1,0 +1,70 @@
+"""Layouts of the hybrid recurrent families for tests (names and shapes as the pinned llama.cpp's
+load_arch_tensors creates them), on planner/synth/gguf_factory.py's helpers.
+
+- nemotron_h / nemotron_h_moe (src/models/nemotron-h.cpp): a block per letter of NVIDIA's
+  hybrid_override_pattern: "M" Mamba-2 (head_count_kv 0, feed_forward_length 0), "*" attention
+  without RoPE (feed_forward_length 0), "-" a relu^2 MLP of up and down, "E" routed relu^2 experts of
+  up and down with a sigmoid router, its exp_probs_b selection bias and a relu^2 shared expert.
+"""
+from __future__ import annotations
+
+from gguf import GGUFValueType, Keys
+
+from planner.synth.gguf_factory import ModelSpec, Q, T, Typed, _common, _embeddings, _mamba2_mixer, _ssm_keys
+
+
+def _u32s(values: list[int]) -> Typed:
+    return Typed(values, GGUFValueType.ARRAY, GGUFValueType.UINT32)
+
+
+def nemotron_h_spec(*, pattern: str = "M*-M-", n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2,
+                    head_dim: int = 32, n_ff: int = 256, d_conv: int = 4, d_inner: int = 256, d_state: int = 16,
+                    n_group: int = 2, n_ssm_head: int = 8, n_expert: int = 8, n_expert_used: int = 2,
+                    n_ff_exp: int = 64, n_ff_shexp: int = 128, norm_w: bool = True, w_scale: float = 2.5,
+                    n_vocab: int = 512, n_ctx: int = 4096, mat_type: Q = Q.Q8_0, v_type: Q | None = None,
+                    down_type: Q | None = None, exp_type: Q = Q.Q8_0, exp_down_type: Q | None = None,
+                    embd_type: Q = Q.Q8_0, out_type: Q | None = Q.Q8_0) -> ModelSpec:
+    moe = "E" in pattern
+    n_layer = len(pattern)
+    spec = ModelSpec("nemotron_h_moe" if moe else "nemotron_h")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    spec.metadata.update({
+        Keys.Attention.HEAD_COUNT: n_head,
+        Keys.Attention.HEAD_COUNT_KV: _u32s([n_head_kv if c == "*" else 0 for c in pattern]),
+        Keys.LLM.FEED_FORWARD_LENGTH: _u32s([n_ff if c == "-" else n_ff_exp * n_expert_used if c == "E" else 0
+                                             for c in pattern]),
+        Keys.Attention.KEY_LENGTH: head_dim, Keys.Attention.VALUE_LENGTH: head_dim,
+        Keys.Attention.LAYERNORM_EPS: 1e-5, Keys.Attention.LAYERNORM_RMS_EPS: 1e-5,
+    })
+    _ssm_keys(spec, d_conv, d_inner, d_state, n_group, n_ssm_head)
+    if moe:
+        spec.metadata.update({
+            Keys.LLM.EXPERT_COUNT: n_expert, Keys.LLM.EXPERT_USED_COUNT: n_expert_used,
+            Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: n_ff_exp, Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH: n_ff_shexp,
+            Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_NORM: norm_w,
+            Keys.LLM.EXPERT_WEIGHTS_SCALE: w_scale,
+        })
+    _embeddings(spec, n_embd, n_vocab, embd_type, out_type)
+    v_type, down_type = v_type or mat_type, down_type or mat_type
+    exp_down_type = exp_down_type or exp_type
+    for i, c in enumerate(pattern):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        if c == "M":
+            _mamba2_mixer(spec, i, n_embd, d_conv, d_inner, d_state, n_group, n_ssm_head, mat_type)
+        elif c == "*":
+            spec.add(T.ATTN_Q, mat_type, (n_embd, head_dim * n_head), i)
+            spec.add(T.ATTN_K, mat_type, (n_embd, head_dim * n_head_kv), i)
+            spec.add(T.ATTN_V, v_type, (n_embd, head_dim * n_head_kv), i)
+            spec.add(T.ATTN_OUT, mat_type, (head_dim * n_head, n_embd), i)
+        elif c == "-":
+            spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
+            spec.add(T.FFN_UP, mat_type, (n_embd, n_ff), i)
+        else:
+            spec.add(T.FFN_GATE_INP, Q.F32, (n_embd, n_expert), i)
+            spec.add(T.FFN_EXP_PROBS_B, Q.F32, (n_expert,), i, "bias")
+            spec.add(T.FFN_DOWN_EXP, exp_down_type, (n_ff_exp, n_embd, n_expert), i)
+            spec.add(T.FFN_UP_EXP, exp_type, (n_embd, n_ff_exp, n_expert), i)
+            spec.add(T.FFN_DOWN_SHEXP, down_type, (n_ff_shexp, n_embd), i)
+            spec.add(T.FFN_UP_SHEXP, mat_type, (n_embd, n_ff_shexp), i)
+    return spec
+
