@@ -68,3 +68,53 @@ def nemotron_h_spec(*, pattern: str = "M*-M-", n_embd: int = 128, n_head: int = 
             spec.add(T.FFN_UP_SHEXP, mat_type, (n_embd, n_ff_shexp), i)
     return spec
 
+
+def lfm2moe_spec(*, n_embd: int = 128, n_head: int = 4, head_count_kv: tuple[int, ...] = (0, 0, 2, 0),
+                 n_dense_lead: int = 1, n_ff: int = 256, n_expert: int = 8, n_expert_used: int = 2,
+                 n_ff_exp: int = 64, w_scale: float = 1.0, l_cache: int = 3, n_vocab: int = 512,
+                 n_ctx: int = 4096, mat_type: Q = Q.Q8_0, v_type: Q | None = None, down_type: Q | None = None,
+                 exp_type: Q = Q.Q8_0, exp_down_type: Q | None = None, embd_type: Q = Q.Q8_0) -> ModelSpec:
+    """lfm2moe (src/models/lfm2moe.cpp load_arch_tensors): lfm2's blocks (short convolution where
+    head_count_kv is 0, attention with per-head Q/K norms elsewhere; token_embd_norm as the output norm,
+    tied output), a dense SwiGLU FFN in the first n_dense_lead blocks and sigmoid-routed SwiGLU experts
+    with an exp_probs_b selection bias in the others."""
+    n_layer, hd = len(head_count_kv), n_embd // n_head
+    spec = ModelSpec("lfm2moe")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    spec.metadata.update({
+        Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.Attention.HEAD_COUNT: n_head,
+        Keys.Attention.HEAD_COUNT_KV: _u32s(list(head_count_kv)), Keys.ShortConv.L_CACHE: l_cache,
+        Keys.Attention.LAYERNORM_RMS_EPS: 1e-5, Keys.LLM.LEADING_DENSE_BLOCK_COUNT: n_dense_lead,
+        Keys.LLM.EXPERT_COUNT: n_expert, Keys.LLM.EXPERT_USED_COUNT: n_expert_used,
+        Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: n_ff_exp, Keys.LLM.EXPERT_GATING_FUNC: 2,
+        Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_WEIGHTS_SCALE: w_scale,
+    })
+    v_type, down_type = v_type or mat_type, down_type or mat_type
+    exp_down_type = exp_down_type or exp_type
+    spec.add(T.TOKEN_EMBD, embd_type, (n_embd, n_vocab))
+    spec.add(T.TOKEN_EMBD_NORM, Q.F32, (n_embd,))
+    for i, kv in enumerate(head_count_kv):   # load_arch_tensors' order
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        if i >= n_dense_lead:
+            spec.add(T.FFN_GATE_INP, Q.F32, (n_embd, n_expert), i)
+            spec.add(T.FFN_GATE_EXP, exp_type, (n_embd, n_ff_exp, n_expert), i)
+            spec.add(T.FFN_DOWN_EXP, exp_down_type, (n_ff_exp, n_embd, n_expert), i)
+            spec.add(T.FFN_UP_EXP, exp_type, (n_embd, n_ff_exp, n_expert), i)
+            spec.add(T.FFN_EXP_PROBS_B, Q.F32, (n_expert,), i, "bias")
+        else:
+            spec.add(T.FFN_GATE, mat_type, (n_embd, n_ff), i)
+            spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
+            spec.add(T.FFN_UP, mat_type, (n_embd, n_ff), i)
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        if kv == 0:
+            spec.add(T.SHORTCONV_CONV, Q.F32, (l_cache, n_embd), i)
+            spec.add(T.SHORTCONV_INPROJ, mat_type, (n_embd, 3 * n_embd), i)
+            spec.add(T.SHORTCONV_OUTPROJ, mat_type, (n_embd, n_embd), i)
+            continue
+        spec.add(T.ATTN_Q_NORM, Q.F32, (hd,), i)
+        spec.add(T.ATTN_K_NORM, Q.F32, (hd,), i)
+        spec.add(T.ATTN_Q, mat_type, (n_embd, hd * n_head), i)
+        spec.add(T.ATTN_K, mat_type, (n_embd, hd * kv), i)
+        spec.add(T.ATTN_V, v_type, (n_embd, hd * kv), i)
+        spec.add(T.ATTN_OUT, mat_type, (hd * n_head, n_embd), i)
+    return spec

@@ -10,7 +10,7 @@ from __future__ import annotations
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, Q
-from planner.synth.hybrid_factory import nemotron_h_spec
+from planner.synth.hybrid_factory import lfm2moe_spec, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from planner.synth.shapes import tokenized
 
@@ -80,3 +80,17 @@ def nemotron3_nano_30b_a3b() -> ModelSpec:
                            out_type=Q.Q8_0)
     return tokenized(spec, NEMOTRON_VOCAB, 262144)
 
+
+def lfm2moe_8b_a1b() -> ModelSpec:
+    """LFM2-8B-A1B (LiquidAI/LFM2-8B-A1B config.json): 24 blocks, 2048 wide, attention (32 heads / 8 KV of 64)
+    at blocks 2, 6, 10, 14, 18 and 21, short convolutions (L_cache 3) elsewhere; a dense SwiGLU FFN of 7168 in
+    the first 2 blocks, 32 sigmoid-routed experts (4 used, weights normalised) of 1792 in the others;
+    65536 vocab, tied embeddings, RoPE base 1e6."""
+    kv = tuple(8 if i in (2, 6, 10, 14, 18, 21) else 0 for i in range(24))
+    spec = lfm2moe_spec(n_embd=2048, n_head=32, head_count_kv=kv, n_dense_lead=2, n_ff=7168, n_expert=32,
+                        n_expert_used=4, n_ff_exp=1792, w_scale=1.0, l_cache=3, n_vocab=65536, n_ctx=128000,
+                        mat_type=Q.Q4_K, v_type=Q.Q6_K, down_type=Q.Q6_K, exp_type=Q.Q4_K, exp_down_type=Q.Q6_K,
+                        embd_type=Q.Q6_K)
+    spec = tokenized(spec, 65536, 128000)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
+    return spec

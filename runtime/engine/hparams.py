@@ -90,6 +90,8 @@ ARCHS: dict[str, ArchSpec] = {
     # nemotron-h.cpp (runtime/engine/nemotronh.py: Mamba-2, RoPE-less attention and relu^2 FFN blocks)
     "nemotron_h": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
     "nemotron_h_moe": ArchSpec(RopeMode.NORM, FfnKind.MOE),
+    # lfm2.cpp's graph with lfm2moe.cpp's sigmoid-routed experts (runtime/engine/lfm2.py)
+    "lfm2moe": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

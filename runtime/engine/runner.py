@@ -39,7 +39,7 @@ from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
-from runtime.engine.lfm2 import LFM2, Lfm2Builder
+from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
@@ -152,7 +152,7 @@ def _device_row(row: str) -> str:
 
 
 # the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
-HAND_BUILT = frozenset({LFM2, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE})
+HAND_BUILT = frozenset({LFM2, LFM2MOE, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE})
 
 
 class ModelRunner:
@@ -310,7 +310,7 @@ class ModelRunner:
         if isinstance(self.hp, MlaHParams):
             return MlaBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
                               offload_kqv=self.flags.kv_offload)
-        if self.hp.arch == LFM2:
+        if self.hp.arch in (LFM2, LFM2MOE):
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch in (NEMOTRON_H, NEMOTRON_H_MOE):

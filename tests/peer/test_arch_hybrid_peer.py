@@ -20,6 +20,7 @@ SHAPES: dict[str, ArchShape] = {
     "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b, 40, moe=True),
     "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2, 56),
     "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b, 52, moe=True),
+    "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b, 24, moe=True),
 }
 
 

@@ -10,6 +10,9 @@ compute buffer against llama-fit-params -v on the very same file (pinned build; 
   heads over d_inner 256, 2 groups, state 16, conv 4; RoPE-less attention 4 heads / 2 KV of 32; relu^2
   MLP of 256; 8 relu^2 experts, 2 used, of 64 with a shared expert of 128, weights normalised and
   scaled by 2.5), 128 wide.
+- lfm2moe (runtime/engine/lfm2.py): lfm2's 4 blocks (short convolution x 2, attention 4 heads / 2 KV of
+  32, short convolution), 128 wide, a SwiGLU FFN of 256 in block 0 and 8 sigmoid-routed SwiGLU experts
+  (2 used, weights normalised) of 64 in the others.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import pytest
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer
-from planner.synth.hybrid_factory import nemotron_h_spec
+from planner.synth.hybrid_factory import lfm2moe_spec, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
@@ -36,6 +39,7 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     "qwen35moe": lambda: _tokenized(qwen35_spec(moe=True)),
     "nemotron_h": lambda: _tokenized(nemotron_h_spec(pattern="M*-M-")),
     "nemotron_h_moe": lambda: _tokenized(nemotron_h_spec(pattern="M*EME")),
+    "lfm2moe": lambda: _tokenized(lfm2moe_spec()),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -67,6 +71,13 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -np 2": (191, 1.97),
         "-c 512 -np 3 -ub 64": (191, 0.57),
         "-c 256 -ub 32": (189, 0.27),
+    },
+    "lfm2moe": {
+        "-c 256": (193, 1.26),
+        "-c 256 -fa off": (198, 2.00),
+        "-c 256 -np 2": (195, 1.26),
+        "-c 512 -np 3 -ub 64": (195, 0.33),
+        "-c 256 -ctk q8_0 -ctv q8_0": (193, 1.26),
     },
 }
 
