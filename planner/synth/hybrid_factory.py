@@ -118,3 +118,19 @@ def lfm2moe_spec(*, n_embd: int = 128, n_head: int = 4, head_count_kv: tuple[int
         spec.add(T.ATTN_V, v_type, (n_embd, hd * kv), i)
         spec.add(T.ATTN_OUT, mat_type, (hd * n_head, n_embd), i)
     return spec
+
+
+def mamba2_layout(*, n_layer: int, n_embd: int, d_conv: int, d_inner: int, d_state: int, n_group: int,
+                  n_ssm_head: int, n_vocab: int, n_ctx: int, mat_type: Q, embd_type: Q,
+                  out_type: Q | None) -> ModelSpec:
+    """mamba2 (src/models/mamba2.cpp load_arch_tensors): a Mamba-2 mixer in every block and nothing else;
+    the converter writes head_count 0 and feed_forward_length 0."""
+    spec = ModelSpec("mamba2")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    spec.metadata.update({Keys.LLM.FEED_FORWARD_LENGTH: 0, Keys.Attention.HEAD_COUNT: 0})
+    _ssm_keys(spec, d_conv, d_inner, d_state, n_group, n_ssm_head)
+    _embeddings(spec, n_embd, n_vocab, embd_type, out_type)
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        _mamba2_mixer(spec, i, n_embd, d_conv, d_inner, d_state, n_group, n_ssm_head, mat_type)
+    return spec

@@ -10,7 +10,7 @@ from __future__ import annotations
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, Q
-from planner.synth.hybrid_factory import lfm2moe_spec, nemotron_h_spec
+from planner.synth.hybrid_factory import lfm2moe_spec, mamba2_layout, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from planner.synth.shapes import tokenized
 
@@ -94,3 +94,11 @@ def lfm2moe_8b_a1b() -> ModelSpec:
     spec = tokenized(spec, 65536, 128000)
     spec.metadata[Keys.Rope.FREQ_BASE] = 1000000.0
     return spec
+
+
+def mamba_codestral_7b() -> ModelSpec:
+    """Mamba-Codestral-7B-v0.1 (mistralai, config.json): 64 Mamba-2 blocks, 4096 wide, 128 heads of 64
+    (d_inner 8192), 8 groups, state 128, conv 4; 32768 vocab, untied output."""
+    spec = mamba2_layout(n_layer=64, n_embd=4096, d_conv=4, d_inner=8192, d_state=128, n_group=8, n_ssm_head=128,
+                         n_vocab=32768, n_ctx=2**20, mat_type=Q.Q4_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
+    return tokenized(spec, 32768, 2**20)

@@ -41,6 +41,7 @@ from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
+from runtime.engine.mamba2 import MAMBA2, Mamba2Builder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
@@ -152,7 +153,8 @@ def _device_row(row: str) -> str:
 
 
 # the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
-HAND_BUILT = frozenset({LFM2, LFM2MOE, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE})
+HAND_BUILT = frozenset({LFM2, LFM2MOE, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE,
+                        MAMBA2})
 
 
 class ModelRunner:
@@ -313,6 +315,9 @@ class ModelRunner:
         if self.hp.arch in (LFM2, LFM2MOE):
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == MAMBA2:
+            return Mamba2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                 flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch in (NEMOTRON_H, NEMOTRON_H_MOE):
             return NemotronHBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                     flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

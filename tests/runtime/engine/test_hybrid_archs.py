@@ -13,6 +13,8 @@ compute buffer against llama-fit-params -v on the very same file (pinned build; 
 - lfm2moe (runtime/engine/lfm2.py): lfm2's 4 blocks (short convolution x 2, attention 4 heads / 2 KV of
   32, short convolution), 128 wide, a SwiGLU FFN of 256 in block 0 and 8 sigmoid-routed SwiGLU experts
   (2 used, weights normalised) of 64 in the others.
+- mamba2 (runtime/engine/mamba2.py): gguf_factory's mamba2_spec, 2 Mamba-2 blocks of 8 heads over d_inner
+  256, 2 groups, state 16, conv 4, 128 wide, tied output.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
-from planner.synth.gguf_factory import ModelSpec, add_tokenizer
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer, mamba2_spec
 from planner.synth.hybrid_factory import lfm2moe_spec, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from tests.support.reserve_checks import assert_reserve_equals
@@ -40,6 +42,7 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     "nemotron_h": lambda: _tokenized(nemotron_h_spec(pattern="M*-M-")),
     "nemotron_h_moe": lambda: _tokenized(nemotron_h_spec(pattern="M*EME")),
     "lfm2moe": lambda: _tokenized(lfm2moe_spec()),
+    "mamba2": lambda: _tokenized(mamba2_spec()),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -78,6 +81,12 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -np 2": (195, 1.26),
         "-c 512 -np 3 -ub 64": (195, 0.33),
         "-c 256 -ctk q8_0 -ctv q8_0": (193, 1.26),
+    },
+    "mamba2": {
+        "-c 256": (108, 1.83),
+        "-c 256 -np 2": (108, 1.84),
+        "-c 512 -np 3 -ub 64": (108, 0.54),
+        "-c 256 -ub 32": (108, 0.25),
     },
 }
 
