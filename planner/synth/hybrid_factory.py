@@ -134,3 +134,34 @@ def mamba2_layout(*, n_layer: int, n_embd: int, d_conv: int, d_inner: int, d_sta
         spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
         _mamba2_mixer(spec, i, n_embd, d_conv, d_inner, d_state, n_group, n_ssm_head, mat_type)
     return spec
+
+
+def falcon_h1_spec(*, n_layer: int = 3, n_embd: int = 128, n_head: int = 4, n_head_kv: int = 2, head_dim: int = 32,
+                   n_ff: int = 256, d_conv: int = 4, d_inner: int = 256, d_state: int = 16, n_group: int = 1,
+                   n_ssm_head: int = 8, n_vocab: int = 512, n_ctx: int = 4096, mat_type: Q = Q.Q8_0,
+                   v_type: Q | None = None, down_type: Q | None = None, embd_type: Q = Q.Q8_0,
+                   out_type: Q | None = Q.Q8_0) -> ModelSpec:
+    """falcon-h1 (src/models/falcon-h1.cpp load_arch_tensors): every block has a Mamba-2 mixer (ssm_norm
+    present), attention (Q/K/V, attn_output) and a SwiGLU FFN; its FFN norm is named without a suffix
+    (tn(LLM_TENSOR_FFN_NORM, i): "blk.N.ffn_norm")."""
+    spec = ModelSpec("falcon-h1")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    spec.metadata.update({
+        Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_head_kv,
+        Keys.Attention.KEY_LENGTH: head_dim, Keys.Attention.VALUE_LENGTH: head_dim,
+    })
+    _ssm_keys(spec, d_conv, d_inner, d_state, n_group, n_ssm_head)
+    _embeddings(spec, n_embd, n_vocab, embd_type, out_type)
+    v_type, down_type = v_type or mat_type, down_type or mat_type
+    for i in range(n_layer):
+        _mamba2_mixer(spec, i, n_embd, d_conv, d_inner, d_state, n_group, n_ssm_head, mat_type)
+        spec.add(T.ATTN_Q, mat_type, (n_embd, head_dim * n_head), i)
+        spec.add(T.ATTN_K, mat_type, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_V, v_type, (n_embd, head_dim * n_head_kv), i)
+        spec.add(T.ATTN_OUT, mat_type, (head_dim * n_head, n_embd), i)
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i, None)
+        spec.add(T.FFN_GATE, mat_type, (n_embd, n_ff), i)
+        spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
+        spec.add(T.FFN_UP, mat_type, (n_embd, n_ff), i)
+    return spec

@@ -10,7 +10,7 @@ from __future__ import annotations
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, Q
-from planner.synth.hybrid_factory import lfm2moe_spec, mamba2_layout, nemotron_h_spec
+from planner.synth.hybrid_factory import falcon_h1_spec, lfm2moe_spec, mamba2_layout, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from planner.synth.shapes import tokenized
 
@@ -102,3 +102,13 @@ def mamba_codestral_7b() -> ModelSpec:
     spec = mamba2_layout(n_layer=64, n_embd=4096, d_conv=4, d_inner=8192, d_state=128, n_group=8, n_ssm_head=128,
                          n_vocab=32768, n_ctx=2**20, mat_type=Q.Q4_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
     return tokenized(spec, 32768, 2**20)
+
+
+def falcon_h1_1p5b() -> ModelSpec:
+    """Falcon-H1-1.5B (tiiuae, config.json): 24 blocks, 2048 wide, each with attention (8 heads / 2 KV of
+    128) beside a Mamba-2 mixer (48 heads of 64, d_ssm 3072, 1 group, state 256, conv 4) and a SwiGLU FFN
+    of 4608; 65537 vocab, untied output."""
+    spec = falcon_h1_spec(n_layer=24, n_embd=2048, n_head=8, n_head_kv=2, head_dim=128, n_ff=4608, d_conv=4,
+                          d_inner=3072, d_state=256, n_group=1, n_ssm_head=48, n_vocab=65537, n_ctx=131072,
+                          mat_type=Q.Q4_K, v_type=Q.Q6_K, down_type=Q.Q6_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
+    return tokenized(spec, 65537, 131072)

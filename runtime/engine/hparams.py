@@ -94,6 +94,8 @@ ARCHS: dict[str, ArchSpec] = {
     "lfm2moe": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     # mamba.cpp's graph for Mamba-2 blocks alone (runtime/engine/mamba2.py)
     "mamba2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    # falcon-h1.cpp: attention and Mamba-2 in every block (runtime/engine/falconh1.py)
+    "falcon-h1": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

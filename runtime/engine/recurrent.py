@@ -74,7 +74,8 @@ class RecurrentStates:
         self.r: dict[int, Tensor] = {}
         self.s: dict[int, Tensor] = {}
         for lf in facts.layers:
-            if lf.nextn or lf.kind is not AttnKind.RECURRENT:
+            # falcon-h1's blocks attend and carry states (RecurrentRule.PARALLEL): they have state sizes too
+            if lf.nextn or not (lf.kind is AttnKind.RECURRENT or lf.state_r or lf.state_s):
                 continue
             self.r[lf.index] = Tensor(F32, (lf.state_r, self.size), name=f"cache_r_l{lf.index}")
             self.s[lf.index] = Tensor(F32, (lf.state_s, self.size), name=f"cache_s_l{lf.index}")

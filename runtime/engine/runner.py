@@ -36,6 +36,7 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
@@ -154,7 +155,7 @@ def _device_row(row: str) -> str:
 
 # the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
 HAND_BUILT = frozenset({LFM2, LFM2MOE, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE,
-                        MAMBA2})
+                        MAMBA2, FALCON_H1})
 
 
 class ModelRunner:
@@ -299,7 +300,8 @@ class ModelRunner:
         for il in range(hp.n_layer):
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
             kv = [self.kv.k[il]] if k_only else [self.kv.k[il], self.kv.v[il]]
-            by_device.setdefault(dev, []).extend(kv if hp.n_embd_gqa(il) else self.states.tensors(il))
+            # a block's cache, then its recurrent states (both for falcon-h1's, one or the other elsewhere)
+            by_device.setdefault(dev, []).extend((kv if hp.n_embd_gqa(il) else []) + self.states.tensors(il))
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
             self.kv_bytes[dev] = sum(b.size for b in buffers)
@@ -315,6 +317,9 @@ class ModelRunner:
         if self.hp.arch in (LFM2, LFM2MOE):
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == FALCON_H1:
+            return FalconH1Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                   flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch == MAMBA2:
             return Mamba2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                  flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

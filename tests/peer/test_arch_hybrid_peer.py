@@ -22,6 +22,7 @@ SHAPES: dict[str, ArchShape] = {
     "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b, 52, moe=True),
     "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b, 24, moe=True),
     "mamba-codestral-7b": ArchShape("mamba-codestral-7b", hybrid.mamba_codestral_7b, 64),
+    "falcon-h1-1.5b": ArchShape("falcon-h1-1.5b", hybrid.falcon_h1_1p5b, 24),
 }
 
 

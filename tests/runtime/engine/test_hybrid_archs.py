@@ -15,6 +15,8 @@ compute buffer against llama-fit-params -v on the very same file (pinned build; 
   (2 used, weights normalised) of 64 in the others.
 - mamba2 (runtime/engine/mamba2.py): gguf_factory's mamba2_spec, 2 Mamba-2 blocks of 8 heads over d_inner
   256, 2 groups, state 16, conv 4, 128 wide, tied output.
+- falcon-h1 (runtime/engine/falconh1.py): 3 blocks, 128 wide, each with attention (4 heads / 2 KV of 32)
+  beside a Mamba-2 mixer (8 heads over d_inner 256, 1 group, state 16, conv 4) and a SwiGLU FFN of 256.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import pytest
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, mamba2_spec
-from planner.synth.hybrid_factory import lfm2moe_spec, nemotron_h_spec
+from planner.synth.hybrid_factory import falcon_h1_spec, lfm2moe_spec, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
@@ -43,6 +45,7 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     "nemotron_h_moe": lambda: _tokenized(nemotron_h_spec(pattern="M*EME")),
     "lfm2moe": lambda: _tokenized(lfm2moe_spec()),
     "mamba2": lambda: _tokenized(mamba2_spec()),
+    "falcon-h1": lambda: _tokenized(falcon_h1_spec()),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -87,6 +90,13 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -np 2": (108, 1.84),
         "-c 512 -np 3 -ub 64": (108, 0.54),
         "-c 256 -ub 32": (108, 0.25),
+    },
+    "falcon-h1": {
+        "-c 256": (250, 2.11),
+        "-c 256 -fa off": (265, 2.23),
+        "-c 256 -np 2": (256, 2.12),
+        "-c 512 -np 3 -ub 64": (256, 0.60),
+        "-c 256 -ctk q8_0 -ctv q8_0": (250, 2.11),
     },
 }
 
