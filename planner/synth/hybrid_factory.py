@@ -165,3 +165,57 @@ def falcon_h1_spec(*, n_layer: int = 3, n_embd: int = 128, n_head: int = 4, n_he
         spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
         spec.add(T.FFN_UP, mat_type, (n_embd, n_ff), i)
     return spec
+
+
+def jamba_spec(*, head_count_kv: tuple[int, ...] = (0, 2, 0, 0), moe_layers: tuple[int, ...] = (1, 3),
+               n_embd: int = 128, n_head: int = 4, n_ff: int = 256, d_conv: int = 4, d_state: int = 16,
+               dt_rank: int = 8, n_expert: int = 4, n_expert_used: int = 2, n_vocab: int = 512, n_ctx: int = 4096,
+               mat_type: Q = Q.Q8_0, v_type: Q | None = None, down_type: Q | None = None, exp_type: Q = Q.Q8_0,
+               exp_down_type: Q | None = None, embd_type: Q = Q.Q8_0, out_type: Q | None = Q.Q8_0) -> ModelSpec:
+    """jamba (src/models/jamba.cpp load_arch_tensors): a Mamba-1 mixer where head_count_kv is 0 (d_inner =
+    2 n_embd, ssm_x, dt/B/C norms, A [d_state, d_inner]), attention elsewhere; in `moe_layers` softmax-routed
+    SwiGLU experts of n_ff, a SwiGLU FFN of n_ff in the others."""
+    n_layer, hd, d_inner = len(head_count_kv), n_embd // n_head, 2 * n_embd
+    spec = ModelSpec("jamba")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    spec.metadata.update({
+        Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.Attention.HEAD_COUNT: n_head,
+        Keys.Attention.HEAD_COUNT_KV: _u32s(list(head_count_kv)),
+        Keys.SSM.CONV_KERNEL: d_conv, Keys.SSM.INNER_SIZE: d_inner, Keys.SSM.STATE_SIZE: d_state,
+        Keys.SSM.TIME_STEP_RANK: dt_rank,
+        Keys.LLM.EXPERT_COUNT: n_expert, Keys.LLM.EXPERT_USED_COUNT: n_expert_used,
+    })
+    _embeddings(spec, n_embd, n_vocab, embd_type, out_type)
+    v_type, down_type = v_type or mat_type, down_type or mat_type
+    exp_down_type = exp_down_type or exp_type
+    for i, kv in enumerate(head_count_kv):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        if kv == 0:
+            spec.add(T.SSM_IN, mat_type, (n_embd, 2 * d_inner), i)
+            spec.add(T.SSM_CONV1D, Q.F32, (d_conv, d_inner), i)
+            spec.add(T.SSM_CONV1D, Q.F32, (d_inner,), i, "bias")
+            spec.add(T.SSM_X, mat_type, (d_inner, dt_rank + 2 * d_state), i)
+            spec.add(T.SSM_DT_NORM, Q.F32, (dt_rank,), i)
+            spec.add(T.SSM_DT, mat_type, (dt_rank, d_inner), i)
+            spec.add(T.SSM_DT, Q.F32, (d_inner,), i, "bias")
+            spec.add(T.SSM_B_NORM, Q.F32, (d_state,), i)
+            spec.add(T.SSM_C_NORM, Q.F32, (d_state,), i)
+            spec.add(T.SSM_A, Q.F32, (d_state, d_inner), i, None)
+            spec.add(T.SSM_D, Q.F32, (d_inner,), i, None)
+            spec.add(T.SSM_OUT, mat_type, (d_inner, n_embd), i)
+        else:
+            spec.add(T.ATTN_Q, mat_type, (n_embd, n_embd), i)
+            spec.add(T.ATTN_K, mat_type, (n_embd, hd * kv), i)
+            spec.add(T.ATTN_V, v_type, (n_embd, hd * kv), i)
+            spec.add(T.ATTN_OUT, mat_type, (n_embd, n_embd), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        if i in moe_layers:
+            spec.add(T.FFN_GATE_INP, Q.F32, (n_embd, n_expert), i)
+            spec.add(T.FFN_GATE_EXP, exp_type, (n_embd, n_ff, n_expert), i)
+            spec.add(T.FFN_DOWN_EXP, exp_down_type, (n_ff, n_embd, n_expert), i)
+            spec.add(T.FFN_UP_EXP, exp_type, (n_embd, n_ff, n_expert), i)
+        else:
+            spec.add(T.FFN_GATE, mat_type, (n_embd, n_ff), i)
+            spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
+            spec.add(T.FFN_UP, mat_type, (n_embd, n_ff), i)
+    return spec

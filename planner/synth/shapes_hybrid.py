@@ -10,7 +10,7 @@ from __future__ import annotations
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, Q
-from planner.synth.hybrid_factory import falcon_h1_spec, lfm2moe_spec, mamba2_layout, nemotron_h_spec
+from planner.synth.hybrid_factory import falcon_h1_spec, jamba_spec, lfm2moe_spec, mamba2_layout, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from planner.synth.shapes import tokenized
 
@@ -112,3 +112,16 @@ def falcon_h1_1p5b() -> ModelSpec:
                           d_inner=3072, d_state=256, n_group=1, n_ssm_head=48, n_vocab=65537, n_ctx=131072,
                           mat_type=Q.Q4_K, v_type=Q.Q6_K, down_type=Q.Q6_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
     return tokenized(spec, 65537, 131072)
+
+
+def jamba_1p5_mini() -> ModelSpec:
+    """AI21-Jamba-1.5-Mini (ai21labs, config.json): 32 layers, 4096 wide; attention (32 heads / 8 KV of 128,
+    no RoPE) at layers 4, 12, 20 and 28 (attn_layer_period 8, offset 4), Mamba-1 elsewhere (d_inner 8192,
+    state 16, conv 4, dt_rank 256); 16 softmax-routed experts (2 used) of 14336 in the odd layers
+    (expert_layer_period 2, offset 1), a SwiGLU FFN of 14336 in the even ones; 65536 vocab, untied."""
+    kv = tuple(8 if i % 8 == 4 else 0 for i in range(32))
+    spec = jamba_spec(head_count_kv=kv, moe_layers=tuple(range(1, 32, 2)), n_embd=4096, n_head=32, n_ff=14336,
+                      d_conv=4, d_state=16, dt_rank=256, n_expert=16, n_expert_used=2, n_vocab=65536, n_ctx=262144,
+                      mat_type=Q.Q4_K, v_type=Q.Q6_K, down_type=Q.Q6_K, exp_type=Q.Q4_K, exp_down_type=Q.Q6_K,
+                      embd_type=Q.Q4_K, out_type=Q.Q6_K)
+    return tokenized(spec, 65536, 262144)

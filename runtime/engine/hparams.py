@@ -96,6 +96,9 @@ ARCHS: dict[str, ArchSpec] = {
     "mamba2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
     # falcon-h1.cpp: attention and Mamba-2 in every block (runtime/engine/falconh1.py)
     "falcon-h1": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    # jamba.cpp: Mamba-1, RoPE-less attention, SwiGLU FFN or softmax experts without norm_w
+    # (runtime/engine/jamba.py)
+    "jamba": ArchSpec(RopeMode.NORM, FfnKind.MOE, moe=MoeSpec(MoeGating.SOFTMAX, norm_w=False)),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

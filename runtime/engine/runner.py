@@ -39,6 +39,7 @@ from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla
 from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
+from runtime.engine.jamba import JAMBA, JambaBuilder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
@@ -155,7 +156,7 @@ def _device_row(row: str) -> str:
 
 # the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
 HAND_BUILT = frozenset({LFM2, LFM2MOE, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE,
-                        MAMBA2, FALCON_H1})
+                        MAMBA2, FALCON_H1, JAMBA})
 
 
 class ModelRunner:
@@ -317,6 +318,9 @@ class ModelRunner:
         if self.hp.arch in (LFM2, LFM2MOE):
             return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == JAMBA:
+            return JambaBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch == FALCON_H1:
             return FalconH1Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                    flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

@@ -23,6 +23,7 @@ SHAPES: dict[str, ArchShape] = {
     "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b, 24, moe=True),
     "mamba-codestral-7b": ArchShape("mamba-codestral-7b", hybrid.mamba_codestral_7b, 64),
     "falcon-h1-1.5b": ArchShape("falcon-h1-1.5b", hybrid.falcon_h1_1p5b, 24),
+    "jamba-1.5-mini": ArchShape("jamba-1.5-mini", hybrid.jamba_1p5_mini, 32, moe=True),
 }
 
 

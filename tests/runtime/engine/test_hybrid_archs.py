@@ -17,6 +17,9 @@ compute buffer against llama-fit-params -v on the very same file (pinned build; 
   256, 2 groups, state 16, conv 4, 128 wide, tied output.
 - falcon-h1 (runtime/engine/falconh1.py): 3 blocks, 128 wide, each with attention (4 heads / 2 KV of 32)
   beside a Mamba-2 mixer (8 heads over d_inner 256, 1 group, state 16, conv 4) and a SwiGLU FFN of 256.
+- jamba (runtime/engine/jamba.py): 4 layers (Mamba-1, attention 4 heads / 2 KV of 32, Mamba-1, Mamba-1),
+  128 wide, Mamba-1 d_inner 256, state 16, conv 4, dt_rank 32; 4 softmax-routed experts (2 used) of 256 in
+  layers 1 and 3, a SwiGLU FFN of 256 in the others.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import pytest
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, mamba2_spec
-from planner.synth.hybrid_factory import falcon_h1_spec, lfm2moe_spec, nemotron_h_spec
+from planner.synth.hybrid_factory import falcon_h1_spec, jamba_spec, lfm2moe_spec, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
@@ -46,6 +49,7 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     "lfm2moe": lambda: _tokenized(lfm2moe_spec()),
     "mamba2": lambda: _tokenized(mamba2_spec()),
     "falcon-h1": lambda: _tokenized(falcon_h1_spec()),
+    "jamba": lambda: _tokenized(jamba_spec(dt_rank=32)),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -97,6 +101,13 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -np 2": (256, 2.12),
         "-c 512 -np 3 -ub 64": (256, 0.60),
         "-c 256 -ctk q8_0 -ctv q8_0": (250, 2.11),
+    },
+    "jamba": {
+        "-c 256": (242, 1.89),
+        "-c 256 -fa off": (247, 2.13),
+        "-c 256 -np 2": (244, 1.89),
+        "-c 512 -np 3 -ub 64": (244, 0.52),
+        "-c 256 -ctk q8_0 -ctv q8_0": (242, 1.89),
     },
 }
 
