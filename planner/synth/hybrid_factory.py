@@ -219,3 +219,31 @@ def jamba_spec(*, head_count_kv: tuple[int, ...] = (0, 2, 0, 0), moe_layers: tup
             spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
             spec.add(T.FFN_UP, mat_type, (n_embd, n_ff), i)
     return spec
+
+
+def mamba_layout(*, n_layer: int = 2, n_embd: int = 128, d_conv: int = 4, d_state: int = 16, dt_rank: int = 32,
+                 dt_b_c_rms: bool = True, n_vocab: int = 512, n_ctx: int = 4096, mat_type: Q = Q.Q8_0,
+                 embd_type: Q = Q.Q8_0, out_type: Q | None = Q.Q8_0) -> ModelSpec:
+    """mamba (src/models/mamba.cpp load_arch_tensors): a Mamba-1 mixer in every block (d_inner = 2 n_embd,
+    ssm_x, ssm_dt, A [d_state, d_inner]); Falcon-Mamba's converter sets ssm.dt_b_c_rms."""
+    d_inner = 2 * n_embd
+    spec = ModelSpec("mamba")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    spec.metadata.update({
+        Keys.LLM.FEED_FORWARD_LENGTH: 0, Keys.Attention.HEAD_COUNT: 0,
+        Keys.SSM.CONV_KERNEL: d_conv, Keys.SSM.INNER_SIZE: d_inner, Keys.SSM.STATE_SIZE: d_state,
+        Keys.SSM.TIME_STEP_RANK: dt_rank, Keys.SSM.DT_B_C_RMS: dt_b_c_rms,
+    })
+    _embeddings(spec, n_embd, n_vocab, embd_type, out_type)
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.SSM_IN, mat_type, (n_embd, 2 * d_inner), i)
+        spec.add(T.SSM_CONV1D, Q.F32, (d_conv, d_inner), i)
+        spec.add(T.SSM_CONV1D, Q.F32, (d_inner,), i, "bias")
+        spec.add(T.SSM_X, mat_type, (d_inner, dt_rank + 2 * d_state), i)
+        spec.add(T.SSM_DT, mat_type, (dt_rank, d_inner), i)
+        spec.add(T.SSM_DT, Q.F32, (d_inner,), i, "bias")
+        spec.add(T.SSM_A, Q.F32, (d_state, d_inner), i, None)
+        spec.add(T.SSM_D, Q.F32, (d_inner,), i, None)
+        spec.add(T.SSM_OUT, mat_type, (d_inner, n_embd), i)
+    return spec

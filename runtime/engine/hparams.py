@@ -92,7 +92,8 @@ ARCHS: dict[str, ArchSpec] = {
     "nemotron_h_moe": ArchSpec(RopeMode.NORM, FfnKind.MOE),
     # lfm2.cpp's graph with lfm2moe.cpp's sigmoid-routed experts (runtime/engine/lfm2.py)
     "lfm2moe": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
-    # mamba.cpp's graph for Mamba-2 blocks alone (runtime/engine/mamba2.py)
+    # mamba.cpp's graph for Mamba-1 or Mamba-2 blocks alone (runtime/engine/mamba.py)
+    "mamba": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
     "mamba2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
     # falcon-h1.cpp: attention and Mamba-2 in every block (runtime/engine/falconh1.py)
     "falcon-h1": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),

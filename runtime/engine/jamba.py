@@ -15,14 +15,21 @@ from collections.abc import Mapping
 from gguf import MODEL_TENSOR as T
 from gguf import Keys
 
-from planner.core.errors import BadInput, GGUFError
+from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import KVCache
 from runtime.engine.moe import build_moe_ffn
-from runtime.engine.recurrent import Mamba1, RecurrentStates, RsInputs, token_embeddings, ubatch_sequences
+from runtime.engine.recurrent import (
+    Mamba1,
+    RecurrentStates,
+    RsInputs,
+    read_mamba1_params,
+    token_embeddings,
+    ubatch_sequences,
+)
 from runtime.ggml import build as B
 from runtime.ggml.graph import Tensor
 
@@ -34,15 +41,7 @@ class JambaBuilder(DecoderBuilder):
                  states: RecurrentStates, *, flash_attn: bool, offload_kqv: bool) -> None:
         super().__init__(hp, weights, kv, flash_attn=flash_attn, offload_kqv=offload_kqv)
         self.states = states
-
-        def need(template: str) -> int:
-            key = template.format(arch=model.architecture)
-            if key not in model.metadata:
-                raise GGUFError(model.path, f"missing required key {key}")
-            return int(model.metadata[key])
-
-        self.ssm = (need(Keys.SSM.CONV_KERNEL), need(Keys.SSM.INNER_SIZE), need(Keys.SSM.STATE_SIZE),
-                    need(Keys.SSM.TIME_STEP_RANK))
+        self.ssm = read_mamba1_params(model)
         w_scale = float(model.metadata.get(Keys.LLM.EXPERT_WEIGHTS_SCALE.format(arch=JAMBA), 0.0) or 0.0)
         if w_scale not in (0.0, 1.0):
             raise BadInput("jamba with expert_weights_scale is not implemented in the runtime")

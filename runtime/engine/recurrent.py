@@ -66,6 +66,18 @@ def read_ssm_params(model: ModelFile) -> SsmParams:
     return p
 
 
+def read_mamba1_params(model: ModelFile) -> tuple[int, int, int, int]:
+    """Mamba-1's d_conv, d_inner, d_state and dt_rank (load_arch_hparams of mamba.cpp and jamba.cpp)."""
+    def need(template: str) -> int:
+        key = template.format(arch=model.architecture)
+        if key not in model.metadata:
+            raise GGUFError(model.path, f"missing required key {key}")
+        return int(model.metadata[key])
+
+    return (need(Keys.SSM.CONV_KERNEL), need(Keys.SSM.INNER_SIZE), need(Keys.SSM.STATE_SIZE),
+            need(Keys.SSM.TIME_STEP_RANK))
+
+
 class RecurrentStates:
     """The r and s tensors of every recurrent layer (storage is given by the caller)."""
 
@@ -245,6 +257,7 @@ class Mamba1:
     rs: RsInputs
     states: RecurrentStates
     lora: Adapters = field(default_factory=Adapters)
+    dt_b_c_rms_eps: float = 0.0   # ssm.dt_b_c_rms (Falcon-Mamba): dt, B and C RMS-normed without weights
 
     def __call__(self, cur: Tensor, il: int, n_seqs: int) -> Tensor:
         g, d_conv, d_inner, d_state, dt_rank = self.graph, self.d_conv, self.d_inner, self.d_state, self.dt_rank
@@ -269,8 +282,11 @@ class Mamba1:
         b_ = B.view(x_db, bc_ne, bc_nb, dt_rank * ELEMENT)
         c_ = B.view(x_db, bc_ne, bc_nb, (dt_rank + d_state) * ELEMENT)
         norms = [tensor_name(k, il) for k in (T.SSM_DT_NORM, T.SSM_B_NORM, T.SSM_C_NORM)]
-        if all(self.optional(n) is not None for n in norms):
+        weighted = all(self.optional(n) is not None for n in norms)
+        if weighted:
             dt, b_, c_ = (self.norm(t, n, il) for t, n in zip((dt, b_, c_), norms, strict=True))
+        elif self.dt_b_c_rms_eps:   # build_norm without weights: a bare RMS_NORM, not named "norm"
+            dt, b_, c_ = (B.rms_norm(t, self.dt_b_c_rms_eps) for t in (dt, b_, c_))
         else:
             dt = B.cont(dt)
         dt = self.lora.mm(self.weight(tensor_name(T.SSM_DT, il)), dt, name=f"ssm_dt-{il}")

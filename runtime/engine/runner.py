@@ -43,7 +43,7 @@ from runtime.engine.jamba import JAMBA, JambaBuilder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
-from runtime.engine.mamba2 import MAMBA2, Mamba2Builder
+from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
@@ -156,7 +156,7 @@ def _device_row(row: str) -> str:
 
 # the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
 HAND_BUILT = frozenset({LFM2, LFM2MOE, QWEN3NEXT, GRANITE_HYBRID, QWEN35, QWEN35MOE, NEMOTRON_H, NEMOTRON_H_MOE,
-                        MAMBA2, FALCON_H1, JAMBA})
+                        MAMBA, MAMBA2, FALCON_H1, JAMBA})
 
 
 class ModelRunner:
@@ -324,9 +324,9 @@ class ModelRunner:
         if self.hp.arch == FALCON_H1:
             return FalconH1Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                    flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
-        if self.hp.arch == MAMBA2:
-            return Mamba2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
-                                 flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch in (MAMBA, MAMBA2):
+            return MambaBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
+                                flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if self.hp.arch in (NEMOTRON_H, NEMOTRON_H_MOE):
             return NemotronHBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                     flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

@@ -16,14 +16,15 @@ from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 pytestmark = pytest.mark.peer
 
 SHAPES: dict[str, ArchShape] = {
-    "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b, 64),
-    "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b, 40, moe=True),
-    "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2, 56),
-    "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b, 52, moe=True),
-    "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b, 24, moe=True),
-    "mamba-codestral-7b": ArchShape("mamba-codestral-7b", hybrid.mamba_codestral_7b, 64),
-    "falcon-h1-1.5b": ArchShape("falcon-h1-1.5b", hybrid.falcon_h1_1p5b, 24),
-    "jamba-1.5-mini": ArchShape("jamba-1.5-mini", hybrid.jamba_1p5_mini, 32, moe=True),
+    "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b_spec, 64),
+    "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b_spec, 40, moe=True),
+    "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2_spec, 56),
+    "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b_spec, 52, moe=True),
+    "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b_spec, 24, moe=True),
+    "mamba-codestral-7b": ArchShape("mamba-codestral-7b", hybrid.mamba_codestral_7b_spec, 64),
+    "falcon-mamba-7b": ArchShape("falcon-mamba-7b", hybrid.falcon_mamba_7b_spec, 64),
+    "falcon-h1-1.5b": ArchShape("falcon-h1-1.5b", hybrid.falcon_h1_1p5b_spec, 24),
+    "jamba-1.5-mini": ArchShape("jamba-1.5-mini", hybrid.jamba_1p5_mini_spec, 32, moe=True),
 }
 
 

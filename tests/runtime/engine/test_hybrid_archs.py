@@ -13,8 +13,10 @@ compute buffer against llama-fit-params -v on the very same file (pinned build; 
 - lfm2moe (runtime/engine/lfm2.py): lfm2's 4 blocks (short convolution x 2, attention 4 heads / 2 KV of
   32, short convolution), 128 wide, a SwiGLU FFN of 256 in block 0 and 8 sigmoid-routed SwiGLU experts
   (2 used, weights normalised) of 64 in the others.
-- mamba2 (runtime/engine/mamba2.py): gguf_factory's mamba2_spec, 2 Mamba-2 blocks of 8 heads over d_inner
+- mamba2 (runtime/engine/mamba.py): gguf_factory's mamba2_spec, 2 Mamba-2 blocks of 8 heads over d_inner
   256, 2 groups, state 16, conv 4, 128 wide, tied output.
+- mamba (runtime/engine/mamba.py): 2 Mamba-1 blocks, 128 wide, d_inner 256, state 16, conv 4, dt_rank 32,
+  with ssm.dt_b_c_rms (Falcon-Mamba's weightless dt/B/C norms) and without.
 - falcon-h1 (runtime/engine/falconh1.py): 3 blocks, 128 wide, each with attention (4 heads / 2 KV of 32)
   beside a Mamba-2 mixer (8 heads over d_inner 256, 1 group, state 16, conv 4) and a SwiGLU FFN of 256.
 - jamba (runtime/engine/jamba.py): 4 layers (Mamba-1, attention 4 heads / 2 KV of 32, Mamba-1, Mamba-1),
@@ -30,7 +32,7 @@ import pytest
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, mamba2_spec
-from planner.synth.hybrid_factory import falcon_h1_spec, jamba_spec, lfm2moe_spec, nemotron_h_spec
+from planner.synth.hybrid_factory import falcon_h1_spec, jamba_spec, lfm2moe_spec, mamba_layout, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
 from tests.support.reserve_checks import assert_reserve_equals
 
@@ -48,6 +50,8 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     "nemotron_h_moe": lambda: _tokenized(nemotron_h_spec(pattern="M*EME")),
     "lfm2moe": lambda: _tokenized(lfm2moe_spec()),
     "mamba2": lambda: _tokenized(mamba2_spec()),
+    "mamba": lambda: _tokenized(mamba_layout(dt_b_c_rms=True)),
+    "mamba-plain": lambda: _tokenized(mamba_layout(dt_b_c_rms=False)),
     "falcon-h1": lambda: _tokenized(falcon_h1_spec()),
     "jamba": lambda: _tokenized(jamba_spec(dt_rank=32)),
 }
@@ -94,6 +98,18 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -np 2": (108, 1.84),
         "-c 512 -np 3 -ub 64": (108, 0.54),
         "-c 256 -ub 32": (108, 0.25),
+    },
+    "mamba": {
+        "-c 256": (110, 1.65),
+        "-c 256 -np 2": (110, 1.67),
+        "-c 512 -np 3 -ub 64": (110, 0.48),
+        "-c 256 -ub 32": (110, 0.22),
+    },
+    "mamba-plain": {
+        "-c 256": (106, 1.65),
+        "-c 256 -np 2": (106, 1.67),
+        "-c 512 -np 3 -ub 64": (106, 0.48),
+        "-c 256 -ub 32": (106, 0.22),
     },
     "falcon-h1": {
         "-c 256": (250, 2.11),
