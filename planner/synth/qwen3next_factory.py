@@ -74,13 +74,18 @@ def qwen35_spec(*, moe: bool, n_layer: int = 4, n_embd: int = 128, n_head: int =
                 interval: int = 4, n_vocab: int = 512, n_ctx: int = 4096, mat_type: Q = Q.Q8_0,
                 qkv_type: Q | None = None, ssm_out_type: Q | None = None, ffn_type: Q | None = None,
                 down_type: Q | None = None, exp_type: Q = Q.Q8_0, exp_down_type: Q | None = None,
-                embd_type: Q = Q.Q8_0, out_type: Q | None = Q.Q8_0) -> ModelSpec:
+                embd_type: Q = Q.Q8_0, out_type: Q | None = Q.Q8_0, n_mtp: int = 0) -> ModelSpec:
     """qwen35 / qwen35moe (src/models/qwen35.cpp, qwen35moe.cpp load_arch_tensors): qwen3next's layout
     with ssm_beta and ssm_alpha [n_embd, n_v_heads] in place of ssm_ba, interleaved M-RoPE sections,
-    and (qwen35) a dense SwiGLU FFN of n_ff in every layer. Types default to `mat_type` where not given."""
+    and (qwen35) a dense SwiGLU FFN of n_ff in every layer. Types default to `mat_type` where not given.
+    `n_mtp` MTP blocks follow the trunk as the converter writes them (conversion/qwen.py: block_count
+    extended, nextn_predict_layers): a full-attention block with the trunk's FFN kind plus nextn.eh_proj,
+    enorm, hnorm and shared_head_norm (load_block_mtp; llama.cpp skips them unless MTP is loaded)."""
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     spec = ModelSpec("qwen35moe" if moe else "qwen35")
-    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    _common(spec, n_layer + n_mtp, n_embd, n_vocab, n_ctx)
+    if n_mtp:
+        spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = n_mtp
     spec.metadata.update({
         Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_head_kv,
         Keys.Attention.KEY_LENGTH: head_dim, Keys.Attention.VALUE_LENGTH: head_dim,
@@ -98,10 +103,10 @@ def qwen35_spec(*, moe: bool, n_layer: int = 4, n_embd: int = 128, n_head: int =
     qkv_type, ssm_out_type = qkv_type or mat_type, ssm_out_type or mat_type
     ffn_type = ffn_type or mat_type
     down_type, exp_down_type = down_type or ffn_type, exp_down_type or exp_type
-    for i in range(n_layer):
+    for i in range(n_layer + n_mtp):
         spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
         spec.add(T.ATTN_POST_NORM, Q.F32, (n_embd,), i)
-        if (i + 1) % interval == 0:
+        if (i + 1) % interval == 0 or i >= n_layer:
             spec.add(T.ATTN_Q, mat_type, (n_embd, 2 * n_head * head_dim), i)
             spec.add(T.ATTN_K, mat_type, (n_embd, n_head_kv * head_dim), i)
             spec.add(T.ATTN_V, qkv_type, (n_embd, n_head_kv * head_dim), i)
@@ -118,6 +123,11 @@ def qwen35_spec(*, moe: bool, n_layer: int = 4, n_embd: int = 128, n_head: int =
             spec.add(T.SSM_ALPHA, mat_type, (n_embd, n_v_heads), i)
             spec.add(T.SSM_NORM, Q.F32, (d_state,), i)
             spec.add(T.SSM_OUT, ssm_out_type, (value_dim, n_embd), i)
+        if i >= n_layer:
+            spec.add(T.NEXTN_EH_PROJ, mat_type, (2 * n_embd, n_embd), i)
+            spec.add(T.NEXTN_ENORM, Q.F32, (n_embd,), i)
+            spec.add(T.NEXTN_HNORM, Q.F32, (n_embd,), i)
+            spec.add(T.NEXTN_SHARED_HEAD_NORM, Q.F32, (n_embd,), i)
         if not moe:
             spec.add(T.FFN_GATE, ffn_type, (n_embd, n_ff), i)
             spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)

@@ -38,8 +38,8 @@ def qwen35_27b_spec() -> ModelSpec:
     """Qwen3.5-27B (Qwen/Qwen3.5-27B config.json text_config): 64 layers, 5120 wide, Gated DeltaNet
     (16 key / 48 value heads of 128, conv 4) with gated attention (24 heads / 4 KV of 256, a quarter
     roped, interleaved M-RoPE sections 11/11/10) every 4th layer, SwiGLU FFN of 17408, 248320 vocab,
-    untied output."""
-    spec = qwen35_spec(moe=False, n_layer=64, n_embd=5120, n_head=24, n_head_kv=4, head_dim=256, n_rot=64,
+    untied output; the MTP block the converter appends (mtp_num_hidden_layers 1)."""
+    spec = qwen35_spec(moe=False, n_mtp=1, n_layer=64, n_embd=5120, n_head=24, n_head_kv=4, head_dim=256, n_rot=64,
                        sections=QWEN35_SECTIONS, n_ff=17408, d_conv=4, d_state=128, n_k_heads=16, n_v_heads=48,
                        n_vocab=QWEN35_VOCAB, n_ctx=QWEN35_CTX, mat_type=Q.Q4_K, qkv_type=Q.Q6_K,
                        ssm_out_type=Q.Q4_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
@@ -50,8 +50,9 @@ def qwen35moe_35b_a3b_spec() -> ModelSpec:
     """Qwen3.5-35B-A3B (Qwen/Qwen3.5-35B-A3B config.json text_config): 40 layers, 2048 wide, Gated
     DeltaNet (16 key / 32 value heads of 128, conv 4) with gated attention (16 heads / 2 KV of 256, a
     quarter roped, M-RoPE sections 11/11/10) every 4th layer, 256 experts (8 used) of 512 plus a
-    shared expert of 512, 248320 vocab, untied output."""
-    spec = qwen35_spec(moe=True, n_layer=40, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256, n_rot=64,
+    shared expert of 512, 248320 vocab, untied output; the MTP block the converter appends
+    (mtp_num_hidden_layers 1)."""
+    spec = qwen35_spec(moe=True, n_mtp=1, n_layer=40, n_embd=2048, n_head=16, n_head_kv=2, head_dim=256, n_rot=64,
                        sections=QWEN35_SECTIONS, n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512,
                        n_ff=512, d_conv=4, d_state=128, n_k_heads=16, n_v_heads=32, n_vocab=QWEN35_VOCAB,
                        n_ctx=QWEN35_CTX, mat_type=Q.Q4_K, qkv_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K,

@@ -5,7 +5,7 @@ compute buffer against llama-fit-params -v on the very same file (pinned build; 
 - qwen35 / qwen35moe (runtime/engine/qwen35.py): 4 layers (DeltaNet x 3, gated attention), 128 wide;
   DeltaNet 2 key / 4 value heads of 32, conv 4; attention 4 heads / 2 KV of 64, 16 roped dimensions in
   M-RoPE sections 3/3/2; qwen35 a SwiGLU FFN of 256, qwen35moe 8 experts (2 used) of 64 and a shared
-  expert of 64.
+  expert of 64; "-mtp" the same with the MTP block the converter appends (llama.cpp skips it: same graph).
 - nemotron_h / nemotron_h_moe (runtime/engine/nemotronh.py): 5 blocks "M*-M-" / "M*EME" (Mamba-2 of 8
   heads over d_inner 256, 2 groups, state 16, conv 4; RoPE-less attention 4 heads / 2 KV of 32; relu^2
   MLP of 256; 8 relu^2 experts, 2 used, of 64 with a shared expert of 128, weights normalised and
@@ -46,6 +46,8 @@ def _tokenized(spec: ModelSpec) -> ModelSpec:
 TINY: dict[str, Callable[[], ModelSpec]] = {
     "qwen35": lambda: _tokenized(qwen35_spec(moe=False)),
     "qwen35moe": lambda: _tokenized(qwen35_spec(moe=True)),
+    "qwen35-mtp": lambda: _tokenized(qwen35_spec(moe=False, n_mtp=1)),
+    "qwen35moe-mtp": lambda: _tokenized(qwen35_spec(moe=True, n_mtp=1)),
     "nemotron_h": lambda: _tokenized(nemotron_h_spec(pattern="M*-M-")),
     "nemotron_h_moe": lambda: _tokenized(nemotron_h_spec(pattern="M*EME")),
     "lfm2moe": lambda: _tokenized(lfm2moe_spec()),
@@ -72,6 +74,8 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 512 -np 3 -ub 64": (339, 0.45),
         "-c 256 -ctk q8_0 -ctv q8_0": (349, 1.68),
     },
+    "qwen35-mtp": {"-c 256": (241, 1.51), "-c 256 -np 2": (243, 1.51)},
+    "qwen35moe-mtp": {"-c 256": (337, 1.65), "-c 256 -np 2": (339, 1.65)},
     "nemotron_h": {
         "-c 256": (143, 1.96),
         "-c 256 -fa off": (148, 2.21),
