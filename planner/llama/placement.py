@@ -261,7 +261,8 @@ def layer_devices(n_layer_all: int, ngl_flag: int, devices: tuple[Device, ...],
 
 def weight_op(suffix: str, n_dims: int) -> WeightOp:
     """The op llama.cpp tests a weight with (llm_tensor_info_mapping), reduced to what repacking needs."""
-    if suffix.endswith(".bias") or "norm" in suffix or suffix.startswith(("ssm_conv", "ssm_a", "ssm_d")):
+    # ssm_a and ssm_d are bare names (no .weight); ssm_alpha and ssm_dt.weight are matmul weights
+    if suffix.endswith(".bias") or "norm" in suffix or suffix.startswith("ssm_conv") or suffix in ("ssm_a", "ssm_d"):
         return WeightOp.OTHER
     if is_routed_expert(suffix):
         return WeightOp.MUL_MAT_ID if n_dims == 3 else WeightOp.OTHER

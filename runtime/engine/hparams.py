@@ -207,6 +207,22 @@ ARCHS: dict[str, ArchSpec] = {
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
+    # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
+    "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
+    "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # nemotron-h.cpp (runtime/engine/nemotronh.py: Mamba-2, RoPE-less attention and relu^2 FFN blocks)
+    "nemotron_h": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    "nemotron_h_moe": ArchSpec(RopeMode.NORM, FfnKind.MOE),
+    # lfm2.cpp's graph with lfm2moe.cpp's sigmoid-routed experts (runtime/engine/lfm2.py)
+    "lfm2moe": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
+    # mamba.cpp's graph for Mamba-1 or Mamba-2 blocks alone (runtime/engine/mamba.py)
+    "mamba": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    "mamba2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    # falcon-h1.cpp: attention and Mamba-2 in every block (runtime/engine/falconh1.py)
+    "falcon-h1": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    # jamba.cpp: Mamba-1, RoPE-less attention, SwiGLU FFN or softmax experts without norm_w
+    # (runtime/engine/jamba.py)
+    "jamba": ArchSpec(RopeMode.NORM, FfnKind.MOE, moe=MoeSpec(MoeGating.SOFTMAX, norm_w=False)),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
@@ -282,8 +298,12 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
     facts = facts or model_facts(model)
     trunk = [lf for lf in facts.layers if not lf.nextn]
     # recurrent layers (granitehybrid's Mamba-2 layers) have no heads: the attention layers set them
-    heads = [lf for lf in trunk if lf.kind is not AttnKind.RECURRENT] or trunk
+    # and FFN-only blocks (nemotron_h's) neither
+    attending = [lf for lf in trunk if lf.kind not in (AttnKind.RECURRENT, AttnKind.NONE)]
+    heads = attending or trunk
     head_dim = heads[0].head_dim_k
+    # a model of recurrent blocks alone (mamba2) has no heads at all
+    recurrent_only = not attending and all(lf.kind is AttnKind.RECURRENT for lf in trunk)
     if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in heads):
         raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")
     n_rot = int(_get(model, Keys.Rope.DIMENSION_COUNT, head_dim) or head_dim)
@@ -293,11 +313,11 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         freq_scale = 1.0 / (_get(model, Keys.Rope.SCALING_FACTOR, 1.0) or 1.0)
     elif scale_type not in ("none", ""):
         raise GGUFError(model.path, f"rope scaling {scale_type!r} is not implemented in the runtime")
-    if facts.n_layer and heads[0].n_head * head_dim == 0:
+    if facts.n_layer and heads[0].n_head * head_dim == 0 and not recurrent_only:
         raise GGUFError(model.path, "no attention heads")
     # gemma3 (load_arch_hparams): Q is pre-scaled by 1/sqrt(head_dim), 1/sqrt(n_embd/n_head) for 27B
     q_scale = 1.0
-    kq_scale = 1.0 / math.sqrt(head_dim)
+    kq_scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
     if spec.q_prescale:
         big = facts.n_layer == spec.big_model_layers
         q_scale = 1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if big else kq_scale

@@ -1,6 +1,8 @@
 """lfm2 (LiquidAI LFM2): short-convolution layers where head_count_kv is 0, attention layers with
 per-head Q/K norms elsewhere, and a dense SwiGLU FFN in every layer, node for node as
-src/models/lfm2.cpp builds them at the pinned build (DESIGN.md).
+src/models/lfm2.cpp builds them at the pinned build (DESIGN.md). lfm2moe (LFM2-8B-A1B) runs the same
+graph (src/models/lfm2moe.cpp reuses it) with sigmoid-routed SwiGLU experts (runtime/engine/moe_sigmoid.py)
+in place of the FFN from leading_dense_block_count on.
 
 Graph order: the token embeddings, the hybrid memory's inputs (rs_s_copy, then the attention
 cache's: llama-graph.cpp build_inp_mem_hybrid), positions and out_ids; per layer the operator
@@ -28,12 +30,16 @@ from planner.model.tensors import OUTPUT, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import KVCache
+from runtime.engine.moe_sigmoid import SigmoidMoe
 from runtime.engine.recurrent import ELEMENT, RecurrentStates, RsInputs, build_rs, token_embeddings, ubatch_sequences
 from runtime.ggml import build as B
 from runtime.ggml import ssm
 from runtime.ggml.graph import Tensor
 
 LFM2 = "lfm2"
+LFM2MOE = "lfm2moe"
+# llama_expert_gating_func_type's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID (the value lfm2moe files carry)
+GATING_SIGMOID = 2
 OUTPUT_NORM_LFM2 = tensor_name(T.TOKEN_EMBD_NORM)   # llama-arch.cpp LLM_TENSOR_OUTPUT_NORM_LFM2
 N_CHUNKS = 3   # in_proj's row holds B, C and x
 
@@ -58,6 +64,19 @@ class Lfm2Builder(DecoderBuilder):
         super().__init__(hp, weights, kv, flash_attn=flash_attn, offload_kqv=offload_kqv)
         self.states = states
         self.d_conv = read_l_cache(model) - 1
+        self.moe: SigmoidMoe | None = None
+        self.n_dense_lead = hp.n_layer
+        if model.architecture == LFM2MOE:
+            # lfm2moe.cpp: blocks from leading_dense_block_count on route to experts (build_moe_ffn with
+            # exp_probs_b, norm_w true, the file's gating function and expert_weights_scale)
+            meta = model.metadata
+            self.n_dense_lead = int(meta.get(Keys.LLM.LEADING_DENSE_BLOCK_COUNT.format(arch=LFM2MOE), 0) or 0)
+            gating = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC.format(arch=LFM2MOE), 0) or 0)
+            if gating != GATING_SIGMOID:
+                raise BadInput(f"lfm2moe with expert gating function {gating} (not sigmoid) is not implemented "
+                               f"in the runtime")
+            w_scale = float(meta.get(Keys.LLM.EXPERT_WEIGHTS_SCALE.format(arch=LFM2MOE), 0.0) or 0.0)
+            self.moe = SigmoidMoe(hp.n_expert, hp.n_expert_used, True, w_scale)
 
     def _shortconv(self, cur: Tensor, il: int, rs: RsInputs, n_seqs: int) -> Tensor:
         """build_shortconv_block for a ubatch of n_seqs equal runs of tokens (causal attention)."""
@@ -108,7 +127,11 @@ class Lfm2Builder(DecoderBuilder):
                 cur = B.get_rows(cur, self.out.out_ids)
                 residual = B.get_rows(residual, self.out.out_ids)
             ffn_inp = B.add(residual, cur, name=f"ffn_inp-{il}")   # lfm2.cpp adds (previous, mixer)
-            cur = self.ffn(self.norm(ffn_inp, tensor_name(T.FFN_NORM, il), il), il)
+            cur = self.norm(ffn_inp, tensor_name(T.FFN_NORM, il), il)
+            if self.moe is not None and il >= self.n_dense_lead:
+                cur = self.moe(g, self._need, self._w, self.lora, cur, il)
+            else:
+                cur = self.ffn(cur, il)
             x = B.add(ffn_inp, cur, name=f"l_out-{il}")
         cur = self.norm(x, OUTPUT_NORM_LFM2, -1)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)

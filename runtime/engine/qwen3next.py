@@ -50,6 +50,10 @@ QWEN3NEXT = "qwen3next"
 
 
 class Qwen3NextBuilder(DecoderBuilder):
+    # qwen3next.cpp repeats the key heads over the value heads whatever the fused flags say;
+    # qwen35*.cpp leaves them to the fused op's broadcast when fused_gdn_ar and _ch are on
+    GDN_BROADCASTS_HEADS = False
+
     def __init__(self, model: ModelFile, hp: HParams, weights: Mapping[str, Tensor], kv: KVCache,
                  states: RecurrentStates, *, flash_attn: bool, offload_kqv: bool) -> None:
         super().__init__(hp, weights, kv, flash_attn=flash_attn, offload_kqv=offload_kqv)
@@ -114,7 +118,7 @@ class Qwen3NextBuilder(DecoderBuilder):
         k = self._l2_norm(B.view(mixed, (hk, nk, nst, n_seqs), qk_nb, hk * nk * ELEMENT, name=f"k_conv-{il}"))
         v = B.view(mixed, (hv, nv, nst, n_seqs), (ELEMENT, hv * ELEMENT, row_b, row_b * nst), 2 * hk * nk * ELEMENT,
                    name=f"v_conv-{il}")
-        if nk != nv:   # repeat each key head over its value heads (qwen3next's interleaving)
+        if nk != nv and not self.GDN_BROADCASTS_HEADS:   # repeat each key head over its value heads
             rep = (hk, nv // nk, nk, nst * n_seqs)
             q = B.reshape(deltanet.repeat_4d(B.reshape(q, (hk, 1, nk, nst * n_seqs)), rep), (hk, nv, nst, n_seqs))
             k = B.reshape(deltanet.repeat_4d(B.reshape(k, (hk, 1, nk, nst * n_seqs)), rep), (hk, nv, nst, n_seqs))

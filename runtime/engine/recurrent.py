@@ -66,6 +66,18 @@ def read_ssm_params(model: ModelFile) -> SsmParams:
     return p
 
 
+def read_mamba1_params(model: ModelFile) -> tuple[int, int, int, int]:
+    """Mamba-1's d_conv, d_inner, d_state and dt_rank (load_arch_hparams of mamba.cpp and jamba.cpp)."""
+    def need(template: str) -> int:
+        key = template.format(arch=model.architecture)
+        if key not in model.metadata:
+            raise GGUFError(model.path, f"missing required key {key}")
+        return int(model.metadata[key])
+
+    return (need(Keys.SSM.CONV_KERNEL), need(Keys.SSM.INNER_SIZE), need(Keys.SSM.STATE_SIZE),
+            need(Keys.SSM.TIME_STEP_RANK))
+
+
 class RecurrentStates:
     """The r and s tensors of every recurrent layer (storage is given by the caller)."""
 
@@ -74,7 +86,8 @@ class RecurrentStates:
         self.r: dict[int, Tensor] = {}
         self.s: dict[int, Tensor] = {}
         for lf in facts.layers:
-            if lf.nextn or lf.kind is not AttnKind.RECURRENT:
+            # falcon-h1's blocks attend and carry states (RecurrentRule.PARALLEL): they have state sizes too
+            if lf.nextn or not (lf.kind is AttnKind.RECURRENT or lf.state_r or lf.state_s):
                 continue
             self.r[lf.index] = Tensor(F32, (lf.state_r, self.size), name=f"cache_r_l{lf.index}")
             self.s[lf.index] = Tensor(F32, (lf.state_s, self.size), name=f"cache_s_l{lf.index}")
@@ -221,3 +234,77 @@ class Mamba2:
             y = self.norm(y, tensor_name(T.SSM_NORM, il), il)
         y = B.reshape(y, (p.d_inner, n_seq_tokens * n_seqs))
         return self.lora.mm(self.weight(tensor_name(T.SSM_OUT, il)), y, name=f"mamba_out-{il}")
+
+
+@dataclass
+class Mamba1:
+    """build_mamba_layer (src/models/mamba-base.cpp) for one ubatch of n_seqs sequences: Mamba-1's
+    selective scan with one head per inner channel, d_state states each. ssm_in makes x and z; the
+    conv state (d_conv - 1 columns of d_inner) joins x, its last columns are stored back; SSM_CONV,
+    its bias and SiLU; ssm_x projects dt, B and C (RMS-normed where the layer has ssm_dt_norm,
+    ssm_b_norm and ssm_c_norm, as Jamba's do; dt made contiguous otherwise); ssm_dt and its bias
+    widen dt; the scan (build_rs over s) and its last states stored; y + x * D, gated by silu(z);
+    ssm_out. `dt_rank` is ssm.time_step_rank."""
+
+    d_conv: int
+    d_inner: int
+    d_state: int
+    dt_rank: int
+    weight: Callable[[str], Tensor]
+    optional: Callable[[str], Tensor | None]
+    norm: Callable[[Tensor, str, int], Tensor]
+    graph: Graph
+    rs: RsInputs
+    states: RecurrentStates
+    lora: Adapters = field(default_factory=Adapters)
+    dt_b_c_rms_eps: float = 0.0   # ssm.dt_b_c_rms (Falcon-Mamba): dt, B and C RMS-normed without weights
+
+    def __call__(self, cur: Tensor, il: int, n_seqs: int) -> Tensor:
+        g, d_conv, d_inner, d_state, dt_rank = self.graph, self.d_conv, self.d_inner, self.d_state, self.dt_rank
+        n_seq_tokens = cur.ne[1] // n_seqs
+        r_all, s_all = self.states.r[il], self.states.s[il]
+        conv = B.reshape(build_rs(g, self.rs, r_all, r_all.ne[0], n_seqs), (d_conv - 1, d_inner, n_seqs))
+        cur = B.reshape(cur, (cur.ne[0], n_seq_tokens, n_seqs))
+        xz = self.lora.mm(self.weight(tensor_name(T.SSM_IN, il)), cur, name=f"ssm_in-{il}")
+        x = B.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (ELEMENT, xz.nb[1], xz.nb[2]), 0)
+        z = B.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (ELEMENT, xz.nb[1], xz.nb[2]), d_inner * ELEMENT)
+        conv_x = ssm.concat(conv, B.transpose(x), 0, name=f"conv_x-{il}")
+        last = B.view(conv_x, (d_conv - 1, d_inner, n_seqs), (ELEMENT, conv_x.nb[1], conv_x.nb[2]),
+                      n_seq_tokens * conv_x.nb[0])
+        n_conv = (d_conv - 1) * d_inner
+        g.expand(B.cpy(last, B.view(r_all, (n_conv * n_seqs,), None, self.rs.head * n_conv * ELEMENT)))
+        x = ssm.ssm_conv(conv_x, self.weight(tensor_name(T.SSM_CONV1D, il)), name=f"ssm_conv-{il}")
+        x = B.silu(B.add(x, self.weight(tensor_name(T.SSM_CONV1D, il, "bias"))))
+        x_db = self.lora.mm(self.weight(tensor_name(T.SSM_X, il)), x, name=f"ssm_x-{il}")
+        dt = B.view(x_db, (dt_rank, n_seq_tokens, n_seqs), (ELEMENT, x_db.nb[1], x_db.nb[2]), 0)
+        bc_ne = (d_state, 1, n_seq_tokens, n_seqs)
+        bc_nb = (ELEMENT, d_state * ELEMENT, x_db.nb[1], x_db.nb[2])
+        b_ = B.view(x_db, bc_ne, bc_nb, dt_rank * ELEMENT)
+        c_ = B.view(x_db, bc_ne, bc_nb, (dt_rank + d_state) * ELEMENT)
+        norms = [tensor_name(k, il) for k in (T.SSM_DT_NORM, T.SSM_B_NORM, T.SSM_C_NORM)]
+        weighted = all(self.optional(n) is not None for n in norms)
+        if weighted:
+            dt, b_, c_ = (self.norm(t, n, il) for t, n in zip((dt, b_, c_), norms, strict=True))
+        elif self.dt_b_c_rms_eps:   # build_norm without weights: a bare RMS_NORM, not named "norm"
+            dt, b_, c_ = (B.rms_norm(t, self.dt_b_c_rms_eps) for t in (dt, b_, c_))
+        else:
+            dt = B.cont(dt)
+        dt = self.lora.mm(self.weight(tensor_name(T.SSM_DT, il)), dt, name=f"ssm_dt-{il}")
+        dt = B.add(dt, self.weight(tensor_name(T.SSM_DT, il, "bias")))
+        x_in = x
+        x = B.reshape(x, (1, d_inner, n_seq_tokens, n_seqs))
+        a = self.weight(bare_name(T.SSM_A, il))
+
+        def scan(states: Tensor, ids: Tensor) -> Tensor:
+            s4 = B.reshape(states, (d_state, 1, d_inner, s_all.ne[1]))
+            return ssm.ssm_scan(s4, x, dt, a, b_, c_, ids, 1, name=f"ssm_scan-{il}")
+
+        y_ssm = build_rs(g, self.rs, s_all, s_all.ne[0], n_seqs, scan)
+        n_s = d_state * d_inner * n_seqs
+        g.expand(B.cpy(B.view(y_ssm, (n_s,), None, x.nb[3] * x.ne[3]),
+                       B.view(s_all, (n_s,), None, self.rs.head * d_state * d_inner * ELEMENT)))
+        y = B.view(y_ssm, (d_inner, n_seq_tokens, n_seqs), (ELEMENT, x.nb[2], x.nb[3]), 0)
+        y = B.add(y, B.mul(x_in, self.weight(bare_name(T.SSM_D, il))))
+        y = B.swiglu(B.cont(z), y)
+        y = self.lora.mm(self.weight(tensor_name(T.SSM_OUT, il)), y, name=f"mamba_out-{il}")
+        return B.reshape(y, (y.ne[0], n_seq_tokens * n_seqs))

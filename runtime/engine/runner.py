@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,15 +38,20 @@ from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
+from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
 from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
+from runtime.engine.jamba import JAMBA, JambaBuilder
 from runtime.engine.kvcache import CacheKind, KVCache
-from runtime.engine.lfm2 import LFM2, Lfm2Builder
+from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
+from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
+from runtime.engine.qwen35 import QWEN35, QWEN35MOE, Qwen35Builder
 from runtime.engine.recurrent import RecurrentStates
 from runtime.ggml.backend import (
     UNLIMITED,
@@ -147,6 +152,17 @@ def _device_row(row: str) -> str:
     return CPU if row in HOST_ROWS else row
 
 
+# the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
+# builders of the architectures with recurrent state (model, hparams, weights, KV cache, states)
+STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
+    LFM2: Lfm2Builder, LFM2MOE: Lfm2Builder, JAMBA: JambaBuilder, FALCON_H1: FalconH1Builder,
+    MAMBA: MambaBuilder, MAMBA2: MambaBuilder, NEMOTRON_H: NemotronHBuilder, NEMOTRON_H_MOE: NemotronHBuilder,
+    QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
+}
+# the meta backend executes llama-shaped layers only (tensor_split.py)
+HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4}
+
+
 class ModelRunner:
     """One model loaded under one set of resolved flags; decode() runs token ids through it."""
 
@@ -192,8 +208,7 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return (isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, LLAMA4)
-                and self.hp.arch not in FUSED_ARCHS)
+        return isinstance(self.hp, HParams) and self.hp.arch not in HAND_BUILT and self.hp.arch not in FUSED_ARCHS
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -291,7 +306,8 @@ class ModelRunner:
         for il in range(hp.n_layer):
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
             kv = [self.kv.k[il]] if k_only else [self.kv.k[il], self.kv.v[il]]
-            by_device.setdefault(dev, []).extend(kv if hp.n_embd_gqa(il) else self.states.tensors(il))
+            # a block's cache, then its recurrent states (both for falcon-h1's, one or the other elsewhere)
+            by_device.setdefault(dev, []).extend((kv if hp.n_embd_gqa(il) else []) + self.states.tensors(il))
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
             self.kv_bytes[dev] = sum(b.size for b in buffers)
@@ -316,29 +332,22 @@ class ModelRunner:
 
     # --- graphs -------------------------------------------------------------------------------
     def _builder(self) -> DecoderBuilder | MlaBuilder:
-        """The architecture's graph builder: deepseek2's, lfm2's, qwen3next's, granitehybrid's or the llama-shaped
-        one."""
+        """The architecture's graph builder: MLA/DSA, a hand-written module's (STATE_BUILDERS, llama4, the
+        fused block's) or the llama-shaped one."""
         assert self.kv is not None
+        fa, offload = self.cp.flash_attn, self.flags.kv_offload
         if isinstance(self.hp, MlaHParams):
-            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=self.cp.flash_attn,
-                               offload_kqv=self.flags.kv_offload)
+            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
+        with_states = STATE_BUILDERS.get(self.hp.arch)
+        if with_states is not None:
+            return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, flash_attn=fa,
+                               offload_kqv=offload)
         if self.hp.arch == LLAMA4:
-            return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
-                                 offload_kqv=self.flags.kv_offload)
-        if self.hp.arch == LFM2:
-            return Lfm2Builder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
-                               flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
-        if self.hp.arch == QWEN3NEXT:
-            return Qwen3NextBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
-                                    flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
-        if self.hp.arch == GRANITE_HYBRID:
-            return GraniteHybridBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
-                                        flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+            return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch in FUSED_ARCHS:
-            return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
-                                offload_kqv=self.flags.kv_offload, n_ctx_seq=self.cp.n_ctx_seq)
-        return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
-                              offload_kqv=self.flags.kv_offload)
+            return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
+                                n_ctx_seq=self.cp.n_ctx_seq)
+        return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
 
     def _graph(self, shape: BatchShape) -> BuiltGraph:
         built = self._graphs.get(shape)

@@ -86,24 +86,8 @@ def test_record_models_are_the_headers_written_here(contexts):
             assert contexts[name].model.header_sha256 == model["header_sha256"], (rec, name)
 
 
-# Rows the estimate does not reproduce yet, each with what is known. An rpc-server backed by the GPU
-# holding MoE layers: llama.cpp's compute column is 8-9 MiB below the one it gives the same layers on a
-# CPU-backed rpc-server (which the estimate matches, tests/peer/data/cpu); the client's scheduler has no
-# graph_optimize for RPC devices and the server answers only alloc sizes, so the cause is not in the
-# rules the runtime has. Strict: a fix makes these pass and the marks must go.
-KNOWN_MISSES = {
-    ("cuda/nvidia-h200", "qwen3moe-30b-a3b", "{rpc} -c 4096 -ts {ts:1,1,1} -ncmoe 8"):
-        "CUDA-backed rpc-servers with MoE layers: RPC0/RPC1 compute 80 MiB measured, 88 estimated",
-    ("cuda/nvidia-h200", "gpt-oss-20b", "{rpc} -c 4096 -ts {ts:1,1,1} -ncmoe 8"):
-        "CUDA-backed rpc-servers with MoE layers: RPC0/RPC1 compute 78/83 MiB measured, 87.5/91.5 estimated",
-}
-
-
 def _row_param(rec: str, i: int):
-    row = RECORDS[rec]["rows"][i]
-    reason = KNOWN_MISSES.get((rec, row["model"], row["flags"]))
-    marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-    return pytest.param(rec, i, id=_row_id(rec, i), marks=marks)
+    return pytest.param(rec, i, id=_row_id(rec, i))
 
 
 @pytest.mark.parametrize("rec, i", [_row_param(r, i) for r, i in ROWS])

@@ -159,9 +159,10 @@ def host_offloaded(t: int, n_kv: int = N_CTX) -> int:
     """Host compute when the prompt's output matmul is offloaded (every layer on a GPU): in the
     prompt graph only the embedding lookup runs on the CPU, so the inputs plus the GET_ROWS result
     [n_embd, T], allocated before anything is freed (GET_ROWS is the first node), and nothing after.
-    The one-token graph's output matmul has batch 1, stays on the CPU, and needs host_runs_output(1)
-    (its logits are 4 x n_vocab = 512 KiB): the buffer is the larger of the two."""
-    return max(host_inputs(t, n_kv) + hidden(t), host_runs_output(1))
+    A dry run sizes that prompt reserve alone (llama-context.cpp sched_reserve passes its size array
+    to the first graph_reserve only; the one-token graph, whose batch-1 output matmul would stay on the
+    CPU with 512 KiB of logits, is only split)."""
+    return host_inputs(t, n_kv) + hidden(t)
 
 
 def host_runs_output(t: int) -> int:

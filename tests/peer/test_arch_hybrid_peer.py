@@ -1,0 +1,44 @@
+"""The hybrid recurrent architectures against the pinned llama-fit-params (issue 40's peer matrix,
+tests/support/arch_matrix.py): each shape-faithful file of planner/synth/shapes_hybrid.py over host
+only, two and three rpc-servers, partial offload, -fa off at 32k, q8_0 caches, -np 4 and, for the
+mixtures of experts, -ncmoe 8: model and context equal to the MiB, compute within 3 % or 4 MiB and
+never more than 1 MiB below."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.llama.context import ModelContext, model_context
+from planner.synth import shapes_hybrid as hybrid
+from tests.support.arch_matrix import ArchShape, arch_rows, check_row
+
+pytestmark = pytest.mark.peer
+
+SHAPES: dict[str, ArchShape] = {
+    "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b_spec, 64),
+    "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b_spec, 40, moe=True),
+    "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2_spec, 56),
+    "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b_spec, 52, moe=True),
+    "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b_spec, 24, moe=True),
+    "mamba-codestral-7b": ArchShape("mamba-codestral-7b", hybrid.mamba_codestral_7b_spec, 64),
+    "falcon-mamba-7b": ArchShape("falcon-mamba-7b", hybrid.falcon_mamba_7b_spec, 64),
+    "falcon-h1-1.5b": ArchShape("falcon-h1-1.5b", hybrid.falcon_h1_1p5b_spec, 24),
+    "jamba-1.5-mini": ArchShape("jamba-1.5-mini", hybrid.jamba_1p5_mini_spec, 32, moe=True),
+}
+
+
+@pytest.fixture(scope="module")
+def contexts(shapes_dir: Path) -> dict[str, tuple[Path, ModelContext]]:
+    out = {}
+    for name, shape in SHAPES.items():
+        [path] = shape.spec().write(shapes_dir / f"{name}.gguf")
+        out[name] = (path, model_context(str(path)))
+    return out
+
+
+@pytest.mark.parametrize(("name", "template"), arch_rows(SHAPES))
+def test_row_matches_llama_fit_params(name: str, template: str, llama_tools: Path, rpc_three: list[str],
+                                      contexts: dict[str, tuple[Path, ModelContext]]) -> None:
+    path, ctx = contexts[name]
+    check_row(llama_tools, path, ctx, SHAPES[name], template, rpc_three)
