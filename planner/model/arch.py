@@ -68,6 +68,9 @@ SWA_RULES: dict[str, SwaRule] = {
     "laguna": SwaRule(4, dense_first=True, needs_window_key=True),
     # pattern 0: every attention layer slides once the file sets a window (src/models/lfm2.cpp)
     "lfm2": SwaRule(0, needs_window_key=True),
+    # gemma4 reads its per-layer flags as a required array (src/models/gemma4.cpp load_arch_hparams); the
+    # pattern only stands for a file without one, which llama.cpp refuses
+    "gemma4": SwaRule(0),
 }
 
 
