@@ -159,10 +159,12 @@ def gemma4_31b() -> ModelSpec:
 
 
 def tiny_gemma4(*, swa: Sequence[bool] = (True, True, False, True, False), shared_kv: int = 0,
-                n_embd_per_layer: int = 0, k_eq_v: bool = False, double_wide: bool = False) -> ModelSpec:
-    """A few-layer gemma4 file for node-level checks (Q8_0 weights, 512 tokens)."""
-    d = Gemma4Dims(n_embd=128, n_head=4, swa=tuple(swa), n_head_kv_swa=2, n_head_kv_full=1, head_swa=32,
-                   head_full=64, n_ff=256, n_vocab=512, window=64, shared_kv=shared_kv, double_wide=double_wide,
-                   n_embd_per_layer=n_embd_per_layer, k_eq_v=k_eq_v, n_ctx=4096)
+                n_embd_per_layer: int = 0, k_eq_v: bool = False, double_wide: bool = False,
+                heads: tuple[int, int, int, int] = (32, 2, 64, 1)) -> ModelSpec:
+    """A few-layer gemma4 file for node-level checks (Q8_0 weights, 512 tokens); `heads`: the sliding
+    layers' head size and KV heads, then the full layers'."""
+    d = Gemma4Dims(n_embd=128, n_head=4, swa=tuple(swa), n_head_kv_swa=heads[1], n_head_kv_full=heads[3],
+                   head_swa=heads[0], head_full=heads[2], n_ff=256, n_vocab=512, window=64, shared_kv=shared_kv,
+                   double_wide=double_wide, n_embd_per_layer=n_embd_per_layer, k_eq_v=k_eq_v, n_ctx=4096)
     ty = Gemma4Types(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0, ple=Q.Q8_0)
     return tokenized(gemma4_spec(d, ty), 512)

@@ -84,6 +84,9 @@ ARCHS: dict[str, ArchSpec] = {
     "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # gemma4: gemma4.cpp's Q/K norms, post-norms, scaled embeddings and GELU FFN; runtime/engine/gemma4.py builds
+    # it (two head geometries, shared KV, per-layer embeddings)
+    "gemma4": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -64,6 +64,7 @@ class Op(enum.Enum):
     SSM_SCAN = "SSM_SCAN"
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
+    PAD = "PAD"   # gemma4: ggml_pad of V rows before a transposed cache wider than the layer's V
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

@@ -10,15 +10,35 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.errors import BadInput
 from planner.core.units import MiB
 from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.model.arch import AttnKind
 from planner.synth.shapes_gemma4 import tiny_gemma4
+from runtime.engine.runner import ModelRunner
+from tests.support.reserve_checks import assert_reserve_equals
 
 # sliding, sliding, full, sliding, full | three blocks reusing caches: sliding ones layer 3's, full ones layer 4's
 SWA = (True, True, False, True, False, True, False, True)
 SHARED = 3
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> Path:
+    """Sliding, sliding, full, sliding, full: sliding heads 2 x 32, full heads 1 x 64, every layer its own cache."""
+    [path] = tiny_gemma4().write(tmp_path_factory.mktemp("gemma4") / "plain.gguf")
+    return path
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory) -> Path:
+    """Heads of 64 (sliding, 2 KV) and 128 (full, 2 KV): quantized caches rotate (layer 0's head is a multiple
+    of 64, each cache its own side) and -fa off pads the sliding layers' V rows to the full layers' 256."""
+    [path] = tiny_gemma4(swa=SWA, shared_kv=SHARED, heads=(64, 2, 128, 2)).write(
+        tmp_path_factory.mktemp("gemma4") / "wide.gguf")
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +75,36 @@ def test_context_equals_llama_cpp_caches(shared: Path, flags: str) -> None:
     est = estimate(str(shared), flags.split())
     [host] = [d for d in est.devices if d.name == "Host"]
     assert host.context_bytes == CONTEXT[flags]
+
+
+# llama-fit-params -v on each file: "graph: nodes = N" and "CPU compute buffer size = X MiB"
+LLAMA_CPP_RESERVE = {
+    ("plain", "-c 4096"): (214, 7.02),
+    ("plain", "-c 4096 -fa off"): (239, 43.76),
+    ("plain", "-c 4096 -np 2 -ctk q8_0 -ctv q8_0"): (224, 5.02),
+    ("plain", "-c 2048 -ub 64 -np 3"): (224, 0.42),
+    ("shared", "-c 4096"): (375, 9.09),
+    ("shared", "-c 4096 -fa off"): (409, 44.33),
+    ("shared", "-c 4096 -np 2 -ctk q8_0 -ctv q8_0"): (385, 7.09),
+    ("shared", "-c 2048 -ub 64 -np 3"): (385, 0.69),
+    ("wide", "-c 4096"): (301, 8.02),
+    ("wide", "-c 4096 -fa off"): (338, 46.26),
+    ("wide", "-c 4096 -fa off -np 2"): (343, 26.26),
+    ("wide", "-c 4096 -np 2 -ctk q8_0 -ctv q8_0"): (389, 6.13),
+    ("wide", "-c 4096 -ctk q4_0 -ctv q8_0"): (379, 8.13),
+}
+
+
+@pytest.mark.parametrize(("file", "flags"), list(LLAMA_CPP_RESERVE))
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(request, file: str, flags: str) -> None:
+    assert_reserve_equals(request.getfixturevalue(file), flags, *LLAMA_CPP_RESERVE[(file, flags)])
+
+
+def test_estimate_simulates_gemma4(shared: Path) -> None:
+    assert estimate(str(shared), ["-c", "4096"]).compute_model == "simulated"
+
+
+def test_decode_is_refused(plain: Path) -> None:
+    runner = ModelRunner.load(str(plain), parse_llama_flags(["-c", "256"]), weights=False)
+    with pytest.raises(BadInput, match="does not run"):
+        runner.decode([1, 2])

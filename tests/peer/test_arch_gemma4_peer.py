@@ -1,0 +1,35 @@
+"""gemma4 against the pinned llama-fit-params: the peer matrix (tests/support/arch_matrix.py) on shape-faithful
+files of Gemma 4 E2B (per-layer embeddings, shared KV, a double-wide MLP) and Gemma 4 31B (dense, V taken from K
+on the full layers), written by planner/synth/shapes_gemma4.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.llama.context import model_context
+from planner.synth.shapes_gemma4 import gemma4_31b, gemma4_e2b
+from tests.support.arch_matrix import ArchShape, arch_rows, check_row
+
+pytestmark = pytest.mark.peer
+
+SHAPES = {
+    "gemma4-e2b": ArchShape("gemma4-e2b", gemma4_e2b, n_layer=35),
+    "gemma4-31b": ArchShape("gemma4-31b", gemma4_31b, n_layer=60),
+}
+
+
+@pytest.fixture(scope="module")
+def files(shapes_dir: Path) -> dict[str, Path]:
+    out = {}
+    for name, shape in SHAPES.items():
+        [path] = shape.spec().write(shapes_dir / f"{name}.gguf")
+        out[name] = path
+    return out
+
+
+@pytest.mark.parametrize(("name", "template"), arch_rows(SHAPES))
+def test_gemma4_row_equals_llama_cpp(llama_tools: Path, rpc_three: list[str], files: dict[str, Path], name: str,
+                                     template: str) -> None:
+    path = files[name]
+    check_row(llama_tools, path, model_context(str(path)), SHAPES[name], template, rpc_three)
