@@ -11,8 +11,9 @@ with its own scale) where `n_expert` is set. Keys are those convert_hf_to_gguf's
 kind, KV heads per layer, n_ff per layer with a double-wide MLP.
 
 The published shapes (Hugging Face config.json of google/gemma-4-*): E2B (PLE, shared KV, 4:1
-sliding:full), 31B (dense, 5:1, K=V full layers). Types are the Q4_K_M mix llama-quantize writes
-(Q4_K matrices, Q6_K V and FFN-down, Q6_K tied embeddings); only byte sizes matter here.
+sliding:full), 31B (dense, 5:1, K=V full layers), 26B-A4B (the MoE block). Types are the Q4_K_M mix
+llama-quantize writes (Q4_K matrices, Q6_K V and FFN-down, Q6_K tied embeddings, f32 routers); only byte sizes
+matter here.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class Gemma4Types:
     down: Q = Q.Q6_K
     embd: Q = Q.Q6_K
     ple: Q = Q.Q6_K
+    exp_down: Q = Q.Q6_K            # the experts' down matrices (rows of n_ff_exp)
 
 
 def gemma4_spec(d: Gemma4Dims, ty: Gemma4Types = Gemma4Types()) -> ModelSpec:
@@ -114,13 +116,13 @@ def _layer(spec: ModelSpec, d: Gemma4Dims, ty: Gemma4Types, il: int, n_kv: int, 
     spec.add(T.FFN_DOWN, ty.down, (n_ff, d.n_embd), il)
     spec.add(T.FFN_POST_NORM, Q.F32, (d.n_embd,), il)
     if d.n_expert:
-        spec.add(T.FFN_GATE_INP, ty.mat, (d.n_embd, d.n_expert), il)
+        spec.add(T.FFN_GATE_INP, Q.F32, (d.n_embd, d.n_expert), il)   # llama-quantize leaves routers f32
         spec.add(T.FFN_GATE_INP, Q.F32, (d.n_embd,), il, "scale")
         spec.add(T.FFN_PRE_NORM_2, Q.F32, (d.n_embd,), il)
         spec.add(T.FFN_POST_NORM_1, Q.F32, (d.n_embd,), il)
         spec.add(T.FFN_POST_NORM_2, Q.F32, (d.n_embd,), il)
         spec.add(T.FFN_GATE_UP_EXP, ty.mat, (d.n_embd, 2 * d.n_ff_exp, d.n_expert), il)
-        spec.add(T.FFN_DOWN_EXP, ty.down, (d.n_ff_exp, d.n_embd, d.n_expert), il)
+        spec.add(T.FFN_DOWN_EXP, ty.exp_down, (d.n_ff_exp, d.n_embd, d.n_expert), il)
         spec.add(T.FFN_DOWN_EXP, Q.F32, (d.n_expert,), il, "scale")
     if d.n_embd_per_layer:
         spec.add(T.PER_LAYER_INP_GATE, ty.mat, (d.n_embd, d.n_embd_per_layer), il)
@@ -158,13 +160,25 @@ def gemma4_31b() -> ModelSpec:
     return tokenized(gemma4_spec(d), 262144)
 
 
+def gemma4_26b_a4b() -> ModelSpec:
+    """google/gemma-4-26B-A4B: 30 layers (5 sliding : 1 full), 2816 wide, 16 heads; sliding layers 8 KV heads
+    of 256, full layers 2 KV heads of 512 with V taken from K; window 1024; every layer a dense GELU FFN of 2112
+    beside 128 experts (8 used) of 704; 262144 vocab, 256k context. Rows of 2112 and 704 are no multiple of 256,
+    so llama-quantize's Q6_K falls back to Q8_0 for ffn_down and the experts' down matrices."""
+    d = Gemma4Dims(n_embd=2816, n_head=16, swa=pattern(30, 6), n_head_kv_swa=8, n_head_kv_full=2, head_swa=256,
+                   head_full=512, n_ff=2112, n_vocab=262144, window=1024, k_eq_v=True, n_expert=128,
+                   n_expert_used=8, n_ff_exp=704, n_ctx=262144)
+    return tokenized(gemma4_spec(d, Gemma4Types(down=Q.Q8_0, exp_down=Q.Q8_0)), 262144)
+
+
 def tiny_gemma4(*, swa: Sequence[bool] = (True, True, False, True, False), shared_kv: int = 0,
                 n_embd_per_layer: int = 0, k_eq_v: bool = False, double_wide: bool = False,
-                heads: tuple[int, int, int, int] = (32, 2, 64, 1)) -> ModelSpec:
+                heads: tuple[int, int, int, int] = (32, 2, 64, 1), n_expert: int = 0) -> ModelSpec:
     """A few-layer gemma4 file for node-level checks (Q8_0 weights, 512 tokens); `heads`: the sliding
     layers' head size and KV heads, then the full layers'."""
     d = Gemma4Dims(n_embd=128, n_head=4, swa=tuple(swa), n_head_kv_swa=heads[1], n_head_kv_full=heads[3],
                    head_swa=heads[0], head_full=heads[2], n_ff=256, n_vocab=512, window=64, shared_kv=shared_kv,
-                   double_wide=double_wide, n_embd_per_layer=n_embd_per_layer, k_eq_v=k_eq_v, n_ctx=4096)
-    ty = Gemma4Types(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0, ple=Q.Q8_0)
+                   double_wide=double_wide, n_embd_per_layer=n_embd_per_layer, k_eq_v=k_eq_v, n_ctx=4096,
+                   n_expert=n_expert, n_expert_used=2 if n_expert else 0, n_ff_exp=64)
+    ty = Gemma4Types(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0, ple=Q.Q8_0, exp_down=Q.Q8_0)
     return tokenized(gemma4_spec(d, ty), 512)

@@ -14,8 +14,10 @@ What differs from the llama-shaped builder, and why this is its own module:
   with gate -> GELU -> times its slice -> projection -> norm -> residual, then the layer's output scale;
 - the trunk runs every token: the output norm's result is a graph output (res->t_h_nextn) and the
   output rows are picked after it (cparams.embeddings_nextn_masked is false by default).
-The MoE block (26B-A4B: a dense FFN beside the experts, a router over an RMS-normed, scaled copy of the
-input) is not built here: such a file stays on the formula (BadInput, which the estimate reports).
+- the MoE block (26B-A4B): a dense GELU FFN beside the experts, each with its own post-norm, summed; the
+  router reads an RMS-normed, 1/sqrt(n_embd)-scaled, per-channel-scaled copy of the block input; the experts
+  (softmax gating, normalized weights, GEGLU over one fused gate_up matrix) scale their outputs by a
+  per-expert factor (build_lora_mm_id's w_s: reshape, repeat, get_rows, mul).
 """
 from __future__ import annotations
 
@@ -26,14 +28,16 @@ from dataclasses import dataclass
 from gguf import MODEL_TENSOR as T
 from gguf import Keys
 
-from planner.core.errors import BadInput, GGUFError
+from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, rope_freqs_name, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, Qkv
 from runtime.engine.hparams import ARCHS, HParams
 from runtime.engine.kvcache import CacheKind, KVCache, is_quantized, rotation_size
+from runtime.engine.moe import normalized_weights, weighted_sum
 from runtime.ggml import build as B
+from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Op, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
 
@@ -127,8 +131,6 @@ class Gemma4Builder(DecoderBuilder):
 
     def __init__(self, hp: Gemma4HParams, weights: Mapping[str, Tensor], kv: KVCache, *, flash_attn: bool,
                  offload_kqv: bool) -> None:
-        if hp.n_expert:
-            raise BadInput("gemma4's MoE block (26B-A4B) is not built by the runtime; its compute is the formula's")
         super().__init__(hp, weights, kv, flash_attn=flash_attn, offload_kqv=offload_kqv)
         self.hp = hp
 
@@ -273,6 +275,50 @@ class Gemma4Builder(DecoderBuilder):
         self.out.graph.expand(cur)
         return cur
 
+    # --- the MoE block ----------------------------------------------------------------------------
+    def _moe_block(self, il: int, attn_out: Tensor) -> Tensor:
+        """The dense MLP and the experts side by side (gemma4.cpp's is_moe_layer branch)."""
+        hp = self.hp
+        mlp = self.ffn(self.norm(attn_out, tensor_name(T.FFN_NORM, il), il), il)
+        mlp = self.norm(mlp, tensor_name(T.FFN_POST_NORM_1, il), il)
+        cur = self.norm(attn_out, tensor_name(T.FFN_PRE_NORM_2, il), il)
+        tmp = B.scale(B.rms_norm(attn_out, hp.eps, name=f"router_norm-{il}"), 1.0 / math.sqrt(hp.n_embd))
+        tmp = B.mul(tmp, self._need(tensor_name(T.FFN_GATE_INP, il, "scale")))
+        logits = self.lora.mm(self._need(tensor_name(T.FFN_GATE_INP, il)), tmp, name=f"ffn_moe_logits-{il}")
+        moe = self._experts(il, cur, logits)
+        moe = self.norm(moe, tensor_name(T.FFN_POST_NORM_2, il), il)
+        return B.add(mlp, moe, name=f"ffn_moe_combined-{il}")
+
+    def _experts(self, il: int, cur: Tensor, logits: Tensor) -> Tensor:
+        """build_moe_ffn with the router's logits given (probs_in), softmax gating, norm_w, GELU, the fused
+        gate_up experts and the down experts' per-expert scale."""
+        hp, g = self.hp, self.out.graph
+        n_embd, n_tokens, k = cur.ne[0], cur.ne[1], hp.n_expert_used
+        probs = B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
+        order = B._node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", I32, order="DESC")
+        selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
+                          name=f"ffn_moe_topk-{il}")
+        weights = B.get_rows(B.reshape(probs, (1, hp.n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
+        weights = normalized_weights(weights, k, n_tokens, il)
+        g.expand(weights)
+        x = B.reshape(cur, (n_embd, 1, n_tokens))
+        gate_up = self.lora.mm_id(self._need(tensor_name(T.FFN_GATE_UP_EXP, il)), x, selected,
+                                  name=f"ffn_moe_gate_up-{il}")
+        n_ff = gate_up.ne[0] // 2
+        gate = B.view(gate_up, (n_ff, gate_up.ne[1], gate_up.ne[2]), (gate_up.nb[0], gate_up.nb[1], gate_up.nb[2]), 0,
+                      name=f"ffn_moe_gate-{il}")
+        up = B.view(gate_up, (n_ff, gate_up.ne[1], gate_up.ne[2]), (gate_up.nb[0], gate_up.nb[1], gate_up.nb[2]),
+                    n_ff * gate_up.nb[0], name=f"ffn_moe_up-{il}")
+        act = Tensor(F32, gate.ne, name=f"ffn_moe_geglu-{il}", op=Op.GLU, src=[gate, up], op_params={"glu": "GEGLU"})
+        experts = self.lora.mm_id(self._need(tensor_name(T.FFN_DOWN_EXP, il)), act, selected,
+                                  name=f"ffn_moe_down-{il}")
+        w_s = self._w(tensor_name(T.FFN_DOWN_EXP, il, "scale"))
+        if w_s is not None:   # build_lora_mm_id's per-expert scale
+            s = B.reshape(w_s, (1, w_s.ne[0], 1))
+            s = repeat_4d(s, (1, w_s.ne[0], n_tokens, 1), name=f"ffn_moe_down_s-{il}")
+            experts = B.mul(experts, B.get_rows(s, selected), name=f"ffn_moe_down_scaled-{il}")
+        return weighted_sum(g, experts, weights, n_embd, n_tokens, k, il)
+
     # --- the graph --------------------------------------------------------------------------------
     def _per_layer_embd(self, il: int, cur: Tensor, ple: Tensor) -> Tensor:
         hp, n_tokens = self.hp, cur.ne[1]
@@ -292,7 +338,10 @@ class Gemma4Builder(DecoderBuilder):
         cur = self.lora.mm(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
         cur = self.norm(cur, tensor_name(T.ATTN_POST_NORM, il), il)
         attn_out = B.add(cur, x, name=f"attn_res-{il}")
-        cur = self.ffn(self.norm(attn_out, tensor_name(T.FFN_NORM, il), il), il)
+        if self._w(tensor_name(T.FFN_GATE_INP, il)) is not None:
+            cur = self._moe_block(il, attn_out)
+        else:
+            cur = self.ffn(self.norm(attn_out, tensor_name(T.FFN_NORM, il), il), il)
         cur = self.norm(cur, tensor_name(T.FFN_POST_NORM, il), -1)   # gemma4.cpp passes il = -1 here
         cur = B.add(cur, attn_out, name=f"ffn_res-{il}")
         if ple is not None:

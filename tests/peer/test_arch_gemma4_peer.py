@@ -1,6 +1,6 @@
 """gemma4 against the pinned llama-fit-params: the peer matrix (tests/support/arch_matrix.py) on shape-faithful
-files of Gemma 4 E2B (per-layer embeddings, shared KV, a double-wide MLP) and Gemma 4 31B (dense, V taken from K
-on the full layers), written by planner/synth/shapes_gemma4.py."""
+files of Gemma 4 E2B (per-layer embeddings, shared KV, a double-wide MLP), Gemma 4 31B (dense, V taken from K
+on the full layers) and Gemma 4 26B-A4B (experts beside a dense FFN), written by planner/synth/shapes_gemma4.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import model_context
-from planner.synth.shapes_gemma4 import gemma4_31b, gemma4_e2b
+from planner.synth.shapes_gemma4 import gemma4_26b_a4b, gemma4_31b, gemma4_e2b
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.peer
 SHAPES = {
     "gemma4-e2b": ArchShape("gemma4-e2b", gemma4_e2b, n_layer=35),
     "gemma4-31b": ArchShape("gemma4-31b", gemma4_31b, n_layer=60),
+    "gemma4-26b-a4b": ArchShape("gemma4-26b-a4b", gemma4_26b_a4b, n_layer=30, moe=True),
 }
 
 

@@ -42,6 +42,14 @@ def wide(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def moe(tmp_path_factory) -> Path:
+    """The MoE block on every layer: 8 experts (2 used) beside the dense FFN, V from K on full layers."""
+    [path] = tiny_gemma4(heads=(64, 2, 128, 1), k_eq_v=True, n_expert=8).write(
+        tmp_path_factory.mktemp("gemma4") / "moe.gguf")
+    return path
+
+
+@pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Path:
     """Shared KV, per-layer embeddings, V from K on full layers, a double-wide MLP on the shared blocks."""
     spec = tiny_gemma4(swa=SWA, shared_kv=SHARED, n_embd_per_layer=32, k_eq_v=True, double_wide=True)
@@ -92,6 +100,10 @@ LLAMA_CPP_RESERVE = {
     ("wide", "-c 4096 -fa off -np 2"): (343, 26.26),
     ("wide", "-c 4096 -np 2 -ctk q8_0 -ctv q8_0"): (389, 6.13),
     ("wide", "-c 4096 -ctk q4_0 -ctv q8_0"): (379, 8.13),
+    ("moe", "-c 4096"): (387, 7.52),
+    ("moe", "-c 4096 -fa off"): (412, 45.26),
+    ("moe", "-c 4096 -np 2 -ctk q8_0 -ctv q8_0"): (457, 5.63),
+    ("moe", "-c 1024 -ub 32"): (387, 0.25),
 }
 
 
