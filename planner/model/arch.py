@@ -396,11 +396,14 @@ def model_facts(model: ModelFile) -> ModelFacts:
 
 def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:
     """Layers at or past this index reuse an earlier layer's cache (llama.cpp n_layer_kv_from_start)."""
+    if arch in _KV_FROM_START_DEFAULTS:   # fixed by the loader, whatever the file's shared_kv_layers says
+        return _KV_FROM_START_DEFAULTS[arch](n)
     shared = meta.get(Keys.Attention.SHARED_KV_LAYERS)
     if shared:
         return n - int(shared)
-    return _KV_FROM_START_DEFAULTS.get(arch, lambda _: None)(n)
+    return None
 
 
-# gemma3n's first 20 blocks own caches, later ones reuse them (src/models/gemma3n.cpp).
+# gemma3n's first 20 blocks own caches, later ones reuse them: load_arch_hparams sets 20 and reads no key
+# (src/models/gemma3n.cpp).
 _KV_FROM_START_DEFAULTS: dict[str, Callable[[int], int | None]] = {"gemma3n": lambda _n: 20}

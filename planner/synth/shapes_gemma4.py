@@ -182,3 +182,80 @@ def tiny_gemma4(*, swa: Sequence[bool] = (True, True, False, True, False), share
                    n_expert=n_expert, n_expert_used=2 if n_expert else 0, n_ff_exp=64)
     ty = Gemma4Types(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0, ple=Q.Q8_0, exp_down=Q.Q8_0)
     return tokenized(gemma4_spec(d, ty), 512)
+
+
+# --- gemma3n (src/models/gemma3n.cpp) -----------------------------------------------------------------
+# llama-hparams.h defaults gemma3n's loader never overrides: four AltUp streams, LAuReL rank 64, PLE width 256
+GEMMA3N_ALTUP, GEMMA3N_LAUREL_RANK, GEMMA3N_PLE = 4, 64, 256
+
+
+def gemma3n_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int, n_vocab: int,
+                 window: int, shared_kv: int, swa: Sequence[bool] | None = None, ty: Gemma4Types = Gemma4Types(),
+                 small: Q = Q.Q8_0) -> ModelSpec:
+    """A gemma3n file as llama_model_gemma3n::load_arch_tensors creates it: every block with Q, K and V (shared-KV
+    blocks too), Q/K norms, post norms, the per-layer embeddings, AltUp's router and coefficients and LAuReL's
+    low-rank pair; tied embeddings; `small` for the matrices whose rows are too short for a K-quant."""
+    spec = ModelSpec("gemma3n")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx=32768)
+    spec.metadata.update({
+        Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_head_kv, Keys.LLM.FEED_FORWARD_LENGTH: n_ff,
+        Keys.Attention.KEY_LENGTH: head_dim, Keys.Attention.VALUE_LENGTH: head_dim,
+        Keys.Rope.FREQ_BASE: 1000000.0, Keys.Rope.FREQ_BASE_SWA: 10000.0, Keys.Attention.SLIDING_WINDOW: window,
+        Keys.LLM.FINAL_LOGIT_SOFTCAPPING: 30.0, Keys.LLM.ALTUP_ACTIVE_IDX: 0,
+        Keys.LLM.ALTUP_NUM_INPUTS: GEMMA3N_ALTUP, Keys.LLM.EMBD_LENGTH_PER_LAYER_INP: GEMMA3N_PLE,
+        Keys.Attention.SHARED_KV_LAYERS: shared_kv,
+        Keys.Attention.SLIDING_WINDOW_PATTERN: list(swa if swa is not None else pattern(n_layer, 5)),
+    })
+    hd, pl = head_dim, GEMMA3N_PLE
+    spec.add(T.TOKEN_EMBD, ty.embd, (n_embd, n_vocab))
+    spec.add(T.ALTUP_PROJ, ty.mat, (n_embd, n_embd, GEMMA3N_ALTUP - 1))
+    spec.add(T.ALTUP_UNEMBD_PROJ, ty.mat, (n_embd, n_embd, GEMMA3N_ALTUP - 1))
+    spec.add(T.PER_LAYER_TOKEN_EMBD, ty.ple, (pl * n_layer, n_vocab))
+    spec.add(T.PER_LAYER_MODEL_PROJ, ty.mat, (n_embd, pl * n_layer))
+    spec.add(T.PER_LAYER_PROJ_NORM, Q.F32, (pl,))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    for il in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.ATTN_Q, ty.mat, (n_embd, hd * n_head), il)
+        spec.add(T.ATTN_K, ty.mat, (n_embd, hd * n_head_kv), il)
+        spec.add(T.ATTN_V, ty.v, (n_embd, hd * n_head_kv), il)
+        spec.add(T.ATTN_OUT, ty.mat, (hd * n_head, n_embd), il)
+        spec.add(T.ATTN_Q_NORM, Q.F32, (hd,), il)
+        spec.add(T.ATTN_K_NORM, Q.F32, (hd,), il)
+        spec.add(T.ATTN_POST_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.FFN_GATE, ty.mat, (n_embd, n_ff), il)
+        spec.add(T.FFN_UP, ty.mat, (n_embd, n_ff), il)
+        spec.add(T.FFN_DOWN, ty.down, (n_ff, n_embd), il)
+        spec.add(T.FFN_POST_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.PER_LAYER_INP_GATE, ty.mat, (n_embd, pl), il)
+        spec.add(T.PER_LAYER_PROJ, ty.mat, (pl, n_embd), il)
+        spec.add(T.PER_LAYER_POST_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.ALTUP_CORRECT_COEF, Q.F32, (GEMMA3N_ALTUP, GEMMA3N_ALTUP), il)
+        spec.add(T.ALTUP_CORRECT_SCALE, Q.F32, (n_embd,), il)
+        spec.add(T.ALTUP_PREDICT_COEF, Q.F32, (GEMMA3N_ALTUP, GEMMA3N_ALTUP * GEMMA3N_ALTUP), il)
+        spec.add(T.ALTUP_ROUTER, small, (n_embd, GEMMA3N_ALTUP), il)
+        spec.add(T.ALTUP_ROUTER_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.LAUREL_L, ty.mat, (n_embd, GEMMA3N_LAUREL_RANK), il)
+        spec.add(T.LAUREL_R, small, (GEMMA3N_LAUREL_RANK, n_embd), il)
+        spec.add(T.LAUREL_POST_NORM, Q.F32, (n_embd,), il)
+    return spec
+
+
+def gemma3n_e2b() -> ModelSpec:
+    """google/gemma-3n-E2B: 30 layers (4 sliding : 1 full), 2048 wide, 8 heads / 2 KV of 256, window 512, n_ff
+    8192, the last 10 layers reuse earlier caches, 262400 tokens (the converter pads both embedding tables to
+    the multimodal vocabulary), 32k context."""
+    spec = gemma3n_spec(n_layer=30, n_embd=2048, n_head=8, n_head_kv=2, head_dim=256, n_ff=8192, n_vocab=262400,
+                        window=512, shared_kv=10)
+    return tokenized(spec, 262400)
+
+
+def tiny_gemma3n(*, n_layer: int = 6, swa: Sequence[bool] | None = None, shared_kv: int = 2,
+                 head_dim: int = 64) -> ModelSpec:
+    """A few-layer gemma3n file for node-level checks (Q8_0 weights, 512 tokens). The pin's shared-KV start is
+    fixed at 20 blocks, so a file of 22 or more blocks is needed for reused caches."""
+    ty = Gemma4Types(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0, ple=Q.Q8_0, exp_down=Q.Q8_0)
+    spec = gemma3n_spec(n_layer=n_layer, n_embd=128, n_head=4, n_head_kv=2, head_dim=head_dim, n_ff=256, n_vocab=512,
+                        window=64, shared_kv=shared_kv, swa=swa, ty=ty, small=Q.F32)
+    return tokenized(spec, 512)

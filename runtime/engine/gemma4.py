@@ -44,6 +44,7 @@ from runtime.ggml.kernels import KERNELS, read_f32
 GEMMA4 = "gemma4"
 F32, I32 = GGMLType.F32, GGMLType.I32
 PLE_INPUT_SCALE = 1.0 / math.sqrt(2.0)   # project_per_layer_inputs: per_layer_input_scale
+DEFAULT_FINAL_SOFTCAP = 30.0   # llama-hparams.h: f_final_logit_softcapping's default
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def _reuse(swa: tuple[bool, ...], has_kv: tuple[bool, ...], path: str) -> tuple[
 
 
 def read_gemma4_hparams(model: ModelFile, facts: ModelFacts) -> Gemma4HParams:
-    """gemma4's hyper-parameters as load_hparams and llama_model_gemma4::load_arch_hparams read them."""
+    """gemma4's hyper-parameters as load_hparams and llama_model_gemma4::load_arch_hparams read them (gemma3n's
+    too, which runtime/engine/gemma3n.py then completes)."""
     meta, arch = model.metadata, model.architecture
 
     def get(template: str, default: float) -> float:
@@ -96,12 +98,12 @@ def read_gemma4_hparams(model: ModelFile, facts: ModelFacts) -> Gemma4HParams:
     freq_base = get(Keys.Rope.FREQ_BASE, 10000.0)
     window = max((lf.window for lf in trunk), default=0)
     return Gemma4HParams(
-        arch=arch, spec=ARCHS[GEMMA4], n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
+        arch=arch, spec=ARCHS[arch], n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
         n_ctx_train=facts.n_ctx_train, n_head=trunk[0].n_head, n_head_kv=tuple(lf.n_head_kv for lf in trunk),
         head_dim=head_dims[0], n_rot=rot_swa if swa[0] else rot_full, eps=get(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6),
         freq_base=freq_base, freq_base_swa=get(Keys.Rope.FREQ_BASE_SWA, 10000.0), freq_scale=1.0,
         freq_scale_swa=1.0, swa=swa, n_swa=window, kq_scale=1.0, q_scale=1.0,
-        softcap=get(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, 0.0), n_expert=facts.n_expert,
+        softcap=get(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, DEFAULT_FINAL_SOFTCAP), n_expert=facts.n_expert,
         n_expert_used=facts.n_expert_used, head_dims=head_dims,
         n_rots=tuple(rot_swa if s else rot_full for s in swa), has_kv=has_kv, reuse=_reuse(swa, has_kv, model.path),
         n_embd_per_layer=int(get(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, 0)),

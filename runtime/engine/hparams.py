@@ -87,6 +87,8 @@ ARCHS: dict[str, ArchSpec] = {
     # gemma4: gemma4.cpp's Q/K norms, post-norms, scaled embeddings and GELU FFN; runtime/engine/gemma4.py builds
     # it (two head geometries, shared KV, per-layer embeddings)
     "gemma4": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
+    # gemma3n: gemma4's attention with AltUp streams and LAuReL; runtime/engine/gemma3n.py builds it
+    "gemma3n": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

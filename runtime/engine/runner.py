@@ -36,6 +36,7 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
 from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
@@ -164,6 +165,8 @@ class ModelRunner:
         self.hp: HParams | MlaHParams = (read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
                                          else read_gemma4_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture == GEMMA4
+                                         else read_gemma3n_hparams(ctx.model, ctx.facts)
+                                         if ctx.model.architecture == GEMMA3N
                                          else read_hparams(ctx.model, ctx.facts))
         limit_blas_threads(1)
         self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
@@ -196,7 +199,7 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, GEMMA4)
+        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, GEMMA4, GEMMA3N)
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -314,8 +317,9 @@ class ModelRunner:
             return Qwen3NextBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                     flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
         if isinstance(self.hp, Gemma4HParams):
-            return Gemma4Builder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
-                                 offload_kqv=self.flags.kv_offload)
+            cls = Gemma3nBuilder if self.hp.arch == GEMMA3N else Gemma4Builder
+            return cls(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                       offload_kqv=self.flags.kv_offload)
         if self.hp.arch == GRANITE_HYBRID:
             return GraniteHybridBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                         flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)

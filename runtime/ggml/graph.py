@@ -65,6 +65,7 @@ class Op(enum.Enum):
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
     PAD = "PAD"   # gemma4: ggml_pad of V rows before a transposed cache wider than the layer's V
+    MEAN = "MEAN"   # gemma3n: ggml_mean of the gate rows (activation sparsity)
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

@@ -1,6 +1,7 @@
-"""gemma4 against the pinned llama-fit-params: the peer matrix (tests/support/arch_matrix.py) on shape-faithful
-files of Gemma 4 E2B (per-layer embeddings, shared KV, a double-wide MLP), Gemma 4 31B (dense, V taken from K
-on the full layers) and Gemma 4 26B-A4B (experts beside a dense FFN), written by planner/synth/shapes_gemma4.py."""
+"""gemma4 and gemma3n against the pinned llama-fit-params: the peer matrix (tests/support/arch_matrix.py) on
+shape-faithful files written by planner/synth/shapes_gemma4.py: Gemma 4 E2B (per-layer embeddings, shared KV, a
+double-wide MLP), Gemma 4 31B (dense, V taken from K on the full layers), Gemma 4 26B-A4B (experts beside a dense
+FFN) and Gemma 3n E2B (AltUp, LAuReL, shared KV)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import model_context
-from planner.synth.shapes_gemma4 import gemma4_26b_a4b, gemma4_31b, gemma4_e2b
+from planner.synth.shapes_gemma4 import gemma3n_e2b, gemma4_26b_a4b, gemma4_31b, gemma4_e2b
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
@@ -17,6 +18,7 @@ SHAPES = {
     "gemma4-e2b": ArchShape("gemma4-e2b", gemma4_e2b, n_layer=35),
     "gemma4-31b": ArchShape("gemma4-31b", gemma4_31b, n_layer=60),
     "gemma4-26b-a4b": ArchShape("gemma4-26b-a4b", gemma4_26b_a4b, n_layer=30, moe=True),
+    "gemma3n-e2b": ArchShape("gemma3n-e2b", gemma3n_e2b, n_layer=30),
 }
 
 
@@ -30,7 +32,7 @@ def files(shapes_dir: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize(("name", "template"), arch_rows(SHAPES))
-def test_gemma4_row_equals_llama_cpp(llama_tools: Path, rpc_three: list[str], files: dict[str, Path], name: str,
+def test_gemma_row_equals_llama_cpp(llama_tools: Path, rpc_three: list[str], files: dict[str, Path], name: str,
                                      template: str) -> None:
     path = files[name]
     check_row(llama_tools, path, model_context(str(path)), SHAPES[name], template, rpc_three)
