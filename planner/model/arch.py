@@ -109,6 +109,11 @@ KNOWN_DENSE = frozenset({
 })
 
 
+# Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
+# layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
+NO_MEMORY = frozenset({"gemma-embedding"})
+
+
 @dataclass(frozen=True)
 class LayerFacts:
     index: int
@@ -378,7 +383,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
             head_dim_k=(dk_swa if swa[il] else dk) if attends else 0,
             head_dim_v=0 if (mla or not attends) else (dv_swa if swa[il] else dv),
             window=window if kind is AttnKind.SWA else 0,
-            has_kv=attends and (kv_from_start is None or il < kv_from_start),
+            has_kv=attends and arch not in NO_MEMORY and (kv_from_start is None or il < kv_from_start),
             state_r=r if is_rec else 0, state_s=s if is_rec else 0,
             nextn=il >= n_layer,
         ))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gguf import Keys
 
-from planner.synth.gguf_factory import ModelSpec, Q, T, _common, add_tokenizer
+from planner.synth.gguf_factory import ModelSpec, Q, T, _common, add_tokenizer, gemma3_spec
 
 
 @dataclass(frozen=True)
@@ -259,3 +259,22 @@ def tiny_gemma3n(*, n_layer: int = 6, swa: Sequence[bool] | None = None, shared_
     spec = gemma3n_spec(n_layer=n_layer, n_embd=128, n_head=4, n_head_kv=2, head_dim=head_dim, n_ff=256, n_vocab=512,
                         window=64, shared_kv=shared_kv, swa=swa, ty=ty, small=Q.F32)
     return tokenized(spec, 512)
+
+
+# --- gemma-embedding (src/models/gemma-embedding.cpp): gemma3's tensors under another architecture ----------------
+def gemma_embedding_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int,
+                         n_vocab: int, window: int, n_ctx: int) -> ModelSpec:
+    """A gemma-embedding file: gemma3_spec's layout (llama_model_gemma_embedding::load_arch_tensors creates the
+    same tensors, Q8_0 here as the published Q8_0 files have them), no dense projection modules."""
+    spec = gemma3_spec(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+                       n_ff=n_ff, n_vocab=n_vocab, window=window)
+    spec.arch = "gemma-embedding"
+    spec.metadata.update({Keys.LLM.CONTEXT_LENGTH: n_ctx, Keys.Rope.FREQ_BASE: 1000000.0})
+    return tokenized(spec, n_vocab)
+
+
+def embeddinggemma_300m() -> ModelSpec:
+    """google/embeddinggemma-300m: 24 layers (5 sliding : 1 full), 768 wide, 3 heads / 1 KV of 256, n_ff 1152,
+    window 512, 262144 vocab, 2048 context (the Q8_0 GGUF ggml-org publishes)."""
+    return gemma_embedding_spec(n_layer=24, n_embd=768, n_head=3, n_head_kv=1, head_dim=256, n_ff=1152,
+                                n_vocab=262144, window=512, n_ctx=2048)

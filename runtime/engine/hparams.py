@@ -89,6 +89,9 @@ ARCHS: dict[str, ArchSpec] = {
     "gemma4": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
     # gemma3n: gemma4's attention with AltUp streams and LAuReL; runtime/engine/gemma3n.py builds it
     "gemma3n": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
+    # gemma-embedding: gemma3's layer without a cache and without logits; runtime/engine/gemma_embedding.py
+    "gemma-embedding": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True,
+                                q_prescale=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

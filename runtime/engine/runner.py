@@ -33,11 +33,12 @@ from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
-from planner.model.arch import AttnKind
+from planner.model.arch import NO_MEMORY, AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
 from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
+from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
@@ -199,7 +200,8 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, GEMMA4, GEMMA3N)
+        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, GEMMA4, GEMMA3N,
+                                                                    GEMMA_EMBEDDING)
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -293,6 +295,8 @@ class ModelRunner:
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
                           v_trans=not cp.flash_attn and not k_only and not self.auto_fa_off, type_k=settings.type_k,
                           type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim)
+        if hp.arch in NO_MEMORY:   # create_memory makes none: the layers attend over the ubatch itself
+            return
         by_device: dict[str, list[Tensor]] = {}
         for il in range(hp.n_layer):
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
@@ -320,6 +324,9 @@ class ModelRunner:
             cls = Gemma3nBuilder if self.hp.arch == GEMMA3N else Gemma4Builder
             return cls(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
                        offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == GEMMA_EMBEDDING:
+            return GemmaEmbeddingBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                                         offload_kqv=self.flags.kv_offload)
         if self.hp.arch == GRANITE_HYBRID:
             return GraniteHybridBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                         flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
@@ -434,7 +441,7 @@ class ModelRunner:
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
                            f"(validate --reserve-only)")
-        if isinstance(self.hp, Gemma4HParams):
+        if isinstance(self.hp, Gemma4HParams) or self.hp.arch == GEMMA_EMBEDDING:
             raise BadInput(f"{self.hp.arch}: the runtime sizes its graphs but does not run them "
                            f"(validate --reserve-only)")
         if self.flags.split_mode == "tensor" and not self._splits_tensors():
