@@ -278,3 +278,34 @@ def embeddinggemma_300m() -> ModelSpec:
     window 512, 262144 vocab, 2048 context (the Q8_0 GGUF ggml-org publishes)."""
     return gemma_embedding_spec(n_layer=24, n_embd=768, n_head=3, n_head_kv=1, head_dim=256, n_ff=1152,
                                 n_vocab=262144, window=512, n_ctx=2048)
+
+
+# --- gemma (Gemma 1, src/models/gemma.cpp) -------------------------------------------------------------------
+def gemma_spec(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int, n_vocab: int,
+               n_ctx: int = 8192, ty: Gemma4Types = Gemma4Types()) -> ModelSpec:
+    """A gemma file as llama_model_gemma::load_arch_tensors creates it: llama's layer (no post norms, no Q/K
+    norms) with head_dim heads, the output tied to token_embd (always: the loader creates it duplicated)."""
+    spec = ModelSpec("gemma")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx=n_ctx)
+    spec.metadata.update({
+        Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_head_kv, Keys.LLM.FEED_FORWARD_LENGTH: n_ff,
+        Keys.Attention.KEY_LENGTH: head_dim, Keys.Attention.VALUE_LENGTH: head_dim,
+    })
+    spec.add(T.TOKEN_EMBD, ty.embd, (n_embd, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
+    for il in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.ATTN_Q, ty.mat, (n_embd, head_dim * n_head), il)
+        spec.add(T.ATTN_K, ty.mat, (n_embd, head_dim * n_head_kv), il)
+        spec.add(T.ATTN_V, ty.v, (n_embd, head_dim * n_head_kv), il)
+        spec.add(T.ATTN_OUT, ty.mat, (head_dim * n_head, n_embd), il)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), il)
+        spec.add(T.FFN_GATE, ty.mat, (n_embd, n_ff), il)
+        spec.add(T.FFN_UP, ty.mat, (n_embd, n_ff), il)
+        spec.add(T.FFN_DOWN, ty.down, (n_ff, n_embd), il)
+    return tokenized(spec, n_vocab)
+
+
+def gemma_7b() -> ModelSpec:
+    """google/gemma-7b: 28 layers, 3072 wide, 16 heads / 16 KV of 256, n_ff 24576, 256000 vocab, 8k context."""
+    return gemma_spec(n_layer=28, n_embd=3072, n_head=16, n_head_kv=16, head_dim=256, n_ff=24576, n_vocab=256000)

@@ -89,6 +89,8 @@ ARCHS: dict[str, ArchSpec] = {
     "gemma4": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
     # gemma3n: gemma4's attention with AltUp streams and LAuReL; runtime/engine/gemma3n.py builds it
     "gemma3n": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
+    # gemma (Gemma 1): llama's layer with scaled embeddings, Q pre-scaled by 1/sqrt(head_dim), GELU FFN (gemma.cpp)
+    "gemma": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, embd_scale=True, q_prescale=True),
     # gemma-embedding: gemma3's layer without a cache and without logits; runtime/engine/gemma_embedding.py
     "gemma-embedding": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True,
                                 q_prescale=True),

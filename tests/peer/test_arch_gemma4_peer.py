@@ -1,8 +1,8 @@
-"""gemma4, gemma3n and gemma-embedding against the pinned llama-fit-params: the peer matrix
+"""gemma4, gemma3n, gemma-embedding and gemma against the pinned llama-fit-params: the peer matrix
 (tests/support/arch_matrix.py) on shape-faithful files written by planner/synth/shapes_gemma4.py: Gemma 4 E2B
 (per-layer embeddings, shared KV, a double-wide MLP), Gemma 4 31B (dense, V taken from K on the full layers),
-Gemma 4 26B-A4B (experts beside a dense FFN), Gemma 3n E2B (AltUp, LAuReL, shared KV) and EmbeddingGemma 300M
-(no cache at all)."""
+Gemma 4 26B-A4B (experts beside a dense FFN), Gemma 3n E2B (AltUp, LAuReL, shared KV), EmbeddingGemma 300M
+(no cache at all) and Gemma 7B (Gemma 1)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,6 +16,7 @@ from planner.synth.shapes_gemma4 import (
     gemma4_26b_a4b,
     gemma4_31b,
     gemma4_e2b,
+    gemma_7b,
 )
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
@@ -27,6 +28,7 @@ SHAPES = {
     "gemma4-26b-a4b": ArchShape("gemma4-26b-a4b", gemma4_26b_a4b, n_layer=30, moe=True),
     "gemma3n-e2b": ArchShape("gemma3n-e2b", gemma3n_e2b, n_layer=30),
     "embeddinggemma-300m": ArchShape("embeddinggemma-300m", embeddinggemma_300m, n_layer=24),
+    "gemma-7b": ArchShape("gemma-7b", gemma_7b, n_layer=28),
 }
 
 
