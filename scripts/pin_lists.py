@@ -1,4 +1,4 @@
-"""Re-extract the pinned llama.cpp's architecture and projector names into planner/llama/data.
+"""Re-extract the pinned llama.cpp's architecture and projector names into planner/gguf/data.
 
     pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36 -d /tmp/lcp
     tar xzf /tmp/lcp/llama_cpp_python-0.3.36.tar.gz -C /tmp/lcp
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / "planner" / "llama" / "data"
+DATA = Path(__file__).resolve().parents[1] / "planner" / "gguf" / "data"
 ARCH_FILE, ARCH_TABLE = "src/llama-arch.cpp", "LLM_ARCH_NAMES"
 PROJ_FILE, PROJ_TABLE = "tools/mtmd/clip-impl.h", "PROJECTOR_TYPE_NAMES"
 # llama-quantize's dummy and the enum's sentinel: names llama.cpp loads no model for

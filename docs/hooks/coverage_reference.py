@@ -1,7 +1,7 @@
 """MkDocs hook: the coverage table, one row per architecture and projector type of the pinned llama.cpp.
 
 `<!-- fitplan:coverage -->` becomes the counts and the two tables. Each row is
-planner.memory.coverage's answer for a name of the pin's own lists (planner/llama/data, extracted by
+planner.memory.coverage's answer for a name of the pin's own lists (planner/gguf/data, extracted by
 scripts/pin_lists.py), so a builder or KV rule added to the code shows here at the next build. The
 peer-test column is found from the tests themselves: the shapes of the estimate matrix
 (tests/support/estimate_matrix.py MODELS, each written by planner.synth and read back for its
@@ -109,7 +109,7 @@ def _files(files: list[str]) -> str:
 
 
 def coverage_page() -> str:
-    from planner.llama.pin_lists import ARCHITECTURES_FILE, PROJECTORS_FILE, source
+    from planner.gguf.pin_lists import ARCHITECTURES_FILE, PROJECTORS_FILE, source
     from planner.memory.coverage import Status, counts, coverage_table, projector_table
 
     archs, projs = coverage_table(), projector_table()

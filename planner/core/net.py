@@ -22,6 +22,12 @@ def _cache_home(env: Mapping[str, str]) -> Path:
     return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
+def fitplan_cache(env: Mapping[str, str] | None = None) -> Path:
+    """fitplan's own cache directory: FITPLAN_CACHE, else $XDG_CACHE_HOME/fitplan (~/.cache/fitplan)."""
+    env = os.environ if env is None else env
+    return Path(env.get("FITPLAN_CACHE") or _cache_home(env) / "fitplan")
+
+
 @dataclass(frozen=True)
 class NetSettings:
     hf_endpoint: str            # HF_ENDPOINT; the Hub's API and file host
@@ -43,7 +49,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> NetSettings:
     env = os.environ if env is None else env
     cache = _cache_home(env)
     hf_home = Path(env.get("HF_HOME") or cache / "huggingface")
-    fitplan_cache = Path(env.get("FITPLAN_CACHE") or cache / "fitplan")
+    own = fitplan_cache(env)
     try:
         return NetSettings(
             # the pinned llama.cpp reads MODEL_ENDPOINT before HF_ENDPOINT (common.cpp common_get_model_endpoint)
@@ -53,7 +59,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> NetSettings:
             ollama_models=Path(env.get("OLLAMA_MODELS") or Path.home() / ".ollama" / "models"),
             hf_hub_cache=Path(env.get("HF_HUB_CACHE") or hf_home / "hub"),
             llama_cache=Path(env.get("LLAMA_CACHE") or cache / "llama.cpp"),
-            header_cache=Path(env.get("FITPLAN_HEADER_CACHE") or fitplan_cache / "headers"),
+            header_cache=Path(env.get("FITPLAN_HEADER_CACHE") or own / "headers"),
             header_cache_bytes=int(float(env.get("FITPLAN_HEADER_CACHE_MIB") or 1024) * MiB),
             header_cap_bytes=int(float(env.get("FITPLAN_HEADER_CAP_MIB") or 256) * MiB),
             token=(env.get("HF_TOKEN") or "").strip() or _stored_token(env, hf_home),

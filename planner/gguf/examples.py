@@ -9,11 +9,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from planner.core import net
 from planner.core.errors import BadInput
 from planner.core.files import write_atomic
 from planner.gguf.references import Reference, Source, resolve_reference
 
-CACHE_DIR = Path(os.environ.get("FITPLAN_CACHE", Path.home() / ".cache" / "fitplan")) / "models"
+
+def models_dir() -> Path:
+    """Where the bundled examples are assembled: the `models` folder of fitplan's cache (FITPLAN_CACHE,
+    else $XDG_CACHE_HOME/fitplan), read at each call."""
+    return net.fitplan_cache() / "models"
 
 # name -> (python package that ships it, file name it assembles)
 EXAMPLES: dict[str, tuple[str, str]] = {
@@ -38,7 +43,7 @@ def _example(name: str) -> str:
     if name not in EXAMPLES:
         raise BadInput(f"unknown example model {name!r}: known examples are {', '.join(EXAMPLES)}")
     package, file_name = EXAMPLES[name]
-    target = CACHE_DIR / file_name
+    target = models_dir() / file_name
     if target.exists():
         return str(target)
     try:
@@ -46,7 +51,7 @@ def _example(name: str) -> str:
     except ImportError:
         raise BadInput(f"example {name!r} needs the package {package.replace('_', '-')}: "
                        f"pip install 'fitplan[examples]'") from None
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     # the one atomic writer: a reader (or a second fitplan assembling it at once) never sees half a model
     write_atomic(target, lambda tmp: module.assemble(tmp, overwrite=True))
     return str(target)

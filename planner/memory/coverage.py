@@ -9,7 +9,7 @@
   (UnsupportedProjector).
 
 `architecture_coverage(name)` and `projector_coverage(name)` answer for one name; docs/coverage.md
-is this module's answer over the pin's lists (planner/llama/pin_lists.py). UNDECIDED is the answer
+is this module's answer over the pin's lists (planner/gguf/pin_lists.py). UNDECIDED is the answer
 where the tables contradict one another (a builder without KV facts, two KV rules for one name) or
 the name is not the pin's: a test fails on it for any name the pin lists.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from planner.llama.pin_lists import pin_architectures, pin_projectors
+from planner.gguf.pin_lists import pin_architectures, pin_projectors
 from planner.llama.tensor_parallel import SM_TENSOR_UNSUPPORTED
 from planner.model.arch import KNOWN_DENSE, RECURRENT_RULES, SWA_RULES
 from runtime.engine.clip_hparams import SUPPORTED as PROJECTORS_SIMULATED

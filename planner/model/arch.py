@@ -50,6 +50,9 @@ class SwaRule:
     default_window: int = 0
     needs_window_key: bool = False  # SWA only when the file declares a window (gemma3, afmoe, …)
     chunked: bool = False           # llama4's chunked attention
+    # dense: the rule holds only for this many trunk layers (exaone4: the 64-layer 32B; load_arch_hparams
+    # leaves every other size without SWA, whatever its keys say)
+    n_layer_only: int = 0
 
 
 SWA_RULES: dict[str, SwaRule] = {
@@ -61,7 +64,9 @@ SWA_RULES: dict[str, SwaRule] = {
     "cohere2moe": SwaRule(4, dense_first=True),
     "gpt-oss": SwaRule(2),
     "llama4": SwaRule(4, default_window=8192, chunked=True),
-    "exaone4": SwaRule(4, default_window=4096),
+    "exaone4": SwaRule(4, default_window=4096, n_layer_only=64),
+    # olmo2 (OLMo 3): three sliding layers in four once the file sets a window (load_arch_hparams)
+    "olmo2": SwaRule(4, needs_window_key=True),
     "exaone-moe": SwaRule(4, default_window=128),
     "afmoe": SwaRule(4, needs_window_key=True),
     "smallthinker": SwaRule(4, dense_first=True, needs_window_key=True),
@@ -237,10 +242,13 @@ def _swa_flags(meta: _Meta, n: int) -> tuple[list[bool], int]:
     """Which layers use a sliding window, and the window; llama.cpp's load_swa_pattern."""
     window = int(meta.get(Keys.Attention.SLIDING_WINDOW, 0) or 0)
     pattern = meta.get(Keys.Attention.SLIDING_WINDOW_PATTERN)
+    rule = SWA_RULES.get(meta.arch)
+    n_trunk = n - int(meta.get(Keys.LLM.NEXTN_PREDICT_LAYERS, 0) or 0)
+    if rule is not None and rule.n_layer_only and n_trunk != rule.n_layer_only:
+        return [False] * n, 0
     if isinstance(pattern, tuple):  # per-layer booleans win over any default
         flags = [bool(x) for x in pattern[:n]] + [False] * max(0, n - len(pattern))
         return flags, window
-    rule = SWA_RULES.get(meta.arch)
     if rule is None or (rule.needs_window_key and window == 0):
         return [False] * n, 0
     window = window or rule.default_window

@@ -1,5 +1,6 @@
 """One graph builder for the llama-shaped decoders: llama (Llama 2/3, Mistral), qwen2, qwen3,
-qwen3moe and gemma3, differing only by the facts in hparams.ARCHS.
+qwen3moe, gemma2/3, gpt-oss and the llama-like dense architectures (mistral3, glm4, olmo2, ...),
+differing only by the facts in hparams.ARCHS.
 
 The graph has llama.cpp's op kinds in llama.cpp's order (src/models/<arch>.cpp and
 src/llama-graph.cpp at the pinned build): inputs as llm_graph_input_* create them, per layer
@@ -28,6 +29,13 @@ from runtime.ggml import build as B
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
+# build_ffn with no gate tensor (the dense architectures' FFNs of one up projection)
+UNGATED_FFN = frozenset({FfnKind.RELU_SQR, FfnKind.XIELU, FfnKind.SWIGLU_FUSED})
+
+
+def _softplus(x: float) -> float:
+    """ggml_compute_softplus_f32 (ggml-impl.h): x itself above 20."""
+    return x if x > 20.0 else math.log(1.0 + math.exp(x))
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,7 @@ class DecoderBuilder:
         self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
         # applied LoRA adapters: build_lora_mm's extra matmuls on the weights they patch (runtime/engine/lora.py)
         self.lora = lora or Adapters()
+        self._attn_scale: Tensor | None = None   # mistral3's temperature input (set by _inputs)
 
     def _w(self, name: str) -> Tensor | None:
         return self.w.get(name)
@@ -100,12 +109,36 @@ class DecoderBuilder:
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
             return build_moe_ffn(self.hp, self._need, self.out.graph, x, il, self._w, self.lora)
+        if self.hp.spec.ffn in UNGATED_FFN:
+            return self._ffn_ungated(x, il)
         up = self.lora.mm(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
         gate = self.lora.mm(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
         kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"
         act = Tensor(F32, gate.ne, name=f"ffn_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
                      op_params={"glu": kind})
         return self.lora.mm(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
+
+    def _ffn_ungated(self, x: Tensor, il: int) -> Tensor:
+        """build_ffn without a gate tensor: arcee's relu(up)^2, apertus' xielu(up) and glm4's ggml_swiglu
+        over one ffn_up of twice n_ff (its first half the gate), then ffn_down."""
+        kind = self.hp.spec.ffn
+        up = self.lora.mm(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
+        if kind is FfnKind.RELU_SQR:
+            act = B.sqr(B.unary(up, "RELU", name=f"ffn_relu-{il}"), name=f"ffn_sqr(relu)-{il}")
+        elif kind is FfnKind.XIELU:
+            act = B.unary(up, "XIELU", name=f"ffn_xielu-{il}")
+            a_n, a_p, beta, eps = self.hp.xielu[il]   # ggml_xielu stores the softplus'd alphas
+            act.op_params.update(alpha_n=beta + _softplus(a_n), alpha_p=_softplus(a_p), beta=beta, eps=eps)
+        else:
+            act = B.swiglu_halves(up, name=f"ffn_swiglu-{il}")
+        return self.lora.mm(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
+
+    def _has_rope(self, il: int) -> bool:
+        """smollm3 leaves every nope_every-th layer unroped; exaone4 with SWA its full-attention layers."""
+        spec, hp = self.hp.spec, self.hp
+        if spec.nope_every and (il + 1) % spec.nope_every == 0:
+            return False
+        return not (spec.nope_full_attn and any(hp.swa) and not hp.swa[il])
 
     def _rope(self, x: Tensor, il: int) -> Tensor:
         hp = self.hp
@@ -119,6 +152,9 @@ class DecoderBuilder:
 
     def _qkv(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
         hp = self.hp
+        if hp.spec.qk_norm_full or hp.spec.qk_norm_after_rope or not self._has_rope(il) \
+                or self._attn_scale is not None:
+            return self._qkv_dense(x, il, n_tokens)
         out = []
         for part, tensor, heads in (("q", T.ATTN_Q, hp.n_head), ("k", T.ATTN_K, hp.n_head_kv[il]),
                                     ("v", T.ATTN_V, hp.n_head_kv[il])):
@@ -136,6 +172,37 @@ class DecoderBuilder:
         k = self._rope(k, il)
         if hp.q_scale != 1.0:
             q = B.scale(q, hp.q_scale, name=f"Qscaled-{il}")
+        return Qkv(q, k, v)
+
+    def _qkv_dense(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
+        """build_qkv and what the dense architectures do between it and build_attn: olmo2 norms Q and K
+        over the whole projection before the heads split (build_qkv with reshape = false); the per-head
+        norms come before RoPE (apertus, exaone4) or after it, K first (hunyuan-dense); layers without
+        RoPE skip it (smollm3, exaone4); mistral3 multiplies Q by the temperature input."""
+        hp, spec = self.hp, self.hp.spec
+        flat = []
+        for part, tensor in (("q", T.ATTN_Q), ("k", T.ATTN_K), ("v", T.ATTN_V)):
+            t = self.lora.mm(self._need(tensor_name(tensor, il)), x, name=f"{part.upper()}cur-{il}")
+            bias = self._w(tensor_name(tensor, il, "bias"))
+            flat.append(B.add(t, bias, name=f"{part.upper()}cur_b-{il}") if bias is not None else t)
+        q, k, v = flat
+        if spec.qk_norm_full:
+            q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
+            k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
+        q = B.reshape(q, (hp.head_dim, hp.n_head, n_tokens))
+        k = B.reshape(k, (hp.head_dim, hp.n_head_kv[il], n_tokens))
+        v = B.reshape(v, (hp.head_dim, hp.n_head_kv[il], n_tokens))
+        per_head = spec.qk_norm and not spec.qk_norm_full
+        if per_head and not spec.qk_norm_after_rope:
+            q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
+            k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
+        if self._has_rope(il):
+            q, k = self._rope(q, il), self._rope(k, il)
+        if per_head and spec.qk_norm_after_rope:
+            k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
+            q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
+        if self._attn_scale is not None:
+            q = B.mul(q, self._attn_scale, name=f"Qcur_attn_temp_scaled-{il}")
         return Qkv(q, k, v)
 
     # --- attention ------------------------------------------------------------------------------
@@ -246,6 +313,8 @@ class DecoderBuilder:
         tokens = B.new_input(I32, (t,), "inp_tokens")
         embd = B.new_input(F32, (hp.n_embd, t), "inp_embd")
         pos = B.new_input(I32, (t,), "inp_pos")
+        # build_inp_attn_scale (mistral3 with a temperature scale): one factor per token, [1, 1, n_tokens]
+        self._attn_scale = B.new_input(F32, (1, 1, t), "inp_attn_scale") if hp.attn_temp_scale else None
         attn = {}
         v_width = self.kv.v[0].ne[0]
         for kind, n_kv in shape.n_kv:
@@ -262,11 +331,11 @@ class DecoderBuilder:
 
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.hp
-        cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il)
+        cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il) if hp.spec.pre_norms else x
         qkv = self._qkv(cur, il, n_tokens)
         cur = self.attention(il, qkv.q, qkv.k, qkv.v)
         cur = self.lora.mm(self._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
-        bias = self._w(tensor_name(T.ATTN_OUT, il, "bias"))
+        bias = self._w(tensor_name(T.ATTN_OUT, il, "bias")) if hp.spec.attn_out_bias else None
         if bias is not None:
             cur = B.add(cur, bias)
         residual = x
@@ -275,10 +344,15 @@ class DecoderBuilder:
             residual = B.get_rows(residual, self.out.out_ids)
         if hp.spec.post_norms:
             cur = self.norm(cur, tensor_name(T.ATTN_POST_NORM, il), il)
+        if hp.residual_scale:   # granite: the attention and FFN outputs scaled before each residual add
+            cur = B.scale(cur, hp.residual_scale)
         ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
-        cur = self.ffn(self.norm(ffn_inp, tensor_name(hp.spec.ffn_norm, il), il), il)
-        if hp.spec.post_norms:
-            cur = self.norm(cur, tensor_name(T.FFN_POST_NORM, il), -1)  # gemma3 passes il = -1 here
+        ffn_in = self.norm(ffn_inp, tensor_name(hp.spec.ffn_norm, il), il) if hp.spec.pre_norms else ffn_inp
+        cur = self.ffn(ffn_in, il)
+        if hp.spec.post_norms:   # gemma3 passes il = -1 here, glm4 il
+            cur = self.norm(cur, tensor_name(T.FFN_POST_NORM, il), il if hp.spec.ffn_post_norm_layer else -1)
+        if hp.residual_scale:
+            cur = B.scale(cur, hp.residual_scale)
         return B.add(cur, ffn_inp, name=f"l_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:
@@ -289,6 +363,9 @@ class DecoderBuilder:
         x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
         g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
         g.expand(self.out.embd)
+        if hp.embd_scale_f:   # build_inp_embd scales granite's token embeddings and expands them
+            x = B.scale(x, hp.embd_scale_f, name="embd")
+            g.expand(x)
         if hp.spec.embd_scale:
             x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         for il in range(hp.n_layer):
@@ -299,6 +376,8 @@ class DecoderBuilder:
         cur = self.norm(x, OUTPUT_NORM, -1)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
         cur = self.lora.mm(out_w, cur, name="result_output")
+        if hp.logit_scale:   # granite: logits divided by f_logit_scale
+            cur = B.scale(cur, 1.0 / hp.logit_scale)
         if hp.softcap:
             cur = B.scale(cur, 1.0 / hp.softcap)
             cur = B.unary(cur, "TANH")

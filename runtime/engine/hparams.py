@@ -3,7 +3,11 @@
 Per-architecture facts live in `ARCHS` (keyed by GGUF architecture name); per-layer facts
 (heads, SWA layers, window) come from planner.model.arch so the runtime and the estimate agree on
 which layers slide. Sources: src/models/{llama,qwen2,qwen3,qwen3moe,gemma2,gemma3,openai-moe}.cpp and
-llama_model_rope_type in src/llama-model.cpp (pinned build, DESIGN.md).
+llama_model_rope_type in src/llama-model.cpp (pinned build, DESIGN.md). The llama-like dense
+architectures (mistral3, internlm2, ernie4_5, seed_oss, smollm3, granite, arcee, apertus, olmo2,
+exaone4, hunyuan-dense, glm4: src/models/<arch>.cpp) differ from llama only by the facts in the
+"dense" block of ArchSpec: unroped layers, post-only or sandwich norms, where the Q/K norms sit,
+an FFN without a gate tensor, granite's scales and mistral3's attention temperature.
 """
 from __future__ import annotations
 
@@ -29,6 +33,10 @@ class FfnKind(enum.Enum):
     SWIGLU = "swiglu"   # silu(gate) * up (LLM_FFN_SILU, LLM_FFN_PAR)
     GEGLU = "geglu"     # gelu(gate) * up (LLM_FFN_GELU, LLM_FFN_PAR)
     MOE = "moe"         # router, top-k experts (build_moe_ffn; MoeSpec says which kind)
+    # dense
+    RELU_SQR = "relu_sqr"          # relu(up)^2, no gate (LLM_FFN_RELU_SQR, LLM_FFN_SEQ: arcee)
+    XIELU = "xielu"                # xielu(up), no gate (apertus.cpp: ggml_xielu)
+    SWIGLU_FUSED = "swiglu_fused"  # one ffn_up of 2 * n_ff, ggml_swiglu over its halves (LLM_FFN_SWIGLU: glm4)
 
 
 class MoeGating(enum.Enum):
@@ -63,6 +71,16 @@ class ArchSpec:
     # the output rows are picked after the trunk, not inside its last layer
     trunk_is_output: bool = False
     moe: MoeSpec = MoeSpec()
+    # --- dense: the llama-like dense architectures (src/models/<arch>.cpp) ---
+    nope_every: int = 0             # smollm3: layer il has no RoPE where (il + 1) % nope_every == 0
+    nope_full_attn: bool = False    # exaone4: with SWA layers, the full-attention layers have no RoPE
+    pre_norms: bool = True          # olmo2, exaone4: no norm before attention or FFN (post norms only)
+    ffn_post_norm_layer: bool = False   # glm4 builds the FFN's post norm with il (pinned); gemma with -1
+    qk_norm_full: bool = False      # olmo2: Q and K RMS-normed over the whole projection, then split in heads
+    qk_norm_after_rope: bool = False    # hunyuan-dense: K, then Q, normed after RoPE
+    attn_out_bias: bool = True      # False: build_attn gets no attn_output bias (ernie4_5, olmo2, exaone4, glm4)
+    scales_from_file: bool = False  # granite: embedding, residual, attention and logit scales (GGUF keys)
+    attn_temp: bool = False         # mistral3: Q times a per-token temperature when the file has the key
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -84,6 +102,24 @@ ARCHS: dict[str, ArchSpec] = {
     "lfm2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     # qwen3next.cpp's gated attention (Q/K norms, NEOX RoPE) and experts; runtime/engine/qwen3next.py builds it
     "qwen3next": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
+    # dense
+    "mistral3": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, attn_temp=True),
+    "internlm2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU),
+    "ernie4_5": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, attn_out_bias=False),
+    # seed-oss.cpp norms the FFN input with attn_post_norm (the file has no ffn_norm)
+    "seed_oss": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, ffn_norm=MODEL_TENSOR.ATTN_POST_NORM),
+    "smollm3": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, nope_every=4),
+    "granite": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, scales_from_file=True),
+    "arcee": ArchSpec(RopeMode.NORM, FfnKind.RELU_SQR),
+    "apertus": ArchSpec(RopeMode.NEOX, FfnKind.XIELU, qk_norm=True),
+    "olmo2": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, qk_norm_full=True, post_norms=True,
+                      pre_norms=False, attn_out_bias=False, swa_rope_from_base=True),
+    "exaone4": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, post_norms=True, pre_norms=False,
+                        attn_out_bias=False, swa_rope_from_base=True, nope_full_attn=True),
+    "hunyuan-dense": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, qk_norm_after_rope=True),
+    "glm4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU_FUSED, post_norms=True, ffn_post_norm_layer=True,
+                     attn_out_bias=False),
+    # the Gemma family (helper gemma4)
     # gemma4: gemma4.cpp's Q/K norms, post-norms, scaled embeddings and GELU FFN; runtime/engine/gemma4.py builds
     # it (two head geometries, shared KV, per-layer embeddings)
     "gemma4": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
@@ -129,6 +165,12 @@ class HParams:
     n_ctx_orig: int = 0        # YaRN's original context
     n_expert: int = 0
     n_expert_used: int = 0
+    # dense
+    embd_scale_f: float = 0.0      # granite's f_embedding_scale (0: none)
+    residual_scale: float = 0.0    # granite's f_residual_scale (0: none)
+    logit_scale: float = 0.0       # granite's f_logit_scale: logits divided by it (0: none)
+    attn_temp_scale: float = 0.0   # mistral3's f_attn_temp_scale (0: no temperature input)
+    xielu: tuple[tuple[float, float, float, float], ...] = ()   # apertus: (alpha_n, alpha_p, beta, eps) per layer
 
     def n_embd_gqa(self, il: int) -> int:
         return self.head_dim * self.n_head_kv[il]
@@ -170,6 +212,8 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         big = facts.n_layer == spec.big_model_layers
         q_scale = 1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if big else kq_scale
         kq_scale = 1.0
+    dense = _dense_scales(model, spec)
+    kq_scale = dense.pop("kq_scale", kq_scale)
     window = max((lf.window for lf in trunk), default=0)
     freq_base = _get(model, Keys.Rope.FREQ_BASE, 10000.0) or 10000.0
     base_swa = freq_base if spec.swa_rope_from_base else DEFAULT_FREQ_BASE_SWA
@@ -187,4 +231,36 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         ext_factor=1.0 if scale_type == "yarn" else 0.0,
         n_ctx_orig=int(_get(model, Keys.Rope.SCALING_ORIG_CTX_LEN, facts.n_ctx_train)),
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
+        xielu=_xielu(model, spec, facts.n_layer), **dense,
     )
+
+
+def _dense_scales(model: ModelFile, spec: ArchSpec) -> dict[str, float]:
+    """granite's four scales (load_arch_hparams: the logit scale is required, the others optional) and
+    mistral3's attention temperature; the attention scale replaces 1/sqrt(head_dim) when set."""
+    out: dict[str, float] = {}
+    if spec.scales_from_file:
+        out.update(embd_scale_f=_get(model, Keys.LLM.EMBEDDING_SCALE, 0.0),
+                   residual_scale=_get(model, Keys.LLM.RESIDUAL_SCALE, 0.0),
+                   logit_scale=_get(model, Keys.LLM.LOGIT_SCALE, 0.0))
+        attn_scale = _get(model, Keys.Attention.SCALE, 0.0)
+        if attn_scale:
+            out["kq_scale"] = attn_scale
+    if spec.attn_temp:
+        out["attn_temp_scale"] = _get(model, Keys.Attention.TEMPERATURE_SCALE, 0.0)
+    return out
+
+
+def _xielu(model: ModelFile, spec: ArchSpec, n_layer: int) -> tuple[tuple[float, float, float, float], ...]:
+    """apertus' xIELU constants (keys without the architecture prefix, a scalar or one per layer; required)."""
+    if spec.ffn is not FfnKind.XIELU:
+        return ()
+    cols = []
+    for k in (Keys.xIELU.ALPHA_N, Keys.xIELU.ALPHA_P, Keys.xIELU.BETA, Keys.xIELU.EPS):
+        v = model.metadata.get(k)
+        if v is None:
+            raise GGUFError(model.path, f"key not found in model: {k}")
+        cols.append([float(x) for x in v][:n_layer] if isinstance(v, (list, tuple)) else [float(v)] * n_layer)
+    if any(len(c) < n_layer for c in cols):
+        raise GGUFError(model.path, f"the xIELU arrays hold fewer values than the model's {n_layer} layers")
+    return tuple(zip(*cols, strict=True))

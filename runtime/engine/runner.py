@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +27,7 @@ from gguf import MODEL_TENSOR, TENSOR_NAMES
 
 from planner.core.errors import BadInput
 from planner.gguf.tensor_data import TensorData
+from planner.hardware.inventory import Backend as DeviceBackend
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags
@@ -62,6 +63,7 @@ from runtime.ggml.kernels import KERNELS, prefetch_f32
 from runtime.ggml.mapped import map_weights
 from runtime.ggml.sched import Scheduler
 from runtime.ggml.sched_errors import BufferAllocationError
+from runtime.ggml.vulkan_ops import vulkan_supports
 
 log = logging.getLogger(__name__)
 
@@ -131,20 +133,13 @@ class StepRecord:
     reduces: ReduceCount | None = None   # -sm tensor: the meta backend's AllReduces in this step
 
 
-def _size_limit(limit: int) -> Callable[[Tensor], bool]:
-    """supports_op of a device that refuses an op whose result or a source is larger than `limit`
-    (ggml-vulkan.cpp ggml_backend_vk_device_supports_op, tensor_size_supported: lavapipe's 128 MiB
-    maxStorageBufferRange keeps Gemma 3's 512-token logits and -c 32768 -fa off scores on the CPU)."""
-    return lambda t: t.nbytes() <= limit and all(s is None or s.nbytes() <= limit for s in t.src)
-
-
 def _device(dev: PlacedDevice, capacity: int) -> Device:
     """The runtime's device for a placed one: its profile's alignment, padding, offload and size limit."""
     profile = dev.profile
     return Device(dev.name, DeviceType.GPU, capacity, alignment=dev.alignment,
                   offload_min_batch=profile.offload_min_batch(), profile=profile,
                   compute_capability=dev.compute_capability,
-                  supports=_size_limit(dev.max_tensor_bytes) if dev.max_tensor_bytes else None)
+                  supports=vulkan_supports(dev.max_tensor_bytes) if dev.backend is DeviceBackend.VULKAN else None)
 
 
 def _device_row(row: str) -> str:

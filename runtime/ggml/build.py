@@ -55,6 +55,10 @@ def scale(a: Tensor, s: float, name: str = "") -> Tensor:
     return _node(Op.SCALE, a.ne, [a], name, a.type, scale=float(s))
 
 
+def sqr(a: Tensor, name: str = "") -> Tensor:
+    return _node(Op.SQR, a.ne, [a], name, a.type)
+
+
 def rms_norm(a: Tensor, eps: float, name: str = "") -> Tensor:
     return _node(Op.RMS_NORM, a.ne, [a], name, a.type, eps=float(eps))
 
@@ -72,6 +76,11 @@ def swiglu(a: Tensor, b: Tensor, name: str = "") -> Tensor:
     if a.ne != b.ne:
         raise ValueError(f"swiglu: {a.ne} vs {b.ne}")
     return _node(Op.GLU, a.ne, [a, b], name, a.type, glu="SWIGLU")
+
+
+def swiglu_halves(a: Tensor, name: str = "") -> Tensor:
+    """ggml_swiglu: one source whose first half of each row gates the second (glm4's fused ffn_up)."""
+    return _node(Op.GLU, (a.ne[0] // 2, *a.ne[1:]), [a], name, a.type, glu="SWIGLU")
 
 
 def swiglu_oai(a: Tensor, b: Tensor, alpha: float, limit: float, name: str = "") -> Tensor:

@@ -9,7 +9,7 @@ allocator's in-place reuse (ggml_op_can_inplace) safe.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -270,7 +270,21 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 def _unary(node: Tensor) -> None:
-    _write(node, _UNARY[node.op_params["unary"]](read_f32(node.source(0))))
+    kind, x = node.op_params["unary"], read_f32(node.source(0))
+    _write(node, _xielu(x, node.op_params) if kind == "XIELU" else _UNARY[kind](x))
+
+
+def _xielu(x: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+    """op_xielu (ggml-cpu/unary-ops.cpp) with ggml_xielu's op params: alpha_p * x^2 + beta * x above 0,
+    (expm1(min(x, eps)) - x) * alpha_n + beta * x elsewhere."""
+    a_n, a_p, beta, eps = (np.float32(p[k]) for k in ("alpha_n", "alpha_p", "beta", "eps"))
+    neg = (np.expm1(np.minimum(x, eps)) - x) * a_n + beta * x
+    return np.where(x > 0, a_p * x * x + beta * x, neg).astype(np.float32)
+
+
+def _sqr(node: Tensor) -> None:
+    x = read_f32(node.source(0))
+    _write(node, x * x)
 
 
 _GLU: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SWIGLU": _silu, "GEGLU": _gelu}
@@ -294,6 +308,11 @@ def _glu(node: Tensor) -> None:
     act = _GLU.get(kind)
     if act is None:
         raise ValueError(f"GLU {kind} has no kernel")
+    if len(node.src) < 2 or node.src[1] is None:   # ggml_swiglu: the first half gates the second
+        x = read_f32(node.source(0))
+        half = x.shape[-1] // 2
+        _write(node, act(x[..., :half]) * x[..., half:])
+        return
     _write(node, act(read_f32(node.source(0))) * read_f32(node.source(1)))
 
 
@@ -543,6 +562,7 @@ KERNELS: dict[Op, Callable[[Tensor], None]] = {
     Op.SCALE: _scale,
     Op.RMS_NORM: _rms_norm,
     Op.UNARY: _unary,
+    Op.SQR: _sqr,
     Op.GLU: _glu,
     Op.MUL_MAT: _mul_mat,
     Op.MUL_MAT_ID: _mul_mat_id,

@@ -111,6 +111,7 @@ class BackendProfile:
     row_padding: int = 0           # get_alloc_size pads quantized rows to a multiple of this (0: none)
     fa_f16_staging: bool = False   # FLASH_ATTN_EXT reserves f16 copies of non-f16 K/V (CUDA, by kernel)
     fusion_alloc_deps: bool = False   # graph_optimize keeps fused groups' tensors alive (runtime/ggml/cuda_fusion.py)
+    graph_reorder: bool = False       # graph_optimize reorders each split's nodes (runtime/ggml/vulkan_reorder.py)
     sources: tuple[str, ...] = ()
     outside_breakdown: tuple[OutsideTerm, ...] = field(default=())
 
@@ -159,8 +160,9 @@ PROFILES: dict[Backend, BackendProfile] = {
     # Vulkan's alignment is the device's minStorageBufferOffsetAlignment (lavapipe and most GPUs: <= 64);
     # get_alloc_size is ggml_nbytes; the largest allocation is the device's suballocation block.
     Backend.VULKAN: BackendProfile(
-        TENSOR_ALIGNMENT, offload_op=True, host_buffer=True, async_events=True,
-        sources=("ggml-vulkan.cpp ggml_backend_vk_device_offload_op, ggml-vulkan-debug.cpp ggml_vk_get_op_batch_size",
+        TENSOR_ALIGNMENT, offload_op=True, host_buffer=True, async_events=True, graph_reorder=True,
+        sources=("ggml-vulkan.cpp ggml_vk_graph_optimize (node order of each split, top-k MoE alloc deps)",
+                 "ggml-vulkan.cpp ggml_backend_vk_device_offload_op, ggml-vulkan-debug.cpp ggml_vk_get_op_batch_size",
                  "ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment / get_alloc_size (= ggml_nbytes)",
                  "ggml-vulkan.cpp ggml_backend_vk_device_get_props caps"),
         outside_breakdown=(OutsideTerm(

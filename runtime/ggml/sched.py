@@ -103,6 +103,7 @@ class Scheduler:
         self._ids: tuple[Sequence[int], Sequence[int]] = ((), ())
         self._prev_ids: tuple[Sequence[int], Sequence[int]] = ((), ())
         self._graph_size = self._prev_graph_size = 0
+        self._reordered: tuple[Graph, list[Tensor]] | None = None
 
     # --- queries -------------------------------------------------------------------------------
     @property
@@ -175,6 +176,8 @@ class Scheduler:
             a = run_pass(self.ctx, graph, a)
         plan = cut_splits(self.ctx, graph, a, self.n_copies, self.cur_copy, self.max_split_inputs)
         plan = collect_graph_inputs(self.ctx, graph, a, plan, self.n_copies, self.cur_copy)
+        if any(getattr(self.ctx.backends[sp.backend_id].device.profile, "graph_reorder", False) for sp in plan.splits):
+            self._reordered = (graph, list(graph.nodes))   # the builder's order, restored before a new split
         deps = backend_alloc_deps(self.ctx, graph, plan)
         self.assignment, self.plan, self._graph = a, plan, graph
         self._prev_graph_size, self._graph_size = self._graph_size, graph_size(graph, plan, self.n_copies, deps)
@@ -190,6 +193,10 @@ class Scheduler:
         for node, j, original in reversed(self.plan.rewires):
             node.src[j] = original
         self.plan.rewires = []
+        if self._reordered is not None:   # llama.cpp builds each graph anew: a new split starts from its order
+            graph, order = self._reordered
+            graph.nodes[:] = order
+            self._reordered = None
 
     # --- stage 2: allocate ---------------------------------------------------------------------
     def reserve(self, graph: Graph) -> dict[str, int]:

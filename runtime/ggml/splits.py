@@ -13,6 +13,7 @@ from runtime.ggml.cuda_fusion import GGML_MAX_SRC, AllocDeps, cuda_alloc_deps
 from runtime.ggml.graph import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, BufferUsage, Graph, Op, Tensor
 from runtime.ggml.passes import Assignment, SchedContext, buffer_supported
 from runtime.ggml.sched_errors import SchedulerError
+from runtime.ggml.vulkan_reorder import vulkan_graph_optimize
 
 
 @dataclass(frozen=True)
@@ -220,12 +221,17 @@ def graph_size(graph: Graph, plan: SplitPlan, n_copies: int, alloc_deps: AllocDe
 
 def backend_alloc_deps(ctx: SchedContext, graph: Graph, plan: SplitPlan) -> AllocDeps:
     """Each split handed to its backend's graph_optimize (ggml-backend.cpp, before the graph copy is
-    made): the tensors a fusing backend keeps alive past their last use."""
+    made): the tensors a fusing backend keeps alive past their last use. A reordering backend
+    (Vulkan) rewrites graph.nodes within its splits, as ggml-vulkan rewrites the graph it is handed."""
     deps: AllocDeps = {}
     uses: dict[Tensor, int] | None = None
     for split in plan.splits:
         profile = ctx.backends[split.backend_id].device.profile
-        if profile is not None and profile.fusion_alloc_deps:
-            uses = uses if uses is not None else graph.use_counts()
+        if profile is None or not (profile.fusion_alloc_deps or profile.graph_reorder):
+            continue
+        uses = uses if uses is not None else graph.use_counts()
+        if profile.fusion_alloc_deps:
             cuda_alloc_deps(graph.nodes, split.i_start, split.i_end, uses, deps)
+        if profile.graph_reorder:
+            vulkan_graph_optimize(graph.nodes, split.i_start, split.i_end, uses, deps)
     return deps

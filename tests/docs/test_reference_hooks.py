@@ -91,7 +91,7 @@ def _rows(text: str, first: str) -> dict[str, list[str]]:
 
 
 def test_the_coverage_page_has_a_row_per_pin_name() -> None:
-    from planner.llama.pin_lists import pin_architectures, pin_projectors
+    from planner.gguf.pin_lists import pin_architectures, pin_projectors
     from planner.memory.coverage import architecture_coverage, projector_coverage
 
     text = hook("coverage_reference").coverage_page()

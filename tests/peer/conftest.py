@@ -1,10 +1,18 @@
 """Fixtures of the peer tests (against real llama.cpp), one instance per test module."""
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from planner.core.llama_tools import VULKAN_ENV
+from planner.hardware.vulkan_devices import LAVAPIPE
+
+MIB = 2**20
 
 
 @pytest.fixture(scope="module")
@@ -30,3 +38,19 @@ def rpc_three(llama_tools: Path) -> Iterator[list[str]]:
 def shapes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the module writes its shape-faithful sparse GGUFs (planner/synth/shapes.py)."""
     return tmp_path_factory.mktemp("shapes")
+
+
+@pytest.fixture(scope="module")
+def lavapipe(llama_vulkan_tools: Path) -> Path:
+    """The Vulkan build's bin directory, once llama.cpp lists lavapipe as Vulkan0."""
+    done = subprocess.run([str(llama_vulkan_tools / "llama-cli"), "--list-devices"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, **VULKAN_ENV), check=False)
+    listed = re.search(r"^\s*Vulkan0: (.*) \((\d+) MiB, (\d+) MiB free\)", done.stdout + done.stderr, re.MULTILINE)
+    if listed is None:   # scripts/test_deps.sh installs lavapipe: its absence is a failure, never a skip
+        pytest.fail("llama.cpp lists no Vulkan device: scripts/test_deps.sh installs Mesa's lavapipe "
+                    "(apt-get install mesa-vulkan-drivers)")
+    if LAVAPIPE.match not in listed.group(1):
+        # a machine whose own GPU's Vulkan driver lists it first: the figures below are lavapipe's
+        pytest.skip(f"Vulkan0 is {listed.group(1)} here, not Mesa's lavapipe")
+    assert int(listed.group(2)) * MIB == LAVAPIPE.heap_bytes
+    return llama_vulkan_tools

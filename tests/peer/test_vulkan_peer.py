@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -57,22 +56,6 @@ def assert_matches(mine: dict[str, tuple[int, int, float]], theirs: dict[str, li
         m_model, m_context, m_compute = mine[device]
         assert (m_model, m_context) == (model_mib, context_mib), device
         assert compute_ok(m_compute, compute_mib), (device, round(m_compute, 2), compute_mib)
-
-
-@pytest.fixture(scope="module")
-def lavapipe(llama_vulkan_tools: Path) -> Path:
-    """The Vulkan build's bin directory, once llama.cpp lists lavapipe as Vulkan0."""
-    done = subprocess.run([str(llama_vulkan_tools / "llama-cli"), "--list-devices"], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, **VULKAN_ENV), check=False)
-    listed = re.search(r"^\s*Vulkan0: (.*) \((\d+) MiB, (\d+) MiB free\)", done.stdout + done.stderr, re.MULTILINE)
-    if listed is None:   # scripts/test_deps.sh installs lavapipe: its absence is a failure, never a skip
-        pytest.fail("llama.cpp lists no Vulkan device: scripts/test_deps.sh installs Mesa's lavapipe "
-                    "(apt-get install mesa-vulkan-drivers)")
-    if LAVAPIPE.match not in listed.group(1):
-        # a machine whose own GPU's Vulkan driver lists it first: the figures below are lavapipe's
-        pytest.skip(f"Vulkan0 is {listed.group(1)} here, not Mesa's lavapipe")
-    assert int(listed.group(2)) * MIB == LAVAPIPE.heap_bytes
-    return llama_vulkan_tools
 
 
 def fit_print(bin_dir: Path, flags: str) -> dict[str, list[int]]:

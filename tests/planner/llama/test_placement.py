@@ -178,3 +178,18 @@ def test_rope_freqs_has_one_copy_in_each_buffer_type_of_the_layers(tmp_path):
     copies = {name: row for name, row in rows.items() if name.startswith("rope_freqs.weight")}
     assert copies == {"rope_freqs.weight": HOST, "rope_freqs.weight#1": "A", "rope_freqs.weight#3": "B"}
     assert dict(p.aliases) == {"rope_freqs.weight#2": "rope_freqs.weight#1"}
+
+
+def test_a_weight_over_the_host_devices_tensor_limit_skips_the_host_buffer(tied_llama):
+    # make_cpu_buft_list lists the host buffer type with its device (Vulkan0): weight_buft_supported asks
+    # that device's supports_op, which refuses a tensor over its limit, so the weight passes on to the
+    # repack buffer (Q4_K matmul rows divisible by 8) or, failing that, the plain CPU buffer. Layer 0's
+    # ffn_up is [256, 512] Q4_K: 73,728 bytes; its test MUL_MAT's result [512, 512] f32 is 1 MiB.
+    limit = 2**20 - 1
+    vk = Device("Vulkan0", Backend.VULKAN, 16, 8 * GiB, True, max_tensor_bytes=limit)
+    rows = _rows(place(tied_llama, 4, parse_llama_flags(["-ngl", "0"]), (vk,), REPACK))
+    assert rows["blk.0.ffn_up.weight"] == CPU_REPACK      # the test op's result is over the limit
+    assert rows["blk.0.attn_norm.weight"] == HOST         # small: the host buffer takes it
+    roomy = Device("Vulkan0", Backend.VULKAN, 16, 8 * GiB, True, max_tensor_bytes=2**30)
+    assert _rows(place(tied_llama, 4, parse_llama_flags(["-ngl", "0"]), (roomy,), REPACK))["blk.0.ffn_up.weight"] \
+        == HOST

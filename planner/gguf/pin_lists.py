@@ -1,4 +1,4 @@
-"""The pinned llama.cpp's own name lists, committed as data (planner/llama/data, written by
+"""The pinned llama.cpp's own name lists, committed as data (planner/gguf/data, written by
 scripts/pin_lists.py from the sdist): the architectures of src/llama-arch.cpp LLM_ARCH_NAMES and the
 projector types of tools/mtmd/clip-impl.h PROJECTOR_TYPE_NAMES, in the pin's order."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ PROJECTORS_FILE = "pin_projectors.txt"
 
 @cache
 def _read(name: str) -> tuple[str, tuple[str, ...]]:
-    text = resources.files("planner.llama").joinpath("data").joinpath(name).read_text(encoding="utf-8")
+    text = resources.files("planner.gguf").joinpath("data").joinpath(name).read_text(encoding="utf-8")
     lines = text.splitlines()
     return lines[0].lstrip("# "), tuple(line.strip() for line in lines[1:] if line.strip())
 

@@ -1,0 +1,56 @@
+"""`fitplan estimate` against llama-fit-params on a real op-offloading device (the Vulkan build on Mesa's
+lavapipe, GGML_VK_VISIBLE_DEVICES=0), for the most used architectures with graph builders: shape-faithful
+files of planner/synth/shapes.py (Llama 3.1 8B, Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 2 9B, gpt-oss 20B,
+Qwen3-30B-A3B, DeepSeek-V2-Lite-class MLA, Qwen3-Next 80B, Granite 4.0-H, LFM2) and the real Gemma 3 270M.
+
+What lavapipe exercises beyond the rpc-server rows: ggml-vulkan's graph_optimize node order
+(runtime/ggml/vulkan_reorder.py), its supports_op (runtime/ggml/vulkan_ops.py: the 128 MiB largest buffer
+keeps big logits, scores, output matrices and MXFP4 experts on the CPU; the MLA value projection over
+several KV streams runs there too), op offload of large batches, and the host buffer type's own device
+check (planner/llama/placement.py _cpu_buft). Same tolerance as every peer row: model and context to the
+MiB, compute within 3 % or 4 MiB and never below llama.cpp's by more than 1 MiB.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from planner.checking.llama import fit_print
+from planner.core.llama_tools import VULKAN_ENV
+from planner.hardware.inventory import HostSpec, Inventory
+from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
+from planner.llama.context import ModelContext, model_context
+from planner.memory.estimate import estimate
+from tests.support.estimate_matrix import N_LAYER, assert_rows_match, model_path
+
+pytestmark = pytest.mark.peer
+
+MODELS = ("gemma3-270m", "llama-8b", "mistral-7b", "qwen2-7b", "qwen3-8b", "gemma2-9b", "gpt-oss-20b",
+          "qwen3moe-30b-a3b", "deepseek2-mla", "qwen3next-80b-a3b", "granite-hybrid", "lfm2-1.2b")
+FLAGS = ("-c 4096", "-c 4096 -ngl {half}", "-c 4096 -fa off", "-c 4096 -ctk q8_0 -ctv q8_0", "-c 4096 -np 4",
+         "-c 8192 -ub 256")
+# the host's RAM does not enter the estimate; llama.cpp sizes the same buffers on any host
+INVENTORY = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""), source="lavapipe")
+
+
+@pytest.fixture(scope="module")
+def contexts(shapes_dir: Path) -> dict[str, tuple[Path, ModelContext]]:
+    out = {}
+    for name in MODELS:
+        path = model_path(name, shapes_dir)
+        out[name] = (path, model_context(str(path)))
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("template", FLAGS)
+def test_estimate_matches_fit_print_on_lavapipe(lavapipe: Path, contexts, name: str, template: str) -> None:
+    path, ctx = contexts[name]
+    argv = shlex.split(template.replace("{half}", str(N_LAYER[name] // 2)))
+    theirs = fit_print(lavapipe, path, argv, env=dict(os.environ, **VULKAN_ENV))
+    est = estimate(ctx, argv, INVENTORY)
+    assert est.compute_model == "simulated"
+    assert_rows_match(est, theirs)
