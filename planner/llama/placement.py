@@ -45,14 +45,14 @@ from planner.hardware.vulkan_devices import vulkan_features
 from planner.llama.flags import LlamaFlags
 from planner.llama.tensor_parallel import META_NAME, NO_MEMBERS, check_row_split, meta_profile
 from planner.model.tensors import (
+    LAYER_COPIED,
     OUTPUT,
-    ROPE_FREQS,
     TOKEN_EMBD,
     is_first_layer,
     is_input,
     is_routed_expert,
+    layer_copy_name,
     layer_of,
-    rope_freqs_name,
 )
 from runtime.ggml.profiles import DEFAULT_CUDA_CC, PROFILES, BackendProfile, device_profile
 
@@ -282,9 +282,9 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
     slots: list[TensorSlot] = []
     for t in model.tensors:
         block, suffix = layer_of(t.name)
-        if t.name == ROPE_FREQS:   # one copy per buffer type of the layers (planner.model.tensors.rope_freqs_name)
-            slots.extend(TensorSlot(rope_freqs_name(il), il, WeightOp.OTHER, t.ggml_type, 1, len(t.shape), t.n_bytes,
-                                    duplicate_of=ROPE_FREQS if il else "", ne0=t.shape[0])
+        if t.name in LAYER_COPIED:   # one copy per buffer type of the layers (planner.model.tensors.rope_freqs_name)
+            slots.extend(TensorSlot(layer_copy_name(t.name, il), il, WeightOp.OTHER, t.ggml_type, 1, len(t.shape),
+                                    t.n_bytes, duplicate_of=t.name if il else "", ne0=t.shape[0])
                          for il in range(max(n_layer_all, 1)))
             continue
         if block is not None:
@@ -410,7 +410,7 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
             row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
         if slot.duplicate_of and not slot.own_copy and (slot.duplicate_of, row) in copies:
             # create_tensor reuses the copy already in this buffer type
-            if slot.duplicate_of == ROPE_FREQS:
+            if slot.duplicate_of in LAYER_COPIED:
                 aliases.append((slot.name, copies[(slot.duplicate_of, row)]))
             continue
         if slot.duplicate_of or slot.name in sources:

@@ -42,6 +42,18 @@ def rope_freqs_name(il: int) -> str:
     for i != 0; create_tensor reuses a copy already in the same buffer type), and each layer's rope reads
     its own (llama_model::get_rope_factors(il))."""
     return ROPE_FREQS if il == 0 else f"{ROPE_FREQS}#{il}"
+
+
+# phi3's long and short frequency tables: created per layer as rope_freqs is (src/models/phi3.cpp
+# TENSOR_DUPLICATED for i != 0), each layer's rope reads the one get_rope_factors picks
+ROPE_FACTORS_LONG = tensor_name(MODEL_TENSOR.ROPE_FACTORS_LONG)
+ROPE_FACTORS_SHORT = tensor_name(MODEL_TENSOR.ROPE_FACTORS_SHORT)
+LAYER_COPIED = (ROPE_FREQS, ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT)
+
+
+def layer_copy_name(base: str, il: int) -> str:
+    """rope_freqs_name for any of LAYER_COPIED."""
+    return base if il == 0 else f"{base}#{il}"
 # The input layer's tables, looked up by get_rows (llama.cpp's LLM_TENSOR_LAYER_INPUT tensors).
 INPUT_TENSORS = tuple(TENSOR_NAMES[t] for t in (
     MODEL_TENSOR.TOKEN_EMBD, MODEL_TENSOR.TOKEN_TYPES, MODEL_TENSOR.POS_EMBD, MODEL_TENSOR.PER_LAYER_TOKEN_EMBD,

@@ -24,7 +24,7 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, rope_freqs_na
 from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
-from runtime.engine.moe import build_moe_ffn
+from runtime.engine.moe import build_moe_layer
 from runtime.ggml import build as B
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 
@@ -87,6 +87,7 @@ class DecoderBuilder:
         # applied LoRA adapters: build_lora_mm's extra matmuls on the weights they patch (runtime/engine/lora.py)
         self.lora = lora or Adapters()
         self._attn_scale: Tensor | None = None   # mistral3's temperature input (set by _inputs)
+        self.layer_input: Tensor | None = None   # the input of the layer being built (_layer sets it)
 
     def _w(self, name: str) -> Tensor | None:
         return self.w.get(name)
@@ -108,15 +109,21 @@ class DecoderBuilder:
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
-            return build_moe_ffn(self.hp, self._need, self.out.graph, x, il, self._w, self.lora)
+            return build_moe_layer(self.hp, self._need, self.out.graph, x, il, self._w, self.lora, self.dense_ffn,
+                                   self.layer_input, self.out.out_ids)
         if self.hp.spec.ffn in UNGATED_FFN:
             return self._ffn_ungated(x, il)
-        up = self.lora.mm(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
-        gate = self.lora.mm(self._need(tensor_name(T.FFN_GATE, il)), x, name=f"ffn_gate-{il}")
-        kind = "SWIGLU" if self.hp.spec.ffn is FfnKind.SWIGLU else "GEGLU"
-        act = Tensor(F32, gate.ne, name=f"ffn_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
+        return self.dense_ffn(x, il)
+
+    def dense_ffn(self, x: Tensor, il: int, up_w: T = T.FFN_UP, gate_w: T = T.FFN_GATE, down_w: T = T.FFN_DOWN,
+                  name: str = "ffn") -> Tensor:
+        """build_ffn with a parallel gate: the model's FFN, or a MoE layer's dense FFN or shared expert (SwiGLU)."""
+        up = self.lora.mm(self._need(tensor_name(up_w, il)), x, name=f"{name}_up-{il}")
+        gate = self.lora.mm(self._need(tensor_name(gate_w, il)), x, name=f"{name}_gate-{il}")
+        kind = "GEGLU" if self.hp.spec.ffn is FfnKind.GEGLU else "SWIGLU"
+        act = Tensor(F32, gate.ne, name=f"{name}_{kind.lower()}-{il}", op=Op.GLU, src=[gate, up],
                      op_params={"glu": kind})
-        return self.lora.mm(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
+        return self.lora.mm(self._need(tensor_name(down_w, il)), act, name=f"{name}_out-{il}")
 
     def _ffn_ungated(self, x: Tensor, il: int) -> Tensor:
         """build_ffn without a gate tensor: arcee's relu(up)^2, apertus' xielu(up) and glm4's ggml_swiglu
@@ -134,11 +141,16 @@ class DecoderBuilder:
         return self.lora.mm(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
 
     def _has_rope(self, il: int) -> bool:
-        """smollm3 leaves every nope_every-th layer unroped; exaone4 with SWA its full-attention layers."""
-        spec, hp = self.hp.spec, self.hp
+        """smollm3 leaves every nope_every-th layer unroped; with sliding-window layers, exaone4 and
+        exaone-moe their full-attention layers, smallthinker layers 0, n, 2n..."""
+        spec, swa = self.hp.spec, self.hp.swa
         if spec.nope_every and (il + 1) % spec.nope_every == 0:
             return False
-        return not (spec.nope_full_attn and any(hp.swa) and not hp.swa[il])
+        if not any(swa):
+            return True
+        if spec.nope_full_attn and not swa[il]:
+            return False
+        return not spec.nope_every_from_first or il % spec.nope_every_from_first != 0
 
     def _rope(self, x: Tensor, il: int) -> Tensor:
         hp = self.hp
@@ -152,7 +164,8 @@ class DecoderBuilder:
 
     def _qkv(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
         hp = self.hp
-        if hp.spec.qk_norm_full or hp.spec.qk_norm_after_rope or not self._has_rope(il) \
+        spec = hp.spec
+        if spec.qk_norm_full or spec.qk_norm_after_rope or spec.qk_norm_optional or not self._has_rope(il) \
                 or self._attn_scale is not None:
             return self._qkv_dense(x, il, n_tokens)
         out = []
@@ -164,10 +177,10 @@ class DecoderBuilder:
                 t = B.add(t, bias, name=f"{part.upper()}cur_b-{il}")
             out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
         q, k, v = out
-        if hp.spec.qk_norm:
+        if spec.qk_norm:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
         q = self._rope(q, il)
-        if hp.spec.qk_norm:
+        if spec.qk_norm:
             k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
         k = self._rope(k, il)
         if hp.q_scale != 1.0:
@@ -192,7 +205,9 @@ class DecoderBuilder:
         q = B.reshape(q, (hp.head_dim, hp.n_head, n_tokens))
         k = B.reshape(k, (hp.head_dim, hp.n_head_kv[il], n_tokens))
         v = B.reshape(v, (hp.head_dim, hp.n_head_kv[il], n_tokens))
-        per_head = spec.qk_norm and not spec.qk_norm_full
+        # glm4moe: per-head norms where the file has them (GLM-4.5 355B), none in Air
+        per_head = (spec.qk_norm or (spec.qk_norm_optional and self._w(tensor_name(T.ATTN_Q_NORM, il)) is not None)) \
+            and not spec.qk_norm_full
         if per_head and not spec.qk_norm_after_rope:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
             k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
@@ -203,6 +218,8 @@ class DecoderBuilder:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
         if self._attn_scale is not None:
             q = B.mul(q, self._attn_scale, name=f"Qcur_attn_temp_scaled-{il}")
+        if hp.q_scale != 1.0:
+            q = B.scale(q, hp.q_scale, name=f"Qscaled-{il}")
         return Qkv(q, k, v)
 
     # --- attention ------------------------------------------------------------------------------
@@ -331,6 +348,7 @@ class DecoderBuilder:
 
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.hp
+        self.layer_input = x   # smallthinker's router reads it (moe.build_moe_layer)
         cur = self.norm(x, tensor_name(T.ATTN_NORM, il), il) if hp.spec.pre_norms else x
         qkv = self._qkv(cur, il, n_tokens)
         cur = self.attention(il, qkv.q, qkv.k, qkv.v)

@@ -4,7 +4,8 @@ What differs from the llama-shaped builder, and why this is its own module:
 - two attention geometries: sliding layers use key_length_swa heads and rope.dimension_count_swa
   rotated dims, full layers key_length heads, the shared `rope_freqs` factors (proportional RoPE) and
   their own KV head count; the iSWA cache keeps each kind's width (-fa off pads every V row to the
-  widest layer's, with a PAD node before the store: llama-kv-cache.cpp cpy_v, [TAG_V_CACHE_VARIABLE]);
+  widest layer's, with a PAD node before the store: llama-kv-cache.cpp cpy_v, [TAG_V_CACHE_VARIABLE],
+  runtime/ggml/fused_ops.py's pad);
 - shared KV: blocks from n_layer - shared_kv_layers on compute Q only and attend over an earlier
   layer's cache (the last sliding one before them for sliding blocks, the last full one for full
   blocks: create_memory's reuse callback);
@@ -38,8 +39,8 @@ from runtime.engine.kvcache import CacheKind, KVCache, is_quantized, rotation_si
 from runtime.engine.moe import normalized_weights, weighted_sum
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
+from runtime.ggml.fused_ops import pad
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Op, Tensor
-from runtime.ggml.kernels import KERNELS, read_f32
 
 GEMMA4 = "gemma4"
 F32, I32 = GGMLType.F32, GGMLType.I32
@@ -108,24 +109,6 @@ def read_gemma4_hparams(model: ModelFile, facts: ModelFacts) -> Gemma4HParams:
         n_rots=tuple(rot_swa if s else rot_full for s in swa), has_kv=has_kv, reuse=_reuse(swa, has_kv, model.path),
         n_embd_per_layer=int(get(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, 0)),
     )
-
-
-def _pad_kernel(node: Tensor) -> None:
-    """ggml_compute_forward_pad: the source in the low corner, zeros past it."""
-    src = read_f32(node.source(0))
-    target = node.numpy()
-    target[...] = 0
-    target[tuple(slice(0, n) for n in src.shape)] = src
-
-
-# gemma4's graphs are PAD's only users, so its kernel joins the table where they are built
-# (a device runs the ops that have kernels: runtime/ggml/backend.py Device.ops).
-KERNELS.setdefault(Op.PAD, _pad_kernel)
-
-
-def pad0(a: Tensor, extra: int, name: str = "") -> Tensor:
-    """ggml_pad(a, extra, 0, 0, 0): a new tensor `extra` elements wider in dim 0."""
-    return Tensor(a.type, (a.ne[0] + extra, *a.ne[1:]), name=name, op=Op.PAD, src=[a], op_params={"p0": extra})
 
 
 class Gemma4Builder(DecoderBuilder):
@@ -210,7 +193,7 @@ class Gemma4Builder(DecoderBuilder):
         width, n_tokens = v.ne[0] * v.ne[1], v.ne[2]
         v2 = B.reshape(v, (width, n_tokens))
         if width < vc.ne[0]:
-            v2 = pad0(v2, vc.ne[0] - width, name=f"Vcur_pad-{il}")
+            v2 = pad(v2, (vc.ne[0] - width,), name=f"Vcur_pad-{il}")
         v2 = B.reshape(v2, (1, v2.n_elements))
         return B.set_rows(B.reshape(vc, (1, vc.n_elements)), v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
 

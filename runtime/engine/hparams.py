@@ -27,6 +27,7 @@ class RopeMode(enum.IntEnum):
 
     NORM = 0
     NEOX = 2
+    IMROPE = 40   # fused: qwen3vl's interleaved multi-section RoPE (GGML_ROPE_TYPE_IMROPE, ggml_rope_multi)
 
 
 class FfnKind(enum.Enum):
@@ -36,7 +37,9 @@ class FfnKind(enum.Enum):
     # dense
     RELU_SQR = "relu_sqr"          # relu(up)^2, no gate (LLM_FFN_RELU_SQR, LLM_FFN_SEQ: arcee)
     XIELU = "xielu"                # xielu(up), no gate (apertus.cpp: ggml_xielu)
-    SWIGLU_FUSED = "swiglu_fused"  # one ffn_up of 2 * n_ff, ggml_swiglu over its halves (LLM_FFN_SWIGLU: glm4)
+    SWIGLU_FUSED = "swiglu_fused"  # one ffn_up of 2 * n_ff, ggml_swiglu over its halves (LLM_FFN_SWIGLU: glm4, phi3)
+    # fused
+    GELU = "gelu"       # starcoder2: up (+ bias), gelu, down (+ bias), no gate (LLM_FFN_GELU, LLM_FFN_SEQ)
 
 
 class MoeGating(enum.Enum):
@@ -44,13 +47,35 @@ class MoeGating(enum.Enum):
 
     SOFTMAX = "softmax"                 # softmax over all experts, then top-k
     SOFTMAX_WEIGHT = "softmax_weight"   # top-k of the logits, softmax over the k chosen (gpt-oss)
+    SIGMOID = "sigmoid"                 # sigmoid of each logit (glm4moe, dots1, minimax-m2)
+
+
+# expert_gating_func as a file writes it (llama-hparams.h llama_expert_gating_func_type; 0: the architecture's own)
+GATING_FUNCS: dict[int, MoeGating] = {1: MoeGating.SOFTMAX, 2: MoeGating.SIGMOID, 3: MoeGating.SOFTMAX_WEIGHT}
+
+
+class SharedExpert(enum.Enum):
+    """How a layer's shared expert (ffn_{up,gate,down}_shexp, build_ffn's SwiGLU) joins the routed ones."""
+
+    NONE = "none"
+    ADDED = "added"                  # routed + shared (deepseek, dots1, ernie4_5-moe, glm4moe)
+    SIGMOID_GATED = "sigmoid_gated"  # qwen2moe: shared * sigmoid(ffn_gate_inp_shexp . x), written silu(g) / g
 
 
 @dataclass(frozen=True)
 class MoeSpec:
     gating: MoeGating = MoeGating.SOFTMAX
     norm_w: bool = True          # weights divided by their sum (qwen3moe passes norm_w = true)
-    glu: str = "SWIGLU"          # the experts' GLU: ggml_swiglu_split, or SWIGLU_OAI (LLM_FFN_SWIGLU_OAI_MOE)
+    glu: str = "SWIGLU"          # the experts' GLU: ggml_swiglu_split, SWIGLU_OAI (LLM_FFN_SWIGLU_OAI_MOE), REGLU
+    # moe: what each architecture's load_arch_hparams reads and its graph passes to build_moe_ffn
+    gating_key: bool = False     # expert_gating_func read from the file (0 or absent: `gating`)
+    norm_w_key: bool = False     # expert_weights_norm read from the file (absent: false) instead of `norm_w`
+    scale_key: bool = False      # expert_weights_scale read from the file (a scale node unless 0 or 1)
+    dense_lead: bool = False     # leading_dense_block_count layers with a dense FFN first
+    layer_step: bool = False     # ernie4_5-moe: experts only where (il + 1) % interleave_moe_layer_step == 0
+    shared: SharedExpert = SharedExpert.NONE   # used in the layers whose file has ffn_up_shexp
+    gate_optional: bool = False  # ernie4_5-moe loads ffn_gate_exps as not required: silu(up) without it
+    router_on_input: bool = False   # smallthinker: router logits from the layer's input, before its norm
 
 
 @dataclass(frozen=True)
@@ -81,6 +106,22 @@ class ArchSpec:
     attn_out_bias: bool = True      # False: build_attn gets no attn_output bias (ernie4_5, olmo2, exaone4, glm4)
     scales_from_file: bool = False  # granite: embedding, residual, attention and logit scales (GGUF keys)
     attn_temp: bool = False         # mistral3: Q times a per-token temperature when the file has the key
+    # fused: LayerNorm, fused projections, parallel blocks, NoPE layers, logit scale, M-RoPE
+    # (runtime/engine/fused.py builds the architectures that set any of these)
+    layer_norm: bool = False       # build_norm(LLM_NORM): ggml_norm, then the weight and bias the file has
+    parallel: bool = False         # command-r, cohere2: attention and FFN read the same normed input
+    rope_swa_only: bool = False    # cohere2: only sliding-window layers are roped; the global ones are NoPE
+    logit_scale: bool = False      # command-r, cohere2: logits scaled by {arch}.logit_scale
+    clamp_kqv: bool = False        # olmo: Q, K and V clamped to +-{arch}.attention.clamp_kqv when the key is set
+    residual_first: bool = False   # phi3: a layer's output is ggml_add(residual, ffn_out), sources in that order
+    mrope: bool = False            # qwen3vl: ggml_rope_multi over rope.dimension_sections, 4 positions a token,
+                                   # and deepstack inputs when {arch}.n_deepstack_layers is set
+    # stablelm: a layer without ffn_norm is a parallel residual (StableLM 2 12B: the FFN reads the attention's
+    # normed input), and Q and K are both normed before either is roped
+    ffn_norm_optional: bool = False
+    # moe: attention facts of the mixture-of-experts architectures
+    qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
+    nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -119,6 +160,50 @@ ARCHS: dict[str, ArchSpec] = {
     "hunyuan-dense": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True, qk_norm_after_rope=True),
     "glm4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU_FUSED, post_norms=True, ffn_post_norm_layer=True,
                      attn_out_bias=False),
+    # fused: runtime/engine/fused.py builds these (src/models/<arch>.cpp)
+    # phi3.cpp: Q scaled by 1/sqrt(head_dim) after RoPE, attention scale 1
+    "phi3": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU_FUSED, q_prescale=True, residual_first=True),
+    # command-r.cpp: LayerNorm, attention and FFN in parallel on one normed input, logits scaled
+    "command-r": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True),
+    # cohere2.cpp: command-r's layer with sliding-window layers roped and the global ones NoPE
+    "cohere2": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, parallel=True, logit_scale=True,
+                        rope_swa_only=True, swa_rope_from_base=True),
+    # stablelm.cpp: LayerNorm with biases, partial RoPE (rope.dimension_count), optional Q/K/V biases
+    "stablelm": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True, ffn_norm_optional=True),
+    # starcoder2.cpp: LayerNorm with biases, biases on every projection, a GELU FFN without gate
+    "starcoder2": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
+    # olmo.cpp: LayerNorm without weights, Q/K/V clamped when attention.clamp_kqv is set
+    "olmo": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, layer_norm=True, clamp_kqv=True),
+    # qwen3vl.cpp: qwen3's layer with interleaved multi-section RoPE and deepstack inputs
+    "qwen3vl": ArchSpec(RopeMode.IMROPE, FfnKind.SWIGLU, qk_norm=True, mrope=True),
+    # moe: the mixture-of-experts decoders of src/models/<arch>.cpp that differ from qwen3moe only by facts
+    "qwen2moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True,
+                         moe=MoeSpec(norm_w=False, shared=SharedExpert.SIGMOID_GATED)),
+    "olmoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True, moe=MoeSpec(norm_w=False)),
+    "ernie4_5-moe": ArchSpec(RopeMode.NORM, FfnKind.MOE,
+                             moe=MoeSpec(dense_lead=True, layer_step=True, shared=SharedExpert.ADDED,
+                                         gate_optional=True)),
+    # glm4-moe.cpp: sigmoid gating unless the file says otherwise; its MTP block is not part of the trunk
+    "glm4moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True, ffn_norm=MODEL_TENSOR.ATTN_POST_NORM,
+                        qk_norm_optional=True,
+                        moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True,
+                                    scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
+    "deepseek": ArchSpec(RopeMode.NORM, FfnKind.MOE,
+                         moe=MoeSpec(norm_w=False, scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
+    "dots1": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True,
+                      moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
+                                  shared=SharedExpert.ADDED)),
+    "hunyuan-moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, qk_norm_after_rope=True,
+                            moe=MoeSpec(shared=SharedExpert.ADDED)),
+    # exaone-moe.cpp: experts where the layer has ffn_gate_inp (leading_dense_block_count dense first)
+    "exaone-moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, nope_full_attn=True,
+                           moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
+                                       shared=SharedExpert.ADDED)),
+    # smallthinker.cpp: ReLU-gated experts routed from the layer input (the file's gating)
+    "smallthinker": ArchSpec(RopeMode.NEOX, FfnKind.MOE, nope_every_from_first=4,
+                             moe=MoeSpec(glu="REGLU", gating_key=True, router_on_input=True)),
+    "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
+                           moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
     # the Gemma family (helper gemma4)
     # gemma4: gemma4.cpp's Q/K norms, post-norms, scaled embeddings and GELU FFN; runtime/engine/gemma4.py builds
     # it (two head geometries, shared KV, per-layer embeddings)
@@ -136,6 +221,17 @@ ARCHS: dict[str, ArchSpec] = {
 DEFAULT_FREQ_BASE_SWA = 10000.0
 # llama-hparams.h: f_attn_logit_softcapping's default
 DEFAULT_ATTN_SOFTCAP = 50.0
+
+
+@dataclass(frozen=True)
+class MoeRouting:
+    """One model's expert routing: the gating, weight normalisation and scale build_moe_ffn gets, and
+    which trunk layers run the experts (the others a dense FFN)."""
+
+    gating: MoeGating
+    norm_w: bool
+    w_scale: float               # 0 or 1: no scale node
+    moe_layers: tuple[bool, ...]
 
 
 @dataclass(frozen=True)
@@ -171,6 +267,8 @@ class HParams:
     logit_scale: float = 0.0       # granite's f_logit_scale: logits divided by it (0: none)
     attn_temp_scale: float = 0.0   # mistral3's f_attn_temp_scale (0: no temperature input)
     xielu: tuple[tuple[float, float, float, float], ...] = ()   # apertus: (alpha_n, alpha_p, beta, eps) per layer
+    # moe: build_moe_ffn's arguments as this file's loader resolves them
+    routing: MoeRouting | None = None
 
     def n_embd_gqa(self, il: int) -> int:
         return self.head_dim * self.n_head_kv[il]
@@ -232,6 +330,7 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         n_ctx_orig=int(_get(model, Keys.Rope.SCALING_ORIG_CTX_LEN, facts.n_ctx_train)),
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
         xielu=_xielu(model, spec, facts.n_layer), **dense,
+        routing=read_routing(model, spec, facts.n_layer) if spec.ffn is FfnKind.MOE else None,
     )
 
 
@@ -264,3 +363,27 @@ def _xielu(model: ModelFile, spec: ArchSpec, n_layer: int) -> tuple[tuple[float,
     if any(len(c) < n_layer for c in cols):
         raise GGUFError(model.path, f"the xIELU arrays hold fewer values than the model's {n_layer} layers")
     return tuple(zip(*cols, strict=True))
+
+
+def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
+    """The keys an architecture's load_arch_hparams reads for build_moe_ffn (MoeSpec says which)."""
+    moe, meta, arch = spec.moe, model.metadata, model.architecture
+    # llama-model.cpp reads expert_group_count for every architecture; above 1 build_moe_ffn first keeps
+    # the best groups (argsort_top_k, sum_rows, fill, set_rows), which the runtime does not build
+    groups = int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0))
+    if groups > 1:
+        raise GGUFError(model.path, f"expert groups (expert_group_count {groups}) are not implemented in the runtime")
+    gating = moe.gating
+    if moe.gating_key:
+        code = int(meta.get(Keys.LLM.EXPERT_GATING_FUNC.format(arch=arch), 0) or 0)
+        if code and code not in GATING_FUNCS:
+            raise GGUFError(model.path, f"expert_gating_func {code} is not implemented in the runtime")
+        gating = GATING_FUNCS.get(code, gating)
+    norm_w = bool(meta.get(Keys.LLM.EXPERT_WEIGHTS_NORM.format(arch=arch), False)) if moe.norm_w_key else moe.norm_w
+    lead = int(_get(model, Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0)) if moe.dense_lead else 0
+    step = int(_get(model, Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0)) if moe.layer_step else 1
+    if step <= 0:   # ernie4-5-moe.cpp asserts n_moe_layer_step > 0
+        raise GGUFError(model.path, f"{arch}: interleave_moe_layer_step must be > 0")
+    return MoeRouting(gating=gating, norm_w=norm_w,
+                      w_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0) if moe.scale_key else 0.0,
+                      moe_layers=tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer)))

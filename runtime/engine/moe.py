@@ -1,9 +1,13 @@
 """Routed-expert FFNs, op for op as llama.cpp's build_moe_ffn (src/llama-graph.cpp, pinned build):
-router matmul (+ its bias) -> soft_max (SOFTMAX gating) -> argsort (descending) -> top-k view ->
-get_rows of the probabilities -> (SOFTMAX_WEIGHT gating: soft_max over the k) -> (norm_w: sum_rows /
-clamp / div) -> MUL_MAT_ID up (+ ADD_ID bias) and gate (+ ADD_ID bias) -> the GLU -> MUL_MAT_ID down
-(+ ADD_ID bias) -> mul by the weights -> one view per used expert, summed. qwen3moe: softmax gating,
-normalised weights, SwiGLU, no biases; gpt-oss: softmax over the chosen logits, biases, SWIGLU_OAI.
+router matmul (+ its bias) -> soft_max (SOFTMAX gating) or sigmoid (SIGMOID) -> (+ the selection bias
+exp_probs_b, for choosing only) -> argsort (descending) -> top-k view -> get_rows of the probabilities ->
+(SOFTMAX_WEIGHT gating: soft_max over the k) -> (norm_w: sum_rows / clamp / div) -> (scale by
+expert_weights_scale unless 0 or 1) -> MUL_MAT_ID up (+ ADD_ID bias) and gate (+ ADD_ID bias) -> the GLU
+(silu of up where the experts have no gate) -> MUL_MAT_ID down (+ ADD_ID bias) -> mul by the weights ->
+one view per used expert, summed. qwen3moe: softmax gating, normalised weights, SwiGLU, no biases; gpt-oss:
+softmax over the chosen logits, biases, SWIGLU_OAI; the other architectures' choices are MoeSpec rows
+resolved per file (hparams.MoeRouting). `build_moe_layer` adds the shared expert (build_ffn's SwiGLU on
+ffn_*_shexp), plain or scaled by sigmoid(ffn_gate_inp_shexp . x) as qwen2moe.cpp writes it (silu(g) / g).
 Applied LoRA adapters join as llama.cpp puts them there: the router through build_lora_mm, the experts
 through build_lora_mm_id (runtime/engine/lora.py Adapters.mm / mm_id; nothing without adapters).
 """
@@ -14,7 +18,7 @@ from collections.abc import Callable
 from gguf import MODEL_TENSOR as T
 
 from planner.model.tensors import tensor_name
-from runtime.engine.hparams import HParams, MoeGating
+from runtime.engine.hparams import HParams, MoeGating, MoeRouting, SharedExpert
 from runtime.engine.lora import Adapters
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
@@ -34,39 +38,99 @@ def _experts(weight: Callable[[str], Tensor], bias: Callable[[str], Tensor | Non
     return out if b is None else B.add_id(out, b, selected, name=f"ffn_moe_{name}_biased-{il}")
 
 
+def routing(hp: HParams) -> MoeRouting:
+    """The file's resolved routing, or the architecture's defaults (a builder given bare HParams)."""
+    if hp.routing is not None:
+        return hp.routing
+    moe = hp.spec.moe
+    return MoeRouting(moe.gating, moe.norm_w, 0.0, (True,) * hp.n_layer)
+
+
 def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cur: Tensor, il: int,
-                  bias: Callable[[str], Tensor | None] = lambda _name: None, lora: Adapters | None = None) -> Tensor:
+                  bias: Callable[[str], Tensor | None] = lambda _name: None, lora: Adapters | None = None,
+                  logits: Tensor | None = None) -> Tensor:
     """`weight(name)` is the builder's weight lookup, `bias(name)` the lookup of optional tensors,
-    `lora` the applied adapters; nodes that llama.cpp expands early go to `graph`."""
+    `lora` the applied adapters; nodes that llama.cpp expands early go to `graph`. `logits`: the router's
+    output when the graph computed it elsewhere (build_moe_ffn's probs_in)."""
     lora = lora or Adapters()
     n_embd, n_tokens = cur.ne[0], cur.ne[1]
-    k, n_expert, moe = hp.n_expert_used, hp.n_expert, hp.spec.moe
-    logits = lora.mm(weight(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
+    k, n_expert, moe, route = hp.n_expert_used, hp.n_expert, hp.spec.moe, routing(hp)
+    if logits is None:
+        logits = lora.mm(weight(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
     router_bias = bias(tensor_name(T.FFN_GATE_INP, il, "bias"))
     if router_bias is not None:
         logits = B.add(logits, router_bias, name=f"ffn_moe_logits_biased-{il}")
-    probs = logits
-    if moe.gating is MoeGating.SOFTMAX:
-        probs = B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
-    order = B._node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
+    probs = _gate(logits, route.gating, il)
+    selection = probs
+    selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
+    if selection_bias is not None:   # chooses the experts; their weights stay the unbiased probabilities
+        selection = B.add(probs, selection_bias, name=f"ffn_moe_probs_biased-{il}")
+    order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
     selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
                       name=f"ffn_moe_topk-{il}")
     weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-    if moe.gating is MoeGating.SOFTMAX_WEIGHT:
+    if route.gating is MoeGating.SOFTMAX_WEIGHT:
         weights = B.soft_max_ext(B.reshape(weights, (k, n_tokens)), None, 1.0, name=f"ffn_moe_weights_softmax-{il}")
         weights = B.reshape(weights, (1, k, n_tokens))
-    if moe.norm_w:
+    if route.norm_w:
         weights = normalized_weights(weights, k, n_tokens, il)
+    if route.w_scale not in (0.0, 1.0):
+        weights = B.scale(weights, route.w_scale, name=f"ffn_moe_weights_scaled-{il}")
     graph.expand(weights)
     x = B.reshape(cur, (n_embd, 1, n_tokens))
     up = _experts(weight, bias, lora, T.FFN_UP_EXP, x, selected, il, "up")
-    gate = _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate")
-    if moe.glu == "SWIGLU_OAI":
-        act = B.swiglu_oai(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT, name=f"ffn_moe_swiglu_oai-{il}")
+    if moe.gate_optional and bias(tensor_name(T.FFN_GATE_EXP, il)) is None:   # no gate: silu(up)
+        act = B.unary(up, "SILU", name=f"ffn_moe_silu-{il}")
     else:
-        act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
+        act = _glu(moe.glu, _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate"), up, il)
     experts = _experts(weight, bias, lora, T.FFN_DOWN_EXP, act, selected, il, "down")
     return weighted_sum(graph, experts, weights, n_embd, n_tokens, k, il)
+
+
+def _gate(logits: Tensor, gating: MoeGating, il: int) -> Tensor:
+    """The router's probabilities: softmax or sigmoid of the logits (SOFTMAX_WEIGHT: the logits themselves)."""
+    if gating is MoeGating.SOFTMAX:
+        return B.soft_max_ext(logits, None, 1.0, name=f"ffn_moe_probs-{il}")
+    if gating is MoeGating.SIGMOID:
+        return B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
+    return logits
+
+
+def _glu(kind: str, gate: Tensor, up: Tensor, il: int) -> Tensor:
+    """The experts' gated activation: ggml_swiglu_split, ggml_swiglu_oai or ggml_reglu_split (LLM_FFN_RELU)."""
+    if kind == "SWIGLU_OAI":
+        return B.swiglu_oai(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT, name=f"ffn_moe_swiglu_oai-{il}")
+    if kind == "REGLU":
+        return B._node(Op.GLU, gate.ne, [gate, up], f"ffn_moe_reglu-{il}", gate.type, glu="REGLU")
+    return B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
+
+
+def build_moe_layer(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cur: Tensor, il: int,
+                    optional: Callable[[str], Tensor | None], lora: Adapters,
+                    dense: Callable[[Tensor, int, T, T, T, str], Tensor], layer_input: Tensor | None = None,
+                    out_ids: Tensor | None = None) -> Tensor:
+    """A layer's FFN as the MoE architectures' graphs write it: the dense FFN in a layer without experts
+    (leading dense layers, ernie4_5-moe's step), else the routed experts plus the shared expert where the
+    file has one. `dense(x, il, up, gate, down, name)` is the builder's build_ffn (SwiGLU). `layer_input`
+    and `out_ids`: the layer's input and the output rows, for a router that reads the input (smallthinker:
+    its logits keep the output rows only in the last layer, as the layer's other rows do)."""
+    if not routing(hp).moe_layers[il]:
+        return dense(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn")
+    logits = None
+    if hp.spec.moe.router_on_input and layer_input is not None:
+        logits = lora.mm(weight(tensor_name(T.FFN_GATE_INP, il)), layer_input, name=f"ffn_moe_logits-{il}")
+        if il == hp.n_layer - 1 and out_ids is not None:
+            logits = B.get_rows(logits, out_ids)
+    routed = build_moe_ffn(hp, weight, graph, cur, il, optional, lora, logits)
+    kind = hp.spec.moe.shared
+    if kind is SharedExpert.NONE or optional(tensor_name(T.FFN_UP_SHEXP, il)) is None:
+        return routed
+    shared = dense(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
+    if kind is SharedExpert.SIGMOID_GATED:
+        g = lora.mm(weight(tensor_name(T.FFN_GATE_INP_SHEXP, il)), cur, name=f"ffn_shexp_gate_inp-{il}")
+        gate = B._node(Op.DIV, g.ne, [B.unary(g, "SILU"), g], f"ffn_shexp_gate-{il}")
+        shared = B.mul(shared, gate, name=f"ffn_shexp_out-{il}")
+    return B.add(routed, shared, name=f"ffn_out-{il}")
 
 
 def normalized_weights(weights: Tensor, k: int, n_tokens: int, il: int) -> Tensor:

@@ -37,6 +37,7 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import NO_MEMORY, AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
 from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
 from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
 from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
@@ -195,8 +196,8 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID, GEMMA4, GEMMA3N,
-                                                                    GEMMA_EMBEDDING)
+        return (isinstance(self.hp, HParams) and self.hp.arch not in (LFM2, QWEN3NEXT, GRANITE_HYBRID)
+                and self.hp.arch not in FUSED_ARCHS and self.hp.arch not in (GEMMA4, GEMMA3N, GEMMA_EMBEDDING))
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -325,6 +326,9 @@ class ModelRunner:
         if self.hp.arch == GRANITE_HYBRID:
             return GraniteHybridBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                         flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch in FUSED_ARCHS:
+            return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                                offload_kqv=self.flags.kv_offload, n_ctx_seq=self.cp.n_ctx_seq)
         return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
                               offload_kqv=self.flags.kv_offload)
 

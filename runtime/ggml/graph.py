@@ -64,7 +64,7 @@ class Op(enum.Enum):
     SSM_SCAN = "SSM_SCAN"
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
-    PAD = "PAD"   # gemma4: ggml_pad of V rows before a transposed cache wider than the layer's V
+    PAD = "PAD"   # ggml_pad: qwen3vl's deepstack-wide embeddings (fused), gemma4's V rows before a wider cache
     MEAN = "MEAN"   # gemma3n: ggml_mean of the gate rows (activation sparsity)
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap

@@ -101,9 +101,10 @@ def test_the_coverage_page_has_a_row_per_pin_name() -> None:
         assert cells[0] == architecture_coverage(name).status.value, name
     for name, cells in projs.items():
         assert cells[0] == projector_coverage(name).status.value, name
-    # the peer column, from the tests: the estimate matrix holds a llama shape; test_nextn_peer builds glm4moe
+    # the peer column, from the tests: the estimate matrix holds a llama shape; test_nextn_peer and the MoE
+    # matrix (its glm45_air_spec) build glm4moe
     assert "test_estimate_peer.py" in archs["llama"][-1]
-    assert archs["glm4moe"][-1] == "`test_nextn_peer.py`"
+    assert archs["glm4moe"][-1] == "`test_arch_moe_peer.py`, `test_nextn_peer.py`"
     assert archs["bert"][-1] == ""
     assert projs["gemma3"][-1] == "`test_mmproj_peer.py`"
 

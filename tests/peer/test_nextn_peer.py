@@ -4,8 +4,8 @@ A shape-faithful sparse glm4moe file (tests/support/glm4moe_factory.py: GLM-4.5-
 vocabulary and tensor types, fewer blocks and experts, one MTP block after the trunk as the real file
 has). llama.cpp logs "model has unused tensor blk.N... -- ignoring" for the MTP block and allocates
 nothing for it; the model and context rows must equal its figures to the MiB on the host and over two
-loopback rpc-servers, with full and partial offload. glm4moe has no graph builder, so its compute
-column is the formula's and is not compared here. With --spec-type draft-mtp (llama-server only:
+loopback rpc-servers, with full and partial offload. The compute column is compared in
+tests/peer/test_arch_moe_peer.py. With --spec-type draft-mtp (llama-server only:
 llama-fit-params does not take it) llama.cpp loads the MTP block with its layer: a small glm4moe file's
 weight buffers in llama-server's log equal the model rows, with and without it.
 """
