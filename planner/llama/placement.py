@@ -48,6 +48,7 @@ from planner.model.tensors import (
     LAYER_COPIED,
     OUTPUT,
     TOKEN_EMBD,
+    is_first_layer,
     is_input,
     is_routed_expert,
     layer_copy_name,
@@ -145,6 +146,7 @@ class TensorSlot:
     n_bytes: int
     duplicate_of: str = ""   # the tied output matrix: no second copy when it lands beside its original
     ne0: int = 0             # row length in values (get_alloc_size pads quantized rows on CUDA-class buffers)
+    own_copy: bool = False   # gemma4: a duplicate created before its original, so never reused (TIED_OUTPUT_FIRST)
 
 
 @dataclass(frozen=True)
@@ -269,6 +271,12 @@ def weight_op(suffix: str, n_dims: int) -> WeightOp:
     return WeightOp.MUL_MAT if suffix.endswith(".weight") else WeightOp.OTHER
 
 
+# Architectures whose load_arch_tensors creates the tied output (TENSOR_DUPLICATED) before token_embd: the
+# duplicate finds no copy to reuse, and token_embd's own create (no flag) never reuses one, so the matrix is
+# held twice even within one buffer type (llama-model-loader.cpp create_tensor; src/models/gemma4.cpp, gemma3n.cpp).
+TIED_OUTPUT_FIRST = frozenset({"gemma3n", "gemma4"})
+
+
 def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
     """Every weight llama.cpp creates, with its layer; a tied output matrix is appended as `output.weight`,
     and rope_freqs.weight once per layer (the duplicates that land beside a copy reuse it)."""
@@ -284,6 +292,8 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
             layer = block
         elif is_input(t.name):
             layer = INPUT_LAYER
+        elif is_first_layer(t.name):
+            layer = 0
         else:
             layer = n_layer_all
         op = WeightOp.GET_ROWS if layer == INPUT_LAYER else weight_op(suffix, len(t.shape))
@@ -295,7 +305,8 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
         # create_tensor(... TENSOR_DUPLICATED): the output matrix is a second copy on the output device
         slots.append(TensorSlot(OUTPUT, n_layer_all, WeightOp.MUL_MAT, embd.ggml_type,
                                 embd.shape[1] if len(embd.shape) > 1 else 1, len(embd.shape), embd.n_bytes,
-                                duplicate_of=embd.name, ne0=embd.shape[0]))
+                                duplicate_of=embd.name, ne0=embd.shape[0],
+                                own_copy=model.architecture in TIED_OUTPUT_FIRST))
     return tuple(slots)
 
 
@@ -398,7 +409,7 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
             # select_weight_buft: a device that refuses the weight passes it on to the CPU list
             on_cpu = dev_name == "CPU" or (dev_name in limited and not _device_takes(slot, limited[dev_name]))
             row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
-        if slot.duplicate_of and (slot.duplicate_of, row) in copies:
+        if slot.duplicate_of and not slot.own_copy and (slot.duplicate_of, row) in copies:
             # create_tensor reuses the copy already in this buffer type
             if slot.duplicate_of in LAYER_COPIED:
                 aliases.append((slot.name, copies[(slot.duplicate_of, row)]))

@@ -73,6 +73,9 @@ SWA_RULES: dict[str, SwaRule] = {
     "laguna": SwaRule(4, dense_first=True, needs_window_key=True),
     # pattern 0: every attention layer slides once the file sets a window (src/models/lfm2.cpp)
     "lfm2": SwaRule(0, needs_window_key=True),
+    # gemma4 reads its per-layer flags as a required array (src/models/gemma4.cpp load_arch_hparams); the
+    # pattern only stands for a file without one, which llama.cpp refuses
+    "gemma4": SwaRule(0),
 }
 
 
@@ -134,6 +137,10 @@ INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
     "deepseek32": lambda _ctx, _il: True,      # llama-model.cpp filter_lid: every trunk layer
     "glm-dsa": _glm_dsa_default,
 }
+
+# Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
+# layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
+NO_MEMORY = frozenset({"gemma-embedding"})
 
 
 @dataclass(frozen=True)
@@ -410,7 +417,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
             head_dim_k=(dk_swa if swa[il] else dk) if attends else 0,
             head_dim_v=0 if (mla or not attends) else (dv_swa if swa[il] else dv),
             window=window if kind is AttnKind.SWA else 0,
-            has_kv=attends and (kv_from_start is None or il < kv_from_start),
+            has_kv=attends and arch not in NO_MEMORY and (kv_from_start is None or il < kv_from_start),
             state_r=r if is_rec else 0, state_s=s if is_rec else 0,
             nextn=il >= n_layer,
         ))
@@ -451,11 +458,14 @@ def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) ->
 
 def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:
     """Layers at or past this index reuse an earlier layer's cache (llama.cpp n_layer_kv_from_start)."""
+    if arch in _KV_FROM_START_DEFAULTS:   # fixed by the loader, whatever the file's shared_kv_layers says
+        return _KV_FROM_START_DEFAULTS[arch](n)
     shared = meta.get(Keys.Attention.SHARED_KV_LAYERS)
     if shared:
         return n - int(shared)
-    return _KV_FROM_START_DEFAULTS.get(arch, lambda _: None)(n)
+    return None
 
 
-# gemma3n's first 20 blocks own caches, later ones reuse them (src/models/gemma3n.cpp).
+# gemma3n's first 20 blocks own caches, later ones reuse them: load_arch_hparams sets 20 and reads no key
+# (src/models/gemma3n.cpp).
 _KV_FROM_START_DEFAULTS: dict[str, Callable[[int], int | None]] = {"gemma3n": lambda _n: 20}

@@ -58,6 +58,12 @@ def layer_copy_name(base: str, il: int) -> str:
 INPUT_TENSORS = tuple(TENSOR_NAMES[t] for t in (
     MODEL_TENSOR.TOKEN_EMBD, MODEL_TENSOR.TOKEN_TYPES, MODEL_TENSOR.POS_EMBD, MODEL_TENSOR.PER_LAYER_TOKEN_EMBD,
 ))
+# Tables outside the blocks that llama.cpp creates with block 0's index (tn(..., "weight", 0) of an
+# LLM_TENSOR_LAYER_REPEATING tensor: layer 0's buffer type): the per-layer embeddings' projection and its norm
+# (src/models/gemma4.cpp, gemma3n.cpp load_arch_tensors). # gemma4
+FIRST_LAYER_TENSORS = tuple(TENSOR_NAMES[t] for t in (
+    MODEL_TENSOR.PER_LAYER_MODEL_PROJ, MODEL_TENSOR.PER_LAYER_PROJ_NORM,
+))
 
 # Routed experts: the stacked per-expert matrices `-ot exps=CPU` and `-cmoe` move (the `_exps` and
 # chunked `_chexps` names). ffn_norm_exps (arctic) is named as an expert tensor, so it counts too.
@@ -89,6 +95,11 @@ def layer_of(name: str) -> tuple[int | None, str]:
     """(block index, the name after `blk.N.`) for a block tensor; (None, name) for any other."""
     m = _BLOCK.match(name)
     return (int(m.group(1)), m.group(2)) if m else (None, name)
+
+
+def is_first_layer(name: str) -> bool:
+    """A table outside the blocks that lives with block 0 (FIRST_LAYER_TENSORS), by its full name."""
+    return name.partition(".")[0] in FIRST_LAYER_TENSORS
 
 
 def is_input(name: str) -> bool:

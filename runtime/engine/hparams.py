@@ -223,6 +223,17 @@ ARCHS: dict[str, ArchSpec] = {
     # jamba.cpp: Mamba-1, RoPE-less attention, SwiGLU FFN or softmax experts without norm_w
     # (runtime/engine/jamba.py)
     "jamba": ArchSpec(RopeMode.NORM, FfnKind.MOE, moe=MoeSpec(MoeGating.SOFTMAX, norm_w=False)),
+    # the Gemma family (helper gemma4)
+    # gemma4: gemma4.cpp's Q/K norms, post-norms, scaled embeddings and GELU FFN; runtime/engine/gemma4.py builds
+    # it (two head geometries, shared KV, per-layer embeddings)
+    "gemma4": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
+    # gemma3n: gemma4's attention with AltUp streams and LAuReL; runtime/engine/gemma3n.py builds it
+    "gemma3n": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True),
+    # gemma (Gemma 1): llama's layer with scaled embeddings, Q pre-scaled by 1/sqrt(head_dim), GELU FFN (gemma.cpp)
+    "gemma": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, embd_scale=True, q_prescale=True),
+    # gemma-embedding: gemma3's layer without a cache and without logits; runtime/engine/gemma_embedding.py
+    "gemma-embedding": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True,
+                                q_prescale=True),
 }
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

@@ -34,12 +34,15 @@ from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
-from planner.model.arch import AttnKind
+from planner.model.arch import NO_MEMORY, AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
 from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
 from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
+from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
+from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
+from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.jamba import JAMBA, JambaBuilder
@@ -160,7 +163,7 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
-HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4}
+HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING} | FUSED_ARCHS
 
 
 class ModelRunner:
@@ -175,6 +178,10 @@ class ModelRunner:
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
         self.hp: HParams | MlaHParams = (read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
+                                         else read_gemma4_hparams(ctx.model, ctx.facts)
+                                         if ctx.model.architecture == GEMMA4
+                                         else read_gemma3n_hparams(ctx.model, ctx.facts)
+                                         if ctx.model.architecture == GEMMA3N
                                          else read_hparams(ctx.model, ctx.facts))
         limit_blas_threads(1)
         self.cpu = TimedBackend(make_cpu(capacities.get(CPU, capacities.get(HOST, UNLIMITED))).device)
@@ -208,7 +215,7 @@ class ModelRunner:
         """Whether the meta backend can execute this model: llama-shaped layers only (tensor_split.py).
         Other architectures keep one plain device of the Meta() row: it sizes them the same (the meta
         buffer holds full tensors), and decode refuses them."""
-        return isinstance(self.hp, HParams) and self.hp.arch not in HAND_BUILT and self.hp.arch not in FUSED_ARCHS
+        return isinstance(self.hp, HParams) and self.hp.arch not in HAND_BUILT
 
     def _meta_backend(self, dev: PlacedDevice, capacities: Mapping[str, int]) -> TimedMetaBackend:
         """-sm tensor: the Meta() device of the placement's members; its budget is its row's, or the
@@ -302,6 +309,8 @@ class ModelRunner:
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
                           v_trans=not cp.flash_attn and not k_only and not self.auto_fa_off, type_k=settings.type_k,
                           type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim)
+        if hp.arch in NO_MEMORY:   # create_memory makes none: the layers attend over the ubatch itself
+            return
         by_device: dict[str, list[Tensor]] = {}
         for il in range(hp.n_layer):
             dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
@@ -344,6 +353,11 @@ class ModelRunner:
                                offload_kqv=offload)
         if self.hp.arch == LLAMA4:
             return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        if isinstance(self.hp, Gemma4HParams):
+            cls = Gemma3nBuilder if self.hp.arch == GEMMA3N else Gemma4Builder
+            return cls(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        if self.hp.arch == GEMMA_EMBEDDING:
+            return GemmaEmbeddingBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                 n_ctx_seq=self.cp.n_ctx_seq)
@@ -465,6 +479,9 @@ class ModelRunner:
                            f"(validate --reserve-only)")
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
+                           f"(validate --reserve-only)")
+        if isinstance(self.hp, Gemma4HParams) or self.hp.arch == GEMMA_EMBEDDING:
+            raise BadInput(f"{self.hp.arch}: the runtime sizes its graphs but does not run them "
                            f"(validate --reserve-only)")
         if self.flags.split_mode == "tensor" and not self._splits_tensors():
             raise BadInput(f"-sm tensor: the runtime's meta backend splits llama-shaped models only, not "

@@ -64,7 +64,8 @@ class Op(enum.Enum):
     SSM_SCAN = "SSM_SCAN"
     REPEAT = "REPEAT"
     GATED_DELTA_NET = "GATED_DELTA_NET"
-    PAD = "PAD"   # fused: qwen3vl pads its token embeddings to the deepstack width (ggml_pad)
+    PAD = "PAD"   # ggml_pad: qwen3vl's deepstack-wide embeddings (fused), gemma4's V rows before a wider cache
+    MEAN = "MEAN"   # gemma3n: ggml_mean of the gate rows (activation sparsity)
     FILL = "FILL"              # mla: build_moe_ffn's grouped expert selection masks the other groups
     LIGHTNING_INDEXER = "LIGHTNING_INDEXER"   # mla: the DSA indexer's scores (ggml_lightning_indexer)
     TOP_K = "TOP_K"            # mla: the DSA indexer's top-k cells (ggml_top_k)
