@@ -5,8 +5,9 @@ inventory with its budgets, and one PlanRequest (the user's constraints). Each c
 read once (by HTTP Range through the header cache, for a remote file) and planned by the planner
 itself (`planning.search.plan`, the plan `fitplan plan` makes of that file alone): once under the
 request, and, unless the request already asks for `--ctx max`, once more for the largest context
-that fits. Out: a `Choice` — one row per candidate (quant, size, bits per weight, where it runs,
-contexts, predicted tokens/s) and the recommendation:
+that fits (with the first plan's -ub, op offload and cache type where there is one: one variant
+searched, not all, which halves the command's time). Out: a `Choice` — one row per candidate (quant,
+size, bits per weight, where it runs, contexts, predicted tokens/s) and the recommendation:
 
 - highest precision: among the candidates that plan under the request, the most bits per weight
   (ties: the faster decode). Quality is stated as bits per weight and the quantization's name, no more;
@@ -143,6 +144,16 @@ def _with_mmproj(request: PlanRequest, candidate: Candidate) -> PlanRequest:
     return replace(request, companions=replace(request.companions, mmproj=candidate.mmproj))
 
 
+def _widest_request(request: PlanRequest, planned: PlanResult | None) -> PlanRequest:
+    """The request at `--ctx max`; where the request planned, with that plan's -ub, op offload and
+    cache type (the largest context of the plan shown, and a search over one variant, not all)."""
+    widest = replace(request, n_ctx=None, max_ctx=True)
+    if planned is None:
+        return widest
+    f = planned.flags
+    return replace(widest, n_ubatch=f.n_ubatch, op_offload=f.op_offload, cache_types=(f.cache_type_k,))
+
+
 def plan_candidate(candidate: Candidate, inventory: Inventory, budgets: Budgets, request: PlanRequest) -> Row:
     """One candidate read and planned (module docstring)."""
     ctx = model_context(candidate.location)
@@ -153,7 +164,7 @@ def plan_candidate(candidate: Candidate, inventory: Inventory, budgets: Budgets,
     if request.max_ctx:
         largest = result.n_ctx if result is not None else None
     else:
-        widest, _ = _plan_or_none(ctx, inventory, budgets, replace(request, n_ctx=None, max_ctx=True))
+        widest, _ = _plan_or_none(ctx, inventory, budgets, _widest_request(request, result))
         largest = widest.n_ctx if widest is not None else None
     m = ctx.model
     return Row(candidate, _file_type(ctx), m.header_bytes + m.total_tensor_bytes, m.header_bytes, m.n_params,
