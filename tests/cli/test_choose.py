@@ -22,7 +22,7 @@ from planner.gguf.reader import read_model
 from planner.gguf.source import INITIAL_CHUNK
 from tests.support.fake_hub import MODEL_MEDIA_TYPE, Hosts, OllamaLayer, hosted, settle
 from tests.support.http_server import Reply
-from tests.support.quant_repo import MMPROJ, QUANTS, bits_per_weight, repo_path, write_repo
+from tests.support.quant_repo import MMPROJ, QUANTS, bits_per_weight, repo_path, spec, write_repo
 
 REPO = "org/Model-GGUF"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -171,6 +171,16 @@ def test_several_models_are_compared_in_one_table(served, capsys, repo_files):
     assert code == 0 and out.splitlines()[2].startswith("model ")
 
 
+def test_a_modelscope_repository_is_listed_the_same_way(hosts, capsys, repo_files):
+    picked = {p: f for p, f in repo_files.items() if "Q4_K_M" in p or "BF16" in p or p == MMPROJ}
+    hosts.ms.add(REPO, picked)
+    doc = choose_json(capsys, f"ms://{REPO}", *ROOMY)
+    assert [c["label"] for c in doc["candidates"]] == ["Q4_K_M", "BF16"]
+    assert doc["candidates"][1]["files"] == [repo_path(QUANTS[-1], i) for i in (1, 2, 3)]
+    assert [p["path"] for p in doc["projectors"]] == [MMPROJ]
+    assert doc["recommended"]["highest_precision"]["label"] == "BF16"
+
+
 # --- Ollama: every tag of a model from the registry fake -----------------------------------------
 
 def test_an_ollama_models_tags_are_compared(hosts, capsys, repo_files):
@@ -195,6 +205,19 @@ def test_an_ollama_models_tags_are_compared(hosts, capsys, repo_files):
     assert doc["recommended"]["fastest"]["label"] == fastest
     assert doc["recommended"]["highest_precision"]["label"] == "8b-q8_0"
     assert doc["plan"]["argv"] == alone["8b-q8_0"]["argv"]
+
+
+def test_pulled_tags_count_when_the_registry_lists_none(hosts, capsys, tmp_path):
+    from tests.support.fake_hub import write_ollama_store
+
+    quants = {q.tag: q for q in QUANTS}
+    for tag, quant in (("small", "Q2_K"), ("big", "Q8_0")):
+        [blob] = spec(quants[quant]).write(tmp_path / f"{tag}.gguf")     # moved into the store
+        write_ollama_store(hosts.settings.ollama_models, "pulled", tag, [OllamaLayer(MODEL_MEDIA_TYPE, blob)])
+    doc = choose_json(capsys, "ollama://pulled", *ROOMY)
+    assert [c["label"] for c in doc["candidates"]] == ["big", "small"]
+    assert doc["recommended"]["highest_precision"]["label"] == "big"
+    assert settle(hosts.ollama.server).requests() == 1      # the tag list only: the blobs are local
 
 
 # --- errors: one line, exit 2, nothing written -----------------------------------------------------
