@@ -16,6 +16,9 @@ and every file path in one request, where llama.cpp makes two, hf-cache.cpp:206-
 tree); ModelScope's `/api/v1/models/ORG/REPO/repo/files` listing through planner.core.http.
 The rules take the first matching file in listing order: here the API's `siblings` order, where
 llama.cpp walks the tree listing; they can differ only when several files match one quant tag.
+A 429 from the Hub's API is retried as its Retry-After asks, within planner.core.http's bound
+(huggingface_hub's `model_info` does not retry). `list_repository` is the whole listing, for
+`fitplan choose` (planner.gguf.candidates).
 """
 from __future__ import annotations
 
