@@ -196,6 +196,11 @@ def test_an_ollama_models_tags_are_compared(hosts, capsys, repo_files):
         header = read_model(repo_files[f"Model-{tags[c['label']]}.gguf"]).header_bytes
         assert 0 < server.body_bytes(blob) <= header + INITIAL_CHUNK
     assert server.requests("/v2/library/model/tags/list") == 1
+    # a second run: every blob's header from the header cache, each request answered 304 without a body
+    server.reset()
+    assert choose_json(capsys, "ollama://model", *BOX) == doc
+    blobs = [r for r in settle(server).records() if "/blobs/" in r.path]
+    assert len(blobs) == len(tags) and {r.status for r in blobs} == {304} and sum(r.body_bytes for r in blobs) == 0
     alone = {}
     for tag in tags:
         code, out, err = run(capsys, "plan", f"ollama://model:{tag}", *BOX, "--format", "json")

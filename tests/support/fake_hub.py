@@ -10,7 +10,8 @@
   "Success": true}` (directories listed as Type "tree", as ModelScope does), and
   `GET /models/ORG/REPO/resolve/REV/PATH`.
 - `FakeOllamaRegistry`: `GET /v2/NS/MODEL/manifests/TAG` (a Docker v2 manifest),
-  `GET /v2/NS/MODEL/blobs/sha256:HEX` and `GET /v2/NS/MODEL/tags/list` (`{"name", "tags"}`); unknown
+  `GET /v2/NS/MODEL/blobs/sha256:HEX` (its digest as its ETag, 304 to a matching If-None-Match) and
+  `GET /v2/NS/MODEL/tags/list` (`{"name", "tags"}`); unknown
   names answer 404 + `MANIFEST_UNKNOWN` (`NAME_UNKNOWN` for a tag list).
 
 Layout helpers write the on-disk stores the resolvers read: `write_hub_cache` (the Hugging Face hub
@@ -230,7 +231,10 @@ class FakeOllamaRegistry:
         for (ns, n, _), layers in self.models.items():
             for layer in layers:
                 if (ns, n) == (namespace, name) and layer.digest == unquote(ref):
-                    return Reply(200, layer.file)
+                    etag = f'"{layer.digest}"'      # a blob is named by its digest: it never changes
+                    if req.headers.get("if-none-match") == etag:
+                        return Reply(304, b"", {"ETag": etag})
+                    return Reply(200, layer.file, {"ETag": etag})
         return _json(404, {"errors": [{"code": "BLOB_UNKNOWN"}]})
 
 
