@@ -34,7 +34,7 @@ from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU
-from planner.planning.result import PlanRequest, PlanResult, plan_dict, plan_table
+from planner.planning.result import PlanRequest, PlanResult, llama_argv, plan_dict, plan_table
 from planner.planning.search import plan
 
 log = logging.getLogger(__name__)
@@ -78,14 +78,13 @@ class Row:
                 "runs_on": self.runs_on or None, "ctx": p.n_ctx if p else None, "largest_ctx": self.largest_ctx,
                 "decode_tokens_s": round(p.prediction.decode_tokens_s, 2) if p else None,
                 "prefill_tokens_s": round(p.prediction.prefill_tokens_s, 2) if p else None,
-                "flags": plan_dict(p)["flags"] if p else None, "problem": self.problem or None}
+                "flags": " ".join(llama_argv(p)) if p else None, "problem": self.problem or None}
 
 
 def runs_on(result: PlanResult) -> str:
     """All layers (output included) and experts on devices, all on the host, or some of each."""
     est = result.estimate
-    placed = dict(est.layers)
-    on_host = [i for i in placed.get(CPU, ()) if i <= est.n_layer_all]
+    on_host = dict(est.layers).get(CPU, ())    # layer n_layer_all is the output layer
     on_devices = [i for dev, ls in est.layers if dev != CPU for i in ls]
     if not on_devices:
         return ON_HOST

@@ -94,6 +94,18 @@ def _shard_header(file: Path) -> int:
     return len(read_header_bytes(str(file)).data)
 
 
+def where_it_runs(plan: dict) -> str:
+    """From a plan document's device rows: layers (the output layer too) and experts on devices only,
+    on the host only, or on both."""
+    def holds(row: dict) -> bool:
+        return bool(row["layers"] or row["output_layer"])
+
+    host_rows = ("Host", "CPU_REPACK")
+    on_devices = any(holds(r) for r in plan["devices"] if r["name"] not in host_rows)
+    on_host = any(holds(r) for r in plan["devices"] if r["name"] in host_rows) or plan["experts_on_host"]
+    return "host" if not on_devices else "devices + host" if on_host else "devices"
+
+
 def test_the_recommendation_is_the_best_of_the_plans_made_one_by_one(served, capsys):
     doc = choose_json(capsys, f"hf://{REPO}", *BOX)
     alone = {}
@@ -113,6 +125,7 @@ def test_the_recommendation_is_the_best_of_the_plans_made_one_by_one(served, cap
         row, plan = by_label[q.tag], alone[q.tag]
         assert row["fits"] is (plan is not None)
         if plan is not None:
+            assert row["runs_on"] == where_it_runs(plan), q.tag
             assert row["flags"] == plan["flags"]
             assert row["decode_tokens_s"] == plan["predicted"]["decode_tokens_s"]
             assert row["prefill_tokens_s"] == plan["predicted"]["prefill_tokens_s"]
