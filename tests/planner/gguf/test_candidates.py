@@ -64,3 +64,12 @@ def test_over_the_cap_says_how_to_narrow(net_sandbox):
 def test_no_model_is_refused(net_sandbox, files, said):
     with pytest.raises(BadInput, match=said):
         from_listing("x", listing(files), (), 40)
+
+
+def test_the_command_lines_default_cap_is_the_librarys():
+    import inspect
+
+    from planner.cli.choose import choose_cmd
+    from planner.gguf.candidates import MAX_CANDIDATES
+
+    assert inspect.signature(choose_cmd).parameters["max_files"].default == MAX_CANDIDATES
