@@ -25,7 +25,7 @@ from typing import Any
 
 from gguf import LlamaFileType
 
-from planner.core.errors import BadInput, InfeasiblePlacement
+from planner.core.errors import BadInput, InfeasiblePlacement, RemoteError
 from planner.core.render import table
 from planner.core.units import fmt_bytes
 from planner.gguf.candidates import MAX_CANDIDATES, Candidate, Expansion, Projector, expand
@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 ON_DEVICES = "devices"
 SPLIT = "devices + host"
 ON_HOST = "host"
+
+# why a row has no plan
+DOES_NOT_FIT = "does not fit"
+CANNOT_PLAN = "cannot plan"
 
 # the request's companions.mmproj value that pairs each candidate with its repository's projector
 MMPROJ_AUTO = "auto"
@@ -68,6 +72,13 @@ class Row:
     @property
     def runs_on(self) -> str:
         return runs_on(self.plan) if self.plan is not None else ""
+
+    @property
+    def verdict(self) -> str:
+        """Where it runs, or why it does not: "does not fit" or "cannot plan"."""
+        if self.plan is not None:
+            return self.runs_on
+        return CANNOT_PLAN if self.problem.startswith(CANNOT_PLAN) else DOES_NOT_FIT
 
     def to_dict(self) -> dict[str, Any]:
         p = self.plan
@@ -131,10 +142,16 @@ def _file_type(ctx: ModelContext) -> str:
 
 def _plan_or_none(ctx: ModelContext, inventory: Inventory, budgets: Budgets,
                   request: PlanRequest) -> tuple[PlanResult | None, str]:
+    """The plan, or None and why not: it does not fit, or this file cannot be planned (a network
+    failure is not the file's: it stops the command)."""
     try:
         return plan(ctx, inventory, request, budgets=budgets, warn=False), ""
     except InfeasiblePlacement as e:
         return None, str(e)
+    except RemoteError:
+        raise
+    except BadInput as e:
+        return None, f"{CANNOT_PLAN}: {e}"
 
 
 def _with_mmproj(request: PlanRequest, candidate: Candidate) -> PlanRequest:
@@ -154,8 +171,14 @@ def _widest_request(request: PlanRequest, planned: PlanResult | None) -> PlanReq
 
 
 def plan_candidate(candidate: Candidate, inventory: Inventory, budgets: Budgets, request: PlanRequest) -> Row:
-    """One candidate read and planned (module docstring)."""
-    ctx = model_context(candidate.location)
+    """One candidate read and planned (module docstring); a file that is not a model llama.cpp
+    loads (a refused header) is a row that says why, not the end of the comparison."""
+    try:
+        ctx = model_context(candidate.location)
+    except RemoteError:
+        raise
+    except BadInput as e:
+        return Row(candidate, "", 0, 0, 0, None, None, f"{CANNOT_PLAN}: {e}")
     for warning in loadability_warnings(ctx.model):   # an Ollama blob made for Ollama's own engine
         log.warning("%s: %s", candidate.location, warning)
     request = _with_mmproj(request, candidate)
@@ -211,8 +234,9 @@ def _row_cells(choice: Choice, i: int, several: bool) -> list[str]:
     mark = "highest precision" if i == choice.best else ""
     if i == choice.fastest:
         mark = f"{mark}, fastest" if mark else "fastest"
-    cells = [r.candidate.label, r.file_type or "-", fmt_bytes(r.size_bytes), f"{r.bits_per_weight:.2f}",
-             r.runs_on or "does not fit", str(p.n_ctx) if p else "-",
+    cells = [r.candidate.label, r.file_type or "-", fmt_bytes(r.size_bytes) if r.n_params else "-",
+             f"{r.bits_per_weight:.2f}" if r.n_params else "-",
+             r.verdict, str(p.n_ctx) if p else "-",
              str(r.largest_ctx) if r.largest_ctx else "-",
              _speed(p.prediction.decode_tokens_s if p else None, 1),
              _speed(p.prediction.prefill_tokens_s if p else None, 0), mark]

@@ -1,6 +1,6 @@
 """`fitplan choose --html`: the comparison as one self-contained page — the summary and the
 recommendation, the table, one section per candidate (its facts and its llama-server line, or why it
-does not fit), then the recommended file's plan as `fitplan plan --html` draws it."""
+has no plan), then the recommended file's plan as `fitplan plan --html` draws it."""
 from __future__ import annotations
 
 from html import escape
@@ -20,12 +20,13 @@ def _facts(pairs: list[tuple[str, str]]) -> str:
 
 def _candidate(i: int, row: Row, marks: str) -> str:
     p = row.plan
-    facts = [("files", ", ".join(row.candidate.files)), ("file type (header)", row.file_type or "-"),
-             ("size", fmt_bytes(row.size_bytes)), ("bits per weight", f"{row.bits_per_weight:.2f}")]
+    facts = [("files", ", ".join(row.candidate.files)), ("file type (header)", row.file_type or "-")]
+    if row.n_params:
+        facts += [("size", fmt_bytes(row.size_bytes)), ("bits per weight", f"{row.bits_per_weight:.2f}")]
     if row.candidate.mmproj:
         facts.append(("projector llama.cpp pairs", row.candidate.mmproj))
     if p is None:
-        facts.append(("does not fit", row.problem))
+        facts.append((row.verdict, row.problem))
     else:
         facts += [("runs on", row.runs_on), ("context", str(p.n_ctx)),
                   ("predicted decode", f"{p.prediction.decode_tokens_s:.1f} tokens/s"),

@@ -194,6 +194,20 @@ def test_a_modelscope_repository_is_listed_the_same_way(hosts, capsys, repo_file
     assert doc["recommended"]["highest_precision"]["label"] == "BF16"
 
 
+def test_a_file_that_is_no_model_is_a_row_that_says_so(hosts, capsys, repo_files):
+    broken = hosts.files / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(60))        # version 0: not a GGUF llama.cpp reads
+    hosts.hf.add("org/mixed-GGUF", {"Model-Q4_K_M.gguf": repo_files["Model-Q4_K_M.gguf"],
+                                    "Model-Q8_0.gguf": broken}, commit=COMMIT)
+    code, out, err = run(capsys, "choose", "hf://org/mixed-GGUF", *ROOMY)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("Q8_0 "))
+    assert row.split()[1:4] == ["-", "-", "-"] and "cannot plan" in row
+    assert "highest precision that fits: Q4_K_M" in out
+    doc = choose_json(capsys, "hf://org/mixed-GGUF", *ROOMY)
+    assert doc["candidates"][1]["problem"].startswith("cannot plan: ")
+
+
 # --- Ollama: every tag of a model from the registry fake -----------------------------------------
 
 def test_an_ollama_models_tags_are_compared(hosts, capsys, repo_files):
