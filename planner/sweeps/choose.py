@@ -34,6 +34,7 @@ from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU
+from planner.planning.contexts import max_context
 from planner.planning.result import PlanRequest, PlanResult, llama_argv, plan_dict, plan_table
 from planner.planning.search import plan
 
@@ -183,10 +184,11 @@ def plan_candidate(candidate: Candidate, inventory: Inventory, budgets: Budgets,
         log.warning("%s: %s", candidate.location, warning)
     request = _with_mmproj(request, candidate)
     result, problem = _plan_or_none(ctx, inventory, budgets, request)
-    if request.max_ctx:
-        largest = result.n_ctx if result is not None else None
+    widest_request = _widest_request(request, result)
+    if request.max_ctx or (result is not None and result.n_ctx >= max_context(ctx, widest_request)):
+        largest = result.n_ctx if result is not None else None     # already as wide as a plan may be
     else:
-        widest, _ = _plan_or_none(ctx, inventory, budgets, _widest_request(request, result))
+        widest, _ = _plan_or_none(ctx, inventory, budgets, widest_request)
         largest = widest.n_ctx if widest is not None else None
     m = ctx.model
     return Row(candidate, _file_type(ctx), m.header_bytes + m.total_tensor_bytes, m.header_bytes, m.n_params,
