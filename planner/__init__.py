@@ -8,6 +8,7 @@ The public Python API (planner/api.py; every call returns a frozen dataclass wit
     planner.sweep("example:gemma3-270m", {"ctx": "4096..32768"}, ["CUDA0=8GiB"])  # -> SweepResult
     planner.plan("example:gemma3-270m", ["CUDA0=1GiB"], ram="16GiB", n_ctx=32768)  # -> PlanResult
     planner.validate("example:gemma3-270m", "-c 512", ["CUDA0=2GiB"], ram="8GiB")  # -> ValidateReport
+    planner.choose("hf://ORG/REPO", ["CUDA0=24GiB"], ram="64GiB", n_ctx=32768)     # -> Choice
     planner.plots.plot_plan(planner.plan(...), "plan.png")              # a picture (matplotlib)
 
 `import planner` stays cheap: the names above are looked up on first use (PEP 562 module
@@ -24,7 +25,7 @@ from typing import Any
 
 # public name -> (module, attribute); None as the attribute means the module itself
 _LAZY: dict[str, tuple[str, str | None]] = {
-    **{name: ("planner.api", name) for name in ("inspect", "estimate", "plan", "sweep", "validate")},
+    **{name: ("planner.api", name) for name in ("inspect", "estimate", "plan", "sweep", "validate", "choose")},
     "plots": ("planner.sweeps.plots", None),
     "InspectResult": ("planner.model.inspect", "InspectResult"),
     "Estimate": ("planner.memory.estimate", "Estimate"),
@@ -32,6 +33,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "PlanRequest": ("planner.planning.result", "PlanRequest"),
     "PlanResult": ("planner.planning.result", "PlanResult"),
     "ValidateReport": ("planner.checking.report", "ValidateReport"),
+    "Choice": ("planner.sweeps.choose", "Choice"),
 }
 
 __all__ = sorted(_LAZY)

@@ -26,6 +26,7 @@ from planner.checking.report import (
 from planner.checking.validate import validate as run_validate
 from planner.checking.validate import validate_request
 from planner.core.errors import BadInput
+from planner.gguf.candidates import MAX_CANDIDATES
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
@@ -38,6 +39,8 @@ from planner.model.inspect import inspect as run_inspect
 from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.search import plan as run_plan
 from planner.sweeps.axes import SweepMode
+from planner.sweeps.choose import Choice
+from planner.sweeps.choose import choose as run_choose
 from planner.sweeps.sweep import SweepResult, parse_axis
 from planner.sweeps.sweep import sweep as run_sweep
 
@@ -95,6 +98,20 @@ def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, requ
         raise BadInput("plan: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
     return run_plan(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram,
                     what_would_fit=True)
+
+
+def choose(models: str | Sequence[str], devices: Devices = None, ram: str | None = None,
+           request: PlanRequest | None = None, max_vram: str | None = None, max_ram: str | None = None,
+           include: Sequence[str] = (), max_files: int = MAX_CANDIDATES, **fields: Any) -> Choice:
+    """Every quantization of a repository (`hf://ORG/REPO`, `ms://…`, `ollama://NAME`), or several models,
+    planned for the devices and ranked (`fitplan choose`): the highest-precision file that plans and the
+    fastest. `request` or its fields as keywords, as for `plan`; `include` narrows a listing (globs)."""
+    inventory = as_inventory(devices, ram)
+    if inventory is None or not inventory.host.ram_available_bytes:
+        raise BadInput("choose: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
+    budgets = resolve_budgets(inventory, max_vram, max_ram)
+    return run_choose([models] if isinstance(models, str) else list(models), inventory, budgets,
+                      replace(request or PlanRequest(), **fields), include, max_files)
 
 
 def _budgets(req: ValidateRequest, max_vram: str | None) -> ValidateRequest:

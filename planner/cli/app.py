@@ -13,6 +13,7 @@ import yaml
 
 from planner.cli.calibrate import calibrate_cmd
 from planner.cli.catalog import catalog_cmd
+from planner.cli.choose import choose_cmd
 from planner.cli.devices import devices_cmd
 from planner.cli.estimate import estimate_cmd
 from planner.cli.export import export_cmd
@@ -42,6 +43,7 @@ app.command("sd-fit")(sd_fit_cmd)
 app.command("estimate", context_settings=LLAMA_FLAGS_CONTEXT)(estimate_cmd)
 app.command("sweep", context_settings=LLAMA_FLAGS_CONTEXT)(sweep_cmd)
 app.command("plan")(plan_cmd)
+app.command("choose")(choose_cmd)
 app.command("validate", context_settings=LLAMA_FLAGS_CONTEXT)(validate_cmd)
 app.command("serve", context_settings=LLAMA_FLAGS_CONTEXT)(serve_cmd)
 app.command("export")(export_cmd)

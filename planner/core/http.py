@@ -1,7 +1,8 @@
 """The one HTTP client: every network read fitplan makes goes through here.
 
 Built from `planner.core.net.current()`: its timeout, its retries (exponential backoff on
-connection errors, 5xx and 429), its token. `trust_env` keeps HTTPS_PROXY / NO_PROXY /
+connection errors, 5xx and 429 — a 429's Retry-After honoured up to MAX_RETRY_AFTER_S, and one
+asking for longer refused at once), its token. `trust_env` keeps HTTPS_PROXY / NO_PROXY /
 SSL_CERT_FILE working; `Accept-Encoding: identity` keeps byte offsets byte offsets (a gzipped
 body would make a Range answer meaningless). Redirects are followed here rather than by httpx so
 that the bearer token is sent only to the host the request was addressed to: Hugging Face answers
@@ -115,12 +116,27 @@ def _status_error(url: str, resp: httpx.Response) -> RemoteError:
     return RemoteError(url, phrase, status=code)
 
 
+def retry_after_s(value: str | None) -> float | None:
+    """A Retry-After header's delay in seconds (the delay-seconds form; an HTTP date is not honoured)."""
+    value = (value or "").strip()
+    return float(value) if value.isdigit() else None
+
+
+def rate_limit_problem(status: int, retry_after: float | None) -> str | None:
+    """Why a 429 is not worth waiting for: its Retry-After asks for longer than MAX_RETRY_AFTER_S
+    (a wait of minutes would only hang the command); None when it may be retried."""
+    if status != 429 or retry_after is None or retry_after <= MAX_RETRY_AFTER_S:
+        return None
+    return (f"HTTP 429: rate limited; the server asks to wait {retry_after:g} s, more than the "
+            f"{MAX_RETRY_AFTER_S:g} s fitplan waits: try again later")
+
+
 def _delay(attempt: int, resp: httpx.Response | None) -> float:
     delay = BACKOFF_BASE_S * 2 ** attempt
     if resp is not None and resp.status_code == 429:
-        after = resp.headers.get("Retry-After", "")
-        if after.isdigit():
-            delay = max(delay, min(float(after), MAX_RETRY_AFTER_S))
+        after = retry_after_s(resp.headers.get("Retry-After"))
+        if after is not None:
+            delay = max(delay, min(after, MAX_RETRY_AFTER_S))
     return delay
 
 
@@ -158,6 +174,10 @@ def request(method: str, url: str, headers: Mapping[str, str] | None = None) -> 
             log.debug("%s: %s, retrying", url, e)
             time.sleep(_delay(attempt, None))
             continue
+        too_long = rate_limit_problem(resp.status_code, retry_after_s(resp.headers.get("Retry-After")))
+        if too_long:
+            resp.close()
+            raise RemoteError(url, too_long, status=429)
         if resp.status_code in RETRY_STATUSES and not last:
             resp.close()
             time.sleep(_delay(attempt, resp))

@@ -16,15 +16,20 @@ and every file path in one request, where llama.cpp makes two, hf-cache.cpp:206-
 tree); ModelScope's `/api/v1/models/ORG/REPO/repo/files` listing through planner.core.http.
 The rules take the first matching file in listing order: here the API's `siblings` order, where
 llama.cpp walks the tree listing; they can differ only when several files match one quant tag.
+A 429 from the Hub's API is retried as its Retry-After asks, within planner.core.http's bound
+(huggingface_hub's `model_info` does not retry). `list_repository` is the whole listing, for
+`fitplan choose` (planner.gguf.candidates).
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import quote
 
 from planner.core import net
@@ -36,6 +41,8 @@ log = logging.getLogger(__name__)
 # ModelScope's default branch (modelscope's DEFAULT_MODEL_REVISION); the Hub's is resolved by its API.
 MS_DEFAULT_REVISION = "master"
 HF_DEFAULT_BRANCH = "main"          # hf-cache.cpp:243 and 373: `main` first among refs
+
+T = TypeVar("T")
 
 _COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")     # hf-cache.cpp:156-158 is_valid_commit
 
@@ -190,7 +197,7 @@ def _hf_listing(ref: RepoRef) -> tuple[str, list[str]]:
     s = net.current()
     api = HfApi(endpoint=s.hf_endpoint, token=s.token or False, library_name="fitplan")
     try:
-        info = api.model_info(ref.repo, revision=ref.revision, timeout=s.timeout_s)
+        info = _rate_limited(lambda: api.model_info(ref.repo, revision=ref.revision, timeout=s.timeout_s), ref)
     except RevisionNotFoundError:
         raise BadInput(f"{ref}: {ref.repo} has no revision {ref.revision!r} on {s.hf_endpoint}") from None
     except GatedRepoError:
@@ -214,6 +221,33 @@ def _hf_listing(ref: RepoRef) -> tuple[str, list[str]]:
                        f"then {http.TOKEN_HINT}")
     commit = info.sha or ref.revision or HF_DEFAULT_BRANCH
     return commit, [sib.rfilename for sib in info.siblings or ()]
+
+
+def _rate_limited(call: Callable[[], T], ref: RepoRef) -> T:
+    """`call` (a Hub API request through huggingface_hub, which does not retry one) again after a 429,
+    waiting what its Retry-After asks (planner.core.http's rule: up to MAX_RETRY_AFTER_S, a longer wait
+    refused at once), at most the settings' retries."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from planner.core import http
+
+    s = net.current()
+    retries = max(0, s.retries)
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except HfHubHTTPError as e:
+            if e.response is None or e.response.status_code != 429:
+                raise
+            after = http.retry_after_s(e.response.headers.get("Retry-After"))
+            too_long = http.rate_limit_problem(429, after)
+            if too_long:
+                raise BadInput(f"{ref}: {s.hf_endpoint} answered {too_long}") from None
+            if attempt == retries:
+                raise BadInput(f"{ref}: {s.hf_endpoint} answered HTTP 429 (rate limited) {retries + 1} time(s) "
+                               f"in a row: try again later, or raise FITPLAN_HTTP_RETRIES") from None
+            time.sleep(max(after or 0.0, http.BACKOFF_BASE_S * 2 ** attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _ms_listing(ref: RepoRef) -> tuple[str, list[str]]:
@@ -264,6 +298,30 @@ def from_network(ref: RepoRef) -> Located:
     _complete(ref, sel, where)
     return Located(tuple(_url(ref, commit, f) for f in sel.shards),
                    _url(ref, commit, sel.mmproj) if sel.mmproj else None, "network")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every file path of one revision of a repository, as its endpoint lists them."""
+
+    ref: RepoRef
+    commit: str
+    files: tuple[str, ...]
+
+    @property
+    def where(self) -> str:
+        return f"{self.ref.repo}@{self.commit[:12]}" if self.ref.hub == "hf" else f"{self.ref.repo}@{self.commit}"
+
+    def location(self, path: str) -> str:
+        """The URL the reader reads `path` from (by Range)."""
+        return _url(self.ref, self.commit, path)
+
+
+def list_repository(ref: RepoRef) -> Listing:
+    """The repository's files from its endpoint's API (the Hub's model API or ModelScope's file
+    listing), never from a local cache: a cache holds what was downloaded, not what there is."""
+    commit, files = _hf_listing(ref) if ref.hub == "hf" else _ms_listing(ref)
+    return Listing(ref, commit, tuple(files))
 
 
 def locate(ref: RepoRef) -> Located:

@@ -7,7 +7,8 @@ and `latest`. Ollama stores a pulled model as an OCI-style manifest,
 `application/vnd.ollama.image.model` is the GGUF, a `...image.projector` layer the vision projector
 (ollama server/images.go, server/internal/manifest). A name not in the local store is looked up in
 the registry: `GET /v2/NAMESPACE/MODEL/manifests/TAG` (a Docker v2 manifest), and the blob is
-`/v2/NAMESPACE/MODEL/blobs/sha256:HEX`, which the reader reads by Range.
+`/v2/NAMESPACE/MODEL/blobs/sha256:HEX`, which the reader reads by Range. A model's tags (for
+`fitplan choose ollama://NAME`) are the registry's tag list plus the tags pulled into the store.
 
 Ollama's blobs are not all files the pinned llama.cpp loads: `check_loadable` says which and why.
 """
@@ -158,6 +159,47 @@ def from_registry(name: OllamaName) -> OllamaModel:
     projector = _digest_of(layers, PROJECTOR_MEDIA_TYPE, manifest_url)
     return OllamaModel(f"{repo}/blobs/{digest}", digest, f"{repo}/blobs/{projector}" if projector else None,
                        "registry")
+
+
+def store_tags(name: OllamaName) -> list[str]:
+    """The tags of a model pulled into the local store (its manifests' file names), sorted."""
+    folder = net.current().ollama_models / "manifests" / name.host / name.namespace / name.model
+    try:
+        return sorted(p.name for p in folder.iterdir() if p.is_file() and _PART.match(p.name))
+    except OSError:
+        return []
+
+
+def registry_tags(name: OllamaName) -> list[str]:
+    """A model's tags from its registry's tag list (the Docker v2 `GET /v2/NAMESPACE/MODEL/tags/list`),
+    in the registry's order."""
+    from planner.core import http
+
+    base = registry_base(name)
+    url = f"{base}/v2/{name.namespace}/{name.model}/tags/list"
+    try:
+        doc = http.get_json(url)
+    except RemoteError as e:
+        if e.status == 404:
+            return []
+        if e.status is None:
+            raise BadInput(f"ollama://{name.namespace}/{name.model}: the Ollama registry {base} cannot be reached "
+                           f"({e.problem}); set FITPLAN_OLLAMA_REGISTRY, or name the tags") from None
+        raise
+    tags = doc.get("tags") if isinstance(doc, dict) else None
+    if not isinstance(tags, list):
+        raise BadInput(f"{url}: not a tag list (no \"tags\")")
+    return [t for t in tags if isinstance(t, str) and _PART.match(t)]
+
+
+def list_tags(name: OllamaName) -> list[str]:
+    """Every tag of a model: the registry's, then any pulled tag it does not list."""
+    tags = registry_tags(name)
+    tags += [t for t in store_tags(name) if t not in tags]
+    if not tags:
+        raise BadInput(f"ollama://{name.namespace}/{name.model}: no such Ollama model (no tag in "
+                       f"{net.current().ollama_models}, none listed by {registry_base(name)})")
+    return tags
 
 
 def locate(name: OllamaName) -> OllamaModel:

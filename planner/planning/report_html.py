@@ -165,9 +165,9 @@ def _list(section: str, title: str, lines: tuple[str, ...]) -> str:
     return f'<section id="{section}"><h2>{title}</h2><ul>{items}</ul></section>'
 
 
-def render_html(report: Report) -> str:
-    parts = [f'<section id="summary"><h1>{escape(report.title)}</h1>{_facts(report.facts)}</section>',
-             _memory(report)]
+def plan_sections(report: Report) -> str:
+    """The plan's sections after its summary: memory, layer map, speeds, commands, why, what would fit."""
+    parts = [_memory(report)]
     if not report.infeasible:
         parts.append(_layer_map(report))
         parts.append(f'<section id="speeds"><h2>Predicted speeds</h2>{_facts(report.speeds)}</section>')
@@ -175,7 +175,20 @@ def render_html(report: Report) -> str:
         parts.append(f'<section id="commands"><h2>Commands</h2>{commands}</section>')
         parts.append(_list("why", "Why (--explain)", report.why))
     parts.append(_list("what-fits", "What would fit", report.what_fits))
+    return "".join(parts)
+
+
+def page(title: str, body: str) -> str:
+    """A whole page around `body`: the stylesheet inline, nothing fetched."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{escape(report.title)}</title><style>{CSS}</style></head>"
-            f"<body><main>{''.join(parts)}</main></body></html>\n")
+            f"<title>{escape(title)}</title><style>{CSS}</style></head>"
+            f"<body><main>{body}</main></body></html>\n")
+
+
+def summary(report: Report) -> str:
+    return f'<section id="summary"><h1>{escape(report.title)}</h1>{_facts(report.facts)}</section>'
+
+
+def render_html(report: Report) -> str:
+    return page(report.title, summary(report) + plan_sections(report))

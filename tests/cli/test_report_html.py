@@ -184,3 +184,22 @@ def test_the_layer_map_of_experts_kept_on_the_host(chromium, tmp_path):
     assert f"layers 0-{moved - 1}: ffn_gate_exps.weight, ffn_down_exps.weight, ffn_up_exps.weight on Host" in text
     # what would fit: the training context (40960) on the same budgets, planned
     assert "context up to 40960 fits these budgets (--ctx 40960: decode" in text
+
+
+@pytest.mark.parametrize("width", [1200, 420])
+def test_the_choose_page_holds_a_section_per_candidate_and_nothing_overflows(chromium, tmp_path, width):
+    from tests.support.quant_repo import QUANTS, spec
+
+    picked = [q for q in QUANTS if q.tag in ("Q2_K", "Q8_0", "F16")]
+    models = [str(spec(q).write(tmp_path / f"Model-{q.tag}.gguf")[0]) for q in picked]
+    page = tmp_path / "choose.html"
+    assert main(["choose", *models, "--device", "CUDA0=640MiB", "--ram", "4GiB", "--max-ram", "160MiB",
+                 "--ctx", "8192", "--html", str(page)]) == 0
+    dom = browse(chromium, with_check(page, tmp_path), tmp_path, "--dump-dom", width=width).stdout
+    assert '<pre id="overflow-verdict">no overflow</pre>' in dom, re.findall(r"OVERFLOW: [^<]*", dom)
+    text = text_of(dom)
+    for words in ("Which file to download", "Candidates", "bits/weight", "does not fit", "highest precision",
+                  "fastest", "Memory per device", "Layer map", "llama-server -m"):
+        assert words in text, words
+    for q in picked:
+        assert f"Model-{q.tag}" in text

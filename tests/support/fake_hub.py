@@ -3,14 +3,16 @@
 - `FakeHuggingFace`: the Hub's model API as huggingface_hub calls it (`GET /api/models/ORG/REPO`
   and `/api/models/ORG/REPO/revision/REV`: `id`, `sha`, `siblings[].rfilename`, `gated`), with the
   Hub's error answers (404 + `X-Error-Code: RepoNotFound` / `RevisionNotFound`), and the file host
-  `GET /ORG/REPO/resolve/REV/PATH` (Range via the server; a gated repo answers 401 + `GatedRepo`
-  without the token).
+  `GET /ORG/REPO/resolve/REV/PATH` (Range via the server, 304 to a matching If-None-Match; a gated
+  repo answers 401 + `GatedRepo` without the token).
 - `FakeModelScope`: `GET /api/v1/models/ORG/REPO/repo/files?Revision=R&Recursive=true` answering
   `{"Code": 200, "Data": {"Files": [{"Name", "Path", "Type": "blob"|"tree", "Size", "Revision"}]},
   "Success": true}` (directories listed as Type "tree", as ModelScope does), and
   `GET /models/ORG/REPO/resolve/REV/PATH`.
-- `FakeOllamaRegistry`: `GET /v2/NS/MODEL/manifests/TAG` (a Docker v2 manifest) and
-  `GET /v2/NS/MODEL/blobs/sha256:HEX`; unknown names answer 404 + `MANIFEST_UNKNOWN`.
+- `FakeOllamaRegistry`: `GET /v2/NS/MODEL/manifests/TAG` (a Docker v2 manifest),
+  `GET /v2/NS/MODEL/blobs/sha256:HEX` (its digest as its ETag, 304 to a matching If-None-Match) and
+  `GET /v2/NS/MODEL/tags/list` (`{"name", "tags"}`); unknown
+  names answer 404 + `MANIFEST_UNKNOWN` (`NAME_UNKNOWN` for a tag list).
 
 Layout helpers write the on-disk stores the resolvers read: `write_hub_cache` (the Hugging Face hub
 cache / LLAMA_CACHE layout, snapshot symlinks to blobs) and `write_ollama_store` (Ollama's
@@ -128,6 +130,8 @@ class FakeHuggingFace:
         if path not in repo.files:
             return _json(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
         headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{repo.commit}-{path}"'}
+        if req.headers.get("if-none-match") == headers["ETag"]:   # a revalidation: not modified
+            return Reply(304, b"", headers)
         if self.storage is not None:
             blob = f"/blobs/{repo_id}/{repo.commit}/{path}"
             self.storage.mount(blob, repo.files[path], protected=False)
@@ -211,6 +215,11 @@ class FakeOllamaRegistry:
 
     def _v2(self, req: Request) -> Reply:
         parts = req.path.removeprefix("/v2/").split("/")
+        if len(parts) == 4 and parts[2:] == ["tags", "list"]:
+            tags = [t for (ns, n, t) in self.models if (ns, n) == (parts[0], parts[1])]
+            if not tags:
+                return _json(404, {"errors": [{"code": "NAME_UNKNOWN", "message": "repository name not known"}]})
+            return _json(200, {"name": f"{parts[0]}/{parts[1]}", "tags": tags})
         if len(parts) != 4 or parts[2] not in ("manifests", "blobs"):
             return _json(404, {"errors": [{"code": "NAME_UNKNOWN"}]})
         namespace, name, kind, ref = parts
@@ -222,7 +231,10 @@ class FakeOllamaRegistry:
         for (ns, n, _), layers in self.models.items():
             for layer in layers:
                 if (ns, n) == (namespace, name) and layer.digest == unquote(ref):
-                    return Reply(200, layer.file)
+                    etag = f'"{layer.digest}"'      # a blob is named by its digest: it never changes
+                    if req.headers.get("if-none-match") == etag:
+                        return Reply(304, b"", {"ETag": etag})
+                    return Reply(200, layer.file, {"ETag": etag})
         return _json(404, {"errors": [{"code": "BLOB_UNKNOWN"}]})
 
 
