@@ -2,10 +2,13 @@
 
     python -m bench.bench_estimate_accuracy            # every row
     python -m bench.bench_estimate_accuracy --only llama-8b
+    python -m bench.bench_estimate_accuracy --families # the architecture families' peer matrices
 
 Prints, per row and device, model / context / compute MiB as fitplan and llama-fit-params
 (--fit-print on) give them, with the compute error; then a summary: rows where model or
-context differ from llama.cpp's MiB, and the worst compute row (abs and relative). Starts two
+context differ from llama.cpp's MiB, and the worst compute row (abs and relative). `--families`
+runs instead the rows of every tests/peer/test_arch_*_peer.py (their SHAPES over
+tests/support/arch_matrix's flag sets) and counts the architectures. Starts three
 ggml-rpc-servers on 127.0.0.1 for the multi-device rows and stops them at the end.
 """
 from __future__ import annotations
@@ -21,6 +24,7 @@ from planner.core.llama_tools import ensure_tools, rpc_servers
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from tests.support import arch_matrix
 from tests.support.estimate_matrix import compute_ok, expand, matrix, model_path
 
 MIB = 2**20
@@ -68,11 +72,58 @@ class Tally:
             print(f"most below llama.cpp ({kind}): {where}: {err:+.1f} MiB")
 
 
+def family_shapes() -> dict[str, arch_matrix.ArchShape]:
+    """Every shape of the architecture families' peer tests (tests/peer/test_arch_*_peer.py SHAPES)."""
+    import importlib
+
+    out: dict[str, arch_matrix.ArchShape] = {}
+    for path in sorted((Path(__file__).resolve().parents[1] / "tests" / "peer").glob("test_arch_*_peer.py")):
+        module = importlib.import_module(f"tests.peer.{path.stem}")
+        out.update(getattr(module, "SHAPES", {}))
+    return out
+
+
+def run_families(bin_dir: Path, only: str | None) -> Tally:
+    shapes = {n: s for n, s in family_shapes().items() if not only or n == only}
+    tally = Tally()
+    archs: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="fitplan-bench-") as tmp, rpc_servers(3, bin_dir) as endpoints:
+        contexts = {}
+        for name, template in arch_matrix.arch_rows(shapes):
+            shape = shapes[name]
+            if name not in contexts:
+                [path] = shape.spec().write(Path(tmp) / f"{name}.gguf")
+                contexts[name] = (path, model_context(str(path)))
+                archs.add(contexts[name][1].model.architecture)
+            path, ctx = contexts[name]
+            argv = arch_matrix.expand(template, shape, endpoints)
+            _compare(tally, bin_dir, path, ctx, argv, f"{name} {template}")
+    print(f"\narchitectures: {len(archs)} ({', '.join(sorted(archs))}); files: {len(shapes)}")
+    return tally
+
+
+def _compare(tally: Tally, bin_dir: Path, path: Path, ctx, argv: list[str], label: str) -> None:
+    theirs = fit_print(bin_dir, path, argv)
+    est = estimate(ctx, argv)
+    ours = {d.name: d for d in est.devices if d.name != CPU_REPACK}
+    for device, figures in theirs.items():
+        mine = ours.get(device)
+        if mine is None:
+            tally.exact_misses.append(f"{label}: {device} missing")
+            continue
+        tally.add(label, device, est.compute_model,
+                  (mine.model_bytes // MIB, mine.context_bytes // MIB, mine.compute_bytes / MIB), figures)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="one model name of the matrix")
+    parser.add_argument("--families", action="store_true", help="the architecture families' peer matrices")
     args = parser.parse_args()
     bin_dir = ensure_tools()
+    if args.families:
+        run_families(bin_dir, args.only).summary()
+        return 0
     rows = [(m, f) for m, f in matrix() if not args.only or m == args.only]
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="fitplan-bench-") as tmp, rpc_servers(2, bin_dir) as endpoints:
@@ -85,17 +136,7 @@ def main() -> int:
                 contexts[name] = (path, model_context(str(path)))
             path, ctx = contexts[name]
             argv = expand(template, name, endpoints)
-            theirs = fit_print(bin_dir, path, argv)
-            est = estimate(ctx, argv)
-            ours = {d.name: d for d in est.devices if d.name != CPU_REPACK}
-            label = f"{name} {template.replace('{rpc} ', 'rpc×2 ')}"
-            for device, figures in theirs.items():
-                mine = ours.get(device)
-                if mine is None:
-                    tally.exact_misses.append(f"{label}: {device} missing")
-                    continue
-                tally.add(label, device, est.compute_model,
-                          (mine.model_bytes // MIB, mine.context_bytes // MIB, mine.compute_bytes / MIB), figures)
+            _compare(tally, bin_dir, path, ctx, argv, f"{name} {template.replace('{rpc} ', 'rpc×2 ')}")
         print()
         tally.summary()
         _time_per_candidate(contexts, endpoints)
