@@ -7,7 +7,8 @@ peer-test column is found from the tests themselves: the shapes of the estimate 
 (tests/support/estimate_matrix.py MODELS, each written by planner.synth and read back for its
 architecture) are checked against llama-fit-params by tests/peer/test_estimate_peer.py; any other
 tests/peer file counts for the architectures of the models it builds (planner.synth's `*_spec`
-builders it names that take no argument, SHAPES names it quotes, the bundled example it loads); the
+builders it names that take no argument, the family shapes `shapes_<family>.<name>` it names,
+SHAPES names it quotes, the bundled example it loads); the
 projector types tests/peer/test_mmproj_peer.py lists (PROJECTORS) are checked against llama-server.
 """
 from __future__ import annotations
@@ -62,6 +63,29 @@ def _spec_builders() -> dict[str, Any]:
     return out
 
 
+def _family_shapes_named(text: str) -> set[tuple[str, str]]:
+    """(family module, function) pairs a test names: `shapes_x.fn`, or `from planner.synth.shapes_x import fn, …`."""
+    pairs = set(re.findall(r"\b(shapes_[a-z0-9_]+)\.([a-z0-9_]+)\b", text))
+    for family, names in re.findall(r"from planner\.synth\.(shapes_[a-z0-9_]+) import (\([^)]*\)|[^\n]+)", text):
+        pairs |= {(family, n.strip()) for n in names.strip("()").replace("\n", " ").split(",") if n.strip()}
+    return pairs
+
+
+def _family_shape_arch(family: str, name: str) -> str | None:
+    """The architecture of planner.synth.<family>.<name>() (a family module's shape-faithful file)."""
+    try:
+        module = importlib.import_module(f"planner.synth.{family}")
+    except ImportError:
+        return None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        return None
+    try:
+        return str(fn().arch)
+    except TypeError:   # a function that needs arguments is not a shape
+        return None
+
+
 def peer_tests_by_arch() -> dict[str, list[str]]:
     """Architecture -> the tests/peer files that load a model of it with the pinned llama.cpp."""
     from planner.gguf.examples import resolve_model
@@ -83,6 +107,10 @@ def peer_tests_by_arch() -> dict[str, list[str]]:
                 continue
         for name in set(re.findall(r'"([a-z0-9.-]+)"', text)) & shape_arch.keys():
             found[shape_arch[name]].add(rel)
+        for family, name in _family_shapes_named(text):
+            arch = _family_shape_arch(family, name)
+            if arch:
+                found[arch].add(rel)
         if "example:gemma3-270m" in text:
             found[example_arch].add(rel)
     return {arch: sorted(files, key=lambda f: (f != ESTIMATE_PEER, f)) for arch, files in found.items()}

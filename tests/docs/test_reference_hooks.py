@@ -107,6 +107,11 @@ def test_the_coverage_page_has_a_row_per_pin_name() -> None:
     assert archs["glm4moe"][-1] == "`test_arch_moe_peer.py`, `test_nextn_peer.py`"
     assert archs["bert"][-1] == ""
     assert projs["gemma3"][-1] == "`test_mmproj_peer.py`"
+    # every simulated architecture names the peer test that holds its rows to llama-fit-params' (the family
+    # matrices name their files as shapes_<family>.<name>)
+    assert archs["mistral3"][-1] == "`test_arch_dense_peer.py`"
+    unproven = [name for name, cells in archs.items() if cells[0] == "simulated" and not cells[-1]]
+    assert unproven == []
 
 
 def test_an_undecided_architecture_fails_the_coverage_build(monkeypatch: pytest.MonkeyPatch) -> None:
