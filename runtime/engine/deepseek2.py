@@ -401,6 +401,8 @@ class MlaBuilder:
             gate = self.lora.mm_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu-{il}")
         experts = self.lora.mm_id(self._wl(T.FFN_DOWN_EXP, il), act, selected, name=f"ffn_moe_down-{il}")
+        if self.hp.arch == "mistral4":   # build_moe_ffn: "src1 can exceed F16 range" (ggml_prec_set_src)
+            experts.op_params["prec_src_f32"] = True
         return weighted_sum(g, experts, weights, n_embd, n_tokens, k, il)
 
     def _group_mask(self, selection: Tensor, n_tokens: int, il: int) -> Tensor:

@@ -4,6 +4,7 @@
 - any op whose result or a source is larger than the device's largest buffer (tensor_size_supported:
   lavapipe's 128 MiB maxStorageBufferRange keeps Gemma 3's 512-token logits and -c 32768 -fa off
   scores on the CPU);
+- MUL_MAT_ID asked for F32 precision (mistral4's down experts: ggml_prec_set_src);
 - MUL_MAT / MUL_MAT_ID whose weight and activations differ in their fourth dimension ("could
   potentially support these with 2 dispatches": DeepSeek-V2's MLA value projection over several KV
   streams runs on the CPU), or whose quantized sources are not contiguous in their first two
@@ -28,6 +29,8 @@ def dim01_contiguous(t: Tensor) -> bool:
 
 
 def _matmul_ok(t: Tensor) -> bool:
+    if t.op is Op.MUL_MAT_ID and t.op_params.get("prec_src_f32"):
+        return False
     weight, acts = t.src[0], t.src[1]
     assert weight is not None and acts is not None
     dims_from = t.src[2] if t.op is Op.MUL_MAT_ID else weight

@@ -3,7 +3,8 @@ lavapipe, GGML_VK_VISIBLE_DEVICES=0), for the most used architectures with graph
 files of planner/synth/shapes.py (Llama 3.1 8B, Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 2 9B, gpt-oss 20B,
 Qwen3-30B-A3B, DeepSeek-V2-Lite-class MLA, Qwen3-Next 80B, Granite 4.0-H, LFM2), the real Gemma 3 270M, and
 nine of the 2026 families (Mistral Small 3, Phi-4-mini, Command R7B, Qwen3.5-35B-A3B, Nemotron 3 Nano,
-GLM-4.5-Air, MiniMax-M2, DeepSeek-V3.2, Llama 4 Scout; Gemma 4 and 3n are in test_arch_gemma4_peer.py).
+GLM-4.5-Air, MiniMax-M2, DeepSeek-V3.2, Llama 4 Scout, Mistral Small 4: its F32-precision down experts
+run on the CPU; Gemma 4 and 3n are in test_arch_gemma4_peer.py).
 
 What lavapipe exercises beyond the rpc-server rows: ggml-vulkan's graph_optimize node order
 (runtime/ggml/vulkan_reorder.py), its supports_op (runtime/ggml/vulkan_ops.py: the 128 MiB largest buffer
@@ -48,6 +49,7 @@ FAMILIES: dict[str, tuple[Callable[[], ModelSpec], int]] = {
     "minimax-m2": (shapes_moe.minimax_m2_spec, 62),
     "deepseek-v3.2": (shapes_mla.deepseek_v32, 61),
     "llama-4-scout": (shapes_mla.llama4_scout, 48),
+    "mistral-small-4": (shapes_mla.mistral_small_4, 36),
 }
 # the host's RAM does not enter the estimate; llama.cpp sizes the same buffers on any host
 INVENTORY = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""), source="lavapipe")
