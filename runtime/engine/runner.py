@@ -34,6 +34,7 @@ from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import AttnKind
+from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
@@ -298,8 +299,8 @@ class ModelRunner:
 
     # --- graphs -------------------------------------------------------------------------------
     def _builder(self) -> DecoderBuilder | MlaBuilder:
-        """The architecture's graph builder: deepseek2's, lfm2's, qwen3next's, granitehybrid's or the llama-shaped
-        one."""
+        """The architecture's graph builder: deepseek2's, lfm2's, qwen3next's, granitehybrid's, afmoe's or the
+        llama-shaped one."""
         assert self.kv is not None
         if isinstance(self.hp, MlaHParams):
             return MlaBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
@@ -313,6 +314,9 @@ class ModelRunner:
         if self.hp.arch == GRANITE_HYBRID:
             return GraniteHybridBuilder(self.ctx.model, self.hp, self.weights, self.kv, self.states,
                                         flash_attn=self.cp.flash_attn, offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == AFMOE:
+            return AfmoeBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                                offload_kqv=self.flags.kv_offload)
         return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
                               offload_kqv=self.flags.kv_offload)
 
@@ -381,6 +385,9 @@ class ModelRunner:
             self.pipeline_parallel = False
             self.sched.reserve(pp.graph)
         n_pp = self.sched.n_splits
+        # a dry run's buffers are this first reserve's (graph_reserve's `sizes`): the token graph and the second
+        # prompt graph after it are only split (split_only without sizes: ggml_backend_sched_split_graph)
+        first_sizes = self.compute_bytes()
         self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
@@ -392,8 +399,8 @@ class ModelRunner:
             log.warning("LoRA pairs on %s are not in the runtime's graph (llama.cpp applies none where it "
                         "multiplies without build_lora_mm)",
                         ", ".join(self.adapters.unreached()))
-        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes(),
-                                            tg_kernels)
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes),
+                                            first_sizes if dry_run else self.compute_bytes(), tg_kernels)
         return self.reserve_report
 
     # --- running ------------------------------------------------------------------------------

@@ -91,12 +91,7 @@ def test_record_models_are_the_headers_written_here(contexts):
 # CPU-backed rpc-server (which the estimate matches, tests/peer/data/cpu); the client's scheduler has no
 # graph_optimize for RPC devices and the server answers only alloc sizes, so the cause is not in the
 # rules the runtime has. Strict: a fix makes these pass and the marks must go.
-KNOWN_MISSES = {
-    ("cuda/nvidia-h200", "qwen3moe-30b-a3b", "{rpc} -c 4096 -ts {ts:1,1,1} -ncmoe 8"):
-        "CUDA-backed rpc-servers with MoE layers: RPC0/RPC1 compute 80 MiB measured, 88 estimated",
-    ("cuda/nvidia-h200", "gpt-oss-20b", "{rpc} -c 4096 -ts {ts:1,1,1} -ncmoe 8"):
-        "CUDA-backed rpc-servers with MoE layers: RPC0/RPC1 compute 78/83 MiB measured, 87.5/91.5 estimated",
-}
+KNOWN_MISSES: dict[tuple[str, str, str], str] = {}
 
 
 def _row_param(rec: str, i: int):
