@@ -48,6 +48,7 @@ class MoeLayout:
     embd_type: Q = Q.Q8_0
     out_type: Q | None = Q.Q8_0    # None: tied to the token embeddings
     n_nextn: int = 0               # dense MTP blocks after the trunk (exaone-moe), with eh_proj and their norms
+    sandwich: bool = False         # afmoe: attn_gate, post_attention_norm and post_ffw_norm in every block
 
 
 def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
@@ -61,6 +62,10 @@ def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
         spec.add(T.ATTN_K, Q.F32, (kv,), i, "bias")
         spec.add(T.ATTN_V, Q.F32, (kv,), i, "bias")
     spec.add(T.ATTN_OUT, lay.mat_type, (q, lay.n_embd), i)
+    if lay.sandwich:
+        spec.add(T.ATTN_GATE, lay.mat_type, (lay.n_embd, q), i)
+        spec.add(T.ATTN_POST_NORM, Q.F32, (lay.n_embd,), i)
+        spec.add(T.FFN_POST_NORM, Q.F32, (lay.n_embd,), i)
     if lay.qk_norm:
         flat = lay.qk_norm == "flat"
         spec.add(T.ATTN_Q_NORM, Q.F32, (q if flat else lay.head_dim,), i)
@@ -196,6 +201,15 @@ def tiny_smallthinker() -> ModelSpec:
     return with_tokenizer(moe_layout("smallthinker", lay, keys), 1000, 4096, 10000.0)
 
 
+def tiny_afmoe() -> ModelSpec:
+    """Five blocks: three sliding-window layers to one full (the fourth, unroped), block 0 dense."""
+    lay = replace(TINY, n_layer=5, qk_norm="head", n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp, probs_bias=True,
+                  sandwich=True)
+    keys = {Keys.Attention.SLIDING_WINDOW: 128, Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
+            Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("afmoe", lay, keys), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
@@ -207,6 +221,7 @@ TINY_SPECS = {
     "hunyuan-moe": tiny_hunyuan_moe,
     "exaone-moe": tiny_exaone_moe,
     "smallthinker": tiny_smallthinker,
+    "afmoe": tiny_afmoe,
 }
 
 
@@ -311,3 +326,17 @@ def smallthinker_4b_spec() -> ModelSpec:
                   n_expert_used=4, n_ff_exp=768, n_vocab=151936, down_type=Q.Q6_K, out_type=None)
     keys = {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
     return with_tokenizer(moe_layout("smallthinker", lay, keys), 151936, 32768, 1500000.0)
+
+
+def trinity_mini_spec() -> ModelSpec:
+    """Trinity-Mini (afmoe): 32 blocks 2048 wide, 32 heads (4 KV) of 128 with Q/K norms and a gated output,
+    three sliding-window layers (window 2048) to one full, blocks 0-1 dense (6144), then 128 experts of 1024
+    (8 used, sigmoid with the selection bias, normalised, scaled 2.826) and one shared expert, vocabulary
+    200192, context 131072."""
+    lay = replace(Q4KM, n_layer=32, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144, n_expert=128,
+                  n_expert_used=8, n_ff_exp=1024, n_ff_shexp=1024, n_vocab=200192, n_dense_lead=2,
+                  qk_norm="head", probs_bias=True, sandwich=True, down_type=Q.Q6_K)
+    keys = {Keys.Attention.SLIDING_WINDOW: 2048, Keys.LLM.EXPERT_SHARED_COUNT: 1,
+            Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.826, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
+            Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("afmoe", lay, keys), 200192, 131072, 10000.0)

@@ -125,9 +125,11 @@ class DecoderBuilder:
         return r
 
     def _roped(self, il: int) -> bool:
-        """Whether the layer ropes Q and K: exaone-moe with sliding-window layers ropes only those,
-        smallthinker with them leaves layers 0, n, 2n... unroped."""
+        """Whether the layer ropes Q and K: afmoe leaves every n-th layer unroped, exaone-moe with
+        sliding-window layers ropes only those, smallthinker with them leaves layers 0, n, 2n... unroped."""
         spec, swa = self.hp.spec, self.hp.swa
+        if spec.nope_every and (il + 1) % spec.nope_every == 0:
+            return False
         if not (spec.nope_full_attn or spec.nope_every_from_first) or not any(swa):
             return True
         if spec.nope_full_attn and not swa[il]:

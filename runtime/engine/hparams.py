@@ -91,6 +91,7 @@ class ArchSpec:
     qk_norm_after_rope: bool = False   # hunyuan-moe: Q/K normed after RoPE
     nope_full_attn: bool = False       # exaone-moe: with sliding-window layers, the full-attention ones unroped
     nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
+    nope_every: int = 0                # afmoe: every n-th layer unroped ((il + 1) % n == 0)
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -138,6 +139,11 @@ ARCHS: dict[str, ArchSpec] = {
     # smallthinker.cpp: ReLU-gated experts routed from the layer input (the file's gating)
     "smallthinker": ArchSpec(RopeMode.NEOX, FfnKind.MOE, nope_every_from_first=4,
                              moe=MoeSpec(glu="REGLU", gating_key=True, router_on_input=True)),
+    # afmoe.cpp: the layer itself is runtime/engine/afmoe.py (gated attention output, post norms)
+    "afmoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, embd_scale=True, swa_rope_from_base=True,
+                      nope_every=4,
+                      moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
+                                  dense_lead=True, shared=SharedExpert.ADDED)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }

@@ -22,6 +22,7 @@ from planner.synth.shapes_moe import (
     olmoe_1b_7b_spec,
     qwen15_moe_a27b_spec,
     smallthinker_4b_spec,
+    trinity_mini_spec,
 )
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
@@ -38,6 +39,7 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("hunyuan-a13b", hunyuan_a13b_spec, 32, moe=True),
     ArchShape("k-exaone-236b", k_exaone_236b_spec, 48, moe=True),
     ArchShape("smallthinker-4b", smallthinker_4b_spec, 32, moe=True),
+    ArchShape("trinity-mini", trinity_mini_spec, 32, moe=True),
 )}
 
 

@@ -33,6 +33,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "hunyuan-moe": ((174, 2.11), (189, 2.75), (180, 0.53), (210, 2.14)),
     "exaone-moe": ((213, 2.26), (233, 3.26), (221, 0.57), (261, 2.57)),
     "smallthinker": ((238, 1.77), (263, 3.26), (248, 0.44), (298, 2.36)),
+    "afmoe": ((307, 2.51), (332, 3.26), (317, 0.63), (367, 2.57)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -63,7 +64,8 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 # dense; minimax-m2 the file's sigmoid and a hard-coded normalisation; deepseek softmax unnormalised with the
 # file's scale 1.5, block 0 dense; dots1 the file's sigmoid, norm and scale 2.5, block 0 dense; hunyuan-moe
 # softmax, normalised; exaone-moe the file's sigmoid, norm and scale 2.5, block 0 dense (its MTP block is
-# not part of the trunk); smallthinker the file's softmax (expert_gating_func 1), normalised
+# not part of the trunk); smallthinker the file's softmax (expert_gating_func 1), normalised; afmoe the file's
+# sigmoid, norm and scale 2.5, block 0 dense
 ROUTING = {
     "qwen2moe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "olmoe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
@@ -75,6 +77,7 @@ ROUTING = {
     "hunyuan-moe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
     "exaone-moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True, True)),
     "smallthinker": (MoeGating.SOFTMAX, True, 0.0, (True,) * 5),
+    "afmoe": (MoeGating.SIGMOID, True, 2.5, (False, True, True, True, True)),
 }
 
 
