@@ -48,6 +48,7 @@ class MoeLayout:
     embd_type: Q = Q.Q8_0
     out_type: Q | None = Q.Q8_0    # None: tied to the token embeddings
     n_nextn: int = 0               # dense MTP blocks after the trunk (exaone-moe), with eh_proj and their norms
+    gate_exps: bool = True         # ernie4_5-moe may have no ffn_gate_exps
     sandwich: bool = False         # afmoe: attn_gate, post_attention_norm and post_ffw_norm in every block
 
 
@@ -83,7 +84,8 @@ def _ffn(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
     spec.add(T.FFN_GATE_INP, Q.F32, (e, n), i)
     if lay.probs_bias:
         spec.add(T.FFN_EXP_PROBS_B, Q.F32, (n,), i, "bias")
-    spec.add(T.FFN_GATE_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
+    if lay.gate_exps:
+        spec.add(T.FFN_GATE_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
     spec.add(T.FFN_DOWN_EXP, lay.down_type, (lay.n_ff_exp, e, n), i)
     spec.add(T.FFN_UP_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
     if lay.n_ff_shexp:
@@ -208,6 +210,21 @@ def tiny_afmoe() -> ModelSpec:
     keys = {Keys.Attention.SLIDING_WINDOW: 128, Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
             Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
     return with_tokenizer(moe_layout("afmoe", lay, keys), 1000, 4096, 10000.0)
+
+
+def tiny_ernie45moe_gateless() -> ModelSpec:
+    """ernie4_5-moe without ffn_gate_exps: its experts are silu(up)."""
+    lay = replace(TINY, n_dense_lead=1, n_ff_shexp=128, probs_bias=True, gate_exps=False)
+    keys = {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: 1}
+    return with_tokenizer(moe_layout("ernie4_5-moe", lay, keys), 1000, 4096, 10000.0)
+
+
+def tiny_glm4moe_qk_norm() -> ModelSpec:
+    """glm4moe with the Q/K norms GLM-4.5 (355B) has."""
+    lay = replace(TINY, qkv_bias=True, n_rot=TINY.head_dim // 2, n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp,
+                  probs_bias=True, ffn_norm=T.ATTN_POST_NORM, qk_norm="head")
+    keys = {Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("glm4moe", lay, keys), 1000, 4096, 10000.0)
 
 
 TINY_SPECS = {
