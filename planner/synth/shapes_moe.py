@@ -49,6 +49,8 @@ class MoeLayout:
     out_type: Q | None = Q.Q8_0    # None: tied to the token embeddings
     n_nextn: int = 0               # dense MTP blocks after the trunk (exaone-moe), with eh_proj and their norms
     gate_exps: bool = True         # ernie4_5-moe may have no ffn_gate_exps
+    phi_biases: bool = False       # phimoe: biases on every norm, the attention output and the output
+    rope_factors: bool = False     # phimoe (longrope): rope_factors_long / _short of head_dim / 2
     sandwich: bool = False         # afmoe: attn_gate, post_attention_norm and post_ffw_norm in every block
 
 
@@ -58,6 +60,10 @@ def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
     spec.add(T.ATTN_Q, lay.mat_type, (lay.n_embd, q), i)
     spec.add(T.ATTN_K, lay.mat_type, (lay.n_embd, kv), i)
     spec.add(T.ATTN_V, lay.v_type, (lay.n_embd, kv), i)
+    if lay.phi_biases:
+        spec.add(T.ATTN_NORM, Q.F32, (lay.n_embd,), i, "bias")
+        spec.add(T.ATTN_OUT, Q.F32, (lay.n_embd,), i, "bias")
+        spec.add(T.FFN_NORM, Q.F32, (lay.n_embd,), i, "bias")
     if lay.qkv_bias:
         spec.add(T.ATTN_Q, Q.F32, (q,), i, "bias")
         spec.add(T.ATTN_K, Q.F32, (kv,), i, "bias")
@@ -116,6 +122,12 @@ def moe_layout(arch: str, lay: MoeLayout, keys: Mapping[str, object] | None = No
         spec.metadata[Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH] = lay.n_ff_shexp
     spec.metadata.update(keys or {})
     _embeddings(spec, lay.n_embd, lay.n_vocab, lay.embd_type, lay.out_type)
+    if lay.phi_biases:
+        spec.add(T.OUTPUT_NORM, Q.F32, (lay.n_embd,), None, "bias")
+        spec.add(T.OUTPUT, Q.F32, (lay.n_vocab,), None, "bias")
+    if lay.rope_factors:
+        spec.add(T.ROPE_FACTORS_LONG, Q.F32, (lay.head_dim // 2,))
+        spec.add(T.ROPE_FACTORS_SHORT, Q.F32, (lay.head_dim // 2,))
     for i in range(lay.n_layer + lay.n_nextn):
         _attention(spec, lay, i)
         _ffn(spec, lay, i)
@@ -227,6 +239,11 @@ def tiny_glm4moe_qk_norm() -> ModelSpec:
     return with_tokenizer(moe_layout("glm4moe", lay, keys), 1000, 4096, 10000.0)
 
 
+def tiny_phimoe() -> ModelSpec:
+    lay = replace(TINY, qkv_bias=True, phi_biases=True)
+    return with_tokenizer(moe_layout("phimoe", lay), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
@@ -239,6 +256,7 @@ TINY_SPECS = {
     "exaone-moe": tiny_exaone_moe,
     "smallthinker": tiny_smallthinker,
     "afmoe": tiny_afmoe,
+    "phimoe": tiny_phimoe,
 }
 
 
@@ -357,3 +375,12 @@ def trinity_mini_spec() -> ModelSpec:
             Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.826, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
             Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
     return with_tokenizer(moe_layout("afmoe", lay, keys), 200192, 131072, 10000.0)
+
+
+def phi35_moe_spec() -> ModelSpec:
+    """Phi-3.5-MoE-instruct: 32 blocks 4096 wide, 32 heads (8 KV) of 128 with biases, norms and output with
+    biases, longrope factors, 16 experts of 6400 (2 used, softmax, normalised), vocabulary 32064, context
+    131072."""
+    lay = replace(Q4KM, n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_expert=16, n_expert_used=2,
+                  n_ff_exp=6400, n_vocab=32064, qkv_bias=True, phi_biases=True, rope_factors=True, down_type=Q.Q6_K)
+    return with_tokenizer(moe_layout("phimoe", lay), 32064, 131072, 10000.0)

@@ -144,6 +144,8 @@ ARCHS: dict[str, ArchSpec] = {
                       nope_every=4,
                       moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
                                   dense_lead=True, shared=SharedExpert.ADDED)),
+    # phi3.cpp (phimoe's graph): runtime/engine/phimoe.py adds the norm and output biases
+    "phimoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True, q_prescale=True),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
 }

@@ -43,6 +43,7 @@ from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, Lfm2Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.phimoe import PHIMOE, PhimoeBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.recurrent import RecurrentStates
 from runtime.ggml.backend import (
@@ -299,7 +300,7 @@ class ModelRunner:
 
     # --- graphs -------------------------------------------------------------------------------
     def _builder(self) -> DecoderBuilder | MlaBuilder:
-        """The architecture's graph builder: deepseek2's, lfm2's, qwen3next's, granitehybrid's, afmoe's or the
+        """The architecture's graph builder: deepseek2's, lfm2's, qwen3next's, granitehybrid's, afmoe's, phimoe's or the
         llama-shaped one."""
         assert self.kv is not None
         if isinstance(self.hp, MlaHParams):
@@ -317,6 +318,9 @@ class ModelRunner:
         if self.hp.arch == AFMOE:
             return AfmoeBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
                                 offload_kqv=self.flags.kv_offload)
+        if self.hp.arch == PHIMOE:
+            return PhimoeBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
+                                 offload_kqv=self.flags.kv_offload)
         return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=self.cp.flash_attn,
                               offload_kqv=self.flags.kv_offload)
 

@@ -37,6 +37,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "exaone-moe": ((213, 2.26), (233, 3.26), (221, 0.57), (261, 2.57)),
     "smallthinker": ((238, 1.77), (263, 3.26), (248, 0.44), (298, 2.36)),
     "afmoe": ((307, 2.51), (332, 3.26), (317, 0.63), (367, 2.57)),
+    "phimoe": ((170, 2.11), (185, 2.75), (176, 0.53), (206, 2.14)),
     "ernie4_5-moe-gateless": ((141, 2.13), (156, 3.14), (147, 0.53), (177, 2.41)),
     "glm4moe-qk-norm": ((164, 2.13), (179, 2.75), (170, 0.53), (200, 2.41)),
 }
@@ -70,7 +71,7 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 # file's scale 1.5, block 0 dense; dots1 the file's sigmoid, norm and scale 2.5, block 0 dense; hunyuan-moe
 # softmax, normalised; exaone-moe the file's sigmoid, norm and scale 2.5, block 0 dense (its MTP block is
 # not part of the trunk); smallthinker the file's softmax (expert_gating_func 1), normalised; afmoe the file's
-# sigmoid, norm and scale 2.5, block 0 dense
+# sigmoid, norm and scale 2.5, block 0 dense; phimoe (phi3.cpp) softmax, normalised
 ROUTING = {
     "qwen2moe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "olmoe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
@@ -83,6 +84,7 @@ ROUTING = {
     "exaone-moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True, True)),
     "smallthinker": (MoeGating.SOFTMAX, True, 0.0, (True,) * 5),
     "afmoe": (MoeGating.SIGMOID, True, 2.5, (False, True, True, True, True)),
+    "phimoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
 }
 
 
