@@ -48,6 +48,10 @@ class MoeLayout:
     embd_type: Q = Q.Q8_0
     out_type: Q | None = Q.Q8_0    # None: tied to the token embeddings
     n_nextn: int = 0               # dense MTP blocks after the trunk (exaone-moe), with eh_proj and their norms
+    gate_exps: bool = True         # ernie4_5-moe may have no ffn_gate_exps
+    phi_biases: bool = False       # phimoe: biases on every norm, the attention output and the output
+    rope_factors: bool = False     # phimoe (longrope): rope_factors_long / _short of head_dim / 2
+    sandwich: bool = False         # afmoe: attn_gate, post_attention_norm and post_ffw_norm in every block
 
 
 def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
@@ -56,11 +60,19 @@ def _attention(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
     spec.add(T.ATTN_Q, lay.mat_type, (lay.n_embd, q), i)
     spec.add(T.ATTN_K, lay.mat_type, (lay.n_embd, kv), i)
     spec.add(T.ATTN_V, lay.v_type, (lay.n_embd, kv), i)
+    if lay.phi_biases:
+        spec.add(T.ATTN_NORM, Q.F32, (lay.n_embd,), i, "bias")
+        spec.add(T.ATTN_OUT, Q.F32, (lay.n_embd,), i, "bias")
+        spec.add(T.FFN_NORM, Q.F32, (lay.n_embd,), i, "bias")
     if lay.qkv_bias:
         spec.add(T.ATTN_Q, Q.F32, (q,), i, "bias")
         spec.add(T.ATTN_K, Q.F32, (kv,), i, "bias")
         spec.add(T.ATTN_V, Q.F32, (kv,), i, "bias")
     spec.add(T.ATTN_OUT, lay.mat_type, (q, lay.n_embd), i)
+    if lay.sandwich:
+        spec.add(T.ATTN_GATE, lay.mat_type, (lay.n_embd, q), i)
+        spec.add(T.ATTN_POST_NORM, Q.F32, (lay.n_embd,), i)
+        spec.add(T.FFN_POST_NORM, Q.F32, (lay.n_embd,), i)
     if lay.qk_norm:
         flat = lay.qk_norm == "flat"
         spec.add(T.ATTN_Q_NORM, Q.F32, (q if flat else lay.head_dim,), i)
@@ -78,7 +90,8 @@ def _ffn(spec: ModelSpec, lay: MoeLayout, i: int) -> None:
     spec.add(T.FFN_GATE_INP, Q.F32, (e, n), i)
     if lay.probs_bias:
         spec.add(T.FFN_EXP_PROBS_B, Q.F32, (n,), i, "bias")
-    spec.add(T.FFN_GATE_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
+    if lay.gate_exps:
+        spec.add(T.FFN_GATE_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
     spec.add(T.FFN_DOWN_EXP, lay.down_type, (lay.n_ff_exp, e, n), i)
     spec.add(T.FFN_UP_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
     if lay.n_ff_shexp:
@@ -109,6 +122,12 @@ def moe_layout(arch: str, lay: MoeLayout, keys: Mapping[str, object] | None = No
         spec.metadata[Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH] = lay.n_ff_shexp
     spec.metadata.update(keys or {})
     _embeddings(spec, lay.n_embd, lay.n_vocab, lay.embd_type, lay.out_type)
+    if lay.phi_biases:
+        spec.add(T.OUTPUT_NORM, Q.F32, (lay.n_embd,), None, "bias")
+        spec.add(T.OUTPUT, Q.F32, (lay.n_vocab,), None, "bias")
+    if lay.rope_factors:
+        spec.add(T.ROPE_FACTORS_LONG, Q.F32, (lay.head_dim // 2,))
+        spec.add(T.ROPE_FACTORS_SHORT, Q.F32, (lay.head_dim // 2,))
     for i in range(lay.n_layer + lay.n_nextn):
         _attention(spec, lay, i)
         _ffn(spec, lay, i)
@@ -196,6 +215,35 @@ def tiny_smallthinker() -> ModelSpec:
     return with_tokenizer(moe_layout("smallthinker", lay, keys), 1000, 4096, 10000.0)
 
 
+def tiny_afmoe() -> ModelSpec:
+    """Five blocks: three sliding-window layers to one full (the fourth, unroped), block 0 dense."""
+    lay = replace(TINY, n_layer=5, qk_norm="head", n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp, probs_bias=True,
+                  sandwich=True)
+    keys = {Keys.Attention.SLIDING_WINDOW: 128, Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
+            Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("afmoe", lay, keys), 1000, 4096, 10000.0)
+
+
+def tiny_ernie45moe_gateless() -> ModelSpec:
+    """ernie4_5-moe without ffn_gate_exps: its experts are silu(up)."""
+    lay = replace(TINY, n_dense_lead=1, n_ff_shexp=128, probs_bias=True, gate_exps=False)
+    keys = {Keys.LLM.INTERLEAVE_MOE_LAYER_STEP: 1}
+    return with_tokenizer(moe_layout("ernie4_5-moe", lay, keys), 1000, 4096, 10000.0)
+
+
+def tiny_glm4moe_qk_norm() -> ModelSpec:
+    """glm4moe with the Q/K norms GLM-4.5 (355B) has."""
+    lay = replace(TINY, qkv_bias=True, n_rot=TINY.head_dim // 2, n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp,
+                  probs_bias=True, ffn_norm=T.ATTN_POST_NORM, qk_norm="head")
+    keys = {Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("glm4moe", lay, keys), 1000, 4096, 10000.0)
+
+
+def tiny_phimoe() -> ModelSpec:
+    lay = replace(TINY, qkv_bias=True, phi_biases=True)
+    return with_tokenizer(moe_layout("phimoe", lay), 1000, 4096, 10000.0)
+
+
 TINY_SPECS = {
     "glm4moe": tiny_glm4moe,
     "ernie4_5-moe": tiny_ernie45moe,
@@ -207,6 +255,8 @@ TINY_SPECS = {
     "hunyuan-moe": tiny_hunyuan_moe,
     "exaone-moe": tiny_exaone_moe,
     "smallthinker": tiny_smallthinker,
+    "afmoe": tiny_afmoe,
+    "phimoe": tiny_phimoe,
 }
 
 
@@ -311,3 +361,26 @@ def smallthinker_4b_spec() -> ModelSpec:
                   n_expert_used=4, n_ff_exp=768, n_vocab=151936, down_type=Q.Q6_K, out_type=None)
     keys = {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
     return with_tokenizer(moe_layout("smallthinker", lay, keys), 151936, 32768, 1500000.0)
+
+
+def trinity_mini_spec() -> ModelSpec:
+    """Trinity-Mini (afmoe): 32 blocks 2048 wide, 32 heads (4 KV) of 128 with Q/K norms and a gated output,
+    three sliding-window layers (window 2048) to one full, blocks 0-1 dense (6144), then 128 experts of 1024
+    (8 used, sigmoid with the selection bias, normalised, scaled 2.826) and one shared expert, vocabulary
+    200192, context 131072."""
+    lay = replace(Q4KM, n_layer=32, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144, n_expert=128,
+                  n_expert_used=8, n_ff_exp=1024, n_ff_shexp=1024, n_vocab=200192, n_dense_lead=2,
+                  qk_norm="head", probs_bias=True, sandwich=True, down_type=Q.Q6_K)
+    keys = {Keys.Attention.SLIDING_WINDOW: 2048, Keys.LLM.EXPERT_SHARED_COUNT: 1,
+            Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.826, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
+            Keys.LLM.EXPERT_GATING_FUNC: SIGMOID}
+    return with_tokenizer(moe_layout("afmoe", lay, keys), 200192, 131072, 10000.0)
+
+
+def phi35_moe_spec() -> ModelSpec:
+    """Phi-3.5-MoE-instruct: 32 blocks 4096 wide, 32 heads (8 KV) of 128 with biases, norms and output with
+    biases, longrope factors, 16 experts of 6400 (2 used, softmax, normalised), vocabulary 32064, context
+    131072."""
+    lay = replace(Q4KM, n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, head_dim=128, n_expert=16, n_expert_used=2,
+                  n_ff_exp=6400, n_vocab=32064, qkv_bias=True, phi_biases=True, rope_factors=True, down_type=Q.Q6_K)
+    return with_tokenizer(moe_layout("phimoe", lay), 32064, 131072, 10000.0)

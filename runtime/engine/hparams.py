@@ -97,7 +97,7 @@ class ArchSpec:
     trunk_is_output: bool = False
     moe: MoeSpec = MoeSpec()
     # --- dense: the llama-like dense architectures (src/models/<arch>.cpp) ---
-    nope_every: int = 0             # smollm3: layer il has no RoPE where (il + 1) % nope_every == 0
+    nope_every: int = 0             # smollm3, afmoe: layer il has no RoPE where (il + 1) % nope_every == 0
     nope_full_attn: bool = False    # exaone4: with SWA layers, the full-attention layers have no RoPE
     pre_norms: bool = True          # olmo2, exaone4: no norm before attention or FFN (post norms only)
     ffn_post_norm_layer: bool = False   # glm4 builds the FFN's post norm with il (pinned); gemma with -1
@@ -202,6 +202,13 @@ ARCHS: dict[str, ArchSpec] = {
     # smallthinker.cpp: ReLU-gated experts routed from the layer input (the file's gating)
     "smallthinker": ArchSpec(RopeMode.NEOX, FfnKind.MOE, nope_every_from_first=4,
                              moe=MoeSpec(glu="REGLU", gating_key=True, router_on_input=True)),
+    # afmoe.cpp: the layer itself is runtime/engine/afmoe.py (gated attention output, post norms)
+    "afmoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, embd_scale=True, swa_rope_from_base=True,
+                      nope_every=4,
+                      moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
+                                  dense_lead=True, shared=SharedExpert.ADDED)),
+    # phi3.cpp (phimoe's graph): runtime/engine/phimoe.py adds the norm and output biases
+    "phimoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True, q_prescale=True),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;

@@ -35,6 +35,7 @@ from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import NO_MEMORY, AttnKind
+from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
@@ -53,6 +54,7 @@ from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
+from runtime.engine.phimoe import PHIMOE, PhimoeBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.qwen35 import QWEN35, QWEN35MOE, Qwen35Builder
 from runtime.engine.recurrent import RecurrentStates
@@ -358,6 +360,10 @@ class ModelRunner:
             return cls(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == GEMMA_EMBEDDING:
             return GemmaEmbeddingBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        if self.hp.arch == AFMOE:
+            return AfmoeBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        if self.hp.arch == PHIMOE:
+            return PhimoeBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                 n_ctx_seq=self.cp.n_ctx_seq)

@@ -20,8 +20,10 @@ from planner.synth.shapes_moe import (
     k_exaone_236b_spec,
     minimax_m2_spec,
     olmoe_1b_7b_spec,
+    phi35_moe_spec,
     qwen15_moe_a27b_spec,
     smallthinker_4b_spec,
+    trinity_mini_spec,
 )
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
@@ -38,6 +40,8 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("hunyuan-a13b", hunyuan_a13b_spec, 32, moe=True),
     ArchShape("k-exaone-236b", k_exaone_236b_spec, 48, moe=True),
     ArchShape("smallthinker-4b", smallthinker_4b_spec, 32, moe=True),
+    ArchShape("trinity-mini", trinity_mini_spec, 32, moe=True),
+    ArchShape("phi35-moe", phi35_moe_spec, 32, moe=True),
 )}
 
 

@@ -22,9 +22,10 @@ ggml's rules (llama.cpp in llama-cpp-python 0.3.36), never from the runtime, and
   allocator takes the best-fitting free block other than the tail, else the tail, so the arena
   never grows by more than the allocation's size; a tensor is freed after its last consumer.
 - llama-context.cpp sched_reserve / graph_reserve: the prompt graph has n_tokens = min(n_ctx,
-  n_ubatch) tokens and as many outputs, the one-token graph one; a buffer keeps the larger of the
-  two (the second prompt reserve changes nothing). The one-token graph matters where its single
-  token is NOT offloaded while the prompt's are: its 4 x n_vocab logits then land on the Host.
+  n_ubatch) tokens and as many outputs. In llama-fit-params' dry run (no_alloc) only that first
+  prompt reserve sizes the buffers (graph_reserve passes `sizes` to ggml_backend_sched_reserve_size
+  once); the one-token graph and the second prompt graph are only split, so a one-token graph that
+  runs its output on the CPU while the prompt's is offloaded adds nothing to the Host row.
 - llama-graph.cpp build_inp_embd (inp_tokens I32 [T], inp_embd F32 [n_embd, T], a leaf never
   consumed nor freed), build_inp_pos (I32 [T]), build_inp_out_ids (I32 [T]),
   build_attn_inp_kq_mask (F16 [n_kv, T] with flash attention), llama-kv-cache.cpp

@@ -16,12 +16,15 @@ from planner.core.errors import GGUFError
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
-from planner.synth.shapes_moe import TINY_SPECS
+from planner.synth.shapes_moe import TINY_SPECS, tiny_ernie45moe_gateless, tiny_glm4moe_qk_norm
 from runtime.engine.hparams import MoeGating, read_hparams
 from tests.support.reserve_checks import assert_reserve_equals
 
+# every architecture's tiny file, and variants: ernie4_5-moe without ffn_gate_exps (silu of up), glm4moe with
+# the Q/K norms of GLM-4.5 (355B)
+FILES = {**TINY_SPECS, "ernie4_5-moe-gateless": tiny_ernie45moe_gateless, "glm4moe-qk-norm": tiny_glm4moe_qk_norm}
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
-# llama-fit-params -v on each tiny file, per FLAGS: (nodes, CPU compute MiB)
+# llama-fit-params -v on each file of FILES, per FLAGS: (nodes, CPU compute MiB)
 LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "qwen2moe": ((168, 2.11), (183, 2.75), (174, 0.53), (204, 2.14)),
     "olmoe": ((144, 1.63), (159, 3.00), (150, 0.41), (180, 1.66)),
@@ -33,23 +36,27 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "hunyuan-moe": ((174, 2.11), (189, 2.75), (180, 0.53), (210, 2.14)),
     "exaone-moe": ((213, 2.26), (233, 3.26), (221, 0.57), (261, 2.57)),
     "smallthinker": ((238, 1.77), (263, 3.26), (248, 0.44), (298, 2.36)),
+    "afmoe": ((307, 2.51), (332, 3.26), (317, 0.63), (367, 2.57)),
+    "phimoe": ((170, 2.11), (185, 2.75), (176, 0.53), (206, 2.14)),
+    "ernie4_5-moe-gateless": ((141, 2.13), (156, 3.14), (147, 0.53), (177, 2.41)),
+    "glm4moe-qk-norm": ((164, 2.13), (179, 2.75), (170, 0.53), (200, 2.41)),
 }
-ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
+ROWS = [(name, flags, *fig) for name, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("moe")
     paths = {}
-    for arch, spec in TINY_SPECS.items():
-        [paths[arch]] = spec().write(d / f"{arch}.gguf")
+    for name, spec in FILES.items():
+        [paths[name]] = spec().write(d / f"{name}.gguf")
     return paths
 
 
-@pytest.mark.parametrize(("arch", "flags", "n_nodes", "compute_mib"), ROWS)
-def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str, n_nodes: int, compute_mib: float,
+@pytest.mark.parametrize(("name", "flags", "n_nodes", "compute_mib"), ROWS)
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str, n_nodes: int, compute_mib: float,
                                                           tiny: dict[str, Path]) -> None:
-    assert_reserve_equals(tiny[arch], flags, n_nodes, compute_mib)
+    assert_reserve_equals(tiny[name], flags, n_nodes, compute_mib)
 
 
 @pytest.mark.parametrize("arch", list(TINY_SPECS))
@@ -63,7 +70,8 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 # dense; minimax-m2 the file's sigmoid and a hard-coded normalisation; deepseek softmax unnormalised with the
 # file's scale 1.5, block 0 dense; dots1 the file's sigmoid, norm and scale 2.5, block 0 dense; hunyuan-moe
 # softmax, normalised; exaone-moe the file's sigmoid, norm and scale 2.5, block 0 dense (its MTP block is
-# not part of the trunk); smallthinker the file's softmax (expert_gating_func 1), normalised
+# not part of the trunk); smallthinker the file's softmax (expert_gating_func 1), normalised; afmoe the file's
+# sigmoid, norm and scale 2.5, block 0 dense; phimoe (phi3.cpp) softmax, normalised
 ROUTING = {
     "qwen2moe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
     "olmoe": (MoeGating.SOFTMAX, False, 0.0, (True, True, True)),
@@ -75,6 +83,8 @@ ROUTING = {
     "hunyuan-moe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
     "exaone-moe": (MoeGating.SIGMOID, True, 2.5, (False, True, True, True)),
     "smallthinker": (MoeGating.SOFTMAX, True, 0.0, (True,) * 5),
+    "afmoe": (MoeGating.SIGMOID, True, 2.5, (False, True, True, True, True)),
+    "phimoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
 }
 
 
