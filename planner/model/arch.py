@@ -114,6 +114,9 @@ KNOWN_DENSE = frozenset({
     # mla: deepseek2's model class (src/models/models.h), its K-only MLA cache; the DSA models add an
     # indexer key cache (INDEXER_RULES)
     "mistral4", "deepseek32", "glm-dsa",
+    # glm5: minimax-m3's MSA cache (src/llama-kv-cache-msa.cpp) is a plain cache plus an indexer cache
+    # (MSA_ARCHS)
+    "minimax-m3",
 })
 
 
@@ -138,6 +141,13 @@ INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
     "glm-dsa": _glm_dsa_default,
 }
 
+# --- glm5: MiniMax Sparse Attention's indexer cache (src/llama-kv-cache-msa.cpp) --------------------------
+# llama_kv_cache_msa holds two llama_kv_caches of the same cells: the main one and one for the indexer, made
+# from the model's hparams with one KV head and K heads attention.indexer.key_length wide. Unlike DSA's it is
+# not an MLA cache, so it stores V too: one head of the model's value length (type_v). Its layer filter
+# (create_memory in llama-model.cpp) keeps the blocks past leading_dense_block_count.
+MSA_ARCHS = frozenset({"minimax-m3"})
+
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
 NO_MEMORY = frozenset({"gemma-embedding"})
@@ -158,6 +168,8 @@ class LayerFacts:
     nextn: bool = False          # an MTP/nextn block appended after the trunk
     # mla: elements one token occupies in the layer's DSA indexer key cache (type_k, K only), 0 for none
     index_k: int = 0
+    # glm5: V elements per token in the layer's MSA indexer cache (type_v), 0 for none
+    index_v: int = 0
 
     @property
     def k_per_cell(self) -> int:
@@ -424,6 +436,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     if known and not mla:
         _check_kv_widths(model, layers)
     layers = _with_indexer_caches(meta, layers, n_layer)
+    layers = _with_msa_caches(meta, layers, n_layer)
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
@@ -454,6 +467,17 @@ def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) ->
         owns = [bool(types)] * n_layer
     return [replace(lf, index_k=width) if lf.index < n_layer and owns[lf.index] and lf.has_kv else lf
             for lf in layers]
+
+
+def _with_msa_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) -> list[LayerFacts]:
+    """glm5: the trunk blocks past the leading dense ones get the MSA indexer cache's K and V widths
+    (one head each: attention.indexer.key_length and the layer's value length)."""
+    if meta.arch not in MSA_ARCHS:
+        return layers
+    width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH))
+    n_dense = int(meta.get(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0) or 0)
+    return [replace(lf, index_k=width, index_v=lf.head_dim_v) if n_dense <= lf.index < n_layer and lf.has_kv
+            else lf for lf in layers]
 
 
 def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:
