@@ -1,4 +1,5 @@
-"""minimax-m3 (MiniMax Sparse Attention) and glm5-next on tiny files: caches and reserves against llama.cpp's.
+"""minimax-m3 (MiniMax Sparse Attention, runtime/engine/msa.py) on tiny files: caches and reserves against
+llama.cpp's.
 
 Expected figures are llama-fit-params -v on these very files (pinned build): the two "llama_kv_cache: size =
 ..." lines of llama_kv_cache_msa (main cache, then the indexer's), "graph: nodes = N" and "CPU compute buffer
@@ -10,12 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.errors import BadInput
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
-from planner.memory.coverage import coverage_table
+from planner.llama.flags import parse_llama_flags
+from planner.memory.coverage import Status, coverage_table
 from planner.memory.estimate import estimate
 from planner.model.arch import model_facts
 from planner.synth.shapes_glm5 import tiny_minimax_m3
+from runtime.engine.runner import ModelRunner
+from tests.support.reserve_checks import MIB, assert_reserve_equals
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +48,42 @@ def test_minimax_m3_indexer_cache_skips_the_leading_dense_block(minimax_m3: Path
     assert [(lf.index_k, lf.index_v) for lf in facts.layers] == [(0, 0), (32, 64), (32, 64)]
 
 
-def test_minimax_m3_kv_is_exact_in_the_coverage_table() -> None:
+def test_minimax_m3_is_simulated_in_the_coverage_table() -> None:
     row = next(r for r in coverage_table() if r.name == "minimax-m3")
-    assert row.kv == "exact"
+    assert (row.status, row.kv) == (Status.SIMULATED, "exact")
+
+
+# llama-fit-params -v on the tiny file: "graph (pp bs=N, tg bs=M): nodes = P / G" and "CPU compute buffer size =
+# X MiB". With flash attention the sparse blocks' prompt graph (a block mask per stream) and token graph (gathered
+# cells) differ; with -fa off every block attends densely and both graphs have 170 nodes.
+LLAMA_CPP_MSA_RESERVE = {
+    "-c 256": (266, 261, 2.39),
+    "-c 256 -np 2": (372, 269, 2.39),          # two streams: two block masks and attentions, concatenated
+    "-c 512 -np 3 -ub 64": (470, 269, 0.62),
+    "-c 256 -ctk q8_0 -ctv q8_0": (302, 297, 2.67),   # the Hadamard rotations of a quantized cache
+    "-c 2048 -ub 128": (266, 261, 6.27),
+}
+
+
+@pytest.mark.parametrize("flags", LLAMA_CPP_MSA_RESERVE)
+def test_minimax_m3_msa_reserve_equals_llama_cpp(flags: str, minimax_m3: Path) -> None:
+    pp, tg, mib = LLAMA_CPP_MSA_RESERVE[flags]
+    report = ModelRunner.load(str(minimax_m3), parse_llama_flags(flags.split()), weights=False).reserve_report
+    assert report is not None
+    assert (report.n_nodes_pp, report.n_nodes_tg) == (pp, tg)
+    assert round(report.compute_bytes["CPU"] / MIB, 2) == mib
+
+
+def test_minimax_m3_dense_reserve_equals_llama_cpp(minimax_m3: Path) -> None:
+    assert_reserve_equals(minimax_m3, "-c 256 -fa off", 170, 2.75)
+
+
+def test_minimax_m3_runner_allocates_both_caches(minimax_m3: Path) -> None:
+    runner = ModelRunner.load(str(minimax_m3), parse_llama_flags(["-c", "256"]), weights=False)
+    assert runner.kv_bytes == {"CPU": (3 * 256 + 2 * 96) * 256 * 2}
+
+
+def test_minimax_m3_is_sized_not_decoded(minimax_m3: Path) -> None:
+    runner = ModelRunner.load(str(minimax_m3), parse_llama_flags(["-c", "256"]), weights=False)
+    with pytest.raises(BadInput, match="sizes its graphs but does not run them"):
+        runner.decode([1, 2, 3])
