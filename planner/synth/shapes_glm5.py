@@ -14,7 +14,7 @@ from dataclasses import replace
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, Q
-from planner.synth.shapes_moe import SIGMOID, TINY, MoeLayout, moe_layout, with_tokenizer
+from planner.synth.shapes_moe import Q4KM, SIGMOID, TINY, MoeLayout, moe_layout, with_tokenizer
 
 # llama-arch.cpp LLM_KV_NAMES (uint32 keys, planner.gguf.keys.LLAMA_CPP_U32_KEYS)
 INDEXER_HEAD_COUNT = "{arch}.attention.indexer.head_count"
@@ -49,3 +49,18 @@ def tiny_minimax_m3() -> ModelSpec:
     lay = replace(TINY, n_rot=TINY.head_dim // 2, n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp)
     spec = minimax_m3_layout(lay, n_index_head=2, index_dim=32, top_k=2, block=64, local=1, index_type=Q.Q8_0)
     return with_tokenizer(spec, 1000, 4096, 10000.0)
+
+
+def minimax_m3_spec() -> ModelSpec:
+    """MiniMax-M3 (published config.json of its text model): 60 blocks 6144 wide, 64 heads (4 KV) of 128 with 64
+    rotated, the first 3 blocks dense (12288) and without the indexer, then 128 experts of 3072 (4 used,
+    sigmoid with the selection bias, routed scale 2) and one shared expert of 3072; MSA indexer of 4 heads of
+    128 over blocks of 128 positions, the top 16 kept and 1 local; vocabulary 200064, context 524288, RoPE base
+    5e6. Q4_K_M-like types; the indexer projections stay F32 as convert_hf_to_gguf writes them and
+    llama-quantize keeps them (src/llama-quant.cpp)."""
+    lay = replace(Q4KM, n_layer=60, n_embd=6144, n_head=64, n_head_kv=4, head_dim=128, n_rot=64, n_ff=12288,
+                  n_expert=128, n_expert_used=4, n_ff_exp=3072, n_ff_shexp=3072, n_vocab=200064, n_dense_lead=3,
+                  down_type=Q.Q6_K)
+    spec = minimax_m3_layout(lay, n_index_head=4, index_dim=128, top_k=16, block=128, local=1, index_type=Q.F32,
+                             scale=2.0)
+    return with_tokenizer(spec, 200064, 524288, 5000000.0)
