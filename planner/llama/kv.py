@@ -8,7 +8,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
   [n_embd_v_gqa, kv_size, n_stream] on the layer's device (CPU with -nkvo); V rows take the
   largest layer's width when V is stored transposed (no flash attention); MLA caches hold K only.
 - src/llama-kv-cache-dsa.cpp: DSA models keep the lightning indexer's keys in a second K-only cache of
-  the same cells (LayerFacts.index_k wide, type_k) for the layers that own an indexer.
+  the same cells (LayerFacts.index_k wide, type_k) for the layers that own an indexer; glm5-next's
+  src/llama-memory-hybrid-idx.cpp likewise (key, gate and pooled value: 3 x key_length wide).
 - src/llama-kv-cache-msa.cpp: minimax-m3's indexer cache, same cells, K LayerFacts.index_k wide (type_k) and
   V LayerFacts.index_v wide (type_v) for the blocks past the leading dense ones.
 - src/llama-kv-cache-iswa.cpp: SWA layers have their own cells (settings.swa_cells).

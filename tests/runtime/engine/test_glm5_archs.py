@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from planner.core.errors import BadInput
+from planner.gguf.keys import LLM_KV_ATTENTION_INDEXER_TYPES
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.coverage import Status, coverage_table
 from planner.memory.estimate import estimate
 from planner.model.arch import model_facts
-from planner.synth.shapes_glm5 import tiny_minimax_m3
+from planner.synth.shapes_glm5 import tiny_glm5_next, tiny_minimax_m3
 from runtime.engine.runner import ModelRunner
 from tests.support.reserve_checks import MIB, assert_reserve_equals
 
@@ -87,3 +88,30 @@ def test_minimax_m3_is_sized_not_decoded(minimax_m3: Path) -> None:
     runner = ModelRunner.load(str(minimax_m3), parse_llama_flags(["-c", "256"]), weights=False)
     with pytest.raises(BadInput, match="sizes its graphs but does not run them"):
         runner.decode([1, 2, 3])
+
+
+# --- glm5-next: its hybrid-idx memory (src/llama-memory-hybrid-idx.cpp) ------------------------------------------
+
+@pytest.mark.parametrize("flags, expected", [
+    # llama-fit-params -v on tiny_glm5_next (KDA, MLA, KDA, MLA): the MLA cache "0.12 MiB (256 cells, 2 layers)",
+    # the recurrent states "R 0.02 MiB, S 0.12 MiB" and the indexer's "0.19 MiB (256 cells, 2 layers)"; by hand:
+    # 2 x 256 x 128 x 2 B, 2 x (3 x 3 x 4 x 64 + 64 x 64 x 4) x 4 B, 2 x 256 x (3 x 64) x 2 B
+    ("-c 256", 2 * 256 * 128 * 2 + 2 * (3 * 3 * 4 * 64 + 64 * 64 * 4) * 4 + 2 * 256 * 192 * 2),
+    ("-c 256 -fa off", 2 * 256 * 128 * 2 + 2 * (3 * 3 * 4 * 64 + 64 * 64 * 4) * 4 + 2 * 256 * 192 * 2),
+    # two streams of 256 cells and two state rows; q8_0 rows are 34 B per 32 values ("0.13", "0.29", "0.20 MiB")
+    ("-c 512 -np 2 -ctk q8_0 -ctv q8_0",
+     2 * 256 * 2 * 128 * 34 // 32 + 2 * 2 * (3 * 3 * 4 * 64 + 64 * 64 * 4) * 4 + 2 * 256 * 2 * 192 * 34 // 32),
+])
+def test_glm5_next_context_bytes(flags: str, expected: int, tmp_path: Path) -> None:
+    [path] = tiny_glm5_next().write(tmp_path / "glm5-next.gguf")
+    est = estimate(model_context(str(path)), flags.split())
+    assert [d.context_bytes for d in est.devices if d.name == "Host"] == [expected]
+
+
+def test_glm5_next_indexer_types_choose_the_indexer_caches(tmp_path: Path) -> None:
+    """attention.indexer.types (one entry per trunk block) leaves block 3 sharing block 1's indexer: no cache."""
+    spec = tiny_glm5_next()
+    spec.metadata[LLM_KV_ATTENTION_INDEXER_TYPES.format(arch="glm5-next")] = [1, 1, 1, 0]
+    [path] = spec.write(tmp_path / "glm5-next.gguf")
+    facts = model_facts(read_model(str(path)))
+    assert [lf.index_k for lf in facts.layers] == [0, 192, 0, 0]
