@@ -25,7 +25,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, Keys
 from gguf import MODEL_TENSOR as T
 
-from planner.core.errors import GGUFError
+from planner.core.errors import GGUFError, ModelShapeError
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.tensors import tensor_name
 from runtime.engine.builder import BatchShape, DecoderBuilder, Qkv
@@ -225,8 +225,8 @@ class MsaBuilder(DecoderBuilder):
             g.expand(node)
         kv_k, kv_v = self._cache_views(il, self.n_kv)
         if kv_k.ne[1] != msa.n_head:
-            raise GGUFError("", f"MSA: the indexer has {msa.n_head} heads for {kv_k.ne[1]} KV groups "
-                                f"(llama.cpp asserts one per group)")
+            raise ModelShapeError(f"MSA: the indexer has {msa.n_head} heads for {kv_k.ne[1]} KV groups "
+                                  f"(llama.cpp asserts one per group)")
         n_top = min(msa.top_k, self.n_blk)
         if self.decode:
             cur = self._decode(il, q, iq, ik_kv, kv_k, kv_v, n_top)

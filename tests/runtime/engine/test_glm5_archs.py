@@ -7,11 +7,12 @@ size = X MiB".
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from planner.core.errors import BadInput
+from planner.core.errors import BadInput, GGUFError, ModelShapeError
 from planner.gguf.keys import LLM_KV_ATTENTION_INDEXER_TYPES
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
@@ -19,7 +20,9 @@ from planner.llama.flags import parse_llama_flags
 from planner.memory.coverage import Status, coverage_table
 from planner.memory.estimate import estimate
 from planner.model.arch import model_facts
-from planner.synth.shapes_glm5 import tiny_glm5_next, tiny_minimax_m3
+from planner.synth.gguf_factory import Q
+from planner.synth.shapes_glm5 import minimax_m3_layout, tiny_glm5_next, tiny_minimax_m3
+from planner.synth.shapes_moe import TINY, with_tokenizer
 from runtime.engine.runner import ModelRunner
 from tests.support.reserve_checks import MIB, assert_reserve_equals
 
@@ -115,3 +118,20 @@ def test_glm5_next_indexer_types_choose_the_indexer_caches(tmp_path: Path) -> No
     [path] = spec.write(tmp_path / "glm5-next.gguf")
     facts = model_facts(read_model(str(path)))
     assert [lf.index_k for lf in facts.layers] == [0, 192, 0, 0]
+
+
+def test_minimax_m3_without_indexer_keys_is_refused(tmp_path: Path) -> None:
+    spec = tiny_minimax_m3()
+    del spec.metadata["{arch}.attention.indexer.block_size"]
+    [path] = spec.write(tmp_path / "no-block.gguf")
+    with pytest.raises(GGUFError, match="missing required key minimax-m3.attention.indexer.block_size"):
+        ModelRunner.load(str(path), parse_llama_flags(["-c", "256"]), weights=False)
+
+
+def test_minimax_m3_needs_one_indexer_head_per_kv_group(tmp_path: Path) -> None:
+    """minimax-m3.cpp asserts the indexer has one head per KV group (2 here): one head is refused by name."""
+    lay = replace(TINY, n_rot=TINY.head_dim // 2, n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp)
+    spec = minimax_m3_layout(lay, n_index_head=1, index_dim=32, top_k=2, block=64, local=1, index_type=Q.Q8_0)
+    [path] = with_tokenizer(spec, 1000, 4096, 10000.0).write(tmp_path / "one-head.gguf")
+    with pytest.raises(ModelShapeError, match="one per group"):
+        ModelRunner.load(str(path), parse_llama_flags(["-c", "256"]), weights=False)
