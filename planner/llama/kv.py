@@ -8,7 +8,10 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
   [n_embd_v_gqa, kv_size, n_stream] on the layer's device (CPU with -nkvo); V rows take the
   largest layer's width when V is stored transposed (no flash attention); MLA caches hold K only.
 - src/llama-kv-cache-dsa.cpp: DSA models keep the lightning indexer's keys in a second K-only cache of
-  the same cells (LayerFacts.index_k wide, type_k) for the layers that own an indexer.
+  the same cells (LayerFacts.index_k wide, type_k) for the layers that own an indexer; glm5-next's
+  src/llama-memory-hybrid-idx.cpp likewise (key, gate and pooled value: 3 x key_length wide).
+- src/llama-kv-cache-msa.cpp: minimax-m3's indexer cache, same cells, K LayerFacts.index_k wide (type_k) and
+  V LayerFacts.index_v wide (type_v) for the blocks past the leading dense ones.
 - src/llama-kv-cache-iswa.cpp: SWA layers have their own cells (settings.swa_cells).
 - src/llama-memory-recurrent.cpp: per recurrent layer f32 r and s rows x max(1, n_seq).
 Every tensor is padded to its buffer's alignment (ggml_backend_alloc_ctx_tensors_from_buft_size).
@@ -63,7 +66,8 @@ def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
              if not facts.mla else 0)
         v = settings.alloc_size(row, settings.type_v, v_width, v) if v and padded else v
         out.append(LayerCache(lf.index, row, cells, pad(k, align) + (pad(v, align) if v else 0)
-                              + _indexer_bytes(settings, lf.index_k, row, cells)))
+                              + _indexer_bytes(settings, lf.index_k, row, cells)
+                              + _indexer_v_bytes(settings, lf.index_v, row, cells)))
     return out
 
 
@@ -75,6 +79,16 @@ def _indexer_bytes(settings: LlamaSettings, width: int, row: str, cells: int) ->
     k = cache_row_bytes(settings.type_k, width, "the indexer cache's K") * cells * settings.cparams.n_stream
     k = settings.alloc_size(row, settings.type_k, width, k) if row in settings.row_padding else k
     return pad(k, settings.alignment[row])
+
+
+def _indexer_v_bytes(settings: LlamaSettings, width: int, row: str, cells: int) -> int:
+    """glm5: an MSA layer's indexer V tensor [width, cells, n_stream] of type_v (llama_kv_cache_msa's
+    second llama_kv_cache is not MLA, so it stores V; one head, the same width transposed or not)."""
+    if not width:
+        return 0
+    v = cache_row_bytes(settings.type_v, width, "the indexer cache's V") * cells * settings.cparams.n_stream
+    v = settings.alloc_size(row, settings.type_v, width, v) if row in settings.row_padding else v
+    return pad(v, settings.alignment[row])
 
 
 def _member_state_bytes(settings: LlamaSettings, dev: str, layer: int, n_rows: int) -> tuple[int, ...]:

@@ -114,6 +114,9 @@ KNOWN_DENSE = frozenset({
     # mla: deepseek2's model class (src/models/models.h), its K-only MLA cache; the DSA models add an
     # indexer key cache (INDEXER_RULES)
     "mistral4", "deepseek32", "glm-dsa",
+    # glm5: minimax-m3's MSA cache (src/llama-kv-cache-msa.cpp) is a plain cache plus an indexer cache
+    # (MSA_ARCHS)
+    "minimax-m3",
 })
 
 
@@ -136,7 +139,23 @@ def _glm_dsa_default(n_ctx_train: int, il: int) -> bool:
 INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
     "deepseek32": lambda _ctx, _il: True,      # llama-model.cpp filter_lid: every trunk layer
     "glm-dsa": _glm_dsa_default,
+    # glm5: glm5-next's attention layers (its KDA layers have no KV heads, hence no cache), all by default
+    "glm5-next": lambda _ctx, _il: True,
 }
+# glm5: keys per cell of the indexer cache, in indexer key lengths: glm5-next's k-pool caches key, gate and pooled
+# value per token (llama-memory-hybrid-idx.cpp: indexer_head_size * 3 when indexer_kpool > 0, which it asserts)
+INDEXER_WIDTH = {"glm5-next": 3}
+# glm5: architectures whose recurrent layers are Kimi Delta Attention (llama_hparams::n_embd_r / n_embd_s with
+# n_embd_head_kda): per sequence the Q, K and V conv columns, 3 x (d_conv - 1) x n_head x head_dim (d_conv 4 when
+# unset), and one head_dim^2 state per head; n_head is block 0's (llama_hparams::n_head())
+KDA_STATE_ARCHS = frozenset({"glm5-next"})
+
+# --- glm5: MiniMax Sparse Attention's indexer cache (src/llama-kv-cache-msa.cpp) --------------------------
+# llama_kv_cache_msa holds two llama_kv_caches of the same cells: the main one and one for the indexer, made
+# from the model's hparams with one KV head and K heads attention.indexer.key_length wide. Unlike DSA's it is
+# not an MLA cache, so it stores V too: one head of the model's value length (type_v). Its layer filter
+# (create_memory in llama-model.cpp) keeps the blocks past leading_dense_block_count.
+MSA_ARCHS = frozenset({"minimax-m3"})
 
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
@@ -158,6 +177,8 @@ class LayerFacts:
     nextn: bool = False          # an MTP/nextn block appended after the trunk
     # mla: elements one token occupies in the layer's DSA indexer key cache (type_k, K only), 0 for none
     index_k: int = 0
+    # glm5: V elements per token in the layer's MSA indexer cache (type_v), 0 for none
+    index_v: int = 0
 
     @property
     def k_per_cell(self) -> int:
@@ -424,6 +445,8 @@ def model_facts(model: ModelFile) -> ModelFacts:
     if known and not mla:
         _check_kv_widths(model, layers)
     layers = _with_indexer_caches(meta, layers, n_layer)
+    layers = _with_msa_caches(meta, layers, n_layer)
+    layers = _with_kda_states(meta, layers, n_head[0] if n_head else 0)
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
@@ -439,7 +462,7 @@ def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) ->
     attention.indexer.types: a scalar for every block or one entry per trunk block, get_key_or_arr)."""
     if meta.arch not in INDEXER_RULES:
         return layers
-    width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH))
+    width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH)) * INDEXER_WIDTH.get(meta.arch, 1)
     rule = INDEXER_RULES[meta.arch]
     n_ctx = int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0)
     owns = [rule(n_ctx, il) for il in range(n_layer)]
@@ -454,6 +477,28 @@ def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) ->
         owns = [bool(types)] * n_layer
     return [replace(lf, index_k=width) if lf.index < n_layer and owns[lf.index] and lf.has_kv else lf
             for lf in layers]
+
+
+def _with_msa_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) -> list[LayerFacts]:
+    """glm5: the trunk blocks past the leading dense ones get the MSA indexer cache's K and V widths
+    (one head each: attention.indexer.key_length and the layer's value length)."""
+    if meta.arch not in MSA_ARCHS:
+        return layers
+    width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH))
+    n_dense = int(meta.get(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 0) or 0)
+    return [replace(lf, index_k=width, index_v=lf.head_dim_v) if n_dense <= lf.index < n_layer and lf.has_kv
+            else lf for lf in layers]
+
+
+def _with_kda_states(meta: _Meta, layers: list[LayerFacts], n_head: int) -> list[LayerFacts]:
+    """glm5: the recurrent layers of a KDA model get Kimi Delta Attention's state sizes (KDA_STATE_ARCHS)."""
+    if meta.arch not in KDA_STATE_ARCHS:
+        return layers
+    head = int(meta.need(Keys.KDA.HEAD_DIM))
+    d_conv = int(meta.get(Keys.SSM.CONV_KERNEL, 0) or 0)
+    r = 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head * head
+    s = head * head * n_head
+    return [replace(lf, state_r=r, state_s=s) if lf.kind is AttnKind.RECURRENT else lf for lf in layers]
 
 
 def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:

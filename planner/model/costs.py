@@ -139,6 +139,7 @@ def cost_table(model: ModelFile, facts: ModelFacts, type_k: str = "f16", type_v:
         k = cache_row_bytes(qk, lf.k_per_cell, f"layer {lf.index}'s K") if lf.k_per_cell else 0
         k += cache_row_bytes(qk, lf.index_k, f"layer {lf.index}'s indexer K") if lf.index_k else 0   # DSA
         v = cache_row_bytes(qv, lf.v_per_cell, f"layer {lf.index}'s V") if lf.v_per_cell else 0
+        v += cache_row_bytes(qv, lf.index_v, f"layer {lf.index}'s indexer V") if lf.index_v else 0   # MSA
         layers.append(LayerCost(
             index=lf.index, kind=lf.kind, weights=tuple(groups.items()),
             k_bytes_per_cell=k, v_bytes_per_cell=v,

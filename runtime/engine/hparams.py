@@ -211,6 +211,11 @@ ARCHS: dict[str, ArchSpec] = {
     "phimoe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, attn_bias=True, q_prescale=True),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
+    # glm5: minimax-m3.cpp, per-head Q/K norms, clamped-SwiGLU experts (and dense FFNs: runtime/engine/msa.py,
+    # which builds its MiniMax Sparse Attention)
+    "minimax-m3": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True,
+                           moe=MoeSpec(MoeGating.SIGMOID, glu="SWIGLU_OAI", gating_key=True, norm_w_key=True,
+                                       scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),

@@ -34,7 +34,7 @@ from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
-from planner.model.arch import NO_MEMORY, AttnKind
+from planner.model.arch import MSA_ARCHS, NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
@@ -53,6 +53,7 @@ from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.msa import index_cache, msa_builder, read_msa
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
 from runtime.engine.phimoe import PHIMOE, PhimoeBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
@@ -165,7 +166,7 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
-HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING} | FUSED_ARCHS
+HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING} | FUSED_ARCHS | MSA_ARCHS
 
 
 class ModelRunner:
@@ -207,6 +208,7 @@ class ModelRunner:
         self.kv_bytes: dict[str, int] = {}
         self.kv: KVCache | None = None
         self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
+        self.msa_cache: list[tuple[Tensor, Tensor] | None] = []   # glm5: minimax-m3's indexer cache (K, V)
         self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
@@ -323,6 +325,7 @@ class ModelRunner:
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
             self.kv_bytes[dev] = sum(b.size for b in buffers)
         self._alloc_index_cache()
+        self._alloc_msa_cache()
 
     def _alloc_index_cache(self) -> None:
         """mla: a DSA model's second cache, the lightning indexer's keys of the layers that own one
@@ -341,6 +344,22 @@ class ModelRunner:
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
             self.kv_bytes[dev] = self.kv_bytes.get(dev, 0) + sum(b.size for b in buffers)
 
+    def _alloc_msa_cache(self) -> None:
+        """glm5: minimax-m3's indexer cache (llama_kv_cache_msa's second llama_kv_cache: its own buffers, the
+        same cells and streams, K and V) for the blocks past the leading dense ones."""
+        hp = self.hp
+        if hp.arch not in MSA_ARCHS or not isinstance(hp, HParams):
+            return
+        self.msa_cache = index_cache(read_msa(self.ctx.model), hp, self.settings.type_k, self.settings.type_v,
+                                     self.cp.n_ctx_seq, self.cp.n_stream)
+        by_device: dict[str, list[Tensor]] = {}
+        for il, kv in enumerate(self.msa_cache):
+            if kv is not None:
+                by_device.setdefault(self.placement.layer_device[il] if self.flags.kv_offload else "CPU", []).extend(kv)
+        for dev, tensors in by_device.items():
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
+            self.kv_bytes[dev] = self.kv_bytes.get(dev, 0) + sum(b.size for b in buffers)
+
     # --- graphs -------------------------------------------------------------------------------
     def _builder(self) -> DecoderBuilder | MlaBuilder:
         """The architecture's graph builder: MLA/DSA, a hand-written module's (STATE_BUILDERS, llama4, the
@@ -353,6 +372,9 @@ class ModelRunner:
         if with_states is not None:
             return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, flash_attn=fa,
                                offload_kqv=offload)
+        if self.hp.arch in MSA_ARCHS:   # glm5
+            return msa_builder(self.ctx.model, self.hp, self.weights, self.kv, self.msa_cache, n_seq=self.cp.n_seq,
+                               flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == LLAMA4:
             return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, Gemma4HParams):
@@ -486,7 +508,7 @@ class ModelRunner:
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
                            f"(validate --reserve-only)")
-        if isinstance(self.hp, Gemma4HParams) or self.hp.arch == GEMMA_EMBEDDING:
+        if isinstance(self.hp, Gemma4HParams) or self.hp.arch in (GEMMA_EMBEDDING, *MSA_ARCHS):
             raise BadInput(f"{self.hp.arch}: the runtime sizes its graphs but does not run them "
                            f"(validate --reserve-only)")
         if self.flags.split_mode == "tensor" and not self._splits_tensors():
