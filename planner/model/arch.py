@@ -76,6 +76,9 @@ SWA_RULES: dict[str, SwaRule] = {
     # gemma4 reads its per-layer flags as a required array (src/models/gemma4.cpp load_arch_hparams); the
     # pattern only stands for a file without one, which llama.cpp refuses
     "gemma4": SwaRule(0),
+    # dsv4: every block's raw K cache slides (deepseek4.cpp load_arch_hparams: set_swa_pattern(0) and the
+    # window from attention.sliding_window); its compressed caches follow DSV4_RULES
+    "deepseek4": SwaRule(0),
 }
 
 
@@ -143,6 +146,17 @@ INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
 NO_MEMORY = frozenset({"gemma-embedding"})
 
 
+# --- dsv4: DeepSeek-V4's memory, llama_kv_cache_dsv4 (src/llama-kv-cache-dsv4.cpp) ---------------------
+# A K-only raw cache of the window (an iSWA cache whose every layer slides, never unified), and by each block's
+# attention.compress_ratios entry a K-only compressed cache of ceil(kv_size / ratio) cells padded to 256: CSA
+# (ratio 4, plus the lightning indexer's keys at the same cells) or HCA (ratio 128); each compressor keeps an
+# f32 state (kv and score). Every part keeps one stream per sequence whatever -kvu says.
+DSV4_CSA_RATIO = 4
+DSV4_HCA_RATIO = 128
+DSV4_CACHE = frozenset({"deepseek4"})
+LLM_KV_ATTENTION_COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
+
+
 @dataclass(frozen=True)
 class LayerFacts:
     index: int
@@ -158,6 +172,8 @@ class LayerFacts:
     nextn: bool = False          # an MTP/nextn block appended after the trunk
     # mla: elements one token occupies in the layer's DSA indexer key cache (type_k, K only), 0 for none
     index_k: int = 0
+    # dsv4: the layer's DSV4 compress ratio (0 none, 4 CSA, 128 HCA); None outside llama_kv_cache_dsv4
+    comp_ratio: int | None = None
 
     @property
     def k_per_cell(self) -> int:
@@ -424,6 +440,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     if known and not mla:
         _check_kv_widths(model, layers)
     layers = _with_indexer_caches(meta, layers, n_layer)
+    layers = _with_dsv4_caches(meta, layers, n_trunk_all)
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
@@ -453,6 +470,26 @@ def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) ->
     elif types is not None:
         owns = [bool(types)] * n_layer
     return [replace(lf, index_k=width) if lf.index < n_layer and owns[lf.index] and lf.has_kv else lf
+            for lf in layers]
+
+
+def _with_dsv4_caches(meta: _Meta, layers: list[LayerFacts], n_layer_all: int) -> list[LayerFacts]:
+    """dsv4: the layers of a llama_kv_cache_dsv4 keep K only (dsv4_make_k_only) and get their compress ratio;
+    ratio-4 layers also own the indexer's key cache, attention.indexer.key_length wide (one head)."""
+    if meta.arch not in DSV4_CACHE:
+        return layers
+    key = LLM_KV_ATTENTION_COMPRESS_RATIOS
+    ratios = meta.need(key)
+    if not isinstance(ratios, tuple) or len(ratios) < n_layer_all:
+        # deepseek4.cpp load_arch_hparams: "DeepSeek-V4 compress_ratios is shorter than block_count"
+        raise GGUFError(meta.model.path, f"{meta.named(key)} must be an array of at least {n_layer_all} entries "
+                                         f"(one per block); llama.cpp refuses a shorter one")
+    if any(int(r) not in (0, DSV4_CSA_RATIO, DSV4_HCA_RATIO) for r in ratios[:n_layer_all]):
+        raise GGUFError(meta.model.path, f"{meta.named(key)} holds a ratio other than 0, {DSV4_CSA_RATIO} and "
+                                         f"{DSV4_HCA_RATIO}; llama.cpp's DeepSeek-V4 loader refuses it")
+    width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH))
+    return [replace(lf, head_dim_v=0, comp_ratio=int(ratios[lf.index]),
+                    index_k=width if int(ratios[lf.index]) == DSV4_CSA_RATIO else 0) if lf.has_kv else lf
             for lf in layers]
 
 

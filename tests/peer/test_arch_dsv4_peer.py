@@ -1,0 +1,44 @@
+"""DeepSeek-V4 against the pinned llama-fit-params over issue 40's peer matrix (tests/support/arch_matrix.py), on
+a shape-faithful DeepSeek-V4-Flash (planner/synth/shapes_dsv4.py): model and context equal to the MiB on every
+row (llama_kv_cache_dsv4: planner/llama/kv_dsv4.py). deepseek4 has no graph builder yet, so its compute is the
+formula's (planner/memory/analytic.py) and the rows check no compute figure.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.checking.llama import fit_print
+from planner.llama.context import model_context
+from planner.llama.placement import CPU_REPACK
+from planner.memory.estimate import estimate
+from planner.synth.shapes_dsv4 import deepseek_v4_flash
+from tests.support.arch_matrix import ArchShape, arch_rows, expand
+
+pytestmark = pytest.mark.peer
+
+MiB = 2**20
+SHAPES: dict[str, ArchShape] = {
+    "deepseek-v4-flash": ArchShape("deepseek-v4-flash", deepseek_v4_flash, n_layer=43, moe=True),
+}
+
+
+@pytest.fixture(scope="module")
+def written(shapes_dir: Path) -> dict[str, Path]:
+    out = {}
+    for name, shape in SHAPES.items():
+        [out[name]] = shape.spec().write(shapes_dir / f"{name}.gguf")
+    return out
+
+
+@pytest.mark.parametrize("name, template", arch_rows(SHAPES))
+def test_dsv4_model_and_context_match_llama_fit_params(name: str, template: str, written: dict[str, Path],
+                                                       llama_tools: Path, rpc_three: list[str]) -> None:
+    path = written[name]
+    argv = expand(template, SHAPES[name], rpc_three)
+    theirs = fit_print(llama_tools, path, argv)
+    est = estimate(model_context(str(path)), argv)
+    assert est.compute_model == "formula"
+    ours = {d.name: (d.model_bytes // MiB, d.context_bytes // MiB) for d in est.devices if d.name != CPU_REPACK}
+    assert ours == {device: (model, context) for device, (model, context, _compute) in theirs.items()}
