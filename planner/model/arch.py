@@ -117,6 +117,8 @@ KNOWN_DENSE = frozenset({
     # mla: deepseek2's model class (src/models/models.h), its K-only MLA cache; the DSA models add an
     # indexer key cache (INDEXER_RULES)
     "mistral4", "deepseek32", "glm-dsa",
+    # dsv4: hy-v4.cpp's MLA cache (GGML_ASSERT(is_mla())); llama_kv_cache_dsa once the file has an indexer
+    "hy_v4",
 })
 
 
@@ -139,7 +141,12 @@ def _glm_dsa_default(n_ctx_train: int, il: int) -> bool:
 INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
     "deepseek32": lambda _ctx, _il: True,      # llama-model.cpp filter_lid: every trunk layer
     "glm-dsa": _glm_dsa_default,
+    # dsv4: hy_v4 owns none before attention.indexer.types says (load_hparams zero-fills is_indexer_full_impl)
+    "hy_v4": lambda _ctx, _il: False,
 }
+# dsv4: architectures whose indexer cache exists only when the file sets attention.indexer.top_k (hy_v4's
+# create_memory: a plain llama_kv_cache for a full-attention checkpoint, llama_kv_cache_dsa otherwise)
+INDEXER_NEEDS_TOP_K = frozenset({"hy_v4"})
 
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
@@ -455,6 +462,8 @@ def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) ->
     """The trunk layers that own a DSA indexer get its key cache's width (INDEXER_RULES, then the file's
     attention.indexer.types: a scalar for every block or one entry per trunk block, get_key_or_arr)."""
     if meta.arch not in INDEXER_RULES:
+        return layers
+    if meta.arch in INDEXER_NEEDS_TOP_K and not int(meta.get(Keys.Attention.Indexer.TOP_K, 0) or 0):
         return layers
     width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH))
     rule = INDEXER_RULES[meta.arch]

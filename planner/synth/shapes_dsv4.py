@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType, Keys
 
-from planner.synth.gguf_factory import ModelSpec, Typed
+from planner.synth.gguf_factory import ModelSpec, Typed, deepseek2_spec
 from planner.synth.shapes import tokenized
 
 # keys llama.cpp reads for deepseek4 that gguf-py 0.19's Keys lacks (src/llama-arch.cpp LLM_KV_NAMES)
@@ -145,4 +145,79 @@ def deepseek_v4_flash() -> ModelSpec:
     spec.metadata[KV_COMPRESS_RATIOS] = Typed([*ratios, 0], _ARRAY, _U32)
     spec = tokenized(_q4_k_m(spec, len(ratios)), 129280, 1048576)
     spec.metadata[Keys.Rope.FREQ_BASE] = 10000.0
+    return spec
+
+
+# --- hy_v4 (src/models/hy-v4.cpp): deepseek2's MLA and MoE with gated attention output, sinks, iHC streams ---
+KV_HC_MAGNITUDE = "{arch}.hyper_connection.magnitude"
+KV_INDEXER_TYPES = "{arch}.attention.indexer.types"
+GATING_SIGMOID = 2
+
+
+def hy_v4_spec(*, n_layer: int, n_dense_lead: int, n_embd: int, n_head: int, q_lora: int, kv_lora: int,
+               qk_nope: int, qk_rope: int, v_head: int, n_ff: int, n_expert: int, n_expert_used: int, n_ff_exp: int,
+               n_vocab: int, hc_mult: int, indexer_full: Sequence[bool] | None, n_index_head: int = 0,
+               index_head: int = 0, index_top_k: int = 0, mat: Q = Q.Q8_0) -> ModelSpec:
+    """A hy_v4 file as conversion/hy_v4.py writes it: deepseek2_spec's MLA blocks (one KV head; wk_b/wv_b split)
+    with per block attn_sinks, the gate of the attention output (attn_gate), the iHC mixers (2 x hc_mult wide)
+    and, with `indexer_full`, the DSA indexer of the blocks marked full (attention.indexer.types)."""
+    spec = deepseek2_spec(n_layer=n_layer, n_dense_lead=n_dense_lead, n_embd=n_embd, n_head=n_head,
+                          q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope=qk_nope, qk_rope=qk_rope,
+                          v_head_dim=v_head, n_ff=n_ff, n_expert=n_expert, n_expert_used=n_expert_used,
+                          n_expert_shared=1, n_ff_exp=n_ff_exp, n_vocab=n_vocab)
+    md = dict(spec.metadata)
+    md.update({Keys.LLM.EXPERT_GATING_FUNC: GATING_SIGMOID, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
+               Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.827, Keys.LLM.SWIGLU_CLAMP_EXP: [10.0] * n_layer,
+               KV_HC_COUNT: hc_mult, KV_HC_EPSILON: 1e-6, KV_HC_MAGNITUDE: 2.0})
+    if indexer_full is not None:
+        md.update({Keys.Attention.Indexer.HEAD_COUNT: n_index_head, Keys.Attention.Indexer.KEY_LENGTH: index_head,
+                   Keys.Attention.Indexer.TOP_K: index_top_k, KV_INDEXER_TYPES: [bool(x) for x in indexer_full]})
+    hc_dim = hc_mult * n_embd
+    tensors = [(n, mat if q is Q.Q8_0 else q, s) for n, q, s in spec.tensors]
+    tensors += [("output_hc_fn.weight", Q.F32, (hc_dim, hc_mult)), ("output_hc_base.weight", Q.F32, (hc_mult,)),
+                ("output_hc_scale.weight", Q.F32, (1,))]
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        tensors += [(b + "attn_sinks.weight", Q.F32, (n_head,)),
+                    (b + "attn_gate.weight", mat, (n_embd, n_head * v_head))]
+        for part in ("attn", "ffn"):
+            tensors += [(b + f"hc_{part}_fn.weight", Q.F32, (hc_dim, 2 * hc_mult)),
+                        (b + f"hc_{part}_base.weight", Q.F32, (2 * hc_mult,)),
+                        (b + f"hc_{part}_scale.weight", Q.F32, (2,))]
+        if indexer_full is not None and indexer_full[i]:
+            tensors += [(b + "indexer.attn_q_b.weight", mat, (q_lora, n_index_head * index_head)),
+                        (b + "indexer.attn_k.weight", mat, (n_embd, index_head)),
+                        (b + "indexer.k_norm.weight", Q.F32, (index_head,)),
+                        (b + "indexer.k_norm.bias", Q.F32, (index_head,)),
+                        (b + "indexer.proj.weight", mat, (n_embd, n_index_head))]
+    return ModelSpec("hy_v4", md, tensors)
+
+
+def hy_v4_tiny(dsa: bool = True) -> ModelSpec:
+    """Four blocks (the first dense), MLA of kv_lora 128 + rope 32; with `dsa` an indexer of 2 heads of 64 owned
+    by blocks 0 and 2 (1 and 3 share their top-k), else the full-attention checkpoint (no indexer keys)."""
+    spec = hy_v4_spec(n_layer=4, n_dense_lead=1, n_embd=256, n_head=4, q_lora=128, kv_lora=128, qk_nope=64,
+                      qk_rope=32, v_head=64, n_ff=512, n_expert=8, n_expert_used=2, n_ff_exp=64, n_vocab=1000,
+                      hc_mult=4, indexer_full=(True, False, True, False) if dsa else None, n_index_head=2,
+                      index_head=64, index_top_k=16)
+    spec = tokenized(spec, 1000, 4096)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 10000.0
+    return spec
+
+
+def hy4_preview() -> ModelSpec:
+    """Hy4-preview (tencent, the published config.json): 78 blocks (the first dense, n_ff 18432), 6144 wide,
+    64 heads, q_lora 2048, kv_lora 512, head 192 nope + 64 rope, v 256, 256 experts (8 used) of 2048 plus one
+    shared, 4 iHC streams, the DSA indexer of 32 heads of 128 keeping the top 2048, owned by blocks 0, 1 and every
+    fourth from 5 (indexer_types: 21 full, 57 shared), 120832 vocabulary, 1M positions. The converter drops the
+    MTP block."""
+    n_layer = 78
+    full = [il < 2 or (il - 1) % 4 == 0 for il in range(n_layer)]
+    spec = hy_v4_spec(n_layer=n_layer, n_dense_lead=1, n_embd=6144, n_head=64, q_lora=2048, kv_lora=512,
+                      qk_nope=192, qk_rope=64, v_head=256, n_ff=18432, n_expert=256, n_expert_used=8, n_ff_exp=2048,
+                      n_vocab=120832, hc_mult=4, indexer_full=full, n_index_head=32, index_head=128,
+                      index_top_k=2048)
+    spec.metadata[Keys.Attention.LAYERNORM_RMS_EPS] = 1e-5
+    spec = tokenized(_q4_k_m(spec, n_layer), 120832, 1048576)
+    spec.metadata[Keys.Rope.FREQ_BASE] = 10000000.0
     return spec

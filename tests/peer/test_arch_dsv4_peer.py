@@ -1,7 +1,8 @@
-"""DeepSeek-V4 against the pinned llama-fit-params over issue 40's peer matrix (tests/support/arch_matrix.py), on
-a shape-faithful DeepSeek-V4-Flash (planner/synth/shapes_dsv4.py): model and context equal to the MiB on every
-row (llama_kv_cache_dsv4: planner/llama/kv_dsv4.py). deepseek4 has no graph builder yet, so its compute is the
-formula's (planner/memory/analytic.py) and the rows check no compute figure.
+"""DeepSeek-V4 and Hy4 against the pinned llama-fit-params over issue 40's peer matrix (tests/support/arch_matrix.py),
+on shape-faithful DeepSeek-V4-Flash and Hy4-preview files (planner/synth/shapes_dsv4.py): model and context equal
+to the MiB on every row (deepseek4's llama_kv_cache_dsv4: planner/llama/kv_dsv4.py; hy_v4's MLA cache with the
+DSA indexer's keys). Neither has a graph builder yet, so their compute is the formula's
+(planner/memory/analytic.py) and the rows check no compute figure.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from planner.checking.llama import fit_print
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from planner.synth.shapes_dsv4 import deepseek_v4_flash
+from planner.synth.shapes_dsv4 import deepseek_v4_flash, hy4_preview
 from tests.support.arch_matrix import ArchShape, arch_rows, expand
 
 pytestmark = pytest.mark.peer
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.peer
 MiB = 2**20
 SHAPES: dict[str, ArchShape] = {
     "deepseek-v4-flash": ArchShape("deepseek-v4-flash", deepseek_v4_flash, n_layer=43, moe=True),
+    "hy4-preview": ArchShape("hy4-preview", hy4_preview, n_layer=78, moe=True),
 }
 
 
@@ -33,7 +35,7 @@ def written(shapes_dir: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name, template", arch_rows(SHAPES))
-def test_dsv4_model_and_context_match_llama_fit_params(name: str, template: str, written: dict[str, Path],
+def test_model_and_context_match_llama_fit_params(name: str, template: str, written: dict[str, Path],
                                                        llama_tools: Path, rpc_three: list[str]) -> None:
     path = written[name]
     argv = expand(template, SHAPES[name], rpc_three)

@@ -19,7 +19,7 @@ from planner.llama.context import model_context
 from planner.llama.placement import tensor_slots
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import Typed
-from planner.synth.shapes_dsv4 import KV_COMPRESS_RATIOS, deepseek4_tiny
+from planner.synth.shapes_dsv4 import KV_COMPRESS_RATIOS, deepseek4_tiny, hy_v4_tiny
 
 F16, F32 = 2, 4
 HEAD, INDEX = 128, 64
@@ -78,3 +78,15 @@ def test_reshaped_output_a_is_a_3d_weight(tiny: Path) -> None:
     buffer, which takes 2-D matrices only, never holds it; attn_output_b stays 2-D."""
     slots = {s.name: s for s in tensor_slots(read_model(str(tiny)), 4)}
     assert (slots["blk.1.attn_output_a.weight"].n_dims, slots["blk.1.attn_output_b.weight"].n_dims) == (3, 2)
+
+
+# hy_v4 (hy-v4.cpp): deepseek2's K-only MLA cache (kv_lora 128 + rope 32 per cell and layer, 4 layers) and, when
+# the file has an indexer, llama_kv_cache_dsa's key cache of the blocks attention.indexer.types marks full (2 of
+# them, 64 keys per cell). llama-fit-params -v printed "size = 5.00 MiB (4096 cells, 4 layers, 1/1 seqs)" and
+# "size = 1.00 MiB (4096 cells, 2 layers, 1/1 seqs)" for -c 4096.
+@pytest.mark.parametrize("dsa", [True, False])
+@pytest.mark.parametrize("flags, cells, n_seq", [("-c 4096", 4096, 1), ("-c 8192 -np 2", 4096, 2)])
+def test_hy_v4_context_bytes(tmp_path: Path, dsa: bool, flags: str, cells: int, n_seq: int) -> None:
+    [path] = hy_v4_tiny(dsa).write(tmp_path / "hy.gguf")
+    per_cell = 4 * (128 + 32) * F16 + (2 * 64 * F16 if dsa else 0)
+    assert _context(path, flags) == per_cell * cells * n_seq
