@@ -16,7 +16,12 @@ from gguf import Keys
 
 from planner.core.errors import GGUFError
 from planner.gguf.cursor import QUOTE_CHARS, short
-from planner.gguf.keys import KEY_TYPES, LLM_KV_ATTENTION_INDEXER_TYPES, LLM_KV_ATTENTION_RECURRENT_LAYERS
+from planner.gguf.keys import (
+    KEY_TYPES,
+    LLM_KV_ATTENTION_COMPRESS_RATIOS,
+    LLM_KV_ATTENTION_INDEXER_TYPES,
+    LLM_KV_ATTENTION_RECURRENT_LAYERS,
+)
 from planner.gguf.reader import ModelFile, SkippedArray
 from planner.model.tensors import TOKEN_EMBD, is_routed_expert, layer_of
 
@@ -161,7 +166,6 @@ NO_MEMORY = frozenset({"gemma-embedding"})
 DSV4_CSA_RATIO = 4
 DSV4_HCA_RATIO = 128
 DSV4_CACHE = frozenset({"deepseek4"})
-LLM_KV_ATTENTION_COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
 
 
 @dataclass(frozen=True)

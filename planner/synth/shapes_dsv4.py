@@ -17,17 +17,21 @@ from collections.abc import Sequence
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType, Keys
 
+from planner.gguf.keys import (
+    LLM_KV_ATTENTION_COMPRESS_RATIOS,
+    LLM_KV_ATTENTION_INDEXER_TYPES,
+    LLM_KV_HC_COUNT,
+    LLM_KV_HC_EPSILON,
+    LLM_KV_HC_MAGNITUDE,
+)
 from planner.synth.gguf_factory import ModelSpec, Typed, deepseek2_spec
 from planner.synth.shapes import tokenized
 
 # keys llama.cpp reads for deepseek4 that gguf-py 0.19's Keys lacks (src/llama-arch.cpp LLM_KV_NAMES)
 KV_OUTPUT_GROUP_COUNT = "{arch}.attention.output_group_count"
 KV_OUTPUT_LORA_RANK = "{arch}.attention.output_lora_rank"
-KV_COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
 KV_COMPRESS_ROPE_FREQ_BASE = "{arch}.attention.compress_rope_freq_base"
-KV_HC_COUNT = "{arch}.hyper_connection.count"
 KV_HC_SINKHORN_ITERATIONS = "{arch}.hyper_connection.sinkhorn_iterations"
-KV_HC_EPSILON = "{arch}.hyper_connection.epsilon"
 KV_HASH_LAYER_COUNT = "{arch}.hash_layer_count"
 KV_SWIGLU_CLAMP_SHEXP = "{arch}.swiglu_clamp_shexp"
 # llama-hparams.h: LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS, the only routing deepseek4's loader accepts
@@ -56,8 +60,8 @@ def deepseek4_spec(*, n_embd: int, n_head: int, head_dim: int, rope_dim: int, q_
         Keys.Attention.Indexer.HEAD_COUNT: n_index_head, Keys.Attention.Indexer.KEY_LENGTH: index_head,
         Keys.Attention.Indexer.TOP_K: index_top_k,
         KV_OUTPUT_GROUP_COUNT: o_groups, KV_OUTPUT_LORA_RANK: o_lora,
-        KV_COMPRESS_RATIOS: Typed(list(ratios), _ARRAY, _U32), KV_COMPRESS_ROPE_FREQ_BASE: 160000.0,
-        KV_HC_COUNT: hc_mult, KV_HC_SINKHORN_ITERATIONS: 20, KV_HC_EPSILON: 1e-6, KV_HASH_LAYER_COUNT: n_hash,
+        LLM_KV_ATTENTION_COMPRESS_RATIOS: Typed(list(ratios), _ARRAY, _U32), KV_COMPRESS_ROPE_FREQ_BASE: 160000.0,
+        LLM_KV_HC_COUNT: hc_mult, KV_HC_SINKHORN_ITERATIONS: 20, LLM_KV_HC_EPSILON: 1e-6, KV_HASH_LAYER_COUNT: n_hash,
         Keys.LLM.EMBEDDING_LENGTH_OUT: hc_mult * n_embd,
     }
     hc_dim, mix = hc_mult * n_embd, (2 + hc_mult) * hc_mult
@@ -142,15 +146,13 @@ def deepseek_v4_flash() -> ModelSpec:
     spec = deepseek4_spec(n_embd=4096, n_head=64, head_dim=512, rope_dim=64, q_lora=1024, o_groups=8, o_lora=1024,
                           ratios=ratios, n_expert=256, n_expert_used=6, n_ff_exp=2048, n_index_head=64,
                           index_head=128, index_top_k=512, window=128, hc_mult=4, n_hash=3, n_vocab=129280)
-    spec.metadata[KV_COMPRESS_RATIOS] = Typed([*ratios, 0], _ARRAY, _U32)
+    spec.metadata[LLM_KV_ATTENTION_COMPRESS_RATIOS] = Typed([*ratios, 0], _ARRAY, _U32)
     spec = tokenized(_q4_k_m(spec, len(ratios)), 129280, 1048576)
     spec.metadata[Keys.Rope.FREQ_BASE] = 10000.0
     return spec
 
 
 # --- hy_v4 (src/models/hy-v4.cpp): deepseek2's MLA and MoE with gated attention output, sinks, iHC streams ---
-KV_HC_MAGNITUDE = "{arch}.hyper_connection.magnitude"
-KV_INDEXER_TYPES = "{arch}.attention.indexer.types"
 GATING_SIGMOID = 2
 
 
@@ -168,10 +170,11 @@ def hy_v4_spec(*, n_layer: int, n_dense_lead: int, n_embd: int, n_head: int, q_l
     md = dict(spec.metadata)
     md.update({Keys.LLM.EXPERT_GATING_FUNC: GATING_SIGMOID, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
                Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.827, Keys.LLM.SWIGLU_CLAMP_EXP: [10.0] * n_layer,
-               KV_HC_COUNT: hc_mult, KV_HC_EPSILON: 1e-6, KV_HC_MAGNITUDE: 2.0})
+               LLM_KV_HC_COUNT: hc_mult, LLM_KV_HC_EPSILON: 1e-6, LLM_KV_HC_MAGNITUDE: 2.0})
     if indexer_full is not None:
         md.update({Keys.Attention.Indexer.HEAD_COUNT: n_index_head, Keys.Attention.Indexer.KEY_LENGTH: index_head,
-                   Keys.Attention.Indexer.TOP_K: index_top_k, KV_INDEXER_TYPES: [bool(x) for x in indexer_full]})
+                   Keys.Attention.Indexer.TOP_K: index_top_k,
+                   LLM_KV_ATTENTION_INDEXER_TYPES: [bool(x) for x in indexer_full]})
     hc_dim = hc_mult * n_embd
     tensors = [(n, mat if q is Q.Q8_0 else q, s) for n, q, s in spec.tensors]
     tensors += [("output_hc_fn.weight", Q.F32, (hc_dim, hc_mult)), ("output_hc_base.weight", Q.F32, (hc_mult,)),

@@ -36,7 +36,7 @@ from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import NO_MEMORY, AttnKind
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
-from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.deepseek2 import HY_V4, MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
 from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
 from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
@@ -45,6 +45,7 @@ from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gem
 from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
+from runtime.engine.hy_v4 import HyV4Builder
 from runtime.engine.jamba import JAMBA, JambaBuilder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
@@ -345,6 +346,8 @@ class ModelRunner:
         fused block's) or the llama-shaped one."""
         assert self.kv is not None
         fa, offload = self.cp.flash_attn, self.flags.kv_offload
+        if isinstance(self.hp, MlaHParams) and self.hp.arch == HY_V4:   # dsv4
+            return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, MlaHParams):
             return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         with_states = STATE_BUILDERS.get(self.hp.arch)

@@ -14,12 +14,13 @@ import pytest
 from gguf import GGUFValueType
 
 from planner.core.errors import FlagError, GGUFError
+from planner.gguf.keys import LLM_KV_ATTENTION_COMPRESS_RATIOS
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.placement import tensor_slots
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import Typed
-from planner.synth.shapes_dsv4 import KV_COMPRESS_RATIOS, deepseek4_tiny, hy_v4_tiny
+from planner.synth.shapes_dsv4 import deepseek4_tiny, hy_v4_tiny
 
 F16, F32 = 2, 4
 HEAD, INDEX = 128, 64
@@ -67,7 +68,7 @@ def test_dsv4_refuses_different_k_and_v_types(tiny: Path) -> None:
 
 def test_dsv4_compress_ratios_shorter_than_the_blocks_are_refused(tmp_path: Path) -> None:
     spec = deepseek4_tiny()
-    spec.metadata[KV_COMPRESS_RATIOS] = Typed([0, 4, 128], GGUFValueType.ARRAY, GGUFValueType.UINT32)
+    spec.metadata[LLM_KV_ATTENTION_COMPRESS_RATIOS] = Typed([0, 4, 128], GGUFValueType.ARRAY, GGUFValueType.UINT32)
     [path] = spec.write(tmp_path / "short.gguf")
     with pytest.raises(GGUFError, match="compress_ratios"):
         model_context(str(path))
