@@ -23,6 +23,12 @@ T = GGUFValueType
 LLM_KV_ATTENTION_RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
 # mla: which trunk blocks own a DSA indexer (get_key_or_arr over n_layer, not n_layer_all: glm-dsa.cpp)
 LLM_KV_ATTENTION_INDEXER_TYPES = "{arch}.attention.indexer.types"
+# dsv4: hyper-connections (deepseek4, hy_v4): the stream count, and the float epsilon and magnitude of the gates
+LLM_KV_HC_COUNT = "{arch}.hyper_connection.count"
+LLM_KV_HC_EPSILON = "{arch}.hyper_connection.epsilon"
+LLM_KV_HC_MAGNITUDE = "{arch}.hyper_connection.magnitude"
+# dsv4: deepseek4's per-block compress ratio (0, 4 or 128), at least one entry per block
+LLM_KV_ATTENTION_COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
 # The uint32 hyperparameters llama.cpp's src/models/<arch>.cpp read with get_key that gguf-py 0.19 does not
 # name (DeepSeek-V4/GLM-DSA indexers, dflash, HRM, hyper-connections, PLE, ...), spelled as LLM_KV_NAMES does.
 LLAMA_CPP_U32_KEYS = tuple(f"{{arch}}.{suffix}" for suffix in (

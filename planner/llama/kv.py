@@ -13,6 +13,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
 - src/llama-kv-cache-msa.cpp: minimax-m3's indexer cache, same cells, K LayerFacts.index_k wide (type_k) and
   V LayerFacts.index_v wide (type_v) for the blocks past the leading dense ones.
 - src/llama-kv-cache-iswa.cpp: SWA layers have their own cells (settings.swa_cells).
+- src/llama-kv-cache-dsv4.cpp: DeepSeek-V4's raw, compressed and indexer caches and compressor states
+  (kv_dsv4.py).
 - src/llama-memory-recurrent.cpp: per recurrent layer f32 r and s rows x max(1, n_seq).
 Every tensor is padded to its buffer's alignment (ggml_backend_alloc_ctx_tensors_from_buft_size).
 """
@@ -22,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from planner.core.units import pad
+from planner.llama.kv_dsv4 import dsv4_cells, dsv4_layer_bytes
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from planner.llama.tensor_parallel import state_slices
@@ -56,6 +59,9 @@ def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
                     + pad(lf.state_s * STATE_BYTES_PER_ELEMENT * n_rows, align))
             out.append(LayerCache(lf.index, row, 0, size, _member_state_bytes(settings, dev, lf.index, n_rows)))
         if not lf.has_kv or lf.kind not in (AttnKind.FULL, AttnKind.SWA):
+            continue
+        if lf.comp_ratio is not None:   # dsv4: llama_kv_cache_dsv4 (kv_dsv4.py)
+            out.append(LayerCache(lf.index, row, dsv4_cells(settings, 0), dsv4_layer_bytes(settings, lf, row)))
             continue
         cells = settings.kv_cells[lf.kind]
         k = cache_row_bytes(settings.type_k, lf.k_per_cell, f"layer {lf.index}'s K") * cells * cp.n_stream

@@ -277,6 +277,12 @@ def weight_op(suffix: str, n_dims: int) -> WeightOp:
 TIED_OUTPUT_FIRST = frozenset({"gemma3n", "gemma4"})
 
 
+# dsv4: weights load_arch_tensors creates with more dimensions than the file stores (TENSOR_ALLOW_RESHAPE):
+# (architecture, name suffix) -> n_dims as created. deepseek4.cpp reshapes attn_output_a to {.., o_lora_rank,
+# o_groups}, a 3-D matrix the CPU repack buffer does not take (it repacks 2-D weights only).
+LOADED_DIMS: dict[tuple[str, str], int] = {("deepseek4", "attn_output_a.weight"): 3}
+
+
 def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
     """Every weight llama.cpp creates, with its layer; a tied output matrix is appended as `output.weight`,
     and rope_freqs.weight once per layer (the duplicates that land beside a copy reuse it)."""
@@ -298,7 +304,8 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
             layer = n_layer_all
         op = WeightOp.GET_ROWS if layer == INPUT_LAYER else weight_op(suffix, len(t.shape))
         rows = t.shape[1] if len(t.shape) > 1 else 1
-        slots.append(TensorSlot(t.name, layer, op, t.ggml_type, rows, len(t.shape), t.n_bytes, ne0=t.shape[0]))
+        n_dims = LOADED_DIMS.get((model.architecture, suffix), len(t.shape))
+        slots.append(TensorSlot(t.name, layer, op, t.ggml_type, rows, n_dims, t.n_bytes, ne0=t.shape[0]))
     names = {t.name for t in model.tensors}
     embd = model.tensor(TOKEN_EMBD)
     if OUTPUT not in names and embd is not None:

@@ -32,7 +32,7 @@ from planner.llama.expressible import check_expressible
 from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.llama.tensor_parallel import check_tensor_split
-from planner.model.arch import AttnKind, ModelFacts
+from planner.model.arch import DSV4_CACHE, AttnKind, ModelFacts
 from planner.model.costs import cache_type
 from runtime.ggml.profiles import row_padding_bytes
 
@@ -171,9 +171,10 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
     placement = place(ctx.loaded_slots(flags), facts.n_layer_all, flags, devices, repack)
     cp = context_params(flags, facts.n_ctx_train)
     type_k, type_v = cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)
-    if facts.mla and type_k != type_v:   # llama_init_from_model refuses the context (llama-context.cpp)
+    # llama_init_from_model refuses the context (llama-context.cpp): MLA models and DeepSeek-V4 by name
+    if (facts.mla or facts.arch in DSV4_CACHE) and type_k != type_v:
         raise FlagError(f"the model does not support different K ({flags.cache_type_k}) and V "
-                        f"({flags.cache_type_v}) cache types (MLA)")
+                        f"({flags.cache_type_v}) cache types (its caches hold K only)")
     pulled = pulled_attention(facts, flags, placement.layer_device)
     cp = resolve_auto_fa(flags, cp, type_v, pulled)
     alignment = {HOST: HOST_ALIGNMENT, CPU_REPACK: HOST_ALIGNMENT, **{d.name: d.alignment for d in devices}}

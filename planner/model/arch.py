@@ -16,7 +16,12 @@ from gguf import Keys
 
 from planner.core.errors import GGUFError
 from planner.gguf.cursor import QUOTE_CHARS, short
-from planner.gguf.keys import KEY_TYPES, LLM_KV_ATTENTION_INDEXER_TYPES, LLM_KV_ATTENTION_RECURRENT_LAYERS
+from planner.gguf.keys import (
+    KEY_TYPES,
+    LLM_KV_ATTENTION_COMPRESS_RATIOS,
+    LLM_KV_ATTENTION_INDEXER_TYPES,
+    LLM_KV_ATTENTION_RECURRENT_LAYERS,
+)
 from planner.gguf.reader import ModelFile, SkippedArray
 from planner.model.tensors import TOKEN_EMBD, is_routed_expert, layer_of
 
@@ -76,6 +81,9 @@ SWA_RULES: dict[str, SwaRule] = {
     # gemma4 reads its per-layer flags as a required array (src/models/gemma4.cpp load_arch_hparams); the
     # pattern only stands for a file without one, which llama.cpp refuses
     "gemma4": SwaRule(0),
+    # dsv4: every block's raw K cache slides (deepseek4.cpp load_arch_hparams: set_swa_pattern(0) and the
+    # window from attention.sliding_window); its compressed caches follow DSV4_RULES
+    "deepseek4": SwaRule(0),
 }
 
 
@@ -117,6 +125,8 @@ KNOWN_DENSE = frozenset({
     # glm5: minimax-m3's MSA cache (src/llama-kv-cache-msa.cpp) is a plain cache plus an indexer cache
     # (MSA_ARCHS)
     "minimax-m3",
+    # dsv4: hy-v4.cpp's MLA cache (GGML_ASSERT(is_mla())); llama_kv_cache_dsa once the file has an indexer
+    "hy_v4",
 })
 
 
@@ -141,6 +151,8 @@ INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
     "glm-dsa": _glm_dsa_default,
     # glm5: glm5-next's attention layers (its KDA layers have no KV heads, hence no cache), all by default
     "glm5-next": lambda _ctx, _il: True,
+    # dsv4: hy_v4 owns none before attention.indexer.types says (load_hparams zero-fills is_indexer_full_impl)
+    "hy_v4": lambda _ctx, _il: False,
 }
 # glm5: keys per cell of the indexer cache, in indexer key lengths: glm5-next's k-pool caches key, gate and pooled
 # value per token (llama-memory-hybrid-idx.cpp: indexer_head_size * 3 when indexer_kpool > 0, which it asserts)
@@ -156,10 +168,23 @@ KDA_STATE_ARCHS = frozenset({"glm5-next"})
 # not an MLA cache, so it stores V too: one head of the model's value length (type_v). Its layer filter
 # (create_memory in llama-model.cpp) keeps the blocks past leading_dense_block_count.
 MSA_ARCHS = frozenset({"minimax-m3"})
+# dsv4: architectures whose indexer cache exists only when the file sets attention.indexer.top_k (hy_v4's
+# create_memory: a plain llama_kv_cache for a full-attention checkpoint, llama_kv_cache_dsa otherwise)
+INDEXER_NEEDS_TOP_K = frozenset({"hy_v4"})
 
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
 NO_MEMORY = frozenset({"gemma-embedding"})
+
+
+# --- dsv4: DeepSeek-V4's memory, llama_kv_cache_dsv4 (src/llama-kv-cache-dsv4.cpp) ---------------------
+# A K-only raw cache of the window (an iSWA cache whose every layer slides, never unified), and by each block's
+# attention.compress_ratios entry a K-only compressed cache of ceil(kv_size / ratio) cells padded to 256: CSA
+# (ratio 4, plus the lightning indexer's keys at the same cells) or HCA (ratio 128); each compressor keeps an
+# f32 state (kv and score). Every part keeps one stream per sequence whatever -kvu says.
+DSV4_CSA_RATIO = 4
+DSV4_HCA_RATIO = 128
+DSV4_CACHE = frozenset({"deepseek4"})
 
 
 @dataclass(frozen=True)
@@ -179,6 +204,8 @@ class LayerFacts:
     index_k: int = 0
     # glm5: V elements per token in the layer's MSA indexer cache (type_v), 0 for none
     index_v: int = 0
+    # dsv4: the layer's DSV4 compress ratio (0 none, 4 CSA, 128 HCA); None outside llama_kv_cache_dsv4
+    comp_ratio: int | None = None
 
     @property
     def k_per_cell(self) -> int:
@@ -447,6 +474,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
     layers = _with_indexer_caches(meta, layers, n_layer)
     layers = _with_msa_caches(meta, layers, n_layer)
     layers = _with_kda_states(meta, layers, n_head[0] if n_head else 0)
+    layers = _with_dsv4_caches(meta, layers, n_trunk_all)
     return ModelFacts(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
         n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
@@ -461,6 +489,8 @@ def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) ->
     """The trunk layers that own a DSA indexer get its key cache's width (INDEXER_RULES, then the file's
     attention.indexer.types: a scalar for every block or one entry per trunk block, get_key_or_arr)."""
     if meta.arch not in INDEXER_RULES:
+        return layers
+    if meta.arch in INDEXER_NEEDS_TOP_K and not int(meta.get(Keys.Attention.Indexer.TOP_K, 0) or 0):
         return layers
     width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH)) * INDEXER_WIDTH.get(meta.arch, 1)
     rule = INDEXER_RULES[meta.arch]
@@ -499,6 +529,24 @@ def _with_kda_states(meta: _Meta, layers: list[LayerFacts], n_head: int) -> list
     r = 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head * head
     s = head * head * n_head
     return [replace(lf, state_r=r, state_s=s) if lf.kind is AttnKind.RECURRENT else lf for lf in layers]
+def _with_dsv4_caches(meta: _Meta, layers: list[LayerFacts], n_layer_all: int) -> list[LayerFacts]:
+    """dsv4: the layers of a llama_kv_cache_dsv4 keep K only (dsv4_make_k_only) and get their compress ratio;
+    ratio-4 layers also own the indexer's key cache, attention.indexer.key_length wide (one head)."""
+    if meta.arch not in DSV4_CACHE:
+        return layers
+    key = LLM_KV_ATTENTION_COMPRESS_RATIOS
+    ratios = meta.need(key)
+    if not isinstance(ratios, tuple) or len(ratios) < n_layer_all:
+        # deepseek4.cpp load_arch_hparams: "DeepSeek-V4 compress_ratios is shorter than block_count"
+        raise GGUFError(meta.model.path, f"{meta.named(key)} must be an array of at least {n_layer_all} entries "
+                                         f"(one per block); llama.cpp refuses a shorter one")
+    if any(int(r) not in (0, DSV4_CSA_RATIO, DSV4_HCA_RATIO) for r in ratios[:n_layer_all]):
+        raise GGUFError(meta.model.path, f"{meta.named(key)} holds a ratio other than 0, {DSV4_CSA_RATIO} and "
+                                         f"{DSV4_HCA_RATIO}; llama.cpp's DeepSeek-V4 loader refuses it")
+    width = int(meta.need(Keys.Attention.Indexer.KEY_LENGTH))
+    return [replace(lf, head_dim_v=0, comp_ratio=int(ratios[lf.index]),
+                    index_k=width if int(ratios[lf.index]) == DSV4_CSA_RATIO else 0) if lf.has_kv else lf
+            for lf in layers]
 
 
 def _kv_from_start(meta: _Meta, arch: str, n: int) -> int | None:

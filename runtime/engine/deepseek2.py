@@ -29,6 +29,7 @@ from gguf import MODEL_TENSOR as T
 from gguf import Keys
 
 from planner.core.errors import GGUFError
+from planner.gguf.keys import LLM_KV_HC_COUNT, LLM_KV_HC_EPSILON, LLM_KV_HC_MAGNITUDE
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
@@ -48,7 +49,10 @@ I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
 # deepseek32 and glm-dsa add the DSA lightning indexer to it (src/models/deepseek32.cpp, glm-dsa.cpp), its RoPE
 # mode theirs: NEOX for deepseek32's indexer, NORM for glm-dsa's
 DSA_ARCHS: dict[str, RopeMode] = {"deepseek32": RopeMode.NEOX, "glm-dsa": RopeMode.NORM}
-MLA_ARCHS = frozenset({"deepseek2", "mistral4", *DSA_ARCHS})
+# dsv4: hy_v4 (src/models/hy-v4.cpp) is deepseek2's MLA with iHC streams, attention sinks and a gated output
+# (runtime/engine/hy_v4.py); a DSA model only when the file sets attention.indexer.top_k
+HY_V4 = "hy_v4"
+MLA_ARCHS = frozenset({"deepseek2", "mistral4", *DSA_ARCHS, HY_V4})
 
 
 class Gating(enum.IntEnum):
@@ -98,6 +102,10 @@ class MlaHParams:
     index_top_k: int = 0
     index_full: tuple[bool, ...] = ()
     index_rope: RopeMode = RopeMode.NORM
+    # dsv4: hy_v4's iHC (hyper_connection.count streams; epsilon and magnitude of its gates), 0 elsewhere
+    hc_mult: int = 0
+    hc_eps: float = 0.0
+    hc_magnitude: float = 0.0
 
     @property
     def dsa(self) -> bool:
@@ -177,7 +185,7 @@ def read_mla_hparams(model: ModelFile, facts: ModelFacts | None = None) -> MlaHP
     mscale = 1.0 + 0.1 * log_mul * math.log(1.0 / freq_scale) if scale_type == "yarn" else 1.0
     trunk = [lf for lf in facts.layers if not lf.nextn]
     gating = int(_get(model, Keys.LLM.EXPERT_GATING_FUNC, 0)) or DEFAULT_GATING.get(arch, Gating.SOFTMAX)
-    dsa = arch in DSA_ARCHS
+    dsa = arch in DSA_ARCHS or (arch == HY_V4 and int(_get(model, Keys.Attention.Indexer.TOP_K, 0)) > 0)
     return MlaHParams(
         arch=arch, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab, n_head=trunk[0].n_head,
         n_rot=n_rot, kv_lora_rank=kv_lora, head_k_mla=head_k,
@@ -196,6 +204,8 @@ def read_mla_hparams(model: ModelFile, facts: ModelFacts | None = None) -> MlaHP
         index_top_k=int(_get(model, Keys.Attention.Indexer.TOP_K, 0)) if dsa else 0,
         index_full=tuple(lf.index_k > 0 for lf in trunk) if dsa else (),
         index_rope=DSA_ARCHS.get(arch, RopeMode.NORM),
+        hc_mult=int(_get(model, LLM_KV_HC_COUNT, 0)), hc_eps=_get(model, LLM_KV_HC_EPSILON, 0.0),
+        hc_magnitude=_get(model, LLM_KV_HC_MAGNITUDE, 0.0),
     )
 
 
@@ -329,15 +339,16 @@ class MlaBuilder:
         qp = B.permute(q4, (0, 2, 1, 3))
         kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
         v_mla = self._wl(T.ATTN_V_B, il)
+        sinks = self._sinks(il)
         if self.flash_attn:
             kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
-            cur = B.flash_attn_ext(qp, kp, vp, mask, self.hp.kq_scale, name=f"__fattn__-{il}")
+            cur = B.flash_attn_ext(qp, kp, vp, mask, self.hp.kq_scale, sinks, name=f"__fattn__-{il}")
             cur = B.mul_mat(v_mla, B.permute(cur, (0, 2, 1, 3)), name=f"fattn_mla-{il}")
             cur = B.cont(B.permute(cur, (0, 2, 1, 3)))
             cur = B.reshape(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
         else:
             kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
+            kq = B.soft_max_ext(kq, mask, self.hp.kq_scale, name=f"kq_soft_max-{il}", sinks=sinks)
             # the cache's V view is not transposed: build_attn_mha makes a transposed copy
             vt = B.cont(B.transpose(vp), name=f"v_cont-{il}")
             kqv = B.mul_mat(vt, kq, name=f"kqv-{il}")
@@ -347,6 +358,14 @@ class MlaBuilder:
             if not self.offload_kqv:
                 self.out.cpu_pins.append(cur)
         g.expand(cur)
+        return self._attn_out(il, cur)
+
+    def _sinks(self, il: int) -> Tensor | None:
+        """The attention's sink logits (build_attn's sinks argument): none in deepseek2's graph."""
+        return None
+
+    def _attn_out(self, il: int, cur: Tensor) -> Tensor:
+        """The merged heads [n_head * head_v, T] through attn_output (build_attn's wo)."""
         return self.lora.mm(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
 
     def _mask(self, il: int, inp: AttnInputs) -> Tensor:

@@ -37,7 +37,7 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import MSA_ARCHS, NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
-from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.deepseek2 import HY_V4, MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
 from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
 from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
@@ -46,6 +46,7 @@ from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gem
 from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
+from runtime.engine.hy_v4 import HyV4Builder
 from runtime.engine.jamba import JAMBA, JambaBuilder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
@@ -165,8 +166,13 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     MAMBA: MambaBuilder, MAMBA2: MambaBuilder, NEMOTRON_H: NemotronHBuilder, NEMOTRON_H_MOE: NemotronHBuilder,
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
 }
+# hand-written builders of (hparams, weights, KV cache)
+PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
+    GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
+    AFMOE: AfmoeBuilder, PHIMOE: PhimoeBuilder,
+}
 # the meta backend executes llama-shaped layers only (tensor_split.py)
-HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING} | FUSED_ARCHS | MSA_ARCHS
+HAND_BUILT = frozenset(STATE_BUILDERS) | frozenset(PLAIN_BUILDERS) | {LLAMA4} | FUSED_ARCHS | MSA_ARCHS
 
 
 class ModelRunner:
@@ -366,6 +372,8 @@ class ModelRunner:
         fused block's) or the llama-shaped one."""
         assert self.kv is not None
         fa, offload = self.cp.flash_attn, self.flags.kv_offload
+        if isinstance(self.hp, MlaHParams) and self.hp.arch == HY_V4:   # dsv4
+            return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, MlaHParams):
             return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         with_states = STATE_BUILDERS.get(self.hp.arch)
@@ -377,15 +385,9 @@ class ModelRunner:
                                flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == LLAMA4:
             return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
-        if isinstance(self.hp, Gemma4HParams):
-            cls = Gemma3nBuilder if self.hp.arch == GEMMA3N else Gemma4Builder
-            return cls(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
-        if self.hp.arch == GEMMA_EMBEDDING:
-            return GemmaEmbeddingBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
-        if self.hp.arch == AFMOE:
-            return AfmoeBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
-        if self.hp.arch == PHIMOE:
-            return PhimoeBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        plain = PLAIN_BUILDERS.get(self.hp.arch)
+        if plain is not None:
+            return plain(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                 n_ctx_seq=self.cp.n_ctx_seq)

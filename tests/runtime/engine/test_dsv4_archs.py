@@ -1,0 +1,62 @@
+"""hy_v4's builder (runtime/engine/hy_v4.py) on planner/synth/shapes_dsv4's tiny files: four blocks (the first
+dense), MLA of kv_lora 128 + rope 32, 4 iHC streams; "hy-v4" with the DSA indexer on blocks 0 and 2, "hy-v4-full"
+the full-attention checkpoint (no indexer). Expected figures are llama-fit-params -v on these very files (pinned
+build): "graph: nodes = N" and "CPU compute buffer size = X MiB".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.core.errors import BadInput
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.memory.coverage import Status, architecture_coverage
+from planner.memory.estimate import estimate
+from planner.synth.shapes_dsv4 import hy_v4_tiny
+from runtime.engine.runner import ModelRunner
+from tests.support.reserve_checks import assert_reserve_equals
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("dsv4")
+    [dsa] = hy_v4_tiny(True).write(d / "hy-v4.gguf")
+    [full] = hy_v4_tiny(False).write(d / "hy-v4-full.gguf")
+    return {"hy-v4": dsa, "hy-v4-full": full}
+
+
+# llama-fit-params -v on the tiny files: (graph nodes, CPU compute buffer MiB)
+LLAMA_CPP_RESERVE = {
+    "hy-v4": {"-c 4096": (844, 22.89), "-c 4096 -fa off": (852, 66.89), "-c 8192 -np 4": (850, 14.89),
+              "-c 4096 -ub 128": (844, 5.72), "-c 4096 -ctk q8_0 -ctv q8_0": (844, 22.89)},
+    # the full-attention checkpoint: no indexer and no top-k masks
+    "hy-v4-full": {"-c 4096": (778, 13.03), "-c 4096 -fa off": (786, 47.78), "-c 8192 -np 4": (782, 11.03),
+                   "-c 4096 -ub 128": (778, 3.26), "-c 4096 -ctk q8_0 -ctv q8_0": (778, 13.03)},
+}
+
+
+@pytest.mark.parametrize("name, flags", [(n, f) for n, rows in LLAMA_CPP_RESERVE.items() for f in rows])
+def test_hy_v4_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str,
+                                                                  models: dict[str, Path]) -> None:
+    n_nodes, mib = LLAMA_CPP_RESERVE[name][flags]
+    assert_reserve_equals(models[name], flags, n_nodes, mib)
+
+
+def test_hy_v4_is_simulated(models: dict[str, Path]) -> None:
+    row = architecture_coverage("hy_v4")
+    assert (row.status, row.kv, row.compute) == (Status.SIMULATED, "exact", "simulated")
+    assert estimate(model_context(str(models["hy-v4"])), ["-c", "4096"]).compute_model == "simulated"
+
+
+def test_hy_v4_decode_is_refused(models: dict[str, Path]) -> None:
+    """Sigmoid expert gating has no kernel in the runtime: it sizes the graphs and refuses to run them."""
+    runner = ModelRunner.load(str(models["hy-v4-full"]), parse_llama_flags(["-c", "256"]), weights=False)
+    with pytest.raises(BadInput, match="SIGMOID"):
+        runner.decode([1, 2, 3])
+
+
+def test_deepseek4_stays_on_the_formula() -> None:
+    row = architecture_coverage("deepseek4")
+    assert (row.status, row.kv, row.compute) == (Status.FORMULA, "exact", "formula")
