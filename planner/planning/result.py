@@ -177,6 +177,7 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "experts_on_host": sorted(result.experts_on_host),
         "predicted": plan_predicted(result),
         "compute_model": result.estimate.compute_model,
+        "program": result.estimate.program.value,
         "explain": list(result.explain),
         **({"companions": [companion_dict(c) for c in result.estimate.companions]}
            if result.estimate.companions else {}),

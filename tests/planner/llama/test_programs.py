@@ -1,0 +1,61 @@
+"""One figure per program (planner/llama/programs.py): llama-fit-params' dry run by default, llama-server's
+load with --program server."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.llama.programs import Program
+from planner.memory.estimate import estimate
+from planner.synth.gguf_factory import add_tokenizer, llama_spec
+
+N_VOCAB, N_EMBD, N_UBATCH = 32768, 256, 512
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("programs")
+    spec = llama_spec(n_layer=2, n_embd=N_EMBD, n_vocab=N_VOCAB)
+    add_tokenizer(spec, N_VOCAB)
+    paths = {"llama": out / "llama.gguf"}
+    spec.write(paths["llama"])
+    return paths
+
+
+def _fitplan(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_server_reserves_one_output_row_per_slot_where_fit_params_reserves_the_ubatch(files):
+    # the output device's logits: n_vocab x rows x 4 B; llama-fit-params reserves min(n_ubatch, n_batch)
+    # rows (64 MiB here), llama-server -np 2 without a drafter two (server_output_limits), and its buffer
+    # is then the layers' working set (a few MiB at this width)
+    argv = ["-c", "1024", "-ngl", "0", "-np", "2"]
+    dry = estimate(str(files["llama"]), argv).device("Host").compute_bytes
+    served = estimate(str(files["llama"]), argv, program=Program.SERVER).device("Host").compute_bytes
+    logits = N_VOCAB * N_UBATCH * 4
+    assert dry >= logits and served < logits / 8
+
+
+def test_server_without_np_takes_its_four_unified_slots(files):
+    # tools/server/server.cpp: -np auto is 4 slots sharing one cache (llama-fit-params: 1)
+    est = estimate(str(files["llama"]), ["-c", "1024"], program=Program.SERVER)
+    assert (est.cparams.n_seq, est.cparams.n_stream) == (4, 1)
+    assert estimate(str(files["llama"]), ["-c", "1024"]).cparams.n_seq == 1
+
+
+def test_the_cli_says_which_program_it_sized(files):
+    for program, name in (("fit-params", "llama-fit-params' dry run"), ("server", "llama-server's load")):
+        done = _fitplan("estimate", str(files["llama"]), "--program", program, "--", "-c", "1024")
+        assert done.returncode == 0, done.stderr
+        assert f"sized as {name}" in done.stdout
+        doc = json.loads(_fitplan("estimate", str(files["llama"]), "--program", program, "--format", "json",
+                                  "--", "-c", "1024").stdout)
+        assert doc["program"] == program
+    bad = _fitplan("estimate", str(files["llama"]), "--program", "llama-bench", "--", "-c", "1024")
+    assert bad.returncode == 2 and bad.stderr == ("fitplan: error: --program 'llama-bench': expected "
+                                                  "fit-params | server\n")
