@@ -19,7 +19,7 @@ from planner.core.errors import FlagError
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
 from planner.hardware.inventory import Inventory
-from planner.llama.context import ModelLike, model_context
+from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
@@ -30,6 +30,7 @@ from planner.memory.analytic import SIMULATED, compute_model
 from planner.memory.companions import estimate_companions
 from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
 from planner.memory.tensor_members import member_rows
+from planner.model.arch import AttnKind
 from planner.model.tensors import OUTPUT
 from runtime.engine.meta_check import llama_abort, meta_split_error
 from runtime.engine.reserve import decode_kernels
@@ -56,6 +57,7 @@ class Estimate:
     # reserve's scheduler placed them (runtime/engine/reserve.py decode_kernels); empty for a formula estimate
     decode_kernels: tuple[tuple[str, int], ...] = ()
     program: Program = Program.FIT_PARAMS   # whose allocation the rows are (planner/llama/programs.py)
+    notes: tuple[str, ...] = ()   # what the rows leave out (an architecture whose caches are not sized)
 
     @property
     def totals(self) -> tuple[DeviceMemory, ...]:
@@ -82,7 +84,7 @@ class Estimate:
             "n_ctx": self.cparams.n_ctx, "n_ctx_seq": self.cparams.n_ctx_seq, "n_seq": self.cparams.n_seq,
             "n_ubatch": self.cparams.n_ubatch, "flash_attn": self.cparams.flash_attn,
             "pipeline_parallel": self.pipeline_parallel, "compute_model": self.compute_model,
-            "program": self.program.value,
+            "program": self.program.value, "notes": list(self.notes),
             "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
             "ignored_flags": list(self.flags.ignored),
             **({"meta_members": [_row_dict(d) for d in self.meta_members]} if self.meta_members else {}),
@@ -104,7 +106,7 @@ class Estimate:
             out += ["", "tensors moved by overrides:"] + [f"  {t} -> {to}" for t, to in self.moved]
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + shlex.join(self.flags.ignored)]
-        out += ["", compute_note(self.compute_model, self.model_arch), program_note(self.program)]
+        out += ["", compute_note(self.compute_model, self.model_arch), program_note(self.program), *self.notes]
         if self.meta_members:
             out += ["", f"{META_NAME} members once really loaded (each holds its slices; the meta buffer is "
                     f"as large as its largest member's)", "", _rows_table(self.meta_members)]
@@ -142,6 +144,18 @@ def compute_note(source: str, arch: str) -> str:
         return "compute: simulated (ggml's scheduler and allocator reserve, replayed)"
     return (f"compute: formula (no graph builder for {arch or 'this model'} with these flags: "
             f"planner/memory/analytic.py's closed form, not a simulated reserve)")
+
+
+def context_notes(ctx: ModelContext) -> tuple[str, ...]:
+    """A line when some layers' caches are not sized: an architecture in no KV table of
+    planner/model/arch.py has layers of UNKNOWN kind, and their context column is 0 where llama.cpp
+    allocates a cache (planner/memory/coverage.py calls these architectures weights-only)."""
+    unknown = sum(1 for lf in ctx.facts.layers if lf.kind is AttnKind.UNKNOWN)
+    if not unknown:
+        return ()
+    return (f"context not sized: fitplan has no KV facts for {ctx.model.architecture} (planner/model/arch.py), so "
+            f"the context column leaves out the caches of {unknown} of its {len(ctx.facts.layers)} layers, "
+            f"which llama.cpp allocates",)
 
 
 def program_note(program: Program) -> str:
@@ -196,4 +210,4 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
                     placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
                     settings.ctx.model.architecture,
                     estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else (),
-                    members, tuple(sorted(kernels.items())), program)
+                    members, tuple(sorted(kernels.items())), program, context_notes(settings.ctx))

@@ -178,6 +178,7 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "predicted": plan_predicted(result),
         "compute_model": result.estimate.compute_model,
         "program": result.estimate.program.value,
+        "notes": list(result.estimate.notes),
         "explain": list(result.explain),
         **({"companions": [companion_dict(c) for c in result.estimate.companions]}
            if result.estimate.companions else {}),
@@ -224,6 +225,8 @@ def plan_table(result: PlanResult) -> str:
             for c in result.estimate.companions]
     if result.estimate.compute_model != SIMULATED:
         lines += ["", compute_note(result.estimate.compute_model, result.estimate.model_arch)]
+    if result.estimate.notes:
+        lines += ["", *result.estimate.notes]
     if result.explain:
         lines += ["", "why:"] + [f"  {line}" for line in result.explain]
     return "\n".join(lines) + "\n"

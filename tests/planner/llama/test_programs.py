@@ -1,5 +1,5 @@
 """One figure per program (planner/llama/programs.py): llama-fit-params' dry run by default, llama-server's
-load with --program server."""
+load with --program server; and the files llama.cpp would not load as a model refused, as it refuses them."""
 from __future__ import annotations
 
 import json
@@ -9,11 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.errors import BadInput
+from planner.llama.context import model_context
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
-from planner.synth.gguf_factory import add_tokenizer, llama_spec
+from planner.synth.gguf_factory import ModelSpec, add_tokenizer, llama_spec
 
 N_VOCAB, N_EMBD, N_UBATCH = 32768, 256, 512
+
+
+def _renamed(spec: ModelSpec, arch: str) -> ModelSpec:
+    """The same tensors under another general.architecture, its keys renamed with it."""
+    old = spec.arch + "."
+    meta = {(arch + "." + k[len(old):] if k.startswith(old) else k): v for k, v in spec.metadata.items()}
+    return ModelSpec(arch, meta, list(spec.tensors))
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +30,11 @@ def files(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("programs")
     spec = llama_spec(n_layer=2, n_embd=N_EMBD, n_vocab=N_VOCAB)
     add_tokenizer(spec, N_VOCAB)
-    paths = {"llama": out / "llama.gguf"}
+    paths = {"llama": out / "llama.gguf", "baichuan": out / "baichuan.gguf", "clip": out / "clip.gguf",
+             "madeup": out / "madeup.gguf"}
     spec.write(paths["llama"])
+    for arch in ("baichuan", "clip", "madeup"):
+        _renamed(spec, arch).write(paths[arch])
     return paths
 
 
@@ -59,3 +71,32 @@ def test_the_cli_says_which_program_it_sized(files):
     bad = _fitplan("estimate", str(files["llama"]), "--program", "llama-bench", "--", "-c", "1024")
     assert bad.returncode == 2 and bad.stderr == ("fitplan: error: --program 'llama-bench': expected "
                                                   "fit-params | server\n")
+
+
+@pytest.mark.parametrize("arch", ["clip", "madeup"])
+def test_an_architecture_the_pin_does_not_know_is_refused(files, arch):
+    with pytest.raises(BadInput, match=f"unknown model architecture: '{arch}'"):
+        model_context(str(files[arch]))
+    for command in (["estimate", str(files[arch]), "--", "-c", "512"], ["plan", str(files[arch])]):
+        done = _fitplan(*command)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.count("\n") == 1 and f"general.architecture '{arch}'" in done.stderr
+    if arch == "clip":
+        assert "pass it with -mm beside the text model" in done.stderr
+
+
+def test_a_weights_only_architecture_says_its_context_is_not_sized(files):
+    # baichuan is an architecture of the pin that planner/model/arch.py has no KV facts for: both layers
+    # are UNKNOWN, the context column is 0, and the estimate and the plan say so
+    est = estimate(str(files["baichuan"]), ["-c", "1024"])
+    assert all(d.context_bytes == 0 for d in est.devices)
+    [note] = est.notes
+    assert note.startswith("context not sized: fitplan has no KV facts for baichuan") and "2 of its 2 layers" in note
+    done = _fitplan("estimate", str(files["baichuan"]), "--", "-c", "1024")
+    assert note in done.stdout
+    doc = json.loads(_fitplan("estimate", str(files["baichuan"]), "--format", "json", "--", "-c", "1024").stdout)
+    assert doc["notes"] == [note]
+    planned = _fitplan("plan", str(files["baichuan"]), "--device", "CUDA0=1GiB", "--ram", "4GiB", "-c", "1024")
+    assert planned.returncode == 0, planned.stderr
+    assert note in planned.stdout
+    assert estimate(str(files["llama"]), ["-c", "1024"]).notes == ()
