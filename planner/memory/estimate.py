@@ -26,14 +26,14 @@ from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
 from planner.llama.programs import PROGRAM_NAMES, Program, dry_run, effective_program, outputs_max, program_argv
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.llama.tensor_parallel import META_NAME
-from planner.memory.analytic import SIMULATED, compute_model
+from planner.memory.analytic import FORMULA, SIMULATED, compute_model, formula_safety
 from planner.memory.companions import estimate_companions
 from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
 from planner.memory.tensor_members import member_rows
 from planner.model.arch import AttnKind
 from planner.model.tensors import OUTPUT
 from runtime.engine.meta_check import llama_abort, meta_split_error
-from runtime.engine.reserve import decode_kernels
+from runtime.engine.reserve import decode_kernels, supported
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ class Estimate:
     decode_kernels: tuple[tuple[str, int], ...] = ()
     program: Program = Program.FIT_PARAMS   # whose allocation the rows are (planner/llama/programs.py)
     notes: tuple[str, ...] = ()   # what the rows leave out (an architecture whose caches are not sized)
+    # per row, the formula's stated safety term, included in compute_bytes (planner/memory/analytic.py
+    # formula_safety); empty where the compute is simulated
+    compute_safety: tuple[tuple[str, int], ...] = ()
 
     @property
     def totals(self) -> tuple[DeviceMemory, ...]:
@@ -85,6 +88,7 @@ class Estimate:
             "n_ubatch": self.cparams.n_ubatch, "flash_attn": self.cparams.flash_attn,
             "pipeline_parallel": self.pipeline_parallel, "compute_model": self.compute_model,
             "program": self.program.value, "notes": list(self.notes),
+            "compute_safety": dict(self.compute_safety),
             "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
             "ignored_flags": list(self.flags.ignored),
             **({"meta_members": [_row_dict(d) for d in self.meta_members]} if self.meta_members else {}),
@@ -106,7 +110,8 @@ class Estimate:
             out += ["", "tensors moved by overrides:"] + [f"  {t} -> {to}" for t, to in self.moved]
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + shlex.join(self.flags.ignored)]
-        out += ["", compute_note(self.compute_model, self.model_arch), program_note(self.program), *self.notes]
+        out += ["", compute_note(self.compute_model, self.model_arch, self.compute_safety), program_note(self.program),
+                *self.notes]
         if self.meta_members:
             out += ["", f"{META_NAME} members once really loaded (each holds its slices; the meta buffer is "
                     f"as large as its largest member's)", "", _rows_table(self.meta_members)]
@@ -138,12 +143,16 @@ def companion_dict(c: CompanionEstimate) -> dict[str, Any]:
             "compute_model": c.compute_model, "notes": list(c.notes)}
 
 
-def compute_note(source: str, arch: str) -> str:
-    """One line saying where the compute column comes from."""
+def compute_note(source: str, arch: str, safety: tuple[tuple[str, int], ...] = ()) -> str:
+    """One line saying where the compute column comes from (and the safety term it includes)."""
     if source == SIMULATED:
         return "compute: simulated (ggml's scheduler and allocator reserve, replayed)"
-    return (f"compute: formula (no graph builder for {arch or 'this model'} with these flags: "
+    line = (f"compute: formula (no graph builder for {arch or 'this model'} with these flags: "
             f"planner/memory/analytic.py's closed form, not a simulated reserve)")
+    if safety:
+        line += ("; it includes a safety term, a layer's working set or the graph inputs once more: "
+                 + ", ".join(f"{row} {fmt_mib(n)} MiB" for row, n in safety))
+    return line
 
 
 def context_notes(ctx: ModelContext) -> tuple[str, ...]:
@@ -197,6 +206,11 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
     program = effective_program(program, settings.flags)
     n_outputs_max, dry = outputs_max(program, settings.flags), dry_run(program)
     compute, source = compute_model(settings, use_runtime=exact_compute, dry_run=dry, n_outputs_max=n_outputs_max)
+    # an architecture without a graph builder is estimated by the formula alone: it carries the
+    # formula's stated safety term (a builder's quick formula pass, which the simulated reserve
+    # judges afterwards, does not)
+    safety = formula_safety(settings, n_outputs_max) if source == FORMULA and not supported(settings) else {}
+    compute = {row: n + safety.get(row, 0) for row, n in compute.items()}
     kernels = (decode_kernels(settings, n_outputs_max, dry_run=dry) or {}) if source == SIMULATED else {}
     meta = next((d.name for d in settings.devices if d.members), None)
     members = member_rows(settings, compute.get(meta, 0)) if meta else ()
@@ -210,4 +224,5 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
                     placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
                     settings.ctx.model.architecture,
                     estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else (),
-                    members, tuple(sorted(kernels.items())), program, context_notes(settings.ctx))
+                    members, tuple(sorted(kernels.items())), program, context_notes(settings.ctx),
+                    tuple((row, safety[row]) for row in names if safety.get(row)))

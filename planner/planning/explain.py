@@ -125,7 +125,8 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
         lines.append(f"routed experts of {len(result.experts_on_host)} layer(s) stay in host memory (-ot ...=CPU): "
                      f"their device had no room for them")
     lines.append(context_source(ctx, result.request, result.flags))
-    lines.append(compute_note(result.estimate.compute_model, result.estimate.model_arch))
+    est = result.estimate
+    lines.append(compute_note(est.compute_model, est.model_arch, est.compute_safety))
     if result.flags.split_mode == "tensor":   # no layer to move, no op offload (the meta device has none)
         lines += [f"{m.name} holds its slices and a full compute buffer: {fmt_bytes(m.total_bytes)} of "
                   f"{fmt_bytes(result.budgets.devices.get(m.name, 0))}" for m in result.estimate.meta_members]
