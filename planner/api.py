@@ -32,6 +32,7 @@ from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
 from planner.llama.context import ModelLike
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
+from planner.llama.programs import Program, parse_program
 from planner.memory.estimate import Estimate
 from planner.memory.estimate import estimate as run_estimate
 from planner.model.inspect import InspectResult
@@ -74,9 +75,14 @@ def inspect(model: str, cache_type_k: str = "f16", cache_type_v: str = "f16") ->
     return run_inspect(str(model), cache_type_k, cache_type_v)
 
 
-def estimate(model: ModelLike, flags: Flags = (), devices: Devices = None, ram: str | None = None) -> Estimate:
-    """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`)."""
-    return run_estimate(model, as_flags(flags), as_inventory(devices, ram))
+def estimate(model: ModelLike, flags: Flags = (), devices: Devices = None, ram: str | None = None,
+             program: Program | str = Program.FIT_PARAMS) -> Estimate:
+    """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`): as llama-fit-params'
+    dry run prints it, or (`program="server"`) as llama-server loads it, with its -np default when the
+    flags are given as text or a list."""
+    sized_for = program if isinstance(program, Program) else parse_program(program)
+    given = flags if isinstance(flags, LlamaFlags) else _argv(flags)
+    return run_estimate(model, given, as_inventory(devices, ram), program=sized_for)
 
 
 def sweep(model: ModelLike, vary: Mapping[str, str | Sequence[Any]], devices: Devices = None, flags: Flags = (),

@@ -4,7 +4,8 @@ and read what they report.
 - `llama_server(...)`: a llama-server bound to 127.0.0.1 on a free port for token-id prompts
   (/completion with n_probs, temperature 0); stopped by its own process, never by name.
 - `parse_log(text)`: the figures llama.cpp logs at load (`load_tensors: X model buffer size`,
-  `llama_kv_cache: X KV buffer size`, `sched_reserve: X compute buffer size`, and
+  `llama_kv_cache: X KV buffer size`, `llama_memory_recurrent: X RS buffer size` (context too),
+  `sched_reserve: X compute buffer size`, and
   `graph: nodes = N, splits = S` or `graph (pp bs=.., tg bs=..): nodes = a / b, splits = c / d`).
 """
 from __future__ import annotations
@@ -38,10 +39,12 @@ START_TIMEOUT_S = 120.0
 LOG_ROUNDING = MiB // 200   # llama.cpp prints buffer sizes in MiB with two decimals
 REQUEST_TIMEOUT_S = 300.0
 
-_BUFFER = re.compile(r"(load_tensors|llama_kv_cache|sched_reserve):\s+(\S+) (model|KV|compute) buffer size"
-                     r" =\s+([\d.]+) MiB")
+# the recurrent state of a hybrid or recurrent model (llama_memory_recurrent's RS buffers) is context, as in
+# llama.cpp's memory breakdown
+_BUFFER = re.compile(r"(load_tensors|llama_kv_cache|llama_memory_recurrent|sched_reserve):\s+(\S+) "
+                     r"(model|KV|RS|compute) buffer size =\s+([\d.]+) MiB")
 _GRAPH = re.compile(r"graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)(?: / (\d+))?, splits = (\d+)(?: / (\d+))?")
-_KIND = {"model": "model", "KV": "context", "compute": "compute"}
+_KIND = {"model": "model", "KV": "context", "RS": "context", "compute": "compute"}
 
 
 @dataclass(frozen=True)

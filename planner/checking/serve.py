@@ -35,7 +35,7 @@ from planner.checking.llama import (
     wait_ready,
 )
 from planner.checking.report import DeviceReport, ValidateRequest, judge, with_budgets
-from planner.checking.validate import load_plan, server_predicted
+from planner.checking.validate import load_plan, target_rows
 from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.render import table
@@ -43,10 +43,10 @@ from planner.core.units import MiB, fmt_mib
 from planner.hardware.budgets import pool_name, resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory, rpc_endpoints
-from planner.llama.companions import server_target_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.placement import HOST, HOST_ROWS
+from planner.llama.programs import Program
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import Estimate, estimate_settings
 from planner.planning.commands import LLAMA_SERVER, server_argv
@@ -241,16 +241,15 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
     assert plan.model_file is not None
     ctx = model_context(plan.model_file)
     settings = resolve_settings(ctx, flags, plan.inventory)
-    est = estimate_settings(settings)
+    est = estimate_settings(settings, program=Program.SERVER)
     notes = []
     judged = _budgets(req, plan)
     if _memory_fields(flags) != _memory_fields(plan.flags) or judged is not plan:
         notes.append(f"re-estimated with {' '.join(llama_extra)}")
-        error = _no_longer_fits(with_companions(server_predicted(settings, est, server_target_outputs_max(flags)), est),
-                                judged, llama_extra)
+        error = _no_longer_fits(with_companions(target_rows(est), est), judged, llama_extra)
         if error is not None:
             raise error
-    predicted = server_predicted(settings, est, server_target_outputs_max(flags))
+    predicted = target_rows(est)
     if req.check_hardware and not req.force and plan.inventory is not None:
         here = req.here or detect_inventory(rpc_endpoints(plan.inventory))
         diff = hardware_difference(plan.inventory, here, flags, predicted)

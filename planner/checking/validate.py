@@ -36,10 +36,12 @@ from planner.core.units import fmt_mib
 from planner.gguf.examples import resolve_model
 from planner.gguf.reader import ModelFile, read_model, require_weights
 from planner.hardware.budgets import resolve_budgets
+from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import model_context
 from planner.llama.flags import flags_to_argv, parse_llama_flags
 from planner.llama.placement import CPU, HOST, HOST_ROWS, device_of, row_of
+from planner.llama.programs import Program
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.memory.estimate import Estimate, estimate_settings
 from planner.planning.document import Deployment, read_deployment
@@ -52,7 +54,7 @@ log = logging.getLogger(__name__)
 ENGINES = ("embedded", "llama.cpp")
 
 
-def _predicted(est: Estimate) -> dict[str, tuple[int, int, int]]:
+def target_rows(est: Estimate) -> dict[str, tuple[int, int, int]]:
     """Estimate rows keyed as the runtime names devices: Host and CPU_REPACK are both the CPU."""
     out: dict[str, tuple[int, int, int]] = {}
     for d in est.devices:
@@ -62,19 +64,10 @@ def _predicted(est: Estimate) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def server_predicted(settings: LlamaSettings, est: Estimate, n_outputs_max: int = 1) -> dict[str, tuple[int, int, int]]:
-    """The estimate, with compute re-reserved for llama-server's output rows (`n_outputs_max`:
-    planner.llama.companions.server_outputs_max) where the runtime has a graph builder (the estimate, like
-    llama-fit-params, reserves n_batch rows)."""
-    predicted = _predicted(est)
-    try:
-        runner = ModelRunner.from_settings(settings, reserve=False, weights=False, n_outputs_max=n_outputs_max)
-    except BadInput:   # settings the runtime does not run (quantized caches): the estimate as it is
-        return predicted
-    if not supported(settings):
-        return predicted
-    compute = {row_of(k): v for k, v in runner.reserve(dry_run=False).compute_bytes.items()}   # a real load
-    return {row: (m, c, compute.get(row, k)) for row, (m, c, k) in predicted.items()}
+def server_predicted(settings: LlamaSettings, inventory: Inventory | None = None) -> dict[str, tuple[int, int, int]]:
+    """The target's rows as llama-server loads them (planner/llama/programs.py), keyed as the runtime names
+    devices."""
+    return target_rows(estimate_settings(settings, inventory=inventory, program=Program.SERVER))
 
 
 def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "default",
@@ -97,13 +90,13 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
         raise BadInput(f"--prompt-tokens {req.n_prompt} + --gen-tokens {req.n_gen} do not fit the context "
                        f"of {est.cparams.n_ctx} tokens")
     if engine == "llama.cpp":
-        return validate_llama(req, ctx, server_predicted(settings, est))
+        return validate_llama(req, ctx, server_predicted(settings, req.inventory))
     held, note = _companions_held(req, est)
     if reserve_only:
-        report = _validate_reserve(held, settings, _predicted(est))
+        report = _validate_reserve(held, settings, target_rows(est))
     else:
         check_resident(ctx.model, est)   # before a byte is allocated: one line and exit 1 past MemAvailable
-        report = _validate_embedded(held, settings, _predicted(est), kernels)
+        report = _validate_embedded(held, settings, target_rows(est), kernels)
     return replace(report, notes=report.notes + ((note,) if note else ()), peak_rss_bytes=peak_rss_bytes())
 
 

@@ -6,7 +6,7 @@ does not need.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,6 +25,11 @@ from planner.core.render import render
 from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets, pool_members
 from planner.hardware.inventory import HOST as HOST_NAME
+
+ProgramOpt = Annotated[str, typer.Option(
+    "--program", help="whose allocation to predict: fit-params (llama-fit-params' dry run, --fit-print on) | "
+                      "server (what llama-server, or llama-cli, allocates when it loads the model: one output "
+                      "row per slot and draft token, a real reserve)")]
 
 if TYPE_CHECKING:
     from planner.memory.estimate import Estimate
@@ -91,14 +96,19 @@ def estimate_cmd(
     rpc: RpcOpt = None,
     max_vram: MaxVramOpt = None,
     max_ram: MaxRamOpt = None,
+    program: ProgramOpt = "fit-params",
 ) -> None:
-    """Per-device model, context and compute memory llama.cpp would allocate for the flags after `--`
+    """Per-device model, context and compute memory llama.cpp would allocate for the flags after `--`:
+    as llama-fit-params' dry run prints it, or (--program server) as llama-server loads it
     (with --max-vram/--max-ram: checked against those budgets, exit 1 when over)."""
+    from planner.llama.programs import parse_program
     from planner.memory.estimate import estimate
 
+    sized_for = parse_program(program)
     options = InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram)
     choice = options.resolve(detect=False)
-    est = estimate(model, options.llama_argv(list(ctx.args)), choice.inventory if choice else None)
+    est = estimate(model, options.llama_argv(list(ctx.args)), choice.inventory if choice else None,
+                   program=sized_for)
     if choice is None or not (max_vram or max_ram):
         typer.echo(render(est, fmt))
         return

@@ -9,10 +9,12 @@ import functools
 import os
 from dataclasses import dataclass
 
+from planner.core.errors import BadInput
 from planner.gguf.examples import resolve_model
 from planner.gguf.reader import ModelFile, read_model
 from planner.llama.flags import LlamaFlags
 from planner.llama.nextn import loads_mtp, nextn_loaded
+from planner.llama.pin_lists import pin_architectures
 from planner.llama.placement import TensorSlot, tensor_slots
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.shapes import Shapes, model_shapes
@@ -58,9 +60,28 @@ class ModelContext:
 ModelLike = str | os.PathLike[str] | ModelFile | ModelContext
 
 
+# what a GGUF named `clip` is to llama.cpp: mtmd's projector file (tools/mtmd/clip.cpp), loaded by -mm
+PROJECTOR_ARCH = "clip"
+
+
+def check_architecture(mf: ModelFile) -> None:
+    """BadInput for a file the pinned llama.cpp would not load as a model: llama_model_loader maps
+    general.architecture through llm_arch_from_string and stops on a name it does not know with
+    "unknown model architecture: '<name>'" (src/llama-model.cpp:371)."""
+    arch = mf.architecture
+    if arch in pin_architectures():
+        return
+    what = f"general.architecture {arch!r}" if arch else "no general.architecture"
+    hint = (": it is a multimodal projector; pass it with -mm beside the text model" if arch == PROJECTOR_ARCH
+            else "")
+    raise BadInput(f"{mf.path}: {what} is not an architecture of the pinned llama.cpp, which refuses the file "
+                   f"(\"unknown model architecture: '{arch}'\"){hint}")
+
+
 def model_context(model: ModelLike) -> ModelContext:
     if isinstance(model, ModelContext):
         return model
     mf = model if isinstance(model, ModelFile) else read_model(resolve_model(str(model)))
+    check_architecture(mf)
     facts = model_facts(mf)
     return ModelContext(mf, facts, tensor_slots(mf, facts.n_layer_all))

@@ -211,6 +211,59 @@ def _staged_floor(settings: LlamaSettings, t: int, n_out: int) -> tuple[str, int
     return (first.name, floor) if floor else None
 
 
+def _worst_layer_work(settings: LlamaSettings, t: int, scores: bool = True) -> dict[str, int]:
+    """Per buffer row, the peak live bytes of the worst layer it runs (Host: also the work overrides
+    move to the CPU, and any pulled attention core). `scores=False`: without flash attention's
+    n_kv x T x n_head score matrix (sized as flash attention's working set)."""
+    ctx, cp, placement = settings.ctx, settings.cparams, settings.placement
+    sh, cells = ctx.shapes, settings.kv_cells
+    e = sh.n_embd * t * F32
+    host_moved, experts_moved = _moved_to_cpu_work(sh, placement, t)
+    work: dict[str, int] = defaultdict(int)
+    for lf in ctx.facts.layers:
+        if lf.nextn:
+            continue
+        row = row_of(placement.layer_device[lf.index])
+        on_device = sh if lf.index not in experts_moved else replace(sh, n_ff_moe=0)
+        layer = _layer_work(on_device, lf.kind, cells.get(lf.kind, 0), t, cp.flash_attn or not scores, cp.n_stream)
+        if lf.index in experts_moved:  # the expert rows come back for weighting and summing
+            layer = max(layer, 2 * e + sh.n_embd * sh.n_expert_used * t * F32)
+        work[row] = max(work[row], layer)
+    work[HOST] = max(work[HOST], host_moved)
+    if scores:
+        for row, core in _pulled_cores(settings, sh, t).items():
+            work[row] = max(work[row], core)
+    return work
+
+
+def _graph_inputs(settings: LlamaSettings, t: int, n_out: int) -> int:
+    """Bytes of the graph's inputs: llm_graph_input_embd's token ids and its f32 embeddings input (unused
+    for text, still allocated), the positions, the output ids, and per cache kind a mask and the K/V
+    row indices."""
+    cp = settings.cparams
+    per_kind = sum(_mask_bytes(n, t, cp.flash_attn) + 2 * t * I64 for n in settings.kv_cells.values())
+    return settings.ctx.shapes.n_embd * t * F32 + 2 * t * I32 + n_out * I32 + per_kind
+
+
+def formula_safety(settings: LlamaSettings, n_outputs_max: int | None = None) -> dict[str, int]:
+    """The safety term a formula estimate carries, per buffer row: the larger of the worst layer's
+    working set on that row (as flash attention's, without the score matrix, which the formula sizes
+    from its definition) and the graph's inputs, once more.
+
+    The formula is not a proven bound of llama.cpp's reserve: its layer phase is fitted
+    (FITTED_TERMS) on the architectures it was measured on, and a graph it was not measured on keeps
+    more alive at once (an extra norm, scale, gating or routing tensor, a copy made contiguous, another
+    copy of an input). On the architectures without a graph builder the estimate adds this term to
+    every row; the outputs say so. Where a graph builder exists the simulated reserve replaces the
+    whole formula and no term is added."""
+    cp = settings.cparams
+    t = min(cp.n_ctx, cp.n_ubatch)
+    inputs = _graph_inputs(settings, t, min(t, n_outputs_max or cp.n_batch))
+    work = _worst_layer_work(settings, t, scores=False)
+    rows = set(work) | {HOST, _output_row(settings.placement)}
+    return {row: max(work.get(row, 0), inputs) for row in rows}
+
+
 def _analytic_compute_bytes(settings: LlamaSettings, n_outputs_max: int | None = None) -> dict[str, int]:
     ctx, cp, placement = settings.ctx, settings.cparams, settings.placement
     sh = ctx.shapes
@@ -221,25 +274,12 @@ def _analytic_compute_bytes(settings: LlamaSettings, n_outputs_max: int | None =
     cells = settings.kv_cells
     per_kind = {k: _mask_bytes(n, t, cp.flash_attn) + 2 * t * I64 for k, n in cells.items()}
     e = sh.n_embd * t * F32
-    # llm_graph_input_embd: the token ids and an f32 embeddings input (unused for text, still allocated)
-    graph_inputs = e + 2 * t * I32 + n_out * I32 + sum(per_kind.values())
-    host_moved, experts_moved = _moved_to_cpu_work(sh, placement, t)
-    work: dict[str, int] = defaultdict(int)
+    graph_inputs = _graph_inputs(settings, t, n_out)
+    work = _worst_layer_work(settings, t)
     kinds: dict[str, set[AttnKind]] = defaultdict(set)
     for lf in ctx.facts.layers:
-        if lf.nextn:
-            continue
-        row = row_of(placement.layer_device[lf.index])
-        on_device = sh if lf.index not in experts_moved else replace(sh, n_ff_moe=0)
-        layer = _layer_work(on_device, lf.kind, cells.get(lf.kind, 0), t, cp.flash_attn, cp.n_stream)
-        if lf.index in experts_moved:  # the expert rows come back for weighting and summing
-            layer = max(layer, 2 * e + sh.n_embd * sh.n_expert_used * t * F32)
-        work[row] = max(work[row], layer)
-        if lf.kind in cells:
-            kinds[row].add(lf.kind)
-    work[HOST] = max(work[HOST], host_moved)
-    for row, core in _pulled_cores(settings, sh, t).items():
-        work[row] = max(work[row], core)
+        if not lf.nextn and lf.kind in cells:
+            kinds[row_of(placement.layer_device[lf.index])].add(lf.kind)
     out_row = _output_row(placement)
     extra = _boundary_crossings(ctx.facts, sh, placement, t)
     output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32

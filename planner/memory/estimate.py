@@ -19,20 +19,21 @@ from planner.core.errors import FlagError
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
 from planner.hardware.inventory import Inventory
-from planner.llama.companions import server_target_outputs_max
-from planner.llama.context import ModelLike, model_context
+from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
+from planner.llama.programs import PROGRAM_NAMES, Program, dry_run, effective_program, outputs_max, program_argv
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.llama.tensor_parallel import META_NAME
-from planner.memory.analytic import SIMULATED, compute_model
+from planner.memory.analytic import FORMULA, SIMULATED, compute_model, formula_safety
 from planner.memory.companions import estimate_companions
 from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
 from planner.memory.tensor_members import member_rows
+from planner.model.arch import AttnKind
 from planner.model.tensors import OUTPUT
 from runtime.engine.meta_check import llama_abort, meta_split_error
-from runtime.engine.reserve import decode_kernels
+from runtime.engine.reserve import decode_kernels, supported
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ class Estimate:
     # per device name (`CPU` for the host), the one-token graph's nodes that run an op, as the simulated
     # reserve's scheduler placed them (runtime/engine/reserve.py decode_kernels); empty for a formula estimate
     decode_kernels: tuple[tuple[str, int], ...] = ()
+    program: Program = Program.FIT_PARAMS   # whose allocation the rows are (planner/llama/programs.py)
+    notes: tuple[str, ...] = ()   # what the rows leave out (an architecture whose caches are not sized)
+    # per row, the formula's stated safety term, included in compute_bytes (planner/memory/analytic.py
+    # formula_safety); empty where the compute is simulated
+    compute_safety: tuple[tuple[str, int], ...] = ()
 
     @property
     def totals(self) -> tuple[DeviceMemory, ...]:
@@ -81,6 +87,8 @@ class Estimate:
             "n_ctx": self.cparams.n_ctx, "n_ctx_seq": self.cparams.n_ctx_seq, "n_seq": self.cparams.n_seq,
             "n_ubatch": self.cparams.n_ubatch, "flash_attn": self.cparams.flash_attn,
             "pipeline_parallel": self.pipeline_parallel, "compute_model": self.compute_model,
+            "program": self.program.value, "notes": list(self.notes),
+            "compute_safety": dict(self.compute_safety),
             "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
             "ignored_flags": list(self.flags.ignored),
             **({"meta_members": [_row_dict(d) for d in self.meta_members]} if self.meta_members else {}),
@@ -102,7 +110,8 @@ class Estimate:
             out += ["", "tensors moved by overrides:"] + [f"  {t} -> {to}" for t, to in self.moved]
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + shlex.join(self.flags.ignored)]
-        out += ["", compute_note(self.compute_model, self.model_arch)]
+        out += ["", compute_note(self.compute_model, self.model_arch, self.compute_safety), program_note(self.program),
+                *self.notes]
         if self.meta_members:
             out += ["", f"{META_NAME} members once really loaded (each holds its slices; the meta buffer is "
                     f"as large as its largest member's)", "", _rows_table(self.meta_members)]
@@ -134,21 +143,46 @@ def companion_dict(c: CompanionEstimate) -> dict[str, Any]:
             "compute_model": c.compute_model, "notes": list(c.notes)}
 
 
-def compute_note(source: str, arch: str) -> str:
-    """One line saying where the compute column comes from."""
+def compute_note(source: str, arch: str, safety: tuple[tuple[str, int], ...] = ()) -> str:
+    """One line saying where the compute column comes from (and the safety term it includes)."""
     if source == SIMULATED:
         return "compute: simulated (ggml's scheduler and allocator reserve, replayed)"
-    return (f"compute: formula (no graph builder for {arch or 'this model'} with these flags: "
+    line = (f"compute: formula (no graph builder for {arch or 'this model'} with these flags: "
             f"planner/memory/analytic.py's closed form, not a simulated reserve)")
+    if safety:
+        line += ("; it includes a safety term, a layer's working set or the graph inputs once more: "
+                 + ", ".join(f"{row} {fmt_mib(n)} MiB" for row, n in safety))
+    return line
+
+
+def context_notes(ctx: ModelContext) -> tuple[str, ...]:
+    """A line when some layers' caches are not sized: an architecture in no KV table of
+    planner/model/arch.py has layers of UNKNOWN kind, and their context column is 0 where llama.cpp
+    allocates a cache (planner/memory/coverage.py calls these architectures weights-only)."""
+    unknown = sum(1 for lf in ctx.facts.layers if lf.kind is AttnKind.UNKNOWN)
+    if not unknown:
+        return ()
+    return (f"context not sized: fitplan has no KV facts for {ctx.model.architecture} (planner/model/arch.py), so "
+            f"the context column leaves out the caches of {unknown} of its {len(ctx.facts.layers)} layers, "
+            f"which llama.cpp allocates",)
+
+
+def program_note(program: Program) -> str:
+    """One line saying which program's allocation the rows are."""
+    other = Program.SERVER if program is Program.FIT_PARAMS else Program.FIT_PARAMS
+    return f"sized as {PROGRAM_NAMES[program]} (--program {other.value}: {PROGRAM_NAMES[other]})"
 
 
 def estimate(model: ModelLike, flags: LlamaFlags | list[str],
-             inventory: Inventory | None = None, exact_compute: bool = True) -> Estimate:
-    """Per-device model, context and compute bytes llama.cpp would allocate for `flags`."""
+             inventory: Inventory | None = None, exact_compute: bool = True,
+             program: Program = Program.FIT_PARAMS) -> Estimate:
+    """Per-device model, context and compute bytes llama.cpp would allocate for `flags`: as
+    llama-fit-params' dry run prints them, or as `program` loads them (flags given as an argument
+    vector take that program's defaults: llama-server's -np)."""
     ctx = model_context(model)
     if not isinstance(flags, LlamaFlags):
-        flags = parse_llama_flags(list(flags))
-    return estimate_settings(resolve_settings(ctx, flags, inventory), exact_compute, inventory)
+        flags = parse_llama_flags(program_argv(program, list(flags)))
+    return estimate_settings(resolve_settings(ctx, flags, inventory), exact_compute, inventory, program)
 
 
 def _check_meta_graphs(settings: LlamaSettings) -> None:
@@ -162,21 +196,22 @@ def _check_meta_graphs(settings: LlamaSettings) -> None:
 
 
 def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
-                      inventory: Inventory | None = None) -> Estimate:
+                      inventory: Inventory | None = None, program: Program = Program.FIT_PARAMS) -> Estimate:
     """The estimate of flags already resolved (validate resolves once for the estimate and its run),
     with the companions the flags name (a drafter's devices resolve against `inventory`)."""
     placement = settings.placement
     _check_meta_graphs(settings)
     weights = weight_rows(settings)
     kv = context_bytes(layer_caches(settings))
-    # companions exist only in llama-server and llama-cli: the target is then sized as llama-server's
-    # real load (its output rows, server_output_limits, and a reserve that keeps the norm pins), not
-    # as llama-fit-params' dry run
-    server = settings.flags.has_companions
-    n_outputs_max = server_target_outputs_max(settings.flags) if server else None
-    compute, source = compute_model(settings, use_runtime=exact_compute, dry_run=not server,
-                                    n_outputs_max=n_outputs_max)
-    kernels = (decode_kernels(settings, n_outputs_max, dry_run=not server) or {}) if source == SIMULATED else {}
+    program = effective_program(program, settings.flags)
+    n_outputs_max, dry = outputs_max(program, settings.flags), dry_run(program)
+    compute, source = compute_model(settings, use_runtime=exact_compute, dry_run=dry, n_outputs_max=n_outputs_max)
+    # an architecture without a graph builder is estimated by the formula alone: it carries the
+    # formula's stated safety term (a builder's quick formula pass, which the simulated reserve
+    # judges afterwards, does not)
+    safety = formula_safety(settings, n_outputs_max) if source == FORMULA and not supported(settings) else {}
+    compute = {row: n + safety.get(row, 0) for row, n in compute.items()}
+    kernels = (decode_kernels(settings, n_outputs_max, dry_run=dry) or {}) if source == SIMULATED else {}
     meta = next((d.name for d in settings.devices if d.members), None)
     members = member_rows(settings, compute.get(meta, 0)) if meta else ()
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
@@ -189,4 +224,5 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
                     placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
                     settings.ctx.model.architecture,
                     estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else (),
-                    members, tuple(sorted(kernels.items())))
+                    members, tuple(sorted(kernels.items())), program, context_notes(settings.ctx),
+                    tuple((row, safety[row]) for row in names if safety.get(row)))

@@ -17,8 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.llama.flags import LlamaFlags, OverrideKind
+from planner.llama.programs import Program
 
 LLAMA_SERVER = "llama-server"
+# what a plan's rows are sized for: the llama-server (and llama-cli, which runs it) load its commands
+# start, not llama-fit-params' dry run (planner/llama/programs.py says how the two differ)
+PLANNED_PROGRAM = Program.SERVER
 LLAMA_CLI = "llama-cli"
 LLAMA_BENCH = "llama-bench"
 # llama-bench's own defaults (cmd_params_defaults), spelled out so that -d can be chosen against them

@@ -13,6 +13,7 @@ from planner.hardware.inventory import same_cards
 from planner.llama.context import ModelContext
 from planner.llama.placement import HOST
 from planner.memory.estimate import compute_note, estimate
+from planner.planning.commands import PLANNED_PROGRAM
 from planner.planning.contexts import context_source, max_context
 from planner.planning.problem import costs_for, row_totals
 from planner.planning.result import PlanResult
@@ -29,7 +30,7 @@ def _context_step(ctx: ModelContext, result: PlanResult) -> list[str]:
     n = result.flags.n_ctx * 2
     if result.flags.n_ctx >= max_context(ctx, replace(result.request, n_ctx=None, max_ctx=True)):
         return []   # the context source line says why it goes no higher
-    bigger = estimate(ctx, replace(result.flags, n_ctx=n), result.inventory)
+    bigger = estimate(ctx, replace(result.flags, n_ctx=n), result.inventory, program=PLANNED_PROGRAM)
     now, then, room = row_totals(result.estimate), row_totals(bigger), _headroom(result)
     lines = []
     for name in now:
@@ -53,7 +54,8 @@ def _layer_step(ctx: ModelContext, result: PlanResult) -> list[str]:
     if ts:
         names = list(f.devices or result.inventory.names)
         ts[names.index(first) if first in names else 0] += 1
-    more = estimate(ctx, replace(f, n_gpu_layers=f.n_gpu_layers + 1, tensor_split=tuple(ts)), result.inventory)
+    more = estimate(ctx, replace(f, n_gpu_layers=f.n_gpu_layers + 1, tensor_split=tuple(ts)), result.inventory,
+                    program=PLANNED_PROGRAM)
     delta = row_totals(more).get(first, 0) - row_totals(result.estimate).get(first, 0)
     room = _headroom(result).get(first, 0)
     layer = n_all - f.n_gpu_layers - 1
@@ -66,7 +68,7 @@ def _op_offload_choice(ctx: ModelContext, result: PlanResult) -> list[str]:
     if not offloading(result.inventory):
         return []
     f = result.flags
-    other = estimate(ctx, replace(f, op_offload=not f.op_offload), result.inventory)
+    other = estimate(ctx, replace(f, op_offload=not f.op_offload), result.inventory, program=PLANNED_PROGRAM)
     now, then, room = row_totals(result.estimate), row_totals(other), _headroom(result)
     costs = costs_for(ctx, f.cache_type_k)
     prefill = {f.op_offload: result.prediction.prefill_tokens_s,
@@ -123,7 +125,8 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
         lines.append(f"routed experts of {len(result.experts_on_host)} layer(s) stay in host memory (-ot ...=CPU): "
                      f"their device had no room for them")
     lines.append(context_source(ctx, result.request, result.flags))
-    lines.append(compute_note(result.estimate.compute_model, result.estimate.model_arch))
+    est = result.estimate
+    lines.append(compute_note(est.compute_model, est.model_arch, est.compute_safety))
     if result.flags.split_mode == "tensor":   # no layer to move, no op offload (the meta device has none)
         lines += [f"{m.name} holds its slices and a full compute buffer: {fmt_bytes(m.total_bytes)} of "
                   f"{fmt_bytes(result.budgets.devices.get(m.name, 0))}" for m in result.estimate.meta_members]

@@ -22,6 +22,7 @@ from planner.llama.settings import LlamaSettings, resolve_on, resolve_settings
 from planner.memory.estimate import Estimate, estimate
 from planner.model.costs import CostTable, cost_table
 from planner.model.tensors import OUTPUT
+from planner.planning.commands import PLANNED_PROGRAM
 from planner.planning.companion_plan import companion_flags
 from planner.planning.result import PlanRequest
 from planner.planning.solve import Assignment, LayerDemand, Problem, Slot, solve
@@ -98,11 +99,12 @@ def probe(s: Setting) -> Probes:
     lw = layer_weights(s.ctx, s.flags)
     weights, experts, inputs = lw.weights, lw.experts, lw.input_bytes
     kv = layer_kv(s.ctx, s.flags, s.devices)
-    probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False)]
+    probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False,
+                       program=PLANNED_PROGRAM)]
     per_device, extra = {}, 0
     if s.devices:
         full = estimate(s.ctx, with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)),
-                        s.inventory, exact_compute=False)
+                        s.inventory, exact_compute=False, program=PLANNED_PROGRAM)
         probes.append(full)
         compute = {d.name: d.compute_bytes for d in full.devices}
         others = [compute[d.name] for d in s.devices if d.name != full.output_device]
@@ -242,7 +244,7 @@ def solve_verified(s: Setting, exact: bool = False) -> Verified | None:
         if a is None:
             return None
         flags = flags_for(s, a)
-        est = estimate(s.ctx, flags, s.inventory, exact_compute=exact)
+        est = estimate(s.ctx, flags, s.inventory, exact_compute=exact, program=PLANNED_PROGRAM)
         over = overuse(s, est)
         if not over:
             return Verified(a, flags, est, rounds)

@@ -14,6 +14,7 @@ from planner.hardware.budgets import Budgets, over_verdict, pool_name
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU, CPU_REPACK, HOST
 from planner.memory.estimate import estimate
+from planner.planning.commands import PLANNED_PROGRAM
 from planner.planning.contexts import max_context
 from planner.planning.document import Deployment
 from planner.planning.explain import explain
@@ -135,7 +136,7 @@ def result_from_deployment(dep: Deployment) -> PlanResult:
     if inventory is None:
         raise BadInput(f"{dep.model_path}: the plan file names no inventory to report against")
     ctx = model_context(dep.model_path)
-    est = estimate(ctx, dep.flags, inventory)
+    est = estimate(ctx, dep.flags, inventory, program=PLANNED_PROGRAM)
     experts = experts_on_host_of(est)
     prediction = predict_estimate(ctx, costs_for(ctx, dep.flags.cache_type_k), est, inventory, experts,
                                   est.output_on_host)

@@ -177,6 +177,9 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "experts_on_host": sorted(result.experts_on_host),
         "predicted": plan_predicted(result),
         "compute_model": result.estimate.compute_model,
+        "program": result.estimate.program.value,
+        "notes": list(result.estimate.notes),
+        "compute_safety": dict(result.estimate.compute_safety),
         "explain": list(result.explain),
         **({"companions": [companion_dict(c) for c in result.estimate.companions]}
            if result.estimate.companions else {}),
@@ -222,7 +225,10 @@ def plan_table(result: PlanResult) -> str:
             + ", ".join(f"{d.name} {fmt_mib(d.total_bytes)} MiB" for d in c.devices if d.total_bytes)
             for c in result.estimate.companions]
     if result.estimate.compute_model != SIMULATED:
-        lines += ["", compute_note(result.estimate.compute_model, result.estimate.model_arch)]
+        lines += ["", compute_note(result.estimate.compute_model, result.estimate.model_arch,
+                                   result.estimate.compute_safety)]
+    if result.estimate.notes:
+        lines += ["", *result.estimate.notes]
     if result.explain:
         lines += ["", "why:"] + [f"  {line}" for line in result.explain]
     return "\n".join(lines) + "\n"

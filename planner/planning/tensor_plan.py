@@ -20,6 +20,7 @@ from planner.llama.flags import NGL_AUTO, LlamaFlags
 from planner.llama.placement import HOST, HOST_ROWS
 from planner.llama.tensor_parallel import META_NAME
 from planner.memory.estimate import Estimate, estimate
+from planner.planning.commands import PLANNED_PROGRAM
 from planner.planning.problem import costs_for
 from planner.planning.tensor_throughput import predict_tensor, reduce_steps
 from planner.planning.throughput import Prediction, Rates, view_of_estimate
@@ -47,7 +48,7 @@ def tensor_option(ctx: ModelContext, inventory: Inventory, budgets: Budgets, lay
     """The layer plan's flags as a tensor split over every device (-ngl all, no -ts, no -ot)."""
     flags = replace(layer_flags, split_mode="tensor", n_gpu_layers=NGL_AUTO, tensor_split=(), override_args=())
     try:
-        est = estimate(ctx, flags, inventory)
+        est = estimate(ctx, flags, inventory, program=PLANNED_PROGRAM)
     except FitplanError as e:   # llama.cpp refuses it (architecture, -fa off, ...): the reason is its own
         return TensorOption(flags, reason=str(e))
     if not est.meta_members:   # the Meta() row is known, not what each member would hold

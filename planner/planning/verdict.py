@@ -33,7 +33,7 @@ from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
 from planner.llama.placement import CPU
 from planner.memory.estimate import estimate
 from planner.model.costs import CostTable
-from planner.planning.commands import LLAMA_SERVER, command_line
+from planner.planning.commands import LLAMA_SERVER, PLANNED_PROGRAM, command_line
 from planner.planning.contexts import above_train_warning
 from planner.planning.problem import costs_for, row_totals
 from planner.planning.result import PlanRequest, PlanResult, plan_argv
@@ -381,7 +381,7 @@ def _spread(ctx: ModelContext, result: PlanResult, names: list[str]) -> PlanResu
     n = ctx.facts.n_layer_all + 1
     counts = tuple(float(n // len(names) + (i < n % len(names))) for i in range(len(names)))
     flags = replace(result.flags, n_gpu_layers=n, tensor_split=counts if len(names) > 1 else (), override_args=())
-    est = estimate(ctx, flags, result.inventory)
+    est = estimate(ctx, flags, result.inventory, program=PLANNED_PROGRAM)
     if result.budgets.over(row_totals(est)):
         return None
     costs = costs_for(ctx, flags.cache_type_k)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
+from planner.planning import whatfits
 from planner.synth.shapes import write_shape
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--devices", "configs/devices/workstation-2x3090.yaml"]
@@ -108,7 +109,11 @@ def pages(tmp_path_factory) -> dict[str, Path]:
         assert main(["report", str(out / "plan.yaml"), "-o", str(out / "report.html")]) == 0
         tiny = ["plan", "example:gemma3-270m", "--device", "CUDA0=1GiB", "--ram", "700MiB", "--max-vram", "100MiB",
                 "--max-ram", "300MiB", "--ctx", "32768", "--html", str(out / "infeasible.html")]
-        assert main(tiny) == 1
+        # the page's figures are checked, not the search's time limit: a loaded CI machine must not turn
+        # the Host row's search into a flake (as tests/planner/planning/test_what_fits.py unhurried)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(whatfits, "SEARCH_SECONDS", 120.0)
+            assert main(tiny) == 1
     finally:
         os.chdir(cwd)
     return {p.stem: p for p in out.glob("*.html")}
@@ -169,11 +174,11 @@ def test_report_refuses_what_is_not_a_plan_file(tmp_path, capsys):
 
 
 def test_the_layer_map_of_experts_kept_on_the_host(chromium, tmp_path):
-    # an 8 GiB card for a 21 GiB MoE: every layer on CUDA0, the routed experts of the first layers in
+    # a 7.5 GiB card for a 21 GiB MoE: every layer on CUDA0, the routed experts of the first layers in
     # host memory (-ncmoe): those cells are dashed, and the moved tensors are listed by run of layers
     model = write_shape("qwen3moe-30b-a3b", tmp_path)
     page = tmp_path / "moe.html"
-    argv = ["plan", str(model), "--device", "CUDA0=8GiB", "--ram", "64GiB", "--ctx", "4096", "--html", str(page),
+    argv = ["plan", str(model), "--device", "CUDA0=7.5GiB", "--ram", "64GiB", "--ctx", "4096", "--html", str(page),
             "--format", "json"]
     assert main(argv) == 0
     dom = browse(chromium, with_check(page, tmp_path), tmp_path, "--dump-dom", width=420).stdout

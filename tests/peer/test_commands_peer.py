@@ -2,10 +2,13 @@
 
 * For every case of tests/support/command_matrix.py that this machine can load (rpc-servers on
   loopback, the CPU), the llama-server line `fitplan plan` prints, parsed by bash, is run through
-  `llama-fit-params --fit-print on`: its per-device figures are the plan's (model and context to
-  the MiB llama.cpp prints, compute within the estimate's tolerance, tests/support/estimate_matrix.py
-  compute_ok). llama-fit-params takes llama.cpp's common arguments only, so llama-server's own
-  (SERVER_ONLY below, e.g. the --host/--port `fitplan serve` adds) are filtered out first.
+  `llama-fit-params --fit-print on`: model and context are the plan's to the MiB llama.cpp prints;
+  compute is `estimate`'s for the same line (its default program, llama-fit-params' dry run) within
+  the estimate's tolerance (tests/support/estimate_matrix.py compute_ok), while the plan's own compute
+  is the estimate of that line as llama-server loads it (planner/llama/programs.py; the real loads are
+  tests/peer/test_real_load_peer.py). llama-fit-params takes llama.cpp's common arguments only, so
+  llama-server's own (SERVER_ONLY below, e.g. the --host/--port `fitplan serve` adds) are filtered
+  out first.
 * The llama-bench line of a plan with three overrides runs as exactly one pp row and one tg row,
   whose devices, tensor split and overrides are the plan's.
 """
@@ -24,6 +27,8 @@ from planner.cli import main
 from planner.gguf.examples import resolve_model
 from planner.llama.flags import OverrideArg, OverrideKind
 from planner.llama.placement import CPU_REPACK
+from planner.llama.programs import Program
+from planner.memory.estimate import estimate
 from planner.planning.commands import bench_argv
 from tests.support.command_matrix import CASES, PlanCase
 from tests.support.estimate_matrix import compute_ok
@@ -77,12 +82,15 @@ def test_the_printed_server_line_is_what_llama_cpp_allocates(capsys, tmp_path, l
     argv = without_server_options(words[1:] + ["--host", "127.0.0.1", "--port", "8080"])
     assert argv == doc["argv"] and argv[:2] == ["-m", doc["model"]["path"]]
     printed = fit_print(llama_tools, Path(argv[1]), argv[2:])
+    dry = {d.name: d for d in estimate(argv[1], argv[2:]).devices}
+    served = {d.name: d for d in estimate(argv[1], argv[2:], program=Program.SERVER).totals}
     for row in doc["devices"]:
         if row["name"] == CPU_REPACK:   # --fit-print leaves it out of its Host line (DESIGN.md)
             continue
         model, context, compute = printed[row["name"]]
         assert (row["model_bytes"] // MIB, row["context_bytes"] // MIB) == (model, context), (row, printed)
-        assert compute_ok(row["compute_bytes"] / MIB, compute, doc["compute_model"]), (row, printed)
+        assert compute_ok(dry[row["name"]].compute_bytes / MIB, compute, doc["compute_model"]), (row, printed)
+        assert row["compute_bytes"] == served[row["name"]].compute_bytes, (row, served[row["name"]])
 
 
 def test_the_bench_line_measures_the_plan(llama_tools, rpc_endpoints):

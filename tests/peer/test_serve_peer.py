@@ -24,8 +24,11 @@ def _gone(pid: int) -> bool:
 
 def test_serve_gemma_on_two_rpc_devices(llama_tools: Path, rpc_pair: list[str], tmp_path: Path, capsys):
     plan = tmp_path / "plan.yaml"
+    # 200 MiB each: the layers on RPC0, the output layer on RPC1 (the whole model, 290 MiB as
+    # llama-server loads it, fits neither alone)
     assert main(["plan", "example:gemma3-270m", "--device", f"RPC0=1GiB@{rpc_pair[0]}",
-                 "--device", f"RPC1=1GiB@{rpc_pair[1]}", "--ram", "8GiB", "-c", "2048", "-o", str(plan)]) == 0
+                 "--device", f"RPC1=1GiB@{rpc_pair[1]}", "--ram", "8GiB", "-c", "2048", "--max-vram", "200MiB",
+                 "-o", str(plan)]) == 0
     capsys.readouterr()
     run = serve_once(plan, llama_tools, tmp_path, {"prompt": [10, 11, 12], "n_predict": 4})
     assert run.response["tokens_predicted"] == 4 and run.response["tokens_evaluated"] == 3

@@ -67,6 +67,15 @@ def test_estimate_takes_a_string_a_list_or_flags(model):
                                                  "compute_bytes": by_string.devices[0].compute_bytes}
 
 
+def test_estimate_for_llama_server(model):
+    # llama-server without -np runs 4 slots sharing one cache (tools/server/server.cpp)
+    served = planner.estimate(model, "-c 1024", ["CUDA0=1GiB"], program="server")
+    assert served.to_dict()["program"] == "server" and served.cparams.n_seq == 4
+    assert planner.estimate(model, "-c 1024", ["CUDA0=1GiB"]).cparams.n_seq == 1
+    with pytest.raises(BadInput, match="--program 'bench'"):
+        planner.estimate(model, "-c 1024", program="bench")
+
+
 def test_estimate_refuses_bad_flags(model):
     with pytest.raises(FlagError):
         planner.estimate(model, "-c lots")

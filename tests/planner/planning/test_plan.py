@@ -13,6 +13,7 @@ from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
+from planner.llama.programs import Program
 from planner.memory.estimate import estimate
 from planner.model.costs import cost_table
 from planner.planning.result import PlanRequest, llama_argv
@@ -39,8 +40,10 @@ HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
 
 
 def within_budgets(result) -> bool:
-    """Check the plan's flags with an independent estimate call against every budget."""
-    est = estimate(result.estimate.model_path, parse_llama_flags(llama_argv(result)), result.inventory)
+    """Check the plan's flags with an independent estimate call (what llama-server allocates for them)
+    against every budget."""
+    est = estimate(result.estimate.model_path, parse_llama_flags(llama_argv(result)), result.inventory,
+                   program=Program.SERVER)
     host = sum(d.total_bytes for d in est.devices if d.name in ("Host", "CPU_REPACK"))
     devices_ok = all(d.total_bytes <= result.budgets.devices[d.name] for d in est.devices
                      if d.name in result.budgets.devices)
@@ -72,8 +75,21 @@ def test_flags_round_trip_and_name_every_decision(gemma):
 def test_plan_figures_are_the_estimate_of_its_flags(gemma):
     inv = Inventory((gpu("CUDA0", 2 * GiB, 500e9),), HOST)
     result = plan(gemma, inv, PlanRequest(n_ctx=8192))
-    again = estimate(gemma, result.flags, inv)
+    again = estimate(gemma, result.flags, inv, program=Program.SERVER)
     assert again.devices == result.estimate.devices
+    assert result.estimate.program is Program.SERVER
+
+
+def test_the_output_device_holds_no_whole_ubatch_of_logits(gemma):
+    # llama-server reserves one output row per slot (server_output_limits: -np 1, no draft), where
+    # llama-fit-params reserves n_batch: 262144 x 512 f32 logits = 512 MiB on the output device
+    inv = Inventory((gpu("CUDA0", 2 * GiB, 500e9),), HOST)
+    result = plan(gemma, inv, PlanRequest(n_ctx=8192))
+    assert result.flags.n_ubatch == 512 and result.flags.n_parallel == 1
+    logits = 262144 * 512 * 4
+    dry = estimate(gemma, result.flags, inv)
+    assert dry.device("CUDA0").compute_bytes >= logits
+    assert result.estimate.device("CUDA0").compute_bytes < logits / 8
 
 
 def test_infeasible_names_the_shortfall_and_what_would_fit(gemma):
