@@ -293,8 +293,11 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
 
 def _cpu_buft(slot: TensorSlot, devices: tuple[Device, ...], flags: LlamaFlags, repack: dict[Q, int]) -> str:
     """First of make_cpu_buft_list's buffer types that takes this weight: host buffer, repack, CPU."""
-    # the loop over the model's devices stops at the first with a host buffer type, not at the first device
-    if not flags.no_host and any(d.has_host_buffer for d in devices):
+    # the loop over the model's devices stops at the first with a host buffer type, not at the first device;
+    # weight_buft_supported asks that device's supports_op, so a weight over its tensor-size limit (Vulkan's
+    # maxStorageBufferRange) passes on to the repack and CPU buffer types
+    host_dev = next((d for d in devices if d.has_host_buffer), None)
+    if not flags.no_host and host_dev is not None and _device_takes(slot, host_dev):
         return HOST
     repackable = flags.repack and slot.ggml_type in repack and slot.rows % repack[slot.ggml_type] == 0
     matmul = (slot.op is WeightOp.MUL_MAT and slot.n_dims == 2) or (slot.op is WeightOp.MUL_MAT_ID and slot.n_dims == 3)
