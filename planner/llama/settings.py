@@ -81,6 +81,14 @@ def context_params(flags: LlamaFlags, n_ctx_train: int) -> ContextParams:
                          flags.kv_unified)
 
 
+# Hybrids whose attention core stays on its layer's device when the next layer is recurrent and on
+# another device: runtime/engine/probe.py's replay of llama.cpp's flash-attention probe and llama-fit-params
+# agree on it (Qwen3-Next-80B-A3B, Qwen3.5-27B, Qwen3.5-35B-A3B and LFM2-8B-A1B shapes over two rpc-servers
+# with the last host layer an attention layer: flash attention stays on). The rule below was measured on
+# Granite-4.0-H; lfm2 and jamba follow it.
+ATTENTION_STAYS = frozenset({"qwen3next", "qwen35", "qwen35moe", "lfm2moe"})
+
+
 def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[str, ...]) -> dict[int, str]:
     """Attention layers whose attention core the scheduler runs on another device than the layer's.
 
@@ -93,6 +101,8 @@ def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[s
     without flash attention llama.cpp pins the scores to the CPU anyway). The runtime's scheduler
     places them so too (tests/runtime/engine/test_granitehybrid.py).
     """
+    if facts.arch in ATTENTION_STAYS:
+        return {}
     trunk = [lf for lf in facts.layers if not lf.nextn]
     attends_then_recurs = [(lf, nxt) for lf, nxt in pairwise(trunk)
                            if lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT]

@@ -16,15 +16,21 @@ from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 pytestmark = pytest.mark.peer
 
 SHAPES: dict[str, ArchShape] = {
-    "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b_spec, 64),
-    "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b_spec, 40, moe=True),
+    # the extra rows end the host's layers with an attention layer before a device's recurrent one
+    # (planner.llama.settings.pulled_attention, ATTENTION_STAYS: flash attention stays on there)
+    "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b_spec, 64, extra=("{rpc2} -c 4096 -ts 3,1 -ngl 34",)),
+    "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b_spec, 40, moe=True,
+                                   extra=("{rpc2} -c 4096 -ts 3,1 -ngl 10",)),
     "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2_spec, 56),
     "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b_spec, 52, moe=True),
-    "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b_spec, 24, moe=True),
+    "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b_spec, 24, moe=True,
+                                extra=("{rpc2} -c 4096 -ts 3,1 -ngl 22",)),
     "mamba-codestral-7b": ArchShape("mamba-codestral-7b", hybrid.mamba_codestral_7b_spec, 64),
     "falcon-mamba-7b": ArchShape("falcon-mamba-7b", hybrid.falcon_mamba_7b_spec, 64),
     "falcon-h1-1.5b": ArchShape("falcon-h1-1.5b", hybrid.falcon_h1_1p5b_spec, 24),
-    "jamba-1.5-mini": ArchShape("jamba-1.5-mini", hybrid.jamba_1p5_mini_spec, 32, moe=True),
+    # the host's last layer attends and RPC0's first is Mamba-1: the attention core is pulled (-fa auto off)
+    "jamba-1.5-mini": ArchShape("jamba-1.5-mini", hybrid.jamba_1p5_mini_spec, 32, moe=True,
+                                extra=("{rpc2} -c 4096 -ts 3,1 -ngl 28",)),
 }
 
 
