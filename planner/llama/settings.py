@@ -32,7 +32,7 @@ from planner.llama.expressible import check_expressible
 from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.llama.tensor_parallel import check_tensor_split
-from planner.model.arch import AttnKind, ModelFacts
+from planner.model.arch import RECURRENT_RULES, AttnKind, ModelFacts, RecurrentRule
 from planner.model.costs import cache_type
 from runtime.ggml.profiles import row_padding_bytes
 
@@ -104,6 +104,11 @@ def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[s
     if facts.arch in ATTENTION_STAYS:
         return {}
     trunk = [lf for lf in facts.layers if not lf.nextn]
+    if RECURRENT_RULES.get(facts.arch) is RecurrentRule.PARALLEL:
+        # falcon-h1: a block attends and recurs; with -nkvo its states live on the CPU and its fused op follows
+        # them there (llama-fit-params logs "layer 0 is assigned to device RPC0 but Flash Attention is
+        # assigned to device CPU"); with the states on the layer's device nothing moves
+        return {} if flags.kv_offload else {lf.index: "CPU" for lf in trunk if layer_device[lf.index] != "CPU"}
     attends_then_recurs = [(lf, nxt) for lf, nxt in pairwise(trunk)
                            if lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT]
     if not flags.kv_offload:

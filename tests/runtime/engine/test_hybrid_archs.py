@@ -172,3 +172,17 @@ def test_attention_stays_on_its_layers_device(make: Callable[[], ModelSpec], fla
     assert flash_attn_mismatches(settings) == {}
     assert dict(settings.pulled) == {}
     assert settings.cparams.flash_attn
+
+
+@pytest.mark.parametrize("flags", ["-ts 1,1 -nkvo", "-ts 3,1 -ngl 2 -nkvo", "-ts 1,1"])
+def test_falcon_h1_attention_follows_its_states_to_the_host_under_nkvo(flags: str, tmp_path: Path) -> None:
+    """A falcon-h1 block attends and recurs: with -nkvo its states are on the CPU and llama.cpp's probe finds
+    its fused attention there ("layer 0 is assigned to device RPC0 but Flash Attention is assigned to
+    device CPU"), so -fa auto turns off; with the states on the layer's device it stays on."""
+    [path] = _tokenized(falcon_h1_spec()).write(tmp_path / "m.gguf")
+    settings = resolve_settings(model_context(str(path)), parse_llama_flags(["-c", "256", *flags.split()]),
+                                _rpc_inventory())
+    offloaded = {il: "CPU" for il, dev in enumerate(settings.placement.layer_device[:3]) if dev != "CPU"}
+    expected = offloaded if "-nkvo" in flags else {}
+    assert dict(settings.pulled) == flash_attn_mismatches(settings) == expected
+    assert settings.cparams.flash_attn is not bool(expected)
