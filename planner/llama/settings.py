@@ -87,6 +87,10 @@ def context_params(flags: LlamaFlags, n_ctx_train: int) -> ContextParams:
 # with the last host layer an attention layer: flash attention stays on). The rule below was measured on
 # Granite-4.0-H; lfm2 and jamba follow it.
 ATTENTION_STAYS = frozenset({"qwen3next", "qwen35", "qwen35moe", "lfm2moe"})
+# nemotron_h: its FFN-only blocks (relu^2 MLPs) between an attention block and the next Mamba-2 block change
+# nothing, the core is pulled as if they were absent (NVIDIA-Nemotron-Nano-9B-v2 shape: llama-fit-params and the
+# probe replay, with the MLP block on the host or the device); nemotron_h_moe's expert blocks do not pass it on
+FFN_BLOCKS_PASS_THROUGH = frozenset({"nemotron_h"})
 
 
 def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[str, ...]) -> dict[int, str]:
@@ -109,6 +113,8 @@ def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[s
         # them there (llama-fit-params logs "layer 0 is assigned to device RPC0 but Flash Attention is
         # assigned to device CPU"); with the states on the layer's device nothing moves
         return {} if flags.kv_offload else {lf.index: "CPU" for lf in trunk if layer_device[lf.index] != "CPU"}
+    if facts.arch in FFN_BLOCKS_PASS_THROUGH:
+        trunk = [lf for lf in trunk if lf.kind is not AttnKind.NONE]
     attends_then_recurs = [(lf, nxt) for lf, nxt in pairwise(trunk)
                            if lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT]
     if not flags.kv_offload:

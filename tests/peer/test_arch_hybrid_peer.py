@@ -21,7 +21,9 @@ SHAPES: dict[str, ArchShape] = {
     "qwen35-27b": ArchShape("qwen35-27b", hybrid.qwen35_27b_spec, 64, extra=("{rpc2} -c 4096 -ts 3,1 -ngl 34",)),
     "qwen35moe-35b-a3b": ArchShape("qwen35moe-35b-a3b", hybrid.qwen35moe_35b_a3b_spec, 40, moe=True,
                                    extra=("{rpc2} -c 4096 -ts 3,1 -ngl 10",)),
-    "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2_spec, 56),
+    # -nkvo pulls the attention blocks to the host; -ngl 41 ends the host at "*-" before RPC0's first Mamba-2
+    "nemotron-nano-9b-v2": ArchShape("nemotron-nano-9b-v2", hybrid.nemotron_nano_9b_v2_spec, 56,
+                                     extra=("{rpc2} -c 4096 -ts 1,1 -nkvo", "{rpc2} -c 4096 -ts 3,1 -ngl 41")),
     "nemotron3-nano-30b-a3b": ArchShape("nemotron3-nano-30b-a3b", hybrid.nemotron3_nano_30b_a3b_spec, 52, moe=True),
     "lfm2moe-8b-a1b": ArchShape("lfm2moe-8b-a1b", hybrid.lfm2moe_8b_a1b_spec, 24, moe=True,
                                 extra=("{rpc2} -c 4096 -ts 3,1 -ngl 22",)),

@@ -186,3 +186,19 @@ def test_falcon_h1_attention_follows_its_states_to_the_host_under_nkvo(flags: st
     expected = offloaded if "-nkvo" in flags else {}
     assert dict(settings.pulled) == flash_attn_mismatches(settings) == expected
     assert settings.cparams.flash_attn is not bool(expected)
+
+
+@pytest.mark.parametrize(("pattern", "flags", "expected"), [
+    ("M*-M-", "-ts 1,1 -nkvo", {1: "CPU"}),   # the offloaded attention block follows the host's states
+    ("M*-M-", "-ts 1,1 -ngl 3", {1: "RPC0"}),  # blocks 0-2 on the host, 3 (Mamba-2) on RPC0: the MLP passes it on
+    ("M*EME", "-ts 1,1 -nkvo", {}),           # an expert block after the attention block: nothing moves
+])
+def test_nemotron_h_attention_pulled_across_mlp_blocks(pattern: str, flags: str, expected: dict[int, str],
+                                                      tmp_path: Path) -> None:
+    """planner.llama.settings.pulled_attention on nemotron_h (FFN_BLOCKS_PASS_THROUGH) against the runtime's
+    replay of llama.cpp's flash-attention probe; llama-fit-params agrees on the Nemotron-Nano-9B-v2 shape
+    (peer matrix rows -nkvo and -ngl 41)."""
+    [path] = _tokenized(nemotron_h_spec(pattern=pattern)).write(tmp_path / "m.gguf")
+    settings = resolve_settings(model_context(str(path)), parse_llama_flags(["-c", "256", *flags.split()]),
+                                _rpc_inventory())
+    assert dict(settings.pulled) == flash_attn_mismatches(settings) == expected
