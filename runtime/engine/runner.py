@@ -407,6 +407,10 @@ class ModelRunner:
             self.pipeline_parallel = False
             self.sched.reserve(pp.graph)
         n_pp = self.sched.n_splits
+        # a dry run sizes the buffers from this reserve alone: llama-context.cpp sched_reserve passes the
+        # size array to the first prompt graph_reserve only (ggml_backend_sched_reserve_size); the token
+        # graph and the second prompt graph are split for their counts (split_only, no sizes)
+        sized = self.compute_bytes() if dry_run else None
         self.sched.pins.update(pinned)
         self.sched.reserve(tg.graph)
         n_tg = self.sched.n_splits
@@ -418,8 +422,8 @@ class ModelRunner:
             log.warning("LoRA pairs on %s are not in the runtime's graph (llama.cpp applies none where it "
                         "multiplies without build_lora_mm)",
                         ", ".join(self.adapters.unreached()))
-        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes), self.compute_bytes(),
-                                            tg_kernels)
+        self.reserve_report = ReserveReport(n_pp, n_tg, len(pp.graph.nodes), len(tg.graph.nodes),
+                                            sized or self.compute_bytes(), tg_kernels)
         return self.reserve_report
 
     # --- running ------------------------------------------------------------------------------

@@ -22,9 +22,11 @@ ggml's rules (llama.cpp in llama-cpp-python 0.3.36), never from the runtime, and
   allocator takes the best-fitting free block other than the tail, else the tail, so the arena
   never grows by more than the allocation's size; a tensor is freed after its last consumer.
 - llama-context.cpp sched_reserve / graph_reserve: the prompt graph has n_tokens = min(n_ctx,
-  n_ubatch) tokens and as many outputs, the one-token graph one; a buffer keeps the larger of the
-  two (the second prompt reserve changes nothing). The one-token graph matters where its single
-  token is NOT offloaded while the prompt's are: its 4 x n_vocab logits then land on the Host.
+  n_ubatch) tokens and as many outputs, the one-token graph one. The estimate predicts
+  llama-fit-params' dry run, whose buffers are sized by the first prompt reserve alone: graph_reserve
+  gets the size array (ggml_backend_sched_reserve_size) there only, the one-token and the second
+  prompt reserves just split. So the one-token graph's logits, which stay on the Host where its single
+  token is not offloaded while the prompt's are, do not count (a real load's buffers would keep them).
 - llama-graph.cpp build_inp_embd (inp_tokens I32 [T], inp_embd F32 [n_embd, T], a leaf never
   consumed nor freed), build_inp_pos (I32 [T]), build_inp_out_ids (I32 [T]),
   build_attn_inp_kq_mask (F16 [n_kv, T] with flash attention), llama-kv-cache.cpp
@@ -159,9 +161,10 @@ def host_offloaded(t: int, n_kv: int = N_CTX) -> int:
     """Host compute when the prompt's output matmul is offloaded (every layer on a GPU): in the
     prompt graph only the embedding lookup runs on the CPU, so the inputs plus the GET_ROWS result
     [n_embd, T], allocated before anything is freed (GET_ROWS is the first node), and nothing after.
-    The one-token graph's output matmul has batch 1, stays on the CPU, and needs host_runs_output(1)
-    (its logits are 4 x n_vocab = 512 KiB): the buffer is the larger of the two."""
-    return max(host_inputs(t, n_kv) + hidden(t), host_runs_output(1))
+    The one-token graph's output matmul (batch 1, on the CPU, 4 x n_vocab of logits) is not sized in a
+    dry run: llama-fit-params on Mesa's lavapipe, this model with -ub 64 and the output on the CPU,
+    prints Vulkan_Host 0.06 MiB, these inputs and rows, not the 0.5 MiB of those logits."""
+    return host_inputs(t, n_kv) + hidden(t)
 
 
 def host_runs_output(t: int) -> int:
