@@ -32,7 +32,7 @@ from planner.llama.expressible import check_expressible
 from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.llama.tensor_parallel import check_tensor_split
-from planner.model.arch import DSV4_CACHE, AttnKind, ModelFacts
+from planner.model.arch import DSV4_CACHE, RECURRENT_RULES, AttnKind, ModelFacts, RecurrentRule
 from planner.model.costs import cache_type
 from runtime.ggml.profiles import row_padding_bytes
 
@@ -81,6 +81,18 @@ def context_params(flags: LlamaFlags, n_ctx_train: int) -> ContextParams:
                          flags.kv_unified)
 
 
+# Hybrids whose attention core stays on its layer's device when the next layer is recurrent and on
+# another device: runtime/engine/probe.py's replay of llama.cpp's flash-attention probe and llama-fit-params
+# agree on it (Qwen3-Next-80B-A3B, Qwen3.5-27B, Qwen3.5-35B-A3B and LFM2-8B-A1B shapes over two rpc-servers
+# with the last host layer an attention layer: flash attention stays on). The rule below was measured on
+# Granite-4.0-H; lfm2 and jamba follow it.
+ATTENTION_STAYS = frozenset({"qwen3next", "qwen35", "qwen35moe", "lfm2moe"})
+# nemotron_h: its FFN-only blocks (relu^2 MLPs) between an attention block and the next Mamba-2 block change
+# nothing, the core is pulled as if they were absent (NVIDIA-Nemotron-Nano-9B-v2 shape: llama-fit-params and the
+# probe replay, with the MLP block on the host or the device); nemotron_h_moe's expert blocks do not pass it on
+FFN_BLOCKS_PASS_THROUGH = frozenset({"nemotron_h"})
+
+
 def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[str, ...]) -> dict[int, str]:
     """Attention layers whose attention core the scheduler runs on another device than the layer's.
 
@@ -93,7 +105,16 @@ def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[s
     without flash attention llama.cpp pins the scores to the CPU anyway). The runtime's scheduler
     places them so too (tests/runtime/engine/test_granitehybrid.py).
     """
+    if facts.arch in ATTENTION_STAYS:
+        return {}
     trunk = [lf for lf in facts.layers if not lf.nextn]
+    if RECURRENT_RULES.get(facts.arch) is RecurrentRule.PARALLEL:
+        # falcon-h1: a block attends and recurs; with -nkvo its states live on the CPU and its fused op follows
+        # them there (llama-fit-params logs "layer 0 is assigned to device RPC0 but Flash Attention is
+        # assigned to device CPU"); with the states on the layer's device nothing moves
+        return {} if flags.kv_offload else {lf.index: "CPU" for lf in trunk if layer_device[lf.index] != "CPU"}
+    if facts.arch in FFN_BLOCKS_PASS_THROUGH:
+        trunk = [lf for lf in trunk if lf.kind is not AttnKind.NONE]
     attends_then_recurs = [(lf, nxt) for lf, nxt in pairwise(trunk)
                            if lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT]
     if not flags.kv_offload:

@@ -18,6 +18,7 @@ from planner.llama.placement import (
     CPU_REPACK,
     HOST,
     Device,
+    TensorSlot,
     WeightOp,
     layer_devices,
     place,
@@ -193,3 +194,17 @@ def test_a_weight_over_the_host_devices_tensor_limit_skips_the_host_buffer(tied_
     roomy = Device("Vulkan0", Backend.VULKAN, 16, 8 * GiB, True, max_tensor_bytes=2**30)
     assert _rows(place(tied_llama, 4, parse_llama_flags(["-ngl", "0"]), (roomy,), REPACK))["blk.0.ffn_up.weight"] \
         == HOST
+
+
+def test_host_buffer_passes_weights_over_its_devices_tensor_limit_to_repack_and_cpu():
+    """make_cpu_buft_list tries the first device's host buffer before the repack buffer, and
+    weight_buft_supported asks that device's supports_op: a Vulkan device refuses a weight larger than its
+    maxStorageBufferRange, so the weight goes to the next type that takes it (a stacked Q4_K expert
+    tensor of 8-divisible rows: CPU_REPACK; llama-fit-params on lavapipe keeps Qwen3.5-35B-A3B's 288 MiB
+    expert tensors out of the Vulkan_Host row)."""
+    vk = Device("Vulkan0", Backend.VULKAN, 64, 2 * GiB, True, max_tensor_bytes=128 * 2**20)
+    big = TensorSlot("blk.0.ffn_up_exps.weight", 0, WeightOp.MUL_MAT_ID, Q.Q4_K, 512, 3, 288 * 2**20, ne0=2048)
+    small = TensorSlot("blk.0.ffn_gate_inp.weight", 0, WeightOp.MUL_MAT, Q.Q4_K, 256, 2, 1 * 2**20, ne0=2048)
+    flags = parse_llama_flags(["-ngl", "0"])
+    rows = dict(place((big, small), 1, flags, (vk,), REPACK).tensor_buft)
+    assert rows == {"blk.0.ffn_up_exps.weight": CPU_REPACK, "blk.0.ffn_gate_inp.weight": HOST}

@@ -31,9 +31,14 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
+from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
+from planner.llama.settings import resolve_settings
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, mamba2_spec
 from planner.synth.hybrid_factory import falcon_h1_spec, jamba_spec, lfm2moe_spec, mamba_layout, nemotron_h_spec
 from planner.synth.qwen3next_factory import qwen35_spec
+from runtime.engine.probe import flash_attn_mismatches
 from tests.support.reserve_checks import assert_reserve_equals
 
 
@@ -141,3 +146,59 @@ def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize(("arch", "flags"), [(a, f) for a, rows in LLAMA_CPP_RESERVE.items() for f in rows])
 def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str, tiny_files: dict[str, Path]) -> None:
     assert_reserve_equals(tiny_files[arch], flags, *LLAMA_CPP_RESERVE[arch][flags])
+
+
+def _rpc_inventory() -> Inventory:
+    rpcs = tuple(DeviceSpec(f"RPC{i}", DeviceKind.GPU, Backend.RPC, 1 << 30, 1 << 30, 0, 0, 0) for i in range(2))
+    return Inventory(rpcs, HostSpec(1 << 34, 1 << 34, 0, "test"))
+
+
+# A host attention layer followed by a device's recurrent layer: Granite-4.0-H's graph pulls the attention
+# core onto that device (and -fa auto turns off); these graphs keep it on the layer's device, as
+# llama-fit-params shows on their shape-faithful files (flash attention stays on; the peer matrix's
+# boundary rows) and the runtime's replay of llama.cpp's probe finds.
+@pytest.mark.parametrize(("make", "flags", "il"), [
+    (lambda: qwen35_spec(moe=False, interval=2), "-ngl 3 -ts 1,1", 1),   # layer 1 attends on the host
+    (lambda: qwen35_spec(moe=True, interval=2), "-ngl 3 -ts 1,1", 1),
+    (lambda: lfm2moe_spec(), "-ngl 2 -ts 1,1", 2),                        # layer 2 attends on the host
+])
+def test_attention_stays_on_its_layers_device(make: Callable[[], ModelSpec], flags: str, il: int,
+                                              tmp_path: Path) -> None:
+    [path] = _tokenized(make()).write(tmp_path / "m.gguf")
+    settings = resolve_settings(model_context(str(path)), parse_llama_flags(["-c", "256", *flags.split()]),
+                                _rpc_inventory())
+    devices = settings.placement.layer_device
+    assert devices[il] == "CPU" and devices[il + 1] != "CPU"
+    assert flash_attn_mismatches(settings) == {}
+    assert dict(settings.pulled) == {}
+    assert settings.cparams.flash_attn
+
+
+@pytest.mark.parametrize("flags", ["-ts 1,1 -nkvo", "-ts 3,1 -ngl 2 -nkvo", "-ts 1,1"])
+def test_falcon_h1_attention_follows_its_states_to_the_host_under_nkvo(flags: str, tmp_path: Path) -> None:
+    """A falcon-h1 block attends and recurs: with -nkvo its states are on the CPU and llama.cpp's probe finds
+    its fused attention there ("layer 0 is assigned to device RPC0 but Flash Attention is assigned to
+    device CPU"), so -fa auto turns off; with the states on the layer's device it stays on."""
+    [path] = _tokenized(falcon_h1_spec()).write(tmp_path / "m.gguf")
+    settings = resolve_settings(model_context(str(path)), parse_llama_flags(["-c", "256", *flags.split()]),
+                                _rpc_inventory())
+    offloaded = {il: "CPU" for il, dev in enumerate(settings.placement.layer_device[:3]) if dev != "CPU"}
+    expected = offloaded if "-nkvo" in flags else {}
+    assert dict(settings.pulled) == flash_attn_mismatches(settings) == expected
+    assert settings.cparams.flash_attn is not bool(expected)
+
+
+@pytest.mark.parametrize(("pattern", "flags", "expected"), [
+    ("M*-M-", "-ts 1,1 -nkvo", {1: "CPU"}),   # the offloaded attention block follows the host's states
+    ("M*-M-", "-ts 1,1 -ngl 3", {1: "RPC0"}),  # blocks 0-2 on the host, 3 (Mamba-2) on RPC0: the MLP passes it on
+    ("M*EME", "-ts 1,1 -nkvo", {}),           # an expert block after the attention block: nothing moves
+])
+def test_nemotron_h_attention_pulled_across_mlp_blocks(pattern: str, flags: str, expected: dict[int, str],
+                                                      tmp_path: Path) -> None:
+    """planner.llama.settings.pulled_attention on nemotron_h (FFN_BLOCKS_PASS_THROUGH) against the runtime's
+    replay of llama.cpp's flash-attention probe; llama-fit-params agrees on the Nemotron-Nano-9B-v2 shape
+    (peer matrix rows -nkvo and -ngl 41)."""
+    [path] = _tokenized(nemotron_h_spec(pattern=pattern)).write(tmp_path / "m.gguf")
+    settings = resolve_settings(model_context(str(path)), parse_llama_flags(["-c", "256", *flags.split()]),
+                                _rpc_inventory())
+    assert dict(settings.pulled) == flash_attn_mismatches(settings) == expected
