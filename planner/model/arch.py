@@ -114,6 +114,8 @@ KNOWN_DENSE = frozenset({
     # mla: deepseek2's model class (src/models/models.h), its K-only MLA cache; the DSA models add an
     # indexer key cache (INDEXER_RULES)
     "mistral4", "deepseek32", "glm-dsa",
+    # moe26: hy-v3.cpp builds one unified cache (build_attn_inp_kv)
+    "hy_v3",
 })
 
 
