@@ -357,7 +357,8 @@ class DecoderBuilder:
         if bias is not None:
             cur = B.add(cur, bias)
         residual = x
-        if il == hp.n_layer - 1 and not hp.spec.trunk_is_output:  # keep only the rows that produce outputs
+        last = il == hp.n_layer - 1 and not (hp.spec.trunk_is_output or hp.spec.norm_is_output)
+        if last:  # keep only the rows that produce outputs
             cur = B.get_rows(cur, self.out.out_ids)
             residual = B.get_rows(residual, self.out.out_ids)
         if hp.spec.post_norms:
@@ -392,6 +393,9 @@ class DecoderBuilder:
             x.flags |= FLAG_OUTPUT
             x = B.get_rows(x, self.out.out_ids)
         cur = self.norm(x, OUTPUT_NORM, -1)
+        if hp.spec.norm_is_output:   # moe26: hy_v3's res->t_h_nextn, then the output rows
+            cur.flags |= FLAG_OUTPUT
+            cur = B.get_rows(cur, self.out.out_ids)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
         cur = self.lora.mm(out_w, cur, name="result_output")
         if hp.logit_scale:   # granite: logits divided by f_logit_scale

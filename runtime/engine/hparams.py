@@ -20,6 +20,7 @@ from gguf import MODEL_TENSOR, Keys
 from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile
 from planner.model.arch import AttnKind, ModelFacts, model_facts
+from planner.model.tensors import tensor_name
 
 
 class RopeMode(enum.IntEnum):
@@ -76,6 +77,9 @@ class MoeSpec:
     shared: SharedExpert = SharedExpert.NONE   # used in the layers whose file has ffn_up_shexp
     gate_optional: bool = False  # ernie4_5-moe loads ffn_gate_exps as not required: silu(up) without it
     router_on_input: bool = False   # smallthinker: router logits from the layer's input, before its norm
+    # moe26: hy_v3
+    moe_where_router: bool = False  # experts in the blocks whose file has ffn_gate_inp, a dense FFN elsewhere
+    probs_b_bare: bool = False      # the selection bias named blk.N.exp_probs_b (tn without "bias": hy-v3.cpp)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,10 @@ class ArchSpec:
     # moe: attention facts of the mixture-of-experts architectures
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
     nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
+    # moe26: step35, mimo2, hy_v3
+    # hy-v3.cpp: the output norm runs over every token and is a graph output (res->t_h_nextn, never freed);
+    # the output rows are picked after it, none inside the last layer
+    norm_is_output: bool = False
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -204,6 +212,11 @@ ARCHS: dict[str, ArchSpec] = {
                              moe=MoeSpec(glu="REGLU", gating_key=True, router_on_input=True)),
     "minimax-m2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm_full=True,
                            moe=MoeSpec(MoeGating.SIGMOID, gating_key=True)),
+    # moe26: hy-v3.cpp: per-head Q/K norms, the file's sigmoid routing with a selection bias, a shared expert,
+    # dense blocks where the file has no router; its MTP block is not part of the trunk
+    "hy_v3": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, norm_is_output=True,
+                      moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
+                                  shared=SharedExpert.ADDED, moe_where_router=True, probs_b_bare=True)),
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
@@ -407,6 +420,10 @@ def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
     step = int(_get(model, Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0)) if moe.layer_step else 1
     if step <= 0:   # ernie4-5-moe.cpp asserts n_moe_layer_step > 0
         raise GGUFError(model.path, f"{arch}: interleave_moe_layer_step must be > 0")
+    moe_layers = tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer))
+    if moe.moe_where_router:
+        moe_layers = tuple(model.tensor(tensor_name(MODEL_TENSOR.FFN_GATE_INP, il)) is not None
+                           for il in range(n_layer))
     return MoeRouting(gating=gating, norm_w=norm_w,
                       w_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0) if moe.scale_key else 0.0,
-                      moe_layers=tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer)))
+                      moe_layers=moe_layers)

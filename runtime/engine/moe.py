@@ -63,6 +63,8 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     probs = _gate(logits, route.gating, il)
     selection = probs
     selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
+    if selection_bias is None and moe.probs_b_bare:   # moe26: hy_v3's blk.N.exp_probs_b
+        selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias").removesuffix(".bias"))
     if selection_bias is not None:   # chooses the experts; their weights stay the unbiased probabilities
         selection = B.add(probs, selection_bias, name=f"ffn_moe_probs_biased-{il}")
     order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")

@@ -7,15 +7,20 @@ column; -v "graph: nodes = N" and "CPU compute buffer size = X MiB") or are deri
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from planner.core.units import MiB
+from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.synth.shapes_moe26 import TINY_SPECS
+from runtime.engine.hparams import MoeGating, read_hparams
+from tests.runtime.engine.test_lfm2 import _dump, _graph_nodes
+from tests.support.reserve_checks import assert_reserve_equals
 
 # llama-fit-params --fit-print on -c 4096, context column (MiB) of each tiny file
 LLAMA_CPP_CONTEXT_MIB = {
@@ -47,3 +52,45 @@ def test_hy_v3_mtp_ffn_is_loaded_without_draft_mtp(tiny: dict[str, Path]) -> Non
     mtp = {s.name for s in ctx.slots if s.layer == 3}
     assert mtp & loaded == {"blk.3.ffn_gate.weight", "blk.3.ffn_down.weight", "blk.3.ffn_up.weight"}
     assert mtp <= {s.name for s in ctx.loaded_slots(parse_llama_flags(["--spec-type", "draft-mtp"]))}
+
+
+FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
+# llama-fit-params -v on each tiny file, per FLAGS: (nodes, CPU compute MiB)
+LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
+    "hy_v3": ((156, 2.13), (171, 2.75), (162, 0.53), (192, 2.41)),
+}
+ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
+
+
+@pytest.mark.parametrize(("arch", "flags", "n_nodes", "compute_mib"), ROWS)
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(arch: str, flags: str, n_nodes: int, compute_mib: float,
+                                                          tiny: dict[str, Path]) -> None:
+    assert_reserve_equals(tiny[arch], flags, n_nodes, compute_mib)
+
+
+@pytest.mark.parametrize("arch", list(LLAMA_CPP_RESERVE))
+def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
+    assert estimate(model_context(str(tiny[arch])), ["-c", "4096"]).compute_model == "simulated"
+
+
+def test_hy_v3_routing_as_the_loader_reads_it(tiny: dict[str, Path]) -> None:
+    """hy-v3.cpp: sigmoid unless the file names another gating, the file's expert_weights_norm (true) and scale
+    (2.5); block 0 of the tiny file has no ffn_gate_inp, so build_ffn runs there."""
+    r = read_hparams(read_model(str(tiny["hy_v3"]))).routing
+    assert r is not None
+    assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == (MoeGating.SIGMOID, True, 2.5, (False, True, True))
+
+
+# fitplan-dump-nodes names the unary and GLU ops; the runtime's graph their families
+DUMP_OPS = {"SWIGLU": "GLU", "SIGMOID": "UNARY", "SILU": "UNARY"}
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("arch", list(LLAMA_CPP_RESERVE))
+def test_every_node_equals_llama_cpp(arch: str, llama_tools: Path, tiny: dict[str, Path], tmp_path: Path) -> None:
+    """fitplan-dump-nodes on 4 tokens at -c 256: every node's op, shape and strides, in llama.cpp's order."""
+    subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(tiny[arch]), str(tmp_path), "256", "4",
+                    "1", "2", "3", "4"], check=True, capture_output=True, timeout=300)
+    theirs = [(DUMP_OPS.get(op, op), ne, nb) for op, ne, nb in _dump(tmp_path / "step0.bin")]
+    ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in _graph_nodes(tiny[arch], 4, [])]
+    assert theirs == ours
