@@ -23,6 +23,8 @@ T = GGUFValueType
 LLM_KV_ATTENTION_RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
 # mla: which trunk blocks own a DSA indexer (get_key_or_arr over n_layer, not n_layer_all: glm-dsa.cpp)
 LLM_KV_ATTENTION_INDEXER_TYPES = "{arch}.attention.indexer.types"
+# moe26: mimo2's scale of the attention output (load_arch_hparams: unset or 1 means none)
+LLM_KV_ATTENTION_VALUE_SCALE = "{arch}.attention.value_scale"
 # The uint32 hyperparameters llama.cpp's src/models/<arch>.cpp read with get_key that gguf-py 0.19 does not
 # name (DeepSeek-V4/GLM-DSA indexers, dflash, HRM, hyper-connections, PLE, ...), spelled as LLM_KV_NAMES does.
 LLAMA_CPP_U32_KEYS = tuple(f"{{arch}}.{suffix}" for suffix in (

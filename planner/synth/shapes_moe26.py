@@ -8,11 +8,12 @@ widths, heads, vocabularies and Q4_K_M-like tensor types (published config.json 
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gguf import Keys
 
-from planner.synth.gguf_factory import ModelSpec, Q, T, tname
+from planner.gguf.keys import LLM_KV_ATTENTION_VALUE_SCALE
+from planner.synth.gguf_factory import ModelSpec, Q, T, _common, _embeddings, tname
 from planner.synth.shapes_moe import Q4KM, TINY, MoeLayout, moe_layout, with_tokenizer
 
 SIGMOID = 2   # expert_gating_func (llama-hparams.h LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
@@ -37,8 +38,116 @@ def _bare_probs_bias(spec: ModelSpec) -> ModelSpec:
     return spec
 
 
+
+# --- iSWA decoders with per-layer heads (src/models/{mimo2,step35}.cpp) ------------------------------------
+@dataclass(frozen=True)
+class IswaLayout:
+    """A decoder whose blocks differ by attention kind: `swa[il]` per block (MTP blocks included), KV heads
+    `n_head_kv` / `n_head_kv_swa`, K and V heads of their own widths; block 0..n_dense_lead-1 and the MTP
+    blocks dense, the others routed experts with the selection bias."""
+
+    swa: tuple[bool, ...] = (False, True, True, True, True)
+    n_nextn: int = 1
+    n_embd: int = 256
+    n_head: int = 4
+    n_head_swa: int = 4
+    n_head_kv: int = 1
+    n_head_kv_swa: int = 2
+    head_dim_k: int = 64
+    head_dim_v: int = 32
+    n_rot: int = 32
+    window: int = 128
+    n_ff: int = 512
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ff_exp: int = 64
+    n_ff_shexp: int = 0
+    n_vocab: int = 1000
+    n_dense_lead: int = 1
+    sinks_swa: bool = False        # mimo2: attn_sinks {n_head} in the sliding-window blocks
+    mat_type: Q = Q.Q8_0
+    v_type: Q = Q.Q8_0
+    exp_type: Q = Q.Q8_0
+    down_type: Q = Q.Q8_0
+    embd_type: Q = Q.Q8_0
+    out_type: Q = Q.Q8_0
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.swa) - self.n_nextn
+
+
+def _iswa_attention(spec: ModelSpec, lay: IswaLayout, i: int) -> None:
+    heads = lay.n_head_swa if lay.swa[i] else lay.n_head
+    kv = lay.n_head_kv_swa if lay.swa[i] else lay.n_head_kv
+    q = heads * lay.head_dim_k
+    spec.add(T.ATTN_Q, lay.mat_type, (lay.n_embd, q), i)
+    spec.add(T.ATTN_K, lay.mat_type, (lay.n_embd, kv * lay.head_dim_k), i)
+    spec.add(T.ATTN_V, lay.v_type, (lay.n_embd, kv * lay.head_dim_v), i)
+    spec.add(T.ATTN_OUT, lay.mat_type, (heads * lay.head_dim_v, lay.n_embd), i)
+    spec.add(T.ATTN_NORM, Q.F32, (lay.n_embd,), i)
+    if lay.sinks_swa and lay.swa[i]:
+        spec.add(T.ATTN_SINKS, Q.F32, (heads,), i)
+    spec.add(T.FFN_NORM, Q.F32, (lay.n_embd,), i)
+
+
+def _iswa_ffn(spec: ModelSpec, lay: IswaLayout, i: int) -> None:
+    e, n = lay.n_embd, lay.n_expert
+    if i < lay.n_dense_lead or i >= lay.n_layer:
+        spec.add(T.FFN_GATE, lay.mat_type, (e, lay.n_ff), i)
+        spec.add(T.FFN_DOWN, lay.down_type, (lay.n_ff, e), i)
+        spec.add(T.FFN_UP, lay.mat_type, (e, lay.n_ff), i)
+        return
+    spec.add(T.FFN_GATE_INP, Q.F32, (e, n), i)
+    spec.add(T.FFN_GATE_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
+    spec.add(T.FFN_DOWN_EXP, lay.down_type, (lay.n_ff_exp, e, n), i)
+    spec.add(T.FFN_UP_EXP, lay.exp_type, (e, lay.n_ff_exp, n), i)
+    spec.add(T.FFN_EXP_PROBS_B, Q.F32, (n,), i, "bias")
+    if lay.n_ff_shexp:
+        spec.add(T.FFN_GATE_SHEXP, lay.mat_type, (e, lay.n_ff_shexp), i)
+        spec.add(T.FFN_UP_SHEXP, lay.mat_type, (e, lay.n_ff_shexp), i)
+        spec.add(T.FFN_DOWN_SHEXP, lay.down_type, (lay.n_ff_shexp, e), i)
+
+
+def iswa_layout(arch: str, lay: IswaLayout) -> ModelSpec:
+    spec = ModelSpec(arch)
+    _common(spec, len(lay.swa), lay.n_embd, lay.n_vocab)
+    spec.metadata.update({
+        Keys.Attention.HEAD_COUNT: [lay.n_head_swa if w else lay.n_head for w in lay.swa],
+        Keys.Attention.HEAD_COUNT_KV: [lay.n_head_kv_swa if w else lay.n_head_kv for w in lay.swa],
+        Keys.Attention.KEY_LENGTH: lay.head_dim_k, Keys.Attention.VALUE_LENGTH: lay.head_dim_v,
+        Keys.Rope.DIMENSION_COUNT: lay.n_rot,
+        Keys.Attention.SLIDING_WINDOW: lay.window, Keys.Attention.SLIDING_WINDOW_PATTERN: list(lay.swa),
+        Keys.LLM.FEED_FORWARD_LENGTH: lay.n_ff, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: lay.n_ff_exp,
+        Keys.LLM.EXPERT_COUNT: lay.n_expert, Keys.LLM.EXPERT_USED_COUNT: lay.n_expert_used,
+    })
+    if lay.n_nextn:
+        spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = lay.n_nextn
+    if lay.n_ff_shexp:
+        spec.metadata[Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH] = lay.n_ff_shexp
+    _embeddings(spec, lay.n_embd, lay.n_vocab, lay.embd_type, lay.out_type)
+    for i in range(len(lay.swa)):
+        _iswa_attention(spec, lay, i)
+        _iswa_ffn(spec, lay, i)
+        if i >= lay.n_layer:
+            spec.add(T.NEXTN_EH_PROJ, lay.mat_type, (2 * lay.n_embd, lay.n_embd), i)
+            spec.add(T.NEXTN_ENORM, Q.F32, (lay.n_embd,), i)
+            spec.add(T.NEXTN_HNORM, Q.F32, (lay.n_embd,), i)
+    return spec
+
+
+# --- mimo2 (src/models/mimo2.cpp) -----------------------------------------------------------------------
+def tiny_mimo2() -> ModelSpec:
+    """Four blocks (block 0 full attention, then three sliding-window ones with sinks) and one MTP block
+    (sliding-window, dense); K heads of 64, V heads of 32, 32 dims roped; value scale 0.707."""
+    spec = iswa_layout("mimo2", IswaLayout(sinks_swa=True))
+    spec.metadata[LLM_KV_ATTENTION_VALUE_SCALE] = 0.707
+    spec.metadata[Keys.Rope.FREQ_BASE_SWA] = 10000.0
+    return with_tokenizer(spec, 1000, 4096, 5000000.0)
+
 TINY_SPECS = {
     "hy_v3": tiny_hy_v3,
+    "mimo2": tiny_mimo2,
 }
 
 

@@ -26,6 +26,13 @@ from tests.support.reserve_checks import assert_reserve_equals
 LLAMA_CPP_CONTEXT_MIB = {
     "hy_v3": 6,   # 3 trunk blocks x 4096 cells x 2 KV heads x 64 x f16 x (K + V); the MTP block has no cache
 }
+# llama-fit-params -v "llama_kv_cache: size = X MiB" lines (the full and the sliding-window cache), summed in bytes
+LLAMA_CPP_CONTEXT_BYTES = {
+    # full: 4096 cells x 1 KV head x (64 + 32) x f16; SWA: 768 cells x 3 blocks x 2 KV heads x (64 + 32) x f16
+    ("mimo2", "-c 4096"): 786432 + 884736,
+    ("mimo2", "-c 4096 -np 4"): 786432 + 3538944,
+    ("mimo2", "-c 8192 -ctk q8_0 -ctv q8_0 -fa on"): 835584 + 470016,
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +48,12 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 def test_context_equals_llama_cpp(arch: str, tiny: dict[str, Path]) -> None:
     [host] = estimate(model_context(str(tiny[arch])), ["-c", "4096"]).devices
     assert host.context_bytes == LLAMA_CPP_CONTEXT_MIB[arch] * MiB
+
+
+@pytest.mark.parametrize(("arch", "flags"), list(LLAMA_CPP_CONTEXT_BYTES))
+def test_context_bytes_equal_llama_cpp(arch: str, flags: str, tiny: dict[str, Path]) -> None:
+    [host] = estimate(model_context(str(tiny[arch])), flags.split()).devices
+    assert host.context_bytes == LLAMA_CPP_CONTEXT_BYTES[arch, flags]
 
 
 def test_hy_v3_mtp_ffn_is_loaded_without_draft_mtp(tiny: dict[str, Path]) -> None:
