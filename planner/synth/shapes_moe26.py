@@ -184,3 +184,24 @@ def _moe_mtp_block(spec: ModelSpec, lay: MoeLayout) -> ModelSpec:
     spec.add(T.FFN_UP_SHEXP, lay.mat_type, (e, lay.n_ff_shexp), mtp)
     spec.add(T.NEXTN_SHARED_HEAD_NORM, Q.F32, (e,), mtp)
     return spec
+
+
+# MiMo-V2-Flash's hybrid_layer_pattern: a full-attention block, then sliding-window ones in groups
+MIMO_V2_FLASH_SWA = (False,) + (True,) * 4 + ((False,) + (True,) * 5) * 7 + (False,)
+
+
+def mimo_v2_flash_spec() -> ModelSpec:
+    """MiMo-V2-Flash (XiaomiMiMo/MiMo-V2-Flash): 48 blocks 4096 wide and 3 MTP blocks (block_count 51, sliding-
+    window, dense), 64 heads of K 192 / V 128 with 64 dims roped, 4 KV heads in the full-attention blocks and 8
+    in the sliding-window ones (window 128, with sinks), block 0 dense (16384), then 256 experts of 2048 (8 used,
+    sigmoid with the selection bias), value scale 0.707, vocabulary 152576, context 262144, rope theta 5e6
+    (1e4 in the sliding-window blocks)."""
+    lay = IswaLayout(swa=MIMO_V2_FLASH_SWA + (True,) * 3, n_nextn=3, n_embd=4096, n_head=64, n_head_swa=64,
+                     n_head_kv=4, n_head_kv_swa=8, head_dim_k=192, head_dim_v=128, n_rot=64, window=128,
+                     n_ff=16384, n_expert=256, n_expert_used=8, n_ff_exp=2048, n_vocab=152576, sinks_swa=True,
+                     mat_type=Q.Q4_K, v_type=Q.Q6_K, exp_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
+                     out_type=Q.Q6_K)
+    spec = iswa_layout("mimo2", lay)
+    spec.metadata[LLM_KV_ATTENTION_VALUE_SCALE] = 0.707
+    spec.metadata[Keys.Rope.FREQ_BASE_SWA] = 10000.0
+    return with_tokenizer(spec, 152576, 262144, 5000000.0)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import GGUFError
+from planner.gguf.keys import LLM_KV_ATTENTION_VALUE_SCALE
 from planner.gguf.reader import ModelFile
 from planner.model.arch import AttnKind, ModelFacts, model_facts
 from planner.model.tensors import tensor_name
@@ -130,6 +131,10 @@ class ArchSpec:
     # hy-v3.cpp: the output norm runs over every token and is a graph output (res->t_h_nextn, never freed);
     # the output rows are picked after it, none inside the last layer
     norm_is_output: bool = False
+    # mimo2.cpp: K and V heads of their own widths (attention.key_length / value_length); the output
+    # projection scaled by attention.value_scale where the file sets it (not 1)
+    v_head_own: bool = False
+    value_scale_key: bool = False
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -217,6 +222,11 @@ ARCHS: dict[str, ArchSpec] = {
     "hy_v3": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, norm_is_output=True,
                       moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
                                   shared=SharedExpert.ADDED, moe_where_router=True, probs_b_bare=True)),
+    # moe26: mimo2.cpp: iSWA with sinks where the file has them, K and V heads of their own widths, the output
+    # projection scaled by the file's value scale, sigmoid routing (normalised) with the selection bias, dense
+    # blocks where the file has no router; its MTP blocks are not part of the trunk
+    "mimo2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, v_head_own=True, value_scale_key=True,
+                      moe=MoeSpec(MoeGating.SIGMOID, norm_w=True, moe_where_router=True)),
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
@@ -301,6 +311,16 @@ class HParams:
     xielu: tuple[tuple[float, float, float, float], ...] = ()   # apertus: (alpha_n, alpha_p, beta, eps) per layer
     # moe: build_moe_ffn's arguments as this file's loader resolves them
     routing: MoeRouting | None = None
+    # moe26: V's head width where it differs from K's (0: head_dim), mimo2's attention output scale (0: none)
+    head_dim_v: int = 0
+    attn_value_scale: float = 0.0
+
+    @property
+    def hd_v(self) -> int:
+        return self.head_dim_v or self.head_dim
+
+    def n_embd_v_gqa(self, il: int) -> int:
+        return self.hd_v * self.n_head_kv[il]
 
     def n_embd_gqa(self, il: int) -> int:
         return self.head_dim * self.n_head_kv[il]
@@ -328,7 +348,8 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
     head_dim = heads[0].head_dim_k
     # a model of recurrent blocks alone (mamba2) has no heads at all
     recurrent_only = not attending and all(lf.kind is AttnKind.RECURRENT for lf in trunk)
-    if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in heads):
+    head_dim_v = heads[0].head_dim_v if spec.v_head_own else head_dim
+    if any(lf.head_dim_v != head_dim_v or lf.head_dim_k != head_dim for lf in heads):
         raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")
     n_rot = int(_get(model, Keys.Rope.DIMENSION_COUNT, head_dim) or head_dim)
     scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=arch), "none") or "none")
@@ -367,7 +388,16 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
         xielu=_xielu(model, spec, facts.n_layer), **dense,
         routing=read_routing(model, spec, facts.n_layer) if spec.ffn is FfnKind.MOE else None,
+        head_dim_v=head_dim_v if head_dim_v != head_dim else 0, attn_value_scale=_value_scale(model, spec),
     )
+
+
+def _value_scale(model: ModelFile, spec: ArchSpec) -> float:
+    """mimo2.cpp load_arch_hparams: f_attn_value_scale only where the key is set and not 1."""
+    if not spec.value_scale_key:
+        return 0.0
+    v = _get(model, LLM_KV_ATTENTION_VALUE_SCALE, 0.0)
+    return 0.0 if v == 1.0 else v
 
 
 def _dense_scales(model: ModelFile, spec: ArchSpec) -> dict[str, float]:

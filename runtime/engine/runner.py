@@ -306,9 +306,14 @@ class ModelRunner:
         # untransposed (attn_v_trans = !flash_attn at creation)
         self.auto_fa_off = self.flags.flash_attn == "auto" and not cp.flash_attn
         k_only = isinstance(hp, MlaHParams)   # an MLA cache holds K; V is a view of it (llama-kv-cache.cpp has_v)
+        # moe26: V heads of their own width (mimo2)
+        head_dim_v = hp.head_dim_v if isinstance(hp, HParams) else 0
+        v_widths = [hp.n_embd_v_gqa(il) for il in range(hp.n_layer)] if isinstance(hp, HParams) and head_dim_v \
+            else None
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
                           v_trans=not cp.flash_attn and not k_only and not self.auto_fa_off, type_k=settings.type_k,
-                          type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim)
+                          type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim,
+                          n_embd_v_gqa=v_widths, head_dim_v=head_dim_v)
         if hp.arch in NO_MEMORY:   # create_memory makes none: the layers attend over the ubatch itself
             return
         by_device: dict[str, list[Tensor]] = {}

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import ModelContext, model_context
-from planner.synth.shapes_moe26 import hy3_preview_spec
+from planner.synth.shapes_moe26 import hy3_preview_spec, mimo_v2_flash_spec
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
 
 SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("hy3-preview", hy3_preview_spec, 80, moe=True),
+    ArchShape("mimo-v2-flash", mimo_v2_flash_spec, 48, moe=True),
 )}
 
 

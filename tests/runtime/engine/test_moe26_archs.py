@@ -71,6 +71,7 @@ FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -c
 # llama-fit-params -v on each tiny file, per FLAGS: (nodes, CPU compute MiB)
 LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "hy_v3": ((156, 2.13), (171, 2.75), (162, 0.53), (192, 2.41)),
+    "mimo2": ((185, 2.64), (206, 3.01), (193, 0.66), (209, 2.67)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -92,6 +93,17 @@ def test_hy_v3_routing_as_the_loader_reads_it(tiny: dict[str, Path]) -> None:
     r = read_hparams(read_model(str(tiny["hy_v3"]))).routing
     assert r is not None
     assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == (MoeGating.SIGMOID, True, 2.5, (False, True, True))
+
+
+def test_mimo2_hparams_as_the_loader_reads_them(tiny: dict[str, Path]) -> None:
+    """mimo2.cpp: K heads of 64 and V heads of 32 (key_length, value_length), the value scale 0.707 (not 1), the
+    graph's hard-coded sigmoid gating with normalised weights and no scale; block 0 has no router."""
+    hp = read_hparams(read_model(str(tiny["mimo2"])))
+    assert (hp.head_dim, hp.hd_v, hp.n_head_kv, hp.swa) == (64, 32, (1, 2, 2, 2), (False, True, True, True))
+    assert hp.attn_value_scale == pytest.approx(0.707)
+    assert hp.routing is not None
+    r = hp.routing
+    assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == (MoeGating.SIGMOID, True, 0.0, (False, True, True, True))
 
 
 # fitplan-dump-nodes names the unary and GLU ops; the runtime's graph their families
