@@ -30,12 +30,19 @@ NEXTN_SKIPPED_ARCHS = frozenset({"bailingmoe2", "dots3note", "exaone-moe", "exao
 
 # moe26: tensors of the MTP blocks that load_arch_tensors creates with TENSOR_NOT_REQUIRED alone (no
 # mtp_flags), so llama.cpp allocates them whether or not the model is loaded for MTP drafting
-# (src/models/hy-v3.cpp load_block: the FFN, router, experts and shared expert; the nextn head tensors).
+# (src/models/hy-v3.cpp load_block: the FFN, router, experts and shared expert; the nextn head tensors;
+# step35.cpp load_block_mtp: those and the Q/K norms, the rope factors and the head-wise attention gate).
 # Keyed by the tensor name after `blk.N.`, up to its last dot.
 NEXTN_ALWAYS_LOADED: dict[str, frozenset[str]] = {
     "hy_v3": frozenset({
         "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_inp", "exp_probs_b", "ffn_gate_exps", "ffn_down_exps",
         "ffn_up_exps", "ffn_gate_up_exps", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+        "nextn.embed_tokens", "nextn.shared_head_head", "nextn.shared_head_norm",
+    }),
+    "step35": frozenset({
+        "attn_q_norm", "attn_k_norm", "rope_freqs", "rope_factors_long", "rope_factors_short", "attn_gate",
+        "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_inp", "exp_probs_b", "ffn_gate_exps", "ffn_down_exps",
+        "ffn_up_exps", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
         "nextn.embed_tokens", "nextn.shared_head_head", "nextn.shared_head_norm",
     }),
 }

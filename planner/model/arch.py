@@ -76,9 +76,10 @@ SWA_RULES: dict[str, SwaRule] = {
     # gemma4 reads its per-layer flags as a required array (src/models/gemma4.cpp load_arch_hparams); the
     # pattern only stands for a file without one, which llama.cpp refuses
     "gemma4": SwaRule(0),
-    # moe26: mimo2.cpp reads the per-layer flags as a required array (get_arr); its MTP blocks after the
-    # trunk have entries of their own
+    # moe26: mimo2.cpp and step35.cpp read the per-layer flags as a required array (get_arr); their MTP
+    # blocks after the trunk have entries of their own
     "mimo2": SwaRule(0),
+    "step35": SwaRule(0),
 }
 
 

@@ -65,6 +65,8 @@ class IswaLayout:
     n_vocab: int = 1000
     n_dense_lead: int = 1
     sinks_swa: bool = False        # mimo2: attn_sinks {n_head} in the sliding-window blocks
+    qk_norm: bool = False          # step35: attn_q_norm / attn_k_norm {head_dim} in every block
+    head_gate: bool = False        # step35: attn_gate {n_embd, n_head} (a sigmoid gate per head)
     mat_type: Q = Q.Q8_0
     v_type: Q = Q.Q8_0
     exp_type: Q = Q.Q8_0
@@ -86,6 +88,11 @@ def _iswa_attention(spec: ModelSpec, lay: IswaLayout, i: int) -> None:
     spec.add(T.ATTN_V, lay.v_type, (lay.n_embd, kv * lay.head_dim_v), i)
     spec.add(T.ATTN_OUT, lay.mat_type, (heads * lay.head_dim_v, lay.n_embd), i)
     spec.add(T.ATTN_NORM, Q.F32, (lay.n_embd,), i)
+    if lay.qk_norm:
+        spec.add(T.ATTN_Q_NORM, Q.F32, (lay.head_dim_k,), i)
+        spec.add(T.ATTN_K_NORM, Q.F32, (lay.head_dim_k,), i)
+    if lay.head_gate:
+        spec.add(T.ATTN_GATE, Q.F32, (lay.n_embd, heads), i)
     if lay.sinks_swa and lay.swa[i]:
         spec.add(T.ATTN_SINKS, Q.F32, (heads,), i)
     spec.add(T.FFN_NORM, Q.F32, (lay.n_embd,), i)
@@ -145,11 +152,6 @@ def tiny_mimo2() -> ModelSpec:
     spec.metadata[Keys.Rope.FREQ_BASE_SWA] = 10000.0
     return with_tokenizer(spec, 1000, 4096, 5000000.0)
 
-TINY_SPECS = {
-    "hy_v3": tiny_hy_v3,
-    "mimo2": tiny_mimo2,
-}
-
 
 # --- shape-faithful files (published config.json; Q4_K_M-like types) ------------------------------------
 def hy3_preview_spec() -> ModelSpec:
@@ -205,3 +207,24 @@ def mimo_v2_flash_spec() -> ModelSpec:
     spec.metadata[LLM_KV_ATTENTION_VALUE_SCALE] = 0.707
     spec.metadata[Keys.Rope.FREQ_BASE_SWA] = 10000.0
     return with_tokenizer(spec, 152576, 262144, 5000000.0)
+
+
+
+# --- step35 (src/models/step35.cpp) ---------------------------------------------------------------------
+def tiny_step35() -> ModelSpec:
+    """Four blocks (block 0 full attention with 4 heads, then three sliding-window ones with 6), one MTP block;
+    per-head Q/K norms and a sigmoid gate per head, block 0 dense, then sigmoid routing with the selection bias
+    and a shared expert."""
+    lay = IswaLayout(n_head=4, n_head_swa=6, n_head_kv=2, n_head_kv_swa=2, head_dim_k=64, head_dim_v=64, n_rot=64,
+                     n_ff_shexp=64, qk_norm=True, head_gate=True)
+    spec = iswa_layout("step35", lay)
+    spec.metadata[Keys.LLM.EXPERT_WEIGHTS_NORM] = True
+    spec.metadata[Keys.LLM.EXPERT_WEIGHTS_SCALE] = 3.0
+    return with_tokenizer(spec, 1000, 4096, 5000000.0)
+
+
+TINY_SPECS = {
+    "hy_v3": tiny_hy_v3,
+    "mimo2": tiny_mimo2,
+    "step35": tiny_step35,
+}

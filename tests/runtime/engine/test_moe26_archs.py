@@ -32,6 +32,10 @@ LLAMA_CPP_CONTEXT_BYTES = {
     ("mimo2", "-c 4096"): 786432 + 884736,
     ("mimo2", "-c 4096 -np 4"): 786432 + 3538944,
     ("mimo2", "-c 8192 -ctk q8_0 -ctv q8_0 -fa on"): 835584 + 470016,
+    # full: 4096 cells x 2 KV heads x 64 x f16 x (K + V); SWA: 768 cells x 3 blocks x the same
+    ("step35", "-c 4096"): 2097152 + 1179648,
+    ("step35", "-c 4096 -np 4"): 2097152 + 4718592,
+    ("step35", "-c 8192 -ctk q8_0 -ctv q8_0 -fa on"): 2228224 + 626688,
 }
 
 
@@ -48,6 +52,16 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 def test_context_equals_llama_cpp(arch: str, tiny: dict[str, Path]) -> None:
     [host] = estimate(model_context(str(tiny[arch])), ["-c", "4096"]).devices
     assert host.context_bytes == LLAMA_CPP_CONTEXT_MIB[arch] * MiB
+
+
+def test_step35_mtp_tensors_loaded_without_draft_mtp(tiny: dict[str, Path]) -> None:
+    """step35.cpp's load_block_mtp creates the Q/K norms, the head gate and the FFN with TENSOR_NOT_REQUIRED
+    only: llama.cpp allocates them for the skipped MTP block; the rest it logs as unused."""
+    ctx = model_context(str(tiny["step35"]))
+    loaded = {s.name for s in ctx.loaded_slots(parse_llama_flags([]))}
+    mtp = {s.name for s in ctx.slots if s.layer == 4}
+    assert mtp & loaded == {f"blk.4.{t}.weight" for t in ("attn_q_norm", "attn_k_norm", "attn_gate", "ffn_gate",
+                                                          "ffn_down", "ffn_up")}
 
 
 @pytest.mark.parametrize(("arch", "flags"), list(LLAMA_CPP_CONTEXT_BYTES))
