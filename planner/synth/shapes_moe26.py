@@ -67,6 +67,8 @@ class IswaLayout:
     sinks_swa: bool = False        # mimo2: attn_sinks {n_head} in the sliding-window blocks
     qk_norm: bool = False          # step35: attn_q_norm / attn_k_norm {head_dim} in every block
     head_gate: bool = False        # step35: attn_gate {n_embd, n_head} (a sigmoid gate per head)
+    nextn_head: bool = False       # step35: each MTP block's own output head and its norm (shared_head)
+    gate_type: Q = Q.F32
     mat_type: Q = Q.Q8_0
     v_type: Q = Q.Q8_0
     exp_type: Q = Q.Q8_0
@@ -92,7 +94,7 @@ def _iswa_attention(spec: ModelSpec, lay: IswaLayout, i: int) -> None:
         spec.add(T.ATTN_Q_NORM, Q.F32, (lay.head_dim_k,), i)
         spec.add(T.ATTN_K_NORM, Q.F32, (lay.head_dim_k,), i)
     if lay.head_gate:
-        spec.add(T.ATTN_GATE, Q.F32, (lay.n_embd, heads), i)
+        spec.add(T.ATTN_GATE, lay.gate_type, (lay.n_embd, heads), i)
     if lay.sinks_swa and lay.swa[i]:
         spec.add(T.ATTN_SINKS, Q.F32, (heads,), i)
     spec.add(T.FFN_NORM, Q.F32, (lay.n_embd,), i)
@@ -140,6 +142,9 @@ def iswa_layout(arch: str, lay: IswaLayout) -> ModelSpec:
             spec.add(T.NEXTN_EH_PROJ, lay.mat_type, (2 * lay.n_embd, lay.n_embd), i)
             spec.add(T.NEXTN_ENORM, Q.F32, (lay.n_embd,), i)
             spec.add(T.NEXTN_HNORM, Q.F32, (lay.n_embd,), i)
+            if lay.nextn_head:
+                spec.add(T.NEXTN_SHARED_HEAD_HEAD, lay.out_type, (lay.n_embd, lay.n_vocab), i)
+                spec.add(T.NEXTN_SHARED_HEAD_NORM, Q.F32, (lay.n_embd,), i)
     return spec
 
 
@@ -220,8 +225,37 @@ def tiny_step35() -> ModelSpec:
     spec = iswa_layout("step35", lay)
     spec.metadata[Keys.LLM.EXPERT_WEIGHTS_NORM] = True
     spec.metadata[Keys.LLM.EXPERT_WEIGHTS_SCALE] = 3.0
+    # clamped SwiGLUs: block 2's experts; block 0's dense FFN and block 3's shared expert (build_ffn reads the
+    # shared limit of its block whatever FFN it builds)
+    spec.metadata[Keys.LLM.SWIGLU_CLAMP_EXP] = [0.0, 0.0, 7.0, 0.0, 0.0]
+    spec.metadata[Keys.LLM.SWIGLU_CLAMP_SHEXP] = [7.0, 0.0, 0.0, 7.0, 0.0]
     return with_tokenizer(spec, 1000, 4096, 5000000.0)
 
+
+
+# Step-3.5-Flash's layer_types: full attention every fourth block from block 0, sliding-window between
+STEP35_FLASH_SWA = tuple(il % 4 != 0 for il in range(45))
+
+
+def step35_flash_spec() -> ModelSpec:
+    """Step-3.5-Flash (stepfun-ai/Step-3.5-Flash): 45 blocks 4096 wide and 3 MTP blocks (block_count 48,
+    sliding-window, dense, each with its own output head), 64 heads in the full-attention blocks and 96 in the
+    sliding-window ones (window 512), 8 KV heads of 128, per-head Q/K norms and gates, RoPE over 64 dims in the
+    full-attention blocks (partial rotary 0.5) and 128 in the others, blocks 0-2 dense (11264), then 288 experts
+    of 1280 (8 used, sigmoid with the selection bias, normalised, scaled 3.0) and a shared expert of 1280,
+    vocabulary 128896, context 262144, rope theta 5e6 (1e4 in the sliding-window blocks)."""
+    lay = IswaLayout(swa=STEP35_FLASH_SWA + (True,) * 3, n_nextn=3, n_embd=4096, n_head=64, n_head_swa=96,
+                     n_head_kv=8, n_head_kv_swa=8, head_dim_k=128, head_dim_v=128, n_rot=128, window=512,
+                     n_ff=11264, n_expert=288, n_expert_used=8, n_ff_exp=1280, n_ff_shexp=1280, n_vocab=128896,
+                     n_dense_lead=3, qk_norm=True, head_gate=True, nextn_head=True, gate_type=Q.Q8_0,
+                     mat_type=Q.Q4_K, v_type=Q.Q6_K, exp_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K,
+                     out_type=Q.Q6_K)
+    spec = iswa_layout("step35", lay)
+    spec.metadata[Keys.LLM.EXPERT_WEIGHTS_NORM] = True
+    spec.metadata[Keys.LLM.EXPERT_WEIGHTS_SCALE] = 3.0
+    spec.metadata[Keys.LLM.LEADING_DENSE_BLOCK_COUNT] = 3
+    spec.metadata[Keys.Rope.FREQ_BASE_SWA] = 10000.0
+    return with_tokenizer(spec, 128896, 262144, 5000000.0)
 
 TINY_SPECS = {
     "hy_v3": tiny_hy_v3,

@@ -14,13 +14,14 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import GGUFError
 from planner.gguf.keys import LLM_KV_ATTENTION_VALUE_SCALE
 from planner.gguf.reader import ModelFile
-from planner.model.arch import AttnKind, ModelFacts, model_facts
+from planner.model.arch import AttnKind, LayerFacts, ModelFacts, model_facts
 from planner.model.tensors import tensor_name
 
 
@@ -135,6 +136,8 @@ class ArchSpec:
     # projection scaled by attention.value_scale where the file sets it (not 1)
     v_head_own: bool = False
     value_scale_key: bool = False
+    # step35.cpp: heads and rotated dims per block, SwiGLU clamps per block (runtime/engine/step35.py)
+    per_block_heads: bool = False
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -227,6 +230,12 @@ ARCHS: dict[str, ArchSpec] = {
     # blocks where the file has no router; its MTP blocks are not part of the trunk
     "mimo2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, v_head_own=True, value_scale_key=True,
                       moe=MoeSpec(MoeGating.SIGMOID, norm_w=True, moe_where_router=True)),
+    # moe26: step35.cpp: the file's sigmoid routing with the selection bias and a shared expert, dense blocks
+    # where the file has no router; heads, RoPE, the head-wise gate and the SwiGLU clamps per block are
+    # runtime/engine/step35.py's
+    "step35": ArchSpec(RopeMode.NEOX, FfnKind.MOE, trunk_is_output=True, per_block_heads=True,
+                       moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
+                                   shared=SharedExpert.ADDED, moe_where_router=True)),
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
@@ -314,6 +323,11 @@ class HParams:
     # moe26: V's head width where it differs from K's (0: head_dim), mimo2's attention output scale (0: none)
     head_dim_v: int = 0
     attn_value_scale: float = 0.0
+    # step35: heads per block, the sliding-window blocks' rotated dims, the SwiGLU clamps per block
+    n_heads: tuple[int, ...] = ()
+    n_rot_swa: int = 0
+    swiglu_clamp_exp: tuple[float, ...] = ()
+    swiglu_clamp_shexp: tuple[float, ...] = ()
 
     @property
     def hd_v(self) -> int:
@@ -367,7 +381,7 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         big = facts.n_layer == spec.big_model_layers
         q_scale = 1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if big else kq_scale
         kq_scale = 1.0
-    dense = _dense_scales(model, spec)
+    dense: dict[str, Any] = dict(_dense_scales(model, spec))   # spread among fields of other types
     kq_scale = dense.pop("kq_scale", kq_scale)
     window = max((lf.window for lf in trunk), default=0)
     freq_base = _get(model, Keys.Rope.FREQ_BASE, 10000.0) or 10000.0
@@ -389,7 +403,21 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         xielu=_xielu(model, spec, facts.n_layer), **dense,
         routing=read_routing(model, spec, facts.n_layer) if spec.ffn is FfnKind.MOE else None,
         head_dim_v=head_dim_v if head_dim_v != head_dim else 0, attn_value_scale=_value_scale(model, spec),
+        **(_per_block(model, trunk, n_rot) if spec.per_block_heads else {}),
     )
+
+
+def _per_block(model: ModelFile, trunk: list[LayerFacts], n_rot: int) -> dict[str, Any]:
+    """step35: each block's heads, the sliding-window blocks' rope.dimension_count_swa (load_hparams: the
+    unhalved rope.dimension_count when absent) and the SwiGLU clamps (get_key_or_arr, absent: none)."""
+    n = len(trunk)
+    clamps = {}
+    for field, template in (("swiglu_clamp_exp", Keys.LLM.SWIGLU_CLAMP_EXP),
+                            ("swiglu_clamp_shexp", Keys.LLM.SWIGLU_CLAMP_SHEXP)):
+        v = model.metadata.get(template.format(arch=model.architecture), 0.0)
+        clamps[field] = tuple(float(x) for x in v)[:n] if isinstance(v, (list, tuple)) else (float(v),) * n
+    return dict(n_heads=tuple(lf.n_head for lf in trunk),
+                n_rot_swa=int(_get(model, Keys.Rope.DIMENSION_COUNT_SWA, n_rot) or n_rot), **clamps)
 
 
 def _value_scale(model: ModelFile, spec: ArchSpec) -> float:

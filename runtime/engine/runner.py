@@ -56,6 +56,7 @@ from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilde
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.qwen35 import QWEN35, QWEN35MOE, Qwen35Builder
 from runtime.engine.recurrent import RecurrentStates
+from runtime.engine.step35 import STEP35, Step35Builder
 from runtime.ggml.backend import (
     UNLIMITED,
     Backend,
@@ -163,7 +164,7 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
-HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING} | FUSED_ARCHS
+HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING, STEP35} | FUSED_ARCHS
 
 
 class ModelRunner:
@@ -356,6 +357,8 @@ class ModelRunner:
         if with_states is not None:
             return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, flash_attn=fa,
                                offload_kqv=offload)
+        if self.hp.arch == STEP35:
+            return Step35Builder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == LLAMA4:
             return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, Gemma4HParams):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import ModelContext, model_context
-from planner.synth.shapes_moe26 import hy3_preview_spec, mimo_v2_flash_spec
+from planner.synth.shapes_moe26 import hy3_preview_spec, mimo_v2_flash_spec, step35_flash_spec
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.peer
 SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("hy3-preview", hy3_preview_spec, 80, moe=True),
     ArchShape("mimo-v2-flash", mimo_v2_flash_spec, 48, moe=True),
+    ArchShape("step35-flash", step35_flash_spec, 45, moe=True),
 )}
 
 

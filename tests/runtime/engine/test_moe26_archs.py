@@ -1,4 +1,4 @@
-"""step35, mimo2 and hy_v3 (helper moe26) on tiny files (planner/synth/shapes_moe26.py): their KV facts,
+"""step35, mimo2 and hy_v3 on tiny files (planner/synth/shapes_moe26.py): their KV facts,
 the MTP-block weights the pinned llama.cpp allocates without --spec-type draft-mtp, and the reserve's node
 count and CPU compute buffer against llama.cpp's.
 
@@ -86,6 +86,7 @@ FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -c
 LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "hy_v3": ((156, 2.13), (171, 2.75), (162, 0.53), (192, 2.41)),
     "mimo2": ((185, 2.64), (206, 3.01), (193, 0.66), (209, 2.67)),
+    "step35": ((247, 2.26), (267, 4.02), (255, 0.57), (295, 2.32)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -118,6 +119,18 @@ def test_mimo2_hparams_as_the_loader_reads_them(tiny: dict[str, Path]) -> None:
     assert hp.routing is not None
     r = hp.routing
     assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == (MoeGating.SIGMOID, True, 0.0, (False, True, True, True))
+
+
+def test_step35_hparams_as_the_loader_reads_them(tiny: dict[str, Path]) -> None:
+    """step35.cpp: 4 heads in the full-attention block, 6 in the sliding-window ones; 64 dims roped in the
+    sliding-window blocks (rope.dimension_count, no _swa key) and half of them in the full one (the builder
+    halves); the file's clamps; sigmoid gating with the file's norm and scale; block 0 has no router."""
+    hp = read_hparams(read_model(str(tiny["step35"])))
+    assert (hp.n_heads, hp.n_rot, hp.n_rot_swa) == ((4, 6, 6, 6), 64, 64)
+    assert (hp.swiglu_clamp_exp, hp.swiglu_clamp_shexp) == ((0.0, 0.0, 7.0, 0.0), (7.0, 0.0, 0.0, 7.0))
+    assert hp.routing is not None
+    r = hp.routing
+    assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == (MoeGating.SIGMOID, True, 3.0, (False, True, True, True))
 
 
 # fitplan-dump-nodes names the unary and GLU ops; the runtime's graph their families
