@@ -68,6 +68,7 @@ class IswaLayout:
     qk_norm: bool = False          # step35: attn_q_norm / attn_k_norm {head_dim} in every block
     head_gate: bool = False        # step35: attn_gate {n_embd, n_head} (a sigmoid gate per head)
     nextn_head: bool = False       # step35: each MTP block's own output head and its norm (shared_head)
+    fused_qkv: bool = False        # mimo2 (MiMo-V2.5 checkpoints): one attn_qkv {n_embd, q + k + v} a block
     gate_type: Q = Q.F32
     mat_type: Q = Q.Q8_0
     v_type: Q = Q.Q8_0
@@ -85,9 +86,12 @@ def _iswa_attention(spec: ModelSpec, lay: IswaLayout, i: int) -> None:
     heads = lay.n_head_swa if lay.swa[i] else lay.n_head
     kv = lay.n_head_kv_swa if lay.swa[i] else lay.n_head_kv
     q = heads * lay.head_dim_k
-    spec.add(T.ATTN_Q, lay.mat_type, (lay.n_embd, q), i)
-    spec.add(T.ATTN_K, lay.mat_type, (lay.n_embd, kv * lay.head_dim_k), i)
-    spec.add(T.ATTN_V, lay.v_type, (lay.n_embd, kv * lay.head_dim_v), i)
+    if lay.fused_qkv:
+        spec.add(T.ATTN_QKV, lay.mat_type, (lay.n_embd, q + kv * (lay.head_dim_k + lay.head_dim_v)), i)
+    else:
+        spec.add(T.ATTN_Q, lay.mat_type, (lay.n_embd, q), i)
+        spec.add(T.ATTN_K, lay.mat_type, (lay.n_embd, kv * lay.head_dim_k), i)
+        spec.add(T.ATTN_V, lay.v_type, (lay.n_embd, kv * lay.head_dim_v), i)
     spec.add(T.ATTN_OUT, lay.mat_type, (heads * lay.head_dim_v, lay.n_embd), i)
     spec.add(T.ATTN_NORM, Q.F32, (lay.n_embd,), i)
     if lay.qk_norm:
@@ -149,10 +153,11 @@ def iswa_layout(arch: str, lay: IswaLayout) -> ModelSpec:
 
 
 # --- mimo2 (src/models/mimo2.cpp) -----------------------------------------------------------------------
-def tiny_mimo2() -> ModelSpec:
+def tiny_mimo2(fused_qkv: bool = False) -> ModelSpec:
     """Four blocks (block 0 full attention, then three sliding-window ones with sinks) and one MTP block
-    (sliding-window, dense); K heads of 64, V heads of 32, 32 dims roped; value scale 0.707."""
-    spec = iswa_layout("mimo2", IswaLayout(sinks_swa=True))
+    (sliding-window, dense); K heads of 64, V heads of 32, 32 dims roped; value scale 0.707. `fused_qkv`: one
+    attn_qkv a block, as MiMo-V2.5's checkpoints convert."""
+    spec = iswa_layout("mimo2", IswaLayout(sinks_swa=True, fused_qkv=fused_qkv))
     spec.metadata[LLM_KV_ATTENTION_VALUE_SCALE] = 0.707
     spec.metadata[Keys.Rope.FREQ_BASE_SWA] = 10000.0
     return with_tokenizer(spec, 1000, 4096, 5000000.0)
@@ -260,5 +265,6 @@ def step35_flash_spec() -> ModelSpec:
 TINY_SPECS = {
     "hy_v3": tiny_hy_v3,
     "mimo2": tiny_mimo2,
+    "mimo2-fused": lambda: tiny_mimo2(fused_qkv=True),
     "step35": tiny_step35,
 }

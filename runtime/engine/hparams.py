@@ -227,7 +227,8 @@ ARCHS: dict[str, ArchSpec] = {
                                   shared=SharedExpert.ADDED, moe_where_router=True, probs_b_bare=True)),
     # moe26: mimo2.cpp: iSWA with sinks where the file has them, K and V heads of their own widths, the output
     # projection scaled by the file's value scale, sigmoid routing (normalised) with the selection bias, dense
-    # blocks where the file has no router; its MTP blocks are not part of the trunk
+    # blocks where the file has no router; its MTP blocks are not part of the trunk; runtime/engine/mimo2.py
+    # adds the fused attn_qkv of the files that have one
     "mimo2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, v_head_own=True, value_scale_key=True,
                       moe=MoeSpec(MoeGating.SIGMOID, norm_w=True, moe_where_router=True)),
     # moe26: step35.cpp: the file's sigmoid routing with the selection bias and a shared expert, dense blocks

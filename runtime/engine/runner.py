@@ -52,6 +52,7 @@ from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.mimo2 import MIMO2, Mimo2Builder
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.qwen35 import QWEN35, QWEN35MOE, Qwen35Builder
@@ -164,7 +165,7 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
-HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING, STEP35} | FUSED_ARCHS
+HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING, STEP35, MIMO2} | FUSED_ARCHS
 
 
 class ModelRunner:
@@ -359,6 +360,8 @@ class ModelRunner:
                                offload_kqv=offload)
         if self.hp.arch == STEP35:
             return Step35Builder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        if self.hp.arch == MIMO2:
+            return Mimo2Builder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == LLAMA4:
             return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, Gemma4HParams):

@@ -87,6 +87,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "hy_v3": ((156, 2.13), (171, 2.75), (162, 0.53), (192, 2.41)),
     "mimo2": ((185, 2.64), (206, 3.01), (193, 0.66), (209, 2.67)),
     "step35": ((247, 2.26), (267, 4.02), (255, 0.57), (295, 2.32)),
+    "mimo2-fused": ((177, 2.51), (198, 2.76), (185, 0.63), (201, 2.67)),
 }
 ROWS = [(arch, flags, *fig) for arch, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
