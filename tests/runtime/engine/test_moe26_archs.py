@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from planner.core.units import MiB
@@ -19,6 +20,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.synth.shapes_moe26 import TINY_SPECS
 from runtime.engine.hparams import MoeGating, read_hparams
+from runtime.engine.runner import ModelRunner
 from tests.runtime.engine.test_lfm2 import _dump, _graph_nodes
 from tests.support.reserve_checks import assert_reserve_equals
 
@@ -147,3 +149,12 @@ def test_every_node_equals_llama_cpp(arch: str, llama_tools: Path, tiny: dict[st
     theirs = [(DUMP_OPS.get(op, op), ne, nb) for op, ne, nb in _dump(tmp_path / "step0.bin")]
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in _graph_nodes(tiny[arch], 4, [])]
     assert theirs == ours
+
+
+@pytest.mark.parametrize("arch", list(LLAMA_CPP_RESERVE))
+def test_decode_runs_the_graph(arch: str, tiny: dict[str, Path]) -> None:
+    """The runtime executes each graph (sigmoid routers and gates, clamps, the padded V), not only sizes it."""
+    runner = ModelRunner.load(str(tiny[arch]), parse_llama_flags(["-c", "256", "-fa", "off"]))
+    logits = runner.decode([1, 2, 3, 4])
+    assert logits.shape == (4, 1000)
+    assert np.isfinite(logits).all()
