@@ -29,6 +29,8 @@ LLM_KV_HC_EPSILON = "{arch}.hyper_connection.epsilon"
 LLM_KV_HC_MAGNITUDE = "{arch}.hyper_connection.magnitude"
 # dsv4: deepseek4's per-block compress ratio (0, 4 or 128), at least one entry per block
 LLM_KV_ATTENTION_COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
+# moe26: mimo2's scale of the attention output (load_arch_hparams: unset or 1 means none)
+LLM_KV_ATTENTION_VALUE_SCALE = "{arch}.attention.value_scale"
 # The uint32 hyperparameters llama.cpp's src/models/<arch>.cpp read with get_key that gguf-py 0.19 does not
 # name (DeepSeek-V4/GLM-DSA indexers, dflash, HRM, hyper-connections, PLE, ...), spelled as LLM_KV_NAMES does.
 LLAMA_CPP_U32_KEYS = tuple(f"{{arch}}.{suffix}" for suffix in (

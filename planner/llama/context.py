@@ -14,7 +14,7 @@ from planner.gguf.examples import resolve_model
 from planner.gguf.pin_lists import pin_architectures
 from planner.gguf.reader import ModelFile, read_model
 from planner.llama.flags import LlamaFlags
-from planner.llama.nextn import loads_mtp, nextn_loaded
+from planner.llama.nextn import loads_mtp, nextn_loaded, nextn_tensor_loaded
 from planner.llama.placement import TensorSlot, tensor_slots
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.shapes import Shapes, model_shapes
@@ -30,9 +30,10 @@ class ModelContext:
 
     @functools.cached_property
     def trunk_slots(self) -> tuple[TensorSlot, ...]:
-        """The weights without the nextn (MTP) blocks' (planner/llama/nextn.py)."""
-        first, end = self.facts.n_layer, self.facts.n_layer_all
-        return tuple(s for s in self.slots if not first <= s.layer < end)
+        """The weights without the nextn (MTP) blocks', but for those their architecture allocates
+        whatever load_mtp says (planner/llama/nextn.py NEXTN_ALWAYS_LOADED)."""
+        first, end, arch = self.facts.n_layer, self.facts.n_layer_all, self.model.architecture
+        return tuple(s for s in self.slots if not first <= s.layer < end or nextn_tensor_loaded(arch, s.name))
 
     def loaded_slots(self, flags: LlamaFlags) -> tuple[TensorSlot, ...]:
         """The weights llama.cpp allocates under these flags: the nextn blocks' only where the

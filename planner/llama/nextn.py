@@ -28,6 +28,25 @@ MTP_ARCHS = frozenset({
 # src/models/<arch>.cpp: `if (i >= n_layer) flags |= TENSOR_SKIP` whatever load_mtp says
 NEXTN_SKIPPED_ARCHS = frozenset({"bailingmoe2", "dots3note", "exaone-moe", "exaone4", "glm4"})
 
+# moe26: tensors of the MTP blocks that load_arch_tensors creates with TENSOR_NOT_REQUIRED alone (no
+# mtp_flags), so llama.cpp allocates them whether or not the model is loaded for MTP drafting
+# (src/models/hy-v3.cpp load_block: the FFN, router, experts and shared expert; the nextn head tensors;
+# step35.cpp load_block_mtp: those and the Q/K norms, the rope factors and the head-wise attention gate).
+# Keyed by the tensor name after `blk.N.`, up to its last dot.
+NEXTN_ALWAYS_LOADED: dict[str, frozenset[str]] = {
+    "hy_v3": frozenset({
+        "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_inp", "exp_probs_b", "ffn_gate_exps", "ffn_down_exps",
+        "ffn_up_exps", "ffn_gate_up_exps", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+        "nextn.embed_tokens", "nextn.shared_head_head", "nextn.shared_head_norm",
+    }),
+    "step35": frozenset({
+        "attn_q_norm", "attn_k_norm", "rope_freqs", "rope_factors_long", "rope_factors_short", "attn_gate",
+        "ffn_gate", "ffn_down", "ffn_up", "ffn_gate_inp", "exp_probs_b", "ffn_gate_exps", "ffn_down_exps",
+        "ffn_up_exps", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+        "nextn.embed_tokens", "nextn.shared_head_head", "nextn.shared_head_norm",
+    }),
+}
+
 # common/speculative.cpp common_speculative_type_from_name_map: COMMON_SPECULATIVE_TYPE_DRAFT_MTP
 DRAFT_MTP = "draft-mtp"
 
@@ -43,3 +62,13 @@ def nextn_loaded(arch: str, load_mtp: bool) -> bool:
     if arch in MTP_ARCHS:
         return load_mtp
     return arch not in NEXTN_SKIPPED_ARCHS
+
+
+def nextn_tensor_loaded(arch: str, name: str) -> bool:
+    """Whether an MTP block's tensor `blk.N.<part>.<suffix>` is allocated when its block is not loaded."""
+    parts = NEXTN_ALWAYS_LOADED.get(arch)
+    if not parts:
+        return False
+    rest = name.split(".", 2)[-1]
+    part, _, suffix = rest.rpartition(".")
+    return (part if suffix in ("weight", "bias") else rest) in parts

@@ -84,6 +84,10 @@ SWA_RULES: dict[str, SwaRule] = {
     # dsv4: every block's raw K cache slides (deepseek4.cpp load_arch_hparams: set_swa_pattern(0) and the
     # window from attention.sliding_window); its compressed caches follow DSV4_RULES
     "deepseek4": SwaRule(0),
+    # moe26: mimo2.cpp and step35.cpp read the per-layer flags as a required array (get_arr); their MTP
+    # blocks after the trunk have entries of their own
+    "mimo2": SwaRule(0),
+    "step35": SwaRule(0),
 }
 
 
@@ -127,6 +131,8 @@ KNOWN_DENSE = frozenset({
     "minimax-m3",
     # dsv4: hy-v4.cpp's MLA cache (GGML_ASSERT(is_mla())); llama_kv_cache_dsa once the file has an indexer
     "hy_v4",
+    # moe26: hy-v3.cpp builds one unified cache (build_attn_inp_kv)
+    "hy_v3",
 })
 
 

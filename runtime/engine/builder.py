@@ -26,6 +26,7 @@ from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
 from runtime.engine.moe import build_moe_layer
 from runtime.ggml import build as B
+from runtime.ggml.fused_ops import pad
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
@@ -175,7 +176,7 @@ class DecoderBuilder:
             bias = self._w(tensor_name(tensor, il, "bias"))
             if bias is not None:
                 t = B.add(t, bias, name=f"{part.upper()}cur_b-{il}")
-            out.append(B.reshape(t, (hp.head_dim, heads, n_tokens)))
+            out.append(B.reshape(t, (hp.hd_v if part == "v" else hp.head_dim, heads, n_tokens)))
         q, k, v = out
         if spec.qk_norm:
             q = self.norm(q, tensor_name(T.ATTN_Q_NORM, il), il)
@@ -204,7 +205,7 @@ class DecoderBuilder:
             k = self.norm(k, tensor_name(T.ATTN_K_NORM, il), il)
         q = B.reshape(q, (hp.head_dim, hp.n_head, n_tokens))
         k = B.reshape(k, (hp.head_dim, hp.n_head_kv[il], n_tokens))
-        v = B.reshape(v, (hp.head_dim, hp.n_head_kv[il], n_tokens))
+        v = B.reshape(v, (hp.hd_v, hp.n_head_kv[il], n_tokens))
         # glm4moe: per-head norms where the file has them (GLM-4.5 355B), none in Air
         per_head = (spec.qk_norm or (spec.qk_norm_optional and self._w(tensor_name(T.ATTN_Q_NORM, il)) is not None)) \
             and not spec.qk_norm_full
@@ -242,14 +243,18 @@ class DecoderBuilder:
         if kc.ne[2] > 1:
             kc = B.reshape(kc, (kc.ne[0], kc.ne[1] * kc.ne[2]))
         store_k = B.set_rows(kc, k2, inp.k_idxs, name=f"cache_k_l{il} (set_rows)")
+        width = v.ne[0] * v.ne[1]   # mimo2: V heads narrower than K's
         if not self.kv.v_trans:
             v2 = B.view(v, (width, n_tokens), (v.nb[0], v.nb[2]), 0)
             if vc.ne[2] > 1:
                 vc = B.reshape(vc, (vc.ne[0], vc.ne[1] * vc.ne[2]))
             return store_k, B.set_rows(vc, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
-        if width != vc.ne[0]:
+        v2 = B.reshape(v, (width, n_tokens))
+        if width < vc.ne[0] and self.hp.head_dim_v:   # moe26: [TAG_V_CACHE_VARIABLE] pads to the widest V
+            v2 = pad(v2, (vc.ne[0] - width,))
+        elif width != vc.ne[0]:
             raise BadInput("-fa off with layers of different V widths is not implemented in the runtime")
-        v2 = B.reshape(B.reshape(v, (width, n_tokens)), (1, width * n_tokens))
+        v2 = B.reshape(v2, (1, v2.ne[0] * n_tokens))
         v_all = B.reshape(vc, (1, vc.n_elements))
         return store_k, B.set_rows(v_all, v2, inp.v_idxs, name=f"cache_v_l{il} (set_rows)")
 
@@ -257,14 +262,15 @@ class DecoderBuilder:
         """get_k / get_v over every stream (the reserve's slot info spans streams 0..n_stream-1)."""
         hp, kc, vc = self.hp, self.kv.k[il], self.kv.v[il]
         hd, hkv, size, ns = hp.head_dim, hp.n_head_kv[il], kc.ne[1], kc.ne[2]
+        hd_v = hp.hd_v
         k = B.view(kc, (hd, hkv, n_kv, ns), (kc.nb[0], row_size(kc.type, hd), row_size(kc.type, kc.ne[0]),
                                               row_size(kc.type, kc.ne[0] * size)), 0, name=f"k-{il}")
         if not self.kv.v_trans:
-            v = B.view(vc, (hd, hkv, n_kv, ns), (vc.nb[0], row_size(vc.type, hd), row_size(vc.type, vc.ne[0]),
-                                                 row_size(vc.type, vc.ne[0] * size)), 0, name=f"v-{il}")
+            v = B.view(vc, (hd_v, hkv, n_kv, ns), (vc.nb[0], row_size(vc.type, hd_v), row_size(vc.type, vc.ne[0]),
+                                                   row_size(vc.type, vc.ne[0] * size)), 0, name=f"v-{il}")
         else:
-            v = B.view(vc, (n_kv, hkv, hd, ns), (vc.nb[0], row_size(vc.type, size * hd), row_size(vc.type, size),
-                                                 row_size(vc.type, size * vc.ne[0])), 0, name=f"v-{il}")
+            v = B.view(vc, (n_kv, hkv, hd_v, ns), (vc.nb[0], row_size(vc.type, size * hd_v), row_size(vc.type, size),
+                                                   row_size(vc.type, size * vc.ne[0])), 0, name=f"v-{il}")
         return k, v
 
     @staticmethod
@@ -356,8 +362,11 @@ class DecoderBuilder:
         bias = self._w(tensor_name(T.ATTN_OUT, il, "bias")) if hp.spec.attn_out_bias else None
         if bias is not None:
             cur = B.add(cur, bias)
+        if hp.attn_value_scale:   # mimo2: the attention output scaled by the file's value scale
+            cur = B.scale(cur, hp.attn_value_scale, name=f"attn_out_scaled-{il}")
         residual = x
-        if il == hp.n_layer - 1 and not hp.spec.trunk_is_output:  # keep only the rows that produce outputs
+        last = il == hp.n_layer - 1 and not (hp.spec.trunk_is_output or hp.spec.norm_is_output)
+        if last:  # keep only the rows that produce outputs
             cur = B.get_rows(cur, self.out.out_ids)
             residual = B.get_rows(residual, self.out.out_ids)
         if hp.spec.post_norms:
@@ -392,6 +401,9 @@ class DecoderBuilder:
             x.flags |= FLAG_OUTPUT
             x = B.get_rows(x, self.out.out_ids)
         cur = self.norm(x, OUTPUT_NORM, -1)
+        if hp.spec.norm_is_output:   # moe26: hy_v3's res->t_h_nextn, then the output rows
+            cur.flags |= FLAG_OUTPUT
+            cur = B.get_rows(cur, self.out.out_ids)
         out_w = self._w(OUTPUT) or self._need(TOKEN_EMBD)
         cur = self.lora.mm(out_w, cur, name="result_output")
         if hp.logit_scale:   # granite: logits divided by f_logit_scale

@@ -14,12 +14,15 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import GGUFError
+from planner.gguf.keys import LLM_KV_ATTENTION_VALUE_SCALE
 from planner.gguf.reader import ModelFile
-from planner.model.arch import AttnKind, ModelFacts, model_facts
+from planner.model.arch import AttnKind, LayerFacts, ModelFacts, model_facts
+from planner.model.tensors import tensor_name
 
 
 class RopeMode(enum.IntEnum):
@@ -76,6 +79,9 @@ class MoeSpec:
     shared: SharedExpert = SharedExpert.NONE   # used in the layers whose file has ffn_up_shexp
     gate_optional: bool = False  # ernie4_5-moe loads ffn_gate_exps as not required: silu(up) without it
     router_on_input: bool = False   # smallthinker: router logits from the layer's input, before its norm
+    # moe26: hy_v3
+    moe_where_router: bool = False  # experts in the blocks whose file has ffn_gate_inp, a dense FFN elsewhere
+    probs_b_bare: bool = False      # the selection bias named blk.N.exp_probs_b (tn without "bias": hy-v3.cpp)
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,16 @@ class ArchSpec:
     # moe: attention facts of the mixture-of-experts architectures
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
     nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
+    # moe26: step35, mimo2, hy_v3
+    # hy-v3.cpp: the output norm runs over every token and is a graph output (res->t_h_nextn, never freed);
+    # the output rows are picked after it, none inside the last layer
+    norm_is_output: bool = False
+    # mimo2.cpp: K and V heads of their own widths (attention.key_length / value_length); the output
+    # projection scaled by attention.value_scale where the file sets it (not 1)
+    v_head_own: bool = False
+    value_scale_key: bool = False
+    # step35.cpp: heads and rotated dims per block, SwiGLU clamps per block (runtime/engine/step35.py)
+    per_block_heads: bool = False
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -216,6 +232,23 @@ ARCHS: dict[str, ArchSpec] = {
     "minimax-m3": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True,
                            moe=MoeSpec(MoeGating.SIGMOID, glu="SWIGLU_OAI", gating_key=True, norm_w_key=True,
                                        scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
+    # moe26: hy-v3.cpp: per-head Q/K norms, the file's sigmoid routing with a selection bias, a shared expert,
+    # dense blocks where the file has no router; its MTP block is not part of the trunk
+    "hy_v3": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, norm_is_output=True,
+                      moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
+                                  shared=SharedExpert.ADDED, moe_where_router=True, probs_b_bare=True)),
+    # moe26: mimo2.cpp: iSWA with sinks where the file has them, K and V heads of their own widths, the output
+    # projection scaled by the file's value scale, sigmoid routing (normalised) with the selection bias, dense
+    # blocks where the file has no router; its MTP blocks are not part of the trunk; runtime/engine/mimo2.py
+    # adds the fused attn_qkv of the files that have one
+    "mimo2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, v_head_own=True, value_scale_key=True,
+                      moe=MoeSpec(MoeGating.SIGMOID, norm_w=True, moe_where_router=True)),
+    # moe26: step35.cpp: the file's sigmoid routing with the selection bias and a shared expert, dense blocks
+    # where the file has no router; heads, RoPE, the head-wise gate and the SwiGLU clamps per block are
+    # runtime/engine/step35.py's
+    "step35": ArchSpec(RopeMode.NEOX, FfnKind.MOE, trunk_is_output=True, per_block_heads=True,
+                       moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True, scale_key=True,
+                                   shared=SharedExpert.ADDED, moe_where_router=True)),
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
@@ -300,6 +333,21 @@ class HParams:
     xielu: tuple[tuple[float, float, float, float], ...] = ()   # apertus: (alpha_n, alpha_p, beta, eps) per layer
     # moe: build_moe_ffn's arguments as this file's loader resolves them
     routing: MoeRouting | None = None
+    # moe26: V's head width where it differs from K's (0: head_dim), mimo2's attention output scale (0: none)
+    head_dim_v: int = 0
+    attn_value_scale: float = 0.0
+    # step35: heads per block, the sliding-window blocks' rotated dims, the SwiGLU clamps per block
+    n_heads: tuple[int, ...] = ()
+    n_rot_swa: int = 0
+    swiglu_clamp_exp: tuple[float, ...] = ()
+    swiglu_clamp_shexp: tuple[float, ...] = ()
+
+    @property
+    def hd_v(self) -> int:
+        return self.head_dim_v or self.head_dim
+
+    def n_embd_v_gqa(self, il: int) -> int:
+        return self.hd_v * self.n_head_kv[il]
 
     def n_embd_gqa(self, il: int) -> int:
         return self.head_dim * self.n_head_kv[il]
@@ -327,7 +375,8 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
     head_dim = heads[0].head_dim_k
     # a model of recurrent blocks alone (mamba2) has no heads at all
     recurrent_only = not attending and all(lf.kind is AttnKind.RECURRENT for lf in trunk)
-    if any(lf.head_dim_k != lf.head_dim_v or lf.head_dim_k != head_dim for lf in heads):
+    head_dim_v = heads[0].head_dim_v if spec.v_head_own else head_dim
+    if any(lf.head_dim_v != head_dim_v or lf.head_dim_k != head_dim for lf in heads):
         raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")
     n_rot = int(_get(model, Keys.Rope.DIMENSION_COUNT, head_dim) or head_dim)
     scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=arch), "none") or "none")
@@ -345,7 +394,7 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         big = facts.n_layer == spec.big_model_layers
         q_scale = 1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if big else kq_scale
         kq_scale = 1.0
-    dense = _dense_scales(model, spec)
+    dense: dict[str, Any] = dict(_dense_scales(model, spec))   # spread among fields of other types
     kq_scale = dense.pop("kq_scale", kq_scale)
     window = max((lf.window for lf in trunk), default=0)
     freq_base = _get(model, Keys.Rope.FREQ_BASE, 10000.0) or 10000.0
@@ -366,7 +415,30 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
         n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
         xielu=_xielu(model, spec, facts.n_layer), **dense,
         routing=read_routing(model, spec, facts.n_layer) if spec.ffn is FfnKind.MOE else None,
+        head_dim_v=head_dim_v if head_dim_v != head_dim else 0, attn_value_scale=_value_scale(model, spec),
+        **(_per_block(model, trunk, n_rot) if spec.per_block_heads else {}),
     )
+
+
+def _per_block(model: ModelFile, trunk: list[LayerFacts], n_rot: int) -> dict[str, Any]:
+    """step35: each block's heads, the sliding-window blocks' rope.dimension_count_swa (load_hparams: the
+    unhalved rope.dimension_count when absent) and the SwiGLU clamps (get_key_or_arr, absent: none)."""
+    n = len(trunk)
+    clamps = {}
+    for field, template in (("swiglu_clamp_exp", Keys.LLM.SWIGLU_CLAMP_EXP),
+                            ("swiglu_clamp_shexp", Keys.LLM.SWIGLU_CLAMP_SHEXP)):
+        v = model.metadata.get(template.format(arch=model.architecture), 0.0)
+        clamps[field] = tuple(float(x) for x in v)[:n] if isinstance(v, (list, tuple)) else (float(v),) * n
+    return dict(n_heads=tuple(lf.n_head for lf in trunk),
+                n_rot_swa=int(_get(model, Keys.Rope.DIMENSION_COUNT_SWA, n_rot) or n_rot), **clamps)
+
+
+def _value_scale(model: ModelFile, spec: ArchSpec) -> float:
+    """mimo2.cpp load_arch_hparams: f_attn_value_scale only where the key is set and not 1."""
+    if not spec.value_scale_key:
+        return 0.0
+    v = _get(model, LLM_KV_ATTENTION_VALUE_SCALE, 0.0)
+    return 0.0 if v == 1.0 else v
 
 
 def _dense_scales(model: ModelFile, spec: ArchSpec) -> dict[str, float]:
@@ -419,6 +491,10 @@ def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
     step = int(_get(model, Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 0)) if moe.layer_step else 1
     if step <= 0:   # ernie4-5-moe.cpp asserts n_moe_layer_step > 0
         raise GGUFError(model.path, f"{arch}: interleave_moe_layer_step must be > 0")
+    moe_layers = tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer))
+    if moe.moe_where_router:
+        moe_layers = tuple(model.tensor(tensor_name(MODEL_TENSOR.FFN_GATE_INP, il)) is not None
+                           for il in range(n_layer))
     return MoeRouting(gating=gating, norm_w=norm_w,
                       w_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0) if moe.scale_key else 0.0,
-                      moe_layers=tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer)))
+                      moe_layers=moe_layers)

@@ -111,23 +111,26 @@ class KVCache:
 
     def __init__(self, n_embd_gqa: list[int], swa: list[bool], sizes: dict[CacheKind, int], window: int,
                  v_trans: bool, type_k: GGMLType = GGMLType.F16, type_v: GGMLType | None = None,
-                 n_stream: int = 1, head_dim: int = 0) -> None:
+                 n_stream: int = 1, head_dim: int = 0, n_embd_v_gqa: list[int] | None = None,
+                 head_dim_v: int = 0) -> None:
+        """`n_embd_v_gqa` and `head_dim_v`: V's widths where they differ from K's (mimo2), else None and 0."""
         type_v = type_k if type_v is None else type_v
         self.v_trans = v_trans
         self.n_stream = n_stream
         self.type_k, self.type_v = type_k, type_v
         self.rot_k = rotation_size(type_k, head_dim, widest=True)
-        self.rot_v = rotation_size(type_v, head_dim, widest=False)
+        self.rot_v = rotation_size(type_v, head_dim_v or head_dim, widest=False)
         self.kinds = [CacheKind.SWA if s else CacheKind.BASE for s in swa]
         self.tables = {k: CellTable.empty(sizes[k], window if k is CacheKind.SWA else 0)
                        for k in set(self.kinds)}
-        v_width = max(n_embd_gqa)
+        v_widths = n_embd_gqa if n_embd_v_gqa is None else n_embd_v_gqa
+        v_width = max(v_widths)
         self.k: list[Tensor] = []
         self.v: list[Tensor] = []
-        for il, width in enumerate(n_embd_gqa):
+        for il, (width, width_v) in enumerate(zip(n_embd_gqa, v_widths, strict=True)):
             size = sizes[self.kinds[il]]
             self.k.append(Tensor(type_k, (width, size, n_stream), name=f"cache_k_l{il}"))
-            self.v.append(Tensor(type_v, (v_width if v_trans else width, size, n_stream), name=f"cache_v_l{il}"))
+            self.v.append(Tensor(type_v, (v_width if v_trans else width_v, size, n_stream), name=f"cache_v_l{il}"))
 
     def kind_order(self) -> list[CacheKind]:
         """Kinds in llama.cpp's input order: the base cache's inputs first, then the SWA cache's."""

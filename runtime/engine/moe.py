@@ -28,6 +28,8 @@ WEIGHT_SUM_MIN = 6.103515625e-5
 # LLM_FFN_SWIGLU_OAI_MOE's constants (build_moe_ffn)
 SWIGLU_OAI_ALPHA = 1.702
 SWIGLU_OAI_LIMIT = 7.0
+# moe26: llama-graph.cpp build_ffn / build_moe_ffn: a SwiGLU clamp at or below this is none
+CLAMP_EPS = 1e-6
 
 
 def _experts(weight: Callable[[str], Tensor], bias: Callable[[str], Tensor | None], lora: Adapters, kind: T,
@@ -63,6 +65,8 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     probs = _gate(logits, route.gating, il)
     selection = probs
     selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
+    if selection_bias is None and moe.probs_b_bare:   # moe26: hy_v3's blk.N.exp_probs_b
+        selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias").removesuffix(".bias"))
     if selection_bias is not None:   # chooses the experts; their weights stay the unbiased probabilities
         selection = B.add(probs, selection_bias, name=f"ffn_moe_probs_biased-{il}")
     order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
@@ -81,6 +85,9 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     up = _experts(weight, bias, lora, T.FFN_UP_EXP, x, selected, il, "up")
     if moe.gate_optional and bias(tensor_name(T.FFN_GATE_EXP, il)) is None:   # no gate: silu(up)
         act = B.unary(up, "SILU", name=f"ffn_moe_silu-{il}")
+    elif hp.swiglu_clamp_exp and hp.swiglu_clamp_exp[il] > CLAMP_EPS:   # moe26: step35's clamped SwiGLU
+        gate = _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate")
+        act = clamped_swiglu(gate, up, hp.swiglu_clamp_exp[il], il, "ffn_moe")
     else:
         act = _glu(moe.glu, _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate"), up, il)
     experts = _experts(weight, bias, lora, T.FFN_DOWN_EXP, act, selected, il, "down")
@@ -131,6 +138,15 @@ def build_moe_layer(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, 
         gate = B._node(Op.DIV, g.ne, [B.unary(g, "SILU"), g], f"ffn_shexp_gate-{il}")
         shared = B.mul(shared, gate, name=f"ffn_shexp_out-{il}")
     return B.add(routed, shared, name=f"ffn_out-{il}")
+
+
+def clamped_swiglu(gate: Tensor, up: Tensor, limit: float, il: int, prefix: str) -> Tensor:
+    """moe26: build_ffn / build_moe_ffn's SwiGLU with a limit (step35): clamp(up, -limit, limit) times
+    silu(gate) clamped from above by limit."""
+    up = B._node(Op.CLAMP, up.ne, [up], f"{prefix}_up_clamped-{il}", min=-limit, max=limit)
+    act = B.unary(gate, "SILU", name=f"{prefix}_silu-{il}")
+    act = B._node(Op.CLAMP, act.ne, [act], f"{prefix}_silu_clamped-{il}", min=float("-inf"), max=limit)
+    return B.mul(act, up, name=f"{prefix}_swiglu_limited-{il}")
 
 
 def normalized_weights(weights: Tensor, k: int, n_tokens: int, il: int) -> Tensor:

@@ -54,12 +54,14 @@ from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.mimo2 import MIMO2, Mimo2Builder
 from runtime.engine.msa import index_cache, msa_builder, read_msa
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
 from runtime.engine.phimoe import PHIMOE, PhimoeBuilder
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.qwen35 import QWEN35, QWEN35MOE, Qwen35Builder
 from runtime.engine.recurrent import RecurrentStates
+from runtime.engine.step35 import STEP35, Step35Builder
 from runtime.ggml.backend import (
     UNLIMITED,
     Backend,
@@ -169,7 +171,7 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
-    AFMOE: AfmoeBuilder, PHIMOE: PhimoeBuilder,
+    AFMOE: AfmoeBuilder, PHIMOE: PhimoeBuilder, STEP35: Step35Builder, MIMO2: Mimo2Builder,
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
 HAND_BUILT = frozenset(STATE_BUILDERS) | frozenset(PLAIN_BUILDERS) | {LLAMA4} | FUSED_ARCHS | MSA_ARCHS
@@ -316,9 +318,14 @@ class ModelRunner:
         # untransposed (attn_v_trans = !flash_attn at creation)
         self.auto_fa_off = self.flags.flash_attn == "auto" and not cp.flash_attn
         k_only = isinstance(hp, MlaHParams)   # an MLA cache holds K; V is a view of it (llama-kv-cache.cpp has_v)
+        # moe26: V heads of their own width (mimo2)
+        head_dim_v = hp.head_dim_v if isinstance(hp, HParams) else 0
+        v_widths = [hp.n_embd_v_gqa(il) for il in range(hp.n_layer)] if isinstance(hp, HParams) and head_dim_v \
+            else None
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
                           v_trans=not cp.flash_attn and not k_only and not self.auto_fa_off, type_k=settings.type_k,
-                          type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim)
+                          type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim,
+                          n_embd_v_gqa=v_widths, head_dim_v=head_dim_v)
         if hp.arch in NO_MEMORY:   # create_memory makes none: the layers attend over the ubatch itself
             return
         by_device: dict[str, list[Tensor]] = {}

@@ -246,6 +246,7 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "GELU": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
     "RELU": lambda x: np.maximum(x, 0.0),
     "TANH": np.tanh,
+    "SIGMOID": lambda x: 1.0 / (1.0 + np.exp(-x)),   # moe26: sigmoid routers and step35's head gate
 }
 
 
