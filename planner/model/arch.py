@@ -114,6 +114,8 @@ KNOWN_DENSE = frozenset({
     # mla: deepseek2's model class (src/models/models.h), its K-only MLA cache; the DSA models add an
     # indexer key cache (INDEXER_RULES)
     "mistral4", "deepseek32", "glm-dsa",
+    # embed: the BERT-family encoders; create_memory gives them no cache (NO_MEMORY)
+    "bert", "nomic-bert", "jina-bert-v3",
 })
 
 
@@ -140,7 +142,8 @@ INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
 
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
-NO_MEMORY = frozenset({"gemma-embedding"})
+NO_MEMORY = frozenset({"gemma-embedding",
+                       "bert", "nomic-bert", "jina-bert-v3"})   # embed
 
 
 @dataclass(frozen=True)

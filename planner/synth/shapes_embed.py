@@ -1,0 +1,119 @@
+"""The BERT family of encoders llama-server serves with --embedding / --rerank, as GGUF headers the pinned
+llama.cpp loads: tiny files for the builder tests and shape-faithful files of published models for the peer
+matrix.
+
+`bert_spec` lays a file out as the architecture's `load_arch_tensors` creates it (src/models/bert.cpp,
+nomic-bert.cpp, jina-bert-v3.cpp at the pinned build): token embeddings, the token-type table, BERT's learned
+positions (bert only: the others rope), the embeddings' LayerNorm, then per block Q/K/V (fused or separate),
+the output projection, two post-LayerNorms with biases and the FFN (GELU over ffn_up for bert and jina-bert-v3,
+SiLU-gated for nomic-bert). Biases follow the published checkpoints: BERT and XLM-RoBERTa have them on every
+linear layer, nomic-bert on none. `EmbedTypes` holds the tensor types of a Q4_K_M-like file (rows that are not
+a multiple of 256 fall back as llama-quantize does). The data is a sparse hole (gguf_factory.write_model).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gguf import GGML_QUANT_SIZES, MODEL_TENSOR, Keys
+
+from planner.synth.gguf_factory import ModelSpec, Q, add_tokenizer
+
+T = MODEL_TENSOR
+# llama-quantize's fallback when a row is not a multiple of a k-quant's 256 elements
+_FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+# the encoders' pooling (llama.h llama_pooling_type) as their converters write it
+POOLING_MEAN, POOLING_CLS = 1, 2
+
+BERT, NOMIC_BERT, JINA_BERT_V3 = "bert", "nomic-bert", "jina-bert-v3"
+FUSED_QKV = frozenset({NOMIC_BERT, JINA_BERT_V3})   # one attn_qkv (convert_hf_to_gguf's layout)
+LINEAR_BIAS = frozenset({BERT, JINA_BERT_V3})       # every linear layer has a bias
+GATED_FFN = frozenset({NOMIC_BERT})                 # ffn_gate beside ffn_up (SwiGLU)
+ROPED = frozenset({NOMIC_BERT, JINA_BERT_V3})       # no position_embd table
+
+
+@dataclass(frozen=True)
+class EncoderDims:
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_ff: int
+    n_vocab: int
+    n_ctx: int
+    n_token_types: int = 2
+    pooling: int = POOLING_CLS
+    rope_base: float = 10000.0
+
+
+@dataclass(frozen=True)
+class EmbedTypes:
+    mat: Q = Q.Q4_K      # attn_q/k/qkv, attn_output, ffn_up, ffn_gate
+    v: Q = Q.Q6_K        # attn_v (the separate layout)
+    down: Q = Q.Q6_K     # ffn_down
+    embd: Q = Q.Q4_K     # token_embd
+    small: Q = Q.F32     # norms, biases, token types and positions
+
+
+def _fit(qtype: Q, row: int) -> Q:
+    block = GGML_QUANT_SIZES[qtype][0]
+    return qtype if row % block == 0 else _FALLBACK.get(qtype, Q.Q8_0)
+
+
+def bert_spec(arch: str, d: EncoderDims, ty: EmbedTypes = EmbedTypes()) -> ModelSpec:
+    """A bert, nomic-bert or jina-bert-v3 file: the tensors its load_arch_tensors requires, and the optional
+    ones (biases, token types) a converted checkpoint has."""
+    if arch not in (BERT, NOMIC_BERT, JINA_BERT_V3):
+        raise ValueError(f"bert_spec lays out bert, nomic-bert and jina-bert-v3, not {arch}")
+    e, ff = d.n_embd, d.n_ff
+    spec = ModelSpec(arch)
+    spec.metadata.update({
+        Keys.LLM.BLOCK_COUNT: d.n_layer, Keys.LLM.EMBEDDING_LENGTH: e, Keys.LLM.CONTEXT_LENGTH: d.n_ctx,
+        Keys.LLM.FEED_FORWARD_LENGTH: ff, Keys.Attention.HEAD_COUNT: d.n_head,
+        Keys.Attention.LAYERNORM_EPS: 1e-12, Keys.Attention.CAUSAL: False, Keys.LLM.POOLING_TYPE: d.pooling,
+        Keys.General.FILE_TYPE: 15, Keys.Tokenizer.TOKEN_TYPE_COUNT: d.n_token_types,
+    })
+    if arch in ROPED:
+        spec.metadata[Keys.Rope.FREQ_BASE] = d.rope_base
+    add_tokenizer(spec, d.n_vocab, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    bias = arch in LINEAR_BIAS
+    spec.add(T.TOKEN_EMBD, _fit(ty.embd, e), (e, d.n_vocab))
+    spec.add(T.TOKEN_TYPES, ty.small, (e, d.n_token_types))
+    if arch not in ROPED:
+        spec.add(T.POS_EMBD, ty.small, (e, d.n_ctx))
+    spec.add(T.TOKEN_EMBD_NORM, ty.small, (e,))
+    spec.add(T.TOKEN_EMBD_NORM, ty.small, (e,), suffix="bias")
+    for i in range(d.n_layer):
+        if arch in FUSED_QKV:
+            spec.add(T.ATTN_QKV, _fit(ty.mat, e), (e, 3 * e), i)
+            if bias:
+                spec.add(T.ATTN_QKV, ty.small, (3 * e,), i, "bias")
+        else:
+            for kind, qtype in ((T.ATTN_Q, ty.mat), (T.ATTN_K, ty.mat), (T.ATTN_V, ty.v)):
+                spec.add(kind, _fit(qtype, e), (e, e), i)
+                if bias:
+                    spec.add(kind, ty.small, (e,), i, "bias")
+        spec.add(T.ATTN_OUT, _fit(ty.mat, e), (e, e), i)
+        if bias:
+            spec.add(T.ATTN_OUT, ty.small, (e,), i, "bias")
+        spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i)
+        spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i, "bias")
+        spec.add(T.FFN_UP, _fit(ty.mat, e), (e, ff), i)
+        if bias:
+            spec.add(T.FFN_UP, ty.small, (ff,), i, "bias")
+        if arch in GATED_FFN:
+            spec.add(T.FFN_GATE, _fit(ty.mat, e), (e, ff), i)
+        spec.add(T.FFN_DOWN, _fit(ty.down, ff), (ff, e), i)
+        if bias:
+            spec.add(T.FFN_DOWN, ty.small, (e,), i, "bias")
+        spec.add(T.LAYER_OUT_NORM, ty.small, (e,), i)
+        spec.add(T.LAYER_OUT_NORM, ty.small, (e,), i, "bias")
+    return spec
+
+
+TINY_TYPES = EmbedTypes(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0)
+
+
+def tiny_bert(arch: str, n_layer: int = 2, n_ctx: int = 512) -> ModelSpec:
+    """A two-block encoder of 128 wide, 4 heads of 32, n_ff 256, 512 tokens (Q8_0 matrices)."""
+    return bert_spec(arch, EncoderDims(n_layer=n_layer, n_embd=128, n_head=4, n_ff=256, n_vocab=512, n_ctx=n_ctx),
+                     TINY_TYPES)

@@ -1,0 +1,32 @@
+"""The BERT-family encoders (bert, nomic-bert, jina-bert-v3) on tiny files: no cache at all (llama_model::
+create_memory gives them none, and llama-fit-params --fit-print prints a context of 0 for them), and the graph
+against the pinned llama.cpp's figures on the very same files (llama-fit-params -v: "graph: nodes = N",
+"CPU compute buffer size = X MiB"). llama-fit-params accepts neither --embedding nor --pooling, so its reserve is
+the trunk without pooling (llm_graph_context::build_pooling returns early without cparams.embeddings)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.llama.context import model_context
+from planner.memory.estimate import estimate
+from planner.synth.shapes_embed import BERT, JINA_BERT_V3, NOMIC_BERT, tiny_bert
+from tests.support.reserve_checks import assert_reserve_equals
+
+ARCHS = (BERT, NOMIC_BERT, JINA_BERT_V3)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """Two blocks of 128 wide, 4 heads of 32, n_ff 256, 512 tokens of context."""
+    root = tmp_path_factory.mktemp("embed")
+    return {arch: tiny_bert(arch).write(root / f"{arch}.gguf")[0] for arch in ARCHS}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_layer_owns_a_cache(models: dict[str, Path], arch: str) -> None:
+    facts = model_context(str(models[arch])).facts
+    assert facts.known and not any(lf.has_kv for lf in facts.layers)
+    est = estimate(str(models[arch]), ["-c", "512"])
+    assert [d.context_bytes for d in est.devices] == [0] * len(est.devices)
