@@ -75,7 +75,6 @@ def bert_spec(arch: str, d: EncoderDims, ty: EmbedTypes = EmbedTypes()) -> Model
         spec.metadata[Keys.Rope.FREQ_BASE] = d.rope_base
     add_tokenizer(spec, d.n_vocab, n_merges=1)
     spec.metadata[Keys.Tokenizer.PRE] = "default"
-    bias = arch in LINEAR_BIAS
     spec.add(T.TOKEN_EMBD, _fit(ty.embd, e), (e, d.n_vocab))
     spec.add(T.TOKEN_TYPES, ty.small, (e, d.n_token_types))
     if arch not in ROPED:
@@ -83,31 +82,34 @@ def bert_spec(arch: str, d: EncoderDims, ty: EmbedTypes = EmbedTypes()) -> Model
     spec.add(T.TOKEN_EMBD_NORM, ty.small, (e,))
     spec.add(T.TOKEN_EMBD_NORM, ty.small, (e,), suffix="bias")
     for i in range(d.n_layer):
-        if arch in FUSED_QKV:
-            spec.add(T.ATTN_QKV, _fit(ty.mat, e), (e, 3 * e), i)
-            if bias:
-                spec.add(T.ATTN_QKV, ty.small, (3 * e,), i, "bias")
-        else:
-            for kind, qtype in ((T.ATTN_Q, ty.mat), (T.ATTN_K, ty.mat), (T.ATTN_V, ty.v)):
-                spec.add(kind, _fit(qtype, e), (e, e), i)
-                if bias:
-                    spec.add(kind, ty.small, (e,), i, "bias")
-        spec.add(T.ATTN_OUT, _fit(ty.mat, e), (e, e), i)
-        if bias:
-            spec.add(T.ATTN_OUT, ty.small, (e,), i, "bias")
-        spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i)
-        spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i, "bias")
-        spec.add(T.FFN_UP, _fit(ty.mat, e), (e, ff), i)
-        if bias:
-            spec.add(T.FFN_UP, ty.small, (ff,), i, "bias")
-        if arch in GATED_FFN:
-            spec.add(T.FFN_GATE, _fit(ty.mat, e), (e, ff), i)
-        spec.add(T.FFN_DOWN, _fit(ty.down, ff), (ff, e), i)
-        if bias:
-            spec.add(T.FFN_DOWN, ty.small, (e,), i, "bias")
-        spec.add(T.LAYER_OUT_NORM, ty.small, (e,), i)
-        spec.add(T.LAYER_OUT_NORM, ty.small, (e,), i, "bias")
+        _block(spec, arch, i, d, ty)
     return spec
+
+
+def _linear(spec: ModelSpec, arch: str, kind: MODEL_TENSOR, qtype: Q, shape: tuple[int, int], i: int,
+            ty: EmbedTypes) -> None:
+    spec.add(kind, _fit(qtype, shape[0]), shape, i)
+    if arch in LINEAR_BIAS:
+        spec.add(kind, ty.small, (shape[1],), i, "bias")
+
+
+def _block(spec: ModelSpec, arch: str, i: int, d: EncoderDims, ty: EmbedTypes) -> None:
+    """One block as load_arch_tensors creates it: Q/K/V, output, two LayerNorms and the FFN."""
+    e, ff = d.n_embd, d.n_ff
+    if arch in FUSED_QKV:
+        _linear(spec, arch, T.ATTN_QKV, ty.mat, (e, 3 * e), i, ty)
+    else:
+        for kind, qtype in ((T.ATTN_Q, ty.mat), (T.ATTN_K, ty.mat), (T.ATTN_V, ty.v)):
+            _linear(spec, arch, kind, qtype, (e, e), i, ty)
+    _linear(spec, arch, T.ATTN_OUT, ty.mat, (e, e), i, ty)
+    spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i)
+    spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i, "bias")
+    _linear(spec, arch, T.FFN_UP, ty.mat, (e, ff), i, ty)
+    if arch in GATED_FFN:
+        spec.add(T.FFN_GATE, _fit(ty.mat, e), (e, ff), i)
+    _linear(spec, arch, T.FFN_DOWN, ty.down, (ff, e), i, ty)
+    spec.add(T.LAYER_OUT_NORM, ty.small, (e,), i)
+    spec.add(T.LAYER_OUT_NORM, ty.small, (e,), i, "bias")
 
 
 TINY_TYPES = EmbedTypes(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0)
@@ -117,3 +119,25 @@ def tiny_bert(arch: str, n_layer: int = 2, n_ctx: int = 512) -> ModelSpec:
     """A two-block encoder of 128 wide, 4 heads of 32, n_ff 256, 512 tokens (Q8_0 matrices)."""
     return bert_spec(arch, EncoderDims(n_layer=n_layer, n_embd=128, n_head=4, n_ff=256, n_vocab=512, n_ctx=n_ctx),
                      TINY_TYPES)
+
+
+# --- shape-faithful files of published encoders (their config.json) ------------------------------------------------
+def bge_large_en_v15() -> ModelSpec:
+    """BAAI/bge-large-en-v1.5 (bert): 24 layers, 1024 wide, 16 heads, n_ff 4096, 30522 tokens, 512 positions,
+    2 token types, CLS pooling."""
+    return bert_spec(BERT, EncoderDims(n_layer=24, n_embd=1024, n_head=16, n_ff=4096, n_vocab=30522, n_ctx=512))
+
+
+def nomic_embed_text_v15() -> ModelSpec:
+    """nomic-ai/nomic-embed-text-v1.5 (nomic-bert): 12 layers, 768 wide, 12 heads, SwiGLU n_inner 3072, 30528
+    tokens, 2048 trained positions, rotary base 1000, 2 token types, mean pooling."""
+    return bert_spec(NOMIC_BERT, EncoderDims(n_layer=12, n_embd=768, n_head=12, n_ff=3072, n_vocab=30528,
+                                             n_ctx=2048, pooling=POOLING_MEAN, rope_base=1000.0))
+
+
+def jina_embeddings_v3() -> ModelSpec:
+    """jinaai/jina-embeddings-v3 (jina-bert-v3, an XLM-RoBERTa-large trunk): 24 layers, 1024 wide, 16 heads,
+    n_ff 4096, 250002 tokens, 8194 positions, rotary base 20000, 1 token type, mean pooling."""
+    return bert_spec(JINA_BERT_V3, EncoderDims(n_layer=24, n_embd=1024, n_head=16, n_ff=4096, n_vocab=250002,
+                                               n_ctx=8194, n_token_types=1, pooling=POOLING_MEAN,
+                                               rope_base=20000.0))

@@ -122,6 +122,8 @@ class ArchSpec:
     # moe: attention facts of the mixture-of-experts architectures
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
     nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
+    # embed: the BERT-family encoders (runtime/engine/bert.py)
+    learned_pos: bool = False    # bert: position_embd rows added to the input instead of RoPE
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -235,6 +237,14 @@ ARCHS: dict[str, ArchSpec] = {
     "gemma-embedding": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True,
                                 q_prescale=True),
 }
+
+# the BERT-family encoders (helper embed): bert.cpp's post-norm blocks with LayerNorm and biases, without a cache;
+# runtime/engine/bert.py builds them
+ARCHS.update({
+    "bert": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True, learned_pos=True),
+    "nomic-bert": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
+    "jina-bert-v3": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
+})
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
 DEFAULT_FREQ_BASE_SWA = 10000.0

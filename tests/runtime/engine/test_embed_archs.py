@@ -30,3 +30,20 @@ def test_no_layer_owns_a_cache(models: dict[str, Path], arch: str) -> None:
     assert facts.known and not any(lf.has_kv for lf in facts.layers)
     est = estimate(str(models[arch]), ["-c", "512"])
     assert [d.context_bytes for d in est.devices] == [0] * len(est.devices)
+
+
+# llama-fit-params -v on the files of `models` ("graph: nodes = N", "CPU compute buffer size = X MiB")
+LLAMA_CPP_RESERVE = {
+    BERT: {"-c 512": (74, 1.88), "-c 512 -fa off": (80, 6.51), "-c 512 -ub 128": (74, 0.38),
+           "-c 512 -np 2": (74, 1.88)},
+    NOMIC_BERT: {"-c 512": (62, 2.76), "-c 512 -fa off": (68, 7.01), "-c 512 -ub 128": (62, 0.60),
+                 "-c 512 -np 2": (62, 2.76)},
+    JINA_BERT_V3: {"-c 512": (68, 2.38), "-c 512 -fa off": (74, 7.01), "-c 512 -ub 128": (68, 0.50),
+                   "-c 512 -np 2": (68, 2.38)},
+}
+
+
+@pytest.mark.parametrize(("arch", "flags"), [(a, f) for a, rows in LLAMA_CPP_RESERVE.items() for f in rows])
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(models: dict[str, Path], arch: str, flags: str) -> None:
+    assert_reserve_equals(models[arch], flags, *LLAMA_CPP_RESERVE[arch][flags])
+    assert estimate(str(models[arch]), flags.split()).compute_model == "simulated"
