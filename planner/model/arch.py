@@ -76,6 +76,8 @@ SWA_RULES: dict[str, SwaRule] = {
     # gemma4 reads its per-layer flags as a required array (src/models/gemma4.cpp load_arch_hparams); the
     # pattern only stands for a file without one, which llama.cpp refuses
     "gemma4": SwaRule(0),
+    # embed: modern-bert's symmetric windows in every block but each third from block 0, once the file sets a window
+    "modern-bert": SwaRule(3, dense_first=True, needs_window_key=True),
 }
 
 
@@ -143,7 +145,7 @@ INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
 NO_MEMORY = frozenset({"gemma-embedding",
-                       "bert", "nomic-bert", "jina-bert-v3"})   # embed
+                       "bert", "nomic-bert", "jina-bert-v3", "modern-bert"})   # embed
 
 
 @dataclass(frozen=True)

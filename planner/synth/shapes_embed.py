@@ -24,7 +24,7 @@ _FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 # the encoders' pooling (llama.h llama_pooling_type) as their converters write it
 POOLING_MEAN, POOLING_CLS = 1, 2
 
-BERT, NOMIC_BERT, JINA_BERT_V3 = "bert", "nomic-bert", "jina-bert-v3"
+BERT, NOMIC_BERT, JINA_BERT_V3, MODERN_BERT = "bert", "nomic-bert", "jina-bert-v3", "modern-bert"
 FUSED_QKV = frozenset({NOMIC_BERT, JINA_BERT_V3})   # one attn_qkv (convert_hf_to_gguf's layout)
 LINEAR_BIAS = frozenset({BERT, JINA_BERT_V3})       # every linear layer has a bias
 GATED_FFN = frozenset({NOMIC_BERT})                 # ffn_gate beside ffn_up (SwiGLU)
@@ -112,13 +112,44 @@ def _block(spec: ModelSpec, arch: str, i: int, d: EncoderDims, ty: EmbedTypes) -
     spec.add(T.LAYER_OUT_NORM, ty.small, (e,), i, "bias")
 
 
+def modern_bert_spec(d: EncoderDims, window: int, pattern: int, ty: EmbedTypes = EmbedTypes()) -> ModelSpec:
+    """A modern-bert file (src/models/modern-bert.cpp load_arch_tensors): LayerNorms without biases, no attn_norm in
+    block 0, a fused attn_qkv, a GeGLU ffn_up of 2 * n_ff, an output norm and no biases anywhere; sliding-window
+    attention in every block but each pattern-th (from block 0)."""
+    e, ff = d.n_embd, d.n_ff
+    spec = ModelSpec(MODERN_BERT)
+    spec.metadata.update({
+        Keys.LLM.BLOCK_COUNT: d.n_layer, Keys.LLM.EMBEDDING_LENGTH: e, Keys.LLM.CONTEXT_LENGTH: d.n_ctx,
+        Keys.LLM.FEED_FORWARD_LENGTH: ff, Keys.Attention.HEAD_COUNT: d.n_head, Keys.LLM.VOCAB_SIZE: d.n_vocab,
+        Keys.Attention.LAYERNORM_EPS: 1e-5, Keys.Attention.CAUSAL: False, Keys.LLM.POOLING_TYPE: d.pooling,
+        Keys.General.FILE_TYPE: 15, Keys.Rope.FREQ_BASE: d.rope_base,
+        Keys.Attention.SLIDING_WINDOW: window, Keys.Attention.SLIDING_WINDOW_PATTERN: pattern,
+    })
+    add_tokenizer(spec, d.n_vocab, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    spec.add(T.TOKEN_EMBD, _fit(ty.embd, e), (e, d.n_vocab))
+    spec.add(T.TOKEN_EMBD_NORM, ty.small, (e,))
+    spec.add(T.OUTPUT_NORM, ty.small, (e,))
+    for i in range(d.n_layer):
+        if i:
+            spec.add(T.ATTN_NORM, ty.small, (e,), i)
+        spec.add(T.ATTN_QKV, _fit(ty.mat, e), (e, 3 * e), i)
+        spec.add(T.ATTN_OUT, _fit(ty.mat, e), (e, e), i)
+        spec.add(T.FFN_UP, _fit(ty.mat, e), (e, 2 * ff), i)
+        spec.add(T.FFN_DOWN, _fit(ty.down, ff), (ff, e), i)
+        spec.add(T.FFN_NORM, ty.small, (e,), i)
+    return spec
+
+
 TINY_TYPES = EmbedTypes(mat=Q.Q8_0, v=Q.Q8_0, down=Q.Q8_0, embd=Q.Q8_0)
 
 
 def tiny_bert(arch: str, n_layer: int = 2, n_ctx: int = 512) -> ModelSpec:
-    """A two-block encoder of 128 wide, 4 heads of 32, n_ff 256, 512 tokens (Q8_0 matrices)."""
-    return bert_spec(arch, EncoderDims(n_layer=n_layer, n_embd=128, n_head=4, n_ff=256, n_vocab=512, n_ctx=n_ctx),
-                     TINY_TYPES)
+    """An encoder of n_layer blocks, 128 wide, 4 heads of 32, n_ff 256, 512 tokens (Q8_0 matrices)."""
+    dims = EncoderDims(n_layer=n_layer, n_embd=128, n_head=4, n_ff=256, n_vocab=512, n_ctx=n_ctx)
+    if arch == MODERN_BERT:   # sliding windows of 64 in blocks 1, 2, 4 (the pattern of 3 from block 0)
+        return modern_bert_spec(dims, window=64, pattern=3, ty=TINY_TYPES)
+    return bert_spec(arch, dims, TINY_TYPES)
 
 
 # --- shape-faithful files of published encoders (their config.json) ------------------------------------------------
@@ -141,3 +172,11 @@ def jina_embeddings_v3() -> ModelSpec:
     return bert_spec(JINA_BERT_V3, EncoderDims(n_layer=24, n_embd=1024, n_head=16, n_ff=4096, n_vocab=250002,
                                                n_ctx=8194, n_token_types=1, pooling=POOLING_MEAN,
                                                rope_base=20000.0))
+
+
+def modernbert_base() -> ModelSpec:
+    """answerdotai/ModernBERT-base (gte-modernbert-base has its shape): 22 layers, 768 wide, 12 heads, GeGLU
+    n_ff 1152, 50368 tokens, 8192 positions, local windows of 128 with every third layer global, global rope
+    base 160000, CLS pooling."""
+    return modern_bert_spec(EncoderDims(n_layer=22, n_embd=768, n_head=12, n_ff=1152, n_vocab=50368, n_ctx=8192,
+                                        rope_base=160000.0), window=128, pattern=3)

@@ -17,17 +17,18 @@ from collections.abc import Mapping
 from gguf import MODEL_TENSOR as T
 
 from planner.gguf.reader import ModelFile, row_size
-from planner.model.tensors import TOKEN_EMBD, tensor_name
+from planner.model.tensors import OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.fused import FusedBuilder
 from runtime.engine.gemma_embedding import GemmaEmbeddingBuilder
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.ggml import build as B
-from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Tensor
+from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 
 I32, F16, F32 = GGMLType.I32, GGMLType.F16, GGMLType.F32
-BERT_ARCHS = frozenset({"bert", "nomic-bert", "jina-bert-v3"})
+BERT_ARCHS = frozenset({"bert", "nomic-bert", "jina-bert-v3", "modern-bert"})
+MODERN_BERT = "modern-bert"
 TOKEN_TYPES = "token_types.weight"
 POS_EMBD = "position_embd.weight"
 TOKEN_EMBD_NORM = "token_embd_norm.weight"
@@ -84,4 +85,56 @@ class BertBuilder(FusedBuilder, GemmaEmbeddingBuilder):
         x.flags |= FLAG_OUTPUT     # res->t_embd
         g.expand(x)
         self.out.logits = x
+        return self.out
+
+
+class ModernBertBuilder(BertBuilder):
+    """src/models/modern-bert.cpp: pre-norm blocks (LayerNorm without bias; block 0 has no attn_norm), RoPE with the
+    sliding layers' own base, attention over the ubatch with a second mask for the sliding layers (symmetric
+    windows), a GeGLU over ffn_up's two halves, and an output norm closing the trunk."""
+
+    def _inputs(self, shape: BatchShape) -> None:
+        """modern-bert.cpp's order: inp_pos, the token inputs, out_ids, then the no-cache masks."""
+        hp, t = self.hp, shape.n_tokens
+        pos = B.new_input(I32, (t,), "inp_pos")
+        tokens = B.new_input(I32, (t,), "inp_tokens")
+        embd = B.new_input(F32, (hp.n_embd, t), "inp_embd")
+        out_ids = B.new_input(I32, (shape.n_outputs,), "out_ids")
+        attn = {}
+        for kind in [CacheKind.BASE] + ([CacheKind.SWA] if any(hp.swa) else []):
+            mask = B.new_input(F16 if self.flash_attn else F32, (t, t, 1, 1), "self_kq_mask")
+            attn[kind] = AttnInputs(mask, mask, mask)
+        self.out = BuiltGraph(Graph(), shape, tokens, embd, pos, out_ids, attn, logits=tokens)
+
+    def ffn(self, x: Tensor, il: int) -> Tensor:
+        """build_ffn(LLM_FFN_GEGLU, LLM_FFN_SEQ): ggml_geglu over ffn_up's halves, then ffn_down."""
+        up = self.lora.mm(self._need(tensor_name(T.FFN_UP, il)), x, name=f"ffn_up-{il}")
+        act = Tensor(up.type, (up.ne[0] // 2, *up.ne[1:]), name=f"ffn_geglu-{il}", op=Op.GLU, src=[up],
+                     op_params={"glu": "GEGLU"})
+        return self.lora.mm(self._need(tensor_name(T.FFN_DOWN, il)), act, name=f"ffn_out-{il}")
+
+    def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
+        normed = self.norm(x, tensor_name(T.ATTN_NORM, il), il) if self._w(tensor_name(T.ATTN_NORM, il)) else x
+        cur = self._attn_block(normed, il, n_tokens)
+        if il == self.hp.n_layer - 1:
+            cur, x = B.get_rows(cur, self.out.out_ids), B.get_rows(x, self.out.out_ids)
+        ffn_inp = B.add(cur, x, name=f"ffn_inp-{il}")
+        cur = self.ffn(self.norm(ffn_inp, tensor_name(T.FFN_NORM, il), il), il)
+        return B.add(cur, ffn_inp)
+
+    def build(self, shape: BatchShape) -> BuiltGraph:
+        hp = self.hp
+        self._inputs(shape)
+        g = self.out.graph
+        tok_embd = self._need(TOKEN_EMBD)
+        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
+        g.expand(x)
+        g.expand(self.out.embd)
+        x = self.norm(x, TOKEN_EMBD_NORM, 0)
+        for il in range(hp.n_layer):
+            x = self._layer(il, x, shape.n_tokens)
+        cur = self.norm(x, OUTPUT_NORM, -1)
+        cur.flags |= FLAG_OUTPUT     # res->t_embd
+        g.expand(cur)
+        self.out.logits = cur
         return self.out

@@ -244,6 +244,8 @@ ARCHS.update({
     "bert": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True, learned_pos=True),
     "nomic-bert": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
     "jina-bert-v3": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
+    # modern-bert.cpp: pre-norm blocks, a GeGLU over ffn_up's halves, sliding windows in two blocks of three
+    "modern-bert": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, layer_norm=True),
 })
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)

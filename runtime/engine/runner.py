@@ -35,7 +35,7 @@ from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import NO_MEMORY, AttnKind
-from runtime.engine.bert import BERT_ARCHS, BertBuilder
+from runtime.engine.bert import BERT_ARCHS, MODERN_BERT, BertBuilder, ModernBertBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
@@ -360,7 +360,8 @@ class ModelRunner:
         if self.hp.arch == GEMMA_EMBEDDING:
             return GemmaEmbeddingBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch in BERT_ARCHS:
-            return BertBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
+            encoder = ModernBertBuilder if self.hp.arch == MODERN_BERT else BertBuilder
+            return encoder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                n_ctx_seq=self.cp.n_ctx_seq)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,

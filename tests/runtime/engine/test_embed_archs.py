@@ -1,4 +1,4 @@
-"""The BERT-family encoders (bert, nomic-bert, jina-bert-v3) on tiny files: no cache at all (llama_model::
+"""The BERT-family encoders (bert, nomic-bert, jina-bert-v3, modern-bert) on tiny files: no cache at all (llama_model::
 create_memory gives them none, and llama-fit-params --fit-print prints a context of 0 for them), and the graph
 against the pinned llama.cpp's figures on the very same files (llama-fit-params -v: "graph: nodes = N",
 "CPU compute buffer size = X MiB"). llama-fit-params accepts neither --embedding nor --pooling, so its reserve is
@@ -11,17 +11,19 @@ import pytest
 
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
-from planner.synth.shapes_embed import BERT, JINA_BERT_V3, NOMIC_BERT, tiny_bert
+from planner.synth.shapes_embed import BERT, JINA_BERT_V3, MODERN_BERT, NOMIC_BERT, tiny_bert
 from tests.support.reserve_checks import assert_reserve_equals
 
-ARCHS = (BERT, NOMIC_BERT, JINA_BERT_V3)
+ARCHS = (BERT, NOMIC_BERT, JINA_BERT_V3, MODERN_BERT)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    """Two blocks of 128 wide, 4 heads of 32, n_ff 256, 512 tokens of context."""
+    """Two blocks (modern-bert: five, windows of 64 in blocks 1, 2 and 4) of 128 wide, 4 heads of 32, n_ff 256,
+    512 tokens of context."""
     root = tmp_path_factory.mktemp("embed")
-    return {arch: tiny_bert(arch).write(root / f"{arch}.gguf")[0] for arch in ARCHS}
+    return {arch: tiny_bert(arch, n_layer=5 if arch == MODERN_BERT else 2).write(root / f"{arch}.gguf")[0]
+            for arch in ARCHS}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -40,6 +42,8 @@ LLAMA_CPP_RESERVE = {
                  "-c 512 -np 2": (62, 2.76)},
     JINA_BERT_V3: {"-c 512": (68, 2.38), "-c 512 -fa off": (74, 7.01), "-c 512 -ub 128": (68, 0.50),
                    "-c 512 -np 2": (68, 2.38)},
+    MODERN_BERT: {"-c 512": (125, 3.26), "-c 512 -fa off": (140, 8.01), "-c 512 -ub 128": (125, 0.63),
+                  "-c 512 -np 2": (125, 3.26)},
 }
 
 
