@@ -117,7 +117,7 @@ KNOWN_DENSE = frozenset({
     # indexer key cache (INDEXER_RULES)
     "mistral4", "deepseek32", "glm-dsa",
     # embed: the BERT-family encoders; create_memory gives them no cache (NO_MEMORY)
-    "bert", "nomic-bert", "jina-bert-v3",
+    "bert", "nomic-bert", "jina-bert-v2", "jina-bert-v3",
 })
 
 
@@ -145,7 +145,7 @@ INDEXER_RULES: dict[str, Callable[[int, int], bool]] = {
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
 NO_MEMORY = frozenset({"gemma-embedding",
-                       "bert", "nomic-bert", "jina-bert-v3", "modern-bert"})   # embed
+                       "bert", "nomic-bert", "jina-bert-v2", "jina-bert-v3", "modern-bert"})   # embed
 
 
 @dataclass(frozen=True)

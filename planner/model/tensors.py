@@ -98,9 +98,10 @@ def layer_of(name: str) -> tuple[int | None, str]:
 
 
 # embed: architectures that create token_embd_norm (an LLM_TENSOR_LAYER_REPEATING tensor) with block 0's index, so
-# the embeddings' LayerNorm lives with block 0 (src/models/bert.cpp, nomic-bert.cpp, jina-bert-v3.cpp,
-# modern-bert.cpp load_arch_tensors); lfm2's output norm bears the same file name and stays an output tensor
-FIRST_LAYER_TOKEN_NORM_ARCHS = frozenset({"bert", "nomic-bert", "jina-bert-v3", "modern-bert"})
+# the embeddings' LayerNorm lives with block 0 (src/models/bert.cpp, nomic-bert.cpp, jina-bert-v2.cpp,
+# jina-bert-v3.cpp, modern-bert.cpp load_arch_tensors); lfm2's output norm bears the same file name and stays an
+# output tensor
+FIRST_LAYER_TOKEN_NORM_ARCHS = frozenset({"bert", "nomic-bert", "jina-bert-v2", "jina-bert-v3", "modern-bert"})
 TOKEN_EMBD_NORM = TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD_NORM]
 # embed: encoders whose load_arch_tensors creates no output matrix at all (no logits; src/models/bert.cpp,
 # nomic-bert.cpp, jina-bert-v2.cpp, jina-bert-v3.cpp, modern-bert.cpp): token_embd is not duplicated as one

@@ -3,12 +3,14 @@ llama.cpp loads: tiny files for the builder tests and shape-faithful files of pu
 matrix.
 
 `bert_spec` lays a file out as the architecture's `load_arch_tensors` creates it (src/models/bert.cpp,
-nomic-bert.cpp, jina-bert-v3.cpp at the pinned build): token embeddings, the token-type table, BERT's learned
-positions (bert only: the others rope), the embeddings' LayerNorm, then per block Q/K/V (fused or separate),
-the output projection, two post-LayerNorms with biases and the FFN (GELU over ffn_up for bert and jina-bert-v3,
-SiLU-gated for nomic-bert). Biases follow the published checkpoints: BERT and XLM-RoBERTa have them on every
-linear layer, nomic-bert on none. `EmbedTypes` holds the tensor types of a Q4_K_M-like file (rows that are not
-a multiple of 256 fall back as llama-quantize does). The data is a sparse hole (gguf_factory.write_model).
+nomic-bert.cpp, jina-bert-v2.cpp, jina-bert-v3.cpp at the pinned build; `modern_bert_spec` modern-bert.cpp's):
+token embeddings, the token-type table, BERT's learned positions (bert only: the others rope, jina-bert-v2 uses
+ALiBi), the embeddings' LayerNorm, then per block Q/K/V (fused or separate), the output projection, two
+post-LayerNorms with biases and the FFN (GELU over ffn_up for bert and jina-bert-v3, SiLU-gated for nomic-bert, a
+GeGLU over one ffn_up of 2 * n_ff for jina-bert-v2). Biases follow the published checkpoints: BERT and
+XLM-RoBERTa have them on every linear layer, nomic-bert on none. `EmbedTypes` holds the tensor types of a
+Q4_K_M-like file (rows that are not a multiple of 256 fall back as llama-quantize does). The data is a sparse hole
+(gguf_factory.write_model).
 """
 from __future__ import annotations
 
@@ -25,10 +27,13 @@ _FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 POOLING_MEAN, POOLING_CLS = 1, 2
 
 BERT, NOMIC_BERT, JINA_BERT_V3, MODERN_BERT = "bert", "nomic-bert", "jina-bert-v3", "modern-bert"
+JINA_BERT_V2 = "jina-bert-v2"
 FUSED_QKV = frozenset({NOMIC_BERT, JINA_BERT_V3})   # one attn_qkv (convert_hf_to_gguf's layout)
-LINEAR_BIAS = frozenset({BERT, JINA_BERT_V3})       # every linear layer has a bias
+LINEAR_BIAS = frozenset({BERT, JINA_BERT_V3, JINA_BERT_V2})   # biases on the linear layers (jina-bert-v2: not ffn_up)
 GATED_FFN = frozenset({NOMIC_BERT})                 # ffn_gate beside ffn_up (SwiGLU)
-ROPED = frozenset({NOMIC_BERT, JINA_BERT_V3})       # no position_embd table
+NO_POS_TABLE = frozenset({NOMIC_BERT, JINA_BERT_V3, JINA_BERT_V2})   # roped, or ALiBi (jina-bert-v2)
+ROPED = frozenset({NOMIC_BERT, JINA_BERT_V3})
+GLU_UP = frozenset({JINA_BERT_V2})                  # one ffn_up of 2 * n_ff, gate and up (GeGLU), without bias
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,8 @@ def _fit(qtype: Q, row: int) -> Q:
 def bert_spec(arch: str, d: EncoderDims, ty: EmbedTypes = EmbedTypes()) -> ModelSpec:
     """A bert, nomic-bert or jina-bert-v3 file: the tensors its load_arch_tensors requires, and the optional
     ones (biases, token types) a converted checkpoint has."""
-    if arch not in (BERT, NOMIC_BERT, JINA_BERT_V3):
-        raise ValueError(f"bert_spec lays out bert, nomic-bert and jina-bert-v3, not {arch}")
+    if arch not in (BERT, NOMIC_BERT, JINA_BERT_V3, JINA_BERT_V2):
+        raise ValueError(f"bert_spec lays out bert, nomic-bert, jina-bert-v2 and jina-bert-v3, not {arch}")
     e, ff = d.n_embd, d.n_ff
     spec = ModelSpec(arch)
     spec.metadata.update({
@@ -77,7 +82,7 @@ def bert_spec(arch: str, d: EncoderDims, ty: EmbedTypes = EmbedTypes()) -> Model
     spec.metadata[Keys.Tokenizer.PRE] = "default"
     spec.add(T.TOKEN_EMBD, _fit(ty.embd, e), (e, d.n_vocab))
     spec.add(T.TOKEN_TYPES, ty.small, (e, d.n_token_types))
-    if arch not in ROPED:
+    if arch not in NO_POS_TABLE:
         spec.add(T.POS_EMBD, ty.small, (e, d.n_ctx))
     spec.add(T.TOKEN_EMBD_NORM, ty.small, (e,))
     spec.add(T.TOKEN_EMBD_NORM, ty.small, (e,), suffix="bias")
@@ -104,7 +109,10 @@ def _block(spec: ModelSpec, arch: str, i: int, d: EncoderDims, ty: EmbedTypes) -
     _linear(spec, arch, T.ATTN_OUT, ty.mat, (e, e), i, ty)
     spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i)
     spec.add(T.ATTN_OUT_NORM, ty.small, (e,), i, "bias")
-    _linear(spec, arch, T.FFN_UP, ty.mat, (e, ff), i, ty)
+    if arch in GLU_UP:
+        spec.add(T.FFN_UP, _fit(ty.mat, e), (e, 2 * ff), i)
+    else:
+        _linear(spec, arch, T.FFN_UP, ty.mat, (e, ff), i, ty)
     if arch in GATED_FFN:
         spec.add(T.FFN_GATE, _fit(ty.mat, e), (e, ff), i)
     _linear(spec, arch, T.FFN_DOWN, ty.down, (ff, e), i, ty)
@@ -180,3 +188,10 @@ def modernbert_base() -> ModelSpec:
     base 160000, CLS pooling."""
     return modern_bert_spec(EncoderDims(n_layer=22, n_embd=768, n_head=12, n_ff=1152, n_vocab=50368, n_ctx=8192,
                                         rope_base=160000.0), window=128, pattern=3)
+
+
+def jina_embeddings_v2_base_en() -> ModelSpec:
+    """jinaai/jina-embeddings-v2-base-en (jina-bert-v2): 12 layers, 768 wide, 12 heads, GeGLU n_ff 3072 (one
+    up_gated_layer of 6144), 30528 tokens, 8192 positions with ALiBi, 2 token types, mean pooling."""
+    return bert_spec(JINA_BERT_V2, EncoderDims(n_layer=12, n_embd=768, n_head=12, n_ff=3072, n_vocab=30528,
+                                               n_ctx=8192, pooling=POOLING_MEAN))

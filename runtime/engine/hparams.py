@@ -124,6 +124,7 @@ class ArchSpec:
     nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
     # embed: the BERT-family encoders (runtime/engine/bert.py)
     learned_pos: bool = False    # bert: position_embd rows added to the input instead of RoPE
+    alibi_max_bias: float = 0.0  # jina-bert-v2: ALiBi instead of positions (load_arch_hparams sets f_max_alibi_bias 8)
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -244,6 +245,8 @@ ARCHS.update({
     "bert": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True, learned_pos=True),
     "nomic-bert": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
     "jina-bert-v3": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
+    # jina-bert-v2.cpp: bert.cpp's graph without positions (ALiBi), GeGLU over one ffn_up of 2 * n_ff
+    "jina-bert-v2": ArchSpec(RopeMode.NORM, FfnKind.GEGLU, layer_norm=True, alibi_max_bias=8.0),
     # modern-bert.cpp: pre-norm blocks, a GeGLU over ffn_up's halves, sliding windows in two blocks of three
     "modern-bert": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, layer_norm=True),
 })

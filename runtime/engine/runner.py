@@ -362,7 +362,7 @@ class ModelRunner:
         if self.hp.arch in BERT_ARCHS:
             encoder = ModernBertBuilder if self.hp.arch == MODERN_BERT else BertBuilder
             return encoder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
-                               n_ctx_seq=self.cp.n_ctx_seq)
+                           n_ctx_seq=self.cp.n_ctx_seq)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                 n_ctx_seq=self.cp.n_ctx_seq)

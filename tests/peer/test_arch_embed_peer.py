@@ -19,6 +19,7 @@ pytestmark = pytest.mark.peer
 SHAPES: dict[str, ArchShape] = {
     "bge-large-en-v1.5": ArchShape("bge-large-en-v1.5", shapes_embed.bge_large_en_v15, 24),
     "nomic-embed-text-v1.5": ArchShape("nomic-embed-text-v1.5", shapes_embed.nomic_embed_text_v15, 12),
+    "jina-embeddings-v2-base-en": ArchShape("jina-embeddings-v2-base-en", shapes_embed.jina_embeddings_v2_base_en, 12),
     "jina-embeddings-v3": ArchShape("jina-embeddings-v3", shapes_embed.jina_embeddings_v3, 24),
     "modernbert-base": ArchShape("modernbert-base", shapes_embed.modernbert_base, 22),
 }

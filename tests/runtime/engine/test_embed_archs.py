@@ -1,8 +1,8 @@
-"""The BERT-family encoders (bert, nomic-bert, jina-bert-v3, modern-bert) on tiny files: no cache at all (llama_model::
-create_memory gives them none, and llama-fit-params --fit-print prints a context of 0 for them), and the graph
-against the pinned llama.cpp's figures on the very same files (llama-fit-params -v: "graph: nodes = N",
-"CPU compute buffer size = X MiB"). llama-fit-params accepts neither --embedding nor --pooling, so its reserve is
-the trunk without pooling (llm_graph_context::build_pooling returns early without cparams.embeddings)."""
+"""The BERT-family encoders (bert, nomic-bert, jina-bert-v2, jina-bert-v3, modern-bert) on tiny files: no cache at
+all (llama_model::create_memory gives them none, and llama-fit-params --fit-print prints a context of 0 for them),
+and the graph against the pinned llama.cpp's figures on the very same files (llama-fit-params -v: "graph: nodes =
+N", "CPU compute buffer size = X MiB"). llama-fit-params accepts neither --embedding nor --pooling, so its reserve
+is the trunk without pooling (llm_graph_context::build_pooling returns early without cparams.embeddings)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,10 +11,10 @@ import pytest
 
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
-from planner.synth.shapes_embed import BERT, JINA_BERT_V3, MODERN_BERT, NOMIC_BERT, tiny_bert
+from planner.synth.shapes_embed import BERT, JINA_BERT_V2, JINA_BERT_V3, MODERN_BERT, NOMIC_BERT, tiny_bert
 from tests.support.reserve_checks import assert_reserve_equals
 
-ARCHS = (BERT, NOMIC_BERT, JINA_BERT_V3, MODERN_BERT)
+ARCHS = (BERT, NOMIC_BERT, JINA_BERT_V2, JINA_BERT_V3, MODERN_BERT)
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,8 @@ LLAMA_CPP_RESERVE = {
            "-c 512 -np 2": (74, 1.88)},
     NOMIC_BERT: {"-c 512": (62, 2.76), "-c 512 -fa off": (68, 7.01), "-c 512 -ub 128": (62, 0.60),
                  "-c 512 -np 2": (62, 2.76)},
+    JINA_BERT_V2: {"-c 512": (70, 2.75), "-c 512 -fa off": (76, 6.50), "-c 512 -ub 128": (70, 0.59),
+                   "-c 512 -np 2": (70, 2.75)},
     JINA_BERT_V3: {"-c 512": (68, 2.38), "-c 512 -fa off": (74, 7.01), "-c 512 -ub 128": (68, 0.50),
                    "-c 512 -np 2": (68, 2.38)},
     MODERN_BERT: {"-c 512": (125, 3.26), "-c 512 -fa off": (140, 8.01), "-c 512 -ub 128": (125, 0.63),
