@@ -195,3 +195,53 @@ def jina_embeddings_v2_base_en() -> ModelSpec:
     up_gated_layer of 6144), 30528 tokens, 8192 positions with ALiBi, 2 token types, mean pooling."""
     return bert_spec(JINA_BERT_V2, EncoderDims(n_layer=12, n_embd=768, n_head=12, n_ff=3072, n_vocab=30528,
                                                n_ctx=8192, pooling=POOLING_MEAN))
+
+
+# --- qwen3 as an embedder or reranker (src/models/qwen3.cpp) ---------------------------------------------------------
+POOLING_LAST, POOLING_RANK = 3, 4
+
+
+def qwen3_encoder_spec(*, rerank: bool) -> ModelSpec:
+    """Qwen/Qwen3-Embedding-0.6B or Qwen/Qwen3-Reranker-0.6B: Qwen3-0.6B's trunk (28 layers, 1024 wide, 16 heads /
+    8 KV of 128, n_ff 3072, Q/K norms, tied embeddings, 151669 tokens, 32768 positions, rope base 1000000). The
+    embedder pools the last token; the reranker's converter (conversion/qwen.py) adds cls.output, the "yes" and
+    "no" rows of the head ({n_embd, 2}, classifier.output_labels), and rank pooling. qwen3's load_arch_tensors
+    creates cls.output when present (an output-layer tensor) and the tied output matrix either way."""
+    e, hd, n_head, n_kv, ff, n_vocab, n_layer = 1024, 128, 16, 8, 3072, 151669, 28
+    spec = ModelSpec("qwen3")
+    spec.metadata.update({
+        Keys.LLM.BLOCK_COUNT: n_layer, Keys.LLM.EMBEDDING_LENGTH: e, Keys.LLM.CONTEXT_LENGTH: 32768,
+        Keys.LLM.FEED_FORWARD_LENGTH: ff, Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_kv,
+        Keys.Attention.KEY_LENGTH: hd, Keys.Attention.VALUE_LENGTH: hd, Keys.Attention.LAYERNORM_RMS_EPS: 1e-6,
+        Keys.Rope.FREQ_BASE: 1000000.0, Keys.General.FILE_TYPE: 15,
+        Keys.LLM.POOLING_TYPE: POOLING_RANK if rerank else POOLING_LAST,
+    })
+    if rerank:
+        spec.metadata[Keys.Classifier.OUTPUT_LABELS] = ["yes", "no"]
+    add_tokenizer(spec, n_vocab, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "qwen2"
+    spec.add(T.TOKEN_EMBD, Q.Q4_K, (e, n_vocab))
+    spec.add(T.OUTPUT_NORM, Q.F32, (e,))
+    if rerank:
+        spec.add(T.CLS_OUT, Q.F16, (e, 2))
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (e,), i)
+        spec.add(T.ATTN_Q, Q.Q4_K, (e, hd * n_head), i)
+        spec.add(T.ATTN_K, Q.Q4_K, (e, hd * n_kv), i)
+        spec.add(T.ATTN_V, Q.Q6_K, (e, hd * n_kv), i)
+        spec.add(T.ATTN_OUT, Q.Q4_K, (hd * n_head, e), i)
+        spec.add(T.ATTN_K_NORM, Q.F32, (hd,), i)
+        spec.add(T.ATTN_Q_NORM, Q.F32, (hd,), i)
+        spec.add(T.FFN_NORM, Q.F32, (e,), i)
+        spec.add(T.FFN_GATE, Q.Q4_K, (e, ff), i)
+        spec.add(T.FFN_UP, Q.Q4_K, (e, ff), i)
+        spec.add(T.FFN_DOWN, Q.Q6_K, (ff, e), i)
+    return spec
+
+
+def qwen3_embedding_0p6b() -> ModelSpec:
+    return qwen3_encoder_spec(rerank=False)
+
+
+def qwen3_reranker_0p6b() -> ModelSpec:
+    return qwen3_encoder_spec(rerank=True)

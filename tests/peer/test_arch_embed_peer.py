@@ -1,6 +1,7 @@
 """The peer matrix (tests/support/arch_matrix.py) on shape-faithful files of the BERT-family encoders
-runtime/engine/bert.py builds (planner/synth/shapes_embed.py): each row's model, context (none: these
-architectures have no memory) and compute against llama-fit-params --fit-print on the same file.
+runtime/engine/bert.py builds and of qwen3 as an embedder and a reranker (planner/synth/shapes_embed.py): each
+row's model, context (none for the encoders: these architectures have no memory) and compute against
+llama-fit-params --fit-print on the same file.
 
 The rows an encoder makes sense of: the matrix less its q8_0-cache row (there is no cache to type).
 llama-fit-params accepts neither --embedding nor --pooling, so no row names them."""
@@ -22,8 +23,13 @@ SHAPES: dict[str, ArchShape] = {
     "jina-embeddings-v2-base-en": ArchShape("jina-embeddings-v2-base-en", shapes_embed.jina_embeddings_v2_base_en, 12),
     "jina-embeddings-v3": ArchShape("jina-embeddings-v3", shapes_embed.jina_embeddings_v3, 24),
     "modernbert-base": ArchShape("modernbert-base", shapes_embed.modernbert_base, 22),
+    # qwen3 as an embedder / reranker: qwen3's graph (no --embedding in llama-fit-params), the reranker's
+    # cls.output on the output device
+    "qwen3-embedding-0.6b": ArchShape("qwen3-embedding-0.6b", shapes_embed.qwen3_embedding_0p6b, 28),
+    "qwen3-reranker-0.6b": ArchShape("qwen3-reranker-0.6b", shapes_embed.qwen3_reranker_0p6b, 28),
 }
-ROWS = [(name, t) for name, t in arch_rows(SHAPES) if "-ctk" not in t]
+CACHED = frozenset({"qwen3-embedding-0.6b", "qwen3-reranker-0.6b"})   # the encoders have no cache to type
+ROWS = [(name, t) for name, t in arch_rows(SHAPES) if name in CACHED or "-ctk" not in t]
 
 
 @pytest.mark.parametrize(("name", "template"), ROWS)
