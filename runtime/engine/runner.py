@@ -485,7 +485,8 @@ class ModelRunner:
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
                            f"(validate --reserve-only)")
-        if isinstance(self.hp, Gemma4HParams) or self.hp.arch == GEMMA_EMBEDDING:
+        # embed: the encoders' inputs (an [n_tokens, n_tokens] mask without a cache, token types) are not filled
+        if isinstance(self.hp, Gemma4HParams) or self.hp.arch == GEMMA_EMBEDDING or self.hp.arch in BERT_ARCHS:
             raise BadInput(f"{self.hp.arch}: the runtime sizes its graphs but does not run them "
                            f"(validate --reserve-only)")
         if self.flags.split_mode == "tensor" and not self._splits_tensors():

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.errors import BadInput
 from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.synth.shapes_embed import BERT, JINA_BERT_V2, JINA_BERT_V3, MODERN_BERT, NOMIC_BERT, tiny_bert
+from runtime.engine.runner import ModelRunner
 from tests.support.reserve_checks import assert_reserve_equals
 
 ARCHS = (BERT, NOMIC_BERT, JINA_BERT_V2, JINA_BERT_V3, MODERN_BERT)
@@ -53,3 +56,11 @@ LLAMA_CPP_RESERVE = {
 def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(models: dict[str, Path], arch: str, flags: str) -> None:
     assert_reserve_equals(models[arch], flags, *LLAMA_CPP_RESERVE[arch][flags])
     assert estimate(str(models[arch]), flags.split()).compute_model == "simulated"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decode_is_refused_by_name(models: dict[str, Path], arch: str) -> None:
+    """The runtime sizes these graphs; running them is refused with the reason, not attempted."""
+    runner = ModelRunner.load(str(models[arch]), parse_llama_flags(["-c", "512"]))
+    with pytest.raises(BadInput, match=f"{arch}: the runtime sizes its graphs but does not run them"):
+        runner.decode([1, 2, 3])
