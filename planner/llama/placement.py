@@ -46,6 +46,7 @@ from planner.llama.flags import LlamaFlags
 from planner.llama.tensor_parallel import META_NAME, NO_MEMBERS, check_row_split, meta_profile
 from planner.model.tensors import (
     LAYER_COPIED,
+    NO_OUTPUT_MATRIX,
     OUTPUT,
     TOKEN_EMBD,
     is_first_layer,
@@ -298,7 +299,7 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
             layer = block
         elif is_input(t.name):
             layer = INPUT_LAYER
-        elif is_first_layer(t.name):
+        elif is_first_layer(t.name, model.architecture):
             layer = 0
         else:
             layer = n_layer_all
@@ -308,7 +309,7 @@ def tensor_slots(model: ModelFile, n_layer_all: int) -> tuple[TensorSlot, ...]:
         slots.append(TensorSlot(t.name, layer, op, t.ggml_type, rows, n_dims, t.n_bytes, ne0=t.shape[0]))
     names = {t.name for t in model.tensors}
     embd = model.tensor(TOKEN_EMBD)
-    if OUTPUT not in names and embd is not None:
+    if OUTPUT not in names and embd is not None and model.architecture not in NO_OUTPUT_MATRIX:
         # create_tensor(... TENSOR_DUPLICATED): the output matrix is a second copy on the output device
         slots.append(TensorSlot(OUTPUT, n_layer_all, WeightOp.MUL_MAT, embd.ggml_type,
                                 embd.shape[1] if len(embd.shape) > 1 else 1, len(embd.shape), embd.n_bytes,

@@ -88,6 +88,8 @@ SWA_RULES: dict[str, SwaRule] = {
     # blocks after the trunk have entries of their own
     "mimo2": SwaRule(0),
     "step35": SwaRule(0),
+    # embed: modern-bert's symmetric windows in every block but each third from block 0, once the file sets a window
+    "modern-bert": SwaRule(3, dense_first=True, needs_window_key=True),
 }
 
 
@@ -133,6 +135,8 @@ KNOWN_DENSE = frozenset({
     "hy_v4",
     # moe26: hy-v3.cpp builds one unified cache (build_attn_inp_kv)
     "hy_v3",
+    # embed: the BERT-family encoders; create_memory gives them no cache (NO_MEMORY)
+    "bert", "nomic-bert", "jina-bert-v2", "jina-bert-v3",
 })
 
 
@@ -180,7 +184,8 @@ INDEXER_NEEDS_TOP_K = frozenset({"hy_v4"})
 
 # Architectures llama_model::create_memory gives no memory at all (src/llama-model.cpp: res = nullptr): their
 # layers attend over the ubatch itself (build_attn_inp_no_cache), so nothing is cached. # gemma4 (helper)
-NO_MEMORY = frozenset({"gemma-embedding"})
+NO_MEMORY = frozenset({"gemma-embedding",
+                       "bert", "nomic-bert", "jina-bert-v2", "jina-bert-v3", "modern-bert"})   # embed
 
 
 # --- dsv4: DeepSeek-V4's memory, llama_kv_cache_dsv4 (src/llama-kv-cache-dsv4.cpp) ---------------------

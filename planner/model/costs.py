@@ -14,6 +14,7 @@ from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile, TensorInfo, row_size
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.tensors import (
+    NO_OUTPUT_MATRIX,
     OUTPUT,
     TOKEN_EMBD,
     is_dense_ffn,
@@ -146,6 +147,7 @@ def cost_table(model: ModelFile, facts: ModelFacts, type_k: str = "f16", type_v:
             state_bytes_per_seq=(lf.state_r + lf.state_s) * STATE_BYTES_PER_ELEMENT,
             window=lf.window, nextn=lf.nextn, elements=tuple(n_params.items()),
         ))
-    tied = model.tensor(OUTPUT) is None and model.tensor(TOKEN_EMBD) is not None
+    tied = (model.tensor(OUTPUT) is None and model.tensor(TOKEN_EMBD) is not None
+            and facts.arch not in NO_OUTPUT_MATRIX)
     return CostTable(arch=facts.arch, type_k=type_k.lower(), type_v=type_v.lower(), layers=tuple(layers),
                      non_repeating=tuple(non_repeating), tied_embeddings=tied)

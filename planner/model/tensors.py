@@ -97,9 +97,22 @@ def layer_of(name: str) -> tuple[int | None, str]:
     return (int(m.group(1)), m.group(2)) if m else (None, name)
 
 
-def is_first_layer(name: str) -> bool:
-    """A table outside the blocks that lives with block 0 (FIRST_LAYER_TENSORS), by its full name."""
-    return name.partition(".")[0] in FIRST_LAYER_TENSORS
+# embed: architectures that create token_embd_norm (an LLM_TENSOR_LAYER_REPEATING tensor) with block 0's index, so
+# the embeddings' LayerNorm lives with block 0 (src/models/bert.cpp, nomic-bert.cpp, jina-bert-v2.cpp,
+# jina-bert-v3.cpp, modern-bert.cpp load_arch_tensors); lfm2's output norm bears the same file name and stays an
+# output tensor
+FIRST_LAYER_TOKEN_NORM_ARCHS = frozenset({"bert", "nomic-bert", "jina-bert-v2", "jina-bert-v3", "modern-bert"})
+TOKEN_EMBD_NORM = TENSOR_NAMES[MODEL_TENSOR.TOKEN_EMBD_NORM]
+# embed: encoders whose load_arch_tensors creates no output matrix at all (no logits; src/models/bert.cpp,
+# nomic-bert.cpp, jina-bert-v2.cpp, jina-bert-v3.cpp, modern-bert.cpp): token_embd is not duplicated as one
+NO_OUTPUT_MATRIX = frozenset({"bert", "nomic-bert", "jina-bert-v2", "jina-bert-v3", "modern-bert"})
+
+
+def is_first_layer(name: str, arch: str = "") -> bool:
+    """A table outside the blocks that lives with block 0 (FIRST_LAYER_TENSORS, and an encoder's token_embd_norm),
+    by its full name and the model's architecture."""
+    base = name.partition(".")[0]
+    return base in FIRST_LAYER_TENSORS or (base == TOKEN_EMBD_NORM and arch in FIRST_LAYER_TOKEN_NORM_ARCHS)
 
 
 def is_input(name: str) -> bool:

@@ -138,6 +138,9 @@ class ArchSpec:
     value_scale_key: bool = False
     # step35.cpp: heads and rotated dims per block, SwiGLU clamps per block (runtime/engine/step35.py)
     per_block_heads: bool = False
+    # embed: the BERT-family encoders (runtime/engine/bert.py)
+    learned_pos: bool = False    # bert: position_embd rows added to the input instead of RoPE
+    alibi_max_bias: float = 0.0  # jina-bert-v2: ALiBi instead of positions (load_arch_hparams sets f_max_alibi_bias 8)
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -280,6 +283,18 @@ ARCHS: dict[str, ArchSpec] = {
     "gemma-embedding": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, qk_norm=True, post_norms=True, embd_scale=True,
                                 q_prescale=True),
 }
+
+# the BERT-family encoders (helper embed): bert.cpp's post-norm blocks with LayerNorm and biases, without a cache;
+# runtime/engine/bert.py builds them
+ARCHS.update({
+    "bert": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True, learned_pos=True),
+    "nomic-bert": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, layer_norm=True),
+    "jina-bert-v3": ArchSpec(RopeMode.NEOX, FfnKind.GELU, layer_norm=True),
+    # jina-bert-v2.cpp: bert.cpp's graph without positions (ALiBi), GeGLU over one ffn_up of 2 * n_ff
+    "jina-bert-v2": ArchSpec(RopeMode.NORM, FfnKind.GEGLU, layer_norm=True, alibi_max_bias=8.0),
+    # modern-bert.cpp: pre-norm blocks, a GeGLU over ffn_up's halves, sliding windows in two blocks of three
+    "modern-bert": ArchSpec(RopeMode.NEOX, FfnKind.GEGLU, layer_norm=True),
+})
 
 # llama-hparams.h: rope_freq_base_train_swa defaults to 10000 (gemma3 reads an override key)
 DEFAULT_FREQ_BASE_SWA = 10000.0

@@ -36,6 +36,7 @@ from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import MSA_ARCHS, NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
+from runtime.engine.bert import BERT_ARCHS, MODERN_BERT, BertBuilder, ModernBertBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import HY_V4, MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
@@ -395,6 +396,10 @@ class ModelRunner:
         plain = PLAIN_BUILDERS.get(self.hp.arch)
         if plain is not None:
             return plain(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        if self.hp.arch in BERT_ARCHS:
+            encoder = ModernBertBuilder if self.hp.arch == MODERN_BERT else BertBuilder
+            return encoder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
+                           n_ctx_seq=self.cp.n_ctx_seq)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                 n_ctx_seq=self.cp.n_ctx_seq)
@@ -517,7 +522,8 @@ class ModelRunner:
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "
                            f"(validate --reserve-only)")
-        if isinstance(self.hp, Gemma4HParams) or self.hp.arch in (GEMMA_EMBEDDING, *MSA_ARCHS):
+        # the encoders' inputs (an [n_tokens, n_tokens] mask without a cache, token types) are not filled
+        if isinstance(self.hp, Gemma4HParams) or self.hp.arch in (GEMMA_EMBEDDING, *MSA_ARCHS, *BERT_ARCHS):
             raise BadInput(f"{self.hp.arch}: the runtime sizes its graphs but does not run them "
                            f"(validate --reserve-only)")
         if self.flags.split_mode == "tensor" and not self._splits_tensors():

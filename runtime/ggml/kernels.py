@@ -490,6 +490,8 @@ def _rope(node: Tensor) -> None:
 
 
 def _flash_attn_ext(node: Tensor) -> None:
+    if node.op_params.get("max_bias", 0.0) != 0.0:   # embed: jina-bert-v2's ALiBi, as _soft_max refuses it
+        raise ValueError("FLASH_ATTN_EXT with ALiBi max_bias has no kernel")
     q, k = read_f32(node.source(0)), read_f32(node.source(1))  # (1, H, T, D), (1, Hkv, KV, D); V: (1, Hkv, KV, Dv)
     mask = read_f32(node.src[3])[:, :, : q.shape[2], :] if node.src[3] is not None else None
     sinks = read_f32(node.src[4]) if node.src[4] is not None else None

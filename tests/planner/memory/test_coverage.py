@@ -63,9 +63,9 @@ def test_rows_against_facts_of_their_own():
     laguna = architecture_coverage("laguna")
     assert (laguna.status, laguna.kv, laguna.compute) == (Status.FORMULA, "exact", "formula")
     assert "analytic.py" in laguna.reason
-    # bert: no layer facts in planner/model/arch.py
-    bert = architecture_coverage("bert")
-    assert (bert.status, bert.kv) == (Status.WEIGHTS_ONLY, "not sized")
+    # t5: no layer facts in planner/model/arch.py
+    t5 = architecture_coverage("t5")
+    assert (t5.status, t5.kv) == (Status.WEIGHTS_ONLY, "not sized")
     assert architecture_coverage("deepseek2").sm_tensor_refused
     assert architecture_coverage("no-such-arch").status is Status.UNDECIDED
     refused = projector_coverage("ultravox")
@@ -141,7 +141,7 @@ def test_contradicting_tables_are_undecided(monkeypatch):
     import planner.memory.coverage as coverage
 
     # a graph builder for an architecture without KV facts: the reserve would size no cache
-    monkeypatch.setattr(coverage, "ARCHS", {**ARCHS, "bert": ARCHS["llama"]})
-    assert coverage.architecture_coverage("bert").status is Status.UNDECIDED
+    monkeypatch.setattr(coverage, "ARCHS", {**ARCHS, "t5": ARCHS["llama"]})
+    assert coverage.architecture_coverage("t5").status is Status.UNDECIDED
     monkeypatch.setattr(coverage, "KNOWN_DENSE", KNOWN_DENSE | {"jamba"})
     assert coverage.architecture_coverage("jamba").status is Status.UNDECIDED
