@@ -1,5 +1,5 @@
 """The decoders whose layers differ from llama's by facts hparams.ARCHS states in its "fused" block:
-phi3, command-r, cohere2, stablelm, starcoder2, olmo and qwen3vl, node for node as
+phi3, command-r, cohere2, stablelm, starcoder2, olmo, qwen3vl and qwen3vlmoe (its experts from moe.py), node for node as
 src/models/<arch>.cpp builds them at the pinned build (DESIGN.md).
 
 The facts, and where each graph reads them:

@@ -214,6 +214,8 @@ ARCHS: dict[str, ArchSpec] = {
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
+    # --- moe3: qwen3vlmoe.cpp is qwen3moe's layer with qwen3vl's M-RoPE and deepstack inputs (fused.py builds it)
+    "qwen3vlmoe": ArchSpec(RopeMode.IMROPE, FfnKind.MOE, qk_norm=True, mrope=True),
     # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
     "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),

@@ -1,0 +1,46 @@
+"""Files for tests of qwen3vlmoe, granitemoe, cohere2moe and bailingmoe2: tiny layouts and shape-faithful ones
+of real models (published config.json of each), each laid out as the pinned llama.cpp's load_arch_tensors
+creates the architecture's tensors (src/models/<arch>.cpp), with Q4_K_M-like tensor types.
+
+The decoders are planner/synth/shapes_moe.py's `moe_layout` with each architecture's keys added.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gguf import Keys
+
+from planner.synth.gguf_factory import ModelSpec, Q
+from planner.synth.shapes_moe import TINY, MoeLayout, moe_layout, with_tokenizer
+
+Q4KM = MoeLayout(mat_type=Q.Q4_K, v_type=Q.Q6_K, exp_type=Q.Q4_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
+
+
+# --- qwen3vlmoe: qwen3moe's layer with qwen3vl's interleaved M-RoPE and deepstack inputs --------------------
+def qwen3vlmoe_layout(lay: MoeLayout, sections: tuple[int, ...], n_deepstack: int, n_ctx: int,
+                      freq_base: float) -> ModelSpec:
+    """qwen3vlmoe.cpp's tensors (per-head Q/K norms, routed experts only) and the keys of its text model:
+    rope.dimension_sections (four), n_deepstack_layers, RMS eps 1e-6."""
+    keys = {Keys.Rope.DIMENSION_SECTIONS: list(sections), Keys.LLM.NUM_DEEPSTACK_LAYERS: n_deepstack,
+            Keys.Attention.LAYERNORM_RMS_EPS: 1e-6}
+    spec = moe_layout("qwen3vlmoe", replace(lay, qk_norm="head"), keys)
+    return with_tokenizer(spec, lay.n_vocab, n_ctx, freq_base)
+
+
+def tiny_qwen3vlmoe() -> ModelSpec:
+    """Three blocks, M-RoPE sections 12/10/10 of 32 rotated pairs, blocks 0-1 add deepstack slices 1-2."""
+    return qwen3vlmoe_layout(TINY, (12, 10, 10, 0), 2, 4096, 5000000.0)
+
+
+def qwen3vl_30b_a3b_spec() -> ModelSpec:
+    """Qwen3-VL-30B-A3B-Instruct's text model: 48 blocks 2048 wide, 32 heads (4 KV) of 128, 128 experts of
+    768 (8 used), vocabulary 151936, 262144 positions, rope theta 5e6, M-RoPE sections 24/20/20, three
+    deepstack layers (deepstack_visual_indexes 8, 16, 24), untied output."""
+    lay = replace(Q4KM, n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144, n_expert=128,
+                  n_expert_used=8, n_ff_exp=768, n_vocab=151936, down_type=Q.Q6_K)
+    return qwen3vlmoe_layout(lay, (24, 20, 20, 0), 3, 262144, 5000000.0)
+
+
+TINY_SPECS = {
+    "qwen3vlmoe": tiny_qwen3vlmoe,
+}

@@ -1,0 +1,49 @@
+"""qwen3vlmoe, granitemoe, cohere2moe and bailingmoe2 on tiny files (planner/synth/shapes_moe3.py): the
+reserve's node count and CPU compute buffer against llama.cpp's, and the compute simulated.
+
+Expected figures come from the pinned llama-fit-params -v on these very files ("graph: nodes = N" and
+"CPU compute buffer size = X MiB").
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.llama.context import model_context
+from planner.memory.estimate import estimate
+from planner.synth.shapes_moe3 import TINY_SPECS
+from runtime.engine.fused import FUSED_ARCHS
+from tests.support.reserve_checks import assert_reserve_equals
+
+FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
+# llama-fit-params -v on each file of TINY_SPECS, per FLAGS: (nodes, CPU compute MiB)
+LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
+    "qwen3vlmoe": ((165, 2.64), (180, 4.01), (171, 0.66), (201, 2.67)),
+}
+ROWS = [(name, flags, *fig) for name, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("moe3")
+    paths = {}
+    for name, spec in TINY_SPECS.items():
+        [paths[name]] = spec().write(d / f"{name}.gguf")
+    return paths
+
+
+@pytest.mark.parametrize(("name", "flags", "n_nodes", "compute_mib"), ROWS)
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str, n_nodes: int, compute_mib: float,
+                                                          tiny: dict[str, Path]) -> None:
+    assert_reserve_equals(tiny[name], flags, n_nodes, compute_mib)
+
+
+@pytest.mark.parametrize("arch", list(TINY_SPECS))
+def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
+    assert estimate(model_context(str(tiny[arch])), ["-c", "4096"]).compute_model == "simulated"
+
+
+def test_qwen3vlmoe_is_built_by_the_fused_builder() -> None:
+    """The M-RoPE positions and deepstack inputs are the fused builder's (it is keyed on the mrope fact)."""
+    assert "qwen3vlmoe" in FUSED_ARCHS
