@@ -41,6 +41,39 @@ def qwen3vl_30b_a3b_spec() -> ModelSpec:
     return qwen3vlmoe_layout(lay, (24, 20, 20, 0), 3, 262144, 5000000.0)
 
 
+# --- granitemoe: granite's layer and scales over softmax experts, optionally a shared expert --------------
+def granitemoe_layout(lay: MoeLayout, *, embd: float, residual: float, attn: float, logit: float, n_ctx: int,
+                      freq_base: float) -> ModelSpec:
+    """granite-moe.cpp's tensors and the granite scales (logit_scale required, the others optional)."""
+    keys = {Keys.LLM.EMBEDDING_SCALE: embd, Keys.LLM.RESIDUAL_SCALE: residual, Keys.Attention.SCALE: attn,
+            Keys.LLM.LOGIT_SCALE: logit}
+    return with_tokenizer(moe_layout("granitemoe", lay, keys), lay.n_vocab, n_ctx, freq_base)
+
+
+def tiny_granitemoe() -> ModelSpec:
+    """Three blocks of softmax experts, tied embeddings, granite-3's scales."""
+    return granitemoe_layout(replace(TINY, out_type=None), embd=12.0, residual=0.22, attn=0.015625, logit=6.0,
+                             n_ctx=4096, freq_base=10000.0)
+
+
+def tiny_granitemoe_shared() -> ModelSpec:
+    """GraniteMoeShared: every block with a shared expert of 128 beside the routed ones."""
+    return granitemoe_layout(replace(TINY, n_ff_shexp=128), embd=12.0, residual=0.22, attn=0.015625, logit=6.0,
+                             n_ctx=4096, freq_base=10000.0)
+
+
+def granite31_3b_a800m_spec() -> ModelSpec:
+    """granite-3.1-3b-a800m-instruct: 32 blocks 1536 wide, 24 heads (8 KV) of 64, 40 experts of 512 (8 used),
+    tied embeddings, vocabulary 49155, context 131072, rope theta 1e7; multipliers embedding 12, residual
+    0.22, attention 0.015625, logits 6."""
+    lay = replace(Q4KM, n_layer=32, n_embd=1536, n_head=24, n_head_kv=8, head_dim=64, n_expert=40, n_expert_used=8,
+                  n_ff_exp=512, n_vocab=49155, down_type=Q.Q6_K, out_type=None)
+    return granitemoe_layout(lay, embd=12.0, residual=0.22, attn=0.015625, logit=6.0, n_ctx=131072,
+                             freq_base=10000000.0)
+
+
 TINY_SPECS = {
     "qwen3vlmoe": tiny_qwen3vlmoe,
+    "granitemoe": tiny_granitemoe,
+    "granitemoe-shared": tiny_granitemoe_shared,
 }

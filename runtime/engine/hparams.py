@@ -216,6 +216,10 @@ ARCHS: dict[str, ArchSpec] = {
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
     # --- moe3: qwen3vlmoe.cpp is qwen3moe's layer with qwen3vl's M-RoPE and deepstack inputs (fused.py builds it)
     "qwen3vlmoe": ArchSpec(RopeMode.IMROPE, FfnKind.MOE, qk_norm=True, mrope=True),
+    # granite-moe.cpp (granite.cpp's graph): granite's four scales, softmax experts (ffn_gate_exps optional),
+    # a shared expert added where the file has one
+    "granitemoe": ArchSpec(RopeMode.NORM, FfnKind.MOE, scales_from_file=True,
+                           moe=MoeSpec(shared=SharedExpert.ADDED, gate_optional=True)),
     # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
     "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),

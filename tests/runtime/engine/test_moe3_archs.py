@@ -10,16 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
 from planner.synth.shapes_moe3 import TINY_SPECS
 from runtime.engine.fused import FUSED_ARCHS
+from runtime.engine.hparams import MoeGating, read_hparams
 from tests.support.reserve_checks import assert_reserve_equals
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
 # llama-fit-params -v on each file of TINY_SPECS, per FLAGS: (nodes, CPU compute MiB)
 LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "qwen3vlmoe": ((165, 2.64), (180, 4.01), (171, 0.66), (201, 2.67)),
+    "granitemoe": ((155, 1.63), (170, 2.75), (161, 0.41), (191, 1.66)),
+    "granitemoe-shared": ((170, 2.11), (185, 2.75), (176, 0.53), (206, 2.14)),
 }
 ROWS = [(name, flags, *fig) for name, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -47,3 +51,25 @@ def test_compute_is_simulated(arch: str, tiny: dict[str, Path]) -> None:
 def test_qwen3vlmoe_is_built_by_the_fused_builder() -> None:
     """The M-RoPE positions and deepstack inputs are the fused builder's (it is keyed on the mrope fact)."""
     assert "qwen3vlmoe" in FUSED_ARCHS
+
+
+# (gating, norm_w, w_scale, moe layers) as each graph passes them to build_moe_ffn for its tiny file, read off
+# src/models/<arch>.cpp: qwen3vlmoe and granite-moe (granite.cpp's graph) hard-code softmax with normalisation
+# and pass expert_weights_scale, which their loaders never read (0: no scale node)
+ROUTING = {
+    "qwen3vlmoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
+    "granitemoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
+}
+
+
+@pytest.mark.parametrize("arch", list(ROUTING))
+def test_routing_as_the_loader_reads_it(arch: str, tiny: dict[str, Path]) -> None:
+    r = read_hparams(read_model(str(tiny[arch]))).routing
+    assert r is not None
+    assert (r.gating, r.norm_w, r.w_scale, r.moe_layers) == ROUTING[arch]
+
+
+def test_granitemoe_scales_from_the_file(tiny: dict[str, Path]) -> None:
+    """The tiny file's embedding 12, residual 0.22, attention 1/64 and logit 6 multipliers."""
+    hp = read_hparams(read_model(str(tiny["granitemoe"])))
+    assert (hp.embd_scale_f, hp.residual_scale, hp.kq_scale, hp.logit_scale) == pytest.approx((12.0, 0.22, 1 / 64, 6.0))
