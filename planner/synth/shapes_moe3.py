@@ -72,8 +72,54 @@ def granite31_3b_a800m_spec() -> ModelSpec:
                              freq_base=10000000.0)
 
 
+# --- cohere2moe: cohere2's parallel layer over sigmoid-routed experts -------------------------------------
+def cohere2moe_layout(lay: MoeLayout, *, window: int, logit_scale: float, n_ctx: int, freq_base: float,
+                      rms: bool = True, n_shared: int = 0) -> ModelSpec:
+    """cohere2moe.cpp's tensors and keys as conversion/command_r.py writes them: the window and its per-layer
+    pattern (three sliding layers to one full, the first full), the logit scale, leading_dense_block_count
+    and expert_feed_forward_length (both required), expert_weights_norm false, the RMS or LayerNorm epsilon."""
+    keys: dict[str, object] = {
+        Keys.Attention.SLIDING_WINDOW: window,
+        Keys.Attention.SLIDING_WINDOW_PATTERN: [il % 4 != 0 for il in range(lay.n_layer)],
+        Keys.LLM.LOGIT_SCALE: logit_scale, Keys.LLM.LEADING_DENSE_BLOCK_COUNT: lay.n_dense_lead,
+        Keys.LLM.EXPERT_WEIGHTS_NORM: False,
+        Keys.Attention.LAYERNORM_RMS_EPS if rms else Keys.Attention.LAYERNORM_EPS: 1e-5,
+    }
+    if n_shared:
+        keys[Keys.LLM.EXPERT_SHARED_COUNT] = n_shared
+    spec = moe_layout("cohere2moe", lay, keys)
+    # the parallel layer has one norm: load_arch_tensors creates no ffn_norm
+    spec.tensors = [t for t in spec.tensors if not t[0].endswith(".ffn_norm.weight")]
+    return with_tokenizer(spec, lay.n_vocab, n_ctx, freq_base)
+
+
+def tiny_cohere2moe() -> ModelSpec:
+    """Five blocks: block 0 dense (full attention, roped), blocks 1-3 sliding over 128, block 4 full and
+    unroped; RMS norms, tied embeddings."""
+    return cohere2moe_layout(replace(TINY, n_layer=5, n_dense_lead=1, out_type=None), window=128, logit_scale=0.25,
+                             n_ctx=4096, freq_base=50000.0)
+
+
+def tiny_cohere2moe_shared_ln() -> ModelSpec:
+    """The LayerNorm variant (no RMS epsilon in the file) with a shared expert in each expert block."""
+    lay = replace(TINY, n_layer=5, n_dense_lead=1, n_ff_shexp=TINY.n_ff_exp, out_type=None)
+    return cohere2moe_layout(lay, window=128, logit_scale=0.25, n_ctx=4096, freq_base=50000.0, rms=False,
+                             n_shared=1)
+
+
+def north_mini_code_spec() -> ModelSpec:
+    """North-Mini-Code-1.0: 49 blocks 2048 wide (13 full-attention, 36 sliding over 4096), 32 heads (4 KV) of
+    128, block 0 dense (3072), then 128 experts of 768 (8 used, sigmoid), RMS norms, tied embeddings,
+    vocabulary 262144, context 500000, rope theta 50000."""
+    lay = replace(Q4KM, n_layer=49, n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_ff=3072, n_expert=128,
+                  n_expert_used=8, n_ff_exp=768, n_vocab=262144, n_dense_lead=1, down_type=Q.Q6_K, out_type=None)
+    return cohere2moe_layout(lay, window=4096, logit_scale=1.0, n_ctx=500000, freq_base=50000.0)
+
+
 TINY_SPECS = {
     "qwen3vlmoe": tiny_qwen3vlmoe,
     "granitemoe": tiny_granitemoe,
     "granitemoe-shared": tiny_granitemoe_shared,
+    "cohere2moe": tiny_cohere2moe,
+    "cohere2moe-shared-ln": tiny_cohere2moe_shared_ln,
 }

@@ -173,10 +173,14 @@ class FusedBuilder(DecoderBuilder):
             return self.norm(t, name, il)
         return t
 
+    def _roped(self, il: int) -> bool:
+        """Whether layer il ropes Q and K (cohere2: only the sliding-window layers)."""
+        return not (self.hp.spec.rope_swa_only and not self.hp.swa[il])
+
     def _qkv(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
         hp = self.hp
         q, k, v = self._split_qkv(x, il, n_tokens)
-        roped = not (hp.spec.rope_swa_only and not hp.swa[il])
+        roped = self._roped(il)
         q = self._qk_norm(q, T.ATTN_Q_NORM, il)
         if hp.spec.ffn_norm_optional:   # stablelm.cpp norms K before roping Q
             k = self._qk_norm(k, T.ATTN_K_NORM, il)

@@ -220,6 +220,12 @@ ARCHS: dict[str, ArchSpec] = {
     # a shared expert added where the file has one
     "granitemoe": ArchSpec(RopeMode.NORM, FfnKind.MOE, scales_from_file=True,
                            moe=MoeSpec(shared=SharedExpert.ADDED, gate_optional=True)),
+    # cohere2moe.cpp: cohere2's parallel layer over experts (the file's gating, sigmoid by default; leading dense
+    # layers roped); runtime/engine/cohere2moe.py adds the halved shared-expert sum and the output-row pick
+    "cohere2moe": ArchSpec(RopeMode.NORM, FfnKind.MOE, parallel=True, logit_scale=True, rope_swa_only=True,
+                           swa_rope_from_base=True,
+                           moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True,
+                                       scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
     # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
     "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),

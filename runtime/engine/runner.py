@@ -37,6 +37,7 @@ from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.model.arch import NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.cohere2moe import COHERE2MOE, Cohere2MoeBuilder
 from runtime.engine.deepseek2 import MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
 from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
@@ -364,6 +365,9 @@ class ModelRunner:
             return AfmoeBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == PHIMOE:
             return PhimoeBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
+        if self.hp.arch == COHERE2MOE:
+            return Cohere2MoeBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa,
+                                     offload_kqv=offload, n_ctx_seq=self.cp.n_ctx_seq)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                 n_ctx_seq=self.cp.n_ctx_seq)

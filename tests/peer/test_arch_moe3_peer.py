@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import ModelContext, model_context
-from planner.synth.shapes_moe3 import granite31_3b_a800m_spec, qwen3vl_30b_a3b_spec
+from planner.synth.shapes_moe3 import granite31_3b_a800m_spec, north_mini_code_spec, qwen3vl_30b_a3b_spec
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.peer
 SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("qwen3vl-30b-a3b", qwen3vl_30b_a3b_spec, 48, moe=True),
     ArchShape("granite31-3b-a800m", granite31_3b_a800m_spec, 32, moe=True),
+    ArchShape("north-mini-code", north_mini_code_spec, 49, moe=True),
 )}
 
 

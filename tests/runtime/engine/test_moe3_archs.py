@@ -24,6 +24,8 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "qwen3vlmoe": ((165, 2.64), (180, 4.01), (171, 0.66), (201, 2.67)),
     "granitemoe": ((155, 1.63), (170, 2.75), (161, 0.41), (191, 1.66)),
     "granitemoe-shared": ((170, 2.11), (185, 2.75), (176, 0.53), (206, 2.14)),
+    "cohere2moe": ((193, 2.76), (218, 3.51), (203, 0.69), (253, 2.57)),
+    "cohere2moe-shared-ln": ((217, 2.76), (242, 3.51), (227, 0.69), (277, 2.57)),
 }
 ROWS = [(name, flags, *fig) for name, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -55,10 +57,12 @@ def test_qwen3vlmoe_is_built_by_the_fused_builder() -> None:
 
 # (gating, norm_w, w_scale, moe layers) as each graph passes them to build_moe_ffn for its tiny file, read off
 # src/models/<arch>.cpp: qwen3vlmoe and granite-moe (granite.cpp's graph) hard-code softmax with normalisation
-# and pass expert_weights_scale, which their loaders never read (0: no scale node)
+# and pass expert_weights_scale, which their loaders never read (0: no scale node); cohere2moe the file's gating
+# (none written: sigmoid), expert_weights_norm (false) and scale (none), block 0 dense (leading_dense_block_count 1)
 ROUTING = {
     "qwen3vlmoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
     "granitemoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
+    "cohere2moe": (MoeGating.SIGMOID, False, 0.0, (False, True, True, True, True)),
 }
 
 
