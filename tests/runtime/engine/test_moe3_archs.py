@@ -2,20 +2,26 @@
 reserve's node count and CPU compute buffer against llama.cpp's, and the compute simulated.
 
 Expected figures come from the pinned llama-fit-params -v on these very files ("graph: nodes = N" and
-"CPU compute buffer size = X MiB").
+"CPU compute buffer size = X MiB"); the peer test compares every node (op, shape, strides) with
+fitplan-dump-nodes' graph of 4 tokens.
 """
 from __future__ import annotations
 
+import struct
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
+from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.synth.shapes_moe3 import TINY_SPECS
+from runtime.engine.builder import BatchShape
 from runtime.engine.fused import FUSED_ARCHS
 from runtime.engine.hparams import MoeGating, read_hparams
+from runtime.engine.runner import ModelRunner
 from tests.support.reserve_checks import assert_reserve_equals
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
@@ -77,3 +83,38 @@ def test_granitemoe_scales_from_the_file(tiny: dict[str, Path]) -> None:
     """The tiny file's embedding 12, residual 0.22, attention 1/64 and logit 6 multipliers."""
     hp = read_hparams(read_model(str(tiny["granitemoe"])))
     assert (hp.embd_scale_f, hp.residual_scale, hp.kq_scale, hp.logit_scale) == pytest.approx((12.0, 0.22, 1 / 64, 6.0))
+
+
+# --- node for node against llama.cpp ----------------------------------------------------------------------
+# ggml names a unary node by its function (ggml_op_desc); the runtime's op is UNARY with the function a parameter
+UNARY_NAMES = frozenset({"SIGMOID", "SILU", "GELU", "TANH", "RELU", "EXP", "SOFTPLUS"})
+
+
+def _llama_nodes(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node."""
+    data, o, out = path.read_bytes(), 0, []
+    while o < len(data):
+        fields = []
+        for _ in range(2):
+            (n,) = struct.unpack_from("<I", data, o)
+            fields.append(data[o + 4:o + 4 + n].decode())
+            o += 4 + n
+        o += 8
+        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
+        (size,) = struct.unpack_from("<Q", data, o + 64)
+        o += 72 + size
+        op = fields[1]
+        out.append(("UNARY" if op in UNARY_NAMES else "GLU" if op == "SWIGLU" else op, tuple(ne), tuple(nb)))
+    return out
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("name", list(TINY_SPECS))
+def test_every_node_equals_llama_cpp(llama_tools: Path, name: str, tiny: dict[str, Path], tmp_path: Path) -> None:
+    subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(tiny[name]), str(tmp_path), "256", "4", "1", "2",
+                    "3", "4"], check=True, capture_output=True, timeout=300)
+    runner = ModelRunner.load(str(tiny[name]), parse_llama_flags(["-c", "256"]), weights=False, reserve=False)
+    assert runner.kv is not None
+    full = tuple((k, runner.kv.tables[k].size) for k in runner.kv.kind_order())
+    ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in runner._graph(BatchShape(4, 1, full)).graph.nodes]
+    assert _llama_nodes(tmp_path / "step0.bin") == ours
