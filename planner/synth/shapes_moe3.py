@@ -116,10 +116,54 @@ def north_mini_code_spec() -> ModelSpec:
     return cohere2moe_layout(lay, window=4096, logit_scale=1.0, n_ctx=500000, freq_base=50000.0)
 
 
+# --- bailingmoe2: fused QKV, Q/K norms, partial RoPE, sigmoid experts chosen within the best groups --------
+def bailingmoe2_layout(lay: MoeLayout, *, n_groups: int, n_group_used: int, scale: float, n_ctx: int,
+                       freq_base: float, qkv_type: Q = Q.Q8_0) -> ModelSpec:
+    """bailingmoe2.cpp's tensors (one attn_qkv, per-head Q/K norms, the selection bias, one shared expert) and
+    the keys conversion/bailingmoe.py writes: half the head roped, sigmoid gating, normalised weights scaled
+    by routed_scaling_factor, expert_group_count and expert_group_used_count."""
+    keys: dict[str, object] = {
+        Keys.LLM.EXPERT_GATING_FUNC: 2, Keys.LLM.EXPERT_WEIGHTS_NORM: True, Keys.LLM.EXPERT_WEIGHTS_SCALE: scale,
+        Keys.LLM.EXPERT_SHARED_COUNT: 1, Keys.LLM.LEADING_DENSE_BLOCK_COUNT: lay.n_dense_lead,
+        Keys.LLM.EXPERT_GROUP_COUNT: n_groups, Keys.LLM.EXPERT_GROUP_USED_COUNT: n_group_used,
+        Keys.Attention.LAYERNORM_RMS_EPS: 1e-6,
+    }
+    lay = replace(lay, n_rot=lay.head_dim // 2, qk_norm="head", probs_bias=True)
+    spec = moe_layout("bailingmoe2", lay, keys)
+    width = (lay.n_head + 2 * lay.n_head_kv) * lay.head_dim
+    fused: list[tuple[str, Q, tuple[int, ...]]] = []
+    for name, qtype, shape in spec.tensors:   # create_tensor_qkv: attn_qkv where Q, K and V were
+        part = name.rsplit(".", 2)[-2]
+        if part == "attn_q":
+            fused.append((name.replace(".attn_q.", ".attn_qkv."), qkv_type, (lay.n_embd, width)))
+        elif part not in ("attn_k", "attn_v"):
+            fused.append((name, qtype, shape))
+    spec.tensors = fused
+    return with_tokenizer(spec, lay.n_vocab, n_ctx, freq_base)
+
+
+def tiny_bailingmoe2() -> ModelSpec:
+    """Three blocks, block 0 dense; 8 experts in 4 groups of 2, the best 2 groups kept, 2 experts used."""
+    lay = replace(TINY, n_dense_lead=1, n_expert=8, n_ff_shexp=TINY.n_ff_exp)
+    return bailingmoe2_layout(lay, n_groups=4, n_group_used=2, scale=2.5, n_ctx=4096, freq_base=600000.0)
+
+
+def ling_mini_2_spec() -> ModelSpec:
+    """Ling-mini-2.0: 20 blocks 2048 wide, 16 heads (4 KV) of 128 with half of each head roped, block 0 dense
+    (5120), then 256 experts of 512 (8 used, sigmoid with the selection bias, normalised, scaled 2.5) chosen
+    within the best 4 of 8 groups, one shared expert of 512, vocabulary 157184, context 32768, rope theta 6e5."""
+    lay = replace(Q4KM, n_layer=20, n_embd=2048, n_head=16, n_head_kv=4, head_dim=128, n_ff=5120, n_expert=256,
+                  n_expert_used=8, n_ff_exp=512, n_ff_shexp=512, n_vocab=157184, n_dense_lead=1,
+                  down_type=Q.Q6_K)
+    return bailingmoe2_layout(lay, n_groups=8, n_group_used=4, scale=2.5, n_ctx=32768, freq_base=600000.0,
+                              qkv_type=Q.Q5_K)
+
+
 TINY_SPECS = {
     "qwen3vlmoe": tiny_qwen3vlmoe,
     "granitemoe": tiny_granitemoe,
     "granitemoe-shared": tiny_granitemoe_shared,
     "cohere2moe": tiny_cohere2moe,
     "cohere2moe-shared-ln": tiny_cohere2moe_shared_ln,
+    "bailingmoe2": tiny_bailingmoe2,
 }

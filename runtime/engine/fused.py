@@ -51,7 +51,7 @@ MROPE_SECTIONS = 4
 def _fused(arch: str) -> bool:
     s = ARCHS[arch]
     return (s.layer_norm or s.parallel or s.rope_swa_only or s.logit_scale or s.clamp_kqv or s.mrope
-            or s.residual_first or s.ffn is FfnKind.GELU)
+            or s.residual_first or s.ffn is FfnKind.GELU or s.fused_qkv)
 
 
 # the architectures this module builds: those whose ARCHS row sets a fact of the "fused" block

@@ -76,6 +76,8 @@ class MoeSpec:
     shared: SharedExpert = SharedExpert.NONE   # used in the layers whose file has ffn_up_shexp
     gate_optional: bool = False  # ernie4_5-moe loads ffn_gate_exps as not required: silu(up) without it
     router_on_input: bool = False   # smallthinker: router logits from the layer's input, before its norm
+    # moe3
+    groups: bool = False         # bailingmoe2: expert_group_count > 1 selects the experts within the best groups
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ class ArchSpec:
     # moe: attention facts of the mixture-of-experts architectures
     qk_norm_optional: bool = False   # glm4moe: Q/K norms where the file has them (GLM-4.5 355B), none in Air
     nope_every_from_first: int = 0     # smallthinker: with sliding-window layers, layers 0, n, 2n... unroped
+    # moe3
+    fused_qkv: bool = False        # bailingmoe2: one attn_qkv matmul viewed as Q, K and V (fused.py builds it)
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -226,6 +230,11 @@ ARCHS: dict[str, ArchSpec] = {
                            swa_rope_from_base=True,
                            moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True,
                                        scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
+    # bailingmoe2.cpp: fused QKV, per-head Q/K norms, partial NEOX RoPE; the file's gating, norm, scale and
+    # expert groups, leading dense layers, a shared expert added
+    "bailingmoe2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, fused_qkv=True,
+                            moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
+                                        shared=SharedExpert.ADDED, groups=True)),
     # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
     "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
@@ -270,6 +279,9 @@ class MoeRouting:
     norm_w: bool
     w_scale: float               # 0 or 1: no scale node
     moe_layers: tuple[bool, ...]
+    # moe3: expert groups (expert_group_count, expert_group_used_count; 0: none)
+    n_groups: int = 0
+    n_group_used: int = 0
 
 
 @dataclass(frozen=True)
@@ -411,9 +423,10 @@ def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
     """The keys an architecture's load_arch_hparams reads for build_moe_ffn (MoeSpec says which)."""
     moe, meta, arch = spec.moe, model.metadata, model.architecture
     # llama-model.cpp reads expert_group_count for every architecture; above 1 build_moe_ffn first keeps
-    # the best groups (argsort_top_k, sum_rows, fill, set_rows), which the runtime does not build
+    # the best groups (argsort_top_k, sum_rows, fill, set_rows), which the runtime builds where MoeSpec.groups
     groups = int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0))
-    if groups > 1:
+    group_used = int(_get(model, Keys.LLM.EXPERT_GROUP_USED_COUNT, 0))
+    if groups > 1 and not moe.groups:
         raise GGUFError(model.path, f"expert groups (expert_group_count {groups}) are not implemented in the runtime")
     gating = moe.gating
     if moe.gating_key:
@@ -428,4 +441,5 @@ def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
         raise GGUFError(model.path, f"{arch}: interleave_moe_layer_step must be > 0")
     return MoeRouting(gating=gating, norm_w=norm_w,
                       w_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0) if moe.scale_key else 0.0,
-                      moe_layers=tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer)))
+                      moe_layers=tuple(il >= lead and (il + 1) % step == 0 for il in range(n_layer)),
+                      n_groups=groups if groups > 1 else 0, n_group_used=group_used if groups > 1 else 0)

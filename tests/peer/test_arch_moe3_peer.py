@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from planner.llama.context import ModelContext, model_context
-from planner.synth.shapes_moe3 import granite31_3b_a800m_spec, north_mini_code_spec, qwen3vl_30b_a3b_spec
+from planner.synth.shapes_moe3 import (
+    granite31_3b_a800m_spec,
+    ling_mini_2_spec,
+    north_mini_code_spec,
+    qwen3vl_30b_a3b_spec,
+)
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 
 pytestmark = pytest.mark.peer
@@ -20,6 +25,7 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
     ArchShape("qwen3vl-30b-a3b", qwen3vl_30b_a3b_spec, 48, moe=True),
     ArchShape("granite31-3b-a800m", granite31_3b_a800m_spec, 32, moe=True),
     ArchShape("north-mini-code", north_mini_code_spec, 49, moe=True),
+    ArchShape("ling-mini-2", ling_mini_2_spec, 20, moe=True),
 )}
 
 

@@ -32,6 +32,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "granitemoe-shared": ((170, 2.11), (185, 2.75), (176, 0.53), (206, 2.14)),
     "cohere2moe": ((193, 2.76), (218, 3.51), (203, 0.69), (253, 2.57)),
     "cohere2moe-shared-ln": ((217, 2.76), (242, 3.51), (227, 0.69), (277, 2.57)),
+    "bailingmoe2": ((179, 2.38), (194, 2.75), (185, 0.60), (215, 2.41)),
 }
 ROWS = [(name, flags, *fig) for name, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
@@ -64,11 +65,13 @@ def test_qwen3vlmoe_is_built_by_the_fused_builder() -> None:
 # (gating, norm_w, w_scale, moe layers) as each graph passes them to build_moe_ffn for its tiny file, read off
 # src/models/<arch>.cpp: qwen3vlmoe and granite-moe (granite.cpp's graph) hard-code softmax with normalisation
 # and pass expert_weights_scale, which their loaders never read (0: no scale node); cohere2moe the file's gating
-# (none written: sigmoid), expert_weights_norm (false) and scale (none), block 0 dense (leading_dense_block_count 1)
+# (none written: sigmoid), expert_weights_norm (false) and scale (none), block 0 dense (leading_dense_block_count 1);
+# bailingmoe2 the file's sigmoid, norm and scale 2.5, block 0 dense
 ROUTING = {
     "qwen3vlmoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
     "granitemoe": (MoeGating.SOFTMAX, True, 0.0, (True, True, True)),
     "cohere2moe": (MoeGating.SIGMOID, False, 0.0, (False, True, True, True, True)),
+    "bailingmoe2": (MoeGating.SIGMOID, True, 2.5, (False, True, True)),
 }
 
 
@@ -118,3 +121,11 @@ def test_every_node_equals_llama_cpp(llama_tools: Path, name: str, tiny: dict[st
     full = tuple((k, runner.kv.tables[k].size) for k in runner.kv.kind_order())
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in runner._graph(BatchShape(4, 1, full)).graph.nodes]
     assert _llama_nodes(tmp_path / "step0.bin") == ours
+
+
+def test_bailingmoe2_selects_experts_within_groups(tiny: dict[str, Path]) -> None:
+    """expert_group_count 4 and expert_group_used_count 2 reach build_moe_ffn (bailingmoe2 lifts the refusal
+    the other architectures keep: tests/runtime/engine/test_moe_archs.py)."""
+    r = read_hparams(read_model(str(tiny["bailingmoe2"]))).routing
+    assert r is not None
+    assert (r.n_groups, r.n_group_used) == (4, 2)
