@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from gguf import Keys
 
-from planner.synth.gguf_factory import ModelSpec, Q
+from planner.synth.gguf_factory import ModelSpec, Q, T
 from planner.synth.shapes_moe import TINY, MoeLayout, moe_layout, with_tokenizer
 
 Q4KM = MoeLayout(mat_type=Q.Q4_K, v_type=Q.Q6_K, exp_type=Q.Q4_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
@@ -148,6 +148,19 @@ def tiny_bailingmoe2() -> ModelSpec:
     return bailingmoe2_layout(lay, n_groups=4, n_group_used=2, scale=2.5, n_ctx=4096, freq_base=600000.0)
 
 
+def tiny_bailingmoe2_nextn() -> ModelSpec:
+    """tiny_bailingmoe2 with an MTP block after the trunk (nextn_predict_layers 1: an expert block with eh_proj,
+    its norms and layer_output_norm), which the pinned loader skips."""
+    lay = replace(TINY, n_layer=4, n_dense_lead=1, n_expert=8, n_ff_shexp=TINY.n_ff_exp)
+    spec = bailingmoe2_layout(lay, n_groups=4, n_group_used=2, scale=2.5, n_ctx=4096, freq_base=600000.0)
+    spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = 1
+    spec.add(T.NEXTN_EH_PROJ, lay.mat_type, (2 * lay.n_embd, lay.n_embd), 3)
+    spec.add(T.NEXTN_ENORM, Q.F32, (lay.n_embd,), 3)
+    spec.add(T.NEXTN_HNORM, Q.F32, (lay.n_embd,), 3)
+    spec.add(T.LAYER_OUT_NORM, Q.F32, (lay.n_embd,), 3)
+    return spec
+
+
 def ling_mini_2_spec() -> ModelSpec:
     """Ling-mini-2.0: 20 blocks 2048 wide, 16 heads (4 KV) of 128 with half of each head roped, block 0 dense
     (5120), then 256 experts of 512 (8 used, sigmoid with the selection bias, normalised, scaled 2.5) chosen
@@ -166,4 +179,5 @@ TINY_SPECS = {
     "cohere2moe": tiny_cohere2moe,
     "cohere2moe-shared-ln": tiny_cohere2moe_shared_ln,
     "bailingmoe2": tiny_bailingmoe2,
+    "bailingmoe2-nextn": tiny_bailingmoe2_nextn,
 }

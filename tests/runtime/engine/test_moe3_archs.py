@@ -33,6 +33,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "cohere2moe": ((193, 2.76), (218, 3.51), (203, 0.69), (253, 2.57)),
     "cohere2moe-shared-ln": ((217, 2.76), (242, 3.51), (227, 0.69), (277, 2.57)),
     "bailingmoe2": ((179, 2.38), (194, 2.75), (185, 0.60), (215, 2.41)),
+    "bailingmoe2-nextn": ((179, 2.38), (194, 2.75), (185, 0.60), (215, 2.41)),
 }
 ROWS = [(name, flags, *fig) for name, figs in LLAMA_CPP_RESERVE.items() for flags, fig in zip(FLAGS, figs, strict=True)]
 
