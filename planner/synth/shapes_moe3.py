@@ -107,6 +107,18 @@ def tiny_cohere2moe_shared_ln() -> ModelSpec:
                              n_shared=1)
 
 
+def tiny_cohere2moe_nextn() -> ModelSpec:
+    """tiny_cohere2moe with an MTP block after the trunk (nextn_predict_layers 1: a full-attention expert block
+    with eh_proj and its norms), which the pinned loader skips unless asked to load MTP."""
+    lay = replace(TINY, n_layer=6, n_dense_lead=1, out_type=None)
+    spec = cohere2moe_layout(lay, window=128, logit_scale=0.25, n_ctx=4096, freq_base=50000.0)
+    spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = 1
+    spec.add(T.NEXTN_EH_PROJ, lay.mat_type, (2 * lay.n_embd, lay.n_embd), 5)
+    spec.add(T.NEXTN_ENORM, Q.F32, (lay.n_embd,), 5)
+    spec.add(T.NEXTN_HNORM, Q.F32, (lay.n_embd,), 5)
+    return spec
+
+
 def north_mini_code_spec() -> ModelSpec:
     """North-Mini-Code-1.0: 49 blocks 2048 wide (13 full-attention, 36 sliding over 4096), 32 heads (4 KV) of
     128, block 0 dense (3072), then 128 experts of 768 (8 used, sigmoid), RMS norms, tied embeddings,
@@ -178,6 +190,7 @@ TINY_SPECS = {
     "granitemoe-shared": tiny_granitemoe_shared,
     "cohere2moe": tiny_cohere2moe,
     "cohere2moe-shared-ln": tiny_cohere2moe_shared_ln,
+    "cohere2moe-nextn": tiny_cohere2moe_nextn,
     "bailingmoe2": tiny_bailingmoe2,
     "bailingmoe2-nextn": tiny_bailingmoe2_nextn,
 }

@@ -32,6 +32,7 @@ LLAMA_CPP_RESERVE: dict[str, tuple[tuple[int, float], ...]] = {
     "granitemoe-shared": ((170, 2.11), (185, 2.75), (176, 0.53), (206, 2.14)),
     "cohere2moe": ((193, 2.76), (218, 3.51), (203, 0.69), (253, 2.57)),
     "cohere2moe-shared-ln": ((217, 2.76), (242, 3.51), (227, 0.69), (277, 2.57)),
+    "cohere2moe-nextn": ((193, 2.76), (218, 3.51), (203, 0.69), (253, 2.57)),
     "bailingmoe2": ((179, 2.38), (194, 2.75), (185, 0.60), (215, 2.41)),
     "bailingmoe2-nextn": ((179, 2.38), (194, 2.75), (185, 0.60), (215, 2.41)),
 }
@@ -130,3 +131,12 @@ def test_bailingmoe2_selects_experts_within_groups(tiny: dict[str, Path]) -> Non
     r = read_hparams(read_model(str(tiny["bailingmoe2"]))).routing
     assert r is not None
     assert (r.n_groups, r.n_group_used) == (4, 2)
+
+
+@pytest.mark.parametrize(("with_mtp", "trunk_only"), [("cohere2moe-nextn", "cohere2moe")])
+def test_the_mtp_block_is_neither_loaded_nor_run(with_mtp: str, trunk_only: str, tiny: dict[str, Path]) -> None:
+    """cohere2moe.cpp skips the MTP block's tensors unless MTP is loaded: the file with it sizes as the file
+    without it (model, context and compute), its trunk being the same five blocks."""
+    a = estimate(model_context(str(tiny[with_mtp])), ["-c", "4096"]).totals
+    b = estimate(model_context(str(tiny[trunk_only])), ["-c", "4096"]).totals
+    assert a == b
