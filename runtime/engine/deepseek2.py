@@ -37,7 +37,7 @@ from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBu
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
-from runtime.engine.moe import normalized_weights, weighted_sum
+from runtime.engine.moe import group_mask, normalized_weights, top_k, weighted_sum
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
@@ -236,12 +236,6 @@ def concat(a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
     return B._node(Op.CONCAT, ne, [a, b], name, a.type, dim=dim)
 
 
-def top_k(a: Tensor, k: int, sort_name: str, name: str) -> Tensor:
-    """ggml_argsort_top_k: a descending argsort, viewed to its first k columns."""
-    order = B._node(Op.ARGSORT, a.ne, [a], sort_name, I32, order="DESC")
-    return B.view(order, (k, *a.ne[1:]), order.nb, 0, name=name)
-
-
 class MlaBuilder:
     """Builds one ubatch's deepseek2 graph from weights (name -> Tensor) and the K-only cache."""
 
@@ -425,21 +419,8 @@ class MlaBuilder:
         return weighted_sum(g, experts, weights, n_embd, n_tokens, k, il)
 
     def _group_mask(self, selection: Tensor, n_tokens: int, il: int) -> Tensor:
-        """build_moe_ffn's group selection (DeepSeek-V3): each group scored by its two best experts, the
-        n_group_used best groups kept and every other expert's selection score set to -inf."""
         hp = self.hp
-        per_group = hp.n_expert // hp.n_expert_groups
-        groups = B.reshape(selection, (per_group, hp.n_expert_groups, n_tokens))
-        best2 = top_k(groups, 2, f"ffn_moe_group_argsort-{il}", f"ffn_moe_group_top2-{il}")
-        scores = B.get_rows(B.reshape(groups, (1, per_group, hp.n_expert_groups, n_tokens)), best2)
-        scores = B.reshape(scores, (scores.ne[1], scores.ne[2], scores.ne[3]))
-        scores = B._node(Op.SUM_ROWS, (1, scores.ne[1], scores.ne[2]), [scores], f"ffn_moe_group_scores-{il}")
-        scores = B.reshape(scores, (scores.ne[1], scores.ne[2]))
-        kept = top_k(scores, hp.n_group_used, f"ffn_moe_group_argsort2-{il}", f"ffn_moe_group_topk-{il}")
-        rows = B.get_rows(groups, kept)
-        masked = B._node(Op.FILL, groups.ne, [groups], f"ffn_moe_group_fill-{il}", groups.type, c=-math.inf)
-        masked = B.set_rows(masked, rows, kept, name=f"ffn_moe_probs_masked-{il}")
-        return B.reshape(masked, (hp.n_expert, n_tokens))
+        return group_mask(selection, hp.n_expert, hp.n_expert_groups, hp.n_group_used, n_tokens, il)
 
     # --- the graph --------------------------------------------------------------------------
     def _inputs(self, shape: BatchShape) -> None:

@@ -1,5 +1,5 @@
 """The decoders whose layers differ from llama's by facts hparams.ARCHS states in its "fused" block:
-phi3, command-r, cohere2, stablelm, starcoder2, olmo and qwen3vl, node for node as
+phi3, command-r, cohere2, stablelm, starcoder2, olmo, qwen3vl and qwen3vlmoe (its experts from moe.py), node for node as
 src/models/<arch>.cpp builds them at the pinned build (DESIGN.md).
 
 The facts, and where each graph reads them:
@@ -51,7 +51,7 @@ MROPE_SECTIONS = 4
 def _fused(arch: str) -> bool:
     s = ARCHS[arch]
     return (s.layer_norm or s.parallel or s.rope_swa_only or s.logit_scale or s.clamp_kqv or s.mrope
-            or s.residual_first or s.ffn is FfnKind.GELU)
+            or s.residual_first or s.ffn is FfnKind.GELU or s.fused_qkv)
 
 
 # the architectures this module builds: those whose ARCHS row sets a fact of the "fused" block
@@ -173,10 +173,14 @@ class FusedBuilder(DecoderBuilder):
             return self.norm(t, name, il)
         return t
 
+    def _roped(self, il: int) -> bool:
+        """Whether layer il ropes Q and K (cohere2: only the sliding-window layers)."""
+        return not (self.hp.spec.rope_swa_only and not self.hp.swa[il])
+
     def _qkv(self, x: Tensor, il: int, n_tokens: int) -> Qkv:
         hp = self.hp
         q, k, v = self._split_qkv(x, il, n_tokens)
-        roped = not (hp.spec.rope_swa_only and not hp.swa[il])
+        roped = self._roped(il)
         q = self._qk_norm(q, T.ATTN_Q_NORM, il)
         if hp.spec.ffn_norm_optional:   # stablelm.cpp norms K before roping Q
             k = self._qk_norm(k, T.ATTN_K_NORM, il)

@@ -82,6 +82,8 @@ class MoeSpec:
     # moe26: hy_v3
     moe_where_router: bool = False  # experts in the blocks whose file has ffn_gate_inp, a dense FFN elsewhere
     probs_b_bare: bool = False      # the selection bias named blk.N.exp_probs_b (tn without "bias": hy-v3.cpp)
+    # moe3
+    groups: bool = False         # bailingmoe2: expert_group_count > 1 selects the experts within the best groups
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ class ArchSpec:
     # embed: the BERT-family encoders (runtime/engine/bert.py)
     learned_pos: bool = False    # bert: position_embd rows added to the input instead of RoPE
     alibi_max_bias: float = 0.0  # jina-bert-v2: ALiBi instead of positions (load_arch_hparams sets f_max_alibi_bias 8)
+    # moe3
+    fused_qkv: bool = False        # bailingmoe2: one attn_qkv matmul viewed as Q, K and V (fused.py builds it)
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -255,6 +259,23 @@ ARCHS: dict[str, ArchSpec] = {
     # mla: llama4.cpp's attention (chunked layers rope from the base's frequencies) and FFNs;
     # runtime/engine/llama4.py builds its NoPE layers, Q/K L2 norms and experts
     "llama4": ArchSpec(RopeMode.NORM, FfnKind.SWIGLU, swa_rope_from_base=True),
+    # --- moe3: qwen3vlmoe.cpp is qwen3moe's layer with qwen3vl's M-RoPE and deepstack inputs (fused.py builds it)
+    "qwen3vlmoe": ArchSpec(RopeMode.IMROPE, FfnKind.MOE, qk_norm=True, mrope=True),
+    # granite-moe.cpp (granite.cpp's graph): granite's four scales, softmax experts (ffn_gate_exps optional),
+    # a shared expert added where the file has one
+    "granitemoe": ArchSpec(RopeMode.NORM, FfnKind.MOE, scales_from_file=True,
+                           moe=MoeSpec(shared=SharedExpert.ADDED, gate_optional=True)),
+    # cohere2moe.cpp: cohere2's parallel layer over experts (the file's gating, sigmoid by default; leading dense
+    # layers roped); runtime/engine/cohere2moe.py adds the halved shared-expert sum and the output-row pick
+    "cohere2moe": ArchSpec(RopeMode.NORM, FfnKind.MOE, parallel=True, logit_scale=True, rope_swa_only=True,
+                           swa_rope_from_base=True,
+                           moe=MoeSpec(MoeGating.SIGMOID, norm_w=False, gating_key=True, norm_w_key=True,
+                                       scale_key=True, dense_lead=True, shared=SharedExpert.ADDED)),
+    # bailingmoe2.cpp: fused QKV, per-head Q/K norms, partial NEOX RoPE; the file's gating, norm, scale and
+    # expert groups, leading dense layers, a shared expert added
+    "bailingmoe2": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True, fused_qkv=True,
+                            moe=MoeSpec(gating_key=True, norm_w_key=True, scale_key=True, dense_lead=True,
+                                        shared=SharedExpert.ADDED, groups=True)),
     # --- hybrid helper: qwen35*.cpp (runtime/engine/qwen35.py: interleaved M-RoPE, split beta/alpha)
     "qwen35": ArchSpec(RopeMode.NEOX, FfnKind.SWIGLU, qk_norm=True),
     "qwen35moe": ArchSpec(RopeMode.NEOX, FfnKind.MOE, qk_norm=True),
@@ -311,6 +332,9 @@ class MoeRouting:
     norm_w: bool
     w_scale: float               # 0 or 1: no scale node
     moe_layers: tuple[bool, ...]
+    # moe3: expert groups (expert_group_count, expert_group_used_count; 0: none)
+    n_groups: int = 0
+    n_group_used: int = 0
 
 
 @dataclass(frozen=True)
@@ -491,9 +515,10 @@ def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
     """The keys an architecture's load_arch_hparams reads for build_moe_ffn (MoeSpec says which)."""
     moe, meta, arch = spec.moe, model.metadata, model.architecture
     # llama-model.cpp reads expert_group_count for every architecture; above 1 build_moe_ffn first keeps
-    # the best groups (argsort_top_k, sum_rows, fill, set_rows), which the runtime does not build
+    # the best groups (argsort_top_k, sum_rows, fill, set_rows), which the runtime builds where MoeSpec.groups
     groups = int(_get(model, Keys.LLM.EXPERT_GROUP_COUNT, 0))
-    if groups > 1:
+    group_used = int(_get(model, Keys.LLM.EXPERT_GROUP_USED_COUNT, 0))
+    if groups > 1 and not moe.groups:
         raise GGUFError(model.path, f"expert groups (expert_group_count {groups}) are not implemented in the runtime")
     gating = moe.gating
     if moe.gating_key:
@@ -512,4 +537,5 @@ def read_routing(model: ModelFile, spec: ArchSpec, n_layer: int) -> MoeRouting:
                            for il in range(n_layer))
     return MoeRouting(gating=gating, norm_w=norm_w,
                       w_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0) if moe.scale_key else 0.0,
-                      moe_layers=moe_layers)
+                      moe_layers=moe_layers,
+                      n_groups=groups if groups > 1 else 0, n_group_used=group_used if groups > 1 else 0)

@@ -1,7 +1,8 @@
 """Routed-expert FFNs, op for op as llama.cpp's build_moe_ffn (src/llama-graph.cpp, pinned build):
 router matmul (+ its bias) -> soft_max (SOFTMAX gating) or sigmoid (SIGMOID) -> (+ the selection bias
-exp_probs_b, for choosing only) -> argsort (descending) -> top-k view -> get_rows of the probabilities ->
-(SOFTMAX_WEIGHT gating: soft_max over the k) -> (norm_w: sum_rows / clamp / div) -> (scale by
+exp_probs_b, for choosing only) -> (expert groups: `group_mask` keeps the best groups' experts, the others
+-inf; bailingmoe2 here, deepseek2.py's MLA models too) -> argsort (descending) -> top-k view -> get_rows
+of the probabilities -> (SOFTMAX_WEIGHT gating: soft_max over the k) -> (norm_w: sum_rows / clamp / div) -> (scale by
 expert_weights_scale unless 0 or 1) -> MUL_MAT_ID up (+ ADD_ID bias) and gate (+ ADD_ID bias) -> the GLU
 (silu of up where the experts have no gate) -> MUL_MAT_ID down (+ ADD_ID bias) -> mul by the weights ->
 one view per used expert, summed. qwen3moe: softmax gating, normalised weights, SwiGLU, no biases; gpt-oss:
@@ -13,6 +14,7 @@ through build_lora_mm_id (runtime/engine/lora.py Adapters.mm / mm_id; nothing wi
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from gguf import MODEL_TENSOR as T
@@ -63,12 +65,7 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     if router_bias is not None:
         logits = B.add(logits, router_bias, name=f"ffn_moe_logits_biased-{il}")
     probs = _gate(logits, route.gating, il)
-    selection = probs
-    selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
-    if selection_bias is None and moe.probs_b_bare:   # moe26: hy_v3's blk.N.exp_probs_b
-        selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias").removesuffix(".bias"))
-    if selection_bias is not None:   # chooses the experts; their weights stay the unbiased probabilities
-        selection = B.add(probs, selection_bias, name=f"ffn_moe_probs_biased-{il}")
+    selection = _selection(probs, bias, hp, n_expert, n_tokens, il)
     order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
     selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
                       name=f"ffn_moe_topk-{il}")
@@ -85,13 +82,53 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     up = _experts(weight, bias, lora, T.FFN_UP_EXP, x, selected, il, "up")
     if moe.gate_optional and bias(tensor_name(T.FFN_GATE_EXP, il)) is None:   # no gate: silu(up)
         act = B.unary(up, "SILU", name=f"ffn_moe_silu-{il}")
-    elif hp.swiglu_clamp_exp and hp.swiglu_clamp_exp[il] > CLAMP_EPS:   # moe26: step35's clamped SwiGLU
-        gate = _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate")
-        act = clamped_swiglu(gate, up, hp.swiglu_clamp_exp[il], il, "ffn_moe")
     else:
-        act = _glu(moe.glu, _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate"), up, il)
+        gate = _experts(weight, bias, lora, T.FFN_GATE_EXP, x, selected, il, "gate")
+        clamp = hp.swiglu_clamp_exp[il] if hp.swiglu_clamp_exp else 0.0
+        # moe26: step35's clamped SwiGLU
+        act = clamped_swiglu(gate, up, clamp, il, "ffn_moe") if clamp > CLAMP_EPS else _glu(moe.glu, gate, up, il)
     experts = _experts(weight, bias, lora, T.FFN_DOWN_EXP, act, selected, il, "down")
     return weighted_sum(graph, experts, weights, n_embd, n_tokens, k, il)
+
+
+def _selection(probs: Tensor, bias: Callable[[str], Tensor | None], hp: HParams, n_expert: int, n_tokens: int,
+               il: int) -> Tensor:
+    """The scores the experts are chosen by: the probabilities plus the selection bias where the file has one
+    (their weights stay the unbiased probabilities), with the experts outside the best groups masked."""
+    route = routing(hp)
+    selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
+    if selection_bias is None and hp.spec.moe.probs_b_bare:   # moe26: hy_v3's blk.N.exp_probs_b
+        selection_bias = bias(tensor_name(T.FFN_EXP_PROBS_B, il, "bias").removesuffix(".bias"))
+    selection = probs
+    if selection_bias is not None:
+        selection = B.add(probs, selection_bias, name=f"ffn_moe_probs_biased-{il}")
+    if route.n_groups > 1 and n_tokens > 0:   # moe3: bailingmoe2's expert groups
+        selection = group_mask(selection, n_expert, route.n_groups, route.n_group_used, n_tokens, il)
+    return selection
+
+
+def top_k(a: Tensor, k: int, sort_name: str, name: str) -> Tensor:
+    """ggml_argsort_top_k: a descending argsort, viewed to its first k columns."""
+    order = B._node(Op.ARGSORT, a.ne, [a], sort_name, GGMLType.I32, order="DESC")
+    return B.view(order, (k, *a.ne[1:]), order.nb, 0, name=name)
+
+
+def group_mask(selection: Tensor, n_expert: int, n_groups: int, n_group_used: int, n_tokens: int,
+               il: int) -> Tensor:
+    """build_moe_ffn's group selection (DeepSeek-V3, Ling 2.0): each group scored by its two best experts, the
+    n_group_used best groups kept and every other expert's selection score set to -inf."""
+    per_group = n_expert // n_groups
+    groups = B.reshape(selection, (per_group, n_groups, n_tokens))
+    best2 = top_k(groups, 2, f"ffn_moe_group_argsort-{il}", f"ffn_moe_group_top2-{il}")
+    scores = B.get_rows(B.reshape(groups, (1, per_group, n_groups, n_tokens)), best2)
+    scores = B.reshape(scores, (scores.ne[1], scores.ne[2], scores.ne[3]))
+    scores = B._node(Op.SUM_ROWS, (1, scores.ne[1], scores.ne[2]), [scores], f"ffn_moe_group_scores-{il}")
+    scores = B.reshape(scores, (scores.ne[1], scores.ne[2]))
+    kept = top_k(scores, n_group_used, f"ffn_moe_group_argsort2-{il}", f"ffn_moe_group_topk-{il}")
+    rows = B.get_rows(groups, kept)
+    masked = B._node(Op.FILL, groups.ne, [groups], f"ffn_moe_group_fill-{il}", groups.type, c=-math.inf)
+    masked = B.set_rows(masked, rows, kept, name=f"ffn_moe_probs_masked-{il}")
+    return B.reshape(masked, (n_expert, n_tokens))
 
 
 def _gate(logits: Tensor, gating: MoeGating, il: int) -> Tensor:

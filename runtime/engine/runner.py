@@ -38,6 +38,7 @@ from planner.model.arch import MSA_ARCHS, NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.bert import BERT_ARCHS, MODERN_BERT, BertBuilder, ModernBertBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.cohere2moe import COHERE2MOE, Cohere2MoeBuilder
 from runtime.engine.deepseek2 import HY_V4, MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
 from runtime.engine.dsa import mla_builder
 from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
@@ -400,6 +401,9 @@ class ModelRunner:
             encoder = ModernBertBuilder if self.hp.arch == MODERN_BERT else BertBuilder
             return encoder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                            n_ctx_seq=self.cp.n_ctx_seq)
+        if self.hp.arch == COHERE2MOE:
+            return Cohere2MoeBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa,
+                                     offload_kqv=offload, n_ctx_seq=self.cp.n_ctx_seq)
         if self.hp.arch in FUSED_ARCHS:
             return FusedBuilder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload,
                                 n_ctx_seq=self.cp.n_ctx_seq)
