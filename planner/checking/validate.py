@@ -14,6 +14,7 @@ import logging
 import shlex
 import time
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from gguf import Keys
@@ -38,6 +39,7 @@ from planner.gguf.reader import ModelFile, read_model, require_weights
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
+from planner.llama.companions import server_target_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import flags_to_argv, parse_llama_flags
 from planner.llama.placement import CPU, HOST, HOST_ROWS, device_of, row_of
@@ -85,7 +87,8 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
     if not reserve_only:   # it loads and runs the weights: a header-only file or a URL is not enough
         require_weights(ctx.model, "validate" if engine == "embedded" else "validate --engine llama.cpp")
     settings = resolve_settings(ctx, req.flags, req.inventory)   # once: the estimate and the run share it
-    est = estimate_settings(settings, inventory=req.inventory)
+    # what the plan's llama-server line loads: its output rows and a real reserve (planner/llama/programs.py)
+    est = estimate_settings(settings, inventory=req.inventory, program=Program.SERVER)
     if req.n_prompt + req.n_gen > est.cparams.n_ctx:
         raise BadInput(f"--prompt-tokens {req.n_prompt} + --gen-tokens {req.n_gen} do not fit the context "
                        f"of {est.cparams.n_ctx} tokens")
@@ -124,6 +127,11 @@ def _no_fit(ctx_path: str, flags_text: str, e: BufferAllocationError, executed: 
                           executed)
 
 
+def _as_served(settings: LlamaSettings) -> dict[str, Any]:
+    """The runtime's reserve as llama-server makes it: its output rows, and a real (not dry-run) reserve."""
+    return {"n_outputs_max": server_target_outputs_max(settings.flags), "dry_run": False}
+
+
 def _validate_reserve(req: ValidateRequest, settings: LlamaSettings,
                       predicted: dict[str, tuple[int, int, int]]) -> ValidateReport:
     """The load and llama.cpp's reserve under the budgets, with sizes only: weights and caches get
@@ -133,7 +141,7 @@ def _validate_reserve(req: ValidateRequest, settings: LlamaSettings,
     capacities = {device_of(k): v for k, v in req.budgets.items()}
     flags_text = shlex.join(flags_to_argv(req.flags))
     try:
-        runner = ModelRunner.from_settings(settings, capacities, weights=False)
+        runner = ModelRunner.from_settings(settings, capacities, weights=False, **_as_served(settings))
     except BufferAllocationError as e:
         return _no_fit(settings.ctx.model.path, flags_text, e, executed=False)
     assert runner.reserve_report is not None
@@ -153,7 +161,7 @@ def _validate_embedded(req: ValidateRequest, settings: LlamaSettings, predicted:
     capacities = {device_of(k): v for k, v in req.budgets.items()}
     flags_text = shlex.join(flags_to_argv(req.flags))
     try:
-        runner = ModelRunner.from_settings(settings, capacities, kernels=kernels)
+        runner = ModelRunner.from_settings(settings, capacities, kernels=kernels, **_as_served(settings))
         runner.dequantize_weights()  # the prompt times compute, not first-use dequantization (as the cache holds)
         bos = ctx.model.metadata.get(Keys.Tokenizer.BOS_ID)
         prompt = prompt_ids(req.n_prompt, runner.hp.n_vocab, bos)

@@ -259,14 +259,15 @@ class ModelRunner:
 
     @classmethod
     def from_settings(cls, settings: LlamaSettings, capacities: Mapping[str, int] | None = None, reserve: bool = True,
-                      n_outputs_max: int | None = None, weights: bool = True, kernels: str = "default") -> ModelRunner:
+                      n_outputs_max: int | None = None, weights: bool = True, kernels: str = "default",
+                      dry_run: bool = True) -> ModelRunner:
         """Load (weights=False: sizes only, no tensor data read), allocate the KV cache and reserve
-        the compute buffers."""
+        the compute buffers (dry_run: as llama-fit-params sizes them; False: as a real load does)."""
         runner = cls(settings, capacities or {}, n_outputs_max, kernels)
         runner.load_weights(copy_data=weights)
         runner.alloc_kv()
         if reserve:
-            runner.reserve()
+            runner.reserve(dry_run)
         return runner
 
     def load_weights(self, copy_data: bool = True) -> None:
