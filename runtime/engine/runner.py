@@ -46,6 +46,7 @@ from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilde
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.jamba import JAMBA, JambaBuilder
+from runtime.engine.kimi import KDA_ARCHS, KIMI_LINEAR, KimiLinearBuilder, read_kimi_hparams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.llama4 import LLAMA4, Llama4Builder
@@ -157,10 +158,11 @@ def _device_row(row: str) -> str:
 
 # the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
 # builders of the architectures with recurrent state (model, hparams, weights, KV cache, states)
-STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
+STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     LFM2: Lfm2Builder, LFM2MOE: Lfm2Builder, JAMBA: JambaBuilder, FALCON_H1: FalconH1Builder,
     MAMBA: MambaBuilder, MAMBA2: MambaBuilder, NEMOTRON_H: NemotronHBuilder, NEMOTRON_H_MOE: NemotronHBuilder,
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
+    KIMI_LINEAR: KimiLinearBuilder,   # linear (helper): KDA beside deepseek2's MLA
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
 HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING} | FUSED_ARCHS
@@ -178,6 +180,8 @@ class ModelRunner:
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
         self.hp: HParams | MlaHParams = (read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
+                                         else read_kimi_hparams(ctx.model, ctx.facts)
+                                         if ctx.model.architecture in KDA_ARCHS
                                          else read_gemma4_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture == GEMMA4
                                          else read_gemma3n_hparams(ctx.model, ctx.facts)
@@ -345,12 +349,12 @@ class ModelRunner:
         fused block's) or the llama-shaped one."""
         assert self.kv is not None
         fa, offload = self.cp.flash_attn, self.flags.kv_offload
-        if isinstance(self.hp, MlaHParams):
-            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         with_states = STATE_BUILDERS.get(self.hp.arch)
         if with_states is not None:
             return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, flash_attn=fa,
                                offload_kqv=offload)
+        if isinstance(self.hp, MlaHParams):
+            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == LLAMA4:
             return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, Gemma4HParams):

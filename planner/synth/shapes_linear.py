@@ -1,0 +1,111 @@
+"""Models of the linear-attention hybrids (kimi-linear: Kimi Delta Attention beside MLA layers, routed
+and shared experts), laid out as the pinned llama.cpp's load_arch_tensors creates the tensors
+(src/models/kimi-linear.cpp), metadata as its converter writes it (conversion/kimi_linear.py:
+head_count_kv 1 on the MLA layers and 0 on the KDA layers, key_length kv_lora_rank + qk_rope_head_dim,
+kda.head_dim, ssm.conv_kernel). `kimi_linear_layout` writes any size (the tiny test files); the
+`_spec` functions the published config.json's, with a Q4_K / Q6_K mix like llama-quantize's Q4_K_M
+(Q6_K for the output and the down projections, Q8_0 where a row is not a multiple of 256) and a
+stand-in tokenizer of the real vocabulary's length. The tensor data is a sparse hole.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gguf import Keys
+
+from planner.synth.gguf_factory import ModelSpec, Q, T, _common, _embeddings
+from planner.synth.shapes import tokenized
+
+# llama_expert_gating_func_type (src/llama-hparams.h): Kimi routes by sigmoid
+GATING_SIGMOID = 2
+
+
+def kimi_linear_layout(*, n_layer: int = 4, mla_layers: Sequence[int] = (3,), n_embd: int = 128, n_head: int = 4,
+                       kda_head: int = 32, d_conv: int = 4, kv_lora: int = 64, n_rot: int = 32,
+                       nope: int = 32, head_v: int = 32, n_ff: int = 256, n_dense_lead: int = 1,
+                       n_expert: int = 8, n_expert_used: int = 2, n_ff_exp: int = 64, n_shared: int = 1,
+                       weights_scale: float = 2.5, n_vocab: int = 512, n_ctx: int = 4096, mat_type: Q = Q.Q8_0,
+                       small_type: Q = Q.Q8_0, down_type: Q | None = None, exp_type: Q = Q.Q8_0,
+                       exp_down_type: Q | None = None, embd_type: Q = Q.Q8_0, out_type: Q = Q.Q8_0) -> ModelSpec:
+    """kimi-linear: KDA layers (q/k/v projections of n_head x kda_head, their causal convolutions of
+    d_conv, the gate's f_a/f_b and the output gate's g_a/g_b low-rank pairs through kda_head, beta, A,
+    dt bias, the gated norm, wo) except the `mla_layers` (0-based), which are MLA without a query LoRA
+    (wq, wkv_a_mqa, kv_a_norm, wk_b, wv_b, wo); a SwiGLU FFN of n_ff in the first n_dense_lead layers,
+    sigmoid-routed experts with a selection bias and n_shared shared experts in the others.
+    `small_type` types the tensors whose rows are kda_head or nope wide."""
+    spec = ModelSpec("kimi-linear")
+    _common(spec, n_layer, n_embd, n_vocab, n_ctx)
+    d_inner = n_head * kda_head
+    spec.metadata.update({
+        Keys.Attention.HEAD_COUNT: n_head,
+        Keys.Attention.HEAD_COUNT_KV: [1 if il in mla_layers else 0 for il in range(n_layer)],
+        Keys.Attention.KEY_LENGTH: kv_lora + n_rot, Keys.Attention.KEY_LENGTH_MLA: nope + n_rot,
+        Keys.Attention.VALUE_LENGTH_MLA: head_v, Keys.Attention.KV_LORA_RANK: kv_lora,
+        Keys.Rope.DIMENSION_COUNT: n_rot, Keys.SSM.CONV_KERNEL: d_conv, Keys.KDA.HEAD_DIM: kda_head,
+        Keys.LLM.FEED_FORWARD_LENGTH: n_ff, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: n_ff_exp,
+        Keys.LLM.EXPERT_COUNT: n_expert, Keys.LLM.EXPERT_USED_COUNT: n_expert_used,
+        Keys.LLM.EXPERT_SHARED_COUNT: n_shared, Keys.LLM.LEADING_DENSE_BLOCK_COUNT: n_dense_lead,
+        Keys.LLM.EXPERT_WEIGHTS_SCALE: weights_scale, Keys.LLM.EXPERT_GATING_FUNC: GATING_SIGMOID,
+    })
+    _embeddings(spec, n_embd, n_vocab, embd_type, out_type)
+    down_type, exp_down_type = down_type or mat_type, exp_down_type or exp_type
+    for i in range(n_layer):
+        spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
+        if i in mla_layers:
+            spec.add(T.ATTN_Q, mat_type, (n_embd, n_head * (nope + n_rot)), i)
+            spec.add(T.ATTN_KV_A_MQA, mat_type, (n_embd, kv_lora + n_rot), i)
+            spec.add(T.ATTN_KV_A_NORM, Q.F32, (kv_lora,), i)
+            spec.add(T.ATTN_K_B, small_type, (nope, kv_lora, n_head), i)
+            spec.add(T.ATTN_V_B, mat_type, (kv_lora, head_v, n_head), i)
+            spec.add(T.ATTN_OUT, mat_type, (n_head * head_v, n_embd), i)
+        else:
+            for conv in (T.SSM_CONV1D_Q, T.SSM_CONV1D_K, T.SSM_CONV1D_V):
+                spec.add(conv, Q.F32, (d_conv, 1, d_inner, 1), i)
+            for proj in (T.ATTN_Q, T.ATTN_K, T.ATTN_V):
+                spec.add(proj, mat_type, (n_embd, d_inner), i)
+            spec.add(T.SSM_F_A, mat_type, (n_embd, kda_head), i)
+            spec.add(T.SSM_F_B, small_type, (kda_head, d_inner), i)
+            spec.add(T.SSM_BETA, mat_type, (n_embd, n_head), i)
+            spec.add(T.SSM_A, Q.F32, (1, n_head, 1, 1), i, None)
+            spec.add(T.SSM_DT, Q.F32, (d_inner,), i, "bias")
+            spec.add(T.SSM_G_A, mat_type, (n_embd, kda_head), i)
+            spec.add(T.SSM_G_B, small_type, (kda_head, d_inner), i)
+            spec.add(T.SSM_NORM, Q.F32, (kda_head,), i)
+            spec.add(T.ATTN_OUT, mat_type, (d_inner, n_embd), i)
+        spec.add(T.FFN_NORM, Q.F32, (n_embd,), i)
+        if i < n_dense_lead:
+            spec.add(T.FFN_GATE, mat_type, (n_embd, n_ff), i)
+            spec.add(T.FFN_DOWN, down_type, (n_ff, n_embd), i)
+            spec.add(T.FFN_UP, mat_type, (n_embd, n_ff), i)
+            continue
+        n_ff_shexp = n_ff_exp * max(n_shared, 1)
+        spec.add(T.FFN_GATE_INP, Q.F32, (n_embd, n_expert), i)
+        spec.add(T.FFN_GATE_EXP, exp_type, (n_embd, n_ff_exp, n_expert), i)
+        spec.add(T.FFN_DOWN_EXP, exp_down_type, (n_ff_exp, n_embd, n_expert), i)
+        spec.add(T.FFN_UP_EXP, exp_type, (n_embd, n_ff_exp, n_expert), i)
+        spec.add(T.FFN_GATE_SHEXP, mat_type, (n_embd, n_ff_shexp), i)
+        spec.add(T.FFN_DOWN_SHEXP, down_type, (n_ff_shexp, n_embd), i)
+        spec.add(T.FFN_UP_SHEXP, mat_type, (n_embd, n_ff_shexp), i)
+        spec.add(T.FFN_EXP_PROBS_B, Q.F32, (n_expert,), i, "bias")
+    return spec
+
+
+KIMI_LINEAR_VOCAB = 163840
+KIMI_LINEAR_CTX = 1048576
+
+
+def kimi_linear_48b_a3b_spec() -> ModelSpec:
+    """Kimi-Linear-48B-A3B (moonshotai/Kimi-Linear-48B-A3B-Instruct config.json): 27 layers, 2304 wide,
+    32 heads; KDA (head_dim 128, short_conv_kernel_size 4) except full_attn_layers 4, 8, …, 24, 27
+    (1-based), which are MLA (kv_lora_rank 512, qk_nope 128 + qk_rope 64, v_head_dim 128, no q_lora);
+    first_k_dense_replace 1 (intermediate_size 9216), 256 experts (8 used) of moe_intermediate_size 1024
+    with one shared expert, routed_scaling_factor 2.446, vocab 163840, untied output."""
+    spec = kimi_linear_layout(n_layer=27, mla_layers=(3, 7, 11, 15, 19, 23, 26), n_embd=2304, n_head=32,
+                              kda_head=128, d_conv=4, kv_lora=512, n_rot=64, nope=128, head_v=128, n_ff=9216,
+                              n_dense_lead=1, n_expert=256, n_expert_used=8, n_ff_exp=1024, n_shared=1,
+                              weights_scale=2.446, n_vocab=KIMI_LINEAR_VOCAB, n_ctx=KIMI_LINEAR_CTX,
+                              mat_type=Q.Q4_K, small_type=Q.Q8_0, down_type=Q.Q6_K, exp_type=Q.Q4_K,
+                              exp_down_type=Q.Q6_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
+    spec = tokenized(spec, KIMI_LINEAR_VOCAB, KIMI_LINEAR_CTX)
+    spec.metadata[Keys.Attention.LAYERNORM_RMS_EPS] = 1e-5
+    return spec
