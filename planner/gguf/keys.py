@@ -23,6 +23,9 @@ T = GGUFValueType
 LLM_KV_ATTENTION_RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
 # mla: which trunk blocks own a DSA indexer (get_key_or_arr over n_layer, not n_layer_all: glm-dsa.cpp)
 LLM_KV_ATTENTION_INDEXER_TYPES = "{arch}.attention.indexer.types"
+# linear: Kimi Delta Attention's gate options (bailingmoe3.cpp load_arch_hparams)
+LLM_KV_KDA_SAFE_GATE = "{arch}.kda.safe_gate"
+LLM_KV_KDA_GATE_LOWER_BOUND = "{arch}.kda.gate_lower_bound"
 # The uint32 hyperparameters llama.cpp's src/models/<arch>.cpp read with get_key that gguf-py 0.19 does not
 # name (DeepSeek-V4/GLM-DSA indexers, dflash, HRM, hyper-connections, PLE, ...), spelled as LLM_KV_NAMES does.
 LLAMA_CPP_U32_KEYS = tuple(f"{{arch}}.{suffix}" for suffix in (

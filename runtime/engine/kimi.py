@@ -18,6 +18,13 @@ output are deepseek2's (runtime/engine/deepseek2.py MlaBuilder); what differs:
   out of wq's rows, k_pe out of wkv_a_mqa's, and neither is rotated;
 - the experts' weights are always normalised (build_moe_ffn's norm_w is true) and scaled by
   expert_weights_scale.
+
+bailingmoe3 (Ling-3.0, src/models/bailingmoe3.cpp) is the same hybrid with these changes: the KDA decay
+is the "safe gate" sigmoid((f_a x + dt_bias) * A) * kda.gate_lower_bound from one full-rank f_a, the
+output gate sigmoid(g_a x) from one full-rank g_a; the MLA layers rope q_pe and k_pe (NORM mode), may
+have a query LoRA, and gate each head's output by sigmoid(attn_gate x) before wo; the attention norm is
+not expanded early, and the output rows are taken after the final norm (a graph output, t_h_nextn). Its
+recurrent states have no rollback rows unless --rs-seq asks for them (n_rs_seq 0 by default).
 """
 from __future__ import annotations
 
@@ -29,19 +36,21 @@ from gguf import MODEL_TENSOR as T
 from gguf import Keys
 
 from planner.core.errors import GGUFError
+from planner.gguf.keys import LLM_KV_KDA_GATE_LOWER_BOUND
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
-from planner.model.tensors import tensor_name
+from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph
 from runtime.engine.deepseek2 import Gating, MlaBuilder, MlaHParams, concat
 from runtime.engine.kvcache import KVCache
 from runtime.engine.recurrent import ELEMENT, RecurrentStates, RsInputs, bare_name, build_rs, ubatch_sequences
 from runtime.ggml import build as B
 from runtime.ggml import deltanet, ssm
-from runtime.ggml.graph import Tensor
+from runtime.ggml.graph import FLAG_OUTPUT, Tensor
 
 KIMI_LINEAR = "kimi-linear"
-KDA_ARCHS = frozenset({KIMI_LINEAR})
+BAILINGMOE3 = "bailingmoe3"
+KDA_ARCHS = frozenset({KIMI_LINEAR, BAILINGMOE3})
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ class KimiHParams(MlaHParams):
     recurrent: tuple[bool, ...] = ()
     kda_head: int = 0
     d_conv: int = 0
+    gate_lower_bound: float = 0.0   # bailingmoe3's safe gate: sigmoid(...) scaled by this (< 0)
 
     @property
     def n_head_kv(self) -> tuple[int, ...]:
@@ -60,53 +70,74 @@ class KimiHParams(MlaHParams):
         return 0 if self.recurrent[il] else self.head_dim
 
 
-def unsupported_reason(model: ModelFile, facts: ModelFacts) -> str | None:
-    """Why this builder cannot build the file's graph as llama.cpp does, or None when it can."""
-    if model.architecture not in KDA_ARCHS:
-        return f"architecture {model.architecture!r} is not built by the KDA builder"
+def _meta(model: ModelFile, template: str, default: float = 0.0) -> float:
+    return float(model.metadata.get(template.format(arch=model.architecture), default) or default)
+
+
+def _unsupported_metadata(model: ModelFile, facts: ModelFacts) -> str | None:
+    arch = model.architecture
     if not facts.mla:
         return "no MLA head sizes (key_length_mla / value_length_mla)"
+    if any(lf.nextn for lf in facts.layers):
+        return "next-token-prediction blocks are not built"
+    scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=arch), "none") or "none")
+    if arch == BAILINGMOE3 and (scale_type != "none" or model.metadata.get(Keys.Rope.DIMENSION_SECTIONS.format(
+            arch=arch)) is not None):
+        return "rope scaling and M-RoPE sections (the VL files) are not built"
+    for clamp in (Keys.LLM.SWIGLU_CLAMP_EXP, Keys.LLM.SWIGLU_CLAMP_SHEXP):
+        value = model.metadata.get(clamp.format(arch=arch))
+        if value is not None and any(float(v) for v in (value if isinstance(value, list) else [value])):
+            return "clamped SwiGLU experts are not built"
+    return None
+
+
+def unsupported_reason(model: ModelFile, facts: ModelFacts) -> str | None:
+    """Why this builder cannot build the file's graph as llama.cpp does, or None when it can."""
+    arch = model.architecture
+    if arch not in KDA_ARCHS:
+        return f"architecture {arch!r} is not built by the KDA builder"
+    reason = _unsupported_metadata(model, facts)
+    if reason is not None:
+        return reason
     names = {t.name for t in model.tensors}
     for lf in facts.layers:
-        if lf.nextn:
-            continue
         if lf.state_s:
             if tensor_name(T.ATTN_QKV, lf.index) in names:
                 return "KDA layers with a fused attn_qkv projection are not built"
         elif tensor_name(T.ATTN_K_B, lf.index) not in names or tensor_name(T.ATTN_V_B, lf.index) not in names:
             return "MLA without split wk_b / wv_b tensors (the MHA fallback) is not built"
-        elif tensor_name(T.ATTN_Q_A, lf.index) in names:
+        elif arch == KIMI_LINEAR and tensor_name(T.ATTN_Q_A, lf.index) in names:
             return "MLA with a query LoRA is not built"
     return None
 
 
 def read_kimi_hparams(model: ModelFile, facts: ModelFacts | None = None) -> KimiHParams:
-    """KimiHParams of a kimi-linear file (load_arch_hparams); GGUFError for what the builder does not build."""
+    """KimiHParams of a kimi-linear or bailingmoe3 file (load_arch_hparams); GGUFError for what the builder
+    does not build."""
     facts = facts or model_facts(model)
     reason = unsupported_reason(model, facts)
-    if reason is not None:
-        raise GGUFError(model.path, f"the runtime's kimi-linear builder: {reason}")
     arch = model.architecture
-
-    def get(template: str, default: float = 0.0) -> float:
-        return float(model.metadata.get(template.format(arch=arch), default) or default)
-
+    if reason is not None:
+        raise GGUFError(model.path, f"the runtime's {arch} builder: {reason}")
     trunk = [lf for lf in facts.layers if not lf.nextn]
-    head_k = int(get(Keys.Attention.KEY_LENGTH_MLA))
-    n_rot = int(get(Keys.Rope.DIMENSION_COUNT))
-    gating = int(get(Keys.LLM.EXPERT_GATING_FUNC))
+    head_k = int(_meta(model, Keys.Attention.KEY_LENGTH_MLA))
+    gating = int(_meta(model, Keys.LLM.EXPERT_GATING_FUNC))
     if gating not in tuple(g.value for g in Gating):
-        raise GGUFError(model.path, f"the runtime's kimi-linear builder: expert gating function {gating} is not built")
+        raise GGUFError(model.path, f"the runtime's {arch} builder: expert gating function {gating} is not built")
+    # kimi-linear.cpp always normalises the experts' weights; bailingmoe3.cpp as expert_weights_norm says
+    norm = arch == KIMI_LINEAR or bool(model.metadata.get(Keys.LLM.EXPERT_WEIGHTS_NORM.format(arch=arch), False))
     return KimiHParams(
         arch=arch, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab, n_head=trunk[0].n_head,
-        n_rot=n_rot, kv_lora_rank=int(get(Keys.Attention.KV_LORA_RANK)), head_k_mla=head_k,
-        head_v_mla=int(get(Keys.Attention.VALUE_LENGTH_MLA)), eps=get(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6),
-        freq_base=10000.0, freq_scale=1.0, kq_scale=1.0 / math.sqrt(head_k), yarn=False,
-        n_dense_lead=int(get(Keys.LLM.LEADING_DENSE_BLOCK_COUNT)), n_expert=facts.n_expert,
-        n_expert_used=facts.n_expert_used, gating=Gating(gating), weights_norm=True,
-        weights_scale=get(Keys.LLM.EXPERT_WEIGHTS_SCALE),
-        recurrent=tuple(bool(lf.state_s) for lf in trunk), kda_head=int(get(Keys.KDA.HEAD_DIM)),
-        d_conv=int(get(Keys.SSM.CONV_KERNEL)),
+        n_rot=int(_meta(model, Keys.Rope.DIMENSION_COUNT)), kv_lora_rank=int(_meta(model, Keys.Attention.KV_LORA_RANK)),
+        head_k_mla=head_k, head_v_mla=int(_meta(model, Keys.Attention.VALUE_LENGTH_MLA)),
+        eps=_meta(model, Keys.Attention.LAYERNORM_RMS_EPS, 1e-6), freq_base=_meta(model, Keys.Rope.FREQ_BASE, 10000.0),
+        freq_scale=1.0, kq_scale=1.0 / math.sqrt(head_k), yarn=False,
+        n_dense_lead=int(_meta(model, Keys.LLM.LEADING_DENSE_BLOCK_COUNT)), n_expert=facts.n_expert,
+        n_expert_used=facts.n_expert_used, gating=Gating(gating), weights_norm=norm,
+        weights_scale=_meta(model, Keys.LLM.EXPERT_WEIGHTS_SCALE),
+        recurrent=tuple(bool(lf.state_s) for lf in trunk), kda_head=int(_meta(model, Keys.KDA.HEAD_DIM)),
+        d_conv=int(_meta(model, Keys.SSM.CONV_KERNEL)),
+        gate_lower_bound=_meta(model, LLM_KV_KDA_GATE_LOWER_BOUND),
     )
 
 
@@ -151,6 +182,25 @@ class KimiLinearBuilder(MlaBuilder):
         n = x.ne[0]
         return B.scale(B.rms_norm(x, self.hp.eps / n), 1.0 / math.sqrt(n))
 
+    def _decay(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
+        """g1 = softplus(f_b(f_a x) + dt_bias) * A, [kda_head, n_head, n_seq_tokens, n_seqs]."""
+        hp, ns = self.khp, self.n_seqs
+        hd, nh = hp.kda_head, hp.n_head
+        g1 = B.mul_mat(self._wl(T.SSM_F_B, il), B.mul_mat(self._wl(T.SSM_F_A, il), cur))
+        g1 = B.unary(B.add(g1, self._wl(T.SSM_DT, il, "bias")), "SOFTPLUS")
+        g1 = B.reshape(g1, (hd, nh, n_tokens))
+        a = self._need(bare_name(T.SSM_A, il))
+        g1 = B.mul(g1, B.reshape(a, (1, nh, 1)), name=f"kda_g1-{il}")
+        return B.reshape(g1, (hd, nh, n_tokens // ns, ns))
+
+    def _output_gate(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
+        """g2 = g_b(g_a x) over x seen as [n_embd, n_seq_tokens, n_seqs] then 2-d; [kda_head, n_head, n_tokens]."""
+        hp, ns = self.khp, self.n_seqs
+        x3 = B.reshape(cur, (cur.ne[0], n_tokens // ns, ns))
+        x2 = B.reshape(x3, (x3.ne[0], n_tokens))
+        g2 = B.mul_mat(self._wl(T.SSM_G_B, il), B.mul_mat(self._wl(T.SSM_G_A, il), x2))
+        return B.reshape(g2, (hp.kda_head, hp.n_head, n_tokens))
+
     def _kda(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
         hp, g, ns = self.khp, self.out.graph, self.n_seqs
         assert self.rs is not None
@@ -162,15 +212,9 @@ class KimiLinearBuilder(MlaBuilder):
         q = self._causal_conv(cur, il, 0, T.ATTN_Q, T.SSM_CONV1D_Q, conv_all, nst)
         k = self._causal_conv(cur, il, 1, T.ATTN_K, T.SSM_CONV1D_K, conv_all, nst)
         v = self._causal_conv(cur, il, 2, T.ATTN_V, T.SSM_CONV1D_V, conv_all, nst)
-        g1 = B.mul_mat(self._wl(T.SSM_F_B, il), B.mul_mat(self._wl(T.SSM_F_A, il), cur))
-        g1 = B.unary(B.add(g1, self._wl(T.SSM_DT, il, "bias")), "SOFTPLUS")
-        g1 = B.reshape(g1, (hd, nh, n_tokens))
-        a = self._need(bare_name(T.SSM_A, il))
-        g1 = B.mul(g1, B.reshape(a, (1, nh, 1)), name=f"kda_g1-{il}")
-        g1 = B.reshape(g1, (hd, nh, nst, ns))
+        g1 = self._decay(cur, il, n_tokens)
         beta = B.reshape(B.mul_mat(self._wl(T.SSM_BETA, il), cur), (1, nh, nst, ns))
         beta = B.unary(beta, "SIGMOID")
-        x3 = B.reshape(cur, (cur.ne[0], nst, ns))
         state = B.reshape(build_rs(g, self.rs, s_all, s_all.ne[0], ns), (hd, hd, nh, ns))
         q, k = self._l2_norm(q), self._l2_norm(k)
         gdn = deltanet.gated_delta_net(q, k, v, g1, beta, state, 1, name=f"gdn-{il}")
@@ -180,9 +224,7 @@ class KimiLinearBuilder(MlaBuilder):
         out = B.cont(out, name=f"attn_output-{il}")
         n_embd_s = s_all.ne[0]
         g.expand(B.cpy(new_state, B.view(s_all, (n_embd_s * ns,), None, self.rs.head * n_embd_s * ELEMENT)))
-        x2 = B.reshape(x3, (x3.ne[0], nst * ns))
-        g2 = B.mul_mat(self._wl(T.SSM_G_B, il), B.mul_mat(self._wl(T.SSM_G_A, il), x2))
-        g2 = B.reshape(g2, (hd, nh, nst * ns))
+        g2 = self._output_gate(cur, il, n_tokens)
         normed = self.norm(B.reshape(out, (hd, nh, nst * ns)), self._wl(T.SSM_NORM, il), il, f"kda_normed-{il}")
         gated = B.mul(normed, B.unary(g2, "SIGMOID"))
         gated = B.cont(gated, (d_inner, n_tokens))
@@ -217,14 +259,20 @@ class KimiLinearBuilder(MlaBuilder):
             return self._kda(x, il, n_tokens)
         return self.attention(il, *self._mla_qkv(x, il, n_tokens))
 
+    # kimi-linear.cpp expands the attention norm before the mixer and keeps the output rows inside the last
+    # layer; bailingmoe3.cpp does neither (it takes the rows after the final norm, embeddings_nextn_masked off)
+    EXPANDS_ATTN_NORM = True
+    ROWS_IN_LAST_LAYER = True
+
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
-        """deepseek2's layer, with the attention norm expanded before the mixer (kimi-linear.cpp)."""
+        """deepseek2's layer with a KDA or MLA mixer."""
         hp = self.hp
         cur = self.norm(x, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
-        self.out.graph.expand(cur)
+        if self.EXPANDS_ATTN_NORM:
+            self.out.graph.expand(cur)
         cur = self._attn_block(cur, il, n_tokens)
         residual = x
-        if il == hp.n_layer - 1:   # keep only the rows that produce outputs
+        if il == hp.n_layer - 1 and self.ROWS_IN_LAST_LAYER:   # keep only the rows that produce outputs
             cur = B.get_rows(cur, self.out.out_ids)
             residual = B.get_rows(residual, self.out.out_ids)
         ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
@@ -240,5 +288,80 @@ class KimiLinearBuilder(MlaBuilder):
     def build(self, shape: BatchShape) -> BuiltGraph:
         self.n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         self.rs = RsInputs.reserve(self.states, self.n_seqs)
-        return super().build(shape)
+        self._inputs(shape)
+        g = self.out.graph
+        tok_embd = self._need(TOKEN_EMBD)
+        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
+        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
+        g.expand(self.out.embd)
+        for il in range(self.hp.n_layer):
+            x = self._layer(il, x, shape.n_tokens)
+        cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")
+        if not self.ROWS_IN_LAST_LAYER:
+            cur.flags |= FLAG_OUTPUT   # res->t_h_nextn: set_outputs keeps it
+            cur = B.get_rows(cur, self.out.out_ids, name="result_norm_rows")
+        cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")
+        g.expand(cur)
+        self.out.logits = cur
+        return self.out
 
+
+class BailingMoe3Builder(KimiLinearBuilder):
+    """bailingmoe3 (src/models/bailingmoe3.cpp): kimi-linear's KDA with full-rank gates, gated MLA with
+    RoPE, and the output rows taken after the final norm."""
+
+    EXPANDS_ATTN_NORM = False
+    ROWS_IN_LAST_LAYER = False
+
+    def _decay(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
+        """The safe gate: sigmoid((f_a x + dt_bias) * A) scaled by gate_lower_bound."""
+        hp, ns = self.khp, self.n_seqs
+        hd, nh = hp.kda_head, hp.n_head
+        g = B.add(B.mul_mat(self._wl(T.SSM_F_A, il), cur), self._wl(T.SSM_DT, il, "bias"))
+        g = B.reshape(g, (hd, nh, n_tokens))
+        g = B.mul(g, B.reshape(self._need(bare_name(T.SSM_A, il)), (1, nh, 1)))
+        g = B.scale(B.unary(g, "SIGMOID"), hp.gate_lower_bound, name=f"kda_gate-{il}")
+        return B.reshape(g, (hd, nh, n_tokens // ns, ns))
+
+    def _output_gate(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
+        return B.reshape(B.mul_mat(self._wl(T.SSM_G_A, il), cur), (self.khp.kda_head, self.khp.n_head, n_tokens))
+
+    def _mla_qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
+        hp = self.hp
+        wq = self.w.get(tensor_name(T.ATTN_Q, il))
+        if wq is not None:
+            q = B.mul_mat(wq, x, name=f"q-{il}")
+        else:
+            q = B.mul_mat(self._wl(T.ATTN_Q_A, il), x, name=f"q_a-{il}")
+            q = self.norm(q, self._wl(T.ATTN_Q_A_NORM, il), il, f"q_a_norm-{il}")
+            q = B.mul_mat(self._wl(T.ATTN_Q_B, il), q, name=f"q_b-{il}")
+        nope = hp.head_k_mla - hp.n_rot
+        head = row_size(q.type, hp.head_k_mla)
+        strides = (q.nb[0], head, head * hp.n_head)
+        q_nope = B.view(q, (nope, hp.n_head, n_tokens), strides, 0, name=f"q_nope-{il}")
+        q_pe = B.view(q, (hp.n_rot, hp.n_head, n_tokens), strides, row_size(q.type, nope), name=f"q_pe-{il}")
+        width = hp.kv_lora_rank + hp.n_rot
+        kv_all = B.mul_mat(self._wl(T.ATTN_KV_A_MQA, il), x, name=f"kv_all-{il}")
+        row = row_size(kv_all.type, width)
+        kv = B.view(kv_all, (hp.kv_lora_rank, n_tokens), (kv_all.nb[0], row), 0, name=f"kv-{il}")
+        k_pe = B.view(kv_all, (hp.n_rot, 1, n_tokens), (kv_all.nb[0], row, row),
+                      row_size(kv_all.type, hp.kv_lora_rank), name=f"k_pe-{il}")
+        q_pe, k_pe = self._rope(q_pe, il, "q_pe"), self._rope(k_pe, il, "k_pe")
+        kv = self.norm(kv, self._wl(T.ATTN_KV_A_NORM, il), il, f"kv_norm-{il}")
+        q_nope = B.permute(q_nope, (0, 2, 1, 3))
+        q_nope = B.permute(B.mul_mat(self._wl(T.ATTN_K_B, il), q_nope), (0, 2, 1, 3))
+        q_cur = concat(q_nope, q_pe, 0, name=f"Qcur-{il}")
+        v_cur = B.reshape(kv, (hp.kv_lora_rank, 1, n_tokens), name=f"Vcur-{il}")
+        return q_cur, concat(v_cur, k_pe, 0, name=f"Kcur-{il}"), v_cur
+
+    def _attn_block(self, x: Tensor, il: int, n_tokens: int) -> Tensor:
+        """KDA, or MLA whose heads are gated per head by sigmoid(attn_gate x) before wo."""
+        hp = self.hp
+        if self.khp.recurrent[il]:
+            return self._kda(x, il, n_tokens)
+        cur = self._attention_heads(il, *self._mla_qkv(x, il, n_tokens))
+        gate = B.mul_mat(self._wl(T.ATTN_GATE, il), x, name=f"attn_gate-{il}")
+        gate = B.unary(B.reshape(gate, (1, hp.n_head, n_tokens)), "SIGMOID")
+        cur = B.mul(B.reshape(cur, (hp.head_v_mla, hp.n_head, n_tokens)), gate)
+        cur = B.cont(cur, (hp.head_v_mla * hp.n_head, n_tokens))
+        return B.mul_mat(self._wl(T.ATTN_OUT, il), cur, name=f"mla_out-{il}")

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.peer
 
 SHAPES: dict[str, ArchShape] = {
     "kimi-linear-48b-a3b": ArchShape("kimi-linear-48b-a3b", linear.kimi_linear_48b_a3b_spec, 27, moe=True),
+    "ling-3-tiny-class": ArchShape("ling-3-tiny-class", linear.ling_3_tiny_class_spec, 24, moe=True),
 }
 # shapes whose value head size q8_0's blocks do not divide
 Q8_REFUSED = frozenset({"kimi-linear-48b-a3b"})

@@ -5,6 +5,9 @@ compute buffer size = X MiB", two decimals), each file as planner/synth/shapes_l
 - kimi-linear (runtime/engine/kimi.py): 4 layers (KDA x 3, MLA), 128 wide, 4 heads; KDA heads of 32,
   conv 4; MLA kv_lora_rank 64, qk_nope 32 + qk_rope 32, v 32; a SwiGLU FFN of 256 in layer 0, 8
   sigmoid-routed experts (2 used) of 64 with a shared expert in the others.
+- bailingmoe3 (runtime/engine/kimi.py BailingMoe3Builder): the same sizes with full-rank KDA gates and
+  gated MLA with RoPE (gate_lower_bound -5, experts' weights normalised); "bailingmoe3-qlora": 6 layers
+  (KDA x 3, MLA, then the two tail layers past the last whole group of 4, MLA) and a query LoRA of 64.
 
 The recurrent states are sized as llama_hparams::n_embd_r / n_embd_s state them for KDA layers.
 """
@@ -19,7 +22,7 @@ from gguf import Keys
 from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer
-from planner.synth.shapes_linear import kimi_linear_layout
+from planner.synth.shapes_linear import bailingmoe3_layout, kimi_linear_layout
 from tests.support.reserve_checks import assert_reserve_equals
 
 
@@ -31,6 +34,8 @@ def _tokenized(spec: ModelSpec) -> ModelSpec:
 
 TINY: dict[str, Callable[[], ModelSpec]] = {
     "kimi-linear": lambda: _tokenized(kimi_linear_layout()),
+    "bailingmoe3": lambda: _tokenized(bailingmoe3_layout()),
+    "bailingmoe3-qlora": lambda: _tokenized(bailingmoe3_layout(n_layer=6, q_lora=64)),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -43,6 +48,24 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -ctk q8_0 -ctv q8_0": (407, 1.53),
         "-c 256 -ub 32": (407, 0.20),
         "-c 256 -fa off -np 2": (410, 2.65),
+    },
+    "bailingmoe3": {
+        "-c 256": (405, 1.53),
+        "-c 256 -fa off": (407, 2.65),
+        "-c 256 -np 2": (406, 1.53),
+        "-c 512 -np 3 -ub 64": (406, 0.49),
+        "-c 256 -ctk q8_0 -ctv q8_0": (405, 1.53),
+        "-c 256 -ub 32": (405, 0.21),
+        "-c 256 -fa off -np 2": (408, 2.65),
+    },
+    "bailingmoe3-qlora": {
+        "-c 256": (554, 1.40),
+        "-c 256 -fa off": (560, 2.06),
+        "-c 256 -np 2": (557, 1.43),
+        "-c 512 -np 3 -ub 64": (557, 0.49),
+        "-c 256 -ctk q8_0 -ctv q8_0": (554, 1.40),
+        "-c 256 -ub 32": (554, 0.21),
+        "-c 256 -fa off -np 2": (563, 2.09),
     },
 }
 
@@ -68,3 +91,12 @@ def test_kimi_linear_state_sizes(tiny_files: dict[str, Path]) -> None:
     assert {(lf.state_r, lf.state_s) for lf in kda} == {(3 * 3 * 4 * 32, 32 * 32 * 4)}
     mla = facts.layers[3]
     assert (mla.k_per_cell, mla.v_per_cell, mla.state_r) == (64 + 32, 0, 0)
+
+
+def test_bailingmoe3_layers_and_state_sizes(tiny_files: dict[str, Path]) -> None:
+    """conversion/bailingmoe3.py's is_full_attention: every 4th layer and the tail past the last whole group
+    attend (head_count_kv 1); the KDA layers hold kimi-linear's states (llama-fit-params -v on the 6-layer
+    file: "llama_kv_cache: ... 3 layers" and "llama_memory_recurrent: layer 3/4/5: skipped")."""
+    facts = model_facts(read_model(tiny_files["bailingmoe3-qlora"]))
+    assert [lf.kind is AttnKind.RECURRENT for lf in facts.layers] == [True, True, True, False, False, False]
+    assert {(lf.state_r, lf.state_s) for lf in facts.layers if lf.state_s} == {(3 * 3 * 4 * 32, 32 * 32 * 4)}
