@@ -310,12 +310,7 @@ class MlaBuilder:
         return B.set_rows(kc, k2, inp.k_idxs, name=f"cache_k_l{il} (set_rows)")
 
     def attention(self, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """build_attn(llm_graph_input_attn_k) + build_attn_mha with v_mla = wv_b, then wo."""
-        return self.lora.mm(self._wl(T.ATTN_OUT, il), self._attention_heads(il, q, k, v), name=f"attn_out-{il}")
-
-    def _attention_heads(self, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """build_attn with no wo: the heads' outputs through wv_b, [n_head * head_v, n_tokens] (bailingmoe3
-        gates them before its own wo)."""
+        """build_attn(llm_graph_input_attn_k) + build_attn_mha with v_mla = wv_b."""
         inp = self.out.attn[CacheKind.BASE]
         g = self.out.graph
         for t in (q, v, k):
@@ -352,7 +347,11 @@ class MlaBuilder:
             if not self.offload_kqv:
                 self.out.cpu_pins.append(cur)
         g.expand(cur)
-        return cur
+        return self._attn_out(il, cur)
+
+    def _attn_out(self, il: int, cur: Tensor) -> Tensor:
+        """The merged heads [n_head * head_v, T] through attn_output (build_attn's wo)."""
+        return self.lora.mm(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
 
     def _mask(self, il: int, inp: AttnInputs) -> Tensor:
         """The attention's mask: the cache's (the DSA graphs unmask the indexer's top-k instead)."""

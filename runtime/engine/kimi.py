@@ -312,6 +312,7 @@ class BailingMoe3Builder(KimiLinearBuilder):
 
     EXPANDS_ATTN_NORM = False
     ROWS_IN_LAST_LAYER = False
+    _gate_input: Tensor   # the normed layer input the MLA output gate reads
 
     def _decay(self, cur: Tensor, il: int, n_tokens: int) -> Tensor:
         """The safe gate: sigmoid((f_a x + dt_bias) * A) scaled by gate_lower_bound."""
@@ -355,12 +356,13 @@ class BailingMoe3Builder(KimiLinearBuilder):
         return q_cur, concat(v_cur, k_pe, 0, name=f"Kcur-{il}"), v_cur
 
     def _attn_block(self, x: Tensor, il: int, n_tokens: int) -> Tensor:
-        """KDA, or MLA whose heads are gated per head by sigmoid(attn_gate x) before wo."""
-        hp = self.hp
-        if self.khp.recurrent[il]:
-            return self._kda(x, il, n_tokens)
-        cur = self._attention_heads(il, *self._mla_qkv(x, il, n_tokens))
-        gate = B.mul_mat(self._wl(T.ATTN_GATE, il), x, name=f"attn_gate-{il}")
+        """KDA, or MLA whose heads are gated per head by sigmoid(attn_gate x) before wo (_attn_out)."""
+        self._gate_input = x
+        return super()._attn_block(x, il, n_tokens)
+
+    def _attn_out(self, il: int, cur: Tensor) -> Tensor:
+        hp, n_tokens = self.hp, cur.ne[1]
+        gate = B.mul_mat(self._wl(T.ATTN_GATE, il), self._gate_input, name=f"attn_gate-{il}")
         gate = B.unary(B.reshape(gate, (1, hp.n_head, n_tokens)), "SIGMOID")
         cur = B.mul(B.reshape(cur, (hp.head_v_mla, hp.n_head, n_tokens)), gate)
         cur = B.cont(cur, (hp.head_v_mla * hp.n_head, n_tokens))
