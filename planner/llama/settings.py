@@ -93,6 +93,11 @@ def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[s
     without flash attention llama.cpp pins the scores to the CPU anyway). The runtime's scheduler
     places them so too (tests/runtime/engine/test_granitehybrid.py).
     """
+    if facts.mla:
+        # linear: an MLA layer's core stays on its layer's device next to a KDA layer on another (measured,
+        # llama-fit-params --fit-print: kimi-linear, bailingmoe3 and kimi-k3 keep flash attention on with an
+        # MLA layer last on the host and a KDA layer first on an rpc-server, with and without -nkvo)
+        return {}
     trunk = [lf for lf in facts.layers if not lf.nextn]
     attends_then_recurs = [(lf, nxt) for lf, nxt in pairwise(trunk)
                            if lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT]
@@ -161,6 +166,10 @@ def resolve_settings(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory 
     return resolve_on(ctx, flags, devices)
 
 
+# kimi-k3.cpp load_arch_hparams sets n_embd_head_v to kv_lora_rank whatever value_length says  # linear
+MLA_V_HEAD_IS_KV_LORA = frozenset({"kimi-k3"})
+
+
 def _check_mla_cache_blocks(ctx: ModelContext, type_k: Q, type_v: Q) -> None:
     """llama_init_from_model refuses a quantized cache type whose block does not divide the model's head
     sizes unless flash attention is off (llama-context.cpp). On an MLA file they are key_length and
@@ -171,6 +180,8 @@ def _check_mla_cache_blocks(ctx: ModelContext, type_k: Q, type_v: Q) -> None:
     default = ctx.facts.n_embd // n_head if n_head else 0
     for part, qtype, key in (("K", type_k, Keys.Attention.KEY_LENGTH), ("V", type_v, Keys.Attention.VALUE_LENGTH)):
         head = int(meta.get(key.format(arch=arch), 0) or 0) or default
+        if part == "V" and arch in MLA_V_HEAD_IS_KV_LORA:
+            head = int(meta.get(Keys.Attention.KV_LORA_RANK.format(arch=arch), 0) or 0)
         block = GGML_QUANT_SIZES[qtype][0]
         if block > 1 and head % block:
             raise FlagError(f"{part} cache type {qtype.name.lower()} with block size {block} does not divide the "

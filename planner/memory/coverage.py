@@ -57,8 +57,9 @@ def _compute(arch: str) -> tuple[str, str]:
     if arch in ARCHS:
         return "simulated", "graph builder in runtime/engine (hparams.ARCHS)"
     if arch in KDA_ARCHS:
-        return "simulated", ("graph builder runtime/engine/kimi.py (KDA layers beside MLA) for files with split "
-                             "wk_b/wv_b; other files of it (kimi.unsupported_reason) use the formula")
+        return "simulated", ("graph builder runtime/engine/kimi.py (kimi_k3.py for kimi-k3: KDA layers beside MLA) "
+                             "for files with split wk_b/wv_b; other files of it (kimi.unsupported_reason) use the "
+                             "formula")
     return "formula", "no graph builder: compute is planner/memory/analytic.py's formula"
 
 

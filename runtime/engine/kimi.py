@@ -36,7 +36,13 @@ from gguf import MODEL_TENSOR as T
 from gguf import Keys
 
 from planner.core.errors import GGUFError
-from planner.gguf.keys import LLM_KV_KDA_GATE_LOWER_BOUND
+from planner.gguf.keys import (
+    LLM_KV_ATTN_RES_BLOCK_SIZE,
+    LLM_KV_EXPERT_LATENT_LENGTH,
+    LLM_KV_KDA_GATE_LOWER_BOUND,
+    LLM_KV_SITU_BETA,
+    LLM_KV_SITU_LINEAR_BETA,
+)
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
@@ -50,7 +56,8 @@ from runtime.ggml.graph import FLAG_OUTPUT, Tensor
 
 KIMI_LINEAR = "kimi-linear"
 BAILINGMOE3 = "bailingmoe3"
-KDA_ARCHS = frozenset({KIMI_LINEAR, BAILINGMOE3})
+KIMI_K3 = "kimi-k3"
+KDA_ARCHS = frozenset({KIMI_LINEAR, BAILINGMOE3, KIMI_K3})
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,12 @@ class KimiHParams(MlaHParams):
     recurrent: tuple[bool, ...] = ()
     kda_head: int = 0
     d_conv: int = 0
-    gate_lower_bound: float = 0.0   # bailingmoe3's safe gate: sigmoid(...) scaled by this (< 0)
+    gate_lower_bound: float = 0.0   # bailingmoe3's and kimi-k3's safe gate: sigmoid(...) scaled by this (< 0)
+    # kimi-k3: attention residuals banked every res_block layers (0: none), situ's betas, the experts' width
+    res_block: int = 0
+    situ_beta: float = 0.0
+    situ_linear_beta: float = 0.0
+    latent: int = 0
 
     @property
     def n_head_kv(self) -> tuple[int, ...]:
@@ -137,7 +149,10 @@ def read_kimi_hparams(model: ModelFile, facts: ModelFacts | None = None) -> Kimi
         weights_scale=_meta(model, Keys.LLM.EXPERT_WEIGHTS_SCALE),
         recurrent=tuple(bool(lf.state_s) for lf in trunk), kda_head=int(_meta(model, Keys.KDA.HEAD_DIM)),
         d_conv=int(_meta(model, Keys.SSM.CONV_KERNEL)),
-        gate_lower_bound=_meta(model, LLM_KV_KDA_GATE_LOWER_BOUND),
+        gate_lower_bound=_meta(model, LLM_KV_KDA_GATE_LOWER_BOUND)
+        if LLM_KV_KDA_GATE_LOWER_BOUND.format(arch=arch) in model.metadata else -math.inf,
+        res_block=int(_meta(model, LLM_KV_ATTN_RES_BLOCK_SIZE)), situ_beta=_meta(model, LLM_KV_SITU_BETA),
+        situ_linear_beta=_meta(model, LLM_KV_SITU_LINEAR_BETA), latent=int(_meta(model, LLM_KV_EXPERT_LATENT_LENGTH)),
     )
 
 
@@ -231,9 +246,18 @@ class KimiLinearBuilder(MlaBuilder):
         return B.mul_mat(self._wl(T.ATTN_OUT, il), gated, name=f"kda_out-{il}")
 
     # --- MLA without RoPE ---------------------------------------------------------------------
+    def _query(self, x: Tensor, il: int) -> Tensor:
+        """Q [n_head * head_k, T]: wq, or (kimi-k3) the query LoRA q_b(norm(q_a x))."""
+        wq = self.w.get(tensor_name(T.ATTN_Q, il))
+        if wq is not None:
+            return B.mul_mat(wq, x, name=f"q-{il}")
+        q = B.mul_mat(self._wl(T.ATTN_Q_A, il), x, name=f"q_a-{il}")
+        q = self.norm(q, self._wl(T.ATTN_Q_A_NORM, il), il, f"q_a_norm-{il}")
+        return B.mul_mat(self._wl(T.ATTN_Q_B, il), q, name=f"q_b-{il}")
+
     def _mla_qkv(self, x: Tensor, il: int, n_tokens: int) -> tuple[Tensor, Tensor, Tensor]:
         hp = self.hp
-        q = B.mul_mat(self._wl(T.ATTN_Q, il), x, name=f"q-{il}")
+        q = self._query(x, il)
         width = hp.kv_lora_rank + hp.n_rot
         kv_pe = B.mul_mat(self._wl(T.ATTN_KV_A_MQA, il), x, name=f"kv_cmpr_pe-{il}")
         row = row_size(kv_pe.type, width)

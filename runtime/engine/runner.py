@@ -49,11 +49,13 @@ from runtime.engine.jamba import JAMBA, JambaBuilder
 from runtime.engine.kimi import (
     BAILINGMOE3,
     KDA_ARCHS,
+    KIMI_K3,
     KIMI_LINEAR,
     BailingMoe3Builder,
     KimiLinearBuilder,
     read_kimi_hparams,
 )
+from runtime.engine.kimi_k3 import KimiK3Builder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.llama4 import LLAMA4, Llama4Builder
@@ -169,7 +171,7 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     LFM2: Lfm2Builder, LFM2MOE: Lfm2Builder, JAMBA: JambaBuilder, FALCON_H1: FalconH1Builder,
     MAMBA: MambaBuilder, MAMBA2: MambaBuilder, NEMOTRON_H: NemotronHBuilder, NEMOTRON_H_MOE: NemotronHBuilder,
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
-    KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder,   # linear (helper): KDA beside MLA
+    KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder, KIMI_K3: KimiK3Builder,   # linear: KDA + MLA
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
 HAND_BUILT = frozenset(STATE_BUILDERS) | {LLAMA4, GEMMA4, GEMMA3N, GEMMA_EMBEDDING} | FUSED_ARCHS

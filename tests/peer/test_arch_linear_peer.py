@@ -23,8 +23,12 @@ from tests.support.arch_matrix import ArchShape, arch_rows, check_row, expand
 pytestmark = pytest.mark.peer
 
 SHAPES: dict[str, ArchShape] = {
-    "kimi-linear-48b-a3b": ArchShape("kimi-linear-48b-a3b", linear.kimi_linear_48b_a3b_spec, 27, moe=True),
-    "ling-3-tiny-class": ArchShape("ling-3-tiny-class", linear.ling_3_tiny_class_spec, 24, moe=True),
+    # the extra rows end the host's layers with an MLA layer before a KDA layer on RPC0: flash attention stays on
+    "kimi-linear-48b-a3b": ArchShape("kimi-linear-48b-a3b", linear.kimi_linear_48b_a3b_spec, 27, moe=True,
+                                     extra=("{rpc2} -c 4096 -ts 1,1 -ngl 24",)),
+    "ling-3-tiny-class": ArchShape("ling-3-tiny-class", linear.ling_3_tiny_class_spec, 24, moe=True,
+                                   extra=("{rpc2} -c 4096 -ts 1,1 -ngl 13 -nkvo",)),
+    "kimi-k3": ArchShape("kimi-k3", linear.kimi_k3_spec, 93, moe=True),
 }
 # shapes whose value head size q8_0's blocks do not divide
 Q8_REFUSED = frozenset({"kimi-linear-48b-a3b"})

@@ -8,6 +8,10 @@ compute buffer size = X MiB", two decimals), each file as planner/synth/shapes_l
 - bailingmoe3 (runtime/engine/kimi.py BailingMoe3Builder): the same sizes with full-rank KDA gates and
   gated MLA with RoPE (gate_lower_bound -5, experts' weights normalised); "bailingmoe3-qlora": 6 layers
   (KDA x 3, MLA, then the two tail layers past the last whole group of 4, MLA) and a query LoRA of 64.
+- kimi-k3 (runtime/engine/kimi_k3.py): kimi-linear's sizes with a full-rank KDA output gate, the safe
+  decay gate (lower bound -5), gated RoPE-less MLA, situ FFNs (betas 2 and 3), experts in a 64-wide latent
+  space and attention residuals banked every 2 layers; "kimi-k3-qlora": 6 layers (MLA at 3 and 5), a
+  query LoRA of 64, kimi-linear's softplus decay (no lower bound), situ_linear_beta 0 and a bank every 3.
 
 The recurrent states are sized as llama_hparams::n_embd_r / n_embd_s state them for KDA layers.
 """
@@ -22,7 +26,7 @@ from gguf import Keys
 from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer
-from planner.synth.shapes_linear import bailingmoe3_layout, kimi_linear_layout
+from planner.synth.shapes_linear import bailingmoe3_layout, kimi_k3_layout, kimi_linear_layout
 from tests.support.reserve_checks import assert_reserve_equals
 
 
@@ -36,6 +40,9 @@ TINY: dict[str, Callable[[], ModelSpec]] = {
     "kimi-linear": lambda: _tokenized(kimi_linear_layout()),
     "bailingmoe3": lambda: _tokenized(bailingmoe3_layout()),
     "bailingmoe3-qlora": lambda: _tokenized(bailingmoe3_layout(n_layer=6, q_lora=64)),
+    "kimi-k3": lambda: _tokenized(kimi_k3_layout()),
+    "kimi-k3-qlora": lambda: _tokenized(kimi_k3_layout(n_layer=6, mla_layers=(3, 5), q_lora=64,
+                                                       gate_lower_bound=None, res_block=3, situ_linear_beta=0.0)),
 }
 
 # llama-fit-params -v on each tiny file: (nodes, CPU compute buffer MiB)
@@ -66,6 +73,24 @@ LLAMA_CPP_RESERVE: dict[str, dict[str, tuple[int, float]]] = {
         "-c 256 -ctk q8_0 -ctv q8_0": (554, 1.40),
         "-c 256 -ub 32": (554, 0.21),
         "-c 256 -fa off -np 2": (563, 2.09),
+    },
+    "kimi-k3": {
+        "-c 256": (609, 1.88),
+        "-c 256 -fa off": (611, 3.00),
+        "-c 256 -np 2": (610, 1.88),
+        "-c 512 -np 3 -ub 64": (610, 0.46),
+        "-c 256 -ctk q8_0 -ctv q8_0": (609, 1.88),
+        "-c 256 -ub 32": (609, 0.23),
+        "-c 256 -fa off -np 2": (612, 3.00),
+    },
+    "kimi-k3-qlora": {
+        "-c 256": (864, 1.75),
+        "-c 256 -fa off": (868, 2.88),
+        "-c 256 -np 2": (866, 1.75),
+        "-c 512 -np 3 -ub 64": (866, 0.49),
+        "-c 256 -ctk q8_0 -ctv q8_0": (864, 1.75),
+        "-c 256 -ub 32": (864, 0.22),
+        "-c 256 -fa off -np 2": (870, 2.88),
     },
 }
 
