@@ -181,7 +181,7 @@ KIMI_LINEAR_CTX = 1048576
 
 def kimi_linear_48b_a3b_spec() -> ModelSpec:
     """Kimi-Linear-48B-A3B (moonshotai/Kimi-Linear-48B-A3B-Instruct config.json): 27 layers, 2304 wide,
-    32 heads; KDA (head_dim 128, short_conv_kernel_size 4) except full_attn_layers 4, 8, …, 24, 27
+    32 heads (head_dim 72); KDA (head_dim 128, short_conv_kernel_size 4) except full_attn_layers 4, 8, …, 24, 27
     (1-based), which are MLA (kv_lora_rank 512, qk_nope 128 + qk_rope 64, v_head_dim 128, no q_lora);
     first_k_dense_replace 1 (intermediate_size 9216), 256 experts (8 used) of moe_intermediate_size 1024
     with one shared expert, routed_scaling_factor 2.446, vocab 163840, untied output."""
@@ -192,6 +192,9 @@ def kimi_linear_48b_a3b_spec() -> ModelSpec:
                               mat_type=Q.Q4_K, small_type=Q.Q8_0, down_type=Q.Q6_K, exp_type=Q.Q4_K,
                               exp_down_type=Q.Q6_K, embd_type=Q.Q4_K, out_type=Q.Q6_K)
     spec = tokenized(spec, KIMI_LINEAR_VOCAB, KIMI_LINEAR_CTX)
+    # config.json's head_dim 72: the converter's base class writes it as value_length (key_length it
+    # overwrites with kv_lora_rank + qk_rope_head_dim)
+    spec.metadata[Keys.Attention.VALUE_LENGTH] = 72
     spec.metadata[Keys.Attention.LAYERNORM_RMS_EPS] = 1e-5
     return spec
 
