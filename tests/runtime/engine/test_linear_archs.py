@@ -24,10 +24,12 @@ import pytest
 from gguf import Keys
 
 from planner.gguf.reader import read_model
+from planner.llama.flags import parse_llama_flags
 from planner.model.arch import AttnKind, model_facts
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer
 from planner.synth.shapes_linear import bailingmoe3_layout, kimi_k3_layout, kimi_linear_layout
-from tests.support.reserve_checks import assert_reserve_equals
+from runtime.engine.runner import ModelRunner
+from tests.support.reserve_checks import MIB, assert_reserve_equals
 
 
 def _tokenized(spec: ModelSpec) -> ModelSpec:
@@ -125,3 +127,25 @@ def test_bailingmoe3_layers_and_state_sizes(tiny_files: dict[str, Path]) -> None
     facts = model_facts(read_model(tiny_files["bailingmoe3-qlora"]))
     assert [lf.kind is AttnKind.RECURRENT for lf in facts.layers] == [True, True, True, False, False, False]
     assert {(lf.state_r, lf.state_s) for lf in facts.layers if lf.state_s} == {(3 * 3 * 4 * 32, 32 * 32 * 4)}
+
+
+# llama-server -v on the tiny kimi-linear file (n_outputs_max = -np): "CPU compute buffer size is X MiB,
+# matches expectation", four decimals
+LLAMA_SERVER_COMPUTE: dict[str, float] = {
+    "-c 1024 -np 4": 3.0528,
+    "-c 1024 -np 4 -fa off": 5.3028,
+    "-c 2048 -np 2 -ub 256": 1.9014,
+}
+
+
+@pytest.mark.parametrize("flags", list(LLAMA_SERVER_COMPUTE))
+def test_kimi_linear_real_load_equals_llama_server(flags: str, tiny_files: dict[str, Path]) -> None:
+    """A real load's reserve (ModelRunner.reserve(dry_run=False): prompt, token, prompt again, the buffers
+    grown to the largest) equals llama-server's. sched_reserve reserves kimi-linear's second prompt graph
+    with one sequence (TAG_RESERVE_DIAG_DECAY, llama-context.cpp) where the runtime reserves -np again; on
+    these files that graph is not the largest (the fused GATED_DELTA_NET has no n_seq_tokens^2 decay
+    input), so the buffers agree to the byte."""
+    parsed = parse_llama_flags(flags.split())
+    runner = ModelRunner.load(str(tiny_files["kimi-linear"]), parsed, weights=False, reserve=False,
+                              n_outputs_max=parsed.n_parallel)
+    assert round(runner.reserve(dry_run=False).compute_bytes["CPU"] / MIB, 4) == LLAMA_SERVER_COMPUTE[flags]
