@@ -31,6 +31,14 @@ LLM_KV_HC_MAGNITUDE = "{arch}.hyper_connection.magnitude"
 LLM_KV_ATTENTION_COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
 # moe26: mimo2's scale of the attention output (load_arch_hparams: unset or 1 means none)
 LLM_KV_ATTENTION_VALUE_SCALE = "{arch}.attention.value_scale"
+# linear: Kimi Delta Attention's gate options (bailingmoe3.cpp load_arch_hparams)
+LLM_KV_KDA_SAFE_GATE = "{arch}.kda.safe_gate"
+LLM_KV_KDA_GATE_LOWER_BOUND = "{arch}.kda.gate_lower_bound"
+# linear: kimi-k3's attention residuals, situ activation and latent experts (kimi-k3.cpp load_arch_hparams)
+LLM_KV_ATTN_RES_BLOCK_SIZE = "{arch}.attn_res.block_size"
+LLM_KV_SITU_BETA = "{arch}.activation.situ_beta"
+LLM_KV_SITU_LINEAR_BETA = "{arch}.activation.situ_linear_beta"
+LLM_KV_EXPERT_LATENT_LENGTH = "{arch}.expert_latent_length"
 # The uint32 hyperparameters llama.cpp's src/models/<arch>.cpp read with get_key that gguf-py 0.19 does not
 # name (DeepSeek-V4/GLM-DSA indexers, dflash, HRM, hyper-connections, PLE, ...), spelled as LLM_KV_NAMES does.
 LLAMA_CPP_U32_KEYS = tuple(f"{{arch}}.{suffix}" for suffix in (

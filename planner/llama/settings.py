@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from types import MappingProxyType
 
-from gguf import GGML_QUANT_SIZES
+from gguf import GGML_QUANT_SIZES, Keys
 from gguf import GGMLQuantizationType as Q
 
 from planner.core.errors import FlagError
@@ -105,7 +105,10 @@ def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[s
     without flash attention llama.cpp pins the scores to the CPU anyway). The runtime's scheduler
     places them so too (tests/runtime/engine/test_granitehybrid.py).
     """
-    if facts.arch in ATTENTION_STAYS:
+    if facts.arch in ATTENTION_STAYS or facts.mla:
+        # linear: an MLA layer's core stays on its layer's device next to a KDA layer on another (measured,
+        # llama-fit-params --fit-print: kimi-linear, bailingmoe3 and kimi-k3 keep flash attention on with an
+        # MLA layer last on the host and a KDA layer first on an rpc-server, with and without -nkvo)
         return {}
     trunk = [lf for lf in facts.layers if not lf.nextn]
     if RECURRENT_RULES.get(facts.arch) is RecurrentRule.PARALLEL:
@@ -182,6 +185,29 @@ def resolve_settings(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory 
     return resolve_on(ctx, flags, devices)
 
 
+# kimi-k3.cpp load_arch_hparams sets n_embd_head_v to kv_lora_rank whatever value_length says  # linear
+MLA_V_HEAD_IS_KV_LORA = frozenset({"kimi-k3"})
+
+
+def _check_mla_cache_blocks(ctx: ModelContext, type_k: Q, type_v: Q) -> None:
+    """llama_init_from_model refuses a quantized cache type whose block does not divide the model's head
+    sizes unless flash attention is off (llama-context.cpp). On an MLA file they are key_length and
+    value_length, each n_embd / n_head(0) when absent (llama-model.cpp load_hparams): a kimi-linear file
+    keeps the latter (72 for Kimi-Linear-48B-A3B), though its K-only cache never stores V.  # linear"""
+    meta, arch = ctx.model.metadata, ctx.model.architecture
+    n_head = ctx.facts.layers[0].n_head
+    default = ctx.facts.n_embd // n_head if n_head else 0
+    for part, qtype, key in (("K", type_k, Keys.Attention.KEY_LENGTH), ("V", type_v, Keys.Attention.VALUE_LENGTH)):
+        head = int(meta.get(key.format(arch=arch), 0) or 0) or default
+        if part == "V" and arch in MLA_V_HEAD_IS_KV_LORA:
+            head = int(meta.get(Keys.Attention.KV_LORA_RANK.format(arch=arch), 0) or 0)
+        block = GGML_QUANT_SIZES[qtype][0]
+        if block > 1 and head % block:
+            raise FlagError(f"{part} cache type {qtype.name.lower()} with block size {block} does not divide the "
+                            f"model's {part} head size {head}; llama.cpp refuses the context (MLA: K and V share one "
+                            f"type, so use unquantized caches such as f16)")
+
+
 def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...],
                repack: dict[Q, int] | None = None) -> LlamaSettings:
     """`flags` on this model and an already resolved device list; `repack`: the CPU's repack table
@@ -196,6 +222,8 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
     if (facts.mla or facts.arch in DSV4_CACHE) and type_k != type_v:
         raise FlagError(f"the model does not support different K ({flags.cache_type_k}) and V "
                         f"({flags.cache_type_v}) cache types (its caches hold K only)")
+    if facts.mla and flags.flash_attn != "off":
+        _check_mla_cache_blocks(ctx, type_k, type_v)
     pulled = pulled_attention(facts, flags, placement.layer_device)
     cp = resolve_auto_fa(flags, cp, type_v, pulled)
     alignment = {HOST: HOST_ALIGNMENT, CPU_REPACK: HOST_ALIGNMENT, **{d.name: d.alignment for d in devices}}

@@ -360,12 +360,18 @@ def _recurrent_flags(meta: _Meta, n: int, n_layer: int, n_head_kv: list[int], n_
     return [il < n_layer and (il + 1) % interval != 0 for il in range(n)]
 
 
-def _state_sizes(meta: _Meta, n_embd: int) -> tuple[int, int]:
-    """Per-sequence recurrent state (r, s) in elements: llama_hparams::n_embd_r / n_embd_s."""
+def _state_sizes(meta: _Meta, n_embd: int, n_head: int) -> tuple[int, int]:
+    """Per-sequence recurrent state (r, s) in elements: llama_hparams::n_embd_r / n_embd_s (`n_head`:
+    block 0's, llama_hparams::n_head())."""
     wkv_head = int(meta.get(Keys.WKV.HEAD_SIZE, 0) or 0)
     if wkv_head:  # RWKV: token-shift rows and the WKV matrix state
         return int(meta.get(Keys.LLM.TOKEN_SHIFT_COUNT, 2) or 2) * n_embd, n_embd * wkv_head
     d_conv = int(meta.get(Keys.SSM.CONV_KERNEL, 0) or 0)
+    # linear (helper): Kimi Delta Attention (kimi-linear, kimi-k3, bailingmoe3, glm5-next): the conv
+    # columns of Q, K and V (d_conv - 1 each, 3 when the kernel is unset) and one head_dim^2 state per head
+    kda_head = int(meta.get(Keys.KDA.HEAD_DIM, 0) or 0)
+    if kda_head and not int(meta.get(Keys.ShortConv.L_CACHE, 0) or 0):
+        return 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head * kda_head, kda_head * kda_head * n_head
     d_inner = int(meta.get(Keys.SSM.INNER_SIZE, 0) or 0)
     d_state = int(meta.get(Keys.SSM.STATE_SIZE, 0) or 0)
     n_group = int(meta.get(Keys.SSM.GROUP_COUNT, 0) or 0)
@@ -457,7 +463,7 @@ def model_facts(model: ModelFile) -> ModelFacts:
 
     swa, window = _swa_flags(meta, n_trunk_all)
     recurrent = _recurrent_flags(meta, n_trunk_all, n_layer, n_head_kv, n_ff)
-    r, s = _state_sizes(meta, n_embd)
+    r, s = _state_sizes(meta, n_embd, n_head[0] if n_head else 0)
     kv_from_start = _kv_from_start(meta, arch, n_trunk_all)
     parallel = RECURRENT_RULES.get(arch) is RecurrentRule.PARALLEL
 

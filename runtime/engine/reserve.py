@@ -20,6 +20,8 @@ from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
 from runtime.engine.hparams import ARCHS
+from runtime.engine.kimi import KDA_ARCHS
+from runtime.engine.kimi import unsupported_reason as kda_unsupported_reason
 from runtime.engine.lora import applied_loras
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.profiles import op_offload_min_batch
@@ -50,6 +52,8 @@ def supported(settings: LlamaSettings) -> bool:
     ctx = settings.ctx
     if ctx.model.architecture in MLA_ARCHS:
         return unsupported_reason(ctx.model, ctx.facts) is None
+    if ctx.model.architecture in KDA_ARCHS:
+        return kda_unsupported_reason(ctx.model, ctx.facts) is None
     return ctx.model.architecture in ARCHS
 
 

@@ -50,6 +50,16 @@ from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.hy_v4 import HyV4Builder
 from runtime.engine.jamba import JAMBA, JambaBuilder
+from runtime.engine.kimi import (
+    BAILINGMOE3,
+    KDA_ARCHS,
+    KIMI_K3,
+    KIMI_LINEAR,
+    BailingMoe3Builder,
+    KimiLinearBuilder,
+    read_kimi_hparams,
+)
+from runtime.engine.kimi_k3 import KimiK3Builder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lfm2 import LFM2, LFM2MOE, Lfm2Builder
 from runtime.engine.llama4 import LLAMA4, Llama4Builder
@@ -165,10 +175,11 @@ def _device_row(row: str) -> str:
 
 # the architectures of the hand-written hybrid builders (each dispatched in ModelRunner._builder)
 # builders of the architectures with recurrent state (model, hparams, weights, KV cache, states)
-STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
+STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     LFM2: Lfm2Builder, LFM2MOE: Lfm2Builder, JAMBA: JambaBuilder, FALCON_H1: FalconH1Builder,
     MAMBA: MambaBuilder, MAMBA2: MambaBuilder, NEMOTRON_H: NemotronHBuilder, NEMOTRON_H_MOE: NemotronHBuilder,
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
+    KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder, KIMI_K3: KimiK3Builder,   # linear: KDA + MLA
 }
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
@@ -191,6 +202,8 @@ class ModelRunner:
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
         self.hp: HParams | MlaHParams = (read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
+                                         else read_kimi_hparams(ctx.model, ctx.facts)
+                                         if ctx.model.architecture in KDA_ARCHS
                                          else read_gemma4_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture == GEMMA4
                                          else read_gemma3n_hparams(ctx.model, ctx.facts)
@@ -384,15 +397,15 @@ class ModelRunner:
         fa, offload = self.cp.flash_attn, self.flags.kv_offload
         if isinstance(self.hp, MlaHParams) and self.hp.arch == HY_V4:   # dsv4
             return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
-        if isinstance(self.hp, MlaHParams):
-            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         with_states = STATE_BUILDERS.get(self.hp.arch)
         if with_states is not None:
             return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, flash_attn=fa,
                                offload_kqv=offload)
-        if self.hp.arch in MSA_ARCHS:   # glm5
+        if self.hp.arch in MSA_ARCHS and isinstance(self.hp, HParams):   # glm5
             return msa_builder(self.ctx.model, self.hp, self.weights, self.kv, self.msa_cache, n_seq=self.cp.n_seq,
                                flash_attn=fa, offload_kqv=offload)
+        if isinstance(self.hp, MlaHParams):
+            return mla_builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         if self.hp.arch == LLAMA4:
             return Llama4Builder(self.ctx.model, self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
         plain = PLAIN_BUILDERS.get(self.hp.arch)

@@ -70,6 +70,7 @@ class Op(enum.Enum):
     LIGHTNING_INDEXER = "LIGHTNING_INDEXER"   # mla: the DSA indexer's scores (ggml_lightning_indexer)
     TOP_K = "TOP_K"            # mla: the DSA indexer's top-k cells (ggml_top_k)
     ARANGE = "ARANGE"          # glm5: minimax-m3's MSA gathers (ggml_arange)
+    DSV4_HC_PRE = "DSV4_HC_PRE"   # linear: kimi-k3's attention residuals mix their checkpoints with it
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__
