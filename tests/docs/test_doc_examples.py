@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.net import fitplan_cache
+
 ROOT = Path(__file__).resolve().parents[2]
 WILDCARD = "..."
 PROMPT = "$ "
@@ -159,7 +161,14 @@ def run(command: str, bin_dir: Path) -> list[str]:
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=COMMAND_TIMEOUT_S)
-    return home_as_tilde(done.stdout).splitlines()
+    return home_as_tilde(cache_as_default(done.stdout)).splitlines()
+
+
+def cache_as_default(text: str) -> str:
+    """fitplan's cache where the environment moves it (XDG_CACHE_HOME, FITPLAN_CACHE) shown at its default
+    place, ~/.cache/fitplan, as the docs show the bundled example's path."""
+    own, default = str(fitplan_cache()).rstrip("/"), str(Path.home() / ".cache" / "fitplan")
+    return text.replace(own + "/", default + "/") if own != default else text
 
 
 def home_as_tilde(text: str) -> str:
@@ -286,3 +295,10 @@ def test_the_readme_links_resolve() -> None:
             if anchor not in {heading_anchor(h) for h in headings}:
                 broken.append(link)
     assert broken == []
+
+
+def test_a_moved_cache_is_shown_at_its_default_place(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FITPLAN_CACHE", raising=False)
+    moved = f"{tmp_path}/fitplan/models/gemma-3-270m-q4_k_m.gguf: context 8192"
+    assert home_as_tilde(cache_as_default(moved)) == "~/.cache/fitplan/models/gemma-3-270m-q4_k_m.gguf: context 8192"

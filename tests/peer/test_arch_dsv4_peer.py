@@ -28,6 +28,8 @@ SIMULATED: dict[str, ArchShape] = {
 KV_ONLY: dict[str, ArchShape] = {
     "deepseek-v4-flash": ArchShape("deepseek-v4-flash", deepseek_v4_flash, n_layer=43, moe=True),
 }
+# the files with simulated compute, under the name every family matrix uses (bench_estimate_accuracy --families)
+SHAPES = SIMULATED
 
 
 @pytest.fixture(scope="module")
