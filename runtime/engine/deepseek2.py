@@ -439,12 +439,19 @@ class MlaBuilder:
         out_ids = B.new_input(I32, (shape.n_outputs,), "out_ids")
         self.out = BuiltGraph(Graph(), shape, tokens, embd, pos, out_ids, attn, logits=tokens)
 
+    # kimi.py's hybrids: the attention norm expanded before the mixer (kimi-linear), the output rows picked
+    # after the trunk rather than in its last layer (bailingmoe3)
+    EXPANDS_ATTN_NORM = False
+    ROWS_IN_LAST_LAYER = True
+
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.hp
         cur = self.norm(x, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
+        if self.EXPANDS_ATTN_NORM:
+            self.out.graph.expand(cur)
         cur = self._attn_block(cur, il, n_tokens)
         residual = x
-        if il == hp.n_layer - 1:   # keep only the rows that produce outputs
+        if il == hp.n_layer - 1 and self.ROWS_IN_LAST_LAYER:   # keep only the rows that produce outputs
             cur = B.get_rows(cur, self.out.out_ids)
             residual = B.get_rows(residual, self.out.out_ids)
         ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")

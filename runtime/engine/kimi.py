@@ -288,27 +288,6 @@ class KimiLinearBuilder(MlaBuilder):
     EXPANDS_ATTN_NORM = True
     ROWS_IN_LAST_LAYER = True
 
-    def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
-        """deepseek2's layer with a KDA or MLA mixer."""
-        hp = self.hp
-        cur = self.norm(x, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
-        if self.EXPANDS_ATTN_NORM:
-            self.out.graph.expand(cur)
-        cur = self._attn_block(cur, il, n_tokens)
-        residual = x
-        if il == hp.n_layer - 1 and self.ROWS_IN_LAST_LAYER:   # keep only the rows that produce outputs
-            cur = B.get_rows(cur, self.out.out_ids)
-            residual = B.get_rows(residual, self.out.out_ids)
-        ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
-        cur = self.norm(ffn_inp, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
-        if il < hp.n_dense_lead:
-            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
-        else:
-            moe = self._moe(cur, il)
-            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
-            cur = B.add(moe, shared, name=f"ffn_out-{il}")
-        return B.add(cur, ffn_inp, name=f"l_out-{il}")
-
     def build(self, shape: BatchShape) -> BuiltGraph:
         self.n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         self.rs = RsInputs.reserve(self.states, self.n_seqs)
