@@ -100,6 +100,8 @@ class DsaBuilder(MlaBuilder):
         side = index_rotation(self.hp.index_head)
         self.index_rot = B.new_input(F32, (side, side), "attn_inp_k_rot")
 
+    INDEX_ROTATED = True   # the indexer's Q and K times the Hadamard input (attn_inp_k_rot)
+
     def _indexer(self, x: Tensor, qr: Tensor, il: int, n_tokens: int) -> Tensor:
         """The lightning indexer of layer il: the top-k cells each token attends to, [k, T / ns, 1, ns] I32."""
         hp, g = self.hp, self.out.graph
@@ -109,8 +111,9 @@ class DsaBuilder(MlaBuilder):
         k = B.mul_mat(self._wl(T.INDEXER_ATTN_K, il), x, name=f"indexer_k-{il}")
         k = self._layer_norm(k, il)
         k = self._index_rope(B.reshape(k, (hd, 1, n_tokens)), il, "indexer_k")
-        q = B.mul_mat(self.index_rot, q, name=f"indexer_q-{il}")
-        k = B.mul_mat(self.index_rot, k, name=f"indexer_k-{il}")
+        if self.INDEX_ROTATED:
+            q = B.mul_mat(self.index_rot, q, name=f"indexer_q-{il}")
+            k = B.mul_mat(self.index_rot, k, name=f"indexer_k-{il}")
         cache = self.index_cache[il]
         assert cache is not None, f"layer {il} owns an indexer but has no indexer cache"
         k2 = B.view(k, (k.ne[0] * k.ne[1], k.ne[2]), (k.nb[0], k.nb[2]), 0, name=f"{k.name} (view)")

@@ -16,12 +16,10 @@ The runner sizes these graphs; decode is refused (sigmoid expert gating has no k
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from gguf import MODEL_TENSOR as T
 
-from planner.gguf.reader import row_size
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.clip import cast
@@ -30,7 +28,7 @@ from runtime.engine.dsa import DsaBuilder
 from runtime.engine.kvcache import KVCache
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
-from runtime.ggml.graph import GGMLType, Op, Tensor
+from runtime.ggml.graph import GGMLType, Tensor
 
 F32 = GGMLType.F32
 
@@ -83,35 +81,7 @@ class HyV4Builder(DsaBuilder):
         cur = B.mul(cur, gate, name=f"attn_gated-{il}")
         return self.lora.mm(self._wl(T.ATTN_OUT, il), cur, name=f"attn_out-{il}")
 
-    def _indexer(self, x: Tensor, qr: Tensor, il: int, n_tokens: int) -> Tensor:
-        """hy_v4's build_indexer_top_k: deepseek32's indexer without the Hadamard rotation, its key stored before
-        the weights are projected, the fused LIGHTNING_INDEXER scoring."""
-        hp, g = self.hp, self.out.graph
-        hd, nh = hp.index_head, hp.n_index_head
-        q = B.mul_mat(self._wl(T.INDEXER_ATTN_Q_B, il), qr, name=f"indexer_q-{il}")
-        q = self._index_rope(B.reshape(q, (hd, nh, n_tokens)), il, "indexer_q")
-        k = B.mul_mat(self._wl(T.INDEXER_ATTN_K, il), x, name=f"indexer_k-{il}")
-        k = self._layer_norm(k, il)
-        k = self._index_rope(B.reshape(k, (hd, 1, n_tokens)), il, "indexer_k")
-        cache = self.index_cache[il]
-        assert cache is not None, f"layer {il} owns an indexer but has no indexer cache"
-        k2 = B.view(k, (k.ne[0] * k.ne[1], k.ne[2]), (k.nb[0], k.nb[2]), 0, name=f"{k.name} (view)")
-        kc = cache if cache.ne[2] == 1 else B.reshape(cache, (cache.ne[0], cache.ne[1] * cache.ne[2]))
-        g.expand(B.set_rows(kc, k2, self.index_idxs, name=f"cache_lid_k_l{il} (set_rows)"))
-        w = B.mul_mat(self._wl(T.INDEXER_PROJ, il), x, name=f"indexer_weights-{il}")
-        [(_, n_kv)] = self.out.shape.n_kv
-        ns = cache.ne[2]
-        row = row_size(cache.type, hd)
-        keys = B.view(cache, (hd, 1, n_kv, ns), (cache.nb[0], row, row, row_size(cache.type, hd * cache.ne[1])), 0,
-                      name=f"lid_k-{il}")
-        q = B.view(q, (hd, nh, n_tokens // ns, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[3] // ns), 0)
-        w = B.view(w, (nh, n_tokens // ns, 1, ns), (w.nb[0], w.nb[1], w.nb[2] // ns, w.nb[3] // ns), 0)
-        w = B.scale(w, 1.0 / math.sqrt(hd * nh), name=f"indexer_weights-{il}")
-        score = B._node(Op.LIGHTNING_INDEXER, (n_kv, q.ne[2], 1, q.ne[3]), [q, keys, w, self.index_mask],
-                        f"indexer_score-{il}")
-        n_top = min(score.ne[0], hp.index_top_k)
-        top = B._node(Op.TOP_K, (n_top, *score.ne[1:]), [score], f"top_k-{il}", GGMLType.I32)
-        return B.cont(top, name=f"top_k-{il}")
+    INDEX_ROTATED = False   # hy-v4.cpp scores the indexer's Q and K without dsa's Hadamard rotation
 
     # --- hyper-connections --------------------------------------------------------------------
     def _hc_reduce(self, x: Tensor, w: Tensor, out_type: GGMLType) -> Tensor:
