@@ -35,6 +35,13 @@ def rpc_three(llama_tools: Path) -> Iterator[list[str]]:
 
 
 @pytest.fixture(scope="module")
+def shape_files() -> dict:
+    """A module's shape-faithful files and their contexts, each written on first use
+    (tests/support/arch_matrix.shape_file)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 def shapes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the module writes its shape-faithful sparse GGUFs (planner/synth/shapes.py)."""
     return tmp_path_factory.mktemp("shapes")

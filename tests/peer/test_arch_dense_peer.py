@@ -7,13 +7,10 @@ and context equal llama.cpp's to the MiB; the compute is the runtime's simulatio
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from planner.llama.context import ModelContext, model_context
 from planner.synth import shapes_dense
-from tests.support.arch_matrix import ArchShape, arch_rows, check_row
+from tests.support.arch_matrix import ArchShape, arch_rows, check_row, shape_file
 
 pytestmark = pytest.mark.peer
 
@@ -37,22 +34,9 @@ SHAPES: dict[str, ArchShape] = {
 ROWS = arch_rows(SHAPES)
 
 
-@pytest.fixture(scope="module")
-def files(shapes_dir: Path) -> dict[str, tuple[Path, ModelContext]]:
-    """Each shape written once, on first use."""
-    return {}
-
-
-def _file(files: dict[str, tuple[Path, ModelContext]], shapes_dir: Path, shape: ArchShape) -> tuple[Path, ModelContext]:
-    if shape.name not in files:
-        [path] = shape.spec().write(shapes_dir / f"{shape.name}.gguf")
-        files[shape.name] = (path, model_context(str(path)))
-    return files[shape.name]
-
-
 @pytest.mark.parametrize("name, template", ROWS, ids=[f"{n}: {t}" for n, t in ROWS])
-def test_dense_arch_matches_fit_print(llama_tools, rpc_three, shapes_dir, files, name, template):
-    path, ctx = _file(files, shapes_dir, SHAPES[name])
+def test_dense_arch_matches_fit_print(llama_tools, rpc_three, shapes_dir, shape_files, name, template):
+    path, ctx = shape_file(shape_files, shapes_dir, SHAPES[name])
     check_row(llama_tools, path, ctx, SHAPES[name], template, rpc_three)
 
 
@@ -60,6 +44,6 @@ OLMO3 = ArchShape("olmo3-7b", shapes_dense.olmo3_7b, 32)
 
 
 @pytest.mark.parametrize("template", ["-c 4096", "{rpc2} -c 32768 -ts 3,1 -fa off", "{rpc2} -c 8192 -ts 1,1 -np 4"])
-def test_olmo2_with_a_sliding_window_matches_fit_print(llama_tools, rpc_three, shapes_dir, files, template):
-    path, ctx = _file(files, shapes_dir, OLMO3)
+def test_olmo2_with_a_sliding_window_matches_fit_print(llama_tools, rpc_three, shapes_dir, shape_files, template):
+    path, ctx = shape_file(shape_files, shapes_dir, OLMO3)
     check_row(llama_tools, path, ctx, OLMO3, template, rpc_three)

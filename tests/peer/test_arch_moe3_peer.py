@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from planner.llama.context import ModelContext, model_context
 from planner.synth.shapes_moe3 import (
     granite31_3b_a800m_spec,
     ling_mini_2_spec,
     north_mini_code_spec,
     qwen3vl_30b_a3b_spec,
 )
-from tests.support.arch_matrix import ArchShape, arch_rows, check_row
+from tests.support.arch_matrix import ArchShape, arch_rows, check_row, shape_file
 
 pytestmark = pytest.mark.peer
 
@@ -29,18 +28,8 @@ SHAPES: dict[str, ArchShape] = {s.name: s for s in (
 )}
 
 
-@pytest.fixture(scope="module")
-def written() -> dict[str, tuple[Path, ModelContext]]:
-    """Each shape's file and context, written the first time a row needs it."""
-    return {}
-
-
 @pytest.mark.parametrize(("name", "template"), arch_rows(SHAPES))
-def test_row_equals_fit_print(llama_tools: Path, rpc_three: list[str], shapes_dir: Path,
-                              written: dict[str, tuple[Path, ModelContext]], name: str, template: str) -> None:
-    if name not in written:
-        path = shapes_dir / f"{name}.gguf"
-        SHAPES[name].spec().write(path)
-        written[name] = (path, model_context(str(path)))
-    path, ctx = written[name]
+def test_row_equals_fit_print(llama_tools: Path, rpc_three: list[str], shapes_dir: Path, shape_files: dict,
+                              name: str, template: str) -> None:
+    path, ctx = shape_file(shape_files, shapes_dir, SHAPES[name])
     check_row(llama_tools, path, ctx, SHAPES[name], template, rpc_three)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.checking.llama import fit_print
-from planner.llama.context import ModelContext
+from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec
 from tests.support.estimate_matrix import assert_rows_match
@@ -55,6 +55,16 @@ def expand(template: str, shape: ArchShape, endpoints: list[str]) -> list[str]:
             .replace("{rpc3}", "--rpc " + ",".join(endpoints[:3]))
             .replace("{half}", str(shape.n_layer // 2)))
     return shlex.split(text)
+
+
+def shape_file(written: dict[str, tuple[Path, ModelContext]], directory: Path,
+               shape: ArchShape) -> tuple[Path, ModelContext]:
+    """A shape's file and context, written into `directory` the first time a row asks for it (`written`
+    is the module's cache: the shape_files fixture)."""
+    if shape.name not in written:
+        [path] = shape.spec().write(directory / f"{shape.name}.gguf")
+        written[shape.name] = (path, model_context(str(path)))
+    return written[shape.name]
 
 
 def check_row(tools: Path, path: Path, ctx: ModelContext, shape: ArchShape, template: str,
