@@ -48,10 +48,6 @@ def _unary_node(op: Op, a: Tensor, ne: tuple[int, ...] | None = None, name: str 
     return Tensor(a.type, ne or a.ne, name=name, op=op, src=[a])
 
 
-def sqr(a: Tensor) -> Tensor:
-    return _unary_node(Op.SQR, a)
-
-
 def sqrt(a: Tensor) -> Tensor:
     return _unary_node(Op.SQRT, a)
 
@@ -82,7 +78,6 @@ def _binary(node: Tensor, f) -> None:
 
 # gemma3n's graphs are these ops' only users here, so their kernels join the table where they are built
 # (a device runs the ops that have kernels: runtime/ggml/backend.py Device.ops).
-KERNELS.setdefault(Op.SQR, lambda n: _rows(n, np.square))
 KERNELS.setdefault(Op.SQRT, lambda n: _rows(n, np.sqrt))
 KERNELS.setdefault(Op.MEAN, lambda n: _rows(n, lambda x: x.mean(axis=-1, keepdims=True)))
 KERNELS.setdefault(Op.SUB, lambda n: _binary(n, np.subtract))
@@ -105,7 +100,7 @@ class Gemma3nBuilder(Gemma4Builder):
     @staticmethod
     def _magnitude(x: Tensor) -> Tensor:
         """calc_magnitude: sqrt(sum_rows(x^2))."""
-        return sqrt(B._node(Op.SUM_ROWS, (1, *x.ne[1:]), [sqr(x)], ""))
+        return sqrt(B._node(Op.SUM_ROWS, (1, *x.ne[1:]), [B.sqr(x)], ""))
 
     def _router(self, x: Tensor, il: int) -> Tensor:
         """altup_compute_router_modalities: [N_ALTUP, n_tokens]."""
@@ -145,7 +140,7 @@ class Gemma3nBuilder(Gemma4Builder):
     @staticmethod
     def _gaussian_topk(x: Tensor) -> Tensor:
         m = mean(x)
-        std = sqrt(B.scale(B._node(Op.SUM_ROWS, (1, *x.ne[1:]), [sqr(sub(x, m))], ""), 1.0 / (x.ne[0] - 1)))
+        std = sqrt(B.scale(B._node(Op.SUM_ROWS, (1, *x.ne[1:]), [B.sqr(sub(x, m))], ""), 1.0 / (x.ne[0] - 1)))
         cutoff = B.add(m, B.scale(std, SPARSITY_STD_MUL))
         return B.unary(sub(x, cutoff), "RELU")
 

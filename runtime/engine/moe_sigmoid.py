@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 from gguf import MODEL_TENSOR as T
 
 from planner.model.tensors import tensor_name
@@ -20,21 +19,11 @@ from runtime.engine.lora import Adapters
 from runtime.engine.moe import normalized_weights, weighted_sum
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
-from runtime.ggml.kernels import KERNELS
 
 
 def relu_sqr(x: Tensor, name: str) -> Tensor:
     """LLM_FFN_RELU_SQR: relu, then ggml_sqr."""
-    return B._node(Op.SQR, x.ne, [B.unary(x, "RELU")], name, x.type)
-
-
-def sqr_kernel(node: Tensor) -> None:
-    node.numpy()[...] = np.square(node.source(0).numpy())
-
-
-# a device runs the ops that have kernels (runtime/ggml/backend.py); SQR joins where it is used, as
-# runtime/ggml/ssm.py's ops do
-KERNELS.setdefault(Op.SQR, sqr_kernel)
+    return B.sqr(B.unary(x, "RELU"), name=name)
 
 
 @dataclass(frozen=True)
