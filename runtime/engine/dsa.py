@@ -30,6 +30,7 @@ from runtime.engine.deepseek2 import MlaBuilder, MlaHParams
 from runtime.engine.kvcache import ROT_MIN, KVCache
 from runtime.engine.lora import Adapters
 from runtime.ggml import build as B
+from runtime.ggml import fused_ops as F
 from runtime.ggml.graph import GGMLType, Op, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
 
@@ -63,19 +64,10 @@ def _top_k_kernel(node: Tensor) -> None:
     node.numpy()[...] = np.argsort(-x, axis=-1, kind="stable")[..., : node.ne[0]].astype(np.int32)
 
 
-def _norm_kernel(node: Tensor) -> None:
-    """ggml_compute_forward_norm: each row less its mean, over the root of its variance plus eps."""
-    x = read_f32(node.source(0)).astype(np.float64)
-    centred = x - x.mean(axis=-1, keepdims=True)
-    var = (centred * centred).mean(axis=-1, keepdims=True)
-    node.numpy()[...] = (centred / np.sqrt(var + node.op_params["eps"])).astype(np.float32)
-
-
 # the DSA graphs are these ops' only users: their kernels join the table where the graphs are built (a device
 # runs the ops that have kernels: runtime/ggml/backend.py Device.ops)
 KERNELS.setdefault(Op.LIGHTNING_INDEXER, _lightning_indexer_kernel)
 KERNELS.setdefault(Op.TOP_K, _top_k_kernel)
-KERNELS.setdefault(Op.NORM, _norm_kernel)   # LLM_NORM (the indexer's k_norm); other LayerNorm graphs share it
 
 
 class DsaBuilder(MlaBuilder):
@@ -141,7 +133,7 @@ class DsaBuilder(MlaBuilder):
 
     def _layer_norm(self, x: Tensor, il: int) -> Tensor:
         """build_norm(LLM_NORM) with weight and bias: norm (pinned to the layer's device), times, plus."""
-        n = B._node(Op.NORM, x.ne, [x], f"norm-{il}", x.type, eps=LAYER_NORM_EPS)
+        n = F.norm(x, LAYER_NORM_EPS, name=f"norm-{il}")   # ggml_norm, its kernel in fused_ops
         self.out.norm_pins.append((n, il))
         n = B.mul(n, self._wl(T.INDEXER_K_NORM, il), name=f"indexer_k-{il}")
         return B.add(n, self._need(tensor_name(T.INDEXER_K_NORM, il, "bias")), name=f"indexer_k-{il}")
