@@ -52,7 +52,8 @@ def _split(m: dict[str, Any]) -> tuple[str, list[str], bool]:
 
 
 def preset_ini(doc: dict[str, Any], host: str = "127.0.0.1", port: int = 8080) -> str:
-    on_demand = [f"{o['unit']} ({', '.join(o['models'])})" for o in doc["on_demand"]]
+    on_demand = [o["unit"] if o["models"] == [o["unit"]] else f"{o['unit']} ({', '.join(o['models'])})"
+                 for o in doc["on_demand"]]
     lines = ["version = 1",
              f"; llama-server --models-preset THIS_FILE --models-max {models_max(doc)} --host {host} --port {port}",
              f"; from a fitplan set plan ({LLAMA_CPP_PIN})",
@@ -98,6 +99,6 @@ def llama_swap_config(doc: dict[str, Any], program: str = "llama-server", host: 
         groups[o["unit"]] = {"swap": False, "exclusive": True, "persistent": False, "members": list(o["models"])}
     config: dict[str, Any] = {"models": models, "groups": groups}
     if resident:
-        config["hooks"] = {"on_startup": {"preload": resident}}
+        config["hooks"] = {"on_startup": {"preload": list(resident)}}   # a copy: no YAML alias
     head = f"# llama-swap configuration from a fitplan set plan ({LLAMA_CPP_PIN})\n"
     return head + yaml.safe_dump(config, sort_keys=False, width=10**6)
