@@ -177,9 +177,11 @@ class Room:
 
     used: tuple[tuple[str, int], ...] = ()
     taken: frozenset[str] = frozenset()
+    loaded: tuple[str, ...] = ()   # the models, by name
 
     def adding(self, p: ModelPlan) -> Room:
-        return Room(tuple(_add(dict(self.used), p.rows).items()), self.taken | p.endpoints)
+        return Room(tuple(_add(dict(self.used), p.rows).items()), self.taken | p.endpoints,
+                    (*self.loaded, p.entry.name))
 
 
 def process_view(inventory: Inventory, budgets: Budgets, room: Room) -> tuple[Inventory, Budgets, dict[str, str]]:
@@ -202,12 +204,14 @@ def _plan_model(e: SetEntry, inventory: Inventory, budgets: Budgets, room: Room,
     try:
         result = plan(e.model, view, request_of(e), budgets=left, warn=False)
     except InfeasiblePlacement as err:
-        raise SetInfeasible(f"{e.name}: {err}", e.name, view, left) from None
+        beside = f" beside {', '.join(room.loaded)}" if room.loaded else ""
+        raise SetInfeasible(f"{e.name} does not fit{beside} ({err})", e.name, view, left) from None
     found = ModelPlan(e, result, resident, demoted, tuple(names.items()))
     idle = found.endpoints - _endpoints_with_bytes(found)
     if idle:
         try:
-            return _plan_model(e, inventory, budgets, Room(room.used, room.taken | idle), resident, demoted)
+            return _plan_model(e, inventory, budgets, Room(room.used, room.taken | idle, room.loaded), resident,
+                               demoted)
         except SetInfeasible:
             return found
     return found
@@ -316,7 +320,7 @@ def plan_set(spec: ModelSet, inventory: Inventory, budgets: Budgets) -> SetPlan:
         return plan_set_once(spec, inventory, budgets)
     except SetInfeasible as err:
         hints = tuple(suggestions(spec, inventory, budgets, err))
-        raise SetInfeasible(f"{spec.source}: the set does not fit: {err}", err.model, err.inventory, err.budgets,
+        raise SetInfeasible(f"{spec.source}: {err}", err.model, err.inventory, err.budgets,
                            hints) from None
 
 
@@ -355,7 +359,7 @@ def _candidates(spec: ModelSet, inventory: Inventory, failed: SetInfeasible) -> 
     # moving a resident model out: the lowest priority first, the one that failed among them
     resident = [x for x in spec.entries if x.resident is not Residency.ON_DEMAND]
     for x in sorted(resident, key=lambda x: x.priority):
-        out.append(SetSuggestion(f"{x.name}: resident on-demand fits", model=x.name, kind="on-demand"))
+        out.append(SetSuggestion(f"{x.name}: resident: on-demand fits", model=x.name, kind="on-demand"))
     return out
 
 
