@@ -177,3 +177,43 @@ def test_suggestion_on_demand(files, capsys):
               "b": {"model": files["small"], "ctx": 4096, "resident": "always"},
               "d": {"model": files["small"], "ctx": 4096, "resident": "on-demand"}}
     _suggested(files, capsys, "on-demand", models, [*HOST_ONLY, "--max-ram", "450MiB"], "on-demand")
+
+
+def test_on_demand_group_loads_together_and_load_seconds(files, capsys):
+    # a group of two on demand: one unit, both members beside the resident model, on rpc-servers no
+    # other process of that state holds; its load reads both files' tensors at disk_read bytes a second
+    path = Path(files["dir"]) / "group.yaml"
+    path.write_text(yaml.safe_dump({"disk_read": "512MiB", "models": {
+        "chat": {"model": files["gemma"], "ctx": 2048, "resident": "always"},
+        "a": {"model": files["small"], "ctx": 1024, "resident": "on-demand", "group": "pair"},
+        "b": {"model": files["small"], "ctx": 1024, "resident": "on-demand", "group": "pair"},
+        "solo": {"model": files["small"], "ctx": 1024, "resident": "on-demand"}}}))
+    devices = [a for i in range(4) for a in ("--device", f"RPC{i}=200MiB@127.0.0.1:{50300 + i}")]
+    rc, doc = _run(capsys, ["plan-set", str(path), *devices, "--ram", "4GiB"])
+    assert rc == 0, doc
+    units = {o["unit"]: o for o in doc["on_demand"]}
+    assert units["pair"]["models"] == ["a", "b"] and units["pair"]["evicts"] == ["solo"]
+    assert units["solo"]["evicts"] == ["pair"]
+    n_bytes = 2 * read_model(files["small"]).total_tensor_bytes
+    assert units["pair"]["load_bytes"] == n_bytes
+    assert units["pair"]["load_seconds"] == round(n_bytes / (512 * MIB), 3)
+    state = next(s for s in doc["sets"] if s["models"] == ["chat", "a", "b"])
+    models = {m["name"]: m for m in doc["models"]}
+    held = [set(models[n]["argv"][models[n]["argv"].index("--rpc") + 1].split(","))
+            for n in state["models"] if "--rpc" in models[n]["argv"]]
+    assert sum(len(h) for h in held) == len(set().union(*held))   # no rpc-server twice in one state
+    _rows_within_budgets(doc)
+
+
+def test_html_page_for_a_set_and_for_one_that_does_not_fit(files, capsys, tmp_path):
+    path = _write(files, "html", {
+        "chat": {"model": files["gemma"], "ctx": 2048, "resident": "always"},
+        "small": {"model": files["small"], "ctx": 1024, "resident": "on-demand"}})
+    page = tmp_path / "set.html"
+    assert main(["plan-set", path, *HOST_ONLY, "--html", str(page)]) == 0
+    text = page.read_text()
+    assert text.count("<h2>Loaded together: ") == 2 and "Loaded together: chat, small" in text
+    assert 'id="model-chat"' in text and 'id="model-small"' in text and text.count('id="layers"') == 2
+    bad = tmp_path / "bad.html"
+    assert main(["plan-set", path, *HOST_ONLY, "--max-ram", "200MiB", "--html", str(bad)]) == 1
+    assert "does not fit" in bad.read_text() and 'id="what-fits"' in bad.read_text()
