@@ -5,6 +5,7 @@ planned again, fit: one test per kind of suggestion."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,22 @@ def test_html_page_for_a_set_and_for_one_that_does_not_fit(files, capsys, tmp_pa
     bad = tmp_path / "bad.html"
     assert main(["plan-set", path, *HOST_ONLY, "--max-ram", "200MiB", "--html", str(bad)]) == 1
     assert "does not fit" in bad.read_text() and 'id="what-fits"' in bad.read_text()
+
+
+def test_serve_dry_run_of_a_set_prints_the_router(files, capsys, tmp_path):
+    path = _write(files, "serve", {
+        "chat": {"model": files["gemma"], "ctx": 2048, "resident": "always"},
+        "small": {"model": files["small"], "ctx": 1024, "resident": "on-demand"}})
+    doc = tmp_path / "set-plan.yaml"
+    assert main(["plan-set", path, *HOST_ONLY, "-o", str(doc)]) == 0
+    capsys.readouterr()
+    assert main(["serve", str(doc), "--dry-run", "--llama-bin", str(tmp_path), "--port", "9000"]) == 2   # no binary
+    capsys.readouterr()
+    (tmp_path / "llama-server").write_text("")
+    assert main(["serve", str(doc), "--dry-run", "--llama-bin", str(tmp_path), "--port", "9000"]) == 0
+    argv = shlex.split(capsys.readouterr().out)
+    assert argv[0] == str(tmp_path / "llama-server")
+    preset = Path(argv[argv.index("--models-preset") + 1])
+    assert argv[argv.index("--models-max") + 1] == "2" and argv[-4:] == ["--host", "127.0.0.1", "--port", "9000"]
+    assert "[chat]" in preset.read_text() and "[small]" in preset.read_text()
+    assert main(["serve", str(doc), "--dry-run", "--", "-c", "4096"]) == 2   # flags belong to the plan

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -79,6 +81,17 @@ class Router:
         return out
 
 
+def _json_lists(text: str) -> list[list]:
+    """The JSON lists printed one after another (serve's checks at load and as the router stopped)."""
+    decoder, out = json.JSONDecoder(), []
+    pos = text.find("[")
+    while 0 <= pos < len(text):
+        value, end = decoder.raw_decode(text, pos)
+        out.append(value)
+        pos = text.find("\n[", end) + 1 or -1
+    return out
+
+
 def _plan_rows(model: dict) -> dict[str, dict[str, int]]:
     """A model's plan rows by budget row (the host's buffer types summed under Host) and kind."""
     rows: dict[str, dict[str, int]] = {}
@@ -89,7 +102,8 @@ def _plan_rows(model: dict) -> dict[str, dict[str, int]]:
     return {k: v for k, v in rows.items() if any(v.values())}
 
 
-def test_router_serves_the_set(llama_tools: Path, rpc_three: list[str], tmp_path: Path, capsys):
+def _set_plan(rpc_three: list[str], tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The three-model set planned for the rpc-servers: the set plan's path, the endpoint of each RPC device."""
     gemma = resolve_model("example:gemma3-270m")
     small = write_drafter(tmp_path / "small.gguf", read_model(gemma))
     embed = tmp_path / "embed.gguf"
@@ -103,6 +117,11 @@ def test_router_serves_the_set(llama_tools: Path, rpc_three: list[str], tmp_path
     devices = [a for name, ep in endpoint_of.items() for a in ("--device", f"{name}=1GiB@{ep}")]
     plan_path = tmp_path / "set-plan.json"
     assert main(["plan-set", str(spec), *devices, "--ram", "4GiB", "-o", str(plan_path)]) == 0
+    return plan_path, endpoint_of
+
+
+def test_router_serves_the_set(llama_tools: Path, rpc_three: list[str], tmp_path: Path, capsys):
+    plan_path, endpoint_of = _set_plan(rpc_three, tmp_path)
     capsys.readouterr()
     doc = json.loads(plan_path.read_text())
     models = {m["name"]: m for m in doc["models"]}
@@ -113,11 +132,12 @@ def test_router_serves_the_set(llama_tools: Path, rpc_three: list[str], tmp_path
     try:
         status = router.wait_loaded(["chat", "embed"])
         assert status["small"] == "unloaded"   # on demand: not loaded at startup
-        chat = router.post("/v1/completions", {"model": "chat", "prompt": "Hello", "max_tokens": 4})
+        chat = router.post("/v1/completions", {"model": "chat", "prompt": "Hello", "max_tokens": 4, "ignore_eos": True})
         assert chat["usage"]["completion_tokens"] == 4
         vectors = router.post("/v1/embeddings", {"model": "embed", "input": [1, 2, 3]})
         assert len(vectors["data"][0]["embedding"]) == 128   # tiny_bert's width
-        answer = router.post("/v1/completions", {"model": "small", "prompt": "Hello", "max_tokens": 4})
+        answer = router.post("/v1/completions",
+                             {"model": "small", "prompt": "Hello", "max_tokens": 4, "ignore_eos": True})
         assert answer["usage"]["completion_tokens"] == 4
         status = router.wait_loaded(["chat", "embed", "small"])   # the on-demand load unloaded no one
         logs = router.instance_logs()
@@ -138,3 +158,33 @@ def test_router_serves_the_set(llama_tools: Path, rpc_three: list[str], tmp_path
     for row, budget in budgets.items():
         used = sum(sum(rows.get(row, {}).values()) for rows in measured.values())
         assert used <= budget, (row, used, budget)
+
+
+def test_fitplan_serve_of_a_set(llama_tools: Path, rpc_three: list[str], tmp_path: Path, capsys):
+    """`fitplan serve SET-PLAN` as a user runs it: the router up with the resident models checked, the
+    on-demand model loaded by a request, SIGTERM, and every instance's check matching its plan."""
+    plan_path, _ = _set_plan(rpc_three, tmp_path)
+    capsys.readouterr()
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", str(plan_path), "--port", "0",
+                             "--llama-bin", str(llama_tools), "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()
+        found = re.search(r"router \(pid \d+\) serves (http://127\.0\.0\.1:\d+);", first)
+        assert found, first + (proc.stderr.read() if proc.stderr else "")
+        body = json.dumps({"model": "small", "prompt": "Hello", "max_tokens": 2, "ignore_eos": True}).encode()
+        req = urllib.request.Request(f"{found.group(1)}/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            assert json.load(resp)["usage"]["completion_tokens"] == 2
+        proc.send_signal(signal.SIGTERM)
+        out = proc.stdout.read()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    at_load, at_stop = _json_lists(out)
+    assert sorted(c["model"] for c in at_load) == ["chat", "embed"]
+    assert sorted(c["model"] for c in at_stop) == ["chat", "embed", "small"]
+    assert all(c["matches"] for c in at_load + at_stop), at_stop
