@@ -58,7 +58,8 @@ def plan_set_cmd(
             check_output_path(path, flag)
     spec = read_model_set(file)
     found = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram))
-    doc = set_document(_plan_or_page(spec, found, html))
+    plan = _plan_or_page(spec, found, html)
+    doc = set_document(plan)
     if output is not None:
         text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else yaml.safe_dump(doc, sort_keys=False)
 
@@ -66,7 +67,7 @@ def plan_set_cmd(
             tmp.write_text(text, encoding="utf-8")
 
         write_atomic(output, write)
-    _show(doc, fmt, llama_bin, host, port)
+    _show(plan, doc, fmt, llama_bin, host, port)
 
 
 def _plan_or_page(spec: ModelSet, found: DevicesReport, html: str | None) -> SetPlan:
@@ -86,7 +87,7 @@ def _plan_or_page(spec: ModelSet, found: DevicesReport, html: str | None) -> Set
     return plan
 
 
-def _show(doc: dict[str, Any], fmt: str, llama_bin: str | None, host: str, port: int) -> None:
+def _show(plan: SetPlan, doc: dict[str, Any], fmt: str, llama_bin: str | None, host: str, port: int) -> None:
     from planner.planning.commands import LLAMA_SERVER
     from planner.planning.set_document import SetReport
     from planner.planning.set_exports import llama_swap_config, preset_ini
@@ -98,4 +99,4 @@ def _show(doc: dict[str, Any], fmt: str, llama_bin: str | None, host: str, port:
         program = str((bin_dir / LLAMA_SERVER).absolute()) if bin_dir else LLAMA_SERVER
         typer.echo(llama_swap_config(doc, program, host), nl=False)
     else:
-        typer.echo(render(SetReport(doc), fmt), nl=fmt != "yaml")
+        typer.echo(render(SetReport(plan), fmt), nl=fmt != "yaml")

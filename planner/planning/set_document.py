@@ -4,6 +4,7 @@ each device row per model and summed against its budget. The exports (router pre
 written from this document, never from the plan objects."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from planner.core.llama_tools import LLAMA_CPP_PIN
@@ -92,14 +93,14 @@ def set_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
 class SetReport:
-    """A set plan's document, rendered by core.render (table, json, yaml)."""
+    """A set plan with its document (`fitplan plan-set --format table|json|yaml`, `planner.plan_set`)."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
-        self.doc = doc
+    plan: SetPlan
 
     def to_dict(self) -> dict[str, Any]:
-        return self.doc
+        return set_document(self.plan)
 
     def to_table(self) -> str:
-        return set_table(self.doc)
+        return set_table(self.to_dict())
