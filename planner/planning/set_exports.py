@@ -28,8 +28,8 @@ from planner.llama.flags import LlamaFlags
 from planner.planning.document import Deployment
 from planner.planning.exports import _preset_value, environment, preset_options
 from planner.planning.set_document import EMBEDDINGS
+from planner.planning.set_input import RESERVED_GROUP as RESIDENT_GROUP
 
-RESIDENT_GROUP = "fitplan-resident"
 PORT_MACRO = "${PORT}"   # llama-swap assigns each model's port (config.example.yaml: startPort, ${PORT})
 
 

@@ -121,12 +121,21 @@ def _entry(name: str, value: Any, where: Where) -> SetEntry:
         priority=_integer(doc.get("priority", 0), where.key("priority")))
 
 
+# the name the exports give the resident set's group (planning/set_exports.py)
+RESERVED_GROUP = "fitplan-resident"
+
+
 def _check_groups(entries: tuple[SetEntry, ...], where: Where) -> None:
-    """The members of a group load together: one residency for all of them."""
+    """The members of a group load together: one residency for all of them. A group is a unit named
+    as the group, a model on its own one named as the model: the names must not meet."""
     kinds: dict[str, set[Residency]] = {}
+    lone = {e.name for e in entries if e.group is None}
     for e in entries:
         if e.group is not None:
             kinds.setdefault(e.group, set()).add(e.resident)
+            if e.group in lone or e.group == RESERVED_GROUP:
+                raise where.key("models").key(e.name).key("group").error(
+                    f"{e.group!r} is the name of a model outside the group, or reserved; expected another name")
     for group, seen in kinds.items():
         if len(seen) > 1:
             listed = ", ".join(sorted(r.value for r in seen))

@@ -56,13 +56,20 @@ def _run(capsys, argv: list[str]) -> tuple[int, dict]:
     ({"bad name": {"model": "x.gguf"}}, "models: expected a model name"),
     ({"a": {"model": "x.gguf", "group": "g", "resident": "always"},
       "b": {"model": "x.gguf", "group": "g", "resident": "on-demand"}}, "group 'g' mixes resident: always, on-demand"),
+    ({"a": {"model": "x.gguf"}, "b": {"model": "x.gguf", "group": "a"}},
+     "models.b.group: 'a' is the name of a model outside the group"),
+    ({"a": {"model": "x.gguf", "priority": 1.5}}, "models.a.priority: expected an integer"),
+    ({"a": {"model": "x.gguf"}}, None),
 ])
 def test_wrong_file_is_one_line_and_exit_2(files, capsys, models, says):
+    if says is None:   # the model file itself missing: the reference's own error
+        models = {"a": {"model": str(Path(files["dir"]) / "missing.gguf")}}
+        says = "missing.gguf: no such file"
     path = _write(files, "wrong", models)
     capsys.readouterr()
     assert main(["plan-set", path, *HOST_ONLY]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"fitplan: error: {path}: ") and says in err[0], err
+    assert len(err) == 1 and err[0].startswith("fitplan: error: ") and says in err[0], err
 
 
 def test_wrong_top_key_and_document(files, capsys):
