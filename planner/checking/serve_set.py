@@ -23,35 +23,14 @@ from typing import Any
 from planner.checking.llama import host_row, parse_buffers, rows_by_device
 from planner.checking.serve import COMPUTE_ABS, COMPUTE_REL, LOG_LEVEL, MODEL_SLACK, forward_signals
 from planner.core.errors import BadInput
-from planner.core.files import read_bounded
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
-from planner.core.schema import Where, load_yaml
 from planner.core.units import fmt_mib
 from planner.planning.commands import LLAMA_SERVER
-from planner.planning.set_document import SET_PLAN_VERSION
 from planner.planning.set_exports import models_max, preset_ini
 
 KINDS = ("model", "context", "compute")
 START_TIMEOUT_S = 300.0
 _SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
-
-
-def is_set_plan(path: str) -> bool:
-    """Whether the file is a set plan (`fitplan_set_plan` at its top) rather than one model's plan."""
-    try:
-        head = read_bounded(path, what="plan")[:4096].decode("utf-8", errors="replace")
-    except BadInput:
-        return False
-    return re.search(r'^\{?\s*"?fitplan_set_plan"?\s*:', head, re.MULTILINE) is not None
-
-
-def read_set_plan(path: str) -> dict[str, Any]:
-    doc = load_yaml(read_bounded(path, what="set plan"), Where(path))
-    if not isinstance(doc, dict) or doc.get("fitplan_set_plan") != SET_PLAN_VERSION or \
-            not isinstance(doc.get("models"), list) or not isinstance(doc.get("on_demand"), list):
-        raise BadInput(f"{path}: not a fitplan set plan (expected `fitplan plan-set -o` output, "
-                       f"fitplan_set_plan: {SET_PLAN_VERSION})")
-    return doc
 
 
 def router_argv(program: str, preset: Path, doc: dict[str, Any], host: str, port: int) -> list[str]:

@@ -51,7 +51,7 @@ def serve_cmd(
     replace the plan's budgets.
     """
     from planner.checking.serve import ServeRequest, prepare_serve, run_serve, with_program
-    from planner.checking.serve_set import is_set_plan
+    from planner.planning.set_document import is_set_plan
 
     bin_dir = Path(llama_bin) if llama_bin else tools_dir()
     if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
@@ -92,7 +92,8 @@ def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host:
     import json
     import tempfile
 
-    from planner.checking.serve_set import InstanceCheck, check_table, prepare_router, read_set_plan, serve_set
+    from planner.checking.serve_set import InstanceCheck, check_table, prepare_router, serve_set
+    from planner.planning.set_document import read_set_plan
 
     if extra:
         raise BadInput("a set plan's llama-server flags are its preset's: plan the set again to change them")

@@ -4,11 +4,15 @@ each device row per model and summed against its budget. The exports (router pre
 written from this document, never from the plan objects."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from planner.core.errors import BadInput
+from planner.core.files import read_bounded
 from planner.core.llama_tools import LLAMA_CPP_PIN
 from planner.core.render import table
+from planner.core.schema import Where, load_yaml
 from planner.core.units import fmt_bytes, fmt_mib
 from planner.hardware.inventory import inventory_to_dict
 from planner.llama.placement import HOST
@@ -104,3 +108,21 @@ class SetReport:
 
     def to_table(self) -> str:
         return set_table(self.to_dict())
+
+
+def is_set_plan(path: str) -> bool:
+    """Whether the file is a set plan (`fitplan_set_plan` at its top) rather than one model's plan."""
+    try:
+        head = read_bounded(path, what="plan")[:4096].decode("utf-8", errors="replace")
+    except BadInput:
+        return False
+    return re.search(r'^\{?\s*"?fitplan_set_plan"?\s*:', head, re.MULTILINE) is not None
+
+
+def read_set_plan(path: str) -> dict[str, Any]:
+    doc = load_yaml(read_bounded(path, what="set plan"), Where(path))
+    if not isinstance(doc, dict) or doc.get("fitplan_set_plan") != SET_PLAN_VERSION or \
+            not isinstance(doc.get("models"), list) or not isinstance(doc.get("on_demand"), list):
+        raise BadInput(f"{path}: not a fitplan set plan (expected `fitplan plan-set -o` output, "
+                       f"fitplan_set_plan: {SET_PLAN_VERSION})")
+    return doc

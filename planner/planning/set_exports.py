@@ -102,3 +102,16 @@ def llama_swap_config(doc: dict[str, Any], program: str = "llama-server", host: 
         config["hooks"] = {"on_startup": {"preload": list(resident)}}   # a copy: no YAML alias
     head = f"# llama-swap configuration from a fitplan set plan ({LLAMA_CPP_PIN})\n"
     return head + yaml.safe_dump(config, sort_keys=False, width=10**6)
+
+
+SET_TARGETS = ("preset", "llama-swap")
+
+
+def set_export(doc: dict[str, Any], target: str, program: str = "llama-server", host: str = "127.0.0.1",
+               port: int = 8080) -> str:
+    """`fitplan export SET-PLAN --to preset|llama-swap`."""
+    if target == "preset":
+        return preset_ini(doc, host, port)
+    if target == "llama-swap":
+        return llama_swap_config(doc, program, host)
+    raise BadInput(f"--to {target!r}: a set plan exports as one of {', '.join(SET_TARGETS)}")

@@ -244,3 +244,18 @@ def test_serve_dry_run_of_a_set_prints_the_router(files, capsys, tmp_path):
     assert argv[argv.index("--models-max") + 1] == "2" and argv[-4:] == ["--host", "127.0.0.1", "--port", "9000"]
     assert "[chat]" in preset.read_text() and "[small]" in preset.read_text()
     assert main(["serve", str(doc), "--dry-run", "--", "-c", "4096"]) == 2   # flags belong to the plan
+
+
+def test_export_of_a_set_plan_is_what_plan_set_prints(files, capsys, tmp_path):
+    path = _write(files, "export", {
+        "chat": {"model": files["gemma"], "ctx": 2048, "resident": "always"},
+        "small": {"model": files["small"], "ctx": 1024, "resident": "on-demand"}})
+    doc = tmp_path / "set-plan.json"
+    for to in ("preset", "llama-swap"):
+        capsys.readouterr()
+        assert main(["plan-set", path, *HOST_ONLY, "-o", str(doc), "--format", to, "--llama-bin", str(tmp_path)]) == 0
+        printed = capsys.readouterr().out
+        assert main(["export", str(doc), "--to", to, "--llama-bin", str(tmp_path)]) == 0
+        assert capsys.readouterr().out == printed
+    assert main(["export", str(doc), "--to", "systemd"]) == 2
+    assert "a set plan exports as one of preset, llama-swap" in capsys.readouterr().err
