@@ -73,8 +73,9 @@ def plan_set_cmd(
 def _plan_or_page(spec: ModelSet, found: DevicesReport, html: str | None) -> SetPlan:
     """plan_set(); with --html, the page is written for a plan and for a set that does not fit."""
     from planner.planning.set_document import set_document
-    from planner.planning.set_plan import SetInfeasible, plan_set
+    from planner.planning.set_plan import plan_set
     from planner.planning.set_report_html import infeasible_set_html, set_html
+    from planner.planning.set_suggest import SetInfeasible
 
     try:
         plan = plan_set(spec, found.inventory, found.budgets)

@@ -28,6 +28,7 @@ from planner.core.files import read_bounded
 from planner.core.schema import Where, choice, load_yaml, mapping, size, text
 from planner.core.units import quote
 from planner.model.costs import CACHE_TYPES
+from planner.planning.result import PlanRequest
 
 SET_VERSION = 1
 # a name is a router preset's section and a llama-swap model id: INI section names end at ']' and
@@ -79,6 +80,13 @@ class ModelSet:
     def with_entry(self, name: str, **changes: Any) -> ModelSet:
         """The same set with one model's demands changed (what a suggestion re-plans)."""
         return replace(self, entries=tuple(replace(e, **changes) if e.name == name else e for e in self.entries))
+
+
+def plan_request(e: SetEntry) -> PlanRequest:
+    """What `fitplan plan` is asked for one model. `ctx` is each slot's: llama-server's -c is the slots'
+    total (it splits it among them)."""
+    return PlanRequest(n_ctx=None if e.n_ctx is None else e.n_ctx * e.slots, n_parallel=e.slots,
+                       cache_types=(e.cache_type,))
 
 
 _TOP = {"fitplan_set": f"the schema version ({SET_VERSION})", "disk_read": "a size read per second, e.g. 2GiB",

@@ -10,9 +10,8 @@ placed before it hold (each llama-server process allocates its own buffers, so t
    another, so one of them at a time is loaded beside the resident set, and its load evicts the
    others. Its load cost is the bytes of its tensors and, given the disk's read rate, the seconds.
 
-A set whose always-resident units, or one of whose on-demand units, do not fit is infeasible; the
-suggestions (a smaller context, a q8_0 KV cache, fewer slots, a model moved to on-demand) are each
-re-planned as a whole set before they are shown.
+A set whose always-resident units, or one of whose on-demand units, do not fit is infeasible, with
+suggestions each re-planned as a whole set before they are shown (planning/set_suggest.py).
 """
 from __future__ import annotations
 
@@ -21,15 +20,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from planner.core.errors import InfeasiblePlacement, Suggestion
+from planner.core.errors import InfeasiblePlacement
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory, number_devices
 from planner.llama.context import model_context
 from planner.llama.placement import HOST
 from planner.planning.problem import row_totals
-from planner.planning.result import PlanRequest, PlanResult
+from planner.planning.result import PlanResult
 from planner.planning.search import plan
-from planner.planning.set_input import ModelSet, Residency, SetEntry
+from planner.planning.set_input import ModelSet, Residency, SetEntry, plan_request
+from planner.planning.set_suggest import SetInfeasible, suggestions
 
 log = logging.getLogger(__name__)
 
@@ -109,34 +109,6 @@ class SetPlan:
         return next(m for m in self.models if m.entry.name == name)
 
 
-@dataclass(frozen=True)
-class SetSuggestion(Suggestion):
-    """A change to one model's demands that, re-planned as a whole set, fits."""
-
-    model: str = ""
-    kind: str = ""                 # ctx | cache_type | slots | on-demand
-    slots: int | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        out = super().to_dict()
-        out.update({"model": self.model, "kind": self.kind})
-        if self.slots is not None:
-            out["slots"] = self.slots
-        return out
-
-
-class SetInfeasible(InfeasiblePlacement):
-    """A model of the set does not fit beside the models it must share the devices with."""
-
-    def __init__(self, message: str, model: str, inventory: Inventory, budgets: Budgets,
-                 suggestions: tuple[Suggestion, ...] = ()) -> None:
-        self.model = model
-        # what the models placed before it left the model that did not fit, as its process sees it
-        self.inventory = inventory
-        self.budgets = budgets
-        super().__init__(message, suggestions=suggestions)
-
-
 # --- units and budgets --------------------------------------------------------------------------
 
 def units_of(spec: ModelSet) -> list[Unit]:
@@ -162,12 +134,6 @@ def _add(used: Mapping[str, int], rows: Mapping[str, int]) -> dict[str, int]:
     for k, v in rows.items():
         out[k] = out.get(k, 0) + v
     return out
-
-
-def request_of(e: SetEntry) -> PlanRequest:
-    """`ctx` is each slot's: llama-server's -c is the slots' total (it splits it among them)."""
-    return PlanRequest(n_ctx=None if e.n_ctx is None else e.n_ctx * e.slots, n_parallel=e.slots,
-                       cache_types=(e.cache_type,))
 
 
 @dataclass(frozen=True)
@@ -202,7 +168,7 @@ def _plan_model(e: SetEntry, inventory: Inventory, budgets: Budgets, room: Room,
     again without them (its --rpc would hold them)."""
     view, left, names = process_view(inventory, budgets, room)
     try:
-        result = plan(e.model, view, request_of(e), budgets=left, warn=False)
+        result = plan(e.model, view, plan_request(e), budgets=left, warn=False)
     except InfeasiblePlacement as err:
         beside = f" beside {', '.join(room.loaded)}" if room.loaded else ""
         raise SetInfeasible(f"{e.name} does not fit{beside} ({err})", e.name, view, left) from None
@@ -319,12 +285,10 @@ def plan_set(spec: ModelSet, inventory: Inventory, budgets: Budgets) -> SetPlan:
     try:
         return plan_set_once(spec, inventory, budgets)
     except SetInfeasible as err:
-        hints = tuple(suggestions(spec, inventory, budgets, err))
+        hints = tuple(suggestions(spec, err, lambda changed: _fits(changed, inventory, budgets)))
         raise SetInfeasible(f"{spec.source}: {err}", err.model, err.inventory, err.budgets,
                            hints) from None
 
-
-# --- what would fit -------------------------------------------------------------------------------
 
 def _fits(spec: ModelSet, inventory: Inventory, budgets: Budgets) -> bool:
     try:
@@ -332,64 +296,6 @@ def _fits(spec: ModelSet, inventory: Inventory, budgets: Budgets) -> bool:
     except SetInfeasible:
         return False
     return True
-
-
-def _largest_ctx(e: SetEntry, inventory: Inventory, budgets: Budgets) -> int | None:
-    """The largest context per slot that plans within `budgets` (what the model had when it did not fit),
-    below the one asked for."""
-    try:
-        found = plan(e.model, inventory, replace(request_of(e), max_ctx=True), budgets=budgets, warn=False)
-    except InfeasiblePlacement:
-        return None
-    per_slot = found.n_ctx // e.slots
-    return per_slot if e.n_ctx is None or per_slot < e.n_ctx else None
-
-
-def _candidates(spec: ModelSet, inventory: Inventory, failed: SetInfeasible) -> list[SetSuggestion]:
-    name = failed.model
-    e = spec.entry(name)
-    out: list[SetSuggestion] = []
-    n_ctx = _largest_ctx(e, failed.inventory, failed.budgets)
-    if n_ctx is not None:
-        out.append(SetSuggestion(f"{name}: ctx {n_ctx} fits", n_ctx=n_ctx, model=name, kind="ctx"))
-    if e.cache_type != "q8_0":
-        out.append(SetSuggestion(f"{name}: cache_type q8_0 fits", cache_type="q8_0", model=name, kind="cache_type"))
-    out += [SetSuggestion(f"{name}: slots {n} fits", model=name, kind="slots", slots=n)
-            for n in range(e.slots - 1, 0, -1)]
-    # moving a resident model out: the lowest priority first, the one that failed among them
-    resident = [x for x in spec.entries if x.resident is not Residency.ON_DEMAND]
-    for x in sorted(resident, key=lambda x: x.priority):
-        out.append(SetSuggestion(f"{x.name}: resident: on-demand fits", model=x.name, kind="on-demand"))
-    return out
-
-
-def apply_suggestion(spec: ModelSet, s: SetSuggestion) -> ModelSet:
-    """The set as the suggestion changes it (a group moves to on-demand as a whole)."""
-    if s.kind == "ctx":
-        return spec.with_entry(s.model, n_ctx=s.n_ctx)
-    if s.kind == "cache_type":
-        return spec.with_entry(s.model, cache_type=s.cache_type)
-    if s.kind == "slots":
-        return spec.with_entry(s.model, slots=s.slots)
-    group = spec.entry(s.model).group
-    members = [x.name for x in spec.entries if x.name == s.model or (group is not None and x.group == group)]
-    for m in members:
-        spec = spec.with_entry(m, resident=Residency.ON_DEMAND)
-    return spec
-
-
-def suggestions(spec: ModelSet, inventory: Inventory, budgets: Budgets, failed: SetInfeasible) -> list[SetSuggestion]:
-    """Each kind's first candidate that fits when the whole set is planned again with it; slots and
-    on-demand moves stop at the first that fits."""
-    found: list[SetSuggestion] = []
-    kinds_done: set[str] = set()
-    for s in _candidates(spec, inventory, failed):
-        if s.kind in kinds_done:
-            continue
-        if _fits(apply_suggestion(spec, s), inventory, budgets):
-            found.append(s)
-            kinds_done.add(s.kind)
-    return found
 
 
 def set_rows(state: SetState) -> list[dict[str, Any]]:
