@@ -63,6 +63,9 @@ def set_html(plan: SetPlan, doc: dict[str, Any]) -> str:
     body += [_state(s, colours) for s in doc["sets"]]
     for p in plan.models:
         body.append(f'<h2 id="model-{escape(p.entry.name)}">{escape(p.entry.name)}: its plan</h2>')
+        renamed = [f"its {mine} is the box's {box}" for mine, box in p.names if mine != box]
+        if renamed:   # llama.cpp numbers each process's RPC devices in its own --rpc order
+            body.append(f"<p>Device names as its llama-server sees them: {escape('; '.join(renamed))}.</p>")
         body.append(plan_sections(plan_report(p.result)))
     return page(f"Model set {doc['source']}", "".join(body))
 
