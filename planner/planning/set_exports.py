@@ -59,6 +59,10 @@ def preset_ini(doc: dict[str, Any], host: str = "127.0.0.1", port: int = 8080) -
              f"; from a fitplan set plan ({LLAMA_CPP_PIN})",
              f"; resident: {', '.join(m['name'] for m in _resident(doc)) or 'none'}; "
              f"on demand, one unit at a time: {', '.join(on_demand) or 'none'}"]
+    if len(doc["on_demand"]) > 1:
+        lines.append("; the router unloads its least recently used instance to make room, resident ones included: "
+                     "two on-demand units may then be loaded at once, which the plan does not hold; llama-swap's "
+                     "configuration (plan-set --format llama-swap) keeps the resident set")
     for m in doc["models"]:
         key, flags, embeddings = _split(m)
         lines += ["", f"[{m['name']}]", f"{key} = {_preset_value(key, m['model'])}"]
