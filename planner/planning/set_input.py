@@ -13,6 +13,8 @@ its demands (issue #44). One module, one schema; every error names the file and 
         resident: always           # always | auto (default: resident when it fits) | on-demand
         group: main                # the models of one group are resident together, or loaded together
         priority: 10               # higher first: the devices' first choice, and resident before others
+        draft: drafter.gguf        # optional companions, placed with the model as `fitplan plan --draft`
+        mmproj: mmproj.gguf        #   and `--mmproj` place them (llama-server -md, -mm)
 
 The inventory is the command line's, as for `fitplan plan`.
 """
@@ -28,7 +30,7 @@ from planner.core.files import read_bounded
 from planner.core.schema import Where, choice, load_yaml, mapping, size, text
 from planner.core.units import quote
 from planner.model.costs import CACHE_TYPES
-from planner.planning.result import PlanRequest
+from planner.planning.result import Companions, PlanRequest
 
 SET_VERSION = 1
 # a name is a router preset's section and a llama-swap model id: INI section names end at ']' and
@@ -66,6 +68,8 @@ class SetEntry:
     resident: Residency = Residency.AUTO
     group: str | None = None
     priority: int = 0
+    draft: str | None = None      # a drafter (-md), placed with the model
+    mmproj: str | None = None     # a multimodal projector (-mm), placed with the model
 
 
 @dataclass(frozen=True)
@@ -86,14 +90,15 @@ def plan_request(e: SetEntry) -> PlanRequest:
     """What `fitplan plan` is asked for one model. `ctx` is each slot's: llama-server's -c is the slots'
     total (it splits it among them)."""
     return PlanRequest(n_ctx=None if e.n_ctx is None else e.n_ctx * e.slots, n_parallel=e.slots,
-                       cache_types=(e.cache_type,))
+                       cache_types=(e.cache_type,), companions=Companions(draft=e.draft, mmproj=e.mmproj))
 
 
 _TOP = {"fitplan_set": f"the schema version ({SET_VERSION})", "disk_read": "a size read per second, e.g. 2GiB",
         "models": "a mapping from model names to their demands"}
 _ENTRY = {"model": "a model reference (a GGUF path, example:NAME, a URL)", "role": "chat, code, embedding or other",
           "ctx": "context tokens", "slots": "llama-server -np slots", "cache_type": "a KV cache type",
-          "resident": "always, auto or on-demand", "group": "a group name", "priority": "an integer"}
+          "resident": "always, auto or on-demand", "group": "a group name", "priority": "an integer",
+          "draft": "a drafter model reference", "mmproj": "a multimodal projector reference"}
 
 
 def _positive(value: Any, where: Where, what: str) -> int:
@@ -126,7 +131,10 @@ def _entry(name: str, value: Any, where: Where) -> SetEntry:
         slots=_positive(doc.get("slots", 1), where.key("slots"), "slots"), cache_type=cache,
         resident=choice(doc.get("resident", "auto"), where.key("resident"), {r.value: r for r in Residency}),
         group=None if doc.get("group") is None else _name(doc["group"], where.key("group"), "a group name"),
-        priority=_integer(doc.get("priority", 0), where.key("priority")))
+        priority=_integer(doc.get("priority", 0), where.key("priority")),
+        draft=None if doc.get("draft") is None else text(doc["draft"], where.key("draft"), "a drafter reference"),
+        mmproj=None if doc.get("mmproj") is None else text(doc["mmproj"], where.key("mmproj"),
+                                                           "a projector reference"))
 
 
 # the name the exports give the resident set's group (planning/set_exports.py)

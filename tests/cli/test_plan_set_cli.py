@@ -259,3 +259,15 @@ def test_export_of_a_set_plan_is_what_plan_set_prints(files, capsys, tmp_path):
         assert capsys.readouterr().out == printed
     assert main(["export", str(doc), "--to", "systemd"]) == 2
     assert "a set plan exports as one of preset, llama-swap" in capsys.readouterr().err
+
+
+def test_a_model_with_its_drafter(files, capsys):
+    # the drafter is the model's companion: placed with it in one process, its rows in the model's
+    path = _write(files, "draft", {"chat": {"model": files["gemma"], "ctx": 2048, "draft": files["small"],
+                                            "resident": "always"}})
+    rc, doc = _run(capsys, ["plan-set", path, *HOST_ONLY])
+    assert rc == 0, doc
+    [chat] = doc["models"]
+    assert chat["argv"][chat["argv"].index("-md") + 1] == files["small"]
+    rc, alone = _run(capsys, ["plan", files["gemma"], "--ram", "3GiB", "--ctx", "2048", "--draft", files["small"]])
+    assert rc == 0 and chat["devices"] == alone["devices"]   # as `fitplan plan --draft` plans it
