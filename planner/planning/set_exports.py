@@ -26,7 +26,7 @@ from planner.core.llama_tools import LLAMA_CPP_PIN
 from planner.hardware.inventory import inventory_from_dict
 from planner.llama.flags import LlamaFlags
 from planner.planning.document import Deployment
-from planner.planning.exports import _preset_value, environment, preset_options
+from planner.planning.exports import environment, preset_options, preset_value
 from planner.planning.set_document import EMBEDDINGS
 from planner.planning.set_input import RESERVED_GROUP as RESIDENT_GROUP
 
@@ -65,7 +65,7 @@ def preset_ini(doc: dict[str, Any], host: str = "127.0.0.1", port: int = 8080) -
                      "configuration (plan-set --format llama-swap) keeps the resident set")
     for m in doc["models"]:
         key, flags, embeddings = _split(m)
-        lines += ["", f"[{m['name']}]", f"{key} = {_preset_value(key, m['model'])}"]
+        lines += ["", f"[{m['name']}]", f"{key} = {preset_value(key, m['model'])}"]
         lines += [f"{k} = {v}" for k, v in preset_options(flags)]
         if embeddings:
             lines.append("embeddings = true")
