@@ -125,12 +125,13 @@ def prepare_router(doc: dict[str, Any], bin_dir: Path | None, host: str, port: i
 
 
 def serve_set(doc: dict[str, Any], bin_dir: Path | None, host: str, port: int, workdir: Path,
-              on_ready: Callable[[int, str, list[InstanceCheck]], None]) -> list[InstanceCheck]:
+              on_ready: Callable[[int, str, list[InstanceCheck]], None], log_path: Path | None = None
+              ) -> list[InstanceCheck]:
     """Run the router until it stops (SIGINT/SIGTERM are forwarded to it); `on_ready(pid, url, checks)`
     once the resident models are loaded. Returns every instance's check as it stopped."""
     port = port or free_port()
     argv = prepare_router(doc, bin_dir, host, port, workdir)
-    log_path = workdir / "router.log"
+    log_path = log_path or workdir / "router.log"
     with open(log_path, "w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     resident = [m["name"] for m in doc["models"] if m["resident"]]

@@ -57,7 +57,7 @@ def serve_cmd(
     if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
         raise BadInput(f"--llama-bin {llama_bin}: no llama-server there")
     if is_set_plan(plan):   # a set plan (`fitplan plan-set -o`): the router serves it
-        serve_set_cmd(plan, tuple(ctx.args), bin_dir, host, port, dry_run, fmt)
+        serve_set_cmd(plan, tuple(ctx.args), bin_dir, host, port, dry_run, fmt, log_file)
         return
     here = InventoryOptions.of(devices, device, ram, rpc, None, None).inventory(detect=False)
     req = ServeRequest(plan, tuple(ctx.args), host, port, bin_dir, force, check_hardware=not dry_run, here=here,
@@ -87,7 +87,7 @@ def serve_cmd(
 
 
 def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host: str, port: int, dry_run: bool,
-                  fmt: str) -> None:
+                  fmt: str, log_file: str | None) -> None:
     """`serve` of a set plan: the router on the set's preset (planner/checking/serve_set.py)."""
     import json
     import tempfile
@@ -110,10 +110,12 @@ def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host:
             typer.echo(check_table(checks))
 
     def ready(pid: int, url: str, checks: list[InstanceCheck]) -> None:
-        typer.echo(f"fitplan: llama-server router (pid {pid}) serves {url}; Ctrl-C stops it (log {workdir})")
+        typer.echo(f"fitplan: llama-server router (pid {pid}) serves {url}; Ctrl-C stops it (preset in {workdir}, "
+                   f"log {log_path})")
         show(checks)
 
-    checks = serve_set(doc, bin_dir or ensure_tools(), host, port, workdir, ready)
+    log_path = Path(log_file) if log_file else workdir / "router.log"
+    checks = serve_set(doc, bin_dir or ensure_tools(), host, port, workdir, ready, log_path)
     show(checks)
     if not all(c.matches for c in checks):
         raise typer.Exit(1)
