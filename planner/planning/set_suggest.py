@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from planner.core.errors import InfeasiblePlacement, Suggestion
 from planner.hardware.budgets import Budgets
@@ -15,17 +16,26 @@ from planner.planning.search import plan
 from planner.planning.set_input import ModelSet, Residency, SetEntry, plan_request
 
 
+class Kind(str, Enum):
+    """What a suggestion changes, as the error document's `kind` names it."""
+
+    CTX = "ctx"                    # the model's context per slot (`n_ctx`)
+    CACHE_TYPE = "cache_type"      # its KV cache type (`cache_type`)
+    SLOTS = "slots"                # its slots (`slots`)
+    ON_DEMAND = "on-demand"        # a resident model (or its group) loaded on demand instead
+
+
 @dataclass(frozen=True)
 class SetSuggestion(Suggestion):
     """A change to one model's demands that, re-planned as a whole set, fits."""
 
     model: str = ""
-    kind: str = ""                 # ctx | cache_type | slots | on-demand
+    kind: Kind = Kind.CTX
     slots: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         out = super().to_dict()
-        out.update({"model": self.model, "kind": self.kind})
+        out.update({"model": self.model, "kind": self.kind.value})
         if self.slots is not None:
             out["slots"] = self.slots
         return out
@@ -60,25 +70,25 @@ def _candidates(spec: ModelSet, failed: SetInfeasible) -> list[SetSuggestion]:
     out: list[SetSuggestion] = []
     n_ctx = _largest_ctx(e, failed.inventory, failed.budgets)
     if n_ctx is not None:
-        out.append(SetSuggestion(f"{name}: ctx {n_ctx} fits", n_ctx=n_ctx, model=name, kind="ctx"))
+        out.append(SetSuggestion(f"{name}: ctx {n_ctx} fits", n_ctx=n_ctx, model=name, kind=Kind.CTX))
     if e.cache_type != "q8_0":
-        out.append(SetSuggestion(f"{name}: cache_type q8_0 fits", cache_type="q8_0", model=name, kind="cache_type"))
-    out += [SetSuggestion(f"{name}: slots {n} fits", model=name, kind="slots", slots=n)
+        out.append(SetSuggestion(f"{name}: cache_type q8_0 fits", cache_type="q8_0", model=name, kind=Kind.CACHE_TYPE))
+    out += [SetSuggestion(f"{name}: slots {n} fits", model=name, kind=Kind.SLOTS, slots=n)
             for n in range(e.slots - 1, 0, -1)]
     # moving a resident model out: the lowest priority first, the one that failed among them
     resident = [x for x in spec.entries if x.resident is not Residency.ON_DEMAND]
     for x in sorted(resident, key=lambda x: x.priority):
-        out.append(SetSuggestion(f"{x.name}: resident: on-demand fits", model=x.name, kind="on-demand"))
+        out.append(SetSuggestion(f"{x.name}: resident: on-demand fits", model=x.name, kind=Kind.ON_DEMAND))
     return out
 
 
 def apply_suggestion(spec: ModelSet, s: SetSuggestion) -> ModelSet:
     """The set as the suggestion changes it (a group moves to on-demand as a whole)."""
-    if s.kind == "ctx":
+    if s.kind is Kind.CTX:
         return spec.with_entry(s.model, n_ctx=s.n_ctx)
-    if s.kind == "cache_type":
+    if s.kind is Kind.CACHE_TYPE:
         return spec.with_entry(s.model, cache_type=s.cache_type)
-    if s.kind == "slots":
+    if s.kind is Kind.SLOTS:
         return spec.with_entry(s.model, slots=s.slots)
     group = spec.entry(s.model).group
     members = [x.name for x in spec.entries if x.name == s.model or (group is not None and x.group == group)]
@@ -91,7 +101,7 @@ def suggestions(spec: ModelSet, failed: SetInfeasible, fits: Callable[[ModelSet]
     """Each kind's first candidate for which `fits` (the whole set planned again with it) holds; slots
     and on-demand moves stop at the first that fits."""
     found: list[SetSuggestion] = []
-    kinds_done: set[str] = set()
+    kinds_done: set[Kind] = set()
     for s in _candidates(spec, failed):
         if s.kind in kinds_done:
             continue
