@@ -4,7 +4,8 @@ and where each one's layers go within what the others leave (issue #44).
 Each model is planned by `planning.search.plan` alone, against the budgets less every row the models
 placed before it hold (each llama-server process allocates its own buffers, so the rows add up):
 
-1. the units (a group, or a model on its own) that are `always` resident, highest priority first;
+1. the units (a group, or a model on its own) that are `always` resident, highest priority first; one
+   that does not fit is tried again placed first (the devices' first choice may be what it needs);
 2. the `auto` units in the same order, each resident when it plans beside those, else on demand;
 3. each on-demand unit against what the resident set leaves: the on-demand units swap with one
    another, so one of them at a time is loaded beside the resident set, and its load evicts the
@@ -205,11 +206,7 @@ def _resident(units: list[Unit], inventory: Inventory, budgets: Budgets, held_ba
               ) -> tuple[list[ModelPlan], Room, list[Unit]]:
     """The always units (each must fit), then the auto ones that fit beside them (but those held back);
     the auto units left on demand."""
-    placed: list[ModelPlan] = []
-    room = Room()
-    for u in (u for u in units if u.resident is Residency.ALWAYS):
-        plans, room = _place(u, inventory, budgets, room, resident=True)
-        placed += plans
+    placed, room = _always([u for u in units if u.resident is Residency.ALWAYS], inventory, budgets)
     demoted: list[Unit] = []
     for u in (u for u in units if u.resident is Residency.AUTO):
         if u.name in held_back:
@@ -222,6 +219,29 @@ def _resident(units: list[Unit], inventory: Inventory, budgets: Budgets, held_ba
             log.info("%s: on demand (%s)", u.name, err)
             demoted.append(u)
     return placed, room, demoted
+
+
+def _always(units: list[Unit], inventory: Inventory, budgets: Budgets) -> tuple[list[ModelPlan], Room]:
+    """The always units in priority order; when one does not fit, again with it placed first (the
+    first choice of the devices may be what it needs), each unit at most once; the first order that
+    fits, else the priority order's error."""
+    order, first_error = list(units), None
+    tried: set[str] = set()
+    while True:
+        placed: list[ModelPlan] = []
+        room = Room()
+        try:
+            for u in order:
+                plans, room = _place(u, inventory, budgets, room, resident=True)
+                placed += plans
+            return placed, room
+        except SetInfeasible as err:
+            first_error = first_error or err
+            failed = next(u for u in order if any(e.name == err.model for e in u.members))
+            if failed.name in tried or order[0] is failed:
+                raise first_error from None
+            tried.add(failed.name)
+            order = [failed] + [u for u in order if u is not failed]
 
 
 def _load_bytes(unit: Unit) -> int:

@@ -271,3 +271,18 @@ def test_a_model_with_its_drafter(files, capsys):
     assert chat["argv"][chat["argv"].index("-md") + 1] == files["small"]
     rc, alone = _run(capsys, ["plan", files["gemma"], "--ram", "3GiB", "--ctx", "2048", "--draft", files["small"]])
     assert rc == 0 and chat["devices"] == alone["devices"]   # as `fitplan plan --draft` plans it
+
+
+def test_an_always_model_that_needs_the_first_choice_gets_it(files, capsys):
+    # the Gemma model first (priority) leaves the small one too little; the small one first leaves Gemma
+    # enough: the order that fits is kept, and each model's rows are within what the other left
+    models = {"gemma": {"model": files["gemma"], "ctx": 8192, "resident": "always", "priority": 10},
+              "small": {"model": files["small"], "ctx": 4096, "resident": "always"}}
+    budget = ["--device", "CUDA0=1GiB", "--ram", "4GiB", "--max-vram", "350MiB", "--max-ram", "350MiB"]
+    rc, doc = _run(capsys, ["plan-set", _write(files, "order", models), *budget])
+    assert rc == 0, doc
+    _rows_within_budgets(doc)
+    # the small model placed first: its rows' budgets are the whole box's
+    small = next(m for m in doc["models"] if m["name"] == "small")
+    assert {d["name"]: d["budget_bytes"] for d in small["devices"] if d["budget_bytes"] is not None} == \
+        {"CUDA0": 350 * MIB, "Host": 350 * MIB}
