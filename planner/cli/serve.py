@@ -57,7 +57,10 @@ def serve_cmd(
     if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
         raise BadInput(f"--llama-bin {llama_bin}: no llama-server there")
     if is_set_plan(plan):   # a set plan (`fitplan plan-set -o`): the router serves it
-        serve_set_cmd(plan, tuple(ctx.args), bin_dir, host, port, dry_run, fmt, log_file)
+        unused = (("--force", force), ("--devices", devices), ("--device", device), ("--ram", ram), ("--rpc", rpc),
+                  ("--max-vram", max_vram), ("--max-ram", max_ram))
+        serve_set_cmd(plan, tuple(ctx.args), bin_dir, host, port, dry_run, fmt, log_file,
+                      [name for name, value in unused if value])
         return
     here = InventoryOptions.of(devices, device, ram, rpc, None, None).inventory(detect=False)
     req = ServeRequest(plan, tuple(ctx.args), host, port, bin_dir, force, check_hardware=not dry_run, here=here,
@@ -87,8 +90,9 @@ def serve_cmd(
 
 
 def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host: str, port: int, dry_run: bool,
-                  fmt: str, log_file: str | None) -> None:
-    """`serve` of a set plan: the router on the set's preset (planner/checking/serve_set.py)."""
+                  fmt: str, log_file: str | None, unused: list[str]) -> None:
+    """`serve` of a set plan: the router on the set's preset (planner/checking/serve_set.py). `unused`:
+    the options given that a set plan does not take (its devices and budgets are its plan's)."""
     import json
     import tempfile
 
@@ -97,6 +101,9 @@ def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host:
 
     if extra:
         raise BadInput("a set plan's llama-server flags are its preset's: plan the set again to change them")
+    if unused:
+        raise BadInput(f"{', '.join(unused)}: a set plan is served as planned; plan the set again "
+                       "(fitplan plan-set) for other devices or budgets")
     doc = read_set_plan(plan)
     workdir = Path(tempfile.mkdtemp(prefix="fitplan-serve-set-"))   # kept: the preset and the log are the user's
     if dry_run:

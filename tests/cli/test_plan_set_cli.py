@@ -244,6 +244,9 @@ def test_serve_dry_run_of_a_set_prints_the_router(files, capsys, tmp_path):
     assert argv[argv.index("--models-max") + 1] == "2" and argv[-4:] == ["--host", "127.0.0.1", "--port", "9000"]
     assert "[chat]" in preset.read_text() and "[small]" in preset.read_text()
     assert main(["serve", str(doc), "--dry-run", "--", "-c", "4096"]) == 2   # flags belong to the plan
+    capsys.readouterr()
+    assert main(["serve", str(doc), "--dry-run", "--max-vram", "1GiB"]) == 2
+    assert "--max-vram: a set plan is served as planned" in capsys.readouterr().err
 
 
 def test_export_of_a_set_plan_is_what_plan_set_prints(files, capsys, tmp_path):
