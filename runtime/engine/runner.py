@@ -34,7 +34,7 @@ from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
-from planner.model.arch import MSA_ARCHS, NO_MEMORY, AttnKind
+from planner.model.arch import INDEXER_WIDTH, MSA_ARCHS, NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.bert import BERT_ARCHS, MODERN_BERT, BertBuilder, ModernBertBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
@@ -46,6 +46,7 @@ from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
 from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
 from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
 from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
+from runtime.engine.glm5next import GLM5_NEXT, Glm5NextBuilder, read_glm5next_hparams
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.hy_v4 import HyV4Builder
@@ -180,7 +181,10 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     MAMBA: MambaBuilder, MAMBA2: MambaBuilder, NEMOTRON_H: NemotronHBuilder, NEMOTRON_H_MOE: NemotronHBuilder,
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
     KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder, KIMI_K3: KimiK3Builder,   # linear: KDA + MLA
+    GLM5_NEXT: Glm5NextBuilder,   # glm5n: KDA + MLA with the k-pool indexer, hyper-connections
 }
+# glm5n: state builders that take the indexer cache after the states (runner.index_cache)
+INDEXED_STATE_BUILDERS = frozenset({GLM5_NEXT})
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
@@ -204,6 +208,8 @@ class ModelRunner:
         self.hp: HParams | MlaHParams = (read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
                                          else read_kimi_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture in KDA_ARCHS
+                                         else read_glm5next_hparams(ctx.model, ctx.facts)   # glm5n
+                                         if ctx.model.architecture == GLM5_NEXT
                                          else read_gemma4_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture == GEMMA4
                                          else read_gemma3n_hparams(ctx.model, ctx.facts)
@@ -363,7 +369,8 @@ class ModelRunner:
         if not isinstance(hp, MlaHParams) or not hp.dsa:
             return
         cells, ns = self.cp.n_ctx_seq, self.cp.n_stream
-        self.index_cache = [Tensor(self.settings.type_k, (hp.index_head, cells, ns), name=f"cache_lid_k_l{il}")
+        width = hp.index_head * INDEXER_WIDTH.get(hp.arch, 1)   # glm5n: glm5-next's key | gate | pooled rows
+        self.index_cache = [Tensor(self.settings.type_k, (width, cells, ns), name=f"cache_lid_k_l{il}")
                             if own else None for il, own in enumerate(hp.index_full)]
         by_device: dict[str, list[Tensor]] = {}
         for il, t in enumerate(self.index_cache):
@@ -399,7 +406,9 @@ class ModelRunner:
             return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         with_states = STATE_BUILDERS.get(self.hp.arch)
         if with_states is not None:
-            return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, flash_attn=fa,
+            # glm5n: glm5-next's builder also reads the k-pool indexer's cache
+            index = (self.index_cache,) if self.hp.arch in INDEXED_STATE_BUILDERS else ()
+            return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, *index, flash_attn=fa,
                                offload_kqv=offload)
         if self.hp.arch in MSA_ARCHS and isinstance(self.hp, HParams):   # glm5
             return msa_builder(self.ctx.model, self.hp, self.weights, self.kv, self.msa_cache, n_seq=self.cp.n_seq,

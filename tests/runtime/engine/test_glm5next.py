@@ -1,0 +1,122 @@
+"""glm5-next's graph builder (runtime/engine/glm5next.py) on the tiny file of planner/synth/shapes_glm5.py (KDA, MLA,
+KDA, MLA; block 0 dense): the reserve's node counts and CPU compute buffer against llama.cpp's, every node of a
+prompt graph against fitplan-dump-nodes, the indexer's sizes and the estimate's compute model.
+
+Expected figures come from llama.cpp on this very file (pinned build): llama-fit-params -v ("graph (pp bs=N,
+tg bs=M): nodes = P / T" and "CPU compute buffer size = X MiB"). The prompt graph scatters the indexer's selection
+into a mask; the one-token graph gathers the selected latents (at most 16 tokens over more cells than selected),
+so the two graphs differ in size.
+"""
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from planner.core.errors import BadInput, GGUFError
+from planner.gguf.keys import LLM_KV_HC_COUNT
+from planner.llama.flags import parse_llama_flags
+from planner.memory.estimate import estimate
+from planner.synth.shapes_glm5 import tiny_glm5_next
+from runtime.engine.builder import BatchShape
+from runtime.engine.glm5next import KpoolShape, kpool_pad
+from runtime.engine.runner import ModelRunner
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    [path] = tiny_glm5_next().write(tmp_path_factory.mktemp("glm5next") / "tiny.gguf")
+    return path
+
+
+# llama-fit-params -v on the tiny file: prompt and token graphs' node counts, CPU compute buffer (2 decimals)
+LLAMA_CPP_RESERVE = {
+    "-c 256": (636, 594, 4.39),
+    "-c 256 -fa off": (638, 594, 4.52),
+    "-c 1024": (636, 594, 9.72),
+    "-c 1024 -fa off": (638, 594, 20.72),
+    "-c 512 -np 2": (640, 598, 8.84),
+    "-c 1024 -np 4 -fa off": (642, 598, 9.22),
+    "-c 512 -ctk q8_0 -ctv q8_0": (636, 594, 9.09),
+    "-c 4096 -ub 64": (636, 594, 5.73),
+    "-c 300 -ub 8": (594, 594, 0.67),    # an 8-token prompt gathers too
+}
+
+
+@pytest.mark.parametrize("flags", list(LLAMA_CPP_RESERVE))
+def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(flags: str, model: Path) -> None:
+    n_pp, n_tg, mib = LLAMA_CPP_RESERVE[flags]
+    runner = ModelRunner.load(str(model), parse_llama_flags(flags.split()), weights=False)
+    report = runner.reserve_report
+    assert report is not None
+    assert (report.n_nodes_pp, report.n_nodes_tg) == (n_pp, n_tg)
+    assert round(report.compute_bytes["CPU"] / MIB, 2) == mib
+
+
+def test_kpool_shape_at_reserve(model: Path) -> None:
+    """-c 256, kpool 4, top_k 64: 64 pools of one sequence, padded to 128 (kpool_pad: one more, then to 64); the
+    top 16 pools' 64 cells plus a 3-cell tail; a 1-token ubatch over 256 cells gathers, a 256-token one does not."""
+    runner = ModelRunner.load(str(model), parse_llama_flags(["-c", "256"]), weights=False, reserve=False)
+    hp = runner.hp
+    assert (kpool_pad(63), kpool_pad(64), kpool_pad(0)) == (64, 128, 64)
+    assert KpoolShape.reserve(hp, 256, 1, 256, 256) == KpoolShape(128, 64, 16, 67, False)   # type: ignore[arg-type]
+    assert KpoolShape.reserve(hp, 256, 1, 256, 1).gather                                    # type: ignore[arg-type]
+    # the indexer cache: key | gate | pooled per cell (3 x 64) for the two MLA layers, none for KDA
+    assert [None if t is None else t.ne[:2] for t in runner.index_cache] == [None, (192, 256), None, (192, 256)]
+
+
+def test_decode_is_refused(model: Path) -> None:
+    runner = ModelRunner.load(str(model), parse_llama_flags(["-c", "256"]), weights=False)
+    with pytest.raises(BadInput, match="only sizes"):
+        runner.decode([1, 2, 3])
+
+
+def test_estimate_simulates_glm5_next(model: Path, tmp_path: Path) -> None:
+    assert estimate(str(model), ["-c", "256"]).compute_model == "simulated"
+    spec = tiny_glm5_next()
+    spec.metadata[LLM_KV_HC_COUNT.format(arch="glm5-next")] = 2
+    [other] = spec.write(tmp_path / "hc2.gguf")
+    with pytest.raises(GGUFError, match="hyper_connection.count other than 4"):
+        ModelRunner.load(str(other), parse_llama_flags(["-c", "256"]), weights=False)
+
+
+# --- against llama.cpp itself ------------------------------------------------------------------------
+
+def _dump(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node."""
+    data, o, out = path.read_bytes(), 0, []
+    while o < len(data):
+        fields = []
+        for _ in range(2):
+            (n,) = struct.unpack_from("<I", data, o)
+            fields.append(data[o + 4:o + 4 + n].decode())
+            o += 4 + n
+        o += 8
+        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
+        (size,) = struct.unpack_from("<Q", data, o + 64)
+        o += 72 + size
+        out.append((fields[1], tuple(ne), tuple(nb)))
+    return out
+
+
+@pytest.mark.peer
+def test_every_prompt_node_equals_llama_cpp(llama_tools: Path, model: Path, tmp_path: Path) -> None:
+    """A 256-token prompt at -c 256 fills the cache: its pools (64, padded to 128, all new) are the reserve's,
+    so every node's op, shape and strides must be llama.cpp's (ggml_op_desc prints unary and GLU kinds)."""
+    tokens = [str(t) for t in range(1, 257)]
+    subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(model), str(tmp_path), "256", "256", *tokens],
+                   check=True, capture_output=True, timeout=300)
+    runner = ModelRunner.load(str(model), parse_llama_flags(["-c", "256"]), weights=False, reserve=False)
+    assert runner.kv is not None
+    full = tuple((k, runner.kv.tables[k].size) for k in runner.kv.kind_order())
+    nodes = runner._graph(BatchShape(256, 1, full)).graph.nodes
+
+    def desc(op: str, params: dict) -> str:
+        return str(params["unary"]) if op == "UNARY" else str(params["glu"]) if op == "GLU" else op
+
+    ours = [(desc(n.op.value, n.op_params), tuple(n.ne), tuple(n.nb)) for n in nodes]
+    assert ours == _dump(tmp_path / "step0.bin")
