@@ -5,8 +5,11 @@ elsewhere, inside four hyper-connection streams, node for node as the pinned lla
 - The streams: [n_embd, 4, T], the embedding repeated. Around each sub-block, mixes = hc_fn . rms_norm(streams)
   [24, T]; the read gate sigmoid(mixes[:4] scale[0] + base[:4]) + eps feeds DSV4_HC_PRE, the write gate is
   2 sigmoid(mixes[4:8] scale[1] + base[4:8]), DSV4_HC_COMB makes the Sinkhorn stream mixing and DSV4_HC_POST
-  the new streams (cparams.fused_dsv4_hc_* are on). After the trunk the output rows are gathered from the
-  flattened streams, averaged over the streams, normed and projected.
+  the new streams. llama.cpp turns a fused op off where one layer's node lands on another device than the layer
+  (resolve_fused_ops; runner._resolve_fused_ops, e.g. the post at a partial offload's boundary); it is then built
+  from plain ops (per-stream MUL/ADD, build_hc_sinkhorn's soft_max and hc_iters normalisations, per-stream sums
+  and CONCAT). After the trunk the output rows are gathered from the flattened streams, averaged over the
+  streams, normed and projected.
 - KDA: kimi-k3's layer (runtime/engine/kimi_k3.py: conv, safe-gate or softplus decay, fused GATED_DELTA_NET) with
   the L2 norm's epsilon fixed at 1e-6 and the output gate g_b(g_a x).
 - MLA: no RoPE; q = q_b(norm(q_a x)) absorbed by wk_b, the latent norm(kv_a x) stored in the K-only cache.
@@ -25,7 +28,7 @@ as the plain SwiGLU built here: the runtime sizes these graphs and does not run 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from gguf import MODEL_TENSOR as T
@@ -64,6 +67,8 @@ HC_POST_SCALE = 2.0        # build_hc_pre: the write gate is 2 sigmoid(...)
 L2_NORM_EPS = 1e-6         # build_kda_layer: FLA's L2 norm epsilon, not the RMS one
 GATHER_MAX_TOKENS = 16     # build_inp_kpool: ubatches of at most this many tokens gather the selected latents
 KPOOL_PAD = 64             # kpool_pad (llama-memory-hybrid-idx.cpp): pools padded to 64, one always unused
+# llama-context.cpp resolve_fused_ops: the fused hyper-connection ops, probed in this order on a one-token graph
+HC_FUSED = (Op.DSV4_HC_PRE, Op.DSV4_HC_COMB, Op.DSV4_HC_POST)
 
 
 def kpool_pad(n_pool: int) -> int:
@@ -181,11 +186,12 @@ class Glm5NextBuilder(KimiK3Builder):
     `index_cache[il]` is layer il's indexer cache [3 key_length, cells, streams] (None where it owns none)."""
 
     def __init__(self, model: ModelFile, hp: Glm5NextHParams, weights: Mapping[str, Tensor], kv: KVCache,
-                 states: RecurrentStates, index_cache: Sequence[Tensor | None], *, flash_attn: bool,
-                 offload_kqv: bool) -> None:
+                 states: RecurrentStates, index_cache: Sequence[Tensor | None], unfused: Set[Op] = frozenset(), *,
+                 flash_attn: bool, offload_kqv: bool) -> None:
         super().__init__(model, hp, weights, kv, states, flash_attn=flash_attn, offload_kqv=offload_kqv)
         self.ghp = hp
         self.index_cache = index_cache
+        self.unfused = unfused   # the HC_FUSED ops resolve_fused_ops turned off (the runner's, read at build)
         self.sel: Tensor | None = None   # the last full indexer's selection (shared by the layers after it)
 
     # --- inputs ---------------------------------------------------------------------------------
@@ -223,8 +229,71 @@ class Glm5NextBuilder(KimiK3Builder):
         mixes = B.mul_mat(fn, flat, name=f"hc_mixes-{il}")
         pre = _scale_bias(self._gate(mixes, sc, base, 0), 1.0, hp.hc_eps, f"hc_pre-{il}")
         post = B.scale(self._gate(mixes, sc, base, 1), HC_POST_SCALE, name=f"hc_post-{il}")
-        comb = attn_res.hc_comb(mixes, sc, base, hp.hc_eps, hp.hc_iters, name=f"hc_comb-{il}")
-        return attn_res.hc_pre(x, pre, name=f"hc_{part}_pre-{il}"), post, comb
+        if Op.DSV4_HC_COMB in self.unfused:
+            comb = self._sinkhorn(mixes, sc, base)
+        else:
+            comb = self._fused(attn_res.hc_comb(mixes, sc, base, hp.hc_eps, hp.hc_iters, name=f"hc_comb-{il}"), il)
+        if Op.DSV4_HC_PRE in self.unfused:
+            return self._weighted_streams(x, pre), post, comb
+        return self._fused(attn_res.hc_pre(x, pre, name=f"hc_{part}_pre-{il}"), il), post, comb
+
+    def _fused(self, node: Tensor, il: int) -> Tensor:
+        self.out.fused.append((node.op, node, il))
+        return node
+
+    def _weighted_streams(self, x: Tensor, w: Tensor) -> Tensor:
+        """build_hc_pre without DSV4_HC_PRE: the sum over streams of x[:, i, :] * w[i, :]."""
+        n_embd, nt = x.ne[0], x.ne[2]
+        total: Tensor | None = None
+        for i in range(x.ne[1]):
+            cur = B.mul(B.view(x, (n_embd, nt), (x.nb[0], x.nb[2]), i * x.nb[1]),
+                        B.view(w, (1, nt), (w.nb[0], w.nb[1]), i * w.nb[0]))
+            total = B.add(total, cur) if total is not None else cur
+        assert total is not None
+        return total
+
+    def _sinkhorn(self, mixes: Tensor, scale: Tensor, base: Tensor) -> Tensor:
+        """The stream mixing without DSV4_HC_COMB (build_hc_sinkhorn): mixes[2 hc:] * scale[2] + base[2 hc:]
+        as [dst, src, T], soft-maxed, plus eps, its columns normalised, then hc_iters - 1 rounds of rows and
+        columns."""
+        hp = self.ghp
+        hc, nt, e = hp.hc_mult, mixes.ne[1], mixes.nb[0]
+        comb = B.view(mixes, (hc * hc, nt), (e, mixes.nb[1]), 2 * hc * e)
+        comb = B.mul(comb, B.view(scale, (1,), None, 2 * scale.nb[0]))
+        comb = B.add(comb, B.view(base, (hc * hc,), None, 2 * hc * base.nb[0]))
+        comb = B.soft_max_ext(B.reshape(comb, (hc, hc, nt)), None, 1.0)
+        eps = _fill(B.new_tensor(F32, (1,)), hp.hc_eps)
+        comb = B.add(comb, eps)
+
+        def div(a: Tensor, b: Tensor) -> Tensor:
+            return B._node(Op.DIV, a.ne, [a, b], "", a.type)
+
+        def norm_cols(c: Tensor) -> Tensor:
+            col = B.add(_sum_rows(B.cont(B.permute(c, (1, 0, 2, 3)))), eps)
+            return div(c, B.permute(col, (1, 0, 2, 3)))
+
+        comb = norm_cols(comb)
+        for _ in range(1, hp.hc_iters):
+            comb = norm_cols(div(comb, B.add(_sum_rows(comb), eps)))
+        return comb
+
+    def _hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, name: str, il: int) -> Tensor:
+        """build_hc_post: DSV4_HC_POST, or per destination stream x * post[dst] + sum over sources of
+        residual[src] * comb[dst, src], the streams concatenated."""
+        if Op.DSV4_HC_POST not in self.unfused:
+            return self._fused(attn_res.hc_post(x, residual, post, comb, name=name), il)
+        n_embd, nt, hc = x.ne[0], x.ne[1], residual.ne[1]
+        out: Tensor | None = None
+        for dst in range(hc):
+            cur = B.mul(x, B.view(post, (1, nt), (post.nb[0], post.nb[1]), dst * post.nb[0]))
+            for src in range(hc):
+                res = B.view(residual, (n_embd, nt), (residual.nb[0], residual.nb[2]), src * residual.nb[1])
+                mix = B.view(comb, (1, nt), (comb.nb[0], comb.nb[2]), dst * comb.nb[0] + src * comb.nb[1])
+                cur = B.add(cur, B.mul(res, mix))
+            cur = B.reshape(cur, (n_embd, 1, nt))
+            out = ssm.concat(out, cur, 1) if out is not None else cur
+        assert out is not None
+        return out
 
     def _hc_mean(self, x: Tensor) -> Tensor:
         """build_hc_mean: the streams summed, times 1 / hc."""
@@ -377,7 +446,7 @@ class Glm5NextBuilder(KimiK3Builder):
         cur = self.norm(cur, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
         self.out.graph.expand(cur)
         cur = self._kda(cur, il, n_tokens) if hp.recurrent[il] else self._dsa_layer(cur, il, n_tokens)
-        x = attn_res.hc_post(cur, x, post, comb, name=f"hc_attn_post-{il}")
+        x = self._hc_post(cur, x, post, comb, f"hc_attn_post-{il}", il)
         cur, post, comb = self._hc_pre(x, "ffn", il)
         cur = self.norm(cur, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
         if il < hp.n_dense_lead:
@@ -386,7 +455,7 @@ class Glm5NextBuilder(KimiK3Builder):
             moe = self._moe(cur, il)
             shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
             cur = B.add(moe, shared, name=f"ffn_out-{il}")
-        return attn_res.hc_post(cur, x, post, comb, name=f"l_out-{il}")
+        return self._hc_post(cur, x, post, comb, f"l_out-{il}", il)
 
     def build(self, shape: BatchShape) -> BuiltGraph:
         self.n_seqs = ubatch_sequences(self.states, shape.n_tokens)

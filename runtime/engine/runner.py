@@ -46,7 +46,7 @@ from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
 from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
 from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
 from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
-from runtime.engine.glm5next import GLM5_NEXT, Glm5NextBuilder, read_glm5next_hparams
+from runtime.engine.glm5next import GLM5_NEXT, HC_FUSED, Glm5NextBuilder, read_glm5next_hparams
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.hy_v4 import HyV4Builder
@@ -85,7 +85,7 @@ from runtime.ggml.backend import (
 )
 from runtime.ggml.compute import Measurement
 from runtime.ggml.exact_matmul import REPACKED
-from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
+from runtime.ggml.graph import BufferUsage, GGMLType, Op, Tensor
 from runtime.ggml.kernels import KERNELS, prefetch_f32
 from runtime.ggml.mapped import map_weights
 from runtime.ggml.sched import Scheduler
@@ -183,8 +183,10 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder, KIMI_K3: KimiK3Builder,   # linear: KDA + MLA
     GLM5_NEXT: Glm5NextBuilder,   # glm5n: KDA + MLA with the k-pool indexer, hyper-connections
 }
-# glm5n: state builders that take the indexer cache after the states (runner.index_cache)
+# glm5n: state builders that take the indexer cache and the fused ops turned off after the states
 INDEXED_STATE_BUILDERS = frozenset({GLM5_NEXT})
+# glm5n: builders that emit the fused hyper-connection ops (llama-context.cpp resolve_fused_ops probes them)
+FUSED_HC_ARCHS = frozenset({GLM5_NEXT})
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
@@ -238,6 +240,7 @@ class ModelRunner:
         self.kv: KVCache | None = None
         self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
         self.msa_cache: list[tuple[Tensor, Tensor] | None] = []   # glm5: minimax-m3's indexer cache (K, V)
+        self.unfused: set[Op] = set()   # glm5n: fused hyper-connection ops resolve_fused_ops turned off
         self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
@@ -407,7 +410,7 @@ class ModelRunner:
         with_states = STATE_BUILDERS.get(self.hp.arch)
         if with_states is not None:
             # glm5n: glm5-next's builder also reads the k-pool indexer's cache
-            index = (self.index_cache,) if self.hp.arch in INDEXED_STATE_BUILDERS else ()
+            index = (self.index_cache, self.unfused) if self.hp.arch in INDEXED_STATE_BUILDERS else ()
             return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, *index, flash_attn=fa,
                                offload_kqv=offload)
         if self.hp.arch in MSA_ARCHS and isinstance(self.hp, HParams):   # glm5
@@ -455,6 +458,36 @@ class ModelRunner:
                 self.sched.pins.pop(t, None)
         return built
 
+    def _resolve_fused_ops(self) -> None:
+        """glm5n: llama-context.cpp resolve_fused_ops for the fused hyper-connection ops (HC_FUSED, in its
+        order): the one-token graph of each probe is split (split_only, the norm pins held), and an op whose
+        fused node of some layer runs on another device than the layer's (model.dev_layer: a layer-boundary
+        node pulled to the next device) is turned off for every layer, the probes after it built without it."""
+        assert self.kv is not None
+        if self.hp.arch not in FUSED_HC_ARCHS:
+            return
+        n = self.cp.n_seq
+        full = tuple((k, self.kv.tables[k].size) for k in self.kv.kind_order())
+        for op in HC_FUSED:
+            built = self._graph(BatchShape(n, n, full))
+            nodes = [(t, il) for o, t, il in built.fused if o is op]
+            if not nodes:
+                continue
+            self.sched.split_graph(built.graph)
+            if any(self.sched.get_tensor_backend(t) is not self.backends[self.placement.layer_device[il]]
+                   for t, il in nodes):
+                self.unfused.add(op)
+                self._forget_graphs()
+        self.sched.reset()
+
+    def _forget_graphs(self) -> None:
+        for built in self._graphs.values():
+            for t, _il in built.norm_pins:
+                self.sched.pins.pop(t, None)
+            for t in built.cpu_pins:
+                self.sched.pins.pop(t, None)
+        self._graphs.clear()
+
     def reserve(self, dry_run: bool = True) -> ReserveReport:
         """llama.cpp's sched_reserve: the worst-case prompt graph, the one-token graph, the prompt again.
         `dry_run`: llama-fit-params' (and -fit's fitting passes') no-alloc reserve; False for what a real
@@ -464,6 +497,7 @@ class ModelRunner:
         (its outputs counted before rounding) and the token graph is N tokens with N outputs, one
         per sequence (llama-context.cpp sched_reserve, graph_reserve)."""
         assert self.kv is not None
+        self._resolve_fused_ops()
         n_seqs = self.cp.n_seq
         n_tokens = min(self.cp.n_ctx, self.cp.n_ubatch)
         n_outputs = min(n_tokens, self.n_outputs_max)

@@ -23,6 +23,7 @@ from planner.synth.shapes_glm5 import tiny_glm5_next
 from runtime.engine.builder import BatchShape
 from runtime.engine.glm5next import KpoolShape, kpool_pad
 from runtime.engine.runner import ModelRunner
+from runtime.ggml.graph import Op
 
 MIB = 2**20
 
@@ -120,3 +121,17 @@ def test_every_prompt_node_equals_llama_cpp(llama_tools: Path, model: Path, tmp_
 
     ours = [(desc(n.op.value, n.op_params), tuple(n.ne), tuple(n.nb)) for n in nodes]
     assert ours == _dump(tmp_path / "step0.bin")
+
+
+@pytest.mark.peer
+def test_layer_boundary_turns_fused_hc_post_off(llama_tools: Path, rpc_pair: list[str], model: Path) -> None:
+    """-ngl 2 over two rpc-servers: llama-fit-params -v logs "layer 2 is assigned to device CPU but fused DeepSeek
+    V4 HC post is assigned to device RPC0 ... set to disabled" (pre and comb stay enabled) and reserves RPC0 17.29,
+    RPC1 1.23 and CPU 3.83 MiB with the unfused post."""
+    flags = parse_llama_flags(["--rpc", ",".join(rpc_pair), "-c", "256", "-ts", "1,1", "-ngl", "2"])
+    runner = ModelRunner.load(str(model), flags, weights=False)
+    assert runner.unfused == {Op.DSV4_HC_POST}
+    report = runner.reserve_report
+    assert report is not None
+    assert {k: round(v / MIB, 2) for k, v in report.compute_bytes.items()} == {"RPC0": 17.29, "RPC1": 1.23,
+                                                                                "CPU": 3.83}
