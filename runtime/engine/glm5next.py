@@ -2,14 +2,9 @@
 elsewhere, inside four hyper-connection streams, node for node as the pinned llama.cpp builds it
 (src/models/glm5-next.cpp over llama_memory_hybrid_idx, src/llama-memory-hybrid-idx.cpp).
 
-- The streams: [n_embd, 4, T], the embedding repeated. Around each sub-block, mixes = hc_fn . rms_norm(streams)
-  [24, T]; the read gate sigmoid(mixes[:4] scale[0] + base[:4]) + eps feeds DSV4_HC_PRE, the write gate is
-  2 sigmoid(mixes[4:8] scale[1] + base[4:8]), DSV4_HC_COMB makes the Sinkhorn stream mixing and DSV4_HC_POST
-  the new streams. llama.cpp turns a fused op off where one layer's node lands on another device than the layer
-  (resolve_fused_ops; runner._resolve_fused_ops, e.g. the post at a partial offload's boundary); it is then built
-  from plain ops (per-stream MUL/ADD, build_hc_sinkhorn's soft_max and hc_iters normalisations, per-stream sums
-  and CONCAT). After the trunk the output rows are gathered from the flattened streams, averaged over the
-  streams, normed and projected.
+- Four hyper-connection streams [n_embd, 4, T] (the embedding repeated) around each sub-block
+  (runtime/engine/mhc.py); after the trunk the output rows are gathered from the flattened streams, averaged
+  over the streams, normed and projected.
 - KDA: kimi-k3's layer (runtime/engine/kimi_k3.py: conv, safe-gate or softplus decay, fused GATED_DELTA_NET) with
   the L2 norm's epsilon fixed at 1e-6 and the output gate g_b(g_a x).
 - MLA: no RoPE; q = q_b(norm(q_a x)) absorbed by wk_b, the latent norm(kv_a x) stored in the K-only cache.
@@ -49,26 +44,23 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.clip import cast
 from runtime.engine.deepseek2 import Gating
-from runtime.engine.hy_v4 import _scale_bias
 from runtime.engine.kimi import KimiHParams
 from runtime.engine.kimi_k3 import KimiK3Builder
 from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.engine.mhc import HyperConnections, fill, hc_mean, sum_rows
 from runtime.engine.recurrent import RecurrentStates, RsInputs, ubatch_sequences
-from runtime.ggml import attn_res, ssm
 from runtime.ggml import build as B
 from runtime.ggml import fused_ops as F
+from runtime.ggml import ssm
 from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Op, Tensor
 
 GLM5_NEXT = "glm5-next"
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
 HC_STREAMS = 4             # glm5-next.cpp asserts hyper_connection.count == 4
-HC_POST_SCALE = 2.0        # build_hc_pre: the write gate is 2 sigmoid(...)
 L2_NORM_EPS = 1e-6         # build_kda_layer: FLA's L2 norm epsilon, not the RMS one
 GATHER_MAX_TOKENS = 16     # build_inp_kpool: ubatches of at most this many tokens gather the selected latents
 KPOOL_PAD = 64             # kpool_pad (llama-memory-hybrid-idx.cpp): pools padded to 64, one always unused
-# llama-context.cpp resolve_fused_ops: the fused hyper-connection ops, probed in this order on a one-token graph
-HC_FUSED = (Op.DSV4_HC_PRE, Op.DSV4_HC_COMB, Op.DSV4_HC_POST)
 
 
 def kpool_pad(n_pool: int) -> int:
@@ -172,15 +164,6 @@ def read_glm5next_hparams(model: ModelFile, facts: ModelFacts | None = None) -> 
     )
 
 
-def _fill(a: Tensor, c: float, name: str = "") -> Tensor:
-    """ggml_fill: a new tensor of a's shape and type, every element c."""
-    return B._node(Op.FILL, a.ne, [a], name, a.type, c=c)
-
-
-def _sum_rows(a: Tensor) -> Tensor:
-    return B._node(Op.SUM_ROWS, (1, *a.ne[1:]), [a], "", a.type)
-
-
 class Glm5NextBuilder(KimiK3Builder):
     """kimi-k3's KDA and kimi-linear's MLA trunk, with glm5-next's hyper-connections and k-pool indexer;
     `index_cache[il]` is layer il's indexer cache [3 key_length, cells, streams] (None where it owns none)."""
@@ -210,98 +193,6 @@ class Glm5NextBuilder(KimiK3Builder):
         self.gather_mask = B.new_input(F32, (ks.n_sel, 1, 1, t), "gather_mask")
         self.new_pool_idxs = B.new_input(I32, (hp.kpool, ks.n_new), "new_pool_idxs")
         self.new_pool_rep = B.new_input(I64, (ks.n_new,), "new_pool_rep")
-
-    # --- hyper-connections ----------------------------------------------------------------------
-    def _gate(self, mixes: Tensor, scale: Tensor, base: Tensor, slot: int) -> Tensor:
-        """sigmoid(mixes[slot hc:(slot + 1) hc] * scale[slot] + base[slot hc:(slot + 1) hc])."""
-        hc, e = self.ghp.hc_mult, mixes.nb[0]
-        part = B.view(mixes, (hc, mixes.ne[1]), (e, mixes.nb[1]), slot * hc * e)
-        part = B.mul(part, B.view(scale, (1,), None, slot * scale.nb[0]))
-        part = B.add(part, B.view(base, (hc,), None, slot * hc * base.nb[0]))
-        return B.unary(part, "SIGMOID")
-
-    def _hc_pre(self, x: Tensor, part: str, il: int) -> tuple[Tensor, Tensor, Tensor]:
-        """build_hc_pre: the sub-block's input, the write gate `post` [hc, T] and the mixing `comb` [hc, hc, T]."""
-        hp = self.ghp
-        hc, n_embd, nt = hp.hc_mult, x.ne[0], x.ne[2]
-        fn, sc, base = (self._need(f"blk.{il}.hc_{part}_{w}.weight") for w in ("fn", "scale", "base"))
-        flat = B.rms_norm(B.reshape(x, (hc * n_embd, nt)), hp.eps)
-        mixes = B.mul_mat(fn, flat, name=f"hc_mixes-{il}")
-        pre = _scale_bias(self._gate(mixes, sc, base, 0), 1.0, hp.hc_eps, f"hc_pre-{il}")
-        post = B.scale(self._gate(mixes, sc, base, 1), HC_POST_SCALE, name=f"hc_post-{il}")
-        if Op.DSV4_HC_COMB in self.unfused:
-            comb = self._sinkhorn(mixes, sc, base)
-        else:
-            comb = self._fused(attn_res.hc_comb(mixes, sc, base, hp.hc_eps, hp.hc_iters, name=f"hc_comb-{il}"), il)
-        if Op.DSV4_HC_PRE in self.unfused:
-            return self._weighted_streams(x, pre), post, comb
-        return self._fused(attn_res.hc_pre(x, pre, name=f"hc_{part}_pre-{il}"), il), post, comb
-
-    def _fused(self, node: Tensor, il: int) -> Tensor:
-        self.out.fused.append((node.op, node, il))
-        return node
-
-    def _weighted_streams(self, x: Tensor, w: Tensor) -> Tensor:
-        """build_hc_pre without DSV4_HC_PRE: the sum over streams of x[:, i, :] * w[i, :]."""
-        n_embd, nt = x.ne[0], x.ne[2]
-        total: Tensor | None = None
-        for i in range(x.ne[1]):
-            cur = B.mul(B.view(x, (n_embd, nt), (x.nb[0], x.nb[2]), i * x.nb[1]),
-                        B.view(w, (1, nt), (w.nb[0], w.nb[1]), i * w.nb[0]))
-            total = B.add(total, cur) if total is not None else cur
-        assert total is not None
-        return total
-
-    def _sinkhorn(self, mixes: Tensor, scale: Tensor, base: Tensor) -> Tensor:
-        """The stream mixing without DSV4_HC_COMB (build_hc_sinkhorn): mixes[2 hc:] * scale[2] + base[2 hc:]
-        as [dst, src, T], soft-maxed, plus eps, its columns normalised, then hc_iters - 1 rounds of rows and
-        columns."""
-        hp = self.ghp
-        hc, nt, e = hp.hc_mult, mixes.ne[1], mixes.nb[0]
-        comb = B.view(mixes, (hc * hc, nt), (e, mixes.nb[1]), 2 * hc * e)
-        comb = B.mul(comb, B.view(scale, (1,), None, 2 * scale.nb[0]))
-        comb = B.add(comb, B.view(base, (hc * hc,), None, 2 * hc * base.nb[0]))
-        comb = B.soft_max_ext(B.reshape(comb, (hc, hc, nt)), None, 1.0)
-        eps = _fill(B.new_tensor(F32, (1,)), hp.hc_eps)
-        comb = B.add(comb, eps)
-
-        def div(a: Tensor, b: Tensor) -> Tensor:
-            return B._node(Op.DIV, a.ne, [a, b], "", a.type)
-
-        def norm_cols(c: Tensor) -> Tensor:
-            col = B.add(_sum_rows(B.cont(B.permute(c, (1, 0, 2, 3)))), eps)
-            return div(c, B.permute(col, (1, 0, 2, 3)))
-
-        comb = norm_cols(comb)
-        for _ in range(1, hp.hc_iters):
-            comb = norm_cols(div(comb, B.add(_sum_rows(comb), eps)))
-        return comb
-
-    def _hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, name: str, il: int) -> Tensor:
-        """build_hc_post: DSV4_HC_POST, or per destination stream x * post[dst] + sum over sources of
-        residual[src] * comb[dst, src], the streams concatenated."""
-        if Op.DSV4_HC_POST not in self.unfused:
-            return self._fused(attn_res.hc_post(x, residual, post, comb, name=name), il)
-        n_embd, nt, hc = x.ne[0], x.ne[1], residual.ne[1]
-        out: Tensor | None = None
-        for dst in range(hc):
-            cur = B.mul(x, B.view(post, (1, nt), (post.nb[0], post.nb[1]), dst * post.nb[0]))
-            for src in range(hc):
-                res = B.view(residual, (n_embd, nt), (residual.nb[0], residual.nb[2]), src * residual.nb[1])
-                mix = B.view(comb, (1, nt), (comb.nb[0], comb.nb[2]), dst * comb.nb[0] + src * comb.nb[1])
-                cur = B.add(cur, B.mul(res, mix))
-            cur = B.reshape(cur, (n_embd, 1, nt))
-            out = ssm.concat(out, cur, 1) if out is not None else cur
-        assert out is not None
-        return out
-
-    def _hc_mean(self, x: Tensor) -> Tensor:
-        """build_hc_mean: the streams summed, times 1 / hc."""
-        hc = x.ne[1]
-        acc = B.view(x, (x.ne[0], x.ne[2]), (x.nb[0], x.nb[2]), 0)
-        for s in range(1, hc):
-            acc = B.add(acc, B.view(x, (x.ne[0], x.ne[2]), (x.nb[0], x.nb[2]), s * x.nb[1]))
-        return B.scale(acc, 1.0 / hc, name="hc_head")
 
     # --- KDA ------------------------------------------------------------------------------------
     def _l2_norm(self, x: Tensor) -> Tensor:
@@ -335,7 +226,7 @@ class Glm5NextBuilder(KimiK3Builder):
         probs = B.soft_max_ext(B.reshape(logits, (kp, dim * ks.n_new)), None, 1.0)
         probs = B.reshape(probs, (kp, dim, ks.n_new))
         pk = B.cont(B.permute(pk, (1, 0, 2, 3)))
-        return B.reshape(_sum_rows(B.mul(probs, pk)), (dim, ks.n_new), name=f"indexer_pool_k_new-{il}")
+        return B.reshape(sum_rows(B.mul(probs, pk)), (dim, ks.n_new), name=f"indexer_pool_k_new-{il}")
 
     def _top_pools(self, score: Tensor, il: int, n_tokens: int) -> Tensor:
         """The top pools of each token ordered by descending score, I32 [n_top, T]."""
@@ -354,7 +245,7 @@ class Glm5NextBuilder(KimiK3Builder):
         iq = B.reshape(B.mul_mat(self._wl(T.INDEXER_ATTN_Q_B, il), qr), (dim, nh, n_tokens), name=f"indexer_q-{il}")
         ik = self._index_k_norm(B.mul_mat(self._wl(T.INDEXER_ATTN_K, il), cur), il)
         ig = B.mul_mat(self._need(f"blk.{il}.indexer_compressor_gate.weight"), cur, name=f"indexer_gate-{il}")
-        zero = _fill(B.new_tensor(F32, (dim, n_tokens)), 0.0)
+        zero = fill(B.new_tensor(F32, (dim, n_tokens)), 0.0)
         packed = B.reshape(ssm.concat(ssm.concat(ik, ig, 0), zero, 0), (3 * dim, 1, n_tokens))
         cache = self.index_cache[il]
         assert cache is not None, f"layer {il} owns an indexer but has no indexer cache"
@@ -382,9 +273,9 @@ class Glm5NextBuilder(KimiK3Builder):
         n_kv + slot), plus the causal mask, [n_kv, T]."""
         n_sel, n_kv = self.ks.n_sel, mask.ne[0]
         seed = cast(B.view(sel, (1,), None, 0), F32)
-        mask_seed = _fill(seed if mask.type == F32 else cast(seed, mask.type), -math.inf)
+        mask_seed = fill(seed if mask.type == F32 else cast(seed, mask.type), -math.inf)
         every = B.reshape(repeat_4d(mask_seed, (1, n_kv + n_sel, n_tokens, 1)), (1, n_kv + n_sel, n_tokens))
-        zeros = B.reshape(repeat_4d(_fill(seed, 0.0), (1, n_sel, n_tokens, 1)), (1, n_sel, n_tokens))
+        zeros = B.reshape(repeat_4d(fill(seed, 0.0), (1, n_sel, n_tokens, 1)), (1, n_sel, n_tokens))
         live = B.unary(B.reshape(self.gather_mask, (n_sel, n_tokens)), "EXP")
         dump = Tensor(F32, (n_sel,), op=Op.ARANGE, src=[],
                       op_params={"start": float(n_kv), "stop": float(n_kv + n_sel), "step": 1.0})
@@ -440,14 +331,19 @@ class Glm5NextBuilder(KimiK3Builder):
         return B.mul_mat(self._wl(T.ATTN_OUT, il), out, name=f"attn_out-{il}")
 
     # --- the graph --------------------------------------------------------------------------------
+    def _hc_weights(self, part: str, il: int) -> tuple[Tensor, Tensor, Tensor]:
+        fn, scale, base = (self._need(f"blk.{il}.hc_{part}_{w}.weight") for w in ("fn", "scale", "base"))
+        return fn, scale, base
+
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
         hp = self.ghp
-        cur, post, comb = self._hc_pre(x, "attn", il)
+        hc = self.hc
+        cur, post, comb = hc.pre(x, *self._hc_weights("attn", il), il, f"hc_attn_pre-{il}")
         cur = self.norm(cur, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
         self.out.graph.expand(cur)
         cur = self._kda(cur, il, n_tokens) if hp.recurrent[il] else self._dsa_layer(cur, il, n_tokens)
-        x = self._hc_post(cur, x, post, comb, f"hc_attn_post-{il}", il)
-        cur, post, comb = self._hc_pre(x, "ffn", il)
+        x = hc.post(cur, x, post, comb, il, f"hc_attn_post-{il}")
+        cur, post, comb = hc.pre(x, *self._hc_weights("ffn", il), il, f"hc_ffn_pre-{il}")
         cur = self.norm(cur, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
         if il < hp.n_dense_lead:
             cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
@@ -455,13 +351,14 @@ class Glm5NextBuilder(KimiK3Builder):
             moe = self._moe(cur, il)
             shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
             cur = B.add(moe, shared, name=f"ffn_out-{il}")
-        return self._hc_post(cur, x, post, comb, f"l_out-{il}", il)
+        return hc.post(cur, x, post, comb, il, f"l_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:
         self.n_seqs = ubatch_sequences(self.states, shape.n_tokens)
         self.rs = RsInputs.reserve(self.states, self.n_seqs)
         self.sel = None
         self._inputs(shape)
+        self.hc = HyperConnections(self.ghp.eps, self.ghp.hc_eps, self.ghp.hc_iters, self.unfused, self.out.fused)
         hp, g, t = self.ghp, self.out.graph, shape.n_tokens
         tok_embd = self._need(TOKEN_EMBD)
         x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd"))
@@ -473,7 +370,7 @@ class Glm5NextBuilder(KimiK3Builder):
         for il in range(hp.n_layer):
             x = self._layer(il, x, t)
         flat = B.get_rows(B.reshape(x, (hp.n_embd * hp.hc_mult, t)), self.out.out_ids)
-        cur = self._hc_mean(B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs)))
+        cur = hc_mean(B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs)))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
         cur.flags |= FLAG_OUTPUT   # res->t_embd and t_h_nextn
         cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")

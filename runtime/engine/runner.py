@@ -46,7 +46,7 @@ from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
 from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
 from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
 from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
-from runtime.engine.glm5next import GLM5_NEXT, HC_FUSED, Glm5NextBuilder, read_glm5next_hparams
+from runtime.engine.glm5next import GLM5_NEXT, Glm5NextBuilder, read_glm5next_hparams
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.hy_v4 import HyV4Builder
@@ -67,6 +67,7 @@ from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.mhc import HC_FUSED
 from runtime.engine.mimo2 import MIMO2, Mimo2Builder
 from runtime.engine.msa import index_cache, msa_builder, read_msa
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
