@@ -58,6 +58,25 @@ def test_reserve_nodes_and_compute_buffer_equal_llama_cpp(flags: str, model: Pat
     assert round(report.compute_bytes["CPU"] / MIB, 2) == mib
 
 
+# the graphs llama.cpp builds once resolve_fused_ops turned hyper-connection ops off, -c 256 (llama-fit-params -v):
+# post off over two rpc-servers at -ngl 2; comb off on lavapipe (no 16-lane subgroups for its shader); both off on
+# lavapipe at -ngl 2
+UNFUSED_NODES = [
+    ({Op.DSV4_HC_POST}, (1260, 1218)),
+    ({Op.DSV4_HC_COMB}, (2116, 2074)),
+    ({Op.DSV4_HC_COMB, Op.DSV4_HC_POST}, (2740, 2698)),
+]
+
+
+@pytest.mark.parametrize(("unfused", "nodes"), UNFUSED_NODES)
+def test_unfused_hyper_connections_have_llama_cpp_node_counts(unfused: set[Op], nodes: tuple[int, int],
+                                                              model: Path) -> None:
+    runner = ModelRunner.load(str(model), parse_llama_flags(["-c", "256"]), weights=False, reserve=False)
+    runner.unfused.update(unfused)
+    report = runner.reserve()
+    assert (report.n_nodes_pp, report.n_nodes_tg) == nodes
+
+
 def test_kpool_shape_at_reserve(model: Path) -> None:
     """-c 256, kpool 4, top_k 64: 64 pools of one sequence, padded to 128 (kpool_pad: one more, then to 64); the
     top 16 pools' 64 cells plus a 3-cell tail; a 1-token ubatch over 256 cells gathers, a 256-token one does not."""
