@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from planner.core.errors import BadInput, GGUFError
-from planner.gguf.keys import LLM_KV_HC_COUNT
+from planner.gguf.keys import LLM_KV_ATTENTION_INDEXER_TYPES, LLM_KV_HC_COUNT
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.synth.shapes_glm5 import tiny_glm5_next
@@ -75,6 +75,25 @@ def test_unfused_hyper_connections_have_llama_cpp_node_counts(unfused: set[Op], 
     runner.unfused.update(unfused)
     report = runner.reserve()
     assert (report.n_nodes_pp, report.n_nodes_tg) == nodes
+
+
+# attention.indexer.types [1, 1, 1, 0]: block 3 reuses block 1's selection (no indexer of its own)
+LLAMA_CPP_RESERVE_SHARED = {
+    "-c 256": (562, 542, 4.33),
+    "-c 1024 -fa off": (565, 542, 20.60),
+    "-c 512 -np 2": (565, 545, 8.72),
+}
+
+
+@pytest.mark.parametrize("flags", list(LLAMA_CPP_RESERVE_SHARED))
+def test_shared_indexer_reserve_equals_llama_cpp(flags: str, tmp_path: Path) -> None:
+    spec = tiny_glm5_next()
+    spec.metadata[LLM_KV_ATTENTION_INDEXER_TYPES.format(arch="glm5-next")] = [1, 1, 1, 0]
+    [path] = spec.write(tmp_path / "shared.gguf")
+    n_pp, n_tg, mib = LLAMA_CPP_RESERVE_SHARED[flags]
+    report = ModelRunner.load(str(path), parse_llama_flags(flags.split()), weights=False).reserve_report
+    assert report is not None
+    assert (report.n_nodes_pp, report.n_nodes_tg, round(report.compute_bytes["CPU"] / MIB, 2)) == (n_pp, n_tg, mib)
 
 
 def test_kpool_shape_at_reserve(model: Path) -> None:
