@@ -167,7 +167,8 @@ def _device(dev: PlacedDevice, capacity: int) -> Device:
     return Device(dev.name, DeviceType.GPU, capacity, alignment=dev.alignment,
                   offload_min_batch=profile.offload_min_batch(), profile=profile,
                   compute_capability=dev.compute_capability,
-                  supports=vulkan_supports(dev.max_tensor_bytes) if dev.backend is DeviceBackend.VULKAN else None)
+                  supports=vulkan_supports(dev.max_tensor_bytes, dev.vk_subgroup_size)
+                  if dev.backend is DeviceBackend.VULKAN else None)
 
 
 def _device_row(row: str) -> str:

@@ -17,6 +17,8 @@ import pytest
 
 from planner.core.errors import BadInput, GGUFError
 from planner.gguf.keys import LLM_KV_ATTENTION_INDEXER_TYPES, LLM_KV_HC_COUNT
+from planner.hardware.inventory import HostSpec, Inventory
+from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.synth.shapes_glm5 import tiny_glm5_next
@@ -94,6 +96,23 @@ def test_shared_indexer_reserve_equals_llama_cpp(flags: str, tmp_path: Path) -> 
     report = ModelRunner.load(str(path), parse_llama_flags(flags.split()), weights=False).reserve_report
     assert report is not None
     assert (report.n_nodes_pp, report.n_nodes_tg, round(report.compute_bytes["CPU"] / MIB, 2)) == (n_pp, n_tg, mib)
+
+
+# llama-fit-params -v of the Vulkan build on lavapipe: ggml-vulkan has no DSV4_HC_COMB pipeline for 8-lane
+# subgroups (resolve_fused_ops turns comb off) and its lightning indexer shader takes heads of 128 only (the tiny
+# file's 64-wide one runs on the CPU): "Vulkan0 compute buffer size" and "Vulkan_Host compute buffer size"
+LAVAPIPE_COMPUTE = {
+    "-c 256": (3.20, 0.93),
+    "-c 256 -ngl 2": (4.13, 0.93),      # the post at the boundary off too
+    "-c 1024 -fa off": (17.65, 4.18),
+}
+
+
+@pytest.mark.parametrize("flags", list(LAVAPIPE_COMPUTE))
+def test_lavapipe_compute_equals_llama_cpp(flags: str, model: Path) -> None:
+    inventory = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""), source="lavapipe")
+    est = estimate(str(model), flags.split(), inventory)
+    assert tuple(round(d.compute_bytes / MIB, 2) for d in est.devices) == LAVAPIPE_COMPUTE[flags]
 
 
 def test_kpool_shape_at_reserve(model: Path) -> None:
