@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from gguf import GGMLQuantizationType as Q
-from gguf import Keys, VisionProjectorType
 
 from planner.synth.gguf_factory import ModelSpec, T
 
@@ -315,3 +315,86 @@ def write_mmproj(directory: Path, spec: ModelSpec, name: str) -> Path:
 def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: object) -> Path:
     """Write Gemma 3's projector into `directory` (once per name) and return its path."""
     return write_mmproj(directory, gemma3_mmproj_spec(**kw), name)   # type: ignore[arg-type]
+
+
+# --- proja: Gemma 4 (gemma4v, gemma4uv) ---------------------------------------------------------
+# Gemma 4's projectors (gemma4v, gemma4uv) as the pinned mtmd loader reads them.
+#
+# gemma4v: the layout conversion/gemma.py Gemma4VisionAudioModel writes for the vision tower and
+# tools/mtmd/clip.cpp load_tensors asks for: v.patch_embd (the linear patch embedder reshaped to a
+# conv kernel, F16), v.position_embd as the x and y tables [n_embd, n, 2] (F32), per layer
+# attn_q/k/v/out (no biases), per-head attn_q_norm/attn_k_norm, ln1 (input), attn_post_norm, ln2
+# (pre-FFN), ffn_post_norm, a gated FFN and the layer's out_scale, then mm.input_projection
+# {n_embd, n_text}; with `standardize`, v.std_bias and v.std_scale; with `clipped`, each linear's
+# four clamp scalars (Gemma4ClippableLinear). The converter writes image_size 224 ("unused") and no
+# use_gelu. Defaults: Gemma 4 E4B's vision tower (hidden 768, 16 layers, 12 heads, FFN 3072, patch
+# 16, pooling 3, a 10240-entry position table).
+#
+# gemma4uv: the unified models' embedder (Gemma4UnifiedVisionAudioModel): v.patch_embd as a linear
+# {3 p^2, n_text} with its bias, v.patch_norm.{1,2,3} layer norms, the position tables, and
+# mm.input_projection; no transformer (block count 0).
+GEMMA4_CLAMP_SUFFIXES = ("input_max", "input_min", "output_max", "output_min")
+
+
+def _gemma4_meta(spec: ModelSpec, projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
+                 n_head: int, patch_size: int) -> None:
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-6,
+        cv.IMAGE_SIZE: 224, cv.PATCH_SIZE: patch_size,
+        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
+    })
+
+
+def gemma4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 16, n_embd: int = 768, n_ff: int = 3072,
+                        n_head: int = 12, patch_size: int = 16, n_pos_table: int = 10240, standardize: bool = False,
+                        clipped: bool = False, weight_type: Q = Q.F16) -> ModelSpec:
+    """Gemma 4's vision projector (defaults: E4B's tower) for a text model of width `n_text_embd`."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_meta(spec, VisionProjectorType.GEMMA4V, n_text_embd, n_embd, n_ff, n_layer, n_head, patch_size)
+    d_head = n_embd // n_head
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_pos_table, 2))
+    linears: list[tuple[MODEL_TENSOR, int | None]] = []
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            linears.append((kind, i))
+        spec.add(T.V_ENC_ATTN_Q_NORM, Q.F32, (d_head,), i)
+        spec.add(T.V_ENC_ATTN_K_NORM, Q.F32, (d_head,), i)
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_ATTN_POST_NORM, T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_POST_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+        for kind, shape in ((T.V_ENC_FFN_GATE, (n_embd, n_ff)), (T.V_ENC_FFN_UP, (n_embd, n_ff)),
+                            (T.V_ENC_FFN_DOWN, (n_ff, n_embd))):
+            spec.add(kind, weight_type, shape, i)
+            linears.append((kind, i))
+        spec.add(T.V_LAYER_OUT_SCALE, Q.F32, (1,), i)
+    if standardize:
+        spec.add(T.V_STD_BIAS, Q.F32, (n_embd,), suffix=None)
+        spec.add(T.V_STD_SCALE, Q.F32, (n_embd,), suffix=None)
+    spec.add(T.V_MM_INP_PROJ, Q.F16, (n_embd, n_text_embd))
+    if clipped:
+        for kind, bid in [*linears, (T.V_MM_INP_PROJ, None)]:
+            for suffix in GEMMA4_CLAMP_SUFFIXES:
+                spec.add(kind, Q.F32, (1,), bid, suffix)
+    return spec
+
+
+def gemma4uv_mmproj_spec(*, n_text_embd: int = 640, patch_size: int = 16, pool: int = 3,
+                         n_pos_table: int = 10240) -> ModelSpec:
+    """The unified Gemma 4 models' transformer-less vision embedder: patches of `patch_size` x `pool`
+    px straight to the text width."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_meta(spec, "gemma4uv", n_text_embd, n_text_embd, 0, 0, 0, patch_size)
+    spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = pool
+    k = 3 * (patch_size * pool) ** 2
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (k, n_text_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_text_embd,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_text_embd, n_pos_table, 2))
+    for i, width in ((1, k), (2, n_text_embd), (3, n_text_embd)):
+        spec.tensors.append((f"v.patch_norm.{i}.weight", Q.F32, (width,)))
+        spec.tensors.append((f"v.patch_norm.{i}.bias", Q.F32, (width,)))
+    spec.add(T.V_MM_INP_PROJ, Q.F16, (n_text_embd, n_text_embd))
+    return spec

@@ -15,8 +15,9 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd/clip.cpp):
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from gguf import VisionProjectorType
 
@@ -24,6 +25,7 @@ from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
 from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
+from runtime.engine.clip_gemma4 import GEMMA4UV, Gemma4UVGraph, Gemma4VGraph, gemma4_tensor_names, read_gemma4_hparams
 from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
 from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import (
@@ -36,7 +38,7 @@ from runtime.engine.clip_qwen2vl import (
 )
 from runtime.ggml.backend import UNLIMITED, Backend, DeviceType, alloc_tensors, make_cpu
 from runtime.ggml.backend import Device as RuntimeDevice
-from runtime.ggml.graph import BufferUsage, Graph, Tensor
+from runtime.ggml.graph import BufferUsage, Graph, Op, Tensor
 from runtime.ggml.profiles import Backend as BackendKind
 from runtime.ggml.sched import Scheduler
 
@@ -64,7 +66,7 @@ def _backend(device: Device) -> Backend:
     rt = RuntimeDevice(device.name, DeviceType.GPU, UNLIMITED, alignment=device.alignment,
                        offload_min_batch=profile.offload_min_batch(), profile=profile,
                        compute_capability=device.compute_capability)
-    rt.ops = rt.ops | CLIP_SIZED_OPS
+    rt.ops = rt.ops | CLIP_SIZED_OPS | FAMILY_SIZED_OPS
     return rt.init_backend()
 
 
@@ -82,6 +84,9 @@ def _fa_supported(device: Device | None, d_head: int) -> bool:
 
 def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
     """The projector's hparams, read by its family's reader (projector type -> graph builder)."""
+    family = FAMILIES.get(projector_type(model))
+    if family is not None:
+        return family.read(model)
     if projector_type(model) in QWEN2VL_TYPES:
         return read_qwen2vl_hparams(model)
     if projector_type(model) == VisionProjectorType.PIXTRAL:
@@ -90,6 +95,10 @@ def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
 
 
 def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dict[str, Tensor], Graph]:
+    family = FAMILIES.get(hp.projector)
+    if family is not None:
+        weights = load_weights(model, hp, family.names(hp))
+        return weights, family.graph(hp, weights, fa).build()
     if isinstance(hp, QwenVLHParams):
         weights = load_weights(model, hp, qwen2vl_tensor_names(hp))
         builder = Qwen3VLGraph if hp.projector == VisionProjectorType.QWEN3VL else Qwen2VLGraph
@@ -99,6 +108,30 @@ def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dic
         return weights, PixtralGraph(hp, weights, fa).build()
     weights = load_weights(model, hp)
     return weights, SiglipGraph(hp, weights, fa).build()
+
+
+# --- proja: projector families with a module of their own: type -> reader, tensor names, graph ------
+
+class GraphBuilder(Protocol):
+    def build(self) -> Graph: ...
+
+
+@dataclass(frozen=True)
+class ProjectorFamily:
+    """How one projector type is read (load_hparams), which tensors it loads (load_tensors) and which
+    builder makes its warmup graph (the clip_graph_* of clip.cpp's build_graph)."""
+
+    read: Callable[[ModelFile], ClipHParams]
+    names: Callable[[ClipHParams], list[str]]
+    graph: Callable[[ClipHParams, Mapping[str, Tensor], bool], GraphBuilder]
+
+
+FAMILIES: dict[str, ProjectorFamily] = {
+    VisionProjectorType.GEMMA4V: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4VGraph),
+    GEMMA4UV: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4UVGraph),
+}
+# ops these graphs use that have no numpy kernel (sizes only, as CLIP_SIZED_OPS)
+FAMILY_SIZED_OPS = frozenset({Op.SUB})
 
 
 _cache: OrderedDict[tuple, ProjectorReserve] = OrderedDict()
@@ -115,9 +148,11 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
         return hit
     hp = read_projector(model, image_max_tokens)
     # -fa on keeps flash attention even where refused (the op then falls back to the CPU: not modelled)
-    fa = flash_attn == "on" or (flash_attn == "auto" and _fa_supported(device, hp.n_embd // hp.n_head))
+    # a graph without attention (no heads: Gemma 4's unified embedder) never refuses it
+    fa = flash_attn == "on" or (flash_attn == "auto"
+                                and (hp.n_head == 0 or _fa_supported(device, hp.n_embd // hp.n_head)))
     cpu = make_cpu(UNLIMITED)
-    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
+    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS | FAMILY_SIZED_OPS
     main = _backend(device) if device is not None else cpu
     backends = [main, cpu] if main is not cpu else [cpu]
     try:

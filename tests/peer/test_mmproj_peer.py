@@ -11,7 +11,8 @@ llama-server with the Gemma 3 270M target and shape-faithful sparse projectors p
 - Mistral Small 3.1's Pixtral (2-D RoPE, the patch merger, [IMG_BREAK] rows),
 - Qwen2-VL-2B's (layer norms, quick GELU) and Qwen2.5-VL-3B's (32 layers, window attention, M-RoPE,
   a 1288 px warmup image), Qwen3-VL-2B's (a resized position table, fused qkv, three deepstack
-  mergers concatenated);
+  mergers concatenated), Gemma 4 E4B's vision tower (clamped linears, 2-D NEOX RoPE, a 3 x 3 pool) and the
+  unified Gemma 4 models' transformer-less embedder;
 under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
 second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -36,6 +37,8 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from planner.synth.mmproj_factory import (
+    gemma4uv_mmproj_spec,
+    gemma4v_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
@@ -66,7 +69,10 @@ CASES = {
 
 
 PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl",
-              "qwen3vl")
+              "qwen3vl",
+              "gemma4v", "gemma4uv")   # proja
+# proja: projectors written straight from their spec (planner/synth/mmproj_factory.py <name>_mmproj_spec)
+PROJA_SPECS = {"gemma4v": gemma4v_mmproj_spec, "gemma4uv": gemma4uv_mmproj_spec}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +87,9 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "pixtral": (target, write_mmproj(shapes_dir, pixtral_mmproj_spec(n_text_embd=640), "mmproj-pixtral")),
             "qwen2vl": (target, write_mmproj(shapes_dir, qwen2vl_mmproj_spec(n_text_embd=640), "mmproj-qwen2vl")),
             "qwen3vl": (target, write_mmproj(shapes_dir, qwen3vl_mmproj_spec(n_text_embd=640), "mmproj-qwen3vl")),
-            "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl"))}
+            "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl")),
+            **{p: (target, write_mmproj(shapes_dir, spec(n_text_embd=640), f"mmproj-{p}"))   # proja
+               for p, spec in PROJA_SPECS.items()}}
 
 
 def _argv(template: list[str], endpoints: list[str]) -> list[str]:
