@@ -398,3 +398,89 @@ def gemma4uv_mmproj_spec(*, n_text_embd: int = 640, patch_size: int = 16, pool: 
         spec.tensors.append((f"v.patch_norm.{i}.bias", Q.F32, (width,)))
     spec.add(T.V_MM_INP_PROJ, Q.F16, (n_text_embd, n_text_embd))
     return spec
+
+
+# --- proja: Gemma 3n (gemma3nv, MobileNetV5-300M) ---------------------------------------------------
+# The vision half of conversion/gemma.py Gemma3nVisionAudioModel as clip.cpp's GEMMA3NV loader reads it:
+# the stem (conv 3x3 F32 with its bias [1,1,C,1] and norm), the blocks v.blk.S.B.* of timm's
+# mobilenetv5_300m_enc (MNv5_300M_ARCH_DEF: stage 0 three edge residuals, stage 1 five universal
+# inverted residuals, stage 2 eight UIRs, a transition UIR and 13 MQA + UIR pairs with stride-2 keys and
+# values, stage 3 a UIR and 19 MQA + UIR pairs), every UIR and MQA block with a layer scale (1e-5 init),
+# the multi-scale fusion adapter (stage 2's 640 and stage 3's 1280 channels to 2048, expansion 2) and
+# the embedder's mm.input_projection and mm.soft_emb_norm. Conv weights are 4-D F16 ([KW, KH, IC, OC],
+# depthwise [K, K, 1, C]), norms F32, the layer scales [1, 1, C, 1] F16 (4-D, so not forced to F32).
+# The converter writes n_layer 128 (unused), n_ff 4 x 2048, 8 heads, a 768 px image and patch 768 / 256.
+MNV5_300M_STAGES: tuple[tuple[tuple, ...], ...] = (
+    (("er", 3, 2, 4, 128), ("er", 3, 1, 4, 128), ("er", 3, 1, 4, 128)),
+    (("uir", 3, 5, 2, 6, 256), ("uir", 5, 0, 1, 4, 256), ("uir", 3, 0, 1, 4, 256), ("uir", 5, 0, 1, 4, 256),
+     ("uir", 3, 0, 1, 4, 256)),
+    (("uir", 5, 5, 2, 6, 640), *((("uir", 5, 0, 1, 4, 640),) * 7), ("uir", 0, 0, 1, 1, 640),
+     *((("mqa", 12, 2, 64, 640), ("uir", 0, 0, 1, 2, 640)) * 13)),
+    (("uir", 5, 5, 2, 6, 1280), *((("mqa", 16, 1, 96, 1280), ("uir", 0, 0, 1, 2, 1280)) * 19)),
+)
+
+
+def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, ...], ...] = MNV5_300M_STAGES,
+                         stem: int = 64, n_embd: int = 2048, image_size: int = 768) -> ModelSpec:
+    """Gemma 3n's vision projector (MobileNetV5-300M by default); `stages` as MNV5_300M_STAGES:
+    ("er", k, stride, expansion, out), ("uir", k_start, k_mid, stride, expansion, out) or
+    ("mqa", heads, kv_stride, head_dim, out)."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.GEMMA3NV, clip.HAS_VISION_ENCODER: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: 4 * n_embd, cv.BLOCK_COUNT: 128,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: 8, cv.Attention.LAYERNORM_EPS: 1e-6,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: image_size // 256,
+        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
+    })
+    add = spec.tensors.append
+    add(("v.conv_stem.conv.weight", Q.F32, (3, 3, 3, stem)))
+    add(("v.conv_stem.conv.bias", Q.F32, (1, 1, stem, 1)))
+    add(("v.conv_stem.bn.weight", Q.F32, (stem,)))
+    c, feats = stem, []
+    for s, blocks in enumerate(stages):
+        for b, blk in enumerate(blocks):
+            p = f"v.blk.{s}.{b}."
+            if blk[0] == "er":
+                _, k, _, e, out = blk
+                add((p + "conv_exp.weight", Q.F16, (k, k, c, c * e)))
+                add((p + "bn1.weight", Q.F32, (c * e,)))
+                add((p + "conv_pwl.weight", Q.F16, (1, 1, c * e, out)))
+                add((p + "bn2.weight", Q.F32, (out,)))
+            elif blk[0] == "uir":
+                _, ks, km, _, e, out = blk
+                mid = c * e
+                if ks:
+                    add((p + "dw_start.conv.weight", Q.F16, (ks, ks, 1, c)))
+                    add((p + "dw_start.bn.weight", Q.F32, (c,)))
+                add((p + "pw_exp.conv.weight", Q.F16, (1, 1, c, mid)))
+                add((p + "pw_exp.bn.weight", Q.F32, (mid,)))
+                if km:
+                    add((p + "dw_mid.conv.weight", Q.F16, (km, km, 1, mid)))
+                    add((p + "dw_mid.bn.weight", Q.F32, (mid,)))
+                add((p + "pw_proj.conv.weight", Q.F16, (1, 1, mid, out)))
+                add((p + "pw_proj.bn.weight", Q.F32, (out,)))
+                add((p + "layer_scale.gamma", Q.F16, (1, 1, out, 1)))
+            else:
+                _, heads, kv_stride, d, out = blk
+                add((p + "norm.weight", Q.F32, (c,)))
+                add((p + "attn.query.proj.weight", Q.F16, (1, 1, c, heads * d)))
+                for which in ("key", "value"):
+                    if kv_stride > 1:
+                        add((f"{p}attn.{which}.down_conv.weight", Q.F16, (3, 3, 1, c)))
+                        add((f"{p}attn.{which}.norm.weight", Q.F32, (c,)))
+                    add((f"{p}attn.{which}.proj.weight", Q.F16, (1, 1, c, d)))
+                add((p + "attn.output.proj.weight", Q.F16, (1, 1, heads * d, out)))
+                add((p + "layer_scale.gamma", Q.F16, (1, 1, out, 1)))
+            c = blk[-1]
+        feats.append(c)
+    fused = sum(feats[2:4]) if len(feats) >= 4 else feats[-1]
+    add(("v.msfa.ffn.pw_exp.conv.weight", Q.F16, (1, 1, fused, 2 * fused)))
+    add(("v.msfa.ffn.pw_exp.bn.weight", Q.F32, (2 * fused,)))
+    add(("v.msfa.ffn.pw_proj.conv.weight", Q.F16, (1, 1, 2 * fused, n_embd)))
+    add(("v.msfa.ffn.pw_proj.bn.weight", Q.F32, (n_embd,)))
+    add(("v.msfa.norm.weight", Q.F32, (n_embd,)))
+    spec.add(T.V_MM_INP_PROJ, Q.F16, (n_embd, n_text_embd))
+    spec.add(T.V_MM_SOFT_EMB_NORM, Q.F32, (n_embd,))
+    return spec

@@ -184,4 +184,4 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
 
 
 # --- proja: projector types whose graph builder is a module of its own (clip_reserve.FAMILIES) ------
-SUPPORTED = (*SUPPORTED, VisionProjectorType.GEMMA4V, "gemma4uv")
+SUPPORTED = (*SUPPORTED, VisionProjectorType.GEMMA4V, "gemma4uv", VisionProjectorType.GEMMA3NV)

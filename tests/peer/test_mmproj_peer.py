@@ -12,7 +12,8 @@ llama-server with the Gemma 3 270M target and shape-faithful sparse projectors p
 - Qwen2-VL-2B's (layer norms, quick GELU) and Qwen2.5-VL-3B's (32 layers, window attention, M-RoPE,
   a 1288 px warmup image), Qwen3-VL-2B's (a resized position table, fused qkv, three deepstack
   mergers concatenated), Gemma 4 E4B's vision tower (clamped linears, 2-D NEOX RoPE, a 3 x 3 pool) and the
-  unified Gemma 4 models' transformer-less embedder;
+  unified Gemma 4 models' transformer-less embedder, Gemma 3n's MobileNetV5-300M (with LFM2-1.2B's 2048-wide
+  text model as the target);
 under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
 second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -37,6 +38,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from planner.synth.mmproj_factory import (
+    gemma3nv_mmproj_spec,
     gemma4uv_mmproj_spec,
     gemma4v_mmproj_spec,
     idefics3_mmproj_spec,
@@ -70,9 +72,12 @@ CASES = {
 
 PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl",
               "qwen3vl",
-              "gemma4v", "gemma4uv")   # proja
-# proja: projectors written straight from their spec (planner/synth/mmproj_factory.py <name>_mmproj_spec)
-PROJA_SPECS = {"gemma4v": gemma4v_mmproj_spec, "gemma4uv": gemma4uv_mmproj_spec}
+              "gemma4v", "gemma4uv", "gemma3nv")   # proja
+# proja: projectors written straight from their spec (planner/synth/mmproj_factory.py <name>_mmproj_spec),
+# with the target whose width they project to (Gemma 3n's tower is as wide as its text model: LFM2-1.2B's 2048)
+PROJA_SPECS = {"gemma4v": (gemma4v_mmproj_spec, "gemma3-270m", 640),
+               "gemma4uv": (gemma4uv_mmproj_spec, "gemma3-270m", 640),
+               "gemma3nv": (gemma3nv_mmproj_spec, "lfm2-1.2b", 2048)}
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +93,8 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "qwen2vl": (target, write_mmproj(shapes_dir, qwen2vl_mmproj_spec(n_text_embd=640), "mmproj-qwen2vl")),
             "qwen3vl": (target, write_mmproj(shapes_dir, qwen3vl_mmproj_spec(n_text_embd=640), "mmproj-qwen3vl")),
             "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl")),
-            **{p: (target, write_mmproj(shapes_dir, spec(n_text_embd=640), f"mmproj-{p}"))   # proja
-               for p, spec in PROJA_SPECS.items()}}
+            **{p: (model_path(t, shapes_dir), write_mmproj(shapes_dir, spec(n_text_embd=n), f"mmproj-{p}"))  # proja
+               for p, (spec, t, n) in PROJA_SPECS.items()}}
 
 
 def _argv(template: list[str], endpoints: list[str]) -> list[str]:
