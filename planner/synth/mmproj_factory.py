@@ -484,3 +484,48 @@ def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, 
     spec.add(T.V_MM_INP_PROJ, Q.F16, (n_embd, n_text_embd))
     spec.add(T.V_MM_SOFT_EMB_NORM, Q.F32, (n_embd,))
     return spec
+
+
+# --- proja: Llama 4 (llama4) -------------------------------------------------------------------------
+def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int = 1408, n_ff: int = 5632,
+                       n_head: int = 16, image_size: int = 336, patch_size: int = 14, shuffle: int = 2,
+                       n_adapter: int = 4096, weight_type: Q = Q.F16) -> ModelSpec:
+    """Llama 4's vision projector as conversion/llama4.py Llama4VisionModel writes it and clip.cpp's
+    LLAMA4 loader reads it: the linear patch embedder {3 p^2, n_embd} (F16), the class embedding, a
+    position table for the patches and the class token, biased pre/post layer norms, layers with
+    biased q/k/v/out, ln1/ln2 and a GELU fc1/fc2 FFN, the adapter MLP mm.model.mlp.1 {n_embd x
+    shuffle^2, n_adapter} and mm.model.mlp.2, and mm.model.fc to the text width (no biases).
+    Defaults: Llama-4-Scout/Maverick's vision_config (1408 wide, 34 layers, 16 heads, 336 px / 14,
+    pixel_shuffle_ratio 0.5, projector_input/output_dim 4096, norm_eps 1e-5)."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.LLAMA4, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.Projector.SCALE_FACTOR: shuffle,
+        cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
+    })
+    n_patches = (image_size // patch_size) ** 2
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (3 * patch_size**2, n_embd))
+    spec.add(T.V_ENC_EMBD_CLS, Q.F32, (n_embd,), suffix=None)
+    spec.add(T.V_ENC_EMBD_POS, Q.F16, (n_embd, n_patches + 1))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
+        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    spec.add(T.V_MMPROJ_MLP, weight_type, (n_embd * shuffle**2, n_adapter), 1)
+    spec.add(T.V_MMPROJ_MLP, weight_type, (n_adapter, n_adapter), 2)
+    spec.add(T.V_MMPROJ_FC, weight_type, (n_adapter, n_text_embd))
+    return spec

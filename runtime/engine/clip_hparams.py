@@ -184,4 +184,5 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
 
 
 # --- proja: projector types whose graph builder is a module of its own (clip_reserve.FAMILIES) ------
-SUPPORTED = (*SUPPORTED, VisionProjectorType.GEMMA4V, "gemma4uv", VisionProjectorType.GEMMA3NV)
+SUPPORTED = (*SUPPORTED, VisionProjectorType.GEMMA4V, "gemma4uv", VisionProjectorType.GEMMA3NV,
+             VisionProjectorType.LLAMA4)
