@@ -408,7 +408,7 @@ def gemma4uv_mmproj_spec(*, n_text_embd: int = 640, patch_size: int = 16, pool: 
 # values, stage 3 a UIR and 19 MQA + UIR pairs), every UIR and MQA block with a layer scale (1e-5 init),
 # the multi-scale fusion adapter (stage 2's 640 and stage 3's 1280 channels to 2048, expansion 2) and
 # the embedder's mm.input_projection and mm.soft_emb_norm. Conv weights are 4-D F16 ([KW, KH, IC, OC],
-# depthwise [K, K, 1, C]), norms F32, the layer scales [1, 1, C, 1] F16 (4-D, so not forced to F32).
+# depthwise [K, K, 1, C]), norms and the layer scales [1, 1, C, 1] F32 (a name not ending in .weight).
 # The converter writes n_layer 128 (unused), n_ff 4 x 2048, 8 heads, a 768 px image and patch 768 / 256.
 MNV5_300M_STAGES: tuple[tuple[tuple, ...], ...] = (
     (("er", 3, 2, 4, 128), ("er", 3, 1, 4, 128), ("er", 3, 1, 4, 128)),
@@ -461,7 +461,7 @@ def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, 
                     add((p + "dw_mid.bn.weight", Q.F32, (mid,)))
                 add((p + "pw_proj.conv.weight", Q.F16, (1, 1, mid, out)))
                 add((p + "pw_proj.bn.weight", Q.F32, (out,)))
-                add((p + "layer_scale.gamma", Q.F16, (1, 1, out, 1)))
+                add((p + "layer_scale.gamma", Q.F32, (1, 1, out, 1)))
             else:
                 _, heads, kv_stride, d, out = blk
                 add((p + "norm.weight", Q.F32, (c,)))
@@ -472,7 +472,7 @@ def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, 
                         add((f"{p}attn.{which}.norm.weight", Q.F32, (c,)))
                     add((f"{p}attn.{which}.proj.weight", Q.F16, (1, 1, c, d)))
                 add((p + "attn.output.proj.weight", Q.F16, (1, 1, heads * d, out)))
-                add((p + "layer_scale.gamma", Q.F16, (1, 1, out, 1)))
+                add((p + "layer_scale.gamma", Q.F32, (1, 1, out, 1)))
             c = blk[-1]
         feats.append(c)
     fused = sum(feats[2:4]) if len(feats) >= 4 else feats[-1]
@@ -492,11 +492,11 @@ def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int
                        n_adapter: int = 4096, weight_type: Q = Q.F16) -> ModelSpec:
     """Llama 4's vision projector as conversion/llama4.py Llama4VisionModel writes it and clip.cpp's
     LLAMA4 loader reads it: the linear patch embedder {3 p^2, n_embd} (F16), the class embedding, a
-    position table for the patches and the class token, biased pre/post layer norms, layers with
-    biased q/k/v/out, ln1/ln2 and a GELU fc1/fc2 FFN, the adapter MLP mm.model.mlp.1 {n_embd x
-    shuffle^2, n_adapter} and mm.model.mlp.2, and mm.model.fc to the text width (no biases).
-    Defaults: Llama-4-Scout/Maverick's vision_config (1408 wide, 34 layers, 16 heads, 336 px / 14,
-    pixel_shuffle_ratio 0.5, projector_input/output_dim 4096, norm_eps 1e-5)."""
+    position table for the patches and the class token (F32, as the converter forces it), biased
+    pre/post layer norms, layers with biased q/k/v/out, ln1/ln2 and a GELU fc1/fc2 FFN, the adapter
+    MLP mm.model.mlp.1 {n_embd x shuffle^2, n_adapter} and mm.model.mlp.2, and mm.model.fc to the
+    text width (no biases). Defaults: Llama-4-Scout/Maverick's vision_config (1408 wide, 34 layers,
+    16 heads, 336 px / 14, pixel_shuffle_ratio 0.5, projector_input/output_dim 4096, norm_eps 1e-5)."""
     cv, clip = Keys.ClipVision, Keys.Clip
     spec = ModelSpec(CLIP_ARCH)
     spec.metadata.update({
@@ -509,7 +509,7 @@ def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int
     n_patches = (image_size // patch_size) ** 2
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (3 * patch_size**2, n_embd))
     spec.add(T.V_ENC_EMBD_CLS, Q.F32, (n_embd,), suffix=None)
-    spec.add(T.V_ENC_EMBD_POS, Q.F16, (n_embd, n_patches + 1))
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches + 1))
     spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
     spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
     for i in range(n_layer):
@@ -528,4 +528,51 @@ def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int
     spec.add(T.V_MMPROJ_MLP, weight_type, (n_embd * shuffle**2, n_adapter), 1)
     spec.add(T.V_MMPROJ_MLP, weight_type, (n_adapter, n_adapter), 2)
     spec.add(T.V_MMPROJ_FC, weight_type, (n_adapter, n_text_embd))
+    return spec
+
+
+# --- proja: GLM-4.1V / GLM-4.5V (glm4v) --------------------------------------------------------------
+def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int = 1536, n_head: int = 12,
+                      n_ff: int = 13696, out_hidden: int = 4096, image_size: int = 336, patch_size: int = 14,
+                      merge: int = 2, weight_type: Q = Q.F16) -> ModelSpec:
+    """GLM-4V's vision projector as conversion/qwen3vl.py Glm4VVisionModel writes it and clip.cpp's GLM4V
+    loader reads it: the 3-D patch conv split into v.patch_embd.weight / .weight.1 (F16) with its bias,
+    the post-conv RMS norm (v.norm_embd), the position table (image_size / patch)^2 rows (F32),
+    24 layers of RMS norms, a bias-free fused qkv and output, a SwiGLU FFN of width out_hidden (HF
+    Glm4VisionMlp's intermediate size is the config's out_hidden_size), v.post_ln, the merger's
+    merge x merge downsample conv (mm.patch_merger, F16, with its bias), mm.model.fc, mm.post_norm
+    (a LayerNorm with bias) and the SwiGLU mm.gate / mm.up / mm.down of width n_ff (the config's
+    intermediate_size). The merger works at the text width: `n_text_embd` stands where the real model
+    has out_hidden_size (4096, its text width). Defaults: Glm4vVisionConfig (GLM-4.1V-9B)."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.GLM4V, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: merge,
+        cv.IMAGE_MEAN: [0.48145466, 0.4578275, 0.40821073], cv.IMAGE_STD: [0.26862954, 0.26130258, 0.27577711],
+    })
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, (image_size // patch_size) ** 2))
+    for i in range(n_layer):
+        spec.add(T.V_ENC_ATTN_QKV, weight_type, (n_embd, 3 * n_embd), i)
+        spec.add(T.V_ENC_ATTN_O, weight_type, (n_embd, n_embd), i)
+        spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.V_ENC_FFN_GATE, weight_type, (n_embd, out_hidden), i)
+        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, out_hidden), i)
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (out_hidden, n_embd), i)
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_MM_PATCH_MERGER, Q.F16, (merge, merge, n_embd, n_text_embd))
+    spec.add(T.V_MM_PATCH_MERGER, Q.F32, (n_text_embd,), suffix="bias")
+    spec.add(T.V_MMPROJ_FC, weight_type, (n_text_embd, n_text_embd))
+    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,))
+    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,), suffix="bias")
+    spec.add(T.V_MM_GATE, weight_type, (n_text_embd, n_ff))
+    spec.add(T.V_MM_UP, weight_type, (n_text_embd, n_ff))
+    spec.add(T.V_MM_DOWN, weight_type, (n_ff, n_text_embd))
     return spec

@@ -26,6 +26,7 @@ from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
 from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
 from runtime.engine.clip_gemma4 import GEMMA4UV, Gemma4UVGraph, Gemma4VGraph, gemma4_tensor_names, read_gemma4_hparams
+from runtime.engine.clip_glm4v import GLM4V, Glm4VGraph, glm4v_tensor_names, read_glm4v_hparams
 from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
 from runtime.engine.clip_llama4 import LLAMA4, Llama4Graph, llama4_tensor_names, read_llama4_hparams
 from runtime.engine.clip_mobilenetv5 import GEMMA3NV, MobileNetV5Graph, mobilenet_tensor_names, read_mobilenet_hparams
@@ -133,6 +134,7 @@ FAMILIES: dict[str, ProjectorFamily] = {
     GEMMA4UV: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4UVGraph),
     GEMMA3NV: ProjectorFamily(read_mobilenet_hparams, mobilenet_tensor_names, MobileNetV5Graph),
     LLAMA4: ProjectorFamily(read_llama4_hparams, llama4_tensor_names, Llama4Graph),
+    GLM4V: ProjectorFamily(read_glm4v_hparams, glm4v_tensor_names, Glm4VGraph),
 }
 # ops these graphs use that have no numpy kernel (sizes only, as CLIP_SIZED_OPS)
 FAMILY_SIZED_OPS = frozenset({Op.SUB, Op.CONV_2D, Op.PAD})

@@ -13,7 +13,8 @@ llama-server with the Gemma 3 270M target and shape-faithful sparse projectors p
   a 1288 px warmup image), Qwen3-VL-2B's (a resized position table, fused qkv, three deepstack
   mergers concatenated), Gemma 4 E4B's vision tower (clamped linears, 2-D NEOX RoPE, a 3 x 3 pool) and the
   unified Gemma 4 models' transformer-less embedder, Gemma 3n's MobileNetV5-300M (with LFM2-1.2B's 2048-wide
-  text model as the target), Llama 4's (a class token, 2-D RoPE, pixel shuffle, the adapter MLP);
+  text model as the target), Llama 4's (a class token, 2-D RoPE, pixel shuffle, the adapter MLP), GLM-4.1V's
+  (RMS norms, M-RoPE, a 1288 px warmup image, the conv patch merger and SwiGLU projector);
 under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
 second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -41,6 +42,7 @@ from planner.synth.mmproj_factory import (
     gemma3nv_mmproj_spec,
     gemma4uv_mmproj_spec,
     gemma4v_mmproj_spec,
+    glm4v_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
@@ -73,13 +75,14 @@ CASES = {
 
 PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl",
               "qwen3vl",
-              "gemma4v", "gemma4uv", "gemma3nv", "llama4")   # proja
+              "gemma4v", "gemma4uv", "gemma3nv", "llama4", "glm4v")   # proja
 # proja: projectors written straight from their spec (planner/synth/mmproj_factory.py <name>_mmproj_spec),
 # with the target whose width they project to (Gemma 3n's tower is as wide as its text model: LFM2-1.2B's 2048)
 PROJA_SPECS = {"gemma4v": (gemma4v_mmproj_spec, "gemma3-270m", 640),
                "gemma4uv": (gemma4uv_mmproj_spec, "gemma3-270m", 640),
                "gemma3nv": (gemma3nv_mmproj_spec, "lfm2-1.2b", 2048),
-               "llama4": (llama4_mmproj_spec, "gemma3-270m", 640)}
+               "llama4": (llama4_mmproj_spec, "gemma3-270m", 640),
+               "glm4v": (glm4v_mmproj_spec, "gemma3-270m", 640)}
 
 
 @pytest.fixture(scope="module")
