@@ -421,10 +421,13 @@ MNV5_300M_STAGES: tuple[tuple[tuple, ...], ...] = (
 
 
 def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, ...], ...] = MNV5_300M_STAGES,
-                         stem: int = 64, n_embd: int = 2048, image_size: int = 768) -> ModelSpec:
+                         stem: int = 64, n_embd: int = 2048, image_size: int = 768,
+                         unloaded: bool = False) -> ModelSpec:
     """Gemma 3n's vision projector (MobileNetV5-300M by default); `stages` as MNV5_300M_STAGES:
     ("er", k, stride, expansion, out), ("uir", k_start, k_mid, stride, expansion, out) or
-    ("mqa", heads, kv_stride, head_dim, out)."""
+    ("mqa", heads, kv_stride, head_dim, out). `unloaded`: also the tensors the converter writes and
+    clip.cpp leaves in the file for GEMMA3NV (the hard-token embedding and its norm, and a stand-in
+    for the audio conformer: one a.* layer weight and mm.a.input_projection, with has_audio_encoder)."""
     cv, clip = Keys.ClipVision, Keys.Clip
     spec = ModelSpec(CLIP_ARCH)
     spec.metadata.update({
@@ -483,6 +486,12 @@ def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, 
     add(("v.msfa.norm.weight", Q.F32, (n_embd,)))
     spec.add(T.V_MM_INP_PROJ, Q.F16, (n_embd, n_text_embd))
     spec.add(T.V_MM_SOFT_EMB_NORM, Q.F32, (n_embd,))
+    if unloaded:
+        spec.metadata[clip.HAS_AUDIO_ENCODER] = True
+        spec.add(T.V_MM_EMBEDDING, Q.F16, (n_embd, 128))
+        spec.add(T.V_MM_HARD_EMB_NORM, Q.F32, (n_embd,))
+        spec.add(T.A_ENC_ATTN_Q, Q.F16, (1536, 1536), 0)
+        spec.add(T.A_MM_INP_PROJ, Q.F16, (1536, n_text_embd))
     return spec
 
 

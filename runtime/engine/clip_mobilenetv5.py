@@ -97,6 +97,18 @@ def read_mobilenet_hparams(model: ModelFile) -> MobileNetHParams:
         raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
 
 
+# conversion/gemma.py writes the embedder's hard-token table and norm (mm.embedding, mm.hard_emb_norm) and
+# the audio conformer (a.*, mm.a.*) into the same file; load_tensors never asks for the first two and
+# clip_init skips the audio encoder when the vision projector is GEMMA3NV ("we don't support audio for
+# Gemma 3N")
+GEMMA3N_UNLOADED = (name(T.V_MM_EMBEDDING), name(T.V_MM_HARD_EMB_NORM))
+GEMMA3N_AUDIO_PREFIXES = ("a.", "mm.a.")
+
+
+def gemma3n_left_in_file(tensor: str) -> bool:
+    return tensor in GEMMA3N_UNLOADED or tensor.startswith(GEMMA3N_AUDIO_PREFIXES)
+
+
 def mobilenet_tensor_names(hp: ClipHParams) -> list[str]:
     return list(hp.loaded) if isinstance(hp, MobileNetHParams) else []
 

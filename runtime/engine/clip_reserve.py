@@ -29,7 +29,13 @@ from runtime.engine.clip_gemma4 import GEMMA4UV, Gemma4UVGraph, Gemma4VGraph, ge
 from runtime.engine.clip_glm4v import GLM4V, Glm4VGraph, glm4v_tensor_names, read_glm4v_hparams
 from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
 from runtime.engine.clip_llama4 import LLAMA4, Llama4Graph, llama4_tensor_names, read_llama4_hparams
-from runtime.engine.clip_mobilenetv5 import GEMMA3NV, MobileNetV5Graph, mobilenet_tensor_names, read_mobilenet_hparams
+from runtime.engine.clip_mobilenetv5 import (
+    GEMMA3NV,
+    MobileNetV5Graph,
+    gemma3n_left_in_file,
+    mobilenet_tensor_names,
+    read_mobilenet_hparams,
+)
 from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import (
     QWEN2VL_TYPES,
@@ -100,7 +106,9 @@ def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
 def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dict[str, Tensor], Graph]:
     family = FAMILIES.get(hp.projector)
     if family is not None:
-        weights = load_weights(model, hp, family.names(hp))
+        left = {t.name for t in model.tensors if family.left_in_file(t.name)}
+        weights = load_weights(model, hp, [*family.names(hp), *left])
+        weights = {n: t for n, t in weights.items() if n not in left}
         return weights, family.graph(hp, weights, fa).build()
     if isinstance(hp, QwenVLHParams):
         weights = load_weights(model, hp, qwen2vl_tensor_names(hp))
@@ -127,12 +135,16 @@ class ProjectorFamily:
     read: Callable[[ModelFile], ClipHParams]
     names: Callable[[ClipHParams], list[str]]
     graph: Callable[[ClipHParams, Mapping[str, Tensor], bool], GraphBuilder]
+    # tensors the type's files carry that clip.cpp leaves unloaded (they count in load_hparams' model
+    # size, not in the weights buffer); any other tensor the loader does not ask for is refused
+    left_in_file: Callable[[str], bool] = lambda _name: False
 
 
 FAMILIES: dict[str, ProjectorFamily] = {
     VisionProjectorType.GEMMA4V: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4VGraph),
     GEMMA4UV: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4UVGraph),
-    GEMMA3NV: ProjectorFamily(read_mobilenet_hparams, mobilenet_tensor_names, MobileNetV5Graph),
+    GEMMA3NV: ProjectorFamily(read_mobilenet_hparams, mobilenet_tensor_names, MobileNetV5Graph,
+                              gemma3n_left_in_file),
     LLAMA4: ProjectorFamily(read_llama4_hparams, llama4_tensor_names, Llama4Graph),
     GLM4V: ProjectorFamily(read_glm4v_hparams, glm4v_tensor_names, Glm4VGraph),
 }

@@ -8,8 +8,9 @@ import pytest
 
 from planner.gguf.reader import read_model
 from planner.synth.mmproj_factory import MNV5_300M_STAGES, gemma3nv_mmproj_spec, write_mmproj
-from runtime.engine.clip_hparams import load_weights
+from runtime.engine.clip_hparams import UnsupportedProjector, load_weights
 from runtime.engine.clip_mobilenetv5 import MobileNetV5Graph, mobilenet_tensor_names, read_mobilenet_hparams
+from runtime.engine.clip_reserve import reserve_projector
 from runtime.ggml.graph import Op
 
 TINY = ((("er", 3, 2, 4, 16), ("er", 3, 1, 4, 16)),
@@ -62,3 +63,22 @@ def test_mobilenetv5_pools_the_fused_grid_to_16(tmp_path):
     [pool] = [t for t in graph.nodes if t.op is Op.POOL_2D]
     [cat] = [t for t in graph.nodes if t.op is Op.CONCAT]
     assert cat.ne[:3] == (48, 48, 640 + 1280) and pool.ne[:3] == (16, 16, 2048)
+
+
+def test_tensors_clip_leaves_in_the_file_are_not_weights(tmp_path):
+    """A real Gemma 3n mmproj also carries the hard-token embedding, its norm and the audio conformer;
+    clip.cpp loads none of them for GEMMA3NV (the pinned llama-server logs 351 nodes and the same compute
+    for such a tiny file, its model size line counting them): the weights buffer is the plain file's."""
+    plain = read_model(str(write_mmproj(tmp_path, gemma3nv_mmproj_spec(stages=TINY, stem=16), "plain")))
+    full = read_model(str(write_mmproj(tmp_path, gemma3nv_mmproj_spec(stages=TINY, stem=16, unloaded=True), "full")))
+    a, b = reserve_projector(plain, None), reserve_projector(full, None)
+    assert (b.weight_bytes, b.n_nodes, dict(b.compute_bytes)) == (a.weight_bytes, a.n_nodes, dict(a.compute_bytes))
+    assert sum(t.n_bytes for t in full.tensors) > sum(t.n_bytes for t in plain.tensors)
+
+
+def test_a_tensor_clip_would_not_load_is_refused(tmp_path):
+    spec = gemma3nv_mmproj_spec(stages=TINY, stem=16)
+    spec.tensors.append(("v.unknown.weight", spec.tensors[-1][1], (2048,)))
+    model = read_model(str(write_mmproj(tmp_path, spec, "odd")))
+    with pytest.raises(UnsupportedProjector, match="v.unknown.weight"):
+        reserve_projector(model, None)
