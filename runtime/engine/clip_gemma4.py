@@ -28,7 +28,7 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph, cast, conv2d
-from runtime.engine.clip_hparams import ClipHParams, name, projector_type
+from runtime.engine.clip_hparams import ClipHParams, UnsupportedProjector, name, projector_type
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -56,6 +56,11 @@ def patch_norm(i: int, suffix: str = "weight") -> str:
 
 def read_gemma4_hparams(model: ModelFile) -> ClipHParams:
     meta, proj = model.metadata, projector_type(model)
+    if meta.get(Keys.Clip.HAS_AUDIO_ENCODER):
+        # clip_init loads and warms up the audio encoder too (gemma4a / gemma4ua): its own weights and
+        # compute buffers, not modelled
+        audio = meta.get(Keys.ClipAudio.PROJECTOR_TYPE) or "an audio"
+        raise UnsupportedProjector(model.path, f"{proj} with its {audio} encoder")
     out = model.tensor(name(T.V_MM_INP_PROJ))
     if out is None:
         raise BadInput(f"{model.path}: a {proj} projector without {name(T.V_MM_INP_PROJ)}")

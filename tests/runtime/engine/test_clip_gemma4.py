@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gguf import Keys
 
 from planner.gguf.reader import read_model
 from planner.synth.mmproj_factory import gemma4uv_mmproj_spec, gemma4v_mmproj_spec, write_mmproj
@@ -15,7 +16,7 @@ from runtime.engine.clip_gemma4 import (
     gemma4_tensor_names,
     read_gemma4_hparams,
 )
-from runtime.engine.clip_hparams import load_weights
+from runtime.engine.clip_hparams import UnsupportedProjector, load_weights
 from runtime.engine.clip_reserve import reserve_projector
 from runtime.ggml.graph import Op
 
@@ -83,3 +84,13 @@ def test_gemma4uv_keeps_flash_attention_auto(tmp_path):
     """No attention node: -fa auto stays enabled whatever the backend."""
     model = read_model(str(write_mmproj(tmp_path, gemma4uv_mmproj_spec(), "g4uv")))
     assert reserve_projector(model, None, "auto").flash_attn
+
+
+def test_a_file_with_the_audio_encoder_is_refused_by_name(tmp_path):
+    """Gemma 4 E2B/E4B files carry the audio conformer too; clip_init would load and warm it up as a
+    second context, which is not modelled: refused, naming it."""
+    spec = gemma4v_mmproj_spec(n_layer=1)
+    spec.metadata.update({Keys.Clip.HAS_AUDIO_ENCODER: True, Keys.ClipAudio.PROJECTOR_TYPE: "gemma4a"})
+    model = read_model(str(write_mmproj(tmp_path, spec, "mixed")))
+    with pytest.raises(UnsupportedProjector, match="gemma4v with its gemma4a encoder"):
+        reserve_projector(model, None)
