@@ -585,3 +585,75 @@ def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int 
     spec.add(T.V_MM_UP, weight_type, (n_text_embd, n_ff))
     spec.add(T.V_MM_DOWN, weight_type, (n_ff, n_text_embd))
     return spec
+
+
+# --- proja: Gemma 4 audio (gemma4a, gemma4ua), files that carry the audio encoder alone ---------------
+def _gemma4_audio_meta(spec: ModelSpec, projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
+                       n_head: int, n_mel: int) -> None:
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
+        ca.PROJECTION_DIM: n_text_embd, ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-6,
+        ca.NUM_MEL_BINS: n_mel,
+    })
+
+
+def gemma4a_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: int = 1024, n_head: int = 8,
+                        n_mel: int = 128, channels: tuple[int, int] = (128, 32), out_dims: int = 1536,
+                        clipped: bool = False, weight_type: Q = Q.F16) -> ModelSpec:
+    """Gemma 4's audio conformer (E2B/E4B audio_config: hidden 1024, 12 layers, 8 heads, FFN 4 x 1024,
+    subsampling channels 128 and 32, output_proj_dims 1536, 128 mel bins, conv kernel 5) as
+    conversion/gemma.py Gemma4VisionAudioModel writes it and clip.cpp's GEMMA4A loader reads it, alone in
+    its file: a.conv1d.{0,1} (F32 conv kernels, as the converter forces for audio convs) with their
+    LayerNorm weights, a.input_projection (F32: its HF name carries "_conv"), per layer the two half-step
+    FFNs with pre/post norms, attn_pre_norm, q/k/v/out, attn_k_rel, per_dim_scale and per_dim_k_scale
+    (softplus'ed, F32), attn_post_norm, the light conv (conv_norm, conv_pw1 {n, 2n}, conv_dw [5, n] F32,
+    norm_conv, conv_pw2) and ln2; a.pre_encode.out {n, out_dims} with its bias and mm.a.input_projection
+    {out_dims, n_text}; with `clipped`, each loaded weight's four clamp scalars."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_audio_meta(spec, VisionProjectorType.GEMMA4A, n_text_embd, n_embd, 4 * n_embd, n_layer, n_head, n_mel)
+    add = spec.tensors.append
+    f32, d_head, c0, c1 = Q.F32, n_embd // n_head, channels[0], channels[1]
+    add(("a.conv1d.0.weight", f32, (3, 3, 1, c0)))
+    add(("a.conv1d.0.norm.weight", f32, (c0,)))
+    add(("a.conv1d.1.weight", f32, (3, 3, c0, c1)))
+    add(("a.conv1d.1.norm.weight", f32, (c1,)))
+    add(("a.input_projection.weight", f32, (c1 * (n_mel // 4), n_embd)))
+    for i in range(n_layer):
+        p = f"a.blk.{i}."
+        for sfx in ("", "_1"):
+            add((f"{p}ffn_norm{sfx}.weight", f32, (n_embd,)))
+            add((f"{p}ffn_up{sfx}.weight", weight_type, (n_embd, 4 * n_embd)))
+            add((f"{p}ffn_down{sfx}.weight", weight_type, (4 * n_embd, n_embd)))
+            add((f"{p}ffn_post_norm{sfx}.weight", f32, (n_embd,)))
+        add((p + "attn_pre_norm.weight", f32, (n_embd,)))
+        for kind in ("attn_q", "attn_k", "attn_v", "attn_out", "attn_k_rel"):
+            add((f"{p}{kind}.weight", weight_type, (n_embd, n_embd)))
+        add((p + "per_dim_scale.weight", f32, (d_head,)))
+        add((p + "per_dim_k_scale.weight", f32, (d_head,)))
+        add((p + "attn_post_norm.weight", f32, (n_embd,)))
+        add((p + "conv_norm.weight", f32, (n_embd,)))
+        add((p + "conv_pw1.weight", weight_type, (n_embd, 2 * n_embd)))
+        add((p + "conv_dw.weight", f32, (5, n_embd)))
+        add((p + "norm_conv.weight", f32, (n_embd,)))
+        add((p + "conv_pw2.weight", weight_type, (n_embd, n_embd)))
+        add((p + "ln2.weight", f32, (n_embd,)))
+    add(("a.pre_encode.out.weight", weight_type, (n_embd, out_dims)))
+    add(("a.pre_encode.out.bias", f32, (out_dims,)))
+    spec.add(T.A_MM_INP_PROJ, weight_type, (out_dims, n_text_embd))
+    if clipped:
+        for t, _, _ in list(spec.tensors):
+            if t.endswith(".weight") and t != "a.conv1d.0.norm.weight":
+                for suffix in GEMMA4_CLAMP_SUFFIXES:
+                    add((t.removesuffix("weight") + suffix, f32, (1,)))
+    return spec
+
+
+def gemma4ua_mmproj_spec(*, n_text_embd: int = 640, frame: int = 640) -> ModelSpec:
+    """The unified Gemma 4 models' encoder-free audio embedder alone in its file: mm.a.input_projection
+    from 640-sample frames to the text width (audio_embed_dim is the frame)."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_audio_meta(spec, "gemma4ua", n_text_embd, frame, 0, 0, 0, frame)
+    spec.add(T.A_MM_INP_PROJ, Q.F16, (frame, n_text_embd))
+    return spec

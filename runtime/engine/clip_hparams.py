@@ -185,4 +185,4 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
 
 # --- proja: projector types whose graph builder is a module of its own (clip_reserve.FAMILIES) ------
 SUPPORTED = (*SUPPORTED, VisionProjectorType.GEMMA4V, "gemma4uv", VisionProjectorType.GEMMA3NV,
-             VisionProjectorType.LLAMA4, VisionProjectorType.GLM4V)
+             VisionProjectorType.LLAMA4, VisionProjectorType.GLM4V, VisionProjectorType.GEMMA4A, "gemma4ua")

@@ -26,6 +26,14 @@ from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
 from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
 from runtime.engine.clip_gemma4 import GEMMA4UV, Gemma4UVGraph, Gemma4VGraph, gemma4_tensor_names, read_gemma4_hparams
+from runtime.engine.clip_gemma4a import (
+    GEMMA4A,
+    GEMMA4UA,
+    Gemma4AGraph,
+    Gemma4UAGraph,
+    gemma4a_tensor_names,
+    read_gemma4a_hparams,
+)
 from runtime.engine.clip_glm4v import GLM4V, Glm4VGraph, glm4v_tensor_names, read_glm4v_hparams
 from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
 from runtime.engine.clip_llama4 import LLAMA4, Llama4Graph, llama4_tensor_names, read_llama4_hparams
@@ -147,9 +155,11 @@ FAMILIES: dict[str, ProjectorFamily] = {
                               gemma3n_left_in_file),
     LLAMA4: ProjectorFamily(read_llama4_hparams, llama4_tensor_names, Llama4Graph),
     GLM4V: ProjectorFamily(read_glm4v_hparams, glm4v_tensor_names, Glm4VGraph),
+    GEMMA4A: ProjectorFamily(read_gemma4a_hparams, gemma4a_tensor_names, Gemma4AGraph),
+    GEMMA4UA: ProjectorFamily(read_gemma4a_hparams, gemma4a_tensor_names, Gemma4UAGraph),
 }
 # ops these graphs use that have no numpy kernel (sizes only, as CLIP_SIZED_OPS)
-FAMILY_SIZED_OPS = frozenset({Op.SUB, Op.CONV_2D, Op.PAD})
+FAMILY_SIZED_OPS = frozenset({Op.SUB, Op.CONV_2D, Op.PAD, Op.SSM_CONV})
 
 
 _cache: OrderedDict[tuple, ProjectorReserve] = OrderedDict()

@@ -14,7 +14,9 @@ llama-server with the Gemma 3 270M target and shape-faithful sparse projectors p
   mergers concatenated), Gemma 4 E4B's vision tower (clamped linears, 2-D NEOX RoPE, a 3 x 3 pool) and the
   unified Gemma 4 models' transformer-less embedder, Gemma 3n's MobileNetV5-300M (with LFM2-1.2B's 2048-wide
   text model as the target), Llama 4's (a class token, 2-D RoPE, pixel shuffle, the adapter MLP), GLM-4.1V's
-  (RMS norms, M-RoPE, a 1288 px warmup image, the conv patch merger and SwiGLU projector);
+  (RMS norms, M-RoPE, a 1288 px warmup image, the conv patch merger and SwiGLU projector), Gemma 4's audio
+  conformer (chunked local attention, a 3000-frame warmup clip) and the unified models' audio embedder, each
+  alone in its file;
 under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
 second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -40,6 +42,8 @@ from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from planner.synth.mmproj_factory import (
     gemma3nv_mmproj_spec,
+    gemma4a_mmproj_spec,
+    gemma4ua_mmproj_spec,
     gemma4uv_mmproj_spec,
     gemma4v_mmproj_spec,
     glm4v_mmproj_spec,
@@ -75,14 +79,16 @@ CASES = {
 
 PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl",
               "qwen3vl",
-              "gemma4v", "gemma4uv", "gemma3nv", "llama4", "glm4v")   # proja
+              "gemma4v", "gemma4uv", "gemma3nv", "llama4", "glm4v", "gemma4a", "gemma4ua")   # proja
 # proja: projectors written straight from their spec (planner/synth/mmproj_factory.py <name>_mmproj_spec),
 # with the target whose width they project to (Gemma 3n's tower is as wide as its text model: LFM2-1.2B's 2048)
 PROJA_SPECS = {"gemma4v": (gemma4v_mmproj_spec, "gemma3-270m", 640),
                "gemma4uv": (gemma4uv_mmproj_spec, "gemma3-270m", 640),
                "gemma3nv": (gemma3nv_mmproj_spec, "lfm2-1.2b", 2048),
                "llama4": (llama4_mmproj_spec, "gemma3-270m", 640),
-               "glm4v": (glm4v_mmproj_spec, "gemma3-270m", 640)}
+               "glm4v": (glm4v_mmproj_spec, "gemma3-270m", 640),
+               "gemma4a": (gemma4a_mmproj_spec, "gemma3-270m", 640),
+               "gemma4ua": (gemma4ua_mmproj_spec, "gemma3-270m", 640)}
 
 
 @pytest.fixture(scope="module")
