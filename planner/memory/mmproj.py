@@ -17,7 +17,8 @@ reserved through the runtime's scheduler (compute "simulated"), for the SigLIP-t
 models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4), InternVL's
 (models/internvl.cpp), Pixtral's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
 (models/qwen2vl.cpp), Qwen3-VL's (models/qwen3vl.cpp), Gemma 4's (models/gemma4v.cpp, gemma4uv.cpp:
-clip_gemma4.py; the audio gemma4a.cpp, gemma4ua.cpp: clip_gemma4a.py, a 3000-frame warmup clip), Gemma 3n's
+clip_gemma4.py; the audio gemma4a.cpp, gemma4ua.cpp: clip_gemma4a.py, a 3000-frame warmup clip; a file with
+both encoders loads two contexts, added up), Gemma 3n's
 (models/mobilenetv5.cpp: clip_mobilenetv5.py), Llama 4's (models/llama4.cpp: clip_llama4.py) and GLM-4V's
 (models/glm4v.cpp: clip_glm4v.py); other projector types are refused by name.
 Gemma 3, Gemma 3n, Llama 4, IDEFICS3, Janus-Pro and InternVL warm up at their file's image_size, Phi-4 at 16 x 16

@@ -657,3 +657,19 @@ def gemma4ua_mmproj_spec(*, n_text_embd: int = 640, frame: int = 640) -> ModelSp
     _gemma4_audio_meta(spec, "gemma4ua", n_text_embd, frame, 0, 0, 0, frame)
     spec.add(T.A_MM_INP_PROJ, Q.F16, (frame, n_text_embd))
     return spec
+
+
+def gemma4_e4b_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 16, n_audio_layer: int = 12) -> ModelSpec:
+    """Gemma 4 E4B's mmproj as the converter writes it: the vision tower (gemma4v) and the audio conformer
+    (gemma4a) in one file, typed by clip.vision.projector_type and clip.audio.projector_type (no
+    clip.projector_type), both encoders flagged; llama-server loads them as two contexts."""
+    vision = gemma4v_mmproj_spec(n_text_embd=n_text_embd, n_layer=n_layer)
+    sound = gemma4a_mmproj_spec(n_text_embd=n_text_embd, n_layer=n_audio_layer)
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({**vision.metadata, **sound.metadata})
+    del spec.metadata[Keys.Clip.PROJECTOR_TYPE]
+    spec.metadata.update({Keys.ClipVision.PROJECTOR_TYPE: VisionProjectorType.GEMMA4V,
+                          Keys.ClipAudio.PROJECTOR_TYPE: VisionProjectorType.GEMMA4A,
+                          Keys.Clip.HAS_VISION_ENCODER: True, Keys.Clip.HAS_AUDIO_ENCODER: True})
+    spec.tensors = vision.tensors + sound.tensors
+    return spec

@@ -37,6 +37,7 @@ CV = Keys.ClipVision
 GEMMA4V = VisionProjectorType.GEMMA4V
 GEMMA4UV = "gemma4uv"                 # clip-impl.h PROJECTOR_TYPE_GEMMA4UV (not in gguf-py's enum)
 GEMMA4_TYPES = frozenset({GEMMA4V, GEMMA4UV})
+GEMMA4_AUDIO_TYPES = frozenset({VisionProjectorType.GEMMA4A, "gemma4ua"})   # clip_gemma4a.py
 GEMMA4_POOL = 3                       # load_hparams: pooling_kernel_size unless the file says otherwise
 GEMMA4_WARMUP_TOKENS = 256            # load_hparams' set_warmup_n_tokens ("avoid OOM on warmup")
 GEMMA4_ROPE_THETA = 100.0             # load_hparams: hparams.rope_theta
@@ -56,11 +57,11 @@ def patch_norm(i: int, suffix: str = "weight") -> str:
 
 def read_gemma4_hparams(model: ModelFile) -> ClipHParams:
     meta, proj = model.metadata, projector_type(model)
-    if meta.get(Keys.Clip.HAS_AUDIO_ENCODER):
-        # clip_init loads and warms up the audio encoder too (gemma4a / gemma4ua): its own weights and
-        # compute buffers, not modelled
-        audio = meta.get(Keys.ClipAudio.PROJECTOR_TYPE) or "an audio"
-        raise UnsupportedProjector(model.path, f"{proj} with its {audio} encoder")
+    audio = meta.get(Keys.ClipAudio.PROJECTOR_TYPE) if meta.get(Keys.Clip.HAS_AUDIO_ENCODER) else None
+    if audio is not None and audio not in GEMMA4_AUDIO_TYPES:
+        # clip_init loads and warms up the audio encoder as a second context (clip_reserve adds the
+        # Gemma 4 ones); another type's is not modelled
+        raise UnsupportedProjector(model.path, f"{proj} with a {audio} audio encoder")
     out = model.tensor(name(T.V_MM_INP_PROJ))
     if out is None:
         raise BadInput(f"{model.path}: a {proj} projector without {name(T.V_MM_INP_PROJ)}")

@@ -66,9 +66,11 @@ class Gemma4AudioHParams(ClipHParams):
     n_frames: int = WARMUP_AUDIO_FRAMES
 
 
-def read_gemma4a_hparams(model: ModelFile) -> Gemma4AudioHParams:
-    meta, proj = model.metadata, projector_type(model)
-    if meta.get(Keys.Clip.HAS_VISION_ENCODER):
+def read_gemma4a_hparams(model: ModelFile, audio_type: str | None = None) -> Gemma4AudioHParams:
+    """The audio context's hparams: of a file whose clip.projector_type is gemma4a / gemma4ua, or
+    (`audio_type`: its clip.audio.projector_type) the audio half of a file with both encoders."""
+    meta, proj = model.metadata, audio_type or projector_type(model)
+    if audio_type is None and meta.get(Keys.Clip.HAS_VISION_ENCODER):
         raise UnsupportedProjector(model.path, f"{proj} with a vision encoder in the same file")
     out = model.tensor(name(T.A_MM_INP_PROJ))
     if out is None:
@@ -84,6 +86,11 @@ def read_gemma4a_hparams(model: ModelFile) -> Gemma4AudioHParams:
         raise BadInput(f"{model.path}: projector key {err.args[0]} not found") from None
     return Gemma4AudioHParams(proj, n_embd, n_head, n_ff, n_layer, GEMMA4A_EPS, 0, 1, 1, "SILU", out.shape[1],
                               WARMUP_AUDIO_FRAMES, mel)
+
+
+def is_audio_tensor(tensor: str) -> bool:
+    """The audio encoder's tensors in a file with both (clip.cpp's "a" prefix and mm.a.*)."""
+    return tensor.startswith(("a.", "mm.a."))
 
 
 def gemma4a_tensor_names(hp: ClipHParams) -> list[str]:

@@ -16,22 +16,30 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gguf import VisionProjectorType
+from gguf import Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
 from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
-from runtime.engine.clip_gemma4 import GEMMA4UV, Gemma4UVGraph, Gemma4VGraph, gemma4_tensor_names, read_gemma4_hparams
+from runtime.engine.clip_gemma4 import (
+    GEMMA4UV,
+    GEMMA4V,
+    Gemma4UVGraph,
+    Gemma4VGraph,
+    gemma4_tensor_names,
+    read_gemma4_hparams,
+)
 from runtime.engine.clip_gemma4a import (
     GEMMA4A,
     GEMMA4UA,
     Gemma4AGraph,
     Gemma4UAGraph,
     gemma4a_tensor_names,
+    is_audio_tensor,
     read_gemma4a_hparams,
 )
 from runtime.engine.clip_glm4v import GLM4V, Glm4VGraph, glm4v_tensor_names, read_glm4v_hparams
@@ -149,8 +157,9 @@ class ProjectorFamily:
 
 
 FAMILIES: dict[str, ProjectorFamily] = {
-    VisionProjectorType.GEMMA4V: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4VGraph),
-    GEMMA4UV: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4UVGraph),
+    VisionProjectorType.GEMMA4V: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4VGraph,
+                                                 is_audio_tensor),
+    GEMMA4UV: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4UVGraph, is_audio_tensor),
     GEMMA3NV: ProjectorFamily(read_mobilenet_hparams, mobilenet_tensor_names, MobileNetV5Graph,
                               gemma3n_left_in_file),
     LLAMA4: ProjectorFamily(read_llama4_hparams, llama4_tensor_names, Llama4Graph),
@@ -158,6 +167,43 @@ FAMILIES: dict[str, ProjectorFamily] = {
     GEMMA4A: ProjectorFamily(read_gemma4a_hparams, gemma4a_tensor_names, Gemma4AGraph),
     GEMMA4UA: ProjectorFamily(read_gemma4a_hparams, gemma4a_tensor_names, Gemma4UAGraph),
 }
+
+
+def _audio_half(model: ModelFile) -> str | None:
+    """The audio projector type clip_init loads beside the vision one (a second clip_ctx), where it is one
+    of Gemma 4's; None for a file with one encoder."""
+    meta = model.metadata
+    if not (meta.get(Keys.Clip.HAS_VISION_ENCODER) and meta.get(Keys.Clip.HAS_AUDIO_ENCODER)):
+        return None
+    audio = str(meta.get(Keys.ClipAudio.PROJECTOR_TYPE) or "")
+    return audio if audio in (GEMMA4A, GEMMA4UA) and projector_type(model) in (GEMMA4V, GEMMA4UV) else None
+
+
+def _plus_audio(vision: ProjectorReserve, model: ModelFile, audio: str, device: Device | None,
+                flash_attn: str) -> ProjectorReserve:
+    """clip_init's audio context after the vision one: its own weights buffer on the same backend and its
+    own warmup reserve (Gemma 4's audio graphs have no attention node, so -fa auto stays enabled); the two
+    contexts' buffers add up, as do their graphs' nodes and splits."""
+    hp = read_gemma4a_hparams(model, audio)
+    family = FAMILIES[audio]
+    vision_tensors = [t.name for t in model.tensors if not is_audio_tensor(t.name)]
+    weights = {n: t for n, t in load_weights(model, hp, [*family.names(hp), *vision_tensors]).items()
+               if is_audio_tensor(n)}
+    graph = family.graph(hp, weights, flash_attn == "on").build()
+    cpu = make_cpu(UNLIMITED)
+    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS | FAMILY_SIZED_OPS
+    main = _backend(device) if device is not None else cpu
+    backends = [main, cpu] if main is not cpu else [cpu]
+    buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
+    sched = Scheduler(backends, parallel=False, op_offload=True)
+    sched.reserve(graph)
+    compute = dict(vision.compute_bytes)
+    for b in backends:
+        compute[b.name] = compute.get(b.name, 0) + sched.buffer_size(b)
+    return replace(vision, weight_bytes=vision.weight_bytes + sum(b.size for b in buffers), compute_bytes=compute,
+                   n_nodes=vision.n_nodes + len(graph.nodes), n_splits=vision.n_splits + sched.n_splits)
+
+
 # ops these graphs use that have no numpy kernel (sizes only, as CLIP_SIZED_OPS)
 FAMILY_SIZED_OPS = frozenset({Op.SUB, Op.CONV_2D, Op.PAD, Op.SSM_CONV})
 
@@ -196,6 +242,9 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
     compute = {b.name: sched.buffer_size(b) for b in backends}
     out = ProjectorReserve(main.name if main is not cpu else CPU, sum(b.size for b in buffers),
                            compute, len(graph.nodes), n_splits, fa, hp.warmup_image_size)
+    audio = _audio_half(model)     # proja: a Gemma 4 file with both encoders loads a second context
+    if audio is not None:
+        out = _plus_audio(out, model, audio, device, flash_attn)
     _cache[key] = out
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)

@@ -16,7 +16,7 @@ llama-server with the Gemma 3 270M target and shape-faithful sparse projectors p
   text model as the target), Llama 4's (a class token, 2-D RoPE, pixel shuffle, the adapter MLP), GLM-4.1V's
   (RMS norms, M-RoPE, a 1288 px warmup image, the conv patch merger and SwiGLU projector), Gemma 4's audio
   conformer (chunked local attention, a 3000-frame warmup clip) and the unified models' audio embedder, each
-  alone in its file;
+  alone in its file, and Gemma 4 E4B's file with both encoders (two clip contexts whose buffers add up);
 under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
 second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -42,6 +42,7 @@ from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from planner.synth.mmproj_factory import (
     gemma3nv_mmproj_spec,
+    gemma4_e4b_mmproj_spec,
     gemma4a_mmproj_spec,
     gemma4ua_mmproj_spec,
     gemma4uv_mmproj_spec,
@@ -88,7 +89,8 @@ PROJA_SPECS = {"gemma4v": (gemma4v_mmproj_spec, "gemma3-270m", 640),
                "llama4": (llama4_mmproj_spec, "gemma3-270m", 640),
                "glm4v": (glm4v_mmproj_spec, "gemma3-270m", 640),
                "gemma4a": (gemma4a_mmproj_spec, "gemma3-270m", 640),
-               "gemma4ua": (gemma4ua_mmproj_spec, "gemma3-270m", 640)}
+               "gemma4ua": (gemma4ua_mmproj_spec, "gemma3-270m", 640),
+               "gemma4_e4b": (gemma4_e4b_mmproj_spec, "gemma3-270m", 640)}
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +133,8 @@ def _server_log(bin_dir: Path, target: Path, mmproj: Path, flags: list[str], log
 # where they must not (Gemma 3)
 TOKEN_CASES = ("--image-max-tokens 100", "host --image-max-tokens 64 --image-min-tokens 16")
 PARAMS = [(p, c) for p in PROJECTORS for c in CASES if c not in TOKEN_CASES or p in ("gemma3", "lfm2")]
+# proja: Gemma 4 E4B's file with both encoders (two clip contexts; not a projector type of its own)
+PARAMS += [("gemma4_e4b", c) for c in CASES if c not in TOKEN_CASES]
 
 
 @pytest.mark.parametrize("projector, case", PARAMS, ids=[f"{p}: {c}" for p, c in PARAMS])

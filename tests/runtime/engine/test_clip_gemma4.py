@@ -86,11 +86,11 @@ def test_gemma4uv_keeps_flash_attention_auto(tmp_path):
     assert reserve_projector(model, None, "auto").flash_attn
 
 
-def test_a_file_with_the_audio_encoder_is_refused_by_name(tmp_path):
-    """Gemma 4 E2B/E4B files carry the audio conformer too; clip_init would load and warm it up as a
-    second context, which is not modelled: refused, naming it."""
+def test_a_file_with_another_audio_encoder_is_refused_by_name(tmp_path):
+    """clip_init would load a second context for the audio encoder; Gemma 4's own (gemma4a, gemma4ua)
+    are added (clip_reserve), another type is refused, naming it."""
     spec = gemma4v_mmproj_spec(n_layer=1)
-    spec.metadata.update({Keys.Clip.HAS_AUDIO_ENCODER: True, Keys.ClipAudio.PROJECTOR_TYPE: "gemma4a"})
+    spec.metadata.update({Keys.Clip.HAS_AUDIO_ENCODER: True, Keys.ClipAudio.PROJECTOR_TYPE: "ultravox"})
     model = read_model(str(write_mmproj(tmp_path, spec, "mixed")))
-    with pytest.raises(UnsupportedProjector, match="gemma4v with its gemma4a encoder"):
+    with pytest.raises(UnsupportedProjector, match="gemma4v with a ultravox audio encoder"):
         reserve_projector(model, None)

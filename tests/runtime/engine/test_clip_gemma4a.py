@@ -7,7 +7,13 @@ import pytest
 from gguf import Keys
 
 from planner.gguf.reader import read_model
-from planner.synth.mmproj_factory import gemma4a_mmproj_spec, gemma4ua_mmproj_spec, write_mmproj
+from planner.synth.mmproj_factory import (
+    gemma4_e4b_mmproj_spec,
+    gemma4a_mmproj_spec,
+    gemma4ua_mmproj_spec,
+    gemma4v_mmproj_spec,
+    write_mmproj,
+)
 from runtime.engine.clip_gemma4a import Gemma4AGraph, Gemma4UAGraph, gemma4a_tensor_names, read_gemma4a_hparams
 from runtime.engine.clip_hparams import UnsupportedProjector, load_weights
 from runtime.engine.clip_reserve import reserve_projector
@@ -63,3 +69,16 @@ def test_a_file_with_the_vision_tower_too_is_refused(tmp_path):
     model = read_model(str(write_mmproj(tmp_path, spec, "mixed")))
     with pytest.raises(UnsupportedProjector, match="vision encoder in the same file"):
         reserve_projector(model, None)
+
+
+def test_a_file_with_both_encoders_adds_the_two_contexts(tmp_path):
+    """clip_init loads the vision tower and the audio conformer as two contexts on the same backend: the
+    weights and compute buffers add up, and so do the graphs (134 + 272 = 406 nodes with flash attention,
+    as the pinned llama-server logs for this 2 + 2-layer file)."""
+    both = read_model(str(write_mmproj(tmp_path, gemma4_e4b_mmproj_spec(n_layer=2, n_audio_layer=2), "e4b")))
+    vision = read_model(str(write_mmproj(tmp_path, gemma4v_mmproj_spec(n_layer=2), "v")))
+    sound = read_model(str(write_mmproj(tmp_path, gemma4a_mmproj_spec(n_layer=2), "a")))
+    r, v, a = (reserve_projector(m, None, "on") for m in (both, vision, sound))
+    assert r.n_nodes == v.n_nodes + a.n_nodes == 406
+    assert r.weight_bytes == v.weight_bytes + a.weight_bytes
+    assert r.compute_bytes["CPU"] == v.compute_bytes["CPU"] + a.compute_bytes["CPU"]
