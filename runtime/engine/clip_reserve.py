@@ -11,6 +11,11 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd/clip.cpp):
 - clip_model_loader::warmup / reserve_compute_meta: with flash attention `auto` the graph is reserved
   with it enabled, and again disabled only when the backend refuses the FLASH_ATTN_EXT node (the
   allocator's buffers only grow, so the larger reserve stays).
+- clip_init: a file with a vision and an audio encoder loads two clip_ctx, each with its own weights
+  buffer and warmup reserve on the same backend (Gemma 4's: FAMILIES, _plus_audio); Gemma 3n's audio
+  half is skipped.
+- FAMILIES: the projector types whose builder is a module of its own (clip_gemma4, clip_gemma4a,
+  clip_mobilenetv5, clip_llama4, clip_glm4v).
 """
 from __future__ import annotations
 
