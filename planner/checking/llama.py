@@ -402,7 +402,27 @@ class ClipLog:
 
 
 def parse_clip_log(text: str) -> ClipLog | None:
-    """The projector's figures in a llama-server log, or None when no projector was loaded."""
+    """The projector's figures in a llama-server log, or None when no projector was loaded. A file with
+    two encoders (vision and audio) loads two clip contexts, each logging its backend, the file's model
+    size and its own reserve: their compute buffers and graphs add up."""
+    starts = [m.start() for m in _CLIP_BACKEND.finditer(text)]
+    contexts = [_clip_context(text[a:b]) for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+    if not contexts or any(c is None for c in contexts):
+        return None
+    first = contexts[0]
+    assert first is not None
+    buffers = dict(first.buffers)
+    for c in contexts[1:]:
+        assert c is not None
+        for (buft, kind), size in c.buffers.items():
+            if kind == "compute":
+                buffers[(buft, kind)] = buffers.get((buft, kind), 0) + size
+    return ClipLog(first.backend, buffers, sum(c.n_nodes for c in contexts if c is not None),
+                   sum(c.n_splits for c in contexts if c is not None), first.flash_attn)
+
+
+def _clip_context(text: str) -> ClipLog | None:
+    """One clip context's lines, from its "CLIP using" line to the next context's."""
     backend, model = _CLIP_BACKEND.search(text), _CLIP_MODEL.search(text)
     graphs = list(_CLIP_GRAPH.finditer(text))
     if backend is None or model is None or not graphs:
