@@ -39,6 +39,9 @@ LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
               "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DRAFT_SPEC_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"})
+DRAFT_MTP = "draft-mtp"   # common_speculative_type_from_name_map: COMMON_SPECULATIVE_TYPE_DRAFT_MTP
+# common.h need_n_rs_seq: the kinds whose target keeps recurrent rollback rows
+ROLLBACK_SPEC_TYPES = frozenset({DRAFT_MTP, "draft-eagle3", "draft-dflash", "draft-dspark"})
 _TRUTHY = ("on", "enabled", "true", "1")   # common/arg.cpp is_truthy / is_falsey
 _FALSEY = ("off", "disabled", "false", "0")
 
@@ -131,6 +134,18 @@ class SpecFlags:
         return bool(self.draft.model)
 
     @property
+    def mtp_context(self) -> bool:
+        """draft-mtp without -md: llama-server makes an MTP draft context on the target's own model
+        (common/speculative.cpp common_speculative_init_result)."""
+        return DRAFT_MTP in self.types and not self.has_draft
+
+    @property
+    def n_rs_seq(self) -> int:
+        """common_params_speculative::need_n_rs_seq: the rollback rows each sequence's recurrent state keeps
+        (cparams.n_rs_seq of the target's context) while a drafter of these kinds speculates."""
+        return max(0, self.draft.n_max) if ROLLBACK_SPEC_TYPES.intersection(self.types) else 0
+
+    @property
     def n_max(self) -> int:
         """common_speculative_n_max: the longest proposal of the enabled kinds (0 with none)."""
         by_type = {"ngram-simple": self.ngram_simple_size_m, "ngram-map-k": self.ngram_map_k_size_m,
@@ -192,8 +207,9 @@ class LlamaFlags:
 
     @property
     def has_companions(self) -> bool:
-        """A drafter, a projector or an adapter: models llama-server/llama-cli load beside the target."""
-        return self.spec.has_draft or bool(self.mmproj.path) or bool(self.loras)
+        """A drafter (or draft-mtp's context on the target), a projector or an adapter: what llama-server and
+        llama-cli load beside the target."""
+        return self.spec.has_draft or self.spec.mtp_context or bool(self.mmproj.path) or bool(self.loras)
 
     @property
     def n_gpu_layers_all(self) -> bool:

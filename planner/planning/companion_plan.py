@@ -126,7 +126,8 @@ def _where(dev: str) -> str:
 
 
 def _name(kind: str) -> str:
-    return {"draft": "the drafter", "mmproj": "the projector", "lora": "the adapters"}[kind]
+    return {"draft": "the drafter", "mmproj": "the projector", "lora": "the adapters",
+            "mtp": "the MTP draft context"}[kind]
 
 
 def _biggest(companions: tuple[CompanionEstimate, ...], dev: str) -> str:

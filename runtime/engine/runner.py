@@ -181,6 +181,8 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
     KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder, KIMI_K3: KimiK3Builder,   # linear: KDA + MLA
 }
+# mtp: the builders that write the rollback snapshots a drafter asks for (delta-net-base.cpp, n_rs_seq > 0)
+ROLLBACK_BUILDERS = frozenset({QWEN3NEXT, QWEN35, QWEN35MOE})
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
@@ -232,7 +234,8 @@ class ModelRunner:
         self.kv: KVCache | None = None
         self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
         self.msa_cache: list[tuple[Tensor, Tensor] | None] = []   # glm5: minimax-m3's indexer cache (K, V)
-        self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
+        # recurrent layers' r and s (none for most models), with a drafter's rollback rows (need_n_rs_seq)
+        self.states = RecurrentStates(ctx.facts, cp.n_seq, settings.flags.spec.n_rs_seq)
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
         self.reserve_report: ReserveReport | None = None
@@ -423,11 +426,18 @@ class ModelRunner:
                                 n_ctx_seq=self.cp.n_ctx_seq)
         return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
 
+    def _check_rollback(self) -> None:
+        """mtp: BadInput where the target keeps a drafter's rollback rows and its builder does not write them."""
+        if self.states and self.states.n_rs_seq and self.hp.arch not in ROLLBACK_BUILDERS:
+            raise BadInput(f"the runtime's {self.hp.arch} graph has no recurrent rollback rows (n_rs_seq "
+                           f"{self.states.n_rs_seq}, a drafter's): its compute is the formula's")
+
     def _graph(self, shape: BatchShape) -> BuiltGraph:
         built = self._graphs.get(shape)
         if built is not None:
             self._graphs.move_to_end(shape)
             return built
+        self._check_rollback()
         builder = self._builder()
         builder.lora = self.adapters   # applied where llama.cpp's builders apply them (runtime/engine/lora.py)
         built = builder.build(shape)

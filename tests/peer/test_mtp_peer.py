@@ -1,0 +1,147 @@
+"""draft-mtp's context (planner/memory/mtp.py) against the pinned llama-server making it.
+
+`--spec-type draft-mtp` without `-md`: llama-server loads the target with its nextn block, then makes a
+second context on the same model ("creating MTP draft context against the target model") with its own
+KV and compute buffer lines. llama-fit-params takes no --spec-type, so llama-server's log is the ground
+truth: -fit off -v -lm none (host weights in a plain CPU buffer), stopped once it serves. The text before
+that line is the target's load, the text after it the MTP context's (the second sched_reserve, which
+llama_set_sampler causes, logs the grown buffers). Files: small qwen35, qwen35moe and glm4moe layouts with
+one MTP block (planner/synth/qwen3next_factory.py qwen35_spec n_mtp=1, glm4moe_factory.py), on the host and
+over two and three loopback rpc-servers, with full and partial offload, the drafter's q8_0 caches, -np 2,
+-fa off, -nkvo and a longer draft (the target's recurrent rollback rows grow with --spec-draft-n-max).
+Model and context rows equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
+never more than 1 MiB below (tests/support/estimate_matrix.py compute_ok).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gguf import Keys
+
+from planner.checking.llama import LOG_ROUNDING, _settled, parse_buffers, rows_by_device, start_server, wait_ready
+from planner.core.errors import FlagError
+from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process
+from planner.llama.context import model_context
+from planner.llama.placement import CPU_REPACK, HOST
+from planner.llama.programs import Program
+from planner.memory.estimate import estimate
+from planner.synth.gguf_factory import add_tokenizer
+from planner.synth.glm4moe_factory import glm4moe_spec
+from planner.synth.qwen3next_factory import qwen35_spec
+from tests.support.estimate_matrix import compute_ok
+
+pytestmark = pytest.mark.peer
+
+MIB = 2**20
+MTP_START = "creating MTP draft context against the target model"
+ARCHS = ("qwen35", "qwen35moe", "glm4moe")
+# qwen35*: the trunk is blocks 0-3 (block 3 full attention), block 4 the MTP block, 5 the output layer;
+# glm4moe: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block), 4 the output layer
+FLAGS = {
+    "host": "-c 4096",
+    "rpc": "{rpc} -c 4096 -ts 1,1",
+    "rpc 3,1": "{rpc} -c 4096 -ts 3,1",
+    "partial": "{rpc} -c 4096 -ts 1,1 -ngl 3",
+    "q8_0 draft cache": "{rpc} -c 4096 -ts 1,1 -ctkd q8_0 -ctvd q8_0",
+    "-np 2": "{rpc} -c 8192 -ts 1,1 -np 2",
+    "-fa off": "{rpc} -c 4096 -ts 1,1 -fa off",
+    "-nkvo": "{rpc} -c 4096 -ts 1,1 -nkvo",
+    "--spec-draft-n-max 6": "{rpc} -c 4096 -ts 1,1 --spec-draft-n-max 6",
+}
+
+
+@pytest.fixture(scope="module")
+def mtp_files(shapes_dir: Path) -> dict[str, Path]:
+    out = {}
+    for arch in ARCHS:
+        path = shapes_dir / f"{arch}-mtp.gguf"
+        if not path.exists():
+            spec = (glm4moe_spec(n_layer=3, n_nextn=1, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                                 n_expert=8, n_ff_exp=64, n_vocab=2048) if arch == "glm4moe"
+                    else qwen35_spec(moe=arch == "qwen35moe", n_mtp=1, n_vocab=2048))
+            add_tokenizer(spec, 2048, n_merges=1)
+            spec.metadata[Keys.Tokenizer.PRE] = "default"
+            spec.write(path)
+        out[arch] = path
+    return out
+
+
+def _serve(bin_dir: Path, model: Path, argv: list[str], log_path: Path) -> str:
+    port = free_port()
+    proc = start_server([str(bin_dir / "llama-server"), "-m", str(model), "--host", LOOPBACK, "--port", str(port),
+                         "-fit", "off", "-v", "-lm", "none", *argv], log_path)
+    try:
+        wait_ready(proc, port, log_path, timeout_s=300)
+    finally:
+        stop_process(proc)
+    return log_path.read_text(errors="replace")
+
+
+def _rows(est_rows) -> dict[str, list[int]]:
+    """Per llama.cpp row (CPU_REPACK is a host buffer too): model, context, compute bytes."""
+    out: dict[str, list[int]] = {}
+    for d in est_rows:
+        acc = out.setdefault(HOST if d.name == CPU_REPACK else d.name, [0, 0, 0])
+        acc[0], acc[1], acc[2] = acc[0] + d.model_bytes, acc[1] + d.context_bytes, acc[2] + d.compute_bytes
+    return {row: v for row, v in out.items() if any(v)}
+
+
+def _check(ours: dict[str, list[int]], theirs: dict[str, dict[str, int]], what: str) -> None:
+    assert set(ours) == set(theirs), (what, ours, theirs)
+    for row, kinds in theirs.items():
+        model, context, compute = ours[row]
+        assert abs(model - kinds.get("model", 0)) <= LOG_ROUNDING, (what, row, "model", model / MIB, kinds)
+        assert abs(context - kinds.get("context", 0)) <= LOG_ROUNDING, (what, row, "context", context / MIB, kinds)
+        assert compute_ok(compute / MIB, kinds.get("compute", 0) / MIB), (what, row, "compute", compute / MIB, kinds)
+
+
+def _compare(llama_tools: Path, endpoints: list[str], model: Path, flags: str, tmp_path: Path) -> None:
+    argv = ["-np", "1", "--spec-type", "draft-mtp"] + flags.replace("{rpc}", "--rpc " + ",".join(endpoints)).split()
+    text = _serve(llama_tools, model, argv, tmp_path / "server.log")
+    assert MTP_START in text, "llama-server made no MTP context"
+    target_text, mtp_text = text.split(MTP_START, 1)
+    names = {f"RPC{i}": ep for i, ep in enumerate(endpoints)}
+    est = estimate(model_context(str(model)), argv, program=Program.SERVER)
+    (mtp,) = [c for c in est.companions if c.kind == "mtp"]
+    _check(_rows(est.devices), rows_by_device(parse_buffers(target_text), names), "target")
+    _check(_rows(mtp.devices), rows_by_device(_settled(mtp_text), names), "mtp")
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("case", list(FLAGS))
+def test_mtp_context_rows_match_llama_server(llama_tools, rpc_endpoints, mtp_files, tmp_path, arch, case):
+    _compare(llama_tools, rpc_endpoints, mtp_files[arch], FLAGS[case], tmp_path)
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_mtp_context_over_three_rpc_servers(llama_tools, mtp_files, tmp_path, arch):
+    with rpc_servers(3, llama_tools) as endpoints:
+        _compare(llama_tools, endpoints, mtp_files[arch], "{rpc} -c 4096 -ts 1,1,2", tmp_path)
+
+
+def test_mtp_kv_by_hand(mtp_files):
+    """The MTP cache is the nextn block's alone: 4096 cells x (K, V) x 2 KV heads x 64 x f16 = 2 MiB, and
+    with q8_0 (34 bytes per 32 values) 4096 x 2 x 128 / 32 x 34 bytes."""
+    est = estimate(str(mtp_files["qwen35"]), ["-c", "4096", "-np", "1", "--spec-type", "draft-mtp"],
+                   program=Program.SERVER)
+    assert sum(d.context_bytes for d in est.companions[0].devices) == 4096 * 2 * 2 * 64 * 2 == 2 * MIB
+    est = estimate(str(mtp_files["qwen35"]), ["-c", "4096", "-np", "1", "--spec-type", "draft-mtp", "-ctkd", "q8_0",
+                                              "-ctvd", "q8_0"], program=Program.SERVER)
+    assert sum(d.context_bytes for d in est.companions[0].devices) == 4096 * 2 * 128 // 32 * 34
+
+
+def test_file_without_mtp_block_is_refused(llama_tools, shapes_dir, tmp_path):
+    """llama.cpp makes no MTP context for a file without nextn blocks and llama-server stops; so does fitplan."""
+    path = shapes_dir / "qwen35-no-mtp.gguf"
+    if not path.exists():
+        spec = qwen35_spec(moe=False, n_mtp=0, n_vocab=2048)
+        add_tokenizer(spec, 2048, n_merges=1)
+        spec.metadata[Keys.Tokenizer.PRE] = "default"
+        spec.write(path)
+    argv = ["-c", "4096", "-np", "1", "--spec-type", "draft-mtp"]
+    with pytest.raises(ToolsError):
+        _serve(llama_tools, path, argv, tmp_path / "server.log")
+    assert "failed to create MTP context" in (tmp_path / "server.log").read_text(errors="replace")
+    with pytest.raises(FlagError, match="no next-token-prediction block"):
+        estimate(str(path), argv, program=Program.SERVER)
