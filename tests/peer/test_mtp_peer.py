@@ -4,11 +4,12 @@
 second context on the same model ("creating MTP draft context against the target model") with its own
 KV and compute buffer lines. llama-fit-params takes no --spec-type, so llama-server's log is the ground
 truth: -fit off -v -lm none (host weights in a plain CPU buffer), stopped once it serves. The text before
-that line is the target's load, the text after it the MTP context's (the second sched_reserve, which
-llama_set_sampler causes, logs the grown buffers). Files: small qwen35, qwen35moe and glm4moe layouts with
-one MTP block (planner/synth/qwen3next_factory.py qwen35_spec n_mtp=1, glm4moe_factory.py), on the host and
-over two and three loopback rpc-servers, with full and partial offload, the drafter's q8_0 caches, -np 2,
--fa off, -nkvo and a longer draft (the target's recurrent rollback rows grow with --spec-draft-n-max).
+that line is the target's load, the text after it the MTP context's (planner.checking.llama.parse_model_loads;
+the second sched_reserve, which llama_set_sampler causes, logs the grown buffers). Files: small qwen35,
+qwen35moe and glm4moe layouts with one MTP block (planner/synth/qwen3next_factory.py qwen35_spec n_mtp=1,
+glm4moe_factory.py), on the host and over two and three loopback rpc-servers, with full and partial offload,
+the drafter's q8_0 caches, -np 2, -fa off, -nkvo and a longer draft (the target's recurrent rollback rows
+grow with --spec-draft-n-max).
 Model and context rows equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
 never more than 1 MiB below (tests/support/estimate_matrix.py compute_ok).
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
-from planner.checking.llama import LOG_ROUNDING, _settled, parse_buffers, rows_by_device, start_server, wait_ready
+from planner.checking.llama import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.core.errors import FlagError
 from planner.core.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process
 from planner.llama.context import model_context
@@ -34,7 +35,6 @@ from tests.support.estimate_matrix import compute_ok
 pytestmark = pytest.mark.peer
 
 MIB = 2**20
-MTP_START = "creating MTP draft context against the target model"
 ARCHS = ("qwen35", "qwen35moe", "glm4moe")
 # qwen35*: the trunk is blocks 0-3 (block 3 full attention), block 4 the MTP block, 5 the output layer;
 # glm4moe: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block), 4 the output layer
@@ -98,14 +98,13 @@ def _check(ours: dict[str, list[int]], theirs: dict[str, dict[str, int]], what: 
 
 def _compare(llama_tools: Path, endpoints: list[str], model: Path, flags: str, tmp_path: Path) -> None:
     argv = ["-np", "1", "--spec-type", "draft-mtp"] + flags.replace("{rpc}", "--rpc " + ",".join(endpoints)).split()
-    text = _serve(llama_tools, model, argv, tmp_path / "server.log")
-    assert MTP_START in text, "llama-server made no MTP context"
-    target_text, mtp_text = text.split(MTP_START, 1)
+    loads = parse_model_loads(_serve(llama_tools, model, argv, tmp_path / "server.log"))
+    assert len(loads) == 2, "expected the target's load and the MTP context"
     names = {f"RPC{i}": ep for i, ep in enumerate(endpoints)}
     est = estimate(model_context(str(model)), argv, program=Program.SERVER)
     (mtp,) = [c for c in est.companions if c.kind == "mtp"]
-    _check(_rows(est.devices), rows_by_device(parse_buffers(target_text), names), "target")
-    _check(_rows(mtp.devices), rows_by_device(_settled(mtp_text), names), "mtp")
+    _check(_rows(est.devices), rows_by_device(loads[0], names), "target")
+    _check(_rows(mtp.devices), rows_by_device(loads[1], names), "mtp")
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
