@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.core.errors import FlagError
+from planner.llama.context import ModelContext
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.nextn import MTP_ARCHS
 from planner.llama.placement import HOST
@@ -44,9 +45,9 @@ def mtp_settings(target: LlamaSettings) -> LlamaSettings:
     return resolve_on(target.ctx, flags, target.devices)
 
 
-def check_mtp(target: LlamaSettings) -> None:
-    """FlagError where llama-server would not make the MTP context, or fitplan cannot size it."""
-    model, facts = target.ctx.model, target.ctx.facts
+def check_mtp(target: ModelContext) -> None:
+    """FlagError where llama-server would not make the MTP context on this model, or fitplan cannot size it."""
+    model, facts = target.model, target.facts
     arch = model.architecture
     n_nextn = sum(1 for lf in facts.layers if lf.nextn)
     if not n_nextn:
@@ -69,7 +70,7 @@ def check_mtp(target: LlamaSettings) -> None:
 def estimate_mtp(target: LlamaSettings) -> CompanionEstimate:
     """The MTP context's rows, named as the target's (its devices in llama.cpp's order, then Host); its
     weights are the target's, so the model column is 0."""
-    check_mtp(target)
+    check_mtp(target.ctx)
     settings = mtp_settings(target)
     kv = context_bytes(layer_caches(settings, nextn=True))
     measured = reserve_mtp_compute(settings, target.flags.n_parallel)
