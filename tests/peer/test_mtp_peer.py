@@ -9,7 +9,8 @@ the second sched_reserve, which llama_set_sampler causes, logs the grown buffers
 qwen35moe and glm4moe layouts with one MTP block (planner/synth/qwen3next_factory.py qwen35_spec n_mtp=1,
 glm4moe_factory.py), on the host and over two and three loopback rpc-servers, with full and partial offload,
 the drafter's q8_0 caches, -np 2, -fa off, -nkvo and a longer draft (the target's recurrent rollback rows
-grow with --spec-draft-n-max).
+grow with --spec-draft-n-max); and at published widths (Qwen3.5-27B, Qwen3.5-35B-A3B, GLM-4.5-Air with short
+trunks: the 248k and 152k vocabularies the MTP head's logits and sampler rows are sized by).
 Model and context rows equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
 never more than 1 MiB below (tests/support/estimate_matrix.py compute_ok).
 """
@@ -27,9 +28,11 @@ from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK, HOST
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
-from planner.synth.gguf_factory import add_tokenizer
-from planner.synth.glm4moe_factory import glm4moe_spec
+from planner.synth.gguf_factory import ModelSpec, Q, add_tokenizer
+from planner.synth.glm4moe_factory import glm4moe_spec, glm45_air_like
 from planner.synth.qwen3next_factory import qwen35_spec
+from planner.synth.shapes import tokenized
+from planner.synth.shapes_hybrid import QWEN35_CTX, QWEN35_SECTIONS, QWEN35_VOCAB
 from tests.support.estimate_matrix import compute_ok
 
 pytestmark = pytest.mark.peer
@@ -144,3 +147,33 @@ def test_file_without_mtp_block_is_refused(llama_tools, shapes_dir, tmp_path):
     assert "failed to create MTP context" in (tmp_path / "server.log").read_text(errors="replace")
     with pytest.raises(FlagError, match="no next-token-prediction block"):
         estimate(str(path), argv, program=Program.SERVER)
+
+
+# Published widths, a short trunk: Qwen3.5-27B's and Qwen3.5-35B-A3B's layers (shapes_hybrid.py) and vocabulary,
+# four trunk blocks (the fourth gated attention) and the MTP block; GLM-4.5-Air-like (glm4moe_factory.py), one
+# dense and two MoE blocks and the MTP block. Sparse files; -nr keeps the host weights mapped, --no-warmup
+# computes nothing (the buffers are the reserves').
+def _qwen35_wide(moe: bool) -> ModelSpec:
+    dims = (dict(n_embd=2048, n_head=16, n_head_kv=2, n_expert=256, n_expert_used=8, n_ff_exp=512, n_ff_shexp=512,
+                 n_ff=512, n_v_heads=32, exp_type=Q.Q4_K, exp_down_type=Q.Q6_K) if moe
+            else dict(n_embd=5120, n_head=24, n_head_kv=4, n_ff=17408, n_v_heads=48, ssm_out_type=Q.Q4_K))
+    spec = qwen35_spec(moe=moe, n_mtp=1, n_layer=4, head_dim=256, n_rot=64, sections=QWEN35_SECTIONS, d_conv=4,
+                       d_state=128, n_k_heads=16, n_vocab=QWEN35_VOCAB, n_ctx=QWEN35_CTX, mat_type=Q.Q4_K,
+                       qkv_type=Q.Q6_K, ffn_type=Q.Q4_K, down_type=Q.Q6_K, embd_type=Q.Q4_K, out_type=Q.Q6_K, **dims)
+    return tokenized(spec, QWEN35_VOCAB, QWEN35_CTX)
+
+
+WIDE = {
+    "qwen35-27b-wide": (lambda: _qwen35_wide(False), ("-c 32768", "{rpc} -c 32768 -ts 1,1")),
+    "qwen35moe-35b-a3b-wide": (lambda: _qwen35_wide(True), ("-c 32768 -np 2 -ctkd q8_0 -ctvd q8_0",)),
+    "glm45-air-like": (lambda: glm45_air_like(n_layer=3), ("{rpc} -c 32768 -ts 1,1",
+                                                           "{rpc} -c 32768 -ts 1,1 -ngl 3 -fa off")),
+}
+
+
+@pytest.mark.parametrize("name, flags", [(n, f) for n, (_, fs) in WIDE.items() for f in fs])
+def test_mtp_context_rows_at_published_widths(llama_tools, rpc_endpoints, shapes_dir, tmp_path, name, flags):
+    path = shapes_dir / f"{name}.gguf"
+    if not path.exists():
+        WIDE[name][0]().write(path)
+    _compare(llama_tools, rpc_endpoints, path, f"{flags} -nr --no-warmup", tmp_path)
