@@ -16,7 +16,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
 - src/llama-kv-cache-dsv4.cpp: DeepSeek-V4's raw, compressed and indexer caches and compressor states
   (kv_dsv4.py).
 - src/llama-memory-recurrent.cpp: per recurrent layer f32 r and s rows x max(1, n_seq) x (1 + n_rs_seq), the
-  rollback rows of draft-mtp / -eagle3 / -dflash / -dspark (--spec-draft-n-max each, 0 otherwise).
+  rollback rows of draft-mtp / -eagle3 / -dflash / -dspark (--spec-draft-n-max each, 0 otherwise) on the
+  architectures that keep them (planner.llama.companions.target_n_rs_seq).
 Every tensor is padded to its buffer's alignment (ggml_backend_alloc_ctx_tensors_from_buft_size).
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from planner.core.units import pad
+from planner.llama.companions import target_n_rs_seq
 from planner.llama.kv_dsv4 import dsv4_cells, dsv4_layer_bytes
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
@@ -52,7 +54,7 @@ def layer_caches(settings: LlamaSettings, nextn: bool = False) -> list[LayerCach
     trunk = [lf for lf in facts.layers if lf.nextn == nextn]
     # llama_memory_recurrent: mem_size x (1 + n_rs_seq) rows, n_rs_seq the rollback rows a drafter needs
     # (common_context_params_to_llama: need_n_rs_seq); the MTP context's is 0 and it has no states
-    rs_rows = max(1, cp.n_seq) * (1 + flags.spec.n_rs_seq)
+    rs_rows = max(1, cp.n_seq) * (1 + target_n_rs_seq(facts.arch, flags))
     v_max = max((lf.v_per_cell for lf in trunk if lf.has_kv), default=0)
     out = []
     for lf in trunk:

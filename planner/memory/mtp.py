@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.core.errors import FlagError
+from planner.llama.companions import target_n_rs_seq
 from planner.llama.context import ModelContext
 from planner.llama.kv import context_bytes, layer_caches
 from planner.llama.nextn import MTP_ARCHS
@@ -83,7 +84,8 @@ def estimate_mtp(target: LlamaSettings) -> CompanionEstimate:
 def mtp_notes(target: LlamaSettings) -> tuple[str, ...]:
     """What llama-server does beside allocating the context."""
     notes = ["the MTP head drafts with the target's own weights (its nextn block is loaded with the model)"]
-    if target.flags.spec.n_rs_seq and any(lf.state_r or lf.state_s for lf in target.ctx.facts.layers):
-        notes.append(f"the target's recurrent states keep {target.flags.spec.n_rs_seq} rollback rows per sequence "
+    n_rs_seq = target_n_rs_seq(target.ctx.facts.arch, target.flags)
+    if n_rs_seq and any(lf.state_r or lf.state_s for lf in target.ctx.facts.layers):
+        notes.append(f"the target's recurrent states keep {n_rs_seq} rollback rows per sequence "
                      f"(--spec-draft-n-max): its context row includes them")
     return tuple(notes)

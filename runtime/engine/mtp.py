@@ -36,7 +36,7 @@ from runtime.engine.deepseek2 import concat
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
-from runtime.engine.qwen3next import Qwen3NextBuilder
+from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
 from runtime.engine.qwen35 import QWEN35, QWEN35MOE
 from runtime.engine.runner import ModelRunner, ReserveReport
 from runtime.ggml import build as B
@@ -46,7 +46,7 @@ from runtime.ggml.graph import FLAG_OUTPUT, BufferUsage, GGMLType, Op, Tensor
 
 GLM4MOE = "glm4moe"
 # the architectures whose MTP head the runtime builds (graph_mtp of src/models/<arch>.cpp)
-MTP_GRAPHS = frozenset({QWEN35, QWEN35MOE, GLM4MOE})
+MTP_GRAPHS = frozenset({QWEN35, QWEN35MOE, QWEN3NEXT, GLM4MOE})
 # common_speculative_impl_draft_mtp: the backend sampler chain is one top-k of 10
 MTP_SAMPLER_TOP_K = 10
 
@@ -56,6 +56,7 @@ class MtpGraph:
 
     def __init__(self, inner: DecoderBuilder, il: int, n_seq: int, samplers: bool) -> None:
         self.inner, self.il, self.n_seq, self.samplers = inner, il, n_seq, samplers
+        self.rows_early = inner.hp.arch == QWEN3NEXT
 
     @property
     def lora(self) -> Adapters:
@@ -80,6 +81,8 @@ class MtpGraph:
         inp_sa = cur
         cur = b.norm(cur, tensor_name(T.ATTN_NORM, il), il)
         cur = self._attention(cur, shape.n_tokens)
+        if self.rows_early:   # qwen3next.cpp graph_mtp: the output rows are picked before the FFN
+            cur, inp_sa = B.get_rows(cur, out.out_ids), B.get_rows(inp_sa, out.out_ids)
         cur = B.add(cur, inp_sa, name=f"mtp_attn_residual-{il}")
         residual = cur
         cur = b.norm(cur, tensor_name(T.ATTN_POST_NORM, il), il)
@@ -88,7 +91,8 @@ class MtpGraph:
         head_norm = tensor_name(T.NEXTN_SHARED_HEAD_NORM, il)
         cur = b.norm(cur, head_norm if b._w(head_norm) is not None else OUTPUT_NORM, -1)
         cur.flags |= FLAG_OUTPUT   # res->t_h_nextn
-        cur = B.get_rows(cur, out.out_ids, name="mtp_shared_head_norm")
+        if not self.rows_early:
+            cur = B.get_rows(cur, out.out_ids, name="mtp_shared_head_norm")
         head = b._w(tensor_name(T.NEXTN_SHARED_HEAD_HEAD, il)) or b._w(OUTPUT) or b._need(TOKEN_EMBD)
         cur = b.lora.mm(head, cur, name="result_output")
         g.expand(cur)

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from planner.core.errors import FitplanError
+from planner.llama.companions import target_n_rs_seq
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
@@ -43,7 +44,7 @@ def _key(settings: LlamaSettings, n_outputs_max: int | None) -> tuple:
             placement.pipeline_parallel, settings.cparams, settings.flags.flash_attn, settings.flags.kv_offload,
             settings.flags.op_offload, op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k,
             settings.type_v, n_outputs_max or settings.cparams.n_batch, applied_loras(settings.flags),
-            settings.flags.spec.n_rs_seq)
+            target_n_rs_seq(model.architecture, settings.flags))
 
 
 def supported(settings: LlamaSettings) -> bool:

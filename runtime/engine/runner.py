@@ -29,6 +29,7 @@ from planner.core.errors import BadInput
 from planner.gguf.tensor_data import TensorData
 from planner.hardware.inventory import Backend as DeviceBackend
 from planner.hardware.inventory import Inventory
+from planner.llama.companions import target_n_rs_seq
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
@@ -182,7 +183,7 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder, KIMI_K3: KimiK3Builder,   # linear: KDA + MLA
 }
 # mtp: the builders that write the rollback snapshots a drafter asks for (delta-net-base.cpp, n_rs_seq > 0)
-ROLLBACK_BUILDERS = frozenset({QWEN3NEXT, QWEN35, QWEN35MOE})
+ROLLBACK_BUILDERS = frozenset({QWEN35, QWEN35MOE})
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
@@ -235,7 +236,7 @@ class ModelRunner:
         self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
         self.msa_cache: list[tuple[Tensor, Tensor] | None] = []   # glm5: minimax-m3's indexer cache (K, V)
         # recurrent layers' r and s (none for most models), with a drafter's rollback rows (need_n_rs_seq)
-        self.states = RecurrentStates(ctx.facts, cp.n_seq, settings.flags.spec.n_rs_seq)
+        self.states = RecurrentStates(ctx.facts, cp.n_seq, target_n_rs_seq(ctx.facts.arch, settings.flags))
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
         self.reserve_report: ReserveReport | None = None

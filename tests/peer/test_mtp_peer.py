@@ -6,11 +6,12 @@ KV and compute buffer lines. llama-fit-params takes no --spec-type, so llama-ser
 truth: -fit off -v -lm none (host weights in a plain CPU buffer), stopped once it serves. The text before
 that line is the target's load, the text after it the MTP context's (planner.checking.llama.parse_model_loads;
 the second sched_reserve, which llama_set_sampler causes, logs the grown buffers). Files: small qwen35,
-qwen35moe and glm4moe layouts with one MTP block (planner/synth/qwen3next_factory.py qwen35_spec n_mtp=1,
+qwen35moe, qwen3next and glm4moe layouts with one MTP block (planner/synth/qwen3next_factory.py n_mtp=1,
 glm4moe_factory.py), on the host and over two and three loopback rpc-servers, with full and partial offload,
-the drafter's q8_0 caches, -np 2, -fa off, -nkvo and a longer draft (the target's recurrent rollback rows
-grow with --spec-draft-n-max); and at published widths (Qwen3.5-27B, Qwen3.5-35B-A3B, GLM-4.5-Air with short
-trunks: the 248k and 152k vocabularies the MTP head's logits and sampler rows are sized by).
+the drafter's q8_0 caches, -np 2, -fa off, -nkvo and a longer draft (qwen35's recurrent rollback rows grow
+with --spec-draft-n-max; qwen3next keeps none: llm_arch_supports_rs_rollback); and at published widths
+(Qwen3.5-27B, Qwen3.5-35B-A3B, GLM-4.5-Air with short trunks: the 248k and 152k vocabularies the MTP head's
+logits and sampler rows are sized by).
 Model and context rows equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
 never more than 1 MiB below (tests/support/estimate_matrix.py compute_ok).
 """
@@ -30,7 +31,7 @@ from planner.llama.programs import Program
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec, Q, add_tokenizer
 from planner.synth.glm4moe_factory import glm4moe_spec, glm45_air_like
-from planner.synth.qwen3next_factory import qwen35_spec
+from planner.synth.qwen3next_factory import qwen3next_spec, qwen35_spec
 from planner.synth.shapes import tokenized
 from planner.synth.shapes_hybrid import QWEN35_CTX, QWEN35_SECTIONS, QWEN35_VOCAB
 from tests.support.estimate_matrix import compute_ok
@@ -38,8 +39,8 @@ from tests.support.estimate_matrix import compute_ok
 pytestmark = pytest.mark.peer
 
 MIB = 2**20
-ARCHS = ("qwen35", "qwen35moe", "glm4moe")
-# qwen35*: the trunk is blocks 0-3 (block 3 full attention), block 4 the MTP block, 5 the output layer;
+ARCHS = ("qwen35", "qwen35moe", "qwen3next", "glm4moe")
+# qwen35*, qwen3next: the trunk is blocks 0-3 (block 3 full attention), block 4 the MTP block, 5 the output layer;
 # glm4moe: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block), 4 the output layer
 FLAGS = {
     "host": "-c 4096",
@@ -62,6 +63,7 @@ def mtp_files(shapes_dir: Path) -> dict[str, Path]:
         if not path.exists():
             spec = (glm4moe_spec(n_layer=3, n_nextn=1, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
                                  n_expert=8, n_ff_exp=64, n_vocab=2048) if arch == "glm4moe"
+                    else qwen3next_spec(n_mtp=1, n_vocab=2048) if arch == "qwen3next"
                     else qwen35_spec(moe=arch == "qwen35moe", n_mtp=1, n_vocab=2048))
             add_tokenizer(spec, 2048, n_merges=1)
             spec.metadata[Keys.Tokenizer.PRE] = "default"
