@@ -29,7 +29,7 @@ from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK, HOST
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
-from planner.synth.gguf_factory import ModelSpec, Q, add_tokenizer
+from planner.synth.gguf_factory import ModelSpec, Q, T, add_tokenizer, deepseek2_spec, tname
 from planner.synth.glm4moe_factory import glm4moe_spec, glm45_air_like
 from planner.synth.qwen3next_factory import qwen3next_spec, qwen35_spec
 from planner.synth.shapes import tokenized
@@ -39,9 +39,9 @@ from tests.support.estimate_matrix import compute_ok
 pytestmark = pytest.mark.peer
 
 MIB = 2**20
-ARCHS = ("qwen35", "qwen35moe", "qwen3next", "glm4moe")
+ARCHS = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")
 # qwen35*, qwen3next: the trunk is blocks 0-3 (block 3 full attention), block 4 the MTP block, 5 the output layer;
-# glm4moe: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block), 4 the output layer
+# glm4moe, deepseek2: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block), 4 the output layer
 FLAGS = {
     "host": "-c 4096",
     "rpc": "{rpc} -c 4096 -ts 1,1",
@@ -63,6 +63,7 @@ def mtp_files(shapes_dir: Path) -> dict[str, Path]:
         if not path.exists():
             spec = (glm4moe_spec(n_layer=3, n_nextn=1, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
                                  n_expert=8, n_ff_exp=64, n_vocab=2048) if arch == "glm4moe"
+                    else _with_nextn(deepseek2_spec(n_layer=4, n_vocab=2048), 3) if arch == "deepseek2"
                     else qwen3next_spec(n_mtp=1, n_vocab=2048) if arch == "qwen3next"
                     else qwen35_spec(moe=arch == "qwen35moe", n_mtp=1, n_vocab=2048))
             add_tokenizer(spec, 2048, n_merges=1)
@@ -70,6 +71,17 @@ def mtp_files(shapes_dir: Path) -> dict[str, Path]:
             spec.write(path)
         out[arch] = path
     return out
+
+
+def _with_nextn(spec: ModelSpec, il: int) -> ModelSpec:
+    """A deepseek2_spec's last block (`il`) as conversion/deepseek.py writes an MTP block: the block's tensors
+    plus nextn.eh_proj, enorm, hnorm and shared_head_norm (deepseek2.cpp load_arch_tensors)."""
+    n_embd = spec.metadata[Keys.LLM.EMBEDDING_LENGTH]
+    spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = 1
+    spec.tensors += [(tname(T.NEXTN_EH_PROJ, il), Q.Q8_0, (2 * n_embd, n_embd)),
+                     (tname(T.NEXTN_ENORM, il), Q.F32, (n_embd,)), (tname(T.NEXTN_HNORM, il), Q.F32, (n_embd,)),
+                     (tname(T.NEXTN_SHARED_HEAD_NORM, il), Q.F32, (n_embd,))]
+    return spec
 
 
 def _serve(bin_dir: Path, model: Path, argv: list[str], log_path: Path) -> str:
@@ -170,7 +182,17 @@ WIDE = {
     "qwen35moe-35b-a3b-wide": (lambda: _qwen35_wide(True), ("-c 32768 -np 2 -ctkd q8_0 -ctvd q8_0",)),
     "glm45-air-like": (lambda: glm45_air_like(n_layer=3), ("{rpc} -c 32768 -ts 1,1",
                                                            "{rpc} -c 32768 -ts 1,1 -ngl 3 -fa off")),
+    "deepseek-v3-like": (lambda: _deepseek_v3_like(), ("{rpc} -c 32768 -ts 1,1",)),
 }
+
+
+def _deepseek_v3_like() -> ModelSpec:
+    """DeepSeek-V3's attention and vocabulary (7168 wide, 128 heads, q_lora 1536, kv_lora 512, head 128 nope +
+    64 rope, v 128, 129280 tokens) with one dense block, one MoE block of 16 experts and the MTP block."""
+    spec = deepseek2_spec(n_layer=3, n_dense_lead=1, n_embd=7168, n_head=128, q_lora_rank=1536, kv_lora_rank=512,
+                          qk_nope=128, qk_rope=64, v_head_dim=128, n_ff=18432, n_expert=16, n_expert_used=8,
+                          n_expert_shared=1, n_ff_exp=2048, n_vocab=129280)
+    return tokenized(_with_nextn(spec, 2), 129280, 163840)
 
 
 @pytest.mark.parametrize("name, flags", [(n, f) for n, (_, fs) in WIDE.items() for f in fs])
