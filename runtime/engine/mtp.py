@@ -7,7 +7,7 @@ n_ctx, the target's -b/-ub/-np/-fa/-kvu, the -ctkd/-ctvd cache types, n_outputs_
 memory is a plain KV cache of the nextn blocks alone (llama-model.cpp create_memory: the layer
 filter il >= n_layer, whatever cache the trunk uses), on the devices the nextn blocks were loaded
 on. Its graph is the architecture's LLM_GRAPH_TYPE_DECODER_MTP head (graph_mtp of src/models/qwen35.cpp,
-qwen35moe.cpp, qwen3next.cpp, glm4-moe.cpp, deepseek2.cpp), node for node:
+qwen35moe.cpp, qwen3next.cpp, glm4-moe.cpp, deepseek2.cpp, deepseek32.cpp, glm-dsa.cpp), node for node:
 
   mtp_tok_embd = get_rows(nextn.embed_tokens or token_embd, tokens); h = the input mtp_h_input
   concat(rms_norm(tok) * enorm, rms_norm(h) * hnorm) -> nextn.eh_proj -> inpSA
@@ -18,7 +18,8 @@ qwen35moe.cpp, qwen3next.cpp, glm4-moe.cpp, deepseek2.cpp), node for node:
 
 The attention and FFN are the trunk builder's: qwen35's and qwen3next's gated attention (qwen3next picks the
 output rows right after it, before the FFN), glm4moe's biased projections and per-head norms, deepseek2's
-absorbed MLA over a K-only cache (MlaMtpGraph); dense SwiGLU, or the experts with the block's shared expert.
+absorbed MLA over a K-only cache (MlaMtpGraph; deepseek32's and glm-dsa's head is the same dense MLA, without
+their lightning indexer); dense SwiGLU, or the experts with the block's shared expert.
 
 and, because the draft implementation offloads its top-10 sampling to the backend
 (common_speculative_impl_draft_mtp: llama_set_sampler per sequence, backend_sampling on by default),
@@ -49,8 +50,10 @@ from runtime.ggml.graph import FLAG_OUTPUT, BufferUsage, GGMLType, Graph, Op, Te
 
 GLM4MOE = "glm4moe"
 DEEPSEEK2 = "deepseek2"
+DEEPSEEK32 = "deepseek32"
+GLM_DSA = "glm-dsa"
 # the architectures whose MTP head the runtime builds (graph_mtp of src/models/<arch>.cpp)
-MTP_GRAPHS = frozenset({QWEN35, QWEN35MOE, QWEN3NEXT, GLM4MOE, DEEPSEEK2})
+MTP_GRAPHS = frozenset({QWEN35, QWEN35MOE, QWEN3NEXT, GLM4MOE, DEEPSEEK2, DEEPSEEK32, GLM_DSA})
 # common_speculative_impl_draft_mtp: the backend sampler chain is one top-k of 10
 MTP_SAMPLER_TOP_K = 10
 
@@ -202,7 +205,8 @@ class MtpRunner(ModelRunner):
         self.il = nextn[0].index
         self.samplers = samplers
         if isinstance(self.hp, MlaHParams):   # its heads and windows follow n_layer: one K-only head a block
-            self.hp = replace(self.hp, n_layer=len(facts.layers))
+            # deepseek32 / glm-dsa: the draft head runs dense MLA, no lightning indexer (create_memory's comment)
+            self.hp = replace(self.hp, n_layer=len(facts.layers), index_full=())
             return
         heads = tuple(lf.n_head_kv for lf in facts.layers)
         routing = self.hp.routing

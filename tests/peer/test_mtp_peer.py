@@ -34,14 +34,16 @@ from planner.synth.glm4moe_factory import glm4moe_spec, glm45_air_like
 from planner.synth.qwen3next_factory import qwen3next_spec, qwen35_spec
 from planner.synth.shapes import tokenized
 from planner.synth.shapes_hybrid import QWEN35_CTX, QWEN35_SECTIONS, QWEN35_VOCAB
+from planner.synth.shapes_mla import dsa_layout
 from tests.support.estimate_matrix import compute_ok
 
 pytestmark = pytest.mark.peer
 
 MIB = 2**20
-ARCHS = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2")
+ARCHS = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2", "deepseek32", "glm-dsa")
 # qwen35*, qwen3next: the trunk is blocks 0-3 (block 3 full attention), block 4 the MTP block, 5 the output layer;
-# glm4moe, deepseek2: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block), 4 the output layer
+# glm4moe, deepseek2, deepseek32, glm-dsa: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block),
+# 4 the output layer; the DSA files' lightning indexer in every block (glm-dsa's own in blocks 0 and 2)
 FLAGS = {
     "host": "-c 4096",
     "rpc": "{rpc} -c 4096 -ts 1,1",
@@ -64,6 +66,9 @@ def mtp_files(shapes_dir: Path) -> dict[str, Path]:
             spec = (glm4moe_spec(n_layer=3, n_nextn=1, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
                                  n_expert=8, n_ff_exp=64, n_vocab=2048) if arch == "glm4moe"
                     else _with_nextn(deepseek2_spec(n_layer=4, n_vocab=2048), 3) if arch == "deepseek2"
+                    else dsa_layout(_with_nextn(deepseek2_spec(n_layer=4, n_vocab=2048), 3), arch, n_index_head=4,
+                                    index_head=64, top_k=256, index_full=(1, 0, 1) if arch == "glm-dsa" else None)
+                    if arch in ("deepseek32", "glm-dsa")
                     else qwen3next_spec(n_mtp=1, n_vocab=2048) if arch == "qwen3next"
                     else qwen35_spec(moe=arch == "qwen35moe", n_mtp=1, n_vocab=2048))
             add_tokenizer(spec, 2048, n_merges=1)
@@ -183,6 +188,7 @@ WIDE = {
     "glm45-air-like": (lambda: glm45_air_like(n_layer=3), ("{rpc} -c 32768 -ts 1,1",
                                                            "{rpc} -c 32768 -ts 1,1 -ngl 3 -fa off")),
     "deepseek-v3-like": (lambda: _deepseek_v3_like(), ("{rpc} -c 32768 -ts 1,1",)),
+    "glm-5-like": (lambda: _glm_5_like(), ("{rpc} -c 32768 -ts 1,1",)),
 }
 
 
@@ -193,6 +199,16 @@ def _deepseek_v3_like() -> ModelSpec:
                           qk_nope=128, qk_rope=64, v_head_dim=128, n_ff=18432, n_expert=16, n_expert_used=8,
                           n_expert_shared=1, n_ff_exp=2048, n_vocab=129280)
     return tokenized(_with_nextn(spec, 2), 129280, 163840)
+
+
+def _glm_5_like() -> ModelSpec:
+    """GLM-5's attention, lightning indexer (32 heads of 128, top 2048, in every block) and 154880-token
+    vocabulary (shapes_mla.py glm_5) with one dense block, one MoE block of 16 experts and the MTP block."""
+    spec = deepseek2_spec(n_layer=3, n_dense_lead=1, n_embd=6144, n_head=64, q_lora_rank=2048, kv_lora_rank=512,
+                          qk_nope=128, qk_rope=64, v_head_dim=256, n_ff=12288, n_expert=16, n_expert_used=8,
+                          n_expert_shared=1, n_ff_exp=2048, n_vocab=154880)
+    spec = dsa_layout(_with_nextn(spec, 2), "glm-dsa", n_index_head=32, index_head=128, top_k=2048)
+    return tokenized(spec, 154880, 202752)
 
 
 @pytest.mark.parametrize("name, flags", [(n, f) for n, (_, fs) in WIDE.items() for f in fs])
