@@ -111,6 +111,8 @@ class DraftFlags:
     cache_type_k: str = "f16"                # -ctkd
     cache_type_v: str = "f16"                # -ctvd
     n_max: int = 3                           # --spec-draft-n-max
+    # mtp: --[no-]spec-draft-backend-sampling: draft-mtp's top-k sampler in its context's graph (on by default)
+    backend_sampling: bool = True
 
     @property
     def overrides(self) -> tuple[TensorOverride, ...]:
@@ -399,6 +401,8 @@ _valued("-ncmoed --n-cpu-moe-draft --spec-draft-ncmoe --spec-draft-n-cpu-moe", l
     f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.NCMOE, str(_int("-ncmoed", v, 0))),)))
 _switch("-cmoed --cpu-moe-draft --spec-draft-cpu-moe",
         lambda f, _: _draft(f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.CMOE),)))
+_switch("--spec-draft-backend-sampling", lambda f, _: _draft(f, backend_sampling=True))
+_switch("--no-spec-draft-backend-sampling", lambda f, _: _draft(f, backend_sampling=False))
 _valued("-ctkd --cache-type-k-draft --spec-draft-type-k",
         lambda f, v: _draft(f, cache_type_k=_cache_type("-ctkd", v)))
 _valued("-ctvd --cache-type-v-draft --spec-draft-type-v",
@@ -457,7 +461,7 @@ _IGNORED_SWITCHES_WORDS = """
 --jinja --no-jinja -cb --cont-batching -nocb --no-cont-batching --context-shift --no-context-shift
 --metrics --slots --no-slots --no-perf --perf -i --interactive --simple-io --no-display-prompt
 -e --escape --no-escape --check-tensors -dio --direct-io
---spec-draft-backend-sampling --no-spec-draft-backend-sampling --lora-init-without-apply
+--lora-init-without-apply
 --mmproj-auto --no-mmproj --no-mmproj-auto
 """
 IGNORED_SWITCHES = frozenset(_IGNORED_SWITCHES_WORDS.split())
@@ -564,6 +568,8 @@ def _spec_argv(spec: SpecFlags) -> list[str]:
         out += [flag, arg.value] if arg.kind.takes_value else [flag]
     out += _changed((("-ctkd", draft.cache_type_k, dd.cache_type_k), ("-ctvd", draft.cache_type_v, dd.cache_type_v),
                      ("--spec-draft-n-max", draft.n_max, dd.n_max)))
+    if not draft.backend_sampling:
+        out.append("--no-spec-draft-backend-sampling")
     added = list(spec.types[1:]) if spec.types[:1] == ("none",) else list(spec.types)
     if added:
         out += ["--spec-type", ",".join(added)]

@@ -124,7 +124,7 @@ def reserve_mtp_compute(settings: LlamaSettings, n_outputs_max: int) -> dict[str
     has no MTP head for the architecture. Always a real load's reserve: only llama-server makes it."""
     if os.environ.get(ANALYTIC_ENV) == "analytic" or settings.ctx.model.architecture not in MTP_GRAPHS:
         return None
-    key = _key(settings, n_outputs_max)
+    key = (*_key(settings, n_outputs_max), settings.flags.spec.draft.backend_sampling)
     hit = _mtp_cache.get(key)
     if hit is not None:
         _mtp_cache.move_to_end(key)
@@ -132,7 +132,7 @@ def reserve_mtp_compute(settings: LlamaSettings, n_outputs_max: int) -> dict[str
     collecting = gc.isenabled()
     gc.disable()
     try:
-        runner = MtpRunner(settings, n_outputs_max)
+        runner = MtpRunner(settings, n_outputs_max, settings.flags.spec.draft.backend_sampling)
         runner.load_weights(copy_data=False)
         runner.alloc_kv()
         report = runner.reserve(dry_run=False)

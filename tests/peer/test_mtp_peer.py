@@ -54,6 +54,7 @@ FLAGS = {
     "-fa off": "{rpc} -c 4096 -ts 1,1 -fa off",
     "-nkvo": "{rpc} -c 4096 -ts 1,1 -nkvo",
     "--spec-draft-n-max 6": "{rpc} -c 4096 -ts 1,1 --spec-draft-n-max 6",
+    "no backend sampling": "{rpc} -c 4096 -ts 1,1 --no-spec-draft-backend-sampling",
 }
 
 
