@@ -7,7 +7,8 @@ n_ctx, the target's -b/-ub/-np/-fa/-kvu, the -ctkd/-ctvd cache types, n_outputs_
 memory is a plain KV cache of the nextn blocks alone (llama-model.cpp create_memory: the layer
 filter il >= n_layer, whatever cache the trunk uses), on the devices the nextn blocks were loaded
 on. Its graph is the architecture's LLM_GRAPH_TYPE_DECODER_MTP head (graph_mtp of src/models/qwen35.cpp,
-qwen35moe.cpp, qwen3next.cpp, glm4-moe.cpp, deepseek2.cpp, deepseek32.cpp, glm-dsa.cpp), node for node:
+qwen35moe.cpp, qwen3next.cpp, glm4-moe.cpp, hy-v3.cpp, deepseek2.cpp, deepseek32.cpp, glm-dsa.cpp), node for
+node:
 
   mtp_tok_embd = get_rows(nextn.embed_tokens or token_embd, tokens); h = the input mtp_h_input
   concat(rms_norm(tok) * enorm, rms_norm(h) * hnorm) -> nextn.eh_proj -> inpSA
@@ -17,7 +18,8 @@ qwen35moe.cpp, qwen3next.cpp, glm4-moe.cpp, deepseek2.cpp, deepseek32.cpp, glm-d
   get_rows(out_ids) -> nextn.shared_head_head or output (or the tied token_embd)
 
 The attention and FFN are the trunk builder's: qwen35's and qwen3next's gated attention (qwen3next picks the
-output rows right after it, before the FFN), glm4moe's biased projections and per-head norms, deepseek2's
+output rows right after it, before the FFN), glm4moe's and hy_v3's projections and per-head norms (then the
+norm the trunk's FFN takes: attn_post_norm, ffn_norm), deepseek2's
 absorbed MLA over a K-only cache (MlaMtpGraph; deepseek32's and glm-dsa's head is the same dense MLA, without
 their lightning indexer); dense SwiGLU, or the experts with the block's shared expert.
 
@@ -52,8 +54,9 @@ GLM4MOE = "glm4moe"
 DEEPSEEK2 = "deepseek2"
 DEEPSEEK32 = "deepseek32"
 GLM_DSA = "glm-dsa"
+HY_V3 = "hy_v3"
 # the architectures whose MTP head the runtime builds (graph_mtp of src/models/<arch>.cpp)
-MTP_GRAPHS = frozenset({QWEN35, QWEN35MOE, QWEN3NEXT, GLM4MOE, DEEPSEEK2, DEEPSEEK32, GLM_DSA})
+MTP_GRAPHS = frozenset({QWEN35, QWEN35MOE, QWEN3NEXT, GLM4MOE, DEEPSEEK2, DEEPSEEK32, GLM_DSA, HY_V3})
 # common_speculative_impl_draft_mtp: the backend sampler chain is one top-k of 10
 MTP_SAMPLER_TOP_K = 10
 
@@ -92,8 +95,9 @@ class MtpGraph:
             cur, inp_sa = B.get_rows(cur, out.out_ids), B.get_rows(inp_sa, out.out_ids)
         cur = B.add(cur, inp_sa, name=f"mtp_attn_residual-{il}")
         residual = cur
-        cur = b.norm(cur, tensor_name(T.ATTN_POST_NORM, il), il)
-        cur = b._layer_ffn(cur, il) if isinstance(b, Qwen3NextBuilder) else b.ffn(cur, il)
+        qwen = isinstance(b, Qwen3NextBuilder)
+        cur = b.norm(cur, tensor_name(T.ATTN_POST_NORM if qwen else hp.spec.ffn_norm, il), il)
+        cur = b._layer_ffn(cur, il) if qwen else b.ffn(cur, il)
         cur = B.add(cur, residual, name=f"mtp_post_ffn-{il}")
         head_norm = tensor_name(T.NEXTN_SHARED_HEAD_NORM, il)
         cur = b.norm(cur, head_norm if b._w(head_norm) is not None else OUTPUT_NORM, -1)

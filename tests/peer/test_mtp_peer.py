@@ -6,8 +6,8 @@ KV and compute buffer lines. llama-fit-params takes no --spec-type, so llama-ser
 truth: -fit off -v -lm none (host weights in a plain CPU buffer), stopped once it serves. The text before
 that line is the target's load, the text after it the MTP context's (planner.checking.llama.parse_model_loads;
 the second sched_reserve, which llama_set_sampler causes, logs the grown buffers). Files: small qwen35,
-qwen35moe, qwen3next and glm4moe layouts with one MTP block (planner/synth/qwen3next_factory.py n_mtp=1,
-glm4moe_factory.py), on the host and over two and three loopback rpc-servers, with full and partial offload,
+qwen35moe, qwen3next, glm4moe, hy_v3, deepseek2, deepseek32 and glm-dsa layouts with one MTP block, on the
+host and over two and three loopback rpc-servers, with full and partial offload,
 the drafter's q8_0 caches, -np 2, -fa off, -nkvo and a longer draft (qwen35's recurrent rollback rows grow
 with --spec-draft-n-max; qwen3next keeps none: llm_arch_supports_rs_rollback); and at published widths
 (Qwen3.5-27B, Qwen3.5-35B-A3B, GLM-4.5-Air with short trunks: the 248k and 152k vocabularies the MTP head's
@@ -35,15 +35,17 @@ from planner.synth.qwen3next_factory import qwen3next_spec, qwen35_spec
 from planner.synth.shapes import tokenized
 from planner.synth.shapes_hybrid import QWEN35_CTX, QWEN35_SECTIONS, QWEN35_VOCAB
 from planner.synth.shapes_mla import dsa_layout
+from planner.synth.shapes_moe26 import tiny_hy_v3
 from tests.support.estimate_matrix import compute_ok
 
 pytestmark = pytest.mark.peer
 
 MIB = 2**20
-ARCHS = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2", "deepseek32", "glm-dsa")
+ARCHS = ("qwen35", "qwen35moe", "qwen3next", "glm4moe", "hy_v3", "deepseek2", "deepseek32", "glm-dsa")
 # qwen35*, qwen3next: the trunk is blocks 0-3 (block 3 full attention), block 4 the MTP block, 5 the output layer;
 # glm4moe, deepseek2, deepseek32, glm-dsa: blocks 0-2 (block 0 dense), block 3 the MTP block (a MoE block),
-# 4 the output layer; the DSA files' lightning indexer in every block (glm-dsa's own in blocks 0 and 2)
+# 4 the output layer; the DSA files' lightning indexer in every block (glm-dsa's own in blocks 0 and 2);
+# hy_v3: planner/synth/shapes_moe26.py tiny_hy_v3 (its MTP block after the trunk)
 FLAGS = {
     "host": "-c 4096",
     "rpc": "{rpc} -c 4096 -ts 1,1",
@@ -71,9 +73,11 @@ def mtp_files(shapes_dir: Path) -> dict[str, Path]:
                                     index_head=64, top_k=256, index_full=(1, 0, 1) if arch == "glm-dsa" else None)
                     if arch in ("deepseek32", "glm-dsa")
                     else qwen3next_spec(n_mtp=1, n_vocab=2048) if arch == "qwen3next"
+                    else tiny_hy_v3() if arch == "hy_v3"
                     else qwen35_spec(moe=arch == "qwen35moe", n_mtp=1, n_vocab=2048))
-            add_tokenizer(spec, 2048, n_merges=1)
-            spec.metadata[Keys.Tokenizer.PRE] = "default"
+            if arch != "hy_v3":   # tiny_hy_v3 carries its own vocabulary
+                add_tokenizer(spec, 2048, n_merges=1)
+                spec.metadata[Keys.Tokenizer.PRE] = "default"
             spec.write(path)
         out[arch] = path
     return out
