@@ -11,12 +11,15 @@ host and over two and three loopback rpc-servers, with full and partial offload,
 the drafter's q8_0 caches, -np 2, -fa off, -nkvo and a longer draft (qwen35's recurrent rollback rows grow
 with --spec-draft-n-max; qwen3next keeps none: llm_arch_supports_rs_rollback); and at published widths
 (Qwen3.5-27B, Qwen3.5-35B-A3B, GLM-4.5-Air with short trunks: the 248k and 152k vocabularies the MTP head's
-logits and sampler rows are sized by).
+logits and sampler rows are sized by). `plan --mtp`'s own command, loaded, holds the plan's rows.
 Model and context rows equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
 never more than 1 MiB below (tests/support/estimate_matrix.py compute_ok).
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -222,3 +225,33 @@ def test_mtp_context_rows_at_published_widths(llama_tools, rpc_endpoints, shapes
     if not path.exists():
         WIDE[name][0]().write(path)
     _compare(llama_tools, rpc_endpoints, path, f"{flags} -nr --no-warmup", tmp_path)
+
+
+def test_plan_with_mtp_loads_as_planned(llama_tools, rpc_endpoints, shapes_dir, tmp_path):
+    """`plan --mtp` over the two rpc-servers with budgets that split the Qwen3.5-27B-wide file: llama-server,
+    run with the plan's own arguments, loads the target and the MTP context with the plan's rows (every
+    model's buffers added per device), each within its budget."""
+    path = shapes_dir / "qwen35-27b-wide.gguf"
+    if not path.exists():
+        WIDE["qwen35-27b-wide"][0]().write(path)
+    run = subprocess.run([sys.executable, "-m", "planner.cli", "plan", str(path), "--rpc", ",".join(rpc_endpoints),
+                          "--max-vram", "RPC0=1.4,RPC1=1.6", "-c", "8192", "--mtp", "--format", "json"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    doc = json.loads(run.stdout)
+    argv = doc["argv"]
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp"
+    assert [c["kind"] for c in doc["companions"]] == ["mtp"]
+    planned = {d["name"]: d["total_bytes"] for d in doc["devices"]}   # every model's rows, as budgets judge them
+    text = _serve(llama_tools, path, argv[argv.index("-m") + 2:], tmp_path / "server.log")
+    loads = parse_model_loads(text)
+    assert len(loads) == 2
+    names = {f"RPC{i}": ep for i, ep in enumerate(rpc_endpoints)}
+    loaded: dict[str, int] = {}
+    for load in loads:
+        for row, kinds in rows_by_device(load, names).items():
+            loaded[row] = loaded.get(row, 0) + sum(kinds.values())
+    assert set(loaded) == {row for row, size in planned.items() if size}
+    for row, size in loaded.items():
+        assert abs(size - planned[row]) <= 3 * LOG_ROUNDING, (row, size / MIB, planned[row] / MIB)
+    for d in doc["devices"]:
+        assert d["total_bytes"] <= d["budget_bytes"], d
