@@ -95,9 +95,10 @@ class MtpGraph:
             cur, inp_sa = B.get_rows(cur, out.out_ids), B.get_rows(inp_sa, out.out_ids)
         cur = B.add(cur, inp_sa, name=f"mtp_attn_residual-{il}")
         residual = cur
-        qwen = isinstance(b, Qwen3NextBuilder)
-        cur = b.norm(cur, tensor_name(T.ATTN_POST_NORM if qwen else hp.spec.ffn_norm, il), il)
-        cur = b._layer_ffn(cur, il) if qwen else b.ffn(cur, il)
+        if isinstance(b, Qwen3NextBuilder):
+            cur = b._layer_ffn(b.norm(cur, tensor_name(T.ATTN_POST_NORM, il), il), il)
+        else:
+            cur = b.ffn(b.norm(cur, tensor_name(hp.spec.ffn_norm, il), il), il)
         cur = B.add(cur, residual, name=f"mtp_post_ffn-{il}")
         head_norm = tensor_name(T.NEXTN_SHARED_HEAD_NORM, il)
         cur = b.norm(cur, head_norm if b._w(head_norm) is not None else OUTPUT_NORM, -1)
