@@ -88,17 +88,25 @@ def _buffers_in(text: str) -> dict[tuple[str, str], int]:
 # llama_model_load (src/llama-model-loader.cpp) opens every model it loads with this line: the target,
 # then a drafter (common_speculative_init_result), each with its own buffers after it
 _MODEL_LOAD = re.compile(r"llama_model_loader: loaded meta data with")
+# common/speculative.cpp common_speculative_init_result, before it makes draft-mtp's context
+MTP_CONTEXT_LINE = "creating MTP draft context against the target model"
 
 
 def parse_model_loads(text: str) -> list[dict[tuple[str, str], int]]:
     """The buffers of each model load in a log, in load order: (buffer type, kind) -> bytes, as
     parse_buffers reads one load. llama-server loads the target and then a drafter (-md), so with
     `-fit off` (no dry runs: with -fit on each fitting pass is a load too) [0] is the target's and [1]
-    the drafter's."""
+    the drafter's, or (--spec-type draft-mtp without -md) the MTP context's on the target's model."""
     starts = [m.start() for m in _MODEL_LOAD.finditer(text)]
     if not starts:
         return [parse_buffers(text)]
-    return [_settled(text[a:b]) for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
+    loads = []
+    for a, b in zip(starts, starts[1:] + [len(text)], strict=True):
+        # mtp: draft-mtp's context is made on the target's model, so no model load opens it: its own
+        # cache and reserves follow this line (common/speculative.cpp common_speculative_init_result)
+        target, mark, mtp = text[a:b].partition(MTP_CONTEXT_LINE)
+        loads += [_settled(target)] + ([_settled(mtp)] if mark else [])
+    return loads
 
 
 def _reserves(text: str) -> list[int]:
