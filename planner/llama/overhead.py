@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from planner.core.units import MiB
-from planner.hardware.inventory import Inventory
+from planner.hardware.inventory import DeviceSpec, Inventory
+from planner.hardware.vulkan_devices import vulkan_features
 from planner.llama.placement import Device
 from runtime.ggml.profiles import Backend
 
@@ -38,6 +39,7 @@ class ProcessKind(str, Enum):
 H200_RECORD = "tests/peer/data/cuda/nvidia-h200.json"
 MEASURED_CC = 900          # the record's compute capability (9.0); another is another measurement
 MEASURED_CUDA = "13.0"     # the record's CUDA runtime
+CPU_DEVICE_TYPE = "PHYSICAL_DEVICE_TYPE_CPU"   # VkPhysicalDeviceType of a software implementation
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,10 @@ def device_overhead(device: Device, inventory: Inventory | None = None) -> Overh
     backend = device.remote_backend if device.backend is Backend.RPC else device.backend
     if backend is None or (backend, process) not in FIGURES:
         return None
-    n_bytes, source = FIGURES[backend, process]
     spec = inventory.get(device.name) if inventory is not None else None
+    if spec is not None and backend is Backend.VULKAN and _cpu_type(spec):
+        return None   # a CPU-type Vulkan device (Mesa's lavapipe): its memory and its context are the host's RAM
+    n_bytes, source = FIGURES[backend, process]
     cc = spec.compute_capability if spec is not None else None
     measured = backend is Backend.CUDA and cc == MEASURED_CC
     if backend is Backend.CUDA and not measured:
@@ -102,6 +106,11 @@ def device_overhead(device: Device, inventory: Inventory | None = None) -> Overh
         source = (f"not measured at {at}: the figure measured at 9.0 with CUDA {MEASURED_CUDA} "
                   f"({H200_RECORD}), until a record of that GPU measures it")
     return Overhead(n_bytes, backend, process, measured, source)
+
+
+def _cpu_type(spec: DeviceSpec) -> bool:
+    features = vulkan_features(spec.description)
+    return features is not None and features.device_type == CPU_DEVICE_TYPE
 
 
 def overheads(devices: tuple[Device, ...], inventory: Inventory | None = None) -> dict[str, Overhead]:

@@ -272,7 +272,7 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
     kernels = (decode_kernels(settings, n_outputs_max, dry_run=dry) or {}) if source == SIMULATED else {}
     splits = (decode_splits(settings, n_outputs_max, dry_run=dry) or 0) if source == SIMULATED else 0
     meta = next((d.name for d in settings.devices if d.members), None)
-    members = member_rows(settings, compute.get(meta, 0)) if meta else ()
+    members = member_rows(settings, compute.get(meta, 0), inventory) if meta else ()
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
     held = overheads(settings.devices, inventory)
     rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0),

@@ -119,8 +119,8 @@ def probe(s: Setting) -> Probes:
     return Probes(weights, experts, kv, per_device, extra, host_fixed, fixed)
 
 
-def overhead_bytes(device: Device) -> int:
-    o = device_overhead(device)
+def overhead_bytes(device: Device, inventory: Inventory) -> int:
+    o = device_overhead(device, inventory)
     return 0 if o is None else o.bytes
 
 
@@ -168,7 +168,7 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
         # a companion pinned here holds its bytes whether or not the target puts layers here; the process
         # holds its overhead on every device of its list (planner/llama/overhead.py)
         budget = (s.budgets.devices.get(d.name, 0) - probes.companion_fixed.get(d.name, 0)
-                  - overhead_bytes(d))
+                  - overhead_bytes(d, s.inventory))
         slots.append(Slot(d.name, budget, rates.bandwidth(d.name),
                           compute.get(d.name, 0) + correction.get(d.name, 0), rates.latency(d.name),
                           pooled=d.name in s.budgets.pool_devices))

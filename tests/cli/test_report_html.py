@@ -19,6 +19,7 @@ import pytest
 from planner.cli import main
 from planner.planning import whatfits
 from planner.synth.shapes import write_shape
+from tests.support.overhead import cuda
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--devices", "configs/devices/workstation-2x3090.yaml"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +199,7 @@ def test_the_choose_page_holds_a_section_per_candidate_and_nothing_overflows(chr
     picked = [q for q in QUANTS if q.tag in ("Q2_K", "Q8_0", "F16")]
     models = [str(spec(q).write(tmp_path / f"Model-{q.tag}.gguf")[0]) for q in picked]
     page = tmp_path / "choose.html"
-    assert main(["choose", *models, "--device", "CUDA0=640MiB", "--ram", "4GiB", "--max-ram", "160MiB",
+    assert main(["choose", *models, "--device", f"CUDA0={cuda(640)}", "--ram", "4GiB", "--max-ram", "160MiB",
                  "--ctx", "8192", "--html", str(page)]) == 0
     dom = browse(chromium, with_check(page, tmp_path), tmp_path, "--dump-dom", width=width).stdout
     assert '<pre id="overflow-verdict">no overflow</pre>' in dom, re.findall(r"OVERFLOW: [^<]*", dom)
