@@ -13,7 +13,7 @@ from planner.hardware.budgets import DEFAULT_DEVICE_MARGIN, pool_members
 from planner.hardware.inventory import same_cards
 from planner.llama.context import ModelContext
 from planner.llama.placement import HOST
-from planner.memory.estimate import compute_note, estimate
+from planner.memory.estimate import compute_note, estimate, overhead_notes
 from planner.planning.commands import PLANNED_PROGRAM
 from planner.planning.contexts import context_source, max_context
 from planner.planning.problem import costs_for, row_totals
@@ -94,8 +94,8 @@ def _outside_breakdown(result: PlanResult) -> list[str]:
     """Memory each device's process holds outside llama.cpp's breakdown: the overhead term the plan counts
     in every device row (planner/llama/overhead.py), with its source, and what it is made of
     (runtime/ggml/profiles.py), once per backend."""
-    lines = [f"{name}: {fmt_bytes(o.bytes)} outside llama.cpp's breakdown counted against its budget (held by the "
-             f"{o.process.value}), {o.label}: {o.source}" for name, o in result.estimate.overheads]
+    lines = [line.replace("overhead ", "counted against the budget: overhead ", 1)
+             for line in overhead_notes(result.estimate.overheads)]
     used = {d.name for d in result.estimate.devices}
     for backend in dict.fromkeys(d.backend for d in result.inventory.devices if d.name in used):
         terms = PROFILES[backend].outside_breakdown

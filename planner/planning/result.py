@@ -26,6 +26,7 @@ from planner.memory.estimate import (
 from planner.planning.commands import LLAMA_BENCH, LLAMA_SERVER, BenchArgv, bench_argv, command_line, server_argv
 from planner.planning.solve import Objective, Solver
 from planner.planning.throughput import Prediction
+from runtime.ggml.profiles import Backend
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,20 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
     }
 
 
+def windows_note(result: PlanResult) -> list[str]:
+    """On Windows the CUDA driver spills past the card's memory into shared system memory instead of failing (the
+    NVIDIA driver's "CUDA - Sysmem Fallback Policy"): a plan that overruns runs slowly rather than stopping. Says
+    so for a plan with CUDA devices, with what the plan leaves free on each."""
+    held = {d.name: d.held_bytes for d in result.estimate.totals}
+    cuda = [d for d in result.inventory.devices if d.backend is Backend.CUDA and d.name in held]
+    if not cuda:
+        return []
+    left = ", ".join(f"{d.name} {fmt_mib(max(0, d.free_bytes - held[d.name]))} MiB" for d in cuda)
+    return [f"on Windows, CUDA allocations past a card's memory spill into shared system memory (slow, not an "
+            f"out-of-memory error) unless the driver's CUDA Sysmem Fallback Policy is 'Prefer No Sysmem Fallback'; "
+            f"this plan leaves free: {left}"]
+
+
 def _headroom(budget: int | None, total: int) -> str:
     if budget is None:
         return "-"
@@ -242,11 +257,13 @@ def plan_table(result: PlanResult) -> str:
                                    result.estimate.compute_safety)]
     if result.estimate.notes:
         lines += ["", *result.estimate.notes]
+    if result.estimate.decode_splits or result.estimate.overheads:
+        lines.append("")
     lines += split_note(result.estimate)
     if result.estimate.overheads:
-        lines += ["", *overhead_notes(result.estimate.overheads),
+        lines += [*overhead_notes(result.estimate.overheads),
                   "headroom is the budget less total and overhead (the budget's default leaves the device margin "
-                  "free beyond both)"]
+                  "free beyond both)", *windows_note(result)]
     if result.explain:
         lines += ["", "why:"] + [f"  {line}" for line in result.explain]
     return "\n".join(lines) + "\n"
