@@ -122,6 +122,8 @@ PLAN_FIELDS = {
     "devices[].context_bytes": "KV cache and recurrent state on the device",
     "devices[].compute_bytes": "the compute buffer (how it was obtained: `compute_model`)",
     "devices[].total_bytes": "the sum of the three",
+    "devices[].overhead_bytes": "what the process holds on the device outside llama.cpp's breakdown (its GPU "
+                                "context, BLAS workspace, pool); the budget holds it with `total_bytes`",
     "devices[].budget_bytes": "the device's budget (null for rows without one, e.g. CPU_REPACK)",
     "devices[].layers": "the repeating layers (blk.N) the device holds",
     "devices[].output_layer": "whether the device holds the output layer",

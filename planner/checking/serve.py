@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from planner.checking.device_memory import PlannedDevice, after_load_notes, measure_gpus, planned_devices
 from planner.checking.llama import (
     host_row,
     parse_breakdown,
@@ -40,7 +41,7 @@ from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.render import table
 from planner.core.units import MiB, fmt_mib
-from planner.hardware.budgets import pool_name, resolve_budgets
+from planner.hardware.budgets import DEFAULT_DEVICE_MARGIN, pool_name, resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory, rpc_endpoints
 from planner.llama.context import model_context
@@ -59,6 +60,9 @@ DEFAULT_PORT = 8080   # llama-server's own default (common/common.h)
 MODEL_SLACK = MiB
 COMPUTE_REL = 0.03
 COMPUTE_ABS = 4 * MiB
+# a device's growth after load beyond its rows and overhead that serve warns about: the H200 record's loads grew
+# within 2 MiB of them (tests/peer/test_gpu_overhead.py); the pool grows on use beyond one answer
+DEVICE_SLACK = 64 * MiB
 # llama-server's trace level: the load's buffer lines and the breakdown it prints as it stops
 # (common/log.h LOG_LEVEL_TRACE; the default level 3 shows neither)
 LOG_LEVEL = ["-lv", "4"]
@@ -101,6 +105,7 @@ class PreparedServe:
     pool_devices: tuple[str, ...] = ()
     load_predicted: dict[str, tuple[int, int, int]] | None = None   # every model at load (companions added);
                                                                     # None: the target's alone
+    gpus: tuple[PlannedDevice, ...] = ()   # local CUDA/ROCm devices, measured before and after the load
 
 
 @dataclass(frozen=True)
@@ -261,9 +266,14 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
             "--host", req.host, "--port", str(port), *LOG_LEVEL]
     names = tuple(d.name for d in settings.devices)
     endpoints = {d.name: d.endpoint for d in (plan.inventory.devices if plan.inventory else ()) if d.endpoint}
+    load_predicted = with_companions(predicted, est) if est.companions else None
+    specs = {d.name: d for d in (plan.inventory.devices if plan.inventory else ())}
+    gpus = planned_devices(names, {d.name: d.backend for d in settings.devices}, load_predicted or predicted,
+                           {name: o.bytes for name, o in est.overheads},
+                           {n: d.id for n, d in specs.items() if d.id})
     return PreparedServe(tuple(argv), f"http://{req.host}:{port}", req.host, port, flags, predicted,
                          judged.budgets, names, endpoints, tuple(notes), judged.uma_pool_bytes, judged.pool_devices,
-                         with_companions(predicted, est) if est.companions else None)
+                         load_predicted, tuple(gpus))
 
 
 def with_companions(target: dict[str, tuple[int, int, int]], est: Estimate) -> dict[str, tuple[int, int, int]]:
@@ -359,6 +369,7 @@ def run_serve(prepared: PreparedServe, on_ready: Callable[[int, MemoryCheck], No
         fd, name = tempfile.mkstemp(prefix="fitplan-serve-", suffix=".log")
         os.close(fd)   # kept after the run: the log is the user's
         log_path = Path(name)
+    before = measure_gpus() if prepared.gpus else []
     proc = start_server(list(prepared.argv), log_path)
     load = None
     try:
@@ -372,6 +383,10 @@ def run_serve(prepared: PreparedServe, on_ready: Callable[[int, MemoryCheck], No
             else:
                 load = _check("load", load_rows(log_path.read_text(errors="replace"), prepared.endpoints,
                                                 prepared.load_predicted is not None), prepared, prepared.notes)
+                if prepared.gpus:   # the device as its driver sees it: the rows, the overhead, what is left
+                    measured = after_load_notes(list(prepared.gpus), before, measure_gpus(), DEFAULT_DEVICE_MARGIN,
+                                                DEVICE_SLACK)
+                    load = replace(load, notes=load.notes + tuple(measured))
                 on_ready(proc.pid, load)
             proc.wait()
     finally:

@@ -100,7 +100,18 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
     else:
         check_resident(ctx.model, est)   # before a byte is allocated: one line and exit 1 past MemAvailable
         report = _validate_embedded(held, settings, target_rows(est), kernels)
-    return replace(report, notes=report.notes + ((note,) if note else ()), peak_rss_bytes=peak_rss_bytes())
+    return replace(report, notes=report.notes + ((note,) if note else ()) + overhead_note(est),
+                   peak_rss_bytes=peak_rss_bytes())
+
+
+def overhead_note(est: Estimate) -> tuple[str, ...]:
+    """The overhead a plan counts beside these rows (planner/llama/overhead.py): not allocated by the embedded
+    engine, and not in llama.cpp's breakdown either, so the rows here leave it out."""
+    if not est.overheads:
+        return ()
+    parts = ", ".join(f"{name} {fmt_mib(o.bytes)} MiB ({o.label})" for name, o in est.overheads)
+    return (f"not in these rows: the overhead outside llama.cpp's breakdown that a plan counts within the budget: "
+            f"{parts}",)
 
 
 def _companions_held(req: ValidateRequest, est: Estimate) -> tuple[ValidateRequest, str]:

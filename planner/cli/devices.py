@@ -14,6 +14,7 @@ import typer
 from planner.cli.options import DeviceOpt, DevicesOpt, Format, InventoryOptions, MaxRamOpt, MaxVramOpt, Ram, RpcOpt
 from planner.core.render import render, table
 from planner.core.units import fmt_bytes
+from planner.hardware.apple import WIRED_LIMIT_SYSCTL, read_wired_limit, working_set
 from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins
 from planner.hardware.inventory import DeviceSpec, Inventory, Selection, inventory_to_dict, llama_devices, rpc_flag
 from planner.hardware.inventory_yaml import cpu_list_text
@@ -44,7 +45,15 @@ class DevicesReport:
         out["same_cards"] = [dict(vars(same)) for same in self.selection.same_cards]
         out["llama_flags"] = shlex.join(self.llama_flags)
         out["source"] = self.inventory.source
+        for row, d in zip(out["devices"], self.inventory.devices, strict=True):
+            ws = working_set(d, self.wired_limit)
+            if ws is not None:
+                row["working_set_bytes"], row["working_set_source"] = ws.bytes, ws.source
         return out
+
+    @property
+    def wired_limit(self) -> int | None:
+        return read_wired_limit() if self.inventory.source == "detected" else None
 
     def to_table(self) -> str:
         def rate(n: int, unit: str, scale: float) -> str:
@@ -71,6 +80,12 @@ class DevicesReport:
             lines.append(f"llama.cpp device order: {', '.join(self.selection.names) or 'none'}")
         for same in self.selection.same_cards:
             lines.append(f"{same.skipped} is {same.used} (one card, id {same.id}): llama.cpp uses {same.used}")
+        for d in self.inventory.devices:
+            ws = working_set(d, self.wired_limit)
+            if ws is not None:
+                lines.append(f"{d.name}: Metal's budget is the GPU working set, {fmt_bytes(ws.bytes)} of "
+                             f"{fmt_bytes(d.total_bytes)} ({ws.source}); when it is what binds, "
+                             f"`sudo sysctl {WIRED_LIMIT_SYSCTL}=N` (MiB) raises it")
         if self.llama_flags:
             lines.append(f"llama.cpp flags: {shlex.join(self.llama_flags)}")
         return "\n".join(lines)

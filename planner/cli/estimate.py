@@ -46,10 +46,11 @@ class BudgetedEstimate:
 
     @property
     def totals(self) -> dict[str, int]:
-        """Budgeted row -> bytes; the host's rows (Host, CPU_REPACK, ...) count against Host's budget."""
+        """Budgeted row -> bytes; the host's rows (Host, CPU_REPACK, ...) count against Host's budget, a device's
+        overhead outside llama.cpp's breakdown against its own."""
         from planner.llama.placement import HOST, HOST_ROWS  # numpy and gguf: not at `fitplan --help`
 
-        out = {d.name: d.total_bytes for d in self.estimate.devices if d.name not in HOST_ROWS}
+        out = {d.name: d.held_bytes for d in self.estimate.devices if d.name not in HOST_ROWS}
         out[HOST] = sum(d.total_bytes for d in self.estimate.devices if d.name in HOST_ROWS)
         return {name: n for name, n in out.items() if name in self.budgets}
 

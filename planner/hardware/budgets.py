@@ -5,6 +5,9 @@
   NAME=-N  free minus N
   N        the same rule for every device without its own item
   (unset)  free minus 512 MiB
+A Metal device's free memory is capped at macOS's GPU working set first (planner/hardware/apple.py). The default
+margin is left beyond the memory a process holds outside llama.cpp's breakdown, which plans count in each device
+row (planner/llama/overhead.py; docs/internals/gpu-overhead.md says why 512 MiB stays).
 The host RAM budget is available RAM minus max(2 GiB, 10 % of available) unless given (seed
 002: "reserving the larger of 2 GiB or 10% of available RAM for other work"); a given value
 follows the same positive/negative rules against available RAM.
@@ -18,11 +21,13 @@ from dataclasses import dataclass
 
 from planner.core.errors import BadInput, InventoryError
 from planner.core.units import SIZE_TEXT, GiB, MiB, fmt_mib, parse_size, quote
+from planner.hardware.apple import read_wired_limit, working_set
 from planner.hardware.inventory import HOST, LOCAL_GPU_KINDS, DeviceSpec, Inventory
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEVICE_MARGIN = 512 * MiB   # seed 002: "free memory minus a 512 MiB margin"
+# seed 002: "free memory minus a 512 MiB margin"; left beyond each row's overhead (planner/llama/overhead.py)
+DEFAULT_DEVICE_MARGIN = 512 * MiB
 HOST_RESERVE_MIN = 2 * GiB          # seed 002: "the larger of 2 GiB or 10% of available RAM"
 HOST_RESERVE_FRACTION = 0.10
 GPU_ALIAS = "gpu"                   # names the first local GPU in llama.cpp order
@@ -202,9 +207,22 @@ def host_budget(available: int, ram: str | None) -> int:
     return apply_limit(available, amount, reserve)
 
 
+def metal_free(inventory: Inventory) -> dict[str, int]:
+    """Free memory of each Metal device capped at its GPU working set (planner/hardware/apple.py): on this Mac
+    the wired-limit sysctl when set, else macOS's default share."""
+    wired = read_wired_limit() if inventory.source == "detected" else None
+    out = {}
+    for d in inventory.devices:
+        ws = working_set(d, wired)
+        if ws is not None:
+            out[d.name] = min(d.free_bytes, ws.bytes)
+    return out
+
+
 def resolve_budgets(inventory: Inventory, max_vram: str | None = None, ram: str | None = None) -> Budgets:
     amounts = parse_max_vram(inventory, max_vram)
-    devices = {d.name: apply_limit(d.free_bytes, amounts.get(d.name), DEFAULT_DEVICE_MARGIN) for d in inventory.devices}
+    free = {d.name: d.free_bytes for d in inventory.devices} | metal_free(inventory)
+    devices = {d.name: apply_limit(free[d.name], amounts.get(d.name), DEFAULT_DEVICE_MARGIN) for d in inventory.devices}
     for name, budget in devices.items():
         if budget == 0:
             log.warning("device %s has a budget of 0 bytes: nothing will be placed on it", name)
@@ -225,8 +243,10 @@ def resolve_budgets(inventory: Inventory, max_vram: str | None = None, ram: str 
 
 def fit_target_margins(inventory: Inventory, budgets: Budgets) -> list[int]:
     """Bytes llama.cpp's --fit should leave free on each device (llama.cpp order) so that it
-    uses no more than the budget: free - budget."""
-    return [max(0, d.free_bytes - budgets.devices[d.name]) for d in inventory.devices]
+    uses no more than the budget: free - budget (a Metal device's free memory as llama.cpp reports it: the
+    working set)."""
+    free = {d.name: d.free_bytes for d in inventory.devices} | metal_free(inventory)
+    return [max(0, free[d.name] - budgets.devices[d.name]) for d in inventory.devices]
 
 
 def fit_target_flag(margins: list[int]) -> list[str]:

@@ -11,6 +11,9 @@ anything").
   `--rpc A,B -dev RPC0 -ot 'blk\\.0\\.ffn_down\\.weight=RPC0[B]'` aborts there (exit 134).
 - More devices than the scheduler holds: llama_context gives ggml_backend_sched_new one backend per
   model device plus the CPU, and it asserts n_backends <= GGML_SCHED_MAX_BACKENDS (ggml-backend.cpp:1872).
+- A CUDA and a ROCm device in one process: ggml-cuda is built either for CUDA or for HIP (GGML_USE_HIP
+  renames it ROCm), never both, so no llama.cpp binary lists both (seed 003 §3). Two processes do it: one
+  endpoint per build, or one build's GPU behind an rpc-server the other build's process reaches with --rpc.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from planner.hardware.inventory import DeviceKind, Inventory, same_cards
 from planner.hardware.limits import GGML_SCHED_MAX_BACKENDS
 from planner.llama.flags import LlamaFlags
 from planner.llama.placement import Device, TensorSlot
+from runtime.ggml.profiles import Backend
 
 _ABORT = "pre-allocated tensor ({tensor}) in a buffer ({buft}) that cannot run the operation (NONE)"
 
@@ -33,6 +37,7 @@ def check_expressible(flags: LlamaFlags, inventory: Inventory | None, devices: t
                         f"aborts: GGML_ASSERT(n_backends <= GGML_SCHED_MAX_BACKENDS) with "
                         f"GGML_SCHED_MAX_BACKENDS = {GGML_SCHED_MAX_BACKENDS} (ggml-backend.cpp:1872); "
                         f"use at most {GGML_SCHED_MAX_BACKENDS - 1} devices (-dev)")
+    _check_one_gpu_build(devices)
     if flags.split_mode == "tensor":
         return   # one meta device over the members: its own rules (planner/llama/tensor_parallel.py)
     used = {name for d in devices for name in d.buft_names()}
@@ -49,6 +54,18 @@ def check_expressible(flags: LlamaFlags, inventory: Inventory | None, devices: t
                             f"llama.cpp still takes its buffer type, allocates {name} there and aborts at its first "
                             f"reserve: '{_ABORT.format(tensor=name, buft=rule.target)}' (ggml-backend.cpp:941). "
                             f"Seed 003 §1: only the CPU or a device of the model can hold an overridden tensor")
+
+
+def _check_one_gpu_build(devices: tuple[Device, ...]) -> None:
+    """Refuse a process whose local devices need both a CUDA and a HIP build of ggml-cuda."""
+    cuda = [d.name for d in devices if d.backend is Backend.CUDA]
+    rocm = [d.name for d in devices if d.backend is Backend.ROCM]
+    if cuda and rocm:
+        raise FlagError(f"{', '.join(cuda)} (CUDA) and {', '.join(rocm)} (ROCm) in one llama.cpp process: ggml-cuda "
+                        f"is built for CUDA or for HIP, not both, so no llama.cpp binary lists both (seed 003 §3); "
+                        f"use two endpoints: plan each build's devices on their own (--device / -dev) and serve one "
+                        f"llama-server per build, or run an rpc-server of one build and reach it from the other "
+                        f"with --rpc")
 
 
 def _unused_buffer_types(flags: LlamaFlags, inventory: Inventory | None,

@@ -22,7 +22,8 @@ from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
 from planner.llama.kv import context_bytes, layer_caches
-from planner.llama.placement import CPU, CPU_REPACK, HOST, device_of
+from planner.llama.overhead import Overhead, device_overhead, overheads
+from planner.llama.placement import CPU, CPU_REPACK, HOST, INPUT_LAYER, device_of
 from planner.llama.programs import PROGRAM_NAMES, Program, dry_run, effective_program, outputs_max, program_argv
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.llama.tensor_parallel import META_NAME
@@ -33,7 +34,8 @@ from planner.memory.tensor_members import member_rows
 from planner.model.arch import AttnKind
 from planner.model.tensors import OUTPUT
 from runtime.engine.meta_check import llama_abort, meta_split_error
-from runtime.engine.reserve import decode_kernels, supported
+from runtime.engine.reserve import decode_kernels, decode_splits, supported
+from runtime.ggml.profiles import Backend
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,11 @@ class Estimate:
     # per row, the formula's stated safety term, included in compute_bytes (planner/memory/analytic.py
     # formula_safety); empty where the compute is simulated
     compute_safety: tuple[tuple[str, int], ...] = ()
+    # per device row, the memory its process holds outside the breakdown (planner/llama/overhead.py): the
+    # figure each row's overhead_bytes is, with its source and whether it was measured
+    overheads: tuple[tuple[str, Overhead], ...] = ()
+    # splits of the one-token graph as the simulated reserve's scheduler cut them; 0 for a formula estimate
+    decode_splits: int = 0
 
     @property
     def totals(self) -> tuple[DeviceMemory, ...]:
@@ -89,6 +96,8 @@ class Estimate:
             "pipeline_parallel": self.pipeline_parallel, "compute_model": self.compute_model,
             "program": self.program.value, "notes": list(self.notes),
             "compute_safety": dict(self.compute_safety),
+            "overheads": overhead_dict(self.overheads),
+            "decode_splits": self.decode_splits or None,
             "moved_tensors": [{"tensor": t, "to": to} for t, to in self.moved],
             "ignored_flags": list(self.flags.ignored),
             **({"meta_members": [_row_dict(d) for d in self.meta_members]} if self.meta_members else {}),
@@ -98,20 +107,20 @@ class Estimate:
 
     def to_table(self) -> str:
         rows = [[d.name, fmt_mib(d.model_bytes), fmt_mib(d.context_bytes), fmt_mib(d.compute_bytes),
-                 fmt_mib(d.total_bytes), layer_ranges(dict(self.layers).get(device_of(d.name), ()),
-                                                 self.n_layer_all)] for d in self.devices]
+                 fmt_mib(d.total_bytes), fmt_mib(d.overhead_bytes),
+                 layer_ranges(dict(self.layers).get(device_of(d.name), ()), self.n_layer_all)] for d in self.devices]
         out = [f"{self.model_path}", f"n_ctx {self.cparams.n_ctx} ({self.cparams.n_stream} stream(s) of "
                f"{self.cparams.n_ctx_seq}), n_ubatch {self.cparams.n_ubatch}, flash attention "
                f"{'on' if self.cparams.flash_attn else 'off'}, output layer on {self.output_device}"
                + (", pipeline parallel" if self.pipeline_parallel else ""), "",
-               table(["device", "model MiB", "context MiB", "compute MiB", "total MiB", "layers"], rows,
-                     align="lrrrrl")]
+               table(["device", "model MiB", "context MiB", "compute MiB", "total MiB", "overhead MiB", "layers"],
+                     rows, align="lrrrrrl")]
         if self.moved:
             out += ["", "tensors moved by overrides:"] + [f"  {t} -> {to}" for t, to in self.moved]
         if self.flags.ignored:
             out += ["", "ignored (no effect on memory): " + shlex.join(self.flags.ignored)]
         out += ["", compute_note(self.compute_model, self.model_arch, self.compute_safety), program_note(self.program),
-                *self.notes]
+                *overhead_notes(self.overheads), *split_note(self), *self.notes]
         if self.meta_members:
             out += ["", f"{META_NAME} members once really loaded (each holds its slices; the meta buffer is "
                     f"as large as its largest member's)", "", _rows_table(self.meta_members)]
@@ -122,6 +131,8 @@ class Estimate:
             out += ["", "all models together (what the budgets hold)", "", _rows_table(self.totals)]
         return "\n".join(out) + "\n"
 
+
+PINNED_BACKENDS = (Backend.CUDA, Backend.ROCM)   # ggml-cuda's host buffer type: cudaMallocHost / hipHostMalloc
 
 COMPANION_TITLES = {"draft": "drafter (speculative decoding)", "mmproj": "multimodal projector",
                     "lora": "LoRA adapter", "mtp": "MTP draft context (--spec-type draft-mtp) on"}
@@ -135,7 +146,35 @@ def _rows_table(rows: tuple[DeviceMemory, ...]) -> str:
 
 def _row_dict(d: DeviceMemory) -> dict[str, Any]:
     return {"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
-            "compute_bytes": d.compute_bytes}
+            "compute_bytes": d.compute_bytes, "overhead_bytes": d.overhead_bytes}
+
+
+def overhead_dict(figures: tuple[tuple[str, Overhead], ...]) -> dict[str, Any]:
+    """Each row's overhead figure with its source, by row name (JSON)."""
+    return {name: o.to_dict() for name, o in figures}
+
+
+def split_note(est: Estimate) -> list[str]:
+    """The one-token graph's split count, with seed 000's reading of a high count."""
+    if not est.decode_splits:
+        return []
+    n_devices = sum(1 for d in est.devices if d.name not in (HOST, CPU_REPACK) and d.total_bytes)
+    line = f"generation graph: {est.decode_splits} splits"
+    if est.decode_splits > 2 * (n_devices + 1):
+        why = ("expected here: -ot rules keep tensors of the layers on the host" if est.moved else
+               "a tensor on another device than its layer's: the KV cache on the host (-nkvo), an -ot rule, or a "
+               "type the device refuses")
+        line += f" (seed 000 reads a high count at generation time as something misplaced; {why})"
+    return [line]
+
+
+def overhead_notes(figures: tuple[tuple[str, Overhead], ...]) -> list[str]:
+    """One line per distinct figure: which rows carry it, who holds it, measured or assumed, and its source."""
+    by_figure: dict[Overhead, list[str]] = defaultdict(list)
+    for name, o in figures:
+        by_figure[o].append(name)
+    return [f"overhead {fmt_mib(o.bytes)} MiB on {', '.join(names)} (outside llama.cpp's breakdown, held by the "
+            f"{o.process.value} on {o.backend.value}), {o.label}: {o.source}" for o, names in by_figure.items()]
 
 
 def companion_dict(c: CompanionEstimate) -> dict[str, Any]:
@@ -165,6 +204,25 @@ def context_notes(ctx: ModelContext) -> tuple[str, ...]:
     return (f"context not sized: fitplan has no KV facts for {ctx.model.architecture} (planner/model/arch.py), so "
             f"the context column leaves out the caches of {unknown} of its {len(ctx.facts.layers)} layers, "
             f"which llama.cpp allocates",)
+
+
+def pinned_note(settings: LlamaSettings) -> tuple[str, ...]:
+    """A line when host weights land in a CUDA/ROCm build's pinned host buffer (make_cpu_buft_list puts the
+    device's host buffer type first; seed 003 §1): page-locked RAM the OS can neither swap nor lend out. The
+    input layer (token_embd) is not among them: it stays in the mapped CPU buffer (the H200 record's loads log
+    it as CPU_Mapped)."""
+    pinned = next((d for d in settings.devices if d.has_host_buffer and d.backend in PINNED_BACKENDS), None)
+    if pinned is None or settings.flags.no_host:
+        return ()
+    slots = settings.ctx.slot_by_name
+    host_weights = sum(slots[name].n_bytes for name, row in settings.placement.tensor_buft
+                       if row == HOST and slots[name].layer != INPUT_LAYER)
+    if not host_weights:
+        return ()
+    buft = f"{pinned.backend.value}_Host"
+    return (f"host weights: {fmt_mib(host_weights)} MiB in {buft}, pinned (page-locked) host memory counted in the "
+            f"Host row: the OS cannot swap it or give it to other processes while the model is loaded "
+            f"(GGML_CUDA_NO_PINNED=1 keeps it pageable, at a slower prompt upload; seed 003 §1)",)
 
 
 def program_note(program: Program) -> str:
@@ -212,10 +270,13 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
     safety = formula_safety(settings, n_outputs_max) if source == FORMULA and not supported(settings) else {}
     compute = {row: n + safety.get(row, 0) for row, n in compute.items()}
     kernels = (decode_kernels(settings, n_outputs_max, dry_run=dry) or {}) if source == SIMULATED else {}
+    splits = (decode_splits(settings, n_outputs_max, dry_run=dry) or 0) if source == SIMULATED else 0
     meta = next((d.name for d in settings.devices if d.members), None)
-    members = member_rows(settings, compute.get(meta, 0)) if meta else ()
+    members = member_rows(settings, compute.get(meta, 0), inventory) if meta else ()
     names = [d.name for d in settings.devices] + [HOST] + ([CPU_REPACK] if weights.get(CPU_REPACK) else [])
-    rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0)) for n in names)
+    held = overheads(settings.devices, inventory)
+    rows = tuple(DeviceMemory(n, weights.get(n, 0), kv.get(n, 0), compute.get(n, 0),
+                              held[n].bytes if n in held else 0) for n in names)
     by_dev: dict[str, list[int]] = defaultdict(list)
     for il, d in enumerate(placement.layer_device):
         by_dev[d].append(il)
@@ -224,5 +285,13 @@ def estimate_settings(settings: LlamaSettings, exact_compute: bool = True,
                     placement.pipeline_parallel, settings.ctx.facts.n_layer_all, source,
                     settings.ctx.model.architecture,
                     estimate_companions(settings, inventory, exact_compute) if settings.flags.has_companions else (),
-                    members, tuple(sorted(kernels.items())), program, context_notes(settings.ctx),
-                    tuple((row, safety[row]) for row in names if safety.get(row)))
+                    members, tuple(sorted(kernels.items())), program,
+                    context_notes(settings.ctx) + pinned_note(settings),
+                    tuple((row, safety[row]) for row in names if safety.get(row)),
+                    tuple(held.items()) + _member_overheads(settings, inventory), splits)
+
+
+def _member_overheads(settings: LlamaSettings, inventory: Inventory | None) -> tuple[tuple[str, Overhead], ...]:
+    """-sm tensor: each real device behind the meta row holds its own overhead."""
+    return tuple((m.name, o) for d in settings.devices for m in d.members
+                 if (o := device_overhead(m, inventory)) is not None)

@@ -18,10 +18,18 @@ class DeviceMemory:
     model_bytes: int
     context_bytes: int
     compute_bytes: int
+    # memory the process holds on this device outside llama.cpp's breakdown (planner/llama/overhead.py);
+    # not part of total_bytes, which is the breakdown's row
+    overhead_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         return self.model_bytes + self.context_bytes + self.compute_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """What the budget holds: the breakdown's row and the overhead."""
+        return self.total_bytes + self.overhead_bytes
 
 
 @dataclass(frozen=True)
@@ -57,9 +65,10 @@ def summed(groups: list[tuple[DeviceMemory, ...]]) -> tuple[DeviceMemory, ...]:
         for d in rows:
             if d.name not in acc:
                 order.append(d.name)
-                acc[d.name] = [0, 0, 0]
+                acc[d.name] = [0, 0, 0, 0]
             a = acc[d.name]
             a[0] += d.model_bytes
             a[1] += d.context_bytes
             a[2] += d.compute_bytes
+            a[3] += d.overhead_bytes   # the process's, carried by the target's rows (a companion's are 0)
     return tuple(DeviceMemory(n, *acc[n]) for n in order)

@@ -22,7 +22,9 @@ from __future__ import annotations
 from gguf import GGML_QUANT_SIZES
 
 from planner.core.units import pad
+from planner.hardware.inventory import Inventory
 from planner.llama.kv import layer_caches
+from planner.llama.overhead import device_overhead
 from planner.llama.placement import Device
 from planner.llama.settings import LlamaSettings
 from planner.memory.rows import DeviceMemory
@@ -53,7 +55,8 @@ def _slice_bytes(t: Tensor, state: SplitState, j: int, member: Device) -> int:
     return pad(size, member.alignment)
 
 
-def member_rows(settings: LlamaSettings, meta_compute: int) -> tuple[DeviceMemory, ...]:
+def member_rows(settings: LlamaSettings, meta_compute: int, inventory: Inventory | None = None
+                ) -> tuple[DeviceMemory, ...]:
     """Per real device behind the meta device: weights, context and compute a real load allocates."""
     meta = next((d for d in settings.devices if d.members), None)
     ctx = settings.ctx
@@ -63,7 +66,14 @@ def member_rows(settings: LlamaSettings, meta_compute: int) -> tuple[DeviceMemor
     split = LlamaTensorSplit(read_hparams(ctx.model, ctx.facts), weights, len(meta.members),
                              settings.flags.tensor_split or None)
     model, context = _weight_slices(settings, meta, weights, split), _context_slices(settings, meta, split)
-    return tuple(DeviceMemory(m.name, model[j], context[j], meta_compute) for j, m in enumerate(meta.members))
+    return tuple(DeviceMemory(m.name, model[j], context[j], meta_compute, _overhead(m, inventory))
+                 for j, m in enumerate(meta.members))
+
+
+def _overhead(member: Device, inventory: Inventory | None) -> int:
+    """The member's own process overhead (each real device holds its context; planner/llama/overhead.py)."""
+    o = device_overhead(member, inventory)
+    return 0 if o is None else o.bytes
 
 
 def _weight_slices(settings: LlamaSettings, meta: Device, weights: dict[str, Tensor],

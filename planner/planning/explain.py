@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.core.units import fmt_bytes
-from planner.hardware.budgets import pool_members
+from planner.hardware.apple import raise_advice, read_wired_limit, working_set
+from planner.hardware.budgets import DEFAULT_DEVICE_MARGIN, pool_members
 from planner.hardware.inventory import same_cards
 from planner.llama.context import ModelContext
 from planner.llama.placement import HOST
-from planner.memory.estimate import compute_note, estimate
+from planner.memory.estimate import compute_note, estimate, overhead_notes
 from planner.planning.commands import PLANNED_PROGRAM
 from planner.planning.contexts import context_source, max_context
 from planner.planning.problem import costs_for, row_totals
@@ -90,15 +91,33 @@ def _op_offload_choice(ctx: ModelContext, result: PlanResult) -> list[str]:
 
 
 def _outside_breakdown(result: PlanResult) -> list[str]:
-    """Memory each backend the plan uses allocates outside llama.cpp's breakdown (runtime/ggml/profiles.py),
-    once per backend."""
-    lines = []
+    """Memory each device's process holds outside llama.cpp's breakdown: the overhead term the plan counts
+    in every device row (planner/llama/overhead.py), with its source, and what it is made of
+    (runtime/ggml/profiles.py), once per backend."""
+    lines = [line.replace("overhead ", "counted against the budget: overhead ", 1)
+             for line in overhead_notes(result.estimate.overheads)]
     used = {d.name for d in result.estimate.devices}
     for backend in dict.fromkeys(d.backend for d in result.inventory.devices if d.name in used):
         terms = PROFILES[backend].outside_breakdown
         if terms:
             names = "; ".join(t.name + (f" {fmt_bytes(t.bytes)}" if t.bytes is not None else "") for t in terms)
-            lines.append(f"{backend.value}: not in llama.cpp's breakdown, left to each device's budget margin: {names}")
+            lines.append(f"{backend.value}: the overhead is made of {names}")
+    return lines
+
+
+def _working_sets(result: PlanResult) -> list[str]:
+    """A Metal device whose budget is capped by macOS's GPU working set: the limit, and how to raise it when the
+    plan leaves it less than the margin (planner/hardware/apple.py)."""
+    lines = []
+    held = row_totals(result.estimate)
+    for d in result.inventory.devices:
+        ws = working_set(d, read_wired_limit() if result.inventory.source == "detected" else None)
+        if ws is None or d.name not in held or ws.bytes >= d.free_bytes:
+            continue
+        line = f"{d.name}: its budget is capped at the GPU working set, {fmt_bytes(ws.bytes)} ({ws.source})"
+        if result.budget_of(d.name) - held[d.name] < DEFAULT_DEVICE_MARGIN:
+            line += "; it binds: " + raise_advice(d, held[d.name] + 2 * DEFAULT_DEVICE_MARGIN)
+        lines.append(line)
     return lines
 
 
@@ -118,9 +137,11 @@ def _devices_used(result: PlanResult) -> list[str]:
 
 def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     lines = _devices_used(result)
+    held = dict(result.estimate.overheads)
     for name, room in _headroom(result).items():
+        of_it = f" ({fmt_bytes(held[name].bytes)} of it the overhead)" if name in held else ""
         lines.append(f"{name}: {fmt_bytes(result.budget_of(name) - room)} of {fmt_bytes(result.budget_of(name))} "
-                     f"used, {fmt_bytes(room)} headroom")
+                     f"used{of_it}, {fmt_bytes(room)} headroom")
     if result.experts_on_host:
         lines.append(f"routed experts of {len(result.experts_on_host)} layer(s) stay in host memory (-ot ...=CPU): "
                      f"their device had no room for them")
@@ -134,5 +155,5 @@ def explain(ctx: ModelContext, result: PlanResult) -> tuple[str, ...]:
     lines += _op_offload_choice(ctx, result)
     lines += _layer_step(ctx, result)
     lines += _context_step(ctx, result)
-    lines += _outside_breakdown(result)
+    lines += _outside_breakdown(result) + _working_sets(result)
     return tuple(lines)

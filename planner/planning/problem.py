@@ -17,6 +17,7 @@ from planner.hardware.inventory import Inventory, same_cards
 from planner.llama.context import ModelContext
 from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.kv import layer_caches
+from planner.llama.overhead import device_overhead
 from planner.llama.placement import CPU, HOST, HOST_ROWS, INPUT_LAYER, Device
 from planner.llama.settings import LlamaSettings, resolve_on, resolve_settings
 from planner.memory.estimate import Estimate, estimate
@@ -118,6 +119,11 @@ def probe(s: Setting) -> Probes:
     return Probes(weights, experts, kv, per_device, extra, host_fixed, fixed)
 
 
+def overhead_bytes(device: Device, inventory: Inventory) -> int:
+    o = device_overhead(device, inventory)
+    return 0 if o is None else o.bytes
+
+
 def fixed_companion_bytes(est: Estimate) -> dict[str, int]:
     """The drafter's and the projector's bytes per budget row (HOST for every host row): fixed while
     the target's layers move, as each is pinned to its own device. Adapters follow the layers they
@@ -159,8 +165,10 @@ def build_problem(s: Setting, probes: Probes, correction: dict[str, int]) -> Pro
     host_budget = s.budgets.host_bytes - probes.host_fixed - correction.get(HOST, 0)
     slots = [Slot(CPU, max(host_budget, -1), rates.bandwidth(CPU), 0, 0.0)]
     for d in s.devices:
-        # a companion pinned here holds its bytes whether or not the target puts layers here
-        budget = s.budgets.devices.get(d.name, 0) - probes.companion_fixed.get(d.name, 0)
+        # a companion pinned here holds its bytes whether or not the target puts layers here; the process
+        # holds its overhead on every device of its list (planner/llama/overhead.py)
+        budget = (s.budgets.devices.get(d.name, 0) - probes.companion_fixed.get(d.name, 0)
+                  - overhead_bytes(d, s.inventory))
         slots.append(Slot(d.name, budget, rates.bandwidth(d.name),
                           compute.get(d.name, 0) + correction.get(d.name, 0), rates.latency(d.name),
                           pooled=d.name in s.budgets.pool_devices))
@@ -215,9 +223,10 @@ def overuse(s: Setting, est: Estimate) -> dict[str, int]:
 
 def row_totals(est: Estimate) -> dict[str, int]:
     """Bytes per budget row: each device's under its name, every host row (Host, CPU_REPACK) summed
-    under HOST; the companions' rows added to the target's."""
+    under HOST; the companions' rows added to the target's; each device's overhead outside the breakdown
+    (planner/llama/overhead.py) added to its row."""
     rows = est.totals   # every model the process loads: the target and its companions
-    totals = {d.name: d.total_bytes for d in rows if d.name not in HOST_ROWS}
+    totals = {d.name: d.held_bytes for d in rows if d.name not in HOST_ROWS}   # the overhead held with it
     totals[HOST] = sum(d.total_bytes for d in rows if d.name in HOST_ROWS)
     return totals
 

@@ -34,10 +34,12 @@ class Bar:
     compute_bytes: int
     budget_bytes: int | None
     note: str                    # what the row holds ("layers 0-17,output"), or what its figure is
+    overhead_bytes: int = 0      # held outside llama.cpp's breakdown (planner/llama/overhead.py)
 
     @property
     def total_bytes(self) -> int:
-        return self.model_bytes + self.context_bytes + self.compute_bytes
+        """What the row holds against its budget: the breakdown's three parts and the overhead."""
+        return self.model_bytes + self.context_bytes + self.compute_bytes + self.overhead_bytes
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ def plan_report(result: PlanResult, ctx: ModelContext | None = None) -> Report:
         result = replace(result, explain=explain(ctx or model_context(result.model_path), result))
     est, p = result.estimate, result.prediction
     bars = tuple(Bar(r["name"], r["model_bytes"], r["context_bytes"], r["compute_bytes"], r["budget_bytes"],
-                     "layers " + _ranges(r["layers"], r["output_layer"])) for r in plan_rows(result))
+                     "layers " + _ranges(r["layers"], r["output_layer"]), r["overhead_bytes"])
+                 for r in plan_rows(result))
     speeds: tuple[tuple[str, str], ...] = (
         ("decode", f"{p.decode_tokens_s:.1f} tokens/s"), ("prefill", f"{p.prefill_tokens_s:.0f} tokens/s"),
         ("device boundaries per token", str(p.n_boundaries)))

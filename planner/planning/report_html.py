@@ -8,7 +8,8 @@ from html import escape
 from planner.planning.report import Bar, LayerCell, Report
 
 # the three parts of a bar, as llama.cpp's memory breakdown names them, and their colours
-PARTS = (("model", "#4e79a7"), ("context", "#f28e2b"), ("compute", "#59a14f"))
+PARTS = (("model", "#4e79a7"), ("context", "#f28e2b"), ("compute", "#59a14f"),
+         ("overhead outside llama.cpp's breakdown", "#bab0ac"))
 # one colour per device row, in order; Host keeps grey
 DEVICE_COLOURS = ("#4e79a7", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#59a14f")
 HOST_COLOUR = "#9e9e9e"
@@ -71,7 +72,8 @@ def _bar(bar: Bar) -> str:
     inside when the row is over it), on a 1000-unit-wide SVG."""
     scale = max(bar.total_bytes, bar.budget_bytes or 0, 1)
     x, rects = 0.0, []
-    for (part, colour), n in zip(PARTS, (bar.model_bytes, bar.context_bytes, bar.compute_bytes), strict=True):
+    for (part, colour), n in zip(PARTS, (bar.model_bytes, bar.context_bytes, bar.compute_bytes, bar.overhead_bytes),
+                                   strict=True):
         width = 1000 * n / scale
         if width > 0:
             rects.append(f'<rect x="{x:.1f}" y="3" width="{width:.1f}" height="20" fill="{colour}">'
@@ -101,11 +103,12 @@ def _memory(report: Report) -> str:
     rows = "".join(
         f'<tr><td>{escape(b.name)}</td><td class="num">{_mib(b.model_bytes)}</td>'
         f'<td class="num">{_mib(b.context_bytes)}</td><td class="num">{_mib(b.compute_bytes)}</td>'
-        f'<td class="num">{_mib(b.total_bytes)}</td>'
+        f'<td class="num">{_mib(b.overhead_bytes)}</td><td class="num">{_mib(b.total_bytes)}</td>'
         f'<td class="num">{"-" if b.budget_bytes is None else _mib(b.budget_bytes)}</td></tr>'
         for b in report.bars)
     table = ('<div class="scroll"><table><thead><tr><th>device</th><th class="num">model</th>'
-             '<th class="num">context</th><th class="num">compute</th><th class="num">total</th>'
+             '<th class="num">context</th><th class="num">compute</th><th class="num">overhead</th>'
+             '<th class="num">total</th>'
              f'<th class="num">budget</th></tr></thead><tbody>{rows}</tbody></table></div>')
     bars = "".join(_bar(b) for b in report.bars)
     return f'<section id="memory"><h2>Memory per device</h2><div class="legend">{legend}</div>{bars}{table}</section>'

@@ -14,10 +14,19 @@ from planner.llama.flags import LlamaFlags, flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
 from planner.llama.tensor_parallel import META_NAME
 from planner.memory.analytic import SIMULATED
-from planner.memory.estimate import COMPANION_TITLES, Estimate, companion_dict, compute_note
+from planner.memory.estimate import (
+    COMPANION_TITLES,
+    Estimate,
+    companion_dict,
+    compute_note,
+    overhead_dict,
+    overhead_notes,
+    split_note,
+)
 from planner.planning.commands import LLAMA_BENCH, LLAMA_SERVER, BenchArgv, bench_argv, command_line, server_argv
 from planner.planning.solve import Objective, Solver
 from planner.planning.throughput import Prediction
+from runtime.ggml.profiles import Backend
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,7 @@ def plan_rows(result: PlanResult) -> list[dict[str, Any]]:
         on = layers.get(device_of(d.name), ())
         rows.append({"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
                      "compute_bytes": d.compute_bytes, "total_bytes": d.total_bytes,
+                     "overhead_bytes": d.overhead_bytes,
                      "budget_bytes": budget if d.name != CPU_REPACK else None,
                      "layers": [i for i in on if i < est.n_layer_all],
                      "output_layer": est.n_layer_all in on})
@@ -183,10 +193,26 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "program": result.estimate.program.value,
         "notes": list(result.estimate.notes),
         "compute_safety": dict(result.estimate.compute_safety),
+        "overheads": overhead_dict(result.estimate.overheads),
+        "decode_splits": result.estimate.decode_splits or None,
         "explain": list(result.explain),
         **({"companions": [companion_dict(c) for c in result.estimate.companions]}
            if result.estimate.companions else {}),
     }
+
+
+def windows_note(result: PlanResult) -> list[str]:
+    """On Windows the CUDA driver spills past the card's memory into shared system memory instead of failing (the
+    NVIDIA driver's "CUDA - Sysmem Fallback Policy"): a plan that overruns runs slowly rather than stopping. Says
+    so for a plan with CUDA devices, with what the plan leaves free on each."""
+    held = {d.name: d.held_bytes for d in result.estimate.totals}
+    cuda = [d for d in result.inventory.devices if d.backend is Backend.CUDA and d.name in held]
+    if not cuda:
+        return []
+    left = ", ".join(f"{d.name} {fmt_mib(max(0, d.free_bytes - held[d.name]))} MiB" for d in cuda)
+    return [f"on Windows, CUDA allocations past a card's memory spill into shared system memory (slow, not an "
+            f"out-of-memory error) unless the driver's CUDA Sysmem Fallback Policy is 'Prefer No Sysmem Fallback'; "
+            f"this plan leaves free: {left}"]
 
 
 def _headroom(budget: int | None, total: int) -> str:
@@ -200,16 +226,18 @@ def plan_table(result: PlanResult) -> str:
     for r in plan_rows(result):
         budget = r["budget_bytes"]
         rows.append([r["name"], fmt_mib(r["model_bytes"]), fmt_mib(r["context_bytes"]), fmt_mib(r["compute_bytes"]),
-                     fmt_mib(r["total_bytes"]), "-" if budget is None else fmt_mib(budget),
-                     _headroom(budget, r["total_bytes"]), layer_ranges(r["layers"], output=r["output_layer"]) or "-"])
+                     fmt_mib(r["total_bytes"]), fmt_mib(r["overhead_bytes"]),
+                     "-" if budget is None else fmt_mib(budget),
+                     _headroom(budget, r["total_bytes"] + r["overhead_bytes"]),
+                     layer_ranges(r["layers"], output=r["output_layer"]) or "-"])
     p = result.prediction
     bench = llama_bench(result)
     lines = [
         f"{result.model_path}: context {result.n_ctx}, {result.flags.n_parallel} slot(s), "
         f"KV {result.flags.cache_type_k}, objective {result.request.objective.value}",
         "",
-        table(["device", "model MiB", "context MiB", "compute MiB", "total MiB", "budget MiB", "headroom MiB",
-               "layers"], rows, align="lrrrrrrl"),
+        table(["device", "model MiB", "context MiB", "compute MiB", "total MiB", "overhead MiB", "budget MiB",
+               "headroom MiB", "layers"], rows, align="lrrrrrrrl"),
         "",
         f"predicted: decode {p.decode_tokens_s:.1f} tokens/s, prefill {p.prefill_tokens_s:.0f} tokens/s"
         + (" (calibrated rates)" if p.calibrated else "")
@@ -232,6 +260,13 @@ def plan_table(result: PlanResult) -> str:
                                    result.estimate.compute_safety)]
     if result.estimate.notes:
         lines += ["", *result.estimate.notes]
+    if result.estimate.decode_splits or result.estimate.overheads:
+        lines.append("")
+    lines += split_note(result.estimate)
+    if result.estimate.overheads:
+        lines += [*overhead_notes(result.estimate.overheads),
+                  "headroom is the budget less total and overhead (the budget's default leaves the device margin "
+                  "free beyond both)", *windows_note(result)]
     if result.explain:
         lines += ["", "why:"] + [f"  {line}" for line in result.explain]
     return "\n".join(lines) + "\n"

@@ -63,7 +63,7 @@ def tensor_option(ctx: ModelContext, inventory: Inventory, budgets: Budgets, lay
 
 def _over(est: Estimate, budgets: Budgets) -> str:
     """What goes past a budget: each member (its slices and its full compute buffer) and the host."""
-    use = {m.name: m.total_bytes for m in est.meta_members}
+    use = {m.name: m.held_bytes for m in est.meta_members}   # each member holds its own overhead
     use[HOST] = sum(d.total_bytes for d in est.totals if d.name in HOST_ROWS)
     over = budgets.over(use)
     return ", ".join(f"{row} over its budget by {n / 2**20:.0f} MiB" for row, n in over.items())

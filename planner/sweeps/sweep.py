@@ -8,7 +8,8 @@ llama.cpp's parser), then evaluated by one of two modes:
   estimate  what llama.cpp allocates for exactly those flags (cheap: the model is read once);
   plan      the planner's best placement under the budgets (it picks -ngl, -ts, -ot, and -ub
             unless ub is varied); `ctx=max` asks it for the largest context that fits.
-A point fits when every device's total is within its budget (planner/hardware/budgets.py semantics;
+A point fits when every device's total and overhead (planner/llama/overhead.py) are within its budget
+(planner/hardware/budgets.py semantics;
 Host only when the inventory knows the host's RAM) and, in plan mode, a placement was found.
 """
 from __future__ import annotations
@@ -64,6 +65,7 @@ class DeviceRow:
     budget_bytes: int | None   # None: no budget is known for this row (Host without RAM figures)
     layers: str                # layer ranges, `output` for the output layer
     budget_capped: bool = False   # the budget asked for is above the device's free memory, which caps it
+    overhead_bytes: int = 0       # held outside llama.cpp's breakdown (planner/llama/overhead.py)
 
     @property
     def total_bytes(self) -> int:
@@ -71,7 +73,8 @@ class DeviceRow:
 
     @property
     def fits(self) -> bool:
-        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+        """The rows and the overhead within the budget."""
+        return self.budget_bytes is None or self.total_bytes + self.overhead_bytes <= self.budget_bytes
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ class SweepResult:
                 rows.append(dict(head, fits=0, feasible=0))
             for d in p.devices:
                 row = dict(head, device=d.name, model_bytes=d.model_bytes, context_bytes=d.context_bytes,
-                           compute_bytes=d.compute_bytes, total_bytes=d.total_bytes,
+                           compute_bytes=d.compute_bytes, total_bytes=d.total_bytes, overhead_bytes=d.overhead_bytes,
                            budget_bytes="" if d.budget_bytes is None else d.budget_bytes,
                            budget_capped=int(d.budget_capped),
                            pool_fits="" if p.pool_fits is None else int(p.pool_fits),
@@ -149,8 +152,9 @@ class SweepResult:
                 "pool_fits": p.pool_fits,
                 "tokens_per_s": p.tokens_per_s,
                 "devices": [{"name": d.name, "model_bytes": d.model_bytes, "context_bytes": d.context_bytes,
-                             "compute_bytes": d.compute_bytes, "budget_bytes": d.budget_bytes,
-                             "budget_capped": d.budget_capped, "layers": d.layers} for d in p.devices],
+                             "compute_bytes": d.compute_bytes, "overhead_bytes": d.overhead_bytes,
+                             "budget_bytes": d.budget_bytes, "budget_capped": d.budget_capped, "layers": d.layers}
+                            for d in p.devices],
             } for p in self.points],
         }
 
@@ -179,8 +183,8 @@ class SweepResult:
 PLAN_BASE_FIELDS = frozenset({"n_ctx", "n_parallel", "n_ubatch", "cache_type_k", "cache_type_v", "flash_attn"})
 
 # The CSV's columns after the axis columns (README "fitplan sweep" documents each).
-CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total_bytes", "budget_bytes",
-               "budget_capped", "device_fits", "pool_fits", "fits", "layers", "n_ctx", "flags")
+CSV_COLUMNS = ("device", "model_bytes", "context_bytes", "compute_bytes", "total_bytes", "overhead_bytes",
+               "budget_bytes", "budget_capped", "device_fits", "pool_fits", "fits", "layers", "n_ctx", "flags")
 
 
 def _one_layer_steps(axis: Axis, ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None) -> Axis:
@@ -260,7 +264,8 @@ def _over_memory(inventory: Inventory, amount: int | None) -> list[str]:
 def _rows(est: Estimate, limit: dict[str, int], capped: frozenset[str] = frozenset()) -> tuple[DeviceRow, ...]:
     by_dev = dict(est.layers)
     return tuple(DeviceRow(d.name, d.model_bytes, d.context_bytes, d.compute_bytes, limit.get(d.name),
-                           layer_ranges(by_dev.get(device_of(d.name), ()), est.n_layer_all), d.name in capped)
+                           layer_ranges(by_dev.get(device_of(d.name), ()), est.n_layer_all), d.name in capped,
+                           d.overhead_bytes)
                  for d in est.devices)
 
 
@@ -269,7 +274,7 @@ def _pool_fits(budgets: Budgets | None, rows: tuple[DeviceRow, ...]) -> bool | N
     or without the host's RAM (the pool is the host's budget)."""
     if budgets is None or budgets.uma_pool_bytes is None or not budgets.host_bytes:
         return None
-    totals = {d.name: d.total_bytes for d in rows if d.name not in HOST_ROWS}
+    totals = {d.name: d.total_bytes + d.overhead_bytes for d in rows if d.name not in HOST_ROWS}
     totals[HOST] = sum(d.total_bytes for d in rows if d.name in HOST_ROWS)
     return budgets.pool_excess(totals) == 0
 

@@ -82,10 +82,18 @@ def decode_kernels(settings: LlamaSettings, n_outputs_max: int | None = None,
     return dict(found.kernels) if found is not None else None
 
 
+def decode_splits(settings: LlamaSettings, n_outputs_max: int | None = None, dry_run: bool = True) -> int | None:
+    """Splits of the one-token graph as the scheduler cut them (seed 000: a high count at generation time is the
+    cheap signal that something is misplaced), from the same reserve as reserve_compute; None without a builder."""
+    found = _reserved(settings, n_outputs_max, dry_run)
+    return found.n_splits_tg if found is not None else None
+
+
 @dataclass(frozen=True)
 class _Reserved:
     compute: dict[str, int]    # bytes per breakdown row
     kernels: dict[str, int]    # op nodes of the one-token graph per device name
+    n_splits_tg: int = 0       # splits of the one-token graph (llama.cpp's "graph splits" of the tg reserve)
 
 
 def _reserved(settings: LlamaSettings, n_outputs_max: int | None, dry_run: bool) -> _Reserved | None:
@@ -111,7 +119,8 @@ def _reserved(settings: LlamaSettings, n_outputs_max: int | None, dry_run: bool)
     finally:
         if collecting:
             gc.enable()
-    found = _Reserved({row_of(name): size for name, size in report.compute_bytes.items()}, dict(report.tg_kernels))
+    found = _Reserved({row_of(name): size for name, size in report.compute_bytes.items()}, dict(report.tg_kernels),
+                      report.n_splits_tg)
     _cache[key] = found
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)

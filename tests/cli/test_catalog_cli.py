@@ -141,7 +141,9 @@ def test_estimate_checks_host_and_apu_against_their_one_pool(capsys, model):
     doc = json.loads(out)
     pool = doc["shared_pool"]
     assert pool["devices"] == ["Host", "Vulkan0"] and pool["budget_bytes"] == 2 * GiB
-    totals = {d["name"]: d["model_bytes"] + d["context_bytes"] + d["compute_bytes"] for d in doc["devices"]}
+    # each row with the overhead its process holds outside llama.cpp's breakdown (the APU's is pool RAM too)
+    totals = {d["name"]: d["model_bytes"] + d["context_bytes"] + d["compute_bytes"] + d["overhead_bytes"]
+              for d in doc["devices"]}
     assert pool["bytes"] == totals["Host"] + totals.get("CPU_REPACK", 0) + totals["Vulkan0"]
     assert code == 0 and doc["fits"]
     code, out, _ = run(capsys, *args[:8], "--max-ram", f"{pool['bytes'] - totals['Vulkan0'] + 1}B",

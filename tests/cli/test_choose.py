@@ -22,14 +22,15 @@ from planner.gguf.reader import read_model
 from planner.gguf.source import INITIAL_CHUNK
 from tests.support.fake_hub import MODEL_MEDIA_TYPE, Hosts, OllamaLayer, hosted, settle
 from tests.support.http_server import Reply
+from tests.support.overhead import cuda
 from tests.support.quant_repo import MMPROJ, QUANTS, bits_per_weight, repo_path, spec, write_repo
 
 REPO = "org/Model-GGUF"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # a 640 MiB device (128 MiB after the default 512 MiB margin) and 160 MiB of host budget: the small
 # files run on the device, the middle ones spill to the host, F16 and BF16 fit nowhere at 8k
-BOX = ["--device", "CUDA0=640MiB", "--ram", "4GiB", "--max-ram", "160MiB", "--ctx", "8192"]
-ROOMY = ["--device", "CUDA0=4GiB", "--ram", "16GiB"]
+BOX = ["--device", f"CUDA0={cuda(640)}", "--ram", "4GiB", "--max-ram", "160MiB", "--ctx", "8192"]
+ROOMY = ["--device", f"CUDA0={cuda(4096)}", "--ram", "16GiB"]
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,10 @@ from tests.support.fake_hub import (
     settle,
     write_ollama_store,
 )
+from tests.support.overhead import cuda
 
-DEVICES = ["--device", "CUDA0=256MiB", "--ram", "4GiB", "--ctx", "2048", "--format", "json"]
+# a card whose default budget holds the CUDA overhead and no more: the plans are the host's
+DEVICES = ["--device", f"CUDA0={cuda(512)}", "--ram", "4GiB", "--ctx", "2048", "--format", "json"]
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 
 
@@ -127,7 +129,7 @@ def test_each_failure_is_one_line_and_exit_2(hosts, capsys, monkeypatch, case, m
     hosts.hf.add("org/model-GGUF", {"model-Q4_K_M.gguf": served}, commit=COMMIT)
     hosts.hf.add("org/gated-GGUF", {"model-Q4_K_M.gguf": served}, gated=True)
     with net.use(net.overridden(hf_endpoint=dead_endpoint()) if case == "dead endpoint" else net.current()):
-        code, out, err = run(capsys, "plan", model, "--device", "CUDA0=256MiB", "--ram", "4GiB")
+        code, out, err = run(capsys, "plan", model, "--device", f"CUDA0={cuda(512)}", "--ram", "4GiB")
     assert code == 2, err
     # the loopback server's own threads may print to stderr too (a client hanging up mid-answer)
     lines = [line for line in err.splitlines() if line.startswith("fitplan:")]

@@ -8,6 +8,7 @@ import pytest
 
 from planner.cli import main
 from planner.core.units import GiB, MiB
+from tests.support.overhead import CUDA_MIB, cuda
 
 OPTIONS = ("--devices", "--device", "--ram", "--rpc", "--max-vram", "--max-ram")
 MODEL = "example:gemma3-270m"
@@ -48,22 +49,25 @@ def test_budgets_need_devices(capsys, command):
     assert code == 2 and "--max-vram/--max-ram: budgets are relative to devices" in err, err
 
 
-SHORTHANDS = ["--device", "CUDA0=1GiB", "--ram", "8GiB", "--max-vram", "CUDA0=512MiB", "--max-ram", "4GiB"]
+# a 1 GiB card and a 512 MiB budget, each beside the CUDA overhead a plan counts within the budget
+SHORTHANDS = ["--device", f"CUDA0={cuda(1024)}", "--ram", "8GiB", "--max-vram", f"CUDA0={cuda(512)}", "--max-ram",
+              "4GiB"]
+BUDGET = (512 + CUDA_MIB) * MiB
 
 
 def test_devices_reports_the_budgets(capsys):
     code, out, _ = run(capsys, "devices", "--format", "json", "--no-llama", *SHORTHANDS)
     assert code == 0
     doc = json.loads(out)
-    assert doc["devices"][0]["budget_bytes"] == 512 * MiB and doc["host"]["budget_bytes"] == 4 * GiB
+    assert doc["devices"][0]["budget_bytes"] == BUDGET and doc["host"]["budget_bytes"] == 4 * GiB
 
 
 def test_estimate_checks_the_flags_against_the_budgets(capsys):
     code, out, _ = run(capsys, "estimate", MODEL, "--format", "json", *SHORTHANDS, "--", "-c", "1024", "-ngl", "99")
     doc = json.loads(out)
-    assert doc["budgets"] == {"CUDA0": 512 * MiB, "Host": 4 * GiB}
+    assert doc["budgets"] == {"CUDA0": BUDGET, "Host": 4 * GiB}
     cuda0 = next(d for d in doc["devices"] if d["name"] == "CUDA0")
-    within = sum(cuda0[k] for k in ("model_bytes", "context_bytes", "compute_bytes")) <= 512 * MiB
+    within = sum(cuda0[k] for k in ("model_bytes", "context_bytes", "compute_bytes", "overhead_bytes")) <= BUDGET
     assert doc["fits"] is within and code == (0 if within else 1)
     code, out, _ = run(capsys, "estimate", MODEL, "--device", "CUDA0=1GiB", "--max-vram", "CUDA0=16MiB",
                        "--", "-c", "1024", "-ngl", "99")
@@ -75,7 +79,7 @@ def test_sweep_fills_budgets_from_max_vram(capsys):
     assert code == 0, err
     rows = [r for p in json.loads(out)["points"] for r in p["devices"]]
     budgets = {r["name"]: r["budget_bytes"] for r in rows}
-    assert budgets["CUDA0"] == 512 * MiB and budgets["Host"] == 4 * GiB
+    assert budgets["CUDA0"] == BUDGET and budgets["Host"] == 4 * GiB
 
 
 def test_validate_takes_the_device_shorthands(capsys):
@@ -91,7 +95,7 @@ def test_plan_takes_the_same_options(capsys):
     code, out, err = run(capsys, *COMMANDS["plan"], "--format", "json", *SHORTHANDS)
     assert code == 0, err
     doc = json.loads(out)
-    assert {d["name"]: d["budget_bytes"] for d in doc["devices"]}["CUDA0"] == 512 * MiB
+    assert {d["name"]: d["budget_bytes"] for d in doc["devices"]}["CUDA0"] == BUDGET
 
 
 def test_a_plan_file_takes_no_inventory(capsys, tmp_path):

@@ -13,9 +13,10 @@ from __future__ import annotations
 import yaml
 
 from planner.cli import main
+from tests.support.overhead import cuda
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--device", "CUDA0=2GiB", "--device", "CUDA1=1GiB", "--ram", "16GiB",
-           "--max-vram", "CUDA0=90MiB,CUDA1=40MiB", "-c", "8192", "-ub", "512"]
+           "--max-vram", f"CUDA0={cuda(90)},CUDA1={cuda(40)}", "-c", "8192", "-ub", "512"]
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -8,6 +8,7 @@ import pytest
 
 from planner.cli import main
 from planner.synth.gguf_factory import llama_spec
+from tests.support.overhead import cuda
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -19,7 +20,7 @@ def model(tmp_path_factory):
     return str(written)
 
 
-PLAN = ["--device", "CUDA0=1GiB", "--ram", "16GiB", "-c", "1024"]
+PLAN = ["--device", f"CUDA0={cuda(1024)}", "--ram", "16GiB", "-c", "1024"]
 
 
 def test_plot_written(capsys, model, tmp_path):

@@ -16,6 +16,7 @@ from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.synth.draft_models import write_drafter
 from planner.synth.shapes_embed import BERT, tiny_bert
+from tests.support.overhead import CUDA_MIB
 
 MIB = 2**20
 HOST_ONLY = ["--ram", "3GiB"]
@@ -87,7 +88,7 @@ def _rows_within_budgets(doc: dict) -> None:
     for state in doc["sets"]:
         for row in state["devices"]:
             for name, n in row["models"].items():
-                own = [d["total_bytes"] for d in plans[name]["devices"]
+                own = [d["total_bytes"] + d["overhead_bytes"] for d in plans[name]["devices"]
                        if d["name"] == row["name"] or (row["name"] == "Host" and d["name"] == "CPU_REPACK")]
                 assert n == sum(own)
             assert row["total_bytes"] == sum(row["models"].values())
@@ -281,11 +282,13 @@ def test_an_always_model_that_needs_the_first_choice_gets_it(files, capsys):
     # enough: the order that fits is kept, and each model's rows are within what the other left
     models = {"gemma": {"model": files["gemma"], "ctx": 8192, "resident": "always", "priority": 10},
               "small": {"model": files["small"], "ctx": 4096, "resident": "always"}}
-    budget = ["--device", "CUDA0=1GiB", "--ram", "4GiB", "--max-vram", "350MiB", "--max-ram", "350MiB"]
+    # two processes on CUDA0: each holds its own CUDA overhead beside the 350 MiB of rows they share
+    budget = ["--device", f"CUDA0={1024 + 2 * CUDA_MIB}MiB", "--ram", "4GiB", "--max-vram",
+              f"{350 + 2 * CUDA_MIB}MiB", "--max-ram", "350MiB"]
     rc, doc = _run(capsys, ["plan-set", _write(files, "order", models), *budget])
     assert rc == 0, doc
     _rows_within_budgets(doc)
     # the small model placed first: its rows' budgets are the whole box's
     small = next(m for m in doc["models"] if m["name"] == "small")
     assert {d["name"]: d["budget_bytes"] for d in small["devices"] if d["budget_bytes"] is not None} == \
-        {"CUDA0": 350 * MIB, "Host": 350 * MIB}
+        {"CUDA0": (350 + 2 * CUDA_MIB) * MIB, "Host": 350 * MIB}

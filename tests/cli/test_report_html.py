@@ -19,6 +19,7 @@ import pytest
 from planner.cli import main
 from planner.planning import whatfits
 from planner.synth.shapes import write_shape
+from tests.support.overhead import cuda
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--devices", "configs/devices/workstation-2x3090.yaml"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
     try:
         assert main([*EXAMPLE, "--html", str(out / "plan.html"), "-o", str(out / "plan.yaml")]) == 0
         assert main(["report", str(out / "plan.yaml"), "-o", str(out / "report.html")]) == 0
-        tiny = ["plan", "example:gemma3-270m", "--device", "CUDA0=1GiB", "--ram", "700MiB", "--max-vram", "100MiB",
+        tiny = ["plan", "example:gemma3-270m", "--device", "CUDA0=1GiB", "--ram", "700MiB", "--max-vram", cuda(100),
                 "--max-ram", "300MiB", "--ctx", "32768", "--html", str(out / "infeasible.html")]
         # the page's figures are checked, not the search's time limit: a loaded CI machine must not turn
         # the Host row's search into a flake (as tests/planner/planning/test_what_fits.py unhurried)
@@ -178,8 +179,8 @@ def test_the_layer_map_of_experts_kept_on_the_host(chromium, tmp_path):
     # host memory (-ncmoe): those cells are dashed, and the moved tensors are listed by run of layers
     model = write_shape("qwen3moe-30b-a3b", tmp_path)
     page = tmp_path / "moe.html"
-    argv = ["plan", str(model), "--device", "CUDA0=7.5GiB", "--ram", "64GiB", "--ctx", "4096", "--html", str(page),
-            "--format", "json"]
+    argv = ["plan", str(model), "--device", f"CUDA0={cuda(7680)}", "--ram", "64GiB", "--ctx", "4096", "--html",
+            str(page), "--format", "json"]
     assert main(argv) == 0
     dom = browse(chromium, with_check(page, tmp_path), tmp_path, "--dump-dom", width=420).stdout
     assert '<pre id="overflow-verdict">no overflow</pre>' in dom, re.findall(r"OVERFLOW: [^<]*", dom)
@@ -198,7 +199,7 @@ def test_the_choose_page_holds_a_section_per_candidate_and_nothing_overflows(chr
     picked = [q for q in QUANTS if q.tag in ("Q2_K", "Q8_0", "F16")]
     models = [str(spec(q).write(tmp_path / f"Model-{q.tag}.gguf")[0]) for q in picked]
     page = tmp_path / "choose.html"
-    assert main(["choose", *models, "--device", "CUDA0=640MiB", "--ram", "4GiB", "--max-ram", "160MiB",
+    assert main(["choose", *models, "--device", f"CUDA0={cuda(640)}", "--ram", "4GiB", "--max-ram", "160MiB",
                  "--ctx", "8192", "--html", str(page)]) == 0
     dom = browse(chromium, with_check(page, tmp_path), tmp_path, "--dump-dom", width=width).stdout
     assert '<pre id="overflow-verdict">no overflow</pre>' in dom, re.findall(r"OVERFLOW: [^<]*", dom)

@@ -20,6 +20,7 @@ from planner.memory.estimate import Estimate
 from planner.model.inspect import InspectResult
 from planner.sweeps.sweep import SweepResult
 from planner.synth.gguf_factory import llama_spec
+from tests.support.overhead import CUDA_MIB, cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 KV_1024 = 2 * 1024 * 256
@@ -64,7 +65,8 @@ def test_estimate_takes_a_string_a_list_or_flags(model):
     assert by_string.to_dict() == by_list.to_dict() == by_flags.to_dict()
     assert by_string.to_dict()["devices"][0] == {"name": "CUDA0", "model_bytes": by_string.devices[0].model_bytes,
                                                  "context_bytes": KV_1024,
-                                                 "compute_bytes": by_string.devices[0].compute_bytes}
+                                                 "compute_bytes": by_string.devices[0].compute_bytes,
+                                                 "overhead_bytes": CUDA_MIB * 2**20}
 
 
 def test_estimate_for_llama_server(model):
@@ -104,7 +106,7 @@ def test_plan_needs_the_hosts_ram(model):
 
 
 def test_plan_takes_request_fields(model):
-    r = planner.plan(model, ["CUDA0=1GiB"], ram="16GiB", n_ctx=1024)
+    r = planner.plan(model, [f"CUDA0={cuda(1024)}"], ram="16GiB", n_ctx=1024)
     assert r.n_ctx == 1024 and "-c 1024" in r.to_dict()["flags"]
 
 

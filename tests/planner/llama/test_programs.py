@@ -14,6 +14,7 @@ from planner.llama.context import model_context
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, llama_spec
+from tests.support.overhead import cuda
 
 N_VOCAB, N_EMBD, N_UBATCH = 32768, 256, 512
 
@@ -96,7 +97,7 @@ def test_a_weights_only_architecture_says_its_context_is_not_sized(files):
     assert note in done.stdout
     doc = json.loads(_fitplan("estimate", str(files["baichuan"]), "--format", "json", "--", "-c", "1024").stdout)
     assert doc["notes"] == [note]
-    planned = _fitplan("plan", str(files["baichuan"]), "--device", "CUDA0=1GiB", "--ram", "4GiB", "-c", "1024")
+    planned = _fitplan("plan", str(files["baichuan"]), "--device", f"CUDA0={cuda(1024)}", "--ram", "4GiB", "-c", "1024")
     assert planned.returncode == 0, planned.stderr
     assert note in planned.stdout
     assert estimate(str(files["llama"]), ["-c", "1024"]).notes == ()

@@ -13,6 +13,7 @@ from planner.core.units import fmt_mib
 from planner.memory.analytic import FORMULA, SIMULATED
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import add_tokenizer, llama_spec
+from tests.support.overhead import cuda
 
 N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_VOCAB, N_CTX, N_UBATCH = 256, 8, 2, 1024, 2048, 4096, 512
 F32, F16, I32, I64 = 4, 2, 4, 8
@@ -62,6 +63,6 @@ def test_the_term_is_printed_and_in_the_json(files):
                                     capture_output=True, text=True, check=True).stdout)
     assert doc["compute_safety"] == {"Host": _by_hand()}
     planned = subprocess.run([sys.executable, "-m", "planner.cli", "plan", str(files["minicpm"]), "--device",
-                              "CUDA0=1GiB", "--ram", "4GiB", "-c", str(N_CTX)], capture_output=True, text=True)
+                              f"CUDA0={cuda(1024)}", "--ram", "4GiB", "-c", str(N_CTX)], capture_output=True, text=True)
     assert planned.returncode == 0, planned.stderr
     assert "compute: formula" in planned.stdout and "it includes a safety term" in planned.stdout

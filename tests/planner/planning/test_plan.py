@@ -21,6 +21,7 @@ from planner.planning.search import plan
 from planner.planning.solve import Objective
 from planner.planning.throughput import predict_estimate
 from planner.synth.gguf_factory import llama_spec, qwen3moe_spec
+from tests.support.overhead import CUDA_MIB
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,7 @@ def test_moe_experts_go_to_the_host_when_the_device_is_short(tmp_path):
     everything = estimate(ctx, parse_llama_flags(["-dev", "CUDA0", "-c", "4096", "-ngl", "all"]), inv)
     # a device budget 1.5 layers of experts short of holding everything: whole layers of experts
     # (two of them) must move to the host, and every layer can stay on the device
-    budget = everything.device("CUDA0").total_bytes - experts_per_layer * 3 // 2
+    budget = everything.device("CUDA0").held_bytes - experts_per_layer * 3 // 2   # held: the overhead with the rows
     result = plan(ctx, inv, PlanRequest(n_ctx=4096, n_ubatch=512), max_vram=f"CUDA0={budget}B")
     assert result.flags.n_gpu_layers == 5  # every block and the output layer stay offloaded
     assert len(result.experts_on_host) >= 2
@@ -136,7 +137,7 @@ def test_moe_experts_go_to_the_host_when_the_device_is_short(tmp_path):
 
 
 def test_context_objective_maximises_context(gemma):
-    inv = Inventory((gpu("CUDA0", 1 * GiB, 500e9),), HOST)
+    inv = Inventory((gpu("CUDA0", 1 * GiB + CUDA_MIB * 2**20, 500e9),), HOST)   # 1 GiB beside the overhead
     small = plan(gemma, inv, PlanRequest(n_ctx=4096))
     big = plan(gemma, inv, PlanRequest(objective=Objective.CONTEXT))
     assert big.n_ctx >= small.n_ctx

@@ -16,6 +16,7 @@ from planner.planning.result import PlanRequest, llama_argv
 from planner.planning.search import plan
 from planner.planning.solve import LayerDemand, Problem, Slot, solve_dp, solve_milp
 from planner.synth.gguf_factory import llama_spec
+from tests.support.overhead import CUDA_MIB, VULKAN_MIB, cuda
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(80e9), "test host", int(1e12))
 POOL = 100 * MiB   # a pool for the budget arithmetic
@@ -42,14 +43,14 @@ def rpc(memory: int) -> DeviceSpec:
 def pooled_bytes(result, members=("Host", "CPU_REPACK", "Vulkan0")) -> int:
     """What Host and the APU hold together under the plan's own flags, by an independent estimate."""
     est = estimate(result.estimate.model_path, parse_llama_flags(llama_argv(result)), result.inventory)
-    return sum(d.total_bytes for d in est.devices if d.name in members)
+    return sum(d.held_bytes for d in est.devices if d.name in members)   # the APU's overhead is pool RAM too
 
 
 def test_host_and_apu_together_never_exceed_the_pool(llama):
     # At -ub 32 the whole model takes ~97 MiB on Host and Vulkan0 together. Without the joint cap each
     # may take 80 MiB (160 MiB in all), so it "fits" split between them, though the machine has one
     # 80 MiB pool.
-    pool = 80 * MiB
+    pool = (80 + VULKAN_MIB) * MiB   # 80 MiB beside the APU's Vulkan overhead
     inv = Inventory((apu(pool),), HOST)
     with pytest.raises(InfeasiblePlacement) as err:
         plan(llama, inv, PlanRequest(n_ctx=4096), max_vram=f"Vulkan0={pool}B", ram=f"{pool}B", what_would_fit=True)
@@ -61,7 +62,7 @@ def test_host_and_apu_together_never_exceed_the_pool(llama):
 def test_a_plan_beside_an_rpc_device_keeps_the_pool(llama):
     # RPC0 can take part of the model; what it leaves on Host and Vulkan0 must fit 60 MiB together
     # (each alone may hold 60 MiB).
-    pool = 60 * MiB
+    pool = (60 + VULKAN_MIB) * MiB   # 60 MiB beside the APU's Vulkan overhead
     inv = Inventory((rpc(64 * MiB), apu(pool)), HOST)
     result = plan(llama, inv, PlanRequest(n_ctx=4096), max_vram=f"Vulkan0={pool}B,RPC0=64MiB", ram=f"{pool}B")
     assert result.budgets.uma_pool_bytes == pool
@@ -75,7 +76,7 @@ def test_the_pool_verdict_names_its_members():
     assert budgets.over({"Host": 40 * MiB, "Vulkan0": 60 * MiB}) == {}
 
 
-def card(name: str, backend: Backend, pci: str | None, memory: int = 400 * MiB) -> DeviceSpec:
+def card(name: str, backend: Backend, pci: str | None, memory: int = (400 + CUDA_MIB) * MiB) -> DeviceSpec:
     return DeviceSpec(name, DeviceKind.GPU, backend, memory, memory, int(360e9), int(25e12), int(25e9),
                       description="NVIDIA GeForce RTX 3060", id=pci)
 
@@ -85,7 +86,8 @@ def test_one_card_under_two_backends_is_planned_once_under_the_name_llama_cpp_ke
     # 003 §3); llama.cpp skips Vulkan0, whose device_id CUDA0 already has, and CUDA registers first.
     inv = Inventory((card("Vulkan0", Backend.VULKAN, "0000:01:00.0"), card("CUDA0", Backend.CUDA, "0000:01:00.0")),
                     HOST)
-    result = plan(llama, inv, PlanRequest(n_ctx=4096), max_vram="CUDA0=100MiB,Vulkan0=100MiB", with_explain=True)
+    result = plan(llama, inv, PlanRequest(n_ctx=4096), max_vram=f"CUDA0={cuda(100)},Vulkan0={100 + VULKAN_MIB}MiB",
+                  with_explain=True)
     assert result.flags.devices == ("CUDA0",)
     assert "Vulkan0" not in {d.name for d in result.estimate.devices}
     assert any("CUDA0 and Vulkan0 are one card" in line for line in result.explain)
@@ -94,7 +96,7 @@ def test_one_card_under_two_backends_is_planned_once_under_the_name_llama_cpp_ke
 def test_two_cards_with_different_ids_are_both_used(llama):
     inv = Inventory((card("CUDA0", Backend.CUDA, "0000:01:00.0"), card("Vulkan0", Backend.VULKAN, "0000:02:00.0")),
                     HOST)
-    result = plan(llama, inv, PlanRequest(n_ctx=4096), max_vram="CUDA0=60MiB,Vulkan0=60MiB")
+    result = plan(llama, inv, PlanRequest(n_ctx=4096), max_vram=f"CUDA0={cuda(60)},Vulkan0={60 + VULKAN_MIB}MiB")
     assert set(result.flags.devices or ()) == {"CUDA0", "Vulkan0"}
 
 

@@ -9,6 +9,7 @@ from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec
 from planner.llama.placement import HOST
 from planner.planning.set_input import ModelSet, Residency, SetEntry
 from planner.planning.set_plan import Room, left_over, process_view, units_of
+from tests.support.overhead import CUDA_MIB
 
 GIB, MIB = 2**30, 2**20
 
@@ -48,7 +49,9 @@ def test_units_group_members_and_go_by_priority():
 
 
 def test_the_python_front_door():
-    report = planner.plan_set("configs/sets/home-box.yaml", ["CUDA0=1GiB"], ram="8GiB", max_ram="1GiB")
+    # each of the set's four processes holds its own CUDA overhead beside its rows
+    report = planner.plan_set("configs/sets/home-box.yaml", [f"CUDA0={1024 + 4 * CUDA_MIB}MiB"], ram="8GiB",
+                              max_ram="1GiB")
     doc = report.to_dict()
     assert [m.entry.name for m in report.plan.models] == ["chat", "embed", "summarize", "code"]
     assert [o["unit"] for o in doc["on_demand"]] == ["code", "summarize"]

@@ -26,6 +26,7 @@ from planner.planning.verdict import (
     step_seconds,
     verdict,
 )
+from tests.support.overhead import CUDA_MIB
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
 BW, FLOPS, LINK = 300e9, 50e12, 25e9
@@ -104,7 +105,7 @@ def test_one_client_uses_one_endpoint(gemma):
 def test_a_model_that_fits_no_single_device_makes_endpoints_impossible_and_names_the_devices(gemma):
     # 200 MiB each: the 253 MiB model (and its compute) needs both devices
     inv = Inventory((gpu("CUDA0"), gpu("CUDA1")), HOST)
-    v = verdict(gemma, inv, budgets(inv, 200 * MiB), PlanRequest(n_ctx=4096), n_clients=4)
+    v = verdict(gemma, inv, budgets(inv, (200 + CUDA_MIB) * MiB), PlanRequest(n_ctx=4096), n_clients=4)   # + overhead
     a = v.option(Arrangement.ENDPOINTS)
     assert not a.possible
     assert "fits no single device" in a.impossible and "CUDA0" in a.impossible and "CUDA1" in a.impossible
@@ -128,7 +129,7 @@ def test_an_rpc_device_is_rpc0_of_its_own_endpoint(gemma):
 def test_more_slots_than_the_kv_fits_is_named(gemma):
     # one slot of a 32768 context fits a 700 MiB budget; eight such slots do not
     inv = Inventory((gpu("CUDA0"), gpu("CUDA1")), HOST)
-    v = verdict(gemma, inv, budgets(inv, 700 * MiB), PlanRequest(n_ctx=32768), n_clients=16)
+    v = verdict(gemma, inv, budgets(inv, (700 + CUDA_MIB) * MiB), PlanRequest(n_ctx=32768), n_clients=16)
     assert not v.option(Arrangement.ENDPOINTS).possible
     assert any("more slots than" in n for n in v.not_helping)
 

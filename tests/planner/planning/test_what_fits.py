@@ -20,6 +20,7 @@ from planner.planning.result import PlanRequest
 from planner.planning.search import plan
 from planner.planning.whatfits import with_budget
 from planner.synth.shapes import write_shape
+from tests.support.overhead import cuda
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
 
@@ -96,7 +97,7 @@ def test_each_least_budget_plans_and_one_mib_less_does_not(shapes, unhurried, mo
 def test_the_largest_context_that_fits_plans_and_one_step_more_does_not(shapes, unhurried):
     ctx = shapes("gemma3-270m")
     request = PlanRequest(n_ctx=32768)
-    budgets = resolve_budgets(ONE, "100MiB", "400MiB")
+    budgets = resolve_budgets(ONE, cuda(100), "400MiB")   # 100 MiB beside the CUDA overhead
     with pytest.raises(InfeasiblePlacement) as err:
         plan(ctx, ONE, request, budgets=budgets, what_would_fit=True)
     [widest] = [s for s in err.value.suggestions if s.n_ctx is not None and s.cache_type == "f16"]
@@ -132,7 +133,7 @@ def test_the_search_keeps_to_its_time_limit(shapes, monkeypatch):
 
 def test_at_ctx_max_the_least_budget_is_for_the_smallest_context(shapes, unhurried):
     ctx, request = shapes("gemma3-270m"), PlanRequest(max_ctx=True)
-    budgets = resolve_budgets(ONE, "100MiB", "200MiB")
+    budgets = resolve_budgets(ONE, cuda(100), "200MiB")
     with pytest.raises(InfeasiblePlacement) as err:
         plan(ctx, ONE, request, budgets=budgets, what_would_fit=True)
     host = next(s for s in err.value.shortfalls if s.device == "Host")

@@ -9,9 +9,10 @@ import pytest
 
 from planner import api
 from planner.core.errors import InfeasiblePlacement
+from tests.support.overhead import cuda
 from tests.support.quant_repo import QUANTS, bits_per_weight, spec
 
-BOX = {"devices": ["CUDA0=640MiB"], "ram": "4GiB", "max_ram": "160MiB"}
+BOX = {"devices": [f"CUDA0={cuda(640)}"], "ram": "4GiB", "max_ram": "160MiB"}
 PICKED = ("Q2_K", "Q4_K_M", "Q8_0", "F16")
 
 
@@ -51,7 +52,7 @@ def test_rows_are_the_plans_made_one_by_one_and_the_picks_follow_the_rules(files
 def test_clients_give_slots_of_the_context_each(files, capsys):
     from planner.cli import main
 
-    code = main(["choose", files["Q2_K"], "--device", "CUDA0=4GiB", "--ram", "16GiB", "--ctx", "4096",
+    code = main(["choose", files["Q2_K"], "--device", f"CUDA0={cuda(4096)}", "--ram", "16GiB", "--ctx", "4096",
                  "--clients", "2", "--format", "json"])
     assert code == 0
     argv = json.loads(capsys.readouterr().out)["plan"]["argv"]
@@ -61,7 +62,7 @@ def test_clients_give_slots_of_the_context_each(files, capsys):
 def test_nothing_that_fits_is_exit_1_with_the_table(files, capsys):
     from planner.cli import main
 
-    code = main(["choose", files["F16"], "--device", "CUDA0=640MiB", "--ram", "4GiB", "--max-ram", "160MiB",
+    code = main(["choose", files["F16"], "--device", f"CUDA0={cuda(640)}", "--ram", "4GiB", "--max-ram", "160MiB",
                  "--ctx", "8192"])
     out = capsys.readouterr()
     assert code == 1 and "does not fit" in out.out

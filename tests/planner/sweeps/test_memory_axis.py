@@ -15,6 +15,7 @@ from planner.core.errors import FlagError
 from planner.core.units import GiB, MiB
 from planner.sweeps.sweep import CSV_COLUMNS, parse_axis, sweep
 from planner.synth.gguf_factory import llama_spec
+from tests.support.overhead import CUDA_MIB, cuda
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,8 @@ def test_a_sweep_point_fits_only_when_host_and_apu_fit_their_one_pool(model):
     flags = as_flags("-c 1024 -ngl 1")
     [roomy] = sweep(model, [parse_axis("budget", "1GiB")], inv, flags, max_ram="1GiB").points
     assert roomy.pool_fits is True and roomy.fits
-    host, apu = roomy.device("Host").total_bytes, roomy.device("Vulkan0").total_bytes
+    vulkan = roomy.device("Vulkan0")
+    host, apu = roomy.device("Host").total_bytes, vulkan.total_bytes + vulkan.overhead_bytes   # the APU's overhead too
     tight_ram = f"{max(host, apu) + min(host, apu) // 2}B"   # either alone fits, not both together
     [tight] = sweep(model, [parse_axis("budget", "1GiB")], inv, flags, max_ram=tight_ram).points
     assert all(d.fits for d in tight.devices) and tight.pool_fits is False and not tight.fits
@@ -91,7 +93,9 @@ def test_the_cli_warns_on_stderr_and_writes_the_column(model):
 
 def test_plan_mode_plans_on_the_hypothetical_device(model):
     # a plan per memory value, on a card of that size: its budget follows (free - 512 MiB)
-    r = sweep(model, [parse_axis("memory", "1,2GiB"), parse_axis("ctx", "1024")],
+    # (cards of 1 and 2 GiB beside the CUDA overhead the plan counts within the budget)
+    r = sweep(model, [parse_axis("memory", f"{cuda(1024)},{cuda(2048)}"), parse_axis("ctx", "1024")],
               as_inventory(["CUDA0=rtx3060"], ram="16GiB"), mode="plan")
     assert all(p.feasible for p in r.points)
-    assert [p.device("CUDA0").budget_bytes for p in r.points] == [GiB - 512 * MiB, 2 * GiB - 512 * MiB]
+    assert [p.device("CUDA0").budget_bytes for p in r.points] == [(1024 + CUDA_MIB - 512) * MiB,
+                                                                 (2048 + CUDA_MIB - 512) * MiB]

@@ -56,6 +56,7 @@ from planner.planning.commands import PLANNED_PROGRAM
 from planner.planning.result import PlanRequest, llama_argv
 from planner.planning.search import plan
 from planner.synth.gguf_factory import llama_spec, qwen3moe_spec
+from tests.support.overhead import CUDA_MIB, cuda
 
 Q = GGMLQuantizationType
 MiB = 1 << 20
@@ -546,12 +547,13 @@ def wide_derived(e, name: str) -> Derived:
     return Derived(low, slack)
 
 
+# each budget holds its rows' room (43 MiB, ...) and the device's CUDA overhead (tests/support/overhead.py)
 @pytest.mark.parametrize(("devices", "max_vram", "ub"), [
-    (ONE, "CUDA0=43MiB", 64),
-    (ONE, "CUDA0=30MiB", 32),
-    (TWO, "CUDA0=43MiB,CUDA1=20MiB", 64),
-    (THREE, "CUDA0=10MiB,CUDA1=10MiB,CUDA2=43MiB", 64),
-    (TWO, "CUDA0=30MiB,CUDA1=30MiB", 64),
+    (ONE, f"CUDA0={cuda(43)}", 64),
+    (ONE, f"CUDA0={cuda(30)}", 32),
+    (TWO, f"CUDA0={cuda(43)},CUDA1={cuda(20)}", 64),
+    (THREE, f"CUDA0={cuda(10)},CUDA1={cuda(10)},CUDA2={cuda(43)}", 64),
+    (TWO, f"CUDA0={cuda(30)},CUDA1={cuda(30)}", 64),
 ])
 def test_plans_fit_their_budgets_by_derivation(models, devices, max_vram, ub):
     # a plan sizes what its llama-server line loads (PLANNED_PROGRAM); its flags' dry run is the derived figure
@@ -567,6 +569,7 @@ def test_plans_fit_their_budgets_by_derivation(models, devices, max_vram, ub):
         assert d.low <= dev.compute_bytes <= d.low + d.slack, (dev.name, dev.compute_bytes, d)
         loaded = next(x for x in served.devices if x.name == dev.name)
         assert loaded.compute_bytes <= dev.compute_bytes, dev.name   # llama-server reserves fewer output rows
-        assert loaded.model_bytes + loaded.context_bytes + loaded.compute_bytes <= result.budgets.devices[dev.name], \
+        assert loaded.held_bytes <= result.budgets.devices[dev.name], \
             (dev.name, loaded, result.budgets.devices[dev.name])
+        assert loaded.overhead_bytes == CUDA_MIB * MiB
     assert result.budgets.devices["CUDA0"] < 1 * GiB
