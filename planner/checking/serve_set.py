@@ -23,6 +23,7 @@ from typing import Any
 from planner.checking.llama import host_row, parse_buffers, rows_by_device
 from planner.checking.serve import COMPUTE_ABS, COMPUTE_REL, LOG_LEVEL, MODEL_SLACK, forward_signals
 from planner.core.errors import BadInput
+from planner.core.files import write_atomic
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.units import fmt_mib
 from planner.planning.commands import LLAMA_SERVER
@@ -120,7 +121,8 @@ def _wait_resident(proc: subprocess.Popen, port: int, names: list[str], log_path
 def prepare_router(doc: dict[str, Any], bin_dir: Path | None, host: str, port: int, workdir: Path) -> list[str]:
     """The preset written into `workdir`; the router's argument vector."""
     preset = workdir / "models.ini"
-    preset.write_text(preset_ini(doc, host, port), encoding="utf-8")
+    text = preset_ini(doc, host, port)
+    write_atomic(preset, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return router_argv(str(bin_dir / LLAMA_SERVER) if bin_dir else LLAMA_SERVER, preset, doc, host, port)
 
 
