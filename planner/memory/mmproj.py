@@ -16,7 +16,9 @@ clip_reserve.py): the weights buffer as ggml_backend_alloc_ctx_tensors makes it,
 reserved through the runtime's scheduler (compute "simulated"), for the SigLIP-tower projectors of
 models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4), InternVL's
 (models/internvl.cpp), Pixtral's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
-(models/qwen2vl.cpp) and Qwen3-VL's (models/qwen3vl.cpp); other projector types are refused by name.
+(models/qwen2vl.cpp), Qwen3-VL's (models/qwen3vl.cpp) and the Whisper-encoder audio projectors
+(models/whisper-enc.cpp: Ultravox, Qwen2-Audio, Voxtral, Music Flamingo, MERaLiON, GLM-ASR; a
+3000-frame warmup clip); other projector types are refused by name.
 Gemma 3, IDEFICS3, Janus-Pro and InternVL warm up at their file's image_size, Phi-4 at 16 x 16
 patches, Pixtral at 16 x 16 merged ones and the Qwen types at 46 x 46 merged ones, so
 --image-min/max-tokens do not change what they allocate (IDEFICS3's set_limit_image_tokens() moves
@@ -36,6 +38,7 @@ from planner.memory.analytic import SIMULATED
 from planner.memory.rows import CompanionEstimate, DeviceMemory
 from runtime.engine.clip_hparams import HEADS
 from runtime.engine.clip_reserve import ProjectorReserve, read_projector, reserve_projector
+from runtime.engine.clip_whisper import AudioHParams
 
 KIND = "mmproj"
 
@@ -92,7 +95,8 @@ def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> Compan
     head = HEADS.get(hp.projector)
     tokens_apply = head is not None and head.token_limits is not None
     return CompanionEstimate(KIND, mm.path, _rows(reserve, device), SIMULATED,
-                             _notes(reserve, mm.image_min_tokens > 0 or mm.image_max_tokens > 0, tokens_apply))
+                             _notes(reserve, mm.image_min_tokens > 0 or mm.image_max_tokens > 0, tokens_apply,
+                                    isinstance(hp, AudioHParams)))
 
 
 def _rows(reserve: ProjectorReserve, device: Device | None) -> tuple[DeviceMemory, ...]:
@@ -105,11 +109,12 @@ def _rows(reserve: ProjectorReserve, device: Device | None) -> tuple[DeviceMemor
     return tuple(rows)
 
 
-def _notes(reserve: ProjectorReserve, tokens_given: bool, tokens_apply: bool) -> tuple[str, ...]:
+def _notes(reserve: ProjectorReserve, tokens_given: bool, tokens_apply: bool, audio: bool = False) -> tuple[str, ...]:
     side = reserve.image_size
-    notes = [f"projector on {reserve.device}; warmup image {side}x{side}, graph of {reserve.n_nodes} nodes, "
+    warmup = f"warmup clip of {side} frames" if audio else f"warmup image {side}x{side}"
+    notes = [f"projector on {reserve.device}; {warmup}, graph of {reserve.n_nodes} nodes, "
              f"flash attention {'enabled' if reserve.flash_attn else 'disabled'}"]
     if tokens_given and not tokens_apply:
-        notes.append(f"--image-min/max-tokens leave this projector's warmup graph as it is: clip.cpp warms it "
-                     f"up at {side}x{side} whatever the token limits say")
+        notes.append(f"--image-min/max-tokens leave this projector's warmup graph as it is: clip.cpp builds its "
+                     f"{warmup} whatever the token limits say")
     return tuple(notes)

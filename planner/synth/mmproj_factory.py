@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from gguf import GGMLQuantizationType as Q
-from gguf import Keys, VisionProjectorType
 
 from planner.synth.gguf_factory import ModelSpec, T
 
@@ -315,3 +315,129 @@ def write_mmproj(directory: Path, spec: ModelSpec, name: str) -> Path:
 def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: object) -> Path:
     """Write Gemma 3's projector into `directory` (once per name) and return its path."""
     return write_mmproj(directory, gemma3_mmproj_spec(**kw), name)   # type: ignore[arg-type]
+
+
+# --- projb: the audio encoders (tools/mtmd/models/whisper-enc.cpp, qwen3a.cpp) -----------------------
+# Whisper-large-v3's encoder, which every whisper-enc type carries (HF WhisperConfig: d_model 1280,
+# 32 encoder layers of 20 heads, encoder_ffn_dim 5120, 128 mel bins, 1500 source positions)
+WHISPER_N_EMBD = 1280
+WHISPER_N_FF = 5120
+WHISPER_N_HEAD = 20
+WHISPER_N_LAYER = 32
+WHISPER_N_MEL = 128
+WHISPER_N_POS = 1500
+
+
+def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int | None,
+             conv_type: Q = Q.F16, n_embd: int = WHISPER_N_EMBD, n_ff: int = WHISPER_N_FF,
+             n_head: int = WHISPER_N_HEAD, weight_type: Q = Q.F16) -> ModelSpec:
+    """The Whisper encoder as conversion/ultravox.py writes it: clip.audio.* keys, two conv1d (F16
+    kernels {3, in, out}, biases {1, out}), an F16 position table, layers with biased q/v/out and no k
+    bias, biased layer norms, an FFN fc1 -> ffn_up, fc2 -> ffn_down, the post layer norm."""
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
+        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
+    })
+    if stack_factor is not None:
+        spec.metadata[ca.Projector.STACK_FACTOR] = stack_factor
+    spec.add(T.A_ENC_CONV1D, conv_type, (3, WHISPER_N_MEL, n_embd), 1)
+    spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 1, "bias")
+    spec.add(T.A_ENC_CONV1D, conv_type, (3, n_embd, n_embd), 2)
+    spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 2, "bias")
+    spec.add(T.A_ENC_EMBD_POS, Q.F16, (n_embd, WHISPER_N_POS))
+    for i in range(n_layer):
+        for kind in (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            if kind is not T.A_ENC_ATTN_K:
+                spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        for kind in (T.A_ENC_INPUT_NORM, T.A_ENC_OUTPUT_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.A_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
+        spec.add(T.A_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
+        spec.add(T.A_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        spec.add(T.A_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+    spec.add(T.A_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.A_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    return spec
+
+
+def _linear(spec: ModelSpec, kind: MODEL_TENSOR, i: int | None, k: int, m: int, bias: bool,
+            weight_type: Q = Q.F16) -> None:
+    spec.add(kind, weight_type, (k, m), i)
+    if bias:
+        spec.add(kind, Q.F32, (m,), i, "bias")
+
+
+def ultravox_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 8,
+                         n_hidden: int = 4096) -> ModelSpec:
+    """Ultravox's (ultravox) projector: the Whisper encoder, frames stacked by 8, RMS norm, mm.a.mlp.1
+    {n_embd x 8, n_hidden}, SwiGLU halving it, RMS norm, mm.a.mlp.2 {n_hidden / 2, n_text}, no biases —
+    ultravox-v0_5-llama-3_2-1b's shape."""
+    spec = _whisper(VisionProjectorType.ULTRAVOX, n_text_embd, n_layer, stack_factor)
+    stacked = WHISPER_N_EMBD * stack_factor
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,))
+    _linear(spec, T.A_MMPROJ, 1, stacked, n_hidden, False)
+    spec.add(T.A_MM_NORM_MID, Q.F32, (n_hidden // 2,))
+    _linear(spec, T.A_MMPROJ, 2, n_hidden // 2, n_text_embd, False)
+    return spec
+
+
+def qwen2a_mmproj_spec(*, n_text_embd: int = 4096, n_layer: int = WHISPER_N_LAYER) -> ModelSpec:
+    """Qwen2-Audio's (qwen2a) projector: the Whisper encoder, pooled by 2, one biased linear layer
+    mm.a.fc {n_embd, n_text} — Qwen2-Audio-7B's shape."""
+    spec = _whisper(VisionProjectorType.QWEN2A, n_text_embd, n_layer, None)
+    _linear(spec, T.A_MMPROJ_FC, None, WHISPER_N_EMBD, n_text_embd, True)
+    return spec
+
+
+def voxtral_mmproj_spec(*, n_text_embd: int = 3072, n_layer: int = WHISPER_N_LAYER) -> ModelSpec:
+    """Voxtral's (voxtral) projector: the Whisper encoder, pooled by 2 and stacked by 4, mm.a.mlp.1
+    {n_embd x 4, n_text} and mm.a.mlp.2 {n_text, n_text} without biases — Voxtral-Mini-3B's shape."""
+    spec = _whisper(VisionProjectorType.VOXTRAL, n_text_embd, n_layer, 4)
+    _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD * 4, n_text_embd, False)
+    _linear(spec, T.A_MMPROJ, 2, n_text_embd, n_text_embd, False)
+    return spec
+
+
+def musicflamingo_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = WHISPER_N_LAYER) -> ModelSpec:
+    """Music Flamingo's (musicflamingo) projector: the Whisper encoder with F32 conv kernels (the
+    converter's tensor_force_quant), pooled by 2, a biased two-layer GELU MLP {n_embd, n_text},
+    {n_text, n_text} — music-flamingo's Qwen2.5-7B width."""
+    spec = _whisper(VisionProjectorType.MUSIC_FLAMINGO, n_text_embd, n_layer, None, conv_type=Q.F32)
+    _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD, n_text_embd, True)
+    _linear(spec, T.A_MMPROJ, 2, n_text_embd, n_text_embd, True)
+    return spec
+
+
+def meralion_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 15,
+                         n_hidden: int = 6400) -> ModelSpec:
+    """MERaLiON-2's (meralion) projector: the Whisper encoder, frames stacked by 15, a layer norm
+    (ln_speech) and the biased adaptor mm.a.mlp.0 {19200, 6400} + SiLU, mlp.1 / mlp.2 {6400, 6400}
+    (gate and pool), mlp.3 {6400, n_text} — MERaLiON-2-10B's shape."""
+    spec = _whisper(VisionProjectorType.MERALION, n_text_embd, n_layer, stack_factor)
+    stacked = WHISPER_N_EMBD * stack_factor
+    _linear(spec, T.A_MMPROJ, 0, stacked, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 1, n_hidden, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 2, n_hidden, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 3, n_hidden, n_text_embd, True)
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,))
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,), suffix="bias")
+    return spec
+
+
+def glma_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 4,
+                     n_hidden: int = 4096) -> ModelSpec:
+    """GLM-ASR's (glma) projector: the Whisper encoder, a layer norm, frames stacked by 4 (merge_factor),
+    a biased GELU MLP mm.a.mlp.1 {n_embd x 4, 4096} / mlp.2 {4096, n_text}, and the begin/end-of-audio
+    embeddings (v.boi, v.eoi) — GLM-ASR-Nano-2512's shape."""
+    spec = _whisper(VisionProjectorType.GLMA, n_text_embd, n_layer, stack_factor)
+    _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD * stack_factor, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 2, n_hidden, n_text_embd, True)
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,))
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,), suffix="bias")
+    spec.tensors += [("v.boi", Q.F32, (n_text_embd,)), ("v.eoi", Q.F32, (n_text_embd,))]
+    return spec

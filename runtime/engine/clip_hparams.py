@@ -181,3 +181,10 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
     if extra:
         raise UnsupportedProjector(model.path, f"{hp.projector} with {extra[0]}")
     return {t.name: Tensor(t.ggml_type, t.shape, name=t.name) for t in model.tensors}
+
+
+# projb: the types whose builders live in modules of their own (runtime/engine/clip_families.py:
+# the whisper-enc audio encoders of clip_whisper.py)
+PROJB_SUPPORTED = (VisionProjectorType.ULTRAVOX, VisionProjectorType.QWEN2A, VisionProjectorType.VOXTRAL,
+                   VisionProjectorType.MUSIC_FLAMINGO, VisionProjectorType.MERALION, VisionProjectorType.GLMA)
+SUPPORTED = (*SUPPORTED, *PROJB_SUPPORTED)

@@ -36,15 +36,21 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from planner.synth.mmproj_factory import (
+    glma_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
+    meralion_mmproj_spec,
+    musicflamingo_mmproj_spec,
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
+    qwen2a_mmproj_spec,
     qwen2vl_mmproj_spec,
     qwen3vl_mmproj_spec,
     qwen25vl_mmproj_spec,
+    ultravox_mmproj_spec,
+    voxtral_mmproj_spec,
     write_gemma3_mmproj,
     write_mmproj,
 )
@@ -130,3 +136,27 @@ def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_p
             (row, mine[row].compute_bytes / MIB, kinds.get("compute", 0) / MIB)
     for row, d in mine.items():   # nothing fitplan lists that llama.cpp has no buffer for
         assert d.total_bytes <= MIB or row in theirs, (row, d)
+
+
+# --- projb: the audio encoders ------------------------------------------------------------------------
+# Shape-faithful whisper-enc projectors (Whisper-large-v3's 32-layer encoder; planner/synth/mmproj_factory.py)
+# projecting to the 270M's 640: Ultravox (frames stacked by 8, SwiGLU MLP), Qwen2-Audio (pooled, one
+# linear layer), Voxtral (pooled and stacked by 4), Music Flamingo (pooled, F32 conv kernels), MERaLiON
+# (stacked by 15, the gated adaptor), GLM-ASR (stacked by 4 after a norm, boi/eoi). clip.cpp warms them up
+# on a 3000-frame clip whatever the image-token flags say, so only the placement cases run.
+AUDIO_SPECS = {"ultravox": ultravox_mmproj_spec, "qwen2a": qwen2a_mmproj_spec, "voxtral": voxtral_mmproj_spec,
+               "musicflamingo": musicflamingo_mmproj_spec, "meralion": meralion_mmproj_spec,
+               "glma": glma_mmproj_spec}
+AUDIO_PARAMS = [(p, c) for p in AUDIO_SPECS for c in CASES if c not in TOKEN_CASES]
+
+
+@pytest.fixture(scope="module")
+def audio_files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
+    target = model_path("gemma3-270m", shapes_dir)
+    return {p: (target, write_mmproj(shapes_dir, spec(n_text_embd=640), f"mmproj-{p}"))
+            for p, spec in AUDIO_SPECS.items()}
+
+
+@pytest.mark.parametrize("projector, case", AUDIO_PARAMS, ids=[f"{p}: {c}" for p, c in AUDIO_PARAMS])
+def test_audio_projector_matches_llama_server(llama_tools, rpc_endpoints, audio_files, tmp_path, projector, case):
+    test_projector_matches_llama_server(llama_tools, rpc_endpoints, audio_files, tmp_path, projector, case)

@@ -33,6 +33,7 @@ from planner.synth.mmproj_factory import (
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
+    qwen2a_mmproj_spec,
     qwen3vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
@@ -311,3 +312,17 @@ def test_deepstack_text_models_take_the_wider_projector(tmp_path):
     path = write_mmproj(tmp_path, qwen3vl_mmproj_spec(n_text_embd=640, n_layer=6, deepstack=(1, 3, 5)), "q3")
     est = _estimate(model_context(str(text)), path)
     assert est.devices[-1].name == "Host" and est.devices[-1].model_bytes > 0
+
+
+# projb: the audio encoders
+def test_audio_projector_estimate(files, tmp_path):
+    """A Qwen2-Audio projector beside the text model: offloaded to RPC0 with the 3000 x 128 f32 clip
+    (1.46 MiB) on the CPU, the note naming the clip, and the image-token flags said to change nothing."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, qwen2a_mmproj_spec(n_text_embd=N_TEXT, n_layer=1), "qwen2a")
+    est = _estimate(ctx, path, *RPC, "--image-max-tokens", "64")
+    rows = _rows(est)
+    assert set(rows) == {"RPC0", "Host"} and rows["Host"][0] == 0 and rows["RPC0"][0] > 0
+    assert rows["Host"][1] >= 3000 * 128 * 4
+    assert "warmup clip of 3000 frames" in est.notes[0]
+    assert "warmup clip of 3000 frames whatever" in est.notes[1]
