@@ -441,3 +441,26 @@ def glma_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER,
     spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,), suffix="bias")
     spec.tensors += [("v.boi", Q.F32, (n_text_embd,)), ("v.eoi", Q.F32, (n_text_embd,))]
     return spec
+
+
+def qwen3a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 24, n_embd: int = 1024, n_ff: int = 4096,
+                       n_head: int = 16, n_conv: int = 480) -> ModelSpec:
+    """Qwen3-ASR's (qwen3a) projector as conversion/qwen3vl.py writes it (an audio-only file: the type in
+    clip.audio.projector_type): three stride-2 conv2d {3, 3, in, 480} (F16, biases {1, 1, 480}),
+    conv_out {480 x 16, n_embd} without a bias, the sinusoidal position table {n_embd, 1500}, layers
+    with biased q/k/v/out, biased layer norms and a GELU FFN, the post norm, and the biased MLP
+    mm.a.mlp.1 {n_embd, n_embd} / mlp.2 {n_embd, n_text} — Qwen3-ASR-1.7B's shape."""
+    spec = _whisper(VisionProjectorType.QWEN3A, n_text_embd, n_layer, None, n_embd=n_embd, n_ff=n_ff,
+                    n_head=n_head)
+    del spec.metadata[Keys.Clip.PROJECTOR_TYPE]
+    spec.metadata[Keys.ClipAudio.PROJECTOR_TYPE] = VisionProjectorType.QWEN3A
+    spec.tensors = [t for t in spec.tensors if not t[0].startswith("a.conv1d.")]
+    for i in range(n_layer):
+        spec.add(T.A_ENC_ATTN_K, Q.F32, (n_embd,), i, "bias")
+    for i, ic in ((1, 1), (2, n_conv), (3, n_conv)):
+        spec.add(T.A_ENC_CONV2D, Q.F16, (3, 3, ic, n_conv), i)
+        spec.add(T.A_ENC_CONV2D, Q.F32, (1, 1, n_conv), i, "bias")
+    spec.add(T.A_ENC_CONV_OUT, Q.F16, (n_conv * (WHISPER_N_MEL // 8), n_embd))
+    _linear(spec, T.A_MMPROJ, 1, n_embd, n_embd, True)
+    _linear(spec, T.A_MMPROJ, 2, n_embd, n_text_embd, True)
+    return spec

@@ -1,17 +1,21 @@
 """The projector families with a builder module of their own, by clip.projector_type: how
 runtime/engine/clip_reserve.py reads each file's hparams, which tensors it loads and which graph it
-builds (the whisper-enc audio encoders: clip_whisper.py)."""
+builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gguf import Keys, VisionProjectorType
+
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip_hparams import ClipHParams
+from runtime.engine.clip_hparams import ClipHParams, projector_type
+from runtime.engine.clip_qwen3a import Qwen3AGraph, qwen3a_tensor_names, read_qwen3a_hparams
 from runtime.engine.clip_whisper import (
     WHISPER_HEADS,
     AudioHParams,
     WhisperEncGraph,
+    audio_projector_type,
     read_whisper_hparams,
     whisper_tensor_names,
 )
@@ -30,7 +34,24 @@ def _whisper_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
     return WhisperEncGraph(hp, w, fa).build()
 
 
+def _qwen3a_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
+    assert isinstance(hp, AudioHParams)
+    return Qwen3AGraph(hp, w, fa).build()
+
+
 _WHISPER = ProjectorFamily(read_whisper_hparams, whisper_tensor_names, _whisper_graph)
 
 # projb: the projector types of these modules
-PROJB_FAMILIES: dict[str, ProjectorFamily] = {**{p: _WHISPER for p in WHISPER_HEADS}}
+PROJB_FAMILIES: dict[str, ProjectorFamily] = {
+    **{p: _WHISPER for p in WHISPER_HEADS},
+    VisionProjectorType.QWEN3A: ProjectorFamily(read_qwen3a_hparams, qwen3a_tensor_names, _qwen3a_graph),
+}
+
+
+def projb_type(model: ModelFile) -> str:
+    """The file's projector type as its builder here reads it: the vision one (clip_hparams.projector_type),
+    else, for a file without a vision encoder, clip.audio.projector_type (Qwen3-ASR writes only that)."""
+    vision = projector_type(model)
+    if vision or model.metadata.get(Keys.Clip.HAS_VISION_ENCODER):
+        return vision
+    return audio_projector_type(model)

@@ -24,7 +24,7 @@ from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
 from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
-from runtime.engine.clip_families import PROJB_FAMILIES
+from runtime.engine.clip_families import PROJB_FAMILIES, projb_type
 from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
 from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import (
@@ -83,8 +83,8 @@ def _fa_supported(device: Device | None, d_head: int) -> bool:
 
 def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
     """The projector's hparams, read by its family's reader (projector type -> graph builder)."""
-    if projector_type(model) in PROJB_FAMILIES:
-        return PROJB_FAMILIES[projector_type(model)].read(model)
+    if projb_type(model) in PROJB_FAMILIES:
+        return PROJB_FAMILIES[projb_type(model)].read(model)
     if projector_type(model) in QWEN2VL_TYPES:
         return read_qwen2vl_hparams(model)
     if projector_type(model) == VisionProjectorType.PIXTRAL:

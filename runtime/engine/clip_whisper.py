@@ -80,9 +80,15 @@ class AudioHParams(ClipHParams):
     stack_factor: int = 0
 
 
+def audio_projector_type(model: ModelFile) -> str:
+    """load_hparams for the audio modality: clip.projector_type, else clip.audio.projector_type."""
+    meta = model.metadata
+    return str(meta.get(Keys.Clip.PROJECTOR_TYPE) or meta.get(CA.PROJECTOR_TYPE) or "")
+
+
 def read_audio_hparams(model: ModelFile, width_tensor: str, requires_stack: bool) -> AudioHParams:
     """The audio encoder's keys (clip.audio.*), shared by whisper-enc's and qwen3a's types."""
-    meta, proj = model.metadata, str(model.metadata.get(Keys.Clip.PROJECTOR_TYPE) or "")
+    meta, proj = model.metadata, audio_projector_type(model)
     if not meta.get(Keys.Clip.HAS_AUDIO_ENCODER):
         raise BadInput(f"{model.path}: a {proj} projector without clip.has_audio_encoder")
     width = model.tensor(width_tensor)
@@ -100,8 +106,7 @@ def read_audio_hparams(model: ModelFile, width_tensor: str, requires_stack: bool
 
 
 def read_whisper_hparams(model: ModelFile) -> AudioHParams:
-    proj = str(model.metadata.get(Keys.Clip.PROJECTOR_TYPE) or "")
-    head = WHISPER_HEADS[proj]
+    head = WHISPER_HEADS[audio_projector_type(model)]
     hp = read_audio_hparams(model, head.width_tensor, head.requires_stack)
     if not 0 < hp.n_mel_bins <= 256:    # get_dummy_batch's check
         raise BadInput(f"{model.path}: n_mel_bins {hp.n_mel_bins} is outside [1, 256]")

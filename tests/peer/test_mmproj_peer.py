@@ -47,6 +47,7 @@ from planner.synth.mmproj_factory import (
     pixtral_mmproj_spec,
     qwen2a_mmproj_spec,
     qwen2vl_mmproj_spec,
+    qwen3a_mmproj_spec,
     qwen3vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     ultravox_mmproj_spec,
@@ -142,11 +143,12 @@ def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_p
 # Shape-faithful whisper-enc projectors (Whisper-large-v3's 32-layer encoder; planner/synth/mmproj_factory.py)
 # projecting to the 270M's 640: Ultravox (frames stacked by 8, SwiGLU MLP), Qwen2-Audio (pooled, one
 # linear layer), Voxtral (pooled and stacked by 4), Music Flamingo (pooled, F32 conv kernels), MERaLiON
-# (stacked by 15, the gated adaptor), GLM-ASR (stacked by 4 after a norm, boi/eoi). clip.cpp warms them up
+# (stacked by 15, the gated adaptor), GLM-ASR (stacked by 4 after a norm, boi/eoi); Qwen3-ASR-1.7B's (qwen3a:
+# 100-frame chunks through three conv2d, 24 layers, the type only in clip.audio.projector_type). clip.cpp warms them up
 # on a 3000-frame clip whatever the image-token flags say, so only the placement cases run.
 AUDIO_SPECS = {"ultravox": ultravox_mmproj_spec, "qwen2a": qwen2a_mmproj_spec, "voxtral": voxtral_mmproj_spec,
                "musicflamingo": musicflamingo_mmproj_spec, "meralion": meralion_mmproj_spec,
-               "glma": glma_mmproj_spec}
+               "glma": glma_mmproj_spec, "qwen3a": qwen3a_mmproj_spec}
 AUDIO_PARAMS = [(p, c) for p in AUDIO_SPECS for c in CASES if c not in TOKEN_CASES]
 
 
