@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gguf import MODEL_TENSOR, Keys, VisionProjectorType
+from gguf import MODEL_TENSOR, GGUFValueType, Keys, VisionProjectorType
 from gguf import GGMLQuantizationType as Q
 
-from planner.synth.gguf_factory import ModelSpec, T
+from planner.synth.gguf_factory import ModelSpec, T, Typed
 
 CLIP_ARCH = "clip"
 # SigLIP-So400m/14 at 896 px, as Gemma 3's vision tower (HF config vision_config)
@@ -463,4 +463,30 @@ def qwen3a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 24, n_embd: in
     spec.add(T.A_ENC_CONV_OUT, Q.F16, (n_conv * (WHISPER_N_MEL // 8), n_embd))
     _linear(spec, T.A_MMPROJ, 1, n_embd, n_embd, True)
     _linear(spec, T.A_MMPROJ, 2, n_embd, n_text_embd, True)
+    return spec
+
+
+# --- projb: MiniCPM-V's resampler (tools/mtmd/models/minicpmv.cpp) -----------------------------------
+
+def minicpmv_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = 27, version: int = 3, query_num: int = 64,
+                         image_size: int = 448, n_pos_table: int = 70 * 70) -> ModelSpec:
+    """MiniCPM-V's (resampler) projector as tools/mtmd/legacy-models/minicpmv-convert-image-encoder-to-gguf.py
+    writes it: SigLIP-So400m/14 (27 layers, image_size 448, a 70 x 70 position table in F16, the FFN
+    named fc1 -> ffn_down), and the resampler of width n_text (64 queries, heads of 128): query and
+    pos_embed_k F32 (not ".weight"), kv {1152, n_text}, attn.q/k/v/out and proj {n_text, n_text} F16,
+    their biases and ln_q / ln_kv / ln_post F32 — MiniCPM-V 2.6's shape (version 3, Qwen2-7B's 3584)."""
+    spec = _siglip("resampler", 0, n_layer, SIGLIP_N_EMBD, SIGLIP_N_FF, SIGLIP_N_HEAD, image_size,
+                   SIGLIP_PATCH_SIZE, Q.F16, Q.F16)
+    spec.metadata.update({"clip.minicpmv_version": Typed(version, GGUFValueType.INT32),   # get_i32
+                          "clip.minicpmv_query_num": query_num,
+                          "clip.has_minicpmv_projector": True})
+    spec.tensors = [t for t in spec.tensors if not t[0].startswith("v.position_embd")]
+    spec.add(T.V_ENC_EMBD_POS, Q.F16, (SIGLIP_N_EMBD, n_pos_table))
+    d = n_text_embd
+    spec.tensors += [("resampler.pos_embed_k", Q.F32, (d, n_pos_table)), ("resampler.query", Q.F32, (d, query_num)),
+                     ("resampler.proj.weight", Q.F16, (d, d)), ("resampler.kv.weight", Q.F16, (SIGLIP_N_EMBD, d))]
+    for part in ("q", "k", "v", "out"):
+        spec.tensors += [(f"resampler.attn.{part}.weight", Q.F16, (d, d)), (f"resampler.attn.{part}.bias", Q.F32, (d,))]
+    for part in ("q", "kv", "post"):
+        spec.tensors += [(f"resampler.ln_{part}.weight", Q.F32, (d,)), (f"resampler.ln_{part}.bias", Q.F32, (d,))]
     return spec

@@ -30,7 +30,7 @@ from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
 CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT,
-                            Op.POOL_1D, Op.PAD})   # projb: the audio encoders' pool and build_stack's pad
+                            Op.POOL_1D, Op.PAD, Op.SIN, Op.COS})   # projb: audio pool and pad; resampler sin/cos
 LFM2_NORM_EPS = 1e-5         # siglip.cpp's LFM2 input norm: "default nn.LayerNorm"
 INTERNVL_NORM_EPS = 1e-5     # internvl.cpp: the projector's LayerNorm uses pytorch's default eps
 INTERNVL_RMS_VIT = (3200, 45)   # internvl.cpp: the 6B ViT (n_embd, n_layer) uses RMS norms

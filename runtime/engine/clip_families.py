@@ -1,6 +1,7 @@
 """The projector families with a builder module of their own, by clip.projector_type: how
 runtime/engine/clip_reserve.py reads each file's hparams, which tensors it loads and which graph it
-builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py)."""
+builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py; MiniCPM-V's
+resampler: clip_minicpmv.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -10,6 +11,13 @@ from gguf import Keys, VisionProjectorType
 
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip_hparams import ClipHParams, projector_type
+from runtime.engine.clip_minicpmv import (
+    MINICPMV,
+    MiniCPMVGraph,
+    MiniCPMVHParams,
+    minicpmv_tensor_names,
+    read_minicpmv_hparams,
+)
 from runtime.engine.clip_qwen3a import Qwen3AGraph, qwen3a_tensor_names, read_qwen3a_hparams
 from runtime.engine.clip_whisper import (
     WHISPER_HEADS,
@@ -39,12 +47,18 @@ def _qwen3a_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
     return Qwen3AGraph(hp, w, fa).build()
 
 
+def _minicpmv_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
+    assert isinstance(hp, MiniCPMVHParams)
+    return MiniCPMVGraph(hp, w, fa).build()
+
+
 _WHISPER = ProjectorFamily(read_whisper_hparams, whisper_tensor_names, _whisper_graph)
 
 # projb: the projector types of these modules
 PROJB_FAMILIES: dict[str, ProjectorFamily] = {
     **{p: _WHISPER for p in WHISPER_HEADS},
     VisionProjectorType.QWEN3A: ProjectorFamily(read_qwen3a_hparams, qwen3a_tensor_names, _qwen3a_graph),
+    MINICPMV: ProjectorFamily(read_minicpmv_hparams, minicpmv_tensor_names, _minicpmv_graph),
 }
 
 

@@ -72,6 +72,8 @@ class Op(enum.Enum):
     ARANGE = "ARANGE"          # glm5: minimax-m3's MSA gathers (ggml_arange)
     DSV4_HC_PRE = "DSV4_HC_PRE"   # linear: kimi-k3's attention residuals mix their checkpoints with it
     POOL_1D = "POOL_1D"        # projb: the whisper-enc audio projectors' average pool (ggml_pool_1d)
+    SIN = "SIN"                # projb: MiniCPM-V's resampler builds its 2-D sin/cos positions in the graph
+    COS = "COS"
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

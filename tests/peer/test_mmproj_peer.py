@@ -42,6 +42,7 @@ from planner.synth.mmproj_factory import (
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
     meralion_mmproj_spec,
+    minicpmv_mmproj_spec,
     musicflamingo_mmproj_spec,
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
@@ -139,26 +140,28 @@ def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_p
         assert d.total_bytes <= MIB or row in theirs, (row, d)
 
 
-# --- projb: the audio encoders ------------------------------------------------------------------------
+# --- projb: the audio encoders and MiniCPM-V --------------------------------------------------------------
 # Shape-faithful whisper-enc projectors (Whisper-large-v3's 32-layer encoder; planner/synth/mmproj_factory.py)
 # projecting to the 270M's 640: Ultravox (frames stacked by 8, SwiGLU MLP), Qwen2-Audio (pooled, one
 # linear layer), Voxtral (pooled and stacked by 4), Music Flamingo (pooled, F32 conv kernels), MERaLiON
 # (stacked by 15, the gated adaptor), GLM-ASR (stacked by 4 after a norm, boi/eoi); Qwen3-ASR-1.7B's (qwen3a:
 # 100-frame chunks through three conv2d, 24 layers, the type only in clip.audio.projector_type). clip.cpp warms them up
-# on a 3000-frame clip whatever the image-token flags say, so only the placement cases run.
+# on a 3000-frame clip whatever the image-token flags say, so only the placement cases run. MiniCPM-V 2.6's
+# resampler (27-layer SigLIP at 448 px, 64 queries) warms up at its image_size: the same cases.
 AUDIO_SPECS = {"ultravox": ultravox_mmproj_spec, "qwen2a": qwen2a_mmproj_spec, "voxtral": voxtral_mmproj_spec,
                "musicflamingo": musicflamingo_mmproj_spec, "meralion": meralion_mmproj_spec,
                "glma": glma_mmproj_spec, "qwen3a": qwen3a_mmproj_spec}
-AUDIO_PARAMS = [(p, c) for p in AUDIO_SPECS for c in CASES if c not in TOKEN_CASES]
+PROJB_SPECS = {**AUDIO_SPECS, "minicpmv": minicpmv_mmproj_spec}
+PROJB_PARAMS = [(p, c) for p in PROJB_SPECS for c in CASES if c not in TOKEN_CASES]
 
 
 @pytest.fixture(scope="module")
-def audio_files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
+def projb_files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
     target = model_path("gemma3-270m", shapes_dir)
     return {p: (target, write_mmproj(shapes_dir, spec(n_text_embd=640), f"mmproj-{p}"))
-            for p, spec in AUDIO_SPECS.items()}
+            for p, spec in PROJB_SPECS.items()}
 
 
-@pytest.mark.parametrize("projector, case", AUDIO_PARAMS, ids=[f"{p}: {c}" for p, c in AUDIO_PARAMS])
-def test_audio_projector_matches_llama_server(llama_tools, rpc_endpoints, audio_files, tmp_path, projector, case):
-    test_projector_matches_llama_server(llama_tools, rpc_endpoints, audio_files, tmp_path, projector, case)
+@pytest.mark.parametrize("projector, case", PROJB_PARAMS, ids=[f"{p}: {c}" for p, c in PROJB_PARAMS])
+def test_projb_projector_matches_llama_server(llama_tools, rpc_endpoints, projb_files, tmp_path, projector, case):
+    test_projector_matches_llama_server(llama_tools, rpc_endpoints, projb_files, tmp_path, projector, case)
