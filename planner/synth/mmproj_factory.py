@@ -332,7 +332,7 @@ def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int |
              conv_type: Q = Q.F16, n_embd: int = WHISPER_N_EMBD, n_ff: int = WHISPER_N_FF,
              n_head: int = WHISPER_N_HEAD, weight_type: Q = Q.F16) -> ModelSpec:
     """The Whisper encoder as conversion/ultravox.py writes it: clip.audio.* keys, two conv1d (F16
-    kernels {3, in, out}, biases {1, out}), an F16 position table, layers with biased q/v/out and no k
+    kernels {3, in, out}, biases {1, out}), an F32 position table, layers with biased q/v/out and no k
     bias, biased layer norms, an FFN fc1 -> ffn_up, fc2 -> ffn_down, the post layer norm."""
     ca, clip = Keys.ClipAudio, Keys.Clip
     spec = ModelSpec(CLIP_ARCH)
@@ -347,7 +347,7 @@ def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int |
     spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 1, "bias")
     spec.add(T.A_ENC_CONV1D, conv_type, (3, n_embd, n_embd), 2)
     spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 2, "bias")
-    spec.add(T.A_ENC_EMBD_POS, Q.F16, (n_embd, WHISPER_N_POS))
+    spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_embd, WHISPER_N_POS))    # base.py keeps A_ENC_EMBD_POS in F32
     for i in range(n_layer):
         for kind in (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT):
             spec.add(kind, weight_type, (n_embd, n_embd), i)
@@ -447,7 +447,7 @@ def qwen3a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 24, n_embd: in
                        n_head: int = 16, n_conv: int = 480) -> ModelSpec:
     """Qwen3-ASR's (qwen3a) projector as conversion/qwen3vl.py writes it (an audio-only file: the type in
     clip.audio.projector_type): three stride-2 conv2d {3, 3, in, 480} (F16, biases {1, 1, 480}),
-    conv_out {480 x 16, n_embd} without a bias, the sinusoidal position table {n_embd, 1500}, layers
+    conv_out {480 x 16, n_embd} without a bias, the sinusoidal position table {n_embd, 1500} (F32), layers
     with biased q/k/v/out, biased layer norms and a GELU FFN, the post norm, and the biased MLP
     mm.a.mlp.1 {n_embd, n_embd} / mlp.2 {n_embd, n_text} — Qwen3-ASR-1.7B's shape."""
     spec = _whisper(VisionProjectorType.QWEN3A, n_text_embd, n_layer, None, n_embd=n_embd, n_ff=n_ff,
@@ -489,4 +489,62 @@ def minicpmv_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = 27, version:
         spec.tensors += [(f"resampler.attn.{part}.weight", Q.F16, (d, d)), (f"resampler.attn.{part}.bias", Q.F32, (d,))]
     for part in ("q", "kv", "post"):
         spec.tensors += [(f"resampler.ln_{part}.weight", Q.F32, (d,)), (f"resampler.ln_{part}.bias", Q.F32, (d,))]
+    return spec
+
+
+# --- projb: Kimi-VL's and Kimi-K2.5's MoonViT (tools/mtmd/models/kimivl.cpp, kimik25.cpp) ---------------
+
+def _moonvit(projector: str, n_text_embd: int, n_layer: int, fused_qkv: bool, pos_shape: tuple[int, ...],
+             eps: float) -> ModelSpec:
+    """MoonViT as conversion/kimivl.py writes it: SigLIP-So400m's sizes (1152, 4304, 16 heads, patch 14),
+    image_size 64 x 14, a GELU FFN fc0 -> ffn_up, fc1 -> ffn_down, biased layer norms and attention
+    (split q/k/v for Kimi-VL, wqkv for K2.5), final_layernorm -> v.post_ln, merge by 2, and the
+    projector: pre_norm {1152}, linear_1 {4608, 4608}, linear_2 {4608, n_text}, all with biases."""
+    e, ff, merged = SIGLIP_N_EMBD, SIGLIP_N_FF, SIGLIP_N_EMBD * 4
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
+        cv.EMBEDDING_LENGTH: e, cv.FEED_FORWARD_LENGTH: ff, cv.BLOCK_COUNT: n_layer, cv.PROJECTION_DIM: n_text_embd,
+        cv.Attention.HEAD_COUNT: SIGLIP_N_HEAD, cv.Attention.LAYERNORM_EPS: eps, cv.IMAGE_SIZE: 64 * 14,
+        cv.PATCH_SIZE: 14, cv.Projector.SCALE_FACTOR: 2, cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
+    })
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (14, 14, 3, e))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (e,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, pos_shape)        # base.py keeps V_ENC_EMBD_POS in F32
+    for i in range(n_layer):
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (e,), i)
+            spec.add(kind, Q.F32, (e,), i, "bias")
+        if fused_qkv:
+            _linear(spec, T.V_ENC_ATTN_QKV, i, e, 3 * e, True)
+        else:
+            for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V):
+                _linear(spec, kind, i, e, e, True)
+        _linear(spec, T.V_ENC_ATTN_O, i, e, e, True)
+        _linear(spec, T.V_ENC_FFN_UP, i, e, ff, True)
+        _linear(spec, T.V_ENC_FFN_DOWN, i, ff, e, True)
+    spec.add(T.V_POST_NORM, Q.F32, (e,))
+    spec.add(T.V_POST_NORM, Q.F32, (e,), suffix="bias")
+    spec.add(T.V_MM_INP_NORM, Q.F32, (e,))
+    spec.add(T.V_MM_INP_NORM, Q.F32, (e,), suffix="bias")
+    _linear(spec, T.V_MMPROJ, 1, merged, merged, True)
+    _linear(spec, T.V_MMPROJ, 2, merged, n_text_embd, True)
+    return spec
+
+
+def kimivl_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 27) -> ModelSpec:
+    """Kimi-VL's (kimivl) projector: the 64 x 64 position table flattened to {1152, 4096}, split q/k/v,
+    eps 1e-5 — Kimi-VL-A3B's shape (Moonlight's 2048)."""
+    return _moonvit(VisionProjectorType.KIMIVL, n_text_embd, n_layer, False, (SIGLIP_N_EMBD, 64 * 64), 1e-5)
+
+
+def kimik25_mmproj_spec(*, n_text_embd: int = 7168, n_layer: int = 27, patch_limit: int | None = 16384) -> ModelSpec:
+    """Kimi-K2.5's (kimik25) projector: the 3-D position table {1152, 64, 64}, a fused qkv, the
+    preprocessor's 8 .. in_patch_limit patches as clip.vision.image_min/max_pixels (None: the keys left
+    out) — Kimi-K2.5's shape (DeepSeek-V3's 7168)."""
+    spec = _moonvit(VisionProjectorType.KIMIK25, n_text_embd, n_layer, True, (SIGLIP_N_EMBD, 64, 64), 1e-5)
+    if patch_limit is not None:
+        spec.metadata[Keys.ClipVision.IMAGE_MIN_PIXELS] = 8 * 14 * 14
+        spec.metadata[Keys.ClipVision.IMAGE_MAX_PIXELS] = patch_limit * 14 * 14
     return spec

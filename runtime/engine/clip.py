@@ -247,3 +247,18 @@ def conv2d(kernel: Tensor, raw: Tensor, n_side: int) -> Tensor:
     y = g.mul_mat(g.reshape(col, (col.ne[0], n_side * n_side)), g.reshape(kernel, (k0 * k1 * ic, oc)))
     y = g.reshape(y, (n_side, n_side, 1, oc))
     return g.cont(g.permute(y, (0, 1, 3, 2)))
+
+
+# projb: build_attn's core for the builders of clip_whisper.py, clip_minicpmv.py, clip_kimivl.py
+def attn_core(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, flash_attn: bool) -> Tensor:
+    """clip.cpp build_attn from q, k, v [d_head, n_head, n_pos] to [n_embd, n_pos] before the output
+    projection: flash attention (k and v cast to f16, the mask too) or the soft_max path."""
+    qp, kp = g.permute(q, (0, 2, 1, 3)), g.permute(k, (0, 2, 1, 3))
+    if flash_attn:
+        vp = g.permute(v, (0, 2, 1, 3))
+        m = cast(mask, GGMLType.F16) if mask is not None else None
+        out = g.flash_attn_ext(qp, cast(kp, GGMLType.F16), cast(vp, GGMLType.F16), m, scale)
+        return g.reshape(out, (out.ne[0] * out.ne[1], out.ne[2] * out.ne[3]))
+    vp = g.cont(g.permute(v, (1, 2, 0, 3)))
+    kqv = g.permute(g.mul_mat(vp, g.soft_max_ext(g.mul_mat(kp, qp), mask, scale)), (0, 2, 1, 3))
+    return g.cont(kqv, (kqv.ne[0] * kqv.ne[1], kqv.ne[2] * kqv.ne[3]))

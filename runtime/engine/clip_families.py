@@ -1,7 +1,7 @@
 """The projector families with a builder module of their own, by clip.projector_type: how
 runtime/engine/clip_reserve.py reads each file's hparams, which tensors it loads and which graph it
 builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py; MiniCPM-V's
-resampler: clip_minicpmv.py)."""
+resampler: clip_minicpmv.py; Kimi-VL's and Kimi-K2.5's MoonViT: clip_kimivl.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -11,6 +11,7 @@ from gguf import Keys, VisionProjectorType
 
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip_hparams import ClipHParams, projector_type
+from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, kimi_tensor_names, read_kimi_hparams
 from runtime.engine.clip_minicpmv import (
     MINICPMV,
     MiniCPMVGraph,
@@ -32,7 +33,7 @@ from runtime.ggml.graph import Graph, Tensor
 
 @dataclass(frozen=True)
 class ProjectorFamily:
-    read: Callable[[ModelFile], ClipHParams]
+    read: Callable[[ModelFile, int], ClipHParams]     # (file, --image-max-tokens)
     names: Callable[[ClipHParams], list[str]]
     graph: Callable[[ClipHParams, Mapping[str, Tensor], bool], Graph]
 
@@ -52,13 +53,21 @@ def _minicpmv_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph
     return MiniCPMVGraph(hp, w, fa).build()
 
 
-_WHISPER = ProjectorFamily(read_whisper_hparams, whisper_tensor_names, _whisper_graph)
+def _kimi_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
+    builder = KimiK25Graph if hp.projector == VisionProjectorType.KIMIK25 else KimiVLGraph
+    return builder(hp, w, fa).build()
+
+
+_WHISPER = ProjectorFamily(lambda m, _: read_whisper_hparams(m), whisper_tensor_names, _whisper_graph)
 
 # projb: the projector types of these modules
 PROJB_FAMILIES: dict[str, ProjectorFamily] = {
     **{p: _WHISPER for p in WHISPER_HEADS},
-    VisionProjectorType.QWEN3A: ProjectorFamily(read_qwen3a_hparams, qwen3a_tensor_names, _qwen3a_graph),
-    MINICPMV: ProjectorFamily(read_minicpmv_hparams, minicpmv_tensor_names, _minicpmv_graph),
+    VisionProjectorType.QWEN3A: ProjectorFamily(lambda m, _: read_qwen3a_hparams(m), qwen3a_tensor_names,
+                                                _qwen3a_graph),
+    MINICPMV: ProjectorFamily(lambda m, _: read_minicpmv_hparams(m), minicpmv_tensor_names, _minicpmv_graph),
+    **{p: ProjectorFamily(read_kimi_hparams, kimi_tensor_names, _kimi_graph)
+       for p in (VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25)},
 }
 
 

@@ -22,7 +22,7 @@ from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip import SiglipGraph, cast
+from runtime.engine.clip import SiglipGraph, attn_core
 from runtime.engine.clip_hparams import ClipHParams, SiglipHead, name
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
@@ -146,17 +146,7 @@ class MiniCPMVGraph(SiglipGraph):
             t = g.reshape(self._proj(t, part), (dh, n_head, rows))
             self.graph.expand(t)     # build_attn's ggml_build_forward_order: Q, K, V
             qkv.append(t)
-        qp, kp = g.permute(qkv[0], (0, 2, 1, 3)), g.permute(qkv[1], (0, 2, 1, 3))
-        scale = dh ** -0.5
-        if self.flash_attn:
-            vp = g.permute(qkv[2], (0, 2, 1, 3))
-            out = g.flash_attn_ext(qp, cast(kp, GGMLType.F16), cast(vp, GGMLType.F16), None, scale)
-            out = g.reshape(out, (out.ne[0] * out.ne[1], out.ne[2] * out.ne[3]))
-        else:
-            vp = g.cont(g.permute(qkv[2], (1, 2, 0, 3)))
-            kqv = g.permute(g.mul_mat(vp, g.soft_max_ext(g.mul_mat(kp, qp), None, scale)), (0, 2, 1, 3))
-            out = g.cont(kqv, (kqv.ne[0] * kqv.ne[1], kqv.ne[2] * kqv.ne[3]))
-        out = self._proj(out, "out")
+        out = self._proj(attn_core(qkv[0], qkv[1], qkv[2], None, dh ** -0.5, self.flash_attn), "out")
         return g.mul_mat(self.w[PROJ], self._norm(out, "post"))
 
     def build(self) -> Graph:

@@ -84,7 +84,7 @@ def _fa_supported(device: Device | None, d_head: int) -> bool:
 def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
     """The projector's hparams, read by its family's reader (projector type -> graph builder)."""
     if projb_type(model) in PROJB_FAMILIES:
-        return PROJB_FAMILIES[projb_type(model)].read(model)
+        return PROJB_FAMILIES[projb_type(model)].read(model, image_max_tokens)
     if projector_type(model) in QWEN2VL_TYPES:
         return read_qwen2vl_hparams(model)
     if projector_type(model) == VisionProjectorType.PIXTRAL:

@@ -25,7 +25,7 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip import cast
+from runtime.engine.clip import attn_core
 from runtime.engine.clip_hparams import ClipHParams, name
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
@@ -171,16 +171,7 @@ class AudioVit:
             t = g.reshape(t, (d_head, hp.n_head, n_pos, 1))
             self.graph.expand(t)      # build_attn's ggml_build_forward_order: q, k, v in this order
             qkv.append(t)
-        q, k = g.permute(qkv[0], (0, 2, 1, 3)), g.permute(qkv[1], (0, 2, 1, 3))
-        scale = d_head ** -0.5
-        if self.fa:
-            v = g.permute(qkv[2], (0, 2, 1, 3))
-            out = g.flash_attn_ext(q, cast(k, GGMLType.F16), cast(v, GGMLType.F16), None, scale)
-            out = g.reshape(out, (out.ne[0] * out.ne[1], out.ne[2] * out.ne[3]))
-        else:
-            v = g.cont(g.permute(qkv[2], (1, 2, 0, 3)))
-            kqv = g.permute(g.mul_mat(v, g.soft_max_ext(g.mul_mat(k, q), None, scale)), (0, 2, 1, 3))
-            out = g.cont(kqv, (kqv.ne[0] * kqv.ne[1], kqv.ne[2] * kqv.ne[3]))
+        out = attn_core(qkv[0], qkv[1], qkv[2], None, d_head ** -0.5, self.fa)
         return self.linear(out, name(T.A_ENC_OUTPUT, il), name(T.A_ENC_OUTPUT, il, "bias"))
 
     def vit(self, x: Tensor, n_pos: int, pos: Tensor | None, avgpool: bool) -> Tensor:

@@ -91,12 +91,12 @@ def test_input_and_convolutions(tmp_path):
 
 
 def test_weights_are_every_tensor(tmp_path):
-    """The weights buffer holds every tensor of the file (F16 2-D, F32 1-D), summed by hand for a
+    """The weights buffer holds every tensor of the file (F16 2-D, F32 1-D and the position table), summed by hand for a
     one-layer Qwen2-Audio projector."""
     path = write_mmproj(tmp_path, qwen2a_mmproj_spec(n_text_embd=640, n_layer=1), "w")
     e, ff = 1280, 5120
-    f16 = 3 * 128 * e + 3 * e * e + e * 1500 + 4 * e * e + 2 * e * ff + e * 640
-    f32 = 2 * e + 3 * e + 4 * e + ff + e + 2 * e + 640
+    f16 = 3 * 128 * e + 3 * e * e + 4 * e * e + 2 * e * ff + e * 640
+    f32 = 2 * e + e * 1500 + 3 * e + 4 * e + ff + e + 2 * e + 640    # the position table is F32
     r = reserve_projector(read_model(str(path)), None)
     # every tensor is padded to 32 bytes in the buffer (ggml's CPU alignment): the 1-D ones all divide
     assert r.weight_bytes == 2 * f16 + 4 * f32
