@@ -97,6 +97,8 @@ def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> Compan
     reserve = reserve_projector(model, device, target.flags.flash_attn, mm.image_max_tokens)
     head = HEADS.get(hp.projector)
     tokens_apply = head is not None and head.token_limits is not None
+    # projb: a builder of its own whose warmup follows the token limit (Kimi-K2.5 without pixel keys)
+    tokens_apply = tokens_apply or hp.warmup_image_size != read_projector(model).warmup_image_size
     return CompanionEstimate(KIND, mm.path, _rows(reserve, device), SIMULATED,
                              _notes(reserve, mm.image_min_tokens > 0 or mm.image_max_tokens > 0, tokens_apply,
                                     isinstance(hp, AudioHParams)))

@@ -30,6 +30,7 @@ from planner.synth.mmproj_factory import (
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
+    kimik25_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
@@ -326,3 +327,15 @@ def test_audio_projector_estimate(files, tmp_path):
     assert rows["Host"][1] >= 3000 * 128 * 4
     assert "warmup clip of 3000 frames" in est.notes[0]
     assert "warmup clip of 3000 frames whatever" in est.notes[1]
+
+
+def test_kimik25_token_limit_note(files, tmp_path):
+    """Kimi-K2.5 without the pixel keys warms up at the --image-max-tokens limit: no note that the flags
+    change nothing; with them (the converter's files) the warmup is fixed and the note says so."""
+    ctx, _, _ = files
+    for limit, noted in ((None, False), (4096, True)):
+        spec = kimik25_mmproj_spec(n_text_embd=N_TEXT, n_layer=1, patch_limit=limit)
+        path = write_mmproj(tmp_path, spec, f"k25-{limit}")
+        est = _estimate(ctx, path, "--image-max-tokens", "256")
+        assert ("448x448" if limit is None else "896x896") in est.notes[0]
+        assert (len(est.notes) == 2) is noted
