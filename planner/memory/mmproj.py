@@ -18,10 +18,10 @@ models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4
 (models/internvl.cpp), Pixtral's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
 (models/qwen2vl.cpp), Qwen3-VL's (models/qwen3vl.cpp), MiniCPM-V's resampler (models/minicpmv.cpp,
 at its image_size), Kimi-VL's and Kimi-K2.5's (models/kimivl.cpp, kimik25.cpp: 16 x 16 merged tokens;
-sqrt(image_max_pixels)) and the Whisper-encoder audio projectors
-(models/whisper-enc.cpp: Ultravox, Qwen2-Audio, Voxtral, Music Flamingo, MERaLiON, GLM-ASR) and
-Qwen3-ASR's (models/qwen3a.cpp), on a 3000-frame warmup clip; other projector types are refused by
-name. A Qwen3-Omni file (both encoders) is sized by its vision projector only.
+sqrt(image_max_pixels)), and the audio encoders on a 3000-frame warmup clip: the Whisper-encoder family
+(models/whisper-enc.cpp: Ultravox, Qwen2-Audio, Voxtral, Music Flamingo, MERaLiON, GLM-ASR), Qwen3-ASR's
+(models/qwen3a.cpp) and LFM2-Audio's (models/conformer.cpp); other projector types are refused by name.
+A Qwen3-Omni file (both encoders) is sized by its vision projector only.
 Gemma 3, IDEFICS3, Janus-Pro and InternVL warm up at their file's image_size, Phi-4 at 16 x 16
 patches, Pixtral at 16 x 16 merged ones and the Qwen types at 46 x 46 merged ones, so
 --image-min/max-tokens do not change what they allocate (IDEFICS3's set_limit_image_tokens() moves

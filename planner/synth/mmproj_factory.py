@@ -548,3 +548,53 @@ def kimik25_mmproj_spec(*, n_text_embd: int = 7168, n_layer: int = 27, patch_lim
         spec.metadata[Keys.ClipVision.IMAGE_MIN_PIXELS] = 8 * 14 * 14
         spec.metadata[Keys.ClipVision.IMAGE_MAX_PIXELS] = patch_limit * 14 * 14
     return spec
+
+
+# --- projb: LFM2-Audio's FastConformer (tools/mtmd/models/conformer.cpp) ----------------------------------
+
+def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int = 512, n_head: int = 8,
+                      n_ff: int = 2048, n_sub: int = 256, kernel: int = 9, n_audio_vocab: int = 2049 * 8) -> ModelSpec:
+    """LFM2-Audio's (lfm2a) projector, the tensors clip.cpp loads as conversion/lfm2.py and gemma.py's
+    ConformerAudioModel write them: canary-180m-flash's FastConformer (17 layers of 512, 8 heads, FFN
+    2048, 128 mel bins, 256 subsampling channels, a depthwise kernel of 9), convolutions in F32
+    (tensor_force_quant), pre-encode biases {1, 1, 256}, the audio-output embedding {n_text, 2049 x 8}
+    as a.position_embd (F32: clip_n_mmproj_embd reads the text width from it), and the adapter
+    mm.a.mlp.0 (norm), .1 {512, n_text}, .3 {n_text, n_text} — LFM2-Audio-1.5B's shape (LFM2-1.2B's 2048).
+    The output-side tensors the converter also writes (a.position_embd_norm, a.embd_to_logits) are
+    not loaded by clip.cpp and left out."""
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.LFM2A, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_embd, ca.BLOCK_COUNT: n_layer,
+        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
+    })
+    spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_text_embd, n_audio_vocab))
+    for i, shape in ((0, (3, 3, 1, n_sub)), (2, (3, 3, 1, n_sub)), (3, (1, 1, n_sub, n_sub)), (5, (3, 3, 1, n_sub)),
+                     (6, (1, 1, n_sub, n_sub))):
+        spec.add(T.A_ENC_CONV1D, Q.F32, shape, i)
+        spec.add(T.A_ENC_CONV1D, Q.F32, (1, 1, n_sub), i, "bias")
+    _linear(spec, T.A_ENC_OUT, None, n_sub * (WHISPER_N_MEL // 8), n_embd, True)
+    for i in range(n_layer):
+        for kind in (T.A_ENC_FFN_NORM, T.A_ENC_INPUT_NORM, T.A_ENC_NORM_CONV, T.A_ENC_FFN_NORM_1,
+                     T.A_ENC_OUTPUT_NORM, T.A_ENC_CONV_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.A_ENC_FFN_UP, i, n_embd, n_ff, True)
+        _linear(spec, T.A_ENC_FFN_DOWN, i, n_ff, n_embd, True)
+        _linear(spec, T.A_ENC_FFN_UP_1, i, n_embd, n_ff, True)
+        _linear(spec, T.A_ENC_FFN_DOWN_1, i, n_ff, n_embd, True)
+        for kind in (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT):
+            _linear(spec, kind, i, n_embd, n_embd, True)
+        spec.add(T.A_ENC_POS_BIAS_U, Q.F32, (n_embd // n_head, n_head), i, None)
+        spec.add(T.A_ENC_POS_BIAS_V, Q.F32, (n_embd // n_head, n_head), i, None)
+        spec.add(T.A_ENC_LINEAR_POS, Q.F16, (n_embd, n_embd), i)
+        _linear(spec, T.A_ENC_CONV_PW1, i, n_embd, 2 * n_embd, True, Q.F32)
+        spec.add(T.A_ENC_CONV_DW, Q.F32, (kernel, n_embd), i)
+        spec.add(T.A_ENC_CONV_DW, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.A_ENC_CONV_PW2, i, n_embd, n_embd, True, Q.F32)
+    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0)
+    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0, "bias")
+    _linear(spec, T.A_MMPROJ, 1, n_embd, n_text_embd, True)
+    _linear(spec, T.A_MMPROJ, 3, n_text_embd, n_text_embd, True)
+    return spec

@@ -30,7 +30,8 @@ from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
 CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT,
-                            Op.POOL_1D, Op.PAD, Op.SIN, Op.COS})   # projb: audio pool and pad; resampler sin/cos
+                            # projb: the audio pool and pad, the resampler's sin/cos, the conformer's convolutions
+                            Op.POOL_1D, Op.PAD, Op.SIN, Op.COS, Op.CONV_2D, Op.CONV_2D_DW, Op.ROLL, Op.SSM_CONV})
 LFM2_NORM_EPS = 1e-5         # siglip.cpp's LFM2 input norm: "default nn.LayerNorm"
 INTERNVL_NORM_EPS = 1e-5     # internvl.cpp: the projector's LayerNorm uses pytorch's default eps
 INTERNVL_RMS_VIT = (3200, 45)   # internvl.cpp: the 6B ViT (n_embd, n_layer) uses RMS norms

@@ -1,7 +1,8 @@
 """The projector families with a builder module of their own, by clip.projector_type: how
 runtime/engine/clip_reserve.py reads each file's hparams, which tensors it loads and which graph it
 builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py; MiniCPM-V's
-resampler: clip_minicpmv.py; Kimi-VL's and Kimi-K2.5's MoonViT: clip_kimivl.py)."""
+resampler: clip_minicpmv.py; Kimi-VL's and Kimi-K2.5's MoonViT: clip_kimivl.py; LFM2-Audio's conformer:
+clip_conformer.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from gguf import Keys, VisionProjectorType
 
 from planner.gguf.reader import ModelFile
+from runtime.engine.clip_conformer import ConformerGraph, conformer_tensor_names, read_conformer_hparams
 from runtime.engine.clip_hparams import ClipHParams, projector_type
 from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, kimi_tensor_names, read_kimi_hparams
 from runtime.engine.clip_minicpmv import (
@@ -53,6 +55,11 @@ def _minicpmv_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph
     return MiniCPMVGraph(hp, w, fa).build()
 
 
+def _conformer_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
+    assert isinstance(hp, AudioHParams)
+    return ConformerGraph(hp, w, fa).build()
+
+
 def _kimi_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
     builder = KimiK25Graph if hp.projector == VisionProjectorType.KIMIK25 else KimiVLGraph
     return builder(hp, w, fa).build()
@@ -68,6 +75,8 @@ PROJB_FAMILIES: dict[str, ProjectorFamily] = {
     MINICPMV: ProjectorFamily(lambda m, _: read_minicpmv_hparams(m), minicpmv_tensor_names, _minicpmv_graph),
     **{p: ProjectorFamily(read_kimi_hparams, kimi_tensor_names, _kimi_graph)
        for p in (VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25)},
+    VisionProjectorType.LFM2A: ProjectorFamily(lambda m, _: read_conformer_hparams(m), conformer_tensor_names,
+                                               _conformer_graph),
 }
 
 
