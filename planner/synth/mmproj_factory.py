@@ -15,6 +15,7 @@ a sparse hole (planner/synth/gguf_factory.py write_model). `n_layer` defaults to
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from gguf import MODEL_TENSOR, GGUFValueType, Keys, VisionProjectorType
@@ -597,4 +598,19 @@ def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int
     spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0, "bias")
     _linear(spec, T.A_MMPROJ, 1, n_embd, n_text_embd, True)
     _linear(spec, T.A_MMPROJ, 3, n_text_embd, n_text_embd, True)
+    return spec
+
+
+def paddleocr_mmproj_spec(*, n_text_embd: int = 1024, n_layer: int = 27, min_pixels: int = 147384,
+                          max_pixels: int = 2822400) -> ModelSpec:
+    """PaddleOCR-VL's (paddleocr) projector as conversion/ernie.py writes it: its SigLIP NaViT (1152,
+    4304, 27 layers, 16 heads, patch 14, a 27 x 27 position table in F32, fc1 -> ffn_up, eps 1e-6),
+    image_size sqrt(max_pixels), the preprocessor's pixel limits, and mlp_AR: pre_norm {1152},
+    linear_1 {4608, 4608}, linear_2 {4608, n_text} with biases — PaddleOCR-VL-0.9B's shape (ERNIE-4.5-0.3B's
+    1024)."""
+    spec = _moonvit(VisionProjectorType.PADDLEOCR, n_text_embd, n_layer, False, (SIGLIP_N_EMBD, 27 * 27), 1e-6)
+    cv = Keys.ClipVision
+    del spec.metadata[cv.Projector.SCALE_FACTOR]
+    spec.metadata.update({cv.IMAGE_SIZE: math.isqrt(max_pixels), cv.IMAGE_MIN_PIXELS: min_pixels,
+                          cv.IMAGE_MAX_PIXELS: max_pixels})
     return spec

@@ -1,7 +1,7 @@
 """The projector families with a builder module of their own, by clip.projector_type: how
 runtime/engine/clip_reserve.py reads each file's hparams, which tensors it loads and which graph it
 builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py; MiniCPM-V's
-resampler: clip_minicpmv.py; Kimi-VL's and Kimi-K2.5's MoonViT: clip_kimivl.py; LFM2-Audio's conformer:
+resampler: clip_minicpmv.py; Kimi-VL's, Kimi-K2.5's and PaddleOCR-VL's: clip_kimivl.py; LFM2-Audio's conformer:
 clip_conformer.py)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gguf import Keys, VisionProjectorType
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip_conformer import ConformerGraph, conformer_tensor_names, read_conformer_hparams
 from runtime.engine.clip_hparams import ClipHParams, projector_type
-from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, kimi_tensor_names, read_kimi_hparams
+from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, PaddleOCRGraph, kimi_tensor_names, read_kimi_hparams
 from runtime.engine.clip_minicpmv import (
     MINICPMV,
     MiniCPMVGraph,
@@ -61,8 +61,8 @@ def _conformer_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Grap
 
 
 def _kimi_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
-    builder = KimiK25Graph if hp.projector == VisionProjectorType.KIMIK25 else KimiVLGraph
-    return builder(hp, w, fa).build()
+    builders = {VisionProjectorType.KIMIK25: KimiK25Graph, VisionProjectorType.PADDLEOCR: PaddleOCRGraph}
+    return builders.get(hp.projector, KimiVLGraph)(hp, w, fa).build()
 
 
 _WHISPER = ProjectorFamily(lambda m, _: read_whisper_hparams(m), whisper_tensor_names, _whisper_graph)
@@ -74,7 +74,7 @@ PROJB_FAMILIES: dict[str, ProjectorFamily] = {
                                                 _qwen3a_graph),
     MINICPMV: ProjectorFamily(lambda m, _: read_minicpmv_hparams(m), minicpmv_tensor_names, _minicpmv_graph),
     **{p: ProjectorFamily(read_kimi_hparams, kimi_tensor_names, _kimi_graph)
-       for p in (VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25)},
+       for p in (VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25, VisionProjectorType.PADDLEOCR)},
     VisionProjectorType.LFM2A: ProjectorFamily(lambda m, _: read_conformer_hparams(m), conformer_tensor_names,
                                                _conformer_graph),
 }

@@ -1,12 +1,13 @@
-"""Kimi-VL's and Kimi-K2.5's projectors (PROJECTOR_TYPE_KIMIVL, PROJECTOR_TYPE_KIMIK25: MoonViT), as
-clip.cpp builds them at the warmup image (tools/mtmd/models/kimivl.cpp clip_graph_kimivl::build,
-models/kimik25.cpp clip_graph_kimik25::build).
+"""Kimi-VL's and Kimi-K2.5's projectors (PROJECTOR_TYPE_KIMIVL, PROJECTOR_TYPE_KIMIK25: MoonViT) and
+PaddleOCR-VL's (PROJECTOR_TYPE_PADDLEOCR: the same tensors, M-RoPE), as clip.cpp builds them at the
+warmup image (tools/mtmd/models/kimivl.cpp, kimik25.cpp, paddleocr.cpp).
 
 Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 - clip.cpp load_hparams: n_merge = clip.vision.projector.scale_factor; KIMIVL: set_limit_image_tokens(8,
   1024) then set_warmup_n_tokens(256), a 16 x 16-merged-token image whatever --image-max-tokens says;
   KIMIK25: with clip.vision.image_min_pixels and _max_pixels the warmup side is sqrt(max_pixels)
-  (128 x 128 patches for Kimi-K2.5's 16384-patch limit), else set_limit_image_tokens(2, 4096).
+  (128 x 128 patches for Kimi-K2.5's 16384-patch limit), else set_limit_image_tokens(2, 4096);
+  PADDLEOCR: n_merge 2, the pixel keys required, set_warmup_n_tokens(28 x 28): a 784 px image.
 - clip.cpp load_tensors: the generic vision tower (q/k/v split for Kimi-VL, a fused qkv for K2.5), the
   position table (2-D {C, 64 x 64} for Kimi-VL, 3-D {C, 64, 64} for K2.5), mm.input_norm and mm.1 /
   mm.2 with biases.
@@ -14,7 +15,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
   K2.5's 3-D variant: permute, interpolate, permute, cont_2d, or cont_2d alone at 64 x 64), build_vit
   with layer norms and build_rope_2d on q and k (columns, then rows), build_patch_merge_permute, a
   layer norm over n_embd-wide rows (viewed in and out of the merged width; eps 1e-5 for Kimi-VL, the
-  file's for K2.5), and the GELU MLP.
+  file's for K2.5), and the GELU MLP; paddleocr.cpp: one M-RoPE node on q and k, then norm (eps 1e-5),
+  the merger and the MLP with the FFN op.
 """
 from __future__ import annotations
 
@@ -36,7 +38,10 @@ P = VisionProjectorType
 KIMIVL_WARMUP_TOKENS = 256          # load_hparams' set_warmup_n_tokens ("avoid OOM on warmup")
 KIMIK25_TOKEN_LIMITS = (2, 4096)    # load_hparams' set_limit_image_tokens without the pixel keys
 KIMIVL_NORM_EPS = 1e-5              # kimivl.cpp: the projector's norm is a default nn.LayerNorm
-KIMI_TYPES = frozenset({P.KIMIVL, P.KIMIK25})
+PADDLEOCR_WARMUP_TOKENS = 28 * 28   # load_hparams (PADDLEOCR): set_warmup_n_tokens, n_merge fixed at 2
+PADDLEOCR_N_MERGE = 2
+PADDLEOCR_NORM_EPS = 1e-5           # paddleocr.cpp: the projector's pre-merge norm
+KIMI_TYPES = frozenset({P.KIMIVL, P.KIMIK25, P.PADDLEOCR})
 
 
 def read_kimi_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
@@ -46,7 +51,11 @@ def read_kimi_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
         raise BadInput(f"{model.path}: a {proj} projector without a vision encoder or {name(T.V_MMPROJ, 2)}")
     try:
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.Projector.SCALE_FACTOR, 1))
-        if proj == P.KIMIVL:
+        if proj == P.PADDLEOCR:     # load_hparams requires the pixel keys, then fixes the warmup
+            int(meta[CV.IMAGE_MIN_PIXELS]), int(meta[CV.IMAGE_MAX_PIXELS])
+            merge = PADDLEOCR_N_MERGE
+            warmup = math.isqrt(PADDLEOCR_WARMUP_TOKENS) * patch * merge
+        elif proj == P.KIMIVL:
             warmup = math.isqrt(KIMIVL_WARMUP_TOKENS) * patch * merge
         elif int(meta.get(CV.IMAGE_MIN_PIXELS, 0)) > 0 and int(meta.get(CV.IMAGE_MAX_PIXELS, 0)) > 0:
             warmup = math.isqrt(int(meta[CV.IMAGE_MAX_PIXELS]))
@@ -143,3 +152,20 @@ class KimiK25Graph(KimiVLGraph):
             views.append(t)
         out = attn_core(views[0], views[1], views[2], None, d_head ** -0.5, self.flash_attn)
         return self.linear(out, self.w[name(T.V_ENC_ATTN_O, il)], self._opt(name(T.V_ENC_ATTN_O, il, "bias")))
+
+
+class PaddleOCRGraph(KimiVLGraph):
+    """clip_graph_paddleocr::build: the same tower with M-RoPE (one ROPE node reading 4 position ids per
+    patch) instead of the 2-D RoPE, then norm, build_patch_merge_permute and the MLP with the FFN op."""
+
+    def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
+        super().__init__(hp, w, flash_attn)
+        self.mrope_pos = g.new_tensor(GGMLType.I32, (4 * hp.n_patches_side ** 2,), "positions", TensorFlag.INPUT)
+
+    def add_pos(self, t: Tensor) -> Tensor:
+        return Tensor(t.type, t.ne, op=Op.ROPE, src=[t, self.mrope_pos, None], op_params={"mode": "vision"})
+
+    def kimi_head(self, x: Tensor) -> Tensor:
+        x = Tensor(x.type, x.ne, op=Op.NORM, src=[x], op_params={"eps": PADDLEOCR_NORM_EPS})
+        x = g.add(g.mul(x, self.w[name(T.V_MM_INP_NORM)]), self.w[name(T.V_MM_INP_NORM, None, "bias")])
+        return self.mlp(self.merge_permute(x), 1, 2, self.hp.ffn_op)

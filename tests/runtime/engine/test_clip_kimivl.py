@@ -1,4 +1,4 @@
-"""runtime/engine/clip_kimivl.py: Kimi-VL's and Kimi-K2.5's MoonViT graphs, node by node, counted by hand
+"""runtime/engine/clip_kimivl.py: Kimi-VL's, Kimi-K2.5's and PaddleOCR-VL's graphs, node by node, counted by hand
 from tools/mtmd/models/kimivl.cpp, kimik25.cpp and clip.cpp (build_inp, build_vit, build_rope_2d,
 build_patch_merge_permute, build_ffn)."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from planner.gguf.reader import read_model
-from planner.synth.mmproj_factory import kimik25_mmproj_spec, kimivl_mmproj_spec, write_mmproj
+from planner.synth.mmproj_factory import kimik25_mmproj_spec, kimivl_mmproj_spec, paddleocr_mmproj_spec, write_mmproj
 from runtime.engine.clip_hparams import UnsupportedProjector, load_weights
-from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, kimi_tensor_names, read_kimi_hparams
+from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, PaddleOCRGraph, kimi_tensor_names, read_kimi_hparams
 from runtime.ggml.graph import Op
 
 INP = 11            # build_inp: conv2d 7, reshape, transpose, cont, patch bias
@@ -68,3 +68,17 @@ def test_odd_grid_is_refused(tmp_path):
     spec = kimik25_mmproj_spec(n_text_embd=640, n_layer=1, patch_limit=None)
     with pytest.raises(UnsupportedProjector, match="merging 2x2"):
         _graph(tmp_path, spec, KimiK25Graph, True, image_max_tokens=111)
+
+
+@pytest.mark.parametrize("fa, logged", [(True, 102), (False, 106)])
+def test_paddleocr_node_count(tmp_path, fa, logged):
+    """PaddleOCR-VL: 28 x 28 merged tokens (784 px, 56 x 56 patches, the 27 x 27 table resized); a layer
+    with one M-RoPE node on q and k (26 + attention); the head: norm 3, merger 6, MLP 5. `logged`: the
+    pinned llama-server's count for the 2-layer file."""
+    hp, graph = _graph(tmp_path, paddleocr_mmproj_spec(n_text_embd=640, n_layer=2), PaddleOCRGraph, fa)
+    assert (hp.warmup_image_size, hp.n_merge) == (784, 2)
+    total = INP + RESIZE + 2 + 2 * (26 + (7 if fa else 9)) + 4 + 14
+    assert len(graph.nodes) == total == logged
+    assert graph.nodes[-1].ne[:2] == (640, 28 * 28)
+    [pos] = [t for t in graph.leafs if t.name == "positions"]
+    assert pos.ne[0] == 4 * 56 * 56
