@@ -18,7 +18,8 @@ models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4
 (models/internvl.cpp), Pixtral's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
 (models/qwen2vl.cpp), Qwen3-VL's (models/qwen3vl.cpp), MiniCPM-V's resampler (models/minicpmv.cpp,
 at its image_size), Kimi-VL's, Kimi-K2.5's and PaddleOCR-VL's (models/kimivl.cpp, kimik25.cpp,
-paddleocr.cpp: 16 x 16 merged tokens; sqrt(image_max_pixels); 28 x 28), and the audio encoders on
+paddleocr.cpp: 16 x 16 merged tokens; sqrt(image_max_pixels); 28 x 28), LLaVA's MLP (models/llava.cpp,
+at its image_size), and the audio encoders on
 a 3000-frame warmup clip: the Whisper-encoder family (models/whisper-enc.cpp: Ultravox, Qwen2-Audio,
 Voxtral, Music Flamingo, MERaLiON, GLM-ASR), Qwen3-ASR's
 (models/qwen3a.cpp) and LFM2-Audio's (models/conformer.cpp); other projector types are refused by name.

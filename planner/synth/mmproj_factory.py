@@ -614,3 +614,39 @@ def paddleocr_mmproj_spec(*, n_text_embd: int = 1024, n_layer: int = 27, min_pix
     spec.metadata.update({cv.IMAGE_SIZE: math.isqrt(max_pixels), cv.IMAGE_MIN_PIXELS: min_pixels,
                           cv.IMAGE_MAX_PIXELS: max_pixels})
     return spec
+
+
+# --- projb: LLaVA's MLP (tools/mtmd/models/llava.cpp) ----------------------------------------------------
+
+def llava_mmproj_spec(*, n_text_embd: int = 4096, n_layer: int = 23, n_embd: int = 1024, n_ff: int = 4096,
+                      n_head: int = 16, image_size: int = 336, patch_size: int = 14) -> ModelSpec:
+    """LLaVA 1.5's (mlp) projector as tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py writes it:
+    CLIP ViT-L/14 at 336 px with its last layer dropped (block_count 23), quick GELU, the class
+    embedding and a 577-row position table (F16: a 2-D ".weight"), no patch bias, the pre-norm and no
+    post-norm, the FFN named fc1 -> ffn_down, and mm.0 {1024, 4096} / mm.2 {4096, n_text} with biases —
+    llava-v1.5-7b's shape."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: "mlp", clip.HAS_VISION_ENCODER: True, "clip.has_llava_projector": True,
+        cv.USE_GELU: False, cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: 768, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size,
+        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
+    })
+    spec.tensors.append(("v.class_embd", Q.F32, (n_embd,)))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_POS, Q.F16, (n_embd, (image_size // patch_size) ** 2 + 1))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            _linear(spec, kind, i, n_embd, n_embd, True)
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.V_ENC_FFN_DOWN, i, n_embd, n_ff, True)     # fc1, as the legacy converter names it
+        _linear(spec, T.V_ENC_FFN_UP, i, n_ff, n_embd, True)
+    _linear(spec, T.V_MMPROJ, 0, n_embd, n_text_embd, True)
+    _linear(spec, T.V_MMPROJ, 2, n_text_embd, n_text_embd, True)
+    return spec

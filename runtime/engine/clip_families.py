@@ -2,7 +2,7 @@
 runtime/engine/clip_reserve.py reads each file's hparams, which tensors it loads and which graph it
 builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py; MiniCPM-V's
 resampler: clip_minicpmv.py; Kimi-VL's, Kimi-K2.5's and PaddleOCR-VL's: clip_kimivl.py; LFM2-Audio's conformer:
-clip_conformer.py)."""
+clip_conformer.py; LLaVA's MLP: clip_llava.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -14,6 +14,7 @@ from planner.gguf.reader import ModelFile
 from runtime.engine.clip_conformer import ConformerGraph, conformer_tensor_names, read_conformer_hparams
 from runtime.engine.clip_hparams import ClipHParams, projector_type
 from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, PaddleOCRGraph, kimi_tensor_names, read_kimi_hparams
+from runtime.engine.clip_llava import LLAVA_MLP, LlavaGraph, llava_tensor_names, read_llava_hparams
 from runtime.engine.clip_minicpmv import (
     MINICPMV,
     MiniCPMVGraph,
@@ -65,6 +66,10 @@ def _kimi_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
     return builders.get(hp.projector, KimiVLGraph)(hp, w, fa).build()
 
 
+def _llava_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
+    return LlavaGraph(hp, w, fa).build()
+
+
 _WHISPER = ProjectorFamily(lambda m, _: read_whisper_hparams(m), whisper_tensor_names, _whisper_graph)
 
 # projb: the projector types of these modules
@@ -75,6 +80,7 @@ PROJB_FAMILIES: dict[str, ProjectorFamily] = {
     MINICPMV: ProjectorFamily(lambda m, _: read_minicpmv_hparams(m), minicpmv_tensor_names, _minicpmv_graph),
     **{p: ProjectorFamily(read_kimi_hparams, kimi_tensor_names, _kimi_graph)
        for p in (VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25, VisionProjectorType.PADDLEOCR)},
+    LLAVA_MLP: ProjectorFamily(lambda m, _: read_llava_hparams(m), llava_tensor_names, _llava_graph),
     VisionProjectorType.LFM2A: ProjectorFamily(lambda m, _: read_conformer_hparams(m), conformer_tensor_names,
                                                _conformer_graph),
 }

@@ -186,9 +186,10 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
 # projb: the types whose builders live in modules of their own (runtime/engine/clip_families.py:
 # the whisper-enc audio encoders of clip_whisper.py, Qwen3-ASR's of clip_qwen3a.py, MiniCPM-V's
 # resampler of clip_minicpmv.py: PROJECTOR_TYPE_NAMES' "resampler", which gguf-py does not list; Kimi-VL's
-# Kimi-K2.5's and PaddleOCR-VL's of clip_kimivl.py; LFM2-Audio's of clip_conformer.py)
+# Kimi-K2.5's and PaddleOCR-VL's of clip_kimivl.py; LFM2-Audio's of clip_conformer.py; LLaVA's "mlp" of
+# clip_llava.py)
 PROJB_SUPPORTED = (VisionProjectorType.ULTRAVOX, VisionProjectorType.QWEN2A, VisionProjectorType.VOXTRAL,
                    VisionProjectorType.MUSIC_FLAMINGO, VisionProjectorType.MERALION, VisionProjectorType.GLMA,
                    VisionProjectorType.QWEN3A, "resampler", VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25,
-                   VisionProjectorType.LFM2A, VisionProjectorType.PADDLEOCR)
+                   VisionProjectorType.LFM2A, VisionProjectorType.PADDLEOCR, "mlp")
 SUPPORTED = (*SUPPORTED, *PROJB_SUPPORTED)
