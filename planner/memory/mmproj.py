@@ -15,7 +15,7 @@ The figures come from runtime/engine (clip_hparams.py, clip.py, clip_qwen2vl.py,
 clip_reserve.py): the weights buffer as ggml_backend_alloc_ctx_tensors makes it, and the warmup graph
 reserved through the runtime's scheduler (compute "simulated"), for the SigLIP-tower projectors of
 models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4), InternVL's
-(models/internvl.cpp), Pixtral's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
+(models/internvl.cpp), Pixtral's and LightOnOCR's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
 (models/qwen2vl.cpp), Qwen3-VL's (models/qwen3vl.cpp), MiniCPM-V's resampler (models/minicpmv.cpp,
 at its image_size), Kimi-VL's, Kimi-K2.5's and PaddleOCR-VL's (models/kimivl.cpp, kimik25.cpp,
 paddleocr.cpp: 16 x 16 merged tokens; sqrt(image_max_pixels); 28 x 28), LLaVA's MLP (models/llava.cpp,

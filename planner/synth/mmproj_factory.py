@@ -650,3 +650,13 @@ def llava_mmproj_spec(*, n_text_embd: int = 4096, n_layer: int = 23, n_embd: int
     _linear(spec, T.V_MMPROJ, 0, n_embd, n_text_embd, True)
     _linear(spec, T.V_MMPROJ, 2, n_text_embd, n_text_embd, True)
     return spec
+
+
+def lightonocr_mmproj_spec(*, n_text_embd: int = 1024, n_layer: int = 24) -> ModelSpec:
+    """LightOnOCR's (lightonocr) projector: Mistral Small 3.1's Pixtral tower and patch merger (as
+    pixtral_mmproj_spec) without the [IMG_BREAK] embedding (conversion/lighton_ocr.py: use_break_tok
+    False) — LightOnOCR-1B's shape (Qwen3-0.6B's 1024)."""
+    spec = pixtral_mmproj_spec(n_text_embd=n_text_embd, n_layer=n_layer)
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = VisionProjectorType.LIGHTONOCR
+    spec.tensors = [t for t in spec.tensors if t[0] != "v.token_embd.img_break"]
+    return spec

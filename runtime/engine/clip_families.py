@@ -2,7 +2,7 @@
 runtime/engine/clip_reserve.py reads each file's hparams, which tensors it loads and which graph it
 builds (the whisper-enc audio encoders: clip_whisper.py; Qwen3-ASR's: clip_qwen3a.py; MiniCPM-V's
 resampler: clip_minicpmv.py; Kimi-VL's, Kimi-K2.5's and PaddleOCR-VL's: clip_kimivl.py; LFM2-Audio's conformer:
-clip_conformer.py; LLaVA's MLP: clip_llava.py)."""
+clip_conformer.py; LLaVA's MLP: clip_llava.py; LightOnOCR's, on clip_pixtral.py's graph: clip_lightonocr.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -14,6 +14,7 @@ from planner.gguf.reader import ModelFile
 from runtime.engine.clip_conformer import ConformerGraph, conformer_tensor_names, read_conformer_hparams
 from runtime.engine.clip_hparams import ClipHParams, projector_type
 from runtime.engine.clip_kimivl import KimiK25Graph, KimiVLGraph, PaddleOCRGraph, kimi_tensor_names, read_kimi_hparams
+from runtime.engine.clip_lightonocr import lightonocr_tensor_names, read_lightonocr_hparams
 from runtime.engine.clip_llava import LLAVA_MLP, LlavaGraph, llava_tensor_names, read_llava_hparams
 from runtime.engine.clip_minicpmv import (
     MINICPMV,
@@ -22,6 +23,7 @@ from runtime.engine.clip_minicpmv import (
     minicpmv_tensor_names,
     read_minicpmv_hparams,
 )
+from runtime.engine.clip_pixtral import PixtralGraph
 from runtime.engine.clip_qwen3a import Qwen3AGraph, qwen3a_tensor_names, read_qwen3a_hparams
 from runtime.engine.clip_whisper import (
     WHISPER_HEADS,
@@ -66,6 +68,10 @@ def _kimi_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
     return builders.get(hp.projector, KimiVLGraph)(hp, w, fa).build()
 
 
+def _pixtral_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
+    return PixtralGraph(hp, dict(w), fa).build()
+
+
 def _llava_graph(hp: ClipHParams, w: Mapping[str, Tensor], fa: bool) -> Graph:
     return LlavaGraph(hp, w, fa).build()
 
@@ -80,6 +86,8 @@ PROJB_FAMILIES: dict[str, ProjectorFamily] = {
     MINICPMV: ProjectorFamily(lambda m, _: read_minicpmv_hparams(m), minicpmv_tensor_names, _minicpmv_graph),
     **{p: ProjectorFamily(read_kimi_hparams, kimi_tensor_names, _kimi_graph)
        for p in (VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25, VisionProjectorType.PADDLEOCR)},
+    VisionProjectorType.LIGHTONOCR: ProjectorFamily(lambda m, _: read_lightonocr_hparams(m), lightonocr_tensor_names,
+                                                    _pixtral_graph),
     LLAVA_MLP: ProjectorFamily(lambda m, _: read_llava_hparams(m), llava_tensor_names, _llava_graph),
     VisionProjectorType.LFM2A: ProjectorFamily(lambda m, _: read_conformer_hparams(m), conformer_tensor_names,
                                                _conformer_graph),

@@ -187,9 +187,9 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
 # the whisper-enc audio encoders of clip_whisper.py, Qwen3-ASR's of clip_qwen3a.py, MiniCPM-V's
 # resampler of clip_minicpmv.py: PROJECTOR_TYPE_NAMES' "resampler", which gguf-py does not list; Kimi-VL's
 # Kimi-K2.5's and PaddleOCR-VL's of clip_kimivl.py; LFM2-Audio's of clip_conformer.py; LLaVA's "mlp" of
-# clip_llava.py)
+# clip_llava.py; LightOnOCR's of clip_lightonocr.py)
 PROJB_SUPPORTED = (VisionProjectorType.ULTRAVOX, VisionProjectorType.QWEN2A, VisionProjectorType.VOXTRAL,
                    VisionProjectorType.MUSIC_FLAMINGO, VisionProjectorType.MERALION, VisionProjectorType.GLMA,
                    VisionProjectorType.QWEN3A, "resampler", VisionProjectorType.KIMIVL, VisionProjectorType.KIMIK25,
-                   VisionProjectorType.LFM2A, VisionProjectorType.PADDLEOCR, "mlp")
+                   VisionProjectorType.LFM2A, VisionProjectorType.PADDLEOCR, "mlp", VisionProjectorType.LIGHTONOCR)
 SUPPORTED = (*SUPPORTED, *PROJB_SUPPORTED)

@@ -44,6 +44,7 @@ from planner.synth.mmproj_factory import (
     kimivl_mmproj_spec,
     lfm2_mmproj_spec,
     lfm2a_mmproj_spec,
+    lightonocr_mmproj_spec,
     llava_mmproj_spec,
     meralion_mmproj_spec,
     minicpmv_mmproj_spec,
@@ -145,7 +146,7 @@ def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_p
         assert d.total_bytes <= MIB or row in theirs, (row, d)
 
 
-# --- projb: the audio encoders, MiniCPM-V, Kimi-VL / K2.5, PaddleOCR-VL, LLaVA ------------------------------
+# --- projb: the audio encoders, MiniCPM-V, Kimi-VL / K2.5, PaddleOCR-VL, LLaVA, LightOnOCR --------------------
 # Shape-faithful whisper-enc projectors (Whisper-large-v3's 32-layer encoder; planner/synth/mmproj_factory.py)
 # projecting to the 270M's 640: Ultravox (frames stacked by 8, SwiGLU MLP), Qwen2-Audio (pooled, one
 # linear layer), Voxtral (pooled and stacked by 4), Music Flamingo (pooled, F32 conv kernels), MERaLiON
@@ -154,14 +155,15 @@ def test_projector_matches_llama_server(llama_tools, rpc_endpoints, files, tmp_p
 # FastConformer (lfm2a: 17 layers, relative-position attention, no flash attention). clip.cpp warms them up
 # on a 3000-frame clip whatever the image-token flags say, so only the placement cases run. MiniCPM-V 2.6's
 # resampler (27-layer SigLIP at 448 px, 64 queries) warms up at its image_size, Kimi-VL at 16 x 16 merged
-# tokens, PaddleOCR-VL at 28 x 28, LLaVA 1.5 at 336 px and Kimi-K2.5 at sqrt(image_max_pixels) = 1792 px:
-# the same cases, except K2.5 without flash attention (16384 patches: a 16 GiB soft_max the test machine
-# cannot hold).
+# tokens (LightOnOCR too: Pixtral's graph), PaddleOCR-VL at 28 x 28, LLaVA 1.5 at 336 px and Kimi-K2.5 at
+# sqrt(image_max_pixels) = 1792 px: the same cases, except K2.5 without flash attention (16384 patches: a
+# 16 GiB soft_max the test machine cannot hold).
 AUDIO_SPECS = {"ultravox": ultravox_mmproj_spec, "qwen2a": qwen2a_mmproj_spec, "voxtral": voxtral_mmproj_spec,
                "musicflamingo": musicflamingo_mmproj_spec, "meralion": meralion_mmproj_spec,
                "glma": glma_mmproj_spec, "qwen3a": qwen3a_mmproj_spec, "lfm2a": lfm2a_mmproj_spec}
 PROJB_SPECS = {**AUDIO_SPECS, "minicpmv": minicpmv_mmproj_spec, "kimivl": kimivl_mmproj_spec,
-               "kimik25": kimik25_mmproj_spec, "paddleocr": paddleocr_mmproj_spec, "llava": llava_mmproj_spec}
+               "kimik25": kimik25_mmproj_spec, "paddleocr": paddleocr_mmproj_spec, "llava": llava_mmproj_spec,
+               "lightonocr": lightonocr_mmproj_spec}
 PROJB_PARAMS = [(p, c) for p in PROJB_SPECS for c in CASES
                 if c not in TOKEN_CASES and (p, c) != ("kimik25", "-mmdev RPC1 -fa off")]
 
