@@ -39,6 +39,11 @@ LLM_KV_ATTN_RES_BLOCK_SIZE = "{arch}.attn_res.block_size"
 LLM_KV_SITU_BETA = "{arch}.activation.situ_beta"
 LLM_KV_SITU_LINEAR_BETA = "{arch}.activation.situ_linear_beta"
 LLM_KV_EXPERT_LATENT_LENGTH = "{arch}.expert_latent_length"
+# glm5n: glm5-next's k-pool indexer (tokens pooled per key, whether the incomplete tail is always kept) and its
+# hyper-connections' Sinkhorn iterations (glm5-next.cpp load_arch_hparams)
+LLM_KV_ATTENTION_INDEXER_KPOOL = "{arch}.attention.indexer.kpool"
+LLM_KV_ATTENTION_INDEXER_KPOOL_SELECT_TAIL = "{arch}.attention.indexer.kpool_select_tail"
+LLM_KV_HC_SINKHORN_ITERATIONS = "{arch}.hyper_connection.sinkhorn_iterations"
 # The uint32 hyperparameters llama.cpp's src/models/<arch>.cpp read with get_key that gguf-py 0.19 does not
 # name (DeepSeek-V4/GLM-DSA indexers, dflash, HRM, hyper-connections, PLE, ...), spelled as LLM_KV_NAMES does.
 LLAMA_CPP_U32_KEYS = tuple(f"{{arch}}.{suffix}" for suffix in (

@@ -120,6 +120,7 @@ class Device:
     max_tensor_bytes: int = 0   # supports_op refuses a larger source or result (0: no limit; Vulkan)
     remote_backend: Backend | None = None   # RPC: the rpc-server's backend (its alignment and alloc sizes)
     members: tuple[Device, ...] = ()        # -sm tensor: the real devices the meta device wraps
+    vk_subgroup_size: int = 0               # glm5n: a measured Vulkan device's subgroup size (its supports_op reads it)
 
     @property
     def profile(self) -> BackendProfile:
@@ -168,7 +169,7 @@ def _device_from_spec(spec: DeviceSpec) -> Device:
     vk = vulkan_features(spec.description) if spec.backend is Backend.VULKAN else None
     if vk is not None:   # a measured Vulkan device: its own alignment and supports_op size limit
         return Device(spec.name, spec.backend, vk.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint,
-                      cc, vk.max_tensor_bytes)
+                      cc, vk.max_tensor_bytes, vk_subgroup_size=vk.subgroup_size)
     return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint, cc,
                   remote_backend=spec.remote_backend)
 

@@ -14,8 +14,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
   a pixel shuffle): the graph below, node for node (865 nodes for Gemma 3's 27-layer SigLIP-So400m
   tower, as llama.cpp logs).
 
-Only sizes are simulated: IM2COL, POOL_2D, NORM and UPSCALE have no numpy kernel, so the devices
-declare them (CLIP_SIZED_OPS) for the scheduler and no graph here is ever computed.
+Only sizes are simulated: IM2COL, POOL_2D, NORM, UPSCALE and the other ops of CLIP_SIZED_OPS have no
+numpy kernel, so the devices declare them for the scheduler and no projector graph is ever computed.
 """
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
-CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT,
-                            # projb: the audio pool and pad, the resampler's sin/cos, the conformer's convolutions
-                            Op.POOL_1D, Op.PAD, Op.SIN, Op.COS, Op.CONV_2D, Op.CONV_2D_DW, Op.ROLL, Op.SSM_CONV})
+# the ops the projector graphs use that have no numpy kernel (sizes only): the towers' convolutions, pools,
+# norms and upscales; the audio encoders' pool, pads and convolutions; MiniCPM-V's sin/cos; Gemma 4's SUB
+CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT, Op.SUB, Op.POOL_1D,
+                            Op.PAD, Op.SIN, Op.COS, Op.CONV_2D, Op.CONV_2D_DW, Op.ROLL, Op.SSM_CONV})
 LFM2_NORM_EPS = 1e-5         # siglip.cpp's LFM2 input norm: "default nn.LayerNorm"
 INTERNVL_NORM_EPS = 1e-5     # internvl.cpp: the projector's LayerNorm uses pytorch's default eps
 INTERNVL_RMS_VIT = (3200, 45)   # internvl.cpp: the 6B ViT (n_embd, n_layer) uses RMS norms

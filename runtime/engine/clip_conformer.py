@@ -19,15 +19,14 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip_hparams import ClipHParams, name
+from runtime.engine.clip_hparams import WARMUP_AUDIO_FRAMES, AudioHParams, ClipHParams, audio_projector_type, name
 from runtime.engine.clip_qwen3a import conv2d_s2p1
-from runtime.engine.clip_whisper import WARMUP_AUDIO_FRAMES, AudioHParams, AudioVit, audio_projector_type
+from runtime.engine.clip_whisper import AudioVit
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 from runtime.ggml.ssm import ssm_conv
@@ -82,10 +81,6 @@ def _conv_out(size: int, k: int, s: int, p: int) -> int:
 
 class ConformerGraph(AudioVit):
     """clip_graph_conformer::build for the 3000-frame warmup clip (flash attention is never used)."""
-
-    def __init__(self, hp: AudioHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
-        super().__init__(hp, w, flash_attn)
-        self.audio = hp
 
     def conv(self, i: int) -> Tensor:
         return self.w[name(T.A_ENC_CONV1D, i)]

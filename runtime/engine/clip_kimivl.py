@@ -41,7 +41,6 @@ KIMIVL_NORM_EPS = 1e-5              # kimivl.cpp: the projector's norm is a defa
 PADDLEOCR_WARMUP_TOKENS = 28 * 28   # load_hparams (PADDLEOCR): set_warmup_n_tokens, n_merge fixed at 2
 PADDLEOCR_N_MERGE = 2
 PADDLEOCR_NORM_EPS = 1e-5           # paddleocr.cpp: the projector's pre-merge norm
-KIMI_TYPES = frozenset({P.KIMIVL, P.KIMIK25, P.PADDLEOCR})
 
 
 def read_kimi_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:

@@ -101,7 +101,9 @@ def minicpmv_tensor_names(hp: ClipHParams) -> list[str]:
 class MiniCPMVGraph(SiglipGraph):
     """clip_graph_minicpmv::build: the SigLIP tower (positions gathered), then the resampler."""
 
-    def __init__(self, hp: MiniCPMVHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
+    def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
+        if not isinstance(hp, MiniCPMVHParams):
+            raise TypeError("MiniCPMVGraph needs read_minicpmv_hparams' figures")
         super().__init__(hp, w, flash_attn)
         self.mini = hp
         self.head = SiglipHead((), "", 0, 1, True)      # is_ffn_swapped lists MINICPMV

@@ -14,13 +14,11 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from gguf import MODEL_TENSOR
 
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip_hparams import ClipHParams, name
-from runtime.engine.clip_whisper import AudioHParams, AudioVit, audio_tower_names, read_audio_hparams
+from runtime.engine.clip_hparams import AudioHParams, ClipHParams, name
+from runtime.engine.clip_whisper import AudioVit, audio_tower_names, read_audio_hparams
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -57,10 +55,6 @@ def conv2d_s2p1(kernel: Tensor, x: Tensor) -> Tensor:
 
 class Qwen3AGraph(AudioVit):
     """clip_graph_qwen3a::build for the 3000-frame warmup clip."""
-
-    def __init__(self, hp: AudioHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
-        super().__init__(hp, w, flash_attn)
-        self.audio = hp
 
     def build(self) -> Graph:
         hp = self.audio

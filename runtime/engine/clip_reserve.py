@@ -11,30 +11,28 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd/clip.cpp):
 - clip_model_loader::warmup / reserve_compute_meta: with flash attention `auto` the graph is reserved
   with it enabled, and again disabled only when the backend refuses the FLASH_ATTN_EXT node (the
   allocator's buffers only grow, so the larger reserve stays).
+- clip_init: a file with a vision and an audio encoder loads two clip_ctx, each with its own weights
+  buffer and warmup reserve on the same backend; Gemma 4's are added up (_plus_audio), Gemma 3n's audio
+  half is skipped by clip.cpp, and other such files (Qwen3-Omni's) are sized by their vision context alone.
+- clip_families.FAMILIES: the projector types whose builder is a module of its own (reader, tensors,
+  builder); the SigLIP-tower heads (clip_hparams.HEADS) are built by clip.py's SiglipGraph.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from gguf import VisionProjectorType
+from gguf import Keys
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
 from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
-from runtime.engine.clip_families import PROJB_FAMILIES, projb_type
+from runtime.engine.clip_families import FAMILIES, family_type
+from runtime.engine.clip_gemma4 import GEMMA4UV, GEMMA4V
+from runtime.engine.clip_gemma4a import GEMMA4A, GEMMA4UA, is_audio_tensor, read_gemma4a_hparams
 from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
-from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
-from runtime.engine.clip_qwen2vl import (
-    QWEN2VL_TYPES,
-    Qwen2VLGraph,
-    Qwen3VLGraph,
-    QwenVLHParams,
-    qwen2vl_tensor_names,
-    read_qwen2vl_hparams,
-)
 from runtime.ggml.backend import UNLIMITED, Backend, DeviceType, alloc_tensors, make_cpu
 from runtime.ggml.backend import Device as RuntimeDevice
 from runtime.ggml.graph import BufferUsage, Graph, Tensor
@@ -82,30 +80,57 @@ def _fa_supported(device: Device | None, d_head: int) -> bool:
 
 
 def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
-    """The projector's hparams, read by its family's reader (projector type -> graph builder)."""
-    if projb_type(model) in PROJB_FAMILIES:
-        return PROJB_FAMILIES[projb_type(model)].read(model, image_max_tokens)
-    if projector_type(model) in QWEN2VL_TYPES:
-        return read_qwen2vl_hparams(model)
-    if projector_type(model) == VisionProjectorType.PIXTRAL:
-        return read_pixtral_hparams(model)
+    """The projector's hparams, read by its family's reader (FAMILIES), else as a SigLIP-tower head's."""
+    family = FAMILIES.get(family_type(model))
+    if family is not None:
+        return family.read(model, image_max_tokens)
     return read_clip_hparams(model, image_max_tokens)
 
 
 def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dict[str, Tensor], Graph]:
-    if hp.projector in PROJB_FAMILIES:
-        family = PROJB_FAMILIES[hp.projector]
-        weights = load_weights(model, hp, family.names(hp))
-        return weights, family.graph(hp, weights, fa)
-    if isinstance(hp, QwenVLHParams):
-        weights = load_weights(model, hp, qwen2vl_tensor_names(hp))
-        builder = Qwen3VLGraph if hp.projector == VisionProjectorType.QWEN3VL else Qwen2VLGraph
-        return weights, builder(hp, weights, fa).build()
-    if hp.projector == VisionProjectorType.PIXTRAL:
-        weights = load_weights(model, hp, pixtral_tensor_names(hp))
-        return weights, PixtralGraph(hp, weights, fa).build()
-    weights = load_weights(model, hp)
-    return weights, SiglipGraph(hp, weights, fa).build()
+    family = FAMILIES.get(hp.projector)
+    if family is None:
+        weights = load_weights(model, hp)
+        return weights, SiglipGraph(hp, weights, fa).build()
+    left = {t.name for t in model.tensors if family.left_in_file(t.name)}
+    weights = load_weights(model, hp, [*family.names(hp), *left])
+    weights = {n: t for n, t in weights.items() if n not in left}
+    return weights, family.graph(hp, weights, fa).build()
+
+
+def _audio_half(model: ModelFile) -> str | None:
+    """The audio projector type clip_init loads beside the vision one (a second clip_ctx), where it is one
+    of Gemma 4's; None for a file with one encoder."""
+    meta = model.metadata
+    if not (meta.get(Keys.Clip.HAS_VISION_ENCODER) and meta.get(Keys.Clip.HAS_AUDIO_ENCODER)):
+        return None
+    audio = str(meta.get(Keys.ClipAudio.PROJECTOR_TYPE) or "")
+    return audio if audio in (GEMMA4A, GEMMA4UA) and projector_type(model) in (GEMMA4V, GEMMA4UV) else None
+
+
+def _plus_audio(vision: ProjectorReserve, model: ModelFile, audio: str, device: Device | None,
+                flash_attn: str) -> ProjectorReserve:
+    """clip_init's audio context after the vision one: its own weights buffer on the same backend and its
+    own warmup reserve (Gemma 4's audio graphs have no attention node, so -fa auto stays enabled); the two
+    contexts' buffers add up, as do their graphs' nodes and splits."""
+    hp = read_gemma4a_hparams(model, audio)
+    family = FAMILIES[audio]
+    vision_tensors = [t.name for t in model.tensors if not is_audio_tensor(t.name)]
+    weights = {n: t for n, t in load_weights(model, hp, [*family.names(hp), *vision_tensors]).items()
+               if is_audio_tensor(n)}
+    graph = family.graph(hp, weights, flash_attn == "on").build()
+    cpu = make_cpu(UNLIMITED)
+    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
+    main = _backend(device) if device is not None else cpu
+    backends = [main, cpu] if main is not cpu else [cpu]
+    buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
+    sched = Scheduler(backends, parallel=False, op_offload=True)
+    sched.reserve(graph)
+    compute = dict(vision.compute_bytes)
+    for b in backends:
+        compute[b.name] = compute.get(b.name, 0) + sched.buffer_size(b)
+    return replace(vision, weight_bytes=vision.weight_bytes + sum(b.size for b in buffers), compute_bytes=compute,
+                   n_nodes=vision.n_nodes + len(graph.nodes), n_splits=vision.n_splits + sched.n_splits)
 
 
 _cache: OrderedDict[tuple, ProjectorReserve] = OrderedDict()
@@ -122,7 +147,9 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
         return hit
     hp = read_projector(model, image_max_tokens)
     # -fa on keeps flash attention even where refused (the op then falls back to the CPU: not modelled)
-    fa = flash_attn == "on" or (flash_attn == "auto" and _fa_supported(device, hp.n_embd // hp.n_head))
+    # a graph without attention (no heads: Gemma 4's unified embedder) never refuses it
+    fa = flash_attn == "on" or (flash_attn == "auto"
+                                and (hp.n_head == 0 or _fa_supported(device, hp.n_embd // hp.n_head)))
     cpu = make_cpu(UNLIMITED)
     cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
     main = _backend(device) if device is not None else cpu
@@ -140,6 +167,9 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
     compute = {b.name: sched.buffer_size(b) for b in backends}
     out = ProjectorReserve(main.name if main is not cpu else CPU, sum(b.size for b in buffers),
                            compute, len(graph.nodes), n_splits, fa, hp.warmup_image_size)
+    audio = _audio_half(model)     # a Gemma 4 file with both encoders loads a second context
+    if audio is not None:
+        out = _plus_audio(out, model, audio, device, flash_attn)
     _cache[key] = out
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)

@@ -26,14 +26,13 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import attn_core
-from runtime.engine.clip_hparams import ClipHParams, name
+from runtime.engine.clip_hparams import WARMUP_AUDIO_FRAMES, AudioHParams, ClipHParams, audio_projector_type, name
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
 CA = Keys.ClipAudio
 P = VisionProjectorType
-WARMUP_AUDIO_FRAMES = 3000     # clip-model.h warmup_audio_size
 ULTRAVOX_NORM_EPS = 1e-6       # whisper-enc.cpp: Ultravox's pre and mid RMS norms
 
 
@@ -69,21 +68,6 @@ WHISPER_HEADS: dict[str, WhisperHead] = {
     # boi / eoi: clip-impl.h TN_TOK_BOI / TN_TOK_EOI ("v.boi", "v.eoi" even in an audio file)
     P.GLMA: WhisperHead((*_MLP12, *_NORM_PRE, "v.boi", "v.eoi"), _mm(2), requires_stack=True),
 }
-
-
-@dataclass(frozen=True)
-class AudioHParams(ClipHParams):
-    """load_hparams' audio figures: image_size 0 and patch_size 1 as clip.cpp sets them, the warmup
-    "image" 3000 frames (warmup_image_size) x n_mel_bins."""
-
-    n_mel_bins: int = 0
-    stack_factor: int = 0
-
-
-def audio_projector_type(model: ModelFile) -> str:
-    """load_hparams for the audio modality: clip.projector_type, else clip.audio.projector_type."""
-    meta = model.metadata
-    return str(meta.get(Keys.Clip.PROJECTOR_TYPE) or meta.get(CA.PROJECTOR_TYPE) or "")
 
 
 def read_audio_hparams(model: ModelFile, width_tensor: str, requires_stack: bool) -> AudioHParams:
@@ -133,7 +117,9 @@ class AudioVit:
     """clip.cpp build_vit over an audio tower (layer norms, the a.* tensors) and build_ffn."""
 
     def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
-        self.hp, self.w, self.fa = hp, w, flash_attn
+        if not isinstance(hp, AudioHParams):
+            raise TypeError(f"{type(self).__name__} needs an audio reader's figures (AudioHParams)")
+        self.hp, self.audio, self.w, self.fa = hp, hp, w, flash_attn
         self.graph = Graph()
 
     def _opt(self, n: str) -> Tensor | None:
@@ -216,11 +202,10 @@ def conv1d_ph(kernel: Tensor, x: Tensor, stride: int) -> Tensor:
 class WhisperEncGraph(AudioVit):
     """clip_graph_whisper_enc::build for the warmup clip (n_frames = 3000, one batch)."""
 
-    def __init__(self, hp: AudioHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
+    def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         super().__init__(hp, w, flash_attn)
-        self.audio = hp
         self.head = WHISPER_HEADS[hp.projector]
-        self.n_frames, self.n_mel = hp.warmup_image_size, hp.n_mel_bins
+        self.n_frames, self.n_mel = self.audio.warmup_image_size, self.audio.n_mel_bins
 
     def convs(self) -> Tensor:
         raw = g.new_tensor(GGMLType.F32, (self.n_frames, self.n_mel, 1, 1), "inp_raw", TensorFlag.INPUT)

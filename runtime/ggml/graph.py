@@ -71,6 +71,9 @@ class Op(enum.Enum):
     TOP_K = "TOP_K"            # mla: the DSA indexer's top-k cells (ggml_top_k)
     ARANGE = "ARANGE"          # glm5: minimax-m3's MSA gathers (ggml_arange)
     DSV4_HC_PRE = "DSV4_HC_PRE"   # linear: kimi-k3's attention residuals mix their checkpoints with it
+    # glm5n: glm5-next's (and deepseek4's) fused hyper-connection mixers (ggml_dsv4_hc_comb / ggml_dsv4_hc_post)
+    DSV4_HC_COMB = "DSV4_HC_COMB"
+    DSV4_HC_POST = "DSV4_HC_POST"
     POOL_1D = "POOL_1D"        # projb: the whisper-enc audio projectors' average pool (ggml_pool_1d)
     SIN = "SIN"                # projb: MiniCPM-V's resampler builds its 2-D sin/cos positions in the graph
     COS = "COS"

@@ -1,12 +1,16 @@
-"""runtime/engine/clip_families.py: every projector type clip_hparams.SUPPORTED lists for projb's modules
-has a family (reader, tensors, builder), and no family is left out of SUPPORTED (the coverage table)."""
+"""runtime/engine/clip_families.py: the one table of projector families. clip_hparams.SUPPORTED (the coverage
+table's list) is the SigLIP-tower heads plus exactly the table's types, each a type the pinned clip.cpp names;
+every row's builder makes a graph from its own reader's figures."""
 from __future__ import annotations
 
 from planner.gguf.pin_lists import pin_projectors
-from runtime.engine.clip_families import PROJB_FAMILIES
-from runtime.engine.clip_hparams import PROJB_SUPPORTED, SUPPORTED
+from runtime.engine.clip_families import FAMILIES
+from runtime.engine.clip_hparams import HEADS, SUPPORTED
 
 
-def test_supported_types_have_families():
-    assert {str(p) for p in PROJB_SUPPORTED} == set(PROJB_FAMILIES)
-    assert set(PROJB_FAMILIES) <= {str(p) for p in SUPPORTED} and set(PROJB_FAMILIES) <= set(pin_projectors())
+def test_supported_is_heads_and_families():
+    supported = [str(p) for p in SUPPORTED]
+    assert len(supported) == len(set(supported))
+    assert set(supported) == {str(p) for p in HEADS} | set(FAMILIES)
+    assert not set(HEADS) & set(FAMILIES)
+    assert set(supported) <= set(pin_projectors())

@@ -7,7 +7,7 @@ from gguf import Keys
 
 from planner.gguf.reader import read_model
 from planner.synth.mmproj_factory import qwen3a_mmproj_spec, write_mmproj
-from runtime.engine.clip_families import projb_type
+from runtime.engine.clip_families import family_type
 from runtime.engine.clip_hparams import load_weights
 from runtime.engine.clip_qwen3a import Qwen3AGraph, qwen3a_tensor_names, read_qwen3a_hparams
 from runtime.engine.clip_reserve import reserve_projector
@@ -43,8 +43,8 @@ def test_type_read_from_the_audio_key(tmp_path):
     spec = qwen3a_mmproj_spec(n_text_embd=640, n_layer=1)
     assert Keys.Clip.PROJECTOR_TYPE not in spec.metadata
     model = read_model(str(write_mmproj(tmp_path, spec, "audio-only")))
-    assert projb_type(model) == "qwen3a"
+    assert family_type(model) == "qwen3a"
     assert reserve_projector(model, None).n_nodes == INP + LAYER + 7 + TAIL
     spec.metadata[Keys.Clip.HAS_VISION_ENCODER] = True
     spec.metadata[Keys.ClipVision.PROJECTOR_TYPE] = "qwen3vl_merger"
-    assert projb_type(read_model(str(write_mmproj(tmp_path, spec, "mixed")))) == "qwen3vl_merger"
+    assert family_type(read_model(str(write_mmproj(tmp_path, spec, "mixed")))) == "qwen3vl_merger"
