@@ -27,6 +27,7 @@ from planner.memory.mmproj import estimate_mmproj
 from planner.synth.gguf_factory import gemma3_spec
 from planner.synth.mmproj_factory import (
     gemma3_mmproj_spec,
+    gemma4a_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
@@ -315,12 +316,13 @@ def test_deepstack_text_models_take_the_wider_projector(tmp_path):
     assert est.devices[-1].name == "Host" and est.devices[-1].model_bytes > 0
 
 
-# projb: the audio encoders
-def test_audio_projector_estimate(files, tmp_path):
-    """A Qwen2-Audio projector beside the text model: offloaded to RPC0 with the 3000 x 128 f32 clip
-    (1.46 MiB) on the CPU, the note naming the clip, and the image-token flags said to change nothing."""
+# the audio encoders
+@pytest.mark.parametrize("spec", [qwen2a_mmproj_spec, gemma4a_mmproj_spec])
+def test_audio_projector_estimate(files, tmp_path, spec):
+    """A Qwen2-Audio (Gemma 4 audio) projector beside the text model: offloaded to RPC0 with the 3000 x 128
+    f32 clip (1.46 MiB) on the CPU, the note naming the clip, and the image-token flags said to change nothing."""
     ctx, _, _ = files
-    path = write_mmproj(tmp_path, qwen2a_mmproj_spec(n_text_embd=N_TEXT, n_layer=1), "qwen2a")
+    path = write_mmproj(tmp_path, spec(n_text_embd=N_TEXT, n_layer=1), spec.__name__)
     est = _estimate(ctx, path, *RPC, "--image-max-tokens", "64")
     rows = _rows(est)
     assert set(rows) == {"RPC0", "Host"} and rows["Host"][0] == 0 and rows["RPC0"][0] > 0
