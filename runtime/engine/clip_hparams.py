@@ -131,10 +131,10 @@ HEADS: dict[str, SiglipHead] = {
 }
 
 
-# every projector type with a graph builder: HEADS' (this module), Qwen2-VL's (clip_qwen2vl.py), Pixtral's
-# (clip_pixtral.py), then the types of clip_families.FAMILIES, whose builders are modules of their own
-# (test_clip_families keeps the two lists one). "gemma4uv", "gemma4ua", "resampler" (MiniCPM-V) and "mlp"
-# (LLaVA) are clip-impl.h's PROJECTOR_TYPE_NAMES that gguf-py's enum does not list.
+# every projector type with a graph builder: HEADS' (the SigLIP towers of clip.py), then the types of
+# clip_families.FAMILIES, whose builders are modules of their own (test_clip_families keeps the two lists
+# one). "gemma4uv", "gemma4ua", "resampler" (MiniCPM-V) and "mlp" (LLaVA) are clip-impl.h's
+# PROJECTOR_TYPE_NAMES that gguf-py's enum does not list.
 SUPPORTED = (*HEADS, P.QWEN2VL, P.QWEN25VL, P.QWEN3VL, P.PIXTRAL,
              P.GEMMA4V, "gemma4uv", P.GEMMA3NV, P.LLAMA4, P.GLM4V, P.GEMMA4A, "gemma4ua",
              P.ULTRAVOX, P.QWEN2A, P.VOXTRAL, P.MUSIC_FLAMINGO, P.MERALION, P.GLMA, P.QWEN3A, P.LFM2A,
