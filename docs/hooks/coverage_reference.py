@@ -117,7 +117,7 @@ def peer_tests_by_arch() -> dict[str, list[str]]:
 
 
 def mmproj_peer_types() -> set[str]:
-    """The clip.projector_type of each projector test_mmproj_peer.py checks (its PROJECTORS tuple)."""
+    """The projector type of each projector test_mmproj_peer.py checks (its PROJECTORS tuple)."""
     from gguf import Keys
 
     from planner.synth import mmproj_factory
@@ -129,7 +129,9 @@ def mmproj_peer_types() -> set[str]:
             names = ast.literal_eval(node.value)
     if not names:
         raise ValueError(f"{MMPROJ_PEER}: no PROJECTORS tuple")
-    return {str(getattr(mmproj_factory, f"{n}_mmproj_spec")().metadata[Keys.Clip.PROJECTOR_TYPE]) for n in names}
+    # clip.projector_type, else the audio one (Qwen3-ASR's converter writes only clip.audio.projector_type)
+    metas = [getattr(mmproj_factory, f"{n}_mmproj_spec")().metadata for n in names]
+    return {str(m.get(Keys.Clip.PROJECTOR_TYPE) or m[Keys.ClipAudio.PROJECTOR_TYPE]) for m in metas}
 
 
 def _files(files: list[str]) -> str:

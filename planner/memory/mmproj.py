@@ -11,21 +11,25 @@ Placement (llama.cpp in llama-cpp-python 0.3.36):
   else the CPU. The weights go to that backend's default buffer type: the device's row, or `Host`
   for the CPU (its plain CPU buffer type: never CPU_REPACK).
 
-The figures come from runtime/engine (clip_hparams.py, clip.py, clip_qwen2vl.py, clip_pixtral.py,
-clip_reserve.py): the weights buffer as ggml_backend_alloc_ctx_tensors makes it, and the warmup graph
-reserved through the runtime's scheduler (compute "simulated"), for the SigLIP-tower projectors of
-models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4), InternVL's
-(models/internvl.cpp), Pixtral's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
-(models/qwen2vl.cpp), Qwen3-VL's (models/qwen3vl.cpp), Gemma 4's (models/gemma4v.cpp, gemma4uv.cpp:
-clip_gemma4.py; the audio gemma4a.cpp, gemma4ua.cpp: clip_gemma4a.py, a 3000-frame warmup clip; a file with
-both encoders loads two contexts, added up), Gemma 3n's
-(models/mobilenetv5.cpp: clip_mobilenetv5.py), Llama 4's (models/llama4.cpp: clip_llama4.py) and GLM-4V's
-(models/glm4v.cpp: clip_glm4v.py); other projector types are refused by name.
-Gemma 3, Gemma 3n, Llama 4, IDEFICS3, Janus-Pro and InternVL warm up at their file's image_size, Phi-4 at 16 x 16
-patches, Pixtral and Gemma 4 at 16 x 16 merged ones and the Qwen types and GLM-4V at 46 x 46 merged ones, so
+The figures come from runtime/engine (clip_hparams.py, clip.py, clip_reserve.py and each family's
+clip_<family>.py, clip_families.FAMILIES): the weights buffer as ggml_backend_alloc_ctx_tensors makes it,
+and the warmup graph reserved through the runtime's scheduler (compute "simulated"), for the SigLIP-tower
+projectors of models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4),
+InternVL's, Pixtral's and LightOnOCR's (pixtral.cpp), Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's, Gemma 4's
+(gemma4v.cpp, gemma4uv.cpp), Gemma 3n's (mobilenetv5.cpp), Llama 4's, GLM-4V's, MiniCPM-V's resampler,
+Kimi-VL's, Kimi-K2.5's and PaddleOCR-VL's (kimivl.cpp, kimik25.cpp, paddleocr.cpp), LLaVA's MLP, and the
+audio encoders on a 3000-frame warmup clip: the Whisper-encoder family (whisper-enc.cpp: Ultravox,
+Qwen2-Audio, Voxtral, Music Flamingo, MERaLiON, GLM-ASR), Qwen3-ASR's (qwen3a.cpp), LFM2-Audio's
+(conformer.cpp) and Gemma 4's (gemma4a.cpp, gemma4ua.cpp); other projector types are refused by name.
+A Gemma 4 file with both encoders loads two contexts, added up; a Qwen3-Omni file (both encoders) is
+sized by its vision projector only.
+Gemma 3, Gemma 3n, Llama 4, IDEFICS3, Janus-Pro, InternVL, MiniCPM-V and LLaVA warm up at their file's
+image_size, Phi-4 at 16 x 16 patches, Pixtral, LightOnOCR, Gemma 4 and Kimi-VL at 16 x 16 merged ones,
+PaddleOCR-VL at 28 x 28, the Qwen types and GLM-4V at 46 x 46 merged ones, so
 --image-min/max-tokens do not change what they allocate (IDEFICS3's set_limit_image_tokens() moves
 only the preprocessor's limits); LFM2's warmup image is the largest its token limit admits, and
---image-max-tokens replaces that limit (clip-model.h).
+--image-max-tokens replaces that limit (clip-model.h); so is Kimi-K2.5's where its file has no pixel keys
+(with them it is sqrt(image_max_pixels)).
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ from planner.llama.placement import CPU, Device, row_of
 from planner.llama.settings import LlamaSettings
 from planner.memory.analytic import SIMULATED
 from planner.memory.rows import CompanionEstimate, DeviceMemory
-from runtime.engine.clip_hparams import HEADS
+from runtime.engine.clip_hparams import HEADS, AudioHParams
 from runtime.engine.clip_reserve import ProjectorReserve, read_projector, reserve_projector
 
 KIND = "mmproj"
@@ -95,8 +99,11 @@ def estimate_mmproj(target: LlamaSettings, exact_compute: bool = True) -> Compan
     reserve = reserve_projector(model, device, target.flags.flash_attn, mm.image_max_tokens)
     head = HEADS.get(hp.projector)
     tokens_apply = head is not None and head.token_limits is not None
+    # a builder of its own whose warmup follows the token limit (Kimi-K2.5 without pixel keys)
+    tokens_apply = tokens_apply or hp.warmup_image_size != read_projector(model).warmup_image_size
     return CompanionEstimate(KIND, mm.path, _rows(reserve, device), SIMULATED,
-                             _notes(reserve, mm.image_min_tokens > 0 or mm.image_max_tokens > 0, tokens_apply))
+                             _notes(reserve, mm.image_min_tokens > 0 or mm.image_max_tokens > 0, tokens_apply,
+                                    isinstance(hp, AudioHParams)))
 
 
 def _rows(reserve: ProjectorReserve, device: Device | None) -> tuple[DeviceMemory, ...]:
@@ -109,11 +116,12 @@ def _rows(reserve: ProjectorReserve, device: Device | None) -> tuple[DeviceMemor
     return tuple(rows)
 
 
-def _notes(reserve: ProjectorReserve, tokens_given: bool, tokens_apply: bool) -> tuple[str, ...]:
+def _notes(reserve: ProjectorReserve, tokens_given: bool, tokens_apply: bool, audio: bool = False) -> tuple[str, ...]:
     side = reserve.image_size
-    notes = [f"projector on {reserve.device}; warmup image {side}x{side}, graph of {reserve.n_nodes} nodes, "
+    warmup = f"warmup clip of {side} frames" if audio else f"warmup image {side}x{side}"
+    notes = [f"projector on {reserve.device}; {warmup}, graph of {reserve.n_nodes} nodes, "
              f"flash attention {'enabled' if reserve.flash_attn else 'disabled'}"]
     if tokens_given and not tokens_apply:
-        notes.append(f"--image-min/max-tokens leave this projector's warmup graph as it is: clip.cpp warms it "
-                     f"up at {side}x{side} whatever the token limits say")
+        notes.append(f"--image-min/max-tokens leave this projector's warmup graph as it is: clip.cpp builds its "
+                     f"{warmup} whatever the token limits say")
     return tuple(notes)

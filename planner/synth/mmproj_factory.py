@@ -15,12 +15,13 @@ a sparse hole (planner/synth/gguf_factory.py write_model). `n_layer` defaults to
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from gguf import MODEL_TENSOR, Keys, VisionProjectorType
+from gguf import MODEL_TENSOR, GGUFValueType, Keys, VisionProjectorType
 from gguf import GGMLQuantizationType as Q
 
-from planner.synth.gguf_factory import ModelSpec, T
+from planner.synth.gguf_factory import ModelSpec, T, Typed
 
 CLIP_ARCH = "clip"
 # SigLIP-So400m/14 at 896 px, as Gemma 3's vision tower (HF config vision_config)
@@ -672,4 +673,348 @@ def gemma4_e4b_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 16, n_audio
                           Keys.ClipAudio.PROJECTOR_TYPE: VisionProjectorType.GEMMA4A,
                           Keys.Clip.HAS_VISION_ENCODER: True, Keys.Clip.HAS_AUDIO_ENCODER: True})
     spec.tensors = vision.tensors + sound.tensors
+    return spec
+
+
+# --- projb: the audio encoders (tools/mtmd/models/whisper-enc.cpp, qwen3a.cpp) -----------------------
+# Whisper-large-v3's encoder, which every whisper-enc type carries (HF WhisperConfig: d_model 1280,
+# 32 encoder layers of 20 heads, encoder_ffn_dim 5120, 128 mel bins, 1500 source positions)
+WHISPER_N_EMBD = 1280
+WHISPER_N_FF = 5120
+WHISPER_N_HEAD = 20
+WHISPER_N_LAYER = 32
+WHISPER_N_MEL = 128
+WHISPER_N_POS = 1500
+
+
+def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int | None,
+             conv_type: Q = Q.F16, n_embd: int = WHISPER_N_EMBD, n_ff: int = WHISPER_N_FF,
+             n_head: int = WHISPER_N_HEAD, weight_type: Q = Q.F16) -> ModelSpec:
+    """The Whisper encoder as conversion/ultravox.py writes it: clip.audio.* keys, two conv1d (F16
+    kernels {3, in, out}, biases {1, out}), an F32 position table, layers with biased q/v/out and no k
+    bias, biased layer norms, an FFN fc1 -> ffn_up, fc2 -> ffn_down, the post layer norm."""
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
+        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
+    })
+    if stack_factor is not None:
+        spec.metadata[ca.Projector.STACK_FACTOR] = stack_factor
+    spec.add(T.A_ENC_CONV1D, conv_type, (3, WHISPER_N_MEL, n_embd), 1)
+    spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 1, "bias")
+    spec.add(T.A_ENC_CONV1D, conv_type, (3, n_embd, n_embd), 2)
+    spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 2, "bias")
+    spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_embd, WHISPER_N_POS))    # base.py keeps A_ENC_EMBD_POS in F32
+    for i in range(n_layer):
+        for kind in (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            if kind is not T.A_ENC_ATTN_K:
+                spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        for kind in (T.A_ENC_INPUT_NORM, T.A_ENC_OUTPUT_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.A_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
+        spec.add(T.A_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
+        spec.add(T.A_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        spec.add(T.A_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+    spec.add(T.A_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.A_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    return spec
+
+
+def _linear(spec: ModelSpec, kind: MODEL_TENSOR, i: int | None, k: int, m: int, bias: bool,
+            weight_type: Q = Q.F16) -> None:
+    spec.add(kind, weight_type, (k, m), i)
+    if bias:
+        spec.add(kind, Q.F32, (m,), i, "bias")
+
+
+def ultravox_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 8,
+                         n_hidden: int = 4096) -> ModelSpec:
+    """Ultravox's (ultravox) projector: the Whisper encoder, frames stacked by 8, RMS norm, mm.a.mlp.1
+    {n_embd x 8, n_hidden}, SwiGLU halving it, RMS norm, mm.a.mlp.2 {n_hidden / 2, n_text}, no biases —
+    ultravox-v0_5-llama-3_2-1b's shape."""
+    spec = _whisper(VisionProjectorType.ULTRAVOX, n_text_embd, n_layer, stack_factor)
+    stacked = WHISPER_N_EMBD * stack_factor
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,))
+    _linear(spec, T.A_MMPROJ, 1, stacked, n_hidden, False)
+    spec.add(T.A_MM_NORM_MID, Q.F32, (n_hidden // 2,))
+    _linear(spec, T.A_MMPROJ, 2, n_hidden // 2, n_text_embd, False)
+    return spec
+
+
+def qwen2a_mmproj_spec(*, n_text_embd: int = 4096, n_layer: int = WHISPER_N_LAYER) -> ModelSpec:
+    """Qwen2-Audio's (qwen2a) projector: the Whisper encoder, pooled by 2, one biased linear layer
+    mm.a.fc {n_embd, n_text} — Qwen2-Audio-7B's shape."""
+    spec = _whisper(VisionProjectorType.QWEN2A, n_text_embd, n_layer, None)
+    _linear(spec, T.A_MMPROJ_FC, None, WHISPER_N_EMBD, n_text_embd, True)
+    return spec
+
+
+def voxtral_mmproj_spec(*, n_text_embd: int = 3072, n_layer: int = WHISPER_N_LAYER) -> ModelSpec:
+    """Voxtral's (voxtral) projector: the Whisper encoder, pooled by 2 and stacked by 4, mm.a.mlp.1
+    {n_embd x 4, n_text} and mm.a.mlp.2 {n_text, n_text} without biases — Voxtral-Mini-3B's shape."""
+    spec = _whisper(VisionProjectorType.VOXTRAL, n_text_embd, n_layer, 4)
+    _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD * 4, n_text_embd, False)
+    _linear(spec, T.A_MMPROJ, 2, n_text_embd, n_text_embd, False)
+    return spec
+
+
+def musicflamingo_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = WHISPER_N_LAYER) -> ModelSpec:
+    """Music Flamingo's (musicflamingo) projector: the Whisper encoder with F32 conv kernels (the
+    converter's tensor_force_quant), pooled by 2, a biased two-layer GELU MLP {n_embd, n_text},
+    {n_text, n_text} — music-flamingo's Qwen2.5-7B width."""
+    spec = _whisper(VisionProjectorType.MUSIC_FLAMINGO, n_text_embd, n_layer, None, conv_type=Q.F32)
+    _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD, n_text_embd, True)
+    _linear(spec, T.A_MMPROJ, 2, n_text_embd, n_text_embd, True)
+    return spec
+
+
+def meralion_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 15,
+                         n_hidden: int = 6400) -> ModelSpec:
+    """MERaLiON-2's (meralion) projector: the Whisper encoder, frames stacked by 15, a layer norm
+    (ln_speech) and the biased adaptor mm.a.mlp.0 {19200, 6400} + SiLU, mlp.1 / mlp.2 {6400, 6400}
+    (gate and pool), mlp.3 {6400, n_text} — MERaLiON-2-10B's shape."""
+    spec = _whisper(VisionProjectorType.MERALION, n_text_embd, n_layer, stack_factor)
+    stacked = WHISPER_N_EMBD * stack_factor
+    _linear(spec, T.A_MMPROJ, 0, stacked, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 1, n_hidden, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 2, n_hidden, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 3, n_hidden, n_text_embd, True)
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,))
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,), suffix="bias")
+    return spec
+
+
+def glma_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 4,
+                     n_hidden: int = 4096) -> ModelSpec:
+    """GLM-ASR's (glma) projector: the Whisper encoder, a layer norm, frames stacked by 4 (merge_factor),
+    a biased GELU MLP mm.a.mlp.1 {n_embd x 4, 4096} / mlp.2 {4096, n_text}, and the begin/end-of-audio
+    embeddings (v.boi, v.eoi) — GLM-ASR-Nano-2512's shape."""
+    spec = _whisper(VisionProjectorType.GLMA, n_text_embd, n_layer, stack_factor)
+    _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD * stack_factor, n_hidden, True)
+    _linear(spec, T.A_MMPROJ, 2, n_hidden, n_text_embd, True)
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,))
+    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,), suffix="bias")
+    spec.tensors += [("v.boi", Q.F32, (n_text_embd,)), ("v.eoi", Q.F32, (n_text_embd,))]
+    return spec
+
+
+def qwen3a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 24, n_embd: int = 1024, n_ff: int = 4096,
+                       n_head: int = 16, n_conv: int = 480) -> ModelSpec:
+    """Qwen3-ASR's (qwen3a) projector as conversion/qwen3vl.py writes it (an audio-only file: the type in
+    clip.audio.projector_type): three stride-2 conv2d {3, 3, in, 480} (F16, biases {1, 1, 480}),
+    conv_out {480 x 16, n_embd} without a bias, the sinusoidal position table {n_embd, 1500} (F32), layers
+    with biased q/k/v/out, biased layer norms and a GELU FFN, the post norm, and the biased MLP
+    mm.a.mlp.1 {n_embd, n_embd} / mlp.2 {n_embd, n_text} — Qwen3-ASR-1.7B's shape."""
+    spec = _whisper(VisionProjectorType.QWEN3A, n_text_embd, n_layer, None, n_embd=n_embd, n_ff=n_ff,
+                    n_head=n_head)
+    del spec.metadata[Keys.Clip.PROJECTOR_TYPE]
+    spec.metadata[Keys.ClipAudio.PROJECTOR_TYPE] = VisionProjectorType.QWEN3A
+    spec.tensors = [t for t in spec.tensors if not t[0].startswith("a.conv1d.")]
+    for i in range(n_layer):
+        spec.add(T.A_ENC_ATTN_K, Q.F32, (n_embd,), i, "bias")
+    for i, ic in ((1, 1), (2, n_conv), (3, n_conv)):
+        spec.add(T.A_ENC_CONV2D, Q.F16, (3, 3, ic, n_conv), i)
+        spec.add(T.A_ENC_CONV2D, Q.F32, (1, 1, n_conv), i, "bias")
+    spec.add(T.A_ENC_CONV_OUT, Q.F16, (n_conv * (WHISPER_N_MEL // 8), n_embd))
+    _linear(spec, T.A_MMPROJ, 1, n_embd, n_embd, True)
+    _linear(spec, T.A_MMPROJ, 2, n_embd, n_text_embd, True)
+    return spec
+
+
+# --- projb: MiniCPM-V's resampler (tools/mtmd/models/minicpmv.cpp) -----------------------------------
+
+def minicpmv_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = 27, version: int = 3, query_num: int = 64,
+                         image_size: int = 448, n_pos_table: int = 70 * 70) -> ModelSpec:
+    """MiniCPM-V's (resampler) projector as tools/mtmd/legacy-models/minicpmv-convert-image-encoder-to-gguf.py
+    writes it: SigLIP-So400m/14 (27 layers, image_size 448, a 70 x 70 position table in F16, the FFN
+    named fc1 -> ffn_down), and the resampler of width n_text (64 queries, heads of 128): query and
+    pos_embed_k F32 (not ".weight"), kv {1152, n_text}, attn.q/k/v/out and proj {n_text, n_text} F16,
+    their biases and ln_q / ln_kv / ln_post F32 — MiniCPM-V 2.6's shape (version 3, Qwen2-7B's 3584)."""
+    spec = _siglip("resampler", 0, n_layer, SIGLIP_N_EMBD, SIGLIP_N_FF, SIGLIP_N_HEAD, image_size,
+                   SIGLIP_PATCH_SIZE, Q.F16, Q.F16)
+    spec.metadata.update({"clip.minicpmv_version": Typed(version, GGUFValueType.INT32),   # get_i32
+                          "clip.minicpmv_query_num": query_num,
+                          "clip.has_minicpmv_projector": True})
+    spec.tensors = [t for t in spec.tensors if not t[0].startswith("v.position_embd")]
+    spec.add(T.V_ENC_EMBD_POS, Q.F16, (SIGLIP_N_EMBD, n_pos_table))
+    d = n_text_embd
+    spec.tensors += [("resampler.pos_embed_k", Q.F32, (d, n_pos_table)), ("resampler.query", Q.F32, (d, query_num)),
+                     ("resampler.proj.weight", Q.F16, (d, d)), ("resampler.kv.weight", Q.F16, (SIGLIP_N_EMBD, d))]
+    for part in ("q", "k", "v", "out"):
+        spec.tensors += [(f"resampler.attn.{part}.weight", Q.F16, (d, d)), (f"resampler.attn.{part}.bias", Q.F32, (d,))]
+    for part in ("q", "kv", "post"):
+        spec.tensors += [(f"resampler.ln_{part}.weight", Q.F32, (d,)), (f"resampler.ln_{part}.bias", Q.F32, (d,))]
+    return spec
+
+
+# --- projb: Kimi-VL's and Kimi-K2.5's MoonViT (tools/mtmd/models/kimivl.cpp, kimik25.cpp) ---------------
+
+def _moonvit(projector: str, n_text_embd: int, n_layer: int, fused_qkv: bool, pos_shape: tuple[int, ...],
+             eps: float) -> ModelSpec:
+    """MoonViT as conversion/kimivl.py writes it: SigLIP-So400m's sizes (1152, 4304, 16 heads, patch 14),
+    image_size 64 x 14, a GELU FFN fc0 -> ffn_up, fc1 -> ffn_down, biased layer norms and attention
+    (split q/k/v for Kimi-VL, wqkv for K2.5), final_layernorm -> v.post_ln, merge by 2, and the
+    projector: pre_norm {1152}, linear_1 {4608, 4608}, linear_2 {4608, n_text}, all with biases."""
+    e, ff, merged = SIGLIP_N_EMBD, SIGLIP_N_FF, SIGLIP_N_EMBD * 4
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
+        cv.EMBEDDING_LENGTH: e, cv.FEED_FORWARD_LENGTH: ff, cv.BLOCK_COUNT: n_layer, cv.PROJECTION_DIM: n_text_embd,
+        cv.Attention.HEAD_COUNT: SIGLIP_N_HEAD, cv.Attention.LAYERNORM_EPS: eps, cv.IMAGE_SIZE: 64 * 14,
+        cv.PATCH_SIZE: 14, cv.Projector.SCALE_FACTOR: 2, cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
+    })
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (14, 14, 3, e))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (e,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, pos_shape)        # base.py keeps V_ENC_EMBD_POS in F32
+    for i in range(n_layer):
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (e,), i)
+            spec.add(kind, Q.F32, (e,), i, "bias")
+        if fused_qkv:
+            _linear(spec, T.V_ENC_ATTN_QKV, i, e, 3 * e, True)
+        else:
+            for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V):
+                _linear(spec, kind, i, e, e, True)
+        _linear(spec, T.V_ENC_ATTN_O, i, e, e, True)
+        _linear(spec, T.V_ENC_FFN_UP, i, e, ff, True)
+        _linear(spec, T.V_ENC_FFN_DOWN, i, ff, e, True)
+    spec.add(T.V_POST_NORM, Q.F32, (e,))
+    spec.add(T.V_POST_NORM, Q.F32, (e,), suffix="bias")
+    spec.add(T.V_MM_INP_NORM, Q.F32, (e,))
+    spec.add(T.V_MM_INP_NORM, Q.F32, (e,), suffix="bias")
+    _linear(spec, T.V_MMPROJ, 1, merged, merged, True)
+    _linear(spec, T.V_MMPROJ, 2, merged, n_text_embd, True)
+    return spec
+
+
+def kimivl_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 27) -> ModelSpec:
+    """Kimi-VL's (kimivl) projector: the 64 x 64 position table flattened to {1152, 4096}, split q/k/v,
+    eps 1e-5 — Kimi-VL-A3B's shape (Moonlight's 2048)."""
+    return _moonvit(VisionProjectorType.KIMIVL, n_text_embd, n_layer, False, (SIGLIP_N_EMBD, 64 * 64), 1e-5)
+
+
+def kimik25_mmproj_spec(*, n_text_embd: int = 7168, n_layer: int = 27, patch_limit: int | None = 16384) -> ModelSpec:
+    """Kimi-K2.5's (kimik25) projector: the 3-D position table {1152, 64, 64}, a fused qkv, the
+    preprocessor's 8 .. in_patch_limit patches as clip.vision.image_min/max_pixels (None: the keys left
+    out) — Kimi-K2.5's shape (DeepSeek-V3's 7168)."""
+    spec = _moonvit(VisionProjectorType.KIMIK25, n_text_embd, n_layer, True, (SIGLIP_N_EMBD, 64, 64), 1e-5)
+    if patch_limit is not None:
+        spec.metadata[Keys.ClipVision.IMAGE_MIN_PIXELS] = 8 * 14 * 14
+        spec.metadata[Keys.ClipVision.IMAGE_MAX_PIXELS] = patch_limit * 14 * 14
+    return spec
+
+
+# --- projb: LFM2-Audio's FastConformer (tools/mtmd/models/conformer.cpp) ----------------------------------
+
+def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int = 512, n_head: int = 8,
+                      n_ff: int = 2048, n_sub: int = 256, kernel: int = 9, n_audio_vocab: int = 2049 * 8) -> ModelSpec:
+    """LFM2-Audio's (lfm2a) projector, the tensors clip.cpp loads as conversion/lfm2.py and gemma.py's
+    ConformerAudioModel write them: canary-180m-flash's FastConformer (17 layers of 512, 8 heads, FFN
+    2048, 128 mel bins, 256 subsampling channels, a depthwise kernel of 9), convolutions in F32
+    (tensor_force_quant), pre-encode biases {1, 1, 256}, the audio-output embedding {n_text, 2049 x 8}
+    as a.position_embd (F32: clip_n_mmproj_embd reads the text width from it), and the adapter
+    mm.a.mlp.0 (norm), .1 {512, n_text}, .3 {n_text, n_text} — LFM2-Audio-1.5B's shape (LFM2-1.2B's 2048).
+    The output-side tensors the converter also writes (a.position_embd_norm, a.embd_to_logits) are
+    not loaded by clip.cpp and left out."""
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.LFM2A, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_embd, ca.BLOCK_COUNT: n_layer,
+        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
+    })
+    spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_text_embd, n_audio_vocab))
+    for i, shape in ((0, (3, 3, 1, n_sub)), (2, (3, 3, 1, n_sub)), (3, (1, 1, n_sub, n_sub)), (5, (3, 3, 1, n_sub)),
+                     (6, (1, 1, n_sub, n_sub))):
+        spec.add(T.A_ENC_CONV1D, Q.F32, shape, i)
+        spec.add(T.A_ENC_CONV1D, Q.F32, (1, 1, n_sub), i, "bias")
+    _linear(spec, T.A_ENC_OUT, None, n_sub * (WHISPER_N_MEL // 8), n_embd, True)
+    for i in range(n_layer):
+        for kind in (T.A_ENC_FFN_NORM, T.A_ENC_INPUT_NORM, T.A_ENC_NORM_CONV, T.A_ENC_FFN_NORM_1,
+                     T.A_ENC_OUTPUT_NORM, T.A_ENC_CONV_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.A_ENC_FFN_UP, i, n_embd, n_ff, True)
+        _linear(spec, T.A_ENC_FFN_DOWN, i, n_ff, n_embd, True)
+        _linear(spec, T.A_ENC_FFN_UP_1, i, n_embd, n_ff, True)
+        _linear(spec, T.A_ENC_FFN_DOWN_1, i, n_ff, n_embd, True)
+        for kind in (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT):
+            _linear(spec, kind, i, n_embd, n_embd, True)
+        spec.add(T.A_ENC_POS_BIAS_U, Q.F32, (n_embd // n_head, n_head), i, None)
+        spec.add(T.A_ENC_POS_BIAS_V, Q.F32, (n_embd // n_head, n_head), i, None)
+        spec.add(T.A_ENC_LINEAR_POS, Q.F16, (n_embd, n_embd), i)
+        _linear(spec, T.A_ENC_CONV_PW1, i, n_embd, 2 * n_embd, True, Q.F32)
+        spec.add(T.A_ENC_CONV_DW, Q.F32, (kernel, n_embd), i)
+        spec.add(T.A_ENC_CONV_DW, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.A_ENC_CONV_PW2, i, n_embd, n_embd, True, Q.F32)
+    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0)
+    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0, "bias")
+    _linear(spec, T.A_MMPROJ, 1, n_embd, n_text_embd, True)
+    _linear(spec, T.A_MMPROJ, 3, n_text_embd, n_text_embd, True)
+    return spec
+
+
+def paddleocr_mmproj_spec(*, n_text_embd: int = 1024, n_layer: int = 27, min_pixels: int = 147384,
+                          max_pixels: int = 2822400) -> ModelSpec:
+    """PaddleOCR-VL's (paddleocr) projector as conversion/ernie.py writes it: its SigLIP NaViT (1152,
+    4304, 27 layers, 16 heads, patch 14, a 27 x 27 position table in F32, fc1 -> ffn_up, eps 1e-6),
+    image_size sqrt(max_pixels), the preprocessor's pixel limits, and mlp_AR: pre_norm {1152},
+    linear_1 {4608, 4608}, linear_2 {4608, n_text} with biases — PaddleOCR-VL-0.9B's shape (ERNIE-4.5-0.3B's
+    1024)."""
+    spec = _moonvit(VisionProjectorType.PADDLEOCR, n_text_embd, n_layer, False, (SIGLIP_N_EMBD, 27 * 27), 1e-6)
+    cv = Keys.ClipVision
+    del spec.metadata[cv.Projector.SCALE_FACTOR]
+    spec.metadata.update({cv.IMAGE_SIZE: math.isqrt(max_pixels), cv.IMAGE_MIN_PIXELS: min_pixels,
+                          cv.IMAGE_MAX_PIXELS: max_pixels})
+    return spec
+
+
+# --- projb: LLaVA's MLP (tools/mtmd/models/llava.cpp) ----------------------------------------------------
+
+def llava_mmproj_spec(*, n_text_embd: int = 4096, n_layer: int = 23, n_embd: int = 1024, n_ff: int = 4096,
+                      n_head: int = 16, image_size: int = 336, patch_size: int = 14) -> ModelSpec:
+    """LLaVA 1.5's (mlp) projector as tools/mtmd/legacy-models/convert_image_encoder_to_gguf.py writes it:
+    CLIP ViT-L/14 at 336 px with its last layer dropped (block_count 23), quick GELU, the class
+    embedding and a 577-row position table (F16: a 2-D ".weight"), no patch bias, the pre-norm and no
+    post-norm, the FFN named fc1 -> ffn_down, and mm.0 {1024, 4096} / mm.2 {4096, n_text} with biases —
+    llava-v1.5-7b's shape."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: "mlp", clip.HAS_VISION_ENCODER: True, "clip.has_llava_projector": True,
+        cv.USE_GELU: False, cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: 768, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size,
+        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
+    })
+    spec.tensors.append(("v.class_embd", Q.F32, (n_embd,)))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_POS, Q.F16, (n_embd, (image_size // patch_size) ** 2 + 1))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            _linear(spec, kind, i, n_embd, n_embd, True)
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.V_ENC_FFN_DOWN, i, n_embd, n_ff, True)     # fc1, as the legacy converter names it
+        _linear(spec, T.V_ENC_FFN_UP, i, n_ff, n_embd, True)
+    _linear(spec, T.V_MMPROJ, 0, n_embd, n_text_embd, True)
+    _linear(spec, T.V_MMPROJ, 2, n_text_embd, n_text_embd, True)
+    return spec
+
+
+def lightonocr_mmproj_spec(*, n_text_embd: int = 1024, n_layer: int = 24) -> ModelSpec:
+    """LightOnOCR's (lightonocr) projector: Mistral Small 3.1's Pixtral tower and patch merger (as
+    pixtral_mmproj_spec) without the [IMG_BREAK] embedding (conversion/lighton_ocr.py: use_break_tok
+    False) — LightOnOCR-1B's shape (Qwen3-0.6B's 1024)."""
+    spec = pixtral_mmproj_spec(n_text_embd=n_text_embd, n_layer=n_layer)
+    spec.metadata[Keys.Clip.PROJECTOR_TYPE] = VisionProjectorType.LIGHTONOCR
+    spec.tensors = [t for t in spec.tensors if t[0] != "v.token_embd.img_break"]
     return spec

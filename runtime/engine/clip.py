@@ -14,8 +14,8 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
   a pixel shuffle): the graph below, node for node (865 nodes for Gemma 3's 27-layer SigLIP-So400m
   tower, as llama.cpp logs).
 
-Only sizes are simulated: IM2COL, POOL_2D, NORM and UPSCALE have no numpy kernel, so the devices
-declare them (CLIP_SIZED_OPS) for the scheduler and no graph here is ever computed.
+Only sizes are simulated: IM2COL, POOL_2D, NORM, UPSCALE and the other ops of CLIP_SIZED_OPS have no
+numpy kernel, so the devices declare them for the scheduler and no projector graph is ever computed.
 """
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
-CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT})
+# the ops the projector graphs use that have no numpy kernel (sizes only): the towers' convolutions, pools,
+# norms and upscales; the audio encoders' pool, pads and convolutions; MiniCPM-V's sin/cos; Gemma 4's SUB
+CLIP_SIZED_OPS = frozenset({Op.IM2COL, Op.POOL_2D, Op.NORM, Op.UPSCALE, Op.REPEAT, Op.CONCAT, Op.SUB, Op.POOL_1D,
+                            Op.PAD, Op.SIN, Op.COS, Op.CONV_2D, Op.CONV_2D_DW, Op.ROLL, Op.SSM_CONV})
 LFM2_NORM_EPS = 1e-5         # siglip.cpp's LFM2 input norm: "default nn.LayerNorm"
 INTERNVL_NORM_EPS = 1e-5     # internvl.cpp: the projector's LayerNorm uses pytorch's default eps
 INTERNVL_RMS_VIT = (3200, 45)   # internvl.cpp: the 6B ViT (n_embd, n_layer) uses RMS norms
@@ -246,3 +249,18 @@ def conv2d(kernel: Tensor, raw: Tensor, n_side: int) -> Tensor:
     y = g.mul_mat(g.reshape(col, (col.ne[0], n_side * n_side)), g.reshape(kernel, (k0 * k1 * ic, oc)))
     y = g.reshape(y, (n_side, n_side, 1, oc))
     return g.cont(g.permute(y, (0, 1, 3, 2)))
+
+
+# projb: build_attn's core for the builders of clip_whisper.py, clip_minicpmv.py, clip_kimivl.py
+def attn_core(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, flash_attn: bool) -> Tensor:
+    """clip.cpp build_attn from q, k, v [d_head, n_head, n_pos] to [n_embd, n_pos] before the output
+    projection: flash attention (k and v cast to f16, the mask too) or the soft_max path."""
+    qp, kp = g.permute(q, (0, 2, 1, 3)), g.permute(k, (0, 2, 1, 3))
+    if flash_attn:
+        vp = g.permute(v, (0, 2, 1, 3))
+        m = cast(mask, GGMLType.F16) if mask is not None else None
+        out = g.flash_attn_ext(qp, cast(kp, GGMLType.F16), cast(vp, GGMLType.F16), m, scale)
+        return g.reshape(out, (out.ne[0] * out.ne[1], out.ne[2] * out.ne[3]))
+    vp = g.cont(g.permute(v, (1, 2, 0, 3)))
+    kqv = g.permute(g.mul_mat(vp, g.soft_max_ext(g.mul_mat(kp, qp), mask, scale)), (0, 2, 1, 3))
+    return g.cont(kqv, (kqv.ne[0] * kqv.ne[1], kqv.ne[2] * kqv.ne[3]))

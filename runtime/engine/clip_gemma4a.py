@@ -1,6 +1,6 @@
 """Gemma 4's audio projectors (PROJECTOR_TYPE_GEMMA4A, the conformer of Gemma 4 E2B/E4B; PROJECTOR_TYPE_GEMMA4UA,
 the unified models' encoder-free embedder), as clip.cpp builds them at its warmup clip, for files that
-carry the audio encoder alone (a file with the vision tower too loads two contexts: not modelled).
+carry the audio encoder alone, and the audio context of a Gemma 4 file with both encoders (clip_reserve._plus_audio).
 
 Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 - clip.cpp load_hparams: clip.audio.* keys; the warmup clip is warmup_audio_size (3000) frames of
@@ -23,13 +23,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip_hparams import ClipHParams, UnsupportedProjector, name, projector_type
+from runtime.engine.clip_hparams import (
+    WARMUP_AUDIO_FRAMES,
+    AudioHParams,
+    ClipHParams,
+    UnsupportedProjector,
+    name,
+    projector_type,
+)
 from runtime.ggml import build as g
 from runtime.ggml.fused_ops import clamp, norm, pad
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
@@ -39,7 +45,6 @@ T = MODEL_TENSOR
 CA = Keys.ClipAudio
 GEMMA4A = VisionProjectorType.GEMMA4A
 GEMMA4UA = "gemma4ua"                   # clip-impl.h PROJECTOR_TYPE_GEMMA4UA (not in gguf-py's enum)
-WARMUP_AUDIO_FRAMES = 3000              # clip-model.h warmup_audio_size
 GEMMA4A_EPS = 1e-6                      # load_hparams hard-codes it ("a mistake in the original conversion")
 GEMMA4UA_FRAME = 640                    # load_hparams: n_mel_bins = 640 raw samples per frame
 CHUNK, PAST = 12, 12                    # gemma4a.cpp: chunk_size, max_past_horizon (context_left - 1)
@@ -60,13 +65,7 @@ _LAYER = ("attn_q", "attn_k", "attn_v", "attn_out", "ln1", "ln2", "attn_post_nor
 _MODEL = ("conv1d.0", "conv1d.0.norm", "conv1d.1", "conv1d.1.norm", "input_projection", "pre_encode.out")
 
 
-@dataclass(frozen=True)
-class Gemma4AudioHParams(ClipHParams):
-    n_mel_bins: int = 0
-    n_frames: int = WARMUP_AUDIO_FRAMES
-
-
-def read_gemma4a_hparams(model: ModelFile, audio_type: str | None = None) -> Gemma4AudioHParams:
+def read_gemma4a_hparams(model: ModelFile, audio_type: str | None = None) -> AudioHParams:
     """The audio context's hparams: of a file whose clip.projector_type is gemma4a / gemma4ua, or
     (`audio_type`: its clip.audio.projector_type) the audio half of a file with both encoders."""
     meta, proj = model.metadata, audio_type or projector_type(model)
@@ -84,8 +83,8 @@ def read_gemma4a_hparams(model: ModelFile, audio_type: str | None = None) -> Gem
             n_layer, mel = int(meta[CA.BLOCK_COUNT]), int(meta[CA.NUM_MEL_BINS])
     except KeyError as err:
         raise BadInput(f"{model.path}: projector key {err.args[0]} not found") from None
-    return Gemma4AudioHParams(proj, n_embd, n_head, n_ff, n_layer, GEMMA4A_EPS, 0, 1, 1, "SILU", out.shape[1],
-                              WARMUP_AUDIO_FRAMES, mel)
+    return AudioHParams(proj, n_embd, n_head, n_ff, n_layer, GEMMA4A_EPS, 0, 1, 1, "SILU", out.shape[1],
+                        WARMUP_AUDIO_FRAMES, mel)
 
 
 def is_audio_tensor(tensor: str) -> bool:
@@ -108,7 +107,7 @@ class Gemma4AGraph:
 
     def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         del flash_attn        # the chunked attention is written out with soft_max: no flash attention
-        if not isinstance(hp, Gemma4AudioHParams):
+        if not isinstance(hp, AudioHParams):
             raise TypeError("Gemma4AGraph needs read_gemma4a_hparams' figures")
         self.hp, self.w = hp, w
         self.graph = Graph()
@@ -128,7 +127,7 @@ class Gemma4AGraph:
 
     def inp(self) -> Tensor:
         hp = self.hp
-        raw = g.new_tensor(GGMLType.F32, (hp.n_frames, hp.n_mel_bins, 1, 1), "inp_raw", TensorFlag.INPUT)
+        raw = g.new_tensor(GGMLType.F32, (hp.warmup_image_size, hp.n_mel_bins, 1, 1), "inp_raw", TensorFlag.INPUT)
         x = g.cont(g.transpose(raw))
         for i in range(2):
             x = conv2d_pad1(self.w[audio(f"conv1d.{i}")], x)
@@ -249,7 +248,7 @@ class Gemma4UAGraph(Gemma4AGraph):
 
     def build(self) -> Graph:
         hp = self.hp
-        raw = g.new_tensor(GGMLType.F32, (hp.n_frames, hp.n_mel_bins, 1, 1), "inp_raw", TensorFlag.INPUT)
+        raw = g.new_tensor(GGMLType.F32, (hp.warmup_image_size, hp.n_mel_bins, 1, 1), "inp_raw", TensorFlag.INPUT)
         x = g.rms_norm(g.cont(g.permute(raw, (1, 0, 2, 3))), hp.eps)
         self.graph.expand(g.mul_mat(self.w[name(T.A_MM_INP_PROJ)], x))
         return self.graph

@@ -17,7 +17,6 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
@@ -80,11 +79,6 @@ def conv2d_batched(kernel: Tensor, x: Tensor, s: int) -> Tensor:
 
 class Glm4VGraph(Qwen3VLGraph):
     """clip_graph_glm4v::build: Qwen3-VL's fused-qkv M-RoPE layers with RMS norms, GLM's merger."""
-
-    def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
-        if not isinstance(hp, QwenVLHParams):
-            raise TypeError("Glm4VGraph needs read_glm4v_hparams' figures")
-        super().__init__(hp, w, flash_attn)
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         """build_ffn with the layer's up, gate and down as stored (GLM4V is not in is_ffn_swapped)."""

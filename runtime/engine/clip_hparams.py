@@ -21,6 +21,9 @@ from runtime.ggml.graph import Tensor
 
 T = MODEL_TENSOR
 CV = Keys.ClipVision
+CA = Keys.ClipAudio
+P = VisionProjectorType
+WARMUP_AUDIO_FRAMES = 3000   # clip-model.h warmup_audio_size: the audio encoders' warmup clip
 GEMMA3_N_MERGE = 4           # clip.cpp load_hparams: Gemma 3 pools 4x4 patches unless the file says otherwise
 
 
@@ -55,6 +58,22 @@ class ClipHParams:
     @property
     def n_patches_side(self) -> int:
         return self.warmup_image_size // self.patch_size
+
+
+@dataclass(frozen=True)
+class AudioHParams(ClipHParams):
+    """load_hparams' audio figures: image_size 0 and patch_size 1 as clip.cpp sets them, the warmup
+    "image" WARMUP_AUDIO_FRAMES frames (warmup_image_size) x n_mel_bins; stack_factor where the
+    projector stacks frames (whisper-enc's types)."""
+
+    n_mel_bins: int = 0
+    stack_factor: int = 0
+
+
+def audio_projector_type(model: ModelFile) -> str:
+    """load_hparams for the audio modality: clip.projector_type, else clip.audio.projector_type."""
+    meta = model.metadata
+    return str(meta.get(Keys.Clip.PROJECTOR_TYPE) or meta.get(CA.PROJECTOR_TYPE) or "")
 
 
 def name(kind: MODEL_TENSOR, bid: int | None = None, suffix: str | None = "weight") -> str:
@@ -112,10 +131,14 @@ HEADS: dict[str, SiglipHead] = {
 }
 
 
-# every projector type with a graph builder: HEADS' (this module), Qwen2-VL's (clip_qwen2vl.py) and
-# Pixtral's (clip_pixtral.py)
-SUPPORTED = (*HEADS, VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL, VisionProjectorType.QWEN3VL,
-             VisionProjectorType.PIXTRAL)
+# every projector type with a graph builder: HEADS' (the SigLIP towers of clip.py), then the types of
+# clip_families.FAMILIES, whose builders are modules of their own (test_clip_families keeps the two lists
+# one). "gemma4uv", "gemma4ua", "resampler" (MiniCPM-V) and "mlp" (LLaVA) are clip-impl.h's
+# PROJECTOR_TYPE_NAMES that gguf-py's enum does not list.
+SUPPORTED = (*HEADS, P.QWEN2VL, P.QWEN25VL, P.QWEN3VL, P.PIXTRAL,
+             P.GEMMA4V, "gemma4uv", P.GEMMA3NV, P.LLAMA4, P.GLM4V, P.GEMMA4A, "gemma4ua",
+             P.ULTRAVOX, P.QWEN2A, P.VOXTRAL, P.MUSIC_FLAMINGO, P.MERALION, P.GLMA, P.QWEN3A, P.LFM2A,
+             "resampler", P.KIMIVL, P.KIMIK25, P.PADDLEOCR, "mlp", P.LIGHTONOCR)
 
 
 def warmup_image_size(head: SiglipHead, image_size: int, patch_size: int, n_merge: int, image_max_tokens: int) -> int:
@@ -181,8 +204,3 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
     if extra:
         raise UnsupportedProjector(model.path, f"{hp.projector} with {extra[0]}")
     return {t.name: Tensor(t.ggml_type, t.shape, name=t.name) for t in model.tensors}
-
-
-# --- proja: projector types whose graph builder is a module of its own (clip_reserve.FAMILIES) ------
-SUPPORTED = (*SUPPORTED, VisionProjectorType.GEMMA4V, "gemma4uv", VisionProjectorType.GEMMA3NV,
-             VisionProjectorType.LLAMA4, VisionProjectorType.GLM4V, VisionProjectorType.GEMMA4A, "gemma4ua")

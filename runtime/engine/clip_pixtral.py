@@ -16,6 +16,7 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
@@ -61,7 +62,7 @@ def pixtral_tensor_names(hp: ClipHParams) -> list[str]:
 class PixtralGraph(SiglipGraph):
     """build_vit with RMS norms and 2-D RoPE, then Pixtral's head."""
 
-    def __init__(self, hp: ClipHParams, w: dict[str, Tensor], flash_attn: bool) -> None:
+    def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
         super().__init__(hp, w, flash_attn)
         self.rms = True
         n = hp.n_patches_side ** 2

@@ -32,7 +32,6 @@ from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
 T = MODEL_TENSOR
 CV = Keys.ClipVision
-QWEN2VL_TYPES = frozenset({VisionProjectorType.QWEN2VL, VisionProjectorType.QWEN25VL, VisionProjectorType.QWEN3VL})
 QWEN_WARMUP_TOKENS = 46 * 46    # load_hparams' set_warmup_n_tokens ("avoid OOM on warmup")
 QWEN_N_MERGE = 2
 
@@ -81,7 +80,9 @@ def qwen2vl_tensor_names(hp: ClipHParams) -> list[str]:
 class Qwen2VLGraph:
     """clip_graph_qwen2vl::build for one still image (n_batch 1) at the warmup size."""
 
-    def __init__(self, hp: QwenVLHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
+    def __init__(self, hp: ClipHParams, w: Mapping[str, Tensor], flash_attn: bool) -> None:
+        if not isinstance(hp, QwenVLHParams):
+            raise TypeError(f"{type(self).__name__} needs a Qwen-VL reader's figures (QwenVLHParams)")
         if hp.n_patches_side % 2:
             raise UnsupportedProjector("", f"{hp.projector} with an odd patch grid")
         self.hp, self.w, self.fa = hp, w, flash_attn

@@ -74,6 +74,11 @@ class Op(enum.Enum):
     # glm5n: glm5-next's (and deepseek4's) fused hyper-connection mixers (ggml_dsv4_hc_comb / ggml_dsv4_hc_post)
     DSV4_HC_COMB = "DSV4_HC_COMB"
     DSV4_HC_POST = "DSV4_HC_POST"
+    POOL_1D = "POOL_1D"        # projb: the whisper-enc audio projectors' average pool (ggml_pool_1d)
+    SIN = "SIN"                # projb: MiniCPM-V's resampler builds its 2-D sin/cos positions in the graph
+    COS = "COS"
+    CONV_2D_DW = "CONV_2D_DW"  # projb: LFM2-Audio's conformer (ggml_conv_2d_dw_direct, ggml_roll)
+    ROLL = "ROLL"
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

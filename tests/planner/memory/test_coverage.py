@@ -68,7 +68,7 @@ def test_rows_against_facts_of_their_own():
     assert (t5.status, t5.kv) == (Status.WEIGHTS_ONLY, "not sized")
     assert architecture_coverage("deepseek2").sm_tensor_refused
     assert architecture_coverage("no-such-arch").status is Status.UNDECIDED
-    refused = projector_coverage("ultravox")
+    refused = projector_coverage("cogvlm")
     assert refused.status is Status.REFUSED and "UnsupportedProjector" in refused.reason
     assert projector_coverage("gemma3").status is Status.SIMULATED
 

@@ -27,12 +27,15 @@ from planner.memory.mmproj import estimate_mmproj
 from planner.synth.gguf_factory import gemma3_spec
 from planner.synth.mmproj_factory import (
     gemma3_mmproj_spec,
+    gemma4a_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
+    kimik25_mmproj_spec,
     lfm2_mmproj_spec,
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
+    qwen2a_mmproj_spec,
     qwen3vl_mmproj_spec,
     qwen25vl_mmproj_spec,
     write_gemma3_mmproj,
@@ -311,3 +314,30 @@ def test_deepstack_text_models_take_the_wider_projector(tmp_path):
     path = write_mmproj(tmp_path, qwen3vl_mmproj_spec(n_text_embd=640, n_layer=6, deepstack=(1, 3, 5)), "q3")
     est = _estimate(model_context(str(text)), path)
     assert est.devices[-1].name == "Host" and est.devices[-1].model_bytes > 0
+
+
+# the audio encoders
+@pytest.mark.parametrize("spec", [qwen2a_mmproj_spec, gemma4a_mmproj_spec])
+def test_audio_projector_estimate(files, tmp_path, spec):
+    """A Qwen2-Audio (Gemma 4 audio) projector beside the text model: offloaded to RPC0 with the 3000 x 128
+    f32 clip (1.46 MiB) on the CPU, the note naming the clip, and the image-token flags said to change nothing."""
+    ctx, _, _ = files
+    path = write_mmproj(tmp_path, spec(n_text_embd=N_TEXT, n_layer=1), spec.__name__)
+    est = _estimate(ctx, path, *RPC, "--image-max-tokens", "64")
+    rows = _rows(est)
+    assert set(rows) == {"RPC0", "Host"} and rows["Host"][0] == 0 and rows["RPC0"][0] > 0
+    assert rows["Host"][1] >= 3000 * 128 * 4
+    assert "warmup clip of 3000 frames" in est.notes[0]
+    assert "warmup clip of 3000 frames whatever" in est.notes[1]
+
+
+def test_kimik25_token_limit_note(files, tmp_path):
+    """Kimi-K2.5 without the pixel keys warms up at the --image-max-tokens limit: no note that the flags
+    change nothing; with them (the converter's files) the warmup is fixed and the note says so."""
+    ctx, _, _ = files
+    for limit, noted in ((None, False), (4096, True)):
+        spec = kimik25_mmproj_spec(n_text_embd=N_TEXT, n_layer=1, patch_limit=limit)
+        path = write_mmproj(tmp_path, spec, f"k25-{limit}")
+        est = _estimate(ctx, path, "--image-max-tokens", "256")
+        assert ("448x448" if limit is None else "896x896") in est.notes[0]
+        assert (len(est.notes) == 2) is noted
