@@ -1,0 +1,58 @@
+"""Each component's compute buffer at the planned image size: the model (planner/sd/family.py),
+the flash-attention and direct-convolution decisions for its compute devices
+(planner/sd/modes.py) and the corpus curve (planner/sd/compute.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.sd.components import KIND_MODULE, Component
+from planner.sd.compute import Mode, compute_bytes
+from planner.sd.family import family
+from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
+from planner.sd.placement import GpuBudget
+from planner.sd.roles import Kind
+
+# sd-cli's runner for each component of the SD 1.x / XL models the corpus covers
+RUNNER: dict[Kind, str] = {Kind.DIFFUSION: "unet", Kind.TE: "clip", Kind.VAE: "vae"}
+DEFAULT_SIZE = 512          # sd-cli's default -W / -H
+
+
+@dataclass(frozen=True)
+class Render:
+    """What sd-cli is asked to make, as far as memory is concerned."""
+
+    width: int = DEFAULT_SIZE
+    height: int = DEFAULT_SIZE
+    flash_attn: ModeSpec = ModeSpec(Feature.FLASH_ATTN)
+    conv_direct: ModeSpec = ModeSpec(Feature.CONV_DIRECT)
+    vae_tiling: bool = False
+
+    @classmethod
+    def parse(cls, width: int, height: int, flash_attn: str | None, conv_direct: str | None,
+              vae_tiling: bool) -> Render:
+        return cls(width, height, parse_modes(flash_attn, Feature.FLASH_ATTN),
+                   parse_modes(conv_direct, Feature.CONV_DIRECT), vae_tiling)
+
+
+def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, str], ...]) -> Mode:
+    module = KIND_MODULE[comp.kind].value
+    conv = module in Feature.CONV_DIRECT.modules and decide(render.conv_direct, module, devices)
+    return Mode(decide(render.flash_attn, module, devices), conv)
+
+
+def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[tuple[str, str], ...]:
+    """(backend, description) of each compute device; () for the CPU."""
+    by_name = {g.name: g for g in gpus}
+    return tuple((by_name[n].backend, by_name[n].description) for n in names if n in by_name)
+
+
+def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool) -> Component:
+    """`comp` with its compute buffer at `render` (None where the corpus lacks the model)."""
+    fam = family(comp)
+    if fam is None:
+        return replace(comp, compute_bytes=None, compute_mode="")
+    mode = component_mode(comp, render, devices)
+    tiled = tiled and comp.kind is Kind.VAE
+    size = compute_bytes(fam, RUNNER[comp.kind], render.width, render.height, mode, tiled=tiled)
+    label = mode.key + (",vae_tiling=on" if tiled else "") if size is not None else ""
+    return replace(comp, compute_bytes=size, compute_mode=label)

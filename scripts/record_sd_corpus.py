@@ -1,0 +1,103 @@
+"""Record the sd-cli corpus planner/sd/compute.py reads: per runner, the compute buffer sd-cli
+logs at a matrix of image sizes and modes, on the shape-faithful checkpoints of
+planner/synth/shapes_sd.py (one sampling step, the weights memory-mapped — `--mmap`, which
+changes no buffer; each run is stopped as soon as the buffers it is for are logged, before the
+graphs run where that is possible).
+
+    PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
+
+Rows already in the corpus are kept and not run again. planner.sd.compute.FIT_SIZES names the
+sizes each curve is solved from; the other rows check it. `params` holds each checkpoint's params buffers
+as sd-cli's "total params memory size" line states them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from planner.sd.compute import CORPUS, FIT_SIZES
+from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
+from planner.synth.shapes_sd import write_checkpoint
+
+OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
+# group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
+# the KL-f8 VAE is recorded on the SD 1.5 checkpoint (SDXL's is the same network)
+GROUPS = {
+    "sd15": ("sd15", [("unet", ((384, 384), (320, 448), (640, 640), (768, 512), (768, 768)), (OFF, FA, CD, BOTH)),
+                      ("clip", (), (OFF, FA))]),
+    "kl-f8": ("sd15", [("vae", ((320, 448), (640, 384)), (OFF, FA, CD, BOTH))]),
+    "sdxl": ("sdxl", [("unet", ((384, 384), (640, 640), (768, 1024)), (OFF, FA, BOTH)),
+                      ("clip", (), (OFF, FA))]),
+}
+TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
+FAMILY = {"unet": None, "clip": None, "vae": "kl-f8"}   # None: the checkpoint's family
+
+
+def _args(model: Path, width: int, height: int, fa: bool, conv: bool, tiled: bool) -> list[str]:
+    args = ["-m", str(model), "-p", "a cat", "-W", str(width), "-H", str(height), "--steps", "1",
+            "--cfg-scale", "1", "-t", "2", "--seed", "1", "--mmap", "-o", str(model.with_suffix(".png"))]
+    if fa:
+        args.append("--fa")
+    if conv:
+        args += ["--diffusion-conv-direct", "--vae-conv-direct"]
+    if tiled:
+        args.append("--vae-tiling")
+    return args
+
+
+def _key(row: dict) -> tuple:
+    return tuple(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling"))
+
+
+def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict], list[dict]]:
+    """Corpus rows for `groups` (skipping keys in `done`), and each checkpoint's params totals."""
+    exe = ensure_sd_cli()
+    rows, params = [], []
+    for group in groups:
+        family, runners = GROUPS[group]
+        model = work / f"{family}.safetensors"
+        if not model.exists():
+            write_checkpoint(family, model)
+        plan = [(runner, size, mode, False)
+                for runner, checks, modes in runners for mode in modes for size in FIT_SIZES[runner] + checks]
+        if not any(p["family"] == family for p in params):   # the params buffers: logged before any graph
+            got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe, stop_when=["clip"],
+                             timeout_s=3600)
+            params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
+        if group == "kl-f8":
+            plan += [("vae", size, OFF, True) for size in TILED]
+        for runner, (width, height), (fa, conv), tiled in plan:
+            row = {"family": FAMILY[runner] or family, "runner": runner, "width": width, "height": height,
+                   "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
+            if _key(row) in done:
+                continue
+            args = _args(model, width, height, fa, conv, tiled)
+            got = run_sd_cli(args, exe=exe, stop_when=[runner], timeout_s=3600)
+            row.update({"bytes": got.compute_of(runner),
+                        "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
+            print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+            rows.append(row)
+    return rows, params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", default=",".join(GROUPS))
+    parser.add_argument("--dir", default="/tmp/sd-corpus")
+    parser.add_argument("--out", default=str(CORPUS))
+    ns = parser.parse_args()
+    work = Path(ns.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    out = Path(ns.out)
+    old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
+    rows, params = record(ns.groups.split(","), work, {_key(r) for r in old["rows"]})
+    families = {p["family"] for p in params}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows,
+                               "params": [p for p in old.get("params", []) if p["family"] not in families] + params},
+                              indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

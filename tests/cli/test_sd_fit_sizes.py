@@ -1,0 +1,105 @@
+"""`fitplan sd-fit` by image size on the shape-faithful SD 1.5 and SDXL checkpoints: each
+component's compute figure is sd-cli's (the corpus curve, planner/sd/compute.py) for the modes
+seed 002 selects on its device, the VAE decode is tiled when that is what makes the plan fit,
+and the verdict and largest square follow from the budgets."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.cli import main
+from planner.sd.compute import Mode, compute_bytes
+from planner.synth.shapes_sd import write_checkpoint
+
+MiB, GiB = 1024**2, 1024**3
+CPU = ["--backend", "cpu", "--ram", "64GiB"]
+
+
+@pytest.fixture(scope="module")
+def sd15(tmp_path_factory):
+    return str(write_checkpoint("sd15", tmp_path_factory.mktemp("sd") / "sd15.safetensors"))
+
+
+def plan(capsys, *args):
+    code = main(["sd-fit", *args, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def comps(p):
+    return {c["module"]: c for c in p["components"]}
+
+
+def test_compute_is_sd_clis_at_the_size_and_modes(capsys, sd15):
+    p = plan(capsys, sd15, *CPU, "-W", "768", "-H", "512", "--flash-attn", "off", "--conv-direct", "off")
+    c, off = comps(p), Mode(False, False)
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 768, 512, off)
+    assert c["te"]["compute_reserve_bytes"] == compute_bytes("sd15", "clip", 768, 512, off)
+    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 768, 512, off)
+    assert c["vae"]["compute_source"] == "sd-cli, fa=off,conv_direct=off"
+    assert p["image"] == {"width": 768, "height": 512, "vae_tiling": False}
+    assert p["verdict"] == "fits"
+    assert p["flags"].endswith("-W 768 -H 512 --flash-attn off --conv-direct off")
+
+
+def test_auto_modes_on_the_cpu(capsys, sd15):
+    # seed 002: auto turns flash attention on for the CPU without timing; direct convolution stays off
+    c = comps(plan(capsys, sd15, *CPU, "-W", "640", "-H", "640"))
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 640, 640, Mode(True, False))
+    assert c["diffusion"]["compute_source"] == "sd-cli, fa=on,conv_direct=off"
+
+
+def test_legacy_switches_and_module_assignments(capsys, sd15):
+    # --diffusion-fa is "off,diffusion=on": the VAE keeps ordinary attention
+    c = comps(plan(capsys, sd15, *CPU, "--diffusion-fa"))
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 512, 512, Mode(True, False))
+    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 512, 512, Mode(False, False))
+    c = comps(plan(capsys, sd15, *CPU, "--flash-attn", "off", "--conv-direct", "off,diffusion=on"))
+    assert c["diffusion"]["compute_source"] == "sd-cli, fa=off,conv_direct=on"
+    assert c["vae"]["compute_source"] == "sd-cli, fa=off,conv_direct=off"
+
+
+def _manual_budget(capsys, sd15, side):
+    """All three components resident on CUDA0 with --auto-fit off: the device needs every weight
+    plus the largest compute buffer (planner/sd/check.py). Returns (weights, unet, clip, vae, vae tiled)."""
+    c = comps(plan(capsys, sd15, *CPU, "-W", str(side), "-H", str(side), "--flash-attn", "on",
+                   "--conv-direct", "off"))
+    weights = sum(x["params_bytes"] for x in c.values())
+    fa = Mode(True, False)
+    return (weights, compute_bytes("sd15", "unet", side, side, fa), compute_bytes("sd15", "clip", side, side, fa),
+            compute_bytes("kl-f8", "vae", side, side, fa), compute_bytes("kl-f8", "vae", side, side, fa, tiled=True))
+
+
+def test_vae_tiling_when_the_decode_does_not_fit(capsys, sd15):
+    weights, unet, clip, vae, tiled = _manual_budget(capsys, sd15, 1024)
+    budget = weights + max(unet, clip, tiled) + 64 * MiB
+    assert vae > budget - weights   # the untiled decode does not fit beside the weights
+    device = f"CUDA0={budget + 512 * MiB}B"   # free = budget + sd-cli's 512 MiB margin
+    args = [sd15, "--device", device, "--ram", "64GiB", "--auto-fit", "off", "-W", "1024", "-H", "1024",
+            "--flash-attn", "on", "--conv-direct", "off"]
+    p = plan(capsys, *args)
+    assert p["image"]["vae_tiling"] is True and p["verdict"] == "fits with VAE tiling"
+    assert comps(p)["vae"]["compute_reserve_bytes"] == tiled
+    assert p["warnings"] == [] and "--vae-tiling" in p["flags"]
+    # 64 MiB less than the tiled plan needs: nothing fits
+    small = f"CUDA0={budget - 128 * MiB + 512 * MiB}B"
+    p = plan(capsys, *[small if a == device else a for a in args])
+    assert p["verdict"] == "does not fit" and p["image"]["vae_tiling"] is False
+
+
+def test_largest_square_is_the_last_that_fits(capsys, sd15):
+    args = [sd15, "--device", "CUDA0=4GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "on",
+            "--conv-direct", "off"]
+    side = plan(capsys, *args)["largest_square"]
+    assert side is not None and side % 64 == 0
+    assert plan(capsys, *args, "-W", str(side), "-H", str(side))["warnings"] == []
+    assert plan(capsys, *args, "-W", str(side + 64), "-H", str(side + 64))["verdict"] == "does not fit"
+
+
+@pytest.mark.parametrize("flag,value", [("-W", "500"), ("--height", "0"), ("-W", "-64")])
+def test_bad_size_is_one_line_exit_2(capsys, sd15, flag, value):
+    code = main(["sd-fit", sd15, *CPU, flag, value])
+    _, err = capsys.readouterr()
+    assert code == 2 and "expected a positive multiple of 64" in err and len(err.strip().splitlines()) == 1
