@@ -18,7 +18,7 @@ from pathlib import Path
 
 from planner.sd.compute import CORPUS, FIT_SIZES
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
-from planner.synth.shapes_sd import write_checkpoint
+from planner.synth.shapes_sd import FLUX_FILES, write_checkpoint, write_flux
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
 # group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
@@ -29,14 +29,28 @@ GROUPS = {
     "kl-f8": ("sd15", [("vae", ((320, 448), (640, 384)), (OFF, FA, CD, BOTH))]),
     "sdxl": ("sdxl", [("unet", ((384, 384), (640, 640), (768, 1024)), (OFF, FA, BOTH)),
                       ("clip", (), (OFF, FA))]),
+    "flux": ("flux", []),   # the params buffers of FLUX.1 [dev]'s four files only
 }
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
 FAMILY = {"unet": None, "clip": None, "vae": "kl-f8"}   # None: the checkpoint's family
 
 
-def _args(model: Path, width: int, height: int, fa: bool, conv: bool, tiled: bool) -> list[str]:
-    args = ["-m", str(model), "-p", "a cat", "-W", str(width), "-H", str(height), "--steps", "1",
-            "--cfg-scale", "1", "-t", "2", "--seed", "1", "--mmap", "-o", str(model.with_suffix(".png"))]
+def _model(family: str, work: Path) -> list[str]:
+    """The checkpoint's sd-cli file flags, its files written on first use."""
+    if family == "flux":
+        files = {flag: work / f"flux-{flag.strip('-')}.safetensors" for flag in FLUX_FILES}
+        if not all(p.exists() for p in files.values()):
+            files = write_flux(work)
+        return [a for flag, path in files.items() for a in (flag, str(path))]
+    model = work / f"{family}.safetensors"
+    if not model.exists():
+        write_checkpoint(family, model)
+    return ["-m", str(model)]
+
+
+def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled: bool) -> list[str]:
+    args = [*model, "-p", "a cat", "-W", str(width), "-H", str(height), "--steps", "1",
+            "--cfg-scale", "1", "-t", "2", "--seed", "1", "--mmap", "-o", str(Path(model[-1]).with_suffix(".png"))]
     if fa:
         args.append("--fa")
     if conv:
@@ -56,9 +70,7 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
     rows, params = [], []
     for group in groups:
         family, runners = GROUPS[group]
-        model = work / f"{family}.safetensors"
-        if not model.exists():
-            write_checkpoint(family, model)
+        model = _model(family, work)
         plan = [(runner, size, mode, False)
                 for runner, checks, modes in runners for mode in modes for size in FIT_SIZES[runner] + checks]
         if not any(p["family"] == family for p in params):   # the params buffers: logged before any graph

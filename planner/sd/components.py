@@ -23,13 +23,16 @@ from planner.sd.safetensors_header import read_safetensors
 # backend_fit.cpp adds this much to every tensor when estimating a component.
 TENSOR_OVERHEAD_BYTES = 64
 # The params buffer sd-cli allocates ("total params memory size" in its log): each tensor's
-# ggml size padded to the CPU buffer's 32-byte alignment, where the model code creates 1-D
-# tensors (biases, norms) and CLIP's position embedding as F32 whatever the file stores
-# (src/model/te/clip.hpp CLIPEmbeddings; the blocks of src/core/ggml_extend.hpp) and every other
-# weight in the file's type.
+# ggml size padded to the CPU buffer's 32-byte alignment, in the type the model code creates it
+# with: 1-D tensors (biases, norms) and CLIP's position embedding F32 and every convolution
+# kernel (4-D) F16 whatever the file stores (src/core/ggml_extend.hpp Conv2d / Conv3d,
+# src/model/te/clip.hpp CLIPEmbeddings), every other weight in the file's type. A standalone
+# CLIP-L file's text_projection is not created (sd.cpp's CLIP-L has no projection).
 BUFFER_ALIGNMENT = 32
 F32_BYTES = 4
+F16_BYTES = 2
 _F32_NAMES = ("position_embedding", "positional_embedding")
+_NOT_CREATED = ("clip_l.text_projection.weight",)
 
 
 KIND_MODULE: dict[Kind, Module] = {Kind.DIFFUSION: Module.DIFFUSION, Kind.TE: Module.TE, Kind.VAE: Module.VAE}
@@ -137,6 +140,8 @@ def _buffer_bytes(name: str, shape: tuple[int, ...], n_bytes: int) -> int:
         n_elements *= d
     if len(shape) <= 1 or any(f in name for f in _F32_NAMES):
         return _padded(n_elements * F32_BYTES)
+    if len(shape) == 4:
+        return _padded(n_elements * F16_BYTES)
     return _padded(n_bytes)
 
 
@@ -161,7 +166,8 @@ def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:
         kind = source.role.kind if source.role.kind is not None else classify(name)
         if kind is None or is_unused(name):
             continue
-        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES, buffer_bytes)))
+        created = not name.endswith(_NOT_CREATED)
+        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES, buffer_bytes if created else 0)))
     return out
 
 

@@ -263,3 +263,106 @@ def write_checkpoint(family: str, path: Path, dtype: str = "F16") -> Path:
     """One of CHECKPOINTS as a sparse single-file safetensors checkpoint, every tensor `dtype`."""
     tensors = CHECKPOINTS[family]()
     return write_safetensors(path, {name: (dtype, shape) for name, shape in tensors.items()})
+
+
+# ---- FLUX.1 [dev] as Black Forest Labs and the Comfy-Org text encoders distribute it: the DiT
+# (flux1-dev.safetensors, BF16, names without a prefix: sd-cli's --diffusion-model adds
+# `model.diffusion_model.`), T5-XXL's encoder (t5xxl_fp16.safetensors), CLIP-L's text model
+# (clip_l.safetensors) and the 16-channel autoencoder (ae.safetensors). Hyperparameters from the
+# released model: hidden 3072, 24 heads of 128, MLP ratio 4, 19 double and 38 single blocks,
+# 64 input channels (2x2 patches of 16 latent channels), 4096-wide T5 context, 768-wide CLIP
+# pooled vector, guidance embedding.
+
+FLUX_HIDDEN = 3072
+FLUX_HEAD = 128
+FLUX_MLP = 4 * FLUX_HIDDEN
+T5_WIDTH, T5_FF, T5_LAYERS, T5_VOCAB, T5_BUCKETS, T5_HEADS = 4096, 10240, 24, 32128, 32, 64
+
+
+def _flux_embedder(out: Tensors, name: str, n_in: int) -> None:
+    _linear(out, f"{name}.in_layer", FLUX_HIDDEN, n_in)
+    _linear(out, f"{name}.out_layer", FLUX_HIDDEN, FLUX_HIDDEN)
+
+
+def flux_tensors(double: int = 19, single: int = 38, guidance: bool = True) -> Tensors:
+    out: Tensors = {}
+    h = FLUX_HIDDEN
+    _linear(out, "img_in", h, 64)
+    _flux_embedder(out, "time_in", 256)
+    _flux_embedder(out, "vector_in", CLIP_L)
+    if guidance:
+        _flux_embedder(out, "guidance_in", 256)
+    _linear(out, "txt_in", h, T5_WIDTH)
+    for i in range(double):
+        for s in ("img", "txt"):
+            p = f"double_blocks.{i}.{s}"
+            _linear(out, f"{p}_mod.lin", 6 * h, h)
+            _linear(out, f"{p}_attn.qkv", 3 * h, h)
+            out[f"{p}_attn.norm.query_norm.scale"] = (FLUX_HEAD,)
+            out[f"{p}_attn.norm.key_norm.scale"] = (FLUX_HEAD,)
+            _linear(out, f"{p}_attn.proj", h, h)
+            _linear(out, f"{p}_mlp.0", FLUX_MLP, h)
+            _linear(out, f"{p}_mlp.2", h, FLUX_MLP)
+    for i in range(single):
+        p = f"single_blocks.{i}"
+        _linear(out, f"{p}.linear1", 3 * h + FLUX_MLP, h)
+        _linear(out, f"{p}.linear2", h, h + FLUX_MLP)
+        out[f"{p}.norm.query_norm.scale"] = (FLUX_HEAD,)
+        out[f"{p}.norm.key_norm.scale"] = (FLUX_HEAD,)
+        _linear(out, f"{p}.modulation.lin", 3 * h, h)
+    _linear(out, "final_layer.linear", 64, h)
+    _linear(out, "final_layer.adaLN_modulation.1", 2 * h, h)
+    return out
+
+
+def t5xxl_tensors() -> Tensors:
+    """T5 v1.1 XXL's encoder, Hugging Face T5EncoderModel names."""
+    out: Tensors = {"shared.weight": (T5_VOCAB, T5_WIDTH)}
+    for i in range(T5_LAYERS):
+        p = f"encoder.block.{i}.layer"
+        for proj in ("q", "k", "v", "o"):
+            out[f"{p}.0.SelfAttention.{proj}.weight"] = (T5_WIDTH, T5_WIDTH)
+        if i == 0:
+            out[f"{p}.0.SelfAttention.relative_attention_bias.weight"] = (T5_BUCKETS, T5_HEADS)
+        out[f"{p}.0.layer_norm.weight"] = (T5_WIDTH,)
+        out[f"{p}.1.DenseReluDense.wi_0.weight"] = (T5_FF, T5_WIDTH)
+        out[f"{p}.1.DenseReluDense.wi_1.weight"] = (T5_FF, T5_WIDTH)
+        out[f"{p}.1.DenseReluDense.wo.weight"] = (T5_WIDTH, T5_FF)
+        out[f"{p}.1.layer_norm.weight"] = (T5_WIDTH,)
+    out["encoder.final_layer_norm.weight"] = (T5_WIDTH,)
+    return out
+
+
+def clip_l_tensors() -> Tensors:
+    """A standalone CLIP-L text model (clip_l.safetensors: Hugging Face names and its projection)."""
+    out = clip_text_tensors("text_model.", CLIP_L, 12)
+    out["text_projection.weight"] = (CLIP_L, CLIP_L)
+    return out
+
+
+def ae16_tensors() -> Tensors:
+    """FLUX.1's autoencoder (ae.safetensors): the KL-f8 layout with 16 latent channels and no
+    quant_conv / post_quant_conv."""
+    out = {n: s for n, s in vae_tensors("").items() if "quant_conv" not in n}
+    out["encoder.conv_out.weight"] = (32, 512, 3, 3)
+    out["encoder.conv_out.bias"] = (32,)
+    out["decoder.conv_in.weight"] = (512, 16, 3, 3)
+    return out
+
+
+# sd-cli's file flag -> (tensors, dtype as distributed)
+FLUX_FILES = {
+    "--diffusion-model": (flux_tensors, "BF16"),
+    "--t5xxl": (t5xxl_tensors, "F16"),
+    "--clip_l": (clip_l_tensors, "F16"),
+    "--vae": (ae16_tensors, "F32"),
+}
+
+
+def write_flux(directory: Path) -> dict[str, Path]:
+    """FLUX.1 [dev]'s four files in `directory`, by the sd-cli flag that loads each."""
+    out = {}
+    for flag, (make, dtype) in FLUX_FILES.items():
+        path = directory / f"flux-{flag.strip('-')}.safetensors"
+        out[flag] = write_safetensors(path, {name: (dtype, shape) for name, shape in make().items()})
+    return out

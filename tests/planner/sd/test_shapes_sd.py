@@ -15,7 +15,7 @@ import pytest
 
 from planner.sd.components import TENSOR_OVERHEAD_BYTES, read_components
 from planner.sd.roles import Kind, ModelSource
-from planner.synth.shapes_sd import CHECKPOINTS, write_checkpoint
+from planner.synth.shapes_sd import CHECKPOINTS, FLUX_FILES, write_checkpoint
 
 COUNTS = {
     "sd15": {"model.diffusion_model.": 859_520_964, "cond_stage_model.": 123_060_480,
@@ -43,3 +43,13 @@ def test_sd15_components_from_the_written_file(tmp_path):
         mine = [math.prod(s) * 2 + TENSOR_OVERHEAD_BYTES for n, s in tensors.items() if n.startswith(prefix)]
         assert comps[kind].params_bytes == sum(mine)
         assert comps[kind].largest_tensor_bytes == max(mine)
+
+
+def test_flux_files_are_the_released_sizes():
+    # FluxTransformer2DModel (FLUX.1-dev) 11,901,408,320 parameters; T5EncoderModel (t5-v1_1-xxl)
+    # 4,762,310,656; AutoencoderKL (FLUX.1-dev/vae) 83,819,683; CLIPTextModelWithProjection
+    # (ViT-L/14) 123,060,480 + a 768 x 768 projection
+    counts = {"--diffusion-model": 11_901_408_320, "--t5xxl": 4_762_310_656, "--vae": 83_819_683,
+              "--clip_l": 123_060_480 + 768 * 768}
+    for flag, (make, _) in FLUX_FILES.items():
+        assert sum(math.prod(s) for s in make().values()) == counts[flag], flag
