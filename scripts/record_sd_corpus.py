@@ -18,7 +18,8 @@ from pathlib import Path
 
 from planner.sd.compute import CORPUS, FIT_SIZES
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
-from planner.synth.shapes_sd import FLUX_FILES, write_checkpoint, write_flux
+from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.shapes_sd import FLUX_FILES, t5xxl_tensors, write_checkpoint, write_flux
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
 # group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
@@ -27,20 +28,32 @@ GROUPS = {
     "sd15": ("sd15", [("unet", ((384, 384), (320, 448), (640, 640), (768, 512), (768, 768)), (OFF, FA, CD, BOTH)),
                       ("clip", (), (OFF, FA))]),
     "kl-f8": ("sd15", [("vae", ((320, 448), (640, 384)), (OFF, FA, CD, BOTH))]),
-    "sdxl": ("sdxl", [("unet", ((384, 384), (640, 640), (768, 1024)), (OFF, FA, BOTH)),
+    "sdxl": ("sdxl", [("unet", ((768, 1024),), (OFF, FA, BOTH)),
                       ("clip", (), (OFF, FA))]),
-    "flux": ("flux", []),   # the params buffers of FLUX.1 [dev]'s four files only
+    "flux": ("flux", [("t5", (), (OFF, FA)), ("clip", (), (OFF, FA))]),
+    # FLUX.1's DiT with a one-block T5-XXL: the DiT sees the same 4096 x 256 context from it, and
+    # sd-cli reaches the DiT's buffers without running 24 blocks of T5 on the CPU first
+    "flux-dit": ("flux-dit", [("flux", ((768, 1024),), (OFF, FA))]),
 }
+# A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
+# such rows run until the next component's buffer is logged, and keep the largest.
+STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5"}
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
-FAMILY = {"unet": None, "clip": None, "vae": "kl-f8"}   # None: the checkpoint's family
+FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux"}   # None: the checkpoint's
 
 
 def _model(family: str, work: Path) -> list[str]:
     """The checkpoint's sd-cli file flags, its files written on first use."""
-    if family == "flux":
+    if family in ("flux", "flux-dit"):
         files = {flag: work / f"flux-{flag.strip('-')}.safetensors" for flag in FLUX_FILES}
         if not all(p.exists() for p in files.values()):
             files = write_flux(work)
+        if family == "flux-dit":
+            files["--t5xxl"] = work / "flux-t5xxl-1block.safetensors"
+            if not files["--t5xxl"].exists():
+                one = {n: s for n, s in t5xxl_tensors().items()
+                       if not n.startswith("encoder.block.") or n.startswith("encoder.block.0.")}
+                write_safetensors(files["--t5xxl"], {n: ("F16", s) for n, s in one.items()})
         return [a for flag, path in files.items() for a in (flag, str(path))]
     model = work / f"{family}.safetensors"
     if not model.exists():
@@ -72,8 +85,9 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
         family, runners = GROUPS[group]
         model = _model(family, work)
         plan = [(runner, size, mode, False)
-                for runner, checks, modes in runners for mode in modes for size in FIT_SIZES[runner] + checks]
-        if not any(p["family"] == family for p in params):   # the params buffers: logged before any graph
+                for runner, checks, modes in runners for mode in modes
+                for size in FIT_SIZES[(FAMILY[runner] or family, runner)] + checks]
+        if family != "flux-dit" and not any(p["family"] == family for p in params):   # logged before any graph
             got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe, stop_when=["clip"],
                              timeout_s=3600)
             params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
@@ -85,7 +99,7 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
             if _key(row) in done:
                 continue
             args = _args(model, width, height, fa, conv, tiled)
-            got = run_sd_cli(args, exe=exe, stop_when=[runner], timeout_s=3600)
+            got = run_sd_cli(args, exe=exe, stop_when=[STOP_AFTER.get((family, runner), runner)], timeout_s=3600)
             row.update({"bytes": got.compute_of(runner),
                         "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
             print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)

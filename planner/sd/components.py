@@ -24,14 +24,15 @@ from planner.sd.safetensors_header import read_safetensors
 TENSOR_OVERHEAD_BYTES = 64
 # The params buffer sd-cli allocates ("total params memory size" in its log): each tensor's
 # ggml size padded to the CPU buffer's 32-byte alignment, in the type the model code creates it
-# with: 1-D tensors (biases, norms) and CLIP's position embedding F32 and every convolution
+# with: 1-D tensors (biases, norms), CLIP's position embedding and OpenCLIP's text projection
+# F32 and every convolution
 # kernel (4-D) F16 whatever the file stores (src/core/ggml_extend.hpp Conv2d / Conv3d,
 # src/model/te/clip.hpp CLIPEmbeddings), every other weight in the file's type. A standalone
 # CLIP-L file's text_projection is not created (sd.cpp's CLIP-L has no projection).
 BUFFER_ALIGNMENT = 32
 F32_BYTES = 4
 F16_BYTES = 2
-_F32_NAMES = ("position_embedding", "positional_embedding")
+_F32_NAMES = ("position_embedding", "positional_embedding", "text_projection")
 _NOT_CREATED = ("clip_l.text_projection.weight",)
 
 

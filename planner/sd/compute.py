@@ -6,8 +6,9 @@ mode, every tensor of a UNet or VAE graph has a size linear in the latent's pixe
 N = (width / 8) x (height / 8) (activations, im2col columns), or quadratic in it (the attention
 scores KQ of ordinary attention, N_level^2 per head), so the allocator's peak is
 a + b*N + c*N^2 while the set of tensors alive at the peak stays the same. The three
-coefficients come from three sd-cli runs (the FIT_SIZES rows of the recorded corpus
-planner/sd/data/sd_cli_corpus.json, written by scripts/record_sd_corpus.py); every other row of
+coefficients come from three sd-cli runs, the FIT_SIZES rows of the recorded corpus
+planner/sd/data/sd_cli_corpus.json (written by scripts/record_sd_corpus.py); a runner whose peak
+changes within the range gets one such piece per three consecutive sizes. Every other row of
 the corpus and the peer test (tests/peer/test_sd_peer.py) check the figure at other sizes.
 Text encoders see 77 tokens whatever the image size: one row, a constant.
 
@@ -29,12 +30,20 @@ CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
 LATENT_FACTOR = 8          # SD 1.x / 2.x / XL VAEs: 8 image pixels per latent pixel
 VAE_TILE = 32              # vae.hpp get_tile_sizes: the default tile side, in latent pixels
 SIZE_STEP = 64             # sd-cli rounds width and height to multiples of 64 for the UNet models
-# The sizes each runner's curve is solved from: the UNet's span the range people ask about (the
-# attention term dominates at the top); the VAE's buffer is linear in N, any three sizes do.
-FIT_SIZES: dict[str, tuple[tuple[int, int], ...]] = {
-    "unet": ((256, 256), (512, 512), (1024, 1024)),
-    "vae": ((256, 256), (384, 384), (512, 512)),
-    "clip": ((256, 256),),
+# The sizes each curve is solved from, by (model, runner). A UNet's span the range people ask
+# about (the attention term dominates at the top); where the tensors alive at the allocator's peak
+# change within the range (SDXL's UNet without flash attention above 512x512, FLUX.1's DiT below
+# it, where its 256 text tokens weigh more) there are more sizes and a piece per three
+# consecutive ones. The VAE's buffer is linear in N: any three sizes do. Text encoders: one.
+FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
+    ("sd15", "unet"): ((256, 256), (512, 512), (1024, 1024)),
+    ("sdxl", "unet"): ((256, 256), (384, 384), (512, 512), (640, 640), (1024, 1024)),
+    ("flux", "flux"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
+    ("kl-f8", "vae"): ((256, 256), (384, 384), (512, 512)),
+    ("sd15", "clip"): ((256, 256),),
+    ("sdxl", "clip"): ((256, 256),),
+    ("flux", "clip"): ((256, 256),),
+    ("flux", "t5"): ((256, 256),),
 }
 
 
@@ -63,7 +72,7 @@ class Row:
     @property
     def fit(self) -> bool:
         """One of the points the runner's curve is solved from."""
-        return not self.tiled and (self.width, self.height) in FIT_SIZES.get(self.runner, ())
+        return not self.tiled and (self.width, self.height) in FIT_SIZES.get((self.family, self.runner), ())
 
 
 def _row(raw: dict) -> Row:
@@ -93,17 +102,22 @@ def _solve(points: list[tuple[int, int]]) -> tuple[Fraction, ...]:
     return tuple(coeffs)
 
 
+Piece = tuple[int, tuple[Fraction, ...]]   # (the middle point's N, a, b, c)
+
+
 @functools.cache
-def _curve(family: str, runner: str, mode: Mode) -> tuple[Fraction, ...] | None:
-    rows = [r for r in corpus() if r.family == family and r.runner == runner and r.mode == mode
-            and r.fit and not r.tiled]
+def _curve(family: str, runner: str, mode: Mode) -> tuple[Piece, ...] | None:
+    """The quadratic through each three consecutive fit points, keyed by the middle one's N."""
+    rows = sorted((r for r in corpus() if r.family == family and r.runner == runner and r.mode == mode
+                   and r.fit and not r.tiled), key=lambda r: latent_pixels(r.width, r.height))
     if not rows:
         return None
     if len(rows) == 1:
-        return (Fraction(rows[0].bytes), Fraction(0), Fraction(0))
-    if len(rows) != 3:
-        raise ValueError(f"sd_cli_corpus.json: {family} {runner} {mode.key}: {len(rows)} fit rows, expected 1 or 3")
-    return _solve([(latent_pixels(r.width, r.height), r.bytes) for r in rows])
+        return ((0, (Fraction(rows[0].bytes), Fraction(0), Fraction(0))),)
+    if len(rows) < 3:
+        raise ValueError(f"sd_cli_corpus.json: {family} {runner} {mode.key}: {len(rows)} fit rows, expected 1 or 3+")
+    points = [(latent_pixels(r.width, r.height), r.bytes) for r in rows]
+    return tuple((points[i][0], _solve(points[i - 1:i + 2])) for i in range(1, len(points) - 1))
 
 
 def has_curve(family: str, runner: str, mode: Mode) -> bool:
@@ -123,5 +137,7 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
     if tiled:
         lw, lh = min(lw, VAE_TILE), min(lh, VAE_TILE)
     n = lw * lh
-    a, b, c = curve
+    # the piece whose middle point is nearest: one quadratic where the peak's tensors stay the same,
+    # consecutive pieces where they change
+    _, (a, b, c) = min(curve, key=lambda piece: abs(piece[0] - n))
     return int(round(a + b * n + c * n * n))

@@ -7,7 +7,9 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   attention 768 / 320) and its CLIP-L text encoder (`cond_stage_model.transformer.`);
 - "sdxl": the SDXL base UNet (label_emb, 10 transformer blocks at the innermost level) and its
   two text encoders (`conditioner.embedders.0/1.`);
-- "kl-f8": the 4-channel KL-f8 VAE of SD 1.x / 2.x / XL (decoder conv_in 4 -> 512 channels).
+- "kl-f8": the 4-channel KL-f8 VAE of SD 1.x / 2.x / XL (decoder conv_in 4 -> 512 channels);
+- "flux": the FLUX.1 DiT (19 double and 38 single blocks, any weight type) and its text encoders
+  (CLIP-L and T5-XXL as separate files).
 Anything else is None: sd-fit then keeps seed 002's fixed compute reserves.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ from planner.sd.components import TENSOR_OVERHEAD_BYTES, Component
 from planner.sd.roles import Kind
 
 UNET = "model.diffusion_model."
-SD15, SDXL, KL_F8 = "sd15", "sdxl", "kl-f8"
+SD15, SDXL, KL_F8, FLUX = "sd15", "sdxl", "kl-f8", "flux"
 
 
 def _sizes(comp: Component) -> dict[str, int]:
@@ -34,6 +36,9 @@ def diffusion_family(comp: Component) -> str | None:
     if f"{UNET}label_emb.0.0.weight" in s and f"{UNET}input_blocks.8.1.transformer_blocks.9.norm1.weight" in s \
             and f"{UNET}input_blocks.9.0.in_layers.0.weight" not in s:
         return SDXL
+    if f"{UNET}double_blocks.18.img_attn.qkv.weight" in s and f"{UNET}double_blocks.19.img_attn.qkv.weight" not in s \
+            and f"{UNET}single_blocks.37.linear1.weight" in s and f"{UNET}single_blocks.38.linear1.weight" not in s:
+        return FLUX
     attn = f"{UNET}input_blocks.1.1.transformer_blocks.0.attn2"
     if f"{UNET}input_blocks.11.0.in_layers.0.weight" in s and f"{UNET}label_emb.0.0.weight" not in s \
             and _ratio(s, f"{attn}.to_k.weight", f"{attn}.to_q.weight") == 768 / 320:
@@ -46,6 +51,9 @@ def te_family(comp: Component) -> str | None:
     clip_l = "cond_stage_model.transformer.text_model.encoder.layers.11.mlp.fc2.weight"
     if clip_l in names and not any(n.startswith(("cond_stage_model.model.", "conditioner.")) for n in names):
         return SD15
+    if "text_encoders.t5xxl.transformer.encoder.block.23.layer.1.DenseReluDense.wo.weight" in names \
+            and "clip_l.text_model.encoder.layers.11.mlp.fc2.weight" in names:
+        return FLUX
     if "conditioner.embedders.0.transformer.text_model.encoder.layers.11.mlp.fc2.weight" in names \
             and "conditioner.embedders.1.model.transformer.resblocks.31.mlp.c_proj.weight" in names:
         return SDXL

@@ -12,8 +12,13 @@ from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.placement import GpuBudget
 from planner.sd.roles import Kind
 
-# sd-cli's runner for each component of the SD 1.x / XL models the corpus covers
-RUNNER: dict[Kind, str] = {Kind.DIFFUSION: "unet", Kind.TE: "clip", Kind.VAE: "vae"}
+# sd-cli's runners of each component, by model: a component whose runners run one after the other
+# (FLUX.1's CLIP-L, then T5-XXL) needs the largest of their buffers
+RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
+    (Kind.DIFFUSION, "sd15"): ("unet",), (Kind.DIFFUSION, "sdxl"): ("unet",), (Kind.DIFFUSION, "flux"): ("flux",),
+    (Kind.TE, "sd15"): ("clip",), (Kind.TE, "sdxl"): ("clip",), (Kind.TE, "flux"): ("clip", "t5"),
+    (Kind.VAE, "kl-f8"): ("vae",),
+}
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
 
@@ -34,9 +39,16 @@ class Render:
                    parse_modes(conv_direct, Feature.CONV_DIRECT), vae_tiling)
 
 
-def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, str], ...]) -> Mode:
+# Graphs without a convolution, where --conv-direct changes nothing: FLUX.1's DiT (its patch
+# embedding is a matmul)
+NO_CONV: frozenset[tuple[Kind, str]] = frozenset({(Kind.DIFFUSION, "flux")})
+
+
+def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
+                   fam: str | None = None) -> Mode:
     module = KIND_MODULE[comp.kind].value
-    conv = module in Feature.CONV_DIRECT.modules and decide(render.conv_direct, module, devices)
+    conv = module in Feature.CONV_DIRECT.modules and (comp.kind, fam) not in NO_CONV \
+        and decide(render.conv_direct, module, devices)
     return Mode(decide(render.flash_attn, module, devices), conv)
 
 
@@ -51,8 +63,11 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
     fam = family(comp)
     if fam is None:
         return replace(comp, compute_bytes=None, compute_mode="")
-    mode = component_mode(comp, render, devices)
+    mode = component_mode(comp, render, devices, fam)
     tiled = tiled and comp.kind is Kind.VAE
-    size = compute_bytes(fam, RUNNER[comp.kind], render.width, render.height, mode, tiled=tiled)
+    sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled)
+             for runner in RUNNERS.get((comp.kind, fam), ())]
+    known = [s for s in sizes if s is not None]
+    size = max(known) if known and len(known) == len(sizes) else None
     label = mode.key + (",vae_tiling=on" if tiled else "") if size is not None else ""
     return replace(comp, compute_bytes=size, compute_mode=label)

@@ -10,7 +10,7 @@ import pytest
 
 from planner.cli import main
 from planner.sd.compute import Mode, compute_bytes
-from planner.synth.shapes_sd import write_checkpoint
+from planner.synth.shapes_sd import write_checkpoint, write_flux
 
 MiB, GiB = 1024**2, 1024**3
 CPU = ["--backend", "cpu", "--ram", "64GiB"]
@@ -19,6 +19,16 @@ CPU = ["--backend", "cpu", "--ram", "64GiB"]
 @pytest.fixture(scope="module")
 def sd15(tmp_path_factory):
     return str(write_checkpoint("sd15", tmp_path_factory.mktemp("sd") / "sd15.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def flux(tmp_path_factory):
+    return write_flux(tmp_path_factory.mktemp("flux"))
+
+
+@pytest.fixture(scope="module")
+def sdxl(tmp_path_factory):
+    return str(write_checkpoint("sdxl", tmp_path_factory.mktemp("sd") / "sdxl.safetensors"))
 
 
 def plan(capsys, *args):
@@ -103,3 +113,32 @@ def test_bad_size_is_one_line_exit_2(capsys, sd15, flag, value):
     code = main(["sd-fit", sd15, *CPU, flag, value])
     _, err = capsys.readouterr()
     assert code == 2 and "expected a positive multiple of 64" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sdxl_1024_on_an_8_gib_card(capsys, sdxl):
+    """The issue's question: SDXL at 1024x1024 on an 8 GiB CUDA card. Auto modes on CUDA are flash
+    attention and direct convolution on; every compute figure is sd-cli's for that size and mode."""
+    p = plan(capsys, sdxl, "--device", "CUDA0=8GiB", "--ram", "32GiB", "-W", "1024", "-H", "1024")
+    c, on = comps(p), Mode(True, True)
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sdxl", "unet", 1024, 1024, on)
+    assert c["te"]["compute_reserve_bytes"] == compute_bytes("sdxl", "clip", 1024, 1024, Mode(True, False))
+    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 1024, 1024, on,
+                                                              tiled=p["image"]["vae_tiling"])
+    assert p["verdict"] in ("fits", "fits with VAE tiling", "fits with parameters on the host",
+                            "fits with parameters on the host and VAE tiling")
+
+
+def test_flux_1024_on_a_12_gib_card(capsys, flux):
+    """FLUX.1 [dev] at 1024x1024 on a 12 GiB CUDA card: the DiT's and the text encoders' compute are
+    sd-cli's (CUDA's auto flash attention on); its 16-channel autoencoder is not in the corpus and
+    keeps sd-cli's fixed 1 GiB reserve."""
+    files = [a for flag, path in flux.items() for a in (flag, str(path))]
+    p = plan(capsys, *files, "--device", "CUDA0=12GiB", "--ram", "64GiB", "-W", "1024", "-H", "1024")
+    c, fa = comps(p), Mode(True, False)
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("flux", "flux", 1024, 1024, fa)
+    assert c["te"]["compute_reserve_bytes"] == max(compute_bytes("flux", "t5", 1024, 1024, fa),
+                                                   compute_bytes("flux", "clip", 1024, 1024, fa))
+    assert c["vae"]["compute_source"] == "fixed reserve" and c["vae"]["compute_reserve_bytes"] == GiB
+    # 22.2 GiB of DiT weights cannot stay on a 12 GiB card: auto-fit keeps them in RAM
+    assert c["diffusion"]["params"] == "cpu"
+    assert p["verdict"].startswith("fits with parameters on the host")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planner.sd.components import read_components
 from planner.sd.family import family
-from planner.sd.roles import Kind, ModelSource
+from planner.sd.roles import FileRole, Kind, ModelSource
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_sd import CHECKPOINTS
 
@@ -32,3 +32,14 @@ def test_a_16_channel_vae_is_not_kl_f8(tmp_path):
     t = CHECKPOINTS["sd15"]()
     t["first_stage_model.decoder.conv_in.weight"] = (512, 16, 3, 3)
     assert families(tmp_path, t)[Kind.VAE] is None
+
+
+def test_flux_files(tmp_path):
+    from planner.synth.shapes_sd import write_flux
+
+    roles = {"--diffusion-model": FileRole.DIFFUSION_MODEL, "--t5xxl": FileRole.T5XXL, "--clip_l": FileRole.CLIP_L,
+             "--vae": FileRole.VAE}
+    sources = [ModelSource(str(p), roles[flag]) for flag, p in write_flux(tmp_path).items()]
+    got = {c.kind: family(c) for c in read_components(sources)}
+    # the 16-channel autoencoder is no model the corpus has the decode of
+    assert got == {Kind.DIFFUSION: "flux", Kind.TE: "flux", Kind.VAE: None}
