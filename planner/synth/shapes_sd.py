@@ -366,3 +366,15 @@ def write_flux(directory: Path) -> dict[str, Path]:
         path = directory / f"flux-{flag.strip('-')}.safetensors"
         out[flag] = write_safetensors(path, {name: (dtype, shape) for name, shape in make().items()})
     return out
+
+
+def write_flux_gguf(path: Path, qtype: str = "Q8_0") -> Path:
+    """FLUX.1 [dev]'s DiT as the quantized GGUF files people download (flux1-dev-Q8_0.gguf,
+    -Q4_0.gguf): every matrix in `qtype`, 1-D tensors (biases, norm scales) F32; names as in the
+    safetensors file, no prefix; general.architecture "flux"."""
+    from planner.synth.gguf_factory import Q, write_model
+
+    q = Q[qtype]
+    tensors = [(name, Q.F32 if len(shape) == 1 else q, tuple(reversed(shape)))
+               for name, shape in flux_tensors().items()]
+    return write_model(path, "flux", {}, tensors)[0]

@@ -18,7 +18,7 @@ from planner.cli import main
 from planner.sd.compute import FIT_SIZES
 from planner.sd.sd_cli import ensure_sd_cli, run_sd_cli
 from planner.synth.safetensors_factory import write_safetensors
-from planner.synth.shapes_sd import t5xxl_tensors, write_checkpoint, write_flux
+from planner.synth.shapes_sd import t5xxl_tensors, write_checkpoint, write_flux, write_flux_gguf
 
 pytestmark = pytest.mark.peer
 
@@ -48,11 +48,15 @@ def model_args(checkpoints: dict, family: str) -> list[str]:
         if family.startswith("flux"):
             files = checkpoints.get("flux-files") or write_flux(work)
             checkpoints["flux-files"] = files
-            if family == "flux-dit":
-                one = {n: s for n, s in t5xxl_tensors().items()
-                       if not n.startswith("encoder.block.") or n.startswith("encoder.block.0.")}
-                files = dict(files, **{"--t5xxl": write_safetensors(work / "t5-1block.safetensors",
-                                                                    {n: ("F16", s) for n, s in one.items()})})
+            if family != "flux":
+                if "t5-1block" not in checkpoints:
+                    one = {n: s for n, s in t5xxl_tensors().items()
+                           if not n.startswith("encoder.block.") or n.startswith("encoder.block.0.")}
+                    checkpoints["t5-1block"] = write_safetensors(work / "t5-1block.safetensors",
+                                                                 {n: ("F16", s) for n, s in one.items()})
+                files = dict(files, **{"--t5xxl": checkpoints["t5-1block"]})
+            if family in GGUF:   # the DiT as the quantized GGUF people download
+                files["--diffusion-model"] = write_flux_gguf(work / f"{family}.gguf", GGUF[family])
             checkpoints[family] = [a for flag, path in files.items() for a in (flag, str(path))]
         else:
             checkpoints[family] = ["-m", str(write_checkpoint(family, work / f"{family}.safetensors"))]
@@ -83,7 +87,9 @@ def close(estimate: int, truth: int) -> bool:
     return abs(estimate - truth) <= max(0.03 * truth, 4 * MiB)
 
 
-CORPUS_FAMILY = {"sd15": "sd15", "sdxl": "sdxl", "flux": "flux", "flux-dit": "flux"}
+CORPUS_FAMILY = {"sd15": "sd15", "sdxl": "sdxl", "flux": "flux", "flux-dit": "flux", "flux-q8": "flux",
+                 "flux-q4": "flux"}
+GGUF = {"flux-q8": "Q8_0", "flux-q4": "Q4_0"}
 
 
 def test_sizes_are_outside_the_fit_rows():
@@ -106,6 +112,8 @@ CASES = [
     ("flux", 640, 640, False, False, False, ["clip", "t5"]),
     ("flux-dit", 640, 640, False, False, False, ["flux"]),
     ("flux-dit", 576, 832, True, False, False, ["flux"]),
+    ("flux-q8", 640, 640, True, False, False, ["flux"]),
+    ("flux-q4", 704, 576, False, False, False, ["flux"]),
 ]
 
 
@@ -117,8 +125,9 @@ def test_buffers_equal_sd_cli(capsys, sd_cli, checkpoints, family, width, height
     truth = sd_cli_log(sd_cli, model, width, height, fa, conv, tiled, runners)
     plan = sd_fit(capsys, model, width, height, fa, conv, tiled)
     comps = {c["module"]: c for c in plan["components"]}
-    if family != "flux-dit":   # params: what sd-cli allocates, to the log's 0.01 MB
-        for module, name in COMPONENT.items():
+    # params: what sd-cli allocates, to the log's 0.01 MB (the one-block T5 stand-in's aside)
+    for module, name in COMPONENT.items():
+        if family in ("sd15", "sdxl", "flux") or module == "diffusion":
             assert abs(comps[module]["params_buffer_bytes"] - dict(truth.totals)[name]) <= LOG_STEP, module
     for module in sorted({RUNNER[r] for r in runners}):
         # a component whose runners run one after another (FLUX.1's CLIP-L, then T5) needs the largest

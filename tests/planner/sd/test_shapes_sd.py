@@ -53,3 +53,16 @@ def test_flux_files_are_the_released_sizes():
               "--clip_l": 123_060_480 + 768 * 768}
     for flag, (make, _) in FLUX_FILES.items():
         assert sum(math.prod(s) for s in make().values()) == counts[flag], flag
+
+
+@pytest.mark.parametrize("qtype,block_bytes", [("Q8_0", 34), ("Q4_0", 18)])
+def test_flux_gguf_quantized(tmp_path, qtype, block_bytes):
+    from planner.sd.roles import FileRole
+    from planner.synth.shapes_sd import flux_tensors, write_flux_gguf
+
+    path = write_flux_gguf(tmp_path / f"flux-{qtype}.gguf", qtype)
+    comps = {c.kind: c for c in read_components([ModelSource(str(path), FileRole.DIFFUSION_MODEL)])}
+    # a block of 32 weights is 34 bytes in Q8_0 (fp16 scale + 32 int8), 18 in Q4_0; 1-D tensors F32
+    mine = [(math.prod(s) // 32 * block_bytes if len(s) > 1 else math.prod(s) * 4) + TENSOR_OVERHEAD_BYTES
+            for s in flux_tensors().values()]
+    assert comps[Kind.DIFFUSION].params_bytes == sum(mine)
