@@ -35,6 +35,7 @@ SIZE_STEP = 64             # sd-cli rounds width and height to multiples of 64 f
 # change within the range (SDXL's UNet without flash attention above 512x512, FLUX.1's DiT below
 # it, where its 256 text tokens weigh more) there are more sizes and a piece per three
 # consecutive ones. The VAE's buffer is linear in N: any three sizes do. Text encoders: one.
+CORPUS_MAX_SIDE = 1024   # the largest square the corpus records; sd-fit searches no further
 FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("sd15", "unet"): ((256, 256), (512, 512), (1024, 1024)),
     ("sdxl", "unet"): ((256, 256), (384, 384), (512, 512), (640, 640), (1024, 1024)),

@@ -19,6 +19,7 @@ from planner.sd.assign import (
 from planner.sd.autofit import compute_devices, default_backend, follow_assignments, greedy_fit
 from planner.sd.check import overcommit
 from planner.sd.components import KIND_MODULE, Component, read_components
+from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.placement import FitInput, GpuBudget, Placement, Where, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
@@ -28,7 +29,6 @@ from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
 
 SIZE_STEP = 64      # sd-cli's SD 1.x / XL image sizes
-MAX_SIDE = 4096     # the largest square sd-fit tries
 
 
 @dataclass(frozen=True)
@@ -173,13 +173,14 @@ def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
 
 def _largest(base: FitInput, request: SdFitRequest, auto: bool,
              param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
-    """The largest square side (a multiple of 64, up to MAX_SIDE) at which the plan fits, or
-    None when no component's compute depends on the size (no corpus curve) or nothing fits."""
+    """The largest square side (a multiple of 64) at which the plan fits, or None when no
+    component's compute depends on the size (no corpus curve) or nothing fits. The search ends at
+    the largest size the corpus has recorded (CORPUS_MAX_SIDE): the curves are not extrapolated."""
     if not any(c.compute_bytes is not None for c in _sized(base, render, auto, False).components
                if c.kind is not Kind.TE):
         return None
     best = None
-    for side in range(SIZE_STEP, MAX_SIDE + 1, SIZE_STEP):
+    for side in range(SIZE_STEP, CORPUS_MAX_SIDE + 1, SIZE_STEP):
         at = replace(render, width=side, height=side)
         fit, placements, _, _ = _plan_at(base, request, auto, param_targets, at)
         if overcommit(fit, placements):

@@ -9,6 +9,7 @@ from typing import Any
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
 from planner.sd.components import KIND_LABEL
+from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.placement import GpuBudget, Placement, Where
 from planner.sd.roles import Kind
 from planner.sd.split import SplitRange
@@ -147,7 +148,9 @@ class SdPlan:
         lines += [f"  warning: {w}" for w in self.warnings]
         lines.append(f"{self.width}x{self.height}: {self.verdict}")
         if self.largest_side is not None:
-            lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}")
+            more = " or larger (sizes above it are beyond sd-cli's recorded figures)" \
+                if self.largest_side >= CORPUS_MAX_SIDE else ""
+            lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}{more}")
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
         label = "as assigned" if self.mode is Mode.MANUAL else self.mode.value
         lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from planner.cli import main
-from planner.sd.compute import Mode, compute_bytes
+from planner.sd.compute import CORPUS_MAX_SIDE, Mode, compute_bytes
 from planner.synth.shapes_sd import write_checkpoint, write_flux
 
 MiB, GiB = 1024**2, 1024**3
@@ -100,12 +100,23 @@ def test_vae_tiling_when_the_decode_does_not_fit(capsys, sd15):
 
 
 def test_largest_square_is_the_last_that_fits(capsys, sd15):
-    args = [sd15, "--device", "CUDA0=4GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "on",
+    # without flash attention the UNet's attention scores grow with N^2: a 4 GiB card stops short
+    args = [sd15, "--device", "CUDA0=4GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "off",
             "--conv-direct", "off"]
     side = plan(capsys, *args)["largest_square"]
-    assert side is not None and side % 64 == 0
+    assert side is not None and side % 64 == 0 and side < CORPUS_MAX_SIDE
     assert plan(capsys, *args, "-W", str(side), "-H", str(side))["warnings"] == []
     assert plan(capsys, *args, "-W", str(side + 64), "-H", str(side + 64))["verdict"] == "does not fit"
+
+
+def test_largest_square_stops_where_the_corpus_ends(capsys, sd15):
+    # with flash attention and VAE tiling a 3 GiB card takes every size the corpus records; sd-fit
+    # does not extrapolate beyond it and says so
+    args = [sd15, "--device", "CUDA0=3GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "on"]
+    assert plan(capsys, *args)["largest_square"] == CORPUS_MAX_SIDE
+    code = main(["sd-fit", *args])
+    out, _ = capsys.readouterr()
+    assert code == 0 and f"{CORPUS_MAX_SIDE}x{CORPUS_MAX_SIDE} or larger" in out
 
 
 @pytest.mark.parametrize("flag,value", [("-W", "500"), ("--height", "0"), ("-W", "-64")])
