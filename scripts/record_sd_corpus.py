@@ -34,7 +34,10 @@ GROUPS = {
     # FLUX.1's DiT with a one-block T5-XXL: the DiT sees the same 4096 x 256 context from it, and
     # sd-cli reaches the DiT's buffers without running 24 blocks of T5 on the CPU first
     "flux-dit": ("flux-dit", [("flux", ((768, 1024),), (OFF, FA))]),
+    # SDXL's VAE has the KL-f8 tensors but sd-cli decodes it with a graph of its own
+    "kl-f8-sdxl": ("sdxl", [("vae", ((320, 448),), (OFF, BOTH))]),
 }
+ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl"}   # groups whose rows are not named after FAMILY
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5"}
@@ -86,16 +89,17 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
         model = _model(family, work)
         plan = [(runner, size, mode, False)
                 for runner, checks, modes in runners for mode in modes
-                for size in FIT_SIZES[(FAMILY[runner] or family, runner)] + checks]
-        if family != "flux-dit" and not any(p["family"] == family for p in params):   # logged before any graph
+                for size in FIT_SIZES[(ROW_FAMILY.get(group) or FAMILY[runner] or family, runner)] + checks]
+        first = family != "flux-dit" and group not in ROW_FAMILY and not any(p["family"] == family for p in params)
+        if first:   # the params buffers: logged before any graph
             got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe, stop_when=["clip"],
                              timeout_s=3600)
             params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
         if group == "kl-f8":
             plan += [("vae", size, OFF, True) for size in TILED]
         for runner, (width, height), (fa, conv), tiled in plan:
-            row = {"family": FAMILY[runner] or family, "runner": runner, "width": width, "height": height,
-                   "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
+            row = {"family": ROW_FAMILY.get(group) or FAMILY[runner] or family, "runner": runner, "width": width,
+                   "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
             if _key(row) in done:
                 continue
             args = _args(model, width, height, fa, conv, tiled)

@@ -8,6 +8,7 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
 - "sdxl": the SDXL base UNet (label_emb, 10 transformer blocks at the innermost level) and its
   two text encoders (`conditioner.embedders.0/1.`);
 - "kl-f8": the 4-channel KL-f8 VAE of SD 1.x / 2.x / XL (decoder conv_in 4 -> 512 channels);
+  beside an SDXL UNet sd-cli decodes it with a graph of its own, "kl-f8-sdxl" (planner/sd/sizing.py);
 - "flux": the FLUX.1 DiT (19 double and 38 single blocks, any weight type) and its text encoders
   (CLIP-L and T5-XXL as separate files).
 Anything else is None: sd-fit then keeps seed 002's fixed compute reserves.

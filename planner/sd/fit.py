@@ -20,6 +20,7 @@ from planner.sd.autofit import compute_devices, default_backend, follow_assignme
 from planner.sd.check import overcommit
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.compute import CORPUS_MAX_SIDE
+from planner.sd.family import family
 from planner.sd.placement import FitInput, GpuBudget, Placement, Where, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
@@ -111,7 +112,8 @@ def _explicit_or_default(fit: FitInput, kind: Kind) -> tuple[str, ...]:
 def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool) -> FitInput:
     """`fit` with every component's compute buffer at `render`, on the devices it computes on."""
     where = compute_devices(fit) if auto else {c.kind: _explicit_or_default(fit, c.kind) for c in fit.present}
-    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled)
+    diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
+    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion)
                   if c.params_bytes else c for c in fit.components)
     return replace(fit, components=comps)
 

@@ -17,7 +17,7 @@ from planner.sd.roles import Kind
 RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.DIFFUSION, "sd15"): ("unet",), (Kind.DIFFUSION, "sdxl"): ("unet",), (Kind.DIFFUSION, "flux"): ("flux",),
     (Kind.TE, "sd15"): ("clip",), (Kind.TE, "sdxl"): ("clip",), (Kind.TE, "flux"): ("clip", "t5"),
-    (Kind.VAE, "kl-f8"): ("vae",),
+    (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
 }
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
@@ -58,9 +58,14 @@ def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[t
     return tuple((by_name[n].backend, by_name[n].description) for n in names if n in by_name)
 
 
-def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool) -> Component:
-    """`comp` with its compute buffer at `render` (None where the corpus lacks the model)."""
+def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
+          diffusion: str | None = None) -> Component:
+    """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
+    `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
+    SDXL's KL-f8 VAE with a graph of its own)."""
     fam = family(comp)
+    if fam == "kl-f8" and diffusion == "sdxl":
+        fam = "kl-f8-sdxl"
     if fam is None:
         return replace(comp, compute_bytes=None, compute_mode="")
     mode = component_mode(comp, render, devices, fam)

@@ -374,7 +374,7 @@ def write_flux_gguf(path: Path, qtype: str = "Q8_0") -> Path:
     safetensors file, no prefix; general.architecture "flux"."""
     from planner.synth.gguf_factory import Q, write_model
 
-    q = Q[qtype]
+    q = Q.__members__[qtype]
     tensors = [(name, Q.F32 if len(shape) == 1 else q, tuple(reversed(shape)))
                for name, shape in flux_tensors().items()]
     return write_model(path, "flux", {}, tensors)[0]
