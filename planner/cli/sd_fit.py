@@ -14,7 +14,10 @@ from planner.core.errors import FlagError
 from planner.core.render import render
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
+from planner.sd.modes import Feature, legacy_modes
 from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
+
+SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.compute.SIZE_STEP)
 
 if TYPE_CHECKING:
     from planner.sd.plan import SdPlan
@@ -67,6 +70,16 @@ def sd_fit_cmd(
     vae_on_cpu: Annotated[bool, _opt("--vae-on-cpu", "as sd-cli: prepend vae=cpu to --backend")] = False,
     control_net_cpu: Annotated[bool, _opt("--control-net-cpu", "as sd-cli: prepend controlnet=cpu")] = False,
     offload_to_cpu: Annotated[bool, _opt("--offload-to-cpu", "as sd-cli: prepend *=cpu to --params-backend")] = False,
+    width: Annotated[int | None, typer.Option("--width", "-W", help="image width (sd-cli's default 512)")] = None,
+    height: Annotated[int | None, typer.Option("--height", "-H", help="image height (default 512)")] = None,
+    flash_attn: Annotated[Text, _opt("--flash-attn", "on | off | auto, per module: auto,te=off,vae=on")] = None,
+    conv_direct: Annotated[Text, _opt("--conv-direct", "on | off | auto, per module: auto,vae=off")] = None,
+    vae_tiling: Annotated[bool, _opt("--vae-tiling", "decode the VAE in tiles")] = False,
+    fa: Annotated[bool, _opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
+    diffusion_fa: Annotated[bool, _opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
+    diffusion_conv_direct: Annotated[bool, _opt("--diffusion-conv-direct",
+                                                "deprecated: --conv-direct auto,diffusion=on,controlnet=on")] = False,
+    vae_conv_direct: Annotated[bool, _opt("--vae-conv-direct", "deprecated: --conv-direct auto,vae=on")] = False,
     diffusion_model: Annotated[Text, _file_option(FileRole.DIFFUSION_MODEL)] = None,
     high_noise: Annotated[Text, _file_option(FileRole.HIGH_NOISE_DIFFUSION_MODEL)] = None,
     clip_l: Annotated[Text, _file_option(FileRole.CLIP_L)] = None,
@@ -96,8 +109,16 @@ def sd_fit_cmd(
     compat = tuple(flag for flag, on in (("--clip-on-cpu", clip_on_cpu), ("--vae-on-cpu", vae_on_cpu),
                                          ("--control-net-cpu", control_net_cpu),
                                          ("--offload-to-cpu", offload_to_cpu)) if on)
+    for flag, size in (("--width", width), ("--height", height)):
+        if size is not None and (size <= 0 or size % SIZE_STEP):
+            raise FlagError(f"{flag} {size}: expected a positive multiple of {SIZE_STEP}")
+    # Seed 002: the deprecated switches write mode strings; an explicit --flash-attn/--conv-direct wins.
+    fa_modes = legacy_modes(flash_attn, Feature.FLASH_ATTN, all_on=fa, diffusion_on=diffusion_fa)
+    cd_modes = legacy_modes(conv_direct, Feature.CONV_DIRECT, diffusion_on=diffusion_conv_direct,
+                            vae_on=vae_conv_direct)
     request = SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
-                           _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat)
+                           _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat,
+                           width, height, fa_modes, cd_modes, vae_tiling)
     _show(sd_fit(request, _inventory(devices, device or [], ram)), fmt)
 
 

@@ -3,8 +3,8 @@
 planner, find the overflow (seed 002, "Runtime capacity checks")."""
 from __future__ import annotations
 
-from planner.core.units import fmt_mib
-from planner.sd.placement import FitInput, Placement, Where
+from planner.core.units import MiB, fmt_mib
+from planner.sd.placement import FitInput, GpuBudget, Placement, Where
 from planner.sd.traffic import stored_bytes
 
 
@@ -15,17 +15,33 @@ def _work(fit: FitInput, p: Placement) -> int:
     return p.reserve_bytes + (0 if p.params is Where.RESIDENT else largest)
 
 
+# Seed 002, "Runtime capacity checks also leave 512 MiB of currently free device memory for backend
+# scratch buffers and pipelines, including with explicit backend assignments."
+RUNTIME_SCRATCH_BYTES = 512 * MiB
+
+
+def runtime_cap(gpu: GpuBudget) -> int:
+    """What sd-cli's runtime checks let a device hold: its budget, and never more than its free
+    memory less the scratch margin (an explicit --max-vram above that does not buy more)."""
+    return max(min(gpu.budget_bytes, gpu.free_bytes - RUNTIME_SCRATCH_BYTES), 0)
+
+
 def overcommit(fit: FitInput, placements: tuple[Placement, ...]) -> tuple[str, ...]:
     """One line per device whose budget the placement exceeds."""
     out = []
     for gpu in fit.gpus:
         stored = stored_bytes(placements, gpu.name)
         work = max((_work(fit, p) for p in placements if gpu.name in p.compute), default=0)
-        if stored + work > gpu.budget_bytes:
+        cap = runtime_cap(gpu)
+        if stored + work > cap:
+            why = "" if cap == gpu.budget_bytes else f" (free {fmt_mib(gpu.free_bytes)} MiB less 512 MiB of scratch)"
             out.append(f"{gpu.name} needs {fmt_mib(stored + work)} MiB (weights {fmt_mib(stored)} + compute "
-                       f"{fmt_mib(work)}) but its budget is {fmt_mib(gpu.budget_bytes)} MiB")
+                       f"{fmt_mib(work)}) but its budget is {fmt_mib(cap)} MiB{why}")
     in_ram = sum(p.params_bytes for p in placements if p.params is Where.CPU)
-    if fit.ram_budget_bytes is not None and in_ram > fit.ram_budget_bytes:
-        out.append(f"RAM holds {fmt_mib(in_ram)} MiB of weights but its params budget is "
+    # CPU modules compute in RAM, one runner at a time (each frees its compute buffer after its phase)
+    cpu_work = max((p.reserve_bytes for p in placements if not p.compute), default=0)
+    if fit.ram_budget_bytes is not None and in_ram + cpu_work > fit.ram_budget_bytes:
+        extra = f" + {fmt_mib(cpu_work)} MiB of compute" if cpu_work else ""
+        out.append(f"RAM holds {fmt_mib(in_ram)} MiB of weights{extra} but its params budget is "
                    f"{fmt_mib(fit.ram_budget_bytes)} MiB")
     return tuple(out)

@@ -22,6 +22,18 @@ from planner.sd.safetensors_header import read_safetensors
 
 # backend_fit.cpp adds this much to every tensor when estimating a component.
 TENSOR_OVERHEAD_BYTES = 64
+# The params buffer sd-cli allocates ("total params memory size" in its log): each tensor's
+# ggml size padded to the CPU buffer's 32-byte alignment, in the type the model code creates it
+# with: 1-D tensors (biases, norms), CLIP's position embedding and OpenCLIP's text projection
+# F32 and every convolution
+# kernel (4-D) F16 whatever the file stores (src/core/ggml_extend.hpp Conv2d / Conv3d,
+# src/model/te/clip.hpp CLIPEmbeddings), every other weight in the file's type. A standalone
+# CLIP-L file's text_projection is not created (sd.cpp's CLIP-L has no projection).
+BUFFER_ALIGNMENT = 32
+F32_BYTES = 4
+F16_BYTES = 2
+_F32_NAMES = ("position_embedding", "positional_embedding", "text_projection")
+_NOT_CREATED = ("clip_l.text_projection.weight",)
 
 
 KIND_MODULE: dict[Kind, Module] = {Kind.DIFFUSION: Module.DIFFUSION, Kind.TE: Module.TE, Kind.VAE: Module.VAE}
@@ -75,6 +87,7 @@ UNUSED_PREFIXES: tuple[str, ...] = (
 class SdTensor:
     name: str  # with the file role's prefix
     n_bytes: int  # loaded size plus TENSOR_OVERHEAD_BYTES
+    buffer_bytes: int = 0  # its share of sd-cli's params buffer (see BUFFER_ALIGNMENT)
 
 
 @dataclass(frozen=True)
@@ -83,10 +96,19 @@ class Component:
     params_bytes: int
     largest_tensor_bytes: int
     tensors: tuple[SdTensor, ...] = field(default=(), repr=False)
+    # The compute buffer sd-cli reserves at the planned image size and modes (planner/sd/sizing.py);
+    # None: unknown model, seed 002's fixed reserve stands in.
+    compute_bytes: int | None = None
+    compute_mode: str = ""   # "fa=on,conv_direct=off" (+ ",tiled") where compute_bytes is known
+
+    @property
+    def buffer_bytes(self) -> int:
+        """The params buffer sd-cli allocates for this component."""
+        return sum(t.buffer_bytes for t in self.tensors)
 
     @property
     def reserve_bytes(self) -> int:
-        return COMPUTE_RESERVE[self.kind]
+        return COMPUTE_RESERVE[self.kind] if self.compute_bytes is None else self.compute_bytes
 
 
 def classify(name: str) -> Kind | None:
@@ -109,10 +131,26 @@ def _is_gguf(path: str) -> bool:
         return bytes(source.prefix(4)[:4]) == b"GGUF"
 
 
-def _file_tensors(path: str) -> list[tuple[str, int]]:
+def _padded(n: int) -> int:
+    return -(-n // BUFFER_ALIGNMENT) * BUFFER_ALIGNMENT
+
+
+def _buffer_bytes(name: str, shape: tuple[int, ...], n_bytes: int) -> int:
+    n_elements = 1
+    for d in shape:
+        n_elements *= d
+    if len(shape) <= 1 or any(f in name for f in _F32_NAMES):
+        return _padded(n_elements * F32_BYTES)
+    if len(shape) == 4:
+        return _padded(n_elements * F16_BYTES)
+    return _padded(n_bytes)
+
+
+def _file_tensors(path: str) -> list[tuple[str, int, int]]:
+    """(name, loaded bytes, params-buffer bytes) of every tensor in the file."""
     if _is_gguf(path):
-        return [(t.name, t.n_bytes) for t in _gguf_tensors(path)]
-    return [(t.name, t.n_bytes) for t in read_safetensors(path)]
+        return [(t.name, t.n_bytes, _buffer_bytes(t.name, t.shape, t.n_bytes)) for t in _gguf_tensors(path)]
+    return [(t.name, t.n_bytes, _buffer_bytes(t.name, t.shape, t.n_bytes)) for t in read_safetensors(path)]
 
 
 def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
@@ -124,12 +162,13 @@ def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
 
 def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:
     out = []
-    for raw_name, n_bytes in _file_tensors(source.path):
+    for raw_name, n_bytes, buffer_bytes in _file_tensors(source.path):
         name = source.role.prefix + raw_name
         kind = source.role.kind if source.role.kind is not None else classify(name)
         if kind is None or is_unused(name):
             continue
-        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES)))
+        created = not name.endswith(_NOT_CREATED)
+        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES, buffer_bytes if created else 0)))
     return out
 
 

@@ -37,7 +37,8 @@ class Option:
     device: str | None = None
 
     def placement(self, comp: Component) -> Placement:
-        return Placement(comp.kind, comp.params_bytes, comp.reserve_bytes, self.compute, self.where, self.device)
+        return Placement(comp.kind, comp.params_bytes, comp.reserve_bytes, self.compute, self.where, self.device,
+                         comp.compute_mode)
 
 
 def _options(fit: FitInput, comp: Component) -> list[Option]:

@@ -65,6 +65,11 @@ class Placement:
     compute: tuple[str, ...]  # GPU names; () = CPU
     params: Where
     params_device: str | None = None  # the GPU for Where.OTHER_GPU
+    compute_mode: str = ""  # the modes its compute buffer is sd-cli's figure for; "" = seed 002's fixed reserve
+
+    @property
+    def compute_source(self) -> str:
+        return f"sd-cli, {self.compute_mode}" if self.compute_mode else "fixed reserve"
 
     @property
     def compute_name(self) -> str:

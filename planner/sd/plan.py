@@ -9,6 +9,7 @@ from typing import Any
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
 from planner.sd.components import KIND_LABEL
+from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.placement import GpuBudget, Placement, Where
 from planner.sd.roles import Kind
 from planner.sd.split import SplitRange
@@ -39,6 +40,23 @@ class SdPlan:
     traffic_bytes: int  # weight bytes moved per image (see planner.sd.traffic)
     warnings: tuple[str, ...] = ()  # budgets this placement exceeds (planner.sd.check)
     model_args: tuple[str, ...] = ()  # the model files as sd-cli flags: -m X, --vae Y, ...
+    render_args: tuple[str, ...] = ()  # -W/-H, --flash-attn, --conv-direct as asked, --vae-tiling where planned
+    width: int = 512
+    height: int = 512
+    vae_tiling: bool = False
+    params_buffers: tuple[tuple[Kind, int], ...] = ()  # sd-cli's params buffer per component
+    largest_side: int | None = None  # the largest square image that fits (None: not size-dependent)
+
+    @property
+    def verdict(self) -> str:
+        """The answer in words: fits / fits with VAE tiling / fits with parameters off the GPU / does not fit."""
+        if self.warnings:
+            return "does not fit"
+        off = sorted({p.params.value for p in self.placements if p.params is not Where.RESIDENT and p.compute})
+        if off:
+            where = " and ".join({"cpu": "the host", "disk": "disk", "other-gpu": "another GPU"}[o] for o in off)
+            return f"fits with parameters on {where}" + (" and VAE tiling" if self.vae_tiling else "")
+        return "fits with VAE tiling" if self.vae_tiling else "fits"
 
     @property
     def flag_argv(self) -> list[str]:
@@ -52,7 +70,7 @@ class SdPlan:
             out += ["--max-vram", self.max_vram]
         if self.split_mode:
             out += ["--split-mode", self.split_mode]
-        return out
+        return out + list(self.render_args)
 
     @property
     def flags(self) -> str:
@@ -75,9 +93,14 @@ class SdPlan:
             "devices": [{"name": g.name, "free_bytes": g.free_bytes, "budget_bytes": g.budget_bytes}
                         for g in self.gpus],
             "ram": {"free_bytes": self.ram_free_bytes, "params_budget_bytes": self.ram_budget_bytes},
+            "image": {"width": self.width, "height": self.height, "vae_tiling": self.vae_tiling},
+            "verdict": self.verdict,
+            "largest_square": self.largest_side,
             "components": [{
                 "module": p.kind.name.lower(), "params_bytes": p.params_bytes,
-                "compute_reserve_bytes": p.reserve_bytes, "compute": p.compute_name,
+                "params_buffer_bytes": dict(self.params_buffers).get(p.kind),
+                "compute_reserve_bytes": p.reserve_bytes, "compute_source": p.compute_source,
+                "compute": p.compute_name,
                 "params": p.params_name, "params_location": p.params.value,
             } for p in self.placements],
             "splits": {kind.name.lower(): [{"mode": r.mode.value, "device": r.device, "first_block": r.first_block,
@@ -113,8 +136,8 @@ class SdPlan:
                      "  components (params: compute GPU -> RAM -> other GPU -> disk):")
         for p in self.placements:
             lines.append(f"    {KIND_LABEL[p.kind]:<12} params {p.params_bytes // MiB:6d} MiB, "
-                         f"compute reserve {p.reserve_bytes // MiB:5d} MiB -> compute {p.compute_name}, "
-                         f"params {p.params_name}")
+                         f"compute {p.reserve_bytes // MiB:5d} MiB ({p.compute_source}) -> compute "
+                         f"{p.compute_name}, params {p.params_name}")
         for kind, ranges in self.splits:
             for r in ranges:
                 what = (f"blocks [{r.first_block}, {r.end_block}) of {r.n_blocks_total}" if r.mode is SplitMode.LAYER
@@ -123,6 +146,11 @@ class SdPlan:
                              f"{r.total_bytes // MiB} MiB")
         lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
         lines += [f"  warning: {w}" for w in self.warnings]
+        lines.append(f"{self.width}x{self.height}: {self.verdict}")
+        if self.largest_side is not None:
+            more = " or larger (sizes above it are beyond sd-cli's recorded figures)" \
+                if self.largest_side >= CORPUS_MAX_SIDE else ""
+            lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}{more}")
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
         label = "as assigned" if self.mode is Mode.MANUAL else self.mode.value
         lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')

@@ -253,7 +253,8 @@ def test_text_format_reports_like_sd_cli(capsys, model):
     assert "auto-fit plan (compute on CUDA0):" in out
     assert "free   6144 MiB, budget   5632 MiB" in out
     assert "free  32768 MiB, params budget  29491 MiB" in out  # 28.8 GiB, whole MiB
-    assert "DiT          params   5120 MiB, compute reserve  2048 MiB -> compute CUDA0, params cpu" in out
+    assert "DiT          params   5120 MiB, compute  2048 MiB (fixed reserve) -> compute CUDA0, params cpu" in out
+    assert "512x512: fits with parameters on the host" in out
     assert ('auto-fit: --backend "diffusion=CUDA0,te=CUDA0,vae=CUDA0"'
             ' --params-backend "diffusion=cpu,te=cpu,vae=cpu"') in out
 

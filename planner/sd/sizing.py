@@ -1,0 +1,78 @@
+"""Each component's compute buffer at the planned image size: the model (planner/sd/family.py),
+the flash-attention and direct-convolution decisions for its compute devices
+(planner/sd/modes.py) and the corpus curve (planner/sd/compute.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.sd.components import KIND_MODULE, Component
+from planner.sd.compute import Mode, compute_bytes
+from planner.sd.family import family
+from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
+from planner.sd.placement import GpuBudget
+from planner.sd.roles import Kind
+
+# sd-cli's runners of each component, by model: a component whose runners run one after the other
+# (FLUX.1's CLIP-L, then T5-XXL) needs the largest of their buffers
+RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
+    (Kind.DIFFUSION, "sd15"): ("unet",), (Kind.DIFFUSION, "sdxl"): ("unet",), (Kind.DIFFUSION, "flux"): ("flux",),
+    (Kind.TE, "sd15"): ("clip",), (Kind.TE, "sdxl"): ("clip",), (Kind.TE, "flux"): ("clip", "t5"),
+    (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
+}
+DEFAULT_SIZE = 512          # sd-cli's default -W / -H
+
+
+@dataclass(frozen=True)
+class Render:
+    """What sd-cli is asked to make, as far as memory is concerned."""
+
+    width: int = DEFAULT_SIZE
+    height: int = DEFAULT_SIZE
+    flash_attn: ModeSpec = ModeSpec(Feature.FLASH_ATTN)
+    conv_direct: ModeSpec = ModeSpec(Feature.CONV_DIRECT)
+    vae_tiling: bool = False
+
+    @classmethod
+    def parse(cls, width: int, height: int, flash_attn: str | None, conv_direct: str | None,
+              vae_tiling: bool) -> Render:
+        return cls(width, height, parse_modes(flash_attn, Feature.FLASH_ATTN),
+                   parse_modes(conv_direct, Feature.CONV_DIRECT), vae_tiling)
+
+
+# Graphs without a convolution, where --conv-direct changes nothing: FLUX.1's DiT (its patch
+# embedding is a matmul)
+NO_CONV: frozenset[tuple[Kind, str]] = frozenset({(Kind.DIFFUSION, "flux")})
+
+
+def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
+                   fam: str | None = None) -> Mode:
+    module = KIND_MODULE[comp.kind].value
+    conv = module in Feature.CONV_DIRECT.modules and (comp.kind, fam) not in NO_CONV \
+        and decide(render.conv_direct, module, devices)
+    return Mode(decide(render.flash_attn, module, devices), conv)
+
+
+def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[tuple[str, str], ...]:
+    """(backend, description) of each compute device; () for the CPU."""
+    by_name = {g.name: g for g in gpus}
+    return tuple((by_name[n].backend, by_name[n].description) for n in names if n in by_name)
+
+
+def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
+          diffusion: str | None = None) -> Component:
+    """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
+    `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
+    SDXL's KL-f8 VAE with a graph of its own)."""
+    fam = family(comp)
+    if fam == "kl-f8" and diffusion == "sdxl":
+        fam = "kl-f8-sdxl"
+    if fam is None:
+        return replace(comp, compute_bytes=None, compute_mode="")
+    mode = component_mode(comp, render, devices, fam)
+    tiled = tiled and comp.kind is Kind.VAE
+    sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled)
+             for runner in RUNNERS.get((comp.kind, fam), ())]
+    known = [s for s in sizes if s is not None]
+    size = max(known) if known and len(known) == len(sizes) else None
+    label = mode.key + (",vae_tiling=on" if tiled else "") if size is not None else ""
+    return replace(comp, compute_bytes=size, compute_mode=label)

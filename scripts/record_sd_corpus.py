@@ -1,0 +1,133 @@
+"""Record the sd-cli corpus planner/sd/compute.py reads: per runner, the compute buffer sd-cli
+logs at a matrix of image sizes and modes, on the shape-faithful checkpoints of
+planner/synth/shapes_sd.py (one sampling step, the weights memory-mapped — `--mmap`, which
+changes no buffer; each run is stopped as soon as the buffers it is for are logged, before the
+graphs run where that is possible).
+
+    PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
+
+Rows already in the corpus are kept and not run again. planner.sd.compute.FIT_SIZES names the
+sizes each curve is solved from; the other rows check it. `params` holds each checkpoint's params buffers
+as sd-cli's "total params memory size" line states them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from planner.sd.compute import CORPUS, FIT_SIZES
+from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
+from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.shapes_sd import FLUX_FILES, t5xxl_tensors, write_checkpoint, write_flux
+
+OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
+# group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
+# the KL-f8 VAE is recorded on the SD 1.5 checkpoint (SDXL's is the same network)
+GROUPS = {
+    "sd15": ("sd15", [("unet", ((384, 384), (320, 448), (640, 640), (768, 512), (768, 768)), (OFF, FA, CD, BOTH)),
+                      ("clip", (), (OFF, FA))]),
+    "kl-f8": ("sd15", [("vae", ((320, 448), (640, 384)), (OFF, FA, CD, BOTH))]),
+    "sdxl": ("sdxl", [("unet", ((768, 1024),), (OFF, FA, BOTH)),
+                      ("clip", (), (OFF, FA))]),
+    "flux": ("flux", [("t5", (), (OFF, FA)), ("clip", (), (OFF, FA))]),
+    # FLUX.1's DiT with a one-block T5-XXL: the DiT sees the same 4096 x 256 context from it, and
+    # sd-cli reaches the DiT's buffers without running 24 blocks of T5 on the CPU first
+    "flux-dit": ("flux-dit", [("flux", ((768, 1024),), (OFF, FA))]),
+    # SDXL's VAE has the KL-f8 tensors but sd-cli decodes it with a graph of its own
+    "kl-f8-sdxl": ("sdxl", [("vae", ((320, 448),), (OFF, BOTH))]),
+}
+ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl"}   # groups whose rows are not named after FAMILY
+# A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
+# such rows run until the next component's buffer is logged, and keep the largest.
+STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5"}
+TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
+FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux"}   # None: the checkpoint's
+
+
+def _model(family: str, work: Path) -> list[str]:
+    """The checkpoint's sd-cli file flags, its files written on first use."""
+    if family in ("flux", "flux-dit"):
+        files = {flag: work / f"flux-{flag.strip('-')}.safetensors" for flag in FLUX_FILES}
+        if not all(p.exists() for p in files.values()):
+            files = write_flux(work)
+        if family == "flux-dit":
+            files["--t5xxl"] = work / "flux-t5xxl-1block.safetensors"
+            if not files["--t5xxl"].exists():
+                one = {n: s for n, s in t5xxl_tensors().items()
+                       if not n.startswith("encoder.block.") or n.startswith("encoder.block.0.")}
+                write_safetensors(files["--t5xxl"], {n: ("F16", s) for n, s in one.items()})
+        return [a for flag, path in files.items() for a in (flag, str(path))]
+    model = work / f"{family}.safetensors"
+    if not model.exists():
+        write_checkpoint(family, model)
+    return ["-m", str(model)]
+
+
+def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled: bool) -> list[str]:
+    args = [*model, "-p", "a cat", "-W", str(width), "-H", str(height), "--steps", "1",
+            "--cfg-scale", "1", "-t", "2", "--seed", "1", "--mmap", "-o", str(Path(model[-1]).with_suffix(".png"))]
+    if fa:
+        args.append("--fa")
+    if conv:
+        args += ["--diffusion-conv-direct", "--vae-conv-direct"]
+    if tiled:
+        args.append("--vae-tiling")
+    return args
+
+
+def _key(row: dict) -> tuple:
+    return tuple(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling"))
+
+
+def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict], list[dict]]:
+    """Corpus rows for `groups` (skipping keys in `done`), and each checkpoint's params totals."""
+    exe = ensure_sd_cli()
+    rows, params = [], []
+    for group in groups:
+        family, runners = GROUPS[group]
+        model = _model(family, work)
+        plan = [(runner, size, mode, False)
+                for runner, checks, modes in runners for mode in modes
+                for size in FIT_SIZES[(ROW_FAMILY.get(group) or FAMILY[runner] or family, runner)] + checks]
+        first = family != "flux-dit" and group not in ROW_FAMILY and not any(p["family"] == family for p in params)
+        if first:   # the params buffers: logged before any graph
+            got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe, stop_when=["clip"],
+                             timeout_s=3600)
+            params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
+        if group == "kl-f8":
+            plan += [("vae", size, OFF, True) for size in TILED]
+        for runner, (width, height), (fa, conv), tiled in plan:
+            row = {"family": ROW_FAMILY.get(group) or FAMILY[runner] or family, "runner": runner, "width": width,
+                   "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
+            if _key(row) in done:
+                continue
+            args = _args(model, width, height, fa, conv, tiled)
+            got = run_sd_cli(args, exe=exe, stop_when=[STOP_AFTER.get((family, runner), runner)], timeout_s=3600)
+            row.update({"bytes": got.compute_of(runner),
+                        "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
+            print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+            rows.append(row)
+    return rows, params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", default=",".join(GROUPS))
+    parser.add_argument("--dir", default="/tmp/sd-corpus")
+    parser.add_argument("--out", default=str(CORPUS))
+    ns = parser.parse_args()
+    work = Path(ns.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    out = Path(ns.out)
+    old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
+    rows, params = record(ns.groups.split(","), work, {_key(r) for r in old["rows"]})
+    families = {p["family"] for p in params}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows,
+                               "params": [p for p in old.get("params", []) if p["family"] not in families] + params},
+                              indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""`fitplan sd-fit` by image size on the shape-faithful SD 1.5 and SDXL checkpoints: each
+component's compute figure is sd-cli's (the corpus curve, planner/sd/compute.py) for the modes
+seed 002 selects on its device, the VAE decode is tiled when that is what makes the plan fit,
+and the verdict and largest square follow from the budgets."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.cli import main
+from planner.sd.compute import CORPUS_MAX_SIDE, Mode, compute_bytes
+from planner.synth.shapes_sd import write_checkpoint, write_flux
+
+MiB, GiB = 1024**2, 1024**3
+CPU = ["--backend", "cpu", "--ram", "64GiB"]
+
+
+@pytest.fixture(scope="module")
+def sd15(tmp_path_factory):
+    return str(write_checkpoint("sd15", tmp_path_factory.mktemp("sd") / "sd15.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def flux(tmp_path_factory):
+    return write_flux(tmp_path_factory.mktemp("flux"))
+
+
+@pytest.fixture(scope="module")
+def sdxl(tmp_path_factory):
+    return str(write_checkpoint("sdxl", tmp_path_factory.mktemp("sd") / "sdxl.safetensors"))
+
+
+def plan(capsys, *args):
+    code = main(["sd-fit", *args, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def comps(p):
+    return {c["module"]: c for c in p["components"]}
+
+
+def test_compute_is_sd_clis_at_the_size_and_modes(capsys, sd15):
+    p = plan(capsys, sd15, *CPU, "-W", "768", "-H", "512", "--flash-attn", "off", "--conv-direct", "off")
+    c, off = comps(p), Mode(False, False)
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 768, 512, off)
+    assert c["te"]["compute_reserve_bytes"] == compute_bytes("sd15", "clip", 768, 512, off)
+    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 768, 512, off)
+    assert c["vae"]["compute_source"] == "sd-cli, fa=off,conv_direct=off"
+    assert p["image"] == {"width": 768, "height": 512, "vae_tiling": False}
+    assert p["verdict"] == "fits"
+    assert p["flags"].endswith("-W 768 -H 512 --flash-attn off --conv-direct off")
+
+
+def test_auto_modes_on_the_cpu(capsys, sd15):
+    # seed 002: auto turns flash attention on for the CPU without timing; direct convolution stays off
+    c = comps(plan(capsys, sd15, *CPU, "-W", "640", "-H", "640"))
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 640, 640, Mode(True, False))
+    assert c["diffusion"]["compute_source"] == "sd-cli, fa=on,conv_direct=off"
+
+
+def test_legacy_switches_and_module_assignments(capsys, sd15):
+    # --diffusion-fa is "off,diffusion=on": the VAE keeps ordinary attention
+    c = comps(plan(capsys, sd15, *CPU, "--diffusion-fa"))
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 512, 512, Mode(True, False))
+    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 512, 512, Mode(False, False))
+    c = comps(plan(capsys, sd15, *CPU, "--flash-attn", "off", "--conv-direct", "off,diffusion=on"))
+    assert c["diffusion"]["compute_source"] == "sd-cli, fa=off,conv_direct=on"
+    assert c["vae"]["compute_source"] == "sd-cli, fa=off,conv_direct=off"
+
+
+def _manual_budget(capsys, sd15, side):
+    """All three components resident on CUDA0 with --auto-fit off: the device needs every weight
+    plus the largest compute buffer (planner/sd/check.py). Returns (weights, unet, clip, vae, vae tiled)."""
+    c = comps(plan(capsys, sd15, *CPU, "-W", str(side), "-H", str(side), "--flash-attn", "on",
+                   "--conv-direct", "off"))
+    weights = sum(x["params_bytes"] for x in c.values())
+    fa = Mode(True, False)
+    return (weights, compute_bytes("sd15", "unet", side, side, fa), compute_bytes("sd15", "clip", side, side, fa),
+            compute_bytes("kl-f8", "vae", side, side, fa), compute_bytes("kl-f8", "vae", side, side, fa, tiled=True))
+
+
+def test_vae_tiling_when_the_decode_does_not_fit(capsys, sd15):
+    weights, unet, clip, vae, tiled = _manual_budget(capsys, sd15, 1024)
+    budget = weights + max(unet, clip, tiled) + 64 * MiB
+    assert vae > budget - weights   # the untiled decode does not fit beside the weights
+    device = f"CUDA0={budget + 512 * MiB}B"   # free = budget + sd-cli's 512 MiB margin
+    args = [sd15, "--device", device, "--ram", "64GiB", "--auto-fit", "off", "-W", "1024", "-H", "1024",
+            "--flash-attn", "on", "--conv-direct", "off"]
+    p = plan(capsys, *args)
+    assert p["image"]["vae_tiling"] is True and p["verdict"] == "fits with VAE tiling"
+    assert comps(p)["vae"]["compute_reserve_bytes"] == tiled
+    assert p["warnings"] == [] and "--vae-tiling" in p["flags"]
+    # 64 MiB less than the tiled plan needs: nothing fits
+    small = f"CUDA0={budget - 128 * MiB + 512 * MiB}B"
+    p = plan(capsys, *[small if a == device else a for a in args])
+    assert p["verdict"] == "does not fit" and p["image"]["vae_tiling"] is False
+
+
+def test_largest_square_is_the_last_that_fits(capsys, sd15):
+    # without flash attention the UNet's attention scores grow with N^2: a 4 GiB card stops short
+    args = [sd15, "--device", "CUDA0=4GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "off",
+            "--conv-direct", "off"]
+    side = plan(capsys, *args)["largest_square"]
+    assert side is not None and side % 64 == 0 and side < CORPUS_MAX_SIDE
+    assert plan(capsys, *args, "-W", str(side), "-H", str(side))["warnings"] == []
+    assert plan(capsys, *args, "-W", str(side + 64), "-H", str(side + 64))["verdict"] == "does not fit"
+
+
+def test_largest_square_stops_where_the_corpus_ends(capsys, sd15):
+    # with flash attention and VAE tiling a 3 GiB card takes every size the corpus records; sd-fit
+    # does not extrapolate beyond it and says so
+    args = [sd15, "--device", "CUDA0=3GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "on"]
+    assert plan(capsys, *args)["largest_square"] == CORPUS_MAX_SIDE
+    code = main(["sd-fit", *args])
+    out, _ = capsys.readouterr()
+    assert code == 0 and f"{CORPUS_MAX_SIDE}x{CORPUS_MAX_SIDE} or larger" in out
+
+
+@pytest.mark.parametrize("flag,value", [("-W", "500"), ("--height", "0"), ("-W", "-64")])
+def test_bad_size_is_one_line_exit_2(capsys, sd15, flag, value):
+    code = main(["sd-fit", sd15, *CPU, flag, value])
+    _, err = capsys.readouterr()
+    assert code == 2 and "expected a positive multiple of 64" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sdxl_1024_on_an_8_gib_card(capsys, sdxl):
+    """The issue's question: SDXL at 1024x1024 on an 8 GiB CUDA card. Auto modes on CUDA are flash
+    attention and direct convolution on; every compute figure is sd-cli's for that size and mode."""
+    p = plan(capsys, sdxl, "--device", "CUDA0=8GiB", "--ram", "32GiB", "-W", "1024", "-H", "1024")
+    c, on = comps(p), Mode(True, True)
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sdxl", "unet", 1024, 1024, on)
+    assert c["te"]["compute_reserve_bytes"] == compute_bytes("sdxl", "clip", 1024, 1024, Mode(True, False))
+    # SDXL's VAE: the KL-f8 tensors, but sd-cli's SDXL decode graph ("kl-f8-sdxl"), not SD 1.5's
+    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8-sdxl", "vae", 1024, 1024, on,
+                                                              tiled=p["image"]["vae_tiling"])
+    assert c["vae"]["compute_reserve_bytes"] != compute_bytes("kl-f8", "vae", 1024, 1024, on,
+                                                              tiled=p["image"]["vae_tiling"])
+    assert p["verdict"] in ("fits", "fits with VAE tiling", "fits with parameters on the host",
+                            "fits with parameters on the host and VAE tiling")
+
+
+def test_flux_1024_on_a_12_gib_card(capsys, flux):
+    """FLUX.1 [dev] at 1024x1024 on a 12 GiB CUDA card: the DiT's and the text encoders' compute are
+    sd-cli's (CUDA's auto flash attention on); its 16-channel autoencoder is not in the corpus and
+    keeps sd-cli's fixed 1 GiB reserve."""
+    files = [a for flag, path in flux.items() for a in (flag, str(path))]
+    p = plan(capsys, *files, "--device", "CUDA0=12GiB", "--ram", "64GiB", "-W", "1024", "-H", "1024")
+    c, fa = comps(p), Mode(True, False)
+    assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("flux", "flux", 1024, 1024, fa)
+    assert c["te"]["compute_reserve_bytes"] == max(compute_bytes("flux", "t5", 1024, 1024, fa),
+                                                   compute_bytes("flux", "clip", 1024, 1024, fa))
+    assert c["vae"]["compute_source"] == "fixed reserve" and c["vae"]["compute_reserve_bytes"] == GiB
+    # 22.2 GiB of DiT weights cannot stay on a 12 GiB card: auto-fit keeps them in RAM
+    assert c["diffusion"]["params"] == "cpu"
+    assert p["verdict"].startswith("fits with parameters on the host")
