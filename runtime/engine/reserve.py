@@ -19,6 +19,7 @@ from planner.core.errors import FitplanError
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
+from runtime.engine.deepseek4 import DEEPSEEK4
 from runtime.engine.hparams import ARCHS
 from runtime.engine.kimi import KDA_ARCHS
 from runtime.engine.kimi import unsupported_reason as kda_unsupported_reason
@@ -54,7 +55,7 @@ def supported(settings: LlamaSettings) -> bool:
         return unsupported_reason(ctx.model, ctx.facts) is None
     if ctx.model.architecture in KDA_ARCHS:
         return kda_unsupported_reason(ctx.model, ctx.facts) is None
-    return ctx.model.architecture in ARCHS
+    return ctx.model.architecture in ARCHS or ctx.model.architecture == DEEPSEEK4
 
 
 def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None,

@@ -71,6 +71,10 @@ class Op(enum.Enum):
     TOP_K = "TOP_K"            # mla: the DSA indexer's top-k cells (ggml_top_k)
     ARANGE = "ARANGE"          # glm5: minimax-m3's MSA gathers (ggml_arange)
     DSV4_HC_PRE = "DSV4_HC_PRE"   # linear: kimi-k3's attention residuals mix their checkpoints with it
+    # dsv4: deepseek4's hyper-connection mixers (ggml_dsv4_hc_comb / _post) and its de-rotation of the heads
+    DSV4_HC_COMB = "DSV4_HC_COMB"
+    DSV4_HC_POST = "DSV4_HC_POST"
+    ROPE_BACK = "ROPE_BACK"
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__
@@ -83,6 +87,7 @@ VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 INPLACE_OPS = frozenset({
     Op.SCALE, Op.ADD, Op.ADD_ID, Op.SUB, Op.MUL, Op.DIV, Op.SQR, Op.SQRT, Op.UNARY,
     Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF, Op.CLAMP, Op.FILL,
+    Op.ROPE_BACK,   # dsv4
 })
 
 

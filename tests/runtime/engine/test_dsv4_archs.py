@@ -1,7 +1,8 @@
 """hy_v4's builder (runtime/engine/hy_v4.py) on planner/synth/shapes_dsv4's tiny files: four blocks (the first
 dense), MLA of kv_lora 128 + rope 32, 4 iHC streams; "hy-v4" with the DSA indexer on blocks 0 and 2, "hy-v4-full"
-the full-attention checkpoint (no indexer). Expected figures are llama-fit-params -v on these very files (pinned
-build): "graph: nodes = N" and "CPU compute buffer size = X MiB".
+the full-attention checkpoint (no indexer). deepseek4's (runtime/engine/deepseek4.py) on deepseek4_tiny: four
+blocks (no compression, CSA, HCA, CSA), the first hash-routed. Expected figures are llama-fit-params -v on these
+very files (pinned build): "graph: nodes = N" and "CPU compute buffer size = X MiB".
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.coverage import Status, architecture_coverage
 from planner.memory.estimate import estimate
-from planner.synth.shapes_dsv4 import hy_v4_tiny
+from planner.synth.shapes_dsv4 import deepseek4_tiny, hy_v4_tiny
 from runtime.engine.runner import ModelRunner
 from tests.support.reserve_checks import assert_reserve_equals
 
@@ -24,7 +25,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("dsv4")
     [dsa] = hy_v4_tiny(True).write(d / "hy-v4.gguf")
     [full] = hy_v4_tiny(False).write(d / "hy-v4-full.gguf")
-    return {"hy-v4": dsa, "hy-v4-full": full}
+    [ds4] = deepseek4_tiny().write(d / "deepseek4.gguf")
+    return {"hy-v4": dsa, "hy-v4-full": full, "deepseek4": ds4}
 
 
 # llama-fit-params -v on the tiny files: (graph nodes, CPU compute buffer MiB)
@@ -34,11 +36,15 @@ LLAMA_CPP_RESERVE = {
     # the full-attention checkpoint: no indexer and no top-k masks
     "hy-v4-full": {"-c 4096": (778, 13.03), "-c 4096 -fa off": (786, 47.78), "-c 8192 -np 4": (782, 11.03),
                    "-c 4096 -ub 128": (778, 3.26), "-c 4096 -ctk q8_0 -ctv q8_0": (778, 13.03)},
+    # q8_0 caches add the raw and compressed caches' Hadamard rotations (the indexer's is always there)
+    "deepseek4": {"-c 4096": (745, 12.37), "-c 4096 -fa off": (765, 32.16), "-c 8192 -np 4": (754, 10.13),
+                  "-c 4096 -ub 128": (745, 2.86), "-c 4096 -ctk q8_0 -ctv q8_0": (790, 11.56),
+                  "-c 2048 -np 2 -fa off": (774, 18.41), "-c 4096 -ub 64 -np 3": (754, 1.65)},
 }
 
 
 @pytest.mark.parametrize("name, flags", [(n, f) for n, rows in LLAMA_CPP_RESERVE.items() for f in rows])
-def test_hy_v4_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str,
+def test_dsv4_family_reserve_nodes_and_compute_buffer_equal_llama_cpp(name: str, flags: str,
                                                                   models: dict[str, Path]) -> None:
     n_nodes, mib = LLAMA_CPP_RESERVE[name][flags]
     assert_reserve_equals(models[name], flags, n_nodes, mib)
@@ -57,6 +63,13 @@ def test_hy_v4_decode_is_refused(models: dict[str, Path]) -> None:
         runner.decode([1, 2, 3])
 
 
-def test_deepseek4_stays_on_the_formula() -> None:
+def test_deepseek4_is_simulated(models: dict[str, Path]) -> None:
     row = architecture_coverage("deepseek4")
-    assert (row.status, row.kv, row.compute) == (Status.FORMULA, "exact", "formula")
+    assert (row.status, row.kv, row.compute) == (Status.SIMULATED, "exact", "simulated")
+    assert estimate(model_context(str(models["deepseek4"])), ["-c", "4096"]).compute_model == "simulated"
+
+
+def test_deepseek4_decode_is_refused(models: dict[str, Path]) -> None:
+    runner = ModelRunner.load(str(models["deepseek4"]), parse_llama_flags(["-c", "256"]), weights=False)
+    with pytest.raises(BadInput, match="does not run them"):
+        runner.decode([1, 2, 3])
