@@ -28,7 +28,7 @@ from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
-from planner.synth import shapes_dense, shapes_fused, shapes_hybrid, shapes_mla, shapes_moe
+from planner.synth import shapes_dense, shapes_dsv4, shapes_fused, shapes_hybrid, shapes_mla, shapes_moe
 from planner.synth.gguf_factory import ModelSpec
 from tests.support.estimate_matrix import N_LAYER, assert_rows_match, model_path
 
@@ -50,6 +50,9 @@ FAMILIES: dict[str, tuple[Callable[[], ModelSpec], int]] = {
     "deepseek-v3.2": (shapes_mla.deepseek_v32, 61),
     "llama-4-scout": (shapes_mla.llama4_scout, 48),
     "mistral-small-4": (shapes_mla.mistral_small_4, 36),
+    # dsv4: lavapipe has no DSV4_HC_COMB pipeline (subgroups under 16 lanes), so llama.cpp builds the Sinkhorn
+    # mixer unfused (24259 nodes at -c 4096 to the runtime's 8349 fused); those [4, 4, T] nodes move no buffer
+    "deepseek-v4-flash": (shapes_dsv4.deepseek_v4_flash, 43),
 }
 # the host's RAM does not enter the estimate; llama.cpp sizes the same buffers on any host
 INVENTORY = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""), source="lavapipe")
