@@ -229,9 +229,10 @@ class Deepseek4Builder:
     """Builds one ubatch's deepseek4 graph from weights, the raw window cache (kv) and the DSV4 cache."""
 
     def __init__(self, hp: Dsv4HParams, weights: Mapping[str, Tensor], kv: KVCache, cache: Dsv4Cache, *,
-                 flash_attn: bool, offload_kqv: bool, lora: Adapters | None = None) -> None:
+                 flash_attn: bool, offload_kqv: bool, fused_comb: bool = True, lora: Adapters | None = None) -> None:
         self.hp, self.w, self.kv, self.cache = hp, weights, kv, cache
         self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
+        self.fused_comb = fused_comb   # cparams.fused_dsv4_hc_comb as resolve_fused_ops left it
         self.lora = lora or Adapters()   # deepseek4.cpp's build_lora_mm sites; none are applied in its graph here
 
     def _need(self, name: str) -> Tensor:
@@ -323,8 +324,36 @@ class Deepseek4Builder:
         post = B.view(mixes, (hc, nt), (mixes.nb[0], mixes.nb[1]), hc * mixes.nb[0])
         post = B.unary(B.add(B.mul(post, scale_post), base_post), "SIGMOID")
         post = B.scale(post, 2.0, name=f"hc_post-{il}")
-        comb = attn_res.hc_comb(mixes, sc, base, hp.hc_eps, hp.hc_iters, name=f"hc_comb-{il}")
+        if self.fused_comb:
+            comb = attn_res.hc_comb(mixes, sc, base, hp.hc_eps, hp.hc_iters, name=f"hc_comb-{il}")
+        else:
+            scale_comb = B.view(sc, (1,), (sc.nb[0],), 2 * sc.nb[0])
+            base_comb = B.view(base, (hc * hc,), (base.nb[0],), 2 * hc * base.nb[0])
+            comb = B.view(mixes, (hc * hc, nt), (mixes.nb[0], mixes.nb[1]), 2 * hc * mixes.nb[0])
+            comb = B.reshape(B.add(B.mul(comb, scale_comb), base_comb), (hc, hc, nt))
+            comb = self._sinkhorn(comb, il)
         return attn_res.hc_pre(x, pre, name=f"hc_{part}_pre-{il}"), post, comb
+
+    def _sinkhorn(self, comb: Tensor, il: int) -> Tensor:
+        """build_hc_sinkhorn, the unfused mixer: a softmax over each row, + eps, one column normalisation, then
+        hc_iters - 1 rounds of row and column normalisation (each sum + eps, divided)."""
+        eps = B.new_tensor(F32, (1,))
+        eps = B._node(Op.FILL, eps.ne, [eps], f"hc_eps-{il}", F32, c=self.hp.hc_eps)
+        comb = B.add(B.soft_max_ext(comb, None, 1.0), eps)
+
+        def divided(total: Tensor) -> Tensor:
+            return B._node(Op.DIV, comb.ne, [comb, total], f"hc_comb-{il}")
+
+        def cols() -> Tensor:
+            src_dst = B.cont(B.permute(comb, (1, 0, 2, 3)))
+            total = B._node(Op.SUM_ROWS, (1, *src_dst.ne[1:]), [src_dst], "")
+            return divided(B.permute(B.add(total, eps), (1, 0, 2, 3)))
+
+        comb = cols()
+        for _ in range(1, self.hp.hc_iters):
+            comb = divided(B.add(B._node(Op.SUM_ROWS, (1, *comb.ne[1:]), [comb], ""), eps))
+            comb = cols()
+        return comb
 
     def _hc_head(self, x: Tensor) -> Tensor:
         """build_hc_head: the streams collapsed by sigmoid(hc_head_fn . rms_norm(x) * scale + base) + eps, with

@@ -435,8 +435,11 @@ class ModelRunner:
             return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, Dsv4HParams):
             assert self.dsv4_cache is not None
+            # resolve_fused_ops: the fused comb stays on only where every layer's device takes DSV4_HC_COMB
+            used = set(self.placement.layer_device[:self.hp.n_layer])
+            comb = all(d.hc_comb for d in self.placement.devices if d.name in used)
             return Deepseek4Builder(self.hp, self.weights, self.kv, self.dsv4_cache, flash_attn=fa,
-                                    offload_kqv=offload)
+                                    offload_kqv=offload, fused_comb=comb)
         return None
 
     def _builder(self) -> DecoderBuilder | MlaBuilder | Deepseek4Builder:

@@ -8,7 +8,9 @@
 - MUL_MAT / MUL_MAT_ID whose weight and activations differ in their fourth dimension ("could
   potentially support these with 2 dispatches": DeepSeek-V2's MLA value projection over several KV
   streams runs on the CPU), or whose quantized sources are not contiguous in their first two
-  dimensions (ggml_vk_dim01_contiguous).
+  dimensions (ggml_vk_dim01_contiguous);
+- LIGHTNING_INDEXER but for heads of 128 over keys of lightning_indexer_k_types (ggml-vulkan-types.h),
+  every operand's elements packed.
 """
 from __future__ import annotations
 
@@ -41,10 +43,32 @@ def _matmul_ok(t: Tensor) -> bool:
     return dim01_contiguous(acts) or acts.type in (GGMLType.F32, GGMLType.F16)
 
 
+# dsv4: ggml-vulkan's lightning indexer: its shader's head size and the key types it has pipelines for
+LID_HEAD = 128
+LID_K_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q5_1, GGMLType.Q5_0,
+                         GGMLType.Q4_1, GGMLType.Q4_0, GGMLType.IQ4_NL})
+
+
+def _lightning_indexer_ok(t: Tensor) -> bool:
+    q, k = t.src[0], t.src[1]
+    assert q is not None and k is not None
+    if q.ne[0] != LID_HEAD or k.type not in LID_K_TYPES:
+        return False
+    for x in (*t.src, t):
+        if x is None:
+            continue
+        size = GGML_QUANT_SIZES[x.type][1]
+        if x.nb[0] != size or any(nb % size for nb in x.nb[1:]):
+            return False
+    return True
+
+
 def vulkan_supports(limit: int) -> Callable[[Tensor], bool]:
     """supports_op of a Vulkan device whose largest buffer is `limit` bytes (0: no limit)."""
     def supports(t: Tensor) -> bool:
         if limit and (t.nbytes() > limit or any(s is not None and s.nbytes() > limit for s in t.src)):
             return False
+        if t.op is Op.LIGHTNING_INDEXER:
+            return _lightning_indexer_ok(t)
         return t.op not in (Op.MUL_MAT, Op.MUL_MAT_ID) or _matmul_ok(t)
     return supports
