@@ -1,7 +1,8 @@
 """deepseek4 (DeepSeek-V4): hyper-connected streams around compressed sparse attention and hash/bias-routed
 MoE, op for op as the pinned llama.cpp builds it for its reserve (src/models/deepseek4.cpp; the inputs of
 build_inp_dsv4 and the reserve plans of src/llama-kv-cache-dsv4.cpp; every fused op on, as
-llama-context.cpp resolve_fused_ops finds them on CPU-backed devices).
+llama-context.cpp resolve_fused_ops finds them, but for the Sinkhorn mixer on a device without its
+DSV4_HC_COMB pipeline: then build_hc_sinkhorn's unfused ops).
 
 The residual is hc = 4 streams [n_embd, hc, T]. Around each sub-block: mixes = hc_fn . rms_norm(streams); the
 read gate sigmoid(mixes[:hc] * s0 + b) + eps feeds DSV4_HC_PRE, the write gate 2 sigmoid(mixes[hc:2hc] * s1 + b)
@@ -233,7 +234,9 @@ class Deepseek4Builder:
         self.hp, self.w, self.kv, self.cache = hp, weights, kv, cache
         self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
         self.fused_comb = fused_comb   # cparams.fused_dsv4_hc_comb as resolve_fused_ops left it
-        self.lora = lora or Adapters()   # deepseek4.cpp's build_lora_mm sites; none are applied in its graph here
+        # applied LoRA adapters where deepseek4.cpp goes through build_lora_mm / _mm_id (projections, compressors,
+        # the indexer, wo_b, the FFNs and experts); the mixers, wo_a and the output are plain ggml_mul_mat
+        self.lora = lora or Adapters()
 
     def _need(self, name: str) -> Tensor:
         t = self.w.get(name)
@@ -376,8 +379,8 @@ class Deepseek4Builder:
     # --- compressors ---------------------------------------------------------------------------------
     def _state_rows(self, cur: Tensor, p: _Part, il: int) -> tuple[Tensor, Tensor]:
         """The compressor's kv and score rows of this ubatch, the score plus the APE rows of each position."""
-        kv = B.mul_mat(self._wl(f"{p.prefix}_kv.weight", il), cur, name=f"state_kv-{il}")
-        score = B.mul_mat(self._wl(f"{p.prefix}_gate.weight", il), cur, name=f"state_score-{il}")
+        kv = self.lora.mm(self._wl(f"{p.prefix}_kv.weight", il), cur, name=f"state_kv-{il}")
+        score = self.lora.mm(self._wl(f"{p.prefix}_gate.weight", il), cur, name=f"state_score-{il}")
         ape = B.get_rows(self._wl(f"{p.prefix}_ape.weight", il), p.inp.state_pos)
         return kv, B.add(score, ape, name=f"state_score_ape-{il}")
 
@@ -462,10 +465,10 @@ class Deepseek4Builder:
         """build_lid_top_k with the fused lightning indexer."""
         hp = self.hp
         hd, nh, nt = hp.index_head, hp.n_index_head, cur.ne[1]
-        q = B.mul_mat(self._wl("indexer.attn_q_b.weight", il), qr, name=f"lid_q-{il}")
+        q = self.lora.mm(self._wl("indexer.attn_q_b.weight", il), qr, name=f"lid_q-{il}")
         q = self._rope(B.reshape(q, (hd, nh, nt)), self.out.pos, il, hp.compress_freq_base, "lid_q")
         q = DecoderBuilder._hadamard(q, self.lid.k_rot, f"lid_q_rot-{il}")
-        w = B.mul_mat(self._wl("indexer.proj.weight", il), cur, name=f"lid_weights-{il}")
+        w = self.lora.mm(self._wl("indexer.proj.weight", il), cur, name=f"lid_weights-{il}")
         w = B.scale(w, 1.0 / math.sqrt(hd * nh), name=f"lid_weights-{il}")
         cache = self.cache.lid[il]
         assert cache is not None
@@ -563,12 +566,12 @@ class Deepseek4Builder:
         hp = self.hp
         nt, hd = cur.ne[1], hp.head_dim
         base = self._base(il)
-        qr = B.mul_mat(self._wl("attn_q_a.weight", il), cur, name=f"qr-{il}")
+        qr = self.lora.mm(self._wl("attn_q_a.weight", il), cur, name=f"qr-{il}")
         qr = self.norm(qr, self._wl("attn_q_a_norm.weight", il), il, f"qr_norm-{il}")
-        q = B.mul_mat(self._wl("attn_q_b.weight", il), qr, name=f"q-{il}")
+        q = self.lora.mm(self._wl("attn_q_b.weight", il), qr, name=f"q-{il}")
         q = B.rms_norm(B.reshape(q, (hd, hp.n_head, nt)), hp.eps, name=f"q_norm-{il}")
         q = self._rope(q, self.out.pos, il, base, "q")
-        kv = B.mul_mat(self._wl("attn_kv.weight", il), cur, name=f"kv-{il}")
+        kv = self.lora.mm(self._wl("attn_kv.weight", il), cur, name=f"kv-{il}")
         kv = self.norm(kv, self._wl("attn_kv_a_norm.weight", il), il, f"kv_norm-{il}")
         kv = self._rope(B.reshape(kv, (hd, 1, nt)), self.out.pos, il, base, "kv")
         for p in self._parts(il):
@@ -581,7 +584,7 @@ class Deepseek4Builder:
         oa = B.mul_mat(self._wl("attn_output_a.weight", il), out, name=f"attn_wo_a-{il}")
         oa = B.permute(oa, (0, 2, 1, 3))
         oa = B.cont(oa, (hp.o_lora * hp.o_groups, nt))
-        return B.mul_mat(self._wl("attn_output_b.weight", il), oa, name=f"attn_out-{il}")
+        return self.lora.mm(self._wl("attn_output_b.weight", il), oa, name=f"attn_out-{il}")
 
     # --- feed-forward --------------------------------------------------------------------------------
     def _moe(self, cur: Tensor, il: int) -> Tensor:
@@ -591,7 +594,7 @@ class Deepseek4Builder:
         k, n_expert = hp.n_expert_used, hp.n_expert
         hashed = il < hp.n_hash
         selected = B.get_rows(self._wl("ffn_gate_tid2eid.weight", il), self.out.tokens) if hashed else None
-        logits = B.mul_mat(self._need(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
+        logits = self.lora.mm(self._need(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
         probs = B.unary(logits, "SOFTPLUS")
         probs = Tensor(probs.type, probs.ne, name=f"ffn_moe_probs-{il}", op=Op.SQRT, src=[probs])
         if selected is None:
@@ -605,18 +608,19 @@ class Deepseek4Builder:
             weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
         g.expand(weights)
         x = B.reshape(cur, (n_embd, 1, nt))
-        up = B.mul_mat_id(self._need(tensor_name(T.FFN_UP_EXP, il)), x, selected, name=f"ffn_moe_up-{il}")
-        gate = B.mul_mat_id(self._need(tensor_name(T.FFN_GATE_EXP, il)), x, selected, name=f"ffn_moe_gate-{il}")
+        up = self.lora.mm_id(self._need(tensor_name(T.FFN_UP_EXP, il)), x, selected, name=f"ffn_moe_up-{il}")
+        gate = self.lora.mm_id(self._need(tensor_name(T.FFN_GATE_EXP, il)), x, selected, name=f"ffn_moe_gate-{il}")
         act = B.swiglu(gate, up, name=f"ffn_moe_swiglu_limited-{il}")   # ggml_swiglu_clamp: one GLU node
-        experts = B.mul_mat_id(self._need(tensor_name(T.FFN_DOWN_EXP, il)), act, selected, name=f"ffn_moe_down-{il}")
+        experts = self.lora.mm_id(self._need(tensor_name(T.FFN_DOWN_EXP, il)), act, selected,
+                                   name=f"ffn_moe_down-{il}")
         return weighted_sum(g, experts, weights, n_embd, nt, k, il)
 
     def _shared(self, cur: Tensor, il: int) -> Tensor:
         """build_ffn(LLM_FFN_SILU, LLM_FFN_PAR) of the shared expert, its SwiGLU clamped (one GLU node)."""
-        u = B.mul_mat(self._need(tensor_name(T.FFN_UP_SHEXP, il)), cur, name=f"ffn_up-{il}")
-        g = B.mul_mat(self._need(tensor_name(T.FFN_GATE_SHEXP, il)), cur, name=f"ffn_gate-{il}")
+        u = self.lora.mm(self._need(tensor_name(T.FFN_UP_SHEXP, il)), cur, name=f"ffn_up-{il}")
+        g = self.lora.mm(self._need(tensor_name(T.FFN_GATE_SHEXP, il)), cur, name=f"ffn_gate-{il}")
         act = B.swiglu(g, u, name=f"ffn_swiglu_limited-{il}")
-        return B.mul_mat(self._need(tensor_name(T.FFN_DOWN_SHEXP, il)), act, name=f"ffn_shexp-{il}")
+        return self.lora.mm(self._need(tensor_name(T.FFN_DOWN_SHEXP, il)), act, name=f"ffn_shexp-{il}")
 
     # --- the graph -----------------------------------------------------------------------------------
     def _layer(self, il: int, x: Tensor) -> Tensor:
@@ -639,7 +643,7 @@ class Deepseek4Builder:
         self._inputs(shape)
         g = self.out.graph
         tok_embd = self._need(TOKEN_EMBD)
-        x = B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows")
+        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
         g.expand(x)
         g.expand(self.out.embd)
         g.expand(self.raw_mask)

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from planner.core.errors import BadInput
+from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.coverage import Status, architecture_coverage
 from planner.memory.estimate import estimate
+from planner.synth.lora_factory import lora_layout, write_lora
 from planner.synth.shapes_dsv4 import deepseek4_tiny, hy_v4_tiny
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
@@ -71,6 +73,20 @@ def test_deepseek4_is_simulated(models: dict[str, Path]) -> None:
     row = architecture_coverage("deepseek4")
     assert (row.status, row.kv, row.compute) == (Status.SIMULATED, "exact", "simulated")
     assert estimate(model_context(str(models["deepseek4"])), ["-c", "4096"]).compute_model == "simulated"
+
+
+# llama-server -np 1 --lora on the tiny file (its warmup reserve, adapters applied): "graph: nodes = 777" (745 plus 4
+# per pair: mul_mat, mul_mat, scale, add) and "CPU compute buffer size = 12.37 MiB"
+LORA_PAIRS = ("blk.1.attn_q_a.weight", "blk.1.attn_kv.weight", "blk.1.attn_compressor_kv.weight",
+              "blk.2.ffn_up_shexp.weight", "blk.1.indexer.proj.weight", "blk.3.attn_output_b.weight",
+              "blk.0.ffn_gate_inp.weight", "blk.2.attn_compressor_gate.weight")
+
+
+def test_deepseek4_lora_pairs_join_the_graph_where_llama_cpp_applies_them(models: dict[str, Path],
+                                                                           tmp_path: Path) -> None:
+    shapes = {t.name: tuple(t.shape) for t in read_model(str(models["deepseek4"])).tensors}
+    lora = write_lora(tmp_path / "lora.gguf", "deepseek4", lora_layout([(n, shapes[n]) for n in LORA_PAIRS], 8))
+    assert_reserve_equals(models["deepseek4"], f"-c 4096 -np 1 --lora {lora}", 777, 12.37)
 
 
 def test_deepseek4_decode_is_refused(models: dict[str, Path]) -> None:
