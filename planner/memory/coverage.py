@@ -24,7 +24,7 @@ from planner.llama.tensor_parallel import SM_TENSOR_UNSUPPORTED
 from planner.model.arch import KNOWN_DENSE, RECURRENT_RULES, SWA_RULES
 from runtime.engine.clip_hparams import SUPPORTED as PROJECTORS_SIMULATED
 from runtime.engine.deepseek2 import MLA_ARCHS
-from runtime.engine.deepseek4 import DEEPSEEK4
+from runtime.engine.deepseek4_hparams import DEEPSEEK4
 from runtime.engine.hparams import ARCHS
 from runtime.engine.kimi import KDA_ARCHS
 

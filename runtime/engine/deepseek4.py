@@ -28,28 +28,17 @@ The runner sizes these graphs and does not run them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gguf import MODEL_TENSOR as T
-from gguf import Keys
 
-from planner.core.errors import GGUFError
-from planner.gguf.keys import (
-    LLM_KV_ATTENTION_COMPRESS_RATIOS,
-    LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE,
-    LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT,
-    LLM_KV_ATTENTION_OUTPUT_LORA_RANK,
-    LLM_KV_HASH_LAYER_COUNT,
-    LLM_KV_HC_COUNT,
-    LLM_KV_HC_EPSILON,
-    LLM_KV_HC_SINKHORN_ITERATIONS,
-)
-from planner.gguf.reader import ModelFile, row_size
-from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO, ModelFacts
+from planner.gguf.reader import row_size
+from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import concat
+from runtime.engine.deepseek4_hparams import STATE_ROWS, Dsv4Cache, Dsv4HParams
 from runtime.engine.dsa import index_rotation
 from runtime.engine.hy_v4 import _scale_bias
 from runtime.engine.kvcache import CacheKind, KVCache, rotation_size
@@ -58,148 +47,9 @@ from runtime.engine.moe import normalized_weights, top_k, weighted_sum
 from runtime.ggml import attn_res
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
-from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, contiguous_strides
+from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
-DEEPSEEK4 = "deepseek4"
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
-# llama-kv-cache-dsv4.cpp: compressor state rows per stream (CSA and the indexer 2 x 4, HCA 128)
-STATE_ROWS = {DSV4_CSA_RATIO: 2 * DSV4_CSA_RATIO, DSV4_HCA_RATIO: DSV4_HCA_RATIO}
-
-
-@dataclass(frozen=True)
-class Dsv4HParams:
-    """What deepseek4's graph needs, read as llama_model_deepseek4::load_arch_hparams reads it. The raw
-    cache the runner allocates is K only, one head of head_dim per cell, every layer windowed."""
-
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_vocab: int
-    n_head: int
-    head_dim: int
-    n_rot: int
-    q_lora: int
-    o_groups: int
-    o_lora: int
-    eps: float
-    freq_base: float
-    compress_freq_base: float
-    ratios: tuple[int, ...]
-    n_expert: int
-    n_expert_used: int
-    weights_norm: bool
-    weights_scale: float
-    n_hash: int
-    n_index_head: int
-    index_head: int
-    index_top_k: int
-    n_swa: int
-    hc_mult: int
-    hc_eps: float
-    hc_iters: int
-
-    @property
-    def swa(self) -> tuple[bool, ...]:
-        return (True,) * self.n_layer
-
-    def n_embd_gqa(self, il: int) -> int:
-        return self.head_dim
-
-
-def _get(model: ModelFile, template: str, default: float) -> float:
-    return float(model.metadata.get(template.format(arch=model.architecture), default) or default)
-
-
-def read_deepseek4_hparams(model: ModelFile, facts: ModelFacts) -> Dsv4HParams:
-    trunk = [lf for lf in facts.layers if not lf.nextn]
-    ratios = tuple(int(lf.comp_ratio or 0) for lf in trunk)
-    hc = int(_get(model, LLM_KV_HC_COUNT, 0))
-    if hc != attn_res.DSV4_HC:
-        raise GGUFError(model.path, f"deepseek4: hyper_connection.count {hc}; llama.cpp builds 4 streams only")
-    if not model.metadata.get(LLM_KV_ATTENTION_COMPRESS_RATIOS.format(arch=model.architecture)):
-        raise GGUFError(model.path, "deepseek4: no attention.compress_ratios")
-    return Dsv4HParams(
-        arch=model.architecture, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
-        n_head=trunk[0].n_head, head_dim=int(_get(model, Keys.Attention.KEY_LENGTH, 0)),
-        n_rot=int(_get(model, Keys.Rope.DIMENSION_COUNT, 0)),
-        q_lora=int(_get(model, Keys.Attention.Q_LORA_RANK, 0)),
-        o_groups=int(_get(model, LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT, 0)),
-        o_lora=int(_get(model, LLM_KV_ATTENTION_OUTPUT_LORA_RANK, 0)),
-        eps=_get(model, Keys.Attention.LAYERNORM_RMS_EPS, 1e-6), freq_base=_get(model, Keys.Rope.FREQ_BASE, 10000.0),
-        compress_freq_base=_get(model, LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE, 10000.0), ratios=ratios,
-        n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
-        weights_norm=bool(model.metadata.get(Keys.LLM.EXPERT_WEIGHTS_NORM.format(arch=model.architecture), False)),
-        weights_scale=_get(model, Keys.LLM.EXPERT_WEIGHTS_SCALE, 0.0),
-        n_hash=int(_get(model, LLM_KV_HASH_LAYER_COUNT, 0)),
-        n_index_head=int(_get(model, Keys.Attention.Indexer.HEAD_COUNT, 0)),
-        index_head=int(_get(model, Keys.Attention.Indexer.KEY_LENGTH, 0)),
-        index_top_k=int(_get(model, Keys.Attention.Indexer.TOP_K, 0)),
-        n_swa=int(_get(model, Keys.Attention.SLIDING_WINDOW, 0)), hc_mult=hc,
-        hc_eps=_get(model, LLM_KV_HC_EPSILON, 1e-6), hc_iters=int(_get(model, LLM_KV_HC_SINKHORN_ITERATIONS, 1)),
-    )
-
-
-def loader_shapes(weights: MutableMapping[str, Tensor], hp: Dsv4HParams) -> None:
-    """load_arch_tensors creates attn_output_a 3-D, {n_head * head_dim / o_groups, o_lora, o_groups}, from the
-    file's 2-D tensor (TENSOR_ALLOW_RESHAPE: the same bytes)."""
-    for il in range(hp.n_layer):
-        t = weights.get(f"blk.{il}.attn_output_a.weight")
-        if t is None:
-            continue
-        ne = (hp.n_head * hp.head_dim // hp.o_groups, hp.o_lora, hp.o_groups, 1)
-        if t.ne != ne:
-            if t.n_elements != math.prod(ne):
-                raise GGUFError("", f"blk.{il}.attn_output_a: shape {t.ne} does not hold {ne}")
-            t.ne = ne
-            t.nb = contiguous_strides(t.type, ne)
-
-
-@dataclass(frozen=True)
-class Dsv4Cache:
-    """llama_kv_cache_dsv4's tensors besides the raw window cache: per layer its compressed K (CSA or HCA),
-    the indexer's K (CSA), and the f32 compressor states (kv, score) of the compressor and the indexer."""
-
-    comp: Sequence[Tensor | None]
-    lid: Sequence[Tensor | None]
-    state: Sequence[tuple[Tensor, Tensor] | None]
-    lid_state: Sequence[tuple[Tensor, Tensor] | None]
-
-    def tensors(self, il: int) -> list[Tensor]:
-        out = [t for t in (self.comp[il], self.lid[il]) if t is not None]
-        for pair in (self.state[il], self.lid_state[il]):
-            out += list(pair) if pair is not None else []
-        return out
-
-
-def dsv4_cache(hp: Dsv4HParams, type_k: GGMLType, cells: Mapping[int, int], n_stream: int) -> Dsv4Cache:
-    """The tensors of llama_kv_cache_dsv4 (its kv_csa, kv_hca, kv_lid and the three llama_dsv4_comp_state);
-    `cells`: the compressed caches' cells per stream by ratio."""
-    comp: list[Tensor | None] = []
-    lid: list[Tensor | None] = []
-    state: list[tuple[Tensor, Tensor] | None] = []
-    lid_state: list[tuple[Tensor, Tensor] | None] = []
-    for il, r in enumerate(hp.ratios):
-        if r not in (DSV4_CSA_RATIO, DSV4_HCA_RATIO):
-            comp.append(None)
-            lid.append(None)
-            state.append(None)
-            lid_state.append(None)
-            continue
-        mult = 2 if r == DSV4_CSA_RATIO else 1
-        comp.append(Tensor(type_k, (hp.head_dim, cells[r], n_stream, 1), name=f"cache_k_l{il}"))
-        state.append(tuple(Tensor(F32, (mult * hp.head_dim, STATE_ROWS[r], n_stream, 1), name=f"dsv4_state_{p}_l{il}")
-                           for p in ("kv", "score")))   # type: ignore[arg-type]
-        if r == DSV4_CSA_RATIO:
-            lid.append(Tensor(type_k, (hp.index_head, cells[r], n_stream, 1), name=f"cache_lid_k_l{il}"))
-            lid_state.append(tuple(Tensor(F32, (2 * hp.index_head, STATE_ROWS[r], n_stream, 1),
-                                          name=f"dsv4_lid_state_{p}_l{il}")
-                                   for p in ("kv", "score")))   # type: ignore[arg-type]
-        else:
-            lid.append(None)
-            lid_state.append(None)
-    return Dsv4Cache(comp, lid, state, lid_state)
-
-
 @dataclass(frozen=True)
 class CompInputs:
     """dsv4_build_comp_inputs for one compressor (csa, hca or lid) under the reserve plan."""
@@ -295,8 +145,7 @@ class Deepseek4Builder:
         self.raw_mask = B.new_input(F16 if self.flash_attn else F32, (n_raw, t // ns, 1, ns), "attn_inp_kq_mask")
         rot = self.kv.rot_k
         self.raw_rot = B.new_input(F32, (rot, rot), "attn_inp_k_rot") if rot else None
-        cells = {r: next((c.ne[1] for c, rr in zip(self.cache.comp, hp.ratios, strict=True) if rr == r and c), 256)
-                 for r in STATE_ROWS}
+        cells = self.cache.cells
         fa = self.flash_attn
         csa = self._comp_inputs("csa", DSV4_CSA_RATIO, True, cells[DSV4_CSA_RATIO], 0, fa)
         hca = self._comp_inputs("hca", DSV4_HCA_RATIO, False, cells[DSV4_HCA_RATIO], 0, fa)

@@ -19,7 +19,7 @@ from planner.core.errors import FitplanError
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
-from runtime.engine.deepseek4 import DEEPSEEK4
+from runtime.engine.deepseek4_hparams import DEEPSEEK4
 from runtime.engine.hparams import ARCHS
 from runtime.engine.kimi import KDA_ARCHS
 from runtime.engine.kimi import unsupported_reason as kda_unsupported_reason

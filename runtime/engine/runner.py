@@ -41,9 +41,9 @@ from runtime.engine.bert import BERT_ARCHS, MODERN_BERT, BertBuilder, ModernBert
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.cohere2moe import COHERE2MOE, Cohere2MoeBuilder
 from runtime.engine.deepseek2 import HY_V4, MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
-from runtime.engine.deepseek4 import (
+from runtime.engine.deepseek4 import Deepseek4Builder
+from runtime.engine.deepseek4_hparams import (
     DEEPSEEK4,
-    Deepseek4Builder,
     Dsv4Cache,
     Dsv4HParams,
     dsv4_cache,
