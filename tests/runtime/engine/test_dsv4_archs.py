@@ -14,8 +14,11 @@ import pytest
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import read_model
+from planner.hardware.inventory import HostSpec, Inventory
+from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
+from planner.llama.settings import resolve_settings
 from planner.memory.coverage import Status, architecture_coverage
 from planner.memory.estimate import estimate
 from planner.synth.lora_factory import lora_layout, write_lora
@@ -87,6 +90,23 @@ def test_deepseek4_lora_pairs_join_the_graph_where_llama_cpp_applies_them(models
     shapes = {t.name: tuple(t.shape) for t in read_model(str(models["deepseek4"])).tensors}
     lora = write_lora(tmp_path / "lora.gguf", "deepseek4", lora_layout([(n, shapes[n]) for n in LORA_PAIRS], 8))
     assert_reserve_equals(models["deepseek4"], f"-c 4096 -np 1 --lora {lora}", 777, 12.37)
+
+
+# llama-fit-params -v of the Vulkan build on lavapipe (GGML_VK_VISIBLE_DEVICES=0), tiny file: nodes, splits,
+# "Vulkan0 compute buffer size" and "Vulkan_Host compute buffer size". Its 8-lane subgroups have no DSV4_HC_COMB
+# pipeline (the unfused Sinkhorn mixer) and no lightning indexer for 64-wide heads (the scores on the CPU).
+LAVAPIPE_RESERVE = {"-c 4096": (2225, 6, 9.57, 5.55), "-c 4096 -fa off": (2245, 6, 30.10, 7.55),
+                    "-c 4096 -np 4": (2234, 6, 8.07, 2.55)}
+
+
+@pytest.mark.parametrize("flags", LAVAPIPE_RESERVE)
+def test_deepseek4_reserve_on_lavapipe_equals_llama_cpp(models: dict[str, Path], flags: str) -> None:
+    inventory = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""), source="lavapipe")
+    settings = resolve_settings(model_context(str(models["deepseek4"])), parse_llama_flags(flags.split()), inventory)
+    report = ModelRunner.from_settings(settings, weights=False).reserve_report
+    assert report is not None
+    mib = {k: round(v / 2**20, 2) for k, v in report.compute_bytes.items()}
+    assert (report.n_nodes_pp, report.n_splits_pp, mib["Vulkan0"], mib["CPU"]) == LAVAPIPE_RESERVE[flags]
 
 
 def test_deepseek4_decode_is_refused(models: dict[str, Path]) -> None:
