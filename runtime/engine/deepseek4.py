@@ -38,8 +38,9 @@ from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import concat
-from runtime.engine.deepseek4_hparams import STATE_ROWS, Dsv4Cache, Dsv4HParams
+from runtime.engine.deepseek4_hparams import Dsv4Cache, Dsv4HParams
 from runtime.engine.dsa import index_rotation
+from runtime.engine.dsv4_compress import CompInputs, comp_inputs, pool_blocks, state_all, with_rot
 from runtime.engine.hy_v4 import _scale_bias
 from runtime.engine.kvcache import CacheKind, KVCache, rotation_size
 from runtime.engine.lora import Adapters
@@ -50,20 +51,6 @@ from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
-@dataclass(frozen=True)
-class CompInputs:
-    """dsv4_build_comp_inputs for one compressor (csa, hca or lid) under the reserve plan."""
-
-    state_pos: Tensor
-    persist_src: Tensor
-    persist_dst: Tensor
-    read_idxs: Tensor
-    write_idxs: Tensor
-    write_pos: Tensor
-    mask: Tensor
-    k_rot: Tensor | None
-
-
 @dataclass(frozen=True)
 class _Part:
     """One compressor of a block: its weights' prefix, state, cache, inputs, width and ratio."""
@@ -111,24 +98,6 @@ class Deepseek4Builder:
         return self.hp.compress_freq_base if self.hp.ratios[il] else self.hp.freq_base
 
     # --- inputs ----------------------------------------------------------------------------------
-    def _comp_inputs(self, name: str, ratio: int, overlap: bool, n_kv: int, k_rot: int, mask_f16: bool) -> CompInputs:
-        """dsv4_build_reserve_comp_plan's sizes: blocks T / r + n_seqs, the persisted rows min(T, state rows),
-        the gathered rows (2 with overlap) x r per block, a mask over the whole compressed cache."""
-        t, ns = self.out.shape.n_tokens, self.kv.n_stream
-        n_blocks = t // ratio + ns
-        n_persist = min(t, STATE_ROWS[ratio] * ns)
-
-        def inp(ggml_type: GGMLType, n: int, what: str) -> Tensor:
-            return B.new_input(ggml_type, (n,), f"dsv4_{name}_{what}")
-
-        return CompInputs(
-            inp(I32, t, "state_pos"), inp(I32, n_persist, "state_persist_src_idxs"),
-            inp(I32, n_persist, "state_persist_dst_idxs"),
-            inp(I32, (2 if overlap else 1) * ratio * n_blocks, "state_read_idxs"),
-            inp(I64, n_blocks, "state_write_idxs"), inp(I32, n_blocks, "state_write_pos"),
-            B.new_input(F16 if mask_f16 else F32, (n_kv, t // ns, 1, ns), f"dsv4_{name}_kq_mask"),
-            B.new_input(F32, (k_rot, k_rot), "attn_inp_k_rot") if k_rot else None)
-
     def _inputs(self, shape: BatchShape) -> None:
         """build_inp_embd, build_inp_pos, build_inp_out_ids, then build_inp_dsv4: the raw cache's indices, mask
         and rotation, then the CSA, HCA and indexer plans' inputs (their rotations last)."""
@@ -147,15 +116,15 @@ class Deepseek4Builder:
         self.raw_rot = B.new_input(F32, (rot, rot), "attn_inp_k_rot") if rot else None
         cells = self.cache.cells
         fa = self.flash_attn
-        csa = self._comp_inputs("csa", DSV4_CSA_RATIO, True, cells[DSV4_CSA_RATIO], 0, fa)
-        hca = self._comp_inputs("hca", DSV4_HCA_RATIO, False, cells[DSV4_HCA_RATIO], 0, fa)
-        lid = self._comp_inputs("lid", DSV4_CSA_RATIO, True, cells[DSV4_CSA_RATIO], 0, True)   # fused_lid: F16
+        csa = comp_inputs("csa", DSV4_CSA_RATIO, t, ns, cells[DSV4_CSA_RATIO], fa)
+        hca = comp_inputs("hca", DSV4_HCA_RATIO, t, ns, cells[DSV4_HCA_RATIO], fa)
+        lid = comp_inputs("lid", DSV4_CSA_RATIO, t, ns, cells[DSV4_CSA_RATIO], True)   # fused_lid: F16
         # build_input_k_rot of each compressed cache: a quantized one rotates; the indexer's always does
         lid_rot = index_rotation(hp.index_head) if hp.index_head else 0
         comp_rot = rotation_size(self.kv.type_k, hp.head_dim, widest=True)
-        self.csa = _with_rot(csa, comp_rot)
-        self.hca = _with_rot(hca, comp_rot)
-        self.lid = _with_rot(lid, lid_rot)
+        self.csa = with_rot(csa, comp_rot)
+        self.hca = with_rot(hca, comp_rot)
+        self.lid = with_rot(lid, lid_rot)
 
     # --- hyper-connections -------------------------------------------------------------------------
     def _hc_pre(self, x: Tensor, part: str, il: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -233,46 +202,19 @@ class Deepseek4Builder:
         ape = B.get_rows(self._wl(f"{p.prefix}_ape.weight", il), p.inp.state_pos)
         return kv, B.add(score, ape, name=f"state_score_ape-{il}")
 
-    @staticmethod
-    def _state_all(state: Tensor) -> Tensor:
-        """llama_dsv4_comp_state::get_kv_all / get_score_all: every stream's rows, one matrix."""
-        return B.view(state, (state.ne[0], state.ne[1] * state.ne[2]), (state.nb[0], state.nb[1]), 0)
-
     def _sources(self, p: _Part, kv: Tensor, score: Tensor) -> tuple[Tensor, Tensor]:
         """dsv4_build_state_restore (no rollback planes: views) and the state rows, then this ubatch's."""
         out = []
         for state, new in zip(p.state, (kv, score), strict=True):
-            restored = self._state_all(state)
+            restored = state_all(state)
             base = B.view(restored, (restored.ne[0], restored.ne[1]), (restored.nb[0], restored.nb[1]), 0)
             out.append(concat(base, new, 1))
         return out[0], out[1]
 
     def _compress(self, p: _Part, src_kv: Tensor, src_score: Tensor, il: int) -> Tensor:
-        """build_overlap_compressed_kv_from_state (CSA, the indexer) or build_hca_compressed_kv_from_state."""
-        hd, r = p.width, p.ratio
-        n_blocks = p.inp.write_pos.ne[0]
-        if p.ratio == DSV4_CSA_RATIO:
-            src_kv = _append_row(src_kv, False)
-            src_score = _append_row(src_score, True)
-            n_read = r * n_blocks
-            parts = []
-            for src in (src_kv, src_score):
-                rows = B.get_rows(src, p.inp.read_idxs)
-                prev = B.cont(B.view(rows, (hd, n_read), (rows.nb[0], rows.nb[1]), 0))
-                cur = B.cont(B.view(rows, (hd, n_read), (rows.nb[0], rows.nb[1]),
-                                    n_read * rows.nb[1] + row_size(rows.type, hd)))
-                parts.append((B.reshape(prev, (hd, r, n_blocks)), B.reshape(cur, (hd, r, n_blocks))))
-            # the creation order of deepseek4.cpp: kv_prev, score_prev, kv_cur, score_cur, then the concats
-            values = concat(parts[0][0], parts[0][1], 1)
-            scores = concat(parts[1][0], parts[1][1], 1)
-        else:
-            values = B.reshape(B.get_rows(src_kv, p.inp.read_idxs), (hd, r, n_blocks))
-            scores = B.reshape(B.get_rows(src_score, p.inp.read_idxs), (hd, r, n_blocks))
-        values = B.cont(B.permute(values, (1, 0, 2, 3)))
-        scores = B.cont(B.permute(scores, (1, 0, 2, 3)))
-        weights = B.soft_max_ext(scores, None, 1.0)
-        comp = B._node(Op.SUM_ROWS, (1, *values.ne[1:]), [B.mul(values, weights)], f"comp-{il}")
-        comp = B.cont(B.permute(comp, (1, 0, 2, 3)))
+        """The blocks pooled (dsv4_compress.pool_blocks), normed, roped on their last n_rot rows and, for a
+        quantized or indexer cache, rotated."""
+        comp = pool_blocks(src_kv, src_score, p.inp, p.width, p.ratio)
         comp = self.norm(comp, self._wl(f"{p.prefix}_norm.weight", il), il, f"comp_norm-{il}")
         comp = self._rope(comp, p.inp.write_pos, il, self.hp.compress_freq_base, "comp")
         return DecoderBuilder._hadamard(comp, p.inp.k_rot, f"comp_rot-{il}")
@@ -289,7 +231,7 @@ class Deepseek4Builder:
         """The ubatch's last rows per state slot into the state (get_rows, then set_rows), kv then score."""
         rows = [B.get_rows(t, p.inp.persist_src) for t in (kv, score)]
         for state, new in zip(p.state, rows, strict=True):
-            self.out.graph.expand(B.set_rows(self._state_all(state), new, p.inp.persist_dst))
+            self.out.graph.expand(B.set_rows(state_all(state), new, p.inp.persist_dst))
 
     def _compressor(self, cur: Tensor, p: _Part, il: int) -> None:
         kv, score = self._state_rows(cur, p, il)
@@ -508,19 +450,3 @@ class Deepseek4Builder:
         g.expand(cur)
         self.out.logits = cur
         return self.out
-
-
-def _with_rot(inp: CompInputs, rot: int) -> CompInputs:
-    """The inputs with their cache's Hadamard matrix (build_input_k_rot), made after all three plans'."""
-    if not rot:
-        return inp
-    k_rot = B.new_input(F32, (rot, rot), "attn_inp_k_rot")
-    return CompInputs(inp.state_pos, inp.persist_src, inp.persist_dst, inp.read_idxs, inp.write_idxs,
-                      inp.write_pos, inp.mask, k_rot)
-
-
-def _append_row(t: Tensor, neg_inf: bool) -> Tensor:
-    """dsv4_append_zero_row: t's first row scaled to 0 (or to -inf: scale 0, bias -inf), appended as a row."""
-    row = B.view(t, (t.ne[0],), (t.nb[0],), 0)
-    row = _scale_bias(row, 0.0, -math.inf, "") if neg_inf else B.scale(row, 0.0)
-    return concat(t, B.reshape(row, (t.ne[0], 1)), 1)
