@@ -9,6 +9,7 @@ The public Python API (planner/api.py; every call returns a frozen dataclass wit
     planner.plan("example:gemma3-270m", ["CUDA0=1GiB"], ram="16GiB", n_ctx=32768)  # -> PlanResult
     planner.validate("example:gemma3-270m", "-c 512", ["CUDA0=2GiB"], ram="8GiB")  # -> ValidateReport
     planner.choose("hf://ORG/REPO", ["CUDA0=24GiB"], ram="64GiB", n_ctx=32768)     # -> Choice
+    planner.plan_set("configs/sets/home-box.yaml", ["CUDA0=1GiB"], ram="8GiB")  # -> SetReport
     planner.plots.plot_plan(planner.plan(...), "plan.png")              # a picture (matplotlib)
 
 `import planner` stays cheap: the names above are looked up on first use (PEP 562 module
@@ -25,7 +26,8 @@ from typing import Any
 
 # public name -> (module, attribute); None as the attribute means the module itself
 _LAZY: dict[str, tuple[str, str | None]] = {
-    **{name: ("planner.api", name) for name in ("inspect", "estimate", "plan", "sweep", "validate", "choose")},
+    **{name: ("planner.api", name) for name in ("inspect", "estimate", "plan", "sweep", "validate", "choose",
+                                                     "plan_set")},
     "plots": ("planner.sweeps.plots", None),
     "InspectResult": ("planner.model.inspect", "InspectResult"),
     "Estimate": ("planner.memory.estimate", "Estimate"),
@@ -34,6 +36,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "PlanResult": ("planner.planning.result", "PlanResult"),
     "ValidateReport": ("planner.checking.report", "ValidateReport"),
     "Choice": ("planner.sweeps.choose", "Choice"),
+    "SetReport": ("planner.planning.set_document", "SetReport"),
 }
 
 __all__ = sorted(_LAZY)

@@ -39,6 +39,9 @@ from planner.model.inspect import InspectResult
 from planner.model.inspect import inspect as run_inspect
 from planner.planning.result import PlanRequest, PlanResult
 from planner.planning.search import plan as run_plan
+from planner.planning.set_document import SetReport
+from planner.planning.set_input import ModelSet, read_model_set
+from planner.planning.set_plan import plan_set as run_plan_set
 from planner.sweeps.axes import SweepMode
 from planner.sweeps.choose import Choice
 from planner.sweeps.choose import choose as run_choose
@@ -104,6 +107,18 @@ def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, requ
         raise BadInput("plan: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
     return run_plan(model, inventory, replace(request or PlanRequest(), **fields), max_vram=max_vram, ram=max_ram,
                     what_would_fit=True)
+
+
+def plan_set(models: str | ModelSet, devices: Devices = None, ram: str | None = None, max_vram: str | None = None,
+             max_ram: str | None = None) -> SetReport:
+    """Several models on one box (`fitplan plan-set`): `models` a set file's path (or a ModelSet read
+    with planner.planning.set_input.read_model_set); which are resident together, which load on
+    demand, each one's plan within what the others leave (`.plan`; `.to_dict()` is the JSON)."""
+    inventory = as_inventory(devices, ram)
+    if inventory is None or not inventory.host.ram_available_bytes:
+        raise BadInput("plan_set: the host's RAM is needed (ram='64GiB', or an inventory YAML that gives it)")
+    spec = read_model_set(models) if isinstance(models, str) else models
+    return SetReport(run_plan_set(spec, inventory, resolve_budgets(inventory, max_vram, max_ram)))
 
 
 def choose(models: str | Sequence[str], devices: Devices = None, ram: str | None = None,

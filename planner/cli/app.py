@@ -22,6 +22,7 @@ from planner.cli.inspect_model import inspect_cmd
 from planner.cli.network import root_callback
 from planner.cli.options import LLAMA_FLAGS_CONTEXT
 from planner.cli.plan import plan_cmd
+from planner.cli.plan_set import plan_set_cmd
 from planner.cli.report import report_cmd
 from planner.cli.sd_fit import sd_fit_cmd
 from planner.cli.serve import serve_cmd
@@ -43,6 +44,7 @@ app.command("sd-fit")(sd_fit_cmd)
 app.command("estimate", context_settings=LLAMA_FLAGS_CONTEXT)(estimate_cmd)
 app.command("sweep", context_settings=LLAMA_FLAGS_CONTEXT)(sweep_cmd)
 app.command("plan")(plan_cmd)
+app.command("plan-set")(plan_set_cmd)
 app.command("choose")(choose_cmd)
 app.command("validate", context_settings=LLAMA_FLAGS_CONTEXT)(validate_cmd)
 app.command("serve", context_settings=LLAMA_FLAGS_CONTEXT)(serve_cmd)

@@ -1,5 +1,6 @@
 """`fitplan export PLAN.yaml --to systemd|compose|preset|shell [-o FILE]`: the plan as a systemd
-unit, a docker compose service, a llama.cpp preset (`llama-server --models-preset`) or a bash script."""
+unit, a docker compose service, a llama.cpp preset (`llama-server --models-preset`) or a bash script;
+a set plan (`fitplan plan-set -o`) as a router preset or a llama-swap configuration."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,10 +13,12 @@ from planner.core.llama_tools import LOOPBACK, tools_dir
 
 
 def export_cmd(
-    plan: Annotated[str, typer.Argument(help="a plan file from `fitplan plan -o plan.yaml`")],
+    plan: Annotated[str, typer.Argument(
+        help="a plan file from `fitplan plan -o plan.yaml`, or a set plan from `fitplan plan-set -o`")],
     to: Annotated[str, typer.Option(
         "--to", help="systemd (a unit) | compose (a docker compose service on ghcr.io/ggml-org/llama.cpp) | "
-                     "preset (llama-server --models-preset INI) | shell (a bash script)")],
+                     "preset (llama-server --models-preset INI) | shell (a bash script); a set plan: preset | "
+                     "llama-swap")],
     llama_bin: Annotated[str | None, typer.Option(
         "--llama-bin", help="directory of llama-server (default: the pinned build when built, else the name)")] = None,
     host: Annotated[str, typer.Option("--host", help="address llama-server binds")] = LOOPBACK,
@@ -27,12 +30,17 @@ def export_cmd(
     from planner.planning.commands import LLAMA_SERVER
     from planner.planning.document import read_deployment
     from planner.planning.exports import ExportOptions, export
+    from planner.planning.set_document import is_set_plan, read_set_plan
+    from planner.planning.set_exports import set_export
 
     if output is not None:
         check_output_path(output)
     bin_dir = Path(llama_bin) if llama_bin else tools_dir()
     program = str((bin_dir / LLAMA_SERVER).absolute()) if bin_dir else LLAMA_SERVER
-    text = export(read_deployment(plan), to, ExportOptions(program, host, port, name))
+    if is_set_plan(plan):   # a set plan (`fitplan plan-set -o`): the router preset or a llama-swap config
+        text = set_export(read_set_plan(plan), to, program, host, port)
+    else:
+        text = export(read_deployment(plan), to, ExportOptions(program, host, port, name))
     if output is None:
         typer.echo(text, nl=False)
         return

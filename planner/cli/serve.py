@@ -41,6 +41,9 @@ def serve_cmd(
 ) -> None:
     """Start llama-server with a plan on this machine and check what it allocates against the plan.
 
+    A set plan (`fitplan plan-set -o`) starts llama-server in router mode with the set's preset instead,
+    and checks what each model instance allocates against its plan.
+
     Flags after `--` go to llama-server; those that change memory (-c, -np, -ub, -ctk/-ctv, -ngl, -ts,
     -ot, ...) are re-estimated and refused if the plan no longer fits its budgets. Ctrl-C or SIGTERM
     stops the server; its memory breakdown is then compared too. The inventory options describe this
@@ -48,10 +51,17 @@ def serve_cmd(
     replace the plan's budgets.
     """
     from planner.checking.serve import ServeRequest, prepare_serve, run_serve, with_program
+    from planner.planning.set_document import is_set_plan
 
     bin_dir = Path(llama_bin) if llama_bin else tools_dir()
     if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
         raise BadInput(f"--llama-bin {llama_bin}: no llama-server there")
+    if is_set_plan(plan):   # a set plan (`fitplan plan-set -o`): the router serves it
+        unused = (("--force", force), ("--devices", devices), ("--device", device), ("--ram", ram), ("--rpc", rpc),
+                  ("--max-vram", max_vram), ("--max-ram", max_ram))
+        serve_set_cmd(plan, tuple(ctx.args), bin_dir, host, port, dry_run, fmt, log_file,
+                      [name for name, value in unused if value])
+        return
     here = InventoryOptions.of(devices, device, ram, rpc, None, None).inventory(detect=False)
     req = ServeRequest(plan, tuple(ctx.args), host, port, bin_dir, force, check_hardware=not dry_run, here=here,
                        max_vram=max_vram, max_ram=max_ram)
@@ -76,4 +86,43 @@ def serve_cmd(
     if result.load is not None and result.returncode not in (0, -2, -15):
         raise ToolsError(f"llama-server exited with {result.returncode} (log {result.log_path})")
     if not result.fits:
+        raise typer.Exit(1)
+
+
+def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host: str, port: int, dry_run: bool,
+                  fmt: str, log_file: str | None, unused: list[str]) -> None:
+    """`serve` of a set plan: the router on the set's preset (planner/checking/serve_set.py). `unused`:
+    the options given that a set plan does not take (its devices and budgets are its plan's)."""
+    import json
+    import tempfile
+
+    from planner.checking.serve_set import InstanceCheck, check_table, prepare_router, serve_set
+    from planner.planning.set_document import read_set_plan
+
+    if extra:
+        raise BadInput("a set plan's llama-server flags are its preset's: plan the set again to change them")
+    if unused:
+        raise BadInput(f"{', '.join(unused)}: a set plan is served as planned; plan the set again "
+                       "(fitplan plan-set) for other devices or budgets")
+    doc = read_set_plan(plan)
+    workdir = Path(tempfile.mkdtemp(prefix="fitplan-serve-set-"))   # kept: the preset and the log are the user's
+    if dry_run:
+        typer.echo(shlex.join(prepare_router(doc, bin_dir, host, port or 8080, workdir)))
+        return
+
+    def show(checks: list[InstanceCheck]) -> None:
+        if fmt == "json":
+            typer.echo(json.dumps([c.to_dict() for c in checks], indent=2))
+        else:
+            typer.echo(check_table(checks))
+
+    def ready(pid: int, url: str, checks: list[InstanceCheck]) -> None:
+        typer.echo(f"fitplan: llama-server router (pid {pid}) serves {url}; Ctrl-C stops it (preset in {workdir}, "
+                   f"log {log_path})")
+        show(checks)
+
+    log_path = Path(log_file) if log_file else workdir / "router.log"
+    checks = serve_set(doc, bin_dir or ensure_tools(), host, port, workdir, ready, log_path)
+    show(checks)
+    if not all(c.matches for c in checks):
         raise typer.Exit(1)

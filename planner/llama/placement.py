@@ -120,9 +120,7 @@ class Device:
     max_tensor_bytes: int = 0   # supports_op refuses a larger source or result (0: no limit; Vulkan)
     remote_backend: Backend | None = None   # RPC: the rpc-server's backend (its alignment and alloc sizes)
     members: tuple[Device, ...] = ()        # -sm tensor: the real devices the meta device wraps
-    # dsv4: supports_op takes DSV4_HC_COMB (ggml-vulkan builds its pipeline only for subgroups of 16+ lanes); where
-    # a layer's device does not, llama-context.cpp resolve_fused_ops turns the fused comb off for the model
-    hc_comb: bool = True
+    vk_subgroup_size: int = 0               # glm5n: a measured Vulkan device's subgroup size (its supports_op reads it)
 
     @property
     def profile(self) -> BackendProfile:
@@ -165,17 +163,13 @@ class Placement:
     aliases: tuple[tuple[str, str], ...] = ()
 
 
-# ggml-vulkan.cpp: the DSV4_HC_COMB pipeline keeps a token's 4 x 4 mixer in 16 lanes of one subgroup
-VK_HC_COMB_MIN_SUBGROUP = 16
-
-
 def _device_from_spec(spec: DeviceSpec) -> Device:
     profile = device_profile(spec.backend, spec.remote_backend)
     cc = (spec.compute_capability or DEFAULT_CUDA_CC) if profile.fa_f16_staging else None
     vk = vulkan_features(spec.description) if spec.backend is Backend.VULKAN else None
     if vk is not None:   # a measured Vulkan device: its own alignment and supports_op size limit
         return Device(spec.name, spec.backend, vk.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint,
-                      cc, vk.max_tensor_bytes, hc_comb=vk.subgroup_size >= VK_HC_COMB_MIN_SUBGROUP)
+                      cc, vk.max_tensor_bytes, vk_subgroup_size=vk.subgroup_size)
     return Device(spec.name, spec.backend, profile.alignment, spec.free_bytes, profile.host_buffer, spec.endpoint, cc,
                   remote_backend=spec.remote_backend)
 
@@ -241,8 +235,7 @@ def meta_device(members: tuple[Device, ...]) -> Device:
                   sum(m.free_bytes for m in members),
                   all(m.has_host_buffer for m in members) and len(backends) == 1,
                   compute_capability=next((m.compute_capability for m in members if m.compute_capability), None),
-                  max_tensor_bytes=min(limits, default=0), members=members,
-                  hc_comb=all(m.hc_comb for m in members))
+                  max_tensor_bytes=min(limits, default=0), members=members)
 
 
 def layer_devices(n_layer_all: int, ngl_flag: int, devices: tuple[Device, ...],

@@ -131,7 +131,7 @@ _PRESET_JOINED = {"-ot": ",", "--override-tensor": ",", "--rpc": ","}   # values
 _PRESET_SKIP = {"--host", "--port"}   # the router sets its children's (server-models.cpp update_args)
 
 
-def _preset_value(key: str, value: str) -> str:
+def preset_value(key: str, value: str) -> str:
     # common/preset.cpp parse_ini_from_file: a value ends at ws* followed by ';', '#' or a newline
     if any(c in value for c in ";#\n\r") or value != value.strip(" \t") or not value:
         raise BadInput(f"--to preset: {key} = {value!r} cannot be written in llama.cpp's INI presets "
@@ -158,7 +158,7 @@ def preset_options(argv: list[str]) -> list[tuple[str, str]]:
         key = name.lstrip("-")
         if name in _PRESET_JOINED and key in out:
             value = out[key] + _PRESET_JOINED[name] + value
-        out[key] = _preset_value(key, value)
+        out[key] = preset_value(key, value)
     return list(out.items())
 
 
@@ -167,7 +167,7 @@ def preset_file(dep: Deployment, opts: ExportOptions) -> str:
     section = PurePosixPath(dep.model_path).stem
     lines = [f"; llama-server --models-preset THIS_FILE --host {opts.host} --port {opts.port}",
              f"; from a fitplan plan ({LLAMA_CPP_PIN})", f"[{section}]",
-             f"{model_key} = {_preset_value(model_key, dep.model_path)}"]
+             f"{model_key} = {preset_value(model_key, dep.model_path)}"]
     lines += [f"{k} = {v}" for k, v in preset_options(list(dep.flag_argv))]
     lines.append("load-on-startup = true")   # a preset-only option (common_params_add_preset_options)
     return "\n".join(lines) + "\n"

@@ -73,10 +73,14 @@ HC_COUNT = 4   # glm5-next.cpp asserts hyper_connection.count == 4
 def glm5_next_layout(*, kv_heads: tuple[int, ...], n_dense_lead: int, n_embd: int, n_head: int, kda_head: int,
                      d_conv: int, q_lora: int, kv_lora: int, qk_nope: int, qk_rope: int, v_head: int,
                      n_index_head: int, index_dim: int, top_k: int, kpool: int, n_ff: int, n_expert: int,
-                     n_expert_used: int, n_ff_exp: int, n_vocab: int, mat: Q, exp: Q, down: Q) -> ModelSpec:
+                     n_expert_used: int, n_ff_exp: int, n_vocab: int, mat: Q, exp: Q, down: Q,
+                     small: Q | None = None, n_nextn: int = 0, extra: dict | None = None) -> ModelSpec:
     """A glm5-next file as load_arch_tensors creates it: a KDA block where head_count_kv is 0, else an MLA block
-    with the k-pool indexer; every block with its hyper-connection mixers; dense FFNs first, then experts."""
+    with the k-pool indexer; every trunk block with its hyper-connection mixers; dense FFNs first, then experts.
+    `small`: the type of the KDA gates' kda_head-wide rows (f_b, g_b; `mat` when None). The last `n_nextn` blocks
+    are MTP blocks (MLA, indexer and experts without mixers, plus the nextn head); `extra`: more metadata."""
     arch = "glm5-next"
+    small = small or mat
     spec = ModelSpec(arch)
     _common(spec, len(kv_heads), n_embd, n_vocab)
     mix = (2 + HC_COUNT) * HC_COUNT
@@ -92,25 +96,28 @@ def glm5_next_layout(*, kv_heads: tuple[int, ...], n_dense_lead: int, n_embd: in
         INDEXER_HEAD_COUNT: n_index_head, INDEXER_KEY_LENGTH: index_dim, INDEXER_TOP_K: top_k,
         "{arch}.attention.indexer.kpool": kpool, "{arch}.hyper_connection.count": HC_COUNT,
         "{arch}.hyper_connection.sinkhorn_iterations": 20, "{arch}.hyper_connection.epsilon": 1e-6,
+        **({Keys.LLM.NEXTN_PREDICT_LAYERS: n_nextn} if n_nextn else {}), **(extra or {}),
     })
     spec.metadata = {k.format(arch=arch) if "{arch}" in k else k: v for k, v in spec.metadata.items()}
     spec.add(T.TOKEN_EMBD, mat, (n_embd, n_vocab))
     spec.add(T.OUTPUT_NORM, Q.F32, (n_embd,))
     spec.add(T.OUTPUT, Q.Q6_K if mat != Q.Q8_0 else Q.Q8_0, (n_embd, n_vocab))
     d_inner = kda_head * n_head
+    n_trunk = len(kv_heads) - n_nextn
     for i, kv in enumerate(kv_heads):
         t: list[tuple[str, Q, tuple[int, ...]]] = [
-            ("attn_norm.weight", Q.F32, (n_embd,)), ("ffn_norm.weight", Q.F32, (n_embd,)),
-            ("hc_attn_fn.weight", Q.F32, (HC_COUNT * n_embd, mix)), ("hc_attn_base.weight", Q.F32, (mix,)),
-            ("hc_attn_scale.weight", Q.F32, (3,)), ("hc_ffn_fn.weight", Q.F32, (HC_COUNT * n_embd, mix)),
-            ("hc_ffn_base.weight", Q.F32, (mix,)), ("hc_ffn_scale.weight", Q.F32, (3,))]
+            ("attn_norm.weight", Q.F32, (n_embd,)), ("ffn_norm.weight", Q.F32, (n_embd,))]
+        if i < n_trunk:
+            t += [("hc_attn_fn.weight", Q.F32, (HC_COUNT * n_embd, mix)), ("hc_attn_base.weight", Q.F32, (mix,)),
+                  ("hc_attn_scale.weight", Q.F32, (3,)), ("hc_ffn_fn.weight", Q.F32, (HC_COUNT * n_embd, mix)),
+                  ("hc_ffn_base.weight", Q.F32, (mix,)), ("hc_ffn_scale.weight", Q.F32, (3,))]
         if kv == 0:   # KDA
             t += [(f"ssm_conv1d_{p}.weight", Q.F32, (d_conv, 1, d_inner)) for p in "qkv"]
             t += [(f"attn_{p}.weight", mat, (n_embd, d_inner)) for p in "qkv"]
-            t += [("ssm_f_a.weight", mat, (n_embd, kda_head)), ("ssm_f_b.weight", mat, (kda_head, d_inner)),
+            t += [("ssm_f_a.weight", mat, (n_embd, kda_head)), ("ssm_f_b.weight", small, (kda_head, d_inner)),
                   ("ssm_beta.weight", Q.F32, (n_embd, n_head)), ("ssm_a", Q.F32, (n_head,)),
                   ("ssm_dt.bias", Q.F32, (d_inner,)), ("ssm_g_a.weight", mat, (n_embd, kda_head)),
-                  ("ssm_g_b.weight", mat, (kda_head, d_inner)), ("ssm_norm.weight", Q.F32, (kda_head,)),
+                  ("ssm_g_b.weight", small, (kda_head, d_inner)), ("ssm_norm.weight", Q.F32, (kda_head,)),
                   ("attn_output.weight", mat, (d_inner, n_embd))]
         else:         # MLA with the k-pool indexer
             t += [("attn_q_a_norm.weight", Q.F32, (q_lora,)), ("attn_kv_a_norm.weight", Q.F32, (kv_lora,)),
@@ -137,6 +144,9 @@ def glm5_next_layout(*, kv_heads: tuple[int, ...], n_dense_lead: int, n_embd: in
                   ("ffn_gate_shexp.weight", mat, (n_embd, n_ff_exp)),
                   ("ffn_down_shexp.weight", down, (n_ff_exp, n_embd)),
                   ("ffn_up_shexp.weight", mat, (n_embd, n_ff_exp))]
+        if i >= n_trunk:
+            t += [("nextn.eh_proj.weight", mat, (2 * n_embd, n_embd)), ("nextn.enorm.weight", Q.F32, (n_embd,)),
+                  ("nextn.hnorm.weight", Q.F32, (n_embd,)), ("nextn.shared_head_norm.weight", Q.F32, (n_embd,))]
         spec.tensors += [(f"blk.{i}.{name}", q, shape) for name, q, shape in t]
     return spec
 
@@ -150,3 +160,26 @@ def tiny_glm5_next() -> ModelSpec:
                             index_dim=64, top_k=64, kpool=4, n_ff=512, n_expert=4, n_expert_used=2, n_ff_exp=64,
                             n_vocab=1000, mat=Q.Q8_0, exp=Q.Q8_0, down=Q.Q8_0)
     return with_tokenizer(spec, 1000, 4096, 10000.0)
+
+
+GLM53_FLASH_BLOCKS = 45   # the trunk; one MTP block follows
+
+
+def glm5_next_spec() -> ModelSpec:
+    """GLM-5.3-Flash (published config.json of its text model): 45 blocks 4096 wide and one MTP block; blocks
+    3, 7, .. 43 (and the MTP block) MLA with 64 heads (q_lora 1536, kv_lora 512, nope heads of 256, values of
+    256, no RoPE) and the k-pool indexer (32 heads of 128, the top 2048 cells in pools of 4), the others KDA with
+    64 heads of 128 and a 4-wide conv (gate_lower_bound -5); 3 dense blocks (12288), then 288 experts of 2048 (8
+    used, sigmoid with the selection bias, normalised, scaled 2.5) and one shared expert, SwiGLU clamped at 10;
+    4 hyper-connection streams; vocabulary 154880, context 1048576. Q4_K_M-like types (Q8_0 for the KDA gates'
+    128-wide rows, which are not whole Q4_K blocks)."""
+    kv = tuple(1 if i % 4 == 3 else 0 for i in range(GLM53_FLASH_BLOCKS)) + (1,)
+    extra = {Keys.LLM.EXPERT_GATING_FUNC: SIGMOID, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
+             Keys.LLM.EXPERT_WEIGHTS_SCALE: 2.5, Keys.LLM.SWIGLU_CLAMP_EXP: 10.0,
+             "{arch}.kda.gate_lower_bound": -5.0, Keys.Attention.LAYERNORM_RMS_EPS: 1e-5}
+    spec = glm5_next_layout(kv_heads=kv, n_dense_lead=3, n_embd=4096, n_head=64, kda_head=128, d_conv=4,
+                            q_lora=1536, kv_lora=512, qk_nope=256, qk_rope=0, v_head=256, n_index_head=32,
+                            index_dim=128, top_k=2048, kpool=4, n_ff=12288, n_expert=288, n_expert_used=8,
+                            n_ff_exp=2048, n_vocab=154880, mat=Q.Q4_K, exp=Q.Q4_K, down=Q.Q6_K, small=Q.Q8_0,
+                            n_nextn=1, extra=extra)
+    return with_tokenizer(spec, 154880, 1048576, 10000.0)

@@ -76,6 +76,8 @@ class BuiltGraph:
     logits: Tensor
     norm_pins: list[tuple[Tensor, int]] = field(default_factory=list)   # (tensor, layer)
     cpu_pins: list[Tensor] = field(default_factory=list)
+    # glm5n: the fused nodes llama.cpp's resolve_fused_ops checks (op, tensor, layer): res->add_fused_node
+    fused: list[tuple[Op, Tensor, int]] = field(default_factory=list)
 
 
 class DecoderBuilder:

@@ -1,8 +1,8 @@
 """deepseek4 (DeepSeek-V4): hyper-connected streams around compressed sparse attention and hash/bias-routed
 MoE, op for op as the pinned llama.cpp builds it for its reserve (src/models/deepseek4.cpp; the inputs of
-build_inp_dsv4 and the reserve plans of src/llama-kv-cache-dsv4.cpp; every fused op on, as
-llama-context.cpp resolve_fused_ops finds them, but for the Sinkhorn mixer on a device without its
-DSV4_HC_COMB pipeline: then build_hc_sinkhorn's unfused ops).
+build_inp_dsv4 and the reserve plans of src/llama-kv-cache-dsv4.cpp). The hyper-connections are
+runtime/engine/mhc.py's (the fused DSV4_HC ops but those llama-context.cpp resolve_fused_ops turned off:
+runner._resolve_fused_ops, e.g. DSV4_HC_COMB on a device without its pipeline).
 
 The residual is hc = 4 streams [n_embd, hc, T]. Around each sub-block: mixes = hc_fn . rms_norm(streams); the
 read gate sigmoid(mixes[:hc] * s0 + b) + eps feeds DSV4_HC_PRE, the write gate 2 sigmoid(mixes[hc:2hc] * s1 + b)
@@ -28,7 +28,7 @@ The runner sizes these graphs and does not run them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from gguf import MODEL_TENSOR as T
@@ -44,6 +44,7 @@ from runtime.engine.dsv4_compress import CompInputs, comp_inputs, pool_blocks, s
 from runtime.engine.hy_v4 import _scale_bias
 from runtime.engine.kvcache import CacheKind, KVCache, rotation_size
 from runtime.engine.lora import Adapters
+from runtime.engine.mhc import HyperConnections, weighted_streams
 from runtime.engine.moe import normalized_weights, top_k, weighted_sum
 from runtime.ggml import attn_res
 from runtime.ggml import build as B
@@ -66,11 +67,12 @@ class _Part:
 class Deepseek4Builder:
     """Builds one ubatch's deepseek4 graph from weights, the raw window cache (kv) and the DSV4 cache."""
 
-    def __init__(self, hp: Dsv4HParams, weights: Mapping[str, Tensor], kv: KVCache, cache: Dsv4Cache, *,
-                 flash_attn: bool, offload_kqv: bool, fused_comb: bool = True, lora: Adapters | None = None) -> None:
+    def __init__(self, hp: Dsv4HParams, weights: Mapping[str, Tensor], kv: KVCache, cache: Dsv4Cache,
+                 unfused: Set[Op] = frozenset(), *, flash_attn: bool, offload_kqv: bool,
+                 lora: Adapters | None = None) -> None:
         self.hp, self.w, self.kv, self.cache = hp, weights, kv, cache
         self.flash_attn, self.offload_kqv = flash_attn, offload_kqv
-        self.fused_comb = fused_comb   # cparams.fused_dsv4_hc_comb as resolve_fused_ops left it
+        self.unfused = unfused   # the HC_FUSED ops resolve_fused_ops turned off (the runner's, read at build)
         # applied LoRA adapters where deepseek4.cpp goes through build_lora_mm / _mm_id (projections, compressors,
         # the indexer, wo_b, the FFNs and experts); the mixers, wo_a and the output are plain ggml_mul_mat
         self.lora = lora or Adapters()
@@ -109,6 +111,7 @@ class Deepseek4Builder:
         pos = B.new_input(I32, (t,), "inp_pos")
         out_ids = B.new_input(I32, (shape.n_outputs,), "out_ids")
         self.out = BuiltGraph(Graph(), shape, tokens, embd, pos, out_ids, {}, logits=tokens)
+        self.hc = HyperConnections(hp.eps, hp.hc_eps, hp.hc_iters, self.unfused, self.out.fused)
         n_raw = dict(shape.n_kv)[CacheKind.SWA]
         self.raw_idxs = B.new_input(I64, (t,), "attn_inp_k_idxs")
         self.raw_mask = B.new_input(F16 if self.flash_attn else F32, (n_raw, t // ns, 1, ns), "attn_inp_kq_mask")
@@ -126,55 +129,12 @@ class Deepseek4Builder:
         self.hca = with_rot(hca, comp_rot)
         self.lid = with_rot(lid, lid_rot)
 
-    # --- hyper-connections -------------------------------------------------------------------------
+    # --- hyper-connections ---------------------------------------------------------------------------
     def _hc_pre(self, x: Tensor, part: str, il: int) -> tuple[Tensor, Tensor, Tensor]:
-        """build_hc_pre: (the sub-block's input, the write gate post [hc, T], the mixer comb [hc, hc, T])."""
-        hp = self.hp
-        hc, nt = hp.hc_mult, x.ne[2]
+        """build_hc_pre with the block's hc_{attn,ffn} weights: (the sub-block's input, the write gate post
+        [hc, T], the mixer comb [hc, hc, T]); deepseek4.cpp's build_hc_pre/_sinkhorn/_post are glm5-next's."""
         fn, sc, base = (self._wl(f"hc_{part}_{w}.weight", il) for w in ("fn", "scale", "base"))
-        flat = B.reshape(x, (hc * hp.n_embd, nt))
-        flat = B.rms_norm(flat, hp.eps)
-        mixes = B.mul_mat(fn, flat, name=f"hc_mixes-{il}")
-        scale_pre = B.view(sc, (1,), (sc.nb[0],), 0)
-        scale_post = B.view(sc, (1,), (sc.nb[0],), sc.nb[0])
-        base_pre = B.view(base, (hc,), (base.nb[0],), 0)
-        base_post = B.view(base, (hc,), (base.nb[0],), hc * base.nb[0])
-        pre = B.view(mixes, (hc, nt), (mixes.nb[0], mixes.nb[1]), 0)
-        pre = B.unary(B.add(B.mul(pre, scale_pre), base_pre), "SIGMOID")
-        pre = _scale_bias(pre, 1.0, hp.hc_eps, f"hc_pre-{il}")
-        post = B.view(mixes, (hc, nt), (mixes.nb[0], mixes.nb[1]), hc * mixes.nb[0])
-        post = B.unary(B.add(B.mul(post, scale_post), base_post), "SIGMOID")
-        post = B.scale(post, 2.0, name=f"hc_post-{il}")
-        if self.fused_comb:
-            comb = attn_res.hc_comb(mixes, sc, base, hp.hc_eps, hp.hc_iters, name=f"hc_comb-{il}")
-        else:
-            scale_comb = B.view(sc, (1,), (sc.nb[0],), 2 * sc.nb[0])
-            base_comb = B.view(base, (hc * hc,), (base.nb[0],), 2 * hc * base.nb[0])
-            comb = B.view(mixes, (hc * hc, nt), (mixes.nb[0], mixes.nb[1]), 2 * hc * mixes.nb[0])
-            comb = B.reshape(B.add(B.mul(comb, scale_comb), base_comb), (hc, hc, nt))
-            comb = self._sinkhorn(comb, il)
-        return attn_res.hc_pre(x, pre, name=f"hc_{part}_pre-{il}"), post, comb
-
-    def _sinkhorn(self, comb: Tensor, il: int) -> Tensor:
-        """build_hc_sinkhorn, the unfused mixer: a softmax over each row, + eps, one column normalisation, then
-        hc_iters - 1 rounds of row and column normalisation (each sum + eps, divided)."""
-        eps = B.new_tensor(F32, (1,))
-        eps = B._node(Op.FILL, eps.ne, [eps], f"hc_eps-{il}", F32, c=self.hp.hc_eps)
-        comb = B.add(B.soft_max_ext(comb, None, 1.0), eps)
-
-        def divided(total: Tensor) -> Tensor:
-            return B._node(Op.DIV, comb.ne, [comb, total], f"hc_comb-{il}")
-
-        def cols() -> Tensor:
-            src_dst = B.cont(B.permute(comb, (1, 0, 2, 3)))
-            total = B._node(Op.SUM_ROWS, (1, *src_dst.ne[1:]), [src_dst], "")
-            return divided(B.permute(B.add(total, eps), (1, 0, 2, 3)))
-
-        comb = cols()
-        for _ in range(1, self.hp.hc_iters):
-            comb = divided(B.add(B._node(Op.SUM_ROWS, (1, *comb.ne[1:]), [comb], ""), eps))
-            comb = cols()
-        return comb
+        return self.hc.pre(x, fn, sc, base, il, f"hc_{part}_pre-{il}")
 
     def _hc_head(self, x: Tensor) -> Tensor:
         """build_hc_head: the streams collapsed by sigmoid(hc_head_fn . rms_norm(x) * scale + base) + eps, with
@@ -185,14 +145,7 @@ class Deepseek4Builder:
         mixes = B.mul_mat(self._need("output_hc_fn.weight"), flat, name="hc_head_mixes")
         pre = B.add(B.mul(mixes, self._need("output_hc_scale.weight")), self._need("output_hc_base.weight"))
         pre = _scale_bias(B.unary(pre, "SIGMOID"), 1.0, hp.hc_eps, "hc_head_pre")
-        total: Tensor | None = None
-        for ih in range(hc):
-            xh = B.view(x, (n_embd, nt), (x.nb[0], x.nb[2]), ih * x.nb[1])
-            wh = B.view(pre, (1, nt), (pre.nb[0], pre.nb[1]), ih * pre.nb[0])
-            cur = B.mul(xh, wh)
-            total = B.add(total, cur) if total is not None else cur
-        assert total is not None
-        return total
+        return weighted_streams(x, pre)
 
     # --- compressors ---------------------------------------------------------------------------------
     def _state_rows(self, cur: Tensor, p: _Part, il: int) -> tuple[Tensor, Tensor]:
@@ -419,7 +372,7 @@ class Deepseek4Builder:
         cur, post, comb = self._hc_pre(x, "attn", il)
         cur = self.norm(cur, self._wl("attn_norm.weight", il), il, f"attn_norm-{il}")
         cur = self._attention(cur, il)
-        x = attn_res.hc_post(cur, x, post, comb, name=f"hc_attn_post-{il}")
+        x = self.hc.post(cur, x, post, comb, il, f"hc_attn_post-{il}")
         cur, post, comb = self._hc_pre(x, "ffn", il)
         for t in (x, post, comb):
             g.expand(t)
@@ -427,7 +380,11 @@ class Deepseek4Builder:
         moe = self._moe(cur, il)
         shared = self._shared(cur, il)
         cur = B.add(moe, shared, name=f"ffn_out-{il}")
-        return attn_res.hc_post(cur, x, post, comb, name=f"l_out-{il}")
+        out = self.hc.post(cur, x, post, comb, il, f"l_last-{il}")
+        # graph_get_cb pins a tensor named "l_last" as it pins "norm" (a small ubatch or full offload): the layer's
+        # last hyper-connection stays on the layer's device, so resolve_fused_ops finds its DSV4_HC_POST there
+        self.out.norm_pins.append((out, il))
+        return out
 
     def build(self, shape: BatchShape) -> BuiltGraph:
         hp = self.hp

@@ -26,7 +26,7 @@ from planner.gguf.keys import (
 )
 from planner.gguf.reader import ModelFile
 from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO, ModelFacts
-from runtime.ggml.attn_res import DSV4_HC
+from runtime.ggml.attn_res import HC_COMB_STREAMS
 from runtime.ggml.graph import GGMLType, Tensor, contiguous_strides
 
 DEEPSEEK4 = "deepseek4"
@@ -83,7 +83,7 @@ def read_deepseek4_hparams(model: ModelFile, facts: ModelFacts) -> Dsv4HParams:
     trunk = [lf for lf in facts.layers if not lf.nextn]
     ratios = tuple(int(lf.comp_ratio or 0) for lf in trunk)
     hc = int(_get(model, LLM_KV_HC_COUNT, 0))
-    if hc != DSV4_HC:
+    if hc != HC_COMB_STREAMS:
         raise GGUFError(model.path, f"deepseek4: hyper_connection.count {hc}; llama.cpp builds 4 streams only")
     if not model.metadata.get(LLM_KV_ATTENTION_COMPRESS_RATIOS.format(arch=model.architecture)):
         raise GGUFError(model.path, "deepseek4: no attention.compress_ratios")

@@ -20,6 +20,8 @@ from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
 from runtime.engine.deepseek4_hparams import DEEPSEEK4
+from runtime.engine.glm5next import GLM5_NEXT
+from runtime.engine.glm5next import unsupported_reason as glm5next_unsupported_reason
 from runtime.engine.hparams import ARCHS
 from runtime.engine.kimi import KDA_ARCHS
 from runtime.engine.kimi import unsupported_reason as kda_unsupported_reason
@@ -55,6 +57,8 @@ def supported(settings: LlamaSettings) -> bool:
         return unsupported_reason(ctx.model, ctx.facts) is None
     if ctx.model.architecture in KDA_ARCHS:
         return kda_unsupported_reason(ctx.model, ctx.facts) is None
+    if ctx.model.architecture == GLM5_NEXT:   # glm5n
+        return glm5next_unsupported_reason(ctx.model, ctx.facts) is None
     return ctx.model.architecture in ARCHS or ctx.model.architecture == DEEPSEEK4
 
 

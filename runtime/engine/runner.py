@@ -35,7 +35,7 @@ from planner.llama.kv_dsv4 import dsv4_cells
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
-from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO, MSA_ARCHS, NO_MEMORY, AttnKind
+from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO, INDEXER_WIDTH, MSA_ARCHS, NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.bert import BERT_ARCHS, MODERN_BERT, BertBuilder, ModernBertBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
@@ -56,6 +56,7 @@ from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
 from runtime.engine.gemma3n import GEMMA3N, Gemma3nBuilder, read_gemma3n_hparams
 from runtime.engine.gemma4 import GEMMA4, Gemma4Builder, Gemma4HParams, read_gemma4_hparams
 from runtime.engine.gemma_embedding import GEMMA_EMBEDDING, GemmaEmbeddingBuilder
+from runtime.engine.glm5next import GLM5_NEXT, Glm5NextBuilder, read_glm5next_hparams
 from runtime.engine.granitehybrid import GRANITE_HYBRID, GraniteHybridBuilder
 from runtime.engine.hparams import HParams, read_hparams
 from runtime.engine.hy_v4 import HyV4Builder
@@ -76,6 +77,7 @@ from runtime.engine.llama4 import LLAMA4, Llama4Builder
 from runtime.engine.lora import Adapters, load_adapters
 from runtime.engine.mamba import MAMBA, MAMBA2, MambaBuilder
 from runtime.engine.meta_runner import ReduceCount, TimedMetaBackend, make_meta_backend
+from runtime.engine.mhc import HC_FUSED
 from runtime.engine.mimo2 import MIMO2, Mimo2Builder
 from runtime.engine.msa import index_cache, msa_builder, read_msa
 from runtime.engine.nemotronh import NEMOTRON_H, NEMOTRON_H_MOE, NemotronHBuilder
@@ -94,7 +96,7 @@ from runtime.ggml.backend import (
 )
 from runtime.ggml.compute import Measurement
 from runtime.ggml.exact_matmul import REPACKED
-from runtime.ggml.graph import BufferUsage, GGMLType, Tensor
+from runtime.ggml.graph import BufferUsage, GGMLType, Op, Tensor
 from runtime.ggml.kernels import KERNELS, prefetch_f32
 from runtime.ggml.mapped import map_weights
 from runtime.ggml.sched import Scheduler
@@ -175,7 +177,8 @@ def _device(dev: PlacedDevice, capacity: int) -> Device:
     return Device(dev.name, DeviceType.GPU, capacity, alignment=dev.alignment,
                   offload_min_batch=profile.offload_min_batch(), profile=profile,
                   compute_capability=dev.compute_capability,
-                  supports=vulkan_supports(dev.max_tensor_bytes) if dev.backend is DeviceBackend.VULKAN else None)
+                  supports=vulkan_supports(dev.max_tensor_bytes, dev.vk_subgroup_size)
+                  if dev.backend is DeviceBackend.VULKAN else None)
 
 
 def _device_row(row: str) -> str:
@@ -190,7 +193,12 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
     MAMBA: MambaBuilder, MAMBA2: MambaBuilder, NEMOTRON_H: NemotronHBuilder, NEMOTRON_H_MOE: NemotronHBuilder,
     QWEN35: Qwen35Builder, QWEN35MOE: Qwen35Builder, QWEN3NEXT: Qwen3NextBuilder, GRANITE_HYBRID: GraniteHybridBuilder,
     KIMI_LINEAR: KimiLinearBuilder, BAILINGMOE3: BailingMoe3Builder, KIMI_K3: KimiK3Builder,   # linear: KDA + MLA
+    GLM5_NEXT: Glm5NextBuilder,   # glm5n: KDA + MLA with the k-pool indexer, hyper-connections
 }
+# glm5n: state builders that take the indexer cache and the fused ops turned off after the states
+INDEXED_STATE_BUILDERS = frozenset({GLM5_NEXT})
+# glm5n: builders that emit the fused hyper-connection ops (llama-context.cpp resolve_fused_ops probes them)
+FUSED_HC_ARCHS = frozenset({GLM5_NEXT, DEEPSEEK4})
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
@@ -217,6 +225,8 @@ class ModelRunner:
                                          if ctx.model.architecture == DEEPSEEK4
                                          else read_kimi_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture in KDA_ARCHS
+                                         else read_glm5next_hparams(ctx.model, ctx.facts)   # glm5n
+                                         if ctx.model.architecture == GLM5_NEXT
                                          else read_gemma4_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture == GEMMA4
                                          else read_gemma3n_hparams(ctx.model, ctx.facts)
@@ -246,6 +256,7 @@ class ModelRunner:
         self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
         self.msa_cache: list[tuple[Tensor, Tensor] | None] = []   # glm5: minimax-m3's indexer cache (K, V)
         self.dsv4_cache: Dsv4Cache | None = None   # dsv4: deepseek4's compressed caches and compressor states
+        self.unfused: set[Op] = set()   # glm5n: fused hyper-connection ops resolve_fused_ops turned off
         self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
@@ -400,7 +411,8 @@ class ModelRunner:
         if not isinstance(hp, MlaHParams) or not hp.dsa:
             return
         cells, ns = self.cp.n_ctx_seq, self.cp.n_stream
-        self.index_cache = [Tensor(self.settings.type_k, (hp.index_head, cells, ns), name=f"cache_lid_k_l{il}")
+        width = hp.index_head * INDEXER_WIDTH.get(hp.arch, 1)   # glm5n: glm5-next's key | gate | pooled rows
+        self.index_cache = [Tensor(self.settings.type_k, (width, cells, ns), name=f"cache_lid_k_l{il}")
                             if own else None for il, own in enumerate(hp.index_full)]
         by_device: dict[str, list[Tensor]] = {}
         for il, t in enumerate(self.index_cache):
@@ -435,11 +447,8 @@ class ModelRunner:
             return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
         if isinstance(self.hp, Dsv4HParams):
             assert self.dsv4_cache is not None
-            # resolve_fused_ops: the fused comb stays on only where every layer's device takes DSV4_HC_COMB
-            used = set(self.placement.layer_device[:self.hp.n_layer])
-            comb = all(d.hc_comb for d in self.placement.devices if d.name in used)
-            return Deepseek4Builder(self.hp, self.weights, self.kv, self.dsv4_cache, flash_attn=fa,
-                                    offload_kqv=offload, fused_comb=comb)
+            return Deepseek4Builder(self.hp, self.weights, self.kv, self.dsv4_cache, self.unfused, flash_attn=fa,
+                                    offload_kqv=offload)
         return None
 
     def _builder(self) -> DecoderBuilder | MlaBuilder | Deepseek4Builder:
@@ -453,7 +462,9 @@ class ModelRunner:
         assert not isinstance(self.hp, Dsv4HParams)
         with_states = STATE_BUILDERS.get(self.hp.arch)
         if with_states is not None:
-            return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, flash_attn=fa,
+            # glm5n: glm5-next's builder also reads the k-pool indexer's cache
+            index = (self.index_cache, self.unfused) if self.hp.arch in INDEXED_STATE_BUILDERS else ()
+            return with_states(self.ctx.model, self.hp, self.weights, self.kv, self.states, *index, flash_attn=fa,
                                offload_kqv=offload)
         if self.hp.arch in MSA_ARCHS and isinstance(self.hp, HParams):   # glm5
             return msa_builder(self.ctx.model, self.hp, self.weights, self.kv, self.msa_cache, n_seq=self.cp.n_seq,
@@ -500,6 +511,36 @@ class ModelRunner:
                 self.sched.pins.pop(t, None)
         return built
 
+    def _resolve_fused_ops(self) -> None:
+        """glm5n: llama-context.cpp resolve_fused_ops for the fused hyper-connection ops (HC_FUSED, in its
+        order): the one-token graph of each probe is split (split_only, the norm pins held), and an op whose
+        fused node of some layer runs on another device than the layer's (model.dev_layer: a layer-boundary
+        node pulled to the next device) is turned off for every layer, the probes after it built without it."""
+        assert self.kv is not None
+        if self.hp.arch not in FUSED_HC_ARCHS:
+            return
+        n = self.cp.n_seq
+        full = tuple((k, self.kv.tables[k].size) for k in self.kv.kind_order())
+        for op in HC_FUSED:
+            built = self._graph(BatchShape(n, n, full))
+            nodes = [(t, il) for o, t, il in built.fused if o is op]
+            if not nodes:
+                continue
+            self.sched.split_graph(built.graph)
+            if any(self.sched.get_tensor_backend(t) is not self.backends[self.placement.layer_device[il]]
+                   for t, il in nodes):
+                self.unfused.add(op)
+                self._forget_graphs()
+        self.sched.reset()
+
+    def _forget_graphs(self) -> None:
+        for built in self._graphs.values():
+            for t, _il in built.norm_pins:
+                self.sched.pins.pop(t, None)
+            for t in built.cpu_pins:
+                self.sched.pins.pop(t, None)
+        self._graphs.clear()
+
     def reserve(self, dry_run: bool = True) -> ReserveReport:
         """llama.cpp's sched_reserve: the worst-case prompt graph, the one-token graph, the prompt again.
         `dry_run`: llama-fit-params' (and -fit's fitting passes') no-alloc reserve; False for what a real
@@ -509,6 +550,7 @@ class ModelRunner:
         (its outputs counted before rounding) and the token graph is N tokens with N outputs, one
         per sequence (llama-context.cpp sched_reserve, graph_reserve)."""
         assert self.kv is not None
+        self._resolve_fused_ops()
         n_seqs = self.cp.n_seq
         n_tokens = min(self.cp.n_ctx, self.cp.n_ubatch)
         n_outputs = min(n_tokens, self.n_outputs_max)

@@ -71,10 +71,10 @@ class Op(enum.Enum):
     TOP_K = "TOP_K"            # mla: the DSA indexer's top-k cells (ggml_top_k)
     ARANGE = "ARANGE"          # glm5: minimax-m3's MSA gathers (ggml_arange)
     DSV4_HC_PRE = "DSV4_HC_PRE"   # linear: kimi-k3's attention residuals mix their checkpoints with it
-    # dsv4: deepseek4's hyper-connection mixers (ggml_dsv4_hc_comb / _post) and its de-rotation of the heads
+    # glm5n: glm5-next's (and deepseek4's) fused hyper-connection mixers (ggml_dsv4_hc_comb / ggml_dsv4_hc_post)
     DSV4_HC_COMB = "DSV4_HC_COMB"
     DSV4_HC_POST = "DSV4_HC_POST"
-    ROPE_BACK = "ROPE_BACK"
+    ROPE_BACK = "ROPE_BACK"    # dsv4: deepseek4's de-rotation of the attention output (ggml_rope_ext_back)
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

@@ -148,3 +148,24 @@ def test_deepseek4_ops_in_llama_cpp_order(llama_tools: Path, models: dict[str, P
             for n in nodes]
     # the builder makes ggml_swiglu_clamp as the GLU node it sizes the same (B.swiglu)
     assert ["SWIGLU" if op == "SWIGLU_CLAMP" else op for op in theirs] == ours
+
+
+# llama-fit-params -v on deepseek4_tiny over two rpc-servers (-c 4096 -ts 1,1): "fused DeepSeek V4 HC pre / comb /
+# post enabled", "graph: nodes = 745" and the compute buffers (MiB). deepseek4.cpp names each layer's last
+# hyper-connection "l_last", which graph_get_cb pins to the layer's device as it pins "norm": the post at a CPU
+# layer's end is not pulled onto the next device, so resolve_fused_ops keeps it (unpinned: 1369 nodes, RPC0 +27 MiB)
+RPC_LAYER_BOUNDARY = {"-ngl 1": {"RPC0": 5.04, "RPC1": 0.0, "CPU": 12.37},
+                      "-ngl 2": {"RPC0": 9.87, "RPC1": 10.0, "CPU": 12.36},
+                      "-ngl 3": {"RPC0": 10.1, "RPC1": 10.0, "CPU": 12.36}}
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("ngl", RPC_LAYER_BOUNDARY)
+def test_deepseek4_keeps_fused_hc_post_at_a_layer_boundary(rpc_pair: list[str], models: dict[str, Path],
+                                                           ngl: str) -> None:
+    flags = parse_llama_flags(["--rpc", ",".join(rpc_pair), "-c", "4096", "-ts", "1,1", *ngl.split()])
+    runner = ModelRunner.load(str(models["deepseek4"]), flags, weights=False)
+    assert runner.unfused == set()
+    report = runner.reserve_report
+    assert report is not None and report.n_nodes_pp == 745
+    assert {k: round(v / 2**20, 2) for k, v in report.compute_bytes.items()} == RPC_LAYER_BOUNDARY[ngl]

@@ -63,3 +63,26 @@ def test_vulkan_runs_the_lightning_indexer_for_128_wide_heads_only(head: int, k_
     q, k, w, mask = _t((head, 2, T)), _t((head, 1, 256), k_type), _t((2, T)), _t((256, T), F16)
     score = B._node(Op.LIGHTNING_INDEXER, (256, T, 1, 1), [q, k, w, mask], "score")
     assert vulkan_supports(0)(score) is ok
+
+
+def test_hc_post_takes_no_comb_as_ggml_does() -> None:
+    """ggml_dsv4_hc_post checks comb only when one is given."""
+    out = attn_res.hc_post(_t((N_EMBD, T)), _t((N_EMBD, HC, T)), _t((HC, T)), None)
+    assert (out.ne, out.src[3]) == ((N_EMBD, HC, T, 1), None)
+
+
+def test_vulkan_refuses_an_indexer_whose_elements_are_not_packed() -> None:
+    """supports_op walks q, k, weights, mask and the scores: nb[0] one element, every stride a whole number of
+    them. A q view stepping two elements at a time is refused."""
+    q = Tensor(F32, (128, 2, T, 1), nb=(8, 2048, 4096, 4096 * T))
+    k, w, mask = _t((128, 1, 256), F16), _t((2, T)), _t((256, T), F16)
+    score = B._node(Op.LIGHTNING_INDEXER, (256, T, 1, 1), [q, k, w, mask], "score")
+    assert vulkan_supports(0)(score) is False
+
+
+@pytest.mark.parametrize("subgroup, ok", [(0, True), (8, False), (16, True), (32, True)])
+def test_vulkan_makes_the_hc_comb_pipeline_for_16_lane_subgroups(subgroup: int, ok: bool) -> None:
+    """ggml-vulkan builds no DSV4_HC_COMB pipeline for subgroups under 16 lanes (lavapipe's 8); 0: not measured."""
+    mix = (2 + HC) * HC
+    comb = attn_res.hc_comb(_t((mix, T)), _t((3,)), _t((mix,)), 1e-6, 20)
+    assert vulkan_supports(0, subgroup)(comb) is ok
