@@ -88,17 +88,25 @@ def _buffers_in(text: str) -> dict[tuple[str, str], int]:
 # llama_model_load (src/llama-model-loader.cpp) opens every model it loads with this line: the target,
 # then a drafter (common_speculative_init_result), each with its own buffers after it
 _MODEL_LOAD = re.compile(r"llama_model_loader: loaded meta data with")
+# common/speculative.cpp common_speculative_init_result, before it makes draft-mtp's context
+MTP_CONTEXT_LINE = "creating MTP draft context against the target model"
 
 
 def parse_model_loads(text: str) -> list[dict[tuple[str, str], int]]:
     """The buffers of each model load in a log, in load order: (buffer type, kind) -> bytes, as
     parse_buffers reads one load. llama-server loads the target and then a drafter (-md), so with
     `-fit off` (no dry runs: with -fit on each fitting pass is a load too) [0] is the target's and [1]
-    the drafter's."""
+    the drafter's, or (--spec-type draft-mtp without -md) the MTP context's on the target's model."""
     starts = [m.start() for m in _MODEL_LOAD.finditer(text)]
     if not starts:
         return [parse_buffers(text)]
-    return [_settled(text[a:b]) for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
+    loads = []
+    for a, b in zip(starts, starts[1:] + [len(text)], strict=True):
+        # mtp: draft-mtp's context is made on the target's model, so no model load opens it: its own
+        # cache and reserves follow this line (common/speculative.cpp common_speculative_init_result)
+        target, mark, mtp = text[a:b].partition(MTP_CONTEXT_LINE)
+        loads += [_settled(target)] + ([_settled(mtp)] if mark else [])
+    return loads
 
 
 def _reserves(text: str) -> list[int]:
@@ -402,7 +410,27 @@ class ClipLog:
 
 
 def parse_clip_log(text: str) -> ClipLog | None:
-    """The projector's figures in a llama-server log, or None when no projector was loaded."""
+    """The projector's figures in a llama-server log, or None when no projector was loaded. A file with
+    two encoders (vision and audio) loads two clip contexts, each logging its backend, the file's model
+    size and its own reserve: their compute buffers and graphs add up."""
+    starts = [m.start() for m in _CLIP_BACKEND.finditer(text)]
+    contexts = [_clip_context(text[a:b]) for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+    if not contexts or any(c is None for c in contexts):
+        return None
+    first = contexts[0]
+    assert first is not None
+    buffers = dict(first.buffers)
+    for c in contexts[1:]:
+        assert c is not None
+        for (buft, kind), size in c.buffers.items():
+            if kind == "compute":
+                buffers[(buft, kind)] = buffers.get((buft, kind), 0) + size
+    return ClipLog(first.backend, buffers, sum(c.n_nodes for c in contexts if c is not None),
+                   sum(c.n_splits for c in contexts if c is not None), first.flash_attn)
+
+
+def _clip_context(text: str) -> ClipLog | None:
+    """One clip context's lines, from its "CLIP using" line to the next context's."""
     backend, model = _CLIP_BACKEND.search(text), _CLIP_MODEL.search(text)
     graphs = list(_CLIP_GRAPH.finditer(text))
     if backend is None or model is None or not graphs:

@@ -196,6 +196,9 @@ def plan_cmd(
         "chooses; first the device with the target's last layers)")] = None,
     draft_cache_type: Annotated[str, typer.Option("--draft-cache-type", help="the drafter's KV cache type")] = "f16",
     draft_max: Annotated[int, typer.Option("--draft-max", help="tokens drafted per step (--spec-draft-n-max)")] = 3,
+    mtp: Annotated[bool, typer.Option(
+        "--mtp", help="draft with the model's own next-token-prediction block (--spec-type draft-mtp, no -md): "
+        "its context is sized with the target; --draft-cache-type and --draft-max apply")] = False,
     mmproj: Annotated[str | None, typer.Option(
         "--mmproj", help="a multimodal projector GGUF (llama.cpp -mm), placed with the target")] = None,
     mmproj_device: Annotated[str | None, typer.Option(
@@ -240,7 +243,7 @@ def plan_cmd(
                           companions=Companions(draft=draft, draft_device=draft_device,
                                                 draft_cache_type=_cache(draft_cache_type), draft_max=draft_max,
                                                 mmproj=mmproj, mmproj_device=mmproj_device,
-                                                loras=tuple(lora or ())))
+                                                loras=tuple(lora or ()), mtp=mtp))
     if verdict:
         _show_verdict(model, report, request, clients or 1, explain, fmt)
         return

@@ -33,6 +33,18 @@ DFLASH_SAMPLE_FROM_ANCHOR_KEY = "dflash.sample_from_anchor"
 DFLASH_DEFAULT_BLOCK_SIZE = 16
 
 
+# src/llama-arch.cpp llm_arch_supports_rs_rollback: the architectures whose recurrent states keep a drafter's
+# rollback rows; llama_context clamps n_rs_seq to 0 for every other ("does not support recurrent partial rollback")
+RS_ROLLBACK_ARCHS = frozenset({"kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+                               "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3"})
+
+
+def target_n_rs_seq(arch: str, flags: LlamaFlags) -> int:
+    """cparams.n_rs_seq of the target's context: --spec-draft-n-max with a kind that needs rollback rows
+    (SpecFlags.n_rs_seq), on an architecture that keeps them (llama-context.cpp)."""
+    return flags.spec.n_rs_seq if arch in RS_ROLLBACK_ARCHS else 0
+
+
 def draft_flags(target: LlamaFlags, n_ctx_target: int) -> LlamaFlags:
     """The drafter's flags, as if they had been given to it alone; `n_ctx_target` is the target
     context's resolved size (llama_n_ctx), which the drafter's context copies."""

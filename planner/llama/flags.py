@@ -39,6 +39,9 @@ LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
               "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DRAFT_SPEC_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"})
+DRAFT_MTP = "draft-mtp"   # common_speculative_type_from_name_map: COMMON_SPECULATIVE_TYPE_DRAFT_MTP
+# common.h need_n_rs_seq: the kinds whose target keeps recurrent rollback rows
+ROLLBACK_SPEC_TYPES = frozenset({DRAFT_MTP, "draft-eagle3", "draft-dflash", "draft-dspark"})
 _TRUTHY = ("on", "enabled", "true", "1")   # common/arg.cpp is_truthy / is_falsey
 _FALSEY = ("off", "disabled", "false", "0")
 
@@ -108,6 +111,8 @@ class DraftFlags:
     cache_type_k: str = "f16"                # -ctkd
     cache_type_v: str = "f16"                # -ctvd
     n_max: int = 3                           # --spec-draft-n-max
+    # mtp: --[no-]spec-draft-backend-sampling: draft-mtp's top-k sampler in its context's graph (on by default)
+    backend_sampling: bool = True
 
     @property
     def overrides(self) -> tuple[TensorOverride, ...]:
@@ -129,6 +134,18 @@ class SpecFlags:
     @property
     def has_draft(self) -> bool:
         return bool(self.draft.model)
+
+    @property
+    def mtp_context(self) -> bool:
+        """draft-mtp without -md: llama-server makes an MTP draft context on the target's own model
+        (common/speculative.cpp common_speculative_init_result)."""
+        return DRAFT_MTP in self.types and not self.has_draft
+
+    @property
+    def n_rs_seq(self) -> int:
+        """common_params_speculative::need_n_rs_seq: the rollback rows each sequence's recurrent state keeps
+        (cparams.n_rs_seq of the target's context) while a drafter of these kinds speculates."""
+        return max(0, self.draft.n_max) if ROLLBACK_SPEC_TYPES.intersection(self.types) else 0
 
     @property
     def n_max(self) -> int:
@@ -192,8 +209,9 @@ class LlamaFlags:
 
     @property
     def has_companions(self) -> bool:
-        """A drafter, a projector or an adapter: models llama-server/llama-cli load beside the target."""
-        return self.spec.has_draft or bool(self.mmproj.path) or bool(self.loras)
+        """A drafter (or draft-mtp's context on the target), a projector or an adapter: what llama-server and
+        llama-cli load beside the target."""
+        return self.spec.has_draft or self.spec.mtp_context or bool(self.mmproj.path) or bool(self.loras)
 
     @property
     def n_gpu_layers_all(self) -> bool:
@@ -383,6 +401,8 @@ _valued("-ncmoed --n-cpu-moe-draft --spec-draft-ncmoe --spec-draft-n-cpu-moe", l
     f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.NCMOE, str(_int("-ncmoed", v, 0))),)))
 _switch("-cmoed --cpu-moe-draft --spec-draft-cpu-moe",
         lambda f, _: _draft(f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.CMOE),)))
+_switch("--spec-draft-backend-sampling", lambda f, _: _draft(f, backend_sampling=True))
+_switch("--no-spec-draft-backend-sampling", lambda f, _: _draft(f, backend_sampling=False))
 _valued("-ctkd --cache-type-k-draft --spec-draft-type-k",
         lambda f, v: _draft(f, cache_type_k=_cache_type("-ctkd", v)))
 _valued("-ctvd --cache-type-v-draft --spec-draft-type-v",
@@ -441,7 +461,7 @@ _IGNORED_SWITCHES_WORDS = """
 --jinja --no-jinja -cb --cont-batching -nocb --no-cont-batching --context-shift --no-context-shift
 --metrics --slots --no-slots --no-perf --perf -i --interactive --simple-io --no-display-prompt
 -e --escape --no-escape --check-tensors -dio --direct-io
---spec-draft-backend-sampling --no-spec-draft-backend-sampling --lora-init-without-apply
+--lora-init-without-apply
 --mmproj-auto --no-mmproj --no-mmproj-auto
 """
 IGNORED_SWITCHES = frozenset(_IGNORED_SWITCHES_WORDS.split())
@@ -548,6 +568,8 @@ def _spec_argv(spec: SpecFlags) -> list[str]:
         out += [flag, arg.value] if arg.kind.takes_value else [flag]
     out += _changed((("-ctkd", draft.cache_type_k, dd.cache_type_k), ("-ctvd", draft.cache_type_v, dd.cache_type_v),
                      ("--spec-draft-n-max", draft.n_max, dd.n_max)))
+    if not draft.backend_sampling:
+        out.append("--no-spec-draft-backend-sampling")
     added = list(spec.types[1:]) if spec.types[:1] == ("none",) else list(spec.types)
     if added:
         out += ["--spec-type", ",".join(added)]

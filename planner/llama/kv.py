@@ -15,7 +15,9 @@ Sources (llama.cpp in llama-cpp-python 0.3.36):
 - src/llama-kv-cache-iswa.cpp: SWA layers have their own cells (settings.swa_cells).
 - src/llama-kv-cache-dsv4.cpp: DeepSeek-V4's raw, compressed and indexer caches and compressor states
   (kv_dsv4.py).
-- src/llama-memory-recurrent.cpp: per recurrent layer f32 r and s rows x max(1, n_seq).
+- src/llama-memory-recurrent.cpp: per recurrent layer f32 r and s rows x max(1, n_seq) x (1 + n_rs_seq), the
+  rollback rows of draft-mtp / -eagle3 / -dflash / -dspark (--spec-draft-n-max each, 0 otherwise) on the
+  architectures that keep them (planner.llama.companions.target_n_rs_seq).
 Every tensor is padded to its buffer's alignment (ggml_backend_alloc_ctx_tensors_from_buft_size).
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from planner.core.units import pad
+from planner.llama.companions import target_n_rs_seq
 from planner.llama.kv_dsv4 import dsv4_cells, dsv4_layer_bytes
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
@@ -43,18 +46,23 @@ class LayerCache:
     member_bytes: tuple[int, ...] = ()
 
 
-def layer_caches(settings: LlamaSettings) -> list[LayerCache]:
-    """Every layer's cache: its size in cells and bytes, and the buffer row it is counted on."""
+def layer_caches(settings: LlamaSettings, nextn: bool = False) -> list[LayerCache]:
+    """Every layer's cache: its size in cells and bytes, and the buffer row it is counted on. `nextn`:
+    the MTP draft context's cache instead, a plain KV cache of the nextn blocks alone (llama-model.cpp
+    create_memory with LLAMA_CONTEXT_TYPE_MTP: the layer filter il >= n_layer)."""
     facts, flags, cp = settings.ctx.facts, settings.flags, settings.cparams
-    trunk = [lf for lf in facts.layers if not lf.nextn]
+    trunk = [lf for lf in facts.layers if lf.nextn == nextn]
+    # llama_memory_recurrent: mem_size x (1 + n_rs_seq) rows, n_rs_seq the rollback rows a drafter needs
+    # (common_context_params_to_llama: need_n_rs_seq); the MTP context's is 0 and it has no states
+    rs_rows = max(1, cp.n_seq) * (1 + target_n_rs_seq(facts.arch, flags))
     v_max = max((lf.v_per_cell for lf in trunk if lf.has_kv), default=0)
     out = []
     for lf in trunk:
         dev = settings.placement.layer_device[lf.index] if flags.kv_offload else "CPU"
         row = row_of(dev)
         align = settings.alignment[row]
-        if lf.kind is AttnKind.RECURRENT or (lf.state_r or lf.state_s):
-            n_rows = max(1, cp.n_seq)
+        if not nextn and (lf.kind is AttnKind.RECURRENT or (lf.state_r or lf.state_s)):
+            n_rows = rs_rows
             size = (pad(lf.state_r * STATE_BYTES_PER_ELEMENT * n_rows, align)
                     + pad(lf.state_s * STATE_BYTES_PER_ELEMENT * n_rows, align))
             out.append(LayerCache(lf.index, row, 0, size, _member_state_bytes(settings, dev, lf.index, n_rows)))

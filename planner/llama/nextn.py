@@ -17,7 +17,7 @@ loaded there (llama.cpp refuses such a file: "wrong number of tensors").
 """
 from __future__ import annotations
 
-from planner.llama.flags import LlamaFlags
+from planner.llama.flags import DRAFT_MTP, LlamaFlags
 
 # src/models/<arch>.cpp: `if (!ml.load_mtp) mtp_flags |= TENSOR_SKIP` (or `mtp_flags = !ml.load_mtp ?
 # TENSOR_SKIP : 0`); nemotron_h_moe shares nemotron_h's loader
@@ -46,9 +46,6 @@ NEXTN_ALWAYS_LOADED: dict[str, frozenset[str]] = {
         "nextn.embed_tokens", "nextn.shared_head_head", "nextn.shared_head_norm",
     }),
 }
-
-# common/speculative.cpp common_speculative_type_from_name_map: COMMON_SPECULATIVE_TYPE_DRAFT_MTP
-DRAFT_MTP = "draft-mtp"
 
 
 def loads_mtp(flags: LlamaFlags) -> bool:

@@ -3,8 +3,8 @@
 Each companion reports its own rows (planner/memory/rows.py); `Estimate.totals` adds them per
 device, and budgets judge the totals. The pinned server loads them in this order after the
 target (tools/server/server-context.cpp load_model): the target with its adapters
-(common_init_from_params), the drafter and its context (common_speculative_init_from_params), the
-projector (mtmd_init_from_file).
+(common_init_from_params), the drafter and its context or draft-mtp's context on the target's model
+(common_speculative_init_from_params), the projector (mtmd_init_from_file).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from planner.llama.settings import LlamaSettings
 from planner.memory.draft import estimate_draft
 from planner.memory.lora import estimate_loras
 from planner.memory.mmproj import estimate_mmproj
+from planner.memory.mtp import estimate_mtp
 from planner.memory.rows import CompanionEstimate
 
 
@@ -26,6 +27,8 @@ def estimate_companions(target: LlamaSettings, inventory: Inventory | None,
     out: list[CompanionEstimate] = list(estimate_loras(target)) if flags.loras else []
     if flags.spec.has_draft:   # the planner estimates hundreds of flag sets: read the drafter's header once
         out.append(estimate_draft(target, inventory, exact_compute, draft=_drafter(flags.spec.draft.model)))
+    elif flags.spec.mtp_context:   # draft-mtp without -md: a second context on the target's model
+        out.append(estimate_mtp(target))
     if flags.mmproj.path:
         out.append(estimate_mmproj(target, exact_compute))
     return tuple(out)

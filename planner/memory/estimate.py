@@ -124,7 +124,7 @@ class Estimate:
 
 
 COMPANION_TITLES = {"draft": "drafter (speculative decoding)", "mmproj": "multimodal projector",
-                    "lora": "LoRA adapter"}
+                    "lora": "LoRA adapter", "mtp": "MTP draft context (--spec-type draft-mtp) on"}
 
 
 def _rows_table(rows: tuple[DeviceMemory, ...]) -> str:

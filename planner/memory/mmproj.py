@@ -16,9 +16,13 @@ clip_reserve.py): the weights buffer as ggml_backend_alloc_ctx_tensors makes it,
 reserved through the runtime's scheduler (compute "simulated"), for the SigLIP-tower projectors of
 models/siglip.cpp (Gemma 3, IDEFICS3 / SmolVLM, LFM2 / LFM2-VL, Janus-Pro, Phi-4), InternVL's
 (models/internvl.cpp), Pixtral's (models/pixtral.cpp), Qwen2-VL's and Qwen2.5-VL's
-(models/qwen2vl.cpp) and Qwen3-VL's (models/qwen3vl.cpp); other projector types are refused by name.
-Gemma 3, IDEFICS3, Janus-Pro and InternVL warm up at their file's image_size, Phi-4 at 16 x 16
-patches, Pixtral at 16 x 16 merged ones and the Qwen types at 46 x 46 merged ones, so
+(models/qwen2vl.cpp), Qwen3-VL's (models/qwen3vl.cpp), Gemma 4's (models/gemma4v.cpp, gemma4uv.cpp:
+clip_gemma4.py; the audio gemma4a.cpp, gemma4ua.cpp: clip_gemma4a.py, a 3000-frame warmup clip; a file with
+both encoders loads two contexts, added up), Gemma 3n's
+(models/mobilenetv5.cpp: clip_mobilenetv5.py), Llama 4's (models/llama4.cpp: clip_llama4.py) and GLM-4V's
+(models/glm4v.cpp: clip_glm4v.py); other projector types are refused by name.
+Gemma 3, Gemma 3n, Llama 4, IDEFICS3, Janus-Pro and InternVL warm up at their file's image_size, Phi-4 at 16 x 16
+patches, Pixtral and Gemma 4 at 16 x 16 merged ones and the Qwen types and GLM-4V at 46 x 46 merged ones, so
 --image-min/max-tokens do not change what they allocate (IDEFICS3's set_limit_image_tokens() moves
 only the preprocessor's limits); LFM2's warmup image is the largest its token limit admits, and
 --image-max-tokens replaces that limit (clip-model.h).

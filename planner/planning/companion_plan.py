@@ -17,10 +17,11 @@ from planner.core.units import fmt_bytes
 from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
-from planner.llama.flags import NGL_AUTO, DraftFlags, LlamaFlags, LoraArg, MmprojFlags, SpecFlags
+from planner.llama.flags import DRAFT_MTP, NGL_AUTO, DraftFlags, LlamaFlags, LoraArg, MmprojFlags, SpecFlags
 from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.memory.draft import speculation_refusal
 from planner.memory.estimate import Estimate
+from planner.memory.mtp import check_mtp
 from planner.memory.rows import CompanionEstimate
 from planner.planning.result import Companions, PlanRequest
 from planner.planning.throughput import Rates
@@ -29,9 +30,13 @@ HOST_PLACE = "none"   # llama.cpp's spelling of "no device" in -devd and -mmdev
 
 
 def companion_flags(base: LlamaFlags, c: Companions) -> LlamaFlags:
-    """The target's flags with the companions' own: -md/-devd/-ctkd/-ctvd/--spec-draft-n-max/--spec-type,
+    """The target's flags with the companions' own: -md/-devd/-ctkd/-ctvd/--spec-draft-n-max/--spec-type
+    (--spec-type draft-mtp with -ctkd/-ctvd/--spec-draft-n-max for the MTP block),
     -mm with -mmdev or --no-mmproj-offload, --lora."""
     spec, mmproj = SpecFlags(), MmprojFlags()
+    if c.mtp:   # the MTP context takes the drafter's cache types and draft length (common_base_params_to_speculative)
+        spec = SpecFlags(types=("none", DRAFT_MTP), draft=DraftFlags(
+            cache_type_k=c.draft_cache_type, cache_type_v=c.draft_cache_type, n_max=c.draft_max))
     if c.draft:
         devices = None if c.draft_device is None else (c.draft_device,)
         spec = SpecFlags(types=("none", c.spec_type), draft=DraftFlags(
@@ -48,6 +53,11 @@ def resolved_companions(c: Companions, target: ModelContext, inventory: Inventor
     """The request with every companion path as llama.cpp must be given it (example: and hub names
     resolved), a drafter llama.cpp would refuse for speculation refused here (BadInput: the reason),
     and named devices checked against the inventory."""
+    if c.mtp and c.draft:
+        raise BadInput("--mtp and --draft: llama-server drafts with one of them; choose the model's MTP block or "
+                       "the drafter")
+    if c.mtp:
+        check_mtp(target)
     names = set(inventory.names) | {HOST_PLACE}
     for flag, dev in (("--draft-device", c.draft_device), ("--mmproj-device", c.mmproj_device)):
         if dev is not None and dev not in names:
@@ -126,7 +136,8 @@ def _where(dev: str) -> str:
 
 
 def _name(kind: str) -> str:
-    return {"draft": "the drafter", "mmproj": "the projector", "lora": "the adapters"}[kind]
+    return {"draft": "the drafter", "mmproj": "the projector", "lora": "the adapters",
+            "mtp": "the MTP draft context"}[kind]
 
 
 def _biggest(companions: tuple[CompanionEstimate, ...], dev: str) -> str:

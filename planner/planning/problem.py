@@ -121,10 +121,10 @@ def probe(s: Setting) -> Probes:
 def fixed_companion_bytes(est: Estimate) -> dict[str, int]:
     """The drafter's and the projector's bytes per budget row (HOST for every host row): fixed while
     the target's layers move, as each is pinned to its own device. Adapters follow the layers they
-    patch; the estimate's correction rounds count them."""
+    patch, draft-mtp's context the nextn block; the estimate's correction rounds count them."""
     out: dict[str, int] = {}
     for c in est.companions:
-        if c.kind == "lora":
+        if c.kind in ("lora", "mtp"):   # the MTP context's KV follows its nextn block
             continue
         for d in c.devices:
             row = HOST if d.name in HOST_ROWS else d.name

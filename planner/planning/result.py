@@ -33,10 +33,13 @@ class Companions:
     mmproj: str | None = None         # -mm
     mmproj_device: str | None = None  # -mmdev; "none": --no-mmproj-offload
     loras: tuple[str, ...] = ()       # --lora
+    # mtp: draft with the target's own MTP block (--spec-type draft-mtp without -md); draft_cache_type and
+    # draft_max apply to its context
+    mtp: bool = False
 
     @property
     def any(self) -> bool:
-        return bool(self.draft or self.mmproj or self.loras)
+        return bool(self.draft or self.mmproj or self.loras or self.mtp)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from gguf import GGMLQuantizationType as Q
-from gguf import Keys, VisionProjectorType
 
 from planner.synth.gguf_factory import ModelSpec, T
 
@@ -315,3 +315,361 @@ def write_mmproj(directory: Path, spec: ModelSpec, name: str) -> Path:
 def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: object) -> Path:
     """Write Gemma 3's projector into `directory` (once per name) and return its path."""
     return write_mmproj(directory, gemma3_mmproj_spec(**kw), name)   # type: ignore[arg-type]
+
+
+# --- proja: Gemma 4 (gemma4v, gemma4uv) ---------------------------------------------------------
+# Gemma 4's projectors (gemma4v, gemma4uv) as the pinned mtmd loader reads them.
+#
+# gemma4v: the layout conversion/gemma.py Gemma4VisionAudioModel writes for the vision tower and
+# tools/mtmd/clip.cpp load_tensors asks for: v.patch_embd (the linear patch embedder reshaped to a
+# conv kernel, F16), v.position_embd as the x and y tables [n_embd, n, 2] (F32), per layer
+# attn_q/k/v/out (no biases), per-head attn_q_norm/attn_k_norm, ln1 (input), attn_post_norm, ln2
+# (pre-FFN), ffn_post_norm, a gated FFN and the layer's out_scale, then mm.input_projection
+# {n_embd, n_text}; with `standardize`, v.std_bias and v.std_scale; with `clipped`, each linear's
+# four clamp scalars (Gemma4ClippableLinear). The converter writes image_size 224 ("unused") and no
+# use_gelu. Defaults: Gemma 4 E4B's vision tower (hidden 768, 16 layers, 12 heads, FFN 3072, patch
+# 16, pooling 3, a 10240-entry position table).
+#
+# gemma4uv: the unified models' embedder (Gemma4UnifiedVisionAudioModel): v.patch_embd as a linear
+# {3 p^2, n_text} with its bias, v.patch_norm.{1,2,3} layer norms, the position tables, and
+# mm.input_projection; no transformer (block count 0).
+GEMMA4_CLAMP_SUFFIXES = ("input_max", "input_min", "output_max", "output_min")
+
+
+def _gemma4_meta(spec: ModelSpec, projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
+                 n_head: int, patch_size: int) -> None:
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-6,
+        cv.IMAGE_SIZE: 224, cv.PATCH_SIZE: patch_size,
+        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
+    })
+
+
+def gemma4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 16, n_embd: int = 768, n_ff: int = 3072,
+                        n_head: int = 12, patch_size: int = 16, n_pos_table: int = 10240, standardize: bool = False,
+                        clipped: bool = False, weight_type: Q = Q.F16) -> ModelSpec:
+    """Gemma 4's vision projector (defaults: E4B's tower) for a text model of width `n_text_embd`."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_meta(spec, VisionProjectorType.GEMMA4V, n_text_embd, n_embd, n_ff, n_layer, n_head, patch_size)
+    d_head = n_embd // n_head
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_pos_table, 2))
+    linears: list[tuple[MODEL_TENSOR, int | None]] = []
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            linears.append((kind, i))
+        spec.add(T.V_ENC_ATTN_Q_NORM, Q.F32, (d_head,), i)
+        spec.add(T.V_ENC_ATTN_K_NORM, Q.F32, (d_head,), i)
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_ATTN_POST_NORM, T.V_ENC_POST_ATTN_NORM, T.V_ENC_FFN_POST_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+        for kind, shape in ((T.V_ENC_FFN_GATE, (n_embd, n_ff)), (T.V_ENC_FFN_UP, (n_embd, n_ff)),
+                            (T.V_ENC_FFN_DOWN, (n_ff, n_embd))):
+            spec.add(kind, weight_type, shape, i)
+            linears.append((kind, i))
+        spec.add(T.V_LAYER_OUT_SCALE, Q.F32, (1,), i)
+    if standardize:
+        spec.add(T.V_STD_BIAS, Q.F32, (n_embd,), suffix=None)
+        spec.add(T.V_STD_SCALE, Q.F32, (n_embd,), suffix=None)
+    spec.add(T.V_MM_INP_PROJ, Q.F16, (n_embd, n_text_embd))
+    if clipped:
+        for kind, bid in [*linears, (T.V_MM_INP_PROJ, None)]:
+            for suffix in GEMMA4_CLAMP_SUFFIXES:
+                spec.add(kind, Q.F32, (1,), bid, suffix)
+    return spec
+
+
+def gemma4uv_mmproj_spec(*, n_text_embd: int = 640, patch_size: int = 16, pool: int = 3,
+                         n_pos_table: int = 10240) -> ModelSpec:
+    """The unified Gemma 4 models' transformer-less vision embedder: patches of `patch_size` x `pool`
+    px straight to the text width."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_meta(spec, "gemma4uv", n_text_embd, n_text_embd, 0, 0, 0, patch_size)
+    spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = pool
+    k = 3 * (patch_size * pool) ** 2
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (k, n_text_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_text_embd,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_text_embd, n_pos_table, 2))
+    for i, width in ((1, k), (2, n_text_embd), (3, n_text_embd)):
+        spec.tensors.append((f"v.patch_norm.{i}.weight", Q.F32, (width,)))
+        spec.tensors.append((f"v.patch_norm.{i}.bias", Q.F32, (width,)))
+    spec.add(T.V_MM_INP_PROJ, Q.F16, (n_text_embd, n_text_embd))
+    return spec
+
+
+# --- proja: Gemma 3n (gemma3nv, MobileNetV5-300M) ---------------------------------------------------
+# The vision half of conversion/gemma.py Gemma3nVisionAudioModel as clip.cpp's GEMMA3NV loader reads it:
+# the stem (conv 3x3 F32 with its bias [1,1,C,1] and norm), the blocks v.blk.S.B.* of timm's
+# mobilenetv5_300m_enc (MNv5_300M_ARCH_DEF: stage 0 three edge residuals, stage 1 five universal
+# inverted residuals, stage 2 eight UIRs, a transition UIR and 13 MQA + UIR pairs with stride-2 keys and
+# values, stage 3 a UIR and 19 MQA + UIR pairs), every UIR and MQA block with a layer scale (1e-5 init),
+# the multi-scale fusion adapter (stage 2's 640 and stage 3's 1280 channels to 2048, expansion 2) and
+# the embedder's mm.input_projection and mm.soft_emb_norm. Conv weights are 4-D F16 ([KW, KH, IC, OC],
+# depthwise [K, K, 1, C]), norms and the layer scales [1, 1, C, 1] F32 (a name not ending in .weight).
+# The converter writes n_layer 128 (unused), n_ff 4 x 2048, 8 heads, a 768 px image and patch 768 / 256.
+MNV5_300M_STAGES: tuple[tuple[tuple, ...], ...] = (
+    (("er", 3, 2, 4, 128), ("er", 3, 1, 4, 128), ("er", 3, 1, 4, 128)),
+    (("uir", 3, 5, 2, 6, 256), ("uir", 5, 0, 1, 4, 256), ("uir", 3, 0, 1, 4, 256), ("uir", 5, 0, 1, 4, 256),
+     ("uir", 3, 0, 1, 4, 256)),
+    (("uir", 5, 5, 2, 6, 640), *((("uir", 5, 0, 1, 4, 640),) * 7), ("uir", 0, 0, 1, 1, 640),
+     *((("mqa", 12, 2, 64, 640), ("uir", 0, 0, 1, 2, 640)) * 13)),
+    (("uir", 5, 5, 2, 6, 1280), *((("mqa", 16, 1, 96, 1280), ("uir", 0, 0, 1, 2, 1280)) * 19)),
+)
+
+
+def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, ...], ...] = MNV5_300M_STAGES,
+                         stem: int = 64, n_embd: int = 2048, image_size: int = 768,
+                         unloaded: bool = False) -> ModelSpec:
+    """Gemma 3n's vision projector (MobileNetV5-300M by default); `stages` as MNV5_300M_STAGES:
+    ("er", k, stride, expansion, out), ("uir", k_start, k_mid, stride, expansion, out) or
+    ("mqa", heads, kv_stride, head_dim, out). `unloaded`: also the tensors the converter writes and
+    clip.cpp leaves in the file for GEMMA3NV (the hard-token embedding and its norm, and a stand-in
+    for the audio conformer: one a.* layer weight and mm.a.input_projection, with has_audio_encoder)."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.GEMMA3NV, clip.HAS_VISION_ENCODER: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: 4 * n_embd, cv.BLOCK_COUNT: 128,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: 8, cv.Attention.LAYERNORM_EPS: 1e-6,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: image_size // 256,
+        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
+    })
+    add = spec.tensors.append
+    add(("v.conv_stem.conv.weight", Q.F32, (3, 3, 3, stem)))
+    add(("v.conv_stem.conv.bias", Q.F32, (1, 1, stem, 1)))
+    add(("v.conv_stem.bn.weight", Q.F32, (stem,)))
+    c, feats = stem, []
+    for s, blocks in enumerate(stages):
+        for b, blk in enumerate(blocks):
+            p = f"v.blk.{s}.{b}."
+            if blk[0] == "er":
+                _, k, _, e, out = blk
+                add((p + "conv_exp.weight", Q.F16, (k, k, c, c * e)))
+                add((p + "bn1.weight", Q.F32, (c * e,)))
+                add((p + "conv_pwl.weight", Q.F16, (1, 1, c * e, out)))
+                add((p + "bn2.weight", Q.F32, (out,)))
+            elif blk[0] == "uir":
+                _, ks, km, _, e, out = blk
+                mid = c * e
+                if ks:
+                    add((p + "dw_start.conv.weight", Q.F16, (ks, ks, 1, c)))
+                    add((p + "dw_start.bn.weight", Q.F32, (c,)))
+                add((p + "pw_exp.conv.weight", Q.F16, (1, 1, c, mid)))
+                add((p + "pw_exp.bn.weight", Q.F32, (mid,)))
+                if km:
+                    add((p + "dw_mid.conv.weight", Q.F16, (km, km, 1, mid)))
+                    add((p + "dw_mid.bn.weight", Q.F32, (mid,)))
+                add((p + "pw_proj.conv.weight", Q.F16, (1, 1, mid, out)))
+                add((p + "pw_proj.bn.weight", Q.F32, (out,)))
+                add((p + "layer_scale.gamma", Q.F32, (1, 1, out, 1)))
+            else:
+                _, heads, kv_stride, d, out = blk
+                add((p + "norm.weight", Q.F32, (c,)))
+                add((p + "attn.query.proj.weight", Q.F16, (1, 1, c, heads * d)))
+                for which in ("key", "value"):
+                    if kv_stride > 1:
+                        add((f"{p}attn.{which}.down_conv.weight", Q.F16, (3, 3, 1, c)))
+                        add((f"{p}attn.{which}.norm.weight", Q.F32, (c,)))
+                    add((f"{p}attn.{which}.proj.weight", Q.F16, (1, 1, c, d)))
+                add((p + "attn.output.proj.weight", Q.F16, (1, 1, heads * d, out)))
+                add((p + "layer_scale.gamma", Q.F32, (1, 1, out, 1)))
+            c = blk[-1]
+        feats.append(c)
+    fused = sum(feats[2:4]) if len(feats) >= 4 else feats[-1]
+    add(("v.msfa.ffn.pw_exp.conv.weight", Q.F16, (1, 1, fused, 2 * fused)))
+    add(("v.msfa.ffn.pw_exp.bn.weight", Q.F32, (2 * fused,)))
+    add(("v.msfa.ffn.pw_proj.conv.weight", Q.F16, (1, 1, 2 * fused, n_embd)))
+    add(("v.msfa.ffn.pw_proj.bn.weight", Q.F32, (n_embd,)))
+    add(("v.msfa.norm.weight", Q.F32, (n_embd,)))
+    spec.add(T.V_MM_INP_PROJ, Q.F16, (n_embd, n_text_embd))
+    spec.add(T.V_MM_SOFT_EMB_NORM, Q.F32, (n_embd,))
+    if unloaded:
+        spec.metadata[clip.HAS_AUDIO_ENCODER] = True
+        spec.add(T.V_MM_EMBEDDING, Q.F16, (n_embd, 128))
+        spec.add(T.V_MM_HARD_EMB_NORM, Q.F32, (n_embd,))
+        spec.add(T.A_ENC_ATTN_Q, Q.F16, (1536, 1536), 0)
+        spec.add(T.A_MM_INP_PROJ, Q.F16, (1536, n_text_embd))
+    return spec
+
+
+# --- proja: Llama 4 (llama4) -------------------------------------------------------------------------
+def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int = 1408, n_ff: int = 5632,
+                       n_head: int = 16, image_size: int = 336, patch_size: int = 14, shuffle: int = 2,
+                       n_adapter: int = 4096, weight_type: Q = Q.F16) -> ModelSpec:
+    """Llama 4's vision projector as conversion/llama4.py Llama4VisionModel writes it and clip.cpp's
+    LLAMA4 loader reads it: the linear patch embedder {3 p^2, n_embd} (F16), the class embedding, a
+    position table for the patches and the class token (F32, as the converter forces it), biased
+    pre/post layer norms, layers with biased q/k/v/out, ln1/ln2 and a GELU fc1/fc2 FFN, the adapter
+    MLP mm.model.mlp.1 {n_embd x shuffle^2, n_adapter} and mm.model.mlp.2, and mm.model.fc to the
+    text width (no biases). Defaults: Llama-4-Scout/Maverick's vision_config (1408 wide, 34 layers,
+    16 heads, 336 px / 14, pixel_shuffle_ratio 0.5, projector_input/output_dim 4096, norm_eps 1e-5)."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.LLAMA4, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.Projector.SCALE_FACTOR: shuffle,
+        cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
+    })
+    n_patches = (image_size // patch_size) ** 2
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (3 * patch_size**2, n_embd))
+    spec.add(T.V_ENC_EMBD_CLS, Q.F32, (n_embd,), suffix=None)
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches + 1))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
+    for i in range(n_layer):
+        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+            spec.add(kind, weight_type, (n_embd, n_embd), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            spec.add(kind, Q.F32, (n_embd,), i)
+            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
+        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+    spec.add(T.V_MMPROJ_MLP, weight_type, (n_embd * shuffle**2, n_adapter), 1)
+    spec.add(T.V_MMPROJ_MLP, weight_type, (n_adapter, n_adapter), 2)
+    spec.add(T.V_MMPROJ_FC, weight_type, (n_adapter, n_text_embd))
+    return spec
+
+
+# --- proja: GLM-4.1V / GLM-4.5V (glm4v) --------------------------------------------------------------
+def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int = 1536, n_head: int = 12,
+                      n_ff: int = 13696, out_hidden: int = 4096, image_size: int = 336, patch_size: int = 14,
+                      merge: int = 2, weight_type: Q = Q.F16) -> ModelSpec:
+    """GLM-4V's vision projector as conversion/qwen3vl.py Glm4VVisionModel writes it and clip.cpp's GLM4V
+    loader reads it: the 3-D patch conv split into v.patch_embd.weight / .weight.1 (F16) with its bias,
+    the post-conv RMS norm (v.norm_embd), the position table (image_size / patch)^2 rows (F32),
+    24 layers of RMS norms, a bias-free fused qkv and output, a SwiGLU FFN of width out_hidden (HF
+    Glm4VisionMlp's intermediate size is the config's out_hidden_size), v.post_ln, the merger's
+    merge x merge downsample conv (mm.patch_merger, F16, with its bias), mm.model.fc, mm.post_norm
+    (a LayerNorm with bias) and the SwiGLU mm.gate / mm.up / mm.down of width n_ff (the config's
+    intermediate_size). The merger works at the text width: `n_text_embd` stands where the real model
+    has out_hidden_size (4096, its text width). Defaults: Glm4vVisionConfig (GLM-4.1V-9B)."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: VisionProjectorType.GLM4V, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: merge,
+        cv.IMAGE_MEAN: [0.48145466, 0.4578275, 0.40821073], cv.IMAGE_STD: [0.26862954, 0.26130258, 0.27577711],
+    })
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
+    spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
+    spec.add(T.V_ENC_EMBD_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, (image_size // patch_size) ** 2))
+    for i in range(n_layer):
+        spec.add(T.V_ENC_ATTN_QKV, weight_type, (n_embd, 3 * n_embd), i)
+        spec.add(T.V_ENC_ATTN_O, weight_type, (n_embd, n_embd), i)
+        spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
+        spec.add(T.V_ENC_FFN_GATE, weight_type, (n_embd, out_hidden), i)
+        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, out_hidden), i)
+        spec.add(T.V_ENC_FFN_DOWN, weight_type, (out_hidden, n_embd), i)
+    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
+    spec.add(T.V_MM_PATCH_MERGER, Q.F16, (merge, merge, n_embd, n_text_embd))
+    spec.add(T.V_MM_PATCH_MERGER, Q.F32, (n_text_embd,), suffix="bias")
+    spec.add(T.V_MMPROJ_FC, weight_type, (n_text_embd, n_text_embd))
+    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,))
+    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,), suffix="bias")
+    spec.add(T.V_MM_GATE, weight_type, (n_text_embd, n_ff))
+    spec.add(T.V_MM_UP, weight_type, (n_text_embd, n_ff))
+    spec.add(T.V_MM_DOWN, weight_type, (n_ff, n_text_embd))
+    return spec
+
+
+# --- proja: Gemma 4 audio (gemma4a, gemma4ua), files that carry the audio encoder alone ---------------
+def _gemma4_audio_meta(spec: ModelSpec, projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
+                       n_head: int, n_mel: int) -> None:
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
+        ca.PROJECTION_DIM: n_text_embd, ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-6,
+        ca.NUM_MEL_BINS: n_mel,
+    })
+
+
+def gemma4a_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: int = 1024, n_head: int = 8,
+                        n_mel: int = 128, channels: tuple[int, int] = (128, 32), out_dims: int = 1536,
+                        clipped: bool = False, weight_type: Q = Q.F16) -> ModelSpec:
+    """Gemma 4's audio conformer (E2B/E4B audio_config: hidden 1024, 12 layers, 8 heads, FFN 4 x 1024,
+    subsampling channels 128 and 32, output_proj_dims 1536, 128 mel bins, conv kernel 5) as
+    conversion/gemma.py Gemma4VisionAudioModel writes it and clip.cpp's GEMMA4A loader reads it, alone in
+    its file: a.conv1d.{0,1} (F32 conv kernels, as the converter forces for audio convs) with their
+    LayerNorm weights, a.input_projection (F32: its HF name carries "_conv"), per layer the two half-step
+    FFNs with pre/post norms, attn_pre_norm, q/k/v/out, attn_k_rel, per_dim_scale and per_dim_k_scale
+    (softplus'ed, F32), attn_post_norm, the light conv (conv_norm, conv_pw1 {n, 2n}, conv_dw [5, n] F32,
+    norm_conv, conv_pw2) and ln2; a.pre_encode.out {n, out_dims} with its bias and mm.a.input_projection
+    {out_dims, n_text}; with `clipped`, each loaded weight's four clamp scalars."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_audio_meta(spec, VisionProjectorType.GEMMA4A, n_text_embd, n_embd, 4 * n_embd, n_layer, n_head, n_mel)
+    add = spec.tensors.append
+    f32, d_head, c0, c1 = Q.F32, n_embd // n_head, channels[0], channels[1]
+    add(("a.conv1d.0.weight", f32, (3, 3, 1, c0)))
+    add(("a.conv1d.0.norm.weight", f32, (c0,)))
+    add(("a.conv1d.1.weight", f32, (3, 3, c0, c1)))
+    add(("a.conv1d.1.norm.weight", f32, (c1,)))
+    add(("a.input_projection.weight", f32, (c1 * (n_mel // 4), n_embd)))
+    for i in range(n_layer):
+        p = f"a.blk.{i}."
+        for sfx in ("", "_1"):
+            add((f"{p}ffn_norm{sfx}.weight", f32, (n_embd,)))
+            add((f"{p}ffn_up{sfx}.weight", weight_type, (n_embd, 4 * n_embd)))
+            add((f"{p}ffn_down{sfx}.weight", weight_type, (4 * n_embd, n_embd)))
+            add((f"{p}ffn_post_norm{sfx}.weight", f32, (n_embd,)))
+        add((p + "attn_pre_norm.weight", f32, (n_embd,)))
+        for kind in ("attn_q", "attn_k", "attn_v", "attn_out", "attn_k_rel"):
+            add((f"{p}{kind}.weight", weight_type, (n_embd, n_embd)))
+        add((p + "per_dim_scale.weight", f32, (d_head,)))
+        add((p + "per_dim_k_scale.weight", f32, (d_head,)))
+        add((p + "attn_post_norm.weight", f32, (n_embd,)))
+        add((p + "conv_norm.weight", f32, (n_embd,)))
+        add((p + "conv_pw1.weight", weight_type, (n_embd, 2 * n_embd)))
+        add((p + "conv_dw.weight", f32, (5, n_embd)))
+        add((p + "norm_conv.weight", f32, (n_embd,)))
+        add((p + "conv_pw2.weight", weight_type, (n_embd, n_embd)))
+        add((p + "ln2.weight", f32, (n_embd,)))
+    add(("a.pre_encode.out.weight", weight_type, (n_embd, out_dims)))
+    add(("a.pre_encode.out.bias", f32, (out_dims,)))
+    spec.add(T.A_MM_INP_PROJ, weight_type, (out_dims, n_text_embd))
+    if clipped:
+        for t, _, _ in list(spec.tensors):
+            if t.endswith(".weight") and t != "a.conv1d.0.norm.weight":
+                for suffix in GEMMA4_CLAMP_SUFFIXES:
+                    add((t.removesuffix("weight") + suffix, f32, (1,)))
+    return spec
+
+
+def gemma4ua_mmproj_spec(*, n_text_embd: int = 640, frame: int = 640) -> ModelSpec:
+    """The unified Gemma 4 models' encoder-free audio embedder alone in its file: mm.a.input_projection
+    from 640-sample frames to the text width (audio_embed_dim is the frame)."""
+    spec = ModelSpec(CLIP_ARCH)
+    _gemma4_audio_meta(spec, "gemma4ua", n_text_embd, frame, 0, 0, 0, frame)
+    spec.add(T.A_MM_INP_PROJ, Q.F16, (frame, n_text_embd))
+    return spec
+
+
+def gemma4_e4b_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 16, n_audio_layer: int = 12) -> ModelSpec:
+    """Gemma 4 E4B's mmproj as the converter writes it: the vision tower (gemma4v) and the audio conformer
+    (gemma4a) in one file, typed by clip.vision.projector_type and clip.audio.projector_type (no
+    clip.projector_type), both encoders flagged; llama-server loads them as two contexts."""
+    vision = gemma4v_mmproj_spec(n_text_embd=n_text_embd, n_layer=n_layer)
+    sound = gemma4a_mmproj_spec(n_text_embd=n_text_embd, n_layer=n_audio_layer)
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({**vision.metadata, **sound.metadata})
+    del spec.metadata[Keys.Clip.PROJECTOR_TYPE]
+    spec.metadata.update({Keys.ClipVision.PROJECTOR_TYPE: VisionProjectorType.GEMMA4V,
+                          Keys.ClipAudio.PROJECTOR_TYPE: VisionProjectorType.GEMMA4A,
+                          Keys.Clip.HAS_VISION_ENCODER: True, Keys.Clip.HAS_AUDIO_ENCODER: True})
+    spec.tensors = vision.tensors + sound.tensors
+    return spec

@@ -21,10 +21,15 @@ def qwen3next_spec(*, n_layer: int = 4, n_embd: int = 128, n_head: int = 4, n_he
                    head_dim: int = 64, n_expert: int = 8, n_expert_used: int = 2, n_ff_exp: int = 64,
                    n_ff_shexp: int = 64, d_conv: int = 4, d_state: int = 32, n_k_heads: int = 2,
                    n_v_heads: int = 4, interval: int = 4, n_vocab: int = 512, mat_type: Q = Q.Q8_0,
-                   exp_type: Q = Q.Q8_0, embd_type: Q = Q.Q8_0, out_type: Q | None = Q.Q8_0) -> ModelSpec:
+                   exp_type: Q = Q.Q8_0, embd_type: Q = Q.Q8_0, out_type: Q | None = Q.Q8_0,
+                   n_mtp: int = 0) -> ModelSpec:
+    """`n_mtp` MTP blocks after the trunk (src/models/qwen3next.cpp load_block_mtp): a full-attention block
+    with the experts and the shared expert, plus nextn.eh_proj, enorm, hnorm and shared_head_norm."""
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     spec = ModelSpec("qwen3next")
-    _common(spec, n_layer, n_embd, n_vocab)
+    _common(spec, n_layer + n_mtp, n_embd, n_vocab)
+    if n_mtp:
+        spec.metadata[Keys.LLM.NEXTN_PREDICT_LAYERS] = n_mtp
     spec.metadata.update({
         Keys.Attention.HEAD_COUNT: n_head, Keys.Attention.HEAD_COUNT_KV: n_head_kv,
         Keys.Attention.KEY_LENGTH: head_dim, Keys.Attention.VALUE_LENGTH: head_dim,
@@ -37,10 +42,15 @@ def qwen3next_spec(*, n_layer: int = 4, n_embd: int = 128, n_head: int = 4, n_he
         Keys.SSM.TIME_STEP_RANK: n_v_heads, Keys.SSM.GROUP_COUNT: n_k_heads,
     })
     _embeddings(spec, n_embd, n_vocab, embd_type, out_type)
-    for i in range(n_layer):
+    for i in range(n_layer + n_mtp):
         spec.add(T.ATTN_NORM, Q.F32, (n_embd,), i)
         spec.add(T.ATTN_POST_NORM, Q.F32, (n_embd,), i)
-        if (i + 1) % interval == 0:
+        if i >= n_layer:
+            spec.add(T.NEXTN_EH_PROJ, mat_type, (2 * n_embd, n_embd), i)
+            spec.add(T.NEXTN_ENORM, Q.F32, (n_embd,), i)
+            spec.add(T.NEXTN_HNORM, Q.F32, (n_embd,), i)
+            spec.add(T.NEXTN_SHARED_HEAD_NORM, Q.F32, (n_embd,), i)
+        if (i + 1) % interval == 0 or i >= n_layer:
             spec.add(T.ATTN_Q, mat_type, (n_embd, 2 * n_head * head_dim), i)
             spec.add(T.ATTN_K, mat_type, (n_embd, n_head_kv * head_dim), i)
             spec.add(T.ATTN_V, mat_type, (n_embd, n_head_kv * head_dim), i)

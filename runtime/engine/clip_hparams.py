@@ -181,3 +181,8 @@ def load_weights(model: ModelFile, hp: ClipHParams, names: list[str] | None = No
     if extra:
         raise UnsupportedProjector(model.path, f"{hp.projector} with {extra[0]}")
     return {t.name: Tensor(t.ggml_type, t.shape, name=t.name) for t in model.tensors}
+
+
+# --- proja: projector types whose graph builder is a module of its own (clip_reserve.FAMILIES) ------
+SUPPORTED = (*SUPPORTED, VisionProjectorType.GEMMA4V, "gemma4uv", VisionProjectorType.GEMMA3NV,
+             VisionProjectorType.LLAMA4, VisionProjectorType.GLM4V, VisionProjectorType.GEMMA4A, "gemma4ua")

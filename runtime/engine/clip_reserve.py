@@ -11,20 +11,52 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd/clip.cpp):
 - clip_model_loader::warmup / reserve_compute_meta: with flash attention `auto` the graph is reserved
   with it enabled, and again disabled only when the backend refuses the FLASH_ATTN_EXT node (the
   allocator's buffers only grow, so the larger reserve stays).
+- clip_init: a file with a vision and an audio encoder loads two clip_ctx, each with its own weights
+  buffer and warmup reserve on the same backend (Gemma 4's: FAMILIES, _plus_audio); Gemma 3n's audio
+  half is skipped.
+- FAMILIES: the projector types whose builder is a module of its own (clip_gemma4, clip_gemma4a,
+  clip_mobilenetv5, clip_llama4, clip_glm4v).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
 
-from gguf import VisionProjectorType
+from gguf import Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from planner.llama.placement import CPU, Device
 from runtime.engine.clip import CLIP_SIZED_OPS, SiglipGraph
+from runtime.engine.clip_gemma4 import (
+    GEMMA4UV,
+    GEMMA4V,
+    Gemma4UVGraph,
+    Gemma4VGraph,
+    gemma4_tensor_names,
+    read_gemma4_hparams,
+)
+from runtime.engine.clip_gemma4a import (
+    GEMMA4A,
+    GEMMA4UA,
+    Gemma4AGraph,
+    Gemma4UAGraph,
+    gemma4a_tensor_names,
+    is_audio_tensor,
+    read_gemma4a_hparams,
+)
+from runtime.engine.clip_glm4v import GLM4V, Glm4VGraph, glm4v_tensor_names, read_glm4v_hparams
 from runtime.engine.clip_hparams import ClipHParams, load_weights, projector_type, read_clip_hparams
+from runtime.engine.clip_llama4 import LLAMA4, Llama4Graph, llama4_tensor_names, read_llama4_hparams
+from runtime.engine.clip_mobilenetv5 import (
+    GEMMA3NV,
+    MobileNetV5Graph,
+    gemma3n_left_in_file,
+    mobilenet_tensor_names,
+    read_mobilenet_hparams,
+)
 from runtime.engine.clip_pixtral import PixtralGraph, pixtral_tensor_names, read_pixtral_hparams
 from runtime.engine.clip_qwen2vl import (
     QWEN2VL_TYPES,
@@ -36,7 +68,7 @@ from runtime.engine.clip_qwen2vl import (
 )
 from runtime.ggml.backend import UNLIMITED, Backend, DeviceType, alloc_tensors, make_cpu
 from runtime.ggml.backend import Device as RuntimeDevice
-from runtime.ggml.graph import BufferUsage, Graph, Tensor
+from runtime.ggml.graph import BufferUsage, Graph, Op, Tensor
 from runtime.ggml.profiles import Backend as BackendKind
 from runtime.ggml.sched import Scheduler
 
@@ -64,7 +96,7 @@ def _backend(device: Device) -> Backend:
     rt = RuntimeDevice(device.name, DeviceType.GPU, UNLIMITED, alignment=device.alignment,
                        offload_min_batch=profile.offload_min_batch(), profile=profile,
                        compute_capability=device.compute_capability)
-    rt.ops = rt.ops | CLIP_SIZED_OPS
+    rt.ops = rt.ops | CLIP_SIZED_OPS | FAMILY_SIZED_OPS
     return rt.init_backend()
 
 
@@ -82,6 +114,9 @@ def _fa_supported(device: Device | None, d_head: int) -> bool:
 
 def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
     """The projector's hparams, read by its family's reader (projector type -> graph builder)."""
+    family = FAMILIES.get(projector_type(model))
+    if family is not None:
+        return family.read(model)
     if projector_type(model) in QWEN2VL_TYPES:
         return read_qwen2vl_hparams(model)
     if projector_type(model) == VisionProjectorType.PIXTRAL:
@@ -90,6 +125,12 @@ def read_projector(model: ModelFile, image_max_tokens: int = -1) -> ClipHParams:
 
 
 def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dict[str, Tensor], Graph]:
+    family = FAMILIES.get(hp.projector)
+    if family is not None:
+        left = {t.name for t in model.tensors if family.left_in_file(t.name)}
+        weights = load_weights(model, hp, [*family.names(hp), *left])
+        weights = {n: t for n, t in weights.items() if n not in left}
+        return weights, family.graph(hp, weights, fa).build()
     if isinstance(hp, QwenVLHParams):
         weights = load_weights(model, hp, qwen2vl_tensor_names(hp))
         builder = Qwen3VLGraph if hp.projector == VisionProjectorType.QWEN3VL else Qwen2VLGraph
@@ -99,6 +140,77 @@ def _weights_and_graph(model: ModelFile, hp: ClipHParams, fa: bool) -> tuple[dic
         return weights, PixtralGraph(hp, weights, fa).build()
     weights = load_weights(model, hp)
     return weights, SiglipGraph(hp, weights, fa).build()
+
+
+# --- proja: projector families with a module of their own: type -> reader, tensor names, graph ------
+
+class GraphBuilder(Protocol):
+    def build(self) -> Graph: ...
+
+
+@dataclass(frozen=True)
+class ProjectorFamily:
+    """How one projector type is read (load_hparams), which tensors it loads (load_tensors) and which
+    builder makes its warmup graph (the clip_graph_* of clip.cpp's build_graph)."""
+
+    read: Callable[[ModelFile], ClipHParams]
+    names: Callable[[ClipHParams], list[str]]
+    graph: Callable[[ClipHParams, Mapping[str, Tensor], bool], GraphBuilder]
+    # tensors the type's files carry that clip.cpp leaves unloaded (they count in load_hparams' model
+    # size, not in the weights buffer); any other tensor the loader does not ask for is refused
+    left_in_file: Callable[[str], bool] = lambda _name: False
+
+
+FAMILIES: dict[str, ProjectorFamily] = {
+    VisionProjectorType.GEMMA4V: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4VGraph,
+                                                 is_audio_tensor),
+    GEMMA4UV: ProjectorFamily(read_gemma4_hparams, gemma4_tensor_names, Gemma4UVGraph, is_audio_tensor),
+    GEMMA3NV: ProjectorFamily(read_mobilenet_hparams, mobilenet_tensor_names, MobileNetV5Graph,
+                              gemma3n_left_in_file),
+    LLAMA4: ProjectorFamily(read_llama4_hparams, llama4_tensor_names, Llama4Graph),
+    GLM4V: ProjectorFamily(read_glm4v_hparams, glm4v_tensor_names, Glm4VGraph),
+    GEMMA4A: ProjectorFamily(read_gemma4a_hparams, gemma4a_tensor_names, Gemma4AGraph),
+    GEMMA4UA: ProjectorFamily(read_gemma4a_hparams, gemma4a_tensor_names, Gemma4UAGraph),
+}
+
+
+def _audio_half(model: ModelFile) -> str | None:
+    """The audio projector type clip_init loads beside the vision one (a second clip_ctx), where it is one
+    of Gemma 4's; None for a file with one encoder."""
+    meta = model.metadata
+    if not (meta.get(Keys.Clip.HAS_VISION_ENCODER) and meta.get(Keys.Clip.HAS_AUDIO_ENCODER)):
+        return None
+    audio = str(meta.get(Keys.ClipAudio.PROJECTOR_TYPE) or "")
+    return audio if audio in (GEMMA4A, GEMMA4UA) and projector_type(model) in (GEMMA4V, GEMMA4UV) else None
+
+
+def _plus_audio(vision: ProjectorReserve, model: ModelFile, audio: str, device: Device | None,
+                flash_attn: str) -> ProjectorReserve:
+    """clip_init's audio context after the vision one: its own weights buffer on the same backend and its
+    own warmup reserve (Gemma 4's audio graphs have no attention node, so -fa auto stays enabled); the two
+    contexts' buffers add up, as do their graphs' nodes and splits."""
+    hp = read_gemma4a_hparams(model, audio)
+    family = FAMILIES[audio]
+    vision_tensors = [t.name for t in model.tensors if not is_audio_tensor(t.name)]
+    weights = {n: t for n, t in load_weights(model, hp, [*family.names(hp), *vision_tensors]).items()
+               if is_audio_tensor(n)}
+    graph = family.graph(hp, weights, flash_attn == "on").build()
+    cpu = make_cpu(UNLIMITED)
+    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS | FAMILY_SIZED_OPS
+    main = _backend(device) if device is not None else cpu
+    backends = [main, cpu] if main is not cpu else [cpu]
+    buffers = alloc_tensors(main.buffer_type, list(weights.values()), BufferUsage.WEIGHTS)
+    sched = Scheduler(backends, parallel=False, op_offload=True)
+    sched.reserve(graph)
+    compute = dict(vision.compute_bytes)
+    for b in backends:
+        compute[b.name] = compute.get(b.name, 0) + sched.buffer_size(b)
+    return replace(vision, weight_bytes=vision.weight_bytes + sum(b.size for b in buffers), compute_bytes=compute,
+                   n_nodes=vision.n_nodes + len(graph.nodes), n_splits=vision.n_splits + sched.n_splits)
+
+
+# ops these graphs use that have no numpy kernel (sizes only, as CLIP_SIZED_OPS)
+FAMILY_SIZED_OPS = frozenset({Op.SUB, Op.CONV_2D, Op.PAD, Op.SSM_CONV})
 
 
 _cache: OrderedDict[tuple, ProjectorReserve] = OrderedDict()
@@ -115,9 +227,11 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
         return hit
     hp = read_projector(model, image_max_tokens)
     # -fa on keeps flash attention even where refused (the op then falls back to the CPU: not modelled)
-    fa = flash_attn == "on" or (flash_attn == "auto" and _fa_supported(device, hp.n_embd // hp.n_head))
+    # a graph without attention (no heads: Gemma 4's unified embedder) never refuses it
+    fa = flash_attn == "on" or (flash_attn == "auto"
+                                and (hp.n_head == 0 or _fa_supported(device, hp.n_embd // hp.n_head)))
     cpu = make_cpu(UNLIMITED)
-    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS
+    cpu.device.ops = cpu.device.ops | CLIP_SIZED_OPS | FAMILY_SIZED_OPS
     main = _backend(device) if device is not None else cpu
     backends = [main, cpu] if main is not cpu else [cpu]
     try:
@@ -133,6 +247,9 @@ def reserve_projector(model: ModelFile, device: Device | None, flash_attn: str =
     compute = {b.name: sched.buffer_size(b) for b in backends}
     out = ProjectorReserve(main.name if main is not cpu else CPU, sum(b.size for b in buffers),
                            compute, len(graph.nodes), n_splits, fa, hp.warmup_image_size)
+    audio = _audio_half(model)     # proja: a Gemma 4 file with both encoders loads a second context
+    if audio is not None:
+        out = _plus_audio(out, model, audio, device, flash_attn)
     _cache[key] = out
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)

@@ -105,11 +105,16 @@ class Qwen3NextBuilder(DecoderBuilder):
         # build_conv_state: the stored columns, then this ubatch's; the last d_conv - 1 become the new r
         conv = B.reshape(build_rs(g, rs, r_all, r_all.ne[0], n_seqs), (p.d_conv - 1, p.conv_dim, n_seqs))
         conv_in = ssm.concat(conv, B.transpose(qkv), 0, name=f"conv_input-{il}")
-        last = B.view(conv_in, (p.d_conv - 1, p.conv_dim, n_seqs), (ELEMENT, conv_in.nb[1], conv_in.nb[2]),
-                      (conv_in.ne[0] - conv.ne[0]) * ELEMENT)
         row = (p.d_conv - 1) * p.conv_dim * ELEMENT
-        g.expand(B.cpy(last, B.view(r_all, ((p.d_conv - 1) * p.conv_dim, n_seqs), (ELEMENT, r_all.nb[1]),
-                                    rs.head * row)))
+        # mtp: with rollback rows, the last K = n_rs_seq + 1 windows, window t into group K - t (build_conv_state)
+        n_snap = self.states.n_rs_seq + 1
+        for t in range(1, n_snap + 1):
+            idx = max(0, conv_in.ne[0] - conv.ne[0] - n_snap + t) if n_snap > 1 else conv_in.ne[0] - conv.ne[0]
+            last = B.view(conv_in, (p.d_conv - 1, p.conv_dim, n_seqs), (ELEMENT, conv_in.nb[1], conv_in.nb[2]),
+                          idx * ELEMENT)
+            slot = n_snap - t
+            g.expand(B.cpy(last, B.view(r_all, ((p.d_conv - 1) * p.conv_dim, n_seqs), (ELEMENT, r_all.nb[1]),
+                                        (slot * self.states.size + rs.head) * row)))
         state = B.reshape(build_rs(g, rs, s_all, s_all.ne[0], n_seqs), (hv, hv, nv, n_seqs))
         mixed = B.silu(ssm.ssm_conv(conv_in, self._need(tensor_name(T.SSM_CONV1D, il)), name=f"conv_output_raw-{il}"))
         row_b = p.conv_dim * ELEMENT
@@ -122,15 +127,23 @@ class Qwen3NextBuilder(DecoderBuilder):
             rep = (hk, nv // nk, nk, nst * n_seqs)
             q = B.reshape(deltanet.repeat_4d(B.reshape(q, (hk, 1, nk, nst * n_seqs)), rep), (hk, nv, nst, n_seqs))
             k = B.reshape(deltanet.repeat_4d(B.reshape(k, (hk, 1, nk, nst * n_seqs)), rep), (hk, nv, nst, n_seqs))
-        gdn = deltanet.gated_delta_net(q, k, v, gate, beta, state, 1, name=f"gdn-{il}")
+        gdn = deltanet.gated_delta_net(q, k, v, gate, beta, state, n_snap, name=f"gdn-{il}")
         out = B.view(gdn, (hv, nv, nst, n_seqs), (ELEMENT, hv * ELEMENT, hv * nv * ELEMENT, hv * nv * nst * ELEMENT),
                      0, name=f"attn_output-{il}")
-        new_state = B.view(gdn, (hv, hv, nv, n_seqs),
-                           (ELEMENT, hv * ELEMENT, hv * hv * ELEMENT, hv * hv * nv * ELEMENT),
-                           hv * nv * nst * n_seqs * ELEMENT, name=f"new_state-{il}")
-        n_embd_s = s_all.ne[0]
-        g.expand(B.cpy(new_state, B.view(s_all, (n_embd_s, n_seqs), (ELEMENT, s_all.nb[1]),
-                                         rs.head * n_embd_s * ELEMENT)))
+        if n_snap > 1:   # mtp: build_recurrent_attn keeps the last min(nst, K) states, snapshot i into group i
+            n_written, d = min(nst, n_snap), hv * hv * nv
+            src = B.view(gdn, (d, n_seqs, n_written), (ELEMENT, d * ELEMENT, d * n_seqs * ELEMENT),
+                         hv * nv * nst * n_seqs * ELEMENT)
+            dst = B.view(s_all, (d, n_seqs, n_written), (ELEMENT, s_all.nb[1], self.states.size * s_all.nb[1]),
+                         rs.head * s_all.nb[1])
+            g.expand(B.cpy(src, dst))
+        else:
+            new_state = B.view(gdn, (hv, hv, nv, n_seqs),
+                               (ELEMENT, hv * ELEMENT, hv * hv * ELEMENT, hv * hv * nv * ELEMENT),
+                               hv * nv * nst * n_seqs * ELEMENT, name=f"new_state-{il}")
+            n_embd_s = s_all.ne[0]
+            g.expand(B.cpy(new_state, B.view(s_all, (n_embd_s, n_seqs), (ELEMENT, s_all.nb[1]),
+                                             rs.head * n_embd_s * ELEMENT)))
         # build_norm_gated: RMS norm times ssm_norm, times silu(z)
         y = B.mul(self.norm(out, tensor_name(T.SSM_NORM, il), il), B.silu(B.reshape(z, (hv, nv, nst, n_seqs))))
         y = B.reshape(y, (hv * nv, nst, n_seqs))

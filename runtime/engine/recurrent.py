@@ -81,16 +81,20 @@ def read_mamba1_params(model: ModelFile) -> tuple[int, int, int, int]:
 class RecurrentStates:
     """The r and s tensors of every recurrent layer (storage is given by the caller)."""
 
-    def __init__(self, facts: ModelFacts, n_seq: int) -> None:
+    def __init__(self, facts: ModelFacts, n_seq: int, n_rs_seq: int = 0) -> None:
+        """`n_rs_seq`: the rollback rows each cell keeps (llama_memory_recurrent: size x (1 + n_rs_seq) rows,
+        group i holding the state i tokens back; a drafter that needs them sets it: common.h need_n_rs_seq)."""
         self.size = max(1, n_seq)
+        self.n_rs_seq = n_rs_seq
+        rows = self.size * (1 + n_rs_seq)
         self.r: dict[int, Tensor] = {}
         self.s: dict[int, Tensor] = {}
         for lf in facts.layers:
             # falcon-h1's blocks attend and carry states (RecurrentRule.PARALLEL): they have state sizes too
             if lf.nextn or not (lf.kind is AttnKind.RECURRENT or lf.state_r or lf.state_s):
                 continue
-            self.r[lf.index] = Tensor(F32, (lf.state_r, self.size), name=f"cache_r_l{lf.index}")
-            self.s[lf.index] = Tensor(F32, (lf.state_s, self.size), name=f"cache_s_l{lf.index}")
+            self.r[lf.index] = Tensor(F32, (lf.state_r, rows), name=f"cache_r_l{lf.index}")
+            self.s[lf.index] = Tensor(F32, (lf.state_s, rows), name=f"cache_s_l{lf.index}")
 
     def __bool__(self) -> bool:
         return bool(self.r)

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from planner.core.errors import FitplanError
+from planner.llama.companions import target_n_rs_seq
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
@@ -26,6 +27,7 @@ from runtime.engine.hparams import ARCHS
 from runtime.engine.kimi import KDA_ARCHS
 from runtime.engine.kimi import unsupported_reason as kda_unsupported_reason
 from runtime.engine.lora import applied_loras
+from runtime.engine.mtp import MTP_GRAPHS, MtpRunner
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.profiles import op_offload_min_batch
 
@@ -44,7 +46,8 @@ def _key(settings: LlamaSettings, n_outputs_max: int | None) -> tuple:
     return (model.path, model.header_bytes, devices, placement.layer_device, placement.tensor_buft,
             placement.pipeline_parallel, settings.cparams, settings.flags.flash_attn, settings.flags.kv_offload,
             settings.flags.op_offload, op_offload_min_batch(), tuple(settings.kv_cells.items()), settings.type_k,
-            settings.type_v, n_outputs_max or settings.cparams.n_batch, applied_loras(settings.flags))
+            settings.type_v, n_outputs_max or settings.cparams.n_batch, applied_loras(settings.flags),
+            target_n_rs_seq(model.architecture, settings.flags))
 
 
 def supported(settings: LlamaSettings) -> bool:
@@ -113,4 +116,36 @@ def _reserved(settings: LlamaSettings, n_outputs_max: int | None, dry_run: bool)
     _cache[key] = found
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
+    return found
+
+
+# mtp: the draft-mtp context's compute buffers (runtime/engine/mtp.py), cached as the target's are
+_mtp_cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
+
+
+def reserve_mtp_compute(settings: LlamaSettings, n_outputs_max: int) -> dict[str, int] | None:
+    """Compute buffer bytes per row of the MTP draft context llama-server makes on the target's model
+    (`settings`: the target's flags with that context's n_ctx and cache types), or None where the runtime
+    has no MTP head for the architecture. Always a real load's reserve: only llama-server makes it."""
+    if os.environ.get(ANALYTIC_ENV) == "analytic" or settings.ctx.model.architecture not in MTP_GRAPHS:
+        return None
+    key = (*_key(settings, n_outputs_max), settings.flags.spec.draft.backend_sampling)
+    hit = _mtp_cache.get(key)
+    if hit is not None:
+        _mtp_cache.move_to_end(key)
+        return hit
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        runner = MtpRunner(settings, n_outputs_max, settings.flags.spec.draft.backend_sampling)
+        runner.load_weights(copy_data=False)
+        runner.alloc_kv()
+        report = runner.reserve(dry_run=False)
+    finally:
+        if collecting:
+            gc.enable()
+    found = {row_of(name): size for name, size in report.compute_bytes.items()}
+    _mtp_cache[key] = found
+    if len(_mtp_cache) > CACHE_SIZE:
+        _mtp_cache.popitem(last=False)
     return found

@@ -29,6 +29,7 @@ from planner.core.errors import BadInput
 from planner.gguf.tensor_data import TensorData
 from planner.hardware.inventory import Backend as DeviceBackend
 from planner.hardware.inventory import Inventory
+from planner.llama.companions import target_n_rs_seq
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags
 from planner.llama.kv_dsv4 import dsv4_cells
@@ -197,8 +198,10 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
 }
 # glm5n: state builders that take the indexer cache and the fused ops turned off after the states
 INDEXED_STATE_BUILDERS = frozenset({GLM5_NEXT})
-# glm5n: builders that emit the fused hyper-connection ops (llama-context.cpp resolve_fused_ops probes them)
+# glm5n, dsv4: builders that emit the fused hyper-connection ops (llama-context.cpp resolve_fused_ops probes them)
 FUSED_HC_ARCHS = frozenset({GLM5_NEXT, DEEPSEEK4})
+# mtp: the builders that write the rollback snapshots a drafter asks for (delta-net-base.cpp, n_rs_seq > 0)
+ROLLBACK_BUILDERS = frozenset({QWEN35, QWEN35MOE})
 # hand-written builders of (hparams, weights, KV cache)
 PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     GEMMA4: Gemma4Builder, GEMMA3N: Gemma3nBuilder, GEMMA_EMBEDDING: GemmaEmbeddingBuilder,
@@ -257,7 +260,8 @@ class ModelRunner:
         self.msa_cache: list[tuple[Tensor, Tensor] | None] = []   # glm5: minimax-m3's indexer cache (K, V)
         self.dsv4_cache: Dsv4Cache | None = None   # dsv4: deepseek4's compressed caches and compressor states
         self.unfused: set[Op] = set()   # glm5n: fused hyper-connection ops resolve_fused_ops turned off
-        self.states = RecurrentStates(ctx.facts, cp.n_seq)   # recurrent layers' r and s (none for most models)
+        # recurrent layers' r and s (none for most models), with a drafter's rollback rows (need_n_rs_seq)
+        self.states = RecurrentStates(ctx.facts, cp.n_seq, target_n_rs_seq(ctx.facts.arch, settings.flags))
         self._graphs: OrderedDict[BatchShape, BuiltGraph] = OrderedDict()
         self.steps: list[StepRecord] = []
         self.reserve_report: ReserveReport | None = None
@@ -488,11 +492,18 @@ class ModelRunner:
                                 n_ctx_seq=self.cp.n_ctx_seq)
         return DecoderBuilder(self.hp, self.weights, self.kv, flash_attn=fa, offload_kqv=offload)
 
+    def _check_rollback(self) -> None:
+        """mtp: BadInput where the target keeps a drafter's rollback rows and its builder does not write them."""
+        if self.states and self.states.n_rs_seq and self.hp.arch not in ROLLBACK_BUILDERS:
+            raise BadInput(f"the runtime's {self.hp.arch} graph has no recurrent rollback rows (n_rs_seq "
+                           f"{self.states.n_rs_seq}, a drafter's): its compute is the formula's")
+
     def _graph(self, shape: BatchShape) -> BuiltGraph:
         built = self._graphs.get(shape)
         if built is not None:
             self._graphs.move_to_end(shape)
             return built
+        self._check_rollback()
         builder = self._builder()
         builder.lora = self.adapters   # applied where llama.cpp's builders apply them (runtime/engine/lora.py)
         built = builder.build(shape)

@@ -104,7 +104,8 @@ def test_the_coverage_page_has_a_row_per_pin_name() -> None:
     # the peer column, from the tests: the estimate matrix holds a llama shape; test_nextn_peer and the MoE
     # matrix (its glm45_air_spec) build glm4moe
     assert "test_estimate_peer.py" in archs["llama"][-1]
-    assert archs["glm4moe"][-1] == "`test_arch_moe_peer.py`, `test_nextn_peer.py`, `test_vulkan_archs_peer.py`"
+    assert archs["glm4moe"][-1] == ("`test_arch_moe_peer.py`, `test_mtp_peer.py`, `test_nextn_peer.py`, "
+                                   "`test_vulkan_archs_peer.py`")
     assert archs["t5"][-1] == ""
     assert projs["gemma3"][-1] == "`test_mmproj_peer.py`"
     # every simulated architecture names the peer test that holds its rows to llama-fit-params' (the family

@@ -11,7 +11,12 @@ llama-server with the Gemma 3 270M target and shape-faithful sparse projectors p
 - Mistral Small 3.1's Pixtral (2-D RoPE, the patch merger, [IMG_BREAK] rows),
 - Qwen2-VL-2B's (layer norms, quick GELU) and Qwen2.5-VL-3B's (32 layers, window attention, M-RoPE,
   a 1288 px warmup image), Qwen3-VL-2B's (a resized position table, fused qkv, three deepstack
-  mergers concatenated);
+  mergers concatenated), Gemma 4 E4B's vision tower (clamped linears, 2-D NEOX RoPE, a 3 x 3 pool) and the
+  unified Gemma 4 models' transformer-less embedder, Gemma 3n's MobileNetV5-300M (with LFM2-1.2B's 2048-wide
+  text model as the target), Llama 4's (a class token, 2-D RoPE, pixel shuffle, the adapter MLP), GLM-4.1V's
+  (RMS norms, M-RoPE, a 1288 px warmup image, the conv patch merger and SwiGLU projector), Gemma 4's audio
+  conformer (chunked local attention, a 3000-frame warmup clip) and the unified models' audio embedder, each
+  alone in its file, and Gemma 4 E4B's file with both encoders (two clip contexts whose buffers add up);
 under `-fit off` on 127.0.0.1: (a) two loopback rpc-servers with the projector on the first GPU-type
 device, (b) the same with --no-mmproj-offload, (c) no devices at all, (d) -mmdev RPC1 -fa off (the
 second server; the soft_max attention path), (e) -dev RPC1 (the projector follows the first -dev
@@ -36,10 +41,18 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
 from planner.synth.mmproj_factory import (
+    gemma3nv_mmproj_spec,
+    gemma4_e4b_mmproj_spec,
+    gemma4a_mmproj_spec,
+    gemma4ua_mmproj_spec,
+    gemma4uv_mmproj_spec,
+    gemma4v_mmproj_spec,
+    glm4v_mmproj_spec,
     idefics3_mmproj_spec,
     internvl_mmproj_spec,
     janus_pro_mmproj_spec,
     lfm2_mmproj_spec,
+    llama4_mmproj_spec,
     phi4_mmproj_spec,
     pixtral_mmproj_spec,
     qwen2vl_mmproj_spec,
@@ -66,7 +79,18 @@ CASES = {
 
 
 PROJECTORS = ("gemma3", "idefics3", "lfm2", "janus_pro", "phi4", "internvl", "pixtral", "qwen2vl", "qwen25vl",
-              "qwen3vl")
+              "qwen3vl",
+              "gemma4v", "gemma4uv", "gemma3nv", "llama4", "glm4v", "gemma4a", "gemma4ua")   # proja
+# proja: projectors written straight from their spec (planner/synth/mmproj_factory.py <name>_mmproj_spec),
+# with the target whose width they project to (Gemma 3n's tower is as wide as its text model: LFM2-1.2B's 2048)
+PROJA_SPECS = {"gemma4v": (gemma4v_mmproj_spec, "gemma3-270m", 640),
+               "gemma4uv": (gemma4uv_mmproj_spec, "gemma3-270m", 640),
+               "gemma3nv": (gemma3nv_mmproj_spec, "lfm2-1.2b", 2048),
+               "llama4": (llama4_mmproj_spec, "gemma3-270m", 640),
+               "glm4v": (glm4v_mmproj_spec, "gemma3-270m", 640),
+               "gemma4a": (gemma4a_mmproj_spec, "gemma3-270m", 640),
+               "gemma4ua": (gemma4ua_mmproj_spec, "gemma3-270m", 640),
+               "gemma4_e4b": (gemma4_e4b_mmproj_spec, "gemma3-270m", 640)}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +105,9 @@ def files(shapes_dir: Path) -> dict[str, tuple[Path, Path]]:
             "pixtral": (target, write_mmproj(shapes_dir, pixtral_mmproj_spec(n_text_embd=640), "mmproj-pixtral")),
             "qwen2vl": (target, write_mmproj(shapes_dir, qwen2vl_mmproj_spec(n_text_embd=640), "mmproj-qwen2vl")),
             "qwen3vl": (target, write_mmproj(shapes_dir, qwen3vl_mmproj_spec(n_text_embd=640), "mmproj-qwen3vl")),
-            "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl"))}
+            "qwen25vl": (target, write_mmproj(shapes_dir, qwen25vl_mmproj_spec(n_text_embd=640), "mmproj-qwen25vl")),
+            **{p: (model_path(t, shapes_dir), write_mmproj(shapes_dir, spec(n_text_embd=n), f"mmproj-{p}"))  # proja
+               for p, (spec, t, n) in PROJA_SPECS.items()}}
 
 
 def _argv(template: list[str], endpoints: list[str]) -> list[str]:
@@ -107,6 +133,8 @@ def _server_log(bin_dir: Path, target: Path, mmproj: Path, flags: list[str], log
 # where they must not (Gemma 3)
 TOKEN_CASES = ("--image-max-tokens 100", "host --image-max-tokens 64 --image-min-tokens 16")
 PARAMS = [(p, c) for p in PROJECTORS for c in CASES if c not in TOKEN_CASES or p in ("gemma3", "lfm2")]
+# proja: Gemma 4 E4B's file with both encoders (two clip contexts; not a projector type of its own)
+PARAMS += [("gemma4_e4b", c) for c in CASES if c not in TOKEN_CASES]
 
 
 @pytest.mark.parametrize("projector, case", PARAMS, ids=[f"{p}: {c}" for p, c in PARAMS])

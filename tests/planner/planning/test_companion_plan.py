@@ -3,6 +3,7 @@ judged on every model's rows, and the swing `--explain` names."""
 from __future__ import annotations
 
 import pytest
+from gguf import Keys
 
 from planner.core.errors import BadInput
 from planner.core.units import MiB
@@ -14,6 +15,8 @@ from planner.memory.estimate import estimate
 from planner.planning.companion_plan import arrangements, companion_flags
 from planner.planning.result import Companions, PlanRequest, plan_argv
 from planner.planning.search import plan
+from planner.synth.gguf_factory import add_tokenizer
+from planner.synth.qwen3next_factory import qwen35_spec
 
 GIB = 1024 * MiB
 
@@ -89,3 +92,39 @@ def test_a_drafter_that_runs_the_targets_output_is_placed_where_the_output_is(ge
         # the printed command estimates without the refusal: the output matrix is on the drafter's device
         # or in host memory (a tied one follows -ot token_embd=CPU)
         assert [c.kind for c in estimate(gemma.model.path, parse_llama_flags(argv[2:]), inv).companions] == ["draft"]
+
+
+# mtp: --spec-type draft-mtp without -md, planned with the target
+@pytest.fixture(scope="module")
+def qwen35_mtp(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mtp") / "qwen35moe-mtp.gguf"
+    spec = qwen35_spec(moe=True, n_mtp=1, n_vocab=2048)
+    add_tokenizer(spec, 2048, n_merges=1)
+    spec.metadata[Keys.Tokenizer.PRE] = "default"
+    spec.write(path)
+    return model_context(str(path))
+
+
+def test_plan_with_mtp_holds_the_mtp_context_within_budgets(qwen35_mtp):
+    free = (24 + 512) * MiB   # 24 MiB budgets after the default 512 MiB device margin
+    inv = Inventory((_rpc("RPC0", 1, free), _rpc("RPC1", 2, free)), HOST)
+    companions = Companions(mtp=True, draft_cache_type="q8_0", draft_max=5)
+    result = plan(qwen35_mtp, inv, PlanRequest(n_ctx=4096, companions=companions), with_explain=True)
+    argv = plan_argv(result)
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp" and "-md" not in argv
+    assert argv[argv.index("-ctkd") + 1] == "q8_0" and argv[argv.index("--spec-draft-n-max") + 1] == "5"
+    est = estimate(qwen35_mtp, parse_llama_flags(argv[2:]), inv)
+    assert [c.kind for c in est.companions] == ["mtp"]
+    assert sum(d.context_bytes for d in est.companions[0].devices) == 4096 * 2 * 2 * 64 // 32 * 34
+    for d in est.totals:
+        if d.name in result.budgets.devices:
+            assert d.total_bytes <= result.budgets.devices[d.name]
+    assert sum(d.total_bytes for d in est.totals if d.name in ("Host", "CPU_REPACK")) <= result.budgets.host_bytes
+    assert any(line.startswith("the MTP draft context on ") for line in result.explain)
+
+
+def test_mtp_with_a_drafter_or_without_an_mtp_block_is_refused(qwen35_mtp, gemma):
+    with pytest.raises(BadInput, match="--mtp and --draft"):
+        plan(qwen35_mtp, PAIR, PlanRequest(n_ctx=4096, companions=Companions(mtp=True, draft=gemma.model.path)))
+    with pytest.raises(BadInput, match="no next-token-prediction block"):
+        plan(gemma, PAIR, PlanRequest(n_ctx=4096, companions=Companions(mtp=True)))
