@@ -39,8 +39,15 @@ LLM_KV_ATTN_RES_BLOCK_SIZE = "{arch}.attn_res.block_size"
 LLM_KV_SITU_BETA = "{arch}.activation.situ_beta"
 LLM_KV_SITU_LINEAR_BETA = "{arch}.activation.situ_linear_beta"
 LLM_KV_EXPERT_LATENT_LENGTH = "{arch}.expert_latent_length"
-# glm5n: glm5-next's k-pool indexer (tokens pooled per key, whether the incomplete tail is always kept) and its
-# hyper-connections' Sinkhorn iterations (glm5-next.cpp load_arch_hparams)
+# dsv4 + glm5n: the rest of what deepseek4's and glm5-next's load_arch_hparams read (src/models/deepseek4.cpp,
+# glm5-next.cpp): deepseek4's grouped low-rank output, compressor RoPE base, hash-routed blocks and shared-expert
+# clamp; glm5-next's k-pool indexer (tokens pooled per key, whether the incomplete tail is always kept); both
+# models' hyper-connection Sinkhorn iterations
+LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT = "{arch}.attention.output_group_count"
+LLM_KV_ATTENTION_OUTPUT_LORA_RANK = "{arch}.attention.output_lora_rank"
+LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE = "{arch}.attention.compress_rope_freq_base"
+LLM_KV_HASH_LAYER_COUNT = "{arch}.hash_layer_count"
+LLM_KV_SWIGLU_CLAMP_SHEXP = "{arch}.swiglu_clamp_shexp"
 LLM_KV_ATTENTION_INDEXER_KPOOL = "{arch}.attention.indexer.kpool"
 LLM_KV_ATTENTION_INDEXER_KPOOL_SELECT_TAIL = "{arch}.attention.indexer.kpool_select_tail"
 LLM_KV_HC_SINKHORN_ITERATIONS = "{arch}.hyper_connection.sinkhorn_iterations"

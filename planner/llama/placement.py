@@ -263,8 +263,16 @@ def layer_devices(n_layer_all: int, ngl_flag: int, devices: tuple[Device, ...],
     return tuple(out), i_gpu_start
 
 
+# dsv4: per-layer weights llm_tensor_info_mapping tests with GGML_OP_GET_ROWS (src/llama-arch.cpp): deepseek4's
+# hash routing table and its compressors' position embeddings
+GET_ROWS_WEIGHTS = frozenset({"ffn_gate_tid2eid.weight", "attn_compressor_ape.weight",
+                              "indexer_compressor_ape.weight"})
+
+
 def weight_op(suffix: str, n_dims: int) -> WeightOp:
     """The op llama.cpp tests a weight with (llm_tensor_info_mapping), reduced to what repacking needs."""
+    if suffix in GET_ROWS_WEIGHTS:
+        return WeightOp.GET_ROWS
     # ssm_a and ssm_d are bare names (no .weight); ssm_alpha and ssm_dt.weight are matmul weights
     if suffix.endswith(".bias") or "norm" in suffix or suffix.startswith("ssm_conv") or suffix in ("ssm_a", "ssm_d"):
         return WeightOp.OTHER

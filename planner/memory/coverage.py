@@ -4,7 +4,8 @@
   SWA_RULES, RECURRENT_RULES: the same `known` test model_facts applies); elsewhere the layers are
   UNKNOWN and the estimate holds weights and compute only (context 0 MiB).
 - Compute: simulated where runtime/engine has a graph builder (hparams.ARCHS; deepseek2.MLA_ARCHS
-  for the files unsupported_reason passes; kimi.KDA_ARCHS and glm5next.GLM5_NEXT likewise), else
+  for the files unsupported_reason passes; kimi.KDA_ARCHS and glm5next.GLM5_NEXT likewise;
+  deepseek4.DEEPSEEK4), else
   planner/memory/analytic.py's formula.
 - Projectors (`-mm`): simulated for clip_hparams.SUPPORTED, refused by name otherwise
   (UnsupportedProjector).
@@ -24,6 +25,7 @@ from planner.llama.tensor_parallel import SM_TENSOR_UNSUPPORTED
 from planner.model.arch import KNOWN_DENSE, RECURRENT_RULES, SWA_RULES
 from runtime.engine.clip_hparams import SUPPORTED as PROJECTORS_SIMULATED
 from runtime.engine.deepseek2 import MLA_ARCHS
+from runtime.engine.deepseek4_hparams import DEEPSEEK4
 from runtime.engine.glm5next import GLM5_NEXT
 from runtime.engine.hparams import ARCHS
 from runtime.engine.kimi import KDA_ARCHS
@@ -58,6 +60,8 @@ def _compute(arch: str) -> tuple[str, str]:
                              "with split wk_b/wv_b; other files of it (deepseek2.unsupported_reason) use the formula")
     if arch in ARCHS:
         return "simulated", "graph builder in runtime/engine (hparams.ARCHS)"
+    if arch == DEEPSEEK4:   # dsv4
+        return "simulated", "graph builder runtime/engine/deepseek4.py (hyper-connections, CSA/HCA, the indexer)"
     if arch in KDA_ARCHS:
         return "simulated", ("graph builder runtime/engine/kimi.py (kimi_k3.py for kimi-k3: KDA layers beside MLA) "
                              "for files with split wk_b/wv_b; other files of it (kimi.unsupported_reason) use the "

@@ -19,21 +19,20 @@ from gguf import GGUFValueType, Keys
 
 from planner.gguf.keys import (
     LLM_KV_ATTENTION_COMPRESS_RATIOS,
+    LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE,
     LLM_KV_ATTENTION_INDEXER_TYPES,
+    LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT,
+    LLM_KV_ATTENTION_OUTPUT_LORA_RANK,
+    LLM_KV_HASH_LAYER_COUNT,
     LLM_KV_HC_COUNT,
     LLM_KV_HC_EPSILON,
     LLM_KV_HC_MAGNITUDE,
+    LLM_KV_HC_SINKHORN_ITERATIONS,
+    LLM_KV_SWIGLU_CLAMP_SHEXP,
 )
 from planner.synth.gguf_factory import ModelSpec, Typed, deepseek2_spec
 from planner.synth.shapes import tokenized
 
-# keys llama.cpp reads for deepseek4 that gguf-py 0.19's Keys lacks (src/llama-arch.cpp LLM_KV_NAMES)
-KV_OUTPUT_GROUP_COUNT = "{arch}.attention.output_group_count"
-KV_OUTPUT_LORA_RANK = "{arch}.attention.output_lora_rank"
-KV_COMPRESS_ROPE_FREQ_BASE = "{arch}.attention.compress_rope_freq_base"
-KV_HC_SINKHORN_ITERATIONS = "{arch}.hyper_connection.sinkhorn_iterations"
-KV_HASH_LAYER_COUNT = "{arch}.hash_layer_count"
-KV_SWIGLU_CLAMP_SHEXP = "{arch}.swiglu_clamp_shexp"
 # llama-hparams.h: LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS, the only routing deepseek4's loader accepts
 GATING_SQRT_SOFTPLUS = 4
 _ARRAY, _U32 = GGUFValueType.ARRAY, GGUFValueType.UINT32
@@ -56,12 +55,13 @@ def deepseek4_spec(*, n_embd: int, n_head: int, head_dim: int, rope_dim: int, q_
         Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: n_ff_exp, Keys.LLM.EXPERT_SHARED_COUNT: 1,
         Keys.LLM.EXPERT_WEIGHTS_SCALE: 1.5, Keys.LLM.EXPERT_WEIGHTS_NORM: True,
         Keys.LLM.EXPERT_GATING_FUNC: GATING_SQRT_SOFTPLUS,
-        Keys.LLM.SWIGLU_CLAMP_EXP: [10.0] * n_layer, KV_SWIGLU_CLAMP_SHEXP: [10.0] * n_layer,
+        Keys.LLM.SWIGLU_CLAMP_EXP: [10.0] * n_layer, LLM_KV_SWIGLU_CLAMP_SHEXP: [10.0] * n_layer,
         Keys.Attention.Indexer.HEAD_COUNT: n_index_head, Keys.Attention.Indexer.KEY_LENGTH: index_head,
         Keys.Attention.Indexer.TOP_K: index_top_k,
-        KV_OUTPUT_GROUP_COUNT: o_groups, KV_OUTPUT_LORA_RANK: o_lora,
-        LLM_KV_ATTENTION_COMPRESS_RATIOS: Typed(list(ratios), _ARRAY, _U32), KV_COMPRESS_ROPE_FREQ_BASE: 160000.0,
-        LLM_KV_HC_COUNT: hc_mult, KV_HC_SINKHORN_ITERATIONS: 20, LLM_KV_HC_EPSILON: 1e-6, KV_HASH_LAYER_COUNT: n_hash,
+        LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT: o_groups, LLM_KV_ATTENTION_OUTPUT_LORA_RANK: o_lora,
+        LLM_KV_ATTENTION_COMPRESS_RATIOS: Typed(list(ratios), _ARRAY, _U32),
+        LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE: 160000.0, LLM_KV_HC_COUNT: hc_mult,
+        LLM_KV_HC_SINKHORN_ITERATIONS: 20, LLM_KV_HC_EPSILON: 1e-6, LLM_KV_HASH_LAYER_COUNT: n_hash,
         Keys.LLM.EMBEDDING_LENGTH_OUT: hc_mult * n_embd,
     }
     hc_dim, mix = hc_mult * n_embd, (2 + hc_mult) * hc_mult

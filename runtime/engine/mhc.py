@@ -1,5 +1,6 @@
 """Manifold-constrained hyper-connections (mHC) as the pinned llama.cpp builds them around each sub-block of
-glm5-next (src/models/glm5-next.cpp build_hc_pre, build_hc_sinkhorn, build_hc_post, build_hc_mean).
+glm5-next and deepseek4 (src/models/glm5-next.cpp and deepseek4.cpp build the same build_hc_pre,
+build_hc_sinkhorn and build_hc_post; glm5-next's build_hc_mean is here, deepseek4's build_hc_head in its module).
 
 The residual is hc streams [n_embd, hc, T]. Before a sub-block: mixes = hc_fn . rms_norm(streams flattened)
 [(2 + hc) hc, T]; the read gate sigmoid(mixes[:hc] scale[0] + base[:hc]) + eps weights the streams into the
@@ -46,6 +47,19 @@ def hc_mean(x: Tensor) -> Tensor:
     return B.scale(acc, 1.0 / hc, name="hc_head")
 
 
+def weighted_streams(x: Tensor, w: Tensor) -> Tensor:
+    """build_hc_pre without DSV4_HC_PRE (and deepseek4's build_hc_head, il = -1): the sum over streams of
+    x[:, i, :] * w[i, :]."""
+    n_embd, nt = x.ne[0], x.ne[2]
+    total: Tensor | None = None
+    for i in range(x.ne[1]):
+        cur = B.mul(B.view(x, (n_embd, nt), (x.nb[0], x.nb[2]), i * x.nb[1]),
+                    B.view(w, (1, nt), (w.nb[0], w.nb[1]), i * w.nb[0]))
+        total = B.add(total, cur) if total is not None else cur
+    assert total is not None
+    return total
+
+
 class HyperConnections:
     """One graph's mHC: the RMS epsilon, the gates' epsilon, the Sinkhorn iterations, the fused ops turned off, and
     the graph's list of fused nodes (BuiltGraph.fused) each fused node is recorded in with its layer."""
@@ -81,20 +95,8 @@ class HyperConnections:
         else:
             comb = self._record(attn_res.hc_comb(mixes, scale, base, self.eps, self.iters, name=f"hc_comb-{il}"), il)
         if Op.DSV4_HC_PRE in self.unfused:
-            return self._weighted_streams(x, pre), post, comb
+            return weighted_streams(x, pre), post, comb
         return self._record(attn_res.hc_pre(x, pre, name=name), il), post, comb
-
-    @staticmethod
-    def _weighted_streams(x: Tensor, w: Tensor) -> Tensor:
-        """build_hc_pre without DSV4_HC_PRE: the sum over streams of x[:, i, :] * w[i, :]."""
-        n_embd, nt = x.ne[0], x.ne[2]
-        total: Tensor | None = None
-        for i in range(x.ne[1]):
-            cur = B.mul(B.view(x, (n_embd, nt), (x.nb[0], x.nb[2]), i * x.nb[1]),
-                        B.view(w, (1, nt), (w.nb[0], w.nb[1]), i * w.nb[0]))
-            total = B.add(total, cur) if total is not None else cur
-        assert total is not None
-        return total
 
     def _sinkhorn(self, mixes: Tensor, scale: Tensor, base: Tensor, hc: int) -> Tensor:
         """The mixing without DSV4_HC_COMB (build_hc_sinkhorn): mixes[2 hc:] * scale[2] + base[2 hc:] as

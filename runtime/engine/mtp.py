@@ -40,6 +40,7 @@ from planner.llama.settings import LlamaSettings
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.deepseek2 import MlaBuilder, MlaHParams, concat
+from runtime.engine.deepseek4_hparams import Dsv4HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
 from runtime.engine.qwen3next import QWEN3NEXT, Qwen3NextBuilder
@@ -213,6 +214,7 @@ class MtpRunner(ModelRunner):
             # deepseek32 / glm-dsa: the draft head runs dense MLA, no lightning indexer (create_memory's comment)
             self.hp = replace(self.hp, n_layer=len(facts.layers), index_full=())
             return
+        assert not isinstance(self.hp, Dsv4HParams)   # dsv4: deepseek4 is not in MTP_GRAPHS
         heads = tuple(lf.n_head_kv for lf in facts.layers)
         routing = self.hp.routing
         if routing is not None:   # the nextn block routes experts where it has a router (glm4moe asserts one)
@@ -224,6 +226,7 @@ class MtpRunner(ModelRunner):
     def alloc_kv(self) -> None:
         """llama_kv_cache with the layer filter il >= n_layer: K and V of the nextn block alone, on its device."""
         hp, cp, settings = self.hp, self.cp, self.settings
+        assert not isinstance(hp, Dsv4HParams)   # dsv4: deepseek4 is not in MTP_GRAPHS
         width = hp.n_embd_gqa(self.il)
         n_all = len(hp.n_head_kv)
         k_only = isinstance(hp, MlaHParams)   # an MLA cache holds K; V is a view of it

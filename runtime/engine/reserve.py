@@ -20,6 +20,7 @@ from planner.llama.companions import target_n_rs_seq
 from planner.llama.placement import row_of
 from planner.llama.settings import LlamaSettings
 from runtime.engine.deepseek2 import MLA_ARCHS, unsupported_reason
+from runtime.engine.deepseek4_hparams import DEEPSEEK4
 from runtime.engine.glm5next import GLM5_NEXT
 from runtime.engine.glm5next import unsupported_reason as glm5next_unsupported_reason
 from runtime.engine.hparams import ARCHS
@@ -61,7 +62,7 @@ def supported(settings: LlamaSettings) -> bool:
         return kda_unsupported_reason(ctx.model, ctx.facts) is None
     if ctx.model.architecture == GLM5_NEXT:   # glm5n
         return glm5next_unsupported_reason(ctx.model, ctx.facts) is None
-    return ctx.model.architecture in ARCHS
+    return ctx.model.architecture in ARCHS or ctx.model.architecture == DEEPSEEK4
 
 
 def reserve_compute(settings: LlamaSettings, n_outputs_max: int | None = None,

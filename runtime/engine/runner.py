@@ -32,15 +32,25 @@ from planner.hardware.inventory import Inventory
 from planner.llama.companions import target_n_rs_seq
 from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import LlamaFlags
+from planner.llama.kv_dsv4 import dsv4_cells
 from planner.llama.placement import CPU, CPU_REPACK, HOST, HOST_ROWS
 from planner.llama.placement import Device as PlacedDevice
 from planner.llama.settings import LlamaSettings, resolve_settings
-from planner.model.arch import INDEXER_WIDTH, MSA_ARCHS, NO_MEMORY, AttnKind
+from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO, INDEXER_WIDTH, MSA_ARCHS, NO_MEMORY, AttnKind
 from runtime.engine.afmoe import AFMOE, AfmoeBuilder
 from runtime.engine.bert import BERT_ARCHS, MODERN_BERT, BertBuilder, ModernBertBuilder
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
 from runtime.engine.cohere2moe import COHERE2MOE, Cohere2MoeBuilder
 from runtime.engine.deepseek2 import HY_V4, MLA_ARCHS, MlaBuilder, MlaHParams, read_mla_hparams
+from runtime.engine.deepseek4 import Deepseek4Builder
+from runtime.engine.deepseek4_hparams import (
+    DEEPSEEK4,
+    Dsv4Cache,
+    Dsv4HParams,
+    dsv4_cache,
+    loader_shapes,
+    read_deepseek4_hparams,
+)
 from runtime.engine.dsa import mla_builder
 from runtime.engine.falconh1 import FALCON_H1, FalconH1Builder
 from runtime.engine.fused import FUSED_ARCHS, FusedBuilder
@@ -188,8 +198,8 @@ STATE_BUILDERS: dict[str, Callable[..., DecoderBuilder | MlaBuilder]] = {
 }
 # glm5n: state builders that take the indexer cache and the fused ops turned off after the states
 INDEXED_STATE_BUILDERS = frozenset({GLM5_NEXT})
-# glm5n: builders that emit the fused hyper-connection ops (llama-context.cpp resolve_fused_ops probes them)
-FUSED_HC_ARCHS = frozenset({GLM5_NEXT})
+# glm5n, dsv4: builders that emit the fused hyper-connection ops (llama-context.cpp resolve_fused_ops probes them)
+FUSED_HC_ARCHS = frozenset({GLM5_NEXT, DEEPSEEK4})
 # mtp: the builders that write the rollback snapshots a drafter asks for (delta-net-base.cpp, n_rs_seq > 0)
 ROLLBACK_BUILDERS = frozenset({QWEN35, QWEN35MOE})
 # hand-written builders of (hparams, weights, KV cache)
@@ -198,7 +208,7 @@ PLAIN_BUILDERS: dict[str, Callable[..., DecoderBuilder]] = {
     AFMOE: AfmoeBuilder, PHIMOE: PhimoeBuilder, STEP35: Step35Builder, MIMO2: Mimo2Builder,
 }
 # the meta backend executes llama-shaped layers only (tensor_split.py)
-HAND_BUILT = frozenset(STATE_BUILDERS) | frozenset(PLAIN_BUILDERS) | {LLAMA4} | FUSED_ARCHS | MSA_ARCHS
+HAND_BUILT = frozenset(STATE_BUILDERS) | frozenset(PLAIN_BUILDERS) | {LLAMA4} | FUSED_ARCHS | MSA_ARCHS | {DEEPSEEK4}
 
 
 class ModelRunner:
@@ -212,7 +222,10 @@ class ModelRunner:
         # llama.cpp reserves min(n_ubatch, n_outputs_max) outputs; n_outputs_max is n_batch by
         # default (common.h), llama-server and llama-cli set it to the number of sequences.
         self.n_outputs_max = n_outputs_max or cp.n_batch
-        self.hp: HParams | MlaHParams = (read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
+        self.hp: HParams | MlaHParams | Dsv4HParams = (
+                                         read_mla_hparams(ctx.model, ctx.facts) if ctx.model.architecture in MLA_ARCHS
+                                         else read_deepseek4_hparams(ctx.model, ctx.facts)
+                                         if ctx.model.architecture == DEEPSEEK4
                                          else read_kimi_hparams(ctx.model, ctx.facts)
                                          if ctx.model.architecture in KDA_ARCHS
                                          else read_glm5next_hparams(ctx.model, ctx.facts)   # glm5n
@@ -245,6 +258,7 @@ class ModelRunner:
         self.kv: KVCache | None = None
         self.index_cache: list[Tensor | None] = []   # mla: a DSA model's indexer key cache per layer
         self.msa_cache: list[tuple[Tensor, Tensor] | None] = []   # glm5: minimax-m3's indexer cache (K, V)
+        self.dsv4_cache: Dsv4Cache | None = None   # dsv4: deepseek4's compressed caches and compressor states
         self.unfused: set[Op] = set()   # glm5n: fused hyper-connection ops resolve_fused_ops turned off
         # recurrent layers' r and s (none for most models), with a drafter's rollback rows (need_n_rs_seq)
         self.states = RecurrentStates(ctx.facts, cp.n_seq, target_n_rs_seq(ctx.facts.arch, settings.flags))
@@ -316,6 +330,8 @@ class ModelRunner:
         for dev, tensors in by_device.items():
             buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.WEIGHTS)
             self.weight_bytes[dev] = sum(b.size for b in buffers)
+        if isinstance(self.hp, Dsv4HParams):   # dsv4: the loader's 3-D attn_output_a
+            loader_shapes(self.weights, self.hp)
         if copy_data:
             map_weights(self.weights, source, TensorData(self.ctx.model))
         for alias, placed in self.placement.aliases:   # a layer's rope_freqs copy shared with an earlier layer
@@ -344,18 +360,22 @@ class ModelRunner:
         hp, cp, settings = self.hp, self.cp, self.settings
         sizes = {CacheKind.BASE: cp.n_ctx_seq,
                  CacheKind.SWA: settings.kv_cells.get(AttnKind.SWA, 0) if any(hp.swa) else 0}
+        dsv4 = isinstance(hp, Dsv4HParams)   # the raw window cache: per sequence whatever -kvu says
+        if dsv4:
+            sizes[CacheKind.SWA] = dsv4_cells(settings, 0)
         # llama.cpp makes its caches while -fa auto still counts as on and resolves it afterwards
         # (llama-context.cpp resolve_fused_ops): a cache of an auto flash attention turned off keeps V
         # untransposed (attn_v_trans = !flash_attn at creation)
         self.auto_fa_off = self.flags.flash_attn == "auto" and not cp.flash_attn
-        k_only = isinstance(hp, MlaHParams)   # an MLA cache holds K; V is a view of it (llama-kv-cache.cpp has_v)
+        # an MLA cache holds K; V is a view of it (llama-kv-cache.cpp has_v); deepseek4's raw cache likewise
+        k_only = isinstance(hp, MlaHParams | Dsv4HParams)
         # moe26: V heads of their own width (mimo2)
         head_dim_v = hp.head_dim_v if isinstance(hp, HParams) else 0
         v_widths = [hp.n_embd_v_gqa(il) for il in range(hp.n_layer)] if isinstance(hp, HParams) and head_dim_v \
             else None
         self.kv = KVCache([hp.n_embd_gqa(il) for il in range(hp.n_layer)], list(hp.swa), sizes, hp.n_swa,
                           v_trans=not cp.flash_attn and not k_only and not self.auto_fa_off, type_k=settings.type_k,
-                          type_v=settings.type_v, n_stream=cp.n_stream, head_dim=hp.head_dim,
+                          type_v=settings.type_v, n_stream=cp.n_seq if dsv4 else cp.n_stream, head_dim=hp.head_dim,
                           n_embd_v_gqa=v_widths, head_dim_v=head_dim_v)
         if hp.arch in NO_MEMORY:   # create_memory makes none: the layers attend over the ubatch itself
             return
@@ -370,6 +390,23 @@ class ModelRunner:
             self.kv_bytes[dev] = sum(b.size for b in buffers)
         self._alloc_index_cache()
         self._alloc_msa_cache()
+        self._alloc_dsv4_cache()
+
+    def _alloc_dsv4_cache(self) -> None:
+        """dsv4: llama_kv_cache_dsv4's compressed caches, indexer cache and compressor states, on each layer's
+        device (its own buffers; one stream per sequence)."""
+        hp = self.hp
+        if not isinstance(hp, Dsv4HParams):
+            return
+        cells = {r: dsv4_cells(self.settings, r) for r in (DSV4_CSA_RATIO, DSV4_HCA_RATIO)}
+        self.dsv4_cache = dsv4_cache(hp, self.settings.type_k, cells, self.cp.n_seq)
+        by_device: dict[str, list[Tensor]] = {}
+        for il in range(hp.n_layer):
+            dev = self.placement.layer_device[il] if self.flags.kv_offload else "CPU"
+            by_device.setdefault(dev, []).extend(self.dsv4_cache.tensors(il))
+        for dev, tensors in by_device.items():
+            buffers = alloc_tensors(self.backends[dev].buffer_type, tensors, BufferUsage.ANY)
+            self.kv_bytes[dev] = self.kv_bytes.get(dev, 0) + sum(b.size for b in buffers)
 
     def _alloc_index_cache(self) -> None:
         """mla: a DSA model's second cache, the lightning indexer's keys of the layers that own one
@@ -406,13 +443,27 @@ class ModelRunner:
             self.kv_bytes[dev] = self.kv_bytes.get(dev, 0) + sum(b.size for b in buffers)
 
     # --- graphs -------------------------------------------------------------------------------
-    def _builder(self) -> DecoderBuilder | MlaBuilder:
+    def _hyper_connected_builder(self) -> HyV4Builder | Deepseek4Builder | None:
+        """dsv4: the builders of the hyper-connected families (hy_v4, deepseek4), None for other models."""
+        assert self.kv is not None
+        fa, offload = self.cp.flash_attn, self.flags.kv_offload
+        if isinstance(self.hp, MlaHParams) and self.hp.arch == HY_V4:
+            return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
+        if isinstance(self.hp, Dsv4HParams):
+            assert self.dsv4_cache is not None
+            return Deepseek4Builder(self.hp, self.weights, self.kv, self.dsv4_cache, self.unfused, flash_attn=fa,
+                                    offload_kqv=offload)
+        return None
+
+    def _builder(self) -> DecoderBuilder | MlaBuilder | Deepseek4Builder:
         """The architecture's graph builder: MLA/DSA, a hand-written module's (STATE_BUILDERS, llama4, the
         fused block's) or the llama-shaped one."""
         assert self.kv is not None
         fa, offload = self.cp.flash_attn, self.flags.kv_offload
-        if isinstance(self.hp, MlaHParams) and self.hp.arch == HY_V4:   # dsv4
-            return HyV4Builder(self.hp, self.weights, self.kv, self.index_cache, flash_attn=fa, offload_kqv=offload)
+        hyper = self._hyper_connected_builder()
+        if hyper is not None:
+            return hyper
+        assert not isinstance(self.hp, Dsv4HParams)
         with_states = STATE_BUILDERS.get(self.hp.arch)
         if with_states is not None:
             # glm5n: glm5-next's builder also reads the k-pool indexer's cache
@@ -592,6 +643,9 @@ class ModelRunner:
                            f"temperature-tuning input; validate --reserve-only)")
         if isinstance(self.hp, MlaHParams) and self.hp.dsa:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the DSA indexer's graphs but does not run them "
+                           f"(validate --reserve-only)")
+        if isinstance(self.hp, Dsv4HParams):
+            raise BadInput(f"{self.hp.arch}: the runtime sizes deepseek4's graphs but does not run them "
                            f"(validate --reserve-only)")
         if self.states:
             raise BadInput(f"{self.hp.arch}: the runtime sizes the graphs of recurrent layers but does not run them "

@@ -1,14 +1,15 @@
-"""The hyper-connection ops of the pinned ggml (ggml.c): constructors with ggml's shape rules. kimi-k3's
-attention residuals use DSV4_HC_PRE; glm5-next's hyper-connections (src/models/glm5-next.cpp, with
-cparams.fused_dsv4_hc_* on, llama.cpp's default) use all three. The runtime sizes these graphs and does
-not run them (recurrent models are reserve-only), so their kernels refuse.
+"""The hyper-connection ops of the pinned ggml (ggml.c) and deepseek4's de-rotation: constructors with ggml's
+shape rules. kimi-k3's attention residuals use DSV4_HC_PRE; glm5-next's and deepseek4's hyper-connections
+(src/models/glm5-next.cpp, deepseek4.cpp, with cparams.fused_dsv4_hc_* on, llama.cpp's default) use all three.
+The runtime sizes these graphs and does not run them, so their kernels refuse.
 
 - DSV4_HC_PRE (ggml_dsv4_hc_pre, ungated): x [n_embd, n, n_tokens] f32 and weights [n, n_tokens] f32 ->
   one f32 [n_embd, n_tokens], each token's n rows of x summed with its n weights.
 - DSV4_HC_COMB (ggml_dsv4_hc_comb): mixes [(2 + hc) hc, n_tokens], scale [>= 3], base [(2 + hc) hc] (f32)
   -> the Sinkhorn-normalised stream mixing [hc, hc, n_tokens] f32; ggml asserts hc == 4.
 - DSV4_HC_POST (ggml_dsv4_hc_post): x [n_embd, n_tokens], residual [n_embd, hc, n_tokens], post [hc, n_tokens],
-  comb [hc, hc, n_tokens] (f32) -> the new streams [n_embd, hc, n_tokens] f32.
+  comb [hc, hc, n_tokens] or none (f32) -> the new streams [n_embd, hc, n_tokens] f32.
+- ROPE_BACK (ggml_rope_ext_back): ggml_rope_ext's node with the inverse rotation, same shape and sources.
 """
 from __future__ import annotations
 
@@ -28,14 +29,6 @@ def hc_pre(x: Tensor, weights: Tensor, name: str = "") -> Tensor:
                   op_params={"scale": 1.0, "gated": 0})
 
 
-def hc_pre_kernel(node: Tensor) -> None:
-    raise NotImplementedError("DSV4_HC_PRE: the runtime sizes kimi-k3 graphs but does not run them")
-
-
-KERNELS.setdefault(Op.DSV4_HC_PRE, hc_pre_kernel)
-
-
-# --- glm5n: ggml_dsv4_hc_comb and ggml_dsv4_hc_post ------------------------------------------------------------
 def hc_comb(mixes: Tensor, scale: Tensor, base: Tensor, eps: float, n_iter: int, name: str = "") -> Tensor:
     hc = HC_COMB_STREAMS
     mix, n_tokens = mixes.ne[0], mixes.ne[1]
@@ -57,9 +50,18 @@ def hc_post(x: Tensor, residual: Tensor, post: Tensor, comb: Tensor | None, name
     return Tensor(F32, (n_embd, hc, n_tokens, 1), name=name, op=Op.DSV4_HC_POST, src=[x, residual, post, comb])
 
 
+def rope_back(a: Tensor, pos: Tensor, n_dims: int, mode: int, freq_base: float, name: str = "") -> Tensor:
+    """ggml_rope_ext_back: a [head_dim, n_head, n_tokens], pos [n_tokens] I32."""
+    if not (pos.type == GGMLType.I32 and pos.ne[0] == a.ne[2]):
+        raise ValueError(f"rope_back: pos {pos.ne} vs {a.ne}")
+    return Tensor(a.type, a.ne, name=name, op=Op.ROPE_BACK, src=[a, pos, None],
+                  op_params={"n_dims": n_dims, "mode": mode, "freq_base": float(freq_base)})
+
+
 def _sized_only(node: Tensor) -> None:
-    raise NotImplementedError(f"{node.op.value}: the runtime sizes glm5-next graphs but does not run them")
+    raise NotImplementedError(f"{node.op.value}: the runtime sizes kimi-k3, glm5-next and deepseek4 graphs but "
+                              f"does not run them")
 
 
-KERNELS.setdefault(Op.DSV4_HC_COMB, _sized_only)
-KERNELS.setdefault(Op.DSV4_HC_POST, _sized_only)
+for _op in (Op.DSV4_HC_PRE, Op.DSV4_HC_COMB, Op.DSV4_HC_POST, Op.ROPE_BACK):
+    KERNELS.setdefault(_op, _sized_only)

@@ -79,6 +79,7 @@ class Op(enum.Enum):
     COS = "COS"
     CONV_2D_DW = "CONV_2D_DW"  # projb: LFM2-Audio's conformer (ggml_conv_2d_dw_direct, ggml_roll)
     ROLL = "ROLL"
+    ROPE_BACK = "ROPE_BACK"    # dsv4: deepseek4's de-rotation of the attention output (ggml_rope_ext_back)
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__
@@ -91,6 +92,7 @@ VIEW_OPS = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 INPLACE_OPS = frozenset({
     Op.SCALE, Op.ADD, Op.ADD_ID, Op.SUB, Op.MUL, Op.DIV, Op.SQR, Op.SQRT, Op.UNARY,
     Op.ROPE, Op.RMS_NORM, Op.SOFT_MAX, Op.DIAG_MASK_INF, Op.CLAMP, Op.FILL,
+    Op.ROPE_BACK,   # dsv4
 })
 
 

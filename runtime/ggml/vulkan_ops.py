@@ -9,7 +9,8 @@
   potentially support these with 2 dispatches": DeepSeek-V2's MLA value projection over several KV
   streams runs on the CPU), or whose quantized sources are not contiguous in their first two
   dimensions (ggml_vk_dim01_contiguous);
-- LIGHTNING_INDEXER unless its heads are 128 wide and its keys of a type the shader reads;
+- LIGHTNING_INDEXER unless its heads are 128 wide, its keys of a type the shader reads
+  (lightning_indexer_k_types) and every operand's elements packed (the shader indexes by element);
 - DSV4_HC_COMB on a device whose subgroups have fewer than 16 lanes (lavapipe's 8: no pipeline is made).
 """
 from __future__ import annotations
@@ -43,7 +44,8 @@ def _matmul_ok(t: Tensor) -> bool:
     return dim01_contiguous(acts) or acts.type in (GGMLType.F32, GGMLType.F16)
 
 
-# glm5n: the key types ggml-vulkan's lightning indexer shader reads (ggml-vulkan-types.h lightning_indexer_k_types)
+# glm5n, dsv4: the key types ggml-vulkan's lightning indexer shader reads (ggml-vulkan-types.h
+# lightning_indexer_k_types)
 _INDEXER_K_TYPES = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q5_1, GGMLType.Q5_0,
                               GGMLType.Q4_1, GGMLType.Q4_0, GGMLType.IQ4_NL})
 INDEXER_HEAD = 128           # the lightning indexer shader's block size: the head it takes
@@ -51,9 +53,19 @@ HC_COMB_MIN_SUBGROUP = 16    # dsv4_hc_comb keeps a token's 4 x 4 matrix in one 
 
 
 def _indexer_ok(t: Tensor) -> bool:
+    """The head and key type, then q, k, weights, mask and the scores each with packed elements: nb[0] one
+    element and every other stride a whole number of them (the strides are divided down from bytes)."""
     q, k = t.src[0], t.src[1]
     assert q is not None and k is not None
-    return q.ne[0] == INDEXER_HEAD and k.type in _INDEXER_K_TYPES
+    if q.ne[0] != INDEXER_HEAD or k.type not in _INDEXER_K_TYPES:
+        return False
+    for x in (*t.src, t):
+        if x is None:
+            continue
+        size = GGML_QUANT_SIZES[x.type][1]
+        if x.nb[0] != size or any(nb % size for nb in x.nb[1:]):
+            return False
+    return True
 
 
 def vulkan_supports(limit: int, subgroup_size: int = 0) -> Callable[[Tensor], bool]:
@@ -64,7 +76,7 @@ def vulkan_supports(limit: int, subgroup_size: int = 0) -> Callable[[Tensor], bo
     def supports(t: Tensor) -> bool:
         if limit and (t.nbytes() > limit or any(s is not None and s.nbytes() > limit for s in t.src)):
             return False
-        if t.op is Op.LIGHTNING_INDEXER:   # glm5n
+        if t.op is Op.LIGHTNING_INDEXER:
             return _indexer_ok(t)
         if t.op is Op.DSV4_HC_COMB:        # glm5n: no pipeline without 16-lane subgroups
             return comb_ok

@@ -2,9 +2,9 @@
 lavapipe, GGML_VK_VISIBLE_DEVICES=0), for the most used architectures with graph builders: shape-faithful
 files of planner/synth/shapes.py (Llama 3.1 8B, Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 2 9B, gpt-oss 20B,
 Qwen3-30B-A3B, DeepSeek-V2-Lite-class MLA, Qwen3-Next 80B, Granite 4.0-H, LFM2), the real Gemma 3 270M, and
-nine of the 2026 families (Mistral Small 3, Phi-4-mini, Command R7B, Qwen3.5-35B-A3B, Nemotron 3 Nano,
+twelve of the 2026 families (Mistral Small 3, Phi-4-mini, Command R7B, Qwen3.5-35B-A3B, Nemotron 3 Nano,
 GLM-4.5-Air, MiniMax-M2, DeepSeek-V3.2, Llama 4 Scout, Mistral Small 4: its F32-precision down experts
-run on the CPU; Gemma 4 and 3n are in test_arch_gemma4_peer.py).
+run on the CPU; DeepSeek-V4-Flash, GLM-5.3-Flash; Gemma 4 and 3n are in test_arch_gemma4_peer.py).
 
 What lavapipe exercises beyond the rpc-server rows: ggml-vulkan's graph_optimize node order
 (runtime/ggml/vulkan_reorder.py), its supports_op (runtime/ggml/vulkan_ops.py: the 128 MiB largest buffer
@@ -28,7 +28,7 @@ from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
-from planner.synth import shapes_dense, shapes_fused, shapes_hybrid, shapes_mla, shapes_moe
+from planner.synth import shapes_dense, shapes_dsv4, shapes_fused, shapes_glm5, shapes_hybrid, shapes_mla, shapes_moe
 from planner.synth.gguf_factory import ModelSpec
 from tests.support.estimate_matrix import N_LAYER, assert_rows_match, model_path
 
@@ -50,6 +50,11 @@ FAMILIES: dict[str, tuple[Callable[[], ModelSpec], int]] = {
     "deepseek-v3.2": (shapes_mla.deepseek_v32, 61),
     "llama-4-scout": (shapes_mla.llama4_scout, 48),
     "mistral-small-4": (shapes_mla.mistral_small_4, 36),
+    # dsv4, glm5n: lavapipe has no DSV4_HC_COMB pipeline (subgroups under 16 lanes): resolve_fused_ops finds the
+    # mixer on the CPU and turns it off, and llama.cpp and the runtime build the plain Sinkhorn ops (DeepSeek-V4-Flash
+    # at -c 4096: 24259 nodes)
+    "deepseek-v4-flash": (shapes_dsv4.deepseek_v4_flash, 43),
+    "glm5-next": (shapes_glm5.glm5_next_spec, shapes_glm5.GLM53_FLASH_BLOCKS),
 }
 # the host's RAM does not enter the estimate; llama.cpp sizes the same buffers on any host
 INVENTORY = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""), source="lavapipe")

@@ -17,7 +17,7 @@ from planner.core.errors import FlagError, GGUFError
 from planner.gguf.keys import LLM_KV_ATTENTION_COMPRESS_RATIOS
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
-from planner.llama.placement import tensor_slots
+from planner.llama.placement import WeightOp, tensor_slots
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import Typed
 from planner.synth.shapes_dsv4 import deepseek4_tiny, hy_v4_tiny
@@ -79,6 +79,16 @@ def test_reshaped_output_a_is_a_3d_weight(tiny: Path) -> None:
     buffer, which takes 2-D matrices only, never holds it; attn_output_b stays 2-D."""
     slots = {s.name: s for s in tensor_slots(read_model(str(tiny)), 4)}
     assert (slots["blk.1.attn_output_a.weight"].n_dims, slots["blk.1.attn_output_b.weight"].n_dims) == (3, 2)
+
+
+def test_routing_table_and_position_embeddings_are_tested_by_get_rows(tiny: Path) -> None:
+    """llm_tensor_info_mapping tests ffn_gate_tid2eid and the compressors' APE with GGML_OP_GET_ROWS: a device's
+    size limit sees 512 gathered rows, not a 512-token matmul against the whole vocabulary (on lavapipe, whose
+    largest tensor is 128 MiB, llama.cpp keeps DeepSeek-V4-Flash's 3 MiB routing tables on Vulkan0)."""
+    slots = {s.name: s for s in tensor_slots(read_model(str(tiny)), 4)}
+    names = ("blk.0.ffn_gate_tid2eid.weight", "blk.1.attn_compressor_ape.weight", "blk.1.indexer_compressor_ape.weight")
+    assert {slots[n].op for n in names} == {WeightOp.GET_ROWS}
+    assert slots["blk.1.attn_compressor_kv.weight"].op is WeightOp.MUL_MAT
 
 
 # hy_v4 (hy-v4.cpp): deepseek2's K-only MLA cache (kv_lora 128 + rope 32 per cell and layer, 4 layers) and, when
