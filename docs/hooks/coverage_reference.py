@@ -81,9 +81,11 @@ def _family_shape_arch(family: str, name: str) -> str | None:
     if not callable(fn):
         return None
     try:
-        return str(fn().arch)
+        shape = fn()
     except TypeError:   # a function that needs arguments is not a shape
         return None
+    arch = getattr(shape, "arch", None)   # stable-diffusion checkpoints (shapes_sd) are no GGUF of an architecture
+    return None if arch is None else str(arch)
 
 
 def peer_tests_by_arch() -> dict[str, list[str]]:
