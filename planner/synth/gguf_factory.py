@@ -13,7 +13,7 @@ computes a figure a test asserts.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,16 @@ class ModelSpec:
 
     def write(self, path: str | Path, **kw: Any) -> list[Path]:
         return write_model(path, self.arch, self.metadata, self.tensors, **kw)
+
+
+def write_once(directory: Path, name: str, make: Callable[[], ModelSpec]) -> Path:
+    """`directory/NAME.gguf`, written from `make()` when it is not there yet: through a partial name
+    renamed at the end, so an interrupted write never leaves a file under the final one."""
+    path = directory / f"{name}.gguf"
+    if not path.exists():
+        [written] = make().write(directory / f"{name}.partial.gguf")
+        written.rename(path)
+    return path
 
 
 def tname(kind: MODEL_TENSOR, bid: int | None = None, suffix: str | None = "weight") -> str:

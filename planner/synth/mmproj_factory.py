@@ -21,7 +21,7 @@ from pathlib import Path
 from gguf import MODEL_TENSOR, GGUFValueType, Keys, VisionProjectorType
 from gguf import GGMLQuantizationType as Q
 
-from planner.synth.gguf_factory import ModelSpec, T, Typed
+from planner.synth.gguf_factory import ModelSpec, T, Typed, write_once
 
 CLIP_ARCH = "clip"
 # SigLIP-So400m/14 at 896 px, as Gemma 3's vision tower (HF config vision_config)
@@ -305,12 +305,7 @@ def qwen3vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
 
 def write_mmproj(directory: Path, spec: ModelSpec, name: str) -> Path:
     """Write a projector spec into `directory` (once per name) and return its path."""
-    path = directory / f"{name}.gguf"
-    if not path.exists():
-        partial = directory / f"{name}.partial.gguf"
-        [written] = spec.write(partial)
-        written.rename(path)
-    return path
+    return write_once(directory, name, lambda: spec)
 
 
 def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: object) -> Path:

@@ -29,6 +29,7 @@ from planner.synth.gguf_factory import (
     llama_spec,
     qwen3moe_spec,
     qwen_spec,
+    write_once,
 )
 from planner.synth.qwen3next_factory import qwen3next_spec
 
@@ -201,11 +202,6 @@ SHAPES: dict[str, Callable[[], ModelSpec]] = {
 
 def write_shape(name: str, directory: Path) -> Path:
     """Write one shape's sparse GGUF into `directory` (once) and return its path."""
-    path = directory / f"{name}.gguf"
-    if not path.exists():
-        partial = directory / f"{name}.partial.gguf"
-        [written] = SHAPES[name]().write(partial)
-        written.rename(path)
-    return path
+    return write_once(directory, name, SHAPES[name])
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gguf import Keys
 
-from planner.synth.gguf_factory import ModelSpec, Q, gemma3_spec, llama_spec, qwen_spec
+from planner.synth.gguf_factory import ModelSpec, Q, gemma3_spec, llama_spec, qwen_spec, write_once
 from planner.synth.shapes import SHAPES, tokenized
 
 
@@ -68,9 +68,4 @@ CONSUMER_SHAPES: dict[str, Callable[[], ModelSpec]] = {
 
 def write_consumer_shape(name: str, directory: Path) -> Path:
     """Write one of CONSUMER_SHAPES into `directory` (once) and return its path."""
-    path = directory / f"{name}.gguf"
-    if not path.exists():
-        partial = directory / f"{name}.partial.gguf"
-        [written] = CONSUMER_SHAPES[name]().write(partial)
-        written.rename(path)
-    return path
+    return write_once(directory, name, CONSUMER_SHAPES[name])
