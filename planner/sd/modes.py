@@ -28,10 +28,9 @@ from dataclasses import dataclass
 
 from planner.core.errors import FlagError
 from planner.core.units import quote
-from planner.sd.assign import DEFAULT_KEYS, Module, parse_module
+from planner.sd.assign import CPU, DEFAULT_KEYS, Module, parse_module
 
 AUDIO_ENCODER = "audio_encoder"   # a module of the seed's --flash-attn list that sd-fit never places
-CPU_BACKEND = "CPU"
 
 
 class Switch(enum.Enum):
@@ -128,7 +127,7 @@ def auto_decision(feature: Feature, backend: str, description: str = "") -> bool
     """What `auto` selects on one compute device (see the module docstring)."""
     b = backend.upper()
     if feature is Feature.FLASH_ATTN:
-        if b in (CPU_BACKEND, "CUDA"):
+        if b in (CPU, "CUDA"):
             return True
         return b == "VULKAN" and bool(_RTX.search(description))
     return b in ("CUDA", "MUSA")
@@ -139,5 +138,5 @@ def decide(spec: ModeSpec, module: str, devices: tuple[tuple[str, str], ...]) ->
     switch = spec.of(module)
     if switch is not Switch.AUTO:
         return switch is Switch.ON
-    devices = devices or ((CPU_BACKEND, ""),)
+    devices = devices or ((CPU, ""),)
     return all(auto_decision(spec.feature, backend, desc) for backend, desc in devices)
