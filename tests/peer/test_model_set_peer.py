@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.checking.llama import host_row, parse_buffers, rows_by_device
+from planner.checking.llama import parse_buffers, rows_by_device
+from planner.checking.serve_set import KINDS, instance_logs, planned_rows
 from planner.cli import main
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.gguf.examples import resolve_model
@@ -32,8 +33,6 @@ from planner.synth.shapes_embed import BERT, tiny_bert
 pytestmark = pytest.mark.peer
 
 MIB = 2**20
-KINDS = ("model", "context", "compute")
-_SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
 
 
 def _within(got: int, want: int) -> bool:
@@ -73,12 +72,7 @@ class Router:
 
     def instance_logs(self) -> dict[str, str]:
         """Each model instance's own lines, by model name (the router prefixes them `[PORT] `)."""
-        text = self.log.read_text(errors="replace")
-        out = {}
-        for name, port in _SPAWN.findall(text):
-            prefix = f"[{int(port):5d}] "
-            out[name] = "\n".join(line[len(prefix):] for line in text.splitlines() if line.startswith(prefix))
-        return out
+        return instance_logs(self.log.read_text(errors="replace"))
 
 
 def _json_lists(text: str) -> list[list]:
@@ -90,16 +84,6 @@ def _json_lists(text: str) -> list[list]:
         out.append(value)
         pos = text.find("\n[", end) + 1 or -1
     return out
-
-
-def _plan_rows(model: dict) -> dict[str, dict[str, int]]:
-    """A model's plan rows by budget row (the host's buffer types summed under Host) and kind."""
-    rows: dict[str, dict[str, int]] = {}
-    for d in model["devices"]:
-        row = rows.setdefault(host_row(d["name"]), dict.fromkeys(KINDS, 0))
-        for kind in KINDS:
-            row[kind] += d[f"{kind}_bytes"]
-    return {k: v for k, v in rows.items() if any(v.values())}
 
 
 def _set_plan(rpc_three: list[str], tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -150,7 +134,7 @@ def test_router_serves_the_set(llama_tools: Path, rpc_three: list[str], tmp_path
     measured = {name: rows_by_device(parse_buffers(text), endpoint_of) for name, text in logs.items()}
     assert set(measured) == {"chat", "embed", "small"}
     for name, rows in measured.items():
-        want = _plan_rows(models[name])
+        want = planned_rows(models[name])
         got = {row: {k: kinds.get(k, 0) for k in KINDS} for row, kinds in rows.items() if any(kinds.values())}
         assert set(got) == set(want), (name, got, want)
         for row, kinds in want.items():
