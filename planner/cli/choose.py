@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from planner.cli.devices import devices_report
-from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Ram, RpcOpt
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
 from planner.cli.plan import _cache_types, _check_outputs, _ctx, _objective, _write_deployment
 from planner.cli.report import write_html
 from planner.core.errors import BadInput
@@ -45,16 +45,12 @@ def _request(ctx: str | None, clients: int, objective: str, cache_type: str, op_
                        allow_ctx_above_train=allow_ctx_above_train, companions=Companions(mmproj=mmproj))
 
 
+@with_inventory_flags
 def choose_cmd(
     models: Annotated[list[str], typer.Argument(
         help="repositories (hf://ORG/REPO, ORG/REPO, ms://ORG/REPO: every quantization), ollama://NAME (every "
              "tag), or single models as `plan` takes them; several are compared together")],
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     ctx: Annotated[str | None, typer.Option(
         "--ctx", "-c", help="context tokens each file must fit (each client's, with --clients), or 'max' "
         "(default: the training context)")] = None,
@@ -94,7 +90,7 @@ def choose_cmd(
         raise BadInput("--max-files takes a positive number")
     _check_outputs(((output, "-o"), (html, "--html")))
     request = _request(ctx, clients, objective, cache_type, op_offload, split_mode, mmproj, allow_ctx_above_train)
-    report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram))
+    report = devices_report(inventory.options())
     result = choose(models, report.inventory, report.budgets, request, tuple(include or ()), max_files)
     if html is not None:
         write_html(html, choice_html(result))

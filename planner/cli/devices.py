@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.options import DeviceOpt, DevicesOpt, Format, InventoryOptions, MaxRamOpt, MaxVramOpt, Ram, RpcOpt
+from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, InventoryOptions, with_inventory_flags
 from planner.core.render import render, table
 from planner.core.units import fmt_bytes
 from planner.hardware.apple import WIRED_LIMIT_SYSCTL, read_wired_limit, working_set
@@ -98,18 +98,14 @@ def devices_report(options: InventoryOptions, use_llama: bool = True) -> Devices
     return DevicesReport(choice.inventory, choice.budgets)
 
 
+@with_inventory_flags
 def devices_cmd(
     fmt: Format = "table",
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     no_llama: Annotated[bool, typer.Option("--no-llama", help="do not ask llama-cli for its device list")] = False,
 ) -> None:
     """The devices a plan is made for (detected or described), their budgets, and llama.cpp's view."""
-    report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram), use_llama=not no_llama)
+    report = devices_report(inventory.options(), use_llama=not no_llama)
     typer.echo(render(report, fmt))
 
 

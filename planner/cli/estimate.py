@@ -10,17 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from planner.cli.options import (
-    DeviceOpt,
-    DevicesOpt,
-    Format,
-    InventoryOptions,
-    MaxRamOpt,
-    MaxVramOpt,
-    Model,
-    Ram,
-    RpcOpt,
-)
+from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, Model, with_inventory_flags
 from planner.core.render import render
 from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets, pool_members
@@ -87,16 +77,12 @@ class BudgetedEstimate:
         return self.estimate.to_table().rstrip("\n") + "\n\nbudgets: " + "; ".join(rows) + f" ({verdict})"
 
 
+@with_inventory_flags
 def estimate_cmd(
     ctx: typer.Context,
     model: Model,
     fmt: Format = "table",
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     program: ProgramOpt = "fit-params",
 ) -> None:
     """Per-device model, context and compute memory llama.cpp would allocate for the flags after `--`:
@@ -106,11 +92,11 @@ def estimate_cmd(
     from planner.memory.estimate import estimate
 
     sized_for = parse_program(program)
-    options = InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram)
+    options = inventory.options()
     choice = options.resolve(detect=False)
     est = estimate(model, options.llama_argv(list(ctx.args)), choice.inventory if choice else None,
                    program=sized_for)
-    if choice is None or not (max_vram or max_ram):
+    if choice is None or not (inventory.max_vram or inventory.max_ram):
         typer.echo(render(est, fmt))
         return
     checked = BudgetedEstimate(est, choice.budget_rows(), choice.budgets)

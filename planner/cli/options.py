@@ -1,14 +1,18 @@
 """What the commands share: option types whose help reads the same in every command, the one set of
-inventory options (`--devices`, `--device`, `--ram`, `--rpc`, `--max-vram`, `--max-ram`) and what
-they resolve to, and the click context that hands llama.cpp flags after `--` to the command untouched.
+inventory options (`--devices`, `--device`, `--ram`, `--rpc`, `--max-vram`, `--max-ram`), the
+decorator that declares them on a command, what they resolve to, and the click context that hands
+llama.cpp flags after `--` to the command untouched.
 
 Detection (psutil) and llama.cpp's row names (numpy, gguf) are imported inside the methods that
 use them: `fitplan --help` needs neither.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
@@ -35,6 +39,8 @@ MaxVramOpt = Annotated[str | None, typer.Option(
     "--max-vram", help="budgets: 6 | CUDA0=6,CUDA1=-2 | gpu=512MiB (GiB; negative: free minus)")]
 MaxRamOpt = Annotated[str | None, typer.Option(
     "--max-ram", help="host RAM budget (default: available - max(2GiB, 10%))")]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 # click: unknown options and extra arguments (the llama.cpp flags) land in ctx.args
 LLAMA_FLAGS_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -114,3 +120,46 @@ class InventoryOptions:
                                "--device or --rpc too")
             return None
         return InventoryChoice(inventory, resolve_budgets(inventory, self.max_vram, self.max_ram))
+
+
+@dataclass(frozen=True)
+class InventoryFlags:
+    """The six inventory options exactly as typer hands them over, parsed only when `options()` is called
+    (so a command's own checks keep running first)."""
+
+    devices: DevicesOpt = None
+    device: DeviceOpt = None
+    ram: Ram = None
+    rpc: RpcOpt = None
+    max_vram: MaxVramOpt = None
+    max_ram: MaxRamOpt = None
+
+    def options(self) -> InventoryOptions:
+        return InventoryOptions.of(self.devices, self.device, self.ram, self.rpc, self.max_vram, self.max_ram)
+
+
+NO_INVENTORY_FLAGS = InventoryFlags()   # the `inventory` parameter's default (typer passes the six instead)
+
+
+def with_inventory_flags(command: _F) -> _F:
+    """Declare the six inventory options on a typer command once: the command takes one parameter
+    `inventory: InventoryFlags = NO_INVENTORY_FLAGS`, and typer sees the six options in its place
+    (same order, same help)."""
+    signature = inspect.signature(command, eval_str=True)
+    hints = get_type_hints(InventoryFlags, include_extras=True)
+    six = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+           for f in fields(InventoryFlags)]
+    params: list[inspect.Parameter] = []
+    for p in signature.parameters.values():
+        params.extend(six if p.name == "inventory" else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)])
+    if len(params) != len(signature.parameters) + len(six) - 1:
+        raise TypeError(f"{command.__name__}: expected a parameter `inventory: InventoryFlags`")
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        flags = InventoryFlags(**{f.name: kwargs.pop(f.name) for f in fields(InventoryFlags)})
+        return command(inventory=flags, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
+    return wrapper  # type: ignore[return-value]

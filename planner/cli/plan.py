@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from planner.cli.devices import DevicesReport, devices_report
-from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Model, Ram, RpcOpt
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
 from planner.cli.report import write_html
 from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.files import check_output_path, write_atomic
@@ -157,14 +157,10 @@ def _show_verdict(model: str, found: DevicesReport, request: PlanRequest, client
     typer.echo("\n".join(result.commands()) if fmt == "command" else render(result, fmt))
 
 
+@with_inventory_flags
 def plan_cmd(
     model: Model,
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     ctx: Annotated[str | None, typer.Option(
         "--ctx", "-c", help="context tokens, or 'max' (default: training context)")] = None,
     allow_ctx_above_train: Annotated[bool, typer.Option(
@@ -234,7 +230,7 @@ def plan_cmd(
     _check_outputs(((output, "-o"), (plot, "--plot"), (html, "--html")))
     _check_verdict(verdict, clients, fmt, (output, plot, html), parallel)
     # llama-cli is asked for its device list only when the plan is for this machine as it is
-    report = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram))
+    report = devices_report(inventory.options())
     request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
                           cache_types=_cache_types(cache_type),
                           n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,

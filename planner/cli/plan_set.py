@@ -13,7 +13,7 @@ import typer
 import yaml
 
 from planner.cli.devices import DevicesReport, devices_report
-from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Ram, RpcOpt
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
 from planner.cli.report import write_html
 from planner.core.errors import BadInput
 from planner.core.files import check_output_path, write_atomic
@@ -27,14 +27,10 @@ if TYPE_CHECKING:
 FORMATS = ("table", "json", "yaml", "preset", "llama-swap")
 
 
+@with_inventory_flags
 def plan_set_cmd(
     file: Annotated[str, typer.Argument(help="a model-set YAML file (docs/guides/model-sets.md)")],
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     fmt: Annotated[str, typer.Option("--format", help="table | json | yaml (the set plan) | preset (llama-server "
                                      "--models-preset INI) | llama-swap (its config.yaml)")] = "table",
     output: Annotated[str | None, typer.Option(
@@ -57,7 +53,7 @@ def plan_set_cmd(
         if path is not None:
             check_output_path(path, flag)
     spec = read_model_set(file)
-    found = devices_report(InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram))
+    found = devices_report(inventory.options())
     plan = _plan_or_page(spec, found, html)
     doc = set_document(plan)
     if output is not None:

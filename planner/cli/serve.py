@@ -6,12 +6,13 @@ the runtime, which `fitplan --help` does not need.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Ram, RpcOpt
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
 from planner.core.errors import BadInput
 from planner.core.llama_tools import LOOPBACK, ToolsError, ensure_tools, tools_dir
 from planner.core.render import render
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from planner.checking.serve import MemoryCheck
 
 
+@with_inventory_flags
 def serve_cmd(
     ctx: typer.Context,
     plan: Annotated[str, typer.Argument(help="a plan file from `fitplan plan -o plan.yaml`")],
@@ -32,12 +34,7 @@ def serve_cmd(
     force: Annotated[bool, typer.Option("--force", help="run a plan made for other hardware")] = False,
     log_file: Annotated[str | None, typer.Option("--log", help="llama-server's log (default: a temp file)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table | json | yaml (the memory checks)")] = "table",
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
 ) -> None:
     """Start llama-server with a plan on this machine and check what it allocates against the plan.
 
@@ -57,14 +54,15 @@ def serve_cmd(
     if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
         raise BadInput(f"--llama-bin {llama_bin}: no llama-server there")
     if is_set_plan(plan):   # a set plan (`fitplan plan-set -o`): the router serves it
-        unused = (("--force", force), ("--devices", devices), ("--device", device), ("--ram", ram), ("--rpc", rpc),
-                  ("--max-vram", max_vram), ("--max-ram", max_ram))
+        unused = (("--force", force), ("--devices", inventory.devices), ("--device", inventory.device),
+                  ("--ram", inventory.ram), ("--rpc", inventory.rpc), ("--max-vram", inventory.max_vram),
+                  ("--max-ram", inventory.max_ram))
         serve_set_cmd(plan, tuple(ctx.args), bin_dir, host, port, dry_run, fmt, log_file,
                       [name for name, value in unused if value])
         return
-    here = InventoryOptions.of(devices, device, ram, rpc, None, None).inventory(detect=False)
+    here = replace(inventory, max_vram=None, max_ram=None).options().inventory(detect=False)
     req = ServeRequest(plan, tuple(ctx.args), host, port, bin_dir, force, check_hardware=not dry_run, here=here,
-                       max_vram=max_vram, max_ram=max_ram)
+                       max_vram=inventory.max_vram, max_ram=inventory.max_ram)
     prepared = prepare_serve(req)   # refusals come before a build of the tools
     if not dry_run and bin_dir is None:
         prepared = with_program(prepared, ensure_tools())

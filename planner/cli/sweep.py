@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.options import DeviceOpt, DevicesOpt, InventoryOptions, MaxRamOpt, MaxVramOpt, Model, Ram, RpcOpt
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
 from planner.core.errors import BadInput
 from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
@@ -44,17 +44,13 @@ class _Progress:
             self.bar.__exit__(None, None, None)
 
 
+@with_inventory_flags
 def sweep_cmd(
     ctx: typer.Context,
     model: Model,
     vary: Annotated[list[str], typer.Option(
         "--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget, memory (a device's total)")],
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     mode: Annotated[str, typer.Option("--mode", help="estimate (flags as given) | plan")] = "estimate",
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the CSV here")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="draw the sweep into this PNG")] = None,
@@ -75,14 +71,14 @@ def sweep_cmd(
 
         require_matplotlib()
     axes = [parse_vary(v) for v in vary]
-    options = InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram)
+    options = inventory.options()
     args = options.llama_argv(list(ctx.args))
     base = parse_llama_flags(args) if args else None
     progress = _Progress()
     try:
         choice = options.resolve(detect=False)
         result = sweep(model, axes, choice.inventory if choice else None, base, mode=mode, progress=progress,
-                       max_vram=max_vram, max_ram=max_ram)
+                       max_vram=inventory.max_vram, max_ram=inventory.max_ram)
     finally:
         progress.close()
     if output is not None:

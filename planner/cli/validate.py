@@ -10,20 +10,12 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.options import (
-    DeviceOpt,
-    DevicesOpt,
-    Format,
-    InventoryOptions,
-    MaxRamOpt,
-    MaxVramOpt,
-    Ram,
-    RpcOpt,
-)
+from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, InventoryOptions, with_inventory_flags
 from planner.core.errors import BadInput
 from planner.core.render import render
 
 
+@with_inventory_flags
 def validate_cmd(
     ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="a plan file (plan.yaml), or a GGUF path / example:gemma3-270m")],
@@ -31,12 +23,7 @@ def validate_cmd(
     kernels: Annotated[str, typer.Option("--kernels", help="embedded engine: default | ggml-avx2 (bit-exact "
                                           "with llama.cpp's portable x86-64 build, slower)")] = "default",
     fmt: Format = "table",
-    devices: DevicesOpt = None,
-    device: DeviceOpt = None,
-    ram: Ram = None,
-    rpc: RpcOpt = None,
-    max_vram: MaxVramOpt = None,
-    max_ram: MaxRamOpt = None,
+    inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="prompt length in token ids")] = 32,
     gen_tokens: Annotated[int, typer.Option("--gen-tokens", min=1, help="generated tokens")] = 16,
     reserve_only: Annotated[bool, typer.Option(
@@ -48,7 +35,7 @@ def validate_cmd(
     from planner.checking.validate import validate, validate_request
     from planner.llama.flags import parse_llama_flags
 
-    options = InventoryOptions.of(devices, device, ram, rpc, max_vram, max_ram)
+    options = inventory.options()
     if target.endswith((".yaml", ".yml")):
         if options != InventoryOptions():
             raise BadInput("a plan file carries its own flags, inventory and budgets: give nothing else")

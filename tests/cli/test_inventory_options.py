@@ -7,6 +7,7 @@ import json
 import pytest
 
 from planner.cli import main
+from planner.cli.options import with_inventory_flags
 from planner.core.units import GiB, MiB
 from tests.support.overhead import CUDA_MIB, cuda
 
@@ -103,3 +104,19 @@ def test_a_plan_file_takes_no_inventory(capsys, tmp_path):
     assert run(capsys, *COMMANDS["plan"], *SHORTHANDS, "-o", str(target))[0] == 0
     code, _, err = run(capsys, "validate", str(target), "--ram", "8GiB")
     assert code == 2 and "a plan file carries its own" in err
+
+
+@pytest.mark.parametrize("command", ["choose", "plan-set", "serve"])
+def test_the_other_machine_commands_list_the_six_options_too(capsys, command):
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    for option in OPTIONS:
+        assert option in out, (command, option)
+
+
+def test_with_inventory_flags_needs_an_inventory_parameter():
+    def command(model: str) -> None:
+        raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="`inventory: InventoryFlags`"):
+        with_inventory_flags(command)
