@@ -12,10 +12,8 @@ import pytest
 import yaml
 
 from planner.cli import main
-from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
-from planner.synth.draft_models import write_drafter
-from planner.synth.shapes_embed import BERT, tiny_bert
+from tests.support.model_sets import set_files
 from tests.support.overhead import CUDA_MIB
 
 MIB = 2**20
@@ -26,11 +24,8 @@ HOST_ONLY = ["--ram", "3GiB"]
 def files(tmp_path_factory) -> dict[str, str]:
     """The bundled Gemma 3 270M, a small gemma3 chat model with its vocabulary, a tiny BERT encoder."""
     d = tmp_path_factory.mktemp("sets")
-    gemma = resolve_model("example:gemma3-270m")
-    small = write_drafter(d / "small.gguf", read_model(gemma))
-    embed = d / "embed.gguf"
-    tiny_bert(BERT).write(embed)
-    return {"gemma": gemma, "small": str(small), "embed": str(embed), "dir": str(d)}
+    made = set_files(d)
+    return {"gemma": made.gemma, "small": made.small, "embed": made.embed, "dir": str(d)}
 
 
 def _write(files: dict[str, str], name: str, models: dict) -> str:

@@ -23,12 +23,9 @@ from planner.checking.llama import parse_buffers, rows_by_device
 from planner.checking.serve_set import KINDS, instance_logs, planned_rows
 from planner.cli import main
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
-from planner.gguf.examples import resolve_model
-from planner.gguf.reader import read_model
 from planner.llama.placement import HOST
 from planner.planning.set_exports import models_max, preset_ini
-from planner.synth.draft_models import write_drafter
-from planner.synth.shapes_embed import BERT, tiny_bert
+from tests.support.model_sets import set_files
 
 pytestmark = pytest.mark.peer
 
@@ -88,15 +85,10 @@ def _json_lists(text: str) -> list[list]:
 
 def _set_plan(rpc_three: list[str], tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """The three-model set planned for the rpc-servers: the set plan's path, the endpoint of each RPC device."""
-    gemma = resolve_model("example:gemma3-270m")
-    small = write_drafter(tmp_path / "small.gguf", read_model(gemma))
-    embed = tmp_path / "embed.gguf"
-    tiny_bert(BERT).write(embed)
+    made = set_files(tmp_path)
     spec = tmp_path / "set.yaml"
     spec.write_text(yaml.safe_dump({"disk_read": "1GiB", "models": {
-        "chat": {"model": gemma, "ctx": 2048, "resident": "always", "priority": 10},
-        "embed": {"model": str(embed), "role": "embedding", "ctx": 512, "resident": "always"},
-        "small": {"model": str(small), "ctx": 1024, "resident": "on-demand"}}}))
+        **made.resident(), "small": {"model": made.small, "ctx": 1024, "resident": "on-demand"}}}))
     endpoint_of = {f"RPC{i}": ep for i, ep in enumerate(rpc_three)}
     devices = [a for name, ep in endpoint_of.items() for a in ("--device", f"{name}=1GiB@{ep}")]
     plan_path = tmp_path / "set-plan.json"

@@ -20,6 +20,7 @@ import yaml
 from planner.cli import main
 from planner.llama.flags import parse_llama_flags, takes_value
 from planner.planning.set_exports import llama_swap_config, models_max, preset_ini
+from tests.support.model_sets import set_files
 
 # --- llama-swap's configuration rules ----------------------------------------------------------------
 # internal/config/config.go Config: the top-level keys it reads
@@ -128,20 +129,12 @@ def parse_preset(text: str) -> dict[str, dict[str, str]]:
 def doc(tmp_path_factory) -> dict:
     """A set plan on three rpc-servers (none running: planning only reads their sizes): two resident
     models, and two on-demand units, one of them a group of two."""
-    from planner.gguf.examples import resolve_model
-    from planner.gguf.reader import read_model
-    from planner.synth.draft_models import write_drafter
-    from planner.synth.shapes_embed import BERT, tiny_bert
-
     d = tmp_path_factory.mktemp("set-exports")
-    gemma = resolve_model("example:gemma3-270m")
-    small = str(write_drafter(d / "small.gguf", read_model(gemma)))
-    embed = d / "embed.gguf"
-    tiny_bert(BERT).write(embed)
+    made = set_files(d)
+    small = made.small
     path = d / "set.yaml"
     path.write_text(yaml.safe_dump({"disk_read": "1GiB", "models": {
-        "chat": {"model": gemma, "ctx": 2048, "resident": "always", "priority": 10},
-        "embed": {"model": str(embed), "role": "embedding", "ctx": 512, "resident": "always"},
+        **made.resident(),
         "coder": {"model": small, "ctx": 1024, "resident": "on-demand"},
         "pair-a": {"model": small, "ctx": 1024, "resident": "on-demand", "group": "pair"},
         "pair-b": {"model": small, "ctx": 1024, "resident": "on-demand", "group": "pair"}}}))
