@@ -34,6 +34,32 @@ SIGLIP_PATCH_SIZE = 14
 SIGLIP_EPS = 1e-6
 
 
+def _linear(spec: ModelSpec, kind: MODEL_TENSOR, i: int | None, k: int, m: int, bias: bool,
+            weight_type: Q = Q.F16) -> None:
+    """A linear layer {k, m} in `weight_type`, with its F32 bias {m} when `bias`."""
+    spec.add(kind, weight_type, (k, m), i)
+    if bias:
+        spec.add(kind, Q.F32, (m,), i, "bias")
+
+
+def _layer_norm(spec: ModelSpec, kind: MODEL_TENSOR, n: int, i: int | None = None) -> None:
+    """A LayerNorm's F32 weight and bias {n}."""
+    spec.add(kind, Q.F32, (n,), i)
+    spec.add(kind, Q.F32, (n,), i, "bias")
+
+
+def _vit_layer(spec: ModelSpec, i: int, n_embd: int, n_ff: int, weight_type: Q,
+               fc1: MODEL_TENSOR = T.V_ENC_FFN_UP, fc2: MODEL_TENSOR = T.V_ENC_FFN_DOWN) -> None:
+    """One pre-norm ViT layer biased throughout, as build_vit reads it: q/k/v/out, the ln1/ln2 layer
+    norms, fc1 {n_embd, n_ff} and fc2 {n_ff, n_embd} (named fc1 -> ffn_down by converters that swap them)."""
+    for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+        _linear(spec, kind, i, n_embd, n_embd, True, weight_type)
+    for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+        _layer_norm(spec, kind, n_embd, i)
+    _linear(spec, fc1, i, n_embd, n_ff, True, weight_type)
+    _linear(spec, fc2, i, n_ff, n_embd, True, weight_type)
+
+
 def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: int, n_head: int,
             image_size: int, patch_size: int, weight_type: Q, patch_type: Q, swapped: bool = True) -> ModelSpec:
     """The SigLIP tower clip.cpp's build_vit reads: patch and position embeddings, pre-norm layers
@@ -60,20 +86,10 @@ def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: i
     spec.add(T.V_ENC_EMBD_PATCH, patch_type, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches))
+    fc1, fc2 = (T.V_ENC_FFN_DOWN, T.V_ENC_FFN_UP) if swapped else (T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN)
     for i in range(n_layer):
-        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        fc1, fc2 = (T.V_ENC_FFN_DOWN, T.V_ENC_FFN_UP) if swapped else (T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN)
-        spec.add(fc1, weight_type, (n_embd, n_ff), i)
-        spec.add(fc1, Q.F32, (n_ff,), i, "bias")
-        spec.add(fc2, weight_type, (n_ff, n_embd), i)
-        spec.add(fc2, Q.F32, (n_embd,), i, "bias")
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+        _vit_layer(spec, i, n_embd, n_ff, weight_type, fc1, fc2)
+    _layer_norm(spec, T.V_POST_NORM, n_embd)
     return spec
 
 
@@ -110,12 +126,9 @@ def lfm2_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: int =
                    patch_size, weight_type, Q.F16, swapped=False)
     spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = scale_factor
     merged = n_embd * scale_factor**2
-    spec.add(T.V_MM_INP_NORM, Q.F32, (merged,))
-    spec.add(T.V_MM_INP_NORM, Q.F32, (merged,), suffix="bias")
-    spec.add(T.V_MMPROJ, weight_type, (merged, n_hidden), 1)
-    spec.add(T.V_MMPROJ, Q.F32, (n_hidden,), 1, "bias")
-    spec.add(T.V_MMPROJ, weight_type, (n_hidden, n_text_embd), 2)
-    spec.add(T.V_MMPROJ, Q.F32, (n_text_embd,), 2, "bias")
+    _layer_norm(spec, T.V_MM_INP_NORM, merged)
+    _linear(spec, T.V_MMPROJ, 1, merged, n_hidden, True, weight_type)
+    _linear(spec, T.V_MMPROJ, 2, n_hidden, n_text_embd, True, weight_type)
     return spec
 
 
@@ -127,8 +140,7 @@ def janus_pro_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: 
     spec = _siglip(VisionProjectorType.JANUS_PRO, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size,
                    patch_size, weight_type, Q.F16, swapped=False)
     for i, (k, m) in enumerate(((n_embd, n_text_embd), (n_text_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -142,8 +154,7 @@ def phi4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 27, n_embd: int =
     spec.metadata[Keys.ClipVision.IMAGE_MIN_PIXELS] = 256 * patch_size**2
     spec.metadata[Keys.ClipVision.IMAGE_MAX_PIXELS] = 1024 * patch_size**2
     for i, (k, m) in ((0, (n_embd, n_text_embd)), (2, (n_text_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -163,11 +174,9 @@ def internvl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: i
         spec.add(T.V_LAYER_SCALE_1, Q.F32, (n_embd,), i)
         spec.add(T.V_LAYER_SCALE_2, Q.F32, (n_embd,), i)
     merged = n_embd * scale_factor**2
-    spec.add(T.V_MMPROJ_MLP, Q.F32, (merged,), 0)
-    spec.add(T.V_MMPROJ_MLP, Q.F32, (merged,), 0, "bias")
+    _layer_norm(spec, T.V_MMPROJ_MLP, merged, 0)
     for i, (k, m) in ((1, (merged, n_text_embd)), (3, (n_text_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ_MLP, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ_MLP, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ_MLP, i, k, m, True, weight_type)
     return spec
 
 
@@ -222,19 +231,15 @@ def qwen25vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: i
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
     for i in range(n_layer):
         for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+            _linear(spec, kind, i, n_embd, n_embd, True, weight_type)
         spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
         spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
         for kind in (T.V_ENC_FFN_UP, T.V_ENC_FFN_GATE):
-            spec.add(kind, weight_type, (n_embd, n_ff), i)
-            spec.add(kind, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+            _linear(spec, kind, i, n_embd, n_ff, True, weight_type)
+        _linear(spec, T.V_ENC_FFN_DOWN, i, n_ff, n_embd, True, weight_type)
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
     for i, (k, m) in ((0, (4 * n_embd, 4 * n_embd)), (2, (4 * n_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -277,29 +282,19 @@ def qwen3vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_pos_table))
     for i in range(n_layer):
-        spec.add(T.V_ENC_ATTN_QKV, weight_type, (n_embd, 3 * n_embd), i)
-        spec.add(T.V_ENC_ATTN_QKV, Q.F32, (3 * n_embd,), i, "bias")
-        spec.add(T.V_ENC_ATTN_O, weight_type, (n_embd, n_embd), i)
-        spec.add(T.V_ENC_ATTN_O, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.V_ENC_ATTN_QKV, i, n_embd, 3 * n_embd, True, weight_type)
+        _linear(spec, T.V_ENC_ATTN_O, i, n_embd, n_embd, True, weight_type)
         for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+            _layer_norm(spec, kind, n_embd, i)
+        _linear(spec, T.V_ENC_FFN_UP, i, n_embd, n_ff, True, weight_type)
+        _linear(spec, T.V_ENC_FFN_DOWN, i, n_ff, n_embd, True, weight_type)
         if i in deepstack:
-            spec.add(T.V_DS_NORM, Q.F32, (4 * n_embd,), i)
-            spec.add(T.V_DS_NORM, Q.F32, (4 * n_embd,), i, "bias")
-            spec.add(T.V_DS_FC1, weight_type, (4 * n_embd, 4 * n_embd), i)
-            spec.add(T.V_DS_FC1, Q.F32, (4 * n_embd,), i, "bias")
-            spec.add(T.V_DS_FC2, weight_type, (4 * n_embd, out), i)
-            spec.add(T.V_DS_FC2, Q.F32, (out,), i, "bias")
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+            _layer_norm(spec, T.V_DS_NORM, 4 * n_embd, i)
+            _linear(spec, T.V_DS_FC1, i, 4 * n_embd, 4 * n_embd, True, weight_type)
+            _linear(spec, T.V_DS_FC2, i, 4 * n_embd, out, True, weight_type)
+    _layer_norm(spec, T.V_POST_NORM, n_embd)
     for i, (k, m) in ((0, (4 * n_embd, 4 * n_embd)), (2, (4 * n_embd, out))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -520,21 +515,10 @@ def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (3 * patch_size**2, n_embd))
     spec.add(T.V_ENC_EMBD_CLS, Q.F32, (n_embd,), suffix=None)
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches + 1))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
+    _layer_norm(spec, T.V_PRE_NORM, n_embd)
     for i in range(n_layer):
-        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+        _vit_layer(spec, i, n_embd, n_ff, weight_type)
+    _layer_norm(spec, T.V_POST_NORM, n_embd)
     spec.add(T.V_MMPROJ_MLP, weight_type, (n_embd * shuffle**2, n_adapter), 1)
     spec.add(T.V_MMPROJ_MLP, weight_type, (n_adapter, n_adapter), 2)
     spec.add(T.V_MMPROJ_FC, weight_type, (n_adapter, n_text_embd))
@@ -580,8 +564,7 @@ def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int 
     spec.add(T.V_MM_PATCH_MERGER, Q.F16, (merge, merge, n_embd, n_text_embd))
     spec.add(T.V_MM_PATCH_MERGER, Q.F32, (n_text_embd,), suffix="bias")
     spec.add(T.V_MMPROJ_FC, weight_type, (n_text_embd, n_text_embd))
-    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,))
-    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,), suffix="bias")
+    _layer_norm(spec, T.V_MM_POST_NORM, n_text_embd)
     spec.add(T.V_MM_GATE, weight_type, (n_text_embd, n_ff))
     spec.add(T.V_MM_UP, weight_type, (n_text_embd, n_ff))
     spec.add(T.V_MM_DOWN, weight_type, (n_ff, n_text_embd))
@@ -709,26 +692,13 @@ def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int |
     spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_embd, WHISPER_N_POS))    # base.py keeps A_ENC_EMBD_POS in F32
     for i in range(n_layer):
         for kind in (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            if kind is not T.A_ENC_ATTN_K:
-                spec.add(kind, Q.F32, (n_embd,), i, "bias")
+            _linear(spec, kind, i, n_embd, n_embd, kind is not T.A_ENC_ATTN_K, weight_type)
         for kind in (T.A_ENC_INPUT_NORM, T.A_ENC_OUTPUT_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        spec.add(T.A_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.A_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.A_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.A_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
-    spec.add(T.A_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.A_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+            _layer_norm(spec, kind, n_embd, i)
+        _linear(spec, T.A_ENC_FFN_UP, i, n_embd, n_ff, True, weight_type)
+        _linear(spec, T.A_ENC_FFN_DOWN, i, n_ff, n_embd, True, weight_type)
+    _layer_norm(spec, T.A_POST_NORM, n_embd)
     return spec
-
-
-def _linear(spec: ModelSpec, kind: MODEL_TENSOR, i: int | None, k: int, m: int, bias: bool,
-            weight_type: Q = Q.F16) -> None:
-    spec.add(kind, weight_type, (k, m), i)
-    if bias:
-        spec.add(kind, Q.F32, (m,), i, "bias")
 
 
 def ultravox_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 8,
@@ -783,8 +753,7 @@ def meralion_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = WHISPER_N_LA
     _linear(spec, T.A_MMPROJ, 1, n_hidden, n_hidden, True)
     _linear(spec, T.A_MMPROJ, 2, n_hidden, n_hidden, True)
     _linear(spec, T.A_MMPROJ, 3, n_hidden, n_text_embd, True)
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,))
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,), suffix="bias")
+    _layer_norm(spec, T.A_MM_NORM_PRE, stacked)
     return spec
 
 
@@ -796,8 +765,7 @@ def glma_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER,
     spec = _whisper(VisionProjectorType.GLMA, n_text_embd, n_layer, stack_factor)
     _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD * stack_factor, n_hidden, True)
     _linear(spec, T.A_MMPROJ, 2, n_hidden, n_text_embd, True)
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,))
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,), suffix="bias")
+    _layer_norm(spec, T.A_MM_NORM_PRE, WHISPER_N_EMBD)
     spec.tensors += [("v.boi", Q.F32, (n_text_embd,)), ("v.eoi", Q.F32, (n_text_embd,))]
     return spec
 
@@ -873,8 +841,7 @@ def _moonvit(projector: str, n_text_embd: int, n_layer: int, fused_qkv: bool, po
     spec.add(T.V_ENC_EMBD_POS, Q.F32, pos_shape)        # base.py keeps V_ENC_EMBD_POS in F32
     for i in range(n_layer):
         for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (e,), i)
-            spec.add(kind, Q.F32, (e,), i, "bias")
+            _layer_norm(spec, kind, e, i)
         if fused_qkv:
             _linear(spec, T.V_ENC_ATTN_QKV, i, e, 3 * e, True)
         else:
@@ -883,10 +850,8 @@ def _moonvit(projector: str, n_text_embd: int, n_layer: int, fused_qkv: bool, po
         _linear(spec, T.V_ENC_ATTN_O, i, e, e, True)
         _linear(spec, T.V_ENC_FFN_UP, i, e, ff, True)
         _linear(spec, T.V_ENC_FFN_DOWN, i, ff, e, True)
-    spec.add(T.V_POST_NORM, Q.F32, (e,))
-    spec.add(T.V_POST_NORM, Q.F32, (e,), suffix="bias")
-    spec.add(T.V_MM_INP_NORM, Q.F32, (e,))
-    spec.add(T.V_MM_INP_NORM, Q.F32, (e,), suffix="bias")
+    _layer_norm(spec, T.V_POST_NORM, e)
+    _layer_norm(spec, T.V_MM_INP_NORM, e)
     _linear(spec, T.V_MMPROJ, 1, merged, merged, True)
     _linear(spec, T.V_MMPROJ, 2, merged, n_text_embd, True)
     return spec
@@ -937,8 +902,7 @@ def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int
     for i in range(n_layer):
         for kind in (T.A_ENC_FFN_NORM, T.A_ENC_INPUT_NORM, T.A_ENC_NORM_CONV, T.A_ENC_FFN_NORM_1,
                      T.A_ENC_OUTPUT_NORM, T.A_ENC_CONV_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+            _layer_norm(spec, kind, n_embd, i)
         _linear(spec, T.A_ENC_FFN_UP, i, n_embd, n_ff, True)
         _linear(spec, T.A_ENC_FFN_DOWN, i, n_ff, n_embd, True)
         _linear(spec, T.A_ENC_FFN_UP_1, i, n_embd, n_ff, True)
@@ -952,8 +916,7 @@ def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int
         spec.add(T.A_ENC_CONV_DW, Q.F32, (kernel, n_embd), i)
         spec.add(T.A_ENC_CONV_DW, Q.F32, (n_embd,), i, "bias")
         _linear(spec, T.A_ENC_CONV_PW2, i, n_embd, n_embd, True, Q.F32)
-    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0)
-    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0, "bias")
+    _layer_norm(spec, T.A_MMPROJ, n_embd, 0)
     _linear(spec, T.A_MMPROJ, 1, n_embd, n_text_embd, True)
     _linear(spec, T.A_MMPROJ, 3, n_text_embd, n_text_embd, True)
     return spec
@@ -995,16 +958,9 @@ def llava_mmproj_spec(*, n_text_embd: int = 4096, n_layer: int = 23, n_embd: int
     spec.tensors.append(("v.class_embd", Q.F32, (n_embd,)))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_POS, Q.F16, (n_embd, (image_size // patch_size) ** 2 + 1))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
-    for i in range(n_layer):
-        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            _linear(spec, kind, i, n_embd, n_embd, True)
-        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        _linear(spec, T.V_ENC_FFN_DOWN, i, n_embd, n_ff, True)     # fc1, as the legacy converter names it
-        _linear(spec, T.V_ENC_FFN_UP, i, n_ff, n_embd, True)
+    _layer_norm(spec, T.V_PRE_NORM, n_embd)
+    for i in range(n_layer):     # fc1 -> ffn_down, as the legacy converter names it
+        _vit_layer(spec, i, n_embd, n_ff, Q.F16, T.V_ENC_FFN_DOWN, T.V_ENC_FFN_UP)
     _linear(spec, T.V_MMPROJ, 0, n_embd, n_text_embd, True)
     _linear(spec, T.V_MMPROJ, 2, n_text_embd, n_text_embd, True)
     return spec
