@@ -23,7 +23,7 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph
-from runtime.engine.clip_hparams import ClipHParams, name
+from runtime.engine.clip_hparams import ClipHParams, ffn_unary, name, tower_figures
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -41,12 +41,9 @@ def read_pixtral_hparams(model: ModelFile) -> ClipHParams:
         raise BadInput(f"{model.path}: a pixtral projector without {name(T.V_MMPROJ, 2)}")
     try:
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.SPATIAL_MERGE_SIZE, 1))
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        return ClipHParams(VisionProjectorType.PIXTRAL, int(meta[CV.EMBEDDING_LENGTH]),
-                           int(meta[CV.Attention.HEAD_COUNT]), int(meta[CV.FEED_FORWARD_LENGTH]),
-                           int(meta[CV.BLOCK_COUNT]), float(meta[CV.Attention.LAYERNORM_EPS]),
-                           int(meta[CV.IMAGE_SIZE]), patch, merge, ffn_op, out.shape[1],
-                           math.isqrt(PIXTRAL_WARMUP_TOKENS) * patch * merge)
+        return ClipHParams(VisionProjectorType.PIXTRAL, **tower_figures(meta), image_size=int(meta[CV.IMAGE_SIZE]),
+                           patch_size=patch, n_merge=merge, ffn_op=ffn_unary(meta), n_mmproj_embd=out.shape[1],
+                           warmup_image_size=math.isqrt(PIXTRAL_WARMUP_TOKENS) * patch * merge)
     except KeyError as e:
         raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
 
