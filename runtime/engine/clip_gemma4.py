@@ -34,6 +34,8 @@ from runtime.engine.clip_hparams import (
     ffn_unary,
     name,
     projector_type,
+    reading_keys,
+    required_tensor,
     tower_figures,
 )
 from runtime.ggml import build as g
@@ -69,18 +71,14 @@ def read_gemma4_hparams(model: ModelFile) -> ClipHParams:
         # clip_init loads and warms up the audio encoder as a second context (clip_reserve adds the
         # Gemma 4 ones); another type's is not modelled
         raise UnsupportedProjector(model.path, f"{proj} with a {audio} audio encoder")
-    out = model.tensor(name(T.V_MM_INP_PROJ))
-    if out is None:
-        raise BadInput(f"{model.path}: a {proj} projector without {name(T.V_MM_INP_PROJ)}")
-    try:
+    out = required_tensor(model, proj, name(T.V_MM_INP_PROJ))
+    with reading_keys(model):
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.Projector.SCALE_FACTOR, GEMMA4_POOL))
         if proj == GEMMA4UV:      # the token merging is the patch embedder's own conv
             patch, merge = patch * merge, 1
         hp = ClipHParams(proj, **tower_figures(meta), image_size=int(meta[CV.IMAGE_SIZE]), patch_size=patch,
                          n_merge=merge, ffn_op=ffn_unary(meta), n_mmproj_embd=out.shape[1],
                          warmup_image_size=math.isqrt(GEMMA4_WARMUP_TOKENS) * patch * merge)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
     if merge < 1:
         raise BadInput(f"{model.path}: a {proj} projector pooling by {merge}")
     return hp

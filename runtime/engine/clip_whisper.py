@@ -32,6 +32,8 @@ from runtime.engine.clip_hparams import (
     ClipHParams,
     audio_projector_type,
     name,
+    reading_keys,
+    required_tensor,
     tower_figures,
 )
 from runtime.ggml import build as g
@@ -82,17 +84,13 @@ def read_audio_hparams(model: ModelFile, width_tensor: str, requires_stack: bool
     meta, proj = model.metadata, audio_projector_type(model)
     if not meta.get(Keys.Clip.HAS_AUDIO_ENCODER):
         raise BadInput(f"{model.path}: a {proj} projector without clip.has_audio_encoder")
-    width = model.tensor(width_tensor)
-    if width is None:
-        raise BadInput(f"{model.path}: a {proj} projector without {width_tensor}")
-    try:
+    width = required_tensor(model, proj, width_tensor)
+    with reading_keys(model):
         stack = int(meta[CA.Projector.STACK_FACTOR]) if requires_stack else int(meta.get(CA.Projector.STACK_FACTOR, 0))
         # load_hparams sets FFN_GELU_ERF for every whisper-enc and qwen3a type, whatever use_gelu says
         return AudioHParams(proj, **tower_figures(meta, CA), image_size=0, patch_size=1, n_merge=1, ffn_op="GELU_ERF",
                             n_mmproj_embd=width.shape[1], warmup_image_size=WARMUP_AUDIO_FRAMES,
                             n_mel_bins=int(meta[CA.NUM_MEL_BINS]), stack_factor=stack)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
 
 
 def read_whisper_hparams(model: ModelFile) -> AudioHParams:
