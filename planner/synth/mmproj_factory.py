@@ -60,28 +60,46 @@ def _vit_layer(spec: ModelSpec, i: int, n_embd: int, n_ff: int, weight_type: Q,
     _linear(spec, fc2, i, n_ff, n_embd, True, weight_type)
 
 
+def _vision_spec(projector: str, act: str | None, *, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
+                 n_head: int, eps: float, image_size: int, patch_size: int, mean: list[float], std: list[float],
+                 **extra: object) -> ModelSpec:
+    """A clip file with a vision encoder and the keys load_hparams reads, in the converters' order: the
+    projector type, the encoder flag, `act` (clip.use_gelu / clip.use_silu, set True) where given, the
+    tower's sizes, the image and patch size, `extra` (keyed by their full names) and the normalization."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True})
+    if act is not None:
+        spec.metadata[act] = True
+    spec.metadata.update({
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: eps,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, **extra, cv.IMAGE_MEAN: mean, cv.IMAGE_STD: std,
+    })
+    return spec
+
+
+def _audio_spec(projector: str, *, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int, n_head: int,
+                eps: float) -> ModelSpec:
+    """A clip file with an audio encoder and its clip.audio.* keys in conversion/ultravox.py's order."""
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
+        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: eps, ca.NUM_MEL_BINS: WHISPER_N_MEL,
+    })
+    return spec
+
+
 def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: int, n_head: int,
             image_size: int, patch_size: int, weight_type: Q, patch_type: Q, swapped: bool = True) -> ModelSpec:
     """The SigLIP tower clip.cpp's build_vit reads: patch and position embeddings, pre-norm layers
     with biased q/k/v/out and a GELU FFN, the post layer norm. `swapped`: the FFN named as the
     converter names it for the types in load_tensors' is_ffn_swapped list (Gemma 3, IDEFICS3)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector,
-        clip.HAS_VISION_ENCODER: True,
-        cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: n_embd,
-        cv.FEED_FORWARD_LENGTH: n_ff,
-        cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd,
-        cv.Attention.HEAD_COUNT: n_head,
-        cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
-        cv.IMAGE_SIZE: image_size,
-        cv.PATCH_SIZE: patch_size,
-        cv.IMAGE_MEAN: [0.5, 0.5, 0.5],
-        cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    spec = _vision_spec(projector, Keys.ClipVision.USE_GELU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=SIGLIP_EPS, image_size=image_size, patch_size=patch_size,
+                        mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])
     n_patches = (image_size // patch_size) ** 2
     spec.add(T.V_ENC_EMBD_PATCH, patch_type, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
@@ -185,15 +203,10 @@ def pixtral_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
     """Mistral Small 3.1's (pixtral) projector: a 24-layer Pixtral ViT/14 (RMS norms, a pre-norm, a
     SiLU-gated FFN, no biases, no position table), the 2x2 patch merger, a GELU MLP (mm.1, mm.2) and
     the [IMG_BREAK] embedding."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.PIXTRAL, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
-        cv.IMAGE_SIZE: 1540, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: merge,
-        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.PIXTRAL, cv.USE_SILU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=1e-5, image_size=1540, patch_size=patch_size,
+                        mean=[0.48, 0.46, 0.41], std=[0.27, 0.26, 0.28], **{cv.SPATIAL_MERGE_SIZE: merge})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
     for i in range(n_layer):
@@ -218,15 +231,10 @@ def qwen25vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: i
     """Qwen2.5-VL's (qwen2.5vl_merger) projector, as clip.cpp loads it: two patch kernels, no position
     table, RMS norms, a SwiGLU FFN with biases, window attention on all but every 8th layer, and the
     4-patch merger mm.0 {4 n_embd, 4 n_embd} / mm.2 {4 n_embd, n_text} — Qwen2.5-VL-3B's vision shape."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.QWEN25VL, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
-        cv.IMAGE_SIZE: 560, cv.PATCH_SIZE: patch_size, cv.N_WA_PATTERN: n_wa_pattern,
-        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.QWEN25VL, cv.USE_SILU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=SIGLIP_EPS, image_size=560, patch_size=patch_size,
+                        mean=[0.48, 0.46, 0.41], std=[0.27, 0.26, 0.28], **{cv.N_WA_PATTERN: n_wa_pattern})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
     for i in range(n_layer):
@@ -266,17 +274,12 @@ def qwen3vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
     """Qwen3-VL's (qwen3vl_merger) projector: two patch kernels with a bias, a 48 x 48 position table,
     biased layer norms, a fused qkv, a GELU FFN, the 4-patch merger and three deepstack mergers; the
     text width is the merger's times (1 + deepstack layers) — Qwen3-VL-2B's vision shape."""
-    cv, clip = Keys.ClipVision, Keys.Clip
+    cv = Keys.ClipVision
     out = n_text_embd // (1 + len(deepstack))
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.QWEN3VL, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: out, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
-        cv.IMAGE_SIZE: 768, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: 2,
-        cv.IS_DEEPSTACK_LAYERS: [i in deepstack for i in range(n_layer)],
-        cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    spec = _vision_spec(VisionProjectorType.QWEN3VL, cv.USE_GELU, n_text_embd=out, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=SIGLIP_EPS, image_size=768, patch_size=patch_size,
+                        mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5],
+                        **{cv.SPATIAL_MERGE_SIZE: 2, cv.IS_DEEPSTACK_LAYERS: [i in deepstack for i in range(n_layer)]})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
@@ -332,24 +335,18 @@ def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: obje
 GEMMA4_CLAMP_SUFFIXES = ("input_max", "input_min", "output_max", "output_min")
 
 
-def _gemma4_meta(spec: ModelSpec, projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
-                 n_head: int, patch_size: int) -> None:
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-6,
-        cv.IMAGE_SIZE: 224, cv.PATCH_SIZE: patch_size,
-        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
-    })
+def _gemma4_spec(projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int, n_head: int,
+                 patch_size: int) -> ModelSpec:
+    return _vision_spec(projector, None, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff, n_layer=n_layer,
+                        n_head=n_head, eps=1e-6, image_size=224, patch_size=patch_size, mean=[0.0, 0.0, 0.0],
+                        std=[1.0, 1.0, 1.0])
 
 
 def gemma4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 16, n_embd: int = 768, n_ff: int = 3072,
                         n_head: int = 12, patch_size: int = 16, n_pos_table: int = 10240, standardize: bool = False,
                         clipped: bool = False, weight_type: Q = Q.F16) -> ModelSpec:
     """Gemma 4's vision projector (defaults: E4B's tower) for a text model of width `n_text_embd`."""
-    spec = ModelSpec(CLIP_ARCH)
-    _gemma4_meta(spec, VisionProjectorType.GEMMA4V, n_text_embd, n_embd, n_ff, n_layer, n_head, patch_size)
+    spec = _gemma4_spec(VisionProjectorType.GEMMA4V, n_text_embd, n_embd, n_ff, n_layer, n_head, patch_size)
     d_head = n_embd // n_head
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_pos_table, 2))
@@ -382,8 +379,7 @@ def gemma4uv_mmproj_spec(*, n_text_embd: int = 640, patch_size: int = 16, pool: 
                          n_pos_table: int = 10240) -> ModelSpec:
     """The unified Gemma 4 models' transformer-less vision embedder: patches of `patch_size` x `pool`
     px straight to the text width."""
-    spec = ModelSpec(CLIP_ARCH)
-    _gemma4_meta(spec, "gemma4uv", n_text_embd, n_text_embd, 0, 0, 0, patch_size)
+    spec = _gemma4_spec("gemma4uv", n_text_embd, n_text_embd, 0, 0, 0, patch_size)
     spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = pool
     k = 3 * (patch_size * pool) ** 2
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (k, n_text_embd))
@@ -424,15 +420,10 @@ def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, 
     ("mqa", heads, kv_stride, head_dim, out). `unloaded`: also the tensors the converter writes and
     clip.cpp leaves in the file for GEMMA3NV (the hard-token embedding and its norm, and a stand-in
     for the audio conformer: one a.* layer weight and mm.a.input_projection, with has_audio_encoder)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.GEMMA3NV, clip.HAS_VISION_ENCODER: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: 4 * n_embd, cv.BLOCK_COUNT: 128,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: 8, cv.Attention.LAYERNORM_EPS: 1e-6,
-        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: image_size // 256,
-        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
-    })
+    clip = Keys.Clip
+    spec = _vision_spec(VisionProjectorType.GEMMA3NV, None, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=4 * n_embd,
+                        n_layer=128, n_head=8, eps=1e-6, image_size=image_size, patch_size=image_size // 256,
+                        mean=[0.0, 0.0, 0.0], std=[1.0, 1.0, 1.0])
     add = spec.tensors.append
     add(("v.conv_stem.conv.weight", Q.F32, (3, 3, 3, stem)))
     add(("v.conv_stem.conv.bias", Q.F32, (1, 1, stem, 1)))
@@ -502,15 +493,10 @@ def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int
     MLP mm.model.mlp.1 {n_embd x shuffle^2, n_adapter} and mm.model.mlp.2, and mm.model.fc to the
     text width (no biases). Defaults: Llama-4-Scout/Maverick's vision_config (1408 wide, 34 layers,
     16 heads, 336 px / 14, pixel_shuffle_ratio 0.5, projector_input/output_dim 4096, norm_eps 1e-5)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.LLAMA4, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
-        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.Projector.SCALE_FACTOR: shuffle,
-        cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.LLAMA4, cv.USE_GELU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=1e-5, image_size=image_size, patch_size=patch_size,
+                        mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5], **{cv.Projector.SCALE_FACTOR: shuffle})
     n_patches = (image_size // patch_size) ** 2
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (3 * patch_size**2, n_embd))
     spec.add(T.V_ENC_EMBD_CLS, Q.F32, (n_embd,), suffix=None)
@@ -538,15 +524,11 @@ def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int 
     (a LayerNorm with bias) and the SwiGLU mm.gate / mm.up / mm.down of width n_ff (the config's
     intermediate_size). The merger works at the text width: `n_text_embd` stands where the real model
     has out_hidden_size (4096, its text width). Defaults: Glm4vVisionConfig (GLM-4.1V-9B)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.GLM4V, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
-        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: merge,
-        cv.IMAGE_MEAN: [0.48145466, 0.4578275, 0.40821073], cv.IMAGE_STD: [0.26862954, 0.26130258, 0.27577711],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.GLM4V, cv.USE_SILU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=1e-5, image_size=image_size, patch_size=patch_size,
+                        mean=[0.48145466, 0.4578275, 0.40821073], std=[0.26862954, 0.26130258, 0.27577711],
+                        **{cv.SPATIAL_MERGE_SIZE: merge})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
@@ -676,15 +658,10 @@ def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int |
     """The Whisper encoder as conversion/ultravox.py writes it: clip.audio.* keys, two conv1d (F16
     kernels {3, in, out}, biases {1, out}), an F32 position table, layers with biased q/v/out and no k
     bias, biased layer norms, an FFN fc1 -> ffn_up, fc2 -> ffn_down, the post layer norm."""
-    ca, clip = Keys.ClipAudio, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
-        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
-        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
-    })
+    spec = _audio_spec(projector, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff, n_layer=n_layer, n_head=n_head,
+                       eps=1e-5)
     if stack_factor is not None:
-        spec.metadata[ca.Projector.STACK_FACTOR] = stack_factor
+        spec.metadata[Keys.ClipAudio.Projector.STACK_FACTOR] = stack_factor
     spec.add(T.A_ENC_CONV1D, conv_type, (3, WHISPER_N_MEL, n_embd), 1)
     spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 1, "bias")
     spec.add(T.A_ENC_CONV1D, conv_type, (3, n_embd, n_embd), 2)
@@ -828,14 +805,10 @@ def _moonvit(projector: str, n_text_embd: int, n_layer: int, fused_qkv: bool, po
     (split q/k/v for Kimi-VL, wqkv for K2.5), final_layernorm -> v.post_ln, merge by 2, and the
     projector: pre_norm {1152}, linear_1 {4608, 4608}, linear_2 {4608, n_text}, all with biases."""
     e, ff, merged = SIGLIP_N_EMBD, SIGLIP_N_FF, SIGLIP_N_EMBD * 4
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: e, cv.FEED_FORWARD_LENGTH: ff, cv.BLOCK_COUNT: n_layer, cv.PROJECTION_DIM: n_text_embd,
-        cv.Attention.HEAD_COUNT: SIGLIP_N_HEAD, cv.Attention.LAYERNORM_EPS: eps, cv.IMAGE_SIZE: 64 * 14,
-        cv.PATCH_SIZE: 14, cv.Projector.SCALE_FACTOR: 2, cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(projector, cv.USE_GELU, n_text_embd=n_text_embd, n_embd=e, n_ff=ff, n_layer=n_layer,
+                        n_head=SIGLIP_N_HEAD, eps=eps, image_size=64 * 14, patch_size=14, mean=[0.5, 0.5, 0.5],
+                        std=[0.5, 0.5, 0.5], **{cv.Projector.SCALE_FACTOR: 2})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (14, 14, 3, e))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (e,), suffix="bias")
     spec.add(T.V_ENC_EMBD_POS, Q.F32, pos_shape)        # base.py keeps V_ENC_EMBD_POS in F32
@@ -886,13 +859,8 @@ def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int
     mm.a.mlp.0 (norm), .1 {512, n_text}, .3 {n_text, n_text} — LFM2-Audio-1.5B's shape (LFM2-1.2B's 2048).
     The output-side tensors the converter also writes (a.position_embd_norm, a.embd_to_logits) are
     not loaded by clip.cpp and left out."""
-    ca, clip = Keys.ClipAudio, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.LFM2A, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
-        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_embd, ca.BLOCK_COUNT: n_layer,
-        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
-    })
+    spec = _audio_spec(VisionProjectorType.LFM2A, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_embd, n_layer=n_layer,
+                       n_head=n_head, eps=1e-5)
     spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_text_embd, n_audio_vocab))
     for i, shape in ((0, (3, 3, 1, n_sub)), (2, (3, 3, 1, n_sub)), (3, (1, 1, n_sub, n_sub)), (5, (3, 3, 1, n_sub)),
                      (6, (1, 1, n_sub, n_sub))):
