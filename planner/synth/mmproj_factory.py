@@ -92,6 +92,13 @@ def _audio_spec(projector: str, *, n_text_embd: int, n_embd: int, n_ff: int, n_l
     return spec
 
 
+def _gated_ffn(spec: ModelSpec, i: int, n_embd: int, n_ff: int, weight_type: Q) -> None:
+    """A bias-free gated FFN: gate and up {n_embd, n_ff}, down {n_ff, n_embd}."""
+    for kind in (T.V_ENC_FFN_GATE, T.V_ENC_FFN_UP):
+        spec.add(kind, weight_type, (n_embd, n_ff), i)
+    spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+
+
 def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: int, n_head: int,
             image_size: int, patch_size: int, weight_type: Q, patch_type: Q, swapped: bool = True) -> ModelSpec:
     """The SigLIP tower clip.cpp's build_vit reads: patch and position embeddings, pre-norm layers
@@ -214,9 +221,7 @@ def pixtral_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
             spec.add(kind, weight_type, (n_embd, n_embd), i)
         spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
         spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
-        spec.add(T.V_ENC_FFN_GATE, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        _gated_ffn(spec, i, n_embd, n_ff, weight_type)
     spec.add(T.V_MM_INP_NORM, Q.F32, (n_embd,))
     spec.add(T.V_MM_PATCH_MERGER, weight_type, (n_embd * merge**2, n_embd))
     spec.add(T.V_MMPROJ, weight_type, (n_embd, n_text_embd), 1)
@@ -539,9 +544,7 @@ def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int 
         spec.add(T.V_ENC_ATTN_O, weight_type, (n_embd, n_embd), i)
         spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
         spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
-        spec.add(T.V_ENC_FFN_GATE, weight_type, (n_embd, out_hidden), i)
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, out_hidden), i)
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (out_hidden, n_embd), i)
+        _gated_ffn(spec, i, n_embd, out_hidden, weight_type)
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
     spec.add(T.V_MM_PATCH_MERGER, Q.F16, (merge, merge, n_embd, n_text_embd))
     spec.add(T.V_MM_PATCH_MERGER, Q.F32, (n_text_embd,), suffix="bias")
