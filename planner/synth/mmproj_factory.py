@@ -34,46 +34,87 @@ SIGLIP_PATCH_SIZE = 14
 SIGLIP_EPS = 1e-6
 
 
+def _linear(spec: ModelSpec, kind: MODEL_TENSOR, i: int | None, k: int, m: int, bias: bool,
+            weight_type: Q = Q.F16) -> None:
+    """A linear layer {k, m} in `weight_type`, with its F32 bias {m} when `bias`."""
+    spec.add(kind, weight_type, (k, m), i)
+    if bias:
+        spec.add(kind, Q.F32, (m,), i, "bias")
+
+
+def _layer_norm(spec: ModelSpec, kind: MODEL_TENSOR, n: int, i: int | None = None) -> None:
+    """A LayerNorm's F32 weight and bias {n}."""
+    spec.add(kind, Q.F32, (n,), i)
+    spec.add(kind, Q.F32, (n,), i, "bias")
+
+
+def _vit_layer(spec: ModelSpec, i: int, n_embd: int, n_ff: int, weight_type: Q,
+               fc1: MODEL_TENSOR = T.V_ENC_FFN_UP, fc2: MODEL_TENSOR = T.V_ENC_FFN_DOWN) -> None:
+    """One pre-norm ViT layer biased throughout, as build_vit reads it: q/k/v/out, the ln1/ln2 layer
+    norms, fc1 {n_embd, n_ff} and fc2 {n_ff, n_embd} (named fc1 -> ffn_down by converters that swap them)."""
+    for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
+        _linear(spec, kind, i, n_embd, n_embd, True, weight_type)
+    for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+        _layer_norm(spec, kind, n_embd, i)
+    _linear(spec, fc1, i, n_embd, n_ff, True, weight_type)
+    _linear(spec, fc2, i, n_ff, n_embd, True, weight_type)
+
+
+def _vision_spec(projector: str, act: str | None, *, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
+                 n_head: int, eps: float, image_size: int, patch_size: int, mean: list[float], std: list[float],
+                 **extra: object) -> ModelSpec:
+    """A clip file with a vision encoder and the keys load_hparams reads, in the converters' order: the
+    projector type, the encoder flag, `act` (clip.use_gelu / clip.use_silu, set True) where given, the
+    tower's sizes, the image and patch size, `extra` (keyed by their full names) and the normalization."""
+    cv, clip = Keys.ClipVision, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True})
+    if act is not None:
+        spec.metadata[act] = True
+    spec.metadata.update({
+        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
+        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: eps,
+        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, **extra, cv.IMAGE_MEAN: mean, cv.IMAGE_STD: std,
+    })
+    return spec
+
+
+def _audio_spec(projector: str, *, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int, n_head: int,
+                eps: float) -> ModelSpec:
+    """A clip file with an audio encoder and its clip.audio.* keys in conversion/ultravox.py's order."""
+    ca, clip = Keys.ClipAudio, Keys.Clip
+    spec = ModelSpec(CLIP_ARCH)
+    spec.metadata.update({
+        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
+        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
+        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: eps, ca.NUM_MEL_BINS: WHISPER_N_MEL,
+    })
+    return spec
+
+
+def _gated_ffn(spec: ModelSpec, i: int, n_embd: int, n_ff: int, weight_type: Q) -> None:
+    """A bias-free gated FFN: gate and up {n_embd, n_ff}, down {n_ff, n_embd}."""
+    for kind in (T.V_ENC_FFN_GATE, T.V_ENC_FFN_UP):
+        spec.add(kind, weight_type, (n_embd, n_ff), i)
+    spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+
+
 def _siglip(projector: str, n_text_embd: int, n_layer: int, n_embd: int, n_ff: int, n_head: int,
             image_size: int, patch_size: int, weight_type: Q, patch_type: Q, swapped: bool = True) -> ModelSpec:
     """The SigLIP tower clip.cpp's build_vit reads: patch and position embeddings, pre-norm layers
     with biased q/k/v/out and a GELU FFN, the post layer norm. `swapped`: the FFN named as the
     converter names it for the types in load_tensors' is_ffn_swapped list (Gemma 3, IDEFICS3)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector,
-        clip.HAS_VISION_ENCODER: True,
-        cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: n_embd,
-        cv.FEED_FORWARD_LENGTH: n_ff,
-        cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd,
-        cv.Attention.HEAD_COUNT: n_head,
-        cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
-        cv.IMAGE_SIZE: image_size,
-        cv.PATCH_SIZE: patch_size,
-        cv.IMAGE_MEAN: [0.5, 0.5, 0.5],
-        cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    spec = _vision_spec(projector, Keys.ClipVision.USE_GELU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=SIGLIP_EPS, image_size=image_size, patch_size=patch_size,
+                        mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])
     n_patches = (image_size // patch_size) ** 2
     spec.add(T.V_ENC_EMBD_PATCH, patch_type, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches))
+    fc1, fc2 = (T.V_ENC_FFN_DOWN, T.V_ENC_FFN_UP) if swapped else (T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN)
     for i in range(n_layer):
-        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        fc1, fc2 = (T.V_ENC_FFN_DOWN, T.V_ENC_FFN_UP) if swapped else (T.V_ENC_FFN_UP, T.V_ENC_FFN_DOWN)
-        spec.add(fc1, weight_type, (n_embd, n_ff), i)
-        spec.add(fc1, Q.F32, (n_ff,), i, "bias")
-        spec.add(fc2, weight_type, (n_ff, n_embd), i)
-        spec.add(fc2, Q.F32, (n_embd,), i, "bias")
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+        _vit_layer(spec, i, n_embd, n_ff, weight_type, fc1, fc2)
+    _layer_norm(spec, T.V_POST_NORM, n_embd)
     return spec
 
 
@@ -110,12 +151,9 @@ def lfm2_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 12, n_embd: int =
                    patch_size, weight_type, Q.F16, swapped=False)
     spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = scale_factor
     merged = n_embd * scale_factor**2
-    spec.add(T.V_MM_INP_NORM, Q.F32, (merged,))
-    spec.add(T.V_MM_INP_NORM, Q.F32, (merged,), suffix="bias")
-    spec.add(T.V_MMPROJ, weight_type, (merged, n_hidden), 1)
-    spec.add(T.V_MMPROJ, Q.F32, (n_hidden,), 1, "bias")
-    spec.add(T.V_MMPROJ, weight_type, (n_hidden, n_text_embd), 2)
-    spec.add(T.V_MMPROJ, Q.F32, (n_text_embd,), 2, "bias")
+    _layer_norm(spec, T.V_MM_INP_NORM, merged)
+    _linear(spec, T.V_MMPROJ, 1, merged, n_hidden, True, weight_type)
+    _linear(spec, T.V_MMPROJ, 2, n_hidden, n_text_embd, True, weight_type)
     return spec
 
 
@@ -127,8 +165,7 @@ def janus_pro_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: 
     spec = _siglip(VisionProjectorType.JANUS_PRO, n_text_embd, n_layer, n_embd, n_ff, n_head, image_size,
                    patch_size, weight_type, Q.F16, swapped=False)
     for i, (k, m) in enumerate(((n_embd, n_text_embd), (n_text_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -142,8 +179,7 @@ def phi4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 27, n_embd: int =
     spec.metadata[Keys.ClipVision.IMAGE_MIN_PIXELS] = 256 * patch_size**2
     spec.metadata[Keys.ClipVision.IMAGE_MAX_PIXELS] = 1024 * patch_size**2
     for i, (k, m) in ((0, (n_embd, n_text_embd)), (2, (n_text_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -163,11 +199,9 @@ def internvl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: i
         spec.add(T.V_LAYER_SCALE_1, Q.F32, (n_embd,), i)
         spec.add(T.V_LAYER_SCALE_2, Q.F32, (n_embd,), i)
     merged = n_embd * scale_factor**2
-    spec.add(T.V_MMPROJ_MLP, Q.F32, (merged,), 0)
-    spec.add(T.V_MMPROJ_MLP, Q.F32, (merged,), 0, "bias")
+    _layer_norm(spec, T.V_MMPROJ_MLP, merged, 0)
     for i, (k, m) in ((1, (merged, n_text_embd)), (3, (n_text_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ_MLP, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ_MLP, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ_MLP, i, k, m, True, weight_type)
     return spec
 
 
@@ -176,15 +210,10 @@ def pixtral_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
     """Mistral Small 3.1's (pixtral) projector: a 24-layer Pixtral ViT/14 (RMS norms, a pre-norm, a
     SiLU-gated FFN, no biases, no position table), the 2x2 patch merger, a GELU MLP (mm.1, mm.2) and
     the [IMG_BREAK] embedding."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.PIXTRAL, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
-        cv.IMAGE_SIZE: 1540, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: merge,
-        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.PIXTRAL, cv.USE_SILU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=1e-5, image_size=1540, patch_size=patch_size,
+                        mean=[0.48, 0.46, 0.41], std=[0.27, 0.26, 0.28], **{cv.SPATIAL_MERGE_SIZE: merge})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
     for i in range(n_layer):
@@ -192,9 +221,7 @@ def pixtral_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
             spec.add(kind, weight_type, (n_embd, n_embd), i)
         spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
         spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
-        spec.add(T.V_ENC_FFN_GATE, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
+        _gated_ffn(spec, i, n_embd, n_ff, weight_type)
     spec.add(T.V_MM_INP_NORM, Q.F32, (n_embd,))
     spec.add(T.V_MM_PATCH_MERGER, weight_type, (n_embd * merge**2, n_embd))
     spec.add(T.V_MMPROJ, weight_type, (n_embd, n_text_embd), 1)
@@ -209,32 +236,23 @@ def qwen25vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 32, n_embd: i
     """Qwen2.5-VL's (qwen2.5vl_merger) projector, as clip.cpp loads it: two patch kernels, no position
     table, RMS norms, a SwiGLU FFN with biases, window attention on all but every 8th layer, and the
     4-patch merger mm.0 {4 n_embd, 4 n_embd} / mm.2 {4 n_embd, n_text} — Qwen2.5-VL-3B's vision shape."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.QWEN25VL, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
-        cv.IMAGE_SIZE: 560, cv.PATCH_SIZE: patch_size, cv.N_WA_PATTERN: n_wa_pattern,
-        cv.IMAGE_MEAN: [0.48, 0.46, 0.41], cv.IMAGE_STD: [0.27, 0.26, 0.28],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.QWEN25VL, cv.USE_SILU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=SIGLIP_EPS, image_size=560, patch_size=patch_size,
+                        mean=[0.48, 0.46, 0.41], std=[0.27, 0.26, 0.28], **{cv.N_WA_PATTERN: n_wa_pattern})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
     for i in range(n_layer):
         for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+            _linear(spec, kind, i, n_embd, n_embd, True, weight_type)
         spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
         spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
         for kind in (T.V_ENC_FFN_UP, T.V_ENC_FFN_GATE):
-            spec.add(kind, weight_type, (n_embd, n_ff), i)
-            spec.add(kind, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+            _linear(spec, kind, i, n_embd, n_ff, True, weight_type)
+        _linear(spec, T.V_ENC_FFN_DOWN, i, n_ff, n_embd, True, weight_type)
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
     for i, (k, m) in ((0, (4 * n_embd, 4 * n_embd)), (2, (4 * n_embd, n_text_embd))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -261,45 +279,30 @@ def qwen3vl_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: in
     """Qwen3-VL's (qwen3vl_merger) projector: two patch kernels with a bias, a 48 x 48 position table,
     biased layer norms, a fused qkv, a GELU FFN, the 4-patch merger and three deepstack mergers; the
     text width is the merger's times (1 + deepstack layers) — Qwen3-VL-2B's vision shape."""
-    cv, clip = Keys.ClipVision, Keys.Clip
+    cv = Keys.ClipVision
     out = n_text_embd // (1 + len(deepstack))
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.QWEN3VL, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: out, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: SIGLIP_EPS,
-        cv.IMAGE_SIZE: 768, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: 2,
-        cv.IS_DEEPSTACK_LAYERS: [i in deepstack for i in range(n_layer)],
-        cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    spec = _vision_spec(VisionProjectorType.QWEN3VL, cv.USE_GELU, n_text_embd=out, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=SIGLIP_EPS, image_size=768, patch_size=patch_size,
+                        mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5],
+                        **{cv.SPATIAL_MERGE_SIZE: 2, cv.IS_DEEPSTACK_LAYERS: [i in deepstack for i in range(n_layer)]})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_pos_table))
     for i in range(n_layer):
-        spec.add(T.V_ENC_ATTN_QKV, weight_type, (n_embd, 3 * n_embd), i)
-        spec.add(T.V_ENC_ATTN_QKV, Q.F32, (3 * n_embd,), i, "bias")
-        spec.add(T.V_ENC_ATTN_O, weight_type, (n_embd, n_embd), i)
-        spec.add(T.V_ENC_ATTN_O, Q.F32, (n_embd,), i, "bias")
+        _linear(spec, T.V_ENC_ATTN_QKV, i, n_embd, 3 * n_embd, True, weight_type)
+        _linear(spec, T.V_ENC_ATTN_O, i, n_embd, n_embd, True, weight_type)
         for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
+            _layer_norm(spec, kind, n_embd, i)
+        _linear(spec, T.V_ENC_FFN_UP, i, n_embd, n_ff, True, weight_type)
+        _linear(spec, T.V_ENC_FFN_DOWN, i, n_ff, n_embd, True, weight_type)
         if i in deepstack:
-            spec.add(T.V_DS_NORM, Q.F32, (4 * n_embd,), i)
-            spec.add(T.V_DS_NORM, Q.F32, (4 * n_embd,), i, "bias")
-            spec.add(T.V_DS_FC1, weight_type, (4 * n_embd, 4 * n_embd), i)
-            spec.add(T.V_DS_FC1, Q.F32, (4 * n_embd,), i, "bias")
-            spec.add(T.V_DS_FC2, weight_type, (4 * n_embd, out), i)
-            spec.add(T.V_DS_FC2, Q.F32, (out,), i, "bias")
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+            _layer_norm(spec, T.V_DS_NORM, 4 * n_embd, i)
+            _linear(spec, T.V_DS_FC1, i, 4 * n_embd, 4 * n_embd, True, weight_type)
+            _linear(spec, T.V_DS_FC2, i, 4 * n_embd, out, True, weight_type)
+    _layer_norm(spec, T.V_POST_NORM, n_embd)
     for i, (k, m) in ((0, (4 * n_embd, 4 * n_embd)), (2, (4 * n_embd, out))):
-        spec.add(T.V_MMPROJ, weight_type, (k, m), i)
-        spec.add(T.V_MMPROJ, Q.F32, (m,), i, "bias")
+        _linear(spec, T.V_MMPROJ, i, k, m, True, weight_type)
     return spec
 
 
@@ -332,24 +335,18 @@ def write_gemma3_mmproj(directory: Path, name: str = "mmproj-gemma3", **kw: obje
 GEMMA4_CLAMP_SUFFIXES = ("input_max", "input_min", "output_max", "output_min")
 
 
-def _gemma4_meta(spec: ModelSpec, projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int,
-                 n_head: int, patch_size: int) -> None:
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-6,
-        cv.IMAGE_SIZE: 224, cv.PATCH_SIZE: patch_size,
-        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
-    })
+def _gemma4_spec(projector: str, n_text_embd: int, n_embd: int, n_ff: int, n_layer: int, n_head: int,
+                 patch_size: int) -> ModelSpec:
+    return _vision_spec(projector, None, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff, n_layer=n_layer,
+                        n_head=n_head, eps=1e-6, image_size=224, patch_size=patch_size, mean=[0.0, 0.0, 0.0],
+                        std=[1.0, 1.0, 1.0])
 
 
 def gemma4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 16, n_embd: int = 768, n_ff: int = 3072,
                         n_head: int = 12, patch_size: int = 16, n_pos_table: int = 10240, standardize: bool = False,
                         clipped: bool = False, weight_type: Q = Q.F16) -> ModelSpec:
     """Gemma 4's vision projector (defaults: E4B's tower) for a text model of width `n_text_embd`."""
-    spec = ModelSpec(CLIP_ARCH)
-    _gemma4_meta(spec, VisionProjectorType.GEMMA4V, n_text_embd, n_embd, n_ff, n_layer, n_head, patch_size)
+    spec = _gemma4_spec(VisionProjectorType.GEMMA4V, n_text_embd, n_embd, n_ff, n_layer, n_head, patch_size)
     d_head = n_embd // n_head
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_pos_table, 2))
@@ -382,8 +379,7 @@ def gemma4uv_mmproj_spec(*, n_text_embd: int = 640, patch_size: int = 16, pool: 
                          n_pos_table: int = 10240) -> ModelSpec:
     """The unified Gemma 4 models' transformer-less vision embedder: patches of `patch_size` x `pool`
     px straight to the text width."""
-    spec = ModelSpec(CLIP_ARCH)
-    _gemma4_meta(spec, "gemma4uv", n_text_embd, n_text_embd, 0, 0, 0, patch_size)
+    spec = _gemma4_spec("gemma4uv", n_text_embd, n_text_embd, 0, 0, 0, patch_size)
     spec.metadata[Keys.ClipVision.Projector.SCALE_FACTOR] = pool
     k = 3 * (patch_size * pool) ** 2
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (k, n_text_embd))
@@ -424,15 +420,10 @@ def gemma3nv_mmproj_spec(*, n_text_embd: int = 2048, stages: tuple[tuple[tuple, 
     ("mqa", heads, kv_stride, head_dim, out). `unloaded`: also the tensors the converter writes and
     clip.cpp leaves in the file for GEMMA3NV (the hard-token embedding and its norm, and a stand-in
     for the audio conformer: one a.* layer weight and mm.a.input_projection, with has_audio_encoder)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.GEMMA3NV, clip.HAS_VISION_ENCODER: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: 4 * n_embd, cv.BLOCK_COUNT: 128,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: 8, cv.Attention.LAYERNORM_EPS: 1e-6,
-        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: image_size // 256,
-        cv.IMAGE_MEAN: [0.0, 0.0, 0.0], cv.IMAGE_STD: [1.0, 1.0, 1.0],
-    })
+    clip = Keys.Clip
+    spec = _vision_spec(VisionProjectorType.GEMMA3NV, None, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=4 * n_embd,
+                        n_layer=128, n_head=8, eps=1e-6, image_size=image_size, patch_size=image_size // 256,
+                        mean=[0.0, 0.0, 0.0], std=[1.0, 1.0, 1.0])
     add = spec.tensors.append
     add(("v.conv_stem.conv.weight", Q.F32, (3, 3, 3, stem)))
     add(("v.conv_stem.conv.bias", Q.F32, (1, 1, stem, 1)))
@@ -502,34 +493,18 @@ def llama4_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 34, n_embd: int
     MLP mm.model.mlp.1 {n_embd x shuffle^2, n_adapter} and mm.model.mlp.2, and mm.model.fc to the
     text width (no biases). Defaults: Llama-4-Scout/Maverick's vision_config (1408 wide, 34 layers,
     16 heads, 336 px / 14, pixel_shuffle_ratio 0.5, projector_input/output_dim 4096, norm_eps 1e-5)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.LLAMA4, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
-        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.Projector.SCALE_FACTOR: shuffle,
-        cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.LLAMA4, cv.USE_GELU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=1e-5, image_size=image_size, patch_size=patch_size,
+                        mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5], **{cv.Projector.SCALE_FACTOR: shuffle})
     n_patches = (image_size // patch_size) ** 2
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (3 * patch_size**2, n_embd))
     spec.add(T.V_ENC_EMBD_CLS, Q.F32, (n_embd,), suffix=None)
     spec.add(T.V_ENC_EMBD_POS, Q.F32, (n_embd, n_patches + 1))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
+    _layer_norm(spec, T.V_PRE_NORM, n_embd)
     for i in range(n_layer):
-        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.V_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.V_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+        _vit_layer(spec, i, n_embd, n_ff, weight_type)
+    _layer_norm(spec, T.V_POST_NORM, n_embd)
     spec.add(T.V_MMPROJ_MLP, weight_type, (n_embd * shuffle**2, n_adapter), 1)
     spec.add(T.V_MMPROJ_MLP, weight_type, (n_adapter, n_adapter), 2)
     spec.add(T.V_MMPROJ_FC, weight_type, (n_adapter, n_text_embd))
@@ -549,15 +524,11 @@ def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int 
     (a LayerNorm with bias) and the SwiGLU mm.gate / mm.up / mm.down of width n_ff (the config's
     intermediate_size). The merger works at the text width: `n_text_embd` stands where the real model
     has out_hidden_size (4096, its text width). Defaults: Glm4vVisionConfig (GLM-4.1V-9B)."""
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.GLM4V, clip.HAS_VISION_ENCODER: True, cv.USE_SILU: True,
-        cv.EMBEDDING_LENGTH: n_embd, cv.FEED_FORWARD_LENGTH: n_ff, cv.BLOCK_COUNT: n_layer,
-        cv.PROJECTION_DIM: n_text_embd, cv.Attention.HEAD_COUNT: n_head, cv.Attention.LAYERNORM_EPS: 1e-5,
-        cv.IMAGE_SIZE: image_size, cv.PATCH_SIZE: patch_size, cv.SPATIAL_MERGE_SIZE: merge,
-        cv.IMAGE_MEAN: [0.48145466, 0.4578275, 0.40821073], cv.IMAGE_STD: [0.26862954, 0.26130258, 0.27577711],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(VisionProjectorType.GLM4V, cv.USE_SILU, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff,
+                        n_layer=n_layer, n_head=n_head, eps=1e-5, image_size=image_size, patch_size=patch_size,
+                        mean=[0.48145466, 0.4578275, 0.40821073], std=[0.26862954, 0.26130258, 0.27577711],
+                        **{cv.SPATIAL_MERGE_SIZE: merge})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd), suffix="weight.1")
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (n_embd,), suffix="bias")
@@ -568,15 +539,12 @@ def glm4v_mmproj_spec(*, n_text_embd: int = 640, n_layer: int = 24, n_embd: int 
         spec.add(T.V_ENC_ATTN_O, weight_type, (n_embd, n_embd), i)
         spec.add(T.V_ENC_INPUT_NORM, Q.F32, (n_embd,), i)
         spec.add(T.V_ENC_POST_ATTN_NORM, Q.F32, (n_embd,), i)
-        spec.add(T.V_ENC_FFN_GATE, weight_type, (n_embd, out_hidden), i)
-        spec.add(T.V_ENC_FFN_UP, weight_type, (n_embd, out_hidden), i)
-        spec.add(T.V_ENC_FFN_DOWN, weight_type, (out_hidden, n_embd), i)
+        _gated_ffn(spec, i, n_embd, out_hidden, weight_type)
     spec.add(T.V_POST_NORM, Q.F32, (n_embd,))
     spec.add(T.V_MM_PATCH_MERGER, Q.F16, (merge, merge, n_embd, n_text_embd))
     spec.add(T.V_MM_PATCH_MERGER, Q.F32, (n_text_embd,), suffix="bias")
     spec.add(T.V_MMPROJ_FC, weight_type, (n_text_embd, n_text_embd))
-    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,))
-    spec.add(T.V_MM_POST_NORM, Q.F32, (n_text_embd,), suffix="bias")
+    _layer_norm(spec, T.V_MM_POST_NORM, n_text_embd)
     spec.add(T.V_MM_GATE, weight_type, (n_text_embd, n_ff))
     spec.add(T.V_MM_UP, weight_type, (n_text_embd, n_ff))
     spec.add(T.V_MM_DOWN, weight_type, (n_ff, n_text_embd))
@@ -688,15 +656,10 @@ def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int |
     """The Whisper encoder as conversion/ultravox.py writes it: clip.audio.* keys, two conv1d (F16
     kernels {3, in, out}, biases {1, out}), an F32 position table, layers with biased q/v/out and no k
     bias, biased layer norms, an FFN fc1 -> ffn_up, fc2 -> ffn_down, the post layer norm."""
-    ca, clip = Keys.ClipAudio, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
-        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_ff, ca.BLOCK_COUNT: n_layer,
-        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
-    })
+    spec = _audio_spec(projector, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_ff, n_layer=n_layer, n_head=n_head,
+                       eps=1e-5)
     if stack_factor is not None:
-        spec.metadata[ca.Projector.STACK_FACTOR] = stack_factor
+        spec.metadata[Keys.ClipAudio.Projector.STACK_FACTOR] = stack_factor
     spec.add(T.A_ENC_CONV1D, conv_type, (3, WHISPER_N_MEL, n_embd), 1)
     spec.add(T.A_ENC_CONV1D, Q.F32, (1, n_embd), 1, "bias")
     spec.add(T.A_ENC_CONV1D, conv_type, (3, n_embd, n_embd), 2)
@@ -704,26 +667,13 @@ def _whisper(projector: str, n_text_embd: int, n_layer: int, stack_factor: int |
     spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_embd, WHISPER_N_POS))    # base.py keeps A_ENC_EMBD_POS in F32
     for i in range(n_layer):
         for kind in (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT):
-            spec.add(kind, weight_type, (n_embd, n_embd), i)
-            if kind is not T.A_ENC_ATTN_K:
-                spec.add(kind, Q.F32, (n_embd,), i, "bias")
+            _linear(spec, kind, i, n_embd, n_embd, kind is not T.A_ENC_ATTN_K, weight_type)
         for kind in (T.A_ENC_INPUT_NORM, T.A_ENC_OUTPUT_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        spec.add(T.A_ENC_FFN_UP, weight_type, (n_embd, n_ff), i)
-        spec.add(T.A_ENC_FFN_UP, Q.F32, (n_ff,), i, "bias")
-        spec.add(T.A_ENC_FFN_DOWN, weight_type, (n_ff, n_embd), i)
-        spec.add(T.A_ENC_FFN_DOWN, Q.F32, (n_embd,), i, "bias")
-    spec.add(T.A_POST_NORM, Q.F32, (n_embd,))
-    spec.add(T.A_POST_NORM, Q.F32, (n_embd,), suffix="bias")
+            _layer_norm(spec, kind, n_embd, i)
+        _linear(spec, T.A_ENC_FFN_UP, i, n_embd, n_ff, True, weight_type)
+        _linear(spec, T.A_ENC_FFN_DOWN, i, n_ff, n_embd, True, weight_type)
+    _layer_norm(spec, T.A_POST_NORM, n_embd)
     return spec
-
-
-def _linear(spec: ModelSpec, kind: MODEL_TENSOR, i: int | None, k: int, m: int, bias: bool,
-            weight_type: Q = Q.F16) -> None:
-    spec.add(kind, weight_type, (k, m), i)
-    if bias:
-        spec.add(kind, Q.F32, (m,), i, "bias")
 
 
 def ultravox_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER, stack_factor: int = 8,
@@ -778,8 +728,7 @@ def meralion_mmproj_spec(*, n_text_embd: int = 3584, n_layer: int = WHISPER_N_LA
     _linear(spec, T.A_MMPROJ, 1, n_hidden, n_hidden, True)
     _linear(spec, T.A_MMPROJ, 2, n_hidden, n_hidden, True)
     _linear(spec, T.A_MMPROJ, 3, n_hidden, n_text_embd, True)
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,))
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (stacked,), suffix="bias")
+    _layer_norm(spec, T.A_MM_NORM_PRE, stacked)
     return spec
 
 
@@ -791,8 +740,7 @@ def glma_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = WHISPER_N_LAYER,
     spec = _whisper(VisionProjectorType.GLMA, n_text_embd, n_layer, stack_factor)
     _linear(spec, T.A_MMPROJ, 1, WHISPER_N_EMBD * stack_factor, n_hidden, True)
     _linear(spec, T.A_MMPROJ, 2, n_hidden, n_text_embd, True)
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,))
-    spec.add(T.A_MM_NORM_PRE, Q.F32, (WHISPER_N_EMBD,), suffix="bias")
+    _layer_norm(spec, T.A_MM_NORM_PRE, WHISPER_N_EMBD)
     spec.tensors += [("v.boi", Q.F32, (n_text_embd,)), ("v.eoi", Q.F32, (n_text_embd,))]
     return spec
 
@@ -855,21 +803,16 @@ def _moonvit(projector: str, n_text_embd: int, n_layer: int, fused_qkv: bool, po
     (split q/k/v for Kimi-VL, wqkv for K2.5), final_layernorm -> v.post_ln, merge by 2, and the
     projector: pre_norm {1152}, linear_1 {4608, 4608}, linear_2 {4608, n_text}, all with biases."""
     e, ff, merged = SIGLIP_N_EMBD, SIGLIP_N_FF, SIGLIP_N_EMBD * 4
-    cv, clip = Keys.ClipVision, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: projector, clip.HAS_VISION_ENCODER: True, cv.USE_GELU: True,
-        cv.EMBEDDING_LENGTH: e, cv.FEED_FORWARD_LENGTH: ff, cv.BLOCK_COUNT: n_layer, cv.PROJECTION_DIM: n_text_embd,
-        cv.Attention.HEAD_COUNT: SIGLIP_N_HEAD, cv.Attention.LAYERNORM_EPS: eps, cv.IMAGE_SIZE: 64 * 14,
-        cv.PATCH_SIZE: 14, cv.Projector.SCALE_FACTOR: 2, cv.IMAGE_MEAN: [0.5, 0.5, 0.5], cv.IMAGE_STD: [0.5, 0.5, 0.5],
-    })
+    cv = Keys.ClipVision
+    spec = _vision_spec(projector, cv.USE_GELU, n_text_embd=n_text_embd, n_embd=e, n_ff=ff, n_layer=n_layer,
+                        n_head=SIGLIP_N_HEAD, eps=eps, image_size=64 * 14, patch_size=14, mean=[0.5, 0.5, 0.5],
+                        std=[0.5, 0.5, 0.5], **{cv.Projector.SCALE_FACTOR: 2})
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (14, 14, 3, e))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F32, (e,), suffix="bias")
     spec.add(T.V_ENC_EMBD_POS, Q.F32, pos_shape)        # base.py keeps V_ENC_EMBD_POS in F32
     for i in range(n_layer):
         for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (e,), i)
-            spec.add(kind, Q.F32, (e,), i, "bias")
+            _layer_norm(spec, kind, e, i)
         if fused_qkv:
             _linear(spec, T.V_ENC_ATTN_QKV, i, e, 3 * e, True)
         else:
@@ -878,10 +821,8 @@ def _moonvit(projector: str, n_text_embd: int, n_layer: int, fused_qkv: bool, po
         _linear(spec, T.V_ENC_ATTN_O, i, e, e, True)
         _linear(spec, T.V_ENC_FFN_UP, i, e, ff, True)
         _linear(spec, T.V_ENC_FFN_DOWN, i, ff, e, True)
-    spec.add(T.V_POST_NORM, Q.F32, (e,))
-    spec.add(T.V_POST_NORM, Q.F32, (e,), suffix="bias")
-    spec.add(T.V_MM_INP_NORM, Q.F32, (e,))
-    spec.add(T.V_MM_INP_NORM, Q.F32, (e,), suffix="bias")
+    _layer_norm(spec, T.V_POST_NORM, e)
+    _layer_norm(spec, T.V_MM_INP_NORM, e)
     _linear(spec, T.V_MMPROJ, 1, merged, merged, True)
     _linear(spec, T.V_MMPROJ, 2, merged, n_text_embd, True)
     return spec
@@ -916,13 +857,8 @@ def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int
     mm.a.mlp.0 (norm), .1 {512, n_text}, .3 {n_text, n_text} — LFM2-Audio-1.5B's shape (LFM2-1.2B's 2048).
     The output-side tensors the converter also writes (a.position_embd_norm, a.embd_to_logits) are
     not loaded by clip.cpp and left out."""
-    ca, clip = Keys.ClipAudio, Keys.Clip
-    spec = ModelSpec(CLIP_ARCH)
-    spec.metadata.update({
-        clip.PROJECTOR_TYPE: VisionProjectorType.LFM2A, clip.HAS_AUDIO_ENCODER: True, ca.PROJECTION_DIM: n_text_embd,
-        ca.EMBEDDING_LENGTH: n_embd, ca.FEED_FORWARD_LENGTH: n_embd, ca.BLOCK_COUNT: n_layer,
-        ca.Attention.HEAD_COUNT: n_head, ca.Attention.LAYERNORM_EPS: 1e-5, ca.NUM_MEL_BINS: WHISPER_N_MEL,
-    })
+    spec = _audio_spec(VisionProjectorType.LFM2A, n_text_embd=n_text_embd, n_embd=n_embd, n_ff=n_embd, n_layer=n_layer,
+                       n_head=n_head, eps=1e-5)
     spec.add(T.A_ENC_EMBD_POS, Q.F32, (n_text_embd, n_audio_vocab))
     for i, shape in ((0, (3, 3, 1, n_sub)), (2, (3, 3, 1, n_sub)), (3, (1, 1, n_sub, n_sub)), (5, (3, 3, 1, n_sub)),
                      (6, (1, 1, n_sub, n_sub))):
@@ -932,8 +868,7 @@ def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int
     for i in range(n_layer):
         for kind in (T.A_ENC_FFN_NORM, T.A_ENC_INPUT_NORM, T.A_ENC_NORM_CONV, T.A_ENC_FFN_NORM_1,
                      T.A_ENC_OUTPUT_NORM, T.A_ENC_CONV_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
+            _layer_norm(spec, kind, n_embd, i)
         _linear(spec, T.A_ENC_FFN_UP, i, n_embd, n_ff, True)
         _linear(spec, T.A_ENC_FFN_DOWN, i, n_ff, n_embd, True)
         _linear(spec, T.A_ENC_FFN_UP_1, i, n_embd, n_ff, True)
@@ -947,8 +882,7 @@ def lfm2a_mmproj_spec(*, n_text_embd: int = 2048, n_layer: int = 17, n_embd: int
         spec.add(T.A_ENC_CONV_DW, Q.F32, (kernel, n_embd), i)
         spec.add(T.A_ENC_CONV_DW, Q.F32, (n_embd,), i, "bias")
         _linear(spec, T.A_ENC_CONV_PW2, i, n_embd, n_embd, True, Q.F32)
-    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0)
-    spec.add(T.A_MMPROJ, Q.F32, (n_embd,), 0, "bias")
+    _layer_norm(spec, T.A_MMPROJ, n_embd, 0)
     _linear(spec, T.A_MMPROJ, 1, n_embd, n_text_embd, True)
     _linear(spec, T.A_MMPROJ, 3, n_text_embd, n_text_embd, True)
     return spec
@@ -990,16 +924,9 @@ def llava_mmproj_spec(*, n_text_embd: int = 4096, n_layer: int = 23, n_embd: int
     spec.tensors.append(("v.class_embd", Q.F32, (n_embd,)))
     spec.add(T.V_ENC_EMBD_PATCH, Q.F16, (patch_size, patch_size, 3, n_embd))
     spec.add(T.V_ENC_EMBD_POS, Q.F16, (n_embd, (image_size // patch_size) ** 2 + 1))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,))
-    spec.add(T.V_PRE_NORM, Q.F32, (n_embd,), suffix="bias")
-    for i in range(n_layer):
-        for kind in (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O):
-            _linear(spec, kind, i, n_embd, n_embd, True)
-        for kind in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            spec.add(kind, Q.F32, (n_embd,), i)
-            spec.add(kind, Q.F32, (n_embd,), i, "bias")
-        _linear(spec, T.V_ENC_FFN_DOWN, i, n_embd, n_ff, True)     # fc1, as the legacy converter names it
-        _linear(spec, T.V_ENC_FFN_UP, i, n_ff, n_embd, True)
+    _layer_norm(spec, T.V_PRE_NORM, n_embd)
+    for i in range(n_layer):     # fc1 -> ffn_down, as the legacy converter names it
+        _vit_layer(spec, i, n_embd, n_ff, Q.F16, T.V_ENC_FFN_DOWN, T.V_ENC_FFN_UP)
     _linear(spec, T.V_MMPROJ, 0, n_embd, n_text_embd, True)
     _linear(spec, T.V_MMPROJ, 2, n_text_embd, n_text_embd, True)
     return spec

@@ -24,7 +24,15 @@ from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip_hparams import WARMUP_AUDIO_FRAMES, AudioHParams, ClipHParams, audio_projector_type, name
+from runtime.engine.clip_hparams import (
+    WARMUP_AUDIO_FRAMES,
+    AudioHParams,
+    ClipHParams,
+    audio_projector_type,
+    name,
+    reading_keys,
+    tower_figures,
+)
 from runtime.engine.clip_qwen3a import conv2d_s2p1
 from runtime.engine.clip_whisper import AudioVit
 from runtime.ggml import build as g
@@ -47,13 +55,10 @@ def read_conformer_hparams(model: ModelFile) -> AudioHParams:
     table = model.tensor(name(T.A_ENC_EMBD_POS))
     if table is None or not meta.get(Keys.Clip.HAS_AUDIO_ENCODER):
         raise BadInput(f"{model.path}: a {proj} projector without an audio encoder or {name(T.A_ENC_EMBD_POS)}")
-    try:
-        hp = AudioHParams(proj, int(meta[CA.EMBEDDING_LENGTH]), int(meta[CA.Attention.HEAD_COUNT]),
-                          int(meta[CA.FEED_FORWARD_LENGTH]), int(meta[CA.BLOCK_COUNT]),
-                          float(meta[CA.Attention.LAYERNORM_EPS]), 0, 1, 1, "SILU", table.shape[0],
-                          WARMUP_AUDIO_FRAMES, int(meta[CA.NUM_MEL_BINS]), 0)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+    with reading_keys(model):
+        hp = AudioHParams(proj, **tower_figures(meta, CA), image_size=0, patch_size=1, n_merge=1, ffn_op="SILU",
+                          n_mmproj_embd=table.shape[0], warmup_image_size=WARMUP_AUDIO_FRAMES,
+                          n_mel_bins=int(meta[CA.NUM_MEL_BINS]), stack_factor=0)
     if table.shape[1] < hp.warmup_image_size // 2:     # conformer.cpp's assertion
         raise BadInput(f"{model.path}: the position table has {table.shape[1]} rows, the warmup clip needs "
                        f"{hp.warmup_image_size // 2}")

@@ -28,7 +28,16 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph, cast, conv2d
-from runtime.engine.clip_hparams import ClipHParams, UnsupportedProjector, name, projector_type
+from runtime.engine.clip_hparams import (
+    ClipHParams,
+    UnsupportedProjector,
+    ffn_unary,
+    name,
+    projector_type,
+    reading_keys,
+    required_tensor,
+    tower_figures,
+)
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -62,20 +71,14 @@ def read_gemma4_hparams(model: ModelFile) -> ClipHParams:
         # clip_init loads and warms up the audio encoder as a second context (clip_reserve adds the
         # Gemma 4 ones); another type's is not modelled
         raise UnsupportedProjector(model.path, f"{proj} with a {audio} audio encoder")
-    out = model.tensor(name(T.V_MM_INP_PROJ))
-    if out is None:
-        raise BadInput(f"{model.path}: a {proj} projector without {name(T.V_MM_INP_PROJ)}")
-    try:
+    out = required_tensor(model, proj, name(T.V_MM_INP_PROJ))
+    with reading_keys(model):
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.Projector.SCALE_FACTOR, GEMMA4_POOL))
         if proj == GEMMA4UV:      # the token merging is the patch embedder's own conv
             patch, merge = patch * merge, 1
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        hp = ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                         int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                         float(meta[CV.Attention.LAYERNORM_EPS]), int(meta[CV.IMAGE_SIZE]), patch, merge, ffn_op,
-                         out.shape[1], math.isqrt(GEMMA4_WARMUP_TOKENS) * patch * merge)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        hp = ClipHParams(proj, **tower_figures(meta), image_size=int(meta[CV.IMAGE_SIZE]), patch_size=patch,
+                         n_merge=merge, ffn_op=ffn_unary(meta), n_mmproj_embd=out.shape[1],
+                         warmup_image_size=math.isqrt(GEMMA4_WARMUP_TOKENS) * patch * merge)
     if merge < 1:
         raise BadInput(f"{model.path}: a {proj} projector pooling by {merge}")
     return hp

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 
 from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
-from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip_hparams import (
     WARMUP_AUDIO_FRAMES,
@@ -35,6 +34,8 @@ from runtime.engine.clip_hparams import (
     UnsupportedProjector,
     name,
     projector_type,
+    reading_keys,
+    required_tensor,
 )
 from runtime.ggml import build as g
 from runtime.ggml.fused_ops import clamp, norm, pad
@@ -71,18 +72,14 @@ def read_gemma4a_hparams(model: ModelFile, audio_type: str | None = None) -> Aud
     meta, proj = model.metadata, audio_type or projector_type(model)
     if audio_type is None and meta.get(Keys.Clip.HAS_VISION_ENCODER):
         raise UnsupportedProjector(model.path, f"{proj} with a vision encoder in the same file")
-    out = model.tensor(name(T.A_MM_INP_PROJ))
-    if out is None:
-        raise BadInput(f"{model.path}: a {proj} projector without {name(T.A_MM_INP_PROJ)}")
-    try:
+    out = required_tensor(model, proj, name(T.A_MM_INP_PROJ))
+    with reading_keys(model):
         n_embd = int(meta[CA.EMBEDDING_LENGTH])
         if proj == GEMMA4UA:
             n_head, n_ff, n_layer, mel = 0, 0, 0, GEMMA4UA_FRAME
         else:
             n_head, n_ff = int(meta[CA.Attention.HEAD_COUNT]), int(meta[CA.FEED_FORWARD_LENGTH])
             n_layer, mel = int(meta[CA.BLOCK_COUNT]), int(meta[CA.NUM_MEL_BINS])
-    except KeyError as err:
-        raise BadInput(f"{model.path}: projector key {err.args[0]} not found") from None
     return AudioHParams(proj, n_embd, n_head, n_ff, n_layer, GEMMA4A_EPS, 0, 1, 1, "SILU", out.shape[1],
                         WARMUP_AUDIO_FRAMES, mel)
 

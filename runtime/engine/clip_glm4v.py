@@ -22,7 +22,7 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip_hparams import ClipHParams, name
+from runtime.engine.clip_hparams import ClipHParams, ffn_unary, name, reading_keys, required_tensor, tower_figures
 from runtime.engine.clip_qwen2vl import Qwen3VLGraph, QwenVLHParams
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
@@ -40,18 +40,12 @@ _MM = (T.V_MM_PATCH_MERGER, T.V_MMPROJ_FC, T.V_MM_POST_NORM, T.V_MM_UP, T.V_MM_G
 
 def read_glm4v_hparams(model: ModelFile) -> QwenVLHParams:
     meta = model.metadata
-    down = model.tensor(name(T.V_MM_DOWN))
-    if down is None:
-        raise BadInput(f"{model.path}: a glm4v projector without {name(T.V_MM_DOWN)}")
-    try:
+    down = required_tensor(model, "glm4v", name(T.V_MM_DOWN))
+    with reading_keys(model):
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.SPATIAL_MERGE_SIZE, GLM4V_N_MERGE))
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        hp = QwenVLHParams(GLM4V, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                           int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                           float(meta[CV.Attention.LAYERNORM_EPS]), int(meta[CV.IMAGE_SIZE]), patch, merge,
-                           ffn_op, down.shape[1], math.isqrt(GLM4V_WARMUP_TOKENS) * patch * merge, rms_norm=True)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        hp = QwenVLHParams(GLM4V, **tower_figures(meta), image_size=int(meta[CV.IMAGE_SIZE]), patch_size=patch,
+                           n_merge=merge, ffn_op=ffn_unary(meta), n_mmproj_embd=down.shape[1],
+                           warmup_image_size=math.isqrt(GLM4V_WARMUP_TOKENS) * patch * merge, rms_norm=True)
     if merge < 1:
         raise BadInput(f"{model.path}: a glm4v projector merging {merge}")
     return hp

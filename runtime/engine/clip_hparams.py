@@ -11,12 +11,15 @@ Sources (llama.cpp in llama-cpp-python 0.3.36, tools/mtmd):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from gguf import MODEL_TENSOR, TENSOR_NAMES, Keys, VisionProjectorType
 
 from planner.core.errors import BadInput
-from planner.gguf.reader import ModelFile
+from planner.gguf.reader import ModelFile, TensorInfo
 from runtime.ggml.graph import Tensor
 
 T = MODEL_TENSOR
@@ -36,6 +39,46 @@ class UnsupportedProjector(BadInput):
         self.path, self.projector = path, projector
         super().__init__(f"{path}: projector type {projector!r} is not modelled; fitplan sizes "
                          f"{', '.join(repr(p) for p in SUPPORTED)} projectors only")
+
+
+@contextmanager
+def reading_keys(model: ModelFile) -> Iterator[None]:
+    """Around a reader's look-ups of the keys load_hparams requires: a missing one is the file's error, named."""
+    try:
+        yield
+    except KeyError as e:
+        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+
+
+def required_tensor(model: ModelFile, projector: str, tensor: str) -> TensorInfo:
+    """A tensor the reader takes a figure from (the projection's width): a file without it is refused."""
+    info = model.tensor(tensor)
+    if info is None:
+        raise BadInput(f"{model.path}: a {projector} projector without {tensor}")
+    return info
+
+
+class TowerFigures(TypedDict):
+    """The encoder's sizes every projector's load_hparams reads alike (ClipHParams' fields of that name)."""
+
+    n_embd: int
+    n_head: int
+    n_ff: int
+    n_layer: int
+    eps: float
+
+
+def tower_figures(meta: Mapping[str, Any], keys: type[Keys.ClipVision] | type[Keys.ClipAudio] = CV) -> TowerFigures:
+    """clip.vision.* (or clip.audio.*) embedding_length, head_count, feed_forward_length, block_count and
+    layer_norm_epsilon; a missing key raises KeyError with its name (the readers' BadInput)."""
+    return TowerFigures(n_embd=int(meta[keys.EMBEDDING_LENGTH]), n_head=int(meta[keys.Attention.HEAD_COUNT]),
+                        n_ff=int(meta[keys.FEED_FORWARD_LENGTH]), n_layer=int(meta[keys.BLOCK_COUNT]),
+                        eps=float(meta[keys.Attention.LAYERNORM_EPS]))
+
+
+def ffn_unary(meta: Mapping[str, Any]) -> str:
+    """load_hparams' FFN op: GELU where clip.use_gelu, SILU where clip.use_silu, else GELU_QUICK."""
+    return "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
 
 
 @dataclass(frozen=True)
@@ -159,19 +202,13 @@ def read_clip_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
     head = HEADS.get(proj)
     if head is None or not meta.get(Keys.Clip.HAS_VISION_ENCODER):
         raise UnsupportedProjector(model.path, proj or "(none)")
-    width = model.tensor(head.width_tensor)
-    if width is None:
-        raise BadInput(f"{model.path}: a {proj} projector without {head.width_tensor}")
-    try:
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
+    width = required_tensor(model, proj, head.width_tensor)
+    with reading_keys(model):
         image, patch = int(meta[CV.IMAGE_SIZE]), int(meta[CV.PATCH_SIZE])
         merge = int(meta.get(CV.Projector.SCALE_FACTOR, head.default_merge)) if head.merges else head.default_merge
-        hp = ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                         int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                         float(meta[CV.Attention.LAYERNORM_EPS]), image, patch, merge, ffn_op,
-                         width.shape[head.width_dim], warmup_image_size(head, image, patch, merge, image_max_tokens))
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        hp = ClipHParams(proj, **tower_figures(meta), image_size=image, patch_size=patch, n_merge=merge,
+                         ffn_op=ffn_unary(meta), n_mmproj_embd=width.shape[head.width_dim],
+                         warmup_image_size=warmup_image_size(head, image, patch, merge, image_max_tokens))
     if head.merges and (hp.n_merge < head.min_merge or hp.n_patches_side % hp.n_merge):
         # build_patch_merge_permute asserts a factor > 1 and pads a side it does not divide (ggml_pad:
         # not modelled); Gemma 3's pool needs the factor to divide the side as well

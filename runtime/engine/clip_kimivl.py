@@ -28,7 +28,15 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph, attn_core
-from runtime.engine.clip_hparams import ClipHParams, SiglipHead, UnsupportedProjector, name
+from runtime.engine.clip_hparams import (
+    ClipHParams,
+    SiglipHead,
+    UnsupportedProjector,
+    ffn_unary,
+    name,
+    reading_keys,
+    tower_figures,
+)
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -48,7 +56,7 @@ def read_kimi_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
     out = model.tensor(name(T.V_MMPROJ, 2))
     if out is None or not meta.get(Keys.Clip.HAS_VISION_ENCODER):
         raise BadInput(f"{model.path}: a {proj} projector without a vision encoder or {name(T.V_MMPROJ, 2)}")
-    try:
+    with reading_keys(model):
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.Projector.SCALE_FACTOR, 1))
         if proj == P.PADDLEOCR:     # load_hparams requires the pixel keys, then fixes the warmup
             int(meta[CV.IMAGE_MIN_PIXELS]), int(meta[CV.IMAGE_MAX_PIXELS])
@@ -61,13 +69,8 @@ def read_kimi_hparams(model: ModelFile, image_max_tokens: int = -1) -> ClipHPara
         else:        # clip-model.h set_limit_image_tokens: --image-max-tokens replaces the maximum
             tokens = image_max_tokens if image_max_tokens > 0 else KIMIK25_TOKEN_LIMITS[1]
             warmup = math.isqrt(tokens * (patch * merge) ** 2)
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        hp = ClipHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                         int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                         float(meta[CV.Attention.LAYERNORM_EPS]), int(meta[CV.IMAGE_SIZE]), patch, merge, ffn_op,
-                         out.shape[1], warmup)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        hp = ClipHParams(proj, **tower_figures(meta), image_size=int(meta[CV.IMAGE_SIZE]), patch_size=patch,
+                         n_merge=merge, ffn_op=ffn_unary(meta), n_mmproj_embd=out.shape[1], warmup_image_size=warmup)
     if merge < 2 or hp.n_patches_side % merge:
         # build_patch_merge_permute asserts a factor > 1 and pads a grid it does not divide (not modelled)
         raise UnsupportedProjector(model.path, f"{proj} merging {merge}x{merge} of a {hp.warmup_image_size} px image")

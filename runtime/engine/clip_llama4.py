@@ -18,10 +18,17 @@ from collections.abc import Mapping
 
 from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
-from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph
-from runtime.engine.clip_hparams import ClipHParams, UnsupportedProjector, name
+from runtime.engine.clip_hparams import (
+    ClipHParams,
+    UnsupportedProjector,
+    ffn_unary,
+    name,
+    reading_keys,
+    required_tensor,
+    tower_figures,
+)
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -35,18 +42,12 @@ _LAYER = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_EN
 
 def read_llama4_hparams(model: ModelFile) -> ClipHParams:
     meta = model.metadata
-    out = model.tensor(name(T.V_MMPROJ_FC))
-    if out is None:
-        raise BadInput(f"{model.path}: a llama4 projector without {name(T.V_MMPROJ_FC)}")
-    try:
+    out = required_tensor(model, "llama4", name(T.V_MMPROJ_FC))
+    with reading_keys(model):
         image = int(meta[CV.IMAGE_SIZE])
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        hp = ClipHParams(LLAMA4, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                         int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                         float(meta[CV.Attention.LAYERNORM_EPS]), image, int(meta[CV.PATCH_SIZE]),
-                         int(meta.get(CV.Projector.SCALE_FACTOR, 1)), ffn_op, out.shape[1], image)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        hp = ClipHParams(LLAMA4, **tower_figures(meta), image_size=image, patch_size=int(meta[CV.PATCH_SIZE]),
+                         n_merge=int(meta.get(CV.Projector.SCALE_FACTOR, 1)), ffn_op=ffn_unary(meta),
+                         n_mmproj_embd=out.shape[1], warmup_image_size=image)
     if hp.n_merge < 1 or hp.n_patches_side % hp.n_merge:
         raise UnsupportedProjector(model.path, f"llama4 shuffling {hp.n_merge}x{hp.n_merge} of "
                                                f"{hp.n_patches_side}x{hp.n_patches_side} patches")

@@ -22,7 +22,15 @@ from gguf import MODEL_TENSOR, Keys
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph
-from runtime.engine.clip_hparams import ClipHParams, SiglipHead, UnsupportedProjector, name
+from runtime.engine.clip_hparams import (
+    ClipHParams,
+    SiglipHead,
+    UnsupportedProjector,
+    ffn_unary,
+    name,
+    reading_keys,
+    tower_figures,
+)
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -43,15 +51,10 @@ def read_llava_hparams(model: ModelFile) -> ClipHParams:
         raise UnsupportedProjector(model.path, "mlp with mm.3 (MLP_NORM, Yi-VL)")
     if meta.get(FEATURE_LAYERS):
         raise UnsupportedProjector(model.path, "mlp with explicit feature layers (granite-vision)")
-    try:
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
+    with reading_keys(model):
         image = int(meta[CV.IMAGE_SIZE])
-        return ClipHParams(LLAVA_MLP, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                           int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                           float(meta[CV.Attention.LAYERNORM_EPS]), image, int(meta[CV.PATCH_SIZE]), 1, ffn_op,
-                           out.shape[1], image)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        return ClipHParams(LLAVA_MLP, **tower_figures(meta), image_size=image, patch_size=int(meta[CV.PATCH_SIZE]),
+                           n_merge=1, ffn_op=ffn_unary(meta), n_mmproj_embd=out.shape[1], warmup_image_size=image)
 
 
 _LAYER = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_ENC_INPUT_NORM,

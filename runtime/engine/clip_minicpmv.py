@@ -23,7 +23,15 @@ from gguf import MODEL_TENSOR, Keys
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph, attn_core
-from runtime.engine.clip_hparams import ClipHParams, SiglipHead, name
+from runtime.engine.clip_hparams import (
+    ClipHParams,
+    SiglipHead,
+    ffn_unary,
+    name,
+    reading_keys,
+    required_tensor,
+    tower_figures,
+)
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -66,20 +74,14 @@ def read_minicpmv_hparams(model: ModelFile) -> MiniCPMVHParams:
     meta = model.metadata
     if not meta.get(Keys.Clip.HAS_VISION_ENCODER):
         raise BadInput(f"{model.path}: a resampler projector without clip.has_vision_encoder")
-    proj = model.tensor(PROJ)
-    if proj is None:
-        raise BadInput(f"{model.path}: a resampler projector without {PROJ}")
-    try:
+    proj = required_tensor(model, "resampler", PROJ)
+    with reading_keys(model):
         version = int(meta.get(KEY_MINICPMV_VERSION, 0)) or 2
         query_num = int(meta.get(KEY_MINICPMV_QUERY_NUM, 0)) or (64 if version in _QUERY_NUM_64 else 96)
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
         image = int(meta[CV.IMAGE_SIZE])
-        hp = MiniCPMVHParams(MINICPMV, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                             int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                             float(meta[CV.Attention.LAYERNORM_EPS]), image, int(meta[CV.PATCH_SIZE]), 1, ffn_op,
-                             proj.shape[0], image, query_num, version)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        hp = MiniCPMVHParams(MINICPMV, **tower_figures(meta), image_size=image, patch_size=int(meta[CV.PATCH_SIZE]),
+                             n_merge=1, ffn_op=ffn_unary(meta), n_mmproj_embd=proj.shape[0], warmup_image_size=image,
+                             query_num=query_num, version=version)
     if hp.n_mmproj_embd % RESAMPLER_D_HEAD:
         raise BadInput(f"{model.path}: the resampler's width {hp.n_mmproj_embd} is not whole heads of "
                        f"{RESAMPLER_D_HEAD}")

@@ -26,7 +26,7 @@ from gguf import MODEL_TENSOR, Keys
 
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
-from runtime.engine.clip_hparams import ClipHParams, name
+from runtime.engine.clip_hparams import ClipHParams, name, reading_keys, tower_figures
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -86,15 +86,12 @@ def read_mobilenet_hparams(model: ModelFile) -> MobileNetHParams:
                        f"{name(T.V_MM_SOFT_EMB_NORM)}")
     blocks, ends, loaded = _find_blocks(names)
     loaded += [n for n in (*STEM, *MSFA) if n in names] + [name(T.V_MM_INP_PROJ), name(T.V_MM_SOFT_EMB_NORM)]
-    try:
+    with reading_keys(model):
         image = int(meta[CV.IMAGE_SIZE])
-        return MobileNetHParams(GEMMA3NV, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                                int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                                float(meta[CV.Attention.LAYERNORM_EPS]), image, int(meta[CV.PATCH_SIZE]),
-                                int(meta.get(CV.Projector.SCALE_FACTOR, 1)), "GELU", proj.shape[0], image,
-                                tuple(blocks), tuple(ends), tuple(loaded))
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        return MobileNetHParams(GEMMA3NV, **tower_figures(meta), image_size=image, patch_size=int(meta[CV.PATCH_SIZE]),
+                                n_merge=int(meta.get(CV.Projector.SCALE_FACTOR, 1)), ffn_op="GELU",
+                                n_mmproj_embd=proj.shape[0], warmup_image_size=image,
+                                blocks=tuple(blocks), stage_ends=tuple(ends), loaded=tuple(loaded))
 
 
 # conversion/gemma.py writes the embedder's hard-token table and norm (mm.embedding, mm.hard_emb_norm) and

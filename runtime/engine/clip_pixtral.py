@@ -20,10 +20,9 @@ from collections.abc import Mapping
 
 from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 
-from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import SiglipGraph
-from runtime.engine.clip_hparams import ClipHParams, name
+from runtime.engine.clip_hparams import ClipHParams, ffn_unary, name, reading_keys, required_tensor, tower_figures
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -36,19 +35,12 @@ _LAYER = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_EN
 
 def read_pixtral_hparams(model: ModelFile) -> ClipHParams:
     meta = model.metadata
-    out = model.tensor(name(T.V_MMPROJ, 2))
-    if out is None:
-        raise BadInput(f"{model.path}: a pixtral projector without {name(T.V_MMPROJ, 2)}")
-    try:
+    out = required_tensor(model, "pixtral", name(T.V_MMPROJ, 2))
+    with reading_keys(model):
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.SPATIAL_MERGE_SIZE, 1))
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        return ClipHParams(VisionProjectorType.PIXTRAL, int(meta[CV.EMBEDDING_LENGTH]),
-                           int(meta[CV.Attention.HEAD_COUNT]), int(meta[CV.FEED_FORWARD_LENGTH]),
-                           int(meta[CV.BLOCK_COUNT]), float(meta[CV.Attention.LAYERNORM_EPS]),
-                           int(meta[CV.IMAGE_SIZE]), patch, merge, ffn_op, out.shape[1],
-                           math.isqrt(PIXTRAL_WARMUP_TOKENS) * patch * merge)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        return ClipHParams(VisionProjectorType.PIXTRAL, **tower_figures(meta), image_size=int(meta[CV.IMAGE_SIZE]),
+                           patch_size=patch, n_merge=merge, ffn_op=ffn_unary(meta), n_mmproj_embd=out.shape[1],
+                           warmup_image_size=math.isqrt(PIXTRAL_WARMUP_TOKENS) * patch * merge)
 
 
 def pixtral_tensor_names(hp: ClipHParams) -> list[str]:

@@ -26,7 +26,7 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import cast, conv2d
-from runtime.engine.clip_hparams import ClipHParams, UnsupportedProjector, name
+from runtime.engine.clip_hparams import ClipHParams, UnsupportedProjector, ffn_unary, name, reading_keys, tower_figures
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -51,17 +51,13 @@ def read_qwen2vl_hparams(model: ModelFile) -> QwenVLHParams:
     is_25 = proj == VisionProjectorType.QWEN25VL
     # clip_n_mmproj_embd: Qwen3-VL's output is the main path plus one per deepstack layer
     n_deepstack = sum(1 for t in model.tensors if t.name.startswith("v.deepstack.") and t.name.endswith("fc1.weight"))
-    try:
+    with reading_keys(model):
         patch, merge = int(meta[CV.PATCH_SIZE]), int(meta.get(CV.SPATIAL_MERGE_SIZE, QWEN_N_MERGE))
         n_wa = int(meta[CV.N_WA_PATTERN]) if is_25 else int(meta.get(CV.N_WA_PATTERN, 0))
-        ffn_op = "GELU" if meta.get(CV.USE_GELU) else "SILU" if meta.get(CV.USE_SILU) else "GELU_QUICK"
-        return QwenVLHParams(proj, int(meta[CV.EMBEDDING_LENGTH]), int(meta[CV.Attention.HEAD_COUNT]),
-                             int(meta[CV.FEED_FORWARD_LENGTH]), int(meta[CV.BLOCK_COUNT]),
-                             float(meta[CV.Attention.LAYERNORM_EPS]), int(meta[CV.IMAGE_SIZE]), patch, merge,
-                             ffn_op, out.shape[0] * (1 + n_deepstack), math.isqrt(QWEN_WARMUP_TOKENS) * patch * merge,
-                             n_wa, int(meta[CV.PROJECTION_DIM]), is_25)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        return QwenVLHParams(proj, **tower_figures(meta), image_size=int(meta[CV.IMAGE_SIZE]), patch_size=patch,
+                             n_merge=merge, ffn_op=ffn_unary(meta), n_mmproj_embd=out.shape[0] * (1 + n_deepstack),
+                             warmup_image_size=math.isqrt(QWEN_WARMUP_TOKENS) * patch * merge, n_wa_pattern=n_wa,
+                             projection_dim=int(meta[CV.PROJECTION_DIM]), rms_norm=is_25)
 
 
 _LAYER = (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_QKV, T.V_ENC_ATTN_O, T.V_ENC_INPUT_NORM,

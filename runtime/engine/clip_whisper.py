@@ -26,7 +26,16 @@ from gguf import MODEL_TENSOR, Keys, VisionProjectorType
 from planner.core.errors import BadInput
 from planner.gguf.reader import ModelFile
 from runtime.engine.clip import attn_core
-from runtime.engine.clip_hparams import WARMUP_AUDIO_FRAMES, AudioHParams, ClipHParams, audio_projector_type, name
+from runtime.engine.clip_hparams import (
+    WARMUP_AUDIO_FRAMES,
+    AudioHParams,
+    ClipHParams,
+    audio_projector_type,
+    name,
+    reading_keys,
+    required_tensor,
+    tower_figures,
+)
 from runtime.ggml import build as g
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor, TensorFlag
 
@@ -75,18 +84,13 @@ def read_audio_hparams(model: ModelFile, width_tensor: str, requires_stack: bool
     meta, proj = model.metadata, audio_projector_type(model)
     if not meta.get(Keys.Clip.HAS_AUDIO_ENCODER):
         raise BadInput(f"{model.path}: a {proj} projector without clip.has_audio_encoder")
-    width = model.tensor(width_tensor)
-    if width is None:
-        raise BadInput(f"{model.path}: a {proj} projector without {width_tensor}")
-    try:
+    width = required_tensor(model, proj, width_tensor)
+    with reading_keys(model):
         stack = int(meta[CA.Projector.STACK_FACTOR]) if requires_stack else int(meta.get(CA.Projector.STACK_FACTOR, 0))
         # load_hparams sets FFN_GELU_ERF for every whisper-enc and qwen3a type, whatever use_gelu says
-        return AudioHParams(proj, int(meta[CA.EMBEDDING_LENGTH]), int(meta[CA.Attention.HEAD_COUNT]),
-                            int(meta[CA.FEED_FORWARD_LENGTH]), int(meta[CA.BLOCK_COUNT]),
-                            float(meta[CA.Attention.LAYERNORM_EPS]), 0, 1, 1, "GELU_ERF", width.shape[1],
-                            WARMUP_AUDIO_FRAMES, int(meta[CA.NUM_MEL_BINS]), stack)
-    except KeyError as e:
-        raise BadInput(f"{model.path}: projector key {e.args[0]} not found") from None
+        return AudioHParams(proj, **tower_figures(meta, CA), image_size=0, patch_size=1, n_merge=1, ffn_op="GELU_ERF",
+                            n_mmproj_embd=width.shape[1], warmup_image_size=WARMUP_AUDIO_FRAMES,
+                            n_mel_bins=int(meta[CA.NUM_MEL_BINS]), stack_factor=stack)
 
 
 def read_whisper_hparams(model: ModelFile) -> AudioHParams:

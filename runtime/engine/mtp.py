@@ -32,6 +32,7 @@ context reserve again; the allocator only grows, so its buffers are the larger o
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Generic, TypeVar
 
 from gguf import MODEL_TENSOR as T
 
@@ -62,12 +63,16 @@ MTP_GRAPHS = frozenset({QWEN35, QWEN35MOE, QWEN3NEXT, GLM4MOE, DEEPSEEK2, DEEPSE
 MTP_SAMPLER_TOP_K = 10
 
 
-class MtpGraph:
-    """Builds the MTP head of one ubatch with the pieces of the architecture's trunk builder (`inner`)."""
+Inner = TypeVar("Inner", DecoderBuilder, MlaBuilder)
 
-    def __init__(self, inner: DecoderBuilder, il: int, n_seq: int, samplers: bool) -> None:
-        self.inner, self.il, self.n_seq, self.samplers = inner, il, n_seq, samplers
-        self.rows_early = inner.hp.arch == QWEN3NEXT
+
+class _MtpHead(Generic[Inner]):
+    """What the MTP heads share: the trunk builder whose pieces they use (`inner`, its adapters as theirs),
+    the nextn block `il`, and the graph's end (the output projection, then the backend sampling)."""
+
+    def __init__(self, inner: Inner, il: int, n_seq: int, samplers: bool) -> None:
+        self.inner: Inner = inner
+        self.il, self.n_seq, self.samplers = il, n_seq, samplers
 
     @property
     def lora(self) -> Adapters:
@@ -77,11 +82,29 @@ class MtpGraph:
     def lora(self, value: Adapters) -> None:
         self.inner.lora = value
 
+    def _result(self, cur: Tensor, head: Tensor, shape: BatchShape) -> BuiltGraph:
+        """result_output = head x cur, the graph's logits, and build_sampling after it when samplers are set."""
+        out = self.inner.out
+        cur = self.inner.lora.mm(head, cur, name="result_output")
+        out.graph.expand(cur)
+        out.logits = cur
+        if self.samplers:
+            sampling(out.graph, cur, shape, self.n_seq)
+        return out
+
+
+class MtpGraph(_MtpHead[DecoderBuilder]):
+    """Builds the MTP head of one ubatch with the pieces of the architecture's trunk builder (`inner`)."""
+
+    def __init__(self, inner: DecoderBuilder, il: int, n_seq: int, samplers: bool) -> None:
+        super().__init__(inner, il, n_seq, samplers)
+        self.rows_early = inner.hp.arch == QWEN3NEXT
+
     def build(self, shape: BatchShape) -> BuiltGraph:
         b, il = self.inner, self.il
         hp = b.hp
         b._inputs(shape)
-        out, g = b.out, b.out.graph
+        out = b.out
         h = B.new_input(GGMLType.F32, (hp.n_embd, shape.n_tokens), "mtp_h_input")
         embd_w = b._w(tensor_name(T.NEXTN_EMBED_TOKENS, il)) or b._need(TOKEN_EMBD)
         tok = B.get_rows(embd_w, out.tokens, name=f"mtp_tok_embd-{il}")
@@ -107,12 +130,7 @@ class MtpGraph:
         if not self.rows_early:
             cur = B.get_rows(cur, out.out_ids, name="mtp_shared_head_norm")
         head = b._w(tensor_name(T.NEXTN_SHARED_HEAD_HEAD, il)) or b._w(OUTPUT) or b._need(TOKEN_EMBD)
-        cur = b.lora.mm(head, cur, name="result_output")
-        g.expand(cur)
-        out.logits = cur
-        if self.samplers:
-            self._sampling(cur, shape)
-        return out
+        return self._result(cur, head, shape)
 
     def _attention(self, cur: Tensor, n_tokens: int) -> Tensor:
         """The block's attention as the trunk builds it: qwen35's gated attention, or (glm4moe) build_qkv with
@@ -123,9 +141,6 @@ class MtpGraph:
         qkv = b._qkv(cur, il, n_tokens)
         cur = b.attention(il, qkv.q, qkv.k, qkv.v)
         return b.lora.mm(b._need(tensor_name(T.ATTN_OUT, il)), cur, name=f"attn_out-{il}")
-
-    def _sampling(self, logits: Tensor, shape: BatchShape) -> None:
-        sampling(self.inner.out.graph, logits, shape, self.n_seq)
 
 
 def sampling(g: Graph, logits: Tensor, shape: BatchShape, n_seq: int) -> None:
@@ -144,26 +159,15 @@ def sampling(g: Graph, logits: Tensor, shape: BatchShape, n_seq: int) -> None:
         g.expand(rows)
 
 
-class MlaMtpGraph:
+class MlaMtpGraph(_MtpHead[MlaBuilder]):
     """deepseek2.cpp graph_mtp: the same head around a block of absorbed MLA (q_a, its norm, q_b viewed into
     the nope and rope parts, the compressed KV and its rope part) over a K-only cache, and the block's
     experts plus the shared expert, with MlaBuilder's pieces."""
 
-    def __init__(self, inner: MlaBuilder, il: int, n_seq: int, samplers: bool) -> None:
-        self.inner, self.il, self.n_seq, self.samplers = inner, il, n_seq, samplers
-
-    @property
-    def lora(self) -> Adapters:
-        return self.inner.lora
-
-    @lora.setter
-    def lora(self, value: Adapters) -> None:
-        self.inner.lora = value
-
     def build(self, shape: BatchShape) -> BuiltGraph:
         b, il = self.inner, self.il
         b._inputs(shape)
-        out, g = b.out, b.out.graph
+        out = b.out
         h = B.new_input(GGMLType.F32, (b.hp.n_embd, shape.n_tokens), "mtp_h_input")
         embd_w = b.w.get(tensor_name(T.NEXTN_EMBED_TOKENS, il)) or b._need(TOKEN_EMBD)
         tok = B.get_rows(embd_w, out.tokens, name=f"mtp_tok_embd-{il}")
@@ -187,12 +191,7 @@ class MlaMtpGraph:
         cur.flags |= FLAG_OUTPUT   # res->t_h_nextn
         cur = B.get_rows(cur, out.out_ids, name="mtp_shared_head_norm")
         head = b.w.get(tensor_name(T.NEXTN_SHARED_HEAD_HEAD, il)) or b.w.get(OUTPUT) or b._need(TOKEN_EMBD)
-        cur = b.lora.mm(head, cur, name="result_output")
-        g.expand(cur)
-        out.logits = cur
-        if self.samplers:
-            sampling(g, cur, shape, self.n_seq)
-        return out
+        return self._result(cur, head, shape)
 
 
 class MtpRunner(ModelRunner):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,21 @@ class Node:
     values: np.ndarray   # flat, in the node's type
 
 
-def _read(path: Path) -> list[Node]:
+@dataclass(frozen=True)
+class Record:
+    """One node as fitplan-dump-nodes writes it: name, op (ggml_op_desc's spelling: a UNARY or GLU node
+    as its kind), whether it is a view, its ggml type id, ne, nb and its data."""
+    name: str
+    op: str
+    is_view: bool
+    gtype: int
+    ne: tuple[int, ...]
+    nb: tuple[int, ...]
+    raw: bytes
+
+
+def read_records(path: Path) -> list[Record]:
+    """Every node of one step file, views included, in graph order."""
     data = path.read_bytes()
     out, o = [], 0
 
@@ -43,14 +58,24 @@ def _read(path: Path) -> list[Node]:
         op = data[o:o + n].decode()
         o += n
         is_view, gtype = take("<II")
-        take("<4q")
-        take("<4q")
+        ne, nb = take("<4q"), take("<4q")
         (size,) = take("<Q")
-        raw = data[o:o + size]
+        out.append(Record(name, op, bool(is_view), gtype, tuple(ne), tuple(nb), data[o:o + size]))
         o += size
-        if not is_view and op not in NOT_COMPUTED and gtype in NUMPY_OF_GGML:
-            out.append(Node(name, op, np.frombuffer(raw, NUMPY_OF_GGML[gtype])))
     return out
+
+
+def node_shapes(path: Path, kinds: Mapping[str, str] | None = None) -> list[tuple[str, tuple[int, ...],
+                                                                                  tuple[int, ...]]]:
+    """(op, ne, nb) of every node of one step file, views included; `kinds` renames ops (a UNARY or GLU
+    kind such as SILU to the op the runtime's node carries, keeping the kind in op_params)."""
+    kinds = kinds or {}
+    return [(kinds.get(r.op, r.op), r.ne, r.nb) for r in read_records(path)]
+
+
+def _read(path: Path) -> list[Node]:
+    return [Node(r.name, r.op, np.frombuffer(r.raw, NUMPY_OF_GGML[r.gtype])) for r in read_records(path)
+            if not r.is_view and r.op not in NOT_COMPUTED and r.gtype in NUMPY_OF_GGML]
 
 
 def llama_nodes(bin_dir: Path, model: str, n_ctx: int, batches: list[int], tokens: list[int],

@@ -7,7 +7,6 @@ against fitplan-dump-nodes (4 tokens at -c 256).
 """
 from __future__ import annotations
 
-import struct
 import subprocess
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from planner.model.arch import AttnKind, model_facts
 from planner.synth.shapes_dense import tiny_spec
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
+from tests.support.nodes import node_shapes
 from tests.support.reserve_checks import assert_reserve_equals
 
 # name -> (architecture, layers, extra keys)
@@ -99,23 +99,8 @@ def test_exaone4_slides_only_at_64_layers(tmp_path: Path) -> None:
 
 # --- against llama.cpp itself ------------------------------------------------------------------------
 
-def _dump(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
-    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node; a UNARY or GLU
-    node is printed as its kind (ggml_op_desc), which the runtime keeps in op_params."""
-    data, o, out = path.read_bytes(), 0, []
-    kinds = {"SILU": "UNARY", "RELU": "UNARY", "XIELU": "UNARY", "SWIGLU": "GLU"}
-    while o < len(data):
-        fields = []
-        for _ in range(2):
-            (n,) = struct.unpack_from("<I", data, o)
-            fields.append(data[o + 4:o + 4 + n].decode())
-            o += 4 + n
-        o += 8
-        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
-        (size,) = struct.unpack_from("<Q", data, o + 64)
-        o += 72 + size
-        out.append((kinds.get(fields[1], fields[1]), tuple(ne), tuple(nb)))
-    return out
+# fitplan-dump-nodes prints a UNARY or GLU node as its kind (ggml_op_desc); the runtime keeps it in op_params
+DUMP_KINDS = {"SILU": "UNARY", "RELU": "UNARY", "XIELU": "UNARY", "SWIGLU": "GLU"}
 
 
 @pytest.mark.peer
@@ -127,4 +112,4 @@ def test_every_node_equals_llama_cpp(llama_tools: Path, models: dict[str, Path],
     assert runner.kv is not None
     full = tuple((k, runner.kv.tables[k].size) for k in runner.kv.kind_order())
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in runner._graph(BatchShape(4, 1, full)).graph.nodes]
-    assert _dump(tmp_path / "step0.bin") == ours
+    assert node_shapes(tmp_path / "step0.bin", DUMP_KINDS) == ours

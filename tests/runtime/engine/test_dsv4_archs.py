@@ -6,7 +6,6 @@ very files (pinned build): "graph: nodes = N" and "CPU compute buffer size = X M
 """
 from __future__ import annotations
 
-import struct
 import subprocess
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from planner.synth.shapes_dsv4 import deepseek4_tiny, hy_v4_tiny
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.graph import Op
+from tests.support.nodes import read_records
 from tests.support.reserve_checks import assert_reserve_equals
 
 
@@ -117,28 +117,13 @@ def test_deepseek4_decode_is_refused(models: dict[str, Path]) -> None:
 
 # --- against llama.cpp itself ------------------------------------------------------------------------
 
-def _dumped_ops(path: Path) -> list[str]:
-    """The op of every node fitplan-dump-nodes recorded (scripts/dump_nodes.cpp), ggml_op_desc's spelling."""
-    data, o, out = path.read_bytes(), 0, []
-    while o < len(data):
-        fields = []
-        for _ in range(2):
-            (n,) = struct.unpack_from("<I", data, o)
-            fields.append(data[o + 4:o + 4 + n].decode())
-            o += 4 + n
-        (size,) = struct.unpack_from("<Q", data, o + 8 + 64)
-        o += 8 + 72 + size
-        out.append(fields[1])
-    return out
-
-
 @pytest.mark.peer
 def test_deepseek4_ops_in_llama_cpp_order(llama_tools: Path, models: dict[str, Path], tmp_path: Path) -> None:
     """A 4-token decode's nodes (views included) are deepseek4.cpp's, one for one in its order. Their sizes are
     the decode's own plans (its completed blocks, its used cells), not the reserve's, so only the ops compare."""
     subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(models["deepseek4"]), str(tmp_path), "4096", "4",
                     "1", "2", "3", "4"], check=True, capture_output=True, timeout=300)
-    theirs = _dumped_ops(tmp_path / "step0.bin")
+    theirs = [r.op for r in read_records(tmp_path / "step0.bin")]
     runner = ModelRunner.load(str(models["deepseek4"]), parse_llama_flags(["-c", "4096"]), weights=False,
                               reserve=False)
     assert runner.kv is not None

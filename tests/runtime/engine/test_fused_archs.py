@@ -8,7 +8,6 @@ tiny files are 256 wide.
 """
 from __future__ import annotations
 
-import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from planner.synth.shapes_fused import (
 )
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
+from tests.support.nodes import node_shapes
 from tests.support.reserve_checks import assert_reserve_equals
 
 TINY: dict[str, Callable[[], ModelSpec]] = {
@@ -147,23 +147,6 @@ def test_estimate_simulates(arch: str, tiny_dir: Path) -> None:
 OP_DESC = {"SWIGLU": "GLU", "GEGLU": "GLU", "GELU": "UNARY"}
 
 
-def _dump(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
-    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node."""
-    data, o, out = path.read_bytes(), 0, []
-    while o < len(data):
-        fields = []
-        for _ in range(2):
-            (n,) = struct.unpack_from("<I", data, o)
-            fields.append(data[o + 4:o + 4 + n].decode())
-            o += 4 + n
-        o += 8
-        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
-        (size,) = struct.unpack_from("<Q", data, o + 64)
-        o += 72 + size
-        out.append((OP_DESC.get(fields[1], fields[1]), tuple(ne), tuple(nb)))
-    return out
-
-
 @pytest.mark.peer
 @pytest.mark.parametrize("arch", list(TINY))
 def test_every_node_equals_llama_cpp(arch: str, llama_tools: Path, tiny_dir: Path, tmp_path: Path) -> None:
@@ -175,4 +158,4 @@ def test_every_node_equals_llama_cpp(arch: str, llama_tools: Path, tiny_dir: Pat
     assert runner.kv is not None
     full = tuple((k, runner.kv.tables[k].size) for k in runner.kv.kind_order())
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in runner._graph(BatchShape(4, 1, full)).graph.nodes]
-    assert _dump(tmp_path / "step0.bin") == ours
+    assert node_shapes(tmp_path / "step0.bin", OP_DESC) == ours

@@ -9,7 +9,6 @@ so the two graphs differ in size.
 """
 from __future__ import annotations
 
-import struct
 import subprocess
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from runtime.engine.builder import BatchShape
 from runtime.engine.glm5next import KpoolShape, kpool_pad
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.graph import Op
+from tests.support.nodes import node_shapes
 
 MIB = 2**20
 
@@ -144,23 +144,6 @@ def test_estimate_simulates_glm5_next(model: Path, tmp_path: Path) -> None:
 
 # --- against llama.cpp itself ------------------------------------------------------------------------
 
-def _dump(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
-    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node."""
-    data, o, out = path.read_bytes(), 0, []
-    while o < len(data):
-        fields = []
-        for _ in range(2):
-            (n,) = struct.unpack_from("<I", data, o)
-            fields.append(data[o + 4:o + 4 + n].decode())
-            o += 4 + n
-        o += 8
-        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
-        (size,) = struct.unpack_from("<Q", data, o + 64)
-        o += 72 + size
-        out.append((fields[1], tuple(ne), tuple(nb)))
-    return out
-
-
 @pytest.mark.peer
 def test_every_prompt_node_equals_llama_cpp(llama_tools: Path, model: Path, tmp_path: Path) -> None:
     """A 256-token prompt at -c 256 fills the cache: its pools (64, padded to 128, all new) are the reserve's,
@@ -177,7 +160,7 @@ def test_every_prompt_node_equals_llama_cpp(llama_tools: Path, model: Path, tmp_
         return str(params["unary"]) if op == "UNARY" else str(params["glu"]) if op == "GLU" else op
 
     ours = [(desc(n.op.value, n.op_params), tuple(n.ne), tuple(n.nb)) for n in nodes]
-    assert ours == _dump(tmp_path / "step0.bin")
+    assert ours == node_shapes(tmp_path / "step0.bin")
 
 
 @pytest.mark.peer

@@ -9,7 +9,6 @@ peer test below re-checks one for one).
 """
 from __future__ import annotations
 
-import struct
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec, add_tokenizer, lfm2_spec
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
+from tests.support.nodes import node_shapes
 from tests.support.reserve_checks import assert_reserve_equals
 
 MIB = 2**20
@@ -111,28 +111,11 @@ def test_estimate_simulates_lfm2_and_falls_back_with_a_window(model: Path, tmp_p
 
 # --- against llama.cpp itself ------------------------------------------------------------------------
 
-def _dump(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
-    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node."""
-    data, o, out = path.read_bytes(), 0, []
-    while o < len(data):
-        fields = []
-        for _ in range(2):
-            (n,) = struct.unpack_from("<I", data, o)
-            fields.append(data[o + 4:o + 4 + n].decode())
-            o += 4 + n
-        o += 8
-        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
-        (size,) = struct.unpack_from("<Q", data, o + 64)
-        o += 72 + size
-        out.append((fields[1], tuple(ne), tuple(nb)))
-    return out
-
-
 @pytest.mark.peer
 def test_every_node_equals_llama_cpp(llama_tools: Path, model: Path, tmp_path: Path) -> None:
     subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(model), str(tmp_path), "256", "4", "1", "2", "3", "4"],
                    check=True, capture_output=True, timeout=300)
-    theirs = _dump(tmp_path / "step0.bin")
+    theirs = node_shapes(tmp_path / "step0.bin")
     glu = {"SWIGLU": "GLU"}
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in _graph_nodes(model, 4, [])]
     assert [(glu.get(op, op), ne, nb) for op, ne, nb in theirs] == ours

@@ -21,7 +21,8 @@ from planner.memory.estimate import estimate
 from planner.synth.shapes_moe26 import TINY_SPECS
 from runtime.engine.hparams import MoeGating, read_hparams
 from runtime.engine.runner import ModelRunner
-from tests.runtime.engine.test_lfm2 import _dump, _graph_nodes
+from tests.runtime.engine.test_lfm2 import _graph_nodes
+from tests.support.nodes import node_shapes
 from tests.support.reserve_checks import assert_reserve_equals
 
 # llama-fit-params --fit-print on -c 4096, context column (MiB) of each tiny file
@@ -146,7 +147,7 @@ def test_every_node_equals_llama_cpp(arch: str, llama_tools: Path, tiny: dict[st
     """fitplan-dump-nodes on 4 tokens at -c 256: every node's op, shape and strides, in llama.cpp's order."""
     subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(tiny[arch]), str(tmp_path), "256", "4",
                     "1", "2", "3", "4"], check=True, capture_output=True, timeout=300)
-    theirs = [(DUMP_OPS.get(op, op), ne, nb) for op, ne, nb in _dump(tmp_path / "step0.bin")]
+    theirs = node_shapes(tmp_path / "step0.bin", DUMP_OPS)
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in _graph_nodes(tiny[arch], 4, [])]
     assert theirs == ours
 

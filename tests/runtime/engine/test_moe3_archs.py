@@ -7,7 +7,6 @@ fitplan-dump-nodes' graph of 4 tokens.
 """
 from __future__ import annotations
 
-import struct
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from runtime.engine.builder import BatchShape
 from runtime.engine.fused import FUSED_ARCHS
 from runtime.engine.hparams import MoeGating, read_hparams
 from runtime.engine.runner import ModelRunner
+from tests.support.nodes import node_shapes
 from tests.support.reserve_checks import assert_reserve_equals
 
 FLAGS = ("-c 256", "-c 256 -fa off", "-c 512 -np 2 -ub 64", "-c 256 -ctk q8_0 -ctv q8_0")
@@ -95,22 +95,7 @@ def test_granitemoe_scales_from_the_file(tiny: dict[str, Path]) -> None:
 UNARY_NAMES = frozenset({"SIGMOID", "SILU", "GELU", "TANH", "RELU", "EXP", "SOFTPLUS"})
 
 
-def _llama_nodes(path: Path) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
-    """fitplan-dump-nodes' records (scripts/dump_nodes.cpp): (op, ne, nb) of every node."""
-    data, o, out = path.read_bytes(), 0, []
-    while o < len(data):
-        fields = []
-        for _ in range(2):
-            (n,) = struct.unpack_from("<I", data, o)
-            fields.append(data[o + 4:o + 4 + n].decode())
-            o += 4 + n
-        o += 8
-        ne, nb = struct.unpack_from("<4q", data, o), struct.unpack_from("<4q", data, o + 32)
-        (size,) = struct.unpack_from("<Q", data, o + 64)
-        o += 72 + size
-        op = fields[1]
-        out.append(("UNARY" if op in UNARY_NAMES else "GLU" if op == "SWIGLU" else op, tuple(ne), tuple(nb)))
-    return out
+DUMP_KINDS = {**dict.fromkeys(UNARY_NAMES, "UNARY"), "SWIGLU": "GLU"}
 
 
 @pytest.mark.peer
@@ -122,7 +107,7 @@ def test_every_node_equals_llama_cpp(llama_tools: Path, name: str, tiny: dict[st
     assert runner.kv is not None
     full = tuple((k, runner.kv.tables[k].size) for k in runner.kv.kind_order())
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in runner._graph(BatchShape(4, 1, full)).graph.nodes]
-    assert _llama_nodes(tmp_path / "step0.bin") == ours
+    assert node_shapes(tmp_path / "step0.bin", DUMP_KINDS) == ours
 
 
 def test_bailingmoe2_selects_experts_within_groups(tiny: dict[str, Path]) -> None:

@@ -22,7 +22,7 @@ from planner.synth.gguf_factory import ModelSpec, add_tokenizer
 from planner.synth.qwen3next_factory import qwen3next_spec
 from runtime.engine.builder import BatchShape
 from runtime.engine.runner import ModelRunner
-from tests.runtime.engine.test_lfm2 import _dump
+from tests.support.nodes import node_shapes
 from tests.support.reserve_checks import assert_reserve_equals
 
 MIB = 2**20
@@ -137,6 +137,6 @@ def test_estimate_simulates_qwen3next(model: Path) -> None:
 def test_every_node_equals_llama_cpp(llama_tools: Path, model: Path, tmp_path: Path) -> None:
     subprocess.run([str(llama_tools / "fitplan-dump-nodes"), str(model), str(tmp_path), "256", "4", "1", "2", "3", "4"],
                    check=True, capture_output=True, timeout=300)
-    theirs = [(RUNTIME_OP.get(op, op), ne, nb) for op, ne, nb in _dump(tmp_path / "step0.bin")]
+    theirs = node_shapes(tmp_path / "step0.bin", RUNTIME_OP)
     ours = [(n.op.value, tuple(n.ne), tuple(n.nb)) for n in _graph_nodes(model, 4)]
     assert theirs == ours
