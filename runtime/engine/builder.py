@@ -300,31 +300,9 @@ class DecoderBuilder:
             self.out.graph.expand(t)
         n_kv = dict(self.out.shape.n_kv)[kind]
         kv_k, kv_v = self._cache_views(il, n_kv)
-        ns = kv_k.ne[3]
-        per_stream = q.ne[2] // ns
-        q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0,
-                    name=f"q-{il}")
-        qp = B.permute(q4, (0, 2, 1, 3))
-        kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
-        sinks, cap = self._w(tensor_name(T.ATTN_SINKS, il)), self.hp.attn_softcap
-        if self.flash_attn:
-            kp, vp = self._f16_for_fa(kp), self._f16_for_fa(vp)
-            fa = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, sinks, name=f"__fattn__-{il}", softcap=cap)
-            cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
-        else:
-            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            if cap:   # build_attn_mha's soft-capping: scale, tanh, scale back
-                kq = B.scale(B.unary(B.scale(kq, 1.0 / cap, name=f"kq_scaled_1-{il}"), "TANH", name=f"kq_tanh-{il}"),
-                             cap, name=f"kq_scaled_2-{il}")
-            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}", sinks=sinks)
-            if not self.kv.v_trans:   # a cache made for flash attention (-fa auto resolved off): V copied transposed
-                vp = B.cont(B.transpose(vp), name=f"v_cont-{il}")
-            kqv = B.mul_mat(vp, kq, name=f"kqv-{il}")
-            cur = B.permute(kqv, (0, 2, 1, 3))
-            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
-            if not self.offload_kqv:
-                self.out.cpu_pins.append(cur)
-        self.out.graph.expand(cur)
+        cur = mha(self.out, il, q, kv_k, kv_v, inp.mask, self.hp.kq_scale, flash_attn=self.flash_attn,
+                  offload_kqv=self.offload_kqv, sinks=self._w(tensor_name(T.ATTN_SINKS, il)),
+                  softcap=self.hp.attn_softcap, v_trans=self.kv.v_trans, q_name=f"q-{il}")
         return self._hadamard(cur, inp.v_rot, f"kqv_rot-{il}")
 
     # --- the graph --------------------------------------------------------------------------------
@@ -417,3 +395,37 @@ class DecoderBuilder:
         g.expand(cur)
         self.out.logits = cur
         return self.out
+
+
+def mha(out: BuiltGraph, il: int, q: Tensor, kv_k: Tensor, kv_v: Tensor, mask: Tensor | None, scale: float, *,
+        flash_attn: bool, offload_kqv: bool, sinks: Tensor | None = None, softcap: float = 0.0,
+        v_trans: bool = False, q_name: str = "") -> Tensor:
+    """build_attn_mha over K and V [D, n_kv, n_head_kv, n_stream]: q split evenly over the streams, flash
+    attention or kq -> (soft-capping) -> soft_max (with the sinks) -> kqv; V not stored transposed is copied
+    transposed first. The result [n_embd_head * n_head, n_tokens] is expanded into out's graph (and pinned to
+    the host when the KQV ops are not offloaded)."""
+    ns = kv_k.ne[3]
+    per_stream = q.ne[2] // ns
+    q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0,
+                name=q_name)
+    qp = B.permute(q4, (0, 2, 1, 3))
+    kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
+    if flash_attn:
+        kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
+        fa = B.flash_attn_ext(qp, kp, vp, mask, scale, sinks, name=f"__fattn__-{il}", softcap=softcap)
+        cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
+    else:
+        kq = B.mul_mat(kp, qp, name=f"kq-{il}")
+        if softcap:   # build_attn_mha's soft-capping: scale, tanh, scale back
+            kq = B.scale(B.unary(B.scale(kq, 1.0 / softcap, name=f"kq_scaled_1-{il}"), "TANH", name=f"kq_tanh-{il}"),
+                         softcap, name=f"kq_scaled_2-{il}")
+        kq = B.soft_max_ext(kq, mask, scale, name=f"kq_soft_max-{il}", sinks=sinks)
+        if not v_trans:   # a cache made for flash attention (-fa auto resolved off): V copied transposed
+            vp = B.cont(B.transpose(vp), name=f"v_cont-{il}")
+        kqv = B.mul_mat(vp, kq, name=f"kqv-{il}")
+        cur = B.permute(kqv, (0, 2, 1, 3))
+        cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
+        if not offload_kqv:
+            out.cpu_pins.append(cur)
+    out.graph.expand(cur)
+    return cur

@@ -36,7 +36,7 @@ from gguf import MODEL_TENSOR as T
 from planner.gguf.reader import row_size
 from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
-from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder, mha
 from runtime.engine.deepseek2 import concat
 from runtime.engine.deepseek4_hparams import Dsv4Cache, Dsv4HParams
 from runtime.engine.dsa import index_rotation
@@ -283,27 +283,8 @@ class Deepseek4Builder:
 
     def _mha(self, il: int, q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
         """build_attn_mha with v = k (one shared head, not transposed) and the block's sinks."""
-        ns = k.ne[3]
-        per_stream = q.ne[2] // ns
-        q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0)
-        qp, kp, vp = B.permute(q4, (0, 2, 1, 3)), B.permute(k, (0, 2, 1, 3)), B.permute(k, (0, 2, 1, 3))
-        sinks = self._wl("attn_sinks.weight", il)
-        scale = 1.0 / math.sqrt(self.hp.head_dim)
-        if self.flash_attn:
-            kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
-            fa = B.flash_attn_ext(qp, kp, vp, mask, scale, sinks, name=f"__fattn__-{il}")
-            cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
-        else:
-            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, mask, scale, name=f"kq_soft_max-{il}", sinks=sinks)
-            vt = B.cont(B.transpose(vp), name=f"v_cont-{il}")
-            kqv = B.mul_mat(vt, kq, name=f"kqv-{il}")
-            cur = B.permute(kqv, (0, 2, 1, 3))
-            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
-            if not self.offload_kqv:
-                self.out.cpu_pins.append(cur)
-        self.out.graph.expand(cur)
-        return cur
+        return mha(self.out, il, q, k, k, mask, 1.0 / math.sqrt(self.hp.head_dim), flash_attn=self.flash_attn,
+                   offload_kqv=self.offload_kqv, sinks=self._wl("attn_sinks.weight", il))
 
     def _attention(self, cur: Tensor, il: int) -> Tensor:
         """build_attention_impl: the projections, the block's compressors, the attention and its output."""
