@@ -25,6 +25,7 @@ from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
 from runtime.engine.moe import build_moe_layer
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.fused_ops import pad
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
@@ -366,10 +367,7 @@ class DecoderBuilder:
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         if hp.embd_scale_f:   # build_inp_embd scales granite's token embeddings and expands them
             x = B.scale(x, hp.embd_scale_f, name="embd")
             g.expand(x)

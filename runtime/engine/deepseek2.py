@@ -38,6 +38,7 @@ from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
 from runtime.engine.moe import group_mask, normalized_weights, top_k, weighted_sum
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
@@ -467,10 +468,7 @@ class MlaBuilder:
     def build(self, shape: BatchShape) -> BuiltGraph:
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(self.hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
         cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")

@@ -46,6 +46,7 @@ from runtime.engine.kvcache import CacheKind, KVCache, rotation_size
 from runtime.engine.lora import Adapters
 from runtime.engine.mhc import HyperConnections, weighted_streams
 from runtime.engine.moe import normalized_weights, top_k, weighted_sum
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import attn_res
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
@@ -372,9 +373,7 @@ class Deepseek4Builder:
         self._inputs(shape)
         g = self.out.graph
         tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, tok_embd, self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         g.expand(self.raw_mask)
         nt = shape.n_tokens
         x = repeat_4d(B.reshape(x, (hp.n_embd, 1, nt)), (hp.n_embd, hp.hc_mult, nt, 1), name="hc_init")

@@ -37,6 +37,7 @@ from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBu
 from runtime.engine.hparams import ARCHS, HParams
 from runtime.engine.kvcache import CacheKind, KVCache, is_quantized, rotation_size
 from runtime.engine.moe import normalized_weights, weighted_sum
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.fused_ops import pad
@@ -320,10 +321,7 @@ class Gemma4Builder(DecoderBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         ple = self._per_layer_inputs(x, shape.n_tokens) if hp.n_embd_per_layer else None
         for il in range(hp.n_layer):

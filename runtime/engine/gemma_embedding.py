@@ -13,6 +13,7 @@ import math
 from planner.model.tensors import OUTPUT_NORM, TOKEN_EMBD
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, mha
 from runtime.engine.kvcache import CacheKind
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Tensor
 
@@ -48,10 +49,7 @@ class GemmaEmbeddingBuilder(DecoderBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         for il in range(hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)

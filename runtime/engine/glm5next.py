@@ -48,7 +48,7 @@ from runtime.engine.kimi import KimiHParams
 from runtime.engine.kimi_k3 import KimiK3Builder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.mhc import HyperConnections, fill, hc_mean, sum_rows
-from runtime.engine.recurrent import RecurrentStates, RsInputs, ubatch_sequences
+from runtime.engine.recurrent import RecurrentStates, RsInputs, token_embeddings, ubatch_sequences
 from runtime.ggml import build as B
 from runtime.ggml import fused_ops as F
 from runtime.ggml import ssm
@@ -360,10 +360,7 @@ class Glm5NextBuilder(KimiK3Builder):
         self._inputs(shape)
         self.hc = HyperConnections(self.ghp.eps, self.ghp.hc_eps, self.ghp.hc_iters, self.unfused, self.out.fused)
         hp, g, t = self.ghp, self.out.graph, shape.n_tokens
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd", self.lora)
         for inp in (self.pool_cells, self.pool_idxs, self.pool_mask, self.tail_idxs, self.gather_mask):
             g.expand(inp)   # build_inp_kpool expands them (set_input_kpool fills them whether read or not)
         x = repeat_4d(B.reshape(x, (hp.n_embd, 1, t)), (hp.n_embd, hp.hc_mult, t, 1), name="hc_init")

@@ -26,6 +26,7 @@ from runtime.engine.clip import cast
 from runtime.engine.deepseek2 import MlaBuilder, MlaHParams, concat
 from runtime.engine.dsa import DsaBuilder
 from runtime.engine.kvcache import KVCache
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import GGMLType, Tensor
@@ -173,9 +174,7 @@ class HyV4Builder(DsaBuilder):
         self._inputs(shape)
         hp, g = self.hp, self.out.graph
         tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, tok_embd, self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         n_tokens = shape.n_tokens
         x = repeat_4d(B.reshape(x, (hp.n_embd, 1, n_tokens)), (hp.n_embd, hp.hc_mult, n_tokens, 1), name="hc_init")
         for il in range(hp.n_layer):

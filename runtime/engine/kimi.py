@@ -49,7 +49,15 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph
 from runtime.engine.deepseek2 import Gating, MlaBuilder, MlaHParams, concat
 from runtime.engine.kvcache import KVCache
-from runtime.engine.recurrent import ELEMENT, RecurrentStates, RsInputs, bare_name, build_rs, ubatch_sequences
+from runtime.engine.recurrent import (
+    ELEMENT,
+    RecurrentStates,
+    RsInputs,
+    bare_name,
+    build_rs,
+    token_embeddings,
+    ubatch_sequences,
+)
 from runtime.ggml import build as B
 from runtime.ggml import deltanet, ssm
 from runtime.ggml.graph import FLAG_OUTPUT, Tensor
@@ -293,10 +301,7 @@ class KimiLinearBuilder(MlaBuilder):
         self.rs = RsInputs.reserve(self.states, self.n_seqs)
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(self.hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
         cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")

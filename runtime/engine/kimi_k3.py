@@ -25,7 +25,7 @@ from runtime.engine.builder import BatchShape, BuiltGraph
 from runtime.engine.deepseek2 import Gating, top_k
 from runtime.engine.kimi import KimiLinearBuilder
 from runtime.engine.moe import normalized_weights, weighted_sum
-from runtime.engine.recurrent import RsInputs, bare_name, ubatch_sequences
+from runtime.engine.recurrent import RsInputs, bare_name, token_embeddings, ubatch_sequences
 from runtime.ggml import attn_res, ssm
 from runtime.ggml import build as B
 from runtime.ggml.graph import Op, Tensor
@@ -172,10 +172,7 @@ class KimiK3Builder(KimiLinearBuilder):
         self._stack = None
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(self.hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
         if self.khp.res_block > 0:
