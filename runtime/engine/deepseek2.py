@@ -37,7 +37,7 @@ from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBu
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
-from runtime.engine.moe import group_mask, normalized_weights, top_k, weighted_sum
+from runtime.engine.moe import expert_weights, group_mask, top_k, weighted_sum
 from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
@@ -384,7 +384,7 @@ class MlaBuilder:
         (separate gate and up, or one merged gate_up split into two views)."""
         hp, g = self.hp, self.out.graph
         n_embd, n_tokens = cur.ne[0], cur.ne[1]
-        k, n_expert = hp.n_expert_used, hp.n_expert
+        k = hp.n_expert_used
         logits = self.lora.mm(self._wl(T.FFN_GATE_INP, il), cur, name=f"ffn_moe_logits-{il}")
         if hp.gating is Gating.SIGMOID:
             probs = B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
@@ -397,12 +397,7 @@ class MlaBuilder:
         if hp.n_expert_groups > 1 and n_tokens > 0:
             selection = self._group_mask(selection, n_tokens, il)
         selected = top_k(selection, k, f"ffn_moe_argsort-{il}", f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-        if hp.weights_norm:
-            weights = normalized_weights(weights, k, n_tokens, il)
-        if hp.weights_scale not in (0.0, 1.0):
-            weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, hp.weights_norm, hp.weights_scale)
         x = B.reshape(cur, (n_embd, 1, n_tokens))
         gate_up = self.w.get(tensor_name(T.FFN_GATE_UP_EXP, il))
         if gate_up is not None:

@@ -45,7 +45,7 @@ from runtime.engine.hy_v4 import _scale_bias
 from runtime.engine.kvcache import CacheKind, KVCache, rotation_size
 from runtime.engine.lora import Adapters
 from runtime.engine.mhc import HyperConnections, weighted_streams
-from runtime.engine.moe import normalized_weights, top_k, weighted_sum
+from runtime.engine.moe import expert_weights, top_k, weighted_sum
 from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import attn_res
 from runtime.ggml import build as B
@@ -317,7 +317,7 @@ class Deepseek4Builder:
         """build_moe_ffn(SQRT_SOFTPLUS): hash-routed blocks take their experts from ffn_gate_tid2eid."""
         hp, g = self.hp, self.out.graph
         n_embd, nt = cur.ne[0], cur.ne[1]
-        k, n_expert = hp.n_expert_used, hp.n_expert
+        k = hp.n_expert_used
         hashed = il < hp.n_hash
         selected = B.get_rows(self._wl("ffn_gate_tid2eid.weight", il), self.out.tokens) if hashed else None
         logits = self.lora.mm(self._need(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
@@ -327,12 +327,7 @@ class Deepseek4Builder:
             bias = self._need(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
             selection = B.add(probs, bias, name=f"ffn_moe_probs_biased-{il}")
             selected = top_k(selection, k, f"ffn_moe_argsort-{il}", f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, n_expert, nt)), selected, name=f"ffn_moe_weights-{il}")
-        if hp.weights_norm:
-            weights = normalized_weights(weights, k, nt, il)
-        if hp.weights_scale not in (0.0, 1.0):
-            weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, hp.weights_norm, hp.weights_scale)
         x = B.reshape(cur, (n_embd, 1, nt))
         up = self.lora.mm_id(self._need(tensor_name(T.FFN_UP_EXP, il)), x, selected, name=f"ffn_moe_up-{il}")
         gate = self.lora.mm_id(self._need(tensor_name(T.FFN_GATE_EXP, il)), x, selected, name=f"ffn_moe_gate-{il}")

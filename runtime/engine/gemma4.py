@@ -36,7 +36,7 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, rope_freqs_na
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, Qkv, mha
 from runtime.engine.hparams import ARCHS, HParams
 from runtime.engine.kvcache import CacheKind, KVCache, is_quantized, rotation_size
-from runtime.engine.moe import normalized_weights, weighted_sum
+from runtime.engine.moe import expert_weights, weighted_sum
 from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
@@ -264,9 +264,7 @@ class Gemma4Builder(DecoderBuilder):
         order = B._node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", I32, order="DESC")
         selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
                           name=f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, hp.n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-        weights = normalized_weights(weights, k, n_tokens, il)
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, True, 0.0)
         x = B.reshape(cur, (n_embd, 1, n_tokens))
         gate_up = self.lora.mm_id(self._need(tensor_name(T.FFN_GATE_UP_EXP, il)), x, selected,
                                   name=f"ffn_moe_gate_up-{il}")
