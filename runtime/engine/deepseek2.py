@@ -378,6 +378,15 @@ class MlaBuilder:
         g = self.lora.mm(self._wl(gate, il), x, name=f"ffn_gate-{il}")
         return self.lora.mm(self._wl(down, il), B.swiglu(g, u, name=f"ffn_swiglu-{il}"), name=f"{name}-{il}")
 
+    def _ffn_block(self, cur: Tensor, il: int) -> Tensor:
+        """deepseek2.cpp's FFN: build_ffn on the leading dense blocks, the routed experts plus the shared
+        expert (ffn_out = moe + shexp) on the others."""
+        if il < self.hp.n_dense_lead:
+            return self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
+        moe = self._moe(cur, il)
+        shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
+        return B.add(moe, shared, name=f"ffn_out-{il}")
+
     def _moe(self, cur: Tensor, il: int) -> Tensor:
         """build_moe_ffn with deepseek2's options: softmax or sigmoid gating, the selection bias
         exp_probs_b, grouped selection, optional weight normalisation and scale, SwiGLU experts
@@ -452,12 +461,7 @@ class MlaBuilder:
             residual = B.get_rows(residual, self.out.out_ids)
         ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
         cur = self.norm(ffn_inp, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
-        if il < hp.n_dense_lead:
-            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
-        else:
-            moe = self._moe(cur, il)
-            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
-            cur = B.add(moe, shared, name=f"ffn_out-{il}")
+        cur = self._ffn_block(cur, il)
         return B.add(cur, ffn_inp, name=f"l_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:

@@ -345,12 +345,7 @@ class Glm5NextBuilder(KimiK3Builder):
         x = hc.post(cur, x, post, comb, il, f"hc_attn_post-{il}")
         cur, post, comb = hc.pre(x, *self._hc_weights("ffn", il), il, f"hc_ffn_pre-{il}")
         cur = self.norm(cur, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
-        if il < hp.n_dense_lead:
-            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
-        else:
-            moe = self._moe(cur, il)
-            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
-            cur = B.add(moe, shared, name=f"ffn_out-{il}")
+        cur = self._ffn_block(cur, il)
         return hc.post(cur, x, post, comb, il, f"l_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:

@@ -154,19 +154,13 @@ class HyV4Builder(DsaBuilder):
 
     # --- the graph ----------------------------------------------------------------------------
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
-        hp = self.hp
         cur, post = self._hc_pre(x, "attn", il)
         cur = self.norm(cur, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
         cur = self._attn_block(cur, il, n_tokens)
         x = self._hc_post(cur, x, post)
         cur, post = self._hc_pre(x, "ffn", il)
         cur = self.norm(cur, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
-        if il < hp.n_dense_lead:
-            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
-        else:
-            moe = self._moe(cur, il)
-            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
-            cur = B.add(moe, shared, name=f"ffn_out-{il}")
+        cur = self._ffn_block(cur, il)
         return self._hc_post(cur, x, post)
 
     def build(self, shape: BatchShape) -> BuiltGraph:
