@@ -41,7 +41,7 @@ from runtime.engine.deepseek2 import concat
 from runtime.engine.deepseek4_hparams import Dsv4Cache, Dsv4HParams
 from runtime.engine.dsa import index_rotation
 from runtime.engine.dsv4_compress import CompInputs, comp_inputs, pool_blocks, state_all, with_rot
-from runtime.engine.hy_v4 import _scale_bias
+from runtime.engine.hy_v4 import hc_head_gate, hc_output_rows, hc_streams
 from runtime.engine.kvcache import CacheKind, KVCache, rotation_size
 from runtime.engine.lora import Adapters
 from runtime.engine.mhc import HyperConnections, weighted_streams
@@ -49,7 +49,6 @@ from runtime.engine.moe import expert_weights, top_k, weighted_sum
 from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import attn_res
 from runtime.ggml import build as B
-from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
@@ -141,11 +140,8 @@ class Deepseek4Builder:
         """build_hc_head: the streams collapsed by sigmoid(hc_head_fn . rms_norm(x) * scale + base) + eps, with
         build_hc_pre's unfused sum (il = -1)."""
         hp = self.hp
-        hc, n_embd, nt = hp.hc_mult, x.ne[0], x.ne[2]
-        flat = B.rms_norm(B.reshape(x, (hc * n_embd, nt)), hp.eps)
-        mixes = B.mul_mat(self._need("output_hc_fn.weight"), flat, name="hc_head_mixes")
-        pre = B.add(B.mul(mixes, self._need("output_hc_scale.weight")), self._need("output_hc_base.weight"))
-        pre = _scale_bias(B.unary(pre, "SIGMOID"), 1.0, hp.hc_eps, "hc_head_pre")
+        pre = hc_head_gate(x, self._need("output_hc_fn.weight"), self._need("output_hc_scale.weight"),
+                           self._need("output_hc_base.weight"), hp.eps, hp.hc_eps)
         return weighted_streams(x, pre)
 
     # --- compressors ---------------------------------------------------------------------------------
@@ -370,13 +366,10 @@ class Deepseek4Builder:
         tok_embd = self._need(TOKEN_EMBD)
         x = token_embeddings(g, tok_embd, self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         g.expand(self.raw_mask)
-        nt = shape.n_tokens
-        x = repeat_4d(B.reshape(x, (hp.n_embd, 1, nt)), (hp.n_embd, hp.hc_mult, nt, 1), name="hc_init")
+        x = hc_streams(x, hp.hc_mult)
         for il in range(hp.n_layer):
             x = self._layer(il, x)
-        flat = B.get_rows(B.reshape(x, (hp.n_embd * hp.hc_mult, nt)), self.out.out_ids)
-        x = B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs))
-        cur = self._hc_head(x)
+        cur = self._hc_head(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
         cur = B.mul_mat(self.w.get(OUTPUT) or tok_embd, cur, name="result_output")
         g.expand(cur)

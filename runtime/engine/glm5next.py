@@ -44,6 +44,7 @@ from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.clip import cast
 from runtime.engine.deepseek2 import Gating
+from runtime.engine.hy_v4 import hc_output_rows, hc_streams
 from runtime.engine.kimi import KimiHParams
 from runtime.engine.kimi_k3 import KimiK3Builder
 from runtime.engine.kvcache import CacheKind, KVCache
@@ -358,11 +359,10 @@ class Glm5NextBuilder(KimiK3Builder):
         x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd", self.lora)
         for inp in (self.pool_cells, self.pool_idxs, self.pool_mask, self.tail_idxs, self.gather_mask):
             g.expand(inp)   # build_inp_kpool expands them (set_input_kpool fills them whether read or not)
-        x = repeat_4d(B.reshape(x, (hp.n_embd, 1, t)), (hp.n_embd, hp.hc_mult, t, 1), name="hc_init")
+        x = hc_streams(x, hp.hc_mult)
         for il in range(hp.n_layer):
             x = self._layer(il, x, t)
-        flat = B.get_rows(B.reshape(x, (hp.n_embd * hp.hc_mult, t)), self.out.out_ids)
-        cur = hc_mean(B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs)))
+        cur = hc_mean(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
         cur.flags |= FLAG_OUTPUT   # res->t_embd and t_h_nextn
         cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")

@@ -41,6 +41,28 @@ def _scale_bias(x: Tensor, s: float, bias: float, name: str) -> Tensor:
     return node
 
 
+def hc_streams(x: Tensor, hc_mult: int) -> Tensor:
+    """The token rows [n_embd, T] repeated into hc_mult hyper-connection streams [n_embd, hc_mult, T]."""
+    n_embd, nt = x.ne[0], x.ne[1]
+    return repeat_4d(B.reshape(x, (n_embd, 1, nt)), (n_embd, hc_mult, nt, 1), name="hc_init")
+
+
+def hc_output_rows(x: Tensor, out_ids: Tensor) -> Tensor:
+    """The streams [n_embd, hc, T] of the tokens that produce outputs: [n_embd, hc, n_outputs]."""
+    n_embd, hc, nt = x.ne[0], x.ne[1], x.ne[2]
+    flat = B.get_rows(B.reshape(x, (n_embd * hc, nt)), out_ids)
+    return B.reshape(flat, (n_embd, hc, out_ids.ne[0]))
+
+
+def hc_head_gate(x: Tensor, fn: Tensor, scale: Tensor, base: Tensor, eps: float, hc_eps: float) -> Tensor:
+    """build_hc_head's stream weights [hc, T]: sigmoid(hc_head_fn . rms_norm(x) * scale + base) + hc_eps."""
+    hc, n_embd, nt = x.ne[1], x.ne[0], x.ne[2]
+    flat = B.rms_norm(B.reshape(x, (hc * n_embd, nt)), eps)
+    mixes = B.mul_mat(fn, flat, name="hc_head_mixes")
+    pre = B.add(B.mul(mixes, scale), base)
+    return _scale_bias(B.unary(pre, "SIGMOID"), 1.0, hc_eps, "hc_head_pre")
+
+
 class HyV4Builder(DsaBuilder):
     """DsaBuilder (or, without an indexer, MlaBuilder's graph) with hy_v4's iHC streams, sinks and gate."""
 
@@ -142,14 +164,8 @@ class HyV4Builder(DsaBuilder):
     def _hc_head(self, x: Tensor) -> Tensor:
         """build_hc_head: the streams collapsed by sigmoid(hc_head_fn . rms_norm(x) * scale + base) + eps."""
         hp = self.hp
-        hc, n_embd, nt = hp.hc_mult, x.ne[0], x.ne[2]
-        flat = B.reshape(x, (hc * n_embd, nt))
-        flat = B.rms_norm(flat, hp.eps)
-        mixes = B.mul_mat(self._need("output_hc_fn.weight"), flat, name="hc_head_mixes")
-        pre = B.mul(mixes, self._need("output_hc_scale.weight"))
-        pre = B.add(pre, self._need("output_hc_base.weight"))
-        pre = B.unary(pre, "SIGMOID")
-        pre = _scale_bias(pre, 1.0, hp.hc_eps, "hc_head_pre")
+        pre = hc_head_gate(x, self._need("output_hc_fn.weight"), self._need("output_hc_scale.weight"),
+                           self._need("output_hc_base.weight"), hp.eps, hp.hc_eps)
         return self._hc_reduce(x, pre, x.type)
 
     # --- the graph ----------------------------------------------------------------------------
@@ -169,13 +185,10 @@ class HyV4Builder(DsaBuilder):
         hp, g = self.hp, self.out.graph
         tok_embd = self._need(TOKEN_EMBD)
         x = token_embeddings(g, tok_embd, self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
-        n_tokens = shape.n_tokens
-        x = repeat_4d(B.reshape(x, (hp.n_embd, 1, n_tokens)), (hp.n_embd, hp.hc_mult, n_tokens, 1), name="hc_init")
+        x = hc_streams(x, hp.hc_mult)
         for il in range(hp.n_layer):
-            x = self._layer(il, x, n_tokens)
-        flat = B.get_rows(B.reshape(x, (hp.n_embd * hp.hc_mult, n_tokens)), self.out.out_ids)
-        x = B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs))
-        cur = self._hc_head(x)
+            x = self._layer(il, x, shape.n_tokens)
+        cur = self._hc_head(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
         cur = B.mul_mat(self.w.get(OUTPUT) or tok_embd, cur, name="result_output")
         g.expand(cur)
