@@ -106,10 +106,7 @@ class DecoderBuilder:
     # --- pieces shared by every layer ---------------------------------------------------------
     def norm(self, x: Tensor, weight: str, il: int) -> Tensor:
         """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
-        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
-        if il >= 0:
-            self.out.norm_pins.append((n, il))
-        return B.mul(n, self._need(weight), name=f"{weight}-mul")
+        return B.mul(layer_rms_norm(self.out, x, self.hp.eps, il), self._need(weight), name=f"{weight}-mul")
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
@@ -427,3 +424,12 @@ def mha(out: BuiltGraph, il: int, q: Tensor, kv_k: Tensor, kv_v: Tensor, mask: T
             out.cpu_pins.append(cur)
     out.graph.expand(cur)
     return cur
+
+
+def layer_rms_norm(out: BuiltGraph, x: Tensor, eps: float, il: int) -> Tensor:
+    """build_norm's ggml_rms_norm, named "norm" as llama.cpp's graph callback sees it: "norm-il" and pinned to
+    the layer's device for a layer (il >= 0), plain "norm" for the output norm (il = -1)."""
+    n = B.rms_norm(x, eps, name=f"norm-{il}" if il >= 0 else "norm")
+    if il >= 0:
+        out.norm_pins.append((n, il))
+    return n

@@ -33,7 +33,7 @@ from planner.gguf.keys import LLM_KV_HC_COUNT, LLM_KV_HC_EPSILON, LLM_KV_HC_MAGN
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
-from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, layer_rms_norm
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
@@ -260,10 +260,7 @@ class MlaBuilder:
 
     def norm(self, x: Tensor, weight: Tensor, il: int, name: str) -> Tensor:
         """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
-        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
-        if il >= 0:
-            self.out.norm_pins.append((n, il))
-        return B.mul(n, weight, name=name)
+        return B.mul(layer_rms_norm(self.out, x, self.hp.eps, il), weight, name=name)
 
     def _rope(self, x: Tensor, il: int, name: str) -> Tensor:
         r = B.rope(x, self.out.pos, self.hp.n_rot, int(RopeMode.NORM), self.hp.freq_base, name=f"{name}-{il}")

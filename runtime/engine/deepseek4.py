@@ -36,7 +36,7 @@ from gguf import MODEL_TENSOR as T
 from planner.gguf.reader import row_size
 from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
-from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder, mha
+from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder, layer_rms_norm, mha
 from runtime.engine.deepseek2 import concat
 from runtime.engine.deepseek4_hparams import Dsv4Cache, Dsv4HParams
 from runtime.engine.dsa import index_rotation
@@ -88,10 +88,7 @@ class Deepseek4Builder:
 
     def norm(self, x: Tensor, weight: Tensor, il: int, name: str) -> Tensor:
         """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
-        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
-        if il >= 0:
-            self.out.norm_pins.append((n, il))
-        return B.mul(n, weight, name=name)
+        return B.mul(layer_rms_norm(self.out, x, self.hp.eps, il), weight, name=name)
 
     def _rope(self, x: Tensor, pos: Tensor, il: int, base: float, name: str) -> Tensor:
         return B.rope(x, pos, self.hp.n_rot, 2, base, name=f"{name}-{il}")
