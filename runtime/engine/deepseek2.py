@@ -237,6 +237,15 @@ def concat(a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
     return B._node(Op.CONCAT, ne, [a, b], name, a.type, dim=dim)
 
 
+def plain_lm_head(out: BuiltGraph, cur: Tensor, out_w: Tensor) -> BuiltGraph:
+    """The lm head of deepseek2.cpp and the graphs written after it: a plain ggml_mul_mat (no build_lora_mm)
+    into result_output, expanded; the graph's logits."""
+    cur = B.mul_mat(out_w, cur, name="result_output")
+    out.graph.expand(cur)
+    out.logits = cur
+    return out
+
+
 class MlaBuilder:
     """Builds one ubatch's deepseek2 graph from weights (name -> Tensor) and the K-only cache."""
 
@@ -469,7 +478,4 @@ class MlaBuilder:
             x = self._layer(il, x, shape.n_tokens)
         cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")
         out_w = self.w.get(OUTPUT) or self._need(TOKEN_EMBD)
-        cur = B.mul_mat(out_w, cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, out_w)

@@ -37,7 +37,7 @@ from planner.gguf.reader import row_size
 from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder, layer_rms_norm, mha
-from runtime.engine.deepseek2 import concat
+from runtime.engine.deepseek2 import concat, plain_lm_head
 from runtime.engine.deepseek4_hparams import Dsv4Cache, Dsv4HParams
 from runtime.engine.dsa import index_rotation
 from runtime.engine.dsv4_compress import CompInputs, comp_inputs, pool_blocks, state_all, with_rot
@@ -368,7 +368,4 @@ class Deepseek4Builder:
             x = self._layer(il, x)
         cur = self._hc_head(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
-        cur = B.mul_mat(self.w.get(OUTPUT) or tok_embd, cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self.w.get(OUTPUT) or tok_embd)

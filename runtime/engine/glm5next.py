@@ -43,7 +43,7 @@ from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.clip import cast
-from runtime.engine.deepseek2 import Gating
+from runtime.engine.deepseek2 import Gating, plain_lm_head
 from runtime.engine.hy_v4 import hc_output_rows, hc_streams
 from runtime.engine.kimi import KimiHParams
 from runtime.engine.kimi_k3 import KimiK3Builder
@@ -365,7 +365,4 @@ class Glm5NextBuilder(KimiK3Builder):
         cur = hc_mean(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
         cur.flags |= FLAG_OUTPUT   # res->t_embd and t_h_nextn
-        cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self._need(OUTPUT))

@@ -23,7 +23,7 @@ from gguf import MODEL_TENSOR as T
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.clip import cast
-from runtime.engine.deepseek2 import MlaBuilder, MlaHParams, concat
+from runtime.engine.deepseek2 import MlaBuilder, MlaHParams, concat, plain_lm_head
 from runtime.engine.dsa import DsaBuilder
 from runtime.engine.kvcache import KVCache
 from runtime.engine.recurrent import token_embeddings
@@ -190,8 +190,5 @@ class HyV4Builder(DsaBuilder):
             x = self._layer(il, x, shape.n_tokens)
         cur = self._hc_head(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
-        cur = B.mul_mat(self.w.get(OUTPUT) or tok_embd, cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self.w.get(OUTPUT) or tok_embd)
 

@@ -47,7 +47,7 @@ from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph
-from runtime.engine.deepseek2 import Gating, MlaBuilder, MlaHParams, concat
+from runtime.engine.deepseek2 import Gating, MlaBuilder, MlaHParams, concat, plain_lm_head
 from runtime.engine.kvcache import KVCache
 from runtime.engine.recurrent import (
     ELEMENT,
@@ -308,10 +308,7 @@ class KimiLinearBuilder(MlaBuilder):
         if not self.ROWS_IN_LAST_LAYER:
             cur.flags |= FLAG_OUTPUT   # res->t_h_nextn: set_outputs keeps it
             cur = B.get_rows(cur, self.out.out_ids, name="result_norm_rows")
-        cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self._need(OUTPUT))
 
 
 class BailingMoe3Builder(KimiLinearBuilder):

@@ -22,7 +22,7 @@ from gguf import MODEL_TENSOR as T
 
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph
-from runtime.engine.deepseek2 import Gating, top_k
+from runtime.engine.deepseek2 import Gating, plain_lm_head, top_k
 from runtime.engine.kimi import KimiLinearBuilder
 from runtime.engine.moe import expert_weights, weighted_sum
 from runtime.engine.recurrent import RsInputs, bare_name, token_embeddings, ubatch_sequences
@@ -174,7 +174,4 @@ class KimiK3Builder(KimiLinearBuilder):
             x = self._res_mix(x, self._need(OUTPUT_RES_SCORE), -1)
         x = B.get_rows(x, self.out.out_ids)
         cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")
-        cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self._need(OUTPUT))
