@@ -25,6 +25,7 @@ from runtime.engine.fused import FusedBuilder
 from runtime.engine.gemma_embedding import GemmaEmbeddingBuilder
 from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 
@@ -106,10 +107,7 @@ class BertBuilder(FusedBuilder, GemmaEmbeddingBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         types = self._w(TOKEN_TYPES)
         if types is not None:   # token types are all 0 ("sentence A"): row 0 of the table
             x = B.add(x, B.view(types, (hp.n_embd,), (row_size(types.type, 1),), 0))
@@ -166,10 +164,7 @@ class ModernBertBuilder(BertBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         x = self.norm(x, TOKEN_EMBD_NORM, 0)
         for il in range(hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)

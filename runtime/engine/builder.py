@@ -25,6 +25,7 @@ from runtime.engine.hparams import FfnKind, HParams
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
 from runtime.engine.moe import build_moe_layer
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.fused_ops import pad
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
@@ -105,10 +106,7 @@ class DecoderBuilder:
     # --- pieces shared by every layer ---------------------------------------------------------
     def norm(self, x: Tensor, weight: str, il: int) -> Tensor:
         """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
-        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
-        if il >= 0:
-            self.out.norm_pins.append((n, il))
-        return B.mul(n, self._need(weight), name=f"{weight}-mul")
+        return B.mul(layer_rms_norm(self.out, x, self.hp.eps, il), self._need(weight), name=f"{weight}-mul")
 
     def ffn(self, x: Tensor, il: int) -> Tensor:
         if self.hp.spec.ffn is FfnKind.MOE:
@@ -300,31 +298,9 @@ class DecoderBuilder:
             self.out.graph.expand(t)
         n_kv = dict(self.out.shape.n_kv)[kind]
         kv_k, kv_v = self._cache_views(il, n_kv)
-        ns = kv_k.ne[3]
-        per_stream = q.ne[2] // ns
-        q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0,
-                    name=f"q-{il}")
-        qp = B.permute(q4, (0, 2, 1, 3))
-        kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
-        sinks, cap = self._w(tensor_name(T.ATTN_SINKS, il)), self.hp.attn_softcap
-        if self.flash_attn:
-            kp, vp = self._f16_for_fa(kp), self._f16_for_fa(vp)
-            fa = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, sinks, name=f"__fattn__-{il}", softcap=cap)
-            cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
-        else:
-            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            if cap:   # build_attn_mha's soft-capping: scale, tanh, scale back
-                kq = B.scale(B.unary(B.scale(kq, 1.0 / cap, name=f"kq_scaled_1-{il}"), "TANH", name=f"kq_tanh-{il}"),
-                             cap, name=f"kq_scaled_2-{il}")
-            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}", sinks=sinks)
-            if not self.kv.v_trans:   # a cache made for flash attention (-fa auto resolved off): V copied transposed
-                vp = B.cont(B.transpose(vp), name=f"v_cont-{il}")
-            kqv = B.mul_mat(vp, kq, name=f"kqv-{il}")
-            cur = B.permute(kqv, (0, 2, 1, 3))
-            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
-            if not self.offload_kqv:
-                self.out.cpu_pins.append(cur)
-        self.out.graph.expand(cur)
+        cur = mha(self.out, il, q, kv_k, kv_v, inp.mask, self.hp.kq_scale, flash_attn=self.flash_attn,
+                  offload_kqv=self.offload_kqv, sinks=self._w(tensor_name(T.ATTN_SINKS, il)),
+                  softcap=self.hp.attn_softcap, v_trans=self.kv.v_trans, q_name=f"q-{il}")
         return self._hadamard(cur, inp.v_rot, f"kqv_rot-{il}")
 
     # --- the graph --------------------------------------------------------------------------------
@@ -388,10 +364,7 @@ class DecoderBuilder:
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         if hp.embd_scale_f:   # build_inp_embd scales granite's token embeddings and expands them
             x = B.scale(x, hp.embd_scale_f, name="embd")
             g.expand(x)
@@ -417,3 +390,46 @@ class DecoderBuilder:
         g.expand(cur)
         self.out.logits = cur
         return self.out
+
+
+def mha(out: BuiltGraph, il: int, q: Tensor, kv_k: Tensor, kv_v: Tensor, mask: Tensor | None, scale: float, *,
+        flash_attn: bool, offload_kqv: bool, sinks: Tensor | None = None, softcap: float = 0.0,
+        v_trans: bool = False, q_name: str = "") -> Tensor:
+    """build_attn_mha over K and V [D, n_kv, n_head_kv, n_stream]: q split evenly over the streams, flash
+    attention or kq -> (soft-capping) -> soft_max (with the sinks) -> kqv; V not stored transposed is copied
+    transposed first. The result [n_embd_head * n_head, n_tokens] is expanded into out's graph (and pinned to
+    the host when the KQV ops are not offloaded)."""
+    ns = kv_k.ne[3]
+    per_stream = q.ne[2] // ns
+    q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0,
+                name=q_name)
+    qp = B.permute(q4, (0, 2, 1, 3))
+    kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
+    if flash_attn:
+        kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
+        fa = B.flash_attn_ext(qp, kp, vp, mask, scale, sinks, name=f"__fattn__-{il}", softcap=softcap)
+        cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
+    else:
+        kq = B.mul_mat(kp, qp, name=f"kq-{il}")
+        if softcap:   # build_attn_mha's soft-capping: scale, tanh, scale back
+            kq = B.scale(B.unary(B.scale(kq, 1.0 / softcap, name=f"kq_scaled_1-{il}"), "TANH", name=f"kq_tanh-{il}"),
+                         softcap, name=f"kq_scaled_2-{il}")
+        kq = B.soft_max_ext(kq, mask, scale, name=f"kq_soft_max-{il}", sinks=sinks)
+        if not v_trans:   # a cache made for flash attention (-fa auto resolved off): V copied transposed
+            vp = B.cont(B.transpose(vp), name=f"v_cont-{il}")
+        kqv = B.mul_mat(vp, kq, name=f"kqv-{il}")
+        cur = B.permute(kqv, (0, 2, 1, 3))
+        cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
+        if not offload_kqv:
+            out.cpu_pins.append(cur)
+    out.graph.expand(cur)
+    return cur
+
+
+def layer_rms_norm(out: BuiltGraph, x: Tensor, eps: float, il: int) -> Tensor:
+    """build_norm's ggml_rms_norm, named "norm" as llama.cpp's graph callback sees it: "norm-il" and pinned to
+    the layer's device for a layer (il >= 0), plain "norm" for the output norm (il = -1)."""
+    n = B.rms_norm(x, eps, name=f"norm-{il}" if il >= 0 else "norm")
+    if il >= 0:
+        out.norm_pins.append((n, il))
+    return n

@@ -24,6 +24,7 @@ from runtime.engine.fused import FusedBuilder
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import KVCache
 from runtime.engine.moe import routing
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml import fused_ops as F
 from runtime.ggml.graph import FLAG_OUTPUT, Tensor
@@ -67,10 +68,7 @@ class Cohere2MoeBuilder(FusedBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
         cur = self.norm(x, OUTPUT_NORM, -1)

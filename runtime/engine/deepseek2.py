@@ -33,11 +33,12 @@ from planner.gguf.keys import LLM_KV_HC_COUNT, LLM_KV_HC_EPSILON, LLM_KV_HC_MAGN
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
-from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, layer_rms_norm
 from runtime.engine.hparams import RopeMode
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.lora import Adapters
-from runtime.engine.moe import group_mask, normalized_weights, top_k, weighted_sum
+from runtime.engine.moe import expert_weights, group_mask, top_k, weighted_sum
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 from runtime.ggml.kernels import KERNELS, read_f32
@@ -236,6 +237,15 @@ def concat(a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
     return B._node(Op.CONCAT, ne, [a, b], name, a.type, dim=dim)
 
 
+def plain_lm_head(out: BuiltGraph, cur: Tensor, out_w: Tensor) -> BuiltGraph:
+    """The lm head of deepseek2.cpp and the graphs written after it: a plain ggml_mul_mat (no build_lora_mm)
+    into result_output, expanded; the graph's logits."""
+    cur = B.mul_mat(out_w, cur, name="result_output")
+    out.graph.expand(cur)
+    out.logits = cur
+    return out
+
+
 class MlaBuilder:
     """Builds one ubatch's deepseek2 graph from weights (name -> Tensor) and the K-only cache."""
 
@@ -259,10 +269,7 @@ class MlaBuilder:
 
     def norm(self, x: Tensor, weight: Tensor, il: int, name: str) -> Tensor:
         """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
-        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
-        if il >= 0:
-            self.out.norm_pins.append((n, il))
-        return B.mul(n, weight, name=name)
+        return B.mul(layer_rms_norm(self.out, x, self.hp.eps, il), weight, name=name)
 
     def _rope(self, x: Tensor, il: int, name: str) -> Tensor:
         r = B.rope(x, self.out.pos, self.hp.n_rot, int(RopeMode.NORM), self.hp.freq_base, name=f"{name}-{il}")
@@ -377,13 +384,22 @@ class MlaBuilder:
         g = self.lora.mm(self._wl(gate, il), x, name=f"ffn_gate-{il}")
         return self.lora.mm(self._wl(down, il), B.swiglu(g, u, name=f"ffn_swiglu-{il}"), name=f"{name}-{il}")
 
+    def _ffn_block(self, cur: Tensor, il: int) -> Tensor:
+        """deepseek2.cpp's FFN: build_ffn on the leading dense blocks, the routed experts plus the shared
+        expert (ffn_out = moe + shexp) on the others."""
+        if il < self.hp.n_dense_lead:
+            return self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
+        moe = self._moe(cur, il)
+        shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
+        return B.add(moe, shared, name=f"ffn_out-{il}")
+
     def _moe(self, cur: Tensor, il: int) -> Tensor:
         """build_moe_ffn with deepseek2's options: softmax or sigmoid gating, the selection bias
         exp_probs_b, grouped selection, optional weight normalisation and scale, SwiGLU experts
         (separate gate and up, or one merged gate_up split into two views)."""
         hp, g = self.hp, self.out.graph
         n_embd, n_tokens = cur.ne[0], cur.ne[1]
-        k, n_expert = hp.n_expert_used, hp.n_expert
+        k = hp.n_expert_used
         logits = self.lora.mm(self._wl(T.FFN_GATE_INP, il), cur, name=f"ffn_moe_logits-{il}")
         if hp.gating is Gating.SIGMOID:
             probs = B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
@@ -396,12 +412,7 @@ class MlaBuilder:
         if hp.n_expert_groups > 1 and n_tokens > 0:
             selection = self._group_mask(selection, n_tokens, il)
         selected = top_k(selection, k, f"ffn_moe_argsort-{il}", f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-        if hp.weights_norm:
-            weights = normalized_weights(weights, k, n_tokens, il)
-        if hp.weights_scale not in (0.0, 1.0):
-            weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, hp.weights_norm, hp.weights_scale)
         x = B.reshape(cur, (n_embd, 1, n_tokens))
         gate_up = self.w.get(tensor_name(T.FFN_GATE_UP_EXP, il))
         if gate_up is not None:
@@ -456,26 +467,15 @@ class MlaBuilder:
             residual = B.get_rows(residual, self.out.out_ids)
         ffn_inp = B.add(cur, residual, name=f"ffn_inp-{il}")
         cur = self.norm(ffn_inp, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
-        if il < hp.n_dense_lead:
-            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
-        else:
-            moe = self._moe(cur, il)
-            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
-            cur = B.add(moe, shared, name=f"ffn_out-{il}")
+        cur = self._ffn_block(cur, il)
         return B.add(cur, ffn_inp, name=f"l_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(self.hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
         cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")
         out_w = self.w.get(OUTPUT) or self._need(TOKEN_EMBD)
-        cur = B.mul_mat(out_w, cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, out_w)

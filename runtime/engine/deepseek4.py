@@ -36,19 +36,19 @@ from gguf import MODEL_TENSOR as T
 from planner.gguf.reader import row_size
 from planner.model.arch import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
-from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder
-from runtime.engine.deepseek2 import concat
+from runtime.engine.builder import BatchShape, BuiltGraph, DecoderBuilder, layer_rms_norm, mha
+from runtime.engine.deepseek2 import concat, plain_lm_head
 from runtime.engine.deepseek4_hparams import Dsv4Cache, Dsv4HParams
 from runtime.engine.dsa import index_rotation
 from runtime.engine.dsv4_compress import CompInputs, comp_inputs, pool_blocks, state_all, with_rot
-from runtime.engine.hy_v4 import _scale_bias
+from runtime.engine.hy_v4 import hc_head_gate, hc_output_rows, hc_streams
 from runtime.engine.kvcache import CacheKind, KVCache, rotation_size
 from runtime.engine.lora import Adapters
 from runtime.engine.mhc import HyperConnections, weighted_streams
-from runtime.engine.moe import normalized_weights, top_k, weighted_sum
+from runtime.engine.moe import expert_weights, top_k, weighted_sum
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import attn_res
 from runtime.ggml import build as B
-from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
 I32, I64, F16, F32 = GGMLType.I32, GGMLType.I64, GGMLType.F16, GGMLType.F32
@@ -88,10 +88,7 @@ class Deepseek4Builder:
 
     def norm(self, x: Tensor, weight: Tensor, il: int, name: str) -> Tensor:
         """build_norm(LLM_NORM_RMS): rms_norm named "norm" (pinned when il >= 0), times the weight."""
-        n = B.rms_norm(x, self.hp.eps, name=f"norm-{il}" if il >= 0 else "norm")
-        if il >= 0:
-            self.out.norm_pins.append((n, il))
-        return B.mul(n, weight, name=name)
+        return B.mul(layer_rms_norm(self.out, x, self.hp.eps, il), weight, name=name)
 
     def _rope(self, x: Tensor, pos: Tensor, il: int, base: float, name: str) -> Tensor:
         return B.rope(x, pos, self.hp.n_rot, 2, base, name=f"{name}-{il}")
@@ -140,11 +137,8 @@ class Deepseek4Builder:
         """build_hc_head: the streams collapsed by sigmoid(hc_head_fn . rms_norm(x) * scale + base) + eps, with
         build_hc_pre's unfused sum (il = -1)."""
         hp = self.hp
-        hc, n_embd, nt = hp.hc_mult, x.ne[0], x.ne[2]
-        flat = B.rms_norm(B.reshape(x, (hc * n_embd, nt)), hp.eps)
-        mixes = B.mul_mat(self._need("output_hc_fn.weight"), flat, name="hc_head_mixes")
-        pre = B.add(B.mul(mixes, self._need("output_hc_scale.weight")), self._need("output_hc_base.weight"))
-        pre = _scale_bias(B.unary(pre, "SIGMOID"), 1.0, hp.hc_eps, "hc_head_pre")
+        pre = hc_head_gate(x, self._need("output_hc_fn.weight"), self._need("output_hc_scale.weight"),
+                           self._need("output_hc_base.weight"), hp.eps, hp.hc_eps)
         return weighted_streams(x, pre)
 
     # --- compressors ---------------------------------------------------------------------------------
@@ -283,27 +277,8 @@ class Deepseek4Builder:
 
     def _mha(self, il: int, q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
         """build_attn_mha with v = k (one shared head, not transposed) and the block's sinks."""
-        ns = k.ne[3]
-        per_stream = q.ne[2] // ns
-        q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0)
-        qp, kp, vp = B.permute(q4, (0, 2, 1, 3)), B.permute(k, (0, 2, 1, 3)), B.permute(k, (0, 2, 1, 3))
-        sinks = self._wl("attn_sinks.weight", il)
-        scale = 1.0 / math.sqrt(self.hp.head_dim)
-        if self.flash_attn:
-            kp, vp = DecoderBuilder._f16_for_fa(kp), DecoderBuilder._f16_for_fa(vp)
-            fa = B.flash_attn_ext(qp, kp, vp, mask, scale, sinks, name=f"__fattn__-{il}")
-            cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
-        else:
-            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, mask, scale, name=f"kq_soft_max-{il}", sinks=sinks)
-            vt = B.cont(B.transpose(vp), name=f"v_cont-{il}")
-            kqv = B.mul_mat(vt, kq, name=f"kqv-{il}")
-            cur = B.permute(kqv, (0, 2, 1, 3))
-            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
-            if not self.offload_kqv:
-                self.out.cpu_pins.append(cur)
-        self.out.graph.expand(cur)
-        return cur
+        return mha(self.out, il, q, k, k, mask, 1.0 / math.sqrt(self.hp.head_dim), flash_attn=self.flash_attn,
+                   offload_kqv=self.offload_kqv, sinks=self._wl("attn_sinks.weight", il))
 
     def _attention(self, cur: Tensor, il: int) -> Tensor:
         """build_attention_impl: the projections, the block's compressors, the attention and its output."""
@@ -335,7 +310,7 @@ class Deepseek4Builder:
         """build_moe_ffn(SQRT_SOFTPLUS): hash-routed blocks take their experts from ffn_gate_tid2eid."""
         hp, g = self.hp, self.out.graph
         n_embd, nt = cur.ne[0], cur.ne[1]
-        k, n_expert = hp.n_expert_used, hp.n_expert
+        k = hp.n_expert_used
         hashed = il < hp.n_hash
         selected = B.get_rows(self._wl("ffn_gate_tid2eid.weight", il), self.out.tokens) if hashed else None
         logits = self.lora.mm(self._need(tensor_name(T.FFN_GATE_INP, il)), cur, name=f"ffn_moe_logits-{il}")
@@ -345,12 +320,7 @@ class Deepseek4Builder:
             bias = self._need(tensor_name(T.FFN_EXP_PROBS_B, il, "bias"))
             selection = B.add(probs, bias, name=f"ffn_moe_probs_biased-{il}")
             selected = top_k(selection, k, f"ffn_moe_argsort-{il}", f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, n_expert, nt)), selected, name=f"ffn_moe_weights-{il}")
-        if hp.weights_norm:
-            weights = normalized_weights(weights, k, nt, il)
-        if hp.weights_scale not in (0.0, 1.0):
-            weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, hp.weights_norm, hp.weights_scale)
         x = B.reshape(cur, (n_embd, 1, nt))
         up = self.lora.mm_id(self._need(tensor_name(T.FFN_UP_EXP, il)), x, selected, name=f"ffn_moe_up-{il}")
         gate = self.lora.mm_id(self._need(tensor_name(T.FFN_GATE_EXP, il)), x, selected, name=f"ffn_moe_gate-{il}")
@@ -391,19 +361,11 @@ class Deepseek4Builder:
         self._inputs(shape)
         g = self.out.graph
         tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, tok_embd, self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         g.expand(self.raw_mask)
-        nt = shape.n_tokens
-        x = repeat_4d(B.reshape(x, (hp.n_embd, 1, nt)), (hp.n_embd, hp.hc_mult, nt, 1), name="hc_init")
+        x = hc_streams(x, hp.hc_mult)
         for il in range(hp.n_layer):
             x = self._layer(il, x)
-        flat = B.get_rows(B.reshape(x, (hp.n_embd * hp.hc_mult, nt)), self.out.out_ids)
-        x = B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs))
-        cur = self._hc_head(x)
+        cur = self._hc_head(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
-        cur = B.mul_mat(self.w.get(OUTPUT) or tok_embd, cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self.w.get(OUTPUT) or tok_embd)

@@ -28,6 +28,7 @@ from planner.model.arch import ModelFacts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph
 from runtime.engine.gemma4 import Gemma4Builder, Gemma4HParams, read_gemma4_hparams
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import GGMLType, Op, Tensor
@@ -179,10 +180,7 @@ class Gemma3nBuilder(Gemma4Builder):
         hp = self.hp
         self._inputs(shape)
         g, n_tokens = self.out.graph, shape.n_tokens
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         ple = self._per_layer_inputs(x, n_tokens)
         # the input's three extra AltUp streams, rescaled to its magnitude, stacked behind it

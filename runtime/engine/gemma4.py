@@ -33,10 +33,11 @@ from planner.core.errors import GGUFError
 from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import AttnKind, ModelFacts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, rope_freqs_name, tensor_name
-from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, Qkv
+from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, Qkv, mha
 from runtime.engine.hparams import ARCHS, HParams
 from runtime.engine.kvcache import CacheKind, KVCache, is_quantized, rotation_size
-from runtime.engine.moe import normalized_weights, weighted_sum
+from runtime.engine.moe import expert_weights, weighted_sum
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.fused_ops import pad
@@ -237,28 +238,8 @@ class Gemma4Builder(DecoderBuilder):
 
     def _mha(self, il: int, q: Tensor, kv_k: Tensor, kv_v: Tensor, inp: AttnInputs) -> Tensor:
         """build_attn_mha (no sinks, no soft-capping, scale 1)."""
-        ns = kv_k.ne[3]
-        per_stream = q.ne[2] // ns
-        q4 = B.view(q, (q.ne[0], q.ne[1], per_stream, ns), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * per_stream), 0,
-                    name=f"q-{il}")
-        qp = B.permute(q4, (0, 2, 1, 3))
-        kp, vp = B.permute(kv_k, (0, 2, 1, 3)), B.permute(kv_v, (0, 2, 1, 3))
-        if self.flash_attn:
-            kp, vp = self._f16_for_fa(kp), self._f16_for_fa(vp)
-            fa = B.flash_attn_ext(qp, kp, vp, inp.mask, self.hp.kq_scale, None, name=f"__fattn__-{il}")
-            cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
-        else:
-            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, inp.mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
-            if not self.kv.v_trans:
-                vp = B.cont(B.transpose(vp), name=f"v_cont-{il}")
-            kqv = B.mul_mat(vp, kq, name=f"kqv-{il}")
-            cur = B.permute(kqv, (0, 2, 1, 3))
-            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
-            if not self.offload_kqv:
-                self.out.cpu_pins.append(cur)
-        self.out.graph.expand(cur)
-        return cur
+        return mha(self.out, il, q, kv_k, kv_v, inp.mask, self.hp.kq_scale, flash_attn=self.flash_attn,
+                   offload_kqv=self.offload_kqv, v_trans=self.kv.v_trans, q_name=f"q-{il}")
 
     # --- the MoE block ----------------------------------------------------------------------------
     def _moe_block(self, il: int, attn_out: Tensor) -> Tensor:
@@ -283,9 +264,7 @@ class Gemma4Builder(DecoderBuilder):
         order = B._node(Op.ARGSORT, probs.ne, [probs], f"ffn_moe_argsort-{il}", I32, order="DESC")
         selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
                           name=f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, hp.n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-        weights = normalized_weights(weights, k, n_tokens, il)
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, True, 0.0)
         x = B.reshape(cur, (n_embd, 1, n_tokens))
         gate_up = self.lora.mm_id(self._need(tensor_name(T.FFN_GATE_UP_EXP, il)), x, selected,
                                   name=f"ffn_moe_gate_up-{il}")
@@ -340,10 +319,7 @@ class Gemma4Builder(DecoderBuilder):
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         ple = self._per_layer_inputs(x, shape.n_tokens) if hp.n_embd_per_layer else None
         for il in range(hp.n_layer):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 
 from planner.model.tensors import OUTPUT_NORM, TOKEN_EMBD
-from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder
+from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph, DecoderBuilder, mha
 from runtime.engine.kvcache import CacheKind
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Tensor
 
@@ -41,32 +42,14 @@ class GemmaEmbeddingBuilder(DecoderBuilder):
         for t in (q, k, v):
             g.expand(t)
         mask = self.out.attn[CacheKind.SWA if self.hp.swa[il] else CacheKind.BASE].mask
-        q4 = B.view(q, (q.ne[0], q.ne[1], q.ne[2], 1), (q.nb[0], q.nb[1], q.nb[2], q.nb[2] * q.ne[2]), 0,
-                    name=f"q-{il}")
-        qp, kp, vp = B.permute(q4, (0, 2, 1, 3)), B.permute(k, (0, 2, 1, 3)), B.permute(v, (0, 2, 1, 3))
-        if self.flash_attn:
-            kp, vp = self._f16_for_fa(kp), self._f16_for_fa(vp)
-            fa = B.flash_attn_ext(qp, kp, vp, mask, self.hp.kq_scale, None, name=f"__fattn__-{il}")
-            cur = B.reshape(fa, (fa.ne[0] * fa.ne[1], fa.ne[2] * fa.ne[3]))
-        else:
-            kq = B.mul_mat(kp, qp, name=f"kq-{il}")
-            kq = B.soft_max_ext(kq, mask, self.hp.kq_scale, name=f"kq_soft_max-{il}")
-            kqv = B.mul_mat(B.cont(B.transpose(vp), name=f"v_cont-{il}"), kq, name=f"kqv-{il}")
-            cur = B.permute(kqv, (0, 2, 1, 3))
-            cur = B.cont(cur, (cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3]), name=f"kqv_out-{il}")
-            if not self.offload_kqv:
-                self.out.cpu_pins.append(cur)
-        g.expand(cur)
-        return cur
+        return mha(self.out, il, q, k, v, mask, self.hp.kq_scale, flash_attn=self.flash_attn,
+                   offload_kqv=self.offload_kqv, q_name=f"q-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:
         hp = self.hp
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         x = B.scale(x, math.sqrt(hp.n_embd), name="inp_scaled")
         for il in range(hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)

@@ -43,12 +43,13 @@ from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.clip import cast
-from runtime.engine.deepseek2 import Gating
+from runtime.engine.deepseek2 import Gating, plain_lm_head
+from runtime.engine.hy_v4 import hc_output_rows, hc_streams
 from runtime.engine.kimi import KimiHParams
 from runtime.engine.kimi_k3 import KimiK3Builder
 from runtime.engine.kvcache import CacheKind, KVCache
 from runtime.engine.mhc import HyperConnections, fill, hc_mean, sum_rows
-from runtime.engine.recurrent import RecurrentStates, RsInputs, ubatch_sequences
+from runtime.engine.recurrent import RecurrentStates, RsInputs, token_embeddings, ubatch_sequences
 from runtime.ggml import build as B
 from runtime.ggml import fused_ops as F
 from runtime.ggml import ssm
@@ -345,12 +346,7 @@ class Glm5NextBuilder(KimiK3Builder):
         x = hc.post(cur, x, post, comb, il, f"hc_attn_post-{il}")
         cur, post, comb = hc.pre(x, *self._hc_weights("ffn", il), il, f"hc_ffn_pre-{il}")
         cur = self.norm(cur, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
-        if il < hp.n_dense_lead:
-            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
-        else:
-            moe = self._moe(cur, il)
-            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
-            cur = B.add(moe, shared, name=f"ffn_out-{il}")
+        cur = self._ffn_block(cur, il)
         return hc.post(cur, x, post, comb, il, f"l_out-{il}")
 
     def build(self, shape: BatchShape) -> BuiltGraph:
@@ -360,20 +356,13 @@ class Glm5NextBuilder(KimiK3Builder):
         self._inputs(shape)
         self.hc = HyperConnections(self.ghp.eps, self.ghp.hc_eps, self.ghp.hc_iters, self.unfused, self.out.fused)
         hp, g, t = self.ghp, self.out.graph, shape.n_tokens
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd", self.lora)
         for inp in (self.pool_cells, self.pool_idxs, self.pool_mask, self.tail_idxs, self.gather_mask):
             g.expand(inp)   # build_inp_kpool expands them (set_input_kpool fills them whether read or not)
-        x = repeat_4d(B.reshape(x, (hp.n_embd, 1, t)), (hp.n_embd, hp.hc_mult, t, 1), name="hc_init")
+        x = hc_streams(x, hp.hc_mult)
         for il in range(hp.n_layer):
             x = self._layer(il, x, t)
-        flat = B.get_rows(B.reshape(x, (hp.n_embd * hp.hc_mult, t)), self.out.out_ids)
-        cur = hc_mean(B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs)))
+        cur = hc_mean(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
         cur.flags |= FLAG_OUTPUT   # res->t_embd and t_h_nextn
-        cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self._need(OUTPUT))

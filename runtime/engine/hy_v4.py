@@ -23,9 +23,10 @@ from gguf import MODEL_TENSOR as T
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD
 from runtime.engine.builder import AttnInputs, BatchShape, BuiltGraph
 from runtime.engine.clip import cast
-from runtime.engine.deepseek2 import MlaBuilder, MlaHParams, concat
+from runtime.engine.deepseek2 import MlaBuilder, MlaHParams, concat, plain_lm_head
 from runtime.engine.dsa import DsaBuilder
 from runtime.engine.kvcache import KVCache
+from runtime.engine.recurrent import token_embeddings
 from runtime.ggml import build as B
 from runtime.ggml.deltanet import repeat_4d
 from runtime.ggml.graph import GGMLType, Tensor
@@ -38,6 +39,28 @@ def _scale_bias(x: Tensor, s: float, bias: float, name: str) -> Tensor:
     node = B.scale(x, s, name=name)
     node.op_params["bias"] = float(bias)
     return node
+
+
+def hc_streams(x: Tensor, hc_mult: int) -> Tensor:
+    """The token rows [n_embd, T] repeated into hc_mult hyper-connection streams [n_embd, hc_mult, T]."""
+    n_embd, nt = x.ne[0], x.ne[1]
+    return repeat_4d(B.reshape(x, (n_embd, 1, nt)), (n_embd, hc_mult, nt, 1), name="hc_init")
+
+
+def hc_output_rows(x: Tensor, out_ids: Tensor) -> Tensor:
+    """The streams [n_embd, hc, T] of the tokens that produce outputs: [n_embd, hc, n_outputs]."""
+    n_embd, hc, nt = x.ne[0], x.ne[1], x.ne[2]
+    flat = B.get_rows(B.reshape(x, (n_embd * hc, nt)), out_ids)
+    return B.reshape(flat, (n_embd, hc, out_ids.ne[0]))
+
+
+def hc_head_gate(x: Tensor, fn: Tensor, scale: Tensor, base: Tensor, eps: float, hc_eps: float) -> Tensor:
+    """build_hc_head's stream weights [hc, T]: sigmoid(hc_head_fn . rms_norm(x) * scale + base) + hc_eps."""
+    hc, n_embd, nt = x.ne[1], x.ne[0], x.ne[2]
+    flat = B.rms_norm(B.reshape(x, (hc * n_embd, nt)), eps)
+    mixes = B.mul_mat(fn, flat, name="hc_head_mixes")
+    pre = B.add(B.mul(mixes, scale), base)
+    return _scale_bias(B.unary(pre, "SIGMOID"), 1.0, hc_eps, "hc_head_pre")
 
 
 class HyV4Builder(DsaBuilder):
@@ -141,31 +164,19 @@ class HyV4Builder(DsaBuilder):
     def _hc_head(self, x: Tensor) -> Tensor:
         """build_hc_head: the streams collapsed by sigmoid(hc_head_fn . rms_norm(x) * scale + base) + eps."""
         hp = self.hp
-        hc, n_embd, nt = hp.hc_mult, x.ne[0], x.ne[2]
-        flat = B.reshape(x, (hc * n_embd, nt))
-        flat = B.rms_norm(flat, hp.eps)
-        mixes = B.mul_mat(self._need("output_hc_fn.weight"), flat, name="hc_head_mixes")
-        pre = B.mul(mixes, self._need("output_hc_scale.weight"))
-        pre = B.add(pre, self._need("output_hc_base.weight"))
-        pre = B.unary(pre, "SIGMOID")
-        pre = _scale_bias(pre, 1.0, hp.hc_eps, "hc_head_pre")
+        pre = hc_head_gate(x, self._need("output_hc_fn.weight"), self._need("output_hc_scale.weight"),
+                           self._need("output_hc_base.weight"), hp.eps, hp.hc_eps)
         return self._hc_reduce(x, pre, x.type)
 
     # --- the graph ----------------------------------------------------------------------------
     def _layer(self, il: int, x: Tensor, n_tokens: int) -> Tensor:
-        hp = self.hp
         cur, post = self._hc_pre(x, "attn", il)
         cur = self.norm(cur, self._wl(T.ATTN_NORM, il), il, f"attn_norm-{il}")
         cur = self._attn_block(cur, il, n_tokens)
         x = self._hc_post(cur, x, post)
         cur, post = self._hc_pre(x, "ffn", il)
         cur = self.norm(cur, self._wl(T.FFN_NORM, il), il, f"ffn_norm-{il}")
-        if il < hp.n_dense_lead:
-            cur = self._ffn(cur, il, T.FFN_UP, T.FFN_GATE, T.FFN_DOWN, "ffn_out")
-        else:
-            moe = self._moe(cur, il)
-            shared = self._ffn(cur, il, T.FFN_UP_SHEXP, T.FFN_GATE_SHEXP, T.FFN_DOWN_SHEXP, "ffn_shexp")
-            cur = B.add(moe, shared, name=f"ffn_out-{il}")
+        cur = self._ffn_block(cur, il)
         return self._hc_post(cur, x, post)
 
     def build(self, shape: BatchShape) -> BuiltGraph:
@@ -173,19 +184,11 @@ class HyV4Builder(DsaBuilder):
         self._inputs(shape)
         hp, g = self.hp, self.out.graph
         tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)
-        g.expand(self.out.embd)
-        n_tokens = shape.n_tokens
-        x = repeat_4d(B.reshape(x, (hp.n_embd, 1, n_tokens)), (hp.n_embd, hp.hc_mult, n_tokens, 1), name="hc_init")
+        x = token_embeddings(g, tok_embd, self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
+        x = hc_streams(x, hp.hc_mult)
         for il in range(hp.n_layer):
-            x = self._layer(il, x, n_tokens)
-        flat = B.get_rows(B.reshape(x, (hp.n_embd * hp.hc_mult, n_tokens)), self.out.out_ids)
-        x = B.reshape(flat, (hp.n_embd, hp.hc_mult, shape.n_outputs))
-        cur = self._hc_head(x)
+            x = self._layer(il, x, shape.n_tokens)
+        cur = self._hc_head(hc_output_rows(x, self.out.out_ids))
         cur = self.norm(cur, self._need(OUTPUT_NORM), -1, "result_norm")
-        cur = B.mul_mat(self.w.get(OUTPUT) or tok_embd, cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self.w.get(OUTPUT) or tok_embd)
 

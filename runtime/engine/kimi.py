@@ -47,9 +47,17 @@ from planner.gguf.reader import ModelFile, row_size
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph
-from runtime.engine.deepseek2 import Gating, MlaBuilder, MlaHParams, concat
+from runtime.engine.deepseek2 import Gating, MlaBuilder, MlaHParams, concat, plain_lm_head
 from runtime.engine.kvcache import KVCache
-from runtime.engine.recurrent import ELEMENT, RecurrentStates, RsInputs, bare_name, build_rs, ubatch_sequences
+from runtime.engine.recurrent import (
+    ELEMENT,
+    RecurrentStates,
+    RsInputs,
+    bare_name,
+    build_rs,
+    token_embeddings,
+    ubatch_sequences,
+)
 from runtime.ggml import build as B
 from runtime.ggml import deltanet, ssm
 from runtime.ggml.graph import FLAG_OUTPUT, Tensor
@@ -293,20 +301,14 @@ class KimiLinearBuilder(MlaBuilder):
         self.rs = RsInputs.reserve(self.states, self.n_seqs)
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)            # ggml_build_forward_select: the token path, then the embeddings input
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(self.hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
         cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")
         if not self.ROWS_IN_LAST_LAYER:
             cur.flags |= FLAG_OUTPUT   # res->t_h_nextn: set_outputs keeps it
             cur = B.get_rows(cur, self.out.out_ids, name="result_norm_rows")
-        cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self._need(OUTPUT))
 
 
 class BailingMoe3Builder(KimiLinearBuilder):

@@ -22,10 +22,10 @@ from gguf import MODEL_TENSOR as T
 
 from planner.model.tensors import OUTPUT, OUTPUT_NORM, TOKEN_EMBD, tensor_name
 from runtime.engine.builder import BatchShape, BuiltGraph
-from runtime.engine.deepseek2 import Gating, top_k
+from runtime.engine.deepseek2 import Gating, plain_lm_head, top_k
 from runtime.engine.kimi import KimiLinearBuilder
-from runtime.engine.moe import normalized_weights, weighted_sum
-from runtime.engine.recurrent import RsInputs, bare_name, ubatch_sequences
+from runtime.engine.moe import expert_weights, weighted_sum
+from runtime.engine.recurrent import RsInputs, bare_name, token_embeddings, ubatch_sequences
 from runtime.ggml import attn_res, ssm
 from runtime.ggml import build as B
 from runtime.ggml.graph import Op, Tensor
@@ -58,7 +58,7 @@ class KimiK3Builder(KimiLinearBuilder):
         routed_in = B.mul_mat(routed_w, cur) if routed_w is not None else cur
         logits = B.mul_mat(self._wl(T.FFN_GATE_INP, il), cur, name=f"ffn_moe_logits-{il}")
         n_embd, n_tokens = routed_in.ne[0], routed_in.ne[1]
-        k, n_expert = hp.n_expert_used, hp.n_expert
+        k = hp.n_expert_used
         if hp.gating is Gating.SIGMOID:
             probs = B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
         else:
@@ -68,12 +68,7 @@ class KimiK3Builder(KimiLinearBuilder):
         if bias is not None:
             selection = B.add(probs, bias, name=f"ffn_moe_probs_biased-{il}")
         selected = top_k(selection, k, f"ffn_moe_argsort-{il}", f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-        if hp.weights_norm:
-            weights = normalized_weights(weights, k, n_tokens, il)
-        if hp.weights_scale not in (0.0, 1.0):
-            weights = B.scale(weights, hp.weights_scale, name=f"ffn_moe_weights_scaled-{il}")
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, hp.weights_norm, hp.weights_scale)
         x = B.reshape(routed_in, (n_embd, 1, n_tokens))
         up = self.lora.mm_id(self._wl(T.FFN_UP_EXP, il), x, selected, name=f"ffn_moe_up-{il}")
         gate = self.lora.mm_id(self._wl(T.FFN_GATE_EXP, il), x, selected, name=f"ffn_moe_gate-{il}")
@@ -172,17 +167,11 @@ class KimiK3Builder(KimiLinearBuilder):
         self._stack = None
         self._inputs(shape)
         g = self.out.graph
-        tok_embd = self._need(TOKEN_EMBD)
-        x = self.lora.embd(tok_embd, self.out.tokens, B.get_rows(tok_embd, self.out.tokens, name="inp_embd_rows"))
-        g.expand(x)
-        g.expand(self.out.embd)
+        x = token_embeddings(g, self._need(TOKEN_EMBD), self.out.tokens, self.out.embd, "inp_embd_rows", self.lora)
         for il in range(self.hp.n_layer):
             x = self._layer(il, x, shape.n_tokens)
         if self.khp.res_block > 0:
             x = self._res_mix(x, self._need(OUTPUT_RES_SCORE), -1)
         x = B.get_rows(x, self.out.out_ids)
         cur = self.norm(x, self._need(OUTPUT_NORM), -1, "result_norm")
-        cur = B.mul_mat(self._need(OUTPUT), cur, name="result_output")
-        g.expand(cur)
-        self.out.logits = cur
-        return self.out
+        return plain_lm_head(self.out, cur, self._need(OUTPUT))

@@ -24,6 +24,7 @@ from planner.model.tensors import tensor_name
 from runtime.engine.builder import BatchShape, DecoderBuilder, Qkv
 from runtime.engine.hparams import HParams
 from runtime.engine.kvcache import KVCache
+from runtime.engine.moe import expert_weights
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Op, Tensor
 
@@ -87,8 +88,7 @@ class Llama4Builder(DecoderBuilder):
         probs = B.unary(logits, "SIGMOID", name=f"ffn_moe_probs-{il}")
         order = B._node(Op.ARGSORT, logits.ne, [logits], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
         selected = B.view(order, (k, n_tokens, 1, 1), order.nb, 0, name=f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, hp.n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-        g.expand(weights)
+        weights = expert_weights(g, probs, selected, il, False, 0.0)
         x = B.reshape(cur, (n_embd, 1, n_tokens))
         repeated = B._node(Op.REPEAT, (n_embd, k, n_tokens, 1), [x], f"ffn_moe_repeat-{il}")
         x = B.mul(repeated, weights, name=f"ffn_moe_weighted-{il}")

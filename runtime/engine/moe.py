@@ -69,15 +69,8 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
     order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
     selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
                       name=f"ffn_moe_topk-{il}")
-    weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-    if route.gating is MoeGating.SOFTMAX_WEIGHT:
-        weights = B.soft_max_ext(B.reshape(weights, (k, n_tokens)), None, 1.0, name=f"ffn_moe_weights_softmax-{il}")
-        weights = B.reshape(weights, (1, k, n_tokens))
-    if route.norm_w:
-        weights = normalized_weights(weights, k, n_tokens, il)
-    if route.w_scale not in (0.0, 1.0):
-        weights = B.scale(weights, route.w_scale, name=f"ffn_moe_weights_scaled-{il}")
-    graph.expand(weights)
+    weights = expert_weights(graph, probs, selected, il, route.norm_w, route.w_scale,
+                             softmax=route.gating is MoeGating.SOFTMAX_WEIGHT)
     x = B.reshape(cur, (n_embd, 1, n_tokens))
     up = _experts(weight, bias, lora, T.FFN_UP_EXP, x, selected, il, "up")
     if moe.gate_optional and bias(tensor_name(T.FFN_GATE_EXP, il)) is None:   # no gate: silu(up)
@@ -89,6 +82,24 @@ def build_moe_ffn(hp: HParams, weight: Callable[[str], Tensor], graph: Graph, cu
         act = clamped_swiglu(gate, up, clamp, il, "ffn_moe") if clamp > CLAMP_EPS else _glu(moe.glu, gate, up, il)
     experts = _experts(weight, bias, lora, T.FFN_DOWN_EXP, act, selected, il, "down")
     return weighted_sum(graph, experts, weights, n_embd, n_tokens, k, il)
+
+
+def expert_weights(graph: Graph, probs: Tensor, selected: Tensor, il: int, norm_w: bool, w_scale: float,
+                   softmax: bool = False) -> Tensor:
+    """build_moe_ffn's weights of the chosen experts [1, k, n_tokens]: the rows of `probs` [n_expert, n_tokens]
+    that `selected` [k, n_tokens] picks, (softmax: a soft_max over the k), normalised to sum 1 (norm_w) and
+    scaled by w_scale unless it is 0 or 1; expanded into `graph`."""
+    k, n_expert, n_tokens = selected.ne[0], probs.ne[0], probs.ne[1]
+    weights = B.get_rows(B.reshape(probs, (1, n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
+    if softmax:
+        weights = B.soft_max_ext(B.reshape(weights, (k, n_tokens)), None, 1.0, name=f"ffn_moe_weights_softmax-{il}")
+        weights = B.reshape(weights, (1, k, n_tokens))
+    if norm_w:
+        weights = normalized_weights(weights, k, n_tokens, il)
+    if w_scale not in (0.0, 1.0):
+        weights = B.scale(weights, w_scale, name=f"ffn_moe_weights_scaled-{il}")
+    graph.expand(weights)
+    return weights
 
 
 def _selection(probs: Tensor, bias: Callable[[str], Tensor | None], hp: HParams, n_expert: int, n_tokens: int,

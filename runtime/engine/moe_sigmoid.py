@@ -16,7 +16,7 @@ from gguf import MODEL_TENSOR as T
 
 from planner.model.tensors import tensor_name
 from runtime.engine.lora import Adapters
-from runtime.engine.moe import normalized_weights, weighted_sum
+from runtime.engine.moe import expert_weights, weighted_sum
 from runtime.ggml import build as B
 from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 
@@ -45,12 +45,7 @@ class SigmoidMoe:
         order = B._node(Op.ARGSORT, selection.ne, [selection], f"ffn_moe_argsort-{il}", GGMLType.I32, order="DESC")
         selected = B.view(order, (k, n_tokens, 1, 1), (order.nb[0], order.nb[1], order.nb[2], order.nb[3]), 0,
                           name=f"ffn_moe_topk-{il}")
-        weights = B.get_rows(B.reshape(probs, (1, self.n_expert, n_tokens)), selected, name=f"ffn_moe_weights-{il}")
-        if self.norm_w:
-            weights = normalized_weights(weights, k, n_tokens, il)
-        if self.w_scale not in (0.0, 1.0):
-            weights = B.scale(weights, self.w_scale, name=f"ffn_moe_weights_scaled-{il}")
-        graph.expand(weights)
+        weights = expert_weights(graph, probs, selected, il, self.norm_w, self.w_scale)
         h = B.reshape(x, (n_embd, 1, n_tokens))
         up = lora.mm_id(weight(tensor_name(T.FFN_UP_EXP, il)), h, selected, name=f"ffn_moe_up-{il}")
         gate_w = optional(tensor_name(T.FFN_GATE_EXP, il))
