@@ -414,6 +414,8 @@ def parse_clip_log(text: str) -> ClipLog | None:
     two encoders (vision and audio) loads two clip contexts, each logging its backend, the file's model
     size and its own reserve: their compute buffers and graphs add up."""
     starts = [m.start() for m in _CLIP_BACKEND.finditer(text)]
+    if not starts:
+        return None
     contexts = [_clip_context(text[a:b]) for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
     if not contexts or any(c is None for c in contexts):
         return None

@@ -28,6 +28,16 @@ log = logging.getLogger(__name__)
 SD_CPP_PIN = "97d2990-ggml-8e800ce"   # stable-diffusion.cpp 97d29908 with ggml 8e800cef
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_sd_cpp.sh"
 DIR_ENV = "FITPLAN_SD_CPP_DIR"
+SOURCE_ENV = "FITPLAN_SD_CPP_SOURCE"
+
+
+def source_tarball() -> Path:
+    """The snapshot scripts/build_sd_cpp.sh builds from: FITPLAN_SD_CPP_SOURCE, or the workspace's
+    shared/vendor/ beside this repository (the script's own default)."""
+    env = os.environ.get(SOURCE_ENV)
+    if env:
+        return Path(env)
+    return BUILD_SCRIPT.parents[2] / "shared" / "vendor" / f"stable-diffusion.cpp-{SD_CPP_PIN}.tar.xz"
 _BUSY_BUILD_S = 300
 
 _COMPUTE = re.compile(r"(?P<runner>\S[^\n]*?) compute buffer size: (?P<mb>[0-9.]+) MB\((?P<where>RAM|VRAM)\)")

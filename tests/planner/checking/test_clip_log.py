@@ -37,3 +37,9 @@ def test_two_contexts_add_their_compute_and_graphs():
     assert clip.buffers == {("CPU", "model"): round(203.22 * MiB),
                             ("CPU", "compute"): round(276.77 * MiB) + round(101.19 * MiB)}
     assert (clip.n_nodes, clip.n_splits) == (410, 2)
+
+
+def test_a_log_without_a_projector_has_no_clip_figures():
+    """A llama-server log that loaded no projector (a drafter's two models, say) parses to None."""
+    log = "llama_model_loader: loaded meta data\nload_tensors: CPU model buffer size = 1.00 MiB\n"
+    assert parse_clip_log(log) is None
