@@ -13,7 +13,10 @@ import gc
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from planner.core.errors import FitplanError
 from planner.llama.companions import target_n_rs_seq
@@ -105,26 +108,41 @@ def _reserved(settings: LlamaSettings, n_outputs_max: int | None, dry_run: bool)
     if hit is not None:
         _cache.move_to_end(key)
         return hit
-    # The reserve makes tens of thousands of small objects that stay alive until it returns, so
-    # the cyclic collector's passes over them find nothing; pausing it saves ~20% of the call.
-    collecting = gc.isenabled()
-    gc.disable()
     try:
-        runner = ModelRunner(settings, {}, n_outputs_max)
-        runner.load_weights(copy_data=False)
-        runner.alloc_kv()
-        report = runner.reserve(dry_run)
+        with _collector_paused():
+            runner = ModelRunner(settings, {}, n_outputs_max)
+            runner.load_weights(copy_data=False)
+            runner.alloc_kv()
+            report = runner.reserve(dry_run)
     except (FitplanError, ValueError, KeyError) as e:
         log.info("runtime reserve unavailable (%s); the analytic compute model applies", e)
         return None
+    found = _Reserved({row_of(name): size for name, size in report.compute_bytes.items()}, dict(report.tg_kernels),
+                      report.n_splits_tg)
+    return _remember(_cache, key, found)
+
+
+T = TypeVar("T")
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The reserve makes tens of thousands of small objects that stay alive until it returns, so
+    the cyclic collector's passes over them find nothing; pausing it saves ~20% of the call."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if collecting:
             gc.enable()
-    found = _Reserved({row_of(name): size for name, size in report.compute_bytes.items()}, dict(report.tg_kernels),
-                      report.n_splits_tg)
-    _cache[key] = found
-    if len(_cache) > CACHE_SIZE:
-        _cache.popitem(last=False)
+
+
+def _remember(cache: OrderedDict[tuple, T], key: tuple, found: T) -> T:
+    """`found` stored as the newest entry of a least-recently-used cache of CACHE_SIZE entries."""
+    cache[key] = found
+    if len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
     return found
 
 
@@ -143,18 +161,9 @@ def reserve_mtp_compute(settings: LlamaSettings, n_outputs_max: int) -> dict[str
     if hit is not None:
         _mtp_cache.move_to_end(key)
         return hit
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with _collector_paused():
         runner = MtpRunner(settings, n_outputs_max, settings.flags.spec.draft.backend_sampling)
         runner.load_weights(copy_data=False)
         runner.alloc_kv()
         report = runner.reserve(dry_run=False)
-    finally:
-        if collecting:
-            gc.enable()
-    found = {row_of(name): size for name, size in report.compute_bytes.items()}
-    _mtp_cache[key] = found
-    if len(_mtp_cache) > CACHE_SIZE:
-        _mtp_cache.popitem(last=False)
-    return found
+    return _remember(_mtp_cache, key, {row_of(name): size for name, size in report.compute_bytes.items()})
