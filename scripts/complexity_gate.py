@@ -38,11 +38,12 @@ class Scored:
 
 
 def _functions(blocks: Iterable[Function | Class]) -> Iterator[Function]:
-    """Every function among radon's blocks: top-level functions, methods (of nested classes too) and closures."""
+    """Every function among radon's blocks once: top-level functions and methods (the blocks list both, each
+    class followed by its methods), closures, and the methods of nested classes (the blocks leave them out)."""
     for block in blocks:
         if isinstance(block, Class):
-            yield from _functions(block.inner_classes)
-            yield from _functions(block.methods)
+            for inner in block.inner_classes:
+                yield from _functions([inner, *inner.methods])
         else:
             yield block
             yield from _functions(block.closures)
