@@ -421,24 +421,23 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
     """Buffer row of every weight, which weights an override moved (to what), and the duplicates that
     reuse a copy already in their buffer row."""
     rules = [(re.compile(o.pattern), o.target, _override_target(o.target, devices)) for o in flags.overrides]
-    placed, moved, aliases = [], [], []
+    placed, moved = [], []
+    aliases: list[tuple[str, str]] = []
     copies: dict[tuple[str, str], str] = {}   # (source weight, row) -> the name placed there
     sources = {slot.duplicate_of for slot in slots if slot.duplicate_of}
     limited = {d.name: d for d in devices if d.max_tensor_bytes}   # devices whose supports_op caps tensor sizes
     for slot in slots:
-        override = _override_row(slot, rules, devices, flags, repack)
+        override = _override_row(slot, rules, devices, flags, repack) if rules else None
         if override is not None:
             row, target = override
             moved.append((slot.name, target))
         else:
-            row = _layer_row(slot, layer_device, limited, devices, flags, repack)
-        if slot.duplicate_of and not slot.own_copy and (slot.duplicate_of, row) in copies:
-            # create_tensor reuses the copy already in this buffer type
-            if slot.duplicate_of in LAYER_COPIED:
-                aliases.append((slot.name, copies[(slot.duplicate_of, row)]))
+            dev_name = "CPU" if slot.layer == INPUT_LAYER else layer_device[slot.layer]
+            # select_weight_buft: a device that refuses the weight passes it on to the CPU list
+            on_cpu = dev_name == "CPU" or (dev_name in limited and not _device_takes(slot, limited[dev_name]))
+            row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
+        if (slot.duplicate_of or slot.name in sources) and _reuses_copy(slot, row, copies, aliases):
             continue
-        if slot.duplicate_of or slot.name in sources:
-            copies.setdefault((slot.duplicate_of or slot.name, row), slot.name)
         placed.append((slot.name, row))
     return Assigned(tuple(placed), tuple(moved), tuple(aliases))
 
@@ -456,13 +455,17 @@ def _override_row(slot: TensorSlot, rules: list[tuple[re.Pattern[str], str, str 
     return None
 
 
-def _layer_row(slot: TensorSlot, layer_device: tuple[str, ...], limited: dict[str, Device],
-               devices: tuple[Device, ...], flags: LlamaFlags, repack: dict[Q, int]) -> str:
-    """The buffer row of a weight no -ot rule moved: its layer's device, or the CPU list's row for the input
-    layer, a CPU layer, or a device that refuses the weight (select_weight_buft passes it on to the CPU list)."""
-    dev_name = "CPU" if slot.layer == INPUT_LAYER else layer_device[slot.layer]
-    on_cpu = dev_name == "CPU" or (dev_name in limited and not _device_takes(slot, limited[dev_name]))
-    return _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
+def _reuses_copy(slot: TensorSlot, row: str, copies: dict[tuple[str, str], str],
+                 aliases: list[tuple[str, str]]) -> bool:
+    """For a duplicated weight or the source of one: True where create_tensor reuses the copy already in this
+    buffer row (a per-layer copy is then recorded in `aliases`); otherwise the weight is recorded in `copies`
+    as its source's copy in that row."""
+    if slot.duplicate_of and not slot.own_copy and (slot.duplicate_of, row) in copies:
+        if slot.duplicate_of in LAYER_COPIED:
+            aliases.append((slot.name, copies[(slot.duplicate_of, row)]))
+        return True
+    copies.setdefault((slot.duplicate_of or slot.name, row), slot.name)
+    return False
 
 
 def place(slots: tuple[TensorSlot, ...], n_layer_all: int, flags: LlamaFlags, devices: tuple[Device, ...],
