@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 from planner.core.errors import InfeasiblePlacement
-from planner.gguf.examples import resolve_model
 from planner.hardware.budgets import resolve_budgets
 from planner.llama.context import model_context
-from planner.planning.problem import PROBE_CACHE
-from planner.planning.result import PlanRequest
-from planner.planning.search import plan
-from planner.synth.shapes import write_shape
+from planner.registry.examples import resolve_model
+from planner.search.problem import PROBE_CACHE
+from planner.search.result import PlanRequest
+from planner.search.search import plan
+from planner.synth.shapes_common import write_shape
 from tests.planner.planning.test_what_fits import CASES
 
 

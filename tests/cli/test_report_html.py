@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.planning import whatfits
-from planner.synth.shapes import write_shape
+from planner.search import whatfits
+from planner.synth.shapes_common import write_shape
 from tests.support.overhead import cuda
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--devices", "configs/devices/workstation-2x3090.yaml"]

@@ -1,4 +1,4 @@
-"""The calibration fit (planner/checking/calibrate.py): rates and the per-split hand-off latency from
+"""The calibration fit (planner/measuring/calibrate.py): rates and the per-split hand-off latency from
 timings written by hand from known rates. No timing is measured here."""
 from __future__ import annotations
 
@@ -7,35 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.calibrate import (
-    ATTENTION,
-    ATTENTION_SWEPT,
-    FFN_ON_HOST,
-    OUTPUT_ON_HOST,
-    AttentionCost,
-    CalibrationError,
-    CalibrationRun,
-    Observation,
-    RateFit,
-    _device_latency_figures,
-    attention_costs,
-    calibration_placements,
-    fit_linear,
-    fit_rates,
-    per_device,
-    pooled,
-    same_hardware,
-    without_attention,
-)
-from planner.checking.llama_bench import (
-    ESTIMATES,
-    Timing,
-    cpu_jiffies,
-    fastest_timing,
-    median_timing,
-    stolen_share,
-    unstolen_timing,
-)
 from planner.hardware.inventory import (
     Backend,
     CalibratedFigure,
@@ -44,6 +15,37 @@ from planner.hardware.inventory import (
     HostSpec,
     Inventory,
     Quantity,
+)
+from planner.measuring.calibrate import (
+    FFN_ON_HOST,
+    OUTPUT_ON_HOST,
+    CalibrationRun,
+    _device_latency_figures,
+    attention_costs,
+    calibration_placements,
+    pooled,
+)
+from planner.measuring.llama_bench import (
+    ESTIMATES,
+    Timing,
+    cpu_jiffies,
+    fastest_timing,
+    median_timing,
+    stolen_share,
+    unstolen_timing,
+)
+from planner.speed.calibration_fit import (
+    ATTENTION,
+    ATTENTION_SWEPT,
+    AttentionCost,
+    CalibrationError,
+    Observation,
+    RateFit,
+    fit_linear,
+    fit_rates,
+    per_device,
+    same_hardware,
+    without_attention,
 )
 
 GIB = 1 << 30

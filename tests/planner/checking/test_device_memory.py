@@ -1,9 +1,9 @@
-"""serve's device measurement after load (planner/checking/device_memory.py) on recorded tool outputs."""
+"""serve's device measurement after load (planner/measuring/device_memory.py) on recorded tool outputs."""
 from __future__ import annotations
 
 import json
 
-from planner.checking.device_memory import (
+from planner.measuring.device_memory import (
     PlannedDevice,
     after_load_notes,
     parse_nvidia_smi_memory,

@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from planner.api import validate as api_validate
-from planner.checking.report import DeviceReport, judge
-from planner.checking.serve import ServeRequest, prepare_serve
+from planner.checking.validation_report import DeviceReport, judge
 from planner.cli import main
 from planner.core.errors import InfeasiblePlacement
 from planner.core.units import MiB
+from planner.emit.document import read_deployment
 from planner.memory.estimate import estimate
-from planner.planning.document import read_deployment
+from planner.running.serve import ServeRequest, prepare_serve
 from planner.synth.gguf_factory import llama_spec
 from tests.support.overhead import VULKAN_MIB
 

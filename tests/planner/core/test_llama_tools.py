@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from planner.core import llama_tools
+from planner.system import llama_tools
 
 
 def fake_tools(root: Path, names) -> None:

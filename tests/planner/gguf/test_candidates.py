@@ -1,12 +1,12 @@
-"""planner.gguf.candidates: a repository listing grouped into the models `choose` compares — no network
+"""planner.registry.candidates: a repository listing grouped into the models `choose` compares — no network
 (a listing is plain data; the loopback tests are tests/cli/test_choose.py)."""
 from __future__ import annotations
 
 import pytest
 
 from planner.core.errors import BadInput
-from planner.gguf import hub
-from planner.gguf.candidates import from_listing
+from planner.registry import hub
+from planner.registry.candidates import from_listing
 
 COMMIT = "a" * 40
 FILES = (
@@ -70,6 +70,6 @@ def test_the_command_lines_default_cap_is_the_librarys():
     import inspect
 
     from planner.cli.choose import choose_cmd
-    from planner.gguf.candidates import MAX_CANDIDATES
+    from planner.registry.candidates import MAX_CANDIDATES
 
     assert inspect.signature(choose_cmd).parameters["max_files"].default == MAX_CANDIDATES

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.gguf import examples
+from planner.registry import examples
 
 
 def test_examples_follow_xdg_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,7 @@
 out by hand. Each expected pick is the one the cited lines of download.cpp make."""
 from __future__ import annotations
 
-from planner.gguf import hub_rules as r
+from planner.registry import hub_rules as r
 
 
 def test_split_info_reads_shard_numbers_and_the_tag_after_the_last_separator():

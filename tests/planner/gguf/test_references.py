@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.core import net
 from planner.core.errors import BadInput
-from planner.gguf import references
-from planner.gguf.examples import resolve_model
-from planner.gguf.references import Source, resolve_reference
+from planner.registry import references
+from planner.registry.examples import resolve_model
+from planner.registry.references import Source, resolve_reference
 from planner.synth.gguf_factory import llama_spec
+from planner.system import net
 from tests.support.fake_hub import (
     MODEL_MEDIA_TYPE,
     PROJECTOR_MEDIA_TYPE,

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
+from planner.llama.commands import bench_argv, command_line, model_args, server_argv
 from planner.llama.flags import parse_llama_flags
-from planner.planning.commands import bench_argv, command_line, model_args, server_argv
 
 EXPS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 

@@ -7,14 +7,14 @@ from gguf import Keys
 
 from planner.core.errors import BadInput
 from planner.core.units import MiB
-from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.llama.flags import flags_to_argv, parse_llama_flags
 from planner.memory.estimate import estimate
-from planner.planning.companion_plan import arrangements, companion_flags
-from planner.planning.result import Companions, PlanRequest, plan_argv
-from planner.planning.search import plan
+from planner.registry.examples import resolve_model
+from planner.search.companion_plan import arrangements, companion_flags
+from planner.search.result import Companions, PlanRequest, plan_argv
+from planner.search.search import plan
 from planner.synth.gguf_factory import add_tokenizer
 from planner.synth.qwen3next_factory import qwen35_spec
 

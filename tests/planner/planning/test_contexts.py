@@ -14,10 +14,10 @@ from planner.core.units import GiB
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
-from planner.planning.contexts import max_context, rope_scaling
-from planner.planning.result import PlanRequest
-from planner.planning.search import plan
-from planner.planning.verdict import verdict
+from planner.search.contexts import max_context, rope_scaling
+from planner.search.result import PlanRequest
+from planner.search.search import plan
+from planner.search.verdict import verdict
 from planner.synth.gguf_factory import llama_spec
 
 TRAIN = 4096

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from planner.core.units import GiB
-from planner.gguf.examples import resolve_model
 from planner.hardware import catalog
 from planner.hardware.inventory import (
     Backend,
@@ -30,7 +29,8 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.model.costs import cost_table
-from planner.planning.throughput import (
+from planner.registry.examples import resolve_model
+from planner.speed.throughput import (
     ASSUMED,
     CALIBRATED,
     FALLBACK_KERNEL_S,

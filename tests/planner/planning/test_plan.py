@@ -9,17 +9,17 @@ import pytest
 
 from planner.core.errors import InfeasiblePlacement
 from planner.core.units import GiB, MiB
-from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
 from planner.model.costs import cost_table
-from planner.planning.result import PlanRequest, llama_argv
-from planner.planning.search import plan
-from planner.planning.solve import Objective
-from planner.planning.throughput import predict_estimate
+from planner.registry.examples import resolve_model
+from planner.search.result import PlanRequest, llama_argv
+from planner.search.search import plan
+from planner.search.solve import Objective
+from planner.speed.throughput import predict_estimate
 from planner.synth.gguf_factory import llama_spec, qwen3moe_spec
 from tests.support.overhead import CUDA_MIB
 

@@ -12,9 +12,9 @@ from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
-from planner.planning.result import PlanRequest, llama_argv
-from planner.planning.search import plan
-from planner.planning.solve import LayerDemand, Problem, Slot, solve_dp, solve_milp
+from planner.search.result import PlanRequest, llama_argv
+from planner.search.search import plan
+from planner.search.solve import LayerDemand, Problem, Slot, solve_dp, solve_milp
 from planner.synth.gguf_factory import llama_spec
 from tests.support.overhead import CUDA_MIB, VULKAN_MIB, cuda
 

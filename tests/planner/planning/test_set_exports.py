@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from planner.cli import main
+from planner.emit.set_exports import llama_swap_config, models_max, preset_ini
 from planner.llama.flags import parse_llama_flags, takes_value
-from planner.planning.set_exports import llama_swap_config, models_max, preset_ini
 from tests.support.model_sets import set_files
 
 # --- llama-swap's configuration rules ----------------------------------------------------------------

@@ -7,8 +7,8 @@ import planner
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.placement import HOST
-from planner.planning.set_input import ModelSet, Residency, SetEntry
-from planner.planning.set_plan import Room, left_over, process_view, units_of
+from planner.search.set_input import ModelSet, Residency, SetEntry
+from planner.search.set_plan import Room, left_over, process_view, units_of
 from tests.support.overhead import CUDA_MIB
 
 GIB, MIB = 2**30, 2**20

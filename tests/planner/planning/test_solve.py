@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from planner.planning.solve import LayerDemand, Objective, Problem, Slot, solve_dp, solve_milp
+from planner.search.solve import LayerDemand, Objective, Problem, Slot, solve_dp, solve_milp
 
 
 def _layers(sizes: list[int], output: int, experts: list[int] | None = None, expert_read: float = 0.0):

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
-from planner.planning.result import PlanRequest, plan_argv
-from planner.planning.search import plan
-from planner.planning.tensor_throughput import REDUCES_PER_LAYER, reduce_steps
-from planner.planning.throughput import LOCAL_SPLIT_LATENCY_S
-from planner.synth.shapes import write_shape
+from planner.registry.examples import resolve_model
+from planner.search.result import PlanRequest, plan_argv
+from planner.search.search import plan
+from planner.speed.tensor_throughput import REDUCES_PER_LAYER, reduce_steps
+from planner.speed.throughput import LOCAL_SPLIT_LATENCY_S
+from planner.synth.shapes_common import write_shape
 
 GIB = 1 << 30
 HOST = HostSpec(64 * GIB, 60 * GIB, int(60e9), "test host", int(1e12))

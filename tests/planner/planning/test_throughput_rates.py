@@ -6,9 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from planner.checking.calibrate import FFN_ON_HOST
 from planner.core.units import GiB
-from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import (
     Backend,
     CalibratedFigure,
@@ -21,9 +19,11 @@ from planner.hardware.inventory import (
 )
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
+from planner.measuring.calibrate import FFN_ON_HOST
 from planner.memory.estimate import estimate
 from planner.model.costs import WeightGroup, cost_table
-from planner.planning.throughput import (
+from planner.registry.examples import resolve_model
+from planner.speed.throughput import (
     ASSUMED,
     CALIBRATED,
     STATED,

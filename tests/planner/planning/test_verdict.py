@@ -1,4 +1,4 @@
-"""`plan --verdict` (planner/planning/verdict.py): one endpoint per device, one split, or the fastest
+"""`plan --verdict` (planner/search/verdict.py): one endpoint per device, one split, or the fastest
 device with host offload, for N clients and for one stream. Expected figures are derived here from
 the model's definition (a step reads the weights once and each sequence's KV, multiplies N tokens;
 a boundary costs its hand-off latency plus the activation over the link)."""
@@ -9,23 +9,14 @@ from dataclasses import replace
 import pytest
 
 from planner.core.units import GiB, MiB
-from planner.gguf.examples import resolve_model
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
-from planner.planning.result import PlanRequest
-from planner.planning.throughput import ACTIVATION_BYTES_PER_VALUE, LOCAL_SPLIT_LATENCY_S
-from planner.planning.verdict import (
-    BASE_PORT,
-    Arrangement,
-    Endpoint,
-    StepTerms,
-    cpu_shares,
-    equal_load_tokens_s,
-    relation,
-    step_seconds,
-    verdict,
-)
+from planner.registry.examples import resolve_model
+from planner.search.result import PlanRequest
+from planner.search.verdict import BASE_PORT, Arrangement, relation, verdict
+from planner.speed.step_model import Endpoint, StepTerms, cpu_shares, equal_load_tokens_s, step_seconds
+from planner.speed.throughput import ACTIVATION_BYTES_PER_VALUE, LOCAL_SPLIT_LATENCY_S
 from tests.support.overhead import CUDA_MIB
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))

@@ -10,16 +10,16 @@ import pytest
 
 from planner.core.errors import InfeasiblePlacement
 from planner.core.units import GiB, MiB
-from planner.gguf.examples import resolve_model
 from planner.hardware.budgets import Budgets, resolve_budgets
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
 from planner.llama.settings import CTX_PAD
-from planner.planning import whatfits
-from planner.planning.result import PlanRequest
-from planner.planning.search import plan
-from planner.planning.whatfits import with_budget
-from planner.synth.shapes import write_shape
+from planner.registry.examples import resolve_model
+from planner.search import whatfits
+from planner.search.result import PlanRequest
+from planner.search.search import plan
+from planner.search.whatfits import with_budget
+from planner.synth.shapes_common import write_shape
 from tests.support.overhead import cuda
 
 HOST = HostSpec(64 * GiB, 60 * GiB, int(60e9), "test host", int(1e12))
