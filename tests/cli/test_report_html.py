@@ -111,7 +111,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
         tiny = ["plan", "example:gemma3-270m", "--device", "CUDA0=1GiB", "--ram", "700MiB", "--max-vram", cuda(100),
                 "--max-ram", "300MiB", "--ctx", "32768", "--html", str(out / "infeasible.html")]
         # the page's figures are checked, not the search's time limit: a loaded CI machine must not turn
-        # the Host row's search into a flake (as tests/planner/planning/test_what_fits.py unhurried)
+        # the Host row's search into a flake (as tests/planner/search/test_what_fits.py unhurried)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(whatfits, "SEARCH_SECONDS", 120.0)
             assert main(tiny) == 1

@@ -2,7 +2,7 @@
 003 §7), and every verdict on such a document — validate, report, serve, the API — judges that pool,
 not each row alone.
 
-The case: a tiny llama (tests/planner/planning/test_pools.py's, about 62 MiB of weights) planned on
+The case: a tiny llama (tests/planner/search/test_pools.py's, about 62 MiB of weights) planned on
 configs/devices/strix-halo.yaml with a 150 MiB pool (it keeps every layer on Host). The tests then
 offload half the layers and set every budget, the pool too, to 110 MiB: each row alone is within its
 own budget, Host and Vulkan0 together are not, so only the pool can say "does not fit".
