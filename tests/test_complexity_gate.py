@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripts.complexity_gate import over_limit, score_source, score_tree
+from scripts.complexity_gate import LIMIT, main, over_limit, score_source, score_tree
 
 # One `if` whose condition is a chain of 24 `or`s, a loop and a comprehension with a condition. By hand:
 # radon counts 1 + 1 (if) + 24 (or) + 1 (for) + 1 (the comprehension) + 1 (its `if`) = 29;
@@ -72,3 +72,9 @@ def test_the_gate_lists_each_function_above_the_limit(tmp_path: Path):
     assert [(s.file, s.line, s.name) for s in over_limit(scored)] == [("pkg/hostile.py", 2, "check")]
     assert over_limit(scored, limit=29) == []
 
+
+def test_planner_and_runtime_pass_the_gate(capsys):
+    """What .ci/run runs: every function of planner/ and runtime/ within LIMIT."""
+    assert main([]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("complexity gate: ") and f"all at most {LIMIT}" in out
