@@ -1,0 +1,74 @@
+"""A stable-diffusion.cpp runner's compute buffer, by reserving its graph with the runtime's graph allocator.
+
+Sources (stable-diffusion.cpp 97d2990, src/core/ggml_extend.hpp GGMLRunner): get_compute_graph makes two
+one-element inputs first (`one`, f32, and `zero_int`, i32), builds the runner's graph, and expands those two
+into it last; alloc_compute_buffer, on a single backend, makes one ggml_gallocr for the backend's default
+buffer type and ggml_gallocr_reserve's the graph; the logged "compute buffer size" is that allocator's buffer.
+Inputs the runner sets from the host (make_input) are graph leafs allocated in the same buffer; parameters
+live in their own buffer. The ggml-alloc.c of sd.cpp's ggml (8e800ce) differs from llama.cpp's pinned one
+only in CLAMP not being an in-place op, which these graphs never use.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtime.ggml.alloc import GraphAllocator, PlannedGraph
+from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
+from runtime.ggml.graph import GGMLType, Graph, Tensor
+from runtime.sd import vae_decoder
+from runtime.sd.sd_blocks import Blocks
+
+LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
+# src/model/vae/vae.hpp get_tile_sizes: without --vae-tile-size or a relative size a decode tile is 32 latent
+# pixels a side, clamped to the latent's side and to at least 4
+VAE_TILE = 32
+VAE_MIN_TILE = 4
+
+
+@dataclass(frozen=True)
+class SdMode:
+    """The runner switches that change a graph (--fa / --diffusion-fa, --*-conv-direct)."""
+
+    flash_attn: bool = False
+    conv_direct: bool = False
+
+
+def cpu_buffer_type() -> BufferType:
+    return make_cpu(UNLIMITED).buffer_type
+
+
+def reserve_graph(buft: BufferType, outputs: list[Tensor]) -> int:
+    """Bytes of the one compute buffer ggml_gallocr_reserve makes for the graph of `outputs` (in order)."""
+    graph = Graph()
+    for out in outputs:
+        graph.expand(out)
+    planned = PlannedGraph(graph.nodes, [0] * len(graph.nodes), graph.leafs, [0] * len(graph.leafs))
+    return GraphAllocator([buft]).plan(planned)[0]
+
+
+def runner_reserve(build: Callable[[Blocks], Tensor], mode: SdMode) -> int:
+    """GGMLRunner's reserve of the graph `build` makes: `one` and `zero_int` are expanded after it."""
+    buft = cpu_buffer_type()
+    blocks = Blocks(buft, mode.flash_attn, mode.conv_direct)
+    one = Tensor(GGMLType.F32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:one")
+    zero_int = Tensor(GGMLType.I32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:zero_int")
+    return reserve_graph(buft, [build(blocks), one, zero_int])
+
+
+def vae_tile_side(latent_side: int, tile: int = VAE_TILE) -> int:
+    """A decode tile's side in latent pixels (get_tile_sizes with a requested size of `tile`)."""
+    return max(min(tile, latent_side), VAE_MIN_TILE)
+
+
+def vae_decode_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), tiled: bool = False,
+                     cfg: vae_decoder.VaeConfig = vae_decoder.KL_F8) -> int:
+    """The VAE runner's compute buffer for decoding one latent of latent_w x latent_h pixels; `tiled`
+    (--vae-tiling): every tile's graph is the same, so the buffer is one tile's."""
+    if tiled:
+        latent_w, latent_h = vae_tile_side(latent_w), vae_tile_side(latent_h)
+
+    def build(b: Blocks) -> Tensor:
+        z = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.z_channels, 1), name="z")
+        return vae_decoder.decode(b, z, cfg)
+    return runner_reserve(build, mode)

@@ -1,0 +1,53 @@
+"""SD 1.5's runners simulated (runtime/sd) against the compute buffers sd-cli logged for them.
+
+The expected figures are sd-cli's own (planner/sd/data/sd_cli_corpus.json, recorded by
+scripts/record_sd_corpus.py from `sd-cli -v` runs of the shape-faithful SD 1.5 checkpoint). sd-cli logs
+"<runner> compute buffer size: %.2f MB" (src/core/ggml_extend.hpp alloc_compute_buffer, MB meaning MiB),
+so a simulated buffer printed the same way must read the same.
+"""
+from __future__ import annotations
+
+import pytest
+
+from planner.sd.sd_compute import Row, corpus
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, vae_decode_bytes
+
+MiB = 1 << 20
+
+
+def logged(n_bytes: int) -> str:
+    """A buffer as sd-cli prints it."""
+    return f"{n_bytes / MiB:.2f}"
+
+
+def rows(family: str, runner: str) -> list[Row]:
+    found = [r for r in corpus() if r.family == family and r.runner == runner]
+    assert found, f"the corpus has no {family} {runner} rows"
+    return found
+
+
+def _id(r: Row) -> str:
+    return f"{r.width}x{r.height}-{r.mode.key}{'-tiled' if r.tiled else ''}"
+
+
+VAE_ROWS = rows("kl-f8", "vae")
+
+
+@pytest.mark.parametrize("row", VAE_ROWS, ids=[_id(r) for r in VAE_ROWS])
+def test_vae_decode_equals_sd_cli(row: Row):
+    mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
+    got = vae_decode_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, tiled=row.tiled)
+    assert logged(got) == logged(row.bytes)
+
+
+def test_the_corpus_covers_what_the_vae_rows_claim():
+    """Tiled and untiled, direct convolution on and off, several sizes: the comparison is not vacuous."""
+    assert {r.tiled for r in VAE_ROWS} == {True, False}
+    assert {r.mode.conv_direct for r in VAE_ROWS} == {True, False}
+    assert len({(r.width, r.height) for r in VAE_ROWS if not r.tiled}) >= 3
+
+
+def test_a_tiled_decode_reserves_one_tiles_graph():
+    """vae.hpp get_tile_sizes: 32-latent-pixel tiles; a latent no larger than a tile is decoded whole."""
+    assert vae_decode_bytes(96, 96, tiled=True) == vae_decode_bytes(32, 32)
+    assert vae_decode_bytes(24, 40, tiled=True) == vae_decode_bytes(24, 32)
