@@ -78,8 +78,10 @@ class Blocks:
         return im.add_inplace(im.mul_inplace(y, self.param((c,))), self.param((c,)))
 
     # --- attention -------------------------------------------------------------------------------
-    def attention(self, q: Tensor, k: Tensor, v: Tensor, n_head: int, mask: Tensor | None = None) -> Tensor:
-        """ggml_ext_attention_ext with skip_reshape false: q [C, L_q, N], k and v [C_kv, L_k, N] -> [C, L_q, N]."""
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, n_head: int, mask: Tensor | None = None, *,
+                  flash_attn: bool) -> Tensor:
+        """ggml_ext_attention_ext with skip_reshape false: q [C, L_q, N], k and v [C_kv, L_k, N] -> [C, L_q, N].
+        `flash_attn` is what the caller passes (the runner's switch, or false where sd.cpp hard-codes it)."""
         l_q, l_k, c, n = q.ne[1], k.ne[1], q.ne[0], q.ne[2]
         d_head = c // n_head
         n_kv_head = k.ne[0] // d_head
@@ -89,7 +91,7 @@ class Blocks:
                        (d_head, l_k, n_kv_head * n))
         v = im.reshape(v, (d_head, n_kv_head, l_k, n))
         scale = 1.0 / math.sqrt(d_head)
-        if self.flash_attn and (mask is None or mask.ne[3] == 1):
+        if flash_attn and (mask is None or mask.ne[3] == 1):
             kqv = self._flash(q, k, v, mask, scale, (d_head, n_head, l_q, n, n_kv_head))
         else:
             v = im.reshape(im.cont_if_needed(g.permute(v, (1, 2, 0, 3))), (l_k, d_head, n_kv_head * n))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import vae_decoder
+from runtime.sd import clip_text, vae_decoder
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -71,4 +71,14 @@ def vae_decode_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), tile
     def build(b: Blocks) -> Tensor:
         z = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.z_channels, 1), name="z")
         return vae_decoder.decode(b, z, cfg)
+    return runner_reserve(build, mode)
+
+
+def clip_text_bytes(cfg: clip_text.ClipTextConfig = clip_text.CLIP_L, mode: SdMode = SdMode(),
+                    clip_skip: int = 1) -> int:
+    """A CLIP text runner's compute buffer for one 77-token chunk (the image size does not enter)."""
+    def build(b: Blocks) -> Tensor:
+        ids = Tensor(GGMLType.I32, (clip_text.N_TOKEN, 1, 1, 1), name="input_ids")
+        mask = Tensor(GGMLType.F32, (clip_text.N_TOKEN, clip_text.N_TOKEN, 1, 1), name="attention_mask")
+        return clip_text.text_model(b, ids, mask, cfg, clip_skip)
     return runner_reserve(build, mode)

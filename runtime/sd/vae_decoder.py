@@ -52,7 +52,7 @@ def attn_block(b: Blocks, x: Tensor) -> Tensor:
     q = _to_rows(b.conv2d(h_, c, 1), w, h, c, n)
     k = _to_rows(b.conv2d(h_, c, 1), w, h, c, n)
     v = _to_rows(b.conv2d(h_, c, 1), w, h, c, n)
-    out = b.attention(q, k, v, 1)
+    out = b.attention(q, k, v, 1, flash_attn=b.flash_attn)
     out = im.reshape(g.cont(g.permute(out, (1, 0, 2, 3))), (w, h, c, n))
     return g.add(b.conv2d(out, c, 1), x)
 

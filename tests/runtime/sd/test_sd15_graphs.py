@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from planner.sd.sd_compute import Row, corpus
-from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, vae_decode_bytes
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, vae_decode_bytes
 
 MiB = 1 << 20
 
@@ -51,3 +51,14 @@ def test_a_tiled_decode_reserves_one_tiles_graph():
     """vae.hpp get_tile_sizes: 32-latent-pixel tiles; a latent no larger than a tile is decoded whole."""
     assert vae_decode_bytes(96, 96, tiled=True) == vae_decode_bytes(32, 32)
     assert vae_decode_bytes(24, 40, tiled=True) == vae_decode_bytes(24, 32)
+
+
+CLIP_ROWS = rows("sd15", "clip")
+
+
+@pytest.mark.parametrize("row", CLIP_ROWS, ids=[_id(r) for r in CLIP_ROWS])
+def test_clip_l_equals_sd_cli(row: Row):
+    """SD 1.x's CLIP-L over one 77-token chunk; MultiheadAttention never takes flash attention, so --fa does
+    not change it (both modes are recorded)."""
+    got = clip_text_bytes(mode=SdMode(row.mode.flash_attn, row.mode.conv_direct))
+    assert logged(got) == logged(row.bytes)
