@@ -161,3 +161,9 @@ def concat(a: Tensor, b: Tensor, dim: int, name: str = "") -> Tensor:
         raise ValueError(f"concat: {a.ne} and {b.ne} along {dim}")
     ne = tuple(a.ne[i] + b.ne[i] if i == dim else a.ne[i] for i in range(4))
     return Tensor(a.type, ne, name=name, op=Op.CONCAT, src=[a, b], op_params={"dim": dim})
+
+
+def timestep_embedding(timesteps: Tensor, dim: int, max_period: int = 10000, name: str = "") -> Tensor:
+    """ggml_timestep_embedding: [dim, len(timesteps)] f32."""
+    return Tensor(F32, (dim, timesteps.ne[0], 1, 1), name=name, op=Op.TIMESTEP_EMBEDDING, src=[timesteps],
+                  op_params={"dim": dim, "max_period": max_period})

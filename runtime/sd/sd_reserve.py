@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, vae_decoder
+from runtime.sd import clip_text, unet, vae_decoder
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -81,4 +81,16 @@ def clip_text_bytes(cfg: clip_text.ClipTextConfig = clip_text.CLIP_L, mode: SdMo
         ids = Tensor(GGMLType.I32, (clip_text.N_TOKEN, 1, 1, 1), name="input_ids")
         mask = Tensor(GGMLType.F32, (clip_text.N_TOKEN, clip_text.N_TOKEN, 1, 1), name="attention_mask")
         return clip_text.text_model(b, ids, mask, cfg, clip_skip)
+    return runner_reserve(build, mode)
+
+
+def unet_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: unet.UnetConfig = unet.SD1,
+               n_context: int = clip_text.N_TOKEN) -> int:
+    """The UNet runner's compute buffer for one call on a latent of latent_w x latent_h pixels (batch 1: sd-cli
+    runs the conditional and unconditional passes as separate calls) with `n_context` text tokens."""
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.context_dim, n_context, 1, 1), name="context")
+        return unet.unet(b, x, timesteps, context, cfg)
     return runner_reserve(build, mode)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from planner.sd.sd_compute import Row, corpus
-from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, vae_decode_bytes
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, unet_bytes, vae_decode_bytes
 
 MiB = 1 << 20
 
@@ -62,3 +62,19 @@ def test_clip_l_equals_sd_cli(row: Row):
     not change it (both modes are recorded)."""
     got = clip_text_bytes(mode=SdMode(row.mode.flash_attn, row.mode.conv_direct))
     assert logged(got) == logged(row.bytes)
+
+
+UNET_ROWS = rows("sd15", "unet")
+
+
+@pytest.mark.parametrize("row", UNET_ROWS, ids=[_id(r) for r in UNET_ROWS])
+def test_unet_equals_sd_cli(row: Row):
+    mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
+    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode)
+    assert logged(got) == logged(row.bytes)
+
+
+def test_the_unet_rows_cover_both_switches():
+    assert {(r.mode.flash_attn, r.mode.conv_direct) for r in UNET_ROWS} == {(False, False), (True, False),
+                                                                            (False, True), (True, True)}
+    assert len({(r.width, r.height) for r in UNET_ROWS}) >= 3
