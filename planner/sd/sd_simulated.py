@@ -1,0 +1,37 @@
+"""The runners whose compute buffer is simulated (runtime/sd) rather than read off the corpus curves.
+
+A runner is listed here only when its simulated graph reproduces every sd-cli figure the corpus records
+for it (tests/runtime/sd/test_sd15_graphs.py: each to the 0.01 MB sd-cli logs); planner/sd/sd_compute.py
+asks here first and falls back to its curves for everything else. The simulation reserves the runner's
+graph with the runtime's graph allocator, as GGMLRunner::alloc_compute_buffer does, so any image size
+is covered, not only the corpus's range.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, unet_bytes, vae_decode_bytes
+
+# (latent width, latent height, mode, VAE tiling) -> bytes
+Simulator = Callable[[int, int, SdMode, bool], int]
+
+SIMULATED: dict[tuple[str, str], Simulator] = {
+    ("sd15", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode),
+    ("sd15", "clip"): lambda w, h, mode, tiled: clip_text_bytes(mode=mode),
+    ("kl-f8", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled),
+}
+
+
+def is_simulated(family: str, runner: str) -> bool:
+    return (family, runner) in SIMULATED
+
+
+@functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
+def simulated_bytes(family: str, runner: str, width: int, height: int, flash_attn: bool, conv_direct: bool,
+                    tiled: bool) -> int | None:
+    """The runner's compute buffer at width x height image pixels, or None where it is not simulated."""
+    simulate = SIMULATED.get((family, runner))
+    if simulate is None:
+        return None
+    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, SdMode(flash_attn, conv_direct), tiled)
