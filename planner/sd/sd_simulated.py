@@ -1,17 +1,26 @@
 """The runners whose compute buffer is simulated (runtime/sd) rather than read off the corpus curves.
 
 A runner is listed here only when its simulated graph reproduces every sd-cli figure the corpus records
-for it (tests/runtime/sd/test_sd15_graphs.py: each to the 0.01 MB sd-cli logs); planner/sd/sd_compute.py
-asks here first and falls back to its curves for everything else. The simulation reserves the runner's
-graph with the runtime's graph allocator, as GGMLRunner::alloc_compute_buffer does, so any image size
-is covered, not only the corpus's range.
+for it (tests/runtime/sd/test_sd15_graphs.py and test_sdxl_graphs.py: each to the 0.01 MB sd-cli logs);
+planner/sd/sd_compute.py asks here first and falls back to its curves for everything else. The
+simulation reserves the runner's graph with the runtime's graph allocator, as
+GGMLRunner::alloc_compute_buffer does, so any image size is covered, not only the corpus's range.
 """
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 
-from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, unet_bytes, vae_decode_bytes
+from runtime.sd import unet
+from runtime.sd.sd_reserve import (
+    LATENT_FACTOR,
+    SDXL_VAE_CONV_SCALE,
+    SdMode,
+    clip_text_bytes,
+    sdxl_clip_bytes,
+    unet_bytes,
+    vae_decode_bytes,
+)
 
 # (latent width, latent height, mode, VAE tiling) -> bytes
 Simulator = Callable[[int, int, SdMode, bool], int]
@@ -20,6 +29,12 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("sd15", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode),
     ("sd15", "clip"): lambda w, h, mode, tiled: clip_text_bytes(mode=mode),
     ("kl-f8", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled),
+    ("sdxl", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode, unet.SDXL),
+    ("sdxl", "clip"): lambda w, h, mode, tiled: sdxl_clip_bytes(mode),
+    # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks
+    # this family for a KL-f8 VAE beside an SDXL UNet)
+    ("kl-f8-sdxl", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled,
+                                                                      conv_scale=SDXL_VAE_CONV_SCALE),
 }
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from gguf import GGML_QUANT_SIZES
+
 from runtime.ggml import build as g
 from runtime.ggml import image_ops as im
 from runtime.ggml.backend import Buffer, BufferType
@@ -31,9 +33,11 @@ LINEAR_FLATTEN_ROWS = 1024  # ggml_ext_linear: "workaround: avoid ggml cuda erro
 class Blocks:
     """One runner's graph under construction: its switches and its parameters' buffer."""
 
-    def __init__(self, buft: BufferType, flash_attn: bool = False, conv_direct: bool = False) -> None:
+    def __init__(self, buft: BufferType, flash_attn: bool = False, conv_direct: bool = False,
+                 conv_scale: float = 1.0) -> None:
         self.flash_attn = flash_attn
         self.conv_direct = conv_direct
+        self.conv_scale = conv_scale   # Conv2d::set_scale (SDXL's VAE without its own --vae: 1/32)
         self.params = Buffer(buft, 0, BufferUsage.WEIGHTS)   # never touched: sizes only
 
     def param(self, ne: tuple[int, ...], ggml_type: GGMLType = F32, name: str = "") -> Tensor:
@@ -46,10 +50,14 @@ class Blocks:
         """Conv2d(x.ne[2] -> c_out, k x k, stride, padding) with its bias."""
         w = self.param((k, k, x.ne[2], c_out), F16)
         b = self.param((c_out,))
+        if self.conv_scale != 1.0:
+            x = ext_scale(x, self.conv_scale)
         if self.conv_direct:
             y = im.conv_2d_direct(w, x, stride, stride, pad, pad)
         else:
             y = im.conv_2d(w, x, stride, stride, pad, pad)
+        if self.conv_scale != 1.0:
+            y = ext_scale(y, 1.0 / self.conv_scale)
         return im.add_inplace(y, im.reshape(b, (1, 1, c_out, 1)))
 
     def linear(self, x: Tensor, n_out: int, bias: bool = True, ggml_type: GGMLType = F16) -> Tensor:
@@ -114,6 +122,14 @@ class Blocks:
             mask = im.cast(mask, F16)
         out = g.flash_attn_ext(q, k, v, mask, scale)
         return g.view(out, (d_head, n_head, l_q, n), (out.nb[0], out.nb[1], out.nb[2], out.nb[1] * n_head))
+
+
+def ext_scale(x: Tensor, factor: float) -> Tensor:
+    """ggml_ext_scale: a copy first unless rows are packed and the higher dimensions follow on
+    (ggml_ext_is_padded_1d), then a new SCALE node."""
+    if not (x.nb[0] == GGML_QUANT_SIZES[x.type][1] and x.nb[2] == x.nb[1] * x.ne[1] and x.nb[3] == x.nb[2] * x.ne[2]):
+        x = g.cont(x)
+    return g.scale(x, factor)
 
 
 def _n_dims(t: Tensor) -> int:

@@ -24,6 +24,9 @@ LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
 # pixels a side, clamped to the latent's side and to at least 4
 VAE_TILE = 32
 VAE_MIN_TILE = 4
+# src/stable-diffusion.cpp: an SDXL model decoded by its own VAE (no --vae, or --force-sdxl-vae-conv-scale)
+# scales every Conv2d's input by 1/32 and its output back (the fp16 overflow fix), two more nodes per conv
+SDXL_VAE_CONV_SCALE = 1.0 / 32.0
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,10 @@ def reserve_graph(buft: BufferType, outputs: list[Tensor]) -> int:
     return GraphAllocator([buft]).plan(planned)[0]
 
 
-def runner_reserve(build: Callable[[Blocks], Tensor], mode: SdMode) -> int:
+def runner_reserve(build: Callable[[Blocks], Tensor], mode: SdMode, conv_scale: float = 1.0) -> int:
     """GGMLRunner's reserve of the graph `build` makes: `one` and `zero_int` are expanded after it."""
     buft = cpu_buffer_type()
-    blocks = Blocks(buft, mode.flash_attn, mode.conv_direct)
+    blocks = Blocks(buft, mode.flash_attn, mode.conv_direct, conv_scale)
     one = Tensor(GGMLType.F32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:one")
     zero_int = Tensor(GGMLType.I32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:zero_int")
     return reserve_graph(buft, [build(blocks), one, zero_int])
@@ -62,26 +65,36 @@ def vae_tile_side(latent_side: int, tile: int = VAE_TILE) -> int:
 
 
 def vae_decode_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), tiled: bool = False,
-                     cfg: vae_decoder.VaeConfig = vae_decoder.KL_F8) -> int:
+                     cfg: vae_decoder.VaeConfig = vae_decoder.KL_F8, conv_scale: float = 1.0) -> int:
     """The VAE runner's compute buffer for decoding one latent of latent_w x latent_h pixels; `tiled`
-    (--vae-tiling): every tile's graph is the same, so the buffer is one tile's."""
+    (--vae-tiling): every tile's graph is the same, so the buffer is one tile's; `conv_scale`: the
+    Conv2d scale the runner was given (SDXL_VAE_CONV_SCALE for SDXL's own VAE)."""
     if tiled:
         latent_w, latent_h = vae_tile_side(latent_w), vae_tile_side(latent_h)
 
     def build(b: Blocks) -> Tensor:
         z = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.z_channels, 1), name="z")
         return vae_decoder.decode(b, z, cfg)
-    return runner_reserve(build, mode)
+    return runner_reserve(build, mode, conv_scale)
 
 
 def clip_text_bytes(cfg: clip_text.ClipTextConfig = clip_text.CLIP_L, mode: SdMode = SdMode(),
-                    clip_skip: int = 1) -> int:
+                    clip_skip: int = 1, pooled: bool = False) -> int:
     """A CLIP text runner's compute buffer for one 77-token chunk (the image size does not enter)."""
     def build(b: Blocks) -> Tensor:
         ids = Tensor(GGMLType.I32, (clip_text.N_TOKEN, 1, 1, 1), name="input_ids")
         mask = Tensor(GGMLType.F32, (clip_text.N_TOKEN, clip_text.N_TOKEN, 1, 1), name="attention_mask")
-        return clip_text.text_model(b, ids, mask, cfg, clip_skip)
+        return clip_text.text_model(b, ids, mask, cfg, clip_skip, pooled)
     return runner_reserve(build, mode)
+
+
+def sdxl_clip_bytes(mode: SdMode = SdMode()) -> int:
+    """SDXL's text encoders, each runner reserving its own buffer, one after the other (conditioner.hpp
+    get_learned_condition_common: CLIP-L's hidden states, bigG's, then bigG's pooled output; clip_skip 2
+    for the hidden states): the largest of the three is what the component needs at once."""
+    return max(clip_text_bytes(clip_text.SDXL_CLIP_L, mode, clip_skip=2),
+               clip_text_bytes(clip_text.SDXL_CLIP_G, mode, clip_skip=2),
+               clip_text_bytes(clip_text.SDXL_CLIP_G, mode, pooled=True))
 
 
 def unet_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: unet.UnetConfig = unet.SD1,
@@ -92,5 +105,6 @@ def unet_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: unet.
         x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
         timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
         context = Tensor(GGMLType.F32, (cfg.context_dim, n_context, 1, 1), name="context")
-        return unet.unet(b, x, timesteps, context, cfg)
+        y = Tensor(GGMLType.F32, (cfg.adm_in_channels, 1, 1, 1), name="y") if cfg.adm_in_channels else None
+        return unet.unet(b, x, timesteps, context, cfg, y)
     return runner_reserve(build, mode)

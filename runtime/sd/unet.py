@@ -34,6 +34,7 @@ class UnetConfig:
     num_head_channels: int = -1
     context_dim: int = 768
     use_linear_projection: bool = False
+    adm_in_channels: int = 0   # SDXL's label_emb input y (0: none)
 
     @property
     def time_embed_dim(self) -> int:
@@ -47,6 +48,8 @@ class UnetConfig:
 
 
 SD1 = UnetConfig()
+SDXL = UnetConfig(attention_resolutions=(4, 2), channel_mult=(1, 2, 4), transformer_depth=(1, 2, 10), num_heads=-1,
+                  num_head_channels=64, context_dim=2048, use_linear_projection=True, adm_in_channels=2816)
 
 
 def res_block(b: Blocks, x: Tensor, emb: Tensor, c_out: int) -> Tensor:
@@ -106,10 +109,15 @@ def spatial_transformer(b: Blocks, x: Tensor, context: Tensor, cfg: UnetConfig, 
     return g.add(y, x)
 
 
-def unet(b: Blocks, x: Tensor, timesteps: Tensor, context: Tensor, cfg: UnetConfig = SD1) -> Tensor:
-    """UnetModelBlock::forward for x [w, h, in_channels, 1], timesteps [1], context [context_dim, n_ctx, 1]."""
+def unet(b: Blocks, x: Tensor, timesteps: Tensor, context: Tensor, cfg: UnetConfig = SD1,
+         y: Tensor | None = None) -> Tensor:
+    """UnetModelBlock::forward for x [w, h, in_channels, 1], timesteps [1], context [context_dim, n_ctx, 1]
+    and, for SDXL, y [adm_in_channels, 1]."""
     t_emb = im.timestep_embedding(g.scale(timesteps, 1.0), cfg.model_channels)
     emb = b.linear(im.unary_inplace(b.linear(t_emb, cfg.time_embed_dim), "SILU"), cfg.time_embed_dim)
+    if y is not None:
+        label = b.linear(im.unary_inplace(b.linear(y, cfg.time_embed_dim), "SILU"), cfg.time_embed_dim)
+        emb = g.add(emb, label)
     h = b.conv2d(x, cfg.model_channels, 3, 1, 1)
     hs = [h]
     ds = 1

@@ -1,39 +1,21 @@
 """SD 1.5's runners simulated (runtime/sd) against the compute buffers sd-cli logged for them.
 
 The expected figures are sd-cli's own (planner/sd/data/sd_cli_corpus.json, recorded by
-scripts/record_sd_corpus.py from `sd-cli -v` runs of the shape-faithful SD 1.5 checkpoint). sd-cli logs
-"<runner> compute buffer size: %.2f MB" (src/core/ggml_extend.hpp alloc_compute_buffer, MB meaning MiB),
-so a simulated buffer printed the same way must read the same.
+scripts/record_sd_corpus.py from `sd-cli -v` runs of the shape-faithful SD 1.5 checkpoint), compared at
+the 0.01 MB the log prints (tests/support/sd_corpus.py).
 """
 from __future__ import annotations
 
 import pytest
 
-from planner.sd.sd_compute import Row, corpus
+from planner.sd.sd_compute import Row
 from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, unet_bytes, vae_decode_bytes
-
-MiB = 1 << 20
-
-
-def logged(n_bytes: int) -> str:
-    """A buffer as sd-cli prints it."""
-    return f"{n_bytes / MiB:.2f}"
-
-
-def rows(family: str, runner: str) -> list[Row]:
-    found = [r for r in corpus() if r.family == family and r.runner == runner]
-    assert found, f"the corpus has no {family} {runner} rows"
-    return found
-
-
-def _id(r: Row) -> str:
-    return f"{r.width}x{r.height}-{r.mode.key}{'-tiled' if r.tiled else ''}"
-
+from tests.support.sd_corpus import logged, row_id, rows
 
 VAE_ROWS = rows("kl-f8", "vae")
 
 
-@pytest.mark.parametrize("row", VAE_ROWS, ids=[_id(r) for r in VAE_ROWS])
+@pytest.mark.parametrize("row", VAE_ROWS, ids=[row_id(r) for r in VAE_ROWS])
 def test_vae_decode_equals_sd_cli(row: Row):
     mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
     got = vae_decode_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, tiled=row.tiled)
@@ -56,7 +38,7 @@ def test_a_tiled_decode_reserves_one_tiles_graph():
 CLIP_ROWS = rows("sd15", "clip")
 
 
-@pytest.mark.parametrize("row", CLIP_ROWS, ids=[_id(r) for r in CLIP_ROWS])
+@pytest.mark.parametrize("row", CLIP_ROWS, ids=[row_id(r) for r in CLIP_ROWS])
 def test_clip_l_equals_sd_cli(row: Row):
     """SD 1.x's CLIP-L over one 77-token chunk; MultiheadAttention never takes flash attention, so --fa does
     not change it (both modes are recorded)."""
@@ -67,7 +49,7 @@ def test_clip_l_equals_sd_cli(row: Row):
 UNET_ROWS = rows("sd15", "unet")
 
 
-@pytest.mark.parametrize("row", UNET_ROWS, ids=[_id(r) for r in UNET_ROWS])
+@pytest.mark.parametrize("row", UNET_ROWS, ids=[row_id(r) for r in UNET_ROWS])
 def test_unet_equals_sd_cli(row: Row):
     mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
     got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode)
