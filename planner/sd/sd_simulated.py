@@ -1,7 +1,7 @@
 """The runners whose compute buffer is simulated (runtime/sd) rather than read off the corpus curves.
 
 A runner is listed here only when its simulated graph reproduces every sd-cli figure the corpus records
-for it (tests/runtime/sd/test_sd15_graphs.py and test_sdxl_graphs.py: each to the 0.01 MB sd-cli logs);
+for it (tests/runtime/sd: each to the 0.01 MB sd-cli logs);
 planner/sd/sd_compute.py asks here first and falls back to its curves for everything else. The
 simulation reserves the runner's graph with the runtime's graph allocator, as
 GGMLRunner::alloc_compute_buffer does, so any image size is covered, not only the corpus's range.
@@ -17,11 +17,14 @@ from runtime.sd.sd_reserve import (
     SDXL_VAE_CONV_SCALE,
     SdMode,
     clip_text_bytes,
+    flux_clip_bytes,
     sdxl_clip_bytes,
+    t5_bytes,
     unet_bytes,
     vae_decode_bytes,
 )
 
+FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
 # (latent width, latent height, mode, VAE tiling) -> bytes
 Simulator = Callable[[int, int, SdMode, bool], int]
 
@@ -31,6 +34,8 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("kl-f8", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled),
     ("sdxl", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode, unet.SDXL),
     ("sdxl", "clip"): lambda w, h, mode, tiled: sdxl_clip_bytes(mode),
+    ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
+    ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
     # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks
     # this family for a KL-f8 VAE beside an SDXL UNet)
     ("kl-f8-sdxl", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled,

@@ -30,6 +30,7 @@ class ClipTextConfig:
     n_layer: int
     with_final_ln: bool = True
     proj_in: bool = False      # one fused in_proj (OpenCLIP's attn.in_proj_weight) split by split_qkv
+    text_projection: bool = False   # bigG's pooled output goes through text_projection; ViT-L's is the row
 
     @property
     def use_gelu(self) -> bool:
@@ -40,7 +41,7 @@ class ClipTextConfig:
 CLIP_L = ClipTextConfig(768, 3072, 12, 12)         # OPENAI_CLIP_VIT_L_14, SD 1.x's encoder
 # SDXL's pair (FrozenCLIPEmbedderWithCustomWords): CLIP-L and OpenCLIP bigG, both without the final norm
 SDXL_CLIP_L = ClipTextConfig(768, 3072, 12, 12, with_final_ln=False)
-SDXL_CLIP_G = ClipTextConfig(1280, 5120, 20, 32, with_final_ln=False, proj_in=True)
+SDXL_CLIP_G = ClipTextConfig(1280, 5120, 20, 32, with_final_ln=False, proj_in=True, text_projection=True)
 
 
 def split_qkv(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -83,5 +84,5 @@ def text_model(b: Blocks, input_ids: Tensor, mask: Tensor, cfg: ClipTextConfig =
     if pooled:
         # ggml_view_1d at the end token's row (its offset does not change any size), text_projection without bias
         row = g.view(x, (cfg.hidden_size,), offset=0)
-        return g.mul_mat(b.param((cfg.hidden_size, cfg.hidden_size)), row)
+        return g.mul_mat(b.param((cfg.hidden_size, cfg.hidden_size)), row) if cfg.text_projection else row
     return x

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, unet, vae_decoder
+from runtime.sd import clip_text, t5_encoder, unet, vae_decoder
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -108,3 +108,17 @@ def unet_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: unet.
         y = Tensor(GGMLType.F32, (cfg.adm_in_channels, 1, 1, 1), name="y") if cfg.adm_in_channels else None
         return unet.unet(b, x, timesteps, context, cfg, y)
     return runner_reserve(build, mode)
+
+
+def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: SdMode = SdMode()) -> int:
+    """The T5 runner's compute buffer for one chunk of `n_token` tokens (FLUX.1: 256)."""
+    def build(b: Blocks) -> Tensor:
+        ids = Tensor(GGMLType.I32, (n_token, 1, 1, 1), name="input_ids")
+        buckets = Tensor(GGMLType.I32, (n_token, n_token, 1, 1), name="relative_position_bucket")
+        return t5_encoder.t5_encoder(b, ids, buckets, cfg)
+    return runner_reserve(build, mode)
+
+
+def flux_clip_bytes(mode: SdMode = SdMode()) -> int:
+    """FLUX.1's CLIP-L: only its pooled output is used (conditioner.hpp FluxCLIPEmbedder), no projection."""
+    return clip_text_bytes(clip_text.CLIP_L, mode, pooled=True)
