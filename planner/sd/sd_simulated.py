@@ -17,6 +17,7 @@ from runtime.sd.sd_reserve import (
     SDXL_VAE_CONV_SCALE,
     SdMode,
     clip_text_bytes,
+    flux_bytes,
     flux_clip_bytes,
     sdxl_clip_bytes,
     t5_bytes,
@@ -36,6 +37,7 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("sdxl", "clip"): lambda w, h, mode, tiled: sdxl_clip_bytes(mode),
     ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
     ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
+    ("flux", "flux"): lambda w, h, mode, tiled: flux_bytes(w, h, mode, n_txt=FLUX_T5_TOKENS),
     # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks
     # this family for a KL-f8 VAE beside an SDXL UNet)
     ("kl-f8-sdxl", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled,

@@ -167,3 +167,11 @@ def timestep_embedding(timesteps: Tensor, dim: int, max_period: int = 10000, nam
     """ggml_timestep_embedding: [dim, len(timesteps)] f32."""
     return Tensor(F32, (dim, timesteps.ne[0], 1, 1), name=name, op=Op.TIMESTEP_EMBEDDING, src=[timesteps],
                   op_params={"dim": dim, "max_period": max_period})
+
+
+def repeat(a: Tensor, ne: Sequence[int], name: str = "") -> Tensor:
+    """ggml_repeat(a, b): a tiled to b's shape; only a is a source (b lends its shape)."""
+    full = tuple(ne) + (1,) * (4 - len(ne))
+    if any(full[i] % a.ne[i] for i in range(4)):
+        raise ValueError(f"repeat: {a.ne} does not tile {full}")
+    return Tensor(a.type, full, name=name, op=Op.REPEAT, src=[a])

@@ -98,6 +98,14 @@ class Blocks:
         k = im.reshape(im.cont_if_needed(g.permute(im.reshape(k, (d_head, n_kv_head, l_k, n)), (0, 2, 1, 3))),
                        (d_head, l_k, n_kv_head * n))
         v = im.reshape(v, (d_head, n_kv_head, l_k, n))
+        return self.attention_heads(q, k, v, n_head, mask, flash_attn=flash_attn)
+
+    def attention_heads(self, q: Tensor, k: Tensor, v: Tensor, n_head: int, mask: Tensor | None = None, *,
+                        flash_attn: bool) -> Tensor:
+        """ggml_ext_attention_ext with skip_reshape true: q [d_head, L_q, n_head*N], k [d_head, L_k, n_kv_head*N],
+        v [d_head, n_kv_head, L_k, N] -> [d_head*n_head, L_q, N]."""
+        d_head, l_q, l_k, n = v.ne[0], q.ne[1], k.ne[1], v.ne[3]
+        n_kv_head = k.ne[2] // n
         scale = 1.0 / math.sqrt(d_head)
         if flash_attn and (mask is None or mask.ne[3] == 1):
             kqv = self._flash(q, k, v, mask, scale, (d_head, n_head, l_q, n, n_kv_head))

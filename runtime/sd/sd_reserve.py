@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, t5_encoder, unet, vae_decoder
+from runtime.sd import clip_text, flux_dit, t5_encoder, unet, vae_decoder
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -122,3 +122,22 @@ def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: S
 def flux_clip_bytes(mode: SdMode = SdMode()) -> int:
     """FLUX.1's CLIP-L: only its pooled output is used (conditioner.hpp FluxCLIPEmbedder), no projection."""
     return clip_text_bytes(clip_text.CLIP_L, mode, pooled=True)
+
+
+FLUX_LATENT_CHANNELS = 16   # FLUX.1's autoencoder: 16 channels per latent pixel, 64 after 2x2 patches
+
+
+def flux_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: flux_dit.FluxConfig = flux_dit.FLUX1,
+               n_txt: int = 256) -> int:
+    """The FLUX.1 DiT runner's compute buffer for one call on a latent_w x latent_h latent with `n_txt` T5
+    tokens (FLUX.1's 256-token chunk)."""
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, FLUX_LATENT_CHANNELS, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.context_in_dim, n_txt, 1, 1), name="context")
+        y = Tensor(GGMLType.F32, (cfg.vec_in_dim, 1, 1, 1), name="y")
+        guidance = Tensor(GGMLType.F32, (1, 1, 1, 1), name="guidance") if cfg.guidance_embed else None
+        n_img = (latent_w // cfg.patch_size) * (latent_h // cfg.patch_size)
+        pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_txt + n_img), name="pe")
+        return flux_dit.flux(b, x, timesteps, context, y, guidance, pe, cfg)
+    return runner_reserve(build, mode)
