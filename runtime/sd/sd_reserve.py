@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, flux_dit, t5_encoder, unet, vae_decoder
+from runtime.sd import clip_text, flux_dit, t5_encoder, unet, vae_decoder, vae_encoder
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -75,6 +75,15 @@ def vae_decode_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), tile
     def build(b: Blocks) -> Tensor:
         z = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.z_channels, 1), name="z")
         return vae_decoder.decode(b, z, cfg)
+    return runner_reserve(build, mode, conv_scale)
+
+
+def vae_encode_bytes(width: int, height: int, mode: SdMode = SdMode(),
+                     cfg: vae_decoder.VaeConfig = vae_decoder.KL_F8, conv_scale: float = 1.0) -> int:
+    """The VAE runner's compute buffer for encoding one width x height image, untiled (img2img's init image)."""
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (width, height, cfg.out_ch, 1), name="x")
+        return vae_encoder.encode(b, x, cfg)
     return runner_reserve(build, mode, conv_scale)
 
 
