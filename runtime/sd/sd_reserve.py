@@ -3,7 +3,9 @@
 Sources (stable-diffusion.cpp 97d2990, src/core/ggml_extend.hpp GGMLRunner): get_compute_graph makes two
 one-element inputs first (`one`, f32, and `zero_int`, i32), builds the runner's graph, and expands those two
 into it last; alloc_compute_buffer, on a single backend, makes one ggml_gallocr for the backend's default
-buffer type and ggml_gallocr_reserve's the graph; the logged "compute buffer size" is that allocator's buffer.
+buffer type and reserves the graph with ggml_gallocr_reserve; the logged "compute buffer size" is that
+allocator's buffer. The buffer type here is the CPU backend's (32-byte alignment, sizes as ggml_nbytes), the
+backend the corpus was recorded on; a GPU backend's alignment and alloc sizes are not modelled.
 Inputs the runner sets from the host (make_input) are graph leafs allocated in the same buffer; parameters
 live in their own buffer. The ggml-alloc.c of sd.cpp's ggml (8e800ce) differs from llama.cpp's pinned one
 only in CLAMP not being an in-place op, which these graphs never use.
