@@ -1,9 +1,5 @@
 """`fitplan calibrate [--rpc host:port,...] [-o INVENTORY.yaml]`: this machine's rates measured with the
-pinned llama-bench, written as an inventory whose `calibrated:` block the throughput model prefers.
-
-The library (planner/checking/calibrate.py) is imported inside the command: it loads numpy and the
-runtime, which `fitplan --help` does not need.
-"""
+pinned llama-bench, written as an inventory whose `calibrated:` block the throughput model prefers."""
 from __future__ import annotations
 
 from enum import Enum
@@ -13,9 +9,8 @@ from typing import Annotated
 import typer
 import yaml
 
+from planner import api
 from planner.cli.options import Format, RpcOpt
-from planner.core.files import check_output_path, write_atomic
-from planner.core.render import render
 
 
 class Estimate(str, Enum):
@@ -51,14 +46,11 @@ def calibrate_cmd(
 ) -> None:
     """Measure this machine's weight-streaming bandwidth, matrix throughput and per-split hand-off
     latency (of the host and each --rpc endpoint) with llama-bench; write them as an inventory."""
-    from planner.checking.calibrate import CalibrateRequest, calibrate
-    from planner.checking.llama_bench import Workload
-
     if output is not None:
-        check_output_path(output)    # before the minutes llama-bench takes
+        api.check_output_path(output)    # before the minutes llama-bench takes
     endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
-    result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads),
-                                        probe=probe, rounds=rounds, estimate=estimate.value))
+    result = api.calibrate(api.CalibrateRequest(endpoints, model, api.Workload(n_prompt, n_gen, 0, repeats, threads),
+                                                probe=probe, rounds=rounds, estimate=estimate.value))
     text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)
@@ -66,7 +58,7 @@ def calibrate_cmd(
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
 
-    write_atomic(output, write)
-    typer.echo(render(result, fmt), nl=fmt != "table")
+    api.write_atomic(output, write)
+    typer.echo(api.render(result, fmt), nl=fmt != "table")
     if fmt == "table":
         typer.echo(f"wrote {output}")

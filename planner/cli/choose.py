@@ -9,40 +9,16 @@ Every output is checked before any request and written only once everything has 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from planner.cli.devices import devices_report
+from planner import api
 from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
-from planner.cli.plan import _cache_types, _check_outputs, _ctx, _objective, _write_deployment
+from planner.cli.plan import _check_outputs, _write_deployment
 from planner.cli.report import write_html
-from planner.core.errors import BadInput
-from planner.core.render import render
-
-if TYPE_CHECKING:
-    from planner.planning.result import PlanRequest
 
 FORMATS = ("table", "json", "yaml")
-SPLIT_MODES = ("auto", "layer")
-
-
-def _request(ctx: str | None, clients: int, objective: str, cache_type: str, op_offload: str, split_mode: str,
-             mmproj: str | None, allow_ctx_above_train: bool) -> PlanRequest:
-    """The constraints as `plan` takes them; --clients N gives N slots of --ctx tokens each."""
-    from planner.planning.result import Companions, PlanRequest
-
-    if clients < 1:
-        raise BadInput("--clients takes a positive number")
-    if op_offload not in ("auto", "on", "off"):
-        raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
-    if split_mode not in SPLIT_MODES:
-        raise BadInput(f"--split-mode {split_mode!r}: expected auto (-sm tensor where it decodes faster) or layer")
-    n_ctx, max_ctx = _ctx(ctx)
-    return PlanRequest(n_ctx=n_ctx * clients if n_ctx else None, max_ctx=max_ctx, n_parallel=clients,
-                       objective=_objective(objective), cache_types=_cache_types(cache_type),
-                       op_offload=None if op_offload == "auto" else op_offload == "on", split_mode=split_mode,
-                       allow_ctx_above_train=allow_ctx_above_train, companions=Companions(mmproj=mmproj))
 
 
 @with_inventory_flags
@@ -80,24 +56,21 @@ def choose_cmd(
 ) -> int:
     """Which file to download: every quantization of a repository (or several models) planned for the
     devices, one table, the highest-precision file that fits and the fastest, and the plan for the first."""
-    from planner.planning.document import deployment
-    from planner.sweeps.choose import choose
-    from planner.sweeps.choose_html import choice_html
-
     if fmt not in FORMATS:
-        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise api.BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if max_files < 1:
-        raise BadInput("--max-files takes a positive number")
+        raise api.BadInput("--max-files takes a positive number")
     _check_outputs(((output, "-o"), (html, "--html")))
-    request = _request(ctx, clients, objective, cache_type, op_offload, split_mode, mmproj, allow_ctx_above_train)
-    report = devices_report(inventory.options())
-    result = choose(models, report.inventory, report.budgets, request, tuple(include or ()), max_files)
+    request = api.choose_request(ctx, clients, objective, cache_type, op_offload, split_mode, mmproj,
+                                 allow_ctx_above_train)
+    report = api.devices_report(inventory.options())
+    result = api.choose_on(models, report, request, include or (), max_files)
     if html is not None:
-        write_html(html, choice_html(result))
+        write_html(html, api.choice_html(result))
     rec = result.recommended
     if output is not None and rec is not None:
-        _write_deployment(output, rec, deployment(rec))
-    typer.echo(render(result, fmt), nl=fmt != "yaml")
+        _write_deployment(output, rec, api.deployment(rec))
+    typer.echo(api.render(result, fmt), nl=fmt != "yaml")
     if rec is None:
         typer.echo("fitplan: no candidate plans under these budgets and constraints", err=True)
         return 1

@@ -1,13 +1,13 @@
 """`fitplan fetch-header MODEL -o model.header.gguf`: a header-only copy of a model (local, a URL
-or a reference), to plan with offline later. The library imports sit inside the command."""
+or a reference), to plan with offline later."""
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
 
+from planner import api
 from planner.cli.options import Format, Model
-from planner.core.render import render
 
 
 def fetch_header_cmd(
@@ -16,7 +16,4 @@ def fetch_header_cmd(
     fmt: Format = "table",
 ) -> None:
     """Write a model's header (metadata and tensor index, no weights) as a header-only GGUF."""
-    from planner.gguf.examples import resolve_model
-    from planner.gguf.header_file import write_header_file
-
-    typer.echo(render(write_header_file(resolve_model(model), output), fmt))
+    typer.echo(api.render(api.fetch_header(model, output), fmt))

@@ -1,8 +1,4 @@
-"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`.
-
-The sweep library, the llama.cpp flag parser and matplotlib are imported inside the command: they
-load numpy and gguf, which `fitplan --help` does not need.
-"""
+"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`."""
 from __future__ import annotations
 
 import sys
@@ -12,10 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from planner import api
 from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
-from planner.core.errors import BadInput
-from planner.core.files import check_output_path, write_atomic
-from planner.core.render import render
 
 FORMATS = ("csv", "table", "json", "yaml")
 PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
@@ -58,41 +52,28 @@ def sweep_cmd(
 ) -> None:
     """Evaluate every combination of the --vary axes on the base llama.cpp flags given after `--`:
     per-device memory as CSV, optionally a plot."""
-    from planner.llama.flags import parse_llama_flags
-    from planner.sweeps.sweep import parse_vary, sweep
-
     if fmt not in FORMATS:
-        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        raise api.BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     for path, flag in ((output, "-o"), (plot, "--plot")):   # refuse before any work, so no output is left
         if path is not None:                                  # without the other
-            check_output_path(path, flag)
+            api.check_output_path(path, flag)
     if plot is not None:
-        from planner.sweeps.plots import require_matplotlib
-
-        require_matplotlib()
-    axes = [parse_vary(v) for v in vary]
-    options = inventory.options()
-    args = options.llama_argv(list(ctx.args))
-    base = parse_llama_flags(args) if args else None
+        api.require_matplotlib()
     progress = _Progress()
     try:
-        choice = options.resolve(detect=False)
-        result = sweep(model, axes, choice.inventory if choice else None, base, mode=mode, progress=progress,
-                       max_vram=inventory.max_vram, max_ram=inventory.max_ram)
+        result = api.sweep_on(model, vary, inventory.options(), list(ctx.args), mode=mode, progress=progress)
     finally:
         progress.close()
     if output is not None:
         def write(tmp: Path) -> None:
             tmp.write_text(result.to_csv(), encoding="utf-8")
 
-        write_atomic(output, write)
+        api.write_atomic(output, write)
         typer.echo(f"{len(result.points)} points, {len(result.csv_rows())} rows written to {output}")
     elif fmt == "csv":
         typer.echo(result.to_csv(), nl=False)
     else:
-        typer.echo(render(result, fmt))
+        typer.echo(api.render(result, fmt))
     if plot is not None:
-        from planner.sweeps.plots import plot_sweep, save_figure
-
-        save_figure(plot_sweep(result), plot)
+        api.save_figure(api.plot_sweep(result), plot)
         typer.echo(f"plot written to {plot}", err=not output)

@@ -48,6 +48,8 @@ from planner.sweeps.choose import choose as run_choose
 from planner.sweeps.sweep import SweepResult, parse_axis
 from planner.sweeps.sweep import sweep as run_sweep
 
+__all__ = ["as_flags", "as_inventory", "choose", "estimate", "inspect", "plan", "plan_set", "sweep", "validate"]
+
 Devices = Inventory | str | os.PathLike | Sequence[str] | None
 Flags = str | Sequence[str] | LlamaFlags
 

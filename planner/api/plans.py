@@ -1,0 +1,164 @@
+"""`plan`, `plan --verdict`, `choose` and `plan-set` for the command line: the request from the
+options as the command line spells them (each normalised here, once), one call on the devices a
+command resolved, and the documents and pages made of the result.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from planner.api.machine import DevicesReport
+from planner.core.errors import BadInput, InfeasiblePlacement
+from planner.core.units import quote
+from planner.model.costs import CACHE_TYPES
+from planner.planning.commands import LLAMA_SERVER
+from planner.planning.document import deployment, deployment_yaml, read_deployment
+from planner.planning.report import infeasible_report, plan_report, result_from_deployment
+from planner.planning.report_html import render_html
+from planner.planning.result import Companions, PlanRequest, PlanResult, llama_argv, plan_argv, server_command
+from planner.planning.search import plan as run_plan
+from planner.planning.set_document import SetReport, is_set_plan, read_set_plan, set_document
+from planner.planning.set_exports import llama_swap_config, preset_ini
+from planner.planning.set_input import ModelSet, read_model_set
+from planner.planning.set_plan import SetPlan
+from planner.planning.set_plan import plan_set as run_plan_set
+from planner.planning.set_report_html import infeasible_set_html, set_html
+from planner.planning.set_suggest import SetInfeasible
+from planner.planning.solve import Objective, Solver
+from planner.planning.verdict import Verdict
+from planner.planning.verdict import verdict as run_verdict
+from planner.sweeps.choose import Choice
+from planner.sweeps.choose import choose as run_choose
+from planner.sweeps.choose_html import choice_html
+
+__all__ = [
+    "LLAMA_SERVER", "OP_OFFLOAD", "SPLIT_MODES", "Choice", "Companions", "ModelSet", "Objective", "PlanRequest",
+    "PlanResult", "SetInfeasible", "SetPlan", "SetReport", "Solver", "Verdict", "choice_html", "choose_on",
+    "choose_request", "deployment", "deployment_yaml", "infeasible_page", "infeasible_set_html", "is_set_plan",
+    "llama_argv", "llama_swap_config", "parse_cache_type", "parse_cache_types", "parse_ctx", "parse_objective",
+    "parse_solver", "plan_argv", "plan_on", "plan_page", "plan_request", "plan_set_on", "preset_ini",
+    "read_deployment", "read_model_set", "read_set_plan", "report_page", "server_command", "set_document",
+    "set_html", "verdict_on",
+]
+
+
+# --op-offload: the planner chooses, or llama.cpp's --op-offload / --no-op-offload
+OP_OFFLOAD: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+# --split-mode: auto (-sm tensor where it decodes faster than the layer split) or layer (never tensor)
+SPLIT_MODES = ("auto", "layer")
+
+
+def parse_ctx(text: str | None) -> tuple[int | None, bool]:
+    """--ctx: a positive number of tokens, or 'max' (the largest that fits); None: the training context."""
+    if text is None:
+        return None, False
+    if text.lower() == "max":
+        return None, True
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadInput(f"--ctx {text!r}: expected a number of tokens or 'max'") from None
+    if value <= 0:
+        raise BadInput(f"--ctx {text!r}: expected a positive number of tokens or 'max'")
+    return value, False
+
+
+def parse_cache_type(text: str, flag: str = "--draft-cache-type") -> str:
+    """One KV cache type as llama.cpp's -ctk takes it."""
+    if text.strip().lower() not in CACHE_TYPES:
+        raise BadInput(f"{flag} {quote(text)}: expected one of {', '.join(CACHE_TYPES)}")
+    return text.strip().lower()
+
+
+def parse_cache_types(text: str) -> tuple[str, ...]:
+    """--cache-type f16,q8_0: each one a type llama.cpp's -ctk takes, at least one, none empty."""
+    items = text.split(",")
+    if not text.strip() or any(not item.strip() for item in items):
+        raise BadInput(f"--cache-type {quote(text)}: expected KV cache types separated by commas, e.g. f16,q8_0")
+    return tuple(parse_cache_type(item, "--cache-type") for item in items)
+
+
+def parse_objective(text: Objective | str) -> Objective:
+    """--objective, in any case."""
+    try:
+        return Objective(str(getattr(text, "value", text)).lower())
+    except ValueError:
+        raise BadInput(f"--objective {text!r}: expected one of {', '.join(o.value for o in Objective)}") from None
+
+
+def parse_solver(text: Solver | str) -> Solver:
+    """--solver: dp or milp."""
+    try:
+        return Solver(getattr(text, "value", text))
+    except ValueError:
+        raise BadInput(f"--solver {text!r}: expected dp or milp") from None
+
+
+def plan_request(ctx: str | None = None, *, n_parallel: int = 1, objective: Objective | str = Objective.THROUGHPUT,
+                 cache_type: str = "f16", n_ubatch: int | None = None, flash_attn: str = "auto",
+                 allow_expert_offload: bool = True, solver: Solver | str = Solver.DP, op_offload: str = "auto",
+                 allow_ctx_above_train: bool = False, split_mode: str = "auto",
+                 companions: Companions | None = None) -> PlanRequest:
+    """The constraints of `plan` and `choose` from their options: --ctx as text ('max' or tokens),
+    --cache-type as a comma list, --op-offload auto | on | off."""
+    if op_offload not in OP_OFFLOAD:
+        raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
+    if split_mode not in SPLIT_MODES:
+        raise BadInput(f"--split-mode {split_mode!r}: expected auto (-sm tensor where it decodes faster) or layer")
+    if n_parallel < 1 or (n_ubatch is not None and n_ubatch < 1):
+        raise BadInput("--parallel and --ubatch-size take positive numbers")
+    n_ctx, max_ctx = parse_ctx(ctx)
+    return PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=n_parallel, objective=parse_objective(objective),
+                       cache_types=parse_cache_types(cache_type), n_ubatch=n_ubatch, flash_attn=flash_attn,
+                       allow_expert_offload=allow_expert_offload, solver=parse_solver(solver),
+                       op_offload=OP_OFFLOAD[op_offload],
+                       allow_ctx_above_train=allow_ctx_above_train, split_mode=split_mode,
+                       companions=companions or Companions())
+
+
+def choose_request(ctx: str | None, clients: int, objective: Objective | str, cache_type: str, op_offload: str,
+                   split_mode: str, mmproj: str | None, allow_ctx_above_train: bool) -> PlanRequest:
+    """`choose`'s constraints as `plan` takes them; `clients` streams give as many slots of --ctx tokens each."""
+    if clients < 1:
+        raise BadInput("--clients takes a positive number")
+    request = plan_request(ctx, n_parallel=clients, objective=objective, cache_type=cache_type, op_offload=op_offload,
+                           split_mode=split_mode, allow_ctx_above_train=allow_ctx_above_train,
+                           companions=Companions(mmproj=mmproj))
+    return replace(request, n_ctx=request.n_ctx * clients if request.n_ctx else None)
+
+
+def plan_on(model: str, found: DevicesReport, request: PlanRequest, with_explain: bool = False) -> PlanResult:
+    """The best placement on the devices and budgets a command resolved, with what would fit when nothing does."""
+    return run_plan(model, found.inventory, request, budgets=found.budgets, with_explain=with_explain,
+                    what_would_fit=True)
+
+
+def verdict_on(model: str, found: DevicesReport, request: PlanRequest, clients: int) -> Verdict:
+    """`plan --verdict`: the arrangements ranked for `clients` streams (planner/planning/verdict.py)."""
+    return run_verdict(model, found.inventory, found.budgets, request, clients)
+
+
+def choose_on(models: Sequence[str], found: DevicesReport, request: PlanRequest, include: Sequence[str],
+              max_files: int) -> Choice:
+    """`choose`: every candidate file planned on the devices a command resolved, ranked."""
+    return run_choose(list(models), found.inventory, found.budgets, request, tuple(include), max_files)
+
+
+def plan_set_on(spec: ModelSet, found: DevicesReport) -> SetPlan:
+    """`plan-set`: the set planned on the devices a command resolved."""
+    return run_plan_set(spec, found.inventory, found.budgets)
+
+
+def plan_page(result: PlanResult) -> str:
+    """A plan as one self-contained HTML page."""
+    return render_html(plan_report(result))
+
+
+def infeasible_page(model: str, found: DevicesReport, e: InfeasiblePlacement) -> str:
+    """The page for a model that fits nowhere: each device's shortfall and what would fit."""
+    return render_html(infeasible_report(model, found.budgets, e))
+
+
+def report_page(plan_file: str) -> str:
+    """`fitplan report`: a plan file as one self-contained HTML page."""
+    return render_html(plan_report(result_from_deployment(read_deployment(plan_file))))
