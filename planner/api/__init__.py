@@ -25,9 +25,10 @@ from planner.api.machine import (
     InventoryOptions,
     devices_report,
     network_settings,
-    sd_inventory,
+    rpc_endpoints,
 )
 from planner.core import net
+from planner.core.choices import Engine, Objective, OpOffload, OptionEnum, Program, Solver, SplitMode, SweepMode
 from planner.core.errors import BadInput, FitplanError, FlagError, InfeasiblePlacement, InventoryError, UsageError
 from planner.core.files import check_output_path, write_atomic
 from planner.core.llama_tools import LLAMA_CPP_PIN, LOOPBACK, ToolsError, ensure_tools, tools_dir
@@ -45,17 +46,14 @@ if TYPE_CHECKING:   # the lazy names, for type checkers (the table below says wh
     from planner.api.plans import (
         LLAMA_SERVER,
         OP_OFFLOAD,
-        SPLIT_MODES,
         Choice,
         Companions,
         ModelSet,
-        Objective,
         PlanRequest,
         PlanResult,
         SetInfeasible,
         SetPlan,
         SetReport,
-        Solver,
         Verdict,
         choice_html,
         choose_on,
@@ -70,8 +68,6 @@ if TYPE_CHECKING:   # the lazy names, for type checkers (the table below says wh
         parse_cache_type,
         parse_cache_types,
         parse_ctx,
-        parse_objective,
-        parse_solver,
         plan_argv,
         plan_on,
         plan_page,
@@ -96,7 +92,6 @@ if TYPE_CHECKING:   # the lazy names, for type checkers (the table below says wh
         PreparedServe,
         ServeRequest,
         ServeResult,
-        SweepMode,
         SweepResult,
         ValidateReport,
         Workload,
@@ -122,26 +117,26 @@ _SUBMODULES: dict[str, tuple[str, ...]] = {
     "diffusion": ("SdFitRequest", "SdPlan", "sd_fit"),
     "outputs": ("HeaderFile", "export_plan", "fetch_header", "llama_server_program"),
     "plans": (
-        "LLAMA_SERVER", "OP_OFFLOAD", "SPLIT_MODES", "Choice", "Companions", "ModelSet", "Objective", "PlanRequest",
-        "PlanResult", "SetInfeasible", "SetPlan", "SetReport", "Solver", "Verdict", "choice_html", "choose_on",
-        "choose_request", "deployment", "deployment_yaml", "infeasible_page", "infeasible_set_html", "is_set_plan",
-        "llama_argv", "llama_swap_config", "parse_cache_type", "parse_cache_types", "parse_ctx", "parse_objective",
-        "parse_solver", "plan_argv", "plan_on", "plan_page", "plan_request", "plan_set_on", "preset_ini",
-        "read_deployment", "read_model_set", "read_set_plan", "report_page", "server_command", "set_document",
-        "set_html", "verdict_on"),
+        "LLAMA_SERVER", "OP_OFFLOAD", "Choice", "Companions", "ModelSet", "PlanRequest", "PlanResult",
+        "SetInfeasible", "SetPlan", "SetReport", "Verdict", "choice_html", "choose_on", "choose_request",
+        "deployment", "deployment_yaml", "infeasible_page", "infeasible_set_html", "is_set_plan", "llama_argv",
+        "llama_swap_config", "parse_cache_type", "parse_cache_types", "parse_ctx", "plan_argv", "plan_on",
+        "plan_page", "plan_request", "plan_set_on", "preset_ini", "read_deployment", "read_model_set",
+        "read_set_plan", "report_page", "server_command", "set_document", "set_html", "verdict_on"),
     "runs": (
         "BudgetedEstimate", "CalibrateRequest", "CalibrateResult", "InstanceCheck", "MemoryCheck", "PreparedServe",
-        "ServeRequest", "ServeResult", "SweepMode", "SweepResult", "ValidateReport", "Workload", "calibrate",
+        "ServeRequest", "ServeResult", "SweepResult", "ValidateReport", "Workload", "calibrate",
         "check_table", "estimate_on", "plot_plan", "plot_sweep", "prepare_router", "prepare_serve",
         "require_matplotlib", "run_serve", "save_figure", "serve_set", "sweep_on", "validate_on", "with_program"),
 }
 _LAZY = {name: module for module, names in _SUBMODULES.items() for name in names}
 
 __all__ = [
-    "AUTO", "CATALOG_KINDS", "DEFAULT_STEPS", "LLAMA_CPP_PIN", "LOOPBACK", "BadInput", "DevicesReport", "Feature",
+    "AUTO", "CATALOG_KINDS", "DEFAULT_STEPS", "LLAMA_CPP_PIN", "LOOPBACK", "BadInput", "DevicesReport", "Engine",
+    "Feature", "Objective", "OpOffload", "OptionEnum", "Program", "Solver", "SplitMode", "SweepMode",
     "FileRole", "FitplanError", "FlagError", "InfeasiblePlacement", "InventoryChoice", "InventoryError",
     "InventoryOptions", "ModelSource", "ToolsError", "UsageError", "check_output_path", "devices_report",
-    "ensure_tools", "legacy_modes", "list_catalog", "net", "network_settings", "one_of", "render", "sd_inventory",
+    "ensure_tools", "legacy_modes", "list_catalog", "net", "network_settings", "one_of", "render", "rpc_endpoints",
     "tools_dir", "write_atomic", *_LAZY,
 ]
 

@@ -25,6 +25,7 @@ from planner.checking.report import (
 )
 from planner.checking.validate import validate as run_validate
 from planner.checking.validate import validate_request
+from planner.core.choices import Program, SweepMode
 from planner.core.errors import BadInput
 from planner.gguf.candidates import MAX_CANDIDATES
 from planner.hardware.budgets import resolve_budgets
@@ -32,7 +33,6 @@ from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
 from planner.llama.context import ModelLike
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
-from planner.llama.programs import Program, parse_program
 from planner.memory.estimate import Estimate
 from planner.memory.estimate import estimate as run_estimate
 from planner.model.inspect import InspectResult
@@ -42,7 +42,6 @@ from planner.planning.search import plan as run_plan
 from planner.planning.set_document import SetReport
 from planner.planning.set_input import ModelSet, read_model_set
 from planner.planning.set_plan import plan_set as run_plan_set
-from planner.sweeps.axes import SweepMode
 from planner.sweeps.choose import Choice
 from planner.sweeps.choose import choose as run_choose
 from planner.sweeps.sweep import SweepResult, parse_axis
@@ -85,7 +84,7 @@ def estimate(model: ModelLike, flags: Flags = (), devices: Devices = None, ram: 
     """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`): as llama-fit-params'
     dry run prints it, or (`program="server"`) as llama-server loads it, with its -np default when the
     flags are given as text or a list."""
-    sized_for = program if isinstance(program, Program) else parse_program(program)
+    sized_for = Program(program)
     given = flags if isinstance(flags, LlamaFlags) else _argv(flags)
     return run_estimate(model, given, as_inventory(devices, ram), program=sized_for)
 

@@ -32,6 +32,14 @@ from planner.hardware.inventory_yaml import cpu_list_text, inventory_from_cli, l
 AUTO = "auto"   # --devices auto: detect this machine
 
 
+def rpc_endpoints(rpc: str | None) -> tuple[str, ...]:
+    """--rpc host:port,...: the endpoints (none when the option is not given)."""
+    endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
+    if rpc is not None and not endpoints:
+        raise InventoryError("--rpc: expected host:port[,host:port...]")
+    return endpoints
+
+
 @dataclass(frozen=True)
 class InventoryChoice:
     """The devices a command works with and their budgets."""
@@ -59,10 +67,7 @@ class InventoryOptions:
     @classmethod
     def of(cls, devices: str | None, device: list[str] | None, ram: str | None, rpc: str | None,
            max_vram: str | None, max_ram: str | None) -> InventoryOptions:
-        endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
-        if rpc is not None and not endpoints:
-            raise InventoryError("--rpc: expected host:port[,host:port...]")
-        return cls(devices, tuple(device or ()), ram, endpoints, max_vram, max_ram)
+        return cls(devices, tuple(device or ()), ram, rpc_endpoints(rpc), max_vram, max_ram)
 
     @property
     def yaml_path(self) -> str | None:
@@ -102,12 +107,6 @@ class InventoryOptions:
                                "--device or --rpc too")
             return None
         return InventoryChoice(inventory, resolve_budgets(inventory, self.max_vram, self.max_ram))
-
-
-def sd_inventory(devices: str | None, device: list[str], ram: str | None) -> Inventory:
-    """sd-fit's machine: a YAML inventory, else this machine (without asking llama.cpp), plus the shorthands."""
-    base = load_inventory(devices) if devices else detect_inventory([], use_llama=False)
-    return inventory_from_cli(device, ram, base) if (device or ram) else base
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from planner.api.machine import DevicesReport
+from planner.core.choices import Objective, OpOffload, Solver, SplitMode
 from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.units import quote
 from planner.model.costs import CACHE_TYPES
@@ -24,7 +25,6 @@ from planner.planning.set_plan import SetPlan
 from planner.planning.set_plan import plan_set as run_plan_set
 from planner.planning.set_report_html import infeasible_set_html, set_html
 from planner.planning.set_suggest import SetInfeasible
-from planner.planning.solve import Objective, Solver
 from planner.planning.verdict import Verdict
 from planner.planning.verdict import verdict as run_verdict
 from planner.sweeps.choose import Choice
@@ -32,20 +32,17 @@ from planner.sweeps.choose import choose as run_choose
 from planner.sweeps.choose_html import choice_html
 
 __all__ = [
-    "LLAMA_SERVER", "OP_OFFLOAD", "SPLIT_MODES", "Choice", "Companions", "ModelSet", "Objective", "PlanRequest",
-    "PlanResult", "SetInfeasible", "SetPlan", "SetReport", "Solver", "Verdict", "choice_html", "choose_on",
-    "choose_request", "deployment", "deployment_yaml", "infeasible_page", "infeasible_set_html", "is_set_plan",
-    "llama_argv", "llama_swap_config", "parse_cache_type", "parse_cache_types", "parse_ctx", "parse_objective",
-    "parse_solver", "plan_argv", "plan_on", "plan_page", "plan_request", "plan_set_on", "preset_ini",
-    "read_deployment", "read_model_set", "read_set_plan", "report_page", "server_command", "set_document",
-    "set_html", "verdict_on",
+    "LLAMA_SERVER", "OP_OFFLOAD", "Choice", "Companions", "ModelSet", "PlanRequest", "PlanResult", "SetInfeasible",
+    "SetPlan", "SetReport", "Verdict", "choice_html", "choose_on", "choose_request", "deployment",
+    "deployment_yaml", "infeasible_page", "infeasible_set_html", "is_set_plan", "llama_argv", "llama_swap_config",
+    "parse_cache_type", "parse_cache_types", "parse_ctx", "plan_argv", "plan_on", "plan_page", "plan_request",
+    "plan_set_on", "preset_ini", "read_deployment", "read_model_set", "read_set_plan", "report_page",
+    "server_command", "set_document", "set_html", "verdict_on",
 ]
 
 
 # --op-offload: the planner chooses, or llama.cpp's --op-offload / --no-op-offload
-OP_OFFLOAD: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
-# --split-mode: auto (-sm tensor where it decodes faster than the layer split) or layer (never tensor)
-SPLIT_MODES = ("auto", "layer")
+OP_OFFLOAD: dict[OpOffload, bool | None] = {OpOffload.AUTO: None, OpOffload.ON: True, OpOffload.OFF: False}
 
 
 def parse_ctx(text: str | None) -> tuple[int | None, bool]:
@@ -78,46 +75,29 @@ def parse_cache_types(text: str) -> tuple[str, ...]:
     return tuple(parse_cache_type(item, "--cache-type") for item in items)
 
 
-def parse_objective(text: Objective | str) -> Objective:
-    """--objective, in any case."""
-    try:
-        return Objective(str(getattr(text, "value", text)).lower())
-    except ValueError:
-        raise BadInput(f"--objective {text!r}: expected one of {', '.join(o.value for o in Objective)}") from None
-
-
-def parse_solver(text: Solver | str) -> Solver:
-    """--solver: dp or milp."""
-    try:
-        return Solver(getattr(text, "value", text))
-    except ValueError:
-        raise BadInput(f"--solver {text!r}: expected dp or milp") from None
-
-
 def plan_request(ctx: str | None = None, *, n_parallel: int = 1, objective: Objective | str = Objective.THROUGHPUT,
                  cache_type: str = "f16", n_ubatch: int | None = None, flash_attn: str = "auto",
-                 allow_expert_offload: bool = True, solver: Solver | str = Solver.DP, op_offload: str = "auto",
-                 allow_ctx_above_train: bool = False, split_mode: str = "auto",
+                 allow_expert_offload: bool = True, solver: Solver | str = Solver.DP,
+                 op_offload: OpOffload | str = OpOffload.AUTO, allow_ctx_above_train: bool = False,
+                 split_mode: SplitMode | str = SplitMode.AUTO,
                  companions: Companions | None = None) -> PlanRequest:
     """The constraints of `plan` and `choose` from their options: --ctx as text ('max' or tokens),
-    --cache-type as a comma list, --op-offload auto | on | off."""
-    if op_offload not in OP_OFFLOAD:
-        raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
-    if split_mode not in SPLIT_MODES:
-        raise BadInput(f"--split-mode {split_mode!r}: expected auto (-sm tensor where it decodes faster) or layer")
+    --cache-type as a comma list; the choices as members or their values (planner.core.choices)."""
+    offload, split = OpOffload(op_offload), SplitMode(split_mode)
     if n_parallel < 1 or (n_ubatch is not None and n_ubatch < 1):
         raise BadInput("--parallel and --ubatch-size take positive numbers")
     n_ctx, max_ctx = parse_ctx(ctx)
-    return PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=n_parallel, objective=parse_objective(objective),
+    return PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=n_parallel, objective=Objective(objective),
                        cache_types=parse_cache_types(cache_type), n_ubatch=n_ubatch, flash_attn=flash_attn,
-                       allow_expert_offload=allow_expert_offload, solver=parse_solver(solver),
-                       op_offload=OP_OFFLOAD[op_offload],
-                       allow_ctx_above_train=allow_ctx_above_train, split_mode=split_mode,
+                       allow_expert_offload=allow_expert_offload, solver=Solver(solver),
+                       op_offload=OP_OFFLOAD[offload],
+                       allow_ctx_above_train=allow_ctx_above_train, split_mode=split.value,
                        companions=companions or Companions())
 
 
-def choose_request(ctx: str | None, clients: int, objective: Objective | str, cache_type: str, op_offload: str,
-                   split_mode: str, mmproj: str | None, allow_ctx_above_train: bool) -> PlanRequest:
+def choose_request(ctx: str | None, clients: int, objective: Objective | str, cache_type: str,
+                   op_offload: OpOffload | str, split_mode: SplitMode | str, mmproj: str | None,
+                   allow_ctx_above_train: bool) -> PlanRequest:
     """`choose`'s constraints as `plan` takes them; `clients` streams give as many slots of --ctx tokens each."""
     if clients < 1:
         raise BadInput("--clients takes a positive number")

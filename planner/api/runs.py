@@ -22,22 +22,21 @@ from planner.checking.serve import (
 )
 from planner.checking.serve_set import InstanceCheck, check_table, prepare_router, serve_set
 from planner.checking.validate import validate, validate_request
+from planner.core.choices import Program, SweepMode
 from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets, pool_members
 from planner.llama.flags import parse_llama_flags
 from planner.llama.placement import HOST, HOST_ROWS
-from planner.llama.programs import Program, parse_program
 from planner.memory.estimate import Estimate
 from planner.memory.estimate import estimate as run_estimate
-from planner.sweeps.axes import SweepMode
 from planner.sweeps.plots import plot_plan, plot_sweep, require_matplotlib, save_figure
 from planner.sweeps.sweep import SweepResult, parse_vary
 from planner.sweeps.sweep import sweep as run_sweep
 
 __all__ = [
     "BudgetedEstimate", "CalibrateRequest", "CalibrateResult", "InstanceCheck", "MemoryCheck", "PreparedServe",
-    "ServeRequest", "ServeResult", "SweepMode", "SweepResult", "ValidateReport", "Workload", "calibrate",
+    "ServeRequest", "ServeResult", "SweepResult", "ValidateReport", "Workload", "calibrate",
     "check_table", "estimate_on", "plot_plan", "plot_sweep", "prepare_router", "prepare_serve", "require_matplotlib",
     "run_serve", "save_figure", "serve_set", "sweep_on", "validate_on", "with_program",
 ]
@@ -97,7 +96,7 @@ def estimate_on(model: str, options: InventoryOptions, argv: list[str],
                 program: Program | str = Program.FIT_PARAMS) -> Estimate | BudgetedEstimate:
     """`estimate`: what llama.cpp allocates for the flags on the devices the options give; checked
     against the budgets when --max-vram or --max-ram is given."""
-    sized_for = program if isinstance(program, Program) else parse_program(program)
+    sized_for = Program(program)
     choice = options.resolve(detect=False)
     est = run_estimate(model, options.llama_argv(argv), choice.inventory if choice else None, program=sized_for)
     if choice is None or not (options.max_vram or options.max_ram):

@@ -10,7 +10,7 @@ import typer
 import yaml
 
 from planner import api
-from planner.cli.options import Format, RpcOpt
+from planner.cli.options import Format, OutputFormat, RpcOpt
 
 
 class Estimate(str, Enum):
@@ -42,15 +42,15 @@ def calibrate_cmd(
     n_prompt: Annotated[int, typer.Option("--prompt-tokens", min=1, help="llama-bench -p")] = 128,
     n_gen: Annotated[int, typer.Option("--gen-tokens", min=1, help="llama-bench -n")] = 16,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="llama-bench -t")] = None,
-    fmt: Format = "table",
+    fmt: Format = OutputFormat.TABLE,
 ) -> None:
     """Measure this machine's weight-streaming bandwidth, matrix throughput and per-split hand-off
     latency (of the host and each --rpc endpoint) with llama-bench; write them as an inventory."""
     if output is not None:
         api.check_output_path(output)    # before the minutes llama-bench takes
-    endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
-    result = api.calibrate(api.CalibrateRequest(endpoints, model, api.Workload(n_prompt, n_gen, 0, repeats, threads),
-                                                probe=probe, rounds=rounds, estimate=estimate.value))
+    workload = api.Workload(n_prompt, n_gen, 0, repeats, threads)
+    result = api.calibrate(api.CalibrateRequest(api.rpc_endpoints(rpc), model, workload, probe=probe, rounds=rounds,
+                                                estimate=estimate.value))
     text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)

@@ -14,11 +14,9 @@ from typing import Annotated
 import typer
 
 from planner import api
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
+from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, OutputFormat, choice, with_inventory_flags
 from planner.cli.plan import _check_outputs, _write_deployment
 from planner.cli.report import write_html
-
-FORMATS = ("table", "json", "yaml")
 
 
 @with_inventory_flags
@@ -34,13 +32,15 @@ def choose_cmd(
         "--allow-ctx-above-train", help="--ctx max may go past the model's training context")] = False,
     clients: Annotated[int, typer.Option(
         "--clients", help="concurrent streams: llama-server -np slots, each with --ctx tokens")] = 1,
-    objective: Annotated[str, typer.Option("--objective", help="throughput | context | balance")] = "throughput",
+    objective: Annotated[api.Objective, choice(
+        api.Objective, "--objective", help="throughput | context | balance")] = api.Objective.THROUGHPUT,
     cache_type: Annotated[str, typer.Option(
         "--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
-    op_offload: Annotated[str, typer.Option(
-        "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)")] = "auto",
-    split_mode: Annotated[str, typer.Option(
-        "--split-mode", help="auto (-sm tensor where it decodes faster) | layer")] = "auto",
+    op_offload: Annotated[api.OpOffload, choice(
+        api.OpOffload, "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)",
+    )] = api.OpOffload.AUTO,
+    split_mode: Annotated[api.SplitMode, choice(
+        api.SplitMode, "--split-mode", help="auto (-sm tensor where it decodes faster) | layer")] = api.SplitMode.AUTO,
     mmproj: Annotated[str | None, typer.Option(
         "--mmproj", help="plan each file with a projector: 'auto' (the repository's mmproj llama.cpp pairs "
         "with it) or a GGUF")] = None,
@@ -48,7 +48,7 @@ def choose_cmd(
         "--include", help="only these quantizations: a quant tag or a glob on the path (repeatable)")] = None,
     max_files: Annotated[int, typer.Option(
         "--max-files", help="refuse a listing of more models than this")] = 40,
-    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml")] = "table",
+    fmt: Format = OutputFormat.TABLE,
     output: Annotated[str | None, typer.Option(
         "-o", "--output", help="write the recommended file's YAML deployment here")] = None,
     html: Annotated[str | None, typer.Option(
@@ -56,8 +56,6 @@ def choose_cmd(
 ) -> int:
     """Which file to download: every quantization of a repository (or several models) planned for the
     devices, one table, the highest-precision file that fits and the fastest, and the plan for the first."""
-    if fmt not in FORMATS:
-        raise api.BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if max_files < 1:
         raise api.BadInput("--max-files takes a positive number")
     _check_outputs(((output, "-o"), (html, "--html")))

@@ -10,12 +10,12 @@ from typing import Annotated
 import typer
 
 from planner import api
-from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, with_inventory_flags
+from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, OutputFormat, with_inventory_flags
 
 
 @with_inventory_flags
 def devices_cmd(
-    fmt: Format = "table",
+    fmt: Format = OutputFormat.TABLE,
     inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     no_llama: Annotated[bool, typer.Option("--no-llama", help="do not ask llama-cli for its device list")] = False,
 ) -> None:

@@ -10,12 +10,12 @@ from typing import Annotated
 import typer
 
 from planner import api
-from planner.cli.options import Format, Model
+from planner.cli.options import Format, Model, OutputFormat
 
 
 def inspect_cmd(
     model: Model,
-    fmt: Format = "table",
+    fmt: Format = OutputFormat.TABLE,
     ctk: Annotated[str, typer.Option("-ctk", "--cache-type-k", help="K cache type")] = "f16",
     ctv: Annotated[str, typer.Option("-ctv", "--cache-type-v", help="V cache type")] = "f16",
 ) -> None:

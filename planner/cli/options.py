@@ -1,4 +1,5 @@
-"""What the commands share: option types whose help reads the same in every command, the one set of
+"""What the commands share: option types whose help reads the same in every command, the output formats,
+the declaration of an option whose values are an enum (`choice`), the one set of
 inventory options (`--devices`, `--device`, `--ram`, `--rpc`, `--max-vram`, `--max-ram`), the
 decorator that declares them on a command, and the click context that hands llama.cpp flags after
 `--` to the command untouched. What the six resolve to is the library's (planner.api.InventoryOptions).
@@ -15,7 +16,21 @@ import typer
 
 from planner import api
 
-Format = Annotated[str, typer.Option("--format", help="table | json | yaml")]
+
+def choice(values: type[api.OptionEnum], *names: str, help: str) -> Any:   # noqa: A002 (typer's own keyword)
+    """An option whose values are an enum's: the enum reads what is given (in any case) and refuses
+    anything else with one line naming the choices, exit 2 (planner/core/choices.py); --help lists them."""
+    return typer.Option(*names, parser=values, metavar="[" + "|".join(m.value for m in values) + "]", help=help)
+
+
+class OutputFormat(api.OptionEnum):
+    __option__ = "--format"
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+Format = Annotated[OutputFormat, choice(OutputFormat, "--format", help="table | json | yaml")]
 Model = Annotated[str, typer.Argument(
     help="GGUF path or http(s) URL; hf://ORG/REPO[:QUANT]\\[@REV], ORG/REPO[:QUANT], hf://ORG/REPO/FILE.gguf, "
          "ms://ORG/REPO[:QUANT], ollama://NAME[:TAG]; or example:gemma3-270m")]

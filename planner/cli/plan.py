@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from planner import api
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, choice, with_inventory_flags
 from planner.cli.report import write_html
 
 
@@ -31,8 +31,20 @@ def _check_outputs(paths: tuple[tuple[str | None, str], ...]) -> None:
             api.check_output_path(path, flag)
 
 
-FORMATS = ("table", "flags", "command", "args", "yaml", "json")
-VERDICT_FORMATS = ("table", "command", "yaml", "json")
+class PlanFormat(api.OptionEnum):
+    """`plan --format`: the table, the flags, the llama-server line, its arguments one per line, the
+    deployment document (yaml) or the plan as JSON."""
+
+    __option__ = "--format"
+    TABLE = "table"
+    FLAGS = "flags"
+    COMMAND = "command"
+    ARGS = "args"
+    YAML = "yaml"
+    JSON = "json"
+
+
+VERDICT_FORMATS = (PlanFormat.TABLE, PlanFormat.COMMAND, PlanFormat.YAML, PlanFormat.JSON)
 
 
 def _show(result: api.PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -> None:
@@ -77,7 +89,7 @@ def _check_verdict(verdict: bool, clients: int | None, fmt: str, outputs: tuple[
             raise api.BadInput("--clients: only with --verdict")
         return
     if fmt not in VERDICT_FORMATS:
-        raise api.BadInput(f"--verdict --format {fmt}: expected one of {', '.join(VERDICT_FORMATS)}")
+        raise api.BadInput(f"--verdict --format {fmt}: expected one of {', '.join(map(str, VERDICT_FORMATS))}")
     if any(o is not None for o in outputs):
         raise api.BadInput("--verdict prints the arrangements; -o, --plot and --html are for one plan")
     if parallel != 1:
@@ -103,19 +115,22 @@ def plan_cmd(
     allow_ctx_above_train: Annotated[bool, typer.Option(
         "--allow-ctx-above-train", help="--ctx max may go past the model's training context (RoPE scaling)")] = False,
     parallel: Annotated[int, typer.Option("--parallel", "-np", help="parallel sequences (slots)")] = 1,
-    objective: Annotated[str, typer.Option("--objective", help="throughput | context | balance")] = "throughput",
+    objective: Annotated[api.Objective, choice(
+        api.Objective, "--objective", help="throughput | context | balance")] = api.Objective.THROUGHPUT,
     cache_type: Annotated[str, typer.Option(
         "--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
     ubatch: Annotated[int | None, typer.Option(
         "--ubatch-size", "-ub", help="llama.cpp -ub (default: 512, or smaller when that fits more)")] = None,
     flash_attn: Annotated[str, typer.Option("--flash-attn", "-fa", help="on | off | auto")] = "auto",
-    solver: Annotated[str, typer.Option("--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = "dp",
+    solver: Annotated[api.Solver, choice(
+        api.Solver, "--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = api.Solver.DP,
     no_expert_offload: Annotated[bool, typer.Option(
         "--no-expert-offload", help="never keep MoE experts on the host")] = False,
-    op_offload: Annotated[str, typer.Option(
-        "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)")] = "auto",
-    fmt: Annotated[str, typer.Option("--format", help="table | command (the llama-server line) | args (one "
-                                     "argument per line) | flags | yaml | json")] = "table",
+    op_offload: Annotated[api.OpOffload, choice(
+        api.OpOffload, "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)",
+    )] = api.OpOffload.AUTO,
+    fmt: Annotated[PlanFormat, choice(PlanFormat, "--format", help="table | command (the llama-server line) | args "
+                                      "(one argument per line) | flags | yaml | json")] = PlanFormat.TABLE,
     nul: Annotated[bool, typer.Option("-0", "--null", help="--format args: end each argument with NUL")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
@@ -145,10 +160,6 @@ def plan_cmd(
         "--clients", help="--verdict: concurrent streams (llama-server -np slots; default 1)")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
-    if solver not in ("dp", "milp"):
-        raise api.BadInput(f"--solver {solver!r}: expected dp or milp")
-    if fmt not in FORMATS:
-        raise api.BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if nul and fmt != "args":
         raise api.BadInput("-0: only with --format args")
     request = api.plan_request(

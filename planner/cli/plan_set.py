@@ -9,18 +9,28 @@ import typer
 import yaml
 
 from planner import api
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, choice, with_inventory_flags
 from planner.cli.report import write_html
 
-FORMATS = ("table", "json", "yaml", "preset", "llama-swap")
+
+class SetFormat(api.OptionEnum):
+    """`plan-set --format`: the set plan as a table, JSON or YAML, or what serves it."""
+
+    __option__ = "--format"
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+    PRESET = "preset"            # llama-server --models-preset INI
+    LLAMA_SWAP = "llama-swap"    # llama-swap's config.yaml
 
 
 @with_inventory_flags
 def plan_set_cmd(
     file: Annotated[str, typer.Argument(help="a model-set YAML file (docs/guides/model-sets.md)")],
     inventory: InventoryFlags = NO_INVENTORY_FLAGS,
-    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml (the set plan) | preset (llama-server "
-                                     "--models-preset INI) | llama-swap (its config.yaml)")] = "table",
+    fmt: Annotated[SetFormat, choice(
+        SetFormat, "--format", help="table | json | yaml (the set plan) | preset (llama-server --models-preset INI) "
+        "| llama-swap (its config.yaml)")] = SetFormat.TABLE,
     output: Annotated[str | None, typer.Option(
         "-o", "--output", help="write the set plan here (JSON when the name ends in .json, else YAML)")] = None,
     llama_bin: Annotated[str | None, typer.Option(
@@ -32,8 +42,6 @@ def plan_set_cmd(
         "--html", help="write the set plan as one self-contained HTML page (also when the set does not fit)")] = None,
 ) -> None:
     """Plan several models that share the devices: which stay resident, which load on demand, each placement."""
-    if fmt not in FORMATS:
-        raise api.BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     for path, flag in ((output, "-o"), (html, "--html")):
         if path is not None:
             api.check_output_path(path, flag)

@@ -101,7 +101,9 @@ def sd_fit_cmd(
     request = api.SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat,
                            width, height, fa_modes, cd_modes, vae_tiling)
-    _show(api.sd_fit(request, api.sd_inventory(devices, device or [], ram)), fmt)
+    machine = api.InventoryOptions(devices, tuple(device or ()), ram).inventory(detect=True, use_llama=False)
+    assert machine is not None   # detect=True always gives an inventory
+    _show(api.sd_fit(request, machine), fmt)
 
 
 def _show(plan: api.SdPlan, fmt: str) -> None:

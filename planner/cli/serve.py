@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from planner import api
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, OutputFormat, choice, with_inventory_flags
 
 
 @with_inventory_flags
@@ -26,7 +26,8 @@ def serve_cmd(
         "--dry-run", help="print the llama-server command (shell-quoted), compare no hardware, exit")] = False,
     force: Annotated[bool, typer.Option("--force", help="run a plan made for other hardware")] = False,
     log_file: Annotated[str | None, typer.Option("--log", help="llama-server's log (default: a temp file)")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml (the memory checks)")] = "table",
+    fmt: Annotated[OutputFormat, choice(
+        OutputFormat, "--format", help="table | json | yaml (the memory checks)")] = OutputFormat.TABLE,
     inventory: InventoryFlags = NO_INVENTORY_FLAGS,
 ) -> None:
     """Start llama-server with a plan on this machine and check what it allocates against the plan.

@@ -9,9 +9,18 @@ from typing import Annotated, Any
 import typer
 
 from planner import api
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, choice, with_inventory_flags
 
-FORMATS = ("csv", "table", "json", "yaml")
+
+class SweepFormat(api.OptionEnum):
+    """`sweep --format` (without -o): CSV, or the sweep as a table, JSON or YAML."""
+
+    __option__ = "--format"
+    CSV = "csv"
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
 PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
 
 
@@ -45,15 +54,15 @@ def sweep_cmd(
     vary: Annotated[list[str], typer.Option(
         "--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget, memory (a device's total)")],
     inventory: InventoryFlags = NO_INVENTORY_FLAGS,
-    mode: Annotated[str, typer.Option("--mode", help="estimate (flags as given) | plan")] = "estimate",
+    mode: Annotated[api.SweepMode, choice(
+        api.SweepMode, "--mode", help="estimate (flags as given) | plan")] = api.SweepMode.ESTIMATE,
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the CSV here")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="draw the sweep into this PNG")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="csv | table | json | yaml (without -o)")] = "csv",
+    fmt: Annotated[SweepFormat, choice(
+        SweepFormat, "--format", help="csv | table | json | yaml (without -o)")] = SweepFormat.CSV,
 ) -> None:
     """Evaluate every combination of the --vary axes on the base llama.cpp flags given after `--`:
     per-device memory as CSV, optionally a plot."""
-    if fmt not in FORMATS:
-        raise api.BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     for path, flag in ((output, "-o"), (plot, "--plot")):   # refuse before any work, so no output is left
         if path is not None:                                  # without the other
             api.check_output_path(path, flag)

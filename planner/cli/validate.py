@@ -7,17 +7,17 @@ from typing import Annotated
 import typer
 
 from planner import api
-from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, with_inventory_flags
+from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, OutputFormat, choice, with_inventory_flags
 
 
 @with_inventory_flags
 def validate_cmd(
     ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="a plan file (plan.yaml), or a GGUF path / example:gemma3-270m")],
-    engine: Annotated[str, typer.Option("--engine", help="embedded | llama.cpp")] = "embedded",
+    engine: Annotated[api.Engine, choice(api.Engine, "--engine", help="embedded | llama.cpp")] = api.Engine.EMBEDDED,
     kernels: Annotated[str, typer.Option("--kernels", help="embedded engine: default | ggml-avx2 (bit-exact "
                                           "with llama.cpp's portable x86-64 build, slower)")] = "default",
-    fmt: Format = "table",
+    fmt: Format = OutputFormat.TABLE,
     inventory: InventoryFlags = NO_INVENTORY_FLAGS,
     prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", min=1, help="prompt length in token ids")] = 32,
     gen_tokens: Annotated[int, typer.Option("--gen-tokens", min=1, help="generated tokens")] = 16,

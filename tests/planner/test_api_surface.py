@@ -42,3 +42,22 @@ def test_the_command_line_loads_no_heavy_part_of_the_api():
             "print(sorted(m for m in sys.modules if m.startswith('planner.api.') or m in ('numpy', 'gguf')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=INIT.parents[2], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "['planner.api.machine']"
+
+
+def test_an_option_enum_refuses_in_one_line_with_exit_2(capsys):
+    from planner.cli.app import main
+
+    assert main(["plan", "example:gemma3-270m", "--objective", "fastest"]) == 2
+    assert capsys.readouterr().err == "fitplan: error: --objective 'fastest': expected throughput | context | balance\n"
+    assert main(["choose", "hf://o/r", "--op-offload", "maybe", "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "fitplan: error: --op-offload 'maybe': expected auto | on | off\n"
+    assert '"code": "bad_input"' in captured.out
+
+
+def test_help_lists_an_enum_option_s_choices(capsys):
+    from planner.cli.app import main
+
+    assert main(["sweep", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[estimate|plan]" in out and "[csv|table|json|yaml]" in out
