@@ -27,16 +27,16 @@ from planner.api.machine import (
     network_settings,
     rpc_endpoints,
 )
-from planner.core import net
 from planner.core.choices import Engine, Objective, OpOffload, OptionEnum, Program, Solver, SplitMode, SweepMode
 from planner.core.errors import BadInput, FitplanError, FlagError, InfeasiblePlacement, InventoryError, UsageError
-from planner.core.files import check_output_path, write_atomic
-from planner.core.llama_tools import LLAMA_CPP_PIN, LOOPBACK, ToolsError, ensure_tools, tools_dir
 from planner.core.render import render
 from planner.hardware.catalog import CATALOG_KINDS, list_catalog
 from planner.hardware.inventory import one_of
 from planner.sd.modes import Feature, legacy_modes
 from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
+from planner.system import net
+from planner.system.files import check_output_path, write_atomic
+from planner.system.llama_tools import LLAMA_CPP_PIN, LOOPBACK, ToolsError, ensure_tools, tools_dir
 
 # ruff: noqa: F401  (the names below are this module's exports: __all__ lists them through _SUBMODULES)
 if TYPE_CHECKING:   # the lazy names, for type checkers (the table below says where each lives)

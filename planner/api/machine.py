@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.core import net
 from planner.core.errors import BadInput, InventoryError
 from planner.core.render import table
 from planner.core.units import fmt_bytes
@@ -28,6 +27,7 @@ from planner.hardware.inventory import (
     rpc_flag,
 )
 from planner.hardware.inventory_yaml import cpu_list_text, inventory_from_cli, load_inventory
+from planner.system import net
 
 AUTO = "auto"   # --devices auto: detect this machine
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.core.llama_tools import tools_dir
-from planner.gguf.examples import resolve_model
+from planner.emit.document import read_deployment
+from planner.emit.exports import ExportOptions, export
+from planner.emit.set_document import is_set_plan, read_set_plan
+from planner.emit.set_exports import set_export
 from planner.gguf.header_file import HeaderFile, write_header_file
-from planner.planning.commands import LLAMA_SERVER
-from planner.planning.document import read_deployment
-from planner.planning.exports import ExportOptions, export
-from planner.planning.set_document import is_set_plan, read_set_plan
-from planner.planning.set_exports import set_export
+from planner.llama.commands import LLAMA_SERVER
+from planner.registry.examples import resolve_model
+from planner.system.llama_tools import tools_dir
 
 __all__ = ["HeaderFile", "export_plan", "fetch_header", "llama_server_program"]
 

@@ -11,22 +11,22 @@ from planner.api.machine import DevicesReport
 from planner.core.choices import Objective, OpOffload, Solver, SplitMode
 from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.units import quote
+from planner.emit.document import deployment, deployment_yaml, read_deployment
+from planner.emit.plan_report import infeasible_report, plan_report, result_from_deployment
+from planner.emit.plan_report_html import render_html
+from planner.emit.set_document import SetReport, is_set_plan, read_set_plan, set_document
+from planner.emit.set_exports import llama_swap_config, preset_ini
+from planner.emit.set_report_html import infeasible_set_html, set_html
+from planner.llama.commands import LLAMA_SERVER
 from planner.model.costs import CACHE_TYPES
-from planner.planning.commands import LLAMA_SERVER
-from planner.planning.document import deployment, deployment_yaml, read_deployment
-from planner.planning.report import infeasible_report, plan_report, result_from_deployment
-from planner.planning.report_html import render_html
-from planner.planning.result import Companions, PlanRequest, PlanResult, llama_argv, plan_argv, server_command
-from planner.planning.search import plan as run_plan
-from planner.planning.set_document import SetReport, is_set_plan, read_set_plan, set_document
-from planner.planning.set_exports import llama_swap_config, preset_ini
-from planner.planning.set_input import ModelSet, read_model_set
-from planner.planning.set_plan import SetPlan
-from planner.planning.set_plan import plan_set as run_plan_set
-from planner.planning.set_report_html import infeasible_set_html, set_html
-from planner.planning.set_suggest import SetInfeasible
-from planner.planning.verdict import Verdict
-from planner.planning.verdict import verdict as run_verdict
+from planner.search.result import Companions, PlanRequest, PlanResult, llama_argv, plan_argv, server_command
+from planner.search.search import plan as run_plan
+from planner.search.set_input import ModelSet, read_model_set
+from planner.search.set_plan import SetPlan
+from planner.search.set_plan import plan_set as run_plan_set
+from planner.search.set_suggest import SetInfeasible
+from planner.search.verdict import Verdict
+from planner.search.verdict import verdict as run_verdict
 from planner.sweeps.choose import Choice
 from planner.sweeps.choose import choose as run_choose
 from planner.sweeps.choose_html import choice_html
@@ -114,7 +114,7 @@ def plan_on(model: str, found: DevicesReport, request: PlanRequest, with_explain
 
 
 def verdict_on(model: str, found: DevicesReport, request: PlanRequest, clients: int) -> Verdict:
-    """`plan --verdict`: the arrangements ranked for `clients` streams (planner/planning/verdict.py)."""
+    """`plan --verdict`: the arrangements ranked for `clients` streams (planner/search/verdict.py)."""
     return run_verdict(model, found.inventory, found.budgets, request, clients)
 
 

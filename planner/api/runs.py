@@ -8,10 +8,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.api.machine import InventoryChoice, InventoryOptions
-from planner.checking.calibrate import CalibrateRequest, CalibrateResult, calibrate
-from planner.checking.llama_bench import Workload
-from planner.checking.report import ValidateReport, ValidateRequest
-from planner.checking.serve import (
+from planner.checking.validate import validate, validate_request
+from planner.checking.validation_report import ValidateReport, ValidateRequest
+from planner.core.choices import Program, SweepMode
+from planner.core.errors import BadInput
+from planner.core.units import fmt_mib
+from planner.hardware.budgets import Budgets, pool_members
+from planner.llama.flags import parse_llama_flags
+from planner.llama.placement import HOST, HOST_ROWS
+from planner.measuring.calibrate import CalibrateRequest, CalibrateResult, calibrate
+from planner.measuring.llama_bench import Workload
+from planner.memory.estimate import Estimate
+from planner.memory.estimate import estimate as run_estimate
+from planner.running.serve import (
     MemoryCheck,
     PreparedServe,
     ServeRequest,
@@ -20,16 +29,7 @@ from planner.checking.serve import (
     run_serve,
     with_program,
 )
-from planner.checking.serve_set import InstanceCheck, check_table, prepare_router, serve_set
-from planner.checking.validate import validate, validate_request
-from planner.core.choices import Program, SweepMode
-from planner.core.errors import BadInput
-from planner.core.units import fmt_mib
-from planner.hardware.budgets import Budgets, pool_members
-from planner.llama.flags import parse_llama_flags
-from planner.llama.placement import HOST, HOST_ROWS
-from planner.memory.estimate import Estimate
-from planner.memory.estimate import estimate as run_estimate
+from planner.running.serve_set import InstanceCheck, check_table, prepare_router, serve_set
 from planner.sweeps.plots import plot_plan, plot_sweep, require_matplotlib, save_figure
 from planner.sweeps.sweep import SweepResult, parse_vary
 from planner.sweeps.sweep import sweep as run_sweep

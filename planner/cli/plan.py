@@ -98,7 +98,7 @@ def _check_verdict(verdict: bool, clients: int | None, fmt: str, outputs: tuple[
 
 def _show_verdict(model: str, found: api.DevicesReport, request: api.PlanRequest, clients: int, with_explain: bool,
                   fmt: str) -> None:
-    """--verdict: the arrangements ranked (planner/planning/verdict.py); `command` prints the winner's
+    """--verdict: the arrangements ranked (planner/search/verdict.py); `command` prints the winner's
     llama-server lines; --explain adds the arithmetic."""
     result = api.verdict_on(model, found, request, clients)
     if not with_explain:

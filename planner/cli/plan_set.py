@@ -1,4 +1,4 @@
-"""`fitplan plan-set FILE`: several models on one box, planned together (planner/planning/set_plan.py)."""
+"""`fitplan plan-set FILE`: several models on one box, planned together (planner/search/set_plan.py)."""
 from __future__ import annotations
 
 import json

@@ -12,7 +12,7 @@ from planner import api
 from planner.api import DEFAULT_STEPS, Feature, FileRole, FlagError, ModelSource, legacy_modes
 from planner.cli.options import Ram
 
-SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.compute.SIZE_STEP)
+SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.sd_compute.SIZE_STEP)
 
 FORMATS = ("text", "flags", "command", "yaml", "json")
 _AUTO_FIT = {"on": True, "off": False}

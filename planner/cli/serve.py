@@ -80,7 +80,7 @@ def serve_cmd(
 
 def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host: str, port: int, dry_run: bool,
                   fmt: str, log_file: str | None, unused: list[str]) -> None:
-    """`serve` of a set plan: the router on the set's preset (planner/checking/serve_set.py). `unused`:
+    """`serve` of a set plan: the router on the set's preset (planner/running/serve_set.py). `unused`:
     the options given that a set plan does not take (its devices and budgets are its plan's)."""
     if extra:
         raise api.BadInput("a set plan's llama-server flags are its preset's: plan the set again to change them")
