@@ -68,9 +68,10 @@ def sweep_cmd(
             api.check_output_path(path, flag)
     if plot is not None:
         api.require_matplotlib()
+    sweep = api.sweep_on   # its first use loads the library: before the progress bar's clock starts
     progress = _Progress()
     try:
-        result = api.sweep_on(model, vary, inventory.options(), list(ctx.args), mode=mode, progress=progress)
+        result = sweep(model, vary, inventory.options(), list(ctx.args), mode=mode, progress=progress)
     finally:
         progress.close()
     if output is not None:
