@@ -1,26 +1,18 @@
 """`fitplan sd-fit`: stable-diffusion.cpp's auto-fit plan for model files and devices.
 
-The fit and the detection are imported inside the functions that call them, for `fitplan --help`'s
-start-up time; the options are declared from planner.sd.roles, which reads no file.
+The options are declared from planner.sd.roles (through planner.api), which reads no file.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from planner import api
+from planner.api import DEFAULT_STEPS, Feature, FileRole, FlagError, ModelSource, legacy_modes
 from planner.cli.options import Ram
-from planner.core.errors import FlagError
-from planner.core.render import render
-from planner.hardware.inventory import Inventory
-from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
-from planner.sd.modes import Feature, legacy_modes
-from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
 
 SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.sd_compute.SIZE_STEP)
-
-if TYPE_CHECKING:
-    from planner.sd.plan import SdPlan
 
 FORMATS = ("text", "flags", "command", "yaml", "json")
 _AUTO_FIT = {"on": True, "off": False}
@@ -28,14 +20,6 @@ _AUTO_FIT = {"on": True, "off": False}
 
 def _file_option(role: FileRole) -> typer.models.OptionInfo:
     return typer.Option(role.flag, help=f"a file loaded as sd-cli's {role.flag}")
-
-
-def _inventory(devices: str | None, device: list[str], ram: str | None) -> Inventory:
-    """A YAML inventory, else this machine (without asking llama.cpp), plus the shorthands."""
-    from planner.hardware.detect import detect_inventory
-
-    base = load_inventory(devices) if devices else detect_inventory([], use_llama=False)
-    return inventory_from_cli(device, ram, base) if (device or ram) else base
 
 
 def _sources(models: list[str], files: dict[FileRole, str | None]) -> tuple[ModelSource, ...]:
@@ -91,8 +75,6 @@ def sd_fit_cmd(
     taesd: Annotated[Text, _file_option(FileRole.TAESD)] = None,
 ) -> None:
     """stable-diffusion.cpp placement: sd-cli's auto-fit plan and the flags that reproduce it."""
-    from planner.sd.fit import SdFitRequest, sd_fit
-
     if fmt not in FORMATS:
         raise FlagError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if auto_fit.strip().lower() not in _AUTO_FIT:
@@ -116,16 +98,18 @@ def sd_fit_cmd(
     fa_modes = legacy_modes(flash_attn, Feature.FLASH_ATTN, all_on=fa, diffusion_on=diffusion_fa)
     cd_modes = legacy_modes(conv_direct, Feature.CONV_DIRECT, diffusion_on=diffusion_conv_direct,
                             vae_on=vae_conv_direct)
-    request = SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
+    request = api.SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat,
                            width, height, fa_modes, cd_modes, vae_tiling)
-    _show(sd_fit(request, _inventory(devices, device or [], ram)), fmt)
+    machine = api.InventoryOptions(devices, tuple(device or ()), ram).inventory(detect=True, use_llama=False)
+    assert machine is not None   # detect=True always gives an inventory
+    _show(api.sd_fit(request, machine), fmt)
 
 
-def _show(plan: SdPlan, fmt: str) -> None:
+def _show(plan: api.SdPlan, fmt: str) -> None:
     """--format: `flags` are sd-cli's placement flags, `command` the whole sd-cli line; `text` is what
     render() calls `table`."""
     if fmt in ("flags", "command"):
         typer.echo(plan.flags if fmt == "flags" else plan.command)
     else:
-        typer.echo(render(plan, "table" if fmt == "text" else fmt))
+        typer.echo(api.render(plan, "table" if fmt == "text" else fmt))

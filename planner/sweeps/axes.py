@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planner.core.choices import SweepMode
 from planner.core.errors import BadInput, FlagError
 from planner.core.units import GiB, MiB, parse_size
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
@@ -58,12 +59,6 @@ AXES: dict[str, AxisSpec] = {
     "budget": AxisSpec(AxisKind.SIZE, (), "VRAM budget per device (GiB)"),
     "memory": AxisSpec(AxisKind.SIZE, (), "device memory per device (GiB)"),
 }
-
-
-class SweepMode(str, enum.Enum):
-    ESTIMATE = "estimate"   # the flags as given, estimated at each point
-    PLAN = "plan"           # the planner's best placement at each point
-
 
 MODES = tuple(m.value for m in SweepMode)
 

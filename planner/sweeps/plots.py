@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from planner.core.choices import SweepMode
 from planner.core.errors import BadInput
 from planner.core.render import layer_ranges
 from planner.core.units import GiB
@@ -19,7 +20,7 @@ from planner.llama.flags import flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ROWS, device_of
 from planner.memory.estimate import Estimate
 from planner.search.result import PlanResult
-from planner.sweeps.axes import CTX_MAX, AxisKind, SweepMode
+from planner.sweeps.axes import CTX_MAX, AxisKind
 from planner.sweeps.sweep import Axis, Point, SweepResult
 from planner.system.files import write_atomic
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
+from planner.core.choices import SweepMode
 from planner.core.errors import BadInput, FlagError, InfeasiblePlacement
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
@@ -43,7 +44,6 @@ from planner.sweeps.axes import (
     TS_STEPS,
     Axis,
     AxisKind,
-    SweepMode,
     apply_axes,
     fmt_budget,
     parse_axis,

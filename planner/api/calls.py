@@ -25,6 +25,7 @@ from planner.checking.validation_report import (
     ValidateRequest,
     with_budgets,
 )
+from planner.core.choices import Program, SweepMode
 from planner.core.errors import BadInput
 from planner.emit.set_document import SetReport
 from planner.hardware.budgets import resolve_budgets
@@ -32,7 +33,6 @@ from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
 from planner.llama.context import ModelLike
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
-from planner.llama.programs import Program, parse_program
 from planner.memory.estimate import Estimate
 from planner.memory.estimate import estimate as run_estimate
 from planner.model.inspect import InspectResult
@@ -42,11 +42,12 @@ from planner.search.result import PlanRequest, PlanResult
 from planner.search.search import plan as run_plan
 from planner.search.set_input import ModelSet, read_model_set
 from planner.search.set_plan import plan_set as run_plan_set
-from planner.sweeps.axes import SweepMode
 from planner.sweeps.choose import Choice
 from planner.sweeps.choose import choose as run_choose
 from planner.sweeps.sweep import SweepResult, parse_axis
 from planner.sweeps.sweep import sweep as run_sweep
+
+__all__ = ["as_flags", "as_inventory", "choose", "estimate", "inspect", "plan", "plan_set", "sweep", "validate"]
 
 Devices = Inventory | str | os.PathLike | Sequence[str] | None
 Flags = str | Sequence[str] | LlamaFlags
@@ -83,7 +84,7 @@ def estimate(model: ModelLike, flags: Flags = (), devices: Devices = None, ram: 
     """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`): as llama-fit-params'
     dry run prints it, or (`program="server"`) as llama-server loads it, with its -np default when the
     flags are given as text or a list."""
-    sized_for = program if isinstance(program, Program) else parse_program(program)
+    sized_for = Program(program)
     given = flags if isinstance(flags, LlamaFlags) else _argv(flags)
     return run_estimate(model, given, as_inventory(devices, ram), program=sized_for)
 
