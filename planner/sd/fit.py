@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.core.errors import FlagError
+from planner.core.errors import BadInput, FlagError
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import DeviceKind, Inventory
 from planner.sd.assign import (
@@ -17,7 +17,7 @@ from planner.sd.assign import (
     with_compat,
 )
 from planner.sd.autofit import compute_devices, default_backend, follow_assignments, greedy_fit
-from planner.sd.check import overcommit
+from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.family import family
@@ -30,6 +30,8 @@ from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
 
 SIZE_STEP = 64      # sd-cli's SD 1.x / XL image sizes
+# Diffusion families that make videos and so take --frames (a video model's sizing joins them here).
+VIDEO_FAMILIES: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class SdFitRequest:
     flash_attn: str | None = None   # seed 002 mode strings ("auto,te=off")
     conv_direct: str | None = None
     vae_tiling: bool = False        # asked for; sd-fit also turns it on when the decode does not fit
+    frames: int = 1                 # video models only (--frames / sd-cli's --video-frames)
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
@@ -125,9 +128,25 @@ def _place(fit: FitInput, request: SdFitRequest, auto: bool,
 
         return optimal_fit(fit, request.steps), Mode.OPTIMAL
     if auto:
-        return greedy_fit(fit), Mode.AUTO_FIT
+        return _actual(greedy_fit(_initial_reserves(fit)), fit), Mode.AUTO_FIT
     chosen = {k: v for k, v in param_targets.items() if v is not None}
     return follow_assignments(fit, chosen), Mode.MANUAL
+
+
+def _initial_reserves(fit: FitInput) -> FitInput:
+    """`fit` as sd-cli's auto-fit sees it: every component with the fixed initial compute reserve
+    (seed 002: "Initial compute reserves are estimates (2 GiB for diffusion and text encoders,
+    1 GiB for VAE)"; src/core/backend_fit.cpp gives them whatever the image size)."""
+    return replace(fit, components=tuple(replace(c, compute_bytes=None, compute_mode="") for c in fit.components))
+
+
+def _actual(placements: tuple[Placement, ...], sized_fit: FitInput) -> tuple[Placement, ...]:
+    """The placements with each component's real compute buffer at the planned size: what the
+    runner's capacity checks hold the placement to (seed 002: "Actual segment weights, compute
+    buffers and caches must still fit the runner's capacity checks")."""
+    comps = {c.kind: c for c in sized_fit.components}
+    return tuple(replace(p, reserve_bytes=comps[p.kind].reserve_bytes, compute_mode=comps[p.kind].compute_mode)
+                 for p in placements)
 
 
 def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
@@ -144,7 +163,9 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     render = Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
                           request.conv_direct, request.vae_tiling)
     base = _fit_input(inventory, read_components(list(request.sources)), backend, max_vram)
+    _check_frames(base, request.frames)
     fit, placements, mode, tiled = _plan_at(base, request, auto, param_targets, render)
+    ram = ram_need(fit, placements)
     runtime_spec, params_spec = specs(placements, _kept(inventory, backend, Role.BACKEND),
                                        _kept(inventory, params, Role.PARAMS))
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
@@ -153,7 +174,18 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   tuple(a for src in request.sources for a in (src.role.flag, src.path)),
                   _render_args(request, tiled), render.width, render.height, tiled,
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
-                  _largest(base, request, auto, param_targets, render))
+                  _largest(base, request, auto, param_targets, render),
+                  device_needs(fit, placements) + ((ram,) if ram is not None else ()))
+
+
+def _check_frames(fit: FitInput, frames: int) -> None:
+    """--frames is a video model's; an image model makes one frame (sd-cli ignores the count there)."""
+    if frames < 1:
+        raise BadInput(f"--frames {frames}: expected 1 or more")
+    diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
+    if frames != 1 and diffusion not in VIDEO_FAMILIES:
+        what = f"{diffusion} is an image model" if diffusion else "this diffusion model is not a known video model"
+        raise BadInput(f"--frames {frames}: {what}; --frames applies to video models only")
 
 
 def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,

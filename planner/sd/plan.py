@@ -8,6 +8,7 @@ from typing import Any
 
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
+from planner.sd.check import DeviceNeed
 from planner.sd.components import KIND_LABEL
 from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.placement import GpuBudget, Placement, Where
@@ -46,6 +47,7 @@ class SdPlan:
     vae_tiling: bool = False
     params_buffers: tuple[tuple[Kind, int], ...] = ()  # sd-cli's params buffer per component
     largest_side: int | None = None  # the largest square image that fits (None: not size-dependent)
+    needs: tuple[DeviceNeed, ...] = ()  # the figures behind the verdict: each GPU, then RAM
 
     @property
     def verdict(self) -> str:
@@ -96,6 +98,9 @@ class SdPlan:
             "image": {"width": self.width, "height": self.height, "vae_tiling": self.vae_tiling},
             "verdict": self.verdict,
             "largest_square": self.largest_side,
+            "per_device": [{"name": d.device, "weights_bytes": d.weights_bytes, "compute_bytes": d.compute_bytes,
+                            "need_bytes": d.need_bytes, "cap_bytes": d.cap_bytes, "fits": d.fits}
+                           for d in self.needs],
             "components": [{
                 "module": p.kind.name.lower(), "params_bytes": p.params_bytes,
                 "params_buffer_bytes": dict(self.params_buffers).get(p.kind),
@@ -146,6 +151,10 @@ class SdPlan:
                              f"{r.total_bytes // MiB} MiB")
         lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
         lines += [f"  warning: {w}" for w in self.warnings]
+        for d in self.needs:
+            lines.append(f"  {d.device:<12} weights {d.weights_bytes // MiB:6d} + compute {d.compute_bytes // MiB:5d} "
+                         f"= {d.need_bytes // MiB:6d} MiB of {d.cap_bytes // MiB:6d} MiB"
+                         + ("" if d.fits else "  (over)"))
         lines.append(f"{self.width}x{self.height}: {self.verdict}")
         if self.largest_side is not None:
             more = " or larger (sizes above it are beyond sd-cli's recorded figures)" \
