@@ -19,7 +19,7 @@ from pathlib import Path
 from planner.sd.compute import CORPUS, FIT_SIZES
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
 from planner.synth.safetensors_factory import write_safetensors
-from planner.synth.shapes_sd import FLUX_FILES, t5xxl_tensors, write_checkpoint, write_flux
+from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
 # group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
@@ -36,8 +36,12 @@ GROUPS = {
     "flux-dit": ("flux-dit", [("flux", ((768, 1024),), (OFF, FA))]),
     # SDXL's VAE has the KL-f8 tensors but sd-cli decodes it with a graph of its own
     "kl-f8-sdxl": ("sdxl", [("vae", ((320, 448),), (OFF, BOTH))]),
+    # FLUX.1's 16-channel autoencoder, decoded after one step of a one-double/one-single-block DiT
+    # (sd-cli reads the depth from the file; the decode graph does not depend on it) with the
+    # one-block T5-XXL: the step is cheap enough to reach the decode's buffer at 1024x1024
+    "flux-ae": ("flux-small", [("vae", ((1024, 1024),), (BOTH, OFF))]),
 }
-ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl"}   # groups whose rows are not named after FAMILY
+ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "flux-ae": "flux-ae"}   # groups whose rows are not named after FAMILY
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5"}
@@ -47,11 +51,16 @@ FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux"
 
 def _model(family: str, work: Path) -> list[str]:
     """The checkpoint's sd-cli file flags, its files written on first use."""
-    if family in ("flux", "flux-dit"):
+    if family in ("flux", "flux-dit", "flux-small"):
         files = {flag: work / f"flux-{flag.strip('-')}.safetensors" for flag in FLUX_FILES}
         if not all(p.exists() for p in files.values()):
             files = write_flux(work)
-        if family == "flux-dit":
+        if family == "flux-small":
+            files["--diffusion-model"] = work / "flux-dit-1x1.safetensors"
+            if not files["--diffusion-model"].exists():
+                write_safetensors(files["--diffusion-model"],
+                                  {n: ("BF16", s) for n, s in flux_tensors(double=1, single=1).items()})
+        if family in ("flux-dit", "flux-small"):
             files["--t5xxl"] = work / "flux-t5xxl-1block.safetensors"
             if not files["--t5xxl"].exists():
                 one = {n: s for n, s in t5xxl_tensors().items()
@@ -90,7 +99,8 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
         plan = [(runner, size, mode, False)
                 for runner, checks, modes in runners for mode in modes
                 for size in FIT_SIZES[(ROW_FAMILY.get(group) or FAMILY[runner] or family, runner)] + checks]
-        first = family != "flux-dit" and group not in ROW_FAMILY and not any(p["family"] == family for p in params)
+        first = (family not in ("flux-dit", "flux-small") and group not in ROW_FAMILY
+                 and not any(p["family"] == family for p in params))
         if first:   # the params buffers: logged before any graph
             got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe, stop_when=["clip"],
                              timeout_s=3600)

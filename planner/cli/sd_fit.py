@@ -76,6 +76,7 @@ def sd_fit_cmd(
     conv_direct: Annotated[Text, _opt("--conv-direct", "on | off | auto, per module: auto,vae=off")] = None,
     vae_tiling: Annotated[bool, _opt("--vae-tiling", "decode the VAE in tiles")] = False,
     frames: Annotated[int, _opt("--frames", "video frames (video models; 1 for an image)")] = 1,
+    mmap: Annotated[bool, _opt("--mmap", "as sd-cli: map the model files (counted whole where mapped)")] = False,
     fa: Annotated[bool, _opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
     diffusion_fa: Annotated[bool, _opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
     diffusion_conv_direct: Annotated[bool, _opt("--diffusion-conv-direct",
@@ -119,7 +120,7 @@ def sd_fit_cmd(
                             vae_on=vae_conv_direct)
     request = SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat,
-                           width, height, fa_modes, cd_modes, vae_tiling, frames)
+                           width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap)
     _show(sd_fit(request, _inventory(devices, device or [], ram)), fmt)
 
 

@@ -49,13 +49,29 @@ class DeviceNeed:
         return self.need_bytes <= self.cap_bytes
 
 
+def mapped_bytes(fit: FitInput, placements: tuple[Placement, ...], device: str) -> int:
+    """Weights on a device whose buffers map the model files (--mmap on a device that shares host
+    memory): seed 002, "With --mmap, device-backed mappings count toward these budgets at their
+    full mapped-file size, once per device buffer even when multiple parameter blocks share it" —
+    each file holding a component stored there counts whole, once; components from files that
+    are not mapped count their own bytes."""
+    kinds = {p.kind for p in placements if p.stored_on(device)}
+    files = [f for f in fit.mapped_files if f.kinds & kinds]
+    covered = set().union(*(f.kinds for f in files)) if files else set()
+    rest = sum(p.params_bytes for p in placements if p.stored_on(device) and p.kind not in covered)
+    return sum(f.size_bytes for f in files) + rest
+
+
 def device_needs(fit: FitInput, placements: tuple[Placement, ...]) -> tuple[DeviceNeed, ...]:
     """The figures behind the verdict, one row per GPU of the inventory."""
     out = []
     for gpu in fit.gpus:
         work = max((_work(fit, p) for p in placements if gpu.name in p.compute), default=0)
         cap = runtime_cap(gpu)
-        out.append(DeviceNeed(gpu.name, stored_bytes(placements, gpu.name), work, cap, cap != gpu.budget_bytes))
+        stored = stored_bytes(placements, gpu.name)
+        if fit.mapped_files and not gpu.discrete:
+            stored = mapped_bytes(fit, placements, gpu.name)
+        out.append(DeviceNeed(gpu.name, stored, work, cap, cap != gpu.budget_bytes))
     return tuple(out)
 
 

@@ -88,6 +88,7 @@ class SdTensor:
     name: str  # with the file role's prefix
     n_bytes: int  # loaded size plus TENSOR_OVERHEAD_BYTES
     buffer_bytes: int = 0  # its share of sd-cli's params buffer (see BUFFER_ALIGNMENT)
+    n_dims: int = 2        # 1: a norm scale or a bias, which a row split leaves unsplit
 
 
 @dataclass(frozen=True)
@@ -146,11 +147,15 @@ def _buffer_bytes(name: str, shape: tuple[int, ...], n_bytes: int) -> int:
     return _padded(n_bytes)
 
 
-def _file_tensors(path: str) -> list[tuple[str, int, int]]:
-    """(name, loaded bytes, params-buffer bytes) of every tensor in the file."""
-    if _is_gguf(path):
-        return [(t.name, t.n_bytes, _buffer_bytes(t.name, t.shape, t.n_bytes)) for t in _gguf_tensors(path)]
-    return [(t.name, t.n_bytes, _buffer_bytes(t.name, t.shape, t.n_bytes)) for t in read_safetensors(path)]
+def _file_tensors(path: str) -> list[tuple[str, int, int, int]]:
+    """(name, loaded bytes, params-buffer bytes, dimensions) of every tensor in the file."""
+    tensors = _gguf_tensors(path) if _is_gguf(path) else read_safetensors(path)
+    return [(t.name, t.n_bytes, _buffer_bytes(t.name, t.shape, t.n_bytes), _n_dims(t.shape)) for t in tensors]
+
+
+def _n_dims(shape: tuple[int, ...]) -> int:
+    """Dimensions past trailing ones (GGUF pads none; a safetensors [n, 1] is still a matrix)."""
+    return max(len(shape), 1)
 
 
 def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
@@ -162,13 +167,13 @@ def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
 
 def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:
     out = []
-    for raw_name, n_bytes, buffer_bytes in _file_tensors(source.path):
+    for raw_name, n_bytes, buffer_bytes, n_dims in _file_tensors(source.path):
         name = source.role.prefix + raw_name
         kind = source.role.kind if source.role.kind is not None else classify(name)
         if kind is None or is_unused(name):
             continue
         created = not name.endswith(_NOT_CREATED)
-        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES, buffer_bytes if created else 0)))
+        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES, buffer_bytes if created else 0, n_dims)))
     return out
 
 

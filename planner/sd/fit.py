@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from planner.core.errors import BadInput, FlagError
+from planner.gguf.source import is_url
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import DeviceKind, Inventory
 from planner.sd.assign import (
@@ -21,7 +23,7 @@ from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.family import family
-from planner.sd.placement import FitInput, GpuBudget, Placement, Where, ram_budget
+from planner.sd.placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
@@ -50,6 +52,7 @@ class SdFitRequest:
     flash_attn: str | None = None   # seed 002 mode strings ("auto,te=off")
     conv_direct: str | None = None
     vae_tiling: bool = False        # asked for; sd-fit also turns it on when the decode does not fit
+    mmap: bool = False              # sd-cli --mmap: mapped files count whole on devices that map them
     frames: int = 1                 # video models only (--frames / sd-cli's --video-frames)
 
 
@@ -163,6 +166,8 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     render = Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
                           request.conv_direct, request.vae_tiling)
     base = _fit_input(inventory, read_components(list(request.sources)), backend, max_vram)
+    if request.mmap:
+        base = replace(base, mapped_files=mapped_files(request.sources))
     _check_frames(base, request.frames)
     fit, placements, mode, tiled = _plan_at(base, request, auto, param_targets, render)
     ram = ram_need(fit, placements)
@@ -176,6 +181,17 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
                   _largest(base, request, auto, param_targets, render),
                   device_needs(fit, placements) + ((ram,) if ram is not None else ()))
+
+
+def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
+    """Each local model file's size and the components its tensors belong to (a URL is not mapped)."""
+    out = []
+    for src in sources:
+        if is_url(src.path):
+            continue
+        kinds = frozenset(c.kind for c in read_components([src]) if c.params_bytes)
+        out.append(MappedFile(Path(src.path).stat().st_size, kinds))
+    return tuple(out)
 
 
 def _check_frames(fit: FitInput, frames: int) -> None:
@@ -236,4 +252,6 @@ def _render_args(request: SdFitRequest, tiled: bool) -> tuple[str, ...]:
         out += ["--conv-direct", request.conv_direct]
     if tiled:
         out.append("--vae-tiling")
+    if request.mmap:
+        out.append("--mmap")
     return tuple(out)
