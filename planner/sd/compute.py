@@ -29,6 +29,7 @@ from planner.core.errors import BadInput
 CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
 LATENT_FACTOR = 8          # SD 1.x / 2.x / XL VAEs: 8 image pixels per latent pixel
 VAE_TILE = 32              # vae.hpp get_tile_sizes: the default tile side, in latent pixels
+MIN_TILE = 4               # vae.hpp get_tile_sizes: min_tile_dimension
 SIZE_STEP = 64             # sd-cli rounds width and height to multiples of 64 for the UNet models
 # The sizes each curve is solved from, by (model, runner). A UNet's span the range people ask
 # about (the attention term dominates at the top); where the tensors alive at the allocator's peak
@@ -128,9 +129,10 @@ def has_curve(family: str, runner: str, mode: Mode) -> bool:
 
 
 def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode = Mode(),
-                  tiled: bool = False) -> int | None:
+                  tiled: bool = False, tile: tuple[int, int] | None = None) -> int | None:
     """The compute buffer sd-cli reserves for `runner` at width x height, or None where the
-    corpus has no figures for this family, runner and mode."""
+    corpus has no figures for this family, runner and mode. `tile`: a tiled decode's tile in
+    latent pixels (x, y); None: sd-cli's default, VAE_TILE on each side."""
     if width <= 0 or height <= 0 or width % SIZE_STEP or height % SIZE_STEP:
         raise BadInput(f"image size {width}x{height}: expected positive multiples of {SIZE_STEP}")
     curve = _curve(family, runner, mode)
@@ -138,7 +140,8 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
         return None
     lw, lh = width // LATENT_FACTOR, height // LATENT_FACTOR
     if tiled:
-        lw, lh = min(lw, VAE_TILE), min(lh, VAE_TILE)
+        tw, th = tile or (VAE_TILE, VAE_TILE)
+        lw, lh = min(lw, tw), min(lh, th)
     n = lw * lh
     # the piece whose middle point is nearest: one quadratic where the peak's tensors stay the same,
     # consecutive pieces where they change

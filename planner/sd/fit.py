@@ -21,7 +21,7 @@ from planner.sd.assign import (
 from planner.sd.autofit import compute_devices, default_backend, follow_assignments, greedy_fit
 from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
-from planner.sd.compute import CORPUS_MAX_SIDE
+from planner.sd.compute import CORPUS_MAX_SIDE, LATENT_FACTOR, MIN_TILE
 from planner.sd.family import family
 from planner.sd.placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
@@ -115,11 +115,11 @@ def _explicit_or_default(fit: FitInput, kind: Kind) -> tuple[str, ...]:
     return explicit if explicit is not None else default_backend(fit)
 
 
-def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool) -> FitInput:
+def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool, tile: tuple[int, int] | None = None) -> FitInput:
     """`fit` with every component's compute buffer at `render`, on the devices it computes on."""
     where = compute_devices(fit) if auto else {c.kind: _explicit_or_default(fit, c.kind) for c in fit.present}
     diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
-    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion)
+    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion, tile)
                   if c.params_bytes else c for c in fit.components)
     return replace(fit, components=comps)
 
@@ -169,7 +169,8 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     if request.mmap:
         base = replace(base, mapped_files=mapped_files(request.sources))
     _check_frames(base, request.frames)
-    fit, placements, mode, tiled = _plan_at(base, request, auto, param_targets, render)
+    fit, placements, mode, tiling = _plan_at(base, request, auto, param_targets, render)
+    tiled = tiling is not None
     ram = ram_need(fit, placements)
     runtime_spec, params_spec = specs(placements, _kept(inventory, backend, Role.BACKEND),
                                        _kept(inventory, params, Role.PARAMS))
@@ -177,7 +178,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   _splits(fit, placements, modes), runtime_spec, params_spec, max_vram, _split_spec(modes),
                   traffic_bytes(fit, placements, request.steps), overcommit(fit, placements),
                   tuple(a for src in request.sources for a in (src.role.flag, src.path)),
-                  _render_args(request, tiled), render.width, render.height, tiled,
+                  _render_args(request, tiling), render.width, render.height, tiled,
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
                   _largest(base, request, auto, param_targets, render),
                   device_needs(fit, placements) + ((ram,) if ram is not None else ()))
@@ -206,19 +207,48 @@ def _check_frames(fit: FitInput, frames: int) -> None:
 
 def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
              param_targets: dict[Kind, tuple[Where, str | None] | None],
-             render: Render) -> tuple[FitInput, tuple[Placement, ...], Mode, bool]:
-    """The placement at `render`'s size; with the VAE decode tiled when that is what makes it fit
-    (seed 002: a failed decode is retried with spatial tiling; sd-fit plans it up front)."""
-    fit = _sized(base, render, auto or request.optimal, render.vae_tiling)
+             render: Render) -> tuple[FitInput, tuple[Placement, ...], Mode, Tiling | None]:
+    """The placement at `render`'s size, with the VAE decode tiled when that is what makes it fit:
+    seed 002, "If a VAE decode fails, decoding retries with spatial tiling even when --auto-fit is
+    off ... Spatial retries use half-size tiles along each latent dimension" — sd-fit plans that
+    retry up front, then sd-cli's default tiles (VAE_TILE) where half-size ones are still too big."""
+    sizing = auto or request.optimal
+    if render.vae_tiling:
+        fit = _sized(base, render, sizing, True)
+        placements, mode = _place(fit, request, auto, param_targets)
+        return fit, placements, mode, Tiling(None)
+    fit = _sized(base, render, sizing, False)
     placements, mode = _place(fit, request, auto, param_targets)
-    if render.vae_tiling or not overcommit(fit, placements):
-        return fit, placements, mode, render.vae_tiling
-    tiled_fit = _sized(base, render, auto or request.optimal, True)
-    tiled_placements, _ = _place(tiled_fit, request, auto, param_targets)
-    tiles = any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components)
-    if tiles and not overcommit(tiled_fit, tiled_placements):
-        return tiled_fit, tiled_placements, mode, True
-    return fit, placements, mode, False
+    if not overcommit(fit, placements):
+        return fit, placements, mode, None
+    for tiling in (Tiling(retry_tile(render.width, render.height)), Tiling(None)):
+        tiled_fit = _sized(base, render, sizing, True, tiling.tile)
+        if not any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components):
+            break   # the VAE's figures are not known: tiling cannot be shown to help
+        tiled_placements, _ = _place(tiled_fit, request, auto, param_targets)
+        if not overcommit(tiled_fit, tiled_placements):
+            return tiled_fit, tiled_placements, mode, tiling
+    return fit, placements, mode, None
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A tiled VAE decode: `tile` in latent pixels (x, y), None for sd-cli's default tile."""
+
+    tile: tuple[int, int] | None
+
+    @property
+    def args(self) -> list[str]:
+        size = [] if self.tile is None else ["--vae-tile-size", f"{self.tile[0]}x{self.tile[1]}"]
+        return ["--vae-tiling", *size]
+
+
+def retry_tile(width: int, height: int) -> tuple[int, int]:
+    """Seed 002's retry tile: half the latent along each dimension (at least vae.hpp's minimum)."""
+    def half(side: int) -> int:
+        return max(-(-(side // LATENT_FACTOR) // 2), MIN_TILE)
+
+    return half(width), half(height)
 
 
 def _largest(base: FitInput, request: SdFitRequest, auto: bool,
@@ -239,7 +269,7 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     return best
 
 
-def _render_args(request: SdFitRequest, tiled: bool) -> tuple[str, ...]:
+def _render_args(request: SdFitRequest, tiling: Tiling | None) -> tuple[str, ...]:
     """sd-cli's image and mode flags: the size and modes as asked, tiling where planned."""
     out: list[str] = []
     if request.width is not None:
@@ -250,8 +280,8 @@ def _render_args(request: SdFitRequest, tiled: bool) -> tuple[str, ...]:
         out += ["--flash-attn", request.flash_attn]
     if request.conv_direct is not None:
         out += ["--conv-direct", request.conv_direct]
-    if tiled:
-        out.append("--vae-tiling")
+    if tiling is not None:
+        out += tiling.args
     if request.mmap:
         out.append("--mmap")
     return tuple(out)

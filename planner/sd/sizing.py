@@ -59,7 +59,7 @@ def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[t
 
 
 def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
-          diffusion: str | None = None) -> Component:
+          diffusion: str | None = None, tile: tuple[int, int] | None = None) -> Component:
     """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
     `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
     SDXL's KL-f8 VAE with a graph of its own)."""
@@ -70,9 +70,10 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
         return replace(comp, compute_bytes=None, compute_mode="")
     mode = component_mode(comp, render, devices, fam)
     tiled = tiled and comp.kind is Kind.VAE
-    sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled)
+    sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled, tile=tile)
              for runner in RUNNERS.get((comp.kind, fam), ())]
     known = [s for s in sizes if s is not None]
     size = max(known) if known and len(known) == len(sizes) else None
-    label = mode.key + (",vae_tiling=on" if tiled else "") if size is not None else ""
+    tiles = f",vae_tiling=on,tile={tile[0]}x{tile[1]}" if tile else ",vae_tiling=on"
+    label = mode.key + (tiles if tiled else "") if size is not None else ""
     return replace(comp, compute_bytes=size, compute_mode=label)
