@@ -9,6 +9,8 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   two text encoders (`conditioner.embedders.0/1.`);
 - "kl-f8": the 4-channel KL-f8 VAE of SD 1.x / 2.x / XL (decoder conv_in 4 -> 512 channels);
   beside an SDXL UNet sd-cli decodes it with a graph of its own, "kl-f8-sdxl" (planner/sd/sizing.py);
+- "ae16": the 16-channel autoencoder of FLUX.1 (decoder conv_in 16 -> 512 channels); beside a
+  FLUX.1 DiT its decode graph's figures are "flux-ae" (planner/sd/sizing.py);
 - "flux": the FLUX.1 DiT (19 double and 38 single blocks, any weight type) and its text encoders
   (CLIP-L and T5-XXL as separate files).
 Anything else is None: sd-fit then keeps seed 002's fixed compute reserves.
@@ -20,6 +22,7 @@ from planner.sd.roles import Kind
 
 UNET = "model.diffusion_model."
 SD15, SDXL, KL_F8, FLUX = "sd15", "sdxl", "kl-f8", "flux"
+AE16 = "ae16"   # the 16-channel autoencoder (FLUX.1's ae.safetensors; the KL-f8 layout, 16 latent channels)
 
 
 def _sizes(comp: Component) -> dict[str, int]:
@@ -67,6 +70,8 @@ def vae_family(comp: Component) -> str | None:
         ratio = _ratio(s, f"{prefix}conv_in.weight", f"{prefix}mid.block_1.conv1.weight")
         if ratio == 4 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s:
             return KL_F8
+        if ratio == 16 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s:
+            return AE16
     return None
 
 

@@ -18,7 +18,11 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.DIFFUSION, "sd15"): ("unet",), (Kind.DIFFUSION, "sdxl"): ("unet",), (Kind.DIFFUSION, "flux"): ("flux",),
     (Kind.TE, "sd15"): ("clip",), (Kind.TE, "sdxl"): ("clip",), (Kind.TE, "flux"): ("clip", "t5"),
     (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
+    (Kind.VAE, "flux-ae"): ("vae",),
 }
+# A VAE whose decode figures depend on the diffusion model it decodes for: (VAE, diffusion) -> the
+# corpus family of that decode (sd-cli builds SDXL's KL-f8 decode and FLUX.1's 16-channel one its own way)
+VAE_FOR: dict[tuple[str, str], str] = {("kl-f8", "sdxl"): "kl-f8-sdxl", ("ae16", "flux"): "flux-ae"}
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
 
@@ -64,8 +68,8 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
     `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
     SDXL's KL-f8 VAE with a graph of its own)."""
     fam = family(comp)
-    if fam == "kl-f8" and diffusion == "sdxl":
-        fam = "kl-f8-sdxl"
+    if fam is not None and diffusion is not None:
+        fam = VAE_FOR.get((fam, diffusion), fam)
     if fam is None:
         return replace(comp, compute_bytes=None, compute_mode="")
     mode = component_mode(comp, render, devices, fam)
