@@ -72,6 +72,9 @@ def sweep_cmd(
         require_matplotlib()
     axes = [parse_vary(v) for v in vary]
     options = inventory.options()
+    if any(a.name == "res" for a in axes):   # a stable-diffusion.cpp model: sd-fit per image size
+        _sd_sweep(model, axes, list(ctx.args), options, output, fmt, plot)
+        return
     args = options.llama_argv(list(ctx.args))
     base = parse_llama_flags(args) if args else None
     progress = _Progress()
@@ -81,6 +84,16 @@ def sweep_cmd(
                        max_vram=inventory.max_vram, max_ram=inventory.max_ram)
     finally:
         progress.close()
+    _emit(result, output, fmt)
+    if plot is not None:
+        from planner.sweeps.plots import plot_sweep, save_figure
+
+        save_figure(plot_sweep(result), plot)
+        typer.echo(f"plot written to {plot}", err=not output)
+
+
+def _emit(result: Any, output: str | None, fmt: str) -> None:
+    """The sweep's CSV to `output`, else to stdout as `fmt`."""
     if output is not None:
         def write(tmp: Path) -> None:
             tmp.write_text(result.to_csv(), encoding="utf-8")
@@ -91,8 +104,14 @@ def sweep_cmd(
         typer.echo(result.to_csv(), nl=False)
     else:
         typer.echo(render(result, fmt))
-    if plot is not None:
-        from planner.sweeps.plots import plot_sweep, save_figure
 
-        save_figure(plot_sweep(result), plot)
-        typer.echo(f"plot written to {plot}", err=not output)
+
+def _sd_sweep(model: str, axes: list[Any], sd_argv: list[str], options: Any, output: str | None, fmt: str,
+              plot: str | None) -> None:
+    """`--vary res=...`: the model is stable-diffusion.cpp's, the flags after `--` sd-cli's."""
+    from planner.api import sd_sweep
+
+    if plot is not None:
+        raise BadInput("--plot: not drawn for a sweep over res; use -o or --format")
+    choice = options.resolve(detect=False)
+    _emit(sd_sweep([model], axes, sd_argv, choice.inventory if choice else None, options.max_vram), output, fmt)

@@ -54,6 +54,7 @@ class SdFitRequest:
     vae_tiling: bool = False        # asked for; sd-fit also turns it on when the decode does not fit
     mmap: bool = False              # sd-cli --mmap: mapped files count whole on devices that map them
     frames: int = 1                 # video models only (--frames / sd-cli's --video-frames)
+    search_largest: bool = True     # also find the largest square that fits (a sweep does not need it)
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
@@ -180,7 +181,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   tuple(a for src in request.sources for a in (src.role.flag, src.path)),
                   _render_args(request, tiling), render.width, render.height, tiled,
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
-                  _largest(base, request, auto, param_targets, render),
+                  _largest(base, request, auto, param_targets, render) if request.search_largest else None,
                   device_needs(fit, placements) + ((ram,) if ram is not None else ()))
 
 
