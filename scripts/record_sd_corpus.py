@@ -39,9 +39,12 @@ GROUPS = {
     # FLUX.1's 16-channel autoencoder, decoded after one step of a one-double/one-single-block DiT
     # (sd-cli reads the depth from the file; the decode graph does not depend on it) with the
     # one-block T5-XXL: the step is cheap enough to reach the decode's buffer at 1024x1024
-    "flux-ae": ("flux-small", [("vae", ((1024, 1024),), (BOTH, OFF))]),
+    "flux-ae": ("flux-small", [("vae", ((384, 384),), (BOTH, OFF))]),
+    # SDXL's decode at 1024x1024 with CUDA's auto modes, after one UNet step at that size (slow on a CPU)
+    "kl-f8-sdxl-1024": ("sdxl", [("vae", ((1024, 1024),), (BOTH,))]),
 }
-ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "flux-ae": "flux-ae"}   # groups whose rows are not named after FAMILY
+# groups whose rows are not named after FAMILY
+ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "flux-ae": "flux-ae", "kl-f8-sdxl-1024": "kl-f8-sdxl"}
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5"}

@@ -13,7 +13,7 @@ from planner.core.errors import FlagError
 from planner.core.units import quote
 from planner.sd.assign import COMPAT_FLAGS
 from planner.sd.fit import SdFitRequest
-from planner.sd.modes import Feature, legacy_modes
+from planner.sd.modes import FLASH_ATTN_ALIASES, Feature, last_flash_attn, legacy_modes
 from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
 
 # flags that take a value -> the SdFitRequest field it sets (as text)
@@ -40,15 +40,18 @@ def request_from_argv(models: Sequence[str], argv: Sequence[str]) -> SdFitReques
     texts: dict[str, str] = {}
     ints: dict[str, int] = {}
     seen: set[str] = set()
+    fa_given: list[tuple[str, str | None]] = []   # seed 002: the last of --flash-attn, --fa, --diffusion-fa wins
     auto_fit = True
     i = 0
     while i < len(argv):
         flag = argv[i]
         if flag in SWITCHES or flag in LEGACY or flag in COMPAT_FLAGS:
             seen.add(flag)
+            fa_given += [(flag, None)] if flag in FLASH_ATTN_ALIASES else []
             i += 1
             continue
         value = _value(argv, i)
+        fa_given += [(flag, value)] if flag == "--flash-attn" else []
         if flag in _FILES:
             sources.append(ModelSource(value, _FILES[flag]))
         elif flag in VALUE_FLAGS:
@@ -69,8 +72,7 @@ def request_from_argv(models: Sequence[str], argv: Sequence[str]) -> SdFitReques
         tuple(sources), texts.get("backend"), texts.get("params_backend"), texts.get("max_vram"), auto_fit,
         steps=ints.get("steps", DEFAULT_STEPS), split_mode=texts.get("split_mode"),
         compat=tuple(f for f in COMPAT_FLAGS if f in seen),
-        flash_attn=legacy_modes(texts.get("flash_attn"), Feature.FLASH_ATTN, all_on="--fa" in seen,
-                                diffusion_on="--diffusion-fa" in seen),
+        flash_attn=last_flash_attn(fa_given),
         conv_direct=legacy_modes(texts.get("conv_direct"), Feature.CONV_DIRECT,
                                  diffusion_on="--diffusion-conv-direct" in seen, vae_on="--vae-conv-direct" in seen),
         vae_tiling="--vae-tiling" in seen, mmap="--mmap" in seen, frames=ints.get("frames", 1))

@@ -15,7 +15,7 @@ from planner.sd.autofit import greedy_fit
 from planner.sd.check import device_needs
 from planner.sd.components import COMPUTE_RESERVE, Component, SdTensor
 from planner.sd.compute import Mode, compute_bytes
-from planner.sd.modes import Feature, Switch, decide, legacy_modes, parse_modes
+from planner.sd.modes import Feature, Switch, decide, last_flash_attn, legacy_modes, parse_modes
 from planner.sd.placement import MappedFile, Placement, Where
 from planner.sd.roles import Kind
 from planner.sd.split import row_shares
@@ -266,9 +266,18 @@ def test_scratch_margin_512_mib_also_under_an_explicit_budget(capsys, tmp_path):
     assert cuda["cap_bytes"] == 4 * GiB - 512 * MiB
 
 
-def test_flash_attn_legacy_aliases_write_the_mode_string():
-    # "--fa and --diffusion-fa ... Use --flash-attn on and --flash-attn off,diffusion=on": the
-    # aliases' strings. (The seed's "last occurrence of any of these options wins" across
-    # --fa/--diffusion-fa/--flash-attn is not kept: an explicit --flash-attn wins; see the guide.)
-    assert legacy_modes(None, FA, all_on=True) == "on"
-    assert legacy_modes(None, FA, diffusion_on=True) == "off,diffusion=on"
+def test_flash_attn_aliases_and_the_last_occurrence_wins(capsys, sd15):
+    # "--fa and --diffusion-fa ... Both aliases write the same mode string as --flash-attn; the last
+    # occurrence of any of these options wins"
+    def flags(*args):
+        code = main(["sd-fit", sd15, "--backend", "cpu", "--ram", "64GiB", *args, "--format", "flags"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out.strip()
+
+    assert flags("--fa").endswith("--flash-attn on")
+    assert flags("--diffusion-fa").endswith("--flash-attn off,diffusion=on")
+    assert flags("--fa", "--flash-attn", "off").endswith("--flash-attn off")
+    assert flags("--flash-attn", "off", "--fa").endswith("--flash-attn on")
+    assert flags("--fa", "--diffusion-fa").endswith("--flash-attn off,diffusion=on")
+    assert last_flash_attn([("--diffusion-fa", None), ("--flash-attn", "auto,te=off")]) == "auto,te=off"
