@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.core.units import MiB, fmt_mib
-from planner.sd.placement import FitInput, GpuBudget, Placement, Where
+from planner.sd.sd_placement import FitInput, GpuBudget, Placement, Where
 from planner.sd.traffic import stored_bytes
 
 

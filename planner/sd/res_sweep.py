@@ -17,8 +17,8 @@ from planner.core.render import table
 from planner.core.units import fmt_mib
 from planner.hardware.inventory import Inventory
 from planner.sd.check import DeviceNeed
-from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.fit import SdFitRequest, sd_fit
+from planner.sd.sd_compute import CORPUS_MAX_SIDE
 
 CSV_COLUMNS = ("res", "width", "height", "verdict", "fits", "vae_tiling", "device", "weights_bytes", "compute_bytes",
                "need_bytes", "cap_bytes", "device_fits", "flags")

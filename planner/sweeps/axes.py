@@ -63,7 +63,7 @@ AXES: dict[str, AxisSpec] = {
     # stable-diffusion.cpp models: the side of a square image (sd-cli's -W and -H); sd-fit plans each
     "res": AxisSpec(AxisKind.INT, (), "image side -W = -H (px)", 64),
 }
-RES_STEP = 64   # sd-cli's image sizes are multiples of 64 (planner.sd.compute.SIZE_STEP)
+RES_STEP = 64   # sd-cli's image sizes are multiples of 64 (planner.sd.sd_compute.SIZE_STEP)
 
 
 class SweepMode(str, enum.Enum):

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from planner.cli import main
-from planner.sd.compute import CORPUS, Mode, compute_bytes
+from planner.sd.sd_compute import CORPUS, Mode, compute_bytes
 from planner.synth.shapes_sd import write_checkpoint, write_flux
 
 MiB = 1024**2

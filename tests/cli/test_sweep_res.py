@@ -10,7 +10,7 @@ import json
 import pytest
 
 from planner.cli import main
-from planner.sd.compute import CORPUS_MAX_SIDE, Mode, compute_bytes
+from planner.sd.sd_compute import CORPUS_MAX_SIDE, Mode, compute_bytes
 from planner.synth.shapes_sd import write_checkpoint
 
 DEVICES = ["--device", "CUDA0=4GiB", "--ram", "64GiB"]

@@ -14,10 +14,10 @@ from planner.core.units import GiB, MiB
 from planner.sd.autofit import greedy_fit
 from planner.sd.check import device_needs
 from planner.sd.components import COMPUTE_RESERVE, Component, SdTensor
-from planner.sd.compute import Mode, compute_bytes
 from planner.sd.modes import Feature, Switch, decide, last_flash_attn, legacy_modes, parse_modes
-from planner.sd.placement import MappedFile, Placement, Where
 from planner.sd.roles import Kind
+from planner.sd.sd_compute import Mode, compute_bytes
+from planner.sd.sd_placement import MappedFile, Placement, Where
 from planner.sd.split import row_shares
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_sd import write_checkpoint
