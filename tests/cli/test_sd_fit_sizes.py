@@ -160,3 +160,23 @@ def test_flux_1024_on_a_12_gib_card(capsys, flux):
     # 22.2 GiB of DiT weights cannot stay on a 12 GiB card: auto-fit keeps them in RAM
     assert c["diffusion"]["params"] == "cpu"
     assert p["verdict"].startswith("fits with parameters on the host")
+
+
+@pytest.mark.parametrize("frames,needle", [("9", "sd15 is an image model"), ("0", "expected 1 or more")])
+def test_frames_on_an_image_model_is_one_line_exit_2(capsys, sd15, frames, needle):
+    code = main(["sd-fit", sd15, *CPU, "--frames", frames])
+    _, err = capsys.readouterr()
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_text_report_shows_the_figures_behind_the_verdict(capsys, sd15):
+    # one line per device: weights + compute = need of cap, as the JSON's per_device says
+    args = [sd15, "--device", "CUDA0=4GiB", "--ram", "64GiB", "-W", "768", "-H", "768"]
+    p = plan(capsys, *args)
+    code = main(["sd-fit", *args])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    for d in p["per_device"]:
+        line = next(x for x in out.splitlines() if x.strip().startswith(d["name"] + " ") and "weights" in x)
+        assert f"= {d['need_bytes'] // MiB:6d} MiB of {d['cap_bytes'] // MiB:6d} MiB" in line
+    assert f"768x768: {p['verdict']}" in out
