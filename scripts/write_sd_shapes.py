@@ -2,10 +2,11 @@
 the released files under its own name and shape, sparse data) and print the sd-cli file flags that
 load it.
 
-    python scripts/write_sd_shapes.py sd15|sdxl|flux DIRECTORY
+    python scripts/write_sd_shapes.py sd15|sdxl|flux|wan DIRECTORY
 
 SD 1.5 and SDXL are one checkpoint each (-m); FLUX.1 [dev] is its four files (DiT BF16, T5-XXL and
-CLIP-L F16, the 16-channel autoencoder F32). Files already there are kept.
+CLIP-L F16, the 16-channel autoencoder F32); Wan2.1-T2V-1.3B its three (planner/synth/shapes_wan.py).
+Files already there are kept.
 """
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import sys
 from pathlib import Path
 
 from planner.synth.shapes_sd import CHECKPOINTS, FLUX_FILES, write_checkpoint, write_flux
+from planner.synth.shapes_wan import write_wan
+
+MULTI_FILE = ("flux", "wan")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in (*CHECKPOINTS, "flux"):
-        print(f"usage: write_sd_shapes.py {'|'.join((*CHECKPOINTS, 'flux'))} DIRECTORY", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in (*CHECKPOINTS, *MULTI_FILE):
+        print(f"usage: write_sd_shapes.py {'|'.join((*CHECKPOINTS, *MULTI_FILE))} DIRECTORY", file=sys.stderr)
         return 2
     family, directory = argv[0], Path(argv[1])
     directory.mkdir(parents=True, exist_ok=True)
@@ -27,6 +31,8 @@ def main(argv: list[str]) -> int:
         if not all(p.exists() for p in paths.values()):
             paths = write_flux(directory)
         args = [a for flag, path in paths.items() for a in (flag, str(path))]
+    elif family == "wan":
+        args = [a for flag, path in write_wan(directory).items() for a in (flag, str(path))]
     else:
         path = directory / f"{family}.safetensors"
         if not path.exists():

@@ -22,18 +22,16 @@ from planner.sd.autofit import compute_devices, default_backend, follow_assignme
 from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.family import family
-from planner.sd.plan import Mode, SdPlan, specs
+from planner.sd.plan import MAX_RECORDED_FRAMES, Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
-from planner.sd.sd_compute import CORPUS_MAX_SIDE, LATENT_FACTOR, MIN_TILE
+from planner.sd.sd_compute import CORPUS_MAX_SIDE, FRAME_STEP, LATENT_FACTOR, MIN_TILE, VIDEO_FAMILIES
 from planner.sd.sd_placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
 from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
 
 SIZE_STEP = 64      # sd-cli's SD 1.x / XL image sizes
-# Diffusion families that make videos and so take --frames (a video model's sizing joins them here).
-VIDEO_FAMILIES: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -116,11 +114,12 @@ def _explicit_or_default(fit: FitInput, kind: Kind) -> tuple[str, ...]:
     return explicit if explicit is not None else default_backend(fit)
 
 
-def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool, tile: tuple[int, int] | None = None) -> FitInput:
+def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool, tile: tuple[int, int] | None = None,
+           frames: int = 1) -> FitInput:
     """`fit` with every component's compute buffer at `render`, on the devices it computes on."""
     where = compute_devices(fit) if auto else {c.kind: _explicit_or_default(fit, c.kind) for c in fit.present}
     diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
-    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion, tile)
+    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion, tile, frames)
                   if c.params_bytes else c for c in fit.components)
     return replace(fit, components=comps)
 
@@ -182,7 +181,9 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   _render_args(request, tiling), render.width, render.height, tiled,
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
                   _largest(base, request, auto, param_targets, render) if request.search_largest else None,
-                  device_needs(fit, placements) + ((ram,) if ram is not None else ()))
+                  device_needs(fit, placements) + ((ram,) if ram is not None else ()),
+                  _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
+                  request.frames)
 
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
@@ -215,17 +216,17 @@ def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
     retry up front, then sd-cli's default tiles (VAE_TILE) where half-size ones are still too big."""
     sizing = auto or request.optimal
     if render.vae_tiling:
-        fit = _sized(base, render, sizing, True)
+        fit = _sized(base, render, sizing, True, frames=request.frames)
         placements, mode = _place(fit, request, auto, param_targets)
         return fit, placements, mode, Tiling(None)
-    fit = _sized(base, render, sizing, False)
+    fit = _sized(base, render, sizing, False, frames=request.frames)
     placements, mode = _place(fit, request, auto, param_targets)
     if not overcommit(fit, placements):
         return fit, placements, mode, None
     for tiling in (Tiling(retry_tile(render.width, render.height)), Tiling(None)):
-        tiled_fit = _sized(base, render, sizing, True, tiling.tile)
+        tiled_fit = _sized(base, render, sizing, True, tiling.tile, request.frames)
         if not any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components):
-            break   # the VAE's figures are not known: tiling cannot be shown to help
+            continue   # the VAE's figures at this tile are not known: tiling cannot be shown to help
         tiled_placements, _ = _place(tiled_fit, request, auto, param_targets)
         if not overcommit(tiled_fit, tiled_placements):
             return tiled_fit, tiled_placements, mode, tiling
@@ -257,8 +258,8 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     """The largest square side (a multiple of 64) at which the plan fits, or None when no
     component's compute depends on the size (no corpus curve) or nothing fits. The search ends at
     the largest size the corpus has recorded (CORPUS_MAX_SIDE): the curves are not extrapolated."""
-    if not any(c.compute_bytes is not None for c in _sized(base, render, auto, False).components
-               if c.kind is not Kind.TE):
+    if _video(base) or not any(c.compute_bytes is not None for c in _sized(base, render, auto, False).components
+                               if c.kind is not Kind.TE):
         return None
     best = None
     for side in range(SIZE_STEP, CORPUS_MAX_SIDE + 1, SIZE_STEP):
@@ -267,6 +268,26 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
         if overcommit(fit, placements):
             break
         best = side
+    return best
+
+
+def _video(fit: FitInput) -> bool:
+    return any(family(c) in VIDEO_FAMILIES for c in fit.present if c.kind is Kind.DIFFUSION)
+
+
+def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
+                    param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
+    """A video model's largest frame count (1, 5, 9, ...: 4k+1) that fits at the planned size, up
+    to the most frames the corpus records (MAX_RECORDED_FRAMES); None for an image model or when
+    one frame does not fit."""
+    if not _video(base):
+        return None
+    best = None
+    for frames in range(1, MAX_RECORDED_FRAMES + 1, FRAME_STEP):
+        fit, placements, _, _ = _plan_at(base, replace(request, frames=frames), auto, param_targets, render)
+        if overcommit(fit, placements):
+            break
+        best = frames
     return best
 
 
@@ -283,6 +304,8 @@ def _render_args(request: SdFitRequest, tiling: Tiling | None) -> tuple[str, ...
         out += ["--conv-direct", request.conv_direct]
     if tiling is not None:
         out += tiling.args
+    if request.frames != 1:
+        out += ["--video-frames", str(request.frames)]
     if request.mmap:
         out.append("--mmap")
     return tuple(out)
