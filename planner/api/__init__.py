@@ -32,7 +32,7 @@ from planner.core.errors import BadInput, FitplanError, FlagError, InfeasiblePla
 from planner.core.render import render
 from planner.hardware.catalog import CATALOG_KINDS, list_catalog
 from planner.hardware.inventory import one_of
-from planner.sd.modes import Feature, legacy_modes
+from planner.sd.modes import Feature, last_flash_attn, legacy_modes
 from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
 from planner.system import net
 from planner.system.files import check_output_path, write_atomic

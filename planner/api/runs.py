@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planner.api.calls import sd_sweep
 from planner.api.machine import InventoryChoice, InventoryOptions
 from planner.checking.validate import validate, validate_request
 from planner.checking.validation_report import ValidateReport, ValidateRequest
@@ -30,6 +31,7 @@ from planner.running.serve import (
     with_program,
 )
 from planner.running.serve_set import InstanceCheck, check_table, prepare_router, serve_set
+from planner.sd.res_sweep import ResSweep
 from planner.sweeps.plots import plot_plan, plot_sweep, require_matplotlib, save_figure
 from planner.sweeps.sweep import SweepResult, parse_vary
 from planner.sweeps.sweep import sweep as run_sweep
@@ -106,9 +108,15 @@ def estimate_on(model: str, options: InventoryOptions, argv: list[str],
 
 def sweep_on(model: str, vary: Sequence[str], options: InventoryOptions, argv: list[str],
              mode: SweepMode | str = SweepMode.ESTIMATE,
-             progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """`sweep`: each --vary NAME=VALUES axis over the base flags, on the devices the options give."""
+             progress: Callable[[int, int], None] | None = None, drawing: bool = False) -> SweepResult | ResSweep:
+    """`sweep`: each --vary NAME=VALUES axis over the base flags, on the devices the options give. A `res`
+    axis makes it a stable-diffusion.cpp sweep (sd-fit at each side; `argv` are then sd-cli's flags)."""
     axes = [parse_vary(v) for v in vary]
+    if any(a.name == "res" for a in axes):
+        if drawing:
+            raise BadInput("--plot: not drawn for a sweep over res; use -o or --format")
+        choice = options.resolve(detect=False)
+        return sd_sweep([model], axes, argv, choice.inventory if choice else None, options.max_vram, progress)
     args = options.llama_argv(argv)
     base = parse_llama_flags(args) if args else None
     choice = options.resolve(detect=False)

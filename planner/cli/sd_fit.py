@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from planner import api
-from planner.api import DEFAULT_STEPS, Feature, FileRole, FlagError, ModelSource, legacy_modes
+from planner.api import DEFAULT_STEPS, Feature, FileRole, FlagError, ModelSource, last_flash_attn, legacy_modes
 from planner.cli.options import Ram
 
-SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.sd_compute.SIZE_STEP)
+SIZE_STEP = 16   # the finest step of any model's sizes (video: 16; image models check 64 in planner.sd.sd_compute)
 
 FORMATS = ("text", "flags", "command", "yaml", "json")
 _AUTO_FIT = {"on": True, "off": False}
@@ -37,7 +37,23 @@ def _opt(name: str, help_text: str) -> typer.models.OptionInfo:
     return typer.Option(name, help=help_text)
 
 
+_FA_ORDER = "sd_fit_flash_attn_order"
+
+
+def _fa_given(ctx: typer.Context, param: typer.CallbackParam, value: object) -> object:
+    """Record --flash-attn / --fa / --diffusion-fa in command-line order (click processes given
+    options in the order they appear): seed 002 lets the last of them win."""
+    if value not in (None, False):
+        ctx.meta.setdefault(_FA_ORDER, []).append((param.opts[0], value if isinstance(value, str) else None))
+    return value
+
+
+def _fa_opt(name: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text, callback=_fa_given)
+
+
 def sd_fit_cmd(
+    ctx: typer.Context,
     models: Annotated[list[str] | None, typer.Argument(help="checkpoint(s), as sd-cli -m")] = None,
     backend: Annotated[Text, _opt("--backend", "compute: cuda0 | te=cpu,vae=cuda0 | diffusion=cuda0&cuda1")] = None,
     params_backend: Annotated[Text, _opt("--params-backend", "parameters: cpu | disk | te=cpu,...")] = None,
@@ -56,11 +72,13 @@ def sd_fit_cmd(
     offload_to_cpu: Annotated[bool, _opt("--offload-to-cpu", "as sd-cli: prepend *=cpu to --params-backend")] = False,
     width: Annotated[int | None, typer.Option("--width", "-W", help="image width (sd-cli's default 512)")] = None,
     height: Annotated[int | None, typer.Option("--height", "-H", help="image height (default 512)")] = None,
-    flash_attn: Annotated[Text, _opt("--flash-attn", "on | off | auto, per module: auto,te=off,vae=on")] = None,
+    flash_attn: Annotated[Text, _fa_opt("--flash-attn", "on | off | auto, per module: auto,te=off,vae=on")] = None,
     conv_direct: Annotated[Text, _opt("--conv-direct", "on | off | auto, per module: auto,vae=off")] = None,
     vae_tiling: Annotated[bool, _opt("--vae-tiling", "decode the VAE in tiles")] = False,
-    fa: Annotated[bool, _opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
-    diffusion_fa: Annotated[bool, _opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
+    frames: Annotated[int, _opt("--frames", "video frames (video models; 1 for an image)")] = 1,
+    mmap: Annotated[bool, _opt("--mmap", "as sd-cli: map the model files (counted whole where mapped)")] = False,
+    fa: Annotated[bool, _fa_opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
+    diffusion_fa: Annotated[bool, _fa_opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
     diffusion_conv_direct: Annotated[bool, _opt("--diffusion-conv-direct",
                                                 "deprecated: --conv-direct auto,diffusion=on,controlnet=on")] = False,
     vae_conv_direct: Annotated[bool, _opt("--vae-conv-direct", "deprecated: --conv-direct auto,vae=on")] = False,
@@ -95,12 +113,12 @@ def sd_fit_cmd(
         if size is not None and (size <= 0 or size % SIZE_STEP):
             raise FlagError(f"{flag} {size}: expected a positive multiple of {SIZE_STEP}")
     # Seed 002: the deprecated switches write mode strings; an explicit --flash-attn/--conv-direct wins.
-    fa_modes = legacy_modes(flash_attn, Feature.FLASH_ATTN, all_on=fa, diffusion_on=diffusion_fa)
+    fa_modes = last_flash_attn(ctx.meta.get(_FA_ORDER, []))
     cd_modes = legacy_modes(conv_direct, Feature.CONV_DIRECT, diffusion_on=diffusion_conv_direct,
                             vae_on=vae_conv_direct)
     request = api.SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat,
-                           width, height, fa_modes, cd_modes, vae_tiling)
+                           width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap)
     machine = api.InventoryOptions(devices, tuple(device or ()), ram).inventory(detect=True, use_llama=False)
     assert machine is not None   # detect=True always gives an inventory
     _show(api.sd_fit(request, machine), fmt)

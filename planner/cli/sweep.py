@@ -71,9 +71,18 @@ def sweep_cmd(
     sweep = api.sweep_on   # its first use loads the library: before the progress bar's clock starts
     progress = _Progress()
     try:
-        result = sweep(model, vary, inventory.options(), list(ctx.args), mode=mode, progress=progress)
+        result = sweep(model, vary, inventory.options(), list(ctx.args), mode=mode, progress=progress,
+                       drawing=plot is not None)
     finally:
         progress.close()
+    _emit(result, output, fmt)
+    if plot is not None and isinstance(result, api.SweepResult):   # a sweep over res refuses --plot first
+        api.save_figure(api.plot_sweep(result), plot)
+        typer.echo(f"plot written to {plot}", err=not output)
+
+
+def _emit(result: Any, output: str | None, fmt: str) -> None:
+    """The sweep's CSV to `output`, else to stdout as `fmt`."""
     if output is not None:
         def write(tmp: Path) -> None:
             tmp.write_text(result.to_csv(), encoding="utf-8")
@@ -84,6 +93,3 @@ def sweep_cmd(
         typer.echo(result.to_csv(), nl=False)
     else:
         typer.echo(api.render(result, fmt))
-    if plot is not None:
-        api.save_figure(api.plot_sweep(result), plot)
-        typer.echo(f"plot written to {plot}", err=not output)
