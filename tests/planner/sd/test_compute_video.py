@@ -14,7 +14,9 @@ import pytest
 
 from planner.core.errors import BadInput
 from planner.sd.components import read_components
-from planner.sd.compute import (
+from planner.sd.family import family
+from planner.sd.roles import FileRole, Kind, ModelSource
+from planner.sd.sd_compute import (
     CORPUS,
     FIT_VIDEO,
     VIDEO_FAMILIES,
@@ -25,8 +27,6 @@ from planner.sd.compute import (
     video_compute_bytes,
     video_corpus,
 )
-from planner.sd.family import family
-from planner.sd.roles import FileRole, Kind, ModelSource
 from planner.sd.sizing import Render, sized
 from planner.synth.shapes_sd import write_checkpoint
 from planner.synth.shapes_wan import write_wan
