@@ -144,7 +144,7 @@ WAN_GROUPS: dict[str, list[tuple[str, bool, bool, list[tuple[int, int, int]]]]] 
     # cores): small sizes, the frame axis mostly at 128x128; the peer test checks larger ones live
     "wan-vae": [(WAN_VAE_RUNNER, False, False, [(128, 128, f) for f in (1, 5, 9, 17)]
                  + [(256, 256, 1), (256, 256, 5), (192, 128, 9), (192, 128, 13), (192, 128, 5), (160, 128, 9),
-                    (192, 128, 17), (128, 128, 33)]),
+                    (192, 128, 17), (128, 128, 33), (128, 128, 25)]),
                 (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
                 (WAN_VAE_RUNNER, False, True, [(320, 128, 1)])],
 }

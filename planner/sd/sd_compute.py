@@ -185,11 +185,13 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
 # `decode`): the first frame alone, each later one into 4 video frames, their outputs
 # concatenated, the causal convolutions' caches carried from chunk to chunk (the second chunk
 # builds them differently from the later ones: `chunk_idx == 1`). Every tensor scales with the
-# latent pixels P, so each latent-frame count has its own a + b*P; from the fourth latent frame on
-# the peak is a later chunk's activations with the caches of the one before, the same for every T
-# (sd-cli logs the same buffer, to 0.1 %, at 4 and 5 latent frames: the growing output,
-# 3 KiB per latent pixel and latent frame, fits beside it). UMT5 always encodes 512 tokens: a
-# constant.
+# latent pixels P, so one, two and three latent frames each have their own a + b*P. From the
+# fourth on, the peak is a later chunk's activations with the caches of the one before, and what
+# the growing output adds depends on where the allocator finds room for it: sd-cli logs the same
+# buffer per latent pixel at 4 and 5 latent frames (to 0.02 %), 8.9 % more at 9. So T >= 4 is
+# P * g(T), g the recorded bytes per latent pixel, linear between the recorded frame counts, flat
+# below the first, and past the last continued along its last stretch (not checked there). UMT5
+# always encodes 512 tokens: a constant.
 VIDEO_FAMILIES = frozenset({"wan", "wan-vae"})
 VIDEO_SIZE_STEP = 16
 FRAME_STEP = 4
@@ -198,13 +200,13 @@ FIT_VIDEO: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {
     ("wan", WAN_DIT): ((256, 256, 1), (256, 256, 5), (256, 256, 9), (256, 256, 17), (416, 240, 17)),
     ("wan", "t5"): ((256, 256, 1),),
     ("wan-vae", "wan_vae"): ((128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5),
-                             (128, 128, 9), (192, 128, 9), (128, 128, 17), (192, 128, 13)),
+                             (128, 128, 9), (192, 128, 9), (192, 128, 13), (128, 128, 17), (128, 128, 33)),
 }
 
 
 class Form(enum.Enum):
     TOKENS = "quadratic pieces in N = latent pixels x latent frames"
-    FRAMES = "a + b*P for 1, 2, 3 and 4+ latent frames"
+    FRAMES = "a + b*P for 1, 2 and 3 latent frames; P * g(T) for more"
 
 
 FORMS: dict[tuple[str, str], Form] = {("wan", WAN_DIT): Form.TOKENS, ("wan-vae", "wan_vae"): Form.FRAMES}
@@ -245,14 +247,28 @@ def _exact(features: list[tuple[int, ...]], ys: list[int]) -> tuple[Fraction, ..
 
 
 FRAME_PIECES = (1, 2, 3, 4)   # the VAE's pieces by latent frames: 1, 2, 3, and 4 or more
+PER_PIXEL = FRAME_PIECES[-1]  # the piece sized per latent pixel, g(T)
 
 
 def _frames_piece(t: int) -> int:
-    return min(t, FRAME_PIECES[-1])
+    return min(t, PER_PIXEL)
 
 
-def _frames_features(p: int, t: int) -> tuple[int, ...]:
-    return (1, p)
+def _per_pixel(points: list[tuple[int, int, int]]) -> tuple[tuple[int, Fraction], ...]:
+    """(T, bytes per latent pixel) at each recorded latent-frame count (the mean where several)."""
+    by_t: dict[int, list[Fraction]] = {}
+    for p, t, y in points:
+        by_t.setdefault(t, []).append(Fraction(y, p))
+    return tuple((t, sum(v, Fraction(0)) / len(v)) for t, v in sorted(by_t.items()))
+
+
+def _g(table: tuple[tuple[int, Fraction], ...], t: int) -> Fraction:
+    if t <= table[0][0] or len(table) == 1:
+        return table[0][1]
+    # the stretch t falls in, or the last one past the last recorded count
+    i = next((i for i in range(1, len(table)) if t <= table[i][0]), len(table) - 1)
+    (t0, g0), (t1, g1) = table[i - 1], table[i]
+    return g0 + (g1 - g0) * (t - t0) / (t1 - t0)
 
 
 @functools.cache
@@ -266,11 +282,13 @@ def _video_curve(family: str, runner: str, mode: Mode) -> tuple | None:
     if FORMS[(family, runner)] is Form.TOKENS:
         points = sorted((p * t, y) for p, t, y in pts)
         return ("tokens", tuple((points[i][0], _solve(points[i - 1:i + 2])) for i in range(1, len(points) - 1)))
-    pieces = {}
+    pieces: dict[int, tuple] = {}
     for piece in FRAME_PIECES:
         at = [(p, t, y) for p, t, y in pts if _frames_piece(t) == piece]
-        if at:
-            pieces[piece] = _exact([_frames_features(p, t) for p, t, _ in at], [y for *_, y in at])
+        if at and piece == PER_PIXEL:
+            pieces[piece] = _per_pixel(at)
+        elif at:
+            pieces[piece] = _exact([(1, p) for p, _, _ in at], [y for *_, y in at])
     return ("frames", pieces)
 
 
@@ -295,7 +313,10 @@ def video_compute_bytes(family: str, runner: str, width: int, height: int, frame
         n = p * t
         _, (a, b, c) = min(curve[1], key=lambda piece: abs(piece[0] - n))
         return int(round(a + b * n + c * n * n))
-    coeffs = curve[1].get(_frames_piece(t))
-    if coeffs is None:
+    piece = curve[1].get(_frames_piece(t))
+    if piece is None:
         return None
-    return int(round(sum(k * f for k, f in zip(coeffs, _frames_features(p, t), strict=True))))
+    if _frames_piece(t) == PER_PIXEL:
+        return int(round(p * _g(piece, t)))
+    a, b = piece
+    return int(round(a + b * p))
