@@ -75,7 +75,8 @@ def test_sdxl_1024_on_8_gib(capsys, sdxl):
     assert p["flags"].endswith("-W 1024 -H 1024 --vae-tiling --vae-tile-size 64x64")
     # the buffers, as sd-cli logs them for SDXL at 1024x1024 (its 0.01 MB)
     assert mb(c["diffusion"]["compute_reserve_bytes"]) == mb(corpus_row("sdxl", "unet", 1024, True, True))
-    assert mb(c["te"]["compute_reserve_bytes"]) == mb(corpus_row("sdxl", "clip", 256, True, False))  # 77 tokens at any size
+    # 77 tokens at any size
+    assert mb(c["te"]["compute_reserve_bytes"]) == mb(corpus_row("sdxl", "clip", 256, True, False))
     # a 64x64-latent tile decodes as a 512x512 image does
     assert mb(c["vae"]["compute_reserve_bytes"]) == mb(corpus_row("kl-f8-sdxl", "vae", 512, True, True))
     logged = params_row("sdxl")
