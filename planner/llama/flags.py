@@ -165,6 +165,7 @@ FLAGS: dict[str, Flag] = {
     # what fitplan writes around a plan's flags: the model, and llama-bench's own test parameters
     "model": _f("-m --model", "-m --model", use=Use.WRITTEN),
     "model_url": _f("-mu --model-url", use=Use.WRITTEN),
+    "embeddings": _s("--embeddings --embedding", use=Use.WRITTEN, server_only=True),
     "n_prompt": Flag(bench=("-p", "--n-prompt"), use=Use.WRITTEN),
     "n_gen": Flag(bench=("-n", "--n-gen"), use=Use.WRITTEN),
     "n_depth": Flag(bench=("-d", "--n-depth"), use=Use.WRITTEN),

@@ -22,7 +22,7 @@ from enum import Enum
 
 from planner.core.errors import BadInput
 from planner.llama.companions import server_target_outputs_max
-from planner.llama.flags import LlamaFlags
+from planner.llama.flags import LlamaFlags, arg, has_flag
 
 
 class Program(str, Enum):
@@ -44,14 +44,13 @@ def parse_program(text: str) -> Program:
 
 
 # tools/server/server.cpp: -np auto (llama-server's default, common/arg.cpp) becomes 4 slots with kv_unified
-SERVER_AUTO_PARALLEL = ("-np", "4", "-kvu")
-_PARALLEL_FLAGS = frozenset(["-np", "--parallel"])
+SERVER_AUTO_PARALLEL = (*arg("n_parallel", 4), *arg("kv_unified"))
 
 
 def program_argv(program: Program, argv: list[str]) -> list[str]:
     """The flags as the program reads them: llama-server without -np takes its auto slots, which also
     turn the unified cache on whatever else the flags say (so they come last)."""
-    if program is Program.SERVER and not _PARALLEL_FLAGS.intersection(argv):
+    if program is Program.SERVER and not has_flag("n_parallel", argv):
         return [*argv, *SERVER_AUTO_PARALLEL]
     return argv
 

@@ -15,6 +15,7 @@ from planner.core.render import table
 from planner.core.schema import Where, load_yaml
 from planner.core.units import fmt_bytes, fmt_mib
 from planner.hardware.inventory import inventory_to_dict
+from planner.llama.flags import FLAGS
 from planner.llama.placement import HOST
 from planner.planning.commands import LLAMA_SERVER, command_line
 from planner.planning.result import llama_argv, plan_argv, plan_rows
@@ -22,7 +23,7 @@ from planner.planning.set_input import Role
 from planner.planning.set_plan import ModelPlan, SetPlan, SetState, set_rows
 
 SET_PLAN_VERSION = 1
-EMBEDDINGS = "--embeddings"   # llama-server serves /v1/embeddings only with it (common/arg.cpp)
+EMBEDDINGS = FLAGS["embeddings"].names[0]   # llama-server serves /v1/embeddings only with it (common/arg.cpp)
 
 
 def server_args(p: ModelPlan) -> list[str]:
