@@ -26,6 +26,7 @@ from planner.core.errors import BadInput
 from planner.core.files import write_atomic
 from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.units import fmt_mib
+from planner.llama.flags import arg
 from planner.planning.commands import LLAMA_SERVER
 from planner.planning.set_exports import models_max, preset_ini
 
@@ -36,7 +37,7 @@ _SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
 
 def router_argv(program: str, preset: Path, doc: dict[str, Any], host: str, port: int) -> list[str]:
     return [program, "--models-preset", str(preset), "--models-max", str(models_max(doc)), *LOG_LEVEL,
-            "--host", host, "--port", str(port)]
+            *arg("host", host), *arg("port", port)]
 
 
 def instance_logs(text: str) -> dict[str, str]:

@@ -165,6 +165,7 @@ FLAGS: dict[str, Flag] = {
     # what fitplan writes around a plan's flags: the model, and llama-bench's own test parameters
     "model": _f("-m --model", "-m --model", use=Use.WRITTEN),
     "model_url": _f("-mu --model-url", use=Use.WRITTEN),
+    "fit_print": _f("--fit-print", use=Use.WRITTEN),   # llama-fit-params: print the fitted figures
     "embeddings": _s("--embeddings --embedding", use=Use.WRITTEN, server_only=True),
     "n_prompt": Flag(bench=("-p", "--n-prompt"), use=Use.WRITTEN),
     "n_gen": Flag(bench=("-n", "--n-gen"), use=Use.WRITTEN),
@@ -173,7 +174,6 @@ FLAGS: dict[str, Flag] = {
     "output": Flag(bench=("-o", "--output"), use=Use.WRITTEN),
 }
 _BY_NAME: dict[str, str] = {name: key for key, f in FLAGS.items() for name in f.names}
-_BY_BENCH_NAME: dict[str, str] = {name: key for key, f in FLAGS.items() for name in f.bench}
 
 
 def _text(value: object, sep: str) -> str:

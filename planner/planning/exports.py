@@ -107,7 +107,7 @@ def compose_service(dep: Deployment, opts: ExportOptions) -> str:
     host_net = _loopback_rpc(dep)
     args = server_args(dep, ExportOptions(opts.program, opts.host if host_net else "0.0.0.0", opts.port, opts.name))
     service: dict = {"image": IMAGE_CUDA if cuda else IMAGE_CPU}
-    if args[:1] == ["-m"]:
+    if args and flag_key(args[0]) == "model":
         args[1] = f"{CONTAINER_MODELS}/{PurePosixPath(dep.model_path).name}"
         service["volumes"] = [{"type": "bind", "source": dep.model_path, "target": args[1], "read_only": True}]
     service["command"] = args
