@@ -5,6 +5,11 @@ llama-cpp-python 0.3.36 (DESIGN.md pins it): defaults (-c 0 = training context, 
 -ub 512, -np 1, -ngl auto = every layer, -fa auto, f16 caches), `-ts` split on `,` or `/`,
 `-ot` lists split on `,` then `=`, and `-cmoe`/`-ncmoe`/`-ncffn` appended to the same override
 list in command-line order (llm_ffn_exps_cpu_override, llm_add_n_cpu_ffn_overrides).
+
+`FLAGS` is the one table of spellings: each flag's names (the first is the one fitplan writes), whether
+it takes a value, which programs read it, and llama-bench's spelling (tools/llama-bench/llama-bench.cpp
+parses its own argv: lists joined by '/', every option takes a value). The parser reads every name of an
+entry; every argv fitplan writes is built with `arg` / `bench_arg`, so a spelling lives here alone.
 """
 from __future__ import annotations
 
