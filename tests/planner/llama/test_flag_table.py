@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from planner.core.units import GiB, MiB
-from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
+from planner.llama.commands import BENCH_NGL_ALL, bench_argv
 from planner.llama.context import model_context
 from planner.llama.flags import (
     FLAGS,
@@ -32,9 +32,9 @@ from planner.llama.flags import (
     to_bench_argv,
 )
 from planner.memory.estimate import estimate
-from planner.planning.commands import BENCH_NGL_ALL, bench_argv
-from planner.planning.result import Companions, PlanRequest, plan_argv
-from planner.planning.search import plan
+from planner.registry.examples import resolve_model
+from planner.search.result import Companions, PlanRequest, plan_argv
+from planner.search.search import plan
 from planner.synth.gguf_factory import qwen3moe_spec
 
 PLANNER = Path(__file__).resolve().parents[3] / "planner"
@@ -55,7 +55,7 @@ EXCEPTIONS: dict[str, tuple[frozenset[str], str]] = {
     "hardware/catalog.py": (frozenset({"--device", "--host"}), "names fitplan's --device/--host options "
                             "in error locations"),
     "hardware/inventory_yaml.py": (frozenset({"--device"}), "names fitplan's --device option as a source"),
-    "planning/companion_plan.py": (frozenset({"--mmproj-device"}), "names fitplan's --mmproj-device option "
+    "search/companion_plan.py": (frozenset({"--mmproj-device"}), "names fitplan's --mmproj-device option "
                                    "in a message"),
     "cli/options.py": (frozenset({"--rpc", "-rpc", "--device"}), "the CLI may import planner.api alone "
                        "(issue 41's contract): it adds --rpc to the user's flags and names fitplan's --device"),
