@@ -171,6 +171,8 @@ FLAGS: dict[str, Flag] = {
     "model": _f("-m --model", "-m --model", use=Use.WRITTEN),
     "model_url": _f("-mu --model-url", use=Use.WRITTEN),
     "fit_print": _f("--fit-print", use=Use.WRITTEN),   # llama-fit-params: print the fitted figures
+    "models_preset": _f("--models-preset", use=Use.WRITTEN, server_only=True),   # the router's models (INI)
+    "models_max": _f("--models-max", use=Use.WRITTEN, server_only=True),   # the router's most instances at once
     "embeddings": _s("--embeddings --embedding", use=Use.WRITTEN, server_only=True),
     "n_prompt": Flag(bench=("-p", "--n-prompt"), use=Use.WRITTEN),
     "n_gen": Flag(bench=("-n", "--n-gen"), use=Use.WRITTEN),

@@ -36,7 +36,7 @@ _SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
 
 
 def router_argv(program: str, preset: Path, doc: dict[str, Any], host: str, port: int) -> list[str]:
-    return [program, "--models-preset", str(preset), "--models-max", str(models_max(doc)), *LOG_LEVEL,
+    return [program, *arg("models_preset", preset), *arg("models_max", models_max(doc)), *LOG_LEVEL,
             *arg("host", host), *arg("port", port)]
 
 
