@@ -25,6 +25,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from planner.core.errors import BadInput
+from planner.sd.sd_simulated import simulated_bytes
 
 CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
 LATENT_FACTOR = 8          # SD 1.x / 2.x / XL VAEs: 8 image pixels per latent pixel
@@ -128,10 +129,13 @@ def has_curve(family: str, runner: str, mode: Mode) -> bool:
 
 def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode = Mode(),
                   tiled: bool = False) -> int | None:
-    """The compute buffer sd-cli reserves for `runner` at width x height, or None where the
-    corpus has no figures for this family, runner and mode."""
+    """The compute buffer sd-cli reserves for `runner` at width x height: simulated where runtime/sd builds
+    the runner's graph, else from the corpus curve; None where neither knows this family, runner and mode."""
     if width <= 0 or height <= 0 or width % SIZE_STEP or height % SIZE_STEP:
         raise BadInput(f"image size {width}x{height}: expected positive multiples of {SIZE_STEP}")
+    simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled)
+    if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
+        return simulated
     curve = _curve(family, runner, mode)
     if curve is None:
         return None
