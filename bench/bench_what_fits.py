@@ -19,7 +19,7 @@ from planner.core.errors import InfeasiblePlacement
 from planner.gguf.examples import resolve_model
 from planner.hardware.budgets import resolve_budgets
 from planner.llama.context import model_context
-from planner.planning.problem import PROBE_CACHE
+from planner.planning.problem import PROBE_CACHE, RESOLVED_CACHE
 from planner.planning.result import PlanRequest
 from planner.planning.search import plan
 from planner.synth.shapes import write_shape
@@ -27,7 +27,8 @@ from tests.planner.planning.test_what_fits import CASES
 
 
 def _seconds(ctx, inventory, request, budgets, what_would_fit: bool) -> float:
-    PROBE_CACHE.clear()   # as a fresh `fitplan plan` process finds it
+    PROBE_CACHE.clear()   # as a fresh `fitplan plan` process finds them
+    RESOLVED_CACHE.clear()
     start = time.perf_counter()
     with contextlib.suppress(InfeasiblePlacement):
         plan(ctx, inventory, request, budgets=budgets, what_would_fit=what_would_fit)
