@@ -343,8 +343,10 @@ def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req:
 # a time: a candidate's analytic and exact passes, its probes and every solver round share one resolution
 RESOLVED_CACHE: dict[tuple[LlamaFlags, Inventory | None], tuple[ModelContext, ResolvedFlags,
                                                                  dict[LlamaFlags, LlamaSettings]]] = {}
-RESOLVED_CACHE_SIZE = 256
-PLACEMENTS_PER_SETTING = 64   # a plan places a candidate a dozen times; a what-would-fit search more
+RESOLVED_CACHE_SIZE = 64
+# placements kept per candidate: those repeated (the analytic, then the exact estimate of one flag set; the probes
+# of variants that share flags) come close together, and each holds every tensor's buffer row
+PLACEMENTS_PER_SETTING = 4
 
 
 def _resolved_entry(ctx: ModelContext, flags: LlamaFlags,
@@ -360,8 +362,8 @@ def _resolved_entry(ctx: ModelContext, flags: LlamaFlags,
 
 
 def settings_for(s: Setting, flags: LlamaFlags) -> LlamaSettings:
-    """An assignment's flags placed on the setting's resolved flags; each placement made once (a flag set
-    the analytic and the exact estimate both judge is placed for the first)."""
+    """An assignment's flags placed on the setting's resolved flags; up to PLACEMENTS_PER_SETTING are kept,
+    then the store starts again (a flag set the analytic and then the exact estimate judge is placed once)."""
     found = s.placements.get(flags)
     if found is None:
         if len(s.placements) >= PLACEMENTS_PER_SETTING:
