@@ -19,7 +19,7 @@ from planner.core.errors import InfeasiblePlacement
 from planner.hardware.budgets import resolve_budgets
 from planner.llama.context import model_context
 from planner.registry.examples import resolve_model
-from planner.search.problem import PROBE_CACHE
+from planner.search.problem import PROBE_CACHE, RESOLVED_CACHE
 from planner.search.result import PlanRequest
 from planner.search.search import plan
 from planner.synth.shapes_common import write_shape
@@ -27,7 +27,8 @@ from tests.planner.search.test_what_fits import CASES
 
 
 def _seconds(ctx, inventory, request, budgets, what_would_fit: bool) -> float:
-    PROBE_CACHE.clear()   # as a fresh `fitplan plan` process finds it
+    PROBE_CACHE.clear()   # as a fresh `fitplan plan` process finds them
+    RESOLVED_CACHE.clear()
     start = time.perf_counter()
     with contextlib.suppress(InfeasiblePlacement):
         plan(ctx, inventory, request, budgets=budgets, what_would_fit=what_would_fit)

@@ -38,6 +38,13 @@ def check_expressible(flags: LlamaFlags, inventory: Inventory | None, devices: t
                         f"GGML_SCHED_MAX_BACKENDS = {GGML_SCHED_MAX_BACKENDS} (ggml-backend.cpp:1872); "
                         f"use at most {GGML_SCHED_MAX_BACKENDS - 1} devices (-dev)")
     _check_one_gpu_build(devices)
+    check_overrides(flags, inventory, devices, slots)
+
+
+def check_overrides(flags: LlamaFlags, inventory: Inventory | None, devices: tuple[Device, ...],
+                    slots: tuple[TensorSlot, ...]) -> None:
+    """Raise FlagError where an -ot rule sends a weight to a device the model does not use (the first
+    abort above): the one check that depends on the placement flags, so a planner re-runs it per placement."""
     if flags.split_mode == "tensor":
         return   # one meta device over the members: its own rules (planner/llama/tensor_parallel.py)
     used = {name for d in devices for name in d.buft_names()}

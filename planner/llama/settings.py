@@ -4,7 +4,9 @@
 list, the placement, the context params with `-fa auto` decided, the cache types, the KV cells of
 each attention kind, the attention cores the scheduler pulls onto another device and each buffer
 row's alignment. The KV caches (kv.py), the compute model (planner/memory/analytic.py) and the
-runtime (runtime/engine) read these and derive none of them again.
+runtime (runtime/engine) read these and derive none of them again. The planner, which tries many
+placements of one set of flags, resolves the flags once (`resolve_flags`: everything but the
+placement) and places each try on that (`placed`: -ngl, -ts and -ot only).
 
 Sources (llama.cpp in llama-cpp-python 0.3.36):
 - src/llama-context.cpp: n_ctx = -c or the training context, padded to 256; without a unified
@@ -28,7 +30,7 @@ from planner.core.errors import FlagError
 from planner.core.units import pad
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
-from planner.llama.expressible import check_expressible
+from planner.llama.expressible import check_expressible, check_overrides
 from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ALIGNMENT, Device, Placement, place, resolve_devices
 from planner.llama.tensor_parallel import check_tensor_split
@@ -223,10 +225,52 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
                repack: dict[Q, int] | None = None) -> LlamaSettings:
     """`flags` on this model and an already resolved device list; `repack`: the CPU's repack table
     (default: this machine's)."""
-    facts = ctx.facts
     if flags.split_mode == "tensor":
         check_tensor_split(ctx.model.architecture, flags.flash_attn)
-    placement = place(ctx.loaded_slots(flags), facts.n_layer_all, flags, devices, repack)
+    # placed before the context is made, as llama.cpp loads the model first (its errors come first)
+    placement = place(ctx.loaded_slots(flags), ctx.facts.n_layer_all, flags, devices, repack)
+    return _settle(resolve_unplaced(ctx, flags, devices), flags, placement)
+
+
+# The flags that say where layers and tensors go. Everything else a set of flags fixes (devices, context,
+# cache types, -ub, companions) is resolved once (`resolve_flags`); a placement changes only these (`placed`).
+PLACEMENT_FIELDS = ("n_gpu_layers", "tensor_split", "override_args")
+
+
+@dataclass(frozen=True)
+class ResolvedFlags:
+    """One set of llama.cpp flags resolved against a model and devices before any layer is placed: what
+    a planner's candidate fixes, resolved once for every placement the planner tries on it."""
+
+    ctx: ModelContext
+    flags: LlamaFlags
+    devices: tuple[Device, ...]        # llama.cpp's device list, in its order
+    cparams: ContextParams             # -fa auto not yet decided: it depends on the placement
+    type_k: Q
+    type_v: Q
+    kv_cells: Mapping[AttnKind, int]
+    alignment: Mapping[str, int]
+    row_padding: Mapping[str, int]
+    inventory: Inventory | None = None   # what a placement's -ot rules are checked against (expressible.py)
+
+
+def resolve_flags(ctx: ModelContext, flags: LlamaFlags, inventory: Inventory | None = None) -> ResolvedFlags:
+    """`flags` on this model and inventory up to the placement, with every check `resolve_settings` makes;
+    `placed(resolve_flags(ctx, f, inv), g)` equals `resolve_settings(ctx, g, inv)` for any `g` that differs
+    from `f` only in PLACEMENT_FIELDS."""
+    devices = resolve_devices(flags, inventory)
+    check_expressible(flags, inventory, devices, ctx.loaded_slots(flags))
+    if flags.split_mode == "tensor":
+        check_tensor_split(ctx.model.architecture, flags.flash_attn)
+    return resolve_unplaced(ctx, flags, devices, inventory)
+
+
+def resolve_unplaced(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...],
+                     inventory: Inventory | None = None) -> ResolvedFlags:
+    """The context params, cache types, KV cells and buffer rows of `flags` on resolved devices: the part
+    of a resolution no placement changes. Every resolution (resolve_settings, resolve_on, resolve_flags)
+    makes exactly one call here."""
+    facts = ctx.facts
     cp = context_params(flags, facts.n_ctx_train)
     type_k, type_v = cache_type(flags.cache_type_k), cache_type(flags.cache_type_v)
     # llama_init_from_model refuses the context (llama-context.cpp): MLA models and DeepSeek-V4 by name
@@ -235,10 +279,28 @@ def resolve_on(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]
                         f"({flags.cache_type_v}) cache types (its caches hold K only)")
     if facts.mla and flags.flash_attn != "off":
         _check_mla_cache_blocks(ctx, type_k, type_v)
-    pulled = pulled_attention(facts, flags, placement.layer_device)
-    cp = resolve_auto_fa(flags, cp, type_v, pulled)
     alignment = {HOST: HOST_ALIGNMENT, CPU_REPACK: HOST_ALIGNMENT, **{d.name: d.alignment for d in devices}}
     padding = {d.name: d.profile.row_padding for d in devices if d.profile.row_padding}
-    return LlamaSettings(ctx, flags, devices, placement, cp, type_k, type_v,
-                         MappingProxyType(kv_cells(facts, cp, flags.swa_full)), MappingProxyType(pulled),
-                         MappingProxyType(alignment), MappingProxyType(padding))
+    return ResolvedFlags(ctx, flags, devices, cp, type_k, type_v,
+                         MappingProxyType(kv_cells(facts, cp, flags.swa_full)), MappingProxyType(alignment),
+                         MappingProxyType(padding), inventory)
+
+
+def placed(base: ResolvedFlags, flags: LlamaFlags | None = None, repack: dict[Q, int] | None = None) -> LlamaSettings:
+    """`flags` (default: the resolved ones) placed on what `base` resolved; they may differ from `base.flags`
+    only in PLACEMENT_FIELDS (ValueError otherwise: the rest would need resolving again)."""
+    flags = base.flags if flags is None else flags
+    if replace(flags, **{name: getattr(base.flags, name) for name in PLACEMENT_FIELDS}) != base.flags:
+        raise ValueError("placed: the flags differ from the resolved ones beyond -ngl, -ts and -ot")
+    if flags.override_args != base.flags.override_args:
+        check_overrides(flags, base.inventory, base.devices, base.ctx.loaded_slots(flags))
+    placement = place(base.ctx.loaded_slots(flags), base.ctx.facts.n_layer_all, flags, base.devices, repack)
+    return _settle(base, flags, placement)
+
+
+def _settle(base: ResolvedFlags, flags: LlamaFlags, placement: Placement) -> LlamaSettings:
+    """The settings of a placement: which attention cores it pulls to another device, and -fa auto decided."""
+    pulled = pulled_attention(base.ctx.facts, flags, placement.layer_device)
+    cp = resolve_auto_fa(flags, base.cparams, base.type_v, pulled)
+    return LlamaSettings(base.ctx, flags, base.devices, placement, cp, base.type_k, base.type_v, base.kv_cells,
+                         MappingProxyType(pulled), base.alignment, base.row_padding)

@@ -20,8 +20,8 @@ from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideAr
 from planner.llama.kv import layer_caches
 from planner.llama.overhead import device_overhead
 from planner.llama.placement import CPU, HOST, HOST_ROWS, INPUT_LAYER, Device
-from planner.llama.settings import LlamaSettings, resolve_on, resolve_settings
-from planner.memory.estimate import Estimate, estimate
+from planner.llama.settings import LlamaSettings, ResolvedFlags, placed, resolve_flags
+from planner.memory.estimate import Estimate, estimate_settings
 from planner.model.costs import CostTable, cost_table
 from planner.model.tensors import OUTPUT
 from planner.search.companion_plan import companion_flags
@@ -57,13 +57,14 @@ def layer_weights(ctx: ModelContext, flags: LlamaFlags) -> LayerWeights:
     return LayerWeights(weights, experts, host)
 
 
-def layer_kv(ctx: ModelContext, flags: LlamaFlags, devices: tuple[Device, ...]) -> list[int]:
+def layer_kv(base: ResolvedFlags) -> list[int]:
     """Context bytes of each layer, sized exactly as the estimate sizes them: the estimate's own
     settings for every layer on the first device (-ngl all -ts 1,0,...), or on the CPU without one."""
-    n = ctx.facts.n_layer_all
-    first = replace(flags, n_gpu_layers=NGL_AUTO, tensor_split=(1.0,) + (0.0,) * (len(devices) - 1) if devices else ())
+    n, devices = base.ctx.facts.n_layer_all, base.devices
+    first = replace(base.flags, n_gpu_layers=NGL_AUTO,
+                    tensor_split=(1.0,) + (0.0,) * (len(devices) - 1) if devices else ())
     out = [0] * (n + 1)
-    for cache in layer_caches(resolve_on(ctx, first, devices)):
+    for cache in layer_caches(placed(base, first)):
         out[cache.layer] += cache.bytes
     return out
 
@@ -79,8 +80,10 @@ class Setting:
     inventory: Inventory
     budgets: Budgets
     request: PlanRequest
-    base: LlamaSettings          # the flags resolved once: their devices and context params
+    base: ResolvedFlags          # the flags resolved once: their devices and context params
     output_on_host: bool = False
+    # flags -> their settings placed on `base`, shared by every Setting of the same flags (settings_for)
+    placements: dict[LlamaFlags, LlamaSettings] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -99,13 +102,11 @@ class Probes:
 def probe(s: Setting) -> Probes:
     lw = layer_weights(s.ctx, s.flags)
     weights, experts, inputs = lw.weights, lw.experts, lw.input_bytes
-    kv = layer_kv(s.ctx, s.flags, s.devices)
-    probes = [estimate(s.ctx, replace(s.flags, n_gpu_layers=0), s.inventory, exact_compute=False,
-                       program=PLANNED_PROGRAM)]
+    kv = layer_kv(s.base)
+    probes = [estimate_placed(s, replace(s.flags, n_gpu_layers=0))]
     per_device, extra = {}, 0
     if s.devices:
-        full = estimate(s.ctx, with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)),
-                        s.inventory, exact_compute=False, program=PLANNED_PROGRAM)
+        full = estimate_placed(s, with_output(s, replace(s.flags, n_gpu_layers=s.ctx.facts.n_layer_all + 1)))
         probes.append(full)
         compute = {d.name: d.compute_bytes for d in full.devices}
         others = [compute[d.name] for d in s.devices if d.name != full.output_device]
@@ -253,7 +254,7 @@ def solve_verified(s: Setting, exact: bool = False) -> Verified | None:
         if a is None:
             return None
         flags = flags_for(s, a)
-        est = estimate(s.ctx, flags, s.inventory, exact_compute=exact, program=PLANNED_PROGRAM)
+        est = estimate_placed(s, flags, exact)
         over = overuse(s, est)
         if not over:
             return Verified(a, flags, est, rounds)
@@ -331,7 +332,47 @@ def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req:
                       cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc, op_offload=op_offload,
                       devices=names if names else None, ignored=tuple(arg("fit", "off")))
     base = companion_flags(base, req.companions) if req.companions.any else base
-    resolved = resolve_settings(ctx, base, inventory)
+    _, resolved, placements = _resolved_entry(ctx, base, inventory)
     devices = resolved.devices
     costs = costs_for(ctx, cache)
-    return Setting(ctx, costs, base, devices, inventory, budgets, req, resolved, output_on_host and bool(devices))
+    return Setting(ctx, costs, base, devices, inventory, budgets, req, resolved, output_on_host and bool(devices),
+                   placements)
+
+
+# (flags, inventory) -> the flags resolved once and the placements tried on them, for one model context at
+# a time: a candidate's analytic and exact passes, its probes and every solver round share one resolution
+RESOLVED_CACHE: dict[tuple[LlamaFlags, Inventory | None], tuple[ModelContext, ResolvedFlags,
+                                                                 dict[LlamaFlags, LlamaSettings]]] = {}
+RESOLVED_CACHE_SIZE = 64
+# placements kept per candidate: those repeated (the analytic, then the exact estimate of one flag set; the probes
+# of variants that share flags) come close together, and each holds every tensor's buffer row
+PLACEMENTS_PER_SETTING = 4
+
+
+def _resolved_entry(ctx: ModelContext, flags: LlamaFlags,
+                    inventory: Inventory | None) -> tuple[ModelContext, ResolvedFlags, dict[LlamaFlags, LlamaSettings]]:
+    """The flags resolved once per candidate (planner/llama/settings.py resolve_flags), with its placements."""
+    key = (flags, inventory)
+    entry = RESOLVED_CACHE.get(key)
+    if entry is None or entry[0] is not ctx:
+        if len(RESOLVED_CACHE) >= RESOLVED_CACHE_SIZE or any(c is not ctx for c, _, _ in RESOLVED_CACHE.values()):
+            RESOLVED_CACHE.clear()
+        entry = RESOLVED_CACHE[key] = (ctx, resolve_flags(ctx, flags, inventory), {})
+    return entry
+
+
+def settings_for(s: Setting, flags: LlamaFlags) -> LlamaSettings:
+    """An assignment's flags placed on the setting's resolved flags; up to PLACEMENTS_PER_SETTING are kept,
+    then the store starts again (a flag set the analytic and then the exact estimate judge is placed once)."""
+    found = s.placements.get(flags)
+    if found is None:
+        if len(s.placements) >= PLACEMENTS_PER_SETTING:
+            s.placements.clear()
+        found = s.placements[flags] = placed(s.base, flags)
+    return found
+
+
+def estimate_placed(s: Setting, flags: LlamaFlags, exact: bool = False) -> Estimate:
+    """`estimate(ctx, flags, inventory, exact_compute=exact, program=PLANNED_PROGRAM)` for flags that differ
+    from the setting's only in the placement (-ngl, -ts, -ot), without resolving the setting again."""
+    return estimate_settings(settings_for(s, flags), exact, s.inventory, PLANNED_PROGRAM)

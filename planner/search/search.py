@@ -24,18 +24,18 @@ from planner.hardware.budgets import (
     resolve_budgets,
 )
 from planner.hardware.inventory import Inventory
-from planner.llama.commands import PLANNED_PROGRAM
 from planner.llama.context import ModelContext, ModelLike, model_context
 from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind
 from planner.llama.placement import CPU, HOST, HOST_ROWS
 from planner.llama.settings import CTX_PAD
-from planner.memory.estimate import Estimate, estimate
+from planner.memory.estimate import Estimate
 from planner.search import whatfits
 from planner.search.companion_plan import arrangements, rank, resolved_companions, swing_lines
 from planner.search.contexts import above_train_warning, max_context, train_ceiling
 from planner.search.explain import explain
 from planner.search.problem import (
     Setting,
+    estimate_placed,
     flags_for,
     layer_weights,
     make_setting,
@@ -193,14 +193,14 @@ def _one_more_layer(best: _Candidate) -> _Candidate:
         for on_host in [a.experts_on_host] + ([a.experts_on_host | {il}] if moe else []):
             trial = replace(a, slot_of_layer=slots, experts_on_host=frozenset(on_host))
             flags = flags_for(s, trial)
-            est = estimate(s.ctx, flags, s.inventory, exact_compute=False, program=PLANNED_PROGRAM)
+            est = estimate_placed(s, flags)
             cand = replace(best, assignment=trial, flags=flags, estimate=est, prediction=_predict(s, trial, est))
             if not overuse(s, est) and cand.score()[0] >= best.score()[0]:
                 break
         else:
             break
         # the trial used the analytic model: judge exactly
-        exact = estimate(s.ctx, flags, s.inventory, program=PLANNED_PROGRAM)
+        exact = estimate_placed(s, flags, exact=True)
         if overuse(s, exact):
             break
         # and predict from it: only the simulated reserve counts the op nodes each device runs
@@ -231,14 +231,14 @@ def _return_expert_tensors(best: _Candidate) -> _Candidate:
             extra = tuple(OverrideArg(OverrideKind.OT, rf"blk\.{il}\.ffn_{k}_(ch|)exps=CPU")
                           for il, k in sorted(trial.items()))
             t_flags = replace(rest, override_args=rest.override_args + extra)
-            t_est = estimate(s.ctx, t_flags, s.inventory, exact_compute=False, program=PLANNED_PROGRAM)
+            t_est = estimate_placed(s, t_flags)
             if not overuse(s, t_est):
                 partial, flags, est = trial, t_flags, t_est
                 break
     if not partial:
         return best
     # the trials used the analytic model: judge exactly once
-    est = estimate(s.ctx, flags, s.inventory, program=PLANNED_PROGRAM)
+    est = estimate_placed(s, flags, exact=True)
     return best if overuse(s, est) else replace(best, flags=flags, estimate=est)
 
 
@@ -422,8 +422,7 @@ def _everything(ctx: ModelContext, inventory: Inventory, req: PlanRequest, n_ctx
     """Bytes that certainly hold the model on one budget: every row of both extreme placements."""
     s = make_setting(ctx, inventory, Budgets({}, 0), req, n_ctx, req.cache_types[0])
     extremes = [replace(s.flags, n_gpu_layers=0), replace(s.flags, n_gpu_layers=ctx.facts.n_layer_all + 1)]
-    return sum(d.total_bytes for f in extremes
-               for d in estimate(ctx, f, inventory, exact_compute=False, program=PLANNED_PROGRAM).devices)
+    return sum(d.total_bytes for f in extremes for d in estimate_placed(s, f).devices)
 
 
 def _budget_hint(lb: LeastBudget) -> Suggestion:
