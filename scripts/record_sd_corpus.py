@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from planner.sd.compute import CORPUS, FIT_SIZES
@@ -40,12 +41,14 @@ GROUPS = {
     # SD3.5 medium: the text encoders on the released files (T5-XXL as its Q8_0 GGUF); the MMDiT
     # with a one-block T5-XXL (the same 4096-wide context, T5 not run 24 blocks deep first)
     "sd3": ("sd3", [("t5", (), (OFF, FA)), ("clip", (), (OFF, FA))]),
-    "sd3-dit": ("sd3-dit", [("mmdit", ((640, 640), (576, 832), (896, 640)), (OFF, FA, CD, BOTH))]),
+    "sd3-dit": ("sd3-dit", [("mmdit", ((640, 640), (576, 832), (896, 640)), (OFF,)),
+                            ("mmdit", ((640, 640), (576, 832)), (FA,)), ("mmdit", ((896, 640),), (CD,))]),
     # Z-Image-Turbo: Qwen3-4B (Q8_0) and the 30-layer DiT on the released files (no convolution in
     # the DiT: its patch embedding is a matmul)
-    "zimage": ("zimage", [("qwen3", (), (OFF, FA)), ("z_image", ((640, 640), (576, 832), (896, 640)), (OFF, FA))]),
+    "zimage": ("zimage", [("qwen3", (), (OFF, FA)), ("z_image", ((640, 640), (576, 832), (896, 640)), (OFF,)),
+                          ("z_image", ((640, 640),), (FA,))]),
     # The 16-channel autoencoder, decoded after one step of a one-layer Z-Image stand-in (Q4_0)
-    "ae16": ("zimage-1layer", [("vae", ((320, 320), (448, 320), (256, 448)), (OFF, FA, CD, BOTH))]),
+    "ae16": ("zimage-1layer", [("vae", ((320, 320), (448, 320), (256, 448)), (OFF,)), ("vae", ((320, 320),), (BOTH,))]),
     # SD3's decode of the same autoencoder, after one step of the released MMDiT: a check of the
     # ae16 curve (its fit sizes are recorded by "ae16" first and skipped here)
     "ae16-sd3": ("sd3-dit", [("vae", ((320, 256),), (OFF,))]),
@@ -104,8 +107,10 @@ def _key(row: dict) -> tuple:
     return tuple(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling"))
 
 
-def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict], list[dict]]:
-    """Corpus rows for `groups` (skipping keys in `done`), and each checkpoint's params totals."""
+def record(groups: list[str], work: Path, done: set[tuple],
+           save: Callable[[list[dict], list[dict]], None] | None = None) -> tuple[list[dict], list[dict]]:
+    """Corpus rows for `groups` (skipping keys in `done`), and each checkpoint's params totals;
+    `save` is handed both after every run (a long recording keeps what it has)."""
     exe = ensure_sd_cli()
     rows, params = [], []
     for group in groups:
@@ -120,10 +125,12 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
                              stop_when=[PARAMS_STOP.get(family, "clip")],
                              timeout_s=3600)
             params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
+            if save:
+                save(rows, params)
         if group == "kl-f8":
             plan += [("vae", size, OFF, True) for size in TILED]
         if group == "ae16":
-            plan += [("vae", size, mode, True) for size in AE16_TILED for mode in (OFF, BOTH)]
+            plan += [("vae", size, OFF, True) for size in AE16_TILED]
         for runner, (width, height), (fa, conv), tiled in plan:
             row = {"family": ROW_FAMILY.get(group) or FAMILY[runner] or family, "runner": runner, "width": width,
                    "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
@@ -135,6 +142,8 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
                         "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
             print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
             rows.append(row)
+            if save:
+                save(rows, params)
     return rows, params
 
 
@@ -148,12 +157,15 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out = Path(ns.out)
     old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
-    rows, params = record(ns.groups.split(","), work, {_key(r) for r in old["rows"]})
-    families = {p["family"] for p in params}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows,
-                               "params": [p for p in old.get("params", []) if p["family"] not in families] + params},
-                              indent=1) + "\n")
+
+    def save(rows: list[dict], params: list[dict]) -> None:
+        families = {p["family"] for p in params}
+        kept = [p for p in old.get("params", []) if p["family"] not in families]
+        out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows, "params": kept + params},
+                                  indent=1) + "\n")
+
+    save(*record(ns.groups.split(","), work, {_key(r) for r in old["rows"]}, save))
 
 
 if __name__ == "__main__":

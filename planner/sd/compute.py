@@ -48,10 +48,10 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("flux", "t5"): ((256, 256),),
     # SD3.5 medium's MMDiT-X, Z-Image-Turbo's DiT, their text encoders, and the 16-channel KL-f8
     # autoencoder SD3, FLUX.1 and Z-Image share (one decode graph: only the latent scale differs)
-    ("sd3", "mmdit"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
+    ("sd3", "mmdit"): ((256, 256), (512, 512), (1024, 1024)),
     ("sd3", "clip"): ((256, 256),),
     ("sd3", "t5"): ((256, 256),),
-    ("zimage", "z_image"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
+    ("zimage", "z_image"): ((256, 256), (512, 512), (1024, 1024)),
     ("zimage", "qwen3"): ((256, 256),),
     ("ae16", "vae"): ((256, 256), (384, 384), (512, 512)),
 }
