@@ -5,7 +5,7 @@ scripts/gpu_peer.sh measure on the lent GPU) against fitplan's predictions.
 
 Each recorded row is one llama-bench process (pp512 and tg32, three repeats) of a placement listed in
 scripts/gpu_peer.py SPEED before the GPU ran. Here each is predicted through the path a plan takes
-(fitplan's estimate of the flags, then planner/planning/throughput.py) from the record's inventory with the
+(fitplan's estimate of the flags, then planner/speed/throughput.py) from the record's inventory with the
 catalog's figures of the GPU it names (configs/catalog.yaml, matched on the name nvidia-smi printed: the
 datasheet's, and the `measured:` figures fitted here from this record — the decode streaming bandwidth and the
 time per op node; `--datasheet` leaves those out, so the time per op node is the assumed one) and, for the host,
@@ -30,14 +30,14 @@ import numpy as np
 import yaml
 
 from bench.ranks import spearman
-from planner.checking.llama_bench import Workload, placement_views, timing_of_rows
 from planner.hardware import catalog
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU
+from planner.measuring.llama_bench import Workload, placement_views, timing_of_rows
 from planner.model.costs import CostTable, cost_table
-from planner.planning.throughput import Prediction, decode_bytes, predict
+from planner.speed.throughput import Prediction, decode_bytes, predict
 from scripts.gpu_peer import write_models
 
 RECORD = Path(__file__).resolve().parents[1] / "tests" / "peer" / "data" / "cuda" / "nvidia-h200.json"

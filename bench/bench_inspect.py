@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.model.arch import model_facts
 from planner.model.costs import cost_table
+from planner.registry.examples import resolve_model
 from planner.synth.gguf_factory import add_tokenizer, llama_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,12 +29,12 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
 from planner.model.costs import cost_table
-from planner.planning.result import (
+from planner.search.result import (
     PlanRequest,
     llama_argv,
 )
-from planner.planning.search import plan
-from planner.planning.throughput import predict_estimate
+from planner.search.search import plan
+from planner.speed.throughput import predict_estimate
 from planner.synth.gguf_factory import (
     Q,
     add_tokenizer,
@@ -127,7 +127,7 @@ def speed(model: Path, runs: int, skip_llama: bool) -> None:
 
 
 def _llama_fit_speed(model: Path, runs: int) -> None:
-    from planner.core.llama_tools import ensure_tools, rpc_servers
+    from planner.system.llama_tools import ensure_tools, rpc_servers
 
     bin_dir = ensure_tools()
     with rpc_servers(N_DEVICES) as endpoints:

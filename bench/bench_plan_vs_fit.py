@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from planner.core.llama_tools import ensure_tools, rpc_servers
+from planner.system.llama_tools import ensure_tools, rpc_servers
 from tests.peer.test_plan_vs_fit import CASES, DEVICES, Case, Outcome, Side, run_case
 from tests.support.estimate_matrix import MODELS
 

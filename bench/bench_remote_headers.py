@@ -1,7 +1,7 @@
 """What `fitplan plan` costs over HTTP: bytes, requests and wall time per model, cold and cached.
 
 Each model of the peer matrix (tests/support/estimate_matrix.py: the sparse shape-faithful files of
-planner/synth/shapes.py, plus the bundled Gemma 3 270M) and a Llama-3-70B-class file are served by a
+planner/synth/shapes_common.py, plus the bundled Gemma 3 270M) and a Llama-3-70B-class file are served by a
 loopback HTTP server (tests/support/http_server.py, with Range and ETags). `fitplan plan URL --device CUDA0=24GiB
 --ram 64GiB` runs in-process three times: from the local file, over HTTP with an empty header
 cache (cold), and again with the cache (cached: one conditional request answered 304). The
@@ -22,7 +22,7 @@ from pathlib import Path
 from planner.cli import main
 from planner.gguf.reader import read_model
 from planner.gguf.source import INITIAL_CHUNK
-from planner.synth.shapes import llama_70b
+from planner.synth.shapes_common import llama_70b
 from tests.support.estimate_matrix import MODELS, model_path
 from tests.support.http_server import LoopbackServer
 

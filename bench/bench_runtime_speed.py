@@ -16,9 +16,9 @@ import json
 import subprocess
 import time
 
-from planner.core.llama_tools import tools_dir
-from planner.gguf.examples import resolve_model
 from planner.llama.flags import parse_llama_flags
+from planner.registry.examples import resolve_model
+from planner.system.llama_tools import tools_dir
 from runtime.engine.runner import ModelRunner
 from runtime.ggml import threads
 

@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from planner.checking.llama import fit_print
+from planner.checking.tool_runs import fit_print
 from planner.core.errors import FitplanError
-from planner.core.llama_tools import ensure_tools, rpc_servers
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from planner.system.llama_tools import ensure_tools, rpc_servers
 from tests.support.estimate_matrix import compute_ok, model_path
 from tests.support.tensor_split import CONTEXTS, REFUSED_MODELS, RPC_COUNTS, SPLIT_MODELS
 

@@ -5,7 +5,7 @@
 
 Runs the pinned llama-bench (pp128, tg16) for every placement in PLACEMENTS: the host alone, partial offload, two
 and three loopback rpc-servers, routed experts kept on the host, different -ts, -ub and depths (-d). Each is
-predicted through the path a plan takes (fitplan's estimate of the flags, then planner/planning/throughput.py) from
+predicted through the path a plan takes (fitplan's estimate of the flags, then planner/speed/throughput.py) from
 an inventory `fitplan calibrate` fits on the same rpc-servers in the same rounds (unless --calibrated gives one).
 Prints per placement the relative error, then the median relative error and Spearman's rank correlation of decode
 and prefill, the worst placement of each, and the measurement's own noise (samples of one process against the
@@ -42,8 +42,12 @@ from gguf import GGMLQuantizationType
 
 from bench.quiet import NotQuiet, cores_kept_awake, load_line, pin_to_cores, wait_for_quiet
 from bench.ranks import pearson, spearman
-from planner.checking.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate, calibration_jobs
-from planner.checking.llama_bench import (
+from planner.hardware.detect import detect_inventory
+from planner.hardware.inventory import Inventory
+from planner.hardware.inventory_yaml import load_inventory
+from planner.llama.context import ModelContext, model_context
+from planner.measuring.calibrate import OUTPUT_ON_HOST, CalibrateRequest, calibrate, calibration_jobs
+from planner.measuring.llama_bench import (
     ESTIMATES,
     BenchJob,
     Timing,
@@ -53,16 +57,12 @@ from planner.checking.llama_bench import (
     run_rounds,
     unstolen_timing,
 )
-from planner.core.llama_tools import ensure_tools, rpc_servers
-from planner.gguf.examples import resolve_model
-from planner.hardware.detect import detect_inventory
-from planner.hardware.inventory import Inventory
-from planner.hardware.inventory_yaml import load_inventory
-from planner.llama.context import ModelContext, model_context
 from planner.model.costs import CostTable, cost_table
-from planner.planning.throughput import predict
+from planner.registry.examples import resolve_model
+from planner.speed.throughput import predict
 from planner.synth.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
 from planner.synth.tiny_models import write_random
+from planner.system.llama_tools import ensure_tools, rpc_servers
 
 N_RPC = 3
 STEADY = "steady"
@@ -449,7 +449,7 @@ def calibrated(args: argparse.Namespace, endpoints: list[str], inventory: Invent
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO)
+    logging.getLogger("planner.measuring.calibrate").setLevel(logging.INFO)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=REPEATS, help="llama-bench -r for every placement")
     ap.add_argument("--n-gen", type=int, default=N_GEN, help="llama-bench -n: the tokens each decode sample "
@@ -524,7 +524,7 @@ def main() -> None:
             by_estimate = {}
             for name in [args.estimate, *(e for e in ROUND_ESTIMATE if e != args.estimate)]:
                 show = name == args.estimate
-                logging.getLogger("planner.checking.calibrate").setLevel(logging.INFO if show else logging.WARNING)
+                logging.getLogger("planner.measuring.calibrate").setLevel(logging.INFO if show else logging.WARNING)
                 if show:
                     print(f"each figure below: the {name} {ESTIMATE_SAYS[name]}")
                 # files saved before the probe joined the calibration have no probe runs: calibrated without it

@@ -1,6 +1,6 @@
 """Benchmark: `fitplan validate`'s peak RSS against the model file's size.
 
-Writes the Llama-3.1-8B-class Q4_K_M-like sparse file (planner/synth/shapes.py llama-8b: real
+Writes the Llama-3.1-8B-class Q4_K_M-like sparse file (planner/synth/shapes_common.py llama-8b: real
 tensor names, shapes and types; the data a hole, read as zeros) unless --model names a file, runs
 `fitplan validate MODEL --prompt-tokens P --gen-tokens G -- -c C` as a subprocess and prints the
 file's size, the child's peak RSS (its rusage ru_maxrss, from wait4), their ratio against the
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from planner.core.units import fmt_bytes
-from planner.synth.shapes import write_shape
+from planner.synth.shapes_common import write_shape
 from runtime.ggml.dequant import ENV_CACHE, default_capacity
 
 RSS_BAR = 1.5   # the bar: validate's peak RSS at most 1.5 x the model file

@@ -5,7 +5,7 @@ over all devices, under a bounded concurrent load.
                                   [--n-predict 48] [--max-load 1.5]
 
 For each combination in COMBINATIONS (two and three loopback ggml-rpc-servers standing in for devices, × one and
-four concurrent clients) it asks planner/planning/verdict.py for its prediction (from an inventory `fitplan
+four concurrent clients) it asks planner/search/verdict.py for its prediction (from an inventory `fitplan
 calibrate` fits on the same rpc-servers, unless --calibrated gives one), starts each arrangement's llama-server
 processes with the verdict's arguments (plus `-t 1`), and sends a fixed number of `/completion` requests from N
 client threads, each keeping to its endpoint as a round-robin balancer assigns it. Measured: for one client the
@@ -35,17 +35,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.quiet import NotQuiet, cores_kept_awake, load1, load_line, wait_for_quiet
-from planner.checking.calibrate import CalibrateRequest, CalibrationError, calibrate
-from planner.checking.llama import start_server, wait_ready
-from planner.checking.llama_bench import Workload
-from planner.core.llama_tools import LOOPBACK, ensure_tools, free_port, rpc_servers, stop_process
-from planner.gguf.examples import resolve_model
+from planner.checking.tool_runs import start_server, wait_ready
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
-from planner.planning.result import PlanRequest
-from planner.planning.verdict import TIE_FRACTION, Arrangement, Endpoint, Verdict, relation, verdict
+from planner.measuring.calibrate import CalibrateRequest, calibrate
+from planner.measuring.llama_bench import Workload
+from planner.registry.examples import resolve_model
+from planner.search.result import PlanRequest
+from planner.search.verdict import TIE_FRACTION, Arrangement, Verdict, relation, verdict
+from planner.speed.calibration_fit import CalibrationError
+from planner.speed.step_model import Endpoint
+from planner.system.llama_tools import LOOPBACK, ensure_tools, free_port, rpc_servers, stop_process
 
 MODEL = "example:gemma3-270m"
 CTX_PER_CLIENT = 512

@@ -3,7 +3,7 @@ what-would-fit search (least budgets to the MiB, the largest context), which mus
 
     python -m bench.bench_what_fits [--runs N]
 
-The ten cases are tests/planner/planning/test_what_fits.py's (sparse shape GGUFs in a temporary
+The ten cases are tests/planner/search/test_what_fits.py's (sparse shape GGUFs in a temporary
 folder). Prints figures; asserts nothing.
 """
 from __future__ import annotations
@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 
 from planner.core.errors import InfeasiblePlacement
-from planner.gguf.examples import resolve_model
 from planner.hardware.budgets import resolve_budgets
 from planner.llama.context import model_context
-from planner.planning.problem import PROBE_CACHE
-from planner.planning.result import PlanRequest
-from planner.planning.search import plan
-from planner.synth.shapes import write_shape
-from tests.planner.planning.test_what_fits import CASES
+from planner.registry.examples import resolve_model
+from planner.search.problem import PROBE_CACHE
+from planner.search.result import PlanRequest
+from planner.search.search import plan
+from planner.synth.shapes_common import write_shape
+from tests.planner.search.test_what_fits import CASES
 
 
 def _seconds(ctx, inventory, request, budgets, what_would_fit: bool) -> float:

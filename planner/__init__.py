@@ -32,11 +32,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "InspectResult": ("planner.model.inspect", "InspectResult"),
     "Estimate": ("planner.memory.estimate", "Estimate"),
     "SweepResult": ("planner.sweeps.sweep", "SweepResult"),
-    "PlanRequest": ("planner.planning.result", "PlanRequest"),
-    "PlanResult": ("planner.planning.result", "PlanResult"),
-    "ValidateReport": ("planner.checking.report", "ValidateReport"),
+    "PlanRequest": ("planner.search.result", "PlanRequest"),
+    "PlanResult": ("planner.search.result", "PlanResult"),
+    "ValidateReport": ("planner.checking.validation_report", "ValidateReport"),
     "Choice": ("planner.sweeps.choose", "Choice"),
-    "SetReport": ("planner.planning.set_document", "SetReport"),
+    "SetReport": ("planner.emit.set_document", "SetReport"),
 }
 
 __all__ = sorted(_LAZY)

@@ -16,17 +16,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.checking.report import (
+from planner.checking.validate import validate as run_validate
+from planner.checking.validate import validate_request
+from planner.checking.validation_report import (
     DEFAULT_GEN_TOKENS,
     DEFAULT_PROMPT_TOKENS,
     ValidateReport,
     ValidateRequest,
     with_budgets,
 )
-from planner.checking.validate import validate as run_validate
-from planner.checking.validate import validate_request
 from planner.core.errors import BadInput
-from planner.gguf.candidates import MAX_CANDIDATES
+from planner.emit.set_document import SetReport
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
@@ -37,11 +37,11 @@ from planner.memory.estimate import Estimate
 from planner.memory.estimate import estimate as run_estimate
 from planner.model.inspect import InspectResult
 from planner.model.inspect import inspect as run_inspect
-from planner.planning.result import PlanRequest, PlanResult
-from planner.planning.search import plan as run_plan
-from planner.planning.set_document import SetReport
-from planner.planning.set_input import ModelSet, read_model_set
-from planner.planning.set_plan import plan_set as run_plan_set
+from planner.registry.candidates import MAX_CANDIDATES
+from planner.search.result import PlanRequest, PlanResult
+from planner.search.search import plan as run_plan
+from planner.search.set_input import ModelSet, read_model_set
+from planner.search.set_plan import plan_set as run_plan_set
 from planner.sweeps.axes import SweepMode
 from planner.sweeps.choose import Choice
 from planner.sweeps.choose import choose as run_choose
@@ -100,7 +100,7 @@ def sweep(model: ModelLike, vary: Mapping[str, str | Sequence[Any]], devices: De
 def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
          max_vram: str | None = None, max_ram: str | None = None, **fields: Any) -> PlanResult:
     """The best placement of a model on devices under budgets (`fitplan plan`). `request` or its
-    fields as keywords (`n_ctx=32768, n_parallel=2`; planner.planning.result.PlanRequest); `ram` is the
+    fields as keywords (`n_ctx=32768, n_parallel=2`; planner.search.result.PlanRequest); `ram` is the
     host's RAM, `max_vram` / `max_ram` the budgets as the command line takes them."""
     inventory = as_inventory(devices, ram)
     if inventory is None or not inventory.host.ram_available_bytes:
@@ -112,7 +112,7 @@ def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, requ
 def plan_set(models: str | ModelSet, devices: Devices = None, ram: str | None = None, max_vram: str | None = None,
              max_ram: str | None = None) -> SetReport:
     """Several models on one box (`fitplan plan-set`): `models` a set file's path (or a ModelSet read
-    with planner.planning.set_input.read_model_set); which are resident together, which load on
+    with planner.search.set_input.read_model_set); which are resident together, which load on
     demand, each one's plan within what the others leave (`.plan`; `.to_dict()` is the JSON)."""
     inventory = as_inventory(devices, ram)
     if inventory is None or not inventory.host.ram_available_bytes:

@@ -9,9 +9,9 @@ With no names it draws all four:
   with every network feature off.
 - tensor-vs-layer.png: predicted decode of a layer split and of `-sm tensor` against the link between two
   RTX 3090-class cards (936 GB/s, 71 TFLOPS fp16, the catalog's figures) holding a Llama-3.1-8B-class Q4_K_M
-  (a shape-faithful sparse file, planner/synth/shapes.py) at -c 8192. The layer split is `search.plan` with
+  (a shape-faithful sparse file, planner/synth/shapes_common.py) at -c 8192. The layer split is `search.plan` with
   split_mode="layer", the tensor split `tensor_plan.tensor_option` on the same devices: two AllReduces a layer
-  over the link (planner/planning/tensor_throughput.py) against one crossing a token. Predictions only: no GPU.
+  over the link (planner/speed/tensor_throughput.py) against one crossing a token. Predictions only: no GPU.
 """
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ from pathlib import Path
 from planner.cli import main as fitplan
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.context import model_context
-from planner.planning.result import PlanRequest
-from planner.planning.search import plan
-from planner.planning.tensor_plan import tensor_option
+from planner.search.result import PlanRequest
+from planner.search.search import plan
+from planner.search.tensor_plan import tensor_option
 from planner.sweeps.plots import require_matplotlib
-from planner.synth.shapes import write_shape
+from planner.synth.shapes_common import write_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "example:gemma3-270m"

@@ -31,14 +31,14 @@ import time
 from pathlib import Path
 
 from planner.api import plan
-from planner.checking.llama_bench import BenchError, Workload, bench_rows, llama_bench_argv
 from planner.core.errors import FitplanError
-from planner.core.llama_tools import ToolsError, rpc_servers
 from planner.hardware.detect import detect_inventory
-from planner.planning.result import llama_argv
+from planner.measuring.llama_bench import BenchError, Workload, bench_rows, llama_bench_argv
+from planner.search.result import llama_argv
 from planner.synth.gguf_factory import Q, llama_spec
-from planner.synth.shapes import gemma3_270m_layout, tokenized
+from planner.synth.shapes_common import gemma3_270m_layout, tokenized
 from planner.synth.shapes_consumer import CONSUMER_SHAPES, write_consumer_shape
+from planner.system.llama_tools import ToolsError, rpc_servers
 from scripts.gpu_peer import fill_random, nvidia_smi_used_mib, real_load
 
 SMALL = "gemma3-270m"

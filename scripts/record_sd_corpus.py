@@ -1,4 +1,4 @@
-"""Record the sd-cli corpus planner/sd/compute.py reads: per runner, the compute buffer sd-cli
+"""Record the sd-cli corpus planner/sd/sd_compute.py reads: per runner, the compute buffer sd-cli
 logs at a matrix of image sizes and modes, on the shape-faithful checkpoints of
 planner/synth/shapes_sd.py and shapes_sd3.py (one sampling step, the weights memory-mapped — `--mmap`, which
 changes no buffer; each run is stopped as soon as the buffers it is for are logged, before the
@@ -6,7 +6,7 @@ graphs run where that is possible).
 
     PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
 
-Rows already in the corpus are kept and not run again. planner.sd.compute.FIT_SIZES names the
+Rows already in the corpus are kept and not run again. planner.sd.sd_compute.FIT_SIZES names the
 sizes each curve is solved from; the other rows check it. `params` holds each checkpoint's params buffers
 as sd-cli's "total params memory size" line states them.
 """
@@ -17,8 +17,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from planner.sd.compute import CORPUS, FIT_SIZES
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
+from planner.sd.sd_compute import CORPUS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_sd import FLUX_FILES, t5xxl_tensors, write_checkpoint, write_flux
 from planner.synth.shapes_sd3 import write_sd3, write_z_image

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def llama_tools() -> Path:
     """The bin directory of the pinned llama.cpp tools, built once if missing (peer tests)."""
-    from planner.core.llama_tools import ensure_tools
+    from planner.system.llama_tools import ensure_tools
 
     return ensure_tools()
 
@@ -18,7 +18,7 @@ def llama_tools() -> Path:
 @pytest.fixture
 def rpc_pair(llama_tools: Path) -> Iterator[list[str]]:
     """Two ggml-rpc-servers on 127.0.0.1; yields their "127.0.0.1:PORT" endpoints, stops them after."""
-    from planner.core.llama_tools import rpc_servers
+    from planner.system.llama_tools import rpc_servers
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints
@@ -28,7 +28,7 @@ def rpc_pair(llama_tools: Path) -> Iterator[list[str]]:
 def llama_vulkan_tools() -> Path:
     """The bin directory of the pinned llama.cpp built with ggml-vulkan (scripts/build_llama_cpp.sh
     --vulkan), built once if missing; run its tools with llama_tools.VULKAN_ENV to see lavapipe."""
-    from planner.core.llama_tools import VULKAN, ensure_tools
+    from planner.system.llama_tools import VULKAN, ensure_tools
 
     return ensure_tools(build=VULKAN)
 
@@ -48,7 +48,7 @@ def net_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[obj
     """Network settings with every cache under tmp_path, no token, one retry: set in the
     environment, which `net.current()` reads on every call (so a test's later monkeypatch.setenv
     applies too). Yields the settings as they stand at the start."""
-    from planner.core import net
+    from planner.system import net
 
     env = {"FITPLAN_HEADER_CACHE": str(tmp_path / "cache" / "headers"), "HF_HUB_CACHE": str(tmp_path / "cache" / "hub"),
            "LLAMA_CACHE": str(tmp_path / "cache" / "llama.cpp"), "OLLAMA_MODELS": str(tmp_path / "ollama"),

@@ -90,9 +90,9 @@ def _family_shape_arch(family: str, name: str) -> str | None:
 
 def peer_tests_by_arch() -> dict[str, list[str]]:
     """Architecture -> the tests/peer files that load a model of it with the pinned llama.cpp."""
-    from planner.gguf.examples import resolve_model
     from planner.gguf.reader import read_model
-    from planner.synth.shapes import SHAPES
+    from planner.registry.examples import resolve_model
+    from planner.synth.shapes_common import SHAPES
 
     found: dict[str, set[str]] = defaultdict(set)
     for arch in estimate_peer_archs():

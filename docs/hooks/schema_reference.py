@@ -139,8 +139,8 @@ PLAN_FIELDS = {
 
 def plan_document() -> str:
     from planner import api
+    from planner.emit.document import DEPLOYMENT_VERSION, deployment
     from planner.hardware.inventory import DeviceSpec, HostSpec
-    from planner.planning.document import DEPLOYMENT_VERSION, deployment
 
     documents = [_fields(deployment(api.plan(PLAN_MODEL, str(ROOT / inventory)))) for inventory in PLAN_INVENTORIES]
     seen: dict[str, set[str]] = {}

@@ -1,5 +1,5 @@
-"""Checking a plan by running it (above planning).
+"""Checking a plan (above emit).
 
-In: a plan file or a model with llama.cpp flags and an inventory. Out: a `ValidateReport`:
-what the embedded runtime (or llama.cpp itself) allocated beside the estimate, and a verdict.
+In: a plan file or a model with llama.cpp flags and an inventory. Out: a `ValidateReport`: what the
+embedded runtime (or llama.cpp itself, through tool_runs) allocated beside the estimate, and a verdict.
 """

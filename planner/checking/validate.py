@@ -20,8 +20,9 @@ import numpy as np
 from gguf import Keys
 
 from planner.checking.allreduce_report import AllReduceReport, allreduce_report
-from planner.checking.llama import validate_llama
-from planner.checking.report import (
+from planner.checking.resident import check_resident, peak_rss_bytes
+from planner.checking.tool_runs import validate_llama
+from planner.checking.validation_report import (
     DEFAULT_GEN_TOKENS,
     DEFAULT_PROMPT_TOKENS,
     DeviceReport,
@@ -31,10 +32,9 @@ from planner.checking.report import (
     prompt_ids,
     with_budgets,
 )
-from planner.checking.resident import check_resident, peak_rss_bytes
 from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
-from planner.gguf.examples import resolve_model
+from planner.emit.document import Deployment, read_deployment
 from planner.gguf.reader import ModelFile, read_model, require_weights
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Inventory
@@ -46,7 +46,7 @@ from planner.llama.placement import CPU, HOST, HOST_ROWS, device_of, row_of
 from planner.llama.programs import Program
 from planner.llama.settings import LlamaSettings, resolve_settings
 from planner.memory.estimate import Estimate, estimate_settings
-from planner.planning.document import Deployment, read_deployment
+from planner.registry.examples import resolve_model
 from runtime.engine.reserve import supported
 from runtime.engine.runner import ModelRunner, StepRecord
 from runtime.ggml.sched_errors import BufferAllocationError
@@ -222,7 +222,7 @@ def _allreduce(runner: ModelRunner, gen_steps: list[StepRecord]) -> AllReduceRep
 # --- plan files ---------------------------------------------------------------------------------
 
 def load_plan(path: str, n_prompt: int = DEFAULT_PROMPT_TOKENS, n_gen: int = DEFAULT_GEN_TOKENS) -> ValidateRequest:
-    """A request from `fitplan plan -o plan.yaml`'s deployment file (planner/planning/document.py)."""
+    """A request from `fitplan plan -o plan.yaml`'s deployment file (planner/emit/document.py)."""
     doc = read_deployment(path)
     mf = _check_header(path, doc)
     return ValidateRequest(doc.model_path, doc.flags, doc.inventory, doc.budgets, n_prompt, n_gen, mf,

@@ -1,7 +1,7 @@
 """`fitplan calibrate [--rpc host:port,...] [-o INVENTORY.yaml]`: this machine's rates measured with the
 pinned llama-bench, written as an inventory whose `calibrated:` block the throughput model prefers.
 
-The library (planner/checking/calibrate.py) is imported inside the command: it loads numpy and the
+The library (planner/measuring/calibrate.py) is imported inside the command: it loads numpy and the
 runtime, which `fitplan --help` does not need.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import typer
 import yaml
 
 from planner.cli.options import Format, RpcOpt
-from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
+from planner.system.files import check_output_path, write_atomic
 
 
 class Estimate(str, Enum):
@@ -51,8 +51,8 @@ def calibrate_cmd(
 ) -> None:
     """Measure this machine's weight-streaming bandwidth, matrix throughput and per-split hand-off
     latency (of the host and each --rpc endpoint) with llama-bench; write them as an inventory."""
-    from planner.checking.calibrate import CalibrateRequest, calibrate
-    from planner.checking.llama_bench import Workload
+    from planner.measuring.calibrate import CalibrateRequest, calibrate
+    from planner.measuring.llama_bench import Workload
 
     if output is not None:
         check_output_path(output)    # before the minutes llama-bench takes

@@ -21,7 +21,7 @@ from planner.core.errors import BadInput
 from planner.core.render import render
 
 if TYPE_CHECKING:
-    from planner.planning.result import PlanRequest
+    from planner.search.result import PlanRequest
 
 FORMATS = ("table", "json", "yaml")
 SPLIT_MODES = ("auto", "layer")
@@ -30,7 +30,7 @@ SPLIT_MODES = ("auto", "layer")
 def _request(ctx: str | None, clients: int, objective: str, cache_type: str, op_offload: str, split_mode: str,
              mmproj: str | None, allow_ctx_above_train: bool) -> PlanRequest:
     """The constraints as `plan` takes them; --clients N gives N slots of --ctx tokens each."""
-    from planner.planning.result import Companions, PlanRequest
+    from planner.search.result import Companions, PlanRequest
 
     if clients < 1:
         raise BadInput("--clients takes a positive number")
@@ -80,7 +80,7 @@ def choose_cmd(
 ) -> int:
     """Which file to download: every quantization of a repository (or several models) planned for the
     devices, one table, the highest-precision file that fits and the fastest, and the plan for the first."""
-    from planner.planning.document import deployment
+    from planner.emit.document import deployment
     from planner.sweeps.choose import choose
     from planner.sweeps.choose_html import choice_html
 

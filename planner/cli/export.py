@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from planner.core.files import check_output_path, write_atomic
-from planner.core.llama_tools import LOOPBACK, tools_dir
+from planner.system.files import check_output_path, write_atomic
+from planner.system.llama_tools import LOOPBACK, tools_dir
 
 
 def export_cmd(
@@ -27,11 +27,11 @@ def export_cmd(
     output: Annotated[str | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
 ) -> None:
     """Write what runs the plan: a systemd unit, a compose service, a llama.cpp preset or a shell script."""
-    from planner.planning.commands import LLAMA_SERVER
-    from planner.planning.document import read_deployment
-    from planner.planning.exports import ExportOptions, export
-    from planner.planning.set_document import is_set_plan, read_set_plan
-    from planner.planning.set_exports import set_export
+    from planner.emit.document import read_deployment
+    from planner.emit.exports import ExportOptions, export
+    from planner.emit.set_document import is_set_plan, read_set_plan
+    from planner.emit.set_exports import set_export
+    from planner.llama.commands import LLAMA_SERVER
 
     if output is not None:
         check_output_path(output)

@@ -16,7 +16,7 @@ def fetch_header_cmd(
     fmt: Format = "table",
 ) -> None:
     """Write a model's header (metadata and tensor index, no weights) as a header-only GGUF."""
-    from planner.gguf.examples import resolve_model
     from planner.gguf.header_file import write_header_file
+    from planner.registry.examples import resolve_model
 
     typer.echo(render(write_header_file(resolve_model(model), output), fmt))

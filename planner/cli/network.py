@@ -1,7 +1,7 @@
 """The global options that say how models are fetched: endpoints, token, cache, timeout.
 
 They sit on the app's callback (`fitplan --hf-endpoint URL plan MODEL ...`) and make one
-`NetSettings` current for the command that follows (planner.core.net); unset options keep what
+`NetSettings` current for the command that follows (planner.system.net); unset options keep what
 the environment says (HF_ENDPOINT, HF_TOKEN, FITPLAN_HEADER_CACHE, ...).
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 
 from planner.cli.version import Version
-from planner.core import net
 from planner.core.errors import BadInput
+from planner.system import net
 
 
 def _url(option: str, value: str | None) -> str | None:

@@ -17,13 +17,13 @@ from planner.cli.devices import DevicesReport, devices_report
 from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
 from planner.cli.report import write_html
 from planner.core.errors import BadInput, InfeasiblePlacement
-from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
 from planner.core.units import quote
+from planner.system.files import check_output_path, write_atomic
 
 if TYPE_CHECKING:
-    from planner.planning.result import PlanRequest, PlanResult
-    from planner.planning.solve import Objective
+    from planner.search.result import PlanRequest, PlanResult
+    from planner.search.solve import Objective
 
 
 def _ctx(text: str | None) -> tuple[int | None, bool]:
@@ -57,7 +57,7 @@ def _cache_types(text: str) -> tuple[str, ...]:
 
 
 def _objective(text: str) -> Objective:
-    from planner.planning.solve import Objective
+    from planner.search.solve import Objective
 
     try:
         return Objective(text.lower())
@@ -67,7 +67,7 @@ def _objective(text: str) -> Objective:
 
 def _write_deployment(output: str, result: PlanResult, doc: dict[str, Any] | None) -> None:
     """-o: the deployment document, as JSON when the name ends in .json, else as YAML."""
-    from planner.planning.document import deployment_yaml
+    from planner.emit.document import deployment_yaml
 
     text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc)
 
@@ -92,8 +92,8 @@ def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -
     """--format: `flags`, `command`, `args` and `yaml` (the deployment document) are not views of
     PlanResult's to_dict, so they bypass render(). `args` is the argument vector one per line (NUL
     after each with -0), for `xargs -0 llama-server` or `readarray -t`."""
-    from planner.planning.document import deployment_yaml
-    from planner.planning.result import llama_argv, plan_argv, server_command
+    from planner.emit.document import deployment_yaml
+    from planner.search.result import llama_argv, plan_argv, server_command
 
     if fmt == "flags":
         typer.echo(shlex.join(llama_argv(result)))
@@ -113,9 +113,9 @@ def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -
 def _plan_or_report(model: str, found: DevicesReport, request: PlanRequest, with_explain: bool,
                     html: str | None) -> PlanResult:
     """plan(); with --html, the page is written for a plan and for a verdict that nothing fits."""
-    from planner.planning.report import infeasible_report, plan_report
-    from planner.planning.report_html import render_html
-    from planner.planning.search import plan
+    from planner.emit.plan_report import infeasible_report, plan_report
+    from planner.emit.plan_report_html import render_html
+    from planner.search.search import plan
 
     try:
         result = plan(model, found.inventory, request, budgets=found.budgets, with_explain=with_explain,
@@ -147,9 +147,9 @@ def _check_verdict(verdict: bool, clients: int | None, fmt: str, outputs: tuple[
 
 def _show_verdict(model: str, found: DevicesReport, request: PlanRequest, clients: int, with_explain: bool,
                   fmt: str) -> None:
-    """--verdict: the arrangements ranked (planner/planning/verdict.py); `command` prints the winner's
+    """--verdict: the arrangements ranked (planner/search/verdict.py); `command` prints the winner's
     llama-server lines; --explain adds the arithmetic."""
-    from planner.planning.verdict import verdict
+    from planner.search.verdict import verdict
 
     result = verdict(model, found.inventory, found.budgets, request, clients)
     if not with_explain:
@@ -208,9 +208,9 @@ def plan_cmd(
         "--clients", help="--verdict: concurrent streams (llama-server -np slots; default 1)")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
-    from planner.planning.document import deployment
-    from planner.planning.result import Companions, PlanRequest
-    from planner.planning.solve import Solver
+    from planner.emit.document import deployment
+    from planner.search.result import Companions, PlanRequest
+    from planner.search.solve import Solver
 
     if solver not in {s.value for s in Solver}:
         raise BadInput(f"--solver {solver!r}: expected dp or milp")

@@ -1,4 +1,4 @@
-"""`fitplan plan-set FILE`: several models on one box, planned together (planner/planning/set_plan.py).
+"""`fitplan plan-set FILE`: several models on one box, planned together (planner/search/set_plan.py).
 
 The planning library is imported inside the command: it loads numpy and gguf, which `fitplan --help`
 does not need.
@@ -16,13 +16,13 @@ from planner.cli.devices import DevicesReport, devices_report
 from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
 from planner.cli.report import write_html
 from planner.core.errors import BadInput
-from planner.core.files import check_output_path, write_atomic
-from planner.core.llama_tools import LOOPBACK, tools_dir
 from planner.core.render import render
+from planner.system.files import check_output_path, write_atomic
+from planner.system.llama_tools import LOOPBACK, tools_dir
 
 if TYPE_CHECKING:
-    from planner.planning.set_input import ModelSet
-    from planner.planning.set_plan import SetPlan
+    from planner.search.set_input import ModelSet
+    from planner.search.set_plan import SetPlan
 
 FORMATS = ("table", "json", "yaml", "preset", "llama-swap")
 
@@ -44,8 +44,8 @@ def plan_set_cmd(
         "--html", help="write the set plan as one self-contained HTML page (also when the set does not fit)")] = None,
 ) -> None:
     """Plan several models that share the devices: which stay resident, which load on demand, each placement."""
-    from planner.planning.set_document import set_document
-    from planner.planning.set_input import read_model_set
+    from planner.emit.set_document import set_document
+    from planner.search.set_input import read_model_set
 
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -68,10 +68,10 @@ def plan_set_cmd(
 
 def _plan_or_page(spec: ModelSet, found: DevicesReport, html: str | None) -> SetPlan:
     """plan_set(); with --html, the page is written for a plan and for a set that does not fit."""
-    from planner.planning.set_document import set_document
-    from planner.planning.set_plan import plan_set
-    from planner.planning.set_report_html import infeasible_set_html, set_html
-    from planner.planning.set_suggest import SetInfeasible
+    from planner.emit.set_document import set_document
+    from planner.emit.set_report_html import infeasible_set_html, set_html
+    from planner.search.set_plan import plan_set
+    from planner.search.set_suggest import SetInfeasible
 
     try:
         plan = plan_set(spec, found.inventory, found.budgets)
@@ -85,9 +85,9 @@ def _plan_or_page(spec: ModelSet, found: DevicesReport, html: str | None) -> Set
 
 
 def _show(plan: SetPlan, doc: dict[str, Any], fmt: str, llama_bin: str | None, host: str, port: int) -> None:
-    from planner.planning.commands import LLAMA_SERVER
-    from planner.planning.set_document import SetReport
-    from planner.planning.set_exports import llama_swap_config, preset_ini
+    from planner.emit.set_document import SetReport
+    from planner.emit.set_exports import llama_swap_config, preset_ini
+    from planner.llama.commands import LLAMA_SERVER
 
     if fmt == "preset":
         typer.echo(preset_ini(doc, host, port), nl=False)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.core.files import check_output_path, write_atomic
+from planner.system.files import check_output_path, write_atomic
 
 
 def write_html(path: str, html: str) -> None:
@@ -25,9 +25,9 @@ def report_cmd(
 ) -> None:
     """Write the plan as one HTML page: memory per device against budgets, the layer map, speeds,
     the commands, the why-list and what would fit; no network needed to view it."""
-    from planner.planning.document import read_deployment
-    from planner.planning.report import plan_report, result_from_deployment
-    from planner.planning.report_html import render_html
+    from planner.emit.document import read_deployment
+    from planner.emit.plan_report import plan_report, result_from_deployment
+    from planner.emit.plan_report_html import render_html
 
     check_output_path(output)
     write_html(output, render_html(plan_report(result_from_deployment(read_deployment(plan)))))

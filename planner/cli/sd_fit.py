@@ -17,7 +17,7 @@ from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
 from planner.sd.modes import Feature, legacy_modes
 from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
 
-SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.compute.SIZE_STEP)
+SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.sd_compute.SIZE_STEP)
 
 if TYPE_CHECKING:
     from planner.sd.plan import SdPlan

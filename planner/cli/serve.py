@@ -1,6 +1,6 @@
 """`fitplan serve PLAN.yaml [--llama-bin DIR] [--host H] [--port P] [--dry-run] [--force] [-- extra flags]`.
 
-The library (planner/checking/serve.py) is imported inside the command: it loads numpy, gguf and
+The library (planner/running/serve.py) is imported inside the command: it loads numpy, gguf and
 the runtime, which `fitplan --help` does not need.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ import typer
 
 from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
 from planner.core.errors import BadInput
-from planner.core.llama_tools import LOOPBACK, ToolsError, ensure_tools, tools_dir
 from planner.core.render import render
+from planner.system.llama_tools import LOOPBACK, ToolsError, ensure_tools, tools_dir
 
 if TYPE_CHECKING:
-    from planner.checking.serve import MemoryCheck
+    from planner.running.serve import MemoryCheck
 
 
 @with_inventory_flags
@@ -47,8 +47,8 @@ def serve_cmd(
     machine for the comparison with the plan's hardware (default: detected); --max-vram/--max-ram
     replace the plan's budgets.
     """
-    from planner.checking.serve import ServeRequest, prepare_serve, run_serve, with_program
-    from planner.planning.set_document import is_set_plan
+    from planner.emit.set_document import is_set_plan
+    from planner.running.serve import ServeRequest, prepare_serve, run_serve, with_program
 
     bin_dir = Path(llama_bin) if llama_bin else tools_dir()
     if llama_bin and not (Path(llama_bin) / "llama-server").is_file():
@@ -89,13 +89,13 @@ def serve_cmd(
 
 def serve_set_cmd(plan: str, extra: tuple[str, ...], bin_dir: Path | None, host: str, port: int, dry_run: bool,
                   fmt: str, log_file: str | None, unused: list[str]) -> None:
-    """`serve` of a set plan: the router on the set's preset (planner/checking/serve_set.py). `unused`:
+    """`serve` of a set plan: the router on the set's preset (planner/running/serve_set.py). `unused`:
     the options given that a set plan does not take (its devices and budgets are its plan's)."""
     import json
     import tempfile
 
-    from planner.checking.serve_set import InstanceCheck, check_table, prepare_router, serve_set
-    from planner.planning.set_document import read_set_plan
+    from planner.emit.set_document import read_set_plan
+    from planner.running.serve_set import InstanceCheck, check_table, prepare_router, serve_set
 
     if extra:
         raise BadInput("a set plan's llama-server flags are its preset's: plan the set again to change them")

@@ -14,8 +14,8 @@ import typer
 
 from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
 from planner.core.errors import BadInput
-from planner.core.files import check_output_path, write_atomic
 from planner.core.render import render
+from planner.system.files import check_output_path, write_atomic
 
 FORMATS = ("csv", "table", "json", "yaml")
 PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer

@@ -31,8 +31,8 @@ def validate_cmd(
 ) -> None:
     """Run the model under a plan or flags; measured memory, splits and speed against the estimate
     (the inventory options are for the MODEL form: a plan file carries its own)."""
-    from planner.checking.report import ValidateRequest
     from planner.checking.validate import validate, validate_request
+    from planner.checking.validation_report import ValidateRequest
     from planner.llama.flags import parse_llama_flags
 
     options = inventory.options()

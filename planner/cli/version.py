@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from planner.core.llama_tools import LLAMA_CPP_PIN
+from planner.system.llama_tools import LLAMA_CPP_PIN
 
 
 def version_text() -> str:

@@ -1,6 +1,6 @@
-"""The model file as bytes (above runtime.ggml and core).
+"""The model file as bytes (above runtime.ggml and system).
 
-In: a GGUF path (split models by their first shard) or `example:NAME`. Out: `ModelFile`, a
-memory-mapped, bounds-checked header (metadata, tensor infos with their data offsets), the
-bundled examples' paths, and read-only views of tensor data for the runtime.
+In: a GGUF path (split models by their first shard) or a URL. Out: `ModelFile`, a memory-mapped,
+bounds-checked header (metadata, tensor infos with their data offsets), and read-only views of tensor
+data for the runtime.
 """

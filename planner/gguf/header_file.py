@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.core.files import write_atomic
 from planner.core.render import table
 from planner.core.units import fmt_bytes
 from planner.gguf.reader import read_header_bytes, read_model, shard_paths
+from planner.system.files import write_atomic
 
 GGUF_SUFFIX = ".gguf"
 

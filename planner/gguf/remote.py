@@ -15,11 +15,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.core import http, net
 from planner.core.errors import BadInput, RemoteError
-from planner.core.files import write_atomic
 from planner.core.units import fmt_bytes
 from planner.gguf.source import INITIAL_CHUNK, Buffer, ByteSource
+from planner.system import http, net
+from planner.system.files import write_atomic
 
 
 class HTTPSource(ByteSource):

@@ -11,9 +11,9 @@ import mmap
 import os
 import stat
 
-from planner.core import net
 from planner.core.errors import GGUFError
 from planner.core.units import KiB
+from planner.system import net
 
 INITIAL_CHUNK = 256 * KiB   # the first Range request; also the lookahead of every later one
 URL_SCHEMES = ("http://", "https://")

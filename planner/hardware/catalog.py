@@ -14,11 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from planner.core import schema as ds
 from planner.core.errors import BadInput
 from planner.core.render import table
 from planner.core.units import fmt_bytes
 from planner.hardware.inventory import LOCAL_BACKENDS, LOCAL_GPU_KINDS, Backend, DeviceKind, one_of, parse_link
+from planner.system import schema as ds
 
 GB = 1e9     # vendors quote bandwidth in decimal GB/s
 TERA = 1e12

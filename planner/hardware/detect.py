@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 
-from planner.core import llama_tools
 from planner.core.errors import InventoryError
 from planner.core.units import GiB, MiB
 from planner.hardware import catalog
@@ -33,6 +32,7 @@ from planner.hardware.inventory import (
     pcie_link_bytes_s,
 )
 from planner.hardware.local_servers import listening_pids, rpc_server_cpus
+from planner.system import llama_tools
 
 log = logging.getLogger(__name__)
 

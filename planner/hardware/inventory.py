@@ -100,7 +100,7 @@ class DeviceSpec:
     compute_capability: int | None = None   # CUDA: major * 100 + minor * 10 (8.6 -> 860)
     id: str | None = None   # ggml_backend_dev_props.device_id: the PCI bus id ("0000:01:00.0"); None = unknown
     # a CPU rpc-server's host CPUs (its process's affinity) and compute threads; () / 0 = unknown.
-    # Devices whose CPUs overlap share those cores when they compute at once (planner/planning/verdict.py)
+    # Devices whose CPUs overlap share those cores when they compute at once (planner/search/verdict.py)
     cpus: tuple[int, ...] = ()
     threads: int = 0
     # measured on this product with the pinned llama.cpp (a catalog entry's `measured:` block): the bandwidth its
@@ -125,7 +125,7 @@ class HostSpec:
 
 
 class Quantity(str, Enum):
-    """A rate `fitplan calibrate` measures (planner/checking/calibrate.py), in SI units inside."""
+    """A rate `fitplan calibrate` measures (planner/measuring/calibrate.py), in SI units inside."""
 
     BANDWIDTH = "bandwidth"           # bytes/s of weight streaming (decode)
     FLOPS = "flops"                   # FLOP/s of matrix products (prefill)

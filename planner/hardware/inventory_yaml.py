@@ -19,7 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.core import schema as ds
 from planner.core.errors import BadInput, InventoryError
 from planner.core.units import parse_size, quote
 from planner.hardware import catalog
@@ -44,6 +43,7 @@ from planner.hardware.inventory import (
     same_cards,
 )
 from planner.hardware.limits import LLAMA_MAX_DEVICES
+from planner.system import schema as ds
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A ggml-rpc-server on a CPU backend computes with its own threads on the cores its process is allowed
 (its affinity: `taskset`, cgroups). Several of them on one machine are one pool of cores: a device
-list that names three RPC devices may be two cores' worth (planner/planning/verdict.py's shared-cores
+list that names three RPC devices may be two cores' worth (planner/search/verdict.py's shared-cores
 term). Only a server listening on this machine's loopback can be looked at; of any other the answer
 is unknown, and the planner treats it as an independent machine.
 

@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 
 from planner.core.errors import BadInput
-from planner.gguf.examples import resolve_model
 from planner.gguf.pin_lists import pin_architectures
 from planner.gguf.reader import ModelFile, read_model
 from planner.llama.flags import LlamaFlags
@@ -18,6 +17,7 @@ from planner.llama.nextn import loads_mtp, nextn_loaded, nextn_tensor_loaded
 from planner.llama.placement import TensorSlot, tensor_slots
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.shapes import Shapes, model_shapes
+from planner.registry.examples import resolve_model
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from planner.llama.programs import PROGRAM_NAMES, Program, dry_run, effective_pr
 from planner.llama.settings import ContextParams, LlamaSettings, resolve_settings
 from planner.llama.tensor_parallel import META_NAME
 from planner.memory.analytic import FORMULA, SIMULATED, compute_model, formula_safety
-from planner.memory.companions import estimate_companions
+from planner.memory.companion_memory import estimate_companions
 from planner.memory.rows import CompanionEstimate, DeviceMemory, summed, weight_rows
 from planner.memory.tensor_members import member_rows
 from planner.model.arch import AttnKind
@@ -51,7 +51,7 @@ class Estimate:
     n_layer_all: int
     compute_model: str = SIMULATED   # "simulated" (the scheduler's reserve) or "formula" (planner/memory/analytic.py)
     model_arch: str = ""
-    companions: tuple[CompanionEstimate, ...] = ()   # drafter, projector, adapters (planner/memory/companions.py)
+    companions: tuple[CompanionEstimate, ...] = ()   # drafter, projector, adapters (planner/memory/companion_memory.py)
     # -sm tensor: each real device behind the Meta() row as a real load allocates it
     # (planner/memory/tensor_members.py); not rows of llama.cpp's breakdown
     meta_members: tuple[DeviceMemory, ...] = ()

@@ -10,7 +10,7 @@ weights (the nextn blocks are loaded with their layer: planner/llama/nextn.py) a
   the target's -np / -kvu / -fa / -nkvo, on the device of the block (planner.llama.kv.layer_caches, nextn);
 - compute: the architecture's MTP head (LLM_GRAPH_TYPE_DECODER_MTP) with one output row per sequence
   (n_outputs_max = -np) and the draft's top-k sampler on the backend, reserved as a real load does
-  (runtime/engine/mtp.py).
+  (runtime/engine/mtp_graph.py).
 llama-fit-params takes no --spec-type, and the target's -fit (common_fit_params) measures this context
 as an extra model sharing the weights; fitplan sizes it for llama-server (planner/llama/programs.py).
 
@@ -31,7 +31,7 @@ from planner.llama.placement import HOST
 from planner.llama.settings import LlamaSettings, resolve_on
 from planner.memory.analytic import SIMULATED
 from planner.memory.rows import CompanionEstimate, DeviceMemory
-from runtime.engine.mtp import MTP_GRAPHS
+from runtime.engine.mtp_graph import MTP_GRAPHS
 from runtime.engine.reserve import reserve_mtp_compute
 
 MTP = "mtp"   # CompanionEstimate.kind

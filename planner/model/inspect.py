@@ -6,10 +6,10 @@ from typing import Any
 
 from planner.core.render import table
 from planner.core.units import fmt_bytes, mib
-from planner.gguf.examples import resolve_model
 from planner.gguf.reader import ModelFile, read_model
 from planner.model.arch import ModelFacts, model_facts
 from planner.model.costs import CostTable, WeightGroup, cost_table
+from planner.registry.examples import resolve_model
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from planner.sd.components import Component
-from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.roles import Kind
+from planner.sd.sd_placement import FitInput, Placement, Where
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ planner, find the overflow (seed 002, "Runtime capacity checks")."""
 from __future__ import annotations
 
 from planner.core.units import MiB, fmt_mib
-from planner.sd.placement import FitInput, GpuBudget, Placement, Where
+from planner.sd.sd_placement import FitInput, GpuBudget, Placement, Where
 from planner.sd.traffic import stored_bytes
 
 

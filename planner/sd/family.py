@@ -1,4 +1,4 @@
-"""Which model a component is, as far as the compute corpus (planner/sd/compute.py) knows models.
+"""Which model a component is, as far as the compute corpus (planner/sd/sd_compute.py) knows models.
 
 Recognised from tensor names and the byte ratio of two tensors of one dtype, the way
 stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`: SDXL by its

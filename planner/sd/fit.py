@@ -19,12 +19,12 @@ from planner.sd.assign import (
 from planner.sd.autofit import compute_devices, default_backend, follow_assignments, greedy_fit
 from planner.sd.check import overcommit
 from planner.sd.components import KIND_MODULE, Component, read_components
-from planner.sd.compute import CORPUS_MAX_SIDE
 from planner.sd.family import family
-from planner.sd.placement import FitInput, GpuBudget, Placement, Where, ram_budget
 from planner.sd.plan import Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
+from planner.sd.sd_compute import CORPUS_MAX_SIDE
+from planner.sd.sd_placement import FitInput, GpuBudget, Placement, Where, ram_budget
 from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes

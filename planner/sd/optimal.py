@@ -20,8 +20,8 @@ from planner.core.errors import InfeasiblePlacement
 from planner.core.units import MiB
 from planner.sd.autofit import auto_compute, main_gpu
 from planner.sd.components import Component
-from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.roles import Kind
+from planner.sd.sd_placement import FitInput, Placement, Where
 from planner.sd.traffic import TRAFFIC_WEIGHT, uses_per_image
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from typing import Any
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
 from planner.sd.components import KIND_LABEL
-from planner.sd.compute import CORPUS_MAX_SIDE
-from planner.sd.placement import GpuBudget, Placement, Where
 from planner.sd.roles import Kind
+from planner.sd.sd_compute import CORPUS_MAX_SIDE
+from planner.sd.sd_placement import GpuBudget, Placement, Where
 from planner.sd.split import SplitRange
 
 SD_CLI = "sd-cli"

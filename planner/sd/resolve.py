@@ -13,7 +13,7 @@ from planner.core.units import quote
 from planner.hardware.budgets import resolve_device
 from planner.hardware.inventory import NAME_PREFIX, Backend, DeviceKind, Inventory
 from planner.sd.assign import CPU, DISK, Assignment, MaxVram, Module, Role, is_default_token, split_device_list
-from planner.sd.placement import Where
+from planner.sd.sd_placement import Where
 
 # sd-cli treats a 0 GiB budget as unset: free minus 512 MiB.
 UNSET_GIB = -0.5

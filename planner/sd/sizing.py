@@ -1,16 +1,16 @@
 """Each component's compute buffer at the planned image size: the model (planner/sd/family.py),
 the flash-attention and direct-convolution decisions for its compute devices
-(planner/sd/modes.py) and the corpus curve (planner/sd/compute.py)."""
+(planner/sd/modes.py) and the corpus curve (planner/sd/sd_compute.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from planner.sd.components import KIND_MODULE, Component
-from planner.sd.compute import Mode, compute_bytes
 from planner.sd.family import family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
-from planner.sd.placement import GpuBudget
 from planner.sd.roles import Kind
+from planner.sd.sd_compute import Mode, compute_bytes
+from planner.sd.sd_placement import GpuBudget
 
 # sd-cli's runners of each component, by model: a component whose runners run one after the other
 # (FLUX.1's CLIP-L, then T5-XXL) needs the largest of their buffers

@@ -8,8 +8,8 @@ otherwise once per use — every sampling step for the diffusion model.
 """
 from __future__ import annotations
 
-from planner.sd.placement import FitInput, Placement, Where
 from planner.sd.roles import DEFAULT_STEPS, Kind
+from planner.sd.sd_placement import FitInput, Placement, Where
 
 # Relative cost of moving one byte from each location to a compute GPU. Seed 002 ranks them
 # (disk worse than another GPU, worse than RAM, worse than resident); the ratios are ours: a

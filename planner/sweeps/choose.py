@@ -1,6 +1,6 @@
 """`fitplan choose`: which file to download — every candidate model planned for one inventory, side by side.
 
-In: MODEL arguments (repositories, Ollama names, files: planner.gguf.candidates expands them), an
+In: MODEL arguments (repositories, Ollama names, files: planner.registry.candidates expands them), an
 inventory with its budgets, and one PlanRequest (the user's constraints). Each candidate's header is
 read once (by HTTP Range through the header cache, for a remote file) and planned by the planner
 itself (`planning.search.plan`, the plan `fitplan plan` makes of that file alone): once under the
@@ -28,15 +28,15 @@ from gguf import LlamaFileType
 from planner.core.errors import BadInput, InfeasiblePlacement, RemoteError
 from planner.core.render import table
 from planner.core.units import fmt_bytes
-from planner.gguf.candidates import MAX_CANDIDATES, Candidate, Expansion, Projector, expand
-from planner.gguf.ollama import loadability_warnings
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU
-from planner.planning.contexts import max_context
-from planner.planning.result import PlanRequest, PlanResult, llama_argv, plan_dict, plan_table
-from planner.planning.search import plan
+from planner.registry.candidates import MAX_CANDIDATES, Candidate, Expansion, Projector, expand
+from planner.registry.ollama import loadability_warnings
+from planner.search.contexts import max_context
+from planner.search.result import PlanRequest, PlanResult, llama_argv, plan_dict, plan_table
+from planner.search.search import plan
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from html import escape
 
 from planner.core.units import fmt_bytes
-from planner.planning.report import plan_report
-from planner.planning.report_html import page, plan_sections
-from planner.planning.result import server_command
+from planner.emit.plan_report import plan_report
+from planner.emit.plan_report_html import page, plan_sections
+from planner.search.result import server_command
 from planner.sweeps.choose import Choice, Row, choice_table_rows
 
 TITLE = "Which file to download"

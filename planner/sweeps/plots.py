@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planner.core.errors import BadInput
-from planner.core.files import write_atomic
 from planner.core.render import layer_ranges
 from planner.core.units import GiB
 from planner.llama.flags import flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ROWS, device_of
 from planner.memory.estimate import Estimate
-from planner.planning.result import PlanResult
+from planner.search.result import PlanResult
 from planner.sweeps.axes import CTX_MAX, AxisKind, SweepMode
 from planner.sweeps.sweep import Axis, Point, SweepResult
+from planner.system.files import write_atomic
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

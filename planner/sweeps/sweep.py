@@ -33,9 +33,9 @@ from planner.llama.flags import LlamaFlags, changed_fields, flags_to_argv
 from planner.llama.placement import HOST, HOST_ROWS, device_of
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import Estimate, estimate
-from planner.planning.contexts import above_train_warning
-from planner.planning.result import PlanRequest
-from planner.planning.search import plan
+from planner.search.contexts import above_train_warning
+from planner.search.result import PlanRequest
+from planner.search.search import plan
 from planner.sweeps.axes import (
     AXES,
     CTX_MAX,

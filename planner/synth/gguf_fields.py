@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gguf import GGUFValueType as VT
 
-from planner.core.files import write_atomic
+from planner.system.files import write_atomic
 
 SCALAR = {VT.UINT8: "<B", VT.INT8: "<b", VT.UINT16: "<H", VT.INT16: "<h", VT.UINT32: "<I", VT.INT32: "<i",
           VT.FLOAT32: "<f", VT.BOOL: "<?", VT.UINT64: "<Q", VT.INT64: "<q", VT.FLOAT64: "<d"}

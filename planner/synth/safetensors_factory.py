@@ -17,7 +17,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from planner.core.files import write_atomic
+from planner.system.files import write_atomic
 
 # safetensors Dtype -> bytes of one element in the file
 ELEMENT_BYTES: dict[str, int] = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "F8_E4M3": 1, "F8_E5M2": 1,

@@ -1,5 +1,5 @@
 """Shape-faithful files of the held-out models a consumer card is planned for (issue 42's 48-plan matrix),
-beside the ones planner/synth/shapes.py has (Llama-3.1-8B, Qwen3-30B-A3B, gpt-oss-20b). Dimensions from
+beside the ones planner/synth/shapes_common.py has (Llama-3.1-8B, Qwen3-30B-A3B, gpt-oss-20b). Dimensions from
 each model's published config.json, Q4_K_M-like types (Q4_K matrices, Q6_K attn_v / ffn_down / output);
 the data is a sparse hole, so a file is a header of a real size and costs a few MiB on disk.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, Q, gemma3_spec, llama_spec, qwen_spec, write_once
-from planner.synth.shapes import SHAPES, tokenized
+from planner.synth.shapes_common import SHAPES, tokenized
 
 
 def gemma3_27b() -> ModelSpec:

@@ -31,7 +31,7 @@ from planner.gguf.keys import (
     LLM_KV_SWIGLU_CLAMP_SHEXP,
 )
 from planner.synth.gguf_factory import ModelSpec, Typed, deepseek2_spec
-from planner.synth.shapes import tokenized
+from planner.synth.shapes_common import tokenized
 
 # llama-hparams.h: LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS, the only routing deepseek4's loader accepts
 GATING_SQRT_SOFTPLUS = 4

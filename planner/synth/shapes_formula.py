@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import Keys
 
 from planner.synth.gguf_factory import ModelSpec, _common, _embeddings, llama_spec
-from planner.synth.shapes import tokenized
+from planner.synth.shapes_common import tokenized
 
 
 def minicpm_2b() -> ModelSpec:

@@ -1,7 +1,7 @@
 """Shape-faithful sparse models of the hybrid recurrent families (qwen35, qwen35moe, …): published
 config.json dimensions laid out as the pinned llama.cpp's load_arch_tensors creates the tensors, with
 a Q4_K / Q6_K mix like llama-quantize's Q4_K_M (Q6_K for the output and the down projections), and a
-stand-in tokenizer of the real vocabulary's length (planner/synth/shapes.py `tokenized`). The tensor
+stand-in tokenizer of the real vocabulary's length (planner/synth/shapes_common.py `tokenized`). The tensor
 data is a sparse hole: llama-fit-params loads the headers in a second. The peer matrix
 (tests/peer/test_arch_hybrid_peer.py) lists them; each builder ends in `_spec`, the name the coverage
 page's hook (docs/hooks/coverage_reference.py) finds a peer test's architectures by.
@@ -20,7 +20,7 @@ from planner.synth.hybrid_factory import (
     nemotron_h_spec,
 )
 from planner.synth.qwen3next_factory import qwen35_spec
-from planner.synth.shapes import tokenized
+from planner.synth.shapes_common import tokenized
 
 QWEN35_VOCAB = 248320
 QWEN35_CTX = 262144

@@ -22,7 +22,7 @@ from planner.gguf.keys import (
     LLM_KV_SITU_LINEAR_BETA,
 )
 from planner.synth.gguf_factory import ModelSpec, Q, T, _common, _embeddings
-from planner.synth.shapes import tokenized
+from planner.synth.shapes_common import tokenized
 
 # llama_expert_gating_func_type (src/llama-hparams.h): Kimi routes by sigmoid
 GATING_SIGMOID = 2

@@ -16,7 +16,7 @@ from gguf import Keys
 
 from planner.gguf.keys import LLM_KV_ATTENTION_INDEXER_TYPES
 from planner.synth.gguf_factory import ModelSpec, Q, T, deepseek2_spec, tname
-from planner.synth.shapes import tokenized
+from planner.synth.shapes_common import tokenized
 
 
 def mistral4_layout(spec: ModelSpec, *, probs_bias: bool = False) -> ModelSpec:

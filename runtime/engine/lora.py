@@ -144,7 +144,7 @@ def load_adapters(settings: LlamaSettings, weights: Mapping[str, Tensor],
                   read: Callable[[str], ModelFile] = read_model) -> tuple[Adapters, list[AdapterTensor]]:
     """The applied adapters of the settings' flags as graph weights (not yet in buffers). Pairs on a
     weight the placement does not hold, or whose halves are incomplete, are left out: the planner
-    refuses such files (planner/memory/lora.py) as llama.cpp does."""
+    refuses such files (planner/memory/lora_memory.py) as llama.cpp does."""
     row_of = dict(settings.placement.tensor_buft)
     by_base: dict[str, list[LoraWeight]] = {}
     tensors: list[AdapterTensor] = []

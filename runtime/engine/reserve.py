@@ -30,7 +30,7 @@ from runtime.engine.hparams import ARCHS
 from runtime.engine.kimi import KDA_ARCHS
 from runtime.engine.kimi import unsupported_reason as kda_unsupported_reason
 from runtime.engine.lora import applied_loras
-from runtime.engine.mtp import MTP_GRAPHS, MtpRunner
+from runtime.engine.mtp_graph import MTP_GRAPHS, MtpRunner
 from runtime.engine.runner import ModelRunner
 from runtime.ggml.profiles import op_offload_min_batch
 
@@ -146,7 +146,7 @@ def _remember(cache: OrderedDict[tuple, T], key: tuple, found: T) -> T:
     return found
 
 
-# mtp: the draft-mtp context's compute buffers (runtime/engine/mtp.py), cached as the target's are
+# mtp: the draft-mtp context's compute buffers (runtime/engine/mtp_graph.py), cached as the target's are
 _mtp_cache: OrderedDict[tuple, dict[str, int]] = OrderedDict()
 
 

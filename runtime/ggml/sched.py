@@ -137,7 +137,7 @@ class Scheduler:
         """Per backend, the nodes of the last split graph that run an op: not NONE, VIEW, RESHAPE, PERMUTE or
         TRANSPOSE, which only describe memory (ggml-cuda's compute loop, like every backend's, skips them; each
         other node is a kernel a GPU backend launches, before its fusions merge some). The throughput model
-        charges a device's per-kernel time on these (planner/planning/throughput.py)."""
+        charges a device's per-kernel time on these (planner/speed/throughput.py)."""
         out: dict[str, int] = {}
         if self._graph is None:
             return out

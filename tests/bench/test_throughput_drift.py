@@ -16,7 +16,7 @@ from bench.bench_throughput import (
     round_speeds,
     steady_rounds,
 )
-from planner.checking.llama_bench import ESTIMATES, Timing
+from planner.measuring.llama_bench import ESTIMATES, Timing
 
 # three placements' steady figures: decode 10 / 20 / 30 tokens/s, prefill 100 / 200 / 300
 STEADY_FIGURES = {"a": (10.0, 100.0), "b": (20.0, 200.0), "c": (30.0, 300.0)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from bench.bench_throughput import GEMMA, Placement, Row, noise
-from planner.checking.llama_bench import Timing
+from planner.measuring.llama_bench import Timing
 
 
 def _row(name: str, rounds: list[tuple[float, tuple[float, ...]]]) -> Row:

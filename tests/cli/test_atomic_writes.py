@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.core.files import write_atomic
+from planner.system.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = [sys.executable, "-m", "planner.cli", "plan", "example:gemma3-270m", "--device", "CUDA0=8GiB", "--ram", "16GiB"]
@@ -92,14 +92,14 @@ def test_two_concurrent_plans_to_one_path_leave_one_complete_file(tmp_path):
 _DIRECT = {"write_text", "write_bytes", "savefig"}
 
 
-# Renames and temporaries of one's own: only planner/core/files.py (the one atomic writer) makes them.
+# Renames and temporaries of one's own: only planner/system/files.py (the one atomic writer) makes them.
 _OWN_RENAME = {"replace", "rename", "mkstemp", "NamedTemporaryFile"}
 
 
 def test_no_planner_writer_bypasses_write_atomic():
     """Every write_text/write_bytes/savefig/open(..., 'w') in planner/ — plans, sweeps, pictures, the HTML
     report, exports, the header cache, the assembled example model — is inside a function handed to
-    write_atomic, and nothing but planner/core/files.py renames files or makes temporaries of its own."""
+    write_atomic, and nothing but planner/system/files.py renames files or makes temporaries of its own."""
     offenders = []
     for path in (ROOT / "planner").rglob("*.py"):
         if path.name == "files.py":

@@ -70,7 +70,7 @@ def test_a_wrong_key_in_the_calibrated_block_is_exit_2_with_one_line(capsys, cal
 
 
 def test_rounds_run_each_placement_in_its_own_process_and_take_the_median(llama_tools, tmp_path):
-    from planner.checking.llama_bench import BenchJob, Workload, median_timing, run_rounds
+    from planner.measuring.llama_bench import BenchJob, Workload, median_timing, run_rounds
 
     model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
     work = Workload(16, 4, 0, 1, 1)
@@ -93,8 +93,8 @@ def test_rounds_run_each_placement_in_its_own_process_and_take_the_median(llama_
 def test_each_placement_is_its_fastest_sample_unless_the_median_is_asked(tmp_path):
     """calibrate's default figure of a placement is the fastest of its samples (a sample on shared cores is
     only slowed by other work); --estimate median takes the median of the repeats; the method says which."""
-    from planner.checking.calibrate import CalibrateRequest, calibrate
-    from planner.checking.llama_bench import Workload
+    from planner.measuring.calibrate import CalibrateRequest, calibrate
+    from planner.measuring.llama_bench import Workload
 
     model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
     work = Workload(32, 4, 0, 3, 1)
@@ -117,8 +117,8 @@ def test_timings_measured_elsewhere_fit_to_the_same_figures(tmp_path):
     """bench_throughput runs calibrate's placements in its own rounds (calibration_jobs) and hands the
     timings to calibrate: the fit is the one calibrate makes of the same timings, and the method says where
     they came from."""
-    from planner.checking.calibrate import CalibrateRequest, calibrate, calibration_jobs
-    from planner.checking.llama_bench import Workload
+    from planner.measuring.calibrate import CalibrateRequest, calibrate, calibration_jobs
+    from planner.measuring.llama_bench import Workload
 
     model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
     request = CalibrateRequest(model=model, work=Workload(32, 4, 0, 1, 1))
@@ -143,9 +143,9 @@ def test_the_attention_probe_runs_at_both_depths_and_prices_attention_only(tmp_p
     calibration model's two runs, not four. Attention comes out as one sweep rate over both models' depth runs
     (none where noise makes the depth no slower), never the older per-pair and per-value figures; the method
     names the probe either way."""
-    from planner.checking.calibrate import CalibrateRequest, calibrate
-    from planner.checking.llama_bench import Workload
     from planner.hardware.inventory import Quantity
+    from planner.measuring.calibrate import CalibrateRequest, calibrate
+    from planner.measuring.llama_bench import Workload
 
     model = str(write_tiny(tmp_path / "tiny.gguf", "llama"))
     probe = str(write_tiny(tmp_path / "probe.gguf", "llama", Dims(head_dim=128)))

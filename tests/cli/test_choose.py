@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from planner.cli import main
-from planner.core import net
 from planner.gguf.reader import read_model
 from planner.gguf.source import INITIAL_CHUNK
+from planner.system import net
 from tests.support.fake_hub import MODEL_MEDIA_TYPE, Hosts, OllamaLayer, hosted, settle
 from tests.support.http_server import Reply
 from tests.support.overhead import cuda

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from planner.cli import main
+from planner.emit.document import read_deployment
 from planner.llama.flags import parse_llama_flags
-from planner.planning.document import read_deployment
 from tests.support.command_matrix import CASES, PlanCase
 
 
@@ -121,7 +121,7 @@ def test_an_argv_without_the_model_is_not_a_plan(capsys, tmp_path, shapes_dir):
 
 
 def test_version_names_the_pinned_llama_cpp(capsys):
-    from planner.core.llama_tools import LLAMA_CPP_PIN
+    from planner.system.llama_tools import LLAMA_CPP_PIN
 
     code, out, _ = run(capsys, "--version")
     assert code == 0

@@ -92,7 +92,7 @@ def test_rpc_with_a_yaml_inventory_is_refused(capsys):
 
 
 def test_rpc_endpoint_without_a_server_exits_2(capsys):
-    from planner.core.llama_tools import free_port
+    from planner.system.llama_tools import free_port
 
     endpoint = f"127.0.0.1:{free_port()}"       # nothing listens there
     code, _, err = run(capsys, "--rpc", endpoint)

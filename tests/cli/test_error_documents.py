@@ -10,7 +10,7 @@ import yaml
 from planner.cli import main
 from planner.cli.app import error_format
 from planner.core.units import MiB
-from planner.planning import whatfits
+from planner.search import whatfits
 from tests.support.overhead import cuda
 
 # 100 MiB of room on CUDA0 beside the CUDA overhead a plan counts within the budget

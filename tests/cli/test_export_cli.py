@@ -18,11 +18,11 @@ import yaml
 
 from planner.cli import main
 from planner.core.errors import BadInput
+from planner.emit.document import Deployment, read_deployment
+from planner.emit.exports import IMAGE_CPU, IMAGE_CUDA, ExportOptions, export, preset_options
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.flags import parse_llama_flags
-from planner.planning.document import Deployment, read_deployment
-from planner.planning.exports import IMAGE_CPU, IMAGE_CUDA, ExportOptions, export, preset_options
 
 RPC0, RPC1 = "127.0.0.1:50001", "127.0.0.1:50002"
 GIB = 2**30

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.gguf.examples import resolve_model
 from planner.hardware.limits import GGML_SCHED_MAX_BACKENDS
+from planner.registry.examples import resolve_model
 
 A, B = "127.0.0.1:50001", "127.0.0.1:50002"
 RPC = ["--device", f"RPC0=8GiB@{A}", "--device", f"RPC1=8GiB@{B}"]
@@ -78,7 +78,7 @@ def test_llama_fit_params_aborts_on_an_override_onto_a_left_out_device(llama_too
 
 @pytest.mark.peer
 def test_llama_fit_params_asserts_past_the_scheduler_backends(llama_tools):
-    from planner.core.llama_tools import rpc_servers
+    from planner.system.llama_tools import rpc_servers
 
     with rpc_servers(GGML_SCHED_MAX_BACKENDS, llama_tools) as endpoints:
         run = _fit_params(llama_tools, "--rpc", ",".join(endpoints))

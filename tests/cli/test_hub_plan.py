@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.core import net
 from planner.synth.gguf_factory import llama_spec
+from planner.system import net
 from tests.support.fake_hub import (
     MODEL_MEDIA_TYPE,
     Hosts,

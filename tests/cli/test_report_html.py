@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.planning import whatfits
-from planner.synth.shapes import write_shape
+from planner.search import whatfits
+from planner.synth.shapes_common import write_shape
 from tests.support.overhead import cuda
 
 EXAMPLE = ["plan", "example:gemma3-270m", "--devices", "configs/devices/workstation-2x3090.yaml"]
@@ -111,7 +111,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
         tiny = ["plan", "example:gemma3-270m", "--device", "CUDA0=1GiB", "--ram", "700MiB", "--max-vram", cuda(100),
                 "--max-ram", "300MiB", "--ctx", "32768", "--html", str(out / "infeasible.html")]
         # the page's figures are checked, not the search's time limit: a loaded CI machine must not turn
-        # the Host row's search into a flake (as tests/planner/planning/test_what_fits.py unhurried)
+        # the Host row's search into a flake (as tests/planner/search/test_what_fits.py unhurried)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(whatfits, "SEARCH_SECONDS", 120.0)
             assert main(tiny) == 1

@@ -1,5 +1,5 @@
 """`fitplan sd-fit` by image size on the shape-faithful SD 1.5 and SDXL checkpoints: each
-component's compute figure is sd-cli's (the corpus curve, planner/sd/compute.py) for the modes
+component's compute figure is sd-cli's (the corpus curve, planner/sd/sd_compute.py) for the modes
 seed 002 selects on its device, the VAE decode is tiled when that is what makes the plan fit,
 and the verdict and largest square follow from the budgets."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from planner.cli import main
-from planner.sd.compute import CORPUS_MAX_SIDE, Mode, compute_bytes
+from planner.sd.sd_compute import CORPUS_MAX_SIDE, Mode, compute_bytes
 from planner.synth.shapes_sd import write_checkpoint, write_flux
 
 MiB, GiB = 1024**2, 1024**3

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.checking import serve as serve_lib
 from planner.cli import main
-from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import HostSpec, Inventory
+from planner.registry.examples import resolve_model
+from planner.running import serve as serve_lib
 
 RPC0, RPC1 = "127.0.0.1:50001", "127.0.0.1:50002"
 GIB = 2**30

@@ -56,7 +56,7 @@ def test_cpu_run_reports_the_bytes_it_allocated(capsys, model: str) -> None:
 
 
 def _plan(tmp_path: Path, model: str, rpc0_budget: int) -> str:
-    """A deployment file as `fitplan plan -o` writes it (planner/planning/document.py deployment())."""
+    """A deployment file as `fitplan plan -o` writes it (planner/emit/document.py deployment())."""
     device = {"kind": "rpc", "backend": "RPC", "total_bytes": 1 << 30, "free_bytes": 1 << 30, "bandwidth_bytes_s": 0,
               "fp16_flops": 0, "link_bytes_s": 0}
     doc = {"fitplan_deployment": 1, "model": {"path": model},

@@ -18,7 +18,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import estimate_settings
 from planner.synth.gguf_factory import add_tokenizer, llama_spec
-from planner.synth.shapes import write_shape
+from planner.synth.shapes_common import write_shape
 from planner.synth.tiny_models import write_random
 from runtime.ggml.dequant import mem_available
 

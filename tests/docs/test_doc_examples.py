@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.core.net import fitplan_cache
+from planner.system.net import fitplan_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 WILDCARD = "..."

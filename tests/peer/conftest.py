@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.core.llama_tools import VULKAN_ENV
 from planner.hardware.vulkan_devices import LAVAPIPE
+from planner.system.llama_tools import VULKAN_ENV
 
 MIB = 2**20
 
@@ -18,7 +18,7 @@ MIB = 2**20
 @pytest.fixture(scope="module")
 def rpc_endpoints(llama_tools: Path) -> Iterator[list[str]]:
     """Two ggml-rpc-servers on 127.0.0.1 for the module's tests (llama.cpp names them RPC0, RPC1)."""
-    from planner.core.llama_tools import rpc_servers
+    from planner.system.llama_tools import rpc_servers
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints
@@ -28,7 +28,7 @@ def rpc_endpoints(llama_tools: Path) -> Iterator[list[str]]:
 def rpc_three(llama_tools: Path) -> Iterator[list[str]]:
     """Three ggml-rpc-servers on 127.0.0.1 (RPC0..RPC2); the architecture matrices use the first two
     for their two-server rows (tests/support/arch_matrix.py)."""
-    from planner.core.llama_tools import rpc_servers
+    from planner.system.llama_tools import rpc_servers
 
     with rpc_servers(3, llama_tools) as endpoints:
         yield endpoints
@@ -43,7 +43,7 @@ def shape_files() -> dict:
 
 @pytest.fixture(scope="module")
 def shapes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the module writes its shape-faithful sparse GGUFs (planner/synth/shapes.py)."""
+    """Where the module writes its shape-faithful sparse GGUFs (planner/synth/shapes_common.py)."""
     return tmp_path_factory.mktemp("shapes")
 
 

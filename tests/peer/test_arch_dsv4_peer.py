@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
-from planner.core.llama_tools import VULKAN_ENV
+from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import model_context
@@ -22,6 +21,7 @@ from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import estimate
 from planner.synth.shapes_dsv4 import deepseek4_tiny, deepseek_v4_flash, hy4_preview
+from planner.system.llama_tools import VULKAN_ENV
 from runtime.engine.runner import ModelRunner
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 from tests.support.estimate_matrix import assert_rows_match

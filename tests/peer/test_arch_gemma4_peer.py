@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
-from planner.core.llama_tools import VULKAN_ENV
+from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import model_context
@@ -25,6 +24,7 @@ from planner.synth.shapes_gemma4 import (
     gemma4_e2b,
     gemma_7b,
 )
+from planner.system.llama_tools import VULKAN_ENV
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row
 from tests.support.estimate_matrix import assert_rows_match
 
@@ -58,7 +58,7 @@ def test_gemma_row_equals_llama_cpp(llama_tools: Path, rpc_three: list[str], fil
 
 # lavapipe (the Vulkan build, GGML_VK_VISIBLE_DEVICES=0): graph_optimize's node order, supports_op's size cap
 # and op offload of large batches on the same files (tests/peer/test_vulkan_archs_peer.py does the same for
-# planner/synth/shapes.py's files)
+# planner/synth/shapes_common.py's files)
 LAVAPIPE_FLAGS = ("-c 4096", "-c 4096 -ngl {half}", "-c 4096 -fa off")
 LAVAPIPE_INVENTORY = Inventory((vulkan_device_spec(LAVAPIPE),), HostSpec(64 * 2**30, 64 * 2**30, 0, ""),
                                source="lavapipe")

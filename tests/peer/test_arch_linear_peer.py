@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
-from planner.core.llama_tools import ToolsError
+from planner.checking.tool_runs import fit_print
 from planner.llama.context import ModelContext, model_context
 from planner.synth import shapes_linear as linear
+from planner.system.llama_tools import ToolsError
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row, expand
 
 pytestmark = pytest.mark.peer

@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 
 from planner.api import plan
-from planner.checking.llama import fit_print
+from planner.checking.tool_runs import fit_print
 from planner.cli import main
-from planner.gguf.examples import resolve_model
+from planner.llama.commands import bench_argv
 from planner.llama.flags import OverrideArg, OverrideKind
 from planner.llama.placement import CPU_REPACK
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
-from planner.planning.commands import bench_argv
+from planner.registry.examples import resolve_model
 from tests.support.command_matrix import CASES, PlanCase
 from tests.support.estimate_matrix import compute_ok
 

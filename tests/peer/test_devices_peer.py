@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.gguf.examples import resolve_model
+from planner.registry.examples import resolve_model
 
 pytestmark = pytest.mark.peer
 
@@ -57,7 +57,7 @@ def test_fit_target_from_budgets_is_accepted_by_llama_cpp(capsys, llama_tools, r
 def test_rpc_servers_stop_when_the_body_raises(llama_tools):
     import socket
 
-    from planner.core.llama_tools import rpc_servers
+    from planner.system.llama_tools import rpc_servers
 
     with pytest.raises(RuntimeError, match="boom"), rpc_servers(2, llama_tools) as endpoints:
         assert all(ep.startswith("127.0.0.1:") for ep in endpoints)
@@ -72,9 +72,9 @@ def test_a_pinned_rpc_server_on_loopback_is_detected_with_its_cpus_and_threads(c
     # online CPUs, at least one), one free with -t 1; detection reads their affinity and command lines
     import os
 
-    from planner.core.llama_tools import rpc_servers
     from planner.hardware.inventory_yaml import cpu_list_text
     from planner.hardware.local_servers import default_threads
+    from planner.system.llama_tools import rpc_servers
 
     last = max(os.sched_getaffinity(0))
     with rpc_servers(1, llama_tools, prefix=lambda i: ["taskset", "-c", str(last)]) as pinned, \

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
+from planner.checking.tool_runs import fit_print
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
 from tests.support.estimate_matrix import MODELS, assert_rows_match, expand, matrix, model_path

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.core.llama_tools import LOOPBACK, free_port, stop_process
+from planner.emit.document import read_deployment
+from planner.emit.exports import export
 from planner.llama.flags import parse_llama_flags
-from planner.planning.document import read_deployment
-from planner.planning.exports import export
+from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 
 pytestmark = pytest.mark.peer
 

@@ -20,7 +20,7 @@ from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.overhead import ProcessKind
 from planner.llama.placement import HOST_ROWS
 from planner.memory.estimate import estimate
-from planner.synth.shapes import gemma3_270m_layout
+from planner.synth.shapes_common import gemma3_270m_layout
 
 MIB = 2**20
 TOLERANCE_MIB = 32

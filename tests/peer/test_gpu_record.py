@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.checking.llama_bench import effective_ubatch, timing_of_rows
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.context import ModelContext, model_context
 from planner.llama.placement import CPU_REPACK, HOST
+from planner.measuring.llama_bench import effective_ubatch, timing_of_rows
 from planner.memory.estimate import estimate
 from scripts.gpu_peer import SPEED, expand, write_models
 from tests.support.estimate_matrix import assert_rows_match

@@ -1,4 +1,4 @@
-"""LoRA adapters' buffers (planner/memory/lora.py) against the pinned llama-server's own log.
+"""LoRA adapters' buffers (planner/memory/lora_memory.py) against the pinned llama-server's own log.
 
 The target: a random-weight llama (4 layers, n_embd 256, 4 heads, 2 KV heads, n_ff 512, 512 tokens;
 attention Q4_0, so repacked on an AVX2 host, V in F32, the FFN in Q8_0). Two adapters from
@@ -24,7 +24,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import Keys
 
-from planner.checking.llama import (
+from planner.checking.tool_runs import (
     LOG_ROUNDING,
     host_row,
     parse_buffers,
@@ -34,17 +34,17 @@ from planner.checking.llama import (
     wait_ready,
 )
 from planner.core.errors import GGUFError
-from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.units import MiB
 from planner.gguf.reader import read_model
 from planner.llama.companions import server_target_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
-from planner.memory.lora import estimate_loras
+from planner.memory.lora_memory import estimate_loras
 from planner.synth.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
 from planner.synth.lora_factory import LoraTensor, lora_layout, write_lora
 from planner.synth.tiny_models import write_random
+from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 from runtime.engine.reserve import reserve_compute
 
 pytestmark = pytest.mark.peer

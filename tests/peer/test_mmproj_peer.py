@@ -23,7 +23,7 @@ second server; the soft_max attention path), (e) -dev RPC1 (the projector follow
 device, common/arg.cpp), (f) --image-max-tokens 100 and (g) 64 with --image-min-tokens 16 on the host
 (LFM2's warmup image shrinks to 320 and 256 px; Gemma 3's stays). clip.cpp logs the projector after the target:
 its backend, load_hparams' model size (every tensor's bytes) and one reserve_compute_meta line per
-backend (planner/checking/llama.py parse_clip_log).
+backend (planner/checking/tool_runs.py parse_clip_log).
 
 Weights must equal llama.cpp's to the MiB; compute must be within 3 % or 4 MiB and never more than
 1 MiB below (tests/support/estimate_matrix.py compute_ok).
@@ -34,8 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import parse_clip_log, rows_by_device, start_server, wait_ready
-from planner.core.llama_tools import LOOPBACK, free_port, stop_process
+from planner.checking.tool_runs import parse_clip_log, rows_by_device, start_server, wait_ready
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
@@ -75,6 +74,7 @@ from planner.synth.mmproj_factory import (
     voxtral_mmproj_spec,
     write_mmproj,
 )
+from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 from tests.support.estimate_matrix import compute_ok, model_path
 
 pytestmark = pytest.mark.peer

@@ -34,15 +34,15 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
+from planner.checking.tool_runs import fit_print
 from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
-from planner.planning.result import PlanRequest, PlanResult, llama_argv
-from planner.planning.search import plan
-from planner.planning.solve import Objective
+from planner.search.result import PlanRequest, PlanResult, llama_argv
+from planner.search.search import plan
+from planner.search.solve import Objective
 from tests.support.estimate_matrix import model_path
 
 pytestmark = pytest.mark.peer

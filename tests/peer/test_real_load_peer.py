@@ -1,5 +1,5 @@
 """Plans as llama-server really loads them: for eight plans over five architectures (the Gemma 3 270M
-example, and the Llama-8B, Qwen2-7B, LFM2-1.2B and Granite-4.0-H shapes of planner/synth/shapes.py) on
+example, and the Llama-8B, Qwen2-7B, LFM2-1.2B and Granite-4.0-H shapes of planner/synth/shapes_common.py) on
 two loopback rpc-servers under --max-vram budgets (and one on the host alone), the plan's own printed
 llama-server line runs once with -v; the buffers it logs while loading (model, KV and compute per device,
 host buffers folded into Host as the plan's rows are) equal the plan's rows — model and context to 1 MiB,
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import parse_model_loads, rows_by_device, start_server, wait_ready
+from planner.checking.tool_runs import parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.cli import main
-from planner.core.llama_tools import LOOPBACK, free_port, stop_process
 from planner.core.units import MiB
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ROWS
+from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 from tests.support.command_matrix import CPU_ONLY, PlanCase, _rpc
 
 pytestmark = pytest.mark.peer

@@ -1,6 +1,6 @@
 """Llama 3.1's RoPE frequency factors against the pinned llama-fit-params (`--fit-print on`).
 
-The Llama 3 8B shape of planner/synth/shapes.py with Llama 3.1's rope_freqs.weight (64 f32 factors).
+The Llama 3 8B shape of planner/synth/shapes_common.py with Llama 3.1's rope_freqs.weight (64 f32 factors).
 llama.cpp gives every layer a copy in its own buffer type, so each layer's rope reads factors on its own
 device (src/models/llama.cpp, TENSOR_DUPLICATED). With one shared copy the ropes of the devices without
 it were scheduled onto the device that has it: +12 MiB of compute on RPC0 under -ngl 16 -ts 1,1 (116
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
-from planner.core.llama_tools import VULKAN_ENV
+from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import Q
-from planner.synth.shapes import SHAPES
+from planner.synth.shapes_common import SHAPES
+from planner.system.llama_tools import VULKAN_ENV
 from tests.support.estimate_matrix import assert_rows_match
 
 pytestmark = pytest.mark.peer

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.sd.compute import FIT_SIZES
 from planner.sd.sd_cli import ensure_sd_cli, run_sd_cli, sd_cli_path, source_tarball
+from planner.sd.sd_compute import FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_sd import t5xxl_tensors, write_checkpoint, write_flux, write_flux_gguf
 

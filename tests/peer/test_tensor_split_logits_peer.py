@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.checking.llama import TokenProbs, llama_server
+from planner.checking.tool_runs import TokenProbs, llama_server
 from planner.llama.flags import parse_llama_flags
 from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.runner import ModelRunner

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
+from planner.checking.tool_runs import fit_print
 from planner.core.errors import FlagError
-from planner.core.llama_tools import rpc_servers
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import gemma3_spec
-from planner.synth.shapes import tokenized
+from planner.synth.shapes_common import tokenized
+from planner.system.llama_tools import rpc_servers
 from runtime.engine.meta_check import PER_ROW_ASSERT
 from tests.support.estimate_matrix import compute_ok, model_path
 from tests.support.tensor_split import CONTEXTS, REAL_LOAD_MODELS, RPC_COUNTS, SPLIT_MODELS, write_real_load_shape

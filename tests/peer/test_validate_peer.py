@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.checking.llama import llama_server, parse_log, server_prompt_batches
-from planner.gguf.examples import resolve_model
+from planner.checking.tool_runs import llama_server, parse_log, server_prompt_batches
 from planner.llama.flags import parse_llama_flags
+from planner.registry.examples import resolve_model
 from runtime.engine.runner import ModelRunner
 
 pytestmark = pytest.mark.peer
@@ -179,7 +179,7 @@ def test_default_kernels_close_to_llama_server(default_differences, llama_contin
 
 @pytest.fixture(scope="module")
 def rpc_endpoints(llama_tools: Path):
-    from planner.core.llama_tools import rpc_servers
+    from planner.system.llama_tools import rpc_servers
 
     with rpc_servers(2, llama_tools) as endpoints:
         yield endpoints
@@ -221,7 +221,7 @@ def _builder_rows() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name, template", _builder_rows(), ids=[f"{m}: {f}" for m, f in _builder_rows()])
 def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, shape_contexts, llama_tools,
                                                                rpc_endpoints) -> None:
-    from planner.checking.llama import fit_print
+    from planner.checking.tool_runs import fit_print
     from planner.llama.settings import resolve_settings
     from planner.memory.estimate import estimate
     from runtime.engine.reserve import supported

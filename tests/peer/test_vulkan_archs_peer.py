@@ -1,6 +1,6 @@
 """`fitplan estimate` against llama-fit-params on a real op-offloading device (the Vulkan build on Mesa's
 lavapipe, GGML_VK_VISIBLE_DEVICES=0), for the most used architectures with graph builders: shape-faithful
-files of planner/synth/shapes.py (Llama 3.1 8B, Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 2 9B, gpt-oss 20B,
+files of planner/synth/shapes_common.py (Llama 3.1 8B, Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 2 9B, gpt-oss 20B,
 Qwen3-30B-A3B, DeepSeek-V2-Lite-class MLA, Qwen3-Next 80B, Granite 4.0-H, LFM2), the real Gemma 3 270M, and
 twelve of the 2026 families (Mistral Small 3, Phi-4-mini, Command R7B, Qwen3.5-35B-A3B, Nemotron 3 Nano,
 GLM-4.5-Air, MiniMax-M2, DeepSeek-V3.2, Llama 4 Scout, Mistral Small 4: its F32-precision down experts
@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.llama import fit_print
-from planner.core.llama_tools import VULKAN_ENV
+from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
 from planner.synth import shapes_dense, shapes_dsv4, shapes_fused, shapes_glm5, shapes_hybrid, shapes_mla, shapes_moe
 from planner.synth.gguf_factory import ModelSpec
+from planner.system.llama_tools import VULKAN_ENV
 from tests.support.estimate_matrix import N_LAYER, assert_rows_match, model_path
 
 pytestmark = pytest.mark.peer

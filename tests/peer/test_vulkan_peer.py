@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from planner.core.errors import FlagError
-from planner.core.llama_tools import VULKAN_ENV
-from planner.gguf.examples import resolve_model
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from planner.registry.examples import resolve_model
+from planner.system.llama_tools import VULKAN_ENV
 
 MIB = 2**20
 RECORD = Path(__file__).resolve().parents[1] / "data" / "vulkan_lavapipe.json"

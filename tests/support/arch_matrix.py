@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.checking.llama import fit_print
+from planner.checking.tool_runs import fit_print
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import ModelSpec

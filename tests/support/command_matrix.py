@@ -1,4 +1,4 @@
-"""Plans whose printed commands are checked: shapes from planner/synth/shapes.py (and the Gemma
+"""Plans whose printed commands are checked: shapes from planner/synth/shapes_common.py (and the Gemma
 example) on several inventories, MoE expert overrides included. tests/cli/test_commands_cli.py
 parses each printed line with bash; tests/peer/test_commands_peer.py also runs each RPC case's
 argument vector through llama-fit-params on two loopback rpc-servers."""
@@ -20,7 +20,7 @@ def _rpc(mib0: int, mib1: int) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PlanCase:
-    model: str                   # a planner/synth/shapes.py name, or gemma3-270m (the example file)
+    model: str                   # a planner/synth/shapes_common.py name, or gemma3-270m (the example file)
     devices: tuple[str, ...]     # --device shorthands
     options: tuple[str, ...]     # the other `fitplan plan` options
     expect: str = ""             # a fragment the plan's argv must hold (the case exists to show it)

@@ -1,6 +1,6 @@
 """The estimate accuracy matrix (tests/peer/test_estimate_peer.py, bench/bench_estimate_accuracy.py):
-each model of planner/synth/shapes.py (and the Gemma example) under a list of llama.cpp flag sets,
-compared with what llama-fit-params --fit-print prints (planner.checking.llama.fit_print).
+each model of planner/synth/shapes_common.py (and the Gemma example) under a list of llama.cpp flag sets,
+compared with what llama-fit-params --fit-print prints (planner.checking.tool_runs.fit_print).
 """
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import shlex
 from pathlib import Path
 
 from planner.core.units import MiB
-from planner.gguf.examples import resolve_model
 from planner.memory.estimate import CPU_REPACK, Estimate
-from planner.synth.shapes import SHAPES, write_shape
+from planner.registry.examples import resolve_model
+from planner.synth.shapes_common import SHAPES, write_shape
 
 # "{rpc}" becomes --rpc with two loopback rpc-servers (llama.cpp names them RPC0, RPC1).
 COMMON_FLAGS: tuple[str, ...] = (

@@ -33,8 +33,8 @@ from urllib.parse import parse_qs, unquote
 
 import pytest
 
-from planner.core import net
-from planner.gguf import references
+from planner.registry import references
+from planner.system import net
 from tests.support.http_server import LoopbackServer, Reply, Request, ServerPool
 
 MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"

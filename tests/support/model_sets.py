@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
+from planner.registry.examples import resolve_model
 from planner.synth.draft_models import write_drafter
 from planner.synth.shapes_embed import BERT, tiny_bert
 

@@ -1,12 +1,12 @@
 """Sparse shape-faithful models to serve over loopback HTTP (tests/support/http_server.py): the
-Llama-3-70B-class file of planner/synth/shapes.py (whole, or in shards) and, for a 256k vocabulary,
+Llama-3-70B-class file of planner/synth/shapes_common.py (whole, or in shards) and, for a 256k vocabulary,
 the peer matrix's gemma2-9b shape.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from planner.synth import shapes
+from planner.synth import shapes_common as shapes
 
 BIG_VOCAB = "gemma2-9b"   # 256000 tokens
 

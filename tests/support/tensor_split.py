@@ -1,6 +1,6 @@
 """The -sm tensor accuracy matrix (tests/peer/test_tensor_split_peer.py, bench/bench_tensor_split.py).
 
-SPLIT_MODELS: the shapes of planner/synth/shapes.py with a graph builder whose architecture the pinned
+SPLIT_MODELS: the shapes of planner/synth/shapes_common.py with a graph builder whose architecture the pinned
 llama.cpp splits by tensors (not on llm_arch_supports_sm_tensor's deny-list, and not gemma3, whose
 token generation aborts; planner/llama/tensor_parallel.py).
 """
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.synth.gguf_factory import ModelSpec, Q, gemma2_spec, gptoss_spec, llama_spec, qwen3moe_spec, qwen_spec
-from planner.synth.shapes import tokenized
+from planner.synth.shapes_common import tokenized
 
 SPLIT_MODELS: tuple[str, ...] = ("llama-8b", "mistral-7b", "qwen2-7b", "qwen3-8b", "gemma2-9b", "gpt-oss-20b",
                                  "qwen3moe-30b-a3b", "lfm2-1.2b", "qwen3next-80b-a3b")
@@ -20,7 +20,7 @@ CONTEXTS: tuple[int, ...] = (4096, 32768)
 
 
 # --- real loads (llama-cli) over rpc-servers: each member's buffers against planner/memory/tensor_members.py ---
-# The published widths of planner/synth/shapes.py with 2-4 layers and a 32k vocabulary, so a load moves a few
+# The published widths of planner/synth/shapes_common.py with 2-4 layers and a 32k vocabulary, so a load moves a few
 # hundred MiB over loopback. (name -> spec)
 def _real_load_specs() -> dict[str, Callable[[], ModelSpec]]:
     v = 32768

@@ -1,7 +1,7 @@
-"""planner.checking.llama.parse_model_loads: one log, one dict of buffers per model load (target, drafter)."""
+"""planner.checking.tool_runs.parse_model_loads: one log, one dict of buffers per model load (target, drafter)."""
 from __future__ import annotations
 
-from planner.checking.llama import parse_model_loads
+from planner.checking.tool_runs import parse_model_loads
 from planner.core.units import MiB
 
 LOG = """\

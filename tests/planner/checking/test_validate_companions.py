@@ -2,11 +2,11 @@
 back from the budgets it runs under, and the report names them."""
 from __future__ import annotations
 
-from planner.checking.report import ValidateRequest
 from planner.checking.validate import validate
-from planner.gguf.examples import resolve_model
+from planner.checking.validation_report import ValidateRequest
 from planner.llama.flags import parse_llama_flags
 from planner.memory.estimate import estimate
+from planner.registry.examples import resolve_model
 
 
 def test_drafter_rows_are_held_back_from_the_budgets():

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from planner.core.errors import BadInput, InventoryError
-from planner.core.files import MAX_DOCUMENT_BYTES, check_output_path, read_bounded, write_atomic
-from planner.core.schema import MAX_YAML_DEPTH, read_yaml
 from planner.core.units import MAX_SIZE_BYTES, GiB, TiB, parse_size, quote
+from planner.system.files import MAX_DOCUMENT_BYTES, check_output_path, read_bounded, write_atomic
+from planner.system.schema import MAX_YAML_DEPTH, read_yaml
 
 # ----------------------------------------------------------------------------- sizes
 

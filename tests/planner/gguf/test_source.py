@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from planner.core import http, net
 from planner.core.errors import BadInput, GGUFError
 from planner.core.units import GiB, KiB
 from planner.gguf.location import open_source
@@ -20,6 +19,7 @@ from planner.gguf.reader import read_model
 from planner.gguf.remote import HeaderCache, HTTPSource
 from planner.gguf.source import INITIAL_CHUNK
 from planner.gguf.tensor_data import TensorData
+from planner.system import http, net
 from tests.support.http_server import Redirect
 
 

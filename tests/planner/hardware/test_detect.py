@@ -127,7 +127,7 @@ def test_detected_devices_get_catalog_figures_and_llama_order(monkeypatch, tmp_p
     listed = ("  Vulkan0: AMD Radeon RX 7900 XTX (24560 MiB, 24000 MiB free)\n"
               "  RPC0: 127.0.0.1:50052 (8000 MiB, 8000 MiB free)\n")
     monkeypatch.setattr(detect, "list_llama_devices", lambda bin_dir, rpc: detect.parse_list_devices(listed))
-    monkeypatch.setattr("planner.core.llama_tools.tools_dir", lambda: tmp_path)
+    monkeypatch.setattr("planner.system.llama_tools.tools_dir", lambda: tmp_path)
     inv = detect.detect_inventory()
     assert inv.names == ["RPC0", "Vulkan0"]                 # RPC first, as llama.cpp orders them
     assert inv.devices[1].bandwidth_bytes_s == 960 * 10**9  # rx7900xtx in the catalog

@@ -17,7 +17,7 @@ from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.nextn import nextn_loaded
 from planner.memory.estimate import estimate
-from planner.planning.problem import layer_weights
+from planner.search.problem import layer_weights
 from planner.synth.glm4moe_factory import glm4moe_spec
 
 N_LAYER, N_EMBD, N_HEAD, N_HEAD_KV, HEAD, N_FF, N_EXPERT, N_FF_EXP, N_VOCAB = 3, 256, 4, 2, 64, 512, 8, 64, 1000

@@ -17,8 +17,8 @@ from planner.llama.context import model_context
 from planner.llama.overhead import ProcessKind, device_overhead
 from planner.llama.placement import Device
 from planner.memory.estimate import estimate
-from planner.planning.result import PlanRequest, plan_table
-from planner.planning.search import plan
+from planner.search.result import PlanRequest, plan_table
+from planner.search.search import plan
 from planner.synth.gguf_factory import llama_spec
 from runtime.ggml.profiles import Backend
 

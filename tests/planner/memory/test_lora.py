@@ -1,4 +1,4 @@
-"""LoRA adapters' buffers (planner/memory/lora.py) against bytes worked out by hand from the shapes.
+"""LoRA adapters' buffers (planner/memory/lora_memory.py) against bytes worked out by hand from the shapes.
 
 The target: a sparse llama from gguf_factory (2 layers, n_embd 64, 4 heads of 16, 2 KV heads,
 so attn_q is [64, 64] and attn_v [64, 32]; n_ff 128; 256 tokens), attention in Q4_0 (repacked on a
@@ -18,7 +18,7 @@ from planner.llama.context import model_context
 from planner.llama.flags import LoraArg, parse_llama_flags
 from planner.llama.placement import HOST, Device
 from planner.llama.settings import LlamaSettings, resolve_on
-from planner.memory.lora import UNCOUNTED_NOTE, estimate_lora, estimate_loras
+from planner.memory.lora_memory import UNCOUNTED_NOTE, estimate_lora, estimate_loras
 from planner.synth.gguf_factory import llama_spec
 from planner.synth.lora_factory import LoraTensor, lora_layout, write_lora
 from runtime.ggml.profiles import Backend

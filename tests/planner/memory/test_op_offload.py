@@ -69,8 +69,8 @@ def test_cuda_pads_quantized_rows_in_the_model_column(inventory):
     (the input layer stays on the host) lands on CUDA0, plus the output copy of token_embd."""
     from gguf import GGML_QUANT_SIZES
 
-    from planner.gguf.examples import resolve_model
     from planner.gguf.reader import read_model
+    from planner.registry.examples import resolve_model
 
     def on_cuda(ggml_type, ne0, n_bytes):
         block, size = GGML_QUANT_SIZES[ggml_type]

@@ -16,9 +16,9 @@ import pytest
 from gguf import GGUFValueType, Keys
 
 from planner.core.errors import GGUFError
-from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
+from planner.registry.examples import resolve_model
 from planner.synth.gguf_factory import (
     ModelSpec,
     Q,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from planner.core.errors import BadInput
-from planner.gguf.examples import resolve_model
 from planner.gguf.reader import read_model
 from planner.model.arch import AttnKind, model_facts
 from planner.model.costs import CostTable, WeightGroup, cost_table
+from planner.registry.examples import resolve_model
 from planner.synth.gguf_factory import (
     ModelSpec,
     deepseek2_spec,

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from planner.core.units import GiB, MiB
 from planner.sd.components import Component
-from planner.sd.placement import FitInput, GpuBudget
 from planner.sd.roles import Kind
+from planner.sd.sd_placement import FitInput, GpuBudget
 
 
 def gib(x: float) -> int:

@@ -5,8 +5,8 @@ from helpers_sd import comp, gib, gpu, problem
 
 from planner.core.units import GiB
 from planner.sd.autofit import follow_assignments, greedy_fit, main_gpu
-from planner.sd.placement import Where, ram_budget
 from planner.sd.roles import Kind
+from planner.sd.sd_placement import Where, ram_budget
 
 D, T, V = Kind.DIFFUSION, Kind.TE, Kind.VAE
 

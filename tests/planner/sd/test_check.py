@@ -5,8 +5,8 @@ from planner.core.units import GiB, MiB
 from planner.sd.autofit import follow_assignments
 from planner.sd.check import overcommit, runtime_cap
 from planner.sd.components import Component
-from planner.sd.placement import FitInput, GpuBudget
 from planner.sd.roles import Kind
+from planner.sd.sd_placement import FitInput, GpuBudget
 
 
 def fit_of(gpu: GpuBudget, compute_on_gpu: bool = True, ram: int | None = None) -> FitInput:

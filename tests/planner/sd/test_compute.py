@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from planner.core.errors import BadInput
-from planner.sd.compute import FIT_SIZES, Mode, _solve, compute_bytes, corpus, latent_pixels
+from planner.sd.sd_compute import FIT_SIZES, Mode, _solve, compute_bytes, corpus, latent_pixels
 
 MiB = 1024 * 1024
 CHECKS = [r for r in corpus() if not r.fit]
@@ -76,8 +76,8 @@ def test_params_buffers_equal_sd_clis(tmp_path):
     import json
 
     from planner.sd.components import read_components
-    from planner.sd.compute import CORPUS
     from planner.sd.roles import FileRole, Kind, ModelSource
+    from planner.sd.sd_compute import CORPUS
     from planner.synth.shapes_sd import write_checkpoint, write_flux
 
     roles = {"--diffusion-model": FileRole.DIFFUSION_MODEL, "--t5xxl": FileRole.T5XXL, "--clip_l": FileRole.CLIP_L,

@@ -7,9 +7,9 @@ from helpers_sd import comp, gib, gpu, problem
 from planner.core.errors import InfeasiblePlacement
 from planner.sd.autofit import greedy_fit
 from planner.sd.optimal import optimal_fit
-from planner.sd.placement import Where
 from planner.sd.plan import specs
 from planner.sd.roles import Kind
+from planner.sd.sd_placement import Where
 from planner.sd.traffic import traffic_bytes
 
 D, T, V = Kind.DIFFUSION, Kind.TE, Kind.VAE

@@ -7,8 +7,8 @@ from planner.core.errors import FlagError
 from planner.core.units import GiB
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.sd.assign import MaxVram, Module, Role, parse_assignment
-from planner.sd.placement import Where
 from planner.sd.resolve import canonical_max_vram, default_device, resolve_compute, resolve_name, resolve_params
+from planner.sd.sd_placement import Where
 
 
 def dev(name, backend, kind=DeviceKind.GPU):

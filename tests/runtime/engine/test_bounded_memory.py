@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.gguf.examples import resolve_model
 from planner.llama.flags import parse_llama_flags
+from planner.registry.examples import resolve_model
 from runtime.engine.runner import ModelRunner
 from runtime.ggml import dequant
 from runtime.ggml.mapped import MappedBuffer

@@ -50,11 +50,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from planner.api import as_inventory
 from planner.core.units import GiB
+from planner.llama.commands import PLANNED_PROGRAM
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
-from planner.planning.commands import PLANNED_PROGRAM
-from planner.planning.result import PlanRequest, llama_argv
-from planner.planning.search import plan
+from planner.search.result import PlanRequest, llama_argv
+from planner.search.search import plan
 from planner.synth.gguf_factory import llama_spec, qwen3moe_spec
 from tests.support.overhead import CUDA_MIB, cuda
 

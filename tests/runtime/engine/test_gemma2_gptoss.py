@@ -13,7 +13,7 @@ import pytest
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
-from planner.synth.shapes import write_shape
+from planner.synth.shapes_common import write_shape
 from runtime.engine.hparams import read_hparams
 
 NEW_SHAPES = ("mistral-7b", "qwen2-7b", "qwen3-8b", "gemma2-9b", "gpt-oss-20b")

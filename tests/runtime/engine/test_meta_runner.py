@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.checking.report import ValidateRequest
 from planner.checking.validate import validate
+from planner.checking.validation_report import ValidateRequest
 from planner.llama.flags import parse_llama_flags
 from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.meta_runner import TimedMetaBackend

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.gguf.examples import resolve_model
 from planner.llama.flags import parse_llama_flags
+from planner.registry.examples import resolve_model
 from runtime.engine.runner import ModelRunner
 
 PROMPT = [2, 818, 5279, 529, 7001, 563, 506, 5279, 529]

@@ -13,8 +13,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from planner.core.errors import BadInput
-from planner.gguf.examples import resolve_model
 from planner.llama.flags import parse_llama_flags
+from planner.registry.examples import resolve_model
 from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.kvcache import CacheKind, rotation_size
 from runtime.engine.reserve import reserve_compute, supported
