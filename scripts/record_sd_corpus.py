@@ -43,6 +43,8 @@ GROUPS = {
     "sd3": ("sd3", [("t5", (), (OFF, FA)), ("clip", (), (OFF, FA))]),
     "sd3-dit": ("sd3-dit", [("mmdit", ((640, 640), (576, 832), (896, 640)), (OFF,)),
                             ("mmdit", ((640, 640), (576, 832)), (FA,)), ("mmdit", ((896, 640),), (CD,))]),
+    # with flash attention the MMDiT's peak moves between tensors within the range: two more sizes
+    "sd3-dit-fa": ("sd3-dit", [("mmdit", (), (FA,))]),
     # Z-Image-Turbo: Qwen3-4B (Q8_0) and the 30-layer DiT on the released files (no convolution in
     # the DiT: its patch embedding is a matmul)
     "zimage": ("zimage", [("qwen3", (), (OFF, FA)), ("z_image", ((640, 640), (576, 832), (896, 640)), (OFF,)),
@@ -54,7 +56,7 @@ GROUPS = {
     "ae16-sd3": ("sd3-dit", [("vae", ((320, 256),), (OFF,))]),
 }
 # groups whose rows are not named after FAMILY
-ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "ae16": "ae16", "ae16-sd3": "ae16"}
+ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16"}
 PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
 STAND_INS = ("flux-dit", "sd3-dit", "zimage-1layer")   # checkpoints whose params are not the released ones'
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
