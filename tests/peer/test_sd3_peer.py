@@ -42,14 +42,15 @@ def close(estimate: int, truth: int) -> bool:
 def sd3_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """Sparse files, written once: sd-cli's model-file flags per checkpoint. "sd3-dit" is SD3.5
     medium with a one-block T5-XXL (the MMDiT sees the same context; the corpus's MMDiT rows are
-    recorded that way); "ae16" reaches the decode after one step of a one-layer Z-Image (Q4_0)."""
+    recorded that way); "ae16" reaches the decode after one step of a one-layer Z-Image (Q4_0);
+    "zimage-q8" is Z-Image-Turbo with its DiT as the Q8_0 GGUF."""
     work = tmp_path_factory.mktemp("sd3")
 
     def flags(files: dict[str, Path]) -> list[str]:
         return [a for flag, path in files.items() for a in (flag, str(path))]
 
     return {"sd3": flags(write_sd3(work)), "sd3-dit": flags(write_sd3(work, t5_layers=1)),
-            "zimage": flags(write_z_image(work)),
+            "zimage": flags(write_z_image(work)), "zimage-q8": flags(write_z_image(work, dit_gguf="Q8_0")),
             "ae16": flags(write_z_image(work, layers=1, dit_gguf="Q4_0"))}
 
 
@@ -124,6 +125,7 @@ LIVE = [
     ("sd3-dit", 704, 448, False, True, False, ["mmdit"]),
     ("zimage", 448, 640, False, False, False, ["qwen3", "z_image"]),
     ("ae16", 384, 320, False, False, True, ["vae"]),
+    ("zimage-q8", 640, 448, True, False, False, ["z_image"]),   # the DiT as the Q8_0 GGUF people download
 ]
 
 
@@ -153,7 +155,7 @@ def test_live_compute(capsys, sd_cli, sd3_files, checkpoint, width, height, fa, 
     args += ["--vae-tiling"] if tiled else []
     truth = run_sd_cli(args, exe=sd_cli, stop_when=runners, timeout_s=1800)
     comps = sd_fit(capsys, [a for a in model], width, height, fa, conv, tiled)
-    if checkpoint == "zimage":   # the released files: params too
+    if checkpoint in ("zimage", "zimage-q8"):   # the released files: params too
         for module, name in COMPONENT.items():
             assert abs(comps[module]["params_buffer_bytes"] - dict(truth.totals)[name]) <= LOG_STEP, module
     for runner in runners:
