@@ -80,6 +80,8 @@ class Op(enum.Enum):
     CONV_2D_DW = "CONV_2D_DW"  # projb: LFM2-Audio's conformer (ggml_conv_2d_dw_direct, ggml_roll)
     ROLL = "ROLL"
     ROPE_BACK = "ROPE_BACK"    # dsv4: deepseek4's de-rotation of the attention output (ggml_rope_ext_back)
+    GROUP_NORM = "GROUP_NORM"  # sdsim: stable-diffusion.cpp's VAE and UNet (ggml_group_norm)
+    TIMESTEP_EMBEDDING = "TIMESTEP_EMBEDDING"   # sdsim: the UNet's sinusoidal time embedding
 
     # members are singletons: identity hashing keeps set/dict lookups in the passes cheap
     __hash__ = object.__hash__

@@ -13,6 +13,7 @@ import pytest
 
 from planner.core.errors import BadInput
 from planner.sd.sd_compute import FIT_SIZES, SQUARE_ONLY, Mode, _solve, compute_bytes, corpus, latent_pixels
+from planner.sd.sd_simulated import is_simulated
 
 MiB = 1024 * 1024
 CHECKS = [r for r in corpus() if not r.fit]
@@ -42,7 +43,8 @@ def test_checks_within_tolerance(row):
 
 
 def test_fit_rows_are_reproduced():
-    for r in (r for r in corpus() if r.fit):
+    """Each curve passes through its fit rows (simulated runners use no curve: tests/runtime/sd)."""
+    for r in (r for r in corpus() if r.fit and not is_simulated(r.family, r.runner)):
         assert abs(compute_bytes(r.family, r.runner, r.width, r.height, r.mode) - r.bytes) <= 1
 
 
@@ -89,7 +91,8 @@ def test_params_buffers_equal_sd_clis(tmp_path):
     released = {"flux": write_flux, "sd3": write_sd3, "zimage": write_z_image}   # files by sd-cli flag
     rows = json.loads(CORPUS.read_text())["params"]
     assert {r["family"] for r in rows} >= {"sd15", "sdxl", "flux"}
-    for family in sorted({r["family"] for r in rows}):
+    # the video models' rows: tests/planner/sd/test_compute_video.py
+    for family in sorted({r["family"] for r in rows} - {"wan"}):
         if family in released:
             sources = [ModelSource(str(p), roles[flag]) for flag, p in released[family](tmp_path).items()]
         else:

@@ -28,10 +28,10 @@ def test_a_1024_wide_context_is_not_sd15(tmp_path):
 
 
 def test_a_16_channel_vae_is_not_kl_f8(tmp_path):
-    # SD3 / Flux VAEs decode 16 latent channels
+    # SD3 / Flux VAEs decode 16 latent channels: the 16-channel autoencoder, not KL-f8
     t = CHECKPOINTS["sd15"]()
     t["first_stage_model.decoder.conv_in.weight"] = (512, 16, 3, 3)
-    assert families(tmp_path, t)[Kind.VAE] is None
+    assert families(tmp_path, t)[Kind.VAE] == "ae16"
 
 
 def test_flux_files(tmp_path):

@@ -1,0 +1,59 @@
+"""The runners whose compute buffer is simulated (runtime/sd) rather than read off the corpus curves.
+
+A runner is listed here only when its simulated graph reproduces every sd-cli figure the corpus records
+for it (tests/runtime/sd: each to the 0.01 MB sd-cli logs);
+planner/sd/sd_compute.py asks here first and falls back to its curves for everything else. The
+simulation reserves the runner's graph with the runtime's graph allocator, as
+GGMLRunner::alloc_compute_buffer does, so any image size is covered, not only the corpus's range.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from runtime.sd import unet
+from runtime.sd.sd_reserve import (
+    LATENT_FACTOR,
+    SDXL_VAE_CONV_SCALE,
+    SdMode,
+    clip_text_bytes,
+    flux_bytes,
+    flux_clip_bytes,
+    sdxl_clip_bytes,
+    t5_bytes,
+    unet_bytes,
+    vae_decode_bytes,
+)
+
+FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
+# (latent width, latent height, mode, VAE tiling) -> bytes
+Simulator = Callable[[int, int, SdMode, bool], int]
+
+SIMULATED: dict[tuple[str, str], Simulator] = {
+    ("sd15", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode),
+    ("sd15", "clip"): lambda w, h, mode, tiled: clip_text_bytes(mode=mode),
+    ("kl-f8", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled),
+    ("sdxl", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode, unet.SDXL),
+    ("sdxl", "clip"): lambda w, h, mode, tiled: sdxl_clip_bytes(mode),
+    ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
+    ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
+    ("flux", "flux"): lambda w, h, mode, tiled: flux_bytes(w, h, mode, n_txt=FLUX_T5_TOKENS),
+    # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks
+    # this family for a KL-f8 VAE beside an SDXL UNet)
+    ("kl-f8-sdxl", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled,
+                                                                      conv_scale=SDXL_VAE_CONV_SCALE),
+}
+
+
+def is_simulated(family: str, runner: str) -> bool:
+    return (family, runner) in SIMULATED
+
+
+@functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
+def simulated_bytes(family: str, runner: str, width: int, height: int, flash_attn: bool, conv_direct: bool,
+                    tiled: bool) -> int | None:
+    """The runner's compute buffer at width x height image pixels, or None where it is not simulated."""
+    simulate = SIMULATED.get((family, runner))
+    if simulate is None:
+        return None
+    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, SdMode(flash_attn, conv_direct), tiled)

@@ -1,0 +1,154 @@
+"""A stable-diffusion.cpp runner's compute buffer, by reserving its graph with the runtime's graph allocator.
+
+Sources (stable-diffusion.cpp 97d2990, src/core/ggml_extend.hpp GGMLRunner): get_compute_graph makes two
+one-element inputs first (`one`, f32, and `zero_int`, i32), builds the runner's graph, and expands those two
+into it last; alloc_compute_buffer, on a single backend, makes one ggml_gallocr for the backend's default
+buffer type and reserves the graph with ggml_gallocr_reserve; the logged "compute buffer size" is that
+allocator's buffer. The buffer type here is the CPU backend's (32-byte alignment, sizes as ggml_nbytes), the
+backend the corpus was recorded on; a GPU backend's alignment and alloc sizes are not modelled.
+Inputs the runner sets from the host (make_input) are graph leafs allocated in the same buffer; parameters
+live in their own buffer. The ggml-alloc.c of sd.cpp's ggml (8e800ce) differs from llama.cpp's pinned one
+only in CLAMP not being an in-place op, which these graphs never use.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtime.ggml.alloc import GraphAllocator, PlannedGraph
+from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
+from runtime.ggml.graph import GGMLType, Graph, Tensor
+from runtime.sd import clip_text, flux_dit, t5_encoder, unet, vae_decoder, vae_encoder
+from runtime.sd.sd_blocks import Blocks
+
+LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
+# src/model/vae/vae.hpp get_tile_sizes: without --vae-tile-size or a relative size a decode tile is 32 latent
+# pixels a side, clamped to the latent's side and to at least 4
+VAE_TILE = 32
+VAE_MIN_TILE = 4
+# src/stable-diffusion.cpp: an SDXL model decoded by its own VAE (no --vae, or --force-sdxl-vae-conv-scale)
+# scales every Conv2d's input by 1/32 and its output back (the fp16 overflow fix), two more nodes per conv
+SDXL_VAE_CONV_SCALE = 1.0 / 32.0
+
+
+@dataclass(frozen=True)
+class SdMode:
+    """The runner switches that change a graph (--fa / --diffusion-fa, --*-conv-direct)."""
+
+    flash_attn: bool = False
+    conv_direct: bool = False
+
+
+def cpu_buffer_type() -> BufferType:
+    return make_cpu(UNLIMITED).buffer_type
+
+
+def reserve_graph(buft: BufferType, outputs: list[Tensor]) -> int:
+    """Bytes of the one compute buffer ggml_gallocr_reserve makes for the graph of `outputs` (in order)."""
+    graph = Graph()
+    for out in outputs:
+        graph.expand(out)
+    planned = PlannedGraph(graph.nodes, [0] * len(graph.nodes), graph.leafs, [0] * len(graph.leafs))
+    return GraphAllocator([buft]).plan(planned)[0]
+
+
+def runner_reserve(build: Callable[[Blocks], Tensor], mode: SdMode, conv_scale: float = 1.0) -> int:
+    """GGMLRunner's reserve of the graph `build` makes: `one` and `zero_int` are expanded after it."""
+    buft = cpu_buffer_type()
+    blocks = Blocks(buft, mode.flash_attn, mode.conv_direct, conv_scale)
+    one = Tensor(GGMLType.F32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:one")
+    zero_int = Tensor(GGMLType.I32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:zero_int")
+    return reserve_graph(buft, [build(blocks), one, zero_int])
+
+
+def vae_tile_side(latent_side: int, tile: int = VAE_TILE) -> int:
+    """A decode tile's side in latent pixels (get_tile_sizes with a requested size of `tile`)."""
+    return max(min(tile, latent_side), VAE_MIN_TILE)
+
+
+def vae_decode_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), tiled: bool = False,
+                     cfg: vae_decoder.VaeConfig = vae_decoder.KL_F8, conv_scale: float = 1.0) -> int:
+    """The VAE runner's compute buffer for decoding one latent of latent_w x latent_h pixels; `tiled`
+    (--vae-tiling): every tile's graph is the same, so the buffer is one tile's; `conv_scale`: the
+    Conv2d scale the runner was given (SDXL_VAE_CONV_SCALE for SDXL's own VAE)."""
+    if tiled:
+        latent_w, latent_h = vae_tile_side(latent_w), vae_tile_side(latent_h)
+
+    def build(b: Blocks) -> Tensor:
+        z = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.z_channels, 1), name="z")
+        return vae_decoder.decode(b, z, cfg)
+    return runner_reserve(build, mode, conv_scale)
+
+
+def vae_encode_bytes(width: int, height: int, mode: SdMode = SdMode(),
+                     cfg: vae_decoder.VaeConfig = vae_decoder.KL_F8, conv_scale: float = 1.0) -> int:
+    """The VAE runner's compute buffer for encoding one width x height image, untiled (img2img's init image)."""
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (width, height, cfg.out_ch, 1), name="x")
+        return vae_encoder.encode(b, x, cfg)
+    return runner_reserve(build, mode, conv_scale)
+
+
+def clip_text_bytes(cfg: clip_text.ClipTextConfig = clip_text.CLIP_L, mode: SdMode = SdMode(),
+                    clip_skip: int = 1, pooled: bool = False) -> int:
+    """A CLIP text runner's compute buffer for one 77-token chunk (the image size does not enter)."""
+    def build(b: Blocks) -> Tensor:
+        ids = Tensor(GGMLType.I32, (clip_text.N_TOKEN, 1, 1, 1), name="input_ids")
+        mask = Tensor(GGMLType.F32, (clip_text.N_TOKEN, clip_text.N_TOKEN, 1, 1), name="attention_mask")
+        return clip_text.text_model(b, ids, mask, cfg, clip_skip, pooled)
+    return runner_reserve(build, mode)
+
+
+def sdxl_clip_bytes(mode: SdMode = SdMode()) -> int:
+    """SDXL's text encoders, each runner reserving its own buffer, one after the other (conditioner.hpp
+    get_learned_condition_common: CLIP-L's hidden states, bigG's, then bigG's pooled output; clip_skip 2
+    for the hidden states): the largest of the three is what the component needs at once."""
+    return max(clip_text_bytes(clip_text.SDXL_CLIP_L, mode, clip_skip=2),
+               clip_text_bytes(clip_text.SDXL_CLIP_G, mode, clip_skip=2),
+               clip_text_bytes(clip_text.SDXL_CLIP_G, mode, pooled=True))
+
+
+def unet_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: unet.UnetConfig = unet.SD1,
+               n_context: int = clip_text.N_TOKEN) -> int:
+    """The UNet runner's compute buffer for one call on a latent of latent_w x latent_h pixels (batch 1: sd-cli
+    runs the conditional and unconditional passes as separate calls) with `n_context` text tokens."""
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.context_dim, n_context, 1, 1), name="context")
+        y = Tensor(GGMLType.F32, (cfg.adm_in_channels, 1, 1, 1), name="y") if cfg.adm_in_channels else None
+        return unet.unet(b, x, timesteps, context, cfg, y)
+    return runner_reserve(build, mode)
+
+
+def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: SdMode = SdMode()) -> int:
+    """The T5 runner's compute buffer for one chunk of `n_token` tokens (FLUX.1: 256)."""
+    def build(b: Blocks) -> Tensor:
+        ids = Tensor(GGMLType.I32, (n_token, 1, 1, 1), name="input_ids")
+        buckets = Tensor(GGMLType.I32, (n_token, n_token, 1, 1), name="relative_position_bucket")
+        return t5_encoder.t5_encoder(b, ids, buckets, cfg)
+    return runner_reserve(build, mode)
+
+
+def flux_clip_bytes(mode: SdMode = SdMode()) -> int:
+    """FLUX.1's CLIP-L: only its pooled output is used (conditioner.hpp FluxCLIPEmbedder), no projection."""
+    return clip_text_bytes(clip_text.CLIP_L, mode, pooled=True)
+
+
+FLUX_LATENT_CHANNELS = 16   # FLUX.1's autoencoder: 16 channels per latent pixel, 64 after 2x2 patches
+
+
+def flux_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: flux_dit.FluxConfig = flux_dit.FLUX1,
+               n_txt: int = 256) -> int:
+    """The FLUX.1 DiT runner's compute buffer for one call on a latent_w x latent_h latent with `n_txt` T5
+    tokens (FLUX.1's 256-token chunk)."""
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, FLUX_LATENT_CHANNELS, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.context_in_dim, n_txt, 1, 1), name="context")
+        y = Tensor(GGMLType.F32, (cfg.vec_in_dim, 1, 1, 1), name="y")
+        guidance = Tensor(GGMLType.F32, (1, 1, 1, 1), name="guidance") if cfg.guidance_embed else None
+        n_img = (latent_w // cfg.patch_size) * (latent_h // cfg.patch_size)
+        pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_txt + n_img), name="pe")
+        return flux_dit.flux(b, x, timesteps, context, y, guidance, pe, cfg)
+    return runner_reserve(build, mode)

@@ -1,0 +1,62 @@
+"""SD 1.5's runners simulated (runtime/sd) against the compute buffers sd-cli logged for them.
+
+The expected figures are sd-cli's own (planner/sd/data/sd_cli_corpus.json, recorded by
+scripts/record_sd_corpus.py from `sd-cli -v` runs of the shape-faithful SD 1.5 checkpoint), compared at
+the 0.01 MB the log prints (tests/support/sd_corpus.py).
+"""
+from __future__ import annotations
+
+import pytest
+
+from planner.sd.sd_compute import Row
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, unet_bytes, vae_decode_bytes
+from tests.support.sd_corpus import logged, row_id, rows
+
+VAE_ROWS = rows("kl-f8", "vae")
+
+
+@pytest.mark.parametrize("row", VAE_ROWS, ids=[row_id(r) for r in VAE_ROWS])
+def test_vae_decode_equals_sd_cli(row: Row):
+    mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
+    got = vae_decode_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, tiled=row.tiled)
+    assert logged(got) == logged(row.bytes)
+
+
+def test_the_corpus_covers_what_the_vae_rows_claim():
+    """Tiled and untiled, direct convolution on and off, several sizes: the comparison is not vacuous."""
+    assert {r.tiled for r in VAE_ROWS} == {True, False}
+    assert {r.mode.conv_direct for r in VAE_ROWS} == {True, False}
+    assert len({(r.width, r.height) for r in VAE_ROWS if not r.tiled}) >= 3
+
+
+def test_a_tiled_decode_reserves_one_tiles_graph():
+    """vae.hpp get_tile_sizes: 32-latent-pixel tiles; a latent no larger than a tile is decoded whole."""
+    assert vae_decode_bytes(96, 96, tiled=True) == vae_decode_bytes(32, 32)
+    assert vae_decode_bytes(24, 40, tiled=True) == vae_decode_bytes(24, 32)
+
+
+CLIP_ROWS = rows("sd15", "clip")
+
+
+@pytest.mark.parametrize("row", CLIP_ROWS, ids=[row_id(r) for r in CLIP_ROWS])
+def test_clip_l_equals_sd_cli(row: Row):
+    """SD 1.x's CLIP-L over one 77-token chunk; MultiheadAttention never takes flash attention, so --fa does
+    not change it (both modes are recorded)."""
+    got = clip_text_bytes(mode=SdMode(row.mode.flash_attn, row.mode.conv_direct))
+    assert logged(got) == logged(row.bytes)
+
+
+UNET_ROWS = rows("sd15", "unet")
+
+
+@pytest.mark.parametrize("row", UNET_ROWS, ids=[row_id(r) for r in UNET_ROWS])
+def test_unet_equals_sd_cli(row: Row):
+    mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
+    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode)
+    assert logged(got) == logged(row.bytes)
+
+
+def test_the_unet_rows_cover_both_switches():
+    assert {(r.mode.flash_attn, r.mode.conv_direct) for r in UNET_ROWS} == {(False, False), (True, False),
+                                                                            (False, True), (True, True)}
+    assert len({(r.width, r.height) for r in UNET_ROWS}) >= 3

@@ -1,0 +1,25 @@
+"""sd-cli's recorded compute buffers (planner/sd/data/sd_cli_corpus.json) as the runtime/sd tests read them.
+
+sd-cli logs "<runner> compute buffer size: %.2f MB" (src/core/ggml_extend.hpp alloc_compute_buffer, MB
+meaning MiB), so a simulated buffer printed the same way must read the same.
+"""
+from __future__ import annotations
+
+from planner.sd.sd_compute import Row, corpus
+
+MiB = 1 << 20
+
+
+def logged(n_bytes: int) -> str:
+    """A buffer as sd-cli prints it."""
+    return f"{n_bytes / MiB:.2f}"
+
+
+def rows(family: str, runner: str) -> list[Row]:
+    found = [r for r in corpus() if r.family == family and r.runner == runner]
+    assert found, f"the corpus has no {family} {runner} rows"
+    return found
+
+
+def row_id(r: Row) -> str:
+    return f"{r.width}x{r.height}-{r.mode.key}{'-tiled' if r.tiled else ''}"
