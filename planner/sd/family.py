@@ -9,10 +9,14 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   two text encoders (`conditioner.embedders.0/1.`);
 - "kl-f8": the 4-channel KL-f8 VAE of SD 1.x / 2.x / XL (decoder conv_in 4 -> 512 channels);
   beside an SDXL UNet sd-cli decodes it with a graph of its own, "kl-f8-sdxl" (planner/sd/sizing.py);
-- "ae16": the 16-channel autoencoder of FLUX.1 (decoder conv_in 16 -> 512 channels); beside a
-  FLUX.1 DiT its decode graph's figures are "flux-ae" (planner/sd/sizing.py);
 - "flux": the FLUX.1 DiT (19 double and 38 single blocks, any weight type) and its text encoders
-  (CLIP-L and T5-XXL as separate files).
+  (CLIP-L and T5-XXL as separate files);
+- "sd3": SD3.5 medium's MMDiT-X (24 joint blocks, a second self-attention in x blocks 0-12) and
+  its three text encoders (CLIP-L, CLIP-G and T5-XXL's encoder, safetensors or llama.cpp-named GGUF);
+- "zimage": Z-Image-Turbo's DiT (30 layers after the caption embedder) and its Qwen3-4B text
+  encoder (36 layers, FFN 9728 to 4096 query rows: 2.375, safetensors or GGUF names);
+- "ae16": the 16-channel KL-f8 autoencoder of SD3, FLUX.1 and Z-Image (decoder conv_in 16 -> 512
+  channels; sd-cli builds one decode graph for all three, only the latent scale and shift differ);
 - "wan": the Wan2.1-T2V-1.3B DiT (30 blocks with a normed cross attention, FFN 8960 wide to
   1536, no image embedding or VACE blocks; any weight type) and its UMT5-XXL text encoder (24
   blocks, a relative-position bias in every block — T5 v1.1 has one in block 0 — llama.cpp's or
@@ -27,7 +31,8 @@ from planner.sd.roles import Kind
 
 UNET = "model.diffusion_model."
 SD15, SDXL, KL_F8, FLUX = "sd15", "sdxl", "kl-f8", "flux"
-AE16 = "ae16"   # the 16-channel autoencoder (FLUX.1's ae.safetensors; the KL-f8 layout, 16 latent channels)
+SD3, ZIMAGE = "sd3", "zimage"
+AE16 = "ae16"   # the 16-channel autoencoder (SD3's, FLUX.1's ae.safetensors, Z-Image's; the KL-f8 layout)
 WAN, WAN_VAE = "wan", "wan-vae"
 T5XXL = "text_encoders.t5xxl.transformer."
 
@@ -42,6 +47,14 @@ def _ratio(sizes: dict[str, int], num: str, den: str) -> float | None:
     return sizes[num] / sizes[den]
 
 
+# DiTs told apart by the tensors they have and the next ones they lack: (family, present, absent)
+DIT_LAYOUTS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (SD3, ("joint_blocks.23.x_block.attn.qkv.weight", "joint_blocks.12.x_block.attn2.qkv.weight"),
+     ("joint_blocks.24.x_block.attn.qkv.weight", "joint_blocks.13.x_block.attn2.qkv.weight")),
+    (ZIMAGE, ("cap_embedder.1.weight", "layers.29.attention.qkv.weight"), ("layers.30.attention.qkv.weight",)),
+)
+
+
 def diffusion_family(comp: Component) -> str | None:
     s = _sizes(comp)
     if f"{UNET}label_emb.0.0.weight" in s and f"{UNET}input_blocks.8.1.transformer_blocks.9.norm1.weight" in s \
@@ -50,6 +63,9 @@ def diffusion_family(comp: Component) -> str | None:
     if f"{UNET}double_blocks.18.img_attn.qkv.weight" in s and f"{UNET}double_blocks.19.img_attn.qkv.weight" not in s \
             and f"{UNET}single_blocks.37.linear1.weight" in s and f"{UNET}single_blocks.38.linear1.weight" not in s:
         return FLUX
+    for name, present, absent in DIT_LAYOUTS:
+        if all(f"{UNET}{n}" in s for n in present) and not any(f"{UNET}{n}" in s for n in absent):
+            return name
     if _is_wan_dit(s):
         return WAN
     attn = f"{UNET}input_blocks.1.1.transformer_blocks.0.attn2"
@@ -86,6 +102,10 @@ def te_family(comp: Component) -> str | None:
     clip_l = "cond_stage_model.transformer.text_model.encoder.layers.11.mlp.fc2.weight"
     if clip_l in names and not any(n.startswith(("cond_stage_model.model.", "conditioner.")) for n in names):
         return SD15
+    if _sd3_te(names):
+        return SD3
+    if _qwen3_4b(comp):
+        return ZIMAGE
     if "text_encoders.t5xxl.transformer.encoder.block.23.layer.1.DenseReluDense.wo.weight" in names \
             and "clip_l.text_model.encoder.layers.11.mlp.fc2.weight" in names:
         return FLUX
@@ -93,6 +113,32 @@ def te_family(comp: Component) -> str | None:
             and "conditioner.embedders.1.model.transformer.resblocks.31.mlp.c_proj.weight" in names:
         return SDXL
     return None
+
+
+def _t5xxl(names: set[str]) -> bool:
+    """T5-XXL's 24-block encoder, Hugging Face or llama.cpp (GGUF) names."""
+    t5 = T5XXL
+    return (f"{t5}encoder.block.23.layer.1.DenseReluDense.wo.weight" in names
+            and f"{t5}encoder.block.24.layer.1.DenseReluDense.wo.weight" not in names) \
+        or (f"{t5}enc.blk.23.ffn_down.weight" in names and f"{t5}enc.blk.24.ffn_down.weight" not in names)
+
+
+def _sd3_te(names: set[str]) -> bool:
+    return _t5xxl(names) and "clip_l.text_model.encoder.layers.11.mlp.fc2.weight" in names \
+        and "clip_g.text_model.encoder.layers.31.mlp.fc2.weight" in names
+
+
+def _qwen3_4b(comp: Component) -> bool:
+    """Qwen3-4B as the LLM text encoder: 36 layers, down projection 2.375 x the query projection."""
+    s = _sizes(comp)
+    llm = "text_encoders.llm."
+    for last, past, down, q in (("blk.35.ffn_down.weight", "blk.36.ffn_down.weight", "blk.0.ffn_down.weight",
+                                 "blk.0.attn_q.weight"),
+                                ("model.layers.35.mlp.down_proj.weight", "model.layers.36.mlp.down_proj.weight",
+                                 "model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight")):
+        if f"{llm}{last}" in s and f"{llm}{past}" not in s and _ratio(s, f"{llm}{down}", f"{llm}{q}") == 9728 / 4096:
+            return True
+    return False
 
 
 def vae_family(comp: Component) -> str | None:

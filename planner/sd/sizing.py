@@ -19,12 +19,14 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.DIFFUSION, "sd15"): ("unet",), (Kind.DIFFUSION, "sdxl"): ("unet",), (Kind.DIFFUSION, "flux"): ("flux",),
     (Kind.TE, "sd15"): ("clip",), (Kind.TE, "sdxl"): ("clip",), (Kind.TE, "flux"): ("clip", "t5"),
     (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
-    (Kind.VAE, "flux-ae"): ("vae",),
+    (Kind.DIFFUSION, "sd3"): ("mmdit",), (Kind.TE, "sd3"): ("clip", "t5"),
+    (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
     (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
 }
 # A VAE whose decode figures depend on the diffusion model it decodes for: (VAE, diffusion) -> the
-# corpus family of that decode (sd-cli builds SDXL's KL-f8 decode and FLUX.1's 16-channel one its own way)
-VAE_FOR: dict[tuple[str, str], str] = {("kl-f8", "sdxl"): "kl-f8-sdxl", ("ae16", "flux"): "flux-ae"}
+# corpus family of that decode (sd-cli builds SDXL's KL-f8 decode its own way). The 16-channel
+# autoencoder needs no row: SD3, FLUX.1 and Z-Image decode it with one graph ("ae16").
+VAE_FOR: dict[tuple[str, str], str] = {("kl-f8", "sdxl"): "kl-f8-sdxl"}
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
 
@@ -45,9 +47,9 @@ class Render:
                    parse_modes(conv_direct, Feature.CONV_DIRECT), vae_tiling)
 
 
-# Graphs without a convolution, where --conv-direct changes nothing: FLUX.1's DiT (its patch
-# embedding is a matmul)
-NO_CONV: frozenset[tuple[Kind, str]] = frozenset({(Kind.DIFFUSION, "flux")})
+# Graphs without a convolution, where --conv-direct changes nothing: FLUX.1's and Z-Image's DiTs
+# (their patch embeddings are matmuls)
+NO_CONV: frozenset[tuple[Kind, str]] = frozenset({(Kind.DIFFUSION, "flux"), (Kind.DIFFUSION, "zimage")})
 
 
 def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
