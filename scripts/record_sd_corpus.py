@@ -1,6 +1,6 @@
 """Record the sd-cli corpus planner/sd/sd_compute.py reads: per runner, the compute buffer sd-cli
 logs at a matrix of image sizes and modes, on the shape-faithful checkpoints of
-planner/synth/shapes_sd.py (one sampling step, the weights memory-mapped — `--mmap`, which
+planner/synth/shapes_sd.py and shapes_sd3.py (one sampling step, the weights memory-mapped — `--mmap`, which
 changes no buffer; each run is stopped as soon as the buffers it is for are logged, before the
 graphs run where that is possible).
 
@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
 from planner.sd.sd_compute import CORPUS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_sd import FLUX_FILES, t5xxl_tensors, write_checkpoint, write_flux
+from planner.synth.shapes_sd3 import write_sd3, write_z_image
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
 # group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
@@ -36,13 +38,34 @@ GROUPS = {
     "flux-dit": ("flux-dit", [("flux", ((768, 1024),), (OFF, FA))]),
     # SDXL's VAE has the KL-f8 tensors but sd-cli decodes it with a graph of its own
     "kl-f8-sdxl": ("sdxl", [("vae", ((320, 448),), (OFF, BOTH))]),
+    # SD3.5 medium: the text encoders on the released files (T5-XXL as its Q8_0 GGUF); the MMDiT
+    # with a one-block T5-XXL (the same 4096-wide context, T5 not run 24 blocks deep first)
+    "sd3": ("sd3", [("t5", (), (OFF, FA)), ("clip", (), (OFF, FA))]),
+    "sd3-dit": ("sd3-dit", [("mmdit", ((640, 640), (576, 832), (896, 640)), (OFF,)),
+                            ("mmdit", ((640, 640), (576, 832)), (FA,)), ("mmdit", ((896, 640),), (CD,))]),
+    # with flash attention the MMDiT's peak moves between tensors within the range: two more sizes
+    "sd3-dit-fa": ("sd3-dit", [("mmdit", (), (FA,))]),
+    # Z-Image-Turbo: Qwen3-4B (Q8_0) and the 30-layer DiT on the released files (no convolution in
+    # the DiT: its patch embedding is a matmul)
+    "zimage": ("zimage", [("qwen3", (), (OFF, FA)), ("z_image", ((640, 640), (576, 832), (896, 640)), (OFF,)),
+                          ("z_image", ((640, 640),), (FA,))]),
+    # The 16-channel autoencoder, decoded after one step of a one-layer Z-Image stand-in (Q4_0)
+    "ae16": ("zimage-1layer", [("vae", ((320, 320), (448, 320), (256, 448)), (OFF,)), ("vae", ((320, 320),), (BOTH,))]),
+    # SD3's decode of the same autoencoder, after one step of the released MMDiT: a check of the
+    # ae16 curve (its fit sizes are recorded by "ae16" first and skipped here)
+    "ae16-sd3": ("sd3-dit", [("vae", ((320, 256),), (OFF,))]),
 }
-ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl"}   # groups whose rows are not named after FAMILY
+# groups whose rows are not named after FAMILY
+ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16"}
+PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
+STAND_INS = ("flux-dit", "sd3-dit", "zimage-1layer")   # checkpoints whose params are not the released ones'
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
-STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5"}
+STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5", ("sd3", "clip"): "t5"}
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
-FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux"}   # None: the checkpoint's
+AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent pixels, one under
+FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux", "mmdit": None, "z_image": None,
+          "qwen3": None}   # None: the checkpoint's
 
 
 def _model(family: str, work: Path) -> list[str]:
@@ -57,6 +80,12 @@ def _model(family: str, work: Path) -> list[str]:
                 one = {n: s for n, s in t5xxl_tensors().items()
                        if not n.startswith("encoder.block.") or n.startswith("encoder.block.0.")}
                 write_safetensors(files["--t5xxl"], {n: ("F16", s) for n, s in one.items()})
+        return [a for flag, path in files.items() for a in (flag, str(path))]
+    if family in ("sd3", "sd3-dit"):
+        files = write_sd3(work, t5_layers=1 if family == "sd3-dit" else 24)
+        return [a for flag, path in files.items() for a in (flag, str(path))]
+    if family in ("zimage", "zimage-1layer"):
+        files = write_z_image(work, **({"layers": 1, "dit_gguf": "Q4_0"} if family == "zimage-1layer" else {}))
         return [a for flag, path in files.items() for a in (flag, str(path))]
     model = work / f"{family}.safetensors"
     if not model.exists():
@@ -80,8 +109,10 @@ def _key(row: dict) -> tuple:
     return tuple(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling"))
 
 
-def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict], list[dict]]:
-    """Corpus rows for `groups` (skipping keys in `done`), and each checkpoint's params totals."""
+def record(groups: list[str], work: Path, done: set[tuple],
+           save: Callable[[list[dict], list[dict]], None] | None = None) -> tuple[list[dict], list[dict]]:
+    """Corpus rows for `groups` (skipping keys in `done`), and each checkpoint's params totals;
+    `save` is handed both after every run (a long recording keeps what it has)."""
     exe = ensure_sd_cli()
     rows, params = [], []
     for group in groups:
@@ -90,13 +121,18 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
         plan = [(runner, size, mode, False)
                 for runner, checks, modes in runners for mode in modes
                 for size in FIT_SIZES[(ROW_FAMILY.get(group) or FAMILY[runner] or family, runner)] + checks]
-        first = family != "flux-dit" and group not in ROW_FAMILY and not any(p["family"] == family for p in params)
+        first = family not in STAND_INS and group not in ROW_FAMILY and not any(p["family"] == family for p in params)
         if first:   # the params buffers: logged before any graph
-            got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe, stop_when=["clip"],
+            got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe,
+                             stop_when=[PARAMS_STOP.get(family, "clip")],
                              timeout_s=3600)
             params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
+            if save:
+                save(rows, params)
         if group == "kl-f8":
             plan += [("vae", size, OFF, True) for size in TILED]
+        if group == "ae16":
+            plan += [("vae", size, OFF, True) for size in AE16_TILED]
         for runner, (width, height), (fa, conv), tiled in plan:
             row = {"family": ROW_FAMILY.get(group) or FAMILY[runner] or family, "runner": runner, "width": width,
                    "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
@@ -108,6 +144,8 @@ def record(groups: list[str], work: Path, done: set[tuple]) -> tuple[list[dict],
                         "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
             print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
             rows.append(row)
+            if save:
+                save(rows, params)
     return rows, params
 
 
@@ -121,12 +159,15 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out = Path(ns.out)
     old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
-    rows, params = record(ns.groups.split(","), work, {_key(r) for r in old["rows"]})
-    families = {p["family"] for p in params}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows,
-                               "params": [p for p in old.get("params", []) if p["family"] not in families] + params},
-                              indent=1) + "\n")
+
+    def save(rows: list[dict], params: list[dict]) -> None:
+        families = {p["family"] for p in params}
+        kept = [p for p in old.get("params", []) if p["family"] not in families]
+        out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows, "params": kept + params},
+                                  indent=1) + "\n")
+
+    save(*record(ns.groups.split(","), work, {_key(r) for r in old["rows"]}, save))
 
 
 if __name__ == "__main__":

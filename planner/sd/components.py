@@ -8,6 +8,7 @@ largest such tensor as staging room (src/core/backend_fit.cpp, `estimate_compone
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,11 +147,28 @@ def _buffer_bytes(name: str, shape: tuple[int, ...], n_bytes: int) -> int:
     return _padded(n_bytes)
 
 
+# Weights a model's code creates F32 whatever the file stores, by the model's marker tensor (a
+# name fragment only that model has): SD3's MMDiT makes its position table F32 and its
+# embedders' and final layer's Linears with force_f32 (src/model/diffusion/mmdit.hpp), Z-Image
+# its timestep embedder and final linear (z_image.hpp, with mmdit.hpp's TimestepEmbedder).
+FORCED_F32: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("joint_blocks.", ("pos_embed", "t_embedder.mlp.0.weight", "t_embedder.mlp.2.weight", "y_embedder.mlp.0.weight",
+                       "y_embedder.mlp.2.weight", "context_embedder.weight", "final_layer.linear.weight")),
+    ("cap_embedder.", ("t_embedder.mlp.0.weight", "t_embedder.mlp.2.weight", "final_layer.linear.weight")),
+)
+
+
+def _forced_f32(names: list[str]) -> tuple[str, ...]:
+    """The name suffixes created F32 in a file with these tensor names."""
+    return tuple(suffix for marker, suffixes in FORCED_F32 if any(marker in n for n in names) for suffix in suffixes)
+
+
 def _file_tensors(path: str) -> list[tuple[str, int, int]]:
     """(name, loaded bytes, params-buffer bytes) of every tensor in the file."""
-    if _is_gguf(path):
-        return [(t.name, t.n_bytes, _buffer_bytes(t.name, t.shape, t.n_bytes)) for t in _gguf_tensors(path)]
-    return [(t.name, t.n_bytes, _buffer_bytes(t.name, t.shape, t.n_bytes)) for t in read_safetensors(path)]
+    listed = [(t.name, t.shape, t.n_bytes) for t in (_gguf_tensors(path) if _is_gguf(path) else read_safetensors(path))]
+    forced = _forced_f32([name for name, _, _ in listed])
+    return [(name, n_bytes, _padded(math.prod(shape) * F32_BYTES) if forced and name.endswith(forced)
+             else _buffer_bytes(name, shape, n_bytes)) for name, shape, n_bytes in listed]
 
 
 def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:

@@ -11,6 +11,12 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   beside an SDXL UNet sd-cli decodes it with a graph of its own, "kl-f8-sdxl" (planner/sd/sizing.py);
 - "flux": the FLUX.1 DiT (19 double and 38 single blocks, any weight type) and its text encoders
   (CLIP-L and T5-XXL as separate files).
+- "sd3": SD3.5 medium's MMDiT-X (24 joint blocks, a second self-attention in x blocks 0-12) and
+  its three text encoders (CLIP-L, CLIP-G and T5-XXL's encoder, safetensors or llama.cpp-named GGUF);
+- "zimage": Z-Image-Turbo's DiT (30 layers after the caption embedder) and its Qwen3-4B text
+  encoder (36 layers, FFN 9728 to 4096 query rows: 2.375, safetensors or GGUF names);
+- "ae16": the 16-channel KL-f8 autoencoder of SD3, FLUX.1 and Z-Image (decoder conv_in 16 -> 512
+  channels; sd-cli builds one decode graph for all three, only the latent scale and shift differ).
 Anything else is None: sd-fit then keeps seed 002's fixed compute reserves.
 """
 from __future__ import annotations
@@ -20,6 +26,7 @@ from planner.sd.roles import Kind
 
 UNET = "model.diffusion_model."
 SD15, SDXL, KL_F8, FLUX = "sd15", "sdxl", "kl-f8", "flux"
+SD3, ZIMAGE, AE16 = "sd3", "zimage", "ae16"
 
 
 def _sizes(comp: Component) -> dict[str, int]:
@@ -32,6 +39,14 @@ def _ratio(sizes: dict[str, int], num: str, den: str) -> float | None:
     return sizes[num] / sizes[den]
 
 
+# DiTs told apart by the tensors they have and the next ones they lack: (family, present, absent)
+DIT_LAYOUTS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (SD3, ("joint_blocks.23.x_block.attn.qkv.weight", "joint_blocks.12.x_block.attn2.qkv.weight"),
+     ("joint_blocks.24.x_block.attn.qkv.weight", "joint_blocks.13.x_block.attn2.qkv.weight")),
+    (ZIMAGE, ("cap_embedder.1.weight", "layers.29.attention.qkv.weight"), ("layers.30.attention.qkv.weight",)),
+)
+
+
 def diffusion_family(comp: Component) -> str | None:
     s = _sizes(comp)
     if f"{UNET}label_emb.0.0.weight" in s and f"{UNET}input_blocks.8.1.transformer_blocks.9.norm1.weight" in s \
@@ -40,6 +55,9 @@ def diffusion_family(comp: Component) -> str | None:
     if f"{UNET}double_blocks.18.img_attn.qkv.weight" in s and f"{UNET}double_blocks.19.img_attn.qkv.weight" not in s \
             and f"{UNET}single_blocks.37.linear1.weight" in s and f"{UNET}single_blocks.38.linear1.weight" not in s:
         return FLUX
+    for name, present, absent in DIT_LAYOUTS:
+        if all(f"{UNET}{n}" in s for n in present) and not any(f"{UNET}{n}" in s for n in absent):
+            return name
     attn = f"{UNET}input_blocks.1.1.transformer_blocks.0.attn2"
     if f"{UNET}input_blocks.11.0.in_layers.0.weight" in s and f"{UNET}label_emb.0.0.weight" not in s \
             and _ratio(s, f"{attn}.to_k.weight", f"{attn}.to_q.weight") == 768 / 320:
@@ -52,6 +70,10 @@ def te_family(comp: Component) -> str | None:
     clip_l = "cond_stage_model.transformer.text_model.encoder.layers.11.mlp.fc2.weight"
     if clip_l in names and not any(n.startswith(("cond_stage_model.model.", "conditioner.")) for n in names):
         return SD15
+    if _sd3_te(names):
+        return SD3
+    if _qwen3_4b(comp):
+        return ZIMAGE
     if "text_encoders.t5xxl.transformer.encoder.block.23.layer.1.DenseReluDense.wo.weight" in names \
             and "clip_l.text_model.encoder.layers.11.mlp.fc2.weight" in names:
         return FLUX
@@ -61,12 +83,41 @@ def te_family(comp: Component) -> str | None:
     return None
 
 
+def _t5xxl(names: set[str]) -> bool:
+    """T5-XXL's 24-block encoder, Hugging Face or llama.cpp (GGUF) names."""
+    t5 = "text_encoders.t5xxl.transformer."
+    return (f"{t5}encoder.block.23.layer.1.DenseReluDense.wo.weight" in names
+            and f"{t5}encoder.block.24.layer.1.DenseReluDense.wo.weight" not in names) \
+        or (f"{t5}enc.blk.23.ffn_down.weight" in names and f"{t5}enc.blk.24.ffn_down.weight" not in names)
+
+
+def _sd3_te(names: set[str]) -> bool:
+    return _t5xxl(names) and "clip_l.text_model.encoder.layers.11.mlp.fc2.weight" in names \
+        and "clip_g.text_model.encoder.layers.31.mlp.fc2.weight" in names
+
+
+def _qwen3_4b(comp: Component) -> bool:
+    """Qwen3-4B as the LLM text encoder: 36 layers, down projection 2.375 x the query projection."""
+    s = _sizes(comp)
+    llm = "text_encoders.llm."
+    for last, past, down, q in (("blk.35.ffn_down.weight", "blk.36.ffn_down.weight", "blk.0.ffn_down.weight",
+                                 "blk.0.attn_q.weight"),
+                                ("model.layers.35.mlp.down_proj.weight", "model.layers.36.mlp.down_proj.weight",
+                                 "model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight")):
+        if f"{llm}{last}" in s and f"{llm}{past}" not in s and _ratio(s, f"{llm}{down}", f"{llm}{q}") == 9728 / 4096:
+            return True
+    return False
+
+
 def vae_family(comp: Component) -> str | None:
     s = _sizes(comp)
     for prefix in ("first_stage_model.decoder.", "vae.decoder."):
         ratio = _ratio(s, f"{prefix}conv_in.weight", f"{prefix}mid.block_1.conv1.weight")
         if ratio == 4 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s:
             return KL_F8
+        quant = f"{prefix.removesuffix('decoder.')}post_quant_conv.weight"
+        if ratio == 16 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s and quant not in s:
+            return AE16
     return None
 
 

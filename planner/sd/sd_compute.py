@@ -47,6 +47,14 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("sdxl", "clip"): ((256, 256),),
     ("flux", "clip"): ((256, 256),),
     ("flux", "t5"): ((256, 256),),
+    # SD3.5 medium's MMDiT-X, Z-Image-Turbo's DiT, their text encoders, and the 16-channel KL-f8
+    # autoencoder SD3, FLUX.1 and Z-Image share (one decode graph: only the latent scale differs)
+    ("sd3", "mmdit"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
+    ("sd3", "clip"): ((256, 256),),
+    ("sd3", "t5"): ((256, 256),),
+    ("zimage", "z_image"): ((256, 256), (512, 512), (1024, 1024)),
+    ("zimage", "qwen3"): ((256, 256),),
+    ("ae16", "vae"): ((256, 256), (384, 384), (512, 512)),
 }
 
 
@@ -92,6 +100,22 @@ def latent_pixels(width: int, height: int) -> int:
     return (width // LATENT_FACTOR) * (height // LATENT_FACTOR)
 
 
+# DiTs that pad their image tokens to a multiple: family -> (patch side, multiple). Z-Image pads
+# the patch sequence to a multiple of 32 (src/model/diffusion/z_image.hpp SEQ_MULTI_OF).
+TOKEN_PADDING: dict[str, tuple[int, int]] = {"zimage": (2, 32)}
+
+
+def curve_pixels(family: str, width: int, height: int) -> int:
+    """The latent pixel count a runner's graph sees: the latent's, or for a DiT that pads its
+    token sequence, the padded tokens' pixels (patch side squared per token)."""
+    n = latent_pixels(width, height)
+    if family not in TOKEN_PADDING:
+        return n
+    patch, multiple = TOKEN_PADDING[family]
+    tokens = (width // LATENT_FACTOR // patch) * (height // LATENT_FACTOR // patch)
+    return -(-tokens // multiple) * multiple * patch * patch
+
+
 def _solve(points: list[tuple[int, int]]) -> tuple[Fraction, ...]:
     """a, b, c with a + b*n + c*n^2 through three (n, bytes) points (exact, by Lagrange)."""
     coeffs = [Fraction(0)] * 3
@@ -112,19 +136,29 @@ Piece = tuple[int, tuple[Fraction, ...]]   # (the middle point's N, a, b, c)
 def _curve(family: str, runner: str, mode: Mode) -> tuple[Piece, ...] | None:
     """The quadratic through each three consecutive fit points, keyed by the middle one's N."""
     rows = sorted((r for r in corpus() if r.family == family and r.runner == runner and r.mode == mode
-                   and r.fit and not r.tiled), key=lambda r: latent_pixels(r.width, r.height))
+                   and r.fit and not r.tiled), key=lambda r: curve_pixels(family, r.width, r.height))
     if not rows:
         return None
     if len(rows) == 1:
         return ((0, (Fraction(rows[0].bytes), Fraction(0), Fraction(0))),)
     if len(rows) < 3:
         raise ValueError(f"sd_cli_corpus.json: {family} {runner} {mode.key}: {len(rows)} fit rows, expected 1 or 3+")
-    points = [(latent_pixels(r.width, r.height), r.bytes) for r in rows]
+    points = [(curve_pixels(family, r.width, r.height), r.bytes) for r in rows]
     return tuple((points[i][0], _solve(points[i - 1:i + 2])) for i in range(1, len(points) - 1))
 
 
 def has_curve(family: str, runner: str, mode: Mode) -> bool:
     return _curve(family, runner, mode) is not None
+
+
+# Curves that hold for square images only. SD3's MMDiT with flash attention peaks, up to about
+# 640x640, while the position table's crop is built: a [hidden, height / 16, 384] F32 tensor
+# (src/model/diffusion/mmdit.hpp `cropped_pos_embed`), linear in the image's height alone, so
+# the buffer of a tall image exceeds a square's of the same pixel count (576x832: 135 MiB against
+# about 115); sd-fit keeps the fixed reserve for those sizes rather than a figure the corpus
+# does not support.
+SQUARE_ONLY: frozenset[tuple[str, str, Mode]] = frozenset(
+    {("sd3", "mmdit", Mode(flash_attn=True)), ("sd3", "mmdit", Mode(flash_attn=True, conv_direct=True))})
 
 
 def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode = Mode(),
@@ -137,12 +171,12 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
     curve = _curve(family, runner, mode)
-    if curve is None:
+    if curve is None or (width != height and (family, runner, mode) in SQUARE_ONLY):
         return None
     lw, lh = width // LATENT_FACTOR, height // LATENT_FACTOR
     if tiled:
         lw, lh = min(lw, VAE_TILE), min(lh, VAE_TILE)
-    n = lw * lh
+    n = curve_pixels(family, lw * LATENT_FACTOR, lh * LATENT_FACTOR)
     # the piece whose middle point is nearest: one quadratic where the peak's tensors stay the same,
     # consecutive pieces where they change
     _, (a, b, c) = min(curve, key=lambda piece: abs(piece[0] - n))

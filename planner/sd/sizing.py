@@ -18,6 +18,8 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.DIFFUSION, "sd15"): ("unet",), (Kind.DIFFUSION, "sdxl"): ("unet",), (Kind.DIFFUSION, "flux"): ("flux",),
     (Kind.TE, "sd15"): ("clip",), (Kind.TE, "sdxl"): ("clip",), (Kind.TE, "flux"): ("clip", "t5"),
     (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
+    (Kind.DIFFUSION, "sd3"): ("mmdit",), (Kind.TE, "sd3"): ("clip", "t5"),
+    (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
 }
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
@@ -39,9 +41,9 @@ class Render:
                    parse_modes(conv_direct, Feature.CONV_DIRECT), vae_tiling)
 
 
-# Graphs without a convolution, where --conv-direct changes nothing: FLUX.1's DiT (its patch
-# embedding is a matmul)
-NO_CONV: frozenset[tuple[Kind, str]] = frozenset({(Kind.DIFFUSION, "flux")})
+# Graphs without a convolution, where --conv-direct changes nothing: FLUX.1's and Z-Image's DiTs
+# (their patch embeddings are matmuls)
+NO_CONV: frozenset[tuple[Kind, str]] = frozenset({(Kind.DIFFUSION, "flux"), (Kind.DIFFUSION, "zimage")})
 
 
 def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],

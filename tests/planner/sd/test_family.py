@@ -41,5 +41,5 @@ def test_flux_files(tmp_path):
              "--vae": FileRole.VAE}
     sources = [ModelSource(str(p), roles[flag]) for flag, p in write_flux(tmp_path).items()]
     got = {c.kind: family(c) for c in read_components(sources)}
-    # the 16-channel autoencoder is no model the corpus has the decode of
-    assert got == {Kind.DIFFUSION: "flux", Kind.TE: "flux", Kind.VAE: None}
+    # the 16-channel autoencoder: the decode graph SD3 and Z-Image share (planner/sd/family.py)
+    assert got == {Kind.DIFFUSION: "flux", Kind.TE: "flux", Kind.VAE: "ae16"}
