@@ -5,6 +5,7 @@ changes no buffer; each run is stopped as soon as the buffers it is for are logg
 graphs run where that is possible).
 
     PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
+    PYTHONPATH=. python scripts/record_sd_corpus.py --groups wan-te,wan,wan-vae   # the video model, by frames
 
 Rows already in the corpus are kept and not run again. planner.sd.sd_compute.FIT_SIZES names the
 sizes each curve is solved from; the other rows check it. `params` holds each checkpoint's params buffers
@@ -22,6 +23,7 @@ from planner.sd.sd_compute import CORPUS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_sd import FLUX_FILES, t5xxl_tensors, write_checkpoint, write_flux
 from planner.synth.shapes_sd3 import write_sd3, write_z_image
+from planner.synth.shapes_wan import write_wan
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
 # group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
@@ -106,7 +108,8 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
 
 
 def _key(row: dict) -> tuple:
-    return tuple(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling"))
+    return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
+            row.get("frames", 1))
 
 
 def record(groups: list[str], work: Path, done: set[tuple],
@@ -149,9 +152,78 @@ def record(groups: list[str], work: Path, done: set[tuple],
     return rows, params
 
 
+# ---- video: Wan2.1-T2V-1.3B (planner/synth/shapes_wan.py), rows by (width, height, frames)
+# group -> [(runner, flash_attn, vae_tiling, [(width, height, frames), ...])]; the fit points are
+# planner.sd.sd_compute.FIT_VIDEO's, the others check them. "wan-te" runs the full UMT5-XXL encoder
+# (Q4_0; its params are recorded on the first run) and stops at its buffer; "wan" and "wan-vae" run
+# a one-block UMT5 stand-in (the DiT sees the same 512 x 4096 context) so that sd-cli reaches the
+# DiT's buffer, and the VAE's after one DiT step, without 24 UMT5 blocks on the CPU.
+WAN_DIT_RUNNER, WAN_VAE_RUNNER = "Wan2.1-T2V-1.3B", "wan_vae"
+WAN_GROUPS: dict[str, list[tuple[str, bool, bool, list[tuple[int, int, int]]]]] = {
+    "wan-te": [("t5", False, False, [(256, 256, 1), (416, 240, 9)]), ("t5", True, False, [(256, 256, 1)])],
+    "wan": [(WAN_DIT_RUNNER, False, False, [(256, 256, 1), (256, 256, 5), (256, 256, 9), (256, 256, 17),
+                                            (320, 192, 1), (320, 192, 9), (416, 240, 5), (416, 240, 17)]),
+            (WAN_DIT_RUNNER, True, False, [(256, 256, 1), (256, 256, 9), (256, 256, 17), (320, 192, 5),
+                                           (416, 240, 17), (256, 256, 5)])],
+    # each VAE row runs one DiT step first (its cost grows with width x height x frames on two CPU
+    # cores): small sizes, the frame axis mostly at 128x128; the peer test checks larger ones live
+    "wan-vae": [(WAN_VAE_RUNNER, False, False, [(128, 128, f) for f in (1, 5, 9, 17)]
+                 + [(256, 256, 1), (256, 256, 5), (192, 128, 9), (192, 128, 13), (192, 128, 5), (160, 128, 9),
+                    (192, 128, 17), (128, 128, 33), (128, 128, 25)]),
+                (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
+                (WAN_VAE_RUNNER, False, True, [(320, 128, 1)])],
+}
+WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae"}
+
+
+def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool) -> list[str]:
+    args = ["-M", "vid_gen", *[a for flag, path in files.items() for a in (flag, str(path))],
+            "-p", "a cat", "-W", str(width), "-H", str(height), "--video-frames", str(frames), "--steps", "1",
+            "--cfg-scale", "1", "-t", "2", "--seed", "1", "--mmap", "-o", str(files["--vae"].with_name("wan.webm"))]
+    return args + (["--fa"] if fa else []) + (["--vae-tiling"] if tiled else [])
+
+
+def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """Wan corpus rows for `groups` (skipping keys in `done`); `save(row, params)` is called after
+    each run, so an interrupted recording keeps what it has."""
+    exe = ensure_sd_cli()
+    full = write_wan(work, "Q4_0")
+    stand_in = dict(full, **{"--t5xxl": write_wan(work, "Q8_0", te_layers=1)["--t5xxl"]})
+    rows = []
+    for group in groups:
+        files = full if group == "wan-te" else stand_in
+        for runner, fa, tiled, points in WAN_GROUPS[group]:
+            for width, height, frames in points:
+                row = {"family": WAN_FAMILY[runner], "runner": runner, "width": width, "height": height,
+                       "frames": frames, "flash_attn": fa, "conv_direct": False, "vae_tiling": tiled}
+                if _key(row) in done:
+                    continue
+                args = _wan_args(files, width, height, frames, fa, tiled)
+                got = run_sd_cli(args, exe=exe, stop_when=[runner], timeout_s=3600)
+                params = [{"family": "wan", "component": name, "bytes": size} for name, size in got.totals] \
+                    if group == "wan-te" else []
+                row.update({"bytes": got.compute_of(runner),
+                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                rows.append(row)
+                done.add(_key(row))
+                save(row, params)
+    return rows
+
+
+def _save(out: Path, rows: list[dict], params: list[dict]) -> None:
+    old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
+    families = {p["family"] for p in params}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows,
+                               "params": [p for p in old.get("params", []) if p["family"] not in families] + params},
+                              indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--groups", default=",".join(GROUPS))
+    parser.add_argument("--groups", default=",".join(GROUPS),
+                        help=f"image groups {', '.join(GROUPS)}; video groups {', '.join(WAN_GROUPS)}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
     ns = parser.parse_args()
@@ -159,15 +231,22 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out = Path(ns.out)
     old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
-    out.parent.mkdir(parents=True, exist_ok=True)
+    groups = ns.groups.split(",")
+    video = [g for g in groups if g in WAN_GROUPS]
+    if video:
+        record_wan(video, work, {_key(r) for r in old["rows"]}, lambda row, params: _save(out, [row], params))
+    image = [g for g in groups if g not in WAN_GROUPS]
+    if image:
+        base = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
 
-    def save(rows: list[dict], params: list[dict]) -> None:
-        families = {p["family"] for p in params}
-        kept = [p for p in old.get("params", []) if p["family"] not in families]
-        out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows, "params": kept + params},
-                                  indent=1) + "\n")
+        def save(rows: list[dict], params: list[dict]) -> None:
+            # record() passes everything recorded so far: write it over the corpus it started from
+            families = {p["family"] for p in params}
+            kept = [p for p in base.get("params", []) if p["family"] not in families]
+            out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": base["rows"] + rows, "params": kept + params},
+                                      indent=1) + "\n")
 
-    save(*record(ns.groups.split(","), work, {_key(r) for r in old["rows"]}, save))
+        save(*record(image, work, {_key(r) for r in base["rows"]}, save))
 
 
 if __name__ == "__main__":

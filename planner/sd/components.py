@@ -35,6 +35,11 @@ F32_BYTES = 4
 F16_BYTES = 2
 _F32_NAMES = ("position_embedding", "positional_embedding", "text_projection")
 _NOT_CREATED = ("clip_l.text_projection.weight",)
+# Wan: a DiT block's and the head's `modulation` (src/model/diffusion/wan.hpp: typed from a
+# "<block>.weight" the file never has, so F32) and the VAE's RMS-norm `gamma`s, shaped (C, 1, 1, 1)
+# in the file (src/model/vae/wan_vae.hpp RMS_norm: F32 in the file's shape); its 5-D causal 3-D
+# convolution kernels are F16 like the 4-D ones (CausalConv3d, Conv3d).
+_F32_SUFFIXES = (".modulation", ".gamma")
 
 
 KIND_MODULE: dict[Kind, Module] = {Kind.DIFFUSION: Module.DIFFUSION, Kind.TE: Module.TE, Kind.VAE: Module.VAE}
@@ -140,9 +145,9 @@ def _buffer_bytes(name: str, shape: tuple[int, ...], n_bytes: int) -> int:
     n_elements = 1
     for d in shape:
         n_elements *= d
-    if len(shape) <= 1 or any(f in name for f in _F32_NAMES):
+    if len(shape) <= 1 or any(f in name for f in _F32_NAMES) or name.endswith(_F32_SUFFIXES):
         return _padded(n_elements * F32_BYTES)
-    if len(shape) == 4:
+    if len(shape) >= 4:
         return _padded(n_elements * F16_BYTES)
     return _padded(n_bytes)
 

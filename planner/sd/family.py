@@ -17,6 +17,11 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   encoder (36 layers, FFN 9728 to 4096 query rows: 2.375, safetensors or GGUF names);
 - "ae16": the 16-channel KL-f8 autoencoder of SD3, FLUX.1 and Z-Image (decoder conv_in 16 -> 512
   channels; sd-cli builds one decode graph for all three, only the latent scale and shift differ).
+- "wan": the Wan2.1-T2V-1.3B DiT (30 blocks with a normed cross attention, FFN 8960 wide to
+  1536, no image embedding or VACE blocks; any weight type) and its UMT5-XXL text encoder (24
+  blocks, a relative-position bias in every block — T5 v1.1 has one in block 0 — llama.cpp's or
+  the original names); "wan-vae": the Wan 2.1 causal 3-D VAE (16 latent channels into a
+  384-wide decoder, 15 up-sampling stages).
 Anything else is None: sd-fit then keeps seed 002's fixed compute reserves.
 """
 from __future__ import annotations
@@ -27,6 +32,8 @@ from planner.sd.roles import Kind
 UNET = "model.diffusion_model."
 SD15, SDXL, KL_F8, FLUX = "sd15", "sdxl", "kl-f8", "flux"
 SD3, ZIMAGE, AE16 = "sd3", "zimage", "ae16"
+WAN, WAN_VAE = "wan", "wan-vae"
+T5XXL = "text_encoders.t5xxl.transformer."
 
 
 def _sizes(comp: Component) -> dict[str, int]:
@@ -58,6 +65,8 @@ def diffusion_family(comp: Component) -> str | None:
     for name, present, absent in DIT_LAYOUTS:
         if all(f"{UNET}{n}" in s for n in present) and not any(f"{UNET}{n}" in s for n in absent):
             return name
+    if _is_wan_dit(s):
+        return WAN
     attn = f"{UNET}input_blocks.1.1.transformer_blocks.0.attn2"
     if f"{UNET}input_blocks.11.0.in_layers.0.weight" in s and f"{UNET}label_emb.0.0.weight" not in s \
             and _ratio(s, f"{attn}.to_k.weight", f"{attn}.to_q.weight") == 768 / 320:
@@ -65,8 +74,30 @@ def diffusion_family(comp: Component) -> str | None:
     return None
 
 
+def _is_wan_dit(s: dict[str, int]) -> bool:
+    last, extra = f"{UNET}blocks.29.", f"{UNET}blocks.30.cross_attn.norm_k.weight"
+    if f"{last}cross_attn.norm_k.weight" not in s or extra in s:
+        return False
+    if any(n.startswith((f"{UNET}img_emb.", f"{UNET}vace_")) for n in s):
+        return False
+    return _ratio(s, f"{last}ffn.0.weight", f"{last}self_attn.q.weight") == 8960 / 1536
+
+
+def _is_umt5_xxl(names: set[str]) -> bool:
+    """24 blocks with a relative-position bias in block 1 (UMT5's per-block bias), either naming."""
+    for block, bias, last in (("enc.blk.", "attn_rel_b.weight", "ffn_down.weight"),
+                              ("encoder.block.", "layer.0.SelfAttention.relative_attention_bias.weight",
+                               "layer.1.DenseReluDense.wo.weight")):
+        if f"{T5XXL}{block}1.{bias}" in names and f"{T5XXL}{block}23.{last}" in names \
+                and f"{T5XXL}{block}24.{last}" not in names:
+            return True
+    return False
+
+
 def te_family(comp: Component) -> str | None:
     names = {t.name for t in comp.tensors}
+    if _is_umt5_xxl(names) and not any(n.startswith(("clip_l.", "clip_g.")) for n in names):
+        return WAN
     clip_l = "cond_stage_model.transformer.text_model.encoder.layers.11.mlp.fc2.weight"
     if clip_l in names and not any(n.startswith(("cond_stage_model.model.", "conditioner.")) for n in names):
         return SD15
@@ -118,6 +149,10 @@ def vae_family(comp: Component) -> str | None:
         quant = f"{prefix.removesuffix('decoder.')}post_quant_conv.weight"
         if ratio == 16 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s and quant not in s:
             return AE16
+        wan = _ratio(s, f"{prefix}conv1.weight", f"{prefix}middle.0.residual.2.weight")
+        if wan == 16 / 384 and f"{prefix}upsamples.14.residual.6.weight" in s \
+                and f"{prefix}upsamples.15.residual.6.weight" not in s:
+            return WAN_VAE
     return None
 
 

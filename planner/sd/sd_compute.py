@@ -18,6 +18,7 @@ of one tile does.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import json
 from dataclasses import dataclass
@@ -79,21 +80,36 @@ class Row:
     mode: Mode
     tiled: bool
     bytes: int
+    frames: int = 1    # video frames (video rows only)
 
     @property
     def fit(self) -> bool:
         """One of the points the runner's curve is solved from."""
+        if self.family in VIDEO_FAMILIES:
+            points = FIT_VIDEO.get((self.family, self.runner), ())
+            checks_fa = self.mode.flash_attn and (self.family, self.runner) in FA_FREE
+            return not self.tiled and not checks_fa and (self.width, self.height, self.frames) in points
         return not self.tiled and (self.width, self.height) in FIT_SIZES.get((self.family, self.runner), ())
 
 
 def _row(raw: dict) -> Row:
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
-               Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"])
+               Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
+               raw.get("frames", 1))
 
 
 @functools.lru_cache(maxsize=1)
-def corpus() -> tuple[Row, ...]:
+def _all_rows() -> tuple[Row, ...]:
     return tuple(_row(r) for r in json.loads(CORPUS.read_text())["rows"])
+
+
+def corpus() -> tuple[Row, ...]:
+    """The image models' rows (the video models' are video_corpus())."""
+    return tuple(r for r in _all_rows() if r.family not in VIDEO_FAMILIES)
+
+
+def video_corpus() -> tuple[Row, ...]:
+    return tuple(r for r in _all_rows() if r.family in VIDEO_FAMILIES)
 
 
 def latent_pixels(width: int, height: int) -> int:
@@ -181,3 +197,151 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
     # consecutive pieces where they change
     _, (a, b, c) = min(curve, key=lambda piece: abs(piece[0] - n))
     return int(round(a + b * n + c * n * n))
+
+
+# ---- video models: Wan 2.x, where the frame count is an input
+#
+# Wan's VAE packs 4 video frames into a latent frame after the first (T = (frames - 1) / 4 + 1,
+# src/stable-diffusion.cpp `video_frames_to_latent_frames`), and sd-cli aligns width and height to
+# the VAE's 8 times the DiT's 2x2 patch (`align_image_size`). Every tensor of the DiT's graph is
+# sized by its token count, (w/16) * (h/16) * T = N / 4 with N = latent pixels x latent frames,
+# or by its square (ordinary attention's KQ): a + b*N + c*N^2 in pieces, as the image UNets are
+# in N. The VAE decodes latent frame by latent frame inside one graph (src/model/vae/wan_vae.hpp
+# `decode`): the first frame alone, each later one into 4 video frames, their outputs
+# concatenated, the causal convolutions' caches carried from chunk to chunk (the second chunk
+# builds them differently from the later ones: `chunk_idx == 1`). Every tensor scales with the
+# latent pixels P, so one, two and three latent frames each have their own a + b*P. From the
+# fourth on, the peak is a later chunk's activations with the caches of the one before, and what
+# the growing output adds depends on where the allocator finds room for it: sd-cli logs the same
+# buffer per latent pixel at 4 and 5 latent frames (to 0.02 %), 8.9 % more at 9. So T >= 4 is
+# P * g(T), g the recorded bytes per latent pixel, linear between the recorded frame counts, flat
+# below the first, and past the last continued along its last stretch (not checked there). UMT5
+# always encodes 512 tokens: a constant.
+VIDEO_FAMILIES = frozenset({"wan", "wan-vae"})
+VIDEO_SIZE_STEP = 16
+FRAME_STEP = 4
+WAN_DIT = "Wan2.1-T2V-1.3B"   # the DiT runner's name in sd-cli's log (wan.hpp `desc`)
+FIT_VIDEO: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {
+    ("wan", WAN_DIT): ((256, 256, 1), (256, 256, 5), (256, 256, 9), (256, 256, 17), (416, 240, 17)),
+    ("wan", "t5"): ((256, 256, 1),),
+    ("wan-vae", "wan_vae"): ((128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5),
+                             (128, 128, 9), (192, 128, 9), (192, 128, 13), (128, 128, 17), (128, 128, 33)),
+}
+
+
+class Form(enum.Enum):
+    TOKENS = "quadratic pieces in N = latent pixels x latent frames"
+    FRAMES = "a + b*P for 1, 2 and 3 latent frames; P * g(T) for more"
+
+
+FORMS: dict[tuple[str, str], Form] = {("wan", WAN_DIT): Form.TOKENS, ("wan-vae", "wan_vae"): Form.FRAMES}
+# Runners whose peak holds no attention tensor, so flash attention leaves their buffer as it is:
+# the Wan VAE attends once per frame in its middle block, at the latent resolution, long before
+# the full-resolution up-sampling stages where the peak is (a recorded row with flash attention
+# on checks it).
+FA_FREE: frozenset[tuple[str, str]] = frozenset({("wan-vae", "wan_vae")})
+
+
+def latent_frames(frames: int) -> int:
+    return (frames - 1) // FRAME_STEP + 1
+
+
+def check_video(width: int, height: int, frames: int) -> None:
+    if width <= 0 or height <= 0 or width % VIDEO_SIZE_STEP or height % VIDEO_SIZE_STEP:
+        raise BadInput(f"video size {width}x{height}: expected positive multiples of {VIDEO_SIZE_STEP}")
+    if frames < 1 or (frames - 1) % FRAME_STEP:
+        raise BadInput(f"--frames {frames}: Wan takes 4k+1 frames (1, 5, 9, 13, ...)")
+
+
+def _exact(features: list[tuple[int, ...]], ys: list[int]) -> tuple[Fraction, ...]:
+    """The coefficients x with features . x = ys, exactly (Gauss-Jordan on fractions)."""
+    n = len(features)
+    if any(len(f) != n for f in features):
+        raise ValueError(f"sd_cli_corpus.json: {n} fit points for {len(features[0])} coefficients")
+    m = [[Fraction(v) for v in f] + [Fraction(y)] for f, y in zip(features, ys, strict=True)]
+    for col in range(n):
+        pivot = next((r for r in range(col, n) if m[r][col] != 0), None)
+        if pivot is None:
+            raise ValueError(f"sd_cli_corpus.json: fit points {features} do not determine the curve")
+        m[col], m[pivot] = m[pivot], m[col]
+        m[col] = [v / m[col][col] for v in m[col]]
+        for r in range(n):
+            if r != col and m[r][col] != 0:
+                m[r] = [a - m[r][col] * b for a, b in zip(m[r], m[col], strict=True)]
+    return tuple(row[-1] for row in m)
+
+
+FRAME_PIECES = (1, 2, 3, 4)   # the VAE's pieces by latent frames: 1, 2, 3, and 4 or more
+PER_PIXEL = FRAME_PIECES[-1]  # the piece sized per latent pixel, g(T)
+
+
+def _frames_piece(t: int) -> int:
+    return min(t, PER_PIXEL)
+
+
+def _per_pixel(points: list[tuple[int, int, int]]) -> tuple[tuple[int, Fraction], ...]:
+    """(T, bytes per latent pixel) at each recorded latent-frame count (the mean where several)."""
+    by_t: dict[int, list[Fraction]] = {}
+    for p, t, y in points:
+        by_t.setdefault(t, []).append(Fraction(y, p))
+    return tuple((t, sum(v, Fraction(0)) / len(v)) for t, v in sorted(by_t.items()))
+
+
+def _g(table: tuple[tuple[int, Fraction], ...], t: int) -> Fraction:
+    if t <= table[0][0] or len(table) == 1:
+        return table[0][1]
+    # the stretch t falls in, or the last one past the last recorded count
+    i = next((i for i in range(1, len(table)) if t <= table[i][0]), len(table) - 1)
+    (t0, g0), (t1, g1) = table[i - 1], table[i]
+    return g0 + (g1 - g0) * (t - t0) / (t1 - t0)
+
+
+@functools.cache
+def _video_curve(family: str, runner: str, mode: Mode) -> tuple | None:
+    rows = [r for r in video_corpus() if r.family == family and r.runner == runner and r.mode == mode and r.fit]
+    if not rows:
+        return None
+    if len(rows) == 1:
+        return ("constant", rows[0].bytes)
+    pts = sorted((latent_pixels(r.width, r.height), latent_frames(r.frames), r.bytes) for r in rows)
+    if FORMS[(family, runner)] is Form.TOKENS:
+        points = sorted((p * t, y) for p, t, y in pts)
+        return ("tokens", tuple((points[i][0], _solve(points[i - 1:i + 2])) for i in range(1, len(points) - 1)))
+    pieces: dict[int, tuple] = {}
+    for piece in FRAME_PIECES:
+        at = [(p, t, y) for p, t, y in pts if _frames_piece(t) == piece]
+        if at and piece == PER_PIXEL:
+            pieces[piece] = _per_pixel(at)
+        elif at:
+            pieces[piece] = _exact([(1, p) for p, _, _ in at], [y for *_, y in at])
+    return ("frames", pieces)
+
+
+def video_compute_bytes(family: str, runner: str, width: int, height: int, frames: int, mode: Mode = Mode(),
+                        tiled: bool = False) -> int | None:
+    """The compute buffer sd-cli reserves for a video model's `runner` at width x height x frames,
+    or None where the corpus has no figures for this runner and mode. A tiled decode reserves what
+    an untiled decode of one tile (min(32, latent side) per side, all frames) does."""
+    check_video(width, height, frames)
+    if (family, runner) in FA_FREE:
+        mode = Mode(False, mode.conv_direct)
+    curve = _video_curve(family, runner, mode)
+    if curve is None:
+        return None
+    if curve[0] == "constant":
+        return int(curve[1])
+    lw, lh = width // LATENT_FACTOR, height // LATENT_FACTOR
+    if tiled:
+        lw, lh = min(lw, VAE_TILE), min(lh, VAE_TILE)
+    p, t = lw * lh, latent_frames(frames)
+    if curve[0] == "tokens":
+        n = p * t
+        _, (a, b, c) = min(curve[1], key=lambda piece: abs(piece[0] - n))
+        return int(round(a + b * n + c * n * n))
+    piece = curve[1].get(_frames_piece(t))
+    if piece is None:
+        return None
+    if _frames_piece(t) == PER_PIXEL:
+        return int(round(p * _g(piece, t)))
+    a, b = piece
+    return int(round(a + b * p))

@@ -1,15 +1,16 @@
-"""Each component's compute buffer at the planned image size: the model (planner/sd/family.py),
-the flash-attention and direct-convolution decisions for its compute devices
-(planner/sd/modes.py) and the corpus curve (planner/sd/sd_compute.py)."""
+"""Each component's compute buffer at the planned image size (and, for a video model, frame
+count): the model (planner/sd/family.py), the flash-attention and direct-convolution decisions for
+its compute devices (planner/sd/modes.py) and the corpus curve (planner/sd/sd_compute.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from planner.core.errors import BadInput
 from planner.sd.components import KIND_MODULE, Component
 from planner.sd.family import family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.roles import Kind
-from planner.sd.sd_compute import Mode, compute_bytes
+from planner.sd.sd_compute import VIDEO_FAMILIES, WAN_DIT, Mode, compute_bytes, video_compute_bytes
 from planner.sd.sd_placement import GpuBudget
 
 # sd-cli's runners of each component, by model: a component whose runners run one after the other
@@ -20,6 +21,7 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
     (Kind.DIFFUSION, "sd3"): ("mmdit",), (Kind.TE, "sd3"): ("clip", "t5"),
     (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
+    (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
 }
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
@@ -61,19 +63,26 @@ def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[t
 
 
 def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
-          diffusion: str | None = None) -> Component:
+          diffusion: str | None = None, frames: int = 1) -> Component:
     """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
     `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
-    SDXL's KL-f8 VAE with a graph of its own)."""
+    SDXL's KL-f8 VAE with a graph of its own). `frames`: the video's frame count (4k+1 for Wan);
+    an image model takes 1."""
     fam = family(comp)
     if fam == "kl-f8" and diffusion == "sdxl":
         fam = "kl-f8-sdxl"
+    if frames != 1 and fam is not None and fam not in VIDEO_FAMILIES:
+        raise BadInput(f"--frames {frames}: {fam} makes images, not videos (only 1 frame)")
     if fam is None:
         return replace(comp, compute_bytes=None, compute_mode="")
     mode = component_mode(comp, render, devices, fam)
     tiled = tiled and comp.kind is Kind.VAE
-    sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled)
-             for runner in RUNNERS.get((comp.kind, fam), ())]
+    if fam in VIDEO_FAMILIES:
+        sizes = [video_compute_bytes(fam, runner, render.width, render.height, frames, mode, tiled=tiled)
+                 for runner in RUNNERS.get((comp.kind, fam), ())]
+    else:
+        sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled)
+                 for runner in RUNNERS.get((comp.kind, fam), ())]
     known = [s for s in sizes if s is not None]
     size = max(known) if known and len(known) == len(sizes) else None
     label = mode.key + (",vae_tiling=on" if tiled else "") if size is not None else ""
