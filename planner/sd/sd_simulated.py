@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from runtime.sd import unet
+from runtime.sd import unet, vae_decoder
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
@@ -38,6 +38,8 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
     ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
     ("flux", "flux"): lambda w, h, mode, tiled: flux_bytes(w, h, mode, n_txt=FLUX_T5_TOKENS),
+    # the 16-channel autoencoder of SD3, FLUX.1 and Z-Image (one decode graph for all three)
+    ("ae16", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),
     # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks
     # this family for a KL-f8 VAE beside an SDXL UNet)
     ("kl-f8-sdxl", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled,

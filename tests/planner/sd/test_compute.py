@@ -84,7 +84,6 @@ def test_params_buffers_equal_sd_clis(tmp_path):
     from planner.sd.roles import FileRole, Kind, ModelSource
     from planner.sd.sd_compute import CORPUS
     from planner.synth.shapes_sd import write_checkpoint, write_flux
-
     from planner.synth.shapes_sd3 import write_sd3, write_z_image
 
     roles = {"--diffusion-model": FileRole.DIFFUSION_MODEL, "--t5xxl": FileRole.T5XXL, "--clip_l": FileRole.CLIP_L,
