@@ -19,6 +19,7 @@ from runtime.sd.sd_reserve import (
     clip_text_bytes,
     flux_bytes,
     flux_clip_bytes,
+    mmdit_bytes,
     sdxl_clip_bytes,
     t5_bytes,
     unet_bytes,
@@ -38,6 +39,7 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
     ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
     ("flux", "flux"): lambda w, h, mode, tiled: flux_bytes(w, h, mode, n_txt=FLUX_T5_TOKENS),
+    ("sd3", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode),
     # the 16-channel autoencoder of SD3, FLUX.1 and Z-Image (one decode graph for all three)
     ("ae16", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),
     # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, flux_dit, t5_encoder, unet, vae_decoder, vae_encoder
+from runtime.sd import clip_text, flux_dit, sd3_mmdit, t5_encoder, unet, vae_decoder, vae_encoder
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -151,4 +151,22 @@ def flux_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: flux_
         n_img = (latent_w // cfg.patch_size) * (latent_h // cfg.patch_size)
         pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_txt + n_img), name="pe")
         return flux_dit.flux(b, x, timesteps, context, y, guidance, pe, cfg)
+    return runner_reserve(build, mode)
+
+
+SD3_CONTEXT_TOKENS = 154   # conditioner.hpp SD3CLIPEmbedder: 77 CLIP-L/G tokens, then 77 T5 tokens
+
+
+def mmdit_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
+                cfg: sd3_mmdit.MMDiTConfig = sd3_mmdit.SD35_MEDIUM, n_context: int = SD3_CONTEXT_TOKENS) -> int:
+    """The MMDiT runner's compute buffer for one call on a latent_w x latent_h latent with `n_context`
+    context tokens. --diffusion-conv-direct does not reach it: stable-diffusion.cpp enables direct
+    convolution only on the UNet runner, so its patch embedding stays an im2col convolution."""
+    mode = SdMode(mode.flash_attn, False)
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.context_size, n_context, 1, 1), name="context")
+        y = Tensor(GGMLType.F32, (cfg.adm_in_channels, 1, 1, 1), name="y")
+        return sd3_mmdit.mmdit(b, x, timesteps, context, y, cfg)
     return runner_reserve(build, mode)

@@ -1,0 +1,25 @@
+"""SD3.5 medium's MMDiT simulated (runtime/sd) against the compute buffers sd-cli logged for the
+shape-faithful checkpoint (planner/sd/data/sd_cli_corpus.json), at the 0.01 MB the log prints."""
+from __future__ import annotations
+
+import pytest
+
+from planner.sd.sd_compute import Row
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes
+from tests.support.sd_corpus import logged, row_id, rows
+
+MMDIT_ROWS = rows("sd3", "mmdit")
+
+
+@pytest.mark.parametrize("row", MMDIT_ROWS, ids=[row_id(r) for r in MMDIT_ROWS])
+def test_mmdit_equals_sd_cli(row: Row):
+    mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
+    got = mmdit_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode)
+    assert logged(got) == logged(row.bytes)
+
+
+def test_the_rows_cover_modes_and_non_square_sizes():
+    assert {r.mode.flash_attn for r in MMDIT_ROWS} == {True, False}
+    assert {r.mode.conv_direct for r in MMDIT_ROWS} == {True, False}
+    assert any(r.width != r.height for r in MMDIT_ROWS)
+    assert len({(r.width, r.height) for r in MMDIT_ROWS}) >= 3
