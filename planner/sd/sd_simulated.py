@@ -27,6 +27,7 @@ from runtime.sd.sd_reserve import (
 )
 
 FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
+SD3_T5_TOKENS = 77     # conditioner.hpp SD3CLIPEmbedder: T5's chunk is CLIP's 77 tokens
 # (latent width, latent height, mode, VAE tiling) -> bytes
 Simulator = Callable[[int, int, SdMode, bool], int]
 
@@ -39,6 +40,7 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
     ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
     ("flux", "flux"): lambda w, h, mode, tiled: flux_bytes(w, h, mode, n_txt=FLUX_T5_TOKENS),
+    ("sd3", "t5"): lambda w, h, mode, tiled: t5_bytes(SD3_T5_TOKENS, mode=mode),
     ("sd3", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode),
     # the 16-channel autoencoder of SD3, FLUX.1 and Z-Image (one decode graph for all three)
     ("ae16", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),

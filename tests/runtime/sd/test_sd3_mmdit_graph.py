@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner.sd.sd_compute import Row
-from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes
+from planner.sd.sd_simulated import SD3_T5_TOKENS
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes, t5_bytes
 from tests.support.sd_corpus import logged, row_id, rows
 
 MMDIT_ROWS = rows("sd3", "mmdit")
@@ -23,3 +24,13 @@ def test_the_rows_cover_modes_and_non_square_sizes():
     assert {r.mode.conv_direct for r in MMDIT_ROWS} == {True, False}
     assert any(r.width != r.height for r in MMDIT_ROWS)
     assert len({(r.width, r.height) for r in MMDIT_ROWS}) >= 3
+
+
+T5_ROWS = rows("sd3", "t5")
+
+
+@pytest.mark.parametrize("row", T5_ROWS, ids=[row_id(r) for r in T5_ROWS])
+def test_sd3_t5_equals_sd_cli(row: Row):
+    """SD3's T5-XXL encodes one 77-token chunk, whatever the image size."""
+    got = t5_bytes(SD3_T5_TOKENS, mode=SdMode(row.mode.flash_attn, row.mode.conv_direct))
+    assert logged(got) == logged(row.bytes)
