@@ -24,6 +24,8 @@ from runtime.sd.sd_reserve import (
     t5_bytes,
     unet_bytes,
     vae_decode_bytes,
+    wan_dit_bytes,
+    wan_latent_frames,
 )
 
 FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
@@ -51,8 +53,17 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
 }
 
 
+# the video models: (latent width, latent height, latent frames, mode, VAE tiling) -> bytes
+VideoSimulator = Callable[[int, int, int, SdMode, bool], int]
+
+VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
+    # the DiT runner is named after the model in sd-cli's log (wan.hpp WanRunner::desc)
+    ("wan", "Wan2.1-T2V-1.3B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode),
+}
+
+
 def is_simulated(family: str, runner: str) -> bool:
-    return (family, runner) in SIMULATED
+    return (family, runner) in SIMULATED or (family, runner) in VIDEO_SIMULATED
 
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
@@ -63,3 +74,15 @@ def simulated_bytes(family: str, runner: str, width: int, height: int, flash_att
     if simulate is None:
         return None
     return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, SdMode(flash_attn, conv_direct), tiled)
+
+
+@functools.lru_cache(maxsize=1024)
+def simulated_video_bytes(family: str, runner: str, width: int, height: int, frames: int, flash_attn: bool,
+                          conv_direct: bool, tiled: bool) -> int | None:
+    """A video model runner's compute buffer at width x height pixels and `frames` video frames (4k+1), or
+    None where it is not simulated."""
+    simulate = VIDEO_SIMULATED.get((family, runner))
+    if simulate is None:
+        return None
+    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, wan_latent_frames(frames),
+                    SdMode(flash_attn, conv_direct), tiled)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, flux_dit, sd3_mmdit, t5_encoder, unet, vae_decoder, vae_encoder
+from runtime.sd import clip_text, flux_dit, sd3_mmdit, t5_encoder, unet, vae_decoder, vae_encoder, wan_dit
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -169,4 +169,29 @@ def mmdit_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
         context = Tensor(GGMLType.F32, (cfg.context_size, n_context, 1, 1), name="context")
         y = Tensor(GGMLType.F32, (cfg.adm_in_channels, 1, 1, 1), name="y")
         return sd3_mmdit.mmdit(b, x, timesteps, context, y, cfg)
+    return runner_reserve(build, mode)
+
+
+WAN_TIME_FACTOR = 4   # Wan 2.1's VAE: 4 video frames per latent frame after the first
+
+
+def wan_latent_frames(frames: int) -> int:
+    return (frames - 1) // WAN_TIME_FACTOR + 1
+
+
+def wan_dit_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = SdMode(),
+                  cfg: wan_dit.WanConfig = wan_dit.WAN21_T2V_1_3B) -> int:
+    """The Wan DiT runner's compute buffer for one call on a latent_w x latent_h x latent_t latent with the
+    512-token text context. Direct convolution does not reach it (stable-diffusion.cpp enables it on the UNet
+    runner only)."""
+    mode = SdMode(mode.flash_attn, False)
+    pt, ph, pw = cfg.patch
+
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.in_dim), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.text_dim, cfg.text_len, 1, 1), name="context")
+        n_pos = (latent_t // pt) * (latent_h // ph) * (latent_w // pw)
+        pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")
+        return wan_dit.wan(b, x, timesteps, context, pe, cfg)
     return runner_reserve(build, mode)
