@@ -26,6 +26,7 @@ from runtime.sd.sd_reserve import (
     vae_decode_bytes,
     wan_dit_bytes,
     wan_latent_frames,
+    z_image_bytes,
 )
 
 FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
@@ -44,6 +45,7 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("flux", "flux"): lambda w, h, mode, tiled: flux_bytes(w, h, mode, n_txt=FLUX_T5_TOKENS),
     ("sd3", "t5"): lambda w, h, mode, tiled: t5_bytes(SD3_T5_TOKENS, mode=mode),
     ("sd3", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode),
+    ("zimage", "z_image"): lambda w, h, mode, tiled: z_image_bytes(w, h, mode),
     # the 16-channel autoencoder of SD3, FLUX.1 and Z-Image (one decode graph for all three)
     ("ae16", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),
     # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks

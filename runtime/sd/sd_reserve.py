@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, flux_dit, sd3_mmdit, t5_encoder, unet, vae_decoder, vae_encoder, wan_dit
+from runtime.sd import clip_text, flux_dit, sd3_mmdit, t5_encoder, unet, vae_decoder, vae_encoder, wan_dit, z_image_dit
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -194,4 +194,28 @@ def wan_dit_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = Sd
         n_pos = (latent_t // pt) * (latent_h // ph) * (latent_w // pw)
         pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")
         return wan_dit.wan(b, x, timesteps, context, pe, cfg)
+    return runner_reserve(build, mode)
+
+
+# conditioner.hpp: Z-Image's prompt in its chat template, "<|im_start|>user\n" + prompt +
+# "<|im_end|>\n<|im_start|>assistant\n"; sd-cli's "a cat" is 10 Qwen tokens
+Z_IMAGE_PROMPT_TOKENS = 10
+
+
+def z_image_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
+                  cfg: z_image_dit.ZImageConfig = z_image_dit.Z_IMAGE_TURBO,
+                  n_txt: int = Z_IMAGE_PROMPT_TOKENS) -> int:
+    """The Z-Image DiT runner's compute buffer for one call on a latent_w x latent_h latent (even sides) with
+    `n_txt` caption tokens. Direct convolution does not reach it (no convolutions)."""
+    mode = SdMode(mode.flash_attn, False)
+    p = cfg.patch_size
+
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.cap_feat_dim, n_txt, 1, 1), name="context")
+        n_img = (latent_w // p) * (latent_h // p)
+        n_pos = n_txt + z_image_dit.pad_to(n_txt) + n_img + z_image_dit.pad_to(n_img)
+        pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")
+        return z_image_dit.z_image(b, x, timesteps, context, pe, cfg)
     return runner_reserve(build, mode)
