@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from runtime.sd import unet, vae_decoder
+from runtime.sd import t5_encoder, unet, vae_decoder
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
@@ -31,6 +31,7 @@ from runtime.sd.sd_reserve import (
 
 FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
 SD3_T5_TOKENS = 77     # conditioner.hpp SD3CLIPEmbedder: T5's chunk is CLIP's 77 tokens
+WAN_T5_TOKENS = 512    # Wan's UMT5 chunk (WanRunner text_len), masked (T5CLIPEmbedder use_mask)
 # (latent width, latent height, mode, VAE tiling) -> bytes
 Simulator = Callable[[int, int, SdMode, bool], int]
 
@@ -61,6 +62,7 @@ VideoSimulator = Callable[[int, int, int, SdMode, bool], int]
 VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
     # the DiT runner is named after the model in sd-cli's log (wan.hpp WanRunner::desc)
     ("wan", "Wan2.1-T2V-1.3B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode),
+    ("wan", "t5"): lambda w, h, t, mode, tiled: t5_bytes(WAN_T5_TOKENS, t5_encoder.UMT5_XXL, mode, masked=True),
 }
 
 

@@ -121,12 +121,15 @@ def unet_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: unet.
     return runner_reserve(build, mode)
 
 
-def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: SdMode = SdMode()) -> int:
-    """The T5 runner's compute buffer for one chunk of `n_token` tokens (FLUX.1: 256)."""
+def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: SdMode = SdMode(),
+             masked: bool = False) -> int:
+    """The T5 runner's compute buffer for one chunk of `n_token` tokens (FLUX.1: 256; Wan's UMT5: 512, with
+    its attention mask as an input, `masked`)."""
     def build(b: Blocks) -> Tensor:
         ids = Tensor(GGMLType.I32, (n_token, 1, 1, 1), name="input_ids")
+        mask = Tensor(GGMLType.F32, (n_token, 1, 1, 1), name="attention_mask") if masked else None
         buckets = Tensor(GGMLType.I32, (n_token, n_token, 1, 1), name="relative_position_bucket")
-        return t5_encoder.t5_encoder(b, ids, buckets, cfg)
+        return t5_encoder.t5_encoder(b, ids, buckets, cfg, mask)
     return runner_reserve(build, mode)
 
 
