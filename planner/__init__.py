@@ -1,6 +1,6 @@
 """fitplan: placement planner for ggml engines.
 
-The public Python API (planner/api.py; every call returns a frozen dataclass with `to_dict()`)::
+The public Python API (planner/api/calls.py; every call returns a frozen dataclass with `to_dict()`)::
 
     import planner
     planner.inspect("example:gemma3-270m")                              # -> InspectResult

@@ -21,7 +21,7 @@ from pathlib import Path
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
 from planner.sd.sd_compute import CORPUS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
-from planner.synth.shapes_sd import FLUX_FILES, t5xxl_tensors, write_checkpoint, write_flux
+from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
 from planner.synth.shapes_sd3 import write_sd3, write_z_image
 from planner.synth.shapes_wan import write_wan
 
@@ -56,11 +56,19 @@ GROUPS = {
     # SD3's decode of the same autoencoder, after one step of the released MMDiT: a check of the
     # ae16 curve (its fit sizes are recorded by "ae16" first and skipped here)
     "ae16-sd3": ("sd3-dit", [("vae", ((320, 256),), (OFF,))]),
+    # FLUX.1's 16-channel autoencoder, decoded after one step of a one-double/one-single-block DiT
+    # (sd-cli reads the depth from the file; the decode graph does not depend on it) with the
+    # one-block T5-XXL: the step is cheap enough to reach the decode's buffer at 1024x1024
+    "flux-ae": ("flux-small", [("vae", ((384, 384),), (BOTH, OFF))]),
+    # SDXL's decode at 1024x1024 with CUDA's auto modes, after one UNet step at that size (slow on a CPU)
+    "kl-f8-sdxl-1024": ("sdxl", [("vae", ((1024, 1024),), (BOTH,))]),
 }
 # groups whose rows are not named after FAMILY
-ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16"}
+ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
+              "flux-ae": "flux-ae", "kl-f8-sdxl-1024": "kl-f8-sdxl"}
 PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
-STAND_INS = ("flux-dit", "sd3-dit", "zimage-1layer")   # checkpoints whose params are not the released ones'
+# checkpoints whose params are not the released ones
+STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer")
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5", ("sd3", "clip"): "t5"}
@@ -72,11 +80,16 @@ FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux"
 
 def _model(family: str, work: Path) -> list[str]:
     """The checkpoint's sd-cli file flags, its files written on first use."""
-    if family in ("flux", "flux-dit"):
+    if family in ("flux", "flux-dit", "flux-small"):
         files = {flag: work / f"flux-{flag.strip('-')}.safetensors" for flag in FLUX_FILES}
         if not all(p.exists() for p in files.values()):
             files = write_flux(work)
-        if family == "flux-dit":
+        if family == "flux-small":
+            files["--diffusion-model"] = work / "flux-dit-1x1.safetensors"
+            if not files["--diffusion-model"].exists():
+                write_safetensors(files["--diffusion-model"],
+                                  {n: ("BF16", s) for n, s in flux_tensors(double=1, single=1).items()})
+        if family in ("flux-dit", "flux-small"):
             files["--t5xxl"] = work / "flux-t5xxl-1block.safetensors"
             if not files["--t5xxl"].exists():
                 one = {n: s for n, s in t5xxl_tensors().items()

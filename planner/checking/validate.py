@@ -32,6 +32,7 @@ from planner.checking.validation_report import (
     prompt_ids,
     with_budgets,
 )
+from planner.core.choices import Engine
 from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
 from planner.emit.document import Deployment, read_deployment
@@ -53,7 +54,6 @@ from runtime.ggml.sched_errors import BufferAllocationError
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("embedded", "llama.cpp")
 
 
 def target_rows(est: Estimate) -> dict[str, tuple[int, int, int]]:
@@ -79,8 +79,7 @@ def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "def
     reserve_only: build the graphs, run the passes, cut the splits and reserve the buffers against
     the budgets without reading a weight or computing a token (seconds, bounded memory); the only
     form a header-only file or a URL can take."""
-    if engine not in ENGINES:
-        raise BadInput(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    engine = Engine(engine).value
     if reserve_only and engine != "embedded":
         raise BadInput("--reserve-only runs the embedded engine's scheduler and allocator: drop --engine llama.cpp")
     ctx = model_context(req.model_file or resolve_model(req.model))

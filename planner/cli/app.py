@@ -11,6 +11,7 @@ import sys
 import typer
 import yaml
 
+from planner import api
 from planner.cli.calibrate import calibrate_cmd
 from planner.cli.catalog import catalog_cmd
 from planner.cli.choose import choose_cmd
@@ -28,7 +29,6 @@ from planner.cli.sd_fit import sd_fit_cmd
 from planner.cli.serve import serve_cmd
 from planner.cli.sweep import sweep_cmd
 from planner.cli.validate import validate_cmd
-from planner.core.errors import FitplanError, InfeasiblePlacement, UsageError
 
 # add_completion: --install-completion / --show-completion (typer's, for bash, zsh, fish, PowerShell)
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -75,7 +75,7 @@ def error_format(args: list[str]) -> str | None:
     return found if found in ERROR_DOCUMENT_FORMATS else None
 
 
-def _print_document(e: FitplanError, fmt: str) -> None:
+def _print_document(e: api.FitplanError, fmt: str) -> None:
     doc = e.document()
     typer.echo(json.dumps(doc, indent=2) if fmt == "json" else yaml.safe_dump(doc, sort_keys=False), nl=fmt == "json")
 
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         # not standalone: click raises its usage errors instead of printing its own box
         rv = app(args=args, prog_name="fitplan", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
-    except FitplanError as e:
+    except api.FitplanError as e:
         typer.echo(f"fitplan: error: {e}", err=True)
-        if isinstance(e, InfeasiblePlacement) and e.suggestion:
+        if isinstance(e, api.InfeasiblePlacement) and e.suggestion:
             typer.echo(f"fitplan: what would fit: {e.suggestion}", err=True)
         if fmt is not None:
             _print_document(e, fmt)
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         line = usage_line(e)
         typer.echo(f"fitplan: error: {line}", err=True)
         if fmt is not None:
-            _print_document(UsageError(line), fmt)
+            _print_document(api.UsageError(line), fmt)
         return int(getattr(e, "exit_code", 2))
     except BrokenPipeError:                   # `fitplan ... | head`: the reader left; nothing to say
         return 1

@@ -1,9 +1,5 @@
 """`fitplan calibrate [--rpc host:port,...] [-o INVENTORY.yaml]`: this machine's rates measured with the
-pinned llama-bench, written as an inventory whose `calibrated:` block the throughput model prefers.
-
-The library (planner/measuring/calibrate.py) is imported inside the command: it loads numpy and the
-runtime, which `fitplan --help` does not need.
-"""
+pinned llama-bench, written as an inventory whose `calibrated:` block the throughput model prefers."""
 from __future__ import annotations
 
 from enum import Enum
@@ -13,9 +9,8 @@ from typing import Annotated
 import typer
 import yaml
 
-from planner.cli.options import Format, RpcOpt
-from planner.core.render import render
-from planner.system.files import check_output_path, write_atomic
+from planner import api
+from planner.cli.options import Format, OutputFormat, RpcOpt
 
 
 class Estimate(str, Enum):
@@ -47,18 +42,15 @@ def calibrate_cmd(
     n_prompt: Annotated[int, typer.Option("--prompt-tokens", min=1, help="llama-bench -p")] = 128,
     n_gen: Annotated[int, typer.Option("--gen-tokens", min=1, help="llama-bench -n")] = 16,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="llama-bench -t")] = None,
-    fmt: Format = "table",
+    fmt: Format = OutputFormat.TABLE,
 ) -> None:
     """Measure this machine's weight-streaming bandwidth, matrix throughput and per-split hand-off
     latency (of the host and each --rpc endpoint) with llama-bench; write them as an inventory."""
-    from planner.measuring.calibrate import CalibrateRequest, calibrate
-    from planner.measuring.llama_bench import Workload
-
     if output is not None:
-        check_output_path(output)    # before the minutes llama-bench takes
-    endpoints = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else ()
-    result = calibrate(CalibrateRequest(endpoints, model, Workload(n_prompt, n_gen, 0, repeats, threads),
-                                        probe=probe, rounds=rounds, estimate=estimate.value))
+        api.check_output_path(output)    # before the minutes llama-bench takes
+    workload = api.Workload(n_prompt, n_gen, 0, repeats, threads)
+    result = api.calibrate(api.CalibrateRequest(api.rpc_endpoints(rpc), model, workload, probe=probe, rounds=rounds,
+                                                estimate=estimate.value))
     text = yaml.safe_dump(result.document(), sort_keys=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)
@@ -66,7 +58,7 @@ def calibrate_cmd(
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
 
-    write_atomic(output, write)
-    typer.echo(render(result, fmt), nl=fmt != "table")
+    api.write_atomic(output, write)
+    typer.echo(api.render(result, fmt), nl=fmt != "table")
     if fmt == "table":
         typer.echo(f"wrote {output}")

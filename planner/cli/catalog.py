@@ -6,17 +6,16 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.options import Format
-from planner.core.render import render
-from planner.hardware.catalog import CATALOG_KINDS, list_catalog
-from planner.hardware.inventory import one_of
+from planner import api
+from planner.cli.options import Format, OutputFormat
 
-KindOpt = Annotated[str | None, typer.Option("--kind", help=f"only entries of this kind: {one_of(CATALOG_KINDS)}")]
+KindOpt = Annotated[str | None, typer.Option(
+    "--kind", help=f"only entries of this kind: {api.one_of(api.CATALOG_KINDS)}")]
 MatchOpt = Annotated[str | None, typer.Option("--match", help="only ids or descriptions containing this text")]
 
 
-def catalog_cmd(kind: KindOpt = None, match: MatchOpt = None, fmt: Format = "table") -> None:
+def catalog_cmd(kind: KindOpt = None, match: MatchOpt = None, fmt: Format = OutputFormat.TABLE) -> None:
     """The hardware catalog: ids for --device (CUDA0=rtx3060, 2xrtx3090) and `catalog:` in an
     inventory, with memory, bandwidth, fp16 throughput and each entry's source; empty where the
     source gives no figure."""
-    typer.echo(render(list_catalog(kind, match), fmt))
+    typer.echo(api.render(api.list_catalog(kind, match), fmt))

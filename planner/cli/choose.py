@@ -9,40 +9,14 @@ Every output is checked before any request and written only once everything has 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from planner.cli.devices import devices_report
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, with_inventory_flags
-from planner.cli.plan import _cache_types, _check_outputs, _ctx, _objective, _write_deployment
+from planner import api
+from planner.cli.options import NO_INVENTORY_FLAGS, Format, InventoryFlags, OutputFormat, choice, with_inventory_flags
+from planner.cli.plan import _check_outputs, _write_deployment
 from planner.cli.report import write_html
-from planner.core.errors import BadInput
-from planner.core.render import render
-
-if TYPE_CHECKING:
-    from planner.search.result import PlanRequest
-
-FORMATS = ("table", "json", "yaml")
-SPLIT_MODES = ("auto", "layer")
-
-
-def _request(ctx: str | None, clients: int, objective: str, cache_type: str, op_offload: str, split_mode: str,
-             mmproj: str | None, allow_ctx_above_train: bool) -> PlanRequest:
-    """The constraints as `plan` takes them; --clients N gives N slots of --ctx tokens each."""
-    from planner.search.result import Companions, PlanRequest
-
-    if clients < 1:
-        raise BadInput("--clients takes a positive number")
-    if op_offload not in ("auto", "on", "off"):
-        raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
-    if split_mode not in SPLIT_MODES:
-        raise BadInput(f"--split-mode {split_mode!r}: expected auto (-sm tensor where it decodes faster) or layer")
-    n_ctx, max_ctx = _ctx(ctx)
-    return PlanRequest(n_ctx=n_ctx * clients if n_ctx else None, max_ctx=max_ctx, n_parallel=clients,
-                       objective=_objective(objective), cache_types=_cache_types(cache_type),
-                       op_offload=None if op_offload == "auto" else op_offload == "on", split_mode=split_mode,
-                       allow_ctx_above_train=allow_ctx_above_train, companions=Companions(mmproj=mmproj))
 
 
 @with_inventory_flags
@@ -58,13 +32,15 @@ def choose_cmd(
         "--allow-ctx-above-train", help="--ctx max may go past the model's training context")] = False,
     clients: Annotated[int, typer.Option(
         "--clients", help="concurrent streams: llama-server -np slots, each with --ctx tokens")] = 1,
-    objective: Annotated[str, typer.Option("--objective", help="throughput | context | balance")] = "throughput",
+    objective: Annotated[api.Objective, choice(
+        api.Objective, "--objective", help="throughput | context | balance")] = api.Objective.THROUGHPUT,
     cache_type: Annotated[str, typer.Option(
         "--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
-    op_offload: Annotated[str, typer.Option(
-        "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)")] = "auto",
-    split_mode: Annotated[str, typer.Option(
-        "--split-mode", help="auto (-sm tensor where it decodes faster) | layer")] = "auto",
+    op_offload: Annotated[api.OpOffload, choice(
+        api.OpOffload, "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)",
+    )] = api.OpOffload.AUTO,
+    split_mode: Annotated[api.SplitMode, choice(
+        api.SplitMode, "--split-mode", help="auto (-sm tensor where it decodes faster) | layer")] = api.SplitMode.AUTO,
     mmproj: Annotated[str | None, typer.Option(
         "--mmproj", help="plan each file with a projector: 'auto' (the repository's mmproj llama.cpp pairs "
         "with it) or a GGUF")] = None,
@@ -72,7 +48,7 @@ def choose_cmd(
         "--include", help="only these quantizations: a quant tag or a glob on the path (repeatable)")] = None,
     max_files: Annotated[int, typer.Option(
         "--max-files", help="refuse a listing of more models than this")] = 40,
-    fmt: Annotated[str, typer.Option("--format", help="table | json | yaml")] = "table",
+    fmt: Format = OutputFormat.TABLE,
     output: Annotated[str | None, typer.Option(
         "-o", "--output", help="write the recommended file's YAML deployment here")] = None,
     html: Annotated[str | None, typer.Option(
@@ -80,24 +56,19 @@ def choose_cmd(
 ) -> int:
     """Which file to download: every quantization of a repository (or several models) planned for the
     devices, one table, the highest-precision file that fits and the fastest, and the plan for the first."""
-    from planner.emit.document import deployment
-    from planner.sweeps.choose import choose
-    from planner.sweeps.choose_html import choice_html
-
-    if fmt not in FORMATS:
-        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if max_files < 1:
-        raise BadInput("--max-files takes a positive number")
+        raise api.BadInput("--max-files takes a positive number")
     _check_outputs(((output, "-o"), (html, "--html")))
-    request = _request(ctx, clients, objective, cache_type, op_offload, split_mode, mmproj, allow_ctx_above_train)
-    report = devices_report(inventory.options())
-    result = choose(models, report.inventory, report.budgets, request, tuple(include or ()), max_files)
+    request = api.choose_request(ctx, clients, objective, cache_type, op_offload, split_mode, mmproj,
+                                 allow_ctx_above_train)
+    report = api.devices_report(inventory.options())
+    result = api.choose_on(models, report, request, include or (), max_files)
     if html is not None:
-        write_html(html, choice_html(result))
+        write_html(html, api.choice_html(result))
     rec = result.recommended
     if output is not None and rec is not None:
-        _write_deployment(output, rec, deployment(rec))
-    typer.echo(render(result, fmt), nl=fmt != "yaml")
+        _write_deployment(output, rec, api.deployment(rec))
+    typer.echo(api.render(result, fmt), nl=fmt != "yaml")
     if rec is None:
         typer.echo("fitplan: no candidate plans under these budgets and constraints", err=True)
         return 1

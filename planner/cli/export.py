@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.system.files import check_output_path, write_atomic
-from planner.system.llama_tools import LOOPBACK, tools_dir
+from planner import api
 
 
 def export_cmd(
@@ -21,26 +20,15 @@ def export_cmd(
                      "llama-swap")],
     llama_bin: Annotated[str | None, typer.Option(
         "--llama-bin", help="directory of llama-server (default: the pinned build when built, else the name)")] = None,
-    host: Annotated[str, typer.Option("--host", help="address llama-server binds")] = LOOPBACK,
+    host: Annotated[str, typer.Option("--host", help="address llama-server binds")] = api.LOOPBACK,
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="its port")] = 8080,
     name: Annotated[str, typer.Option("--name", help="the compose service's name")] = "fitplan-llama-server",
     output: Annotated[str | None, typer.Option("-o", "--output", help="write here instead of stdout")] = None,
 ) -> None:
     """Write what runs the plan: a systemd unit, a compose service, a llama.cpp preset or a shell script."""
-    from planner.emit.document import read_deployment
-    from planner.emit.exports import ExportOptions, export
-    from planner.emit.set_document import is_set_plan, read_set_plan
-    from planner.emit.set_exports import set_export
-    from planner.llama.commands import LLAMA_SERVER
-
     if output is not None:
-        check_output_path(output)
-    bin_dir = Path(llama_bin) if llama_bin else tools_dir()
-    program = str((bin_dir / LLAMA_SERVER).absolute()) if bin_dir else LLAMA_SERVER
-    if is_set_plan(plan):   # a set plan (`fitplan plan-set -o`): the router preset or a llama-swap config
-        text = set_export(read_set_plan(plan), to, program, host, port)
-    else:
-        text = export(read_deployment(plan), to, ExportOptions(program, host, port, name))
+        api.check_output_path(output)
+    text = api.export_plan(plan, to, llama_bin, host, port, name)
     if output is None:
         typer.echo(text, nl=False)
         return
@@ -50,4 +38,4 @@ def export_cmd(
         if to == "shell":
             tmp.chmod(0o755)
 
-    write_atomic(output, write)
+    api.write_atomic(output, write)

@@ -1,131 +1,82 @@
-"""`fitplan plan`: options in, one `plan()` call, one rendering out.
-
-The planning library (and matplotlib for --plot) is imported inside the functions that call it:
-it loads numpy and gguf, which `fitplan --help` does not need.
-"""
+"""`fitplan plan`: options in, one `plan()` call, one rendering out."""
 from __future__ import annotations
 
 import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-from planner.cli.devices import DevicesReport, devices_report
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
+from planner import api
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, choice, with_inventory_flags
 from planner.cli.report import write_html
-from planner.core.errors import BadInput, InfeasiblePlacement
-from planner.core.render import render
-from planner.core.units import quote
-from planner.system.files import check_output_path, write_atomic
-
-if TYPE_CHECKING:
-    from planner.search.result import PlanRequest, PlanResult
-    from planner.search.solve import Objective
 
 
-def _ctx(text: str | None) -> tuple[int | None, bool]:
-    if text is None:
-        return None, False
-    if text.lower() == "max":
-        return None, True
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadInput(f"--ctx {text!r}: expected a number of tokens or 'max'") from None
-    if value <= 0:
-        raise BadInput(f"--ctx {text!r}: expected a positive number of tokens or 'max'")
-    return value, False
-
-
-def _cache(text: str, flag: str = "--draft-cache-type") -> str:
-    from planner.model.costs import CACHE_TYPES
-
-    if text.strip().lower() not in CACHE_TYPES:
-        raise BadInput(f"{flag} {quote(text)}: expected one of {', '.join(CACHE_TYPES)}")
-    return text.strip().lower()
-
-
-def _cache_types(text: str) -> tuple[str, ...]:
-    """--cache-type f16,q8_0: each one a type llama.cpp's -ctk takes, at least one, none empty."""
-    items = text.split(",")
-    if not text.strip() or any(not item.strip() for item in items):
-        raise BadInput(f"--cache-type {quote(text)}: expected KV cache types separated by commas, e.g. f16,q8_0")
-    return tuple(_cache(item, "--cache-type") for item in items)
-
-
-def _objective(text: str) -> Objective:
-    from planner.search.solve import Objective
-
-    try:
-        return Objective(text.lower())
-    except ValueError:
-        raise BadInput(f"--objective {text!r}: expected one of {', '.join(o.value for o in Objective)}") from None
-
-
-def _write_deployment(output: str, result: PlanResult, doc: dict[str, Any] | None) -> None:
+def _write_deployment(output: str, result: api.PlanResult, doc: dict[str, Any] | None) -> None:
     """-o: the deployment document, as JSON when the name ends in .json, else as YAML."""
-    from planner.emit.document import deployment_yaml
-
-    text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else deployment_yaml(result, doc)
+    text = json.dumps(doc, indent=2) + "\n" if output.endswith(".json") else api.deployment_yaml(result, doc)
 
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
 
-    write_atomic(output, write)
+    api.write_atomic(output, write)
 
 
 def _check_outputs(paths: tuple[tuple[str | None, str], ...]) -> None:
     """Refuse a bad -o, --plot or --html before any work, so that none is left written without the rest."""
     for path, flag in paths:
         if path is not None:
-            check_output_path(path, flag)
+            api.check_output_path(path, flag)
 
 
-FORMATS = ("table", "flags", "command", "args", "yaml", "json")
-VERDICT_FORMATS = ("table", "command", "yaml", "json")
+class PlanFormat(api.OptionEnum):
+    """`plan --format`: the table, the flags, the llama-server line, its arguments one per line, the
+    deployment document (yaml) or the plan as JSON."""
+
+    __option__ = "--format"
+    TABLE = "table"
+    FLAGS = "flags"
+    COMMAND = "command"
+    ARGS = "args"
+    YAML = "yaml"
+    JSON = "json"
 
 
-def _show(result: PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -> None:
+VERDICT_FORMATS = (PlanFormat.TABLE, PlanFormat.COMMAND, PlanFormat.YAML, PlanFormat.JSON)
+
+
+def _show(result: api.PlanResult, fmt: str, doc: dict[str, Any] | None, nul: bool) -> None:
     """--format: `flags`, `command`, `args` and `yaml` (the deployment document) are not views of
     PlanResult's to_dict, so they bypass render(). `args` is the argument vector one per line (NUL
     after each with -0), for `xargs -0 llama-server` or `readarray -t`."""
-    from planner.emit.document import deployment_yaml
-    from planner.search.result import llama_argv, plan_argv, server_command
-
     if fmt == "flags":
-        typer.echo(shlex.join(llama_argv(result)))
+        typer.echo(shlex.join(api.llama_argv(result)))
     elif fmt == "command":
-        typer.echo(server_command(result))
+        typer.echo(api.server_command(result))
     elif fmt == "args":
-        argv = plan_argv(result)
+        argv = api.plan_argv(result)
         if any("\n" in a for a in argv) and not nul:
-            raise BadInput("--format args: an argument holds a newline; use -0")
+            raise api.BadInput("--format args: an argument holds a newline; use -0")
         typer.echo("".join(a + ("\0" if nul else "\n") for a in argv), nl=False)
     elif fmt == "yaml":
-        typer.echo(deployment_yaml(result, doc), nl=False)
+        typer.echo(api.deployment_yaml(result, doc), nl=False)
     else:
-        typer.echo(render(result, fmt))
+        typer.echo(api.render(result, fmt))
 
 
-def _plan_or_report(model: str, found: DevicesReport, request: PlanRequest, with_explain: bool,
-                    html: str | None) -> PlanResult:
+def _plan_or_report(model: str, found: api.DevicesReport, request: api.PlanRequest, with_explain: bool,
+                    html: str | None) -> api.PlanResult:
     """plan(); with --html, the page is written for a plan and for a verdict that nothing fits."""
-    from planner.emit.plan_report import infeasible_report, plan_report
-    from planner.emit.plan_report_html import render_html
-    from planner.search.search import plan
-
     try:
-        result = plan(model, found.inventory, request, budgets=found.budgets, with_explain=with_explain,
-                      what_would_fit=True)
-    except InfeasiblePlacement as e:
+        result = api.plan_on(model, found, request, with_explain)
+    except api.InfeasiblePlacement as e:
         if html is not None:
-            write_html(html, render_html(infeasible_report(model, found.budgets, e)))
+            write_html(html, api.infeasible_page(model, found, e))
         raise
     if html is not None:
-        write_html(html, render_html(plan_report(result)))
+        write_html(html, api.plan_page(result))
     return result
 
 
@@ -135,26 +86,24 @@ def _check_verdict(verdict: bool, clients: int | None, fmt: str, outputs: tuple[
     (the verdict gives each endpoint its slots)."""
     if not verdict:
         if clients is not None:
-            raise BadInput("--clients: only with --verdict")
+            raise api.BadInput("--clients: only with --verdict")
         return
     if fmt not in VERDICT_FORMATS:
-        raise BadInput(f"--verdict --format {fmt}: expected one of {', '.join(VERDICT_FORMATS)}")
+        raise api.BadInput(f"--verdict --format {fmt}: expected one of {', '.join(map(str, VERDICT_FORMATS))}")
     if any(o is not None for o in outputs):
-        raise BadInput("--verdict prints the arrangements; -o, --plot and --html are for one plan")
+        raise api.BadInput("--verdict prints the arrangements; -o, --plot and --html are for one plan")
     if parallel != 1:
-        raise BadInput("--verdict gives each endpoint its slots from --clients; leave out --parallel")
+        raise api.BadInput("--verdict gives each endpoint its slots from --clients; leave out --parallel")
 
 
-def _show_verdict(model: str, found: DevicesReport, request: PlanRequest, clients: int, with_explain: bool,
+def _show_verdict(model: str, found: api.DevicesReport, request: api.PlanRequest, clients: int, with_explain: bool,
                   fmt: str) -> None:
     """--verdict: the arrangements ranked (planner/search/verdict.py); `command` prints the winner's
     llama-server lines; --explain adds the arithmetic."""
-    from planner.search.verdict import verdict
-
-    result = verdict(model, found.inventory, found.budgets, request, clients)
+    result = api.verdict_on(model, found, request, clients)
     if not with_explain:
         result = replace(result, explain=())
-    typer.echo("\n".join(result.commands()) if fmt == "command" else render(result, fmt))
+    typer.echo("\n".join(result.commands()) if fmt == "command" else api.render(result, fmt))
 
 
 @with_inventory_flags
@@ -166,19 +115,22 @@ def plan_cmd(
     allow_ctx_above_train: Annotated[bool, typer.Option(
         "--allow-ctx-above-train", help="--ctx max may go past the model's training context (RoPE scaling)")] = False,
     parallel: Annotated[int, typer.Option("--parallel", "-np", help="parallel sequences (slots)")] = 1,
-    objective: Annotated[str, typer.Option("--objective", help="throughput | context | balance")] = "throughput",
+    objective: Annotated[api.Objective, choice(
+        api.Objective, "--objective", help="throughput | context | balance")] = api.Objective.THROUGHPUT,
     cache_type: Annotated[str, typer.Option(
         "--cache-type", help="KV cache types to try in order, e.g. f16,q8_0")] = "f16",
     ubatch: Annotated[int | None, typer.Option(
         "--ubatch-size", "-ub", help="llama.cpp -ub (default: 512, or smaller when that fits more)")] = None,
     flash_attn: Annotated[str, typer.Option("--flash-attn", "-fa", help="on | off | auto")] = "auto",
-    solver: Annotated[str, typer.Option("--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = "dp",
+    solver: Annotated[api.Solver, choice(
+        api.Solver, "--solver", help="dp (default) | milp (PuLP/CBC, slower)")] = api.Solver.DP,
     no_expert_offload: Annotated[bool, typer.Option(
         "--no-expert-offload", help="never keep MoE experts on the host")] = False,
-    op_offload: Annotated[str, typer.Option(
-        "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)")] = "auto",
-    fmt: Annotated[str, typer.Option("--format", help="table | command (the llama-server line) | args (one "
-                                     "argument per line) | flags | yaml | json")] = "table",
+    op_offload: Annotated[api.OpOffload, choice(
+        api.OpOffload, "--op-offload", help="auto (choose) | on | off (llama.cpp --no-op-offload)",
+    )] = api.OpOffload.AUTO,
+    fmt: Annotated[PlanFormat, choice(PlanFormat, "--format", help="table | command (the llama-server line) | args "
+                                      "(one argument per line) | flags | yaml | json")] = PlanFormat.TABLE,
     nul: Annotated[bool, typer.Option("-0", "--null", help="--format args: end each argument with NUL")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the YAML deployment file here")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="say what binds on each device")] = False,
@@ -208,47 +160,28 @@ def plan_cmd(
         "--clients", help="--verdict: concurrent streams (llama-server -np slots; default 1)")] = None,
 ) -> None:
     """The best llama.cpp placement under per-device budgets: flags, table, deployment file."""
-    from planner.emit.document import deployment
-    from planner.search.result import Companions, PlanRequest
-    from planner.search.solve import Solver
-
-    if solver not in {s.value for s in Solver}:
-        raise BadInput(f"--solver {solver!r}: expected dp or milp")
-    if fmt not in FORMATS:
-        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if nul and fmt != "args":
-        raise BadInput("-0: only with --format args")
-    n_ctx, max_ctx = _ctx(ctx)
+        raise api.BadInput("-0: only with --format args")
+    request = api.plan_request(
+        ctx, n_parallel=parallel, objective=objective, cache_type=cache_type, n_ubatch=ubatch, flash_attn=flash_attn,
+        allow_expert_offload=not no_expert_offload, solver=solver, op_offload=op_offload,
+        allow_ctx_above_train=allow_ctx_above_train,
+        companions=api.Companions(draft=draft, draft_device=draft_device,
+                                  draft_cache_type=api.parse_cache_type(draft_cache_type), draft_max=draft_max,
+                                  mmproj=mmproj, mmproj_device=mmproj_device, loras=tuple(lora or ()), mtp=mtp))
     if plot:
-        from planner.sweeps.plots import require_matplotlib
-
-        require_matplotlib()   # before any work: exit 2 with the install hint
-    if op_offload not in ("auto", "on", "off"):
-        raise BadInput(f"--op-offload {op_offload!r}: expected auto, on or off")
-    if parallel < 1 or (ubatch is not None and ubatch < 1):
-        raise BadInput("--parallel and --ubatch-size take positive numbers")
+        api.require_matplotlib()   # before any work: exit 2 with the install hint
     _check_outputs(((output, "-o"), (plot, "--plot"), (html, "--html")))
     _check_verdict(verdict, clients, fmt, (output, plot, html), parallel)
     # llama-cli is asked for its device list only when the plan is for this machine as it is
-    report = devices_report(inventory.options())
-    request = PlanRequest(n_ctx=n_ctx, max_ctx=max_ctx, n_parallel=parallel, objective=_objective(objective),
-                          cache_types=_cache_types(cache_type),
-                          n_ubatch=ubatch, flash_attn=flash_attn, allow_expert_offload=not no_expert_offload,
-                          solver=Solver(solver), op_offload=None if op_offload == "auto" else op_offload == "on",
-                          allow_ctx_above_train=allow_ctx_above_train,
-                          companions=Companions(draft=draft, draft_device=draft_device,
-                                                draft_cache_type=_cache(draft_cache_type), draft_max=draft_max,
-                                                mmproj=mmproj, mmproj_device=mmproj_device,
-                                                loras=tuple(lora or ()), mtp=mtp))
+    report = api.devices_report(inventory.options())
     if verdict:
         _show_verdict(model, report, request, clients or 1, explain, fmt)
         return
     result = _plan_or_report(model, report, request, explain, html)
     if plot is not None:
-        from planner.sweeps.plots import plot_plan
-
-        plot_plan(result, plot)
-    doc = deployment(result) if output is not None or fmt == "yaml" else None
+        api.plot_plan(result, plot)
+    doc = api.deployment(result) if output is not None or fmt == "yaml" else None
     if output is not None:
         _write_deployment(output, result, doc)
     _show(result, fmt, doc, nul)

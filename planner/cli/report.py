@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.system.files import check_output_path, write_atomic
+from planner import api
 
 
 def write_html(path: str, html: str) -> None:
@@ -16,7 +16,7 @@ def write_html(path: str, html: str) -> None:
     def write(tmp: Path) -> None:
         tmp.write_text(html, encoding="utf-8")
 
-    write_atomic(path, write)
+    api.write_atomic(path, write)
 
 
 def report_cmd(
@@ -25,9 +25,5 @@ def report_cmd(
 ) -> None:
     """Write the plan as one HTML page: memory per device against budgets, the layer map, speeds,
     the commands, the why-list and what would fit; no network needed to view it."""
-    from planner.emit.document import read_deployment
-    from planner.emit.plan_report import plan_report, result_from_deployment
-    from planner.emit.plan_report_html import render_html
-
-    check_output_path(output)
-    write_html(output, render_html(plan_report(result_from_deployment(read_deployment(plan)))))
+    api.check_output_path(output)
+    write_html(output, api.report_page(plan))

@@ -1,26 +1,18 @@
 """`fitplan sd-fit`: stable-diffusion.cpp's auto-fit plan for model files and devices.
 
-The fit and the detection are imported inside the functions that call them, for `fitplan --help`'s
-start-up time; the options are declared from planner.sd.roles, which reads no file.
+The options are declared from planner.sd.roles (through planner.api), which reads no file.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from planner import api
+from planner.api import DEFAULT_STEPS, Feature, FileRole, FlagError, ModelSource, last_flash_attn, legacy_modes
 from planner.cli.options import Ram
-from planner.core.errors import FlagError
-from planner.core.render import render
-from planner.hardware.inventory import Inventory
-from planner.hardware.inventory_yaml import inventory_from_cli, load_inventory
-from planner.sd.modes import Feature, legacy_modes
-from planner.sd.roles import DEFAULT_STEPS, FileRole, ModelSource
 
-SIZE_STEP = 64   # sd-cli's SD 1.x / XL sizes: multiples of 64 (planner.sd.sd_compute.SIZE_STEP)
-
-if TYPE_CHECKING:
-    from planner.sd.plan import SdPlan
+SIZE_STEP = 16   # the finest step of any model's sizes (video: 16; image models check 64 in planner.sd.sd_compute)
 
 FORMATS = ("text", "flags", "command", "yaml", "json")
 _AUTO_FIT = {"on": True, "off": False}
@@ -28,14 +20,6 @@ _AUTO_FIT = {"on": True, "off": False}
 
 def _file_option(role: FileRole) -> typer.models.OptionInfo:
     return typer.Option(role.flag, help=f"a file loaded as sd-cli's {role.flag}")
-
-
-def _inventory(devices: str | None, device: list[str], ram: str | None) -> Inventory:
-    """A YAML inventory, else this machine (without asking llama.cpp), plus the shorthands."""
-    from planner.hardware.detect import detect_inventory
-
-    base = load_inventory(devices) if devices else detect_inventory([], use_llama=False)
-    return inventory_from_cli(device, ram, base) if (device or ram) else base
 
 
 def _sources(models: list[str], files: dict[FileRole, str | None]) -> tuple[ModelSource, ...]:
@@ -53,7 +37,23 @@ def _opt(name: str, help_text: str) -> typer.models.OptionInfo:
     return typer.Option(name, help=help_text)
 
 
+_FA_ORDER = "sd_fit_flash_attn_order"
+
+
+def _fa_given(ctx: typer.Context, param: typer.CallbackParam, value: object) -> object:
+    """Record --flash-attn / --fa / --diffusion-fa in command-line order (click processes given
+    options in the order they appear): seed 002 lets the last of them win."""
+    if value not in (None, False):
+        ctx.meta.setdefault(_FA_ORDER, []).append((param.opts[0], value if isinstance(value, str) else None))
+    return value
+
+
+def _fa_opt(name: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text, callback=_fa_given)
+
+
 def sd_fit_cmd(
+    ctx: typer.Context,
     models: Annotated[list[str] | None, typer.Argument(help="checkpoint(s), as sd-cli -m")] = None,
     backend: Annotated[Text, _opt("--backend", "compute: cuda0 | te=cpu,vae=cuda0 | diffusion=cuda0&cuda1")] = None,
     params_backend: Annotated[Text, _opt("--params-backend", "parameters: cpu | disk | te=cpu,...")] = None,
@@ -72,11 +72,13 @@ def sd_fit_cmd(
     offload_to_cpu: Annotated[bool, _opt("--offload-to-cpu", "as sd-cli: prepend *=cpu to --params-backend")] = False,
     width: Annotated[int | None, typer.Option("--width", "-W", help="image width (sd-cli's default 512)")] = None,
     height: Annotated[int | None, typer.Option("--height", "-H", help="image height (default 512)")] = None,
-    flash_attn: Annotated[Text, _opt("--flash-attn", "on | off | auto, per module: auto,te=off,vae=on")] = None,
+    flash_attn: Annotated[Text, _fa_opt("--flash-attn", "on | off | auto, per module: auto,te=off,vae=on")] = None,
     conv_direct: Annotated[Text, _opt("--conv-direct", "on | off | auto, per module: auto,vae=off")] = None,
     vae_tiling: Annotated[bool, _opt("--vae-tiling", "decode the VAE in tiles")] = False,
-    fa: Annotated[bool, _opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
-    diffusion_fa: Annotated[bool, _opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
+    frames: Annotated[int, _opt("--frames", "video frames (video models; 1 for an image)")] = 1,
+    mmap: Annotated[bool, _opt("--mmap", "as sd-cli: map the model files (counted whole where mapped)")] = False,
+    fa: Annotated[bool, _fa_opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
+    diffusion_fa: Annotated[bool, _fa_opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
     diffusion_conv_direct: Annotated[bool, _opt("--diffusion-conv-direct",
                                                 "deprecated: --conv-direct auto,diffusion=on,controlnet=on")] = False,
     vae_conv_direct: Annotated[bool, _opt("--vae-conv-direct", "deprecated: --conv-direct auto,vae=on")] = False,
@@ -91,8 +93,6 @@ def sd_fit_cmd(
     taesd: Annotated[Text, _file_option(FileRole.TAESD)] = None,
 ) -> None:
     """stable-diffusion.cpp placement: sd-cli's auto-fit plan and the flags that reproduce it."""
-    from planner.sd.fit import SdFitRequest, sd_fit
-
     if fmt not in FORMATS:
         raise FlagError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if auto_fit.strip().lower() not in _AUTO_FIT:
@@ -113,19 +113,21 @@ def sd_fit_cmd(
         if size is not None and (size <= 0 or size % SIZE_STEP):
             raise FlagError(f"{flag} {size}: expected a positive multiple of {SIZE_STEP}")
     # Seed 002: the deprecated switches write mode strings; an explicit --flash-attn/--conv-direct wins.
-    fa_modes = legacy_modes(flash_attn, Feature.FLASH_ATTN, all_on=fa, diffusion_on=diffusion_fa)
+    fa_modes = last_flash_attn(ctx.meta.get(_FA_ORDER, []))
     cd_modes = legacy_modes(conv_direct, Feature.CONV_DIRECT, diffusion_on=diffusion_conv_direct,
                             vae_on=vae_conv_direct)
-    request = SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
+    request = api.SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat,
-                           width, height, fa_modes, cd_modes, vae_tiling)
-    _show(sd_fit(request, _inventory(devices, device or [], ram)), fmt)
+                           width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap)
+    machine = api.InventoryOptions(devices, tuple(device or ()), ram).inventory(detect=True, use_llama=False)
+    assert machine is not None   # detect=True always gives an inventory
+    _show(api.sd_fit(request, machine), fmt)
 
 
-def _show(plan: SdPlan, fmt: str) -> None:
+def _show(plan: api.SdPlan, fmt: str) -> None:
     """--format: `flags` are sd-cli's placement flags, `command` the whole sd-cli line; `text` is what
     render() calls `table`."""
     if fmt in ("flags", "command"):
         typer.echo(plan.flags if fmt == "flags" else plan.command)
     else:
-        typer.echo(render(plan, "table" if fmt == "text" else fmt))
+        typer.echo(api.render(plan, "table" if fmt == "text" else fmt))

@@ -1,8 +1,4 @@
-"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`.
-
-The sweep library, the llama.cpp flag parser and matplotlib are imported inside the command: they
-load numpy and gguf, which `fitplan --help` does not need.
-"""
+"""`fitplan sweep MODEL --vary NAME=VALUES ... [-o OUT.csv] [--plot OUT.png] -- <base llama.cpp flags>`."""
 from __future__ import annotations
 
 import sys
@@ -12,12 +8,19 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, with_inventory_flags
-from planner.core.errors import BadInput
-from planner.core.render import render
-from planner.system.files import check_output_path, write_atomic
+from planner import api
+from planner.cli.options import NO_INVENTORY_FLAGS, InventoryFlags, Model, choice, with_inventory_flags
 
-FORMATS = ("csv", "table", "json", "yaml")
+
+class SweepFormat(api.OptionEnum):
+    """`sweep --format` (without -o): CSV, or the sweep as a table, JSON or YAML."""
+
+    __option__ = "--format"
+    CSV = "csv"
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
 PROGRESS_AFTER_S = 2.0   # show a progress bar when a sweep is predicted to take longer
 
 
@@ -51,48 +54,42 @@ def sweep_cmd(
     vary: Annotated[list[str], typer.Option(
         "--vary", help="NAME=VALUES: ctx, np, ub, cache, ctk, ctv, ts, budget, memory (a device's total)")],
     inventory: InventoryFlags = NO_INVENTORY_FLAGS,
-    mode: Annotated[str, typer.Option("--mode", help="estimate (flags as given) | plan")] = "estimate",
+    mode: Annotated[api.SweepMode, choice(
+        api.SweepMode, "--mode", help="estimate (flags as given) | plan")] = api.SweepMode.ESTIMATE,
     output: Annotated[str | None, typer.Option("-o", "--output", help="write the CSV here")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="draw the sweep into this PNG")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="csv | table | json | yaml (without -o)")] = "csv",
+    fmt: Annotated[SweepFormat, choice(
+        SweepFormat, "--format", help="csv | table | json | yaml (without -o)")] = SweepFormat.CSV,
 ) -> None:
     """Evaluate every combination of the --vary axes on the base llama.cpp flags given after `--`:
     per-device memory as CSV, optionally a plot."""
-    from planner.llama.flags import parse_llama_flags
-    from planner.sweeps.sweep import parse_vary, sweep
-
-    if fmt not in FORMATS:
-        raise BadInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     for path, flag in ((output, "-o"), (plot, "--plot")):   # refuse before any work, so no output is left
         if path is not None:                                  # without the other
-            check_output_path(path, flag)
+            api.check_output_path(path, flag)
     if plot is not None:
-        from planner.sweeps.plots import require_matplotlib
-
-        require_matplotlib()
-    axes = [parse_vary(v) for v in vary]
-    options = inventory.options()
-    args = options.llama_argv(list(ctx.args))
-    base = parse_llama_flags(args) if args else None
+        api.require_matplotlib()
+    sweep = api.sweep_on   # its first use loads the library: before the progress bar's clock starts
     progress = _Progress()
     try:
-        choice = options.resolve(detect=False)
-        result = sweep(model, axes, choice.inventory if choice else None, base, mode=mode, progress=progress,
-                       max_vram=inventory.max_vram, max_ram=inventory.max_ram)
+        result = sweep(model, vary, inventory.options(), list(ctx.args), mode=mode, progress=progress,
+                       drawing=plot is not None)
     finally:
         progress.close()
+    _emit(result, output, fmt)
+    if plot is not None and isinstance(result, api.SweepResult):   # a sweep over res refuses --plot first
+        api.save_figure(api.plot_sweep(result), plot)
+        typer.echo(f"plot written to {plot}", err=not output)
+
+
+def _emit(result: Any, output: str | None, fmt: str) -> None:
+    """The sweep's CSV to `output`, else to stdout as `fmt`."""
     if output is not None:
         def write(tmp: Path) -> None:
             tmp.write_text(result.to_csv(), encoding="utf-8")
 
-        write_atomic(output, write)
+        api.write_atomic(output, write)
         typer.echo(f"{len(result.points)} points, {len(result.csv_rows())} rows written to {output}")
     elif fmt == "csv":
         typer.echo(result.to_csv(), nl=False)
     else:
-        typer.echo(render(result, fmt))
-    if plot is not None:
-        from planner.sweeps.plots import plot_sweep, save_figure
-
-        save_figure(plot_sweep(result), plot)
-        typer.echo(f"plot written to {plot}", err=not output)
+        typer.echo(api.render(result, fmt))

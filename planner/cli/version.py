@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from planner.system.llama_tools import LLAMA_CPP_PIN
+from planner import api
 
 
 def version_text() -> str:
@@ -14,7 +14,7 @@ def version_text() -> str:
         mine = importlib.metadata.version("fitplan")
     except importlib.metadata.PackageNotFoundError:   # run from a checkout that was never installed
         mine = "unknown (not installed)"
-    return f"fitplan {mine}\nllama.cpp: {LLAMA_CPP_PIN}"
+    return f"fitplan {mine}\nllama.cpp: {api.LLAMA_CPP_PIN}"
 
 
 def _show_version(value: bool) -> None:

@@ -176,6 +176,16 @@ def _device_from_spec(spec: DeviceSpec) -> Device:
 
 def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Device, ...]:
     """llama.cpp's device list for a model, from the inventory plus `--rpc`, `-dev`, `-sm none`."""
+    specs = _registered_devices(flags, inventory)
+    chosen = _dev_chosen(flags, specs)
+    if flags.split_mode == "none" and chosen:
+        chosen = _main_gpu_only(flags, chosen)
+    return _split_devices(flags, specs, chosen)
+
+
+def _registered_devices(flags: LlamaFlags, inventory: Inventory | None) -> list[DeviceSpec]:
+    """The non-CPU devices llama.cpp registers: the inventory's, less the rpc-servers `--rpc` does not name,
+    then one RPC<n> device for each `--rpc` endpoint the inventory does not list."""
     specs = list(inventory.devices) if inventory else []
     # llama.cpp registers an rpc-server only when --rpc names it
     dropped = [s.name for s in specs if s.kind is DeviceKind.RPC and s.endpoint and s.endpoint not in flags.rpc]
@@ -188,26 +198,30 @@ def resolve_devices(flags: LlamaFlags, inventory: Inventory | None) -> tuple[Dev
     for i, endpoint in enumerate(rpc_new):
         specs.append(DeviceSpec(name=f"RPC{n_rpc + i}", kind=DeviceKind.RPC, backend=Backend.RPC, total_bytes=0,
                                 free_bytes=0, bandwidth_bytes_s=0, fp16_flops=0, link_bytes_s=0, endpoint=endpoint))
-    specs = [s for s in specs if s.kind is not DeviceKind.CPU]
-    if flags.devices is not None:
-        if flags.devices == ("none",):
-            chosen: list[DeviceSpec] = []
-        else:
-            by_name = {s.name.lower(): s for s in specs}
-            missing = [d for d in flags.devices if d.lower() not in by_name]
-            if missing:
-                raise FlagError(f"-dev: invalid device {missing[0]!r}; available: {', '.join(by_name) or 'none'}")
-            chosen = [by_name[d.lower()] for d in flags.devices]
-    else:
-        chosen = list(llama_devices(specs).devices)
-    if flags.split_mode == "none" and chosen:
-        if flags.main_gpu < 0:
-            chosen = []
-        elif flags.main_gpu >= len(chosen):
-            raise FlagError(f"-mg {flags.main_gpu}: invalid main GPU (available devices: {len(chosen)})")
-        else:
-            chosen = [chosen[flags.main_gpu]]
-    return _split_devices(flags, specs, chosen)
+    return [s for s in specs if s.kind is not DeviceKind.CPU]
+
+
+def _dev_chosen(flags: LlamaFlags, specs: list[DeviceSpec]) -> list[DeviceSpec]:
+    """The devices `-dev` names (case-insensitive; `none`: no device), or without it the ones llama.cpp uses
+    by default (llama_devices)."""
+    if flags.devices is None:
+        return list(llama_devices(specs).devices)
+    if flags.devices == ("none",):
+        return []
+    by_name = {s.name.lower(): s for s in specs}
+    missing = [d for d in flags.devices if d.lower() not in by_name]
+    if missing:
+        raise FlagError(f"-dev: invalid device {missing[0]!r}; available: {', '.join(by_name) or 'none'}")
+    return [by_name[d.lower()] for d in flags.devices]
+
+
+def _main_gpu_only(flags: LlamaFlags, chosen: list[DeviceSpec]) -> list[DeviceSpec]:
+    """-sm none: the `-mg` device alone (none where -mg is negative)."""
+    if flags.main_gpu < 0:
+        return []
+    if flags.main_gpu >= len(chosen):
+        raise FlagError(f"-mg {flags.main_gpu}: invalid main GPU (available devices: {len(chosen)})")
+    return [chosen[flags.main_gpu]]
 
 
 def _split_devices(flags: LlamaFlags, specs: list[DeviceSpec], chosen: list[DeviceSpec]) -> tuple[Device, ...]:
@@ -407,34 +421,51 @@ def assign_weights(slots: tuple[TensorSlot, ...], layer_device: tuple[str, ...],
     """Buffer row of every weight, which weights an override moved (to what), and the duplicates that
     reuse a copy already in their buffer row."""
     rules = [(re.compile(o.pattern), o.target, _override_target(o.target, devices)) for o in flags.overrides]
-    placed, moved, aliases = [], [], []
+    placed, moved = [], []
+    aliases: list[tuple[str, str]] = []
     copies: dict[tuple[str, str], str] = {}   # (source weight, row) -> the name placed there
     sources = {slot.duplicate_of for slot in slots if slot.duplicate_of}
     limited = {d.name: d for d in devices if d.max_tensor_bytes}   # devices whose supports_op caps tensor sizes
     for slot in slots:
-        row = None
-        for regex, target, dev in rules:
-            # llama.cpp creates a tied output matrix under token_embd's name (TENSOR_DUPLICATED),
-            # so an -ot rule sees that name (checked against llama-fit-params)
-            if regex.search(slot.duplicate_of or slot.name):
-                row = dev if dev is not None else _cpu_buft(slot, devices, flags, repack)
-                _check_leaf(slot, next((d for d in devices if d.name == dev), None), f"{regex.pattern}={target}")
-                moved.append((slot.name, target))
-                break
-        if row is None:
+        override = _override_row(slot, rules, devices, flags, repack) if rules else None
+        if override is not None:
+            row, target = override
+            moved.append((slot.name, target))
+        else:
             dev_name = "CPU" if slot.layer == INPUT_LAYER else layer_device[slot.layer]
             # select_weight_buft: a device that refuses the weight passes it on to the CPU list
             on_cpu = dev_name == "CPU" or (dev_name in limited and not _device_takes(slot, limited[dev_name]))
             row = _cpu_buft(slot, devices, flags, repack) if on_cpu else dev_name
-        if slot.duplicate_of and not slot.own_copy and (slot.duplicate_of, row) in copies:
-            # create_tensor reuses the copy already in this buffer type
-            if slot.duplicate_of in LAYER_COPIED:
-                aliases.append((slot.name, copies[(slot.duplicate_of, row)]))
+        if (slot.duplicate_of or slot.name in sources) and _reuses_copy(slot, row, copies, aliases):
             continue
-        if slot.duplicate_of or slot.name in sources:
-            copies.setdefault((slot.duplicate_of or slot.name, row), slot.name)
         placed.append((slot.name, row))
     return Assigned(tuple(placed), tuple(moved), tuple(aliases))
+
+
+def _override_row(slot: TensorSlot, rules: list[tuple[re.Pattern[str], str, str | None]],
+                  devices: tuple[Device, ...], flags: LlamaFlags, repack: dict[Q, int]) -> tuple[str, str] | None:
+    """(buffer row, -ot target) from the first -ot rule that matches the weight; None where none does."""
+    for regex, target, dev in rules:
+        # llama.cpp creates a tied output matrix under token_embd's name (TENSOR_DUPLICATED),
+        # so an -ot rule sees that name (checked against llama-fit-params)
+        if regex.search(slot.duplicate_of or slot.name):
+            row = dev if dev is not None else _cpu_buft(slot, devices, flags, repack)
+            _check_leaf(slot, next((d for d in devices if d.name == dev), None), f"{regex.pattern}={target}")
+            return row, target
+    return None
+
+
+def _reuses_copy(slot: TensorSlot, row: str, copies: dict[tuple[str, str], str],
+                 aliases: list[tuple[str, str]]) -> bool:
+    """For a duplicated weight or the source of one: True where create_tensor reuses the copy already in this
+    buffer row (a per-layer copy is then recorded in `aliases`); otherwise the weight is recorded in `copies`
+    as its source's copy in that row."""
+    if slot.duplicate_of and not slot.own_copy and (slot.duplicate_of, row) in copies:
+        if slot.duplicate_of in LAYER_COPIED:
+            aliases.append((slot.name, copies[(slot.duplicate_of, row)]))
+        return True
+    copies.setdefault((slot.duplicate_of or slot.name, row), slot.name)
+    return False
 
 
 def place(slots: tuple[TensorSlot, ...], n_layer_all: int, flags: LlamaFlags, devices: tuple[Device, ...],

@@ -18,29 +18,12 @@ where every other program's default is 1 (common/common.h n_parallel).
 """
 from __future__ import annotations
 
-from enum import Enum
-
-from planner.core.errors import BadInput
+from planner.core.choices import Program
 from planner.llama.companions import server_target_outputs_max
 from planner.llama.flags import LlamaFlags
 
-
-class Program(str, Enum):
-    FIT_PARAMS = "fit-params"   # llama-fit-params --fit-print on: the dry run (no_alloc)
-    SERVER = "server"           # llama-server (and llama-cli): a real load, its own output rows
-
-
 PROGRAM_NAMES: dict[Program, str] = {Program.FIT_PARAMS: "llama-fit-params' dry run",
                                      Program.SERVER: "llama-server's load"}
-PROGRAM_CHOICES = " | ".join(p.value for p in Program)
-
-
-def parse_program(text: str) -> Program:
-    """`--program` as given."""
-    try:
-        return Program(text)
-    except ValueError:
-        raise BadInput(f"--program {text!r}: expected {PROGRAM_CHOICES}") from None
 
 
 # tools/server/server.cpp: -np auto (llama-server's default, common/arg.cpp) becomes 4 slots with kv_unified

@@ -115,15 +115,26 @@ def pulled_attention(facts: ModelFacts, flags: LlamaFlags, layer_device: tuple[s
         # falcon-h1: a block attends and recurs; with -nkvo its states live on the CPU and its fused op follows
         # them there (llama-fit-params logs "layer 0 is assigned to device RPC0 but Flash Attention is
         # assigned to device CPU"); with the states on the layer's device nothing moves
-        return {} if flags.kv_offload else {lf.index: "CPU" for lf in trunk if layer_device[lf.index] != "CPU"}
+        return {} if flags.kv_offload else _offloaded_to_cpu([lf.index for lf in trunk], layer_device)
     if facts.arch in FFN_BLOCKS_PASS_THROUGH:
         trunk = [lf for lf in trunk if lf.kind is not AttnKind.NONE]
-    attends_then_recurs = [(lf, nxt) for lf, nxt in pairwise(trunk)
+    attends_then_recurs = [(lf.index, nxt.index) for lf, nxt in pairwise(trunk)
                            if lf.kind in (AttnKind.FULL, AttnKind.SWA) and nxt.kind is AttnKind.RECURRENT]
-    if not flags.kv_offload:
-        return {lf.index: "CPU" for lf, _nxt in attends_then_recurs if layer_device[lf.index] != "CPU"}
-    return {lf.index: layer_device[nxt.index] for lf, nxt in attends_then_recurs
-            if layer_device[lf.index] == "CPU" and layer_device[nxt.index] != "CPU"}
+    return _pulled_by_next_recurrent(attends_then_recurs, flags.kv_offload, layer_device)
+
+
+def _offloaded_to_cpu(layers: list[int], layer_device: tuple[str, ...]) -> dict[int, str]:
+    """Each of `layers` not on the CPU, its attention pulled to the CPU."""
+    return {il: "CPU" for il in layers if layer_device[il] != "CPU"}
+
+
+def _pulled_by_next_recurrent(pairs: list[tuple[int, int]], kv_offload: bool,
+                              layer_device: tuple[str, ...]) -> dict[int, str]:
+    """`pairs`: (attention layer, the recurrent layer after it). With -nkvo the offloaded attention layers go
+    to the CPU; with the states on the devices a host layer's attention goes to the next layer's device."""
+    if not kv_offload:
+        return _offloaded_to_cpu([il for il, _ in pairs], layer_device)
+    return {il: layer_device[nxt] for il, nxt in pairs if layer_device[il] == "CPU" and layer_device[nxt] != "CPU"}
 
 
 def resolve_auto_fa(flags: LlamaFlags, cp: ContextParams, type_v: Q, pulled: Mapping[int, str]) -> ContextParams:

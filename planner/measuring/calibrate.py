@@ -333,34 +333,8 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
     work = request.work
     attention = attention_costs(runs)
     every_run, runs = runs, [r for r in runs if not r.probe]     # the probe's runs give attention's figures only
-    observed = [without_attention(r.decode, attention) for r in runs]
-    decode = fit_rates(observed)
-    if decode.per_boundary_s is not None and not decode.per_boundary_s > _SIGNIFICANT_SIGMAS * _finite(
-            decode.per_boundary_stderr_s):
-        # the hand-off is not told apart from noise: keep the model's assumed latency and fit the rates under it
-        log.warning("calibration: the per-split hand-off latency fits at %.0f ± %.0f µs, not told apart from noise; "
-                    "keeping the assumed %.0f µs", decode.per_boundary_s * 1e6, decode.per_boundary_stderr_s * 1e6,
-                    RPC_SPLIT_LATENCY_S * 1e6)
-        unmeasured = (f"; the per-split hand-off latency fit {decode.per_boundary_s * 1e6:.0f} ± "
-                      f"{decode.per_boundary_stderr_s * 1e6:.0f} µs, not told apart from noise: the assumed "
-                      f"{RPC_SPLIT_LATENCY_S * 1e6:.0f} µs is kept and the rates are fitted under it")
-        decode = replace(fit_rates(observed, RPC_SPLIT_LATENCY_S), per_boundary_s=None)
-    else:
-        unmeasured = ""
-    # a prompt's ubatch also streams its weights: that time, at the bandwidths just fitted, is not FLOPs —
-    # unless it would leave a prompt no time at all: then the fitted "bandwidth" is mostly per-token overhead
-    # (a model too small for its bytes to show), and the FLOPs are fitted with the streaming left in
-    streaming = [sum(n * decode.seconds_per_unit.get(d, 0.0) for d, n in r.streamed.items()) for r in runs]
-    left = [r.prefill.seconds - t for r, t in zip(runs, streaming, strict=True)]
-    if all(t > 0 for t in left):
-        prefill = fit_rates([replace(r.prefill, seconds=t) for r, t in zip(runs, left, strict=True)])
-        flops_how = "less the weights it streams at the fitted bandwidth"
-    else:
-        log.warning("calibration: streaming the weights at the fitted bandwidth takes longer than a prompt took; "
-                    "the FLOPs are fitted with the streaming in them")
-        prefill = fit_rates([r.prefill for r in runs])
-        flops_how = ("with the weights' streaming in it (at the fitted bandwidth it would take longer than the "
-                     "prompt took)")
+    decode, unmeasured = _decode_fit([without_attention(r.decode, attention) for r in runs])
+    prefill, flops_how = _prefill_fit(runs, decode)
     over = f"least squares over {len(runs)} placement{'s' if len(runs) > 1 else ''} of {request.model}"
     depths = f"at depths 0 and {request.depth}"
     figures = [CalibratedFigure(dev, Quantity.BANDWIDTH, 1.0 / sec, f"tg{work.n_gen}: weight bytes read per token "
@@ -372,27 +346,70 @@ def calibration_of(runs: Sequence[CalibrationRun], request: CalibrateRequest, bi
                              (Quantity.ATTENTION_FLOPS, f"pp{work.n_prompt} {depths}: attention FLOPs per ubatch ÷ "
                               f"their seconds, {over}"))
                 for dev, sec in prefill.seconds_per_unit.items()]
-    rpc_devices = sorted(d for d in decode.seconds_per_unit if d != CPU and not d.endswith(ATTENTION))
-    if decode.per_boundary_s is not None and rpc_devices:
-        for dev in rpc_devices:
-            figures.append(CalibratedFigure(dev, Quantity.SPLIT_LATENCY, decode.per_boundary_s,
-                                            "per-split hand-off latency: the slope of seconds per token against the "
-                                            "number of split boundaries "
-                                            f"(±{decode.per_boundary_stderr_s * 1e6:.0f} µs), each device's bytes ÷ "
-                                            f"bandwidth the other terms, {over}"))
-        figures += _link_figures(rpc_devices, runs, decode, prefill, n_embd, over)
-    if rpc_devices:
-        figures += _device_latency_figures(rpc_devices, decode, over)
+    figures += _split_figures(runs, decode, prefill, n_embd, over)
     return Calibration(datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d 0 or {request.depth} -r {work.repeats}"
-                       f"{f' -t {work.threads}' if work.threads else ''} on {request.model}"
-                       f"{f' and the probe {request.probe}' if request.probe else ''}: "
-                       + "; ".join(f"{r.name} ({' '.join(r.flags)}{f' -d {r.depth}' if r.depth else ''})"
-                                   for r in every_run)
-                       + f"; {_estimate_text(request)}; rates fitted by least squares "
-                       "on fitplan's own bytes, FLOPs and boundary counts (planner/measuring/calibrate.py)"
-                       + unmeasured,
-                       bench_version(bin_dir), tuple(figures))
+                       _calibration_source(every_run, request) + unmeasured, bench_version(bin_dir), tuple(figures))
+
+
+def _decode_fit(observed: list[Observation]) -> tuple[RateFit, str]:
+    """The decode rates and the split latency fitted over the runs, and a note when the latency is not told
+    apart from noise: then the model's assumed latency is kept and the rates are fitted under it."""
+    decode = fit_rates(observed)
+    if decode.per_boundary_s is None or decode.per_boundary_s > _SIGNIFICANT_SIGMAS * _finite(
+            decode.per_boundary_stderr_s):
+        return decode, ""
+    log.warning("calibration: the per-split hand-off latency fits at %.0f ± %.0f µs, not told apart from noise; "
+                "keeping the assumed %.0f µs", decode.per_boundary_s * 1e6, decode.per_boundary_stderr_s * 1e6,
+                RPC_SPLIT_LATENCY_S * 1e6)
+    unmeasured = (f"; the per-split hand-off latency fit {decode.per_boundary_s * 1e6:.0f} ± "
+                  f"{decode.per_boundary_stderr_s * 1e6:.0f} µs, not told apart from noise: the assumed "
+                  f"{RPC_SPLIT_LATENCY_S * 1e6:.0f} µs is kept and the rates are fitted under it")
+    return replace(fit_rates(observed, RPC_SPLIT_LATENCY_S), per_boundary_s=None), unmeasured
+
+
+def _prefill_fit(runs: list[CalibrationRun], decode: RateFit) -> tuple[RateFit, str]:
+    """The prompt's FLOP rates, and how they were obtained. A prompt's ubatch also streams its weights: that
+    time, at the bandwidths just fitted, is not FLOPs — unless it would leave a prompt no time at all: then
+    the fitted "bandwidth" is mostly per-token overhead (a model too small for its bytes to show), and the
+    FLOPs are fitted with the streaming left in."""
+    streaming = [sum(n * decode.seconds_per_unit.get(d, 0.0) for d, n in r.streamed.items()) for r in runs]
+    left = [r.prefill.seconds - t for r, t in zip(runs, streaming, strict=True)]
+    if all(t > 0 for t in left):
+        return (fit_rates([replace(r.prefill, seconds=t) for r, t in zip(runs, left, strict=True)]),
+                "less the weights it streams at the fitted bandwidth")
+    log.warning("calibration: streaming the weights at the fitted bandwidth takes longer than a prompt took; "
+                "the FLOPs are fitted with the streaming in them")
+    return (fit_rates([r.prefill for r in runs]),
+            "with the weights' streaming in it (at the fitted bandwidth it would take longer than the prompt took)")
+
+
+def _split_figures(runs: list[CalibrationRun], decode: RateFit, prefill: RateFit, n_embd: int,
+                   over: str) -> list[CalibratedFigure]:
+    """The rpc devices' split latency and link figures (where the latency was fitted) and their own latency."""
+    rpc_devices = sorted(d for d in decode.seconds_per_unit if d != CPU and not d.endswith(ATTENTION))
+    if not rpc_devices:
+        return []
+    figures = []
+    if decode.per_boundary_s is not None:
+        figures = [CalibratedFigure(dev, Quantity.SPLIT_LATENCY, decode.per_boundary_s,
+                                    "per-split hand-off latency: the slope of seconds per token against the "
+                                    "number of split boundaries "
+                                    f"(±{decode.per_boundary_stderr_s * 1e6:.0f} µs), each device's bytes ÷ "
+                                    f"bandwidth the other terms, {over}")
+                   for dev in rpc_devices]
+        figures += _link_figures(rpc_devices, runs, decode, prefill, n_embd, over)
+    return figures + _device_latency_figures(rpc_devices, decode, over)
+
+
+def _calibration_source(runs: Sequence[CalibrationRun], request: CalibrateRequest) -> str:
+    """How the calibration was measured: the llama-bench command, each placement, the estimate and the fit."""
+    work = request.work
+    return (f"llama-bench -p {work.n_prompt} -n {work.n_gen} -d 0 or {request.depth} -r {work.repeats}"
+            f"{f' -t {work.threads}' if work.threads else ''} on {request.model}"
+            f"{f' and the probe {request.probe}' if request.probe else ''}: "
+            + "; ".join(f"{r.name} ({' '.join(r.flags)}{f' -d {r.depth}' if r.depth else ''})" for r in runs)
+            + f"; {_estimate_text(request)}; rates fitted by least squares "
+            "on fitplan's own bytes, FLOPs and boundary counts (planner/measuring/calibrate.py)")
 
 
 def _attention_figures(attention: dict[str, AttentionCost], runs: str, request: CalibrateRequest

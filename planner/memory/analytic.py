@@ -276,17 +276,10 @@ def _analytic_compute_bytes(settings: LlamaSettings, n_outputs_max: int | None =
     e = sh.n_embd * t * F32
     graph_inputs = _graph_inputs(settings, t, n_out)
     work = _worst_layer_work(settings, t)
-    kinds: dict[str, set[AttnKind]] = defaultdict(set)
-    for lf in ctx.facts.layers:
-        if not lf.nextn and lf.kind in cells:
-            kinds[row_of(placement.layer_device[lf.index])].add(lf.kind)
+    kinds = _cached_kinds_by_row(settings)
     out_row = _output_row(placement)
     extra = _boundary_crossings(ctx.facts, sh, placement, t)
-    output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
-    if sh.n_ff_moe and sh.shared_experts and cp.n_seq == 1:
-        # measured (deepseek2): with one sequence the last layer's expert rows stay below the
-        # logits in the arena; with two or more they do not
-        output_phase += sh.n_embd * ctx.facts.n_expert_used * n_out * F32
+    output_phase = _output_phase_bytes(settings, n_out)
     rows: dict[str, int] = {}
     for row in set(work) | {HOST, out_row}:
         if row == HOST:
@@ -295,14 +288,39 @@ def _analytic_compute_bytes(settings: LlamaSettings, n_outputs_max: int | None =
             out = output_phase
         else:
             crossing = e + 2 * t * I32 + sum(per_kind[k] for k in kinds[row]) + extra.get(row, 0)
-            held = crossing * copies if pipeline else 0
-            live = 0 if pipeline else crossing
-            # measured: behind the four held copies the arena fragments by about two more hidden rows
-            live += 2 * e if pipeline else 0
-            out = output_phase + (e if pipeline else 0)
+            held, live, out = _device_row_phases(crossing, e, output_phase, copies if pipeline else 0)
         layers = live + work[row] if (row in work or row == HOST) else 0
         rows[row] = held + max(layers, out if row == out_row else 0)
     staged = _staged_floor(settings, t, n_out)
     if staged is not None:
         rows[staged[0]] = max(rows.get(staged[0], 0), staged[1])
     return rows
+
+
+def _cached_kinds_by_row(settings: LlamaSettings) -> dict[str, set[AttnKind]]:
+    """The attention kinds with a KV cache among each buffer row's trunk layers."""
+    kinds: dict[str, set[AttnKind]] = defaultdict(set)
+    for lf in settings.ctx.facts.layers:
+        if not lf.nextn and lf.kind in settings.kv_cells:
+            kinds[row_of(settings.placement.layer_device[lf.index])].add(lf.kind)
+    return kinds
+
+
+def _output_phase_bytes(settings: LlamaSettings, n_out: int) -> int:
+    """The output phase's arena: the logits and two hidden rows per output token."""
+    sh, facts = settings.ctx.shapes, settings.ctx.facts
+    output_phase = sh.n_vocab * n_out * F32 + 2 * sh.n_embd * n_out * F32
+    if sh.n_ff_moe and sh.shared_experts and settings.cparams.n_seq == 1:
+        # measured (deepseek2): with one sequence the last layer's expert rows stay below the
+        # logits in the arena; with two or more they do not
+        output_phase += sh.n_embd * facts.n_expert_used * n_out * F32
+    return output_phase
+
+
+def _device_row_phases(crossing: int, e: int, output_phase: int, copies: int) -> tuple[int, int, int]:
+    """(held, live, output phase) bytes of a device's row: `crossing` is what enters it from the previous
+    split; with pipeline parallelism (`copies` > 0) it is held `copies` times."""
+    if not copies:
+        return 0, crossing, output_phase
+    # measured: behind the four held copies the arena fragments by about two more hidden rows
+    return crossing * copies, 2 * e, output_phase + e

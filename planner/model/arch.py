@@ -416,90 +416,173 @@ def _check_kv_widths(model: ModelFile, layers: list[LayerFacts]) -> None:
                                             f"llama.cpp refuses a tensor of the wrong shape")
 
 
+@dataclass(frozen=True)
+class _Header:
+    """The header values model_facts derives from, each checked by _checked_header first."""
+
+    n_layer_all: int             # the trunk's blocks and the MTP blocks after them
+    n_layer: int                 # the trunk's blocks
+    n_embd: int
+    n_expert: int
+    n_expert_used: int
+    known: bool                  # the KV facts of the architecture are known (KNOWN_DENSE, SWA_RULES, ...)
+
+
+@dataclass(frozen=True)
+class _Heads:
+    """Per-block head counts and feed-forward widths, and the K and V head sizes (full and sliding-window)."""
+
+    n_head: list[int]
+    n_head_kv: list[int]
+    n_ff: list[int]
+    dk: int
+    dv: int
+    dk_swa: int
+    dv_swa: int
+    mla: bool
+
+
 def model_facts(model: ModelFile) -> ModelFacts:
-    """Per-layer architecture facts from a model's metadata."""
+    """Per-layer architecture facts from a model's metadata. The hostile-input checks run first, as one pass
+    (_checked_header: every value llama.cpp would refuse is refused here with one line naming the key), then
+    the layers are derived from the checked values; the K and V widths the derivation gives are then held
+    against the file's attn_k / attn_v tensors."""
     meta = _Meta(model)
+    header = _checked_header(model, meta)
+    heads = _heads(meta, header.n_layer_all, header.n_embd)
+    layers = _derived_layers(meta, header, heads)
+    if header.known and not heads.mla:
+        _check_kv_widths(model, layers)
+    n_head = heads.n_head[0] if heads.n_head else 0
+    layers = _with_indexer_caches(meta, layers, header.n_layer)
+    layers = _with_msa_caches(meta, layers, header.n_layer)
+    layers = _with_kda_states(meta, layers, n_head)
+    layers = _with_dsv4_caches(meta, layers, header.n_layer_all)
+    return ModelFacts(
+        arch=model.architecture, n_layer=header.n_layer, n_embd=header.n_embd,
+        n_vocab=_vocab_size(model, meta, header.known),
+        n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
+        n_expert=header.n_expert,
+        n_expert_used=header.n_expert_used,
+        n_expert_shared=int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 0) or 0),
+        mla=heads.mla, known=header.known, layers=tuple(layers),
+    )
+
+
+def _checked_header(model: ModelFile, meta: _Meta) -> _Header:
+    """The hostile-input pass: block, embedding and expert counts within what llama.cpp asserts, per-layer
+    arrays one entry a block, the tensors' blocks, embedding width and expert stacks agreeing with them, and
+    the head count present where the architecture attends."""
     meta.need(Keys.LLM.BLOCK_COUNT)
-    n_trunk_all = meta.bounded(Keys.LLM.BLOCK_COUNT, 1, LLAMA_MAX_LAYERS)
-    meta.check_per_layer_lengths(n_trunk_all)
+    n_layer_all = meta.bounded(Keys.LLM.BLOCK_COUNT, 1, LLAMA_MAX_LAYERS)
+    meta.check_per_layer_lengths(n_layer_all)
     # the MTP blocks follow the trunk: at least one block is not one (a model of MTP heads alone has no trunk)
-    n_nextn = meta.bounded(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, n_trunk_all - 1)
-    n_layer = n_trunk_all - n_nextn
-    _check_blocks(model, meta, n_trunk_all)
+    n_nextn = meta.bounded(Keys.LLM.NEXTN_PREDICT_LAYERS, 0, n_layer_all - 1)
+    _check_blocks(model, meta, n_layer_all)
     n_embd = int(meta.need(Keys.LLM.EMBEDDING_LENGTH))
     if n_embd == 0:
         raise GGUFError(model.path, f"{meta.named(Keys.LLM.EMBEDDING_LENGTH)} is 0")
     arch = model.architecture
     known = arch in KNOWN_DENSE or arch in SWA_RULES or arch in RECURRENT_RULES
-    embd = model.tensor(TOKEN_EMBD)
-    if known and embd is not None and embd.shape[0] != n_embd:
-        # create_tensor(TOKEN_EMBD, {n_embd, n_vocab}) in every src/models/<arch>.cpp fitplan knows:
-        # llama.cpp refuses the file ("tensor has wrong shape")
-        raise GGUFError(model.path, f"{meta.named(Keys.LLM.EMBEDDING_LENGTH)} is {n_embd} but {TOKEN_EMBD} is "
-                                    f"{embd.shape[0]} wide; llama.cpp refuses a tensor of the wrong shape")
+    if known:
+        _check_embedding_width(model, meta, n_embd)
     n_expert = meta.bounded(Keys.LLM.EXPERT_COUNT, 0, LLAMA_MAX_EXPERTS)
     if known:
         _check_experts(model, meta, n_expert)
-        _check_block_tensors(model, n_trunk_all)
-    # load_hparams: GGML_ASSERT(n_expert_used_max <= n_expert), and 0 without experts
-    n_expert_used = max([int(x) for x in meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_trunk_all, 0)], default=0)
+        _check_block_tensors(model, n_layer_all)
+    n_expert_used = _checked_experts_used(model, meta, n_layer_all, n_expert)
+    recurrent_only = RECURRENT_RULES.get(arch) is RecurrentRule.ALL
+    if meta.get(Keys.Attention.HEAD_COUNT) is None and not recurrent_only:
+        raise GGUFError(model.path, f"missing required key {meta.named(Keys.Attention.HEAD_COUNT)}")
+    return _Header(n_layer_all=n_layer_all, n_layer=n_layer_all - n_nextn, n_embd=n_embd, n_expert=n_expert,
+                   n_expert_used=n_expert_used, known=known)
+
+
+def _check_embedding_width(model: ModelFile, meta: _Meta, n_embd: int) -> None:
+    """create_tensor(TOKEN_EMBD, {n_embd, n_vocab}) in every src/models/<arch>.cpp fitplan knows: llama.cpp
+    refuses the file ("tensor has wrong shape") where the table is another width."""
+    embd = model.tensor(TOKEN_EMBD)
+    if embd is not None and embd.shape[0] != n_embd:
+        raise GGUFError(model.path, f"{meta.named(Keys.LLM.EMBEDDING_LENGTH)} is {n_embd} but {TOKEN_EMBD} is "
+                                    f"{embd.shape[0]} wide; llama.cpp refuses a tensor of the wrong shape")
+
+
+def _checked_experts_used(model: ModelFile, meta: _Meta, n_layer_all: int, n_expert: int) -> int:
+    """The most experts any block uses: load_hparams' GGML_ASSERT(n_expert_used_max <= n_expert), and 0
+    without experts."""
+    n_expert_used = max([int(x) for x in meta.per_layer(Keys.LLM.EXPERT_USED_COUNT, n_layer_all, 0)], default=0)
     if n_expert_used > n_expert or (n_expert > 0 and n_expert_used == 0):
         raise GGUFError(model.path, f"{meta.named(Keys.LLM.EXPERT_USED_COUNT)} is {n_expert_used} with "
                                     f"{meta.named(Keys.LLM.EXPERT_COUNT)} {n_expert}; llama.cpp asserts 0 < used <= "
                                     f"experts (and no used experts without experts)")
-    recurrent_only = RECURRENT_RULES.get(arch) is RecurrentRule.ALL
-    if meta.get(Keys.Attention.HEAD_COUNT) is None and not recurrent_only:
-        raise GGUFError(model.path, f"missing required key {meta.named(Keys.Attention.HEAD_COUNT)}")
-    n_head = [int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT, n_trunk_all, 0)]
-    n_head_kv = ([int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n_trunk_all, 0)]
+    return n_expert_used
+
+
+def _heads(meta: _Meta, n_layer_all: int, n_embd: int) -> _Heads:
+    """Head counts per block (KV heads default to the heads), and head sizes: n_embd / n_head where the file
+    gives none, the sliding-window layers' sizes defaulting to the full ones."""
+    n_head = [int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT, n_layer_all, 0)]
+    n_head_kv = ([int(x) for x in meta.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer_all, 0)]
                  if meta.get(Keys.Attention.HEAD_COUNT_KV) is not None else list(n_head))
-    n_ff = [int(x) for x in meta.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_trunk_all, 0)]
+    n_ff = [int(x) for x in meta.per_layer(Keys.LLM.FEED_FORWARD_LENGTH, n_layer_all, 0)]
     head_max = max(n_head) if n_head else 0
-    dk = int(meta.get(Keys.Attention.KEY_LENGTH, 0) or 0) or (n_embd // head_max if head_max else 0)
-    dv = int(meta.get(Keys.Attention.VALUE_LENGTH, 0) or 0) or (n_embd // head_max if head_max else 0)
-    dk_swa = int(meta.get(Keys.Attention.KEY_LENGTH_SWA, 0) or 0) or dk
-    dv_swa = int(meta.get(Keys.Attention.VALUE_LENGTH_SWA, 0) or 0) or dv
-    mla = bool(meta.get(Keys.Attention.KEY_LENGTH_MLA)) and bool(meta.get(Keys.Attention.VALUE_LENGTH_MLA))
+    fallback = n_embd // head_max if head_max else 0
+    dk = _head_size(meta, Keys.Attention.KEY_LENGTH, fallback)
+    dv = _head_size(meta, Keys.Attention.VALUE_LENGTH, fallback)
+    return _Heads(n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, dk=dk, dv=dv,
+                  dk_swa=_head_size(meta, Keys.Attention.KEY_LENGTH_SWA, dk),
+                  dv_swa=_head_size(meta, Keys.Attention.VALUE_LENGTH_SWA, dv),
+                  mla=bool(meta.get(Keys.Attention.KEY_LENGTH_MLA)) and bool(meta.get(Keys.Attention.VALUE_LENGTH_MLA)))
 
-    swa, window = _swa_flags(meta, n_trunk_all)
-    recurrent = _recurrent_flags(meta, n_trunk_all, n_layer, n_head_kv, n_ff)
-    r, s = _state_sizes(meta, n_embd, n_head[0] if n_head else 0)
-    kv_from_start = _kv_from_start(meta, arch, n_trunk_all)
-    parallel = RECURRENT_RULES.get(arch) is RecurrentRule.PARALLEL
 
+def _head_size(meta: _Meta, template: str, fallback: int) -> int:
+    """A head-size key, or `fallback` where it is absent or 0."""
+    return int(meta.get(template, 0) or 0) or fallback
+
+
+def _derived_layers(meta: _Meta, header: _Header, heads: _Heads) -> list[LayerFacts]:
+    """Each block's attention kind, cache widths, window and recurrent state."""
+    n = header.n_layer_all
+    swa, window = _swa_flags(meta, n)
+    recurrent = _recurrent_flags(meta, n, header.n_layer, heads.n_head_kv, heads.n_ff)
+    r, s = _state_sizes(meta, header.n_embd, heads.n_head[0] if heads.n_head else 0)
+    kv_from_start = _kv_from_start(meta, meta.arch, n)
+    kv_until = n if kv_from_start is None else kv_from_start
+    keeps_kv = meta.arch not in NO_MEMORY
     layers = []
-    for il in range(n_trunk_all):
+    for il in range(n):
         is_rec = recurrent[il]
-        attends = known and (not is_rec or parallel) and n_head_kv[il] > 0
-        if attends:
-            kind = AttnKind.SWA if swa[il] else AttnKind.FULL
-        elif is_rec:
-            kind = AttnKind.RECURRENT
-        else:
-            kind = AttnKind.NONE if known else AttnKind.UNKNOWN
+        kind = _attention_kind(meta.arch, header.known, is_rec, swa[il], heads.n_head_kv[il])
+        attends = kind in (AttnKind.FULL, AttnKind.SWA)
+        is_swa = kind is AttnKind.SWA
         layers.append(LayerFacts(
-            index=il, kind=kind, n_head=n_head[il], n_head_kv=n_head_kv[il] if attends else 0,
-            head_dim_k=(dk_swa if swa[il] else dk) if attends else 0,
-            head_dim_v=0 if (mla or not attends) else (dv_swa if swa[il] else dv),
-            window=window if kind is AttnKind.SWA else 0,
-            has_kv=attends and arch not in NO_MEMORY and (kv_from_start is None or il < kv_from_start),
+            index=il, kind=kind, n_head=heads.n_head[il], n_head_kv=heads.n_head_kv[il] if attends else 0,
+            head_dim_k=_layer_head_size(attends, is_swa, heads.dk, heads.dk_swa),
+            head_dim_v=_layer_head_size(attends and not heads.mla, is_swa, heads.dv, heads.dv_swa),
+            window=window if is_swa else 0,
+            has_kv=attends and keeps_kv and il < kv_until,
             state_r=r if is_rec else 0, state_s=s if is_rec else 0,
-            nextn=il >= n_layer,
+            nextn=il >= header.n_layer,
         ))
-    if known and not mla:
-        _check_kv_widths(model, layers)
-    layers = _with_indexer_caches(meta, layers, n_layer)
-    layers = _with_msa_caches(meta, layers, n_layer)
-    layers = _with_kda_states(meta, layers, n_head[0] if n_head else 0)
-    layers = _with_dsv4_caches(meta, layers, n_trunk_all)
-    return ModelFacts(
-        arch=arch, n_layer=n_layer, n_embd=n_embd, n_vocab=_vocab_size(model, meta, known),
-        n_ctx_train=int(meta.get(Keys.LLM.CONTEXT_LENGTH, 0) or 0),
-        n_expert=n_expert,
-        n_expert_used=n_expert_used,
-        n_expert_shared=int(meta.get(Keys.LLM.EXPERT_SHARED_COUNT, 0) or 0),
-        mla=mla, known=known, layers=tuple(layers),
-    )
+    return layers
+
+
+def _attention_kind(arch: str, known: bool, recurrent: bool, swa: bool, n_head_kv: int) -> AttnKind:
+    """A block attends where its architecture is known, it has KV heads and it is not recurrent (or its
+    recurrence runs beside attention, RecurrentRule.PARALLEL)."""
+    parallel = RECURRENT_RULES.get(arch) is RecurrentRule.PARALLEL
+    if known and (not recurrent or parallel) and n_head_kv > 0:
+        return AttnKind.SWA if swa else AttnKind.FULL
+    if recurrent:
+        return AttnKind.RECURRENT
+    return AttnKind.NONE if known else AttnKind.UNKNOWN
+
+
+def _layer_head_size(cached: bool, swa: bool, full: int, sliding: int) -> int:
+    """A layer's K or V head size: the sliding-window one on SWA layers, 0 where the layer caches none."""
+    if not cached:
+        return 0
+    return sliding if swa else full
 
 
 def _with_indexer_caches(meta: _Meta, layers: list[LayerFacts], n_layer: int) -> list[LayerFacts]:

@@ -256,24 +256,36 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
             raise error
     predicted = target_rows(est)
     if req.check_hardware and not req.force and plan.inventory is not None:
-        here = req.here or detect_inventory(rpc_endpoints(plan.inventory))
-        diff = hardware_difference(plan.inventory, here, flags, predicted)
-        if diff:
-            raise BadInput(f"{req.plan_path} was made for other hardware: {'; '.join(diff)} (--force runs it anyway)")
+        _check_same_hardware(req, plan.inventory, flags, predicted)
     port = req.port or free_port()
     program = str(req.bin_dir / LLAMA_SERVER) if req.bin_dir else LLAMA_SERVER
     argv = [program, *server_argv(plan.model, flags_to_argv(flags), flags.n_parallel), *server_extra,
             "--host", req.host, "--port", str(port), *LOG_LEVEL]
     names = tuple(d.name for d in settings.devices)
-    endpoints = {d.name: d.endpoint for d in (plan.inventory.devices if plan.inventory else ()) if d.endpoint}
+    endpoints, bus_ids = _endpoints_and_bus_ids(plan.inventory)
     load_predicted = with_companions(predicted, est) if est.companions else None
-    specs = {d.name: d for d in (plan.inventory.devices if plan.inventory else ())}
     gpus = planned_devices(names, {d.name: d.backend for d in settings.devices}, load_predicted or predicted,
-                           {name: o.bytes for name, o in est.overheads},
-                           {n: d.id for n, d in specs.items() if d.id})
+                           {name: o.bytes for name, o in est.overheads}, bus_ids)
     return PreparedServe(tuple(argv), f"http://{req.host}:{port}", req.host, port, flags, predicted,
                          judged.budgets, names, endpoints, tuple(notes), judged.uma_pool_bytes, judged.pool_devices,
                          load_predicted, tuple(gpus))
+
+
+def _check_same_hardware(req: ServeRequest, planned: Inventory, flags: LlamaFlags,
+                         predicted: dict[str, tuple[int, int, int]]) -> None:
+    """BadInput when this machine (req.here, else detected) differs from the one the plan was made for."""
+    here = req.here or detect_inventory(rpc_endpoints(planned))
+    diff = hardware_difference(planned, here, flags, predicted)
+    if diff:
+        raise BadInput(f"{req.plan_path} was made for other hardware: {'; '.join(diff)} (--force runs it anyway)")
+
+
+def _endpoints_and_bus_ids(inventory: Inventory | None) -> tuple[dict[str, str], dict[str, str]]:
+    """The plan's rpc-servers (device name -> endpoint) and PCI bus ids (device name -> id), where known."""
+    devices = inventory.devices if inventory else ()
+    specs = {d.name: d for d in devices}
+    return ({d.name: d.endpoint for d in devices if d.endpoint},
+            {n: d.id for n, d in specs.items() if d.id})
 
 
 def with_companions(target: dict[str, tuple[int, int, int]], est: Estimate) -> dict[str, tuple[int, int, int]]:

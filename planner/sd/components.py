@@ -94,6 +94,7 @@ class SdTensor:
     name: str  # with the file role's prefix
     n_bytes: int  # loaded size plus TENSOR_OVERHEAD_BYTES
     buffer_bytes: int = 0  # its share of sd-cli's params buffer (see BUFFER_ALIGNMENT)
+    n_dims: int = 2        # 1: a norm scale or a bias, which a row split leaves unsplit
 
 
 @dataclass(frozen=True)
@@ -168,12 +169,17 @@ def _forced_f32(names: list[str]) -> tuple[str, ...]:
     return tuple(suffix for marker, suffixes in FORCED_F32 if any(marker in n for n in names) for suffix in suffixes)
 
 
-def _file_tensors(path: str) -> list[tuple[str, int, int]]:
-    """(name, loaded bytes, params-buffer bytes) of every tensor in the file."""
+def _file_tensors(path: str) -> list[tuple[str, int, int, int]]:
+    """(name, loaded bytes, params-buffer bytes, dimensions) of every tensor in the file."""
     listed = [(t.name, t.shape, t.n_bytes) for t in (_gguf_tensors(path) if _is_gguf(path) else read_safetensors(path))]
     forced = _forced_f32([name for name, _, _ in listed])
     return [(name, n_bytes, _padded(math.prod(shape) * F32_BYTES) if forced and name.endswith(forced)
-             else _buffer_bytes(name, shape, n_bytes)) for name, shape, n_bytes in listed]
+             else _buffer_bytes(name, shape, n_bytes), _n_dims(shape)) for name, shape, n_bytes in listed]
+
+
+def _n_dims(shape: tuple[int, ...]) -> int:
+    """Dimensions past trailing ones (GGUF pads none; a safetensors [n, 1] is still a matrix)."""
+    return max(len(shape), 1)
 
 
 def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
@@ -185,13 +191,13 @@ def _gguf_tensors(path: str) -> tuple[TensorInfo, ...]:
 
 def _source_tensors(source: ModelSource) -> list[tuple[Kind, SdTensor]]:
     out = []
-    for raw_name, n_bytes, buffer_bytes in _file_tensors(source.path):
+    for raw_name, n_bytes, buffer_bytes, n_dims in _file_tensors(source.path):
         name = source.role.prefix + raw_name
         kind = source.role.kind if source.role.kind is not None else classify(name)
         if kind is None or is_unused(name):
             continue
         created = not name.endswith(_NOT_CREATED)
-        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES, buffer_bytes if created else 0)))
+        out.append((kind, SdTensor(name, n_bytes + TENSOR_OVERHEAD_BYTES, buffer_bytes if created else 0, n_dims)))
     return out
 
 

@@ -16,7 +16,8 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
 - "zimage": Z-Image-Turbo's DiT (30 layers after the caption embedder) and its Qwen3-4B text
   encoder (36 layers, FFN 9728 to 4096 query rows: 2.375, safetensors or GGUF names);
 - "ae16": the 16-channel KL-f8 autoencoder of SD3, FLUX.1 and Z-Image (decoder conv_in 16 -> 512
-  channels; sd-cli builds one decode graph for all three, only the latent scale and shift differ).
+  channels; sd-cli builds one decode graph for all three, only the latent scale and shift differ;
+  beside a FLUX.1 DiT the corpus files its figures as "flux-ae", planner/sd/sizing.py).
 - "wan": the Wan2.1-T2V-1.3B DiT (30 blocks with a normed cross attention, FFN 8960 wide to
   1536, no image embedding or VACE blocks; any weight type) and its UMT5-XXL text encoder (24
   blocks, a relative-position bias in every block — T5 v1.1 has one in block 0 — llama.cpp's or

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from planner.core.errors import FlagError
+from planner.core.errors import BadInput, FlagError
+from planner.gguf.source import is_url
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import DeviceKind, Inventory
 from planner.sd.assign import (
@@ -17,14 +19,14 @@ from planner.sd.assign import (
     with_compat,
 )
 from planner.sd.autofit import compute_devices, default_backend, follow_assignments, greedy_fit
-from planner.sd.check import overcommit
+from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.family import family
-from planner.sd.plan import Mode, SdPlan, specs
+from planner.sd.plan import MAX_RECORDED_FRAMES, Mode, SdPlan, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
-from planner.sd.sd_compute import CORPUS_MAX_SIDE
-from planner.sd.sd_placement import FitInput, GpuBudget, Placement, Where, ram_budget
+from planner.sd.sd_compute import CORPUS_MAX_SIDE, FRAME_STEP, LATENT_FACTOR, MIN_TILE, VIDEO_FAMILIES
+from planner.sd.sd_placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
 from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
@@ -48,6 +50,9 @@ class SdFitRequest:
     flash_attn: str | None = None   # seed 002 mode strings ("auto,te=off")
     conv_direct: str | None = None
     vae_tiling: bool = False        # asked for; sd-fit also turns it on when the decode does not fit
+    mmap: bool = False              # sd-cli --mmap: mapped files count whole on devices that map them
+    frames: int = 1                 # video models only (--frames / sd-cli's --video-frames)
+    search_largest: bool = True     # also find the largest square that fits (a sweep does not need it)
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
@@ -109,11 +114,12 @@ def _explicit_or_default(fit: FitInput, kind: Kind) -> tuple[str, ...]:
     return explicit if explicit is not None else default_backend(fit)
 
 
-def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool) -> FitInput:
+def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool, tile: tuple[int, int] | None = None,
+           frames: int = 1) -> FitInput:
     """`fit` with every component's compute buffer at `render`, on the devices it computes on."""
     where = compute_devices(fit) if auto else {c.kind: _explicit_or_default(fit, c.kind) for c in fit.present}
     diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
-    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion)
+    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion, tile, frames)
                   if c.params_bytes else c for c in fit.components)
     return replace(fit, components=comps)
 
@@ -125,9 +131,25 @@ def _place(fit: FitInput, request: SdFitRequest, auto: bool,
 
         return optimal_fit(fit, request.steps), Mode.OPTIMAL
     if auto:
-        return greedy_fit(fit), Mode.AUTO_FIT
+        return _actual(greedy_fit(_initial_reserves(fit)), fit), Mode.AUTO_FIT
     chosen = {k: v for k, v in param_targets.items() if v is not None}
     return follow_assignments(fit, chosen), Mode.MANUAL
+
+
+def _initial_reserves(fit: FitInput) -> FitInput:
+    """`fit` as sd-cli's auto-fit sees it: every component with the fixed initial compute reserve
+    (seed 002: "Initial compute reserves are estimates (2 GiB for diffusion and text encoders,
+    1 GiB for VAE)"; src/core/backend_fit.cpp gives them whatever the image size)."""
+    return replace(fit, components=tuple(replace(c, compute_bytes=None, compute_mode="") for c in fit.components))
+
+
+def _actual(placements: tuple[Placement, ...], sized_fit: FitInput) -> tuple[Placement, ...]:
+    """The placements with each component's real compute buffer at the planned size: what the
+    runner's capacity checks hold the placement to (seed 002: "Actual segment weights, compute
+    buffers and caches must still fit the runner's capacity checks")."""
+    comps = {c.kind: c for c in sized_fit.components}
+    return tuple(replace(p, reserve_bytes=comps[p.kind].reserve_bytes, compute_mode=comps[p.kind].compute_mode)
+                 for p in placements)
 
 
 def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
@@ -144,33 +166,91 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     render = Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
                           request.conv_direct, request.vae_tiling)
     base = _fit_input(inventory, read_components(list(request.sources)), backend, max_vram)
-    fit, placements, mode, tiled = _plan_at(base, request, auto, param_targets, render)
+    if request.mmap:
+        base = replace(base, mapped_files=mapped_files(request.sources))
+    _check_frames(base, request.frames)
+    fit, placements, mode, tiling = _plan_at(base, request, auto, param_targets, render)
+    tiled = tiling is not None
+    ram = ram_need(fit, placements)
     runtime_spec, params_spec = specs(placements, _kept(inventory, backend, Role.BACKEND),
                                        _kept(inventory, params, Role.PARAMS))
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
                   _splits(fit, placements, modes), runtime_spec, params_spec, max_vram, _split_spec(modes),
                   traffic_bytes(fit, placements, request.steps), overcommit(fit, placements),
                   tuple(a for src in request.sources for a in (src.role.flag, src.path)),
-                  _render_args(request, tiled), render.width, render.height, tiled,
+                  _render_args(request, tiling), render.width, render.height, tiled,
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
-                  _largest(base, request, auto, param_targets, render))
+                  _largest(base, request, auto, param_targets, render) if request.search_largest else None,
+                  device_needs(fit, placements) + ((ram,) if ram is not None else ()),
+                  _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
+                  request.frames)
+
+
+def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
+    """Each local model file's size and the components its tensors belong to (a URL is not mapped)."""
+    out = []
+    for src in sources:
+        if is_url(src.path):
+            continue
+        kinds = frozenset(c.kind for c in read_components([src]) if c.params_bytes)
+        out.append(MappedFile(Path(src.path).stat().st_size, kinds))
+    return tuple(out)
+
+
+def _check_frames(fit: FitInput, frames: int) -> None:
+    """--frames is a video model's; an image model makes one frame (sd-cli ignores the count there)."""
+    if frames < 1:
+        raise BadInput(f"--frames {frames}: expected 1 or more")
+    diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
+    if frames != 1 and diffusion not in VIDEO_FAMILIES:
+        what = f"{diffusion} is an image model" if diffusion else "this diffusion model is not a known video model"
+        raise BadInput(f"--frames {frames}: {what}; --frames applies to video models only")
 
 
 def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
              param_targets: dict[Kind, tuple[Where, str | None] | None],
-             render: Render) -> tuple[FitInput, tuple[Placement, ...], Mode, bool]:
-    """The placement at `render`'s size; with the VAE decode tiled when that is what makes it fit
-    (seed 002: a failed decode is retried with spatial tiling; sd-fit plans it up front)."""
-    fit = _sized(base, render, auto or request.optimal, render.vae_tiling)
+             render: Render) -> tuple[FitInput, tuple[Placement, ...], Mode, Tiling | None]:
+    """The placement at `render`'s size, with the VAE decode tiled when that is what makes it fit:
+    seed 002, "If a VAE decode fails, decoding retries with spatial tiling even when --auto-fit is
+    off ... Spatial retries use half-size tiles along each latent dimension" — sd-fit plans that
+    retry up front, then sd-cli's default tiles (VAE_TILE) where half-size ones are still too big."""
+    sizing = auto or request.optimal
+    if render.vae_tiling:
+        fit = _sized(base, render, sizing, True, frames=request.frames)
+        placements, mode = _place(fit, request, auto, param_targets)
+        return fit, placements, mode, Tiling(None)
+    fit = _sized(base, render, sizing, False, frames=request.frames)
     placements, mode = _place(fit, request, auto, param_targets)
-    if render.vae_tiling or not overcommit(fit, placements):
-        return fit, placements, mode, render.vae_tiling
-    tiled_fit = _sized(base, render, auto or request.optimal, True)
-    tiled_placements, _ = _place(tiled_fit, request, auto, param_targets)
-    tiles = any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components)
-    if tiles and not overcommit(tiled_fit, tiled_placements):
-        return tiled_fit, tiled_placements, mode, True
-    return fit, placements, mode, False
+    if not overcommit(fit, placements):
+        return fit, placements, mode, None
+    for tiling in (Tiling(retry_tile(render.width, render.height)), Tiling(None)):
+        tiled_fit = _sized(base, render, sizing, True, tiling.tile, request.frames)
+        if not any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components):
+            continue   # the VAE's figures at this tile are not known: tiling cannot be shown to help
+        tiled_placements, _ = _place(tiled_fit, request, auto, param_targets)
+        if not overcommit(tiled_fit, tiled_placements):
+            return tiled_fit, tiled_placements, mode, tiling
+    return fit, placements, mode, None
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A tiled VAE decode: `tile` in latent pixels (x, y), None for sd-cli's default tile."""
+
+    tile: tuple[int, int] | None
+
+    @property
+    def args(self) -> list[str]:
+        size = [] if self.tile is None else ["--vae-tile-size", f"{self.tile[0]}x{self.tile[1]}"]
+        return ["--vae-tiling", *size]
+
+
+def retry_tile(width: int, height: int) -> tuple[int, int]:
+    """Seed 002's retry tile: half the latent along each dimension (at least vae.hpp's minimum)."""
+    def half(side: int) -> int:
+        return max(-(-(side // LATENT_FACTOR) // 2), MIN_TILE)
+
+    return half(width), half(height)
 
 
 def _largest(base: FitInput, request: SdFitRequest, auto: bool,
@@ -178,8 +258,8 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     """The largest square side (a multiple of 64) at which the plan fits, or None when no
     component's compute depends on the size (no corpus curve) or nothing fits. The search ends at
     the largest size the corpus has recorded (CORPUS_MAX_SIDE): the curves are not extrapolated."""
-    if not any(c.compute_bytes is not None for c in _sized(base, render, auto, False).components
-               if c.kind is not Kind.TE):
+    if _video(base) or not any(c.compute_bytes is not None for c in _sized(base, render, auto, False).components
+                               if c.kind is not Kind.TE):
         return None
     best = None
     for side in range(SIZE_STEP, CORPUS_MAX_SIDE + 1, SIZE_STEP):
@@ -191,7 +271,27 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     return best
 
 
-def _render_args(request: SdFitRequest, tiled: bool) -> tuple[str, ...]:
+def _video(fit: FitInput) -> bool:
+    return any(family(c) in VIDEO_FAMILIES for c in fit.present if c.kind is Kind.DIFFUSION)
+
+
+def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
+                    param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
+    """A video model's largest frame count (1, 5, 9, ...: 4k+1) that fits at the planned size, up
+    to the most frames the corpus records (MAX_RECORDED_FRAMES); None for an image model or when
+    one frame does not fit."""
+    if not _video(base):
+        return None
+    best = None
+    for frames in range(1, MAX_RECORDED_FRAMES + 1, FRAME_STEP):
+        fit, placements, _, _ = _plan_at(base, replace(request, frames=frames), auto, param_targets, render)
+        if overcommit(fit, placements):
+            break
+        best = frames
+    return best
+
+
+def _render_args(request: SdFitRequest, tiling: Tiling | None) -> tuple[str, ...]:
     """sd-cli's image and mode flags: the size and modes as asked, tiling where planned."""
     out: list[str] = []
     if request.width is not None:
@@ -202,6 +302,10 @@ def _render_args(request: SdFitRequest, tiled: bool) -> tuple[str, ...]:
         out += ["--flash-attn", request.flash_attn]
     if request.conv_direct is not None:
         out += ["--conv-direct", request.conv_direct]
-    if tiled:
-        out.append("--vae-tiling")
+    if tiling is not None:
+        out += tiling.args
+    if request.frames != 1:
+        out += ["--video-frames", str(request.frames)]
+    if request.mmap:
+        out.append("--mmap")
     return tuple(out)

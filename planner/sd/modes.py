@@ -118,6 +118,20 @@ def legacy_modes(explicit: str | None, feature: Feature, *, all_on: bool = False
     return ",".join(["auto", *parts]) if parts else None
 
 
+# Seed 002: --fa and --diffusion-fa "write the same mode string as --flash-attn; the last occurrence
+# of any of these options wins".
+FLASH_ATTN_ALIASES: dict[str, str] = {"--fa": "on", "--diffusion-fa": "off,diffusion=on"}
+
+
+def last_flash_attn(given: list[tuple[str, str | None]]) -> str | None:
+    """The --flash-attn string of (flag, value) pairs in command-line order: --flash-attn's value,
+    or an alias's string; the last one wins."""
+    out = None
+    for flag, value in given:
+        out = FLASH_ATTN_ALIASES.get(flag, value)
+    return out
+
+
 # NVIDIA RTX hardware by its Vulkan device description: GeForce/TITAN/Quadro RTX, and the
 # professional "NVIDIA RTX A6000" / "NVIDIA RTX 6000 Ada" names.
 _RTX = re.compile(r"\b(GeForce RTX|TITAN RTX|Quadro RTX|NVIDIA RTX)\b", re.IGNORECASE)

@@ -8,13 +8,16 @@ from typing import Any
 
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
+from planner.sd.check import DeviceNeed
 from planner.sd.components import KIND_LABEL
 from planner.sd.roles import Kind
-from planner.sd.sd_compute import CORPUS_MAX_SIDE
+from planner.sd.sd_compute import CORPUS_MAX_SIDE, FIT_VIDEO
 from planner.sd.sd_placement import GpuBudget, Placement, Where
 from planner.sd.split import SplitRange
 
 SD_CLI = "sd-cli"
+# The most frames a video model's figures were recorded at: sd-fit searches no further
+MAX_RECORDED_FRAMES = max(f for points in FIT_VIDEO.values() for _, _, f in points)
 
 
 class Mode(enum.Enum):
@@ -46,6 +49,9 @@ class SdPlan:
     vae_tiling: bool = False
     params_buffers: tuple[tuple[Kind, int], ...] = ()  # sd-cli's params buffer per component
     largest_side: int | None = None  # the largest square image that fits (None: not size-dependent)
+    needs: tuple[DeviceNeed, ...] = ()  # the figures behind the verdict: each GPU, then RAM
+    largest_frames: int | None = None  # a video model's largest frame count at this size (None: an image model)
+    frames: int = 1
 
     @property
     def verdict(self) -> str:
@@ -93,9 +99,13 @@ class SdPlan:
             "devices": [{"name": g.name, "free_bytes": g.free_bytes, "budget_bytes": g.budget_bytes}
                         for g in self.gpus],
             "ram": {"free_bytes": self.ram_free_bytes, "params_budget_bytes": self.ram_budget_bytes},
-            "image": {"width": self.width, "height": self.height, "vae_tiling": self.vae_tiling},
+            "image": {"width": self.width, "height": self.height, "frames": self.frames, "vae_tiling": self.vae_tiling},
             "verdict": self.verdict,
             "largest_square": self.largest_side,
+            "largest_frames": self.largest_frames,
+            "per_device": [{"name": d.device, "weights_bytes": d.weights_bytes, "compute_bytes": d.compute_bytes,
+                            "need_bytes": d.need_bytes, "cap_bytes": d.cap_bytes, "fits": d.fits}
+                           for d in self.needs],
             "components": [{
                 "module": p.kind.name.lower(), "params_bytes": p.params_bytes,
                 "params_buffer_bytes": dict(self.params_buffers).get(p.kind),
@@ -120,6 +130,24 @@ class SdPlan:
         return {Mode.AUTO_FIT: f"auto-fit plan (compute on {where}):",
                 Mode.OPTIMAL: f"optimal plan (min weight traffic; compute on {where}):",
                 Mode.MANUAL: "placement (auto-fit off; as assigned):"}[self.mode]
+
+    def _answer_lines(self) -> list[str]:
+        """Each device's need against its cap, the verdict at the asked size and the largest that fits."""
+        lines = []
+        for d in self.needs:
+            lines.append(f"  {d.device:<12} weights {d.weights_bytes // MiB:6d} + compute {d.compute_bytes // MiB:5d} "
+                         f"= {d.need_bytes // MiB:6d} MiB of {d.cap_bytes // MiB:6d} MiB"
+                         + ("" if d.fits else "  (over)"))
+        frames = f"x{self.frames} frames" if self.frames != 1 else ""
+        lines.append(f"{self.width}x{self.height}{frames}: {self.verdict}")
+        if self.largest_side is not None:
+            more = " or larger (sizes above it are beyond sd-cli's recorded figures)" \
+                if self.largest_side >= CORPUS_MAX_SIDE else ""
+            lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}{more}")
+        if self.largest_frames is not None:
+            more = " or more (beyond sd-cli's recorded figures)" if self.largest_frames >= MAX_RECORDED_FRAMES else ""
+            lines.append(f"most frames that fit at {self.width}x{self.height}: {self.largest_frames}{more}")
+        return lines
 
     def to_table(self) -> str:
         lines = [self._title(), "  devices:"]
@@ -146,11 +174,7 @@ class SdPlan:
                              f"{r.total_bytes // MiB} MiB")
         lines.append(f"  weight traffic per image: {self.traffic_bytes // MiB} MiB")
         lines += [f"  warning: {w}" for w in self.warnings]
-        lines.append(f"{self.width}x{self.height}: {self.verdict}")
-        if self.largest_side is not None:
-            more = " or larger (sizes above it are beyond sd-cli's recorded figures)" \
-                if self.largest_side >= CORPUS_MAX_SIDE else ""
-            lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}{more}")
+        lines += self._answer_lines()
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
         label = "as assigned" if self.mode is Mode.MANUAL else self.mode.value
         lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')

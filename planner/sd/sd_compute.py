@@ -31,6 +31,7 @@ from planner.sd.sd_simulated import simulated_bytes, simulated_video_bytes
 CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
 LATENT_FACTOR = 8          # SD 1.x / 2.x / XL VAEs: 8 image pixels per latent pixel
 VAE_TILE = 32              # vae.hpp get_tile_sizes: the default tile side, in latent pixels
+MIN_TILE = 4               # vae.hpp get_tile_sizes: min_tile_dimension
 SIZE_STEP = 64             # sd-cli rounds width and height to multiples of 64 for the UNet models
 # The sizes each curve is solved from, by (model, runner). A UNet's span the range people ask
 # about (the attention term dominates at the top); where the tensors alive at the allocator's peak
@@ -44,6 +45,7 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("flux", "flux"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
     ("kl-f8", "vae"): ((256, 256), (384, 384), (512, 512)),
     ("kl-f8-sdxl", "vae"): ((256, 256), (384, 384), (512, 512)),
+    ("flux-ae", "vae"): ((256, 256), (512, 512), (1024, 1024)),
     ("sd15", "clip"): ((256, 256),),
     ("sdxl", "clip"): ((256, 256),),
     ("flux", "clip"): ((256, 256),),
@@ -178,12 +180,18 @@ SQUARE_ONLY: frozenset[tuple[str, str, Mode]] = frozenset(
 
 
 def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode = Mode(),
-                  tiled: bool = False) -> int | None:
+                  tiled: bool = False, tile: tuple[int, int] | None = None) -> int | None:
     """The compute buffer sd-cli reserves for `runner` at width x height: simulated where runtime/sd builds
-    the runner's graph, else from the corpus curve; None where neither knows this family, runner and mode."""
+    the runner's graph, else from the corpus curve; None where neither knows this family, runner and mode.
+    `tile`: a tiled decode's tile in latent pixels (x, y); None: sd-cli's default, VAE_TILE on each side."""
     if width <= 0 or height <= 0 or width % SIZE_STEP or height % SIZE_STEP:
         raise BadInput(f"image size {width}x{height}: expected positive multiples of {SIZE_STEP}")
-    simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled)
+    if tiled and tile is not None:   # a tiled decode reserves what one tile's untiled decode does
+        tw, th = tile
+        simulated = simulated_bytes(family, runner, min(width, tw * LATENT_FACTOR), min(height, th * LATENT_FACTOR),
+                                    mode.flash_attn, mode.conv_direct, False)
+    else:
+        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
     curve = _curve(family, runner, mode)
@@ -191,7 +199,8 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
         return None
     lw, lh = width // LATENT_FACTOR, height // LATENT_FACTOR
     if tiled:
-        lw, lh = min(lw, VAE_TILE), min(lh, VAE_TILE)
+        tw, th = tile or (VAE_TILE, VAE_TILE)
+        lw, lh = min(lw, tw), min(lh, th)
     n = curve_pixels(family, lw * LATENT_FACTOR, lh * LATENT_FACTOR)
     # the piece whose middle point is nearest: one quadratic where the peak's tensors stay the same,
     # consecutive pieces where they change

@@ -34,6 +34,14 @@ class GpuBudget:
 
 
 @dataclass(frozen=True)
+class MappedFile:
+    """A model file sd-cli maps with --mmap: its full size and the components it holds."""
+
+    size_bytes: int
+    kinds: frozenset[Kind]
+
+
+@dataclass(frozen=True)
 class FitInput:
     """Everything a planner needs.
 
@@ -47,6 +55,8 @@ class FitInput:
     ram_free_bytes: int | None
     ram_budget_bytes: int | None
     compute: tuple[tuple[Kind, tuple[str, ...] | None], ...]
+    # --mmap: each model file's size and the components it holds (empty without --mmap)
+    mapped_files: tuple[MappedFile, ...] = ()
 
     def compute_of(self, kind: Kind) -> tuple[str, ...] | None:
         return dict(self.compute).get(kind)

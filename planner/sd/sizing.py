@@ -21,8 +21,12 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
     (Kind.DIFFUSION, "sd3"): ("mmdit",), (Kind.TE, "sd3"): ("clip", "t5"),
     (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
+    (Kind.VAE, "flux-ae"): ("vae",),
     (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
 }
+# A VAE whose decode figures depend on the diffusion model it decodes for: (VAE, diffusion) -> the
+# corpus family of that decode (sd-cli builds SDXL's KL-f8 decode and FLUX.1's 16-channel one its own way)
+VAE_FOR: dict[tuple[str, str], str] = {("kl-f8", "sdxl"): "kl-f8-sdxl", ("ae16", "flux"): "flux-ae"}
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
 
@@ -63,14 +67,15 @@ def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[t
 
 
 def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
-          diffusion: str | None = None, frames: int = 1) -> Component:
+          diffusion: str | None = None, tile: tuple[int, int] | None = None, frames: int = 1) -> Component:
     """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
     `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
-    SDXL's KL-f8 VAE with a graph of its own). `frames`: the video's frame count (4k+1 for Wan);
+    SDXL's KL-f8 VAE with a graph of its own). `tile`: a tiled decode's tile in latent pixels
+    (None: sd-cli's default). `frames`: the video's frame count (4k+1 for Wan);
     an image model takes 1."""
     fam = family(comp)
-    if fam == "kl-f8" and diffusion == "sdxl":
-        fam = "kl-f8-sdxl"
+    if fam is not None and diffusion is not None:
+        fam = VAE_FOR.get((fam, diffusion), fam)
     if frames != 1 and fam is not None and fam not in VIDEO_FAMILIES:
         raise BadInput(f"--frames {frames}: {fam} makes images, not videos (only 1 frame)")
     if fam is None:
@@ -78,12 +83,14 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
     mode = component_mode(comp, render, devices, fam)
     tiled = tiled and comp.kind is Kind.VAE
     if fam in VIDEO_FAMILIES:
+        # a video VAE's tiles are sized at sd-cli's default tile only (`tile` unknown: no figure)
         sizes = [video_compute_bytes(fam, runner, render.width, render.height, frames, mode, tiled=tiled)
-                 for runner in RUNNERS.get((comp.kind, fam), ())]
+                 if tile is None or not tiled else None for runner in RUNNERS.get((comp.kind, fam), ())]
     else:
-        sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled)
+        sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled, tile=tile)
                  for runner in RUNNERS.get((comp.kind, fam), ())]
     known = [s for s in sizes if s is not None]
     size = max(known) if known and len(known) == len(sizes) else None
-    label = mode.key + (",vae_tiling=on" if tiled else "") if size is not None else ""
+    tiles = f",vae_tiling=on,tile={tile[0]}x{tile[1]}" if tile else ",vae_tiling=on"
+    label = mode.key + (tiles if tiled else "") if size is not None else ""
     return replace(comp, compute_bytes=size, compute_mode=label)

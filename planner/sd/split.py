@@ -89,12 +89,14 @@ def _block_tensors(comp: Component) -> list[SdTensor]:
     return [t for t in comp.tensors if _te_group(t.name) == dominant]
 
 
-def _blocks(comp: Component) -> dict[tuple[int, int], int]:
-    """Bytes per transformer block of the tensors a split may move off the first device."""
+def _blocks(comp: Component, matrices_only: bool = False) -> dict[tuple[int, int], int]:
+    """Bytes per transformer block of the tensors a split may move off the first device; a row
+    split moves only the blocks' matmul weights (`matrices_only`: tensors of two or more
+    dimensions), its norms and biases stay on the main device."""
     blocks: dict[tuple[int, int], int] = {}
     candidates = {id(t) for t in _block_tensors(comp)} if comp.kind in SPLITTABLE else set()
     for t in comp.tensors:
-        key = block_key(t.name) if id(t) in candidates else None
+        key = block_key(t.name) if id(t) in candidates and (t.n_dims >= 2 or not matrices_only) else None
         if key is not None:
             blocks[key] = blocks.get(key, 0) + t.n_bytes
     return blocks
@@ -105,10 +107,10 @@ def row_shares(comp: Component, devices: tuple[str, ...], free: dict[str, int],
     """Row split (seed 002, "Row split"): block weights sliced across the devices in proportion
     to max(free - 2 GiB, free / 8) (stable-diffusion.cpp's tensor_split for the split buffer);
     everything else stays on the main device. None when sd.cpp would fall back to a layer
-    split: devices from different backend registries, or no block weights. (sd.cpp also keeps
-    tensors whose shape the split buffer cannot take in regular buffers; headers alone do not
-    say which, so every block tensor is counted as split.)"""
-    blocks = _blocks(comp)
+    split: devices from different backend registries, or no block weights. Seed 002: "Embeddings,
+    normalization weights, biases and other non-block tensors stay in regular buffers on the main
+    device": only the blocks' matmul weights (two or more dimensions) are sliced."""
+    blocks = _blocks(comp, matrices_only=True)
     if len(devices) < 2 or not blocks or len({backends.get(d, "") for d in devices}) > 1:
         return None
     usable = [max(free[d] - SPLIT_HEADROOM_BYTES, free[d] // ROW_MIN_FRACTION) for d in devices]

@@ -22,7 +22,6 @@ Two solvers share one `Problem`:
 """
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -32,23 +31,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.core.choices import Objective, Solver
+
 if TYPE_CHECKING:
     from pulp import LpAffineExpression, LpProblem, LpSolver, LpVariable
 
 log = logging.getLogger(__name__)
 
 INF = float("inf")
-
-
-class Objective(str, enum.Enum):
-    THROUGHPUT = "throughput"   # fastest predicted decode at the requested context
-    CONTEXT = "context"         # the largest context, then the fastest
-    BALANCE = "balance"         # the smallest largest utilisation, then the fastest
-
-
-class Solver(str, enum.Enum):
-    DP = "dp"       # solve_dp: exact over contiguous ranges, milliseconds
-    MILP = "milp"   # solve_milp: PuLP, exact for unequal expert sizes, slow on large instances
 
 
 @dataclass(frozen=True)

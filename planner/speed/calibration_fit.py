@@ -97,27 +97,41 @@ def fit_rates(observations: Sequence[Observation], per_boundary_s: float | None 
     times = [o.seconds - (o.n_boundaries * per_boundary_s if per_boundary_s is not None else 0.0)
              for o in observations]
     while True:
-        rows = [[o.work.get(d, 0.0) for d in devices] + ([float(o.n_boundaries)] if fit_boundary else [])
-                + ([float(o.n_device_boundaries)] if fit_device else []) for o in observations]
-        fit = fit_linear(rows, times)
+        fit = fit_linear(_rate_rows(observations, devices, fit_boundary, fit_device), times)
         per_unit = dict(zip(devices, fit.coefficients[:len(devices)], strict=True))
-        # an attention column at or below zero, or one that leaves its device's own rate there, is not told
-        # apart from the device's weights: drop it (the others stand)
-        dropped = [d for d, c in per_unit.items() if d.endswith(ATTENTION) and not c > 0]
-        dropped += [d + ATTENTION for d, c in per_unit.items() if not c > 0 and d + ATTENTION in per_unit]
+        dropped = _unresolved_attention(per_unit)
         if not dropped:
             break
         log.warning("calibration: %s is not told apart from the rest; it reads at the device's own rate", dropped[0])
         devices.remove(dropped[0])
-    for dev, sec in per_unit.items():
-        if not sec > 0:
-            raise CalibrationError(f"calibration: the fit gives {dev} no positive rate ({sec:.3g} s per unit); "
-                                   "the timings are too noisy (is the machine busy?) — run it again")
+    _check_positive_rates(per_unit)
     tail = len(devices)
     boundary = fit.coefficients[tail] if fit_boundary else per_boundary_s
     boundary_err = fit.stderr[tail] if fit_boundary else 0.0
     extra, extra_err = (fit.coefficients[-1], fit.stderr[-1]) if fit_device else (None, math.nan)
     return RateFit(per_unit, boundary, boundary_err, fit.residual_rms_s, extra, extra_err)
+
+
+def _rate_rows(observations: Sequence[Observation], devices: list[str], fit_boundary: bool,
+               fit_device: bool) -> list[list[float]]:
+    """fit_rates' design matrix: each observation's work per device, then its boundary counts where fitted."""
+    return [[o.work.get(d, 0.0) for d in devices] + ([float(o.n_boundaries)] if fit_boundary else [])
+            + ([float(o.n_device_boundaries)] if fit_device else []) for o in observations]
+
+
+def _unresolved_attention(per_unit: dict[str, float]) -> list[str]:
+    """The attention columns not told apart from their device's weights: one at or below zero, or one that
+    leaves its device's own rate there (fit_rates drops them; the others stand)."""
+    dropped = [d for d, c in per_unit.items() if d.endswith(ATTENTION) and not c > 0]
+    return dropped + [d + ATTENTION for d, c in per_unit.items() if not c > 0 and d + ATTENTION in per_unit]
+
+
+def _check_positive_rates(per_unit: dict[str, float]) -> None:
+    """CalibrationError for a column the fit gives no positive rate: the timings are too noisy."""
+    for dev, sec in per_unit.items():
+        if not sec > 0:
+            raise CalibrationError(f"calibration: the fit gives {dev} no positive rate ({sec:.3g} s per unit); "
+                                   "the timings are too noisy (is the machine busy?) — run it again")
 
 
 # ----------------------------------------------------------------------------- observations

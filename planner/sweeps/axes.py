@@ -16,6 +16,9 @@ An axis is `NAME=VALUES`; VALUES are comma-separated items, a numeric item may b
                           with a warning and the CSV's budget_capped column saying so
   memory=12,16,24GiB      total (and free) memory of every device: hypothetical hardware, a card
                           of that size in place of each device; budgets then follow from it
+  res=512,768,1024        stable-diffusion.cpp models: the side of a square image (multiples of 64;
+                          ranges work: 512..1024:128); sd-fit's verdict at each, the base flags after
+                          `--` being sd-cli's (model files, --backend, --flash-attn, ...)
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planner.core.choices import SweepMode
 from planner.core.errors import BadInput, FlagError
 from planner.core.units import GiB, MiB, parse_size
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
@@ -57,13 +61,10 @@ AXES: dict[str, AxisSpec] = {
     "ts": AxisSpec(AxisKind.SPLIT, ("-ts",), "tensor split -ts (layers per device)"),
     "budget": AxisSpec(AxisKind.SIZE, (), "VRAM budget per device (GiB)"),
     "memory": AxisSpec(AxisKind.SIZE, (), "device memory per device (GiB)"),
+    # stable-diffusion.cpp models: the side of a square image (sd-cli's -W and -H); sd-fit plans each
+    "res": AxisSpec(AxisKind.INT, (), "image side -W = -H (px)", 64),
 }
-
-
-class SweepMode(str, enum.Enum):
-    ESTIMATE = "estimate"   # the flags as given, estimated at each point
-    PLAN = "plan"           # the planner's best placement at each point
-
+RES_STEP = 64   # sd-cli's image sizes are multiples of 64 (planner.sd.sd_compute.SIZE_STEP)
 
 MODES = tuple(m.value for m in SweepMode)
 
@@ -141,13 +142,20 @@ def parse_axis(name: str, spec: str | Sequence[Any]) -> Axis:
         else:
             values.append(item.lower() if kind is AxisKind.WORD else item)
     axis = Axis(key, tuple(dict.fromkeys(values)))
-    if key == "memory" and any(v <= 0 for v in axis.values):
-        raise FlagError(f"--vary memory: expected sizes above 0 (a device's total memory); got {spec!r}")
+    _check_range(axis, spec)
     for value in axis.values:
         if value in (TS_STEPS, CTX_MAX):
             continue
         apply_axes(LlamaFlags(), [(axis, value)], f"--vary {key}={axis.text(value)}")
     return axis
+
+
+def _check_range(axis: Axis, spec: str | Sequence[Any]) -> None:
+    """The values an axis admits beyond its kind: a device's memory above 0, image sides in steps."""
+    if axis.name == "res" and any(v <= 0 or v % RES_STEP for v in axis.values):
+        raise FlagError(f"--vary res: expected positive multiples of {RES_STEP} (image sides in pixels); got {spec!r}")
+    if axis.name == "memory" and any(v <= 0 for v in axis.values):
+        raise FlagError(f"--vary memory: expected sizes above 0 (a device's total memory); got {spec!r}")
 
 
 def parse_vary(text: str) -> Axis:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from planner.core.choices import SweepMode
 from planner.core.errors import BadInput
 from planner.core.render import layer_ranges
 from planner.core.units import GiB
@@ -19,7 +20,7 @@ from planner.llama.flags import flags_to_argv
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ROWS, device_of
 from planner.memory.estimate import Estimate
 from planner.search.result import PlanResult
-from planner.sweeps.axes import CTX_MAX, AxisKind, SweepMode
+from planner.sweeps.axes import CTX_MAX, AxisKind
 from planner.sweeps.sweep import Axis, Point, SweepResult
 from planner.system.files import write_atomic
 
@@ -181,36 +182,44 @@ def plot_sweep(result: SweepResult, fig: Figure | None = None) -> Figure:
     fig = fig or _figure(4.2 * ncols, 3.4 * nrows)
     axs = fig.subplots(nrows, ncols, squeeze=False).ravel()
     x = _x_axis(result)
-    xi = result.axes.index(x)
-    pos = _x_positions(x)
     groups = _series(result, x)
     for k, panel in enumerate(panels):
-        ax = axs[k]
-        for n, (label, points) in enumerate(groups.items()):
-            drawn = [(p, y) for p in points if (y := panel.value(p)) is not None]
-            xs, ys = [pos[p.settings[xi]] for p, _ in drawn], [y for _, y in drawn]
-            line, = ax.plot(xs, ys, label=label or "total", color=f"C{n}")
-            fits = [_point_fits(p, panel.device) for p, _ in drawn]
-            ax.scatter([a for a, f in zip(xs, fits, strict=True) if f], [b for b, f in zip(ys, fits, strict=True) if f],
-                       color=line.get_color(), s=16, zorder=3)
-            ax.scatter([a for a, f in zip(xs, fits, strict=True) if not f],
-                       [b for b, f in zip(ys, fits, strict=True) if not f],
-                       facecolors="none", edgecolors=line.get_color(), s=28, zorder=3)
-        if panel.device is not None:
-            first = [p for p in next(iter(groups.values())) if p.device(panel.device)]
-            top = max((v for p in result.points if (v := panel.value(p)) is not None), default=0.0)
-            _budget_line(ax, first, panel.device, [pos[p.settings[xi]] for p in first], top)
-        ax.set_title(panel.title)
-        ax.set_ylabel(panel.ylabel)
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
-        _dress_x(ax, x, pos)
-        if k == 0 and (len(groups) > 1 or ax.get_legend_handles_labels()[0]):
-            ax.legend(fontsize="small")
+        _sweep_panel(axs[k], panel, result, x, groups)
+        if k == 0 and (len(groups) > 1 or axs[k].get_legend_handles_labels()[0]):
+            axs[k].legend(fontsize="small")
     for ax in axs[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(f"{Path(result.model).name}: memory per device (hollow: over budget)", fontsize="medium")
     return fig
+
+
+def _sweep_panel(ax: Axes, panel: _Panel, result: SweepResult, x: Axis, groups: dict[str, list[Point]]) -> None:
+    """One panel of plot_sweep: a line per group of points, the device's budget where the panel shows one."""
+    xi = result.axes.index(x)
+    pos = _x_positions(x)
+    for n, (label, points) in enumerate(groups.items()):
+        drawn = [(p, y) for p in points if (y := panel.value(p)) is not None]
+        _sweep_line(ax, [pos[p.settings[xi]] for p, _ in drawn], [y for _, y in drawn],
+                    [_point_fits(p, panel.device) for p, _ in drawn], label or "total", f"C{n}")
+    if panel.device is not None:
+        first = [p for p in next(iter(groups.values())) if p.device(panel.device)]
+        top = max((v for p in result.points if (v := panel.value(p)) is not None), default=0.0)
+        _budget_line(ax, first, panel.device, [pos[p.settings[xi]] for p in first], top)
+    ax.set_title(panel.title)
+    ax.set_ylabel(panel.ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    _dress_x(ax, x, pos)
+
+
+def _sweep_line(ax: Axes, xs: list[float], ys: list[float], fits: list[bool], label: str, colour: str) -> None:
+    """A line through the points, solid markers where a point fits and hollow ones where it does not."""
+    line, = ax.plot(xs, ys, label=label, color=colour)
+    ax.scatter([a for a, f in zip(xs, fits, strict=True) if f], [b for b, f in zip(ys, fits, strict=True) if f],
+               color=line.get_color(), s=16, zorder=3)
+    ax.scatter([a for a, f in zip(xs, fits, strict=True) if not f],
+               [b for b, f in zip(ys, fits, strict=True) if not f],
+               facecolors="none", edgecolors=line.get_color(), s=28, zorder=3)
 
 
 # --------------------------------------------------------------------------- placements

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
+from planner.core.choices import SweepMode
 from planner.core.errors import BadInput, FlagError, InfeasiblePlacement
 from planner.core.render import layer_ranges, table
 from planner.core.units import fmt_mib
@@ -43,7 +44,6 @@ from planner.sweeps.axes import (
     TS_STEPS,
     Axis,
     AxisKind,
-    SweepMode,
     apply_axes,
     fmt_budget,
     parse_axis,
@@ -309,15 +309,7 @@ def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = 
     if mode not in MODES:
         raise FlagError(f"sweep mode {mode!r}: expected one of {', '.join(MODES)}")
     mode = SweepMode(mode)
-    if not axes:
-        raise FlagError("sweep: nothing to vary; expected at least one --vary NAME=VALUES")
-    names = [a.name for a in axes]
-    if "memory" in names and (inventory is None or not inventory.devices):
-        raise FlagError("--vary memory: sets the memory of the inventory's devices; expected --device or --devices")
-    clash = [n for n in names if names.count(n) > 1] or (["cache"] if "cache" in names and
-                                                           {"ctk", "ctv"} & set(names) else [])
-    if clash:
-        raise FlagError(f"--vary {clash[0]}: given twice (cache sets both ctk and ctv)")
+    _check_axes(axes, inventory)
     base = flags or LlamaFlags()
     ctx = model_context(model)
     axes = tuple(_one_layer_steps(a, ctx, base, inventory) for a in axes)
@@ -332,6 +324,20 @@ def sweep(model: ModelLike, axes: Sequence[Axis], inventory: Inventory | None = 
     for warning in dict.fromkeys(p.warning for p in points if p.warning):
         log.warning("%s", warning)
     return SweepResult(ctx.model.path, mode, axes, tuple(points))
+
+
+def _check_axes(axes: Sequence[Axis], inventory: Inventory | None) -> None:
+    """At least one axis, each setting varied once (`cache` sets both ctk and ctv), and `memory` only with
+    devices to set it on."""
+    if not axes:
+        raise FlagError("sweep: nothing to vary; expected at least one --vary NAME=VALUES")
+    names = [a.name for a in axes]
+    if "memory" in names and (inventory is None or not inventory.devices):
+        raise FlagError("--vary memory: sets the memory of the inventory's devices; expected --device or --devices")
+    clash = [n for n in names if names.count(n) > 1] or (["cache"] if "cache" in names and
+                                                           {"ctk", "ctv"} & set(names) else [])
+    if clash:
+        raise FlagError(f"--vary {clash[0]}: given twice (cache sets both ctk and ctv)")
 
 
 def _plan_point(ctx: ModelContext, axes: tuple[Axis, ...], combo: tuple[Any, ...], base: LlamaFlags,

@@ -407,56 +407,86 @@ def read_hparams(model: ModelFile, facts: ModelFacts | None = None) -> HParams:
                                     f"(it has: {', '.join(ARCHS)})")
     facts = facts or model_facts(model)
     trunk = [lf for lf in facts.layers if not lf.nextn]
-    # recurrent layers (granitehybrid's Mamba-2 layers) have no heads: the attention layers set them
-    # and FFN-only blocks (nemotron_h's) neither
-    attending = [lf for lf in trunk if lf.kind not in (AttnKind.RECURRENT, AttnKind.NONE)]
-    heads = attending or trunk
+    heads = _head_layers(trunk)
     head_dim = heads[0].head_dim_k
-    # a model of recurrent blocks alone (mamba2) has no heads at all
-    recurrent_only = not attending and all(lf.kind is AttnKind.RECURRENT for lf in trunk)
+    head_dim_v = _one_head_size(model, spec, heads)
+    rope = _rope(model, spec, head_dim, facts.n_ctx_train)
+    _check_heads(model, facts, trunk, heads)
+    q_scale, kq_scale = _attention_scales(spec, facts, trunk, head_dim)
+    dense: dict[str, Any] = dict(_dense_scales(model, spec))   # spread among fields of other types
+    kq_scale = dense.pop("kq_scale", kq_scale)
+    window = max((lf.window for lf in trunk), default=0)
+    return HParams(
+        arch=arch, spec=spec, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
+        n_ctx_train=facts.n_ctx_train, n_head=heads[0].n_head,
+        n_head_kv=tuple(lf.n_head_kv for lf in trunk), head_dim=head_dim,
+        eps=_get(model, Keys.Attention.LAYERNORM_RMS_EPS, 1e-5),
+        swa=tuple(lf.kind is AttnKind.SWA for lf in trunk), n_swa=window,
+        kq_scale=kq_scale, q_scale=q_scale,
+        softcap=_get(model, Keys.LLM.FINAL_LOGIT_SOFTCAPPING, spec.final_softcap),
+        attn_softcap=_get(model, Keys.LLM.ATTN_LOGIT_SOFTCAPPING, DEFAULT_ATTN_SOFTCAP) if spec.attn_softcap else 0.0,
+        n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
+        xielu=_xielu(model, spec, facts.n_layer), **dense, **rope,
+        routing=read_routing(model, spec, facts.n_layer) if spec.ffn is FfnKind.MOE else None,
+        head_dim_v=head_dim_v if head_dim_v != head_dim else 0, attn_value_scale=_value_scale(model, spec),
+        **(_per_block(model, trunk, rope["n_rot"]) if spec.per_block_heads else {}),
+    )
+
+
+def _head_layers(trunk: list[LayerFacts]) -> list[LayerFacts]:
+    """The layers whose heads the model's head counts and sizes come from: the attending ones, where
+    there are any. Recurrent layers (granitehybrid's Mamba-2 layers) have no heads, FFN-only blocks
+    (nemotron_h's) neither."""
+    attending = [lf for lf in trunk if lf.kind not in (AttnKind.RECURRENT, AttnKind.NONE)]
+    return attending or trunk
+
+
+def _one_head_size(model: ModelFile, spec: ArchSpec, heads: list[LayerFacts]) -> int:
+    """V's head size (K's unless ArchSpec.v_head_own), refusing a model whose layers differ in K's or V's."""
+    head_dim = heads[0].head_dim_k
     head_dim_v = heads[0].head_dim_v if spec.v_head_own else head_dim
     if any(lf.head_dim_v != head_dim_v or lf.head_dim_k != head_dim for lf in heads):
         raise GGUFError(model.path, "the runtime's builders need one head size for K and V in every layer")
-    n_rot = int(_get(model, Keys.Rope.DIMENSION_COUNT, head_dim) or head_dim)
+    return head_dim_v
+
+
+def _rope(model: ModelFile, spec: ArchSpec, head_dim: int, n_ctx_train: int) -> dict[str, Any]:
+    """The HParams fields of RoPE: rotated dims, bases and scales (linear and YaRN scaling; any other
+    scaling type is refused)."""
+    arch = model.architecture
     scale_type = str(model.metadata.get(Keys.Rope.SCALING_TYPE.format(arch=arch), "none") or "none")
     freq_scale = 1.0
     if scale_type in ("linear", "yarn"):
         freq_scale = 1.0 / (_get(model, Keys.Rope.SCALING_FACTOR, 1.0) or 1.0)
     elif scale_type not in ("none", ""):
         raise GGUFError(model.path, f"rope scaling {scale_type!r} is not implemented in the runtime")
-    if facts.n_layer and heads[0].n_head * head_dim == 0 and not recurrent_only:
-        raise GGUFError(model.path, "no attention heads")
-    # gemma3 (load_arch_hparams): Q is pre-scaled by 1/sqrt(head_dim), 1/sqrt(n_embd/n_head) for 27B
-    q_scale = 1.0
-    kq_scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
-    if spec.q_prescale:
-        big = facts.n_layer == spec.big_model_layers
-        q_scale = 1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if big else kq_scale
-        kq_scale = 1.0
-    dense: dict[str, Any] = dict(_dense_scales(model, spec))   # spread among fields of other types
-    kq_scale = dense.pop("kq_scale", kq_scale)
-    window = max((lf.window for lf in trunk), default=0)
     freq_base = _get(model, Keys.Rope.FREQ_BASE, 10000.0) or 10000.0
     base_swa = freq_base if spec.swa_rope_from_base else DEFAULT_FREQ_BASE_SWA
-    return HParams(
-        arch=arch, spec=spec, n_layer=facts.n_layer, n_embd=facts.n_embd, n_vocab=facts.n_vocab,
-        n_ctx_train=facts.n_ctx_train, n_head=heads[0].n_head,
-        n_head_kv=tuple(lf.n_head_kv for lf in trunk), head_dim=head_dim, n_rot=n_rot,
-        eps=_get(model, Keys.Attention.LAYERNORM_RMS_EPS, 1e-5),
+    return dict(
+        n_rot=int(_get(model, Keys.Rope.DIMENSION_COUNT, head_dim) or head_dim),
         freq_base=freq_base, freq_base_swa=_get(model, Keys.Rope.FREQ_BASE_SWA, base_swa) or base_swa,
         freq_scale=freq_scale, freq_scale_swa=freq_scale if spec.swa_rope_from_base else 1.0,
-        swa=tuple(lf.kind is AttnKind.SWA for lf in trunk), n_swa=window,
-        kq_scale=kq_scale, q_scale=q_scale,
-        softcap=_get(model, Keys.LLM.FINAL_LOGIT_SOFTCAPPING, spec.final_softcap),
-        attn_softcap=_get(model, Keys.LLM.ATTN_LOGIT_SOFTCAPPING, DEFAULT_ATTN_SOFTCAP) if spec.attn_softcap else 0.0,
         ext_factor=1.0 if scale_type == "yarn" else 0.0,
-        n_ctx_orig=int(_get(model, Keys.Rope.SCALING_ORIG_CTX_LEN, facts.n_ctx_train)),
-        n_expert=facts.n_expert, n_expert_used=facts.n_expert_used,
-        xielu=_xielu(model, spec, facts.n_layer), **dense,
-        routing=read_routing(model, spec, facts.n_layer) if spec.ffn is FfnKind.MOE else None,
-        head_dim_v=head_dim_v if head_dim_v != head_dim else 0, attn_value_scale=_value_scale(model, spec),
-        **(_per_block(model, trunk, n_rot) if spec.per_block_heads else {}),
+        n_ctx_orig=int(_get(model, Keys.Rope.SCALING_ORIG_CTX_LEN, n_ctx_train)),
     )
+
+
+def _check_heads(model: ModelFile, facts: ModelFacts, trunk: list[LayerFacts], heads: list[LayerFacts]) -> None:
+    """A model with layers has attention heads, unless its blocks are all recurrent (mamba2)."""
+    recurrent_only = all(lf.kind is AttnKind.RECURRENT for lf in trunk)
+    if facts.n_layer and heads[0].n_head * heads[0].head_dim_k == 0 and not recurrent_only:
+        raise GGUFError(model.path, "no attention heads")
+
+
+def _attention_scales(spec: ArchSpec, facts: ModelFacts, trunk: list[LayerFacts], head_dim: int
+                      ) -> tuple[float, float]:
+    """(q_scale, kq_scale): 1/sqrt(head_dim) inside attention, or, where ArchSpec.q_prescale (gemma3's
+    load_arch_hparams), on Q before it: 1/sqrt(head_dim), 1/sqrt(n_embd/n_head) for the 27B."""
+    kq_scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
+    if not spec.q_prescale:
+        return 1.0, kq_scale
+    big = facts.n_layer == spec.big_model_layers
+    return (1.0 / math.sqrt(facts.n_embd / trunk[0].n_head) if big else kq_scale), 1.0
 
 
 def _per_block(model: ModelFile, trunk: list[LayerFacts], n_rot: int) -> dict[str, Any]:

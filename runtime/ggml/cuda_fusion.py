@@ -132,18 +132,11 @@ def _summed_views(group: Sequence[Tensor], weighted: Tensor, n_used: int) -> Ten
     n_adds = 0
     for cand in group:
         if cand.op is Op.VIEW:
-            e = len(views)
-            if (e >= n_used or cand.src[0] is not weighted or cand.view_src is not weighted
-                    or cand.type != GGMLType.F32 or tuple(cand.ne) != (weighted.ne[0], n_tokens, 1, 1)
-                    or cand.nb[0] != weighted.nb[0] or cand.nb[1] != weighted.nb[2]
-                    or cand.view_offs != e * weighted.nb[1]):
+            if len(views) >= n_used or not _is_expert_view(cand, weighted, len(views), n_tokens):
                 return None
             views.append(cand)
             continue
-        if cand.op is not Op.ADD or len(views) < 2 or n_adds + 1 >= len(views):
-            return None
-        lhs = views[0] if previous is None else previous
-        if cand.src[0] is not lhs or cand.src[1] is not views[n_adds + 1] or cand.type != GGMLType.F32:
+        if not _is_next_add(cand, views, previous, n_adds):
             return None
         previous, n_adds = cand, n_adds + 1
     if len(views) != n_used or previous is None or n_adds != n_used - 1:
@@ -151,6 +144,23 @@ def _summed_views(group: Sequence[Tensor], weighted: Tensor, n_used: int) -> Ten
     if not previous.is_contiguous() or tuple(previous.ne) != (weighted.ne[0], n_tokens, 1, 1):
         return None
     return previous
+
+
+def _is_expert_view(cand: Tensor, weighted: Tensor, e: int, n_tokens: int) -> bool:
+    """`cand` is expert e's f32 slice of `weighted`: {n_embd, n_tokens} at offset e * nb[1], rows nb[2] apart."""
+    return (cand.src[0] is weighted and cand.view_src is weighted
+            and cand.type == GGMLType.F32 and tuple(cand.ne) == (weighted.ne[0], n_tokens, 1, 1)
+            and cand.nb[0] == weighted.nb[0] and cand.nb[1] == weighted.nb[2]
+            and cand.view_offs == e * weighted.nb[1])
+
+
+def _is_next_add(cand: Tensor, views: list[Tensor], previous: Tensor | None, n_adds: int) -> bool:
+    """`cand` is the next f32 add of the chain: the sum so far (the first view to start) plus the next view,
+    after at least two views and while views remain to add."""
+    if cand.op is not Op.ADD or len(views) < 2 or n_adds + 1 >= len(views):
+        return False
+    lhs = views[0] if previous is None else previous
+    return cand.src[0] is lhs and cand.src[1] is views[n_adds + 1] and cand.type == GGMLType.F32
 
 
 def _weighted_reduction(nodes: Sequence[Tensor], i: int, end: int, uses: Mapping[Tensor, int]) -> _Reduction | None:

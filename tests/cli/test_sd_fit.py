@@ -27,7 +27,7 @@ RAM = ["--ram", "32GiB"]  # RAM budget: 32 - max(2, 3.2) = 28.8 GiB
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    t = {f"model.diffusion_model.double_blocks.{i}.img_attn.qkv.weight": ("F16", [64 * MiB]) for i in range(40)}
+    t = {f"model.diffusion_model.double_blocks.{i}.img_attn.qkv.weight": ("F16", [1024, 64 * 1024]) for i in range(40)}
     t.update({f"text_encoders.t5xxl.transformer.encoder.block.{i}.layer.0.w": ("F16", [64 * MiB]) for i in range(16)})
     t["first_stage_model.decoder.conv_in.weight"] = ("F32", [40 * MiB])   # F16: 2 bytes an element, F32: 4
     return str(write_safetensors(tmp_path_factory.mktemp("sd") / "model.safetensors", t))

@@ -49,7 +49,7 @@ def test_compute_is_sd_clis_at_the_size_and_modes(capsys, sd15):
     assert c["te"]["compute_reserve_bytes"] == compute_bytes("sd15", "clip", 768, 512, off)
     assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 768, 512, off)
     assert c["vae"]["compute_source"] == "sd-cli, fa=off,conv_direct=off"
-    assert p["image"] == {"width": 768, "height": 512, "vae_tiling": False}
+    assert p["image"] == {"width": 768, "height": 512, "frames": 1, "vae_tiling": False}
     assert p["verdict"] == "fits"
     assert p["flags"].endswith("-W 768 -H 512 --flash-attn off --conv-direct off")
 
@@ -119,11 +119,15 @@ def test_largest_square_stops_where_the_corpus_ends(capsys, sd15):
     assert code == 0 and f"{CORPUS_MAX_SIDE}x{CORPUS_MAX_SIDE} or larger" in out
 
 
-@pytest.mark.parametrize("flag,value", [("-W", "500"), ("--height", "0"), ("-W", "-64")])
-def test_bad_size_is_one_line_exit_2(capsys, sd15, flag, value):
+@pytest.mark.parametrize("flag,value,needle", [("-W", "500", "expected a positive multiple of 16"),
+                                                ("--height", "0", "expected a positive multiple of 16"),
+                                                ("-W", "-64", "expected a positive multiple of 16"),
+                                                ("-W", "480", "expected positive multiples of 64")])
+def test_bad_size_is_one_line_exit_2(capsys, sd15, flag, value, needle):
+    # any model's sizes are multiples of 16 (Wan's); SD 1.x's of 64 (sd-cli's UNet models)
     code = main(["sd-fit", sd15, *CPU, flag, value])
     _, err = capsys.readouterr()
-    assert code == 2 and "expected a positive multiple of 64" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
 
 
 def test_sdxl_1024_on_an_8_gib_card(capsys, sdxl):
@@ -134,26 +138,49 @@ def test_sdxl_1024_on_an_8_gib_card(capsys, sdxl):
     assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sdxl", "unet", 1024, 1024, on)
     assert c["te"]["compute_reserve_bytes"] == compute_bytes("sdxl", "clip", 1024, 1024, Mode(True, False))
     # SDXL's VAE: the KL-f8 tensors, but sd-cli's SDXL decode graph ("kl-f8-sdxl"), not SD 1.5's
+    # (tiled, as seed 002's retry does it: tiles of half the latent per side, 64 x 64)
+    tile = (64, 64) if p["image"]["vae_tiling"] else None
     assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8-sdxl", "vae", 1024, 1024, on,
-                                                              tiled=p["image"]["vae_tiling"])
+                                                              tiled=tile is not None, tile=tile)
     assert c["vae"]["compute_reserve_bytes"] != compute_bytes("kl-f8", "vae", 1024, 1024, on,
-                                                              tiled=p["image"]["vae_tiling"])
+                                                              tiled=tile is not None, tile=tile)
     assert p["verdict"] in ("fits", "fits with VAE tiling", "fits with parameters on the host",
                             "fits with parameters on the host and VAE tiling")
 
 
 def test_flux_1024_on_a_12_gib_card(capsys, flux):
-    """FLUX.1 [dev] at 1024x1024 on a 12 GiB CUDA card: the DiT's and the text encoders' compute are
-    sd-cli's (CUDA's auto flash attention on); its 16-channel autoencoder's decode is the one SD3
-    and Z-Image share (CUDA's auto direct convolution on), tiled where the whole decode does not fit."""
+    """FLUX.1 [dev] at 1024x1024 on a 12 GiB CUDA card: the DiT's, the text encoders' and the
+    autoencoder's compute are sd-cli's (CUDA's auto flash attention on, direct convolution on for
+    the VAE)."""
     files = [a for flag, path in flux.items() for a in (flag, str(path))]
     p = plan(capsys, *files, "--device", "CUDA0=12GiB", "--ram", "64GiB", "-W", "1024", "-H", "1024")
     c, fa = comps(p), Mode(True, False)
     assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("flux", "flux", 1024, 1024, fa)
     assert c["te"]["compute_reserve_bytes"] == max(compute_bytes("flux", "t5", 1024, 1024, fa),
                                                    compute_bytes("flux", "clip", 1024, 1024, fa))
-    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("ae16", "vae", 1024, 1024, Mode(True, True),
-                                                              tiled=p["image"]["vae_tiling"])
+    # the 16-channel autoencoder's decode, sd-cli's for FLUX.1 ("flux-ae"), untiled: it fits
+    assert c["vae"]["compute_reserve_bytes"] == compute_bytes("flux-ae", "vae", 1024, 1024, Mode(True, True))
+    assert c["vae"]["compute_source"] == "sd-cli, fa=on,conv_direct=on"
     # 22.2 GiB of DiT weights cannot stay on a 12 GiB card: auto-fit keeps them in RAM
     assert c["diffusion"]["params"] == "cpu"
     assert p["verdict"].startswith("fits with parameters on the host")
+
+
+@pytest.mark.parametrize("frames,needle", [("9", "sd15 is an image model"), ("0", "expected 1 or more")])
+def test_frames_on_an_image_model_is_one_line_exit_2(capsys, sd15, frames, needle):
+    code = main(["sd-fit", sd15, *CPU, "--frames", frames])
+    _, err = capsys.readouterr()
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_text_report_shows_the_figures_behind_the_verdict(capsys, sd15):
+    # one line per device: weights + compute = need of cap, as the JSON's per_device says
+    args = [sd15, "--device", "CUDA0=4GiB", "--ram", "64GiB", "-W", "768", "-H", "768"]
+    p = plan(capsys, *args)
+    code = main(["sd-fit", *args])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    for d in p["per_device"]:
+        line = next(x for x in out.splitlines() if x.strip().startswith(d["name"] + " ") and "weights" in x)
+        assert f"= {d['need_bytes'] // MiB:6d} MiB of {d['cap_bytes'] // MiB:6d} MiB" in line
+    assert f"768x768: {p['verdict']}" in out

@@ -18,6 +18,7 @@ from gguf import Keys
 from planner.core.errors import GGUFError
 from planner.gguf.reader import read_model
 from planner.gguf.source import FileSource
+from planner.model import arch
 from planner.model.arch import AttnKind, model_facts
 from planner.synth.gguf_factory import ModelSpec, Q, T, Typed, llama_spec, qwen3moe_spec
 from planner.synth.gguf_fields import Gguf, enc_value, load
@@ -212,6 +213,31 @@ def test_embedding_length_that_disagrees_with_token_embd(tmp_path):
     g = _base(tmp_path)
     g.set("llama.embedding_length", VT.UINT32, (1 << 32) - 1)
     _refused(g.write(tmp_path / "m.gguf"), "llama.embedding_length is 4294967295", "token_embd.weight is 256 wide")
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("llama.block_count", 600, "llama.block_count is 600"),
+    ("llama.embedding_length", (1 << 32) - 1, "token_embd.weight is 256 wide"),
+    ("llama.expert_used_count", 2, "llama.expert_used_count is 2"),
+])
+def test_the_header_is_checked_in_one_pass_before_anything_is_derived(tmp_path, monkeypatch, key, value, words):
+    """model_facts refuses a hostile value in its checking pass (_checked_header), before the derivation of the
+    layers starts: with the derivation made to fail, the hostile header still gets its one-line refusal and the
+    derivation is never reached; the sound header reaches it."""
+    reached = []
+
+    def derivation(*args):
+        reached.append(args)
+        raise RuntimeError("the derivation ran")
+
+    monkeypatch.setattr(arch, "_heads", derivation)
+    g = _base(tmp_path)
+    g.set(key, VT.UINT32, value)
+    _refused(g.write(tmp_path / "m.gguf"), words)
+    assert reached == []
+    with pytest.raises(RuntimeError, match="the derivation ran"):
+        model_facts(read_model(tmp_path / "base.gguf"))
+    assert len(reached) == 1
 
 
 def test_a_long_architecture_name_is_not_echoed(tmp_path):

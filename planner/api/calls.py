@@ -25,6 +25,7 @@ from planner.checking.validation_report import (
     ValidateRequest,
     with_budgets,
 )
+from planner.core.choices import Program, SweepMode
 from planner.core.errors import BadInput
 from planner.emit.set_document import SetReport
 from planner.hardware.budgets import resolve_budgets
@@ -32,21 +33,24 @@ from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import inventory_from_cli, inventory_from_options
 from planner.llama.context import ModelLike
 from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
-from planner.llama.programs import Program, parse_program
 from planner.memory.estimate import Estimate
 from planner.memory.estimate import estimate as run_estimate
 from planner.model.inspect import InspectResult
 from planner.model.inspect import inspect as run_inspect
 from planner.registry.candidates import MAX_CANDIDATES
+from planner.sd.argv import request_from_argv
+from planner.sd.res_sweep import ResSweep, res_sweep
 from planner.search.result import PlanRequest, PlanResult
 from planner.search.search import plan as run_plan
 from planner.search.set_input import ModelSet, read_model_set
 from planner.search.set_plan import plan_set as run_plan_set
-from planner.sweeps.axes import SweepMode
+from planner.sweeps.axes import Axis
 from planner.sweeps.choose import Choice
 from planner.sweeps.choose import choose as run_choose
 from planner.sweeps.sweep import SweepResult, parse_axis
 from planner.sweeps.sweep import sweep as run_sweep
+
+__all__ = ["as_flags", "as_inventory", "choose", "estimate", "inspect", "plan", "plan_set", "sweep", "validate"]
 
 Devices = Inventory | str | os.PathLike | Sequence[str] | None
 Flags = str | Sequence[str] | LlamaFlags
@@ -83,7 +87,7 @@ def estimate(model: ModelLike, flags: Flags = (), devices: Devices = None, ram: 
     """What llama.cpp would allocate on each device for `flags` (`fitplan estimate`): as llama-fit-params'
     dry run prints it, or (`program="server"`) as llama-server loads it, with its -np default when the
     flags are given as text or a list."""
-    sized_for = program if isinstance(program, Program) else parse_program(program)
+    sized_for = Program(program)
     given = flags if isinstance(flags, LlamaFlags) else _argv(flags)
     return run_estimate(model, given, as_inventory(devices, ram), program=sized_for)
 
@@ -95,6 +99,22 @@ def sweep(model: ModelLike, vary: Mapping[str, str | Sequence[Any]], devices: De
     planner.sweeps.sweep for the axes), evaluated by `mode` (`fitplan sweep`)."""
     axes = [parse_axis(name, spec) for name, spec in vary.items()]
     return run_sweep(model, axes, as_inventory(devices, ram), as_flags(flags), mode=mode, progress=progress)
+
+
+def sd_sweep(models: Sequence[str], axes: Sequence[Axis], sd_argv: Sequence[str], inventory: Inventory | None,
+             max_vram: str | None = None, progress: Callable[[int, int], None] | None = None) -> ResSweep:
+    """`fitplan sweep` of a stable-diffusion.cpp model over the `res` axis: sd-fit at each square
+    side, with the sd-cli flags `sd_argv` (a --max-vram there wins over `max_vram`)."""
+    if inventory is None:
+        raise BadInput("sweep --vary res: sd-fit plans for devices; expected --device or --devices")
+    others = [a.name for a in axes if a.name != "res"]
+    if others:
+        raise BadInput(f"sweep --vary res: a stable-diffusion.cpp sweep varies res alone (got {', '.join(others)})")
+    request = request_from_argv(list(models), sd_argv)
+    if request.max_vram is None and max_vram is not None:
+        request = replace(request, max_vram=max_vram)
+    sides = [v for a in axes for v in a.values]
+    return res_sweep(request, inventory, sides, progress)
 
 
 def plan(model: ModelLike, devices: Devices = None, ram: str | None = None, request: PlanRequest | None = None,
