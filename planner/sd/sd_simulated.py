@@ -26,6 +26,7 @@ from runtime.sd.sd_reserve import (
     vae_decode_bytes,
     wan_dit_bytes,
     wan_latent_frames,
+    wan_vae_decode_bytes,
     z_image_bytes,
 )
 
@@ -65,6 +66,7 @@ VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
     # the DiT runner is named after the model in sd-cli's log (wan.hpp WanRunner::desc)
     ("wan", "Wan2.1-T2V-1.3B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode),
     ("wan", "t5"): lambda w, h, t, mode, tiled: t5_bytes(WAN_T5_TOKENS, t5_encoder.UMT5_XXL, mode, masked=True),
+    ("wan-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled),
 }
 
 

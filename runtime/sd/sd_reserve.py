@@ -18,7 +18,18 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, flux_dit, sd3_mmdit, t5_encoder, unet, vae_decoder, vae_encoder, wan_dit, z_image_dit
+from runtime.sd import (
+    clip_text,
+    flux_dit,
+    sd3_mmdit,
+    t5_encoder,
+    unet,
+    vae_decoder,
+    vae_encoder,
+    wan_dit,
+    wan_vae_decoder,
+    z_image_dit,
+)
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -221,4 +232,18 @@ def z_image_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
         n_pos = n_txt + z_image_dit.pad_to(n_txt) + n_img + z_image_dit.pad_to(n_img)
         pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")
         return z_image_dit.z_image(b, x, timesteps, context, pe, cfg)
+    return runner_reserve(build, mode)
+
+
+def wan_vae_decode_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = SdMode(),
+                         tiled: bool = False,
+                         cfg: wan_vae_decoder.WanVaeConfig = wan_vae_decoder.WAN21_VAE) -> int:
+    """The Wan VAE runner's compute buffer for decoding a latent_w x latent_h x latent_t latent; `tiled`: one
+    spatial tile's decode (VAE_TILE latent pixels a side, all frames), as for the image VAEs."""
+    if tiled:
+        latent_w, latent_h = vae_tile_side(latent_w), vae_tile_side(latent_h)
+
+    def build(b: Blocks) -> Tensor:
+        z = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.z_dim), name="z")
+        return wan_vae_decoder.decode(b, z, cfg)
     return runner_reserve(build, mode)
