@@ -27,6 +27,7 @@ from planner.hardware.inventory import (
     rpc_flag,
 )
 from planner.hardware.inventory_yaml import cpu_list_text, inventory_from_cli, load_inventory
+from planner.llama.flags import arg, spellings
 from planner.system import net
 
 AUTO = "auto"   # --devices auto: detect this machine
@@ -76,9 +77,10 @@ class InventoryOptions:
     def llama_argv(self, argv: list[str]) -> list[str]:
         """llama.cpp flags with `--rpc` added for the `--rpc` endpoints when the flags name none
         (llama.cpp uses an rpc-server only when its --rpc names it)."""
-        if not self.rpc or any(a in ("--rpc", "-rpc") or a.startswith("--rpc=") for a in argv):
+        given = spellings("rpc")
+        if not self.rpc or any(a in given or a.split("=", 1)[0] in given for a in argv):
             return argv
-        return ["--rpc", ",".join(self.rpc), *argv]
+        return [*arg("rpc", ",".join(self.rpc)), *argv]
 
     def inventory(self, detect: bool, use_llama: bool = True) -> Inventory | None:
         """The inventory: the YAML file, else this machine when `detect` (or `--devices auto`, or

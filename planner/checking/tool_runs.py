@@ -29,7 +29,7 @@ from gguf import Keys
 from planner.checking.validation_report import DeviceReport, ValidateReport, ValidateRequest, judge, prompt_ids
 from planner.core.units import MiB
 from planner.llama.context import ModelContext
-from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind, flags_to_argv
+from planner.llama.flags import LlamaFlags, OverrideArg, OverrideKind, arg, flags_to_argv
 from planner.llama.placement import HOST, resolve_devices
 from planner.system.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process, tools_dir
 
@@ -174,7 +174,7 @@ def fit_print(bin_dir: Path, model: Path, argv: list[str],
     as it prints them (common/fit.cpp common_fit_print: one `NAME MODEL CONTEXT COMPUTE` line per device and
     host row); a failed run raises ToolsError with the end of its stderr. `env` replaces the environment
     (a Vulkan build's GGML_VK_VISIBLE_DEVICES)."""
-    done = subprocess.run([str(bin_dir / "llama-fit-params"), "-m", str(model), "--fit-print", "on", *argv],
+    done = subprocess.run([str(bin_dir / "llama-fit-params"), *arg("model", model), *arg("fit_print", "on"), *argv],
                           capture_output=True, text=True, timeout=300, check=False, env=env)
     if done.returncode != 0:
         raise ToolsError(f"llama-fit-params {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
@@ -291,8 +291,8 @@ def llama_server(bin_dir: Path, model: str, flags: list[str]) -> Iterator[Server
     with tempfile.TemporaryDirectory(prefix="fitplan-server-") as tmp:
         port = free_port()
         log_path = Path(tmp) / "server.log"
-        argv = [str(bin_dir / "llama-server"), "-m", model, "--host", LOOPBACK, "--port", str(port),
-                "-np", "1", "-v", *flags]
+        argv = [str(bin_dir / "llama-server"), *arg("model", model), *arg("host", LOOPBACK), *arg("port", port),
+                *arg("n_parallel", 1), *arg("verbose"), *flags]
         proc = start_server(argv, log_path)
         try:
             wait_ready(proc, port, log_path)
@@ -312,12 +312,12 @@ def _rpc_flags(flags: LlamaFlags, names: list[str], endpoints: list[str]) -> Lla
     by_name = {n: f"RPC0[{ep}]" for n, ep in zip(names, endpoints, strict=True)}
     old_rpc = {f"RPC0[{ep}]": f"RPC0[{new}]" for ep, new in zip(flags.rpc, endpoints, strict=False)}
     args = []
-    for arg in flags.override_args:
-        if arg.kind is not OverrideKind.OT:
-            args.append(arg)
+    for o in flags.override_args:
+        if o.kind is not OverrideKind.OT:
+            args.append(o)
             continue
         items = []
-        for item in arg.value.split(","):
+        for item in o.value.split(","):
             pattern, _, target = item.partition("=")
             items.append(f"{pattern}={by_name.get(target, old_rpc.get(target, target))}")
         args.append(OverrideArg(OverrideKind.OT, ",".join(items)))
@@ -364,7 +364,7 @@ def validate_llama(req: ValidateRequest, ctx: ModelContext,
     names = [d.name for d in resolve_devices(req.flags, req.inventory)]
     with rpc_servers(len(names), bin_dir) as endpoints:
         flags = _rpc_flags(req.flags, names, endpoints)
-        argv = flags_to_argv(flags) + ["-fit", "off"]
+        argv = flags_to_argv(flags) + arg("fit", "off")
         with llama_server(bin_dir, ctx.model.path, argv) as server:
             bos = ctx.model.metadata.get(Keys.Tokenizer.BOS_ID)
             prompt = prompt_ids(req.n_prompt, ctx.facts.n_vocab, bos)

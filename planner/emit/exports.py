@@ -26,7 +26,7 @@ from planner.emit.document import Deployment
 from planner.hardware.inventory import Backend
 from planner.hardware.vulkan_devices import LAVAPIPE
 from planner.llama.commands import LLAMA_SERVER
-from planner.llama.flags import takes_value
+from planner.llama.flags import FLAGS, arg, flag_key, takes_value
 from planner.system.llama_tools import LLAMA_CPP_PIN, VULKAN_ENV
 
 
@@ -64,7 +64,7 @@ def environment(dep: Deployment) -> dict[str, str]:
 
 def server_args(dep: Deployment, opts: ExportOptions) -> list[str]:
     """llama-server's arguments: the plan's vector, then where it listens."""
-    return [*dep.argv, "--host", opts.host, "--port", str(opts.port)]
+    return [*dep.argv, *arg("host", opts.host), *arg("port", opts.port)]
 
 
 # --- systemd ------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def compose_service(dep: Deployment, opts: ExportOptions) -> str:
     host_net = _loopback_rpc(dep)
     args = server_args(dep, ExportOptions(opts.program, opts.host if host_net else "0.0.0.0", opts.port, opts.name))
     service: dict = {"image": IMAGE_CUDA if cuda else IMAGE_CPU}
-    if args[:1] == ["-m"]:
+    if args and flag_key(args[0]) == "model":
         args[1] = f"{CONTAINER_MODELS}/{PurePosixPath(dep.model_path).name}"
         service["volumes"] = [{"type": "bind", "source": dep.model_path, "target": args[1], "read_only": True}]
     service["command"] = args
@@ -127,8 +127,8 @@ def compose_service(dep: Deployment, opts: ExportOptions) -> str:
 
 # --- llama.cpp preset ---------------------------------------------------------------------------
 
-_PRESET_JOINED = {"-ot": ",", "--override-tensor": ",", "--rpc": ","}   # values llama.cpp appends
-_PRESET_SKIP = {"--host", "--port"}   # the router sets its children's (server-models.cpp update_args)
+_PRESET_JOINED = {name: "," for key in ("override_tensor", "rpc") for name in FLAGS[key].names}   # llama.cpp appends
+_PRESET_SKIP = {*FLAGS["host"].names, *FLAGS["port"].names}   # the router sets its children's (update_args)
 
 
 def preset_value(key: str, value: str) -> str:
@@ -163,7 +163,7 @@ def preset_options(argv: list[str]) -> list[tuple[str, str]]:
 
 
 def preset_file(dep: Deployment, opts: ExportOptions) -> str:
-    model_key = "model-url" if dep.argv[:1] == ("-mu",) else "model"
+    model_key = "model-url" if dep.argv and flag_key(dep.argv[0]) == "model_url" else "model"
     section = PurePosixPath(dep.model_path).stem
     lines = [f"; llama-server --models-preset THIS_FILE --host {opts.host} --port {opts.port}",
              f"; from a fitplan plan ({LLAMA_CPP_PIN})", f"[{section}]",

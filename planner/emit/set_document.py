@@ -13,6 +13,7 @@ from planner.core.render import table
 from planner.core.units import fmt_bytes, fmt_mib
 from planner.hardware.inventory import inventory_to_dict
 from planner.llama.commands import LLAMA_SERVER, command_line
+from planner.llama.flags import FLAGS
 from planner.llama.placement import HOST
 from planner.search.result import llama_argv, plan_argv, plan_rows
 from planner.search.set_input import Role
@@ -22,7 +23,7 @@ from planner.system.llama_tools import LLAMA_CPP_PIN
 from planner.system.schema import Where, load_yaml
 
 SET_PLAN_VERSION = 1
-EMBEDDINGS = "--embeddings"   # llama-server serves /v1/embeddings only with it (common/arg.cpp)
+EMBEDDINGS = FLAGS["embeddings"].names[0]   # llama-server serves /v1/embeddings only with it (common/arg.cpp)
 
 
 def server_args(p: ModelPlan) -> list[str]:

@@ -26,7 +26,7 @@ from planner.emit.document import Deployment
 from planner.emit.exports import environment, preset_options, preset_value
 from planner.emit.set_document import EMBEDDINGS
 from planner.hardware.inventory import inventory_from_dict
-from planner.llama.flags import LlamaFlags
+from planner.llama.flags import LlamaFlags, arg, flag_key
 from planner.search.set_input import RESERVED_GROUP as RESIDENT_GROUP
 from planner.system.llama_tools import LLAMA_CPP_PIN
 
@@ -47,7 +47,7 @@ def _split(m: dict[str, Any]) -> tuple[str, list[str], bool]:
     argv = list(m["argv"])
     embeddings = EMBEDDINGS in argv
     argv = [a for a in argv if a != EMBEDDINGS]
-    key = "model-url" if argv[0] == "-mu" else "model"
+    key = "model-url" if flag_key(argv[0]) == "model_url" else "model"
     return key, argv[2:], embeddings
 
 
@@ -74,11 +74,11 @@ def preset_ini(doc: dict[str, Any], host: str = "127.0.0.1", port: int = 8080) -
 
 
 def _cmd(program: str, m: dict[str, Any], host: str) -> str:
-    for arg in m["argv"]:
-        if "${" in arg:   # llama-swap expands ${...} in cmd as its macros
-            raise BadInput(f"--format llama-swap: {m['name']}: the argument {arg!r} holds '${{', which llama-swap "
+    for a in m["argv"]:
+        if "${" in a:   # llama-swap expands ${...} in cmd as its macros
+            raise BadInput(f"--format llama-swap: {m['name']}: the argument {a!r} holds '${{', which llama-swap "
                            "reads as a macro")
-    return f"{shlex.join([program, *m['argv'], '--host', host])} --port {PORT_MACRO}"
+    return f"{shlex.join([program, *m['argv'], *arg('host', host)])} {' '.join(arg('port', PORT_MACRO))}"
 
 
 def _env(doc: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.llama.flags import LlamaFlags, OverrideKind
+from planner.llama.flags import FLAGS, LlamaFlags, OverrideKind, arg, bench_arg, has_flag
 from planner.llama.programs import Program
 
 LLAMA_SERVER = "llama-server"
@@ -39,7 +39,7 @@ def command_line(program: str, argv: Sequence[str]) -> str:
 
 def model_args(location: str) -> list[str]:
     """The model as llama.cpp's common arguments name it: `-m PATH`, or `-mu URL` for a URL."""
-    return ["-mu", location] if location.startswith(("http://", "https://")) else ["-m", location]
+    return arg("model_url", location) if location.startswith(("http://", "https://")) else arg("model", location)
 
 
 def server_argv(model: str, flag_argv: Sequence[str], n_parallel: int) -> list[str]:
@@ -47,8 +47,8 @@ def server_argv(model: str, flag_argv: Sequence[str], n_parallel: int) -> list[s
     (llama-server's default is 4 slots sharing a unified cache, llama-cli's and llama-fit-params'
     is 1; a plan sizes its cache for `n_parallel`)."""
     flags = list(flag_argv)
-    if "-np" not in flags and "--parallel" not in flags:
-        flags += ["-np", str(n_parallel)]
+    if not has_flag("n_parallel", flags):
+        flags += arg("n_parallel", n_parallel)
     return model_args(model) + flags
 
 
@@ -74,26 +74,28 @@ def _bench_overrides(f: LlamaFlags) -> tuple[list[str], str]:
         # to_llama_mparams); that moves no tensor when the -ot patterns that follow -ncmoe on
         # llama.cpp's command line send theirs to the CPU too. Otherwise the patterns are spelled out.
         if all(o.target == "CPU" for o in LlamaFlags(override_args=args[i + 1:]).overrides):
-            out = ["-ncmoe", args[i].value]
+            out = bench_arg("n_cpu_moe", args[i].value)
             items = list(LlamaFlags(override_args=args[:i] + args[i + 1:]).overrides)
     bad = next((o for o in items if any(c in o.pattern + o.target for c in _BENCH_SEPARATORS)), None)
     if bad is not None:
         return [], (f"no llama-bench line: the override {bad.pattern}={bad.target} cannot be written for the "
                     "pinned llama-bench, whose -ot reads ',' as another test row and ';' as another override")
     if items:
-        out = ["-ot", ";".join(f"{o.pattern}={o.target}" for o in items)] + out
+        out = bench_arg("override_tensor", ";".join(f"{o.pattern}={o.target}" for o in items)) + out
     return out, ""
 
 
 def _bench_settings(f: LlamaFlags) -> list[str]:
     """The settings other than the placement lists, each where it differs from llama-bench's default."""
     d = LlamaFlags()
-    pairs = [(("-ctk", f.cache_type_k, "-ctv", f.cache_type_v), (f.cache_type_k, f.cache_type_v) != ("f16", "f16")),
-             (("-ub", str(f.n_ubatch)), f.n_ubatch != d.n_ubatch), (("-b", str(f.n_batch)), f.n_batch != d.n_batch),
-             (("-fa", "1" if f.flash_attn == "on" else "0"), f.flash_attn != d.flash_attn),
-             (("-nopo", "1"), not f.op_offload), (("--repack", "0"), not f.repack),
-             (("-mg", str(f.main_gpu)), f.main_gpu != d.main_gpu), (("-nkvo", "1"), not f.kv_offload),
-             (("--no-host", "1"), f.no_host)]
+    pairs = [(bench_arg("cache_type_k", f.cache_type_k) + bench_arg("cache_type_v", f.cache_type_v),
+              (f.cache_type_k, f.cache_type_v) != ("f16", "f16")),
+             (bench_arg("n_ubatch", f.n_ubatch), f.n_ubatch != d.n_ubatch),
+             (bench_arg("n_batch", f.n_batch), f.n_batch != d.n_batch),
+             (bench_arg("flash_attn", 1 if f.flash_attn == "on" else 0), f.flash_attn != d.flash_attn),
+             (bench_arg("no_op_offload"), not f.op_offload), (bench_arg("no_repack"), not f.repack),
+             (bench_arg("main_gpu", f.main_gpu), f.main_gpu != d.main_gpu),
+             (bench_arg("no_kv_offload"), not f.kv_offload), (bench_arg("no_host"), f.no_host)]
     return [a for args, on in pairs if on for a in args]
 
 
@@ -105,20 +107,20 @@ def bench_argv(model: str, f: LlamaFlags, n_ctx: int) -> BenchArgv:
     if note:
         return BenchArgv(None, note)
     ngl = BENCH_NGL_ALL if f.n_gpu_layers < 0 else str(f.n_gpu_layers)
-    out = ["-m", model, "-ngl", ngl, "-sm", f.split_mode]
+    out = bench_arg("model", model) + bench_arg("n_gpu_layers", ngl) + bench_arg("split_mode", f.split_mode)
     if f.rpc:
-        out += ["--rpc", ",".join(f.rpc)]   # not a test parameter: ',' separates servers here
+        out += bench_arg("rpc", f.rpc)   # not a test parameter: ',' separates servers here
     if f.devices:
-        out += ["-dev", "/".join(f.devices)]
+        out += bench_arg("devices", f.devices)
     if f.tensor_split:
-        out += ["-ts", "/".join(str(int(x)) if float(x).is_integer() else str(x) for x in f.tensor_split)]
+        out += bench_arg("tensor_split", f.tensor_split)
     depth = max(n_ctx - BENCH_N_PROMPT, 0)
-    argv = tuple(out + overrides + _bench_settings(f)
-                 + ["-p", str(BENCH_N_PROMPT), "-n", str(BENCH_N_GEN), "-d", str(depth)])
+    argv = tuple(out + overrides + _bench_settings(f) + bench_arg("n_prompt", BENCH_N_PROMPT)
+                 + bench_arg("n_gen", BENCH_N_GEN) + bench_arg("n_depth", depth))
     # llama-bench runs one sequence, loads the target alone and has no such options: the line
     # measures the placement, not them
-    unmeasured = [flag for flag, on in (("-np", f.n_parallel > 1), ("--swa-full", f.swa_full),
-                                        ("-kvu", f.kv_unified), ("-md", f.spec.has_draft),
-                                        ("-mm", bool(f.mmproj.path)), ("--lora", bool(f.loras))) if on]
+    unmeasured = [FLAGS[key].names[0] for key, on in (
+        ("n_parallel", f.n_parallel > 1), ("swa_full", f.swa_full), ("kv_unified", f.kv_unified),
+        ("draft_model", f.spec.has_draft), ("mmproj", bool(f.mmproj.path)), ("lora", bool(f.loras))) if on]
     return BenchArgv(argv, f"llama-bench runs one sequence of the target alone: {' '.join(unmeasured)} not measured"
                      if unmeasured else "")

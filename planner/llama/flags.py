@@ -5,6 +5,11 @@ llama-cpp-python 0.3.36 (DESIGN.md pins it): defaults (-c 0 = training context, 
 -ub 512, -np 1, -ngl auto = every layer, -fa auto, f16 caches), `-ts` split on `,` or `/`,
 `-ot` lists split on `,` then `=`, and `-cmoe`/`-ncmoe`/`-ncffn` appended to the same override
 list in command-line order (llm_ffn_exps_cpu_override, llm_add_n_cpu_ffn_overrides).
+
+`FLAGS` is the one table of spellings: each flag's names (the first is the one fitplan writes), whether
+it takes a value, which programs read it, and llama-bench's spelling (tools/llama-bench/llama-bench.cpp
+parses its own argv: lists joined by '/', every option takes a value). The parser reads every name of an
+entry; every argv fitplan writes is built with `arg` / `bench_arg`, so a spelling lives here alone.
 """
 from __future__ import annotations
 
@@ -46,6 +51,197 @@ _TRUTHY = ("on", "enabled", "true", "1")   # common/arg.cpp is_truthy / is_false
 _FALSEY = ("off", "disabled", "false", "0")
 
 
+class Tool(str, Enum):
+    """Which llama.cpp programs read a flag."""
+
+    COMMON = "common"   # common/arg.cpp: llama-server, llama-cli, llama-fit-params (each the options of its examples)
+    SERVER = "server"   # common/arg.cpp options set_examples({LLAMA_EXAMPLE_SERVER}): llama-server only
+    BENCH = "bench"     # tools/llama-bench/llama-bench.cpp, which parses its own argv
+
+
+class Use(str, Enum):
+    """What `parse_llama_flags` does with a flag fitplan reads."""
+
+    SETS = "sets"         # changes a field of LlamaFlags
+    IGNORED = "ignored"   # accepted, kept as written: it changes nothing in memory
+    WRITTEN = "written"   # fitplan writes it itself (the model, where llama-server listens); not read from flags
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One llama.cpp option: its spellings in common/arg.cpp (fitplan writes the first), whether it takes a
+    value, and llama-bench's spelling where llama-bench has the option (its own parser, other list syntax)."""
+
+    names: tuple[str, ...] = ()   # common/arg.cpp; () for an option of llama-bench alone
+    switch: bool = False          # takes no value in common/arg.cpp
+    use: Use = Use.SETS
+    server_only: bool = False     # common/arg.cpp set_examples({LLAMA_EXAMPLE_SERVER})
+    bench: tuple[str, ...] = ()   # llama-bench.cpp's spellings; fitplan writes the first
+    bench_sep: str = ","          # between a list's items in llama-bench
+    bench_value: str = ""         # the value llama-bench takes for what this switch means (its options all take one)
+
+    @property
+    def programs(self) -> frozenset[Tool]:
+        common = {Tool.SERVER} if self.server_only else {Tool.COMMON, Tool.SERVER}
+        return frozenset((common if self.names else set()) | ({Tool.BENCH} if self.bench else set()))
+
+
+# llama-bench reads ',' inside a value as another test row: its device and split lists use '/'
+_BENCH_LIST = "/"
+
+
+def _f(names: str, bench: str = "", **kw: Any) -> Flag:
+    return Flag(tuple(names.split()), bench=tuple(bench.split()), **kw)
+
+
+def _s(names: str, bench: str = "", **kw: Any) -> Flag:
+    return _f(names, bench, switch=True, **kw)
+
+
+# The one table of llama.cpp's spellings: parse_llama_flags reads every name of an entry, and every argv
+# fitplan writes takes its spelling from here (`arg`, `bench_arg`). Keys are LlamaFlags' field names where
+# there is one. Sources: common/arg.cpp, tools/llama-bench/llama-bench.cpp (cmd_params parsing).
+FLAGS: dict[str, Flag] = {
+    "n_ctx": _f("-c --ctx-size"),
+    "n_batch": _f("-b --batch-size", "-b --batch-size"),
+    "n_ubatch": _f("-ub --ubatch-size", "-ub --ubatch-size"),
+    "n_parallel": _f("-np --parallel"),
+    "n_gpu_layers": _f("-ngl --gpu-layers --n-gpu-layers", "-ngl --n-gpu-layers"),
+    "split_mode": _f("-sm --split-mode", "-sm --split-mode"),
+    "tensor_split": _f("-ts --tensor-split", "-ts --tensor-split", bench_sep=_BENCH_LIST),
+    "main_gpu": _f("-mg --main-gpu", "-mg --main-gpu"),
+    "devices": _f("-dev --device", "-dev --device", bench_sep=_BENCH_LIST),
+    "rpc": _f("--rpc", "--rpc -rpc"),   # llama-bench: not a test parameter, servers separated by ','
+    "override_tensor": _f("-ot --override-tensor", "-ot --override-tensor"),
+    "n_cpu_moe": _f("-ncmoe --n-cpu-moe", "-ncmoe --n-cpu-moe"),
+    "n_cpu_ffn": _f("-ncffn --n-cpu-ffn"),
+    "cpu_moe": _s("-cmoe --cpu-moe"),
+    "cache_type_k": _f("-ctk --cache-type-k", "-ctk --cache-type-k"),
+    "cache_type_v": _f("-ctv --cache-type-v", "-ctv --cache-type-v"),
+    "flash_attn": _f("-fa --flash-attn", "-fa --flash-attn"),   # llama-bench takes 0|1
+    "load_mode": _f("-lm --load-mode"),
+    "kv_unified": _s("-kvu --kv-unified"),
+    "no_kv_unified": _s("-no-kvu --no-kv-unified"),
+    "swa_full": _s("--swa-full"),
+    "no_kv_offload": _s("-nkvo --no-kv-offload", "-nkvo --no-kv-offload", bench_value="1"),
+    "kv_offload": _s("-kvo --kv-offload"),
+    "no_repack": _s("-nr --no-repack", "--repack", bench_value="0"),
+    "repack": _s("--repack", "--repack", bench_value="1"),
+    "no_host": _s("--no-host", "--no-host", bench_value="1"),
+    "no_op_offload": _s("--no-op-offload", "-nopo --no-op-offload", bench_value="1"),
+    "op_offload": _s("--op-offload"),
+    # older spellings of the load mode
+    "mmap": _s("--mmap"),
+    "no_mmap": _s("--no-mmap"),
+    "mlock": _s("--mlock"),
+    # companion models (common/arg.cpp: set_spec() options, mmproj_examples, --lora)
+    "draft_model": _f("-md --model-draft --spec-draft-model"),
+    "n_gpu_layers_draft": _f("-ngld --gpu-layers-draft --n-gpu-layers-draft --spec-draft-ngl"),
+    "devices_draft": _f("-devd --device-draft --spec-draft-device"),
+    "override_tensor_draft": _f("-otd --override-tensor-draft --spec-draft-override-tensor"),
+    "n_cpu_moe_draft": _f("-ncmoed --n-cpu-moe-draft --spec-draft-ncmoe --spec-draft-n-cpu-moe"),
+    "cpu_moe_draft": _s("-cmoed --cpu-moe-draft --spec-draft-cpu-moe"),
+    "spec_draft_backend_sampling": _s("--spec-draft-backend-sampling"),
+    "no_spec_draft_backend_sampling": _s("--no-spec-draft-backend-sampling"),
+    "cache_type_k_draft": _f("-ctkd --cache-type-k-draft --spec-draft-type-k"),
+    "cache_type_v_draft": _f("-ctvd --cache-type-v-draft --spec-draft-type-v"),
+    "spec_draft_n_max": _f("--spec-draft-n-max --draft --draft-n --draft-max"),
+    "spec_type": _f("--spec-type"),
+    "spec_ngram_simple_size_m": _f("--spec-ngram-simple-size-m"),
+    "spec_ngram_map_k_size_m": _f("--spec-ngram-map-k-size-m"),
+    "spec_ngram_map_k4v_size_m": _f("--spec-ngram-map-k4v-size-m"),
+    "spec_ngram_mod_n_max": _f("--spec-ngram-mod-n-max"),
+    "mmproj": _f("-mm --mmproj"),
+    "mmproj_device": _f("-mmdev --mmproj-device"),
+    "mmproj_offload": _s("--mmproj-offload"),
+    "no_mmproj_offload": _s("--no-mmproj-offload"),
+    "image_min_tokens": _f("--image-min-tokens"),
+    "image_max_tokens": _f("--image-max-tokens"),
+    "lora": _f("--lora"),
+    "lora_scaled": _f("--lora-scaled"),
+    # accepted, changing nothing in memory, and written by fitplan's own commands
+    "threads": _f("-t --threads", "-t --threads", use=Use.IGNORED),
+    "fit": _f("-fit --fit", use=Use.IGNORED),
+    "fit_target": _f("-fitt --fit-target", use=Use.IGNORED),
+    "verbosity": _f("-lv --verbosity", use=Use.IGNORED),
+    "verbose": _s("-v --verbose", use=Use.IGNORED),
+    "host": _f("--host", use=Use.IGNORED, server_only=True),
+    "port": _f("--port", use=Use.IGNORED, server_only=True),
+    # what fitplan writes around a plan's flags: the model, and llama-bench's own test parameters
+    "model": _f("-m --model", "-m --model", use=Use.WRITTEN),
+    "model_url": _f("-mu --model-url", use=Use.WRITTEN),
+    "fit_print": _f("--fit-print", use=Use.WRITTEN),   # llama-fit-params: print the fitted figures
+    "models_preset": _f("--models-preset", use=Use.WRITTEN, server_only=True),   # the router's models (INI)
+    "models_max": _f("--models-max", use=Use.WRITTEN, server_only=True),   # the router's most instances at once
+    "embeddings": _s("--embeddings --embedding", use=Use.WRITTEN, server_only=True),
+    "n_prompt": Flag(bench=("-p", "--n-prompt"), use=Use.WRITTEN),
+    "n_gen": Flag(bench=("-n", "--n-gen"), use=Use.WRITTEN),
+    "n_depth": Flag(bench=("-d", "--n-depth"), use=Use.WRITTEN),
+    "repetitions": Flag(bench=("-r", "--repetitions"), use=Use.WRITTEN),
+    "output": Flag(bench=("-o", "--output"), use=Use.WRITTEN),
+}
+_BY_NAME: dict[str, str] = {name: key for key, f in FLAGS.items() for name in f.names}
+
+
+def _text(value: object, sep: str) -> str:
+    """A value as llama.cpp reads it: numbers without a needless `.0`, lists joined by `sep`."""
+    if isinstance(value, (tuple, list)):
+        return sep.join(_text(v, sep) for v in value)
+    if isinstance(value, float):
+        return _fmt_float(value)
+    return str(value)
+
+
+def arg(key: str, value: object = None) -> list[str]:
+    """The flag `key` as llama-server, llama-cli and llama-fit-params read it: `arg("n_gpu_layers", 99)` is
+    ["-ngl", "99"], `arg("kv_unified")` ["-kvu"]; lists are joined by ','."""
+    flag = FLAGS[key]
+    if flag.switch != (value is None) or not flag.names:
+        raise ValueError(f"llama.cpp flag {key}: {'a switch' if flag.switch else 'takes a value'}, got {value!r}")
+    return [flag.names[0]] if value is None else [flag.names[0], _text(value, ",")]
+
+
+def bench_arg(key: str, value: object = None) -> list[str]:
+    """The flag `key` as llama-bench reads it: every option takes a value (a switch of llama.cpp takes the
+    one that means it: `bench_arg("no_op_offload")` is ["-nopo", "1"]), device and split lists joined by '/'."""
+    flag = FLAGS[key]
+    if not flag.bench or (value is None and not flag.bench_value):
+        raise ValueError(f"llama-bench has no option {key} (or it takes a value), got {value!r}")
+    return [flag.bench[0], _text(flag.bench_value if value is None else value, flag.bench_sep)]
+
+
+def spellings(key: str) -> frozenset[str]:
+    """Every name the programs know the flag `key` by (llama-bench's included)."""
+    return frozenset(FLAGS[key].names + FLAGS[key].bench)
+
+
+def has_flag(key: str, argv: list[str] | tuple[str, ...]) -> bool:
+    """Whether `argv` names the flag `key` (as an argument of its own, not `--name=value`)."""
+    return not spellings(key).isdisjoint(argv)
+
+
+def flag_key(name: str) -> str | None:
+    """The table's key of a common/arg.cpp spelling (None: not in the table)."""
+    return _BY_NAME.get(name)
+
+
+def to_bench_argv(flags: list[str] | tuple[str, ...]) -> list[str]:
+    """llama.cpp flags -> llama-bench's: its lists joined by '/' where ',' would start another test row, and
+    llama.cpp switches written as the option with the value llama-bench takes for them (`--no-op-offload`
+    is its `-nopo 1`); everything else as written."""
+    out: list[str] = []
+    for i, text in enumerate(flags):
+        prev = FLAGS.get(_BY_NAME.get(flags[i - 1], "")) if i else None
+        flag = FLAGS.get(_BY_NAME.get(text, ""))
+        if prev is not None and not prev.switch and prev.bench and prev.bench_sep != ",":
+            out.append(text.replace(",", prev.bench_sep))
+        elif flag is not None and flag.switch and flag.bench_value:
+            out += [flag.bench[0], flag.bench_value]
+        else:
+            out.append(text)
+    return out
+
+
 class OverrideKind(str, Enum):
     """The flags that override where tensors go, by llama.cpp's spelling without the dash."""
 
@@ -55,12 +251,21 @@ class OverrideKind(str, Enum):
     NCFFN = "ncffn"    # -ncffn N: the first N layers' dense FFN on the CPU
 
     @property
+    def key(self) -> str:
+        """The flag's key in FLAGS."""
+        return _OVERRIDE_KEY[self]
+
+    @property
     def flag(self) -> str:
-        return "-" + self.value
+        return FLAGS[self.key].names[0]
 
     @property
     def takes_value(self) -> bool:
         return self is not OverrideKind.CMOE
+
+
+_OVERRIDE_KEY = {OverrideKind.OT: "override_tensor", OverrideKind.CMOE: "cpu_moe", OverrideKind.NCMOE: "n_cpu_moe",
+                 OverrideKind.NCFFN: "n_cpu_ffn"}
 
 
 @dataclass(frozen=True)
@@ -293,30 +498,36 @@ def _ot(text: str) -> OverrideArg:
 
 Setter = Callable[[LlamaFlags, str], LlamaFlags]
 
-# Flags that take a value: every spelling -> how it changes LlamaFlags (common/arg.cpp names).
+# Every spelling of a flag that sets something -> how it changes LlamaFlags (the names come from FLAGS).
 _VALUED: dict[str, Setter] = {}
 _SWITCHES: dict[str, Setter] = {}
 
 
-def _valued(names: str, setter: Setter) -> None:
-    for name in names.split():
-        _VALUED[name] = setter
+def _register(key: str, setter: Setter, switch: bool) -> None:
+    flag = FLAGS[key]
+    if flag.switch != switch or flag.use is not Use.SETS:
+        raise ValueError(f"FLAGS[{key!r}] does not match its setter")   # caught by any import of this module
+    for name in flag.names:
+        (_SWITCHES if switch else _VALUED)[name] = setter
 
 
-def _switch(names: str, setter: Setter) -> None:
-    for name in names.split():
-        _SWITCHES[name] = setter
+def _valued(key: str, setter: Setter) -> None:
+    _register(key, setter, False)
 
 
-_valued("-c --ctx-size", lambda f, v: replace(f, n_ctx=_int("-c", v, 0)))
-_valued("-b --batch-size", lambda f, v: replace(f, n_batch=_int("-b", v, 1)))
-_valued("-ub --ubatch-size", lambda f, v: replace(f, n_ubatch=_int("-ub", v, 1)))
-_valued("-np --parallel", lambda f, v: replace(f, n_parallel=_n_parallel(v)))
-_valued("-ngl --gpu-layers --n-gpu-layers", lambda f, v: replace(f, n_gpu_layers=_ngl(v)))
-_valued("-sm --split-mode", lambda f, v: replace(f, split_mode=_choice("-sm", v, SPLIT_MODES)))
-_valued("-ts --tensor-split", lambda f, v: replace(f, tensor_split=_tensor_split(v)))
-_valued("-mg --main-gpu", lambda f, v: replace(f, main_gpu=_int("-mg", v)))
-_valued("-dev --device", lambda f, v: replace(f, devices=tuple(d.strip() for d in v.split(","))))
+def _switch(key: str, setter: Setter) -> None:
+    _register(key, setter, True)
+
+
+_valued("n_ctx", lambda f, v: replace(f, n_ctx=_int("-c", v, 0)))
+_valued("n_batch", lambda f, v: replace(f, n_batch=_int("-b", v, 1)))
+_valued("n_ubatch", lambda f, v: replace(f, n_ubatch=_int("-ub", v, 1)))
+_valued("n_parallel", lambda f, v: replace(f, n_parallel=_n_parallel(v)))
+_valued("n_gpu_layers", lambda f, v: replace(f, n_gpu_layers=_ngl(v)))
+_valued("split_mode", lambda f, v: replace(f, split_mode=_choice("-sm", v, SPLIT_MODES)))
+_valued("tensor_split", lambda f, v: replace(f, tensor_split=_tensor_split(v)))
+_valued("main_gpu", lambda f, v: replace(f, main_gpu=_int("-mg", v)))
+_valued("devices", lambda f, v: replace(f, devices=tuple(d.strip() for d in v.split(","))))
 # a DNS name is at most 253 characters (RFC 1035); ggml-rpc.cpp parse_endpoint wants HOST:PORT and fails the
 # server otherwise
 MAX_HOST_CHARS = 253
@@ -335,16 +546,16 @@ def _rpc(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-_valued("--rpc", lambda f, v: replace(f, rpc=f.rpc + _rpc(v)))
-_valued("-ot --override-tensor", lambda f, v: replace(f, override_args=f.override_args + (_ot(v),)))
-_valued("-ncmoe --n-cpu-moe", lambda f, v: replace(
+_valued("rpc", lambda f, v: replace(f, rpc=f.rpc + _rpc(v)))
+_valued("override_tensor", lambda f, v: replace(f, override_args=f.override_args + (_ot(v),)))
+_valued("n_cpu_moe", lambda f, v: replace(
     f, override_args=f.override_args + (OverrideArg(OverrideKind.NCMOE, str(_int("-ncmoe", v, 0))),)))
-_valued("-ncffn --n-cpu-ffn", lambda f, v: replace(
+_valued("n_cpu_ffn", lambda f, v: replace(
     f, override_args=f.override_args + (OverrideArg(OverrideKind.NCFFN, str(_int("-ncffn", v, 0))),)))
-_valued("-ctk --cache-type-k", lambda f, v: replace(f, cache_type_k=_cache_type("-ctk", v)))
-_valued("-ctv --cache-type-v", lambda f, v: replace(f, cache_type_v=_cache_type("-ctv", v)))
-_valued("-fa --flash-attn", lambda f, v: replace(f, flash_attn=_fa(v)))
-_valued("-lm --load-mode", lambda f, v: replace(f, load_mode=_choice("-lm", v, LOAD_MODES)))
+_valued("cache_type_k", lambda f, v: replace(f, cache_type_k=_cache_type("-ctk", v)))
+_valued("cache_type_v", lambda f, v: replace(f, cache_type_v=_cache_type("-ctv", v)))
+_valued("flash_attn", lambda f, v: replace(f, flash_attn=_fa(v)))
+_valued("load_mode", lambda f, v: replace(f, load_mode=_choice("-lm", v, LOAD_MODES)))
 
 
 def _draft(f: LlamaFlags, **changes: Any) -> LlamaFlags:
@@ -390,64 +601,64 @@ def _lora_scaled(text: str) -> tuple[LoraArg, ...]:
 
 
 # Companion models (common/arg.cpp: set_spec() options, mmproj_examples, --lora).
-_valued("-md --model-draft --spec-draft-model", lambda f, v: _draft(f, model=v))
-_valued("-ngld --gpu-layers-draft --n-gpu-layers-draft --spec-draft-ngl",
+_valued("draft_model", lambda f, v: _draft(f, model=v))
+_valued("n_gpu_layers_draft",
         lambda f, v: _draft(f, n_gpu_layers=_ngl(v)))
-_valued("-devd --device-draft --spec-draft-device",
+_valued("devices_draft",
         lambda f, v: _draft(f, devices=tuple(d.strip() for d in v.split(","))))
-_valued("-otd --override-tensor-draft --spec-draft-override-tensor",
+_valued("override_tensor_draft",
         lambda f, v: _draft(f, override_args=f.spec.draft.override_args + (_ot(v),)))
-_valued("-ncmoed --n-cpu-moe-draft --spec-draft-ncmoe --spec-draft-n-cpu-moe", lambda f, v: _draft(
+_valued("n_cpu_moe_draft", lambda f, v: _draft(
     f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.NCMOE, str(_int("-ncmoed", v, 0))),)))
-_switch("-cmoed --cpu-moe-draft --spec-draft-cpu-moe",
+_switch("cpu_moe_draft",
         lambda f, _: _draft(f, override_args=f.spec.draft.override_args + (OverrideArg(OverrideKind.CMOE),)))
-_switch("--spec-draft-backend-sampling", lambda f, _: _draft(f, backend_sampling=True))
-_switch("--no-spec-draft-backend-sampling", lambda f, _: _draft(f, backend_sampling=False))
-_valued("-ctkd --cache-type-k-draft --spec-draft-type-k",
+_switch("spec_draft_backend_sampling", lambda f, _: _draft(f, backend_sampling=True))
+_switch("no_spec_draft_backend_sampling", lambda f, _: _draft(f, backend_sampling=False))
+_valued("cache_type_k_draft",
         lambda f, v: _draft(f, cache_type_k=_cache_type("-ctkd", v)))
-_valued("-ctvd --cache-type-v-draft --spec-draft-type-v",
+_valued("cache_type_v_draft",
         lambda f, v: _draft(f, cache_type_v=_cache_type("-ctvd", v)))
-_valued("--spec-draft-n-max --draft --draft-n --draft-max",
+_valued("spec_draft_n_max",
         lambda f, v: _draft(f, n_max=_int("--spec-draft-n-max", v, 0)))
-_valued("--spec-type", lambda f, v: _spec(f, types=f.spec.types + _spec_types(v)))
-_valued("--spec-ngram-simple-size-m",
+_valued("spec_type", lambda f, v: _spec(f, types=f.spec.types + _spec_types(v)))
+_valued("spec_ngram_simple_size_m",
         lambda f, v: _spec(f, ngram_simple_size_m=_int("--spec-ngram-simple-size-m", v, 0)))
-_valued("--spec-ngram-map-k-size-m", lambda f, v: _spec(f, ngram_map_k_size_m=_int("--spec-ngram-map-k-size-m", v, 0)))
-_valued("--spec-ngram-map-k4v-size-m",
+_valued("spec_ngram_map_k_size_m", lambda f, v: _spec(f, ngram_map_k_size_m=_int("--spec-ngram-map-k-size-m", v, 0)))
+_valued("spec_ngram_map_k4v_size_m",
         lambda f, v: _spec(f, ngram_map_k4v_size_m=_int("--spec-ngram-map-k4v-size-m", v, 0)))
-_valued("--spec-ngram-mod-n-max", lambda f, v: _spec(f, ngram_mod_n_max=_int("--spec-ngram-mod-n-max", v, 0)))
-_valued("-mm --mmproj", lambda f, v: _mmproj(f, path=v))
-_valued("-mmdev --mmproj-device", _mmproj_device)
-_switch("--mmproj-offload", lambda f, _: _mmproj(f, use_gpu=True))
-_switch("--no-mmproj-offload", lambda f, _: _mmproj(f, use_gpu=False))
-_valued("--image-min-tokens", lambda f, v: _mmproj(f, image_min_tokens=_int("--image-min-tokens", v)))
-_valued("--image-max-tokens", lambda f, v: _mmproj(f, image_max_tokens=_int("--image-max-tokens", v)))
-_valued("--lora", lambda f, v: replace(f, loras=f.loras + tuple(LoraArg(p.strip()) for p in v.split(",") if p.strip())))
-_valued("--lora-scaled", lambda f, v: replace(f, loras=f.loras + _lora_scaled(v)))
+_valued("spec_ngram_mod_n_max", lambda f, v: _spec(f, ngram_mod_n_max=_int("--spec-ngram-mod-n-max", v, 0)))
+_valued("mmproj", lambda f, v: _mmproj(f, path=v))
+_valued("mmproj_device", _mmproj_device)
+_switch("mmproj_offload", lambda f, _: _mmproj(f, use_gpu=True))
+_switch("no_mmproj_offload", lambda f, _: _mmproj(f, use_gpu=False))
+_valued("image_min_tokens", lambda f, v: _mmproj(f, image_min_tokens=_int("--image-min-tokens", v)))
+_valued("image_max_tokens", lambda f, v: _mmproj(f, image_max_tokens=_int("--image-max-tokens", v)))
+_valued("lora", lambda f, v: replace(f, loras=f.loras + tuple(LoraArg(p.strip()) for p in v.split(",") if p.strip())))
+_valued("lora_scaled", lambda f, v: replace(f, loras=f.loras + _lora_scaled(v)))
 
-_switch("-cmoe --cpu-moe", lambda f, _: replace(f, override_args=f.override_args + (OverrideArg(OverrideKind.CMOE),)))
-_switch("-kvu --kv-unified", lambda f, _: replace(f, kv_unified=True))
-_switch("-no-kvu --no-kv-unified", lambda f, _: replace(f, kv_unified=False))
-_switch("--swa-full", lambda f, _: replace(f, swa_full=True))
-_switch("-nkvo --no-kv-offload", lambda f, _: replace(f, kv_offload=False))
-_switch("-kvo --kv-offload", lambda f, _: replace(f, kv_offload=True))
-_switch("-nr --no-repack", lambda f, _: replace(f, repack=False))
-_switch("--repack", lambda f, _: replace(f, repack=True))
-_switch("--no-host", lambda f, _: replace(f, no_host=True))
-_switch("--no-op-offload", lambda f, _: replace(f, op_offload=False))
-_switch("--op-offload", lambda f, _: replace(f, op_offload=True))
+_switch("cpu_moe", lambda f, _: replace(f, override_args=f.override_args + (OverrideArg(OverrideKind.CMOE),)))
+_switch("kv_unified", lambda f, _: replace(f, kv_unified=True))
+_switch("no_kv_unified", lambda f, _: replace(f, kv_unified=False))
+_switch("swa_full", lambda f, _: replace(f, swa_full=True))
+_switch("no_kv_offload", lambda f, _: replace(f, kv_offload=False))
+_switch("kv_offload", lambda f, _: replace(f, kv_offload=True))
+_switch("no_repack", lambda f, _: replace(f, repack=False))
+_switch("repack", lambda f, _: replace(f, repack=True))
+_switch("no_host", lambda f, _: replace(f, no_host=True))
+_switch("no_op_offload", lambda f, _: replace(f, op_offload=False))
+_switch("op_offload", lambda f, _: replace(f, op_offload=True))
 # Older spellings of the load mode; the fit dry run never maps, so they change no figure here.
-_switch("--mmap", lambda f, _: replace(f, load_mode="mmap"))
-_switch("--no-mmap", lambda f, _: replace(f, load_mode="none"))
-_switch("--mlock", lambda f, _: replace(f, load_mode="mlock"))
+_switch("mmap", lambda f, _: replace(f, load_mode="mmap"))
+_switch("no_mmap", lambda f, _: replace(f, load_mode="none"))
+_switch("mlock", lambda f, _: replace(f, load_mode="mlock"))
 
 # Accepted flags that change nothing llama.cpp's memory breakdown counts (threads, sampling,
 # server, logging); valued ones take one argument.
 _IGNORED_VALUED_WORDS = """
--t --threads -tb --threads-batch -C --cpu-mask -Cb --cpu-mask-batch --prio --prio-batch
+-tb --threads-batch -C --cpu-mask -Cb --cpu-mask-batch --prio --prio-batch
 -n --predict --n-predict -s --seed --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
---port --host -a --alias --keep -p --prompt -f --file -sys --system-prompt --chat-template --jinja-file
--lv --verbosity --log-file -ctxcp --ctx-checkpoints -cram --cache-ram --numa -fit --fit -fitt --fit-target
+-a --alias --keep -p --prompt -f --file -sys --system-prompt --chat-template --jinja-file
+--log-file -ctxcp --ctx-checkpoints -cram --cache-ram --numa
 -fitc --fit-ctx --timeout --threads-http --reasoning-budget --reasoning-format -to --timeout
 -td --threads-draft --spec-draft-threads -tbd --threads-batch-draft --spec-draft-threads-batch
 --spec-draft-n-min --draft-min --draft-n-min --spec-draft-p-split --draft-p-split --spec-draft-p-min --draft-p-min
@@ -455,16 +666,17 @@ _IGNORED_VALUED_WORDS = """
 --spec-ngram-map-k-size-n --spec-ngram-map-k-min-hits --spec-ngram-map-k4v-size-n --spec-ngram-map-k4v-min-hits
 --mtmd-batch-max-tokens
 """
-IGNORED_VALUED = frozenset(_IGNORED_VALUED_WORDS.split())
+_IGNORED = [f for f in FLAGS.values() if f.use is Use.IGNORED]
+IGNORED_VALUED = frozenset(_IGNORED_VALUED_WORDS.split()).union(*(f.names for f in _IGNORED if not f.switch))
 _IGNORED_SWITCHES_WORDS = """
--v --verbose --log-disable --log-colors --no-warmup --warmup -cnv --conversation -no-cnv --no-conversation
+--log-disable --log-colors --no-warmup --warmup -cnv --conversation -no-cnv --no-conversation
 --jinja --no-jinja -cb --cont-batching -nocb --no-cont-batching --context-shift --no-context-shift
 --metrics --slots --no-slots --no-perf --perf -i --interactive --simple-io --no-display-prompt
 -e --escape --no-escape --check-tensors -dio --direct-io
 --lora-init-without-apply
 --mmproj-auto --no-mmproj --no-mmproj-auto
 """
-IGNORED_SWITCHES = frozenset(_IGNORED_SWITCHES_WORDS.split())
+IGNORED_SWITCHES = frozenset(_IGNORED_SWITCHES_WORDS.split()).union(*(f.names for f in _IGNORED if f.switch))
 
 
 def parse_llama_flags(argv: list[str] | tuple[str, ...]) -> LlamaFlags:
@@ -501,33 +713,37 @@ def _fmt_float(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
+# the settings flags_to_argv writes where they differ from llama.cpp's default, in this order
+_SETTINGS = ("n_ctx", "n_batch", "n_ubatch", "n_parallel", "split_mode", "main_gpu", "cache_type_k", "cache_type_v",
+             "flash_attn", "load_mode")
+
+
+def _ngl_text(n: int) -> str | int:
+    return "all" if n == NGL_ALL else n
+
+
 def flags_to_argv(flags: LlamaFlags) -> list[str]:
     """The shortest llama.cpp argv that parses back to `flags` (defaults are left out)."""
     d = LlamaFlags()
     out: list[str] = []
-    pairs = [("-c", flags.n_ctx, d.n_ctx), ("-b", flags.n_batch, d.n_batch), ("-ub", flags.n_ubatch, d.n_ubatch),
-             ("-np", flags.n_parallel, d.n_parallel), ("-sm", flags.split_mode, d.split_mode),
-             ("-mg", flags.main_gpu, d.main_gpu), ("-ctk", flags.cache_type_k, d.cache_type_k),
-             ("-ctv", flags.cache_type_v, d.cache_type_v), ("-fa", flags.flash_attn, d.flash_attn),
-             ("-lm", flags.load_mode, d.load_mode)]
     if flags.rpc:
-        out += ["--rpc", ",".join(flags.rpc)]
+        out += arg("rpc", flags.rpc)
     if flags.devices is not None:
-        out += ["-dev", ",".join(flags.devices)]
+        out += arg("devices", flags.devices)
     if flags.n_gpu_layers != d.n_gpu_layers:
-        out += ["-ngl", "all" if flags.n_gpu_layers == NGL_ALL else str(flags.n_gpu_layers)]
+        out += arg("n_gpu_layers", _ngl_text(flags.n_gpu_layers))
     if flags.tensor_split:
-        out += ["-ts", ",".join(_fmt_float(x) for x in flags.tensor_split)]
-    for flag, value, default in pairs:
-        if value != default:
-            out += [flag, str(value)]
-    for arg in flags.override_args:
-        out += [arg.kind.flag, arg.value] if arg.kind.takes_value else [arg.kind.flag]
-    for flag, on in (("-kvu", flags.kv_unified), ("--swa-full", flags.swa_full), ("-nkvo", not flags.kv_offload),
-                     ("-nr", not flags.repack), ("--no-host", flags.no_host),
-                     ("--no-op-offload", not flags.op_offload)):
+        out += arg("tensor_split", flags.tensor_split)
+    for key in _SETTINGS:
+        if getattr(flags, key) != getattr(d, key):
+            out += arg(key, getattr(flags, key))
+    for o in flags.override_args:
+        out += arg(o.kind.key, o.value if o.kind.takes_value else None)
+    for key, on in (("kv_unified", flags.kv_unified), ("swa_full", flags.swa_full),
+                    ("no_kv_offload", not flags.kv_offload), ("no_repack", not flags.repack),
+                    ("no_host", flags.no_host), ("no_op_offload", not flags.op_offload)):
         if on:
-            out.append(flag)
+            out += arg(key)
     return out + companion_argv(flags) + list(flags.ignored)
 
 
@@ -536,48 +752,49 @@ def companion_argv(flags: LlamaFlags) -> list[str]:
     out = _spec_argv(flags.spec)
     mm = flags.mmproj
     if mm.path:
-        out += ["-mm", mm.path]
+        out += arg("mmproj", mm.path)
         if not mm.use_gpu:
-            out.append("--no-mmproj-offload")
+            out += arg("no_mmproj_offload")
         elif mm.device is not None:
-            out += ["-mmdev", mm.device]
-        out += _changed((("--image-min-tokens", mm.image_min_tokens, -1),
-                         ("--image-max-tokens", mm.image_max_tokens, -1)))
+            out += arg("mmproj_device", mm.device)
+        out += _changed((("image_min_tokens", mm.image_min_tokens, -1),
+                         ("image_max_tokens", mm.image_max_tokens, -1)))
     for lora in flags.loras:
-        out += (["--lora", lora.path] if lora.scale == 1.0
-                else ["--lora-scaled", f"{lora.path}:{_fmt_float(lora.scale)}"])
+        out += (arg("lora", lora.path) if lora.scale == 1.0
+                else arg("lora_scaled", f"{lora.path}:{_fmt_float(lora.scale)}"))
     return out
 
 
 def _changed(triples: tuple[tuple[str, object, object], ...]) -> list[str]:
-    return [x for flag, value, default in triples if value != default for x in (flag, str(value))]
+    return [x for key, value, default in triples if value != default for x in arg(key, value)]
 
 
-_DRAFT_OVERRIDE_FLAG = {OverrideKind.OT: "-otd", OverrideKind.CMOE: "-cmoed", OverrideKind.NCMOE: "-ncmoed"}
+_DRAFT_OVERRIDE_KEY = {OverrideKind.OT: "override_tensor_draft", OverrideKind.CMOE: "cpu_moe_draft",
+                       OverrideKind.NCMOE: "n_cpu_moe_draft"}
 
 
 def _spec_argv(spec: SpecFlags) -> list[str]:
     dd, ds, draft = DraftFlags(), SpecFlags(), spec.draft
-    out: list[str] = ["-md", draft.model] if draft.model else []
+    out: list[str] = arg("draft_model", draft.model) if draft.model else []
     if draft.devices is not None:
-        out += ["-devd", ",".join(draft.devices)]
+        out += arg("devices_draft", draft.devices)
     if draft.n_gpu_layers != dd.n_gpu_layers:
-        out += ["-ngld", "all" if draft.n_gpu_layers == NGL_ALL else str(draft.n_gpu_layers)]
-    for arg in draft.override_args:
-        flag = _DRAFT_OVERRIDE_FLAG[arg.kind]
-        out += [flag, arg.value] if arg.kind.takes_value else [flag]
-    out += _changed((("-ctkd", draft.cache_type_k, dd.cache_type_k), ("-ctvd", draft.cache_type_v, dd.cache_type_v),
-                     ("--spec-draft-n-max", draft.n_max, dd.n_max)))
+        out += arg("n_gpu_layers_draft", _ngl_text(draft.n_gpu_layers))
+    for o in draft.override_args:
+        out += arg(_DRAFT_OVERRIDE_KEY[o.kind], o.value if o.kind.takes_value else None)
+    out += _changed((("cache_type_k_draft", draft.cache_type_k, dd.cache_type_k),
+                     ("cache_type_v_draft", draft.cache_type_v, dd.cache_type_v),
+                     ("spec_draft_n_max", draft.n_max, dd.n_max)))
     if not draft.backend_sampling:
-        out.append("--no-spec-draft-backend-sampling")
+        out += arg("no_spec_draft_backend_sampling")
     added = list(spec.types[1:]) if spec.types[:1] == ("none",) else list(spec.types)
     if added:
-        out += ["--spec-type", ",".join(added)]
+        out += arg("spec_type", added)
     return out + _changed((
-        ("--spec-ngram-simple-size-m", spec.ngram_simple_size_m, ds.ngram_simple_size_m),
-        ("--spec-ngram-map-k-size-m", spec.ngram_map_k_size_m, ds.ngram_map_k_size_m),
-        ("--spec-ngram-map-k4v-size-m", spec.ngram_map_k4v_size_m, ds.ngram_map_k4v_size_m),
-        ("--spec-ngram-mod-n-max", spec.ngram_mod_n_max, ds.ngram_mod_n_max)))
+        ("spec_ngram_simple_size_m", spec.ngram_simple_size_m, ds.ngram_simple_size_m),
+        ("spec_ngram_map_k_size_m", spec.ngram_map_k_size_m, ds.ngram_map_k_size_m),
+        ("spec_ngram_map_k4v_size_m", spec.ngram_map_k4v_size_m, ds.ngram_map_k4v_size_m),
+        ("spec_ngram_mod_n_max", spec.ngram_mod_n_max, ds.ngram_mod_n_max)))
 
 
 def changed_fields(flags: LlamaFlags) -> list[str]:

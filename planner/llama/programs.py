@@ -20,21 +20,20 @@ from __future__ import annotations
 
 from planner.core.choices import Program
 from planner.llama.companions import server_target_outputs_max
-from planner.llama.flags import LlamaFlags
+from planner.llama.flags import LlamaFlags, arg, has_flag
 
 PROGRAM_NAMES: dict[Program, str] = {Program.FIT_PARAMS: "llama-fit-params' dry run",
                                      Program.SERVER: "llama-server's load"}
 
 
 # tools/server/server.cpp: -np auto (llama-server's default, common/arg.cpp) becomes 4 slots with kv_unified
-SERVER_AUTO_PARALLEL = ("-np", "4", "-kvu")
-_PARALLEL_FLAGS = frozenset(["-np", "--parallel"])
+SERVER_AUTO_PARALLEL = (*arg("n_parallel", 4), *arg("kv_unified"))
 
 
 def program_argv(program: Program, argv: list[str]) -> list[str]:
     """The flags as the program reads them: llama-server without -np takes its auto slots, which also
     turn the unified cache on whatever else the flags say (so they come last)."""
-    if program is Program.SERVER and not _PARALLEL_FLAGS.intersection(argv):
+    if program is Program.SERVER and not has_flag("n_parallel", argv):
         return [*argv, *SERVER_AUTO_PARALLEL]
     return argv
 

@@ -31,7 +31,9 @@ from planner.core.render import table
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import CalibratedFigure, Calibration, DeviceKind, Inventory, Quantity
 from planner.hardware.inventory_yaml import inventory_yaml_dict
+from planner.llama.commands import BENCH_NGL_ALL
 from planner.llama.context import model_context
+from planner.llama.flags import arg
 from planner.llama.placement import CPU
 from planner.measuring.llama_bench import (
     ESTIMATES,
@@ -110,24 +112,27 @@ def calibration_placements(n_layer: int, rpc_devices: Sequence[str], depth: int 
     endpoint gets it alone — one boundary between two devices), and every endpoint evenly (one per
     endpoint). With `probe`, the attention probe too, on the host and on each endpoint alone, at depth 0
     and at `depth`, right after the calibration model's run at depth there."""
-    host = ("-ngl", "0")
+    host = tuple(arg("n_gpu_layers", 0))
     out = [CalibrationPlacement("host", host), CalibrationPlacement(f"host, depth {depth}", host, depth),
            *_probe_placements("host", host, depth, probe)]
     nxt = _next_endpoints(rpc_devices)
     for dev in rpc_devices:
-        every = ("-dev", dev, "-ngl", "999")
+        every = (*arg("devices", dev), *arg("n_gpu_layers", BENCH_NGL_ALL))
         out.append(CalibrationPlacement(f"{dev} all", every))
         if dev in nxt:   # run right after the endpoint alone: the machine's drift over minutes falls on both
             out.append(CalibrationPlacement(f"{dev} layers, output on {nxt[dev]}",
-                                            ("-dev", f"{dev},{nxt[dev]}", "-ngl", "999", "-ts", f"{n_layer},1")))
-        out += [CalibrationPlacement(f"{dev} layers, output on host", (*every, "-ot", OUTPUT_ON_HOST)),
-                CalibrationPlacement(f"{dev} half", ("-dev", dev, "-ngl", str(n_layer // 2))),
-                CalibrationPlacement(f"{dev} all, FFN on host", (*every, "-ot", FFN_ON_HOST)),
+                                            (*arg("devices", (dev, nxt[dev])), *arg("n_gpu_layers", BENCH_NGL_ALL),
+                                             *arg("tensor_split", (n_layer, 1)))))
+        out += [CalibrationPlacement(f"{dev} layers, output on host",
+                                     (*every, *arg("override_tensor", OUTPUT_ON_HOST))),
+                CalibrationPlacement(f"{dev} half", (*arg("devices", dev), *arg("n_gpu_layers", n_layer // 2))),
+                CalibrationPlacement(f"{dev} all, FFN on host", (*every, *arg("override_tensor", FFN_ON_HOST))),
                 CalibrationPlacement(f"{dev} all, depth {depth}", every, depth),
                 *_probe_placements(f"{dev} all", every, depth, probe)]
     if len(rpc_devices) > 1:
-        out.append(CalibrationPlacement("split evenly", ("-dev", ",".join(rpc_devices), "-ngl", "999",
-                                                         "-ts", ",".join("1" for _ in rpc_devices))))
+        out.append(CalibrationPlacement("split evenly", (
+            *arg("devices", tuple(rpc_devices)), *arg("n_gpu_layers", BENCH_NGL_ALL),
+            *arg("tensor_split", (1,) * len(rpc_devices)))))
     return out
 
 

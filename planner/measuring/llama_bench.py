@@ -18,18 +18,14 @@ from pathlib import Path
 from planner.core.errors import FitplanError
 from planner.hardware.inventory import Inventory
 from planner.llama.context import ModelContext
-from planner.llama.flags import parse_llama_flags
+from planner.llama.flags import arg, bench_arg, parse_llama_flags, to_bench_argv
 from planner.memory.estimate import estimate
 from planner.speed.throughput import PlacementView, experts_on_host_of, view_of_estimate
 from planner.system.llama_tools import BUILD_FLAVOR, LLAMA_CPP_PIN
 
 log = logging.getLogger(__name__)
 
-# llama-bench options whose value is a device or split list (`/`-separated in llama-bench)
-_LIST_OPTIONS = ("-dev", "--device", "-ts", "--tensor-split")
 _BENCH_TIMEOUT_S = 900
-# llama.cpp switches that llama-bench spells as an option taking 0|1 (tools/llama-bench/llama-bench.cpp print_usage)
-_VALUED_SWITCHES = {"--no-op-offload": "-nopo", "-nkvo": "-nkvo", "--no-kv-offload": "-nkvo"}
 
 
 class BenchError(FitplanError):
@@ -73,15 +69,7 @@ class Timing:
 def bench_flags(flags: list[str]) -> list[str]:
     """llama.cpp flags -> llama-bench's: device and split lists joined by `/`, and the switches llama-bench
     takes with a value (`--no-op-offload` is its `-nopo 1`)."""
-    out: list[str] = []
-    for i, arg in enumerate(flags):
-        if i and flags[i - 1] in _LIST_OPTIONS:
-            out.append(arg.replace(",", "/"))
-        elif arg in _VALUED_SWITCHES:
-            out += [_VALUED_SWITCHES[arg], "1"]
-        else:
-            out.append(arg)
-    return out
+    return to_bench_argv(flags)
 
 
 def effective_ubatch(flags: list[str], n_prompt: int) -> int:
@@ -114,12 +102,13 @@ def stolen_share(before: tuple[int, int] | None, after: tuple[int, int] | None) 
 
 def llama_bench_argv(bin_dir: Path, model: str, flags: list[str], work: Workload, rpc: list[str]) -> list[str]:
     """The llama-bench command line of one placement under a workload (JSON output)."""
-    argv = [str(bin_dir / "llama-bench"), "-m", model, "-o", "json", "-r", str(work.repeats),
-            "-p", str(work.n_prompt), "-n", str(work.n_gen), "-d", str(work.n_depth)]
+    argv = [str(bin_dir / "llama-bench"), *bench_arg("model", model), *bench_arg("output", "json"),
+            *bench_arg("repetitions", work.repeats), *bench_arg("n_prompt", work.n_prompt),
+            *bench_arg("n_gen", work.n_gen), *bench_arg("n_depth", work.n_depth)]
     if work.threads:
-        argv += ["-t", str(work.threads)]
+        argv += bench_arg("threads", work.threads)
     if rpc:
-        argv += ["--rpc", ",".join(rpc)]
+        argv += bench_arg("rpc", rpc)
     return argv + bench_flags(flags)
 
 
@@ -248,9 +237,9 @@ def placement_views(ctx: ModelContext, flags: list[str], inventory: Inventory, w
     """What fitplan's estimate makes of the flags, at the cache fill each llama-bench test runs at:
     tg reads n_depth cells plus half the generated ones on average; pp's ubatches attend over the depth
     plus half the prompt on average (prefill_cells adds half a ubatch itself)."""
-    rpc_args = ["--rpc", ",".join(rpc)] if rpc else []
+    rpc_args = arg("rpc", rpc) if rpc else []
     n_ctx = work.n_depth + max(work.n_prompt, work.n_gen)
-    parsed = parse_llama_flags([*flags, *rpc_args, "-c", str(max(n_ctx, 256))])
+    parsed = parse_llama_flags([*flags, *rpc_args, *arg("n_ctx", max(n_ctx, 256))])
     est = estimate(ctx, parsed, inventory)
     experts = experts_on_host_of(est)
     base = view_of_estimate(ctx, est, experts, est.output_on_host)

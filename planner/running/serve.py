@@ -44,7 +44,7 @@ from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory, rpc_endpoints
 from planner.llama.commands import LLAMA_SERVER, server_argv
 from planner.llama.context import model_context
-from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
+from planner.llama.flags import FLAGS, LlamaFlags, arg, flags_to_argv, parse_llama_flags
 from planner.llama.placement import HOST, HOST_ROWS
 from planner.llama.programs import Program
 from planner.llama.settings import resolve_settings
@@ -65,13 +65,14 @@ COMPUTE_ABS = 4 * MiB
 DEVICE_SLACK = 64 * MiB
 # llama-server's trace level: the load's buffer lines and the breakdown it prints as it stops
 # (common/log.h LOG_LEVEL_TRACE; the default level 3 shows neither)
-LOG_LEVEL = ["-lv", "4"]
+LOG_LEVEL = arg("verbosity", 4)
 # llama-server options that change nothing in memory and are not llama.cpp common flags fitplan
 # parses (tools/server options of common/arg.cpp): passed through as written, each with its value.
 SERVER_VALUED = frozenset(["--api-key", "--api-key-file", "--ssl-key-file", "--ssl-cert-file", "--path", "--api-prefix",
                            "--slot-save-path", "--media-path", "--chat-template-file", "--chat-template-kwargs",
                            "--slot-prompt-similarity", "-sps"])
-SERVE_OWNS = frozenset(["--host", "--port", "-m", "--model", "-mu", "--model-url"])   # serve's, and the plan's model
+# serve's own (where it listens), and the plan's model
+SERVE_OWNS = frozenset(name for key in ("host", "port", "model", "model_url") for name in FLAGS[key].names)
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,7 @@ def prepare_serve(req: ServeRequest) -> PreparedServe:
     port = req.port or free_port()
     program = str(req.bin_dir / LLAMA_SERVER) if req.bin_dir else LLAMA_SERVER
     argv = [program, *server_argv(plan.model, flags_to_argv(flags), flags.n_parallel), *server_extra,
-            "--host", req.host, "--port", str(port), *LOG_LEVEL]
+            *arg("host", req.host), *arg("port", port), *LOG_LEVEL]
     names = tuple(d.name for d in settings.devices)
     endpoints, bus_ids = _endpoints_and_bus_ids(plan.inventory)
     load_predicted = with_companions(predicted, est) if est.companions else None

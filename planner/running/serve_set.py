@@ -25,6 +25,7 @@ from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
 from planner.emit.set_exports import models_max, preset_ini
 from planner.llama.commands import LLAMA_SERVER
+from planner.llama.flags import arg
 from planner.running.serve import COMPUTE_ABS, COMPUTE_REL, LOG_LEVEL, MODEL_SLACK, forward_signals
 from planner.system.files import write_atomic
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process
@@ -35,8 +36,8 @@ _SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)")
 
 
 def router_argv(program: str, preset: Path, doc: dict[str, Any], host: str, port: int) -> list[str]:
-    return [program, "--models-preset", str(preset), "--models-max", str(models_max(doc)), *LOG_LEVEL,
-            "--host", host, "--port", str(port)]
+    return [program, *arg("models_preset", preset), *arg("models_max", models_max(doc)), *LOG_LEVEL,
+            *arg("host", host), *arg("port", port)]
 
 
 def instance_logs(text: str) -> dict[str, str]:

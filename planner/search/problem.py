@@ -16,7 +16,7 @@ from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory, same_cards
 from planner.llama.commands import PLANNED_PROGRAM
 from planner.llama.context import ModelContext
-from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg, OverrideKind
+from planner.llama.flags import FFN_EXPS_REGEX, NGL_AUTO, LlamaFlags, OverrideArg, OverrideKind, arg
 from planner.llama.kv import layer_caches
 from planner.llama.overhead import device_overhead
 from planner.llama.placement import CPU, HOST, HOST_ROWS, INPUT_LAYER, Device
@@ -329,7 +329,7 @@ def make_setting(ctx: ModelContext, inventory: Inventory, budgets: Budgets, req:
 
     base = LlamaFlags(n_ctx=n_ctx, n_parallel=req.n_parallel, n_ubatch=n_ubatch, cache_type_k=cache,
                       cache_type_v=cache, flash_attn=req.flash_attn, rpc=rpc, op_offload=op_offload,
-                      devices=names if names else None, ignored=("-fit", "off"))
+                      devices=names if names else None, ignored=tuple(arg("fit", "off")))
     base = companion_flags(base, req.companions) if req.companions.any else base
     resolved = resolve_settings(ctx, base, inventory)
     devices = resolved.devices

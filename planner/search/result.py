@@ -11,7 +11,7 @@ from planner.core.units import fmt_mib
 from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.commands import LLAMA_BENCH, LLAMA_SERVER, BenchArgv, bench_argv, command_line, server_argv
-from planner.llama.flags import LlamaFlags, flags_to_argv
+from planner.llama.flags import LlamaFlags, arg, flags_to_argv, has_flag
 from planner.llama.placement import CPU_REPACK, HOST_ROWS, device_of
 from planner.llama.tensor_parallel import META_NAME
 from planner.memory.analytic import SIMULATED
@@ -114,12 +114,12 @@ def llama_argv(result: PlanResult) -> list[str]:
     """The llama.cpp flags of a plan, with the context, the slots, the split mode and `-fit off`
     spelled out (llama-server's defaults differ from llama-cli's: -np 4 and --fit on)."""
     argv = flags_to_argv(result.flags)
-    if "-c" not in argv:
-        argv[:0] = ["-c", str(result.flags.n_ctx)]
-    if "-np" not in argv:
-        argv += ["-np", str(result.flags.n_parallel)]
-    if "-sm" not in argv and result.estimate.n_layer_all and len(result.inventory.devices) > 1:
-        argv += ["-sm", "layer"]
+    if not has_flag("n_ctx", argv):
+        argv[:0] = arg("n_ctx", result.flags.n_ctx)
+    if not has_flag("n_parallel", argv):
+        argv += arg("n_parallel", result.flags.n_parallel)
+    if not has_flag("split_mode", argv) and result.estimate.n_layer_all and len(result.inventory.devices) > 1:
+        argv += arg("split_mode", "layer")
     return argv
 
 

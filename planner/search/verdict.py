@@ -30,7 +30,7 @@ from planner.hardware.budgets import Budgets
 from planner.hardware.inventory import Calibration, DeviceKind, Inventory
 from planner.llama.commands import PLANNED_PROGRAM
 from planner.llama.context import ModelContext, ModelLike, model_context
-from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags
+from planner.llama.flags import LLAMA_MAX_SEQ, LlamaFlags, arg
 from planner.llama.placement import CPU
 from planner.memory.estimate import estimate
 from planner.search.contexts import above_train_warning
@@ -277,7 +277,7 @@ def _endpoint(ctx: ModelContext, p: _Planned, port: int, n_past: int | None) -> 
     terms = step_terms(ctx, costs_for(ctx, result.flags.cache_type_k), view, result.inventory)
     k = result.flags.n_parallel
     used = tuple(p.names.get(dev, dev) for dev, layers in result.estimate.layers if dev != CPU and layers)
-    return Endpoint(used, port, k, tuple(plan_argv(result) + ["--port", str(port)]),
+    return Endpoint(used, port, k, tuple(plan_argv(result) + arg("port", port)),
                     1.0 / step_seconds(terms, result.inventory, 1), k / step_seconds(terms, result.inventory, k),
                     terms.n_boundaries)
 

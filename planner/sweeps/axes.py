@@ -30,7 +30,7 @@ from typing import Any
 from planner.core.choices import SweepMode
 from planner.core.errors import BadInput, FlagError
 from planner.core.units import GiB, MiB, parse_size
-from planner.llama.flags import LlamaFlags, flags_to_argv, parse_llama_flags
+from planner.llama.flags import LlamaFlags, arg, flags_to_argv, parse_llama_flags
 
 TS_STEPS = "steps"
 CTX_MAX = "max"   # plan mode: the largest context that fits
@@ -46,19 +46,19 @@ class AxisKind(enum.Enum):
 @dataclass(frozen=True)
 class AxisSpec:
     kind: AxisKind
-    flags: tuple[str, ...]   # the llama.cpp flags one value sets (none for budget)
+    flags: tuple[str, ...]   # the llama.cpp flags one value sets, as the flag table's keys (none for budget)
     label: str               # an axis label for plots, with the unit
     minimum: int = 0
 
 
 AXES: dict[str, AxisSpec] = {
-    "ctx": AxisSpec(AxisKind.INT, ("-c",), "context size -c (tokens)"),
-    "np": AxisSpec(AxisKind.INT, ("-np",), "parallel slots -np", 1),
-    "ub": AxisSpec(AxisKind.INT, ("-ub",), "micro-batch -ub (tokens)", 1),
-    "cache": AxisSpec(AxisKind.WORD, ("-ctk", "-ctv"), "KV cache type -ctk/-ctv"),
-    "ctk": AxisSpec(AxisKind.WORD, ("-ctk",), "K cache type -ctk"),
-    "ctv": AxisSpec(AxisKind.WORD, ("-ctv",), "V cache type -ctv"),
-    "ts": AxisSpec(AxisKind.SPLIT, ("-ts",), "tensor split -ts (layers per device)"),
+    "ctx": AxisSpec(AxisKind.INT, ("n_ctx",), "context size -c (tokens)"),
+    "np": AxisSpec(AxisKind.INT, ("n_parallel",), "parallel slots -np", 1),
+    "ub": AxisSpec(AxisKind.INT, ("n_ubatch",), "micro-batch -ub (tokens)", 1),
+    "cache": AxisSpec(AxisKind.WORD, ("cache_type_k", "cache_type_v"), "KV cache type -ctk/-ctv"),
+    "ctk": AxisSpec(AxisKind.WORD, ("cache_type_k",), "K cache type -ctk"),
+    "ctv": AxisSpec(AxisKind.WORD, ("cache_type_v",), "V cache type -ctv"),
+    "ts": AxisSpec(AxisKind.SPLIT, ("tensor_split",), "tensor split -ts (layers per device)"),
     "budget": AxisSpec(AxisKind.SIZE, (), "VRAM budget per device (GiB)"),
     "memory": AxisSpec(AxisKind.SIZE, (), "device memory per device (GiB)"),
     # stable-diffusion.cpp models: the side of a square image (sd-cli's -W and -H); sd-fit plans each
@@ -170,8 +170,8 @@ def apply_axes(base: LlamaFlags, settings: Sequence[tuple[Axis, Any]], where: st
     argv = flags_to_argv(base)
     for axis, value in settings:
         text = axis.text(value)
-        for flag in axis.spec.flags:
-            argv += [flag, text.replace("/", ",") if flag == "-ts" else text]
+        for key in axis.spec.flags:
+            argv += arg(key, text.replace("/", ",") if key == "tensor_split" else text)
     try:
         return parse_llama_flags(argv)
     except FlagError as e:
