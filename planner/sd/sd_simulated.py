@@ -15,10 +15,12 @@ from runtime.sd import t5_encoder, unet, vae_decoder
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
+    Z_IMAGE_PROMPT_TOKENS,
     SdMode,
     clip_text_bytes,
     flux_bytes,
     flux_clip_bytes,
+    llm_text_bytes,
     mmdit_bytes,
     sdxl_clip_bytes,
     t5_bytes,
@@ -48,6 +50,8 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("sd3", "t5"): lambda w, h, mode, tiled: t5_bytes(SD3_T5_TOKENS, mode=mode),
     ("sd3", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode),
     ("zimage", "z_image"): lambda w, h, mode, tiled: z_image_bytes(w, h, mode),
+    # Qwen3-4B over sd-cli's prompt in Z-Image's chat template (the corpus's prompt, `a cat`)
+    ("zimage", "qwen3"): lambda w, h, mode, tiled: llm_text_bytes(Z_IMAGE_PROMPT_TOKENS, mode),
     # the 16-channel autoencoder of SD3, FLUX.1 and Z-Image (one decode graph for all three)
     ("ae16", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),
     # the same decode beside a FLUX.1 DiT, which the corpus records as its own family

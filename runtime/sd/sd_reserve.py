@@ -21,6 +21,7 @@ from runtime.ggml.graph import GGMLType, Graph, Tensor
 from runtime.sd import (
     clip_text,
     flux_dit,
+    llm_text,
     sd3_mmdit,
     t5_encoder,
     unet,
@@ -246,4 +247,19 @@ def wan_vae_decode_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMo
     def build(b: Blocks) -> Tensor:
         z = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.z_dim), name="z")
         return wan_vae_decoder.decode(b, z, cfg)
+    return runner_reserve(build, mode)
+
+
+Z_IMAGE_LLM_OUT_LAYER = 35   # conditioner.hpp: Z-Image takes Qwen3-4B's hidden states of layer 35 (-2)
+
+
+def llm_text_bytes(n_tokens: int, mode: SdMode = SdMode(), cfg: llm_text.LlmConfig = llm_text.QWEN3_4B,
+                   out_layer: int = Z_IMAGE_LLM_OUT_LAYER) -> int:
+    """The LLM runner's compute buffer for a prompt of `n_tokens` tokens (the image size does not enter;
+    flash attention is never used by this runner)."""
+    def build(b: Blocks) -> Tensor:
+        ids = Tensor(GGMLType.I32, (n_tokens, 1, 1, 1), name="input_ids")
+        pos = Tensor(GGMLType.I32, (n_tokens, 1, 1, 1), name="input_pos")
+        mask = Tensor(GGMLType.F32, (n_tokens, n_tokens, 1, 1), name="attention_mask")
+        return llm_text.text_model(b, ids, pos, mask, out_layer, cfg)
     return runner_reserve(build, mode)
