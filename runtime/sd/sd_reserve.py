@@ -145,6 +145,13 @@ def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: S
     return runner_reserve(build, mode)
 
 
+def sd3_clip_bytes(mode: SdMode = SdMode(), clip_skip: int = -1) -> int:
+    """SD3's CLIP-L and CLIP-G, each run for the chunk's hidden states and then its pooled output
+    (conditioner.hpp SD3CLIPEmbedder), one runner after the other: the largest of the four buffers."""
+    return max(clip_text_bytes(cfg, mode, clip_skip=clip_skip, pooled=pooled)
+               for cfg in (clip_text.SD3_CLIP_L, clip_text.SD3_CLIP_G) for pooled in (False, True))
+
+
 def flux_clip_bytes(mode: SdMode = SdMode()) -> int:
     """FLUX.1's CLIP-L: only its pooled output is used (conditioner.hpp FluxCLIPEmbedder), no projection."""
     return clip_text_bytes(clip_text.CLIP_L, mode, pooled=True)

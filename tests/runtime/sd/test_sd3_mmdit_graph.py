@@ -6,7 +6,7 @@ import pytest
 
 from planner.sd.sd_compute import Row
 from planner.sd.sd_simulated import SD3_T5_TOKENS
-from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes, t5_bytes
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes, sd3_clip_bytes, t5_bytes
 from tests.support.sd_corpus import logged, row_id, rows
 
 MMDIT_ROWS = rows("sd3", "mmdit")
@@ -34,3 +34,12 @@ def test_sd3_t5_equals_sd_cli(row: Row):
     """SD3's T5-XXL encodes one 77-token chunk, whatever the image size."""
     got = t5_bytes(SD3_T5_TOKENS, mode=SdMode(row.mode.flash_attn, row.mode.conv_direct))
     assert logged(got) == logged(row.bytes)
+
+
+CLIP_ROWS = rows("sd3", "clip")
+
+
+@pytest.mark.parametrize("row", CLIP_ROWS, ids=[row_id(r) for r in CLIP_ROWS])
+def test_sd3_clip_equals_sd_cli(row: Row):
+    """The largest of CLIP-L's and CLIP-G's buffers (hidden states, then pooled), whatever the image size."""
+    assert logged(sd3_clip_bytes(SdMode(row.mode.flash_attn, row.mode.conv_direct))) == logged(row.bytes)
