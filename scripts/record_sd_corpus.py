@@ -56,18 +56,19 @@ GROUPS = {
     # SD3's decode of the same autoencoder, after one step of the released MMDiT: a check of the
     # ae16 curve (its fit sizes are recorded by "ae16" first and skipped here)
     "ae16-sd3": ("sd3-dit", [("vae", ((320, 256),), (OFF,))]),
-    # FLUX.1's 16-channel autoencoder, decoded after one step of a one-double/one-single-block DiT
+    # FLUX.1's decode of the same autoencoder, after one step of a one-double/one-single-block DiT
     # (sd-cli reads the depth from the file; the decode graph does not depend on it) with the
-    # one-block T5-XXL: the step is cheap enough to reach the decode's buffer at 1024x1024
-    "flux-ae": ("flux-small", [("vae", ((384, 384),), (BOTH, OFF))]),
+    # one-block T5-XXL: the step is cheap enough to reach the decode's buffer at 1024x1024 (the
+    # sizes "ae16" recorded first are skipped; where both ran, the figures agree to the byte)
+    "ae16-flux": ("flux-small", [("vae", (), (BOTH, OFF))]),
     # SDXL's decode at 1024x1024 with CUDA's auto modes, after one UNet step at that size (slow on a CPU)
     "kl-f8-sdxl-1024": ("sdxl", [("vae", ((1024, 1024),), (BOTH,))]),
 }
 # groups whose rows are not named after FAMILY
 ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
-              "flux-ae": "flux-ae", "kl-f8-sdxl-1024": "kl-f8-sdxl"}
+              "ae16-flux": "ae16", "kl-f8-sdxl-1024": "kl-f8-sdxl"}
 PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
-# checkpoints whose params are not the released ones
+# checkpoints whose params are not the released ones'
 STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer")
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
@@ -160,6 +161,7 @@ def record(groups: list[str], work: Path, done: set[tuple],
                         "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
             print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
             rows.append(row)
+            done.add(_key(row))   # a later group of the same family skips it
             if save:
                 save(rows, params)
     return rows, params
@@ -224,13 +226,22 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     return rows
 
 
-def _save(out: Path, rows: list[dict], params: list[dict]) -> None:
-    old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
+def _write(out: Path, old: dict, rows: list[dict], params: list[dict]) -> None:
+    """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints."""
     families = {p["family"] for p in params}
+    kept = [p for p in old.get("params", []) if p["family"] not in families]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows,
-                               "params": [p for p in old.get("params", []) if p["family"] not in families] + params},
+    out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows, "params": kept + params},
                               indent=1) + "\n")
+
+
+def _load(out: Path) -> dict:
+    return json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
+
+
+def _save(out: Path, rows: list[dict], params: list[dict]) -> None:
+    """Append `rows` to the corpus as it is on disk now."""
+    _write(out, _load(out), rows, params)
 
 
 def main() -> None:
@@ -243,23 +254,16 @@ def main() -> None:
     work = Path(ns.dir)
     work.mkdir(parents=True, exist_ok=True)
     out = Path(ns.out)
-    old = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
+    old = _load(out)
     groups = ns.groups.split(",")
     video = [g for g in groups if g in WAN_GROUPS]
     if video:
         record_wan(video, work, {_key(r) for r in old["rows"]}, lambda row, params: _save(out, [row], params))
     image = [g for g in groups if g not in WAN_GROUPS]
-    if image:
-        base = json.loads(out.read_text()) if out.exists() else {"rows": [], "params": []}
-
-        def save(rows: list[dict], params: list[dict]) -> None:
-            # record() passes everything recorded so far: write it over the corpus it started from
-            families = {p["family"] for p in params}
-            kept = [p for p in base.get("params", []) if p["family"] not in families]
-            out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": base["rows"] + rows, "params": kept + params},
-                                      indent=1) + "\n")
-
-        save(*record(image, work, {_key(r) for r in base["rows"]}, save))
+    if image:   # record() hands its rows so far after every run: written beside the corpus as it was
+        before = _load(out)
+        _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},
+                                    lambda rows, params: _write(out, before, rows, params)))
 
 
 if __name__ == "__main__":

@@ -171,10 +171,10 @@ def _forced_f32(names: list[str]) -> tuple[str, ...]:
 
 def _file_tensors(path: str) -> list[tuple[str, int, int, int]]:
     """(name, loaded bytes, params-buffer bytes, dimensions) of every tensor in the file."""
-    listed = [(t.name, t.shape, t.n_bytes) for t in (_gguf_tensors(path) if _is_gguf(path) else read_safetensors(path))]
-    forced = _forced_f32([name for name, _, _ in listed])
-    return [(name, n_bytes, _padded(math.prod(shape) * F32_BYTES) if forced and name.endswith(forced)
-             else _buffer_bytes(name, shape, n_bytes), _n_dims(shape)) for name, shape, n_bytes in listed]
+    tensors = _gguf_tensors(path) if _is_gguf(path) else read_safetensors(path)
+    forced = _forced_f32([t.name for t in tensors])
+    return [(t.name, t.n_bytes, _padded(math.prod(t.shape) * F32_BYTES) if forced and t.name.endswith(forced)
+             else _buffer_bytes(t.name, t.shape, t.n_bytes), _n_dims(t.shape)) for t in tensors]
 
 
 def _n_dims(shape: tuple[int, ...]) -> int:

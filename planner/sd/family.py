@@ -10,14 +10,13 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
 - "kl-f8": the 4-channel KL-f8 VAE of SD 1.x / 2.x / XL (decoder conv_in 4 -> 512 channels);
   beside an SDXL UNet sd-cli decodes it with a graph of its own, "kl-f8-sdxl" (planner/sd/sizing.py);
 - "flux": the FLUX.1 DiT (19 double and 38 single blocks, any weight type) and its text encoders
-  (CLIP-L and T5-XXL as separate files).
+  (CLIP-L and T5-XXL as separate files);
 - "sd3": SD3.5 medium's MMDiT-X (24 joint blocks, a second self-attention in x blocks 0-12) and
   its three text encoders (CLIP-L, CLIP-G and T5-XXL's encoder, safetensors or llama.cpp-named GGUF);
 - "zimage": Z-Image-Turbo's DiT (30 layers after the caption embedder) and its Qwen3-4B text
   encoder (36 layers, FFN 9728 to 4096 query rows: 2.375, safetensors or GGUF names);
 - "ae16": the 16-channel KL-f8 autoencoder of SD3, FLUX.1 and Z-Image (decoder conv_in 16 -> 512
-  channels; sd-cli builds one decode graph for all three, only the latent scale and shift differ;
-  beside a FLUX.1 DiT the corpus files its figures as "flux-ae", planner/sd/sizing.py).
+  channels; sd-cli builds one decode graph for all three, only the latent scale and shift differ);
 - "wan": the Wan2.1-T2V-1.3B DiT (30 blocks with a normed cross attention, FFN 8960 wide to
   1536, no image embedding or VACE blocks; any weight type) and its UMT5-XXL text encoder (24
   blocks, a relative-position bias in every block — T5 v1.1 has one in block 0 — llama.cpp's or
@@ -32,7 +31,8 @@ from planner.sd.roles import Kind
 
 UNET = "model.diffusion_model."
 SD15, SDXL, KL_F8, FLUX = "sd15", "sdxl", "kl-f8", "flux"
-SD3, ZIMAGE, AE16 = "sd3", "zimage", "ae16"
+SD3, ZIMAGE = "sd3", "zimage"
+AE16 = "ae16"   # the 16-channel autoencoder (SD3's, FLUX.1's ae.safetensors, Z-Image's; the KL-f8 layout)
 WAN, WAN_VAE = "wan", "wan-vae"
 T5XXL = "text_encoders.t5xxl.transformer."
 
@@ -117,7 +117,7 @@ def te_family(comp: Component) -> str | None:
 
 def _t5xxl(names: set[str]) -> bool:
     """T5-XXL's 24-block encoder, Hugging Face or llama.cpp (GGUF) names."""
-    t5 = "text_encoders.t5xxl.transformer."
+    t5 = T5XXL
     return (f"{t5}encoder.block.23.layer.1.DenseReluDense.wo.weight" in names
             and f"{t5}encoder.block.24.layer.1.DenseReluDense.wo.weight" not in names) \
         or (f"{t5}enc.blk.23.ffn_down.weight" in names and f"{t5}enc.blk.24.ffn_down.weight" not in names)
@@ -147,8 +147,7 @@ def vae_family(comp: Component) -> str | None:
         ratio = _ratio(s, f"{prefix}conv_in.weight", f"{prefix}mid.block_1.conv1.weight")
         if ratio == 4 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s:
             return KL_F8
-        quant = f"{prefix.removesuffix('decoder.')}post_quant_conv.weight"
-        if ratio == 16 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s and quant not in s:
+        if ratio == 16 / 512 and f"{prefix}up.3.block.2.conv2.weight" in s:
             return AE16
         wan = _ratio(s, f"{prefix}conv1.weight", f"{prefix}middle.0.residual.2.weight")
         if wan == 16 / 384 and f"{prefix}upsamples.14.residual.6.weight" in s \

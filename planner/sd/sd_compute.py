@@ -45,19 +45,19 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("flux", "flux"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
     ("kl-f8", "vae"): ((256, 256), (384, 384), (512, 512)),
     ("kl-f8-sdxl", "vae"): ((256, 256), (384, 384), (512, 512)),
-    ("flux-ae", "vae"): ((256, 256), (512, 512), (1024, 1024)),
     ("sd15", "clip"): ((256, 256),),
     ("sdxl", "clip"): ((256, 256),),
     ("flux", "clip"): ((256, 256),),
     ("flux", "t5"): ((256, 256),),
     # SD3.5 medium's MMDiT-X, Z-Image-Turbo's DiT, their text encoders, and the 16-channel KL-f8
-    # autoencoder SD3, FLUX.1 and Z-Image share (one decode graph: only the latent scale differs)
+    # autoencoder SD3, FLUX.1 and Z-Image share (one decode graph: only the latent scale differs;
+    # a piece per three consecutive sizes, 1024x1024 included, so every recorded square is a fit point)
     ("sd3", "mmdit"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
     ("sd3", "clip"): ((256, 256),),
     ("sd3", "t5"): ((256, 256),),
     ("zimage", "z_image"): ((256, 256), (512, 512), (1024, 1024)),
     ("zimage", "qwen3"): ((256, 256),),
-    ("ae16", "vae"): ((256, 256), (384, 384), (512, 512)),
+    ("ae16", "vae"): ((256, 256), (384, 384), (512, 512), (1024, 1024)),
 }
 
 

@@ -56,8 +56,6 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("zimage", "qwen3"): lambda w, h, mode, tiled: llm_text_bytes(Z_IMAGE_PROMPT_TOKENS, mode),
     # the 16-channel autoencoder of SD3, FLUX.1 and Z-Image (one decode graph for all three)
     ("ae16", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),
-    # the same decode beside a FLUX.1 DiT, which the corpus records as its own family
-    ("flux-ae", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),
     # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks
     # this family for a KL-f8 VAE beside an SDXL UNet)
     ("kl-f8-sdxl", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled,

@@ -21,12 +21,12 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
     (Kind.DIFFUSION, "sd3"): ("mmdit",), (Kind.TE, "sd3"): ("clip", "t5"),
     (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
-    (Kind.VAE, "flux-ae"): ("vae",),
     (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
 }
 # A VAE whose decode figures depend on the diffusion model it decodes for: (VAE, diffusion) -> the
-# corpus family of that decode (sd-cli builds SDXL's KL-f8 decode and FLUX.1's 16-channel one its own way)
-VAE_FOR: dict[tuple[str, str], str] = {("kl-f8", "sdxl"): "kl-f8-sdxl", ("ae16", "flux"): "flux-ae"}
+# corpus family of that decode (sd-cli builds SDXL's KL-f8 decode its own way). The 16-channel
+# autoencoder needs no row: SD3, FLUX.1 and Z-Image decode it with one graph ("ae16").
+VAE_FOR: dict[tuple[str, str], str] = {("kl-f8", "sdxl"): "kl-f8-sdxl"}
 DEFAULT_SIZE = 512          # sd-cli's default -W / -H
 
 

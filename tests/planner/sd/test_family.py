@@ -28,11 +28,10 @@ def test_a_1024_wide_context_is_not_sd15(tmp_path):
 
 
 def test_a_16_channel_vae_is_not_kl_f8(tmp_path):
-    # SD3 / Flux VAEs decode 16 latent channels, and have no post_quant_conv: a 16-channel decoder
-    # that keeps SD 1.5's post_quant_conv is neither KL-f8 nor the 16-channel autoencoder's graph
+    # SD3 / Flux VAEs decode 16 latent channels: the 16-channel autoencoder, not KL-f8
     t = CHECKPOINTS["sd15"]()
     t["first_stage_model.decoder.conv_in.weight"] = (512, 16, 3, 3)
-    assert families(tmp_path, t)[Kind.VAE] is None
+    assert families(tmp_path, t)[Kind.VAE] == "ae16"
 
 
 def test_flux_files(tmp_path):
@@ -42,6 +41,5 @@ def test_flux_files(tmp_path):
              "--vae": FileRole.VAE}
     sources = [ModelSource(str(p), roles[flag]) for flag, p in write_flux(tmp_path).items()]
     got = {c.kind: family(c) for c in read_components(sources)}
-    # the 16-channel autoencoder: the decode graph SD3 and Z-Image share (planner/sd/family.py); beside
-    # the FLUX.1 DiT the corpus's "flux-ae"
+    # the 16-channel autoencoder: the decode graph SD3 and Z-Image share (planner/sd/family.py)
     assert got == {Kind.DIFFUSION: "flux", Kind.TE: "flux", Kind.VAE: "ae16"}
