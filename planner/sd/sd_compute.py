@@ -26,7 +26,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from planner.core.errors import BadInput
-from planner.sd.sd_simulated import simulated_bytes
+from planner.sd.sd_simulated import simulated_bytes, simulated_video_bytes
 
 CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
 LATENT_FACTOR = 8          # SD 1.x / 2.x / XL VAEs: 8 image pixels per latent pixel
@@ -332,6 +332,9 @@ def video_compute_bytes(family: str, runner: str, width: int, height: int, frame
     or None where the corpus has no figures for this runner and mode. A tiled decode reserves what
     an untiled decode of one tile (min(32, latent side) per side, all frames) does."""
     check_video(width, height, frames)
+    simulated = simulated_video_bytes(family, runner, width, height, frames, mode.flash_attn, mode.conv_direct, tiled)
+    if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
+        return simulated
     if (family, runner) in FA_FREE:
         mode = Mode(False, mode.conv_direct)
     curve = _video_curve(family, runner, mode)

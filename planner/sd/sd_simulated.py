@@ -11,21 +11,31 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from runtime.sd import unet
+from runtime.sd import t5_encoder, unet, vae_decoder
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
+    Z_IMAGE_PROMPT_TOKENS,
     SdMode,
     clip_text_bytes,
     flux_bytes,
     flux_clip_bytes,
+    llm_text_bytes,
+    mmdit_bytes,
+    sd3_clip_bytes,
     sdxl_clip_bytes,
     t5_bytes,
     unet_bytes,
     vae_decode_bytes,
+    wan_dit_bytes,
+    wan_latent_frames,
+    wan_vae_decode_bytes,
+    z_image_bytes,
 )
 
 FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
+SD3_T5_TOKENS = 77     # conditioner.hpp SD3CLIPEmbedder: T5's chunk is CLIP's 77 tokens
+WAN_T5_TOKENS = 512    # Wan's UMT5 chunk (WanRunner text_len), masked (T5CLIPEmbedder use_mask)
 # (latent width, latent height, mode, VAE tiling) -> bytes
 Simulator = Callable[[int, int, SdMode, bool], int]
 
@@ -38,6 +48,14 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
     ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
     ("flux", "flux"): lambda w, h, mode, tiled: flux_bytes(w, h, mode, n_txt=FLUX_T5_TOKENS),
+    ("sd3", "clip"): lambda w, h, mode, tiled: sd3_clip_bytes(mode),
+    ("sd3", "t5"): lambda w, h, mode, tiled: t5_bytes(SD3_T5_TOKENS, mode=mode),
+    ("sd3", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode),
+    ("zimage", "z_image"): lambda w, h, mode, tiled: z_image_bytes(w, h, mode),
+    # Qwen3-4B over sd-cli's prompt in Z-Image's chat template (the corpus's prompt, `a cat`)
+    ("zimage", "qwen3"): lambda w, h, mode, tiled: llm_text_bytes(Z_IMAGE_PROMPT_TOKENS, mode),
+    # the 16-channel autoencoder of SD3, FLUX.1 and Z-Image (one decode graph for all three)
+    ("ae16", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled, vae_decoder.AE16),
     # SDXL's checkpoint decoded by its own VAE: sd-cli scales its convolutions (planner/sd/sizing.py picks
     # this family for a KL-f8 VAE beside an SDXL UNet)
     ("kl-f8-sdxl", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled,
@@ -45,8 +63,19 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
 }
 
 
+# the video models: (latent width, latent height, latent frames, mode, VAE tiling) -> bytes
+VideoSimulator = Callable[[int, int, int, SdMode, bool], int]
+
+VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
+    # the DiT runner is named after the model in sd-cli's log (wan.hpp WanRunner::desc)
+    ("wan", "Wan2.1-T2V-1.3B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode),
+    ("wan", "t5"): lambda w, h, t, mode, tiled: t5_bytes(WAN_T5_TOKENS, t5_encoder.UMT5_XXL, mode, masked=True),
+    ("wan-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled),
+}
+
+
 def is_simulated(family: str, runner: str) -> bool:
-    return (family, runner) in SIMULATED
+    return (family, runner) in SIMULATED or (family, runner) in VIDEO_SIMULATED
 
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
@@ -57,3 +86,15 @@ def simulated_bytes(family: str, runner: str, width: int, height: int, flash_att
     if simulate is None:
         return None
     return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, SdMode(flash_attn, conv_direct), tiled)
+
+
+@functools.lru_cache(maxsize=1024)
+def simulated_video_bytes(family: str, runner: str, width: int, height: int, frames: int, flash_attn: bool,
+                          conv_direct: bool, tiled: bool) -> int | None:
+    """A video model runner's compute buffer at width x height pixels and `frames` video frames (4k+1), or
+    None where it is not simulated."""
+    simulate = VIDEO_SIMULATED.get((family, runner))
+    if simulate is None:
+        return None
+    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, wan_latent_frames(frames),
+                    SdMode(flash_attn, conv_direct), tiled)

@@ -42,6 +42,10 @@ CLIP_L = ClipTextConfig(768, 3072, 12, 12)         # OPENAI_CLIP_VIT_L_14, SD 1.
 # SDXL's pair (FrozenCLIPEmbedderWithCustomWords): CLIP-L and OpenCLIP bigG, both without the final norm
 SDXL_CLIP_L = ClipTextConfig(768, 3072, 12, 12, with_final_ln=False)
 SDXL_CLIP_G = ClipTextConfig(1280, 5120, 20, 32, with_final_ln=False, proj_in=True, text_projection=True)
+# SD3's pair (SD3CLIPEmbedder, with_final_ln false): the released clip_g.safetensors has Hugging Face names,
+# separate q / k / v projections (CLIPTextModelRunner looks for self_attn.in_proj to fuse them)
+SD3_CLIP_L = SDXL_CLIP_L
+SD3_CLIP_G = ClipTextConfig(1280, 5120, 20, 32, with_final_ln=False, text_projection=True)
 
 
 def split_qkv(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:

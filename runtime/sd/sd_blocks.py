@@ -60,14 +60,21 @@ class Blocks:
             y = ext_scale(y, 1.0 / self.conv_scale)
         return im.add_inplace(y, im.reshape(b, (1, 1, c_out, 1)))
 
-    def linear(self, x: Tensor, n_out: int, bias: bool = True, ggml_type: GGMLType = F16) -> Tensor:
+    def linear(self, x: Tensor, n_out: int, bias: bool = True, ggml_type: GGMLType = F16,
+               scale: float = 1.0) -> Tensor:
+        """Linear::forward; `scale` (a Linear's set_scale): the input scaled before the matmul, the
+        product scaled back before the bias."""
         w = self.param((x.ne[0], n_out), ggml_type)
+        if scale != 1.0:
+            x = ext_scale(x, scale)
         if x.ne[2] * x.ne[3] > LINEAR_FLATTEN_ROWS:
             ne2, ne3 = x.ne[2], x.ne[3]
             y = g.mul_mat(w, im.reshape(x, (x.ne[0], x.ne[1] * ne2 * ne3)))
             y = im.reshape(y, (y.ne[0], y.ne[1] // ne2 // ne3, ne2, ne3))
         else:
             y = g.mul_mat(w, x)
+        if scale != 1.0:
+            y = ext_scale(y, 1.0 / scale)
         if bias:
             y = im.add_inplace(y, self.param((n_out,)))
         return y
@@ -101,14 +108,15 @@ class Blocks:
         return self.attention_heads(q, k, v, n_head, mask, flash_attn=flash_attn)
 
     def attention_heads(self, q: Tensor, k: Tensor, v: Tensor, n_head: int, mask: Tensor | None = None, *,
-                        flash_attn: bool) -> Tensor:
+                        flash_attn: bool, kv_scale: float = 1.0) -> Tensor:
         """ggml_ext_attention_ext with skip_reshape true: q [d_head, L_q, n_head*N], k [d_head, L_k, n_kv_head*N],
-        v [d_head, n_kv_head, L_k, N] -> [d_head*n_head, L_q, N]."""
+        v [d_head, n_kv_head, L_k, N] -> [d_head*n_head, L_q, N]. `kv_scale` (flash attention only): K and V
+        scaled before the f16 casts, the output scaled back."""
         d_head, l_q, l_k, n = v.ne[0], q.ne[1], k.ne[1], v.ne[3]
         n_kv_head = k.ne[2] // n
         scale = 1.0 / math.sqrt(d_head)
         if flash_attn and (mask is None or mask.ne[3] == 1):
-            kqv = self._flash(q, k, v, mask, scale, (d_head, n_head, l_q, n, n_kv_head))
+            kqv = self._flash(q, k, v, mask, scale, (d_head, n_head, l_q, n, n_kv_head), kv_scale)
         else:
             v = im.reshape(im.cont_if_needed(g.permute(v, (1, 2, 0, 3))), (l_k, d_head, n_kv_head * n))
             kq = im.scale_inplace(g.mul_mat(k, q), scale)
@@ -119,16 +127,22 @@ class Blocks:
         return im.reshape(im.cont_if_needed(kqv), (d_head * n_head, l_q, n))
 
     def _flash(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float,
-               dims: tuple[int, int, int, int, int]) -> Tensor:
+               dims: tuple[int, int, int, int, int], kv_scale: float = 1.0) -> Tensor:
         d_head, n_head, l_q, n, n_kv_head = dims
+        if kv_scale != 1.0:
+            k = ext_scale(k, kv_scale)
         k = im.cast(k, F16)
         v = im.reshape(im.cont_if_needed(g.permute(v, (0, 2, 1, 3))), (d_head, v.ne[2], n_kv_head * n))
+        if kv_scale != 1.0:
+            v = ext_scale(v, kv_scale)
         v = im.cast(v, F16)
         if mask is not None:
             if mask.ne[1] != l_q:
                 raise ValueError("attention: a mask broadcast over queries is not modelled")
             mask = im.cast(mask, F16)
-        out = g.flash_attn_ext(q, k, v, mask, scale)
+        out = g.flash_attn_ext(q, k, v, mask, scale / kv_scale)
+        if kv_scale != 1.0:
+            out = ext_scale(out, 1.0 / kv_scale)
         return g.view(out, (d_head, n_head, l_q, n), (out.nb[0], out.nb[1], out.nb[2], out.nb[1] * n_head))
 
 

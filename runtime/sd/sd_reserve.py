@@ -18,7 +18,19 @@ from dataclasses import dataclass
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
 from runtime.ggml.graph import GGMLType, Graph, Tensor
-from runtime.sd import clip_text, flux_dit, t5_encoder, unet, vae_decoder, vae_encoder
+from runtime.sd import (
+    clip_text,
+    flux_dit,
+    llm_text,
+    sd3_mmdit,
+    t5_encoder,
+    unet,
+    vae_decoder,
+    vae_encoder,
+    wan_dit,
+    wan_vae_decoder,
+    z_image_dit,
+)
 from runtime.sd.sd_blocks import Blocks
 
 LATENT_FACTOR = 8   # the KL-f8 VAE: 8 image pixels per latent pixel
@@ -121,13 +133,23 @@ def unet_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: unet.
     return runner_reserve(build, mode)
 
 
-def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: SdMode = SdMode()) -> int:
-    """The T5 runner's compute buffer for one chunk of `n_token` tokens (FLUX.1: 256)."""
+def t5_bytes(n_token: int, cfg: t5_encoder.T5Config = t5_encoder.T5_XXL, mode: SdMode = SdMode(),
+             masked: bool = False) -> int:
+    """The T5 runner's compute buffer for one chunk of `n_token` tokens (FLUX.1: 256; Wan's UMT5: 512, with
+    its attention mask as an input, `masked`)."""
     def build(b: Blocks) -> Tensor:
         ids = Tensor(GGMLType.I32, (n_token, 1, 1, 1), name="input_ids")
+        mask = Tensor(GGMLType.F32, (n_token, 1, 1, 1), name="attention_mask") if masked else None
         buckets = Tensor(GGMLType.I32, (n_token, n_token, 1, 1), name="relative_position_bucket")
-        return t5_encoder.t5_encoder(b, ids, buckets, cfg)
+        return t5_encoder.t5_encoder(b, ids, buckets, cfg, mask)
     return runner_reserve(build, mode)
+
+
+def sd3_clip_bytes(mode: SdMode = SdMode(), clip_skip: int = -1) -> int:
+    """SD3's CLIP-L and CLIP-G, each run for the chunk's hidden states and then its pooled output
+    (conditioner.hpp SD3CLIPEmbedder), one runner after the other: the largest of the four buffers."""
+    return max(clip_text_bytes(cfg, mode, clip_skip=clip_skip, pooled=pooled)
+               for cfg in (clip_text.SD3_CLIP_L, clip_text.SD3_CLIP_G) for pooled in (False, True))
 
 
 def flux_clip_bytes(mode: SdMode = SdMode()) -> int:
@@ -151,4 +173,100 @@ def flux_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(), cfg: flux_
         n_img = (latent_w // cfg.patch_size) * (latent_h // cfg.patch_size)
         pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_txt + n_img), name="pe")
         return flux_dit.flux(b, x, timesteps, context, y, guidance, pe, cfg)
+    return runner_reserve(build, mode)
+
+
+SD3_CONTEXT_TOKENS = 154   # conditioner.hpp SD3CLIPEmbedder: 77 CLIP-L/G tokens, then 77 T5 tokens
+
+
+def mmdit_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
+                cfg: sd3_mmdit.MMDiTConfig = sd3_mmdit.SD35_MEDIUM, n_context: int = SD3_CONTEXT_TOKENS) -> int:
+    """The MMDiT runner's compute buffer for one call on a latent_w x latent_h latent with `n_context`
+    context tokens. --diffusion-conv-direct does not reach it: stable-diffusion.cpp enables direct
+    convolution only on the UNet runner, so its patch embedding stays an im2col convolution."""
+    mode = SdMode(mode.flash_attn, False)
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.context_size, n_context, 1, 1), name="context")
+        y = Tensor(GGMLType.F32, (cfg.adm_in_channels, 1, 1, 1), name="y")
+        return sd3_mmdit.mmdit(b, x, timesteps, context, y, cfg)
+    return runner_reserve(build, mode)
+
+
+WAN_TIME_FACTOR = 4   # Wan 2.1's VAE: 4 video frames per latent frame after the first
+
+
+def wan_latent_frames(frames: int) -> int:
+    return (frames - 1) // WAN_TIME_FACTOR + 1
+
+
+def wan_dit_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = SdMode(),
+                  cfg: wan_dit.WanConfig = wan_dit.WAN21_T2V_1_3B) -> int:
+    """The Wan DiT runner's compute buffer for one call on a latent_w x latent_h x latent_t latent with the
+    512-token text context. Direct convolution does not reach it (stable-diffusion.cpp enables it on the UNet
+    runner only)."""
+    mode = SdMode(mode.flash_attn, False)
+    pt, ph, pw = cfg.patch
+
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.in_dim), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.text_dim, cfg.text_len, 1, 1), name="context")
+        n_pos = (latent_t // pt) * (latent_h // ph) * (latent_w // pw)
+        pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")
+        return wan_dit.wan(b, x, timesteps, context, pe, cfg)
+    return runner_reserve(build, mode)
+
+
+# conditioner.hpp: Z-Image's prompt in its chat template, "<|im_start|>user\n" + prompt +
+# "<|im_end|>\n<|im_start|>assistant\n"; sd-cli's "a cat" is 10 Qwen tokens
+Z_IMAGE_PROMPT_TOKENS = 10
+
+
+def z_image_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
+                  cfg: z_image_dit.ZImageConfig = z_image_dit.Z_IMAGE_TURBO,
+                  n_txt: int = Z_IMAGE_PROMPT_TOKENS) -> int:
+    """The Z-Image DiT runner's compute buffer for one call on a latent_w x latent_h latent (even sides) with
+    `n_txt` caption tokens. Direct convolution does not reach it (no convolutions)."""
+    mode = SdMode(mode.flash_attn, False)
+    p = cfg.patch_size
+
+    def build(b: Blocks) -> Tensor:
+        x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
+        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        context = Tensor(GGMLType.F32, (cfg.cap_feat_dim, n_txt, 1, 1), name="context")
+        n_img = (latent_w // p) * (latent_h // p)
+        n_pos = n_txt + z_image_dit.pad_to(n_txt) + n_img + z_image_dit.pad_to(n_img)
+        pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")
+        return z_image_dit.z_image(b, x, timesteps, context, pe, cfg)
+    return runner_reserve(build, mode)
+
+
+def wan_vae_decode_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = SdMode(),
+                         tiled: bool = False,
+                         cfg: wan_vae_decoder.WanVaeConfig = wan_vae_decoder.WAN21_VAE) -> int:
+    """The Wan VAE runner's compute buffer for decoding a latent_w x latent_h x latent_t latent; `tiled`: one
+    spatial tile's decode (VAE_TILE latent pixels a side, all frames), as for the image VAEs."""
+    if tiled:
+        latent_w, latent_h = vae_tile_side(latent_w), vae_tile_side(latent_h)
+
+    def build(b: Blocks) -> Tensor:
+        z = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.z_dim), name="z")
+        return wan_vae_decoder.decode(b, z, cfg)
+    return runner_reserve(build, mode)
+
+
+Z_IMAGE_LLM_OUT_LAYER = 35   # conditioner.hpp: Z-Image takes Qwen3-4B's hidden states of layer 35 (-2)
+
+
+def llm_text_bytes(n_tokens: int, mode: SdMode = SdMode(), cfg: llm_text.LlmConfig = llm_text.QWEN3_4B,
+                   out_layer: int = Z_IMAGE_LLM_OUT_LAYER) -> int:
+    """The LLM runner's compute buffer for a prompt of `n_tokens` tokens (the image size does not enter;
+    flash attention is never used by this runner)."""
+    def build(b: Blocks) -> Tensor:
+        ids = Tensor(GGMLType.I32, (n_tokens, 1, 1, 1), name="input_ids")
+        pos = Tensor(GGMLType.I32, (n_tokens, 1, 1, 1), name="input_pos")
+        mask = Tensor(GGMLType.F32, (n_tokens, n_tokens, 1, 1), name="attention_mask")
+        return llm_text.text_model(b, ids, pos, mask, out_layer, cfg)
     return runner_reserve(build, mode)

@@ -8,7 +8,9 @@ a new tensor), T5Attention (q/k/v without bias, K scaled by sqrt(d_head) in plac
 relative_attention_bias rows permuted to [n_token, n_token, n_head] and reused by every block as the
 attention mask; ggml_ext_attention_ext without flash attention), T5DenseGatedActDense (GELU of wi_0 in
 place, multiplied in place by wi_1, wo a Linear scaled by 1/32 around its matmul). T5-XXL: 24 blocks,
-width 4096, 64 heads, feed-forward 10240, 32 buckets; FLUX.1's prompts are 256-token chunks.
+width 4096, 64 heads, feed-forward 10240, 32 buckets; FLUX.1's prompts are 256-token chunks. UMT5 (T5Config
+with is_umt5: relative_attention false) gives every block its own bias; Wan's conditioner (T5CLIPEmbedder
+with use_mask) passes a [n_token] mask, repeated to each bias and added.
 """
 from __future__ import annotations
 
@@ -32,9 +34,12 @@ class T5Config:
     ff_dim: int = 10240
     num_heads: int = 64
     vocab_size: int = 32128
+    relative_attention: bool = True   # only block 0 owns a relative-position bias (T5); false: every block (UMT5)
 
 
 T5_XXL = T5Config()
+# UMT5-XXL (Wan's text encoder): T5-XXL's shape, a 256384-token vocabulary, a bias in every block
+UMT5_XXL = T5Config(vocab_size=256384, relative_attention=False)
 
 
 def _embedding(b: Blocks, weight: Tensor, ids: Tensor) -> Tensor:
@@ -57,24 +62,28 @@ def _linear(b: Blocks, x: Tensor, n_out: int, scale: float = 1.0) -> Tensor:
     return ext_scale(y, 1.0 / scale) if scale != 1.0 else y
 
 
-def _attention(b: Blocks, x: Tensor, cfg: T5Config, bias: Tensor | None, buckets: Tensor) -> tuple[Tensor, Tensor]:
+def _attention(b: Blocks, x: Tensor, cfg: T5Config, bias: Tensor | None, buckets: Tensor,
+               mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     q = _linear(b, x, cfg.inner_dim)
     k = _linear(b, x, cfg.inner_dim)
     v = _linear(b, x, cfg.inner_dim)
-    if bias is None:   # the first block: the relative-position bias, kept for the others
+    if bias is None or not cfg.relative_attention:   # T5: block 0's bias, kept for the others; UMT5: each block's
         rows = _embedding(b, b.param((cfg.num_heads, N_BUCKETS), GGMLType.F16), buckets)
         bias = g.cont(g.permute(rows, (2, 0, 1, 3)))
+    attn_mask = bias if mask is None else g.add(im.repeat(mask, bias.ne), bias)
     d_head = cfg.inner_dim // cfg.num_heads
     k = im.scale_inplace(k, float(d_head) ** 0.5)
-    out = b.attention(q, k, v, cfg.num_heads, bias, flash_attn=False)
+    out = b.attention(q, k, v, cfg.num_heads, attn_mask, flash_attn=False)
     return _linear(b, out, cfg.model_dim), bias
 
 
-def t5_encoder(b: Blocks, input_ids: Tensor, buckets: Tensor, cfg: T5Config = T5_XXL) -> Tensor:
+def t5_encoder(b: Blocks, input_ids: Tensor, buckets: Tensor, cfg: T5Config = T5_XXL,
+               mask: Tensor | None = None) -> Tensor:
+    """`mask`: the chunk's [n_token] attention mask (Wan's UMT5), repeated to the bias and added in each block."""
     x = _embedding(b, b.param((cfg.model_dim, cfg.vocab_size), GGMLType.F16), input_ids)
     bias: Tensor | None = None
     for _ in range(cfg.num_layers):
-        out, bias = _attention(b, _layer_norm(b, x), cfg, bias, buckets)
+        out, bias = _attention(b, _layer_norm(b, x), cfg, bias, buckets, mask)
         x = im.add_inplace(out, x)
         h = _layer_norm(b, x)
         gelu = im.unary_inplace(im.cont_if_needed(_linear(b, h, cfg.ff_dim)), "GELU")

@@ -7,7 +7,8 @@ UpSampleBlock but on the last; norm_out, SiLU in place, conv_out to 3 channels),
 in place, conv1, norm2, SiLU in place, conv2, a 1x1 nin_shortcut where the width changes, the residual
 add), AttnBlock with 1x1 convolutions for q, k, v and proj_out (the original checkpoints' 4-D weights;
 one head over the h*w positions), src/model/common/block.hpp UpSampleBlock (nearest upscale by 2, a 3x3
-convolution). The default config: ch 128, ch_mult (1, 2, 4, 4), 2 res blocks, 4 latent channels.
+convolution). The default config: ch 128, ch_mult (1, 2, 4, 4), 2 res blocks, 4 latent channels;
+the DiT families' autoencoder (AE16) has 16 latent channels and no post_quant_conv.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class VaeConfig:
 
 
 KL_F8 = VaeConfig()
+# the 16-channel KL-f8 autoencoder of SD3, FLUX.1 and Z-Image (auto_encoder_kl.hpp: z_channels 16, no
+# quant convolutions); its latent scale and shift are applied outside the decode graph
+AE16 = VaeConfig(z_channels=16, embed_dim=16, use_quant=False)
 
 
 def resnet_block(b: Blocks, x: Tensor, c_out: int) -> Tensor:

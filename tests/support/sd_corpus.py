@@ -5,7 +5,7 @@ meaning MiB), so a simulated buffer printed the same way must read the same.
 """
 from __future__ import annotations
 
-from planner.sd.sd_compute import Row, corpus
+from planner.sd.sd_compute import Row, corpus, video_corpus
 
 MiB = 1 << 20
 
@@ -21,5 +21,12 @@ def rows(family: str, runner: str) -> list[Row]:
     return found
 
 
+def video_rows(family: str, runner: str) -> list[Row]:
+    found = [r for r in video_corpus() if r.family == family and r.runner == runner]
+    assert found, f"the corpus has no {family} {runner} rows"
+    return found
+
+
 def row_id(r: Row) -> str:
-    return f"{r.width}x{r.height}-{r.mode.key}{'-tiled' if r.tiled else ''}"
+    frames = f"x{r.frames}f" if r.frames != 1 else ""
+    return f"{r.width}x{r.height}{frames}-{r.mode.key}{'-tiled' if r.tiled else ''}"

@@ -63,6 +63,7 @@ EXCEPTIONS: dict[str, tuple[frozenset[str], str]] = {
     "cli/serve.py": (frozenset({"--device", "--rpc"}), "names fitplan's own options that a set plan ignores"),
     "cli/sd_fit.py": (frozenset({"--device", "--split-mode", "--flash-attn"}),
                       "sd-fit's options, named as sd-cli names its own"),
+    "synth/shapes_sd3.py": (frozenset({"-m"}), "sd-cli's -m: the flag each written SD3 file is passed under"),
 }
 # stable-diffusion.cpp's sd-cli is another program with flags of its own, some spelled as llama.cpp's
 # (--flash-attn, --split-mode, -m, -v): planner/sd writes them and is not scanned

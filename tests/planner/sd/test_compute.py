@@ -35,7 +35,8 @@ def test_the_corpus_has_check_rows_for_every_curve():
                                              f"{'-tiled' if r.tiled else ''}" for r in CHECKS])
 def test_checks_within_tolerance(row):
     est = compute_bytes(row.family, row.runner, row.width, row.height, row.mode, tiled=row.tiled)
-    if row.width != row.height and (row.family, row.runner, row.mode) in SQUARE_ONLY:
+    if row.width != row.height and (row.family, row.runner, row.mode) in SQUARE_ONLY \
+            and not is_simulated(row.family, row.runner):
         assert est is None   # a curve of square sizes claims nothing here
         return
     assert est is not None

@@ -27,6 +27,7 @@ from planner.sd.sd_compute import (
     video_compute_bytes,
     video_corpus,
 )
+from planner.sd.sd_simulated import is_simulated
 from planner.sd.sizing import Render, sized
 from planner.synth.shapes_sd import write_checkpoint
 from planner.synth.shapes_wan import write_wan
@@ -61,7 +62,8 @@ def test_checks_within_tolerance(row):
 
 
 def test_fit_rows_are_reproduced():
-    for r in (r for r in video_corpus() if r.fit):
+    """Each curve passes through its fit rows (simulated runners use no curve: tests/runtime/sd)."""
+    for r in (r for r in video_corpus() if r.fit and not is_simulated(r.family, r.runner)):
         assert abs(video_compute_bytes(r.family, r.runner, r.width, r.height, r.frames, r.mode) - r.bytes) <= 1
 
 

@@ -1,0 +1,179 @@
+"""The Wan 2.1 causal 3-D VAE's decode as stable-diffusion.cpp builds it: one graph for all latent frames.
+
+Sources (stable-diffusion.cpp 97d2990, src/model/vae/wan_vae.hpp): WanVAERunner::build_graph (the whole decode
+in one graph), WanVAE::decode (conv2, a 1x1x1 CausalConv3d, over all frames; then Decoder3d once per latent
+frame, each frame's slice copied unless there is one frame, the outputs concatenated along time), Decoder3d
+(dec_dim 96, dim_mult 1 2 4 4, 2+1 ResidualBlocks per level, temporal up-sampling at the first two levels:
+conv1 16 -> 384, middle ResidualBlock / AttentionBlock / ResidualBlock, the up levels whose input width
+halves after each Resample, RMS_norm, SiLU, head conv to 3 channels), CausalConv3d (a cached tail of the
+previous frame concatenated in front where the kernel reaches back, the rest of the causal padding by
+ggml_pad_ext, ggml_conv_3d as IM2COL_3D f16 columns, a matmul and a permuted copy, the bias added in
+place), the feature cache (each cached conv keeps the last two time steps of its input, or the previous
+tail concatenated with a single step), RMS_norm (channels moved first, RMS_NORM, a MUL by gamma, moved
+back), Resample (upsample3d: from the second frame on, time_conv doubles the time steps — the first
+chunk without a cache, its cache padded in front; then per time step a nearest 2x upscale and a 3x3
+Conv2d to half the channels), AttentionBlock (one head over h*w per time step through split_image_qkv).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.ggml import build as g
+from runtime.ggml import image_ops as im
+from runtime.ggml.graph import GGMLType, Op, Tensor
+from runtime.sd.sd_blocks import Blocks
+
+RMS_EPS = 1e-12
+CACHE_T = 2
+
+
+@dataclass(frozen=True)
+class WanVaeConfig:
+    dim: int = 96
+    z_dim: int = 16
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    temporal_upsample: tuple[bool, ...] = (True, True, False)
+    out_channels: int = 3
+    conv_num: int = 33
+
+
+WAN21_VAE = WanVaeConfig()
+
+
+def _slice_t(x: Tensor, start: int, end: int) -> Tensor:
+    """ggml_ext_slice along time (dim 2): x itself where it has one step, else a copied view."""
+    if x.ne[2] == 1:
+        return x
+    start, end = (start + x.ne[2] if start < 0 else start), (end + x.ne[2] if end < 0 else end)
+    ne = (x.ne[0], x.ne[1], end - start, x.ne[3])
+    return g.cont(g.view(x, ne, x.nb, start * x.nb[2]))
+
+
+def _conv3d(b: Blocks, x: Tensor, c_out: int, k: tuple[int, int, int], pad: tuple[int, int, int],
+            cache: Tensor | None = None) -> Tensor:
+    """CausalConv3d::forward on x [W, H, T, C]: kernel (kt, kh, kw), padding (pt, ph, pw)."""
+    kt, kh, kw = k
+    pt, ph, pw = pad
+    ic = x.ne[3]
+    w = b.param((kw, kh, kt, ic * c_out), GGMLType.F16)
+    bias = b.param((c_out,))
+    lp2 = 2 * pt
+    if cache is not None and lp2 > 0:
+        x = im.concat(cache, x, 2)
+        lp2 -= cache.ne[2]
+    if pw or ph or lp2:
+        x = im.pad_ext(x, [(pw, pw), (ph, ph), (lp2, 0)])
+    ow, oh, od = x.ne[0] - kw + 1, x.ne[1] - kh + 1, x.ne[2] - kt + 1
+    col = Tensor(GGMLType.F16, (kw * kh * kt * ic, ow, oh, od), name="im2col_3d", op=Op.IM2COL, src=[w, x],
+                 op_params={"s": (1, 1, 1)})
+    y = g.mul_mat(im.reshape(col, (col.ne[0], od * oh * ow)), im.reshape(w, (kw * kh * kt * ic, c_out)))
+    y = im.reshape(y, (ow * oh, od, 1, c_out))
+    y = g.cont(g.permute(y, (0, 1, 3, 2)))
+    y = im.reshape(y, (ow, oh, od, c_out))
+    return im.add_inplace(y, im.reshape(bias, (1, 1, 1, c_out)))
+
+
+def _rms_norm(b: Blocks, x: Tensor) -> Tensor:
+    h = im.cont_if_needed(g.permute(x, (1, 2, 3, 0)))
+    h = g.mul(g.rms_norm(h, RMS_EPS), b.param((h.ne[0],)))
+    return im.cont_if_needed(g.permute(h, (3, 0, 1, 2)))
+
+
+class _Cache:
+    """The decode's feature cache: one slot per cached convolution, filled frame by frame."""
+
+    def __init__(self, n: int) -> None:
+        self.slots: list[Tensor | None] = [None] * n
+        self.idx = 0
+
+    def conv(self, b: Blocks, x: Tensor, c_out: int) -> Tensor:
+        """A 3x3x3 CausalConv3d through slot idx (ResidualBlock, conv1, head.2)."""
+        idx = self.idx
+        cache_x = _slice_t(x, -CACHE_T, x.ne[2])
+        prev = self.slots[idx]
+        if cache_x.ne[2] < 2 and prev is not None:
+            cache_x = im.concat(_slice_t(prev, -1, prev.ne[2]), cache_x, 2)
+        out = _conv3d(b, x, c_out, (3, 3, 3), (1, 1, 1), prev)
+        self.slots[idx] = cache_x
+        self.idx += 1
+        return out
+
+
+def _residual(b: Blocks, x: Tensor, c_out: int, cache: _Cache) -> Tensor:
+    h = _conv3d(b, x, c_out, (1, 1, 1), (0, 0, 0)) if x.ne[3] != c_out else x
+    x = cache.conv(b, g.silu(_rms_norm(b, x)), c_out)
+    x = cache.conv(b, g.silu(_rms_norm(b, x)), c_out)
+    return g.add(x, h)
+
+
+def _attention(b: Blocks, x: Tensor) -> Tensor:
+    identity = x
+    x = im.cont_if_needed(g.permute(_rms_norm(b, x), (0, 1, 3, 2)))   # [W, H, C, T]
+    w, h, c, n = x.ne
+    qkv = b.conv2d(x, 3 * c, 1)
+    nb1, nb2 = qkv.nb[1], qkv.nb[2]
+    qkv = g.cont(g.permute(im.reshape(qkv, (w * h, c, 3, n)), (0, 1, 3, 2)))
+    offset = qkv.nb[2] * qkv.ne[2]
+    q, k, v = (g.view(qkv, (w, h, c, n), (qkv.nb[0], nb1, nb2, qkv.nb[3]), offset * i) for i in range(3))
+    q = im.reshape(im.cont_if_needed(g.permute(q, (1, 2, 0, 3))), (c, h * w, n))
+    k = im.reshape(im.cont_if_needed(g.permute(k, (1, 2, 0, 3))), (c, h * w, n))
+    v = g.cont(g.permute(im.reshape(v, (h * w, c, n)), (1, 0, 2, 3)))
+    out = b.attention(q, k, v, 1, flash_attn=b.flash_attn)
+    out = im.reshape(im.cont_if_needed(g.permute(out, (1, 0, 2, 3))), (w, h, c, n))
+    out = b.conv2d(out, c, 1)
+    out = im.cont_if_needed(g.permute(out, (0, 1, 3, 2)))
+    return g.add(out, identity)
+
+
+def _resample(b: Blocks, x: Tensor, temporal: bool, cache: _Cache, chunk: int) -> Tensor:
+    """Resample::forward, upsample3d (temporal) or upsample2d, on x [W, H, T, C]."""
+    dim = x.ne[3]
+    if temporal:
+        idx = cache.idx
+        cache.idx += 1
+        if chunk > 0:
+            w, h, t = x.ne[0], x.ne[1], x.ne[2]
+            cache_x = _slice_t(x, -CACHE_T, x.ne[2])
+            prev = cache.slots[idx]
+            if cache_x.ne[2] < 2 and prev is not None:
+                cache_x = im.concat(_slice_t(prev, -1, prev.ne[2]), cache_x, 2)
+            if chunk == 1 and cache_x.ne[2] < 2:
+                cache_x = im.pad_ext(cache_x, [(0, 0), (0, 0), (cache_x.ne[2], 0)])
+            x = _conv3d(b, x, 2 * dim, (3, 1, 1), (1, 0, 0), None if chunk == 1 else prev)
+            cache.slots[idx] = cache_x
+            x = im.reshape(x, (w * h, t, dim, 2))
+            x = im.cont_if_needed(g.permute(x, (0, 2, 3, 1)))
+            x = im.reshape(x, (w, h, 2 * t, dim))
+    x = im.cont_if_needed(g.permute(x, (0, 1, 3, 2)))   # [W, H, C, T]
+    x = b.conv2d(im.upscale(x, 2), dim // 2, 3, 1, 1)
+    return im.cont_if_needed(g.permute(x, (0, 1, 3, 2)))
+
+
+def _decoder(b: Blocks, x: Tensor, cache: _Cache, chunk: int, cfg: WanVaeConfig) -> Tensor:
+    dims = [cfg.dim * cfg.dim_mult[-1]] + [cfg.dim * m for m in reversed(cfg.dim_mult)]
+    x = cache.conv(b, x, dims[0])
+    x = _residual(b, x, dims[0], cache)
+    x = _attention(b, x)
+    x = _residual(b, x, dims[0], cache)
+    for i in range(len(dims) - 1):
+        out_dim = dims[i + 1]
+        for _ in range(cfg.num_res_blocks + 1):
+            x = _residual(b, x, out_dim, cache)
+        if i != len(cfg.dim_mult) - 1:
+            x = _resample(b, x, cfg.temporal_upsample[i], cache, chunk)
+    x = g.silu(_rms_norm(b, x))
+    return cache.conv(b, x, cfg.out_channels)
+
+
+def decode(b: Blocks, z: Tensor, cfg: WanVaeConfig = WAN21_VAE) -> Tensor:
+    """WanVAE::decode of z [W, H, T, 16]: [8W, 8H, 1 + 4(T-1), 3]."""
+    cache = _Cache(cfg.conv_num)
+    x = _conv3d(b, z, cfg.z_dim, (1, 1, 1), (0, 0, 0))
+    out: Tensor | None = None
+    for i in range(z.ne[2]):
+        cache.idx = 0
+        frame = _decoder(b, _slice_t(x, i, i + 1), cache, i, cfg)
+        out = frame if out is None else im.concat(out, frame, 2)
+    assert out is not None
+    return out

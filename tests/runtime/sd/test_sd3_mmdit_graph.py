@@ -1,0 +1,45 @@
+"""SD3.5 medium's MMDiT simulated (runtime/sd) against the compute buffers sd-cli logged for the
+shape-faithful checkpoint (planner/sd/data/sd_cli_corpus.json), at the 0.01 MB the log prints."""
+from __future__ import annotations
+
+import pytest
+
+from planner.sd.sd_compute import Row
+from planner.sd.sd_simulated import SD3_T5_TOKENS
+from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes, sd3_clip_bytes, t5_bytes
+from tests.support.sd_corpus import logged, row_id, rows
+
+MMDIT_ROWS = rows("sd3", "mmdit")
+
+
+@pytest.mark.parametrize("row", MMDIT_ROWS, ids=[row_id(r) for r in MMDIT_ROWS])
+def test_mmdit_equals_sd_cli(row: Row):
+    mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
+    got = mmdit_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode)
+    assert logged(got) == logged(row.bytes)
+
+
+def test_the_rows_cover_modes_and_non_square_sizes():
+    assert {r.mode.flash_attn for r in MMDIT_ROWS} == {True, False}
+    assert {r.mode.conv_direct for r in MMDIT_ROWS} == {True, False}
+    assert any(r.width != r.height for r in MMDIT_ROWS)
+    assert len({(r.width, r.height) for r in MMDIT_ROWS}) >= 3
+
+
+T5_ROWS = rows("sd3", "t5")
+
+
+@pytest.mark.parametrize("row", T5_ROWS, ids=[row_id(r) for r in T5_ROWS])
+def test_sd3_t5_equals_sd_cli(row: Row):
+    """SD3's T5-XXL encodes one 77-token chunk, whatever the image size."""
+    got = t5_bytes(SD3_T5_TOKENS, mode=SdMode(row.mode.flash_attn, row.mode.conv_direct))
+    assert logged(got) == logged(row.bytes)
+
+
+CLIP_ROWS = rows("sd3", "clip")
+
+
+@pytest.mark.parametrize("row", CLIP_ROWS, ids=[row_id(r) for r in CLIP_ROWS])
+def test_sd3_clip_equals_sd_cli(row: Row):
+    """The largest of CLIP-L's and CLIP-G's buffers (hidden states, then pooled), whatever the image size."""
+    assert logged(sd3_clip_bytes(SdMode(row.mode.flash_attn, row.mode.conv_direct))) == logged(row.bytes)
