@@ -94,10 +94,13 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
     size = max(known) if known and len(known) == len(sizes) else None
     tiles = f",vae_tiling=on,tile={tile[0]}x{tile[1]}" if tile else ",vae_tiling=on"
     label = mode.key + (tiles if tiled else "") if size is not None else ""
-    origin = "" if size is None else origin_of(fam, RUNNERS.get((comp.kind, fam), ()))
+    origin = origin_of(fam, RUNNERS.get((comp.kind, fam), ()), size)
     return replace(comp, compute_bytes=size, compute_mode=label, compute_origin=origin)
 
 
-def origin_of(fam: str, runners: tuple[str, ...]) -> str:
-    """SIMULATED where runtime/sd builds every one of the component's runners, else CURVE."""
+def origin_of(fam: str, runners: tuple[str, ...], size: int | None) -> str:
+    """SIMULATED where runtime/sd builds every one of the component's runners, else CURVE; "" where
+    the component has no figure (`size` None: the fixed reserve stands in)."""
+    if size is None:
+        return ""
     return SIMULATED if runners and all(is_simulated(fam, r) for r in runners) else CURVE
