@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from planner.checking.tool_runs import fit_print
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.system.llama_tools import ensure_tools, rpc_servers
 from tests.support import arch_matrix
 from tests.support.estimate_matrix import compute_ok, expand, matrix, model_path

@@ -17,10 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from planner.checking.tool_runs import fit_print
 from planner.core.errors import FitplanError
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.system.llama_tools import ensure_tools, rpc_servers
 from tests.support.estimate_matrix import compute_ok, model_path
 from tests.support.tensor_split import CONTEXTS, REFUSED_MODELS, RPC_COUNTS, SPLIT_MODELS

@@ -35,7 +35,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.quiet import NotQuiet, cores_kept_awake, load1, load_line, wait_for_quiet
-from planner.checking.tool_runs import start_server, wait_ready
 from planner.hardware.budgets import resolve_budgets
 from planner.hardware.detect import detect_inventory
 from planner.hardware.inventory import Inventory
@@ -43,6 +42,7 @@ from planner.hardware.inventory_yaml import load_inventory
 from planner.measuring.calibrate import CalibrateRequest, calibrate
 from planner.measuring.llama_bench import Workload
 from planner.registry.examples import resolve_model
+from planner.running.tool_runs import start_server, wait_ready
 from planner.search.result import PlanRequest
 from planner.search.verdict import TIE_FRACTION, Arrangement, Verdict, relation, verdict
 from planner.speed.calibration_fit import CalibrationError

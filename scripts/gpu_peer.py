@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 
-from planner.checking.tool_runs import breakdown_table, fit_print, start_server, wait_ready
 from planner.gguf.reader import read_model
 from planner.measuring.llama_bench import BenchError, Workload, bench_rows, llama_bench_argv
+from planner.running.tool_runs import breakdown_table, fit_print, start_server, wait_ready
 from planner.synth.gguf_factory import Q
 from planner.synth.shapes_common import gemma3_270m_layout, write_shape
 from planner.system.llama_tools import LOOPBACK, ToolsError, free_port, rpc_servers, stop_process

@@ -25,7 +25,7 @@ from planner.checking.validation_report import (
     ValidateRequest,
     with_budgets,
 )
-from planner.core.choices import Program, SweepMode
+from planner.core.choices import Engine, Program, SweepMode
 from planner.core.errors import BadInput
 from planner.emit.set_document import SetReport
 from planner.hardware.budgets import resolve_budgets
@@ -38,6 +38,7 @@ from planner.memory.estimate import estimate as run_estimate
 from planner.model.inspect import InspectResult
 from planner.model.inspect import inspect as run_inspect
 from planner.registry.candidates import MAX_CANDIDATES
+from planner.running.validate_llama import validate_with_llama
 from planner.sd.argv import request_from_argv
 from planner.sd.res_sweep import ResSweep, res_sweep
 from planner.search.result import PlanRequest, PlanResult
@@ -178,4 +179,14 @@ def validate(target: str, flags: Flags = (), devices: Devices = None, ram: str |
         inventory = as_inventory(devices, ram)
         req = _budgets(ValidateRequest(str(target), as_flags(flags), inventory, n_prompt=n_prompt, n_gen=n_gen),
                        max_vram)
-    return run_validate(req, engine)
+    return validate_in(req, engine)
+
+
+def validate_in(req: ValidateRequest, engine: Engine | str = Engine.EMBEDDED, kernels: str = "default",
+                reserve_only: bool = False) -> ValidateReport:
+    """The check in the engine named: the embedded runtime (planner.checking) or llama.cpp's tools
+    (planner.running)."""
+    if Engine(engine) is Engine.LLAMA_CPP:
+        return validate_with_llama(req, reserve_only)
+    return run_validate(req, Engine.EMBEDDED.value, kernels, reserve_only)
+

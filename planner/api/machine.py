@@ -27,7 +27,6 @@ from planner.hardware.inventory import (
     rpc_flag,
 )
 from planner.hardware.inventory_yaml import cpu_list_text, inventory_from_cli, load_inventory
-from planner.llama.flags import arg, spellings
 from planner.system import net
 
 AUTO = "auto"   # --devices auto: detect this machine
@@ -77,6 +76,8 @@ class InventoryOptions:
     def llama_argv(self, argv: list[str]) -> list[str]:
         """llama.cpp flags with `--rpc` added for the `--rpc` endpoints when the flags name none
         (llama.cpp uses an rpc-server only when its --rpc names it)."""
+        from planner.llama.flags import arg, spellings  # loads gguf and numpy: not at `fitplan --help`
+
         given = spellings("rpc")
         if not self.rpc or any(a in given or a.split("=", 1)[0] in given for a in argv):
             return argv

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner.api.calls import sd_sweep
+from planner.api.calls import sd_sweep, validate_in
 from planner.api.machine import InventoryChoice, InventoryOptions
-from planner.checking.validate import validate, validate_request
+from planner.checking.validate import validate_request
 from planner.checking.validation_report import ValidateReport, ValidateRequest
 from planner.core.choices import Program, SweepMode
 from planner.core.errors import BadInput
@@ -137,5 +137,5 @@ def validate_on(target: str, options: InventoryOptions, argv: list[str], n_promp
         req = ValidateRequest(target, parse_llama_flags(options.llama_argv(argv)),
                               choice.inventory if choice else None, choice.budget_rows() if choice else {},
                               n_prompt, n_gen)
-    return validate(req, engine, kernels, reserve_only)
+    return validate_in(req, engine, kernels, reserve_only)
 

@@ -5,8 +5,9 @@ device's budget, runs a fixed prompt of token ids and a greedy continuation, and
 device the weights, KV and peak compute bytes it really allocated, the split counts of the
 prompt and of one generated token, the bytes copied per generated token and the time spent per
 split, next to what `fitplan estimate` predicted. An allocation past a budget is a verdict
-("does not fit on RPC0 by 12.0 MiB"), not an error. The llama.cpp engine (validate_llama)
-runs the same check with the real tools on loopback.
+("does not fit on RPC0 by 12.0 MiB"), not an error. The llama.cpp engine
+(planner/running/validate_llama.py) runs the same check with the real tools on loopback, after the same
+preparation (prepare_validation).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from gguf import Keys
 
 from planner.checking.allreduce_report import AllReduceReport, allreduce_report
 from planner.checking.resident import check_resident, peak_rss_bytes
-from planner.checking.tool_runs import validate_llama
 from planner.checking.validation_report import (
     DEFAULT_GEN_TOKENS,
     DEFAULT_PROMPT_TOKENS,
@@ -41,7 +41,7 @@ from planner.hardware.budgets import resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.hardware.inventory_yaml import load_inventory
 from planner.llama.companions import server_target_outputs_max
-from planner.llama.context import model_context
+from planner.llama.context import ModelContext, model_context
 from planner.llama.flags import flags_to_argv, parse_llama_flags
 from planner.llama.placement import CPU, HOST, HOST_ROWS, device_of, row_of
 from planner.llama.programs import Program
@@ -74,33 +74,43 @@ def server_predicted(settings: LlamaSettings, inventory: Inventory | None = None
 
 def validate(req: ValidateRequest, engine: str = "embedded", kernels: str = "default",
              reserve_only: bool = False) -> ValidateReport:
-    """kernels (embedded engine): "default" float32 kernels, or "ggml-avx2", which reproduce
-    llama.cpp's portable x86-64 CPU build bit for bit (runtime/ggml/exact.py), several times slower.
+    """The embedded engine's check (llama.cpp's runs in planner/running/validate_llama.py).
+    kernels: "default" float32 kernels, or "ggml-avx2", which reproduce llama.cpp's portable x86-64
+    CPU build bit for bit (runtime/ggml/exact.py), several times slower.
     reserve_only: build the graphs, run the passes, cut the splits and reserve the buffers against
     the budgets without reading a weight or computing a token (seconds, bounded memory); the only
     form a header-only file or a URL can take."""
-    engine = Engine(engine).value
-    if reserve_only and engine != "embedded":
+    chosen = Engine(engine)
+    if chosen is Engine.LLAMA_CPP and not reserve_only:
+        raise ValueError("the llama.cpp engine runs llama-server: planner.running.validate_llama")
+    _, settings, est = prepare_validation(req, chosen, reserve_only)
+    held, note = _companions_held(req, est)
+    if reserve_only:
+        report = _validate_reserve(held, settings, target_rows(est))
+    else:
+        check_resident(settings.ctx.model, est)   # before a byte is allocated: one line and exit 1 past MemAvailable
+        report = _validate_embedded(held, settings, target_rows(est), kernels)
+    return replace(report, notes=report.notes + ((note,) if note else ()) + overhead_note(est),
+                   peak_rss_bytes=peak_rss_bytes())
+
+
+def prepare_validation(req: ValidateRequest, engine: Engine,
+                       reserve_only: bool = False) -> tuple[ModelContext, LlamaSettings, Estimate]:
+    """What either engine checks first: the model (with weights, unless reserve_only), its settings
+    resolved once (the estimate and the run share them), the estimate of the plan's llama-server
+    line, and a prompt that fits its context."""
+    if reserve_only and engine is not Engine.EMBEDDED:
         raise BadInput("--reserve-only runs the embedded engine's scheduler and allocator: drop --engine llama.cpp")
     ctx = model_context(req.model_file or resolve_model(req.model))
     if not reserve_only:   # it loads and runs the weights: a header-only file or a URL is not enough
-        require_weights(ctx.model, "validate" if engine == "embedded" else "validate --engine llama.cpp")
-    settings = resolve_settings(ctx, req.flags, req.inventory)   # once: the estimate and the run share it
+        require_weights(ctx.model, "validate" if engine is Engine.EMBEDDED else "validate --engine llama.cpp")
+    settings = resolve_settings(ctx, req.flags, req.inventory)
     # what the plan's llama-server line loads: its output rows and a real reserve (planner/llama/programs.py)
     est = estimate_settings(settings, inventory=req.inventory, program=Program.SERVER)
     if req.n_prompt + req.n_gen > est.cparams.n_ctx:
         raise BadInput(f"--prompt-tokens {req.n_prompt} + --gen-tokens {req.n_gen} do not fit the context "
                        f"of {est.cparams.n_ctx} tokens")
-    if engine == "llama.cpp":
-        return validate_llama(req, ctx, server_predicted(settings, req.inventory))
-    held, note = _companions_held(req, est)
-    if reserve_only:
-        report = _validate_reserve(held, settings, target_rows(est))
-    else:
-        check_resident(ctx.model, est)   # before a byte is allocated: one line and exit 1 past MemAvailable
-        report = _validate_embedded(held, settings, target_rows(est), kernels)
-    return replace(report, notes=report.notes + ((note,) if note else ()) + overhead_note(est),
-                   peak_rss_bytes=peak_rss_bytes())
+    return ctx, settings, est
 
 
 def overhead_note(est: Estimate) -> tuple[str, ...]:

@@ -10,12 +10,29 @@ import typer
 
 from planner import api
 from planner.api import DEFAULT_STEPS, Feature, FileRole, FlagError, ModelSource, last_flash_attn, legacy_modes
-from planner.cli.options import Ram
+from planner.cli.options import Ram, choice
 
 SIZE_STEP = 16   # the finest step of any model's sizes (video: 16; image models check 64 in planner.sd.sd_compute)
 
-FORMATS = ("text", "flags", "command", "yaml", "json")
-_AUTO_FIT = {"on": True, "off": False}
+
+
+class SdFormat(api.OptionEnum):
+    """`sd-fit --format`: the plan as text, sd-cli's placement flags, the whole sd-cli line, YAML or JSON."""
+
+    __option__ = "--format"
+    TEXT = "text"
+    FLAGS = "flags"
+    COMMAND = "command"
+    YAML = "yaml"
+    JSON = "json"
+
+
+class AutoFit(api.OptionEnum):
+    """sd-cli's --auto-fit switch."""
+
+    __option__ = "--auto-fit"
+    ON = "on"
+    OFF = "off"
 
 
 def _file_option(role: FileRole) -> typer.models.OptionInfo:
@@ -58,11 +75,12 @@ def sd_fit_cmd(
     backend: Annotated[Text, _opt("--backend", "compute: cuda0 | te=cpu,vae=cuda0 | diffusion=cuda0&cuda1")] = None,
     params_backend: Annotated[Text, _opt("--params-backend", "parameters: cpu | disk | te=cpu,...")] = None,
     max_vram: Annotated[Text, _opt("--max-vram", "GiB per GPU: 6 | cuda0=6,vulkan0=2 | -2")] = None,
-    auto_fit: Annotated[str, _opt("--auto-fit", "on | off")] = "on",
+    auto_fit: Annotated[AutoFit, choice(AutoFit, "--auto-fit", help="on | off")] = AutoFit.ON,
     devices: Annotated[Text, _opt("--devices", "inventory YAML (default: this machine)")] = None,
     device: Annotated[list[str] | None, _opt("--device", "CUDA0=24GiB, 2xrtx3090, ...")] = None,
     ram: Ram = None,
-    fmt: Annotated[str, _opt("--format", "text | flags | command (the sd-cli line) | yaml | json")] = "text",
+    fmt: Annotated[SdFormat, choice(SdFormat, "--format",
+                                    help="text | flags | command (the sd-cli line) | yaml | json")] = SdFormat.TEXT,
     optimal: Annotated[bool, _opt("--optimal", "minimise weight traffic per image (MILP)")] = False,
     steps: Annotated[int, _opt("--steps", "sampling steps per image, for traffic")] = DEFAULT_STEPS,
     split_mode: Annotated[Text, _opt("--split-mode", "layer | row | diffusion=row,te=layer")] = None,
@@ -93,10 +111,6 @@ def sd_fit_cmd(
     taesd: Annotated[Text, _file_option(FileRole.TAESD)] = None,
 ) -> None:
     """stable-diffusion.cpp placement: sd-cli's auto-fit plan and the flags that reproduce it."""
-    if fmt not in FORMATS:
-        raise FlagError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    if auto_fit.strip().lower() not in _AUTO_FIT:
-        raise FlagError(f"--auto-fit {auto_fit!r}: expected on or off")
     if steps < 1:
         raise FlagError(f"--steps {steps}: expected at least 1")
     for flag, value in (("--backend", backend), ("--params-backend", params_backend), ("--max-vram", max_vram),
@@ -117,11 +131,11 @@ def sd_fit_cmd(
     cd_modes = legacy_modes(conv_direct, Feature.CONV_DIRECT, diffusion_on=diffusion_conv_direct,
                             vae_on=vae_conv_direct)
     request = api.SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
-                           _AUTO_FIT[auto_fit.strip().lower()], optimal, steps, split_mode, compat,
+                           AutoFit(auto_fit) is AutoFit.ON, optimal, steps, split_mode, compat,
                            width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap)
     machine = api.InventoryOptions(devices, tuple(device or ()), ram).inventory(detect=True, use_llama=False)
     assert machine is not None   # detect=True always gives an inventory
-    _show(api.sd_fit(request, machine), fmt)
+    _show(api.sd_fit(request, machine), str(SdFormat(fmt)))
 
 
 def _show(plan: api.SdPlan, fmt: str) -> None:

@@ -24,7 +24,6 @@ from planner.core.errors import FlagError
 from planner.core.units import quote
 from planner.hardware.limits import LLAMA_MAX_DEVICES
 from planner.llama.override_regex import check_override_pattern
-from planner.model.costs import CACHE_TYPES
 
 # common.h: LLM_FFN_EXPS_REGEX / LLM_FFN_DENSE_REGEX; blocks are named "blk\.%d" + regex.
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
@@ -474,6 +473,8 @@ def _tensor_split(text: str) -> tuple[float, ...]:
 
 
 def _cache_type(flag: str, text: str) -> str:
+    from planner.model.costs import CACHE_TYPES  # here: the command line's option table loads no gguf or numpy
+
     if text.lower() not in CACHE_TYPES:
         raise FlagError(f"{flag}: unsupported cache type {quote(text)}; expected one of {', '.join(CACHE_TYPES)}")
     return text.lower()

@@ -23,17 +23,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from planner.checking.tool_runs import (
-    host_row,
-    parse_breakdown,
-    parse_buffers,
-    parse_clip_log,
-    parse_lora_buffers,
-    parse_model_loads,
-    rows_by_device,
-    start_server,
-    wait_ready,
-)
 from planner.checking.validate import load_plan, target_rows
 from planner.checking.validation_report import DeviceReport, ValidateRequest, judge, with_budgets
 from planner.core.errors import BadInput, InfeasiblePlacement, Shortfall
@@ -50,6 +39,17 @@ from planner.llama.programs import Program
 from planner.llama.settings import resolve_settings
 from planner.measuring.device_memory import PlannedDevice, after_load_notes, measure_gpus, planned_devices
 from planner.memory.estimate import Estimate, estimate_settings
+from planner.running.tool_runs import (
+    host_row,
+    parse_breakdown,
+    parse_buffers,
+    parse_clip_log,
+    parse_lora_buffers,
+    parse_model_loads,
+    rows_by_device,
+    start_server,
+    wait_ready,
+)
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 
 log = logging.getLogger(__name__)

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.checking.tool_runs import host_row, parse_buffers, rows_by_device
 from planner.core.errors import BadInput
 from planner.core.units import fmt_mib
 from planner.emit.set_exports import models_max, preset_ini
 from planner.llama.commands import LLAMA_SERVER
 from planner.llama.flags import arg
 from planner.running.serve import COMPUTE_ABS, COMPUTE_REL, LOG_LEVEL, MODEL_SLACK, forward_signals
+from planner.running.tool_runs import host_row, parse_buffers, rows_by_device
 from planner.system.files import write_atomic
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 

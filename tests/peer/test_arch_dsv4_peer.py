@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.synth.shapes_dsv4 import deepseek4_tiny, deepseek_v4_flash, hy4_preview
 from planner.system.llama_tools import VULKAN_ENV
 from runtime.engine.runner import ModelRunner

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import model_context
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.synth.shapes_gemma4 import (
     embeddinggemma_300m,
     gemma3n_e2b,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.llama.context import ModelContext, model_context
+from planner.running.tool_runs import fit_print
 from planner.synth import shapes_linear as linear
 from planner.system.llama_tools import ToolsError
 from tests.support.arch_matrix import ArchShape, arch_rows, check_row, expand

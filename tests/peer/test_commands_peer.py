@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from planner.api import plan
-from planner.checking.tool_runs import fit_print
 from planner.cli import main
 from planner.llama.commands import bench_argv
 from planner.llama.flags import OverrideArg, OverrideKind
@@ -30,6 +29,7 @@ from planner.llama.placement import CPU_REPACK
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
 from planner.registry.examples import resolve_model
+from planner.running.tool_runs import fit_print
 from tests.support.command_matrix import CASES, PlanCase
 from tests.support.estimate_matrix import compute_ok
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
-from planner.checking.tool_runs import start_server, wait_ready
 from planner.core.errors import DrafterOutputUnreachable
 from planner.gguf.reader import read_model
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import start_server, wait_ready
 from planner.synth.draft_models import dflash_spec, vocab_metadata
 from planner.synth.gguf_factory import Q, add_tokenizer, llama_spec
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process

@@ -4,7 +4,7 @@ The target is the bundled Gemma 3 270M; the drafters are 5-layer gemma3 layouts 
 (planner/synth/draft_models.py), one without a sliding window and one with a 2048-token window.
 llama-server (-fit off, --spec-type draft-simple, -lm none so that host weights land in a plain CPU
 buffer) loads the target and then the drafter, each logging its own model, KV and compute buffer
-lines (planner.checking.tool_runs.parse_model_loads), on the host alone and on two loopback rpc-servers
+lines (planner.running.tool_runs.parse_model_loads), on the host alone and on two loopback rpc-servers
 (-ts 1,1, with the drafter following the target's devices or pinned by -devd RPC1).
 A drafter whose vocabulary differs is refused by llama-server exactly when speculation_refusal says so.
 Weights and KV must equal llama.cpp's lines (two decimals of a MiB); compute within 3 % or 4 MiB and
@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
-from planner.checking.tool_runs import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.gguf.reader import read_model
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
@@ -25,6 +24,7 @@ from planner.llama.placement import CPU_REPACK, HOST
 from planner.llama.settings import resolve_settings
 from planner.memory.draft import estimate_draft, speculation_refusal
 from planner.registry.examples import resolve_model
+from planner.running.tool_runs import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.synth.draft_models import drafter_spec, vocab_metadata, write_drafter
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 from tests.support.estimate_matrix import compute_ok

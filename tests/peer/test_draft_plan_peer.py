@@ -17,9 +17,9 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import Keys
 
-from planner.checking.tool_runs import start_server, wait_ready
 from planner.cli import main
 from planner.core.units import MiB
+from planner.running.tool_runs import start_server, wait_ready
 from planner.synth.gguf_factory import add_tokenizer, llama_spec
 from planner.synth.tiny_models import write_random
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from tests.support.estimate_matrix import MODELS, assert_rows_match, expand, matrix, model_path
 
 pytestmark = pytest.mark.peer

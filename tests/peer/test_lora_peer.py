@@ -24,15 +24,6 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import Keys
 
-from planner.checking.tool_runs import (
-    LOG_ROUNDING,
-    host_row,
-    parse_buffers,
-    parse_lora_buffers,
-    rows_by_device,
-    start_server,
-    wait_ready,
-)
 from planner.core.errors import GGUFError
 from planner.core.units import MiB
 from planner.gguf.reader import read_model
@@ -41,6 +32,15 @@ from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.lora_memory import estimate_loras
+from planner.running.tool_runs import (
+    LOG_ROUNDING,
+    host_row,
+    parse_buffers,
+    parse_lora_buffers,
+    rows_by_device,
+    start_server,
+    wait_ready,
+)
 from planner.synth.gguf_factory import add_tokenizer, llama_spec, qwen3moe_spec
 from planner.synth.lora_factory import LoraTensor, lora_layout, write_lora
 from planner.synth.tiny_models import write_random

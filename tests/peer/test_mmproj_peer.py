@@ -23,7 +23,7 @@ second server; the soft_max attention path), (e) -dev RPC1 (the projector follow
 device, common/arg.cpp), (f) --image-max-tokens 100 and (g) 64 with --image-min-tokens 16 on the host
 (LFM2's warmup image shrinks to 320 and 256 px; Gemma 3's stays). clip.cpp logs the projector after the target:
 its backend, load_hparams' model size (every tensor's bytes) and one reserve_compute_meta line per
-backend (planner/checking/tool_runs.py parse_clip_log).
+backend (planner/running/tool_runs.py parse_clip_log).
 
 Weights must equal llama.cpp's to the MiB; compute must be within 3 % or 4 MiB and never more than
 1 MiB below (tests/support/estimate_matrix.py compute_ok).
@@ -34,11 +34,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import parse_clip_log, rows_by_device, start_server, wait_ready
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
 from planner.memory.mmproj import estimate_mmproj
+from planner.running.tool_runs import parse_clip_log, rows_by_device, start_server, wait_ready
 from planner.synth.mmproj_factory import (
     gemma3_mmproj_spec,
     gemma3nv_mmproj_spec,

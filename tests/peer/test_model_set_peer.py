@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.checking.tool_runs import parse_buffers, rows_by_device
 from planner.cli import main
 from planner.emit.set_exports import models_max, preset_ini
 from planner.llama.placement import HOST
 from planner.running.serve_set import KINDS, instance_logs, planned_rows
+from planner.running.tool_runs import parse_buffers, rows_by_device
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 from tests.support.model_sets import set_files
 

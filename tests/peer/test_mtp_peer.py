@@ -4,7 +4,7 @@
 second context on the same model ("creating MTP draft context against the target model") with its own
 KV and compute buffer lines. llama-fit-params takes no --spec-type, so llama-server's log is the ground
 truth: -fit off -v -lm none (host weights in a plain CPU buffer), stopped once it serves. The text before
-that line is the target's load, the text after it the MTP context's (planner.checking.tool_runs.parse_model_loads;
+that line is the target's load, the text after it the MTP context's (planner.running.tool_runs.parse_model_loads;
 the second sched_reserve, which llama_set_sampler causes, logs the grown buffers). Files: small qwen35,
 qwen35moe, qwen3next, glm4moe, hy_v3, deepseek2, deepseek32 and glm-dsa layouts with one MTP block, on the
 host and over two and three loopback rpc-servers, with full and partial offload,
@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
-from planner.checking.tool_runs import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.core.errors import FlagError
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK, HOST
 from planner.llama.programs import Program
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import LOG_ROUNDING, parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.synth.gguf_factory import ModelSpec, Q, T, add_tokenizer, deepseek2_spec, tname
 from planner.synth.glm4moe_factory import glm4moe_spec, glm45_air_like
 from planner.synth.qwen3next_factory import qwen3next_spec, qwen35_spec

@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
-from planner.checking.tool_runs import (
+from planner.llama.context import ModelContext, model_context
+from planner.llama.placement import CPU_REPACK
+from planner.memory.estimate import estimate
+from planner.running.tool_runs import (
     LOG_ROUNDING,
     fit_print,
     parse_model_loads,
@@ -26,9 +29,6 @@ from planner.checking.tool_runs import (
     start_server,
     wait_ready,
 )
-from planner.llama.context import ModelContext, model_context
-from planner.llama.placement import CPU_REPACK
-from planner.memory.estimate import estimate
 from planner.synth.gguf_factory import add_tokenizer
 from planner.synth.glm4moe_factory import glm4moe_spec, glm45_air_like
 from planner.system.llama_tools import LOOPBACK, free_port, rpc_servers, stop_process

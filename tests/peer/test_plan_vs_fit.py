@@ -34,12 +34,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.hardware.budgets import Budgets, fit_target_flag, fit_target_margins, resolve_budgets
 from planner.hardware.inventory import Inventory
 from planner.llama.context import model_context
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.search.result import PlanRequest, PlanResult, llama_argv
 from planner.search.search import plan
 from planner.search.solve import Objective

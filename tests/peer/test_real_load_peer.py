@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.cli import main
 from planner.core.units import MiB
 from planner.llama.placement import CPU_REPACK, HOST, HOST_ROWS
+from planner.running.tool_runs import parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process
 from tests.support.command_matrix import CPU_ONLY, PlanCase, _rpc
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.synth.gguf_factory import Q
 from planner.synth.shapes_common import SHAPES
 from planner.system.llama_tools import VULKAN_ENV

@@ -21,12 +21,12 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import Keys
 
-from planner.checking.tool_runs import parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.core.units import MiB
 from planner.llama.companions import server_outputs_max
 from planner.llama.context import model_context
 from planner.llama.flags import parse_llama_flags
 from planner.llama.settings import resolve_settings
+from planner.running.tool_runs import parse_model_loads, rows_by_device, start_server, wait_ready
 from planner.synth.gguf_factory import add_tokenizer, llama_spec
 from planner.synth.tiny_models import write_random
 from planner.system.llama_tools import LOOPBACK, free_port, stop_process

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.checking.tool_runs import TokenProbs, llama_server
 from planner.llama.flags import parse_llama_flags
+from planner.running.tool_runs import TokenProbs, llama_server
 from planner.synth.tiny_models import Dims, write_tiny
 from runtime.engine.runner import ModelRunner
 

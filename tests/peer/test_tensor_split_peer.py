@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.core.errors import FlagError
 from planner.llama.placement import CPU_REPACK
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.synth.gguf_factory import gemma3_spec
 from planner.synth.shapes_common import tokenized
 from planner.system.llama_tools import rpc_servers

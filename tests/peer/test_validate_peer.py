@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.checking.tool_runs import llama_server, parse_log, server_prompt_batches
 from planner.llama.flags import parse_llama_flags
 from planner.registry.examples import resolve_model
+from planner.running.tool_runs import llama_server, parse_log, server_prompt_batches
 from runtime.engine.runner import ModelRunner
 
 pytestmark = pytest.mark.peer
@@ -221,9 +221,9 @@ def _builder_rows() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name, template", _builder_rows(), ids=[f"{m}: {f}" for m, f in _builder_rows()])
 def test_estimate_compute_within_5_percent_of_llama_fit_params(name, template, shape_contexts, llama_tools,
                                                                rpc_endpoints) -> None:
-    from planner.checking.tool_runs import fit_print
     from planner.llama.settings import resolve_settings
     from planner.memory.estimate import estimate
+    from planner.running.tool_runs import fit_print
     from runtime.engine.reserve import supported
     from tests.support.estimate_matrix import expand
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.checking.tool_runs import fit_print
 from planner.hardware.inventory import HostSpec, Inventory
 from planner.hardware.vulkan_devices import LAVAPIPE, vulkan_device_spec
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.synth import shapes_dense, shapes_dsv4, shapes_fused, shapes_glm5, shapes_hybrid, shapes_mla, shapes_moe
 from planner.synth.gguf_factory import ModelSpec
 from planner.system.llama_tools import VULKAN_ENV

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.checking.tool_runs import fit_print
 from planner.llama.context import ModelContext, model_context
 from planner.memory.estimate import estimate
+from planner.running.tool_runs import fit_print
 from planner.synth.gguf_factory import ModelSpec
 from tests.support.estimate_matrix import assert_rows_match
 

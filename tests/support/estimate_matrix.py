@@ -1,6 +1,6 @@
 """The estimate accuracy matrix (tests/peer/test_estimate_peer.py, bench/bench_estimate_accuracy.py):
 each model of planner/synth/shapes_common.py (and the Gemma example) under a list of llama.cpp flag sets,
-compared with what llama-fit-params --fit-print prints (planner.checking.tool_runs.fit_print).
+compared with what llama-fit-params --fit-print prints (planner.running.tool_runs.fit_print).
 """
 from __future__ import annotations
 

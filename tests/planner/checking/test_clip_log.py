@@ -1,10 +1,10 @@
-"""planner/checking/tool_runs.py parse_clip_log on the lines the pinned llama-server logs for a projector file
+"""planner/running/tool_runs.py parse_clip_log on the lines the pinned llama-server logs for a projector file
 with two encoders (Gemma 4 E4B's vision tower and audio conformer, 2 layers each, -fa off, host only):
 two clip contexts, each with its backend, the file's model size and its own reserve."""
 from __future__ import annotations
 
-from planner.checking.tool_runs import parse_clip_log
 from planner.core.units import MiB
+from planner.running.tool_runs import parse_clip_log
 
 ONE = """\
 0.03.179.034 I clip_ctx: CLIP using CPU backend

@@ -1,4 +1,4 @@
-"""Reading a llama-server log whose target applies LoRA adapters (planner/checking/tool_runs.py).
+"""Reading a llama-server log whose target applies LoRA adapters (planner/running/tool_runs.py).
 
 With applied adapters llama-server reserves twice: at context creation without them, then at
 warmup with them in the graph (llama-context.cpp set_adapters_lora marks the scheduler, the warmup
@@ -8,8 +8,8 @@ llama-server's own (-v, -fit off and -fit on, the pinned build), trimmed to the 
 """
 from __future__ import annotations
 
-from planner.checking.tool_runs import parse_buffers, parse_log, parse_model_loads
 from planner.core.units import MiB
+from planner.running.tool_runs import parse_buffers, parse_log, parse_model_loads
 
 LOAD = """\
 llama_model_loader: loaded meta data with 15 key-value pairs and 39 tensors from /tmp/target.gguf (version GGUF V3)

@@ -1,8 +1,8 @@
-"""planner.checking.tool_runs.parse_model_loads: one log, one dict of buffers per model load (target, drafter)."""
+"""planner.running.tool_runs.parse_model_loads: one log, one dict of buffers per model load (target, drafter)."""
 from __future__ import annotations
 
-from planner.checking.tool_runs import parse_model_loads
 from planner.core.units import MiB
+from planner.running.tool_runs import parse_model_loads
 
 LOG = """\
 0.00.059 I llama_model_loader: loaded meta data with 33 key-value pairs and 236 tensors from target.gguf

@@ -1,7 +1,7 @@
-"""llama-server's prompt batching (planner.checking.tool_runs.server_prompt_batches): for a model with a
+"""llama-server's prompt batching (planner.running.tool_runs.server_prompt_batches): for a model with a
 sliding window it stops a batch 4 + n_ubatch and 4 tokens before the prompt's end so it can
 checkpoint the window cache (server-context.cpp, checkpoint_offsets), and no batch passes n_batch."""
-from planner.checking.tool_runs import server_prompt_batches
+from planner.running.tool_runs import server_prompt_batches
 
 
 def test_short_prompt_keeps_its_last_four_tokens_apart() -> None:

@@ -9,12 +9,12 @@ import subprocess
 
 import pytest
 
-from planner.checking.tool_runs import parse_breakdown
 from planner.core.errors import BadInput
 from planner.hardware.inventory import Backend, DeviceKind, DeviceSpec, HostSpec, Inventory
 from planner.llama.companions import server_outputs_max
 from planner.llama.flags import parse_llama_flags
 from planner.running.serve import _split_extra, forward_signals, hardware_difference, load_rows, shutdown_rows
+from planner.running.tool_runs import parse_breakdown
 
 MIB = 2**20
 GIB = 2**30
