@@ -80,7 +80,8 @@ def _place_one(fit: FitInput, comp: Component, compute: dict[Kind, tuple[str, ..
     devices = compute[comp.kind]
 
     def placed(where: Where, device: str | None = None) -> Placement:
-        return Placement(comp.kind, comp.params_bytes, comp.reserve_bytes, devices, where, device, comp.compute_mode)
+        return Placement(comp.kind, comp.params_bytes, comp.reserve_bytes, devices, where, device, comp.compute_mode,
+                         comp.compute_origin)
 
     if devices and all(_fits(fit, d, comp, remaining, compute, decided, own=True) for d in devices):
         for d in devices:
@@ -127,7 +128,7 @@ def follow_assignments(fit: FitInput, params: dict[Kind, tuple[Where, str | None
         if where is Where.RESIDENT and not devices:
             where = Where.CPU  # a CPU module's own parameters live in RAM
         out.append(Placement(comp.kind, comp.params_bytes, comp.reserve_bytes, devices, where, device,
-                             comp.compute_mode))
+                             comp.compute_mode, comp.compute_origin))
     return tuple(out)
 
 

@@ -22,6 +22,7 @@ from planner.sd.roles import Kind, ModelSource
 from planner.sd.safetensors_header import read_safetensors
 
 # backend_fit.cpp adds this much to every tensor when estimating a component.
+SIMULATED, CURVE = "simulated", "sd-cli curve"   # Component.compute_origin
 TENSOR_OVERHEAD_BYTES = 64
 # The params buffer sd-cli allocates ("total params memory size" in its log): each tensor's
 # ggml size padded to the CPU buffer's 32-byte alignment, in the type the model code creates it
@@ -107,6 +108,9 @@ class Component:
     # None: unknown model, seed 002's fixed reserve stands in.
     compute_bytes: int | None = None
     compute_mode: str = ""   # "fa=on,conv_direct=off" (+ ",tiled") where compute_bytes is known
+    # where compute_bytes comes from: SIMULATED (runtime/sd reserves the runner's graph) or CURVE (a curve
+    # through sd-cli's recorded figures, planner/sd/sd_compute.py); "" with compute_mode
+    compute_origin: str = ""
 
     @property
     def buffer_bytes(self) -> int:

@@ -22,10 +22,10 @@ from planner.sd.autofit import compute_devices, default_backend, follow_assignme
 from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.family import family
-from planner.sd.plan import MAX_RECORDED_FRAMES, Mode, SdPlan, specs
+from planner.sd.plan import Mode, SdPlan, search_limits, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
-from planner.sd.sd_compute import CORPUS_MAX_SIDE, FRAME_STEP, LATENT_FACTOR, MIN_TILE, VIDEO_FAMILIES
+from planner.sd.sd_compute import FRAME_STEP, LATENT_FACTOR, MIN_TILE, VIDEO_FAMILIES
 from planner.sd.sd_placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
 from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
@@ -140,7 +140,8 @@ def _initial_reserves(fit: FitInput) -> FitInput:
     """`fit` as sd-cli's auto-fit sees it: every component with the fixed initial compute reserve
     (seed 002: "Initial compute reserves are estimates (2 GiB for diffusion and text encoders,
     1 GiB for VAE)"; src/core/backend_fit.cpp gives them whatever the image size)."""
-    return replace(fit, components=tuple(replace(c, compute_bytes=None, compute_mode="") for c in fit.components))
+    return replace(fit, components=tuple(replace(c, compute_bytes=None, compute_mode="", compute_origin="")
+                                         for c in fit.components))
 
 
 def _actual(placements: tuple[Placement, ...], sized_fit: FitInput) -> tuple[Placement, ...]:
@@ -148,7 +149,8 @@ def _actual(placements: tuple[Placement, ...], sized_fit: FitInput) -> tuple[Pla
     runner's capacity checks hold the placement to (seed 002: "Actual segment weights, compute
     buffers and caches must still fit the runner's capacity checks")."""
     comps = {c.kind: c for c in sized_fit.components}
-    return tuple(replace(p, reserve_bytes=comps[p.kind].reserve_bytes, compute_mode=comps[p.kind].compute_mode)
+    return tuple(replace(p, reserve_bytes=comps[p.kind].reserve_bytes, compute_mode=comps[p.kind].compute_mode,
+                         compute_origin=comps[p.kind].compute_origin)
                  for p in placements)
 
 
@@ -257,12 +259,14 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
              param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
     """The largest square side (a multiple of 64) at which the plan fits, or None when no
     component's compute depends on the size (no corpus curve) or nothing fits. The search ends at
-    the largest size the corpus has recorded (CORPUS_MAX_SIDE): the curves are not extrapolated."""
-    if _video(base) or not any(c.compute_bytes is not None for c in _sized(base, render, auto, False).components
-                               if c.kind is not Kind.TE):
+    the largest size the corpus has recorded (CORPUS_MAX_SIDE) where a curve gives a figure (the curves
+    are not extrapolated), at SIMULATED_MAX_SIDE where every figure is simulated (planner/sd/plan.py)."""
+    comps = _sized(base, render, auto, False).components
+    if _video(base) or not any(c.compute_bytes is not None for c in comps if c.kind is not Kind.TE):
         return None
+    max_side, _ = search_limits(c.compute_origin for c in comps)
     best = None
-    for side in range(SIZE_STEP, CORPUS_MAX_SIDE + 1, SIZE_STEP):
+    for side in range(SIZE_STEP, max_side + 1, SIZE_STEP):
         at = replace(render, width=side, height=side)
         fit, placements, _, _ = _plan_at(base, request, auto, param_targets, at)
         if overcommit(fit, placements):
@@ -278,12 +282,14 @@ def _video(fit: FitInput) -> bool:
 def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
                     param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
     """A video model's largest frame count (1, 5, 9, ...: 4k+1) that fits at the planned size, up
-    to the most frames the corpus records (MAX_RECORDED_FRAMES); None for an image model or when
-    one frame does not fit."""
+    to the most frames the corpus records (MAX_RECORDED_FRAMES) where a curve gives a figure, to
+    SIMULATED_MAX_FRAMES where every figure is simulated; None for an image model or when one frame
+    does not fit."""
     if not _video(base):
         return None
+    _, max_frames = search_limits(c.compute_origin for c in _sized(base, render, auto, False).components)
     best = None
-    for frames in range(1, MAX_RECORDED_FRAMES + 1, FRAME_STEP):
+    for frames in range(1, max_frames + 1, FRAME_STEP):
         fit, placements, _, _ = _plan_at(base, replace(request, frames=frames), auto, param_targets, render)
         if overcommit(fit, placements):
             break

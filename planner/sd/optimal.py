@@ -38,7 +38,7 @@ class Option:
 
     def placement(self, comp: Component) -> Placement:
         return Placement(comp.kind, comp.params_bytes, comp.reserve_bytes, self.compute, self.where, self.device,
-                         comp.compute_mode)
+                         comp.compute_mode, comp.compute_origin)
 
 
 def _options(fit: FitInput, comp: Component) -> list[Option]:

@@ -3,21 +3,36 @@ from __future__ import annotations
 
 import enum
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
 from planner.sd.check import DeviceNeed
-from planner.sd.components import KIND_LABEL
+from planner.sd.components import CURVE, KIND_LABEL
 from planner.sd.roles import Kind
 from planner.sd.sd_compute import CORPUS_MAX_SIDE, FIT_VIDEO
 from planner.sd.sd_placement import GpuBudget, Placement, Where
 from planner.sd.split import SplitRange
 
 SD_CLI = "sd-cli"
-# The most frames a video model's figures were recorded at: sd-fit searches no further
+# The most frames a video model's figures were recorded at: sd-fit searches no further where a curve gives a figure
 MAX_RECORDED_FRAMES = max(f for points in FIT_VIDEO.values() for _, _, f in points)
+# Where every compute figure is simulated (runtime/sd reserves the graph at any size) sd-fit searches further:
+# sd-cli sets no upper bound on -W/-H (it only aligns them up), so to a side of its own choosing, and to
+# Wan's usual longest clip (81 frames)
+SIMULATED_MAX_SIDE = 2048
+SIMULATED_MAX_FRAMES = 81
+
+
+def search_limits(origins: Iterable[str]) -> tuple[int, int]:
+    """The largest square side and frame count sd-fit searches to, given its compute figures' origins
+    (Component.compute_origin): the corpus's largest where any figure comes from a curve (the curves are
+    not extrapolated), SIMULATED_MAX_SIDE / SIMULATED_MAX_FRAMES where none does."""
+    if CURVE in set(origins):
+        return CORPUS_MAX_SIDE, MAX_RECORDED_FRAMES
+    return SIMULATED_MAX_SIDE, SIMULATED_MAX_FRAMES
 
 
 class Mode(enum.Enum):
@@ -140,12 +155,17 @@ class SdPlan:
                          + ("" if d.fits else "  (over)"))
         frames = f"x{self.frames} frames" if self.frames != 1 else ""
         lines.append(f"{self.width}x{self.height}{frames}: {self.verdict}")
+        max_side, max_frames = search_limits(p.compute_origin for p in self.placements)
+        curve = max_side == CORPUS_MAX_SIDE
         if self.largest_side is not None:
-            more = " or larger (sizes above it are beyond sd-cli's recorded figures)" \
-                if self.largest_side >= CORPUS_MAX_SIDE else ""
+            more = "" if self.largest_side < max_side else \
+                " or larger (sizes above it are beyond sd-cli's recorded figures)" if curve else \
+                f" or larger (sd-fit searches no further than {max_side}x{max_side})"
             lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}{more}")
         if self.largest_frames is not None:
-            more = " or more (beyond sd-cli's recorded figures)" if self.largest_frames >= MAX_RECORDED_FRAMES else ""
+            more = "" if self.largest_frames < max_frames else \
+                " or more (beyond sd-cli's recorded figures)" if curve else \
+                f" or more (sd-fit searches no further than {max_frames})"
             lines.append(f"most frames that fit at {self.width}x{self.height}: {self.largest_frames}{more}")
         return lines
 

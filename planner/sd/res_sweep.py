@@ -18,6 +18,7 @@ from planner.core.units import fmt_mib
 from planner.hardware.inventory import Inventory
 from planner.sd.check import DeviceNeed
 from planner.sd.fit import SdFitRequest, sd_fit
+from planner.sd.plan import search_limits
 from planner.sd.sd_compute import CORPUS_MAX_SIDE
 
 CSV_COLUMNS = ("res", "width", "height", "verdict", "fits", "vae_tiling", "device", "weights_bytes", "compute_bytes",
@@ -80,15 +81,18 @@ class ResSweep:
 
 def res_sweep(request: SdFitRequest, inventory: Inventory, sides: Sequence[int],
               progress: Callable[[int, int], None] | None = None) -> ResSweep:
-    """sd-fit at each square side of `sides`, everything else as `request` asks. Sides above the
-    largest the corpus records are refused: the compute curves are not extrapolated."""
-    above = [s for s in sides if s > CORPUS_MAX_SIDE]
-    if above:
-        raise BadInput(f"--vary res={above[0]}: sd-cli's recorded compute figures end at "
-                       f"{CORPUS_MAX_SIDE}x{CORPUS_MAX_SIDE}; sd-fit does not extrapolate beyond them")
+    """sd-fit at each square side of `sides`, everything else as `request` asks. Where a compute figure
+    comes from a curve, sides above the largest the corpus records are refused (the curves are not
+    extrapolated); a model whose every figure is simulated is swept to SIMULATED_MAX_SIDE."""
     points = []
     for i, side in enumerate(sides):
         plan = sd_fit(replace(request, width=side, height=side, search_largest=False), inventory)
+        max_side, _ = search_limits(p.compute_origin for p in plan.placements)
+        if side > max_side:
+            raise BadInput(f"--vary res={side}: " + (
+                f"sd-cli's recorded compute figures end at {CORPUS_MAX_SIDE}x{CORPUS_MAX_SIDE}; sd-fit does not "
+                "extrapolate beyond them" if max_side == CORPUS_MAX_SIDE else
+                f"sd-fit sizes images up to {max_side}x{max_side}"))
         points.append(ResPoint(side, side, plan.verdict, not plan.warnings, plan.vae_tiling, plan.needs, plan.flags))
         if progress is not None:
             progress(i + 1, len(sides))

@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from planner.hardware.budgets import host_budget
-from planner.sd.components import Component
+from planner.sd.components import CURVE, Component
 from planner.sd.roles import Kind
 
 
@@ -76,10 +76,13 @@ class Placement:
     params: Where
     params_device: str | None = None  # the GPU for Where.OTHER_GPU
     compute_mode: str = ""  # the modes its compute buffer is sd-cli's figure for; "" = seed 002's fixed reserve
+    compute_origin: str = ""  # "simulated" or "sd-cli curve" (planner/sd/components.py Component.compute_origin)
 
     @property
     def compute_source(self) -> str:
-        return f"sd-cli, {self.compute_mode}" if self.compute_mode else "fixed reserve"
+        """Where the compute figure comes from and for which modes: "simulated, fa=on,conv_direct=off"
+        (runtime/sd), "sd-cli curve, ..." (fitted through sd-cli's recorded figures) or "fixed reserve"."""
+        return f"{self.compute_origin or CURVE}, {self.compute_mode}" if self.compute_mode else "fixed reserve"
 
     @property
     def compute_name(self) -> str:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.core.errors import BadInput
-from planner.sd.components import KIND_MODULE, Component
+from planner.sd.components import CURVE, KIND_MODULE, SIMULATED, Component
 from planner.sd.family import family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.roles import Kind
 from planner.sd.sd_compute import VIDEO_FAMILIES, WAN_DIT, Mode, compute_bytes, video_compute_bytes
 from planner.sd.sd_placement import GpuBudget
+from planner.sd.sd_simulated import is_simulated
 
 # sd-cli's runners of each component, by model: a component whose runners run one after the other
 # (FLUX.1's CLIP-L, then T5-XXL) needs the largest of their buffers
@@ -93,4 +94,13 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
     size = max(known) if known and len(known) == len(sizes) else None
     tiles = f",vae_tiling=on,tile={tile[0]}x{tile[1]}" if tile else ",vae_tiling=on"
     label = mode.key + (tiles if tiled else "") if size is not None else ""
-    return replace(comp, compute_bytes=size, compute_mode=label)
+    origin = origin_of(fam, RUNNERS.get((comp.kind, fam), ()), size)
+    return replace(comp, compute_bytes=size, compute_mode=label, compute_origin=origin)
+
+
+def origin_of(fam: str, runners: tuple[str, ...], size: int | None) -> str:
+    """SIMULATED where runtime/sd builds every one of the component's runners, else CURVE; "" where
+    the component has no figure (`size` None: the fixed reserve stands in)."""
+    if size is None:
+        return ""
+    return SIMULATED if runners and all(is_simulated(fam, r) for r in runners) else CURVE

@@ -9,6 +9,8 @@ import json
 import pytest
 
 from planner.cli import main
+from planner.sd import sd_simulated
+from planner.sd.plan import SIMULATED_MAX_SIDE
 from planner.sd.sd_compute import CORPUS_MAX_SIDE, Mode, compute_bytes
 from planner.synth.shapes_sd import write_checkpoint, write_flux
 
@@ -48,7 +50,7 @@ def test_compute_is_sd_clis_at_the_size_and_modes(capsys, sd15):
     assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 768, 512, off)
     assert c["te"]["compute_reserve_bytes"] == compute_bytes("sd15", "clip", 768, 512, off)
     assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 768, 512, off)
-    assert c["vae"]["compute_source"] == "sd-cli, fa=off,conv_direct=off"
+    assert c["vae"]["compute_source"] == "simulated, fa=off,conv_direct=off"
     assert p["image"] == {"width": 768, "height": 512, "frames": 1, "vae_tiling": False}
     assert p["verdict"] == "fits"
     assert p["flags"].endswith("-W 768 -H 512 --flash-attn off --conv-direct off")
@@ -58,7 +60,7 @@ def test_auto_modes_on_the_cpu(capsys, sd15):
     # seed 002: auto turns flash attention on for the CPU without timing; direct convolution stays off
     c = comps(plan(capsys, sd15, *CPU, "-W", "640", "-H", "640"))
     assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 640, 640, Mode(True, False))
-    assert c["diffusion"]["compute_source"] == "sd-cli, fa=on,conv_direct=off"
+    assert c["diffusion"]["compute_source"] == "simulated, fa=on,conv_direct=off"
 
 
 def test_legacy_switches_and_module_assignments(capsys, sd15):
@@ -67,8 +69,8 @@ def test_legacy_switches_and_module_assignments(capsys, sd15):
     assert c["diffusion"]["compute_reserve_bytes"] == compute_bytes("sd15", "unet", 512, 512, Mode(True, False))
     assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 512, 512, Mode(False, False))
     c = comps(plan(capsys, sd15, *CPU, "--flash-attn", "off", "--conv-direct", "off,diffusion=on"))
-    assert c["diffusion"]["compute_source"] == "sd-cli, fa=off,conv_direct=on"
-    assert c["vae"]["compute_source"] == "sd-cli, fa=off,conv_direct=off"
+    assert c["diffusion"]["compute_source"] == "simulated, fa=off,conv_direct=on"
+    assert c["vae"]["compute_source"] == "simulated, fa=off,conv_direct=off"
 
 
 def _manual_budget(capsys, sd15, side):
@@ -109,14 +111,42 @@ def test_largest_square_is_the_last_that_fits(capsys, sd15):
     assert plan(capsys, *args, "-W", str(side + 64), "-H", str(side + 64))["verdict"] == "does not fit"
 
 
-def test_largest_square_stops_where_the_corpus_ends(capsys, sd15):
-    # with flash attention and VAE tiling a 3 GiB card takes every size the corpus records; sd-fit
-    # does not extrapolate beyond it and says so
+def test_largest_square_stops_where_the_corpus_ends(capsys, sd15, monkeypatch):
+    # with the UNet's figure from its corpus curve (its simulation taken away), a 3 GiB card takes every
+    # size the corpus records with flash attention and VAE tiling; sd-fit does not extrapolate the curve
+    # beyond it and says so
+    monkeypatch.delitem(sd_simulated.SIMULATED, ("sd15", "unet"))
+    sd_simulated.simulated_bytes.cache_clear()
     args = [sd15, "--device", "CUDA0=3GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "on"]
-    assert plan(capsys, *args)["largest_square"] == CORPUS_MAX_SIDE
-    code = main(["sd-fit", *args])
+    try:
+        got = plan(capsys, *args)
+        code = main(["sd-fit", *args])
+        out, _ = capsys.readouterr()
+    finally:
+        sd_simulated.simulated_bytes.cache_clear()
+    assert got["largest_square"] == CORPUS_MAX_SIDE
+    assert {c["module"]: c["compute_source"] for c in got["components"]}["diffusion"].startswith("sd-cli curve, ")
+    assert code == 0 and f"{CORPUS_MAX_SIDE}x{CORPUS_MAX_SIDE} or larger (sizes above it are beyond sd-cli's " \
+        "recorded figures)" in out
+
+
+def test_largest_square_of_a_simulated_model_goes_past_the_corpus(capsys, sd15):
+    # every SD 1.5 runner is simulated: the same 3 GiB card is searched past the corpus's largest size,
+    # and the answer is the last size that fits
+    args = [sd15, "--device", "CUDA0=3GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "on"]
+    got = plan(capsys, *args)
+    assert {c["compute_source"].split(",")[0] for c in got["components"]} == {"simulated"}
+    side = got["largest_square"]
+    assert CORPUS_MAX_SIDE < side < SIMULATED_MAX_SIDE
+    assert plan(capsys, *args, "-W", str(side), "-H", str(side))["warnings"] == []
+    assert plan(capsys, *args, "-W", str(side + 64), "-H", str(side + 64))["verdict"] == "does not fit"
+    # a card that takes every size searched: the answer is SIMULATED_MAX_SIDE, and sd-fit says it looked no further
+    big = [sd15, "--device", "CUDA0=16GiB", "--ram", "64GiB", "--auto-fit", "off", "--flash-attn", "on"]
+    assert plan(capsys, *big)["largest_square"] == SIMULATED_MAX_SIDE
+    code = main(["sd-fit", *big])
     out, _ = capsys.readouterr()
-    assert code == 0 and f"{CORPUS_MAX_SIDE}x{CORPUS_MAX_SIDE} or larger" in out
+    assert code == 0 and f"{SIMULATED_MAX_SIDE}x{SIMULATED_MAX_SIDE} or larger (sd-fit searches no further " \
+        f"than {SIMULATED_MAX_SIDE}x{SIMULATED_MAX_SIDE})" in out
 
 
 @pytest.mark.parametrize("flag,value,needle", [("-W", "500", "expected a positive multiple of 16"),
@@ -163,7 +193,7 @@ def test_flux_1024_on_a_12_gib_card(capsys, flux):
                                                               tiled=p["image"]["vae_tiling"])
     # the 16-channel autoencoder's decode, sd-cli's for FLUX.1 ("ae16"), untiled: it fits
     assert c["vae"]["compute_reserve_bytes"] == compute_bytes("ae16", "vae", 1024, 1024, Mode(True, True))
-    assert c["vae"]["compute_source"] == "sd-cli, fa=on,conv_direct=on"
+    assert c["vae"]["compute_source"] == "simulated, fa=on,conv_direct=on"
     # 22.2 GiB of DiT weights cannot stay on a 12 GiB card: auto-fit keeps them in RAM
     assert c["diffusion"]["params"] == "cpu"
     assert p["verdict"].startswith("fits with parameters on the host")

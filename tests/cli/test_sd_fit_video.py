@@ -8,6 +8,7 @@ import json
 import pytest
 
 from planner.cli import main
+from planner.sd.plan import MAX_RECORDED_FRAMES, SIMULATED_MAX_FRAMES
 from planner.sd.sd_compute import WAN_DIT, Mode, video_compute_bytes
 from planner.synth.shapes_wan import write_wan
 
@@ -54,3 +55,20 @@ def test_wan_frames_must_be_4k_plus_1(capsys, wan):
     code = main(["sd-fit", *wan, *SIZE, "--frames", "8", "--device", "CUDA0=24GiB"])
     _, err = capsys.readouterr()
     assert code == 2 and "4k+1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_frames_of_a_simulated_model_go_past_the_corpus(capsys, wan):
+    # every Wan runner is simulated (runtime/sd): the frame search runs to SIMULATED_MAX_FRAMES (81, Wan's
+    # usual longest clip), past the corpus's 33; a card with room for all of them says it looked no further
+    p = plan(capsys, *wan, *SIZE, "--device", "CUDA0=96GiB", "--ram", "32GiB")
+    assert {c["compute_source"].split(",")[0] for c in p["components"]} == {"simulated"}
+    assert p["largest_frames"] == SIMULATED_MAX_FRAMES > MAX_RECORDED_FRAMES
+    code = main(["sd-fit", *wan, *SIZE, "--device", "CUDA0=96GiB", "--ram", "32GiB"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and f": {SIMULATED_MAX_FRAMES} or more (sd-fit searches no further than " \
+        f"{SIMULATED_MAX_FRAMES})" in out
+    # the 81-frame plan fits as sized: its DiT buffer is the simulated one at 81 frames
+    at = plan(capsys, *wan, *SIZE, "--frames", str(SIMULATED_MAX_FRAMES), "--device", "CUDA0=96GiB", "--ram", "32GiB")
+    dit = {c["module"]: c for c in at["components"]}["diffusion"]["compute_reserve_bytes"]
+    assert at["warnings"] == [] and dit == video_compute_bytes("wan", WAN_DIT, 416, 240, SIMULATED_MAX_FRAMES,
+                                                               Mode(True, False))

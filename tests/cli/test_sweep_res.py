@@ -10,6 +10,8 @@ import json
 import pytest
 
 from planner.cli import main
+from planner.sd import sd_simulated
+from planner.sd.plan import SIMULATED_MAX_SIDE
 from planner.sd.sd_compute import CORPUS_MAX_SIDE, Mode, compute_bytes
 from planner.synth.shapes_sd import write_checkpoint
 
@@ -60,11 +62,33 @@ def test_csv_has_a_row_per_point_and_device(capsys, sd15):
 
 @pytest.mark.parametrize("vary,needle", [
     ("res=500", "multiples of 64"),
-    (f"res={CORPUS_MAX_SIDE + 64}", "does not extrapolate"),
+    (f"res={SIMULATED_MAX_SIDE + 64}", f"up to {SIMULATED_MAX_SIDE}x{SIMULATED_MAX_SIDE}"),
 ])
 def test_bad_res_is_one_line_exit_2(capsys, sd15, vary, needle):
     code, _, err = run(capsys, "sweep", sd15, "--vary", vary, *DEVICES, *BASE)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_simulated_model_is_swept_past_the_corpus(capsys, sd15):
+    """SD 1.5's runners are all simulated (runtime/sd): sizes above the corpus's largest are sized too."""
+    side = CORPUS_MAX_SIDE + 256
+    code, out, err = run(capsys, "sweep", sd15, "--vary", f"res=512,{side}", *DEVICES, "--format", "json", *BASE)
+    assert code == 0, err
+    point = json.loads(out)["points"][1]
+    assert point["width"] == side
+    assert point["devices"][0]["compute_bytes"] >= compute_bytes("sd15", "unet", side, side, Mode(False, False))
+
+
+def test_a_curve_is_not_extrapolated(capsys, sd15, monkeypatch):
+    """With the UNet's figure from its corpus curve (its simulation taken away), sizes above the
+    corpus's largest are refused."""
+    monkeypatch.delitem(sd_simulated.SIMULATED, ("sd15", "unet"))
+    sd_simulated.simulated_bytes.cache_clear()
+    try:
+        code, _, err = run(capsys, "sweep", sd15, "--vary", f"res={CORPUS_MAX_SIDE + 64}", *DEVICES, *BASE)
+    finally:
+        sd_simulated.simulated_bytes.cache_clear()
+    assert code == 2 and "does not extrapolate" in err and len(err.strip().splitlines()) == 1
 
 
 def test_res_alone_and_with_devices(capsys, sd15):

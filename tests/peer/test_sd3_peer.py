@@ -114,9 +114,10 @@ def test_recorded_compute(capsys, sd3_files, row):
     if row["width"] != row["height"] and (row["family"], row["runner"], Mode(row["flash_attn"], row["conv_direct"])) \
             in SQUARE_ONLY and not is_simulated(row["family"], row["runner"]):
         # a curve of square sizes: sd-fit keeps the fixed reserve, above sd-cli's figure
-        assert not comps[module]["compute_source"].startswith("sd-cli") and est > row["bytes"]
+        assert comps[module]["compute_source"] == "fixed reserve" and est > row["bytes"]
         return
-    assert comps[module]["compute_source"].startswith("sd-cli"), module
+    origin = "simulated" if is_simulated(row["family"], row["runner"]) else "sd-cli curve"
+    assert comps[module]["compute_source"].startswith(f"{origin}, "), module
     assert close(est, row["bytes"]), f"{module}: sd-fit {est / MiB:.2f} MiB, sd-cli {row['bytes'] / MiB:.2f} MiB"
 
 

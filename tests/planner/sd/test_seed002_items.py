@@ -144,7 +144,7 @@ def test_conv_direct_parameter_storage_devices_do_not_affect(capsys, sd15):
     p = fit_json(capsys, sd15, "--device", "CUDA0=24GiB", "--ram", "64GiB", "--backend", "cuda0",
                  "--params-backend", "diffusion=cpu")
     unet = by_module(p)["diffusion"]
-    assert unet["params"] == "cpu" and unet["compute_source"] == "sd-cli, fa=on,conv_direct=on"
+    assert unet["params"] == "cpu" and unet["compute_source"] == "simulated, fa=on,conv_direct=on"
 
 
 # --- the VAE decode, mappings, compute by size ---------------------------------------------

@@ -60,3 +60,13 @@ def test_the_unet_rows_cover_both_switches():
     assert {(r.mode.flash_attn, r.mode.conv_direct) for r in UNET_ROWS} == {(False, False), (True, False),
                                                                             (False, True), (True, True)}
     assert len({(r.width, r.height) for r in UNET_ROWS}) >= 3
+
+
+def test_above_the_curves_range_the_simulation_equals_sd_cli():
+    """sd-fit searches simulated models past 1024 px: one recorded row there grounds it (SD 1.5's UNet at
+    1280x1280 with flash attention, which sd-cli logged as 768.00 MB), and sd-fit's own figure is that one."""
+    from planner.sd.sd_compute import Mode, compute_bytes
+
+    (row,) = [r for r in UNET_ROWS if r.width == r.height == 1280]
+    assert row.mode.flash_attn and not row.mode.conv_direct
+    assert logged(compute_bytes("sd15", "unet", 1280, 1280, Mode(True, False))) == logged(row.bytes)
