@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from planner.hardware.vulkan_devices import LAVAPIPE
+from planner.sd.sd_cli import ensure_sd_cli, sd_cli_path, source_tarball
 from planner.system.llama_tools import VULKAN_ENV
 
 MIB = 2**20
@@ -61,3 +62,12 @@ def lavapipe(llama_vulkan_tools: Path) -> Path:
         pytest.skip(f"Vulkan0 is {listed.group(1)} here, not Mesa's lavapipe")
     assert int(listed.group(2)) * MIB == LAVAPIPE.heap_bytes
     return llama_vulkan_tools
+
+
+@pytest.fixture(scope="session")
+def sd_cli() -> Path:
+    """sd-cli built from the vendored stable-diffusion.cpp snapshot (on first use), for the sd peer modules."""
+    if sd_cli_path() is None and not source_tarball().is_file():
+        pytest.skip(f"sd-cli is not built and its source snapshot {source_tarball()} is absent "
+                    "(set FITPLAN_SD_CPP_SOURCE to the stable-diffusion.cpp-97d2990-ggml-8e800ce tarball)")
+    return ensure_sd_cli()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.sd.sd_cli import ensure_sd_cli, run_sd_cli, sd_cli_path, source_tarball
+from planner.sd.sd_cli import run_sd_cli
 from planner.sd.sd_compute import CORPUS, FIT_SIZES, SQUARE_ONLY, Mode
 from planner.sd.sd_simulated import is_simulated
 from planner.synth.shapes_sd3 import write_sd3, write_z_image
@@ -131,14 +131,6 @@ LIVE = [
     ("ae16", 384, 320, False, False, True, ["vae"]),
     ("zimage-q8", 640, 448, True, False, False, ["z_image"]),   # the DiT as the Q8_0 GGUF people download
 ]
-
-
-@pytest.fixture(scope="session")
-def sd_cli() -> Path:
-    if sd_cli_path() is None and not source_tarball().is_file():
-        pytest.skip(f"sd-cli is not built and its source snapshot {source_tarball()} is absent "
-                    "(set FITPLAN_SD_CPP_SOURCE to the stable-diffusion.cpp-97d2990-ggml-8e800ce tarball)")
-    return ensure_sd_cli()
 
 
 def test_live_sizes_are_not_in_the_corpus():

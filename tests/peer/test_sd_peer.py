@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.sd.sd_cli import ensure_sd_cli, run_sd_cli, sd_cli_path, source_tarball
+from planner.sd.sd_cli import run_sd_cli
 from planner.sd.sd_compute import FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_sd import t5xxl_tensors, write_checkpoint, write_flux, write_flux_gguf
@@ -26,14 +26,6 @@ MiB = 1024 * 1024
 LOG_STEP = round(0.005 * MiB) + 1     # the log prints MB with two decimals
 COMPONENT = {"diffusion": "diffusion_model", "te": "text_encoders", "vae": "vae"}
 RUNNER = {"unet": "diffusion", "flux": "diffusion", "clip": "te", "t5": "te", "vae": "vae"}
-
-
-@pytest.fixture(scope="session")
-def sd_cli() -> Path:
-    if sd_cli_path() is None and not source_tarball().is_file():
-        pytest.skip(f"sd-cli is not built and its source snapshot {source_tarball()} is absent "
-                    "(set FITPLAN_SD_CPP_SOURCE to the stable-diffusion.cpp-97d2990-ggml-8e800ce tarball)")
-    return ensure_sd_cli()
 
 
 @pytest.fixture(scope="session")

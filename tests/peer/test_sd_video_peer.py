@@ -19,7 +19,7 @@ import pytest
 from planner.sd.components import Component, read_components
 from planner.sd.modes import Feature, ModeSpec, parse_modes
 from planner.sd.roles import FileRole, Kind, ModelSource
-from planner.sd.sd_cli import ensure_sd_cli, run_sd_cli, sd_cli_path, source_tarball
+from planner.sd.sd_cli import run_sd_cli
 from planner.sd.sd_compute import FIT_VIDEO, WAN_DIT, video_corpus
 from planner.sd.sizing import Render, sized
 from planner.synth.shapes_wan import write_wan
@@ -31,14 +31,6 @@ LOG_STEP = round(0.005 * MiB) + 1     # the log prints MB with two decimals
 ROLES = {"--diffusion-model": FileRole.DIFFUSION_MODEL, "--t5xxl": FileRole.T5XXL, "--vae": FileRole.VAE}
 RUNNER_KIND = {WAN_DIT: Kind.DIFFUSION, "t5": Kind.TE, "wan_vae": Kind.VAE}
 TOTALS = {Kind.DIFFUSION: "diffusion_model", Kind.TE: "text_encoders", Kind.VAE: "vae"}
-
-
-@pytest.fixture(scope="session")
-def sd_cli() -> Path:
-    if sd_cli_path() is None and not source_tarball().is_file():
-        pytest.skip(f"sd-cli is not built and its source snapshot {source_tarball()} is absent "
-                    "(set FITPLAN_SD_CPP_SOURCE to the stable-diffusion.cpp-97d2990-ggml-8e800ce tarball)")
-    return ensure_sd_cli()
 
 
 @pytest.fixture(scope="session")
