@@ -4,12 +4,14 @@ import-linter contract in pyproject.toml); a notebook uses the same names.
 
   planner.api.calls      one call per command with the inputs a notebook has at hand (estimate, plan, ...)
   planner.api.machine    the inventory options resolved to devices and budgets; `devices`; network settings
-  planner.api.plans      plan, verdict, choose, plan-set: requests from the options, calls, pages
+  planner.api.plans      plan: the request from the options, the call, the documents and pages
+  planner.api.advice     plan --verdict and choose
+  planner.api.sets       plan-set: the call, the set document, the router preset and llama-swap config
   planner.api.runs       estimate with budgets, sweep, validate, serve, calibrate; the plots
   planner.api.outputs    export, fetch-header
   planner.api.diffusion  sd-fit
 
-What loads numpy, gguf or the runtime (calls, plans, runs, outputs, diffusion) is looked up on
+What loads numpy, gguf or the runtime (calls, plans, advice, sets, runs, outputs, diffusion) is looked up on
 first use (PEP 562 module `__getattr__`): the command line and `fitplan --help` import this module
 and load none of it until a command runs.
 """
@@ -40,31 +42,21 @@ from planner.system.llama_tools import LLAMA_CPP_PIN, LOOPBACK, ToolsError, ensu
 
 # ruff: noqa: F401  (the names below are this module's exports: __all__ lists them through _SUBMODULES)
 if TYPE_CHECKING:   # the lazy names, for type checkers (the table below says where each lives)
+    from planner.api.advice import Choice, Verdict, choice_html, choose_on, verdict_on
     from planner.api.calls import as_flags, as_inventory, choose, estimate, inspect, plan, plan_set, sweep, validate
     from planner.api.diffusion import SdFitRequest, SdPlan, sd_fit
     from planner.api.outputs import HeaderFile, export_plan, fetch_header, llama_server_program
     from planner.api.plans import (
         LLAMA_SERVER,
         OP_OFFLOAD,
-        Choice,
         Companions,
-        ModelSet,
         PlanRequest,
         PlanResult,
-        SetInfeasible,
-        SetPlan,
-        SetReport,
-        Verdict,
-        choice_html,
-        choose_on,
         choose_request,
         deployment,
         deployment_yaml,
         infeasible_page,
-        infeasible_set_html,
-        is_set_plan,
         llama_argv,
-        llama_swap_config,
         parse_cache_type,
         parse_cache_types,
         parse_ctx,
@@ -72,16 +64,9 @@ if TYPE_CHECKING:   # the lazy names, for type checkers (the table below says wh
         plan_on,
         plan_page,
         plan_request,
-        plan_set_on,
-        preset_ini,
         read_deployment,
-        read_model_set,
-        read_set_plan,
         report_page,
         server_command,
-        set_document,
-        set_html,
-        verdict_on,
     )
     from planner.api.runs import (
         BudgetedEstimate,
@@ -110,19 +95,36 @@ if TYPE_CHECKING:   # the lazy names, for type checkers (the table below says wh
         validate_on,
         with_program,
     )
+    from planner.api.sets import (
+        ModelSet,
+        SetInfeasible,
+        SetPlan,
+        SetReport,
+        infeasible_set_html,
+        is_set_plan,
+        llama_swap_config,
+        plan_set_on,
+        preset_ini,
+        read_model_set,
+        read_set_plan,
+        set_document,
+        set_html,
+    )
 
 # submodule -> the names it gives (its __all__; tests/planner/test_api_surface.py holds the three lists together)
 _SUBMODULES: dict[str, tuple[str, ...]] = {
+    "advice": ("Choice", "Verdict", "choice_html", "choose_on", "verdict_on"),
     "calls": ("as_flags", "as_inventory", "choose", "estimate", "inspect", "plan", "plan_set", "sweep", "validate"),
     "diffusion": ("SdFitRequest", "SdPlan", "sd_fit"),
     "outputs": ("HeaderFile", "export_plan", "fetch_header", "llama_server_program"),
     "plans": (
-        "LLAMA_SERVER", "OP_OFFLOAD", "Choice", "Companions", "ModelSet", "PlanRequest", "PlanResult",
-        "SetInfeasible", "SetPlan", "SetReport", "Verdict", "choice_html", "choose_on", "choose_request",
-        "deployment", "deployment_yaml", "infeasible_page", "infeasible_set_html", "is_set_plan", "llama_argv",
-        "llama_swap_config", "parse_cache_type", "parse_cache_types", "parse_ctx", "plan_argv", "plan_on",
-        "plan_page", "plan_request", "plan_set_on", "preset_ini", "read_deployment", "read_model_set",
-        "read_set_plan", "report_page", "server_command", "set_document", "set_html", "verdict_on"),
+        "LLAMA_SERVER", "OP_OFFLOAD", "Companions", "PlanRequest", "PlanResult", "choose_request", "deployment",
+        "deployment_yaml", "infeasible_page", "llama_argv", "parse_cache_type", "parse_cache_types", "parse_ctx",
+        "plan_argv", "plan_on", "plan_page", "plan_request", "read_deployment", "report_page", "server_command"),
+    "sets": (
+        "ModelSet", "SetInfeasible", "SetPlan", "SetReport", "infeasible_set_html", "is_set_plan",
+        "llama_swap_config", "plan_set_on", "preset_ini", "read_model_set", "read_set_plan", "set_document",
+        "set_html"),
     "runs": (
         "BudgetedEstimate", "CalibrateRequest", "CalibrateResult", "InstanceCheck", "MemoryCheck", "PreparedServe",
         "ServeRequest", "ServeResult", "SweepResult", "ValidateReport", "Workload", "calibrate",

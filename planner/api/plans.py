@@ -1,10 +1,10 @@
-"""`plan`, `plan --verdict`, `choose` and `plan-set` for the command line: the request from the
-options as the command line spells them (each normalised here, once), one call on the devices a
-command resolved, and the documents and pages made of the result.
+"""`plan` for the command line: the request from the options as the command line spells them (each
+normalised here, once; `choose` takes the same), one call on the devices a command resolved, and the
+documents and pages made of the result. `plan --verdict` and `choose` are planner.api.advice's,
+`plan-set` planner.api.sets': a plan loads neither.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 
 from planner.api.machine import DevicesReport
@@ -12,32 +12,15 @@ from planner.core.choices import Objective, OpOffload, Solver, SplitMode
 from planner.core.errors import BadInput, InfeasiblePlacement
 from planner.core.units import quote
 from planner.emit.document import deployment, deployment_yaml, read_deployment
-from planner.emit.plan_report import infeasible_report, plan_report, result_from_deployment
-from planner.emit.plan_report_html import render_html
-from planner.emit.set_document import SetReport, is_set_plan, read_set_plan, set_document
-from planner.emit.set_exports import llama_swap_config, preset_ini
-from planner.emit.set_report_html import infeasible_set_html, set_html
 from planner.llama.commands import LLAMA_SERVER
 from planner.model.costs import CACHE_TYPES
 from planner.search.result import Companions, PlanRequest, PlanResult, llama_argv, plan_argv, server_command
 from planner.search.search import plan as run_plan
-from planner.search.set_input import ModelSet, read_model_set
-from planner.search.set_plan import SetPlan
-from planner.search.set_plan import plan_set as run_plan_set
-from planner.search.set_suggest import SetInfeasible
-from planner.search.verdict import Verdict
-from planner.search.verdict import verdict as run_verdict
-from planner.sweeps.choose import Choice
-from planner.sweeps.choose import choose as run_choose
-from planner.sweeps.choose_html import choice_html
 
 __all__ = [
-    "LLAMA_SERVER", "OP_OFFLOAD", "Choice", "Companions", "ModelSet", "PlanRequest", "PlanResult", "SetInfeasible",
-    "SetPlan", "SetReport", "Verdict", "choice_html", "choose_on", "choose_request", "deployment",
-    "deployment_yaml", "infeasible_page", "infeasible_set_html", "is_set_plan", "llama_argv", "llama_swap_config",
-    "parse_cache_type", "parse_cache_types", "parse_ctx", "plan_argv", "plan_on", "plan_page", "plan_request",
-    "plan_set_on", "preset_ini", "read_deployment", "read_model_set", "read_set_plan", "report_page",
-    "server_command", "set_document", "set_html", "verdict_on",
+    "LLAMA_SERVER", "OP_OFFLOAD", "Companions", "PlanRequest", "PlanResult", "choose_request", "deployment",
+    "deployment_yaml", "infeasible_page", "llama_argv", "parse_cache_type", "parse_cache_types", "parse_ctx",
+    "plan_argv", "plan_on", "plan_page", "plan_request", "read_deployment", "report_page", "server_command",
 ]
 
 
@@ -113,32 +96,28 @@ def plan_on(model: str, found: DevicesReport, request: PlanRequest, with_explain
                     what_would_fit=True)
 
 
-def verdict_on(model: str, found: DevicesReport, request: PlanRequest, clients: int) -> Verdict:
-    """`plan --verdict`: the arrangements ranked for `clients` streams (planner/search/verdict.py)."""
-    return run_verdict(model, found.inventory, found.budgets, request, clients)
 
-
-def choose_on(models: Sequence[str], found: DevicesReport, request: PlanRequest, include: Sequence[str],
-              max_files: int) -> Choice:
-    """`choose`: every candidate file planned on the devices a command resolved, ranked."""
-    return run_choose(list(models), found.inventory, found.budgets, request, tuple(include), max_files)
-
-
-def plan_set_on(spec: ModelSet, found: DevicesReport) -> SetPlan:
-    """`plan-set`: the set planned on the devices a command resolved."""
-    return run_plan_set(spec, found.inventory, found.budgets)
 
 
 def plan_page(result: PlanResult) -> str:
     """A plan as one self-contained HTML page."""
+    from planner.emit.plan_report import plan_report
+    from planner.emit.plan_report_html import render_html
+
     return render_html(plan_report(result))
 
 
 def infeasible_page(model: str, found: DevicesReport, e: InfeasiblePlacement) -> str:
     """The page for a model that fits nowhere: each device's shortfall and what would fit."""
+    from planner.emit.plan_report import infeasible_report
+    from planner.emit.plan_report_html import render_html
+
     return render_html(infeasible_report(model, found.budgets, e))
 
 
 def report_page(plan_file: str) -> str:
     """`fitplan report`: a plan file as one self-contained HTML page."""
+    from planner.emit.plan_report import plan_report, result_from_deployment
+    from planner.emit.plan_report_html import render_html
+
     return render_html(plan_report(result_from_deployment(read_deployment(plan_file))))
