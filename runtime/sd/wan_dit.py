@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from runtime.ggml import build as g
 from runtime.ggml import image_ops as im
-from runtime.ggml.graph import GGMLType, Op, Tensor
+from runtime.ggml.graph import GGMLType, Tensor
 from runtime.sd.flux_dit import _rope_attention
 from runtime.sd.sd_blocks import Blocks, ext_scale
 
@@ -50,14 +50,7 @@ def _conv3d(b: Blocks, x: Tensor, c_out: int, kernel: tuple[int, int, int]) -> T
     ic = x.ne[3]
     w = b.param((kw, kh, kt, ic * c_out), GGMLType.F16)
     bias = b.param((c_out,))
-    ow, oh, od = x.ne[0] // kw, x.ne[1] // kh, x.ne[2] // kt
-    col = Tensor(GGMLType.F16, (kw * kh * kt * ic, ow, oh, od), name="im2col_3d", op=Op.IM2COL, src=[w, x],
-                 op_params={"s": (kw, kh, kt)})
-    y = g.mul_mat(im.reshape(col, (col.ne[0], od * oh * ow)), im.reshape(w, (kw * kh * kt * ic, c_out)))
-    y = im.reshape(y, (ow * oh, od, 1, c_out))
-    y = g.cont(g.permute(y, (0, 1, 3, 2)))
-    y = im.reshape(y, (ow, oh, od, c_out))
-    return im.add_inplace(y, im.reshape(bias, (1, 1, 1, c_out)))
+    return im.conv_3d(w, bias, x, c_out, (kw, kh, kt))
 
 
 def _rms(b: Blocks, x: Tensor) -> Tensor:

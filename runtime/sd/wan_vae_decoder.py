@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from runtime.ggml import build as g
 from runtime.ggml import image_ops as im
-from runtime.ggml.graph import GGMLType, Op, Tensor
+from runtime.ggml.graph import GGMLType, Tensor
 from runtime.sd.sd_blocks import Blocks
 
 RMS_EPS = 1e-12
@@ -64,14 +64,7 @@ def _conv3d(b: Blocks, x: Tensor, c_out: int, k: tuple[int, int, int], pad: tupl
         lp2 -= cache.ne[2]
     if pw or ph or lp2:
         x = im.pad_ext(x, [(pw, pw), (ph, ph), (lp2, 0)])
-    ow, oh, od = x.ne[0] - kw + 1, x.ne[1] - kh + 1, x.ne[2] - kt + 1
-    col = Tensor(GGMLType.F16, (kw * kh * kt * ic, ow, oh, od), name="im2col_3d", op=Op.IM2COL, src=[w, x],
-                 op_params={"s": (1, 1, 1)})
-    y = g.mul_mat(im.reshape(col, (col.ne[0], od * oh * ow)), im.reshape(w, (kw * kh * kt * ic, c_out)))
-    y = im.reshape(y, (ow * oh, od, 1, c_out))
-    y = g.cont(g.permute(y, (0, 1, 3, 2)))
-    y = im.reshape(y, (ow, oh, od, c_out))
-    return im.add_inplace(y, im.reshape(bias, (1, 1, 1, c_out)))
+    return im.conv_3d(w, bias, x, c_out, (1, 1, 1))
 
 
 def _rms_norm(b: Blocks, x: Tensor) -> Tensor:
