@@ -123,7 +123,7 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
 
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
-            row.get("frames", 1))
+            row.get("frames", 1), row.get("batch", 1))
 
 
 def record(groups: list[str], work: Path, done: set[tuple],
@@ -226,6 +226,51 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     return rows
 
 
+# ---- batch: sd-cli's -b N (--batch-count). generate_image samples the N images one after another and
+# decode_image_outputs decodes them one at a time (src/stable-diffusion.cpp), each runner re-reserving its
+# compute buffer per image. A batch run goes on until `runner` has logged its buffer `logs` times (the
+# runners before it logged theirs for every image by then); a row keeps every figure its runner logged
+# ("logged", one per image it reached) and their largest as "bytes".
+# group -> (checkpoint family, [(width, height, batch, last runner, its logs)], {runner: row family})
+BATCH_GROUPS: dict[str, tuple[str, list[tuple[int, int, int, str, int]], dict[str, str]]] = {
+    # SD 1.5: CLIP once, the UNet per image, the KL-f8 decode per image; at 256x256 each run
+    # reaches every image's decode, at the larger sizes the second decode (b 2) or the first (b 4)
+    "sd15-batch": ("sd15", [(256, 256, 2, "vae", 2), (256, 256, 4, "vae", 4), (320, 448, 2, "vae", 2),
+                            (320, 448, 4, "vae", 1), (384, 384, 2, "vae", 2), (384, 384, 4, "vae", 1)],
+                   {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}),
+    # Z-Image-Turbo's 30-layer DiT: Qwen3-4B once, the DiT per image (stopped at the last image's
+    # buffer, before its step runs)
+    "zimage-batch": ("zimage", [(256, 256, 2, "z_image", 2), (256, 256, 4, "z_image", 4)],
+                     {"qwen3": "zimage", "z_image": "zimage"}),
+}
+
+
+def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """Batch rows for `groups` (skipping keys in `done`); `save(rows)` after each run."""
+    exe = ensure_sd_cli()
+    rows: list[dict] = []
+    for group in groups:
+        family, runs, row_family = BATCH_GROUPS[group]
+        model = _model(family, work)
+        for width, height, batch, last, logs in runs:
+            new = [{"family": row_family[runner], "runner": runner, "width": width, "height": height,
+                    "flash_attn": False, "conv_direct": False, "vae_tiling": False, "batch": batch}
+                   for runner in row_family]
+            if all(_key(row) in done for row in new):
+                continue
+            args = [*_args(model, width, height, False, False, False), "-b", str(batch)]
+            got = run_sd_cli(args, exe=exe, stop_when=[last], stop_after=logs, timeout_s=3600)
+            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
+            for row in new:
+                row.update({"bytes": got.compute_of(row["runner"]), "logged": list(got.logged_of(row["runner"])),
+                            "argv": argv})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                done.add(_key(row))
+            rows += new
+            save(new)
+    return rows
+
+
 def _write(out: Path, old: dict, rows: list[dict], params: list[dict]) -> None:
     """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints."""
     families = {p["family"] for p in params}
@@ -247,7 +292,8 @@ def _save(out: Path, rows: list[dict], params: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", default=",".join(GROUPS),
-                        help=f"image groups {', '.join(GROUPS)}; video groups {', '.join(WAN_GROUPS)}")
+                        help=f"image groups {', '.join(GROUPS)}; video groups {', '.join(WAN_GROUPS)}; "
+                             f"batch groups {', '.join(BATCH_GROUPS)}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
     ns = parser.parse_args()
@@ -256,10 +302,13 @@ def main() -> None:
     out = Path(ns.out)
     old = _load(out)
     groups = ns.groups.split(",")
+    batch = [g for g in groups if g in BATCH_GROUPS]
+    if batch:
+        record_batch(batch, work, {_key(r) for r in old["rows"]}, lambda rows: _save(out, rows, []))
     video = [g for g in groups if g in WAN_GROUPS]
     if video:
         record_wan(video, work, {_key(r) for r in old["rows"]}, lambda row, params: _save(out, [row], params))
-    image = [g for g in groups if g not in WAN_GROUPS]
+    image = [g for g in groups if g not in WAN_GROUPS and g not in BATCH_GROUPS]
     if image:   # record() hands its rows so far after every run: written beside the corpus as it was
         before = _load(out)
         _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},

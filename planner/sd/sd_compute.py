@@ -83,10 +83,14 @@ class Row:
     tiled: bool
     bytes: int
     frames: int = 1    # video frames (video rows only)
+    batch: int = 1     # sd-cli's -b: images made in the run (rows without the field made one)
 
     @property
     def fit(self) -> bool:
-        """One of the points the runner's curve is solved from."""
+        """One of the points the runner's curve is solved from (a batch row only checks: sd-cli makes
+        a batch's images one at a time: planner/sd/fit.py `_check_batch`)."""
+        if self.batch != 1:
+            return False
         if self.family in VIDEO_FAMILIES:
             points = FIT_VIDEO.get((self.family, self.runner), ())
             checks_fa = self.mode.flash_attn and (self.family, self.runner) in FA_FREE
@@ -97,7 +101,7 @@ class Row:
 def _row(raw: dict) -> Row:
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
                Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
-               raw.get("frames", 1))
+               raw.get("frames", 1), raw.get("batch", 1))
 
 
 @functools.lru_cache(maxsize=1)
