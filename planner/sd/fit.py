@@ -53,6 +53,7 @@ class SdFitRequest:
     mmap: bool = False              # sd-cli --mmap: mapped files count whole on devices that map them
     frames: int = 1                 # video models only (--frames / sd-cli's --video-frames)
     search_largest: bool = True     # also find the largest square that fits (a sweep does not need it)
+    batch: int = 1                  # sd-cli's -b / --batch-count: images per run (image models)
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
@@ -171,6 +172,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     if request.mmap:
         base = replace(base, mapped_files=mapped_files(request.sources))
     _check_frames(base, request.frames)
+    _check_batch(base, request.batch)
     fit, placements, mode, tiling = _plan_at(base, request, auto, param_targets, render)
     tiled = tiling is not None
     ram = ram_need(fit, placements)
@@ -185,7 +187,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   _largest(base, request, auto, param_targets, render) if request.search_largest else None,
                   device_needs(fit, placements) + ((ram,) if ram is not None else ()),
                   _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
-                  request.frames)
+                  request.frames, request.batch)
 
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
@@ -207,6 +209,23 @@ def _check_frames(fit: FitInput, frames: int) -> None:
     if frames != 1 and diffusion not in VIDEO_FAMILIES:
         what = f"{diffusion} is an image model" if diffusion else "this diffusion model is not a known video model"
         raise BadInput(f"--frames {frames}: {what}; --frames applies to video models only")
+
+
+def _check_batch(fit: FitInput, batch: int) -> None:
+    """sd-cli's -b N, checked as sd-cli checks it, and why it changes no figure of the plan.
+
+    sd-cli rejects a count below 1 (examples/common/common.cpp `validate`). generate_image
+    (src/stable-diffusion.cpp) computes the conditioning once, then samples the N images one after
+    another, each from a latent of batch 1 (`generate_init_latent`), and decode_image_outputs decodes
+    them one at a time: every runner's graph holds one image and its compute buffer is freed after each
+    image and reserved again, the same size, for the next. So the plan at -b N is the plan at -b 1
+    (tests/planner/sd/test_batch.py holds sd-cli's recorded buffers at -b 2 and 4 to those at 1).
+    A video is one sequence: vid_gen has no batch count (sd_vid_gen_params_t), so sd-cli ignores -b there."""
+    if batch < 1:
+        raise BadInput(f"--batch {batch}: expected 1 or more (sd-cli's -b / --batch-count)")
+    if batch != 1 and _video(fit):
+        raise BadInput(f"--batch {batch}: a video model makes one clip per run (sd-cli's vid_gen has no batch "
+                       f"count); --batch applies to image models only")
 
 
 def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
@@ -312,6 +331,8 @@ def _render_args(request: SdFitRequest, tiling: Tiling | None) -> tuple[str, ...
         out += tiling.args
     if request.frames != 1:
         out += ["--video-frames", str(request.frames)]
+    if request.batch != 1:
+        out += ["-b", str(request.batch)]
     if request.mmap:
         out.append("--mmap")
     return tuple(out)
