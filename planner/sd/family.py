@@ -21,7 +21,12 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   1536, no image embedding or VACE blocks; any weight type) and its UMT5-XXL text encoder (24
   blocks, a relative-position bias in every block — T5 v1.1 has one in block 0 — llama.cpp's or
   the original names); "wan-vae": the Wan 2.1 causal 3-D VAE (16 latent channels into a
-  384-wide decoder, 15 up-sampling stages).
+  384-wide decoder, 15 up-sampling stages);
+- "ltx2": an LTX-2 audio-video DiT, told the way sd.cpp tells it (`get_sd_version`: the AdaLN-single
+  timestep embedder's bias makes a checkpoint VERSION_LTXAV), and "ltx2-vae": LTX's causal video VAE
+  (`decoder.conv_in.conv` and the latent `per_channel_statistics`, src/model/vae/ltx_vae.hpp). Neither
+  has a graph or corpus curve: they keep the fixed reserves, but the decoder decides the VAE decode's
+  retry order (planner/sd/vae_retry.py).
 Anything else is None: sd-fit then keeps seed 002's fixed compute reserves.
 """
 from __future__ import annotations
@@ -34,6 +39,9 @@ SD15, SDXL, KL_F8, FLUX = "sd15", "sdxl", "kl-f8", "flux"
 SD3, ZIMAGE = "sd3", "zimage"
 AE16 = "ae16"   # the 16-channel autoencoder (SD3's, FLUX.1's ae.safetensors, Z-Image's; the KL-f8 layout)
 WAN, WAN_VAE = "wan", "wan-vae"
+LTX2, LTX2_VAE = "ltx2", "ltx2-vae"
+LTX_FAMILIES = frozenset({LTX2, LTX2_VAE})   # video models without figures: fixed reserves, any frame count
+LTXAV_PROBE = "adaln_single.emb.timestep_embedder.linear_1.bias"   # src/model_loader.cpp get_sd_version
 T5XXL = "text_encoders.t5xxl.transformer."
 
 
@@ -68,6 +76,8 @@ def diffusion_family(comp: Component) -> str | None:
             return name
     if _is_wan_dit(s):
         return WAN
+    if f"{UNET}{LTXAV_PROBE}" in s:
+        return LTX2
     attn = f"{UNET}input_blocks.1.1.transformer_blocks.0.attn2"
     if f"{UNET}input_blocks.11.0.in_layers.0.weight" in s and f"{UNET}label_emb.0.0.weight" not in s \
             and _ratio(s, f"{attn}.to_k.weight", f"{attn}.to_q.weight") == 768 / 320:
@@ -153,6 +163,9 @@ def vae_family(comp: Component) -> str | None:
         if wan == 16 / 384 and f"{prefix}upsamples.14.residual.6.weight" in s \
                 and f"{prefix}upsamples.15.residual.6.weight" not in s:
             return WAN_VAE
+        root = prefix.removesuffix("decoder.")
+        if f"{prefix}conv_in.conv.weight" in s and f"{root}per_channel_statistics.mean-of-means" in s:
+            return LTX2_VAE
     return None
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from planner.core.errors import BadInput
 from planner.sd.components import CURVE, KIND_MODULE, SIMULATED, Component
-from planner.sd.family import family
+from planner.sd.family import LTX_FAMILIES, family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.roles import Kind
 from planner.sd.sd_compute import VIDEO_FAMILIES, WAN_DIT, Mode, compute_bytes, video_compute_bytes
@@ -68,18 +68,16 @@ def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[t
 
 
 def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
-          diffusion: str | None = None, tile: tuple[int, int] | None = None, frames: int = 1) -> Component:
+          diffusion: str | None = None, tile: tuple[int, int] | None = None, frames: int = 1,
+          temporal: bool = False) -> Component:
     """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
     `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
     SDXL's KL-f8 VAE with a graph of its own). `tile`: a tiled decode's tile in latent pixels
     (None: sd-cli's default). `frames`: the video's frame count (4k+1 for Wan);
-    an image model takes 1."""
-    fam = family(comp)
-    if fam is not None and diffusion is not None:
-        fam = VAE_FOR.get((fam, diffusion), fam)
-    if frames != 1 and fam is not None and fam not in VIDEO_FAMILIES:
-        raise BadInput(f"--frames {frames}: {fam} makes images, not videos (only 1 frame)")
-    if fam is None:
+    an image model takes 1. `temporal`: the decode's frames streamed a few at a time (LTX-2's
+    video VAE, planner/sd/vae_retry.py), a decode no family has figures for yet."""
+    fam = _decode_family(comp, diffusion, frames)
+    if fam is None or (temporal and comp.kind is Kind.VAE):
         return replace(comp, compute_bytes=None, compute_mode="")
     mode = component_mode(comp, render, devices, fam)
     tiled = tiled and comp.kind is Kind.VAE
@@ -96,6 +94,17 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
     label = mode.key + (tiles if tiled else "") if size is not None else ""
     origin = origin_of(fam, RUNNERS.get((comp.kind, fam), ()), size)
     return replace(comp, compute_bytes=size, compute_mode=label, compute_origin=origin)
+
+
+def _decode_family(comp: Component, diffusion: str | None, frames: int) -> str | None:
+    """The corpus family of `comp`'s graph (VAE_FOR: the decode picked by the diffusion model); a
+    frame count other than 1 only for a video model's components."""
+    fam = family(comp)
+    if fam is not None and diffusion is not None:
+        fam = VAE_FOR.get((fam, diffusion), fam)
+    if frames != 1 and fam is not None and fam not in VIDEO_FAMILIES | LTX_FAMILIES:
+        raise BadInput(f"--frames {frames}: {fam} makes images, not videos (only 1 frame)")
+    return fam
 
 
 def origin_of(fam: str, runners: tuple[str, ...], size: int | None) -> str:
