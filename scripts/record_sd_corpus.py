@@ -6,6 +6,7 @@ graphs run where that is possible).
 
     PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
     PYTHONPATH=. python scripts/record_sd_corpus.py --groups wan-te,wan,wan-vae   # the video model, by frames
+    FITPLAN_SD_CPP_DIR=... PYTHONPATH=. python scripts/record_sd_corpus.py --groups ltx2-vae   # see LTX2_GROUPS
 
 Rows already in the corpus are kept and not run again. planner.sd.sd_compute.FIT_SIZES names the
 sizes each curve is solved from; the other rows check it. `params` holds each checkpoint's params buffers
@@ -21,6 +22,7 @@ from pathlib import Path
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
 from planner.sd.sd_compute import CORPUS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
 from planner.synth.shapes_sd3 import write_sd3, write_z_image
 from planner.synth.shapes_wan import write_wan
@@ -123,7 +125,7 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
 
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
-            row.get("frames", 1))
+            row.get("frames", 1), row.get("temporal_tiling", False))
 
 
 def record(groups: list[str], work: Path, done: set[tuple],
@@ -226,6 +228,48 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     return rows
 
 
+# ---- video: LTX-2's video VAE (planner/synth/shapes_ltx.py: the VAE shape-faithful, a DiT without
+# blocks and a layerless Gemma stand-in ahead of it), decoded whole and with --temporal-tiling (its
+# latent frames four at a time, one overlapping: each tile a graph of its own, the largest buffer
+# kept, so these runs are not stopped early). sd-cli as scripts/build_sd_cpp.sh builds it cannot read
+# the checkpoint: the Gemma tokenizer aborts on the one-byte vocabulary stand-in (a NUL, not JSON);
+# FITPLAN_SD_CPP_DIR must name a build whose stand-in parses (e.g. the byte "0").
+LTX2_VAE_RUNNER = "ltx_video_vae"
+LTX2_GROUPS: dict[str, list[tuple[bool, list[tuple[int, int, int]]]]] = {
+    "ltx2-vae": [(False, [(64, 64, 9), (64, 64, 41), (128, 128, 17)]),
+                 (True, [(64, 64, 9), (64, 64, 41), (128, 128, 17)])],
+}
+
+
+def record_ltx2(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """LTX-2 VAE rows for `groups` (skipping keys in `done`), each saved as it is recorded."""
+    exe = ensure_sd_cli()
+    model = write_ltx2(work / "ltx2-vae.safetensors")
+    rows = []
+    for group in groups:
+        for temporal, points in LTX2_GROUPS[group]:
+            for width, height, frames in points:
+                row = {"family": group, "runner": LTX2_VAE_RUNNER, "width": width, "height": height,
+                       "frames": frames, "flash_attn": False, "conv_direct": False, "vae_tiling": False,
+                       "temporal_tiling": temporal}
+                if _key(row) in done:
+                    continue
+                args = ["-M", "vid_gen", "-m", str(model), "-p", "a cat", "-W", str(width), "-H", str(height),
+                        "--video-frames", str(frames), "--steps", "1", "--cfg-scale", "1", "-t", "2", "--seed", "1",
+                        "--mmap", "-o", str(model.with_suffix(".webm"))] + (["--temporal-tiling"] if temporal else [])
+                got = run_sd_cli(args, exe=exe, stop_when=() if temporal else [LTX2_VAE_RUNNER], timeout_s=3600)
+                # the VAE's params (shape-faithful); the thin DiT's and text encoder's are not the model's
+                params = [{"family": group, "component": name, "bytes": size} for name, size in got.totals
+                          if name == "vae"]
+                row.update({"bytes": got.compute_of(LTX2_VAE_RUNNER),
+                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                rows.append(row)
+                done.add(_key(row))
+                save(row, params)
+    return rows
+
+
 def _write(out: Path, old: dict, rows: list[dict], params: list[dict]) -> None:
     """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints."""
     families = {p["family"] for p in params}
@@ -247,7 +291,7 @@ def _save(out: Path, rows: list[dict], params: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", default=",".join(GROUPS),
-                        help=f"image groups {', '.join(GROUPS)}; video groups {', '.join(WAN_GROUPS)}")
+                        help=f"image groups {', '.join(GROUPS)}; video groups {', '.join([*WAN_GROUPS, *LTX2_GROUPS])}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
     ns = parser.parse_args()
@@ -259,7 +303,10 @@ def main() -> None:
     video = [g for g in groups if g in WAN_GROUPS]
     if video:
         record_wan(video, work, {_key(r) for r in old["rows"]}, lambda row, params: _save(out, [row], params))
-    image = [g for g in groups if g not in WAN_GROUPS]
+    ltx2 = [g for g in groups if g in LTX2_GROUPS]
+    if ltx2:
+        record_ltx2(ltx2, work, {_key(r) for r in _load(out)["rows"]}, lambda row, params: _save(out, [row], params))
+    image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS]
     if image:   # record() hands its rows so far after every run: written beside the corpus as it was
         before = _load(out)
         _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},

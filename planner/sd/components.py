@@ -40,7 +40,9 @@ _NOT_CREATED = ("clip_l.text_projection.weight",)
 # "<block>.weight" the file never has, so F32) and the VAE's RMS-norm `gamma`s, shaped (C, 1, 1, 1)
 # in the file (src/model/vae/wan_vae.hpp RMS_norm: F32 in the file's shape); its 5-D causal 3-D
 # convolution kernels are F16 like the 4-D ones (CausalConv3d, Conv3d).
-_F32_SUFFIXES = (".modulation", ".gamma")
+# LTX-2: every timestep embedder's two linear layers (src/model/diffusion/ltxv.hpp TimestepEmbedder:
+# Linear with force_f32), the DiT's AdaLN ones and the video VAE's alike.
+_F32_SUFFIXES = (".modulation", ".gamma", ".timestep_embedder.linear_1.weight", ".timestep_embedder.linear_2.weight")
 
 
 KIND_MODULE: dict[Kind, Module] = {Kind.DIFFUSION: Module.DIFFUSION, Kind.TE: Module.TE, Kind.VAE: Module.VAE}
