@@ -23,10 +23,10 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   the original names); "wan-vae": the Wan 2.1 causal 3-D VAE (16 latent channels into a
   384-wide decoder, 15 up-sampling stages);
 - "ltx2": an LTX-2 audio-video DiT, told the way sd.cpp tells it (`get_sd_version`: the AdaLN-single
-  timestep embedder's bias makes a checkpoint VERSION_LTXAV), and "ltx2-vae": LTX's causal video VAE
-  (`decoder.conv_in.conv` and the latent `per_channel_statistics`, src/model/vae/ltx_vae.hpp). Neither
-  has a graph or corpus curve: they keep the fixed reserves, but the decoder decides the VAE decode's
-  retry order (planner/sd/vae_retry.py).
+  timestep embedder's bias makes a checkpoint VERSION_LTXAV), which also decides the VAE decode's retry
+  order (planner/sd/vae_retry.py); "ltx2-vae": LTX-2's causal video VAE (src/model/vae/ltx_vae.hpp:
+  the latent `per_channel_statistics`, a timestep-conditioned decoder from 128 latent channels into
+  conv_in 1024 wide, 4 x 5 residual blocks down to 128 wide). The DiT has no graph here (fixed reserves).
 Anything else is None: sd-fit then keeps seed 002's fixed compute reserves.
 """
 from __future__ import annotations
@@ -163,10 +163,21 @@ def vae_family(comp: Component) -> str | None:
         if wan == 16 / 384 and f"{prefix}upsamples.14.residual.6.weight" in s \
                 and f"{prefix}upsamples.15.residual.6.weight" not in s:
             return WAN_VAE
-        root = prefix.removesuffix("decoder.")
-        if f"{prefix}conv_in.conv.weight" in s and f"{root}per_channel_statistics.mean-of-means" in s:
+        if _is_ltx2_vae(s, prefix):
             return LTX2_VAE
     return None
+
+
+def _is_ltx2_vae(s: dict[str, int], prefix: str) -> bool:
+    """LTX-2's decoder: conv_in 128 -> 1024 channels, 4 x 5 residual blocks down to 128 wide (7 up
+    blocks), timestep-conditioned, beside the latent statistics (the layout runtime/sd sizes)."""
+    last = f"{prefix}up_blocks.6.res_blocks.4.conv1.conv.weight"
+    if f"{prefix.removesuffix('decoder.')}per_channel_statistics.mean-of-means" not in s \
+            or f"{prefix}timestep_scale_multiplier" not in s:
+        return False
+    if f"{prefix}up_blocks.7.conv.conv.weight" in s or f"{prefix}up_blocks.6.res_blocks.5.conv1.conv.weight" in s:
+        return False
+    return _ratio(s, f"{prefix}conv_in.conv.weight", last) == 1024 * 128 / (128 * 128)
 
 
 def family(comp: Component) -> str | None:

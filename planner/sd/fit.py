@@ -258,8 +258,8 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     return best
 
 
-def _video(fit: FitInput) -> bool:
-    return any(family(c) in VIDEO_FAMILIES for c in fit.present if c.kind is Kind.DIFFUSION)
+def _video(fit: FitInput, families: frozenset[str] = VIDEO_FAMILIES | LTX_FAMILIES) -> bool:
+    return any(family(c) in families for c in fit.present if c.kind is Kind.DIFFUSION)
 
 
 def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
@@ -268,7 +268,7 @@ def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
     to the most frames the corpus records (MAX_RECORDED_FRAMES) where a curve gives a figure, to
     SIMULATED_MAX_FRAMES where every figure is simulated; None for an image model or when one frame
     does not fit."""
-    if not _video(base):
+    if not _video(base, VIDEO_FAMILIES):   # Wan's 4k+1 frames; LTX-2's 8k+1 are not searched
         return None
     _, max_frames = search_limits(c.compute_origin for c in _sized(base, render, auto, None).components)
     best = None

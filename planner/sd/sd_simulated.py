@@ -21,6 +21,7 @@ from runtime.sd.sd_reserve import (
     flux_bytes,
     flux_clip_bytes,
     llm_text_bytes,
+    ltx_vae_decode_bytes,
     mmdit_bytes,
     sd3_clip_bytes,
     sdxl_clip_bytes,
@@ -74,8 +75,27 @@ VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
 }
 
 
+# LTX-2's video VAE (runtime/sd/ltx_vae_decoder.py), decoded whole or with --temporal-tiling; its spatial
+# tiles are not recorded, so sd-fit sizes no spatially tiled LTX-2 decode
+LTX_VAE = ("ltx2-vae", "ltx_video_vae")
+LTX_SCALE = 32   # src/model/vae/vae.hpp get_scale_factor: VERSION_LTXAV's image pixels per latent pixel
+
+
 def is_simulated(family: str, runner: str) -> bool:
-    return (family, runner) in SIMULATED or (family, runner) in VIDEO_SIMULATED
+    return (family, runner) in SIMULATED or (family, runner) in VIDEO_SIMULATED or (family, runner) == LTX_VAE
+
+
+def ltx_latent_frames(frames: int) -> int:
+    """src/stable-diffusion.cpp video_frames_to_latent_frames for VERSION_LTXAV (sd-cli aligns the
+    frame count down to 8k+1 the same way)."""
+    return (frames - 1) // 8 + 1
+
+
+@functools.lru_cache(maxsize=256)
+def simulated_ltx_vae_bytes(width: int, height: int, frames: int, temporal: bool) -> int:
+    """LTX-2's video VAE decode at width x height pixels and `frames` frames, whole or tiled in time."""
+    return ltx_vae_decode_bytes(max(width // LTX_SCALE, 1), max(height // LTX_SCALE, 1), ltx_latent_frames(frames),
+                                temporal)
 
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly

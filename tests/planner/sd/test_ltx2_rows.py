@@ -1,7 +1,8 @@
 """LTX-2's video VAE as sd-cli logged it (planner/synth/shapes_ltx.py, scripts/record_sd_corpus.py
 group ltx2-vae): the params buffer of the shape-faithful VAE, and the decode's compute buffer whole
-and with --temporal-tiling, the figures behind the retry order planner/sd/vae_retry.py follows. No
-graph or curve sizes this decode yet: its rows stay out of the curves' (sd_compute.UNSIZED_FAMILIES)."""
+and with --temporal-tiling, the figures behind the retry order planner/sd/vae_retry.py follows (the
+simulation's check against them: tests/runtime/sd/test_ltx2_vae_graph.py). The rows stay out of the
+curves' (sd_compute.APART_FAMILIES)."""
 from __future__ import annotations
 
 import json

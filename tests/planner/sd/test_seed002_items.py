@@ -17,11 +17,12 @@ from planner.sd.components import COMPUTE_RESERVE, Component, SdTensor, read_com
 from planner.sd.family import family
 from planner.sd.modes import Feature, Switch, decide, last_flash_attn, legacy_modes, parse_modes
 from planner.sd.roles import FileRole, Kind, ModelSource
-from planner.sd.sd_compute import Mode, compute_bytes
+from planner.sd.sd_compute import CORPUS, Mode, compute_bytes
 from planner.sd.sd_placement import MappedFile, Placement, Where
 from planner.sd.split import row_shares
 from planner.sd.vae_retry import Decoder, decoder_of, retry_order
 from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import write_checkpoint
 from planner.synth.shapes_wan import wan_dit_tensors, wan_vae_tensors
 from tests.planner.sd.helpers_sd import comp, gpu, problem
@@ -196,7 +197,7 @@ def test_video_decoders_that_tile_in_time_retry_temporal_first_then_add_spatial(
     # (vae.hpp:75-76) is 32x18, so 16x9.
     ltx2 = write_safetensors(tmp_path / "ltx2.safetensors", LTX2_PROBE)
     comps = read_components([ModelSource(str(ltx2))])
-    assert {c.kind: family(c) for c in comps if c.params_bytes} == {Kind.DIFFUSION: "ltx2", Kind.VAE: "ltx2-vae"}
+    assert family(comps[Kind.DIFFUSION]) == "ltx2"
     decoder = decoder_of(comps)
     assert decoder == Decoder(temporal=True, scale=32)
     temporal = ["--temporal-tiling"]
@@ -224,9 +225,30 @@ def test_other_decoders_retry_spatially_only(tmp_path):
     assert retry_order(decoder, 256, 256, spatial_asked=True) == ()
 
 
-def test_an_ltx2_decode_without_figures_keeps_the_fixed_reserve(capsys, tmp_path):
-    # No graph or curve sizes LTX-2's VAE: sd-fit labels its figure as the fixed reserve (seed
-    # 002's 1 GiB for the VAE) and plans no tiling it cannot show to help
+def test_an_ltx2_decode_that_does_not_fit_whole_is_planned_tiled_in_time(capsys, tmp_path):
+    # The order above, planned up front: the VAE decode of 64x64 px x 41 frames, its parameters
+    # beside it on CUDA0, on a budget of the VAE's weights there and a compute room between sd-cli's
+    # whole decode (the corpus's 64x64x41 row) and its temporally tiled one
+    row = {r["temporal_tiling"]: r["bytes"] for r in json.loads(CORPUS.read_text())["rows"]
+           if r["family"] == "ltx2-vae" and (r["width"], r["height"], r["frames"]) == (64, 64, 41)}
+    assert row[True] < row[False]
+    path = write_ltx2(tmp_path / "ltx2.safetensors")
+    args = ["--ram", "64GiB", "--auto-fit", "off", "--backend", "diffusion=cpu,te=cpu,vae=CUDA0",
+            "--params-backend", "diffusion=cpu,te=cpu,vae=CUDA0", "-W", "64", "-H", "64", "--frames", "41"]
+    roomy = fit_json(capsys, str(path), "--device", "CUDA0=64GiB", *args)
+    weights = next(d["weights_bytes"] for d in roomy["per_device"] if d["name"] == "CUDA0")
+    budget = weights + (row[True] + row[False]) // 2
+    p = fit_json(capsys, str(path), "--device", f"CUDA0={budget + 512 * MiB}B", *args)
+    assert p["verdict"] == "fits with VAE tiling"
+    vae = by_module(p)["vae"]
+    assert round(vae["compute_reserve_bytes"] / MiB, 2) == round(row[True] / MiB, 2)
+    assert vae["compute_source"].endswith("temporal_tiling=on")
+    assert "--temporal-tiling" in p["flags"] and "--vae-tiling" not in p["flags"]
+
+
+def test_a_video_vae_without_figures_keeps_the_fixed_reserve(capsys, tmp_path):
+    # LTX2_PROBE's VAE is not LTX-2's whole decoder, so nothing sizes it: sd-fit labels its figure
+    # as seed 002's fixed 1 GiB reserve and plans no tiling it cannot show to help
     path = write_safetensors(tmp_path / "ltx2.safetensors", LTX2_PROBE)
     p = fit_json(capsys, str(path), "--device", "CUDA0=1GiB", "--ram", "64GiB", "--frames", "9")
     vae = by_module(p)["vae"]
