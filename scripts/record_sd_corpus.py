@@ -236,8 +236,8 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
 # FITPLAN_SD_CPP_DIR must name a build whose stand-in parses (e.g. the byte "0").
 LTX2_VAE_RUNNER = "ltx_video_vae"
 LTX2_GROUPS: dict[str, list[tuple[bool, list[tuple[int, int, int]]]]] = {
-    "ltx2-vae": [(False, [(64, 64, 9), (64, 64, 41), (128, 128, 17)]),
-                 (True, [(64, 64, 9), (64, 64, 41), (128, 128, 17)])],
+    "ltx2-vae": [(False, [(64, 64, 9), (64, 64, 41), (128, 128, 17), (96, 64, 57)]),
+                 (True, [(64, 64, 9), (64, 64, 41), (128, 128, 17), (96, 64, 57)])],
 }
 
 
