@@ -41,9 +41,11 @@ def test_the_unet_rows_cover_both_switches_at_three_sizes():
 
 def test_the_v_prediction_probe_is_smaller_than_any_image():
     """SD 2.x's UNet runner first reserves is_using_v_parameterization_for_sd2's graph: an 8x8 latent with a
-    2-token context. sd-cli logged it as "unet compute buffer size: 2.04 MB(RAM)" (every mode here); the
-    corpus keeps the runner's largest line, the image's."""
+    2-token context. sd-cli logged it as "unet compute buffer size: 2.04 MB(RAM)" without flash attention or
+    direct convolution and as 1.66 MB with --fa --diffusion-conv-direct; the corpus keeps the runner's
+    largest line, the image's."""
     assert logged(unet_bytes(8, 8, SdMode(), unet.SD2, n_context=2)) == "2.04"
+    assert logged(unet_bytes(8, 8, SdMode(True, True), unet.SD2, n_context=2)) == "1.66"
     assert all(r.bytes > 2.04 * (1 << 20) for r in UNET_ROWS)
 
 
