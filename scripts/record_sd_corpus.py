@@ -65,6 +65,9 @@ GROUPS = {
     "ae16-flux": ("flux-small", [("vae", (), (BOTH, OFF))]),
     # SDXL's decode at 1024x1024 with CUDA's auto modes, after one UNet step at that size (slow on a CPU)
     "kl-f8-sdxl-1024": ("sdxl", [("vae", ((1024, 1024),), (BOTH,))]),
+    # SD 2.1 768-v (F32 as released): its UNet up to the native 768x768, its OpenCLIP-H text encoder
+    "sd2": ("sd2", [("unet", ((384, 384),), (OFF, FA, CD, BOTH)), ("unet", ((512, 768),), (OFF, FA)),
+                    ("clip", (), (OFF, FA))]),
 }
 # groups whose rows are not named after FAMILY
 ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
@@ -75,6 +78,9 @@ STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer")
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5", ("sd3", "clip"): "t5"}
+# runners that log a compute buffer more than once before the one a row is for: SD 2.x's UNet reserves the
+# v-prediction probe's 8x8 graph at load (stable-diffusion.cpp is_using_v_parameterization_for_sd2)
+STOP_REPEAT = {("sd2", "unet"): 2}
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
 AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent pixels, one under
 FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux", "mmdit": None, "z_image": None,
@@ -158,7 +164,8 @@ def record(groups: list[str], work: Path, done: set[tuple],
             if _key(row) in done:
                 continue
             args = _args(model, width, height, fa, conv, tiled)
-            got = run_sd_cli(args, exe=exe, stop_when=[STOP_AFTER.get((family, runner), runner)], timeout_s=3600)
+            stop = [STOP_AFTER.get((family, runner), runner)] * STOP_REPEAT.get((family, runner), 1)
+            got = run_sd_cli(args, exe=exe, stop_when=stop, timeout_s=3600)
             row.update({"bytes": got.compute_of(runner),
                         "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
             print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,11 +147,12 @@ def parse_log(text: str) -> SdCliLog:
 def run_sd_cli(args: Sequence[str], *, exe: Path | None = None, stop_when: Sequence[str] = (),
                timeout_s: float = 900, log_path: Path | None = None) -> SdCliLog:
     """Run `sd-cli -v ARGS`. With `stop_when`, the run is stopped (by its own handle) once a compute
-    buffer has been logged for every runner named there: the sizes are known before the graphs run."""
+    buffer has been logged for every runner named there, as many times as it is named (SD 2.x's UNet
+    runner reserves a small graph first, its v-prediction probe): the sizes are known before the graphs run."""
     exe = exe or ensure_sd_cli()
     cmd = [str(exe), "-v", *args]
     lines: list[str] = []
-    wanted = set(stop_when)
+    wanted = Counter(stop_when)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             text=True, errors="replace")
     deadline = time.monotonic() + timeout_s
@@ -162,7 +164,7 @@ def run_sd_cli(args: Sequence[str], *, exe: Path | None = None, stop_when: Seque
             if wanted:
                 m = _COMPUTE.search(line)
                 if m:
-                    wanted.discard(_runner(m.group("runner")))
+                    wanted -= Counter([_runner(m.group("runner"))])
                     if not wanted:
                         stopped = True
                         break

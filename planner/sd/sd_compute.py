@@ -58,6 +58,10 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("zimage", "z_image"): ((256, 256), (512, 512), (1024, 1024)),
     ("zimage", "qwen3"): ((256, 256),),
     ("ae16", "vae"): ((256, 256), (384, 384), (512, 512), (1024, 1024)),
+    # SD 2.1 (768-v): the SD 1.x UNet with linear projections, 64-wide heads and a 1024-wide context, up to
+    # its native 768x768; OpenCLIP-H's 77 tokens
+    ("sd2", "unet"): ((256, 256), (512, 512), (768, 768)),
+    ("sd2", "clip"): ((256, 256),),
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from runtime.sd import t5_encoder, unet, vae_decoder
+from runtime.sd import clip_text, t5_encoder, unet, vae_decoder
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
@@ -45,6 +45,9 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("sd15", "clip"): lambda w, h, mode, tiled: clip_text_bytes(mode=mode),
     ("kl-f8", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled),
     ("sdxl", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode, unet.SDXL),
+    # SD 2.x: its UNet (the v-prediction probe's 8x8 graph it reserves first is always smaller) and OpenCLIP-H
+    ("sd2", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode, unet.SD2),
+    ("sd2", "clip"): lambda w, h, mode, tiled: clip_text_bytes(clip_text.SD2_CLIP_H, mode, clip_text.SD2_CLIP_SKIP),
     ("sdxl", "clip"): lambda w, h, mode, tiled: sdxl_clip_bytes(mode),
     ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
     ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),

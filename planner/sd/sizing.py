@@ -23,6 +23,7 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.DIFFUSION, "sd3"): ("mmdit",), (Kind.TE, "sd3"): ("clip", "t5"),
     (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
     (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
+    (Kind.DIFFUSION, "sd2"): ("unet",), (Kind.TE, "sd2"): ("clip",),
     (Kind.VAE, LTX2_VAE): (LTX_VAE[1],),
 }
 # A VAE whose decode figures depend on the diffusion model it decodes for: (VAE, diffusion) -> the
