@@ -238,9 +238,8 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
 # ---- video: LTX-2's video VAE (planner/synth/shapes_ltx.py: the VAE shape-faithful, a DiT without
 # blocks and a layerless Gemma stand-in ahead of it), decoded whole and with --temporal-tiling (its
 # latent frames four at a time, one overlapping: each tile a graph of its own, the largest buffer
-# kept, so these runs are not stopped early). sd-cli as scripts/build_sd_cpp.sh builds it cannot read
-# the checkpoint: the Gemma tokenizer aborts on the one-byte vocabulary stand-in (a NUL, not JSON);
-# FITPLAN_SD_CPP_DIR must name a build whose stand-in parses (e.g. the byte "0").
+# kept, so these runs are not stopped early). The Gemma tokenizer aborts unless its one-byte vocabulary
+# stand-in parses as JSON: scripts/build_sd_cpp.sh writes "0"; a build with a NUL there cannot load it.
 LTX2_VAE_RUNNER = "ltx_video_vae"
 LTX2_GROUPS: dict[str, list[tuple[bool, list[tuple[int, int, int]]]]] = {
     "ltx2-vae": [(False, [(64, 64, 9), (64, 64, 41), (128, 128, 17), (96, 64, 57)]),
