@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,12 +162,13 @@ def _logged_all(wanted: dict[str, int], line: str) -> bool:
 def run_sd_cli(args: Sequence[str], *, exe: Path | None = None, stop_when: Sequence[str] = (),
                timeout_s: float = 900, log_path: Path | None = None, stop_after: int = 1) -> SdCliLog:
     """Run `sd-cli -v ARGS`. With `stop_when`, the run is stopped (by its own handle) once a compute
-    buffer has been logged `stop_after` times for every runner named there: the sizes are known before
-    the graphs run. (A runner re-reserves for each image of a batch: `-b N` logs its buffer N times.)"""
+    buffer has been logged for every runner named there, as many times as it is named (SD 2.x's UNet
+    runner reserves a small graph first, its v-prediction probe), times `stop_after` (a runner re-reserves
+    for each image of a batch: `-b N` logs its buffer N times): the sizes are known before the graphs run."""
     exe = exe or ensure_sd_cli()
     cmd = [str(exe), "-v", *args]
     lines: list[str] = []
-    wanted = dict.fromkeys(stop_when, max(stop_after, 1))
+    wanted = Counter({runner: n * max(stop_after, 1) for runner, n in Counter(stop_when).items()})
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             text=True, errors="replace")
     deadline = time.monotonic() + timeout_s
