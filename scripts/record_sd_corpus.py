@@ -24,7 +24,7 @@ from planner.sd.sd_compute import CORPUS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
-from planner.synth.shapes_sd3 import write_sd3, write_z_image
+from planner.synth.shapes_sd3 import write_sd3, write_sd35_large, write_z_image
 from planner.synth.shapes_wan import write_wan
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
@@ -65,16 +65,22 @@ GROUPS = {
     "ae16-flux": ("flux-small", [("vae", (), (BOTH, OFF))]),
     # SDXL's decode at 1024x1024 with CUDA's auto modes, after one UNet step at that size (slow on a CPU)
     "kl-f8-sdxl-1024": ("sdxl", [("vae", ((1024, 1024),), (BOTH,))]),
+    # SD3.5 large's MMDiT (depth 38) with the one-block T5-XXL stand-in (the same 4096 x 77 context);
+    # its params (the DiT and VAE file) logged on the first run
+    "sd3-large": ("sd3-large-dit", [("mmdit", ((448, 320),), (OFF, FA))]),
     # SD 2.1 768-v (F32 as released): its UNet up to the native 768x768, its OpenCLIP-H text encoder
     "sd2": ("sd2", [("unet", ((384, 384),), (OFF, FA, CD, BOTH)), ("unet", ((512, 768),), (OFF, FA)),
                     ("clip", (), (OFF, FA))]),
 }
 # groups whose rows are not named after FAMILY
-ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
+ROW_FAMILY = {"sd3-large": "sd3-large",
+              "kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
               "ae16-flux": "ae16", "kl-f8-sdxl-1024": "kl-f8-sdxl"}
 PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
 # checkpoints whose params are not the released ones'
-STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer")
+STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer", "sd3-large-dit")
+# stand-ins whose diffusion model file is the released one: its params row is recorded (family, component)
+STAND_IN_PARAMS = {"sd3-large-dit": ("sd3-large", ("diffusion_model", "vae"))}
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5", ("sd3", "clip"): "t5"}
@@ -105,8 +111,9 @@ def _model(family: str, work: Path) -> list[str]:
                        if not n.startswith("encoder.block.") or n.startswith("encoder.block.0.")}
                 write_safetensors(files["--t5xxl"], {n: ("F16", s) for n, s in one.items()})
         return [a for flag, path in files.items() for a in (flag, str(path))]
-    if family in ("sd3", "sd3-dit"):
-        files = write_sd3(work, t5_layers=1 if family == "sd3-dit" else 24)
+    if family in ("sd3", "sd3-dit", "sd3-large-dit"):
+        files = write_sd35_large(work, t5_layers=1) if family == "sd3-large-dit" \
+            else write_sd3(work, t5_layers=1 if family == "sd3-dit" else 24)
         return [a for flag, path in files.items() for a in (flag, str(path))]
     if family in ("zimage", "zimage-1layer"):
         files = write_z_image(work, **({"layers": 1, "dit_gguf": "Q4_0"} if family == "zimage-1layer" else {}))
@@ -134,6 +141,24 @@ def _key(row: dict) -> tuple:
             row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1))
 
 
+def _params_rows(group: str, family: str, model: list[str], exe: Path, have: set[str]) -> list[dict]:
+    """The checkpoint's params buffers (logged before any graph) where not recorded yet in this run
+    (`have`): every component of a released checkpoint, the released file's components of a stand-in
+    in STAND_IN_PARAMS, none for other stand-ins."""
+    if family in STAND_IN_PARAMS:
+        name, components = STAND_IN_PARAMS[family]
+    elif family not in STAND_INS and group not in ROW_FAMILY:
+        name, components = family, None
+    else:
+        return []
+    if name in have:
+        return []
+    got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe,
+                     stop_when=[PARAMS_STOP.get(family, "clip")], timeout_s=3600)
+    return [{"family": name, "component": c, "bytes": size} for c, size in got.totals
+            if components is None or c in components]
+
+
 def record(groups: list[str], work: Path, done: set[tuple],
            save: Callable[[list[dict], list[dict]], None] | None = None) -> tuple[list[dict], list[dict]]:
     """Corpus rows for `groups` (skipping keys in `done`), and each checkpoint's params totals;
@@ -146,12 +171,9 @@ def record(groups: list[str], work: Path, done: set[tuple],
         plan = [(runner, size, mode, False)
                 for runner, checks, modes in runners for mode in modes
                 for size in FIT_SIZES[(ROW_FAMILY.get(group) or FAMILY[runner] or family, runner)] + checks]
-        first = family not in STAND_INS and group not in ROW_FAMILY and not any(p["family"] == family for p in params)
-        if first:   # the params buffers: logged before any graph
-            got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe,
-                             stop_when=[PARAMS_STOP.get(family, "clip")],
-                             timeout_s=3600)
-            params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
+        new = _params_rows(group, family, model, exe, {p["family"] for p in params})
+        if new:
+            params += new
             if save:
                 save(rows, params)
         if group == "kl-f8":
@@ -197,7 +219,12 @@ WAN_GROUPS: dict[str, list[tuple[str, bool, bool, list[tuple[int, int, int]]]]] 
                 (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
                 (WAN_VAE_RUNNER, False, True, [(320, 128, 1)])],
 }
-WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae"}
+# Wan2.1-T2V-14B's DiT (sd-cli names the runner for the 14B T2V layout of either 2.x version) with the
+# one-block UMT5 stand-in; its params (the DiT file) logged on the first run
+WAN14_DIT_RUNNER = "Wan2.x-T2V-14B"
+WAN_GROUPS["wan-14b"] = [(WAN14_DIT_RUNNER, fa, False, [(128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5),
+                                                        (128, 128, 9), (192, 128, 9)]) for fa in (False, True)]
+WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae", WAN14_DIT_RUNNER: "wan-14b"}
 
 
 def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool) -> list[str]:
@@ -216,6 +243,8 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     rows = []
     for group in groups:
         files = full if group == "wan-te" else stand_in
+        if group == "wan-14b":
+            files = write_wan(work, "Q8_0", te_layers=1, size="14B")
         for runner, fa, tiled, points in WAN_GROUPS[group]:
             for width, height, frames in points:
                 row = {"family": WAN_FAMILY[runner], "runner": runner, "width": width, "height": height,
@@ -226,6 +255,9 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
                 got = run_sd_cli(args, exe=exe, stop_when=[runner], timeout_s=3600)
                 params = [{"family": "wan", "component": name, "bytes": size} for name, size in got.totals] \
                     if group == "wan-te" else []
+                if group == "wan-14b" and not rows:
+                    params = [{"family": "wan-14b", "component": name, "bytes": size} for name, size in got.totals
+                              if name == "diffusion_model"]
                 row.update({"bytes": got.compute_of(runner),
                             "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
                 print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)

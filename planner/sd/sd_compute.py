@@ -53,6 +53,7 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     # autoencoder SD3, FLUX.1 and Z-Image share (one decode graph: only the latent scale differs;
     # a piece per three consecutive sizes, 1024x1024 included, so every recorded square is a fit point)
     ("sd3", "mmdit"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
+    ("sd3-large", "mmdit"): ((256, 256), (384, 384), (512, 512)),
     ("sd3", "clip"): ((256, 256),),
     ("sd3", "t5"): ((256, 256),),
     ("zimage", "z_image"): ((256, 256), (512, 512), (1024, 1024)),
@@ -240,13 +241,15 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
 # P * g(T), g the recorded bytes per latent pixel, linear between the recorded frame counts, flat
 # below the first, and past the last continued along its last stretch (not checked there). UMT5
 # always encodes 512 tokens: a constant.
-VIDEO_FAMILIES = frozenset({"wan", "wan-vae"})
+VIDEO_FAMILIES = frozenset({"wan", "wan-vae", "wan-14b"})
 VIDEO_SIZE_STEP = 16
 FRAME_STEP = 4
 WAN_DIT = "Wan2.1-T2V-1.3B"   # the DiT runner's name in sd-cli's log (wan.hpp `desc`)
+WAN14_DIT = "Wan2.x-T2V-14B"  # the 14B T2V DiT's
 FIT_VIDEO: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {
     ("wan", WAN_DIT): ((256, 256, 1), (256, 256, 5), (256, 256, 9), (256, 256, 17), (416, 240, 17)),
     ("wan", "t5"): ((256, 256, 1),),
+    ("wan-14b", WAN14_DIT): ((128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5)),
     ("wan-vae", "wan_vae"): ((128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5),
                              (128, 128, 9), (192, 128, 9), (192, 128, 13), (128, 128, 17), (128, 128, 33)),
 }
@@ -257,7 +260,8 @@ class Form(enum.Enum):
     FRAMES = "a + b*P for 1, 2 and 3 latent frames; P * g(T) for more"
 
 
-FORMS: dict[tuple[str, str], Form] = {("wan", WAN_DIT): Form.TOKENS, ("wan-vae", "wan_vae"): Form.FRAMES}
+FORMS: dict[tuple[str, str], Form] = {("wan", WAN_DIT): Form.TOKENS, ("wan-14b", WAN14_DIT): Form.TOKENS,
+                                       ("wan-vae", "wan_vae"): Form.FRAMES}
 # Runners whose peak holds no attention tensor, so flash attention leaves their buffer as it is:
 # the Wan VAE attends once per frame in its middle block, at the latent resolution, long before
 # the full-resolution up-sampling stages where the peak is (a recorded row with flash attention

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from runtime.sd import clip_text, t5_encoder, unet, vae_decoder
+from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
@@ -55,6 +55,7 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("sd3", "clip"): lambda w, h, mode, tiled: sd3_clip_bytes(mode),
     ("sd3", "t5"): lambda w, h, mode, tiled: t5_bytes(SD3_T5_TOKENS, mode=mode),
     ("sd3", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode),
+    ("sd3-large", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode, sd3_mmdit.SD35_LARGE),
     ("zimage", "z_image"): lambda w, h, mode, tiled: z_image_bytes(w, h, mode),
     # Qwen3-4B over sd-cli's prompt in Z-Image's chat template (the corpus's prompt, `a cat`)
     ("zimage", "qwen3"): lambda w, h, mode, tiled: llm_text_bytes(Z_IMAGE_PROMPT_TOKENS, mode),
@@ -73,6 +74,7 @@ VideoSimulator = Callable[[int, int, int, SdMode, bool], int]
 VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
     # the DiT runner is named after the model in sd-cli's log (wan.hpp WanRunner::desc)
     ("wan", "Wan2.1-T2V-1.3B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode),
+    ("wan-14b", "Wan2.x-T2V-14B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode, wan_dit.WAN21_T2V_14B),
     ("wan", "t5"): lambda w, h, t, mode, tiled: t5_bytes(WAN_T5_TOKENS, t5_encoder.UMT5_XXL, mode, masked=True),
     ("wan-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled),
 }
