@@ -7,6 +7,7 @@ graphs run where that is possible).
     PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
     PYTHONPATH=. python scripts/record_sd_corpus.py --groups wan-te,wan,wan-vae   # the video model, by frames
     PYTHONPATH=. python scripts/record_sd_corpus.py --groups vulkan-sd15,vulkan-kl-f8 # the Vulkan build, lavapipe
+    FITPLAN_SD_CPP_DIR=... PYTHONPATH=. python scripts/record_sd_corpus.py --groups ltx2-vae   # see LTX2_GROUPS
 
 Rows already in the corpus are kept and not run again. planner.sd.sd_compute.FIT_SIZES names the
 sizes each curve is solved from; the other rows check it. `params` holds each checkpoint's params buffers
@@ -22,6 +23,7 @@ from pathlib import Path
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
 from planner.sd.sd_compute import CORPUS, CPU_ROWS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
 from planner.synth.shapes_sd3 import write_sd3, write_z_image
 from planner.synth.shapes_wan import write_wan
@@ -64,6 +66,9 @@ GROUPS = {
     "ae16-flux": ("flux-small", [("vae", (), (BOTH, OFF))]),
     # SDXL's decode at 1024x1024 with CUDA's auto modes, after one UNet step at that size (slow on a CPU)
     "kl-f8-sdxl-1024": ("sdxl", [("vae", ((1024, 1024),), (BOTH,))]),
+    # SD 2.1 768-v (F32 as released): its UNet up to the native 768x768, its OpenCLIP-H text encoder
+    "sd2": ("sd2", [("unet", ((384, 384),), (OFF, FA, CD, BOTH)), ("unet", ((512, 768),), (OFF, FA)),
+                    ("clip", (), (OFF, FA))]),
 }
 # groups whose rows are not named after FAMILY
 ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
@@ -74,6 +79,9 @@ STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer")
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5", ("sd3", "clip"): "t5"}
+# runners that log a compute buffer more than once before the one a row is for: SD 2.x's UNet reserves the
+# v-prediction probe's 8x8 graph at load (stable-diffusion.cpp is_using_v_parameterization_for_sd2)
+STOP_REPEAT = {("sd2", "unet"): 2}
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
 AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent pixels, one under
 FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux", "mmdit": None, "z_image": None,
@@ -124,7 +132,8 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
 
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
-            row.get("frames", 1), row.get("backend", CPU_ROWS))
+            row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1),
+            row.get("backend", CPU_ROWS))
 
 
 def record(groups: list[str], work: Path, done: set[tuple],
@@ -157,7 +166,8 @@ def record(groups: list[str], work: Path, done: set[tuple],
             if _key(row) in done:
                 continue
             args = _args(model, width, height, fa, conv, tiled)
-            got = run_sd_cli(args, exe=exe, stop_when=[STOP_AFTER.get((family, runner), runner)], timeout_s=3600)
+            stop = [STOP_AFTER.get((family, runner), runner)] * STOP_REPEAT.get((family, runner), 1)
+            got = run_sd_cli(args, exe=exe, stop_when=stop, timeout_s=3600)
             row.update({"bytes": got.compute_of(runner),
                         "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
             print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
@@ -279,6 +289,92 @@ def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None
             save(rows, params)
 
 
+# ---- video: LTX-2's video VAE (planner/synth/shapes_ltx.py: the VAE shape-faithful, a DiT without
+# blocks and a layerless Gemma stand-in ahead of it), decoded whole and with --temporal-tiling (its
+# latent frames four at a time, one overlapping: each tile a graph of its own, the largest buffer
+# kept, so these runs are not stopped early). The Gemma tokenizer aborts unless its one-byte vocabulary
+# stand-in parses as JSON: scripts/build_sd_cpp.sh writes "0"; a build with a NUL there cannot load it.
+LTX2_VAE_RUNNER = "ltx_video_vae"
+LTX2_GROUPS: dict[str, list[tuple[bool, list[tuple[int, int, int]]]]] = {
+    "ltx2-vae": [(False, [(64, 64, 9), (64, 64, 41), (128, 128, 17), (96, 64, 57)]),
+                 (True, [(64, 64, 9), (64, 64, 41), (128, 128, 17), (96, 64, 57)])],
+}
+
+
+def record_ltx2(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """LTX-2 VAE rows for `groups` (skipping keys in `done`), each saved as it is recorded."""
+    exe = ensure_sd_cli()
+    model = write_ltx2(work / "ltx2-vae.safetensors")
+    rows = []
+    for group in groups:
+        for temporal, points in LTX2_GROUPS[group]:
+            for width, height, frames in points:
+                row = {"family": group, "runner": LTX2_VAE_RUNNER, "width": width, "height": height,
+                       "frames": frames, "flash_attn": False, "conv_direct": False, "vae_tiling": False,
+                       "temporal_tiling": temporal}
+                if _key(row) in done:
+                    continue
+                args = ["-M", "vid_gen", "-m", str(model), "-p", "a cat", "-W", str(width), "-H", str(height),
+                        "--video-frames", str(frames), "--steps", "1", "--cfg-scale", "1", "-t", "2", "--seed", "1",
+                        "--mmap", "-o", str(model.with_suffix(".webm"))] + (["--temporal-tiling"] if temporal else [])
+                got = run_sd_cli(args, exe=exe, stop_when=() if temporal else [LTX2_VAE_RUNNER], timeout_s=3600)
+                # the VAE's params (shape-faithful); the thin DiT's and text encoder's are not the model's
+                params = [{"family": group, "component": name, "bytes": size} for name, size in got.totals
+                          if name == "vae"]
+                row.update({"bytes": got.compute_of(LTX2_VAE_RUNNER),
+                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                rows.append(row)
+                done.add(_key(row))
+                save(row, params)
+    return rows
+
+
+# ---- batch: sd-cli's -b N (--batch-count). generate_image samples the N images one after another and
+# decode_image_outputs decodes them one at a time (src/stable-diffusion.cpp), each runner re-reserving its
+# compute buffer per image. A batch run goes on until `runner` has logged its buffer `logs` times (the
+# runners before it logged theirs for every image by then); a row keeps every figure its runner logged
+# ("logged", one per image it reached) and their largest as "bytes".
+# group -> (checkpoint family, [(width, height, batch, last runner, its logs)], {runner: row family})
+BATCH_GROUPS: dict[str, tuple[str, list[tuple[int, int, int, str, int]], dict[str, str]]] = {
+    # SD 1.5: CLIP once, the UNet per image, the KL-f8 decode per image; at 256x256 each run
+    # reaches every image's decode, at the larger sizes the second decode (b 2) or the first (b 4)
+    "sd15-batch": ("sd15", [(256, 256, 2, "vae", 2), (256, 256, 4, "vae", 4), (320, 448, 2, "vae", 2),
+                            (320, 448, 4, "vae", 1), (384, 384, 2, "vae", 2), (384, 384, 4, "vae", 1)],
+                   {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}),
+    # Z-Image-Turbo's 30-layer DiT: Qwen3-4B once, the DiT per image (stopped at the last image's
+    # buffer, before its step runs)
+    "zimage-batch": ("zimage", [(256, 256, 2, "z_image", 2), (256, 256, 4, "z_image", 4)],
+                     {"qwen3": "zimage", "z_image": "zimage"}),
+}
+
+
+def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """Batch rows for `groups` (skipping keys in `done`); `save(rows)` after each run."""
+    exe = ensure_sd_cli()
+    rows: list[dict] = []
+    for group in groups:
+        family, runs, row_family = BATCH_GROUPS[group]
+        model = _model(family, work)
+        for width, height, batch, last, logs in runs:
+            new = [{"family": row_family[runner], "runner": runner, "width": width, "height": height,
+                    "flash_attn": False, "conv_direct": False, "vae_tiling": False, "batch": batch}
+                   for runner in row_family]
+            if all(_key(row) in done for row in new):
+                continue
+            args = [*_args(model, width, height, False, False, False), "-b", str(batch)]
+            got = run_sd_cli(args, exe=exe, stop_when=[last], stop_after=logs, timeout_s=3600)
+            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
+            for row in new:
+                row.update({"bytes": got.compute_of(row["runner"]), "logged": list(got.logged_of(row["runner"])),
+                            "argv": argv})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                done.add(_key(row))
+            rows += new
+            save(new)
+    return rows
+
+
 def _write(out: Path, old: dict, rows: list[dict], params: list[dict]) -> None:
     """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints and
     backends."""
@@ -301,7 +397,8 @@ def _save(out: Path, rows: list[dict], params: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", default=",".join(GROUPS),
-                        help=f"image groups {', '.join(GROUPS)}; video groups {', '.join(WAN_GROUPS)}; "
+                        help=f"image groups {', '.join(GROUPS)}; video groups "
+                             f"{', '.join([*WAN_GROUPS, *LTX2_GROUPS])}; batch groups {', '.join(BATCH_GROUPS)}; "
                              f"Vulkan groups {', '.join(VULKAN_GROUPS)}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
@@ -311,14 +408,21 @@ def main() -> None:
     out = Path(ns.out)
     old = _load(out)
     groups = ns.groups.split(",")
+    batch = [g for g in groups if g in BATCH_GROUPS]
+    if batch:
+        record_batch(batch, work, {_key(r) for r in old["rows"]}, lambda rows: _save(out, rows, []))
     video = [g for g in groups if g in WAN_GROUPS]
     if video:
         record_wan(video, work, {_key(r) for r in old["rows"]}, lambda row, params: _save(out, [row], params))
+    ltx2 = [g for g in groups if g in LTX2_GROUPS]
+    if ltx2:
+        record_ltx2(ltx2, work, {_key(r) for r in _load(out)["rows"]}, lambda row, params: _save(out, [row], params))
     vulkan = [g for g in groups if g in VULKAN_GROUPS]
     if vulkan:
         done = {_key(r) for r in old["rows"]} | {(p["family"], VULKAN) for p in old["params"] if p.get("backend")}
         record_vulkan(vulkan, work, done, lambda rows, params: _save(out, rows, params))
-    image = [g for g in groups if g not in WAN_GROUPS and g not in VULKAN_GROUPS]
+    image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS and g not in BATCH_GROUPS
+             and g not in VULKAN_GROUPS]
     if image:   # record() hands its rows so far after every run: written beside the corpus as it was
         before = _load(out)
         _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},

@@ -61,6 +61,10 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     ("zimage", "z_image"): ((256, 256), (512, 512), (1024, 1024)),
     ("zimage", "qwen3"): ((256, 256),),
     ("ae16", "vae"): ((256, 256), (384, 384), (512, 512), (1024, 1024)),
+    # SD 2.1 (768-v): the SD 1.x UNet with linear projections, 64-wide heads and a 1024-wide context, up to
+    # its native 768x768; OpenCLIP-H's 77 tokens
+    ("sd2", "unet"): ((256, 256), (512, 512), (768, 768)),
+    ("sd2", "clip"): ((256, 256),),
 }
 
 
@@ -86,11 +90,15 @@ class Row:
     tiled: bool
     bytes: int
     frames: int = 1    # video frames (video rows only)
+    batch: int = 1     # sd-cli's -b: images made in the run (rows without the field made one)
     backend: str = CPU_ROWS   # the sd-cli build and device the row was logged on (BACKENDS)
 
     @property
     def fit(self) -> bool:
-        """One of the points the runner's curve is solved from."""
+        """One of the points the runner's curve is solved from (a batch row only checks: sd-cli makes
+        a batch's images one at a time: planner/sd/fit.py `_check_batch`)."""
+        if self.batch != 1:
+            return False
         if self.family in VIDEO_FAMILIES:
             points = FIT_VIDEO.get((self.family, self.runner), ())
             checks_fa = self.mode.flash_attn and (self.family, self.runner) in FA_FREE
@@ -104,7 +112,7 @@ def _row(raw: dict) -> Row:
         raise ValueError(f"sd_cli_corpus.json: row backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
                Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
-               raw.get("frames", 1), backend)
+               raw.get("frames", 1), raw.get("batch", 1), backend)
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,10 +120,17 @@ def _all_rows() -> tuple[Row, ...]:
     return tuple(_row(r) for r in json.loads(CORPUS.read_text())["rows"])
 
 
+# Families whose rows are kept apart from the curves' rows: LTX-2's video VAE (planner/synth/shapes_ltx.py;
+# whole and temporally tiled decodes, the "temporal_tiling" key), sized by simulation alone
+# (planner/sd/sd_simulated.py simulated_ltx_vae_bytes; tests/runtime/sd/test_ltx2_vae_graph.py)
+APART_FAMILIES = frozenset({"ltx2-vae"})
+
+
 def corpus() -> tuple[Row, ...]:
     """The image models' CPU rows (the video models' are video_corpus(), the other backends'
     backend_corpus()): the rows the curves are solved from."""
-    return tuple(r for r in _all_rows() if r.family not in VIDEO_FAMILIES and r.backend == CPU_ROWS)
+    return tuple(r for r in _all_rows()
+                 if r.family not in VIDEO_FAMILIES | APART_FAMILIES and r.backend == CPU_ROWS)
 
 
 def video_corpus() -> tuple[Row, ...]:
