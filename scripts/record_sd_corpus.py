@@ -101,7 +101,7 @@ AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent p
 # group -> the sizes decoded with --vae-tiling (default modes); a tile is 32 latent pixels a side or
 # the image's side where that is less, so these sizes give tiles of different shapes
 TILED_SIZES = {"kl-f8": TILED, "ae16": AE16_TILED, "ae16-tiled": ((320, 192), (448, 224)),
-               "kl-f8-sdxl-tiled": ((320, 384), (320, 192), (448, 224))}
+               "kl-f8-sdxl-tiled": ((320, 384), (320, 192), (384, 128))}
 FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux", "mmdit": None, "z_image": None,
           "qwen3": None}   # None: the checkpoint's
 
@@ -148,6 +148,18 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
     return args
 
 
+# sd-cli aligns -W and -H up to the VAE's 8 times the diffusion model's down factor (src/stable-diffusion.cpp
+# align_image_size, get_diffusion_model_down_factor): 8 for a UNet, 1 for an image DiT. A row must name the
+# size sd-cli ran, so the recorder refuses one it would align.
+SPATIAL_MULTIPLE = {"sd15": 64, "sdxl": 64}   # checkpoint -> multiple; 8 for the others
+
+
+def _check_size(family: str, width: int, height: int) -> None:
+    multiple = SPATIAL_MULTIPLE.get(family, 8)
+    if width % multiple or height % multiple:
+        raise SystemExit(f"{family} {width}x{height}: sd-cli aligns the size up to a multiple of {multiple}")
+
+
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
             row.get("frames", 1))
@@ -179,6 +191,7 @@ def record(groups: list[str], work: Path, done: set[tuple],
                    "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
             if _key(row) in done:
                 continue
+            _check_size(family, width, height)
             args = _args(model, width, height, fa, conv, tiled)
             got = run_sd_cli(args, exe=exe, stop_when=[STOP_AFTER.get((family, runner), runner)], timeout_s=3600)
             row.update({"bytes": got.compute_of(runner),
