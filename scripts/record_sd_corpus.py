@@ -68,11 +68,11 @@ GROUPS = {
     # sd-cli hands --diffusion-conv-direct to the UNet runner alone (src/stable-diffusion.cpp), and
     # FLUX.1's and Z-Image's DiTs have no convolution besides (img_in / x_embedder are Linears on
     # patchified latents): the flag changes nothing for them, which these rows show
-    "flux-dit-cd": ("flux-dit", [("flux", (), (CD,))]),
-    "zimage-cd": ("zimage", [("z_image", (), (CD,))]),
-    "sd3-dit-both": ("sd3-dit", [("mmdit", (), (BOTH,))]),
-    "sdxl-cd": ("sdxl", [("unet", (), (CD,))]),
-    "ae16-modes": ("zimage-1layer", [("vae", (), (FA, CD))]),
+    "flux-dit-cd": ("flux-dit", [("flux", ((768, 1024),), (CD,))]),
+    "zimage-cd": ("zimage", [("z_image", ((640, 640),), (CD,))]),
+    "sd3-dit-both": ("sd3-dit", [("mmdit", ((640, 640),), (BOTH,))]),
+    "sdxl-cd": ("sdxl", [("unet", ((768, 1024),), (CD,))]),
+    "ae16-modes": ("zimage-1layer", [("vae", ((320, 320),), (FA, CD))]),
     "ae16-tiled": ("zimage-1layer", []),
     "kl-f8-sdxl-modes": ("sdxl", [("vae", (), (FA, CD))]),
     "kl-f8-sdxl-tiled": ("sdxl", []),
@@ -100,7 +100,7 @@ TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tilin
 AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent pixels, one under
 # group -> the sizes decoded with --vae-tiling (default modes); a tile is 32 latent pixels a side or
 # the image's side where that is less, so these sizes give tiles of different shapes
-TILED_SIZES = {"kl-f8": TILED, "ae16": AE16_TILED, "ae16-tiled": ((320, 192), (448, 224)),
+TILED_SIZES = {"kl-f8": TILED, "ae16": AE16_TILED, "ae16-tiled": ((320, 192), (384, 128)),
                "kl-f8-sdxl-tiled": ((320, 384), (320, 192), (384, 128))}
 FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux", "mmdit": None, "z_image": None,
           "qwen3": None}   # None: the checkpoint's
@@ -233,7 +233,7 @@ WAN_GROUPS: dict[str, list[tuple[str, bool, bool, list[tuple[int, int, int]]]]] 
     # (Resample's resample.1) and its attention's 1x1 projections are Conv2d and do switch
     "wan-cd": [(WAN_DIT_RUNNER, False, False, [(256, 256, 1), (256, 256, 5), (320, 192, 9)]),
                (WAN_DIT_RUNNER, True, False, [(256, 256, 1), (256, 256, 9), (320, 192, 5)])],
-    "wan-vae-cd": [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9)]),
+    "wan-vae-cd": [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9), (160, 128, 5)]),
                    (WAN_VAE_RUNNER, True, False, [(128, 128, 5)])],
     "wan-te-sizes": [("t5", False, False, [(320, 192, 5)])],
 }
