@@ -74,7 +74,7 @@ GROUPS = {
     "sdxl-cd": ("sdxl", [("unet", ((768, 1024),), (CD,))]),
     "ae16-modes": ("zimage-1layer", [("vae", ((320, 320),), (FA, CD))]),
     "ae16-tiled": ("zimage-1layer", []),
-    "kl-f8-sdxl-modes": ("sdxl", [("vae", (), (FA, CD))]),
+    "kl-f8-sdxl-modes": ("sdxl", [("vae", ((320, 448),), (FA, CD))]),
     "kl-f8-sdxl-tiled": ("sdxl", []),
     # the text encoders see the prompt, not the image: two more sizes each show the buffer does not move
     "sd15-te": ("sd15", [("clip", ((512, 512), (768, 512)), (OFF,))]),
