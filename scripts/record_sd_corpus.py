@@ -6,6 +6,7 @@ graphs run where that is possible).
 
     PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
     PYTHONPATH=. python scripts/record_sd_corpus.py --groups wan-te,wan,wan-vae   # the video model, by frames
+    FITPLAN_SD_CPP_DIR=... PYTHONPATH=. python scripts/record_sd_corpus.py --groups ltx2-vae   # see LTX2_GROUPS
 
 Rows already in the corpus are kept and not run again. planner.sd.sd_compute.FIT_SIZES names the
 sizes each curve is solved from; the other rows check it. `params` holds each checkpoint's params buffers
@@ -21,8 +22,9 @@ from pathlib import Path
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
 from planner.sd.sd_compute import CORPUS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
-from planner.synth.shapes_sd3 import write_sd3, write_z_image
+from planner.synth.shapes_sd3 import write_sd3, write_sd35_large, write_z_image
 from planner.synth.shapes_wan import write_wan
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
@@ -63,6 +65,12 @@ GROUPS = {
     "ae16-flux": ("flux-small", [("vae", (), (BOTH, OFF))]),
     # SDXL's decode at 1024x1024 with CUDA's auto modes, after one UNet step at that size (slow on a CPU)
     "kl-f8-sdxl-1024": ("sdxl", [("vae", ((1024, 1024),), (BOTH,))]),
+    # SD3.5 large's MMDiT (depth 38) with the one-block T5-XXL stand-in (the same 4096 x 77 context);
+    # its params (the DiT and VAE file) logged on the first run
+    "sd3-large": ("sd3-large-dit", [("mmdit", ((448, 320),), (OFF, FA))]),
+    # SD 2.1 768-v (F32 as released): its UNet up to the native 768x768, its OpenCLIP-H text encoder
+    "sd2": ("sd2", [("unet", ((384, 384),), (OFF, FA, CD, BOTH)), ("unet", ((512, 768),), (OFF, FA)),
+                    ("clip", (), (OFF, FA))]),
     # -- coverage: every runner with convolutions at >= 3 sizes each with flash attention and direct
     # convolution off and on, every VAE's tiled decode at >= 3 sizes (TILED_SIZES)
     # sd-cli hands --diffusion-conv-direct to the UNet runner alone (src/stable-diffusion.cpp), and
@@ -84,7 +92,8 @@ GROUPS = {
     "zimage-te": ("zimage", [("qwen3", ((512, 512), (768, 512)), (OFF,))]),
 }
 # groups whose rows are not named after FAMILY
-ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
+ROW_FAMILY = {"sd3-large": "sd3-large",
+              "kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
               "ae16-flux": "ae16", "kl-f8-sdxl-1024": "kl-f8-sdxl",
               "flux-dit-cd": "flux", "zimage-cd": "zimage", "sd3-dit-both": "sd3", "sdxl-cd": "sdxl",
               "ae16-modes": "ae16", "ae16-tiled": "ae16", "kl-f8-sdxl-modes": "kl-f8-sdxl",
@@ -92,10 +101,15 @@ ROW_FAMILY = {"kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3",
               "sd3-te": "sd3", "zimage-te": "zimage"}
 PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
 # checkpoints whose params are not the released ones'
-STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer")
+STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer", "sd3-large-dit")
+# stand-ins whose diffusion model file is the released one: its params row is recorded (family, component)
+STAND_IN_PARAMS = {"sd3-large-dit": ("sd3-large", ("diffusion_model", "vae"))}
 # A text encoder's runner can log several buffers (SDXL's CLIP-L, then OpenCLIP bigG, both "clip"):
 # such rows run until the next component's buffer is logged, and keep the largest.
 STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip"): "t5", ("sd3", "clip"): "t5"}
+# runners that log a compute buffer more than once before the one a row is for: SD 2.x's UNet reserves the
+# v-prediction probe's 8x8 graph at load (stable-diffusion.cpp is_using_v_parameterization_for_sd2)
+STOP_REPEAT = {("sd2", "unet"): 2}
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
 AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent pixels, one under
 # group -> the sizes decoded with --vae-tiling (default modes); a tile is 32 latent pixels a side or
@@ -124,8 +138,9 @@ def _model(family: str, work: Path) -> list[str]:
                        if not n.startswith("encoder.block.") or n.startswith("encoder.block.0.")}
                 write_safetensors(files["--t5xxl"], {n: ("F16", s) for n, s in one.items()})
         return [a for flag, path in files.items() for a in (flag, str(path))]
-    if family in ("sd3", "sd3-dit"):
-        files = write_sd3(work, t5_layers=1 if family == "sd3-dit" else 24)
+    if family in ("sd3", "sd3-dit", "sd3-large-dit"):
+        files = write_sd35_large(work, t5_layers=1) if family == "sd3-large-dit" \
+            else write_sd3(work, t5_layers=1 if family == "sd3-dit" else 24)
         return [a for flag, path in files.items() for a in (flag, str(path))]
     if family in ("zimage", "zimage-1layer"):
         files = write_z_image(work, **({"layers": 1, "dit_gguf": "Q4_0"} if family == "zimage-1layer" else {}))
@@ -151,7 +166,7 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
 # sd-cli aligns -W and -H up to the VAE's 8 times the diffusion model's down factor (src/stable-diffusion.cpp
 # align_image_size, get_diffusion_model_down_factor): 8 for a UNet, 1 for an image DiT. A row must name the
 # size sd-cli ran, so the recorder refuses one it would align.
-SPATIAL_MULTIPLE = {"sd15": 64, "sdxl": 64}   # checkpoint -> multiple; 8 for the others
+SPATIAL_MULTIPLE = {"sd15": 64, "sdxl": 64, "sd2": 64}   # checkpoint -> multiple; 8 for the others
 
 
 def _check_size(family: str, width: int, height: int) -> None:
@@ -162,7 +177,25 @@ def _check_size(family: str, width: int, height: int) -> None:
 
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
-            row.get("frames", 1))
+            row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1))
+
+
+def _params_rows(group: str, family: str, model: list[str], exe: Path, have: set[str]) -> list[dict]:
+    """The checkpoint's params buffers (logged before any graph) where not recorded yet in this run
+    (`have`): every component of a released checkpoint, the released file's components of a stand-in
+    in STAND_IN_PARAMS, none for other stand-ins."""
+    if family in STAND_IN_PARAMS:
+        name, components = STAND_IN_PARAMS[family]
+    elif family not in STAND_INS and group not in ROW_FAMILY:
+        name, components = family, None
+    else:
+        return []
+    if name in have:
+        return []
+    got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe,
+                     stop_when=[PARAMS_STOP.get(family, "clip")], timeout_s=3600)
+    return [{"family": name, "component": c, "bytes": size} for c, size in got.totals
+            if components is None or c in components]
 
 
 def record(groups: list[str], work: Path, done: set[tuple],
@@ -177,12 +210,9 @@ def record(groups: list[str], work: Path, done: set[tuple],
         plan = [(runner, size, mode, False)
                 for runner, checks, modes in runners for mode in modes
                 for size in FIT_SIZES[(ROW_FAMILY.get(group) or FAMILY[runner] or family, runner)] + checks]
-        first = family not in STAND_INS and group not in ROW_FAMILY and not any(p["family"] == family for p in params)
-        if first:   # the params buffers: logged before any graph
-            got = run_sd_cli(_args(model, 256, 256, False, False, False), exe=exe,
-                             stop_when=[PARAMS_STOP.get(family, "clip")],
-                             timeout_s=3600)
-            params += [{"family": family, "component": name, "bytes": size} for name, size in got.totals]
+        new = _params_rows(group, family, model, exe, {p["family"] for p in params})
+        if new:
+            params += new
             if save:
                 save(rows, params)
         plan += [("vae", size, OFF, True) for size in TILED_SIZES.get(group, ())]
@@ -193,7 +223,8 @@ def record(groups: list[str], work: Path, done: set[tuple],
                 continue
             _check_size(family, width, height)
             args = _args(model, width, height, fa, conv, tiled)
-            got = run_sd_cli(args, exe=exe, stop_when=[STOP_AFTER.get((family, runner), runner)], timeout_s=3600)
+            stop = [STOP_AFTER.get((family, runner), runner)] * STOP_REPEAT.get((family, runner), 1)
+            got = run_sd_cli(args, exe=exe, stop_when=stop, timeout_s=3600)
             row.update({"bytes": got.compute_of(runner),
                         "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
             print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
@@ -238,7 +269,12 @@ WAN_GROUPS: dict[str, list[tuple[str, bool, bool, list[tuple[int, int, int]]]]] 
     "wan-te-sizes": [("t5", False, False, [(320, 192, 5)])],
 }
 WAN_CONV_DIRECT = {"wan-cd", "wan-vae-cd"}   # groups run with the conv-direct flags
-WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae"}
+# Wan2.1-T2V-14B's DiT (sd-cli names the runner for the 14B T2V layout of either 2.x version) with the
+# one-block UMT5 stand-in; its params (the DiT file) logged on the first run
+WAN14_DIT_RUNNER = "Wan2.x-T2V-14B"
+WAN_GROUPS["wan-14b"] = [(WAN14_DIT_RUNNER, fa, False, [(128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5),
+                                                        (128, 128, 9), (192, 128, 9)]) for fa in (False, True)]
+WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae", WAN14_DIT_RUNNER: "wan-14b"}
 
 
 def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool,
@@ -259,6 +295,8 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     rows = []
     for group in groups:
         files = full if group.startswith("wan-te") else stand_in   # the full UMT5 for its own buffer
+        if group == "wan-14b":
+            files = write_wan(work, "Q8_0", te_layers=1, size="14B")
         conv = group in WAN_CONV_DIRECT
         for runner, fa, tiled, points in WAN_GROUPS[group]:
             for width, height, frames in points:
@@ -270,12 +308,101 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
                 got = run_sd_cli(args, exe=exe, stop_when=[runner], timeout_s=3600)
                 params = [{"family": "wan", "component": name, "bytes": size} for name, size in got.totals] \
                     if group == "wan-te" else []
+                if group == "wan-14b" and not rows:
+                    params = [{"family": "wan-14b", "component": name, "bytes": size} for name, size in got.totals
+                              if name == "diffusion_model"]
                 row.update({"bytes": got.compute_of(runner),
                             "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
                 print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
                 rows.append(row)
                 done.add(_key(row))
                 save(row, params)
+    return rows
+
+
+# ---- video: LTX-2's video VAE (planner/synth/shapes_ltx.py: the VAE shape-faithful, a DiT without
+# blocks and a layerless Gemma stand-in ahead of it), decoded whole and with --temporal-tiling (its
+# latent frames four at a time, one overlapping: each tile a graph of its own, the largest buffer
+# kept, so these runs are not stopped early). The Gemma tokenizer aborts unless its one-byte vocabulary
+# stand-in parses as JSON: scripts/build_sd_cpp.sh writes "0"; a build with a NUL there cannot load it.
+LTX2_VAE_RUNNER = "ltx_video_vae"
+LTX2_GROUPS: dict[str, list[tuple[bool, list[tuple[int, int, int]]]]] = {
+    "ltx2-vae": [(False, [(64, 64, 9), (64, 64, 41), (128, 128, 17), (96, 64, 57)]),
+                 (True, [(64, 64, 9), (64, 64, 41), (128, 128, 17), (96, 64, 57)])],
+}
+
+
+def record_ltx2(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """LTX-2 VAE rows for `groups` (skipping keys in `done`), each saved as it is recorded."""
+    exe = ensure_sd_cli()
+    model = write_ltx2(work / "ltx2-vae.safetensors")
+    rows = []
+    for group in groups:
+        for temporal, points in LTX2_GROUPS[group]:
+            for width, height, frames in points:
+                row = {"family": group, "runner": LTX2_VAE_RUNNER, "width": width, "height": height,
+                       "frames": frames, "flash_attn": False, "conv_direct": False, "vae_tiling": False,
+                       "temporal_tiling": temporal}
+                if _key(row) in done:
+                    continue
+                args = ["-M", "vid_gen", "-m", str(model), "-p", "a cat", "-W", str(width), "-H", str(height),
+                        "--video-frames", str(frames), "--steps", "1", "--cfg-scale", "1", "-t", "2", "--seed", "1",
+                        "--mmap", "-o", str(model.with_suffix(".webm"))] + (["--temporal-tiling"] if temporal else [])
+                got = run_sd_cli(args, exe=exe, stop_when=() if temporal else [LTX2_VAE_RUNNER], timeout_s=3600)
+                # the VAE's params (shape-faithful); the thin DiT's and text encoder's are not the model's
+                params = [{"family": group, "component": name, "bytes": size} for name, size in got.totals
+                          if name == "vae"]
+                row.update({"bytes": got.compute_of(LTX2_VAE_RUNNER),
+                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                rows.append(row)
+                done.add(_key(row))
+                save(row, params)
+    return rows
+
+
+# ---- batch: sd-cli's -b N (--batch-count). generate_image samples the N images one after another and
+# decode_image_outputs decodes them one at a time (src/stable-diffusion.cpp), each runner re-reserving its
+# compute buffer per image. A batch run goes on until `runner` has logged its buffer `logs` times (the
+# runners before it logged theirs for every image by then); a row keeps every figure its runner logged
+# ("logged", one per image it reached) and their largest as "bytes".
+# group -> (checkpoint family, [(width, height, batch, last runner, its logs)], {runner: row family})
+BATCH_GROUPS: dict[str, tuple[str, list[tuple[int, int, int, str, int]], dict[str, str]]] = {
+    # SD 1.5: CLIP once, the UNet per image, the KL-f8 decode per image; at 256x256 each run
+    # reaches every image's decode, at the larger sizes the second decode (b 2) or the first (b 4)
+    "sd15-batch": ("sd15", [(256, 256, 2, "vae", 2), (256, 256, 4, "vae", 4), (320, 448, 2, "vae", 2),
+                            (320, 448, 4, "vae", 1), (384, 384, 2, "vae", 2), (384, 384, 4, "vae", 1)],
+                   {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}),
+    # Z-Image-Turbo's 30-layer DiT: Qwen3-4B once, the DiT per image (stopped at the last image's
+    # buffer, before its step runs)
+    "zimage-batch": ("zimage", [(256, 256, 2, "z_image", 2), (256, 256, 4, "z_image", 4)],
+                     {"qwen3": "zimage", "z_image": "zimage"}),
+}
+
+
+def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """Batch rows for `groups` (skipping keys in `done`); `save(rows)` after each run."""
+    exe = ensure_sd_cli()
+    rows: list[dict] = []
+    for group in groups:
+        family, runs, row_family = BATCH_GROUPS[group]
+        model = _model(family, work)
+        for width, height, batch, last, logs in runs:
+            new = [{"family": row_family[runner], "runner": runner, "width": width, "height": height,
+                    "flash_attn": False, "conv_direct": False, "vae_tiling": False, "batch": batch}
+                   for runner in row_family]
+            if all(_key(row) in done for row in new):
+                continue
+            args = [*_args(model, width, height, False, False, False), "-b", str(batch)]
+            got = run_sd_cli(args, exe=exe, stop_when=[last], stop_after=logs, timeout_s=3600)
+            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
+            for row in new:
+                row.update({"bytes": got.compute_of(row["runner"]), "logged": list(got.logged_of(row["runner"])),
+                            "argv": argv})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                done.add(_key(row))
+            rows += new
+            save(new)
     return rows
 
 
@@ -300,7 +427,8 @@ def _save(out: Path, rows: list[dict], params: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", default=",".join(GROUPS),
-                        help=f"image groups {', '.join(GROUPS)}; video groups {', '.join(WAN_GROUPS)}")
+                        help=f"image groups {', '.join(GROUPS)}; video groups "
+                             f"{', '.join([*WAN_GROUPS, *LTX2_GROUPS])}; batch groups {', '.join(BATCH_GROUPS)}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
     ns = parser.parse_args()
@@ -309,10 +437,16 @@ def main() -> None:
     out = Path(ns.out)
     old = _load(out)
     groups = ns.groups.split(",")
+    batch = [g for g in groups if g in BATCH_GROUPS]
+    if batch:
+        record_batch(batch, work, {_key(r) for r in old["rows"]}, lambda rows: _save(out, rows, []))
     video = [g for g in groups if g in WAN_GROUPS]
     if video:
         record_wan(video, work, {_key(r) for r in old["rows"]}, lambda row, params: _save(out, [row], params))
-    image = [g for g in groups if g not in WAN_GROUPS]
+    ltx2 = [g for g in groups if g in LTX2_GROUPS]
+    if ltx2:
+        record_ltx2(ltx2, work, {_key(r) for r in _load(out)["rows"]}, lambda row, params: _save(out, [row], params))
+    image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS and g not in BATCH_GROUPS]
     if image:   # record() hands its rows so far after every run: written beside the corpus as it was
         before = _load(out)
         _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},

@@ -2,10 +2,10 @@
 the released files under its own name and shape, sparse data) and print the sd-cli file flags that
 load it.
 
-    python scripts/write_sd_shapes.py sd15|sdxl|flux|wan DIRECTORY
+    python scripts/write_sd_shapes.py sd15|sdxl|sd2|flux|wan DIRECTORY
 
-SD 1.5 and SDXL are one checkpoint each (-m); FLUX.1 [dev] is its four files (DiT BF16, T5-XXL and
-CLIP-L F16, the 16-channel autoencoder F32); Wan2.1-T2V-1.3B its three (planner/synth/shapes_wan.py).
+SD 1.5, SDXL and SD 2.1 768-v (F32) are one checkpoint each (-m); FLUX.1 [dev] is its four files (DiT
+BF16, T5-XXL and CLIP-L F16, the 16-channel autoencoder F32); Wan2.1-T2V-1.3B its three (planner/synth/shapes_wan.py).
 Files already there are kept.
 """
 from __future__ import annotations

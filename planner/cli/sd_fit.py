@@ -94,6 +94,8 @@ def sd_fit_cmd(
     conv_direct: Annotated[Text, _opt("--conv-direct", "on | off | auto, per module: auto,vae=off")] = None,
     vae_tiling: Annotated[bool, _opt("--vae-tiling", "decode the VAE in tiles")] = False,
     frames: Annotated[int, _opt("--frames", "video frames (video models; 1 for an image)")] = 1,
+    batch: Annotated[int, typer.Option("--batch", "--batch-count", "-b",
+                                       help="images per run, as sd-cli's -b (made one at a time)")] = 1,
     mmap: Annotated[bool, _opt("--mmap", "as sd-cli: map the model files (counted whole where mapped)")] = False,
     fa: Annotated[bool, _fa_opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
     diffusion_fa: Annotated[bool, _fa_opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
@@ -132,7 +134,7 @@ def sd_fit_cmd(
                             vae_on=vae_conv_direct)
     request = api.SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            AutoFit(auto_fit) is AutoFit.ON, optimal, steps, split_mode, compat,
-                           width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap)
+                           width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap, batch=batch)
     machine = api.InventoryOptions(devices, tuple(device or ()), ram).inventory(detect=True, use_llama=False)
     assert machine is not None   # detect=True always gives an inventory
     _show(api.sd_fit(request, machine), str(SdFormat(fmt)))

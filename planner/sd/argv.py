@@ -21,7 +21,8 @@ VALUE_FLAGS: dict[str, str] = {
     "--backend": "backend", "--params-backend": "params_backend", "--max-vram": "max_vram",
     "--split-mode": "split_mode", "--flash-attn": "flash_attn", "--conv-direct": "conv_direct",
 }
-INT_FLAGS: dict[str, str] = {"--steps": "steps", "--video-frames": "frames", "--frames": "frames"}
+INT_FLAGS: dict[str, str] = {"--steps": "steps", "--video-frames": "frames", "--frames": "frames",
+                             "-b": "batch", "--batch-count": "batch"}
 SWITCHES = ("--vae-tiling", "--mmap")
 LEGACY = ("--fa", "--diffusion-fa", "--diffusion-conv-direct", "--vae-conv-direct")
 _FILES = {role.flag: role for role in FileRole}
@@ -75,4 +76,5 @@ def request_from_argv(models: Sequence[str], argv: Sequence[str]) -> SdFitReques
         flash_attn=last_flash_attn(fa_given),
         conv_direct=legacy_modes(texts.get("conv_direct"), Feature.CONV_DIRECT,
                                  diffusion_on="--diffusion-conv-direct" in seen, vae_on="--vae-conv-direct" in seen),
-        vae_tiling="--vae-tiling" in seen, mmap="--mmap" in seen, frames=ints.get("frames", 1))
+        vae_tiling="--vae-tiling" in seen, mmap="--mmap" in seen, frames=ints.get("frames", 1),
+        batch=ints.get("batch", 1))

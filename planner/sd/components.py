@@ -30,17 +30,20 @@ TENSOR_OVERHEAD_BYTES = 64
 # F32 and every convolution
 # kernel (4-D) F16 whatever the file stores (src/core/ggml_extend.hpp Conv2d / Conv3d,
 # src/model/te/clip.hpp CLIPEmbeddings), every other weight in the file's type. A standalone
-# CLIP-L file's text_projection is not created (sd.cpp's CLIP-L has no projection).
+# CLIP-L file's text_projection is not created (sd.cpp's CLIP-L has no projection), nor SD 2.x's
+# OpenCLIP-H one (src/model/te/clip.hpp creates text_projection for bigG only).
 BUFFER_ALIGNMENT = 32
 F32_BYTES = 4
 F16_BYTES = 2
 _F32_NAMES = ("position_embedding", "positional_embedding", "text_projection")
-_NOT_CREATED = ("clip_l.text_projection.weight",)
+_NOT_CREATED = ("clip_l.text_projection.weight", "cond_stage_model.model.text_projection")
 # Wan: a DiT block's and the head's `modulation` (src/model/diffusion/wan.hpp: typed from a
 # "<block>.weight" the file never has, so F32) and the VAE's RMS-norm `gamma`s, shaped (C, 1, 1, 1)
 # in the file (src/model/vae/wan_vae.hpp RMS_norm: F32 in the file's shape); its 5-D causal 3-D
 # convolution kernels are F16 like the 4-D ones (CausalConv3d, Conv3d).
-_F32_SUFFIXES = (".modulation", ".gamma")
+# LTX-2: every timestep embedder's two linear layers (src/model/diffusion/ltxv.hpp TimestepEmbedder:
+# Linear with force_f32), the DiT's AdaLN ones and the video VAE's alike.
+_F32_SUFFIXES = (".modulation", ".gamma", ".timestep_embedder.linear_1.weight", ".timestep_embedder.linear_2.weight")
 
 
 KIND_MODULE: dict[Kind, Module] = {Kind.DIFFUSION: Module.DIFFUSION, Kind.TE: Module.TE, Kind.VAE: Module.VAE}

@@ -21,15 +21,16 @@ from planner.sd.assign import (
 from planner.sd.autofit import compute_devices, default_backend, follow_assignments, greedy_fit
 from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
-from planner.sd.family import family
+from planner.sd.family import LTX_FAMILIES, family
 from planner.sd.plan import Mode, SdPlan, search_limits, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
-from planner.sd.sd_compute import FRAME_STEP, LATENT_FACTOR, MIN_TILE, VIDEO_FAMILIES
+from planner.sd.sd_compute import FRAME_STEP, VIDEO_FAMILIES
 from planner.sd.sd_placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
 from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
+from planner.sd.vae_retry import Tiling, decoder_of, retry_order
 
 SIZE_STEP = 64      # sd-cli's SD 1.x / XL image sizes
 
@@ -53,6 +54,7 @@ class SdFitRequest:
     mmap: bool = False              # sd-cli --mmap: mapped files count whole on devices that map them
     frames: int = 1                 # video models only (--frames / sd-cli's --video-frames)
     search_largest: bool = True     # also find the largest square that fits (a sweep does not need it)
+    batch: int = 1                  # sd-cli's -b / --batch-count: images per run (image models)
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
@@ -114,12 +116,16 @@ def _explicit_or_default(fit: FitInput, kind: Kind) -> tuple[str, ...]:
     return explicit if explicit is not None else default_backend(fit)
 
 
-def _sized(fit: FitInput, render: Render, auto: bool, tiled: bool, tile: tuple[int, int] | None = None,
-           frames: int = 1) -> FitInput:
-    """`fit` with every component's compute buffer at `render`, on the devices it computes on."""
+def _sized(fit: FitInput, render: Render, auto: bool, tiling: Tiling | None, frames: int = 1) -> FitInput:
+    """`fit` with every component's compute buffer at `render`, on the devices it computes on,
+    the VAE decode tiled as `tiling` says (None: untiled)."""
     where = compute_devices(fit) if auto else {c.kind: _explicit_or_default(fit, c.kind) for c in fit.present}
     diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
-    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), tiled, diffusion, tile, frames)
+    spatial = tiling is not None and tiling.spatial
+    tile = tiling.tile if tiling is not None else None
+    temporal = tiling is not None and tiling.temporal
+    comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), spatial, diffusion, tile, frames,
+                        temporal)
                   if c.params_bytes else c for c in fit.components)
     return replace(fit, components=comps)
 
@@ -171,6 +177,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     if request.mmap:
         base = replace(base, mapped_files=mapped_files(request.sources))
     _check_frames(base, request.frames)
+    _check_batch(base, request.batch)
     fit, placements, mode, tiling = _plan_at(base, request, auto, param_targets, render)
     tiled = tiling is not None
     ram = ram_need(fit, placements)
@@ -185,7 +192,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   _largest(base, request, auto, param_targets, render) if request.search_largest else None,
                   device_needs(fit, placements) + ((ram,) if ram is not None else ()),
                   _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
-                  request.frames)
+                  request.frames, request.batch)
 
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
@@ -204,55 +211,50 @@ def _check_frames(fit: FitInput, frames: int) -> None:
     if frames < 1:
         raise BadInput(f"--frames {frames}: expected 1 or more")
     diffusion = next((family(c) for c in fit.present if c.kind is Kind.DIFFUSION), None)
-    if frames != 1 and diffusion not in VIDEO_FAMILIES:
+    if frames != 1 and diffusion not in VIDEO_FAMILIES | LTX_FAMILIES:
         what = f"{diffusion} is an image model" if diffusion else "this diffusion model is not a known video model"
         raise BadInput(f"--frames {frames}: {what}; --frames applies to video models only")
+
+
+def _check_batch(fit: FitInput, batch: int) -> None:
+    """sd-cli's -b N, checked as sd-cli checks it, and why it changes no figure of the plan.
+
+    sd-cli rejects a count below 1 (examples/common/common.cpp `validate`). generate_image
+    (src/stable-diffusion.cpp) computes the conditioning once, then samples the N images one after
+    another, each from a latent of batch 1 (`generate_init_latent`), and decode_image_outputs decodes
+    them one at a time: every runner's graph holds one image and its compute buffer is freed after each
+    image and reserved again, the same size, for the next. So the plan at -b N is the plan at -b 1
+    (tests/planner/sd/test_batch.py holds sd-cli's recorded buffers at -b 2 and 4 to those at 1).
+    A video is one sequence: vid_gen has no batch count (sd_vid_gen_params_t), so sd-cli ignores -b there."""
+    if batch < 1:
+        raise BadInput(f"--batch {batch}: expected 1 or more (sd-cli's -b / --batch-count)")
+    if batch != 1 and _video(fit):
+        raise BadInput(f"--batch {batch}: a video model makes one clip per run (sd-cli's vid_gen has no batch "
+                       f"count); --batch applies to image models only")
 
 
 def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
              param_targets: dict[Kind, tuple[Where, str | None] | None],
              render: Render) -> tuple[FitInput, tuple[Placement, ...], Mode, Tiling | None]:
     """The placement at `render`'s size, with the VAE decode tiled when that is what makes it fit:
-    seed 002, "If a VAE decode fails, decoding retries with spatial tiling even when --auto-fit is
-    off ... Spatial retries use half-size tiles along each latent dimension" — sd-fit plans that
-    retry up front, then sd-cli's default tiles (VAE_TILE) where half-size ones are still too big."""
+    the decode as asked first, then sd-cli's retries in their order (planner/sd/vae_retry.py: a
+    decoder that tiles in time tries that first, any other half-size spatial tiles), each only
+    where the VAE's figures at that tiling are known (else tiling cannot be shown to help)."""
     sizing = auto or request.optimal
-    if render.vae_tiling:
-        fit = _sized(base, render, sizing, True, frames=request.frames)
-        placements, mode = _place(fit, request, auto, param_targets)
-        return fit, placements, mode, Tiling(None)
-    fit = _sized(base, render, sizing, False, frames=request.frames)
+    asked = Tiling() if render.vae_tiling else None
+    fit = _sized(base, render, sizing, asked, request.frames)
     placements, mode = _place(fit, request, auto, param_targets)
     if not overcommit(fit, placements):
-        return fit, placements, mode, None
-    for tiling in (Tiling(retry_tile(render.width, render.height)), Tiling(None)):
-        tiled_fit = _sized(base, render, sizing, True, tiling.tile, request.frames)
+        return fit, placements, mode, asked
+    order = retry_order(decoder_of(base.components), render.width, render.height, render.vae_tiling)
+    for tiling in order:
+        tiled_fit = _sized(base, render, sizing, tiling, request.frames)
         if not any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components):
-            continue   # the VAE's figures at this tile are not known: tiling cannot be shown to help
+            continue
         tiled_placements, _ = _place(tiled_fit, request, auto, param_targets)
         if not overcommit(tiled_fit, tiled_placements):
             return tiled_fit, tiled_placements, mode, tiling
-    return fit, placements, mode, None
-
-
-@dataclass(frozen=True)
-class Tiling:
-    """A tiled VAE decode: `tile` in latent pixels (x, y), None for sd-cli's default tile."""
-
-    tile: tuple[int, int] | None
-
-    @property
-    def args(self) -> list[str]:
-        size = [] if self.tile is None else ["--vae-tile-size", f"{self.tile[0]}x{self.tile[1]}"]
-        return ["--vae-tiling", *size]
-
-
-def retry_tile(width: int, height: int) -> tuple[int, int]:
-    """Seed 002's retry tile: half the latent along each dimension (at least vae.hpp's minimum)."""
-    def half(side: int) -> int:
-        return max(-(-(side // LATENT_FACTOR) // 2), MIN_TILE)
-
-    return half(width), half(height)
+    return fit, placements, mode, asked
 
 
 def _largest(base: FitInput, request: SdFitRequest, auto: bool,
@@ -261,7 +263,7 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     component's compute depends on the size (no corpus curve) or nothing fits. The search ends at
     the largest size the corpus has recorded (CORPUS_MAX_SIDE) where a curve gives a figure (the curves
     are not extrapolated), at SIMULATED_MAX_SIDE where every figure is simulated (planner/sd/plan.py)."""
-    comps = _sized(base, render, auto, False).components
+    comps = _sized(base, render, auto, None).components
     if _video(base) or not any(c.compute_bytes is not None for c in comps if c.kind is not Kind.TE):
         return None
     max_side, _ = search_limits(c.compute_origin for c in comps)
@@ -275,8 +277,8 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     return best
 
 
-def _video(fit: FitInput) -> bool:
-    return any(family(c) in VIDEO_FAMILIES for c in fit.present if c.kind is Kind.DIFFUSION)
+def _video(fit: FitInput, families: frozenset[str] = VIDEO_FAMILIES | LTX_FAMILIES) -> bool:
+    return any(family(c) in families for c in fit.present if c.kind is Kind.DIFFUSION)
 
 
 def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
@@ -285,9 +287,9 @@ def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
     to the most frames the corpus records (MAX_RECORDED_FRAMES) where a curve gives a figure, to
     SIMULATED_MAX_FRAMES where every figure is simulated; None for an image model or when one frame
     does not fit."""
-    if not _video(base):
+    if not _video(base, VIDEO_FAMILIES):   # Wan's 4k+1 frames; LTX-2's 8k+1 are not searched
         return None
-    _, max_frames = search_limits(c.compute_origin for c in _sized(base, render, auto, False).components)
+    _, max_frames = search_limits(c.compute_origin for c in _sized(base, render, auto, None).components)
     best = None
     for frames in range(1, max_frames + 1, FRAME_STEP):
         fit, placements, _, _ = _plan_at(base, replace(request, frames=frames), auto, param_targets, render)
@@ -312,6 +314,8 @@ def _render_args(request: SdFitRequest, tiling: Tiling | None) -> tuple[str, ...
         out += tiling.args
     if request.frames != 1:
         out += ["--video-frames", str(request.frames)]
+    if request.batch != 1:
+        out += ["-b", str(request.batch)]
     if request.mmap:
         out.append("--mmap")
     return tuple(out)

@@ -67,6 +67,7 @@ class SdPlan:
     needs: tuple[DeviceNeed, ...] = ()  # the figures behind the verdict: each GPU, then RAM
     largest_frames: int | None = None  # a video model's largest frame count at this size (None: an image model)
     frames: int = 1
+    batch: int = 1   # sd-cli's -b: images per run, made one at a time (planner/sd/fit.py _check_batch)
 
     @property
     def verdict(self) -> str:
@@ -114,7 +115,8 @@ class SdPlan:
             "devices": [{"name": g.name, "free_bytes": g.free_bytes, "budget_bytes": g.budget_bytes}
                         for g in self.gpus],
             "ram": {"free_bytes": self.ram_free_bytes, "params_budget_bytes": self.ram_budget_bytes},
-            "image": {"width": self.width, "height": self.height, "frames": self.frames, "vae_tiling": self.vae_tiling},
+            "image": {"width": self.width, "height": self.height, "frames": self.frames, "vae_tiling": self.vae_tiling,
+                      "batch": self.batch},
             "verdict": self.verdict,
             "largest_square": self.largest_side,
             "largest_frames": self.largest_frames,
@@ -155,6 +157,9 @@ class SdPlan:
                          + ("" if d.fits else "  (over)"))
         frames = f"x{self.frames} frames" if self.frames != 1 else ""
         lines.append(f"{self.width}x{self.height}{frames}: {self.verdict}")
+        if self.batch != 1:
+            lines.append(f"batch of {self.batch}: sd-cli samples and decodes the images one at a time, so every "
+                         f"buffer above is one image's, the same as at -b 1")
         max_side, max_frames = search_limits(p.compute_origin for p in self.placements)
         curve = max_side == CORPUS_MAX_SIDE
         if self.largest_side is not None:

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +128,10 @@ class SdCliLog:
                              f"(it logged: {', '.join(sorted({n for n, _ in self.compute})) or 'none'})")
         return max(sizes)
 
+    def logged_of(self, runner: str) -> tuple[int, ...]:
+        """Every compute buffer logged for `runner`, in log order (one per image of a batch)."""
+        return tuple(b for name, b in self.compute if name == runner)
+
 
 def parse_log(text: str) -> SdCliLog:
     compute = []
@@ -143,14 +148,27 @@ def parse_log(text: str) -> SdCliLog:
     return SdCliLog(tuple(compute), tuple(params), tuple(totals), text)
 
 
+def _logged_all(wanted: dict[str, int], line: str) -> bool:
+    """Count `line`'s compute buffer off `wanted` (runner -> logs still awaited); True once none are."""
+    m = _COMPUTE.search(line)
+    runner = _runner(m.group("runner")) if m else None
+    if runner in wanted:
+        wanted[runner] -= 1
+        if wanted[runner] == 0:
+            del wanted[runner]
+    return not wanted
+
+
 def run_sd_cli(args: Sequence[str], *, exe: Path | None = None, stop_when: Sequence[str] = (),
-               timeout_s: float = 900, log_path: Path | None = None) -> SdCliLog:
+               timeout_s: float = 900, log_path: Path | None = None, stop_after: int = 1) -> SdCliLog:
     """Run `sd-cli -v ARGS`. With `stop_when`, the run is stopped (by its own handle) once a compute
-    buffer has been logged for every runner named there: the sizes are known before the graphs run."""
+    buffer has been logged for every runner named there, as many times as it is named (SD 2.x's UNet
+    runner reserves a small graph first, its v-prediction probe), times `stop_after` (a runner re-reserves
+    for each image of a batch: `-b N` logs its buffer N times): the sizes are known before the graphs run."""
     exe = exe or ensure_sd_cli()
     cmd = [str(exe), "-v", *args]
     lines: list[str] = []
-    wanted = set(stop_when)
+    wanted = Counter({runner: n * max(stop_after, 1) for runner, n in Counter(stop_when).items()})
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             text=True, errors="replace")
     deadline = time.monotonic() + timeout_s
@@ -159,13 +177,9 @@ def run_sd_cli(args: Sequence[str], *, exe: Path | None = None, stop_when: Seque
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if wanted:
-                m = _COMPUTE.search(line)
-                if m:
-                    wanted.discard(_runner(m.group("runner")))
-                    if not wanted:
-                        stopped = True
-                        break
+            if wanted and _logged_all(wanted, line):
+                stopped = True
+                break
             if time.monotonic() > deadline:
                 raise SdCliError(f"sd-cli ran past {timeout_s:.0f} s: {' '.join(cmd)}")
     finally:

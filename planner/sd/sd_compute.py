@@ -53,11 +53,16 @@ FIT_SIZES: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {
     # autoencoder SD3, FLUX.1 and Z-Image share (one decode graph: only the latent scale differs;
     # a piece per three consecutive sizes, 1024x1024 included, so every recorded square is a fit point)
     ("sd3", "mmdit"): ((256, 256), (384, 384), (512, 512), (768, 768), (1024, 1024)),
+    ("sd3-large", "mmdit"): ((256, 256), (384, 384), (512, 512)),
     ("sd3", "clip"): ((256, 256),),
     ("sd3", "t5"): ((256, 256),),
     ("zimage", "z_image"): ((256, 256), (512, 512), (1024, 1024)),
     ("zimage", "qwen3"): ((256, 256),),
     ("ae16", "vae"): ((256, 256), (384, 384), (512, 512), (1024, 1024)),
+    # SD 2.1 (768-v): the SD 1.x UNet with linear projections, 64-wide heads and a 1024-wide context, up to
+    # its native 768x768; OpenCLIP-H's 77 tokens
+    ("sd2", "unet"): ((256, 256), (512, 512), (768, 768)),
+    ("sd2", "clip"): ((256, 256),),
 }
 
 
@@ -83,10 +88,14 @@ class Row:
     tiled: bool
     bytes: int
     frames: int = 1    # video frames (video rows only)
+    batch: int = 1     # sd-cli's -b: images made in the run (rows without the field made one)
 
     @property
     def fit(self) -> bool:
-        """One of the points the runner's curve is solved from."""
+        """One of the points the runner's curve is solved from (a batch row only checks: sd-cli makes
+        a batch's images one at a time: planner/sd/fit.py `_check_batch`)."""
+        if self.batch != 1:
+            return False
         if self.family in VIDEO_FAMILIES:
             points = FIT_VIDEO.get((self.family, self.runner), ())
             checks_fa = self.mode.flash_attn and (self.family, self.runner) in FA_FREE
@@ -97,7 +106,7 @@ class Row:
 def _row(raw: dict) -> Row:
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
                Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
-               raw.get("frames", 1))
+               raw.get("frames", 1), raw.get("batch", 1))
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,9 +114,15 @@ def _all_rows() -> tuple[Row, ...]:
     return tuple(_row(r) for r in json.loads(CORPUS.read_text())["rows"])
 
 
+# Families whose rows are kept apart from the curves' rows: LTX-2's video VAE (planner/synth/shapes_ltx.py;
+# whole and temporally tiled decodes, the "temporal_tiling" key), sized by simulation alone
+# (planner/sd/sd_simulated.py simulated_ltx_vae_bytes; tests/runtime/sd/test_ltx2_vae_graph.py)
+APART_FAMILIES = frozenset({"ltx2-vae"})
+
+
 def corpus() -> tuple[Row, ...]:
     """The image models' rows (the video models' are video_corpus())."""
-    return tuple(r for r in _all_rows() if r.family not in VIDEO_FAMILIES)
+    return tuple(r for r in _all_rows() if r.family not in VIDEO_FAMILIES | APART_FAMILIES)
 
 
 def video_corpus() -> tuple[Row, ...]:
@@ -226,13 +241,15 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
 # P * g(T), g the recorded bytes per latent pixel, linear between the recorded frame counts, flat
 # below the first, and past the last continued along its last stretch (not checked there). UMT5
 # always encodes 512 tokens: a constant.
-VIDEO_FAMILIES = frozenset({"wan", "wan-vae"})
+VIDEO_FAMILIES = frozenset({"wan", "wan-vae", "wan-14b"})
 VIDEO_SIZE_STEP = 16
 FRAME_STEP = 4
 WAN_DIT = "Wan2.1-T2V-1.3B"   # the DiT runner's name in sd-cli's log (wan.hpp `desc`)
+WAN14_DIT = "Wan2.x-T2V-14B"  # the 14B T2V DiT's
 FIT_VIDEO: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {
     ("wan", WAN_DIT): ((256, 256, 1), (256, 256, 5), (256, 256, 9), (256, 256, 17), (416, 240, 17)),
     ("wan", "t5"): ((256, 256, 1),),
+    ("wan-14b", WAN14_DIT): ((128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5)),
     ("wan-vae", "wan_vae"): ((128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5),
                              (128, 128, 9), (192, 128, 9), (192, 128, 13), (128, 128, 17), (128, 128, 33)),
 }
@@ -243,7 +260,8 @@ class Form(enum.Enum):
     FRAMES = "a + b*P for 1, 2 and 3 latent frames; P * g(T) for more"
 
 
-FORMS: dict[tuple[str, str], Form] = {("wan", WAN_DIT): Form.TOKENS, ("wan-vae", "wan_vae"): Form.FRAMES}
+FORMS: dict[tuple[str, str], Form] = {("wan", WAN_DIT): Form.TOKENS, ("wan-14b", WAN14_DIT): Form.TOKENS,
+                                       ("wan-vae", "wan_vae"): Form.FRAMES}
 # Runners whose peak holds no attention tensor, so flash attention leaves their buffer as it is:
 # the Wan VAE attends once per frame in its middle block, at the latent resolution, long before
 # the full-resolution up-sampling stages where the peak is (a recorded row with flash attention

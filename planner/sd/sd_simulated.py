@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from runtime.sd import t5_encoder, unet, vae_decoder
+from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
@@ -21,6 +21,7 @@ from runtime.sd.sd_reserve import (
     flux_bytes,
     flux_clip_bytes,
     llm_text_bytes,
+    ltx_vae_decode_bytes,
     mmdit_bytes,
     sd3_clip_bytes,
     sdxl_clip_bytes,
@@ -44,6 +45,9 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("sd15", "clip"): lambda w, h, mode, tiled: clip_text_bytes(mode=mode),
     ("kl-f8", "vae"): lambda w, h, mode, tiled: vae_decode_bytes(w, h, mode, tiled),
     ("sdxl", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode, unet.SDXL),
+    # SD 2.x: its UNet (the v-prediction probe's 8x8 graph it reserves first is always smaller) and OpenCLIP-H
+    ("sd2", "unet"): lambda w, h, mode, tiled: unet_bytes(w, h, mode, unet.SD2),
+    ("sd2", "clip"): lambda w, h, mode, tiled: clip_text_bytes(clip_text.SD2_CLIP_H, mode, clip_text.SD2_CLIP_SKIP),
     ("sdxl", "clip"): lambda w, h, mode, tiled: sdxl_clip_bytes(mode),
     ("flux", "clip"): lambda w, h, mode, tiled: flux_clip_bytes(mode),
     ("flux", "t5"): lambda w, h, mode, tiled: t5_bytes(FLUX_T5_TOKENS, mode=mode),
@@ -51,6 +55,7 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
     ("sd3", "clip"): lambda w, h, mode, tiled: sd3_clip_bytes(mode),
     ("sd3", "t5"): lambda w, h, mode, tiled: t5_bytes(SD3_T5_TOKENS, mode=mode),
     ("sd3", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode),
+    ("sd3-large", "mmdit"): lambda w, h, mode, tiled: mmdit_bytes(w, h, mode, sd3_mmdit.SD35_LARGE),
     ("zimage", "z_image"): lambda w, h, mode, tiled: z_image_bytes(w, h, mode),
     # Qwen3-4B over sd-cli's prompt in Z-Image's chat template (the corpus's prompt, `a cat`)
     ("zimage", "qwen3"): lambda w, h, mode, tiled: llm_text_bytes(Z_IMAGE_PROMPT_TOKENS, mode),
@@ -69,13 +74,33 @@ VideoSimulator = Callable[[int, int, int, SdMode, bool], int]
 VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
     # the DiT runner is named after the model in sd-cli's log (wan.hpp WanRunner::desc)
     ("wan", "Wan2.1-T2V-1.3B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode),
+    ("wan-14b", "Wan2.x-T2V-14B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode, wan_dit.WAN21_T2V_14B),
     ("wan", "t5"): lambda w, h, t, mode, tiled: t5_bytes(WAN_T5_TOKENS, t5_encoder.UMT5_XXL, mode, masked=True),
     ("wan-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled),
 }
 
 
+# LTX-2's video VAE (runtime/sd/ltx_vae_decoder.py), decoded whole or with --temporal-tiling; its spatial
+# tiles are not recorded, so sd-fit sizes no spatially tiled LTX-2 decode
+LTX_VAE = ("ltx2-vae", "ltx_video_vae")
+LTX_SCALE = 32   # src/model/vae/vae.hpp get_scale_factor: VERSION_LTXAV's image pixels per latent pixel
+
+
 def is_simulated(family: str, runner: str) -> bool:
-    return (family, runner) in SIMULATED or (family, runner) in VIDEO_SIMULATED
+    return (family, runner) in SIMULATED or (family, runner) in VIDEO_SIMULATED or (family, runner) == LTX_VAE
+
+
+def ltx_latent_frames(frames: int) -> int:
+    """src/stable-diffusion.cpp video_frames_to_latent_frames for VERSION_LTXAV (sd-cli aligns the
+    frame count down to 8k+1 the same way)."""
+    return (frames - 1) // 8 + 1
+
+
+@functools.lru_cache(maxsize=256)
+def simulated_ltx_vae_bytes(width: int, height: int, frames: int, temporal: bool) -> int:
+    """LTX-2's video VAE decode at width x height pixels and `frames` frames, whole or tiled in time."""
+    return ltx_vae_decode_bytes(max(width // LTX_SCALE, 1), max(height // LTX_SCALE, 1), ltx_latent_frames(frames),
+                                temporal)
 
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly

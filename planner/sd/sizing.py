@@ -7,12 +7,12 @@ from dataclasses import dataclass, replace
 
 from planner.core.errors import BadInput
 from planner.sd.components import CURVE, KIND_MODULE, SIMULATED, Component
-from planner.sd.family import family
+from planner.sd.family import LTX2_VAE, LTX_FAMILIES, family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.roles import Kind
-from planner.sd.sd_compute import VIDEO_FAMILIES, WAN_DIT, Mode, compute_bytes, video_compute_bytes
+from planner.sd.sd_compute import VIDEO_FAMILIES, WAN14_DIT, WAN_DIT, Mode, compute_bytes, video_compute_bytes
 from planner.sd.sd_placement import GpuBudget
-from planner.sd.sd_simulated import is_simulated
+from planner.sd.sd_simulated import LTX_VAE, is_simulated, simulated_ltx_vae_bytes
 
 # sd-cli's runners of each component, by model: a component whose runners run one after the other
 # (FLUX.1's CLIP-L, then T5-XXL) needs the largest of their buffers
@@ -21,8 +21,12 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.TE, "sd15"): ("clip",), (Kind.TE, "sdxl"): ("clip",), (Kind.TE, "flux"): ("clip", "t5"),
     (Kind.VAE, "kl-f8"): ("vae",), (Kind.VAE, "kl-f8-sdxl"): ("vae",),
     (Kind.DIFFUSION, "sd3"): ("mmdit",), (Kind.TE, "sd3"): ("clip", "t5"),
+    (Kind.DIFFUSION, "sd3-large"): ("mmdit",),
     (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
     (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
+    (Kind.DIFFUSION, "wan-14b"): (WAN14_DIT,),
+    (Kind.DIFFUSION, "sd2"): ("unet",), (Kind.TE, "sd2"): ("clip",),
+    (Kind.VAE, LTX2_VAE): (LTX_VAE[1],),
 }
 # A VAE whose decode figures depend on the diffusion model it decodes for: (VAE, diffusion) -> the
 # corpus family of that decode (sd-cli builds SDXL's KL-f8 decode its own way). The 16-channel
@@ -68,34 +72,53 @@ def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[t
 
 
 def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
-          diffusion: str | None = None, tile: tuple[int, int] | None = None, frames: int = 1) -> Component:
+          diffusion: str | None = None, tile: tuple[int, int] | None = None, frames: int = 1,
+          temporal: bool = False) -> Component:
     """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
     `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
     SDXL's KL-f8 VAE with a graph of its own). `tile`: a tiled decode's tile in latent pixels
     (None: sd-cli's default). `frames`: the video's frame count (4k+1 for Wan);
-    an image model takes 1."""
-    fam = family(comp)
-    if fam is not None and diffusion is not None:
-        fam = VAE_FOR.get((fam, diffusion), fam)
-    if frames != 1 and fam is not None and fam not in VIDEO_FAMILIES:
-        raise BadInput(f"--frames {frames}: {fam} makes images, not videos (only 1 frame)")
-    if fam is None:
+    an image model takes 1. `temporal`: the decode's frames streamed a few at a time (LTX-2's
+    video VAE, planner/sd/vae_retry.py), a decode no family has figures for yet."""
+    fam = _decode_family(comp, diffusion, frames)
+    temporal = temporal and comp.kind is Kind.VAE
+    if fam is None or (temporal and fam != LTX2_VAE):
         return replace(comp, compute_bytes=None, compute_mode="")
     mode = component_mode(comp, render, devices, fam)
     tiled = tiled and comp.kind is Kind.VAE
-    if fam in VIDEO_FAMILIES:
-        # a video VAE's tiles are sized at sd-cli's default tile only (`tile` unknown: no figure)
-        sizes = [video_compute_bytes(fam, runner, render.width, render.height, frames, mode, tiled=tiled)
-                 if tile is None or not tiled else None for runner in RUNNERS.get((comp.kind, fam), ())]
-    else:
-        sizes = [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled, tile=tile)
-                 for runner in RUNNERS.get((comp.kind, fam), ())]
+    sizes = _runner_sizes(comp.kind, fam, render, mode, frames, tiled, tile, temporal)
     known = [s for s in sizes if s is not None]
     size = max(known) if known and len(known) == len(sizes) else None
     tiles = f",vae_tiling=on,tile={tile[0]}x{tile[1]}" if tile else ",vae_tiling=on"
-    label = mode.key + (tiles if tiled else "") if size is not None else ""
+    label = mode.key + (tiles if tiled else "") + (",temporal_tiling=on" if temporal else "") \
+        if size is not None else ""
     origin = origin_of(fam, RUNNERS.get((comp.kind, fam), ()), size)
     return replace(comp, compute_bytes=size, compute_mode=label, compute_origin=origin)
+
+
+def _runner_sizes(kind: Kind, fam: str, render: Render, mode: Mode, frames: int, tiled: bool,
+                  tile: tuple[int, int] | None, temporal: bool) -> list[int | None]:
+    """Each of the component's runners' buffers (None where unknown)."""
+    runners = RUNNERS.get((kind, fam), ())
+    if fam == LTX2_VAE:
+        # LTX-2's VAE: whole or tiled in time; its spatial tiles are not recorded (no figure)
+        return [None if tiled else simulated_ltx_vae_bytes(render.width, render.height, frames, temporal)]
+    if fam in VIDEO_FAMILIES:
+        # a video VAE's tiles are sized at sd-cli's default tile only (`tile` unknown: no figure)
+        return [video_compute_bytes(fam, runner, render.width, render.height, frames, mode, tiled=tiled)
+                if tile is None or not tiled else None for runner in runners]
+    return [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled, tile=tile) for runner in runners]
+
+
+def _decode_family(comp: Component, diffusion: str | None, frames: int) -> str | None:
+    """The corpus family of `comp`'s graph (VAE_FOR: the decode picked by the diffusion model); a
+    frame count other than 1 only for a video model's components."""
+    fam = family(comp)
+    if fam is not None and diffusion is not None:
+        fam = VAE_FOR.get((fam, diffusion), fam)
+    if frames != 1 and fam is not None and fam not in VIDEO_FAMILIES | LTX_FAMILIES:
+        raise BadInput(f"--frames {frames}: {fam} makes images, not videos (only 1 frame)")
+    return fam
 
 
 def origin_of(fam: str, runners: tuple[str, ...], size: int | None) -> str:

@@ -6,8 +6,10 @@ UNet, `cond_stage_model.transformer.text_model.*` CLIP ViT-L/14 text encoder,
 `first_stage_model.*` KL-f8 VAE); SDXL is `sd_xl_base_1.0` (the same VAE, CLIP-L under
 `conditioner.embedders.0.transformer.text_model.*`, OpenCLIP ViT-bigG under
 `conditioner.embedders.1.model.*`, a three-level UNet with 2 and 10 transformer blocks and the
-`label_emb` vector conditioning). The hyperparameters are those of the released configs
-(v1-inference.yaml, sd_xl_base.yaml). The training-only buffers sd.cpp skips (position_ids,
+`label_emb` vector conditioning); SD 2.1 is `v2-1_768-ema-pruned` (the SD 1.x UNet with a 1024-wide
+context and linear proj_in / proj_out, the OpenCLIP ViT-H/14 text tower under `cond_stage_model.model.*`, the
+same VAE; released as F32). The hyperparameters are those of the released configs
+(v1-inference.yaml, sd_xl_base.yaml, v2-inference-v.yaml). The training-only buffers sd.cpp skips (position_ids,
 logit_scale, the scheduler arrays) are left out. The fp16 releases store every tensor as F16.
 """
 from __future__ import annotations
@@ -23,6 +25,8 @@ Tensors = dict[str, Shape]
 TIME_EMBED = 1280          # 4 x model_channels(320), both families
 CLIP_L = 768               # CLIP ViT-L/14 text width
 CLIP_G = 1280              # OpenCLIP ViT-bigG/14 text width
+CLIP_H = 1024              # OpenCLIP ViT-H/14 text width (SD 2.x)
+CLIP_H_LAYERS = 24
 CLIP_VOCAB = 49408
 CLIP_CONTEXT = 77
 
@@ -91,6 +95,7 @@ class UnetConfig:
 
 
 SD15_UNET = UnetConfig(channel_mult=(1, 2, 4, 4), depth=(1, 1, 1, 0), context=CLIP_L, linear_proj=False)
+SD2_UNET = UnetConfig(channel_mult=(1, 2, 4, 4), depth=(1, 1, 1, 0), context=CLIP_H, linear_proj=True)
 SDXL_UNET = UnetConfig(channel_mult=(1, 2, 4), depth=(0, 2, 10), context=CLIP_L + CLIP_G, linear_proj=True,
                        adm_in=2816)
 
@@ -256,11 +261,24 @@ def sdxl_tensors() -> Tensors:
     return out
 
 
-CHECKPOINTS = {"sd15": sd15_tensors, "sdxl": sdxl_tensors}
+def sd2_tensors() -> Tensors:
+    """SD 2.1 (768-v): the whole OpenCLIP-H text tower is stored (24 blocks, text_projection), although
+    SD 2.x reads the penultimate block's output."""
+    out = unet_tensors(SD2_UNET)
+    out.update(open_clip_text_tensors("cond_stage_model.model.", CLIP_H, CLIP_H_LAYERS))
+    out.update(vae_tensors())
+    return out
 
 
-def write_checkpoint(family: str, path: Path, dtype: str = "F16") -> Path:
-    """One of CHECKPOINTS as a sparse single-file safetensors checkpoint, every tensor `dtype`."""
+CHECKPOINTS = {"sd15": sd15_tensors, "sdxl": sdxl_tensors, "sd2": sd2_tensors}
+# the type a released checkpoint stores every tensor in, where it is not F16 (v2-1_768-ema-pruned: F32)
+RELEASED_DTYPE = {"sd2": "F32"}
+
+
+def write_checkpoint(family: str, path: Path, dtype: str | None = None) -> Path:
+    """One of CHECKPOINTS as a sparse single-file safetensors checkpoint, every tensor `dtype` (default: the
+    released file's, RELEASED_DTYPE or F16)."""
+    dtype = dtype or RELEASED_DTYPE.get(family, "F16")
     tensors = CHECKPOINTS[family]()
     return write_safetensors(path, {name: (dtype, shape) for name, shape in tensors.items()})
 

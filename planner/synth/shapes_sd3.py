@@ -60,8 +60,7 @@ def _linear(out: Tensors, name: str, n_out: int, n_in: int, bias: bool = True) -
         out[f"{name}.bias"] = (n_out,)
 
 
-def _sd3_attn(out: Tensors, p: str, proj: bool) -> None:
-    h = SD3_HIDDEN
+def _sd3_attn(out: Tensors, p: str, proj: bool, h: int = SD3_HIDDEN) -> None:
     _linear(out, f"{p}.qkv", 3 * h, h)
     if proj:
         _linear(out, f"{p}.proj", h, h)
@@ -69,12 +68,11 @@ def _sd3_attn(out: Tensors, p: str, proj: bool) -> None:
     out[f"{p}.ln_k.weight"] = (SD3_HEAD,)
 
 
-def _sd3_half(out: Tensors, p: str, pre_only: bool, self_attn: bool) -> None:
+def _sd3_half(out: Tensors, p: str, pre_only: bool, self_attn: bool, h: int = SD3_HIDDEN) -> None:
     """One DismantledBlock: norms without parameters, attention, MLP, adaLN modulation."""
-    h = SD3_HIDDEN
-    _sd3_attn(out, f"{p}.attn", proj=not pre_only)
+    _sd3_attn(out, f"{p}.attn", proj=not pre_only, h=h)
     if self_attn:
-        _sd3_attn(out, f"{p}.attn2", proj=True)
+        _sd3_attn(out, f"{p}.attn2", proj=True, h=h)
     if not pre_only:
         _linear(out, f"{p}.mlp.fc1", 4 * h, h)
         _linear(out, f"{p}.mlp.fc2", h, 4 * h)
@@ -82,13 +80,15 @@ def _sd3_half(out: Tensors, p: str, pre_only: bool, self_attn: bool) -> None:
     _linear(out, f"{p}.adaLN_modulation.1", mods * h, h)
 
 
-def mmdit_tensors(prefix: str = "model.diffusion_model.", depth: int = SD3_DEPTH) -> Tensors:
-    """SD3.5 medium's MMDiT-X. `depth` below 24 keeps the first blocks and the last (pre-only)
+def mmdit_tensors(prefix: str = "model.diffusion_model.", depth: int = SD3_DEPTH, hidden: int = SD3_HIDDEN,
+                  self_attn_x: int = SD3_SELF_ATTN_X, pos_side: int = SD3_POS_SIDE) -> Tensors:
+    """SD3.5 medium's MMDiT-X (the defaults) or another MMDiT of the layout (SD3.5 large:
+    sd35_large_mmdit_tensors). `depth` below 24 keeps the first blocks and the last (pre-only)
     one's layout: a stand-in whose VAE decode sd-cli reaches sooner (sd.cpp reads the depth from
     the block names and the hidden size from the embedders, so the width stays 1536)."""
     out: Tensors = {}
-    h = SD3_HIDDEN
-    out[f"{prefix}pos_embed"] = (1, SD3_POS_SIDE * SD3_POS_SIDE, h)
+    h = hidden
+    out[f"{prefix}pos_embed"] = (1, pos_side * pos_side, h)
     out[f"{prefix}x_embedder.proj.weight"] = (h, SD3_PATCH_IN, 2, 2)
     out[f"{prefix}x_embedder.proj.bias"] = (h,)
     _linear(out, f"{prefix}t_embedder.mlp.0", h, 256)
@@ -98,11 +98,37 @@ def mmdit_tensors(prefix: str = "model.diffusion_model.", depth: int = SD3_DEPTH
     _linear(out, f"{prefix}context_embedder", h, T5_WIDTH)
     for i in range(depth):
         p = f"{prefix}joint_blocks.{i}"
-        _sd3_half(out, f"{p}.context_block", pre_only=i == depth - 1, self_attn=False)
-        _sd3_half(out, f"{p}.x_block", pre_only=False, self_attn=i < min(SD3_SELF_ATTN_X, depth - 1))
+        _sd3_half(out, f"{p}.context_block", pre_only=i == depth - 1, self_attn=False, h=h)
+        _sd3_half(out, f"{p}.x_block", pre_only=False, self_attn=i < min(self_attn_x, depth - 1), h=h)
     _linear(out, f"{prefix}final_layer.linear", 2 * 2 * SD3_PATCH_IN, h)
     _linear(out, f"{prefix}final_layer.adaLN_modulation.1", 2 * h, h)
     return out
+
+
+# ---- SD3.5 large (stabilityai `sd3.5_large.safetensors`): the MMDiT of the original SD3 layout at
+# depth 38 — hidden 64 x 38 = 2432, 38 heads of 64, MLP ratio 4, qk RMS norm as in 3.5, no second
+# self-attention in the x blocks (MMDiT-X is medium's), a 192 x 192 position table; the same
+# 2048-wide pooled vector, 4096-wide context and 16-channel autoencoder, and the same three text
+# encoders (clip_l, clip_g, T5-XXL) as separate files. F16 as medium's file here.
+
+SD35L_DEPTH = 38
+SD35L_HIDDEN = 64 * SD35L_DEPTH
+SD35L_POS_SIDE = 192
+
+
+def sd35_large_mmdit_tensors(prefix: str = "model.diffusion_model.") -> Tensors:
+    return mmdit_tensors(prefix, SD35L_DEPTH, SD35L_HIDDEN, self_attn_x=0, pos_side=SD35L_POS_SIDE)
+
+
+def write_sd35_large(directory: Path, t5_layers: int = T5_LAYERS) -> dict[str, Path]:
+    """SD3.5 large's four files by sd-cli flag (the text encoders are medium's)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model = directory / "sd3.5_large.safetensors"
+    if not model.exists():
+        tensors = sd35_large_mmdit_tensors()
+        tensors.update(ae16_prefixed("first_stage_model."))
+        write_safetensors(model, {n: ("F16", s) for n, s in tensors.items()})
+    return {"-m": model, **_sd3_encoders(directory, t5_layers)}
 
 
 def ae16_prefixed(prefix: str) -> Tensors:
@@ -161,10 +187,15 @@ def write_sd3(directory: Path, depth: int = SD3_DEPTH, t5_layers: int = T5_LAYER
     """SD3.5 medium's four files, by the sd-cli flag that loads each. `depth` / `t5_layers` below
     the released 24 / 24 write the stand-ins the corpus uses to reach later runners sooner."""
     tag = "" if depth == SD3_DEPTH else f"-{depth}blocks"
-    t5_tag = "" if t5_layers == T5_LAYERS else f"-{t5_layers}blocks"
     model = directory / f"sd3.5_medium{tag}.safetensors"
     if not model.exists():
         write_safetensors(model, {n: ("F16", s) for n, s in sd3_tensors(depth).items()})
+    return {"-m": model, **_sd3_encoders(directory, t5_layers)}
+
+
+def _sd3_encoders(directory: Path, t5_layers: int) -> dict[str, Path]:
+    """SD3.5's three text encoder files (medium's and large's), by sd-cli flag."""
+    t5_tag = "" if t5_layers == T5_LAYERS else f"-{t5_layers}blocks"
     clip_l = directory / "clip_l.safetensors"
     if not clip_l.exists():
         write_safetensors(clip_l, {n: ("F16", s) for n, s in clip_l_tensors().items()})
@@ -174,7 +205,7 @@ def write_sd3(directory: Path, depth: int = SD3_DEPTH, t5_layers: int = T5_LAYER
     t5 = directory / f"t5xxl-Q8_0{t5_tag}.gguf"
     if not t5.exists():
         write_t5xxl_gguf(t5, "Q8_0", t5_layers)
-    return {"-m": model, "--clip_l": clip_l, "--clip_g": clip_g, "--t5xxl": t5}
+    return {"--clip_l": clip_l, "--clip_g": clip_g, "--t5xxl": t5}
 
 
 # ---- Z-Image-Turbo

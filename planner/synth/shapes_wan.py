@@ -37,8 +37,15 @@ def _linear(out: Tensors, name: str, n_out: int, n_in: int) -> None:
     out[f"{name}.bias"] = (n_out,)
 
 
-def wan_dit_tensors(layers: int = WAN_LAYERS) -> Tensors:
-    d = WAN_DIM
+# Wan2.1-T2V-14B (Comfy-Org's `wan2.1_t2v_14B_fp16.safetensors`): the same layout at hidden 5120, 40 heads,
+# FFN 13824, 40 blocks (src/model/diffusion/wan.hpp keys them on 40 blocks and no img_emb); the same
+# VAE and UMT5-XXL as the 1.3B
+WAN14_DIM, WAN14_FFN, WAN14_HEADS, WAN14_LAYERS = 5120, 13824, 40, 40
+
+
+def wan_dit_tensors(layers: int = WAN_LAYERS, dim: int = WAN_DIM, ffn: int = WAN_FFN) -> Tensors:
+    """The T2V DiT: the 1.3B by default, the 14B with wan14b_dit_tensors's sizes."""
+    d = dim
     out: Tensors = {"patch_embedding.weight": (d, WAN_IN, *WAN_PATCH), "patch_embedding.bias": (d,)}
     _linear(out, "text_embedding.0", d, WAN_TEXT)
     _linear(out, "text_embedding.2", d, d)
@@ -54,12 +61,16 @@ def wan_dit_tensors(layers: int = WAN_LAYERS) -> Tensors:
             out[f"{p}.{attn}.norm_k.weight"] = (d,)
         out[f"{p}.norm3.weight"] = (d,)
         out[f"{p}.norm3.bias"] = (d,)
-        _linear(out, f"{p}.ffn.0", WAN_FFN, d)
-        _linear(out, f"{p}.ffn.2", d, WAN_FFN)
+        _linear(out, f"{p}.ffn.0", ffn, d)
+        _linear(out, f"{p}.ffn.2", d, ffn)
         out[f"{p}.modulation"] = (1, 6, d)
     _linear(out, "head.head", WAN_OUT * WAN_PATCH[0] * WAN_PATCH[1] * WAN_PATCH[2], d)
     out["head.modulation"] = (1, 2, d)
     return out
+
+
+def wan14b_dit_tensors() -> Tensors:
+    return wan_dit_tensors(WAN14_LAYERS, WAN14_DIM, WAN14_FFN)
 
 
 # ---- UMT5-XXL's encoder, llama.cpp names (ggml order: ne0 first)
@@ -173,17 +184,21 @@ WAN_FILES = {"--diffusion-model": "wan2.1_t2v_1.3B_fp16.safetensors", "--vae": "
              "--t5xxl": "umt5-xxl-encoder-{qtype}.gguf"}
 
 
-def write_wan(directory: Path, te_qtype: str = "Q8_0", te_layers: int = UMT5_LAYERS) -> dict[str, Path]:
-    """Wan2.1-T2V-1.3B's three files in `directory`, by the sd-cli flag that loads each (written
-    once: an existing file is kept). `te_layers` < 24: the UMT5 stand-in of write_umt5_gguf."""
+def write_wan(directory: Path, te_qtype: str = "Q8_0", te_layers: int = UMT5_LAYERS,
+              size: str = "1.3B") -> dict[str, Path]:
+    """Wan2.1-T2V-1.3B's (`size` "14B": the 14B's) three files in `directory`, by the sd-cli flag that
+    loads each (written once: an existing file is kept). `te_layers` < 24: the UMT5 stand-in of
+    write_umt5_gguf."""
     directory.mkdir(parents=True, exist_ok=True)
     te_name = WAN_FILES["--t5xxl"].format(qtype=te_qtype)
     if te_layers != UMT5_LAYERS:
         te_name = te_name.replace(".gguf", f"-{te_layers}block.gguf")
-    paths = {"--diffusion-model": directory / WAN_FILES["--diffusion-model"],
+    dit = WAN_FILES["--diffusion-model"].replace("1.3B", size)
+    paths = {"--diffusion-model": directory / dit,
              "--vae": directory / WAN_FILES["--vae"], "--t5xxl": directory / te_name}
     if not paths["--diffusion-model"].exists():
-        write_safetensors(paths["--diffusion-model"], {n: ("F16", s) for n, s in wan_dit_tensors().items()})
+        tensors = wan14b_dit_tensors() if size == "14B" else wan_dit_tensors()
+        write_safetensors(paths["--diffusion-model"], {n: ("F16", s) for n, s in tensors.items()})
     if not paths["--vae"].exists():
         write_safetensors(paths["--vae"], {n: ("BF16", s) for n, s in wan_vae_tensors().items()})
     if not paths["--t5xxl"].exists():

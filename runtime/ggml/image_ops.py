@@ -131,15 +131,18 @@ def conv_2d(kernel: Tensor, x: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1
     return g.cont(g.permute(y, (0, 1, 3, 2)))
 
 
-def conv_3d(kernel: Tensor, bias: Tensor, x: Tensor, c_out: int, stride: tuple[int, int, int]) -> Tensor:
-    """stable-diffusion.cpp's 3-D convolution as im2col_3d and one matmul, bias added in place, no padding (the
-    caller pads): kernel [KW, KH, KT, IC*OC], x [W, H, T, IC], stride (sw, sh, st) -> [OW, OH, OD, OC]."""
+def conv_3d(kernel: Tensor, bias: Tensor, x: Tensor, c_out: int, stride: tuple[int, int, int],
+            pad: tuple[int, int, int] = (0, 0, 0)) -> Tensor:
+    """stable-diffusion.cpp's 3-D convolution as im2col_3d and one matmul, bias added in place; `pad` (pw, ph, pt):
+    im2col_3d's own zero padding (Wan's causal convolution pads itself first and passes none):
+    kernel [KW, KH, KT, IC*OC], x [W, H, T, IC], stride (sw, sh, st) -> [OW, OH, OD, OC]."""
     kw, kh, kt = kernel.ne[0], kernel.ne[1], kernel.ne[2]
     ic = x.ne[3]
     sw, sh, st = stride
-    ow, oh, od = ((x.ne[i] - k) // s + 1 for i, k, s in ((0, kw, sw), (1, kh, sh), (2, kt, st)))
+    ow, oh, od = ((x.ne[i] + 2 * p - k) // s + 1 for i, k, s, p in ((0, kw, sw, pad[0]), (1, kh, sh, pad[1]),
+                                                                    (2, kt, st, pad[2])))
     col = Tensor(GGMLType.F16, (kw * kh * kt * ic, ow, oh, od), name="im2col_3d", op=Op.IM2COL, src=[kernel, x],
-                 op_params={"s": stride})
+                 op_params={"s": stride, "p": pad})
     y = g.mul_mat(reshape(col, (col.ne[0], od * oh * ow)), reshape(kernel, (kw * kh * kt * ic, c_out)))
     y = reshape(y, (ow * oh, od, 1, c_out))
     y = reshape(g.cont(g.permute(y, (0, 1, 3, 2))), (ow, oh, od, c_out))

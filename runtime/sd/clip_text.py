@@ -8,7 +8,8 @@ GET_ROWS, plus the position embedding), CLIPEncoder (layers up to n_layer - clip
 widths 1024 and 1280, in place), the final LayerNorm where the model keeps it; src/core/ggml_extend.hpp
 MultiheadAttention (separate q/k/v projections with bias; it calls ggml_ext_attention_ext without flash
 attention, so --fa leaves the text encoders' graphs unchanged). src/conditioning/conditioner.hpp
-FrozenCLIPEmbedderWithCustomWords: SD 1.x runs ViT-L with the final norm and clip_skip 1 (every layer).
+FrozenCLIPEmbedderWithCustomWords: SD 1.x runs ViT-L with the final norm and clip_skip 1 (every layer), SD 2.x
+OpenCLIP-H with the final norm after its 23rd layer (clip_skip 2).
 """
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ class ClipTextConfig:
 
 
 CLIP_L = ClipTextConfig(768, 3072, 12, 12)         # OPENAI_CLIP_VIT_L_14, SD 1.x's encoder
+# SD 2.x's OpenCLIP ViT-H/14 (OPEN_CLIP_VIT_H_14, with the final norm): the released checkpoint's fused
+# attn.in_proj_weight, no text_projection (sd.cpp creates one for bigG only); read at clip_skip 2 (SD2_CLIP_SKIP)
+SD2_CLIP_H = ClipTextConfig(1024, 4096, 16, 24, proj_in=True)
+# conditioner.hpp get_learned_condition_common: without --clip-skip, SD 2.x and SDXL take the penultimate layer
+SD2_CLIP_SKIP = 2
 # SDXL's pair (FrozenCLIPEmbedderWithCustomWords): CLIP-L and OpenCLIP bigG, both without the final norm
 SDXL_CLIP_L = ClipTextConfig(768, 3072, 12, 12, with_final_ln=False)
 SDXL_CLIP_G = ClipTextConfig(1280, 5120, 20, 32, with_final_ln=False, proj_in=True, text_projection=True)

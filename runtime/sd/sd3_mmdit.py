@@ -47,6 +47,8 @@ class MMDiTConfig:
 
 
 SD35_MEDIUM = MMDiTConfig()
+# SD3.5 large: 38 joint blocks of 2432 (38 heads of 64), no second self-attention, a 192 x 192 table
+SD35_LARGE = MMDiTConfig(depth=38, hidden_size=64 * 38, pos_embed_max_size=192, d_self=-1)
 
 
 def _embedder(b: Blocks, x: Tensor, hidden: int) -> Tensor:

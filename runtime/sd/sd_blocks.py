@@ -38,6 +38,7 @@ class Blocks:
         self.flash_attn = flash_attn
         self.conv_direct = conv_direct
         self.conv_scale = conv_scale   # Conv2d::set_scale (SDXL's VAE without its own --vae: 1/32)
+        self.one: Tensor | None = None   # the runner's built-in `one` (GGMLRunner), where a graph reads it
         self.params = Buffer(buft, 0, BufferUsage.WEIGHTS)   # never touched: sizes only
 
     def param(self, ne: tuple[int, ...], ggml_type: GGMLType = F32, name: str = "") -> Tensor:

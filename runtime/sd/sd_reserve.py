@@ -22,6 +22,7 @@ from runtime.sd import (
     clip_text,
     flux_dit,
     llm_text,
+    ltx_vae_decoder,
     sd3_mmdit,
     t5_encoder,
     unet,
@@ -64,13 +65,16 @@ def reserve_graph(buft: BufferType, outputs: list[Tensor]) -> int:
     return GraphAllocator([buft]).plan(planned)[0]
 
 
-def runner_reserve(build: Callable[[Blocks], Tensor], mode: SdMode, conv_scale: float = 1.0) -> int:
-    """GGMLRunner's reserve of the graph `build` makes: `one` and `zero_int` are expanded after it."""
+def runner_reserve(build: Callable[[Blocks], Tensor | list[Tensor]], mode: SdMode, conv_scale: float = 1.0) -> int:
+    """GGMLRunner's reserve of the graph `build` makes (its outputs in the order they are expanded):
+    `one` and `zero_int` are expanded after it."""
     buft = cpu_buffer_type()
     blocks = Blocks(buft, mode.flash_attn, mode.conv_direct, conv_scale)
     one = Tensor(GGMLType.F32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:one")
     zero_int = Tensor(GGMLType.I32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:zero_int")
-    return reserve_graph(buft, [build(blocks), one, zero_int])
+    blocks.one = one
+    built = build(blocks)
+    return reserve_graph(buft, [*(built if isinstance(built, list) else [built]), one, zero_int])
 
 
 def vae_tile_side(latent_side: int, tile: int = VAE_TILE) -> int:
@@ -270,3 +274,39 @@ def llm_text_bytes(n_tokens: int, mode: SdMode = SdMode(), cfg: llm_text.LlmConf
         mask = Tensor(GGMLType.F32, (n_tokens, n_tokens, 1, 1), name="attention_mask")
         return llm_text.text_model(b, ids, pos, mask, out_layer, cfg)
     return runner_reserve(build, mode)
+
+
+def _ltx_timestep() -> Tensor:
+    return Tensor(GGMLType.F32, (1, 1, 1, 1), name="timestep")
+
+
+def _ltx_tile_bytes(latent_w: int, latent_h: int, tile: ltx_vae_decoder.Tile, prev: list[tuple[int, ...]] | None,
+                    cfg: ltx_vae_decoder.LtxVaeConfig) -> tuple[int, list[tuple[int, ...]]]:
+    """One temporal tile's buffer and the shapes of the feature-cache copies it leaves the next tile."""
+    caches: list[Tensor] = []
+
+    def build(b: Blocks) -> list[Tensor]:
+        z = Tensor(GGMLType.F32, (latent_w, latent_h, tile.frames, cfg.latent), name="z")
+        out, new = ltx_vae_decoder.decode_tile(b, z, _ltx_timestep(), tile, prev, cfg)
+        caches.extend(new)
+        return [*new, out]
+    size = runner_reserve(build, SdMode())
+    return size, [c.ne for c in caches]
+
+
+def ltx_vae_decode_bytes(latent_w: int, latent_h: int, latent_t: int, temporal: bool = False,
+                         cfg: ltx_vae_decoder.LtxVaeConfig = ltx_vae_decoder.LTX2_VAE) -> int:
+    """LTX-2's video VAE runner's compute buffer for a latent_w x latent_h x latent_t latent; `temporal`
+    (--temporal-tiling, more than one latent frame): the largest of its tiles' buffers, each tile a graph
+    reserved on its own (the feature-cache copies expanded ahead of the output)."""
+    if not temporal or latent_t <= 1:
+        def build(b: Blocks) -> Tensor:
+            z = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.latent), name="z")
+            return ltx_vae_decoder.decode(b, z, _ltx_timestep(), cfg)
+        return runner_reserve(build, SdMode())
+    sizes: list[int] = []
+    prev: list[tuple[int, ...]] | None = None
+    for tile in ltx_vae_decoder.tiles(latent_t):
+        size, prev = _ltx_tile_bytes(latent_w, latent_h, tile, prev, cfg)
+        sizes.append(size)
+    return max(sizes)

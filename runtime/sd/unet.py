@@ -2,9 +2,10 @@
 
 Sources (stable-diffusion.cpp 97d2990): src/model/diffusion/unet.hpp UNetConfig (SD 1.x: 320 model channels,
 channel_mult (1, 2, 4, 4), 2 res blocks, attention at ds 1, 2, 4 with 8 heads, depth 1, context 768, 1x1
-convolutions for proj_in/proj_out), UnetModelBlock::forward (the time embedding MLP, input blocks with their
-skips kept, the middle block, output blocks concatenating each skip on the channel axis, out.0/out.2) and
-UNetModelRunner::build_graph (x, timesteps and the text context are inputs set from the host);
+convolutions for proj_in/proj_out; SD 2.x and SDXL: 64-channel heads and linear projections),
+UnetModelBlock::forward (the time embedding MLP, input blocks with their skips kept, the middle block, output
+blocks concatenating each skip on the channel axis, out.0/out.2) and UNetModelRunner::build_graph (x, timesteps
+and the text context are inputs set from the host);
 src/model/common/block.hpp ResBlock (the embedding's SiLU is a new tensor, its projection added to h),
 DownSampleBlock (a stride-2 3x3 convolution), UpSampleBlock, SpatialTransformer, BasicTransformerBlock
 (self-attention, cross-attention over the context, GEGLU feed-forward, each with a residual add),
@@ -48,6 +49,9 @@ class UnetConfig:
 
 
 SD1 = UnetConfig()
+# SD 2.x (UNetConfig::detect_from_weights for sd_version_is_sd2): the SD 1.x layout with heads of 64 channels
+# (5, 10 and 20 heads by level), linear proj_in / proj_out and OpenCLIP-H's 1024-wide context
+SD2 = UnetConfig(num_heads=-1, num_head_channels=64, context_dim=1024, use_linear_projection=True)
 SDXL = UnetConfig(attention_resolutions=(4, 2), channel_mult=(1, 2, 4), transformer_depth=(1, 2, 10), num_heads=-1,
                   num_head_channels=64, context_dim=2048, use_linear_projection=True, adm_in_channels=2816)
 

@@ -42,6 +42,7 @@ class WanConfig:
 
 
 WAN21_T2V_1_3B = WanConfig()
+WAN21_T2V_14B = WanConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40)
 
 
 def _conv3d(b: Blocks, x: Tensor, c_out: int, kernel: tuple[int, int, int]) -> Tensor:

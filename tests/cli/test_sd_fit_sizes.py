@@ -51,7 +51,7 @@ def test_compute_is_sd_clis_at_the_size_and_modes(capsys, sd15):
     assert c["te"]["compute_reserve_bytes"] == compute_bytes("sd15", "clip", 768, 512, off)
     assert c["vae"]["compute_reserve_bytes"] == compute_bytes("kl-f8", "vae", 768, 512, off)
     assert c["vae"]["compute_source"] == "simulated, fa=off,conv_direct=off"
-    assert p["image"] == {"width": 768, "height": 512, "frames": 1, "vae_tiling": False}
+    assert p["image"] == {"width": 768, "height": 512, "frames": 1, "vae_tiling": False, "batch": 1}
     assert p["verdict"] == "fits"
     assert p["flags"].endswith("-W 768 -H 512 --flash-attn off --conv-direct off")
 

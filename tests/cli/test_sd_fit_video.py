@@ -72,3 +72,10 @@ def test_frames_of_a_simulated_model_go_past_the_corpus(capsys, wan):
     dit = {c["module"]: c for c in at["components"]}["diffusion"]["compute_reserve_bytes"]
     assert at["warnings"] == [] and dit == video_compute_bytes("wan", WAN_DIT, 416, 240, SIMULATED_MAX_FRAMES,
                                                                Mode(True, False))
+
+
+def test_batch_on_a_video_model_is_one_line_exit_2(capsys, wan):
+    # sd-cli's vid_gen makes one clip: its parameters have no batch count (sd_vid_gen_params_t)
+    code = main(["sd-fit", *wan, *SIZE, "--batch", "2", "--device", "CUDA0=24GiB"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "image models only" in err and len(err.strip().splitlines()) == 1

@@ -29,4 +29,5 @@ def video_rows(family: str, runner: str) -> list[Row]:
 
 def row_id(r: Row) -> str:
     frames = f"x{r.frames}f" if r.frames != 1 else ""
-    return f"{r.width}x{r.height}{frames}-{r.mode.key}{'-tiled' if r.tiled else ''}"
+    batch = f"-b{r.batch}" if r.batch != 1 else ""
+    return f"{r.width}x{r.height}{frames}-{r.mode.key}{'-tiled' if r.tiled else ''}{batch}"

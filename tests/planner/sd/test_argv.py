@@ -38,3 +38,10 @@ def test_bad_flags(argv, needle):
 def test_no_model():
     with pytest.raises(FlagError, match="no model"):
         request_from_argv([], ["--backend", "cpu"])
+
+
+def test_batch_count_in_sd_clis_spellings():
+    assert request_from_argv(["m"], []).batch == 1
+    assert request_from_argv(["m"], ["-b", "4"]).batch == request_from_argv(["m"], ["--batch-count", "4"]).batch == 4
+    with pytest.raises(FlagError, match="-b 'x': expected a whole number"):
+        request_from_argv(["m"], ["-b", "x"])

@@ -19,8 +19,10 @@ def test_released_layouts(tmp_path):
     assert families(tmp_path, CHECKPOINTS["sdxl"]()) == {Kind.DIFFUSION: "sdxl", Kind.TE: "sdxl", Kind.VAE: "kl-f8"}
 
 
-def test_a_1024_wide_context_is_not_sd15(tmp_path):
-    # SD 2.x's cross attention reads a 1024-wide OpenCLIP context: not a model the corpus covers
+def test_a_1024_wide_context_with_1x1_projections_is_neither_sd15_nor_sd2(tmp_path):
+    # SD 2.x's cross attention reads a 1024-wide OpenCLIP context through linear projections; an SD 1.x
+    # UNet with that context and 1x1-convolution projections is no released model (sd-cli would build
+    # convolutions for it, which the sd2 graph does not)
     t = CHECKPOINTS["sd15"]()
     for name in [n for n in t if ".attn2.to_k." in n or ".attn2.to_v." in n]:
         t[name] = (t[name][0], 1024)
@@ -43,3 +45,24 @@ def test_flux_files(tmp_path):
     got = {c.kind: family(c) for c in read_components(sources)}
     # the 16-channel autoencoder: the decode graph SD3 and Z-Image share (planner/sd/family.py)
     assert got == {Kind.DIFFUSION: "flux", Kind.TE: "flux", Kind.VAE: "ae16"}
+
+
+def test_sd2_released_layout(tmp_path):
+    """v2-1_768-ema-pruned (F32 as released): its UNet and OpenCLIP-H text encoder are "sd2", its VAE the
+    KL-f8 network SD 1.x decodes with the same graph."""
+    path = write_safetensors(tmp_path / "m.safetensors", {n: ("F32", s) for n, s in CHECKPOINTS["sd2"]().items()})
+    got = {c.kind: family(c) for c in read_components([ModelSource(str(path))]) if c.params_bytes}
+    assert got == {Kind.DIFFUSION: "sd2", Kind.TE: "sd2", Kind.VAE: "kl-f8"}
+
+
+def test_sd2_inpainting_is_not_sd2(tmp_path):
+    # 512-inpainting-ema: 9 input channels (latent, mask, masked image); sd-cli builds another graph for it
+    t = CHECKPOINTS["sd2"]()
+    t["model.diffusion_model.input_blocks.0.0.weight"] = (320, 9, 3, 3)
+    assert families(tmp_path, t)[Kind.DIFFUSION] is None
+
+
+def test_sd2_with_the_last_text_block_cut_is_not_sd2(tmp_path):
+    # a text tower of 23 blocks (some converted files drop the unused last one): not the released layout
+    t = {n: s for n, s in CHECKPOINTS["sd2"]().items() if ".resblocks.23." not in n}
+    assert families(tmp_path, t)[Kind.TE] is None

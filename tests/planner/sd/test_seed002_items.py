@@ -13,14 +13,18 @@ from planner.core.errors import FlagError
 from planner.core.units import GiB, MiB
 from planner.sd.autofit import greedy_fit
 from planner.sd.check import device_needs
-from planner.sd.components import COMPUTE_RESERVE, Component, SdTensor
+from planner.sd.components import COMPUTE_RESERVE, Component, SdTensor, read_components
+from planner.sd.family import family
 from planner.sd.modes import Feature, Switch, decide, last_flash_attn, legacy_modes, parse_modes
-from planner.sd.roles import Kind
-from planner.sd.sd_compute import Mode, compute_bytes
+from planner.sd.roles import FileRole, Kind, ModelSource
+from planner.sd.sd_compute import CORPUS, Mode, compute_bytes
 from planner.sd.sd_placement import MappedFile, Placement, Where
 from planner.sd.split import row_shares
+from planner.sd.vae_retry import Decoder, decoder_of, retry_order
 from planner.synth.safetensors_factory import write_safetensors
+from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import write_checkpoint
+from planner.synth.shapes_wan import wan_dit_tensors, wan_vae_tensors
 from tests.planner.sd.helpers_sd import comp, gpu, problem
 
 FA, CD = Feature.FLASH_ATTN, Feature.CONV_DIRECT
@@ -163,6 +167,94 @@ def test_vae_decode_retries_tiled_with_half_size_tiles_even_with_auto_fit_off(ca
     assert p["verdict"] == "fits with VAE tiling"
     assert by_module(p)["vae"]["compute_reserve_bytes"] == half
     assert p["flags"].endswith("--vae-tiling --vae-tile-size 64x64")
+
+
+# An LTX-2 checkpoint as far as sd-cli's version detection and the VAE's layout go: the
+# AdaLN-single timestep embedder (src/model_loader.cpp:537 -> VERSION_LTXAV) and the causal
+# video VAE's conv_in and latent statistics (src/model/vae/ltx_vae.hpp), under the single file's "vae."
+LTX2_PROBE = {
+    "model.diffusion_model.adaln_single.emb.timestep_embedder.linear_1.bias": ("F32", (3840,)),
+    "model.diffusion_model.patchify_proj.weight": ("BF16", (3840, 128)),
+    "vae.decoder.conv_in.conv.weight": ("BF16", (1024, 128, 3, 3, 3)),
+    "vae.decoder.conv_in.conv.bias": ("BF16", (1024,)),
+    "vae.per_channel_statistics.mean-of-means": ("BF16", (128,)),
+}
+
+
+def _args(order):
+    return [t.args for t in order]
+
+
+def test_video_decoders_that_tile_in_time_retry_temporal_first_then_add_spatial(tmp_path):
+    # "supported video decoders try temporal tiling first and can then add spatial tiling. Spatial
+    # retries use half-size tiles along each latent dimension." In the pinned source the one such
+    # decoder is LTX-2's: src/stable-diffusion.cpp:3070 prefers temporal tiling for a video decode
+    # whose first-stage model is an LTXVideoVAE (built for VERSION_LTXAV, :1438-1439);
+    # src/core/backend_fit.cpp:367-372 then sets temporal_tiling and leaves `enabled` (spatial) as
+    # it was; a spatially tiled decode runs each tile through the decoder's compute (vae.hpp:182-204),
+    # which streams the frames when temporal tiling is on (ltx_vae.hpp:1449): spatial is added on
+    # top. The retry tile is half the latent: 1024x576 px over the LTX VAE's 32 px per latent pixel
+    # (vae.hpp:75-76) is 32x18, so 16x9.
+    ltx2 = write_safetensors(tmp_path / "ltx2.safetensors", LTX2_PROBE)
+    comps = read_components([ModelSource(str(ltx2))])
+    assert family(comps[Kind.DIFFUSION]) == "ltx2"
+    decoder = decoder_of(comps)
+    assert decoder == Decoder(temporal=True, scale=32)
+    temporal = ["--temporal-tiling"]
+    assert _args(retry_order(decoder, 1024, 576)) == [
+        temporal, temporal + ["--vae-tiling", "--vae-tile-size", "16x9"], temporal + ["--vae-tiling"]]
+    # --vae-tiling given: the first decode is already spatially tiled; the one retry adds time
+    assert _args(retry_order(decoder, 1024, 576, spatial_asked=True)) == [temporal + ["--vae-tiling"]]
+    # a TAE decodes instead of the LTX VAE (:1501-1503): an ordinary decoder, spatial retries
+    tae = write_safetensors(tmp_path / "tae.safetensors", {"decoder.layers.0.weight": ("F16", (64, 12, 3, 3))})
+    assert not decoder_of(read_components([ModelSource(str(ltx2)), ModelSource(str(tae), FileRole.TAESD)])).temporal
+
+
+def test_other_decoders_retry_spatially_only(tmp_path):
+    # Wan's causal VAE is a video decoder without temporal tiling (wan_vae.hpp has none; the
+    # preference at src/stable-diffusion.cpp:3070 is for LTXVideoVAE alone): backend_fit.cpp:373-382
+    # switches spatial tiling on, half the latent (256 px / 8 = 32 -> 16) per seed 002; with
+    # --vae-tiling already on there is nothing left to retry (:374-375).
+    dit = write_safetensors(tmp_path / "wan_dit.safetensors", {n: ("F16", s) for n, s in wan_dit_tensors().items()})
+    vae = write_safetensors(tmp_path / "wan_vae.safetensors", {n: ("BF16", s) for n, s in wan_vae_tensors().items()})
+    comps = read_components([ModelSource(str(dit), FileRole.DIFFUSION_MODEL), ModelSource(str(vae), FileRole.VAE)])
+    assert [family(c) for c in comps if c.params_bytes] == ["wan", "wan-vae"]
+    decoder = decoder_of(comps)
+    assert decoder == Decoder(temporal=False, scale=8)
+    assert _args(retry_order(decoder, 256, 256)) == [["--vae-tiling", "--vae-tile-size", "16x16"], ["--vae-tiling"]]
+    assert retry_order(decoder, 256, 256, spatial_asked=True) == ()
+
+
+def test_an_ltx2_decode_that_does_not_fit_whole_is_planned_tiled_in_time(capsys, tmp_path):
+    # The order above, planned up front: the VAE decode of 64x64 px x 41 frames, its parameters
+    # beside it on CUDA0, on a budget of the VAE's weights there and a compute room between sd-cli's
+    # whole decode (the corpus's 64x64x41 row) and its temporally tiled one
+    row = {r["temporal_tiling"]: r["bytes"] for r in json.loads(CORPUS.read_text())["rows"]
+           if r["family"] == "ltx2-vae" and (r["width"], r["height"], r["frames"]) == (64, 64, 41)}
+    assert row[True] < row[False]
+    path = write_ltx2(tmp_path / "ltx2.safetensors")
+    args = ["--ram", "64GiB", "--auto-fit", "off", "--backend", "diffusion=cpu,te=cpu,vae=CUDA0",
+            "--params-backend", "diffusion=cpu,te=cpu,vae=CUDA0", "-W", "64", "-H", "64", "--frames", "41"]
+    roomy = fit_json(capsys, str(path), "--device", "CUDA0=64GiB", *args)
+    weights = next(d["weights_bytes"] for d in roomy["per_device"] if d["name"] == "CUDA0")
+    budget = weights + (row[True] + row[False]) // 2
+    p = fit_json(capsys, str(path), "--device", f"CUDA0={budget + 512 * MiB}B", *args)
+    assert p["verdict"] == "fits with VAE tiling"
+    vae = by_module(p)["vae"]
+    assert round(vae["compute_reserve_bytes"] / MiB, 2) == round(row[True] / MiB, 2)
+    assert vae["compute_source"].endswith("temporal_tiling=on")
+    assert "--temporal-tiling" in p["flags"] and "--vae-tiling" not in p["flags"]
+
+
+def test_a_video_vae_without_figures_keeps_the_fixed_reserve(capsys, tmp_path):
+    # LTX2_PROBE's VAE is not LTX-2's whole decoder, so nothing sizes it: sd-fit labels its figure
+    # as seed 002's fixed 1 GiB reserve and plans no tiling it cannot show to help
+    path = write_safetensors(tmp_path / "ltx2.safetensors", LTX2_PROBE)
+    p = fit_json(capsys, str(path), "--device", "CUDA0=1GiB", "--ram", "64GiB", "--frames", "9")
+    vae = by_module(p)["vae"]
+    assert vae["compute_source"] == "fixed reserve"
+    assert vae["compute_reserve_bytes"] == COMPUTE_RESERVE[Kind.VAE] == 1 * GiB
+    assert "--temporal-tiling" not in p["flags"] and "--vae-tiling" not in p["flags"]
 
 
 def test_mmap_mappings_count_full_file_size_once_per_device():

@@ -22,6 +22,14 @@ COUNTS = {
              "first_stage_model.": 83_653_863},
     "sdxl": {"model.diffusion_model.": 2_567_463_684, "conditioner.embedders.0.": 123_060_480,
              "conditioner.embedders.1.": 694_659_840, "first_stage_model.": 83_653_863},
+    # SD 2.1: SD 1.5's UNet plus the 1024 - 768 wider to_k and to_v of its 16 cross attentions
+    # (2 x 256 x (5 x 320 + 5 x 640 + 6 x 1280) = 6,389,760; its linear projections hold as many
+    # parameters as the 1x1 convolutions); OpenCLIP ViT-H/14's text tower, derived: token and position
+    # embeddings 49408 x 1024 + 77 x 1024, 24 blocks of 12,596,224 (in_proj 3 x 1024^2 + 3072, out_proj
+    # 1024^2 + 1024, MLP 2 x 4 x 1024^2 + 4096 + 1024, two norms 2 x 2048), ln_final 2048, text_projection 1024^2
+    "sd2": {"model.diffusion_model.": 859_520_964 + 6_389_760,
+            "cond_stage_model.": 49408 * 1024 + 77 * 1024 + 24 * 12_596_224 + 2048 + 1024 * 1024,
+            "first_stage_model.": 83_653_863},
 }
 
 

@@ -76,7 +76,8 @@ def test_each_text_encoder_logs_one_figure_whatever_the_size(family: str, runner
 # sd-cli aligns -W/-H up to 8 (the VAE) times the diffusion model's down factor: 8 for a UNet, 2 for
 # Wan's DiT, 1 for the image DiTs (src/stable-diffusion.cpp align_image_size,
 # get_diffusion_model_down_factor); the KL-f8 rows are decoded after a UNet
-SPATIAL_MULTIPLE = {"sd15": 64, "sdxl": 64, "kl-f8": 64, "kl-f8-sdxl": 64, "wan": 16, "wan-vae": 16}
+SPATIAL_MULTIPLE = {"sd15": 64, "sdxl": 64, "sd2": 64, "kl-f8": 64, "kl-f8-sdxl": 64, "wan": 16, "wan-vae": 16,
+                    "wan-14b": 16}
 
 
 def test_every_row_names_the_size_sd_cli_ran():

@@ -1,4 +1,4 @@
-"""SD3.5 medium's MMDiT simulated (runtime/sd) against the compute buffers sd-cli logged for the
+"""SD3.5 medium's and large's MMDiTs simulated (runtime/sd) against the compute buffers sd-cli logged for the
 shape-faithful checkpoint (planner/sd/data/sd_cli_corpus.json), at the 0.01 MB the log prints."""
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 from planner.sd.sd_compute import Row
 from planner.sd.sd_simulated import SD3_T5_TOKENS
+from runtime.sd.sd3_mmdit import SD35_LARGE
 from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes, sd3_clip_bytes, t5_bytes
 from tests.support.sd_corpus import logged, row_id, rows
 
@@ -43,3 +44,26 @@ CLIP_ROWS = rows("sd3", "clip")
 def test_sd3_clip_equals_sd_cli(row: Row):
     """The largest of CLIP-L's and CLIP-G's buffers (hidden states, then pooled), whatever the image size."""
     assert logged(sd3_clip_bytes(SdMode(row.mode.flash_attn, row.mode.conv_direct))) == logged(row.bytes)
+
+
+LARGE_ROWS = rows("sd3-large", "mmdit")
+
+
+@pytest.mark.parametrize("row", LARGE_ROWS, ids=[row_id(r) for r in LARGE_ROWS])
+def test_sd35_large_mmdit_equals_sd_cli(row: Row):
+    """SD3.5 large: the same graph at depth 38, width 2432, no second self-attention, a 192-wide table."""
+    mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
+    got = mmdit_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, SD35_LARGE)
+    assert logged(got) == logged(row.bytes)
+
+
+def test_the_large_rows_cover_three_sizes_with_and_without_flash_attention():
+    sizes = {(fa, s) for fa in (False, True) for s in (256, 384, 512)}
+    assert {(r.mode.flash_attn, r.width) for r in LARGE_ROWS} >= sizes
+    assert any(r.width != r.height for r in LARGE_ROWS)
+
+
+def test_sd_fit_asks_the_large_simulation():
+    from planner.sd.sd_compute import compute_bytes
+    assert compute_bytes("sd3-large", "mmdit", 1024, 768) == mmdit_bytes(128, 96, cfg=SD35_LARGE)
+    assert compute_bytes("sd3-large", "mmdit", 512, 512) != compute_bytes("sd3", "mmdit", 512, 512)
