@@ -20,7 +20,7 @@ import pytest
 from planner.sd.sd_compute import WAN_DIT, Row, corpus, video_corpus
 
 # (family, runner) -> whether sd-cli's conv-direct flag switches any of its convolutions
-DENOISERS = {("sd15", "unet"): True, ("sdxl", "unet"): True, ("sd3", "mmdit"): False,
+DENOISERS = {("sd15", "unet"): True, ("sd2", "unet"): True, ("sdxl", "unet"): True, ("sd3", "mmdit"): False,
              ("flux", "flux"): False, ("zimage", "z_image"): False, ("wan", WAN_DIT): False}
 VAES = (("kl-f8", "vae"), ("kl-f8-sdxl", "vae"), ("ae16", "vae"), ("wan-vae", "wan_vae"))
 TEXT_ENCODERS = (("sd15", "clip"), ("sdxl", "clip"), ("flux", "clip"), ("flux", "t5"), ("sd3", "clip"),
