@@ -6,6 +6,7 @@ graphs run where that is possible).
 
     PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
     PYTHONPATH=. python scripts/record_sd_corpus.py --groups wan-te,wan,wan-vae   # the video model, by frames
+    PYTHONPATH=. python scripts/record_sd_corpus.py --groups vulkan-sd15,vulkan-kl-f8 # the Vulkan build, lavapipe
     FITPLAN_SD_CPP_DIR=... PYTHONPATH=. python scripts/record_sd_corpus.py --groups ltx2-vae   # see LTX2_GROUPS
 
 Rows already in the corpus are kept and not run again. planner.sd.sd_compute.FIT_SIZES names the
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
-from planner.sd.sd_compute import CORPUS, FIT_SIZES
+from planner.sd.sd_compute import CORPUS, CPU_ROWS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
@@ -177,7 +178,8 @@ def _check_size(family: str, width: int, height: int) -> None:
 
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
-            row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1))
+            row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1),
+            row.get("backend", CPU_ROWS))
 
 
 def _params_rows(group: str, family: str, model: list[str], exe: Path, have: set[str]) -> list[dict]:
@@ -320,6 +322,58 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     return rows
 
 
+def _params_key(p: dict) -> tuple[str, str]:
+    return p["family"], p.get("backend", CPU_ROWS)
+
+
+# ---- the Vulkan build (scripts/build_sd_cpp.sh --vulkan) on Mesa's lavapipe, rows marked "backend": "vulkan".
+# Only sizes whose every tensor stays within lavapipe's maxStorageBufferRange (128 MiB): ggml-vulkan refuses a node
+# with a larger source or result, and sd-cli then reserves the graph with a scheduler and a CPU fallback, which
+# logs no compute buffer (ggml_extend.hpp alloc_compute_buffer). One run logs every runner named, in order.
+# group -> (checkpoint family, runners logged by one run, sizes, modes)
+VULKAN = "vulkan"
+VULKAN_GROUPS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[int, int], ...], tuple[tuple[bool, bool], ...]]] = {
+    # CLIP-L, then the UNet: without flash attention KQ is (latent pixels)^2 x 8 heads of f32, 112.5 MiB at 320x384
+    "vulkan-sd15": ("sd15", ("clip", "unet"), ((256, 256), (320, 320), (320, 384)), (OFF, FA, CD, BOTH)),
+    # the decode, after one UNet step on lavapipe: that step ran to the end at 128x128 without direct convolution
+    # once; other runs ended in a crash inside it (SIGSEGV at 128x128 with direct convolution for the UNet or the
+    # VAE alone, SIGABRT at 192x128), after the UNet's buffers were logged
+    "vulkan-kl-f8": ("sd15", ("vae",), ((128, 128),), (OFF,)),
+}
+VULKAN_FAMILY = {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}
+
+
+def vulkan_args(model: list[str], width: int, height: int, fa: bool, conv: bool) -> list[str]:
+    """sd-cli's arguments for a run on Vulkan0 (lavapipe, named by GGML_VK_VISIBLE_DEVICES=0)."""
+    return [*_args(model, width, height, fa, conv, False), "--backend", "vulkan0"]
+
+
+def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None:
+    """Vulkan rows for `groups` (skipping keys in `done`) and, on the first run, the params buffers;
+    `save(rows, params)` after each run."""
+    exe = ensure_sd_cli(backend=VULKAN)
+    for group in groups:
+        family, runners, sizes, modes = VULKAN_GROUPS[group]
+        model = _model(family, work)
+        for (fa, conv), (width, height) in ((m, s) for m in modes for s in sizes):
+            rows = [{"family": VULKAN_FAMILY[r], "runner": r, "width": width, "height": height, "flash_attn": fa,
+                     "conv_direct": conv, "vae_tiling": False, "backend": VULKAN} for r in runners]
+            rows = [r for r in rows if _key(r) not in done]
+            if not rows:
+                continue
+            args = vulkan_args(model, width, height, fa, conv)
+            got = run_sd_cli(args, exe=exe, stop_when=[r["runner"] for r in rows], timeout_s=1800, backend=VULKAN)
+            params = [{"family": family, "component": name, "bytes": size, "backend": VULKAN}
+                      for name, size in got.totals] if (family, VULKAN) not in done else []
+            done.add((family, VULKAN))
+            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
+            for row in rows:
+                row.update({"bytes": got.compute_of(row["runner"]), "argv": argv})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                done.add(_key(row))
+            save(rows, params)
+
+
 # ---- video: LTX-2's video VAE (planner/synth/shapes_ltx.py: the VAE shape-faithful, a DiT without
 # blocks and a layerless Gemma stand-in ahead of it), decoded whole and with --temporal-tiling (its
 # latent frames four at a time, one overlapping: each tile a graph of its own, the largest buffer
@@ -407,9 +461,10 @@ def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[
 
 
 def _write(out: Path, old: dict, rows: list[dict], params: list[dict]) -> None:
-    """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints."""
-    families = {p["family"] for p in params}
-    kept = [p for p in old.get("params", []) if p["family"] not in families]
+    """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints and
+    backends."""
+    families = {_params_key(p) for p in params}
+    kept = [p for p in old.get("params", []) if _params_key(p) not in families]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows, "params": kept + params},
                               indent=1) + "\n")
@@ -428,7 +483,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", default=",".join(GROUPS),
                         help=f"image groups {', '.join(GROUPS)}; video groups "
-                             f"{', '.join([*WAN_GROUPS, *LTX2_GROUPS])}; batch groups {', '.join(BATCH_GROUPS)}")
+                             f"{', '.join([*WAN_GROUPS, *LTX2_GROUPS])}; batch groups {', '.join(BATCH_GROUPS)}; "
+                             f"Vulkan groups {', '.join(VULKAN_GROUPS)}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
     ns = parser.parse_args()
@@ -446,7 +502,12 @@ def main() -> None:
     ltx2 = [g for g in groups if g in LTX2_GROUPS]
     if ltx2:
         record_ltx2(ltx2, work, {_key(r) for r in _load(out)["rows"]}, lambda row, params: _save(out, [row], params))
-    image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS and g not in BATCH_GROUPS]
+    vulkan = [g for g in groups if g in VULKAN_GROUPS]
+    if vulkan:
+        done = {_key(r) for r in old["rows"]} | {(p["family"], VULKAN) for p in old["params"] if p.get("backend")}
+        record_vulkan(vulkan, work, done, lambda rows, params: _save(out, rows, params))
+    image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS and g not in BATCH_GROUPS
+             and g not in VULKAN_GROUPS]
     if image:   # record() hands its rows so far after every run: written beside the corpus as it was
         before = _load(out)
         _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},
