@@ -179,7 +179,7 @@ def _check_size(family: str, width: int, height: int) -> None:
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
             row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1),
-            row.get("backend", CPU_ROWS))
+            row.get("backend", CPU_ROWS), row.get("prompt_tokens"))
 
 
 def _params_rows(group: str, family: str, model: list[str], exe: Path, have: set[str]) -> list[dict]:
@@ -458,6 +458,40 @@ def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[
     return rows
 
 
+# ---- long prompts: "cat" repeated N times is N tokens to CLIP's BPE ("cat</w>" is one vocabulary entry);
+# CLIP pads the prompt to 77 tokens, or past 75 splits it into ceil(N / 75) chunks of 77 (src/tokenizers/
+# tokenizer.cpp pad_tokens), encodes each chunk alone and hands the UNet their concatenation
+# (src/conditioning/conditioner.hpp). Rows carry "prompt_tokens": N.
+# group -> (checkpoint family, [(width, height, flash_attn, N)], runners)
+PROMPT_GROUPS: dict[str, tuple[str, list[tuple[int, int, bool, int]], tuple[str, ...]]] = {
+    "sd15-prompt": ("sd15", [(256, 256, False, 75), (256, 256, False, 76), (256, 256, False, 200),
+                             (320, 448, True, 120), (256, 256, True, 300)], ("clip", "unet")),
+}
+
+
+def record_prompt(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
+    """Long-prompt rows for `groups` (skipping keys in `done`); `save(rows)` after each run."""
+    exe = ensure_sd_cli()
+    rows: list[dict] = []
+    for group in groups:
+        family, runs, runners = PROMPT_GROUPS[group]
+        model = _model(family, work)
+        for width, height, fa, tokens in runs:
+            new = [{"family": family, "runner": runner, "width": width, "height": height, "flash_attn": fa,
+                    "conv_direct": False, "vae_tiling": False, "prompt_tokens": tokens} for runner in runners]
+            if all(_key(row) in done for row in new):
+                continue
+            args = _args(model, width, height, fa, False, False)
+            args[args.index("-p") + 1] = " ".join(["cat"] * tokens)
+            got = run_sd_cli(args, exe=exe, stop_when=[runners[-1]], timeout_s=3600)
+            for row in new:
+                _recorded(row, got.compute_of(row["runner"]), args, work)
+                done.add(_key(row))
+            rows += new
+            save(new)
+    return rows
+
+
 def _write(out: Path, old: dict, rows: list[dict], params: list[dict]) -> None:
     """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints and
     backends."""
@@ -482,6 +516,7 @@ def main() -> None:
     parser.add_argument("--groups", default=",".join(GROUPS),
                         help=f"image groups {', '.join(GROUPS)}; video groups "
                              f"{', '.join([*WAN_GROUPS, *LTX2_GROUPS])}; batch groups {', '.join(BATCH_GROUPS)}; "
+                             f"prompt groups {', '.join(PROMPT_GROUPS)}; "
                              f"Vulkan groups {', '.join(VULKAN_GROUPS)}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
@@ -491,6 +526,9 @@ def main() -> None:
     out = Path(ns.out)
     old = _load(out)
     groups = ns.groups.split(",")
+    prompt = [g for g in groups if g in PROMPT_GROUPS]
+    if prompt:
+        record_prompt(prompt, work, {_key(r) for r in old["rows"]}, lambda rows: _save(out, rows, []))
     batch = [g for g in groups if g in BATCH_GROUPS]
     if batch:
         record_batch(batch, work, {_key(r) for r in old["rows"]}, lambda rows: _save(out, rows, []))
@@ -505,7 +543,7 @@ def main() -> None:
         done = {_key(r) for r in old["rows"]} | {(p["family"], VULKAN) for p in old["params"] if p.get("backend")}
         record_vulkan(vulkan, work, done, lambda rows, params: _save(out, rows, params))
     image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS and g not in BATCH_GROUPS
-             and g not in VULKAN_GROUPS]
+             and g not in VULKAN_GROUPS and g not in PROMPT_GROUPS]
     if image:   # record() hands its rows so far after every run: written beside the corpus as it was
         before = _load(out)
         _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},

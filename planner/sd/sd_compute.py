@@ -93,12 +93,13 @@ class Row:
     frames: int = 1    # video frames (video rows only)
     batch: int = 1     # sd-cli's -b: images made in the run (rows without the field made one)
     backend: str = CPU_ROWS   # the sd-cli build and device the row was logged on (BACKENDS)
+    prompt_tokens: int | None = None   # the prompt's tokens (rows without the field: `a cat`)
 
     @property
     def fit(self) -> bool:
         """One of the points the runner's curve is solved from (a batch row only checks: sd-cli makes
         a batch's images one at a time: planner/sd/fit.py `_check_batch`)."""
-        if self.batch != 1:
+        if self.batch != 1 or self.prompt_tokens is not None:
             return False
         if self.family in VIDEO_FAMILIES:
             points = FIT_VIDEO.get((self.family, self.runner), ())
@@ -113,7 +114,7 @@ def _row(raw: dict) -> Row:
         raise ValueError(f"sd_cli_corpus.json: row backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
                Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
-               raw.get("frames", 1), raw.get("batch", 1), backend)
+               raw.get("frames", 1), raw.get("batch", 1), backend, raw.get("prompt_tokens"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -214,10 +215,12 @@ SQUARE_ONLY: frozenset[tuple[str, str, Mode]] = frozenset(
 
 
 def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode = Mode(),
-                  tiled: bool = False, tile: tuple[int, int] | None = None) -> int | None:
+                  tiled: bool = False, tile: tuple[int, int] | None = None,
+                  prompt_tokens: int | None = None) -> int | None:
     """The compute buffer sd-cli reserves for `runner` at width x height: simulated where runtime/sd builds
     the runner's graph, else from the corpus curve; None where neither knows this family, runner and mode.
-    `tile`: a tiled decode's tile in latent pixels (x, y); None: sd-cli's default, VAE_TILE on each side."""
+    `tile`: a tiled decode's tile in latent pixels (x, y); None: sd-cli's default, VAE_TILE on each side.
+    `prompt_tokens`: the prompt's length in tokens (None: a short prompt; sd_simulated.PROMPT_SIMULATED)."""
     if width <= 0 or height <= 0 or width % SIZE_STEP or height % SIZE_STEP:
         raise BadInput(f"image size {width}x{height}: expected positive multiples of {SIZE_STEP}")
     if tiled and tile is not None:   # a tiled decode reserves what one tile's untiled decode does
@@ -225,7 +228,8 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
         simulated = simulated_bytes(family, runner, min(width, tw * LATENT_FACTOR), min(height, th * LATENT_FACTOR),
                                     mode.flash_attn, mode.conv_direct, False)
     else:
-        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled)
+        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled,
+                                    prompt_tokens=prompt_tokens)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
     curve = _curve(family, runner, mode)

@@ -90,6 +90,19 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
 }
 
 
+# Runners whose graph grows with the prompt: (latent width, latent height, mode, VAE tiling, the prompt's
+# tokens) -> bytes. SD 1.x's UNet attends over CLIP-L's context, 77 tokens per chunk of the prompt
+# (runtime/sd/clip_text.py context_tokens); the text encoder's own graph is one chunk whatever the prompt's
+# length. The other families are sized at one chunk (the corpus's short prompt) whatever is asked.
+PromptSimulator = Callable[[int, int, SdMode, bool, int], int]
+
+PROMPT_SIMULATED: dict[tuple[str, str], PromptSimulator] = {
+    ("sd15", "unet"): lambda w, h, mode, tiled, n: unet_bytes(w, h, mode, n_context=clip_text.context_tokens(n)),
+    ("sd15", "clip"): lambda w, h, mode, tiled, n: clip_text_bytes(mode=mode),
+}
+PROMPT_FAMILIES = frozenset(f for f, _ in PROMPT_SIMULATED)
+
+
 # the video models: (latent width, latent height, latent frames, mode, VAE tiling) -> bytes
 VideoSimulator = Callable[[int, int, int, SdMode, bool], int]
 
@@ -127,13 +140,18 @@ def simulated_ltx_vae_bytes(width: int, height: int, frames: int, temporal: bool
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
 def simulated_bytes(family: str, runner: str, width: int, height: int, flash_attn: bool, conv_direct: bool,
-                    tiled: bool, backend: str = CPU_ROWS) -> int | None:
-    """The runner's compute buffer at width x height image pixels on `backend` (a key of BACKEND_BUFFERS),
-    or None where it is not simulated."""
+                    tiled: bool, backend: str = CPU_ROWS, prompt_tokens: int | None = None) -> int | None:
+    """The runner's compute buffer at width x height image pixels on `backend` (a key of BACKEND_BUFFERS)
+    for a prompt of `prompt_tokens` tokens (None: a short one, as the corpus's `a cat`; honoured by the
+    runners of PROMPT_SIMULATED, the others are sized at their one chunk), or None where it is not
+    simulated."""
+    mode = SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend])
+    by_prompt = PROMPT_SIMULATED.get((family, runner))
+    if by_prompt is not None and prompt_tokens is not None:
+        return by_prompt(width // LATENT_FACTOR, height // LATENT_FACTOR, mode, tiled, prompt_tokens)
     simulate = SIMULATED.get((family, runner))
     if simulate is None:
         return None
-    mode = SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend])
     return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, mode, tiled)
 
 

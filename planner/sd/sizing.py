@@ -44,12 +44,13 @@ class Render:
     flash_attn: ModeSpec = ModeSpec(Feature.FLASH_ATTN)
     conv_direct: ModeSpec = ModeSpec(Feature.CONV_DIRECT)
     vae_tiling: bool = False
+    prompt_tokens: int | None = None   # the prompt's tokens; None: a short one (one CLIP chunk)
 
     @classmethod
     def parse(cls, width: int, height: int, flash_attn: str | None, conv_direct: str | None,
-              vae_tiling: bool) -> Render:
+              vae_tiling: bool, prompt_tokens: int | None = None) -> Render:
         return cls(width, height, parse_modes(flash_attn, Feature.FLASH_ATTN),
-                   parse_modes(conv_direct, Feature.CONV_DIRECT), vae_tiling)
+                   parse_modes(conv_direct, Feature.CONV_DIRECT), vae_tiling, prompt_tokens)
 
 
 # Graphs without a convolution, where --conv-direct changes nothing: FLUX.1's and Z-Image's DiTs
@@ -107,7 +108,8 @@ def _runner_sizes(kind: Kind, fam: str, render: Render, mode: Mode, frames: int,
         # a video VAE's tiles are sized at sd-cli's default tile only (`tile` unknown: no figure)
         return [video_compute_bytes(fam, runner, render.width, render.height, frames, mode, tiled=tiled)
                 if tile is None or not tiled else None for runner in runners]
-    return [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled, tile=tile) for runner in runners]
+    return [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled, tile=tile,
+                          prompt_tokens=render.prompt_tokens) for runner in runners]
 
 
 def _decode_family(comp: Component, diffusion: str | None, frames: int) -> str | None:

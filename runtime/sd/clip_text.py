@@ -21,6 +21,18 @@ from runtime.ggml.graph import GGMLType, Tensor
 from runtime.sd.sd_blocks import Blocks
 
 N_TOKEN = 77    # CLIPTextModel::n_token (max_position_embeddings): one chunk of the prompt
+CHUNK_PROMPT_TOKENS = N_TOKEN - 2   # a chunk's prompt tokens beside its BOS and EOS
+
+
+def context_tokens(prompt_tokens: int) -> int:
+    """The text context a CLIP conditioner hands the diffusion model for a prompt of `prompt_tokens` BPE
+    tokens: padded to one 77-token chunk while BOS + prompt + EOS fit in it, else split into chunks of 75
+    prompt tokens, each with its BOS and EOS and padded to 77 (src/tokenizers/tokenizer.cpp
+    Tokenizer::pad_tokens, called with min_length = max_length = n_token and overflow allowed by
+    FrozenCLIPEmbedderWithCustomWords::get_learned_condition). Each chunk is encoded alone, by the same
+    77-token graph, and the hidden states are concatenated along the tokens (conditioner.hpp
+    get_learned_condition_common)."""
+    return max(1, -(-prompt_tokens // CHUNK_PROMPT_TOKENS)) * N_TOKEN
 
 
 @dataclass(frozen=True)

@@ -30,4 +30,5 @@ def video_rows(family: str, runner: str) -> list[Row]:
 def row_id(r: Row) -> str:
     frames = f"x{r.frames}f" if r.frames != 1 else ""
     batch = f"-b{r.batch}" if r.batch != 1 else ""
-    return f"{r.width}x{r.height}{frames}-{r.mode.key}{'-tiled' if r.tiled else ''}{batch}"
+    prompt = f"-p{r.prompt_tokens}" if r.prompt_tokens is not None else ""
+    return f"{r.width}x{r.height}{frames}-{r.mode.key}{'-tiled' if r.tiled else ''}{batch}{prompt}"

@@ -15,7 +15,7 @@ BATCH_ROWS = [r for r in json.loads(CORPUS.read_text())["rows"] if r.get("batch"
 
 
 def _same_run(row: Row) -> tuple:
-    return row.family, row.runner, row.width, row.height, row.mode, row.tiled, row.frames
+    return row.family, row.runner, row.width, row.height, row.mode, row.tiled, row.frames, row.prompt_tokens
 
 
 def test_the_corpus_covers_batch_sizes():

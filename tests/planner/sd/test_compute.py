@@ -34,7 +34,8 @@ def test_the_corpus_has_check_rows_for_every_curve():
 @pytest.mark.parametrize("row", CHECKS, ids=[f"{r.family}-{r.runner}-{r.width}x{r.height}-{r.mode.key}"
                                              f"{'-tiled' if r.tiled else ''}" for r in CHECKS])
 def test_checks_within_tolerance(row):
-    est = compute_bytes(row.family, row.runner, row.width, row.height, row.mode, tiled=row.tiled)
+    est = compute_bytes(row.family, row.runner, row.width, row.height, row.mode, tiled=row.tiled,
+                        prompt_tokens=row.prompt_tokens)
     if row.width != row.height and (row.family, row.runner, row.mode) in SQUARE_ONLY \
             and not is_simulated(row.family, row.runner):
         assert est is None   # a curve of square sizes claims nothing here

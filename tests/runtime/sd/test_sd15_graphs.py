@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.sd.sd_compute import Row
+from planner.sd.sd_compute import Mode, Row
+from runtime.sd import clip_text
 from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, clip_text_bytes, unet_bytes, vae_decode_bytes
 from tests.support.sd_corpus import logged, row_id, rows
 
@@ -49,11 +50,36 @@ def test_clip_l_equals_sd_cli(row: Row):
 UNET_ROWS = rows("sd15", "unet")
 
 
+def _context(prompt_tokens: int | None) -> int:
+    """The UNet's text context: 77 for the corpus's `a cat`, else CLIP's 77 per chunk of the prompt."""
+    return clip_text.N_TOKEN if prompt_tokens is None else clip_text.context_tokens(prompt_tokens)
+
+
 @pytest.mark.parametrize("row", UNET_ROWS, ids=[row_id(r) for r in UNET_ROWS])
 def test_unet_equals_sd_cli(row: Row):
     mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
-    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode)
+    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode,
+                     n_context=_context(row.prompt_tokens))
     assert logged(got) == logged(row.bytes)
+
+
+def test_a_long_prompt_is_cut_into_77_token_chunks():
+    """BOS + 75 prompt tokens + EOS fill one chunk; a 76th token opens a second (tokenizer.cpp pad_tokens):
+    "cat" x N is N BPE tokens, so the recorded rows at 75, 76, 120, 200 and 300 words are 1, 2, 2, 3 and 4
+    chunks."""
+    assert [clip_text.context_tokens(n) for n in (0, 75, 76, 120, 150, 151, 200, 300)] == \
+        [77, 77, 154, 154, 154, 231, 231, 308]
+
+
+def test_the_long_prompt_rows_move_the_unet_and_not_clip():
+    """At 256x256 without flash attention: the 75-token row is the short prompt's buffer, 76 and 200
+    tokens grow it (the cross-attention's K, V and KQ over 154 and 231 context tokens); CLIP-L's buffer
+    is one chunk's in every row."""
+    def at(runner: str, tokens: int | None) -> int:
+        return next(r.bytes for r in rows("sd15", runner) if (r.width, r.height, r.prompt_tokens) == (256, 256, tokens)
+                    and r.mode == Mode() and r.batch == 1 and r.backend == "cpu")
+    assert at("unet", 75) == at("unet", None) < at("unet", 76) < at("unet", 200)
+    assert {r.bytes for r in rows("sd15", "clip")} == {at("clip", None)}
 
 
 def test_the_unet_rows_cover_both_switches():
