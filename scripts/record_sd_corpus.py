@@ -461,11 +461,18 @@ def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[
 # ---- long prompts: "cat" repeated N times is N tokens to CLIP's BPE ("cat</w>" is one vocabulary entry);
 # CLIP pads the prompt to 77 tokens, or past 75 splits it into ceil(N / 75) chunks of 77 (src/tokenizers/
 # tokenizer.cpp pad_tokens), encodes each chunk alone and hands the UNet their concatenation
-# (src/conditioning/conditioner.hpp). Rows carry "prompt_tokens": N.
-# group -> (checkpoint family, [(width, height, flash_attn, N)], runners)
-PROMPT_GROUPS: dict[str, tuple[str, list[tuple[int, int, bool, int]], tuple[str, ...]]] = {
-    "sd15-prompt": ("sd15", [(256, 256, False, 75), (256, 256, False, 76), (256, 256, False, 200),
-                             (320, 448, True, 120), (256, 256, True, 300)], ("clip", "unet")),
+# (src/conditioning/conditioner.hpp). FLUX.1's T5-XXL: "cat" x N is N SentencePiece tokens ("▁cat"), padded
+# with EOS to 256, or past 255 split into chunks of 255 + EOS (FluxCLIPEmbedder); its DiT's context is
+# the chunks' concatenation. Rows carry "prompt_tokens": N.
+# group -> (checkpoint family, row family, [(width, height, flash_attn, N)], runners)
+PROMPT_GROUPS: dict[str, tuple[str, str, list[tuple[int, int, bool, int]], tuple[str, ...]]] = {
+    "sd15-prompt": ("sd15", "sd15", [(256, 256, False, 75), (256, 256, False, 76), (256, 256, False, 200),
+                                     (320, 448, True, 120), (256, 256, True, 300)], ("clip", "unet")),
+    # the DiT with the one-block T5-XXL stand-in (the same 4096-wide context, cheap to run per chunk)
+    "flux-prompt": ("flux-dit", "flux", [(256, 256, False, 255), (256, 256, False, 256), (256, 256, True, 600)],
+                    ("flux",)),
+    # the released T5-XXL: one 256-token chunk's graph whatever the prompt (stopped at its buffer)
+    "flux-prompt-te": ("flux", "flux", [(256, 256, False, 600)], ("clip", "t5")),
 }
 
 
@@ -474,10 +481,10 @@ def record_prompt(groups: list[str], work: Path, done: set[tuple], save) -> list
     exe = ensure_sd_cli()
     rows: list[dict] = []
     for group in groups:
-        family, runs, runners = PROMPT_GROUPS[group]
+        family, row_family, runs, runners = PROMPT_GROUPS[group]
         model = _model(family, work)
         for width, height, fa, tokens in runs:
-            new = [{"family": family, "runner": runner, "width": width, "height": height, "flash_attn": fa,
+            new = [{"family": row_family, "runner": runner, "width": width, "height": height, "flash_attn": fa,
                     "conv_direct": False, "vae_tiling": False, "prompt_tokens": tokens} for runner in runners]
             if all(_key(row) in done for row in new):
                 continue

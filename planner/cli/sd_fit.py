@@ -96,6 +96,10 @@ def sd_fit_cmd(
     frames: Annotated[int, _opt("--frames", "video frames (video models; 1 for an image)")] = 1,
     batch: Annotated[int, typer.Option("--batch", "--batch-count", "-b",
                                        help="images per run, as sd-cli's -b (made one at a time)")] = 1,
+    prompt_tokens: Annotated[int | None, _opt(
+        "--prompt-tokens", "the prompt's length in its text encoder's tokens (CLIP's BPE for SD 1.x, T5's for "
+        "FLUX.1; fitplan has no tokenizer, so sd-cli's -p text is not counted); the default is a short prompt, "
+        "one chunk")] = None,
     mmap: Annotated[bool, _opt("--mmap", "as sd-cli: map the model files (counted whole where mapped)")] = False,
     fa: Annotated[bool, _fa_opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,
     diffusion_fa: Annotated[bool, _fa_opt("--diffusion-fa", "deprecated: --flash-attn off,diffusion=on")] = False,
@@ -134,7 +138,8 @@ def sd_fit_cmd(
                             vae_on=vae_conv_direct)
     request = api.SdFitRequest(_sources(models or [], files), backend, params_backend, max_vram,
                            AutoFit(auto_fit) is AutoFit.ON, optimal, steps, split_mode, compat,
-                           width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap, batch=batch)
+                           width, height, fa_modes, cd_modes, vae_tiling, frames=frames, mmap=mmap, batch=batch,
+                           prompt_tokens=prompt_tokens)
     machine = api.InventoryOptions(devices, tuple(device or ()), ram).inventory(detect=True, use_llama=False)
     assert machine is not None   # detect=True always gives an inventory
     _show(api.sd_fit(request, machine), str(SdFormat(fmt)))

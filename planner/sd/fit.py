@@ -27,6 +27,7 @@ from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_comp
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
 from planner.sd.sd_compute import FRAME_STEP, VIDEO_FAMILIES
 from planner.sd.sd_placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
+from planner.sd.sd_simulated import PROMPT_FAMILIES
 from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
@@ -55,6 +56,7 @@ class SdFitRequest:
     frames: int = 1                 # video models only (--frames / sd-cli's --video-frames)
     search_largest: bool = True     # also find the largest square that fits (a sweep does not need it)
     batch: int = 1                  # sd-cli's -b / --batch-count: images per run (image models)
+    prompt_tokens: int | None = None   # the prompt's length in tokens; None: a short prompt (one chunk)
 
 
 def gpu_budgets(inventory: Inventory, max_vram: str | None) -> tuple[GpuBudget, ...]:
@@ -171,8 +173,11 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
         raise FlagError("--optimal plans parameter placement; it cannot be combined with "
                         "--params-backend or --auto-fit off")
     param_targets = {k: resolve_params(inventory, params, KIND_MODULE[k]) for k in Kind}
+    if request.prompt_tokens is not None and request.prompt_tokens < 0:
+        raise BadInput(f"--prompt-tokens {request.prompt_tokens}: expected 0 or more (the prompt's length in "
+                       f"the text encoder's tokens)")
     render = Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
-                          request.conv_direct, request.vae_tiling)
+                          request.conv_direct, request.vae_tiling, request.prompt_tokens)
     base = _fit_input(inventory, read_components(list(request.sources)), backend, max_vram)
     if request.mmap:
         base = replace(base, mapped_files=mapped_files(request.sources))
@@ -192,7 +197,8 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   _largest(base, request, auto, param_targets, render) if request.search_largest else None,
                   device_needs(fit, placements) + ((ram,) if ram is not None else ()),
                   _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
-                  request.frames, request.batch)
+                  request.frames, request.batch, request.prompt_tokens,
+                  any(family(c) in PROMPT_FAMILIES for c in base.present if c.kind is Kind.DIFFUSION))
 
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:

@@ -68,6 +68,8 @@ class SdPlan:
     largest_frames: int | None = None  # a video model's largest frame count at this size (None: an image model)
     frames: int = 1
     batch: int = 1   # sd-cli's -b: images per run, made one at a time (planner/sd/fit.py _check_batch)
+    prompt_tokens: int | None = None   # the prompt's tokens as asked (None: a short prompt, one chunk)
+    prompt_sized: bool = False   # the diffusion model's family sizes its buffers by the prompt's length
 
     @property
     def verdict(self) -> str:
@@ -117,6 +119,7 @@ class SdPlan:
             "ram": {"free_bytes": self.ram_free_bytes, "params_budget_bytes": self.ram_budget_bytes},
             "image": {"width": self.width, "height": self.height, "frames": self.frames, "vae_tiling": self.vae_tiling,
                       "batch": self.batch},
+            "prompt": {"tokens": self.prompt_tokens, "sized_by_length": self.prompt_sized},
             "verdict": self.verdict,
             "largest_square": self.largest_side,
             "largest_frames": self.largest_frames,
@@ -160,6 +163,11 @@ class SdPlan:
         if self.batch != 1:
             lines.append(f"batch of {self.batch}: sd-cli samples and decodes the images one at a time, so every "
                          f"buffer above is one image's, the same as at -b 1")
+        if self.prompt_tokens is not None:
+            lines.append(f"prompt of {self.prompt_tokens} tokens: "
+                         + ("the text encoder's chunks set the diffusion model's context" if self.prompt_sized else
+                            "this model is sized for a prompt of one chunk whatever its length (sd-fit models the "
+                            "length for SD 1.x and FLUX.1 only)"))
         max_side, max_frames = search_limits(p.compute_origin for p in self.placements)
         curve = max_side == CORPUS_MAX_SIDE
         if self.largest_side is not None:

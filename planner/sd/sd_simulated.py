@@ -92,13 +92,15 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
 
 # Runners whose graph grows with the prompt: (latent width, latent height, mode, VAE tiling, the prompt's
 # tokens) -> bytes. SD 1.x's UNet attends over CLIP-L's context, 77 tokens per chunk of the prompt
-# (runtime/sd/clip_text.py context_tokens); the text encoder's own graph is one chunk whatever the prompt's
-# length. The other families are sized at one chunk (the corpus's short prompt) whatever is asked.
+# (runtime/sd/clip_text.py context_tokens); FLUX.1's DiT over T5's, 256 per chunk (t5_encoder.chunked_tokens).
+# The text encoders' own graphs are one chunk whatever the prompt's length (SIMULATED). The other families
+# are sized at one chunk (the corpus's short prompt) whatever is asked.
 PromptSimulator = Callable[[int, int, SdMode, bool, int], int]
 
 PROMPT_SIMULATED: dict[tuple[str, str], PromptSimulator] = {
     ("sd15", "unet"): lambda w, h, mode, tiled, n: unet_bytes(w, h, mode, n_context=clip_text.context_tokens(n)),
-    ("sd15", "clip"): lambda w, h, mode, tiled, n: clip_text_bytes(mode=mode),
+    ("flux", "flux"): lambda w, h, mode, tiled, n: flux_bytes(
+        w, h, mode, n_txt=t5_encoder.chunked_tokens(n, FLUX_T5_TOKENS)),
 }
 PROMPT_FAMILIES = frozenset(f for f, _ in PROMPT_SIMULATED)
 

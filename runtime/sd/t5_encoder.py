@@ -26,6 +26,14 @@ WO_SCALE = 1.0 / 32.0          # T5DenseGatedActDense: wo's Linear scale
 N_BUCKETS = 32                 # relative_attention_num_buckets
 
 
+def chunked_tokens(prompt_tokens: int, chunk_len: int) -> int:
+    """The T5 context a conditioner that cuts the prompt into `chunk_len`-token chunks hands on (FLUX.1's
+    FluxCLIPEmbedder: 256): the prompt and its EOS padded to one chunk while they fit, else chunks of
+    chunk_len - 1 prompt tokens, each with its EOS and padded to chunk_len (src/tokenizers/tokenizer.cpp
+    Tokenizer::pad_tokens: T5 adds an EOS, no BOS). Each chunk is encoded alone by the same graph."""
+    return max(1, -(-prompt_tokens // (chunk_len - 1))) * chunk_len
+
+
 @dataclass(frozen=True)
 class T5Config:
     num_layers: int = 24
