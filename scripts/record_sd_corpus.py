@@ -473,6 +473,9 @@ PROMPT_GROUPS: dict[str, tuple[str, str, list[tuple[int, int, bool, int]], tuple
                     ("flux",)),
     # the released T5-XXL: one 256-token chunk's graph whatever the prompt (stopped at its buffer)
     "flux-prompt-te": ("flux", "flux", [(256, 256, False, 600)], ("clip", "t5")),
+    # Z-Image: Qwen3-4B reads the whole prompt in its chat template, no chunks, no padding ("cat" x N is
+    # N Qwen tokens: "cat", then " cat"), and the DiT's caption stream is those tokens
+    "zimage-prompt": ("zimage", "zimage", [(256, 256, False, 100), (256, 256, True, 300)], ("qwen3", "z_image")),
 }
 
 

@@ -21,6 +21,7 @@ from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
     Z_IMAGE_PROMPT_TOKENS,
+    Z_IMAGE_TEMPLATE_TOKENS,
     SdBackend,
     SdMode,
     clip_text_bytes,
@@ -93,14 +94,17 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
 # Runners whose graph grows with the prompt: (latent width, latent height, mode, VAE tiling, the prompt's
 # tokens) -> bytes. SD 1.x's UNet attends over CLIP-L's context, 77 tokens per chunk of the prompt
 # (runtime/sd/clip_text.py context_tokens); FLUX.1's DiT over T5's, 256 per chunk (t5_encoder.chunked_tokens).
-# The text encoders' own graphs are one chunk whatever the prompt's length (SIMULATED). The other families
-# are sized at one chunk (the corpus's short prompt) whatever is asked.
+# Those text encoders' own graphs are one chunk whatever the prompt's length (SIMULATED). Z-Image's Qwen3-4B
+# reads the prompt whole in its chat template, unpadded, and its DiT's caption stream is the same tokens.
+# The other families are sized at one chunk (the corpus's short prompt) whatever is asked.
 PromptSimulator = Callable[[int, int, SdMode, bool, int], int]
 
 PROMPT_SIMULATED: dict[tuple[str, str], PromptSimulator] = {
     ("sd15", "unet"): lambda w, h, mode, tiled, n: unet_bytes(w, h, mode, n_context=clip_text.context_tokens(n)),
     ("flux", "flux"): lambda w, h, mode, tiled, n: flux_bytes(
         w, h, mode, n_txt=t5_encoder.chunked_tokens(n, FLUX_T5_TOKENS)),
+    ("zimage", "qwen3"): lambda w, h, mode, tiled, n: llm_text_bytes(Z_IMAGE_TEMPLATE_TOKENS + n, mode),
+    ("zimage", "z_image"): lambda w, h, mode, tiled, n: z_image_bytes(w, h, mode, n_txt=Z_IMAGE_TEMPLATE_TOKENS + n),
 }
 PROMPT_FAMILIES = frozenset(f for f, _ in PROMPT_SIMULATED)
 

@@ -280,6 +280,10 @@ def wan_dit_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = Sd
 # conditioner.hpp: Z-Image's prompt in its chat template, "<|im_start|>user\n" + prompt +
 # "<|im_end|>\n<|im_start|>assistant\n"; sd-cli's "a cat" is 10 Qwen tokens
 Z_IMAGE_PROMPT_TOKENS = 10
+# the template's own tokens: <|im_start|> user \n before the prompt, <|im_end|> \n <|im_start|> assistant \n
+# after it (LLMEmbedder tokenizes the three parts apart, pads nothing and keeps every token:
+# prompt_template_encode_start_idx 0)
+Z_IMAGE_TEMPLATE_TOKENS = 8
 
 
 def z_image_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),

@@ -53,7 +53,7 @@ def test_a_batch_row_equals_the_single_image_figure(row):
     sd-fit's figure (the simulation) either way, at the 0.01 MB sd-cli prints."""
     single = [r.bytes for r in corpus() if r.batch == 1 and _same_run(r) == _same_run(row)]
     if row.runner in ("clip", "qwen3"):   # a text encoder sees the prompt, not the image size
-        single += [r.bytes for r in corpus() if r.batch == 1 and (r.family, r.runner, r.mode) ==
-                   (row.family, row.runner, row.mode)]
+        single += [r.bytes for r in corpus() if r.batch == 1 and (r.family, r.runner, r.mode, r.prompt_tokens) ==
+                   (row.family, row.runner, row.mode, row.prompt_tokens)]
     assert single and set(single) == {row.bytes}
     assert logged(compute_bytes(row.family, row.runner, row.width, row.height, row.mode)) == logged(row.bytes)
