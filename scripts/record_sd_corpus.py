@@ -468,6 +468,10 @@ def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[
 PROMPT_GROUPS: dict[str, tuple[str, str, list[tuple[int, int, bool, int]], tuple[str, ...]]] = {
     "sd15-prompt": ("sd15", "sd15", [(256, 256, False, 75), (256, 256, False, 76), (256, 256, False, 200),
                                      (320, 448, True, 120), (256, 256, True, 300)], ("clip", "unet")),
+    # SDXL's CLIP-L and OpenCLIP bigG chunk the prompt alike (their hidden states side by side per token),
+    # SD 2.x's OpenCLIP-H as SD 1.x's CLIP-L
+    "sdxl-prompt": ("sdxl", "sdxl", [(256, 256, False, 76), (256, 256, True, 200)], ("clip", "unet")),
+    "sd2-prompt": ("sd2", "sd2", [(256, 256, False, 76), (256, 256, True, 200)], ("clip", "unet")),
     # the DiT with the one-block T5-XXL stand-in (the same 4096-wide context, cheap to run per chunk)
     "flux-prompt": ("flux-dit", "flux", [(256, 256, False, 255), (256, 256, False, 256), (256, 256, True, 600)],
                     ("flux",)),
@@ -493,7 +497,8 @@ def record_prompt(groups: list[str], work: Path, done: set[tuple], save) -> list
                 continue
             args = _args(model, width, height, fa, False, False)
             args[args.index("-p") + 1] = " ".join(["cat"] * tokens)
-            got = run_sd_cli(args, exe=exe, stop_when=[runners[-1]], timeout_s=3600)
+            stop = [runners[-1]] * STOP_REPEAT.get((family, runners[-1]), 1)
+            got = run_sd_cli(args, exe=exe, stop_when=stop, timeout_s=3600)
             for row in new:
                 _recorded(row, got.compute_of(row["runner"]), args, work)
                 done.add(_key(row))

@@ -92,7 +92,7 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
 
 
 # Runners whose graph grows with the prompt: (latent width, latent height, mode, VAE tiling, the prompt's
-# tokens) -> bytes. SD 1.x's UNet attends over CLIP-L's context, 77 tokens per chunk of the prompt
+# tokens) -> bytes. SD 1.x's, 2.x's and SDXL's UNets attend over CLIP's context, 77 tokens per chunk of the prompt
 # (runtime/sd/clip_text.py context_tokens); FLUX.1's DiT over T5's, 256 per chunk (t5_encoder.chunked_tokens).
 # Those text encoders' own graphs are one chunk whatever the prompt's length (SIMULATED). Z-Image's Qwen3-4B
 # reads the prompt whole in its chat template, unpadded, and its DiT's caption stream is the same tokens.
@@ -101,6 +101,9 @@ PromptSimulator = Callable[[int, int, SdMode, bool, int], int]
 
 PROMPT_SIMULATED: dict[tuple[str, str], PromptSimulator] = {
     ("sd15", "unet"): lambda w, h, mode, tiled, n: unet_bytes(w, h, mode, n_context=clip_text.context_tokens(n)),
+    # SD 2.x's OpenCLIP-H chunks as CLIP-L does; SDXL's CLIP-L and bigG chunk alike, side by side per token
+    ("sd2", "unet"): lambda w, h, mode, tiled, n: unet_bytes(w, h, mode, unet.SD2, clip_text.context_tokens(n)),
+    ("sdxl", "unet"): lambda w, h, mode, tiled, n: unet_bytes(w, h, mode, unet.SDXL, clip_text.context_tokens(n)),
     ("flux", "flux"): lambda w, h, mode, tiled, n: flux_bytes(
         w, h, mode, n_txt=t5_encoder.chunked_tokens(n, FLUX_T5_TOKENS)),
     ("zimage", "qwen3"): lambda w, h, mode, tiled, n: llm_text_bytes(Z_IMAGE_TEMPLATE_TOKENS + n, mode),

@@ -20,14 +20,17 @@ CLIP_ROWS = rows("sd2", "clip")
 @pytest.mark.parametrize("row", UNET_ROWS, ids=[row_id(r) for r in UNET_ROWS])
 def test_unet_equals_sd_cli(row: Row):
     mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
-    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, unet.SD2)
+    # a long prompt's rows: OpenCLIP-H's chunks of 77 (conditioner.hpp, as SD 1.x's CLIP-L)
+    n_context = clip_text.N_TOKEN if row.prompt_tokens is None else clip_text.context_tokens(row.prompt_tokens)
+    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, unet.SD2, n_context)
     assert logged(got) == logged(row.bytes)
 
 
 @pytest.mark.parametrize("row", UNET_ROWS, ids=[row_id(r) for r in UNET_ROWS])
 def test_sd_fit_asks_the_simulation(row: Row):
     """sd-fit's figure for the family "sd2" (planner/sd/sd_simulated.py) is the row's."""
-    got = compute_bytes("sd2", "unet", row.width, row.height, Mode(row.mode.flash_attn, row.mode.conv_direct))
+    got = compute_bytes("sd2", "unet", row.width, row.height, Mode(row.mode.flash_attn, row.mode.conv_direct),
+                        prompt_tokens=row.prompt_tokens)
     assert logged(got) == logged(row.bytes)
 
 

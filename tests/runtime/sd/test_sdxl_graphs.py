@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.sd.sd_compute import Row
-from runtime.sd import unet
+from runtime.sd import clip_text, unet
 from runtime.sd.sd_reserve import (
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
@@ -24,7 +24,9 @@ CLIP_ROWS = rows("sdxl", "clip")
 @pytest.mark.parametrize("row", UNET_ROWS, ids=[row_id(r) for r in UNET_ROWS])
 def test_unet_equals_sd_cli(row: Row):
     mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
-    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, unet.SDXL)
+    # a long prompt's rows: CLIP-L's and bigG's chunks of 77, side by side per token (conditioner.hpp)
+    n_context = clip_text.N_TOKEN if row.prompt_tokens is None else clip_text.context_tokens(row.prompt_tokens)
+    got = unet_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode, unet.SDXL, n_context)
     assert logged(got) == logged(row.bytes)
 
 
