@@ -477,6 +477,9 @@ PROMPT_GROUPS: dict[str, tuple[str, str, list[tuple[int, int, bool, int]], tuple
                     ("flux",)),
     # the released T5-XXL: one 256-token chunk's graph whatever the prompt (stopped at its buffer)
     "flux-prompt-te": ("flux", "flux", [(256, 256, False, 600)], ("clip", "t5")),
+    # SD3.5 medium's MMDiT (one-block T5-XXL stand-in): per chunk CLIP-L/G's 77 tokens, then T5's 77
+    # (76 + EOS); lengths where CLIP and T5 cut the same number of chunks
+    "sd3-prompt": ("sd3-dit", "sd3", [(256, 256, False, 100), (256, 256, True, 200)], ("mmdit",)),
     # Z-Image: Qwen3-4B reads the whole prompt in its chat template, no chunks, no padding ("cat" x N is
     # N Qwen tokens: "cat", then " cat"), and the DiT's caption stream is those tokens
     "zimage-prompt": ("zimage", "zimage", [(256, 256, False, 100), (256, 256, True, 300)], ("qwen3", "z_image")),

@@ -97,8 +97,8 @@ def sd_fit_cmd(
     batch: Annotated[int, typer.Option("--batch", "--batch-count", "-b",
                                        help="images per run, as sd-cli's -b (made one at a time)")] = 1,
     prompt_tokens: Annotated[int | None, _opt(
-        "--prompt-tokens", "the prompt's length in its text encoder's tokens (CLIP's BPE for SD 1.x/2.x/XL, T5's "
-        "for FLUX.1, Qwen3's for Z-Image; fitplan has no tokenizer, so sd-cli's -p text is not counted); the "
+        "--prompt-tokens", "the prompt's length in its text encoder's tokens (CLIP's BPE for SD 1.x/2.x/XL/SD3, "
+        "T5's for FLUX.1, Qwen3's for Z-Image; fitplan has no tokenizer, so sd-cli's -p text is not counted); the "
         "default is a short prompt, one chunk")] = None,
     mmap: Annotated[bool, _opt("--mmap", "as sd-cli: map the model files (counted whole where mapped)")] = False,
     fa: Annotated[bool, _fa_opt("--fa", "deprecated sd-cli switch: --flash-attn on")] = False,

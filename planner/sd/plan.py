@@ -167,7 +167,7 @@ class SdPlan:
             lines.append(f"prompt of {self.prompt_tokens} tokens: "
                          + ("the text encoder's chunks set the diffusion model's context" if self.prompt_sized else
                             "this model is sized for a prompt of one chunk whatever its length (sd-fit models the "
-                            "length for SD 1.x, SD 2.x, SDXL, FLUX.1 and Z-Image only)"))
+                            "length for SD 1.x, SD 2.x, SDXL, SD3.5 medium, FLUX.1 and Z-Image only)"))
         max_side, max_frames = search_limits(p.compute_origin for p in self.placements)
         curve = max_side == CORPUS_MAX_SIDE
         if self.largest_side is not None:

@@ -19,6 +19,7 @@ from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_
 from runtime.sd.sd_reserve import (
     CPU,
     LATENT_FACTOR,
+    SD3_CONTEXT_TOKENS,
     SDXL_VAE_CONV_SCALE,
     Z_IMAGE_PROMPT_TOKENS,
     Z_IMAGE_TEMPLATE_TOKENS,
@@ -91,9 +92,18 @@ SIMULATED: dict[tuple[str, str], Simulator] = {
 }
 
 
+def sd3_context_tokens(prompt_tokens: int) -> int:
+    """SD3CLIPEmbedder's context: per chunk, CLIP-L/G's 77 tokens then T5's 77 (76 + EOS), as many chunks as
+    the longer of the two cuts (conditioner.hpp get_learned_condition_common). CLIP's 75 prompt tokens a
+    chunk never give fewer chunks than T5's 76; where they give more (76, 151, 152, 226..228 tokens ...)
+    sd-cli reads T5's last chunk past its tokens."""
+    return SD3_CONTEXT_TOKENS * (clip_text.context_tokens(prompt_tokens) // clip_text.N_TOKEN)
+
+
 # Runners whose graph grows with the prompt: (latent width, latent height, mode, VAE tiling, the prompt's
 # tokens) -> bytes. SD 1.x's, 2.x's and SDXL's UNets attend over CLIP's context, 77 tokens per chunk of the prompt
-# (runtime/sd/clip_text.py context_tokens); FLUX.1's DiT over T5's, 256 per chunk (t5_encoder.chunked_tokens).
+# (runtime/sd/clip_text.py context_tokens); SD3's MMDiT over CLIP's and T5's chunks (sd3_context_tokens);
+# FLUX.1's DiT over T5's, 256 per chunk (t5_encoder.chunked_tokens).
 # Those text encoders' own graphs are one chunk whatever the prompt's length (SIMULATED). Z-Image's Qwen3-4B
 # reads the prompt whole in its chat template, unpadded, and its DiT's caption stream is the same tokens.
 # The other families are sized at one chunk (the corpus's short prompt) whatever is asked.
@@ -106,6 +116,7 @@ PROMPT_SIMULATED: dict[tuple[str, str], PromptSimulator] = {
     ("sdxl", "unet"): lambda w, h, mode, tiled, n: unet_bytes(w, h, mode, unet.SDXL, clip_text.context_tokens(n)),
     ("flux", "flux"): lambda w, h, mode, tiled, n: flux_bytes(
         w, h, mode, n_txt=t5_encoder.chunked_tokens(n, FLUX_T5_TOKENS)),
+    ("sd3", "mmdit"): lambda w, h, mode, tiled, n: mmdit_bytes(w, h, mode, n_context=sd3_context_tokens(n)),
     ("zimage", "qwen3"): lambda w, h, mode, tiled, n: llm_text_bytes(Z_IMAGE_TEMPLATE_TOKENS + n, mode),
     ("zimage", "z_image"): lambda w, h, mode, tiled, n: z_image_bytes(w, h, mode, n_txt=Z_IMAGE_TEMPLATE_TOKENS + n),
 }

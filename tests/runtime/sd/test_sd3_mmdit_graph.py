@@ -5,19 +5,28 @@ from __future__ import annotations
 import pytest
 
 from planner.sd.sd_compute import Row
-from planner.sd.sd_simulated import SD3_T5_TOKENS
+from planner.sd.sd_simulated import SD3_T5_TOKENS, sd3_context_tokens
 from runtime.sd.sd3_mmdit import SD35_LARGE
 from runtime.sd.sd_reserve import LATENT_FACTOR, SdMode, mmdit_bytes, sd3_clip_bytes, t5_bytes
 from tests.support.sd_corpus import logged, row_id, rows
 
 MMDIT_ROWS = rows("sd3", "mmdit")
+# the recorded long prompts ("cat" x N: N CLIP tokens and N T5 tokens) by hand: 100 tokens are 2 CLIP
+# chunks of 75 and 2 T5 chunks of 76, 200 tokens 3 and 3; each chunk is CLIP-L/G's 77 tokens, then T5's 77
+CONTEXT = {None: 154, 100: 2 * 154, 200: 3 * 154}
 
 
 @pytest.mark.parametrize("row", MMDIT_ROWS, ids=[row_id(r) for r in MMDIT_ROWS])
 def test_mmdit_equals_sd_cli(row: Row):
     mode = SdMode(row.mode.flash_attn, row.mode.conv_direct)
-    got = mmdit_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode)
+    got = mmdit_bytes(row.width // LATENT_FACTOR, row.height // LATENT_FACTOR, mode,
+                      n_context=CONTEXT[row.prompt_tokens])
     assert logged(got) == logged(row.bytes)
+
+
+def test_sd3_cuts_the_prompt_as_the_longer_of_clip_and_t5():
+    assert [sd3_context_tokens(n) for n in (0, 75, 100, 150, 200)] == [154, 154, 308, 308, 462]
+    assert sd3_context_tokens(76) == 308   # CLIP cuts 2 chunks, T5 one: sd-cli takes CLIP's count
 
 
 def test_the_rows_cover_modes_and_non_square_sizes():
