@@ -140,7 +140,7 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
             row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1),
-            row.get("backend", CPU_ROWS))
+            row.get("backend", CPU_ROWS), row.get("max_vram"))
 
 
 def _params_rows(group: str, family: str, model: list[str], exe: Path, have: set[str]) -> list[dict]:
@@ -286,7 +286,11 @@ VULKAN_GROUPS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[int, int], ...]
     # once; other runs ended in a crash inside it (SIGSEGV at 128x128 with direct convolution for the UNet or the
     # VAE alone, SIGABRT at 192x128), after the UNet's buffers were logged
     "vulkan-kl-f8": ("sd15", ("vae",), ((128, 128),), (OFF,)),
+    # with --max-vram vulkan0=8: sd-cli plans each runner's graph cuts, the whole graph fits one segment
+    "vulkan-sd15-cuts": ("sd15", ("clip", "unet"), ((256, 256), (320, 320)), (OFF, FA, BOTH)),
 }
+# the groups run with --max-vram (rows marked "max_vram")
+VULKAN_MAX_VRAM = {"vulkan-sd15-cuts": "vulkan0=8"}
 VULKAN_FAMILY = {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}
 
 
@@ -303,12 +307,14 @@ def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None
         family, runners, sizes, modes = VULKAN_GROUPS[group]
         model = _model(family, work)
         for (fa, conv), (width, height) in ((m, s) for m in modes for s in sizes):
+            max_vram = VULKAN_MAX_VRAM.get(group)
             rows = [{"family": VULKAN_FAMILY[r], "runner": r, "width": width, "height": height, "flash_attn": fa,
-                     "conv_direct": conv, "vae_tiling": False, "backend": VULKAN} for r in runners]
+                     "conv_direct": conv, "vae_tiling": False, "backend": VULKAN,
+                     **({"max_vram": max_vram} if max_vram else {})} for r in runners]
             rows = [r for r in rows if _key(r) not in done]
             if not rows:
                 continue
-            args = vulkan_args(model, width, height, fa, conv)
+            args = vulkan_args(model, width, height, fa, conv) + (["--max-vram", max_vram] if max_vram else [])
             got = run_sd_cli(args, exe=exe, stop_when=[r["runner"] for r in rows], timeout_s=1800, backend=VULKAN)
             params = [{"family": family, "component": name, "bytes": size, "backend": VULKAN}
                       for name, size in got.totals] if (family, VULKAN) not in done else []

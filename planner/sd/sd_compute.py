@@ -75,10 +75,13 @@ class Mode:
 
     flash_attn: bool = False
     conv_direct: bool = False
+    # the runner plans graph cuts first (sd-cli given --max-vram, the runner on a GPU): simulated graphs only
+    graph_cuts: bool = False
 
     @property
     def key(self) -> str:
-        return f"fa={'on' if self.flash_attn else 'off'},conv_direct={'on' if self.conv_direct else 'off'}"
+        cuts = ",graph_cuts=on" if self.graph_cuts else ""
+        return f"fa={'on' if self.flash_attn else 'off'},conv_direct={'on' if self.conv_direct else 'off'}{cuts}"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Row:
     frames: int = 1    # video frames (video rows only)
     batch: int = 1     # sd-cli's -b: images made in the run (rows without the field made one)
     backend: str = CPU_ROWS   # the sd-cli build and device the row was logged on (BACKENDS)
+    max_vram: str | None = None   # sd-cli's --max-vram in the run (rows without the field: none)
 
     @property
     def fit(self) -> bool:
@@ -113,7 +117,7 @@ def _row(raw: dict) -> Row:
         raise ValueError(f"sd_cli_corpus.json: row backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
                Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
-               raw.get("frames", 1), raw.get("batch", 1), backend)
+               raw.get("frames", 1), raw.get("batch", 1), backend, raw.get("max_vram"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -223,11 +227,13 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
     if tiled and tile is not None:   # a tiled decode reserves what one tile's untiled decode does
         tw, th = tile
         simulated = simulated_bytes(family, runner, min(width, tw * LATENT_FACTOR), min(height, th * LATENT_FACTOR),
-                                    mode.flash_attn, mode.conv_direct, False)
+                                    mode.flash_attn, mode.conv_direct, False, graph_cuts=mode.graph_cuts)
     else:
-        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled)
+        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled,
+                                    graph_cuts=mode.graph_cuts)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
+    mode = Mode(mode.flash_attn, mode.conv_direct)   # the curves are the CPU build's: no graph cuts
     curve = _curve(family, runner, mode)
     if curve is None or (width != height and (family, runner, mode) in SQUARE_ONLY):
         return None
@@ -372,8 +378,7 @@ def video_compute_bytes(family: str, runner: str, width: int, height: int, frame
     simulated = simulated_video_bytes(family, runner, width, height, frames, mode.flash_attn, mode.conv_direct, tiled)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
-    if (family, runner) in FA_FREE:
-        mode = Mode(False, mode.conv_direct)
+    mode = Mode(False if (family, runner) in FA_FREE else mode.flash_attn, mode.conv_direct)
     curve = _video_curve(family, runner, mode)
     if curve is None:
         return None

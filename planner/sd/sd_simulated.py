@@ -127,13 +127,15 @@ def simulated_ltx_vae_bytes(width: int, height: int, frames: int, temporal: bool
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
 def simulated_bytes(family: str, runner: str, width: int, height: int, flash_attn: bool, conv_direct: bool,
-                    tiled: bool, backend: str = CPU_ROWS) -> int | None:
+                    tiled: bool, backend: str = CPU_ROWS, graph_cuts: bool = False) -> int | None:
     """The runner's compute buffer at width x height image pixels on `backend` (a key of BACKEND_BUFFERS),
-    or None where it is not simulated."""
+    or None where it is not simulated. `graph_cuts`: the runner plans its graph cuts first, the whole graph in
+    one segment (sd-cli given a --max-vram budget for a runner on a non-CPU device: ggml_extend.hpp
+    can_attempt_graph_cut_segmented_compute)."""
     simulate = SIMULATED.get((family, runner))
     if simulate is None:
         return None
-    mode = SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend])
+    mode = SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend], graph_cuts)
     return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, mode, tiled)
 
 

@@ -44,6 +44,7 @@ class Render:
     flash_attn: ModeSpec = ModeSpec(Feature.FLASH_ATTN)
     conv_direct: ModeSpec = ModeSpec(Feature.CONV_DIRECT)
     vae_tiling: bool = False
+    graph_cuts: bool = False   # the plan sets --max-vram: a runner on a GPU plans its graph cuts first
 
     @classmethod
     def parse(cls, width: int, height: int, flash_attn: str | None, conv_direct: str | None,
@@ -62,7 +63,7 @@ def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, st
     module = KIND_MODULE[comp.kind].value
     conv = module in Feature.CONV_DIRECT.modules and (comp.kind, fam) not in NO_CONV \
         and decide(render.conv_direct, module, devices)
-    return Mode(decide(render.flash_attn, module, devices), conv)
+    return Mode(decide(render.flash_attn, module, devices), conv, render.graph_cuts and bool(devices))
 
 
 def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[tuple[str, str], ...]:
