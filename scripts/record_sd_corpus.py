@@ -288,10 +288,14 @@ VULKAN_GROUPS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[int, int], ...]
     "vulkan-kl-f8": ("sd15", ("vae",), ((128, 128),), (OFF,)),
     # with --max-vram vulkan0=8: sd-cli plans each runner's graph cuts, the whole graph fits one segment
     "vulkan-sd15-cuts": ("sd15", ("clip", "unet"), ((256, 256), (320, 320)), (OFF, FA, BOTH)),
+    # sd-fit's SDXL answer on an 8 GiB card: the UNet's params on the device, the text encoders' and the VAE's
+    # on the host (lavapipe's memory holds no more); stopped once the UNet's buffer is logged
+    "vulkan-sdxl-cuts": ("sdxl", ("unet",), ((1024, 1024),), (BOTH,)),
 }
-# the groups run with --max-vram (rows marked "max_vram")
-VULKAN_MAX_VRAM = {"vulkan-sd15-cuts": "vulkan0=8"}
-VULKAN_FAMILY = {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}
+# the groups run with --max-vram (rows marked "max_vram"), and their further arguments
+VULKAN_MAX_VRAM = {"vulkan-sd15-cuts": "vulkan0=8", "vulkan-sdxl-cuts": "vulkan0=8"}
+VULKAN_EXTRA = {"vulkan-sdxl-cuts": ["--params-backend", "te=cpu,vae=cpu"]}
+VULKAN_FAMILY = {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}   # the SD 1.5 checkpoint's runners
 
 
 def vulkan_args(model: list[str], width: int, height: int, fa: bool, conv: bool) -> list[str]:
@@ -308,13 +312,14 @@ def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None
         model = _model(family, work)
         for (fa, conv), (width, height) in ((m, s) for m in modes for s in sizes):
             max_vram = VULKAN_MAX_VRAM.get(group)
-            rows = [{"family": VULKAN_FAMILY[r], "runner": r, "width": width, "height": height, "flash_attn": fa,
-                     "conv_direct": conv, "vae_tiling": False, "backend": VULKAN,
+            rows = [{"family": VULKAN_FAMILY[r] if family == "sd15" else family, "runner": r, "width": width,
+                     "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": False, "backend": VULKAN,
                      **({"max_vram": max_vram} if max_vram else {})} for r in runners]
             rows = [r for r in rows if _key(r) not in done]
             if not rows:
                 continue
-            args = vulkan_args(model, width, height, fa, conv) + (["--max-vram", max_vram] if max_vram else [])
+            args = vulkan_args(model, width, height, fa, conv) + (["--max-vram", max_vram] if max_vram else []) \
+                + VULKAN_EXTRA.get(group, [])
             got = run_sd_cli(args, exe=exe, stop_when=[r["runner"] for r in rows], timeout_s=1800, backend=VULKAN)
             params = [{"family": family, "component": name, "bytes": size, "backend": VULKAN}
                       for name, size in got.totals] if (family, VULKAN) not in done else []

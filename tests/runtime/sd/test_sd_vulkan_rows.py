@@ -1,7 +1,8 @@
 """The runners' compute buffers on Vulkan: the simulation in a Vulkan device's buffer type (runtime/sd/sd_reserve.py
 SdBackend, with the facts of Mesa's lavapipe from planner/hardware/vulkan_devices.py) against what the Vulkan sd-cli
 logged on lavapipe (planner/sd/data/sd_cli_corpus.json, rows marked "backend": "vulkan", recorded by
-scripts/record_sd_corpus.py --groups vulkan-sd15,vulkan-kl-f8), at the 0.01 MB the log prints.
+scripts/record_sd_corpus.py --groups vulkan-sd15,vulkan-kl-f8, and with --max-vram vulkan-sd15-cuts,vulkan-sdxl-cuts),
+at the 0.01 MB the log prints.
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def test_the_vulkan_rows_cover_sizes_and_switches():
     assert {(r.mode.flash_attn, r.mode.conv_direct) for r in unet} == {(False, False), (True, False), (False, True),
                                                                        (True, True)}
     assert len({(r.width, r.height) for r in unet}) >= 3
-    assert {(r.family, r.runner) for r in ROWS} == {("sd15", "clip"), ("sd15", "unet"), ("kl-f8", "vae")}
+    assert {(r.family, r.runner) for r in ROWS} == {("sd15", "clip"), ("sd15", "unet"), ("kl-f8", "vae"),
+                                                    ("sdxl", "unet")}
 
 
 def test_the_cpu_readers_leave_the_vulkan_rows_out():
