@@ -72,11 +72,34 @@ GROUPS = {
     # SD 2.1 768-v (F32 as released): its UNet up to the native 768x768, its OpenCLIP-H text encoder
     "sd2": ("sd2", [("unet", ((384, 384),), (OFF, FA, CD, BOTH)), ("unet", ((512, 768),), (OFF, FA)),
                     ("clip", (), (OFF, FA))]),
+    # -- coverage: every runner with convolutions at >= 3 sizes each with flash attention and direct
+    # convolution off and on, every VAE's tiled decode at >= 3 sizes (TILED_SIZES)
+    # sd-cli hands --diffusion-conv-direct to the UNet runner alone (src/stable-diffusion.cpp), and
+    # FLUX.1's and Z-Image's DiTs have no convolution besides (img_in / x_embedder are Linears on
+    # patchified latents): the flag changes nothing for them, which these rows show
+    "flux-dit-cd": ("flux-dit", [("flux", ((768, 1024),), (CD,))]),
+    "zimage-cd": ("zimage", [("z_image", ((640, 640),), (CD,))]),
+    "sd3-dit-both": ("sd3-dit", [("mmdit", ((640, 640),), (BOTH,))]),
+    "sdxl-cd": ("sdxl", [("unet", ((768, 1024),), (CD,))]),
+    "ae16-modes": ("zimage-1layer", [("vae", ((320, 320),), (FA, CD))]),
+    "ae16-tiled": ("zimage-1layer", []),
+    "kl-f8-sdxl-modes": ("sdxl", [("vae", ((320, 448),), (FA, CD))]),
+    "kl-f8-sdxl-tiled": ("sdxl", []),
+    # the text encoders see the prompt, not the image: two more sizes each show the buffer does not move
+    "sd15-te": ("sd15", [("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "sdxl-te": ("sdxl", [("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "flux-te": ("flux", [("t5", ((512, 512), (768, 512)), (OFF,)), ("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "sd3-te": ("sd3", [("t5", ((512, 512), (768, 512)), (OFF,)), ("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "zimage-te": ("zimage", [("qwen3", ((512, 512), (768, 512)), (OFF,))]),
 }
 # groups whose rows are not named after FAMILY
 ROW_FAMILY = {"sd3-large": "sd3-large",
               "kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
-              "ae16-flux": "ae16", "kl-f8-sdxl-1024": "kl-f8-sdxl"}
+              "ae16-flux": "ae16", "kl-f8-sdxl-1024": "kl-f8-sdxl",
+              "flux-dit-cd": "flux", "zimage-cd": "zimage", "sd3-dit-both": "sd3", "sdxl-cd": "sdxl",
+              "ae16-modes": "ae16", "ae16-tiled": "ae16", "kl-f8-sdxl-modes": "kl-f8-sdxl",
+              "kl-f8-sdxl-tiled": "kl-f8-sdxl", "sd15-te": "sd15", "sdxl-te": "sdxl", "flux-te": "flux",
+              "sd3-te": "sd3", "zimage-te": "zimage"}
 PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
 # checkpoints whose params are not the released ones'
 STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer", "sd3-large-dit")
@@ -90,6 +113,10 @@ STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip
 STOP_REPEAT = {("sd2", "unet"): 2}
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
 AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent pixels, one under
+# group -> the sizes decoded with --vae-tiling (default modes); a tile is 32 latent pixels a side or
+# the image's side where that is less, so these sizes give tiles of different shapes
+TILED_SIZES = {"kl-f8": TILED, "ae16": AE16_TILED, "ae16-tiled": ((320, 192), (384, 128)),
+               "kl-f8-sdxl-tiled": ((320, 384), (320, 192), (384, 128))}
 FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux", "mmdit": None, "z_image": None,
           "qwen3": None}   # None: the checkpoint's
 
@@ -137,6 +164,18 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
     return args
 
 
+# sd-cli aligns -W and -H up to the VAE's 8 times the diffusion model's down factor (src/stable-diffusion.cpp
+# align_image_size, get_diffusion_model_down_factor): 8 for a UNet, 1 for an image DiT. A row must name the
+# size sd-cli ran, so the recorder refuses one it would align.
+SPATIAL_MULTIPLE = {"sd15": 64, "sdxl": 64, "sd2": 64}   # checkpoint -> multiple; 8 for the others
+
+
+def _check_size(family: str, width: int, height: int) -> None:
+    multiple = SPATIAL_MULTIPLE.get(family, 8)
+    if width % multiple or height % multiple:
+        raise SystemExit(f"{family} {width}x{height}: sd-cli aligns the size up to a multiple of {multiple}")
+
+
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
             row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1),
@@ -178,26 +217,31 @@ def record(groups: list[str], work: Path, done: set[tuple],
             params += new
             if save:
                 save(rows, params)
-        if group == "kl-f8":
-            plan += [("vae", size, OFF, True) for size in TILED]
-        if group == "ae16":
-            plan += [("vae", size, OFF, True) for size in AE16_TILED]
+        plan += [("vae", size, OFF, True) for size in TILED_SIZES.get(group, ())]
         for runner, (width, height), (fa, conv), tiled in plan:
             row = {"family": ROW_FAMILY.get(group) or FAMILY[runner] or family, "runner": runner, "width": width,
                    "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
             if _key(row) in done:
                 continue
+            _check_size(family, width, height)
             args = _args(model, width, height, fa, conv, tiled)
             stop = [STOP_AFTER.get((family, runner), runner)] * STOP_REPEAT.get((family, runner), 1)
             got = run_sd_cli(args, exe=exe, stop_when=stop, timeout_s=3600)
-            row.update({"bytes": got.compute_of(runner),
-                        "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
-            print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+            _recorded(row, got.compute_of(runner), args, work)
             rows.append(row)
             done.add(_key(row))   # a later group of the same family skips it
             if save:
                 save(rows, params)
     return rows, params
+
+
+
+def _recorded(row: dict, figure: int, args: list[str], work: Path, **extra: object) -> None:
+    """Complete `row` with sd-cli's logged figure and the argv it ran (file names without the work
+    directory), and echo it without the argv."""
+    row.update({"bytes": figure, **extra, "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a
+                                                                     for a in args]]})
+    print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
 
 
 # ---- video: Wan2.1-T2V-1.3B (planner/synth/shapes_wan.py), rows by (width, height, frames)
@@ -220,7 +264,20 @@ WAN_GROUPS: dict[str, list[tuple[str, bool, bool, list[tuple[int, int, int]]]]] 
                     (192, 128, 17), (128, 128, 33), (128, 128, 25)]),
                 (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
                 (WAN_VAE_RUNNER, False, True, [(320, 128, 1)])],
+    # coverage: flash attention and --vae-tiling at >= 3 sizes each (tiles of different shapes)
+    "wan-vae-modes": [(WAN_VAE_RUNNER, True, False, [(128, 128, 1), (192, 128, 9)]),
+                      (WAN_VAE_RUNNER, False, True, [(384, 192, 1), (288, 160, 5)])],
+    # with --diffusion-conv-direct --vae-conv-direct: sd-cli hands the first to the UNet alone, and the
+    # DiT's patch embedding is a Conv3d besides (no direct variant: ggml_ext_conv_3d), so the DiT's rows
+    # show no change; the VAE's causal convolutions are Conv3d too, but its 2-D up-sampling convolutions
+    # (Resample's resample.1) and its attention's 1x1 projections are Conv2d and do switch
+    "wan-cd": [(WAN_DIT_RUNNER, False, False, [(256, 256, 1), (256, 256, 5), (320, 192, 9)]),
+               (WAN_DIT_RUNNER, True, False, [(256, 256, 1), (256, 256, 9), (320, 192, 5)])],
+    "wan-vae-cd": [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9), (160, 128, 5)]),
+                   (WAN_VAE_RUNNER, True, False, [(128, 128, 5)])],
+    "wan-te-sizes": [("t5", False, False, [(320, 192, 5)])],
 }
+WAN_CONV_DIRECT = {"wan-cd", "wan-vae-cd"}   # groups run with the conv-direct flags
 # Wan2.1-T2V-14B's DiT (sd-cli names the runner for the 14B T2V layout of either 2.x version) with the
 # one-block UMT5 stand-in; its params (the DiT file) logged on the first run
 WAN14_DIT_RUNNER = "Wan2.x-T2V-14B"
@@ -229,11 +286,13 @@ WAN_GROUPS["wan-14b"] = [(WAN14_DIT_RUNNER, fa, False, [(128, 128, 1), (256, 256
 WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae", WAN14_DIT_RUNNER: "wan-14b"}
 
 
-def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool) -> list[str]:
+def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool,
+              conv: bool = False) -> list[str]:
     args = ["-M", "vid_gen", *[a for flag, path in files.items() for a in (flag, str(path))],
             "-p", "a cat", "-W", str(width), "-H", str(height), "--video-frames", str(frames), "--steps", "1",
             "--cfg-scale", "1", "-t", "2", "--seed", "1", "--mmap", "-o", str(files["--vae"].with_name("wan.webm"))]
-    return args + (["--fa"] if fa else []) + (["--vae-tiling"] if tiled else [])
+    return args + (["--fa"] if fa else []) + (["--vae-tiling"] if tiled else []) \
+        + (["--diffusion-conv-direct", "--vae-conv-direct"] if conv else [])
 
 
 def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
@@ -244,25 +303,24 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     stand_in = dict(full, **{"--t5xxl": write_wan(work, "Q8_0", te_layers=1)["--t5xxl"]})
     rows = []
     for group in groups:
-        files = full if group == "wan-te" else stand_in
+        files = full if group.startswith("wan-te") else stand_in   # the full UMT5 for its own buffer
         if group == "wan-14b":
             files = write_wan(work, "Q8_0", te_layers=1, size="14B")
+        conv = group in WAN_CONV_DIRECT
         for runner, fa, tiled, points in WAN_GROUPS[group]:
             for width, height, frames in points:
                 row = {"family": WAN_FAMILY[runner], "runner": runner, "width": width, "height": height,
-                       "frames": frames, "flash_attn": fa, "conv_direct": False, "vae_tiling": tiled}
+                       "frames": frames, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
                 if _key(row) in done:
                     continue
-                args = _wan_args(files, width, height, frames, fa, tiled)
+                args = _wan_args(files, width, height, frames, fa, tiled, conv)
                 got = run_sd_cli(args, exe=exe, stop_when=[runner], timeout_s=3600)
                 params = [{"family": "wan", "component": name, "bytes": size} for name, size in got.totals] \
                     if group == "wan-te" else []
                 if group == "wan-14b" and not rows:
                     params = [{"family": "wan-14b", "component": name, "bytes": size} for name, size in got.totals
                               if name == "diffusion_model"]
-                row.update({"bytes": got.compute_of(runner),
-                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(runner), args, work)
                 rows.append(row)
                 done.add(_key(row))
                 save(row, params)
@@ -324,10 +382,8 @@ def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None
             params = [{"family": family, "component": name, "bytes": size, "backend": VULKAN}
                       for name, size in got.totals] if (family, VULKAN) not in done else []
             done.add((family, VULKAN))
-            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
             for row in rows:
-                row.update({"bytes": got.compute_of(row["runner"]), "argv": argv})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(row["runner"]), args, work)
                 done.add(_key(row))
             save(rows, params)
 
@@ -364,9 +420,7 @@ def record_ltx2(groups: list[str], work: Path, done: set[tuple], save) -> list[d
                 # the VAE's params (shape-faithful); the thin DiT's and text encoder's are not the model's
                 params = [{"family": group, "component": name, "bytes": size} for name, size in got.totals
                           if name == "vae"]
-                row.update({"bytes": got.compute_of(LTX2_VAE_RUNNER),
-                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(LTX2_VAE_RUNNER), args, work)
                 rows.append(row)
                 done.add(_key(row))
                 save(row, params)
@@ -407,11 +461,8 @@ def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[
                 continue
             args = [*_args(model, width, height, False, False, False), "-b", str(batch)]
             got = run_sd_cli(args, exe=exe, stop_when=[last], stop_after=logs, timeout_s=3600)
-            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
             for row in new:
-                row.update({"bytes": got.compute_of(row["runner"]), "logged": list(got.logged_of(row["runner"])),
-                            "argv": argv})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(row["runner"]), args, work, logged=list(got.logged_of(row["runner"])))
                 done.add(_key(row))
             rows += new
             save(new)
