@@ -231,8 +231,9 @@ WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae", WAN
 WAN22_DIT_RUNNER = "Wan2.2-TI2V-5B"
 WAN_GROUPS["wan22"] = [(WAN22_DIT_RUNNER, fa, False, [(128, 128, 1), (128, 128, 5), (256, 128, 9), (320, 192, 1),
                                                       (320, 192, 9)]) for fa in (False, True)]
-WAN_GROUPS["wan22-vae"] = [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9)]),
-                           (WAN_VAE_RUNNER, False, True, [(320, 192, 1)])]
+WAN_GROUPS["wan22-vae"] = [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9), (256, 128, 5)]),
+                           (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
+                           (WAN_VAE_RUNNER, False, True, [(320, 192, 1), (640, 128, 1)])]
 WAN22_FAMILY = {WAN22_DIT_RUNNER: "wan22", WAN_VAE_RUNNER: "wan22-vae"}
 
 
