@@ -4,8 +4,15 @@
 # The source pin: stable-diffusion.cpp commit 97d29908 (2026-08-19) with its ggml submodule at
 # 8e800cef, as the snapshot tarball stable-diffusion.cpp-97d2990-ggml-8e800ce.tar.xz
 # (sha256 79ff9547...ab936) that sits in the workspace's shared/vendor/ next to this repository
-# (or wherever FITPLAN_SD_CPP_SOURCE names). CPU backend only, GGML_NATIVE=OFF (the same portable
+# (or wherever FITPLAN_SD_CPP_SOURCE names). CPU backend, GGML_NATIVE=OFF (the same portable
 # x86-64 kernels as the llama.cpp build), without WebP/WebM (`-DSD_WEBP=OFF -DSD_WEBM=OFF`).
+#
+# The Vulkan variant (--vulkan, or FITPLAN_SD_BACKEND=vulkan) builds the same source with
+# SD_VULKAN=ON (GGML_VULKAN=ON) into stable-diffusion.cpp-<pin>-vulkan, against the same Debian
+# packages as the llama.cpp Vulkan build (libvulkan-dev, glslc, spirv-headers; scripts/test_deps.sh)
+# and with the same header shim, scripts/vk_compat.h, force-included into ggml-vulkan.cpp alone.
+# Run it on Mesa's lavapipe with GGML_VK_VISIBLE_DEVICES=0 (ggml-vulkan skips CPU-type devices
+# unless they are named). Its sd-cli also carries the CPU backend (`--backend cpu`).
 #
 # The snapshot lacks eleven tokenizer vocabulary headers (its SNAPSHOT.md lists them); each one
 # defines a single byte array that src/tokenizers/vocab/vocab.cpp reads. The T5, UMT5, Mistral
@@ -16,6 +23,7 @@
 # (prompt tokens only: no weight or buffer size depends on the vocabulary text).
 #
 #   scripts/build_sd_cpp.sh                 # build if the cache lacks sd-cli, else nothing
+#   scripts/build_sd_cpp.sh --vulkan        # the Vulkan build
 #   FITPLAN_SD_CPP_DIR=/path ...            # another cache directory
 #   FITPLAN_SD_CPP_SOURCE=/path/x.tar.xz    # the snapshot tarball, if not in ../shared/vendor
 #
@@ -28,11 +36,20 @@ sdist_version="0.4.7"
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
 source_tar="${FITPLAN_SD_CPP_SOURCE:-$repo/../shared/vendor/stable-diffusion.cpp-$pin.tar.xz}"
-cache="${FITPLAN_SD_CPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fitplan/stable-diffusion.cpp-$pin-cpu}"
-
+backend="${FITPLAN_SD_BACKEND:-cpu}"
 for arg in "$@"; do
-  echo "build_sd_cpp: unknown argument $arg" >&2; exit 2
+  case "$arg" in
+    --vulkan) backend=vulkan ;;
+    --cpu) backend=cpu ;;
+    *) echo "build_sd_cpp: unknown argument $arg (expected --vulkan or --cpu)" >&2; exit 2 ;;
+  esac
 done
+case "$backend" in
+  cpu) backend_flags=() ;;
+  vulkan) backend_flags=(-DSD_VULKAN=ON) ;;
+  *) echo "build_sd_cpp: FITPLAN_SD_BACKEND=$backend: expected cpu or vulkan" >&2; exit 2 ;;
+esac
+cache="${FITPLAN_SD_CPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fitplan/stable-diffusion.cpp-$pin-$backend}"
 
 if [ -x "$cache/bin/sd-cli" ]; then
   echo "$cache/bin"
@@ -42,6 +59,11 @@ fi
 [ -f "$source_tar" ] || { echo "build_sd_cpp: the source snapshot $source_tar is missing (set FITPLAN_SD_CPP_SOURCE)" >&2; exit 2; }
 command -v cmake >/dev/null || { echo "build_sd_cpp: cmake is required (apt-get install cmake)" >&2; exit 2; }
 command -v c++ >/dev/null || { echo "build_sd_cpp: a C++ compiler is required (apt-get install g++)" >&2; exit 2; }
+if [ "$backend" = vulkan ]; then
+  command -v glslc >/dev/null || { echo "build_sd_cpp: glslc is required (apt-get install glslc)" >&2; exit 2; }
+  [ -f /usr/include/vulkan/vulkan.hpp ] || [ -n "${VULKAN_SDK:-}" ] \
+    || { echo "build_sd_cpp: the Vulkan headers are required (apt-get install libvulkan-dev spirv-headers)" >&2; exit 2; }
+fi
 echo "$sha256  $source_tar" | sha256sum -c --quiet - \
   || { echo "build_sd_cpp: $source_tar is not the pinned snapshot (sha256 $sha256)" >&2; exit 2; }
 
@@ -97,19 +119,26 @@ for header, (array, source) in wanted.items():
     print(f"vocab {header}: {'stand-in' if source is None else 'from sdist ' + source}")
 EOF
 rm -rf "$work/stable_diffusion_cpp_python-$sdist_version" "$work"/*.tar.gz
+if [ "$backend" = vulkan ]; then
+  # the shim into ggml-vulkan.cpp alone (the extracted copy is this build's own)
+  cp "$here/vk_compat.h" "$work/vk_compat.h"
+  echo "set_source_files_properties(ggml-vulkan.cpp PROPERTIES COMPILE_OPTIONS \"-include;$work/vk_compat.h\")" \
+    >>"$src/ggml/src/ggml-vulkan/CMakeLists.txt"
+fi
 
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$src" -B "$work/build" "${generator[@]}" \
   -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
-  -DSD_WEBP=OFF -DSD_WEBM=OFF -DSD_BUILD_SHARED_LIBS=OFF >"$work/configure.log" 2>&1 \
+  -DSD_WEBP=OFF -DSD_WEBM=OFF -DSD_BUILD_SHARED_LIBS=OFF "${backend_flags[@]}" >"$work/configure.log" 2>&1 \
   || { tail -30 "$work/configure.log" >&2; exit 1; }
-cmake --build "$work/build" -j "$(nproc)" --target sd-cli \
-  >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
+cmake --build "$work/build" -j "$(nproc)" --target sd-cli >"$work/build.log" 2>&1 \
+  || { cp "$work/build.log" "$cache.build.log"; tail -40 "$work/build.log" >&2
+       echo "build_sd_cpp: the whole log is $cache.build.log" >&2; exit 1; }
 
 mkdir -p "$cache.new/bin"
 cp "$work/build/bin/sd-cli" "$cache.new/bin/"
-echo "stable-diffusion.cpp $pin (sha256 $sha256); vocab from stable-diffusion-cpp-python==$sdist_version" \
+echo "stable-diffusion.cpp $pin $backend (sha256 $sha256); vocab from stable-diffusion-cpp-python==$sdist_version" \
   >"$cache.new/VERSION"
 rm -rf "$cache"
 mv "$cache.new" "$cache"

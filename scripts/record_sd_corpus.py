@@ -6,6 +6,7 @@ graphs run where that is possible).
 
     PYTHONPATH=. python scripts/record_sd_corpus.py [--groups sd15,kl-f8,sdxl] [--dir /tmp/sd-corpus]
     PYTHONPATH=. python scripts/record_sd_corpus.py --groups wan-te,wan,wan-vae   # the video model, by frames
+    PYTHONPATH=. python scripts/record_sd_corpus.py --groups vulkan-sd15,vulkan-kl-f8 # the Vulkan build, lavapipe
     FITPLAN_SD_CPP_DIR=... PYTHONPATH=. python scripts/record_sd_corpus.py --groups ltx2-vae   # see LTX2_GROUPS
 
 Rows already in the corpus are kept and not run again. planner.sd.sd_compute.FIT_SIZES names the
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.sd.sd_cli import SD_CPP_PIN, ensure_sd_cli, run_sd_cli
-from planner.sd.sd_compute import CORPUS, FIT_SIZES
+from planner.sd.sd_compute import CORPUS, CPU_ROWS, FIT_SIZES
 from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
@@ -71,11 +72,34 @@ GROUPS = {
     # SD 2.1 768-v (F32 as released): its UNet up to the native 768x768, its OpenCLIP-H text encoder
     "sd2": ("sd2", [("unet", ((384, 384),), (OFF, FA, CD, BOTH)), ("unet", ((512, 768),), (OFF, FA)),
                     ("clip", (), (OFF, FA))]),
+    # -- coverage: every runner with convolutions at >= 3 sizes each with flash attention and direct
+    # convolution off and on, every VAE's tiled decode at >= 3 sizes (TILED_SIZES)
+    # sd-cli hands --diffusion-conv-direct to the UNet runner alone (src/stable-diffusion.cpp), and
+    # FLUX.1's and Z-Image's DiTs have no convolution besides (img_in / x_embedder are Linears on
+    # patchified latents): the flag changes nothing for them, which these rows show
+    "flux-dit-cd": ("flux-dit", [("flux", ((768, 1024),), (CD,))]),
+    "zimage-cd": ("zimage", [("z_image", ((640, 640),), (CD,))]),
+    "sd3-dit-both": ("sd3-dit", [("mmdit", ((640, 640),), (BOTH,))]),
+    "sdxl-cd": ("sdxl", [("unet", ((768, 1024),), (CD,))]),
+    "ae16-modes": ("zimage-1layer", [("vae", ((320, 320),), (FA, CD))]),
+    "ae16-tiled": ("zimage-1layer", []),
+    "kl-f8-sdxl-modes": ("sdxl", [("vae", ((320, 448),), (FA, CD))]),
+    "kl-f8-sdxl-tiled": ("sdxl", []),
+    # the text encoders see the prompt, not the image: two more sizes each show the buffer does not move
+    "sd15-te": ("sd15", [("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "sdxl-te": ("sdxl", [("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "flux-te": ("flux", [("t5", ((512, 512), (768, 512)), (OFF,)), ("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "sd3-te": ("sd3", [("t5", ((512, 512), (768, 512)), (OFF,)), ("clip", ((512, 512), (768, 512)), (OFF,))]),
+    "zimage-te": ("zimage", [("qwen3", ((512, 512), (768, 512)), (OFF,))]),
 }
 # groups whose rows are not named after FAMILY
 ROW_FAMILY = {"sd3-large": "sd3-large",
               "kl-f8-sdxl": "kl-f8-sdxl", "sd3-dit": "sd3", "sd3-dit-fa": "sd3", "ae16": "ae16", "ae16-sd3": "ae16",
-              "ae16-flux": "ae16", "kl-f8-sdxl-1024": "kl-f8-sdxl"}
+              "ae16-flux": "ae16", "kl-f8-sdxl-1024": "kl-f8-sdxl",
+              "flux-dit-cd": "flux", "zimage-cd": "zimage", "sd3-dit-both": "sd3", "sdxl-cd": "sdxl",
+              "ae16-modes": "ae16", "ae16-tiled": "ae16", "kl-f8-sdxl-modes": "kl-f8-sdxl",
+              "kl-f8-sdxl-tiled": "kl-f8-sdxl", "sd15-te": "sd15", "sdxl-te": "sdxl", "flux-te": "flux",
+              "sd3-te": "sd3", "zimage-te": "zimage"}
 PARAMS_STOP = {"zimage": "qwen3"}   # the first runner to reserve (the params are logged before it); default clip
 # checkpoints whose params are not the released ones'
 STAND_INS = ("flux-dit", "flux-small", "sd3-dit", "zimage-1layer", "sd3-large-dit")
@@ -89,6 +113,10 @@ STOP_AFTER = {("sd15", "clip"): "unet", ("sdxl", "clip"): "unet", ("flux", "clip
 STOP_REPEAT = {("sd2", "unet"): 2}
 TILED = ((512, 512), (384, 640), (768, 768))   # the VAE decode with --vae-tiling, default modes
 AE16_TILED = ((320, 384),)                      # one tile edge past 32 latent pixels, one under
+# group -> the sizes decoded with --vae-tiling (default modes); a tile is 32 latent pixels a side or
+# the image's side where that is less, so these sizes give tiles of different shapes
+TILED_SIZES = {"kl-f8": TILED, "ae16": AE16_TILED, "ae16-tiled": ((320, 192), (384, 128)),
+               "kl-f8-sdxl-tiled": ((320, 384), (320, 192), (384, 128))}
 FAMILY = {"unet": None, "clip": None, "t5": None, "vae": "kl-f8", "flux": "flux", "mmdit": None, "z_image": None,
           "qwen3": None}   # None: the checkpoint's
 
@@ -136,9 +164,22 @@ def _args(model: list[str], width: int, height: int, fa: bool, conv: bool, tiled
     return args
 
 
+# sd-cli aligns -W and -H up to the VAE's 8 times the diffusion model's down factor (src/stable-diffusion.cpp
+# align_image_size, get_diffusion_model_down_factor): 8 for a UNet, 1 for an image DiT. A row must name the
+# size sd-cli ran, so the recorder refuses one it would align.
+SPATIAL_MULTIPLE = {"sd15": 64, "sdxl": 64, "sd2": 64}   # checkpoint -> multiple; 8 for the others
+
+
+def _check_size(family: str, width: int, height: int) -> None:
+    multiple = SPATIAL_MULTIPLE.get(family, 8)
+    if width % multiple or height % multiple:
+        raise SystemExit(f"{family} {width}x{height}: sd-cli aligns the size up to a multiple of {multiple}")
+
+
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
-            row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1))
+            row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1),
+            row.get("backend", CPU_ROWS))
 
 
 def _params_rows(group: str, family: str, model: list[str], exe: Path, have: set[str]) -> list[dict]:
@@ -176,15 +217,13 @@ def record(groups: list[str], work: Path, done: set[tuple],
             params += new
             if save:
                 save(rows, params)
-        if group == "kl-f8":
-            plan += [("vae", size, OFF, True) for size in TILED]
-        if group == "ae16":
-            plan += [("vae", size, OFF, True) for size in AE16_TILED]
+        plan += [("vae", size, OFF, True) for size in TILED_SIZES.get(group, ())]
         for runner, (width, height), (fa, conv), tiled in plan:
             row = {"family": ROW_FAMILY.get(group) or FAMILY[runner] or family, "runner": runner, "width": width,
                    "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
             if _key(row) in done:
                 continue
+            _check_size(family, width, height)
             args = _args(model, width, height, fa, conv, tiled)
             stop = [STOP_AFTER.get((family, runner), runner)] * STOP_REPEAT.get((family, runner), 1)
             got = run_sd_cli(args, exe=exe, stop_when=stop, timeout_s=3600)
@@ -218,7 +257,20 @@ WAN_GROUPS: dict[str, list[tuple[str, bool, bool, list[tuple[int, int, int]]]]] 
                     (192, 128, 17), (128, 128, 33), (128, 128, 25)]),
                 (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
                 (WAN_VAE_RUNNER, False, True, [(320, 128, 1)])],
+    # coverage: flash attention and --vae-tiling at >= 3 sizes each (tiles of different shapes)
+    "wan-vae-modes": [(WAN_VAE_RUNNER, True, False, [(128, 128, 1), (192, 128, 9)]),
+                      (WAN_VAE_RUNNER, False, True, [(384, 192, 1), (288, 160, 5)])],
+    # with --diffusion-conv-direct --vae-conv-direct: sd-cli hands the first to the UNet alone, and the
+    # DiT's patch embedding is a Conv3d besides (no direct variant: ggml_ext_conv_3d), so the DiT's rows
+    # show no change; the VAE's causal convolutions are Conv3d too, but its 2-D up-sampling convolutions
+    # (Resample's resample.1) and its attention's 1x1 projections are Conv2d and do switch
+    "wan-cd": [(WAN_DIT_RUNNER, False, False, [(256, 256, 1), (256, 256, 5), (320, 192, 9)]),
+               (WAN_DIT_RUNNER, True, False, [(256, 256, 1), (256, 256, 9), (320, 192, 5)])],
+    "wan-vae-cd": [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9), (160, 128, 5)]),
+                   (WAN_VAE_RUNNER, True, False, [(128, 128, 5)])],
+    "wan-te-sizes": [("t5", False, False, [(320, 192, 5)])],
 }
+WAN_CONV_DIRECT = {"wan-cd", "wan-vae-cd"}   # groups run with the conv-direct flags
 # Wan2.1-T2V-14B's DiT (sd-cli names the runner for the 14B T2V layout of either 2.x version) with the
 # one-block UMT5 stand-in; its params (the DiT file) logged on the first run
 WAN14_DIT_RUNNER = "Wan2.x-T2V-14B"
@@ -237,11 +289,13 @@ WAN_GROUPS["wan22-vae"] = [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 
 WAN22_FAMILY = {WAN22_DIT_RUNNER: "wan22", WAN_VAE_RUNNER: "wan22-vae"}
 
 
-def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool) -> list[str]:
+def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool,
+              conv: bool = False) -> list[str]:
     args = ["-M", "vid_gen", *[a for flag, path in files.items() for a in (flag, str(path))],
             "-p", "a cat", "-W", str(width), "-H", str(height), "--video-frames", str(frames), "--steps", "1",
             "--cfg-scale", "1", "-t", "2", "--seed", "1", "--mmap", "-o", str(files["--vae"].with_name("wan.webm"))]
-    return args + (["--fa"] if fa else []) + (["--vae-tiling"] if tiled else [])
+    return args + (["--fa"] if fa else []) + (["--vae-tiling"] if tiled else []) \
+        + (["--diffusion-conv-direct", "--vae-conv-direct"] if conv else [])
 
 
 def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[dict]:
@@ -252,19 +306,20 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
     stand_in = dict(full, **{"--t5xxl": write_wan(work, "Q8_0", te_layers=1)["--t5xxl"]})
     rows = []
     for group in groups:
-        files = full if group == "wan-te" else stand_in
+        files = full if group.startswith("wan-te") else stand_in   # the full UMT5 for its own buffer
         if group == "wan-14b":
             files = write_wan(work, "Q8_0", te_layers=1, size="14B")
         if group.startswith("wan22"):
             files = write_wan22(work, "Q8_0", te_layers=1)
+        conv = group in WAN_CONV_DIRECT
         for runner, fa, tiled, points in WAN_GROUPS[group]:
             for width, height, frames in points:
                 family = WAN22_FAMILY[runner] if group.startswith("wan22") else WAN_FAMILY[runner]
                 row = {"family": family, "runner": runner, "width": width, "height": height,
-                       "frames": frames, "flash_attn": fa, "conv_direct": False, "vae_tiling": tiled}
+                       "frames": frames, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
                 if _key(row) in done:
                     continue
-                args = _wan_args(files, width, height, frames, fa, tiled)
+                args = _wan_args(files, width, height, frames, fa, tiled, conv)
                 got = run_sd_cli(args, exe=exe, stop_when=[runner], timeout_s=3600)
                 params = [{"family": "wan", "component": name, "bytes": size} for name, size in got.totals] \
                     if group == "wan-te" else []
@@ -281,6 +336,58 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
                 done.add(_key(row))
                 save(row, params)
     return rows
+
+
+def _params_key(p: dict) -> tuple[str, str]:
+    return p["family"], p.get("backend", CPU_ROWS)
+
+
+# ---- the Vulkan build (scripts/build_sd_cpp.sh --vulkan) on Mesa's lavapipe, rows marked "backend": "vulkan".
+# Only sizes whose every tensor stays within lavapipe's maxStorageBufferRange (128 MiB): ggml-vulkan refuses a node
+# with a larger source or result, and sd-cli then reserves the graph with a scheduler and a CPU fallback, which
+# logs no compute buffer (ggml_extend.hpp alloc_compute_buffer). One run logs every runner named, in order.
+# group -> (checkpoint family, runners logged by one run, sizes, modes)
+VULKAN = "vulkan"
+VULKAN_GROUPS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[int, int], ...], tuple[tuple[bool, bool], ...]]] = {
+    # CLIP-L, then the UNet: without flash attention KQ is (latent pixels)^2 x 8 heads of f32, 112.5 MiB at 320x384
+    "vulkan-sd15": ("sd15", ("clip", "unet"), ((256, 256), (320, 320), (320, 384)), (OFF, FA, CD, BOTH)),
+    # the decode, after one UNet step on lavapipe: that step ran to the end at 128x128 without direct convolution
+    # once; other runs ended in a crash inside it (SIGSEGV at 128x128 with direct convolution for the UNet or the
+    # VAE alone, SIGABRT at 192x128), after the UNet's buffers were logged
+    "vulkan-kl-f8": ("sd15", ("vae",), ((128, 128),), (OFF,)),
+}
+VULKAN_FAMILY = {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}
+
+
+def vulkan_args(model: list[str], width: int, height: int, fa: bool, conv: bool) -> list[str]:
+    """sd-cli's arguments for a run on Vulkan0 (lavapipe, named by GGML_VK_VISIBLE_DEVICES=0)."""
+    return [*_args(model, width, height, fa, conv, False), "--backend", "vulkan0"]
+
+
+def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None:
+    """Vulkan rows for `groups` (skipping keys in `done`) and, on the first run, the params buffers;
+    `save(rows, params)` after each run."""
+    exe = ensure_sd_cli(backend=VULKAN)
+    for group in groups:
+        family, runners, sizes, modes = VULKAN_GROUPS[group]
+        model = _model(family, work)
+        for (fa, conv), (width, height) in ((m, s) for m in modes for s in sizes):
+            rows = [{"family": VULKAN_FAMILY[r], "runner": r, "width": width, "height": height, "flash_attn": fa,
+                     "conv_direct": conv, "vae_tiling": False, "backend": VULKAN} for r in runners]
+            rows = [r for r in rows if _key(r) not in done]
+            if not rows:
+                continue
+            args = vulkan_args(model, width, height, fa, conv)
+            got = run_sd_cli(args, exe=exe, stop_when=[r["runner"] for r in rows], timeout_s=1800, backend=VULKAN)
+            params = [{"family": family, "component": name, "bytes": size, "backend": VULKAN}
+                      for name, size in got.totals] if (family, VULKAN) not in done else []
+            done.add((family, VULKAN))
+            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
+            for row in rows:
+                row.update({"bytes": got.compute_of(row["runner"]), "argv": argv})
+                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                done.add(_key(row))
+            save(rows, params)
 
 
 # ---- video: LTX-2's video VAE (planner/synth/shapes_ltx.py: the VAE shape-faithful, a DiT without
@@ -370,9 +477,10 @@ def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[
 
 
 def _write(out: Path, old: dict, rows: list[dict], params: list[dict]) -> None:
-    """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints."""
-    families = {p["family"] for p in params}
-    kept = [p for p in old.get("params", []) if p["family"] not in families]
+    """The corpus `old` with `rows` appended and `params` replacing its params of the same checkpoints and
+    backends."""
+    families = {_params_key(p) for p in params}
+    kept = [p for p in old.get("params", []) if _params_key(p) not in families]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"sd_cpp": SD_CPP_PIN, "rows": old["rows"] + rows, "params": kept + params},
                               indent=1) + "\n")
@@ -391,7 +499,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", default=",".join(GROUPS),
                         help=f"image groups {', '.join(GROUPS)}; video groups "
-                             f"{', '.join([*WAN_GROUPS, *LTX2_GROUPS])}; batch groups {', '.join(BATCH_GROUPS)}")
+                             f"{', '.join([*WAN_GROUPS, *LTX2_GROUPS])}; batch groups {', '.join(BATCH_GROUPS)}; "
+                             f"Vulkan groups {', '.join(VULKAN_GROUPS)}")
     parser.add_argument("--dir", default="/tmp/sd-corpus")
     parser.add_argument("--out", default=str(CORPUS))
     ns = parser.parse_args()
@@ -409,7 +518,12 @@ def main() -> None:
     ltx2 = [g for g in groups if g in LTX2_GROUPS]
     if ltx2:
         record_ltx2(ltx2, work, {_key(r) for r in _load(out)["rows"]}, lambda row, params: _save(out, [row], params))
-    image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS and g not in BATCH_GROUPS]
+    vulkan = [g for g in groups if g in VULKAN_GROUPS]
+    if vulkan:
+        done = {_key(r) for r in old["rows"]} | {(p["family"], VULKAN) for p in old["params"] if p.get("backend")}
+        record_vulkan(vulkan, work, done, lambda rows, params: _save(out, rows, params))
+    image = [g for g in groups if g not in WAN_GROUPS and g not in LTX2_GROUPS and g not in BATCH_GROUPS
+             and g not in VULKAN_GROUPS]
     if image:   # record() hands its rows so far after every run: written beside the corpus as it was
         before = _load(out)
         _write(out, before, *record(image, work, {_key(r) for r in before["rows"]},

@@ -53,6 +53,9 @@ class VulkanDeviceFeatures:
     fp16: bool
     integer_dot_product: bool
     coopmat: bool
+    # bufferDeviceAddress and shaderInt64: ggml-vulkan's im2col then addresses its tensors directly, and
+    # supports_op does not bound them by maxStorageBufferRange
+    buffer_device_address: bool = False
 
     @property
     def alloc_limit(self) -> int:
@@ -99,7 +102,7 @@ LAVAPIPE = VulkanDeviceFeatures(
     max_storage_buffer_range=128 * MIB, max_memory_allocation_size=2 * GIB, max_buffer_size=0xFFFFFFFF,
     min_storage_buffer_offset_alignment=16, min_memory_map_alignment=64, heap_bytes=2 * GIB,
     maintenance4=True, shader_64bit_indexing=False, memory_budget=False, subgroup_size=8, fp16=True,
-    integer_dot_product=False, coopmat=False,
+    integer_dot_product=False, coopmat=False, buffer_device_address=True,
 )
 
 VULKAN_DEVICES: dict[str, VulkanDeviceFeatures] = {LAVAPIPE.id: LAVAPIPE}

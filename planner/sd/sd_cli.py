@@ -2,7 +2,8 @@
 binary is, building it once, running it, and reading the buffer sizes its `-v` log states.
 
 scripts/build_sd_cpp.sh builds sd-cli (CPU, GGML_NATIVE=OFF) from the pinned source snapshot into
-~/.cache/fitplan/stable-diffusion.cpp-<pin>-cpu/bin (or $FITPLAN_SD_CPP_DIR/bin).
+~/.cache/fitplan/stable-diffusion.cpp-<pin>-cpu/bin (or $FITPLAN_SD_CPP_DIR/bin); with --vulkan, the Vulkan
+build into ...-<pin>-vulkan/bin (or $FITPLAN_SD_CPP_VULKAN_DIR/bin), run on Mesa's lavapipe with VULKAN_ENV.
 
 The log lines read (stable-diffusion.cpp at the pin, LOG_DEBUG under `-v`):
   src/core/ggml_extend.hpp `alloc_compute_buffer`: "<runner> compute buffer size: X MB(RAM|VRAM)"
@@ -29,6 +30,13 @@ log = logging.getLogger(__name__)
 SD_CPP_PIN = "97d2990-ggml-8e800ce"   # stable-diffusion.cpp 97d29908 with ggml 8e800cef
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build_sd_cpp.sh"
 DIR_ENV = "FITPLAN_SD_CPP_DIR"
+# the builds: backend -> (cache directory suffix, build script arguments, the variable naming another cache)
+BUILDS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "cpu": ("cpu", (), DIR_ENV),
+    "vulkan": ("vulkan", ("--vulkan",), "FITPLAN_SD_CPP_VULKAN_DIR"),
+}
+# ggml-vulkan.cpp ggml_vk_instance_init skips CPU-type devices (lavapipe) unless this names them
+VULKAN_ENV = {"GGML_VK_VISIBLE_DEVICES": "0"}
 SOURCE_ENV = "FITPLAN_SD_CPP_SOURCE"
 
 
@@ -54,16 +62,23 @@ class SdCliError(FitplanError):
     exit_code = 1
 
 
-def cache_dir() -> Path:
-    env = os.environ.get(DIR_ENV)
+def _build(backend: str) -> tuple[str, tuple[str, ...], str]:
+    if backend not in BUILDS:
+        raise SdCliError(f"sd-cli backend {backend!r}: expected one of {', '.join(BUILDS)}")
+    return BUILDS[backend]
+
+
+def cache_dir(backend: str = "cpu") -> Path:
+    suffix, _, dir_env = _build(backend)
+    env = os.environ.get(dir_env)
     if env:
         return Path(env)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "fitplan" / f"stable-diffusion.cpp-{SD_CPP_PIN}-cpu"
+    return base / "fitplan" / f"stable-diffusion.cpp-{SD_CPP_PIN}-{suffix}"
 
 
-def sd_cli_path() -> Path | None:
-    exe = cache_dir() / "bin" / "sd-cli"
+def sd_cli_path(backend: str = "cpu") -> Path | None:
+    exe = cache_dir(backend) / "bin" / "sd-cli"
     return exe if os.access(exe, os.X_OK) else None
 
 
@@ -75,27 +90,29 @@ def _build_in_progress(cache: Path) -> bool:
     return time.time() - newest < _BUSY_BUILD_S
 
 
-def ensure_sd_cli(timeout_s: float = 3600) -> Path:
-    """sd-cli, built first if the cache lacks it (one build at a time, also across processes)."""
-    found = sd_cli_path()
+def ensure_sd_cli(timeout_s: float = 3600, backend: str = "cpu") -> Path:
+    """sd-cli of the `backend` build, built first if the cache lacks it (one build at a time, also across
+    processes)."""
+    found = sd_cli_path(backend)
     if found:
         return found
-    cache = cache_dir()
+    cache = cache_dir(backend)
+    script_args = _build(backend)[1]
     cache.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
     with open(f"{cache}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        while sd_cli_path() is None and _build_in_progress(cache) and time.monotonic() < deadline:
+        while sd_cli_path(backend) is None and _build_in_progress(cache) and time.monotonic() < deadline:
             time.sleep(5)
-        if sd_cli_path() is None:
+        if sd_cli_path(backend) is None:
             log.info("building sd-cli into %s", cache)
             env = dict(os.environ, **{DIR_ENV: str(cache)})
-            done = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, capture_output=True, text=True,
+            done = subprocess.run(["bash", str(BUILD_SCRIPT), *script_args], env=env, capture_output=True, text=True,
                                   timeout=max(1.0, deadline - time.monotonic()), check=False)
             if done.returncode != 0:
                 tail = " / ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
                 raise SdCliError(f"building sd-cli failed (exit {done.returncode}): {tail}")
-    found = sd_cli_path()
+    found = sd_cli_path(backend)
     if found is None:
         raise SdCliError(f"sd-cli is missing from {cache / 'bin'} after the build")
     return found
@@ -160,17 +177,20 @@ def _logged_all(wanted: dict[str, int], line: str) -> bool:
 
 
 def run_sd_cli(args: Sequence[str], *, exe: Path | None = None, stop_when: Sequence[str] = (),
-               timeout_s: float = 900, log_path: Path | None = None, stop_after: int = 1) -> SdCliLog:
-    """Run `sd-cli -v ARGS`. With `stop_when`, the run is stopped (by its own handle) once a compute
-    buffer has been logged for every runner named there, as many times as it is named (SD 2.x's UNet
-    runner reserves a small graph first, its v-prediction probe), times `stop_after` (a runner re-reserves
-    for each image of a batch: `-b N` logs its buffer N times): the sizes are known before the graphs run."""
-    exe = exe or ensure_sd_cli()
+               timeout_s: float = 900, log_path: Path | None = None, stop_after: int = 1,
+               backend: str = "cpu") -> SdCliLog:
+    """Run `sd-cli -v ARGS` of the `backend` build (the Vulkan one with VULKAN_ENV). With `stop_when`, the
+    run is stopped (by its own handle) once a compute buffer has been logged for every runner named there,
+    as many times as it is named (SD 2.x's UNet runner reserves a small graph first, its v-prediction
+    probe), times `stop_after` (a runner re-reserves for each image of a batch: `-b N` logs its buffer N
+    times): the sizes are known before the graphs run."""
+    exe = exe or ensure_sd_cli(backend=backend)
     cmd = [str(exe), "-v", *args]
     lines: list[str] = []
     wanted = Counter({runner: n * max(stop_after, 1) for runner, n in Counter(stop_when).items()})
+    env = dict(os.environ, **VULKAN_ENV) if backend == "vulkan" else None
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            text=True, errors="replace")
+                            text=True, errors="replace", env=env)
     deadline = time.monotonic() + timeout_s
     stopped = False
     try:

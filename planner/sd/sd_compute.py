@@ -26,9 +26,12 @@ from fractions import Fraction
 from pathlib import Path
 
 from planner.core.errors import BadInput
-from planner.sd.sd_simulated import simulated_bytes, simulated_video_bytes
+from planner.sd.sd_simulated import BACKEND_BUFFERS, CPU_ROWS, simulated_bytes, simulated_video_bytes
 
 CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
+# A row's "backend": absent for the CPU build's rows (CPU_ROWS), else a key of BACKEND_BUFFERS ("vulkan": the
+# Vulkan build's on Mesa's lavapipe, scripts/build_sd_cpp.sh --vulkan, scripts/record_sd_corpus.py --vulkan).
+BACKENDS = tuple(BACKEND_BUFFERS)
 LATENT_FACTOR = 8          # SD 1.x / 2.x / XL VAEs: 8 image pixels per latent pixel
 VAE_TILE = 32              # vae.hpp get_tile_sizes: the default tile side, in latent pixels
 MIN_TILE = 4               # vae.hpp get_tile_sizes: min_tile_dimension
@@ -89,6 +92,7 @@ class Row:
     bytes: int
     frames: int = 1    # video frames (video rows only)
     batch: int = 1     # sd-cli's -b: images made in the run (rows without the field made one)
+    backend: str = CPU_ROWS   # the sd-cli build and device the row was logged on (BACKENDS)
 
     @property
     def fit(self) -> bool:
@@ -104,9 +108,12 @@ class Row:
 
 
 def _row(raw: dict) -> Row:
+    backend = raw.get("backend", CPU_ROWS)
+    if backend not in BACKENDS:
+        raise ValueError(f"sd_cli_corpus.json: row backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
                Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
-               raw.get("frames", 1), raw.get("batch", 1))
+               raw.get("frames", 1), raw.get("batch", 1), backend)
 
 
 @functools.lru_cache(maxsize=1)
@@ -121,12 +128,24 @@ APART_FAMILIES = frozenset({"ltx2-vae"})
 
 
 def corpus() -> tuple[Row, ...]:
-    """The image models' rows (the video models' are video_corpus())."""
-    return tuple(r for r in _all_rows() if r.family not in VIDEO_FAMILIES | APART_FAMILIES)
+    """The image models' CPU rows (the video models' are video_corpus(), the other backends'
+    backend_corpus()): the rows the curves are solved from."""
+    return tuple(r for r in _all_rows()
+                 if r.family not in VIDEO_FAMILIES | APART_FAMILIES and r.backend == CPU_ROWS)
 
 
 def video_corpus() -> tuple[Row, ...]:
-    return tuple(r for r in _all_rows() if r.family in VIDEO_FAMILIES)
+    return tuple(r for r in _all_rows() if r.family in VIDEO_FAMILIES and r.backend == CPU_ROWS)
+
+
+def backend_corpus(backend: str) -> tuple[Row, ...]:
+    """The rows logged on `backend` (one of BACKENDS), image and video models alike."""
+    return tuple(r for r in _all_rows() if r.backend == backend)
+
+
+def params_rows(backend: str = CPU_ROWS) -> tuple[dict, ...]:
+    """The corpus's params buffers ({"family", "component", "bytes"}) as sd-cli logged them on `backend`."""
+    return tuple(p for p in json.loads(CORPUS.read_text())["params"] if p.get("backend", CPU_ROWS) == backend)
 
 
 def latent_pixels(width: int, height: int) -> int:

@@ -4,18 +4,24 @@ A runner is listed here only when its simulated graph reproduces every sd-cli fi
 for it (tests/runtime/sd: each to the 0.01 MB sd-cli logs);
 planner/sd/sd_compute.py asks here first and falls back to its curves for everything else. The
 simulation reserves the runner's graph with the runtime's graph allocator, as
-GGMLRunner::alloc_compute_buffer does, so any image size is covered, not only the corpus's range.
+GGMLRunner::alloc_compute_buffer does, so any image size is covered, not only the corpus's range, in the
+buffer type of the runner's backend: the CPU's, or a Vulkan device's (BACKEND_BUFFERS; the device's facts from
+planner/hardware/vulkan_devices.py).
 """
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
 
+from planner.hardware.vulkan_devices import LAVAPIPE, VulkanDeviceFeatures
+from runtime.ggml.graph import Op
 from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit, wan_vae_decoder
 from runtime.sd.sd_reserve import (
+    CPU,
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
     Z_IMAGE_PROMPT_TOKENS,
+    SdBackend,
     SdMode,
     clip_text_bytes,
     flux_bytes,
@@ -33,6 +39,22 @@ from runtime.sd.sd_reserve import (
     wan_vae_decode_bytes,
     z_image_bytes,
 )
+
+# ggml-vulkan.cpp supports_op: im2col reads and writes through buffer device addresses, so the storage buffer
+# range does not bound its tensors (the matmul that consumes its columns is bounded)
+IM2COL_OPS = frozenset({Op.IM2COL})
+
+
+def vulkan_buffers(device: VulkanDeviceFeatures, name: str = "Vulkan0") -> SdBackend:
+    """A Vulkan device's default buffer type: its minStorageBufferOffsetAlignment, and the suballocation
+    block (at most 1 GiB) as the largest buffer ggml-alloc asks for; and the largest tensor it accepts."""
+    return SdBackend(name, device.alignment, device.max_alloc, device.max_tensor_bytes,
+                     IM2COL_OPS if device.buffer_device_address else frozenset())
+
+
+CPU_ROWS = "cpu"
+# the backends sd-cli's figures are known for: the CPU build, and the Vulkan build on Mesa's lavapipe
+BACKEND_BUFFERS: dict[str, SdBackend] = {CPU_ROWS: CPU, "vulkan": vulkan_buffers(LAVAPIPE)}
 
 FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
 SD3_T5_TOKENS = 77     # conditioner.hpp SD3CLIPEmbedder: T5's chunk is CLIP's 77 tokens
@@ -112,22 +134,24 @@ def simulated_ltx_vae_bytes(width: int, height: int, frames: int, temporal: bool
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
 def simulated_bytes(family: str, runner: str, width: int, height: int, flash_attn: bool, conv_direct: bool,
-                    tiled: bool) -> int | None:
-    """The runner's compute buffer at width x height image pixels, or None where it is not simulated."""
+                    tiled: bool, backend: str = CPU_ROWS) -> int | None:
+    """The runner's compute buffer at width x height image pixels on `backend` (a key of BACKEND_BUFFERS),
+    or None where it is not simulated."""
     simulate = SIMULATED.get((family, runner))
     if simulate is None:
         return None
-    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, SdMode(flash_attn, conv_direct), tiled)
+    mode = SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend])
+    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, mode, tiled)
 
 
 @functools.lru_cache(maxsize=1024)
 def simulated_video_bytes(family: str, runner: str, width: int, height: int, frames: int, flash_attn: bool,
-                          conv_direct: bool, tiled: bool) -> int | None:
-    """A video model runner's compute buffer at width x height pixels and `frames` video frames (4k+1), or
-    None where it is not simulated."""
+                          conv_direct: bool, tiled: bool, backend: str = CPU_ROWS) -> int | None:
+    """A video model runner's compute buffer at width x height pixels and `frames` video frames (4k+1) on
+    `backend`, or None where it is not simulated."""
     simulate = VIDEO_SIMULATED.get((family, runner))
     if simulate is None:
         return None
     scale = VIDEO_SCALE.get(family, LATENT_FACTOR)
     return simulate(width // scale, height // scale, wan_latent_frames(frames),
-                    SdMode(flash_attn, conv_direct), tiled)
+                    SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend]), tiled)

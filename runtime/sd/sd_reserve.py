@@ -4,8 +4,16 @@ Sources (stable-diffusion.cpp 97d2990, src/core/ggml_extend.hpp GGMLRunner): get
 one-element inputs first (`one`, f32, and `zero_int`, i32), builds the runner's graph, and expands those two
 into it last; alloc_compute_buffer, on a single backend, makes one ggml_gallocr for the backend's default
 buffer type and reserves the graph with ggml_gallocr_reserve; the logged "compute buffer size" is that
-allocator's buffer. The buffer type here is the CPU backend's (32-byte alignment, sizes as ggml_nbytes), the
-backend the corpus was recorded on; a GPU backend's alignment and alloc sizes are not modelled.
+allocator's buffer, in the runtime backend's default buffer type (SdBackend): the CPU's (32-byte alignment, sizes
+as ggml_nbytes, no largest buffer), or a Vulkan device's (ggml-vulkan.cpp ggml_backend_vk_buffer_type_*: the
+device's minStorageBufferOffsetAlignment, sizes as ggml_nbytes, and the suballocation block as the largest
+buffer, past which ggml-alloc opens another chunk; the logged size is the sum of the chunks). The graphs the
+modelled runners build are the same on both (stable-diffusion.cpp's Vulkan branches change only a matmul's
+precision flag). A runner whose graph has a node the backend refuses is reserved by a scheduler with a CPU
+fallback instead (alloc_compute_buffer: graph_requires_backend_fallback), which logs no compute buffer and is
+not modelled: such a reserve raises BackendFallback. ggml-vulkan refuses a node whose result or a source is larger
+than maxStorageBufferRange (without 64-bit indexing; im2col through buffer device addresses excepted), which on
+lavapipe is 128 MiB (ggml-vulkan.cpp ggml_backend_vk_device_supports_op, tensor_size_supported).
 Inputs the runner sets from the host (make_input) are graph leafs allocated in the same buffer; parameters
 live in their own buffer. The ggml-alloc.c of sd.cpp's ggml (8e800ce) differs from llama.cpp's pinned one
 only in CLAMP not being an in-place op, which these graphs never use.
@@ -13,11 +21,12 @@ only in CLAMP not being an in-place op, which these graphs never use.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from planner.core.errors import FitplanError
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
-from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu
-from runtime.ggml.graph import GGMLType, Graph, Tensor
+from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu, make_virtual
+from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
 from runtime.sd import (
     clip_text,
     flux_dit,
@@ -45,22 +54,67 @@ SDXL_VAE_CONV_SCALE = 1.0 / 32.0
 
 
 @dataclass(frozen=True)
+class SdBackend:
+    """The default buffer type of a runner's runtime backend, as far as ggml-alloc uses it, and the largest
+    tensor its supports_op accepts. `alignment` None: the CPU buffer type's own (ggml-impl.h TENSOR_ALIGNMENT)."""
+
+    name: str = "CPU"
+    alignment: int | None = None
+    max_size: int = UNLIMITED
+    max_tensor_bytes: int = UNLIMITED
+    unbounded_ops: frozenset[Op] = frozenset()   # ops whose own tensors max_tensor_bytes does not bound
+
+    def buffer_type(self) -> BufferType:
+        if self.alignment is None:
+            return make_cpu(UNLIMITED).buffer_type
+        return make_virtual(self.name, UNLIMITED, alignment=self.alignment, max_alloc=self.max_size).buffer_type
+
+
+CPU = SdBackend()
+
+
+@dataclass(frozen=True)
 class SdMode:
-    """The runner switches that change a graph (--fa / --diffusion-fa, --*-conv-direct)."""
+    """The runner switches that change a graph (--fa / --diffusion-fa, --*-conv-direct), and the backend
+    whose buffer type the graph is reserved in."""
 
     flash_attn: bool = False
     conv_direct: bool = False
+    backend: SdBackend = CPU
 
 
 def cpu_buffer_type() -> BufferType:
-    return make_cpu(UNLIMITED).buffer_type
+    return CPU.buffer_type()
 
 
-def reserve_graph(buft: BufferType, outputs: list[Tensor]) -> int:
-    """Bytes of the one compute buffer ggml_gallocr_reserve makes for the graph of `outputs` (in order)."""
+class BackendFallback(FitplanError):
+    """The runner's graph has nodes its backend refuses: sd-cli reserves it with a scheduler and a CPU
+    fallback, whose buffers are not modelled."""
+
+    exit_code = 1
+    code = "backend_fallback"
+
+
+def refused_nodes(graph: Graph, backend: SdBackend) -> list[Tensor]:
+    """The nodes `backend` refuses by size: a source or the result larger than max_tensor_bytes."""
+    def too_big(t: Tensor | None) -> bool:
+        return t is not None and t.nbytes() > backend.max_tensor_bytes
+    return [n for n in graph.nodes if n.op not in backend.unbounded_ops and (too_big(n) or any(map(too_big, n.src)))]
+
+
+def reserve_graph(buft: BufferType, outputs: list[Tensor], backend: SdBackend | None = None) -> int:
+    """Bytes of the one compute buffer ggml_gallocr_reserve makes for the graph of `outputs` (in order);
+    BackendFallback where `backend` refuses a node."""
     graph = Graph()
     for out in outputs:
         graph.expand(out)
+    bounded = backend is not None and backend.max_tensor_bytes < UNLIMITED
+    refused = refused_nodes(graph, backend) if backend is not None and bounded else []
+    if backend is not None and refused:
+        biggest = max(refused, key=lambda n: max(t.nbytes() for t in (n, *n.src) if t is not None))
+        raise BackendFallback(f"{backend.name} refuses {len(refused)} node(s) of this graph (the largest tensor at "
+                              f"{biggest.op.value} {biggest.name!r}, over {backend.max_tensor_bytes / 2**20:.0f} MiB); "
+                              "sd-cli reserves it with a CPU fallback, whose buffers are not modelled")
     planned = PlannedGraph(graph.nodes, [0] * len(graph.nodes), graph.leafs, [0] * len(graph.leafs))
     return GraphAllocator([buft]).plan(planned)[0]
 
@@ -68,13 +122,13 @@ def reserve_graph(buft: BufferType, outputs: list[Tensor]) -> int:
 def runner_reserve(build: Callable[[Blocks], Tensor | list[Tensor]], mode: SdMode, conv_scale: float = 1.0) -> int:
     """GGMLRunner's reserve of the graph `build` makes (its outputs in the order they are expanded):
     `one` and `zero_int` are expanded after it."""
-    buft = cpu_buffer_type()
+    buft = mode.backend.buffer_type()
     blocks = Blocks(buft, mode.flash_attn, mode.conv_direct, conv_scale)
     one = Tensor(GGMLType.F32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:one")
     zero_int = Tensor(GGMLType.I32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:zero_int")
     blocks.one = one
     built = build(blocks)
-    return reserve_graph(buft, [*(built if isinstance(built, list) else [built]), one, zero_int])
+    return reserve_graph(buft, [*(built if isinstance(built, list) else [built]), one, zero_int], mode.backend)
 
 
 def vae_tile_side(latent_side: int, tile: int = VAE_TILE) -> int:
@@ -188,7 +242,7 @@ def mmdit_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
     """The MMDiT runner's compute buffer for one call on a latent_w x latent_h latent with `n_context`
     context tokens. --diffusion-conv-direct does not reach it: stable-diffusion.cpp enables direct
     convolution only on the UNet runner, so its patch embedding stays an im2col convolution."""
-    mode = SdMode(mode.flash_attn, False)
+    mode = replace(mode, conv_direct=False)
     def build(b: Blocks) -> Tensor:
         x = Tensor(GGMLType.F32, (latent_w, latent_h, cfg.in_channels, 1), name="x")
         timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
@@ -210,7 +264,7 @@ def wan_dit_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = Sd
     """The Wan DiT runner's compute buffer for one call on a latent_w x latent_h x latent_t latent with the
     512-token text context. Direct convolution does not reach it (stable-diffusion.cpp enables it on the UNet
     runner only)."""
-    mode = SdMode(mode.flash_attn, False)
+    mode = replace(mode, conv_direct=False)
     pt, ph, pw = cfg.patch
 
     def build(b: Blocks) -> Tensor:
@@ -233,7 +287,7 @@ def z_image_bytes(latent_w: int, latent_h: int, mode: SdMode = SdMode(),
                   n_txt: int = Z_IMAGE_PROMPT_TOKENS) -> int:
     """The Z-Image DiT runner's compute buffer for one call on a latent_w x latent_h latent (even sides) with
     `n_txt` caption tokens. Direct convolution does not reach it (no convolutions)."""
-    mode = SdMode(mode.flash_attn, False)
+    mode = replace(mode, conv_direct=False)
     p = cfg.patch_size
 
     def build(b: Blocks) -> Tensor:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from planner.cli import main
-from planner.sd.sd_compute import CORPUS
+from planner.sd.sd_compute import CORPUS, params_rows
 from planner.synth.shapes_wan import write_wan22
 
 MiB = 1 << 20
@@ -27,7 +27,7 @@ def corpus(fam: str, **key) -> int:
 
 
 def params(fam: str) -> dict[str, int]:
-    return {p["component"]: p["bytes"] for p in json.loads(CORPUS.read_text())["params"] if p["family"] == fam}
+    return {p["component"]: p["bytes"] for p in params_rows() if p["family"] == fam}
 
 
 @pytest.fixture(scope="module")

@@ -79,18 +79,16 @@ COMPONENT = {"diffusion_model": 0, "text_encoders": 1, "vae": 2}   # sd-cli's na
 def test_params_buffers_equal_sd_clis(tmp_path):
     """The corpus's `params` rows are sd-cli's "total params memory size" figures per component
     (printed to 0.01 MB) for the shape-faithful checkpoints; sd-fit's params buffers equal them."""
-    import json
-
     from planner.sd.components import read_components
     from planner.sd.roles import FileRole, Kind, ModelSource
-    from planner.sd.sd_compute import CORPUS
+    from planner.sd.sd_compute import params_rows
     from planner.synth.shapes_sd import write_checkpoint, write_flux
     from planner.synth.shapes_sd3 import write_sd3, write_z_image
 
     roles = {"--diffusion-model": FileRole.DIFFUSION_MODEL, "--t5xxl": FileRole.T5XXL, "--clip_l": FileRole.CLIP_L,
              "--vae": FileRole.VAE, "-m": FileRole.MODEL, "--clip_g": FileRole.CLIP_G, "--llm": FileRole.LLM}
     released = {"flux": write_flux, "sd3": write_sd3, "zimage": write_z_image}   # files by sd-cli flag
-    rows = json.loads(CORPUS.read_text())["params"]
+    rows = params_rows()   # the CPU build's
     assert {r["family"] for r in rows} >= {"sd15", "sdxl", "flux"}
     # the video models' rows: tests/planner/sd/test_compute_video.py, tests/planner/sd/test_ltx2_rows.py;
     # SD3.5 large's and Wan 14B's: tests/planner/sd/test_shapes_big.py; Wan2.2's: test_shapes_wan22.py

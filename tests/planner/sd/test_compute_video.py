@@ -7,7 +7,6 @@ each curve is solved from its FIT_VIDEO rows, and every other row must come out 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,13 @@ from planner.sd.components import read_components
 from planner.sd.family import family
 from planner.sd.roles import FileRole, Kind, ModelSource
 from planner.sd.sd_compute import (
-    CORPUS,
     FIT_VIDEO,
     VIDEO_FAMILIES,
     WAN_DIT,
     Mode,
     corpus,
     latent_frames,
+    params_rows,
     video_compute_bytes,
     video_corpus,
 )
@@ -135,7 +134,7 @@ def test_sized_rejects_frames_on_an_image_model(tmp_path):
 def test_params_buffers_equal_sd_clis(tmp_path):
     """The corpus's `wan` params rows are sd-cli's "total params memory size" figures (to 0.01 MB)
     for these files with the Q4_0 UMT5 encoder; sd-fit's params buffers equal them."""
-    rows = [r for r in json.loads(CORPUS.read_text())["params"] if r["family"] == "wan"]
+    rows = [r for r in params_rows() if r["family"] == "wan"]
     assert {r["component"] for r in rows} == {"diffusion_model", "text_encoders", "vae"}
     files = write_wan(tmp_path, "Q4_0")
     roles = {"--diffusion-model": FileRole.DIFFUSION_MODEL, "--t5xxl": FileRole.T5XXL, "--vae": FileRole.VAE}

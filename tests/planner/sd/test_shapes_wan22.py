@@ -4,12 +4,10 @@ config (dim 3072, 30 blocks, 24 heads, FFN 14336, 48 channels in and out) and fr
 2.1 1.3B's or VAE's), and the params buffers sd-fit sizes equal sd-cli's logged figures in the corpus."""
 from __future__ import annotations
 
-import json
-
 from planner.sd.components import read_components
 from planner.sd.family import family
 from planner.sd.roles import FileRole, Kind, ModelSource
-from planner.sd.sd_compute import CORPUS
+from planner.sd.sd_compute import params_rows
 from planner.synth.shapes_wan import wan22_dit_tensors, wan22_vae_tensors, wan_dit_tensors, write_wan, write_wan22
 
 MiB = 1 << 20
@@ -50,7 +48,7 @@ def test_vae_layout_by_hand():
 def test_families_and_params(tmp_path):
     comps = components(write_wan22(tmp_path, "Q8_0", te_layers=24))
     assert {k: family(c) for k, c in comps.items()} == {Kind.DIFFUSION: "wan22", Kind.TE: "wan", Kind.VAE: "wan22-vae"}
-    rows = {r["component"]: r["bytes"] for r in json.loads(CORPUS.read_text())["params"] if r["family"] == "wan22"}
+    rows = {r["component"]: r["bytes"] for r in params_rows() if r["family"] == "wan22"}
     assert set(rows) == {"diffusion_model", "vae"}
     for name, size in rows.items():
         assert abs(comps[COMPONENT[name]].buffer_bytes - size) <= 0.005 * MiB + 1, name
