@@ -265,10 +265,15 @@ WAN22_FILES = {"--diffusion-model": "wan2.2_ti2v_5B_fp16.safetensors", "--vae": 
 
 
 def write_wan22(directory: Path, te_qtype: str = "Q8_0", te_layers: int = UMT5_LAYERS) -> dict[str, Path]:
-    """Wan2.2-TI2V-5B's three files in `directory` by sd-cli flag (the UMT5 file as write_wan's)."""
-    paths = dict(write_wan(directory, te_qtype, te_layers))
-    paths["--diffusion-model"] = directory / WAN22_FILES["--diffusion-model"]
-    paths["--vae"] = directory / WAN22_FILES["--vae"]
+    """Wan2.2-TI2V-5B's three files in `directory` by sd-cli flag (the UMT5 file named as write_wan's)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    te_name = WAN_FILES["--t5xxl"].format(qtype=te_qtype)
+    if te_layers != UMT5_LAYERS:
+        te_name = te_name.replace(".gguf", f"-{te_layers}block.gguf")
+    paths = {"--diffusion-model": directory / WAN22_FILES["--diffusion-model"],
+             "--vae": directory / WAN22_FILES["--vae"], "--t5xxl": directory / te_name}
+    if not paths["--t5xxl"].exists():
+        write_umt5_gguf(paths["--t5xxl"], te_qtype, te_layers)
     if not paths["--diffusion-model"].exists():
         write_safetensors(paths["--diffusion-model"], {n: ("F16", s) for n, s in wan22_dit_tensors().items()})
     if not paths["--vae"].exists():
