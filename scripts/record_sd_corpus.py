@@ -286,6 +286,10 @@ WAN_GROUPS["wan22"] = [(WAN22_DIT_RUNNER, fa, False, [(128, 128, 1), (128, 128, 
 WAN_GROUPS["wan22-vae"] = [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9), (256, 128, 5)]),
                            (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
                            (WAN_VAE_RUNNER, False, True, [(320, 192, 1), (640, 128, 1)])]
+# with the conv-direct flags (WAN_CONV_DIRECT): the 2.2 VAE's Resample and attention Conv2ds switch too
+WAN_GROUPS["wan22-vae-cd"] = [(WAN_VAE_RUNNER, False, False, [(128, 128, 5), (192, 128, 9)])]
+WAN_GROUPS["wan22-frames"] = [(WAN22_DIT_RUNNER, fa, False, [(128, 128, 17)]) for fa in (False, True)]
+WAN_CONV_DIRECT.add("wan22-vae-cd")
 WAN22_FAMILY = {WAN22_DIT_RUNNER: "wan22", WAN_VAE_RUNNER: "wan22-vae"}
 
 
