@@ -227,14 +227,21 @@ def record(groups: list[str], work: Path, done: set[tuple],
             args = _args(model, width, height, fa, conv, tiled)
             stop = [STOP_AFTER.get((family, runner), runner)] * STOP_REPEAT.get((family, runner), 1)
             got = run_sd_cli(args, exe=exe, stop_when=stop, timeout_s=3600)
-            row.update({"bytes": got.compute_of(runner),
-                        "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
-            print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+            _recorded(row, got.compute_of(runner), args, work)
             rows.append(row)
             done.add(_key(row))   # a later group of the same family skips it
             if save:
                 save(rows, params)
     return rows, params
+
+
+
+def _recorded(row: dict, figure: int, args: list[str], work: Path, **extra: object) -> None:
+    """Complete `row` with sd-cli's logged figure and the argv it ran (file names without the work
+    directory), and echo it without the argv."""
+    row.update({"bytes": figure, **extra, "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a
+                                                                     for a in args]]})
+    print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
 
 
 # ---- video: Wan2.1-T2V-1.3B (planner/synth/shapes_wan.py), rows by (width, height, frames)
@@ -333,9 +340,7 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
                 if group == "wan22" and not rows:
                     params = [{"family": "wan22", "component": name, "bytes": size} for name, size in got.totals
                               if name in ("diffusion_model", "vae")]
-                row.update({"bytes": got.compute_of(runner),
-                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(runner), args, work)
                 rows.append(row)
                 done.add(_key(row))
                 save(row, params)
@@ -386,10 +391,8 @@ def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None
             params = [{"family": family, "component": name, "bytes": size, "backend": VULKAN}
                       for name, size in got.totals] if (family, VULKAN) not in done else []
             done.add((family, VULKAN))
-            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
             for row in rows:
-                row.update({"bytes": got.compute_of(row["runner"]), "argv": argv})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(row["runner"]), args, work)
                 done.add(_key(row))
             save(rows, params)
 
@@ -426,9 +429,7 @@ def record_ltx2(groups: list[str], work: Path, done: set[tuple], save) -> list[d
                 # the VAE's params (shape-faithful); the thin DiT's and text encoder's are not the model's
                 params = [{"family": group, "component": name, "bytes": size} for name, size in got.totals
                           if name == "vae"]
-                row.update({"bytes": got.compute_of(LTX2_VAE_RUNNER),
-                            "argv": ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(LTX2_VAE_RUNNER), args, work)
                 rows.append(row)
                 done.add(_key(row))
                 save(row, params)
@@ -469,11 +470,8 @@ def record_batch(groups: list[str], work: Path, done: set[tuple], save) -> list[
                 continue
             args = [*_args(model, width, height, False, False, False), "-b", str(batch)]
             got = run_sd_cli(args, exe=exe, stop_when=[last], stop_after=logs, timeout_s=3600)
-            argv = ["sd-cli", "-v", *[Path(a).name if a.startswith(str(work)) else a for a in args]]
             for row in new:
-                row.update({"bytes": got.compute_of(row["runner"]), "logged": list(got.logged_of(row["runner"])),
-                            "argv": argv})
-                print(json.dumps({k: v for k, v in row.items() if k != "argv"}), flush=True)
+                _recorded(row, got.compute_of(row["runner"]), args, work, logged=list(got.logged_of(row["runner"])))
                 done.add(_key(row))
             rows += new
             save(new)
