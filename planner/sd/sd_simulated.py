@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from planner.hardware.vulkan_devices import LAVAPIPE, VulkanDeviceFeatures
 from runtime.ggml.graph import Op
-from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit
+from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit, wan_vae_decoder
 from runtime.sd.sd_reserve import (
     CPU,
     LATENT_FACTOR,
@@ -99,7 +99,14 @@ VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
     ("wan-14b", "Wan2.x-T2V-14B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode, wan_dit.WAN21_T2V_14B),
     ("wan", "t5"): lambda w, h, t, mode, tiled: t5_bytes(WAN_T5_TOKENS, t5_encoder.UMT5_XXL, mode, masked=True),
     ("wan-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled),
+    # Wan2.2-TI2V-5B: its DiT (one timestep per latent frame) and its 48-channel VAE
+    ("wan22", "Wan2.2-TI2V-5B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode, wan_dit.WAN22_TI2V_5B),
+    ("wan22-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled,
+                                                                             wan_vae_decoder.WAN22_VAE),
 }
+# image pixels per latent pixel where not LATENT_FACTOR: the Wan2.2 VAE's 16 (src/model/vae/vae.hpp
+# get_scale_factor for VERSION_WAN2_2_TI2V)
+VIDEO_SCALE = {"wan22": 16, "wan22-vae": 16}
 
 
 # LTX-2's video VAE (runtime/sd/ltx_vae_decoder.py), decoded whole or with --temporal-tiling; its spatial
@@ -147,5 +154,6 @@ def simulated_video_bytes(family: str, runner: str, width: int, height: int, fra
     simulate = VIDEO_SIMULATED.get((family, runner))
     if simulate is None:
         return None
-    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, wan_latent_frames(frames),
+    scale = VIDEO_SCALE.get(family, LATENT_FACTOR)
+    return simulate(width // scale, height // scale, wan_latent_frames(frames),
                     SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend]), tiled)

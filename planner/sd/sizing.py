@@ -10,7 +10,15 @@ from planner.sd.components import CURVE, KIND_MODULE, SIMULATED, Component
 from planner.sd.family import LTX2_VAE, LTX_FAMILIES, family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.roles import Kind
-from planner.sd.sd_compute import VIDEO_FAMILIES, WAN14_DIT, WAN_DIT, Mode, compute_bytes, video_compute_bytes
+from planner.sd.sd_compute import (
+    VIDEO_FAMILIES,
+    WAN14_DIT,
+    WAN22_DIT,
+    WAN_DIT,
+    Mode,
+    compute_bytes,
+    video_compute_bytes,
+)
 from planner.sd.sd_placement import GpuBudget
 from planner.sd.sd_simulated import LTX_VAE, is_simulated, simulated_ltx_vae_bytes
 
@@ -25,6 +33,7 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
     (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
     (Kind.DIFFUSION, "wan-14b"): (WAN14_DIT,),
+    (Kind.DIFFUSION, "wan22"): (WAN22_DIT,), (Kind.VAE, "wan22-vae"): ("wan_vae",),
     (Kind.DIFFUSION, "sd2"): ("unet",), (Kind.TE, "sd2"): ("clip",),
     (Kind.VAE, LTX2_VAE): (LTX_VAE[1],),
 }

@@ -284,7 +284,7 @@ def wan_dit_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = Sd
 
     def build(b: Blocks) -> Tensor:
         x = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.in_dim), name="x")
-        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        timesteps = Tensor(GGMLType.F32, (latent_t if cfg.per_frame_time else 1, 1, 1, 1), name="timesteps")
         context = Tensor(GGMLType.F32, (cfg.text_dim, cfg.text_len, 1, 1), name="context")
         n_pos = (latent_t // pt) * (latent_h // ph) * (latent_w // pw)
         pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")
