@@ -171,8 +171,8 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
         raise FlagError("--optimal plans parameter placement; it cannot be combined with "
                         "--params-backend or --auto-fit off")
     param_targets = {k: resolve_params(inventory, params, KIND_MODULE[k]) for k in Kind}
-    render = Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
-                          request.conv_direct, request.vae_tiling)
+    render = replace(Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
+                                  request.conv_direct, request.vae_tiling), graph_cuts=max_vram is not None)
     base = _fit_input(inventory, read_components(list(request.sources)), backend, max_vram)
     if request.mmap:
         base = replace(base, mapped_files=mapped_files(request.sources))

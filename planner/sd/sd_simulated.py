@@ -17,7 +17,7 @@ from planner.hardware.vulkan_devices import LAVAPIPE, SUBALLOCATION_BLOCK_SIZE, 
 from runtime.ggml.backend import UNLIMITED
 from runtime.ggml.graph import Op
 from runtime.ggml.profiles import Backend, device_profile
-from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit
+from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit, wan_vae_decoder
 from runtime.sd.sd_reserve import (
     CPU,
     LATENT_FACTOR,
@@ -123,7 +123,14 @@ VIDEO_SIMULATED: dict[tuple[str, str], VideoSimulator] = {
     ("wan-14b", "Wan2.x-T2V-14B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode, wan_dit.WAN21_T2V_14B),
     ("wan", "t5"): lambda w, h, t, mode, tiled: t5_bytes(WAN_T5_TOKENS, t5_encoder.UMT5_XXL, mode, masked=True),
     ("wan-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled),
+    # Wan2.2-TI2V-5B: its DiT (one timestep per latent frame) and its 48-channel VAE
+    ("wan22", "Wan2.2-TI2V-5B"): lambda w, h, t, mode, tiled: wan_dit_bytes(w, h, t, mode, wan_dit.WAN22_TI2V_5B),
+    ("wan22-vae", "wan_vae"): lambda w, h, t, mode, tiled: wan_vae_decode_bytes(w, h, t, mode, tiled,
+                                                                             wan_vae_decoder.WAN22_VAE),
 }
+# image pixels per latent pixel where not LATENT_FACTOR: the Wan2.2 VAE's 16 (src/model/vae/vae.hpp
+# get_scale_factor for VERSION_WAN2_2_TI2V)
+VIDEO_SCALE = {"wan22": 16, "wan22-vae": 16}
 
 
 # LTX-2's video VAE (runtime/sd/ltx_vae_decoder.py), decoded whole or with --temporal-tiling; its spatial
@@ -166,14 +173,16 @@ def _raised(result: int | BackendFallback) -> int:
 
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
 def simulated_bytes(family: str, runner: str, width: int, height: int, flash_attn: bool, conv_direct: bool,
-                    tiled: bool, backend: str | SdBackend = CPU_ROWS) -> int | None:
+                    tiled: bool, backend: str | SdBackend = CPU_ROWS, graph_cuts: bool = False) -> int | None:
     """The runner's compute buffer at width x height image pixels on `backend` (a key of BACKEND_BUFFERS, or a
     device's buffer type: device_buffers), or None where it is not simulated; BackendFallback where the
-    device refuses a node of the graph."""
+    device refuses a node of the graph. `graph_cuts`: the runner plans its graph cuts first, the whole graph in
+    one segment (sd-cli given a --max-vram budget for a runner on a non-CPU device: ggml_extend.hpp
+    can_attempt_graph_cut_segmented_compute)."""
     simulate = SIMULATED.get((family, runner))
     if simulate is None:
         return None
-    mode = SdMode(flash_attn, conv_direct, _buffers(backend))
+    mode = SdMode(flash_attn, conv_direct, _buffers(backend), graph_cuts)
     return _raised(_reserve(simulate, width // LATENT_FACTOR, height // LATENT_FACTOR, mode, tiled))
 
 
@@ -185,6 +194,6 @@ def simulated_video_bytes(family: str, runner: str, width: int, height: int, fra
     simulate = VIDEO_SIMULATED.get((family, runner))
     if simulate is None:
         return None
+    scale = VIDEO_SCALE.get(family, LATENT_FACTOR)
     mode = SdMode(flash_attn, conv_direct, _buffers(backend))
-    return _raised(_reserve(simulate, width // LATENT_FACTOR, height // LATENT_FACTOR, wan_latent_frames(frames),
-                            mode, tiled))
+    return _raised(_reserve(simulate, width // scale, height // scale, wan_latent_frames(frames), mode, tiled))

@@ -10,7 +10,15 @@ from planner.sd.components import CURVE, FALLBACK, KIND_MODULE, SIMULATED, Compo
 from planner.sd.family import LTX2_VAE, LTX_FAMILIES, family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.roles import Kind
-from planner.sd.sd_compute import VIDEO_FAMILIES, WAN14_DIT, WAN_DIT, Mode, compute_bytes, video_compute_bytes
+from planner.sd.sd_compute import (
+    VIDEO_FAMILIES,
+    WAN14_DIT,
+    WAN22_DIT,
+    WAN_DIT,
+    Mode,
+    compute_bytes,
+    video_compute_bytes,
+)
 from planner.sd.sd_placement import GpuBudget
 from planner.sd.sd_simulated import CPU_ROWS, LTX_VAE, device_buffers, is_simulated, simulated_ltx_vae_bytes
 from runtime.sd.sd_reserve import BackendFallback, SdBackend
@@ -26,6 +34,7 @@ RUNNERS: dict[tuple[Kind, str], tuple[str, ...]] = {
     (Kind.DIFFUSION, "zimage"): ("z_image",), (Kind.TE, "zimage"): ("qwen3",), (Kind.VAE, "ae16"): ("vae",),
     (Kind.DIFFUSION, "wan"): (WAN_DIT,), (Kind.TE, "wan"): ("t5",), (Kind.VAE, "wan-vae"): ("wan_vae",),
     (Kind.DIFFUSION, "wan-14b"): (WAN14_DIT,),
+    (Kind.DIFFUSION, "wan22"): (WAN22_DIT,), (Kind.VAE, "wan22-vae"): ("wan_vae",),
     (Kind.DIFFUSION, "sd2"): ("unet",), (Kind.TE, "sd2"): ("clip",),
     (Kind.VAE, LTX2_VAE): (LTX_VAE[1],),
 }
@@ -45,6 +54,7 @@ class Render:
     flash_attn: ModeSpec = ModeSpec(Feature.FLASH_ATTN)
     conv_direct: ModeSpec = ModeSpec(Feature.CONV_DIRECT)
     vae_tiling: bool = False
+    graph_cuts: bool = False   # the plan sets --max-vram: a runner on a GPU plans its graph cuts first
 
     @classmethod
     def parse(cls, width: int, height: int, flash_attn: str | None, conv_direct: str | None,
@@ -63,7 +73,7 @@ def component_mode(comp: Component, render: Render, devices: tuple[tuple[str, st
     module = KIND_MODULE[comp.kind].value
     conv = module in Feature.CONV_DIRECT.modules and (comp.kind, fam) not in NO_CONV \
         and decide(render.conv_direct, module, devices)
-    return Mode(decide(render.flash_attn, module, devices), conv)
+    return Mode(decide(render.flash_attn, module, devices), conv, render.graph_cuts and bool(devices))
 
 
 def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[tuple[str, str], ...]:
