@@ -2,7 +2,8 @@
 
 Expected figures are sd-cli's own, read from the recorded corpus (planner/sd/data/sd_cli_corpus.json): the rows the
 Vulkan build logged on Mesa's lavapipe ("backend": "vulkan") for a lavapipe device (configs/devices/lavapipe.yaml, its
-description matched to its measured limits in planner/hardware/vulkan_devices.py), the CPU build's rows for a CUDA
+description matched to its measured limits in planner/hardware/vulkan_devices.py; with --max-vram, the rows it
+logged with that budget), the CPU build's rows for a CUDA
 device (sized as before) and for a Vulkan device fitplan has not measured (its storage buffer range unknown, so
 nothing refused; 32-byte alignment and 1 GiB chunks, which at these sizes reserve what the CPU buffer type does).
 """
@@ -30,11 +31,12 @@ def mb(n):
     return round(n / MiB, 2)
 
 
-def corpus_row(family, runner, width, height, fa, cd, backend=None):
+def corpus_row(family, runner, width, height, fa, cd, backend=None, max_vram=None):
     """sd-cli's logged buffer for one runner: `backend` "vulkan" for the lavapipe build's rows, None for the CPU
-    build's."""
+    build's; `max_vram` the run's --max-vram (None: without one)."""
     rows = [r for r in json.loads(CORPUS.read_text())["rows"]
-            if r.get("backend") == backend and r.get("batch", 1) == 1 and not r.get("vae_tiling", False)
+            if r.get("backend") == backend and r.get("max_vram") == max_vram
+            and r.get("batch", 1) == 1 and not r.get("vae_tiling", False)
             and (r["family"], r["runner"], r["width"], r["height"], r["flash_attn"], r["conv_direct"])
             == (family, runner, width, height, fa, cd)]
     assert rows, f"no sd-cli row for {family} {runner} {width}x{height} fa={fa} conv_direct={cd} on {backend}"
@@ -67,6 +69,16 @@ def test_lavapipe_runners_are_sized_as_the_vulkan_build_logs_them(capsys, sd15, 
         logged = corpus_row("sd15", runner, width, height, fa, cd, "vulkan")
         assert mb(c[module]["compute_reserve_bytes"]) == mb(logged)
     assert c["diffusion"]["compute_source"].startswith("simulated, ")
+
+
+@pytest.mark.parametrize("fa", [False, True])
+def test_lavapipe_with_max_vram_is_sized_with_graph_cuts_as_logged(capsys, sd15, fa):
+    """With --max-vram the runners on the device plan graph cuts first (the whole graph one segment at 8 GiB):
+    the rows the Vulkan build logged with --max-vram vulkan0=8."""
+    _, c = answer(capsys, sd15, *LAVAPIPE, "--max-vram", "Vulkan0=8", "-W", "320", "-H", "320", *modes(fa, False))
+    logged = corpus_row("sd15", "unet", 320, 320, fa, False, "vulkan", "vulkan0=8")
+    assert mb(c["diffusion"]["compute_reserve_bytes"]) == mb(logged)
+    assert logged != corpus_row("sd15", "unet", 320, 320, fa, False, "vulkan")
 
 
 def test_lavapipe_decode_is_sized_as_the_vulkan_build_logs_it(capsys, sd15):
