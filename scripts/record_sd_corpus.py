@@ -26,7 +26,7 @@ from planner.synth.safetensors_factory import write_safetensors
 from planner.synth.shapes_ltx import write_ltx2
 from planner.synth.shapes_sd import FLUX_FILES, flux_tensors, t5xxl_tensors, write_checkpoint, write_flux
 from planner.synth.shapes_sd3 import write_sd3, write_sd35_large, write_z_image
-from planner.synth.shapes_wan import write_wan
+from planner.synth.shapes_wan import write_wan, write_wan22
 
 OFF, FA, CD, BOTH = (False, False), (True, False), (False, True), (True, True)
 # group -> (checkpoint family, [(runner, sizes checked beside FIT_SIZES, modes as (flash_attn, conv_direct))]);
@@ -179,7 +179,7 @@ def _check_size(family: str, width: int, height: int) -> None:
 def _key(row: dict) -> tuple:
     return (*(row[k] for k in ("family", "runner", "width", "height", "flash_attn", "conv_direct", "vae_tiling")),
             row.get("frames", 1), row.get("temporal_tiling", False), row.get("batch", 1),
-            row.get("backend", CPU_ROWS), row.get("prompt_tokens"))
+            row.get("backend", CPU_ROWS), row.get("max_vram"), row.get("prompt_tokens"))
 
 
 def _params_rows(group: str, family: str, model: list[str], exe: Path, have: set[str]) -> list[dict]:
@@ -284,6 +284,20 @@ WAN14_DIT_RUNNER = "Wan2.x-T2V-14B"
 WAN_GROUPS["wan-14b"] = [(WAN14_DIT_RUNNER, fa, False, [(128, 128, 1), (256, 256, 1), (128, 128, 5), (256, 256, 5),
                                                         (128, 128, 9), (192, 128, 9)]) for fa in (False, True)]
 WAN_FAMILY = {"t5": "wan", WAN_DIT_RUNNER: "wan", WAN_VAE_RUNNER: "wan-vae", WAN14_DIT_RUNNER: "wan-14b"}
+# Wan2.2-TI2V-5B (shapes_wan.write_wan22) with the one-block UMT5 stand-in: its DiT (one timestep per
+# latent frame) and its 48-channel VAE, whose sides are a multiple of 32 px (16x VAE, 2x2 patches) and
+# frames 4k+1; the DiT's and the VAE's params logged on the group's first run
+WAN22_DIT_RUNNER = "Wan2.2-TI2V-5B"
+WAN_GROUPS["wan22"] = [(WAN22_DIT_RUNNER, fa, False, [(128, 128, 1), (128, 128, 5), (256, 128, 9), (320, 192, 1),
+                                                      (320, 192, 9)]) for fa in (False, True)]
+WAN_GROUPS["wan22-vae"] = [(WAN_VAE_RUNNER, False, False, [(128, 128, 1), (128, 128, 5), (192, 128, 9), (256, 128, 5)]),
+                           (WAN_VAE_RUNNER, True, False, [(128, 128, 5)]),
+                           (WAN_VAE_RUNNER, False, True, [(320, 192, 1), (640, 128, 1)])]
+# with the conv-direct flags (WAN_CONV_DIRECT): the 2.2 VAE's Resample and attention Conv2ds switch too
+WAN_GROUPS["wan22-vae-cd"] = [(WAN_VAE_RUNNER, False, False, [(128, 128, 5), (192, 128, 9)])]
+WAN_GROUPS["wan22-frames"] = [(WAN22_DIT_RUNNER, fa, False, [(128, 128, 17)]) for fa in (False, True)]
+WAN_CONV_DIRECT.add("wan22-vae-cd")
+WAN22_FAMILY = {WAN22_DIT_RUNNER: "wan22", WAN_VAE_RUNNER: "wan22-vae"}
 
 
 def _wan_args(files: dict[str, Path], width: int, height: int, frames: int, fa: bool, tiled: bool,
@@ -306,10 +320,13 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
         files = full if group.startswith("wan-te") else stand_in   # the full UMT5 for its own buffer
         if group == "wan-14b":
             files = write_wan(work, "Q8_0", te_layers=1, size="14B")
+        if group.startswith("wan22"):
+            files = write_wan22(work, "Q8_0", te_layers=1)
         conv = group in WAN_CONV_DIRECT
         for runner, fa, tiled, points in WAN_GROUPS[group]:
             for width, height, frames in points:
-                row = {"family": WAN_FAMILY[runner], "runner": runner, "width": width, "height": height,
+                family = WAN22_FAMILY[runner] if group.startswith("wan22") else WAN_FAMILY[runner]
+                row = {"family": family, "runner": runner, "width": width, "height": height,
                        "frames": frames, "flash_attn": fa, "conv_direct": conv, "vae_tiling": tiled}
                 if _key(row) in done:
                     continue
@@ -320,6 +337,9 @@ def record_wan(groups: list[str], work: Path, done: set[tuple], save) -> list[di
                 if group == "wan-14b" and not rows:
                     params = [{"family": "wan-14b", "component": name, "bytes": size} for name, size in got.totals
                               if name == "diffusion_model"]
+                if group == "wan22" and not rows:
+                    params = [{"family": "wan22", "component": name, "bytes": size} for name, size in got.totals
+                              if name in ("diffusion_model", "vae")]
                 _recorded(row, got.compute_of(runner), args, work)
                 rows.append(row)
                 done.add(_key(row))
@@ -344,8 +364,16 @@ VULKAN_GROUPS: dict[str, tuple[str, tuple[str, ...], tuple[tuple[int, int], ...]
     # once; other runs ended in a crash inside it (SIGSEGV at 128x128 with direct convolution for the UNet or the
     # VAE alone, SIGABRT at 192x128), after the UNet's buffers were logged
     "vulkan-kl-f8": ("sd15", ("vae",), ((128, 128),), (OFF,)),
+    # with --max-vram vulkan0=8: sd-cli plans each runner's graph cuts, the whole graph fits one segment
+    "vulkan-sd15-cuts": ("sd15", ("clip", "unet"), ((256, 256), (320, 320)), (OFF, FA, BOTH)),
+    # sd-fit's SDXL answer on an 8 GiB card: the UNet's params on the device, the text encoders' and the VAE's
+    # on the host (lavapipe's memory holds no more); stopped once the UNet's buffer is logged
+    "vulkan-sdxl-cuts": ("sdxl", ("unet",), ((1024, 1024),), (BOTH,)),
 }
-VULKAN_FAMILY = {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}
+# the groups run with --max-vram (rows marked "max_vram"), and their further arguments
+VULKAN_MAX_VRAM = {"vulkan-sd15-cuts": "vulkan0=8", "vulkan-sdxl-cuts": "vulkan0=8"}
+VULKAN_EXTRA = {"vulkan-sdxl-cuts": ["--params-backend", "te=cpu,vae=cpu"]}
+VULKAN_FAMILY = {"clip": "sd15", "unet": "sd15", "vae": "kl-f8"}   # the SD 1.5 checkpoint's runners
 
 
 def vulkan_args(model: list[str], width: int, height: int, fa: bool, conv: bool) -> list[str]:
@@ -361,12 +389,15 @@ def record_vulkan(groups: list[str], work: Path, done: set[tuple], save) -> None
         family, runners, sizes, modes = VULKAN_GROUPS[group]
         model = _model(family, work)
         for (fa, conv), (width, height) in ((m, s) for m in modes for s in sizes):
-            rows = [{"family": VULKAN_FAMILY[r], "runner": r, "width": width, "height": height, "flash_attn": fa,
-                     "conv_direct": conv, "vae_tiling": False, "backend": VULKAN} for r in runners]
+            max_vram = VULKAN_MAX_VRAM.get(group)
+            rows = [{"family": VULKAN_FAMILY[r] if family == "sd15" else family, "runner": r, "width": width,
+                     "height": height, "flash_attn": fa, "conv_direct": conv, "vae_tiling": False, "backend": VULKAN,
+                     **({"max_vram": max_vram} if max_vram else {})} for r in runners]
             rows = [r for r in rows if _key(r) not in done]
             if not rows:
                 continue
-            args = vulkan_args(model, width, height, fa, conv)
+            args = vulkan_args(model, width, height, fa, conv) + (["--max-vram", max_vram] if max_vram else []) \
+                + VULKAN_EXTRA.get(group, [])
             got = run_sd_cli(args, exe=exe, stop_when=[r["runner"] for r in rows], timeout_s=1800, backend=VULKAN)
             params = [{"family": family, "component": name, "bytes": size, "backend": VULKAN}
                       for name, size in got.totals] if (family, VULKAN) not in done else []

@@ -2,10 +2,11 @@
 the released files under its own name and shape, sparse data) and print the sd-cli file flags that
 load it.
 
-    python scripts/write_sd_shapes.py sd15|sdxl|sd2|flux|wan DIRECTORY
+    python scripts/write_sd_shapes.py sd15|sdxl|sd2|flux|wan|wan22 DIRECTORY
 
 SD 1.5, SDXL and SD 2.1 768-v (F32) are one checkpoint each (-m); FLUX.1 [dev] is its four files (DiT
-BF16, T5-XXL and CLIP-L F16, the 16-channel autoencoder F32); Wan2.1-T2V-1.3B its three (planner/synth/shapes_wan.py).
+BF16, T5-XXL and CLIP-L F16, the 16-channel autoencoder F32); Wan2.1-T2V-1.3B and Wan2.2-TI2V-5B
+(wan22) their three each (planner/synth/shapes_wan.py).
 Files already there are kept.
 """
 from __future__ import annotations
@@ -15,9 +16,9 @@ import sys
 from pathlib import Path
 
 from planner.synth.shapes_sd import CHECKPOINTS, FLUX_FILES, write_checkpoint, write_flux
-from planner.synth.shapes_wan import write_wan
+from planner.synth.shapes_wan import write_wan, write_wan22
 
-MULTI_FILE = ("flux", "wan")
+MULTI_FILE = ("flux", "wan", "wan22")
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +34,8 @@ def main(argv: list[str]) -> int:
         args = [a for flag, path in paths.items() for a in (flag, str(path))]
     elif family == "wan":
         args = [a for flag, path in write_wan(directory).items() for a in (flag, str(path))]
+    elif family == "wan22":
+        args = [a for flag, path in write_wan22(directory).items() for a in (flag, str(path))]
     else:
         path = directory / f"{family}.safetensors"
         if not path.exists():

@@ -30,6 +30,10 @@ stable-diffusion.cpp tells versions apart (src/model_loader.cpp `get_sd_version`
   blocks, a relative-position bias in every block — T5 v1.1 has one in block 0 — llama.cpp's or
   the original names); "wan-vae": the Wan 2.1 causal 3-D VAE (16 latent channels into a
   384-wide decoder, 15 up-sampling stages);
+- "wan22": Wan2.2-TI2V-5B's DiT (the 1.3B's 30-block layout at FFN 14336 to 3072 with a 48-channel
+  patch embedding: sd.cpp's model_loader.cpp tells VERSION_WAN2_2_TI2V by those channels) with the same
+  UMT5-XXL ("wan"); "wan22-vae": the Wan2.2 VAE (48 latent channels into a 1024-wide decoder, four
+  Up_ResidualBlocks of residual blocks under `upsamples.{i}.upsamples.{j}`);
 - "ltx2": an LTX-2 audio-video DiT, told the way sd.cpp tells it (`get_sd_version`: the AdaLN-single
   timestep embedder's bias makes a checkpoint VERSION_LTXAV), which also decides the VAE decode's retry
   order (planner/sd/vae_retry.py); "ltx2-vae": LTX-2's causal video VAE (src/model/vae/ltx_vae.hpp:
@@ -51,6 +55,7 @@ OPEN_CLIP_H = "cond_stage_model.model.transformer.resblocks."   # SD 2.x's text 
 AE16 = "ae16"   # the 16-channel autoencoder (SD3's, FLUX.1's ae.safetensors, Z-Image's; the KL-f8 layout)
 WAN, WAN_VAE = "wan", "wan-vae"
 WAN_14B = "wan-14b"
+WAN22, WAN22_VAE = "wan22", "wan22-vae"
 LTX2, LTX2_VAE = "ltx2", "ltx2-vae"
 LTX_FAMILIES = frozenset({LTX2, LTX2_VAE})   # video models without figures: fixed reserves, any frame count
 LTXAV_PROBE = "adaln_single.emb.timestep_embedder.linear_1.bias"   # src/model_loader.cpp get_sd_version
@@ -143,8 +148,18 @@ def _is_wan_14b(s: dict[str, int]) -> bool:
     return _is_wan_dit(s, WAN_14B_LAYOUT)
 
 
+WAN22_5B_LAYOUT = (30, 14336, 3072)
+
+
+def _is_wan22_ti2v(s: dict[str, int]) -> bool:
+    """Wan2.2-TI2V-5B: the T2V layout at its widths, 48 latent channels out of each 1x2x2 patch (the head's
+    bias to the patch embedding's, both biases of one type)."""
+    return _is_wan_dit(s, WAN22_5B_LAYOUT) \
+        and _ratio(s, f"{UNET}head.head.bias", f"{UNET}patch_embedding.bias") == 48 * 4 / 3072
+
+
 # DiTs told apart by a check of their own
-_DIT_CHECKS = ((_is_sd35_large, SD3_LARGE), (_is_wan_dit, WAN), (_is_wan_14b, WAN_14B))
+_DIT_CHECKS = ((_is_sd35_large, SD3_LARGE), (_is_wan_dit, WAN), (_is_wan_14b, WAN_14B), (_is_wan22_ti2v, WAN22))
 
 
 def _is_umt5_xxl(names: set[str]) -> bool:
@@ -219,6 +234,9 @@ def vae_family(comp: Component) -> str | None:
         if wan == 16 / 384 and f"{prefix}upsamples.14.residual.6.weight" in s \
                 and f"{prefix}upsamples.15.residual.6.weight" not in s:
             return WAN_VAE
+        if wan == 48 / 1024 and f"{prefix}upsamples.3.upsamples.2.residual.6.weight" in s \
+                and f"{prefix}upsamples.4.upsamples.0.residual.6.weight" not in s:
+            return WAN22_VAE
         if _is_ltx2_vae(s, prefix):
             return LTX2_VAE
     return None

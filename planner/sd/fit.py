@@ -28,7 +28,7 @@ from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
 from planner.sd.sd_compute import FRAME_STEP, VIDEO_FAMILIES
 from planner.sd.sd_placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
 from planner.sd.sd_simulated import PROMPT_FAMILIES
-from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
+from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, runner_buffers, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
 from planner.sd.vae_retry import Tiling, decoder_of, retry_order
@@ -127,7 +127,7 @@ def _sized(fit: FitInput, render: Render, auto: bool, tiling: Tiling | None, fra
     tile = tiling.tile if tiling is not None else None
     temporal = tiling is not None and tiling.temporal
     comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), spatial, diffusion, tile, frames,
-                        temporal)
+                        temporal, runner_buffers(where.get(c.kind) or (), fit.gpus))
                   if c.params_bytes else c for c in fit.components)
     return replace(fit, components=comps)
 
@@ -176,8 +176,9 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     if request.prompt_tokens is not None and request.prompt_tokens < 0:
         raise BadInput(f"--prompt-tokens {request.prompt_tokens}: expected 0 or more (the prompt's length in "
                        f"the text encoder's tokens)")
-    render = Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
-                          request.conv_direct, request.vae_tiling, request.prompt_tokens)
+    render = replace(Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
+                                  request.conv_direct, request.vae_tiling, request.prompt_tokens),
+                     graph_cuts=max_vram is not None)
     base = _fit_input(inventory, read_components(list(request.sources)), backend, max_vram)
     if request.mmap:
         base = replace(base, mapped_files=mapped_files(request.sources))

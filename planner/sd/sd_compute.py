@@ -27,6 +27,7 @@ from pathlib import Path
 
 from planner.core.errors import BadInput
 from planner.sd.sd_simulated import BACKEND_BUFFERS, CPU_ROWS, simulated_bytes, simulated_video_bytes
+from runtime.sd.sd_reserve import SdBackend
 
 CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
 # A row's "backend": absent for the CPU build's rows (CPU_ROWS), else a key of BACKEND_BUFFERS ("vulkan": the
@@ -75,10 +76,13 @@ class Mode:
 
     flash_attn: bool = False
     conv_direct: bool = False
+    # the runner plans graph cuts first (sd-cli given --max-vram, the runner on a GPU): simulated graphs only
+    graph_cuts: bool = False
 
     @property
     def key(self) -> str:
-        return f"fa={'on' if self.flash_attn else 'off'},conv_direct={'on' if self.conv_direct else 'off'}"
+        cuts = ",graph_cuts=on" if self.graph_cuts else ""
+        return f"fa={'on' if self.flash_attn else 'off'},conv_direct={'on' if self.conv_direct else 'off'}{cuts}"
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class Row:
     frames: int = 1    # video frames (video rows only)
     batch: int = 1     # sd-cli's -b: images made in the run (rows without the field made one)
     backend: str = CPU_ROWS   # the sd-cli build and device the row was logged on (BACKENDS)
+    max_vram: str | None = None   # sd-cli's --max-vram in the run (rows without the field: none)
     prompt_tokens: int | None = None   # the prompt's tokens (rows without the field: `a cat`)
 
     @property
@@ -114,7 +119,7 @@ def _row(raw: dict) -> Row:
         raise ValueError(f"sd_cli_corpus.json: row backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     return Row(raw["family"], raw["runner"], raw["width"], raw["height"],
                Mode(raw["flash_attn"], raw["conv_direct"]), raw.get("vae_tiling", False), raw["bytes"],
-               raw.get("frames", 1), raw.get("batch", 1), backend, raw.get("prompt_tokens"))
+               raw.get("frames", 1), raw.get("batch", 1), backend, raw.get("max_vram"), raw.get("prompt_tokens"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,22 +221,25 @@ SQUARE_ONLY: frozenset[tuple[str, str, Mode]] = frozenset(
 
 def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode = Mode(),
                   tiled: bool = False, tile: tuple[int, int] | None = None,
-                  prompt_tokens: int | None = None) -> int | None:
+                  backend: str | SdBackend = CPU_ROWS, prompt_tokens: int | None = None) -> int | None:
     """The compute buffer sd-cli reserves for `runner` at width x height: simulated where runtime/sd builds
     the runner's graph, else from the corpus curve; None where neither knows this family, runner and mode.
     `tile`: a tiled decode's tile in latent pixels (x, y); None: sd-cli's default, VAE_TILE on each side.
-    `prompt_tokens`: the prompt's length in tokens (None: a short prompt; sd_simulated.PROMPT_SIMULATED)."""
+    `backend`: the buffer type the simulation reserves in (the curves are the CPU build's); BackendFallback
+    where that device refuses a node of the graph (planner/sd/sd_simulated.py). `prompt_tokens`: the
+    prompt's length in tokens (None: a short prompt; sd_simulated.PROMPT_SIMULATED)."""
     if width <= 0 or height <= 0 or width % SIZE_STEP or height % SIZE_STEP:
         raise BadInput(f"image size {width}x{height}: expected positive multiples of {SIZE_STEP}")
     if tiled and tile is not None:   # a tiled decode reserves what one tile's untiled decode does
         tw, th = tile
         simulated = simulated_bytes(family, runner, min(width, tw * LATENT_FACTOR), min(height, th * LATENT_FACTOR),
-                                    mode.flash_attn, mode.conv_direct, False)
+                                    mode.flash_attn, mode.conv_direct, False, backend, mode.graph_cuts)
     else:
-        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled,
-                                    prompt_tokens=prompt_tokens)
+        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled, backend,
+                                    mode.graph_cuts, prompt_tokens)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
+    mode = Mode(mode.flash_attn, mode.conv_direct)   # the curves are the CPU build's: no graph cuts
     curve = _curve(family, runner, mode)
     if curve is None or (width != height and (family, runner, mode) in SQUARE_ONLY):
         return None
@@ -264,11 +272,14 @@ def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode 
 # P * g(T), g the recorded bytes per latent pixel, linear between the recorded frame counts, flat
 # below the first, and past the last continued along its last stretch (not checked there). UMT5
 # always encodes 512 tokens: a constant.
-VIDEO_FAMILIES = frozenset({"wan", "wan-vae", "wan-14b"})
+VIDEO_FAMILIES = frozenset({"wan", "wan-vae", "wan-14b", "wan22", "wan22-vae"})
 VIDEO_SIZE_STEP = 16
+# Wan2.2-TI2V-5B: a 16x VAE under 2x2 patches, so its sides are multiples of 32 px
+VIDEO_SIZE_STEPS = {"wan22": 32, "wan22-vae": 32}
 FRAME_STEP = 4
 WAN_DIT = "Wan2.1-T2V-1.3B"   # the DiT runner's name in sd-cli's log (wan.hpp `desc`)
 WAN14_DIT = "Wan2.x-T2V-14B"  # the 14B T2V DiT's
+WAN22_DIT = "Wan2.2-TI2V-5B"  # Wan2.2-TI2V-5B's
 FIT_VIDEO: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {
     ("wan", WAN_DIT): ((256, 256, 1), (256, 256, 5), (256, 256, 9), (256, 256, 17), (416, 240, 17)),
     ("wan", "t5"): ((256, 256, 1),),
@@ -296,9 +307,9 @@ def latent_frames(frames: int) -> int:
     return (frames - 1) // FRAME_STEP + 1
 
 
-def check_video(width: int, height: int, frames: int) -> None:
-    if width <= 0 or height <= 0 or width % VIDEO_SIZE_STEP or height % VIDEO_SIZE_STEP:
-        raise BadInput(f"video size {width}x{height}: expected positive multiples of {VIDEO_SIZE_STEP}")
+def check_video(width: int, height: int, frames: int, step: int = VIDEO_SIZE_STEP) -> None:
+    if width <= 0 or height <= 0 or width % step or height % step:
+        raise BadInput(f"video size {width}x{height}: expected positive multiples of {step}")
     if frames < 1 or (frames - 1) % FRAME_STEP:
         raise BadInput(f"--frames {frames}: Wan takes 4k+1 frames (1, 5, 9, 13, ...)")
 
@@ -368,16 +379,16 @@ def _video_curve(family: str, runner: str, mode: Mode) -> tuple | None:
 
 
 def video_compute_bytes(family: str, runner: str, width: int, height: int, frames: int, mode: Mode = Mode(),
-                        tiled: bool = False) -> int | None:
+                        tiled: bool = False, backend: str | SdBackend = CPU_ROWS) -> int | None:
     """The compute buffer sd-cli reserves for a video model's `runner` at width x height x frames,
     or None where the corpus has no figures for this runner and mode. A tiled decode reserves what
     an untiled decode of one tile (min(32, latent side) per side, all frames) does."""
-    check_video(width, height, frames)
-    simulated = simulated_video_bytes(family, runner, width, height, frames, mode.flash_attn, mode.conv_direct, tiled)
+    check_video(width, height, frames, VIDEO_SIZE_STEPS.get(family, VIDEO_SIZE_STEP))
+    simulated = simulated_video_bytes(family, runner, width, height, frames, mode.flash_attn, mode.conv_direct, tiled,
+                                      backend)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
-    if (family, runner) in FA_FREE:
-        mode = Mode(False, mode.conv_direct)
+    mode = Mode(False if (family, runner) in FA_FREE else mode.flash_attn, mode.conv_direct)
     curve = _video_curve(family, runner, mode)
     if curve is None:
         return None

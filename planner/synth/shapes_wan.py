@@ -204,3 +204,78 @@ def write_wan(directory: Path, te_qtype: str = "Q8_0", te_layers: int = UMT5_LAY
     if not paths["--t5xxl"].exists():
         write_umt5_gguf(paths["--t5xxl"], te_qtype, te_layers)
     return paths
+
+
+# ---- Wan2.2-TI2V-5B (Comfy-Org's `wan2.2_ti2v_5B_fp16.safetensors`, F16, no prefix): the 2.1 layout at
+# hidden 3072, 24 heads, FFN 14336, 30 blocks, 48 latent channels in and out (sd.cpp's model_loader.cpp
+# tells it from the 30-block 1.3B by the patch embedding's 48 x 3072 channels, VERSION_WAN2_2_TI2V), with
+# the same UMT5-XXL; its VAE is `wan2.2_vae.safetensors` (Wan2.2_VAE.pth's names, BF16 as repackaged)
+WAN22_DIM, WAN22_FFN, WAN22_HEADS, WAN22_LAYERS, WAN22_CHANNELS = 3072, 14336, 24, 30, 48
+
+
+def wan22_dit_tensors() -> Tensors:
+    out = wan_dit_tensors(WAN22_LAYERS, WAN22_DIM, WAN22_FFN)
+    out["patch_embedding.weight"] = (WAN22_DIM, WAN22_CHANNELS, *WAN_PATCH)
+    out["head.head.weight"] = (WAN22_CHANNELS * WAN_PATCH[0] * WAN_PATCH[1] * WAN_PATCH[2], WAN22_DIM)
+    out["head.head.bias"] = (WAN22_CHANNELS * WAN_PATCH[0] * WAN_PATCH[1] * WAN_PATCH[2],)
+    return out
+
+
+# The Wan2.2 VAE (src/model/vae/wan_vae.hpp with wan2_2): 2x2 pixel patches (12 channels at each end), an
+# encoder of base width 160 and a decoder of base width 256 (multipliers 1, 2, 4, 4), z 48; each level one
+# block (Down_/Up_ResidualBlock: its residual blocks and re-sampler under `downsamples.{j}` /
+# `upsamples.{j}`, a parameter-free avg_shortcut); the decoder's up-samplers keep their width
+WAN22_VAE_ENC, WAN22_VAE_DEC, WAN22_VAE_Z, WAN22_VAE_IN = 160, 256, 48, 12
+
+
+def wan22_vae_tensors() -> Tensors:
+    out: Tensors = {}
+    dims = [WAN22_VAE_ENC * m for m in (1, *VAE_MULT)]
+    _conv3d(out, "encoder.conv1", dims[0], WAN22_VAE_IN, (3, 3, 3))
+    for i in range(len(VAE_MULT)):
+        p = f"encoder.downsamples.{i}.downsamples"
+        c_in, c_out = dims[i], dims[i + 1]
+        for j in range(VAE_RES):
+            _res(out, f"{p}.{j}", c_in, c_out)
+            c_in = c_out
+        if i != len(VAE_MULT) - 1:
+            _resample(out, f"{p}.{VAE_RES}", c_out, c_out, (c_out, c_out) if VAE_TIME_DOWN[i] else None)
+    _middle(out, "encoder", dims[-1])
+    out["encoder.head.0.gamma"] = (dims[-1], 1, 1, 1)
+    _conv3d(out, "encoder.head.2", 2 * WAN22_VAE_Z, dims[-1], (3, 3, 3))
+    _conv3d(out, "conv1", 2 * WAN22_VAE_Z, 2 * WAN22_VAE_Z, (1, 1, 1))
+    _conv3d(out, "conv2", WAN22_VAE_Z, WAN22_VAE_Z, (1, 1, 1))
+    up = [WAN22_VAE_DEC * VAE_MULT[-1]] + [WAN22_VAE_DEC * m for m in reversed(VAE_MULT)]
+    _conv3d(out, "decoder.conv1", up[0], WAN22_VAE_Z, (3, 3, 3))
+    _middle(out, "decoder", up[0])
+    for i in range(len(VAE_MULT)):
+        p = f"decoder.upsamples.{i}.upsamples"
+        c_in, c_out = up[i], up[i + 1]
+        for j in range(VAE_RES + 1):
+            _res(out, f"{p}.{j}", c_in, c_out)
+            c_in = c_out
+        if i != len(VAE_MULT) - 1:
+            _resample(out, f"{p}.{VAE_RES + 1}", c_out, c_out, (2 * c_out, c_out) if VAE_TIME_UP[i] else None)
+    out["decoder.head.0.gamma"] = (up[-1], 1, 1, 1)
+    _conv3d(out, "decoder.head.2", WAN22_VAE_IN, up[-1], (3, 3, 3))
+    return out
+
+
+WAN22_FILES = {"--diffusion-model": "wan2.2_ti2v_5B_fp16.safetensors", "--vae": "wan2.2_vae.safetensors"}
+
+
+def write_wan22(directory: Path, te_qtype: str = "Q8_0", te_layers: int = UMT5_LAYERS) -> dict[str, Path]:
+    """Wan2.2-TI2V-5B's three files in `directory` by sd-cli flag (the UMT5 file named as write_wan's)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    te_name = WAN_FILES["--t5xxl"].format(qtype=te_qtype)
+    if te_layers != UMT5_LAYERS:
+        te_name = te_name.replace(".gguf", f"-{te_layers}block.gguf")
+    paths = {"--diffusion-model": directory / WAN22_FILES["--diffusion-model"],
+             "--vae": directory / WAN22_FILES["--vae"], "--t5xxl": directory / te_name}
+    if not paths["--t5xxl"].exists():
+        write_umt5_gguf(paths["--t5xxl"], te_qtype, te_layers)
+    if not paths["--diffusion-model"].exists():
+        write_safetensors(paths["--diffusion-model"], {n: ("F16", s) for n, s in wan22_dit_tensors().items()})
+    if not paths["--vae"].exists():
+        write_safetensors(paths["--vae"], {n: ("BF16", s) for n, s in wan22_vae_tensors().items()})
+    return paths

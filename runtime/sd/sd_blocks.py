@@ -40,6 +40,12 @@ class Blocks:
         self.conv_scale = conv_scale   # Conv2d::set_scale (SDXL's VAE without its own --vae: 1/32)
         self.one: Tensor | None = None   # the runner's built-in `one` (GGMLRunner), where a graph reads it
         self.params = Buffer(buft, 0, BufferUsage.WEIGHTS)   # never touched: sizes only
+        self.cut_points: list[Tensor] = []   # the graph-cut outputs (sd::ggml_graph_cut::mark_graph_cut)
+
+    def cut(self, t: Tensor) -> Tensor:
+        """mark_graph_cut: `t` is a segment output when sd-cli plans graph cuts (--max-vram)."""
+        self.cut_points.append(t)
+        return t
 
     def param(self, ne: tuple[int, ...], ggml_type: GGMLType = F32, name: str = "") -> Tensor:
         t = Tensor(ggml_type, ne, name=name)

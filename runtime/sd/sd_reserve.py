@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from planner.core.errors import FitplanError
 from runtime.ggml.alloc import GraphAllocator, PlannedGraph
 from runtime.ggml.backend import UNLIMITED, BufferType, make_cpu, make_virtual
-from runtime.ggml.graph import GGMLType, Graph, Op, Tensor
+from runtime.ggml.graph import FLAG_OUTPUT, GGMLType, Graph, Op, Tensor
 from runtime.sd import (
     clip_text,
     flux_dit,
@@ -81,6 +81,7 @@ class SdMode:
     flash_attn: bool = False
     conv_direct: bool = False
     backend: SdBackend = CPU
+    graph_cuts: bool = False   # sd-cli plans the runner's graph cuts (--max-vram on a non-CPU backend)
 
 
 def cpu_buffer_type() -> BufferType:
@@ -119,6 +120,18 @@ def reserve_graph(buft: BufferType, outputs: list[Tensor], backend: SdBackend | 
     return GraphAllocator([buft]).plan(planned)[0]
 
 
+def flag_cut_sources(outputs: list[Tensor]) -> None:
+    """What planning graph cuts leaves on the graph (src/core/ggml_graph_cut.cpp build_plan and
+    apply_max_vram_budget measure every segment with measure_segment_compute_buffer): build_segment_graph
+    calls ggml_set_output on each segment output, which flags the tensor and its view source (ggml.c
+    ggml_set_output walks view_src), and the measurement restores the flags of the outputs alone. A cut output
+    that is a view (a Conv2d's bias added in place) thus leaves its source flagged as an output, which
+    ggml-alloc never frees (ggml_gallocr_free_node), in the graph the runner then reserves whole."""
+    for t in outputs:
+        if t.view_src is not None:
+            t.view_src.flags |= FLAG_OUTPUT
+
+
 def runner_reserve(build: Callable[[Blocks], Tensor | list[Tensor]], mode: SdMode, conv_scale: float = 1.0) -> int:
     """GGMLRunner's reserve of the graph `build` makes (its outputs in the order they are expanded):
     `one` and `zero_int` are expanded after it."""
@@ -128,6 +141,8 @@ def runner_reserve(build: Callable[[Blocks], Tensor | list[Tensor]], mode: SdMod
     zero_int = Tensor(GGMLType.I32, (1, 1, 1, 1), name="ggml_runner_build_in_tensor:zero_int")
     blocks.one = one
     built = build(blocks)
+    if mode.graph_cuts and blocks.cut_points:
+        flag_cut_sources([*blocks.cut_points, *(built if isinstance(built, list) else [built])])
     return reserve_graph(buft, [*(built if isinstance(built, list) else [built]), one, zero_int], mode.backend)
 
 
@@ -269,7 +284,7 @@ def wan_dit_bytes(latent_w: int, latent_h: int, latent_t: int, mode: SdMode = Sd
 
     def build(b: Blocks) -> Tensor:
         x = Tensor(GGMLType.F32, (latent_w, latent_h, latent_t, cfg.in_dim), name="x")
-        timesteps = Tensor(GGMLType.F32, (1, 1, 1, 1), name="timesteps")
+        timesteps = Tensor(GGMLType.F32, (latent_t if cfg.per_frame_time else 1, 1, 1, 1), name="timesteps")
         context = Tensor(GGMLType.F32, (cfg.text_dim, cfg.text_len, 1, 1), name="context")
         n_pos = (latent_t // pt) * (latent_h // ph) * (latent_w // pw)
         pe = Tensor(GGMLType.F32, (2, 2, cfg.axes_dim_sum // 2, n_pos), name="pe")

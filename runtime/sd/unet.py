@@ -130,14 +130,14 @@ def unet(b: Blocks, x: Tensor, timesteps: Tensor, context: Tensor, cfg: UnetConf
             h = res_block(b, h, emb, mult * cfg.model_channels)
             if ds in cfg.attention_resolutions:
                 h = spatial_transformer(b, h, context, cfg, cfg.transformer_depth[i])
-            hs.append(h)
+            hs.append(b.cut(h))
         if i != len(cfg.channel_mult) - 1:
             h = b.conv2d(h, h.ne[2], 3, 2, 1)
             hs.append(h)
             ds *= 2
     h = res_block(b, h, emb, h.ne[2])
     h = spatial_transformer(b, h, context, cfg, cfg.transformer_depth[-1])
-    h = res_block(b, h, emb, h.ne[2])
+    h = b.cut(res_block(b, h, emb, h.ne[2]))
     for i in reversed(range(len(cfg.channel_mult))):
         for j in range(cfg.num_res_blocks + 1):
             h = im.concat(h, hs.pop(), 2)
@@ -147,5 +147,6 @@ def unet(b: Blocks, x: Tensor, timesteps: Tensor, context: Tensor, cfg: UnetConf
             if i > 0 and j == cfg.num_res_blocks:
                 h = b.conv2d(im.upscale(h, 2), h.ne[2], 3, 1, 1)
                 ds //= 2
+            b.cut(h)
     h = im.unary_inplace(b.group_norm32(h), "SILU")
     return b.conv2d(h, cfg.out_channels, 3, 1, 1)

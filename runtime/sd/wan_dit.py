@@ -11,7 +11,10 @@ added to the projection and cut into six contiguous vectors; LayerNorms without 
 WanSelfAttention: q, k, v Linears, RMSNorm'd q and k over the whole width, Rope::attention of
 src/model/common/rope.hpp; the normed (affine) cross attention on the text; a tanh-GELU FFN in place), Head
 (the time embedding repeated to two rows plus the head's modulation), unpatchify (four permuted copies,
-each only where the permuted view is not already contiguous).
+each only where the permuted view is not already contiguous). Wan2.2-TI2V-5B (VERSION_WAN2_2_TI2V: dim 3072,
+24 heads, FFN 14336, 48 channels) is the same graph with one timestep per latent frame
+(stable-diffusion.cpp's process_timesteps for that runner): the embeddings are per frame and modulate_add /
+modulate_mul view the tokens as [dim, tokens per frame, frames] for the broadcast.
 """
 from __future__ import annotations
 
@@ -39,10 +42,15 @@ class WanConfig:
     text_len: int = 512
     patch: tuple[int, int, int] = (1, 2, 2)   # (t, h, w)
     axes_dim_sum: int = 128
+    # Wan2.2-TI2V: one timestep per latent frame (stable-diffusion.cpp process_timesteps), so the time
+    # embedding and the six modulation vectors are per frame and each block's modulation is applied to the
+    # tokens viewed frame by frame (wan.hpp modulate_add / modulate_mul where the vector has three dims)
+    per_frame_time: bool = False
 
 
 WAN21_T2V_1_3B = WanConfig()
 WAN21_T2V_14B = WanConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40)
+WAN22_TI2V_5B = WanConfig(dim=3072, ffn_dim=14336, num_heads=24, in_dim=48, out_dim=48, per_frame_time=True)
 
 
 def _conv3d(b: Blocks, x: Tensor, c_out: int, kernel: tuple[int, int, int]) -> Tensor:
@@ -58,8 +66,18 @@ def _rms(b: Blocks, x: Tensor) -> Tensor:
     return im.mul_inplace(g.rms_norm(x, NORM_EPS), b.param((x.ne[0],)))
 
 
+def _by_frame(op, x: Tensor, e: Tensor) -> Tensor:
+    """op(x, e) for x [dim, tokens, N] and e [dim, 1] or, one per frame, [dim, 1, T] (T > 1): then x is viewed
+    as [dim, tokens / T, T, N] for the broadcast and the result viewed back as [dim, tokens, N]."""
+    frames = e.ne[2]
+    if frames == 1:
+        return op(x, e)
+    y = op(im.reshape(x, (x.ne[0], x.ne[1] // frames, frames, x.ne[2])), e)
+    return im.reshape(y, (y.ne[0], y.ne[1] * y.ne[2], y.ne[3]))
+
+
 def _modulated(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
-    return g.add(g.add(x, g.mul(x, scale)), shift)
+    return _by_frame(g.add, g.add(x, _by_frame(g.mul, x, scale)), shift)
 
 
 def _six(b: Blocks, e0: Tensor, n: int) -> list[Tensor]:
@@ -90,11 +108,11 @@ def block(b: Blocks, x: Tensor, e0: Tensor, pe: Tensor, context: Tensor, cfg: Wa
     es = _six(b, e0, 6)
     y = _modulated(im.norm(x, NORM_EPS), es[0], es[1])
     y = _self_attention(b, y, pe, cfg)
-    x = g.add(x, g.mul(y, es[2]))
+    x = g.add(x, _by_frame(g.mul, y, es[2]))
     x = g.add(x, _cross_attention(b, b.layer_norm(x, NORM_EPS), context, cfg))
     y = _modulated(im.norm(x, NORM_EPS), es[3], es[4])
     y = b.linear(im.unary_inplace(b.linear(y, cfg.ffn_dim), "GELU"), cfg.dim)
-    return g.add(x, g.mul(y, es[5]))
+    return g.add(x, _by_frame(g.mul, y, es[5]))
 
 
 def _permute_cont(x: Tensor, axes: tuple[int, int, int, int]) -> Tensor:

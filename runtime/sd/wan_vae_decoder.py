@@ -13,6 +13,10 @@ tail concatenated with a single step), RMS_norm (channels moved first, RMS_NORM,
 back), Resample (upsample3d: from the second frame on, time_conv doubles the time steps — the first
 chunk without a cache, its cache padded in front; then per time step a nearest 2x upscale and a 3x3
 Conv2d to half the channels), AttentionBlock (one head over h*w per time step through split_image_qkv).
+The Wan2.2 VAE (wan2_2: dec_dim 256, z 48, 12 output channels) groups each level into an Up_ResidualBlock:
+its Resample keeps the width, and a DupUp3D shortcut of the level's input (repeated along time, spread over
+2x2 pixels and the time factor by three copied permutations, the first chunk's leading step dropped) is
+added after it; WanVAE::unpatchify folds the 2x2 pixel patches back at the end.
 """
 from __future__ import annotations
 
@@ -36,9 +40,14 @@ class WanVaeConfig:
     temporal_upsample: tuple[bool, ...] = (True, True, False)
     out_channels: int = 3
     conv_num: int = 33
+    # Wan2.2's VAE (WanVAE with wan2_2): each up level an Up_ResidualBlock whose re-sampler keeps the width
+    # and whose DupUp3D shortcut is added after it; 2x2 pixel patches folded back at the end (unpatchify)
+    wan2_2: bool = False
+    patch: int = 1
 
 
 WAN21_VAE = WanVaeConfig()
+WAN22_VAE = WanVaeConfig(dim=256, z_dim=48, out_channels=12, conv_num=34, wan2_2=True, patch=2)
 
 
 def _slice_t(x: Tensor, start: int, end: int) -> Tensor:
@@ -119,7 +128,7 @@ def _attention(b: Blocks, x: Tensor) -> Tensor:
     return g.add(out, identity)
 
 
-def _resample(b: Blocks, x: Tensor, temporal: bool, cache: _Cache, chunk: int) -> Tensor:
+def _resample(b: Blocks, x: Tensor, temporal: bool, cache: _Cache, chunk: int, keep_width: bool = False) -> Tensor:
     """Resample::forward, upsample3d (temporal) or upsample2d, on x [W, H, T, C]."""
     dim = x.ne[3]
     if temporal:
@@ -139,8 +148,52 @@ def _resample(b: Blocks, x: Tensor, temporal: bool, cache: _Cache, chunk: int) -
             x = im.cont_if_needed(g.permute(x, (0, 2, 3, 1)))
             x = im.reshape(x, (w, h, 2 * t, dim))
     x = im.cont_if_needed(g.permute(x, (0, 1, 3, 2)))   # [W, H, C, T]
-    x = b.conv2d(im.upscale(x, 2), dim // 2, 3, 1, 1)
+    x = b.conv2d(im.upscale(x, 2), dim if keep_width else dim // 2, 3, 1, 1)
     return im.cont_if_needed(g.permute(x, (0, 1, 3, 2)))
+
+
+def _dup_up(x: Tensor, c_out: int, factor_t: int, first_chunk: bool) -> Tensor:
+    """DupUp3D::forward (factor_s 2) on x [W, H, T, C]: x repeated along time, its channels spread over 2x2
+    pixels and factor_t time steps (three copied permutations); on the first chunk the first
+    factor_t - 1 steps dropped."""
+    w, h, t = x.ne[0], x.ne[1], x.ne[2]
+    fs = 2
+    repeats = c_out * factor_t * fs * fs // x.ne[3]
+    y = x
+    for _ in range(1, repeats):
+        y = im.concat(y, x, 2)
+    y = g.cont(g.permute(im.reshape(y, (w, h * t, fs, fs * factor_t * c_out)), (1, 2, 0, 3)))
+    y = g.cont(g.permute(im.reshape(y, (fs * w, h * t, fs, factor_t * c_out)), (0, 2, 1, 3)))
+    y = g.cont(g.permute(im.reshape(y, (fs * w * fs * h, t, factor_t, c_out)), (0, 2, 1, 3)))
+    y = im.reshape(y, (fs * w, fs * h, factor_t * t, c_out))
+    return _slice_t(y, factor_t - 1, y.ne[2]) if first_chunk else y
+
+
+def _up_level(b: Blocks, x: Tensor, i: int, out_dim: int, cache: _Cache, chunk: int, cfg: WanVaeConfig) -> Tensor:
+    """One up level: 2.1's residual blocks and Resample, or 2.2's Up_ResidualBlock."""
+    x_in = x
+    for _ in range(cfg.num_res_blocks + 1):
+        x = _residual(b, x, out_dim, cache)
+    if i == len(cfg.dim_mult) - 1:
+        return x
+    temporal = cfg.temporal_upsample[i]
+    x = _resample(b, x, temporal, cache, chunk, keep_width=cfg.wan2_2)
+    if cfg.wan2_2:
+        x = g.add(x, _dup_up(x_in, out_dim, 2 if temporal else 1, chunk == 0))
+    return x
+
+
+def _unpatchify(x: Tensor, p: int) -> Tensor:
+    """WanVAE::unpatchify: [W, H, F, C*p*p] -> [p*W, p*H, F, C] (copies only where the permuted view is not
+    contiguous)."""
+    if p == 1:
+        return x
+    w, h, f = x.ne[0], x.ne[1], x.ne[2]
+    c = x.ne[3] // (p * p)
+    x = im.cont_if_needed(g.permute(im.reshape(x, (w * h, f, p * p, c)), (0, 2, 1, 3)))
+    x = im.cont_if_needed(g.permute(im.reshape(x, (w, h * p, p, f * c)), (1, 2, 0, 3)))
+    x = im.cont_if_needed(g.permute(im.reshape(x, (p * w, h, p, f * c)), (0, 2, 1, 3)))
+    return im.reshape(x, (p * w, p * h, f, c))
 
 
 def _decoder(b: Blocks, x: Tensor, cache: _Cache, chunk: int, cfg: WanVaeConfig) -> Tensor:
@@ -150,11 +203,7 @@ def _decoder(b: Blocks, x: Tensor, cache: _Cache, chunk: int, cfg: WanVaeConfig)
     x = _attention(b, x)
     x = _residual(b, x, dims[0], cache)
     for i in range(len(dims) - 1):
-        out_dim = dims[i + 1]
-        for _ in range(cfg.num_res_blocks + 1):
-            x = _residual(b, x, out_dim, cache)
-        if i != len(cfg.dim_mult) - 1:
-            x = _resample(b, x, cfg.temporal_upsample[i], cache, chunk)
+        x = _up_level(b, x, i, dims[i + 1], cache, chunk, cfg)
     x = g.silu(_rms_norm(b, x))
     return cache.conv(b, x, cfg.out_channels)
 
@@ -169,4 +218,4 @@ def decode(b: Blocks, z: Tensor, cfg: WanVaeConfig = WAN21_VAE) -> Tensor:
         frame = _decoder(b, _slice_t(x, i, i + 1), cache, i, cfg)
         out = frame if out is None else im.concat(out, frame, 2)
     assert out is not None
-    return out
+    return _unpatchify(out, cfg.patch)

@@ -87,6 +87,30 @@ def test_sdxl_1024_on_8_gib(capsys, sdxl):
     assert p["largest_square"] >= 1024
 
 
+def test_sdxl_1024_on_8_gib_with_max_vram(capsys, sdxl):
+    """With --max-vram the plan hands sd-cli the budget, and sd-cli then plans the UNet's graph cuts first,
+    which leaves the sources of the cuts that are views flagged as graph outputs (runtime/sd/sd_reserve.py
+    flag_cut_sources): the UNet's buffer is the one sd-cli logged on lavapipe with the same placement and
+    --max-vram vulkan0=8 (the corpus's Vulkan row; the buffer types differ only in alignment, which these
+    tensors do not feel at the 0.01 MB of the log), not the larger one of the run without it."""
+    plain, c0 = answer(capsys, sdxl, "--device", "CUDA0=8GiB", "--ram", "32GiB")
+    p, c = answer(capsys, sdxl, "--device", "CUDA0=8GiB", "--ram", "32GiB", "--max-vram", "CUDA0=8")
+    assert p["verdict"] == plain["verdict"] == "fits with parameters on the host and VAE tiling"
+    assert "--max-vram CUDA0=8" in p["flags"] and "--max-vram" not in plain["flags"]
+    vulkan = [r for r in json.loads(CORPUS.read_text())["rows"] if r.get("max_vram") == "vulkan0=8"
+              and (r["family"], r["runner"], r["width"], r["height"], r["flash_attn"], r["conv_direct"]) ==
+              ("sdxl", "unet", 1024, 1024, True, True)]
+    assert vulkan, "no lavapipe row of SDXL's UNet at 1024x1024 with --max-vram"
+    assert mb(c["diffusion"]["compute_reserve_bytes"]) == mb(vulkan[0]["bytes"])
+    assert c["diffusion"]["compute_reserve_bytes"] > c0["diffusion"]["compute_reserve_bytes"]
+    assert mb(c0["diffusion"]["compute_reserve_bytes"]) == mb(corpus_row("sdxl", "unet", 1024, True, True))
+    # the text encoders compute on the card too, but their cut outputs are residual sums, not views (sd-cli
+    # logged CLIP-L's and bigG's buffers alike with and without --max-vram); the KL-f8 VAE marks no cuts
+    assert [c[m]["compute_reserve_bytes"] for m in ("te", "vae")] == [c0[m]["compute_reserve_bytes"]
+                                                                        for m in ("te", "vae")]
+    check_devices(p, c)
+
+
 def test_sdxl_1024_untiled_decode_is_over_the_card(capsys, sdxl):
     # why the answer tiles: the untiled decode's buffer beside the UNet's weights is over the cap.
     # sd-cli's SDXL decode at 1024x1024 is not in the corpus (reaching it takes a UNet step at that

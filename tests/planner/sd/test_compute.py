@@ -92,8 +92,8 @@ def test_params_buffers_equal_sd_clis(tmp_path):
     rows = params_rows()   # the CPU build's
     assert {r["family"] for r in rows} >= {"sd15", "sdxl", "flux"}
     # the video models' rows: tests/planner/sd/test_compute_video.py, tests/planner/sd/test_ltx2_rows.py;
-    # SD3.5 large's and Wan 14B's: tests/planner/sd/test_shapes_big.py
-    for family in sorted({r["family"] for r in rows} - {"wan", "ltx2-vae", "sd3-large", "wan-14b"}):
+    # SD3.5 large's and Wan 14B's: tests/planner/sd/test_shapes_big.py; Wan2.2's: test_shapes_wan22.py
+    for family in sorted({r["family"] for r in rows} - {"wan", "ltx2-vae", "sd3-large", "wan-14b", "wan22"}):
         if family in released:
             sources = [ModelSource(str(p), roles[flag]) for flag, p in released[family](tmp_path).items()]
         else:

@@ -1,7 +1,8 @@
 """The runners' compute buffers on Vulkan: the simulation in a Vulkan device's buffer type (runtime/sd/sd_reserve.py
 SdBackend, with the facts of Mesa's lavapipe from planner/hardware/vulkan_devices.py) against what the Vulkan sd-cli
 logged on lavapipe (planner/sd/data/sd_cli_corpus.json, rows marked "backend": "vulkan", recorded by
-scripts/record_sd_corpus.py --groups vulkan-sd15,vulkan-kl-f8), at the 0.01 MB the log prints.
+scripts/record_sd_corpus.py --groups vulkan-sd15,vulkan-kl-f8, and with --max-vram vulkan-sd15-cuts,vulkan-sdxl-cuts),
+at the 0.01 MB the log prints.
 """
 from __future__ import annotations
 
@@ -24,8 +25,31 @@ ROWS = backend_corpus("vulkan")
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.family}-{r.runner}-{row_id(r)}" for r in ROWS])
 def test_vulkan_row_equals_the_simulation(row: Row):
     got = simulated_bytes(row.family, row.runner, row.width, row.height, row.mode.flash_attn, row.mode.conv_direct,
-                          row.tiled, "vulkan")
+                          row.tiled, "vulkan", row.max_vram is not None)
     assert got is not None and logged(got) == logged(row.bytes)
+
+
+def test_max_vram_rows_cover_sizes_and_switches():
+    """Rows logged with --max-vram (the whole graph in one segment) at two sizes, with flash attention and
+    direct convolution off, flash attention alone, and both."""
+    cut = [r for r in ROWS if r.max_vram is not None and (r.family, r.runner) == ("sd15", "unet")]
+    assert len({(r.width, r.height) for r in cut}) >= 2
+    assert {(r.mode.flash_attn, r.mode.conv_direct) for r in cut} >= {(False, False), (True, False), (True, True)}
+
+
+def test_planning_graph_cuts_grows_the_unet_buffer_where_a_cut_is_a_view():
+    """With --max-vram sd-cli measures every graph-cut segment first (ggml_graph_cut.cpp
+    measure_segment_compute_buffer); ggml_set_output flags a segment output's view source too, and only the
+    output's own flags are restored. SD 1.5's UNet cuts after each upsampling output block, a Conv2d whose bias
+    is added in place (a view of the convolution): those convolutions then stay allocated to the end. At 256x256
+    that costs 4.06 MB with flash attention and direct convolution (30.55 MB logged, 26.49 without --max-vram),
+    nothing without either (49.57 MB both ways: the peak lies elsewhere)."""
+    def unet(fa: bool, cd: bool, graph_cuts: bool) -> int:
+        got = simulated_bytes("sd15", "unet", 256, 256, fa, cd, False, "vulkan", graph_cuts)
+        assert got is not None
+        return got
+    assert (logged(unet(True, True, False)), logged(unet(True, True, True))) == ("26.49", "30.55")
+    assert logged(unet(False, False, False)) == logged(unet(False, False, True)) == "49.57"
 
 
 def test_the_vulkan_rows_cover_sizes_and_switches():
@@ -35,7 +59,8 @@ def test_the_vulkan_rows_cover_sizes_and_switches():
     assert {(r.mode.flash_attn, r.mode.conv_direct) for r in unet} == {(False, False), (True, False), (False, True),
                                                                        (True, True)}
     assert len({(r.width, r.height) for r in unet}) >= 3
-    assert {(r.family, r.runner) for r in ROWS} == {("sd15", "clip"), ("sd15", "unet"), ("kl-f8", "vae")}
+    assert {(r.family, r.runner) for r in ROWS} == {("sd15", "clip"), ("sd15", "unet"), ("kl-f8", "vae"),
+                                                    ("sdxl", "unet")}
 
 
 def test_the_cpu_readers_leave_the_vulkan_rows_out():
