@@ -22,6 +22,7 @@ from planner.sd.autofit import compute_devices, default_backend, follow_assignme
 from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.family import LTX_FAMILIES, family
+from planner.sd.ladder import Rung, climb
 from planner.sd.plan import Mode, SdPlan, search_limits, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
@@ -179,10 +180,16 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     _check_frames(base, request.frames)
     _check_batch(base, request.batch)
     fit, placements, mode, tiling = _plan_at(base, request, auto, param_targets, render)
+    kept = _kept(inventory, backend, Role.BACKEND), _kept(inventory, params, Role.PARAMS)
+    auto_fails = _ladder_applies(request, auto) and bool(overcommit(fit, placements))
+    closest: Rung | None = None
+    if auto_fails:
+        found, closest = _ladder(base, request, render)
+        if found is not None:
+            fit, placements, mode, tiling, closest = found.fit, found.placements, Mode.MANUAL, found.tiling, None
     tiled = tiling is not None
     ram = ram_need(fit, placements)
-    runtime_spec, params_spec = specs(placements, _kept(inventory, backend, Role.BACKEND),
-                                       _kept(inventory, params, Role.PARAMS))
+    runtime_spec, params_spec = specs(placements, *kept)
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
                   _splits(fit, placements, modes), runtime_spec, params_spec, max_vram, _split_spec(modes),
                   traffic_bytes(fit, placements, request.steps), overcommit(fit, placements),
@@ -192,7 +199,53 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   _largest(base, request, auto, param_targets, render) if request.search_largest else None,
                   device_needs(fit, placements) + ((ram,) if ram is not None else ()),
                   _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
-                  request.frames, request.batch)
+                  request.frames, request.batch, auto_fails,
+                  closest.needs if closest is not None else (), _closest_args(closest, kept))
+
+
+def _closest_args(closest: Rung | None, kept: tuple[list[tuple[str, str]], list[tuple[str, str]]]) -> tuple[str, ...]:
+    """sd-cli's placement flags for the explicit placement that comes closest to fitting."""
+    if closest is None:
+        return ()
+    runtime_spec, params_spec = specs(closest.placements, *kept)
+    tiling = closest.tiling.args if closest.tiling is not None else []
+    return ("--backend", runtime_spec, "--params-backend", params_spec, *tiling)
+
+
+def _ladder_applies(request: SdFitRequest, auto: bool) -> bool:
+    """Whether sd-fit looks for an explicit placement when auto-fit's is over budget: only where it
+    reproduces sd-cli's auto-fit (not under --optimal, nor where the user placed parameters)."""
+    return auto and not request.optimal
+
+
+def _pinned(base: FitInput) -> FitInput:
+    """`base` with each module's compute where auto-fit runs it, written out as --backend would."""
+    where = compute_devices(base)
+    return replace(base, compute=tuple((k, where.get(k, base.compute_of(k))) for k in Kind))
+
+
+def _ladder(base: FitInput, request: SdFitRequest, render: Render) -> tuple[Rung | None, Rung | None]:
+    """When auto-fit's placement is over budget: the first explicit placement that fits and the one
+    that comes closest (planner/sd/ladder.py), each checked with the decode as asked, then at each of
+    sd-cli's tiling retries (which it makes with auto-fit off too)."""
+    pinned = _pinned(base)
+    asked = Tiling() if render.vae_tiling else None
+    sized = [(_sized(pinned, render, False, asked, request.frames), asked)]
+    for tiling in retry_order(decoder_of(base.components), render.width, render.height, render.vae_tiling):
+        tiled_fit = _sized(pinned, render, False, tiling, request.frames)
+        if any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components):
+            sized.append((tiled_fit, tiling))
+    return climb(sized, request.steps)
+
+
+def _fits_at(base: FitInput, request: SdFitRequest, auto: bool,
+             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> bool:
+    """Whether sd-fit answers "fits" at `render` and request's frames: auto-fit's placement, or else
+    an explicit one (the size searches use the same ladder as the answer)."""
+    fit, placements, _, _ = _plan_at(base, request, auto, param_targets, render)
+    if not overcommit(fit, placements):
+        return True
+    return _ladder_applies(request, auto) and _ladder(base, request, render)[0] is not None
 
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
@@ -269,9 +322,7 @@ def _largest(base: FitInput, request: SdFitRequest, auto: bool,
     max_side, _ = search_limits(c.compute_origin for c in comps)
     best = None
     for side in range(SIZE_STEP, max_side + 1, SIZE_STEP):
-        at = replace(render, width=side, height=side)
-        fit, placements, _, _ = _plan_at(base, request, auto, param_targets, at)
-        if overcommit(fit, placements):
+        if not _fits_at(base, request, auto, param_targets, replace(render, width=side, height=side)):
             break
         best = side
     return best
@@ -292,8 +343,7 @@ def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
     _, max_frames = search_limits(c.compute_origin for c in _sized(base, render, auto, None).components)
     best = None
     for frames in range(1, max_frames + 1, FRAME_STEP):
-        fit, placements, _, _ = _plan_at(base, replace(request, frames=frames), auto, param_targets, render)
-        if overcommit(fit, placements):
+        if not _fits_at(base, replace(request, frames=frames), auto, param_targets, render):
             break
         best = frames
     return best

@@ -68,6 +68,12 @@ class SdPlan:
     largest_frames: int | None = None  # a video model's largest frame count at this size (None: an image model)
     frames: int = 1
     batch: int = 1   # sd-cli's -b: images per run, made one at a time (planner/sd/fit.py _check_batch)
+    # sd-cli's own auto-fit placement is over budget even after its VAE tiling retries; the plan is then the
+    # first explicit placement that fits (its flags turn auto-fit off), or auto-fit's, with the closest one's
+    # needs and flags (planner/sd/ladder.py)
+    auto_fit_fails: bool = False
+    closest_needs: tuple[DeviceNeed, ...] = ()
+    closest_args: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -137,6 +143,12 @@ class SdPlan:
             "params_backend": self.params_spec,
             "traffic_bytes_per_image": self.traffic_bytes,
             "warnings": list(self.warnings),
+            "auto_fit_fails": self.auto_fit_fails,
+            "closest": None if not self.closest_args else {
+                "flags": shlex.join(self.closest_args),
+                "per_device": [{"name": d.device, "weights_bytes": d.weights_bytes, "compute_bytes": d.compute_bytes,
+                                "need_bytes": d.need_bytes, "cap_bytes": d.cap_bytes, "fits": d.fits}
+                               for d in self.closest_needs]},
             "flags": self.flags,
             "argv": self.argv,
         }
@@ -144,6 +156,8 @@ class SdPlan:
     def _title(self) -> str:
         computes = sorted({p.compute_name for p in self.placements if p.compute})
         where = ", ".join(computes) or "cpu"
+        if self.auto_fit_fails and self.mode is Mode.MANUAL:
+            return f"explicit placement (sd-cli's auto-fit would not fit; compute on {where}):"
         return {Mode.AUTO_FIT: f"auto-fit plan (compute on {where}):",
                 Mode.OPTIMAL: f"optimal plan (min weight traffic; compute on {where}):",
                 Mode.MANUAL: "placement (auto-fit off; as assigned):"}[self.mode]
@@ -157,6 +171,7 @@ class SdPlan:
                          + ("" if d.fits else "  (over)"))
         frames = f"x{self.frames} frames" if self.frames != 1 else ""
         lines.append(f"{self.width}x{self.height}{frames}: {self.verdict}")
+        lines += self._ladder_lines()
         if self.batch != 1:
             lines.append(f"batch of {self.batch}: sd-cli samples and decodes the images one at a time, so every "
                          f"buffer above is one image's, the same as at -b 1")
@@ -172,6 +187,20 @@ class SdPlan:
                 " or more (beyond sd-cli's recorded figures)" if curve else \
                 f" or more (sd-fit searches no further than {max_frames})"
             lines.append(f"most frames that fit at {self.width}x{self.height}: {self.largest_frames}{more}")
+        return lines
+
+    def _ladder_lines(self) -> list[str]:
+        """Why the plan is explicit (auto-fit would fail), or the closest explicit placement's needs."""
+        if not self.auto_fit_fails:
+            return []
+        if not self.warnings:
+            return ["sd-cli's auto-fit would not fit this (its placement is over budget even with the VAE "
+                    "tiling retries): pass the flags below; an explicit --params-backend turns auto-fit off"]
+        lines = ["no explicit placement fits either; the closest needs:"]
+        lines += [f"  {d.device:<12} weights {d.weights_bytes // MiB:6d} + compute {d.compute_bytes // MiB:5d} "
+                  f"= {d.need_bytes // MiB:6d} MiB of {d.cap_bytes // MiB:6d} MiB" + ("" if d.fits else "  (over)")
+                  for d in self.closest_needs]
+        lines.append(f"  with: {shlex.join(self.closest_args)}")
         return lines
 
     def to_table(self) -> str:
@@ -201,7 +230,8 @@ class SdPlan:
         lines += [f"  warning: {w}" for w in self.warnings]
         lines += self._answer_lines()
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
-        label = "as assigned" if self.mode is Mode.MANUAL else self.mode.value
+        label = ("explicit" if self.auto_fit_fails else "as assigned") if self.mode is Mode.MANUAL \
+            else self.mode.value
         lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')
         lines.append(f"sd-cli flags: {self.flags}")
         lines.append(f"run it: {self.command}")
