@@ -1,6 +1,7 @@
 """sd-fit: flags + model files + inventory -> an SdPlan (the one library call of the command)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -187,6 +188,9 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
         found, closest = _ladder(base, request, render)
         if found is not None:
             fit, placements, mode, tiling, closest = found.fit, found.placements, Mode.MANUAL, found.tiling, None
+    searched = request.search_largest
+    sides = _largest(base, request, auto, param_targets, render) if searched else Reach()
+    frames = _largest_frames(base, request, auto, param_targets, render) if searched else Reach()
     tiled = tiling is not None
     ram = ram_need(fit, placements)
     runtime_spec, params_spec = specs(placements, *kept)
@@ -196,11 +200,10 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   tuple(a for src in request.sources for a in (src.role.flag, src.path)),
                   _render_args(request, tiling), render.width, render.height, tiled,
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
-                  _largest(base, request, auto, param_targets, render) if request.search_largest else None,
-                  device_needs(fit, placements) + ((ram,) if ram is not None else ()),
-                  _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
+                  sides.best, device_needs(fit, placements) + ((ram,) if ram is not None else ()), frames.best,
                   request.frames, request.batch, auto_fails,
-                  closest.needs if closest is not None else (), _closest_args(closest, kept))
+                  closest.needs if closest is not None else (), _closest_args(closest, kept),
+                  sides.as_asked, frames.as_asked)
 
 
 def _closest_args(closest: Rung | None, kept: tuple[list[tuple[str, str]], list[tuple[str, str]]]) -> tuple[str, ...]:
@@ -239,13 +242,39 @@ def _ladder(base: FitInput, request: SdFitRequest, render: Render) -> tuple[Rung
 
 
 def _fits_at(base: FitInput, request: SdFitRequest, auto: bool,
-             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> bool:
-    """Whether sd-fit answers "fits" at `render` and request's frames: auto-fit's placement, or else
-    an explicit one (the size searches use the same ladder as the answer)."""
+             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> bool | None:
+    """How sd-fit answers at `render` and request's frames: True where the plan as asked (auto-fit's
+    placement) fits, False where only an explicit placement does (the size searches use the same
+    ladder as the answer), None where nothing fits."""
     fit, placements, _, _ = _plan_at(base, request, auto, param_targets, render)
     if not overcommit(fit, placements):
         return True
-    return _ladder_applies(request, auto) and _ladder(base, request, render)[0] is not None
+    if _ladder_applies(request, auto) and _ladder(base, request, render)[0] is not None:
+        return False
+    return None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """A search's answer: the largest value that fits, and the largest auto-fit's own placement fits."""
+
+    best: int | None = None
+    as_asked: int | None = None
+
+
+def _reach(values: range, fits_at: Callable[[int], bool | None]) -> Reach:
+    """Walk `values` upwards while something fits."""
+    best = as_asked = None
+    still = True
+    for value in values:
+        how = fits_at(value)
+        if how is None:
+            break
+        best = value
+        still = still and how
+        if still:
+            as_asked = value
+    return Reach(best, as_asked)
 
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
@@ -311,21 +340,17 @@ def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
 
 
 def _largest(base: FitInput, request: SdFitRequest, auto: bool,
-             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
+             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> Reach:
     """The largest square side (a multiple of 64) at which the plan fits, or None when no
     component's compute depends on the size (no corpus curve) or nothing fits. The search ends at
     the largest size the corpus has recorded (CORPUS_MAX_SIDE) where a curve gives a figure (the curves
     are not extrapolated), at SIMULATED_MAX_SIDE where every figure is simulated (planner/sd/plan.py)."""
     comps = _sized(base, render, auto, None).components
     if _video(base) or not any(c.compute_bytes is not None for c in comps if c.kind is not Kind.TE):
-        return None
+        return Reach()
     max_side, _ = search_limits(c.compute_origin for c in comps)
-    best = None
-    for side in range(SIZE_STEP, max_side + 1, SIZE_STEP):
-        if not _fits_at(base, request, auto, param_targets, replace(render, width=side, height=side)):
-            break
-        best = side
-    return best
+    return _reach(range(SIZE_STEP, max_side + 1, SIZE_STEP),
+                  lambda side: _fits_at(base, request, auto, param_targets, replace(render, width=side, height=side)))
 
 
 def _video(fit: FitInput, families: frozenset[str] = VIDEO_FAMILIES | LTX_FAMILIES) -> bool:
@@ -333,20 +358,16 @@ def _video(fit: FitInput, families: frozenset[str] = VIDEO_FAMILIES | LTX_FAMILI
 
 
 def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
-                    param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
+                    param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> Reach:
     """A video model's largest frame count (1, 5, 9, ...: 4k+1) that fits at the planned size, up
     to the most frames the corpus records (MAX_RECORDED_FRAMES) where a curve gives a figure, to
     SIMULATED_MAX_FRAMES where every figure is simulated; None for an image model or when one frame
     does not fit."""
     if not _video(base, VIDEO_FAMILIES):   # Wan's 4k+1 frames; LTX-2's 8k+1 are not searched
-        return None
+        return Reach()
     _, max_frames = search_limits(c.compute_origin for c in _sized(base, render, auto, None).components)
-    best = None
-    for frames in range(1, max_frames + 1, FRAME_STEP):
-        if not _fits_at(base, replace(request, frames=frames), auto, param_targets, render):
-            break
-        best = frames
-    return best
+    return _reach(range(1, max_frames + 1, FRAME_STEP),
+                  lambda frames: _fits_at(base, replace(request, frames=frames), auto, param_targets, render))
 
 
 def _render_args(request: SdFitRequest, tiling: Tiling | None) -> tuple[str, ...]:

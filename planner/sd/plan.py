@@ -74,6 +74,8 @@ class SdPlan:
     auto_fit_fails: bool = False
     closest_needs: tuple[DeviceNeed, ...] = ()
     closest_args: tuple[str, ...] = ()
+    largest_side_auto_fit: int | None = None     # the largest square / most frames sd-cli's auto-fit itself fits
+    largest_frames_auto_fit: int | None = None
 
     @property
     def verdict(self) -> str:
@@ -126,6 +128,8 @@ class SdPlan:
             "verdict": self.verdict,
             "largest_square": self.largest_side,
             "largest_frames": self.largest_frames,
+            "largest_square_auto_fit": self.largest_side_auto_fit,
+            "largest_frames_auto_fit": self.largest_frames_auto_fit,
             "per_device": [{"name": d.device, "weights_bytes": d.weights_bytes, "compute_bytes": d.compute_bytes,
                             "need_bytes": d.need_bytes, "cap_bytes": d.cap_bytes, "fits": d.fits}
                            for d in self.needs],
@@ -181,11 +185,16 @@ class SdPlan:
             more = "" if self.largest_side < max_side else \
                 " or larger (sizes above it are beyond sd-cli's recorded figures)" if curve else \
                 f" or larger (sd-fit searches no further than {max_side}x{max_side})"
+            alone = self.largest_side_auto_fit
+            more += "" if alone == self.largest_side else \
+                f"; with sd-cli's auto-fit alone: {f'{alone}x{alone}' if alone else 'none'}"
             lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}{more}")
         if self.largest_frames is not None:
             more = "" if self.largest_frames < max_frames else \
                 " or more (beyond sd-cli's recorded figures)" if curve else \
                 f" or more (sd-fit searches no further than {max_frames})"
+            alone = self.largest_frames_auto_fit
+            more += "" if alone == self.largest_frames else f"; with sd-cli's auto-fit alone: {alone or 'none'}"
             lines.append(f"most frames that fit at {self.width}x{self.height}: {self.largest_frames}{more}")
         return lines
 
