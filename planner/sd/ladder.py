@@ -61,7 +61,7 @@ def candidates(fit: FitInput) -> Iterator[list[Targets]]:
     kinds = [c.kind for c in fit.present]
     groups: dict[tuple[int, int], list[Targets]] = {}
     for spots in itertools.product(_SPOTS, repeat=len(kinds)):
-        moved = {k: (w, None) for k, w in zip(kinds, spots, strict=True) if w is not Where.RESIDENT}
+        moved: Targets = {k: (w, None) for k, w in zip(kinds, spots, strict=True) if w is not Where.RESIDENT}
         if moved:
             key = (sum(w is Where.DISK for w in spots), len(moved))
             groups.setdefault(key, []).append(moved)
