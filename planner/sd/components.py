@@ -23,6 +23,10 @@ from planner.sd.safetensors_header import read_safetensors
 
 # backend_fit.cpp adds this much to every tensor when estimating a component.
 SIMULATED, CURVE = "simulated", "sd-cli curve"   # Component.compute_origin
+# Component.compute_origin of a runner whose device refuses a node of its graph (a Vulkan tensor over the storage
+# buffer range): sd-cli reserves it with a scheduler that computes those nodes on the CPU (ggml_extend.hpp
+# GGMLRunner::alloc_compute_buffer, graph_requires_backend_fallback), whose buffers are not modelled
+FALLBACK = "CPU fallback"
 TENSOR_OVERHEAD_BYTES = 64
 # The params buffer sd-cli allocates ("total params memory size" in its log): each tensor's
 # ggml size padded to the CPU buffer's 32-byte alignment, in the type the model code creates it
@@ -112,7 +116,8 @@ class Component:
     compute_bytes: int | None = None
     compute_mode: str = ""   # "fa=on,conv_direct=off" (+ ",tiled") where compute_bytes is known
     # where compute_bytes comes from: SIMULATED (runtime/sd reserves the runner's graph) or CURVE (a curve
-    # through sd-cli's recorded figures, planner/sd/sd_compute.py); "" with compute_mode
+    # through sd-cli's recorded figures, planner/sd/sd_compute.py); "" with compute_mode, or FALLBACK (no figure:
+    # the compute device refuses a node of a runner's graph)
     compute_origin: str = ""
 
     @property

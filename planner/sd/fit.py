@@ -29,7 +29,7 @@ from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_comp
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
 from planner.sd.sd_compute import FRAME_STEP, VIDEO_FAMILIES
 from planner.sd.sd_placement import FitInput, GpuBudget, MappedFile, Placement, Where, ram_budget
-from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, sized
+from planner.sd.sizing import DEFAULT_SIZE, Render, device_facts, runner_buffers, sized
 from planner.sd.split import SPLITTABLE, SplitRange, row_shares, split_ranges
 from planner.sd.traffic import traffic_bytes
 from planner.sd.vae_retry import Tiling, decoder_of, retry_order
@@ -127,7 +127,7 @@ def _sized(fit: FitInput, render: Render, auto: bool, tiling: Tiling | None, fra
     tile = tiling.tile if tiling is not None else None
     temporal = tiling is not None and tiling.temporal
     comps = tuple(sized(c, render, device_facts(where.get(c.kind) or (), fit.gpus), spatial, diffusion, tile, frames,
-                        temporal)
+                        temporal, runner_buffers(where.get(c.kind) or (), fit.gpus))
                   if c.params_bytes else c for c in fit.components)
     return replace(fit, components=comps)
 

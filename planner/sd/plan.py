@@ -10,7 +10,7 @@ from typing import Any
 from planner.core.units import MiB
 from planner.sd.assign import ALL_KEY, SplitMode
 from planner.sd.check import DeviceNeed
-from planner.sd.components import CURVE, KIND_LABEL
+from planner.sd.components import CURVE, FALLBACK, KIND_LABEL
 from planner.sd.roles import Kind
 from planner.sd.sd_compute import CORPUS_MAX_SIDE, FIT_VIDEO
 from planner.sd.sd_placement import GpuBudget, Placement, Where
@@ -175,6 +175,10 @@ class SdPlan:
                          + ("" if d.fits else "  (over)"))
         frames = f"x{self.frames} frames" if self.frames != 1 else ""
         lines.append(f"{self.width}x{self.height}{frames}: {self.verdict}")
+        lines += [f"{KIND_LABEL[p.kind]} on {p.compute_name}: the device refuses nodes of its graph at this size (a "
+                  f"tensor over its storage buffer range); sd-cli runs it through its CPU fallback, those nodes "
+                  f"computing on the host, whose buffers are not modelled: the fixed {p.reserve_bytes // MiB} MiB "
+                  f"reserve stands in" for p in self.placements if p.compute_origin == FALLBACK]
         lines += self._ladder_lines()
         if self.batch != 1:
             lines.append(f"batch of {self.batch}: sd-cli samples and decodes the images one at a time, so every "

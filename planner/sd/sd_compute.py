@@ -27,6 +27,7 @@ from pathlib import Path
 
 from planner.core.errors import BadInput
 from planner.sd.sd_simulated import BACKEND_BUFFERS, CPU_ROWS, simulated_bytes, simulated_video_bytes
+from runtime.sd.sd_reserve import SdBackend
 
 CORPUS = Path(__file__).resolve().parent / "data" / "sd_cli_corpus.json"
 # A row's "backend": absent for the CPU build's rows (CPU_ROWS), else a key of BACKEND_BUFFERS ("vulkan": the
@@ -218,19 +219,22 @@ SQUARE_ONLY: frozenset[tuple[str, str, Mode]] = frozenset(
 
 
 def compute_bytes(family: str, runner: str, width: int, height: int, mode: Mode = Mode(),
-                  tiled: bool = False, tile: tuple[int, int] | None = None) -> int | None:
+                  tiled: bool = False, tile: tuple[int, int] | None = None,
+                  backend: str | SdBackend = CPU_ROWS) -> int | None:
     """The compute buffer sd-cli reserves for `runner` at width x height: simulated where runtime/sd builds
     the runner's graph, else from the corpus curve; None where neither knows this family, runner and mode.
-    `tile`: a tiled decode's tile in latent pixels (x, y); None: sd-cli's default, VAE_TILE on each side."""
+    `tile`: a tiled decode's tile in latent pixels (x, y); None: sd-cli's default, VAE_TILE on each side.
+    `backend`: the buffer type the simulation reserves in (the curves are the CPU build's); BackendFallback
+    where that device refuses a node of the graph (planner/sd/sd_simulated.py)."""
     if width <= 0 or height <= 0 or width % SIZE_STEP or height % SIZE_STEP:
         raise BadInput(f"image size {width}x{height}: expected positive multiples of {SIZE_STEP}")
     if tiled and tile is not None:   # a tiled decode reserves what one tile's untiled decode does
         tw, th = tile
         simulated = simulated_bytes(family, runner, min(width, tw * LATENT_FACTOR), min(height, th * LATENT_FACTOR),
-                                    mode.flash_attn, mode.conv_direct, False, graph_cuts=mode.graph_cuts)
+                                    mode.flash_attn, mode.conv_direct, False, backend, mode.graph_cuts)
     else:
-        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled,
-                                    graph_cuts=mode.graph_cuts)
+        simulated = simulated_bytes(family, runner, width, height, mode.flash_attn, mode.conv_direct, tiled, backend,
+                                    mode.graph_cuts)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
     mode = Mode(mode.flash_attn, mode.conv_direct)   # the curves are the CPU build's: no graph cuts
@@ -373,12 +377,13 @@ def _video_curve(family: str, runner: str, mode: Mode) -> tuple | None:
 
 
 def video_compute_bytes(family: str, runner: str, width: int, height: int, frames: int, mode: Mode = Mode(),
-                        tiled: bool = False) -> int | None:
+                        tiled: bool = False, backend: str | SdBackend = CPU_ROWS) -> int | None:
     """The compute buffer sd-cli reserves for a video model's `runner` at width x height x frames,
     or None where the corpus has no figures for this runner and mode. A tiled decode reserves what
     an untiled decode of one tile (min(32, latent side) per side, all frames) does."""
     check_video(width, height, frames, VIDEO_SIZE_STEPS.get(family, VIDEO_SIZE_STEP))
-    simulated = simulated_video_bytes(family, runner, width, height, frames, mode.flash_attn, mode.conv_direct, tiled)
+    simulated = simulated_video_bytes(family, runner, width, height, frames, mode.flash_attn, mode.conv_direct, tiled,
+                                      backend)
     if simulated is not None:   # the runner's graph reserved (planner/sd/sd_simulated.py)
         return simulated
     mode = Mode(False if (family, runner) in FA_FREE else mode.flash_attn, mode.conv_direct)

@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from planner.hardware.budgets import host_budget
-from planner.sd.components import CURVE, Component
+from planner.sd.components import CURVE, FALLBACK, Component
 from planner.sd.roles import Kind
 
 
@@ -81,7 +81,11 @@ class Placement:
     @property
     def compute_source(self) -> str:
         """Where the compute figure comes from and for which modes: "simulated, fa=on,conv_direct=off"
-        (runtime/sd), "sd-cli curve, ..." (fitted through sd-cli's recorded figures) or "fixed reserve"."""
+        (runtime/sd), "sd-cli curve, ..." (fitted through sd-cli's recorded figures) or "fixed reserve"; where
+        the compute device refuses a node of the graph, that sd-cli runs it through its CPU fallback."""
+        if self.compute_origin == FALLBACK:
+            return (f"{FALLBACK}: {self.compute_name} refuses nodes of this graph, sd-cli computes them on the host "
+                    "(CPU backend); not modelled, fixed reserve")
         return f"{self.compute_origin or CURVE}, {self.compute_mode}" if self.compute_mode else "fixed reserve"
 
     @property

@@ -13,14 +13,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from planner.hardware.vulkan_devices import LAVAPIPE, VulkanDeviceFeatures
+from planner.hardware.vulkan_devices import LAVAPIPE, SUBALLOCATION_BLOCK_SIZE, VulkanDeviceFeatures, vulkan_features
+from runtime.ggml.backend import UNLIMITED
 from runtime.ggml.graph import Op
+from runtime.ggml.profiles import Backend, device_profile
 from runtime.sd import clip_text, sd3_mmdit, t5_encoder, unet, vae_decoder, wan_dit, wan_vae_decoder
 from runtime.sd.sd_reserve import (
     CPU,
     LATENT_FACTOR,
     SDXL_VAE_CONV_SCALE,
     Z_IMAGE_PROMPT_TOKENS,
+    BackendFallback,
     SdBackend,
     SdMode,
     clip_text_bytes,
@@ -55,6 +58,27 @@ def vulkan_buffers(device: VulkanDeviceFeatures, name: str = "Vulkan0") -> SdBac
 CPU_ROWS = "cpu"
 # the backends sd-cli's figures are known for: the CPU build, and the Vulkan build on Mesa's lavapipe
 BACKEND_BUFFERS: dict[str, SdBackend] = {CPU_ROWS: CPU, "vulkan": vulkan_buffers(LAVAPIPE)}
+
+
+def device_buffers(backend: str, description: str, name: str) -> SdBackend | None:
+    """The buffer type sd-cli's runners reserve in on the device `name` of ggml backend `backend` (a
+    runtime.ggml.profiles.Backend value) described as `description`: a Vulkan device's own, None for every
+    other backend (its runners are sized in the CPU buffer type). A Vulkan device fitplan has measured
+    (planner/hardware/vulkan_devices.py VULKAN_DEVICES) has its own alignment, largest buffer and tensor limit;
+    ggml-vulkan reads those from the driver (ggml-vulkan.cpp ggml_vk_get_device), so for any other device only
+    the default suballocation block is known (1 GiB, GGML_VK_SUBALLOCATION_BLOCK_SIZE unset): the alignment is
+    the one the llama.cpp side assumes for an unmeasured Vulkan device (runtime/ggml/profiles.py) and no tensor
+    is refused (its maxStorageBufferRange is unknown)."""
+    if backend != Backend.VULKAN.value:
+        return None
+    features = vulkan_features(description)
+    if features is not None:
+        return vulkan_buffers(features, name)
+    return SdBackend(name, device_profile(Backend.VULKAN).alignment, SUBALLOCATION_BLOCK_SIZE, UNLIMITED)
+
+
+def _buffers(backend: str | SdBackend) -> SdBackend:
+    return backend if isinstance(backend, SdBackend) else BACKEND_BUFFERS[backend]
 
 FLUX_T5_TOKENS = 256   # conditioner.hpp FluxCLIPEmbedder::chunk_len
 SD3_T5_TOKENS = 77     # conditioner.hpp SD3CLIPEmbedder: T5's chunk is CLIP's 77 tokens
@@ -132,28 +156,44 @@ def simulated_ltx_vae_bytes(width: int, height: int, frames: int, temporal: bool
                                 temporal)
 
 
+@functools.lru_cache(maxsize=1024)
+def _reserve(simulate: Callable[..., int], *args: object) -> int | BackendFallback:
+    """`simulate(*args)`, or the refusal it raised (kept, so that a size search asks the graph once)."""
+    try:
+        return simulate(*args)
+    except BackendFallback as refused:
+        return refused
+
+
+def _raised(result: int | BackendFallback) -> int:
+    if isinstance(result, BackendFallback):
+        raise result
+    return result
+
+
 @functools.lru_cache(maxsize=1024)   # sd-fit's size search asks for the same graphs repeatedly
 def simulated_bytes(family: str, runner: str, width: int, height: int, flash_attn: bool, conv_direct: bool,
-                    tiled: bool, backend: str = CPU_ROWS, graph_cuts: bool = False) -> int | None:
-    """The runner's compute buffer at width x height image pixels on `backend` (a key of BACKEND_BUFFERS),
-    or None where it is not simulated. `graph_cuts`: the runner plans its graph cuts first, the whole graph in
+                    tiled: bool, backend: str | SdBackend = CPU_ROWS, graph_cuts: bool = False) -> int | None:
+    """The runner's compute buffer at width x height image pixels on `backend` (a key of BACKEND_BUFFERS, or a
+    device's buffer type: device_buffers), or None where it is not simulated; BackendFallback where the
+    device refuses a node of the graph. `graph_cuts`: the runner plans its graph cuts first, the whole graph in
     one segment (sd-cli given a --max-vram budget for a runner on a non-CPU device: ggml_extend.hpp
     can_attempt_graph_cut_segmented_compute)."""
     simulate = SIMULATED.get((family, runner))
     if simulate is None:
         return None
-    mode = SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend], graph_cuts)
-    return simulate(width // LATENT_FACTOR, height // LATENT_FACTOR, mode, tiled)
+    mode = SdMode(flash_attn, conv_direct, _buffers(backend), graph_cuts)
+    return _raised(_reserve(simulate, width // LATENT_FACTOR, height // LATENT_FACTOR, mode, tiled))
 
 
 @functools.lru_cache(maxsize=1024)
 def simulated_video_bytes(family: str, runner: str, width: int, height: int, frames: int, flash_attn: bool,
-                          conv_direct: bool, tiled: bool, backend: str = CPU_ROWS) -> int | None:
+                          conv_direct: bool, tiled: bool, backend: str | SdBackend = CPU_ROWS) -> int | None:
     """A video model runner's compute buffer at width x height pixels and `frames` video frames (4k+1) on
-    `backend`, or None where it is not simulated."""
+    `backend`, or None where it is not simulated; BackendFallback where the device refuses a node."""
     simulate = VIDEO_SIMULATED.get((family, runner))
     if simulate is None:
         return None
     scale = VIDEO_SCALE.get(family, LATENT_FACTOR)
-    return simulate(width // scale, height // scale, wan_latent_frames(frames),
-                    SdMode(flash_attn, conv_direct, BACKEND_BUFFERS[backend]), tiled)
+    mode = SdMode(flash_attn, conv_direct, _buffers(backend))
+    return _raised(_reserve(simulate, width // scale, height // scale, wan_latent_frames(frames), mode, tiled))

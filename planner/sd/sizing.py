@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.core.errors import BadInput
-from planner.sd.components import CURVE, KIND_MODULE, SIMULATED, Component
+from planner.sd.components import CURVE, FALLBACK, KIND_MODULE, SIMULATED, Component
 from planner.sd.family import LTX2_VAE, LTX_FAMILIES, family
 from planner.sd.modes import Feature, ModeSpec, decide, parse_modes
 from planner.sd.roles import Kind
@@ -20,7 +20,8 @@ from planner.sd.sd_compute import (
     video_compute_bytes,
 )
 from planner.sd.sd_placement import GpuBudget
-from planner.sd.sd_simulated import LTX_VAE, is_simulated, simulated_ltx_vae_bytes
+from planner.sd.sd_simulated import CPU_ROWS, LTX_VAE, device_buffers, is_simulated, simulated_ltx_vae_bytes
+from runtime.sd.sd_reserve import BackendFallback, SdBackend
 
 # sd-cli's runners of each component, by model: a component whose runners run one after the other
 # (FLUX.1's CLIP-L, then T5-XXL) needs the largest of their buffers
@@ -81,22 +82,38 @@ def device_facts(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> tuple[t
     return tuple((by_name[n].backend, by_name[n].description) for n in names if n in by_name)
 
 
+def runner_buffers(names: tuple[str, ...], gpus: tuple[GpuBudget, ...]) -> str | SdBackend:
+    """The buffer type a component's runners reserve in: a Vulkan device's own where the component computes
+    on one (planner/sd/sd_simulated.py device_buffers); the CPU's on the host, on any other backend (sized as
+    the CPU build logs), and for a component split across devices."""
+    by_name = {g.name: g for g in gpus}
+    if len(names) != 1 or names[0] not in by_name:
+        return CPU_ROWS
+    gpu = by_name[names[0]]
+    return device_buffers(gpu.backend, gpu.description, gpu.name) or CPU_ROWS
+
+
 def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...], tiled: bool,
           diffusion: str | None = None, tile: tuple[int, int] | None = None, frames: int = 1,
-          temporal: bool = False) -> Component:
+          temporal: bool = False, buffers: str | SdBackend = CPU_ROWS) -> Component:
     """`comp` with its compute buffer at `render` (None where the corpus lacks the model).
     `diffusion`: the diffusion model's family, which picks the VAE's decode graph (sd-cli decodes
     SDXL's KL-f8 VAE with a graph of its own). `tile`: a tiled decode's tile in latent pixels
     (None: sd-cli's default). `frames`: the video's frame count (4k+1 for Wan);
     an image model takes 1. `temporal`: the decode's frames streamed a few at a time (LTX-2's
-    video VAE, planner/sd/vae_retry.py), a decode no family has figures for yet."""
+    video VAE, planner/sd/vae_retry.py), a decode no family has figures for yet. `buffers`: the buffer type
+    its runners reserve in (runner_buffers); where that device refuses a node of a runner's graph, sd-cli runs
+    the graph through its CPU-fallback scheduler, which is not modelled: no figure, origin FALLBACK."""
     fam = _decode_family(comp, diffusion, frames)
     temporal = temporal and comp.kind is Kind.VAE
     if fam is None or (temporal and fam != LTX2_VAE):
         return replace(comp, compute_bytes=None, compute_mode="")
     mode = component_mode(comp, render, devices, fam)
     tiled = tiled and comp.kind is Kind.VAE
-    sizes = _runner_sizes(comp.kind, fam, render, mode, frames, tiled, tile, temporal)
+    try:
+        sizes = _runner_sizes(comp.kind, fam, render, mode, frames, tiled, tile, temporal, buffers)
+    except BackendFallback:
+        return replace(comp, compute_bytes=None, compute_mode="", compute_origin=FALLBACK)
     known = [s for s in sizes if s is not None]
     size = max(known) if known and len(known) == len(sizes) else None
     tiles = f",vae_tiling=on,tile={tile[0]}x{tile[1]}" if tile else ",vae_tiling=on"
@@ -107,7 +124,7 @@ def sized(comp: Component, render: Render, devices: tuple[tuple[str, str], ...],
 
 
 def _runner_sizes(kind: Kind, fam: str, render: Render, mode: Mode, frames: int, tiled: bool,
-                  tile: tuple[int, int] | None, temporal: bool) -> list[int | None]:
+                  tile: tuple[int, int] | None, temporal: bool, buffers: str | SdBackend) -> list[int | None]:
     """Each of the component's runners' buffers (None where unknown)."""
     runners = RUNNERS.get((kind, fam), ())
     if fam == LTX2_VAE:
@@ -115,9 +132,9 @@ def _runner_sizes(kind: Kind, fam: str, render: Render, mode: Mode, frames: int,
         return [None if tiled else simulated_ltx_vae_bytes(render.width, render.height, frames, temporal)]
     if fam in VIDEO_FAMILIES:
         # a video VAE's tiles are sized at sd-cli's default tile only (`tile` unknown: no figure)
-        return [video_compute_bytes(fam, runner, render.width, render.height, frames, mode, tiled=tiled)
+        return [video_compute_bytes(fam, runner, render.width, render.height, frames, mode, tiled, buffers)
                 if tile is None or not tiled else None for runner in runners]
-    return [compute_bytes(fam, runner, render.width, render.height, mode, tiled=tiled, tile=tile) for runner in runners]
+    return [compute_bytes(fam, runner, render.width, render.height, mode, tiled, tile, buffers) for runner in runners]
 
 
 def _decode_family(comp: Component, diffusion: str | None, frames: int) -> str | None:
