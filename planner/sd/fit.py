@@ -1,6 +1,7 @@
 """sd-fit: flags + model files + inventory -> an SdPlan (the one library call of the command)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from planner.sd.autofit import compute_devices, default_backend, follow_assignme
 from planner.sd.check import device_needs, overcommit, ram_need
 from planner.sd.components import KIND_MODULE, Component, read_components
 from planner.sd.family import LTX_FAMILIES, family
+from planner.sd.ladder import Rung, climb
 from planner.sd.plan import Mode, SdPlan, search_limits, specs
 from planner.sd.resolve import canonical_max_vram, canonical_token, resolve_compute, resolve_params
 from planner.sd.roles import DEFAULT_STEPS, Kind, ModelSource
@@ -185,21 +187,101 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
     _check_frames(base, request.frames)
     _check_batch(base, request.batch)
     fit, placements, mode, tiling = _plan_at(base, request, auto, param_targets, render)
+    kept = _kept(inventory, backend, Role.BACKEND), _kept(inventory, params, Role.PARAMS)
+    auto_fails = _ladder_applies(request, auto) and bool(overcommit(fit, placements))
+    closest: Rung | None = None
+    if auto_fails:
+        found, closest = _ladder(base, request, render)
+        if found is not None:
+            fit, placements, mode, tiling, closest = found.fit, found.placements, Mode.MANUAL, found.tiling, None
+    searched = request.search_largest
+    sides = _largest(base, request, auto, param_targets, render) if searched else Reach()
+    frames = _largest_frames(base, request, auto, param_targets, render) if searched else Reach()
     tiled = tiling is not None
     ram = ram_need(fit, placements)
-    runtime_spec, params_spec = specs(placements, _kept(inventory, backend, Role.BACKEND),
-                                       _kept(inventory, params, Role.PARAMS))
+    runtime_spec, params_spec = specs(placements, *kept)
     return SdPlan(mode, fit.gpus, fit.ram_free_bytes, fit.ram_budget_bytes, placements,
                   _splits(fit, placements, modes), runtime_spec, params_spec, max_vram, _split_spec(modes),
                   traffic_bytes(fit, placements, request.steps), overcommit(fit, placements),
                   tuple(a for src in request.sources for a in (src.role.flag, src.path)),
                   _render_args(request, tiling), render.width, render.height, tiled,
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
-                  _largest(base, request, auto, param_targets, render) if request.search_largest else None,
-                  device_needs(fit, placements) + ((ram,) if ram is not None else ()),
-                  _largest_frames(base, request, auto, param_targets, render) if request.search_largest else None,
+                  sides.best, device_needs(fit, placements) + ((ram,) if ram is not None else ()), frames.best,
                   request.frames, request.batch, request.prompt_tokens,
-                  any(family(c) in PROMPT_FAMILIES for c in base.present if c.kind is Kind.DIFFUSION))
+                  any(family(c) in PROMPT_FAMILIES for c in base.present if c.kind is Kind.DIFFUSION), auto_fails,
+                  closest.needs if closest is not None else (), _closest_args(closest, kept),
+                  sides.as_asked, frames.as_asked)
+
+
+def _closest_args(closest: Rung | None, kept: tuple[list[tuple[str, str]], list[tuple[str, str]]]) -> tuple[str, ...]:
+    """sd-cli's placement flags for the explicit placement that comes closest to fitting."""
+    if closest is None:
+        return ()
+    runtime_spec, params_spec = specs(closest.placements, *kept)
+    tiling = closest.tiling.args if closest.tiling is not None else []
+    return ("--backend", runtime_spec, "--params-backend", params_spec, *tiling)
+
+
+def _ladder_applies(request: SdFitRequest, auto: bool) -> bool:
+    """Whether sd-fit looks for an explicit placement when auto-fit's is over budget: only where it
+    reproduces sd-cli's auto-fit (not under --optimal, nor where the user placed parameters)."""
+    return auto and not request.optimal
+
+
+def _pinned(base: FitInput) -> FitInput:
+    """`base` with each module's compute where auto-fit runs it, written out as --backend would."""
+    where = compute_devices(base)
+    return replace(base, compute=tuple((k, where.get(k, base.compute_of(k))) for k in Kind))
+
+
+def _ladder(base: FitInput, request: SdFitRequest, render: Render) -> tuple[Rung | None, Rung | None]:
+    """When auto-fit's placement is over budget: the first explicit placement that fits and the one
+    that comes closest (planner/sd/ladder.py), each checked with the decode as asked, then at each of
+    sd-cli's tiling retries (which it makes with auto-fit off too)."""
+    pinned = _pinned(base)
+    asked = Tiling() if render.vae_tiling else None
+    sized = [(_sized(pinned, render, False, asked, request.frames), asked)]
+    for tiling in retry_order(decoder_of(base.components), render.width, render.height, render.vae_tiling):
+        tiled_fit = _sized(pinned, render, False, tiling, request.frames)
+        if any(c.kind is Kind.VAE and c.compute_mode for c in tiled_fit.components):
+            sized.append((tiled_fit, tiling))
+    return climb(sized, request.steps)
+
+
+def _fits_at(base: FitInput, request: SdFitRequest, auto: bool,
+             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> bool | None:
+    """How sd-fit answers at `render` and request's frames: True where the plan as asked (auto-fit's
+    placement) fits, False where only an explicit placement does (the size searches use the same
+    ladder as the answer), None where nothing fits."""
+    fit, placements, _, _ = _plan_at(base, request, auto, param_targets, render)
+    if not overcommit(fit, placements):
+        return True
+    if _ladder_applies(request, auto) and _ladder(base, request, render)[0] is not None:
+        return False
+    return None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """A search's answer: the largest value that fits, and the largest auto-fit's own placement fits."""
+
+    best: int | None = None
+    as_asked: int | None = None
+
+
+def _reach(values: range, fits_at: Callable[[int], bool | None]) -> Reach:
+    """Walk `values` upwards while something fits."""
+    best = as_asked = None
+    still = True
+    for value in values:
+        how = fits_at(value)
+        if how is None:
+            break
+        best = value
+        still = still and how
+        if still:
+            as_asked = value
+    return Reach(best, as_asked)
 
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
@@ -265,23 +347,17 @@ def _plan_at(base: FitInput, request: SdFitRequest, auto: bool,
 
 
 def _largest(base: FitInput, request: SdFitRequest, auto: bool,
-             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
+             param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> Reach:
     """The largest square side (a multiple of 64) at which the plan fits, or None when no
     component's compute depends on the size (no corpus curve) or nothing fits. The search ends at
     the largest size the corpus has recorded (CORPUS_MAX_SIDE) where a curve gives a figure (the curves
     are not extrapolated), at SIMULATED_MAX_SIDE where every figure is simulated (planner/sd/plan.py)."""
     comps = _sized(base, render, auto, None).components
     if _video(base) or not any(c.compute_bytes is not None for c in comps if c.kind is not Kind.TE):
-        return None
+        return Reach()
     max_side, _ = search_limits(c.compute_origin for c in comps)
-    best = None
-    for side in range(SIZE_STEP, max_side + 1, SIZE_STEP):
-        at = replace(render, width=side, height=side)
-        fit, placements, _, _ = _plan_at(base, request, auto, param_targets, at)
-        if overcommit(fit, placements):
-            break
-        best = side
-    return best
+    return _reach(range(SIZE_STEP, max_side + 1, SIZE_STEP),
+                  lambda side: _fits_at(base, request, auto, param_targets, replace(render, width=side, height=side)))
 
 
 def _video(fit: FitInput, families: frozenset[str] = VIDEO_FAMILIES | LTX_FAMILIES) -> bool:
@@ -289,21 +365,16 @@ def _video(fit: FitInput, families: frozenset[str] = VIDEO_FAMILIES | LTX_FAMILI
 
 
 def _largest_frames(base: FitInput, request: SdFitRequest, auto: bool,
-                    param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> int | None:
+                    param_targets: dict[Kind, tuple[Where, str | None] | None], render: Render) -> Reach:
     """A video model's largest frame count (1, 5, 9, ...: 4k+1) that fits at the planned size, up
     to the most frames the corpus records (MAX_RECORDED_FRAMES) where a curve gives a figure, to
     SIMULATED_MAX_FRAMES where every figure is simulated; None for an image model or when one frame
     does not fit."""
     if not _video(base, VIDEO_FAMILIES):   # Wan's 4k+1 frames; LTX-2's 8k+1 are not searched
-        return None
+        return Reach()
     _, max_frames = search_limits(c.compute_origin for c in _sized(base, render, auto, None).components)
-    best = None
-    for frames in range(1, max_frames + 1, FRAME_STEP):
-        fit, placements, _, _ = _plan_at(base, replace(request, frames=frames), auto, param_targets, render)
-        if overcommit(fit, placements):
-            break
-        best = frames
-    return best
+    return _reach(range(1, max_frames + 1, FRAME_STEP),
+                  lambda frames: _fits_at(base, replace(request, frames=frames), auto, param_targets, render))
 
 
 def _render_args(request: SdFitRequest, tiling: Tiling | None) -> tuple[str, ...]:

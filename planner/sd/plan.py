@@ -70,6 +70,14 @@ class SdPlan:
     batch: int = 1   # sd-cli's -b: images per run, made one at a time (planner/sd/fit.py _check_batch)
     prompt_tokens: int | None = None   # the prompt's tokens as asked (None: a short prompt, one chunk)
     prompt_sized: bool = False   # the diffusion model's family sizes its buffers by the prompt's length
+    # sd-cli's own auto-fit placement is over budget even after its VAE tiling retries; the plan is then the
+    # first explicit placement that fits (its flags turn auto-fit off), or auto-fit's, with the closest one's
+    # needs and flags (planner/sd/ladder.py)
+    auto_fit_fails: bool = False
+    closest_needs: tuple[DeviceNeed, ...] = ()
+    closest_args: tuple[str, ...] = ()
+    largest_side_auto_fit: int | None = None     # the largest square / most frames sd-cli's auto-fit itself fits
+    largest_frames_auto_fit: int | None = None
 
     @property
     def verdict(self) -> str:
@@ -123,6 +131,8 @@ class SdPlan:
             "verdict": self.verdict,
             "largest_square": self.largest_side,
             "largest_frames": self.largest_frames,
+            "largest_square_auto_fit": self.largest_side_auto_fit,
+            "largest_frames_auto_fit": self.largest_frames_auto_fit,
             "per_device": [{"name": d.device, "weights_bytes": d.weights_bytes, "compute_bytes": d.compute_bytes,
                             "need_bytes": d.need_bytes, "cap_bytes": d.cap_bytes, "fits": d.fits}
                            for d in self.needs],
@@ -140,6 +150,12 @@ class SdPlan:
             "params_backend": self.params_spec,
             "traffic_bytes_per_image": self.traffic_bytes,
             "warnings": list(self.warnings),
+            "auto_fit_fails": self.auto_fit_fails,
+            "closest": None if not self.closest_args else {
+                "flags": shlex.join(self.closest_args),
+                "per_device": [{"name": d.device, "weights_bytes": d.weights_bytes, "compute_bytes": d.compute_bytes,
+                                "need_bytes": d.need_bytes, "cap_bytes": d.cap_bytes, "fits": d.fits}
+                               for d in self.closest_needs]},
             "flags": self.flags,
             "argv": self.argv,
         }
@@ -147,6 +163,8 @@ class SdPlan:
     def _title(self) -> str:
         computes = sorted({p.compute_name for p in self.placements if p.compute})
         where = ", ".join(computes) or "cpu"
+        if self.auto_fit_fails and self.mode is Mode.MANUAL:
+            return f"explicit placement (sd-cli's auto-fit would not fit; compute on {where}):"
         return {Mode.AUTO_FIT: f"auto-fit plan (compute on {where}):",
                 Mode.OPTIMAL: f"optimal plan (min weight traffic; compute on {where}):",
                 Mode.MANUAL: "placement (auto-fit off; as assigned):"}[self.mode]
@@ -164,6 +182,7 @@ class SdPlan:
                   f"tensor over its storage buffer range); sd-cli runs it through its CPU fallback, those nodes "
                   f"computing on the host, whose buffers are not modelled: the fixed {p.reserve_bytes // MiB} MiB "
                   f"reserve stands in" for p in self.placements if p.compute_origin == FALLBACK]
+        lines += self._ladder_lines()
         if self.batch != 1:
             lines.append(f"batch of {self.batch}: sd-cli samples and decodes the images one at a time, so every "
                          f"buffer above is one image's, the same as at -b 1")
@@ -178,12 +197,31 @@ class SdPlan:
             more = "" if self.largest_side < max_side else \
                 " or larger (sizes above it are beyond sd-cli's recorded figures)" if curve else \
                 f" or larger (sd-fit searches no further than {max_side}x{max_side})"
+            alone = self.largest_side_auto_fit
+            more += "" if alone == self.largest_side else \
+                f"; with sd-cli's auto-fit alone: {f'{alone}x{alone}' if alone else 'none'}"
             lines.append(f"largest square image that fits: {self.largest_side}x{self.largest_side}{more}")
         if self.largest_frames is not None:
             more = "" if self.largest_frames < max_frames else \
                 " or more (beyond sd-cli's recorded figures)" if curve else \
                 f" or more (sd-fit searches no further than {max_frames})"
+            alone = self.largest_frames_auto_fit
+            more += "" if alone == self.largest_frames else f"; with sd-cli's auto-fit alone: {alone or 'none'}"
             lines.append(f"most frames that fit at {self.width}x{self.height}: {self.largest_frames}{more}")
+        return lines
+
+    def _ladder_lines(self) -> list[str]:
+        """Why the plan is explicit (auto-fit would fail), or the closest explicit placement's needs."""
+        if not self.auto_fit_fails:
+            return []
+        if not self.warnings:
+            return ["sd-cli's auto-fit would not fit this (its placement is over budget even with the VAE "
+                    "tiling retries): pass the flags below; an explicit --params-backend turns auto-fit off"]
+        lines = ["no explicit placement fits either; the closest needs:"]
+        lines += [f"  {d.device:<12} weights {d.weights_bytes // MiB:6d} + compute {d.compute_bytes // MiB:5d} "
+                  f"= {d.need_bytes // MiB:6d} MiB of {d.cap_bytes // MiB:6d} MiB" + ("" if d.fits else "  (over)")
+                  for d in self.closest_needs]
+        lines.append(f"  with: {shlex.join(self.closest_args)}")
         return lines
 
     def to_table(self) -> str:
@@ -213,7 +251,8 @@ class SdPlan:
         lines += [f"  warning: {w}" for w in self.warnings]
         lines += self._answer_lines()
         params = f' --params-backend "{self.params_spec}"' if self.params_spec else ""
-        label = "as assigned" if self.mode is Mode.MANUAL else self.mode.value
+        label = ("explicit" if self.auto_fit_fails else "as assigned") if self.mode is Mode.MANUAL \
+            else self.mode.value
         lines.append(f'{label}: --backend "{self.backend_spec or "(default)"}"{params}')
         lines.append(f"sd-cli flags: {self.flags}")
         lines.append(f"run it: {self.command}")

@@ -33,12 +33,20 @@ def cacheable(fit: FitInput, placements: tuple[Placement, ...], p: Placement) ->
         stored_bytes(placements, d) + p.reserve_bytes + p.params_bytes <= budgets[d] for d in p.compute)
 
 
+def _copied(fit: FitInput, placements: tuple[Placement, ...], p: Placement, steps: int) -> int:
+    """The bytes of `p`'s parameters copied to its compute device per image."""
+    if p.params is Where.RESIDENT or (p.params is Where.CPU and not p.compute):
+        return 0
+    uses = 1 if cacheable(fit, placements, p) else uses_per_image(p.kind, steps)
+    return p.params_bytes * uses
+
+
 def traffic_bytes(fit: FitInput, placements: tuple[Placement, ...], steps: int = DEFAULT_STEPS) -> int:
     """Parameter bytes copied per image (unweighted)."""
-    total = 0
-    for p in placements:
-        if p.params is Where.RESIDENT or (p.params is Where.CPU and not p.compute):
-            continue
-        uses = 1 if cacheable(fit, placements, p) else uses_per_image(p.kind, steps)
-        total += p.params_bytes * uses
-    return total
+    return sum(_copied(fit, placements, p, steps) for p in placements)
+
+
+def weighted_traffic(fit: FitInput, placements: tuple[Placement, ...], steps: int = DEFAULT_STEPS) -> int:
+    """Parameter bytes copied per image, each weighted by its source's TRAFFIC_WEIGHT (a disk
+    reload costs more than a host copy): how sd-fit ranks explicit placements (planner/sd/ladder.py)."""
+    return sum(TRAFFIC_WEIGHT[p.params] * _copied(fit, placements, p, steps) for p in placements)
