@@ -175,12 +175,7 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
         raise FlagError("--optimal plans parameter placement; it cannot be combined with "
                         "--params-backend or --auto-fit off")
     param_targets = {k: resolve_params(inventory, params, KIND_MODULE[k]) for k in Kind}
-    if request.prompt_tokens is not None and request.prompt_tokens < 0:
-        raise BadInput(f"--prompt-tokens {request.prompt_tokens}: expected 0 or more (the prompt's length in "
-                       f"the text encoder's tokens)")
-    render = replace(Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
-                                  request.conv_direct, request.vae_tiling, request.prompt_tokens),
-                     graph_cuts=max_vram is not None)
+    render = _render(request, max_vram)
     base = _fit_input(inventory, read_components(list(request.sources)), backend, max_vram)
     if request.mmap:
         base = replace(base, mapped_files=mapped_files(request.sources))
@@ -208,8 +203,8 @@ def sd_fit(request: SdFitRequest, inventory: Inventory) -> SdPlan:
                   tuple((c.kind, c.buffer_bytes) for c in fit.present),
                   sides.best, device_needs(fit, placements) + ((ram,) if ram is not None else ()), frames.best,
                   request.frames, request.batch, request.prompt_tokens,
-                  any(family(c) in PROMPT_FAMILIES for c in base.present if c.kind is Kind.DIFFUSION), auto_fails,
-                  closest.needs if closest is not None else (), _closest_args(closest, kept),
+                  _prompt_sized(base), auto_fails, closest.needs if closest is not None else (),
+                  _closest_args(closest, kept),
                   sides.as_asked, frames.as_asked)
 
 
@@ -283,6 +278,22 @@ def _reach(values: range, fits_at: Callable[[int], bool | None]) -> Reach:
             as_asked = value
     return Reach(best, as_asked)
 
+
+
+def _render(request: SdFitRequest, max_vram: str | None) -> Render:
+    """The image as asked: size, attention and convolution modes, tiling, the prompt's length, and
+    whether sd-cli plans graph cuts (it does under any --max-vram)."""
+    if request.prompt_tokens is not None and request.prompt_tokens < 0:
+        raise BadInput(f"--prompt-tokens {request.prompt_tokens}: expected 0 or more (the prompt's length in "
+                       f"the text encoder's tokens)")
+    return replace(Render.parse(request.width or DEFAULT_SIZE, request.height or DEFAULT_SIZE, request.flash_attn,
+                                request.conv_direct, request.vae_tiling, request.prompt_tokens),
+                   graph_cuts=max_vram is not None)
+
+
+def _prompt_sized(base: FitInput) -> bool:
+    """Whether the diffusion model's family sizes its buffers by the prompt's length."""
+    return any(family(c) in PROMPT_FAMILIES for c in base.present if c.kind is Kind.DIFFUSION)
 
 def mapped_files(sources: tuple[ModelSource, ...]) -> tuple[MappedFile, ...]:
     """Each local model file's size and the components its tensors belong to (a URL is not mapped)."""
