@@ -4,28 +4,14 @@ plan at 1 — each component's compute figure is the one sd-cli logged for every
 -b 4 run, at the 0.01 MB sd-cli prints — and the flags carry -b N."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from planner.cli import main
 from planner.sd.sd_compute import corpus
-from planner.synth.shapes_sd import write_checkpoint
 from tests.support.sd_corpus import logged
+from tests.support.sd_fit import sd_fit_json as plan
 
 CPU = ["--backend", "cpu", "--ram", "64GiB", "--flash-attn", "off", "--conv-direct", "off"]
-
-
-@pytest.fixture(scope="module")
-def sd15(tmp_path_factory):
-    return str(write_checkpoint("sd15", tmp_path_factory.mktemp("sd") / "sd15.safetensors"))
-
-
-def plan(capsys, *args):
-    code = main(["sd-fit", *args, "--format", "json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_batch_plans_each_image_as_sd_cli_does(capsys, sd15):

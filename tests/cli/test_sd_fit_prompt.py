@@ -5,28 +5,14 @@ corpus's `prompt_tokens` rows, at the 0.01 MB sd-cli prints), CLIP's stays one c
 states the tokens assumed."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from planner.cli import main
 from planner.sd.sd_compute import corpus
-from planner.synth.shapes_sd import write_checkpoint
 from tests.support.sd_corpus import logged
+from tests.support.sd_fit import sd_fit_json as plan
 
 CPU = ["--backend", "cpu", "--ram", "64GiB", "--flash-attn", "on", "--conv-direct", "off", "-W", "320", "-H", "448"]
-
-
-@pytest.fixture(scope="module")
-def sd15(tmp_path_factory):
-    return str(write_checkpoint("sd15", tmp_path_factory.mktemp("sd") / "sd15.safetensors"))
-
-
-def plan(capsys, *args):
-    code = main(["sd-fit", *args, "--format", "json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_a_long_prompt_grows_the_unet_as_sd_cli_logged(capsys, sd15):

@@ -4,8 +4,6 @@ seed 002 selects on its device, the VAE decode is tiled when that is what makes 
 and the verdict and largest square follow from the budgets."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from planner.cli import main
@@ -13,14 +11,10 @@ from planner.sd import sd_simulated
 from planner.sd.plan import SIMULATED_MAX_SIDE
 from planner.sd.sd_compute import CORPUS_MAX_SIDE, Mode, compute_bytes
 from planner.synth.shapes_sd import write_checkpoint, write_flux
+from tests.support.sd_fit import sd_fit_json as plan
 
 MiB, GiB = 1024**2, 1024**3
 CPU = ["--backend", "cpu", "--ram", "64GiB"]
-
-
-@pytest.fixture(scope="module")
-def sd15(tmp_path_factory):
-    return str(write_checkpoint("sd15", tmp_path_factory.mktemp("sd") / "sd15.safetensors"))
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +25,6 @@ def flux(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sdxl(tmp_path_factory):
     return str(write_checkpoint("sdxl", tmp_path_factory.mktemp("sd") / "sdxl.safetensors"))
-
-
-def plan(capsys, *args):
-    code = main(["sd-fit", *args, "--format", "json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(out)
 
 
 def comps(p):

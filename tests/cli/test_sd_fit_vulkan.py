@@ -18,7 +18,7 @@ from planner.cli import main
 from planner.sd.components import COMPUTE_RESERVE
 from planner.sd.roles import Kind
 from planner.sd.sd_compute import CORPUS
-from planner.synth.shapes_sd import write_checkpoint
+from tests.support.sd_fit import sd_fit_json
 
 MiB = 1 << 20
 LAVAPIPE_YAML = str(Path(__file__).resolve().parents[2] / "configs" / "devices" / "lavapipe.yaml")
@@ -43,16 +43,8 @@ def corpus_row(family, runner, width, height, fa, cd, backend=None, max_vram=Non
     return rows[0]["bytes"]
 
 
-@pytest.fixture(scope="module")
-def sd15(tmp_path_factory):
-    return str(write_checkpoint("sd15", tmp_path_factory.mktemp("sd") / "sd15.safetensors"))
-
-
 def answer(capsys, *args):
-    code = main(["sd-fit", *args, "--format", "json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    p = json.loads(out)
+    p = sd_fit_json(capsys, *args)
     return p, {c["module"]: c for c in p["components"]}
 
 
